@@ -1,0 +1,85 @@
+"""p2ptrain's default search: iterated local search over plans, seeded by link-cost clustering.
+
+1. Seeds: pipelines of close peers, data-parallel groups of close peers, and random plans.
+2. Polish: swap descent with exact incremental costs (``local_search``), then re-solve the plan's
+   partition exactly (pipeline order by Held–Karp, bottleneck matchings) and descend again until
+   neither helps.
+3. Iterate: perturb the best plan found (a few random swaps, or a crossover with another elite
+   plan) and polish, until ``patience`` rounds in a row bring no improvement (the convergence stop)
+   or the time budget runs out.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from p2ptrain.schedule.cost import CostModel, IntArray, partition_cost
+from p2ptrain.schedule.local_search import PlanState, SearchStats, descend
+from p2ptrain.schedule.seeds import groups_seed, pipelines_seed, random_plan
+
+_EPS = 1e-9
+NUM_RANDOM_SEEDS = 2
+PATIENCE = 12
+NUM_ELITES = 4
+
+
+def polish(state: PlanState, deadline: float, rng: np.random.Generator) -> PlanState:
+    """Descend and re-solve in turn until neither lowers the cost."""
+    critical_only = state.model.num_peers > 256
+    while True:
+        descend(state, rng, deadline, critical_only=critical_only)
+        if time.perf_counter() >= deadline:
+            return state
+        resolved = partition_cost(state.model, state.plan.T)
+        state.stats.evaluations += 1
+        if resolved.cost_s >= state.cost - _EPS:
+            return state
+        state = PlanState.of(state.model, resolved.pipelines, state.stats)
+
+
+def perturb(plan: IntArray, spares: IntArray, rng: np.random.Generator, strength: int) -> IntArray:
+    """``strength`` random swaps among plan positions and spares."""
+    out = plan.copy()
+    flat = out.ravel()  # a view: swaps land in ``out``
+    pool = np.concatenate([flat, spares])
+    num_planned = flat.size
+    for _ in range(strength):
+        a, b = rng.choice(len(pool), size=2, replace=False)
+        pool[a], pool[b] = pool[b], pool[a]
+    flat[:] = pool[:num_planned]
+    return out
+
+
+def hybrid_search(
+    model: CostModel, rng: np.random.Generator, deadline: float, stats: SearchStats
+) -> tuple[PlanState, str]:
+    """Run the search; returns the best plan state and why it stopped."""
+    starts = [pipelines_seed(model), groups_seed(model)]
+    starts += [random_plan(model, rng) for _ in range(NUM_RANDOM_SEEDS)]
+    elites: list[PlanState] = []
+    for start in starts:
+        elites.append(polish(PlanState.of(model, start, stats), deadline, rng))
+        if time.perf_counter() >= deadline:
+            break
+    elites.sort(key=lambda s: s.key())
+    best = elites[0]
+    stalled = 0
+    num_positions = model.num_peers
+    while stalled < PATIENCE:
+        if time.perf_counter() >= deadline:
+            return best, "time_budget"
+        parent = elites[int(rng.integers(len(elites)))] if rng.random() < 0.3 else best
+        strength = int(rng.integers(2, max(3, num_positions // 8) + 1))
+        child_plan = perturb(parent.plan, parent.spares, rng, strength)
+        child = polish(PlanState.of(model, child_plan, stats), deadline, rng)
+        if child.cost < best.cost - _EPS:
+            best, stalled = child, 0
+        else:
+            stalled += 1
+        if all(abs(child.cost - e.cost) > _EPS for e in elites):
+            elites.append(child)
+            elites.sort(key=lambda s: s.key())
+            del elites[NUM_ELITES:]
+    return best, "converged"

@@ -1,0 +1,199 @@
+"""Swap local search over explicit plans, with the exact cost updated incrementally.
+
+A plan is an (R, S) array of peers (a row is a pipeline, a column a data-parallel group). A move
+swaps two peers, which changes at most two columns' data-parallel cost and four stage boundaries.
+For one peer x and one target column, all R candidate swaps are scored at once with numpy, so a
+whole neighbourhood costs O(S) vector operations per peer.
+
+The objective is made of maxima, so most swaps leave it unchanged. Ties are broken by a secondary
+score (the sum of every column's DP cost and every boundary's bottleneck), which steers the search
+across plateaus without ever accepting a worse primary cost.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from p2ptrain.schedule.cost import CostModel, FloatArray, IntArray
+
+_EPS = 1e-9
+
+
+@dataclass
+class SearchStats:
+    """Work done by a search: every plan whose cost was computed counts as one evaluation."""
+
+    evaluations: int = 0
+
+
+@dataclass
+class PlanState:
+    """A plan with its cached column and boundary costs."""
+
+    model: CostModel
+    plan: IntArray  # (R, S)
+    column_dp: FloatArray  # (S,) DP cost of each column
+    boundary: FloatArray  # (S-1,) bottleneck of each stage boundary
+    spares: IntArray  # peers not in the plan
+    stats: SearchStats
+
+    @classmethod
+    def of(cls, model: CostModel, plan: IntArray, stats: SearchStats) -> PlanState:
+        plan = np.array(plan, dtype=np.intp)
+        spares = np.setdiff1d(np.arange(model.num_peers), plan.ravel()).astype(np.intp)
+        stages = plan.shape[1]
+        state = cls(model, plan, np.zeros(stages), np.zeros(max(stages - 1, 0)), spares, stats)
+        stats.evaluations += 1
+        for col in range(plan.shape[1]):
+            state.column_dp[col] = _column_dp(model, plan[:, col])
+        for b in range(plan.shape[1] - 1):
+            state.boundary[b] = model.pp_pair[plan[:, b], plan[:, b + 1]].max()
+        return state
+
+    @property
+    def cost(self) -> float:
+        return float(self.column_dp.max() + 2 * self.boundary.sum())
+
+    @property
+    def secondary(self) -> float:
+        return float(self.column_dp.sum() + 2 * self.boundary.sum())
+
+    def key(self) -> tuple[float, float]:
+        return self.cost, self.secondary
+
+    def critical_peers(self) -> IntArray:
+        """Peers whose moves can lower the primary cost: the costliest column and boundary ends."""
+        plan = self.plan
+        worst_col = int(self.column_dp.argmax())
+        peers = [plan[:, worst_col]]
+        for b in range(len(self.boundary)):
+            links = self.model.pp_pair[plan[:, b], plan[:, b + 1]]
+            rows = np.flatnonzero(links >= links.max() - _EPS)
+            peers.append(plan[rows, b])
+            peers.append(plan[rows, b + 1])
+        return np.unique(np.concatenate(peers))
+
+
+def _column_dp(model: CostModel, column: IntArray) -> float:
+    return float(model.dp_pair[column[:, None], column[None, :]].sum(axis=1).max())
+
+
+def _score(state: PlanState, cand: IntArray, cols: list[int]) -> tuple[FloatArray, FloatArray]:
+    """(cost, secondary) of K candidate plans (K, R, S) that differ from the state in ``cols``."""
+    model = state.model
+    num_cand, _, stages = cand.shape
+    state.stats.evaluations += num_cand
+    new_dp = np.repeat(state.column_dp[None, :], num_cand, axis=0)  # (K, S)
+    for c in cols:
+        members = cand[:, :, c]  # (K, R)
+        block = model.dp_pair[members[:, :, None], members[:, None, :]]
+        new_dp[:, c] = block.sum(axis=2).max(axis=1)
+    new_bound = np.repeat(state.boundary[None, :], num_cand, axis=0)  # (K, S-1)
+    for b in sorted({b for c in cols for b in (c - 1, c) if 0 <= b < stages - 1}):
+        new_bound[:, b] = model.pp_pair[cand[:, :, b], cand[:, :, b + 1]].max(axis=1)
+    pipeline = 2 * new_bound.sum(axis=1)
+    return new_dp.max(axis=1) + pipeline, new_dp.sum(axis=1) + pipeline
+
+
+def _better(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Lexicographic (cost, secondary) comparison with a tolerance for float noise."""
+    return a[0] < b[0] - _EPS or (a[0] <= b[0] + _EPS and a[1] < b[1] - _EPS)
+
+
+# A move's partner: (row, col) of a plan position, or (spare index, SPARE).
+SPARE = -1
+
+
+def best_swap_for(state: PlanState, peer: int, positions: IntArray) -> tuple[float, float, int, int] | None:
+    """The best swap of a planned ``peer`` with any other position or spare, if it improves.
+
+    positions[p] = (row, col) of peer p. Returns (cost, secondary, row, col) of the partner, with
+    col == SPARE and row = index into state.spares for a spare.
+    """
+    plan = state.plan
+    replicas, stages = plan.shape
+    row, col = positions[peer]
+    best_key = state.key()
+    best: tuple[float, float, int, int] | None = None
+    rows_idx = np.arange(replicas)
+    for target_col in range(stages):
+        # candidate k swaps plan[row, col] with plan[k, target_col], all k at once
+        cand = np.repeat(plan[None, :, :], replicas, axis=0)  # (K, R, S)
+        cand[rows_idx, row, col] = plan[:, target_col]
+        cand[rows_idx, rows_idx, target_col] = peer
+        cost, secondary = _score(state, cand, sorted({col, target_col}))
+        if target_col == col:
+            cost[row] = np.inf  # the peer with itself
+        k = int(np.lexsort((secondary, cost))[0])
+        key = (float(cost[k]), float(secondary[k]))
+        if _better(key, best_key):
+            best_key, best = key, (key[0], key[1], k, target_col)
+    if len(state.spares):
+        cand = np.repeat(plan[None, :, :], len(state.spares), axis=0)
+        cand[:, row, col] = state.spares
+        cost, secondary = _score(state, cand, [col])
+        k = int(np.lexsort((secondary, cost))[0])
+        key = (float(cost[k]), float(secondary[k]))
+        if _better(key, best_key):
+            best = (key[0], key[1], k, SPARE)
+    return best
+
+
+def apply_swap(state: PlanState, a: tuple[int, int], b: tuple[int, int]) -> None:
+    """Swap plan position a with plan position b, or with spare b[0] when b[1] == SPARE."""
+    plan = state.plan
+    if b[1] == SPARE:
+        plan[a], state.spares[b[0]] = state.spares[b[0]], plan[a]
+        touched = {a[1]}
+    else:
+        plan[a], plan[b] = plan[b], plan[a]
+        touched = {a[1], b[1]}
+    model = state.model
+    stages = plan.shape[1]
+    for c in touched:
+        state.column_dp[c] = _column_dp(model, plan[:, c])
+        for bd in (c - 1, c):
+            if 0 <= bd < stages - 1:
+                state.boundary[bd] = model.pp_pair[plan[:, bd], plan[:, bd + 1]].max()
+
+
+def positions_of(plan: IntArray, num_peers: int) -> IntArray:
+    pos = np.full((num_peers, 2), -1, dtype=np.intp)
+    rows, cols = np.indices(plan.shape)
+    pos[plan.ravel(), 0] = rows.ravel()
+    pos[plan.ravel(), 1] = cols.ravel()
+    return pos
+
+
+def descend(
+    state: PlanState,
+    rng: np.random.Generator,
+    deadline: float,
+    critical_only: bool,
+) -> int:
+    """Descend until no swap of a (critical) peer improves; returns the number of moves made.
+
+    Each step takes the best move of the first peer (in random order) that has an improving one.
+    """
+    moves = 0
+    num_peers = state.model.num_peers
+    while time.perf_counter() < deadline:
+        pos = positions_of(state.plan, num_peers)
+        peers = state.critical_peers() if critical_only else state.plan.ravel().copy()
+        rng.shuffle(peers)
+        improved = False
+        for peer in peers:
+            found = best_swap_for(state, int(peer), pos)
+            if found is None:
+                continue
+            _, _, k, target_col = found
+            apply_swap(state, (int(pos[peer][0]), int(pos[peer][1])), (k, target_col))
+            moves += 1
+            improved = True
+            break  # positions and critical set changed
+        if not improved:
+            break
+    return moves

@@ -1,0 +1,190 @@
+"""The scheduler's front door: a topology in, a plan out.
+
+Peers are put in a canonical order (by name) before any search, so the plan does not depend on the
+order the peers were listed in; indices are mapped back at the end. The reported cost is always
+recomputed from the returned pipelines.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from p2ptrain.schedule.baselines import identity_assignment, kernighan_lin, random_assignment
+from p2ptrain.schedule.cost import CostModel, IntArray, partition_cost, plan_cost
+from p2ptrain.schedule.hybrid import hybrid_search
+from p2ptrain.schedule.local_search import SearchStats
+from p2ptrain.schedule.paper_gcma import paper_search
+from p2ptrain.schedule.topology import PAPER_WORKLOAD, Topology, TopologyError, Workload
+
+ALGORITHMS = ("hybrid", "paper", "kl", "random", "identity")
+DEFAULT_TIME_BUDGET_S = 60.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """R pipelines of S peer indices (pipelines[i][j]: peer at stage j of replica i) and its cost."""
+
+    pipelines: list[list[int]]
+    spares: list[int]
+    cost_s: float
+    dp_cost_s: float
+    pp_cost_s: float  # already x2
+    evaluations: int
+    wall_s: float
+    algorithm: str
+    seed: int
+    stopped: str = "converged"
+    peer_names: list[str] = field(default_factory=list)
+
+    @property
+    def stages(self) -> int:
+        return len(self.pipelines[0])
+
+    @property
+    def replicas(self) -> int:
+        return len(self.pipelines)
+
+    @property
+    def groups(self) -> list[list[int]]:
+        """Data-parallel groups: groups[j] = the peers holding stage j."""
+        return [list(col) for col in zip(*self.pipelines, strict=True)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cost_s": self.cost_s,
+            "dp_cost_s": self.dp_cost_s,
+            "pp_cost_s": self.pp_cost_s,
+            "pipelines": self.pipelines,
+            "spares": self.spares,
+            "wall_s": self.wall_s,
+            "evaluations": self.evaluations,
+            "algorithm": self.algorithm,
+            "seed": self.seed,
+            "stopped": self.stopped,
+            "stages": self.stages,
+            "replicas": self.replicas,
+            "groups": self.groups,
+            "pipeline_names": [[self.peer_names[p] for p in row] for row in self.pipelines],
+            "spare_names": [self.peer_names[p] for p in self.spares],
+        }
+
+
+def resolve_workload(topology: Topology, stages: int | None, replicas: int | None) -> Workload:
+    """The workload to plan: the topology's (or the paper's) sizes, stages/replicas overridable."""
+    base = topology.workload or PAPER_WORKLOAD
+    if stages is None:
+        stages = base.stages if replicas is None else max(1, topology.num_peers // replicas)
+    if replicas is None:
+        same_shape = topology.workload is not None and stages == base.stages
+        replicas = base.replicas if same_shape else topology.num_peers // stages
+    if stages < 1 or replicas < 1:
+        raise TopologyError(f"stages and replicas must be >= 1, got {stages} x {replicas}")
+    workload = Workload(stages, replicas, base.c_dp_gb, base.c_pp_gb)
+    topology.check_fits(stages, replicas)
+    return workload
+
+
+def _canonical(topology: Topology, workload: Workload) -> tuple[CostModel, IntArray]:
+    order = np.argsort(np.array(topology.peers, dtype=object), kind="stable").astype(np.intp)
+    model = CostModel.build(topology, workload)
+    ix = np.ix_(order, order)
+    return CostModel(model.stages, model.replicas, model.dp_pair[ix], model.pp_pair[ix]), order
+
+
+def plan_swarm(
+    topology: Topology,
+    stages: int | None = None,
+    replicas: int | None = None,
+    seed: int = 0,
+    algorithm: str = "hybrid",
+    time_budget_s: float | None = None,
+) -> Plan:
+    """Plan ``stages`` x ``replicas`` tasklets on the topology's peers (extra peers become spares)."""
+    if algorithm not in ALGORITHMS:
+        raise TopologyError(f"unknown algorithm {algorithm!r} (choose from {', '.join(ALGORITHMS)})")
+    started = time.perf_counter()
+    workload = resolve_workload(topology, stages, replicas)
+    model, order = _canonical(topology, workload)
+    rng = np.random.default_rng(seed)
+    deadline = started + (DEFAULT_TIME_BUDGET_S if time_budget_s is None else time_budget_s)
+    stats = SearchStats()
+    stopped = "converged"
+    if algorithm == "hybrid":
+        state, stopped = hybrid_search(model, rng, deadline, stats)
+        pipelines = state.plan
+    elif algorithm == "paper":
+        pipelines, stopped = paper_search(model, rng, deadline, stats)
+    elif algorithm == "kl":
+        pipelines = kernighan_lin(model, rng, deadline, stats)
+    elif algorithm == "random":
+        pipelines = random_assignment(model, rng)
+    else:
+        # identity is about the listed order, so it bypasses the canonical order
+        model = CostModel.build(topology, workload)
+        order = np.arange(topology.num_peers, dtype=np.intp)
+        pipelines = identity_assignment(model)
+    evaluation = plan_cost(model, pipelines)
+    stats.evaluations += 1
+    return _to_plan(topology, evaluation.pipelines, order, workload, algorithm, seed, stopped, stats, started)
+
+
+def _to_plan(
+    topology: Topology,
+    pipelines: IntArray,
+    order: IntArray,
+    workload: Workload,
+    algorithm: str,
+    seed: int,
+    stopped: str,
+    stats: SearchStats,
+    started: float,
+) -> Plan:
+    original = order[pipelines]
+    final = plan_cost(CostModel.build(topology, workload), original)  # cost of what we return
+    spares = sorted(set(range(topology.num_peers)) - set(original.ravel().tolist()))
+    return Plan(
+        pipelines=original.tolist(),
+        spares=spares,
+        cost_s=final.cost_s,
+        dp_cost_s=final.dp_cost_s,
+        pp_cost_s=final.pp_cost_s,
+        evaluations=stats.evaluations,
+        wall_s=time.perf_counter() - started,
+        algorithm=algorithm,
+        seed=seed,
+        stopped=stopped,
+        peer_names=list(topology.peers),
+    )
+
+
+def evaluate_groups(topology: Topology, groups: object, stages: int | None = None) -> Plan:
+    """Cost of given data-parallel groups (S lists of R peer indices), the rest solved exactly."""
+    if (
+        not isinstance(groups, list)
+        or not groups
+        or not all(isinstance(g, list) and g for g in groups)
+        or not all(isinstance(p, int) and not isinstance(p, bool) for g in groups for p in g)
+    ):
+        raise TopologyError("groups must be a non-empty list of non-empty lists of peer indices")
+    sizes = {len(g) for g in groups}
+    if len(sizes) != 1:
+        raise TopologyError(f"groups must all have the same size, got sizes {sorted(sizes)}")
+    if stages is not None and stages != len(groups):
+        raise TopologyError(f"--stages {stages} but the file has {len(groups)} groups")
+    flat = [p for g in groups for p in g]
+    bad = [p for p in flat if not 0 <= p < topology.num_peers]
+    if bad:
+        raise TopologyError(f"peer index {bad[0]} is outside 0..{topology.num_peers - 1}")
+    if len(set(flat)) != len(flat):
+        raise TopologyError("a peer appears in more than one group (or twice in one)")
+    started = time.perf_counter()
+    workload = resolve_workload(topology, len(groups), sizes.pop())
+    model = CostModel.build(topology, workload)
+    stats = SearchStats(evaluations=1)
+    evaluation = partition_cost(model, np.array(groups, dtype=np.intp))
+    identity = np.arange(topology.num_peers, dtype=np.intp)
+    return _to_plan(topology, evaluation.pipelines, identity, workload, "evaluate", 0, "exact", stats, started)
