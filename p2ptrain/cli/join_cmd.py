@@ -1,0 +1,38 @@
+"""`p2ptrain join`: join a swarm as a peer (supervisor + control process [+ worker process]).
+
+Its first stdout line is the peer's full multiaddr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap", required=True, help="the bootstrap's full multiaddr")
+    parser.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0", help="multiaddr to listen on")
+    parser.add_argument(
+        "--identity", default="p2ptrain-identity.key", help="Ed25519 key file (created if missing)"
+    )
+    parser.add_argument(
+        "--control-only", action="store_true", help="run the control plane alone (no worker)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from p2ptrain.node.supervisor import Supervisor
+
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    supervisor = Supervisor(
+        bootstrap=args.bootstrap,
+        identity=args.identity,
+        listen=args.listen,
+        control_only=args.control_only,
+    )
+    return supervisor.run()

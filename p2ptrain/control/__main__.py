@@ -1,0 +1,44 @@
+"""Entry point of the control process that the node supervisor starts.
+
+python -m p2ptrain.control --role control-only --identity FILE --bootstrap MADDR [--listen MADDR]
+                           [--ipc SOCKET]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from p2ptrain.errors import UserError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m p2ptrain.control")
+    parser.add_argument("--role", choices=["control-only", "trainer"], required=True)
+    parser.add_argument("--identity", required=True)
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0")
+    parser.add_argument("--ipc", default=None)
+    args = parser.parse_args(argv)
+    from p2ptrain.control.node import ControlNode, NodeConfig, configure_logging, run_node
+    from p2ptrain.identity import load_or_create_identity
+
+    configure_logging()
+    try:
+        config = NodeConfig(
+            seed=load_or_create_identity(args.identity),
+            role=args.role,
+            listen_addr=args.listen,
+            bootstrap_addr=args.bootstrap,
+            ipc_path=args.ipc,
+        )
+        node = ControlNode(config)
+    except UserError as exc:
+        print(f"p2ptrain control: error: {exc}", file=sys.stderr)
+        return 2
+    run_node(node)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

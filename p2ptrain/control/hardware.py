@@ -1,0 +1,67 @@
+"""What a peer announces about its machine: CPU, GPU, memory and a measured compute throughput."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BENCH_MATRIX_SIZE = 256
+BENCH_DURATION_S = 0.2
+
+
+def describe_hardware() -> dict[str, Any]:
+    """CPU model and count, total memory, NVIDIA GPU models (read from /proc, no subprocess)."""
+    return {
+        "cpu_count": os.cpu_count() or 1,
+        "cpu_model": _cpu_model(),
+        "memory_bytes": _total_memory_bytes(),
+        "gpus": _nvidia_gpus(),
+        "machine": platform.machine(),
+    }
+
+
+def measure_compute_gflops() -> float:
+    """float32 matmul throughput of this process, measured for ~0.2 s (blocking: run in a thread)."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((BENCH_MATRIX_SIZE, BENCH_MATRIX_SIZE), dtype=np.float32)
+    b = rng.standard_normal((BENCH_MATRIX_SIZE, BENCH_MATRIX_SIZE), dtype=np.float32)
+    num_runs = 0
+    start = time.perf_counter()
+    while (elapsed_s := time.perf_counter() - start) < BENCH_DURATION_S:
+        a @ b
+        num_runs += 1
+    return round(2 * BENCH_MATRIX_SIZE**3 * num_runs / elapsed_s / 1e9, 2)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()[:80]
+    except OSError:
+        pass
+    return platform.processor()[:80] or "unknown"
+
+
+def _total_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+
+
+def _nvidia_gpus() -> list[str]:
+    models = []
+    for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
+        try:
+            for line in info.read_text().splitlines():
+                if line.startswith("Model:"):
+                    models.append(line.split(":", 1)[1].strip()[:80])
+        except OSError:
+            continue
+    return models[:16]

@@ -1,0 +1,95 @@
+"""The control side of the control <-> worker IPC: a Unix socket, newline-delimited JSON.
+
+Messages (contracts.md): worker -> control `hello`, `metrics`, `throughput`; control -> worker
+`plan`, `stop`. Each line is at most 1 MiB; a bad line is logged and skipped, never fatal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+log = logging.getLogger(__name__)
+
+MAX_LINE_BYTES = 1024 * 1024
+
+Handler = Callable[[dict[str, Any]], None]
+
+
+class IpcServer:
+    """Accepts worker connections; forwards their messages to `on_message`, broadcasts to them."""
+
+    def __init__(self, path: str, on_message: Handler) -> None:
+        self.path = path
+        self._on_message = on_message
+        self._clients: list[trio.SocketStream] = []
+        self._last_plan: bytes | None = None
+
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen on the socket path until cancelled (the stale socket file is replaced)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)  # a stale socket from a killed run
+        sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+        await sock.bind(self.path)
+        os.chmod(self.path, 0o600)
+        sock.listen(4)
+        listener = trio.SocketListener(sock)
+        task_status.started()
+        try:
+            await trio.serve_listeners(self._handle_client, [listener])
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+
+    async def _handle_client(self, stream: trio.SocketStream) -> None:
+        self._clients.append(stream)
+        try:
+            if self._last_plan is not None:
+                await stream.send_all(self._last_plan)
+            buffer = b""
+            while True:
+                data = await stream.receive_some(65536)
+                if not data:
+                    return
+                buffer += data
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    self._handle_line(line)
+                if len(buffer) > MAX_LINE_BYTES:
+                    log.warning("ipc: dropping an oversized line (> %d bytes)", MAX_LINE_BYTES)
+                    buffer = b""
+        except trio.BrokenResourceError:
+            return
+        finally:
+            self._clients.remove(stream)
+
+    def _handle_line(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            log.warning("ipc: dropping a line that is not JSON")
+            return
+        if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+            log.warning("ipc: dropping a message without a type")
+            return
+        try:
+            self._on_message(message)
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("ipc: dropping a bad %s message: %s", message["type"], exc)
+
+    async def send(self, message: dict[str, Any]) -> None:
+        """Send a message to every connected worker (a plan is also replayed to late joiners)."""
+        line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        if message.get("type") == "plan":
+            self._last_plan = line
+        for client in list(self._clients):
+            with contextlib.suppress(
+                trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError
+            ):
+                await client.send_all(line)

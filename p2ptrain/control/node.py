@@ -1,0 +1,629 @@
+"""The control process: one py-libp2p host that joins, measures, gossips, elects and plans.
+
+Tasks (all in one trio nursery): join the bootstrap and the Kademlia DHT, connect to discovered
+members, probe links, publish telemetry/records/claims/plans on GossipSub with paced periodic
+re-broadcast (anti-entropy: every message carries the author's full current state), run the
+election and, on the planner, the scheduler; serve status to observers and the IPC socket to the
+worker. Gossip validators decode and verify each message and feed it to the SwarmView.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+from libp2p.custom_types import TProtocol
+from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
+from libp2p.pubsub.pb import rpc_pb2
+from libp2p.pubsub.pubsub import Pubsub
+from libp2p.records.validator import Validator
+from libp2p.tools.anyio_service import background_trio_service
+from multiaddr import Multiaddr
+
+from p2ptrain import __version__, identity
+from p2ptrain.control import planner, wire
+from p2ptrain.control.hardware import describe_hardware, measure_compute_gflops
+from p2ptrain.control.ipc import IpcServer
+from p2ptrain.control.view import BLOCK_S, MEMBER_ROLES, SwarmView
+from p2ptrain.net import probe, rpc
+from p2ptrain.net.host import full_addrs, make_host, parse_multiaddr, quiet_library_logs
+from p2ptrain.runspec import RunSpec
+
+log = logging.getLogger(__name__)
+
+CONTROL_TOPIC = "p2ptrain/control/1"  # run specs, peer records, planner claims, plans
+TELEMETRY_TOPIC = "p2ptrain/telemetry/1"  # link-matrix rows and worker metrics
+TOPIC_KINDS = {CONTROL_TOPIC: {"run", "peer", "claim", "plan"}, TELEMETRY_TOPIC: {"telemetry"}}
+STATUS_PROTOCOL = TProtocol("/p2ptrain/status/1.0.0")
+RUN_PROTOCOL = TProtocol("/p2ptrain/run/1.0.0")
+DHT_NAMESPACE = "p2ptrain"
+
+TELEMETRY_INTERVAL_S = 2.0
+RECORD_INTERVAL_S = 6.0
+RUN_INTERVAL_S = 10.0
+CLAIM_INTERVAL_S = 2.0
+PLAN_REBROADCAST_S = 4.0
+PUBLISH_GAP_S = 0.02  # pace publishes: py-libp2p drops bursts past its 32-slot queues
+RTT_PROBE_INTERVAL_S = 3.0
+BANDWIDTH_PROBE_INTERVAL_S = 5.0
+MAX_PROBED_PEERS = 64  # all pairs up to 64 members, a random sample beyond
+DISCOVERY_INTERVAL_S = 3.0
+DHT_REFRESH_INTERVAL_S = 30.0
+DHT_PUT_INTERVAL_S = 60.0
+CONNECT_TIMEOUT_S = 5.0
+REDIAL_BACKOFF_S = 10.0
+ELECTION_TICK_S = 0.5
+PLAN_DEBOUNCE_S = 1.5
+DRIFT_CHECK_INTERVAL_S = 10.0
+
+
+@dataclass
+class NodeConfig:
+    """How to run one control process."""
+
+    seed: bytes
+    role: str  # "bootstrap", "control-only" or "trainer"
+    listen_addr: str = "/ip4/127.0.0.1/tcp/0"
+    bootstrap_addr: str | None = None  # None only for the bootstrap itself
+    run: RunSpec | None = None  # the bootstrap publishes it; others learn it when joining
+    ipc_path: str | None = None
+    print_addr: bool = True
+
+
+class _SignedRecordValidator(Validator):
+    """DHT values under /p2ptrain/ are signed envelopes; the newest seq wins."""
+
+    def validate(self, key: str, value: bytes) -> None:
+        wire.decode(value, now=time.time())  # raises WireError (a ValueError)
+
+    def select(self, key: str, values: list[bytes]) -> int:
+        def seq(value: bytes) -> int:
+            try:
+                return wire.decode(value, now=time.time()).seq
+            except wire.WireError:
+                return -1
+
+        return max(range(len(values)), key=lambda i: seq(values[i]))
+
+
+class ControlNode:
+    """One peer's control plane."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.peer_id = identity.peer_id_of(config.seed)
+        self.host = make_host(config.seed)
+        self.view = SwarmView(
+            self_id=self.peer_id,
+            role=config.role,
+            planner_capable=config.role in MEMBER_ROLES,
+            started_at=time.monotonic(),
+            run=config.run.to_dict() if config.run else None,
+        )
+        parse_multiaddr(config.listen_addr)  # fail early, as a UserError
+        self.bootstrap_peer: ID | None = None
+        if config.bootstrap_addr:
+            info = info_from_p2p_addr(parse_multiaddr(config.bootstrap_addr, need_peer_id=True))
+            self.bootstrap_peer = info.peer_id
+            self.view.bootstrap_id = info.peer_id.to_base58()
+        elif config.role == "bootstrap":
+            self.view.bootstrap_id = self.peer_id
+        self.addrs: list[str] = []
+        self.data_addrs: list[str] = []
+        self.compute_gflops: float | None = None
+        self.hardware = describe_hardware()
+        self.ipc = IpcServer(config.ipc_path, self._on_ipc) if config.ipc_path else None
+        self._seq = wire.SeqClock()
+        self._due: dict[str, float] = {}
+        self._last_dial: dict[str, float] = {}
+        self._blacklisted: dict[ID, float] = {}
+        self._epoch = 0
+        self._plan_term = 0
+        self._planned_members: list[str] | None = None
+        self._planned_matrices: planner.Matrices | None = None
+        self._change_since: float | None = None
+        self._last_drift_check = 0.0
+        self.joined = trio.Event()
+        self.dht = KadDHT(self.host, DHTMode.SERVER, max_peers_per_subnet=0)
+        self.dht.register_validator(DHT_NAMESPACE, _SignedRecordValidator())
+        self.gossipsub = GossipSub(
+            protocols=[PROTOCOL_ID_V12, PROTOCOL_ID_V11, PROTOCOL_ID],
+            degree=6,
+            degree_low=4,
+            degree_high=12,
+            heartbeat_interval=1,
+            spam_protection_enabled=False,
+            eclipse_protection_enabled=False,  # all loopback peers share one IP
+        )
+        self.pubsub = Pubsub(self.host, self.gossipsub, strict_signing=True)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled. Prints the full multiaddr as the first stdout line if asked."""
+        quiet_library_logs()
+        listen = parse_multiaddr(self.config.listen_addr)
+        async with self.host.run(listen_addrs=[listen]):
+            self.addrs = full_addrs(self.host)
+            self.host.set_stream_handler(probe.PING_PROTOCOL, probe.handle_ping)
+            self.host.set_stream_handler(probe.BANDWIDTH_PROTOCOL, probe.handle_bandwidth)
+            self.host.set_stream_handler(STATUS_PROTOCOL, rpc.make_handler(self._respond_status))
+            self.host.set_stream_handler(RUN_PROTOCOL, rpc.make_handler(self._respond_run))
+            async with (
+                background_trio_service(self.dht),
+                background_trio_service(self.pubsub),
+                background_trio_service(self.gossipsub),
+                trio.open_nursery() as nursery,
+            ):
+                await self.pubsub.wait_until_ready()
+                for topic in TOPIC_KINDS:
+                    self.pubsub.set_topic_validator(topic, self._validator_for(topic), False)
+                    nursery.start_soon(self._drain, await self.pubsub.subscribe(topic))
+                if self.config.print_addr:
+                    print(self.addrs[0], flush=True)
+                log.info(
+                    "control %s (%s) listening on %s", self.peer_id, self.config.role, self.addrs
+                )
+                if self.ipc is not None:
+                    await nursery.start(self.ipc.serve)
+                    nursery.start_soon(self._serve_plans_to_worker)
+                nursery.start_soon(self._join)
+                nursery.start_soon(self._serve_publishing)
+                nursery.start_soon(self._serve_discovery)
+                if self.config.role in MEMBER_ROLES:
+                    nursery.start_soon(self._measure_compute)
+                    nursery.start_soon(self._serve_rtt_probes)
+                    nursery.start_soon(self._serve_bandwidth_probes)
+                    nursery.start_soon(self._serve_election)
+                task_status.started()
+
+    async def stop_worker(self) -> None:
+        """Ask a connected worker to checkpoint and exit."""
+        if self.ipc is not None:
+            await self.ipc.send({"type": "stop"})
+
+    # ------------------------------------------------------------------ joining and discovery
+
+    async def _join(self) -> None:
+        if self.bootstrap_peer is None:
+            self.joined.set()
+            return
+        info = info_from_p2p_addr(parse_multiaddr(self.config.bootstrap_addr or ""))
+        delay_s = 0.5
+        while True:
+            try:
+                with trio.fail_after(CONNECT_TIMEOUT_S):
+                    await self.host.connect(info)
+                await self._fetch_run()
+                break
+            except Exception as exc:
+                log.warning("cannot reach bootstrap %s yet: %s", info.peer_id, exc or type(exc))
+                await trio.sleep(delay_s)
+                delay_s = min(delay_s * 2, 5.0)
+        await self.dht.add_peer(info.peer_id)
+        log.info(
+            "joined via bootstrap %s, run %s", info.peer_id, (self.view.run or {}).get("run_id")
+        )
+        self.joined.set()
+        await self._refresh_dht()
+
+    async def _fetch_run(self) -> None:
+        assert self.bootstrap_peer is not None
+        reply = await rpc.call(self.host, self.bootstrap_peer, RUN_PROTOCOL)
+        env = wire.decode(str(reply["envelope"]).encode())
+        if env.kind != "run" or env.author != self.view.bootstrap_id:
+            raise wire.WireError("forged: run spec not signed by the bootstrap")
+        self.view.run = env.body
+
+    async def _refresh_dht(self) -> None:
+        with trio.move_on_after(10):
+            try:
+                await self.dht.refresh_routing_table()
+            except Exception as exc:
+                log.info("DHT refresh failed: %s", exc)
+
+    async def _serve_discovery(self) -> None:
+        """Dial members we know of (gossiped records, DHT routing table) but are not connected to."""
+        await self.joined.wait()
+        last_refresh = last_put = time.monotonic()
+        await self._put_record_in_dht()
+        while True:
+            await trio.sleep(DISCOVERY_INTERVAL_S)
+            now = time.monotonic()
+            connected = {p.to_base58() for p in self.host.get_connected_peers()}
+            wanted = set()
+            for peer, member in list(self.view.members.items()):
+                if member.record.get("role") not in MEMBER_ROLES and peer != self.view.bootstrap_id:
+                    continue
+                if peer in connected or now - self._last_dial.get(peer, -1e9) < REDIAL_BACKOFF_S:
+                    continue
+                wanted.add(peer)
+            for peer_id in self.dht.routing_table.get_peer_ids():
+                peer = peer_id.to_base58()
+                if (
+                    peer not in connected
+                    and now - self._last_dial.get(peer, -1e9) >= REDIAL_BACKOFF_S
+                ):
+                    wanted.add(peer)
+            wanted.discard(self.peer_id)
+            if wanted:
+                async with trio.open_nursery() as nursery:
+                    for peer in wanted:
+                        self._last_dial[peer] = now
+                        nursery.start_soon(self._dial, peer)
+            if now - last_refresh > DHT_REFRESH_INTERVAL_S:
+                last_refresh = now
+                await self._refresh_dht()
+            if now - last_put > DHT_PUT_INTERVAL_S:
+                last_put = now
+                await self._put_record_in_dht()
+
+    async def _dial(self, peer: str) -> None:
+        peer_id = ID.from_base58(peer)
+        member = self.view.members.get(peer)
+        if member is not None:
+            addrs = [Multiaddr(a) for a in member.record.get("addrs", [])]
+            self.host.get_peerstore().add_addrs(peer_id, addrs, 3600)
+        if not self.host.get_peerstore().addrs(peer_id):
+            return
+        with trio.move_on_after(CONNECT_TIMEOUT_S):
+            try:
+                await self.host.connect(PeerInfo(peer_id, self.host.get_peerstore().addrs(peer_id)))
+            except Exception as exc:
+                log.debug("dial %s failed: %s", peer, exc)
+
+    async def _put_record_in_dht(self) -> None:
+        with trio.move_on_after(10):
+            try:
+                await self.dht.put_value(
+                    f"/{DHT_NAMESPACE}/peer/{self.peer_id}", self._record_message()
+                )
+            except Exception as exc:
+                log.info("DHT put of our peer record failed: %s", exc)
+
+    # ------------------------------------------------------------------ gossip in
+
+    def _validator_for(self, topic: str) -> Callable[[ID, rpc_pb2.Message], bool]:
+        kinds = TOPIC_KINDS[topic]
+
+        def validate(forwarder: ID, msg: rpc_pb2.Message) -> bool:
+            return self._validate(topic, kinds, forwarder, msg)
+
+        return validate
+
+    def _validate(self, topic: str, kinds: set[str], forwarder: ID, msg: rpc_pb2.Message) -> bool:
+        """Decode, verify and apply one gossip message; False drops it (and it is not forwarded)."""
+        now = time.monotonic()
+        sender = forwarder.to_base58()
+        if sender == self.peer_id:
+            return True  # our own publish
+        if self.view.is_blocked(sender, now):
+            return False
+        try:
+            env = wire.decode(msg.data)
+        except wire.WireError as exc:
+            self._reject(sender, exc.category, str(exc), topic, now)
+            return False
+        if ID(msg.from_id).to_base58() != env.author:
+            self._reject(
+                sender,
+                "replayed",
+                f"{env.kind} by {env.author} re-published by another",
+                topic,
+                now,
+            )
+            return False
+        if env.kind not in kinds:
+            self._reject(
+                sender, "malformed", f"{env.kind} does not belong on this topic", topic, now
+            )
+            return False
+        drop = self.view.accept(env, now)
+        if drop is None:
+            return True
+        if drop.category is None:
+            log.debug("ignored %s from %s: %s", env.kind, env.author, drop.reason)
+            return True
+        culprit = sender if drop.category == "replayed" else env.author
+        self._reject(culprit, drop.category, drop.reason, topic, now)
+        return False
+
+    def _reject(self, peer: str, category: str, reason: str, topic: str, now: float) -> None:
+        score = self.view.penalise(peer, category, now)
+        log.warning(
+            "dropped %s message on %s from %s: %s (penalty %.1f)",
+            category,
+            topic,
+            peer,
+            reason,
+            score,
+        )
+        if self.view.is_blocked(peer, now):
+            peer_id = ID.from_base58(peer)
+            if peer_id not in self._blacklisted:
+                log.warning("blocking %s for %.0f s", peer, BLOCK_S)
+                self.pubsub.add_to_blacklist(peer_id)
+            self._blacklisted[peer_id] = now + BLOCK_S
+
+    async def _drain(self, subscription: Any) -> None:
+        """Messages were applied in the validator; keep the subscription queue empty."""
+        while True:
+            await subscription.get()
+
+    # ------------------------------------------------------------------ gossip out
+
+    def _record_message(self) -> bytes:
+        body = {
+            "addrs": self.addrs,
+            "data_addrs": self.data_addrs,
+            "role": self.config.role,
+            "planner_capable": self.config.role in MEMBER_ROLES,
+            "version": __version__,
+            "hardware": self.hardware,
+            "compute_gflops": self.compute_gflops,
+        }
+        self.view.own_record = body
+        return wire.encode(self.config.seed, "peer", self._seq.next(), body)
+
+    def _run_message(self) -> bytes:
+        assert self.view.run is not None
+        return wire.encode(self.config.seed, "run", self._seq.next(), self.view.run)
+
+    def _telemetry_message(self) -> bytes:
+        body = {"links": self.view.own_row(time.monotonic()), "metrics": self.view.own_metrics}
+        return wire.encode(self.config.seed, "telemetry", self._seq.next(), body)
+
+    def _claim_message(self) -> bytes:
+        return wire.encode(self.config.seed, "claim", self._seq.next(), {"term": self.view.term})
+
+    def _plan_message(self) -> bytes:
+        assert self.view.plan is not None
+        return wire.encode(self.config.seed, "plan", self._seq.next(), self.view.plan)
+
+    def _due_now(self, name: str, interval_s: float, now: float) -> bool:
+        if now < self._due.get(name, 0.0):
+            return False
+        self._due[name] = now + interval_s * random.uniform(0.9, 1.1)
+        return True
+
+    async def _publish(self, topic: str, make: Callable[[], bytes]) -> None:
+        try:
+            await self.pubsub.publish(topic, make())
+        except Exception as exc:
+            log.info("publish on %s failed: %s", topic, exc)
+        await trio.sleep(PUBLISH_GAP_S)
+
+    async def _serve_publishing(self) -> None:
+        """Publish our state, paced; every message re-states everything we author (anti-entropy)."""
+        await self.joined.wait()
+        while True:
+            now = time.monotonic()
+            if self._due_now("record", RECORD_INTERVAL_S, now):
+                await self._publish(CONTROL_TOPIC, self._record_message)
+            if self.config.role == "bootstrap" and self._due_now("run", RUN_INTERVAL_S, now):
+                await self._publish(CONTROL_TOPIC, self._run_message)
+            if self.config.role in MEMBER_ROLES and self._due_now(
+                "telemetry", TELEMETRY_INTERVAL_S, now
+            ):
+                await self._publish(TELEMETRY_TOPIC, self._telemetry_message)
+            if self.view.planner == self.peer_id:
+                if self._due_now("claim", CLAIM_INTERVAL_S, now):
+                    await self._publish(CONTROL_TOPIC, self._claim_message)
+                plan = self.view.plan
+                own_plan = (
+                    plan and plan["planner"] == self.peer_id and plan["term"] == self.view.term
+                )
+                if own_plan and self._due_now("plan", PLAN_REBROADCAST_S, now):
+                    await self._publish(CONTROL_TOPIC, self._plan_message)
+            for peer_id, until in list(self._blacklisted.items()):
+                if now >= until:
+                    self.pubsub.remove_from_blacklist(peer_id)
+                    del self._blacklisted[peer_id]
+            self.view.forget_stale(now)
+            await trio.sleep(0.2)
+
+    # ------------------------------------------------------------------ measurements
+
+    async def _measure_compute(self) -> None:
+        self.compute_gflops = await trio.to_thread.run_sync(measure_compute_gflops)
+        self._due["record"] = 0.0  # announce it soon
+
+    def _probe_targets(self, now: float) -> list[str]:
+        peers = [p for p in self.view.live_members(now) if p != self.peer_id]
+        if len(peers) > MAX_PROBED_PEERS:
+            peers = random.sample(peers, MAX_PROBED_PEERS)
+        return peers
+
+    async def _serve_rtt_probes(self) -> None:
+        await self.joined.wait()
+        while True:
+            for peer in self._probe_targets(time.monotonic()):
+                try:
+                    rtt_ms = await probe.measure_rtt_ms(self.host, ID.from_base58(peer))
+                    self.view.record_rtt(peer, rtt_ms, time.monotonic())
+                except Exception as exc:
+                    self.view.record_probe_failure(peer)
+                    log.debug("RTT probe to %s failed: %s", peer, exc)
+            await trio.sleep(RTT_PROBE_INTERVAL_S * random.uniform(0.9, 1.1))
+
+    async def _serve_bandwidth_probes(self) -> None:
+        """One bounded transfer every few seconds, to the member measured longest ago."""
+        await self.joined.wait()
+        while True:
+            await trio.sleep(BANDWIDTH_PROBE_INTERVAL_S * random.uniform(0.9, 1.1))
+            targets = self._probe_targets(time.monotonic())
+            if not targets:
+                continue
+
+            def measured_at(peer: str) -> float:
+                sample = self.view.own_links.get(peer)
+                at = None if sample is None else sample.bandwidth_at
+                return -1.0 if at is None else at
+
+            peer = min(targets, key=measured_at)
+            try:
+                mbps = await probe.measure_bandwidth_mbps(self.host, ID.from_base58(peer))
+                self.view.record_bandwidth(peer, mbps, time.monotonic())
+            except Exception as exc:
+                log.debug("bandwidth probe to %s failed: %s", peer, exc)
+
+    # ------------------------------------------------------------------ election and planning
+
+    async def _serve_election(self) -> None:
+        await self.joined.wait()
+        while True:
+            now = time.monotonic()
+            if self.view.run is not None and self.view.should_claim(now):
+                term = self.view.claim()
+                log.info("claiming the planner role, term %d", term)
+                self._due["claim"] = 0.0
+            if self.view.planner == self.peer_id:
+                await self._maybe_plan(now)
+            await trio.sleep(ELECTION_TICK_S)
+
+    async def _maybe_plan(self, now: float) -> None:
+        """Re-plan on membership change (debounced) or on large measurement drift."""
+        members = self.view.live_members(now)
+        if not members or self.view.run is None:
+            return
+        if self._plan_term != self.view.term:
+            self._plan_term, self._epoch, self._planned_members = self.view.term, 0, None
+        matrices = planner.build_matrices(members, self.view.links(now))
+        if members != self._planned_members:
+            if self._change_since is None:
+                self._change_since = now
+            if now - self._change_since < PLAN_DEBOUNCE_S:
+                return
+        else:
+            if now - self._last_drift_check < DRIFT_CHECK_INTERVAL_S:
+                return
+            self._last_drift_check = now
+            if self._planned_matrices is None or not planner.drifted(
+                self._planned_matrices, matrices
+            ):
+                return
+            log.info("measurements drifted: re-planning")
+        self._change_since = None
+        run = RunSpec.from_dict(self.view.run)
+        term = self.view.term
+        fields = await trio.to_thread.run_sync(
+            planner.compute_plan, matrices, run.stages, run.c_dp_gb, run.c_pp_gb
+        )
+        if self.view.planner != self.peer_id or self.view.term != term:
+            return  # lost the role while computing
+        self._epoch += 1
+        self._planned_members, self._planned_matrices = members, matrices
+        data_addrs = {
+            peer: self.view.members[peer].record.get("data_addrs", [])
+            if peer in self.view.members
+            else self.data_addrs
+            for peer in members
+        }
+        plan: dict[str, Any] = {
+            "term": term,
+            "epoch": self._epoch,
+            "planner": self.peer_id,
+            "data_addrs": data_addrs,
+        }
+        plan.update(fields)
+        self.view.adopt_own_plan(plan)
+        log.info(
+            "published plan term %d epoch %d: %d peers, %d pipelines x %d stages, cost %.3f s "
+            "(%d of %d links measured)",
+            term,
+            self._epoch,
+            len(members),
+            len(plan["pipelines"]),
+            plan["stages"],
+            plan["cost_s"],
+            matrices.num_measured_delays,
+            len(members) * (len(members) - 1) // 2,
+        )
+        self._due["plan"] = 0.0
+
+    # ------------------------------------------------------------------ status, run, worker
+
+    async def _respond_status(self, request: bytes) -> dict[str, Any]:
+        return self.view.status(time.monotonic())
+
+    async def _respond_run(self, request: bytes) -> dict[str, Any]:
+        if self.config.role != "bootstrap" or self.view.run is None:
+            return {"error": "not a bootstrap"}
+        return {"envelope": self._run_message().decode()}
+
+    def _on_ipc(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        now = time.monotonic()
+        if kind == "hello":
+            addrs = message["data_addrs"]
+            if not wire.is_addr_list(addrs):
+                raise ValueError("data_addrs must be a list of <= 16 address strings")
+            if message.get("peer_id") != self.peer_id:
+                log.warning(
+                    "worker reports peer id %s, control is %s", message.get("peer_id"), self.peer_id
+                )
+            self.data_addrs = list(addrs)
+            self._due["record"] = 0.0
+            log.info("worker is up with data addresses %s", self.data_addrs)
+        elif kind == "metrics":
+            self.view.own_metrics = {
+                k: message.get(k) for k in ("step", "loss", "tokens_per_s", "stage", "replica")
+            }
+        elif kind == "throughput":
+            self.view.record_bandwidth(str(message["peer"]), float(message["mbps"]), now)
+        else:
+            raise ValueError(f"unknown message type {kind!r}")
+
+    async def _serve_plans_to_worker(self) -> None:
+        assert self.ipc is not None
+        sent_version = 0
+        while True:
+            if self.view.plan_version != sent_version and self.view.plan is not None:
+                sent_version = self.view.plan_version
+                await self.ipc.send({"type": "plan", "plan": self.view.plan, "run": self.view.run})
+            await trio.sleep(0.5)
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    """Log lines to stderr (stdout carries only the multiaddr line)."""
+    logging.basicConfig(
+        level=level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+async def run_until_signalled(
+    node: ControlNode, on_stop: Callable[[], Awaitable[None]] | None = None
+) -> None:
+    """Run the node until SIGTERM/SIGINT, then stop cleanly."""
+    import signal
+
+    async with trio.open_nursery() as nursery:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            nursery.start_soon(node.run)
+            async for signum in signals:
+                log.info("received signal %d: stopping", signum)
+                if on_stop is not None:
+                    with trio.move_on_after(2):
+                        await on_stop()
+                nursery.cancel_scope.cancel()
+                break
+
+
+def run_node(node: ControlNode) -> None:
+    """Run a node in this process until SIGTERM/SIGINT (blocking)."""
+    try:
+        trio.run(run_until_signalled, node, node.stop_worker)
+    except* RuntimeError as group:  # py-libp2p can raise "Nursery is closed" while tearing down
+        if not all("Nursery is closed" in str(e) for e in group.exceptions):
+            raise

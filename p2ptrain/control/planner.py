@@ -1,0 +1,100 @@
+"""Turns the measured link matrix into a plan with the scheduler (p2ptrain.schedule).
+
+Runs on the elected planner only. Unmeasured links get estimates (the median of measured ones) so a
+plan exists from the first seconds; re-planning happens on membership changes and measurement drift.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from p2ptrain.control.view import Link
+
+PLAN_TIME_BUDGET_S = 0.5
+DEFAULT_DELAY_MS = 1.0  # used only when nothing at all is measured yet
+DEFAULT_BANDWIDTH_GBPS = 1.0
+DRIFT_FACTOR = 2.0  # a link whose delay or bandwidth changed by this factor counts as drift
+DRIFT_FRACTION = 0.25  # ... and this fraction of drifted links triggers a re-plan
+
+
+@dataclass(frozen=True)
+class Matrices:
+    """Symmetric one-way delay (ms) and bandwidth (Gbit/s) among `peers`, estimates filled in."""
+
+    peers: list[str]
+    delay_ms: npt.NDArray[np.float64]
+    bandwidth_gbps: npt.NDArray[np.float64]
+    num_measured_delays: int
+
+
+def build_matrices(peers: list[str], links: dict[tuple[str, str], Link]) -> Matrices:
+    """delay = RTT/2, bandwidth from Mbit/s to Gbit/s; gaps get the median of measured links."""
+    n = len(peers)
+    delay = np.full((n, n), np.nan)
+    bandwidth = np.full((n, n), np.nan)
+    for i, a in enumerate(peers):
+        for j in range(i + 1, n):
+            link = links.get((min(a, peers[j]), max(a, peers[j])))
+            if link is None:
+                continue
+            if link.rtt_ms is not None:
+                delay[i, j] = delay[j, i] = link.rtt_ms / 2
+            if link.bandwidth_mbps is not None and link.bandwidth_mbps > 0:
+                bandwidth[i, j] = bandwidth[j, i] = link.bandwidth_mbps / 1000
+    off_diagonal = ~np.eye(n, dtype=bool)
+    num_measured = int(np.count_nonzero(~np.isnan(delay[off_diagonal]))) // 2
+    for matrix, fallback in ((delay, DEFAULT_DELAY_MS), (bandwidth, DEFAULT_BANDWIDTH_GBPS)):
+        measured = matrix[off_diagonal & ~np.isnan(matrix)]
+        estimate = float(np.median(measured)) if measured.size else fallback
+        matrix[np.isnan(matrix)] = estimate
+    np.fill_diagonal(delay, 0.0)
+    np.fill_diagonal(bandwidth, np.inf)
+    bandwidth[np.isinf(bandwidth)] = 1e6  # "local": effectively free
+    return Matrices(peers, delay, bandwidth, num_measured)
+
+
+def drifted(old: Matrices, new: Matrices) -> bool:
+    """True when enough links moved by DRIFT_FACTOR (same peers only) to justify a re-plan."""
+    if old.peers != new.peers or len(new.peers) < 2:
+        return False
+    upper = np.triu_indices(len(new.peers), k=1)
+    num_drifted = 0
+    for a, b in ((old.delay_ms, new.delay_ms), (old.bandwidth_gbps, new.bandwidth_gbps)):
+        ratio = (np.maximum(a[upper], 1e-3)) / np.maximum(b[upper], 1e-3)
+        num_drifted += int(np.count_nonzero(np.abs(np.log(ratio)) > math.log(DRIFT_FACTOR)))
+    return num_drifted > DRIFT_FRACTION * len(upper[0])
+
+
+def compute_plan(
+    matrices: Matrices,
+    stages: int,
+    c_dp_gb: float,
+    c_pp_gb: float,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Run the scheduler; returns the plan fields that do not depend on the election."""
+    from p2ptrain.schedule import Topology, Workload, plan_swarm
+
+    peers = matrices.peers
+    stages = max(1, min(stages, len(peers)))
+    replicas = len(peers) // stages
+    topology = Topology(
+        peers=list(peers),
+        delay_ms=matrices.delay_ms,
+        bandwidth_gbps=matrices.bandwidth_gbps,
+        workload=Workload(stages=stages, replicas=replicas, c_dp_gb=c_dp_gb, c_pp_gb=c_pp_gb),
+    )
+    plan = plan_swarm(
+        topology, stages=stages, replicas=replicas, seed=seed, time_budget_s=PLAN_TIME_BUDGET_S
+    )
+    return {
+        "stages": stages,
+        "pipelines": [[peers[i] for i in pipeline] for pipeline in plan.pipelines],
+        "spares": [peers[i] for i in plan.spares],
+        "cost_s": float(plan.cost_s),
+    }

@@ -1,0 +1,399 @@
+"""One peer's view of the swarm: members, liveness, links, the elected planner and the plan.
+
+Pure logic with the clock passed in (monotonic seconds), so every rule is unit-testable without a
+network. The node feeds it verified envelopes (`wire.decode`) and its own probe results; it answers
+"drop this, and why" for everything it refuses.
+
+Election: among live planner-capable members, an incumbent planner keeps its term while it lives.
+When none is alive, the live candidate with the smallest peer id claims term = highest seen + 1.
+A higher term wins; at equal terms the smaller peer id wins. A planner that sees a winning claim
+steps down. Plans are accepted only from the recognised planner with a newer (term, epoch).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from p2ptrain.control.wire import Envelope
+
+log = logging.getLogger(__name__)
+
+DEAD_AFTER_S = 6.0  # members publish every 2 s: three missed rounds => dead
+ELECTION_GRACE_S = 5.0  # listen for an incumbent before claiming after start
+MAX_LINK_AGE_S = 60.0  # measurements older than this are forgotten
+FORGET_DEAD_AFTER_S = 600.0
+PENALTY_BLOCK_SCORE = 10.0
+PENALTY_HALF_LIFE_S = 30.0
+BLOCK_S = 60.0
+MEMBER_ROLES = ("trainer", "control-only")
+
+# how much each kind of bad input costs its sender (blocked at PENALTY_BLOCK_SCORE)
+PENALTIES = {
+    "malformed": 5.0,
+    "oversized": 5.0,
+    "unsigned": 5.0,
+    "forged": 10.0,
+    "replayed": 2.0,
+    "non-planner": 5.0,
+    "unauthorised": 5.0,
+}
+
+
+@dataclass
+class Member:
+    """What we know about one other peer."""
+
+    record: dict[str, Any]
+    last_heard: float
+    metrics: dict[str, Any] | None = None
+
+
+@dataclass
+class LinkSample:
+    """This peer's own latest measurements towards one other peer (monotonic timestamps)."""
+
+    rtt_ms: float | None = None
+    rtt_at: float | None = None
+    bandwidth_mbps: float | None = None
+    bandwidth_at: float | None = None
+    num_failures: int = 0
+
+
+@dataclass
+class Link:
+    """The freshest knowledge about one unordered pair, from either side."""
+
+    rtt_ms: float | None
+    bandwidth_mbps: float | None
+    age_s: float
+
+
+@dataclass
+class Drop:
+    """A refused message: `category` keys PENALTIES (None: harmless, e.g. a stale re-broadcast)."""
+
+    reason: str
+    category: str | None = None
+
+
+@dataclass
+class _Penalty:
+    score: float = 0.0
+    at: float = 0.0
+    blocked_until: float = 0.0
+
+
+@dataclass
+class SwarmView:
+    """Everything one control process believes about the swarm."""
+
+    self_id: str
+    role: str
+    planner_capable: bool
+    started_at: float
+    bootstrap_id: str | None = None
+    run: dict[str, Any] | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    own_links: dict[str, LinkSample] = field(default_factory=dict)
+    rows: dict[str, tuple[dict[str, Any], float]] = field(default_factory=dict)
+    term: int = 0
+    max_seen_term: int = 0
+    planner: str | None = None
+    plan: dict[str, Any] | None = None
+    plan_version: int = 0  # bumped whenever `plan` changes
+    own_record: dict[str, Any] | None = None
+    own_metrics: dict[str, Any] | None = None
+    _last_seq: dict[tuple[str, str], int] = field(default_factory=dict)
+    _penalties: dict[str, _Penalty] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ liveness and penalties
+
+    def is_alive(self, peer: str, now: float) -> bool:
+        if peer == self.self_id:
+            return True
+        member = self.members.get(peer)
+        return (
+            member is not None
+            and now - member.last_heard <= DEAD_AFTER_S
+            and not self.is_blocked(peer, now)
+        )
+
+    def is_blocked(self, peer: str, now: float) -> bool:
+        penalty = self._penalties.get(peer)
+        return penalty is not None and now < penalty.blocked_until
+
+    def penalise(self, peer: str, category: str, now: float) -> float:
+        """Add the category's cost to peer's score (which decays); block it past the threshold."""
+        penalty = self._penalties.setdefault(peer, _Penalty(at=now))
+        penalty.score *= 0.5 ** ((now - penalty.at) / PENALTY_HALF_LIFE_S)
+        penalty.score += PENALTIES.get(category, 1.0)
+        penalty.at = now
+        if penalty.score >= PENALTY_BLOCK_SCORE:
+            penalty.blocked_until = now + BLOCK_S
+        return penalty.score
+
+    def penalty_score(self, peer: str) -> float:
+        penalty = self._penalties.get(peer)
+        return 0.0 if penalty is None else penalty.score
+
+    def heard_from(self, peer: str, now: float) -> None:
+        """A direct probe answered: proof of life as good as a message."""
+        member = self.members.get(peer)
+        if member is not None:
+            member.last_heard = max(member.last_heard, now)
+
+    def live_members(self, now: float) -> list[str]:
+        """Live peers that train (or are planned like trainers), self included, sorted."""
+        peers = [p for p, m in self.members.items() if m.record.get("role") in MEMBER_ROLES]
+        if self.role in MEMBER_ROLES:
+            peers.append(self.self_id)
+        return sorted(p for p in set(peers) if self.is_alive(p, now))
+
+    def forget_stale(self, now: float) -> None:
+        for peer in [
+            p for p, m in self.members.items() if now - m.last_heard > FORGET_DEAD_AFTER_S
+        ]:
+            del self.members[peer]
+            self.rows.pop(peer, None)
+            self.own_links.pop(peer, None)
+
+    # ------------------------------------------------------------------ incoming messages
+
+    def accept(self, env: Envelope, now: float) -> Drop | None:
+        """Apply a verified envelope; return a Drop if it must be ignored."""
+        if env.author == self.self_id:
+            return None  # our own message, echoed back by gossip
+        if self.is_blocked(env.author, now):
+            return Drop(f"author {env.author} is blocked")
+        key = (env.author, env.kind)
+        if env.seq <= self._last_seq.get(key, -1):
+            return Drop(f"replayed {env.kind} seq {env.seq}", "replayed")
+        handler = getattr(self, f"_on_{env.kind}")
+        drop: Drop | None = handler(env, now)
+        if drop is None or drop.category is None:
+            self._last_seq[key] = env.seq
+            if env.author in self.members:  # any signed, fresh message proves the author lives
+                self.members[env.author].last_heard = now
+        return drop
+
+    def _on_run(self, env: Envelope, now: float) -> Drop | None:
+        if env.author != self.bootstrap_id:
+            return Drop("run spec not signed by our bootstrap", "unauthorised")
+        self.run = env.body
+        return None
+
+    def _on_peer(self, env: Envelope, now: float) -> Drop | None:
+        member = self.members.get(env.author)
+        if member is None:
+            self.members[env.author] = Member(record=env.body, last_heard=now)
+        else:
+            member.record = env.body
+        return None
+
+    def _on_telemetry(self, env: Envelope, now: float) -> Drop | None:
+        if env.author not in self.members:
+            return Drop("telemetry before the author's peer record")
+        self.rows[env.author] = (env.body["links"], now)
+        self.members[env.author].metrics = env.body.get("metrics")
+        return None
+
+    def _capable(self, peer: str, now: float) -> bool:
+        member = self.members.get(peer)
+        return (
+            member is not None
+            and member.record.get("planner_capable") is True
+            and self.is_alive(peer, now)
+        )
+
+    def _on_claim(self, env: Envelope, now: float) -> Drop | None:
+        term, author = env.body["term"], env.author
+        if env.author not in self.members:
+            return Drop("claim before the author's peer record")
+        if not self._capable(author, now):
+            return Drop(f"claim from {author}, which is not planner-capable", "unauthorised")
+        self.max_seen_term = max(self.max_seen_term, term)
+        if term < self.term:
+            return Drop(f"stale claim for term {term} < {self.term}")
+        if term == self.term:
+            incumbent = self.planner
+            if (
+                incumbent in (None, author)
+                or not self.is_alive(incumbent, now)
+                or author < incumbent
+            ):
+                self._set_planner(author, term)
+                return None
+            return Drop(f"claim for term {term} loses the tie-break to {incumbent}")
+        incumbent = self.planner
+        if incumbent in (None, author, self.self_id) or not self.is_alive(incumbent, now):
+            self._set_planner(author, term)
+            return None
+        return Drop(f"claim for term {term} while planner {incumbent} lives")
+
+    def _set_planner(self, planner: str, term: int) -> None:
+        if (planner, term) != (self.planner, self.term):
+            log.info("planner is now %s (term %d)", planner, term)
+        self.planner, self.term = planner, term
+
+    def _on_plan(self, env: Envelope, now: float) -> Drop | None:
+        plan = env.body
+        key = (plan["term"], plan["epoch"])
+        current = (self.plan["term"], self.plan["epoch"]) if self.plan else (0, 0)
+        if plan["planner"] != env.author:
+            return Drop("plan's planner field differs from its signer", "forged")
+        if env.author != self.planner or plan["term"] < self.term:
+            if key <= current:
+                return Drop(f"stale plan {key}")
+            return Drop(f"plan {key} from {env.author}, which is not the planner", "non-planner")
+        if key < current:
+            return Drop(f"stale plan {key} < {current}")
+        if key > current:
+            self.term = max(self.term, plan["term"])
+            self.plan = plan
+            self.plan_version += 1
+            log.info("accepted plan term %d epoch %d from %s", *key, env.author)
+        return None
+
+    # ------------------------------------------------------------------ election
+
+    def should_claim(self, now: float) -> bool:
+        """True when this peer must claim the planner role now."""
+        if not self.planner_capable or self.planner == self.self_id:
+            return False
+        if now - self.started_at < ELECTION_GRACE_S:
+            return False
+        if self.planner is not None and self.is_alive(self.planner, now):
+            return False
+        candidates = [self.self_id] + [p for p in self.members if self._capable(p, now)]
+        return min(candidates) == self.self_id
+
+    def claim(self) -> int:
+        """Become planner with a fresh term; returns the term."""
+        self._set_planner(self.self_id, max(self.term, self.max_seen_term) + 1)
+        self.max_seen_term = self.term
+        return self.term
+
+    def adopt_own_plan(self, plan: dict[str, Any]) -> None:
+        """The planner accepts its own newly computed plan."""
+        self.plan = plan
+        self.plan_version += 1
+
+    # ------------------------------------------------------------------ measurements
+
+    def record_rtt(self, peer: str, rtt_ms: float, now: float) -> None:
+        sample = self.own_links.setdefault(peer, LinkSample())
+        sample.rtt_ms, sample.rtt_at, sample.num_failures = rtt_ms, now, 0
+        self.heard_from(peer, now)
+
+    def record_bandwidth(self, peer: str, mbps: float, now: float) -> None:
+        sample = self.own_links.setdefault(peer, LinkSample())
+        sample.bandwidth_mbps, sample.bandwidth_at = mbps, now
+
+    def record_probe_failure(self, peer: str) -> None:
+        self.own_links.setdefault(peer, LinkSample()).num_failures += 1
+
+    def own_row(self, now: float) -> dict[str, dict[str, float | None]]:
+        """Our measurements as gossiped in telemetry: values with their ages in seconds."""
+        row: dict[str, dict[str, float | None]] = {}
+        for peer, s in self.own_links.items():
+            rtt_age = None if s.rtt_at is None else round(now - s.rtt_at, 3)
+            bw_age = None if s.bandwidth_at is None else round(now - s.bandwidth_at, 3)
+            if (rtt_age is None or rtt_age > MAX_LINK_AGE_S) and (
+                bw_age is None or bw_age > MAX_LINK_AGE_S
+            ):
+                continue
+            row[peer] = {
+                "rtt_ms": s.rtt_ms,
+                "rtt_age_s": rtt_age,
+                "bandwidth_mbps": s.bandwidth_mbps,
+                "bandwidth_age_s": bw_age,
+            }
+        return row
+
+    def links(self, now: float) -> dict[tuple[str, str], Link]:
+        """The freshest measurement of every unordered pair, from our own and gossiped rows."""
+        rtts: dict[tuple[str, str], tuple[float, float]] = {}  # pair -> (age, value)
+        bws: dict[tuple[str, str], tuple[float, float]] = {}
+        rows = dict(self.rows)
+        rows[self.self_id] = (self.own_row(now), now)
+        for author, (row, received_at) in rows.items():
+            delay = now - received_at
+            for peer, link in row.items():
+                pair = (min(author, peer), max(author, peer))
+                for value, age, table in (
+                    (link.get("rtt_ms"), link.get("rtt_age_s"), rtts),
+                    (link.get("bandwidth_mbps"), link.get("bandwidth_age_s"), bws),
+                ):
+                    if value is None or age is None or age + delay > MAX_LINK_AGE_S:
+                        continue
+                    if pair not in table or age + delay < table[pair][0]:
+                        table[pair] = (age + delay, float(value))
+        result = {}
+        for pair in set(rtts) | set(bws):
+            rtt, bw = rtts.get(pair), bws.get(pair)
+            ages = [x[0] for x in (rtt, bw) if x is not None]
+            result[pair] = Link(
+                rtt_ms=None if rtt is None else rtt[1],
+                bandwidth_mbps=None if bw is None else bw[1],
+                age_s=min(ages),
+            )
+        return result
+
+    # ------------------------------------------------------------------ status
+
+    def status(self, now: float) -> dict[str, Any]:
+        """The `p2ptrain status --json` document, as this peer sees the swarm."""
+        members = {p: m for p, m in self.members.items() if m.record.get("role") in MEMBER_ROLES}
+        if self.own_record is not None and self.role in MEMBER_ROLES:
+            members[self.self_id] = Member(self.own_record, now, self.own_metrics)
+        planner = self.planner if self.planner and self.is_alive(self.planner, now) else None
+        peers = []
+        for peer, member in sorted(members.items()):
+            record = member.record
+            peers.append(
+                {
+                    "id": peer,
+                    "alive": self.is_alive(peer, now),
+                    "planner": peer == planner,
+                    "role": record.get("role"),
+                    "addrs": record.get("addrs", []),
+                    "data_addrs": record.get("data_addrs", []),
+                    "version": record.get("version"),
+                    "hardware": record.get("hardware"),
+                    "compute_gflops": record.get("compute_gflops"),
+                    "last_seen_s": round(now - member.last_heard, 3),
+                    "penalty": round(self.penalty_score(peer), 2),
+                    "metrics": member.metrics,
+                }
+            )
+        links = [
+            {
+                "a": a,
+                "b": b,
+                "rtt_ms": None if link.rtt_ms is None else round(link.rtt_ms, 3),
+                "bandwidth_mbps": None
+                if link.bandwidth_mbps is None
+                else round(link.bandwidth_mbps, 1),
+                "age_s": round(link.age_s, 3),
+            }
+            for (a, b), link in sorted(self.links(now).items())
+            if a in members and b in members
+        ]
+        plan = None
+        if self.plan is not None:
+            plan = {
+                k: self.plan[k]
+                for k in ("term", "epoch", "planner", "stages", "pipelines", "spares", "cost_s")
+            }
+        return {
+            "run": (self.run or {}).get("run_id", ""),
+            "planner": planner,
+            "peers": peers,
+            "links": links,
+            "plan": plan,
+            "observed_by": self.self_id,
+            "bootstrap": self.bootstrap_id,
+            "term": self.term,
+        }

@@ -1,0 +1,130 @@
+"""One Ed25519 identity per node, shared by the control plane (py-libp2p) and the worker (hivemind).
+
+Pure on purpose: neither libp2p nor hivemind is imported here, so both processes can use it.
+The file holds py-libp2p's serialized protobuf PrivateKey: b"\\x08\\x01\\x12\\x20" + 32-byte seed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from p2ptrain.errors import UserError
+
+SEED_NUM_BYTES = 32
+# protobuf header: field 1 (KeyType) = 1 (Ed25519), field 2 (Data) with length 32 / 64
+_PRIVATE_HEADER_32 = b"\x08\x01\x12\x20"
+_PRIVATE_HEADER_64 = b"\x08\x01\x12\x40"
+_PUBLIC_HEADER = b"\x08\x01\x12\x20"
+_IDENTITY_MULTIHASH = b"\x00"
+_BASE58_ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+
+
+def load_or_create_identity(path: str | os.PathLike[str]) -> bytes:
+    """Return the node's 32-byte Ed25519 seed, creating the key file (mode 0600) if it is missing."""
+    key_path = Path(path)
+    if not key_path.exists():
+        seed = os.urandom(SEED_NUM_BYTES)
+        key_path.parent.mkdir(parents=True, exist_ok=True)
+        # O_EXCL + 0600: never widen permissions, never clobber a key another process just wrote
+        try:
+            fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return load_identity(key_path)
+        with os.fdopen(fd, "wb") as f:
+            f.write(_PRIVATE_HEADER_32 + seed)
+        return seed
+    return load_identity(key_path)
+
+
+def load_identity(path: str | os.PathLike[str]) -> bytes:
+    """Read a key file written by py-libp2p or by load_or_create_identity; return the seed."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read identity file {path}: {exc.strerror}") from exc
+    if len(data) == 36 and data.startswith(_PRIVATE_HEADER_32):
+        return data[4:]
+    if len(data) == 68 and data.startswith(_PRIVATE_HEADER_64):
+        return data[4:36]  # hivemind form: seed + public key
+    raise UserError(f"identity file {path} is not an Ed25519 private key (36-byte protobuf)")
+
+
+def public_key(seed: bytes) -> bytes:
+    """The raw 32-byte Ed25519 public key of a seed."""
+    return (
+        Ed25519PrivateKey.from_private_bytes(seed)
+        .public_key()
+        .public_bytes(Encoding.Raw, PublicFormat.Raw)
+    )
+
+
+def sign(seed: bytes, data: bytes) -> bytes:
+    """A 64-byte Ed25519 signature of data."""
+    return Ed25519PrivateKey.from_private_bytes(seed).sign(data)
+
+
+def verify(public_key_bytes: bytes, data: bytes, signature: bytes) -> bool:
+    """True when signature is a valid Ed25519 signature of data by public_key_bytes."""
+    try:
+        Ed25519PublicKey.from_public_bytes(public_key_bytes).verify(signature, data)
+    except Exception:  # InvalidSignature, or malformed key/signature bytes
+        return False
+    return True
+
+
+def peer_id_of(seed: bytes) -> str:
+    """The libp2p peer id (12D3KooW...) of a seed: base58 of the identity multihash of the key."""
+    return peer_id_of_public_key(public_key(seed))
+
+
+def peer_id_of_public_key(public_key_bytes: bytes) -> str:
+    """The libp2p peer id of a raw 32-byte Ed25519 public key."""
+    encoded = _PUBLIC_HEADER + public_key_bytes
+    return _base58_encode(_IDENTITY_MULTIHASH + bytes([len(encoded)]) + encoded)
+
+
+def public_key_of_peer_id(peer_id: str) -> bytes | None:
+    """The Ed25519 public key embedded in an identity-multihash peer id, or None if it has none."""
+    try:
+        raw = _base58_decode(peer_id)
+    except ValueError:
+        return None
+    if len(raw) != 38 or raw[:2] != b"\x00\x24" or raw[2:6] != _PUBLIC_HEADER:
+        return None
+    return raw[6:]
+
+
+def hivemind_key_bytes(seed: bytes) -> bytes:
+    """The key as hivemind's p2pd wants it: PrivateKey protobuf with data = seed + public key."""
+    return _PRIVATE_HEADER_64 + seed + public_key(seed)
+
+
+def libp2p_key_bytes(seed: bytes) -> bytes:
+    """The key as py-libp2p writes it: PrivateKey protobuf with data = the 32-byte seed."""
+    return _PRIVATE_HEADER_32 + seed
+
+
+def _base58_encode(data: bytes) -> str:
+    number = int.from_bytes(data, "big")
+    digits = []
+    while number:
+        number, rest = divmod(number, 58)
+        digits.append(_BASE58_ALPHABET[rest])
+    num_leading_zeros = len(data) - len(data.lstrip(b"\x00"))
+    return "1" * num_leading_zeros + "".join(reversed(digits))
+
+
+def _base58_decode(text: str) -> bytes:
+    number = 0
+    for char in text:
+        index = _BASE58_ALPHABET.find(char)
+        if index < 0:
+            raise ValueError(f"not base58: {char!r}")
+        number = number * 58 + index
+    num_leading_zeros = len(text) - len(text.lstrip("1"))
+    body = number.to_bytes((number.bit_length() + 7) // 8, "big") if number else b""
+    return b"\x00" * num_leading_zeros + body

@@ -1,0 +1,74 @@
+"""Builds py-libp2p hosts the way we measured they work: Noise only, yamux, quiet logs."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, cast
+
+from libp2p import new_host
+from libp2p.abc import IHost
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
+from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
+from libp2p.security.noise.transport import Transport as NoiseTransport
+from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
+from libp2p.stream_muxer.yamux.yamux import Yamux
+from multiaddr import Multiaddr
+
+from p2ptrain.errors import UserError
+
+# Loggers that report routine events (a peer closing a stream) at WARNING, 100+ times a run.
+_NOISY_LOGGERS = (
+    "libp2p.kad_dht",
+    "libp2p.pubsub",
+    "libp2p.network",
+    "libp2p.host",
+    "libp2p.stream_muxer",
+    "libp2p.security",
+    "libp2p.transport",
+    "libp2p.peer",
+    "libp2p.tools",
+    "libp2p.records",
+    "libp2p.relay",
+    "libp2p.discovery",
+    "async_service",
+    "multiaddr",
+)
+
+
+def quiet_library_logs() -> None:
+    """Silence py-libp2p's noisy loggers; our own messages stay at INFO."""
+    for name in _NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def make_host(seed: bytes) -> IHost:
+    """A host for the Ed25519 seed with Noise as the only security (no plaintext) and yamux."""
+    key_pair = create_new_key_pair(seed)
+    noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
+    return new_host(
+        key_pair=key_pair,
+        sec_opt={NOISE_PROTOCOL_ID: noise},
+        muxer_opt=cast(Any, {YAMUX_PROTOCOL_ID: Yamux}),
+    )
+
+
+def parse_multiaddr(text: str, *, need_peer_id: bool = False) -> Multiaddr:
+    """Parse a multiaddr given by a user; loopback/LAN only is up to the caller."""
+    try:
+        maddr = Multiaddr(text)
+    except Exception as exc:  # multiaddr raises several unrelated types
+        raise UserError(f"not a multiaddr: {text!r} ({exc})") from exc
+    if need_peer_id and "/p2p/" not in str(maddr):
+        raise UserError(f"multiaddr must end in /p2p/<peer id>: {text!r}")
+    return maddr
+
+
+def full_addrs(host: IHost) -> list[str]:
+    """The host's listen addresses, each ending in /p2p/<peer id>."""
+    peer_id = host.get_id().to_base58()
+    addrs = []
+    for addr in host.get_addrs():
+        text = str(addr)
+        addrs.append(text if "/p2p/" in text else f"{text}/p2p/{peer_id}")
+    return addrs

@@ -1,0 +1,107 @@
+"""Link probes: round-trip time by echo, bandwidth by a bounded timed transfer.
+
+Both protocols are request/response on a fresh stream over the already-open connection, with a
+timeout around every read; the server caps everything it is asked to send or receive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+import time
+
+import trio
+from libp2p.abc import IHost, INetStream
+from libp2p.custom_types import TProtocol
+from libp2p.peer.id import ID
+
+from p2ptrain.net.framing import read_exact
+
+PING_PROTOCOL = TProtocol("/p2ptrain/ping/1.0.0")
+BANDWIDTH_PROTOCOL = TProtocol("/p2ptrain/bandwidth/1.0.0")
+PING_BYTES = 32
+NUM_PINGS = 3
+PROBE_TIMEOUT_S = 3.0
+MAX_BANDWIDTH_PROBE_BYTES = 4 * 1024 * 1024
+DEFAULT_BANDWIDTH_PROBE_BYTES = 1024 * 1024
+_CHUNK_BYTES = 64 * 1024
+_SIZE = struct.Struct(">I")
+
+
+async def handle_ping(stream: INetStream) -> None:
+    """Echo fixed-size pings until the client closes."""
+    try:
+        with trio.move_on_after(PROBE_TIMEOUT_S * NUM_PINGS):
+            for _ in range(NUM_PINGS):
+                await stream.write(await read_exact(stream, PING_BYTES))
+    except Exception:  # a vanished client is not our problem
+        pass
+    finally:
+        await _close_quietly(stream)
+
+
+async def measure_rtt_ms(host: IHost, peer: ID) -> float:
+    """Median of NUM_PINGS echo round trips, in ms. Raises on failure or timeout."""
+    with trio.fail_after(PROBE_TIMEOUT_S):
+        stream = await host.new_stream(peer, [PING_PROTOCOL])
+        try:
+            samples = []
+            for _ in range(NUM_PINGS):
+                payload = os.urandom(PING_BYTES)
+                start = time.perf_counter()
+                await stream.write(payload)
+                if await read_exact(stream, PING_BYTES) != payload:
+                    raise ValueError("ping echo mismatch")
+                samples.append((time.perf_counter() - start) * 1000)
+        finally:
+            await _close_quietly(stream)
+    return sorted(samples)[len(samples) // 2]
+
+
+async def handle_bandwidth(stream: INetStream) -> None:
+    """Receive a size (capped), then that many bytes; reply one byte when all have arrived."""
+    try:
+        with trio.move_on_after(PROBE_TIMEOUT_S * 2):
+            (size,) = _SIZE.unpack(await read_exact(stream, _SIZE.size))
+            if size > MAX_BANDWIDTH_PROBE_BYTES:
+                return
+            remaining = size
+            while remaining:
+                chunk = await stream.read(min(remaining, _CHUNK_BYTES))
+                if not chunk:
+                    return
+                remaining -= len(chunk)
+            await stream.write(b"\x01")
+    except Exception:
+        pass
+    finally:
+        await _close_quietly(stream)
+
+
+async def measure_bandwidth_mbps(
+    host: IHost, peer: ID, num_bytes: int = DEFAULT_BANDWIDTH_PROBE_BYTES
+) -> float:
+    """Send num_bytes and time it until the receiver's acknowledgement: Mbit/s."""
+    num_bytes = min(num_bytes, MAX_BANDWIDTH_PROBE_BYTES)
+    chunk = os.urandom(_CHUNK_BYTES)
+    with trio.fail_after(PROBE_TIMEOUT_S * 2):
+        stream = await host.new_stream(peer, [BANDWIDTH_PROTOCOL])
+        try:
+            start = time.perf_counter()
+            await stream.write(_SIZE.pack(num_bytes))
+            sent = 0
+            while sent < num_bytes:
+                piece = chunk[: num_bytes - sent]
+                await stream.write(piece)
+                sent += len(piece)
+            await read_exact(stream, 1)
+            elapsed_s = time.perf_counter() - start
+        finally:
+            await _close_quietly(stream)
+    return num_bytes * 8 / elapsed_s / 1e6
+
+
+async def _close_quietly(stream: INetStream) -> None:
+    with contextlib.suppress(Exception):
+        await stream.close()

@@ -1,0 +1,168 @@
+"""Supervises one node: the control process and, when available, the worker process.
+
+No orphans, whatever happens:
+- each child runs in its own session/process group (so its whole subtree can be signalled) and
+  gets PR_SET_PDEATHSIG=SIGKILL, so it dies even if the supervisor is SIGKILLed;
+- SIGTERM/SIGINT/SIGHUP to the supervisor stop both children (SIGTERM to their groups, then
+  SIGKILL after a grace period); if either child exits, the other is stopped too.
+The control process prints the node's multiaddr first; the supervisor relays it as its own first
+stdout line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib.util
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from p2ptrain.identity import load_or_create_identity
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE_S = 10.0
+POLL_S = 0.2
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Runs in the child between fork and exec: SIGKILL me when the supervisor dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the supervisor died before prctl took effect
+        os._exit(1)
+
+
+def spawn_child(argv: Sequence[str], **popen_kwargs: object) -> subprocess.Popen[bytes]:
+    """Start argv in its own process group, killed by the kernel if this process dies."""
+    parent_pid = os.getpid()
+    return subprocess.Popen(  # type: ignore[call-overload]
+        list(argv),
+        start_new_session=True,
+        preexec_fn=lambda: _die_with_parent(parent_pid),
+        **popen_kwargs,
+    )
+
+
+def stop_children(
+    children: Sequence[subprocess.Popen[bytes]], grace_s: float = STOP_GRACE_S
+) -> None:
+    """SIGTERM every child's process group, wait up to grace_s, then SIGKILL the groups."""
+    for child in children:
+        _signal_group(child, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for child in children:
+        try:
+            child.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.warning(
+                "child %d ignored SIGTERM for %.0f s: killing its group", child.pid, grace_s
+            )
+    for child in children:
+        _signal_group(child, signal.SIGKILL)  # also reaps grandchildren left in the group
+        child.wait()
+
+
+def _signal_group(child: subprocess.Popen[bytes], signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, signum)
+
+
+def worker_available() -> bool:
+    """True once the data plane ships `python -m p2ptrain.worker`."""
+    try:
+        return importlib.util.find_spec("p2ptrain.worker.__main__") is not None
+    except ModuleNotFoundError:
+        return False
+
+
+class Supervisor:
+    """Runs one node until a signal arrives or a child exits; returns an exit code."""
+
+    def __init__(self, bootstrap: str, identity: str, listen: str, control_only: bool) -> None:
+        self.bootstrap = bootstrap
+        self.identity = identity
+        self.listen = listen
+        self.with_worker = not control_only and worker_available()
+        if not control_only and not self.with_worker:
+            log.warning("p2ptrain.worker is not available: running the control plane only")
+        self._stop_signal: int | None = None
+        self._addr_printed = threading.Event()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._stop_signal = signum
+
+    def run(self) -> int:
+        load_or_create_identity(self.identity)  # create it once, before two children race for it
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, self._on_signal)
+        ipc_dir = tempfile.mkdtemp(prefix="p2ptrain-node-")
+        ipc_path = str(Path(ipc_dir) / "control.sock")
+        children: list[subprocess.Popen[bytes]] = []
+        try:
+            control = spawn_child(
+                [
+                    sys.executable, "-m", "p2ptrain.control",
+                    "--role", "trainer" if self.with_worker else "control-only",
+                    "--identity", self.identity,
+                    "--bootstrap", self.bootstrap,
+                    "--listen", self.listen,
+                    "--ipc", ipc_path,
+                ],
+                stdout=subprocess.PIPE,
+            )  # fmt: skip
+            children.append(control)
+            threading.Thread(target=self._relay_stdout, args=(control,), daemon=True).start()
+            while not self._addr_printed.is_set():
+                if self._stop_signal is not None or control.poll() is not None:
+                    return self._finish(children)
+                self._addr_printed.wait(POLL_S)
+            if self.with_worker:
+                children.append(
+                    spawn_child(
+                        [
+                            sys.executable,
+                            "-m",
+                            "p2ptrain.worker",
+                            "--ipc",
+                            ipc_path,
+                            "--identity",
+                            self.identity,
+                        ]
+                    )
+                )
+            while self._stop_signal is None and all(c.poll() is None for c in children):
+                time.sleep(POLL_S)
+            return self._finish(children)
+        finally:
+            stop_children(children)
+            shutil.rmtree(ipc_dir, ignore_errors=True)
+
+    def _finish(self, children: list[subprocess.Popen[bytes]]) -> int:
+        if self._stop_signal is not None:
+            log.info("signal %d: stopping the node", self._stop_signal)
+            return 0
+        for child in children:
+            code = child.poll()
+            if code is not None:
+                log.error("child %s exited with %d: stopping the node", child.args[2], code)  # type: ignore[index]
+                return code or 1
+        return 0
+
+    def _relay_stdout(self, control: subprocess.Popen[bytes]) -> None:
+        assert control.stdout is not None
+        for line in control.stdout:
+            sys.stdout.write(line.decode(errors="replace"))
+            sys.stdout.flush()
+            self._addr_printed.set()

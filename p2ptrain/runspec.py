@@ -1,0 +1,147 @@
+"""The run spec: what a swarm trains, published by its bootstrap node.
+
+Pure stdlib. Minimal for now (run id, pipeline stages, the planner's traffic estimates); the data
+plane grows it with model, data and optimizer fields. Keep every field defaulted, JSON-friendly and
+validated in `from_dict`, so old peers and new ones can read each other's specs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from p2ptrain.errors import UserError
+
+MAX_RUN_ID_CHARS = 64
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run. `stages` is the pipeline depth; replicas follow from the swarm size."""
+
+    run_id: str = "p2ptrain-default"
+    stages: int = 2
+    # the scheduler's traffic model: GB of one stage's gradients per data-parallel sync,
+    # GB of one replica's activations crossing one pipeline boundary per step
+    c_dp_gb: float = 0.5
+    c_pp_gb: float = 0.05
+
+    # --- training (the data plane); the defaults learn visibly on 2 CPU cores in minutes ---
+    steps: int = 40
+    seed: int = 0
+    # model: a nanoGPT-style decoder
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    block_size: int = 64  # context length in tokens
+    vocab_size: int = 256  # 256 = bytes
+    # data: "stdlib" (this interpreter's own .py files as bytes) or a file/directory path
+    data: str = "stdlib"
+    data_format: str = "text"  # "text" (bytes) or "tokens" (uint16 .bin, nanoGPT style)
+    batch_size: int = 16  # global batch in sequences, summed over replicas
+    micro_batches: int = 2  # per pipeline, GPipe
+    # optimizer: AdamW, linear warmup then cosine decay to min_lr
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 2
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 0.0  # per-stage gradient norm clip; 0 = off
+    # checkpoints: "" = runs/<run_id>/checkpoints; interval 0 = only on graceful exit
+    checkpoint_dir: str = ""
+    checkpoint_interval: int = 20
+    # wire formats of activations and averaged gradients: "fp16", "bf16" or "none" (exact)
+    compression: str = "fp16"
+    averaging_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not self.run_id or len(self.run_id) > MAX_RUN_ID_CHARS or not self.run_id.isprintable():
+            raise UserError(f"run_id must be 1..{MAX_RUN_ID_CHARS} printable characters")
+        if not 1 <= self.stages <= 1024:
+            raise UserError(f"stages must be between 1 and 1024, got {self.stages}")
+        if self.c_dp_gb < 0 or self.c_pp_gb < 0:
+            raise UserError("c_dp_gb and c_pp_gb must be >= 0")
+        self._check_training_fields()
+
+    def _check_training_fields(self) -> None:
+        positive = ("steps", "n_layer", "n_head", "n_embd", "block_size", "vocab_size")
+        for name in (*positive, "batch_size", "micro_batches"):
+            if getattr(self, name) < 1:
+                raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.n_embd % self.n_head:
+            raise UserError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
+        if self.stages > self.n_layer:
+            raise UserError(f"stages ({self.stages}) cannot exceed n_layer ({self.n_layer})")
+        if self.data_format not in ("text", "tokens"):
+            raise UserError(f"data_format must be 'text' or 'tokens', got {self.data_format!r}")
+        if self.data_format == "text" and self.vocab_size < 256:
+            raise UserError("text data is byte-level: vocab_size must be >= 256")
+        if self.vocab_size > 65536:
+            raise UserError("vocab_size must be <= 65536 (tokens are stored as uint16)")
+        if not 0 < self.min_lr <= self.lr:
+            raise UserError(f"need 0 < min_lr <= lr, got min_lr={self.min_lr} lr={self.lr}")
+        if self.warmup_steps < 0 or self.weight_decay < 0 or self.grad_clip < 0:
+            raise UserError("warmup_steps, weight_decay and grad_clip must be >= 0")
+        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
+            raise UserError("beta1 and beta2 must be in [0, 1)")
+        if self.checkpoint_interval < 0:
+            raise UserError("checkpoint_interval must be >= 0 (0 = only on exit)")
+        if self.compression not in ("fp16", "bf16", "none"):
+            raise UserError(
+                f"compression must be 'fp16', 'bf16' or 'none', got {self.compression!r}"
+            )
+        if self.averaging_timeout_s <= 0:
+            raise UserError("averaging_timeout_s must be > 0")
+
+    def replace(self, **changes: Any) -> RunSpec:
+        """A copy with some fields changed (validated like any spec)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
+        """Build a spec from a dict; unknown keys or wrong types are UserErrors."""
+        if not isinstance(data, dict):
+            raise UserError("a run spec must be a table/object")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - set(fields))
+        if unknown:
+            raise UserError(f"unknown run spec field(s): {', '.join(unknown)}")
+        values: dict[str, Any] = {}
+        for name, value in data.items():
+            default = getattr(cls, name)
+            expected: tuple[type, ...] = (
+                (int, float) if isinstance(default, float) else (type(default),)
+            )
+            if isinstance(value, bool) != isinstance(default, bool) or not isinstance(
+                value, expected
+            ):
+                raise UserError(f"run spec field {name!r} must be {type(default).__name__}")
+            values[name] = (
+                float(value)
+                if isinstance(value, int | float) and isinstance(default, float)
+                else value
+            )
+        return cls(**values)
+
+
+def load_run_spec(path: str | Path | None) -> RunSpec:
+    """Read a run spec from a TOML file (the `[run]` table or the top level); None -> the default."""
+    if path is None:
+        return RunSpec()
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise UserError(f"cannot read run spec {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"run spec {path} is not valid TOML: {exc}") from exc
+    table = data.get("run", data)
+    return RunSpec.from_dict(table)
