@@ -1,0 +1,95 @@
+"""Training data: a token corpus and batches that are a pure function of (seed, step, replica).
+
+The default corpus is on every machine: the running interpreter's own standard library `.py` files,
+read as bytes (vocabulary 256). A run may instead name a local text file (bytes), a directory of
+text files, or a nanoGPT-style token file (`data_format = "tokens"`: uint16 ids).
+
+A step's global batch is `batch_size` windows at offsets drawn from a generator seeded by
+(seed, step); replica r of R takes a contiguous slice of those rows. So the first stage (inputs) and
+the last stage (targets) of a pipeline read the same rows locally, and any number of replicas
+together see exactly the batch a single process sees.
+"""
+
+from __future__ import annotations
+
+import os
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from p2ptrain.errors import UserError
+from p2ptrain.runspec import RunSpec
+
+STDLIB = "stdlib"
+
+
+def stdlib_root() -> Path:
+    """The standard library directory of the running interpreter."""
+    return Path(sysconfig.get_paths().get("stdlib") or os.path.dirname(os.__file__))
+
+
+def stdlib_files(root: Path | None = None) -> list[Path]:
+    """The stdlib's own `.py` files in a stable order (no site-packages, no test suite)."""
+    root = root or stdlib_root()
+    files = []
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root).parts
+        if "site-packages" in rel or "dist-packages" in rel or rel[0] in ("test", "idlelib"):
+            continue
+        files.append(path)
+    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+
+
+def load_corpus(spec: RunSpec) -> torch.Tensor:
+    """The run's whole corpus as a 1-D int64-convertible tensor of token ids."""
+    if spec.data == STDLIB:
+        files = stdlib_files()
+        if not files:
+            raise UserError(f"no .py files found in the standard library at {stdlib_root()}")
+        tokens = _read_bytes(files)
+    else:
+        path = Path(spec.data).expanduser()
+        if not path.exists():
+            raise UserError(f"data path {path} does not exist")
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        if spec.data_format == "tokens":
+            tokens = np.concatenate([np.fromfile(f, dtype=np.uint16) for f in files])
+            if tokens.size and int(tokens.max()) >= spec.vocab_size:
+                raise UserError(f"token id {int(tokens.max())} >= vocab_size {spec.vocab_size}")
+        else:
+            tokens = _read_bytes(files)
+    if tokens.size < spec.block_size + 2:
+        raise UserError(f"corpus has {tokens.size} tokens, fewer than block_size + 2")
+    return torch.from_numpy(tokens.astype(np.int64 if tokens.dtype == np.uint16 else np.uint8))
+
+
+def replica_rows(batch_size: int, num_replicas: int, replica: int) -> range:
+    """Rows of the global batch that `replica` trains on: near-equal contiguous slices."""
+    if not 0 <= replica < num_replicas <= batch_size:
+        raise ValueError(f"replica {replica} of {num_replicas} with batch size {batch_size}")
+    base, extra = divmod(batch_size, num_replicas)
+    start = replica * base + min(replica, extra)
+    return range(start, start + base + (1 if replica < extra else 0))
+
+
+def get_batch(
+    corpus: torch.Tensor, spec: RunSpec, step: int, rows: range | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and targets, each (len(rows), block_size) int64, for `rows` of step `step`'s batch."""
+    rows = rows if rows is not None else range(spec.batch_size)
+    generator = torch.Generator().manual_seed(spec.seed * 1_000_003 + step)
+    offsets = torch.randint(
+        0, corpus.numel() - spec.block_size - 1, (spec.batch_size,), generator=generator
+    )
+    window = offsets[rows.start : rows.stop, None] + torch.arange(spec.block_size + 1)
+    tokens = corpus[window].long()
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def _read_bytes(files: list[Path]) -> np.ndarray:
+    try:
+        return np.frombuffer(b"".join(f.read_bytes() for f in files), dtype=np.uint8)
+    except OSError as exc:
+        raise UserError(f"cannot read data file: {exc}") from exc
