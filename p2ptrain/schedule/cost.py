@@ -49,7 +49,9 @@ class CostModel:
         num_peers = topology.num_peers
         off_diag = ~np.eye(num_peers, dtype=bool)
         safe_bw = np.where(off_diag, gbits, 1.0)
-        dp_pair = np.where(off_diag, 2 * (delay_s + workload.c_dp_gb * 8 / (safe_bw * workload.replicas)), 0.0)
+        dp_pair = np.where(
+            off_diag, 2 * (delay_s + workload.c_dp_gb * 8 / (safe_bw * workload.replicas)), 0.0
+        )
         pp_pair = np.where(off_diag, delay_s + workload.c_pp_gb * 8 / safe_bw, 0.0)
         return cls(workload.stages, workload.replicas, dp_pair, pp_pair)
 
@@ -148,7 +150,11 @@ def _held_karp_tables(num_nodes: int) -> list[tuple[IntArray, IntArray, IntArray
                 last.append(node)
                 prev.append(mask ^ (1 << node))
         layers.append(
-            (np.array(masks, dtype=np.intp), np.array(last, dtype=np.intp), np.array(prev, dtype=np.intp))
+            (
+                np.array(masks, dtype=np.intp),
+                np.array(last, dtype=np.intp),
+                np.array(prev, dtype=np.intp),
+            )
         )
     return layers
 

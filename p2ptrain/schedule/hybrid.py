@@ -17,7 +17,7 @@ import numpy as np
 
 from p2ptrain.schedule.cost import CostModel, IntArray, partition_cost
 from p2ptrain.schedule.local_search import PlanState, SearchStats, descend
-from p2ptrain.schedule.seeds import groups_seed, pipelines_seed, random_plan
+from p2ptrain.schedule.seeds import groups_seed, path_groups_seeds, pipelines_seed, random_plan
 
 _EPS = 1e-9
 NUM_RANDOM_SEEDS = 2
@@ -56,11 +56,13 @@ def hybrid_search(
     model: CostModel, rng: np.random.Generator, deadline: float, stats: SearchStats
 ) -> tuple[PlanState, str]:
     """Run the search; returns the best plan state and why it stopped."""
-    starts = [pipelines_seed(model), groups_seed(model)]
+    starts = [*path_groups_seeds(model)[:2], pipelines_seed(model), groups_seed(model)]
     starts += [random_plan(model, rng) for _ in range(NUM_RANDOM_SEEDS)]
+    # polish the most promising starts first: on big swarms the budget may not reach the rest
+    states = sorted((PlanState.of(model, s, stats) for s in starts), key=lambda s: s.key())
     elites: list[PlanState] = []
-    for start in starts:
-        elites.append(polish(PlanState.of(model, start, stats), deadline, rng))
+    for state in states:
+        elites.append(polish(state, deadline, rng))
         if time.perf_counter() >= deadline:
             break
     elites.sort(key=lambda s: s.key())

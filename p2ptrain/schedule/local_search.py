@@ -39,16 +39,25 @@ class PlanState:
     boundary: FloatArray  # (S-1,) bottleneck of each stage boundary
     spares: IntArray  # peers not in the plan
     stats: SearchStats
+    member_sums: FloatArray  # (R, S): each member's DP total within its column
 
     @classmethod
     def of(cls, model: CostModel, plan: IntArray, stats: SearchStats) -> PlanState:
         plan = np.array(plan, dtype=np.intp)
         spares = np.setdiff1d(np.arange(model.num_peers), plan.ravel()).astype(np.intp)
         stages = plan.shape[1]
-        state = cls(model, plan, np.zeros(stages), np.zeros(max(stages - 1, 0)), spares, stats)
+        state = cls(
+            model,
+            plan,
+            np.zeros(stages),
+            np.zeros(max(stages - 1, 0)),
+            spares,
+            stats,
+            np.zeros(plan.shape),
+        )
         stats.evaluations += 1
-        for col in range(plan.shape[1]):
-            state.column_dp[col] = _column_dp(model, plan[:, col])
+        for col in range(stages):
+            state.refresh_column(col)
         for b in range(plan.shape[1] - 1):
             state.boundary[b] = model.pp_pair[plan[:, b], plan[:, b + 1]].max()
         return state
@@ -64,6 +73,13 @@ class PlanState:
     def key(self) -> tuple[float, float]:
         return self.cost, self.secondary
 
+    def refresh_column(self, col: int) -> None:
+        members = self.plan[:, col]
+        self.member_sums[:, col] = self.model.dp_pair[members[:, None], members[None, :]].sum(
+            axis=1
+        )
+        self.column_dp[col] = self.member_sums[:, col].max()
+
     def critical_peers(self) -> IntArray:
         """Peers whose moves can lower the primary cost: the costliest column and boundary ends."""
         plan = self.plan
@@ -77,23 +93,75 @@ class PlanState:
         return np.unique(np.concatenate(peers))
 
 
-def _column_dp(model: CostModel, column: IntArray) -> float:
-    return float(model.dp_pair[column[:, None], column[None, :]].sum(axis=1).max())
+def _candidate_column(plan: IntArray, c: int, row: int, col: int, target_col: int) -> IntArray:
+    """Column c of the R candidate plans that swap plan[row, col] with plan[k, target_col]."""
+    replicas = plan.shape[0]
+    out = np.repeat(plan[None, :, c], replicas, axis=0)  # (K, R)
+    ks = np.arange(replicas)
+    if c == col:
+        out[ks, row] = plan[:, target_col]
+    if c == target_col:
+        out[ks, ks] = plan[row, col]
+    return out
 
 
-def _score(state: PlanState, cand: IntArray, cols: list[int]) -> tuple[FloatArray, FloatArray]:
-    """(cost, secondary) of K candidate plans (K, R, S) that differ from the state in ``cols``."""
-    model = state.model
-    num_cand, _, stages = cand.shape
-    state.stats.evaluations += num_cand
-    new_dp = np.repeat(state.column_dp[None, :], num_cand, axis=0)  # (K, S)
-    for c in cols:
-        members = cand[:, :, c]  # (K, R)
-        block = model.dp_pair[members[:, :, None], members[:, None, :]]
-        new_dp[:, c] = block.sum(axis=2).max(axis=1)
-    new_bound = np.repeat(state.boundary[None, :], num_cand, axis=0)  # (K, S-1)
-    for b in sorted({b for c in cols for b in (c - 1, c) if 0 <= b < stages - 1}):
-        new_bound[:, b] = model.pp_pair[cand[:, :, b], cand[:, :, b + 1]].max(axis=1)
+def _swap_scores(
+    state: PlanState, row: int, col: int, target_col: int
+) -> tuple[FloatArray, FloatArray]:
+    """(cost, secondary) of the R swaps of plan[row, col] with each plan[k, target_col].
+
+    Column DP costs are updated from cached per-member sums in O(R^2) rather than O(R^3).
+    """
+    model, plan, dp = state.model, state.plan, state.model.dp_pair
+    replicas, stages = plan.shape
+    x = plan[row, col]
+    ys = plan[:, target_col]  # partner of candidate k
+    state.stats.evaluations += replicas
+    new_dp = np.repeat(state.column_dp[None, :], replicas, axis=0)  # (K, S)
+    if target_col != col:
+        members = plan[:, col]
+        sums = state.member_sums[:, col]
+        # column col loses x and gains y_k: (K, R)
+        col_sums = sums[None, :] - dp[members, x][None, :] + dp[members][:, ys].T
+        col_sums[:, row] = dp[ys][:, members].sum(axis=1) - dp[ys, x]
+        new_dp[:, col] = col_sums.max(axis=1)
+        t_members = ys
+        t_sums = state.member_sums[:, target_col]
+        # column target_col loses y_k and gains x
+        tc_sums = t_sums[None, :] - dp[t_members][:, t_members] + dp[t_members, x][None, :]
+        ks = np.arange(replicas)
+        tc_sums[ks, ks] = dp[x, t_members].sum() - dp[x, ys]
+        new_dp[:, target_col] = tc_sums.max(axis=1)
+    new_bound = np.repeat(state.boundary[None, :], replicas, axis=0)  # (K, S-1)
+    for b in sorted({b for c in (col, target_col) for b in (c - 1, c) if 0 <= b < stages - 1}):
+        left = _candidate_column(plan, b, row, col, target_col)
+        right = _candidate_column(plan, b + 1, row, col, target_col)
+        new_bound[:, b] = model.pp_pair[left, right].max(axis=1)
+    pipeline = 2 * new_bound.sum(axis=1)
+    return new_dp.max(axis=1) + pipeline, new_dp.sum(axis=1) + pipeline
+
+
+def _spare_scores(state: PlanState, row: int, col: int) -> tuple[FloatArray, FloatArray]:
+    """(cost, secondary) of replacing plan[row, col] by each spare."""
+    model, plan, dp = state.model, state.plan, state.model.dp_pair
+    stages = plan.shape[1]
+    spares = state.spares
+    num = len(spares)
+    state.stats.evaluations += num
+    x = plan[row, col]
+    members = plan[:, col]
+    sums = state.member_sums[:, col]
+    col_sums = sums[None, :] - dp[members, x][None, :] + dp[members][:, spares].T  # (K, R)
+    col_sums[:, row] = dp[spares][:, members].sum(axis=1) - dp[spares, x]
+    new_dp = np.repeat(state.column_dp[None, :], num, axis=0)
+    new_dp[:, col] = col_sums.max(axis=1)
+    new_bound = np.repeat(state.boundary[None, :], num, axis=0)
+    for b in (col - 1, col):
+        if 0 <= b < stages - 1:
+            left = np.repeat(plan[None, :, b], num, axis=0)
+            right = np.repeat(plan[None, :, b + 1], num, axis=0)
+            (left if b == col else right)[:, row] = spares
+            new_bound[:, b] = model.pp_pair[left, right].max(axis=1)
     pipeline = 2 * new_bound.sum(axis=1)
     return new_dp.max(axis=1) + pipeline, new_dp.sum(axis=1) + pipeline
 
@@ -107,24 +175,20 @@ def _better(a: tuple[float, float], b: tuple[float, float]) -> bool:
 SPARE = -1
 
 
-def best_swap_for(state: PlanState, peer: int, positions: IntArray) -> tuple[float, float, int, int] | None:
+def best_swap_for(
+    state: PlanState, peer: int, positions: IntArray
+) -> tuple[float, float, int, int] | None:
     """The best swap of a planned ``peer`` with any other position or spare, if it improves.
 
     positions[p] = (row, col) of peer p. Returns (cost, secondary, row, col) of the partner, with
     col == SPARE and row = index into state.spares for a spare.
     """
-    plan = state.plan
-    replicas, stages = plan.shape
+    stages = state.plan.shape[1]
     row, col = positions[peer]
     best_key = state.key()
     best: tuple[float, float, int, int] | None = None
-    rows_idx = np.arange(replicas)
     for target_col in range(stages):
-        # candidate k swaps plan[row, col] with plan[k, target_col], all k at once
-        cand = np.repeat(plan[None, :, :], replicas, axis=0)  # (K, R, S)
-        cand[rows_idx, row, col] = plan[:, target_col]
-        cand[rows_idx, rows_idx, target_col] = peer
-        cost, secondary = _score(state, cand, sorted({col, target_col}))
+        cost, secondary = _swap_scores(state, row, col, target_col)
         if target_col == col:
             cost[row] = np.inf  # the peer with itself
         k = int(np.lexsort((secondary, cost))[0])
@@ -132,9 +196,7 @@ def best_swap_for(state: PlanState, peer: int, positions: IntArray) -> tuple[flo
         if _better(key, best_key):
             best_key, best = key, (key[0], key[1], k, target_col)
     if len(state.spares):
-        cand = np.repeat(plan[None, :, :], len(state.spares), axis=0)
-        cand[:, row, col] = state.spares
-        cost, secondary = _score(state, cand, [col])
+        cost, secondary = _spare_scores(state, row, col)
         k = int(np.lexsort((secondary, cost))[0])
         key = (float(cost[k]), float(secondary[k]))
         if _better(key, best_key):
@@ -154,7 +216,7 @@ def apply_swap(state: PlanState, a: tuple[int, int], b: tuple[int, int]) -> None
     model = state.model
     stages = plan.shape[1]
     for c in touched:
-        state.column_dp[c] = _column_dp(model, plan[:, c])
+        state.refresh_column(c)
         for bd in (c - 1, c):
             if 0 <= bd < stages - 1:
                 state.boundary[bd] = model.pp_pair[plan[:, bd], plan[:, bd + 1]].max()
@@ -186,6 +248,8 @@ def descend(
         rng.shuffle(peers)
         improved = False
         for peer in peers:
+            if time.perf_counter() >= deadline:
+                return moves
             found = best_swap_for(state, int(peer), pos)
             if found is None:
                 continue

@@ -25,7 +25,9 @@ def _groups(labels: IntArray, peers: IntArray, num_groups: int) -> IntArray:
     return np.stack([peers[labels == g] for g in range(num_groups)])
 
 
-def _crossover(a: IntArray, b: IntArray, num_groups: int, size: int, rng: np.random.Generator) -> IntArray:
+def _crossover(
+    a: IntArray, b: IntArray, num_groups: int, size: int, rng: np.random.Generator
+) -> IntArray:
     """Copy a few of parent a's labels into parent b, then repair group sizes."""
     child = b.copy()
     points = rng.choice(len(a), size=min(CROSSOVER_POINTS, len(a)), replace=False)
@@ -40,7 +42,9 @@ def _crossover(a: IntArray, b: IntArray, num_groups: int, size: int, rng: np.ran
     return child
 
 
-def _gains(weight: np.ndarray, labels: IntArray, locked: np.ndarray, num_groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _gains(
+    weight: np.ndarray, labels: IntArray, locked: np.ndarray, num_groups: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """gain[v, q]: average cost from v to group q; gain[v, own]: v's fastest in-group link.
 
     Per group p, the unlocked member with the fastest in-group link is the mover; its best target

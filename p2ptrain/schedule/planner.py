@@ -105,7 +105,9 @@ def plan_swarm(
 ) -> Plan:
     """Plan ``stages`` x ``replicas`` tasklets on the topology's peers (extra peers become spares)."""
     if algorithm not in ALGORITHMS:
-        raise TopologyError(f"unknown algorithm {algorithm!r} (choose from {', '.join(ALGORITHMS)})")
+        raise TopologyError(
+            f"unknown algorithm {algorithm!r} (choose from {', '.join(ALGORITHMS)})"
+        )
     started = time.perf_counter()
     workload = resolve_workload(topology, stages, replicas)
     model, order = _canonical(topology, workload)
@@ -129,7 +131,9 @@ def plan_swarm(
         pipelines = identity_assignment(model)
     evaluation = plan_cost(model, pipelines)
     stats.evaluations += 1
-    return _to_plan(topology, evaluation.pipelines, order, workload, algorithm, seed, stopped, stats, started)
+    return _to_plan(
+        topology, evaluation.pipelines, order, workload, algorithm, seed, stopped, stats, started
+    )
 
 
 def _to_plan(
@@ -187,4 +191,6 @@ def evaluate_groups(topology: Topology, groups: object, stages: int | None = Non
     stats = SearchStats(evaluations=1)
     evaluation = partition_cost(model, np.array(groups, dtype=np.intp))
     identity = np.arange(topology.num_peers, dtype=np.intp)
-    return _to_plan(topology, evaluation.pipelines, identity, workload, "evaluate", 0, "exact", stats, started)
+    return _to_plan(
+        topology, evaluation.pipelines, identity, workload, "evaluate", 0, "exact", stats, started
+    )

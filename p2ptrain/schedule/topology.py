@@ -161,7 +161,9 @@ def _square_matrix(name: str, value: object, num_peers: int) -> FloatMatrix:
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
         raise TopologyError(f"{name} is not square: shape {matrix.shape}")
     if matrix.shape[0] != num_peers:
-        raise TopologyError(f"{name} is {matrix.shape[0]}x{matrix.shape[1]} but there are {num_peers} peers")
+        raise TopologyError(
+            f"{name} is {matrix.shape[0]}x{matrix.shape[1]} but there are {num_peers} peers"
+        )
     matrix = matrix.astype(np.float64, copy=True)
     bad = ~np.isfinite(matrix)
     if bad.any():
@@ -228,4 +230,10 @@ def scenario_path(name: str) -> Path:
     return path
 
 
-PAPER_SCENARIOS = ("datacenter_on_demand", "datacenter_spot", "multi_datacenter", "regional", "worldwide")
+PAPER_SCENARIOS = (
+    "datacenter_on_demand",
+    "datacenter_spot",
+    "multi_datacenter",
+    "regional",
+    "worldwide",
+)
