@@ -1,0 +1,120 @@
+"""Shared fixtures: a reaper that guarantees every process tree a test starts is killed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+class ProcessReaper:
+    """Starts commands in their own process groups and kills every group at teardown."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._lines: dict[int, queue.Queue[str | None]] = {}
+
+    def start(
+        self, argv: Sequence[str], stderr_path: Path | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start argv (stdout piped and read line by line in the background) in a new session."""
+        stderr = open(stderr_path, "ab") if stderr_path else subprocess.DEVNULL  # noqa: SIM115
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            start_new_session=True,
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        if stderr_path:
+            stderr.close()  # type: ignore[union-attr]
+        lines: queue.Queue[str | None] = queue.Queue()
+        self._lines[proc.pid] = lines
+        threading.Thread(target=self._pump, args=(proc, lines), daemon=True).start()
+        self.procs.append(proc)
+        return proc
+
+    @staticmethod
+    def _pump(proc: subprocess.Popen[bytes], lines: queue.Queue[str | None]) -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            lines.put(raw.decode(errors="replace").rstrip("\n"))
+        lines.put(None)
+
+    def read_line(self, proc: subprocess.Popen[bytes], timeout_s: float) -> str:
+        """The next stdout line of proc; fails the test on timeout or EOF."""
+        try:
+            line = self._lines[proc.pid].get(timeout=timeout_s)
+        except queue.Empty:
+            pytest.fail(f"no stdout line from {proc.args!r} within {timeout_s} s")
+        if line is None:
+            pytest.fail(f"{proc.args!r} exited ({proc.poll()}) before printing a line")
+        return line
+
+    def kill_group(self, proc: subprocess.Popen[bytes], signum: int = signal.SIGKILL) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signum)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            self.kill_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        for proc in self.procs:
+            self.kill_group(proc, signal.SIGKILL)
+            proc.wait()
+
+
+def processes_in_session(session_id: int) -> list[int]:
+    """PIDs whose session id is session_id (our children's descendants keep their session)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[3]) == session_id:
+                pids.append(int(entry.name))
+    return pids
+
+
+def descendants_of(pid: int) -> list[int]:
+    """All live descendants of pid (from /proc parent links)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, stack = [], [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+@pytest.fixture
+def reaper() -> Iterator[ProcessReaper]:
+    """Start processes through this; all their process groups die when the test ends."""
+    r = ProcessReaper()
+    try:
+        yield r
+    finally:
+        r.close()

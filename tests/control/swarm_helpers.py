@@ -1,0 +1,89 @@
+"""Helpers for control-plane integration tests: start a bootstrap and peers, poll status."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import PYTHON, REPO_ROOT, ProcessReaper
+
+STARTUP_TIMEOUT_S = 60.0
+
+
+def start_bootstrap(reaper: ProcessReaper, tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
+    proc = reaper.start(
+        [PYTHON, "-m", "p2ptrain", "bootstrap", "--identity", str(tmp / "boot.key")],
+        stderr_path=tmp / "boot.log",
+    )
+    return proc, reaper.read_line(proc, STARTUP_TIMEOUT_S)
+
+
+def start_peer(
+    reaper: ProcessReaper, tmp: Path, bootstrap: str, name: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    proc = reaper.start(
+        [
+            PYTHON, "-m", "p2ptrain", "join", "--control-only",
+            "--bootstrap", bootstrap,
+            "--identity", str(tmp / f"{name}.key"),
+        ],
+        stderr_path=tmp / f"{name}.log",
+    )  # fmt: skip
+    return proc, reaper.read_line(proc, STARTUP_TIMEOUT_S)
+
+
+def peer_id(addr: str) -> str:
+    return addr.rsplit("/p2p/", 1)[1]
+
+
+def get_status(addr: str) -> dict[str, Any] | None:
+    """`p2ptrain status --json` as a user runs it; None if it failed."""
+    try:
+        out = subprocess.run(
+            [PYTHON, "-m", "p2ptrain", "status", "--bootstrap", addr, "--json"],
+            capture_output=True,
+            timeout=30,
+            cwd=REPO_ROOT,
+            check=True,
+        )
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+        return None
+    status: dict[str, Any] = json.loads(out.stdout)
+    return status
+
+
+def wait_for_status(
+    addr: str,
+    predicate: Callable[[dict[str, Any]], bool],
+    timeout_s: float,
+    interval_s: float = 1.0,
+) -> tuple[dict[str, Any] | None, bool]:
+    """Poll status until predicate holds; returns (last status, whether it held)."""
+    deadline = time.monotonic() + timeout_s
+    status = None
+    while time.monotonic() < deadline:
+        status = get_status(addr)
+        if status is not None and predicate(status):
+            return status, True
+        time.sleep(interval_s)
+    return status, False
+
+
+def alive_ids(status: dict[str, Any]) -> set[str]:
+    return {p["id"] for p in status["peers"] if p["alive"]}
+
+
+def rtt_pairs(status: dict[str, Any], ids: set[str]) -> set[tuple[str, str]]:
+    return {
+        (link["a"], link["b"])
+        for link in status["links"]
+        if link["rtt_ms"] is not None and link["a"] in ids and link["b"] in ids
+    }
+
+
+def plan_peers(plan: dict[str, Any]) -> list[str]:
+    return [p for pipeline in plan["pipelines"] for p in pipeline] + plan["spares"]

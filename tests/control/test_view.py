@@ -1,0 +1,177 @@
+"""Election, plan acceptance, replay, penalty and link rules of SwarmView, with a fake clock."""
+
+from __future__ import annotations
+
+from p2ptrain.control import view as view_mod
+from p2ptrain.control.view import SwarmView
+from p2ptrain.control.wire import Envelope
+
+A, B, C, ME = "Aaaa", "Bbbb", "Cccc", "Mmmm"  # sorted: A < B < C < M
+
+
+def record(role: str = "control-only") -> dict:
+    return {"role": role, "planner_capable": role in ("control-only", "trainer"), "addrs": []}
+
+
+class Feed:
+    """Builds envelopes with growing seq numbers."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+
+    def __call__(self, kind: str, author: str, body: dict) -> Envelope:
+        self.seq += 1
+        return Envelope(kind=kind, author=author, seq=self.seq, ts=0.0, body=body)
+
+
+def make_view(me: str = ME, peers: tuple[str, ...] = (A, B, C), now: float = 0.0):
+    v = SwarmView(self_id=me, role="control-only", planner_capable=True, started_at=now)
+    feed = Feed()
+    for peer in peers:
+        assert v.accept(feed("peer", peer, record()), now) is None
+    return v, feed
+
+
+def plan(planner: str, term: int, epoch: int, peers=(A, B)) -> dict:
+    return {
+        "term": term,
+        "epoch": epoch,
+        "planner": planner,
+        "stages": 1,
+        "pipelines": [[p] for p in peers],
+        "spares": [],
+        "data_addrs": {},
+        "cost_s": 1.0,
+    }
+
+
+def test_smallest_live_candidate_claims_after_the_grace_period():
+    v, _ = make_view(me=A, peers=(B, C))
+    assert not v.should_claim(1.0)  # still listening for an incumbent
+    assert v.should_claim(view_mod.ELECTION_GRACE_S + 0.1)
+    assert v.claim() == 1 and v.planner == A
+    w, _ = make_view(me=C, peers=(A, B))
+    assert not w.should_claim(view_mod.ELECTION_GRACE_S + 0.1)  # A is smaller and alive
+
+
+def test_failover_after_the_planner_goes_silent():
+    v, feed = make_view(me=B, peers=(A, C))
+    assert v.accept(feed("claim", A, {"term": 1}), 1.0) is None
+    assert v.planner == A and v.term == 1
+    t = 1.0 + view_mod.DEAD_AFTER_S + 0.5
+    v.accept(feed("peer", C, record()), t)  # C keeps talking, A is silent
+    assert not v.is_alive(A, t)
+    assert v.should_claim(t)
+    assert v.claim() == 2
+    assert v.status(t)["planner"] == B
+
+
+def test_incumbent_keeps_the_role_while_alive():
+    v, feed = make_view(me=ME, peers=(A, B, C))
+    assert v.accept(feed("claim", B, {"term": 3}), 1.0) is None
+    drop = v.accept(feed("claim", C, {"term": 4}), 1.5)  # C thinks B is dead; we do not
+    assert drop is not None and drop.category is None
+    assert v.planner == B
+    # equal term: the smaller id wins the tie-break
+    assert v.accept(feed("claim", A, {"term": 3}), 2.0) is None
+    assert v.planner == A
+
+
+def test_planner_steps_down_for_a_higher_term():
+    v, feed = make_view(me=A, peers=(B,))
+    v.claim()
+    assert v.accept(feed("claim", B, {"term": 5}), 1.0) is None
+    assert v.planner == B and v.term == 5
+
+
+def test_claims_from_unknown_or_incapable_peers_are_refused():
+    v, feed = make_view(peers=(A,))
+    assert v.accept(feed("peer", B, record("bootstrap")), 0.0) is None
+    drop = v.accept(feed("claim", B, {"term": 1}), 0.5)
+    assert drop is not None and drop.category == "unauthorised"
+    drop = v.accept(feed("claim", "Zzzz", {"term": 1}), 0.5)
+    assert drop is not None and v.planner is None
+
+
+def test_plans_only_from_the_planner_and_only_newer():
+    v, feed = make_view()
+    v.accept(feed("claim", A, {"term": 1}), 0.1)
+    assert v.accept(feed("plan", A, plan(A, 1, 1)), 0.2) is None
+    assert v.plan["epoch"] == 1 and v.plan_version == 1
+    assert v.accept(feed("plan", A, plan(A, 1, 2)), 0.3) is None
+    assert v.plan_version == 2
+    assert v.accept(feed("plan", A, plan(A, 1, 2)), 0.4) is None  # re-broadcast: no change
+    assert v.plan_version == 2
+    stale = v.accept(feed("plan", A, plan(A, 1, 1)), 0.5)
+    assert stale is not None and stale.category is None
+    rogue = v.accept(feed("plan", B, plan(B, 1, 9)), 0.6)
+    assert rogue is not None and rogue.category == "non-planner"
+    lying = v.accept(feed("plan", B, plan(A, 1, 9)), 0.7)
+    assert lying is not None and lying.category == "forged"
+    assert v.plan["epoch"] == 2
+
+
+def test_new_term_plan_replaces_older_term():
+    v, feed = make_view()
+    v.accept(feed("claim", A, {"term": 1}), 0.1)
+    v.accept(feed("plan", A, plan(A, 1, 7)), 0.2)
+    t = 0.2 + view_mod.DEAD_AFTER_S + 1
+    for peer in (B, C):
+        v.accept(feed("peer", peer, record()), t)
+    assert v.accept(feed("claim", B, {"term": 2}), t) is None
+    assert v.accept(feed("plan", B, plan(B, 2, 1, peers=(B, C))), t) is None
+    assert (v.plan["term"], v.plan["epoch"]) == (2, 1)
+    old = v.accept(feed("plan", A, plan(A, 1, 8)), t)  # a deposed planner: stale, not hostile
+    assert old is not None and old.category is None
+    assert (v.plan["term"], v.plan["epoch"]) == (2, 1)
+
+
+def test_replays_are_dropped_and_penalties_block():
+    v, feed = make_view()
+    env = feed("telemetry", A, {"links": {}})
+    assert v.accept(env, 1.0) is None
+    drop = v.accept(env, 1.1)
+    assert drop is not None and drop.category == "replayed"
+    for _ in range(2):
+        v.penalise(A, "malformed", 1.2)
+    assert v.is_blocked(A, 1.3)
+    assert not v.is_alive(A, 1.3)
+    assert v.accept(feed("telemetry", A, {"links": {}}), 1.4) is not None
+    assert not v.is_blocked(A, 1.3 + view_mod.BLOCK_S + 1)
+
+
+def test_links_take_the_freshest_side_and_age_out():
+    v, feed = make_view()
+    v.record_rtt(A, 2.0, now=10.0)
+    row = {ME: {"rtt_ms": 4.0, "rtt_age_s": 0.1, "bandwidth_mbps": 800.0, "bandwidth_age_s": 1.0}}
+    v.accept(feed("telemetry", A, {"links": row}), 10.5)
+    links = v.links(11.0)
+    link = links[(A, ME)]
+    assert link.rtt_ms == 4.0  # A's sample (age 0.6 s) is fresher than ours (1.0 s)
+    assert link.bandwidth_mbps == 800.0
+    assert v.links(10.0 + view_mod.MAX_LINK_AGE_S + 5) == {}
+
+
+def test_status_document_shape():
+    v, feed = make_view()
+    v.own_record = record()
+    v.accept(feed("claim", A, {"term": 1}), 0.1)
+    v.accept(feed("plan", A, plan(A, 1, 1)), 0.2)
+    v.record_rtt(B, 1.5, 0.3)
+    status = v.status(0.5)
+    assert set(status) >= {"run", "planner", "peers", "links", "plan"}
+    assert [p["id"] for p in status["peers"]] == [A, B, C, ME]
+    assert all({"id", "alive", "planner", "role"} <= set(p) for p in status["peers"])
+    assert [p["planner"] for p in status["peers"]] == [True, False, False, False]
+    assert status["links"] == [
+        {"a": B, "b": ME, "rtt_ms": 1.5, "bandwidth_mbps": None, "age_s": 0.2}
+    ]
+    assert set(status["plan"]) == {
+        "term",
+        "epoch",
+        "planner",
+        "stages",
+        "pipelines",
+        "spares",
+        "cost_s",
+    }
