@@ -33,6 +33,45 @@ async def fetch_status(node_addr: str) -> dict[str, Any]:
     return status
 
 
+async def fetch_statuses(node_addrs: list[str]) -> list[dict[str, Any] | None]:
+    """Ask many nodes at once from one throwaway host; None for a node that did not answer."""
+    quiet_library_logs()
+    results: list[dict[str, Any] | None] = [None] * len(node_addrs)
+    host = make_host(os.urandom(32))
+
+    async def ask(index: int) -> None:
+        info = info_from_p2p_addr(parse_multiaddr(node_addrs[index], need_peer_id=True))
+        with trio.move_on_after(OBSERVER_TIMEOUT_S):
+            try:
+                await host.connect(info)
+                results[index] = await rpc.call(host, info.peer_id, STATUS_PROTOCOL)
+            except Exception:
+                results[index] = None
+
+    async with (
+        host.run(listen_addrs=[parse_multiaddr("/ip4/127.0.0.1/tcp/0")]),
+        trio.open_nursery() as nursery,
+    ):
+        for index in range(len(node_addrs)):
+            nursery.start_soon(ask, index)
+    return results
+
+
+def get_statuses(node_addrs: list[str]) -> list[dict[str, Any] | None]:
+    """Blocking wrapper around fetch_statuses."""
+    results: list[dict[str, Any] | None] = []
+
+    async def main() -> None:
+        results.extend(await fetch_statuses(node_addrs))
+
+    try:
+        trio.run(main)
+    except* RuntimeError as group:  # py-libp2p teardown race
+        if not all("Nursery is closed" in str(e) for e in group.exceptions):
+            raise
+    return results
+
+
 def get_status(node_addr: str) -> dict[str, Any]:
     """Blocking wrapper around fetch_status."""
     result: dict[str, Any] = {}
@@ -43,8 +82,14 @@ def get_status(node_addr: str) -> dict[str, Any]:
     try:
         trio.run(main)
     except* UserError as group:
-        raise group.exceptions[0] from None
+        raise _first_leaf(group) from None
     except* RuntimeError as group:  # py-libp2p teardown race
         if not all("Nursery is closed" in str(e) for e in group.exceptions):
             raise
     return result
+
+
+def _first_leaf(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error

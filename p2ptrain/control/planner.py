@@ -81,6 +81,8 @@ def compute_plan(
     from p2ptrain.schedule import Topology, Workload, plan_swarm
 
     peers = matrices.peers
+    if len(peers) == 1:  # nothing to search (and the scheduler wants at least two peers)
+        return {"stages": 1, "pipelines": [list(peers)], "spares": [], "cost_s": 0.0}
     stages = max(1, min(stages, len(peers)))
     replicas = len(peers) // stages
     topology = Topology(

@@ -13,6 +13,7 @@ steps down. Plans are accepted only from the recognised planner with a newer (te
 from __future__ import annotations
 
 import logging
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,7 @@ from p2ptrain.control.wire import Envelope
 
 log = logging.getLogger(__name__)
 
-DEAD_AFTER_S = 6.0  # members publish every 2 s: three missed rounds => dead
+DEAD_AFTER_S = 8.0  # members publish every 2 s: four missed rounds => dead
 ELECTION_GRACE_S = 5.0  # listen for an incumbent before claiming after start
 MAX_LINK_AGE_S = 60.0  # measurements older than this are forgotten
 FORGET_DEAD_AFTER_S = 600.0
@@ -28,6 +29,7 @@ PENALTY_BLOCK_SCORE = 10.0
 PENALTY_HALF_LIFE_S = 30.0
 BLOCK_S = 60.0
 MEMBER_ROLES = ("trainer", "control-only")
+NUM_RECENT_SEQS = 64  # per author and kind: a repeat of one of these is a replay
 
 # how much each kind of bad input costs its sender (blocked at PENALTY_BLOCK_SCORE)
 PENALTIES = {
@@ -106,6 +108,8 @@ class SwarmView:
     own_record: dict[str, Any] | None = None
     own_metrics: dict[str, Any] | None = None
     _last_seq: dict[tuple[str, str], int] = field(default_factory=dict)
+    _recent_seqs: dict[tuple[str, str], deque[int]] = field(default_factory=dict)
+    _claimed_terms: dict[str, int] = field(default_factory=dict)  # highest term each peer claimed
     _penalties: dict[str, _Penalty] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ liveness and penalties
@@ -168,12 +172,16 @@ class SwarmView:
         if self.is_blocked(env.author, now):
             return Drop(f"author {env.author} is blocked")
         key = (env.author, env.kind)
-        if env.seq <= self._last_seq.get(key, -1):
+        recent = self._recent_seqs.setdefault(key, deque(maxlen=NUM_RECENT_SEQS))
+        if env.seq in recent:
             return Drop(f"replayed {env.kind} seq {env.seq}", "replayed")
+        if env.seq < self._last_seq.get(key, -1):
+            return Drop(f"out-of-order {env.kind} seq {env.seq}")  # gossip took another path
         handler = getattr(self, f"_on_{env.kind}")
         drop: Drop | None = handler(env, now)
         if drop is None or drop.category is None:
             self._last_seq[key] = env.seq
+            recent.append(env.seq)
             if env.author in self.members:  # any signed, fresh message proves the author lives
                 self.members[env.author].last_heard = now
         return drop
@@ -211,9 +219,12 @@ class SwarmView:
         term, author = env.body["term"], env.author
         if env.author not in self.members:
             return Drop("claim before the author's peer record")
-        if not self._capable(author, now):
+        if self.members[author].record.get("planner_capable") is not True:
             return Drop(f"claim from {author}, which is not planner-capable", "unauthorised")
+        self._claimed_terms[author] = max(self._claimed_terms.get(author, 0), term)
         self.max_seen_term = max(self.max_seen_term, term)
+        if not self.is_alive(author, now):
+            return Drop(f"claim from {author}, which we believe dead")
         if term < self.term:
             return Drop(f"stale claim for term {term} < {self.term}")
         if term == self.term:
@@ -244,9 +255,20 @@ class SwarmView:
         if plan["planner"] != env.author:
             return Drop("plan's planner field differs from its signer", "forged")
         if env.author != self.planner or plan["term"] < self.term:
-            if key <= current:
-                return Drop(f"stale plan {key}")
-            return Drop(f"plan {key} from {env.author}, which is not the planner", "non-planner")
+            # Blame only a plan for a term we already follow another live planner in, from a
+            # peer that never claimed that term. Anything else is an honest difference of
+            # views (a claim still in flight, a deposed planner) and is dropped quietly.
+            hostile = (
+                plan["term"] <= self.term
+                and self.planner is not None
+                and self.is_alive(self.planner, now)
+                and self._claimed_terms.get(env.author, 0) < plan["term"]
+            )
+            if hostile:
+                return Drop(
+                    f"plan {key} from {env.author}, which is not the planner", "non-planner"
+                )
+            return Drop(f"plan {key} from {env.author}, which we do not follow")
         if key < current:
             return Drop(f"stale plan {key} < {current}")
         if key > current:
@@ -394,6 +416,11 @@ class SwarmView:
             "links": links,
             "plan": plan,
             "observed_by": self.self_id,
+            # whose telemetry this peer holds, and how old it is: gossip reach at a glance
+            "telemetry_age_s": {
+                author: round(now - received_at, 3)
+                for author, (_, received_at) in self.rows.items()
+            },
             "bootstrap": self.bootstrap_id,
             "term": self.term,
         }

@@ -33,7 +33,8 @@ MAX_ID_CHARS = 64
 class WireError(ValueError):
     """A message that must be dropped: malformed, oversized, unsigned, forged or stale.
 
-    The message starts with its category (malformed, oversized, unsigned, forged, replayed).
+    The message starts with its category (malformed, oversized, unsigned, forged, replayed, or
+    stale: an honest message delivered too late, which is dropped without blame).
     """
 
     @property
@@ -123,8 +124,11 @@ def decode(data: bytes, now: float | None = None) -> Envelope:
     if not identity.verify(key, _canonical(obj), signature):
         raise WireError(f"forged: bad signature for author {author}")
     now = time.time() if now is None else now
-    if abs(now - ts) > MAX_CLOCK_SKEW_S:
-        raise WireError(f"replayed or skewed: timestamp {now - ts:+.1f} s off")
+    if now - ts > MAX_CLOCK_SKEW_S:
+        # gossip can deliver honest messages late (queues, new joiners): drop, do not blame
+        raise WireError(f"stale: written {now - ts:.1f} s ago")
+    if ts - now > MAX_CLOCK_SKEW_S:
+        raise WireError(f"replayed or skewed: timestamp {ts - now:.1f} s in the future")
     problem = BODY_SCHEMAS[kind](body)
     if problem:
         raise WireError(f"malformed {kind}: {problem}")

@@ -17,7 +17,7 @@ from p2ptrain.net.framing import read_frame, write_frame
 
 log = logging.getLogger(__name__)
 
-RPC_TIMEOUT_S = 5.0
+RPC_TIMEOUT_S = 10.0  # generous: a node on a loaded 2-core box can stall for seconds
 MAX_REQUEST_BYTES = 4 * 1024
 MAX_REPLY_BYTES = 4 * 1024 * 1024
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import trio
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
-from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
+from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 from multiaddr import Multiaddr
@@ -66,10 +67,10 @@ async def open_attacker(victim_addr: str) -> AsyncIterator[Attacker]:
     seed = os.urandom(32)
     host = make_host(seed)
     gossipsub = GossipSub(
-        protocols=[PROTOCOL_ID_V12, PROTOCOL_ID_V11],
-        degree=6,
-        degree_low=4,
-        degree_high=12,
+        protocols=[PROTOCOL_ID_V11],
+        degree=4,
+        degree_low=3,
+        degree_high=8,
         heartbeat_interval=1,
         spam_protection_enabled=False,
         eclipse_protection_enabled=False,
@@ -106,6 +107,7 @@ def test_bad_messages_are_dropped_logged_and_penalised(caplog):
                 open_attacker(addr) as replayer,
                 open_attacker(addr) as rogue_planner,
                 open_attacker(addr) as spammer,
+                open_attacker(addr) as planner_peer,
             ):
                 await trio.sleep(2.5)  # subscriptions exchanged, meshes grafted
                 await malformed.publish(b"{not json")
@@ -120,6 +122,11 @@ def test_bad_messages_are_dropped_logged_and_penalised(caplog):
                 original = replayer.record()
                 await replayer.publish(original)
                 await replayer.publish(original)
+                # an honest-looking planner is followed first; then a peer that never claimed
+                # the term publishes a plan for it
+                await planner_peer.publish(planner_peer.record())
+                await trio.sleep(0.3)
+                await planner_peer.publish(planner_peer.envelope("claim", {"term": 1}))
                 await rogue_planner.publish(rogue_planner.record())
                 plan = {
                     "term": 1,
@@ -147,10 +154,17 @@ def test_bad_messages_are_dropped_logged_and_penalised(caplog):
                         ("spammer", spammer),
                     ]
                 }
-                results["blacklisted"] = {
-                    p.to_base58() for p in victim.pubsub.get_blacklisted_peers()
+                results["blocked"] = {
+                    a.id
+                    for a in (spammer, forger)
+                    if victim.view.is_blocked(a.id, time.monotonic())
                 }
-                results["ids"] = {"spammer": spammer.id, "forger": forger.id}
+                results["ids"] = {
+                    "spammer": spammer.id,
+                    "forger": forger.id,
+                    "planner": planner_peer.id,
+                }
+                results["planner"] = victim.view.planner
                 results["plan"] = victim.view.plan
                 results["replayer_is_member"] = replayer.id in victim.view.members
                 # the victim still works: it answers status
@@ -165,8 +179,9 @@ def test_bad_messages_are_dropped_logged_and_penalised(caplog):
     assert all(score > 0 for score in penalties.values()), penalties
     ids = results["ids"]
     assert isinstance(ids, dict)
-    assert {ids["spammer"], ids["forger"]} <= results["blacklisted"]  # type: ignore[operator]
+    assert results["blocked"] == {ids["spammer"], ids["forger"]}
     assert results["plan"] is None  # the rogue plan was not accepted
+    assert results["planner"] == results["ids"]["planner"]
     assert results["replayer_is_member"]  # the original record was accepted, the replay dropped
     status = results["status"]
     assert isinstance(status, dict) and status["observed_by"]

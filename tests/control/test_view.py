@@ -84,6 +84,14 @@ def test_planner_steps_down_for_a_higher_term():
     assert v.planner == B and v.term == 5
 
 
+def test_plan_from_a_planner_we_do_not_follow_is_not_blamed():
+    v, feed = make_view()
+    v.accept(feed("claim", A, {"term": 1}), 0.1)
+    v.accept(feed("claim", B, {"term": 2}), 0.2)  # refused: A lives; but B did claim term 2
+    drop = v.accept(feed("plan", B, plan(B, 2, 1)), 0.3)
+    assert drop is not None and drop.category is None and v.plan is None
+
+
 def test_claims_from_unknown_or_incapable_peers_are_refused():
     v, feed = make_view(peers=(A,))
     assert v.accept(feed("peer", B, record("bootstrap")), 0.0) is None
@@ -132,6 +140,11 @@ def test_replays_are_dropped_and_penalties_block():
     assert v.accept(env, 1.0) is None
     drop = v.accept(env, 1.1)
     assert drop is not None and drop.category == "replayed"
+    newer, older = feed("telemetry", A, {"links": {}}), feed("telemetry", A, {"links": {}})
+    newer = Envelope(newer.kind, newer.author, older.seq + 1, 0.0, newer.body)
+    assert v.accept(newer, 1.15) is None
+    late = v.accept(older, 1.15)  # overtaken on another gossip path: not a replay
+    assert late is not None and late.category is None
     for _ in range(2):
         v.penalise(A, "malformed", 1.2)
     assert v.is_blocked(A, 1.3)

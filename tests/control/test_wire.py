@@ -70,7 +70,8 @@ def tamper(data: bytes, **changes) -> bytes:
         # body changed after signing
         (lambda: tamper(wire.encode(SEED, "claim", 1, {"term": 1}), body={"term": 9}), "forged"),
         (lambda: tamper(wire.encode(SEED, "claim", 1, {"term": 1}), author="QmXyz"), "forged"),
-        (lambda: wire.encode(SEED, "claim", 1, {"term": 1}, ts=time.time() - 3600), "replayed"),
+        (lambda: wire.encode(SEED, "claim", 1, {"term": 1}, ts=time.time() - 3600), "stale"),
+        (lambda: wire.encode(SEED, "claim", 1, {"term": 1}, ts=time.time() + 3600), "replayed"),
         (lambda: wire.encode(SEED, "claim", 1, {"term": 0}), "malformed"),
         (lambda: wire.encode(SEED, "peer", 1, {**record_body(), "role": "king"}), "malformed"),
         (lambda: tamper(wire.encode(SEED, "claim", 1, {"term": 1}), kind="nope"), "malformed"),
