@@ -497,48 +497,44 @@ class ControlNode:
             await trio.sleep(ELECTION_TICK_S)
 
     async def _maybe_plan(self, now: float) -> None:
-        """Re-plan on membership change (debounced) or on large measurement drift."""
+        """Re-plan on membership change (debounced) or on large measurement drift; re-issue the
+        same placement as a new epoch when a member's data-plane addresses changed."""
         members = self.view.live_members(now)
         if not members or self.view.run is None:
             return
         if self._plan_term != self.view.term:
             self._plan_term, self._epoch, self._planned_members = self.view.term, 0, None
         matrices = planner.build_matrices(members, self.view.links(now))
-        if members != self._planned_members:
-            if self._change_since is None:
-                self._change_since = now
-            if now - self._change_since < PLAN_DEBOUNCE_S:
-                return
-        else:
-            if now - self._last_drift_check < DRIFT_CHECK_INTERVAL_S:
-                return
-            self._last_drift_check = now
-            if self._planned_matrices is None or not planner.drifted(
-                self._planned_matrices, matrices
-            ):
-                return
-            log.info("measurements drifted: re-planning")
-        self._change_since = None
-        run = RunSpec.from_dict(self.view.run)
-        term = self.view.term
-        try:
-            fields = await trio.to_thread.run_sync(
-                planner.compute_plan, matrices, run.stages, run.c_dp_gb, run.c_pp_gb
-            )
-        except Exception:  # a scheduler bug must not take the control plane down
-            log.exception("the scheduler failed on %d peers; retrying later", len(members))
-            self._change_since = now + 5.0
-            return
-        if self.view.planner != self.peer_id or self.view.term != term:
-            return  # lost the role while computing
-        self._epoch += 1
-        self._planned_members, self._planned_matrices = members, matrices
         data_addrs = {
             peer: self.view.members[peer].record.get("data_addrs", [])
             if peer in self.view.members
             else self.data_addrs
             for peer in members
         }
+        current = self.view.plan
+        if members != self._planned_members:
+            if self._change_since is None:
+                self._change_since = now
+            if now - self._change_since < PLAN_DEBOUNCE_S:
+                return
+            fields = await self._schedule(matrices)
+        elif self._drifted(now, matrices):
+            log.info("measurements drifted: re-planning")
+            fields = await self._schedule(matrices)
+        elif (
+            current is not None
+            and current["planner"] == self.peer_id
+            and (current["data_addrs"] != data_addrs)
+        ):
+            fields = {k: current[k] for k in ("stages", "pipelines", "spares", "cost_s")}
+        else:
+            return
+        self._change_since = None
+        if fields is None or self.view.planner != self.peer_id or self.view.term != self._plan_term:
+            return  # the scheduler failed, or we lost the role while it ran
+        term = self._plan_term
+        self._epoch += 1
+        self._planned_members, self._planned_matrices = members, matrices
         plan: dict[str, Any] = {
             "term": term,
             "epoch": self._epoch,
@@ -560,6 +556,25 @@ class ControlNode:
             len(members) * (len(members) - 1) // 2,
         )
         self._due["plan"] = 0.0
+
+    def _drifted(self, now: float, matrices: planner.Matrices) -> bool:
+        """Compare with the matrices of the last plan, at most every DRIFT_CHECK_INTERVAL_S."""
+        if self._planned_matrices is None or now - self._last_drift_check < DRIFT_CHECK_INTERVAL_S:
+            return False
+        self._last_drift_check = now
+        return planner.drifted(self._planned_matrices, matrices)
+
+    async def _schedule(self, matrices: planner.Matrices) -> dict[str, Any] | None:
+        """Run the scheduler in a thread; None (logged) if it fails."""
+        assert self.view.run is not None
+        run = RunSpec.from_dict(self.view.run)
+        try:
+            return await trio.to_thread.run_sync(
+                planner.compute_plan, matrices, run.stages, run.c_dp_gb, run.c_pp_gb
+            )
+        except Exception:  # a scheduler bug must not take the control plane down
+            log.exception("the scheduler failed on %d peers; retrying later", len(matrices.peers))
+            return None
 
     # ------------------------------------------------------------------ status, run, worker
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 
 from libp2p.abc import INetStream
+from libp2p.network.stream.exceptions import StreamEOF, StreamReset
 
 _LENGTH = struct.Struct(">I")
 
@@ -18,7 +19,10 @@ async def read_exact(stream: INetStream, num_bytes: int) -> bytes:
     chunks = []
     remaining = num_bytes
     while remaining:
-        chunk = await stream.read(min(remaining, 1 << 20))
+        try:
+            chunk = await stream.read(min(remaining, 1 << 20))
+        except (StreamEOF, StreamReset):
+            chunk = b""
         if not chunk:
             raise FrameError(f"stream closed with {remaining} of {num_bytes} bytes missing")
         chunks.append(chunk)

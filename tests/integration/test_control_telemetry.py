@@ -7,7 +7,7 @@ import time
 import pytest
 
 from p2ptrain.control.observer import get_statuses
-from tests.control.swarm_helpers import get_status, peer_id, start_bootstrap, start_peer
+from tests.control.swarm_helpers import peer_id, start_bootstrap, start_peer, wait_for_status
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 NUM_PEERS = 16
@@ -36,9 +36,13 @@ def test_telemetry_reaches_every_peer_at_16(tmp_path, reaper):
             break
         time.sleep(2)
     assert not missing, {k[-6:]: sorted(v_[-6:] for v_ in v) for k, v in missing.items()}
-    # the bootstrap sees the whole swarm too, with a full RTT matrix
-    status = get_status(boot_addr)
-    assert status is not None
-    assert {p["id"] for p in status["peers"] if p["alive"]} == ids
-    num_rtts = sum(1 for link in status["links"] if link["rtt_ms"] is not None)
-    assert num_rtts == NUM_PEERS * (NUM_PEERS - 1) // 2
+    # the bootstrap sees the whole swarm too, and soon a full RTT matrix (one probe per second
+    # per peer, to its stalest link: a full round takes ~N/2 s)
+
+    def complete(status: dict) -> bool:
+        num_rtts = sum(1 for link in status["links"] if link["rtt_ms"] is not None)
+        alive = {p["id"] for p in status["peers"] if p["alive"]}
+        return alive == ids and num_rtts == NUM_PEERS * (NUM_PEERS - 1) // 2
+
+    status, ok = wait_for_status(boot_addr, complete, timeout_s=60, interval_s=3)
+    assert ok, status

@@ -1,0 +1,69 @@
+"""A bootstrap and one member in one trio loop; a fake worker on the member's IPC socket gets a
+plan that carries the data-plane addresses it announced."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import trio
+
+from p2ptrain.control.node import ControlNode, NodeConfig
+from p2ptrain.runspec import RunSpec
+
+DATA_ADDR = "/ip4/127.0.0.1/tcp/4242/p2p/12D3KooWdata"
+
+
+def test_worker_hello_reaches_the_plan_and_status(tmp_path):
+    path = str(tmp_path / "control.sock")
+    got: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        boot = ControlNode(
+            NodeConfig(
+                seed=os.urandom(32),
+                role="bootstrap",
+                run=RunSpec(run_id="ipc-test", stages=2),
+                print_addr=False,
+            )
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(boot.run)
+            member = ControlNode(
+                NodeConfig(
+                    seed=os.urandom(32),
+                    role="trainer",
+                    bootstrap_addr=boot.addrs[0],
+                    ipc_path=path,
+                    print_addr=False,
+                )
+            )
+            await nursery.start(member.run)
+            worker = await trio.open_unix_socket(path)
+            hello = {"type": "hello", "peer_id": member.peer_id, "data_addrs": [DATA_ADDR]}
+            await worker.send_all((json.dumps(hello) + "\n").encode())
+            buffer = b""
+            with trio.fail_after(30):
+                while True:
+                    buffer += await worker.receive_some(65536)
+                    lines = [json.loads(x) for x in buffer.splitlines() if x.strip()]
+                    plans = [m for m in lines if m["type"] == "plan"]
+                    if plans and plans[-1]["plan"]["data_addrs"].get(member.peer_id):
+                        got["plan"] = plans[-1]
+                        break
+            got["status"] = boot.view.status(time.monotonic())
+            await worker.aclose()
+            nursery.cancel_scope.cancel()
+
+    trio.run(scenario)
+    message = got["plan"]
+    assert message["run"]["run_id"] == "ipc-test"
+    plan = message["plan"]
+    assert plan["pipelines"] == [[plan["planner"]]]  # one member: one stage, itself
+    assert plan["data_addrs"][plan["planner"]] == [DATA_ADDR]
+    status = got["status"]
+    assert status["run"] == "ipc-test"
+    [peer] = status["peers"]
+    assert peer["role"] == "trainer" and peer["alive"]

@@ -1,0 +1,117 @@
+"""The probe and RPC protocols between two live py-libp2p hosts in one trio loop (loopback)."""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+from libp2p.abc import IHost
+from libp2p.custom_types import TProtocol
+from libp2p.network.stream.exceptions import StreamEOF
+from libp2p.peer.peerinfo import info_from_p2p_addr
+from multiaddr import Multiaddr
+
+from p2ptrain.net import probe, rpc
+from p2ptrain.net.framing import FrameError, read_frame, write_frame
+from p2ptrain.net.host import full_addrs, make_host
+
+ECHO = TProtocol("/test/echo/1.0.0")
+
+
+@asynccontextmanager
+async def host_pair() -> AsyncIterator[tuple[IHost, IHost]]:
+    a, b = make_host(os.urandom(32)), make_host(os.urandom(32))
+    listen = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
+    async with a.run(listen_addrs=listen), b.run(listen_addrs=listen):
+        await a.connect(info_from_p2p_addr(Multiaddr(full_addrs(b)[0])))
+        yield a, b
+
+
+def run(fn: Any) -> Any:
+    result: list[Any] = []
+
+    async def main() -> None:
+        result.append(await fn())
+
+    trio.run(main)
+    return result[0]
+
+
+def test_host_offers_noise_only_and_full_addrs():
+    async def scenario() -> list[str]:
+        async with host_pair() as (a, _):
+            return full_addrs(a)
+
+    addrs = run(scenario)
+    assert addrs[0].startswith("/ip4/127.0.0.1/tcp/") and "/p2p/12D3KooW" in addrs[0]
+    from libp2p.security.noise.transport import PROTOCOL_ID as NOISE
+
+    host = make_host(os.urandom(32))
+    security = host.get_network().upgrader.security_multistream.transports  # type: ignore[attr-defined]
+    assert list(security) == [NOISE]
+
+
+def test_rtt_and_bandwidth_probes():
+    async def scenario() -> tuple[float, float]:
+        async with host_pair() as (a, b):
+            b.set_stream_handler(probe.PING_PROTOCOL, probe.handle_ping)
+            b.set_stream_handler(probe.BANDWIDTH_PROTOCOL, probe.handle_bandwidth)
+            rtt_ms = await probe.measure_rtt_ms(a, b.get_id())
+            mbps = await probe.measure_bandwidth_mbps(a, b.get_id(), 256 * 1024)
+            return rtt_ms, mbps
+
+    rtt_ms, mbps = run(scenario)
+    assert 0 < rtt_ms < 1000
+    assert mbps > 1
+
+
+def test_bandwidth_server_refuses_oversized_requests():
+    async def scenario() -> bytes:
+        async with host_pair() as (a, b):
+            b.set_stream_handler(probe.BANDWIDTH_PROTOCOL, probe.handle_bandwidth)
+            stream = await a.new_stream(b.get_id(), [probe.BANDWIDTH_PROTOCOL])
+            await stream.write(struct.pack(">I", probe.MAX_BANDWIDTH_PROBE_BYTES + 1))
+            with trio.fail_after(5):
+                try:
+                    return await stream.read(1)  # closed without an acknowledgement
+                except StreamEOF:
+                    return b""
+
+    assert run(scenario) == b""
+
+
+def test_rpc_round_trip_and_frame_limit():
+    async def respond(request: bytes) -> dict[str, Any]:
+        return {"echo": request.decode()}
+
+    async def scenario() -> tuple[Any, str]:
+        async with host_pair() as (a, b):
+            b.set_stream_handler(ECHO, rpc.make_handler(respond))
+            reply = await rpc.call(a, b.get_id(), ECHO, b"hello")
+            stream = await a.new_stream(b.get_id(), [ECHO])
+            await write_frame(stream, b"x" * (rpc.MAX_REQUEST_BYTES + 1))  # server must refuse
+            with trio.fail_after(5):
+                try:
+                    await read_frame(stream, 1024)
+                    error = "answered"
+                except FrameError as exc:
+                    error = str(exc)
+            return reply, error
+
+    reply, error = run(scenario)
+    assert reply == {"echo": "hello"}
+    assert "closed" in error
+
+
+def test_probe_to_a_peer_without_the_protocol_fails_cleanly():
+    async def scenario() -> None:
+        async with host_pair() as (a, b):
+            await probe.measure_rtt_ms(a, b.get_id())
+
+    with pytest.raises(BaseException):  # noqa: B017 - py-libp2p raises several types
+        run(scenario)
