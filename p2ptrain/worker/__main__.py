@@ -1,0 +1,3 @@
+from p2ptrain.worker.main import main
+
+main()

@@ -1,0 +1,139 @@
+"""Tensor frames between pipeline neighbours: the wire format and its validation.
+
+A frame is `u32 header length | JSON header | raw tensor bytes`; the receiver answers one byte
+(ACCEPTED or REJECTED). The header names what the tensor is (activation or gradient, run, plan
+epoch, step, micro-batch), who sent it, and its dtype and shape. Before a single payload byte is
+trusted, the receiver checks every field against what it expects from that neighbour right now.
+
+Pure (torch only), so the rules are unit-testable without a network.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+PROTOCOL = "p2ptrain.pipe.v1"  # the p2pd stream handler name
+MAX_HEADER_BYTES = 4096
+MAX_PAYLOAD_BYTES = 512 * 1024 * 1024
+ACCEPTED, REJECTED, BUSY = b"\x01", b"\x00", b"\x02"  # BUSY: not ready yet, retry
+HEADER_LEN = struct.Struct(">I")
+
+ACTIVATION, GRADIENT = "act", "grad"
+WIRE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+COMPRESSION_DTYPES = {"none": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+@dataclass(frozen=True)
+class FrameHeader:
+    kind: str  # ACTIVATION (forward) or GRADIENT (backward)
+    run_id: str
+    epoch: int  # plan epoch the sender works under
+    step: int
+    micro: int  # micro-batch index
+    sender: str  # peer id; must equal the authenticated stream peer
+    dtype: str
+    shape: tuple[int, ...]
+    num_bytes: int
+
+    def encode(self) -> bytes:
+        body = json.dumps(asdict(self), separators=(",", ":")).encode()
+        return HEADER_LEN.pack(len(body)) + body
+
+    @classmethod
+    def decode(cls, body: bytes) -> FrameHeader:
+        """Parse a header body; ValueError on anything malformed."""
+        try:
+            raw = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"header is not JSON: {exc}") from exc
+        if not isinstance(raw, dict) or set(raw) != {f for f in cls.__dataclass_fields__}:
+            raise ValueError("header fields are wrong")
+        ints = ("epoch", "step", "micro", "num_bytes")
+        if any(not _is_int(raw[k]) or raw[k] < 0 for k in ints):
+            raise ValueError("header counters must be non-negative integers")
+        if not all(isinstance(raw[k], str) for k in ("kind", "run_id", "sender", "dtype")):
+            raise ValueError("header names must be strings")
+        shape = raw["shape"]
+        if (
+            not isinstance(shape, list)
+            or len(shape) > 8
+            or not all(_is_int(d) and d >= 0 for d in shape)
+        ):
+            raise ValueError("header shape must be a short list of non-negative integers")
+        return cls(**{**raw, "shape": tuple(shape)})
+
+
+class NotReady(Exception):
+    """The receiver cannot judge this frame yet (no plan yet, or it is further ahead)."""
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a worker accepts from one neighbour for one (kind, step, micro)."""
+
+    kind: str
+    run_id: str
+    epoch: int
+    sender: str
+    dtype: str
+    shape: tuple[int, ...]
+
+
+def header_for(
+    tensor: torch.Tensor, kind: str, run_id: str, epoch: int, step: int, micro: int, sender: str
+) -> FrameHeader:
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    return FrameHeader(
+        kind, run_id, epoch, step, micro, sender, dtype, tuple(tensor.shape), _num_bytes(tensor)
+    )
+
+
+def check_header(header: FrameHeader, remote_peer: str, expected: Expected | None) -> str | None:
+    """Why this frame must be refused, or None if it is what we expect."""
+    if header.sender != remote_peer:
+        return f"sender {header.sender} is not the stream's peer {remote_peer}"
+    if expected is None:
+        return f"no {header.kind} expected from {remote_peer} for step {header.step}"
+    for name in ("kind", "run_id", "epoch", "sender", "dtype", "shape"):
+        if getattr(header, name) != getattr(expected, name):
+            return f"{name} {getattr(header, name)!r} != expected {getattr(expected, name)!r}"
+    if header.dtype not in WIRE_DTYPES:
+        return f"dtype {header.dtype} not allowed"
+    item_bytes = torch.empty((), dtype=WIRE_DTYPES[header.dtype]).element_size()
+    if (
+        header.num_bytes != math.prod(header.shape) * item_bytes
+        or header.num_bytes > MAX_PAYLOAD_BYTES
+    ):
+        return f"num_bytes {header.num_bytes} does not match dtype and shape"
+    return None
+
+
+def tensor_bytes(tensor: torch.Tensor) -> memoryview:
+    """The tensor's raw bytes without a copy (it must be contiguous)."""
+    flat = tensor.detach().contiguous().view(-1)
+    return memoryview(flat.view(torch.uint8).numpy())  # type: ignore[arg-type]
+
+
+def decode_tensor(header: FrameHeader, payload: bytes | bytearray) -> torch.Tensor:
+    """The payload as a tensor of the header's dtype and shape; ValueError if it holds NaN/inf."""
+    if len(payload) != header.num_bytes:
+        raise ValueError(f"payload has {len(payload)} bytes, header says {header.num_bytes}")
+    raw = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+    tensor = raw.view(WIRE_DTYPES[header.dtype]).view(header.shape)
+    if not torch.isfinite(tensor).all():
+        raise ValueError("tensor holds NaN or inf")
+    return tensor
+
+
+def _num_bytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

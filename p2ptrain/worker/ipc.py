@@ -1,0 +1,107 @@
+"""The worker side of the control <-> worker IPC (contracts.md): newline-delimited JSON over a
+Unix socket. The worker connects, says hello, then receives plans and a stop; it sends metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+MAX_LINE_BYTES = 1024 * 1024
+
+
+class PlanInbox:
+    """The latest plan message and the stop flag, shared between the reader and the trainer."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self.latest: dict[str, Any] | None = None
+        self.version = 0  # bumps on every new plan message
+        self.stopped = False
+
+    def put_plan(self, message: dict[str, Any]) -> None:
+        with self._changed:
+            self.latest, self.version = message, self.version + 1
+            self._changed.notify_all()
+
+    def stop(self) -> None:
+        with self._changed:
+            self.stopped = True
+            self._changed.notify_all()
+
+    def wait_newer(self, version: int, timeout_s: float | None = None) -> bool:
+        """Wait until a plan newer than `version` arrives (True) or stop/timeout (False)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with self._changed:
+            while self.version <= version and not self.stopped:
+                left_s = None if deadline is None else deadline - time.monotonic()
+                if left_s is not None and left_s <= 0:
+                    return False
+                self._changed.wait(left_s)
+            return self.version > version and not self.stopped
+
+
+class IpcClient:
+    """A connection to the control process; `send` is thread-safe, plans land in `inbox`."""
+
+    def __init__(self, path: str, inbox: PlanInbox, connect_timeout_s: float = 30.0) -> None:
+        self.inbox = inbox
+        self._lock = threading.Lock()
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        deadline = time.monotonic() + connect_timeout_s
+        while True:  # the control process may still be binding its socket
+            try:
+                self._sock.connect(path)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        threading.Thread(target=self._read_forever, name="ipc-reader", daemon=True).start()
+
+    def send(self, message: dict[str, Any]) -> None:
+        line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        with self._lock:
+            try:
+                self._sock.sendall(line)
+            except OSError as exc:
+                log.warning("ipc send failed: %s", exc)
+
+    def _read_forever(self) -> None:
+        buffer = b""
+        while True:
+            try:
+                data = self._sock.recv(65536)
+            except OSError:
+                data = b""
+            if not data:  # control went away: nothing left to take orders from
+                log.warning("ipc closed by the control process; stopping")
+                self.inbox.stop()
+                return
+            buffer += data
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                self._handle(line)
+            if len(buffer) > MAX_LINE_BYTES:
+                log.warning("ipc: dropping an oversized line")
+                buffer = b""
+
+    def _handle(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            log.warning("ipc: dropping a line that is not JSON")
+            return
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "plan" and isinstance(message.get("plan"), dict):
+            self.inbox.put_plan(message)
+        elif kind == "stop":
+            self.inbox.stop()
+        else:
+            log.warning("ipc: ignoring message of type %r", kind)

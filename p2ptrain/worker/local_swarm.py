@@ -1,0 +1,318 @@
+"""N workers on this machine, driven through the control <-> worker IPC without a control plane.
+
+This plays the control side of contracts.md for a swarm on 127.0.0.1: it listens on one Unix
+socket, starts N worker processes (each its own process group), collects their hellos, computes a
+plan with the scheduler over a loopback topology, sends it, gathers the metrics and finally stops
+everything. Tests and `p2ptrain local` use it. Stdlib only (it never imports hivemind or libp2p).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from p2ptrain.runspec import RunSpec
+
+STALL_TIMEOUT_S = 180.0  # no progress for this long: the swarm is broken
+STOP_GRACE_S = 20.0
+
+
+@dataclass
+class StepStats:
+    """What the last stages of all replicas reported for one step."""
+
+    losses: dict[int, float] = field(default_factory=dict)  # replica -> loss
+    samples: dict[int, int] = field(default_factory=dict)
+    tokens_per_s: dict[int, float] = field(default_factory=dict)
+
+    def global_loss(self) -> float:
+        """The loss over the global batch: replicas weighted by their rows."""
+        total = sum(self.samples.values())
+        return sum(self.losses[r] * self.samples[r] / total for r in self.losses)
+
+
+@dataclass
+class SwarmResult:
+    steps: int
+    loss: list[float]
+    tokens_per_s: float
+    plan: dict[str, Any]
+    averaging: dict[str, int]  # outcome -> count over all peers and steps
+    wall_s: float
+
+
+def plan_layout(spec: RunSpec, num_peers: int) -> tuple[int, int]:
+    """(stages, replicas) for a local swarm: the run's stages, fewer if there are too few peers."""
+    stages = max(1, min(spec.stages, num_peers, spec.n_layer))
+    return stages, num_peers // stages
+
+
+def plan_for(spec: RunSpec, hellos: list[dict[str, Any]], epoch: int = 0) -> dict[str, Any]:
+    """A plan body (contracts.md) placing the hello'd peers, with the scheduler when it loads."""
+    peers = [h["peer_id"] for h in hellos]
+    stages, replicas = plan_layout(spec, len(peers))
+    try:
+        import numpy as np
+
+        from p2ptrain.schedule import Topology, Workload, plan_swarm
+
+        n = len(peers)
+        topology = Topology(
+            peers=peers,
+            delay_ms=np.full((n, n), 0.05) - np.diag(np.full(n, 0.05)),  # loopback
+            bandwidth_gbps=np.full((n, n), 10.0),
+            workload=Workload(
+                stages=stages, replicas=replicas, c_dp_gb=spec.c_dp_gb, c_pp_gb=spec.c_pp_gb
+            ),
+        )
+        plan = plan_swarm(
+            topology, stages=stages, replicas=replicas, seed=spec.seed, time_budget_s=0.5
+        )
+        pipelines = [[peers[i] for i in pipeline] for pipeline in plan.pipelines]
+        spares = [peers[i] for i in plan.spares]
+        planner, cost_s = "plan_swarm", float(plan.cost_s)
+    except ImportError:  # scheduler not installed: the obvious layout
+        pipelines = [peers[r * stages : (r + 1) * stages] for r in range(replicas)]
+        spares, planner, cost_s = peers[stages * replicas :], "static", 0.0
+    return {
+        "term": 0,
+        "epoch": epoch,
+        "planner": planner,
+        "stages": stages,
+        "pipelines": pipelines,
+        "spares": spares,
+        "data_addrs": {h["peer_id"]: h["data_addrs"] for h in hellos},
+        "cost_s": cost_s,
+    }
+
+
+class LocalSwarm:
+    """Start with `with LocalSwarm(...) as swarm:`; every process group is killed on exit."""
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        num_peers: int,
+        workdir: Path,
+        env: dict[int, dict[str, str]] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.num_peers = num_peers
+        self.workdir = workdir
+        self.env = env or {}
+        self.may_die: set[int] = set()  # workers a test kills on purpose
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.hellos: list[dict[str, Any]] = []
+        self.plan: dict[str, Any] = {}
+        self._messages: queue.Queue[tuple[int, dict[str, Any] | None]] = queue.Queue()
+        self._conns: list[socket.socket] = []
+        self._listener: socket.socket | None = None
+
+    def __enter__(self) -> LocalSwarm:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        path = str(self.workdir / "ipc.sock")
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(path)
+        self._listener.listen(self.num_peers)
+        try:
+            for i in range(self.num_peers):
+                self._start_worker(i, path)
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _start_worker(self, index: int, ipc_path: str) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env.get(index, {})}
+        with open(self.workdir / f"worker-{index}.log", "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "p2ptrain.worker", "--ipc", ipc_path],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, env=env,
+            )  # fmt: skip
+        self.procs.append(proc)
+
+    def wait_hellos(self, timeout_s: float = 120.0) -> list[dict[str, Any]]:
+        """Accept every worker's connection and hello; the hellos in worker order."""
+        assert self._listener is not None
+        self._listener.settimeout(1.0)
+        deadline = time.monotonic() + timeout_s
+        while len(self._conns) < self.num_peers:
+            self._check_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {len(self._conns)} of {self.num_peers} workers connected")
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            self._conns.append(conn)
+            threading.Thread(
+                target=self._read, args=(len(self._conns) - 1, conn), daemon=True
+            ).start()
+        hellos: dict[int, dict[str, Any]] = {}
+        while len(hellos) < self.num_peers:
+            index, message = self._next_message(deadline)
+            if message is not None and message.get("type") == "hello":
+                hellos[index] = message
+        # in worker order (connections arrive in any order)
+        by_pid = {int(h.get("pid", -1)): h for h in hellos.values()}
+        self.hellos = [by_pid[proc.pid] for proc in self.procs]
+        return self.hellos
+
+    def send_plan(self, plan: dict[str, Any]) -> None:
+        self.plan = plan
+        self._broadcast({"type": "plan", "plan": plan, "run": self.spec.to_dict()})
+
+    def train(self, on_step: Callable[[int, float, float], None] | None = None) -> SwarmResult:
+        """Wait for every step's loss from the last stages, then for the workers to finish."""
+        started_s = time.monotonic()
+        replicas = len(self.plan["pipelines"])
+        by_step: dict[int, StepStats] = {}
+        averaging: dict[str, int] = {}
+        losses: list[float] = []
+        finished_s: list[float] = []  # when each step's loss was complete
+        next_step = None
+        deadline = time.monotonic() + STALL_TIMEOUT_S
+        while next_step is None or next_step < self.spec.steps:
+            _, message = self._next_message(deadline)
+            if message is None or message.get("type") != "metrics":
+                continue
+            deadline = time.monotonic() + STALL_TIMEOUT_S
+            kind = str(message.get("averaging"))
+            averaging[kind] = averaging.get(kind, 0) + 1
+            if message.get("loss") is None:
+                continue
+            step, replica = int(message["step"]), int(message["replica"])
+            next_step = step if next_step is None else next_step  # a resumed run starts later
+            stats = by_step.setdefault(step, StepStats())
+            stats.losses[replica] = float(message["loss"])
+            stats.samples[replica] = int(message["samples"])
+            stats.tokens_per_s[replica] = float(message["tokens_per_s"])
+            while next_step in by_step and len(by_step[next_step].losses) == replicas:
+                done = by_step.pop(next_step)
+                losses.append(done.global_loss())
+                finished_s.append(time.monotonic())
+                if on_step is not None:
+                    on_step(next_step, losses[-1], sum(done.tokens_per_s.values()))
+                next_step += 1
+        wall_s = time.monotonic() - started_s
+        for _, message in self.collect_until_exit(STOP_GRACE_S):  # the other stages' last metrics
+            if message.get("type") == "metrics":
+                kind = str(message.get("averaging"))
+                averaging[kind] = averaging.get(kind, 0) + 1
+        return SwarmResult(
+            len(losses), losses, self._tokens_per_s(finished_s), self.plan, averaging, wall_s
+        )
+
+    def _tokens_per_s(self, finished_s: list[float]) -> float:
+        """Steady-state throughput: tokens of the steps after the first over their wall time."""
+        tokens_per_step = self.spec.batch_size * self.spec.block_size
+        if len(finished_s) < 2 or finished_s[-1] <= finished_s[0]:
+            return 0.0
+        return (len(finished_s) - 1) * tokens_per_step / (finished_s[-1] - finished_s[0])
+
+    def collect_until_exit(self, timeout_s: float) -> list[tuple[int, dict[str, Any]]]:
+        """Every message until all workers not in `may_die` have exited: (worker index, message)."""
+        deadline = time.monotonic() + timeout_s
+        messages = []
+        while any(p.poll() is None for i, p in enumerate(self.procs) if i not in self.may_die):
+            try:
+                index, message = self._next_message(deadline)
+            except TimeoutError:
+                break
+            if message is not None:
+                messages.append((index, message))
+        while not self._messages.empty():
+            index, message = self._messages.get()
+            if message is not None:
+                messages.append((index, message))
+        return messages
+
+    def wait_exit(self, timeout_s: float = STOP_GRACE_S) -> list[int | None]:
+        """Wait for the workers to exit on their own (they do after the last step)."""
+        deadline = time.monotonic() + timeout_s
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(0.1, deadline - time.monotonic()))
+        return [proc.poll() for proc in self.procs]
+
+    def stop(self) -> None:
+        """Ask for a graceful stop (checkpoint), then kill whatever is left, group by group."""
+        if any(proc.poll() is None for proc in self.procs):
+            self._broadcast({"type": "stop"})
+            self.wait_exit()
+        self.kill()
+
+    def kill(self) -> None:
+        for proc in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # worker, watchdog, hivemind children, p2pd
+            proc.wait()
+        for conn in self._conns:
+            conn.close()
+        if self._listener is not None:
+            self._listener.close()
+            Path(self.workdir / "ipc.sock").unlink(missing_ok=True)
+            self._listener = None
+
+    def log_tail(self, index: int, num_lines: int = 30) -> str:
+        path = self.workdir / f"worker-{index}.log"
+        lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+        return "\n".join(lines[-num_lines:])
+
+    def _broadcast(self, message: dict[str, Any]) -> None:
+        line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        for conn in self._conns:
+            with contextlib.suppress(OSError):  # that worker is gone; the others go on
+                conn.sendall(line)
+
+    def _read(self, index: int, conn: socket.socket) -> None:
+        buffer = b""
+        while True:
+            try:
+                data = conn.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                self._messages.put((index, None))
+                return
+            buffer += data
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(message, dict):
+                    self._messages.put((index, message))
+
+    def _next_message(self, deadline: float) -> tuple[int, dict[str, Any] | None]:
+        while True:
+            self._check_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError("the swarm made no progress in time")
+            try:
+                return self._messages.get(timeout=0.5)
+            except queue.Empty:
+                continue
+
+    def _check_alive(self) -> None:
+        for index, proc in enumerate(self.procs):
+            code = proc.poll()
+            if code not in (None, 0) and index not in self.may_die:
+                raise RuntimeError(f"worker {index} exited with {code}:\n{self.log_tail(index)}")

@@ -1,0 +1,232 @@
+"""The worker process: the data plane of one node (torch + hivemind).
+
+    python -m p2ptrain.worker --ipc SOCKET [--identity KEY]       # beside a control process
+    python -m p2ptrain.worker --plan PLAN.json --name NAME        # static plan, for tests
+
+Life of the process: watchdog -> hivemind DHT + p2pd (the node's data-plane address) -> hello ->
+wait for a plan -> build this peer's stage -> train step by step (pipeline, then verified
+gradient averaging, then the optimizer) -> checkpoint on interval, on a new plan and on exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from p2ptrain.errors import UserError
+from p2ptrain.runspec import RunSpec
+from p2ptrain.worker import watchdog
+from p2ptrain.worker.frames import Expected, FrameHeader, NotReady
+
+log = logging.getLogger("p2ptrain.worker")
+
+SHUTDOWN_GRACE_S = 3.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--ipc", metavar="SOCKET", help="control process socket (contracts.md)")
+    source.add_argument(
+        "--plan", metavar="PLAN.json", help="static plan file (peers named by --name)"
+    )
+    parser.add_argument("--name", help="with --plan: this worker's name in the plan's pipelines")
+    parser.add_argument(
+        "--identity", metavar="KEY", help="node identity file (same peer id as control)"
+    )
+    parser.add_argument("--log-level", default=os.environ.get("P2PTRAIN_LOG", "INFO"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m p2ptrain.worker", description=__doc__.split("\n")[0]
+    )
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.plan and not args.name:
+        parser.error("--plan needs --name")
+    watchdog.install()  # first, while the process has a single thread
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s worker %(process)d: %(message)s",
+    )
+    for noisy in ("hivemind", "hivemind.averaging", "hivemind.dht"):
+        logging.getLogger(noisy).setLevel(
+            logging.ERROR if args.log_level.upper() != "DEBUG" else "DEBUG"
+        )
+    torch.set_num_threads(1)
+    try:
+        code = Worker(args).run()
+    except UserError as exc:
+        log.error("%s", exc)
+        code = 2
+    logging.shutdown()
+    os._exit(code)  # not sys.exit: hivemind's non-daemon threads must not keep us alive
+
+
+class Worker:
+    def __init__(self, args: argparse.Namespace) -> None:
+        from p2ptrain.worker.ipc import IpcClient, PlanInbox
+
+        self.args = args
+        self.inbox = PlanInbox()
+        self.ipc: IpcClient | None = IpcClient(args.ipc, self.inbox) if args.ipc else None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.inbox.stop())
+
+    def run(self) -> int:
+        import hivemind
+
+        from p2ptrain.worker.session import Session, SessionEnd
+        from p2ptrain.worker.transport import Transport
+
+        identity_path = self._hivemind_identity()
+        dht = hivemind.DHT(
+            start=True,
+            host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+            nat_port_map=False,
+            identity_path=identity_path,
+        )
+        self.current: Session | None = None
+        transport = Transport.start(dht.replicate_p2p, self._expect)
+        try:
+            data_addrs = [str(a) for a in dht.get_visible_maddrs()]
+            log.info("data plane up: %s", data_addrs[0])
+            self._hello(transport.peer_id, data_addrs)
+            _warm_up_torch()
+            version = 0
+            while True:
+                if not self.inbox.wait_newer(version):
+                    return 0  # stopped before any (new) plan
+                version = self.inbox.version
+                message = self._resolved_plan(self.inbox.latest)
+                spec = RunSpec.from_dict(message.get("run") or {})
+                self.current = Session(
+                    spec, message["plan"], dht, transport, self.inbox, self._report
+                )
+                end = self.current.train(version)
+                self.current.close()
+                self.current = None
+                if end is SessionEnd.DONE or self.inbox.stopped:
+                    return 0
+                if end is SessionEnd.PEER_LOST and not self.ipc:
+                    return 3  # a static plan cannot heal; a control plane re-plans
+                # otherwise a new plan arrived, or we wait for the control plane's next one
+        finally:
+            if self.current is not None:
+                self.current.close()  # the checkpoint: the only part of shutdown that matters
+
+            # hivemind's own shutdown can hang for long; give it a moment, then leave: the
+            # watchdog kills whatever of the process group is left when we exit
+            def shut_down() -> None:
+                transport.close()
+                dht.shutdown()
+
+            _run_bounded(shut_down, SHUTDOWN_GRACE_S)
+
+    def _expect(self, header: FrameHeader) -> Expected | None:
+        session = self.current
+        if session is None:
+            raise NotReady()  # between plans: the sender retries
+        return session.expect(header)
+
+    def _report(self, message: dict[str, Any]) -> None:
+        if self.ipc is not None:
+            self.ipc.send(message)
+        else:
+            print(json.dumps(message), flush=True)
+
+    def _hello(self, peer_id: str, data_addrs: list[str]) -> None:
+        hello = {"type": "hello", "peer_id": peer_id, "data_addrs": data_addrs, "pid": os.getpid()}
+        if self.ipc is not None:
+            self.ipc.send(hello)
+            return
+        # static plan: rendezvous through files next to the plan (NAME.hello.json)
+        plan_path = Path(self.args.plan)
+        tmp = plan_path.with_name(f".{self.args.name}.hello.tmp")
+        tmp.write_text(json.dumps(hello))
+        tmp.replace(plan_path.with_name(f"{self.args.name}.hello.json"))
+        threading.Thread(target=self._wait_static_plan, args=(plan_path,), daemon=True).start()
+
+    def _wait_static_plan(self, plan_path: Path) -> None:
+        try:
+            message = json.loads(plan_path.read_text())
+        except (OSError, ValueError) as exc:
+            log.error("cannot read plan %s: %s", plan_path, exc)
+            self.inbox.stop()
+            return
+        names = {name for pipeline in message["plan"]["pipelines"] for name in pipeline}
+        while not all(plan_path.with_name(f"{n}.hello.json").exists() for n in names):
+            if self.inbox.stopped:
+                return
+            time.sleep(0.1)
+        self.inbox.put_plan(message)
+
+    def _resolved_plan(self, message: dict[str, Any] | None) -> dict[str, Any]:
+        """With --plan, replace worker names by the peer ids and addresses they said hello with."""
+        assert message is not None
+        if not self.args.plan:
+            return message
+        plan = dict(message["plan"])
+        hellos = {}
+        for pipeline in plan["pipelines"]:
+            for name in pipeline:
+                path = Path(self.args.plan).with_name(f"{name}.hello.json")
+                hellos[name] = json.loads(path.read_text())
+        plan["pipelines"] = [[hellos[n]["peer_id"] for n in p] for p in plan["pipelines"]]
+        plan["data_addrs"] = {h["peer_id"]: h["data_addrs"] for h in hellos.values()}
+        plan.setdefault("epoch", 0)
+        plan.setdefault("stages", len(plan["pipelines"][0]))
+        return {**message, "plan": plan}
+
+    def _hivemind_identity(self) -> str | None:
+        """The node's Ed25519 key rewritten in the 64-byte form p2pd wants (same peer id)."""
+        if not self.args.identity:
+            return None
+        from p2ptrain import identity
+
+        seed = identity.load_or_create_identity(self.args.identity)
+        fd, path = tempfile.mkstemp(prefix="p2ptrain-hivemind-", suffix=".key")
+        with os.fdopen(fd, "wb") as f:  # mkstemp: mode 0600
+            f.write(identity.hivemind_key_bytes(seed))
+        return path
+
+
+def _run_bounded(fn: Callable[[], object], timeout_s: float) -> None:
+    thread = threading.Thread(target=fn, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+
+
+def _warm_up_torch() -> None:
+    # the first optimizer imports torch._dynamo (1-4 s): pay it while the swarm is still forming
+    torch.optim.AdamW([torch.zeros(1, requires_grad=True)])
+
+
+def swarm_prefix(run_id: str, stage: int, epoch: int) -> str:
+    """The DHT prefix of one stage's averaging swarm in one plan epoch."""
+    return f"p2ptrain_{re.sub(r'[^A-Za-z0-9_]', '_', run_id)}_s{stage}_e{epoch}"
+
+
+async def ping_peers(peer_ids: list[str], _dht: Any, node: Any) -> None:
+    """Run inside hivemind's DHT process: add the plan's peers to the routing table."""
+    from hivemind.p2p import PeerID
+
+    for peer_id in peer_ids:
+        await node.protocol.call_ping(PeerID.from_base58(peer_id))
+
+
+def bootstrap_dht(dht: Any, peer_ids: list[str]) -> None:
+    dht.run_coroutine(partial(ping_peers, peer_ids))

@@ -1,0 +1,132 @@
+"""One training step of one pipeline stage, GPipe schedule.
+
+Forward every micro-batch (receive activations from the previous stage or read the batch, run the
+stage, send activations on or compute the loss), then backward in reverse order (receive output
+gradients or start from the loss, send input gradients back). Activations and gradients travel in
+the run's wire dtype (fp16/bf16, or fp32 for exact runs); compute stays fp32.
+
+Loss scaling matches the reference trainer: micro-batch m of a replica with b rows weighs
+len(m)/b, and replicas are later averaged with weight b, so the sum is the global-batch mean.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future
+
+import torch
+
+from p2ptrain.runspec import RunSpec
+from p2ptrain.train.data import get_batch, replica_rows
+from p2ptrain.train.model import Stage, loss_fn
+from p2ptrain.train.reference import micro_batch_rows
+from p2ptrain.worker.frames import ACTIVATION, COMPRESSION_DTYPES, GRADIENT, WIRE_DTYPES, Expected
+from p2ptrain.worker.role import Role
+from p2ptrain.worker.transport import PeerLost, Transport
+
+RECEIVE_TIMEOUT_S = 120.0
+
+
+def wire_dtype(spec: RunSpec) -> torch.dtype:
+    return WIRE_DTYPES[COMPRESSION_DTYPES[spec.compression]]
+
+
+def micro_shapes(spec: RunSpec, role: Role) -> list[tuple[int, int, int]]:
+    """Shape of the activation (= gradient) tensor of each micro-batch at a stage boundary."""
+    rows = replica_rows(spec.batch_size, role.num_replicas, role.replica)
+    return [
+        (len(m), spec.block_size, spec.n_embd)
+        for m in micro_batch_rows(len(rows), spec.micro_batches)
+    ]
+
+
+def expected_frame(
+    spec: RunSpec, role: Role, current_step: int, kind: str, step: int, micro: int
+) -> Expected | None:
+    """What this stage accepts for (kind, step, micro) while working on `current_step`."""
+    shapes = micro_shapes(spec, role)
+    if not 0 <= micro < len(shapes):
+        return None
+    if kind == ACTIVATION and role.prev_peer and current_step <= step <= current_step + 1:
+        sender = role.prev_peer  # the previous stage may run one step ahead of us
+    elif kind == GRADIENT and role.next_peer and step == current_step:
+        sender = role.next_peer
+    else:
+        return None
+    dtype = COMPRESSION_DTYPES[spec.compression]
+    return Expected(kind, spec.run_id, role.epoch, sender, dtype, shapes[micro])
+
+
+def run_step(
+    model: Stage,
+    spec: RunSpec,
+    role: Role,
+    transport: Transport | None,
+    corpus: torch.Tensor | None,
+    step: int,
+    should_stop: Callable[[], bool],
+) -> float | None:
+    """Accumulate this stage's gradients for `step`; the replica's mean loss on the last stage."""
+    rows = replica_rows(spec.batch_size, role.num_replicas, role.replica)
+    micro = micro_batch_rows(len(rows), spec.micro_batches)
+    x = y = None
+    if corpus is not None:
+        x, y = get_batch(corpus, spec, step, rows)
+    dtype = wire_dtype(spec)
+    sends: list[Future[None]] = []
+
+    def send(peer: str | None, tensor: torch.Tensor, kind: str, m: int) -> None:
+        assert transport is not None and peer is not None
+        sends.append(transport.send(peer, tensor.to(dtype), kind, spec.run_id, role.epoch, step, m))
+
+    def stop_waiting() -> bool:
+        _raise_failed_send(sends)  # a lost frame of ours means the answer will never come
+        return should_stop()
+
+    def receive(kind: str, m: int) -> torch.Tensor:
+        assert transport is not None
+        return transport.receive(kind, step, m, RECEIVE_TIMEOUT_S, stop_waiting).float()
+
+    inputs: list[torch.Tensor] = []
+    outputs: list[torch.Tensor] = []
+    loss_total = 0.0
+    for m, m_rows in enumerate(micro):
+        if role.is_first:
+            assert x is not None
+            inp = x[m_rows.start : m_rows.stop]
+        else:
+            inp = receive(ACTIVATION, m).requires_grad_()
+        out = model(inp)
+        if role.is_last:
+            assert y is not None
+            out = loss_fn(out, y[m_rows.start : m_rows.stop]) * (len(m_rows) / len(rows))
+            loss_total += out.item()
+        else:
+            send(role.next_peer, out.detach(), ACTIVATION, m)
+        inputs.append(inp)
+        outputs.append(out)
+
+    for m in reversed(range(len(micro))):
+        if role.is_last:
+            outputs[m].backward()
+        else:
+            outputs[m].backward(receive(GRADIENT, m))
+        if not role.is_first:
+            grad = inputs[m].grad
+            assert grad is not None
+            send(role.prev_peer, grad, GRADIENT, m)
+
+    for future in sends:
+        try:
+            future.result(timeout=RECEIVE_TIMEOUT_S)
+        except PeerLost:
+            raise
+        except Exception as exc:  # a timeout of the future itself
+            raise PeerLost(f"send did not finish: {exc!r}") from exc
+    return loss_total if role.is_last else None
+
+
+def _raise_failed_send(sends: list[Future[None]]) -> None:
+    for future in sends:
+        if future.done() and future.exception() is not None:
+            raise PeerLost(str(future.exception()))

@@ -1,0 +1,212 @@
+"""Training under one plan: this peer's stage, its optimizer, its averaging swarm, its loop.
+
+A session ends when the run's last step is done, when a newer plan arrives (checkpoint, then the
+worker starts a new session, possibly for another stage), when a neighbour is lost, or on stop.
+Every end except a crash writes the stage checkpoint, so the next session resumes from it.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from hivemind import DHT
+
+from p2ptrain.runspec import RunSpec
+from p2ptrain.train.checkpoint import checkpoint_dir, checkpoint_path, load_stage, save_stage
+from p2ptrain.train.data import load_corpus, replica_rows
+from p2ptrain.train.model import Stage, build_stage
+from p2ptrain.train.optim import clip_grads, lr_at, make_optimizer, set_lr
+from p2ptrain.worker import pipeline
+from p2ptrain.worker.averaging import StageAverager
+from p2ptrain.worker.frames import Expected, FrameHeader, NotReady
+from p2ptrain.worker.ipc import PlanInbox
+from p2ptrain.worker.role import Role, role_in_plan
+from p2ptrain.worker.transport import PeerLost, Stopped, Transport
+
+log = logging.getLogger("p2ptrain.worker")
+
+# fault injection for the kill test: "STEP:STAGE:REPLICA" -> that peer SIGKILLs its whole process
+# group (worker, hivemind children, p2pd) 50 ms into averaging that step
+DIE_WHILE_AVERAGING_ENV = "P2PTRAIN_TEST_DIE_WHILE_AVERAGING"
+
+
+class SessionEnd(enum.Enum):
+    DONE = "done"  # every step of the run is trained
+    NEW_PLAN = "new_plan"
+    PEER_LOST = "peer_lost"
+    STOPPED = "stopped"
+    SPARE = "spare"  # the plan leaves this peer out
+
+
+class Session:
+    def __init__(
+        self,
+        spec: RunSpec,
+        plan: dict[str, Any],
+        dht: DHT,
+        transport: Transport,
+        inbox: PlanInbox,
+        report: Callable[[dict[str, Any]], None],
+    ) -> None:
+        self.spec = spec
+        self.transport = transport
+        self.inbox = inbox
+        self.report = report
+        self.role: Role | None = role_in_plan(plan, transport.peer_id)
+        self.step = 0
+        self.model: Stage | None = None
+        self.averager: StageAverager | None = None
+        if self.role is None:
+            return
+        role = self.role
+        started_s = time.monotonic()
+        self._connect(plan, dht)
+        log.info("connected to the plan's peers in %.1f s", time.monotonic() - started_s)
+        self.model = build_stage(spec, role.stage, role.num_stages)
+        self.optimizer = make_optimizer(self.model, spec)
+        self.path = checkpoint_path(checkpoint_dir(spec), self.model.layers)
+        if self.path.exists():
+            self.step = load_stage(self.path, spec, self.model, self.optimizer)
+            log.info("resumed stage %d at step %d from %s", role.stage, self.step, self.path)
+        needs_data = role.is_first or role.is_last
+        self.corpus = load_corpus(spec) if needs_data else None
+        if role.num_replicas > 1:
+            from p2ptrain.worker.main import swarm_prefix
+
+            num_params = sum(p.numel() for p in self.model.parameters())
+            prefix = swarm_prefix(spec.run_id, role.stage, role.epoch)
+            self.averager = StageAverager(
+                dht,
+                num_params,
+                prefix,
+                role.num_replicas,
+                spec.compression,
+                spec.averaging_timeout_s,
+            )
+        self.rows = replica_rows(spec.batch_size, role.num_replicas, role.replica)
+        log.info(
+            "plan epoch %d: stage %d/%d (layers %s) of replica %d/%d, starting at step %d",
+            role.epoch, role.stage, role.num_stages, self.model.layers, role.replica,
+            role.num_replicas, self.step,
+        )  # fmt: skip
+
+    def _connect(self, plan: dict[str, Any], dht: DHT) -> None:
+        from p2ptrain.worker.main import bootstrap_dht
+
+        assert self.role is not None
+        addrs: dict[str, list[str]] = plan.get("data_addrs", {})
+        others = {p for pipe in plan["pipelines"] for p in pipe} - {self.transport.peer_id}
+        for peer in sorted(others):
+            if addrs.get(peer):
+                self.transport.connect(peer, addrs[peer])
+        if self.role.num_replicas > 1:
+            bootstrap_dht(dht, sorted(others))
+
+    def expect(self, header: FrameHeader) -> Expected | None:
+        """Called from the transport thread for every incoming frame."""
+        if self.role is None:
+            return None
+        if header.step > self.step + 1:
+            raise NotReady()  # a neighbour resumed from a later checkpoint, or we are slow
+        return pipeline.expected_frame(
+            self.spec, self.role, self.step, header.kind, header.step, header.micro
+        )
+
+    def train(self, plan_version: int) -> SessionEnd:
+        if self.role is None or self.model is None:
+            log.info("the plan leaves this peer out: waiting as a spare")
+            return SessionEnd.SPARE
+        role, model = self.role, self.model
+        while self.step < self.spec.steps:
+            if self.inbox.stopped:
+                return SessionEnd.STOPPED
+            if self.inbox.version != plan_version:
+                return SessionEnd.NEW_PLAN
+            started_s = time.monotonic()
+            set_lr(self.optimizer, lr_at(self.step, self.spec))
+            try:
+                loss = pipeline.run_step(
+                    model,
+                    self.spec,
+                    role,
+                    self.transport,
+                    self.corpus,
+                    self.step,
+                    self._should_stop,
+                )
+            except Stopped:
+                self.optimizer.zero_grad(set_to_none=True)
+                return SessionEnd.STOPPED
+            except PeerLost as exc:
+                log.warning("step %d: %s", self.step, exc)
+                self.optimizer.zero_grad(set_to_none=True)
+                return SessionEnd.PEER_LOST
+            averaging = self._average_gradients()
+            clip_grads(model, self.spec.grad_clip)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            elapsed_s = time.monotonic() - started_s
+            self.report(
+                {
+                    "type": "metrics",
+                    "step": self.step,
+                    "loss": loss,
+                    "tokens_per_s": len(self.rows) * self.spec.block_size / elapsed_s,
+                    "stage": role.stage,
+                    "replica": role.replica,
+                    "samples": len(self.rows),
+                    "averaging": averaging,
+                    "step_s": elapsed_s,
+                }
+            )
+            self.step += 1
+            self.transport.forget_before(self.step)
+            interval = self.spec.checkpoint_interval
+            if interval and self.step % interval == 0 and self.step < self.spec.steps:
+                self.save()
+        return SessionEnd.DONE
+
+    def _average_gradients(self) -> str:
+        """Replace this stage's gradients by their verified average over replicas; the outcome."""
+        assert self.model is not None
+        if self.averager is None:
+            return "solo"
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        flat = torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None])
+        assert self.role is not None
+        if (
+            os.environ.get(DIE_WHILE_AVERAGING_ENV)
+            == f"{self.step}:{self.role.stage}:{self.role.replica}"
+        ):
+            threading.Timer(0.05, os.killpg, (os.getpgid(0), signal.SIGKILL)).start()
+        averaged, outcome = self.averager.average(flat, float(len(self.rows)), self.step)
+        offset = 0
+        for p in params:
+            assert p.grad is not None
+            p.grad.copy_(averaged[offset : offset + p.numel()].view_as(p.grad))
+            offset += p.numel()
+        return outcome.kind
+
+    def _should_stop(self) -> bool:
+        return self.inbox.stopped
+
+    def save(self) -> None:
+        if self.model is not None:
+            save_stage(self.path, self.spec, self.model, self.optimizer, self.step)
+            log.info("checkpoint: step %d -> %s", self.step, self.path)
+
+    def close(self) -> None:
+        """Checkpoint (weights are always those of the last completed step) and leave the swarm."""
+        self.save()
+        if self.averager is not None:
+            self.averager.shutdown()
+            self.averager = None
+        self.model = None

@@ -1,0 +1,213 @@
+"""Pipeline transport: tensor frames to and from neighbours over hivemind's p2pd streams.
+
+hivemind's P2P client is asyncio; the trainer is plain blocking code. So the transport owns an
+asyncio loop in a background thread: a stream handler validates incoming frames and files them in
+an inbox keyed by (kind, step, micro); the trainer sends with `send()` (returns a future) and
+blocks in `receive()` until the frame it needs arrives, the peer is declared lost, or it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import torch
+from hivemind.p2p import P2P, PeerID
+from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
+from hivemind.utils.multiaddr import Multiaddr
+
+from p2ptrain.worker import frames
+from p2ptrain.worker.frames import Expected, FrameHeader
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Key = tuple[str, int, int]  # (kind, step, micro)
+ExpectFn = Callable[[FrameHeader], Expected | None]
+SEND_TIMEOUT_S = 60.0
+BUSY_RETRY_S = 0.2
+
+
+class PeerLost(RuntimeError):
+    """A neighbour did not answer in time, or refused our frame."""
+
+
+class Stopped(RuntimeError):
+    """The worker was asked to stop while waiting."""
+
+
+class Transport:
+    """Frames in and out of one worker; `expect` says what is acceptable right now."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, p2p: P2P, expect: ExpectFn) -> None:
+        self._loop = loop
+        self._p2p = p2p
+        self._expect = expect
+        self._inbox: dict[Key, torch.Tensor] = {}
+        self._arrived = threading.Condition()
+        self.peer_id = p2p.peer_id.to_base58()
+        self.num_bytes_sent = 0
+        self.num_bytes_received = 0
+
+    @classmethod
+    def start(cls, open_p2p: Callable[[], Coroutine[Any, Any, P2P]], expect: ExpectFn) -> Transport:
+        """Start the asyncio thread, open the P2P client there and register the frame handler."""
+        loop = asyncio.new_event_loop()
+        threading.Thread(target=loop.run_forever, name="p2p-loop", daemon=True).start()
+        p2p = asyncio.run_coroutine_threadsafe(open_p2p(), loop).result(timeout=60)
+        transport = cls(loop, p2p, expect)
+        transport.call(p2p.add_binary_stream_handler(frames.PROTOCOL, transport._handle_stream))
+        return transport
+
+    def call(self, coroutine: Coroutine[Any, Any, T], timeout_s: float = 60.0) -> T:
+        """Run a coroutine on the transport's loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=timeout_s)
+
+    def connect(self, peer_id: str, maddrs: list[str]) -> None:
+        """Tell p2pd where a peer listens (plans carry every peer's data addresses)."""
+        # p2pd wants transport addresses: drop the trailing /p2p/<id> of a full multiaddr
+        addrs = [Multiaddr(a.split("/p2p/")[0]) for a in maddrs]
+        self.call(self._p2p._client.connect(PeerID.from_base58(peer_id), addrs))
+
+    def send(
+        self,
+        peer_id: str,
+        tensor: torch.Tensor,
+        kind: str,
+        run_id: str,
+        epoch: int,
+        step: int,
+        micro: int,
+    ) -> Future[None]:
+        """Send a frame without blocking; the future fails with PeerLost if it is not accepted."""
+        tensor = tensor.detach().contiguous()
+        header = frames.header_for(tensor, kind, run_id, epoch, step, micro, self.peer_id)
+        return asyncio.run_coroutine_threadsafe(self._send(peer_id, header, tensor), self._loop)
+
+    async def _send(self, peer_id: str, header: FrameHeader, tensor: torch.Tensor) -> None:
+        # Frames are idempotent (the receiver accepts a duplicate and keeps the first), so any
+        # transient failure, or a BUSY neighbour that has no plan yet, is simply retried.
+        deadline = self._loop.time() + SEND_TIMEOUT_S
+        problem = ""
+        while self._loop.time() < deadline:
+            try:
+                async with asyncio.timeout(max(0.1, deadline - self._loop.time())):
+                    answer = await self._send_once(peer_id, header, tensor)
+            except TimeoutError:
+                problem = "timed out"
+                break
+            except Exception as exc:  # p2pd reports failures as several exception types
+                problem = repr(exc)
+                log.info(
+                    "retrying %s %d/%d to %s: %s",
+                    header.kind,
+                    header.step,
+                    header.micro,
+                    peer_id,
+                    problem,
+                )
+            else:
+                if answer == frames.ACCEPTED:
+                    self.num_bytes_sent += header.num_bytes
+                    return
+                if answer != frames.BUSY:
+                    raise PeerLost(f"{peer_id} refused {header.kind} {header.step}/{header.micro}")
+                problem = "the neighbour stayed busy"
+            await asyncio.sleep(BUSY_RETRY_S)
+        raise PeerLost(
+            f"sending {header.kind} {header.step}/{header.micro} to {peer_id}: {problem}"
+        )
+
+    async def _send_once(self, peer_id: str, header: FrameHeader, tensor: torch.Tensor) -> bytes:
+        _, reader, writer = await self._p2p.call_binary_stream_handler(
+            PeerID.from_base58(peer_id), frames.PROTOCOL
+        )
+        writing = asyncio.ensure_future(self._write_frame(writer, header, tensor))
+        try:
+            return await reader.readexactly(1)
+        finally:
+            writing.cancel()  # finished already, unless the receiver answered before the payload
+            with contextlib.suppress(asyncio.CancelledError, OSError):
+                await writing
+            writer.close()
+
+    @staticmethod
+    async def _write_frame(
+        writer: asyncio.StreamWriter, header: FrameHeader, tensor: torch.Tensor
+    ) -> None:
+        writer.write(header.encode())
+        writer.write(frames.tensor_bytes(tensor))
+        await writer.drain()
+
+    async def _handle_stream(
+        self, info: StreamInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        remote = info.peer_id.to_base58()
+        try:
+            async with asyncio.timeout(SEND_TIMEOUT_S):
+                (length,) = frames.HEADER_LEN.unpack(
+                    await reader.readexactly(frames.HEADER_LEN.size)
+                )
+                if length > frames.MAX_HEADER_BYTES:
+                    raise ValueError(f"header of {length} bytes")
+                header = FrameHeader.decode(await reader.readexactly(length))
+                try:
+                    expected = self._expect(header)
+                except frames.NotReady:
+                    writer.write(frames.BUSY)  # before reading the payload: the sender retries
+                    return
+                problem = frames.check_header(header, remote, expected)
+                if problem is not None:
+                    raise ValueError(problem)
+                tensor = frames.decode_tensor(header, await reader.readexactly(header.num_bytes))
+                key = (header.kind, header.step, header.micro)
+                with self._arrived:
+                    # a retried frame whose first copy arrived: keep the first, answer ACCEPTED
+                    self._inbox.setdefault(key, tensor)
+                    self._arrived.notify_all()
+                self.num_bytes_received += header.num_bytes
+                writer.write(frames.ACCEPTED)
+        except (ValueError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            log.warning("refused a frame from %s: %r", remote, exc)
+            writer.write(frames.REJECTED)
+        finally:
+            with contextlib.suppress(OSError):
+                await writer.drain()
+            writer.close()
+
+    def receive(
+        self, kind: str, step: int, micro: int, timeout_s: float, should_stop: Callable[[], bool]
+    ) -> torch.Tensor:
+        """Block until frame (kind, step, micro) has arrived; PeerLost on timeout."""
+        key = (kind, step, micro)
+        deadline = time.monotonic() + timeout_s
+        with self._arrived:
+            while key not in self._inbox:
+                if should_stop():
+                    raise Stopped()
+                left_s = deadline - time.monotonic()
+                if left_s <= 0:
+                    raise PeerLost(
+                        f"no {kind} for step {step} micro-batch {micro} in {timeout_s:.0f} s"
+                    )
+                self._arrived.wait(min(left_s, 0.2))
+            return self._inbox.pop(key)
+
+    def forget_before(self, step: int) -> None:
+        """Drop frames of finished steps (late duplicates from a slow sender)."""
+        with self._arrived:
+            for key in [k for k in self._inbox if k[1] < step]:
+                del self._inbox[key]
+
+    def close(self) -> None:
+        try:
+            self.call(self._p2p.shutdown(), timeout_s=5)
+        except Exception as exc:
+            log.debug("p2p shutdown: %r", exc)
+        self._loop.call_soon_threadsafe(self._loop.stop)

@@ -1,0 +1,185 @@
+"""The data plane over real processes on 127.0.0.1: equivalence with one process, and a peer killed
+mid-averaging. Every worker is its own process tree (worker, watchdog, hivemind DHT + averager
+children, p2pd); LocalSwarm kills every process group on exit, even when a test fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from p2ptrain.runspec import RunSpec
+from p2ptrain.train.checkpoint import checkpoint_path
+from p2ptrain.train.data import get_batch, load_corpus, replica_rows
+from p2ptrain.train.model import build_model, stage_layer_ranges
+from p2ptrain.train.optim import lr_at, make_optimizer, set_lr
+from p2ptrain.train.reference import forward_backward, train_reference
+from p2ptrain.worker.local_swarm import LocalSwarm, plan_for
+from p2ptrain.worker.session import DIE_WHILE_AVERAGING_ENV
+
+pytestmark = pytest.mark.integration
+
+TINY = RunSpec(
+    run_id="data-plane-test", stages=2, n_layer=2, n_head=2, n_embd=32, block_size=16,
+    batch_size=8, micro_batches=2, compression="none", checkpoint_interval=0,
+    averaging_timeout_s=10.0,
+)  # fmt: skip
+
+
+def test_two_by_two_over_the_network_equals_one_process(tmp_path: Path) -> None:
+    spec = TINY.replace(steps=8, checkpoint_dir=str(tmp_path / "ckpt"))
+    with LocalSwarm(spec, 4, tmp_path) as swarm:
+        swarm.send_plan(plan_for(spec, swarm.wait_hellos()))
+        result = swarm.train()
+        exit_codes = swarm.wait_exit()
+    assert [len(p) for p in result.plan["pipelines"]] == [2, 2]  # 2 stages x 2 replicas
+    assert result.averaging == {"averaged": 4 * 8}, result.averaging  # every round verified
+    assert exit_codes == [0, 0, 0, 0]
+    reference = train_reference(spec, steps=8)
+    torch.testing.assert_close(result.loss, reference, rtol=1e-3, atol=0)
+    assert result.loss[-1] < result.loss[0]
+
+
+def test_killing_a_peer_mid_averaging_leaves_its_stage_intact_on_the_others(tmp_path: Path) -> None:
+    """Stage 1 of replica 1 SIGKILLs its process tree 50 ms into averaging step 2. Its stage-mate
+    must apply either the full average or its own local gradient, never a half-averaged one."""
+    kill_step, victim_stage, victim_replica = 2, 1, 1
+    spec = TINY.replace(
+        steps=kill_step + 1, averaging_timeout_s=4.0, checkpoint_dir=str(tmp_path / "c")
+    )
+    env = {
+        i: {DIE_WHILE_AVERAGING_ENV: f"{kill_step}:{victim_stage}:{victim_replica}"}
+        for i in range(4)
+    }
+    with LocalSwarm(spec, 4, tmp_path, env=env) as swarm:
+        hellos = swarm.wait_hellos()
+        plan = plan_for(spec, hellos)
+        victim = plan["pipelines"][victim_replica][victim_stage]
+        victim_index = [h["peer_id"] for h in hellos].index(victim)
+        swarm.may_die = {victim_index}
+        swarm.send_plan(plan)
+        messages = swarm.collect_until_exit(timeout_s=120)
+        exit_codes = swarm.wait_exit()
+        victim_pgid = swarm.procs[victim_index].pid
+    assert exit_codes[victim_index] == -signal.SIGKILL
+    assert all(code == 0 for i, code in enumerate(exit_codes) if i != victim_index), exit_codes
+    with pytest.raises(ProcessLookupError):  # nothing of the victim's tree survived
+        os.killpg(victim_pgid, 0)
+
+    outcomes = {
+        (m["stage"], m["replica"]): m["averaging"]
+        for _, m in messages
+        if m.get("type") == "metrics" and m["step"] == kill_step
+    }
+    assert outcomes[(0, 0)] == outcomes[(0, 1)] == "averaged"  # the other swarm is unaffected
+    assert outcomes[(1, 0)] == "local", outcomes  # the broken round was detected, not applied
+    assert (1, 1) not in outcomes
+
+    # Recompute both admissible results of step 2 in one process and compare the survivor's stage.
+    stage_layers = stage_layer_ranges(spec.n_layer, 2)
+    survivor = torch.load(
+        checkpoint_path(Path(spec.checkpoint_dir), stage_layers[1]), weights_only=True
+    )
+    assert survivor["step"] == kill_step + 1
+    averaged = _reference_state(spec, kill_step, stage1_rows=None)
+    local = _reference_state(spec, kill_step, stage1_rows=replica_rows(spec.batch_size, 2, 0))
+    first_block = stage_layers[1].start
+    diffs = {"averaged": 0.0, "local": 0.0}
+    for name, tensor in survivor["model_state"].items():
+        whole_name = _whole_model_name(name, first_block)
+        for label, state in (("averaged", averaged), ("local", local)):
+            diffs[label] = max(diffs[label], (tensor - state[whole_name]).abs().max().item())
+    assert diffs["local"] < 1e-5, diffs  # the local-gradient update (up to fp rounding)...
+    assert diffs["averaged"] > 1e-4, diffs  # ...which is measurably not the averaged one
+
+
+def test_worker_process_tree_dies_with_the_worker(tmp_path: Path) -> None:
+    """SIGKILL only the worker's main process: its watchdog kills hivemind's children and p2pd."""
+    sock = tmp_path / "none.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(sock))
+    listener.listen(1)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "p2ptrain.worker", "--ipc", str(sock)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        conn, _ = listener.accept()
+        conn.settimeout(120)
+        assert b"hello" in conn.recv(65536)  # the DHT and p2pd are up
+        members = _group_members(proc.pid)
+        assert len(members) >= 4, members  # worker, watchdog, DHT process, p2pd
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while _group_members(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _group_members(proc.pid) == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        listener.close()
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                members.append(int(entry))
+    return members
+
+
+def _whole_model_name(stage_name: str, first_block: int) -> str:
+    if stage_name.startswith("blocks."):
+        _, index, rest = stage_name.split(".", 2)
+        return f"blocks.{int(index) + first_block}.{rest}"
+    return stage_name
+
+
+def _reference_state(
+    spec: RunSpec, last_step: int, stage1_rows: range | None
+) -> dict[str, torch.Tensor]:
+    """The whole model after steps 0..last_step in one process; on the last step, stage 1 uses
+    the gradient of `stage1_rows` only (None: the whole batch, i.e. a complete average)."""
+    torch.manual_seed(spec.seed)
+    model = build_model(spec)
+    optimizer = make_optimizer(model, spec)
+    corpus = load_corpus(spec)
+    stage1_start = stage_layer_ranges(spec.n_layer, 2)[1].start
+    for step in range(last_step + 1):
+        set_lr(optimizer, lr_at(step, spec))
+        x, y = get_batch(corpus, spec, step)
+        forward_backward(model, x, y, spec.micro_batches)
+        if step == last_step and stage1_rows is not None:
+            full = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+            optimizer.zero_grad(set_to_none=True)
+            rows = slice(stage1_rows.start, stage1_rows.stop)
+            forward_backward(model, x[rows], y[rows], spec.micro_batches)
+            for name, param in model.named_parameters():
+                if not _in_stage1(name, stage1_start):
+                    param.grad = full[name]
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _in_stage1(name: str, stage1_start: int) -> bool:
+    if name.startswith("head."):
+        return True
+    return name.startswith("blocks.") and int(name.split(".")[1]) >= stage1_start

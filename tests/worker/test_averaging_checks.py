@@ -1,0 +1,56 @@
+"""The partial-round detector, on the failure hivemind reports as success: part of the tensor left
+un-averaged because a groupmate died mid-round (libs-measured.md §2.4)."""
+
+import pytest
+import torch
+
+from p2ptrain.worker.averaging import COMPRESSED_TOLERANCE, EXACT_TOLERANCE, check_round, checksums
+
+N = 50_000
+
+
+def _grads() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    shared = torch.randn(N, generator=generator)
+    # two replicas' gradients: correlated, as on real data
+    return shared + 0.5 * torch.randn(N, generator=generator), shared + 0.5 * torch.randn(
+        N, generator=generator
+    )
+
+
+def _gathered(a: torch.Tensor, b: torch.Tensor, wa: float, wb: float, step: int = 3) -> dict:
+    return {"a": checksums(a, step, wa).as_gather(), "b": checksums(b, step, wb).as_gather()}
+
+
+def test_a_complete_weighted_average_passes() -> None:
+    a, b = _grads()
+    result = (3 * a + 5 * b) / 8
+    assert check_round(result, checksums(a, 3, 3), _gathered(a, b, 3, 5), EXACT_TOLERANCE) is None
+
+
+def test_fp16_compression_noise_passes_the_compressed_tolerance() -> None:
+    a, b = _grads()
+    result = ((a.half().float() + b.half().float()) / 2).half().float()
+    mine = checksums(a, 3, 1)
+    assert check_round(result, mine, _gathered(a, b, 1, 1), COMPRESSED_TOLERANCE) is None
+    assert check_round(result, mine, _gathered(a, b, 1, 1), EXACT_TOLERANCE) is not None
+
+
+@pytest.mark.parametrize("missing_fraction", [0.5, 0.3, 0.05])
+def test_a_partly_unaveraged_result_is_caught(missing_fraction: float) -> None:
+    a, b = _grads()
+    result = (a + b) / 2
+    cut = int(N * (1 - missing_fraction))
+    result[cut:] = a[cut:]  # the dead peer's part stayed local
+    problem = check_round(result, checksums(a, 3, 1), _gathered(a, b, 1, 1), COMPRESSED_TOLERANCE)
+    assert problem is not None and "partial" in problem
+
+
+def test_wrong_weights_and_mixed_steps_are_caught() -> None:
+    a, b = _grads()
+    unweighted = (a + b) / 2
+    assert check_round(unweighted, checksums(a, 3, 1), _gathered(a, b, 1, 3), EXACT_TOLERANCE)
+    gathered = {"a": checksums(a, 3, 1).as_gather(), "b": checksums(b, 4, 1).as_gather()}
+    assert "steps" in (check_round(unweighted, checksums(a, 3, 1), gathered, EXACT_TOLERANCE) or "")
+    alone = {"a": checksums(a, 3, 1).as_gather()}
+    assert check_round(a, checksums(a, 3, 1), alone, EXACT_TOLERANCE) == "no groupmates"
