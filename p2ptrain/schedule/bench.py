@@ -111,7 +111,7 @@ def run_benchmark(
         if num_peers not in scaling_sizes:
             continue
         topology = city_topology(num_peers, stages, replicas, seed=0)
-        rows = run_case(f"cities-{num_peers}", topology, ["hybrid", "random"], 60.0, progress)
+        rows = run_case(f"cities-{num_peers}", topology, ["hybrid", "random"], 30.0, progress)
         scaling.append(
             {
                 "peers": num_peers,

@@ -4,8 +4,8 @@
 2. Polish: swap descent with exact incremental costs (``local_search``), then re-solve the plan's
    partition exactly (pipeline order by Held–Karp, bottleneck matchings) and descend again until
    neither helps.
-3. Regroup: pool-and-deal moves on the best plan's data-parallel groups (``regroup``), which fix
-   what single swaps cannot: a group holding a small minority of far-away peers.
+3. Regroup: pool-and-deal moves on the cluster-path seeds' data-parallel groups (``regroup``),
+   which fix what single swaps cannot: a group holding a small minority of far-away peers.
 4. Iterate: perturb the best plan found (a few random swaps, or a crossover with another elite
    plan) and polish, until ``patience`` rounds in a row bring no improvement (the convergence stop)
    or the time budget runs out.
@@ -26,8 +26,6 @@ _EPS = 1e-9
 NUM_RANDOM_SEEDS = 2
 PATIENCE = 12
 NUM_ELITES = 4
-# Below this size single swaps suffice and pool-and-deal rounds would only spend the budget.
-REGROUP_MIN_PEERS = 128
 
 
 def polish(state: PlanState, deadline: float, rng: np.random.Generator) -> PlanState:
@@ -61,16 +59,17 @@ def hybrid_search(
     model: CostModel, rng: np.random.Generator, deadline: float, stats: SearchStats
 ) -> tuple[PlanState, str]:
     """Run the search; returns the best plan state and why it stopped."""
-    starts = [*path_groups_seeds(model)[:2], pipelines_seed(model), groups_seed(model)]
+    path_seeds = path_groups_seeds(model)
+    starts = [*path_seeds, pipelines_seed(model), groups_seed(model)]
     starts += [random_plan(model, rng) for _ in range(NUM_RANDOM_SEEDS)]
-    # the most promising start is regrouped and polished first: on big swarms the budget may not
-    # reach the others
+    if model.stages > 1:
+        # pool-and-deal every cluster-path seed: cheap, and the seeds differ in where the
+        # remainders of the clusters fall
+        labels = cluster_labels(model)
+        starts += [regroup(model, s, labels, deadline, stats).pipelines for s in path_seeds]
+    # the most promising start is polished first: on big swarms the budget may not reach the others
     states = sorted((PlanState.of(model, s, stats) for s in starts), key=lambda s: s.key())
     first = states[0]
-    if model.stages > 1 and model.num_peers >= REGROUP_MIN_PEERS:
-        regrouped = regroup(model, first.plan, cluster_labels(model), deadline, stats)
-        if regrouped.cost_s < first.cost - _EPS:
-            first = PlanState.of(model, regrouped.pipelines, stats)
     elites = [polish(first, deadline, rng)]
     for state in states[1:]:
         if time.perf_counter() >= deadline:

@@ -21,7 +21,7 @@ from p2ptrain.schedule.paper_gcma import paper_search
 from p2ptrain.schedule.topology import PAPER_WORKLOAD, Topology, TopologyError, Workload
 
 ALGORITHMS = ("hybrid", "paper", "kl", "random", "identity")
-DEFAULT_TIME_BUDGET_S = 60.0
+DEFAULT_TIME_BUDGET_S = 30.0
 
 
 @dataclass(frozen=True)
