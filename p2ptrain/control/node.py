@@ -45,6 +45,9 @@ TELEMETRY_TOPIC = "p2ptrain/telemetry/1"  # link-matrix rows and worker metrics
 TOPIC_KINDS = {CONTROL_TOPIC: {"run", "peer", "claim", "plan"}, TELEMETRY_TOPIC: {"telemetry"}}
 STATUS_PROTOCOL = TProtocol("/p2ptrain/status/1.0.0")
 RUN_PROTOCOL = TProtocol("/p2ptrain/run/1.0.0")
+SYNC_PROTOCOL = TProtocol("/p2ptrain/sync/1.0.0")
+SYNC_INTERVAL_S = 5.0
+MAX_SYNC_ENVELOPES = 4096
 DHT_NAMESPACE = "p2ptrain"
 
 TELEMETRY_INTERVAL_S = 2.0
@@ -126,6 +129,7 @@ class ControlNode:
         self._due: dict[str, float] = {}
         self._last_dial: dict[str, float] = {}
         self._blocked_logged: set[str] = set()
+        self._latest: dict[tuple[str, str], bytes] = {}  # (author, kind) -> accepted envelope
         self._epoch = 0
         self._plan_term = 0
         self._planned_members: list[str] | None = None
@@ -159,6 +163,7 @@ class ControlNode:
             self.host.set_stream_handler(probe.BANDWIDTH_PROTOCOL, probe.handle_bandwidth)
             self.host.set_stream_handler(STATUS_PROTOCOL, rpc.make_handler(self._respond_status))
             self.host.set_stream_handler(RUN_PROTOCOL, rpc.make_handler(self._respond_run))
+            self.host.set_stream_handler(SYNC_PROTOCOL, rpc.make_handler(self._respond_sync))
             async with (
                 background_trio_service(self.dht),
                 background_trio_service(self.pubsub),
@@ -180,6 +185,7 @@ class ControlNode:
                 nursery.start_soon(self._join)
                 nursery.start_soon(self._serve_publishing)
                 nursery.start_soon(self._serve_discovery)
+                nursery.start_soon(self._serve_sync)
                 if self.config.role in MEMBER_ROLES:
                     nursery.start_soon(self._measure_compute)
                     nursery.start_soon(self._serve_rtt_probes)
@@ -331,15 +337,78 @@ class ControlNode:
                 sender, "malformed", f"{env.kind} does not belong on this topic", topic, now
             )
             return False
+        return self._apply(env, msg.data, sender, topic, now)
+
+    def _apply(self, env: wire.Envelope, data: bytes, sender: str, via: str, now: float) -> bool:
+        """Feed a verified envelope to the view; keep it for sync if accepted; blame if hostile."""
         drop = self.view.accept(env, now)
         if drop is None:
+            if env.author != self.peer_id:
+                self._latest[(env.author, env.kind)] = data
             return True
         if drop.category is None:
             log.debug("ignored %s from %s: %s", env.kind, env.author, drop.reason)
             return True
         culprit = sender if drop.category == "replayed" else env.author
-        self._reject(culprit, drop.category, drop.reason, topic, now)
+        self._reject(culprit, drop.category, drop.reason, via, now)
         return False
+
+    async def _serve_sync(self) -> None:
+        """Pull anti-entropy: every few seconds fetch a random peer's latest signed envelopes and
+        apply those we lack. Heals what gossip lost, even for a node whose mesh broke."""
+        await self.joined.wait()
+        while True:
+            live = set(self.view.live_members(time.monotonic())) | {self.view.bootstrap_id}
+            candidates = [
+                p for p in (c.to_base58() for c in self.host.get_connected_peers()) if p in live
+            ]
+            if candidates:
+                await self._sync_from(random.choice(candidates))
+            await trio.sleep(SYNC_INTERVAL_S * random.uniform(0.8, 1.2))
+
+    async def _sync_from(self, peer: str) -> None:
+        try:
+            reply = await rpc.call(self.host, ID.from_base58(peer), SYNC_PROTOCOL)
+            envelopes = reply["envelopes"]
+            if not isinstance(envelopes, list):
+                raise TypeError("envelopes must be a list")
+        except Exception as exc:
+            log.debug("sync from %s failed: %s", peer, exc)
+            return
+        for text in envelopes[:MAX_SYNC_ENVELOPES]:
+            now = time.monotonic()
+            if self.view.is_blocked(peer, now) or not isinstance(text, str):
+                return
+            data = text.encode()
+            try:
+                env = wire.decode(data)
+            except wire.WireError as exc:
+                if exc.category != "stale":
+                    self._reject(peer, exc.category, str(exc), "sync", now)
+                continue
+            if env.author != self.peer_id and not self.view.knows(env):
+                self._apply(env, data, peer, "sync", now)
+
+    async def _respond_sync(self, request: bytes) -> dict[str, Any]:
+        own = [self._record_message(), *self._own_state_messages()]
+        # records before what depends on them (telemetry and claims need the author's record)
+        order = {"run": 0, "peer": 1, "claim": 2, "plan": 3, "telemetry": 4}
+        held = [
+            data for (_, kind), data in sorted(self._latest.items(), key=lambda kv: order[kv[0][1]])
+        ]
+        return {"envelopes": [d.decode() for d in [*own, *held]]}
+
+    def _own_state_messages(self) -> list[bytes]:
+        messages = []
+        if self.config.role in MEMBER_ROLES:
+            messages.append(self._telemetry_message())
+        if self.config.role == "bootstrap" and self.view.run is not None:
+            messages.append(self._run_message())
+        if self.view.planner == self.peer_id:
+            messages.append(self._claim_message())
+            if self.view.plan is not None and self.view.plan["planner"] == self.peer_id:
+                messages.append(self._plan_message())
+        return messages
 
     def _reject(self, peer: str, category: str, reason: str, topic: str, now: float) -> None:
         score = self.view.penalise(peer, category, now)

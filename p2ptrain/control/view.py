@@ -186,6 +186,10 @@ class SwarmView:
                 self.members[env.author].last_heard = now
         return drop
 
+    def knows(self, env: Envelope) -> bool:
+        """True if this envelope (or a newer one of its author and kind) was already applied."""
+        return env.seq <= self._last_seq.get((env.author, env.kind), -1)
+
     def _on_run(self, env: Envelope, now: float) -> Drop | None:
         if env.author != self.bootstrap_id:
             return Drop("run spec not signed by our bootstrap", "unauthorised")
