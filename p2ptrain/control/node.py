@@ -62,6 +62,7 @@ BANDWIDTH_PROBE_BYTES = 512 * 1024
 DISCOVERY_INTERVAL_S = 3.0
 DHT_REFRESH_INTERVAL_S = 30.0
 DHT_PUT_INTERVAL_S = 60.0
+DHT_RECORD_MAX_AGE_S = 3600.0
 CONNECT_TIMEOUT_S = 5.0
 REDIAL_BACKOFF_S = 10.0
 ELECTION_TICK_S = 0.5
@@ -86,12 +87,14 @@ class _SignedRecordValidator(Validator):
     """DHT values under /p2ptrain/ are signed envelopes; the newest seq wins."""
 
     def validate(self, key: str, value: bytes) -> None:
-        wire.decode(value, now=time.time())  # raises WireError (a ValueError)
+        env = wire.decode(value, max_age_s=DHT_RECORD_MAX_AGE_S)  # raises WireError (ValueError)
+        if not key.endswith(f"/{env.author}") and not (key.endswith("/run") and env.kind == "run"):
+            raise wire.WireError(f"forged: {env.kind} by {env.author} stored under {key}")
 
     def select(self, key: str, values: list[bytes]) -> int:
         def seq(value: bytes) -> int:
             try:
-                return wire.decode(value, now=time.time()).seq
+                return wire.decode(value, max_age_s=DHT_RECORD_MAX_AGE_S).seq
             except wire.WireError:
                 return -1
 
@@ -289,13 +292,16 @@ class ControlNode:
                 log.debug("dial %s failed: %s", peer, exc)
 
     async def _put_record_in_dht(self) -> None:
-        with trio.move_on_after(10):
-            try:
-                await self.dht.put_value(
-                    f"/{DHT_NAMESPACE}/peer/{self.peer_id}", self._record_message()
-                )
-            except Exception as exc:
-                log.info("DHT put of our peer record failed: %s", exc)
+        """Our signed record under /p2ptrain/peer/<id>; the bootstrap also puts /p2ptrain/run."""
+        puts = [(f"/{DHT_NAMESPACE}/peer/{self.peer_id}", self._record_message())]
+        if self.config.role == "bootstrap" and self.view.run is not None:
+            puts.append((f"/{DHT_NAMESPACE}/run", self._run_message()))
+        for key, value in puts:
+            with trio.move_on_after(10):
+                try:
+                    await self.dht.put_value(key, value)
+                except Exception as exc:
+                    log.info("DHT put of %s failed: %s", key, exc)
 
     # ------------------------------------------------------------------ gossip in
 

@@ -88,8 +88,11 @@ def encode(
     return data
 
 
-def decode(data: bytes, now: float | None = None) -> Envelope:
-    """Parse, size-check, signature-check and schema-check a message. Raises WireError."""
+def decode(data: bytes, now: float | None = None, max_age_s: float = MAX_CLOCK_SKEW_S) -> Envelope:
+    """Parse, size-check, signature-check and schema-check a message. Raises WireError.
+
+    max_age_s: how old `ts` may be (gossip: 30 s; DHT records, re-put every minute: longer).
+    """
     if len(data) > MAX_ENVELOPE_BYTES:
         raise WireError(f"oversized: {len(data)} bytes > {MAX_ENVELOPE_BYTES}")
     try:
@@ -124,7 +127,7 @@ def decode(data: bytes, now: float | None = None) -> Envelope:
     if not identity.verify(key, _canonical(obj), signature):
         raise WireError(f"forged: bad signature for author {author}")
     now = time.time() if now is None else now
-    if now - ts > MAX_CLOCK_SKEW_S:
+    if now - ts > max_age_s:
         # gossip can deliver honest messages late (queues, new joiners): drop, do not blame
         raise WireError(f"stale: written {now - ts:.1f} s ago")
     if ts - now > MAX_CLOCK_SKEW_S:

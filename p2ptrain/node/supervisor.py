@@ -155,9 +155,12 @@ class Supervisor:
             return 0
         for child in children:
             code = child.poll()
+            if code == 0:
+                log.info("%s finished: stopping the node", child.args[2])  # type: ignore[index]
+                return 0
             if code is not None:
-                log.error("child %s exited with %d: stopping the node", child.args[2], code)  # type: ignore[index]
-                return code or 1
+                log.error("%s exited with %d: stopping the node", child.args[2], code)  # type: ignore[index]
+                return code
         return 0
 
     def _relay_stdout(self, control: subprocess.Popen[bytes]) -> None:

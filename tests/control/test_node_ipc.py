@@ -10,6 +10,7 @@ from typing import Any
 
 import trio
 
+from p2ptrain.control import wire
 from p2ptrain.control.node import ControlNode, NodeConfig
 from p2ptrain.runspec import RunSpec
 
@@ -54,6 +55,11 @@ def test_worker_hello_reaches_the_plan_and_status(tmp_path):
                         got["plan"] = plans[-1]
                         break
             got["status"] = boot.view.status(time.monotonic())
+            # the member's signed record is in the DHT, and so is the bootstrap's run spec
+            with trio.fail_after(10):
+                got["dht_record"] = await member.dht.get_value(f"/p2ptrain/peer/{member.peer_id}")
+                got["dht_run"] = await member.dht.get_value("/p2ptrain/run")
+            got["member"] = member.peer_id
             await worker.aclose()
             nursery.cancel_scope.cancel()
 
@@ -67,3 +73,7 @@ def test_worker_hello_reaches_the_plan_and_status(tmp_path):
     assert status["run"] == "ipc-test"
     [peer] = status["peers"]
     assert peer["role"] == "trainer" and peer["alive"]
+    record = wire.decode(got["dht_record"], max_age_s=3600)
+    assert record.kind == "peer" and record.author == got["member"]
+    assert record.body["data_addrs"] in ([], [DATA_ADDR])
+    assert wire.decode(got["dht_run"], max_age_s=3600).body["run_id"] == "ipc-test"
