@@ -64,6 +64,8 @@ def plan_for(spec: RunSpec, hellos: list[dict[str, Any]], epoch: int = 0) -> dic
     peers = [h["peer_id"] for h in hellos]
     stages, replicas = plan_layout(spec, len(peers))
     try:
+        if len(peers) == 1:
+            raise ImportError("nothing to schedule")  # and the scheduler wants two peers
         import numpy as np
 
         from p2ptrain.schedule import Topology, Workload, plan_swarm
@@ -83,7 +85,7 @@ def plan_for(spec: RunSpec, hellos: list[dict[str, Any]], epoch: int = 0) -> dic
         pipelines = [[peers[i] for i in pipeline] for pipeline in plan.pipelines]
         spares = [peers[i] for i in plan.spares]
         planner, cost_s = "plan_swarm", float(plan.cost_s)
-    except ImportError:  # scheduler not installed: the obvious layout
+    except ImportError:  # one peer, or no scheduler installed: the obvious layout
         pipelines = [peers[r * stages : (r + 1) * stages] for r in range(replicas)]
         spares, planner, cost_s = peers[stages * replicas :], "static", 0.0
     return {

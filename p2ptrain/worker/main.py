@@ -34,6 +34,7 @@ from p2ptrain.worker.frames import Expected, FrameHeader, NotReady
 log = logging.getLogger("p2ptrain.worker")
 
 SHUTDOWN_GRACE_S = 3.0
+METRICS_LOG_ENV = "P2PTRAIN_METRICS_LOG"  # if set: append every report to this JSONL file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -112,9 +113,16 @@ class Worker:
                     return 0  # stopped before any (new) plan
                 version = self.inbox.version
                 message = self._resolved_plan(self.inbox.latest)
-                spec = RunSpec.from_dict(message.get("run") or {})
+                problem = _not_actionable(message, transport.peer_id)
+                if problem:
+                    log.info("waiting for a better plan: %s", problem)
+                    continue
+                spec = RunSpec.from_dict(message["run"])
                 self.current = Session(
                     spec, message["plan"], dht, transport, self.inbox, self._report
+                )
+                self._report(
+                    {"type": "session", "plan": message["plan"], "step": self.current.step}
                 )
                 end = self.current.train(version)
                 self.current.close()
@@ -143,6 +151,12 @@ class Worker:
         return session.expect(header)
 
     def _report(self, message: dict[str, Any]) -> None:
+        log_path = os.environ.get(METRICS_LOG_ENV)
+        if log_path:  # `p2ptrain local` follows every step of every worker through these files
+            with open(log_path, "a") as f:
+                f.write(json.dumps(message) + "\n")
+        if message["type"] != "metrics":
+            return  # the IPC contract has no other worker -> control message to carry it
         if self.ipc is not None:
             self.ipc.send(message)
         else:
@@ -202,6 +216,17 @@ class Worker:
         with os.fdopen(fd, "wb") as f:  # mkstemp: mode 0600
             f.write(identity.hivemind_key_bytes(seed))
         return path
+
+
+def _not_actionable(message: dict[str, Any], peer_id: str) -> str:
+    """Why a plan message cannot be trained on yet ("" if it can)."""
+    if not isinstance(message.get("run"), dict):
+        return "no run spec"
+    plan = message["plan"]
+    addrs = plan.get("data_addrs") or {}
+    members = {p for pipeline in plan.get("pipelines", []) for p in pipeline}
+    missing = sorted(p for p in members - {peer_id} if not addrs.get(p))
+    return f"no data-plane address for {', '.join(missing)}" if missing else ""
 
 
 def _run_bounded(fn: Callable[[], object], timeout_s: float) -> None:

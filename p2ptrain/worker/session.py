@@ -57,6 +57,8 @@ class Session:
         report: Callable[[dict[str, Any]], None],
     ) -> None:
         self.spec = spec
+        self.plan = plan
+        self.plan_version = 0
         self.transport = transport
         self.inbox = inbox
         self.report = report
@@ -121,6 +123,7 @@ class Session:
         )
 
     def train(self, plan_version: int) -> SessionEnd:
+        self.plan_version = plan_version
         if self.role is None or self.model is None:
             log.info("the plan leaves this peer out: waiting as a spare")
             return SessionEnd.SPARE
@@ -128,8 +131,10 @@ class Session:
         while self.step < self.spec.steps:
             if self.inbox.stopped:
                 return SessionEnd.STOPPED
-            if self.inbox.version != plan_version:
-                return SessionEnd.NEW_PLAN
+            if self.inbox.version != self.plan_version:
+                if self._placement_changed():
+                    return SessionEnd.NEW_PLAN
+                self.plan_version = self.inbox.version  # same placement (new addresses): go on
             started_s = time.monotonic()
             set_lr(self.optimizer, lr_at(self.step, self.spec))
             try:
@@ -196,7 +201,18 @@ class Session:
         return outcome.kind
 
     def _should_stop(self) -> bool:
-        return self.inbox.stopped
+        return self.inbox.stopped or self._placement_changed()
+
+    def _placement_changed(self) -> bool:
+        """Does the newest plan place peers differently from ours? (Then this session ends.)"""
+        latest = self.inbox.latest
+        if self.inbox.version == self.plan_version or latest is None:
+            return False
+        new = latest["plan"]
+        return bool(
+            new.get("stages") != self.plan["stages"]
+            or new.get("pipelines") != self.plan["pipelines"]
+        )
 
     def save(self) -> None:
         if self.model is not None:

@@ -1,5 +1,5 @@
-"""The data plane over real processes on 127.0.0.1: equivalence with one process, and a peer killed
-mid-averaging. Every worker is its own process tree (worker, watchdog, hivemind DHT + averager
+"""The data plane over real processes on 127.0.0.1: compressed 2 x 2 training, a peer killed
+mid-averaging, no orphaned processes. Every worker is its own process tree (worker, watchdog, hivemind DHT + averager
 children, p2pd); LocalSwarm kills every process group on exit, even when a test fails.
 """
 
@@ -35,18 +35,24 @@ TINY = RunSpec(
 )  # fmt: skip
 
 
-def test_two_by_two_over_the_network_equals_one_process(tmp_path: Path) -> None:
-    spec = TINY.replace(steps=8, checkpoint_dir=str(tmp_path / "ckpt"))
+def test_two_by_two_with_fp16_wire_formats_tracks_one_process(tmp_path: Path) -> None:
+    """fp16 activations, gradients and averaging: every round verified, losses near exact.
+    (The exact-mode equivalence runs through the CLI in test_local.py.)"""
+    spec = TINY.replace(steps=6, compression="fp16", checkpoint_dir=str(tmp_path / "ckpt"))
     with LocalSwarm(spec, 4, tmp_path) as swarm:
         swarm.send_plan(plan_for(spec, swarm.wait_hellos()))
         result = swarm.train()
         exit_codes = swarm.wait_exit()
     assert [len(p) for p in result.plan["pipelines"]] == [2, 2]  # 2 stages x 2 replicas
-    assert result.averaging == {"averaged": 4 * 8}, result.averaging  # every round verified
+    assert result.averaging == {"averaged": 4 * 6}, result.averaging  # every round verified
     assert exit_codes == [0, 0, 0, 0]
-    reference = train_reference(spec, steps=8)
-    torch.testing.assert_close(result.loss, reference, rtol=1e-3, atol=0)
-    assert result.loss[-1] < result.loss[0]
+    reference = train_reference(spec, steps=6)
+    torch.testing.assert_close(result.loss, reference, rtol=1e-2, atol=0)
+    assert result.loss != reference  # the wire formats really were compressed
+    for layers in stage_layer_ranges(spec.n_layer, 2):  # both stages checkpointed on exit
+        assert (
+            torch.load(checkpoint_path(tmp_path / "ckpt", layers), weights_only=True)["step"] == 6
+        )
 
 
 def test_killing_a_peer_mid_averaging_leaves_its_stage_intact_on_the_others(tmp_path: Path) -> None:

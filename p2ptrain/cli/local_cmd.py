@@ -1,0 +1,130 @@
+"""`p2ptrain local`: train on a swarm of N peers on this machine, the project's main job.
+
+Starts N worker process trees on 127.0.0.1 (each: worker, watchdog, hivemind DHT and averager
+processes, p2pd), places them with the scheduler over a loopback topology, trains, shows progress
+and stops everything. With --json the last stdout line is
+{"steps", "loss": [per step], "tokens_per_s", "plan": {"pipelines": [[peer id, ...], ...], ...}}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+from p2ptrain.errors import UserError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--peers", type=int, default=4, help="number of peers (default 4)")
+    parser.add_argument("--run", metavar="RUN.toml", help="run spec (default: the built-in run)")
+    parser.add_argument("--steps", type=int, help="training steps (overrides the run spec)")
+    parser.add_argument("--seed", type=int, help="seed (overrides the run spec)")
+    parser.add_argument(
+        "--no-compression", action="store_true", help="exact fp32 activations and averaging"
+    )
+    parser.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
+    parser.add_argument("--workdir", help="keep logs and checkpoints here (default: a temp dir)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from p2ptrain.runspec import load_run_spec
+    from p2ptrain.worker.local_swarm import LocalSwarm, plan_for
+
+    if not 1 <= args.peers <= 64:
+        raise UserError(f"--peers must be between 1 and 64, got {args.peers}")
+    spec = load_run_spec(args.run)
+    changes: dict[str, Any] = {}
+    if args.steps is not None:
+        changes["steps"] = args.steps
+    if args.seed is not None:
+        changes["seed"] = args.seed
+    if args.no_compression:
+        changes["compression"] = "none"
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="p2ptrain-local-"))
+    if not spec.checkpoint_dir:  # a fresh run: do not resume whatever an earlier run left
+        changes["checkpoint_dir"] = str(workdir / "checkpoints")
+    spec = spec.replace(**changes)
+    out: TextIO = sys.stderr if args.json else sys.stdout
+    signal.signal(signal.SIGTERM, _interrupt)
+    started_s = time.monotonic()
+    try:
+        with LocalSwarm(spec, args.peers, workdir) as swarm:
+            print(f"starting {args.peers} peers (logs in {workdir}) ...", file=out, flush=True)
+            hellos = swarm.wait_hellos()
+            plan = plan_for(spec, hellos)
+            print(_describe_plan(plan), file=out, flush=True)
+            swarm.send_plan(plan)
+            progress = _Progress(spec.steps, plan, out)
+            result = swarm.train(progress.on_step)
+            progress.finish()
+    except (RuntimeError, TimeoutError) as exc:
+        raise UserError(f"the local swarm failed: {exc}") from exc
+    finally:
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(
+        f"done: {result.steps} steps in {time.monotonic() - started_s:.0f} s, loss "
+        f"{result.loss[0]:.3f} -> {result.loss[-1]:.3f}, {result.tokens_per_s:.0f} tokens/s, "
+        f"averaging {result.averaging}",
+        file=out,
+        flush=True,
+    )
+    if args.json:
+        summary = {
+            "steps": result.steps,
+            "loss": result.loss,
+            "tokens_per_s": result.tokens_per_s,
+            "plan": {k: v for k, v in result.plan.items() if k != "data_addrs"},
+        }
+        print(json.dumps(summary), flush=True)
+    return 0
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt  # unwinds through LocalSwarm, which kills every process group
+
+
+def _short(peer_id: str) -> str:
+    return f"…{peer_id[-6:]}"
+
+
+def _describe_plan(plan: dict[str, Any]) -> str:
+    pipelines = " | ".join(" → ".join(_short(p) for p in pipe) for pipe in plan["pipelines"])
+    spares = f", spares {', '.join(_short(p) for p in plan['spares'])}" if plan["spares"] else ""
+    return (
+        f"plan ({plan['planner']}): {plan['stages']} stages x {len(plan['pipelines'])} replicas: "
+        f"{pipelines}{spares}"
+    )
+
+
+class _Progress:
+    """One line per step, redrawn in place on a terminal."""
+
+    def __init__(self, steps: int, plan: dict[str, Any], out: TextIO) -> None:
+        self.steps = steps
+        self.layout = f"{plan['stages']}x{len(plan['pipelines'])}"
+        self.out = out
+        self.tty = out.isatty()
+
+    def on_step(self, step: int, loss: float, tokens_per_s: float) -> None:
+        width = 20
+        filled = int(width * (step + 1) / self.steps)
+        bar = "#" * filled + "." * (width - filled)
+        line = (
+            f"[{bar}] step {step + 1}/{self.steps}  loss {loss:.4f}  "
+            f"{tokens_per_s:,.0f} tok/s  plan {self.layout}"
+        )
+        self.out.write(("\r" + line) if self.tty else line + "\n")
+        self.out.flush()
+
+    def finish(self) -> None:
+        if self.tty:
+            self.out.write("\n")

@@ -1,0 +1,93 @@
+"""`p2ptrain local` end to end: real worker process trees on 127.0.0.1, driven by the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from p2ptrain.runspec import load_run_spec
+from p2ptrain.train.reference import train_reference
+
+pytestmark = pytest.mark.integration
+
+TINY_RUN = """
+[run]
+run_id = "local-test"
+stages = 2
+n_layer = 2
+n_head = 2
+n_embd = 32
+block_size = 16
+batch_size = 8
+"""
+
+
+def _local(*args: str, timeout_s: float = 240) -> dict:
+    """Run the CLI in its own process group; return its JSON summary (its last stdout line)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "p2ptrain", "local", "--json", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+    assert proc.returncode == 0, err.decode()[-3000:]
+    return json.loads(out.decode().strip().splitlines()[-1])
+
+
+def _no_leftovers(workdir: Path) -> None:
+    """No process of the run is left: none has the run's workdir on its command line."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            assert str(workdir).encode() not in cmdline, cmdline
+
+
+def test_four_peers_over_the_network_equal_one_process(tmp_path: Path) -> None:
+    """The equivalence: 2 stages x 2 replicas over p2pd, exact mode, vs the in-process reference."""
+    run = tmp_path / "run.toml"
+    run.write_text(TINY_RUN)
+    four = _local("--peers", "4", "--run", str(run), "--steps", "8", "--seed", "3",
+                  "--no-compression", "--workdir", str(tmp_path / "four"))  # fmt: skip
+    assert [len(p) for p in four["plan"]["pipelines"]] == [2, 2]
+    assert all(p.startswith("12D3KooW") for pipe in four["plan"]["pipelines"] for p in pipe)
+    assert four["steps"] == 8 and four["tokens_per_s"] > 0
+    spec = load_run_spec(run).replace(steps=8, seed=3, compression="none")
+    torch.testing.assert_close(four["loss"], train_reference(spec), rtol=1e-3, atol=0)
+    _no_leftovers(tmp_path / "four")
+
+
+@pytest.mark.slow
+def test_one_peer_and_four_peers_give_the_same_losses(tmp_path: Path) -> None:
+    run = tmp_path / "run.toml"
+    run.write_text(TINY_RUN)
+    common = ["--run", str(run), "--steps", "8", "--seed", "3", "--no-compression"]
+    one = _local("--peers", "1", "--workdir", str(tmp_path / "one"), *common)
+    four = _local("--peers", "4", "--workdir", str(tmp_path / "four"), *common)
+    assert [len(p) for p in one["plan"]["pipelines"]] == [1]
+    assert [len(p) for p in four["plan"]["pipelines"]] == [2, 2]
+    torch.testing.assert_close(four["loss"], one["loss"], rtol=1e-3, atol=0)
+
+
+@pytest.mark.slow
+def test_default_run_on_four_peers_learns_within_four_minutes(tmp_path: Path) -> None:
+    import time
+
+    started_s = time.monotonic()
+    summary = _local("--peers", "4", "--steps", "40", "--workdir", str(tmp_path), timeout_s=240)
+    assert time.monotonic() - started_s < 240
+    assert [len(p) for p in summary["plan"]["pipelines"]] == [2, 2]
+    assert summary["loss"][-1] < 0.7 * summary["loss"][0], summary["loss"]
+    _no_leftovers(tmp_path)
