@@ -69,6 +69,14 @@ class FrameHeader:
         return cls(**{**raw, "shape": tuple(shape)})
 
 
+class PeerLost(RuntimeError):
+    """A neighbour did not answer in time, or refused our frame."""
+
+
+class Stopped(RuntimeError):
+    """The worker was asked to stop (or re-planned) while waiting for a frame."""
+
+
 class NotReady(Exception):
     """The receiver cannot judge this frame yet (no plan yet, or it is further ahead)."""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -20,9 +21,18 @@ from p2ptrain.runspec import RunSpec
 from p2ptrain.train.data import get_batch, replica_rows
 from p2ptrain.train.model import Stage, loss_fn
 from p2ptrain.train.reference import micro_batch_rows
-from p2ptrain.worker.frames import ACTIVATION, COMPRESSION_DTYPES, GRADIENT, WIRE_DTYPES, Expected
+from p2ptrain.worker.frames import (
+    ACTIVATION,
+    COMPRESSION_DTYPES,
+    GRADIENT,
+    WIRE_DTYPES,
+    Expected,
+    PeerLost,
+)
 from p2ptrain.worker.role import Role
-from p2ptrain.worker.transport import PeerLost, Transport
+
+if TYPE_CHECKING:  # the transport imports hivemind; this module stays importable without it
+    from p2ptrain.worker.transport import Transport
 
 RECEIVE_TIMEOUT_S = 120.0
 

@@ -26,16 +26,13 @@ from p2ptrain.train.model import Stage, build_stage
 from p2ptrain.train.optim import clip_grads, lr_at, make_optimizer, set_lr
 from p2ptrain.worker import pipeline
 from p2ptrain.worker.averaging import StageAverager
-from p2ptrain.worker.frames import Expected, FrameHeader, NotReady
+from p2ptrain.worker.frames import Expected, FrameHeader, NotReady, PeerLost, Stopped
 from p2ptrain.worker.ipc import PlanInbox
+from p2ptrain.worker.local_swarm import DIE_WHILE_AVERAGING_ENV
 from p2ptrain.worker.role import Role, role_in_plan
-from p2ptrain.worker.transport import PeerLost, Stopped, Transport
+from p2ptrain.worker.transport import Transport
 
 log = logging.getLogger("p2ptrain.worker")
-
-# fault injection for the kill test: "STEP:STAGE:REPLICA" -> that peer SIGKILLs its whole process
-# group (worker, hivemind children, p2pd) 50 ms into averaging that step
-DIE_WHILE_AVERAGING_ENV = "P2PTRAIN_TEST_DIE_WHILE_AVERAGING"
 
 
 class SessionEnd(enum.Enum):

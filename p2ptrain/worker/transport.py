@@ -23,7 +23,7 @@ from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
 from hivemind.utils.multiaddr import Multiaddr
 
 from p2ptrain.worker import frames
-from p2ptrain.worker.frames import Expected, FrameHeader
+from p2ptrain.worker.frames import Expected, FrameHeader, PeerLost, Stopped
 
 log = logging.getLogger(__name__)
 
@@ -32,14 +32,6 @@ Key = tuple[str, int, int]  # (kind, step, micro)
 ExpectFn = Callable[[FrameHeader], Expected | None]
 SEND_TIMEOUT_S = 60.0
 BUSY_RETRY_S = 0.2
-
-
-class PeerLost(RuntimeError):
-    """A neighbour did not answer in time, or refused our frame."""
-
-
-class Stopped(RuntimeError):
-    """The worker was asked to stop while waiting."""
 
 
 class Transport:

@@ -23,8 +23,7 @@ from p2ptrain.train.data import get_batch, load_corpus, replica_rows
 from p2ptrain.train.model import build_model, stage_layer_ranges
 from p2ptrain.train.optim import lr_at, make_optimizer, set_lr
 from p2ptrain.train.reference import forward_backward, train_reference
-from p2ptrain.worker.local_swarm import LocalSwarm, plan_for
-from p2ptrain.worker.session import DIE_WHILE_AVERAGING_ENV
+from p2ptrain.worker.local_swarm import DIE_WHILE_AVERAGING_ENV, LocalSwarm, plan_for
 
 pytestmark = pytest.mark.integration
 

@@ -4,7 +4,7 @@ un-averaged because a groupmate died mid-round (libs-measured.md §2.4)."""
 import pytest
 import torch
 
-from p2ptrain.worker.averaging import COMPRESSED_TOLERANCE, EXACT_TOLERANCE, check_round, checksums
+from p2ptrain.worker.checks import COMPRESSED_TOLERANCE, EXACT_TOLERANCE, check_round, checksums
 
 N = 50_000
 

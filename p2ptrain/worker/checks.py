@@ -1,0 +1,70 @@
+"""Checks for averaging rounds: is a result the weighted mean of what the group put in?
+
+hivemind's DecentralizedAverager reports a round as a success even when a groupmate died mid-way
+and part of the tensor was left un-averaged (libs-measured.md §2.4). So each peer gathers, with its
+gradient, two linear checksums of it (the plain sum and a ±1 random projection seeded by the step)
+plus its weight and norm. A correct weighted average reproduces the weighted average of the
+checksums; a half-averaged one almost surely does not. Pure torch, so it is unit-testable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+# |checksum error| allowed, relative to the largest gathered gradient norm
+EXACT_TOLERANCE = 1e-4
+COMPRESSED_TOLERANCE = 3e-2
+
+
+@dataclass(frozen=True)
+class Checksums:
+    step: int
+    weight: float
+    total: float
+    projection: float
+    norm: float
+
+    def as_gather(self) -> dict[str, Any]:
+        return {"step": self.step, "weight": self.weight, "total": self.total,
+                "projection": self.projection, "norm": self.norm}  # fmt: skip
+
+
+def checksums(flat: torch.Tensor, step: int, weight: float) -> Checksums:
+    """Two linear checksums of a flat gradient, in float64."""
+    values = flat.detach().double()
+    generator = torch.Generator().manual_seed(1_000_003 * step + 17)
+    signs = (
+        torch.randint(0, 2, values.shape, generator=generator, dtype=torch.int8).double() * 2 - 1
+    )
+    return Checksums(step, float(weight), values.sum().item(), (values * signs).sum().item(),
+                     values.norm().item())  # fmt: skip
+
+
+def check_round(
+    result: torch.Tensor, mine: Checksums, gathered: dict[Any, Any], tolerance: float
+) -> str | None:
+    """Why the averaged `result` is not the weighted mean of the gathered gradients, or None."""
+    parts: list[Checksums] = []
+    for peer, data in gathered.items():
+        try:
+            parts.append(Checksums(**data))
+        except TypeError:
+            return f"malformed checksums from {peer}"
+    if len(parts) < 2:
+        return "no groupmates"
+    if any(p.step != mine.step for p in parts):
+        return f"groupmates at steps {sorted(p.step for p in parts)}, not {mine.step}"
+    if any(not p.weight > 0 for p in parts):
+        return "a groupmate sent a non-positive weight"
+    total_weight = sum(p.weight for p in parts)
+    got = checksums(result, mine.step, mine.weight)
+    scale = max(p.norm for p in parts) + 1e-12
+    for name in ("total", "projection"):
+        want = sum(p.weight * getattr(p, name) for p in parts) / total_weight
+        error = abs(getattr(got, name) - want) / scale
+        if not error <= tolerance:  # also catches NaN
+            return f"{name} checksum off by {error:.2e} of the gradient norm (partial round?)"
+    return None
