@@ -1,14 +1,15 @@
 """p2ptrain's default search: iterated local search over plans, seeded by link-cost clustering.
 
-1. Seeds: pipelines of close peers, data-parallel groups of close peers, and random plans.
-2. Polish: swap descent with exact incremental costs (``local_search``), then re-solve the plan's
-   partition exactly (pipeline order by Held–Karp, bottleneck matchings) and descend again until
-   neither helps.
-3. Regroup: pool-and-deal moves on the cluster-path seeds' data-parallel groups (``regroup``),
+1. Seeds: data-parallel groups cut from cluster paths, pipelines of close peers, data-parallel
+   groups of close peers, and random plans.
+2. Regroup: pool-and-deal moves on the cluster-path seeds' data-parallel groups (``regroup``),
    which fix what single swaps cannot: a group holding a small minority of far-away peers.
-4. Iterate: perturb the best plan found (a few random swaps, or a crossover with another elite
-   plan) and polish, until ``patience`` rounds in a row bring no improvement (the convergence stop)
-   or the time budget runs out.
+3. Polish: swap descent with exact incremental costs (``local_search``), then re-solve the plan's
+   partition exactly (pipeline order by Held–Karp, bottleneck matchings) and descend again until
+   neither helps. The most promising start goes first.
+4. Iterate: perturb the best plan (or, 30% of the time, another elite) with a few random swaps and
+   polish, until ``PATIENCE`` rounds in a row bring no improvement (the convergence stop) or the
+   time budget runs out.
 """
 
 from __future__ import annotations
