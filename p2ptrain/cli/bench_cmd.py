@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sched.add_argument(
         "--time-budget", type=float, default=3.0, help="per-run budget on the scenarios (s)"
     )
+    from p2ptrain.testbed.bench_cli import add_kinds  # stdlib only: cheap
+
+    add_kinds(kinds)
 
 
 def _progress(message: str) -> None:
@@ -38,6 +41,10 @@ def _progress(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.kind != "scheduler":
+        from p2ptrain.testbed.bench_cli import run_kind
+
+        return run_kind(args)
     from p2ptrain.errors import UserError
     from p2ptrain.schedule.bench import SCALING_SERIES, render, run_benchmark
 
