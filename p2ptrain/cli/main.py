@@ -18,6 +18,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "join": ("p2ptrain.cli.join_cmd", "join a swarm as a peer"),
     "status": ("p2ptrain.cli.status_cmd", "show a swarm's peers, links, planner and plan"),
     "local": ("p2ptrain.cli.local_cmd", "start a bootstrap and N peers on this machine and train"),
+    "testbed": (
+        "p2ptrain.cli.testbed_cmd",
+        "emulate a WAN in network namespaces; inject faults (root)",
+    ),
 }
 
 

@@ -15,9 +15,13 @@ from typing import Any
 from p2ptrain.testbed.links import DEFAULT_BANDWIDTH_SCALE
 
 
-def _add_emulation_arguments(parser: argparse.ArgumentParser, default_peers: int) -> None:
+def add_emulation_arguments(
+    parser: argparse.ArgumentParser, default_peers: int, positional_topology: bool = False
+) -> None:
+    """Options that choose the emulated topology and how it is scaled."""
     parser.add_argument(
-        "--topology",
+        "topology" if positional_topology else "--topology",
+        nargs="?" if positional_topology else None,
         help="a p2ptrain.topology/1 file (default: --peers peers over --cities, "
         "links from data/region_links.json)",
     )
@@ -37,7 +41,6 @@ def _add_emulation_arguments(parser: argparse.ArgumentParser, default_peers: int
         help="emulated Mbit/s = topology Gbit/s x 1000 x this (default %(default)s)",
     )
     parser.add_argument("--delay-scale", type=float, default=1.0, help="multiply every delay")
-    parser.add_argument("--json", action="store_true", help="print one JSON object, no table")
 
 
 def _default_cities() -> list[str]:
@@ -51,7 +54,8 @@ def add_kinds(kinds: Any) -> None:
     netem = kinds.add_parser(
         "netem", help="emulated links (root): configured vs measured RTT and throughput"
     )
-    _add_emulation_arguments(netem, default_peers=8)
+    add_emulation_arguments(netem, default_peers=8)
+    netem.add_argument("--json", action="store_true", help="print one JSON object, no table")
     netem.add_argument("--links", type=int, default=6, help="how many links to sample")
     netem.add_argument("--seconds", type=float, default=3.0, help="bulk transfer per link (s)")
     netem.add_argument("--out", default="bench-results/netem.json", help="where to write the JSON")
