@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from p2ptrain.testbed.links import configured_rtt_ms
+from p2ptrain.testbed.links import LinkTable, configured_rtt_ms
 from p2ptrain.testbed.testbed import Testbed
 
 RTT_TOLERANCE = 0.10
@@ -27,11 +27,10 @@ DEFAULT_CITIES = ["Oregon", "Virginia", "Frankfurt", "Tokyo"]
 PROBE = [sys.executable, "-m", "p2ptrain.testbed.probe"]
 
 
-def sample_pairs(bed: Testbed, num_links: int) -> list[tuple[int, int]]:
+def sample_pairs(links: LinkTable, num_links: int) -> list[tuple[int, int]]:
     """num_links unordered pairs spread evenly over the range of configured RTTs (deterministic)."""
     pairs = sorted(
-        ((a, b) for a in range(bed.num_peers) for b in range(a + 1, bed.num_peers)),
-        key=lambda p: (configured_rtt_ms(bed.configured, *p), p),
+        ((a, b) for a, b in links if a < b), key=lambda p: (configured_rtt_ms(links, *p), p)
     )
     if num_links >= len(pairs):
         return pairs
@@ -97,7 +96,7 @@ def run_netem_bench(
     with Testbed.from_topology(
         topology, bandwidth_scale=bandwidth_scale, delay_scale=delay_scale
     ) as bed:
-        pairs = sample_pairs(bed, num_links)
+        pairs = sample_pairs(bed.configured, num_links)
         ports: dict[int, int] = {}
         for b in sorted({b for _, b in pairs}):
             server = bed.spawn(b, [*PROBE, "serve", bed.address(b)], stdout=subprocess.PIPE)
