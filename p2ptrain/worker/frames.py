@@ -81,6 +81,10 @@ class NotReady(Exception):
     """The receiver cannot judge this frame yet (no plan yet, or it is further ahead)."""
 
 
+class AlreadyHave(Exception):
+    """A retried copy of a frame the receiver already used (its first answer got lost)."""
+
+
 @dataclass(frozen=True)
 class Expected:
     """What a worker accepts from one neighbour for one (kind, step, micro)."""

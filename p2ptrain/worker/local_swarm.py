@@ -123,6 +123,7 @@ class LocalSwarm:
         self.plan: dict[str, Any] = {}
         self._messages: queue.Queue[tuple[int, dict[str, Any] | None]] = queue.Queue()
         self._conns: list[socket.socket] = []
+        self._conn_of_peer: dict[str, socket.socket] = {}
         self._listener: socket.socket | None = None
 
     def __enter__(self) -> LocalSwarm:
@@ -177,11 +178,15 @@ class LocalSwarm:
         # in worker order (connections arrive in any order)
         by_pid = {int(h.get("pid", -1)): h for h in hellos.values()}
         self.hellos = [by_pid[proc.pid] for proc in self.procs]
+        self._conn_of_peer = {h["peer_id"]: self._conns[i] for i, h in hellos.items()}
         return self.hellos
 
     def send_plan(self, plan: dict[str, Any]) -> None:
         self.plan = plan
         self._broadcast({"type": "plan", "plan": plan, "run": self.spec.to_dict()})
+        for spare in plan["spares"]:  # nobody re-plans a local swarm: spares can go home now
+            with contextlib.suppress(OSError):
+                self._conn_of_peer[spare].sendall(b'{"type":"stop"}\n')
 
     def train(self, on_step: Callable[[int, float, float], None] | None = None) -> SwarmResult:
         """Wait for every step's loss from the last stages, then for the workers to finish."""

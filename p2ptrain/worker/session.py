@@ -26,7 +26,14 @@ from p2ptrain.train.model import Stage, build_stage
 from p2ptrain.train.optim import clip_grads, lr_at, make_optimizer, set_lr
 from p2ptrain.worker import pipeline
 from p2ptrain.worker.averaging import StageAverager
-from p2ptrain.worker.frames import Expected, FrameHeader, NotReady, PeerLost, Stopped
+from p2ptrain.worker.frames import (
+    AlreadyHave,
+    Expected,
+    FrameHeader,
+    NotReady,
+    PeerLost,
+    Stopped,
+)
 from p2ptrain.worker.ipc import PlanInbox
 from p2ptrain.worker.local_swarm import DIE_WHILE_AVERAGING_ENV
 from p2ptrain.worker.role import Role, role_in_plan
@@ -91,6 +98,7 @@ class Session:
                 spec.averaging_timeout_s,
             )
         self.rows = replica_rows(spec.batch_size, role.num_replicas, role.replica)
+        self.start_step = self.step
         log.info(
             "plan epoch %d: stage %d/%d (layers %s) of replica %d/%d, starting at step %d",
             role.epoch, role.stage, role.num_stages, self.model.layers, role.replica,
@@ -115,9 +123,21 @@ class Session:
             return None
         if header.step > self.step + 1:
             raise NotReady()  # a neighbour resumed from a later checkpoint, or we are slow
-        return pipeline.expected_frame(
+        expected = pipeline.expected_frame(
             self.spec, self.role, self.step, header.kind, header.step, header.micro
         )
+        if expected is None and header.step < self.step:
+            # from the right neighbour for an earlier step of this session: a retried copy
+            earlier = pipeline.expected_frame(
+                self.spec, self.role, header.step, header.kind, header.step, header.micro
+            )
+            if (
+                earlier is not None
+                and earlier.sender == header.sender
+                and self.start_step <= header.step
+            ):
+                raise AlreadyHave()
+        return expected
 
     def train(self, plan_version: int) -> SessionEnd:
         self.plan_version = plan_version

@@ -32,6 +32,7 @@ Key = tuple[str, int, int]  # (kind, step, micro)
 ExpectFn = Callable[[FrameHeader], Expected | None]
 SEND_TIMEOUT_S = 60.0
 BUSY_RETRY_S = 0.2
+ANSWER_LINGER_S = 5.0
 
 
 class Transport:
@@ -154,6 +155,9 @@ class Transport:
                 except frames.NotReady:
                     writer.write(frames.BUSY)  # before reading the payload: the sender retries
                     return
+                except frames.AlreadyHave:
+                    writer.write(frames.ACCEPTED)  # idempotent: the first copy was used
+                    return
                 problem = frames.check_header(header, remote, expected)
                 if problem is not None:
                     raise ValueError(problem)
@@ -169,8 +173,13 @@ class Transport:
             log.warning("refused a frame from %s: %r", remote, exc)
             writer.write(frames.REJECTED)
         finally:
-            with contextlib.suppress(OSError):
+            # Close only once the sender has closed its side (it does after reading our answer):
+            # p2pd may reset a stream closed with the answer still in flight.
+            with contextlib.suppress(OSError, TimeoutError, asyncio.IncompleteReadError):
                 await writer.drain()
+                async with asyncio.timeout(ANSWER_LINGER_S):
+                    while await reader.read(65536):
+                        pass
             writer.close()
 
     def receive(
