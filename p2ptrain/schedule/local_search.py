@@ -175,6 +175,43 @@ def _better(a: tuple[float, float], b: tuple[float, float]) -> bool:
 SPARE = -1
 
 
+# Below this many entries (candidates x R x S), all of a peer's swaps are scored in one vectorised
+# pass: fewer, larger numpy calls win on small swarms.
+WHOLE_PLAN_SCORING_LIMIT = 1_000_000
+
+
+def _all_swap_scores(state: PlanState, row: int, col: int) -> tuple[FloatArray, FloatArray]:
+    """(cost, secondary) of swapping plan[row, col] with every plan position, flattened
+    column-major (index = target_col * R + k). DP costs are updated from the cached member sums
+    (two columns change per candidate); boundaries are recomputed on whole candidate plans."""
+    plan, model, dp = state.plan, state.model, state.model.dp_pair
+    replicas, stages = plan.shape
+    num = replicas * stages
+    state.stats.evaluations += num
+    ks = np.tile(np.arange(replicas), stages)
+    tcs = np.repeat(np.arange(stages), replicas)
+    flat = np.arange(num)
+    x = plan[row, col]
+    ys = plan[ks, tcs]  # partner of each candidate
+    # column col: loses x, gains y
+    members = plan[:, col]
+    col_sums = state.member_sums[:, col][None, :] - dp[members, x][None, :] + dp[members][:, ys].T
+    col_sums[:, row] = dp[ys][:, members].sum(axis=1) - dp[ys, x]
+    # column tc: loses y, gains x
+    t_members = plan[:, tcs].T  # (K, R)
+    tc_sums = state.member_sums[:, tcs].T - dp[t_members, ys[:, None]] + dp[t_members, x]
+    tc_sums[flat, ks] = dp[x][t_members].sum(axis=1) - dp[x, ys]
+    new_dp = np.repeat(state.column_dp[None, :], num, axis=0)  # (K, S)
+    moved = tcs != col  # a swap inside one column leaves its DP as it is
+    new_dp[moved, col] = col_sums[moved].max(axis=1)
+    new_dp[flat[moved], tcs[moved]] = tc_sums[moved].max(axis=1)
+    cand = np.repeat(plan[None, :, :], num, axis=0)  # (K, R, S)
+    cand[flat, row, col] = ys
+    cand[flat, ks, tcs] = x
+    pipeline = 2 * model.pp_pair[cand[:, :, :-1], cand[:, :, 1:]].max(axis=1).sum(axis=1)
+    return new_dp.max(axis=1) + pipeline, new_dp.sum(axis=1) + pipeline
+
+
 def best_swap_for(
     state: PlanState, peer: int, positions: IntArray
 ) -> tuple[float, float, int, int] | None:
@@ -187,14 +224,16 @@ def best_swap_for(
     row, col = positions[peer]
     best_key = state.key()
     best: tuple[float, float, int, int] | None = None
-    for target_col in range(stages):
-        cost, secondary = _swap_scores(state, row, col, target_col)
-        if target_col == col:
-            cost[row] = np.inf  # the peer with itself
-        k = int(np.lexsort((secondary, cost))[0])
-        key = (float(cost[k]), float(secondary[k]))
+    replicas = state.plan.shape[0]
+    if (replicas * stages) ** 2 * replicas <= WHOLE_PLAN_SCORING_LIMIT:
+        cost, secondary = _all_swap_scores(state, row, col)
+        cost[col * replicas + row] = np.inf  # the peer with itself
+        f = int(np.lexsort((secondary, cost))[0])
+        key = (float(cost[f]), float(secondary[f]))
         if _better(key, best_key):
-            best_key, best = key, (key[0], key[1], k, target_col)
+            best_key, best = key, (key[0], key[1], f % replicas, f // replicas)
+    else:
+        best_key, best = _best_by_column(state, row, col, best_key)
     if len(state.spares):
         cost, secondary = _spare_scores(state, row, col)
         k = int(np.lexsort((secondary, cost))[0])
@@ -202,6 +241,22 @@ def best_swap_for(
         if _better(key, best_key):
             best = (key[0], key[1], k, SPARE)
     return best
+
+
+def _best_by_column(
+    state: PlanState, row: int, col: int, best_key: tuple[float, float]
+) -> tuple[tuple[float, float], tuple[float, float, int, int] | None]:
+    """Best improving swap, scoring one target column at a time (for big swarms)."""
+    best: tuple[float, float, int, int] | None = None
+    for target_col in range(state.plan.shape[1]):
+        cost, secondary = _swap_scores(state, row, col, target_col)
+        if target_col == col:
+            cost[row] = np.inf  # the peer with itself
+        k = int(np.lexsort((secondary, cost))[0])
+        key = (float(cost[k]), float(secondary[k]))
+        if _better(key, best_key):
+            best_key, best = key, (key[0], key[1], k, target_col)
+    return best_key, best
 
 
 def apply_swap(state: PlanState, a: tuple[int, int], b: tuple[int, int]) -> None:
