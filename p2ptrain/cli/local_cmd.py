@@ -1,8 +1,10 @@
 """`p2ptrain local`: train on a swarm of N peers on this machine, the project's main job.
 
 Starts N worker process trees on 127.0.0.1 (each: worker, watchdog, hivemind DHT and averager
-processes, p2pd), places them with the scheduler over a loopback topology, trains, shows progress
-and stops everything. With --json the last stdout line is
+processes, p2pd), places them with the scheduler over a loopback topology, trains with a progress
+line per step and stops everything. `--control-plane` instead starts a bootstrap and N
+`p2ptrain join` nodes (supervisor, control process, worker) and lets the control plane discover,
+measure and plan; see docs/architecture.md for why that is not the default yet. With --json the last stdout line is
 {"steps", "loss": [per step], "tokens_per_s", "plan": {"pipelines": [[peer id, ...], ...], ...}}.
 """
 
@@ -32,6 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     parser.add_argument("--workdir", help="keep logs and checkpoints here (default: a temp dir)")
+    parser.add_argument(
+        "--control-plane",
+        action="store_true",
+        help="run a bootstrap and N `p2ptrain join` nodes that discover, measure and elect a "
+        "planner (default: start N workers and place them with the scheduler directly)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if args.no_compression:
         changes["compression"] = "none"
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="p2ptrain-local-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     if not spec.checkpoint_dir:  # a fresh run: do not resume whatever an earlier run left
         changes["checkpoint_dir"] = str(workdir / "checkpoints")
     spec = spec.replace(**changes)
@@ -56,15 +65,24 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     started_s = time.monotonic()
     try:
-        with LocalSwarm(spec, args.peers, workdir) as swarm:
-            print(f"starting {args.peers} peers (logs in {workdir}) ...", file=out, flush=True)
-            hellos = swarm.wait_hellos()
-            plan = plan_for(spec, hellos)
-            print(_describe_plan(plan), file=out, flush=True)
-            swarm.send_plan(plan)
-            progress = _Progress(spec.steps, plan, out)
-            result = swarm.train(progress.on_step)
+        if args.control_plane:
+            from p2ptrain.cli.local_control import train_with_control_plane
+
+            print(f"starting a bootstrap and {args.peers} nodes (logs in {workdir}) ...", file=out)
+            progress = _Progress(spec.steps, out)
+            result = train_with_control_plane(
+                spec, args.peers, workdir, progress.on_plan, progress.on_step
+            )
             progress.finish()
+        else:
+            with LocalSwarm(spec, args.peers, workdir) as swarm:
+                print(f"starting {args.peers} peers (logs in {workdir}) ...", file=out, flush=True)
+                progress = _Progress(spec.steps, out)
+                plan = plan_for(spec, swarm.wait_hellos())
+                progress.on_plan(plan)
+                swarm.send_plan(plan)
+                result = swarm.train(progress.on_step)
+                progress.finish()
     except (RuntimeError, TimeoutError) as exc:
         raise UserError(f"the local swarm failed: {exc}") from exc
     finally:
@@ -100,7 +118,7 @@ def _describe_plan(plan: dict[str, Any]) -> str:
     pipelines = " | ".join(" → ".join(_short(p) for p in pipe) for pipe in plan["pipelines"])
     spares = f", spares {', '.join(_short(p) for p in plan['spares'])}" if plan["spares"] else ""
     return (
-        f"plan ({plan['planner']}): {plan['stages']} stages x {len(plan['pipelines'])} replicas: "
+        f"plan ({_short(plan['planner']) if plan['planner'].startswith('12D3') else plan['planner']}): {plan['stages']} stages x {len(plan['pipelines'])} replicas: "
         f"{pipelines}{spares}"
     )
 
@@ -108,11 +126,17 @@ def _describe_plan(plan: dict[str, Any]) -> str:
 class _Progress:
     """One line per step, redrawn in place on a terminal."""
 
-    def __init__(self, steps: int, plan: dict[str, Any], out: TextIO) -> None:
+    def __init__(self, steps: int, out: TextIO) -> None:
         self.steps = steps
-        self.layout = f"{plan['stages']}x{len(plan['pipelines'])}"
+        self.layout = "?"
         self.out = out
         self.tty = out.isatty()
+
+    def on_plan(self, plan: dict[str, Any]) -> None:
+        self.layout = f"{plan['stages']}x{len(plan['pipelines'])}"
+        if self.tty:
+            self.out.write("\n")
+        print(_describe_plan(plan), file=self.out, flush=True)
 
     def on_step(self, step: int, loss: float, tokens_per_s: float) -> None:
         width = 20

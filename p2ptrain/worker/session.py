@@ -187,6 +187,8 @@ class Session:
                     "samples": len(self.rows),
                     "averaging": averaging,
                     "step_s": elapsed_s,
+                    "epoch": role.epoch,
+                    "num_replicas": role.num_replicas,
                 }
             )
             self.step += 1

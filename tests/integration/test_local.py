@@ -1,4 +1,5 @@
-"""`p2ptrain local` end to end: real worker process trees on 127.0.0.1, driven by the CLI."""
+"""`p2ptrain local` end to end: N worker process trees on 127.0.0.1 driven by the CLI;
+`--control-plane` runs a bootstrap and N `p2ptrain join` nodes instead."""
 
 from __future__ import annotations
 
@@ -56,7 +57,8 @@ def _no_leftovers(workdir: Path) -> None:
 
 
 def test_four_peers_over_the_network_equal_one_process(tmp_path: Path) -> None:
-    """The equivalence: 2 stages x 2 replicas over p2pd, exact mode, vs the in-process reference."""
+    """The equivalence: 2 stages x 2 replicas, activations and gradients over p2pd, exact mode,
+    vs the in-process reference."""
     run = tmp_path / "run.toml"
     run.write_text(TINY_RUN)
     four = _local("--peers", "4", "--run", str(run), "--steps", "8", "--seed", "3",
@@ -82,11 +84,16 @@ def test_one_peer_and_four_peers_give_the_same_losses(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_default_run_on_four_peers_learns_within_four_minutes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", [[], ["--control-plane"]], ids=["direct", "control-plane"])
+def test_default_run_on_four_peers_learns_within_four_minutes(
+    tmp_path: Path, mode: list[str]
+) -> None:
     import time
 
     started_s = time.monotonic()
-    summary = _local("--peers", "4", "--steps", "40", "--workdir", str(tmp_path), timeout_s=240)
+    summary = _local(
+        "--peers", "4", "--steps", "40", "--workdir", str(tmp_path), *mode, timeout_s=240
+    )
     assert time.monotonic() - started_s < 240
     assert [len(p) for p in summary["plan"]["pipelines"]] == [2, 2]
     assert summary["loss"][-1] < 0.7 * summary["loss"][0], summary["loss"]

@@ -1,0 +1,182 @@
+"""`p2ptrain local --control-plane`: the same job through the real node CLIs.
+
+Starts `p2ptrain bootstrap` and N `p2ptrain join` process trees (supervisor, control process,
+worker), lets the control plane discover, measure, elect a planner and publish plans, and follows
+every worker's steps through the metrics files they append to (P2PTRAIN_METRICS_LOG). Stdlib only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from p2ptrain.runspec import RunSpec
+from p2ptrain.worker.local_swarm import StepStats, SwarmResult
+from p2ptrain.worker.watchdog import set_parent_death_signal
+
+METRICS_LOG_ENV = "P2PTRAIN_METRICS_LOG"
+START_TIMEOUT_S = 60.0
+STALL_TIMEOUT_S = 240.0
+STOP_GRACE_S = 15.0
+
+
+def write_run_toml(spec: RunSpec, path: Path) -> None:
+    """The spec as a flat [run] table (every field is a string, int or float)."""
+    lines = ["[run]"]
+    for name, value in spec.to_dict().items():
+        lines.append(f"{name} = {json.dumps(value)}")  # JSON scalars are valid TOML scalars
+    path.write_text("\n".join(lines) + "\n")
+
+
+def train_with_control_plane(
+    spec: RunSpec,
+    num_peers: int,
+    workdir: Path,
+    on_plan: Callable[[dict[str, Any]], None],
+    on_step: Callable[[int, float, float], None],
+) -> SwarmResult:
+    run_path = workdir / "run.toml"
+    write_run_toml(spec, run_path)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        boot = _start(
+            ["bootstrap", "--identity", str(workdir / "bootstrap.key"), "--run", str(run_path)],
+            workdir / "bootstrap.log", stdout=subprocess.PIPE,
+        )  # fmt: skip
+        procs.append(boot)
+        address = _first_line(boot, START_TIMEOUT_S)
+        logs = [workdir / f"metrics-{i}.jsonl" for i in range(num_peers)]
+        for i in range(num_peers):
+            args = ["join", "--bootstrap", address, "--identity", str(workdir / f"peer-{i}.key")]
+            env = {METRICS_LOG_ENV: str(logs[i])}
+            procs.append(_start(args, workdir / f"peer-{i}.log", env=env))
+        return _follow(spec, logs, procs[1:], on_plan, on_step)
+    finally:
+        _stop(procs)
+
+
+def _start(
+    args: list[str], log_path: Path, env: dict[str, str] | None = None, stdout: int | None = None
+) -> subprocess.Popen[bytes]:
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "p2ptrain", *args],
+            stdin=subprocess.DEVNULL, stdout=stdout or log, stderr=log,
+            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            preexec_fn=_stop_with_parent,
+        )  # fmt: skip
+
+
+def _stop_with_parent() -> None:
+    # in the child, before exec: SIGTERM (a graceful node stop) if `p2ptrain local` dies
+    set_parent_death_signal(signal.SIGTERM)
+
+
+def _first_line(proc: subprocess.Popen[bytes], timeout_s: float) -> str:
+    stdout = proc.stdout
+    assert stdout is not None
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.append(stdout.readline().decode()), daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    if not lines or not lines[0].strip():
+        raise RuntimeError("the bootstrap did not print its address")
+    return lines[0].strip()
+
+
+def _follow(
+    spec: RunSpec,
+    logs: list[Path],
+    peers: list[subprocess.Popen[bytes]],
+    on_plan: Callable[[dict[str, Any]], None],
+    on_step: Callable[[int, float, float], None],
+) -> SwarmResult:
+    """Read the workers' reports until every step's loss is known from its latest plan epoch."""
+    started_s = time.monotonic()
+    offsets = [0] * len(logs)
+    plan: dict[str, Any] = {}
+    # step -> epoch -> stats; a re-plan may re-run a step from a checkpoint: the newest epoch wins
+    by_step: dict[int, dict[int, StepStats]] = {}
+    averaging: dict[str, int] = {}
+    losses: dict[int, float] = {}
+    finished_s: list[float] = []
+    deadline = time.monotonic() + STALL_TIMEOUT_S
+    while len(losses) < spec.steps:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the swarm made no progress in time")
+        if all(p.poll() is not None for p in peers):
+            raise RuntimeError("every peer exited before the run was complete")
+        for i, path in enumerate(logs):
+            for message in _new_lines(path, offsets, i):
+                deadline = time.monotonic() + STALL_TIMEOUT_S
+                if message.get("type") == "session" and message["plan"].get("epoch", -1) > plan.get(
+                    "epoch", -1
+                ):
+                    plan = message["plan"]
+                    on_plan(plan)
+                if message.get("type") != "metrics":
+                    continue
+                kind = str(message.get("averaging"))
+                averaging[kind] = averaging.get(kind, 0) + 1
+                if message.get("loss") is None:
+                    continue
+                step, epoch = int(message["step"]), int(message["epoch"])
+                stats = by_step.setdefault(step, {}).setdefault(epoch, StepStats())
+                stats.losses[int(message["replica"])] = float(message["loss"])
+                stats.samples[int(message["replica"])] = int(message["samples"])
+                stats.tokens_per_s[int(message["replica"])] = float(message["tokens_per_s"])
+                if len(stats.losses) == int(message["num_replicas"]) and epoch == max(
+                    by_step[step]
+                ):
+                    new = step not in losses
+                    losses[step] = stats.global_loss()
+                    if new:
+                        finished_s.append(time.monotonic())
+                        on_step(step, losses[step], sum(stats.tokens_per_s.values()))
+        time.sleep(0.2)
+    wall_s = time.monotonic() - started_s
+    ordered = [losses[s] for s in sorted(losses)]
+    tokens_per_step = spec.batch_size * spec.block_size
+    span_s = finished_s[-1] - finished_s[0] if len(finished_s) > 1 else 0.0
+    tokens_per_s = (len(finished_s) - 1) * tokens_per_step / span_s if span_s > 0 else 0.0
+    return SwarmResult(len(ordered), ordered, tokens_per_s, plan, averaging, wall_s)
+
+
+def _new_lines(path: Path, offsets: list[int], index: int) -> list[dict[str, Any]]:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offsets[index])
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    complete = data[: data.rfind(b"\n") + 1]
+    offsets[index] += len(complete)
+    messages = []
+    for line in complete.splitlines():
+        with contextlib.suppress(ValueError):
+            messages.append(json.loads(line))
+    return messages
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every node (supervisors stop their children), then SIGKILL what is left."""
+    for proc in reversed(procs):  # peers first, the bootstrap last
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(max(0.1, deadline - time.monotonic()))
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
