@@ -59,6 +59,17 @@ def add_kinds(kinds: Any) -> None:
     netem.add_argument("--links", type=int, default=6, help="how many links to sample")
     netem.add_argument("--seconds", type=float, default=3.0, help="bulk transfer per link (s)")
     netem.add_argument("--out", default="bench-results/netem.json", help="where to write the JSON")
+    e2e = kinds.add_parser(
+        "e2e", help="train on the emulated WAN (root): scheduled vs random placement"
+    )
+    add_emulation_arguments(e2e, default_peers=8)
+    e2e.add_argument("--run", metavar="RUN.toml", help="run spec (default: the built-in run)")
+    e2e.add_argument("--steps", type=int, default=10, help="training steps per run")
+    e2e.add_argument("--stages", type=int, help="pipeline stages (overrides the run spec)")
+    e2e.add_argument("--target-loss", type=float, help="default: the worst final loss of the runs")
+    e2e.add_argument("--json", action="store_true", help="print one JSON object last, no table")
+    e2e.add_argument("--out", default="bench-results/e2e.json", help="where to write the JSON")
+    e2e.add_argument("--plot", default="bench-results/e2e.png", help="loss vs wall time (PNG)")
 
 
 def load_emulated_topology(args: argparse.Namespace) -> Any:
@@ -77,11 +88,20 @@ def load_emulated_topology(args: argparse.Namespace) -> Any:
 
 def run_kind(args: argparse.Namespace) -> int:
     """Run the testbed bench kind named by args.kind."""
-    from p2ptrain.errors import UserError
-    from p2ptrain.testbed.netem_bench import render, run_netem_bench
     from p2ptrain.testbed.netns import require_root
 
     require_root()
+    return _run_e2e(args) if args.kind == "e2e" else _run_netem(args)
+
+
+def _progress(message: str) -> None:
+    print(f"... {message}", file=sys.stderr, flush=True)
+
+
+def _run_netem(args: argparse.Namespace) -> int:
+    from p2ptrain.errors import UserError
+    from p2ptrain.testbed.netem_bench import render, run_netem_bench
+
     if args.links < 1 or args.seconds <= 0:
         raise UserError("--links must be >= 1 and --seconds > 0")
     topology = load_emulated_topology(args)
@@ -91,10 +111,50 @@ def run_kind(args: argparse.Namespace) -> int:
         bulk_s=args.seconds,
         bandwidth_scale=args.bandwidth_scale,
         delay_scale=args.delay_scale,
-        progress=lambda m: print(f"... {m}", file=sys.stderr, flush=True),
+        progress=_progress,
     )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     print(json.dumps(result) if args.json else render(result) + f"\n\nwrote {out}")
     return 0 if result["pass"] else 1
+
+
+def _run_e2e(args: argparse.Namespace) -> int:
+    from p2ptrain.errors import UserError
+    from p2ptrain.runspec import load_run_spec
+    from p2ptrain.testbed.e2e_bench import render, run_e2e_bench
+    from p2ptrain.testbed.png_plot import write_line_plot
+
+    if args.steps < 3:
+        raise UserError("--steps must be at least 3")
+    spec = load_run_spec(args.run).replace(steps=args.steps)
+    if args.stages is not None:
+        spec = spec.replace(stages=args.stages)
+    topology = load_emulated_topology(args)
+    try:
+        result = run_e2e_bench(
+            topology,
+            spec,
+            bandwidth_scale=args.bandwidth_scale,
+            delay_scale=args.delay_scale,
+            seed=args.seed,
+            target_loss=args.target_loss,
+            progress=_progress,
+        )
+    except (RuntimeError, TimeoutError) as exc:
+        last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise UserError(
+            f"the emulated swarm failed ({last}); the worker must listen on "
+            "$P2PTRAIN_LISTEN_HOST (docs/benchmarks.md)"
+        ) from exc
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    curves = {k: result[k]["curve"] for k in ("scheduled", "random") if result[k].get("curve")}
+    write_line_plot(Path(args.plot), curves, grid_x=10.0, grid_y=1.0)
+    if not args.json:
+        print(render(result) + f"\n\nwrote {out} and {args.plot}")
+    else:
+        print(json.dumps(result))
+    return 0

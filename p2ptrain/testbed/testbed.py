@@ -186,6 +186,11 @@ class TestbedHandle:
             )
             self._control({"op": "set", "a": key[0], "b": key[1], "spec": spec.to_json()})
 
+    def set_link_spec(self, a: PeerRef, b: PeerRef, spec: LinkSpec) -> None:
+        """Replace one direction of a link with spec."""
+        ia, ib = self.index(a), self.index(b)
+        self._control({"op": "set", "a": ia, "b": ib, "spec": spec.to_json()})
+
     def cut_link(self, a: PeerRef, b: PeerRef, both_ways: bool = True) -> None:
         """Drop every packet on the link (connections stall, as on a real outage)."""
         self.set_link(a, b, both_ways=both_ways, up=False)
@@ -194,8 +199,7 @@ class TestbedHandle:
         """Put both directions back to the configured values."""
         ia, ib = self.index(a), self.index(b)
         for key in ((ia, ib), (ib, ia)):
-            spec = self.configured[key]
-            self._control({"op": "set", "a": key[0], "b": key[1], "spec": spec.to_json()})
+            self.set_link_spec(*key, self.configured[key])
 
     def disconnect(self, peer: PeerRef) -> None:
         """Cut every link of the peer (its processes live on, unreachable)."""
