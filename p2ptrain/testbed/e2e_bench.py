@@ -40,15 +40,13 @@ def train_once(
     try:
         with EmulatedSwarm(spec, bed, workdir) as swarm:
             hellos = swarm.wait_hellos(HELLO_TIMEOUT_S)
-            plan = plan_on_testbed(
+            plan, pipelines = plan_on_testbed(
                 bed, spec, hellos, "scheduled" if placement == "ideal" else placement, seed
             )
             progress(
-                f"{placement}: pipelines {plan['peer_indices']} predicted comm {plan['predicted_comm_s']:.3f} s/step"
+                f"{placement}: pipelines {pipelines}, predicted comm {plan['cost_s']:.3f} s/step"
             )
-            swarm.send_plan(
-                {k: v for k, v in plan.items() if k not in ("predicted_comm_s", "peer_indices")}
-            )
+            swarm.send_plan(plan)
             started_s = time.monotonic()
 
             def on_step(step: int, loss: float, tokens_per_s: float) -> None:
@@ -67,8 +65,8 @@ def train_once(
     return {
         "tokens_per_s": result.tokens_per_s,
         "step_s": step_s,
-        "predicted_s": plan["predicted_comm_s"],
-        "pipelines": plan["peer_indices"],
+        "predicted_s": plan["cost_s"],
+        "pipelines": pipelines,
         "curve": steps,
     }
 

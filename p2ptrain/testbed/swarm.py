@@ -67,10 +67,10 @@ def plan_on_testbed(
     hellos: list[dict[str, Any]],
     placement: str = "scheduled",
     seed: int = 0,
-) -> dict[str, Any]:
-    """A plan body (contracts.md) for the hello'd workers (hello i = peer i of the testbed):
-    'scheduled' asks the scheduler on the emulated links, 'random' deals peers at random.
-    Adds 'predicted_comm_s': the cost model's communication time per step for the placement."""
+) -> tuple[dict[str, Any], list[list[int]]]:
+    """A plan body (contracts.md) for the hello'd workers (hello i = peer i of the testbed) and
+    its pipelines as peer indices: 'scheduled' asks the scheduler on the emulated links, 'random'
+    deals the peers at random. cost_s is the cost model's communication time per step."""
     import numpy as np
 
     from p2ptrain.schedule import plan_swarm
@@ -91,7 +91,7 @@ def plan_on_testbed(
         raise ValueError(f"unknown placement {placement!r}")
     cost = plan_cost(CostModel.build(topology, workload), np.array(pipelines))
     used = {i for p in pipelines for i in p}
-    return {
+    body = {
         "term": 0,
         "epoch": 0,
         "planner": placement,
@@ -100,9 +100,8 @@ def plan_on_testbed(
         "spares": [peers[i] for i in range(len(peers)) if i not in used],
         "data_addrs": {h["peer_id"]: h["data_addrs"] for h in hellos},
         "cost_s": float(cost.cost_s),
-        "predicted_comm_s": float(cost.cost_s),
-        "peer_indices": pipelines,
     }
+    return body, pipelines
 
 
 class EmulatedSwarm(LocalSwarm):

@@ -46,12 +46,13 @@ def test_scheduled_plan_costs_no_more_than_random_placements() -> None:
         {"peer_id": f"peer{i}", "data_addrs": [f"/ip4/10.77.0.{i + 1}/tcp/1"]} for i in range(8)
     ]
     spec = RunSpec(stages=4, n_layer=4)
-    scheduled = plan_on_testbed(bed, spec, hellos, "scheduled")  # type: ignore[arg-type]
+    scheduled, pipelines = plan_on_testbed(bed, spec, hellos, "scheduled")  # type: ignore[arg-type]
     assert scheduled["stages"] == 4 and len(scheduled["pipelines"]) == 2
-    assert sorted(p for pipe in scheduled["peer_indices"] for p in pipe) == list(range(8))
+    assert sorted(p for pipe in pipelines for p in pipe) == list(range(8))
+    assert scheduled["pipelines"][0][0] == f"peer{pipelines[0][0]}"
     for seed in range(5):
-        random_plan = plan_on_testbed(bed, spec, hellos, "random", seed)  # type: ignore[arg-type]
-        assert scheduled["predicted_comm_s"] <= random_plan["predicted_comm_s"] + 1e-9
+        random_plan, _ = plan_on_testbed(bed, spec, hellos, "random", seed)  # type: ignore[arg-type]
+        assert scheduled["cost_s"] <= random_plan["cost_s"] + 1e-9
 
 
 def test_png_plot_is_a_valid_png(tmp_path: Path) -> None:
