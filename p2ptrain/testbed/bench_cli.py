@@ -123,7 +123,7 @@ def _run_netem(args: argparse.Namespace) -> int:
 def _run_e2e(args: argparse.Namespace) -> int:
     from p2ptrain.errors import UserError
     from p2ptrain.runspec import load_run_spec
-    from p2ptrain.testbed.e2e_bench import render, run_e2e_bench
+    from p2ptrain.testbed.e2e_bench import failure_summary, render, run_e2e_bench
     from p2ptrain.testbed.png_plot import write_line_plot
 
     if args.steps < 3:
@@ -143,15 +143,16 @@ def _run_e2e(args: argparse.Namespace) -> int:
             progress=_progress,
         )
     except (RuntimeError, TimeoutError) as exc:
-        last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         raise UserError(
-            f"the emulated swarm failed ({last}); the worker must listen on "
+            f"the emulated swarm failed ({failure_summary(exc)}); the worker must listen on "
             "$P2PTRAIN_LISTEN_HOST (docs/benchmarks.md)"
         ) from exc
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
-    curves = {k: result[k]["curve"] for k in ("scheduled", "random") if result[k].get("curve")}
+    curves = {
+        k: result[k]["curve"] for k in ("scheduled", "random", "ideal") if "curve" in result[k]
+    }
     write_line_plot(Path(args.plot), curves, grid_x=10.0, grid_y=1.0)
     if not args.json:
         print(render(result) + f"\n\nwrote {out} and {args.plot}")

@@ -51,7 +51,9 @@ def train_once(
 
             def on_step(step: int, loss: float, tokens_per_s: float) -> None:
                 steps.append((time.monotonic() - started_s, loss))
-                progress(f"{placement}: step {step + 1}/{spec.steps} loss {loss:.3f}")
+                progress(
+                    f"{placement}: step {step + 1}/{spec.steps} loss {loss:.3f} at {steps[-1][0]:.1f} s"
+                )
 
             result = swarm.train(on_step)
     finally:
@@ -86,17 +88,26 @@ def run_e2e_bench(
     with Testbed.from_topology(
         topology, bandwidth_scale=bandwidth_scale, delay_scale=delay_scale
     ) as bed:
-        for placement in ("scheduled", "random"):
-            results[placement] = train_once(bed, spec, placement, seed, progress)
-        for a, b in bed.configured:
-            bed.set_link_spec(a, b, IDEAL_LINK)
-        ideal = train_once(bed, spec, "ideal", seed, progress)
+        for placement in ("scheduled", "random", "ideal"):
+            if placement == "ideal":
+                for a, b in bed.configured:
+                    bed.set_link_spec(a, b, IDEAL_LINK)
+            try:
+                results[placement] = train_once(bed, spec, placement, seed, progress)
+            except (RuntimeError, TimeoutError) as exc:  # keep the other runs' results
+                results[placement] = {"error": failure_summary(exc), "tokens_per_s": None}
+                progress(f"{placement}: failed: {results[placement]['error']}")
+    runs = [results[k] for k in ("scheduled", "random", "ideal") if "curve" in results[k]]
+    if not runs:
+        raise RuntimeError(results["scheduled"]["error"])
+    ideal_step_s = results["ideal"].get("step_s")
     for placement in ("scheduled", "random"):
-        results[placement]["measured_s"] = results[placement]["step_s"] - ideal["step_s"]
-    results["ideal"] = ideal
+        r = results[placement]
+        if "curve" in r and ideal_step_s is not None:
+            r["measured_s"] = r["step_s"] - ideal_step_s
     if target_loss is None:  # the loss every run reached: the worst final loss
-        target_loss = max(r["curve"][-1][1] for r in (results["scheduled"], results["random"]))
-    for r in (results["scheduled"], results["random"], ideal):
+        target_loss = max(r["curve"][-1][1] for r in runs)
+    for r in runs:
         r["time_to_target_s"] = next((t for t, loss in r["curve"] if loss <= target_loss), None)
     results["hivemind_dp"] = {
         "tokens_per_s": None,
@@ -105,10 +116,18 @@ def run_e2e_bench(
     results["target_loss"] = target_loss
     results["speedup_scheduled_vs_random"] = (
         results["scheduled"]["tokens_per_s"] / results["random"]["tokens_per_s"]
-        if results["random"]["tokens_per_s"]
+        if results["random"]["tokens_per_s"] and results["scheduled"]["tokens_per_s"]
         else None
     )
     return results
+
+
+def failure_summary(exc: BaseException) -> str:
+    """The first line of a swarm failure (which worker, exit code) and its last (the cause)."""
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    return lines[0] if len(lines) == 1 else f"{lines[0].rstrip(':')} ... {lines[-1].strip()}"
 
 
 def render(result: dict[str, Any]) -> str:
@@ -119,6 +138,9 @@ def render(result: dict[str, Any]) -> str:
     ]
     for name in ("scheduled", "random", "ideal"):
         r = result[name]
+        if "error" in r:
+            lines.append(f"{name:<12} failed: {r['error']}")
+            continue
         ttt = r.get("time_to_target_s")
         lines.append(
             f"{name:<12} {r['tokens_per_s']:>9.0f} {r['step_s']:>7.2f} "
