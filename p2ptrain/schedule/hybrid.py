@@ -48,6 +48,8 @@ def perturb(plan: IntArray, spares: IntArray, rng: np.random.Generator, strength
     out = plan.copy()
     flat = out.ravel()  # a view: swaps land in ``out``
     pool = np.concatenate([flat, spares])
+    if len(pool) < 2:
+        return out
     num_planned = flat.size
     for _ in range(strength):
         a, b = rng.choice(len(pool), size=2, replace=False)

@@ -91,6 +91,8 @@ def _cyclic_local_search(weight: np.ndarray, labels: IntArray, num_groups: int) 
         for _ in range(len(labels)):
             v, target = int(movers[si, 0]), int(movers[si, 1])
             if v < 0:
+                if not moves:
+                    break
                 v, target = moves[-1][0], start
             trial[v] = target
             locked[v] = True
@@ -102,6 +104,8 @@ def _cyclic_local_search(weight: np.ndarray, labels: IntArray, num_groups: int) 
             if si == start:
                 break
             g_ij, g_i, movers = _gains(weight, trial, locked, num_groups)
+        if not moves:
+            break
         best_sum, best_l = 0.0, 0
         for i in range(1, len(eps)):
             total = float(np.sum(eps[:i])) + tau[i]
@@ -139,7 +143,8 @@ def paper_search(
             break
         i, j = rng.integers(POPULATION, size=2)
         child = _crossover(population[i], population[j], num_groups, size, rng)
-        child = _cyclic_local_search(weight, child, num_groups)
+        if size > 1 and num_groups > 1:  # the gains need an in-group link and a group to move to
+            child = _cyclic_local_search(weight, child, num_groups)
         score = partition_cost(model, _groups(child, peers, num_groups)).cost_s
         stats.evaluations += 1
         worse = i if scores[i] >= scores[j] else j

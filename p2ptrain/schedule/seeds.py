@@ -7,9 +7,6 @@ the two shapes: pipelines of mutually close peers, or data-parallel groups of mu
 
 from __future__ import annotations
 
-import itertools
-import time
-
 import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
@@ -18,8 +15,6 @@ from p2ptrain.schedule.cost import (
     CostModel,
     FloatArray,
     IntArray,
-    bottleneck_matching,
-    dp_group_costs,
     open_path,
     partition_cost,
 )
@@ -84,6 +79,8 @@ def cluster_path_orders(pair_cost: FloatArray, cluster_counts: tuple[int, ...]) 
     nearest-neighbour order.
     """
     num_peers = pair_cost.shape[0]
+    if num_peers < 2:
+        return [np.arange(num_peers, dtype=np.intp)]
     sym = (pair_cost + pair_cost.T) / 2
     np.fill_diagonal(sym, 0.0)
     tree = linkage(squareform(sym, checks=False), method="average")
@@ -127,69 +124,3 @@ def path_groups_seeds(model: CostModel) -> list[IntArray]:
 def random_plan(model: CostModel, rng: np.random.Generator) -> IntArray:
     chosen = rng.permutation(model.num_peers)[: model.stages * model.replicas]
     return chosen.reshape(model.replicas, model.stages)
-
-
-def _chunks(model: CostModel, piece: int) -> list[IntArray]:
-    """Peers cut into chunks of close peers: each cluster, split into a part that fills whole
-    data-parallel groups and a remainder that will have to share a group."""
-    pair = (model.pp_pair + model.pp_pair.T) / 2
-    np.fill_diagonal(pair, 0.0)
-    labels = fcluster(
-        linkage(squareform(pair, checks=False), method="average"),
-        t=min(32, model.num_peers),
-        criterion="maxclust",
-    )
-    chunks = []
-    for label in np.unique(labels):
-        inside = np.flatnonzero(labels == label)
-        inside = inside[nearest_neighbour_path(pair[np.ix_(inside, inside)], 0)]
-        chunks += [inside[i : i + piece] for i in range(0, len(inside), piece)]
-    return chunks
-
-
-def _chain_cost(model: CostModel, order: IntArray) -> tuple[float, float]:
-    """Cost of cutting a 1-D order into consecutive groups chained in that order, and the sum of
-    all groups' DP costs as a tie-breaker (the max alone leaves long plateaus)."""
-    num_planned = model.stages * model.replicas
-    groups = order[:num_planned].reshape(model.stages, model.replicas)
-    dp = dp_group_costs(model, groups)
-    pp = 0.0
-    for a, b in itertools.pairwise(groups):
-        value, _ = bottleneck_matching(model.pp_pair[np.ix_(a, b)])
-        pp += value
-    return float(dp.max() + 2 * pp), float(dp.sum() + 2 * pp)
-
-
-def chunk_order_seed(
-    model: CostModel, rng: np.random.Generator, num_steps: int, deadline: float, piece: int
-) -> IntArray:
-    """Search the order of cluster chunks (swap, move and reverse moves, ties accepted) so that
-    groups cut from it straddle only cheap cluster boundaries; returns the best plan."""
-    chunks = _chunks(model, piece)
-    order = list(range(len(chunks)))
-    flip = [False] * len(chunks)
-
-    def sequence(order: list[int], flip: list[bool]) -> IntArray:
-        return np.concatenate([chunks[c][::-1] if flip[c] else chunks[c] for c in order])
-
-    best = _chain_cost(model, sequence(order, flip))
-    for _ in range(num_steps):
-        if time.perf_counter() >= deadline or len(chunks) < 2:
-            break
-        new_order, new_flip = order.copy(), flip.copy()
-        kind = rng.integers(3)
-        i, j = sorted(rng.choice(len(chunks), size=2, replace=False).tolist())
-        if kind == 0:
-            new_order[i], new_order[j] = new_order[j], new_order[i]
-        elif kind == 1:
-            new_order.insert(j, new_order.pop(i))
-        else:
-            new_order[i : j + 1] = new_order[i : j + 1][::-1]
-            for c in new_order[i : j + 1]:
-                new_flip[c] = not new_flip[c]
-        cost = _chain_cost(model, sequence(new_order, new_flip))
-        if cost[0] < best[0] - 1e-9 or (cost[0] <= best[0] + 1e-9 and cost[1] <= best[1] + 1e-9):
-            best, order, flip = cost, new_order, new_flip
-    num_planned = model.stages * model.replicas
-    groups = sequence(order, flip)[:num_planned].reshape(model.stages, model.replicas)
-    return partition_cost(model, groups).pipelines

@@ -100,3 +100,17 @@ def test_evaluate_groups_solves_order_and_matching() -> None:
     assert topology.workload is not None
     model = CostModel.build(topology, topology.workload)
     assert plan.cost_s == pytest.approx(partition_cost(model, np.array(groups)).cost_s)
+
+
+@pytest.mark.parametrize(
+    ("num_peers", "stages", "replicas"), [(1, 1, 1), (2, 1, 1), (2, 2, 1), (2, 1, 2), (3, 2, 1)]
+)
+def test_tiny_swarms_are_planned(num_peers: int, stages: int, replicas: int) -> None:
+    topology = random_topology(num_peers, seed=num_peers)
+    for algorithm in ALGORITHMS:
+        plan = plan_swarm(
+            topology, stages=stages, replicas=replicas, algorithm=algorithm, time_budget_s=5
+        )
+        used = [p for row in plan.pipelines for p in row]
+        assert len(plan.pipelines) == replicas and len(used) == len(set(used)) == stages * replicas
+        assert len(plan.spares) == num_peers - stages * replicas
