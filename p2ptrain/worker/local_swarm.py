@@ -241,10 +241,13 @@ class LocalSwarm:
         deadline = time.monotonic() + timeout_s
         messages = []
         while any(p.poll() is None for i, p in enumerate(self.procs) if i not in self.may_die):
-            try:
-                index, message = self._next_message(deadline)
-            except TimeoutError:
+            self._check_alive()
+            if time.monotonic() > deadline:
                 break
+            try:
+                index, message = self._messages.get(timeout=0.2)
+            except queue.Empty:
+                continue
             if message is not None:
                 messages.append((index, message))
         while not self._messages.empty():

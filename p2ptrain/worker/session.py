@@ -42,6 +42,9 @@ from p2ptrain.worker.transport import Transport
 log = logging.getLogger("p2ptrain.worker")
 
 
+AVERAGER_SHUTDOWN_S = 3.0
+
+
 class SessionEnd(enum.Enum):
     DONE = "done"  # every step of the run is trained
     NEW_PLAN = "new_plan"
@@ -242,6 +245,10 @@ class Session:
         """Checkpoint (weights are always those of the last completed step) and leave the swarm."""
         self.save()
         if self.averager is not None:
-            self.averager.shutdown()
+            # hivemind's shutdown may wait for long on a dead groupmate: bound it (a leftover
+            # averager process is killed with the worker's process group by the watchdog)
+            done = threading.Thread(target=self.averager.shutdown, daemon=True)
+            done.start()
+            done.join(AVERAGER_SHUTDOWN_S)
             self.averager = None
         self.model = None
