@@ -69,6 +69,7 @@ def train_once(
         "step_s": step_s,
         "predicted_s": plan["cost_s"],
         "pipelines": pipelines,
+        "averaging": result.averaging,  # outcome -> count, over all workers and steps
         "curve": steps,
     }
 
