@@ -104,8 +104,9 @@ def _follow(
     started_s = time.monotonic()
     offsets = [0] * len(logs)
     plan: dict[str, Any] = {}
-    # step -> epoch -> stats; a re-plan may re-run a step from a checkpoint: the newest epoch wins
-    by_step: dict[int, dict[int, StepStats]] = {}
+    # a re-plan may re-run a step from a checkpoint: per replica, the report of the newest epoch wins
+    by_step: dict[int, StepStats] = {}
+    epoch_of: dict[tuple[int, int], int] = {}  # (step, replica) -> epoch of the kept report
     averaging: dict[str, int] = {}
     losses: dict[int, float] = {}
     finished_s: list[float] = []
@@ -113,8 +114,7 @@ def _follow(
     while len(losses) < spec.steps:
         if time.monotonic() > deadline:
             raise TimeoutError("the swarm made no progress in time")
-        if all(p.poll() is not None for p in peers):
-            raise RuntimeError("every peer exited before the run was complete")
+        all_exited = all(p.poll() is not None for p in peers)  # checked before the last read
         for i, path in enumerate(logs):
             for message in _new_lines(path, offsets, i):
                 deadline = time.monotonic() + STALL_TIMEOUT_S
@@ -130,18 +130,22 @@ def _follow(
                 if message.get("loss") is None:
                     continue
                 step, epoch = int(message["step"]), int(message["epoch"])
-                stats = by_step.setdefault(step, {}).setdefault(epoch, StepStats())
-                stats.losses[int(message["replica"])] = float(message["loss"])
-                stats.samples[int(message["replica"])] = int(message["samples"])
-                stats.tokens_per_s[int(message["replica"])] = float(message["tokens_per_s"])
-                if len(stats.losses) == int(message["num_replicas"]) and epoch == max(
-                    by_step[step]
-                ):
+                replica = int(message["replica"])
+                if epoch < epoch_of.get((step, replica), -1):
+                    continue
+                epoch_of[(step, replica)] = epoch
+                stats = by_step.setdefault(step, StepStats())
+                stats.losses[replica] = float(message["loss"])
+                stats.samples[replica] = int(message["samples"])
+                stats.tokens_per_s[replica] = float(message["tokens_per_s"])
+                if set(stats.losses) >= set(range(int(message["num_replicas"]))):
                     new = step not in losses
                     losses[step] = stats.global_loss()
                     if new:
                         finished_s.append(time.monotonic())
                         on_step(step, losses[step], sum(stats.tokens_per_s.values()))
+        if all_exited and len(losses) < spec.steps:
+            raise RuntimeError(f"every peer exited after {len(losses)} of {spec.steps} steps")
         time.sleep(0.2)
     wall_s = time.monotonic() - started_s
     ordered = [losses[s] for s in sorted(losses)]
