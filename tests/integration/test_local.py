@@ -84,16 +84,11 @@ def test_one_peer_and_four_peers_give_the_same_losses(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", [[], ["--control-plane"]], ids=["direct", "control-plane"])
-def test_default_run_on_four_peers_learns_within_four_minutes(
-    tmp_path: Path, mode: list[str]
-) -> None:
+def test_default_run_on_four_peers_learns_within_four_minutes(tmp_path: Path) -> None:
     import time
 
     started_s = time.monotonic()
-    summary = _local(
-        "--peers", "4", "--steps", "40", "--workdir", str(tmp_path), *mode, timeout_s=240
-    )
+    summary = _local("--peers", "4", "--steps", "40", "--workdir", str(tmp_path), timeout_s=240)
     assert time.monotonic() - started_s < 240
     assert [len(p) for p in summary["plan"]["pipelines"]] == [2, 2]
     assert summary["loss"][-1] < 0.7 * summary["loss"][0], summary["loss"]
