@@ -31,6 +31,7 @@ from p2ptrain.runspec import RunSpec
 from p2ptrain.worker import watchdog
 from p2ptrain.worker.frames import Expected, FrameHeader, NotReady
 
+LISTEN_HOST_ENV = "P2PTRAIN_LISTEN_HOST"  # set by the WAN testbed; default loopback
 log = logging.getLogger("p2ptrain.worker")
 
 SHUTDOWN_GRACE_S = 3.0
@@ -96,7 +97,8 @@ class Worker:
         identity_path = self._hivemind_identity()
         dht = hivemind.DHT(
             start=True,
-            host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+            # the WAN testbed runs workers in network namespaces with their own address
+            host_maddrs=[f"/ip4/{os.environ.get(LISTEN_HOST_ENV, '127.0.0.1')}/tcp/0"],
             nat_port_map=False,
             identity_path=identity_path,
         )

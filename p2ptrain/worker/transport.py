@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -33,6 +34,7 @@ ExpectFn = Callable[[FrameHeader], Expected | None]
 SEND_TIMEOUT_S = 60.0
 BUSY_RETRY_S = 0.2
 ANSWER_LINGER_S = 5.0
+CONNECT_ATTEMPTS = 5
 
 
 class Transport:
@@ -66,7 +68,16 @@ class Transport:
         """Tell p2pd where a peer listens (plans carry every peer's data addresses)."""
         # p2pd wants transport addresses: drop the trailing /p2p/<id> of a full multiaddr
         addrs = [Multiaddr(a.split("/p2p/")[0]) for a in maddrs]
-        self.call(self._p2p._client.connect(PeerID.from_base58(peer_id), addrs))
+        # Two peers of a new plan dial each other at once; over long round trips both Noise
+        # handshakes can fail ("message is too short"). A random pause breaks the tie.
+        for attempt in range(CONNECT_ATTEMPTS):
+            try:
+                self.call(self._p2p._client.connect(PeerID.from_base58(peer_id), addrs))
+                return
+            except Exception:
+                if attempt == CONNECT_ATTEMPTS - 1:
+                    raise
+                time.sleep(random.uniform(0.2, 1.5))
 
     def send(
         self,
