@@ -4,7 +4,9 @@ Starts N worker process trees on 127.0.0.1 (each: worker, watchdog, hivemind DHT
 processes, p2pd), places them with the scheduler over a loopback topology, trains with a progress
 line per step and stops everything. `--control-plane` instead starts a bootstrap and N
 `p2ptrain join` nodes (supervisor, control process, worker) and lets the control plane discover,
-measure and plan; see docs/architecture.md for why that is not the default yet. With --json the last stdout line is
+measure and plan; see docs/architecture.md for why that is not the default yet. `--emulate
+TOPOLOGY` runs the peers inside the WAN testbed (p2ptrain/testbed). With --json the last stdout
+line is
 {"steps", "loss": [per step], "tokens_per_s", "plan": {"pipelines": [[peer id, ...], ...], ...}}.
 """
 
@@ -40,6 +42,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run a bootstrap and N `p2ptrain join` nodes that discover, measure and elect a "
         "planner (default: start N workers and place them with the scheduler directly)",
     )
+    parser.add_argument(
+        "--emulate",
+        metavar="TOPOLOGY",
+        help="run the peers inside the WAN testbed (root), one per peer of this topology file, "
+        "and plan on its emulated links (the peer count is the topology's)",
+    )
+    parser.add_argument(
+        "--bandwidth-scale",
+        type=float,
+        default=0.02,
+        help="with --emulate: multiply the topology's bandwidths by this (default 0.02)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,7 +79,11 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     started_s = time.monotonic()
     try:
-        if args.control_plane:
+        if args.emulate:
+            if args.control_plane:
+                raise UserError("--emulate and --control-plane cannot be combined yet")
+            result = _train_emulated(spec, Path(args.emulate), args.bandwidth_scale, workdir, out)
+        elif args.control_plane:
             from p2ptrain.cli.local_control import train_with_control_plane
 
             print(f"starting a bootstrap and {args.peers} nodes (logs in {workdir}) ...", file=out)
@@ -104,6 +122,38 @@ def run(args: argparse.Namespace) -> int:
         }
         print(json.dumps(summary), flush=True)
     return 0
+
+
+def _train_emulated(
+    spec: Any, topology_path: Path, bandwidth_scale: float, workdir: Path, out: TextIO
+) -> Any:
+    """The local swarm inside the WAN testbed: worker i in peer i's namespace, planned on the
+    emulated links."""
+    from p2ptrain.schedule import load_topology
+    from p2ptrain.testbed.netns import require_root
+    from p2ptrain.testbed.swarm import EmulatedSwarm, plan_on_testbed
+    from p2ptrain.testbed.testbed import Testbed
+
+    require_root()
+    if not bandwidth_scale > 0:
+        raise UserError(f"--bandwidth-scale must be > 0, got {bandwidth_scale}")
+    topology = load_topology(topology_path)
+    with (
+        Testbed.from_topology(topology, bandwidth_scale=bandwidth_scale) as bed,
+        EmulatedSwarm(spec, bed, workdir) as swarm,
+    ):
+        print(
+            f"starting {topology.num_peers} emulated peers (logs in {workdir}) ...",
+            file=out,
+            flush=True,
+        )
+        progress = _Progress(spec.steps, out)
+        plan, _ = plan_on_testbed(bed, spec, swarm.wait_hellos())
+        progress.on_plan(plan)
+        swarm.send_plan(plan)
+        result = swarm.train(progress.on_step)
+        progress.finish()
+        return result
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

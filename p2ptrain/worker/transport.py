@@ -34,7 +34,7 @@ ExpectFn = Callable[[FrameHeader], Expected | None]
 SEND_TIMEOUT_S = 60.0
 BUSY_RETRY_S = 0.2
 ANSWER_LINGER_S = 5.0
-CONNECT_ATTEMPTS = 5
+CONNECT_ATTEMPTS = 8  # p2pd backs off a failed dial for ~5 s: keep trying past that
 
 
 class Transport:
@@ -77,7 +77,7 @@ class Transport:
             except Exception:
                 if attempt == CONNECT_ATTEMPTS - 1:
                     raise
-                time.sleep(random.uniform(0.2, 1.5))
+                time.sleep(random.uniform(0.5, 2.0))
 
     def send(
         self,
