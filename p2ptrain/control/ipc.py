@@ -7,7 +7,6 @@ Messages (contracts.md): worker -> control `hello`, `metrics`, `throughput`; con
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 from collections.abc import Callable
@@ -15,9 +14,10 @@ from typing import Any
 
 import trio
 
+from p2ptrain.ipc_lines import LineBuffer, decode, encode
+
 log = logging.getLogger(__name__)
 
-MAX_LINE_BYTES = 1024 * 1024
 
 Handler = Callable[[dict[str, Any]], None]
 
@@ -52,31 +52,21 @@ class IpcServer:
         try:
             if self._last_plan is not None:
                 await stream.send_all(self._last_plan)
-            buffer = b""
+            lines = LineBuffer()
             while True:
                 data = await stream.receive_some(65536)
                 if not data:
                     return
-                buffer += data
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
+                for line in lines.feed(data):
                     self._handle_line(line)
-                if len(buffer) > MAX_LINE_BYTES:
-                    log.warning("ipc: dropping an oversized line (> %d bytes)", MAX_LINE_BYTES)
-                    buffer = b""
         except trio.BrokenResourceError:
             return
         finally:
             self._clients.remove(stream)
 
     def _handle_line(self, line: bytes) -> None:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            log.warning("ipc: dropping a line that is not JSON")
-            return
-        if not isinstance(message, dict) or not isinstance(message.get("type"), str):
-            log.warning("ipc: dropping a message without a type")
+        message = decode(line)
+        if message is None:
             return
         try:
             self._on_message(message)
@@ -85,7 +75,7 @@ class IpcServer:
 
     async def send(self, message: dict[str, Any]) -> None:
         """Send a message to every connected worker (a plan is also replayed to late joiners)."""
-        line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        line = encode(message)
         if message.get("type") == "plan":
             self._last_plan = line
         for client in list(self._clients):

@@ -4,16 +4,15 @@ Unix socket. The worker connects, says hello, then receives plans and a stop; it
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 import threading
 import time
 from typing import Any
 
-log = logging.getLogger(__name__)
+from p2ptrain.ipc_lines import LineBuffer, decode, encode
 
-MAX_LINE_BYTES = 1024 * 1024
+log = logging.getLogger(__name__)
 
 
 class PlanInbox:
@@ -66,7 +65,7 @@ class IpcClient:
         threading.Thread(target=self._read_forever, name="ipc-reader", daemon=True).start()
 
     def send(self, message: dict[str, Any]) -> None:
-        line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        line = encode(message)
         with self._lock:
             try:
                 self._sock.sendall(line)
@@ -74,7 +73,7 @@ class IpcClient:
                 log.warning("ipc send failed: %s", exc)
 
     def _read_forever(self) -> None:
-        buffer = b""
+        lines = LineBuffer()
         while True:
             try:
                 data = self._sock.recv(65536)
@@ -84,21 +83,14 @@ class IpcClient:
                 log.warning("ipc closed by the control process; stopping")
                 self.inbox.stop()
                 return
-            buffer += data
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
+            for line in lines.feed(data):
                 self._handle(line)
-            if len(buffer) > MAX_LINE_BYTES:
-                log.warning("ipc: dropping an oversized line")
-                buffer = b""
 
     def _handle(self, line: bytes) -> None:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            log.warning("ipc: dropping a line that is not JSON")
+        message = decode(line)
+        if message is None:
             return
-        kind = message.get("type") if isinstance(message, dict) else None
+        kind = message["type"]
         if kind == "plan" and isinstance(message.get("plan"), dict):
             self.inbox.put_plan(message)
         elif kind == "stop":
