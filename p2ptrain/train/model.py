@@ -103,10 +103,15 @@ def stage_layer_ranges(n_layer: int, num_stages: int) -> list[range]:
     """Contiguous, near-equal block ranges, earlier stages taking the remainder."""
     if not 1 <= num_stages <= n_layer:
         raise ValueError(f"cannot cut {n_layer} layers into {num_stages} stages")
-    base, extra = divmod(n_layer, num_stages)
+    return even_ranges(n_layer, num_stages)
+
+
+def even_ranges(total: int, parts: int) -> list[range]:
+    """Cut range(total) into `parts` contiguous near-equal ranges, earlier ones taking the rest."""
+    base, extra = divmod(total, parts)
     ranges, start = [], 0
-    for s in range(num_stages):
-        size = base + (1 if s < extra else 0)
+    for i in range(parts):
+        size = base + (1 if i < extra else 0)
         ranges.append(range(start, start + size))
         start += size
     return ranges

@@ -10,20 +10,13 @@ import torch
 
 from p2ptrain.runspec import RunSpec
 from p2ptrain.train.data import get_batch, load_corpus
-from p2ptrain.train.model import Stage, build_model, loss_fn
+from p2ptrain.train.model import Stage, build_model, even_ranges, loss_fn
 from p2ptrain.train.optim import clip_grads, lr_at, make_optimizer, set_lr
 
 
 def micro_batch_rows(num_rows: int, micro_batches: int) -> list[range]:
     """Split `num_rows` rows into at most `micro_batches` near-equal contiguous micro-batches."""
-    count = max(1, min(micro_batches, num_rows))
-    base, extra = divmod(num_rows, count)
-    ranges, start = [], 0
-    for m in range(count):
-        size = base + (1 if m < extra else 0)
-        ranges.append(range(start, start + size))
-        start += size
-    return ranges
+    return even_ranges(num_rows, max(1, min(micro_batches, num_rows)))
 
 
 def forward_backward(model: Stage, x: torch.Tensor, y: torch.Tensor, micro_batches: int) -> float:
