@@ -28,6 +28,10 @@ class RunSpec:
     # GB of one replica's activations crossing one pipeline boundary per step
     c_dp_gb: float = 0.5
     c_pp_gb: float = 0.05
+    # the planner publishes no first plan before this many peers are alive (a run that starts
+    # with everyone it expects, instead of re-planning as each one arrives); later plans may use
+    # fewer, because training on with the survivors beats waiting
+    min_peers: int = 1
 
     # --- training (the data plane); the defaults learn visibly on 2 CPU cores in minutes ---
     steps: int = 40
@@ -65,6 +69,8 @@ class RunSpec:
             raise UserError(f"stages must be between 1 and 1024, got {self.stages}")
         if self.c_dp_gb < 0 or self.c_pp_gb < 0:
             raise UserError("c_dp_gb and c_pp_gb must be >= 0")
+        if not 1 <= self.min_peers <= 100_000:
+            raise UserError(f"min_peers must be between 1 and 100000, got {self.min_peers}")
         self._check_training_fields()
 
     def _check_training_fields(self) -> None:

@@ -1,12 +1,11 @@
 """`p2ptrain local`: train on a swarm of N peers on this machine, the project's main job.
 
-Starts N worker process trees on 127.0.0.1 (each: worker, watchdog, hivemind DHT and averager
-processes, p2pd), places them with the scheduler over a loopback topology, trains with a progress
-line per step and stops everything. `--control-plane` instead starts a bootstrap and N
-`p2ptrain join` nodes (supervisor, control process, worker) and lets the control plane discover,
-measure and plan; see docs/architecture.md for why that is not the default yet. `--emulate
-TOPOLOGY` runs the peers inside the WAN testbed (p2ptrain/testbed). With --json the last stdout
-line is
+Starts a bootstrap and N `p2ptrain join` nodes on 127.0.0.1 as real process trees (each:
+supervisor, control process, worker with its hivemind DHT, averager and p2pd), lets the control
+plane discover, measure, elect a planner and plan, trains with a progress line per step and stops
+everything. `--direct` skips the control plane: N bare workers placed once by the scheduler over a
+loopback topology (for debugging the data plane). `--emulate TOPOLOGY` runs the peers inside the
+WAN testbed (p2ptrain/testbed). With --json the last stdout line is
 {"steps", "loss": [per step], "tokens_per_s", "plan": {"pipelines": [[peer id, ...], ...], ...}}.
 """
 
@@ -40,7 +39,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--control-plane",
         action="store_true",
         help="run a bootstrap and N `p2ptrain join` nodes that discover, measure and elect a "
-        "planner (default: start N workers and place them with the scheduler directly)",
+        "planner (the default; the flag is kept for old scripts)",
+    )
+    parser.add_argument(
+        "--direct",
+        action="store_true",
+        help="skip the control plane: start N bare workers and place them once with the "
+        "scheduler (no discovery, no re-planning; for debugging the data plane)",
     )
     parser.add_argument(
         "--emulate",
@@ -78,12 +83,12 @@ def run(args: argparse.Namespace) -> int:
     out: TextIO = sys.stderr if args.json else sys.stdout
     signal.signal(signal.SIGTERM, _interrupt)
     started_s = time.monotonic()
+    if args.direct and args.control_plane:
+        raise UserError("--direct and --control-plane exclude each other")
     try:
         if args.emulate:
-            if args.control_plane:
-                raise UserError("--emulate and --control-plane cannot be combined yet")
             result = _train_emulated(spec, Path(args.emulate), args.bandwidth_scale, workdir, out)
-        elif args.control_plane:
+        elif not args.direct:
             from p2ptrain.cli.local_control import train_with_control_plane
 
             print(f"starting a bootstrap and {args.peers} nodes (logs in {workdir}) ...", file=out)

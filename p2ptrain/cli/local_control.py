@@ -45,7 +45,8 @@ def train_with_control_plane(
     on_step: Callable[[int, float, float], None],
 ) -> SwarmResult:
     run_path = workdir / "run.toml"
-    write_run_toml(spec, run_path)
+    # the first plan waits for all N peers instead of re-planning as each one joins
+    write_run_toml(spec.replace(min_peers=num_peers), run_path)
     procs: list[subprocess.Popen[bytes]] = []
     try:
         boot = _start(
@@ -104,9 +105,10 @@ def _follow(
     started_s = time.monotonic()
     offsets = [0] * len(logs)
     plan: dict[str, Any] = {}
-    # a re-plan may re-run a step from a checkpoint: per replica, the report of the newest epoch wins
+    # a re-plan re-runs steps from the agreed start step: per step, the reports of the newest plan
+    # (term, epoch) win, and a step counts once every replica of that plan has reported it
     by_step: dict[int, StepStats] = {}
-    epoch_of: dict[tuple[int, int], int] = {}  # (step, replica) -> epoch of the kept report
+    plan_of_step: dict[int, tuple[int, int]] = {}
     averaging: dict[str, int] = {}
     losses: dict[int, float] = {}
     finished_s: list[float] = []
@@ -118,8 +120,8 @@ def _follow(
         for i, path in enumerate(logs):
             for message in _new_lines(path, offsets, i):
                 deadline = time.monotonic() + STALL_TIMEOUT_S
-                if message.get("type") == "session" and message["plan"].get("epoch", -1) > plan.get(
-                    "epoch", -1
+                if message.get("type") == "session" and _plan_key(message["plan"]) > _plan_key(
+                    plan
                 ):
                     plan = message["plan"]
                     on_plan(plan)
@@ -129,12 +131,14 @@ def _follow(
                 averaging[kind] = averaging.get(kind, 0) + 1
                 if message.get("loss") is None:
                     continue
-                step, epoch = int(message["step"]), int(message["epoch"])
-                replica = int(message["replica"])
-                if epoch < epoch_of.get((step, replica), -1):
-                    continue
-                epoch_of[(step, replica)] = epoch
+                step, key = int(message["step"]), _plan_key(message)
+                if key < plan_of_step.get(step, key):
+                    continue  # a report from an older plan
+                if key > plan_of_step.get(step, key):
+                    by_step.pop(step, None)  # the step is being re-run under a newer plan
+                plan_of_step[step] = key
                 stats = by_step.setdefault(step, StepStats())
+                replica = int(message["replica"])
                 stats.losses[replica] = float(message["loss"])
                 stats.samples[replica] = int(message["samples"])
                 stats.tokens_per_s[replica] = float(message["tokens_per_s"])
@@ -153,6 +157,11 @@ def _follow(
     span_s = finished_s[-1] - finished_s[0] if len(finished_s) > 1 else 0.0
     tokens_per_s = (len(finished_s) - 1) * tokens_per_step / span_s if span_s > 0 else 0.0
     return SwarmResult(len(ordered), ordered, tokens_per_s, plan, averaging, wall_s)
+
+
+def _plan_key(message: dict[str, Any]) -> tuple[int, int]:
+    """Plans order by (planner term, epoch); a report or plan without them sorts first."""
+    return int(message.get("term", 0)), int(message.get("epoch", -1))
 
 
 def _new_lines(path: Path, offsets: list[int], index: int) -> list[dict[str, Any]]:

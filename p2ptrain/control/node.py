@@ -30,9 +30,10 @@ from libp2p.tools.anyio_service import background_trio_service
 from multiaddr import Multiaddr
 
 from p2ptrain import __version__, identity
-from p2ptrain.control import planner, wire
+from p2ptrain.control import wire
 from p2ptrain.control.hardware import describe_hardware, measure_compute_gflops
 from p2ptrain.control.ipc import IpcServer
+from p2ptrain.control.planning import PlanMaker
 from p2ptrain.control.view import BLOCK_S, MEMBER_ROLES, LinkSample, SwarmView
 from p2ptrain.net import probe, rpc
 from p2ptrain.net.host import full_addrs, make_host, parse_multiaddr, quiet_library_logs
@@ -66,8 +67,6 @@ DHT_RECORD_MAX_AGE_S = 3600.0
 CONNECT_TIMEOUT_S = 5.0
 REDIAL_BACKOFF_S = 10.0
 ELECTION_TICK_S = 0.5
-PLAN_DEBOUNCE_S = 1.5
-DRIFT_CHECK_INTERVAL_S = 10.0
 
 
 @dataclass
@@ -133,12 +132,7 @@ class ControlNode:
         self._last_dial: dict[str, float] = {}
         self._blocked_logged: set[str] = set()
         self._latest: dict[tuple[str, str], bytes] = {}  # (author, kind) -> accepted envelope
-        self._epoch = 0
-        self._plan_term = 0
-        self._planned_members: list[str] | None = None
-        self._planned_matrices: planner.Matrices | None = None
-        self._change_since: float | None = None
-        self._last_drift_check = 0.0
+        self.plan_maker = PlanMaker(self.view, self.peer_id)
         self.joined = trio.Event()
         self.dht = KadDHT(self.host, DHTMode.SERVER, max_peers_per_subnet=0)
         self.dht.register_validator(DHT_NAMESPACE, _SignedRecordValidator())
@@ -567,89 +561,11 @@ class ControlNode:
                 term = self.view.claim()
                 log.info("claiming the planner role, term %d", term)
                 self._due["claim"] = 0.0
-            if self.view.planner == self.peer_id:
-                await self._maybe_plan(now)
+            if self.view.planner == self.peer_id and await self.plan_maker.tick(
+                now, self.data_addrs
+            ):
+                self._due["plan"] = 0.0
             await trio.sleep(ELECTION_TICK_S)
-
-    async def _maybe_plan(self, now: float) -> None:
-        """Re-plan on membership change (debounced) or on large measurement drift; re-issue the
-        same placement as a new epoch when a member's data-plane addresses changed."""
-        members = self.view.live_members(now)
-        if not members or self.view.run is None:
-            return
-        if self._plan_term != self.view.term:
-            self._plan_term, self._epoch, self._planned_members = self.view.term, 0, None
-        matrices = planner.build_matrices(members, self.view.links(now))
-        data_addrs = {
-            peer: self.view.members[peer].record.get("data_addrs", [])
-            if peer in self.view.members
-            else self.data_addrs
-            for peer in members
-        }
-        current = self.view.plan
-        if members != self._planned_members:
-            if self._change_since is None:
-                self._change_since = now
-            if now - self._change_since < PLAN_DEBOUNCE_S:
-                return
-            fields = await self._schedule(matrices)
-        elif self._drifted(now, matrices):
-            log.info("measurements drifted: re-planning")
-            fields = await self._schedule(matrices)
-        elif (
-            current is not None
-            and current["planner"] == self.peer_id
-            and (current["data_addrs"] != data_addrs)
-        ):
-            fields = {k: current[k] for k in ("stages", "pipelines", "spares", "cost_s")}
-        else:
-            return
-        self._change_since = None
-        if fields is None or self.view.planner != self.peer_id or self.view.term != self._plan_term:
-            return  # the scheduler failed, or we lost the role while it ran
-        term = self._plan_term
-        self._epoch += 1
-        self._planned_members, self._planned_matrices = members, matrices
-        plan: dict[str, Any] = {
-            "term": term,
-            "epoch": self._epoch,
-            "planner": self.peer_id,
-            "data_addrs": data_addrs,
-        }
-        plan.update(fields)
-        self.view.adopt_own_plan(plan)
-        log.info(
-            "published plan term %d epoch %d: %d peers, %d pipelines x %d stages, cost %.3f s "
-            "(%d of %d links measured)",
-            term,
-            self._epoch,
-            len(members),
-            len(plan["pipelines"]),
-            plan["stages"],
-            plan["cost_s"],
-            matrices.num_measured_delays,
-            len(members) * (len(members) - 1) // 2,
-        )
-        self._due["plan"] = 0.0
-
-    def _drifted(self, now: float, matrices: planner.Matrices) -> bool:
-        """Compare with the matrices of the last plan, at most every DRIFT_CHECK_INTERVAL_S."""
-        if self._planned_matrices is None or now - self._last_drift_check < DRIFT_CHECK_INTERVAL_S:
-            return False
-        self._last_drift_check = now
-        return planner.drifted(self._planned_matrices, matrices)
-
-    async def _schedule(self, matrices: planner.Matrices) -> dict[str, Any] | None:
-        """Run the scheduler in a thread; None (logged) if it fails."""
-        assert self.view.run is not None
-        run = RunSpec.from_dict(self.view.run)
-        try:
-            return await trio.to_thread.run_sync(
-                planner.compute_plan, matrices, run.stages, run.c_dp_gb, run.c_pp_gb
-            )
-        except Exception:  # a scheduler bug must not take the control plane down
-            log.exception("the scheduler failed on %d peers; retrying later", len(matrices.peers))
-            return None
 
     # ------------------------------------------------------------------ status, run, worker
 

@@ -20,6 +20,9 @@ DEFAULT_DELAY_MS = 1.0  # used only when nothing at all is measured yet
 DEFAULT_BANDWIDTH_GBPS = 1.0
 DRIFT_FACTOR = 2.0  # a link whose delay or bandwidth changed by this factor counts as drift
 DRIFT_FRACTION = 0.25  # ... and this fraction of drifted links triggers a re-plan
+# a drift re-plan is published only if it beats the current placement, priced on the same new
+# measurements, by this factor: every new placement costs the swarm a restart of its sessions
+SWITCH_GAIN = 0.8
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,43 @@ def drifted(old: Matrices, new: Matrices) -> bool:
     return num_drifted > DRIFT_FRACTION * len(upper[0])
 
 
+def _topology(
+    matrices: Matrices, stages: int, replicas: int, c_dp_gb: float, c_pp_gb: float
+) -> Any:
+    from p2ptrain.schedule import Topology, Workload
+
+    return Topology(
+        peers=list(matrices.peers),
+        delay_ms=matrices.delay_ms,
+        bandwidth_gbps=matrices.bandwidth_gbps,
+        workload=Workload(stages=stages, replicas=replicas, c_dp_gb=c_dp_gb, c_pp_gb=c_pp_gb),
+    )
+
+
+def placement_cost(
+    matrices: Matrices, pipelines: list[list[str]], c_dp_gb: float, c_pp_gb: float
+) -> float | None:
+    """The cost model's price of an existing placement on (new) measurements; None if the
+    placement names a peer the matrices lack."""
+    from p2ptrain.schedule.cost import CostModel, plan_cost
+
+    index = {peer: i for i, peer in enumerate(matrices.peers)}
+    if not pipelines or any(p not in index for pipe in pipelines for p in pipe):
+        return None
+    stages, replicas = len(pipelines[0]), len(pipelines)
+    if stages * replicas < 2:
+        return 0.0
+    topology = _topology(matrices, stages, replicas, c_dp_gb, c_pp_gb)
+    model = CostModel.build(topology, topology.workload)
+    placed = np.array([[index[p] for p in pipe] for pipe in pipelines], dtype=np.intp)
+    return float(plan_cost(model, placed).cost_s)
+
+
+def worth_switching(new_cost_s: float, current_cost_s: float | None) -> bool:
+    """Is a new placement enough cheaper than the current one to restart the swarm for it?"""
+    return current_cost_s is None or new_cost_s < SWITCH_GAIN * current_cost_s
+
+
 def compute_plan(
     matrices: Matrices,
     stages: int,
@@ -78,19 +118,14 @@ def compute_plan(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Run the scheduler; returns the plan fields that do not depend on the election."""
-    from p2ptrain.schedule import Topology, Workload, plan_swarm
+    from p2ptrain.schedule import plan_swarm
 
     peers = matrices.peers
     if len(peers) == 1:  # nothing to search (and the scheduler wants at least two peers)
         return {"stages": 1, "pipelines": [list(peers)], "spares": [], "cost_s": 0.0}
     stages = max(1, min(stages, len(peers)))
     replicas = len(peers) // stages
-    topology = Topology(
-        peers=list(peers),
-        delay_ms=matrices.delay_ms,
-        bandwidth_gbps=matrices.bandwidth_gbps,
-        workload=Workload(stages=stages, replicas=replicas, c_dp_gb=c_dp_gb, c_pp_gb=c_pp_gb),
-    )
+    topology = _topology(matrices, stages, replicas, c_dp_gb, c_pp_gb)
     plan = plan_swarm(
         topology, stages=stages, replicas=replicas, seed=seed, time_budget_s=PLAN_TIME_BUDGET_S
     )

@@ -4,13 +4,22 @@ A file is named by its layer range, not by the peer that wrote it, so any peer l
 same stage can load it. Loading validates the format, run, model shape, layer range and every
 tensor's shape before touching the model; writes are atomic (temp file + rename) because replicas
 of a stage on one machine may write the same file.
+
+History: `stage-L{a}-{b}.step{N}.pt` keeps the stage's state at the last few step boundaries
+(KEEP_STEPS), and `stage-L{a}-{b}.pt` is a hard link to the newest. A swarm switching to a new
+plan restarts every stage from one common step (worker/resume.py); the stages of a pipeline can
+be one step apart when a plan interrupts them, so each must be able to go one step back.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
+import re
+import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +30,8 @@ from p2ptrain.runspec import RunSpec
 from p2ptrain.train.model import GPTConfig, Stage
 
 FORMAT = "p2ptrain.stage-checkpoint/1"
+KEEP_STEPS = 4  # stamped files kept per stage
+_STAMPED = re.compile(r"^stage-L(\d+)-(\d+)\.step(\d+)\.pt$")
 
 
 def checkpoint_dir(spec: RunSpec) -> Path:
@@ -32,18 +43,86 @@ def checkpoint_path(directory: Path, layers: range) -> Path:
     return directory / f"stage-L{layers.start}-{layers.stop}.pt"
 
 
+def layers_key(layers: range) -> str:
+    """How announcements and file names name a stage: 'L0-2' for layers 0 and 1."""
+    return f"L{layers.start}-{layers.stop}"
+
+
+def stamped_path(directory: Path, layers: range, step: int) -> Path:
+    return directory / f"stage-{layers_key(layers)}.step{step}.pt"
+
+
+def saved_steps(directory: Path) -> dict[str, list[int]]:
+    """Which stage states the directory holds: layers key -> sorted steps (from file names)."""
+    found: dict[str, list[int]] = {}
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return found
+    for name in names:
+        match = _STAMPED.match(name)
+        if match:
+            key = f"L{int(match[1])}-{int(match[2])}"
+            found.setdefault(key, []).append(int(match[3]))
+    return {key: sorted(steps) for key, steps in found.items()}
+
+
+@dataclass(frozen=True)
+class StageSnapshot:
+    """A stage's state at one step boundary, copied out of the live model and optimizer."""
+
+    step: int
+    model_state: dict[str, Any]
+    optimizer_state: dict[str, Any]
+
+    @classmethod
+    def take(cls, model: Stage, optimizer: torch.optim.Optimizer, step: int) -> StageSnapshot:
+        return cls(step, copy.deepcopy(model.state_dict()), copy.deepcopy(optimizer.state_dict()))
+
+
+def record_step(directory: Path, spec: RunSpec, model: Stage, snapshot: StageSnapshot) -> None:
+    """Write `snapshot` as the stamped state of its step, point the stage's latest file at the
+    newest stamped one, and drop stamped files beyond KEEP_STEPS."""
+    layers = model.layers
+    _write(stamped_path(directory, layers, snapshot.step), spec, model, snapshot)
+    steps = saved_steps(directory).get(layers_key(layers), [])
+    for old in steps[:-KEEP_STEPS]:
+        stamped_path(directory, layers, old).unlink(missing_ok=True)
+    if steps and steps[-1] == snapshot.step:
+        _link_latest(
+            stamped_path(directory, layers, snapshot.step), checkpoint_path(directory, layers)
+        )
+
+
+def _link_latest(target: Path, latest: Path) -> None:
+    tmp = latest.with_name(f".{latest.name}.{os.getpid()}.link")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(target, tmp)
+    except OSError:  # no hard links here (or the target was pruned meanwhile): a copy
+        try:
+            shutil.copyfile(target, tmp)
+        except OSError:
+            return
+    os.replace(tmp, latest)
+
+
 def save_stage(
     path: Path, spec: RunSpec, model: Stage, optimizer: torch.optim.Optimizer, step: int
 ) -> None:
     """Atomically write the stage's state; `step` is the next step to run."""
+    _write(path, spec, model, StageSnapshot(step, model.state_dict(), optimizer.state_dict()))
+
+
+def _write(path: Path, spec: RunSpec, model: Stage, snapshot: StageSnapshot) -> None:
     state = {
         "format": FORMAT,
         "run_id": spec.run_id,
         "model": dataclasses.asdict(model.config),
         "layers": [model.layers.start, model.layers.stop],
-        "step": step,
-        "model_state": model.state_dict(),
-        "optimizer_state": optimizer.state_dict(),
+        "step": snapshot.step,
+        "model_state": snapshot.model_state,
+        "optimizer_state": snapshot.optimizer_state,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")

@@ -121,7 +121,7 @@ class Worker:
                     continue
                 spec = RunSpec.from_dict(message["run"])
                 self.current = Session(
-                    spec, message["plan"], dht, transport, self.inbox, self._report
+                    spec, message["plan"], dht, transport, self.inbox, self._report, version
                 )
                 self._report(
                     {"type": "session", "plan": message["plan"], "step": self.current.step}
@@ -242,9 +242,9 @@ def _warm_up_torch() -> None:
     torch.optim.AdamW([torch.zeros(1, requires_grad=True)])
 
 
-def swarm_prefix(run_id: str, stage: int, epoch: int) -> str:
-    """The DHT prefix of one stage's averaging swarm in one plan epoch."""
-    return f"p2ptrain_{re.sub(r'[^A-Za-z0-9_]', '_', run_id)}_s{stage}_e{epoch}"
+def swarm_prefix(run_id: str, stage: int, epoch: int, term: int = 0) -> str:
+    """The DHT prefix of one stage's averaging swarm in one plan (planner term, epoch)."""
+    return f"p2ptrain_{re.sub(r'[^A-Za-z0-9_]', '_', run_id)}_s{stage}_t{term}_e{epoch}"
 
 
 async def ping_peers(peer_ids: list[str], _dht: Any, node: Any) -> None:

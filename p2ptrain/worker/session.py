@@ -20,9 +20,17 @@ import torch
 from hivemind import DHT
 
 from p2ptrain.runspec import RunSpec
-from p2ptrain.train.checkpoint import checkpoint_dir, checkpoint_path, load_stage, save_stage
+from p2ptrain.train.checkpoint import (
+    StageSnapshot,
+    checkpoint_dir,
+    layers_key,
+    load_stage,
+    record_step,
+    saved_steps,
+    stamped_path,
+)
 from p2ptrain.train.data import load_corpus, replica_rows
-from p2ptrain.train.model import Stage, build_stage
+from p2ptrain.train.model import Stage, build_stage, stage_layer_ranges
 from p2ptrain.train.optim import clip_grads, lr_at, make_optimizer, set_lr
 from p2ptrain.worker import pipeline
 from p2ptrain.worker.averaging import StageAverager
@@ -36,6 +44,7 @@ from p2ptrain.worker.frames import (
 )
 from p2ptrain.worker.ipc import PlanInbox
 from p2ptrain.worker.local_swarm import DIE_WHILE_AVERAGING_ENV
+from p2ptrain.worker.resume import StartPoint, agree_on_start
 from p2ptrain.worker.role import Role, role_in_plan
 from p2ptrain.worker.transport import Transport
 
@@ -43,6 +52,11 @@ log = logging.getLogger("p2ptrain.worker")
 
 
 AVERAGER_SHUTDOWN_S = 3.0
+
+
+def resume_key(run_id: str, plan: dict[str, Any]) -> str:
+    """The DHT key of one plan's start-step announcements."""
+    return f"p2ptrain_{run_id}_resume_t{plan.get('term', 0)}_e{plan['epoch']}"
 
 
 class SessionEnd(enum.Enum):
@@ -62,10 +76,13 @@ class Session:
         transport: Transport,
         inbox: PlanInbox,
         report: Callable[[dict[str, Any]], None],
+        plan_version: int = 0,
     ) -> None:
         self.spec = spec
         self.plan = plan
-        self.plan_version = 0
+        self.plan_version = plan_version
+        self.failed = ""  # why this session cannot train (then train() ends it at once)
+        self._previous: StageSnapshot | None = None  # the state one step back, see close()
         self.transport = transport
         self.inbox = inbox
         self.report = report
@@ -81,17 +98,19 @@ class Session:
         log.info("connected to the plan's peers in %.1f s", time.monotonic() - started_s)
         self.model = build_stage(spec, role.stage, role.num_stages)
         self.optimizer = make_optimizer(self.model, spec)
-        self.path = checkpoint_path(checkpoint_dir(spec), self.model.layers)
-        if self.path.exists():
-            self.step = load_stage(self.path, spec, self.model, self.optimizer)
-            log.info("resumed stage %d at step %d from %s", role.stage, self.step, self.path)
+        self.directory = checkpoint_dir(spec)
+        start = self._agree_on_start(dht)
+        if start is None:
+            self.failed = "the plan's members did not agree on a start step"
+            return
+        self.step = self._load(start)
         needs_data = role.is_first or role.is_last
         self.corpus = load_corpus(spec) if needs_data else None
         if role.num_replicas > 1:
             from p2ptrain.worker.main import swarm_prefix
 
             num_params = sum(p.numel() for p in self.model.parameters())
-            prefix = swarm_prefix(spec.run_id, role.stage, role.epoch)
+            prefix = swarm_prefix(spec.run_id, role.stage, role.epoch, plan.get("term", 0))
             self.averager = StageAverager(
                 dht,
                 num_params,
@@ -117,8 +136,51 @@ class Session:
         for peer in sorted(others):
             if addrs.get(peer):
                 self.transport.connect(peer, addrs[peer])
-        if self.role.num_replicas > 1:
+        if others:  # the DHT carries resume announcements and averaging matchmaking
             bootstrap_dht(dht, sorted(others))
+
+    def _agree_on_start(self, dht: DHT) -> StartPoint | None:
+        """Every member of the plan announces its saved stage states; all pick one step."""
+        assert self.role is not None
+        members = sorted({p for pipe in self.plan["pipelines"] for p in pipe})
+        ranges = stage_layer_ranges(self.spec.n_layer, self.role.num_stages)
+        key = resume_key(self.spec.run_id, self.plan)
+        started_s = time.monotonic()
+        start = agree_on_start(
+            dht,
+            key,
+            self.transport.peer_id,
+            members,
+            [layers_key(r) for r in ranges],
+            saved_steps(self.directory),
+            lambda: self.inbox.stopped or self.inbox.version != self.plan_version,
+        )
+        if start is not None:
+            log.info("the plan's %d members agreed to start at step %d in %.1f s",
+                     len(members), start.step, time.monotonic() - started_s)  # fmt: skip
+        return start
+
+    def _load(self, start: StartPoint) -> int:
+        """Load this stage's state at the agreed step; return the step to train next."""
+        assert self.model is not None and self.role is not None
+        if start.note:
+            log.warning("resuming at step %d: %s", start.step, start.note)
+        layers = self.model.layers
+        steps = [s for s in saved_steps(self.directory).get(layers_key(layers), [])]
+        usable = [s for s in steps if s <= start.step]
+        if not usable:
+            if start.step > 0:
+                log.warning("no saved state of layers %s at step %d here: they start fresh "
+                            "(state transfer between machines is not implemented)",
+                            layers_key(layers), start.step)  # fmt: skip
+            return start.step
+        path = stamped_path(self.directory, layers, usable[-1])
+        loaded = load_stage(path, self.spec, self.model, self.optimizer)
+        if loaded != start.step:
+            log.warning("layers %s resumed from step %d for step %d",
+                        layers_key(layers), loaded, start.step)  # fmt: skip
+        log.info("resumed stage %d at step %d from %s", self.role.stage, start.step, path)
+        return start.step
 
     def expect(self, header: FrameHeader) -> Expected | None:
         """Called from the transport thread for every incoming frame."""
@@ -144,6 +206,9 @@ class Session:
 
     def train(self, plan_version: int) -> SessionEnd:
         self.plan_version = plan_version
+        if self.failed:
+            log.warning("%s", self.failed)
+            return SessionEnd.PEER_LOST
         if self.role is None or self.model is None:
             log.info("the plan leaves this peer out: waiting as a spare")
             return SessionEnd.SPARE
@@ -175,7 +240,16 @@ class Session:
                 self.optimizer.zero_grad(set_to_none=True)
                 return SessionEnd.PEER_LOST
             averaging = self._average_gradients()
+            if averaging == "local" and self.averager is not None and self._placement_changed():
+                # the group broke and a new plan is already here: the swarm re-runs this step
+                # under it (worker/resume.py), so a local-only update would only diverge
+                log.info("step %d: averaging failed and a new plan arrived: step not applied",
+                         self.step)  # fmt: skip
+                self.optimizer.zero_grad(set_to_none=True)
+                return SessionEnd.NEW_PLAN
             clip_grads(model, self.spec.grad_clip)
+            # kept so that close() can also save the state one step back (worker/resume.py)
+            self._previous = StageSnapshot.take(model, self.optimizer, self.step)
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             elapsed_s = time.monotonic() - started_s
@@ -191,6 +265,7 @@ class Session:
                     "averaging": averaging,
                     "step_s": elapsed_s,
                     "epoch": role.epoch,
+                    "term": self.plan.get("term", 0),
                     "num_replicas": role.num_replicas,
                 }
             )
@@ -237,9 +312,15 @@ class Session:
         )
 
     def save(self) -> None:
-        if self.model is not None:
-            save_stage(self.path, self.spec, self.model, self.optimizer, self.step)
-            log.info("checkpoint: step %d -> %s", self.step, self.path)
+        """The stage's state at the current step boundary, and the one before it if known."""
+        if self.model is None or self.failed:
+            return
+        previous = self._previous
+        if previous is not None and previous.step == self.step - 1:
+            record_step(self.directory, self.spec, self.model, previous)
+        current = StageSnapshot(self.step, self.model.state_dict(), self.optimizer.state_dict())
+        record_step(self.directory, self.spec, self.model, current)
+        log.info("checkpoint: step %d -> %s", self.step, self.directory)
 
     def close(self) -> None:
         """Checkpoint (weights are always those of the last completed step) and leave the swarm."""

@@ -1,6 +1,12 @@
 import numpy as np
 
-from p2ptrain.control.planner import build_matrices, compute_plan, drifted
+from p2ptrain.control.planner import (
+    build_matrices,
+    compute_plan,
+    drifted,
+    placement_cost,
+    worth_switching,
+)
 from p2ptrain.control.view import Link
 
 PEERS = [f"p{i}" for i in range(8)]
@@ -43,3 +49,20 @@ def test_drift_needs_many_links_to_move():
     assert not drifted(old, build_matrices(PEERS, one_moved))
     all_moved = {k: Link(10.0, 1000.0, 0.0) for k in base}
     assert drifted(old, build_matrices(PEERS, all_moved))
+
+
+def test_placement_cost_prices_a_given_placement_on_new_measurements():
+    # 4 peers, 2 stages x 2 replicas; every link 2 ms RTT (1 ms one way) at 1 Gbit/s
+    peers = PEERS[:4]
+    links = {(a, b): Link(2.0, 1000.0, 0.0) for i, a in enumerate(peers) for b in peers[i + 1 :]}
+    m = build_matrices(peers, links)
+    cost = placement_cost(m, [["p0", "p1"], ["p2", "p3"]], c_dp_gb=0.5, c_pp_gb=0.05)
+    # DP: 2 * (1 ms + 0.5 GB * 8 / (2 replicas * 1 Gbit/s)) = 4.002 s; PP: 1 ms + 0.4 s, x2
+    assert cost is not None and abs(cost - (4.002 + 2 * 0.401)) < 1e-9
+    assert placement_cost(m, [["p0", "gone"], ["p2", "p3"]], 0.5, 0.05) is None
+
+
+def test_a_drift_re_plan_must_clearly_beat_the_current_placement():
+    assert worth_switching(0.5, 1.0)
+    assert not worth_switching(0.9, 1.0)  # 10% better does not pay a swarm-wide restart
+    assert worth_switching(3.0, None)  # nothing to compare with

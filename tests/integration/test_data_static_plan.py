@@ -50,7 +50,9 @@ def test_two_stage_pipeline_on_a_static_plan(tmp_path: Path) -> None:
     torch.testing.assert_close(losses, train_reference(spec), rtol=1e-4, atol=0)
     hello = json.loads((tmp_path / "w0.hello.json").read_text())
     assert hello["peer_id"].startswith("12D3KooW") and hello["data_addrs"]
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
-        "stage-L0-1.pt",
-        "stage-L1-2.pt",
-    ]
+    # at the end: each stage's latest state and the last steps' history (3 steps, all kept)
+    names = {p.name for p in (tmp_path / "ckpt").iterdir()}
+    assert names == {"stage-L0-1.pt", "stage-L1-2.pt"} | {
+        f"stage-L{a}-{a + 1}.step{s}.pt" for a in (0, 1) for s in (2, 3)
+    }
+    assert torch.load(tmp_path / "ckpt" / "stage-L1-2.pt", weights_only=True)["step"] == 3

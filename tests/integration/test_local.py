@@ -1,5 +1,6 @@
-"""`p2ptrain local` end to end: N worker process trees on 127.0.0.1 driven by the CLI.
-(`--control-plane` is not tested here: it re-plans under load, see docs/architecture.md.)"""
+"""`p2ptrain local` end to end: a bootstrap and N `join` process trees on 127.0.0.1 (control plane,
+worker, hivemind, p2pd) driven by the CLI; and the same data plane without the control plane
+(`--direct`)."""
 
 from __future__ import annotations
 

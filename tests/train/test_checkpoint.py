@@ -5,7 +5,17 @@ import torch
 
 from p2ptrain.errors import UserError
 from p2ptrain.runspec import RunSpec
-from p2ptrain.train.checkpoint import checkpoint_path, load_stage, save_stage
+from p2ptrain.train.checkpoint import (
+    KEEP_STEPS,
+    StageSnapshot,
+    checkpoint_path,
+    layers_key,
+    load_stage,
+    record_step,
+    save_stage,
+    saved_steps,
+    stamped_path,
+)
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
 
@@ -46,3 +56,30 @@ def test_mismatched_or_corrupt_checkpoints_are_refused(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(UserError, match="unreadable"):
         load_stage(path, SPEC, build_stage(SPEC, 0, 2))
+
+
+def test_history_keeps_the_newest_steps_and_links_the_latest(tmp_path: Path) -> None:
+    model, optimizer = _trained_stage(0)
+    for step in range(1, 7):
+        snapshot = StageSnapshot.take(model, optimizer, step)  # type: ignore[arg-type]
+        record_step(tmp_path, SPEC, model, snapshot)  # type: ignore[arg-type]
+    # an older state written after a newer one (close() saves one step back) keeps latest
+    record_step(tmp_path, SPEC, model, StageSnapshot.take(model, optimizer, 5))  # type: ignore[arg-type]
+    key = layers_key(model.layers)  # type: ignore[arg-type]
+    assert saved_steps(tmp_path) == {key: list(range(7 - KEEP_STEPS, 7))}
+    latest = checkpoint_path(tmp_path, model.layers)  # type: ignore[arg-type]
+    assert torch.load(latest, weights_only=True)["step"] == 6
+    fresh = build_stage(SPEC, 0, 2)
+    path = stamped_path(tmp_path, model.layers, 4)  # type: ignore[arg-type]
+    assert load_stage(path, SPEC, fresh, make_optimizer(fresh, SPEC)) == 4
+
+
+def test_a_snapshot_does_not_follow_later_updates() -> None:
+    model, optimizer = _trained_stage(1)
+    snapshot = StageSnapshot.take(model, optimizer, 3)  # type: ignore[arg-type]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    for name, tensor in snapshot.model_state.items():
+        assert torch.equal(tensor, before[name])

@@ -1,0 +1,145 @@
+"""The elected planner's duty: decide when the swarm gets a new plan, and make it.
+
+A new placement restarts every training session in the swarm (checkpoint, agree on a step,
+reload), so plans change only when they must or when it clearly pays:
+- never before the run's `min_peers` are alive (the first plan waits for the expected swarm);
+- on a membership change, after a short debounce (a burst of joins gives one plan);
+- on measurement drift, only if the new placement beats the current one, priced on the same new
+  measurements, by planner.SWITCH_GAIN;
+- the same placement is re-issued as a new epoch when a member's data-plane addresses changed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+
+from p2ptrain.control import planner
+from p2ptrain.control.view import SwarmView
+from p2ptrain.runspec import RunSpec
+
+log = logging.getLogger(__name__)
+
+PLAN_DEBOUNCE_S = 1.5
+DRIFT_CHECK_INTERVAL_S = 10.0
+PLACEMENT_FIELDS = ("stages", "pipelines", "spares", "cost_s")
+
+
+class PlanMaker:
+    """State of the planner role on this node: the epoch counter and what the last plan saw."""
+
+    def __init__(self, view: SwarmView, peer_id: str) -> None:
+        self.view = view
+        self.peer_id = peer_id
+        self._term = 0
+        self._epoch = 0
+        self._planned_members: list[str] | None = None
+        self._planned_matrices: planner.Matrices | None = None
+        self._change_since: float | None = None
+        self._last_drift_check = 0.0
+        self._waiting_logged = 0
+
+    async def tick(self, now: float, own_data_addrs: list[str]) -> bool:
+        """Publish a new plan into the view if one is due; True if it did."""
+        members = self.view.live_members(now)
+        if not members or self.view.run is None:
+            return False
+        run = RunSpec.from_dict(self.view.run)
+        if self._term != self.view.term:
+            self._term, self._epoch, self._planned_members = self.view.term, 0, None
+        current = self.view.plan
+        if current is None and len(members) < run.min_peers:
+            if self._waiting_logged != len(members):
+                self._waiting_logged = len(members)
+                log.info("waiting for peers before the first plan: %d of %d alive",
+                         len(members), run.min_peers)  # fmt: skip
+            return False
+        matrices = planner.build_matrices(members, self.view.links(now))
+        data_addrs = {
+            peer: self.view.members[peer].record.get("data_addrs", [])
+            if peer in self.view.members
+            else own_data_addrs
+            for peer in members
+        }
+        fields: dict[str, Any] | None
+        if members != self._planned_members:
+            if self._change_since is None:
+                self._change_since = now
+            if now - self._change_since < PLAN_DEBOUNCE_S:
+                return False
+            fields = await self._schedule(matrices, run)
+        elif self._drifted(now, matrices):
+            fields = await self._schedule(matrices, run)
+            if fields is not None and not self._pays_to_switch(fields, current, matrices, run):
+                self._planned_matrices = matrices  # the new baseline for drift
+                return False
+        elif (
+            current is not None
+            and current["planner"] == self.peer_id
+            and (current["data_addrs"] != data_addrs)
+        ):
+            fields = {k: current[k] for k in PLACEMENT_FIELDS}
+        else:
+            return False
+        self._change_since = None
+        if fields is None or self.view.planner != self.peer_id or self.view.term != self._term:
+            return False  # the scheduler failed, or we lost the role while it ran
+        self._epoch += 1
+        self._planned_members, self._planned_matrices = members, matrices
+        plan: dict[str, Any] = {
+            "term": self._term,
+            "epoch": self._epoch,
+            "planner": self.peer_id,
+            "data_addrs": data_addrs,
+        }
+        plan.update(fields)
+        self.view.adopt_own_plan(plan)
+        log.info(
+            "published plan term %d epoch %d: %d peers, %d pipelines x %d stages, cost %.3f s "
+            "(%d of %d links measured)",
+            self._term, self._epoch, len(members), len(plan["pipelines"]), plan["stages"],
+            plan["cost_s"], matrices.num_measured_delays, len(members) * (len(members) - 1) // 2,
+        )  # fmt: skip
+        return True
+
+    def _pays_to_switch(
+        self,
+        fields: dict[str, Any],
+        current: dict[str, Any] | None,
+        matrices: planner.Matrices,
+        run: RunSpec,
+    ) -> bool:
+        if current is None:
+            return True
+        if fields["pipelines"] == current["pipelines"]:
+            return False  # same placement: nothing to restart for
+        current_cost = planner.placement_cost(
+            matrices, current["pipelines"], run.c_dp_gb, run.c_pp_gb
+        )
+        switch = planner.worth_switching(fields["cost_s"], current_cost)
+        log.info(
+            "measurements drifted: new placement %.3f s vs current %s s per step: %s",
+            fields["cost_s"],
+            "?" if current_cost is None else f"{current_cost:.3f}",
+            "switching" if switch else "keeping the current placement",
+        )
+        return switch
+
+    def _drifted(self, now: float, matrices: planner.Matrices) -> bool:
+        """Compare with the matrices of the last plan, at most every DRIFT_CHECK_INTERVAL_S."""
+        if self._planned_matrices is None or now - self._last_drift_check < DRIFT_CHECK_INTERVAL_S:
+            return False
+        self._last_drift_check = now
+        return planner.drifted(self._planned_matrices, matrices)
+
+    async def _schedule(self, matrices: planner.Matrices, run: RunSpec) -> dict[str, Any] | None:
+        """Run the scheduler in a thread; None (logged) if it fails."""
+        try:
+            return await trio.to_thread.run_sync(
+                planner.compute_plan, matrices, run.stages, run.c_dp_gb, run.c_pp_gb
+            )
+        except Exception:  # a scheduler bug must not take the control plane down
+            log.exception("the scheduler failed on %d peers; retrying later", len(matrices.peers))
+            return None
