@@ -87,9 +87,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--direct and --control-plane exclude each other")
     try:
         if args.emulate:
-            result = _train_emulated(spec, Path(args.emulate), args.bandwidth_scale, workdir, out)
+            result = _train_emulated(
+                spec, Path(args.emulate), args.bandwidth_scale, workdir, out, args.direct
+            )
         elif not args.direct:
-            from p2ptrain.cli.local_control import train_with_control_plane
+            from p2ptrain.node.local_run import train_with_control_plane
 
             print(f"starting a bootstrap and {args.peers} nodes (logs in {workdir}) ...", file=out)
             progress = _Progress(spec.steps, out)
@@ -130,10 +132,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _train_emulated(
-    spec: Any, topology_path: Path, bandwidth_scale: float, workdir: Path, out: TextIO
+    spec: Any,
+    topology_path: Path,
+    bandwidth_scale: float,
+    workdir: Path,
+    out: TextIO,
+    direct: bool,
 ) -> Any:
-    """The local swarm inside the WAN testbed: worker i in peer i's namespace, planned on the
-    emulated links."""
+    """The local swarm inside the WAN testbed: node i in peer i's namespace; the control plane
+    measures the emulated links and plans on them (with `direct`: bare workers, planned once on
+    the configured links)."""
     from p2ptrain.schedule import load_topology
     from p2ptrain.testbed.netns import require_root
     from p2ptrain.testbed.swarm import EmulatedSwarm, plan_on_testbed
@@ -143,6 +151,20 @@ def _train_emulated(
     if not bandwidth_scale > 0:
         raise UserError(f"--bandwidth-scale must be > 0, got {bandwidth_scale}")
     topology = load_topology(topology_path)
+    if not direct:
+        from p2ptrain.node.local_run import train_with_control_plane
+        from p2ptrain.testbed.nodes import TestbedSites
+
+        with Testbed.from_topology(topology, bandwidth_scale=bandwidth_scale) as bed:
+            print(f"starting a bootstrap and {topology.num_peers} nodes in the emulated WAN "
+                  f"(logs in {workdir}) ...", file=out, flush=True)  # fmt: skip
+            progress = _Progress(spec.steps, out)
+            result = train_with_control_plane(
+                spec, topology.num_peers, workdir, progress.on_plan, progress.on_step,
+                TestbedSites(bed),
+            )  # fmt: skip
+            progress.finish()
+            return result
     with (
         Testbed.from_topology(topology, bandwidth_scale=bandwidth_scale) as bed,
         EmulatedSwarm(spec, bed, workdir) as swarm,

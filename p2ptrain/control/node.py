@@ -59,7 +59,10 @@ PLAN_REBROADCAST_S = 4.0
 PUBLISH_GAP_S = 0.02  # pace publishes: py-libp2p drops bursts past its 32-slot queues
 RTT_PROBE_INTERVAL_S = 1.0  # one probe, to the stalest link
 BANDWIDTH_PROBE_INTERVAL_S = 15.0
-BANDWIDTH_PROBE_BYTES = 512 * 1024
+BANDWIDTH_PROBE_BYTES = 512 * 1024  # the most one probe sends
+MIN_BANDWIDTH_PROBE_BYTES = 32 * 1024
+FIRST_BANDWIDTH_PROBE_BYTES = 64 * 1024  # fits the probe timeout down to ~0.2 Mbit/s
+BANDWIDTH_PROBE_TARGET_S = 1.0  # size later probes to last about this long on the link
 DISCOVERY_INTERVAL_S = 3.0
 DHT_REFRESH_INTERVAL_S = 30.0
 DHT_PUT_INTERVAL_S = 60.0
@@ -543,9 +546,13 @@ class ControlNode:
             peer = self._stalest_peer(lambda s: s.bandwidth_at)
             if peer is None:
                 continue
+            sample = self.view.own_links.get(peer)
             try:
                 mbps = await probe.measure_bandwidth_mbps(
-                    self.host, ID.from_base58(peer), BANDWIDTH_PROBE_BYTES
+                    self.host,
+                    ID.from_base58(peer),
+                    _probe_bytes(sample.bandwidth_mbps if sample else None),
+                    rtt_s=(sample.rtt_ms or 0.0) / 1e3 if sample else 0.0,
                 )
                 self.view.record_bandwidth(peer, mbps, time.monotonic())
             except Exception as exc:
@@ -608,6 +615,14 @@ class ControlNode:
                 sent_version = self.view.plan_version
                 await self.ipc.send({"type": "plan", "plan": self.view.plan, "run": self.view.run})
             await trio.sleep(0.5)
+
+
+def _probe_bytes(last_mbps: float | None) -> int:
+    """A probe long enough to measure the link, short enough for slow links and the timeout."""
+    if last_mbps is None:
+        return FIRST_BANDWIDTH_PROBE_BYTES
+    sized = int(last_mbps * 1e6 / 8 * BANDWIDTH_PROBE_TARGET_S)
+    return max(MIN_BANDWIDTH_PROBE_BYTES, min(BANDWIDTH_PROBE_BYTES, sized))
 
 
 def configure_logging(level: int = logging.INFO) -> None:

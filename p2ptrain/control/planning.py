@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
 import trio
 
 from p2ptrain.control import planner
@@ -96,11 +97,15 @@ class PlanMaker:
         }
         plan.update(fields)
         self.view.adopt_own_plan(plan)
+        upper = np.triu_indices(len(members), k=1)
+        delays = matrices.delay_ms[upper] if upper[0].size else np.zeros(1)
+        rates = matrices.bandwidth_gbps[upper] * 1e3 if upper[0].size else np.zeros(1)
         log.info(
             "published plan term %d epoch %d: %d peers, %d pipelines x %d stages, cost %.3f s "
-            "(%d of %d links measured)",
+            "(%d of %d links measured; one-way delay %.1f-%.1f ms, %.1f-%.1f Mbit/s)",
             self._term, self._epoch, len(members), len(plan["pipelines"]), plan["stages"],
-            plan["cost_s"], matrices.num_measured_delays, len(members) * (len(members) - 1) // 2,
+            plan["cost_s"], matrices.num_measured_delays, len(upper[0]),
+            delays.min(), delays.max(), rates.min(), rates.max(),
         )  # fmt: skip
         return True
 

@@ -80,9 +80,10 @@ async def handle_bandwidth(stream: INetStream) -> None:
 
 
 async def measure_bandwidth_mbps(
-    host: IHost, peer: ID, num_bytes: int = DEFAULT_BANDWIDTH_PROBE_BYTES
+    host: IHost, peer: ID, num_bytes: int = DEFAULT_BANDWIDTH_PROBE_BYTES, rtt_s: float = 0.0
 ) -> float:
-    """Send num_bytes and time it until the receiver's acknowledgement: Mbit/s."""
+    """Send num_bytes and time it until the receiver's acknowledgement: Mbit/s. The known round
+    trip (`rtt_s`: the ack's way back and the first byte's way out) is not transfer time."""
     num_bytes = min(num_bytes, MAX_BANDWIDTH_PROBE_BYTES)
     chunk = os.urandom(_CHUNK_BYTES)
     with trio.fail_after(PROBE_TIMEOUT_S * 2):
@@ -99,7 +100,8 @@ async def measure_bandwidth_mbps(
             elapsed_s = time.perf_counter() - start
         finally:
             await _close_quietly(stream)
-    return num_bytes * 8 / elapsed_s / 1e6
+    transfer_s = max(elapsed_s - rtt_s, 0.25 * elapsed_s)  # a noisy RTT must not blow it up
+    return num_bytes * 8 / transfer_s / 1e6
 
 
 async def _close_quietly(stream: INetStream) -> None:

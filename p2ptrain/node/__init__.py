@@ -1,1 +1,2 @@
-"""The node supervisor: one control process (+ one worker process), started and stopped together."""
+"""Running nodes: the supervisor of one node (control process + worker), and `local_run`, which
+starts a bootstrap and N nodes on this machine (loopback, or the WAN testbed's namespaces)."""

@@ -1,8 +1,10 @@
-"""`p2ptrain local --control-plane`: the same job through the real node CLIs.
+"""`p2ptrain local`'s engine: a bootstrap and N nodes through the real node CLIs.
 
 Starts `p2ptrain bootstrap` and N `p2ptrain join` process trees (supervisor, control process,
 worker), lets the control plane discover, measure, elect a planner and publish plans, and follows
-every worker's steps through the metrics files they append to (P2PTRAIN_METRICS_LOG). Stdlib only.
+every worker's steps through the metrics files they append to (P2PTRAIN_METRICS_LOG). Where the
+nodes run is a NodeSites: loopback here; the WAN testbed puts node i in namespace i
+(p2ptrain/testbed/nodes.py). Stdlib only.
 """
 
 from __future__ import annotations
@@ -29,6 +31,19 @@ STALL_TIMEOUT_S = 240.0
 STOP_GRACE_S = 15.0
 
 
+class NodeSites:
+    """Where the nodes of a local swarm run: all on 127.0.0.1. Index -1 is the bootstrap."""
+
+    def listen(self, index: int) -> str:
+        return "/ip4/127.0.0.1/tcp/0"
+
+    def command(self, index: int, argv: list[str]) -> list[str]:
+        return argv
+
+    def env(self, index: int) -> dict[str, str]:
+        return {}
+
+
 def write_run_toml(spec: RunSpec, path: Path) -> None:
     """The spec as a flat [run] table (every field is a string, int or float)."""
     lines = ["[run]"]
@@ -43,37 +58,44 @@ def train_with_control_plane(
     workdir: Path,
     on_plan: Callable[[dict[str, Any]], None],
     on_step: Callable[[int, float, float], None],
+    sites: NodeSites | None = None,
 ) -> SwarmResult:
+    sites = sites or NodeSites()
     run_path = workdir / "run.toml"
     # the first plan waits for all N peers instead of re-planning as each one joins
     write_run_toml(spec.replace(min_peers=num_peers), run_path)
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        boot = _start(
-            ["bootstrap", "--identity", str(workdir / "bootstrap.key"), "--run", str(run_path)],
-            workdir / "bootstrap.log", stdout=subprocess.PIPE,
-        )  # fmt: skip
+        args = ["bootstrap", "--identity", str(workdir / "bootstrap.key"), "--run", str(run_path),
+                "--listen", sites.listen(-1)]  # fmt: skip
+        boot = _start(sites, -1, args, workdir / "bootstrap.log", stdout=subprocess.PIPE)
         procs.append(boot)
         address = _first_line(boot, START_TIMEOUT_S)
         logs = [workdir / f"metrics-{i}.jsonl" for i in range(num_peers)]
         for i in range(num_peers):
-            args = ["join", "--bootstrap", address, "--identity", str(workdir / f"peer-{i}.key")]
+            args = ["join", "--bootstrap", address, "--identity", str(workdir / f"peer-{i}.key"),
+                    "--listen", sites.listen(i)]  # fmt: skip
             env = {METRICS_LOG_ENV: str(logs[i])}
-            procs.append(_start(args, workdir / f"peer-{i}.log", env=env))
+            procs.append(_start(sites, i, args, workdir / f"peer-{i}.log", env=env))
         return _follow(spec, logs, procs[1:], on_plan, on_step)
     finally:
         _stop(procs)
 
 
 def _start(
-    args: list[str], log_path: Path, env: dict[str, str] | None = None, stdout: int | None = None
+    sites: NodeSites,
+    index: int,
+    args: list[str],
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    stdout: int | None = None,
 ) -> subprocess.Popen[bytes]:
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1", **sites.env(index), **(env or {})}
     with open(log_path, "wb") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "p2ptrain", *args],
+            sites.command(index, [sys.executable, "-m", "p2ptrain", *args]),
             stdin=subprocess.DEVNULL, stdout=stdout or log, stderr=log,
-            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-            preexec_fn=_stop_with_parent,
+            start_new_session=True, env=environment, preexec_fn=_stop_with_parent,
         )  # fmt: skip
 
 
