@@ -5,6 +5,7 @@ Public API: ``Topology``, ``Workload``, ``load_topology``, ``plan_swarm``, ``eva
 """
 
 from p2ptrain.schedule.planner import ALGORITHMS, Plan, evaluate_groups, plan_swarm
+from p2ptrain.schedule.step_time import StepTime, StepTraffic, step_time
 from p2ptrain.schedule.topology import (
     PAPER_SCENARIOS,
     Topology,
@@ -19,6 +20,8 @@ __all__ = [
     "ALGORITHMS",
     "PAPER_SCENARIOS",
     "Plan",
+    "StepTime",
+    "StepTraffic",
     "Topology",
     "TopologyError",
     "Workload",
@@ -26,5 +29,6 @@ __all__ = [
     "load_topology",
     "plan_swarm",
     "scenario_path",
+    "step_time",
     "topology_from_json",
 ]

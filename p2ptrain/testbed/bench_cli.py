@@ -60,12 +60,25 @@ def add_kinds(kinds: Any) -> None:
     netem.add_argument("--seconds", type=float, default=3.0, help="bulk transfer per link (s)")
     netem.add_argument("--out", default="bench-results/netem.json", help="where to write the JSON")
     e2e = kinds.add_parser(
-        "e2e", help="train on the emulated WAN (root): scheduled vs random placement"
+        "e2e",
+        help="train on the emulated WAN (root): scheduled vs random placement vs hivemind DP",
     )
     add_emulation_arguments(e2e, default_peers=8)
     e2e.add_argument("--run", metavar="RUN.toml", help="run spec (default: the built-in run)")
-    e2e.add_argument("--steps", type=int, default=10, help="training steps per run")
-    e2e.add_argument("--stages", type=int, help="pipeline stages (overrides the run spec)")
+    e2e.add_argument("--steps", type=int, default=8, help="training steps per run")
+    e2e.add_argument("--stages", type=int, default=4, help="pipeline stages (default %(default)s)")
+    e2e.add_argument(
+        "--random-seeds",
+        type=int,
+        default=3,
+        help="random placements to run (seeds --seed ..), reported as their mean",
+    )
+    e2e.add_argument(
+        "--runs",
+        default="scheduled,random,hivemind_dp,ideal",
+        help="which runs (comma-separated; measured comm needs ideal)",
+    )
+    e2e.add_argument("--logs", metavar="DIR", help="keep every worker's log under DIR")
     e2e.add_argument("--target-loss", type=float, help="default: the worst final loss of the runs")
     e2e.add_argument("--json", action="store_true", help="print one JSON object last, no table")
     e2e.add_argument("--out", default="bench-results/e2e.json", help="where to write the JSON")
@@ -123,11 +136,16 @@ def _run_netem(args: argparse.Namespace) -> int:
 def _run_e2e(args: argparse.Namespace) -> int:
     from p2ptrain.errors import UserError
     from p2ptrain.runspec import load_run_spec
-    from p2ptrain.testbed.e2e_bench import failure_summary, render, run_e2e_bench
+    from p2ptrain.testbed.e2e_bench import RUN_ORDER, failure_summary, render, run_e2e_bench
     from p2ptrain.testbed.png_plot import write_line_plot
 
     if args.steps < 3:
         raise UserError("--steps must be at least 3")
+    if args.random_seeds < 1:
+        raise UserError("--random-seeds must be at least 1")
+    runs = tuple(r.strip() for r in args.runs.split(",") if r.strip())
+    if not runs or set(runs) - set(RUN_ORDER):
+        raise UserError(f"--runs takes some of {', '.join(RUN_ORDER)}")
     spec = load_run_spec(args.run).replace(steps=args.steps)
     if args.stages is not None:
         spec = spec.replace(stages=args.stages)
@@ -141,18 +159,16 @@ def _run_e2e(args: argparse.Namespace) -> int:
             seed=args.seed,
             target_loss=args.target_loss,
             progress=_progress,
+            random_seeds=args.random_seeds,
+            runs=runs,
+            log_dir=Path(args.logs) if args.logs else None,
         )
     except (RuntimeError, TimeoutError) as exc:
-        raise UserError(
-            f"the emulated swarm failed ({failure_summary(exc)}); the worker must listen on "
-            "$P2PTRAIN_LISTEN_HOST (docs/benchmarks.md)"
-        ) from exc
+        raise UserError(f"the emulated swarm failed ({failure_summary(exc)})") from exc
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
-    curves = {
-        k: result[k]["curve"] for k in ("scheduled", "random", "ideal") if "curve" in result[k]
-    }
+    curves = {k: result[k]["curve"] for k in RUN_ORDER if "curve" in result.get(k, {})}
     write_line_plot(Path(args.plot), curves, grid_x=10.0, grid_y=1.0)
     if not args.json:
         print(render(result) + f"\n\nwrote {out} and {args.plot}")

@@ -17,6 +17,9 @@ from p2ptrain.testbed.testbed import Testbed
 from p2ptrain.worker.local_swarm import LocalSwarm
 
 LISTEN_HOST_ENV = "P2PTRAIN_LISTEN_HOST"  # the worker's p2pd listens on /ip4/$it/tcp/0
+# the network the worker's averaging timeouts are scaled for (p2ptrain/worker/averaging.py)
+MAX_RTT_ENV = "P2PTRAIN_MAX_RTT_S"
+MIN_RATE_ENV = "P2PTRAIN_MIN_RATE_MBPS"
 BYTES_PER_VALUE = {"fp16": 2, "bf16": 2, "none": 4}
 
 
@@ -59,6 +62,31 @@ def measured_workload(spec: RunSpec, stages: int, replicas: int) -> Any:
     rows_per_replica = spec.batch_size / replicas
     c_pp_gb = rows_per_replica * spec.block_size * spec.n_embd * value_bytes / 1e9
     return Workload(stages=stages, replicas=replicas, c_dp_gb=c_dp_gb, c_pp_gb=c_pp_gb)
+
+
+def step_traffic(spec: RunSpec, stages: int, replicas: int) -> Any:
+    """What one step of the run moves, for the step-time model (schedule/step_time.py)."""
+    from p2ptrain.schedule.step_time import StepTraffic
+
+    value_bytes = BYTES_PER_VALUE.get(spec.compression, 4)
+    rows = -(-spec.batch_size // replicas)  # the largest replica's rows
+    micro_rows = -(-rows // min(spec.micro_batches, rows))  # ... and its largest micro-batch
+    return StepTraffic(
+        stage_gradient_bytes=tuple(
+            float(c * value_bytes) for c in stage_parameter_counts(spec, stages)
+        ),
+        activation_bytes=float(micro_rows * spec.block_size * spec.n_embd * value_bytes),
+        micro_batches=min(spec.micro_batches, rows),
+    )
+
+
+def predicted_step(bed: Testbed, spec: RunSpec, pipelines: list[list[int]]) -> Any:
+    """The step-time model's communication per step for pipelines on the emulated links."""
+    from p2ptrain.schedule.step_time import step_time
+
+    topology = emulated_topology(bed)
+    traffic = step_traffic(spec, len(pipelines[0]), len(pipelines))
+    return step_time(topology.delay_ms, topology.bandwidth_gbps, pipelines, traffic)
 
 
 def plan_on_testbed(
@@ -108,7 +136,12 @@ class EmulatedSwarm(LocalSwarm):
     """LocalSwarm with worker i inside testbed peer i's namespace, listening on its address."""
 
     def __init__(self, spec: RunSpec, bed: Testbed, workdir: Path) -> None:
-        env = {i: {LISTEN_HOST_ENV: bed.address(i)} for i in range(bed.num_peers)}
+        links = bed.links().values()  # as they are now (the bench's ideal run speeds them up)
+        network = {
+            MAX_RTT_ENV: f"{max((2 * s.delay_ms / 1e3 for s in links), default=0.0):.4f}",
+            MIN_RATE_ENV: f"{min((s.rate_mbps for s in links), default=1000.0):.3f}",
+        }
+        env = {i: {LISTEN_HOST_ENV: bed.address(i), **network} for i in range(bed.num_peers)}
         super().__init__(spec, bed.num_peers, workdir, env)
         self.bed = bed
 
@@ -128,3 +161,147 @@ class EmulatedSwarm(LocalSwarm):
                 env=env,
             )
         self.procs.append(proc)
+
+
+class DataParallelSwarm:
+    """The hivemind.Optimizer baseline (p2ptrain/worker/dp_trainer.py): peer i's trainer in
+    testbed peer i's namespace, or on loopback when bed is None. Stdlib only; rendezvous and
+    metrics go through files in workdir. Start with `with`; every process group dies on exit."""
+
+    def __init__(
+        self, spec: RunSpec, num_peers: int, workdir: Path, bed: Testbed | None = None
+    ) -> None:
+        self.spec, self.num_peers, self.workdir, self.bed = spec, num_peers, workdir, bed
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> DataParallelSwarm:
+        import json
+        import os
+
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        run_path = self.workdir / "run.json"
+        run_path.write_text(json.dumps(self.spec.to_dict()))
+        network: dict[str, str] = {}
+        if self.bed is not None:
+            links = self.bed.links().values()
+            network = {
+                MAX_RTT_ENV: f"{max((2 * s.delay_ms / 1e3 for s in links), default=0.0):.4f}",
+                MIN_RATE_ENV: f"{min((s.rate_mbps for s in links), default=1000.0):.3f}",
+            }
+        try:
+            for i in range(self.num_peers):
+                argv = [
+                    sys.executable, "-m", "p2ptrain.worker.dp_trainer", "--run", str(run_path),
+                    "--index", str(i), "--num-peers", str(self.num_peers),
+                    "--rendezvous", str(self.workdir),
+                ]  # fmt: skip
+                env = {**os.environ, "PYTHONUNBUFFERED": "1", **network}
+                if self.bed is not None:
+                    env[LISTEN_HOST_ENV] = self.bed.address(i)
+                    argv = self.bed.command(i, argv)
+                with open(self.workdir / f"dp-{i}.log", "wb") as log:
+                    self.procs.append(
+                        subprocess.Popen(
+                            argv,
+                            stdin=subprocess.DEVNULL,
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                            start_new_session=True,
+                            env=env,
+                        )
+                    )
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Until every trainer has its optimizer (hivemind.Optimizer takes seconds to build)."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while not all((self.workdir / f"ready-{i}").exists() for i in range(self.num_peers)):
+            self._check_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError("the data-parallel trainers did not all get ready in time")
+            time.sleep(0.1)
+
+    def start(self) -> float:
+        """Let every trainer start step 0; the wall-clock time it was given."""
+        import time
+
+        started = time.time()
+        (self.workdir / "go").touch()
+        return started
+
+    def follow(
+        self, on_step: Any = None, stall_timeout_s: float = 180.0
+    ) -> list[tuple[int, float, float]]:
+        """Wait for every step of every trainer: (step, global loss, wall time it finished)."""
+        import json
+        import time
+
+        done: list[tuple[int, float, float]] = []
+        deadline = time.monotonic() + stall_timeout_s
+        while len(done) < self.spec.steps:
+            self._check_alive(allow_exit=True)
+            by_step: dict[int, list[dict[str, Any]]] = {}
+            for i in range(self.num_peers):
+                path = self.workdir / f"metrics-{i}.jsonl"
+                lines = path.read_text().splitlines() if path.exists() else []
+                for line in lines:
+                    if line.strip():
+                        record = json.loads(line)
+                        by_step.setdefault(int(record["step"]), []).append(record)
+            complete = sorted(s for s, rs in by_step.items() if len(rs) == self.num_peers)
+            for step in complete[len(done) :]:
+                records = by_step[step]
+                total = sum(r["samples"] for r in records)
+                loss = sum(r["loss"] * r["samples"] for r in records) / total
+                done.append((step, loss, max(r["time_s"] for r in records)))
+                deadline = time.monotonic() + stall_timeout_s
+                if on_step is not None:
+                    on_step(*done[-1])
+            if len(done) < self.spec.steps and all(p.poll() is not None for p in self.procs):
+                raise RuntimeError(
+                    f"the trainers exited after {len(done)} steps:\n{self.log_tail(0)}"
+                )
+            if time.monotonic() > deadline:
+                raise TimeoutError("the data-parallel swarm made no progress in time")
+            time.sleep(0.2)
+        return done
+
+    def wait_exit(self, timeout_s: float = 20.0) -> list[int | None]:
+        """Wait for the trainers to leave on their own (they do after the last step)."""
+        import contextlib
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(0.1, deadline - time.monotonic()))
+        return [proc.poll() for proc in self.procs]
+
+    def kill(self) -> None:
+        import contextlib
+        import os
+        import signal
+
+        for proc in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # trainer, watchdog, hivemind children, p2pd
+            proc.wait()
+
+    def log_tail(self, index: int, num_lines: int = 30) -> str:
+        path = self.workdir / f"dp-{index}.log"
+        lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+        return "\n".join(lines[-num_lines:])
+
+    def _check_alive(self, allow_exit: bool = False) -> None:
+        for index, proc in enumerate(self.procs):
+            code = proc.poll()
+            if code is not None and (code != 0 or not allow_exit):
+                raise RuntimeError(f"trainer {index} exited with {code}:\n{self.log_tail(index)}")

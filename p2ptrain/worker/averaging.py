@@ -6,8 +6,10 @@ peer keeps its own (local) gradient: never a silently half-averaged one.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from dataclasses import dataclass
+import os
+import time
 
 import torch
 from hivemind import DHT
@@ -20,14 +22,89 @@ log = logging.getLogger(__name__)
 
 RETRY_TIMEOUT_S = 5.0
 
+# The network the averaging timeouts are scaled for. A WAN testbed (or an operator) states the
+# swarm's worst round trip and slowest link in these variables. Without them the swarm is taken
+# to be local (loopback or LAN): short timeouts, so that a failed round is noticed quickly.
+MAX_RTT_ENV = "P2PTRAIN_MAX_RTT_S"
+MIN_RATE_ENV = "P2PTRAIN_MIN_RATE_MBPS"
+DEFAULT_MIN_RATE_MBPS = 5.0  # when only the round trip is stated
+# On shutdown, our last reduced parts may still be on their way to a groupmate: if the process
+# left at once, the groupmate's last round would come out partial. Stay this long at most.
+MAX_LINGER_S = 2.5
 
-@dataclass(frozen=True)
+
+@dataclasses.dataclass(frozen=True)
+class AveragingTimeouts:
+    """hivemind's matchmaking and all-reduce timeouts for one network (seconds)."""
+
+    request_s: float  # a potential leader must answer a join request within this
+    min_matchmaking_s: float  # how long a declared group waits for more peers
+    sender_s: float  # max silence between two chunks from one sender
+    reducer_s: float  # max wait for one reduced part
+    allreduce_s: float  # the whole all-reduce after the group formed
+    linger_s: float  # how long to stay after the last round, for our parts to arrive
+
+    @classmethod
+    def for_network(
+        cls, max_rtt_s: float, min_rate_mbps: float, gradient_bytes: int
+    ) -> AveragingTimeouts:
+        """Timeouts for links of up to max_rtt_s round trip and at least min_rate_mbps.
+
+        A join request may need a fresh connection (TCP + Noise + muxer: about 4 round trips)
+        before its reply; the DHT declare/lookup behind matchmaking takes a few more, so a
+        declared group must live several times that. The all-reduce moves, on each peer's
+        link, about twice the gradient (its parts out, the averaged parts back)."""
+        request_s = max(1.0, 4 * max_rtt_s)
+        transfer_s = 2 * gradient_bytes * 8 / (min_rate_mbps * 1e6)
+        sender_s = max(5.0, 4 * max_rtt_s + transfer_s)
+        return cls(
+            request_s=request_s,
+            min_matchmaking_s=max(2.0, 2.5 * request_s),
+            sender_s=sender_s,
+            reducer_s=max(10.0, 2 * sender_s),
+            allreduce_s=max(30.0, 8 * max_rtt_s + 4 * transfer_s),
+            linger_s=min(MAX_LINGER_S, 2 * max_rtt_s + transfer_s / 2),
+        )
+
+
+LOCAL_TIMEOUTS = AveragingTimeouts(
+    request_s=0.5, min_matchmaking_s=1.0, sender_s=5.0, reducer_s=10.0, allreduce_s=30.0,
+    linger_s=0.0,
+)  # fmt: skip
+
+
+def network_from_env() -> tuple[float, float] | None:
+    """(max round trip s, min link Mbit/s) if the environment states them, else None."""
+    if MAX_RTT_ENV not in os.environ:
+        return None
+    return (
+        float(os.environ[MAX_RTT_ENV]),
+        float(os.environ.get(MIN_RATE_ENV, DEFAULT_MIN_RATE_MBPS)),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class Outcome:
     """How a step's gradient was combined: 'averaged' over group_size peers, or 'local'."""
 
     kind: str
     group_size: int
     detail: str = ""
+
+
+def averaging_timeouts(
+    gradient_bytes: int, max_rtt_s: float | None = None, min_rate_mbps: float | None = None
+) -> AveragingTimeouts:
+    """The timeouts for the network given, else the one the environment states, else local."""
+    stated = network_from_env()
+    if max_rtt_s is None and stated is None:
+        return LOCAL_TIMEOUTS
+    rtt_s, rate_mbps = stated or (0.0, DEFAULT_MIN_RATE_MBPS)
+    return AveragingTimeouts.for_network(
+        rtt_s if max_rtt_s is None else max_rtt_s,
+        rate_mbps if min_rate_mbps is None else min_rate_mbps,
+        gradient_bytes,
+    )
 
 
 class StageAverager:
@@ -41,8 +118,16 @@ class StageAverager:
         num_replicas: int,
         compression: str,
         timeout_s: float,
+        max_rtt_s: float | None = None,
+        min_rate_mbps: float | None = None,
     ) -> None:
+        """max_rtt_s / min_rate_mbps: the network to scale the timeouts for (default: what
+        MAX_RTT_ENV / MIN_RATE_ENV state, else a local swarm's short timeouts)."""
         self._buffer = torch.zeros(num_params)
+        self.timeouts = averaging_timeouts(
+            num_params * (4 if compression == "none" else 2), max_rtt_s, min_rate_mbps
+        )
+        self._rounds = 0
         self.timeout_s = timeout_s
         self.tolerance = EXACT_TOLERANCE if compression == "none" else COMPRESSED_TOLERANCE
         # bf16 activations still average in fp16: hivemind has no bf16 codec, fp16 is closer anyway
@@ -50,8 +135,10 @@ class StageAverager:
         self._averager = DecentralizedAverager(
             [self._buffer], dht, start=True, prefix=prefix,
             target_group_size=num_replicas, min_group_size=2,
-            min_matchmaking_time=1.0, request_timeout=0.5,
-            compression=codec, sender_timeout=5.0, reducer_timeout=10.0, allreduce_timeout=30.0,
+            min_matchmaking_time=self.timeouts.min_matchmaking_s,
+            request_timeout=self.timeouts.request_s, compression=codec,
+            sender_timeout=self.timeouts.sender_s, reducer_timeout=self.timeouts.reducer_s,
+            allreduce_timeout=self.timeouts.allreduce_s,
         )  # fmt: skip
 
     def average(
@@ -76,9 +163,13 @@ class StageAverager:
                     result = buffer.clone()
                 problem = check_round(result, mine, gathered, self.tolerance) or ""
                 if not problem:
+                    self._rounds += 1
                     return result, Outcome("averaged", len(gathered))
             log.warning("step %d averaging attempt %d failed: %s", step, attempt + 1, problem)
         return flat_grad, Outcome("local", 1, problem)
 
     def shutdown(self) -> None:
+        """Leave the swarm (after a last round, once our parts had time to arrive)."""
+        if self._rounds:
+            time.sleep(self.timeouts.linger_s)
         self._averager.shutdown()

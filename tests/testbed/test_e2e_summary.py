@@ -1,0 +1,82 @@
+"""bench e2e's bookkeeping without root: the random placements' mean, measured communication,
+time to the target loss, the speedups, the table; and the traffic the step-time model is fed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from p2ptrain.runspec import RunSpec
+from p2ptrain.testbed.e2e_bench import mean_of_runs, render, summarize
+from p2ptrain.testbed.swarm import stage_parameter_counts, step_traffic
+
+
+def _run(seed: int, tokens_per_s: float, step_s: float, predicted_s: float) -> dict[str, Any]:
+    curve = [(step_s * (i + 1), 5.0 - 0.5 * i) for i in range(4)]
+    return {
+        "seed": seed,
+        "tokens_per_s": tokens_per_s,
+        "step_s": step_s,
+        "predicted_s": predicted_s,
+        "predicted_paper_s": predicted_s / 2,
+        "pipelines": [[seed, seed + 1]],
+        "curve": curve,
+    }
+
+
+def test_mean_of_random_runs_keeps_each_run_and_the_median_curve() -> None:
+    runs = [
+        _run(0, 100.0, 6.0, 4.0),
+        _run(1, 200.0, 4.0, 3.0),
+        {"error": "x", "tokens_per_s": None},
+    ]
+    runs.append(_run(2, 150.0, 5.0, 3.5))
+    mean = mean_of_runs(runs)
+    assert mean["tokens_per_s"] == pytest.approx(150.0)
+    assert mean["step_s"] == pytest.approx(5.0)
+    assert mean["predicted_s"] == pytest.approx(3.5)
+    assert mean["median_seed"] == 2 and mean["curve"] == runs[3]["curve"]
+    assert mean["runs"] == runs
+    assert mean_of_runs([{"error": "boom", "tokens_per_s": None}])["error"] == "boom"
+
+
+def test_summary_measures_communication_against_the_ideal_run() -> None:
+    results = {
+        "scheduled": _run(0, 300.0, 3.0, 2.2),
+        "random": mean_of_runs([_run(0, 100.0, 6.0, 4.0), _run(1, 200.0, 4.0, 3.0)]),
+        "hivemind_dp": {"tokens_per_s": 60.0, "step_s": 9.0, "curve": [(9.0, 5.0), (18.0, 4.4)]},
+        "ideal": _run(0, 1000.0, 1.0, 0.0),
+    }
+    summary = summarize(results, target_loss=None)
+    assert summary["scheduled"]["measured_s"] == pytest.approx(2.0)
+    assert summary["scheduled"]["prediction_error"] == pytest.approx(0.1)
+    assert [r["measured_s"] for r in summary["random"]["runs"]] == pytest.approx([5.0, 3.0])
+    assert summary["random"]["measured_s"] == pytest.approx(4.0)
+    assert summary["target_loss"] == pytest.approx(4.4)  # the worst final loss
+    assert summary["scheduled"]["time_to_target_s"] == pytest.approx(9.0)  # 4.0 at step 3
+    assert summary["hivemind_dp"]["time_to_target_s"] == pytest.approx(18.0)
+    assert summary["speedup_scheduled_vs_random"] == pytest.approx(2.0)
+    assert summary["speedup_scheduled_vs_hivemind_dp"] == pytest.approx(5.0)
+    table = render(summary)
+    for name in ("scheduled", "random (mean)", "random seed 1", "hivemind_dp", "ideal"):
+        assert name in table
+    assert "scheduled / random tokens/s: 2.00x" in table
+
+
+def test_a_failed_run_is_reported_not_fatal() -> None:
+    results = {"scheduled": _run(0, 300.0, 3.0, 2.2), "hivemind_dp": {"error": "worker 3 died"}}
+    summary = summarize(results, target_loss=4.0)
+    assert summary["speedup_scheduled_vs_hivemind_dp"] is None
+    assert "hivemind_dp" in render(summary) and "worker 3 died" in render(summary)
+
+
+def test_step_traffic_of_the_default_run() -> None:
+    spec = RunSpec(stages=4, n_layer=4, n_embd=128, block_size=64, batch_size=16, micro_batches=2)
+    traffic = step_traffic(spec, stages=4, replicas=2)
+    counts = stage_parameter_counts(spec, 4)
+    assert traffic.stage_gradient_bytes == tuple(2.0 * c for c in counts)  # fp16 on the wire
+    assert traffic.activation_bytes == 4 * 64 * 128 * 2  # 8 rows per replica, 2 micro-batches
+    assert traffic.micro_batches == 2
+    # uneven rows: 3 replicas of 16 rows -> 6, 5, 5; the largest micro-batch has 3 rows
+    assert step_traffic(spec, 4, 3).activation_bytes == 3 * 64 * 128 * 2

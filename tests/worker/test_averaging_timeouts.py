@@ -1,0 +1,48 @@
+"""The averaging timeouts follow the network the swarm states (worker/averaging.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from p2ptrain.worker.averaging import (
+    LOCAL_TIMEOUTS,
+    MAX_LINGER_S,
+    MAX_RTT_ENV,
+    MIN_RATE_ENV,
+    AveragingTimeouts,
+    averaging_timeouts,
+)
+
+
+def test_unstated_network_keeps_the_short_local_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(MAX_RTT_ENV, raising=False)
+    assert averaging_timeouts(10**6) == LOCAL_TIMEOUTS
+    assert LOCAL_TIMEOUTS.request_s < LOCAL_TIMEOUTS.min_matchmaking_s
+
+
+def test_wan_timeouts_cover_round_trips_and_the_gradient_transfer() -> None:
+    # 446 ms round trip, 7.2 Mbit/s, 478 kB of gradient
+    t = AveragingTimeouts.for_network(0.446, 7.2, 478_464)
+    transfer_s = 2 * 478_464 * 8 / 7.2e6
+    assert t.request_s == pytest.approx(4 * 0.446)  # a fresh connection + the answer
+    assert t.min_matchmaking_s > t.request_s  # hivemind wants request < matchmaking
+    assert t.sender_s >= 4 * 0.446 + transfer_s
+    assert t.reducer_s >= t.sender_s and t.allreduce_s >= 4 * transfer_s
+    assert 0 < t.linger_s <= MAX_LINGER_S
+
+
+def test_environment_states_the_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MAX_RTT_ENV, "0.3")
+    monkeypatch.setenv(MIN_RATE_ENV, "10")
+    assert averaging_timeouts(1000) == AveragingTimeouts.for_network(0.3, 10.0, 1000)
+    # arguments win over the environment
+    assert averaging_timeouts(1000, max_rtt_s=0.1, min_rate_mbps=50.0) == (
+        AveragingTimeouts.for_network(0.1, 50.0, 1000)
+    )
+
+
+def test_slow_links_stretch_the_all_reduce_timeouts() -> None:
+    fast = AveragingTimeouts.for_network(0.4, 100.0, 50_000_000)
+    slow = AveragingTimeouts.for_network(0.4, 5.0, 50_000_000)
+    assert slow.sender_s > fast.sender_s and slow.allreduce_s > fast.allreduce_s
+    assert slow.linger_s == MAX_LINGER_S
