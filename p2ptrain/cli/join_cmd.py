@@ -19,6 +19,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--control-only", action="store_true", help="run the control plane alone (no worker)"
     )
+    parser.add_argument(
+        "--checkpoint-dir",
+        help="where this node keeps its stage checkpoints (default: the run spec's checkpoint_dir)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,5 +38,6 @@ def run(args: argparse.Namespace) -> int:
         identity=args.identity,
         listen=args.listen,
         control_only=args.control_only,
+        checkpoint_dir=args.checkpoint_dir,
     )
     return supervisor.run()

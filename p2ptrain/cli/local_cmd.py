@@ -77,7 +77,11 @@ def run(args: argparse.Namespace) -> int:
         changes["compression"] = "none"
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="p2ptrain-local-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    if not spec.checkpoint_dir:  # a fresh run: do not resume whatever an earlier run left
+    # a fresh run must not resume whatever an earlier run left; and unless the run names a
+    # shared directory, each node keeps its own, as on separate machines (stage states then move
+    # between nodes over the network: worker/state_transfer.py)
+    own_checkpoints = not spec.checkpoint_dir
+    if own_checkpoints:
         changes["checkpoint_dir"] = str(workdir / "checkpoints")
     spec = spec.replace(**changes)
     out: TextIO = sys.stderr if args.json else sys.stdout
@@ -88,16 +92,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.emulate:
             result = _train_emulated(
-                spec, Path(args.emulate), args.bandwidth_scale, workdir, out, args.direct
-            )
+                spec, Path(args.emulate), args.bandwidth_scale, workdir, out, args.direct,
+                own_checkpoints,
+            )  # fmt: skip
         elif not args.direct:
             from p2ptrain.node.local_run import train_with_control_plane
 
             print(f"starting a bootstrap and {args.peers} nodes (logs in {workdir}) ...", file=out)
             progress = _Progress(spec.steps, out)
             result = train_with_control_plane(
-                spec, args.peers, workdir, progress.on_plan, progress.on_step
-            )
+                spec, args.peers, workdir, progress.on_plan, progress.on_step,
+                own_checkpoints=own_checkpoints,
+            )  # fmt: skip
             progress.finish()
         else:
             with LocalSwarm(spec, args.peers, workdir) as swarm:
@@ -138,6 +144,7 @@ def _train_emulated(
     workdir: Path,
     out: TextIO,
     direct: bool,
+    own_checkpoints: bool,
 ) -> Any:
     """The local swarm inside the WAN testbed: node i in peer i's namespace; the control plane
     measures the emulated links and plans on them (with `direct`: bare workers, planned once on
@@ -161,7 +168,7 @@ def _train_emulated(
             progress = _Progress(spec.steps, out)
             result = train_with_control_plane(
                 spec, topology.num_peers, workdir, progress.on_plan, progress.on_step,
-                TestbedSites(bed),
+                TestbedSites(bed), own_checkpoints,
             )  # fmt: skip
             progress.finish()
             return result

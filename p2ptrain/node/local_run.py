@@ -59,7 +59,10 @@ def train_with_control_plane(
     on_plan: Callable[[dict[str, Any]], None],
     on_step: Callable[[int, float, float], None],
     sites: NodeSites | None = None,
+    own_checkpoints: bool = False,
 ) -> SwarmResult:
+    """Run the swarm until every step's loss is known; with `own_checkpoints`, node i keeps its
+    checkpoints in workdir/peer-i/ instead of the run's shared checkpoint_dir."""
     sites = sites or NodeSites()
     run_path = workdir / "run.toml"
     # the first plan waits for all N peers instead of re-planning as each one joins
@@ -75,6 +78,8 @@ def train_with_control_plane(
         for i in range(num_peers):
             args = ["join", "--bootstrap", address, "--identity", str(workdir / f"peer-{i}.key"),
                     "--listen", sites.listen(i)]  # fmt: skip
+            if own_checkpoints:
+                args += ["--checkpoint-dir", str(workdir / f"peer-{i}" / "checkpoints")]
             env = {METRICS_LOG_ENV: str(logs[i])}
             procs.append(_start(sites, i, args, workdir / f"peer-{i}.log", env=env))
         return _follow(spec, logs, procs[1:], on_plan, on_step)

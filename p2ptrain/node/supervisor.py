@@ -90,8 +90,16 @@ def worker_available() -> bool:
 class Supervisor:
     """Runs one node until a signal arrives or a child exits; returns an exit code."""
 
-    def __init__(self, bootstrap: str, identity: str, listen: str, control_only: bool) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        identity: str,
+        listen: str,
+        control_only: bool,
+        checkpoint_dir: str | None = None,
+    ) -> None:
         self.bootstrap = bootstrap
+        self.checkpoint_dir = checkpoint_dir
         self.identity = identity
         self.listen = listen
         self.with_worker = not control_only and worker_available()
@@ -129,19 +137,11 @@ class Supervisor:
                     return self._finish(children)
                 self._addr_printed.wait(POLL_S)
             if self.with_worker:
-                children.append(
-                    spawn_child(
-                        [
-                            sys.executable,
-                            "-m",
-                            "p2ptrain.worker",
-                            "--ipc",
-                            ipc_path,
-                            "--identity",
-                            self.identity,
-                        ]
-                    )
-                )
+                argv = [sys.executable, "-m", "p2ptrain.worker", "--ipc", ipc_path,
+                        "--identity", self.identity]  # fmt: skip
+                if self.checkpoint_dir:
+                    argv += ["--checkpoint-dir", self.checkpoint_dir]
+                children.append(spawn_child(argv))
             while self._stop_signal is None and all(c.poll() is None for c in children):
                 time.sleep(POLL_S)
             return self._finish(children)

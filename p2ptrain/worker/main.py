@@ -28,6 +28,7 @@ import torch
 
 from p2ptrain.errors import UserError
 from p2ptrain.runspec import RunSpec
+from p2ptrain.train.checkpoint import checkpoint_dir
 from p2ptrain.worker import watchdog
 from p2ptrain.worker.frames import Expected, FrameHeader, NotReady
 
@@ -47,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", help="with --plan: this worker's name in the plan's pipelines")
     parser.add_argument(
         "--identity", metavar="KEY", help="node identity file (same peer id as control)"
+    )
+    parser.add_argument(
+        "--checkpoint-dir", help="this node's checkpoint directory (default: the run spec's)"
     )
     parser.add_argument("--log-level", default=os.environ.get("P2PTRAIN_LOG", "INFO"))
 
@@ -92,6 +96,7 @@ class Worker:
         import hivemind
 
         from p2ptrain.worker.session import Session, SessionEnd
+        from p2ptrain.worker.state_transfer import StateServer
         from p2ptrain.worker.transport import Transport
 
         identity_path = self._hivemind_identity()
@@ -104,6 +109,7 @@ class Worker:
         )
         self.current: Session | None = None
         transport = Transport.start(dht.replicate_p2p, self._expect)
+        state_server = StateServer(transport)
         try:
             data_addrs = [str(a) for a in dht.get_visible_maddrs()]
             log.info("data plane up: %s", data_addrs[0])
@@ -120,6 +126,9 @@ class Worker:
                     log.info("waiting for a better plan: %s", problem)
                     continue
                 spec = RunSpec.from_dict(message["run"])
+                if self.args.checkpoint_dir:  # a node-local setting beats the run's default
+                    spec = spec.replace(checkpoint_dir=self.args.checkpoint_dir)
+                state_server.directory = checkpoint_dir(spec)
                 self.current = Session(
                     spec, message["plan"], dht, transport, self.inbox, self._report, version
                 )

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the choice itself is pure, so tests may import it beside libp2p
@@ -32,10 +32,15 @@ MAX_KEY_CHARS = 32
 
 @dataclass(frozen=True)
 class StartPoint:
-    """Where a new plan starts: the step, and per stage whether a saved state exists for it."""
+    """Where a new plan starts, and who said they hold what (to fetch a missing stage from)."""
 
     step: int
     note: str  # "" when every stage resumes exactly; otherwise what had to give
+    held: dict[str, dict[str, list[int]]] = field(default_factory=dict, compare=False)
+
+    def holders(self, key: str, step: int) -> list[str]:
+        """The members that announced a state of layers `key` at `step`."""
+        return sorted(peer for peer, held in self.held.items() if step in held.get(key, []))
 
 
 def choose_start_step(needed: list[str], held: dict[str, dict[str, list[int]]]) -> StartPoint:
@@ -122,4 +127,4 @@ def agree_on_start(
                 dht.store(key, mine, get_dht_time() + ANNOUNCEMENT_TTL_S, subkey=peer_id)
                 stored_again = time.monotonic()
             time.sleep(POLL_INTERVAL_S)
-    return choose_start_step(needed, held)
+    return replace(choose_start_step(needed, held), held=held)

@@ -46,6 +46,7 @@ from p2ptrain.worker.ipc import PlanInbox
 from p2ptrain.worker.local_swarm import DIE_WHILE_AVERAGING_ENV
 from p2ptrain.worker.resume import StartPoint, agree_on_start
 from p2ptrain.worker.role import Role, role_in_plan
+from p2ptrain.worker.state_transfer import fetch_state
 from p2ptrain.worker.transport import Transport
 
 log = logging.getLogger("p2ptrain.worker")
@@ -90,7 +91,13 @@ class Session:
         self.step = 0
         self.model: Stage | None = None
         self.averager: StageAverager | None = None
+        self.directory = checkpoint_dir(spec)
         if self.role is None:
+            if transport.peer_id in plan.get("spares", []):
+                # a spare may hold the only copy of a stage's state: it takes part in the
+                # agreement (and serves states, worker/state_transfer.py), then idles
+                self._connect(plan, dht)
+                self._agree_on_start(dht)
             return
         role = self.role
         started_s = time.monotonic()
@@ -98,7 +105,6 @@ class Session:
         log.info("connected to the plan's peers in %.1f s", time.monotonic() - started_s)
         self.model = build_stage(spec, role.stage, role.num_stages)
         self.optimizer = make_optimizer(self.model, spec)
-        self.directory = checkpoint_dir(spec)
         start = self._agree_on_start(dht)
         if start is None:
             self.failed = "the plan's members did not agree on a start step"
@@ -130,9 +136,9 @@ class Session:
     def _connect(self, plan: dict[str, Any], dht: DHT) -> None:
         from p2ptrain.worker.main import bootstrap_dht
 
-        assert self.role is not None
         addrs: dict[str, list[str]] = plan.get("data_addrs", {})
-        others = {p for pipe in plan["pipelines"] for p in pipe} - {self.transport.peer_id}
+        everyone = {p for pipe in plan["pipelines"] for p in pipe} | set(plan.get("spares", []))
+        others = everyone - {self.transport.peer_id}
         for peer in sorted(others):
             if addrs.get(peer):
                 self.transport.connect(peer, addrs[peer])
@@ -140,10 +146,12 @@ class Session:
             bootstrap_dht(dht, sorted(others))
 
     def _agree_on_start(self, dht: DHT) -> StartPoint | None:
-        """Every member of the plan announces its saved stage states; all pick one step."""
-        assert self.role is not None
-        members = sorted({p for pipe in self.plan["pipelines"] for p in pipe})
-        ranges = stage_layer_ranges(self.spec.n_layer, self.role.num_stages)
+        """Every peer of the plan (spares too) announces its saved stage states; all pick one
+        step."""
+        members = sorted(
+            {p for pipe in self.plan["pipelines"] for p in pipe} | set(self.plan.get("spares", []))
+        )
+        ranges = stage_layer_ranges(self.spec.n_layer, int(self.plan["stages"]))
         key = resume_key(self.spec.run_id, self.plan)
         started_s = time.monotonic()
         start = agree_on_start(
@@ -156,31 +164,49 @@ class Session:
             lambda: self.inbox.stopped or self.inbox.version != self.plan_version,
         )
         if start is not None:
-            log.info("the plan's %d members agreed to start at step %d in %.1f s",
+            log.info("the plan's %d peers agreed to start at step %d in %.1f s",
                      len(members), start.step, time.monotonic() - started_s)  # fmt: skip
         return start
 
     def _load(self, start: StartPoint) -> int:
-        """Load this stage's state at the agreed step; return the step to train next."""
+        """Load this stage's state at the agreed step (fetching it from a member that holds it
+        if this machine does not); return the step to train next."""
         assert self.model is not None and self.role is not None
         if start.note:
             log.warning("resuming at step %d: %s", start.step, start.note)
         layers = self.model.layers
-        steps = [s for s in saved_steps(self.directory).get(layers_key(layers), [])]
-        usable = [s for s in steps if s <= start.step]
+        key = layers_key(layers)
+        if start.step not in saved_steps(self.directory).get(key, []):
+            self._fetch(start, layers)
+        usable = [s for s in saved_steps(self.directory).get(key, []) if s <= start.step]
         if not usable:
             if start.step > 0:
-                log.warning("no saved state of layers %s at step %d here: they start fresh "
-                            "(state transfer between machines is not implemented)",
-                            layers_key(layers), start.step)  # fmt: skip
+                log.warning("no state of layers %s at step %d anywhere: they start fresh",
+                            key, start.step)  # fmt: skip
             return start.step
         path = stamped_path(self.directory, layers, usable[-1])
         loaded = load_stage(path, self.spec, self.model, self.optimizer)
         if loaded != start.step:
-            log.warning("layers %s resumed from step %d for step %d",
-                        layers_key(layers), loaded, start.step)  # fmt: skip
+            log.warning("layers %s resumed from step %d for step %d", key, loaded, start.step)
         log.info("resumed stage %d at step %d from %s", self.role.stage, start.step, path)
         return start.step
+
+    def _fetch(self, start: StartPoint, layers: range) -> None:
+        """Copy the agreed step's state of `layers` from a member that announced it."""
+        for peer in start.holders(layers_key(layers), start.step):
+            if peer == self.transport.peer_id:
+                continue
+            started_s = time.monotonic()
+            try:
+                path = fetch_state(self.transport, peer, layers, start.step, self.directory)
+                assert self.model is not None
+                load_stage(path, self.spec, self.model, self.optimizer)  # validates first
+            except Exception as exc:  # any failure, a bad file included: try the next holder
+                log.warning("fetching layers %s from %s failed: %r", layers_key(layers), peer, exc)
+                stamped_path(self.directory, layers, start.step).unlink(missing_ok=True)
+                continue
+            log.info("fetched %s from %s in %.1f s", path.name, peer, time.monotonic() - started_s)
+            return
 
     def expect(self, header: FrameHeader) -> Expected | None:
         """Called from the transport thread for every incoming frame."""

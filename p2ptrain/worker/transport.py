@@ -50,6 +50,11 @@ class Transport:
         self.num_bytes_sent = 0
         self.num_bytes_received = 0
 
+    @property
+    def p2p(self) -> P2P:
+        """The p2pd client, for other stream protocols of this worker (worker/state_transfer.py)."""
+        return self._p2p
+
     @classmethod
     def start(cls, open_p2p: Callable[[], Coroutine[Any, Any, P2P]], expect: ExpectFn) -> Transport:
         """Start the asyncio thread, open the P2P client there and register the frame handler."""

@@ -87,9 +87,12 @@ def test_training_survives_a_crashed_peer_without_losing_state(tmp_path: Path) -
     resumed_at = [int(line.rsplit("start at step ", 1)[1].split()[0])
                   for line in logs.splitlines() if "agreed to start at step" in line]  # fmt: skip
     assert max(resumed_at) >= KILL_AFTER_STEP - 1, resumed_at  # resumed, not restarted
+    # each node keeps its own checkpoints (as on separate machines): a survivor given a stage it
+    # never held fetched it from the peer that did, instead of starting it fresh
+    assert "start fresh" not in logs and "started fresh" not in logs
     spec = load_run_spec(run).replace(steps=STEPS, compression="none")
     reference = train_reference(spec)
     before = KILL_AFTER_STEP - 2  # steps surely finished before the kill
     torch.testing.assert_close(summary["loss"][:before], reference[:before], rtol=1e-3, atol=0)
-    torch.testing.assert_close(summary["loss"], reference, rtol=3e-2, atol=0)
+    torch.testing.assert_close(summary["loss"], reference, rtol=1e-2, atol=0)
     assert not _pids_with(str(workdir)), "a process of the run is left"
