@@ -10,6 +10,8 @@ import dataclasses
 import logging
 import os
 import time
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from hivemind import DHT
@@ -21,6 +23,7 @@ from p2ptrain.worker.checks import COMPRESSED_TOLERANCE, EXACT_TOLERANCE, check_
 log = logging.getLogger(__name__)
 
 RETRY_TIMEOUT_S = 5.0
+STOP_POLL_S = 0.2  # how often a waiting round checks whether the session must end
 
 # The network the averaging timeouts are scaled for. A WAN testbed (or an operator) states the
 # swarm's worst round trip and slowest link in these variables. Without them the swarm is taken
@@ -142,18 +145,26 @@ class StageAverager:
         )  # fmt: skip
 
     def average(
-        self, flat_grad: torch.Tensor, weight: float, step: int
+        self,
+        flat_grad: torch.Tensor,
+        weight: float,
+        step: int,
+        should_stop: Callable[[], bool] | None = None,
     ) -> tuple[torch.Tensor, Outcome]:
-        """The verified weighted average of `flat_grad` over the group, or flat_grad itself."""
+        """The verified weighted average of `flat_grad` over the group, or flat_grad itself
+        ('local'; 'stopped' if `should_stop()` turned true while waiting: a new plan is here)."""
         mine = checksums(flat_grad, step, weight)
         problem = ""
         for attempt, timeout_s in enumerate((self.timeout_s, min(self.timeout_s, RETRY_TIMEOUT_S))):
             with self._averager.get_tensors() as (buffer,):
                 buffer.copy_(flat_grad)
             try:
-                gathered = self._averager.step(
-                    gather=mine.as_gather(), weight=weight, timeout=timeout_s
+                control = self._averager.step(
+                    gather=mine.as_gather(), weight=weight, timeout=timeout_s, wait=False
                 )
+                gathered = _wait_unless_stopped(control, should_stop)
+            except _Stopped:
+                return flat_grad, Outcome("stopped", 1, "stopped while averaging")
             except Exception as exc:  # hivemind raises a few kinds on a broken round
                 gathered, problem = None, f"averaging raised {exc!r}"
             if gathered is None:
@@ -173,3 +184,18 @@ class StageAverager:
         if self._rounds:
             time.sleep(self.timeouts.linger_s)
         self._averager.shutdown()
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _wait_unless_stopped(control: Any, should_stop: Callable[[], bool] | None) -> Any:
+    """The round's result; cancels it and raises _Stopped once `should_stop()` is true."""
+    while True:
+        try:
+            return control.result(timeout=STOP_POLL_S)
+        except TimeoutError:
+            if should_stop is not None and should_stop():
+                control.cancel()
+                raise _Stopped() from None

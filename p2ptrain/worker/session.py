@@ -266,7 +266,10 @@ class Session:
                 self.optimizer.zero_grad(set_to_none=True)
                 return SessionEnd.PEER_LOST
             averaging = self._average_gradients()
-            if averaging == "local" and self.averager is not None and self._placement_changed():
+            if averaging == "stopped" and self.inbox.stopped:
+                self.optimizer.zero_grad(set_to_none=True)
+                return SessionEnd.STOPPED
+            if averaging in ("local", "stopped") and self._placement_changed():
                 # the group broke and a new plan is already here: the swarm re-runs this step
                 # under it (worker/resume.py), so a local-only update would only diverge
                 log.info("step %d: averaging failed and a new plan arrived: step not applied",
@@ -315,7 +318,9 @@ class Session:
             == f"{self.step}:{self.role.stage}:{self.role.replica}"
         ):
             threading.Timer(0.05, os.killpg, (os.getpgid(0), signal.SIGKILL)).start()
-        averaged, outcome = self.averager.average(flat, float(len(self.rows)), self.step)
+        averaged, outcome = self.averager.average(
+            flat, float(len(self.rows)), self.step, self._should_stop
+        )
         offset = 0
         for p in params:
             assert p.grad is not None
