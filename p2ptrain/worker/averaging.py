@@ -18,7 +18,14 @@ from hivemind import DHT
 from hivemind.averaging import DecentralizedAverager
 from hivemind.compression import CompressionBase, Float16Compression, NoCompression
 
-from p2ptrain.worker.checks import COMPRESSED_TOLERANCE, EXACT_TOLERANCE, check_round, checksums
+from p2ptrain.worker.checks import (
+    COMPRESSED_TOLERANCE,
+    EXACT_TOLERANCE,
+    check_round,
+    checksums,
+    params_digest,
+    replicas_diverged,
+)
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +100,7 @@ class Outcome:
     kind: str
     group_size: int
     detail: str = ""
+    diverged: bool = False  # the group's replicas started the step from different parameters
 
 
 def averaging_timeouts(
@@ -133,6 +141,14 @@ class StageAverager:
         self._rounds = 0
         self.timeout_s = timeout_s
         self.tolerance = EXACT_TOLERANCE if compression == "none" else COMPRESSED_TOLERANCE
+        # after full rounds replicas differ only by rounding (each adds the averaged delta to its
+        # own tensor; with fp16 the delta is rounded too); one local-only update moves them
+        # apart by ~1e-2 of the parameter norm
+        self.divergence_tolerance = 1e-6 if compression == "none" else 1e-4
+        self._param_signs = (
+            torch.randint(0, 2, (num_params,), generator=torch.Generator().manual_seed(7),
+                          dtype=torch.int8).double() * 2 - 1
+        )  # fmt: skip
         # bf16 activations still average in fp16: hivemind has no bf16 codec, fp16 is closer anyway
         codec: CompressionBase = NoCompression() if compression == "none" else Float16Compression()
         self._averager = DecentralizedAverager(
@@ -150,12 +166,17 @@ class StageAverager:
         weight: float,
         step: int,
         should_stop: Callable[[], bool] | None = None,
+        flat_params: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Outcome]:
         """The verified weighted average of `flat_grad` over the group, or flat_grad itself
         ('local'; 'stopped' if `should_stop()` turned true while waiting: a new plan is here)."""
         mine = checksums(flat_grad, step, weight)
+        if flat_params is not None:
+            digest, norm = params_digest(flat_params, self._param_signs)
+            mine = dataclasses.replace(mine, params=digest, params_norm=norm)
         problem = ""
-        for attempt, timeout_s in enumerate((self.timeout_s, min(self.timeout_s, RETRY_TIMEOUT_S))):
+        timeout_s = self.timeout_s
+        for attempt in range(2):
             with self._averager.get_tensors() as (buffer,):
                 buffer.copy_(flat_grad)
             try:
@@ -167,6 +188,7 @@ class StageAverager:
                 return flat_grad, Outcome("stopped", 1, "stopped while averaging")
             except Exception as exc:  # hivemind raises a few kinds on a broken round
                 gathered, problem = None, f"averaging raised {exc!r}"
+            timeout_s = min(self.timeout_s, RETRY_TIMEOUT_S)
             if gathered is None:
                 problem = problem or "no group formed"
             else:
@@ -175,9 +197,27 @@ class StageAverager:
                 problem = check_round(result, mine, gathered, self.tolerance) or ""
                 if not problem:
                     self._rounds += 1
-                    return result, Outcome("averaged", len(gathered))
+                    diverged = replicas_diverged(gathered, self.divergence_tolerance)
+                    return result, Outcome("averaged", len(gathered), diverged=diverged)
+                # Replicas a step apart met (one kept a local gradient earlier and ran ahead).
+                # The one behind gives this step up at once and so reaches the next round soon;
+                # the one ahead waits for it with the full timeout: they are in step again.
+                steps = _gathered_steps(gathered)
+                if steps and max(steps) > step:
+                    log.warning("step %d: groupmates are ahead (%s): local gradient", step, problem)
+                    return flat_grad, Outcome("local", 1, problem)
+                if steps and min(steps) < step:
+                    timeout_s = self.timeout_s
             log.warning("step %d averaging attempt %d failed: %s", step, attempt + 1, problem)
         return flat_grad, Outcome("local", 1, problem)
+
+    def average_state(self, flat: torch.Tensor, tag: int) -> torch.Tensor | None:
+        """One verified round of plain averaging (equal weights) of a parameter-sized tensor
+        (parameters, optimizer moments), to bring diverged replicas back together; `tag` < 0
+        (never a gradient round's step: the checks refuse a mixed group). None if it failed."""
+        assert tag < 0
+        averaged, outcome = self.average(flat, 1.0, tag)
+        return averaged if outcome.kind == "averaged" else None
 
     def shutdown(self) -> None:
         """Leave the swarm (after a last round, once our parts had time to arrive)."""
@@ -199,3 +239,8 @@ def _wait_unless_stopped(control: Any, should_stop: Callable[[], bool] | None) -
             if should_stop is not None and should_stop():
                 control.cancel()
                 raise _Stopped() from None
+
+
+def _gathered_steps(gathered: dict[Any, Any]) -> list[int]:
+    return [int(d["step"]) for d in gathered.values() if isinstance(d, dict)
+            and isinstance(d.get("step"), int)]  # fmt: skip

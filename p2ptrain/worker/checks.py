@@ -26,10 +26,14 @@ class Checksums:
     total: float
     projection: float
     norm: float
+    # a digest of the stage's parameters before this step's update (replicas must agree on it)
+    params: float = 0.0
+    params_norm: float = 0.0
 
     def as_gather(self) -> dict[str, Any]:
         return {"step": self.step, "weight": self.weight, "total": self.total,
-                "projection": self.projection, "norm": self.norm}  # fmt: skip
+                "projection": self.projection, "norm": self.norm, "params": self.params,
+                "params_norm": self.params_norm}  # fmt: skip
 
 
 def checksums(flat: torch.Tensor, step: int, weight: float) -> Checksums:
@@ -68,3 +72,21 @@ def check_round(
         if not error <= tolerance:  # also catches NaN
             return f"{name} checksum off by {error:.2e} of the gradient norm (partial round?)"
     return None
+
+
+def params_digest(flat_params: torch.Tensor, signs: torch.Tensor) -> tuple[float, float]:
+    """A ±1 projection of the parameters (fixed signs) and their norm, in float64."""
+    values = flat_params.detach().double()
+    return float((values * signs).sum().item()), float(values.norm().item())
+
+
+def replicas_diverged(gathered: dict[Any, Any], tolerance: float) -> bool:
+    """Did the group's members start this step from different parameters? Every member sees
+    the same gathered data, so all of them reach the same answer."""
+    digests = [(data.get("params", 0.0), data.get("params_norm", 0.0))
+               for data in gathered.values() if isinstance(data, dict)]  # fmt: skip
+    if len(digests) < 2:
+        return False
+    values = [float(d[0]) for d in digests]
+    scale = max(float(d[1]) for d in digests) + 1e-12
+    return (max(values) - min(values)) / scale > tolerance

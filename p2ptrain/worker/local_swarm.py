@@ -28,6 +28,8 @@ from p2ptrain.runspec import RunSpec
 # fault injection for tests: "STEP:STAGE:REPLICA" -> the worker in that role SIGKILLs its whole
 # process group (worker, hivemind children, p2pd) 50 ms into averaging that step
 DIE_WHILE_AVERAGING_ENV = "P2PTRAIN_TEST_DIE_WHILE_AVERAGING"
+# fault injection for tests: "step:stage:replica" keeps its local gradient at that step
+SKIP_AVERAGING_ENV = "P2PTRAIN_TEST_SKIP_AVERAGING"
 STALL_TIMEOUT_S = 180.0  # no progress for this long: the swarm is broken
 STOP_GRACE_S = 20.0
 

@@ -43,7 +43,7 @@ from p2ptrain.worker.frames import (
     Stopped,
 )
 from p2ptrain.worker.ipc import PlanInbox
-from p2ptrain.worker.local_swarm import DIE_WHILE_AVERAGING_ENV
+from p2ptrain.worker.local_swarm import DIE_WHILE_AVERAGING_ENV, SKIP_AVERAGING_ENV
 from p2ptrain.worker.resume import StartPoint, agree_on_start
 from p2ptrain.worker.role import Role, role_in_plan
 from p2ptrain.worker.state_transfer import fetch_state
@@ -84,6 +84,7 @@ class Session:
         self.plan_version = plan_version
         self.failed = ""  # why this session cannot train (then train() ends it at once)
         self._previous: StageSnapshot | None = None  # the state one step back, see close()
+        self._resync_params = False
         self.transport = transport
         self.inbox = inbox
         self.report = report
@@ -281,6 +282,8 @@ class Session:
             self._previous = StageSnapshot.take(model, self.optimizer, self.step)
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
+            if self._resync_params:
+                self._resync()
             elapsed_s = time.monotonic() - started_s
             self.report(
                 {
@@ -313,20 +316,47 @@ class Session:
         params = [p for p in self.model.parameters() if p.grad is not None]
         flat = torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None])
         assert self.role is not None
-        if (
-            os.environ.get(DIE_WHILE_AVERAGING_ENV)
-            == f"{self.step}:{self.role.stage}:{self.role.replica}"
-        ):
+        here = f"{self.step}:{self.role.stage}:{self.role.replica}"
+        if os.environ.get(DIE_WHILE_AVERAGING_ENV) == here:
             threading.Timer(0.05, os.killpg, (os.getpgid(0), signal.SIGKILL)).start()
+        if os.environ.get(SKIP_AVERAGING_ENV) == here:
+            return "local"
+        flat_params = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()])
         averaged, outcome = self.averager.average(
-            flat, float(len(self.rows)), self.step, self._should_stop
+            flat, float(len(self.rows)), self.step, self._should_stop, flat_params
         )
         offset = 0
         for p in params:
             assert p.grad is not None
             p.grad.copy_(averaged[offset : offset + p.numel()].view_as(p.grad))
             offset += p.numel()
+        self._resync_params = outcome.diverged
         return outcome.kind
+
+    def _resync(self) -> None:
+        """The group saw its replicas start a step from different parameters (a replica once
+        applied a local-only update): all of them average their parameters and AdamW moments
+        now, together, in the same order."""
+        assert self.model is not None and self.averager is not None
+        params = list(self.model.parameters())
+        pieces: list[list[torch.Tensor]] = [list(params)]
+        for name in ("exp_avg", "exp_avg_sq"):
+            moments = [self.optimizer.state.get(p, {}).get(name) for p in params]
+            if all(isinstance(m, torch.Tensor) for m in moments):
+                pieces.append([m for m in moments if m is not None])
+        for index, tensors in enumerate(pieces):
+            flat = torch.cat([t.detach().reshape(-1) for t in tensors])
+            averaged = self.averager.average_state(flat, -(3 * self.step + index + 1))
+            if averaged is None:
+                log.warning("step %d: replicas diverged and re-syncing failed; retrying later",
+                            self.step)  # fmt: skip
+                return
+            offset = 0
+            with torch.no_grad():
+                for t in tensors:
+                    t.copy_(averaged[offset : offset + t.numel()].view_as(t))
+                    offset += t.numel()
+        log.info("step %d: replicas had diverged: parameters re-synced", self.step)
 
     def _should_stop(self) -> bool:
         return self.inbox.stopped or self._placement_changed()

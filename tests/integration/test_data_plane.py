@@ -23,7 +23,12 @@ from p2ptrain.train.data import get_batch, load_corpus, replica_rows
 from p2ptrain.train.model import build_model, stage_layer_ranges
 from p2ptrain.train.optim import lr_at, make_optimizer, set_lr
 from p2ptrain.train.reference import forward_backward, train_reference
-from p2ptrain.worker.local_swarm import DIE_WHILE_AVERAGING_ENV, LocalSwarm, plan_for
+from p2ptrain.worker.local_swarm import (
+    DIE_WHILE_AVERAGING_ENV,
+    SKIP_AVERAGING_ENV,
+    LocalSwarm,
+    plan_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -105,6 +110,27 @@ def test_killing_a_peer_mid_averaging_leaves_its_stage_intact_on_the_others(tmp_
             diffs[label] = max(diffs[label], (tensor - state[whole_name]).abs().max().item())
     assert diffs["local"] < 1e-5, diffs  # the local-gradient update (up to fp rounding)...
     assert diffs["averaged"] > 1e-4, diffs  # ...which is measurably not the averaged one
+
+
+def test_replicas_that_diverged_are_re_synced(tmp_path: Path) -> None:
+    """Replica 1 keeps its local gradient at step 2 (so its stage-mate, finding no group, keeps
+    its own too): the replicas now differ. The next round's parameter digests show it to both,
+    they average their parameters once, and from then on the digests agree again."""
+    skip_step = 2
+    spec = TINY.replace(stages=1, steps=6, averaging_timeout_s=3.0,
+                        checkpoint_dir=str(tmp_path / "c"))  # fmt: skip
+    env = {i: {SKIP_AVERAGING_ENV: f"{skip_step}:0:1"} for i in range(2)}
+    with LocalSwarm(spec, 2, tmp_path, env=env) as swarm:
+        swarm.send_plan(plan_for(spec, swarm.wait_hellos()))
+        result = swarm.train()
+        assert swarm.wait_exit() == [0, 0]
+    assert [len(p) for p in result.plan["pipelines"]] == [1, 1]
+    assert result.averaging == {"averaged": 2 * 5, "local": 2}, result.averaging
+    logs = [(tmp_path / f"worker-{i}.log").read_text() for i in range(2)]
+    for log in logs:  # once each, right after the divergence; not again: back in sync
+        synced = [line for line in log.splitlines() if "parameters re-synced" in line]
+        assert len(synced) == 1 and f"step {skip_step + 1}:" in synced[0], synced
+        assert "re-syncing failed" not in log
 
 
 def test_worker_process_tree_dies_with_the_worker(tmp_path: Path) -> None:

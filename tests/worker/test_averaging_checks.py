@@ -4,7 +4,14 @@ un-averaged because a groupmate died mid-round (libs-measured.md §2.4)."""
 import pytest
 import torch
 
-from p2ptrain.worker.checks import COMPRESSED_TOLERANCE, EXACT_TOLERANCE, check_round, checksums
+from p2ptrain.worker.checks import (
+    COMPRESSED_TOLERANCE,
+    EXACT_TOLERANCE,
+    check_round,
+    checksums,
+    params_digest,
+    replicas_diverged,
+)
 
 N = 50_000
 
@@ -54,3 +61,20 @@ def test_wrong_weights_and_mixed_steps_are_caught() -> None:
     assert "steps" in (check_round(unweighted, checksums(a, 3, 1), gathered, EXACT_TOLERANCE) or "")
     alone = {"a": checksums(a, 3, 1).as_gather()}
     assert check_round(a, checksums(a, 3, 1), alone, EXACT_TOLERANCE) == "no groupmates"
+
+
+def test_replicas_that_started_from_other_parameters_are_noticed() -> None:
+    signs = torch.randint(0, 2, (N,), generator=torch.Generator().manual_seed(1)).double() * 2 - 1
+    params = torch.randn(N, generator=torch.Generator().manual_seed(2))
+    same = params_digest(params, signs)
+    rounded = params_digest(params + 1e-9 * torch.randn(N), signs)  # summation-order noise
+    moved = params_digest(params - 1e-3 * torch.randn(N).sign(), signs)  # one AdamW step apart
+
+    def gathered(*digests: tuple[float, float]) -> dict[str, dict[str, float]]:
+        return {f"p{i}": {"params": d[0], "params_norm": d[1]} for i, d in enumerate(digests)}
+
+    assert not replicas_diverged(gathered(same, same), 1e-6)
+    assert not replicas_diverged(gathered(same, rounded), 1e-6)
+    assert replicas_diverged(gathered(same, moved), 1e-6)
+    assert replicas_diverged(gathered(same, rounded, moved), 1e-4)
+    assert not replicas_diverged(gathered(same), 1e-6)  # alone: nothing to compare
