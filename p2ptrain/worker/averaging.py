@@ -11,12 +11,9 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from hivemind import DHT
-from hivemind.averaging import DecentralizedAverager
-from hivemind.compression import CompressionBase, Float16Compression, NoCompression
 
 from p2ptrain.worker.checks import (
     COMPRESSED_TOLERANCE,
@@ -26,6 +23,9 @@ from p2ptrain.worker.checks import (
     params_digest,
     replicas_diverged,
 )
+
+if TYPE_CHECKING:
+    from hivemind import DHT
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +150,10 @@ class StageAverager:
                           dtype=torch.int8).double() * 2 - 1
         )  # fmt: skip
         # bf16 activations still average in fp16: hivemind has no bf16 codec, fp16 is closer anyway
+        # hivemind only here: the timeout rules above stay importable beside libp2p (tests)
+        from hivemind.averaging import DecentralizedAverager
+        from hivemind.compression import CompressionBase, Float16Compression, NoCompression
+
         codec: CompressionBase = NoCompression() if compression == "none" else Float16Compression()
         self._averager = DecentralizedAverager(
             [self._buffer], dht, start=True, prefix=prefix,
