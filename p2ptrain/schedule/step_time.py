@@ -4,17 +4,22 @@ The paper's cost (cost.py: DP + 2 x PP) prices one transfer of a replica's activ
 boundary and one exchange of gradients per data-parallel pair. The data plane does more, in
 ways that matter at WAN round trips (docs/scheduler.md, "Step time on the data plane"):
 
-- GPipe sends every micro-batch separately, forward (activations) and backward (gradients).
-  Each frame opens a new p2pd stream, whose protocol negotiation costs a round trip before the
-  payload leaves: a frame takes FRAME_OPEN_ROUND_TRIPS x RTT + one-way delay + size / rate.
-  Micro-batches overlap, so a pipeline pays the latency of every boundary once and the
-  serialisation of the slowest boundary once more per extra micro-batch.
+- GPipe sends every micro-batch as its own frame, forward (activations) and backward (their
+  gradients). A frame takes one-way delay + size / rate (measured on the testbed: opening a
+  p2pd stream costs no extra round trip). Micro-batches overlap: a pass pays the latency of
+  every boundary once and the slowest boundary's serialisation once more per extra micro-batch.
 - hivemind's all-reduce inside a stage's group of R replicas: each member sends 1/R of its
   gradient to every other member and gets the averaged part back (per pair: two one-way delays,
-  two transfers of G / R; pairs run in parallel on separate links), after matchmaking, whose
-  join request and answer cost MATCHMAKING_ROUND_TRIPS round trips of the group's slowest pair.
-- The stages average in parallel; the slowest group counts once, after the pipeline.
+  two transfers of G / R; pairs run in parallel on separate links). Before it, matchmaking:
+  DHT_ROUND_TRIPS round trips through the DHT (declare the group key, look it up), whose nodes
+  may be any peer of the swarm, so they cost the members' farthest round trip; then the join
+  request and its answer, MATCHMAKING_ROUND_TRIPS of the group's slowest pair.
+- The critical path: stage j averages once the backward pass is back at j, and the next step's
+  forward pass reaches j only after that. So a step lasts, for the worst j, the forward pass
+  from j to the last stage, the backward pass back to j, and stage j's averaging; for j = 0
+  that is the whole pipeline plus the first stage's averaging.
 
+Compute and pipeline bubbles are not in it: the bench measures them (its "ideal" run).
 Pure numpy, like the rest of the scheduler. Units: delay_ms one-way, bandwidth Gbit/s (the
 topology's), sizes in bytes, times in seconds.
 """
@@ -30,7 +35,7 @@ import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
 
-FRAME_OPEN_ROUND_TRIPS = 1.0  # multistream negotiation of each new stream, before the payload
+DHT_ROUND_TRIPS = 3.0  # declare (node lookup + store) and the leader search (get)
 MATCHMAKING_ROUND_TRIPS = 1.0  # join request -> accepted/begin, once the group is complete
 
 
@@ -58,18 +63,11 @@ class StepTraffic:
 class StepTime:
     """The parts of one step's communication time (seconds)."""
 
-    pipeline_s: float  # forward + backward of the slowest replica, all micro-batches
+    comm_s: float  # the critical path: max over stages j of passes from j and back + DP_j
+    critical_stage: int  # the j that sets it
+    pipeline_s: float  # forward + backward of the slowest replica through all stages
     averaging_s: float  # the slowest stage group's matchmaking + all-reduce
     group_averaging_s: tuple[float, ...]  # per stage
-
-    @property
-    def comm_s(self) -> float:
-        return self.pipeline_s + self.averaging_s
-
-
-def frame_latency_s(delay_s: float) -> float:
-    """Fixed time of one frame over a link of one-way delay_s: stream negotiation + delivery."""
-    return FRAME_OPEN_ROUND_TRIPS * 2 * delay_s + delay_s
 
 
 def pass_time_s(
@@ -81,17 +79,19 @@ def pass_time_s(
         return 0.0
     bits = traffic.activation_bytes * 8
     transfer_s = [bits / rate for rate in rates_bps]
-    latency_s = sum(frame_latency_s(d) for d in delays_s)
+    latency_s = sum(delays_s)
     return latency_s + sum(transfer_s) + (traffic.micro_batches - 1) * max(transfer_s)
 
 
 def group_averaging_s(
     delay_s: FloatArray, rate_bps: FloatArray, members: Sequence[int], gradient_bytes: float
 ) -> float:
-    """Matchmaking + all-reduce of one stage's group (0 for a group of one)."""
+    """Matchmaking + all-reduce of one stage's group (0 for a group of one). delay_s covers
+    the whole swarm: the DHT's nodes can be any of its peers."""
     num = len(members)
     if num < 2:
         return 0.0
+    farthest_rtt_s = max(float((delay_s[a] + delay_s[:, a]).max()) for a in members)
     part_bits = gradient_bytes * 8 / num
     slowest_s, slowest_rtt_s = 0.0, 0.0
     for a in members:
@@ -103,7 +103,8 @@ def group_averaging_s(
             pair_s += part_bits / rate_bps[b, a]
             slowest_s = max(slowest_s, pair_s)
             slowest_rtt_s = max(slowest_rtt_s, delay_s[a, b] + delay_s[b, a])
-    return float(MATCHMAKING_ROUND_TRIPS * slowest_rtt_s + slowest_s)
+    matchmaking_s = DHT_ROUND_TRIPS * farthest_rtt_s + MATCHMAKING_ROUND_TRIPS * slowest_rtt_s
+    return float(matchmaking_s + slowest_s)
 
 
 def step_time(
@@ -119,22 +120,38 @@ def step_time(
     stages = len(pipelines[0])
     if len(traffic.stage_gradient_bytes) != stages:
         raise ValueError(f"{len(traffic.stage_gradient_bytes)} gradient sizes for {stages} stages")
-    pipeline_s = 0.0
-    for pipe in pipelines:
-        hops = list(itertools.pairwise(pipe))
-        forward = pass_time_s(
-            [delay_s[a, b] for a, b in hops], [rate_bps[a, b] for a, b in hops], traffic
-        )
-        backward = pass_time_s(
-            [delay_s[b, a] for a, b in hops[::-1]],
-            [rate_bps[b, a] for a, b in hops[::-1]],
-            traffic,
-        )
-        pipeline_s = max(pipeline_s, forward + backward)
     groups = tuple(
         group_averaging_s(
             delay_s, rate_bps, [pipe[s] for pipe in pipelines], traffic.stage_gradient_bytes[s]
         )
         for s in range(stages)
     )
-    return StepTime(float(pipeline_s), max(groups), groups)
+    # round trip of the passes from stage j to the last stage and back, slowest replica
+    from_stage = [
+        max(_passes_s(delay_s, rate_bps, pipe[j:], traffic) for pipe in pipelines)
+        for j in range(stages)
+    ]
+    paths = [from_stage[j] + groups[j] for j in range(stages)]
+    critical = int(np.argmax(paths))
+    return StepTime(
+        comm_s=float(paths[critical]),
+        critical_stage=critical,
+        pipeline_s=float(from_stage[0]),
+        averaging_s=max(groups),
+        group_averaging_s=groups,
+    )
+
+
+def _passes_s(
+    delay_s: FloatArray, rate_bps: FloatArray, pipe: Sequence[int], traffic: StepTraffic
+) -> float:
+    """Forward through `pipe` and backward through it (each on its own direction of the links)."""
+    hops = list(itertools.pairwise(pipe))
+    forward = pass_time_s(
+        [delay_s[a, b] for a, b in hops], [rate_bps[a, b] for a, b in hops], traffic
+    )
+    back = [(b, a) for a, b in hops[::-1]]
+    backward = pass_time_s(
+        [delay_s[a, b] for a, b in back], [rate_bps[a, b] for a, b in back], traffic
+    )
+    return forward + backward

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from p2ptrain.schedule.step_time import (
-    FRAME_OPEN_ROUND_TRIPS,
+    DHT_ROUND_TRIPS,
     MATCHMAKING_ROUND_TRIPS,
     StepTraffic,
     group_averaging_s,
@@ -18,21 +18,21 @@ MBIT = 1e6 / 1e9  # 1 Mbit/s in the topology's Gbit/s
 
 
 def test_the_constants_the_hand_computations_assume() -> None:
-    assert FRAME_OPEN_ROUND_TRIPS == 1.0
+    assert DHT_ROUND_TRIPS == 3.0
     assert MATCHMAKING_ROUND_TRIPS == 1.0
 
 
 def test_one_boundary_one_micro_batch() -> None:
-    # 100 ms one way, 8 Mbit/s, 100 kB: negotiation 0.2 + delivery 0.1 + transfer 0.1
+    # 100 ms one way, 8 Mbit/s, 100 kB: delivery 0.1 + transfer 0.1
     traffic = StepTraffic((0.0, 0.0), activation_bytes=100_000, micro_batches=1)
-    assert pass_time_s([0.1], [8e6], traffic) == pytest.approx(0.4)
+    assert pass_time_s([0.1], [8e6], traffic) == pytest.approx(0.2)
 
 
 def test_micro_batches_overlap_behind_the_slowest_boundary() -> None:
     # boundaries: (10 ms, 8 Mbit/s) and (50 ms, 4 Mbit/s); 4 micro-batches of 50 kB
-    # latency 3 x (0.01 + 0.05) = 0.18; transfers 0.05 + 0.1; 3 more micro-batches x 0.1
+    # latency 0.01 + 0.05; transfers 0.05 + 0.1; 3 more micro-batches x 0.1
     traffic = StepTraffic((0.0,) * 3, activation_bytes=50_000, micro_batches=4)
-    assert pass_time_s([0.01, 0.05], [8e6, 4e6], traffic) == pytest.approx(0.18 + 0.15 + 0.3)
+    assert pass_time_s([0.01, 0.05], [8e6, 4e6], traffic) == pytest.approx(0.06 + 0.15 + 0.3)
 
 
 def test_a_single_stage_has_no_pipeline_time() -> None:
@@ -42,9 +42,9 @@ def test_a_single_stage_has_no_pipeline_time() -> None:
 def test_group_of_two_averages_half_the_gradient_each_way() -> None:
     delay_s = np.array([[0.0, 0.1], [0.1, 0.0]])
     rate_bps = np.full((2, 2), 8e6)
-    # 1 MB gradient: parts of 0.5 MB = 0.5 s each way; 2 one-way delays; matchmaking 1 RTT
+    # DHT 3 x RTT 0.2, join 0.2; 1 MB gradient: parts of 0.5 MB = 0.5 s each way + 2 x 0.1
     assert group_averaging_s(delay_s, rate_bps, [0, 1], 1_000_000) == pytest.approx(
-        0.2 + 0.1 + 0.5 + 0.1 + 0.5
+        0.6 + 0.2 + 0.1 + 0.5 + 0.1 + 0.5
     )
     assert group_averaging_s(delay_s, rate_bps, [1], 1_000_000) == 0.0
 
@@ -53,39 +53,64 @@ def test_group_of_three_is_bound_by_its_slowest_pair() -> None:
     delay_s = np.array([[0.0, 0.01, 0.2], [0.01, 0.0, 0.01], [0.2, 0.01, 0.0]])
     rate_bps = np.full((3, 3), 8e6)
     rate_bps[0, 2] = rate_bps[2, 0] = 4e6
-    # pair (0, 2): parts of 1.2 MB / 3 = 0.4 MB at 4 Mbit/s = 0.8 s each way; RTT 0.4
+    # DHT 3 x 0.4, join 0.4; pair (0, 2): parts of 0.4 MB at 4 Mbit/s = 0.8 s each way
     assert group_averaging_s(delay_s, rate_bps, [0, 1, 2], 1_200_000) == pytest.approx(
-        0.4 + 0.2 + 0.8 + 0.2 + 0.8
+        1.2 + 0.4 + 0.2 + 0.8 + 0.2 + 0.8
     )
 
 
-def test_step_time_of_two_by_two() -> None:
+def test_matchmaking_pays_the_members_farthest_round_trip_in_the_swarm() -> None:
+    # peers 0 and 1 are 1 ms apart; peer 2 (not in the group) is 100 ms from 1, 50 ms from 0
+    delay_s = np.array([[0.0, 0.001, 0.05], [0.001, 0.0, 0.1], [0.05, 0.1, 0.0]])
+    rate_bps = np.full((3, 3), 8e6)
+    expected = 3 * 0.2 + 0.002 + 0.001 + 0.0 + 0.001 + 0.0  # empty gradient
+    assert group_averaging_s(delay_s, rate_bps, [0, 1], 0.0) == pytest.approx(expected)
+
+
+def _two_cities() -> tuple[np.ndarray, np.ndarray]:
     # peers 0,1 in one city (5 ms, 40 Mbit/s); peers 2,3 in another; 50 ms, 10 Mbit/s between
-    near, far = [0, 1], [2, 3]
     delay_ms = np.full((4, 4), 50.0)
     bandwidth = np.full((4, 4), 10 * MBIT)
-    for city in (near, far):
+    for city in ([0, 1], [2, 3]):
         for a in city:
             for b in city:
                 delay_ms[a, b] = 0.0 if a == b else 5.0
                 bandwidth[a, b] = 40 * MBIT
+    return delay_ms, bandwidth
+
+
+def test_step_time_of_two_by_two() -> None:
+    delay_ms, bandwidth = _two_cities()  # every peer's farthest round trip: 0.1 s
     traffic = StepTraffic((500_000.0, 250_000.0), activation_bytes=25_000, micro_batches=2)
 
     # pipelines inside a city, data-parallel groups across: [[0, 1], [2, 3]]
     across = step_time(delay_ms, bandwidth, [[0, 1], [2, 3]], traffic)
-    # each way: 3 x 5 ms + 25 kB at 40 Mbit/s (5 ms) + 1 more micro-batch (5 ms) = 25 ms
-    assert across.pipeline_s == pytest.approx(2 * 0.025)
-    # stage 0 across: RTT 0.1 + 2 x 50 ms + 2 x 250 kB at 10 Mbit/s (0.2 s) = 0.6
-    assert across.group_averaging_s == pytest.approx((0.6, 0.1 + 0.1 + 2 * 0.1))
-    assert across.comm_s == pytest.approx(0.05 + 0.6)
+    # each way: 5 ms + 25 kB at 40 Mbit/s (5 ms) + 1 more micro-batch (5 ms) = 15 ms
+    assert across.pipeline_s == pytest.approx(0.03)
+    # stage 0 across: DHT 0.3 + join 0.1 + 2 x 50 ms + 2 x 250 kB at 10 Mbit/s (0.2 s)
+    # stage 1 across: DHT 0.3 + join 0.1 + 2 x 50 ms + 2 x 125 kB at 10 Mbit/s (0.1 s)
+    assert across.group_averaging_s == pytest.approx((0.9, 0.7))
+    assert across.comm_s == pytest.approx(0.03 + 0.9)  # stage 0: the whole pipeline + its DP
+    assert across.critical_stage == 0
 
     # pipelines across, groups inside a city: [[0, 2], [1, 3]]
     inside = step_time(delay_ms, bandwidth, [[0, 2], [1, 3]], traffic)
-    # each way: 3 x 50 ms + 25 kB at 10 Mbit/s (20 ms) + 20 ms = 0.19
-    assert inside.pipeline_s == pytest.approx(2 * 0.19)
-    # stage 0 inside: RTT 0.01 + 2 x 5 ms + 2 x 250 kB at 40 Mbit/s (0.05 s) = 0.12
-    assert inside.averaging_s == pytest.approx(0.01 + 0.01 + 0.1)
-    assert inside.comm_s == pytest.approx(0.38 + 0.12)
+    # each way: 50 ms + 25 kB at 10 Mbit/s (20 ms) + 20 ms = 0.09
+    assert inside.pipeline_s == pytest.approx(0.18)
+    # stage 0 inside: DHT 0.3 + join 0.01 + 2 x 5 ms + 2 x 250 kB at 40 Mbit/s (0.05 s)
+    assert inside.group_averaging_s[0] == pytest.approx(0.3 + 0.01 + 0.01 + 0.1)
+    assert inside.comm_s == pytest.approx(0.18 + 0.42)
+
+
+def test_a_slow_last_group_can_be_the_critical_path() -> None:
+    delay_ms, bandwidth = _two_cities()
+    traffic = StepTraffic((0.0, 5_000_000.0), activation_bytes=25_000, micro_batches=2)
+    result = step_time(delay_ms, bandwidth, [[0, 1], [2, 3]], traffic)
+    # stage 1 across: DHT 0.3 + join 0.1 + 2 x 50 ms + 2 x 2.5 MB at 10 Mbit/s (4 s)
+    # stage 0's path is the pipeline (0.03) + an empty all-reduce (0.5)
+    assert result.critical_stage == 1
+    assert result.comm_s == pytest.approx(4.5)
+    assert result.averaging_s == pytest.approx(4.5)
 
 
 def test_asymmetric_links_use_each_direction() -> None:
@@ -93,9 +118,9 @@ def test_asymmetric_links_use_each_direction() -> None:
     bandwidth = np.full((2, 2), 8 * MBIT)
     traffic = StepTraffic((0.0, 0.0), activation_bytes=10_000, micro_batches=1)
     result = step_time(delay_ms, bandwidth, [[0, 1]], traffic)
-    # forward 0->1: 3 x 10 ms + 10 ms; backward 1->0: 3 x 30 ms + 10 ms
-    assert result.pipeline_s == pytest.approx(0.04 + 0.1)
-    assert result.averaging_s == 0.0
+    # forward 0->1: 10 ms + 10 ms; backward 1->0: 30 ms + 10 ms; one replica: no averaging
+    assert result.pipeline_s == pytest.approx(0.02 + 0.04)
+    assert result.comm_s == pytest.approx(0.06)
 
 
 def test_bad_inputs() -> None:
