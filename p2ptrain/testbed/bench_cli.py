@@ -14,8 +14,6 @@ from typing import Any
 
 from p2ptrain.testbed.links import DEFAULT_BANDWIDTH_SCALE
 
-E2E_BANDWIDTH_SCALE = 0.005
-
 
 def add_emulation_arguments(
     parser: argparse.ArgumentParser, default_peers: int, positional_topology: bool = False
@@ -66,12 +64,8 @@ def add_kinds(kinds: Any) -> None:
         help="train on the emulated WAN (root): scheduled vs random placement vs hivemind DP",
     )
     add_emulation_arguments(e2e, default_peers=8)
-    # slower links than netem's default: this CPU-sized model computes a step in about a second,
-    # so at 0.005 (the paper's 0.36-2 Gbit/s become 1.8-10 Mbit/s) the step is bound by the
-    # network the way a GPU-sized model's is on the real links (docs/benchmarks.md)
-    e2e.set_defaults(bandwidth_scale=E2E_BANDWIDTH_SCALE)
     e2e.add_argument("--run", metavar="RUN.toml", help="run spec (default: the built-in run)")
-    e2e.add_argument("--steps", type=int, default=8, help="training steps per run")
+    e2e.add_argument("--steps", type=int, default=10, help="training steps per run")
     e2e.add_argument("--stages", type=int, default=4, help="pipeline stages (default %(default)s)")
     e2e.add_argument(
         "--random-seeds",
