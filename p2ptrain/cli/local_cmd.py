@@ -85,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
         changes["checkpoint_dir"] = str(workdir / "checkpoints")
     spec = spec.replace(**changes)
     out: TextIO = sys.stderr if args.json else sys.stdout
-    signal.signal(signal.SIGTERM, _interrupt)
+    for signum in (signal.SIGTERM, signal.SIGINT):  # SIGINT too: a script may have ignored it
+        signal.signal(signum, _interrupt)
     started_s = time.monotonic()
     if args.direct and args.control_plane:
         raise UserError("--direct and --control-plane exclude each other")
