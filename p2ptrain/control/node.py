@@ -33,8 +33,9 @@ from p2ptrain import __version__, identity
 from p2ptrain.control import wire
 from p2ptrain.control.hardware import describe_hardware, measure_compute_gflops
 from p2ptrain.control.ipc import IpcServer
+from p2ptrain.control.measuring import LinkProber
 from p2ptrain.control.planning import PlanMaker
-from p2ptrain.control.view import BLOCK_S, MEMBER_ROLES, LinkSample, SwarmView
+from p2ptrain.control.view import BLOCK_S, MEMBER_ROLES, SwarmView
 from p2ptrain.net import probe, rpc
 from p2ptrain.net.host import full_addrs, make_host, parse_multiaddr, quiet_library_logs
 from p2ptrain.runspec import RunSpec
@@ -57,12 +58,6 @@ RUN_INTERVAL_S = 10.0
 CLAIM_INTERVAL_S = 2.0
 PLAN_REBROADCAST_S = 4.0
 PUBLISH_GAP_S = 0.02  # pace publishes: py-libp2p drops bursts past its 32-slot queues
-RTT_PROBE_INTERVAL_S = 1.0  # one probe, to the stalest link
-BANDWIDTH_PROBE_INTERVAL_S = 15.0
-BANDWIDTH_PROBE_BYTES = 512 * 1024  # the most one probe sends
-MIN_BANDWIDTH_PROBE_BYTES = 32 * 1024
-FIRST_BANDWIDTH_PROBE_BYTES = 64 * 1024  # fits the probe timeout down to ~0.2 Mbit/s
-BANDWIDTH_PROBE_TARGET_S = 1.0  # size later probes to last about this long on the link
 DISCOVERY_INTERVAL_S = 3.0
 DHT_REFRESH_INTERVAL_S = 30.0
 DHT_PUT_INTERVAL_S = 60.0
@@ -137,6 +132,7 @@ class ControlNode:
         self._latest: dict[tuple[str, str], bytes] = {}  # (author, kind) -> accepted envelope
         self.plan_maker = PlanMaker(self.view, self.peer_id)
         self.joined = trio.Event()
+        self.prober = LinkProber(self.host, self.view, self.joined)
         self.dht = KadDHT(self.host, DHTMode.SERVER, max_peers_per_subnet=0)
         self.dht.register_validator(DHT_NAMESPACE, _SignedRecordValidator())
         self.gossipsub = GossipSub(
@@ -188,8 +184,8 @@ class ControlNode:
                 nursery.start_soon(self._serve_sync)
                 if self.config.role in MEMBER_ROLES:
                     nursery.start_soon(self._measure_compute)
-                    nursery.start_soon(self._serve_rtt_probes)
-                    nursery.start_soon(self._serve_bandwidth_probes)
+                    nursery.start_soon(self.prober.serve_rtt_probes)
+                    nursery.start_soon(self.prober.serve_bandwidth_probes)
                     nursery.start_soon(self._serve_election)
                 task_status.started()
 
@@ -509,55 +505,6 @@ class ControlNode:
         self.compute_gflops = await trio.to_thread.run_sync(measure_compute_gflops)
         self._due["record"] = 0.0  # announce it soon
 
-    def _stalest_peer(self, measured_at: Callable[[LinkSample], float | None]) -> str | None:
-        """The live member whose measurement is oldest (never measured first), ties at random."""
-        peers = [p for p in self.view.live_members(time.monotonic()) if p != self.peer_id]
-        if not peers:
-            return None
-
-        def age_key(peer: str) -> tuple[float, float]:
-            sample = self.view.own_links.get(peer)
-            at = None if sample is None else measured_at(sample)
-            return (-1.0 if at is None else at, random.random())
-
-        return min(peers, key=age_key)
-
-    async def _serve_rtt_probes(self) -> None:
-        """One RTT probe per interval, to the stalest link: the cost stays flat as N grows, and
-        each pair is refreshed every ~N/2 intervals since both ends probe."""
-        await self.joined.wait()
-        while True:
-            await trio.sleep(RTT_PROBE_INTERVAL_S * random.uniform(0.8, 1.2))
-            peer = self._stalest_peer(lambda s: s.rtt_at)
-            if peer is None:
-                continue
-            try:
-                rtt_ms = await probe.measure_rtt_ms(self.host, ID.from_base58(peer))
-                self.view.record_rtt(peer, rtt_ms, time.monotonic())
-            except Exception as exc:
-                self.view.record_probe_failure(peer)
-                log.debug("RTT probe to %s failed: %s", peer, exc)
-
-    async def _serve_bandwidth_probes(self) -> None:
-        """One bounded transfer every few seconds, to the member measured longest ago."""
-        await self.joined.wait()
-        while True:
-            await trio.sleep(BANDWIDTH_PROBE_INTERVAL_S * random.uniform(0.8, 1.2))
-            peer = self._stalest_peer(lambda s: s.bandwidth_at)
-            if peer is None:
-                continue
-            sample = self.view.own_links.get(peer)
-            try:
-                mbps = await probe.measure_bandwidth_mbps(
-                    self.host,
-                    ID.from_base58(peer),
-                    _probe_bytes(sample.bandwidth_mbps if sample else None),
-                    rtt_s=(sample.rtt_ms or 0.0) / 1e3 if sample else 0.0,
-                )
-                self.view.record_bandwidth(peer, mbps, time.monotonic())
-            except Exception as exc:
-                log.debug("bandwidth probe to %s failed: %s", peer, exc)
-
     # ------------------------------------------------------------------ election and planning
 
     async def _serve_election(self) -> None:
@@ -615,14 +562,6 @@ class ControlNode:
                 sent_version = self.view.plan_version
                 await self.ipc.send({"type": "plan", "plan": self.view.plan, "run": self.view.run})
             await trio.sleep(0.5)
-
-
-def _probe_bytes(last_mbps: float | None) -> int:
-    """A probe long enough to measure the link, short enough for slow links and the timeout."""
-    if last_mbps is None:
-        return FIRST_BANDWIDTH_PROBE_BYTES
-    sized = int(last_mbps * 1e6 / 8 * BANDWIDTH_PROBE_TARGET_S)
-    return max(MIN_BANDWIDTH_PROBE_BYTES, min(BANDWIDTH_PROBE_BYTES, sized))
 
 
 def configure_logging(level: int = logging.INFO) -> None:

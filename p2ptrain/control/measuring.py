@@ -1,0 +1,92 @@
+"""This peer's measurements of its links: one RTT probe per second and one bandwidth probe every
+~15 s, each to the live member measured longest ago, recorded into the SwarmView (which gossips
+them as telemetry)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+
+import trio
+from libp2p.abc import IHost
+from libp2p.peer.id import ID
+
+from p2ptrain.control.view import LinkSample, SwarmView
+from p2ptrain.net import probe
+
+log = logging.getLogger(__name__)
+
+RTT_PROBE_INTERVAL_S = 1.0  # one probe, to the stalest link
+BANDWIDTH_PROBE_INTERVAL_S = 15.0
+BANDWIDTH_PROBE_BYTES = 512 * 1024  # the most one probe sends
+MIN_BANDWIDTH_PROBE_BYTES = 32 * 1024
+FIRST_BANDWIDTH_PROBE_BYTES = 64 * 1024  # fits the probe timeout down to ~0.2 Mbit/s
+BANDWIDTH_PROBE_TARGET_S = 1.0  # size later probes to last about this long on the link
+
+
+def probe_bytes(last_mbps: float | None) -> int:
+    """A probe long enough to measure the link, short enough for slow links and the timeout."""
+    if last_mbps is None:
+        return FIRST_BANDWIDTH_PROBE_BYTES
+    sized = int(last_mbps * 1e6 / 8 * BANDWIDTH_PROBE_TARGET_S)
+    return max(MIN_BANDWIDTH_PROBE_BYTES, min(BANDWIDTH_PROBE_BYTES, sized))
+
+
+class LinkProber:
+    """The probing loops of one control process (they start once it has joined)."""
+
+    def __init__(self, host: IHost, view: SwarmView, joined: trio.Event) -> None:
+        self.host = host
+        self.view = view
+        self.joined = joined
+
+    def _stalest_peer(self, measured_at: Callable[[LinkSample], float | None]) -> str | None:
+        """The live member whose measurement is oldest (never measured first), ties at random."""
+        peers = [p for p in self.view.live_members(time.monotonic()) if p != self.view.self_id]
+        if not peers:
+            return None
+
+        def age_key(peer: str) -> tuple[float, float]:
+            sample = self.view.own_links.get(peer)
+            at = None if sample is None else measured_at(sample)
+            return (-1.0 if at is None else at, random.random())
+
+        return min(peers, key=age_key)
+
+    async def serve_rtt_probes(self) -> None:
+        """One RTT probe per interval, to the stalest link: the cost stays flat as N grows, and
+        each pair is refreshed every ~N/2 intervals since both ends probe."""
+        await self.joined.wait()
+        while True:
+            await trio.sleep(RTT_PROBE_INTERVAL_S * random.uniform(0.8, 1.2))
+            peer = self._stalest_peer(lambda s: s.rtt_at)
+            if peer is None:
+                continue
+            try:
+                rtt_ms = await probe.measure_rtt_ms(self.host, ID.from_base58(peer))
+                self.view.record_rtt(peer, rtt_ms, time.monotonic())
+            except Exception as exc:
+                self.view.record_probe_failure(peer)
+                log.debug("RTT probe to %s failed: %s", peer, exc)
+
+    async def serve_bandwidth_probes(self) -> None:
+        """One bounded transfer every few seconds, to the member measured longest ago."""
+        await self.joined.wait()
+        while True:
+            await trio.sleep(BANDWIDTH_PROBE_INTERVAL_S * random.uniform(0.8, 1.2))
+            peer = self._stalest_peer(lambda s: s.bandwidth_at)
+            if peer is None:
+                continue
+            sample = self.view.own_links.get(peer)
+            try:
+                mbps = await probe.measure_bandwidth_mbps(
+                    self.host,
+                    ID.from_base58(peer),
+                    probe_bytes(sample.bandwidth_mbps if sample else None),
+                    rtt_s=(sample.rtt_ms or 0.0) / 1e3 if sample else 0.0,
+                )
+                self.view.record_bandwidth(peer, mbps, time.monotonic())
+            except Exception as exc:
+                log.debug("bandwidth probe to %s failed: %s", peer, exc)
