@@ -70,7 +70,7 @@ def train_once(
             result = swarm.train(on_step)
     finally:
         if log_dir is not None:
-            keep = log_dir / placement
+            keep = log_dir / (f"random-seed{seed}" if placement == "random" else placement)
             keep.mkdir(parents=True, exist_ok=True)
             for log in workdir.glob("worker-*.log"):
                 shutil.copy(log, keep / log.name)
@@ -122,11 +122,14 @@ def run_e2e_bench(
             if name == "random":
                 results[name] = mean_of_runs(
                     [
-                        _guarded(
-                            f"random seed {s}",
-                            partial(train_once, bed, spec, "random", s, progress, log_dir),
-                            progress,
-                        )
+                        {
+                            "seed": s,
+                            **_guarded(
+                                f"random seed {s}",
+                                partial(train_once, bed, spec, "random", s, progress, log_dir),
+                                progress,
+                            ),
+                        }
                         for s in range(seed, seed + random_seeds)
                     ]
                 )
