@@ -5,7 +5,7 @@ Public API: ``Topology``, ``Workload``, ``load_topology``, ``plan_swarm``, ``eva
 """
 
 from p2ptrain.schedule.planner import ALGORITHMS, Plan, evaluate_groups, plan_swarm
-from p2ptrain.schedule.step_time import StepTime, StepTraffic, step_time
+from p2ptrain.schedule.step_time import StepTime, StepTraffic  # the module: step_time
 from p2ptrain.schedule.topology import (
     PAPER_SCENARIOS,
     Topology,
@@ -29,6 +29,5 @@ __all__ = [
     "load_topology",
     "plan_swarm",
     "scenario_path",
-    "step_time",
     "topology_from_json",
 ]
