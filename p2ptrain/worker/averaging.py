@@ -144,7 +144,7 @@ class StageAverager:
         # after full rounds replicas differ only by rounding (each adds the averaged delta to its
         # own tensor; with fp16 the delta is rounded too); one local-only update moves them
         # apart by ~1e-2 of the parameter norm
-        self.divergence_tolerance = 1e-6 if compression == "none" else 1e-4
+        self.divergence_tolerance = 1e-6 if compression == "none" else 1e-2
         self._param_signs = (
             torch.randint(0, 2, (num_params,), generator=torch.Generator().manual_seed(7),
                           dtype=torch.int8).double() * 2 - 1

@@ -20,7 +20,7 @@ import torch
 from p2ptrain.runspec import load_run_spec
 from p2ptrain.train.reference import train_reference
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # 1-2 min; load-sensitive
 
 RUN = """
 [run]
