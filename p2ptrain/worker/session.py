@@ -55,6 +55,11 @@ log = logging.getLogger("p2ptrain.worker")
 AVERAGER_SHUTDOWN_S = 3.0
 
 
+def plan_peers(plan: dict[str, Any]) -> set[str]:
+    """Every peer a plan names: pipeline members and spares."""
+    return {p for pipe in plan["pipelines"] for p in pipe} | set(plan.get("spares", []))
+
+
 def resume_key(run_id: str, plan: dict[str, Any]) -> str:
     """The DHT key of one plan's start-step announcements."""
     return f"p2ptrain_{run_id}_resume_t{plan.get('term', 0)}_e{plan['epoch']}"
@@ -138,8 +143,7 @@ class Session:
         from p2ptrain.worker.main import bootstrap_dht
 
         addrs: dict[str, list[str]] = plan.get("data_addrs", {})
-        everyone = {p for pipe in plan["pipelines"] for p in pipe} | set(plan.get("spares", []))
-        others = everyone - {self.transport.peer_id}
+        others = plan_peers(plan) - {self.transport.peer_id}
         for peer in sorted(others):
             if addrs.get(peer):
                 self.transport.connect(peer, addrs[peer])
@@ -149,9 +153,7 @@ class Session:
     def _agree_on_start(self, dht: DHT) -> StartPoint | None:
         """Every peer of the plan (spares too) announces its saved stage states; all pick one
         step."""
-        members = sorted(
-            {p for pipe in self.plan["pipelines"] for p in pipe} | set(self.plan.get("spares", []))
-        )
+        members = sorted(plan_peers(self.plan))
         ranges = stage_layer_ranges(self.spec.n_layer, int(self.plan["stages"]))
         key = resume_key(self.spec.run_id, self.plan)
         started_s = time.monotonic()
