@@ -8,12 +8,13 @@ ways that matter at WAN round trips (docs/scheduler.md, "Step time on the data p
   gradients). A frame takes one-way delay + size / rate (measured on the testbed: opening a
   p2pd stream costs no extra round trip). Micro-batches overlap: a pass pays the latency of
   every boundary once and the slowest boundary's serialisation once more per extra micro-batch.
-- hivemind's all-reduce inside a stage's group of R replicas: each member sends 1/R of its
-  gradient to every other member and gets the averaged part back (per pair: two one-way delays,
-  two transfers of G / R; pairs run in parallel on separate links). Before it, matchmaking:
-  DHT_ROUND_TRIPS round trips through the DHT (declare the group key, look it up), whose nodes
-  may be any peer of the swarm, so they cost the members' farthest round trip; then the join
-  request and its answer, MATCHMAKING_ROUND_TRIPS of the group's slowest pair.
+- Averaging inside a stage's group of R replicas, the group the plan fixes
+  (worker/planned_group.py): each member first sends its round metadata to every other member
+  (one one-way delay; a member starts once it holds everyone's), then hivemind's all-reduce:
+  each member sends 1/R of its gradient to every other member, each member reduces its part
+  once every part arrived and sends the average back (one-way delay + transfer of G / R each
+  way; links run in parallel). No DHT: matchmaking through it is only the retry of a failed
+  round, which the model leaves out.
 - The critical path: stage j averages once the backward pass is back at j, and the next step's
   forward pass reaches j only after that. So a step lasts, for the worst j, the forward pass
   from j to the last stage, the backward pass back to j, and stage j's averaging; for j = 0
@@ -34,11 +35,6 @@ import numpy as np
 import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
-
-# declare (node lookup + store) and the leader search (get): about 3; 3.5 is the value that
-# kept the model closest to 13 measured steps of 4 placements (docs/scheduler.md)
-DHT_ROUND_TRIPS = 3.5
-MATCHMAKING_ROUND_TRIPS = 1.0  # join request -> accepted/begin, once the group is complete
 
 
 @dataclass(frozen=True)
@@ -68,7 +64,7 @@ class StepTime:
     comm_s: float  # the critical path: max over stages j of passes from j and back + DP_j
     critical_stage: int  # the j that sets it
     pipeline_s: float  # forward + backward of the slowest replica through all stages
-    averaging_s: float  # the slowest stage group's matchmaking + all-reduce
+    averaging_s: float  # the slowest stage group's metadata swap + all-reduce
     group_averaging_s: tuple[float, ...]  # per stage
 
 
@@ -88,25 +84,22 @@ def pass_time_s(
 def group_averaging_s(
     delay_s: FloatArray, rate_bps: FloatArray, members: Sequence[int], gradient_bytes: float
 ) -> float:
-    """Matchmaking + all-reduce of one stage's group (0 for a group of one). delay_s covers
-    the whole swarm: the DHT's nodes can be any of its peers."""
+    """Metadata swap + all-reduce of one stage's group, all members starting together (0 for a
+    group of one): the time until the last member holds every averaged part."""
     num = len(members)
     if num < 2:
         return 0.0
-    farthest_rtt_s = max(float((delay_s[a] + delay_s[:, a]).max()) for a in members)
     part_bits = gradient_bytes * 8 / num
-    slowest_s, slowest_rtt_s = 0.0, 0.0
-    for a in members:
-        for b in members:
-            if a == b:
-                continue
-            # a's part to b and b's averaged part back: both directions of the pair
-            pair_s = delay_s[a, b] + part_bits / rate_bps[a, b] + delay_s[b, a]
-            pair_s += part_bits / rate_bps[b, a]
-            slowest_s = max(slowest_s, pair_s)
-            slowest_rtt_s = max(slowest_rtt_s, delay_s[a, b] + delay_s[b, a])
-    matchmaking_s = DHT_ROUND_TRIPS * farthest_rtt_s + MATCHMAKING_ROUND_TRIPS * slowest_rtt_s
-    return float(matchmaking_s + slowest_s)
+    # member a may start once every groupmate's metadata reached it
+    start = {a: max(delay_s[b, a] for b in members if b != a) for a in members}
+
+    def transfer(a: int, b: int) -> float:  # a part from a to b (0 to itself)
+        return 0.0 if a == b else float(delay_s[a, b] + part_bits / rate_bps[a, b])
+
+    # b reduces its part once every member's piece of it arrived; then sends the average back
+    reduced = {b: max(start[a] + transfer(a, b) for a in members) for b in members}
+    done = [reduced[b] + transfer(b, a) for a in members for b in members]
+    return float(max(done))
 
 
 def step_time(

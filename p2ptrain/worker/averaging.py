@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -131,9 +131,13 @@ class StageAverager:
         timeout_s: float,
         max_rtt_s: float | None = None,
         min_rate_mbps: float | None = None,
+        group: Sequence[str] | None = None,
     ) -> None:
         """max_rtt_s / min_rate_mbps: the network to scale the timeouts for (default: what
-        MAX_RTT_ENV / MIN_RATE_ENV state, else a local swarm's short timeouts)."""
+        MAX_RTT_ENV / MIN_RATE_ENV state, else a local swarm's short timeouts).
+        group: the stage's replicas as the plan lists them (this peer among them): a round's
+        first attempt then runs in that group (worker/planned_group.py), a retry, and every
+        round without a group, in one found by hivemind's DHT matchmaking."""
         self._buffer = torch.zeros(num_params)
         self.timeouts = averaging_timeouts(
             num_params * (4 if compression == "none" else 2), max_rtt_s, min_rate_mbps
@@ -155,8 +159,17 @@ class StageAverager:
         from hivemind.compression import CompressionBase, Float16Compression, NoCompression
 
         codec: CompressionBase = NoCompression() if compression == "none" else Float16Compression()
-        self._averager = DecentralizedAverager(
-            [self._buffer], dht, start=True, prefix=prefix,
+        planned: dict[str, Any] = {}
+        averager_type: type[DecentralizedAverager] = DecentralizedAverager
+        self._groupmates_ahead: tuple[type[Exception], ...] = ()
+        if group is not None and len(group) > 1:
+            from p2ptrain.worker.planned_group import GroupmatesAhead, PlannedGroupAverager
+
+            averager_type, planned = PlannedGroupAverager, {"group": list(group)}
+            self._groupmates_ahead = (GroupmatesAhead,)
+        self._planned = bool(planned)
+        self._averager = averager_type(
+            [self._buffer], dht, start=True, prefix=prefix, **planned,
             target_group_size=num_replicas, min_group_size=2,
             min_matchmaking_time=self.timeouts.min_matchmaking_s,
             request_timeout=self.timeouts.request_s, compression=codec,
@@ -183,14 +196,20 @@ class StageAverager:
         for attempt in range(2):
             with self._averager.get_tensors() as (buffer,):
                 buffer.copy_(flat_grad)
+            planned = attempt == 0 and self._planned
             try:
                 control = self._averager.step(
-                    gather=mine.as_gather(), weight=weight, timeout=timeout_s, wait=False
-                )
+                    gather=mine.as_gather(), weight=weight, timeout=timeout_s, wait=False,
+                    allow_retries=not planned,  # a planned round's retry is our attempt 2
+                )  # fmt: skip
                 gathered = _wait_unless_stopped(control, should_stop)
             except _Stopped:
                 return flat_grad, Outcome("stopped", 1, "stopped while averaging")
             except Exception as exc:  # hivemind raises a few kinds on a broken round
+                if isinstance(exc, self._groupmates_ahead):
+                    # as below: the one behind gives the step up at once
+                    log.warning("step %d: %s: local gradient", step, exc)
+                    return flat_grad, Outcome("local", 1, str(exc))
                 gathered, problem = None, f"averaging raised {exc!r}"
             timeout_s = min(self.timeout_s, RETRY_TIMEOUT_S)
             if gathered is None:

@@ -130,6 +130,7 @@ class Session:
                 role.num_replicas,
                 spec.compression,
                 spec.averaging_timeout_s,
+                group=[pipe[role.stage] for pipe in plan["pipelines"]],
             )
         self.rows = replica_rows(spec.batch_size, role.num_replicas, role.replica)
         self.start_step = self.step
@@ -320,7 +321,9 @@ class Session:
         assert self.role is not None
         here = f"{self.step}:{self.role.stage}:{self.role.replica}"
         if os.environ.get(DIE_WHILE_AVERAGING_ENV) == here:
-            threading.Timer(0.05, os.killpg, (os.getpgid(0), signal.SIGKILL)).start()
+            # a few ms: after our metadata left, before the round (a loopback one takes ~10 ms)
+            # can finish
+            threading.Timer(0.003, os.killpg, (os.getpgid(0), signal.SIGKILL)).start()
         if os.environ.get(SKIP_AVERAGING_ENV) == here:
             return "local"
         flat_params = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()])

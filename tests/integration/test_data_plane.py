@@ -60,8 +60,9 @@ def test_two_by_two_with_fp16_wire_formats_tracks_one_process(tmp_path: Path) ->
 
 
 def test_killing_a_peer_mid_averaging_leaves_its_stage_intact_on_the_others(tmp_path: Path) -> None:
-    """Stage 1 of replica 1 SIGKILLs its process tree 50 ms into averaging step 2. Its stage-mate
-    must apply either the full average or its own local gradient, never a half-averaged one."""
+    """Stage 1 of replica 1 SIGKILLs its process tree 3 ms into averaging step 2. Its stage-mate
+    must apply either the full average or its own local gradient, never a half-averaged one,
+    and report which."""
     kill_step, victim_stage, victim_replica = 2, 1, 1
     spec = TINY.replace(
         steps=kill_step + 1, averaging_timeout_s=4.0, checkpoint_dir=str(tmp_path / "c")
@@ -82,8 +83,8 @@ def test_killing_a_peer_mid_averaging_leaves_its_stage_intact_on_the_others(tmp_
         victim_pgid = swarm.procs[victim_index].pid
     assert exit_codes[victim_index] == -signal.SIGKILL
     assert all(code == 0 for i, code in enumerate(exit_codes) if i != victim_index), exit_codes
-    with pytest.raises(ProcessLookupError):  # nothing of the victim's tree survived
-        os.killpg(victim_pgid, 0)
+    # nothing of the victim's tree survived (zombies wait for init to reap them: they are dead)
+    assert _group_members(victim_pgid) == []
 
     outcomes = {
         (m["stage"], m["replica"]): m["averaging"]
@@ -91,8 +92,11 @@ def test_killing_a_peer_mid_averaging_leaves_its_stage_intact_on_the_others(tmp_
         if m.get("type") == "metrics" and m["step"] == kill_step
     }
     assert outcomes[(0, 0)] == outcomes[(0, 1)] == "averaged"  # the other swarm is unaffected
-    assert outcomes[(1, 0)] == "local", outcomes  # the broken round was detected, not applied
-    assert (1, 1) not in outcomes
+    # the round broke and was not applied, or (rarely: a loopback round of the plan's group
+    # takes ~10 ms) it completed before the victim died
+    survivor_outcome = outcomes[(1, 0)]
+    assert survivor_outcome in ("averaged", "local"), outcomes
+    assert outcomes.get((1, 1), "averaged") == "averaged" or survivor_outcome == "local"
 
     # Recompute both admissible results of step 2 in one process and compare the survivor's stage.
     stage_layers = stage_layer_ranges(spec.n_layer, 2)
@@ -108,8 +112,9 @@ def test_killing_a_peer_mid_averaging_leaves_its_stage_intact_on_the_others(tmp_
         whole_name = _whole_model_name(name, first_block)
         for label, state in (("averaged", averaged), ("local", local)):
             diffs[label] = max(diffs[label], (tensor - state[whole_name]).abs().max().item())
-    assert diffs["local"] < 1e-5, diffs  # the local-gradient update (up to fp rounding)...
-    assert diffs["averaged"] > 1e-4, diffs  # ...which is measurably not the averaged one
+    other = "averaged" if survivor_outcome == "local" else "local"
+    assert diffs[survivor_outcome] < 1e-5, diffs  # the update it reported (up to fp rounding)...
+    assert diffs[other] > 1e-4, diffs  # ...which is measurably not the other one
 
 
 def test_replicas_that_diverged_are_re_synced(tmp_path: Path) -> None:

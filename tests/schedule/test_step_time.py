@@ -6,8 +6,6 @@ import numpy as np
 import pytest
 
 from p2ptrain.schedule.step_time import (
-    DHT_ROUND_TRIPS,
-    MATCHMAKING_ROUND_TRIPS,
     StepTraffic,
     group_averaging_s,
     pass_time_s,
@@ -15,11 +13,6 @@ from p2ptrain.schedule.step_time import (
 )
 
 MBIT = 1e6 / 1e9  # 1 Mbit/s in the topology's Gbit/s
-
-
-def test_the_constants_the_hand_computations_assume() -> None:
-    assert DHT_ROUND_TRIPS == 3.5
-    assert MATCHMAKING_ROUND_TRIPS == 1.0
 
 
 def test_one_boundary_one_micro_batch() -> None:
@@ -42,9 +35,9 @@ def test_a_single_stage_has_no_pipeline_time() -> None:
 def test_group_of_two_averages_half_the_gradient_each_way() -> None:
     delay_s = np.array([[0.0, 0.1], [0.1, 0.0]])
     rate_bps = np.full((2, 2), 8e6)
-    # DHT 3.5 x RTT 0.2, join 0.2; 1 MB gradient: parts of 0.5 MB = 0.5 s each way + 2 x 0.1
+    # metadata 0.1; 1 MB gradient: parts of 0.5 MB = 0.5 s each way, plus 0.1 each way
     assert group_averaging_s(delay_s, rate_bps, [0, 1], 1_000_000) == pytest.approx(
-        0.7 + 0.2 + 0.1 + 0.5 + 0.1 + 0.5
+        0.1 + 0.1 + 0.5 + 0.1 + 0.5
     )
     assert group_averaging_s(delay_s, rate_bps, [1], 1_000_000) == 0.0
 
@@ -53,18 +46,19 @@ def test_group_of_three_is_bound_by_its_slowest_pair() -> None:
     delay_s = np.array([[0.0, 0.01, 0.2], [0.01, 0.0, 0.01], [0.2, 0.01, 0.0]])
     rate_bps = np.full((3, 3), 8e6)
     rate_bps[0, 2] = rate_bps[2, 0] = 4e6
-    # DHT 3.5 x 0.4, join 0.4; pair (0, 2): parts of 0.4 MB at 4 Mbit/s = 0.8 s each way
+    # metadata: peers 0 and 2 wait 0.2 for each other's; pair (0, 2): parts of 0.4 MB at
+    # 4 Mbit/s = 0.8 s each way, plus 0.2 each way
     assert group_averaging_s(delay_s, rate_bps, [0, 1, 2], 1_200_000) == pytest.approx(
-        1.4 + 0.4 + 0.2 + 0.8 + 0.2 + 0.8
+        0.2 + 0.2 + 0.8 + 0.2 + 0.8
     )
 
 
-def test_matchmaking_pays_the_members_farthest_round_trip_in_the_swarm() -> None:
-    # peers 0 and 1 are 1 ms apart; peer 2 (not in the group) is 100 ms from 1, 50 ms from 0
+def test_peers_outside_the_group_cost_nothing() -> None:
+    # peers 0 and 1 are 1 ms apart; peer 2 (not in the group) is 100 ms from 1, 50 ms from 0:
+    # no DHT matchmaking, so it plays no part (empty gradient: three one-way delays)
     delay_s = np.array([[0.0, 0.001, 0.05], [0.001, 0.0, 0.1], [0.05, 0.1, 0.0]])
     rate_bps = np.full((3, 3), 8e6)
-    expected = 3.5 * 0.2 + 0.002 + 0.001 + 0.0 + 0.001 + 0.0  # empty gradient
-    assert group_averaging_s(delay_s, rate_bps, [0, 1], 0.0) == pytest.approx(expected)
+    assert group_averaging_s(delay_s, rate_bps, [0, 1], 0.0) == pytest.approx(0.003)
 
 
 def _two_cities() -> tuple[np.ndarray, np.ndarray]:
@@ -80,37 +74,37 @@ def _two_cities() -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_step_time_of_two_by_two() -> None:
-    delay_ms, bandwidth = _two_cities()  # every peer's farthest round trip: 0.1 s
+    delay_ms, bandwidth = _two_cities()
     traffic = StepTraffic((500_000.0, 250_000.0), activation_bytes=25_000, micro_batches=2)
 
     # pipelines inside a city, data-parallel groups across: [[0, 1], [2, 3]]
     across = step_time(delay_ms, bandwidth, [[0, 1], [2, 3]], traffic)
     # each way: 5 ms + 25 kB at 40 Mbit/s (5 ms) + 1 more micro-batch (5 ms) = 15 ms
     assert across.pipeline_s == pytest.approx(0.03)
-    # stage 0 across: DHT 0.35 + join 0.1 + 2 x 50 ms + 2 x 250 kB at 10 Mbit/s (0.2 s)
-    # stage 1 across: DHT 0.35 + join 0.1 + 2 x 50 ms + 2 x 125 kB at 10 Mbit/s (0.1 s)
-    assert across.group_averaging_s == pytest.approx((0.95, 0.75))
-    assert across.comm_s == pytest.approx(0.03 + 0.95)  # stage 0: the whole pipeline + its DP
+    # stage 0 across: metadata 50 ms + 2 x 50 ms + 2 x 250 kB at 10 Mbit/s (0.2 s)
+    # stage 1 across: metadata 50 ms + 2 x 50 ms + 2 x 125 kB at 10 Mbit/s (0.1 s)
+    assert across.group_averaging_s == pytest.approx((0.55, 0.35))
+    assert across.comm_s == pytest.approx(0.03 + 0.55)  # stage 0: the whole pipeline + its DP
     assert across.critical_stage == 0
 
     # pipelines across, groups inside a city: [[0, 2], [1, 3]]
     inside = step_time(delay_ms, bandwidth, [[0, 2], [1, 3]], traffic)
     # each way: 50 ms + 25 kB at 10 Mbit/s (20 ms) + 20 ms = 0.09
     assert inside.pipeline_s == pytest.approx(0.18)
-    # stage 0 inside: DHT 0.35 + join 0.01 + 2 x 5 ms + 2 x 250 kB at 40 Mbit/s (0.05 s)
-    assert inside.group_averaging_s[0] == pytest.approx(0.35 + 0.01 + 0.01 + 0.1)
-    assert inside.comm_s == pytest.approx(0.18 + 0.47)
+    # stage 0 inside: metadata 5 ms + 2 x 5 ms + 2 x 250 kB at 40 Mbit/s (0.05 s)
+    assert inside.group_averaging_s[0] == pytest.approx(0.005 + 0.01 + 0.1)
+    assert inside.comm_s == pytest.approx(0.18 + 0.115)
 
 
 def test_a_slow_last_group_can_be_the_critical_path() -> None:
     delay_ms, bandwidth = _two_cities()
     traffic = StepTraffic((0.0, 5_000_000.0), activation_bytes=25_000, micro_batches=2)
     result = step_time(delay_ms, bandwidth, [[0, 1], [2, 3]], traffic)
-    # stage 1 across: DHT 0.35 + join 0.1 + 2 x 50 ms + 2 x 2.5 MB at 10 Mbit/s (4 s)
-    # stage 0's path is the pipeline (0.03) + an empty all-reduce (0.55)
+    # stage 1 across: metadata 50 ms + 2 x 50 ms + 2 x 2.5 MB at 10 Mbit/s (4 s)
+    # stage 0's path is the pipeline (0.03) + an empty all-reduce (0.15)
     assert result.critical_stage == 1
-    assert result.comm_s == pytest.approx(4.55)
-    assert result.averaging_s == pytest.approx(4.55)
+    assert result.comm_s == pytest.approx(4.15)
+    assert result.averaging_s == pytest.approx(4.15)
 
 
 def test_asymmetric_links_use_each_direction() -> None:

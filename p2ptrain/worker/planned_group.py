@@ -1,0 +1,214 @@
+"""Averaging groups fixed by the plan: hivemind's all-reduce without its per-round matchmaking.
+
+hivemind's `DecentralizedAverager` finds its group anew every round: a peer declares itself in
+the DHT under the group key, looks the key up, and asks a leader to take it in. On a WAN each of
+those is a round trip to DHT nodes that may be anywhere in the swarm (about 3.5 of the swarm's
+longest round trips, docs/benchmarks.md), whatever the placement, so it blurs exactly what the
+scheduler optimises. But a plan already says who averages with whom: the replicas of a stage.
+
+`PlannedGroupAverager` runs a step's first round in that group. Each member sends its gathered
+metadata straight to the others (one unary call, one one-way delay); once a member holds every
+groupmate's, all of them build the same `GroupInfo` (plan order, an id derived from the round)
+and run hivemind's own all-reduce (`AllReduceRunner`: parts, compression, reducers) on it.
+A retry of the same round (a member died, a part was lost) goes through hivemind's matchmaking
+as before, which can form a group of the survivors.
+
+hivemind at module level (its servicer reads the rpc_ annotations), so this module is imported
+only where hivemind may be (worker/averaging.py imports it lazily).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from hivemind.averaging import DecentralizedAverager
+from hivemind.averaging.control import StepControl
+from hivemind.averaging.group_info import GroupInfo
+from hivemind.averaging.matchmaking import MatchmakingException
+from hivemind.p2p import P2PContext, PeerID
+from hivemind.proto import averaging_pb2
+
+log = logging.getLogger(__name__)
+
+MAX_GATHER_BYTES = 64 * 1024  # a member's metadata: checksums and its bandwidth, a few hundred B
+KEPT_ROUNDS = 8  # rounds whose early-arriving metadata is held (a member may run a round ahead)
+REMEMBERED_ROUNDS = 1024  # rounds already run here: their metadata arrives too late to be used
+SEND_ATTEMPTS = 3
+SEND_RETRY_S = 0.5
+
+
+class GroupmatesAhead(MatchmakingException):
+    """A groupmate is past the round we wait in (it kept a local gradient once): waiting on
+    cannot complete the round; we give it up at once and meet the groupmate in the next one."""
+
+
+class PlannedGroupAverager(DecentralizedAverager):
+    """A DecentralizedAverager whose rounds run in a fixed group (`group`: base58 peer ids, the
+    same list in the same order on every member) instead of a group found through the DHT."""
+
+    # hivemind's servicer caches the rpc_ handlers per class: this class has one more
+    _rpc_handlers = None
+    _stub_type = None
+
+    def __init__(self, *args: Any, group: Sequence[str], **kwargs: Any) -> None:
+        if len(set(group)) != len(group) or len(group) < 2:
+            raise ValueError(f"a planned group needs >= 2 distinct peers, got {list(group)}")
+        self._group = tuple(group)
+        # the rest lives in the averager's own process (it is forked by super().__init__)
+        self._inbox: dict[str, dict[PeerID, bytes]] = {}
+        self._rounds_seen: dict[str, None] = {}  # insertion-ordered: the oldest go first
+        self._waiting_for = ""
+        self._given_up = ""  # why the round waited for cannot complete, if it cannot
+        self._sending: set[asyncio.Task[None]] = set()
+        self._arrived: asyncio.Event | None = None
+        super().__init__(*args, **kwargs)
+        if self.peer_id.to_base58() not in self._group:
+            raise ValueError(f"this peer ({self.peer_id}) is not in its planned group")
+
+    # hivemind sets self._matchmaking once its process runs; every look_for_group goes through
+    # _RoundRouter, which sends a round's first attempt to the planned group
+    @property
+    def _matchmaking(self) -> Any:
+        return self._router
+
+    @_matchmaking.setter
+    def _matchmaking(self, dht_matchmaking: Any) -> None:
+        self._router = _RoundRouter(self, dht_matchmaking)
+
+    def _round_key(self, step: StepControl) -> str | None:
+        """The round a step is for (its gathered 'step'), or None if it names none."""
+        try:
+            _bandwidth, _mode, user_bytes = self.serializer.loads(step.data_for_gather)
+            user = self.serializer.loads(user_bytes)
+        except Exception:
+            return None
+        if isinstance(user, dict) and isinstance(user.get("step"), int):
+            return str(user["step"])
+        return None
+
+    async def gather_planned(self, step: StepControl, key: str) -> GroupInfo | None:
+        """Swap metadata with every groupmate for round `key`; the round's group, or None if
+        someone's did not arrive in time."""
+        self._rounds_seen[key] = None
+        if len(self._rounds_seen) > REMEMBERED_ROUNDS:
+            del self._rounds_seen[next(iter(self._rounds_seen))]
+        self._waiting_for, self._given_up = key, ""
+        for held, senders in self._inbox.items():  # a groupmate's later round came first
+            if _is_later(held, key) and senders:
+                self._given_up = f"{next(iter(senders))} is at round {held}"
+        members = [PeerID.from_base58(p) for p in self._group]
+        others = [p for p in members if p != self.peer_id]
+        request = averaging_pb2.JoinRequest(
+            schema_hash=self.schema_hash, gather=step.data_for_gather, group_key=key
+        )
+        for peer in others:
+            # not cancelled when our own wait ends: a groupmate may still be waiting for ours
+            task = asyncio.create_task(self._send(peer, request, step))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+        try:
+            inbox = self._inbox.setdefault(key, {})
+            arrived = self._arrival_event()
+            while any(peer not in inbox for peer in others):
+                if self._given_up:
+                    raise GroupmatesAhead(f"planned round {key}: {self._given_up}")
+                arrived.clear()
+                await asyncio.wait_for(arrived.wait(), timeout=step.get_timeout())
+        except TimeoutError:
+            missing = [str(p) for p in others if p not in self._inbox.get(key, {})]
+            log.warning("planned round %s: no metadata from %s in time", key, missing)
+            return None
+        finally:
+            self._inbox.pop(key, None)
+            self._waiting_for = ""
+        gathered = tuple(step.data_for_gather if p == self.peer_id else inbox[p] for p in members)
+        group_id = hashlib.sha256(f"{self.prefix}/{key}".encode()).digest()
+        return GroupInfo(group_id=group_id, peer_ids=tuple(members), gathered=gathered)
+
+    async def _send(
+        self, peer: PeerID, request: averaging_pb2.JoinRequest, step: StepControl
+    ) -> None:
+        stub = type(self).get_stub(self._p2p, peer, namespace=self.prefix)
+        for attempt in range(SEND_ATTEMPTS):
+            try:
+                reply = await stub.rpc_planned_gather(request, timeout=step.get_timeout())
+                if reply.code == averaging_pb2.BAD_GROUP_KEY:
+                    self._give_up(request.group_key, f"{peer} is past this round")
+                elif reply.code != averaging_pb2.ACCEPTED:
+                    log.warning("planned round %s: %s refused our metadata (%s)", request.group_key,
+                                peer, averaging_pb2.MessageCode.Name(reply.code))  # fmt: skip
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # p2pd dial backoff, a peer that restarts: try again
+                if attempt + 1 == SEND_ATTEMPTS:
+                    log.warning("planned round %s: sending to %s failed: %r",
+                                request.group_key, peer, exc)  # fmt: skip
+                    return
+                await asyncio.sleep(SEND_RETRY_S)
+
+    async def rpc_planned_gather(
+        self, request: averaging_pb2.JoinRequest, context: P2PContext
+    ) -> averaging_pb2.MessageFromLeader:
+        """A groupmate's metadata for one round (it then waits for ours, and we for the rest)."""
+        sender = context.remote_id
+        if sender.to_base58() not in self._group:
+            return averaging_pb2.MessageFromLeader(code=averaging_pb2.NOT_A_LEADER)
+        if request.schema_hash != self.schema_hash:
+            return averaging_pb2.MessageFromLeader(code=averaging_pb2.BAD_SCHEMA_HASH)
+        if len(request.gather) > MAX_GATHER_BYTES or not request.group_key:
+            return averaging_pb2.MessageFromLeader(code=averaging_pb2.PROTOCOL_VIOLATION)
+        key = request.group_key
+        if key in self._rounds_seen and key not in self._inbox:
+            return averaging_pb2.MessageFromLeader(code=averaging_pb2.BAD_GROUP_KEY)  # too late
+        if key not in self._inbox and len(self._inbox) >= KEPT_ROUNDS:
+            # make room: drop the oldest round held, never the one being waited for
+            oldest = next(k for k in self._inbox if k != self._waiting_for)
+            del self._inbox[oldest]
+        self._inbox.setdefault(key, {})[sender] = request.gather
+        if _is_later(key, self._waiting_for):
+            self._give_up(self._waiting_for, f"{sender} is at round {key}")
+        self._arrival_event().set()
+        return averaging_pb2.MessageFromLeader(code=averaging_pb2.ACCEPTED)
+
+    def _give_up(self, key: str, why: str) -> None:
+        if key and key == self._waiting_for:
+            self._given_up = why
+            self._arrival_event().set()
+
+    def _arrival_event(self) -> asyncio.Event:
+        if self._arrived is None:  # created in the averager's process, on its event loop
+            self._arrived = asyncio.Event()
+        return self._arrived
+
+
+def _is_later(key: str, than: str) -> bool:
+    """Is gradient round `key` (its step) past round `than`? (State rounds, tagged below 0,
+    are run by all members together and never compared.)"""
+    try:
+        return int(key) > int(than) >= 0
+    except ValueError:
+        return False
+
+
+class _RoundRouter:
+    """Stands in for hivemind's Matchmaking: a round's first look_for_group goes to the planned
+    group, a retry of that round (and anything else) to the DHT matchmaking."""
+
+    def __init__(self, averager: PlannedGroupAverager, dht_matchmaking: Any) -> None:
+        self._averager = averager
+        self._dht_matchmaking = dht_matchmaking
+
+    async def look_for_group(self, step: StepControl) -> GroupInfo | None:
+        key = self._averager._round_key(step)
+        if key is not None and key not in self._averager._rounds_seen:
+            return await self._averager.gather_planned(step, key)
+        result: GroupInfo | None = await self._dht_matchmaking.look_for_group(step)
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._dht_matchmaking, name)
