@@ -12,7 +12,10 @@ from p2ptrain.errors import UserError
 
 # subcommand -> (module, one-line help). Each module exposes add_arguments(parser) and run(args) -> int.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "schedule": ("p2ptrain.cli.schedule_cmd", "plan pipelines and data-parallel groups for a topology"),
+    "schedule": (
+        "p2ptrain.cli.schedule_cmd",
+        "plan pipelines and data-parallel groups for a topology",
+    ),
     "bench": ("p2ptrain.cli.bench_cmd", "run a benchmark and print a table (--json for machines)"),
     "bootstrap": ("p2ptrain.cli.bootstrap_cmd", "run a long-lived bootstrap node"),
     "join": ("p2ptrain.cli.join_cmd", "join a swarm as a peer"),

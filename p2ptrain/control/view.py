@@ -4,10 +4,11 @@ Pure logic with the clock passed in (monotonic seconds), so every rule is unit-t
 network. The node feeds it verified envelopes (`wire.decode`) and its own probe results; it answers
 "drop this, and why" for everything it refuses.
 
-Election: among live planner-capable members, an incumbent planner keeps its term while it lives.
+Election: among live planner-capable members, an incumbent planner keeps its term while it lives:
+no one claims while a live planner is known, or while a claim it could not follow yet is fresh.
 When none is alive, the live candidate with the smallest peer id claims term = highest seen + 1.
-A higher term wins; at equal terms the smaller peer id wins. A planner that sees a winning claim
-steps down. Plans are accepted only from the recognised planner with a newer (term, epoch).
+A higher term wins in every view; at equal terms the smaller peer id wins. A planner that sees a
+winning claim steps down. Plans are accepted only from the recognised planner with a newer (term, epoch).
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ class SwarmView:
     _last_seq: dict[tuple[str, str], int] = field(default_factory=dict)
     _recent_seqs: dict[tuple[str, str], deque[int]] = field(default_factory=dict)
     _claimed_terms: dict[str, int] = field(default_factory=dict)  # highest term each peer claimed
+    _claim_seen_at: float = float("-inf")  # when the last claim (accepted or not) came in
     _penalties: dict[str, _Penalty] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ liveness and penalties
@@ -230,6 +232,7 @@ class SwarmView:
             return Drop(f"claim from {author}, which is not planner-capable", "unauthorised")
         self._claimed_terms[author] = max(self._claimed_terms.get(author, 0), term)
         self.max_seen_term = max(self.max_seen_term, term)
+        self._claim_seen_at = now
         if not self.is_alive(author, now):
             return Drop(f"claim from {author}, which we believe dead")
         if term < self.term:
@@ -244,11 +247,11 @@ class SwarmView:
                 self._set_planner(author, term)
                 return None
             return Drop(f"claim for term {term} loses the tie-break to {incumbent}")
-        incumbent = self.planner
-        if incumbent in (None, author, self.self_id) or not self.is_alive(incumbent, now):
-            self._set_planner(author, term)
-            return None
-        return Drop(f"claim for term {term} while planner {incumbent} lives")
+        # A higher term wins in every view, a live incumbent's included: were the incumbent to
+        # step down while others kept it, views would split (a rejoining peer that claimed
+        # before it heard the incumbent did exactly that). should_claim() keeps such claims rare.
+        self._set_planner(author, term)
+        return None
 
     def _set_planner(self, planner: str, term: int) -> None:
         if (planner, term) != (self.planner, self.term):
@@ -295,6 +298,8 @@ class SwarmView:
             return False
         if self.planner is not None and self.is_alive(self.planner, now):
             return False
+        if self.max_seen_term > self.term and now - self._claim_seen_at < DEAD_AFTER_S:
+            return False  # someone claims a term we could not follow yet: hear it out first
         candidates = [self.self_id] + [p for p in self.members if self._capable(p, now)]
         return min(candidates) == self.self_id
 

@@ -66,15 +66,28 @@ def test_failover_after_the_planner_goes_silent():
     assert v.status(t)["planner"] == B
 
 
-def test_incumbent_keeps_the_role_while_alive():
+def test_a_higher_term_wins_in_every_view_even_over_a_live_incumbent():
+    # the incumbent steps down for a higher term (test below): so must every other view, or
+    # the incumbent would follow C while we kept following B
     v, feed = make_view(me=ME, peers=(A, B, C))
     assert v.accept(feed("claim", B, {"term": 3}), 1.0) is None
-    drop = v.accept(feed("claim", C, {"term": 4}), 1.5)  # C thinks B is dead; we do not
-    assert drop is not None and drop.category is None
-    assert v.planner == B
+    assert v.accept(feed("claim", C, {"term": 4}), 1.5) is None  # C thought B dead
+    assert (v.planner, v.term) == (C, 4)
     # equal term: the smaller id wins the tie-break
-    assert v.accept(feed("claim", A, {"term": 3}), 2.0) is None
-    assert v.planner == A
+    assert v.accept(feed("claim", B, {"term": 4}), 2.0) is None
+    assert v.planner == B
+
+
+def test_a_peer_that_saw_a_claim_it_could_not_follow_waits_before_claiming():
+    # we believe A, the claimer, dead (no word from it for long): its claim is not followed,
+    # but we know a term 2 is being claimed, so we (smaller id, so the candidate) do not depose
+    # it with term 3 at once
+    v, feed = make_view(me="0aaa", peers=(A,))
+    t = view_mod.DEAD_AFTER_S + 1.0
+    drop = v.accept(feed("claim", A, {"term": 2}), t)
+    assert drop is not None and drop.category is None and v.planner is None
+    assert not v.should_claim(t + 1.0)
+    assert v.should_claim(t + view_mod.DEAD_AFTER_S + 0.1)
 
 
 def test_planner_steps_down_for_a_higher_term():
@@ -86,8 +99,8 @@ def test_planner_steps_down_for_a_higher_term():
 
 def test_plan_from_a_planner_we_do_not_follow_is_not_blamed():
     v, feed = make_view()
-    v.accept(feed("claim", A, {"term": 1}), 0.1)
-    v.accept(feed("claim", B, {"term": 2}), 0.2)  # refused: A lives; but B did claim term 2
+    v.accept(feed("claim", A, {"term": 2}), 0.1)
+    v.accept(feed("claim", B, {"term": 2}), 0.2)  # loses the tie-break; but B did claim term 2
     drop = v.accept(feed("plan", B, plan(B, 2, 1)), 0.3)
     assert drop is not None and drop.category is None and v.plan is None
 
