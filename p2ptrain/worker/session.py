@@ -145,9 +145,11 @@ class Session:
 
         addrs: dict[str, list[str]] = plan.get("data_addrs", {})
         others = plan_peers(plan) - {self.transport.peer_id}
-        for peer in sorted(others):
-            if addrs.get(peer):
-                self.transport.connect(peer, addrs[peer])
+        unreachable = self.transport.connect_all(
+            {p: addrs[p] for p in sorted(others) if addrs.get(p)}
+        )
+        if unreachable:
+            log.warning("not connected to %s yet: going on (they may dial us)", unreachable)
         if others:  # the DHT carries resume announcements and averaging matchmaking
             bootstrap_dht(dht, sorted(others))
 

@@ -34,7 +34,7 @@ ExpectFn = Callable[[FrameHeader], Expected | None]
 SEND_TIMEOUT_S = 60.0
 BUSY_RETRY_S = 0.2
 ANSWER_LINGER_S = 5.0
-CONNECT_ATTEMPTS = 8  # p2pd backs off a failed dial for ~5 s: keep trying past that
+CONNECT_WINDOW_S = 45.0  # p2pd backs off a failed dial for 5 s and more: try past that
 
 
 class Transport:
@@ -69,20 +69,36 @@ class Transport:
         """Run a coroutine on the transport's loop and wait for its result."""
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=timeout_s)
 
-    def connect(self, peer_id: str, maddrs: list[str]) -> None:
-        """Tell p2pd where a peer listens (plans carry every peer's data addresses)."""
+    def connect_all(self, peers: dict[str, list[str]]) -> list[str]:
+        """Tell p2pd where the plan's peers listen and dial them, all at once; the peers that
+        could not be reached within CONNECT_WINDOW_S (their address stays known to p2pd, and a
+        peer that dials us connects us too, so the session goes on; a frame that cannot be
+        delivered is what declares a peer lost)."""
+
+        async def dial_all() -> list[bool]:
+            return list(await asyncio.gather(*(self._connect(p, a) for p, a in peers.items())))
+
+        results = self.call(dial_all(), timeout_s=CONNECT_WINDOW_S + 30.0)
+        return [peer for peer, ok in zip(peers, results, strict=True) if not ok]
+
+    async def _connect(self, peer_id: str, maddrs: list[str]) -> bool:
         # p2pd wants transport addresses: drop the trailing /p2p/<id> of a full multiaddr
         addrs = [Multiaddr(a.split("/p2p/")[0]) for a in maddrs]
+        deadline = self._loop.time() + CONNECT_WINDOW_S
+        problem = ""
         # Two peers of a new plan dial each other at once; over long round trips both Noise
-        # handshakes can fail ("message is too short"). A random pause breaks the tie.
-        for attempt in range(CONNECT_ATTEMPTS):
+        # handshakes can fail ("message is too short"), and p2pd then refuses new dials for a
+        # while ("dial backoff", 5 s and growing). A random pause breaks the tie; we keep trying
+        # past the backoff.
+        while self._loop.time() < deadline:
             try:
-                self.call(self._p2p._client.connect(PeerID.from_base58(peer_id), addrs))
-                return
-            except Exception:
-                if attempt == CONNECT_ATTEMPTS - 1:
-                    raise
-                time.sleep(random.uniform(0.5, 2.0))
+                await self._p2p._client.connect(PeerID.from_base58(peer_id), addrs)
+                return True
+            except Exception as exc:  # p2pd reports failures as ControlFailure and others
+                problem = repr(exc)[-200:]
+            await asyncio.sleep(random.uniform(0.5, 2.0))
+        log.warning("could not connect to %s in %.0f s: %s", peer_id, CONNECT_WINDOW_S, problem)
+        return False
 
     def send(
         self,
