@@ -34,6 +34,7 @@ ExpectFn = Callable[[FrameHeader], Expected | None]
 SEND_TIMEOUT_S = 60.0
 BUSY_RETRY_S = 0.2
 ANSWER_LINGER_S = 5.0
+YIELD_DIAL_S = (2.0, 3.0)  # how long the larger peer id leaves the dial to the other one
 CONNECT_WINDOW_S = 45.0  # p2pd backs off a failed dial for 5 s and more: try past that
 
 
@@ -88,8 +89,11 @@ class Transport:
         problem = ""
         # Two peers of a new plan dial each other at once; over long round trips both Noise
         # handshakes can fail ("message is too short"), and p2pd then refuses new dials for a
-        # while ("dial backoff", 5 s and growing). A random pause breaks the tie; we keep trying
-        # past the backoff.
+        # while ("dial backoff", 5 s and growing). So the smaller peer id dials first; the other
+        # waits a little (its connect then finds the connection up), and random pauses break
+        # any tie left. We keep trying past the backoff.
+        if self.peer_id > peer_id:
+            await self._wait_dialled_by(peer_id, random.uniform(*YIELD_DIAL_S))
         while self._loop.time() < deadline:
             try:
                 await self._p2p._client.connect(PeerID.from_base58(peer_id), addrs)
@@ -99,6 +103,16 @@ class Transport:
             await asyncio.sleep(random.uniform(0.5, 2.0))
         log.warning("could not connect to %s in %.0f s: %s", peer_id, CONNECT_WINDOW_S, problem)
         return False
+
+    async def _wait_dialled_by(self, peer_id: str, timeout_s: float) -> None:
+        """Return once the peer connected to us, or after timeout_s."""
+        deadline = self._loop.time() + timeout_s
+        wanted = PeerID.from_base58(peer_id)
+        while self._loop.time() < deadline:
+            with contextlib.suppress(Exception):
+                if any(info.peer_id == wanted for info in await self._p2p.list_peers()):
+                    return
+            await asyncio.sleep(0.1)
 
     def send(
         self,
