@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from p2ptrain.control.node import ControlNode, NodeConfig, configure_logging, run_node
     from p2ptrain.identity import load_or_create_identity
-    from p2ptrain.runspec import load_run_spec
+    from p2ptrain.records.run import load_run_spec
 
     spec = load_run_spec(args.run)
     configure_logging()

@@ -62,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from p2ptrain.runspec import load_run_spec
+    from p2ptrain.records.run import load_run_spec
     from p2ptrain.worker.local_swarm import LocalSwarm, plan_for
 
     if not 1 <= args.peers <= 64:

@@ -38,7 +38,7 @@ from p2ptrain.control.planning import PlanMaker
 from p2ptrain.control.view import BLOCK_S, MEMBER_ROLES, SwarmView
 from p2ptrain.net import probe, rpc
 from p2ptrain.net.host import full_addrs, make_host, parse_multiaddr, quiet_library_logs
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 
 log = logging.getLogger(__name__)
 

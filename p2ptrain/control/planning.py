@@ -19,7 +19,7 @@ import trio
 
 from p2ptrain.control import planner
 from p2ptrain.control.view import SwarmView
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from typing import Any, TypeGuard
 
 from p2ptrain import identity
 from p2ptrain.errors import UserError
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 
 WIRE_VERSION = 1
 MAX_ENVELOPE_BYTES = 64 * 1024

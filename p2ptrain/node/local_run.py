@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 from p2ptrain.worker.local_swarm import StepStats, SwarmResult
 from p2ptrain.worker.watchdog import set_parent_death_signal
 

@@ -135,7 +135,7 @@ def _run_netem(args: argparse.Namespace) -> int:
 
 def _run_e2e(args: argparse.Namespace) -> int:
     from p2ptrain.errors import UserError
-    from p2ptrain.runspec import load_run_spec
+    from p2ptrain.records.run import load_run_spec
     from p2ptrain.testbed.e2e_bench import RUN_ORDER, failure_summary, render, run_e2e_bench
     from p2ptrain.testbed.png_plot import write_line_plot
 

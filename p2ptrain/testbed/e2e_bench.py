@@ -24,7 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 from p2ptrain.testbed.links import LinkSpec
 from p2ptrain.testbed.swarm import (
     DataParallelSwarm,

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 from p2ptrain.testbed.testbed import Testbed
 from p2ptrain.worker.local_swarm import LocalSwarm
 

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from p2ptrain.errors import UserError
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 from p2ptrain.train.model import GPTConfig, Stage
 
 FORMAT = "p2ptrain.stage-checkpoint/1"

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from p2ptrain.errors import UserError
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 
 STDLIB = "stdlib"
 

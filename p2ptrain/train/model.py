@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 
 
 @dataclass(frozen=True)

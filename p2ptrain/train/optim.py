@@ -11,7 +11,7 @@ import math
 import torch
 from torch import nn
 
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 
 
 def make_optimizer(model: nn.Module, spec: RunSpec) -> torch.optim.AdamW:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 from p2ptrain.train.data import get_batch, load_corpus
 from p2ptrain.train.model import Stage, build_model, even_ranges, loss_fn
 from p2ptrain.train.optim import clip_grads, lr_at, make_optimizer, set_lr

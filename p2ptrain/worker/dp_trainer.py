@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 from p2ptrain.train.data import get_batch, load_corpus, replica_rows
 from p2ptrain.train.model import build_model, loss_fn
 from p2ptrain.train.optim import lr_at

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 
 # fault injection for tests: "STEP:STAGE:REPLICA" -> the worker in that role SIGKILLs its whole
 # process group (worker, hivemind children, p2pd) 50 ms into averaging that step

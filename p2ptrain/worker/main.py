@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from p2ptrain.errors import UserError
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 from p2ptrain.train.checkpoint import checkpoint_dir
 from p2ptrain.worker import watchdog
 from p2ptrain.worker.frames import Expected, FrameHeader, NotReady

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 from p2ptrain.train.data import get_batch, replica_rows
 from p2ptrain.train.model import Stage, loss_fn
 from p2ptrain.train.reference import micro_batch_rows

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from hivemind import DHT
 
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 from p2ptrain.train.checkpoint import (
     StageSnapshot,
     checkpoint_dir,

@@ -31,7 +31,7 @@ from p2ptrain.control.node import (
 )
 from p2ptrain.net import rpc
 from p2ptrain.net.host import make_host
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 
 
 class Attacker:

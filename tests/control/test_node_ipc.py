@@ -12,7 +12,7 @@ import trio
 
 from p2ptrain.control import wire
 from p2ptrain.control.node import ControlNode, NodeConfig
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 
 DATA_ADDR = "/ip4/127.0.0.1/tcp/4242/p2p/12D3KooWdata"
 

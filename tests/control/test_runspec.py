@@ -1,7 +1,7 @@
 import pytest
 
 from p2ptrain.errors import UserError
-from p2ptrain.runspec import RunSpec, load_run_spec
+from p2ptrain.records.run import RunSpec, load_run_spec
 
 
 def test_default_and_round_trip():

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 from p2ptrain.train.checkpoint import checkpoint_path
 from p2ptrain.train.data import get_batch, load_corpus, replica_rows
 from p2ptrain.train.model import build_model, stage_layer_ranges

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 from p2ptrain.train.reference import train_reference
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 from p2ptrain.testbed.swarm import DataParallelSwarm
 from p2ptrain.train.reference import train_reference
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from p2ptrain.runspec import load_run_spec
+from p2ptrain.records.run import load_run_spec
 from p2ptrain.train.reference import train_reference
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # 1-2 min; load-sensitive

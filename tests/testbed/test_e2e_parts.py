@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 from p2ptrain.schedule.synthetic import city_topology
 from p2ptrain.testbed.links import links_from_topology
 from p2ptrain.testbed.png_plot import HEIGHT, WIDTH, write_line_plot

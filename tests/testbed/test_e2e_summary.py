@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 from p2ptrain.testbed.e2e_bench import mean_of_runs, render, summarize
 from p2ptrain.testbed.swarm import stage_parameter_counts, step_traffic
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from p2ptrain.errors import UserError
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 from p2ptrain.train.checkpoint import (
     KEEP_STEPS,
     StageSnapshot,

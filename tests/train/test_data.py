@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from p2ptrain.errors import UserError
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 from p2ptrain.train.data import get_batch, load_corpus, replica_rows, stdlib_files
 
 SPEC = RunSpec(block_size=16, batch_size=10)

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 from p2ptrain.train.model import build_model, build_stage, loss_fn, stage_layer_ranges
 
 TINY = RunSpec(n_layer=3, n_head=2, n_embd=16, block_size=8, batch_size=4)

@@ -1,6 +1,6 @@
 import torch
 
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 from p2ptrain.train.model import build_model, loss_fn
 from p2ptrain.train.reference import forward_backward, micro_batch_rows, train_reference
 

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from p2ptrain.errors import UserError
-from p2ptrain.runspec import RunSpec, load_run_spec
+from p2ptrain.records.run import RunSpec, load_run_spec
 
 
 def test_training_fields_round_trip_through_json_dicts() -> None:

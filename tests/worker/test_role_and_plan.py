@@ -1,7 +1,7 @@
 import pytest
 
 from p2ptrain.errors import UserError
-from p2ptrain.runspec import RunSpec
+from p2ptrain.records.run import RunSpec
 from p2ptrain.worker.frames import ACTIVATION, GRADIENT
 from p2ptrain.worker.local_swarm import StepStats, plan_for, plan_layout
 from p2ptrain.worker.pipeline import expected_frame

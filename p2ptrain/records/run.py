@@ -1,6 +1,7 @@
 """The run spec: what a swarm trains, published by its bootstrap node.
 
-Pure stdlib. Minimal for now (run id, pipeline stages, the planner's traffic estimates); the data
+Pure stdlib. Read from the organiser's TOML file (`load_run_spec`), gossiped in a signed envelope,
+handed to every worker with its plan. Minimal for now (run id, pipeline stages, the planner's traffic estimates); the data
 plane grows it with model, data and optimizer fields. Keep every field defaulted, JSON-friendly and
 validated in `from_dict`, so old peers and new ones can read each other's specs.
 """
@@ -8,14 +9,17 @@ validated in `from_dict`, so old peers and new ones can read each other's specs.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from p2ptrain.errors import UserError
+from p2ptrain.errors import UserError, WireError
 
 MAX_RUN_ID_CHARS = 64
+MAX_INT = 2**53
+MAX_TEXT_CHARS = 4096
 
 
 @dataclass(frozen=True)
@@ -112,8 +116,18 @@ class RunSpec:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
-        """Build a spec from a dict; unknown keys or wrong types are UserErrors."""
+    def from_dict(cls, data: object) -> RunSpec:
+        """Build a spec from a dict; unknown keys, wrong types or values out of range raise
+        WireError (a UserError: from a file, the CLI prints one line)."""
+        try:
+            return cls._from_dict(data)
+        except WireError:
+            raise
+        except UserError as exc:
+            raise WireError(f"malformed run: {exc}") from None
+
+    @classmethod
+    def _from_dict(cls, data: object) -> RunSpec:
         if not isinstance(data, dict):
             raise UserError("a run spec must be a table/object")
         fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -130,6 +144,12 @@ class RunSpec:
                 value, expected
             ):
                 raise UserError(f"run spec field {name!r} must be {type(default).__name__}")
+            if isinstance(value, int) and abs(value) > MAX_INT:
+                raise UserError(f"run spec field {name!r} is out of range")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise UserError(f"run spec field {name!r} must be finite")
+            if isinstance(value, str) and len(value) > MAX_TEXT_CHARS:
+                raise UserError(f"run spec field {name!r} is longer than {MAX_TEXT_CHARS}")
             values[name] = (
                 float(value)
                 if isinstance(value, int | float) and isinstance(default, float)
@@ -150,4 +170,4 @@ def load_run_spec(path: str | Path | None) -> RunSpec:
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"run spec {path} is not valid TOML: {exc}") from exc
     table = data.get("run", data)
-    return RunSpec.from_dict(table)
+    return RunSpec._from_dict(table)  # the user's own file: its errors without a wire category

@@ -1,0 +1,69 @@
+"""Every record that crosses a process or a network, one frozen dataclass each (stdlib only).
+
+Each has `to_dict()` and a `from_dict()` that is total: whatever JSON-like value it is given, it
+returns a valid record or raises `p2ptrain.errors.WireError`, never anything else. Producers build
+records; nobody builds or reads a bare dict of one.
+
+| record          | module                 | travels                                             |
+|-----------------|------------------------|-----------------------------------------------------|
+| RunSpec         | records/run.py         | organiser's TOML -> bootstrap -> gossip -> worker   |
+| PeerRecord      | records/peer.py        | gossip + DHT (envelope kind "peer")                 |
+| Telemetry       | records/peer.py        | gossip (kind "telemetry"): link row + PeerMetrics   |
+| Claim           | records/peer.py        | gossip (kind "claim"): a planner's term             |
+| Plan            | records/plan.py        | gossip (kind "plan") -> worker socket -> metrics log|
+| NetworkFacts    | records/plan.py        | inside a Plan: the links it was made for            |
+| Hello, MetricsReport, SessionReport, PlanMessage, Stop | records/messages.py | worker socket, metrics logs |
+| SwarmStatus     | records/status.py      | the status RPC, `status --json`                     |
+
+The signed envelope around gossiped bodies is control/wire.py's; the data plane's frames
+(worker/frames.py) and averaging metadata (worker/planned_group.py) are defined beside their
+protocols.
+"""
+
+from p2ptrain.records.messages import (
+    Hello,
+    Message,
+    MetricsReport,
+    PlanMessage,
+    SessionReport,
+    Stop,
+    message_from_dict,
+)
+from p2ptrain.records.peer import (
+    MEMBER_ROLES,
+    ROLES,
+    Claim,
+    LinkReport,
+    PeerMetrics,
+    PeerRecord,
+    Telemetry,
+)
+from p2ptrain.records.plan import NetworkFacts, Plan, Role
+from p2ptrain.records.run import RunSpec, load_run_spec
+from p2ptrain.records.status import LinkStatus, PeerStatus, PlanSummary, SwarmStatus
+
+__all__ = [
+    "MEMBER_ROLES",
+    "ROLES",
+    "Claim",
+    "Hello",
+    "LinkReport",
+    "LinkStatus",
+    "Message",
+    "MetricsReport",
+    "NetworkFacts",
+    "PeerMetrics",
+    "PeerRecord",
+    "PeerStatus",
+    "Plan",
+    "PlanMessage",
+    "PlanSummary",
+    "Role",
+    "RunSpec",
+    "SessionReport",
+    "Stop",
+    "SwarmStatus",
+    "Telemetry",
+    "load_run_spec",
+    "message_from_dict",
+]

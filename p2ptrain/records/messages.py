@@ -1,0 +1,153 @@
+"""The messages between a node's control process and its worker (a Unix socket, one JSON object
+per line, ipc_lines.py), and the worker's reports that `p2ptrain local` follows in metrics logs.
+
+worker -> control: `hello` once its data plane is up, `metrics` after every step.
+control -> worker: `plan` (the accepted plan and the run spec), `stop`.
+Metrics logs (`join --metrics-log`) also carry `session`: a plan the worker started training on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from p2ptrain.records import fields as f
+from p2ptrain.records.plan import Plan
+from p2ptrain.records.run import RunSpec
+
+AVERAGING_OUTCOMES = ("solo", "averaged", "local", "stopped")
+MAX_PID = 2**31
+
+
+@dataclass(frozen=True)
+class Hello:
+    """The worker is up: its peer id (the node's) and its data-plane addresses."""
+
+    TYPE: ClassVar[str] = "hello"
+    peer_id: str
+    data_addrs: tuple[str, ...]
+    pid: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.TYPE, "peer_id": self.peer_id, "data_addrs": list(self.data_addrs),
+                "pid": self.pid}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: object) -> Hello:
+        d = f.mapping(data, "hello")
+        f.require_keys(d, "hello", ("peer_id", "data_addrs", "pid"))
+        return cls(
+            peer_id=f.peer_id(d["peer_id"], "hello"),
+            data_addrs=f.addrs(d["data_addrs"], "hello", "data_addrs"),
+            pid=f.integer(d["pid"], "hello", "pid", 0, MAX_PID),
+        )
+
+
+@dataclass(frozen=True)
+class MetricsReport:
+    """One step of one worker. `loss` only on a pipeline's last stage."""
+
+    TYPE: ClassVar[str] = "metrics"
+    step: int
+    loss: float | None
+    tokens_per_s: float
+    stage: int
+    replica: int
+    samples: int  # the replica's rows of the global batch
+    averaging: str  # one of AVERAGING_OUTCOMES
+    step_s: float
+    epoch: int  # the plan it trained under
+    term: int
+    num_replicas: int
+
+    @property
+    def plan_key(self) -> tuple[int, int]:
+        return self.term, self.epoch
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.TYPE, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: object) -> MetricsReport:
+        d = f.mapping(data, "metrics")
+        ints = ("step", "stage", "replica", "samples", "epoch", "term", "num_replicas")
+        f.require_keys(d, "metrics", (*ints, "loss", "tokens_per_s", "averaging", "step_s"))
+        values: dict[str, Any] = {name: f.integer(d[name], "metrics", name) for name in ints}
+        return cls(
+            loss=f.optional_number(d["loss"], "metrics", "loss"),
+            tokens_per_s=f.number(d["tokens_per_s"], "metrics", "tokens_per_s"),
+            averaging=f.choice(d["averaging"], "metrics", "averaging", AVERAGING_OUTCOMES),
+            step_s=f.number(d["step_s"], "metrics", "step_s"),
+            **values,
+        )
+
+
+@dataclass(frozen=True)
+class SessionReport:
+    """The worker starts training under `plan` at `step` (metrics logs only)."""
+
+    TYPE: ClassVar[str] = "session"
+    plan: Plan
+    step: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.TYPE, "plan": self.plan.to_dict(), "step": self.step}
+
+    @classmethod
+    def from_dict(cls, data: object) -> SessionReport:
+        d = f.mapping(data, "session")
+        f.require_keys(d, "session", ("plan", "step"))
+        return cls(Plan.from_dict(d["plan"]), f.integer(d["step"], "session", "step"))
+
+
+@dataclass(frozen=True)
+class PlanMessage:
+    """Train under this plan (control -> worker); the run spec travels with it."""
+
+    TYPE: ClassVar[str] = "plan"
+    plan: Plan
+    run: RunSpec | None  # None until the node learnt the run spec
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.TYPE, "plan": self.plan.to_dict(),
+                "run": None if self.run is None else self.run.to_dict()}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: object) -> PlanMessage:
+        d = f.mapping(data, "plan message")
+        f.require_keys(d, "plan message", ("plan",))
+        run = d.get("run")
+        return cls(Plan.from_dict(d["plan"]), None if run is None else RunSpec.from_dict(run))
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Checkpoint and exit (control -> worker)."""
+
+    TYPE: ClassVar[str] = "stop"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.TYPE}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Stop:
+        f.mapping(data, "stop")
+        return cls()
+
+
+Message = Hello | MetricsReport | SessionReport | PlanMessage | Stop
+MESSAGE_TYPES: dict[str, Any] = {
+    kind.TYPE: kind for kind in (Hello, MetricsReport, SessionReport, PlanMessage, Stop)
+}
+
+
+def message_from_dict(data: object) -> Message:
+    """The message a decoded JSON line holds, by its "type"; WireError if it holds none."""
+    d = f.mapping(data, "message")
+    name = d.get("type")
+    kind = MESSAGE_TYPES.get(name) if isinstance(name, str) else None
+    if kind is None:
+        raise f.malformed("message", "unknown or missing type")
+    message: Message = kind.from_dict(d)
+    return message

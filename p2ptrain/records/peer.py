@@ -1,0 +1,147 @@
+"""What peers gossip about themselves: their record, their row of the link matrix with their
+training metrics, and the planner's claim of a term. Each travels as the body of a signed
+envelope (control/wire.py) and is what the envelope's `kind` names."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from p2ptrain.records import fields as f
+
+ROLES = ("trainer", "control-only", "bootstrap", "observer")
+MEMBER_ROLES = ("trainer", "control-only")  # the roles a plan may place
+MAX_VERSION_CHARS = 32
+MAX_TERM = 2**53
+
+
+@dataclass(frozen=True)
+class PeerRecord:
+    """A peer announces itself: addresses, role, software, hardware, measured compute."""
+
+    addrs: tuple[str, ...]  # control-plane multiaddrs
+    role: str
+    planner_capable: bool
+    version: str
+    hardware: dict[str, Any]  # descriptive (control/hardware.py); nothing acts on it
+    compute_gflops: float | None = None
+    data_addrs: tuple[str, ...] = ()  # the worker's p2pd multiaddrs, once it said hello
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "addrs": list(self.addrs),
+            "data_addrs": list(self.data_addrs),
+            "role": self.role,
+            "planner_capable": self.planner_capable,
+            "version": self.version,
+            "hardware": self.hardware,
+            "compute_gflops": self.compute_gflops,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> PeerRecord:
+        d = f.mapping(data, "peer")
+        f.require_keys(d, "peer", ("addrs", "role", "planner_capable", "version", "hardware"))
+        return cls(
+            addrs=f.addrs(d["addrs"], "peer", "addrs"),
+            role=f.choice(d["role"], "peer", "role", ROLES),
+            planner_capable=f.boolean(d["planner_capable"], "peer", "planner_capable"),
+            version=f.text(d["version"], "peer", "version", MAX_VERSION_CHARS),
+            hardware=f.free_form(d["hardware"], "peer", "hardware"),
+            compute_gflops=f.optional_number(d.get("compute_gflops"), "peer", "compute_gflops"),
+            data_addrs=f.addrs(d.get("data_addrs", []), "peer", "data_addrs"),
+        )
+
+
+@dataclass(frozen=True)
+class LinkReport:
+    """One peer's latest own measurements towards another, with their ages in seconds."""
+
+    rtt_ms: float | None = None
+    rtt_age_s: float | None = None
+    bandwidth_mbps: float | None = None
+    bandwidth_age_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: object) -> LinkReport:
+        d = f.mapping(data, "link")
+        values = {k: f.optional_number(d.get(k), "link", k) for k in _LINK_FIELDS}
+        return cls(**values)
+
+
+_LINK_FIELDS = tuple(field.name for field in dataclasses.fields(LinkReport))
+
+
+@dataclass(frozen=True)
+class PeerMetrics:
+    """A trainer's latest step as its control process gossips it (from the worker's reports)."""
+
+    step: int | None = None
+    loss: float | None = None
+    tokens_per_s: float | None = None
+    stage: int | None = None
+    replica: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: object) -> PeerMetrics:
+        d = f.mapping(data, "metrics")
+        return cls(
+            step=f.optional_integer(d.get("step"), "metrics", "step"),
+            loss=f.optional_number(d.get("loss"), "metrics", "loss"),
+            tokens_per_s=f.optional_number(d.get("tokens_per_s"), "metrics", "tokens_per_s"),
+            stage=f.optional_integer(d.get("stage"), "metrics", "stage"),
+            replica=f.optional_integer(d.get("replica"), "metrics", "replica"),
+        )
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """A peer's row of the link matrix (peer id -> its measurements) and its metrics."""
+
+    links: dict[str, LinkReport]
+    metrics: PeerMetrics | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "links": {peer: link.to_dict() for peer, link in self.links.items()},
+            "metrics": None if self.metrics is None else self.metrics.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> Telemetry:
+        d = f.mapping(data, "telemetry")
+        f.require_keys(d, "telemetry", ("links",))
+        links = f.mapping(d["links"], "telemetry")
+        if len(links) > f.MAX_PEERS:
+            raise f.malformed("telemetry", f"links of more than {f.MAX_PEERS} peers")
+        metrics = d.get("metrics")
+        return cls(
+            links={
+                f.peer_id(peer, "telemetry"): LinkReport.from_dict(link)
+                for peer, link in links.items()
+            },
+            metrics=None if metrics is None else PeerMetrics.from_dict(metrics),
+        )
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A planner claims (and, re-broadcast, keeps) a term."""
+
+    term: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"term": self.term}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Claim:
+        d = f.mapping(data, "claim")
+        f.require_keys(d, "claim", ("term",))
+        return cls(f.integer(d["term"], "claim", "term", 1, MAX_TERM))

@@ -1,0 +1,164 @@
+"""The plan: who trains which stage of which pipeline, and the network it was made for.
+
+Made by the elected planner (control/planning.py) or by a harness that places workers itself;
+gossiped inside a signed envelope, handed to the worker over its socket, written to metrics logs.
+A plan of term 0 was made without an election (a harness's static plan).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from p2ptrain.records import fields as f
+
+MAX_STAGES = 1024
+MAX_RTT_S = 600.0
+
+
+@dataclass(frozen=True)
+class NetworkFacts:
+    """The links the plan's groups use, as measured when it was made: the data plane's timeouts
+    derive from them. Absent: the plan was made for a local network (loopback or LAN)."""
+
+    max_rtt_s: float  # the slowest round trip between two peers of the plan
+    min_rate_mbps: float  # the slowest link between two peers of the plan
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: object) -> NetworkFacts:
+        d = f.mapping(data, "network")
+        f.require_keys(d, "network", ("max_rtt_s", "min_rate_mbps"))
+        rate = f.number(d["min_rate_mbps"], "network", "min_rate_mbps", 1e-6)
+        return cls(f.number(d["max_rtt_s"], "network", "max_rtt_s", 0.0, MAX_RTT_S), rate)
+
+
+@dataclass(frozen=True)
+class Role:
+    """What a plan asks of one peer: which stage of which replica, and its neighbours."""
+
+    epoch: int
+    stage: int
+    num_stages: int
+    replica: int
+    num_replicas: int
+    prev_peer: str | None  # sends us activations, receives our gradients
+    next_peer: str | None  # receives our activations, sends us gradients
+    stage_peers: tuple[str, ...]  # everyone holding our stage, one per replica
+
+    @property
+    def is_first(self) -> bool:
+        return self.stage == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.stage == self.num_stages - 1
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Pipelines list one peer per stage; a replica is one pipeline; spares wait."""
+
+    term: int  # the planner's election term (0: no election)
+    epoch: int  # the planner's plan counter within its term
+    planner: str  # the planner's peer id, or the name of the harness that placed the peers
+    stages: int
+    pipelines: tuple[tuple[str, ...], ...]
+    spares: tuple[str, ...]
+    data_addrs: Mapping[str, tuple[str, ...]]  # peer id -> its data-plane multiaddrs
+    cost_s: float  # the scheduler's predicted cost of one step
+    network: NetworkFacts | None = None
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """Plans order by (term, epoch)."""
+        return self.term, self.epoch
+
+    @property
+    def num_replicas(self) -> int:
+        return len(self.pipelines)
+
+    def peers(self) -> set[str]:
+        """Every peer the plan names: pipeline members and spares."""
+        return {p for pipeline in self.pipelines for p in pipeline} | set(self.spares)
+
+    def same_placement(self, other: Plan) -> bool:
+        """Do both plans put every peer at the same place? (Then a session can go on.)"""
+        return self.stages == other.stages and self.pipelines == other.pipelines
+
+    def role_of(self, peer_id: str) -> Role | None:
+        """This peer's role, or None if the plan leaves it out (a spare, or not named)."""
+        for replica, pipeline in enumerate(self.pipelines):
+            if peer_id in pipeline:
+                stage = pipeline.index(peer_id)
+                return Role(
+                    epoch=self.epoch,
+                    stage=stage,
+                    num_stages=self.stages,
+                    replica=replica,
+                    num_replicas=len(self.pipelines),
+                    prev_peer=pipeline[stage - 1] if stage > 0 else None,
+                    next_peer=pipeline[stage + 1] if stage + 1 < len(pipeline) else None,
+                    stage_peers=tuple(p[stage] for p in self.pipelines),
+                )
+        return None
+
+    def replace(self, **changes: Any) -> Plan:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "term": self.term,
+            "epoch": self.epoch,
+            "planner": self.planner,
+            "stages": self.stages,
+            "pipelines": [list(p) for p in self.pipelines],
+            "spares": list(self.spares),
+            "data_addrs": {peer: list(a) for peer, a in self.data_addrs.items()},
+            "cost_s": self.cost_s,
+        }
+        if self.network is not None:
+            data["network"] = self.network.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: object) -> Plan:
+        d = f.mapping(data, "plan")
+        required = ("term", "epoch", "planner", "stages", "pipelines", "spares", "data_addrs")
+        f.require_keys(d, "plan", (*required, "cost_s"))
+        stages = f.integer(d["stages"], "plan", "stages", 1, MAX_STAGES)
+        raw_pipelines = d["pipelines"]
+        if not isinstance(raw_pipelines, list) or not 0 < len(raw_pipelines) <= f.MAX_PEERS:
+            raise f.malformed("plan", "pipelines must be a non-empty list")
+        pipelines = tuple(f.peer_ids(p, "plan", "a pipeline") for p in raw_pipelines)
+        if any(len(p) != stages for p in pipelines):
+            raise f.malformed("plan", "every pipeline must list exactly `stages` peers")
+        spares = f.peer_ids(d["spares"], "plan", "spares")
+        named = [p for pipeline in pipelines for p in pipeline] + list(spares)
+        if len(named) > f.MAX_PEERS:
+            raise f.malformed("plan", f"more than {f.MAX_PEERS} peers")
+        if len(set(named)) != len(named):
+            raise f.malformed("plan", "a peer appears more than once")
+        raw_addrs = f.mapping(d["data_addrs"], "plan")
+        if len(raw_addrs) > f.MAX_PEERS:
+            raise f.malformed("plan", f"data_addrs names more than {f.MAX_PEERS} peers")
+        data_addrs = {
+            f.peer_id(peer, "plan", "data_addrs key"): f.addrs(a, "plan", "data_addrs")
+            for peer, a in raw_addrs.items()
+        }
+        network = d.get("network")
+        return cls(
+            term=f.integer(d["term"], "plan", "term"),
+            epoch=f.integer(d["epoch"], "plan", "epoch"),
+            planner=f.peer_id(d["planner"], "plan", "planner"),
+            stages=stages,
+            pipelines=pipelines,
+            spares=spares,
+            data_addrs=data_addrs,
+            cost_s=f.number(d["cost_s"], "plan", "cost_s"),
+            network=None if network is None else NetworkFacts.from_dict(network),
+        )

@@ -1,0 +1,175 @@
+"""The status document: one node's view of the swarm (the status RPC, `p2ptrain status --json`).
+
+Its JSON fields are a contract relied on outside the project: add fields, never rename or drop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from p2ptrain.records import fields as f
+from p2ptrain.records.peer import ROLES, PeerMetrics
+from p2ptrain.records.plan import MAX_STAGES
+
+MAX_STATUS_PEERS = 10_000
+MAX_STATUS_LINKS = 200_000
+
+
+@dataclass(frozen=True)
+class PeerStatus:
+    id: str
+    alive: bool
+    planner: bool
+    role: str
+    addrs: tuple[str, ...]
+    data_addrs: tuple[str, ...]
+    version: str
+    hardware: dict[str, Any]
+    compute_gflops: float | None
+    last_seen_s: float
+    penalty: float
+    metrics: PeerMetrics | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "alive": self.alive, "planner": self.planner, "role": self.role,
+            "addrs": list(self.addrs), "data_addrs": list(self.data_addrs),
+            "version": self.version, "hardware": self.hardware,
+            "compute_gflops": self.compute_gflops, "last_seen_s": self.last_seen_s,
+            "penalty": self.penalty,
+            "metrics": None if self.metrics is None else self.metrics.to_dict(),
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: object) -> PeerStatus:
+        r = "status peer"
+        d = f.mapping(data, r)
+        f.require_keys(d, r, ("id", "alive", "planner", "role", "addrs", "last_seen_s"))
+        metrics = d.get("metrics")
+        return cls(
+            id=f.peer_id(d["id"], r),
+            alive=f.boolean(d["alive"], r, "alive"),
+            planner=f.boolean(d["planner"], r, "planner"),
+            role=f.choice(d["role"], r, "role", ROLES),
+            addrs=f.addrs(d["addrs"], r, "addrs"),
+            data_addrs=f.addrs(d.get("data_addrs", []), r, "data_addrs"),
+            version=f.text(d.get("version", "?"), r, "version"),
+            hardware=f.free_form(d.get("hardware", {}), r, "hardware"),
+            compute_gflops=f.optional_number(d.get("compute_gflops"), r, "compute_gflops"),
+            last_seen_s=f.number(d["last_seen_s"], r, "last_seen_s", -1e9),
+            penalty=f.number(d.get("penalty", 0.0), r, "penalty"),
+            metrics=None if metrics is None else PeerMetrics.from_dict(metrics),
+        )
+
+
+@dataclass(frozen=True)
+class LinkStatus:
+    a: str
+    b: str
+    rtt_ms: float | None
+    bandwidth_mbps: float | None
+    age_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"a": self.a, "b": self.b, "rtt_ms": self.rtt_ms,
+                "bandwidth_mbps": self.bandwidth_mbps, "age_s": self.age_s}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: object) -> LinkStatus:
+        d = f.mapping(data, "status link")
+        f.require_keys(d, "status link", ("a", "b", "age_s"))
+        return cls(
+            a=f.peer_id(d["a"], "status link"),
+            b=f.peer_id(d["b"], "status link"),
+            rtt_ms=f.optional_number(d.get("rtt_ms"), "status link", "rtt_ms"),
+            bandwidth_mbps=f.optional_number(d.get("bandwidth_mbps"), "status link", "rate"),
+            age_s=f.number(d["age_s"], "status link", "age_s"),
+        )
+
+
+@dataclass(frozen=True)
+class PlanSummary:
+    """The plan without its addresses."""
+
+    term: int
+    epoch: int
+    planner: str
+    stages: int
+    pipelines: tuple[tuple[str, ...], ...]
+    spares: tuple[str, ...]
+    cost_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"term": self.term, "epoch": self.epoch, "planner": self.planner,
+                "stages": self.stages, "pipelines": [list(p) for p in self.pipelines],
+                "spares": list(self.spares), "cost_s": self.cost_s}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: object) -> PlanSummary:
+        r = "status plan"
+        d = f.mapping(data, r)
+        f.require_keys(d, r, ("term", "epoch", "planner", "stages", "pipelines", "spares"))
+        pipelines = d["pipelines"]
+        if not isinstance(pipelines, list) or len(pipelines) > f.MAX_PEERS:
+            raise f.malformed(r, "pipelines must be a list")
+        return cls(
+            term=f.integer(d["term"], r, "term"),
+            epoch=f.integer(d["epoch"], r, "epoch"),
+            planner=f.peer_id(d["planner"], r, "planner"),
+            stages=f.integer(d["stages"], r, "stages", 1, MAX_STAGES),
+            pipelines=tuple(f.peer_ids(p, r, "pipeline") for p in pipelines),
+            spares=f.peer_ids(d["spares"], r, "spares"),
+            cost_s=f.number(d.get("cost_s", 0.0), r, "cost_s"),
+        )
+
+
+@dataclass(frozen=True)
+class SwarmStatus:
+    run: str
+    planner: str | None  # the live planner this node follows
+    peers: tuple[PeerStatus, ...]
+    links: tuple[LinkStatus, ...]
+    plan: PlanSummary | None
+    observed_by: str
+    telemetry_age_s: dict[str, float]  # whose telemetry this node holds, and its age
+    bootstrap: str | None
+    term: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run, "planner": self.planner,
+            "peers": [p.to_dict() for p in self.peers],
+            "links": [link.to_dict() for link in self.links],
+            "plan": None if self.plan is None else self.plan.to_dict(),
+            "observed_by": self.observed_by, "telemetry_age_s": self.telemetry_age_s,
+            "bootstrap": self.bootstrap, "term": self.term,
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: object) -> SwarmStatus:
+        r = "status"
+        d = f.mapping(data, r)
+        f.require_keys(d, r, ("run", "planner", "peers", "links", "plan", "observed_by", "term"))
+        peers, links = d["peers"], d["links"]
+        if not isinstance(peers, list) or len(peers) > MAX_STATUS_PEERS:
+            raise f.malformed(r, f"peers must be a list of at most {MAX_STATUS_PEERS}")
+        if not isinstance(links, list) or len(links) > MAX_STATUS_LINKS:
+            raise f.malformed(r, f"links must be a list of at most {MAX_STATUS_LINKS}")
+        ages = f.mapping(d.get("telemetry_age_s", {}), r)
+        if len(ages) > MAX_STATUS_PEERS:
+            raise f.malformed(r, "telemetry_age_s is too large")
+        planner, bootstrap, plan = d["planner"], d.get("bootstrap"), d["plan"]
+        return cls(
+            run=d["run"] if d["run"] == "" else f.text(d["run"], r, "run"),
+            planner=None if planner is None else f.peer_id(planner, r, "planner"),
+            peers=tuple(PeerStatus.from_dict(p) for p in peers),
+            links=tuple(LinkStatus.from_dict(link) for link in links),
+            plan=None if plan is None else PlanSummary.from_dict(plan),
+            observed_by=f.peer_id(d["observed_by"], r, "observed_by"),
+            telemetry_age_s={
+                f.peer_id(k, r): f.number(v, r, "telemetry_age_s", -1e9) for k, v in ages.items()
+            },
+            bootstrap=None if bootstrap is None else f.peer_id(bootstrap, r, "bootstrap"),
+            term=f.integer(d["term"], r, "term"),
+        )

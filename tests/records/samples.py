@@ -1,0 +1,94 @@
+"""One valid instance of every record, as the dict a producer writes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from p2ptrain.records import (
+    Claim,
+    Hello,
+    MetricsReport,
+    PeerRecord,
+    Plan,
+    PlanMessage,
+    RunSpec,
+    SessionReport,
+    Stop,
+    SwarmStatus,
+    Telemetry,
+)
+
+A = "12D3KooWA1111111111111111111111111111111111111111111"
+B = "12D3KooWB2222222222222222222222222222222222222222222"
+C = "12D3KooWC3333333333333333333333333333333333333333333"
+
+
+def plan_dict() -> dict[str, Any]:
+    return {
+        "term": 2,
+        "epoch": 5,
+        "planner": A,
+        "stages": 2,
+        "pipelines": [[A, B]],
+        "spares": [C],
+        "data_addrs": {A: ["/ip4/127.0.0.1/tcp/4001"], B: ["/ip4/127.0.0.1/tcp/4002"]},
+        "cost_s": 0.25,
+        "network": {"max_rtt_s": 0.12, "min_rate_mbps": 50.0},
+    }
+
+
+def peer_dict() -> dict[str, Any]:
+    return {
+        "addrs": [f"/ip4/127.0.0.1/tcp/4001/p2p/{A}"],
+        "data_addrs": ["/ip4/127.0.0.1/tcp/4002"],
+        "role": "trainer",
+        "planner_capable": True,
+        "version": "0.1.0",
+        "hardware": {"cpu_count": 2, "gpus": [], "memory_bytes": 2**34},
+        "compute_gflops": 12.5,
+    }
+
+
+def telemetry_dict() -> dict[str, Any]:
+    return {
+        "links": {
+            B: {"rtt_ms": 0.4, "rtt_age_s": 1.0, "bandwidth_mbps": None, "bandwidth_age_s": None}
+        },
+        "metrics": {"step": 3, "loss": 4.5, "tokens_per_s": 900.0, "stage": 1, "replica": 0},
+    }
+
+
+def metrics_dict() -> dict[str, Any]:
+    return {
+        "type": "metrics", "step": 3, "loss": 4.5, "tokens_per_s": 900.0, "stage": 1,
+        "replica": 0, "samples": 8, "averaging": "averaged", "step_s": 0.7, "epoch": 5,
+        "term": 2, "num_replicas": 2,
+    }  # fmt: skip
+
+
+def status_dict() -> dict[str, Any]:
+    peer = {"id": A, "alive": True, "planner": True, "last_seen_s": 0.0, "penalty": 0.0,
+            "metrics": telemetry_dict()["metrics"], **peer_dict()}  # fmt: skip
+    del peer["planner_capable"]
+    plan = {k: v for k, v in plan_dict().items() if k not in ("data_addrs", "network")}
+    return {
+        "run": "r", "planner": A, "peers": [peer],
+        "links": [{"a": A, "b": B, "rtt_ms": 0.4, "bandwidth_mbps": 900.0, "age_s": 1.0}],
+        "plan": plan, "observed_by": A, "telemetry_age_s": {B: 0.5}, "bootstrap": C, "term": 2,
+    }  # fmt: skip
+
+
+# (record class, a valid dict of it)
+SAMPLES: list[tuple[Any, dict[str, Any]]] = [
+    (Plan, plan_dict()),
+    (PeerRecord, peer_dict()),
+    (Telemetry, telemetry_dict()),
+    (Claim, {"term": 3}),
+    (RunSpec, RunSpec(run_id="r", steps=7).to_dict()),
+    (Hello, {"type": "hello", "peer_id": A, "data_addrs": ["/ip4/127.0.0.1/tcp/1"], "pid": 42}),
+    (MetricsReport, metrics_dict()),
+    (SessionReport, {"type": "session", "plan": plan_dict(), "step": 4}),
+    (PlanMessage, {"type": "plan", "plan": plan_dict(), "run": RunSpec().to_dict()}),
+    (Stop, {"type": "stop"}),
+    (SwarmStatus, status_dict()),
+]

@@ -1,0 +1,103 @@
+"""Fuzzing every record decoder: mutated valid records and random JSON values give a record or
+the one wire error, never another exception. The default run tries a few thousand inputs per
+decoder; `-m slow` tries 100,000."""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from typing import Any
+
+import pytest
+
+from p2ptrain.errors import WireError
+from p2ptrain.records import message_from_dict
+from tests.records.samples import SAMPLES
+
+
+def _deep(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+NASTY: list[Any] = [
+    None, True, False, 0, -1, 1, 2**53 + 1, 10**400, -(10**400), 1.5, -0.0, math.nan, math.inf,
+    -math.inf, 1e308, "", "x" * 5000, "garbage", "\x00", "/ip4/1.2.3.4/tcp/1", "12D3KooWA", [],
+    {}, [None], [[]], {"a": 1}, {"": None}, _deep(200), list(range(3000)), ["garbage"] * 20,
+    {str(i): i for i in range(2000)}, [math.nan], {"step": math.inf},
+]  # fmt: skip
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place inside a JSON value where a sub-value sits."""
+    found = [prefix]
+    if len(prefix) > 8:
+        return found
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            found += _paths(sub, (*prefix, key))
+    elif isinstance(value, list):
+        for index, sub in enumerate(value[:8]):
+            found += _paths(sub, (*prefix, index))
+    return found
+
+
+def _mutate(rng: random.Random, sample: dict[str, Any]) -> Any:
+    data = copy.deepcopy(sample)
+    for _ in range(rng.randint(1, 3)):
+        if rng.random() < 0.05:
+            return copy.deepcopy(rng.choice(NASTY))
+        path = rng.choice(_paths(data)[1:] or [()])
+        if not path:
+            continue
+        parent = data
+        for step in path[:-1]:
+            parent = parent[step]
+        last = path[-1]
+        roll = rng.random()
+        if roll < 0.6:
+            parent[last] = copy.deepcopy(rng.choice(NASTY))
+        elif roll < 0.8 and isinstance(parent, dict):
+            del parent[last]
+        elif isinstance(parent, dict):
+            parent[rng.choice(["extra", "type", "term", "plan", last])] = copy.deepcopy(
+                rng.choice(NASTY)
+            )
+        elif isinstance(parent, list):
+            parent.append(copy.deepcopy(rng.choice(NASTY)))
+    return data
+
+
+def fuzz(decode: Any, sample: dict[str, Any], num_inputs: int, seed: int) -> int:
+    """Decode num_inputs mutations of sample; the number that decoded into a record."""
+    rng = random.Random(seed)
+    num_valid = 0
+    for _ in range(num_inputs):
+        data = _mutate(rng, sample)
+        try:
+            decode(data)
+            num_valid += 1
+        except WireError:
+            pass
+    return num_valid
+
+
+DECODERS = [(kind.from_dict, data) for kind, data in SAMPLES] + [
+    (message_from_dict, data) for kind, data in SAMPLES if "type" in data
+]
+IDS = [f"{getattr(d, '__qualname__', d)}-{i}" for i, (d, _) in enumerate(DECODERS)]
+
+
+@pytest.mark.parametrize("decode,sample", DECODERS, ids=IDS)
+def test_decoders_are_total(decode: Any, sample: dict[str, Any]) -> None:
+    num_valid = fuzz(decode, sample, 1500, seed=1)
+    assert num_valid < 1500  # the mutations do reach the checks
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("decode,sample", DECODERS, ids=IDS)
+def test_decoders_are_total_over_100k_inputs(decode: Any, sample: dict[str, Any]) -> None:
+    fuzz(decode, sample, 100_000, seed=2)

@@ -1,0 +1,125 @@
+"""Every record: the dict a producer writes survives a round trip, and bad values are refused
+with the one wire error."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import pytest
+
+from p2ptrain.errors import UserError, WireError
+from p2ptrain.records import (
+    Claim,
+    Hello,
+    MetricsReport,
+    PeerRecord,
+    Plan,
+    PlanMessage,
+    RunSpec,
+    Stop,
+    Telemetry,
+    message_from_dict,
+)
+from tests.records.samples import SAMPLES, A, B, C, metrics_dict, peer_dict, plan_dict
+
+
+@pytest.mark.parametrize("kind,data", SAMPLES, ids=lambda x: getattr(x, "__name__", ""))
+def test_round_trip(kind: Any, data: dict[str, Any]) -> None:
+    record = kind.from_dict(copy.deepcopy(data))
+    assert record.to_dict() == data
+    assert kind.from_dict(record.to_dict()) == record
+
+
+def test_a_wire_error_is_a_user_error_with_a_category() -> None:
+    with pytest.raises(WireError) as caught:
+        Plan.from_dict({"term": 1})
+    assert isinstance(caught.value, UserError)
+    assert caught.value.category == "malformed"
+
+
+def _plan_with(**changes: Any) -> dict[str, Any]:
+    return {**plan_dict(), **changes}
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"pipelines": []},  # nobody trains
+        {"stages": 3},  # pipelines of 2
+        {"stages": 0},
+        {"pipelines": [[A, A]]},
+        {"spares": [A]},  # a pipeline member is no spare
+        {"term": -1},
+        {"term": 10**400},  # would overflow any float conversion
+        {"epoch": True},  # a bool is no integer
+        {"cost_s": math.nan},
+        {"cost_s": math.inf},
+        {"planner": "not a peer id!"},
+        {"data_addrs": {A: "not a list"}},
+        {"data_addrs": {A: [""]}},
+        {"data_addrs": {A: ["/ip4/1.2.3.4/tcp/1"] * 17}},
+        {"network": {"max_rtt_s": -1, "min_rate_mbps": 1}},
+        {"network": {"max_rtt_s": 0.1, "min_rate_mbps": 0}},
+        {"pipelines": [[A, B]] * 2000},
+    ],
+)
+def test_bad_plans_are_refused(changes: dict[str, Any]) -> None:
+    with pytest.raises(WireError):
+        Plan.from_dict(_plan_with(**changes))
+
+
+def test_a_plan_knows_each_peers_role() -> None:
+    plan = Plan.from_dict(_plan_with(pipelines=[[A, B], [C, "w3"]], spares=[], data_addrs={}))
+    role = plan.role_of(B)
+    assert role is not None and role.is_last and role.prev_peer == A and role.next_peer is None
+    assert role.stage_peers == (B, "w3") and role.num_replicas == 2
+    assert plan.role_of("elsewhere") is None
+    assert plan.peers() == {A, B, C, "w3"} and plan.key == (2, 5)
+    moved = plan.replace(pipelines=((B, A), (C, "w3")))
+    assert not plan.same_placement(moved) and plan.same_placement(plan.replace(epoch=6))
+
+
+@pytest.mark.parametrize(
+    "kind,data",
+    [
+        (PeerRecord, {**peer_dict(), "addrs": ["garbage"] * 17}),
+        (PeerRecord, {**peer_dict(), "role": "king"}),
+        (PeerRecord, {**peer_dict(), "planner_capable": 1}),
+        (PeerRecord, {**peer_dict(), "hardware": {"deep": [[[[[[1]]]]]]}}),
+        (PeerRecord, {**peer_dict(), "compute_gflops": 10**400}),
+        (Telemetry, {"links": {A: {"rtt_ms": -3}}}),
+        (Telemetry, {"links": {"bad id!": {}}}),
+        (Telemetry, {"links": {}, "metrics": {"loss": "low"}}),
+        (Claim, {"term": 0}),
+        (Claim, {"term": 2**60}),
+        (Hello, {"peer_id": A, "data_addrs": [], "pid": -1}),
+        (MetricsReport, {**metrics_dict(), "averaging": "maybe"}),
+        (MetricsReport, {**metrics_dict(), "loss": math.nan}),
+        (RunSpec, {"steps": 10**400}),
+        (RunSpec, {"lr": math.inf}),
+        (RunSpec, {"stages": "two"}),
+        (Stop, ["stop"]),
+    ],
+)
+def test_bad_records_are_refused(kind: Any, data: Any) -> None:
+    with pytest.raises(WireError):
+        kind.from_dict(data)
+
+
+def test_unknown_fields_are_ignored_on_the_wire_but_not_in_a_run_spec() -> None:
+    """A newer peer may add fields to what it gossips; a run spec field nobody knows is a typo."""
+    assert Claim.from_dict({"term": 2, "later": "field"}) == Claim(2)
+    with pytest.raises(WireError, match="unknown run spec field"):
+        RunSpec.from_dict({"stepz": 3})
+
+
+def test_messages_dispatch_on_their_type() -> None:
+    assert message_from_dict({"type": "stop"}) == Stop()
+    message = message_from_dict({"type": "plan", "plan": plan_dict(), "run": None})
+    assert isinstance(message, PlanMessage) and message.run is None
+    assert isinstance(message_from_dict(metrics_dict()), MetricsReport)
+    for bad in ({"type": "throughput"}, {"kind": "stop"}, [], {"type": 3}):
+        with pytest.raises(WireError):
+            message_from_dict(bad)
