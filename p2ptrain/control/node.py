@@ -35,6 +35,7 @@ from p2ptrain.control.hardware import describe_hardware, measure_compute_gflops
 from p2ptrain.control.ipc import IpcServer
 from p2ptrain.control.measuring import LinkProber
 from p2ptrain.control.planning import PlanMaker
+from p2ptrain.control.status import swarm_status
 from p2ptrain.control.view import BLOCK_S, MEMBER_ROLES, SwarmView
 from p2ptrain.net import probe, rpc
 from p2ptrain.net.host import full_addrs, make_host, parse_multiaddr, quiet_library_logs
@@ -524,7 +525,7 @@ class ControlNode:
     # ------------------------------------------------------------------ status, run, worker
 
     async def _respond_status(self, request: bytes) -> dict[str, Any]:
-        return self.view.status(time.monotonic())
+        return swarm_status(self.view, time.monotonic())
 
     async def _respond_run(self, request: bytes) -> dict[str, Any]:
         if self.config.role != "bootstrap" or self.view.run is None:
