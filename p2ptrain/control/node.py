@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import trio
+from libp2p.abc import IHost
 from libp2p.custom_types import TProtocol
 from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
 from libp2p.peer.id import ID
@@ -35,6 +36,7 @@ from p2ptrain.control.hardware import describe_hardware, measure_compute_gflops
 from p2ptrain.control.ipc import IpcServer
 from p2ptrain.control.measuring import LinkProber
 from p2ptrain.control.planning import PlanMaker
+from p2ptrain.control.state import NodeState
 from p2ptrain.control.status import swarm_status
 from p2ptrain.control.view import BLOCK_S, MEMBER_ROLES, SwarmView
 from p2ptrain.net import probe, rpc
@@ -104,10 +106,10 @@ class ControlNode:
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
-        self.peer_id = identity.peer_id_of(config.seed)
-        self.host = make_host(config.seed)
-        self.view = SwarmView(
-            self_id=self.peer_id,
+        peer_id = identity.peer_id_of(config.seed)
+        host = make_host(config.seed)
+        view = SwarmView(
+            self_id=peer_id,
             role=config.role,
             planner_capable=config.role in MEMBER_ROLES,
             started_at=time.monotonic(),
@@ -118,23 +120,23 @@ class ControlNode:
         if config.bootstrap_addr:
             info = info_from_p2p_addr(parse_multiaddr(config.bootstrap_addr, need_peer_id=True))
             self.bootstrap_peer = info.peer_id
-            self.view.bootstrap_id = info.peer_id.to_base58()
+            view.bootstrap_id = info.peer_id.to_base58()
         elif config.role == "bootstrap":
-            self.view.bootstrap_id = self.peer_id
-        self.addrs: list[str] = []
-        self.data_addrs: list[str] = []
-        self.compute_gflops: float | None = None
-        self.hardware = describe_hardware()
+            view.bootstrap_id = peer_id
+        self.state = NodeState(
+            seed=config.seed,
+            role=config.role,
+            peer_id=peer_id,
+            host=host,
+            view=view,
+            hardware=describe_hardware(),
+        )
         self.ipc = IpcServer(config.ipc_path, self._on_ipc) if config.ipc_path else None
-        self._seq = wire.SeqClock()
-        self._due: dict[str, float] = {}
         self._last_dial: dict[str, float] = {}
         self._blocked_logged: set[str] = set()
-        self._latest: dict[tuple[str, str], bytes] = {}  # (author, kind) -> accepted envelope
-        self.plan_maker = PlanMaker(self.view, self.peer_id)
-        self.joined = trio.Event()
-        self.prober = LinkProber(self.host, self.view, self.joined)
-        self.dht = KadDHT(self.host, DHTMode.SERVER, max_peers_per_subnet=0)
+        self.plan_maker = PlanMaker(view, peer_id)
+        self.prober = LinkProber(host, view, self.state.joined)
+        self.dht = KadDHT(host, DHTMode.SERVER, max_peers_per_subnet=0)
         self.dht.register_validator(DHT_NAMESPACE, _SignedRecordValidator())
         self.gossipsub = GossipSub(
             # v1.1: v1.2's IDONTWANT control messages cost more CPU than they save at our sizes
@@ -146,7 +148,24 @@ class ControlNode:
             spam_protection_enabled=False,
             eclipse_protection_enabled=False,  # all loopback peers share one IP
         )
-        self.pubsub = Pubsub(self.host, self.gossipsub, strict_signing=True)
+        self.pubsub = Pubsub(host, self.gossipsub, strict_signing=True)
+
+    @property
+    def peer_id(self) -> str:
+        return self.state.peer_id
+
+    @property
+    def host(self) -> IHost:
+        return self.state.host
+
+    @property
+    def view(self) -> SwarmView:
+        return self.state.view
+
+    @property
+    def addrs(self) -> list[str]:
+        """Our full listen multiaddrs (empty until `run` has started)."""
+        return self.state.addrs
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -155,7 +174,7 @@ class ControlNode:
         quiet_library_logs()
         listen = parse_multiaddr(self.config.listen_addr)
         async with self.host.run(listen_addrs=[listen]):
-            self.addrs = full_addrs(self.host)
+            self.state.addrs = full_addrs(self.host)
             self.host.set_stream_handler(probe.PING_PROTOCOL, probe.handle_ping)
             self.host.set_stream_handler(probe.BANDWIDTH_PROTOCOL, probe.handle_bandwidth)
             self.host.set_stream_handler(STATUS_PROTOCOL, rpc.make_handler(self._respond_status))
@@ -174,7 +193,7 @@ class ControlNode:
                 if self.config.print_addr:
                     print(self.addrs[0], flush=True)
                 log.info(
-                    "control %s (%s) listening on %s", self.peer_id, self.config.role, self.addrs
+                    "control %s (%s) listening on %s", self.peer_id, self.state.role, self.addrs
                 )
                 if self.ipc is not None:
                     await nursery.start(self.ipc.serve)
@@ -183,7 +202,7 @@ class ControlNode:
                 nursery.start_soon(self._serve_publishing)
                 nursery.start_soon(self._serve_discovery)
                 nursery.start_soon(self._serve_sync)
-                if self.config.role in MEMBER_ROLES:
+                if self.state.role in MEMBER_ROLES:
                     nursery.start_soon(self._measure_compute)
                     nursery.start_soon(self.prober.serve_rtt_probes)
                     nursery.start_soon(self.prober.serve_bandwidth_probes)
@@ -199,7 +218,7 @@ class ControlNode:
 
     async def _join(self) -> None:
         if self.bootstrap_peer is None:
-            self.joined.set()
+            self.state.joined.set()
             return
         info = info_from_p2p_addr(parse_multiaddr(self.config.bootstrap_addr or ""))
         delay_s = 0.5
@@ -217,7 +236,7 @@ class ControlNode:
         log.info(
             "joined via bootstrap %s, run %s", info.peer_id, (self.view.run or {}).get("run_id")
         )
-        self.joined.set()
+        self.state.joined.set()
         await self._refresh_dht()
 
     async def _fetch_run(self) -> None:
@@ -237,7 +256,7 @@ class ControlNode:
 
     async def _serve_discovery(self) -> None:
         """Dial members we know of (gossiped records, DHT routing table) but are not connected to."""
-        await self.joined.wait()
+        await self.state.joined.wait()
         last_refresh = last_put = time.monotonic()
         await self._put_record_in_dht()
         while True:
@@ -288,7 +307,7 @@ class ControlNode:
     async def _put_record_in_dht(self) -> None:
         """Our signed record under /p2ptrain/peer/<id>; the bootstrap also puts /p2ptrain/run."""
         puts = [(f"/{DHT_NAMESPACE}/peer/{self.peer_id}", self._record_message())]
-        if self.config.role == "bootstrap" and self.view.run is not None:
+        if self.state.role == "bootstrap" and self.view.run is not None:
             puts.append((f"/{DHT_NAMESPACE}/run", self._run_message()))
         for key, value in puts:
             with trio.move_on_after(10):
@@ -344,7 +363,7 @@ class ControlNode:
         drop = self.view.accept(env, now)
         if drop is None:
             if env.author != self.peer_id:
-                self._latest[(env.author, env.kind)] = data
+                self.state.latest[(env.author, env.kind)] = data
             return True
         if drop.category is None:
             log.debug("ignored %s from %s: %s", env.kind, env.author, drop.reason)
@@ -356,7 +375,7 @@ class ControlNode:
     async def _serve_sync(self) -> None:
         """Pull anti-entropy: every few seconds fetch a random peer's latest signed envelopes and
         apply those we lack. Heals what gossip lost, even for a node whose mesh broke."""
-        await self.joined.wait()
+        await self.state.joined.wait()
         while True:
             live = set(self.view.live_members(time.monotonic())) | {self.view.bootstrap_id}
             candidates = [
@@ -394,15 +413,16 @@ class ControlNode:
         # records before what depends on them (telemetry and claims need the author's record)
         order = {"run": 0, "peer": 1, "claim": 2, "plan": 3, "telemetry": 4}
         held = [
-            data for (_, kind), data in sorted(self._latest.items(), key=lambda kv: order[kv[0][1]])
+            data
+            for (_, kind), data in sorted(self.state.latest.items(), key=lambda kv: order[kv[0][1]])
         ]
         return {"envelopes": [d.decode() for d in [*own, *held]]}
 
     def _own_state_messages(self) -> list[bytes]:
         messages = []
-        if self.config.role in MEMBER_ROLES:
+        if self.state.role in MEMBER_ROLES:
             messages.append(self._telemetry_message())
-        if self.config.role == "bootstrap" and self.view.run is not None:
+        if self.state.role == "bootstrap" and self.view.run is not None:
             messages.append(self._run_message())
         if self.view.planner == self.peer_id:
             messages.append(self._claim_message())
@@ -435,36 +455,38 @@ class ControlNode:
 
     def _record_message(self) -> bytes:
         body = {
-            "addrs": self.addrs,
-            "data_addrs": self.data_addrs,
-            "role": self.config.role,
-            "planner_capable": self.config.role in MEMBER_ROLES,
+            "addrs": self.state.addrs,
+            "data_addrs": self.state.data_addrs,
+            "role": self.state.role,
+            "planner_capable": self.state.role in MEMBER_ROLES,
             "version": __version__,
-            "hardware": self.hardware,
-            "compute_gflops": self.compute_gflops,
+            "hardware": self.state.hardware,
+            "compute_gflops": self.state.compute_gflops,
         }
         self.view.own_record = body
-        return wire.encode(self.config.seed, "peer", self._seq.next(), body)
+        return wire.encode(self.state.seed, "peer", self.state.seq.next(), body)
 
     def _run_message(self) -> bytes:
         assert self.view.run is not None
-        return wire.encode(self.config.seed, "run", self._seq.next(), self.view.run)
+        return wire.encode(self.state.seed, "run", self.state.seq.next(), self.view.run)
 
     def _telemetry_message(self) -> bytes:
         body = {"links": self.view.own_row(time.monotonic()), "metrics": self.view.own_metrics}
-        return wire.encode(self.config.seed, "telemetry", self._seq.next(), body)
+        return wire.encode(self.state.seed, "telemetry", self.state.seq.next(), body)
 
     def _claim_message(self) -> bytes:
-        return wire.encode(self.config.seed, "claim", self._seq.next(), {"term": self.view.term})
+        return wire.encode(
+            self.state.seed, "claim", self.state.seq.next(), {"term": self.view.term}
+        )
 
     def _plan_message(self) -> bytes:
         assert self.view.plan is not None
-        return wire.encode(self.config.seed, "plan", self._seq.next(), self.view.plan)
+        return wire.encode(self.state.seed, "plan", self.state.seq.next(), self.view.plan)
 
     def _due_now(self, name: str, interval_s: float, now: float) -> bool:
-        if now < self._due.get(name, 0.0):
+        if now < self.state.due.get(name, 0.0):
             return False
-        self._due[name] = now + interval_s * random.uniform(0.9, 1.1)
+        self.state.due[name] = now + interval_s * random.uniform(0.9, 1.1)
         return True
 
     async def _publish(self, topic: str, make: Callable[[], bytes]) -> None:
@@ -476,14 +498,14 @@ class ControlNode:
 
     async def _serve_publishing(self) -> None:
         """Publish our state, paced; every message re-states everything we author (anti-entropy)."""
-        await self.joined.wait()
+        await self.state.joined.wait()
         while True:
             now = time.monotonic()
             if self._due_now("record", RECORD_INTERVAL_S, now):
                 await self._publish(CONTROL_TOPIC, self._record_message)
-            if self.config.role == "bootstrap" and self._due_now("run", RUN_INTERVAL_S, now):
+            if self.state.role == "bootstrap" and self._due_now("run", RUN_INTERVAL_S, now):
                 await self._publish(CONTROL_TOPIC, self._run_message)
-            if self.config.role in MEMBER_ROLES and self._due_now(
+            if self.state.role in MEMBER_ROLES and self._due_now(
                 "telemetry", TELEMETRY_INTERVAL_S, now
             ):
                 await self._publish(TELEMETRY_TOPIC, self._telemetry_message)
@@ -503,23 +525,23 @@ class ControlNode:
     # ------------------------------------------------------------------ measurements
 
     async def _measure_compute(self) -> None:
-        self.compute_gflops = await trio.to_thread.run_sync(measure_compute_gflops)
-        self._due["record"] = 0.0  # announce it soon
+        self.state.compute_gflops = await trio.to_thread.run_sync(measure_compute_gflops)
+        self.state.publish_soon("record")  # announce it soon
 
     # ------------------------------------------------------------------ election and planning
 
     async def _serve_election(self) -> None:
-        await self.joined.wait()
+        await self.state.joined.wait()
         while True:
             now = time.monotonic()
             if self.view.run is not None and self.view.should_claim(now):
                 term = self.view.claim()
                 log.info("claiming the planner role, term %d", term)
-                self._due["claim"] = 0.0
+                self.state.publish_soon("claim")
             if self.view.planner == self.peer_id and await self.plan_maker.tick(
-                now, self.data_addrs
+                now, self.state.data_addrs
             ):
-                self._due["plan"] = 0.0
+                self.state.publish_soon("plan")
             await trio.sleep(ELECTION_TICK_S)
 
     # ------------------------------------------------------------------ status, run, worker
@@ -528,7 +550,7 @@ class ControlNode:
         return swarm_status(self.view, time.monotonic())
 
     async def _respond_run(self, request: bytes) -> dict[str, Any]:
-        if self.config.role != "bootstrap" or self.view.run is None:
+        if self.state.role != "bootstrap" or self.view.run is None:
             return {"error": "not a bootstrap"}
         return {"envelope": self._run_message().decode()}
 
@@ -543,9 +565,9 @@ class ControlNode:
                 log.warning(
                     "worker reports peer id %s, control is %s", message.get("peer_id"), self.peer_id
                 )
-            self.data_addrs = list(addrs)
-            self._due["record"] = 0.0
-            log.info("worker is up with data addresses %s", self.data_addrs)
+            self.state.data_addrs = list(addrs)
+            self.state.publish_soon("record")
+            log.info("worker is up with data addresses %s", self.state.data_addrs)
         elif kind == "metrics":
             self.view.own_metrics = {
                 k: message.get(k) for k in ("step", "loss", "tokens_per_s", "stage", "replica")
