@@ -23,31 +23,27 @@ from libp2p.custom_types import TProtocol
 from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
-from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
-from libp2p.pubsub.pb import rpc_pb2
-from libp2p.pubsub.pubsub import Pubsub
 from libp2p.records.validator import Validator
 from libp2p.tools.anyio_service import background_trio_service
 from multiaddr import Multiaddr
 
 from p2ptrain import __version__, identity
 from p2ptrain.control import wire
+from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC, make_pubsub, serve_topics
 from p2ptrain.control.hardware import describe_hardware, measure_compute_gflops
+from p2ptrain.control.intake import Intake
 from p2ptrain.control.ipc import IpcServer
 from p2ptrain.control.measuring import LinkProber
 from p2ptrain.control.planning import PlanMaker
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.status import swarm_status
-from p2ptrain.control.view import BLOCK_S, MEMBER_ROLES, SwarmView
+from p2ptrain.control.view import MEMBER_ROLES, SwarmView
 from p2ptrain.net import probe, rpc
 from p2ptrain.net.host import full_addrs, make_host, parse_multiaddr, quiet_library_logs
 from p2ptrain.runspec import RunSpec
 
 log = logging.getLogger(__name__)
 
-CONTROL_TOPIC = "p2ptrain/control/1"  # run specs, peer records, planner claims, plans
-TELEMETRY_TOPIC = "p2ptrain/telemetry/1"  # link-matrix rows and worker metrics
-TOPIC_KINDS = {CONTROL_TOPIC: {"run", "peer", "claim", "plan"}, TELEMETRY_TOPIC: {"telemetry"}}
 STATUS_PROTOCOL = TProtocol("/p2ptrain/status/1.0.0")
 RUN_PROTOCOL = TProtocol("/p2ptrain/run/1.0.0")
 SYNC_PROTOCOL = TProtocol("/p2ptrain/sync/1.0.0")
@@ -133,22 +129,12 @@ class ControlNode:
         )
         self.ipc = IpcServer(config.ipc_path, self._on_ipc) if config.ipc_path else None
         self._last_dial: dict[str, float] = {}
-        self._blocked_logged: set[str] = set()
         self.plan_maker = PlanMaker(view, peer_id)
         self.prober = LinkProber(host, view, self.state.joined)
         self.dht = KadDHT(host, DHTMode.SERVER, max_peers_per_subnet=0)
         self.dht.register_validator(DHT_NAMESPACE, _SignedRecordValidator())
-        self.gossipsub = GossipSub(
-            # v1.1: v1.2's IDONTWANT control messages cost more CPU than they save at our sizes
-            protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
-            degree=4,
-            degree_low=3,
-            degree_high=8,
-            heartbeat_interval=1,
-            spam_protection_enabled=False,
-            eclipse_protection_enabled=False,  # all loopback peers share one IP
-        )
-        self.pubsub = Pubsub(host, self.gossipsub, strict_signing=True)
+        self.intake = Intake(self.state)
+        self.pubsub, self.gossipsub = make_pubsub(host)
 
     @property
     def peer_id(self) -> str:
@@ -187,9 +173,7 @@ class ControlNode:
                 trio.open_nursery() as nursery,
             ):
                 await self.pubsub.wait_until_ready()
-                for topic in TOPIC_KINDS:
-                    self.pubsub.set_topic_validator(topic, self._validator_for(topic), False)
-                    nursery.start_soon(self._drain, await self.pubsub.subscribe(topic))
+                await nursery.start(serve_topics, self.pubsub, self.state, self.intake)
                 if self.config.print_addr:
                     print(self.addrs[0], flush=True)
                 log.info(
@@ -316,62 +300,6 @@ class ControlNode:
                 except Exception as exc:
                     log.info("DHT put of %s failed: %s", key, exc)
 
-    # ------------------------------------------------------------------ gossip in
-
-    def _validator_for(self, topic: str) -> Callable[[ID, rpc_pb2.Message], bool]:
-        kinds = TOPIC_KINDS[topic]
-
-        def validate(forwarder: ID, msg: rpc_pb2.Message) -> bool:
-            return self._validate(topic, kinds, forwarder, msg)
-
-        return validate
-
-    def _validate(self, topic: str, kinds: set[str], forwarder: ID, msg: rpc_pb2.Message) -> bool:
-        """Decode, verify and apply one gossip message; False drops it (and it is not forwarded)."""
-        now = time.monotonic()
-        sender = forwarder.to_base58()
-        if sender == self.peer_id:
-            return True  # our own publish
-        if self.view.is_blocked(sender, now):
-            return False
-        try:
-            env = wire.decode(msg.data)
-        except wire.WireError as exc:
-            if exc.category == "stale":
-                log.debug("ignored a late message on %s: %s", topic, exc)
-            else:
-                self._reject(sender, exc.category, str(exc), topic, now)
-            return False
-        if ID(msg.from_id).to_base58() != env.author:
-            self._reject(
-                sender,
-                "replayed",
-                f"{env.kind} by {env.author} re-published by another",
-                topic,
-                now,
-            )
-            return False
-        if env.kind not in kinds:
-            self._reject(
-                sender, "malformed", f"{env.kind} does not belong on this topic", topic, now
-            )
-            return False
-        return self._apply(env, msg.data, sender, topic, now)
-
-    def _apply(self, env: wire.Envelope, data: bytes, sender: str, via: str, now: float) -> bool:
-        """Feed a verified envelope to the view; keep it for sync if accepted; blame if hostile."""
-        drop = self.view.accept(env, now)
-        if drop is None:
-            if env.author != self.peer_id:
-                self.state.latest[(env.author, env.kind)] = data
-            return True
-        if drop.category is None:
-            log.debug("ignored %s from %s: %s", env.kind, env.author, drop.reason)
-            return True
-        culprit = sender if drop.category == "replayed" else env.author
-        self._reject(culprit, drop.category, drop.reason, via, now)
-        return False
-
     async def _serve_sync(self) -> None:
         """Pull anti-entropy: every few seconds fetch a random peer's latest signed envelopes and
         apply those we lack. Heals what gossip lost, even for a node whose mesh broke."""
@@ -403,10 +331,10 @@ class ControlNode:
                 env = wire.decode(data)
             except wire.WireError as exc:
                 if exc.category != "stale":
-                    self._reject(peer, exc.category, str(exc), "sync", now)
+                    self.intake.reject(peer, exc.category, str(exc), "sync", now)
                 continue
             if env.author != self.peer_id and not self.view.knows(env):
-                self._apply(env, data, peer, "sync", now)
+                self.intake.apply(env, data, peer, "sync", now)
 
     async def _respond_sync(self, request: bytes) -> dict[str, Any]:
         own = [self._record_message(), *self._own_state_messages()]
@@ -429,27 +357,6 @@ class ControlNode:
             if self.view.plan is not None and self.view.plan["planner"] == self.peer_id:
                 messages.append(self._plan_message())
         return messages
-
-    def _reject(self, peer: str, category: str, reason: str, topic: str, now: float) -> None:
-        score = self.view.penalise(peer, category, now)
-        log.warning(
-            "dropped %s message on %s from %s: %s (penalty %.1f)",
-            category,
-            topic,
-            peer,
-            reason,
-            score,
-        )
-        if self.view.is_blocked(peer, now) and peer not in self._blocked_logged:
-            # our validators drop everything it sends or writes; pubsub's own blacklist is not
-            # used: its teardown can crash the pubsub service (py-libp2p 0.8.1)
-            log.warning("blocking %s for %.0f s", peer, BLOCK_S)
-            self._blocked_logged.add(peer)
-
-    async def _drain(self, subscription: Any) -> None:
-        """Messages were applied in the validator; keep the subscription queue empty."""
-        while True:
-            await subscription.get()
 
     # ------------------------------------------------------------------ gossip out
 
@@ -518,7 +425,6 @@ class ControlNode:
                 )
                 if own_plan and self._due_now("plan", PLAN_REBROADCAST_S, now):
                     await self._publish(CONTROL_TOPIC, self._plan_message)
-            self._blocked_logged = {p for p in self._blocked_logged if self.view.is_blocked(p, now)}
             self.view.forget_stale(now)
             await trio.sleep(0.2)
 

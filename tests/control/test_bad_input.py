@@ -21,11 +21,10 @@ from multiaddr import Multiaddr
 
 from p2ptrain import identity
 from p2ptrain.control import wire
+from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC
 from p2ptrain.control.node import (
-    CONTROL_TOPIC,
     STATUS_PROTOCOL,
     SYNC_PROTOCOL,
-    TELEMETRY_TOPIC,
     ControlNode,
     NodeConfig,
 )
