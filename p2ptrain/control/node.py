@@ -27,14 +27,21 @@ from libp2p.records.validator import Validator
 from libp2p.tools.anyio_service import background_trio_service
 from multiaddr import Multiaddr
 
-from p2ptrain import __version__, identity
+from p2ptrain import identity
 from p2ptrain.control import wire
-from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC, make_pubsub, serve_topics
-from p2ptrain.control.hardware import describe_hardware, measure_compute_gflops
+from p2ptrain.control.gossip import make_pubsub, serve_topics
+from p2ptrain.control.hardware import describe_hardware
 from p2ptrain.control.intake import Intake
 from p2ptrain.control.ipc import IpcServer
 from p2ptrain.control.measuring import LinkProber
 from p2ptrain.control.planning import PlanMaker
+from p2ptrain.control.publishing import (
+    Publisher,
+    authored_messages,
+    measure_compute,
+    record_message,
+    run_message,
+)
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.status import swarm_status
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
@@ -51,12 +58,6 @@ SYNC_INTERVAL_S = 5.0
 MAX_SYNC_ENVELOPES = 4096
 DHT_NAMESPACE = "p2ptrain"
 
-TELEMETRY_INTERVAL_S = 2.0
-RECORD_INTERVAL_S = 6.0
-RUN_INTERVAL_S = 10.0
-CLAIM_INTERVAL_S = 2.0
-PLAN_REBROADCAST_S = 4.0
-PUBLISH_GAP_S = 0.02  # pace publishes: py-libp2p drops bursts past its 32-slot queues
 DISCOVERY_INTERVAL_S = 3.0
 DHT_REFRESH_INTERVAL_S = 30.0
 DHT_PUT_INTERVAL_S = 60.0
@@ -135,6 +136,7 @@ class ControlNode:
         self.dht.register_validator(DHT_NAMESPACE, _SignedRecordValidator())
         self.intake = Intake(self.state)
         self.pubsub, self.gossipsub = make_pubsub(host)
+        self.publisher = Publisher(self.state, self.pubsub)
 
     @property
     def peer_id(self) -> str:
@@ -183,11 +185,11 @@ class ControlNode:
                     await nursery.start(self.ipc.serve)
                     nursery.start_soon(self._serve_plans_to_worker)
                 nursery.start_soon(self._join)
-                nursery.start_soon(self._serve_publishing)
+                nursery.start_soon(self.publisher.serve_publishing)
                 nursery.start_soon(self._serve_discovery)
                 nursery.start_soon(self._serve_sync)
                 if self.state.role in MEMBER_ROLES:
-                    nursery.start_soon(self._measure_compute)
+                    nursery.start_soon(measure_compute, self.state)
                     nursery.start_soon(self.prober.serve_rtt_probes)
                     nursery.start_soon(self.prober.serve_bandwidth_probes)
                     nursery.start_soon(self._serve_election)
@@ -290,9 +292,9 @@ class ControlNode:
 
     async def _put_record_in_dht(self) -> None:
         """Our signed record under /p2ptrain/peer/<id>; the bootstrap also puts /p2ptrain/run."""
-        puts = [(f"/{DHT_NAMESPACE}/peer/{self.peer_id}", self._record_message())]
+        puts = [(f"/{DHT_NAMESPACE}/peer/{self.peer_id}", record_message(self.state))]
         if self.state.role == "bootstrap" and self.view.run is not None:
-            puts.append((f"/{DHT_NAMESPACE}/run", self._run_message()))
+            puts.append((f"/{DHT_NAMESPACE}/run", run_message(self.state)))
         for key, value in puts:
             with trio.move_on_after(10):
                 try:
@@ -337,7 +339,7 @@ class ControlNode:
                 self.intake.apply(env, data, peer, "sync", now)
 
     async def _respond_sync(self, request: bytes) -> dict[str, Any]:
-        own = [self._record_message(), *self._own_state_messages()]
+        own = authored_messages(self.state)
         # records before what depends on them (telemetry and claims need the author's record)
         order = {"run": 0, "peer": 1, "claim": 2, "plan": 3, "telemetry": 4}
         held = [
@@ -345,94 +347,6 @@ class ControlNode:
             for (_, kind), data in sorted(self.state.latest.items(), key=lambda kv: order[kv[0][1]])
         ]
         return {"envelopes": [d.decode() for d in [*own, *held]]}
-
-    def _own_state_messages(self) -> list[bytes]:
-        messages = []
-        if self.state.role in MEMBER_ROLES:
-            messages.append(self._telemetry_message())
-        if self.state.role == "bootstrap" and self.view.run is not None:
-            messages.append(self._run_message())
-        if self.view.planner == self.peer_id:
-            messages.append(self._claim_message())
-            if self.view.plan is not None and self.view.plan["planner"] == self.peer_id:
-                messages.append(self._plan_message())
-        return messages
-
-    # ------------------------------------------------------------------ gossip out
-
-    def _record_message(self) -> bytes:
-        body = {
-            "addrs": self.state.addrs,
-            "data_addrs": self.state.data_addrs,
-            "role": self.state.role,
-            "planner_capable": self.state.role in MEMBER_ROLES,
-            "version": __version__,
-            "hardware": self.state.hardware,
-            "compute_gflops": self.state.compute_gflops,
-        }
-        self.view.own_record = body
-        return wire.encode(self.state.seed, "peer", self.state.seq.next(), body)
-
-    def _run_message(self) -> bytes:
-        assert self.view.run is not None
-        return wire.encode(self.state.seed, "run", self.state.seq.next(), self.view.run)
-
-    def _telemetry_message(self) -> bytes:
-        body = {"links": self.view.own_row(time.monotonic()), "metrics": self.view.own_metrics}
-        return wire.encode(self.state.seed, "telemetry", self.state.seq.next(), body)
-
-    def _claim_message(self) -> bytes:
-        return wire.encode(
-            self.state.seed, "claim", self.state.seq.next(), {"term": self.view.term}
-        )
-
-    def _plan_message(self) -> bytes:
-        assert self.view.plan is not None
-        return wire.encode(self.state.seed, "plan", self.state.seq.next(), self.view.plan)
-
-    def _due_now(self, name: str, interval_s: float, now: float) -> bool:
-        if now < self.state.due.get(name, 0.0):
-            return False
-        self.state.due[name] = now + interval_s * random.uniform(0.9, 1.1)
-        return True
-
-    async def _publish(self, topic: str, make: Callable[[], bytes]) -> None:
-        try:
-            await self.pubsub.publish(topic, make())
-        except Exception as exc:
-            log.info("publish on %s failed: %s", topic, exc)
-        await trio.sleep(PUBLISH_GAP_S)
-
-    async def _serve_publishing(self) -> None:
-        """Publish our state, paced; every message re-states everything we author (anti-entropy)."""
-        await self.state.joined.wait()
-        while True:
-            now = time.monotonic()
-            if self._due_now("record", RECORD_INTERVAL_S, now):
-                await self._publish(CONTROL_TOPIC, self._record_message)
-            if self.state.role == "bootstrap" and self._due_now("run", RUN_INTERVAL_S, now):
-                await self._publish(CONTROL_TOPIC, self._run_message)
-            if self.state.role in MEMBER_ROLES and self._due_now(
-                "telemetry", TELEMETRY_INTERVAL_S, now
-            ):
-                await self._publish(TELEMETRY_TOPIC, self._telemetry_message)
-            if self.view.planner == self.peer_id:
-                if self._due_now("claim", CLAIM_INTERVAL_S, now):
-                    await self._publish(CONTROL_TOPIC, self._claim_message)
-                plan = self.view.plan
-                own_plan = (
-                    plan and plan["planner"] == self.peer_id and plan["term"] == self.view.term
-                )
-                if own_plan and self._due_now("plan", PLAN_REBROADCAST_S, now):
-                    await self._publish(CONTROL_TOPIC, self._plan_message)
-            self.view.forget_stale(now)
-            await trio.sleep(0.2)
-
-    # ------------------------------------------------------------------ measurements
-
-    async def _measure_compute(self) -> None:
-        self.state.compute_gflops = await trio.to_thread.run_sync(measure_compute_gflops)
-        self.state.publish_soon("record")  # announce it soon
 
     # ------------------------------------------------------------------ election and planning
 
@@ -458,7 +372,7 @@ class ControlNode:
     async def _respond_run(self, request: bytes) -> dict[str, Any]:
         if self.state.role != "bootstrap" or self.view.run is None:
             return {"error": "not a bootstrap"}
-        return {"envelope": self._run_message().decode()}
+        return {"envelope": run_message(self.state).decode()}
 
     def _on_ipc(self, message: dict[str, Any]) -> None:
         kind = message["type"]
