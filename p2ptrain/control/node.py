@@ -10,7 +10,6 @@ worker. Gossip validators decode and verify each message and feed it to the Swar
 from __future__ import annotations
 
 import logging
-import random
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -37,13 +36,13 @@ from p2ptrain.control.measuring import LinkProber
 from p2ptrain.control.planning import PlanMaker
 from p2ptrain.control.publishing import (
     Publisher,
-    authored_messages,
     measure_compute,
     record_message,
     run_message,
 )
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.status import swarm_status
+from p2ptrain.control.sync import SYNC_PROTOCOL, PullSync
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
 from p2ptrain.net import probe, rpc
 from p2ptrain.net.host import full_addrs, make_host, parse_multiaddr, quiet_library_logs
@@ -53,9 +52,6 @@ log = logging.getLogger(__name__)
 
 STATUS_PROTOCOL = TProtocol("/p2ptrain/status/1.0.0")
 RUN_PROTOCOL = TProtocol("/p2ptrain/run/1.0.0")
-SYNC_PROTOCOL = TProtocol("/p2ptrain/sync/1.0.0")
-SYNC_INTERVAL_S = 5.0
-MAX_SYNC_ENVELOPES = 4096
 DHT_NAMESPACE = "p2ptrain"
 
 DISCOVERY_INTERVAL_S = 3.0
@@ -137,6 +133,7 @@ class ControlNode:
         self.intake = Intake(self.state)
         self.pubsub, self.gossipsub = make_pubsub(host)
         self.publisher = Publisher(self.state, self.pubsub)
+        self.sync = PullSync(self.state, self.intake)
 
     @property
     def peer_id(self) -> str:
@@ -167,7 +164,7 @@ class ControlNode:
             self.host.set_stream_handler(probe.BANDWIDTH_PROTOCOL, probe.handle_bandwidth)
             self.host.set_stream_handler(STATUS_PROTOCOL, rpc.make_handler(self._respond_status))
             self.host.set_stream_handler(RUN_PROTOCOL, rpc.make_handler(self._respond_run))
-            self.host.set_stream_handler(SYNC_PROTOCOL, rpc.make_handler(self._respond_sync))
+            self.host.set_stream_handler(SYNC_PROTOCOL, rpc.make_handler(self.sync.respond_sync))
             async with (
                 background_trio_service(self.dht),
                 background_trio_service(self.pubsub),
@@ -187,7 +184,7 @@ class ControlNode:
                 nursery.start_soon(self._join)
                 nursery.start_soon(self.publisher.serve_publishing)
                 nursery.start_soon(self._serve_discovery)
-                nursery.start_soon(self._serve_sync)
+                nursery.start_soon(self.sync.serve_sync)
                 if self.state.role in MEMBER_ROLES:
                     nursery.start_soon(measure_compute, self.state)
                     nursery.start_soon(self.prober.serve_rtt_probes)
@@ -301,54 +298,6 @@ class ControlNode:
                     await self.dht.put_value(key, value)
                 except Exception as exc:
                     log.info("DHT put of %s failed: %s", key, exc)
-
-    async def _serve_sync(self) -> None:
-        """Pull anti-entropy: every few seconds fetch a random peer's latest signed envelopes and
-        apply those we lack. Heals what gossip lost, even for a node whose mesh broke."""
-        await self.state.joined.wait()
-        while True:
-            live = set(self.view.live_members(time.monotonic())) | {self.view.bootstrap_id}
-            candidates = [
-                p for p in (c.to_base58() for c in self.host.get_connected_peers()) if p in live
-            ]
-            if candidates:
-                await self._sync_from(random.choice(candidates))
-            await trio.sleep(SYNC_INTERVAL_S * random.uniform(0.8, 1.2))
-
-    async def _sync_from(self, peer: str) -> None:
-        try:
-            reply = await rpc.call(self.host, ID.from_base58(peer), SYNC_PROTOCOL)
-            envelopes = reply["envelopes"]
-            if not isinstance(envelopes, list):
-                raise TypeError("envelopes must be a list")
-        except Exception as exc:
-            log.debug("sync from %s failed: %s", peer, exc)
-            return
-        for text in envelopes[:MAX_SYNC_ENVELOPES]:
-            now = time.monotonic()
-            if self.view.is_blocked(peer, now) or not isinstance(text, str):
-                return
-            data = text.encode()
-            try:
-                env = wire.decode(data)
-            except wire.WireError as exc:
-                if exc.category != "stale":
-                    self.intake.reject(peer, exc.category, str(exc), "sync", now)
-                continue
-            if env.author != self.peer_id and not self.view.knows(env):
-                self.intake.apply(env, data, peer, "sync", now)
-
-    async def _respond_sync(self, request: bytes) -> dict[str, Any]:
-        own = authored_messages(self.state)
-        # records before what depends on them (telemetry and claims need the author's record)
-        order = {"run": 0, "peer": 1, "claim": 2, "plan": 3, "telemetry": 4}
-        held = [
-            data
-            for (_, kind), data in sorted(self.state.latest.items(), key=lambda kv: order[kv[0][1]])
-        ]
-        return {"envelopes": [d.decode() for d in [*own, *held]]}
-
-    # ------------------------------------------------------------------ election and planning
 
     async def _serve_election(self) -> None:
         await self.state.joined.wait()
