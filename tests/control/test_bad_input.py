@@ -22,11 +22,8 @@ from multiaddr import Multiaddr
 from p2ptrain import identity
 from p2ptrain.control import wire
 from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC
-from p2ptrain.control.node import (
-    STATUS_PROTOCOL,
-    ControlNode,
-    NodeConfig,
-)
+from p2ptrain.control.node import ControlNode, NodeConfig
+from p2ptrain.control.rpcs import STATUS_PROTOCOL
 from p2ptrain.control.sync import SYNC_PROTOCOL
 from p2ptrain.net import rpc
 from p2ptrain.net.host import make_host
