@@ -1,10 +1,11 @@
-"""The control process: one py-libp2p host that joins, measures, gossips, elects and plans.
+"""The control process: one py-libp2p host whose pieces join, measure, gossip, sync, elect and plan.
 
-Tasks (all in one trio nursery): join the bootstrap and the Kademlia DHT, connect to discovered
-members, probe links, publish telemetry/records/claims/plans on GossipSub with paced periodic
-re-broadcast (anti-entropy: every message carries the author's full current state), run the
-election and, on the planner, the scheduler; serve status to observers and the IPC socket to the
-worker. Gossip validators decode and verify each message and feed it to the SwarmView.
+This module only wires them: it builds the host, the SwarmView, the DHT and GossipSub, gives each
+piece the shared NodeState, and runs them all in one trio nursery. The pieces, one concept each:
+discovery (joining, the DHT, dialling members), gossip (topics and the validator that feeds the
+view through intake), sync (pull anti-entropy), publishing (what we author, paced and periodically
+re-broadcast), rpcs (status and run), measuring (link probes), election (claims and plans) and
+worker_link (the IPC socket to the worker).
 """
 
 from __future__ import annotations
@@ -21,29 +22,23 @@ from libp2p.abc import IHost
 from libp2p.tools.anyio_service import background_trio_service
 
 from p2ptrain import identity
-from p2ptrain.control import wire
 from p2ptrain.control.discovery import Discovery, make_dht
+from p2ptrain.control.election import serve_election
 from p2ptrain.control.gossip import make_pubsub, serve_topics
 from p2ptrain.control.hardware import describe_hardware
 from p2ptrain.control.intake import Intake
-from p2ptrain.control.ipc import IpcServer
 from p2ptrain.control.measuring import LinkProber
-from p2ptrain.control.planning import PlanMaker
-from p2ptrain.control.publishing import (
-    Publisher,
-    measure_compute,
-)
+from p2ptrain.control.publishing import Publisher, measure_compute
 from p2ptrain.control.rpcs import RUN_PROTOCOL, STATUS_PROTOCOL, RpcResponder
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.sync import SYNC_PROTOCOL, PullSync
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
+from p2ptrain.control.worker_link import WorkerLink
 from p2ptrain.net import probe, rpc
 from p2ptrain.net.host import full_addrs, make_host, parse_multiaddr, quiet_library_logs
 from p2ptrain.runspec import RunSpec
 
 log = logging.getLogger(__name__)
-
-ELECTION_TICK_S = 0.5
 
 
 @dataclass
@@ -60,12 +55,14 @@ class NodeConfig:
 
 
 class ControlNode:
-    """One peer's control plane."""
+    """One peer's control plane: its pieces, built around one NodeState."""
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
+        parse_multiaddr(
+            config.listen_addr
+        )  # fail early, as a UserError (Discovery checks the bootstrap_addr)
         peer_id = identity.peer_id_of(config.seed)
-        host = make_host(config.seed)
         view = SwarmView(
             self_id=peer_id,
             role=config.role,
@@ -73,25 +70,23 @@ class ControlNode:
             started_at=time.monotonic(),
             run=config.run.to_dict() if config.run else None,
         )
-        parse_multiaddr(config.listen_addr)  # fail early, as a UserError
         self.state = NodeState(
             seed=config.seed,
             role=config.role,
             peer_id=peer_id,
-            host=host,
+            host=make_host(config.seed),
             view=view,
             hardware=describe_hardware(),
         )
-        self.ipc = IpcServer(config.ipc_path, self._on_ipc) if config.ipc_path else None
-        self.plan_maker = PlanMaker(view, peer_id)
-        self.prober = LinkProber(host, view, self.state.joined)
-        self.dht = make_dht(host)
+        self.dht = make_dht(self.host)
         self.discovery = Discovery(self.state, self.dht, config.bootstrap_addr)
+        self.pubsub, self.gossipsub = make_pubsub(self.host)
         self.intake = Intake(self.state)
-        self.pubsub, self.gossipsub = make_pubsub(host)
-        self.publisher = Publisher(self.state, self.pubsub)
         self.sync = PullSync(self.state, self.intake)
+        self.publisher = Publisher(self.state, self.pubsub)
         self.rpcs = RpcResponder(self.state)
+        self.prober = LinkProber(self.host, view, self.state.joined)
+        self.worker_link = WorkerLink(self.state, config.ipc_path) if config.ipc_path else None
 
     @property
     def peer_id(self) -> str:
@@ -110,21 +105,18 @@ class ControlNode:
         """Our full listen multiaddrs (empty until `run` has started)."""
         return self.state.addrs
 
-    # ------------------------------------------------------------------ lifecycle
-
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled. Prints the full multiaddr as the first stdout line if asked."""
         quiet_library_logs()
+        state, host = self.state, self.host
         listen = parse_multiaddr(self.config.listen_addr)
-        async with self.host.run(listen_addrs=[listen]):
-            self.state.addrs = full_addrs(self.host)
-            self.host.set_stream_handler(probe.PING_PROTOCOL, probe.handle_ping)
-            self.host.set_stream_handler(probe.BANDWIDTH_PROTOCOL, probe.handle_bandwidth)
-            self.host.set_stream_handler(
-                STATUS_PROTOCOL, rpc.make_handler(self.rpcs.respond_status)
-            )
-            self.host.set_stream_handler(RUN_PROTOCOL, rpc.make_handler(self.rpcs.respond_run))
-            self.host.set_stream_handler(SYNC_PROTOCOL, rpc.make_handler(self.sync.respond_sync))
+        async with host.run(listen_addrs=[listen]):
+            state.addrs = full_addrs(host)
+            host.set_stream_handler(probe.PING_PROTOCOL, probe.handle_ping)
+            host.set_stream_handler(probe.BANDWIDTH_PROTOCOL, probe.handle_bandwidth)
+            host.set_stream_handler(STATUS_PROTOCOL, rpc.make_handler(self.rpcs.respond_status))
+            host.set_stream_handler(RUN_PROTOCOL, rpc.make_handler(self.rpcs.respond_run))
+            host.set_stream_handler(SYNC_PROTOCOL, rpc.make_handler(self.sync.respond_sync))
             async with (
                 background_trio_service(self.dht),
                 background_trio_service(self.pubsub),
@@ -132,78 +124,27 @@ class ControlNode:
                 trio.open_nursery() as nursery,
             ):
                 await self.pubsub.wait_until_ready()
-                await nursery.start(serve_topics, self.pubsub, self.state, self.intake)
+                await nursery.start(serve_topics, self.pubsub, state, self.intake)
                 if self.config.print_addr:
-                    print(self.addrs[0], flush=True)
-                log.info(
-                    "control %s (%s) listening on %s", self.peer_id, self.state.role, self.addrs
-                )
-                if self.ipc is not None:
-                    await nursery.start(self.ipc.serve)
-                    nursery.start_soon(self._serve_plans_to_worker)
+                    print(state.addrs[0], flush=True)
+                log.info("control %s (%s) listening on %s", state.peer_id, state.role, state.addrs)
+                if self.worker_link is not None:
+                    await nursery.start(self.worker_link.serve_worker)
                 nursery.start_soon(self.discovery.join)
                 nursery.start_soon(self.publisher.serve_publishing)
                 nursery.start_soon(self.discovery.serve_discovery)
                 nursery.start_soon(self.sync.serve_sync)
-                if self.state.role in MEMBER_ROLES:
-                    nursery.start_soon(measure_compute, self.state)
+                if state.is_member:
+                    nursery.start_soon(measure_compute, state)
                     nursery.start_soon(self.prober.serve_rtt_probes)
                     nursery.start_soon(self.prober.serve_bandwidth_probes)
-                    nursery.start_soon(self._serve_election)
+                    nursery.start_soon(serve_election, state)
                 task_status.started()
 
     async def stop_worker(self) -> None:
         """Ask a connected worker to checkpoint and exit."""
-        if self.ipc is not None:
-            await self.ipc.send({"type": "stop"})
-
-    async def _serve_election(self) -> None:
-        await self.state.joined.wait()
-        while True:
-            now = time.monotonic()
-            if self.view.run is not None and self.view.should_claim(now):
-                term = self.view.claim()
-                log.info("claiming the planner role, term %d", term)
-                self.state.publish_soon("claim")
-            if self.view.planner == self.peer_id and await self.plan_maker.tick(
-                now, self.state.data_addrs
-            ):
-                self.state.publish_soon("plan")
-            await trio.sleep(ELECTION_TICK_S)
-
-    # ------------------------------------------------------------------ status, run, worker
-
-    def _on_ipc(self, message: dict[str, Any]) -> None:
-        kind = message["type"]
-        now = time.monotonic()
-        if kind == "hello":
-            addrs = message["data_addrs"]
-            if not wire.is_addr_list(addrs):
-                raise ValueError("data_addrs must be a list of <= 16 address strings")
-            if message.get("peer_id") != self.peer_id:
-                log.warning(
-                    "worker reports peer id %s, control is %s", message.get("peer_id"), self.peer_id
-                )
-            self.state.data_addrs = list(addrs)
-            self.state.publish_soon("record")
-            log.info("worker is up with data addresses %s", self.state.data_addrs)
-        elif kind == "metrics":
-            self.view.own_metrics = {
-                k: message.get(k) for k in ("step", "loss", "tokens_per_s", "stage", "replica")
-            }
-        elif kind == "throughput":
-            self.view.record_bandwidth(str(message["peer"]), float(message["mbps"]), now)
-        else:
-            raise ValueError(f"unknown message type {kind!r}")
-
-    async def _serve_plans_to_worker(self) -> None:
-        assert self.ipc is not None
-        sent_version = 0
-        while True:
-            if self.view.plan_version != sent_version and self.view.plan is not None:
-                sent_version = self.view.plan_version
-                await self.ipc.send({"type": "plan", "plan": self.view.plan, "run": self.view.run})
-            await trio.sleep(0.5)
+        if self.worker_link is not None:
+            await self.worker_link.stop_worker()
 
 
 def configure_logging(level: int = logging.INFO) -> None:
