@@ -1,16 +1,16 @@
-"""The control process: one py-libp2p host that joins, measures, gossips, elects and plans.
+"""The control process: one py-libp2p host whose pieces join, measure, gossip, sync, elect and plan.
 
-Tasks (all in one trio nursery): join the bootstrap and the Kademlia DHT, connect to discovered
-members, probe links, publish telemetry/records/claims/plans on GossipSub with paced periodic
-re-broadcast (anti-entropy: every message carries the author's full current state), run the
-election and, on the planner, the scheduler; serve status to observers and the IPC socket to the
-worker. Gossip validators decode and verify each message and feed it to the SwarmView.
+This module only wires them: it builds the host, the SwarmView, the DHT and GossipSub, gives each
+piece the shared NodeState, and runs them all in one trio nursery. The pieces, one concept each:
+discovery (joining, the DHT, dialling members), gossip (topics and the validator that feeds the
+view through intake), sync (pull anti-entropy), publishing (what we author, paced and periodically
+re-broadcast), rpcs (status and run), measuring (link probes), election (claims and plans) and
+worker_link (the IPC socket to the worker).
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -18,53 +18,27 @@ from dataclasses import dataclass
 from typing import Any
 
 import trio
-from libp2p.custom_types import TProtocol
-from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
-from libp2p.peer.id import ID
-from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
-from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
-from libp2p.pubsub.pb import rpc_pb2
-from libp2p.pubsub.pubsub import Pubsub
-from libp2p.records.validator import Validator
+from libp2p.abc import IHost
 from libp2p.tools.anyio_service import background_trio_service
-from multiaddr import Multiaddr
 
-from p2ptrain import __version__, identity
-from p2ptrain.control import wire
-from p2ptrain.control.hardware import describe_hardware, measure_compute_gflops
-from p2ptrain.control.ipc import IpcServer
+from p2ptrain import identity
+from p2ptrain.control.discovery import Discovery, make_dht
+from p2ptrain.control.election import serve_election
+from p2ptrain.control.gossip import make_pubsub, serve_topics
+from p2ptrain.control.hardware import describe_hardware
+from p2ptrain.control.intake import Intake
 from p2ptrain.control.measuring import LinkProber
-from p2ptrain.control.planning import PlanMaker
-from p2ptrain.control.view import BLOCK_S, MEMBER_ROLES, SwarmView
+from p2ptrain.control.publishing import Publisher, measure_compute
+from p2ptrain.control.rpcs import RUN_PROTOCOL, STATUS_PROTOCOL, RpcResponder
+from p2ptrain.control.state import NodeState
+from p2ptrain.control.sync import SYNC_PROTOCOL, PullSync
+from p2ptrain.control.view import MEMBER_ROLES, SwarmView
+from p2ptrain.control.worker_link import WorkerLink
 from p2ptrain.net import probe, rpc
 from p2ptrain.net.host import full_addrs, make_host, parse_multiaddr, quiet_library_logs
 from p2ptrain.records.run import RunSpec
 
 log = logging.getLogger(__name__)
-
-CONTROL_TOPIC = "p2ptrain/control/1"  # run specs, peer records, planner claims, plans
-TELEMETRY_TOPIC = "p2ptrain/telemetry/1"  # link-matrix rows and worker metrics
-TOPIC_KINDS = {CONTROL_TOPIC: {"run", "peer", "claim", "plan"}, TELEMETRY_TOPIC: {"telemetry"}}
-STATUS_PROTOCOL = TProtocol("/p2ptrain/status/1.0.0")
-RUN_PROTOCOL = TProtocol("/p2ptrain/run/1.0.0")
-SYNC_PROTOCOL = TProtocol("/p2ptrain/sync/1.0.0")
-SYNC_INTERVAL_S = 5.0
-MAX_SYNC_ENVELOPES = 4096
-DHT_NAMESPACE = "p2ptrain"
-
-TELEMETRY_INTERVAL_S = 2.0
-RECORD_INTERVAL_S = 6.0
-RUN_INTERVAL_S = 10.0
-CLAIM_INTERVAL_S = 2.0
-PLAN_REBROADCAST_S = 4.0
-PUBLISH_GAP_S = 0.02  # pace publishes: py-libp2p drops bursts past its 32-slot queues
-DISCOVERY_INTERVAL_S = 3.0
-DHT_REFRESH_INTERVAL_S = 30.0
-DHT_PUT_INTERVAL_S = 60.0
-DHT_RECORD_MAX_AGE_S = 3600.0
-CONNECT_TIMEOUT_S = 5.0
-REDIAL_BACKOFF_S = 10.0
-ELECTION_TICK_S = 0.5
 
 
 @dataclass
@@ -80,86 +54,69 @@ class NodeConfig:
     print_addr: bool = True
 
 
-class _SignedRecordValidator(Validator):
-    """DHT values under /p2ptrain/ are signed envelopes; the newest seq wins."""
-
-    def validate(self, key: str, value: bytes) -> None:
-        env = wire.decode(value, max_age_s=DHT_RECORD_MAX_AGE_S)  # raises WireError (ValueError)
-        if not key.endswith(f"/{env.author}") and not (key.endswith("/run") and env.kind == "run"):
-            raise wire.WireError(f"forged: {env.kind} by {env.author} stored under {key}")
-
-    def select(self, key: str, values: list[bytes]) -> int:
-        def seq(value: bytes) -> int:
-            try:
-                return wire.decode(value, max_age_s=DHT_RECORD_MAX_AGE_S).seq
-            except wire.WireError:
-                return -1
-
-        return max(range(len(values)), key=lambda i: seq(values[i]))
-
-
 class ControlNode:
-    """One peer's control plane."""
+    """One peer's control plane: its pieces, built around one NodeState."""
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
-        self.peer_id = identity.peer_id_of(config.seed)
-        self.host = make_host(config.seed)
-        self.view = SwarmView(
-            self_id=self.peer_id,
+        parse_multiaddr(
+            config.listen_addr
+        )  # fail early, as a UserError (Discovery checks the bootstrap_addr)
+        peer_id = identity.peer_id_of(config.seed)
+        view = SwarmView(
+            self_id=peer_id,
             role=config.role,
             planner_capable=config.role in MEMBER_ROLES,
             started_at=time.monotonic(),
             run=config.run.to_dict() if config.run else None,
         )
-        parse_multiaddr(config.listen_addr)  # fail early, as a UserError
-        self.bootstrap_peer: ID | None = None
-        if config.bootstrap_addr:
-            info = info_from_p2p_addr(parse_multiaddr(config.bootstrap_addr, need_peer_id=True))
-            self.bootstrap_peer = info.peer_id
-            self.view.bootstrap_id = info.peer_id.to_base58()
-        elif config.role == "bootstrap":
-            self.view.bootstrap_id = self.peer_id
-        self.addrs: list[str] = []
-        self.data_addrs: list[str] = []
-        self.compute_gflops: float | None = None
-        self.hardware = describe_hardware()
-        self.ipc = IpcServer(config.ipc_path, self._on_ipc) if config.ipc_path else None
-        self._seq = wire.SeqClock()
-        self._due: dict[str, float] = {}
-        self._last_dial: dict[str, float] = {}
-        self._blocked_logged: set[str] = set()
-        self._latest: dict[tuple[str, str], bytes] = {}  # (author, kind) -> accepted envelope
-        self.plan_maker = PlanMaker(self.view, self.peer_id)
-        self.joined = trio.Event()
-        self.prober = LinkProber(self.host, self.view, self.joined)
-        self.dht = KadDHT(self.host, DHTMode.SERVER, max_peers_per_subnet=0)
-        self.dht.register_validator(DHT_NAMESPACE, _SignedRecordValidator())
-        self.gossipsub = GossipSub(
-            # v1.1: v1.2's IDONTWANT control messages cost more CPU than they save at our sizes
-            protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
-            degree=4,
-            degree_low=3,
-            degree_high=8,
-            heartbeat_interval=1,
-            spam_protection_enabled=False,
-            eclipse_protection_enabled=False,  # all loopback peers share one IP
+        self.state = NodeState(
+            seed=config.seed,
+            role=config.role,
+            peer_id=peer_id,
+            host=make_host(config.seed),
+            view=view,
+            hardware=describe_hardware(),
         )
-        self.pubsub = Pubsub(self.host, self.gossipsub, strict_signing=True)
+        self.dht = make_dht(self.host)
+        self.discovery = Discovery(self.state, self.dht, config.bootstrap_addr)
+        self.pubsub, self.gossipsub = make_pubsub(self.host)
+        self.intake = Intake(self.state)
+        self.sync = PullSync(self.state, self.intake)
+        self.publisher = Publisher(self.state, self.pubsub)
+        self.rpcs = RpcResponder(self.state)
+        self.prober = LinkProber(self.host, view, self.state.joined)
+        self.worker_link = WorkerLink(self.state, config.ipc_path) if config.ipc_path else None
 
-    # ------------------------------------------------------------------ lifecycle
+    @property
+    def peer_id(self) -> str:
+        return self.state.peer_id
+
+    @property
+    def host(self) -> IHost:
+        return self.state.host
+
+    @property
+    def view(self) -> SwarmView:
+        return self.state.view
+
+    @property
+    def addrs(self) -> list[str]:
+        """Our full listen multiaddrs (empty until `run` has started)."""
+        return self.state.addrs
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled. Prints the full multiaddr as the first stdout line if asked."""
         quiet_library_logs()
+        state, host = self.state, self.host
         listen = parse_multiaddr(self.config.listen_addr)
-        async with self.host.run(listen_addrs=[listen]):
-            self.addrs = full_addrs(self.host)
-            self.host.set_stream_handler(probe.PING_PROTOCOL, probe.handle_ping)
-            self.host.set_stream_handler(probe.BANDWIDTH_PROTOCOL, probe.handle_bandwidth)
-            self.host.set_stream_handler(STATUS_PROTOCOL, rpc.make_handler(self._respond_status))
-            self.host.set_stream_handler(RUN_PROTOCOL, rpc.make_handler(self._respond_run))
-            self.host.set_stream_handler(SYNC_PROTOCOL, rpc.make_handler(self._respond_sync))
+        async with host.run(listen_addrs=[listen]):
+            state.addrs = full_addrs(host)
+            host.set_stream_handler(probe.PING_PROTOCOL, probe.handle_ping)
+            host.set_stream_handler(probe.BANDWIDTH_PROTOCOL, probe.handle_bandwidth)
+            host.set_stream_handler(STATUS_PROTOCOL, rpc.make_handler(self.rpcs.respond_status))
+            host.set_stream_handler(RUN_PROTOCOL, rpc.make_handler(self.rpcs.respond_run))
+            host.set_stream_handler(SYNC_PROTOCOL, rpc.make_handler(self.sync.respond_sync))
             async with (
                 background_trio_service(self.dht),
                 background_trio_service(self.pubsub),
@@ -167,401 +124,27 @@ class ControlNode:
                 trio.open_nursery() as nursery,
             ):
                 await self.pubsub.wait_until_ready()
-                for topic in TOPIC_KINDS:
-                    self.pubsub.set_topic_validator(topic, self._validator_for(topic), False)
-                    nursery.start_soon(self._drain, await self.pubsub.subscribe(topic))
+                await nursery.start(serve_topics, self.pubsub, state, self.intake)
                 if self.config.print_addr:
-                    print(self.addrs[0], flush=True)
-                log.info(
-                    "control %s (%s) listening on %s", self.peer_id, self.config.role, self.addrs
-                )
-                if self.ipc is not None:
-                    await nursery.start(self.ipc.serve)
-                    nursery.start_soon(self._serve_plans_to_worker)
-                nursery.start_soon(self._join)
-                nursery.start_soon(self._serve_publishing)
-                nursery.start_soon(self._serve_discovery)
-                nursery.start_soon(self._serve_sync)
-                if self.config.role in MEMBER_ROLES:
-                    nursery.start_soon(self._measure_compute)
+                    print(state.addrs[0], flush=True)
+                log.info("control %s (%s) listening on %s", state.peer_id, state.role, state.addrs)
+                if self.worker_link is not None:
+                    await nursery.start(self.worker_link.serve_worker)
+                nursery.start_soon(self.discovery.join)
+                nursery.start_soon(self.publisher.serve_publishing)
+                nursery.start_soon(self.discovery.serve_discovery)
+                nursery.start_soon(self.sync.serve_sync)
+                if state.is_member:
+                    nursery.start_soon(measure_compute, state)
                     nursery.start_soon(self.prober.serve_rtt_probes)
                     nursery.start_soon(self.prober.serve_bandwidth_probes)
-                    nursery.start_soon(self._serve_election)
+                    nursery.start_soon(serve_election, state)
                 task_status.started()
 
     async def stop_worker(self) -> None:
         """Ask a connected worker to checkpoint and exit."""
-        if self.ipc is not None:
-            await self.ipc.send({"type": "stop"})
-
-    # ------------------------------------------------------------------ joining and discovery
-
-    async def _join(self) -> None:
-        if self.bootstrap_peer is None:
-            self.joined.set()
-            return
-        info = info_from_p2p_addr(parse_multiaddr(self.config.bootstrap_addr or ""))
-        delay_s = 0.5
-        while True:
-            try:
-                with trio.fail_after(CONNECT_TIMEOUT_S):
-                    await self.host.connect(info)
-                await self._fetch_run()
-                break
-            except Exception as exc:
-                log.warning("cannot reach bootstrap %s yet: %s", info.peer_id, exc or type(exc))
-                await trio.sleep(delay_s)
-                delay_s = min(delay_s * 2, 5.0)
-        await self.dht.add_peer(info.peer_id)
-        log.info(
-            "joined via bootstrap %s, run %s", info.peer_id, (self.view.run or {}).get("run_id")
-        )
-        self.joined.set()
-        await self._refresh_dht()
-
-    async def _fetch_run(self) -> None:
-        assert self.bootstrap_peer is not None
-        reply = await rpc.call(self.host, self.bootstrap_peer, RUN_PROTOCOL)
-        env = wire.decode(str(reply["envelope"]).encode())
-        if env.kind != "run" or env.author != self.view.bootstrap_id:
-            raise wire.WireError("forged: run spec not signed by the bootstrap")
-        self.view.run = env.body
-
-    async def _refresh_dht(self) -> None:
-        with trio.move_on_after(10):
-            try:
-                await self.dht.refresh_routing_table()
-            except Exception as exc:
-                log.info("DHT refresh failed: %s", exc)
-
-    async def _serve_discovery(self) -> None:
-        """Dial members we know of (gossiped records, DHT routing table) but are not connected to."""
-        await self.joined.wait()
-        last_refresh = last_put = time.monotonic()
-        await self._put_record_in_dht()
-        while True:
-            await trio.sleep(DISCOVERY_INTERVAL_S)
-            now = time.monotonic()
-            connected = {p.to_base58() for p in self.host.get_connected_peers()}
-            wanted = set()
-            for peer, member in list(self.view.members.items()):
-                if member.record.get("role") not in MEMBER_ROLES and peer != self.view.bootstrap_id:
-                    continue
-                if peer in connected or now - self._last_dial.get(peer, -1e9) < REDIAL_BACKOFF_S:
-                    continue
-                wanted.add(peer)
-            for peer_id in self.dht.routing_table.get_peer_ids():
-                peer = peer_id.to_base58()
-                if (
-                    peer not in connected
-                    and now - self._last_dial.get(peer, -1e9) >= REDIAL_BACKOFF_S
-                ):
-                    wanted.add(peer)
-            wanted.discard(self.peer_id)
-            if wanted:
-                async with trio.open_nursery() as nursery:
-                    for peer in wanted:
-                        self._last_dial[peer] = now
-                        nursery.start_soon(self._dial, peer)
-            if now - last_refresh > DHT_REFRESH_INTERVAL_S:
-                last_refresh = now
-                await self._refresh_dht()
-            if now - last_put > DHT_PUT_INTERVAL_S:
-                last_put = now
-                await self._put_record_in_dht()
-
-    async def _dial(self, peer: str) -> None:
-        peer_id = ID.from_base58(peer)
-        member = self.view.members.get(peer)
-        if member is not None:
-            addrs = [Multiaddr(a) for a in member.record.get("addrs", [])]
-            self.host.get_peerstore().add_addrs(peer_id, addrs, 3600)
-        if not self.host.get_peerstore().addrs(peer_id):
-            return
-        with trio.move_on_after(CONNECT_TIMEOUT_S):
-            try:
-                await self.host.connect(PeerInfo(peer_id, self.host.get_peerstore().addrs(peer_id)))
-            except Exception as exc:
-                log.debug("dial %s failed: %s", peer, exc)
-
-    async def _put_record_in_dht(self) -> None:
-        """Our signed record under /p2ptrain/peer/<id>; the bootstrap also puts /p2ptrain/run."""
-        puts = [(f"/{DHT_NAMESPACE}/peer/{self.peer_id}", self._record_message())]
-        if self.config.role == "bootstrap" and self.view.run is not None:
-            puts.append((f"/{DHT_NAMESPACE}/run", self._run_message()))
-        for key, value in puts:
-            with trio.move_on_after(10):
-                try:
-                    await self.dht.put_value(key, value)
-                except Exception as exc:
-                    log.info("DHT put of %s failed: %s", key, exc)
-
-    # ------------------------------------------------------------------ gossip in
-
-    def _validator_for(self, topic: str) -> Callable[[ID, rpc_pb2.Message], bool]:
-        kinds = TOPIC_KINDS[topic]
-
-        def validate(forwarder: ID, msg: rpc_pb2.Message) -> bool:
-            return self._validate(topic, kinds, forwarder, msg)
-
-        return validate
-
-    def _validate(self, topic: str, kinds: set[str], forwarder: ID, msg: rpc_pb2.Message) -> bool:
-        """Decode, verify and apply one gossip message; False drops it (and it is not forwarded)."""
-        now = time.monotonic()
-        sender = forwarder.to_base58()
-        if sender == self.peer_id:
-            return True  # our own publish
-        if self.view.is_blocked(sender, now):
-            return False
-        try:
-            env = wire.decode(msg.data)
-        except wire.WireError as exc:
-            if exc.category == "stale":
-                log.debug("ignored a late message on %s: %s", topic, exc)
-            else:
-                self._reject(sender, exc.category, str(exc), topic, now)
-            return False
-        if ID(msg.from_id).to_base58() != env.author:
-            self._reject(
-                sender,
-                "replayed",
-                f"{env.kind} by {env.author} re-published by another",
-                topic,
-                now,
-            )
-            return False
-        if env.kind not in kinds:
-            self._reject(
-                sender, "malformed", f"{env.kind} does not belong on this topic", topic, now
-            )
-            return False
-        return self._apply(env, msg.data, sender, topic, now)
-
-    def _apply(self, env: wire.Envelope, data: bytes, sender: str, via: str, now: float) -> bool:
-        """Feed a verified envelope to the view; keep it for sync if accepted; blame if hostile."""
-        drop = self.view.accept(env, now)
-        if drop is None:
-            if env.author != self.peer_id:
-                self._latest[(env.author, env.kind)] = data
-            return True
-        if drop.category is None:
-            log.debug("ignored %s from %s: %s", env.kind, env.author, drop.reason)
-            return True
-        culprit = sender if drop.category == "replayed" else env.author
-        self._reject(culprit, drop.category, drop.reason, via, now)
-        return False
-
-    async def _serve_sync(self) -> None:
-        """Pull anti-entropy: every few seconds fetch a random peer's latest signed envelopes and
-        apply those we lack. Heals what gossip lost, even for a node whose mesh broke."""
-        await self.joined.wait()
-        while True:
-            live = set(self.view.live_members(time.monotonic())) | {self.view.bootstrap_id}
-            candidates = [
-                p for p in (c.to_base58() for c in self.host.get_connected_peers()) if p in live
-            ]
-            if candidates:
-                await self._sync_from(random.choice(candidates))
-            await trio.sleep(SYNC_INTERVAL_S * random.uniform(0.8, 1.2))
-
-    async def _sync_from(self, peer: str) -> None:
-        try:
-            reply = await rpc.call(self.host, ID.from_base58(peer), SYNC_PROTOCOL)
-            envelopes = reply["envelopes"]
-            if not isinstance(envelopes, list):
-                raise TypeError("envelopes must be a list")
-        except Exception as exc:
-            log.debug("sync from %s failed: %s", peer, exc)
-            return
-        for text in envelopes[:MAX_SYNC_ENVELOPES]:
-            now = time.monotonic()
-            if self.view.is_blocked(peer, now) or not isinstance(text, str):
-                return
-            data = text.encode()
-            try:
-                env = wire.decode(data)
-            except wire.WireError as exc:
-                if exc.category != "stale":
-                    self._reject(peer, exc.category, str(exc), "sync", now)
-                continue
-            if env.author != self.peer_id and not self.view.knows(env):
-                self._apply(env, data, peer, "sync", now)
-
-    async def _respond_sync(self, request: bytes) -> dict[str, Any]:
-        own = [self._record_message(), *self._own_state_messages()]
-        # records before what depends on them (telemetry and claims need the author's record)
-        order = {"run": 0, "peer": 1, "claim": 2, "plan": 3, "telemetry": 4}
-        held = [
-            data for (_, kind), data in sorted(self._latest.items(), key=lambda kv: order[kv[0][1]])
-        ]
-        return {"envelopes": [d.decode() for d in [*own, *held]]}
-
-    def _own_state_messages(self) -> list[bytes]:
-        messages = []
-        if self.config.role in MEMBER_ROLES:
-            messages.append(self._telemetry_message())
-        if self.config.role == "bootstrap" and self.view.run is not None:
-            messages.append(self._run_message())
-        if self.view.planner == self.peer_id:
-            messages.append(self._claim_message())
-            if self.view.plan is not None and self.view.plan["planner"] == self.peer_id:
-                messages.append(self._plan_message())
-        return messages
-
-    def _reject(self, peer: str, category: str, reason: str, topic: str, now: float) -> None:
-        score = self.view.penalise(peer, category, now)
-        log.warning(
-            "dropped %s message on %s from %s: %s (penalty %.1f)",
-            category,
-            topic,
-            peer,
-            reason,
-            score,
-        )
-        if self.view.is_blocked(peer, now) and peer not in self._blocked_logged:
-            # our validators drop everything it sends or writes; pubsub's own blacklist is not
-            # used: its teardown can crash the pubsub service (py-libp2p 0.8.1)
-            log.warning("blocking %s for %.0f s", peer, BLOCK_S)
-            self._blocked_logged.add(peer)
-
-    async def _drain(self, subscription: Any) -> None:
-        """Messages were applied in the validator; keep the subscription queue empty."""
-        while True:
-            await subscription.get()
-
-    # ------------------------------------------------------------------ gossip out
-
-    def _record_message(self) -> bytes:
-        body = {
-            "addrs": self.addrs,
-            "data_addrs": self.data_addrs,
-            "role": self.config.role,
-            "planner_capable": self.config.role in MEMBER_ROLES,
-            "version": __version__,
-            "hardware": self.hardware,
-            "compute_gflops": self.compute_gflops,
-        }
-        self.view.own_record = body
-        return wire.encode(self.config.seed, "peer", self._seq.next(), body)
-
-    def _run_message(self) -> bytes:
-        assert self.view.run is not None
-        return wire.encode(self.config.seed, "run", self._seq.next(), self.view.run)
-
-    def _telemetry_message(self) -> bytes:
-        body = {"links": self.view.own_row(time.monotonic()), "metrics": self.view.own_metrics}
-        return wire.encode(self.config.seed, "telemetry", self._seq.next(), body)
-
-    def _claim_message(self) -> bytes:
-        return wire.encode(self.config.seed, "claim", self._seq.next(), {"term": self.view.term})
-
-    def _plan_message(self) -> bytes:
-        assert self.view.plan is not None
-        return wire.encode(self.config.seed, "plan", self._seq.next(), self.view.plan)
-
-    def _due_now(self, name: str, interval_s: float, now: float) -> bool:
-        if now < self._due.get(name, 0.0):
-            return False
-        self._due[name] = now + interval_s * random.uniform(0.9, 1.1)
-        return True
-
-    async def _publish(self, topic: str, make: Callable[[], bytes]) -> None:
-        try:
-            await self.pubsub.publish(topic, make())
-        except Exception as exc:
-            log.info("publish on %s failed: %s", topic, exc)
-        await trio.sleep(PUBLISH_GAP_S)
-
-    async def _serve_publishing(self) -> None:
-        """Publish our state, paced; every message re-states everything we author (anti-entropy)."""
-        await self.joined.wait()
-        while True:
-            now = time.monotonic()
-            if self._due_now("record", RECORD_INTERVAL_S, now):
-                await self._publish(CONTROL_TOPIC, self._record_message)
-            if self.config.role == "bootstrap" and self._due_now("run", RUN_INTERVAL_S, now):
-                await self._publish(CONTROL_TOPIC, self._run_message)
-            if self.config.role in MEMBER_ROLES and self._due_now(
-                "telemetry", TELEMETRY_INTERVAL_S, now
-            ):
-                await self._publish(TELEMETRY_TOPIC, self._telemetry_message)
-            if self.view.planner == self.peer_id:
-                if self._due_now("claim", CLAIM_INTERVAL_S, now):
-                    await self._publish(CONTROL_TOPIC, self._claim_message)
-                plan = self.view.plan
-                own_plan = (
-                    plan and plan["planner"] == self.peer_id and plan["term"] == self.view.term
-                )
-                if own_plan and self._due_now("plan", PLAN_REBROADCAST_S, now):
-                    await self._publish(CONTROL_TOPIC, self._plan_message)
-            self._blocked_logged = {p for p in self._blocked_logged if self.view.is_blocked(p, now)}
-            self.view.forget_stale(now)
-            await trio.sleep(0.2)
-
-    # ------------------------------------------------------------------ measurements
-
-    async def _measure_compute(self) -> None:
-        self.compute_gflops = await trio.to_thread.run_sync(measure_compute_gflops)
-        self._due["record"] = 0.0  # announce it soon
-
-    # ------------------------------------------------------------------ election and planning
-
-    async def _serve_election(self) -> None:
-        await self.joined.wait()
-        while True:
-            now = time.monotonic()
-            if self.view.run is not None and self.view.should_claim(now):
-                term = self.view.claim()
-                log.info("claiming the planner role, term %d", term)
-                self._due["claim"] = 0.0
-            if self.view.planner == self.peer_id and await self.plan_maker.tick(
-                now, self.data_addrs
-            ):
-                self._due["plan"] = 0.0
-            await trio.sleep(ELECTION_TICK_S)
-
-    # ------------------------------------------------------------------ status, run, worker
-
-    async def _respond_status(self, request: bytes) -> dict[str, Any]:
-        return self.view.status(time.monotonic())
-
-    async def _respond_run(self, request: bytes) -> dict[str, Any]:
-        if self.config.role != "bootstrap" or self.view.run is None:
-            return {"error": "not a bootstrap"}
-        return {"envelope": self._run_message().decode()}
-
-    def _on_ipc(self, message: dict[str, Any]) -> None:
-        kind = message["type"]
-        now = time.monotonic()
-        if kind == "hello":
-            addrs = message["data_addrs"]
-            if not wire.is_addr_list(addrs):
-                raise ValueError("data_addrs must be a list of <= 16 address strings")
-            if message.get("peer_id") != self.peer_id:
-                log.warning(
-                    "worker reports peer id %s, control is %s", message.get("peer_id"), self.peer_id
-                )
-            self.data_addrs = list(addrs)
-            self._due["record"] = 0.0
-            log.info("worker is up with data addresses %s", self.data_addrs)
-        elif kind == "metrics":
-            self.view.own_metrics = {
-                k: message.get(k) for k in ("step", "loss", "tokens_per_s", "stage", "replica")
-            }
-        elif kind == "throughput":
-            self.view.record_bandwidth(str(message["peer"]), float(message["mbps"]), now)
-        else:
-            raise ValueError(f"unknown message type {kind!r}")
-
-    async def _serve_plans_to_worker(self) -> None:
-        assert self.ipc is not None
-        sent_version = 0
-        while True:
-            if self.view.plan_version != sent_version and self.view.plan is not None:
-                sent_version = self.view.plan_version
-                await self.ipc.send({"type": "plan", "plan": self.view.plan, "run": self.view.run})
-            await trio.sleep(0.5)
+        if self.worker_link is not None:
+            await self.worker_link.stop_worker()
 
 
 def configure_logging(level: int = logging.INFO) -> None:

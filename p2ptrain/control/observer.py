@@ -8,7 +8,7 @@ from typing import Any
 import trio
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
-from p2ptrain.control.node import STATUS_PROTOCOL
+from p2ptrain.control.rpcs import STATUS_PROTOCOL
 from p2ptrain.errors import UserError
 from p2ptrain.net import rpc
 from p2ptrain.net.host import make_host, parse_multiaddr, quiet_library_logs

@@ -21,14 +21,10 @@ from multiaddr import Multiaddr
 
 from p2ptrain import identity
 from p2ptrain.control import wire
-from p2ptrain.control.node import (
-    CONTROL_TOPIC,
-    STATUS_PROTOCOL,
-    SYNC_PROTOCOL,
-    TELEMETRY_TOPIC,
-    ControlNode,
-    NodeConfig,
-)
+from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC
+from p2ptrain.control.node import ControlNode, NodeConfig
+from p2ptrain.control.rpcs import STATUS_PROTOCOL
+from p2ptrain.control.sync import SYNC_PROTOCOL
 from p2ptrain.net import rpc
 from p2ptrain.net.host import make_host
 from p2ptrain.records.run import RunSpec
@@ -204,7 +200,7 @@ def test_bad_messages_are_dropped_logged_and_penalised(caplog):
                     return {"envelopes": bad_envelopes}
 
                 sync_server.host.set_stream_handler(SYNC_PROTOCOL, rpc.make_handler(serve_sync))
-                await victim._sync_from(sync_server.id)
+                await victim.sync.sync_from(sync_server.id)
                 results["sync_penalty"] = victim.view.penalty_score(sync_server.id)
                 results["penalties"] = {
                     name: victim.view.penalty_score(a.id)

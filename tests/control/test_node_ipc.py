@@ -12,6 +12,7 @@ import trio
 
 from p2ptrain.control import wire
 from p2ptrain.control.node import ControlNode, NodeConfig
+from p2ptrain.control.status import swarm_status
 from p2ptrain.records.run import RunSpec
 
 DATA_ADDR = "/ip4/127.0.0.1/tcp/4242/p2p/12D3KooWdata"
@@ -54,7 +55,7 @@ def test_worker_hello_reaches_the_plan_and_status(tmp_path):
                     if plans and plans[-1]["plan"]["data_addrs"].get(member.peer_id):
                         got["plan"] = plans[-1]
                         break
-            got["status"] = boot.view.status(time.monotonic())
+            got["status"] = swarm_status(boot.view, time.monotonic())
             # the member's signed record is in the DHT, and so is the bootstrap's run spec
             with trio.fail_after(10):
                 got["dht_record"] = await member.dht.get_value(f"/p2ptrain/peer/{member.peer_id}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from p2ptrain.control import view as view_mod
+from p2ptrain.control.status import swarm_status
 from p2ptrain.control.view import SwarmView
 from p2ptrain.control.wire import Envelope
 
@@ -63,7 +64,7 @@ def test_failover_after_the_planner_goes_silent():
     assert not v.is_alive(A, t)
     assert v.should_claim(t)
     assert v.claim() == 2
-    assert v.status(t)["planner"] == B
+    assert swarm_status(v, t)["planner"] == B
 
 
 def test_a_higher_term_wins_in_every_view_even_over_a_live_incumbent():
@@ -184,7 +185,7 @@ def test_status_document_shape():
     v.accept(feed("claim", A, {"term": 1}), 0.1)
     v.accept(feed("plan", A, plan(A, 1, 1)), 0.2)
     v.record_rtt(B, 1.5, 0.3)
-    status = v.status(0.5)
+    status = swarm_status(v, 0.5)
     assert set(status) >= {"run", "planner", "peers", "links", "plan"}
     assert [p["id"] for p in status["peers"]] == [A, B, C, ME]
     assert all({"id", "alive", "planner", "role"} <= set(p) for p in status["peers"])

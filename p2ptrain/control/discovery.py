@@ -1,0 +1,191 @@
+"""Finding the swarm and staying connected to it, through the bootstrap and the Kademlia DHT.
+
+Joining: connect to the bootstrap (with backoff), fetch its signed run spec over RUN_PROTOCOL,
+add it to the DHT and refresh the routing table. Then, every few seconds, dial the members we know
+of (gossiped records, the DHT routing table) but are not connected to, and keep our signed record
+in the DHT under /p2ptrain/peer/<id> (the bootstrap also keeps the run spec under /p2ptrain/run).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import trio
+from libp2p.abc import IHost
+from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+from libp2p.records.validator import Validator
+from multiaddr import Multiaddr
+
+from p2ptrain.control import wire
+from p2ptrain.control.publishing import record_message, run_message
+from p2ptrain.control.rpcs import RUN_PROTOCOL
+from p2ptrain.control.state import NodeState
+from p2ptrain.control.view import MEMBER_ROLES
+from p2ptrain.net import rpc
+from p2ptrain.net.host import parse_multiaddr
+
+log = logging.getLogger(__name__)
+
+DHT_NAMESPACE = "p2ptrain"
+DHT_RECORD_MAX_AGE_S = 3600.0
+DHT_TIMEOUT_S = 10.0  # one routing-table refresh or one put
+DHT_REFRESH_INTERVAL_S = 30.0
+DHT_PUT_INTERVAL_S = 60.0
+DISCOVERY_INTERVAL_S = 3.0
+CONNECT_TIMEOUT_S = 5.0
+REDIAL_BACKOFF_S = 10.0
+JOIN_RETRY_FIRST_S = 0.5  # doubles up to JOIN_RETRY_MAX_S while the bootstrap is unreachable
+JOIN_RETRY_MAX_S = 5.0
+PEERSTORE_TTL_S = 3600
+
+
+class _SignedRecordValidator(Validator):
+    """DHT values under /p2ptrain/ are signed envelopes; the newest seq wins."""
+
+    def validate(self, key: str, value: bytes) -> None:
+        env = wire.decode(value, max_age_s=DHT_RECORD_MAX_AGE_S)  # raises WireError (ValueError)
+        if not key.endswith(f"/{env.author}") and not (key.endswith("/run") and env.kind == "run"):
+            raise wire.WireError(f"forged: {env.kind} by {env.author} stored under {key}")
+
+    def select(self, key: str, values: list[bytes]) -> int:
+        def seq(value: bytes) -> int:
+            try:
+                return wire.decode(value, max_age_s=DHT_RECORD_MAX_AGE_S).seq
+            except wire.WireError:
+                return -1
+
+        return max(range(len(values)), key=lambda i: seq(values[i]))
+
+
+def make_dht(host: IHost) -> KadDHT:
+    """A DHT server that accepts only signed records in our namespace (still to be started)."""
+    dht = KadDHT(host, DHTMode.SERVER, max_peers_per_subnet=0)
+    dht.register_validator(DHT_NAMESPACE, _SignedRecordValidator())
+    return dht
+
+
+class Discovery:
+    """Joins through the bootstrap, then keeps dialling known members and our DHT record fresh."""
+
+    def __init__(self, state: NodeState, dht: KadDHT, bootstrap_addr: str | None) -> None:
+        self.state = state
+        self.dht = dht
+        self.bootstrap: PeerInfo | None = None  # None on the bootstrap itself
+        if bootstrap_addr:
+            self.bootstrap = info_from_p2p_addr(parse_multiaddr(bootstrap_addr, need_peer_id=True))
+            state.view.bootstrap_id = self.bootstrap.peer_id.to_base58()
+        elif state.role == "bootstrap":
+            state.view.bootstrap_id = state.peer_id
+        self._last_dial: dict[str, float] = {}
+
+    async def join(self) -> None:
+        """Connect to the bootstrap and learn the run from it (retrying until it answers), then
+        set `joined`. The bootstrap is joined at once."""
+        if self.bootstrap is None:
+            self.state.joined.set()
+            return
+        info = self.bootstrap
+        delay_s = JOIN_RETRY_FIRST_S
+        while True:
+            try:
+                with trio.fail_after(CONNECT_TIMEOUT_S):
+                    await self.state.host.connect(info)
+                await self._fetch_run()
+                break
+            except Exception as exc:
+                log.warning("cannot reach bootstrap %s yet: %s", info.peer_id, exc or type(exc))
+                await trio.sleep(delay_s)
+                delay_s = min(delay_s * 2, JOIN_RETRY_MAX_S)
+        await self.dht.add_peer(info.peer_id)
+        log.info(
+            "joined via bootstrap %s, run %s",
+            info.peer_id,
+            (self.state.view.run or {}).get("run_id"),
+        )
+        self.state.joined.set()
+        await self._refresh_dht()
+
+    async def _fetch_run(self) -> None:
+        assert self.bootstrap is not None
+        view = self.state.view
+        reply = await rpc.call(self.state.host, self.bootstrap.peer_id, RUN_PROTOCOL)
+        env = wire.decode(str(reply["envelope"]).encode())
+        if env.kind != "run" or env.author != view.bootstrap_id:
+            raise wire.WireError("forged: run spec not signed by the bootstrap")
+        view.run = env.body
+
+    async def _refresh_dht(self) -> None:
+        with trio.move_on_after(DHT_TIMEOUT_S):
+            try:
+                await self.dht.refresh_routing_table()
+            except Exception as exc:
+                log.info("DHT refresh failed: %s", exc)
+
+    async def serve_discovery(self) -> None:
+        """Dial members we know of (gossiped records, DHT routing table) but are not connected to."""
+        state = self.state
+        await state.joined.wait()
+        last_refresh = last_put = time.monotonic()
+        await self._put_record_in_dht()
+        while True:
+            await trio.sleep(DISCOVERY_INTERVAL_S)
+            now = time.monotonic()
+            connected = {p.to_base58() for p in state.host.get_connected_peers()}
+            wanted = set()
+            for peer, member in list(state.view.members.items()):
+                role = member.record.get("role")
+                if role not in MEMBER_ROLES and peer != state.view.bootstrap_id:
+                    continue
+                if peer in connected or now - self._last_dial.get(peer, -1e9) < REDIAL_BACKOFF_S:
+                    continue
+                wanted.add(peer)
+            for peer_id in self.dht.routing_table.get_peer_ids():
+                peer = peer_id.to_base58()
+                if (
+                    peer not in connected
+                    and now - self._last_dial.get(peer, -1e9) >= REDIAL_BACKOFF_S
+                ):
+                    wanted.add(peer)
+            wanted.discard(state.peer_id)
+            if wanted:
+                async with trio.open_nursery() as nursery:
+                    for peer in wanted:
+                        self._last_dial[peer] = now
+                        nursery.start_soon(self._dial, peer)
+            if now - last_refresh > DHT_REFRESH_INTERVAL_S:
+                last_refresh = now
+                await self._refresh_dht()
+            if now - last_put > DHT_PUT_INTERVAL_S:
+                last_put = now
+                await self._put_record_in_dht()
+
+    async def _dial(self, peer: str) -> None:
+        peer_id = ID.from_base58(peer)
+        peerstore = self.state.host.get_peerstore()
+        member = self.state.view.members.get(peer)
+        if member is not None:
+            addrs = [Multiaddr(a) for a in member.record.get("addrs", [])]
+            peerstore.add_addrs(peer_id, addrs, PEERSTORE_TTL_S)
+        if not peerstore.addrs(peer_id):
+            return
+        with trio.move_on_after(CONNECT_TIMEOUT_S):
+            try:
+                await self.state.host.connect(PeerInfo(peer_id, peerstore.addrs(peer_id)))
+            except Exception as exc:
+                log.debug("dial %s failed: %s", peer, exc)
+
+    async def _put_record_in_dht(self) -> None:
+        """Our signed record under /p2ptrain/peer/<id>; the bootstrap also puts /p2ptrain/run."""
+        state = self.state
+        puts = [(f"/{DHT_NAMESPACE}/peer/{state.peer_id}", record_message(state))]
+        if state.role == "bootstrap" and state.view.run is not None:
+            puts.append((f"/{DHT_NAMESPACE}/run", run_message(state)))
+        for key, value in puts:
+            with trio.move_on_after(DHT_TIMEOUT_S):
+                try:
+                    await self.dht.put_value(key, value)
+                except Exception as exc:
+                    log.info("DHT put of %s failed: %s", key, exc)

@@ -1,0 +1,112 @@
+"""GossipSub: our two topics, which kinds belong on each, and the validator that admits messages.
+
+Messages are applied inside the validator (decode and verify, check that the publisher is the
+author and the kind belongs on the topic, then Intake.apply); one it refuses is not forwarded.
+The subscriptions themselves are only drained.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+from libp2p.abc import IHost
+from libp2p.peer.id import ID
+from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
+from libp2p.pubsub.pb import rpc_pb2
+from libp2p.pubsub.pubsub import Pubsub
+
+from p2ptrain.control import wire
+from p2ptrain.control.intake import Intake
+from p2ptrain.control.state import NodeState
+
+log = logging.getLogger(__name__)
+
+CONTROL_TOPIC = "p2ptrain/control/1"  # run specs, peer records, planner claims, plans
+TELEMETRY_TOPIC = "p2ptrain/telemetry/1"  # link-matrix rows and worker metrics
+TOPIC_KINDS = {CONTROL_TOPIC: {"run", "peer", "claim", "plan"}, TELEMETRY_TOPIC: {"telemetry"}}
+
+Validator = Callable[[ID, rpc_pb2.Message], bool]
+
+
+def make_pubsub(host: IHost) -> tuple[Pubsub, GossipSub]:
+    """Our GossipSub router and the Pubsub service over it (both still to be started)."""
+    gossipsub = GossipSub(
+        # v1.1: v1.2's IDONTWANT control messages cost more CPU than they save at our sizes
+        protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
+        degree=4,
+        degree_low=3,
+        degree_high=8,
+        heartbeat_interval=1,
+        spam_protection_enabled=False,
+        eclipse_protection_enabled=False,  # all loopback peers share one IP
+    )
+    return Pubsub(host, gossipsub, strict_signing=True), gossipsub
+
+
+async def serve_topics(
+    pubsub: Pubsub,
+    state: NodeState,
+    intake: Intake,
+    *,
+    task_status: Any = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Subscribe to our topics behind their validators (started once subscribed), then keep the
+    subscription queues empty: the validators already applied every message."""
+    async with trio.open_nursery() as nursery:
+        for topic in TOPIC_KINDS:
+            pubsub.set_topic_validator(topic, validator_for(topic, state, intake), False)
+            nursery.start_soon(_drain, await pubsub.subscribe(topic))
+        task_status.started()
+
+
+async def _drain(subscription: Any) -> None:
+    while True:
+        await subscription.get()
+
+
+def validator_for(topic: str, state: NodeState, intake: Intake) -> Validator:
+    """The (synchronous) GossipSub validator of one topic."""
+    kinds = TOPIC_KINDS[topic]
+
+    def validate(forwarder: ID, msg: rpc_pb2.Message) -> bool:
+        return _validate(topic, kinds, forwarder, msg, state, intake)
+
+    return validate
+
+
+def _validate(
+    topic: str,
+    kinds: set[str],
+    forwarder: ID,
+    msg: rpc_pb2.Message,
+    state: NodeState,
+    intake: Intake,
+) -> bool:
+    """Decode, verify and apply one gossip message; False drops it (and it is not forwarded)."""
+    now = time.monotonic()
+    sender = forwarder.to_base58()
+    if sender == state.peer_id:
+        return True  # our own publish
+    if state.view.is_blocked(sender, now):
+        return False
+    try:
+        env = wire.decode(msg.data)
+    except wire.WireError as exc:
+        if exc.category == "stale":
+            log.debug("ignored a late message on %s: %s", topic, exc)
+        else:
+            intake.reject(sender, exc.category, str(exc), topic, now)
+        return False
+    if ID(msg.from_id).to_base58() != env.author:
+        intake.reject(
+            sender, "replayed", f"{env.kind} by {env.author} re-published by another", topic, now
+        )
+        return False
+    if env.kind not in kinds:
+        intake.reject(sender, "malformed", f"{env.kind} does not belong on this topic", topic, now)
+        return False
+    return intake.apply(env, msg.data, sender, topic, now)

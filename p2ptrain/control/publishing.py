@@ -1,0 +1,134 @@
+"""What this node authors, and the paced publisher that re-broadcasts it.
+
+Five signed messages: our peer record, the run spec (the bootstrap), telemetry (members), and the
+planner's claim and plan. Each re-states its author's full current state, so re-publishing them
+periodically is anti-entropy: the next copy heals a lost one. The schedule is NodeState.due;
+other pieces call NodeState.publish_soon when something worth announcing changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from functools import partial
+
+import trio
+from libp2p.pubsub.pubsub import Pubsub
+
+from p2ptrain import __version__
+from p2ptrain.control import wire
+from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC
+from p2ptrain.control.hardware import measure_compute_gflops
+from p2ptrain.control.state import NodeState
+
+log = logging.getLogger(__name__)
+
+TELEMETRY_INTERVAL_S = 2.0
+RECORD_INTERVAL_S = 6.0
+RUN_INTERVAL_S = 10.0
+CLAIM_INTERVAL_S = 2.0
+PLAN_REBROADCAST_S = 4.0
+PUBLISH_GAP_S = 0.02  # pace publishes: py-libp2p drops bursts past its 32-slot queues
+PUBLISH_TICK_S = 0.2
+
+
+def record_message(state: NodeState) -> bytes:
+    """Our signed peer record (also kept in the view, for our own line in the status)."""
+    body = {
+        "addrs": state.addrs,
+        "data_addrs": state.data_addrs,
+        "role": state.role,
+        "planner_capable": state.is_member,
+        "version": __version__,
+        "hardware": state.hardware,
+        "compute_gflops": state.compute_gflops,
+    }
+    state.view.own_record = body
+    return wire.encode(state.seed, "peer", state.seq.next(), body)
+
+
+def run_message(state: NodeState) -> bytes:
+    assert state.view.run is not None
+    return wire.encode(state.seed, "run", state.seq.next(), state.view.run)
+
+
+def telemetry_message(state: NodeState) -> bytes:
+    view = state.view
+    body = {"links": view.own_row(time.monotonic()), "metrics": view.own_metrics}
+    return wire.encode(state.seed, "telemetry", state.seq.next(), body)
+
+
+def claim_message(state: NodeState) -> bytes:
+    return wire.encode(state.seed, "claim", state.seq.next(), {"term": state.view.term})
+
+
+def plan_message(state: NodeState) -> bytes:
+    assert state.view.plan is not None
+    return wire.encode(state.seed, "plan", state.seq.next(), state.view.plan)
+
+
+def authored_messages(state: NodeState) -> list[bytes]:
+    """A fresh copy of everything we author now, our record first."""
+    view = state.view
+    messages = [record_message(state)]
+    if state.is_member:
+        messages.append(telemetry_message(state))
+    if state.role == "bootstrap" and view.run is not None:
+        messages.append(run_message(state))
+    if view.planner == state.peer_id:
+        messages.append(claim_message(state))
+        if view.plan is not None and view.plan["planner"] == state.peer_id:
+            messages.append(plan_message(state))
+    return messages
+
+
+async def measure_compute(state: NodeState) -> None:
+    """Measure our compute once (in a thread: it takes a while) and announce it in our record."""
+    state.compute_gflops = await trio.to_thread.run_sync(measure_compute_gflops)
+    state.publish_soon("record")
+
+
+class Publisher:
+    """Publishes each of our messages when due, paced, for as long as the node runs."""
+
+    def __init__(self, state: NodeState, pubsub: Pubsub) -> None:
+        self.state = state
+        self.pubsub = pubsub
+
+    def _due_now(self, name: str, interval_s: float, now: float) -> bool:
+        """True if `name` is due; then schedules its next time, jittered so peers drift apart."""
+        if now < self.state.due.get(name, 0.0):
+            return False
+        self.state.due[name] = now + interval_s * random.uniform(0.9, 1.1)
+        return True
+
+    async def _publish(self, topic: str, make: Callable[[], bytes]) -> None:
+        try:
+            await self.pubsub.publish(topic, make())
+        except Exception as exc:
+            log.info("publish on %s failed: %s", topic, exc)
+        await trio.sleep(PUBLISH_GAP_S)
+
+    async def serve_publishing(self) -> None:
+        """Publish our state, paced; every message re-states everything we author (anti-entropy)."""
+        state, view = self.state, self.state.view
+        await state.joined.wait()
+        while True:
+            now = time.monotonic()
+            if self._due_now("record", RECORD_INTERVAL_S, now):
+                await self._publish(CONTROL_TOPIC, partial(record_message, state))
+            if state.role == "bootstrap" and self._due_now("run", RUN_INTERVAL_S, now):
+                await self._publish(CONTROL_TOPIC, partial(run_message, state))
+            if state.is_member and self._due_now("telemetry", TELEMETRY_INTERVAL_S, now):
+                await self._publish(TELEMETRY_TOPIC, partial(telemetry_message, state))
+            if view.planner == state.peer_id:
+                if self._due_now("claim", CLAIM_INTERVAL_S, now):
+                    await self._publish(CONTROL_TOPIC, partial(claim_message, state))
+                plan = view.plan
+                own_plan = plan and plan["planner"] == state.peer_id and plan["term"] == view.term
+                if own_plan and self._due_now("plan", PLAN_REBROADCAST_S, now):
+                    await self._publish(CONTROL_TOPIC, partial(plan_message, state))
+            view.forget_stale(now)  # the view's housekeeping rides on this tick
+            await trio.sleep(PUBLISH_TICK_S)

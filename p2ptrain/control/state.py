@@ -1,0 +1,47 @@
+"""The state the control plane's pieces share: who this node is, what it announces, what it holds.
+
+One explicit object handed to each piece (discovery, gossip, sync, publishing, election, the worker
+link) instead of attributes of one node class; each piece reads and writes only the fields it
+needs. Everything runs in one trio thread, so no locks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+from libp2p.abc import IHost
+
+from p2ptrain.control import wire
+from p2ptrain.control.view import MEMBER_ROLES, SwarmView
+
+
+@dataclass
+class NodeState:
+    """One control process's shared, mutable state."""
+
+    seed: bytes  # our identity key: signs every envelope we author
+    role: str  # "bootstrap", "control-only" or "trainer"
+    peer_id: str
+    host: IHost
+    view: SwarmView
+    hardware: dict[str, Any]  # announced in our peer record
+    addrs: list[str] = field(default_factory=list)  # our full listen multiaddrs, once listening
+    data_addrs: list[str] = field(default_factory=list)  # our worker's, from its hello
+    compute_gflops: float | None = None  # measured once, soon after start
+    seq: wire.SeqClock = field(default_factory=wire.SeqClock)  # for every envelope we author
+    # kind -> monotonic time our next message of that kind is due (see publishing.py)
+    due: dict[str, float] = field(default_factory=dict)
+    # (author, kind) -> the latest envelope we accepted from another peer: served to sync clients
+    latest: dict[tuple[str, str], bytes] = field(default_factory=dict)
+    joined: trio.Event = field(default_factory=trio.Event)  # set once we are in the swarm
+
+    @property
+    def is_member(self) -> bool:
+        """Trainers and control-only peers: probed, planned, and candidates for planner."""
+        return self.role in MEMBER_ROLES
+
+    def publish_soon(self, kind: str) -> None:
+        """Publish our `kind` message at the publisher's next tick, not at its next interval."""
+        self.due[kind] = 0.0
