@@ -1,32 +1,32 @@
-"""The control <-> worker IPC wire: newline-delimited JSON objects with a "type" (contracts in
-docs/protocols.md). Stdlib only, so both sides (trio control, threaded worker) share it."""
+"""The control <-> worker IPC wire: one JSON object per line, each a record of
+records/messages.py (docs/protocols.md). Stdlib only, so both sides (trio control, threaded
+worker) share it."""
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+
+from p2ptrain.errors import WireError
+from p2ptrain.records.messages import Message, message_from_dict
 
 MAX_LINE_BYTES = 1024 * 1024
 
 log = logging.getLogger(__name__)
 
 
-def encode(message: dict[str, Any]) -> bytes:
-    return json.dumps(message, separators=(",", ":")).encode() + b"\n"
+def encode(message: Message) -> bytes:
+    return json.dumps(message.to_dict(), separators=(",", ":")).encode() + b"\n"
 
 
-def decode(line: bytes) -> dict[str, Any] | None:
-    """The message on one line, or None (logged) if it is not a JSON object with a string type."""
+def decode(line: bytes) -> Message | None:
+    """The message on one line, or None (logged) if the line holds no valid message."""
     try:
-        message = json.loads(line)
-    except ValueError:
-        log.warning("ipc: dropping a line that is not JSON")
+        return message_from_dict(json.loads(line))
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and WireError are ValueErrors
+        reason = exc if isinstance(exc, WireError) else "not JSON"
+        log.warning("ipc: dropping a line: %s", reason)
         return None
-    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
-        log.warning("ipc: dropping a message without a type")
-        return None
-    return message
 
 
 class LineBuffer:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from p2ptrain.records import SwarmStatus
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
     from p2ptrain.control.observer import get_status
 
     status = get_status(args.bootstrap)
-    print(json.dumps(status, indent=2) if args.json else format_status(status))
+    print(json.dumps(status.to_dict(), indent=2) if args.json else format_status(status))
     return 0
 
 
@@ -26,25 +29,25 @@ def _short(peer_id: str | None) -> str:
     return "-" if peer_id is None else f"…{peer_id[-8:]}"
 
 
-def format_status(status: dict[str, Any]) -> str:
+def format_status(status: SwarmStatus) -> str:
     """A readable report: peers, planner, link matrix and plan."""
-    peers = status.get("peers", [])
+    peers = status.peers
     lines = [
-        f"run {status.get('run') or '?'}   planner {_short(status.get('planner'))}   "
-        f"term {status.get('term', 0)}   {sum(p['alive'] for p in peers)}/{len(peers)} peers alive",
+        f"run {status.run or '?'}   planner {_short(status.planner)}   "
+        f"term {status.term}   {sum(p.alive for p in peers)}/{len(peers)} peers alive",
         "",
         f"{'peer':<12}{'alive':<7}{'role':<14}{'GFLOP/s':>9}  {'seen':>6}  address",
     ]
     for peer in peers:
-        star = "*" if peer.get("planner") else " "
-        gflops = peer.get("compute_gflops")
+        star = "*" if peer.planner else " "
+        gflops = peer.compute_gflops
         lines.append(
-            f"{star}{_short(peer['id']):<11}{'yes' if peer['alive'] else 'NO':<7}{peer.get('role', ''):<14}"
-            f"{'-' if gflops is None else f'{gflops:.1f}':>9}  {peer.get('last_seen_s', 0):>5.1f}s  "
-            f"{(peer.get('addrs') or ['-'])[0]}"
+            f"{star}{_short(peer.id):<11}{'yes' if peer.alive else 'NO':<7}{peer.role:<14}"
+            f"{'-' if gflops is None else f'{gflops:.1f}':>9}  {peer.last_seen_s:>5.1f}s  "
+            f"{(peer.addrs or ('-',))[0]}"
         )
-    ids = [p["id"] for p in peers]
-    rtt = {(link["a"], link["b"]): link["rtt_ms"] for link in status.get("links", [])}
+    ids = [p.id for p in peers]
+    rtt = {(link.a, link.b): link.rtt_ms for link in status.links}
     if ids:
         lines += ["", "RTT ms".ljust(12) + "".join(_short(p).rjust(11) for p in ids)]
         for a in ids:
@@ -55,18 +58,18 @@ def format_status(status: dict[str, Any]) -> str:
                     ("·" if a == b else "-" if value is None else f"{value:.2f}").rjust(11)
                 )
             lines.append(_short(a).ljust(12) + "".join(cells))
-    plan = status.get("plan")
+    plan = status.plan
     lines.append("")
     if plan is None:
         lines.append("no plan yet")
     else:
         lines.append(
-            f"plan term {plan['term']} epoch {plan['epoch']} by {_short(plan['planner'])}: "
-            f"{len(plan['pipelines'])} pipelines x {plan['stages']} stages, "
-            f"predicted {plan['cost_s']:.3f} s/step"
+            f"plan term {plan.term} epoch {plan.epoch} by {_short(plan.planner)}: "
+            f"{len(plan.pipelines)} pipelines x {plan.stages} stages, "
+            f"predicted {plan.cost_s:.3f} s/step"
         )
-        for i, pipeline in enumerate(plan["pipelines"]):
+        for i, pipeline in enumerate(plan.pipelines):
             lines.append(f"  pipeline {i}: " + " -> ".join(_short(p) for p in pipeline))
-        if plan["spares"]:
-            lines.append("  spares: " + ", ".join(_short(p) for p in plan["spares"]))
+        if plan.spares:
+            lines.append("  spares: " + ", ".join(_short(p) for p in plan.spares))
     return "\n".join(lines)

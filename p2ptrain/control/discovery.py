@@ -26,6 +26,7 @@ from p2ptrain.control.state import NodeState
 from p2ptrain.control.view import MEMBER_ROLES
 from p2ptrain.net import rpc
 from p2ptrain.net.host import parse_multiaddr
+from p2ptrain.records import RunSpec
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ class Discovery:
         log.info(
             "joined via bootstrap %s, run %s",
             info.peer_id,
-            (self.state.view.run or {}).get("run_id"),
+            self.state.view.run.run_id if self.state.view.run else None,
         )
         self.state.joined.set()
         await self._refresh_dht()
@@ -113,7 +114,7 @@ class Discovery:
         view = self.state.view
         reply = await rpc.call(self.state.host, self.bootstrap.peer_id, RUN_PROTOCOL)
         env = wire.decode(str(reply["envelope"]).encode())
-        if env.kind != "run" or env.author != view.bootstrap_id:
+        if not isinstance(env.body, RunSpec) or env.author != view.bootstrap_id:
             raise wire.WireError("forged: run spec not signed by the bootstrap")
         view.run = env.body
 
@@ -136,8 +137,7 @@ class Discovery:
             connected = {p.to_base58() for p in state.host.get_connected_peers()}
             wanted = set()
             for peer, member in list(state.view.members.items()):
-                role = member.record.get("role")
-                if role not in MEMBER_ROLES and peer != state.view.bootstrap_id:
+                if member.record.role not in MEMBER_ROLES and peer != state.view.bootstrap_id:
                     continue
                 if peer in connected or now - self._last_dial.get(peer, -1e9) < REDIAL_BACKOFF_S:
                     continue
@@ -167,7 +167,7 @@ class Discovery:
         peerstore = self.state.host.get_peerstore()
         member = self.state.view.members.get(peer)
         if member is not None:
-            addrs = [Multiaddr(a) for a in member.record.get("addrs", [])]
+            addrs = [Multiaddr(a) for a in member.record.addrs]
             peerstore.add_addrs(peer_id, addrs, PEERSTORE_TTL_S)
         if not peerstore.addrs(peer_id):
             return

@@ -1,7 +1,7 @@
 """The control side of the control <-> worker IPC: a Unix socket, newline-delimited JSON.
 
-Messages (contracts.md): worker -> control `hello`, `metrics`, `throughput`; control -> worker
-`plan`, `stop`. Each line is at most 1 MiB; a bad line is logged and skipped, never fatal.
+Messages (records/messages.py): worker -> control `hello`, `metrics`; control -> worker `plan`,
+`stop`. Each line is at most 1 MiB; a bad line is logged and skipped, never fatal.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from typing import Any
 import trio
 
 from p2ptrain.ipc_lines import LineBuffer, decode, encode
+from p2ptrain.records import Message, PlanMessage
 
 log = logging.getLogger(__name__)
 
 
-Handler = Callable[[dict[str, Any]], None]
+Handler = Callable[[Message], None]
 
 
 class IpcServer:
@@ -66,17 +67,13 @@ class IpcServer:
 
     def _handle_line(self, line: bytes) -> None:
         message = decode(line)
-        if message is None:
-            return
-        try:
+        if message is not None:
             self._on_message(message)
-        except (KeyError, TypeError, ValueError) as exc:
-            log.warning("ipc: dropping a bad %s message: %s", message["type"], exc)
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: Message) -> None:
         """Send a message to every connected worker (a plan is also replayed to late joiners)."""
         line = encode(message)
-        if message.get("type") == "plan":
+        if isinstance(message, PlanMessage):
             self._last_plan = line
         for client in list(self._clients):
             with contextlib.suppress(

@@ -59,16 +59,15 @@ class ControlNode:
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
-        parse_multiaddr(
-            config.listen_addr
-        )  # fail early, as a UserError (Discovery checks the bootstrap_addr)
+        # fail early, as a UserError (Discovery checks the bootstrap_addr)
+        parse_multiaddr(config.listen_addr)
         peer_id = identity.peer_id_of(config.seed)
         view = SwarmView(
             self_id=peer_id,
             role=config.role,
             planner_capable=config.role in MEMBER_ROLES,
             started_at=time.monotonic(),
-            run=config.run.to_dict() if config.run else None,
+            run=config.run,
         )
         self.state = NodeState(
             seed=config.seed,

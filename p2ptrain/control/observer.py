@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import trio
 from libp2p.peer.peerinfo import info_from_p2p_addr
@@ -12,12 +11,14 @@ from p2ptrain.control.rpcs import STATUS_PROTOCOL
 from p2ptrain.errors import UserError
 from p2ptrain.net import rpc
 from p2ptrain.net.host import make_host, parse_multiaddr, quiet_library_logs
+from p2ptrain.records import SwarmStatus
 
 OBSERVER_TIMEOUT_S = 15.0
 
 
-async def fetch_status(node_addr: str) -> dict[str, Any]:
-    """Connect to the node at node_addr (a bootstrap or any peer) and return its status document."""
+async def fetch_status(node_addr: str) -> SwarmStatus:
+    """Connect to the node at node_addr (a bootstrap or any peer) and return its status document
+    (validated: a node's reply is network input like any other)."""
     quiet_library_logs()
     info = info_from_p2p_addr(parse_multiaddr(node_addr, need_peer_id=True))
     host = make_host(os.urandom(32))
@@ -25,7 +26,8 @@ async def fetch_status(node_addr: str) -> dict[str, Any]:
         try:
             with trio.fail_after(OBSERVER_TIMEOUT_S):
                 await host.connect(info)
-                status: dict[str, Any] = await rpc.call(host, info.peer_id, STATUS_PROTOCOL)
+                reply = await rpc.call(host, info.peer_id, STATUS_PROTOCOL)
+                status = SwarmStatus.from_dict(reply)
         except (OSError, trio.TooSlowError, Exception) as exc:
             raise UserError(
                 f"cannot get status from {node_addr}: {exc or type(exc).__name__}"
@@ -33,10 +35,10 @@ async def fetch_status(node_addr: str) -> dict[str, Any]:
     return status
 
 
-async def fetch_statuses(node_addrs: list[str]) -> list[dict[str, Any] | None]:
+async def fetch_statuses(node_addrs: list[str]) -> list[SwarmStatus | None]:
     """Ask many nodes at once from one throwaway host; None for a node that did not answer."""
     quiet_library_logs()
-    results: list[dict[str, Any] | None] = [None] * len(node_addrs)
+    results: list[SwarmStatus | None] = [None] * len(node_addrs)
     host = make_host(os.urandom(32))
 
     async def ask(index: int) -> None:
@@ -44,7 +46,8 @@ async def fetch_statuses(node_addrs: list[str]) -> list[dict[str, Any] | None]:
         with trio.move_on_after(OBSERVER_TIMEOUT_S):
             try:
                 await host.connect(info)
-                results[index] = await rpc.call(host, info.peer_id, STATUS_PROTOCOL)
+                reply = await rpc.call(host, info.peer_id, STATUS_PROTOCOL)
+                results[index] = SwarmStatus.from_dict(reply)
             except Exception:
                 results[index] = None
 
@@ -57,9 +60,9 @@ async def fetch_statuses(node_addrs: list[str]) -> list[dict[str, Any] | None]:
     return results
 
 
-def get_statuses(node_addrs: list[str]) -> list[dict[str, Any] | None]:
+def get_statuses(node_addrs: list[str]) -> list[SwarmStatus | None]:
     """Blocking wrapper around fetch_statuses."""
-    results: list[dict[str, Any] | None] = []
+    results: list[SwarmStatus | None] = []
 
     async def main() -> None:
         results.extend(await fetch_statuses(node_addrs))
@@ -72,12 +75,12 @@ def get_statuses(node_addrs: list[str]) -> list[dict[str, Any] | None]:
     return results
 
 
-def get_status(node_addr: str) -> dict[str, Any]:
+def get_status(node_addr: str) -> SwarmStatus:
     """Blocking wrapper around fetch_status."""
-    result: dict[str, Any] = {}
+    result: list[SwarmStatus] = []
 
     async def main() -> None:
-        result.update(await fetch_status(node_addr))
+        result.append(await fetch_status(node_addr))
 
     try:
         trio.run(main)
@@ -86,7 +89,7 @@ def get_status(node_addr: str) -> dict[str, Any]:
     except* RuntimeError as group:  # py-libp2p teardown race
         if not all("Nursery is closed" in str(e) for e in group.exceptions):
             raise
-    return result
+    return result[0]
 
 
 def _first_leaf(error: BaseException) -> BaseException:

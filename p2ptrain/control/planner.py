@@ -7,6 +7,7 @@ plan exists from the first seconds; re-planning happens on membership changes an
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2ptrain.control.view import Link
+from p2ptrain.records import NetworkFacts
 
 PLAN_TIME_BUDGET_S = 0.5
 DEFAULT_DELAY_MS = 1.0  # used only when nothing at all is measured yet
@@ -87,7 +89,7 @@ def _topology(
 
 
 def placement_cost(
-    matrices: Matrices, pipelines: list[list[str]], c_dp_gb: float, c_pp_gb: float
+    matrices: Matrices, pipelines: Sequence[Sequence[str]], c_dp_gb: float, c_pp_gb: float
 ) -> float | None:
     """The cost model's price of an existing placement on (new) measurements; None if the
     placement names a peer the matrices lack."""
@@ -110,28 +112,52 @@ def worth_switching(new_cost_s: float, current_cost_s: float | None) -> bool:
     return current_cost_s is None or new_cost_s < SWITCH_GAIN * current_cost_s
 
 
+@dataclass(frozen=True)
+class Placement:
+    """What the scheduler decides: the plan's fields that do not depend on the election."""
+
+    stages: int
+    pipelines: tuple[tuple[str, ...], ...]
+    spares: tuple[str, ...]
+    cost_s: float
+
+
+def network_facts(matrices: Matrices, pipelines: Sequence[Sequence[str]]) -> NetworkFacts | None:
+    """The slowest round trip and rate among the placed peers' links (None for one peer): the
+    network the plan's data-plane timeouts are scaled for."""
+    index = {peer: i for i, peer in enumerate(matrices.peers)}
+    placed = sorted({index[p] for pipeline in pipelines for p in pipeline if p in index})
+    if len(placed) < 2:
+        return None
+    pairs = np.ix_(placed, placed)
+    off_diagonal = ~np.eye(len(placed), dtype=bool)
+    max_rtt_s = 2 * float(matrices.delay_ms[pairs][off_diagonal].max()) / 1e3
+    min_rate_mbps = float(matrices.bandwidth_gbps[pairs][off_diagonal].min()) * 1e3
+    return NetworkFacts(max_rtt_s=round(max_rtt_s, 6), min_rate_mbps=round(min_rate_mbps, 3))
+
+
 def compute_plan(
     matrices: Matrices,
     stages: int,
     c_dp_gb: float,
     c_pp_gb: float,
     seed: int = 0,
-) -> dict[str, Any]:
-    """Run the scheduler; returns the plan fields that do not depend on the election."""
+) -> Placement:
+    """Run the scheduler on the matrices."""
     from p2ptrain.schedule import plan_swarm
 
     peers = matrices.peers
     if len(peers) == 1:  # nothing to search (and the scheduler wants at least two peers)
-        return {"stages": 1, "pipelines": [list(peers)], "spares": [], "cost_s": 0.0}
+        return Placement(1, (tuple(peers),), (), 0.0)
     stages = max(1, min(stages, len(peers)))
     replicas = len(peers) // stages
     topology = _topology(matrices, stages, replicas, c_dp_gb, c_pp_gb)
     plan = plan_swarm(
         topology, stages=stages, replicas=replicas, seed=seed, time_budget_s=PLAN_TIME_BUDGET_S
     )
-    return {
-        "stages": stages,
-        "pipelines": [[peers[i] for i in pipeline] for pipeline in plan.pipelines],
-        "spares": [peers[i] for i in plan.spares],
-        "cost_s": float(plan.cost_s),
-    }
+    return Placement(
+        stages=stages,
+        pipelines=tuple(tuple(peers[i] for i in pipeline) for pipeline in plan.pipelines),
+        spares=tuple(peers[i] for i in plan.spares),
+        cost_s=float(plan.cost_s),
+    )

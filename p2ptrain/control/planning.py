@@ -12,20 +12,18 @@ reload), so plans change only when they must or when it clearly pays:
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import numpy as np
 import trio
 
 from p2ptrain.control import planner
 from p2ptrain.control.view import SwarmView
-from p2ptrain.records.run import RunSpec
+from p2ptrain.records import Plan, RunSpec
 
 log = logging.getLogger(__name__)
 
 PLAN_DEBOUNCE_S = 1.5
 DRIFT_CHECK_INTERVAL_S = 10.0
-PLACEMENT_FIELDS = ("stages", "pipelines", "spares", "cost_s")
 
 
 class PlanMaker:
@@ -47,7 +45,7 @@ class PlanMaker:
         members = self.view.live_members(now)
         if not members or self.view.run is None:
             return False
-        run = RunSpec.from_dict(self.view.run)
+        run = self.view.run
         if self._term != self.view.term:
             self._term, self._epoch, self._planned_members = self.view.term, 0, None
         current = self.view.plan
@@ -59,43 +57,51 @@ class PlanMaker:
             return False
         matrices = planner.build_matrices(members, self.view.links(now))
         data_addrs = {
-            peer: self.view.members[peer].record.get("data_addrs", [])
+            peer: self.view.members[peer].record.data_addrs
             if peer in self.view.members
-            else own_data_addrs
+            else tuple(own_data_addrs)
             for peer in members
         }
-        fields: dict[str, Any] | None
+        placement: planner.Placement | None
         if members != self._planned_members:
             if self._change_since is None:
                 self._change_since = now
             if now - self._change_since < PLAN_DEBOUNCE_S:
                 return False
-            fields = await self._schedule(matrices, run)
+            placement = await self._schedule(matrices, run)
         elif self._drifted(now, matrices):
-            fields = await self._schedule(matrices, run)
-            if fields is not None and not self._pays_to_switch(fields, current, matrices, run):
+            placement = await self._schedule(matrices, run)
+            if placement is not None and not self._pays_to_switch(
+                placement, current, matrices, run
+            ):
                 self._planned_matrices = matrices  # the new baseline for drift
                 return False
         elif (
             current is not None
-            and current["planner"] == self.peer_id
-            and (current["data_addrs"] != data_addrs)
+            and current.planner == self.peer_id
+            and dict(current.data_addrs) != data_addrs
         ):
-            fields = {k: current[k] for k in PLACEMENT_FIELDS}
+            placement = planner.Placement(
+                current.stages, current.pipelines, current.spares, current.cost_s
+            )
         else:
             return False
         self._change_since = None
-        if fields is None or self.view.planner != self.peer_id or self.view.term != self._term:
+        if placement is None or self.view.planner != self.peer_id or self.view.term != self._term:
             return False  # the scheduler failed, or we lost the role while it ran
         self._epoch += 1
         self._planned_members, self._planned_matrices = members, matrices
-        plan: dict[str, Any] = {
-            "term": self._term,
-            "epoch": self._epoch,
-            "planner": self.peer_id,
-            "data_addrs": data_addrs,
-        }
-        plan.update(fields)
+        plan = Plan(
+            term=self._term,
+            epoch=self._epoch,
+            planner=self.peer_id,
+            stages=placement.stages,
+            pipelines=placement.pipelines,
+            spares=placement.spares,
+            data_addrs=data_addrs,
+            cost_s=placement.cost_s,
+            network=planner.network_facts(matrices, placement.pipelines),
+        )
         self.view.adopt_own_plan(plan)
         upper = np.triu_indices(len(members), k=1)
         delays = matrices.delay_ms[upper] if upper[0].size else np.zeros(1)
@@ -103,30 +109,30 @@ class PlanMaker:
         log.info(
             "published plan term %d epoch %d: %d peers, %d pipelines x %d stages, cost %.3f s "
             "(%d of %d links measured; one-way delay %.1f-%.1f ms, %.1f-%.1f Mbit/s)",
-            self._term, self._epoch, len(members), len(plan["pipelines"]), plan["stages"],
-            plan["cost_s"], matrices.num_measured_delays, len(upper[0]),
+            self._term, self._epoch, len(members), plan.num_replicas, plan.stages,
+            plan.cost_s, matrices.num_measured_delays, len(upper[0]),
             delays.min(), delays.max(), rates.min(), rates.max(),
         )  # fmt: skip
         return True
 
     def _pays_to_switch(
         self,
-        fields: dict[str, Any],
-        current: dict[str, Any] | None,
+        placement: planner.Placement,
+        current: Plan | None,
         matrices: planner.Matrices,
         run: RunSpec,
     ) -> bool:
         if current is None:
             return True
-        if fields["pipelines"] == current["pipelines"]:
+        if placement.pipelines == current.pipelines:
             return False  # same placement: nothing to restart for
         current_cost = planner.placement_cost(
-            matrices, current["pipelines"], run.c_dp_gb, run.c_pp_gb
+            matrices, current.pipelines, run.c_dp_gb, run.c_pp_gb
         )
-        switch = planner.worth_switching(fields["cost_s"], current_cost)
+        switch = planner.worth_switching(placement.cost_s, current_cost)
         log.info(
             "measurements drifted: new placement %.3f s vs current %s s per step: %s",
-            fields["cost_s"],
+            placement.cost_s,
             "?" if current_cost is None else f"{current_cost:.3f}",
             "switching" if switch else "keeping the current placement",
         )
@@ -139,7 +145,9 @@ class PlanMaker:
         self._last_drift_check = now
         return planner.drifted(self._planned_matrices, matrices)
 
-    async def _schedule(self, matrices: planner.Matrices, run: RunSpec) -> dict[str, Any] | None:
+    async def _schedule(
+        self, matrices: planner.Matrices, run: RunSpec
+    ) -> planner.Placement | None:
         """Run the scheduler in a thread; None (logged) if it fails."""
         try:
             return await trio.to_thread.run_sync(

@@ -22,6 +22,7 @@ from p2ptrain.control import wire
 from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC
 from p2ptrain.control.hardware import measure_compute_gflops
 from p2ptrain.control.state import NodeState
+from p2ptrain.records import Claim, PeerRecord, Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -36,37 +37,37 @@ PUBLISH_TICK_S = 0.2
 
 def record_message(state: NodeState) -> bytes:
     """Our signed peer record (also kept in the view, for our own line in the status)."""
-    body = {
-        "addrs": state.addrs,
-        "data_addrs": state.data_addrs,
-        "role": state.role,
-        "planner_capable": state.is_member,
-        "version": __version__,
-        "hardware": state.hardware,
-        "compute_gflops": state.compute_gflops,
-    }
-    state.view.own_record = body
-    return wire.encode(state.seed, "peer", state.seq.next(), body)
+    record = PeerRecord(
+        addrs=tuple(state.addrs),
+        data_addrs=tuple(state.data_addrs),
+        role=state.role,
+        planner_capable=state.is_member,
+        version=__version__,
+        hardware=state.hardware,
+        compute_gflops=state.compute_gflops,
+    )
+    state.view.own_record = record
+    return wire.encode(state.seed, state.seq.next(), record)
 
 
 def run_message(state: NodeState) -> bytes:
     assert state.view.run is not None
-    return wire.encode(state.seed, "run", state.seq.next(), state.view.run)
+    return wire.encode(state.seed, state.seq.next(), state.view.run)
 
 
 def telemetry_message(state: NodeState) -> bytes:
     view = state.view
-    body = {"links": view.own_row(time.monotonic()), "metrics": view.own_metrics}
-    return wire.encode(state.seed, "telemetry", state.seq.next(), body)
+    body = Telemetry(links=view.own_row(time.monotonic()), metrics=view.own_metrics)
+    return wire.encode(state.seed, state.seq.next(), body)
 
 
 def claim_message(state: NodeState) -> bytes:
-    return wire.encode(state.seed, "claim", state.seq.next(), {"term": state.view.term})
+    return wire.encode(state.seed, state.seq.next(), Claim(state.view.term))
 
 
 def plan_message(state: NodeState) -> bytes:
     assert state.view.plan is not None
-    return wire.encode(state.seed, "plan", state.seq.next(), state.view.plan)
+    return wire.encode(state.seed, state.seq.next(), state.view.plan)
 
 
 def authored_messages(state: NodeState) -> list[bytes]:
@@ -79,7 +80,7 @@ def authored_messages(state: NodeState) -> list[bytes]:
         messages.append(run_message(state))
     if view.planner == state.peer_id:
         messages.append(claim_message(state))
-        if view.plan is not None and view.plan["planner"] == state.peer_id:
+        if view.plan is not None and view.plan.planner == state.peer_id:
             messages.append(plan_message(state))
     return messages
 
@@ -127,7 +128,7 @@ class Publisher:
                 if self._due_now("claim", CLAIM_INTERVAL_S, now):
                     await self._publish(CONTROL_TOPIC, partial(claim_message, state))
                 plan = view.plan
-                own_plan = plan and plan["planner"] == state.peer_id and plan["term"] == view.term
+                own_plan = plan and plan.planner == state.peer_id and plan.term == view.term
                 if own_plan and self._due_now("plan", PLAN_REBROADCAST_S, now):
                     await self._publish(CONTROL_TOPIC, partial(plan_message, state))
             view.forget_stale(now)  # the view's housekeeping rides on this tick

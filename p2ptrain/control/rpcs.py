@@ -23,7 +23,7 @@ class RpcResponder:
         self.state = state
 
     async def respond_status(self, request: bytes) -> dict[str, Any]:
-        return swarm_status(self.state.view, time.monotonic())
+        return swarm_status(self.state.view, time.monotonic()).to_dict()
 
     async def respond_run(self, request: bytes) -> dict[str, Any]:
         if self.state.role != "bootstrap" or self.state.view.run is None:

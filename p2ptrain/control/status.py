@@ -5,65 +5,60 @@ Its JSON fields and values are a contract relied on outside this project: keep t
 
 from __future__ import annotations
 
-from typing import Any
-
 from p2ptrain.control.view import MEMBER_ROLES, Member, SwarmView
+from p2ptrain.records import LinkStatus, PeerStatus, PlanSummary, SwarmStatus
 
-PLAN_FIELDS = ("term", "epoch", "planner", "stages", "pipelines", "spares", "cost_s")
 
-
-def swarm_status(view: SwarmView, now: float) -> dict[str, Any]:
+def swarm_status(view: SwarmView, now: float) -> SwarmStatus:
     """The `p2ptrain status --json` document, as this peer sees the swarm."""
-    members = {p: m for p, m in view.members.items() if m.record.get("role") in MEMBER_ROLES}
+    members = {p: m for p, m in view.members.items() if m.record.role in MEMBER_ROLES}
     if view.own_record is not None and view.role in MEMBER_ROLES:
         members[view.self_id] = Member(view.own_record, now, view.own_metrics)
     planner = view.planner if view.planner and view.is_alive(view.planner, now) else None
-    peers = []
-    for peer, member in sorted(members.items()):
-        record = member.record
-        peers.append(
-            {
-                "id": peer,
-                "alive": view.is_alive(peer, now),
-                "planner": peer == planner,
-                "role": record.get("role"),
-                "addrs": record.get("addrs", []),
-                "data_addrs": record.get("data_addrs", []),
-                "version": record.get("version"),
-                "hardware": record.get("hardware"),
-                "compute_gflops": record.get("compute_gflops"),
-                "last_seen_s": round(now - member.last_heard, 3),
-                "penalty": round(view.penalty_score(peer), 2),
-                "metrics": member.metrics,
-            }
+    peers = tuple(
+        PeerStatus(
+            id=peer,
+            alive=view.is_alive(peer, now),
+            planner=peer == planner,
+            role=member.record.role,
+            addrs=member.record.addrs,
+            data_addrs=member.record.data_addrs,
+            version=member.record.version,
+            hardware=member.record.hardware,
+            compute_gflops=member.record.compute_gflops,
+            last_seen_s=round(now - member.last_heard, 3),
+            penalty=round(view.penalty_score(peer), 2),
+            metrics=member.metrics,
         )
-    links = [
-        {
-            "a": a,
-            "b": b,
-            "rtt_ms": None if link.rtt_ms is None else round(link.rtt_ms, 3),
-            "bandwidth_mbps": None
-            if link.bandwidth_mbps is None
-            else round(link.bandwidth_mbps, 1),
-            "age_s": round(link.age_s, 3),
-        }
+        for peer, member in sorted(members.items())
+    )
+    links = tuple(
+        LinkStatus(
+            a=a,
+            b=b,
+            rtt_ms=None if link.rtt_ms is None else round(link.rtt_ms, 3),
+            bandwidth_mbps=None if link.bandwidth_mbps is None else round(link.bandwidth_mbps, 1),
+            age_s=round(link.age_s, 3),
+        )
         for (a, b), link in sorted(view.links(now).items())
         if a in members and b in members
-    ]
-    plan = None
-    if view.plan is not None:
-        plan = {k: view.plan[k] for k in PLAN_FIELDS}
-    return {
-        "run": (view.run or {}).get("run_id", ""),
-        "planner": planner,
-        "peers": peers,
-        "links": links,
-        "plan": plan,
-        "observed_by": view.self_id,
+    )
+    plan = view.plan
+    summary = None
+    if plan is not None:
+        summary = PlanSummary(plan.term, plan.epoch, plan.planner, plan.stages, plan.pipelines,
+                              plan.spares, plan.cost_s)  # fmt: skip
+    return SwarmStatus(
+        run=view.run.run_id if view.run else "",
+        planner=planner,
+        peers=peers,
+        links=links,
+        plan=summary,
+        observed_by=view.self_id,
         # whose telemetry this peer holds, and how old it is: gossip reach at a glance
-        "telemetry_age_s": {
+        telemetry_age_s={
             author: round(now - received_at, 3) for author, (_, received_at) in view.rows.items()
         },
-        "bootstrap": view.bootstrap_id,
-        "term": view.term,
-    }
+        bootstrap=view.bootstrap_id,
+        term=view.term,
+    )

@@ -16,9 +16,10 @@ from __future__ import annotations
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 from p2ptrain.control.wire import Envelope
+from p2ptrain.records import MEMBER_ROLES, Claim, LinkReport, PeerMetrics, PeerRecord, Plan, RunSpec
+from p2ptrain.records import Telemetry as TelemetryBody
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,6 @@ FORGET_DEAD_AFTER_S = 600.0
 PENALTY_BLOCK_SCORE = 10.0
 PENALTY_HALF_LIFE_S = 30.0
 BLOCK_S = 60.0
-MEMBER_ROLES = ("trainer", "control-only")
 NUM_RECENT_SEQS = 64  # per author and kind: a repeat of one of these is a replay
 
 # how much each kind of bad input costs its sender (blocked at PENALTY_BLOCK_SCORE)
@@ -48,9 +48,9 @@ PENALTIES = {
 class Member:
     """What we know about one other peer."""
 
-    record: dict[str, Any]
+    record: PeerRecord
     last_heard: float
-    metrics: dict[str, Any] | None = None
+    metrics: PeerMetrics | None = None
 
 
 @dataclass
@@ -97,17 +97,17 @@ class SwarmView:
     planner_capable: bool
     started_at: float
     bootstrap_id: str | None = None
-    run: dict[str, Any] | None = None
+    run: RunSpec | None = None
     members: dict[str, Member] = field(default_factory=dict)
     own_links: dict[str, LinkSample] = field(default_factory=dict)
-    rows: dict[str, tuple[dict[str, Any], float]] = field(default_factory=dict)
+    rows: dict[str, tuple[dict[str, LinkReport], float]] = field(default_factory=dict)
     term: int = 0
     max_seen_term: int = 0
     planner: str | None = None
-    plan: dict[str, Any] | None = None
+    plan: Plan | None = None
     plan_version: int = 0  # bumped whenever `plan` changes
-    own_record: dict[str, Any] | None = None
-    own_metrics: dict[str, Any] | None = None
+    own_record: PeerRecord | None = None
+    own_metrics: PeerMetrics | None = None
     _last_seq: dict[tuple[str, str], int] = field(default_factory=dict)
     _recent_seqs: dict[tuple[str, str], deque[int]] = field(default_factory=dict)
     _claimed_terms: dict[str, int] = field(default_factory=dict)  # highest term each peer claimed
@@ -152,7 +152,7 @@ class SwarmView:
 
     def live_members(self, now: float) -> list[str]:
         """Live peers that train (or are planned like trainers), self included, sorted."""
-        peers = [p for p, m in self.members.items() if m.record.get("role") in MEMBER_ROLES]
+        peers = [p for p, m in self.members.items() if m.record.role in MEMBER_ROLES]
         if self.role in MEMBER_ROLES:
             peers.append(self.self_id)
         return sorted(p for p in set(peers) if self.is_alive(p, now))
@@ -198,10 +198,12 @@ class SwarmView:
     def _on_run(self, env: Envelope, now: float) -> Drop | None:
         if env.author != self.bootstrap_id:
             return Drop("run spec not signed by our bootstrap", "unauthorised")
+        assert isinstance(env.body, RunSpec)
         self.run = env.body
         return None
 
     def _on_peer(self, env: Envelope, now: float) -> Drop | None:
+        assert isinstance(env.body, PeerRecord)
         member = self.members.get(env.author)
         if member is None:
             self.members[env.author] = Member(record=env.body, last_heard=now)
@@ -212,23 +214,25 @@ class SwarmView:
     def _on_telemetry(self, env: Envelope, now: float) -> Drop | None:
         if env.author not in self.members:
             return Drop("telemetry before the author's peer record")
-        self.rows[env.author] = (env.body["links"], now)
-        self.members[env.author].metrics = env.body.get("metrics")
+        assert isinstance(env.body, TelemetryBody)
+        self.rows[env.author] = (env.body.links, now)
+        self.members[env.author].metrics = env.body.metrics
         return None
 
     def _capable(self, peer: str, now: float) -> bool:
         member = self.members.get(peer)
         return (
             member is not None
-            and member.record.get("planner_capable") is True
+            and member.record.planner_capable
             and self.is_alive(peer, now)
         )
 
     def _on_claim(self, env: Envelope, now: float) -> Drop | None:
-        term, author = env.body["term"], env.author
+        assert isinstance(env.body, Claim)
+        term, author = env.body.term, env.author
         if env.author not in self.members:
             return Drop("claim before the author's peer record")
-        if self.members[author].record.get("planner_capable") is not True:
+        if not self.members[author].record.planner_capable:
             return Drop(f"claim from {author}, which is not planner-capable", "unauthorised")
         self._claimed_terms[author] = max(self._claimed_terms.get(author, 0), term)
         self.max_seen_term = max(self.max_seen_term, term)
@@ -260,19 +264,20 @@ class SwarmView:
 
     def _on_plan(self, env: Envelope, now: float) -> Drop | None:
         plan = env.body
-        key = (plan["term"], plan["epoch"])
-        current = (self.plan["term"], self.plan["epoch"]) if self.plan else (0, 0)
-        if plan["planner"] != env.author:
+        assert isinstance(plan, Plan)
+        key = plan.key
+        current = self.plan.key if self.plan else (0, 0)
+        if plan.planner != env.author:
             return Drop("plan's planner field differs from its signer", "forged")
-        if env.author != self.planner or plan["term"] < self.term:
+        if env.author != self.planner or plan.term < self.term:
             # Blame only a plan for a term we already follow another live planner in, from a
             # peer that never claimed that term. Anything else is an honest difference of
             # views (a claim still in flight, a deposed planner) and is dropped quietly.
             hostile = (
-                plan["term"] <= self.term
+                plan.term <= self.term
                 and self.planner is not None
                 and self.is_alive(self.planner, now)
-                and self._claimed_terms.get(env.author, 0) < plan["term"]
+                and self._claimed_terms.get(env.author, 0) < plan.term
             )
             if hostile:
                 return Drop(
@@ -282,7 +287,7 @@ class SwarmView:
         if key < current:
             return Drop(f"stale plan {key} < {current}")
         if key > current:
-            self.term = max(self.term, plan["term"])
+            self.term = max(self.term, plan.term)
             self.plan = plan
             self.plan_version += 1
             log.info("accepted plan term %d epoch %d from %s", *key, env.author)
@@ -309,7 +314,7 @@ class SwarmView:
         self.max_seen_term = self.term
         return self.term
 
-    def adopt_own_plan(self, plan: dict[str, Any]) -> None:
+    def adopt_own_plan(self, plan: Plan) -> None:
         """The planner accepts its own newly computed plan."""
         self.plan = plan
         self.plan_version += 1
@@ -328,9 +333,9 @@ class SwarmView:
     def record_probe_failure(self, peer: str) -> None:
         self.own_links.setdefault(peer, LinkSample()).num_failures += 1
 
-    def own_row(self, now: float) -> dict[str, dict[str, float | None]]:
+    def own_row(self, now: float) -> dict[str, LinkReport]:
         """Our measurements as gossiped in telemetry: values with their ages in seconds."""
-        row: dict[str, dict[str, float | None]] = {}
+        row: dict[str, LinkReport] = {}
         for peer, s in self.own_links.items():
             rtt_age = None if s.rtt_at is None else round(now - s.rtt_at, 3)
             bw_age = None if s.bandwidth_at is None else round(now - s.bandwidth_at, 3)
@@ -338,12 +343,7 @@ class SwarmView:
                 bw_age is None or bw_age > MAX_LINK_AGE_S
             ):
                 continue
-            row[peer] = {
-                "rtt_ms": s.rtt_ms,
-                "rtt_age_s": rtt_age,
-                "bandwidth_mbps": s.bandwidth_mbps,
-                "bandwidth_age_s": bw_age,
-            }
+            row[peer] = LinkReport(s.rtt_ms, rtt_age, s.bandwidth_mbps, bw_age)
         return row
 
     def links(self, now: float) -> dict[tuple[str, str], Link]:
@@ -357,8 +357,8 @@ class SwarmView:
             for peer, link in row.items():
                 pair = (min(author, peer), max(author, peer))
                 for value, age, table in (
-                    (link.get("rtt_ms"), link.get("rtt_age_s"), rtts),
-                    (link.get("bandwidth_mbps"), link.get("bandwidth_age_s"), bws),
+                    (link.rtt_ms, link.rtt_age_s, rtts),
+                    (link.bandwidth_mbps, link.bandwidth_age_s, bws),
                 ):
                     if value is None or age is None or age + delay > MAX_LINK_AGE_S:
                         continue

@@ -18,28 +18,15 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from p2ptrain import identity
-from p2ptrain.errors import UserError
-from p2ptrain.records.run import RunSpec
+from p2ptrain.errors import WireError
+from p2ptrain.records import Claim, PeerRecord, Plan, RunSpec, Telemetry
+from p2ptrain.records.fields import MAX_ID_CHARS
 
 WIRE_VERSION = 1
 MAX_ENVELOPE_BYTES = 64 * 1024
 MAX_CLOCK_SKEW_S = 30.0
-MAX_PEERS_PER_MESSAGE = 1024
-MAX_ADDRS = 16
-MAX_ADDR_CHARS = 256
-MAX_ID_CHARS = 64
 
-
-class WireError(ValueError):
-    """A message that must be dropped: malformed, oversized, unsigned, forged or stale.
-
-    The message starts with its category (malformed, oversized, unsigned, forged, replayed, or
-    stale: an honest message delivered too late, which is dropped without blame).
-    """
-
-    @property
-    def category(self) -> str:
-        return str(self).split(":", 1)[0].split(" ", 1)[0]
+__all__ = ["WireError"]  # re-exported: the control plane's code catches it from here
 
 
 @dataclass(frozen=True)
@@ -50,7 +37,7 @@ class Envelope:
     author: str
     seq: int
     ts: float
-    body: dict[str, Any]
+    body: Body
 
 
 class SeqClock:
@@ -68,17 +55,17 @@ def _canonical(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
-def encode(
-    seed: bytes, kind: str, seq: int, body: dict[str, Any], ts: float | None = None
-) -> bytes:
-    """Sign and serialize a message; raises WireError if the result would be oversized."""
+def encode(seed: bytes, seq: int, body: Body, ts: float | None = None) -> bytes:
+    """Sign and serialize a record as the message of its kind; raises WireError if the result
+    would be oversized."""
+    kind = KIND_OF[type(body)]
     unsigned = {
         "v": WIRE_VERSION,
         "kind": kind,
         "author": identity.peer_id_of(seed),
         "seq": seq,
         "ts": time.time() if ts is None else ts,
-        "body": body,
+        "body": body.to_dict(),
     }
     payload = _canonical(unsigned)
     signed = dict(unsigned, sig=identity.sign(seed, payload).hex())
@@ -97,8 +84,8 @@ def decode(data: bytes, now: float | None = None, max_age_s: float = MAX_CLOCK_S
         raise WireError(f"oversized: {len(data)} bytes > {MAX_ENVELOPE_BYTES}")
     try:
         obj = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise WireError(f"malformed: not JSON ({exc.__class__.__name__})") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise WireError(f"malformed: not JSON ({exc.__class__.__name__})") from None
     if not isinstance(obj, dict):
         raise WireError("malformed: not an object")
     if obj.get("v") != WIRE_VERSION:
@@ -107,13 +94,13 @@ def decode(data: bytes, now: float | None = None, max_age_s: float = MAX_CLOCK_S
     if not isinstance(sig, str):
         raise WireError("unsigned: no signature")
     kind, author, seq, ts, body = (obj.get(k) for k in ("kind", "author", "seq", "ts", "body"))
-    if not isinstance(kind, str) or kind not in BODY_SCHEMAS:
+    if not isinstance(kind, str) or kind not in BODY_RECORDS:
         raise WireError(f"malformed: unknown kind {kind!r}")
     if not isinstance(author, str) or len(author) > MAX_ID_CHARS:
         raise WireError("malformed: bad author")
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+    if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq < 2**63:
         raise WireError("malformed: bad seq")
-    if not isinstance(ts, int | float) or not _is_number(ts) or not isinstance(body, dict):
+    if not _is_timestamp(ts) or not isinstance(body, dict):
         raise WireError("malformed: bad ts/body")
     if set(obj) != {"v", "kind", "author", "seq", "ts", "body"}:
         raise WireError("malformed: unexpected envelope fields")
@@ -124,7 +111,11 @@ def decode(data: bytes, now: float | None = None, max_age_s: float = MAX_CLOCK_S
         signature = bytes.fromhex(sig)
     except ValueError as exc:
         raise WireError("unsigned: signature is not hex") from exc
-    if not identity.verify(key, _canonical(obj), signature):
+    try:
+        signed_bytes = _canonical(obj)
+    except (ValueError, RecursionError) as exc:  # NaN or Infinity somewhere, or deep nesting
+        raise WireError(f"malformed: not canonical JSON ({exc.__class__.__name__})") from None
+    if not identity.verify(key, signed_bytes, signature):
         raise WireError(f"forged: bad signature for author {author}")
     now = time.time() if now is None else now
     if now - ts > max_age_s:
@@ -132,126 +123,29 @@ def decode(data: bytes, now: float | None = None, max_age_s: float = MAX_CLOCK_S
         raise WireError(f"stale: written {now - ts:.1f} s ago")
     if ts - now > MAX_CLOCK_SKEW_S:
         raise WireError(f"replayed or skewed: timestamp {ts - now:.1f} s in the future")
-    problem = BODY_SCHEMAS[kind](body)
-    if problem:
-        raise WireError(f"malformed {kind}: {problem}")
-    return Envelope(kind=kind, author=author, seq=seq, ts=ts, body=body)
-
-
-# ---------------------------------------------------------------- body schemas (None = valid)
-
-
-def _is_int(v: object) -> TypeGuard[int]:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: object) -> TypeGuard[float]:
-    return (isinstance(v, int | float) and not isinstance(v, bool)) and math.isfinite(v)
-
-
-def _is_peer_id(v: object) -> bool:
-    return isinstance(v, str) and 0 < len(v) <= MAX_ID_CHARS and v.isalnum()
-
-
-def is_addr_list(v: object) -> bool:
-    """A list of at most MAX_ADDRS multiaddr strings."""
-    return (
-        isinstance(v, list)
-        and len(v) <= MAX_ADDRS
-        and all(isinstance(a, str) and 0 < len(a) <= MAX_ADDR_CHARS for a in v)
-    )
-
-
-def _optional_number(v: object) -> bool:
-    return v is None or (_is_number(v) and v >= 0)
-
-
-ROLES = ("trainer", "control-only", "bootstrap", "observer")
-
-
-def check_peer_record(body: dict[str, Any]) -> str | None:
-    """A peer announces itself: addresses, role, software, hardware, measured compute."""
-    if not is_addr_list(body.get("addrs")) or not is_addr_list(body.get("data_addrs", [])):
-        return "addrs must be lists of <= 16 strings"
-    if body.get("role") not in ROLES:
-        return f"role must be one of {ROLES}"
-    if not isinstance(body.get("planner_capable"), bool):
-        return "planner_capable must be a bool"
-    if not isinstance(body.get("version"), str) or len(body["version"]) > 32:
-        return "version must be a short string"
-    hardware = body.get("hardware")
-    if not isinstance(hardware, dict) or len(json.dumps(hardware)) > 2048:
-        return "hardware must be a small object"
-    if not _optional_number(body.get("compute_gflops")):
-        return "compute_gflops must be a number >= 0 or null"
-    return None
-
-
-def check_telemetry(body: dict[str, Any]) -> str | None:
-    """A peer's row of the link matrix: its own latest measurements to others, with ages."""
-    links = body.get("links")
-    if not isinstance(links, dict) or len(links) > MAX_PEERS_PER_MESSAGE:
-        return "links must be an object of <= 1024 peers"
-    for peer, link in links.items():
-        if not _is_peer_id(peer) or not isinstance(link, dict):
-            return "links must map peer ids to objects"
-        for field in ("rtt_ms", "bandwidth_mbps", "rtt_age_s", "bandwidth_age_s"):
-            if not _optional_number(link.get(field)):
-                return f"{field} must be a number >= 0 or null"
-    metrics = body.get("metrics")
-    if metrics is not None and (not isinstance(metrics, dict) or len(json.dumps(metrics)) > 1024):
-        return "metrics must be a small object or null"
-    return None
-
-
-def check_claim(body: dict[str, Any]) -> str | None:
-    """A planner claims (and, re-broadcast, keeps) a term."""
-    term = body.get("term")
-    if not _is_int(term) or term < 1:
-        return "term must be an integer >= 1"
-    return None
-
-
-def check_plan(body: dict[str, Any]) -> str | None:
-    """A plan: (term, epoch), stages, pipelines and spares by peer id, data addresses, cost."""
-    for field in ("term", "epoch", "stages"):
-        if not _is_int(body.get(field)) or body[field] < 1:
-            return f"{field} must be an integer >= 1"
-    if not _is_peer_id(body.get("planner")):
-        return "planner must be a peer id"
-    pipelines, spares = body.get("pipelines"), body.get("spares")
-    if not isinstance(pipelines, list) or not isinstance(spares, list):
-        return "pipelines and spares must be lists"
-    if not all(isinstance(p, list) and len(p) == body["stages"] for p in pipelines):
-        return "every pipeline must list exactly `stages` peers"
-    used = [peer for p in pipelines for peer in p] + spares
-    if not all(_is_peer_id(p) for p in used) or len(used) > MAX_PEERS_PER_MESSAGE:
-        return "pipelines/spares must hold peer ids"
-    if len(set(used)) != len(used):
-        return "a peer appears more than once"
-    data_addrs = body.get("data_addrs")
-    if not isinstance(data_addrs, dict) or not all(
-        _is_peer_id(k) and is_addr_list(v) for k, v in data_addrs.items()
-    ):
-        return "data_addrs must map peer ids to address lists"
-    if not _is_number(body.get("cost_s")) or body["cost_s"] < 0:
-        return "cost_s must be a number >= 0"
-    return None
-
-
-def check_run(body: dict[str, Any]) -> str | None:
-    """The run spec, published by the bootstrap node."""
     try:
-        RunSpec.from_dict(body)
-    except UserError as exc:
-        return str(exc)
-    return None
+        record = BODY_RECORDS[kind](body)
+    except WireError as exc:
+        raise WireError(f"malformed {kind}: {exc}") from None
+    return Envelope(kind=kind, author=author, seq=seq, ts=float(ts), body=record)
 
 
-BODY_SCHEMAS: dict[str, Callable[[dict[str, Any]], str | None]] = {
-    "run": check_run,
-    "peer": check_peer_record,
-    "telemetry": check_telemetry,
-    "claim": check_claim,
-    "plan": check_plan,
+def _is_timestamp(v: object) -> TypeGuard[float]:
+    """Seconds since the epoch: a finite number that a float holds (no 400-digit integers)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return False
+    return abs(v) < 1e12 and math.isfinite(v)
+
+
+# ---------------------------------------------------------------- bodies: one record per kind
+
+Body = RunSpec | PeerRecord | Telemetry | Claim | Plan
+BODY_RECORDS: dict[str, Callable[[object], Body]] = {
+    "run": RunSpec.from_dict,
+    "peer": PeerRecord.from_dict,
+    "telemetry": Telemetry.from_dict,
+    "claim": Claim.from_dict,
+    "plan": Plan.from_dict,
 }
+KIND_OF: dict[type, str] = {RunSpec: "run", PeerRecord: "peer", Telemetry: "telemetry",
+                            Claim: "claim", Plan: "plan"}  # fmt: skip

@@ -1,26 +1,24 @@
 """The bridge to this peer's worker over the IPC socket (ipc.IpcServer).
 
-From the worker: `hello` (its data-plane addresses, announced in our peer record), `metrics`
-(gossiped in our telemetry) and `throughput` (bandwidth it measured to a peer, a link sample).
-To the worker: every plan the view accepts (with the run spec), and `stop` on shutdown.
+From the worker: `hello` (its data-plane addresses, announced in our peer record) and `metrics`
+(gossiped in our telemetry). To the worker: every plan the view accepts (with the run spec), and
+`stop` on shutdown. The messages are records/messages.py's.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import trio
 
-from p2ptrain.control import wire
 from p2ptrain.control.ipc import IpcServer
 from p2ptrain.control.state import NodeState
+from p2ptrain.records import Hello, Message, MetricsReport, PeerMetrics, PlanMessage, Stop
 
 log = logging.getLogger(__name__)
 
 PLAN_POLL_S = 0.5
-METRIC_FIELDS = ("step", "loss", "tokens_per_s", "stage", "replica")
 
 
 class WorkerLink:
@@ -39,32 +37,29 @@ class WorkerLink:
 
     async def stop_worker(self) -> None:
         """Ask a connected worker to checkpoint and exit."""
-        await self.ipc.send({"type": "stop"})
+        await self.ipc.send(Stop())
 
-    def _on_message(self, message: dict[str, Any]) -> None:
-        """One message from the worker; raising KeyError, TypeError or ValueError drops it."""
+    def _on_message(self, message: Message) -> None:
+        """One message from the worker (decoded and validated by the IPC server)."""
         state = self.state
-        kind = message["type"]
-        now = time.monotonic()
-        if kind == "hello":
-            addrs = message["data_addrs"]
-            if not wire.is_addr_list(addrs):
-                raise ValueError("data_addrs must be a list of <= 16 address strings")
-            if message.get("peer_id") != state.peer_id:
+        if isinstance(message, Hello):
+            if message.peer_id != state.peer_id:
                 log.warning(
-                    "worker reports peer id %s, control is %s",
-                    message.get("peer_id"),
-                    state.peer_id,
+                    "worker reports peer id %s, control is %s", message.peer_id, state.peer_id
                 )
-            state.data_addrs = list(addrs)
+            state.data_addrs = list(message.data_addrs)
             state.publish_soon("record")
             log.info("worker is up with data addresses %s", state.data_addrs)
-        elif kind == "metrics":
-            state.view.own_metrics = {k: message.get(k) for k in METRIC_FIELDS}
-        elif kind == "throughput":
-            state.view.record_bandwidth(str(message["peer"]), float(message["mbps"]), now)
+        elif isinstance(message, MetricsReport):
+            state.view.own_metrics = PeerMetrics(
+                step=message.step,
+                loss=message.loss,
+                tokens_per_s=message.tokens_per_s,
+                stage=message.stage,
+                replica=message.replica,
+            )
         else:
-            raise ValueError(f"unknown message type {kind!r}")
+            log.warning("ipc: ignoring a %s message from the worker", message.TYPE)
 
     async def _serve_plans(self) -> None:
         view = self.state.view
@@ -72,5 +67,5 @@ class WorkerLink:
         while True:
             if view.plan_version != sent_version and view.plan is not None:
                 sent_version = view.plan_version
-                await self.ipc.send({"type": "plan", "plan": view.plan, "run": view.run})
+                await self.ipc.send(PlanMessage(view.plan, view.run))
             await trio.sleep(PLAN_POLL_S)

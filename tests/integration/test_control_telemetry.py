@@ -25,7 +25,7 @@ def test_telemetry_reaches_every_peer_at_16(tmp_path, reaper):
     while missing and time.monotonic() < deadline:
         for addr, status in zip(addrs, get_statuses(addrs), strict=True):
             if status is not None:
-                heard = {a for a, age in status["telemetry_age_s"].items() if age < FRESH_S}
+                heard = {a for a, age in status.telemetry_age_s.items() if age < FRESH_S}
                 missing[peer_id(addr)] = missing.get(peer_id(addr), set()) - heard
         missing = {k: v for k, v in missing.items() if v}
         time.sleep(2)
