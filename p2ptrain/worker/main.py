@@ -14,13 +14,11 @@ import argparse
 import json
 import logging
 import os
-import re
 import signal
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -249,20 +247,3 @@ def _run_bounded(fn: Callable[[], object], timeout_s: float) -> None:
 def _warm_up_torch() -> None:
     # the first optimizer imports torch._dynamo (1-4 s): pay it while the swarm is still forming
     torch.optim.AdamW([torch.zeros(1, requires_grad=True)])
-
-
-def swarm_prefix(run_id: str, stage: int, epoch: int, term: int = 0) -> str:
-    """The DHT prefix of one stage's averaging swarm in one plan (planner term, epoch)."""
-    return f"p2ptrain_{re.sub(r'[^A-Za-z0-9_]', '_', run_id)}_s{stage}_t{term}_e{epoch}"
-
-
-async def ping_peers(peer_ids: list[str], _dht: Any, node: Any) -> None:
-    """Run inside hivemind's DHT process: add the plan's peers to the routing table."""
-    from hivemind.p2p import PeerID
-
-    for peer_id in peer_ids:
-        await node.protocol.call_ping(PeerID.from_base58(peer_id))
-
-
-def bootstrap_dht(dht: Any, peer_ids: list[str]) -> None:
-    dht.run_coroutine(partial(ping_peers, peer_ids))

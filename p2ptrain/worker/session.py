@@ -34,6 +34,7 @@ from p2ptrain.train.model import Stage, build_stage, stage_layer_ranges
 from p2ptrain.train.optim import clip_grads, lr_at, make_optimizer, set_lr
 from p2ptrain.worker import pipeline
 from p2ptrain.worker.averaging import StageAverager
+from p2ptrain.worker.dht_helpers import bootstrap_dht, swarm_prefix
 from p2ptrain.worker.frames import (
     AlreadyHave,
     Expected,
@@ -119,8 +120,6 @@ class Session:
         needs_data = role.is_first or role.is_last
         self.corpus = load_corpus(spec) if needs_data else None
         if role.num_replicas > 1:
-            from p2ptrain.worker.main import swarm_prefix
-
             num_params = sum(p.numel() for p in self.model.parameters())
             prefix = swarm_prefix(spec.run_id, role.stage, role.epoch, plan.get("term", 0))
             self.averager = StageAverager(
@@ -141,8 +140,6 @@ class Session:
         )  # fmt: skip
 
     def _connect(self, plan: dict[str, Any], dht: DHT) -> None:
-        from p2ptrain.worker.main import bootstrap_dht
-
         addrs: dict[str, list[str]] = plan.get("data_addrs", {})
         others = plan_peers(plan) - {self.transport.peer_id}
         unreachable = self.transport.connect_all(
