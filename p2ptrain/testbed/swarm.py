@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from p2ptrain import procs
 from p2ptrain.runspec import RunSpec
 from p2ptrain.testbed.testbed import Testbed
 from p2ptrain.worker.local_swarm import LocalSwarm
@@ -145,22 +146,8 @@ class EmulatedSwarm(LocalSwarm):
         super().__init__(spec, bed.num_peers, workdir, env)
         self.bed = bed
 
-    def _start_worker(self, index: int, ipc_path: str) -> None:
-        # Same as LocalSwarm's, wrapped in `ip netns exec` (which execs: the pid is the worker's).
-        import os
-
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env.get(index, {})}
-        argv = [sys.executable, "-m", "p2ptrain.worker", "--ipc", ipc_path]
-        with open(self.workdir / f"worker-{index}.log", "wb") as log:
-            proc = subprocess.Popen(
-                self.bed.command(index, argv),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=env,
-            )
-        self.procs.append(proc)
+    def _command(self, index: int, argv: list[str]) -> list[str]:
+        return self.bed.command(index, argv)  # `ip netns exec` execs: the pid is the worker's
 
 
 class DataParallelSwarm:
@@ -176,7 +163,6 @@ class DataParallelSwarm:
 
     def __enter__(self) -> DataParallelSwarm:
         import json
-        import os
 
         self.workdir.mkdir(parents=True, exist_ok=True)
         run_path = self.workdir / "run.json"
@@ -195,21 +181,11 @@ class DataParallelSwarm:
                     "--index", str(i), "--num-peers", str(self.num_peers),
                     "--rendezvous", str(self.workdir),
                 ]  # fmt: skip
-                env = {**os.environ, "PYTHONUNBUFFERED": "1", **network}
+                env = dict(network)
                 if self.bed is not None:
                     env[LISTEN_HOST_ENV] = self.bed.address(i)
                     argv = self.bed.command(i, argv)
-                with open(self.workdir / f"dp-{i}.log", "wb") as log:
-                    self.procs.append(
-                        subprocess.Popen(
-                            argv,
-                            stdin=subprocess.DEVNULL,
-                            stdout=log,
-                            stderr=subprocess.STDOUT,
-                            start_new_session=True,
-                            env=env,
-                        )
-                    )
+                self.procs.append(procs.spawn(argv, log_path=self.workdir / f"dp-{i}.log", env=env))
         except BaseException:
             self.kill()
             raise
@@ -286,14 +262,7 @@ class DataParallelSwarm:
         return [proc.poll() for proc in self.procs]
 
     def kill(self) -> None:
-        import contextlib
-        import os
-        import signal
-
-        for proc in self.procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)  # trainer, watchdog, hivemind children, p2pd
-            proc.wait()
+        procs.kill_groups(self.procs)  # trainer, watchdog, hivemind children, p2pd
 
     def log_tail(self, index: int, num_lines: int = 30) -> str:
         path = self.workdir / f"dp-{index}.log"

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import queue
-import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from p2ptrain import procs
 from p2ptrain.runspec import RunSpec
 
 # fault injection for tests: "STEP:STAGE:REPLICA" -> the worker in that role SIGKILLs its whole
@@ -146,14 +145,15 @@ class LocalSwarm:
         self.stop()
 
     def _start_worker(self, index: int, ipc_path: str) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env.get(index, {})}
-        with open(self.workdir / f"worker-{index}.log", "wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "p2ptrain.worker", "--ipc", ipc_path],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, env=env,
-            )  # fmt: skip
-        self.procs.append(proc)
+        argv = [sys.executable, "-m", "p2ptrain.worker", "--ipc", ipc_path]
+        log_path = self.workdir / f"worker-{index}.log"
+        self.procs.append(
+            procs.spawn(self._command(index, argv), log_path=log_path, env=self.env.get(index))
+        )
+
+    def _command(self, index: int, argv: list[str]) -> list[str]:
+        """The command line that runs worker `index` (here: argv itself)."""
+        return argv
 
     def wait_hellos(self, timeout_s: float = 120.0) -> list[dict[str, Any]]:
         """Accept every worker's connection and hello; the hellos in worker order."""
@@ -274,10 +274,7 @@ class LocalSwarm:
         self.kill()
 
     def kill(self) -> None:
-        for proc in self.procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)  # worker, watchdog, hivemind children, p2pd
-            proc.wait()
+        procs.kill_groups(self.procs)  # worker, watchdog, hivemind children, p2pd
         for conn in self._conns:
             conn.close()
         if self._listener is not None:
