@@ -2,7 +2,7 @@
 
 Starts `p2ptrain bootstrap` and N `p2ptrain join` process trees (supervisor, control process,
 worker), lets the control plane discover, measure, elect a planner and publish plans, and follows
-every worker's steps through the metrics files they append to (P2PTRAIN_METRICS_LOG). Where the
+every worker's steps through the metrics files they append to (join --metrics-log). Where the
 nodes run is a NodeSites: loopback here; the WAN testbed puts node i in namespace i
 (p2ptrain/testbed/nodes.py). Stdlib only.
 """
@@ -24,7 +24,6 @@ from p2ptrain import procs
 from p2ptrain.runspec import RunSpec
 from p2ptrain.worker.local_swarm import StepStats, SwarmResult
 
-METRICS_LOG_ENV = "P2PTRAIN_METRICS_LOG"
 START_TIMEOUT_S = 60.0
 STALL_TIMEOUT_S = 240.0
 STOP_GRACE_S = 15.0
@@ -40,6 +39,7 @@ class NodeSites:
         return argv
 
     def env(self, index: int) -> dict[str, str]:
+        """Variables node `index` gets on top of ours."""
         return {}
 
 
@@ -76,11 +76,10 @@ def train_with_control_plane(
         logs = [workdir / f"metrics-{i}.jsonl" for i in range(num_peers)]
         for i in range(num_peers):
             args = ["join", "--bootstrap", address, "--identity", str(workdir / f"peer-{i}.key"),
-                    "--listen", sites.listen(i)]  # fmt: skip
+                    "--listen", sites.listen(i), "--metrics-log", str(logs[i])]  # fmt: skip
             if own_checkpoints:
                 args += ["--checkpoint-dir", str(workdir / f"peer-{i}" / "checkpoints")]
-            env = {METRICS_LOG_ENV: str(logs[i])}
-            nodes.append(_start(sites, i, args, workdir / f"peer-{i}.log", env=env))
+            nodes.append(_start(sites, i, args, workdir / f"peer-{i}.log"))
         return _follow(spec, logs, nodes[1:], on_plan, on_step)
     finally:
         _stop(nodes)
@@ -91,14 +90,13 @@ def _start(
     index: int,
     args: list[str],
     log_path: Path,
-    env: dict[str, str] | None = None,
     stdout: int | None = None,
 ) -> subprocess.Popen[bytes]:
     return procs.spawn(
         sites.command(index, [sys.executable, "-m", "p2ptrain", *args]),
         log_path=log_path,
         stdout=stdout,
-        env={**sites.env(index), **(env or {})},
+        env=sites.env(index),
         die_with_parent=signal.SIGTERM,  # a graceful node stop if `p2ptrain local` dies
     )
 

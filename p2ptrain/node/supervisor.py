@@ -25,11 +25,18 @@ from types import FrameType
 
 from p2ptrain import procs
 from p2ptrain.identity import load_or_create_identity
+from p2ptrain.worker.settings import DEFAULT_LISTEN_HOST, WorkerSettings
 
 log = logging.getLogger(__name__)
 
 STOP_GRACE_S = 10.0
 POLL_S = 0.2
+
+
+def ip4_host(multiaddr: str) -> str | None:
+    """H of an /ip4/H/... multiaddr, else None."""
+    parts = multiaddr.split("/")
+    return parts[2] if len(parts) > 2 and parts[0] == "" and parts[1] == "ip4" else None
 
 
 def worker_available() -> bool:
@@ -50,9 +57,11 @@ class Supervisor:
         listen: str,
         control_only: bool,
         checkpoint_dir: str | None = None,
+        metrics_log: str | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.checkpoint_dir = checkpoint_dir
+        self.metrics_log = metrics_log
         self.identity = identity
         self.listen = listen
         self.with_worker = not control_only and worker_available()
@@ -90,11 +99,15 @@ class Supervisor:
                     return self._finish(children)
                 self._addr_printed.wait(POLL_S)
             if self.with_worker:
-                argv = [sys.executable, "-m", "p2ptrain.worker", "--ipc", ipc_path,
-                        "--identity", self.identity]  # fmt: skip
-                if self.checkpoint_dir:
-                    argv += ["--checkpoint-dir", self.checkpoint_dir]
-                children.append(procs.spawn(argv))
+                worker = WorkerSettings(
+                    ipc=ipc_path,
+                    identity=self.identity,
+                    checkpoint_dir=self.checkpoint_dir,
+                    # the data plane listens where the control plane does (e.g. in a namespace)
+                    listen_host=ip4_host(self.listen) or DEFAULT_LISTEN_HOST,
+                    metrics_log=self.metrics_log,
+                )
+                children.append(procs.spawn(worker.command()))
             while self._stop_signal is None and all(c.poll() is None for c in children):
                 time.sleep(POLL_S)
             return self._finish(children)

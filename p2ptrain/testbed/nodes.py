@@ -1,12 +1,12 @@
 """Where `p2ptrain local --emulate` runs its nodes: node i (control process and worker) inside
-testbed peer i's namespace, listening on its address; the bootstrap beside peer 0. All their
-traffic, py-libp2p's and p2pd's alike, crosses the emulated links, so the control plane measures
-the emulated network and plans on it."""
+testbed peer i's namespace, listening on its address (join --listen; the worker's data plane
+follows it); the bootstrap beside peer 0. All their traffic, py-libp2p's and p2pd's alike, crosses
+the emulated links, so the control plane measures the emulated network and plans on it."""
 
 from __future__ import annotations
 
 from p2ptrain.node.local_run import NodeSites
-from p2ptrain.testbed.swarm import LISTEN_HOST_ENV, MAX_RTT_ENV, MIN_RATE_ENV
+from p2ptrain.testbed.swarm import stated_network
 from p2ptrain.testbed.testbed import Testbed
 
 
@@ -15,12 +15,7 @@ class TestbedSites(NodeSites):
 
     def __init__(self, bed: Testbed) -> None:
         self.bed = bed
-        links = bed.links().values()
-        # what the averaging timeouts are scaled for (p2ptrain/worker/averaging.py)
-        self.network = {
-            MAX_RTT_ENV: f"{max((2 * s.delay_ms / 1e3 for s in links), default=0.0):.4f}",
-            MIN_RATE_ENV: f"{min((s.rate_mbps for s in links), default=1000.0):.3f}",
-        }
+        self.network = stated_network(bed)  # what the averaging timeouts are scaled for
 
     def _peer(self, index: int) -> int:
         return max(index, 0)  # the bootstrap shares peer 0's namespace
@@ -32,4 +27,4 @@ class TestbedSites(NodeSites):
         return self.bed.command(self._peer(index), argv)
 
     def env(self, index: int) -> dict[str, str]:
-        return {LISTEN_HOST_ENV: self.bed.address(self._peer(index)), **self.network}
+        return self.network

@@ -2,7 +2,7 @@
 is made on the emulated links (what `p2ptrain local --emulate` and `bench e2e` need).
 
 Stdlib + the scheduler (numpy): the workers are separate processes, nothing here imports torch or
-hivemind. The worker must listen on its namespace's address: it reads LISTEN_HOST_ENV.
+hivemind. Each worker listens on its namespace's address (--listen-host).
 """
 
 from __future__ import annotations
@@ -16,12 +16,22 @@ from p2ptrain import procs
 from p2ptrain.runspec import RunSpec
 from p2ptrain.testbed.testbed import Testbed
 from p2ptrain.worker.local_swarm import LocalSwarm
+from p2ptrain.worker.settings import WorkerSettings
 
-LISTEN_HOST_ENV = "P2PTRAIN_LISTEN_HOST"  # the worker's p2pd listens on /ip4/$it/tcp/0
 # the network the worker's averaging timeouts are scaled for (p2ptrain/worker/averaging.py)
 MAX_RTT_ENV = "P2PTRAIN_MAX_RTT_S"
 MIN_RATE_ENV = "P2PTRAIN_MIN_RATE_MBPS"
 BYTES_PER_VALUE = {"fp16": 2, "bf16": 2, "none": 4}
+
+
+def stated_network(bed: Testbed) -> dict[str, str]:
+    """The environment that states the testbed's links as they are now (worst round trip,
+    slowest rate) to the processes that scale their averaging timeouts for it."""
+    links = bed.links().values()
+    return {
+        MAX_RTT_ENV: f"{max((2 * s.delay_ms / 1e3 for s in links), default=0.0):.4f}",
+        MIN_RATE_ENV: f"{min((s.rate_mbps for s in links), default=1000.0):.3f}",
+    }
 
 
 def emulated_topology(bed: Testbed, workload: Any = None) -> Any:
@@ -137,13 +147,11 @@ class EmulatedSwarm(LocalSwarm):
     """LocalSwarm with worker i inside testbed peer i's namespace, listening on its address."""
 
     def __init__(self, spec: RunSpec, bed: Testbed, workdir: Path) -> None:
-        links = bed.links().values()  # as they are now (the bench's ideal run speeds them up)
-        network = {
-            MAX_RTT_ENV: f"{max((2 * s.delay_ms / 1e3 for s in links), default=0.0):.4f}",
-            MIN_RATE_ENV: f"{min((s.rate_mbps for s in links), default=1000.0):.3f}",
+        flags = {
+            i: WorkerSettings(listen_host=bed.address(i)).to_argv() for i in range(bed.num_peers)
         }
-        env = {i: {LISTEN_HOST_ENV: bed.address(i), **network} for i in range(bed.num_peers)}
-        super().__init__(spec, bed.num_peers, workdir, env)
+        # the links as they are now (the bench's ideal run speeds them up)
+        super().__init__(spec, bed.num_peers, workdir, flags, stated_network(bed))
         self.bed = bed
 
     def _command(self, index: int, argv: list[str]) -> list[str]:
@@ -167,13 +175,7 @@ class DataParallelSwarm:
         self.workdir.mkdir(parents=True, exist_ok=True)
         run_path = self.workdir / "run.json"
         run_path.write_text(json.dumps(self.spec.to_dict()))
-        network: dict[str, str] = {}
-        if self.bed is not None:
-            links = self.bed.links().values()
-            network = {
-                MAX_RTT_ENV: f"{max((2 * s.delay_ms / 1e3 for s in links), default=0.0):.4f}",
-                MIN_RATE_ENV: f"{min((s.rate_mbps for s in links), default=1000.0):.3f}",
-            }
+        network = stated_network(self.bed) if self.bed is not None else {}
         try:
             for i in range(self.num_peers):
                 argv = [
@@ -181,11 +183,10 @@ class DataParallelSwarm:
                     "--index", str(i), "--num-peers", str(self.num_peers),
                     "--rendezvous", str(self.workdir),
                 ]  # fmt: skip
-                env = dict(network)
                 if self.bed is not None:
-                    env[LISTEN_HOST_ENV] = self.bed.address(i)
-                    argv = self.bed.command(i, argv)
-                self.procs.append(procs.spawn(argv, log_path=self.workdir / f"dp-{i}.log", env=env))
+                    argv = self.bed.command(i, [*argv, "--listen-host", self.bed.address(i)])
+                log_path = self.workdir / f"dp-{i}.log"
+                self.procs.append(procs.spawn(argv, log_path=log_path, env=network))
         except BaseException:
             self.kill()
             raise

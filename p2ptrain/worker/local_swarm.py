@@ -13,7 +13,6 @@ import json
 import queue
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -23,12 +22,8 @@ from typing import Any
 
 from p2ptrain import procs
 from p2ptrain.runspec import RunSpec
+from p2ptrain.worker.settings import WorkerSettings
 
-# fault injection for tests: "STEP:STAGE:REPLICA" -> the worker in that role SIGKILLs its whole
-# process group (worker, hivemind children, p2pd) 50 ms into averaging that step
-DIE_WHILE_AVERAGING_ENV = "P2PTRAIN_TEST_DIE_WHILE_AVERAGING"
-# fault injection for tests: "step:stage:replica" keeps its local gradient at that step
-SKIP_AVERAGING_ENV = "P2PTRAIN_TEST_SKIP_AVERAGING"
 STALL_TIMEOUT_S = 180.0  # no progress for this long: the swarm is broken
 STOP_GRACE_S = 20.0
 
@@ -112,11 +107,15 @@ class LocalSwarm:
         spec: RunSpec,
         num_peers: int,
         workdir: Path,
-        env: dict[int, dict[str, str]] | None = None,
+        worker_flags: dict[int, list[str]] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
+        """worker_flags: extra flags of worker i (worker/settings.py); env: variables every worker
+        gets on top of ours."""
         self.spec = spec
         self.num_peers = num_peers
         self.workdir = workdir
+        self.worker_flags = worker_flags or {}
         self.env = env or {}
         self.may_die: set[int] = set()  # workers a test kills on purpose
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -145,11 +144,9 @@ class LocalSwarm:
         self.stop()
 
     def _start_worker(self, index: int, ipc_path: str) -> None:
-        argv = [sys.executable, "-m", "p2ptrain.worker", "--ipc", ipc_path]
+        argv = [*WorkerSettings(ipc=ipc_path).command(), *self.worker_flags.get(index, [])]
         log_path = self.workdir / f"worker-{index}.log"
-        self.procs.append(
-            procs.spawn(self._command(index, argv), log_path=log_path, env=self.env.get(index))
-        )
+        self.procs.append(procs.spawn(self._command(index, argv), log_path=log_path, env=self.env))
 
     def _command(self, index: int, argv: list[str]) -> list[str]:
         """The command line that runs worker `index` (here: argv itself)."""
