@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from p2ptrain.harness.direct_swarm import LocalSwarm, plan_for
 from p2ptrain.runspec import RunSpec
 from p2ptrain.train.checkpoint import checkpoint_path
 from p2ptrain.train.data import get_batch, load_corpus, replica_rows
@@ -24,7 +25,6 @@ from p2ptrain.train.model import build_model, stage_layer_ranges
 from p2ptrain.train.optim import lr_at, make_optimizer, set_lr
 from p2ptrain.train.reference import forward_backward, train_reference
 from p2ptrain.worker.faults import DIE_WHILE_AVERAGING, SKIP_AVERAGING, Fault, Faults
-from p2ptrain.worker.local_swarm import LocalSwarm, plan_for
 
 pytestmark = pytest.mark.integration
 

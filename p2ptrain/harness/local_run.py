@@ -4,7 +4,7 @@ Starts `p2ptrain bootstrap` and N `p2ptrain join` process trees (supervisor, con
 worker), lets the control plane discover, measure, elect a planner and publish plans, and follows
 every worker's steps through the metrics files they append to (join --metrics-log). Where the
 nodes run is a NodeSites: loopback here; the WAN testbed puts node i in namespace i
-(p2ptrain/testbed/nodes.py). Stdlib only.
+(p2ptrain/harness/testbed_sites.py). Stdlib only.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from p2ptrain import procs
+from p2ptrain.harness.direct_swarm import StepStats, SwarmResult
 from p2ptrain.runspec import RunSpec
-from p2ptrain.worker.local_swarm import StepStats, SwarmResult
 
 START_TIMEOUT_S = 60.0
 STALL_TIMEOUT_S = 240.0

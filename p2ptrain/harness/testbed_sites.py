@@ -5,8 +5,8 @@ the emulated links, so the control plane measures the emulated network and plans
 
 from __future__ import annotations
 
-from p2ptrain.node.local_run import NodeSites
-from p2ptrain.testbed.swarm import stated_network
+from p2ptrain.harness.local_run import NodeSites
+from p2ptrain.harness.testbed_swarm import stated_network
 from p2ptrain.testbed.testbed import Testbed
 
 

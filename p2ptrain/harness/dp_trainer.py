@@ -1,7 +1,7 @@
 """The hivemind data-parallel baseline: every peer holds the whole model, hivemind.Optimizer
 averages the gradients. What a hivemind user runs today; `bench e2e` compares p2ptrain with it.
 
-    python -m p2ptrain.worker.dp_trainer --run RUN.json --index I --num-peers N --rendezvous DIR
+    python -m p2ptrain.harness.dp_trainer --run RUN.json --index I --num-peers N --rendezvous DIR
         [--listen-host IP] [--verbose]
 
 Same model (build_model: one stage of one), same data and global batch as p2ptrain (peer i of N
@@ -10,7 +10,7 @@ schedule. One global step = one hivemind epoch of target_batch_size = the global
 reports its rows, waits until the swarm has the whole batch, then steps (so, like p2ptrain, every
 step uses exactly the global batch; hivemind alone would let fast peers add extra batches).
 
-Rendezvous through files in DIR (the harness is stdlib-only, in p2ptrain/testbed/swarm.py):
+Rendezvous through files in DIR (DataParallelSwarm, p2ptrain/harness/dp_swarm.py, is stdlib-only):
 peer 0 writes `addrs-0.json`, the others join its DHT; every peer writes `ready-I` once its
 optimizer exists and starts step 0 when the harness creates `go`. Each finished step appends one
 JSON line {"step", "loss", "samples", "time_s"} (time_s: wall clock) to `metrics-I.jsonl`.
@@ -46,7 +46,7 @@ log = logging.getLogger("p2ptrain.dp_trainer")
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m p2ptrain.worker.dp_trainer", description=__doc__.split("\n")[0]
+        prog="python -m p2ptrain.harness.dp_trainer", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--run", required=True, help="run spec as JSON (RunSpec.to_dict)")
     parser.add_argument("--index", type=int, required=True, help="this peer, 0..N-1")
