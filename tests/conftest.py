@@ -5,15 +5,15 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+
+from p2ptrain import procs
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -30,17 +30,13 @@ class ProcessReaper:
         self, argv: Sequence[str], stderr_path: Path | None = None
     ) -> subprocess.Popen[bytes]:
         """Start argv (stdout piped and read line by line in the background) in a new session."""
-        stderr = open(stderr_path, "ab") if stderr_path else subprocess.DEVNULL  # noqa: SIM115
-        proc = subprocess.Popen(
-            list(argv),
+        proc = procs.spawn(
+            argv,
+            log_path=stderr_path or os.devnull,
             stdout=subprocess.PIPE,
-            stderr=stderr,
-            start_new_session=True,
+            die_with_parent=None,  # killed at teardown
             cwd=REPO_ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-        if stderr_path:
-            stderr.close()  # type: ignore[union-attr]
         lines: queue.Queue[str | None] = queue.Queue()
         self._lines[proc.pid] = lines
         threading.Thread(target=self._pump, args=(proc, lines), daemon=True).start()
@@ -64,20 +60,8 @@ class ProcessReaper:
             pytest.fail(f"{proc.args!r} exited ({proc.poll()}) before printing a line")
         return line
 
-    def kill_group(self, proc: subprocess.Popen[bytes], signum: int = signal.SIGKILL) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signum)
-
     def close(self) -> None:
-        for proc in self.procs:
-            self.kill_group(proc, signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        for proc in self.procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        for proc in self.procs:
-            self.kill_group(proc, signal.SIGKILL)
-            proc.wait()
+        procs.stop_groups(self.procs, grace_s=5.0)
 
 
 def processes_in_session(session_id: int) -> list[int]:

@@ -9,10 +9,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "p2ptrain"
 
 # heavy library -> packages allowed to import it
 ALLOWED = {
-    "hivemind": {"worker"},
+    "hivemind": {"worker", "harness"},
     "libp2p": {"control", "net"},
     "trio": {"control", "net"},
-    "torch": {"worker", "train"},
+    "torch": {"worker", "train", "harness"},
 }
 
 

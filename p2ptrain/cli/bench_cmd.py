@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sched.add_argument(
         "--time-budget", type=float, default=3.0, help="per-run budget on the scenarios (s)"
     )
-    from p2ptrain.testbed.bench_cli import add_kinds  # stdlib only: cheap
+    from p2ptrain.harness.cli.wan_bench import add_kinds  # stdlib only: cheap
 
     add_kinds(kinds)
 
@@ -42,11 +42,11 @@ def _progress(message: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.kind != "scheduler":
-        from p2ptrain.testbed.bench_cli import run_kind
+        from p2ptrain.harness.cli.wan_bench import run_kind
 
         return run_kind(args)
     from p2ptrain.errors import UserError
-    from p2ptrain.schedule.bench import SCALING_SERIES, render, run_benchmark
+    from p2ptrain.harness.scheduler_bench import SCALING_SERIES, render, run_benchmark
 
     try:
         sizes = [int(s) for s in args.scaling.split(",") if s.strip()]

@@ -23,6 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--checkpoint-dir",
         help="where this node keeps its stage checkpoints (default: the run spec's checkpoint_dir)",
     )
+    parser.add_argument(
+        "--metrics-log",
+        metavar="FILE",
+        help="append every report of this node's worker to FILE as a JSON line",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,5 +44,6 @@ def run(args: argparse.Namespace) -> int:
         listen=args.listen,
         control_only=args.control_only,
         checkpoint_dir=args.checkpoint_dir,
+        metrics_log=args.metrics_log,
     )
     return supervisor.run()

@@ -62,8 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from p2ptrain.harness.direct_swarm import LocalSwarm, plan_for
     from p2ptrain.records.run import load_run_spec
-    from p2ptrain.worker.local_swarm import LocalSwarm, plan_for
 
     if not 1 <= args.peers <= 64:
         raise UserError(f"--peers must be between 1 and 64, got {args.peers}")
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
                 own_checkpoints,
             )  # fmt: skip
         elif not args.direct:
-            from p2ptrain.node.local_run import train_with_control_plane
+            from p2ptrain.harness.local_run import train_with_control_plane
 
             print(f"starting a bootstrap and {args.peers} nodes (logs in {workdir}) ...", file=out)
             progress = _Progress(spec.steps, out)
@@ -150,9 +150,9 @@ def _train_emulated(
     """The local swarm inside the WAN testbed: node i in peer i's namespace; the control plane
     measures the emulated links and plans on them (with `direct`: bare workers, planned once on
     the configured links)."""
+    from p2ptrain.harness.testbed_swarm import EmulatedSwarm, plan_on_testbed
     from p2ptrain.schedule import load_topology
     from p2ptrain.testbed.netns import require_root
-    from p2ptrain.testbed.swarm import EmulatedSwarm, plan_on_testbed
     from p2ptrain.testbed.testbed import Testbed
 
     require_root()
@@ -160,8 +160,8 @@ def _train_emulated(
         raise UserError(f"--bandwidth-scale must be > 0, got {bandwidth_scale}")
     topology = load_topology(topology_path)
     if not direct:
-        from p2ptrain.node.local_run import train_with_control_plane
-        from p2ptrain.testbed.nodes import TestbedSites
+        from p2ptrain.harness.local_run import train_with_control_plane
+        from p2ptrain.harness.testbed_sites import TestbedSites
 
         with Testbed.from_topology(topology, bandwidth_scale=bandwidth_scale) as bed:
             print(f"starting a bootstrap and {topology.num_peers} nodes in the emulated WAN "

@@ -20,7 +20,7 @@ from typing import Any
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     up = actions.add_parser("up", help="start a testbed and keep it until Ctrl-C or SIGTERM")
-    from p2ptrain.testbed.bench_cli import add_emulation_arguments  # stdlib only: cheap
+    from p2ptrain.harness.cli.wan_bench import add_emulation_arguments  # stdlib only: cheap
 
     add_emulation_arguments(up, default_peers=4, positional_topology=True)
     up.add_argument("--mtu", type=int, default=9000, help="MTU of the peers' interfaces")
@@ -106,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
+    from p2ptrain.harness.cli.wan_bench import load_emulated_topology
     from p2ptrain.testbed import Testbed
-    from p2ptrain.testbed.bench_cli import load_emulated_topology
 
     topology = load_emulated_topology(args)
     # SIGTERM/SIGHUP unwind like Ctrl-C so that the namespaces are removed.

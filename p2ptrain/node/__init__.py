@@ -1,2 +1,1 @@
-"""Running nodes: the supervisor of one node (control process + worker), and `local_run`, which
-starts a bootstrap and N nodes on this machine (loopback, or the WAN testbed's namespaces)."""
+"""Running a node: the supervisor of one node's control process and worker."""

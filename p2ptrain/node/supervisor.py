@@ -11,11 +11,8 @@ stdout line.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import importlib.util
 import logging
-import os
 import shutil
 import signal
 import subprocess
@@ -23,60 +20,23 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from p2ptrain import procs
 from p2ptrain.identity import load_or_create_identity
+from p2ptrain.worker.settings import DEFAULT_LISTEN_HOST, WorkerSettings
 
 log = logging.getLogger(__name__)
 
 STOP_GRACE_S = 10.0
 POLL_S = 0.2
-_PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Runs in the child between fork and exec: SIGKILL me when the supervisor dies."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent_pid:  # the supervisor died before prctl took effect
-        os._exit(1)
-
-
-def spawn_child(argv: Sequence[str], **popen_kwargs: object) -> subprocess.Popen[bytes]:
-    """Start argv in its own process group, killed by the kernel if this process dies."""
-    parent_pid = os.getpid()
-    return subprocess.Popen(  # type: ignore[call-overload]
-        list(argv),
-        start_new_session=True,
-        preexec_fn=lambda: _die_with_parent(parent_pid),
-        **popen_kwargs,
-    )
-
-
-def stop_children(
-    children: Sequence[subprocess.Popen[bytes]], grace_s: float = STOP_GRACE_S
-) -> None:
-    """SIGTERM every child's process group, wait up to grace_s, then SIGKILL the groups."""
-    for child in children:
-        _signal_group(child, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    for child in children:
-        try:
-            child.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            log.warning(
-                "child %d ignored SIGTERM for %.0f s: killing its group", child.pid, grace_s
-            )
-    for child in children:
-        _signal_group(child, signal.SIGKILL)  # also reaps grandchildren left in the group
-        child.wait()
-
-
-def _signal_group(child: subprocess.Popen[bytes], signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(child.pid, signum)
+def ip4_host(multiaddr: str) -> str | None:
+    """H of an /ip4/H/... multiaddr, else None."""
+    parts = multiaddr.split("/")
+    return parts[2] if len(parts) > 2 and parts[0] == "" and parts[1] == "ip4" else None
 
 
 def worker_available() -> bool:
@@ -97,9 +57,11 @@ class Supervisor:
         listen: str,
         control_only: bool,
         checkpoint_dir: str | None = None,
+        metrics_log: str | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.checkpoint_dir = checkpoint_dir
+        self.metrics_log = metrics_log
         self.identity = identity
         self.listen = listen
         self.with_worker = not control_only and worker_available()
@@ -119,7 +81,7 @@ class Supervisor:
         ipc_path = str(Path(ipc_dir) / "control.sock")
         children: list[subprocess.Popen[bytes]] = []
         try:
-            control = spawn_child(
+            control = procs.spawn(
                 [
                     sys.executable, "-m", "p2ptrain.control",
                     "--role", "trainer" if self.with_worker else "control-only",
@@ -137,16 +99,20 @@ class Supervisor:
                     return self._finish(children)
                 self._addr_printed.wait(POLL_S)
             if self.with_worker:
-                argv = [sys.executable, "-m", "p2ptrain.worker", "--ipc", ipc_path,
-                        "--identity", self.identity]  # fmt: skip
-                if self.checkpoint_dir:
-                    argv += ["--checkpoint-dir", self.checkpoint_dir]
-                children.append(spawn_child(argv))
+                worker = WorkerSettings(
+                    ipc=ipc_path,
+                    identity=self.identity,
+                    checkpoint_dir=self.checkpoint_dir,
+                    # the data plane listens where the control plane does (e.g. in a namespace)
+                    listen_host=ip4_host(self.listen) or DEFAULT_LISTEN_HOST,
+                    metrics_log=self.metrics_log,
+                )
+                children.append(procs.spawn(worker.command()))
             while self._stop_signal is None and all(c.poll() is None for c in children):
                 time.sleep(POLL_S)
             return self._finish(children)
         finally:
-            stop_children(children)
+            procs.stop_groups(children, STOP_GRACE_S)
             shutil.rmtree(ipc_dir, ignore_errors=True)
 
     def _finish(self, children: list[subprocess.Popen[bytes]]) -> int:

@@ -10,17 +10,14 @@ gradient averaging, then the optimizer) -> checkpoint on interval, on a new plan
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
-import re
 import signal
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,50 +28,27 @@ from p2ptrain.records.run import RunSpec
 from p2ptrain.train.checkpoint import checkpoint_dir
 from p2ptrain.worker import watchdog
 from p2ptrain.worker.frames import Expected, FrameHeader, NotReady
+from p2ptrain.worker.settings import WorkerSettings
 
-LISTEN_HOST_ENV = "P2PTRAIN_LISTEN_HOST"  # set by the WAN testbed; default loopback
 log = logging.getLogger("p2ptrain.worker")
 
 SHUTDOWN_GRACE_S = 3.0
-METRICS_LOG_ENV = "P2PTRAIN_METRICS_LOG"  # if set: append every report to this JSONL file
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--ipc", metavar="SOCKET", help="control process socket (contracts.md)")
-    source.add_argument(
-        "--plan", metavar="PLAN.json", help="static plan file (peers named by --name)"
-    )
-    parser.add_argument("--name", help="with --plan: this worker's name in the plan's pipelines")
-    parser.add_argument(
-        "--identity", metavar="KEY", help="node identity file (same peer id as control)"
-    )
-    parser.add_argument(
-        "--checkpoint-dir", help="this node's checkpoint directory (default: the run spec's)"
-    )
-    parser.add_argument("--log-level", default=os.environ.get("P2PTRAIN_LOG", "INFO"))
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m p2ptrain.worker", description=__doc__.split("\n")[0]
-    )
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.plan and not args.name:
-        parser.error("--plan needs --name")
+    settings = WorkerSettings.from_argv(argv)
     watchdog.install()  # first, while the process has a single thread
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s worker %(process)d: %(message)s",
     )
     for noisy in ("hivemind", "hivemind.averaging", "hivemind.dht"):
         logging.getLogger(noisy).setLevel(
-            logging.ERROR if args.log_level.upper() != "DEBUG" else "DEBUG"
+            logging.ERROR if settings.log_level.upper() != "DEBUG" else "DEBUG"
         )
     torch.set_num_threads(1)
     try:
-        code = Worker(args).run()
+        code = Worker(settings).run()
     except UserError as exc:
         log.error("%s", exc)
         code = 2
@@ -83,12 +57,12 @@ def main(argv: list[str] | None = None) -> None:
 
 
 class Worker:
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, settings: WorkerSettings) -> None:
         from p2ptrain.worker.ipc import IpcClient, PlanInbox
 
-        self.args = args
+        self.settings = settings
         self.inbox = PlanInbox()
-        self.ipc: IpcClient | None = IpcClient(args.ipc, self.inbox) if args.ipc else None
+        self.ipc: IpcClient | None = IpcClient(settings.ipc, self.inbox) if settings.ipc else None
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.inbox.stop())
 
@@ -102,8 +76,7 @@ class Worker:
         identity_path = self._hivemind_identity()
         dht = hivemind.DHT(
             start=True,
-            # the WAN testbed runs workers in network namespaces with their own address
-            host_maddrs=[f"/ip4/{os.environ.get(LISTEN_HOST_ENV, '127.0.0.1')}/tcp/0"],
+            host_maddrs=[f"/ip4/{self.settings.listen_host}/tcp/0"],
             nat_port_map=False,
             identity_path=identity_path,
         )
@@ -126,12 +99,13 @@ class Worker:
                     log.info("waiting for a better plan: %s", problem)
                     continue
                 spec = RunSpec.from_dict(message["run"])
-                if self.args.checkpoint_dir:  # a node-local setting beats the run's default
-                    spec = spec.replace(checkpoint_dir=self.args.checkpoint_dir)
+                if self.settings.checkpoint_dir:  # a node-local setting beats the run's default
+                    spec = spec.replace(checkpoint_dir=self.settings.checkpoint_dir)
                 state_server.directory = checkpoint_dir(spec)
                 self.current = Session(
-                    spec, message["plan"], dht, transport, self.inbox, self._report, version
-                )
+                    spec, message["plan"], dht, transport, self.inbox, self._report, version,
+                    self.settings.faults,
+                )  # fmt: skip
                 self._report(
                     {"type": "session", "plan": message["plan"], "step": self.current.step}
                 )
@@ -162,9 +136,8 @@ class Worker:
         return session.expect(header)
 
     def _report(self, message: dict[str, Any]) -> None:
-        log_path = os.environ.get(METRICS_LOG_ENV)
-        if log_path:  # `p2ptrain local` follows every step of every worker through these files
-            with open(log_path, "a") as f:
+        if self.settings.metrics_log:  # what `p2ptrain local` follows, step by step
+            with open(self.settings.metrics_log, "a") as f:
                 f.write(json.dumps(message) + "\n")
         if message["type"] != "metrics":
             return  # the IPC contract has no other worker -> control message to carry it
@@ -179,10 +152,11 @@ class Worker:
             self.ipc.send(hello)
             return
         # static plan: rendezvous through files next to the plan (NAME.hello.json)
-        plan_path = Path(self.args.plan)
-        tmp = plan_path.with_name(f".{self.args.name}.hello.tmp")
+        assert self.settings.plan is not None
+        plan_path = Path(self.settings.plan)
+        tmp = plan_path.with_name(f".{self.settings.name}.hello.tmp")
         tmp.write_text(json.dumps(hello))
-        tmp.replace(plan_path.with_name(f"{self.args.name}.hello.json"))
+        tmp.replace(plan_path.with_name(f"{self.settings.name}.hello.json"))
         threading.Thread(target=self._wait_static_plan, args=(plan_path,), daemon=True).start()
 
     def _wait_static_plan(self, plan_path: Path) -> None:
@@ -202,13 +176,13 @@ class Worker:
     def _resolved_plan(self, message: dict[str, Any] | None) -> dict[str, Any]:
         """With --plan, replace worker names by the peer ids and addresses they said hello with."""
         assert message is not None
-        if not self.args.plan:
+        if not self.settings.plan:
             return message
         plan = dict(message["plan"])
         hellos = {}
         for pipeline in plan["pipelines"]:
             for name in pipeline:
-                path = Path(self.args.plan).with_name(f"{name}.hello.json")
+                path = Path(self.settings.plan).with_name(f"{name}.hello.json")
                 hellos[name] = json.loads(path.read_text())
         plan["pipelines"] = [[hellos[n]["peer_id"] for n in p] for p in plan["pipelines"]]
         plan["data_addrs"] = {h["peer_id"]: h["data_addrs"] for h in hellos.values()}
@@ -218,11 +192,11 @@ class Worker:
 
     def _hivemind_identity(self) -> str | None:
         """The node's Ed25519 key rewritten in the 64-byte form p2pd wants (same peer id)."""
-        if not self.args.identity:
+        if not self.settings.identity:
             return None
         from p2ptrain import identity
 
-        seed = identity.load_or_create_identity(self.args.identity)
+        seed = identity.load_or_create_identity(self.settings.identity)
         fd, path = tempfile.mkstemp(prefix="p2ptrain-hivemind-", suffix=".key")
         with os.fdopen(fd, "wb") as f:  # mkstemp: mode 0600
             f.write(identity.hivemind_key_bytes(seed))
@@ -249,20 +223,3 @@ def _run_bounded(fn: Callable[[], object], timeout_s: float) -> None:
 def _warm_up_torch() -> None:
     # the first optimizer imports torch._dynamo (1-4 s): pay it while the swarm is still forming
     torch.optim.AdamW([torch.zeros(1, requires_grad=True)])
-
-
-def swarm_prefix(run_id: str, stage: int, epoch: int, term: int = 0) -> str:
-    """The DHT prefix of one stage's averaging swarm in one plan (planner term, epoch)."""
-    return f"p2ptrain_{re.sub(r'[^A-Za-z0-9_]', '_', run_id)}_s{stage}_t{term}_e{epoch}"
-
-
-async def ping_peers(peer_ids: list[str], _dht: Any, node: Any) -> None:
-    """Run inside hivemind's DHT process: add the plan's peers to the routing table."""
-    from hivemind.p2p import PeerID
-
-    for peer_id in peer_ids:
-        await node.protocol.call_ping(PeerID.from_base58(peer_id))
-
-
-def bootstrap_dht(dht: Any, peer_ids: list[str]) -> None:
-    dht.run_coroutine(partial(ping_peers, peer_ids))

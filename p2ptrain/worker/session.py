@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import os
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +32,8 @@ from p2ptrain.train.model import Stage, build_stage, stage_layer_ranges
 from p2ptrain.train.optim import clip_grads, lr_at, make_optimizer, set_lr
 from p2ptrain.worker import pipeline
 from p2ptrain.worker.averaging import StageAverager
+from p2ptrain.worker.dht_helpers import bootstrap_dht, swarm_prefix
+from p2ptrain.worker.faults import NO_FAULTS, Faults
 from p2ptrain.worker.frames import (
     AlreadyHave,
     Expected,
@@ -43,7 +43,6 @@ from p2ptrain.worker.frames import (
     Stopped,
 )
 from p2ptrain.worker.ipc import PlanInbox
-from p2ptrain.worker.local_swarm import DIE_WHILE_AVERAGING_ENV, SKIP_AVERAGING_ENV
 from p2ptrain.worker.resume import StartPoint, agree_on_start
 from p2ptrain.worker.role import Role, role_in_plan
 from p2ptrain.worker.state_transfer import fetch_state
@@ -83,8 +82,10 @@ class Session:
         inbox: PlanInbox,
         report: Callable[[dict[str, Any]], None],
         plan_version: int = 0,
+        faults: Faults = NO_FAULTS,
     ) -> None:
         self.spec = spec
+        self.faults = faults
         self.plan = plan
         self.plan_version = plan_version
         self.failed = ""  # why this session cannot train (then train() ends it at once)
@@ -119,8 +120,6 @@ class Session:
         needs_data = role.is_first or role.is_last
         self.corpus = load_corpus(spec) if needs_data else None
         if role.num_replicas > 1:
-            from p2ptrain.worker.main import swarm_prefix
-
             num_params = sum(p.numel() for p in self.model.parameters())
             prefix = swarm_prefix(spec.run_id, role.stage, role.epoch, plan.get("term", 0))
             self.averager = StageAverager(
@@ -141,8 +140,6 @@ class Session:
         )  # fmt: skip
 
     def _connect(self, plan: dict[str, Any], dht: DHT) -> None:
-        from p2ptrain.worker.main import bootstrap_dht
-
         addrs: dict[str, list[str]] = plan.get("data_addrs", {})
         others = plan_peers(plan) - {self.transport.peer_id}
         unreachable = self.transport.connect_all(
@@ -321,12 +318,7 @@ class Session:
         params = [p for p in self.model.parameters() if p.grad is not None]
         flat = torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None])
         assert self.role is not None
-        here = f"{self.step}:{self.role.stage}:{self.role.replica}"
-        if os.environ.get(DIE_WHILE_AVERAGING_ENV) == here:
-            # a few ms: after our metadata left, before the round (a loopback one takes ~10 ms)
-            # can finish
-            threading.Timer(0.003, os.killpg, (os.getpgid(0), signal.SIGKILL)).start()
-        if os.environ.get(SKIP_AVERAGING_ENV) == here:
+        if self.faults.before_averaging(self.step, self.role.stage, self.role.replica):
             return "local"
         flat_params = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()])
         averaged, outcome = self.averager.average(

@@ -9,21 +9,14 @@ job is to SIGKILL the whole group the moment the worker dies, however it dies.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 
-PR_SET_PDEATHSIG = 1
+from p2ptrain.procs import set_parent_death_signal
+
 # the watchdog's parent-death signal: not SIGTERM, which a supervisor may send the whole group
 # for a graceful stop (the worker must be free to checkpoint first)
 WATCHDOG_SIGNAL = signal.SIGUSR2
-
-
-def set_parent_death_signal(sig: int) -> None:
-    """Have the kernel send `sig` to this process when its parent exits (Linux only)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
 
 
 def install(parent_death_signal: int = signal.SIGTERM) -> int:

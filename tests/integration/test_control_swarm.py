@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from p2ptrain.procs import kill_group
 from tests.control.swarm_helpers import (
     alive_ids,
     get_status,
@@ -65,7 +66,7 @@ def test_swarm_discovers_measures_elects_plans_fails_over_and_rejoins(tmp_path, 
     # 2. SIGKILL the planner's whole process group: a different planner publishes a newer plan
     #    without it within 20 s
     victim = ids.index(old_planner)
-    reaper.kill_group(procs[victim])
+    kill_group(procs[victim])
     killed_at = time.monotonic()
 
     def failed_over(s: dict) -> bool:

@@ -17,18 +17,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from p2ptrain.harness.direct_swarm import LocalSwarm, plan_for
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train.checkpoint import checkpoint_path
 from p2ptrain.train.data import get_batch, load_corpus, replica_rows
 from p2ptrain.train.model import build_model, stage_layer_ranges
 from p2ptrain.train.optim import lr_at, make_optimizer, set_lr
 from p2ptrain.train.reference import forward_backward, train_reference
-from p2ptrain.worker.local_swarm import (
-    DIE_WHILE_AVERAGING_ENV,
-    SKIP_AVERAGING_ENV,
-    LocalSwarm,
-    plan_for,
-)
+from p2ptrain.worker.faults import DIE_WHILE_AVERAGING, SKIP_AVERAGING, Fault, Faults
 
 pytestmark = pytest.mark.integration
 
@@ -67,11 +63,9 @@ def test_killing_a_peer_mid_averaging_leaves_its_stage_intact_on_the_others(tmp_
     spec = TINY.replace(
         steps=kill_step + 1, averaging_timeout_s=4.0, checkpoint_dir=str(tmp_path / "c")
     )
-    env = {
-        i: {DIE_WHILE_AVERAGING_ENV: f"{kill_step}:{victim_stage}:{victim_replica}"}
-        for i in range(4)
-    }
-    with LocalSwarm(spec, 4, tmp_path, env=env) as swarm:
+    fault = Fault(DIE_WHILE_AVERAGING, kill_step, victim_stage, victim_replica)
+    flags = {i: Faults((fault,)).to_argv() for i in range(4)}
+    with LocalSwarm(spec, 4, tmp_path, worker_flags=flags) as swarm:
         hellos = swarm.wait_hellos()
         plan = plan_for(spec, hellos)
         victim = plan["pipelines"][victim_replica][victim_stage]
@@ -124,8 +118,8 @@ def test_replicas_that_diverged_are_re_synced(tmp_path: Path) -> None:
     skip_step = 2
     spec = TINY.replace(stages=1, steps=6, averaging_timeout_s=3.0,
                         checkpoint_dir=str(tmp_path / "c"))  # fmt: skip
-    env = {i: {SKIP_AVERAGING_ENV: f"{skip_step}:0:1"} for i in range(2)}
-    with LocalSwarm(spec, 2, tmp_path, env=env) as swarm:
+    flags = {i: Faults((Fault(SKIP_AVERAGING, skip_step, 0, 1),)).to_argv() for i in range(2)}
+    with LocalSwarm(spec, 2, tmp_path, worker_flags=flags) as swarm:
         swarm.send_plan(plan_for(spec, swarm.wait_hellos()))
         result = swarm.train()
         assert swarm.wait_exit() == [0, 0]

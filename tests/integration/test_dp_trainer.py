@@ -1,4 +1,4 @@
-"""The hivemind.Optimizer baseline of `bench e2e` (worker/dp_trainer.py): two peers on 127.0.0.1
+"""The hivemind.Optimizer baseline of `bench e2e` (harness/dp_trainer.py): two peers on 127.0.0.1
 train the whole model data-parallel and follow the single-process reference loss."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from p2ptrain.harness.dp_swarm import DataParallelSwarm
 from p2ptrain.records.run import RunSpec
-from p2ptrain.testbed.swarm import DataParallelSwarm
 from p2ptrain.train.reference import train_reference
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root (namespaces, TUN)"),
 ]
 
-PROBE = [sys.executable, "-m", "p2ptrain.testbed.probe"]
+PROBE = [sys.executable, "-m", "p2ptrain.harness.link_probe"]
 
 
 def symmetric_links(delay_ms: dict[tuple[int, int], float], rate_mbps: float) -> dict:

@@ -3,8 +3,8 @@ import itertools
 import numpy as np
 import pytest
 
+from p2ptrain.harness.scheduler_bench import AUTHORS_COST_S
 from p2ptrain.schedule import Topology, Workload, load_topology, scenario_path
-from p2ptrain.schedule.bench import AUTHORS_COST_S
 from p2ptrain.schedule.cost import (
     CostModel,
     bottleneck_matching,

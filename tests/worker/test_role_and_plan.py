@@ -3,7 +3,6 @@ import pytest
 from p2ptrain.errors import UserError
 from p2ptrain.records.run import RunSpec
 from p2ptrain.worker.frames import ACTIVATION, GRADIENT
-from p2ptrain.worker.local_swarm import StepStats, plan_for, plan_layout
 from p2ptrain.worker.pipeline import expected_frame
 from p2ptrain.worker.role import check_plan, role_in_plan
 
@@ -53,21 +52,3 @@ def test_each_stage_accepts_only_its_neighbours_frames() -> None:
     )  # nobody sends the last stage grads
     grad = expected_frame(spec.replace(compression="none"), first, 5, GRADIENT, 5, 0)
     assert grad is not None and (grad.sender, grad.dtype) == ("d", "float32")
-
-
-def test_local_layouts_and_plans() -> None:
-    spec = RunSpec(stages=2)
-    assert plan_layout(spec, 4) == (2, 2)
-    assert plan_layout(spec, 5) == (2, 2)
-    assert plan_layout(spec, 1) == (1, 1)
-    hellos = [{"peer_id": f"p{i}", "data_addrs": [f"/ip4/127.0.0.1/tcp/{i + 1}"]} for i in range(5)]
-    plan = plan_for(spec, hellos)
-    check_plan(plan)
-    placed = [p for pipeline in plan["pipelines"] for p in pipeline]
-    assert len(plan["pipelines"]) == 2 and len(placed) == 4 and len(plan["spares"]) == 1
-    assert sorted(placed + plan["spares"]) == [f"p{i}" for i in range(5)]
-
-
-def test_global_loss_weighs_replicas_by_rows() -> None:
-    stats = StepStats(losses={0: 2.0, 1: 4.0}, samples={0: 3, 1: 1})
-    assert stats.global_loss() == pytest.approx(2.5)

@@ -2,16 +2,15 @@
 
 Starts `p2ptrain bootstrap` and N `p2ptrain join` process trees (supervisor, control process,
 worker), lets the control plane discover, measure, elect a planner and publish plans, and follows
-every worker's steps through the metrics files they append to (P2PTRAIN_METRICS_LOG). Where the
+every worker's steps through the metrics files they append to (join --metrics-log). Where the
 nodes run is a NodeSites: loopback here; the WAN testbed puts node i in namespace i
-(p2ptrain/testbed/nodes.py). Stdlib only.
+(p2ptrain/harness/testbed_sites.py). Stdlib only.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -21,11 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from p2ptrain import procs
+from p2ptrain.harness.direct_swarm import StepStats, SwarmResult
 from p2ptrain.records.run import RunSpec
-from p2ptrain.worker.local_swarm import StepStats, SwarmResult
-from p2ptrain.worker.watchdog import set_parent_death_signal
 
-METRICS_LOG_ENV = "P2PTRAIN_METRICS_LOG"
 START_TIMEOUT_S = 60.0
 STALL_TIMEOUT_S = 240.0
 STOP_GRACE_S = 15.0
@@ -41,6 +39,7 @@ class NodeSites:
         return argv
 
     def env(self, index: int) -> dict[str, str]:
+        """Variables node `index` gets on top of ours."""
         return {}
 
 
@@ -67,24 +66,23 @@ def train_with_control_plane(
     run_path = workdir / "run.toml"
     # the first plan waits for all N peers instead of re-planning as each one joins
     write_run_toml(spec.replace(min_peers=num_peers), run_path)
-    procs: list[subprocess.Popen[bytes]] = []
+    nodes: list[subprocess.Popen[bytes]] = []
     try:
         args = ["bootstrap", "--identity", str(workdir / "bootstrap.key"), "--run", str(run_path),
                 "--listen", sites.listen(-1)]  # fmt: skip
         boot = _start(sites, -1, args, workdir / "bootstrap.log", stdout=subprocess.PIPE)
-        procs.append(boot)
+        nodes.append(boot)
         address = _first_line(boot, START_TIMEOUT_S)
         logs = [workdir / f"metrics-{i}.jsonl" for i in range(num_peers)]
         for i in range(num_peers):
             args = ["join", "--bootstrap", address, "--identity", str(workdir / f"peer-{i}.key"),
-                    "--listen", sites.listen(i)]  # fmt: skip
+                    "--listen", sites.listen(i), "--metrics-log", str(logs[i])]  # fmt: skip
             if own_checkpoints:
                 args += ["--checkpoint-dir", str(workdir / f"peer-{i}" / "checkpoints")]
-            env = {METRICS_LOG_ENV: str(logs[i])}
-            procs.append(_start(sites, i, args, workdir / f"peer-{i}.log", env=env))
-        return _follow(spec, logs, procs[1:], on_plan, on_step)
+            nodes.append(_start(sites, i, args, workdir / f"peer-{i}.log"))
+        return _follow(spec, logs, nodes[1:], on_plan, on_step)
     finally:
-        _stop(procs)
+        _stop(nodes)
 
 
 def _start(
@@ -92,21 +90,15 @@ def _start(
     index: int,
     args: list[str],
     log_path: Path,
-    env: dict[str, str] | None = None,
     stdout: int | None = None,
 ) -> subprocess.Popen[bytes]:
-    environment = {**os.environ, "PYTHONUNBUFFERED": "1", **sites.env(index), **(env or {})}
-    with open(log_path, "wb") as log:
-        return subprocess.Popen(
-            sites.command(index, [sys.executable, "-m", "p2ptrain", *args]),
-            stdin=subprocess.DEVNULL, stdout=stdout or log, stderr=log,
-            start_new_session=True, env=environment, preexec_fn=_stop_with_parent,
-        )  # fmt: skip
-
-
-def _stop_with_parent() -> None:
-    # in the child, before exec: SIGTERM (a graceful node stop) if `p2ptrain local` dies
-    set_parent_death_signal(signal.SIGTERM)
+    return procs.spawn(
+        sites.command(index, [sys.executable, "-m", "p2ptrain", *args]),
+        log_path=log_path,
+        stdout=stdout,
+        env=sites.env(index),
+        die_with_parent=signal.SIGTERM,  # a graceful node stop if `p2ptrain local` dies
+    )
 
 
 def _first_line(proc: subprocess.Popen[bytes], timeout_s: float) -> str:
@@ -207,16 +199,6 @@ def _new_lines(path: Path, offsets: list[int], index: int) -> list[dict[str, Any
     return messages
 
 
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+def _stop(nodes: list[subprocess.Popen[bytes]]) -> None:
     """SIGTERM every node (supervisors stop their children), then SIGKILL what is left."""
-    for proc in reversed(procs):  # peers first, the bootstrap last
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE_S
-    for proc in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(max(0.1, deadline - time.monotonic()))
-    for proc in procs:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    procs.stop_groups(nodes[::-1], STOP_GRACE_S)  # peers first, the bootstrap last

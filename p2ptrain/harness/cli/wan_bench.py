@@ -44,7 +44,7 @@ def add_emulation_arguments(
 
 
 def _default_cities() -> list[str]:
-    from p2ptrain.testbed.netem_bench import DEFAULT_CITIES
+    from p2ptrain.harness.netem_bench import DEFAULT_CITIES
 
     return DEFAULT_CITIES
 
@@ -113,7 +113,7 @@ def _progress(message: str) -> None:
 
 def _run_netem(args: argparse.Namespace) -> int:
     from p2ptrain.errors import UserError
-    from p2ptrain.testbed.netem_bench import render, run_netem_bench
+    from p2ptrain.harness.netem_bench import render, run_netem_bench
 
     if args.links < 1 or args.seconds <= 0:
         raise UserError("--links must be >= 1 and --seconds > 0")
@@ -135,9 +135,9 @@ def _run_netem(args: argparse.Namespace) -> int:
 
 def _run_e2e(args: argparse.Namespace) -> int:
     from p2ptrain.errors import UserError
+    from p2ptrain.harness.e2e_bench import RUN_ORDER, failure_summary, render, run_e2e_bench
+    from p2ptrain.harness.png_plot import write_line_plot
     from p2ptrain.records.run import load_run_spec
-    from p2ptrain.testbed.e2e_bench import RUN_ORDER, failure_summary, render, run_e2e_bench
-    from p2ptrain.testbed.png_plot import write_line_plot
 
     if args.steps < 3:
         raise UserError("--steps must be at least 3")

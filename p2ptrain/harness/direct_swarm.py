@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import queue
-import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -23,13 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from p2ptrain import procs
 from p2ptrain.records.run import RunSpec
+from p2ptrain.worker.settings import WorkerSettings
 
-# fault injection for tests: "STEP:STAGE:REPLICA" -> the worker in that role SIGKILLs its whole
-# process group (worker, hivemind children, p2pd) 50 ms into averaging that step
-DIE_WHILE_AVERAGING_ENV = "P2PTRAIN_TEST_DIE_WHILE_AVERAGING"
-# fault injection for tests: "step:stage:replica" keeps its local gradient at that step
-SKIP_AVERAGING_ENV = "P2PTRAIN_TEST_SKIP_AVERAGING"
 STALL_TIMEOUT_S = 180.0  # no progress for this long: the swarm is broken
 STOP_GRACE_S = 20.0
 
@@ -113,11 +107,15 @@ class LocalSwarm:
         spec: RunSpec,
         num_peers: int,
         workdir: Path,
-        env: dict[int, dict[str, str]] | None = None,
+        worker_flags: dict[int, list[str]] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
+        """worker_flags: extra flags of worker i (worker/settings.py); env: variables every worker
+        gets on top of ours."""
         self.spec = spec
         self.num_peers = num_peers
         self.workdir = workdir
+        self.worker_flags = worker_flags or {}
         self.env = env or {}
         self.may_die: set[int] = set()  # workers a test kills on purpose
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -146,14 +144,13 @@ class LocalSwarm:
         self.stop()
 
     def _start_worker(self, index: int, ipc_path: str) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env.get(index, {})}
-        with open(self.workdir / f"worker-{index}.log", "wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "p2ptrain.worker", "--ipc", ipc_path],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, env=env,
-            )  # fmt: skip
-        self.procs.append(proc)
+        argv = [*WorkerSettings(ipc=ipc_path).command(), *self.worker_flags.get(index, [])]
+        log_path = self.workdir / f"worker-{index}.log"
+        self.procs.append(procs.spawn(self._command(index, argv), log_path=log_path, env=self.env))
+
+    def _command(self, index: int, argv: list[str]) -> list[str]:
+        """The command line that runs worker `index` (here: argv itself)."""
+        return argv
 
     def wait_hellos(self, timeout_s: float = 120.0) -> list[dict[str, Any]]:
         """Accept every worker's connection and hello; the hellos in worker order."""
@@ -274,10 +271,7 @@ class LocalSwarm:
         self.kill()
 
     def kill(self) -> None:
-        for proc in self.procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)  # worker, watchdog, hivemind children, p2pd
-            proc.wait()
+        procs.kill_groups(self.procs)  # worker, watchdog, hivemind children, p2pd
         for conn in self._conns:
             conn.close()
         if self._listener is not None:

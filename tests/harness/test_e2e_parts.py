@@ -8,11 +8,15 @@ from typing import Any
 
 import pytest
 
+from p2ptrain.harness.png_plot import HEIGHT, WIDTH, write_line_plot
+from p2ptrain.harness.testbed_swarm import (
+    measured_workload,
+    plan_on_testbed,
+    stage_parameter_counts,
+)
 from p2ptrain.records.run import RunSpec
 from p2ptrain.schedule.synthetic import city_topology
 from p2ptrain.testbed.links import links_from_topology
-from p2ptrain.testbed.png_plot import HEIGHT, WIDTH, write_line_plot
-from p2ptrain.testbed.swarm import measured_workload, plan_on_testbed, stage_parameter_counts
 
 
 def test_stage_parameter_counts_match_the_model() -> None:

@@ -1,9 +1,9 @@
 """Link measurements run inside the namespaces (stdlib only, so they start fast).
 
-    python -m p2ptrain.testbed.probe serve ADDRESS           # prints {"port": P}; UDP echo + TCP sink
-    python -m p2ptrain.testbed.probe rtt ADDRESS PORT [--count N]
-    python -m p2ptrain.testbed.probe bulk ADDRESS PORT [--seconds S]
-    python -m p2ptrain.testbed.probe blast ADDRESS PORT --mbps RATE [--seconds S]
+    python -m p2ptrain.harness.link_probe serve ADDRESS           # prints {"port": P}; UDP echo + TCP sink
+    python -m p2ptrain.harness.link_probe rtt ADDRESS PORT [--count N]
+    python -m p2ptrain.harness.link_probe bulk ADDRESS PORT [--seconds S]
+    python -m p2ptrain.harness.link_probe blast ADDRESS PORT --mbps RATE [--seconds S]
 
 Clients print one JSON line. RTT: median of UDP echo round trips. Capacity: the rate at which UDP
 sent faster than the link arrives. TCP throughput: goodput seen by
@@ -191,7 +191,7 @@ def _median_rate(points: list[tuple[float, int]], num_segments: int = 9) -> floa
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m p2ptrain.testbed.probe")
+    parser = argparse.ArgumentParser(prog="python -m p2ptrain.harness.link_probe")
     sub = parser.add_subparsers(dest="mode", required=True)
     sub.add_parser("serve").add_argument("address")
     for mode in ("rtt", "bulk", "blast"):

@@ -1,7 +1,8 @@
 """The hivemind data-parallel baseline: every peer holds the whole model, hivemind.Optimizer
 averages the gradients. What a hivemind user runs today; `bench e2e` compares p2ptrain with it.
 
-    python -m p2ptrain.worker.dp_trainer --run RUN.json --index I --num-peers N --rendezvous DIR
+    python -m p2ptrain.harness.dp_trainer --run RUN.json --index I --num-peers N --rendezvous DIR
+        [--listen-host IP] [--verbose]
 
 Same model (build_model: one stage of one), same data and global batch as p2ptrain (peer i of N
 trains on replica_rows(batch_size, N, i) of each step's batch), same AdamW and learning-rate
@@ -9,7 +10,7 @@ schedule. One global step = one hivemind epoch of target_batch_size = the global
 reports its rows, waits until the swarm has the whole batch, then steps (so, like p2ptrain, every
 step uses exactly the global batch; hivemind alone would let fast peers add extra batches).
 
-Rendezvous through files in DIR (the harness is stdlib-only, in p2ptrain/testbed/swarm.py):
+Rendezvous through files in DIR (DataParallelSwarm, p2ptrain/harness/dp_swarm.py, is stdlib-only):
 peer 0 writes `addrs-0.json`, the others join its DHT; every peer writes `ready-I` once its
 optimizer exists and starts step 0 when the harness creates `go`. Each finished step appends one
 JSON line {"step", "loss", "samples", "time_s"} (time_s: wall clock) to `metrics-I.jsonl`.
@@ -37,7 +38,6 @@ from p2ptrain.train.optim import lr_at
 from p2ptrain.worker import watchdog
 from p2ptrain.worker.averaging import averaging_timeouts
 
-LISTEN_HOST_ENV = "P2PTRAIN_LISTEN_HOST"  # set by the WAN testbed; default loopback
 RENDEZVOUS_TIMEOUT_S = 300.0
 POLL_S = 0.02
 SHUTDOWN_GRACE_S = 5.0
@@ -46,13 +46,20 @@ log = logging.getLogger("p2ptrain.dp_trainer")
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m p2ptrain.worker.dp_trainer", description=__doc__.split("\n")[0]
+        prog="python -m p2ptrain.harness.dp_trainer", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--run", required=True, help="run spec as JSON (RunSpec.to_dict)")
     parser.add_argument("--index", type=int, required=True, help="this peer, 0..N-1")
     parser.add_argument("--num-peers", type=int, required=True)
     parser.add_argument("--rendezvous", required=True, help="directory shared with the harness")
-    parser.add_argument("--log-level", default=os.environ.get("P2PTRAIN_LOG", "INFO"))
+    parser.add_argument(
+        "--listen-host",
+        default="127.0.0.1",
+        metavar="IP",
+        help="IPv4 address p2pd listens on (default %(default)s)",
+    )
+    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--verbose", action="store_true", help="hivemind.Optimizer's own logs")
     args = parser.parse_args(argv)
     watchdog.install()  # hivemind's children and p2pd die with us (worker/watchdog.py)
     logging.basicConfig(
@@ -63,7 +70,9 @@ def main(argv: list[str] | None = None) -> None:
     spec = RunSpec.from_dict(json.loads(Path(args.run).read_text()))
     code = 0
     try:
-        train(spec, args.index, args.num_peers, Path(args.rendezvous))
+        train(
+            spec, args.index, args.num_peers, Path(args.rendezvous), args.listen_host, args.verbose
+        )
     except Exception:
         log.exception("data-parallel trainer failed")
         code = 1
@@ -71,7 +80,14 @@ def main(argv: list[str] | None = None) -> None:
     os._exit(code)  # hivemind's non-daemon threads must not keep us alive
 
 
-def train(spec: RunSpec, index: int, num_peers: int, rendezvous: Path) -> None:
+def train(
+    spec: RunSpec,
+    index: int,
+    num_peers: int,
+    rendezvous: Path,
+    listen_host: str,
+    verbose: bool,
+) -> None:
     """Join the swarm, train spec.steps global steps, write one metrics line per step."""
     import hivemind
     from hivemind.compression import Float16Compression, NoCompression
@@ -79,7 +95,7 @@ def train(spec: RunSpec, index: int, num_peers: int, rendezvous: Path) -> None:
 
     dht = hivemind.DHT(
         start=True,
-        host_maddrs=[f"/ip4/{os.environ.get(LISTEN_HOST_ENV, '127.0.0.1')}/tcp/0"],
+        host_maddrs=[f"/ip4/{listen_host}/tcp/0"],
         initial_peers=[] if index == 0 else _wait_json(rendezvous / "addrs-0.json"),
         nat_port_map=False,
     )
@@ -117,7 +133,7 @@ def train(spec: RunSpec, index: int, num_peers: int, rendezvous: Path) -> None:
         # bias correction by a step: the loss curve would differ from every other run's
         averager_opts={"initialize_optimizer": False},
         grad_compression=NoCompression() if spec.compression == "none" else Float16Compression(),
-        verbose=bool(os.environ.get("P2PTRAIN_DP_VERBOSE")),
+        verbose=verbose,
     )
     corpus = load_corpus(spec)
     (rendezvous / f"ready-{index}").touch()

@@ -6,7 +6,7 @@ Runs, all on one testbed (the same emulated links):
 - random: p2ptrain with a random placement of the same stages x replicas;
 - random: p2ptrain with random placements of the same stages x replicas (a few seeds, mean);
 - hivemind_dp: data-parallel training with hivemind.Optimizer, every peer holding the whole
-  model (p2ptrain/worker/dp_trainer.py), same data and global batch;
+  model (p2ptrain/harness/dp_trainer.py), same data and global batch;
 - ideal: the scheduled plan with every link at 1 Gbit/s and no delay, to measure compute
   (+ pipeline bubbles) per step; measured communication = step time - ideal step time.
 Predicted communication: the step-time model (schedule/step_time.py), and the paper's cost.
@@ -24,14 +24,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from p2ptrain.records.run import RunSpec
-from p2ptrain.testbed.links import LinkSpec
-from p2ptrain.testbed.swarm import (
-    DataParallelSwarm,
+from p2ptrain.harness.dp_swarm import DataParallelSwarm
+from p2ptrain.harness.testbed_swarm import (
     EmulatedSwarm,
     plan_on_testbed,
     predicted_step,
 )
+from p2ptrain.records.run import RunSpec
+from p2ptrain.testbed.links import LinkSpec
 from p2ptrain.testbed.testbed import Testbed
 
 IDEAL_LINK = LinkSpec(delay_ms=0.0, rate_mbps=1000.0)

@@ -24,7 +24,7 @@ BULK_RTTS = 15
 BLAST_S = 1.5
 BLAST_RTTS = 4
 DEFAULT_CITIES = ["Oregon", "Virginia", "Frankfurt", "Tokyo"]
-PROBE = [sys.executable, "-m", "p2ptrain.testbed.probe"]
+PROBE = [sys.executable, "-m", "p2ptrain.harness.link_probe"]
 
 
 def sample_pairs(links: LinkTable, num_links: int) -> list[tuple[int, int]]:

@@ -1,0 +1,1 @@
+"""The harness's subcommands of the `p2ptrain` command (composed in p2ptrain/app.py)."""

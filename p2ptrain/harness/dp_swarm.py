@@ -1,0 +1,126 @@
+"""The hivemind.Optimizer baseline as a swarm (p2ptrain/harness/dp_trainer.py): one trainer per
+peer, each its own process tree, on loopback or in the WAN testbed's namespaces. Stdlib only: the
+trainers are separate processes; rendezvous and metrics go through files in a work directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from p2ptrain import procs
+from p2ptrain.harness.testbed_swarm import stated_network
+from p2ptrain.records.run import RunSpec
+from p2ptrain.testbed.testbed import Testbed
+
+
+class DataParallelSwarm:
+    """The hivemind.Optimizer baseline (p2ptrain/harness/dp_trainer.py): peer i's trainer in
+    testbed peer i's namespace, or on loopback when bed is None. Stdlib only; rendezvous and
+    metrics go through files in workdir. Start with `with`; every process group dies on exit."""
+
+    def __init__(
+        self, spec: RunSpec, num_peers: int, workdir: Path, bed: Testbed | None = None
+    ) -> None:
+        self.spec, self.num_peers, self.workdir, self.bed = spec, num_peers, workdir, bed
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> DataParallelSwarm:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        run_path = self.workdir / "run.json"
+        run_path.write_text(json.dumps(self.spec.to_dict()))
+        network = stated_network(self.bed) if self.bed is not None else {}
+        try:
+            for i in range(self.num_peers):
+                argv = [
+                    sys.executable, "-m", "p2ptrain.harness.dp_trainer", "--run", str(run_path),
+                    "--index", str(i), "--num-peers", str(self.num_peers),
+                    "--rendezvous", str(self.workdir),
+                ]  # fmt: skip
+                if self.bed is not None:
+                    argv = self.bed.command(i, [*argv, "--listen-host", self.bed.address(i)])
+                log_path = self.workdir / f"dp-{i}.log"
+                self.procs.append(procs.spawn(argv, log_path=log_path, env=network))
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Until every trainer has its optimizer (hivemind.Optimizer takes seconds to build)."""
+        deadline = time.monotonic() + timeout_s
+        while not all((self.workdir / f"ready-{i}").exists() for i in range(self.num_peers)):
+            self._check_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError("the data-parallel trainers did not all get ready in time")
+            time.sleep(0.1)
+
+    def start(self) -> float:
+        """Let every trainer start step 0; the wall-clock time it was given."""
+        started = time.time()
+        (self.workdir / "go").touch()
+        return started
+
+    def follow(
+        self, on_step: Any = None, stall_timeout_s: float = 180.0
+    ) -> list[tuple[int, float, float]]:
+        """Wait for every step of every trainer: (step, global loss, wall time it finished)."""
+        done: list[tuple[int, float, float]] = []
+        deadline = time.monotonic() + stall_timeout_s
+        while len(done) < self.spec.steps:
+            self._check_alive(allow_exit=True)
+            by_step: dict[int, list[dict[str, Any]]] = {}
+            for i in range(self.num_peers):
+                path = self.workdir / f"metrics-{i}.jsonl"
+                lines = path.read_text().splitlines() if path.exists() else []
+                for line in lines:
+                    if line.strip():
+                        record = json.loads(line)
+                        by_step.setdefault(int(record["step"]), []).append(record)
+            complete = sorted(s for s, rs in by_step.items() if len(rs) == self.num_peers)
+            for step in complete[len(done) :]:
+                records = by_step[step]
+                total = sum(r["samples"] for r in records)
+                loss = sum(r["loss"] * r["samples"] for r in records) / total
+                done.append((step, loss, max(r["time_s"] for r in records)))
+                deadline = time.monotonic() + stall_timeout_s
+                if on_step is not None:
+                    on_step(*done[-1])
+            if len(done) < self.spec.steps and all(p.poll() is not None for p in self.procs):
+                raise RuntimeError(
+                    f"the trainers exited after {len(done)} steps:\n{self.log_tail(0)}"
+                )
+            if time.monotonic() > deadline:
+                raise TimeoutError("the data-parallel swarm made no progress in time")
+            time.sleep(0.2)
+        return done
+
+    def wait_exit(self, timeout_s: float = 20.0) -> list[int | None]:
+        """Wait for the trainers to leave on their own (they do after the last step)."""
+        deadline = time.monotonic() + timeout_s
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(0.1, deadline - time.monotonic()))
+        return [proc.poll() for proc in self.procs]
+
+    def kill(self) -> None:
+        procs.kill_groups(self.procs)  # trainer, watchdog, hivemind children, p2pd
+
+    def log_tail(self, index: int, num_lines: int = 30) -> str:
+        path = self.workdir / f"dp-{index}.log"
+        lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+        return "\n".join(lines[-num_lines:])
+
+    def _check_alive(self, allow_exit: bool = False) -> None:
+        for index, proc in enumerate(self.procs):
+            code = proc.poll()
+            if code is not None and (code != 0 or not allow_exit):
+                raise RuntimeError(f"trainer {index} exited with {code}:\n{self.log_tail(index)}")

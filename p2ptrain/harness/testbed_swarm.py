@@ -1,0 +1,155 @@
+"""A local training swarm inside the testbed: worker i runs in peer i's namespace, and the plan
+is made on the emulated links (what `p2ptrain local --emulate` and `bench e2e` need).
+
+Stdlib + the scheduler (numpy): the workers are separate processes, nothing here imports torch or
+hivemind. Each worker listens on its namespace's address (--listen-host).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from p2ptrain.harness.direct_swarm import LocalSwarm
+from p2ptrain.records.run import RunSpec
+from p2ptrain.testbed.testbed import Testbed
+from p2ptrain.worker.settings import WorkerSettings
+
+# the network the worker's averaging timeouts are scaled for (p2ptrain/worker/averaging.py)
+MAX_RTT_ENV = "P2PTRAIN_MAX_RTT_S"
+MIN_RATE_ENV = "P2PTRAIN_MIN_RATE_MBPS"
+BYTES_PER_VALUE = {"fp16": 2, "bf16": 2, "none": 4}
+
+
+def stated_network(bed: Testbed) -> dict[str, str]:
+    """The environment that states the testbed's links as they are now (worst round trip,
+    slowest rate) to the processes that scale their averaging timeouts for it."""
+    links = bed.links().values()
+    return {
+        MAX_RTT_ENV: f"{max((2 * s.delay_ms / 1e3 for s in links), default=0.0):.4f}",
+        MIN_RATE_ENV: f"{min((s.rate_mbps for s in links), default=1000.0):.3f}",
+    }
+
+
+def emulated_topology(bed: Testbed, workload: Any = None) -> Any:
+    """The topology the testbed emulates (scaled delays and rates), for the scheduler."""
+    import numpy as np
+
+    from p2ptrain.schedule import Topology
+
+    n = bed.num_peers
+    delay = np.zeros((n, n))
+    bandwidth = np.ones((n, n))
+    for (a, b), spec in bed.configured.items():
+        delay[a, b] = spec.delay_ms
+        bandwidth[a, b] = spec.rate_mbps / 1000.0
+    return Topology(
+        peers=list(bed.names), delay_ms=delay, bandwidth_gbps=bandwidth, workload=workload
+    )
+
+
+def stage_parameter_counts(spec: RunSpec, stages: int) -> list[int]:
+    """Parameters per stage of the nanoGPT-style model (embeddings on the first stage, the
+    final norm and the head on the last), for the traffic model."""
+    d, layers = spec.n_embd, spec.n_layer
+    per_layer = 12 * d * d + 13 * d  # attention 4d^2+4d, MLP 8d^2+5d, two layer norms 4d
+    base, extra = divmod(layers, stages)
+    counts = [(base + (1 if s < extra else 0)) * per_layer for s in range(stages)]
+    counts[0] += spec.vocab_size * d + spec.block_size * d
+    counts[-1] += 2 * d + spec.vocab_size * d
+    return counts
+
+
+def measured_workload(spec: RunSpec, stages: int, replicas: int) -> Any:
+    """The run's real traffic in the scheduler's units: GB of the largest stage's gradients, and
+    GB of one replica's activations crossing one boundary (one direction) per step."""
+    from p2ptrain.schedule import Workload
+
+    value_bytes = BYTES_PER_VALUE.get(spec.compression, 4)
+    c_dp_gb = max(stage_parameter_counts(spec, stages)) * value_bytes / 1e9
+    rows_per_replica = spec.batch_size / replicas
+    c_pp_gb = rows_per_replica * spec.block_size * spec.n_embd * value_bytes / 1e9
+    return Workload(stages=stages, replicas=replicas, c_dp_gb=c_dp_gb, c_pp_gb=c_pp_gb)
+
+
+def step_traffic(spec: RunSpec, stages: int, replicas: int) -> Any:
+    """What one step of the run moves, for the step-time model (schedule/step_time.py)."""
+    from p2ptrain.schedule.step_time import StepTraffic
+
+    value_bytes = BYTES_PER_VALUE.get(spec.compression, 4)
+    rows = -(-spec.batch_size // replicas)  # the largest replica's rows
+    micro_rows = -(-rows // min(spec.micro_batches, rows))  # ... and its largest micro-batch
+    return StepTraffic(
+        stage_gradient_bytes=tuple(
+            float(c * value_bytes) for c in stage_parameter_counts(spec, stages)
+        ),
+        activation_bytes=float(micro_rows * spec.block_size * spec.n_embd * value_bytes),
+        micro_batches=min(spec.micro_batches, rows),
+    )
+
+
+def predicted_step(bed: Testbed, spec: RunSpec, pipelines: list[list[int]]) -> Any:
+    """The step-time model's communication per step for pipelines on the emulated links."""
+    from p2ptrain.schedule.step_time import step_time
+
+    topology = emulated_topology(bed)
+    traffic = step_traffic(spec, len(pipelines[0]), len(pipelines))
+    return step_time(topology.delay_ms, topology.bandwidth_gbps, pipelines, traffic)
+
+
+def plan_on_testbed(
+    bed: Testbed,
+    spec: RunSpec,
+    hellos: list[dict[str, Any]],
+    placement: str = "scheduled",
+    seed: int = 0,
+) -> tuple[dict[str, Any], list[list[int]]]:
+    """A plan body (contracts.md) for the hello'd workers (hello i = peer i of the testbed) and
+    its pipelines as peer indices: 'scheduled' asks the scheduler on the emulated links, 'random'
+    deals the peers at random. cost_s is the cost model's communication time per step."""
+    import numpy as np
+
+    from p2ptrain.schedule import plan_swarm
+    from p2ptrain.schedule.cost import CostModel, plan_cost
+
+    peers = [h["peer_id"] for h in hellos]
+    stages = max(1, min(spec.stages, len(peers), spec.n_layer))
+    replicas = len(peers) // stages
+    workload = measured_workload(spec, stages, replicas)
+    topology = emulated_topology(bed, workload)
+    if placement == "scheduled":
+        plan = plan_swarm(topology, stages, replicas, seed=seed, time_budget_s=1.0)
+        pipelines = [list(p) for p in plan.pipelines]
+    elif placement == "random":
+        order = np.random.default_rng(seed).permutation(len(peers)).tolist()
+        pipelines = [order[r * stages : (r + 1) * stages] for r in range(replicas)]
+    else:
+        raise ValueError(f"unknown placement {placement!r}")
+    cost = plan_cost(CostModel.build(topology, workload), np.array(pipelines))
+    used = {i for p in pipelines for i in p}
+    body = {
+        "term": 0,
+        "epoch": 0,
+        "planner": placement,
+        "stages": stages,
+        "pipelines": [[peers[i] for i in p] for p in pipelines],
+        "spares": [peers[i] for i in range(len(peers)) if i not in used],
+        "data_addrs": {h["peer_id"]: h["data_addrs"] for h in hellos},
+        "cost_s": float(cost.cost_s),
+    }
+    return body, pipelines
+
+
+class EmulatedSwarm(LocalSwarm):
+    """LocalSwarm with worker i inside testbed peer i's namespace, listening on its address."""
+
+    def __init__(self, spec: RunSpec, bed: Testbed, workdir: Path) -> None:
+        flags = {
+            i: WorkerSettings(listen_host=bed.address(i)).to_argv() for i in range(bed.num_peers)
+        }
+        # the links as they are now (the bench's ideal run speeds them up)
+        super().__init__(spec, bed.num_peers, workdir, flags, stated_network(bed))
+        self.bed = bed
+
+    def _command(self, index: int, argv: list[str]) -> list[str]:
+        return self.bed.command(index, argv)  # `ip netns exec` execs: the pid is the worker's

@@ -1,0 +1,108 @@
+"""Child process trees: start one in its own process group, stop many. Stdlib only.
+
+Every child leads a new session, so that signalling its process group reaches whatever it started
+(a worker's hivemind children and p2pd stay in its group). Optionally the kernel signals the child
+when its parent dies (PR_SET_PDEATHSIG), so that no tree outlives whoever started it, even a
+SIGKILLed one. The node supervisor, the harnesses and the tests all start and stop children here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from functools import partial
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+# loaded here, once: between fork and exec the child should only call into it
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def set_parent_death_signal(sig: int) -> None:
+    """Have the kernel send `sig` to this process when its parent exits (Linux only).
+
+    The parent is the thread that forked this process: its exit fires the signal."""
+    if _LIBC.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    log_path: Path | str | None = None,
+    stdout: int | None = None,
+    env: Mapping[str, str] | None = None,
+    die_with_parent: int | None = signal.SIGKILL,
+    cwd: Path | str | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start argv as the leader of a new session (and process group); stdin is /dev/null.
+
+    log_path: stderr goes to this file (truncated), and stdout too unless `stdout` is given
+    (e.g. subprocess.PIPE); without either, the child writes where this process does.
+    env: variables on top of this process's environment (PYTHONUNBUFFERED is set, so that logs
+    arrive as they are written). die_with_parent: the signal the kernel sends the child when the
+    calling thread exits (None: none), so spawn from a thread that lives as long as the child."""
+    preexec = None
+    if die_with_parent is not None:
+        preexec = partial(_die_with_parent, die_with_parent, os.getpid())
+    log_file = open(log_path, "wb") if log_path is not None else None  # noqa: SIM115
+    try:
+        return subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=stdout if stdout is not None else log_file,
+            stderr=log_file,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=preexec,
+        )
+    finally:
+        if log_file is not None:
+            log_file.close()  # the child has its own copy
+
+
+def _die_with_parent(sig: int, parent_pid: int) -> None:
+    # in the child, between fork and exec
+    set_parent_death_signal(sig)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def kill_group(proc: subprocess.Popen[bytes], signum: int = signal.SIGKILL) -> None:
+    """Send signum to the child's whole process group (if anything of it is left)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signum)
+
+
+def kill_groups(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    """SIGKILL every child's process group, then reap the children."""
+    for proc in procs:
+        kill_group(proc)
+    for proc in procs:
+        proc.wait()
+
+
+def stop_groups(procs: Sequence[subprocess.Popen[bytes]], grace_s: float) -> None:
+    """SIGTERM every child's process group (in the order given), wait up to grace_s for the
+    children to exit, then SIGKILL the groups (what ignored SIGTERM, and whatever a child left
+    behind in its group) and reap the children."""
+    for proc in procs:
+        kill_group(proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.warning(
+                "process %d ignored SIGTERM for %.0f s: killing its group", proc.pid, grace_s
+            )
+    kill_groups(procs)

@@ -1,0 +1,72 @@
+"""Fault injection for tests: the faults a worker was started with, and the one hook that fires
+them. Stdlib only.
+
+A fault names its kind and the role and step it fires at, `KIND@STEP:STAGE:REPLICA`, e.g.
+`die-while-averaging@2:1:1`; the worker takes them as repeatable `--fault` flags
+(worker/settings.py) and its session calls `before_averaging` at the averaging point:
+- die-while-averaging: SIGKILL the worker's whole process group (worker, hivemind children,
+  p2pd) a few ms into that step's averaging round;
+- skip-averaging: keep the local gradient at that step.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from dataclasses import dataclass
+
+FLAG = "--fault"
+DIE_WHILE_AVERAGING = "die-while-averaging"
+SKIP_AVERAGING = "skip-averaging"
+KINDS = (DIE_WHILE_AVERAGING, SKIP_AVERAGING)
+# after our metadata left, before the round (a loopback one takes ~10 ms) can finish
+DIE_DELAY_S = 0.003
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    step: int
+    stage: int
+    replica: int
+
+    @classmethod
+    def parse(cls, text: str) -> Fault:
+        """A fault from `KIND@STEP:STAGE:REPLICA`; ValueError if it is not one."""
+        kind, _, where = text.partition("@")
+        numbers = where.split(":")
+        if kind not in KINDS or len(numbers) != 3 or not all(n.isdigit() for n in numbers):
+            raise ValueError(
+                f"a fault is KIND@STEP:STAGE:REPLICA with KIND one of {', '.join(KINDS)}, "
+                f"got {text!r}"
+            )
+        step, stage, replica = (int(n) for n in numbers)
+        return cls(kind, step, stage, replica)
+
+    def __str__(self) -> str:
+        return f"{self.kind}@{self.step}:{self.stage}:{self.replica}"
+
+
+@dataclass(frozen=True)
+class Faults:
+    """The faults of one worker (none in production)."""
+
+    items: tuple[Fault, ...] = ()
+
+    def to_argv(self) -> list[str]:
+        """The worker flags that inject these faults."""
+        return [arg for fault in self.items for arg in (FLAG, str(fault))]
+
+    def before_averaging(self, step: int, stage: int, replica: int) -> bool:
+        """Called as this role starts averaging this step's gradients; True: keep the local
+        gradient instead."""
+        here = [
+            f.kind for f in self.items if (f.step, f.stage, f.replica) == (step, stage, replica)
+        ]
+        if DIE_WHILE_AVERAGING in here:
+            threading.Timer(DIE_DELAY_S, os.killpg, (os.getpgid(0), signal.SIGKILL)).start()
+        return SKIP_AVERAGING in here
+
+
+NO_FAULTS = Faults()
