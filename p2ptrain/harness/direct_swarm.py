@@ -9,7 +9,6 @@ everything. Tests and `p2ptrain local` use it. Stdlib only (it never imports hiv
 from __future__ import annotations
 
 import contextlib
-import json
 import queue
 import socket
 import subprocess
@@ -18,10 +17,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from p2ptrain import procs
-from p2ptrain.records.run import RunSpec
+from p2ptrain.ipc_lines import LineBuffer, decode, encode
+from p2ptrain.records import Hello, Message, MetricsReport, Plan, PlanMessage, RunSpec, Stop
 from p2ptrain.worker.settings import WorkerSettings
 
 STALL_TIMEOUT_S = 180.0  # no progress for this long: the swarm is broken
@@ -36,6 +35,13 @@ class StepStats:
     samples: dict[int, int] = field(default_factory=dict)
     tokens_per_s: dict[int, float] = field(default_factory=dict)
 
+    def add(self, report: MetricsReport) -> None:
+        """A last stage's report of the step (it carries the loss)."""
+        assert report.loss is not None
+        self.losses[report.replica] = report.loss
+        self.samples[report.replica] = report.samples
+        self.tokens_per_s[report.replica] = report.tokens_per_s
+
     def global_loss(self) -> float:
         """The loss over the global batch: replicas weighted by their rows."""
         total = sum(self.samples.values())
@@ -47,7 +53,7 @@ class SwarmResult:
     steps: int
     loss: list[float]
     tokens_per_s: float
-    plan: dict[str, Any]
+    plan: Plan
     averaging: dict[str, int]  # outcome -> count over all peers and steps
     wall_s: float
 
@@ -58,9 +64,9 @@ def plan_layout(spec: RunSpec, num_peers: int) -> tuple[int, int]:
     return stages, num_peers // stages
 
 
-def plan_for(spec: RunSpec, hellos: list[dict[str, Any]], epoch: int = 0) -> dict[str, Any]:
-    """A plan body (contracts.md) placing the hello'd peers, with the scheduler when it loads."""
-    peers = [h["peer_id"] for h in hellos]
+def plan_for(spec: RunSpec, hellos: list[Hello], epoch: int = 0) -> Plan:
+    """A plan placing the hello'd peers, with the scheduler when it loads."""
+    peers = [h.peer_id for h in hellos]
     stages, replicas = plan_layout(spec, len(peers))
     try:
         if len(peers) == 1:
@@ -87,16 +93,16 @@ def plan_for(spec: RunSpec, hellos: list[dict[str, Any]], epoch: int = 0) -> dic
     except ImportError:  # one peer, or no scheduler installed: the obvious layout
         pipelines = [peers[r * stages : (r + 1) * stages] for r in range(replicas)]
         spares, planner, cost_s = peers[stages * replicas :], "static", 0.0
-    return {
-        "term": 0,
-        "epoch": epoch,
-        "planner": planner,
-        "stages": stages,
-        "pipelines": pipelines,
-        "spares": spares,
-        "data_addrs": {h["peer_id"]: h["data_addrs"] for h in hellos},
-        "cost_s": cost_s,
-    }
+    return Plan(
+        term=0,
+        epoch=epoch,
+        planner=planner,
+        stages=stages,
+        pipelines=tuple(tuple(p) for p in pipelines),
+        spares=tuple(spares),
+        data_addrs={h.peer_id: h.data_addrs for h in hellos},
+        cost_s=cost_s,
+    )
 
 
 class LocalSwarm:
@@ -119,9 +125,9 @@ class LocalSwarm:
         self.env = env or {}
         self.may_die: set[int] = set()  # workers a test kills on purpose
         self.procs: list[subprocess.Popen[bytes]] = []
-        self.hellos: list[dict[str, Any]] = []
-        self.plan: dict[str, Any] = {}
-        self._messages: queue.Queue[tuple[int, dict[str, Any] | None]] = queue.Queue()
+        self.hellos: list[Hello] = []
+        self.plan: Plan | None = None
+        self._messages: queue.Queue[tuple[int, Message | None]] = queue.Queue()
         self._conns: list[socket.socket] = []
         self._conn_of_peer: dict[str, socket.socket] = {}
         self._listener: socket.socket | None = None
@@ -152,7 +158,7 @@ class LocalSwarm:
         """The command line that runs worker `index` (here: argv itself)."""
         return argv
 
-    def wait_hellos(self, timeout_s: float = 120.0) -> list[dict[str, Any]]:
+    def wait_hellos(self, timeout_s: float = 120.0) -> list[Hello]:
         """Accept every worker's connection and hello; the hellos in worker order."""
         assert self._listener is not None
         self._listener.settimeout(1.0)
@@ -169,28 +175,29 @@ class LocalSwarm:
             threading.Thread(
                 target=self._read, args=(len(self._conns) - 1, conn), daemon=True
             ).start()
-        hellos: dict[int, dict[str, Any]] = {}
+        hellos: dict[int, Hello] = {}
         while len(hellos) < self.num_peers:
             index, message = self._next_message(deadline)
-            if message is not None and message.get("type") == "hello":
+            if isinstance(message, Hello):
                 hellos[index] = message
         # in worker order (connections arrive in any order)
-        by_pid = {int(h.get("pid", -1)): h for h in hellos.values()}
+        by_pid = {h.pid: h for h in hellos.values()}
         self.hellos = [by_pid[proc.pid] for proc in self.procs]
-        self._conn_of_peer = {h["peer_id"]: self._conns[i] for i, h in hellos.items()}
+        self._conn_of_peer = {h.peer_id: self._conns[i] for i, h in hellos.items()}
         return self.hellos
 
-    def send_plan(self, plan: dict[str, Any]) -> None:
+    def send_plan(self, plan: Plan) -> None:
         self.plan = plan
-        self._broadcast({"type": "plan", "plan": plan, "run": self.spec.to_dict()})
-        for spare in plan["spares"]:  # nobody re-plans a local swarm: spares can go home now
+        self._broadcast(PlanMessage(plan, self.spec))
+        for spare in plan.spares:  # nobody re-plans a local swarm: spares can go home now
             with contextlib.suppress(OSError):
-                self._conn_of_peer[spare].sendall(b'{"type":"stop"}\n')
+                self._conn_of_peer[spare].sendall(encode(Stop()))
 
     def train(self, on_step: Callable[[int, float, float], None] | None = None) -> SwarmResult:
         """Wait for every step's loss from the last stages, then for the workers to finish."""
         started_s = time.monotonic()
-        replicas = len(self.plan["pipelines"])
+        assert self.plan is not None, "send_plan first"
+        replicas = self.plan.num_replicas
         by_step: dict[int, StepStats] = {}
         averaging: dict[str, int] = {}
         losses: list[float] = []
@@ -199,19 +206,14 @@ class LocalSwarm:
         deadline = time.monotonic() + STALL_TIMEOUT_S
         while next_step is None or next_step < self.spec.steps:
             _, message = self._next_message(deadline)
-            if message is None or message.get("type") != "metrics":
+            if not isinstance(message, MetricsReport):
                 continue
             deadline = time.monotonic() + STALL_TIMEOUT_S
-            kind = str(message.get("averaging"))
-            averaging[kind] = averaging.get(kind, 0) + 1
-            if message.get("loss") is None:
+            averaging[message.averaging] = averaging.get(message.averaging, 0) + 1
+            if message.loss is None:
                 continue
-            step, replica = int(message["step"]), int(message["replica"])
-            next_step = step if next_step is None else next_step  # a resumed run starts later
-            stats = by_step.setdefault(step, StepStats())
-            stats.losses[replica] = float(message["loss"])
-            stats.samples[replica] = int(message["samples"])
-            stats.tokens_per_s[replica] = float(message["tokens_per_s"])
+            next_step = message.step if next_step is None else next_step  # a resumed run
+            by_step.setdefault(message.step, StepStats()).add(message)
             while next_step in by_step and len(by_step[next_step].losses) == replicas:
                 done = by_step.pop(next_step)
                 losses.append(done.global_loss())
@@ -221,9 +223,8 @@ class LocalSwarm:
                 next_step += 1
         wall_s = time.monotonic() - started_s
         for _, message in self.collect_until_exit(STOP_GRACE_S):  # the other stages' last metrics
-            if message.get("type") == "metrics":
-                kind = str(message.get("averaging"))
-                averaging[kind] = averaging.get(kind, 0) + 1
+            if isinstance(message, MetricsReport):
+                averaging[message.averaging] = averaging.get(message.averaging, 0) + 1
         return SwarmResult(
             len(losses), losses, self._tokens_per_s(finished_s), self.plan, averaging, wall_s
         )
@@ -235,7 +236,7 @@ class LocalSwarm:
             return 0.0
         return (len(finished_s) - 1) * tokens_per_step / (finished_s[-1] - finished_s[0])
 
-    def collect_until_exit(self, timeout_s: float) -> list[tuple[int, dict[str, Any]]]:
+    def collect_until_exit(self, timeout_s: float) -> list[tuple[int, Message]]:
         """Every message until all workers not in `may_die` have exited: (worker index, message)."""
         deadline = time.monotonic() + timeout_s
         messages = []
@@ -266,7 +267,7 @@ class LocalSwarm:
     def stop(self) -> None:
         """Ask for a graceful stop (checkpoint), then kill whatever is left, group by group."""
         if any(proc.poll() is None for proc in self.procs):
-            self._broadcast({"type": "stop"})
+            self._broadcast(Stop())
             self.wait_exit()
         self.kill()
 
@@ -284,14 +285,14 @@ class LocalSwarm:
         lines = path.read_text(errors="replace").splitlines() if path.exists() else []
         return "\n".join(lines[-num_lines:])
 
-    def _broadcast(self, message: dict[str, Any]) -> None:
-        line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+    def _broadcast(self, message: Message) -> None:
+        line = encode(message)
         for conn in self._conns:
             with contextlib.suppress(OSError):  # that worker is gone; the others go on
                 conn.sendall(line)
 
     def _read(self, index: int, conn: socket.socket) -> None:
-        buffer = b""
+        lines = LineBuffer()
         while True:
             try:
                 data = conn.recv(65536)
@@ -300,17 +301,12 @@ class LocalSwarm:
             if not data:
                 self._messages.put((index, None))
                 return
-            buffer += data
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
-                try:
-                    message = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(message, dict):
+            for line in lines.feed(data):
+                message = decode(line)
+                if message is not None:
                     self._messages.put((index, message))
 
-    def _next_message(self, deadline: float) -> tuple[int, dict[str, Any] | None]:
+    def _next_message(self, deadline: float) -> tuple[int, Message | None]:
         while True:
             self._check_alive()
             if time.monotonic() > deadline:

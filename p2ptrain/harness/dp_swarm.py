@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from p2ptrain import procs
-from p2ptrain.harness.testbed_swarm import stated_network
+from p2ptrain.harness.testbed_swarm import testbed_network
 from p2ptrain.records.run import RunSpec
 from p2ptrain.testbed.testbed import Testbed
 
@@ -34,7 +34,6 @@ class DataParallelSwarm:
         self.workdir.mkdir(parents=True, exist_ok=True)
         run_path = self.workdir / "run.json"
         run_path.write_text(json.dumps(self.spec.to_dict()))
-        network = stated_network(self.bed) if self.bed is not None else {}
         try:
             for i in range(self.num_peers):
                 argv = [
@@ -43,9 +42,14 @@ class DataParallelSwarm:
                     "--rendezvous", str(self.workdir),
                 ]  # fmt: skip
                 if self.bed is not None:
-                    argv = self.bed.command(i, [*argv, "--listen-host", self.bed.address(i)])
+                    network = testbed_network(self.bed)
+                    argv = self.bed.command(i, [
+                        *argv, "--listen-host", self.bed.address(i),
+                        "--max-rtt-s", str(network.max_rtt_s),
+                        "--min-rate-mbps", str(network.min_rate_mbps),
+                    ])  # fmt: skip
                 log_path = self.workdir / f"dp-{i}.log"
-                self.procs.append(procs.spawn(argv, log_path=log_path, env=network))
+                self.procs.append(procs.spawn(argv, log_path=log_path))
         except BaseException:
             self.kill()
             raise

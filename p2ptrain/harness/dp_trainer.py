@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from p2ptrain.records.run import RunSpec
+from p2ptrain.records import NetworkFacts, RunSpec
 from p2ptrain.train.data import get_batch, load_corpus, replica_rows
 from p2ptrain.train.model import build_model, loss_fn
 from p2ptrain.train.optim import lr_at
@@ -58,6 +58,8 @@ def main(argv: list[str] | None = None) -> None:
         metavar="IP",
         help="IPv4 address p2pd listens on (default %(default)s)",
     )
+    parser.add_argument("--max-rtt-s", type=float, help="the slowest round trip (WAN testbed)")
+    parser.add_argument("--min-rate-mbps", type=float, help="the slowest link (WAN testbed)")
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--verbose", action="store_true", help="hivemind.Optimizer's own logs")
     args = parser.parse_args(argv)
@@ -70,9 +72,13 @@ def main(argv: list[str] | None = None) -> None:
     spec = RunSpec.from_dict(json.loads(Path(args.run).read_text()))
     code = 0
     try:
+        network = None
+        if args.max_rtt_s is not None:
+            network = NetworkFacts(args.max_rtt_s, args.min_rate_mbps or 5.0)
         train(
-            spec, args.index, args.num_peers, Path(args.rendezvous), args.listen_host, args.verbose
-        )
+            spec, args.index, args.num_peers, Path(args.rendezvous), args.listen_host,
+            args.verbose, network,
+        )  # fmt: skip
     except Exception:
         log.exception("data-parallel trainer failed")
         code = 1
@@ -87,6 +93,7 @@ def train(
     rendezvous: Path,
     listen_host: str,
     verbose: bool,
+    network: NetworkFacts | None = None,
 ) -> None:
     """Join the swarm, train spec.steps global steps, write one metrics line per step."""
     import hivemind
@@ -108,8 +115,8 @@ def train(
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
     rows = replica_rows(spec.batch_size, num_peers, index)
-    # the network the testbed states (P2PTRAIN_MAX_RTT_S...), else a local swarm's timeouts
-    timeouts = averaging_timeouts(sum(p.numel() for p in params) * 2)
+    # the network the testbed states, else a local swarm's timeouts
+    timeouts = averaging_timeouts(sum(p.numel() for p in params) * 2, network)
     opt = hivemind.Optimizer(
         dht=dht,
         run_id=f"{spec.run_id}_hivemind_dp",

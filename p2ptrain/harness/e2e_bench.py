@@ -85,7 +85,7 @@ def train_once(
         "predicted_pipeline_s": model.pipeline_s,
         "predicted_averaging_s": model.averaging_s,
         "predicted_critical_stage": model.critical_stage,
-        "predicted_paper_s": plan["cost_s"],  # the paper's DP + 2 x PP (schedule/cost.py)
+        "predicted_paper_s": plan.cost_s,  # the paper's DP + 2 x PP (schedule/cost.py)
         "pipelines": pipelines,
         "averaging": result.averaging,  # outcome -> count, over all workers and steps
         "curve": steps,

@@ -9,7 +9,6 @@ nodes run is a NodeSites: loopback here; the WAN testbed puts node i in namespac
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import subprocess
@@ -22,7 +21,8 @@ from typing import Any
 
 from p2ptrain import procs
 from p2ptrain.harness.direct_swarm import StepStats, SwarmResult
-from p2ptrain.records.run import RunSpec
+from p2ptrain.ipc_lines import decode
+from p2ptrain.records import Message, MetricsReport, Plan, RunSpec, SessionReport
 
 START_TIMEOUT_S = 60.0
 STALL_TIMEOUT_S = 240.0
@@ -117,13 +117,13 @@ def _follow(
     spec: RunSpec,
     logs: list[Path],
     peers: list[subprocess.Popen[bytes]],
-    on_plan: Callable[[dict[str, Any]], None],
+    on_plan: Callable[[Plan], None],
     on_step: Callable[[int, float, float], None],
 ) -> SwarmResult:
     """Read the workers' reports until every step's loss is known from its latest plan epoch."""
     started_s = time.monotonic()
     offsets = [0] * len(logs)
-    plan: dict[str, Any] = {}
+    plan: Plan | None = None
     # a re-plan re-runs steps from the agreed start step: per step, the reports of the newest plan
     # (term, epoch) win, and a step counts once every replica of that plan has reported it
     by_step: dict[int, StepStats] = {}
@@ -139,29 +139,25 @@ def _follow(
         for i, path in enumerate(logs):
             for message in _new_lines(path, offsets, i):
                 deadline = time.monotonic() + STALL_TIMEOUT_S
-                if message.get("type") == "session" and _plan_key(message["plan"]) > _plan_key(
-                    plan
+                if isinstance(message, SessionReport) and (
+                    plan is None or message.plan.key > plan.key
                 ):
-                    plan = message["plan"]
+                    plan = message.plan
                     on_plan(plan)
-                if message.get("type") != "metrics":
+                if not isinstance(message, MetricsReport):
                     continue
-                kind = str(message.get("averaging"))
-                averaging[kind] = averaging.get(kind, 0) + 1
-                if message.get("loss") is None:
+                averaging[message.averaging] = averaging.get(message.averaging, 0) + 1
+                if message.loss is None:
                     continue
-                step, key = int(message["step"]), _plan_key(message)
+                step, key = message.step, message.plan_key
                 if key < plan_of_step.get(step, key):
                     continue  # a report from an older plan
                 if key > plan_of_step.get(step, key):
                     by_step.pop(step, None)  # the step is being re-run under a newer plan
                 plan_of_step[step] = key
                 stats = by_step.setdefault(step, StepStats())
-                replica = int(message["replica"])
-                stats.losses[replica] = float(message["loss"])
-                stats.samples[replica] = int(message["samples"])
-                stats.tokens_per_s[replica] = float(message["tokens_per_s"])
-                if set(stats.losses) >= set(range(int(message["num_replicas"]))):
+                stats.add(message)
+                if set(stats.losses) >= set(range(message.num_replicas)):
                     new = step not in losses
                     losses[step] = stats.global_loss()
                     if new:
@@ -175,15 +171,11 @@ def _follow(
     tokens_per_step = spec.batch_size * spec.block_size
     span_s = finished_s[-1] - finished_s[0] if len(finished_s) > 1 else 0.0
     tokens_per_s = (len(finished_s) - 1) * tokens_per_step / span_s if span_s > 0 else 0.0
+    assert plan is not None  # every step's loss came from a session's reports
     return SwarmResult(len(ordered), ordered, tokens_per_s, plan, averaging, wall_s)
 
 
-def _plan_key(message: dict[str, Any]) -> tuple[int, int]:
-    """Plans order by (planner term, epoch); a report or plan without them sorts first."""
-    return int(message.get("term", 0)), int(message.get("epoch", -1))
-
-
-def _new_lines(path: Path, offsets: list[int], index: int) -> list[dict[str, Any]]:
+def _new_lines(path: Path, offsets: list[int], index: int) -> list[Message]:
     try:
         with open(path, "rb") as f:
             f.seek(offsets[index])
@@ -192,11 +184,7 @@ def _new_lines(path: Path, offsets: list[int], index: int) -> list[dict[str, Any
         return []
     complete = data[: data.rfind(b"\n") + 1]
     offsets[index] += len(complete)
-    messages = []
-    for line in complete.splitlines():
-        with contextlib.suppress(ValueError):
-            messages.append(json.loads(line))
-    return messages
+    return [m for m in map(decode, complete.splitlines()) if m is not None]
 
 
 def _stop(nodes: list[subprocess.Popen[bytes]]) -> None:

@@ -1,12 +1,12 @@
 """Where `p2ptrain local --emulate` runs its nodes: node i (control process and worker) inside
 testbed peer i's namespace, listening on its address (join --listen; the worker's data plane
 follows it); the bootstrap beside peer 0. All their traffic, py-libp2p's and p2pd's alike, crosses
-the emulated links, so the control plane measures the emulated network and plans on it."""
+the emulated links, so the control plane measures the emulated network and plans on it (and its
+plans carry the measured network the workers scale their timeouts for)."""
 
 from __future__ import annotations
 
 from p2ptrain.harness.local_run import NodeSites
-from p2ptrain.harness.testbed_swarm import stated_network
 from p2ptrain.testbed.testbed import Testbed
 
 
@@ -15,7 +15,6 @@ class TestbedSites(NodeSites):
 
     def __init__(self, bed: Testbed) -> None:
         self.bed = bed
-        self.network = stated_network(bed)  # what the averaging timeouts are scaled for
 
     def _peer(self, index: int) -> int:
         return max(index, 0)  # the bootstrap shares peer 0's namespace
@@ -25,6 +24,3 @@ class TestbedSites(NodeSites):
 
     def command(self, index: int, argv: list[str]) -> list[str]:
         return self.bed.command(self._peer(index), argv)
-
-    def env(self, index: int) -> dict[str, str]:
-        return self.network

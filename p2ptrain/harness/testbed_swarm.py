@@ -11,24 +11,21 @@ from pathlib import Path
 from typing import Any
 
 from p2ptrain.harness.direct_swarm import LocalSwarm
-from p2ptrain.records.run import RunSpec
+from p2ptrain.records import Hello, NetworkFacts, Plan, RunSpec
 from p2ptrain.testbed.testbed import Testbed
 from p2ptrain.worker.settings import WorkerSettings
 
-# the network the worker's averaging timeouts are scaled for (p2ptrain/worker/averaging.py)
-MAX_RTT_ENV = "P2PTRAIN_MAX_RTT_S"
-MIN_RATE_ENV = "P2PTRAIN_MIN_RATE_MBPS"
 BYTES_PER_VALUE = {"fp16": 2, "bf16": 2, "none": 4}
 
 
-def stated_network(bed: Testbed) -> dict[str, str]:
-    """The environment that states the testbed's links as they are now (worst round trip,
-    slowest rate) to the processes that scale their averaging timeouts for it."""
+def testbed_network(bed: Testbed) -> NetworkFacts:
+    """The testbed's links as they are now (worst round trip, slowest rate): what a plan made
+    for them states, so the workers' averaging timeouts are scaled for them."""
     links = bed.links().values()
-    return {
-        MAX_RTT_ENV: f"{max((2 * s.delay_ms / 1e3 for s in links), default=0.0):.4f}",
-        MIN_RATE_ENV: f"{min((s.rate_mbps for s in links), default=1000.0):.3f}",
-    }
+    return NetworkFacts(
+        max_rtt_s=round(max((2 * s.delay_ms / 1e3 for s in links), default=0.0), 4),
+        min_rate_mbps=round(min((s.rate_mbps for s in links), default=1000.0), 3),
+    )
 
 
 def emulated_topology(bed: Testbed, workload: Any = None) -> Any:
@@ -100,11 +97,11 @@ def predicted_step(bed: Testbed, spec: RunSpec, pipelines: list[list[int]]) -> A
 def plan_on_testbed(
     bed: Testbed,
     spec: RunSpec,
-    hellos: list[dict[str, Any]],
+    hellos: list[Hello],
     placement: str = "scheduled",
     seed: int = 0,
-) -> tuple[dict[str, Any], list[list[int]]]:
-    """A plan body (contracts.md) for the hello'd workers (hello i = peer i of the testbed) and
+) -> tuple[Plan, list[list[int]]]:
+    """A plan for the hello'd workers (hello i = peer i of the testbed) and
     its pipelines as peer indices: 'scheduled' asks the scheduler on the emulated links, 'random'
     deals the peers at random. cost_s is the cost model's communication time per step."""
     import numpy as np
@@ -112,14 +109,14 @@ def plan_on_testbed(
     from p2ptrain.schedule import plan_swarm
     from p2ptrain.schedule.cost import CostModel, plan_cost
 
-    peers = [h["peer_id"] for h in hellos]
+    peers = [h.peer_id for h in hellos]
     stages = max(1, min(spec.stages, len(peers), spec.n_layer))
     replicas = len(peers) // stages
     workload = measured_workload(spec, stages, replicas)
     topology = emulated_topology(bed, workload)
     if placement == "scheduled":
-        plan = plan_swarm(topology, stages, replicas, seed=seed, time_budget_s=1.0)
-        pipelines = [list(p) for p in plan.pipelines]
+        scheduled = plan_swarm(topology, stages, replicas, seed=seed, time_budget_s=1.0)
+        pipelines = [list(p) for p in scheduled.pipelines]
     elif placement == "random":
         order = np.random.default_rng(seed).permutation(len(peers)).tolist()
         pipelines = [order[r * stages : (r + 1) * stages] for r in range(replicas)]
@@ -127,17 +124,18 @@ def plan_on_testbed(
         raise ValueError(f"unknown placement {placement!r}")
     cost = plan_cost(CostModel.build(topology, workload), np.array(pipelines))
     used = {i for p in pipelines for i in p}
-    body = {
-        "term": 0,
-        "epoch": 0,
-        "planner": placement,
-        "stages": stages,
-        "pipelines": [[peers[i] for i in p] for p in pipelines],
-        "spares": [peers[i] for i in range(len(peers)) if i not in used],
-        "data_addrs": {h["peer_id"]: h["data_addrs"] for h in hellos},
-        "cost_s": float(cost.cost_s),
-    }
-    return body, pipelines
+    plan = Plan(
+        term=0,
+        epoch=0,
+        planner=placement,
+        stages=stages,
+        pipelines=tuple(tuple(peers[i] for i in p) for p in pipelines),
+        spares=tuple(peers[i] for i in range(len(peers)) if i not in used),
+        data_addrs={h.peer_id: h.data_addrs for h in hellos},
+        cost_s=float(cost.cost_s),
+        network=testbed_network(bed),
+    )
+    return plan, pipelines
 
 
 class EmulatedSwarm(LocalSwarm):
@@ -147,8 +145,7 @@ class EmulatedSwarm(LocalSwarm):
         flags = {
             i: WorkerSettings(listen_host=bed.address(i)).to_argv() for i in range(bed.num_peers)
         }
-        # the links as they are now (the bench's ideal run speeds them up)
-        super().__init__(spec, bed.num_peers, workdir, flags, stated_network(bed))
+        super().__init__(spec, bed.num_peers, workdir, flags)
         self.bed = bed
 
     def _command(self, index: int, argv: list[str]) -> list[str]:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from p2ptrain.records import NetworkFacts
 from p2ptrain.worker.checks import (
     COMPRESSED_TOLERANCE,
     EXACT_TOLERANCE,
@@ -32,12 +32,6 @@ log = logging.getLogger(__name__)
 RETRY_TIMEOUT_S = 5.0
 STOP_POLL_S = 0.2  # how often a waiting round checks whether the session must end
 
-# The network the averaging timeouts are scaled for. A WAN testbed (or an operator) states the
-# swarm's worst round trip and slowest link in these variables. Without them the swarm is taken
-# to be local (loopback or LAN): short timeouts, so that a failed round is noticed quickly.
-MAX_RTT_ENV = "P2PTRAIN_MAX_RTT_S"
-MIN_RATE_ENV = "P2PTRAIN_MIN_RATE_MBPS"
-DEFAULT_MIN_RATE_MBPS = 5.0  # when only the round trip is stated
 # On shutdown, our last reduced parts may still be on their way to a groupmate: if the process
 # left at once, the groupmate's last round would come out partial. Stay this long at most.
 MAX_LINGER_S = 2.5
@@ -83,16 +77,6 @@ LOCAL_TIMEOUTS = AveragingTimeouts(
 )  # fmt: skip
 
 
-def network_from_env() -> tuple[float, float] | None:
-    """(max round trip s, min link Mbit/s) if the environment states them, else None."""
-    if MAX_RTT_ENV not in os.environ:
-        return None
-    return (
-        float(os.environ[MAX_RTT_ENV]),
-        float(os.environ.get(MIN_RATE_ENV, DEFAULT_MIN_RATE_MBPS)),
-    )
-
-
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     """How a step's gradient was combined: 'averaged' over group_size peers, or 'local'."""
@@ -103,19 +87,13 @@ class Outcome:
     diverged: bool = False  # the group's replicas started the step from different parameters
 
 
-def averaging_timeouts(
-    gradient_bytes: int, max_rtt_s: float | None = None, min_rate_mbps: float | None = None
-) -> AveragingTimeouts:
-    """The timeouts for the network given, else the one the environment states, else local."""
-    stated = network_from_env()
-    if max_rtt_s is None and stated is None:
+def averaging_timeouts(gradient_bytes: int, network: NetworkFacts | None) -> AveragingTimeouts:
+    """The timeouts for the network the plan was made for; a plan without network facts was
+    made for a local network (loopback or LAN): short timeouts, so a failed round is noticed
+    quickly."""
+    if network is None:
         return LOCAL_TIMEOUTS
-    rtt_s, rate_mbps = stated or (0.0, DEFAULT_MIN_RATE_MBPS)
-    return AveragingTimeouts.for_network(
-        rtt_s if max_rtt_s is None else max_rtt_s,
-        rate_mbps if min_rate_mbps is None else min_rate_mbps,
-        gradient_bytes,
-    )
+    return AveragingTimeouts.for_network(network.max_rtt_s, network.min_rate_mbps, gradient_bytes)
 
 
 class StageAverager:
@@ -129,18 +107,16 @@ class StageAverager:
         num_replicas: int,
         compression: str,
         timeout_s: float,
-        max_rtt_s: float | None = None,
-        min_rate_mbps: float | None = None,
         group: Sequence[str] | None = None,
+        network: NetworkFacts | None = None,
     ) -> None:
-        """max_rtt_s / min_rate_mbps: the network to scale the timeouts for (default: what
-        MAX_RTT_ENV / MIN_RATE_ENV state, else a local swarm's short timeouts).
+        """network: what the plan says of its links, to scale the timeouts for.
         group: the stage's replicas as the plan lists them (this peer among them): a round's
         first attempt then runs in that group (worker/planned_group.py), a retry, and every
         round without a group, in one found by hivemind's DHT matchmaking."""
         self._buffer = torch.zeros(num_params)
         self.timeouts = averaging_timeouts(
-            num_params * (4 if compression == "none" else 2), max_rtt_s, min_rate_mbps
+            num_params * (4 if compression == "none" else 2), network
         )
         self._rounds = 0
         self.timeout_s = timeout_s

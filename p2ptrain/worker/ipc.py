@@ -1,4 +1,4 @@
-"""The worker side of the control <-> worker IPC (contracts.md): newline-delimited JSON over a
+"""The worker side of the control <-> worker IPC (records/messages.py): newline-delimited JSON over a
 Unix socket. The worker connects, says hello, then receives plans and a stop; it sends metrics.
 """
 
@@ -8,9 +8,9 @@ import logging
 import socket
 import threading
 import time
-from typing import Any
 
 from p2ptrain.ipc_lines import LineBuffer, decode, encode
+from p2ptrain.records import Message, PlanMessage, Stop
 
 log = logging.getLogger(__name__)
 
@@ -20,11 +20,11 @@ class PlanInbox:
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
-        self.latest: dict[str, Any] | None = None
+        self.latest: PlanMessage | None = None
         self.version = 0  # bumps on every new plan message
         self.stopped = False
 
-    def put_plan(self, message: dict[str, Any]) -> None:
+    def put_plan(self, message: PlanMessage) -> None:
         with self._changed:
             self.latest, self.version = message, self.version + 1
             self._changed.notify_all()
@@ -64,7 +64,7 @@ class IpcClient:
                 time.sleep(0.1)
         threading.Thread(target=self._read_forever, name="ipc-reader", daemon=True).start()
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: Message) -> None:
         line = encode(message)
         with self._lock:
             try:
@@ -88,12 +88,9 @@ class IpcClient:
 
     def _handle(self, line: bytes) -> None:
         message = decode(line)
-        if message is None:
-            return
-        kind = message["type"]
-        if kind == "plan" and isinstance(message.get("plan"), dict):
+        if isinstance(message, PlanMessage):
             self.inbox.put_plan(message)
-        elif kind == "stop":
+        elif isinstance(message, Stop):
             self.inbox.stop()
-        else:
-            log.warning("ipc: ignoring message of type %r", kind)
+        elif message is not None:
+            log.warning("ipc: ignoring message of type %r", message.TYPE)

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from p2ptrain.errors import UserError
-from p2ptrain.records.run import RunSpec
+from p2ptrain.records import Hello, MetricsReport, Plan, PlanMessage, RunSpec, SessionReport
 from p2ptrain.train.checkpoint import checkpoint_dir
 from p2ptrain.worker import watchdog
 from p2ptrain.worker.frames import Expected, FrameHeader, NotReady
@@ -93,22 +93,21 @@ class Worker:
                 if not self.inbox.wait_newer(version):
                     return 0  # stopped before any (new) plan
                 version = self.inbox.version
-                message = self._resolved_plan(self.inbox.latest)
+                message = self.inbox.latest
+                assert message is not None
                 problem = _not_actionable(message, transport.peer_id)
-                if problem:
+                if problem or message.run is None:
                     log.info("waiting for a better plan: %s", problem)
                     continue
-                spec = RunSpec.from_dict(message["run"])
+                spec = message.run
                 if self.settings.checkpoint_dir:  # a node-local setting beats the run's default
                     spec = spec.replace(checkpoint_dir=self.settings.checkpoint_dir)
                 state_server.directory = checkpoint_dir(spec)
                 self.current = Session(
-                    spec, message["plan"], dht, transport, self.inbox, self._report, version,
+                    spec, message.plan, dht, transport, self.inbox, self._report, version,
                     self.settings.faults,
                 )  # fmt: skip
-                self._report(
-                    {"type": "session", "plan": message["plan"], "step": self.current.step}
-                )
+                self._report(SessionReport(message.plan, self.current.step))
                 end = self.current.train(version)
                 self.current.close()
                 self.current = None
@@ -135,19 +134,20 @@ class Worker:
             raise NotReady()  # between plans: the sender retries
         return session.expect(header)
 
-    def _report(self, message: dict[str, Any]) -> None:
+    def _report(self, message: MetricsReport | SessionReport) -> None:
+        line = json.dumps(message.to_dict())
         if self.settings.metrics_log:  # what `p2ptrain local` follows, step by step
             with open(self.settings.metrics_log, "a") as f:
-                f.write(json.dumps(message) + "\n")
-        if message["type"] != "metrics":
+                f.write(line + "\n")
+        if not isinstance(message, MetricsReport):
             return  # the IPC contract has no other worker -> control message to carry it
         if self.ipc is not None:
             self.ipc.send(message)
         else:
-            print(json.dumps(message), flush=True)
+            print(line, flush=True)
 
     def _hello(self, peer_id: str, data_addrs: list[str]) -> None:
-        hello = {"type": "hello", "peer_id": peer_id, "data_addrs": data_addrs, "pid": os.getpid()}
+        hello = Hello(peer_id, tuple(data_addrs), os.getpid())
         if self.ipc is not None:
             self.ipc.send(hello)
             return
@@ -155,40 +155,32 @@ class Worker:
         assert self.settings.plan is not None
         plan_path = Path(self.settings.plan)
         tmp = plan_path.with_name(f".{self.settings.name}.hello.tmp")
-        tmp.write_text(json.dumps(hello))
+        tmp.write_text(json.dumps(hello.to_dict()))
         tmp.replace(plan_path.with_name(f"{self.settings.name}.hello.json"))
         threading.Thread(target=self._wait_static_plan, args=(plan_path,), daemon=True).start()
 
     def _wait_static_plan(self, plan_path: Path) -> None:
+        """A static plan names workers; once every one of them said hello (a file next to the
+        plan), the plan with their peer ids and addresses is the one to train on."""
         try:
-            message = json.loads(plan_path.read_text())
-        except (OSError, ValueError) as exc:
+            static = json.loads(plan_path.read_text())
+            names = Plan.from_dict(_static_plan_fields(static["plan"], {})).peers()
+        except (OSError, ValueError, KeyError, TypeError) as exc:
             log.error("cannot read plan %s: %s", plan_path, exc)
             self.inbox.stop()
             return
-        names = {name for pipeline in message["plan"]["pipelines"] for name in pipeline}
-        while not all(plan_path.with_name(f"{n}.hello.json").exists() for n in names):
+        hello_paths = {name: plan_path.with_name(f"{name}.hello.json") for name in names}
+        while not all(path.exists() for path in hello_paths.values()):
             if self.inbox.stopped:
                 return
             time.sleep(0.1)
-        self.inbox.put_plan(message)
-
-    def _resolved_plan(self, message: dict[str, Any] | None) -> dict[str, Any]:
-        """With --plan, replace worker names by the peer ids and addresses they said hello with."""
-        assert message is not None
-        if not self.settings.plan:
-            return message
-        plan = dict(message["plan"])
-        hellos = {}
-        for pipeline in plan["pipelines"]:
-            for name in pipeline:
-                path = Path(self.settings.plan).with_name(f"{name}.hello.json")
-                hellos[name] = json.loads(path.read_text())
-        plan["pipelines"] = [[hellos[n]["peer_id"] for n in p] for p in plan["pipelines"]]
-        plan["data_addrs"] = {h["peer_id"]: h["data_addrs"] for h in hellos.values()}
-        plan.setdefault("epoch", 0)
-        plan.setdefault("stages", len(plan["pipelines"][0]))
-        return {**message, "plan": plan}
+        try:
+            hellos = {n: Hello.from_dict(json.loads(p.read_text())) for n, p in hello_paths.items()}
+            plan = Plan.from_dict(_static_plan_fields(static["plan"], hellos))
+            self.inbox.put_plan(PlanMessage(plan, RunSpec.from_dict(static["run"])))
+        except (OSError, ValueError, KeyError) as exc:
+            log.error("cannot use plan %s: %s", plan_path, exc)
+            self.inbox.stop()
 
     def _hivemind_identity(self) -> str | None:
         """The node's Ed25519 key rewritten in the 64-byte form p2pd wants (same peer id)."""
@@ -203,13 +195,29 @@ class Worker:
         return path
 
 
-def _not_actionable(message: dict[str, Any], peer_id: str) -> str:
+def _static_plan_fields(plan: dict[str, Any], hellos: dict[str, Hello]) -> dict[str, Any]:
+    """A static plan file's plan (pipelines of worker names, optionally epoch and spares), with
+    each name replaced by the peer id it said hello with (if known) and the data addresses."""
+    peer_of = {name: hello.peer_id for name, hello in hellos.items()}
+    pipelines = [[peer_of.get(n, n) for n in pipeline] for pipeline in plan["pipelines"]]
+    return {
+        "term": 0,
+        "epoch": plan.get("epoch", 0),
+        "planner": "static",
+        "stages": plan.get("stages", len(pipelines[0]) if pipelines else 0),
+        "pipelines": pipelines,
+        "spares": [peer_of.get(n, n) for n in plan.get("spares", [])],
+        "data_addrs": {h.peer_id: list(h.data_addrs) for h in hellos.values()},
+        "cost_s": 0.0,
+    }
+
+
+def _not_actionable(message: PlanMessage, peer_id: str) -> str:
     """Why a plan message cannot be trained on yet ("" if it can)."""
-    if not isinstance(message.get("run"), dict):
+    if message.run is None:
         return "no run spec"
-    plan = message["plan"]
-    addrs = plan.get("data_addrs") or {}
-    members = {p for pipeline in plan.get("pipelines", []) for p in pipeline}
+    addrs = message.plan.data_addrs
+    members = {p for pipeline in message.plan.pipelines for p in pipeline}
     missing = sorted(p for p in members - {peer_id} if not addrs.get(p))
     return f"no data-plane address for {', '.join(missing)}" if missing else ""
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from p2ptrain.records import Role
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train.data import get_batch, replica_rows
 from p2ptrain.train.model import Stage, loss_fn
@@ -29,7 +30,6 @@ from p2ptrain.worker.frames import (
     Expected,
     PeerLost,
 )
-from p2ptrain.worker.role import Role
 
 if TYPE_CHECKING:  # the transport imports hivemind; this module stays importable without it
     from p2ptrain.worker.transport import Transport

@@ -12,12 +12,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from hivemind import DHT
 
-from p2ptrain.records.run import RunSpec
+from p2ptrain.records import MetricsReport, Plan, Role, RunSpec
 from p2ptrain.train.checkpoint import (
     StageSnapshot,
     checkpoint_dir,
@@ -44,7 +43,6 @@ from p2ptrain.worker.frames import (
 )
 from p2ptrain.worker.ipc import PlanInbox
 from p2ptrain.worker.resume import StartPoint, agree_on_start
-from p2ptrain.worker.role import Role, role_in_plan
 from p2ptrain.worker.state_transfer import fetch_state
 from p2ptrain.worker.transport import Transport
 
@@ -54,14 +52,9 @@ log = logging.getLogger("p2ptrain.worker")
 AVERAGER_SHUTDOWN_S = 3.0
 
 
-def plan_peers(plan: dict[str, Any]) -> set[str]:
-    """Every peer a plan names: pipeline members and spares."""
-    return {p for pipe in plan["pipelines"] for p in pipe} | set(plan.get("spares", []))
-
-
-def resume_key(run_id: str, plan: dict[str, Any]) -> str:
+def resume_key(run_id: str, plan: Plan) -> str:
     """The DHT key of one plan's start-step announcements."""
-    return f"p2ptrain_{run_id}_resume_t{plan.get('term', 0)}_e{plan['epoch']}"
+    return f"p2ptrain_{run_id}_resume_t{plan.term}_e{plan.epoch}"
 
 
 class SessionEnd(enum.Enum):
@@ -76,11 +69,11 @@ class Session:
     def __init__(
         self,
         spec: RunSpec,
-        plan: dict[str, Any],
+        plan: Plan,
         dht: DHT,
         transport: Transport,
         inbox: PlanInbox,
-        report: Callable[[dict[str, Any]], None],
+        report: Callable[[MetricsReport], None],
         plan_version: int = 0,
         faults: Faults = NO_FAULTS,
     ) -> None:
@@ -94,13 +87,13 @@ class Session:
         self.transport = transport
         self.inbox = inbox
         self.report = report
-        self.role: Role | None = role_in_plan(plan, transport.peer_id)
+        self.role: Role | None = plan.role_of(transport.peer_id)
         self.step = 0
         self.model: Stage | None = None
         self.averager: StageAverager | None = None
         self.directory = checkpoint_dir(spec)
         if self.role is None:
-            if transport.peer_id in plan.get("spares", []):
+            if transport.peer_id in plan.spares:
                 # a spare may hold the only copy of a stage's state: it takes part in the
                 # agreement (and serves states, worker/state_transfer.py), then idles
                 self._connect(plan, dht)
@@ -121,7 +114,7 @@ class Session:
         self.corpus = load_corpus(spec) if needs_data else None
         if role.num_replicas > 1:
             num_params = sum(p.numel() for p in self.model.parameters())
-            prefix = swarm_prefix(spec.run_id, role.stage, role.epoch, plan.get("term", 0))
+            prefix = swarm_prefix(spec.run_id, role.stage, role.epoch, plan.term)
             self.averager = StageAverager(
                 dht,
                 num_params,
@@ -129,7 +122,8 @@ class Session:
                 role.num_replicas,
                 spec.compression,
                 spec.averaging_timeout_s,
-                group=[pipe[role.stage] for pipe in plan["pipelines"]],
+                group=list(role.stage_peers),
+                network=plan.network,
             )
         self.rows = replica_rows(spec.batch_size, role.num_replicas, role.replica)
         self.start_step = self.step
@@ -139,9 +133,9 @@ class Session:
             role.num_replicas, self.step,
         )  # fmt: skip
 
-    def _connect(self, plan: dict[str, Any], dht: DHT) -> None:
-        addrs: dict[str, list[str]] = plan.get("data_addrs", {})
-        others = plan_peers(plan) - {self.transport.peer_id}
+    def _connect(self, plan: Plan, dht: DHT) -> None:
+        addrs = plan.data_addrs
+        others = plan.peers() - {self.transport.peer_id}
         unreachable = self.transport.connect_all(
             {p: addrs[p] for p in sorted(others) if addrs.get(p)}
         )
@@ -153,8 +147,8 @@ class Session:
     def _agree_on_start(self, dht: DHT) -> StartPoint | None:
         """Every peer of the plan (spares too) announces its saved stage states; all pick one
         step."""
-        members = sorted(plan_peers(self.plan))
-        ranges = stage_layer_ranges(self.spec.n_layer, int(self.plan["stages"]))
+        members = sorted(self.plan.peers())
+        ranges = stage_layer_ranges(self.spec.n_layer, self.plan.stages)
         key = resume_key(self.spec.run_id, self.plan)
         started_s = time.monotonic()
         start = agree_on_start(
@@ -288,20 +282,19 @@ class Session:
                 self._resync()
             elapsed_s = time.monotonic() - started_s
             self.report(
-                {
-                    "type": "metrics",
-                    "step": self.step,
-                    "loss": loss,
-                    "tokens_per_s": len(self.rows) * self.spec.block_size / elapsed_s,
-                    "stage": role.stage,
-                    "replica": role.replica,
-                    "samples": len(self.rows),
-                    "averaging": averaging,
-                    "step_s": elapsed_s,
-                    "epoch": role.epoch,
-                    "term": self.plan.get("term", 0),
-                    "num_replicas": role.num_replicas,
-                }
+                MetricsReport(
+                    step=self.step,
+                    loss=loss,
+                    tokens_per_s=len(self.rows) * self.spec.block_size / elapsed_s,
+                    stage=role.stage,
+                    replica=role.replica,
+                    samples=len(self.rows),
+                    averaging=averaging,
+                    step_s=elapsed_s,
+                    epoch=role.epoch,
+                    term=self.plan.term,
+                    num_replicas=role.num_replicas,
+                )
             )
             self.step += 1
             self.transport.forget_before(self.step)
@@ -365,11 +358,7 @@ class Session:
         latest = self.inbox.latest
         if self.inbox.version == self.plan_version or latest is None:
             return False
-        new = latest["plan"]
-        return bool(
-            new.get("stages") != self.plan["stages"]
-            or new.get("pipelines") != self.plan["pipelines"]
-        )
+        return not latest.plan.same_placement(self.plan)
 
     def save(self) -> None:
         """The stage's state at the current step boundary, and the one before it if known."""

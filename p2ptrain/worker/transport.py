@@ -14,7 +14,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -70,7 +70,7 @@ class Transport:
         """Run a coroutine on the transport's loop and wait for its result."""
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=timeout_s)
 
-    def connect_all(self, peers: dict[str, list[str]]) -> list[str]:
+    def connect_all(self, peers: Mapping[str, Sequence[str]]) -> list[str]:
         """Tell p2pd where the plan's peers listen and dial them, all at once; the peers that
         could not be reached within CONNECT_WINDOW_S (their address stays known to p2pd, and a
         peer that dials us connects us too, so the session goes on; a frame that cannot be
@@ -82,7 +82,7 @@ class Transport:
         results = self.call(dial_all(), timeout_s=CONNECT_WINDOW_S + 30.0)
         return [peer for peer, ok in zip(peers, results, strict=True) if not ok]
 
-    async def _connect(self, peer_id: str, maddrs: list[str]) -> bool:
+    async def _connect(self, peer_id: str, maddrs: Sequence[str]) -> bool:
         # p2pd wants transport addresses: drop the trailing /p2p/<id> of a full multiaddr
         addrs = [Multiaddr(a.split("/p2p/")[0]) for a in maddrs]
         deadline = self._loop.time() + CONNECT_WINDOW_S

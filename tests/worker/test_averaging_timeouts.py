@@ -1,22 +1,20 @@
-"""The averaging timeouts follow the network the swarm states (worker/averaging.py)."""
+"""The averaging timeouts follow the network the plan was made for (worker/averaging.py)."""
 
 from __future__ import annotations
 
 import pytest
 
+from p2ptrain.records import NetworkFacts
 from p2ptrain.worker.averaging import (
     LOCAL_TIMEOUTS,
     MAX_LINGER_S,
-    MAX_RTT_ENV,
-    MIN_RATE_ENV,
     AveragingTimeouts,
     averaging_timeouts,
 )
 
 
-def test_unstated_network_keeps_the_short_local_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(MAX_RTT_ENV, raising=False)
-    assert averaging_timeouts(10**6) == LOCAL_TIMEOUTS
+def test_a_plan_without_network_facts_keeps_the_short_local_timeouts() -> None:
+    assert averaging_timeouts(10**6, None) == LOCAL_TIMEOUTS
     assert LOCAL_TIMEOUTS.request_s < LOCAL_TIMEOUTS.min_matchmaking_s
 
 
@@ -31,14 +29,9 @@ def test_wan_timeouts_cover_round_trips_and_the_gradient_transfer() -> None:
     assert 0 < t.linger_s <= MAX_LINGER_S
 
 
-def test_environment_states_the_network(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(MAX_RTT_ENV, "0.3")
-    monkeypatch.setenv(MIN_RATE_ENV, "10")
-    assert averaging_timeouts(1000) == AveragingTimeouts.for_network(0.3, 10.0, 1000)
-    # arguments win over the environment
-    assert averaging_timeouts(1000, max_rtt_s=0.1, min_rate_mbps=50.0) == (
-        AveragingTimeouts.for_network(0.1, 50.0, 1000)
-    )
+def test_the_plan_states_the_network() -> None:
+    network = NetworkFacts(max_rtt_s=0.3, min_rate_mbps=10.0)
+    assert averaging_timeouts(1000, network) == AveragingTimeouts.for_network(0.3, 10.0, 1000)
 
 
 def test_slow_links_stretch_the_all_reduce_timeouts() -> None:
