@@ -1,5 +1,5 @@
 import sys
 
-from p2ptrain.cli.main import main
+from p2ptrain.app import main
 
 sys.exit(main())

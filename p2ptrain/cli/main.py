@@ -1,41 +1,35 @@
-"""Entry point: parses the subcommand and hands over to its module."""
+"""The machinery of the `p2ptrain` command: a parser with one subcommand per module, and the
+dispatch to the chosen one. Which modules those are is the table in p2ptrain/app.py.
+
+Each subcommand module exposes add_arguments(parser) and run(args) -> int. Only the chosen one is
+imported (py-libp2p and hivemind cannot be imported into one process); --help imports them all,
+so none may import a heavy library at module level.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from p2ptrain import __version__
 from p2ptrain.errors import UserError
 
-# subcommand -> (module, one-line help). Each module exposes add_arguments(parser) and run(args) -> int.
-SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "schedule": (
-        "p2ptrain.cli.schedule_cmd",
-        "plan pipelines and data-parallel groups for a topology",
-    ),
-    "bench": ("p2ptrain.cli.bench_cmd", "run a benchmark and print a table (--json for machines)"),
-    "bootstrap": ("p2ptrain.cli.bootstrap_cmd", "run a long-lived bootstrap node"),
-    "join": ("p2ptrain.cli.join_cmd", "join a swarm as a peer"),
-    "status": ("p2ptrain.cli.status_cmd", "show a swarm's peers, links, planner and plan"),
-    "local": ("p2ptrain.cli.local_cmd", "start a bootstrap and N peers on this machine and train"),
-    "testbed": (
-        "p2ptrain.cli.testbed_cmd",
-        "emulate a WAN in network namespaces; inject faults (root)",
-    ),
-}
+# subcommand -> (module, one-line help)
+Subcommands = Mapping[str, tuple[str, str]]
 
 
-def build_parser(available: Sequence[str] | None = None) -> argparse.ArgumentParser:
+def build_parser(
+    subcommands: Subcommands, available: Sequence[str] | None = None
+) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="p2ptrain",
         description="Peer-to-peer training of foundation models over slow, uneven links.",
     )
     parser.add_argument("--version", action="version", version=f"p2ptrain {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, (module_name, help_text) in SUBCOMMANDS.items():
+    for name, (module_name, help_text) in subcommands.items():
         if available is not None and name not in available:
             continue
         try:
@@ -50,11 +44,12 @@ def build_parser(available: Sequence[str] | None = None) -> argparse.ArgumentPar
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def dispatch(subcommands: Subcommands, argv: Sequence[str] | None = None) -> int:
+    """Parse argv (default: this process's) and run the chosen subcommand; its exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     # Import only the chosen subcommand's module (libp2p and hivemind must not meet in one process).
-    chosen = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser([chosen] if chosen in SUBCOMMANDS else None)
+    chosen = next((a for a in argv if not a.startswith("-")), "")
+    parser = build_parser(subcommands, [chosen] if chosen in subcommands else None)
     args = parser.parse_args(argv)
     try:
         return int(args._run(args))
@@ -63,7 +58,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

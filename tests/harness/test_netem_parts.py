@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from p2ptrain.cli.main import main
+from p2ptrain.app import main
 from p2ptrain.harness.link_probe import _median_rate
 from p2ptrain.harness.netem_bench import sample_pairs
 from p2ptrain.testbed.links import links_from_topology

@@ -1,7 +1,8 @@
-"""The testbed's kinds of `p2ptrain bench` (netem; e2e): arguments and runners.
+"""The WAN testbed's kinds of `p2ptrain bench` (netem; e2e): arguments and runners; and the
+options that choose an emulated topology (`p2ptrain testbed up` takes them too).
 
-Kept here, apart from p2ptrain/cli/bench_cmd.py, which only registers and dispatches them.
-Importing this module is cheap (stdlib only); the runners import what they need.
+bench_cmd.py registers and dispatches them. Importing this module is cheap (stdlib only); the
+runners import what they need.
 """
 
 from __future__ import annotations

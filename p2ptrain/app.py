@@ -1,0 +1,38 @@
+"""The `p2ptrain` command: the product's subcommands (p2ptrain/cli/) and the harness's
+(p2ptrain/harness/cli/) in one table.
+
+Neither product nor harness: it only says which module runs which subcommand; p2ptrain/cli/main.py
+parses and dispatches, importing only the chosen module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from p2ptrain.cli.main import Subcommands, dispatch
+
+SUBCOMMANDS: Subcommands = {
+    "schedule": (
+        "p2ptrain.cli.schedule_cmd",
+        "plan pipelines and data-parallel groups for a topology",
+    ),
+    "bench": (
+        "p2ptrain.harness.cli.bench_cmd",
+        "run a benchmark and print a table (--json for machines)",
+    ),
+    "bootstrap": ("p2ptrain.cli.bootstrap_cmd", "run a long-lived bootstrap node"),
+    "join": ("p2ptrain.cli.join_cmd", "join a swarm as a peer"),
+    "status": ("p2ptrain.cli.status_cmd", "show a swarm's peers, links, planner and plan"),
+    "local": (
+        "p2ptrain.harness.cli.local_cmd",
+        "start a bootstrap and N peers on this machine and train",
+    ),
+    "testbed": (
+        "p2ptrain.harness.cli.testbed_cmd",
+        "emulate a WAN in network namespaces; inject faults (root)",
+    ),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return dispatch(SUBCOMMANDS, argv)
