@@ -58,14 +58,19 @@ def _canonical(obj: dict[str, Any]) -> bytes:
 def encode(seed: bytes, seq: int, body: Body, ts: float | None = None) -> bytes:
     """Sign and serialize a record as the message of its kind; raises WireError if the result
     would be oversized."""
-    kind = KIND_OF[type(body)]
+    return sign(seed, KIND_OF[type(body)], seq, body.to_dict(), ts)
+
+
+def sign(seed: bytes, kind: str, seq: int, body: dict[str, Any], ts: float | None = None) -> bytes:
+    """Sign and serialize any body as a message of `kind`: what encode does for records, and
+    what a hostile peer can do with anything (tests use it to play one)."""
     unsigned = {
         "v": WIRE_VERSION,
         "kind": kind,
         "author": identity.peer_id_of(seed),
         "seq": seq,
         "ts": time.time() if ts is None else ts,
-        "body": body.to_dict(),
+        "body": body,
     }
     payload = _canonical(unsigned)
     signed = dict(unsigned, sig=identity.sign(seed, payload).hex())

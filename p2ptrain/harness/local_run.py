@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from p2ptrain import procs
 from p2ptrain.harness.direct_swarm import StepStats, SwarmResult
@@ -55,7 +54,7 @@ def train_with_control_plane(
     spec: RunSpec,
     num_peers: int,
     workdir: Path,
-    on_plan: Callable[[dict[str, Any]], None],
+    on_plan: Callable[[Plan], None],
     on_step: Callable[[int, float, float], None],
     sites: NodeSites | None = None,
     own_checkpoints: bool = False,

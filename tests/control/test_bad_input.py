@@ -49,7 +49,7 @@ class Attacker:
         )
 
     def envelope(self, kind: str, body: dict) -> bytes:
-        return wire.encode(self.seed, kind, self.seq.next(), body)
+        return wire.sign(self.seed, kind, self.seq.next(), body)
 
     def record(self) -> bytes:
         body = {

@@ -13,7 +13,7 @@ import trio
 from p2ptrain.control import wire
 from p2ptrain.control.node import ControlNode, NodeConfig
 from p2ptrain.control.status import swarm_status
-from p2ptrain.records.run import RunSpec
+from p2ptrain.records import Hello, PeerRecord, PlanMessage, RunSpec
 
 DATA_ADDR = "/ip4/127.0.0.1/tcp/4242/p2p/12D3KooWdata"
 
@@ -44,8 +44,8 @@ def test_worker_hello_reaches_the_plan_and_status(tmp_path):
             )
             await nursery.start(member.run)
             worker = await trio.open_unix_socket(path)
-            hello = {"type": "hello", "peer_id": member.peer_id, "data_addrs": [DATA_ADDR]}
-            await worker.send_all((json.dumps(hello) + "\n").encode())
+            hello = Hello(member.peer_id, (DATA_ADDR,), 4242)
+            await worker.send_all((json.dumps(hello.to_dict()) + "\n").encode())
             buffer = b""
             with trio.fail_after(30):
                 while True:
@@ -55,7 +55,7 @@ def test_worker_hello_reaches_the_plan_and_status(tmp_path):
                     if plans and plans[-1]["plan"]["data_addrs"].get(member.peer_id):
                         got["plan"] = plans[-1]
                         break
-            got["status"] = swarm_status(boot.view, time.monotonic())
+            got["status"] = swarm_status(boot.view, time.monotonic()).to_dict()
             # the member's signed record is in the DHT, and so is the bootstrap's run spec
             with trio.fail_after(10):
                 got["dht_record"] = await member.dht.get_value(f"/p2ptrain/peer/{member.peer_id}")
@@ -65,16 +65,17 @@ def test_worker_hello_reaches_the_plan_and_status(tmp_path):
             nursery.cancel_scope.cancel()
 
     trio.run(scenario)
-    message = got["plan"]
-    assert message["run"]["run_id"] == "ipc-test"
-    plan = message["plan"]
-    assert plan["pipelines"] == [[plan["planner"]]]  # one member: one stage, itself
-    assert plan["data_addrs"][plan["planner"]] == [DATA_ADDR]
+    message = PlanMessage.from_dict(got["plan"])
+    assert message.run is not None and message.run.run_id == "ipc-test"
+    plan = message.plan
+    assert plan.pipelines == ((plan.planner,),)  # one member: one stage, itself
+    assert plan.data_addrs[plan.planner] == (DATA_ADDR,)
+    assert plan.network is None  # one peer: no links to scale the timeouts for
     status = got["status"]
     assert status["run"] == "ipc-test"
     [peer] = status["peers"]
     assert peer["role"] == "trainer" and peer["alive"]
     record = wire.decode(got["dht_record"], max_age_s=3600)
     assert record.kind == "peer" and record.author == got["member"]
-    assert record.body["data_addrs"] in ([], [DATA_ADDR])
-    assert wire.decode(got["dht_run"], max_age_s=3600).body["run_id"] == "ipc-test"
+    assert isinstance(record.body, PeerRecord) and record.body.data_addrs in ((), (DATA_ADDR,))
+    assert wire.decode(got["dht_run"], max_age_s=3600).body == RunSpec(run_id="ipc-test", stages=2)

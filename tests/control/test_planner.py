@@ -30,15 +30,15 @@ def test_plan_uses_every_peer_at_most_once():
         for b in PEERS[i + 1 :]
     }
     plan = compute_plan(build_matrices(PEERS, links), stages=3, c_dp_gb=0.5, c_pp_gb=0.05)
-    used = [p for pipeline in plan["pipelines"] for p in pipeline] + plan["spares"]
+    used = [p for pipeline in plan.pipelines for p in pipeline] + list(plan.spares)
     assert sorted(used) == PEERS
-    assert plan["stages"] == 3 and len(plan["pipelines"]) == 2 and len(plan["spares"]) == 2
-    assert plan["cost_s"] > 0
+    assert plan.stages == 3 and len(plan.pipelines) == 2 and len(plan.spares) == 2
+    assert plan.cost_s > 0
 
 
 def test_fewer_peers_than_stages_shrinks_the_pipeline():
     plan = compute_plan(build_matrices(PEERS[:2], {}), stages=4, c_dp_gb=0.5, c_pp_gb=0.05)
-    assert plan["stages"] == 2 and len(plan["pipelines"]) == 1
+    assert plan.stages == 2 and len(plan.pipelines) == 1
 
 
 def test_drift_needs_many_links_to_move():

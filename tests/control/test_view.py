@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from p2ptrain.control import view as view_mod
+from p2ptrain.control import wire
 from p2ptrain.control.status import swarm_status
 from p2ptrain.control.view import SwarmView
 from p2ptrain.control.wire import Envelope
+from p2ptrain.records import PeerRecord, SwarmStatus
 
 A, B, C, ME = "Aaaa", "Bbbb", "Cccc", "Mmmm"  # sorted: A < B < C < M
 
 
 def record(role: str = "control-only") -> dict:
-    return {"role": role, "planner_capable": role in ("control-only", "trainer"), "addrs": []}
+    return {"role": role, "planner_capable": role in ("control-only", "trainer"), "addrs": [],
+            "version": "0", "hardware": {}}  # fmt: skip
 
 
 class Feed:
@@ -22,7 +25,8 @@ class Feed:
 
     def __call__(self, kind: str, author: str, body: dict) -> Envelope:
         self.seq += 1
-        return Envelope(kind=kind, author=author, seq=self.seq, ts=0.0, body=body)
+        record = wire.BODY_RECORDS[kind](body)  # what wire.decode hands the view
+        return Envelope(kind=kind, author=author, seq=self.seq, ts=0.0, body=record)
 
 
 def make_view(me: str = ME, peers: tuple[str, ...] = (A, B, C), now: float = 0.0):
@@ -64,7 +68,7 @@ def test_failover_after_the_planner_goes_silent():
     assert not v.is_alive(A, t)
     assert v.should_claim(t)
     assert v.claim() == 2
-    assert swarm_status(v, t)["planner"] == B
+    assert swarm_status(v, t).planner == B
 
 
 def test_a_higher_term_wins_in_every_view_even_over_a_live_incumbent():
@@ -119,7 +123,7 @@ def test_plans_only_from_the_planner_and_only_newer():
     v, feed = make_view()
     v.accept(feed("claim", A, {"term": 1}), 0.1)
     assert v.accept(feed("plan", A, plan(A, 1, 1)), 0.2) is None
-    assert v.plan["epoch"] == 1 and v.plan_version == 1
+    assert v.plan.epoch == 1 and v.plan_version == 1
     assert v.accept(feed("plan", A, plan(A, 1, 2)), 0.3) is None
     assert v.plan_version == 2
     assert v.accept(feed("plan", A, plan(A, 1, 2)), 0.4) is None  # re-broadcast: no change
@@ -130,7 +134,7 @@ def test_plans_only_from_the_planner_and_only_newer():
     assert rogue is not None and rogue.category == "non-planner"
     lying = v.accept(feed("plan", B, plan(A, 1, 9)), 0.7)
     assert lying is not None and lying.category == "forged"
-    assert v.plan["epoch"] == 2
+    assert v.plan.epoch == 2
 
 
 def test_new_term_plan_replaces_older_term():
@@ -142,10 +146,10 @@ def test_new_term_plan_replaces_older_term():
         v.accept(feed("peer", peer, record()), t)
     assert v.accept(feed("claim", B, {"term": 2}), t) is None
     assert v.accept(feed("plan", B, plan(B, 2, 1, peers=(B, C))), t) is None
-    assert (v.plan["term"], v.plan["epoch"]) == (2, 1)
+    assert v.plan.key == (2, 1)
     old = v.accept(feed("plan", A, plan(A, 1, 8)), t)  # a deposed planner: stale, not hostile
     assert old is not None and old.category is None
-    assert (v.plan["term"], v.plan["epoch"]) == (2, 1)
+    assert v.plan.key == (2, 1)
 
 
 def test_replays_are_dropped_and_penalties_block():
@@ -181,11 +185,12 @@ def test_links_take_the_freshest_side_and_age_out():
 
 def test_status_document_shape():
     v, feed = make_view()
-    v.own_record = record()
+    v.own_record = PeerRecord.from_dict(record())
     v.accept(feed("claim", A, {"term": 1}), 0.1)
     v.accept(feed("plan", A, plan(A, 1, 1)), 0.2)
     v.record_rtt(B, 1.5, 0.3)
-    status = swarm_status(v, 0.5)
+    status = swarm_status(v, 0.5).to_dict()
+    assert SwarmStatus.from_dict(status).to_dict() == status  # what `status --json` prints
     assert set(status) >= {"run", "planner", "peers", "links", "plan"}
     assert [p["id"] for p in status["peers"]] == [A, B, C, ME]
     assert all({"id", "alive", "planner", "role"} <= set(p) for p in status["peers"])

@@ -14,7 +14,7 @@ from p2ptrain.harness.testbed_swarm import (
     plan_on_testbed,
     stage_parameter_counts,
 )
-from p2ptrain.records.run import RunSpec
+from p2ptrain.records import Hello, RunSpec
 from p2ptrain.schedule.synthetic import city_topology
 from p2ptrain.testbed.links import links_from_topology
 
@@ -42,21 +42,24 @@ class _FakeBed:
         self.num_peers = len(topology.peers)
         self.configured = links_from_topology(topology.delay_ms, topology.bandwidth_gbps)
 
+    def links(self) -> Any:
+        return self.configured
+
 
 def test_scheduled_plan_costs_no_more_than_random_placements() -> None:
     topology = city_topology(8, 1, 8, 0, ["Oregon", "Virginia", "Frankfurt", "Tokyo"])
     bed = _FakeBed(topology)
-    hellos = [
-        {"peer_id": f"peer{i}", "data_addrs": [f"/ip4/10.77.0.{i + 1}/tcp/1"]} for i in range(8)
-    ]
+    hellos = [Hello(f"peer{i}", (f"/ip4/10.77.0.{i + 1}/tcp/1",), i) for i in range(8)]
     spec = RunSpec(stages=4, n_layer=4)
     scheduled, pipelines = plan_on_testbed(bed, spec, hellos, "scheduled")  # type: ignore[arg-type]
-    assert scheduled["stages"] == 4 and len(scheduled["pipelines"]) == 2
+    assert scheduled.stages == 4 and scheduled.num_replicas == 2
     assert sorted(p for pipe in pipelines for p in pipe) == list(range(8))
-    assert scheduled["pipelines"][0][0] == f"peer{pipelines[0][0]}"
+    assert scheduled.pipelines[0][0] == f"peer{pipelines[0][0]}"
+    # the plan states the emulated network: the workers' timeouts are scaled for it
+    assert scheduled.network is not None and scheduled.network.max_rtt_s > 0.05
     for seed in range(5):
         random_plan, _ = plan_on_testbed(bed, spec, hellos, "random", seed)  # type: ignore[arg-type]
-        assert scheduled["cost_s"] <= random_plan["cost_s"] + 1e-9
+        assert scheduled.cost_s <= random_plan.cost_s + 1e-9
 
 
 def test_png_plot_is_a_valid_png(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from p2ptrain.errors import UserError
+from p2ptrain.records import Plan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
             "steps": result.steps,
             "loss": result.loss,
             "tokens_per_s": result.tokens_per_s,
-            "plan": {k: v for k, v in result.plan.items() if k != "data_addrs"},
+            "plan": {k: v for k, v in result.plan.to_dict().items() if k != "data_addrs"},
         }
         print(json.dumps(summary), flush=True)
     return 0
@@ -199,11 +200,12 @@ def _short(peer_id: str) -> str:
     return f"…{peer_id[-6:]}"
 
 
-def _describe_plan(plan: dict[str, Any]) -> str:
-    pipelines = " | ".join(" → ".join(_short(p) for p in pipe) for pipe in plan["pipelines"])
-    spares = f", spares {', '.join(_short(p) for p in plan['spares'])}" if plan["spares"] else ""
+def _describe_plan(plan: Plan) -> str:
+    pipelines = " | ".join(" → ".join(_short(p) for p in pipe) for pipe in plan.pipelines)
+    spares = f", spares {', '.join(_short(p) for p in plan.spares)}" if plan.spares else ""
+    planner = _short(plan.planner) if plan.planner.startswith("12D3") else plan.planner
     return (
-        f"plan ({_short(plan['planner']) if plan['planner'].startswith('12D3') else plan['planner']}): {plan['stages']} stages x {len(plan['pipelines'])} replicas: "
+        f"plan ({planner}): {plan.stages} stages x {plan.num_replicas} replicas: "
         f"{pipelines}{spares}"
     )
 
@@ -217,8 +219,8 @@ class _Progress:
         self.out = out
         self.tty = out.isatty()
 
-    def on_plan(self, plan: dict[str, Any]) -> None:
-        self.layout = f"{plan['stages']}x{len(plan['pipelines'])}"
+    def on_plan(self, plan: Plan) -> None:
+        self.layout = f"{plan.stages}x{plan.num_replicas}"
         if self.tty:
             self.out.write("\n")
         print(_describe_plan(plan), file=self.out, flush=True)
