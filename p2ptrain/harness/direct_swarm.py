@@ -3,7 +3,8 @@
 This plays the control side of contracts.md for a swarm on 127.0.0.1: it listens on one Unix
 socket, starts N worker processes (each its own process group), collects their hellos, computes a
 plan with the scheduler over a loopback topology, sends it, gathers the metrics and finally stops
-everything. Tests and `p2ptrain local` use it. Stdlib only (it never imports hivemind or libp2p).
+everything. Tests, `p2ptrain local --direct` and `bench e2e` (as EmulatedSwarm) use it. Stdlib
+only (it never imports hivemind or libp2p).
 """
 
 from __future__ import annotations
