@@ -1,11 +1,38 @@
-"""Import rules: the folder tree is the architecture (see p2ptrain/__init__.py)."""
+"""Import rules: the folder tree is the architecture (docs/architecture.md).
+
+Every import is read from the source (lazy ones inside functions too): packages import only
+packages below them, the product never imports the harness, heavy libraries stay in their layer,
+and no module imports itself through others.
+"""
+
+from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "p2ptrain"
+
+# Layers, top to bottom: a module may import its own package and packages of lower layers, never
+# a package of its own layer or above. One-file modules at the top of p2ptrain/ count as packages.
+LAYERS: list[set[str]] = [
+    {"__main__"},
+    {"app"},  # composes the `p2ptrain` command from the product's and the harness's
+    {"harness"},  # drives the product from outside: local swarms, benchmarks, baselines
+    {"cli"},
+    {"node"},
+    {"control", "worker"},  # two processes: neither imports the other
+    {"net", "train"},
+    {"schedule", "testbed"},
+    {"ipc_lines"},  # the worker socket's line framing, decoding into records
+    {"records"},
+    {"identity", "procs"},
+    {"errors", "__init__"},
+]
+PRODUCT = {"cli", "node", "control", "net", "worker", "train", "schedule", "records"}
+LEVEL = {name: level for level, names in enumerate(LAYERS) for name in names}
 
 # heavy library -> packages allowed to import it
 ALLOWED = {
@@ -14,37 +41,79 @@ ALLOWED = {
     "trio": {"control", "net"},
     "torch": {"worker", "train", "harness"},
 }
+MODULES = sorted(PACKAGE.rglob("*.py"))
 
 
-def imported_roots(path: Path) -> set[str]:
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULE_NAMES = {_module_name(p) for p in MODULES}
+
+
+@cache
+def imports_of(path: Path) -> frozenset[str]:
+    """The modules a file imports anywhere (lazy imports too): `from X import Y` names X.Y when
+    that is a module of ours, else X."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    roots = set()
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            roots |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            roots.add(node.module.split(".")[0])
-    return roots
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                anchor = parts[: len(parts) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in MODULE_NAMES else base)
+    return frozenset(found)
 
 
-@pytest.mark.parametrize(
-    "path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
-)
+def _layer(path: Path) -> str:
+    first = path.relative_to(PACKAGE).parts[0]
+    return first.removesuffix(".py")
+
+
+def _p2ptrain_packages(path: Path) -> set[str]:
+    return {name.split(".")[1] for name in imports_of(path) if name.startswith("p2ptrain.")} - {""}
+
+
+def test_every_package_has_a_layer() -> None:
+    assert {_layer(p) for p in MODULES} <= set(LEVEL), "add the new package to LAYERS"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_go_down_the_layers(path: Path) -> None:
+    own = _layer(path)
+    for target in _p2ptrain_packages(path) - {own}:
+        assert target in LEVEL, f"{target} has no layer"
+        assert LEVEL[target] > LEVEL[own], f"{own}/ must not import {target}/ ({path.name})"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_product_never_imports_a_harness(path: Path) -> None:
+    if _layer(path) in PRODUCT:
+        assert "harness" not in _p2ptrain_packages(path), path
+        assert not any("harness" in name for name in imports_of(path)), path
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_heavy_libraries_stay_in_their_layer(path: Path) -> None:
-    layer = path.relative_to(PACKAGE).parts[0]
-    for lib in imported_roots(path) & set(ALLOWED):
-        if layer == "cli":
-            continue  # CLI modules import lazily inside run(); checked below
-        assert layer in ALLOWED[lib], f"{path.name} in {layer}/ imports {lib}"
-
-
-def test_schedule_is_pure() -> None:
-    for path in (PACKAGE / "schedule").rglob("*.py"):
-        assert not imported_roots(path) & {"torch", "hivemind", "libp2p", "trio"}, path
+    roots = {name.split(".")[0] for name in imports_of(path)}
+    for lib in roots & set(ALLOWED):
+        if _layer(path) == "cli":
+            continue  # checked below: only inside the chosen subcommand's run()
+        assert _layer(path) in ALLOWED[lib], f"{path.name} in {_layer(path)}/ imports {lib}"
 
 
 def test_cli_modules_import_heavy_libraries_lazily() -> None:
-    for path in [*(PACKAGE / "cli").glob("*.py"), *(PACKAGE / "harness" / "cli").glob("*.py")]:
+    for path in (PACKAGE / "cli").glob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         top = set()
         for node in tree.body:
@@ -53,3 +122,48 @@ def test_cli_modules_import_heavy_libraries_lazily() -> None:
             elif isinstance(node, ast.ImportFrom) and node.module:
                 top.add(node.module.split(".")[0])
         assert not top & set(ALLOWED), f"{path.name} imports {top & set(ALLOWED)} at module level"
+
+
+def test_no_import_circles() -> None:
+    """Tarjan's strongly connected components over the module graph: all of size one."""
+    names = {_module_name(p): p for p in MODULES}
+    graph = {
+        name: sorted(target for target in imports_of(path) if target in names and target != name)
+        for name, path in names.items()
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    assert not circles, f"import circles: {circles}"
+
+
+def test_no_module_is_over_400_lines() -> None:
+    lengths = {str(p.relative_to(PACKAGE)): len(p.read_text().splitlines()) for p in MODULES}
+    assert not {p: n for p, n in lengths.items() if n > 400}, "split these by concept"

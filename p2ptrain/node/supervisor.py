@@ -40,11 +40,9 @@ def ip4_host(multiaddr: str) -> str | None:
 
 
 def worker_available() -> bool:
-    """True once the data plane ships `python -m p2ptrain.worker`."""
-    try:
-        return importlib.util.find_spec("p2ptrain.worker.__main__") is not None
-    except ModuleNotFoundError:
-        return False
+    """True where the data plane can run: the `train` extra (torch, hivemind) is installed. A
+    base install (a bootstrap, an observer) runs the control plane only."""
+    return all(importlib.util.find_spec(name) is not None for name in ("torch", "hivemind"))
 
 
 class Supervisor:
@@ -66,7 +64,10 @@ class Supervisor:
         self.listen = listen
         self.with_worker = not control_only and worker_available()
         if not control_only and not self.with_worker:
-            log.warning("p2ptrain.worker is not available: running the control plane only")
+            log.warning(
+                "torch and hivemind are not installed (pip install 'p2ptrain[train]'): "
+                "running the control plane only"
+            )
         self._stop_signal: int | None = None
         self._addr_printed = threading.Event()
 
