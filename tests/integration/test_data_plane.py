@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from p2ptrain.harness.direct_swarm import LocalSwarm, plan_for
-from p2ptrain.records.run import RunSpec
+from p2ptrain.records import MetricsReport, RunSpec
 from p2ptrain.train.checkpoint import checkpoint_path
 from p2ptrain.train.data import get_batch, load_corpus, replica_rows
 from p2ptrain.train.model import build_model, stage_layer_ranges
@@ -43,7 +43,7 @@ def test_two_by_two_with_fp16_wire_formats_tracks_one_process(tmp_path: Path) ->
         swarm.send_plan(plan_for(spec, swarm.wait_hellos()))
         result = swarm.train()
         exit_codes = swarm.wait_exit()
-    assert [len(p) for p in result.plan["pipelines"]] == [2, 2]  # 2 stages x 2 replicas
+    assert [len(p) for p in result.plan.pipelines] == [2, 2]  # 2 stages x 2 replicas
     assert result.averaging == {"averaged": 4 * 6}, result.averaging  # every round verified
     assert exit_codes == [0, 0, 0, 0]
     reference = train_reference(spec, steps=6)
@@ -68,8 +68,8 @@ def test_killing_a_peer_mid_averaging_leaves_its_stage_intact_on_the_others(tmp_
     with LocalSwarm(spec, 4, tmp_path, worker_flags=flags) as swarm:
         hellos = swarm.wait_hellos()
         plan = plan_for(spec, hellos)
-        victim = plan["pipelines"][victim_replica][victim_stage]
-        victim_index = [h["peer_id"] for h in hellos].index(victim)
+        victim = plan.pipelines[victim_replica][victim_stage]
+        victim_index = [h.peer_id for h in hellos].index(victim)
         swarm.may_die = {victim_index}
         swarm.send_plan(plan)
         messages = swarm.collect_until_exit(timeout_s=120)
@@ -81,9 +81,9 @@ def test_killing_a_peer_mid_averaging_leaves_its_stage_intact_on_the_others(tmp_
     assert _group_members(victim_pgid) == []
 
     outcomes = {
-        (m["stage"], m["replica"]): m["averaging"]
+        (m.stage, m.replica): m.averaging
         for _, m in messages
-        if m.get("type") == "metrics" and m["step"] == kill_step
+        if isinstance(m, MetricsReport) and m.step == kill_step
     }
     assert outcomes[(0, 0)] == outcomes[(0, 1)] == "averaged"  # the other swarm is unaffected
     # the round broke and was not applied, or (rarely: a loopback round of the plan's group
@@ -123,7 +123,7 @@ def test_replicas_that_diverged_are_re_synced(tmp_path: Path) -> None:
         swarm.send_plan(plan_for(spec, swarm.wait_hellos()))
         result = swarm.train()
         assert swarm.wait_exit() == [0, 0]
-    assert [len(p) for p in result.plan["pipelines"]] == [1, 1]
+    assert [len(p) for p in result.plan.pipelines] == [1, 1]
     assert result.averaging == {"averaged": 2 * 5, "local": 2}, result.averaging
     logs = [(tmp_path / f"worker-{i}.log").read_text() for i in range(2)]
     for log in logs:  # once each, right after the divergence; not again: back in sync
