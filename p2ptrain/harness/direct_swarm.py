@@ -1,7 +1,7 @@
 """N workers on this machine, driven through the control <-> worker IPC without a control plane.
 
-This plays the control side of contracts.md for a swarm on 127.0.0.1: it listens on one Unix
-socket, starts N worker processes (each its own process group), collects their hellos, computes a
+This plays the control side of the worker socket (records/messages.py) on 127.0.0.1: it listens
+on one Unix socket, starts N worker processes (each its own process group), collects their hellos, computes a
 plan with the scheduler over a loopback topology, sends it, gathers the metrics and finally stops
 everything. Tests, `p2ptrain local --direct` and `bench e2e` (as EmulatedSwarm) use it. Stdlib
 only (it never imports hivemind or libp2p).

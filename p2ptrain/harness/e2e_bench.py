@@ -3,7 +3,6 @@ placements; tokens/s, time to a target loss, and predicted vs measured communica
 
 Runs, all on one testbed (the same emulated links):
 - scheduled: p2ptrain with the scheduler's plan on the emulated links;
-- random: p2ptrain with a random placement of the same stages x replicas;
 - random: p2ptrain with random placements of the same stages x replicas (a few seeds, mean);
 - hivemind_dp: data-parallel training with hivemind.Optimizer, every peer holding the whole
   model (p2ptrain/harness/dp_trainer.py), same data and global batch;

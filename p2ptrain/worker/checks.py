@@ -1,8 +1,8 @@
 """Checks for averaging rounds: is a result the weighted mean of what the group put in?
 
 hivemind's DecentralizedAverager reports a round as a success even when a groupmate died mid-way
-and part of the tensor was left un-averaged (libs-measured.md §2.4). So each peer gathers, with its
-gradient, two linear checksums of it (the plain sum and a ±1 random projection seeded by the step)
+and part of the tensor was left un-averaged (measured with hivemind 1.1.12). So each peer
+gathers, with its gradient, two linear checksums of it (the plain sum and a ±1 random projection seeded by the step)
 plus its weight and norm. A correct weighted average reproduces the weighted average of the
 checksums; a half-averaged one almost surely does not. Pure torch, so it is unit-testable.
 """

@@ -20,7 +20,7 @@ DEFAULT_LOG_LEVEL = "INFO"
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    ipc: str | None = None  # the control process's socket (contracts.md)
+    ipc: str | None = None  # the control process's socket (records/messages.py)
     plan: str | None = None  # or a static plan file, whose pipelines name workers...
     name: str | None = None  # ...this one among them
     identity: str | None = None  # the node's key file (same peer id as its control process)
@@ -33,7 +33,7 @@ class WorkerSettings:
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         source = parser.add_mutually_exclusive_group(required=True)
-        source.add_argument("--ipc", metavar="SOCKET", help="control process socket (contracts.md)")
+        source.add_argument("--ipc", metavar="SOCKET", help="control process socket (messages: p2ptrain/records/messages.py)")
         source.add_argument(
             "--plan", metavar="PLAN.json", help="static plan file (peers named by --name)"
         )

@@ -1,7 +1,7 @@
 """No orphans: hivemind's children and p2pd must never outlive the worker.
 
 hivemind forks a DHT process and an averager process, and the DHT process starts `p2pd`; all stay
-in the worker's process group, and all survive a SIGKILL of the worker (libs-measured.md §2.2).
+in the worker's process group, and all survive a SIGKILL of the worker (measured with hivemind 1.1.12).
 So the worker (1) leads its own process group, (2) asks the kernel to signal it when its parent
 dies (PR_SET_PDEATHSIG), and (3) forks a tiny watchdog child, before any thread exists, whose only
 job is to SIGKILL the whole group the moment the worker dies, however it dies.

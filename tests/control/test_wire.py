@@ -116,6 +116,7 @@ def test_encode_refuses_oversized_bodies():
     [
         b"[" * 60_000,  # nesting deeper than the parser's recursion
         b'{"v": 1, "ts": 1' + b"0" * 400 + b"}",  # an integer no float holds
+        b'{"v":1,"sig":"00","kind":"claim","ts":' + b"9" * 5000 + b"}",  # past int parsing
     ],
 )
 def test_hostile_bytes_give_the_wire_error(envelope):

@@ -1,5 +1,5 @@
 """The partial-round detector, on the failure hivemind reports as success: part of the tensor left
-un-averaged because a groupmate died mid-round (libs-measured.md §2.4)."""
+un-averaged because a groupmate died mid-round (hivemind reports such a round as a success)."""
 
 import pytest
 import torch
