@@ -6,6 +6,7 @@ peer keeps its own (local) gradient: never a silently half-averaged one.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -14,10 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from p2ptrain.errors import WireError
 from p2ptrain.records import NetworkFacts
 from p2ptrain.worker.checks import (
     COMPRESSED_TOLERANCE,
     EXACT_TOLERANCE,
+    Checksums,
     check_round,
     checksums,
     params_digest,
@@ -241,5 +244,9 @@ def _wait_unless_stopped(control: Any, should_stop: Callable[[], bool] | None) -
 
 
 def _gathered_steps(gathered: dict[Any, Any]) -> list[int]:
-    return [int(d["step"]) for d in gathered.values() if isinstance(d, dict)
-            and isinstance(d.get("step"), int)]  # fmt: skip
+    """The steps of the groupmates whose metadata is valid."""
+    steps = []
+    for data in gathered.values():
+        with contextlib.suppress(WireError):
+            steps.append(Checksums.from_gather(data).step)
+    return steps

@@ -9,14 +9,19 @@ checksums; a half-averaged one almost surely does not. Pure torch, so it is unit
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from p2ptrain.errors import WireError
+from p2ptrain.records import fields as f
+
 # |checksum error| allowed, relative to the largest gathered gradient norm
 EXACT_TOLERANCE = 1e-4
 COMPRESSED_TOLERANCE = 3e-2
+MAX_WEIGHT = 1e9  # rows of a batch: far below this
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,23 @@ class Checksums:
     # a digest of the stage's parameters before this step's update (replicas must agree on it)
     params: float = 0.0
     params_norm: float = 0.0
+
+    @classmethod
+    def from_gather(cls, data: object) -> Checksums:
+        """A groupmate's round metadata as it arrived from the network: a valid record (finite
+        numbers, a positive weight) or WireError."""
+        r = "round metadata"
+        d = f.mapping(data, r)
+        f.require_keys(d, r, ("step", "weight", "total", "projection", "norm"))
+        signed = {name: f.number(d.get(name, 0.0), r, name, -math.inf)
+                  for name in ("total", "projection", "params")}  # fmt: skip
+        return cls(
+            step=f.integer(d["step"], r, "step", -f.MAX_INT),  # re-sync rounds are negative
+            weight=f.number(d["weight"], r, "weight", 1e-12, MAX_WEIGHT),
+            norm=f.number(d["norm"], r, "norm"),
+            params_norm=f.number(d.get("params_norm", 0.0), r, "params_norm"),
+            **signed,
+        )
 
     def as_gather(self) -> dict[str, Any]:
         return {"step": self.step, "weight": self.weight, "total": self.total,
@@ -54,9 +76,9 @@ def check_round(
     parts: list[Checksums] = []
     for peer, data in gathered.items():
         try:
-            parts.append(Checksums(**data))
-        except TypeError:
-            return f"malformed checksums from {peer}"
+            parts.append(Checksums.from_gather(data))
+        except WireError as exc:
+            return f"bad checksums from {peer}: {exc}"
     if len(parts) < 2:
         return "no groupmates"
     if any(p.step != mine.step for p in parts):
@@ -83,10 +105,14 @@ def params_digest(flat_params: torch.Tensor, signs: torch.Tensor) -> tuple[float
 def replicas_diverged(gathered: dict[Any, Any], tolerance: float) -> bool:
     """Did the group's members start this step from different parameters? Every member sees
     the same gathered data, so all of them reach the same answer."""
-    digests = [(data.get("params", 0.0), data.get("params_norm", 0.0))
-               for data in gathered.values() if isinstance(data, dict)]  # fmt: skip
+    digests = []
+    for data in gathered.values():
+        try:
+            digests.append(Checksums.from_gather(data))
+        except WireError:
+            continue  # check_round refused the round already
     if len(digests) < 2:
         return False
-    values = [float(d[0]) for d in digests]
-    scale = max(float(d[1]) for d in digests) + 1e-12
+    values = [d.params for d in digests]
+    scale = max(d.params_norm for d in digests) + 1e-12
     return (max(values) - min(values)) / scale > tolerance

@@ -123,3 +123,32 @@ def test_messages_dispatch_on_their_type() -> None:
     for bad in ({"type": "throughput"}, {"kind": "stop"}, [], {"type": 3}):
         with pytest.raises(WireError):
             message_from_dict(bad)
+
+
+@pytest.mark.parametrize(
+    "addr",
+    [
+        f"/ip4/127.0.0.1/tcp/4001/p2p/{A}",
+        "/ip4/10.77.0.3/tcp/0",
+        "/ip6/::1/tcp/4001",
+        "/dns4/bootstrap.example.org/tcp/4001",
+        "/ip4/1.2.3.4/udp/4001/quic-v1",
+        f"/ip4/1.2.3.4/tcp/4001/p2p/{A}/p2p-circuit/p2p/{B}",
+    ],
+)
+def test_dialable_addresses_pass(addr: str) -> None:
+    assert PeerRecord.from_dict({**peer_dict(), "addrs": [addr]}).addrs == (addr,)
+
+
+@pytest.mark.parametrize(
+    "addr",
+    ["garbage", "/ip4", "/ip4/256.1.1.1/tcp/1", "/ip4/1.2.3.4/tcp/70000",
+     "/ip4/1.2.3.4/tcp/1/p2p/0OIl", "/unix/tmp/sock", "//", "/ip4//tcp/1", "/dns4/-/tcp/1"],
+)  # fmt: skip
+def test_a_garbage_address_is_refused_before_anyone_dials_it(addr: str) -> None:
+    """Attack 2: a peer record or plan with a garbage address spread and crashed every node
+    that dialled it; now the record carrying it is refused."""
+    with pytest.raises(WireError):
+        PeerRecord.from_dict({**peer_dict(), "addrs": [addr]})
+    with pytest.raises(WireError):
+        Plan.from_dict(_plan_with(data_addrs={A: [addr]}))

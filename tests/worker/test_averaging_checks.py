@@ -1,6 +1,8 @@
 """The partial-round detector, on the failure hivemind reports as success: part of the tensor left
 un-averaged because a groupmate died mid-round (hivemind reports such a round as a success)."""
 
+import math
+
 import pytest
 import torch
 
@@ -71,10 +73,39 @@ def test_replicas_that_started_from_other_parameters_are_noticed() -> None:
     moved = params_digest(params - 1e-3 * torch.randn(N).sign(), signs)  # one AdamW step apart
 
     def gathered(*digests: tuple[float, float]) -> dict[str, dict[str, float]]:
-        return {f"p{i}": {"params": d[0], "params_norm": d[1]} for i, d in enumerate(digests)}
+        round_of = {"step": 1, "weight": 1.0, "total": 0.0, "projection": 0.0, "norm": 1.0}
+        return {
+            f"p{i}": {**round_of, "params": d[0], "params_norm": d[1]}
+            for i, d in enumerate(digests)
+        }
 
     assert not replicas_diverged(gathered(same, same), 1e-6)
     assert not replicas_diverged(gathered(same, rounded), 1e-6)
     assert replicas_diverged(gathered(same, moved), 1e-6)
     assert replicas_diverged(gathered(same, rounded, moved), 1e-4)
     assert not replicas_diverged(gathered(same), 1e-6)  # alone: nothing to compare
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"step": "3", "weight": 1.0, "total": 0.0, "projection": 0.0, "norm": 1.0},
+        {"step": 3, "weight": "1", "total": 0.0, "projection": 0.0, "norm": 1.0},
+        {"step": 3, "weight": [1] * 1000, "total": 0.0, "projection": 0.0, "norm": 1.0},
+        {"step": 3, "weight": 1.0, "total": math.nan, "projection": 0.0, "norm": 1.0},
+        {"step": 3, "weight": 1e300, "total": 0.0, "projection": 0.0, "norm": 1.0},
+        {"step": 3, "weight": 1.0, "total": 0.0, "projection": 0.0, "norm": 10**400},
+        {"step": 3, "weight": 1.0, "total": 0.0, "projection": 0.0, "norm": 1.0, "params": "x"},
+        {"step": 3},
+        "not an object",
+        None,
+    ],
+)
+def test_a_groupmates_badly_typed_metadata_fails_the_round_without_raising(bad: object) -> None:
+    """A groupmate's gathered metadata comes from the network: the round is refused, and
+    nothing raises in the checks (which run inside the training step)."""
+    a = torch.randn(50)
+    gathered = {"me": checksums(a, 3, 1).as_gather(), "them": bad}
+    problem = check_round(a, checksums(a, 3, 1), gathered, EXACT_TOLERANCE)
+    assert problem is not None and "them" in problem
+    assert replicas_diverged(gathered, 1e-6) is False  # one valid digest: nothing to compare
