@@ -286,11 +286,30 @@ class SwarmView:
             return Drop(f"plan {key} from {env.author}, which we do not follow")
         if key < current:
             return Drop(f"stale plan {key} < {current}")
+        if key > current and (refused := self._plan_problem(plan)) is not None:
+            return refused
         if key > current:
             self.term = max(self.term, plan.term)
             self.plan = plan
             self.plan_version += 1
             log.info("accepted plan term %d epoch %d from %s", *key, env.author)
+        return None
+
+    def _plan_problem(self, plan: Plan) -> Drop | None:
+        """A plan from our planner is checked before any worker sees it: against the run spec
+        (a shape the model cannot take is the planner's fault) and the membership (a peer we
+        have no record of yet is a difference of views: dropped quietly, the planner re-sends)."""
+        if self.run is not None and plan.stages > min(self.run.stages, self.run.n_layer):
+            return Drop(
+                f"plan of {plan.stages} stages for a run of {self.run.stages} stages and "
+                f"{self.run.n_layer} layers",
+                "malformed",
+            )
+        for peer in plan.peers():
+            member = self.members.get(peer)
+            known = peer == self.self_id and self.role in MEMBER_ROLES
+            if not known and (member is None or member.record.role not in MEMBER_ROLES):
+                return Drop(f"plan names {peer}, which is not a member we know")
         return None
 
     # ------------------------------------------------------------------ election

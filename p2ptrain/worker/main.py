@@ -216,6 +216,8 @@ def _not_actionable(message: PlanMessage, peer_id: str) -> str:
     """Why a plan message cannot be trained on yet ("" if it can)."""
     if message.run is None:
         return "no run spec"
+    if message.plan.stages > message.run.n_layer:  # the control plane checks too; so do we
+        return f"{message.plan.stages} stages cannot split {message.run.n_layer} layers"
     addrs = message.plan.data_addrs
     members = {p for pipeline in message.plan.pipelines for p in pipeline}
     missing = sorted(p for p in members - {peer_id} if not addrs.get(p))

@@ -69,8 +69,10 @@ def choose_start_step(needed: list[str], held: dict[str, dict[str, list[int]]]) 
     return StartPoint(step, f"stage states share no step: each resumes from its newest <= {step}")
 
 
-def check_announcement(value: Any) -> dict[str, list[int]] | None:
-    """A peer's announcement if it is well-formed and bounded, else None (it came off the wire)."""
+def check_announcement(value: Any, num_steps: int) -> dict[str, list[int]] | None:
+    """A peer's announcement if it is well-formed and bounded, else None (it came off the wire).
+    Steps outside the run are refused: a state at or past the run's last step would make every
+    worker skip training as if the run were done."""
     if not isinstance(value, dict) or len(value) > MAX_KEYS:
         return None
     clean: dict[str, list[int]] = {}
@@ -78,7 +80,7 @@ def check_announcement(value: Any) -> dict[str, list[int]] | None:
         if not isinstance(key, str) or len(key) > MAX_KEY_CHARS or not isinstance(steps, list):
             return None
         if len(steps) > MAX_STEPS_PER_KEY or not all(
-            isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**40 for s in steps
+            isinstance(s, int) and not isinstance(s, bool) and 0 <= s < num_steps for s in steps
         ):
             return None
         clean[key] = sorted(set(steps))
@@ -93,6 +95,7 @@ def agree_on_start(
     needed: list[str],
     mine: dict[str, list[int]],
     should_abort: Callable[[], bool],
+    num_steps: int,
     timeout_s: float = RESUME_TIMEOUT_S,
 ) -> StartPoint | None:
     """Announce `mine` under `key`, wait for every member's announcement, choose the start.
@@ -110,7 +113,7 @@ def agree_on_start(
             entries = found.value if found is not None and isinstance(found.value, dict) else {}
             for member in others:
                 entry = entries.get(member)
-                announcement = check_announcement(getattr(entry, "value", None))
+                announcement = check_announcement(getattr(entry, "value", None), num_steps)
                 if announcement is not None:
                     held[member] = announcement
             if all(m in held for m in others):

@@ -159,6 +159,7 @@ class Session:
             [layers_key(r) for r in ranges],
             saved_steps(self.directory),
             lambda: self.inbox.stopped or self.inbox.version != self.plan_version,
+            self.spec.steps,
         )
         if start is not None:
             log.info("the plan's %d peers agreed to start at step %d in %.1f s",

@@ -7,7 +7,7 @@ from p2ptrain.control import wire
 from p2ptrain.control.status import swarm_status
 from p2ptrain.control.view import SwarmView
 from p2ptrain.control.wire import Envelope
-from p2ptrain.records import PeerRecord, SwarmStatus
+from p2ptrain.records import PeerRecord, RunSpec, SwarmStatus
 
 A, B, C, ME = "Aaaa", "Bbbb", "Cccc", "Mmmm"  # sorted: A < B < C < M
 
@@ -207,3 +207,25 @@ def test_status_document_shape():
         "spares",
         "cost_s",
     }
+
+
+def test_a_plan_the_run_cannot_take_is_refused_and_blamed():
+    """Attack 3: a plan of more stages than the model has layers was accepted, and every worker
+    in it exited."""
+    v, feed = make_view(me=C, peers=(A, B))
+    v.run = RunSpec(stages=2, n_layer=2)
+    assert v.accept(feed("claim", A, {"term": 1}), 0.1) is None
+    bad = {**plan(A, 1, 1), "stages": 3, "pipelines": [[A, B, C]]}
+    drop = v.accept(feed("plan", A, bad), 0.2)
+    assert drop is not None and drop.category == "malformed" and v.plan is None
+    assert v.accept(feed("plan", A, plan(A, 1, 2)), 0.3) is None and v.plan is not None
+
+
+def test_a_plan_naming_a_stranger_waits_for_its_record():
+    v, feed = make_view(me=C, peers=(A, B))
+    assert v.accept(feed("claim", A, {"term": 1}), 0.1) is None
+    drop = v.accept(feed("plan", A, plan(A, 1, 1, peers=(A, "Zzzz"))), 0.2)
+    assert drop is not None and drop.category is None and v.plan is None  # not blamed
+    assert v.accept(feed("peer", "Zzzz", record()), 0.3) is None
+    assert v.accept(feed("plan", A, plan(A, 1, 1, peers=(A, "Zzzz"))), 0.4) is None
+    assert v.plan is not None and v.plan.peers() == {A, "Zzzz"}

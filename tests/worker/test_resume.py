@@ -34,7 +34,14 @@ def test_disjoint_histories_fall_back_to_the_oldest_newest_state() -> None:
 
 
 def test_announcements_off_the_wire_are_checked() -> None:
-    assert check_announcement({"L0-2": [3, 1, 3]}) == {"L0-2": [1, 3]}
+    assert check_announcement({"L0-2": [3, 1, 3]}, 40) == {"L0-2": [1, 3]}
     for bad in (None, [1], {"L0-2": "3"}, {"L0-2": [True]}, {"L0-2": [-1]}, {1: [1]},
                 {"x" * 100: [1]}, {"L0-2": list(range(1000))}):  # fmt: skip
-        assert check_announcement(bad) is None
+        assert check_announcement(bad, 40) is None
+
+
+def test_an_announcement_at_or_past_the_last_step_is_refused() -> None:
+    """Attack 4: one member announcing every stage at the run's last step made every worker
+    skip training and exit as if the run were done."""
+    assert check_announcement({"L0-2": [40], "L2-4": [40]}, 40) is None
+    assert check_announcement({"L0-2": [39]}, 40) == {"L0-2": [39]}

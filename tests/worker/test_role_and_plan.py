@@ -1,6 +1,6 @@
 """A plan's roles decide which frames a stage accepts (worker/pipeline.py)."""
 
-from p2ptrain.records import Plan, RunSpec
+from p2ptrain.records import Plan, PlanMessage, RunSpec
 from p2ptrain.worker.frames import ACTIVATION, GRADIENT
 from p2ptrain.worker.pipeline import expected_frame
 
@@ -29,3 +29,17 @@ def test_each_stage_accepts_only_its_neighbours_frames() -> None:
     )  # nobody sends the last stage grads
     grad = expected_frame(spec.replace(compression="none"), first, 5, GRADIENT, 5, 0)
     assert grad is not None and (grad.sender, grad.dtype) == ("d", "float32")
+
+
+def test_a_worker_waits_instead_of_training_on_a_plan_it_cannot_take() -> None:
+    from p2ptrain.worker.main import _not_actionable
+
+    spec = RunSpec(stages=2, n_layer=2)
+    addrs = {p: ("/ip4/127.0.0.1/tcp/1",) for p in "abcde"}
+    fine = PlanMessage(PLAN.replace(data_addrs=addrs), spec)
+    assert _not_actionable(fine, "a") == ""
+    too_deep = PlanMessage(
+        PLAN.replace(stages=3, pipelines=(("a", "b", "c"),), data_addrs=addrs), spec
+    )
+    assert "cannot split" in _not_actionable(too_deep, "a")
+    assert "no data-plane address" in _not_actionable(PlanMessage(PLAN, spec), "a")
