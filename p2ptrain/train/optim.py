@@ -42,3 +42,10 @@ def clip_grads(model: nn.Module, max_norm: float) -> None:
     """Clip this stage's gradient norm (0 = off). Per stage, identically in every trainer."""
     if max_norm > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+
+
+def grads_are_finite(model: nn.Module) -> bool:
+    """No NaN or infinity in any gradient: checked before every optimizer step, since one bad
+    value (a poisoned average, a bad activation) would spread into the weights and the moments."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    return all(bool(torch.isfinite(g).all()) for g in grads)

@@ -28,7 +28,7 @@ from p2ptrain.train.checkpoint import (
 )
 from p2ptrain.train.data import load_corpus, replica_rows
 from p2ptrain.train.model import Stage, build_stage, stage_layer_ranges
-from p2ptrain.train.optim import clip_grads, lr_at, make_optimizer, set_lr
+from p2ptrain.train.optim import clip_grads, grads_are_finite, lr_at, make_optimizer, set_lr
 from p2ptrain.worker import pipeline
 from p2ptrain.worker.averaging import StageAverager
 from p2ptrain.worker.dht_helpers import bootstrap_dht, swarm_prefix
@@ -277,7 +277,10 @@ class Session:
             clip_grads(model, self.spec.grad_clip)
             # kept so that close() can also save the state one step back (worker/resume.py)
             self._previous = StageSnapshot.take(model, self.optimizer, self.step)
-            self.optimizer.step()
+            if grads_are_finite(model):
+                self.optimizer.step()
+            else:  # the stage keeps its weights; a drift from its replicas is re-synced later
+                log.warning("step %d: non-finite gradients: the update is skipped", self.step)
             self.optimizer.zero_grad(set_to_none=True)
             if self._resync_params:
                 self._resync()
