@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 
 from p2ptrain.control import wire
+from p2ptrain.control.penalties import BLOCK_S
 from p2ptrain.control.state import NodeState
-from p2ptrain.control.view import BLOCK_S
 
 log = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ import logging
 from collections import deque
 from dataclasses import dataclass, field
 
+from p2ptrain.control.penalties import Penalties
 from p2ptrain.control.wire import Envelope
 from p2ptrain.records import MEMBER_ROLES, Claim, LinkReport, PeerMetrics, PeerRecord, Plan, RunSpec
 from p2ptrain.records import Telemetry as TelemetryBody
@@ -27,21 +28,7 @@ DEAD_AFTER_S = 8.0  # members publish every 2 s: four missed rounds => dead
 ELECTION_GRACE_S = 5.0  # listen for an incumbent before claiming after start
 MAX_LINK_AGE_S = 60.0  # measurements older than this are forgotten
 FORGET_DEAD_AFTER_S = 600.0
-PENALTY_BLOCK_SCORE = 10.0
-PENALTY_HALF_LIFE_S = 30.0
-BLOCK_S = 60.0
 NUM_RECENT_SEQS = 64  # per author and kind: a repeat of one of these is a replay
-
-# how much each kind of bad input costs its sender (blocked at PENALTY_BLOCK_SCORE)
-PENALTIES = {
-    "malformed": 5.0,
-    "oversized": 5.0,
-    "unsigned": 5.0,
-    "forged": 10.0,
-    "replayed": 2.0,
-    "non-planner": 5.0,
-    "unauthorised": 5.0,
-}
 
 
 @dataclass
@@ -82,13 +69,6 @@ class Drop:
 
 
 @dataclass
-class _Penalty:
-    score: float = 0.0
-    at: float = 0.0
-    blocked_until: float = 0.0
-
-
-@dataclass
 class SwarmView:
     """Everything one control process believes about the swarm."""
 
@@ -112,7 +92,7 @@ class SwarmView:
     _recent_seqs: dict[tuple[str, str], deque[int]] = field(default_factory=dict)
     _claimed_terms: dict[str, int] = field(default_factory=dict)  # highest term each peer claimed
     _claim_seen_at: float = float("-inf")  # when the last claim (accepted or not) came in
-    _penalties: dict[str, _Penalty] = field(default_factory=dict)
+    penalties: Penalties = field(default_factory=Penalties)
 
     # ------------------------------------------------------------------ liveness and penalties
 
@@ -127,22 +107,14 @@ class SwarmView:
         )
 
     def is_blocked(self, peer: str, now: float) -> bool:
-        penalty = self._penalties.get(peer)
-        return penalty is not None and now < penalty.blocked_until
+        return self.penalties.is_blocked(peer, now)
 
     def penalise(self, peer: str, category: str, now: float) -> float:
-        """Add the category's cost to peer's score (which decays); block it past the threshold."""
-        penalty = self._penalties.setdefault(peer, _Penalty(at=now))
-        penalty.score *= 0.5 ** ((now - penalty.at) / PENALTY_HALF_LIFE_S)
-        penalty.score += PENALTIES.get(category, 1.0)
-        penalty.at = now
-        if penalty.score >= PENALTY_BLOCK_SCORE:
-            penalty.blocked_until = now + BLOCK_S
-        return penalty.score
+        """Add the category's cost to peer's score; block it past the threshold (penalties.py)."""
+        return self.penalties.penalise(peer, category, now)
 
     def penalty_score(self, peer: str) -> float:
-        penalty = self._penalties.get(peer)
-        return 0.0 if penalty is None else penalty.score
+        return self.penalties.score(peer)
 
     def heard_from(self, peer: str, now: float) -> None:
         """A direct probe answered: proof of life as good as a message."""
@@ -158,12 +130,21 @@ class SwarmView:
         return sorted(p for p in set(peers) if self.is_alive(p, now))
 
     def forget_stale(self, now: float) -> None:
+        """Forget long-dead members, and every per-author table entry of authors that are not
+        members (a flood of throwaway identities must not grow our memory for good)."""
         for peer in [
             p for p, m in self.members.items() if now - m.last_heard > FORGET_DEAD_AFTER_S
         ]:
             del self.members[peer]
             self.rows.pop(peer, None)
             self.own_links.pop(peer, None)
+        known = {self.self_id, *self.members}
+        for table in (self._last_seq, self._recent_seqs):
+            for key in [key for key in table if key[0] not in known]:
+                del table[key]
+        for author in [a for a in self._claimed_terms if a not in known]:
+            del self._claimed_terms[author]
+        self.penalties.prune(now)
 
     # ------------------------------------------------------------------ incoming messages
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from p2ptrain.control import view as view_mod
 from p2ptrain.control import wire
+from p2ptrain.control.penalties import BLOCK_S
 from p2ptrain.control.status import swarm_status
 from p2ptrain.control.view import SwarmView
 from p2ptrain.control.wire import Envelope
@@ -168,7 +169,7 @@ def test_replays_are_dropped_and_penalties_block():
     assert v.is_blocked(A, 1.3)
     assert not v.is_alive(A, 1.3)
     assert v.accept(feed("telemetry", A, {"links": {}}), 1.4) is not None
-    assert not v.is_blocked(A, 1.3 + view_mod.BLOCK_S + 1)
+    assert not v.is_blocked(A, 1.3 + BLOCK_S + 1)
 
 
 def test_links_take_the_freshest_side_and_age_out():
@@ -229,3 +230,19 @@ def test_a_plan_naming_a_stranger_waits_for_its_record():
     assert v.accept(feed("peer", "Zzzz", record()), 0.3) is None
     assert v.accept(feed("plan", A, plan(A, 1, 1, peers=(A, "Zzzz"))), 0.4) is None
     assert v.plan is not None and v.plan.peers() == {A, "Zzzz"}
+
+
+def test_a_flood_of_throwaway_identities_leaves_nothing_behind():
+    """Attack 8: per-author tables were never pruned; identities are free."""
+    v, feed = make_view(me=C, peers=(A, B))
+    for i in range(500):
+        stranger = f"Sybil{i}"
+        v.accept(feed("claim", stranger, {"term": 1}), 1.0)  # no record: dropped, seq noted
+        v.penalise(stranger, "malformed", 1.0)
+    assert len(v.penalties) == 500
+    v.forget_stale(2.0)
+    assert all(author in (A, B, C) for author, _ in v._last_seq)
+    v.forget_stale(1.0 + 10 * BLOCK_S)  # scores decayed, blocks over
+    assert len(v.penalties) == 0
+    assert v.accept(feed("peer", A, record()), 601.0) is None  # (A was silent, so forgotten)
+    assert v.accept(feed("claim", A, {"term": 1}), 601.5) is None  # members still work
