@@ -31,5 +31,4 @@ def run(args: argparse.Namespace) -> int:
         listen_addr=args.listen,
         run=spec,
     )
-    run_node(ControlNode(config))
-    return 0
+    return run_node(ControlNode(config))

@@ -24,6 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where this node keeps its stage checkpoints (default: the run spec's checkpoint_dir)",
     )
     parser.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="the organiser's token for this peer (`p2ptrain token issue`), or a file holding "
+        "it: needed to join a run with admission = 'token', and to be elected planner",
+    )
+    parser.add_argument(
         "--metrics-log",
         metavar="FILE",
         help="append every report of this node's worker to FILE as a JSON line",
@@ -45,5 +51,6 @@ def run(args: argparse.Namespace) -> int:
         control_only=args.control_only,
         checkpoint_dir=args.checkpoint_dir,
         metrics_log=args.metrics_log,
+        token=args.token,
     )
     return supervisor.run()

@@ -19,9 +19,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0")
     parser.add_argument("--ipc", default=None)
+    parser.add_argument("--token", default=None, help="the organiser's token, or a file holding it")
     args = parser.parse_args(argv)
     from p2ptrain.control.node import ControlNode, NodeConfig, configure_logging, run_node
     from p2ptrain.identity import load_or_create_identity
+    from p2ptrain.records.token import read_token
 
     configure_logging()
     try:
@@ -31,13 +33,13 @@ def main(argv: list[str] | None = None) -> int:
             listen_addr=args.listen,
             bootstrap_addr=args.bootstrap,
             ipc_path=args.ipc,
+            token=None if args.token is None else read_token(args.token),
         )
         node = ControlNode(config)
     except UserError as exc:
         print(f"p2ptrain control: error: {exc}", file=sys.stderr)
         return 2
-    run_node(node)
-    return 0
+    return run_node(node)
 
 
 if __name__ == "__main__":

@@ -24,9 +24,10 @@ from p2ptrain.control.publishing import record_message, run_message
 from p2ptrain.control.rpcs import RUN_PROTOCOL
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.view import MEMBER_ROLES
+from p2ptrain.errors import UserError
 from p2ptrain.net import rpc
 from p2ptrain.net.host import parse_multiaddr
-from p2ptrain.records import RunSpec
+from p2ptrain.records import RunSpec, token_problem
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,7 @@ class Discovery:
                 log.warning("cannot reach bootstrap %s yet: %s", info.peer_id, exc or type(exc))
                 await trio.sleep(delay_s)
                 delay_s = min(delay_s * 2, JOIN_RETRY_MAX_S)
+        self._check_admission()
         await self.dht.add_peer(info.peer_id)
         log.info(
             "joined via bootstrap %s, run %s",
@@ -108,6 +110,23 @@ class Discovery:
         )
         self.state.joined.set()
         await self._refresh_dht()
+
+    def _check_admission(self) -> None:
+        """A run that admits token holders only: without a valid token of ours, we leave (the
+        others would ignore us anyway) with one line saying why."""
+        view = self.state.view
+        if view.run is None or view.run.admission != "token":
+            return
+        token = view.own_token
+        problem = "no token (join --token)" if token is None else token_problem(
+            token, view.bootstrap_id, self.state.peer_id, time.time()
+        )
+        if problem is not None:
+            raise UserError(
+                f"run {view.run.run_id} admits holders of the organiser's tokens only, and our "
+                f"token is refused: {problem}; send the organiser our peer id "
+                f"({self.state.peer_id}, `p2ptrain id`)"
+            )
 
     async def _fetch_run(self) -> None:
         assert self.bootstrap is not None

@@ -13,7 +13,8 @@ import trio
 from libp2p.abc import IHost
 from libp2p.peer.id import ID
 
-from p2ptrain.control.view import LinkSample, SwarmView
+from p2ptrain.control.links import LinkSample
+from p2ptrain.control.view import SwarmView
 from p2ptrain.net import probe
 
 log = logging.getLogger(__name__)

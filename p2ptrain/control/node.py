@@ -34,9 +34,10 @@ from p2ptrain.control.state import NodeState
 from p2ptrain.control.sync import SYNC_PROTOCOL, PullSync
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
 from p2ptrain.control.worker_link import WorkerLink
+from p2ptrain.errors import UserError
 from p2ptrain.net import probe, rpc
 from p2ptrain.net.host import full_addrs, make_host, parse_multiaddr, quiet_library_logs
-from p2ptrain.records.run import RunSpec
+from p2ptrain.records import RunSpec, Token
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ class NodeConfig:
     run: RunSpec | None = None  # the bootstrap publishes it; others learn it when joining
     ipc_path: str | None = None
     print_addr: bool = True
+    token: Token | None = None  # the organiser's word that we may join, and maybe plan
 
 
 class ControlNode:
@@ -68,6 +70,7 @@ class ControlNode:
             planner_capable=config.role in MEMBER_ROLES,
             started_at=time.monotonic(),
             run=config.run,
+            own_token=config.token,
         )
         self.state = NodeState(
             seed=config.seed,
@@ -173,10 +176,24 @@ async def run_until_signalled(
                 break
 
 
-def run_node(node: ControlNode) -> None:
-    """Run a node in this process until SIGTERM/SIGINT (blocking)."""
+def run_node(node: ControlNode) -> int:
+    """Run a node in this process until SIGTERM/SIGINT (blocking); the exit code: 2 if the run
+    refused us (its one-line reason logged)."""
+    refused: list[BaseException] = []
     try:
         trio.run(run_until_signalled, node, node.stop_worker)
+    except* UserError as group:
+        refused.append(_first_leaf(group))
     except* RuntimeError as group:  # py-libp2p can raise "Nursery is closed" while tearing down
         if not all("Nursery is closed" in str(e) for e in group.exceptions):
             raise
+    if refused:
+        print(f"p2ptrain: error: {refused[0]}", file=sys.stderr, flush=True)
+        return 2
+    return 0
+
+
+def _first_leaf(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error

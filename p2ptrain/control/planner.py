@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from p2ptrain.control.view import Link
+from p2ptrain.control.links import Link
 from p2ptrain.records import NetworkFacts
 
 PLAN_TIME_BUDGET_S = 0.5

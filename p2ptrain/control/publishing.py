@@ -41,7 +41,8 @@ def record_message(state: NodeState) -> bytes:
         addrs=tuple(state.addrs),
         data_addrs=tuple(state.data_addrs),
         role=state.role,
-        planner_capable=state.is_member,
+        planner_capable=state.view.may_plan(state.peer_id),  # as our token says
+        token=state.view.own_token,
         version=__version__,
         hardware=state.hardware,
         compute_gflops=state.compute_gflops,

@@ -14,19 +14,30 @@ winning claim steps down. Plans are accepted only from the recognised planner wi
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from p2ptrain.control.links import MAX_LINK_AGE_S, Link, LinkSample, freshest_links
 from p2ptrain.control.penalties import Penalties
 from p2ptrain.control.wire import Envelope
-from p2ptrain.records import MEMBER_ROLES, Claim, LinkReport, PeerMetrics, PeerRecord, Plan, RunSpec
+from p2ptrain.records import (
+    MEMBER_ROLES,
+    Claim,
+    LinkReport,
+    PeerMetrics,
+    PeerRecord,
+    Plan,
+    RunSpec,
+    Token,
+    token_problem,
+)
 from p2ptrain.records import Telemetry as TelemetryBody
 
 log = logging.getLogger(__name__)
 
 DEAD_AFTER_S = 8.0  # members publish every 2 s: four missed rounds => dead
 ELECTION_GRACE_S = 5.0  # listen for an incumbent before claiming after start
-MAX_LINK_AGE_S = 60.0  # measurements older than this are forgotten
 FORGET_DEAD_AFTER_S = 600.0
 NUM_RECENT_SEQS = 64  # per author and kind: a repeat of one of these is a replay
 
@@ -38,26 +49,6 @@ class Member:
     record: PeerRecord
     last_heard: float
     metrics: PeerMetrics | None = None
-
-
-@dataclass
-class LinkSample:
-    """This peer's own latest measurements towards one other peer (monotonic timestamps)."""
-
-    rtt_ms: float | None = None
-    rtt_at: float | None = None
-    bandwidth_mbps: float | None = None
-    bandwidth_at: float | None = None
-    num_failures: int = 0
-
-
-@dataclass
-class Link:
-    """The freshest knowledge about one unordered pair, from either side."""
-
-    rtt_ms: float | None
-    bandwidth_mbps: float | None
-    age_s: float
 
 
 @dataclass
@@ -74,10 +65,11 @@ class SwarmView:
 
     self_id: str
     role: str
-    planner_capable: bool
+    planner_capable: bool  # our role may plan: it still takes a planner token (own_token)
     started_at: float
-    bootstrap_id: str | None = None
+    bootstrap_id: str | None = None  # the organiser: its key signs the run spec and the tokens
     run: RunSpec | None = None
+    own_token: Token | None = None
     members: dict[str, Member] = field(default_factory=dict)
     own_links: dict[str, LinkSample] = field(default_factory=dict)
     rows: dict[str, tuple[dict[str, LinkReport], float]] = field(default_factory=dict)
@@ -93,6 +85,7 @@ class SwarmView:
     _claimed_terms: dict[str, int] = field(default_factory=dict)  # highest term each peer claimed
     _claim_seen_at: float = float("-inf")  # when the last claim (accepted or not) came in
     penalties: Penalties = field(default_factory=Penalties)
+    _verified_tokens: dict[tuple[str, str, str | None], bool] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ liveness and penalties
 
@@ -144,6 +137,8 @@ class SwarmView:
                 del table[key]
         for author in [a for a in self._claimed_terms if a not in known]:
             del self._claimed_terms[author]
+        for token_key in [k for k in self._verified_tokens if k[1] not in known]:
+            del self._verified_tokens[token_key]
         self.penalties.prune(now)
 
     # ------------------------------------------------------------------ incoming messages
@@ -181,10 +176,15 @@ class SwarmView:
             return Drop("run spec not signed by our bootstrap", "unauthorised")
         assert isinstance(env.body, RunSpec)
         self.run = env.body
+        if self.run.admission == "token":  # the run's rule may arrive after some records
+            for peer in [p for p, m in self.members.items() if not self._admitted(p, m.record)]:
+                del self.members[peer]
         return None
 
     def _on_peer(self, env: Envelope, now: float) -> Drop | None:
         assert isinstance(env.body, PeerRecord)
+        if not self._admitted(env.author, env.body):
+            return Drop(f"{env.author} holds no token for this run")  # ignored, never dialled
         member = self.members.get(env.author)
         if member is None:
             self.members[env.author] = Member(record=env.body, last_heard=now)
@@ -201,20 +201,38 @@ class SwarmView:
         return None
 
     def _capable(self, peer: str, now: float) -> bool:
-        member = self.members.get(peer)
-        return (
-            member is not None
-            and member.record.planner_capable
-            and self.is_alive(peer, now)
-        )
+        return self.may_plan(peer) and self.is_alive(peer, now)
+
+    def may_plan(self, peer: str) -> bool:
+        """Only holders of a planner token signed by the organiser may claim or plan: a peer's
+        own say (its role, its term) is no authority."""
+        if peer == self.self_id:
+            token = self.own_token if self.planner_capable else None
+        else:
+            member = self.members.get(peer)
+            placed = member is not None and member.record.role in MEMBER_ROLES
+            token = member.record.token if member is not None and placed else None
+        return token is not None and token.planner and self._token_ok(token, peer)
+
+    def _admitted(self, peer: str, record: PeerRecord) -> bool:
+        if self.run is None or self.run.admission == "open" or peer == self.bootstrap_id:
+            return True
+        return record.token is not None and self._token_ok(record.token, peer)
+
+    def _token_ok(self, token: Token, peer: str) -> bool:
+        key = (token.sig, peer, self.bootstrap_id)
+        if key not in self._verified_tokens:  # an Ed25519 check per token, not per message
+            problem = token_problem(token, self.bootstrap_id, peer, now=0.0)
+            self._verified_tokens[key] = problem is None
+        return self._verified_tokens[key] and token.expires_at >= time.time()
 
     def _on_claim(self, env: Envelope, now: float) -> Drop | None:
         assert isinstance(env.body, Claim)
         term, author = env.body.term, env.author
         if env.author not in self.members:
             return Drop("claim before the author's peer record")
-        if not self.members[author].record.planner_capable:
-            return Drop(f"claim from {author}, which is not planner-capable", "unauthorised")
+        if not self.may_plan(author):
+            return Drop(f"claim from {author}, which holds no planner token", "unauthorised")
         self._claimed_terms[author] = max(self._claimed_terms.get(author, 0), term)
         self.max_seen_term = max(self.max_seen_term, term)
         self._claim_seen_at = now
@@ -297,7 +315,7 @@ class SwarmView:
 
     def should_claim(self, now: float) -> bool:
         """True when this peer must claim the planner role now."""
-        if not self.planner_capable or self.planner == self.self_id:
+        if not self.may_plan(self.self_id) or self.planner == self.self_id:
             return False
         if now - self.started_at < ELECTION_GRACE_S:
             return False
@@ -348,29 +366,4 @@ class SwarmView:
 
     def links(self, now: float) -> dict[tuple[str, str], Link]:
         """The freshest measurement of every unordered pair, from our own and gossiped rows."""
-        rtts: dict[tuple[str, str], tuple[float, float]] = {}  # pair -> (age, value)
-        bws: dict[tuple[str, str], tuple[float, float]] = {}
-        rows = dict(self.rows)
-        rows[self.self_id] = (self.own_row(now), now)
-        for author, (row, received_at) in rows.items():
-            delay = now - received_at
-            for peer, link in row.items():
-                pair = (min(author, peer), max(author, peer))
-                for value, age, table in (
-                    (link.rtt_ms, link.rtt_age_s, rtts),
-                    (link.bandwidth_mbps, link.bandwidth_age_s, bws),
-                ):
-                    if value is None or age is None or age + delay > MAX_LINK_AGE_S:
-                        continue
-                    if pair not in table or age + delay < table[pair][0]:
-                        table[pair] = (age + delay, float(value))
-        result = {}
-        for pair in set(rtts) | set(bws):
-            rtt, bw = rtts.get(pair), bws.get(pair)
-            ages = [x[0] for x in (rtt, bw) if x is not None]
-            result[pair] = Link(
-                rtt_ms=None if rtt is None else rtt[1],
-                bandwidth_mbps=None if bw is None else bw[1],
-                age_s=min(ages),
-            )
-        return result
+        return freshest_links({**self.rows, self.self_id: (self.own_row(now), now)}, now)

@@ -18,14 +18,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from p2ptrain import procs
+from p2ptrain import identity, procs
 from p2ptrain.harness.direct_swarm import StepStats, SwarmResult
 from p2ptrain.ipc_lines import decode
-from p2ptrain.records import Message, MetricsReport, Plan, RunSpec, SessionReport
+from p2ptrain.records import Message, MetricsReport, Plan, RunSpec, SessionReport, issue_token
 
 START_TIMEOUT_S = 60.0
 STALL_TIMEOUT_S = 240.0
 STOP_GRACE_S = 15.0
+TOKEN_LIFETIME_S = 7 * 86_400.0
 
 
 class NodeSites:
@@ -73,8 +74,13 @@ def train_with_control_plane(
         nodes.append(boot)
         address = _first_line(boot, START_TIMEOUT_S)
         logs = [workdir / f"metrics-{i}.jsonl" for i in range(num_peers)]
+        organiser = identity.load_identity(workdir / "bootstrap.key")
         for i in range(num_peers):
-            args = ["join", "--bootstrap", address, "--identity", str(workdir / f"peer-{i}.key"),
+            key = workdir / f"peer-{i}.key"
+            # every node of a local run may plan: the organiser's planner token for it
+            token = issue_token(organiser, identity.peer_id_of(identity.load_or_create_identity(key)),
+                                True, time.time() + TOKEN_LIFETIME_S).encode()  # fmt: skip
+            args = ["join", "--bootstrap", address, "--identity", str(key), "--token", token,
                     "--listen", sites.listen(i), "--metrics-log", str(logs[i])]  # fmt: skip
             if own_checkpoints:
                 args += ["--checkpoint-dir", str(workdir / f"peer-{i}" / "checkpoints")]

@@ -56,8 +56,10 @@ class Supervisor:
         control_only: bool,
         checkpoint_dir: str | None = None,
         metrics_log: str | None = None,
+        token: str | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        self.token = token
         self.checkpoint_dir = checkpoint_dir
         self.metrics_log = metrics_log
         self.identity = identity
@@ -90,6 +92,7 @@ class Supervisor:
                     "--bootstrap", self.bootstrap,
                     "--listen", self.listen,
                     "--ipc", ipc_path,
+                    *(["--token", self.token] if self.token else []),
                 ],
                 stdout=subprocess.PIPE,
             )  # fmt: skip

@@ -14,6 +14,7 @@ records; nobody builds or reads a bare dict of one.
 | NetworkFacts    | records/plan.py        | inside a Plan: the links it was made for            |
 | Hello, MetricsReport, SessionReport, PlanMessage, Stop | records/messages.py | worker socket, metrics logs |
 | SwarmStatus     | records/status.py      | the status RPC, `status --json`                     |
+| Token           | records/token.py       | organiser -> volunteer -> `join --token` -> record  |
 
 The signed envelope around gossiped bodies is control/wire.py's; the data plane's frames
 (worker/frames.py) and averaging metadata (worker/planned_group.py) are defined beside their
@@ -41,6 +42,7 @@ from p2ptrain.records.peer import (
 from p2ptrain.records.plan import NetworkFacts, Plan, Role
 from p2ptrain.records.run import RunSpec, load_run_spec
 from p2ptrain.records.status import LinkStatus, PeerStatus, PlanSummary, SwarmStatus
+from p2ptrain.records.token import Token, issue_token, token_problem
 
 __all__ = [
     "MEMBER_ROLES",
@@ -64,6 +66,9 @@ __all__ = [
     "Stop",
     "SwarmStatus",
     "Telemetry",
+    "Token",
+    "issue_token",
     "load_run_spec",
     "message_from_dict",
+    "token_problem",
 ]

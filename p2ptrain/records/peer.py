@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from p2ptrain.records import fields as f
+from p2ptrain.records.token import Token
 
 ROLES = ("trainer", "control-only", "bootstrap", "observer")
 MEMBER_ROLES = ("trainer", "control-only")  # the roles a plan may place
@@ -27,9 +28,10 @@ class PeerRecord:
     hardware: dict[str, Any]  # descriptive (control/hardware.py); nothing acts on it
     compute_gflops: float | None = None
     data_addrs: tuple[str, ...] = ()  # the worker's p2pd multiaddrs, once it said hello
+    token: Token | None = None  # the organiser's word that it may join (and plan): token.py
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "addrs": list(self.addrs),
             "data_addrs": list(self.data_addrs),
             "role": self.role,
@@ -38,6 +40,9 @@ class PeerRecord:
             "hardware": self.hardware,
             "compute_gflops": self.compute_gflops,
         }
+        if self.token is not None:
+            data["token"] = self.token.encode()
+        return data
 
     @classmethod
     def from_dict(cls, data: object) -> PeerRecord:
@@ -51,6 +56,7 @@ class PeerRecord:
             hardware=f.free_form(d["hardware"], "peer", "hardware"),
             compute_gflops=f.optional_number(d.get("compute_gflops"), "peer", "compute_gflops"),
             data_addrs=f.addrs(d.get("data_addrs", []), "peer", "data_addrs"),
+            token=None if d.get("token") is None else Token.decode(d["token"]),
         )
 
 

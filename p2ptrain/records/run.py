@@ -36,6 +36,9 @@ class RunSpec:
     # with everyone it expects, instead of re-planning as each one arrives); later plans may use
     # fewer, because training on with the survivors beats waiting
     min_peers: int = 1
+    # who may train: "open" (anyone) or "token" (holders of a token the organiser signed,
+    # `p2ptrain token issue`); planning always needs a planner token
+    admission: str = "open"
 
     # --- training (the data plane); the defaults learn visibly on 2 CPU cores in minutes ---
     steps: int = 40
@@ -75,6 +78,8 @@ class RunSpec:
             raise UserError("c_dp_gb and c_pp_gb must be >= 0")
         if not 1 <= self.min_peers <= 100_000:
             raise UserError(f"min_peers must be between 1 and 100000, got {self.min_peers}")
+        if self.admission not in ("open", "token"):
+            raise UserError(f"admission must be 'open' or 'token', got {self.admission!r}")
         self._check_training_fields()
 
     def _check_training_fields(self) -> None:

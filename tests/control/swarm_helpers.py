@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from p2ptrain import identity
+from p2ptrain.records import issue_token
 from tests.conftest import PYTHON, REPO_ROOT, ProcessReaper
 
 STARTUP_TIMEOUT_S = 60.0
@@ -22,6 +24,14 @@ def start_bootstrap(reaper: ProcessReaper, tmp: Path) -> tuple[subprocess.Popen[
     return proc, reaper.read_line(proc, STARTUP_TIMEOUT_S)
 
 
+def planner_token(tmp: Path, name: str) -> str:
+    """The organiser's (the bootstrap's key's) planner token for peer `name`: what
+    `p2ptrain token issue --planner` prints (tests/integration/test_admission.py runs that CLI)."""
+    peer = identity.peer_id_of(identity.load_or_create_identity(tmp / f"{name}.key"))
+    organiser = identity.load_identity(tmp / "boot.key")
+    return issue_token(organiser, peer, True, time.time() + 86_400).encode()
+
+
 def start_peer(
     reaper: ProcessReaper, tmp: Path, bootstrap: str, name: str
 ) -> tuple[subprocess.Popen[bytes], str]:
@@ -30,6 +40,7 @@ def start_peer(
             PYTHON, "-m", "p2ptrain", "join", "--control-only",
             "--bootstrap", bootstrap,
             "--identity", str(tmp / f"{name}.key"),
+            "--token", planner_token(tmp, name),
         ],
         stderr_path=tmp / f"{name}.log",
     )  # fmt: skip

@@ -27,7 +27,7 @@ from p2ptrain.control.rpcs import STATUS_PROTOCOL
 from p2ptrain.control.sync import SYNC_PROTOCOL
 from p2ptrain.net import rpc
 from p2ptrain.net.host import make_host
-from p2ptrain.records.run import RunSpec
+from p2ptrain.records import RunSpec, issue_token
 
 
 class Attacker:
@@ -39,6 +39,7 @@ class Attacker:
         self.pubsub = pubsub
         self.host = host
         self.seq = wire.SeqClock()
+        self.token: str | None = None  # a token in its record, as the organiser signed it
 
     def sees_subscriber(self, peer: str) -> bool:
         """True once peer's subscriptions reached us: our publishes (fanout) will go to it."""
@@ -61,6 +62,8 @@ class Attacker:
             "hardware": {},
             "compute_gflops": None,
         }
+        if self.token is not None:
+            body["token"] = self.token
         return self.envelope("peer", body)
 
     async def keep_claiming(self, term: int) -> None:
@@ -120,8 +123,9 @@ def test_bad_messages_are_dropped_logged_and_penalised(caplog):
     results: dict[str, object] = {}
 
     async def scenario() -> None:
+        organiser = os.urandom(32)
         victim = ControlNode(
-            NodeConfig(seed=os.urandom(32), role="bootstrap", run=RunSpec(), print_addr=False)
+            NodeConfig(seed=organiser, role="bootstrap", run=RunSpec(), print_addr=False)
         )
         async with trio.open_nursery() as nursery:
             await nursery.start(victim.run)
@@ -168,6 +172,8 @@ def test_bad_messages_are_dropped_logged_and_penalised(caplog):
                 await until_blamed(replayer, planner_peer.record())
                 # an honest-looking planner is followed first; then a peer that never claimed
                 # the term publishes a plan for it
+                # the honest planner holds the organiser's planner token
+                planner_peer.token = issue_token(organiser, planner_peer.id, True, 2e9).encode()
                 await planner_peer.publish(planner_peer.record())
                 await wait_until(lambda: planner_peer.id in victim.view.members)
                 async with trio.open_nursery() as claims:

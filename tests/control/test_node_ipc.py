@@ -10,10 +10,11 @@ from typing import Any
 
 import trio
 
+from p2ptrain import identity
 from p2ptrain.control import wire
 from p2ptrain.control.node import ControlNode, NodeConfig
 from p2ptrain.control.status import swarm_status
-from p2ptrain.records import Hello, PeerRecord, PlanMessage, RunSpec
+from p2ptrain.records import Hello, PeerRecord, PlanMessage, RunSpec, issue_token
 
 DATA_ADDR = "/ip4/127.0.0.1/tcp/4242/p2p/12D3KooWdata"
 
@@ -22,10 +23,12 @@ def test_worker_hello_reaches_the_plan_and_status(tmp_path):
     path = str(tmp_path / "control.sock")
     got: dict[str, Any] = {}
 
+    organiser, member_seed = os.urandom(32), os.urandom(32)
+
     async def scenario() -> None:
         boot = ControlNode(
             NodeConfig(
-                seed=os.urandom(32),
+                seed=organiser,
                 role="bootstrap",
                 run=RunSpec(run_id="ipc-test", stages=2),
                 print_addr=False,
@@ -35,11 +38,12 @@ def test_worker_hello_reaches_the_plan_and_status(tmp_path):
             await nursery.start(boot.run)
             member = ControlNode(
                 NodeConfig(
-                    seed=os.urandom(32),
+                    seed=member_seed,
                     role="trainer",
                     bootstrap_addr=boot.addrs[0],
                     ipc_path=path,
                     print_addr=False,
+                    token=issue_token(organiser, identity.peer_id_of(member_seed), True, 2e9),
                 )
             )
             await nursery.start(member.run)

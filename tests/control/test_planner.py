@@ -1,5 +1,6 @@
 import numpy as np
 
+from p2ptrain.control.links import Link
 from p2ptrain.control.planner import (
     build_matrices,
     compute_plan,
@@ -7,7 +8,6 @@ from p2ptrain.control.planner import (
     placement_cost,
     worth_switching,
 )
-from p2ptrain.control.view import Link
 
 PEERS = [f"p{i}" for i in range(8)]
 

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from p2ptrain import identity
 from p2ptrain.control import view as view_mod
 from p2ptrain.control import wire
 from p2ptrain.control.penalties import BLOCK_S
 from p2ptrain.control.status import swarm_status
 from p2ptrain.control.view import SwarmView
 from p2ptrain.control.wire import Envelope
-from p2ptrain.records import PeerRecord, RunSpec, SwarmStatus
+from p2ptrain.records import PeerRecord, RunSpec, SwarmStatus, Token, issue_token
 
 A, B, C, ME = "Aaaa", "Bbbb", "Cccc", "Mmmm"  # sorted: A < B < C < M
+ORGANISER = bytes(range(32))  # the bootstrap's key: it signs the planner tokens
+
+
+def planner_token(peer: str) -> Token:
+    return issue_token(ORGANISER, peer, True, 2e9)
 
 
 def record(role: str = "control-only") -> dict:
@@ -26,12 +32,15 @@ class Feed:
 
     def __call__(self, kind: str, author: str, body: dict) -> Envelope:
         self.seq += 1
+        if kind == "peer" and "token" not in body:  # members of these tests may plan
+            body = {**body, "token": planner_token(author).encode()}
         record = wire.BODY_RECORDS[kind](body)  # what wire.decode hands the view
         return Envelope(kind=kind, author=author, seq=self.seq, ts=0.0, body=record)
 
 
 def make_view(me: str = ME, peers: tuple[str, ...] = (A, B, C), now: float = 0.0):
-    v = SwarmView(self_id=me, role="control-only", planner_capable=True, started_at=now)
+    v = SwarmView(self_id=me, role="control-only", planner_capable=True, started_at=now,
+                  bootstrap_id=identity.peer_id_of(ORGANISER), own_token=planner_token(me))  # fmt: skip
     feed = Feed()
     for peer in peers:
         assert v.accept(feed("peer", peer, record()), now) is None
@@ -246,3 +255,42 @@ def test_a_flood_of_throwaway_identities_leaves_nothing_behind():
     assert len(v.penalties) == 0
     assert v.accept(feed("peer", A, record()), 601.0) is None  # (A was silent, so forgotten)
     assert v.accept(feed("claim", A, {"term": 1}), 601.5) is None  # members still work
+
+
+def test_only_holders_of_the_organisers_planner_token_may_claim():
+    """Attack 3: `planner_capable` was self-declared, so a fresh identity claiming a huge term
+    won every view."""
+    v, feed = make_view(me=C, peers=(A,))
+    no_token = {**record(), "token": None}
+    assert v.accept(feed("peer", "Evil", no_token), 0.0) is None  # an open run admits it...
+    drop = v.accept(feed("claim", "Evil", {"term": 2**50}), 0.1)
+    assert (
+        drop is not None and drop.category == "unauthorised" and v.planner is None
+    )  # ...not to plan
+    forged = issue_token(
+        bytes(32), "Evil2", True, 2e9
+    )  # signed by a key that is not the organiser's
+    assert v.accept(feed("peer", "Evil2", {**record(), "token": forged.encode()}), 0.2) is None
+    drop = v.accept(feed("claim", "Evil2", {"term": 5}), 0.3)
+    assert drop is not None and drop.category == "unauthorised"
+    assert v.accept(feed("claim", A, {"term": 1}), 0.4) is None and v.planner == A
+    not_planner = {**record(), "token": issue_token(ORGANISER, "Vol", False, 2e9).encode()}
+    assert v.accept(feed("peer", "Vol", not_planner), 0.5) is None
+    assert v.accept(feed("claim", "Vol", {"term": 3}), 0.6).category == "unauthorised"
+    assert v.planner == A
+    # and a node without a planner token never claims itself
+    w, _ = make_view(me=A, peers=(B,))
+    w.own_token = None
+    assert not w.should_claim(100.0)
+
+
+def test_with_token_admission_a_peer_without_a_token_is_no_member():
+    v, feed = make_view(me=C, peers=(A,))
+    v.run = RunSpec(admission="token")
+    assert v.accept(feed("peer", "Stranger", {**record(), "token": None}), 0.0) is not None
+    assert "Stranger" not in v.members and A in v.members
+    expired = issue_token(ORGANISER, "Late", False, 1.0).encode()
+    assert v.accept(feed("peer", "Late", {**record(), "token": expired}), 0.1) is not None
+    volunteer = issue_token(ORGANISER, "Vol", False, 2e9).encode()
+    assert v.accept(feed("peer", "Vol", {**record(), "token": volunteer}), 0.2) is None
+    assert "Vol" in v.live_members(0.3)

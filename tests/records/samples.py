@@ -16,6 +16,8 @@ from p2ptrain.records import (
     Stop,
     SwarmStatus,
     Telemetry,
+    Token,
+    issue_token,
 )
 
 A = "12D3KooWA1111111111111111111111111111111111111111111"
@@ -78,10 +80,16 @@ def status_dict() -> dict[str, Any]:
     }  # fmt: skip
 
 
+def token_dict() -> dict[str, Any]:
+    return issue_token(bytes(range(32)), A, True, 2e9).to_dict()
+
+
 # (record class, a valid dict of it)
 SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (Plan, plan_dict()),
     (PeerRecord, peer_dict()),
+    (PeerRecord, {**peer_dict(), "token": Token.from_dict(token_dict()).encode()}),
+    (Token, token_dict()),
     (Telemetry, telemetry_dict()),
     (Claim, {"term": 3}),
     (RunSpec, RunSpec(run_id="r", steps=7).to_dict()),

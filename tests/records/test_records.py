@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from p2ptrain import identity
 from p2ptrain.errors import UserError, WireError
 from p2ptrain.records import (
     Claim,
@@ -20,7 +21,10 @@ from p2ptrain.records import (
     RunSpec,
     Stop,
     Telemetry,
+    Token,
+    issue_token,
     message_from_dict,
+    token_problem,
 )
 from tests.records.samples import SAMPLES, A, B, C, metrics_dict, peer_dict, plan_dict
 
@@ -152,3 +156,19 @@ def test_a_garbage_address_is_refused_before_anyone_dials_it(addr: str) -> None:
         PeerRecord.from_dict({**peer_dict(), "addrs": [addr]})
     with pytest.raises(WireError):
         Plan.from_dict(_plan_with(data_addrs={A: [addr]}))
+
+
+def test_a_token_admits_its_peer_only_while_valid_and_only_from_the_organiser() -> None:
+    organiser = bytes(range(32))
+    issuer = identity.peer_id_of(organiser)
+    token = issue_token(organiser, A, True, 1000.0)
+    assert Token.decode(token.encode()) == token
+    assert token_problem(token, issuer, A, now=999.0) is None
+    assert "expired" in (token_problem(token, issuer, A, now=1001.0) or "")
+    assert "not to" in (token_problem(token, issuer, B, now=0.0) or "")
+    assert "organiser" in (token_problem(token, B, A, now=0.0) or "")
+    flipped = Token(token.peer, False, token.expires_at, token.issuer, token.sig)
+    assert "signature" in (token_problem(flipped, issuer, A, now=0.0) or "")
+    for bad in ("p2pt1.!!!", "p2pt1.e30", "nope", 42, "p2pt1." + "A" * 2000):
+        with pytest.raises(WireError):
+            Token.decode(bad)

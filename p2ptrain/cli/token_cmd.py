@@ -1,0 +1,36 @@
+"""`p2ptrain token issue`: the organiser signs a token that admits one peer to the run (and, with
+--planner, lets it be elected planner and sign plans)."""
+
+from __future__ import annotations
+
+import argparse
+
+SECONDS_PER_DAY = 86_400.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    issue = actions.add_parser("issue", help="print a token for one peer")
+    issue.add_argument(
+        "--identity", required=True, help="the organiser's key: the bootstrap's identity file"
+    )
+    issue.add_argument("--peer", required=True, help="the peer id (`p2ptrain id` prints it)")
+    issue.add_argument("--expires-days", type=float, default=30.0, help="default %(default)s")
+    issue.add_argument("--planner", action="store_true", help="the peer may be elected planner")
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+
+    from p2ptrain.errors import UserError
+    from p2ptrain.identity import load_identity
+    from p2ptrain.records import fields
+    from p2ptrain.records.token import issue_token
+
+    if not 0 < args.expires_days <= 3650:
+        raise UserError("--expires-days must be in (0, 3650]")
+    peer = fields.peer_id(args.peer, "token", "--peer")
+    seed = load_identity(args.identity)
+    expires_at = round(time.time() + args.expires_days * SECONDS_PER_DAY)
+    print(issue_token(seed, peer, args.planner, expires_at).encode())
+    return 0

@@ -1,0 +1,111 @@
+"""A token: the organiser's signed word that one peer may join a run, and whether it may plan.
+
+The organiser's key is the bootstrap's identity. `p2ptrain token issue` signs a token for a peer
+id; the peer passes it to `join --token` and announces it in its peer record, where every node
+checks it against the bootstrap it joined through. Authority comes from this signature, never
+from what a peer says about itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from p2ptrain import identity
+from p2ptrain.errors import WireError
+from p2ptrain.records import fields as f
+
+MAX_TOKEN_CHARS = 1024
+TOKEN_PREFIX = "p2pt1."
+
+
+@dataclass(frozen=True)
+class Token:
+    peer: str  # the holder's peer id
+    planner: bool  # may be elected planner and sign plans
+    expires_at: float  # seconds since the epoch
+    issuer: str  # the organiser's peer id (the bootstrap's identity)
+    sig: str = ""  # hex Ed25519 signature of signed_bytes() by the issuer's key
+
+    def signed_bytes(self) -> bytes:
+        body = {"peer": self.peer, "planner": self.planner, "expires_at": self.expires_at,
+                "issuer": self.issuer}  # fmt: skip
+        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"peer": self.peer, "planner": self.planner, "expires_at": self.expires_at,
+                "issuer": self.issuer, "sig": self.sig}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: object) -> Token:
+        d = f.mapping(data, "token")
+        f.require_keys(d, "token", ("peer", "planner", "expires_at", "issuer", "sig"))
+        sig = f.text(d["sig"], "token", "sig", 128)
+        if len(sig) != 128 or not all(c in "0123456789abcdef" for c in sig):
+            raise f.malformed("token", "sig must be 64 bytes in lowercase hex")
+        return cls(
+            peer=f.peer_id(d["peer"], "token", "peer"),
+            planner=f.boolean(d["planner"], "token", "planner"),
+            expires_at=f.number(d["expires_at"], "token", "expires_at", 0.0, 1e11),
+            issuer=f.peer_id(d["issuer"], "token", "issuer"),
+            sig=sig,
+        )
+
+    def encode(self) -> str:
+        """The token as one line of text (what `token issue` prints and `join --token` takes)."""
+        raw = json.dumps(self.to_dict(), separators=(",", ":")).encode()
+        return TOKEN_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: object) -> Token:
+        """A token from its text form; WireError for anything else."""
+        if not isinstance(text, str) or not text.startswith(TOKEN_PREFIX):
+            raise f.malformed("token", f"a token is text that starts with {TOKEN_PREFIX}")
+        if len(text) > MAX_TOKEN_CHARS:
+            raise f.malformed("token", "too long")
+        body = text[len(TOKEN_PREFIX) :]
+        try:
+            raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+            return cls.from_dict(json.loads(raw))
+        except (binascii.Error, ValueError, RecursionError) as exc:  # WireError is a ValueError
+            if isinstance(exc, WireError):
+                raise
+            raise f.malformed("token", "not base64 of a JSON object") from None
+
+
+def issue_token(organiser_seed: bytes, peer: str, planner: bool, expires_at: float) -> Token:
+    """A token for `peer`, signed with the organiser's key."""
+    unsigned = Token(peer, planner, float(expires_at), identity.peer_id_of(organiser_seed))
+    signature = identity.sign(organiser_seed, unsigned.signed_bytes()).hex()
+    return Token(unsigned.peer, unsigned.planner, unsigned.expires_at, unsigned.issuer, signature)
+
+
+def token_problem(token: Token, organiser: str | None, peer: str, now: float) -> str | None:
+    """Why `token` does not admit `peer` to the run organised by `organiser`, or None."""
+    if organiser is None:
+        return "the organiser (bootstrap) is not known yet"
+    if token.issuer != organiser:
+        return f"issued by {token.issuer}, not by the organiser {organiser}"
+    if token.peer != peer:
+        return f"issued to {token.peer}, not to {peer}"
+    if token.expires_at < now:
+        return "expired"
+    key = identity.public_key_of_peer_id(token.issuer)
+    if key is None or not identity.verify(key, token.signed_bytes(), bytes.fromhex(token.sig)):
+        return "its signature does not verify"
+    return None
+
+
+def read_token(text_or_path: str) -> Token:
+    """A token given on the command line: the text itself, or a file holding it."""
+    text = text_or_path.strip()
+    if not text.startswith(TOKEN_PREFIX):
+        try:
+            with open(text, encoding="utf-8") as f_in:
+                text = f_in.read(MAX_TOKEN_CHARS + 1).strip()
+        except OSError as exc:
+            raise WireError(f"malformed token: not a token, nor a readable file ({exc})") from None
+    return Token.decode(text)

@@ -1,0 +1,63 @@
+"""Admission and plan authority through the shipped CLI: `p2ptrain id`, `token issue`, and a run
+with `admission = "token"`, as an organiser and two volunteers run them."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PYTHON, REPO_ROOT, ProcessReaper
+from tests.control.swarm_helpers import STARTUP_TIMEOUT_S, alive_ids, peer_id, wait_for_status
+
+pytestmark = pytest.mark.integration
+
+
+def cli(*args: str) -> str:
+    done = subprocess.run(
+        [PYTHON, "-m", "p2ptrain", *args], capture_output=True, text=True, check=True,
+        cwd=REPO_ROOT, timeout=60,
+    )  # fmt: skip
+    return done.stdout.strip()
+
+
+def test_only_token_holders_join_and_plan_a_token_run(reaper: ProcessReaper, tmp_path: Path):
+    run = tmp_path / "run.toml"
+    run.write_text('[run]\nrun_id = "closed"\nadmission = "token"\n')
+    boot = reaper.start(
+        [PYTHON, "-m", "p2ptrain", "bootstrap", "--identity", str(tmp_path / "boot.key"),
+         "--run", str(run)],
+        stderr_path=tmp_path / "boot.log",
+    )  # fmt: skip
+    boot_addr = reaper.read_line(boot, STARTUP_TIMEOUT_S)
+    # a volunteer sends its peer id; the organiser signs a planner token for it
+    volunteer = cli("id", "--identity", str(tmp_path / "volunteer.key"))
+    token = cli("token", "issue", "--identity", str(tmp_path / "boot.key"), "--peer", volunteer,
+                "--planner", "--expires-days", "1")  # fmt: skip
+    (tmp_path / "volunteer.token").write_text(token + "\n")
+    member = reaper.start(
+        [PYTHON, "-m", "p2ptrain", "join", "--control-only", "--bootstrap", boot_addr,
+         "--identity", str(tmp_path / "volunteer.key"),
+         "--token", str(tmp_path / "volunteer.token")],
+        stderr_path=tmp_path / "volunteer.log",
+    )  # fmt: skip
+    assert peer_id(reaper.read_line(member, STARTUP_TIMEOUT_S)) == volunteer
+    # a stranger without a token is refused on its side: one clear line, exit code 2
+    stranger = subprocess.run(
+        [PYTHON, "-m", "p2ptrain", "join", "--control-only", "--bootstrap", boot_addr,
+         "--identity", str(tmp_path / "stranger.key")],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=90,
+    )  # fmt: skip
+    assert stranger.returncode == 2, stranger.stderr[-2000:]
+    assert "admits holders of the organiser's tokens only" in stranger.stderr
+    # the token holder is the swarm's planner and planned alone; the stranger appears nowhere
+    status, ok = wait_for_status(
+        boot_addr,
+        lambda s: alive_ids(s) == {volunteer}
+        and s["planner"] == volunteer
+        and s["plan"] is not None,
+        timeout_s=40,
+    )
+    assert ok, status
+    assert status is not None and status["plan"]["pipelines"] == [[volunteer]]
