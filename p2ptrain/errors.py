@@ -17,3 +17,11 @@ class WireError(UserError):
     @property
     def category(self) -> str:
         return str(self).split(":", 1)[0].split(" ", 1)[0]
+
+
+def first_leaf(error: BaseException) -> BaseException:
+    """The first plain exception inside (possibly nested) exception groups: what trio raises
+    out of a nursery, reduced to the one error a user should read."""
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error

@@ -34,7 +34,7 @@ from p2ptrain.control.state import NodeState
 from p2ptrain.control.sync import SYNC_PROTOCOL, PullSync
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
 from p2ptrain.control.worker_link import WorkerLink
-from p2ptrain.errors import UserError
+from p2ptrain.errors import UserError, first_leaf
 from p2ptrain.net import probe, rpc
 from p2ptrain.net.host import full_addrs, make_host, parse_multiaddr, quiet_library_logs
 from p2ptrain.records import RunSpec, Token
@@ -183,7 +183,7 @@ def run_node(node: ControlNode) -> int:
     try:
         trio.run(run_until_signalled, node, node.stop_worker)
     except* UserError as group:
-        refused.append(_first_leaf(group))
+        refused.append(first_leaf(group))
     except* RuntimeError as group:  # py-libp2p can raise "Nursery is closed" while tearing down
         if not all("Nursery is closed" in str(e) for e in group.exceptions):
             raise
@@ -192,8 +192,3 @@ def run_node(node: ControlNode) -> int:
         return 2
     return 0
 
-
-def _first_leaf(error: BaseException) -> BaseException:
-    while isinstance(error, BaseExceptionGroup):
-        error = error.exceptions[0]
-    return error

@@ -8,7 +8,7 @@ import trio
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
 from p2ptrain.control.rpcs import STATUS_PROTOCOL
-from p2ptrain.errors import UserError
+from p2ptrain.errors import UserError, first_leaf
 from p2ptrain.net import rpc
 from p2ptrain.net.host import make_host, parse_multiaddr, quiet_library_logs
 from p2ptrain.records import SwarmStatus
@@ -85,14 +85,9 @@ def get_status(node_addr: str) -> SwarmStatus:
     try:
         trio.run(main)
     except* UserError as group:
-        raise _first_leaf(group) from None
+        raise first_leaf(group) from None
     except* RuntimeError as group:  # py-libp2p teardown race
         if not all("Nursery is closed" in str(e) for e in group.exceptions):
             raise
     return result[0]
 
-
-def _first_leaf(error: BaseException) -> BaseException:
-    while isinstance(error, BaseExceptionGroup):
-        error = error.exceptions[0]
-    return error

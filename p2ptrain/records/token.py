@@ -9,7 +9,6 @@ from what a peer says about itself.
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -68,12 +67,10 @@ class Token:
             raise f.malformed("token", "too long")
         body = text[len(TOKEN_PREFIX) :]
         try:
-            raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-            return cls.from_dict(json.loads(raw))
-        except (binascii.Error, ValueError, RecursionError) as exc:  # WireError is a ValueError
-            if isinstance(exc, WireError):
-                raise
+            data = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+        except (ValueError, RecursionError):  # bad base64 (binascii.Error), bad JSON
             raise f.malformed("token", "not base64 of a JSON object") from None
+        return cls.from_dict(data)
 
 
 def issue_token(organiser_seed: bytes, peer: str, planner: bool, expires_at: float) -> Token:
