@@ -34,10 +34,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="append every report of this node's worker to FILE as a JSON line",
     )
+    parser.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="KIND@STEP:STAGE:REPLICA",
+        help="for tests: inject a fault into this node's worker (worker/faults.py); repeatable",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    from p2ptrain.errors import UserError
     from p2ptrain.node.supervisor import Supervisor
+    from p2ptrain.worker.faults import Fault, Faults
+
+    try:
+        faults = Faults(tuple(Fault.parse(text) for text in args.fault))
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
     logging.basicConfig(
         level=logging.INFO,
@@ -52,5 +66,6 @@ def run(args: argparse.Namespace) -> int:
         checkpoint_dir=args.checkpoint_dir,
         metrics_log=args.metrics_log,
         token=args.token,
+        faults=faults,
     )
     return supervisor.run()

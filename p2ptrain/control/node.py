@@ -26,6 +26,7 @@ from p2ptrain.control.discovery import Discovery, make_dht
 from p2ptrain.control.election import serve_election
 from p2ptrain.control.gossip import make_pubsub, serve_topics
 from p2ptrain.control.hardware import describe_hardware
+from p2ptrain.control.health import serve_health
 from p2ptrain.control.intake import Intake
 from p2ptrain.control.measuring import LinkProber
 from p2ptrain.control.publishing import Publisher, measure_compute
@@ -141,6 +142,7 @@ class ControlNode:
                     nursery.start_soon(self.prober.serve_rtt_probes)
                     nursery.start_soon(self.prober.serve_bandwidth_probes)
                     nursery.start_soon(serve_election, state)
+                    nursery.start_soon(serve_health, state.view, state.worker, state.publish_soon)
                 task_status.started()
 
     async def stop_worker(self) -> None:
@@ -191,4 +193,3 @@ def run_node(node: ControlNode) -> int:
         print(f"p2ptrain: error: {refused[0]}", file=sys.stderr, flush=True)
         return 2
     return 0
-

@@ -3,6 +3,7 @@
 A new placement restarts every training session in the swarm (checkpoint, agree on a step,
 reload), so plans change only when they must or when it clearly pays:
 - never before the run's `min_peers` are alive (the first plan waits for the expected swarm);
+- only peers that are alive and healthy (control/health.py): an unhealthy one counts as gone;
 - on a membership change, after a short debounce (a burst of joins gives one plan);
 - on measurement drift, only if the new placement beats the current one, priced on the same new
   measurements, by planner.SWITCH_GAIN;
@@ -42,7 +43,7 @@ class PlanMaker:
 
     async def tick(self, now: float, own_data_addrs: list[str]) -> bool:
         """Publish a new plan into the view if one is due; True if it did."""
-        members = self.view.live_members(now)
+        members = self.view.plannable_members(now)
         if not members or self.view.run is None:
             return False
         run = self.view.run
@@ -126,9 +127,7 @@ class PlanMaker:
             return True
         if placement.pipelines == current.pipelines:
             return False  # same placement: nothing to restart for
-        current_cost = planner.placement_cost(
-            matrices, current.pipelines, run.c_dp_gb, run.c_pp_gb
-        )
+        current_cost = planner.placement_cost(matrices, current.pipelines, run.c_dp_gb, run.c_pp_gb)
         switch = planner.worth_switching(placement.cost_s, current_cost)
         log.info(
             "measurements drifted: new placement %.3f s vs current %s s per step: %s",
@@ -145,9 +144,7 @@ class PlanMaker:
         self._last_drift_check = now
         return planner.drifted(self._planned_matrices, matrices)
 
-    async def _schedule(
-        self, matrices: planner.Matrices, run: RunSpec
-    ) -> planner.Placement | None:
+    async def _schedule(self, matrices: planner.Matrices, run: RunSpec) -> planner.Placement | None:
         """Run the scheduler in a thread; None (logged) if it fails."""
         try:
             return await trio.to_thread.run_sync(

@@ -58,7 +58,9 @@ def run_message(state: NodeState) -> bytes:
 
 def telemetry_message(state: NodeState) -> bytes:
     view = state.view
-    body = Telemetry(links=view.own_row(time.monotonic()), metrics=view.own_metrics)
+    body = Telemetry(
+        links=view.own_row(time.monotonic()), metrics=view.own_metrics, health=view.own_health
+    )
     return wire.encode(state.seed, state.seq.next(), body)
 
 

@@ -7,6 +7,7 @@ needs. Everything runs in one trio thread, so no locks.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,7 @@ import trio
 from libp2p.abc import IHost
 
 from p2ptrain.control import wire
+from p2ptrain.control.health import WorkerWatch
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
 
 
@@ -36,6 +38,7 @@ class NodeState:
     # (author, kind) -> the latest envelope we accepted from another peer: served to sync clients
     latest: dict[tuple[str, str], bytes] = field(default_factory=dict)
     joined: trio.Event = field(default_factory=trio.Event)  # set once we are in the swarm
+    worker: WorkerWatch = field(default_factory=lambda: WorkerWatch(time.monotonic()))
 
     @property
     def is_member(self) -> bool:

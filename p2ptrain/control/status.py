@@ -13,7 +13,7 @@ def swarm_status(view: SwarmView, now: float) -> SwarmStatus:
     """The `p2ptrain status --json` document, as this peer sees the swarm."""
     members = {p: m for p, m in view.members.items() if m.record.role in MEMBER_ROLES}
     if view.own_record is not None and view.role in MEMBER_ROLES:
-        members[view.self_id] = Member(view.own_record, now, view.own_metrics)
+        members[view.self_id] = Member(view.own_record, now, view.own_metrics, view.own_health)
     planner = view.planner if view.planner and view.is_alive(view.planner, now) else None
     peers = tuple(
         PeerStatus(
@@ -29,6 +29,7 @@ def swarm_status(view: SwarmView, now: float) -> SwarmStatus:
             last_seen_s=round(now - member.last_heard, 3),
             penalty=round(view.penalty_score(peer), 2),
             metrics=member.metrics,
+            health=member.health,
         )
         for peer, member in sorted(members.items())
     )

@@ -24,6 +24,7 @@ from p2ptrain.control.wire import Envelope
 from p2ptrain.records import (
     MEMBER_ROLES,
     Claim,
+    Health,
     LinkReport,
     PeerMetrics,
     PeerRecord,
@@ -49,6 +50,7 @@ class Member:
     record: PeerRecord
     last_heard: float
     metrics: PeerMetrics | None = None
+    health: Health | None = None  # its worker's, as it reports it (None: taken as ok)
 
 
 @dataclass
@@ -80,6 +82,7 @@ class SwarmView:
     plan_version: int = 0  # bumped whenever `plan` changes
     own_record: PeerRecord | None = None
     own_metrics: PeerMetrics | None = None
+    own_health: Health = field(default_factory=lambda: Health(True))  # control/health.py
     _last_seq: dict[tuple[str, str], int] = field(default_factory=dict)
     _recent_seqs: dict[tuple[str, str], deque[int]] = field(default_factory=dict)
     _claimed_terms: dict[str, int] = field(default_factory=dict)  # highest term each peer claimed
@@ -121,6 +124,18 @@ class SwarmView:
         if self.role in MEMBER_ROLES:
             peers.append(self.self_id)
         return sorted(p for p in set(peers) if self.is_alive(p, now))
+
+    def is_healthy(self, peer: str) -> bool:
+        """Does the peer say its worker makes progress? (control/health.py)"""
+        if peer == self.self_id:
+            return self.own_health.ok
+        member = self.members.get(peer)
+        return member is not None and (member.health is None or member.health.ok)
+
+    def plannable_members(self, now: float) -> list[str]:
+        """Live members whose workers are healthy: the ones a plan may place; an unhealthy one
+        is planned around like a dead one until it is healthy again."""
+        return [p for p in self.live_members(now) if self.is_healthy(p)]
 
     def forget_stale(self, now: float) -> None:
         """Forget long-dead members, and every per-author table entry of authors that are not
@@ -198,6 +213,7 @@ class SwarmView:
         assert isinstance(env.body, TelemetryBody)
         self.rows[env.author] = (env.body.links, now)
         self.members[env.author].metrics = env.body.metrics
+        self.members[env.author].health = env.body.health
         return None
 
     def _capable(self, peer: str, now: float) -> bool:

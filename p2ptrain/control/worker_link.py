@@ -1,20 +1,30 @@
 """The bridge to this peer's worker over the IPC socket (ipc.IpcServer).
 
-From the worker: `hello` (its data-plane addresses, announced in our peer record) and `metrics`
-(gossiped in our telemetry). To the worker: every plan the view accepts (with the run spec), and
+From the worker: `hello` (its data-plane addresses, announced in our peer record), `metrics`
+(gossiped in our telemetry) and `heartbeat`; each one feeds the worker's health watch
+(control/health.py). To the worker: every plan the view accepts (with the run spec), and
 `stop` on shutdown. The messages are records/messages.py's.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import trio
 
 from p2ptrain.control.ipc import IpcServer
 from p2ptrain.control.state import NodeState
-from p2ptrain.records import Hello, Message, MetricsReport, PeerMetrics, PlanMessage, Stop
+from p2ptrain.records import (
+    Heartbeat,
+    Hello,
+    Message,
+    MetricsReport,
+    PeerMetrics,
+    PlanMessage,
+    Stop,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +52,9 @@ class WorkerLink:
     def _on_message(self, message: Message) -> None:
         """One message from the worker (decoded and validated by the IPC server)."""
         state = self.state
+        now = time.monotonic()
         if isinstance(message, Hello):
+            state.worker.heard(now, (0, 0, "waiting", 0))
             if message.peer_id != state.peer_id:
                 log.warning(
                     "worker reports peer id %s, control is %s", message.peer_id, state.peer_id
@@ -50,7 +62,11 @@ class WorkerLink:
             state.data_addrs = list(message.data_addrs)
             state.publish_soon("record")
             log.info("worker is up with data addresses %s", state.data_addrs)
+        elif isinstance(message, Heartbeat):
+            state.worker.heard(now, (message.term, message.epoch, message.phase, message.step))
         elif isinstance(message, MetricsReport):
+            # a step done: the worker is training the next one
+            state.worker.heard(now, (message.term, message.epoch, "training", message.step + 1))
             state.view.own_metrics = PeerMetrics(
                 step=message.step,
                 loss=message.loss,

@@ -59,9 +59,11 @@ def train_with_control_plane(
     on_step: Callable[[int, float, float], None],
     sites: NodeSites | None = None,
     own_checkpoints: bool = False,
+    faults: tuple[str, ...] = (),
 ) -> SwarmResult:
     """Run the swarm until every step's loss is known; with `own_checkpoints`, node i keeps its
-    checkpoints in workdir/peer-i/ instead of the run's shared checkpoint_dir."""
+    checkpoints in workdir/peer-i/ instead of the run's shared checkpoint_dir. `faults` go to
+    every node (`join --fault`): each fires in whichever worker holds its role at its step."""
     sites = sites or NodeSites()
     run_path = workdir / "run.toml"
     # the first plan waits for all N peers instead of re-planning as each one joins
@@ -84,6 +86,7 @@ def train_with_control_plane(
                     "--listen", sites.listen(i), "--metrics-log", str(logs[i])]  # fmt: skip
             if own_checkpoints:
                 args += ["--checkpoint-dir", str(workdir / f"peer-{i}" / "checkpoints")]
+            args += [arg for fault in faults for arg in ("--fault", fault)]
             nodes.append(_start(sites, i, args, workdir / f"peer-{i}.log"))
         return _follow(spec, logs, nodes[1:], on_plan, on_step)
     finally:

@@ -25,6 +25,7 @@ from types import FrameType
 
 from p2ptrain import procs
 from p2ptrain.identity import load_or_create_identity
+from p2ptrain.worker.faults import NO_FAULTS, Faults
 from p2ptrain.worker.settings import DEFAULT_LISTEN_HOST, WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -57,8 +58,10 @@ class Supervisor:
         checkpoint_dir: str | None = None,
         metrics_log: str | None = None,
         token: str | None = None,
+        faults: Faults = NO_FAULTS,
     ) -> None:
         self.bootstrap = bootstrap
+        self.faults = faults
         self.token = token
         self.checkpoint_dir = checkpoint_dir
         self.metrics_log = metrics_log
@@ -110,6 +113,7 @@ class Supervisor:
                     # the data plane listens where the control plane does (e.g. in a namespace)
                     listen_host=ip4_host(self.listen) or DEFAULT_LISTEN_HOST,
                     metrics_log=self.metrics_log,
+                    faults=self.faults,
                 )
                 children.append(procs.spawn(worker.command()))
             while self._stop_signal is None and all(c.poll() is None for c in children):

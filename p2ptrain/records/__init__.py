@@ -8,11 +8,11 @@ records; nobody builds or reads a bare dict of one.
 |-----------------|------------------------|-----------------------------------------------------|
 | RunSpec         | records/run.py         | organiser's TOML -> bootstrap -> gossip -> worker   |
 | PeerRecord      | records/peer.py        | gossip + DHT (envelope kind "peer")                 |
-| Telemetry       | records/peer.py        | gossip (kind "telemetry"): link row + PeerMetrics   |
+| Telemetry       | records/peer.py        | gossip (kind "telemetry"): link row, PeerMetrics, Health |
 | Claim           | records/peer.py        | gossip (kind "claim"): a planner's term             |
 | Plan            | records/plan.py        | gossip (kind "plan") -> worker socket -> metrics log|
 | NetworkFacts    | records/plan.py        | inside a Plan: the links it was made for            |
-| Hello, MetricsReport, SessionReport, PlanMessage, Stop | records/messages.py | worker socket, metrics logs |
+| Hello, MetricsReport, Heartbeat, SessionReport, PlanMessage, Stop | records/messages.py | worker socket, metrics logs |
 | SwarmStatus     | records/status.py      | the status RPC, `status --json`                     |
 | Token           | records/token.py       | organiser -> volunteer -> `join --token` -> record  |
 
@@ -22,6 +22,8 @@ protocols.
 """
 
 from p2ptrain.records.messages import (
+    PHASES,
+    Heartbeat,
     Hello,
     Message,
     MetricsReport,
@@ -34,6 +36,7 @@ from p2ptrain.records.peer import (
     MEMBER_ROLES,
     ROLES,
     Claim,
+    Health,
     LinkReport,
     PeerMetrics,
     PeerRecord,
@@ -46,8 +49,11 @@ from p2ptrain.records.token import Token, issue_token, token_problem
 
 __all__ = [
     "MEMBER_ROLES",
+    "PHASES",
     "ROLES",
     "Claim",
+    "Health",
+    "Heartbeat",
     "Hello",
     "LinkReport",
     "LinkStatus",

@@ -1,7 +1,9 @@
 """The messages between a node's control process and its worker (a Unix socket, one JSON object
 per line, ipc_lines.py), and the worker's reports that `p2ptrain local` follows in metrics logs.
 
-worker -> control: `hello` once its data plane is up, `metrics` after every step.
+worker -> control: `hello` once its data plane is up, `metrics` after every step, `heartbeat`
+every few seconds from its own thread (what it is doing and the step it is at: its control process
+judges its health from them, control/health.py).
 control -> worker: `plan` (the accepted plan and the run spec), `stop`.
 Metrics logs (`join --metrics-log`) also carry `session`: a plan the worker started training on.
 """
@@ -17,6 +19,9 @@ from p2ptrain.records.plan import Plan
 from p2ptrain.records.run import RunSpec
 
 AVERAGING_OUTCOMES = ("solo", "averaged", "local", "stopped")
+# what a worker is doing: starting its data plane, waiting for a plan it can train on, joining a
+# plan's session (connect, agree on the start step, fetch state), training, idle as a spare
+PHASES = ("starting", "waiting", "joining", "training", "spare")
 MAX_PID = 2**31
 
 
@@ -84,6 +89,32 @@ class MetricsReport:
 
 
 @dataclass(frozen=True)
+class Heartbeat:
+    """The worker lives (sent every few seconds from its own thread): its phase and step, and
+    the plan it works under ((0, 0): none)."""
+
+    TYPE: ClassVar[str] = "heartbeat"
+    phase: str  # one of PHASES
+    step: int
+    term: int
+    epoch: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.TYPE, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Heartbeat:
+        d = f.mapping(data, "heartbeat")
+        f.require_keys(d, "heartbeat", ("phase", "step", "term", "epoch"))
+        return cls(
+            phase=f.choice(d["phase"], "heartbeat", "phase", PHASES),
+            step=f.integer(d["step"], "heartbeat", "step"),
+            term=f.integer(d["term"], "heartbeat", "term"),
+            epoch=f.integer(d["epoch"], "heartbeat", "epoch"),
+        )
+
+
+@dataclass(frozen=True)
 class SessionReport:
     """The worker starts training under `plan` at `step` (metrics logs only)."""
 
@@ -136,9 +167,9 @@ class Stop:
         return cls()
 
 
-Message = Hello | MetricsReport | SessionReport | PlanMessage | Stop
+Message = Hello | MetricsReport | Heartbeat | SessionReport | PlanMessage | Stop
 MESSAGE_TYPES: dict[str, Any] = {
-    kind.TYPE: kind for kind in (Hello, MetricsReport, SessionReport, PlanMessage, Stop)
+    kind.TYPE: kind for kind in (Hello, MetricsReport, Heartbeat, SessionReport, PlanMessage, Stop)
 }
 
 

@@ -15,6 +15,7 @@ ROLES = ("trainer", "control-only", "bootstrap", "observer")
 MEMBER_ROLES = ("trainer", "control-only")  # the roles a plan may place
 MAX_VERSION_CHARS = 32
 MAX_TERM = 2**53
+MAX_REASON_CHARS = 160
 
 
 @dataclass(frozen=True)
@@ -108,17 +109,44 @@ class PeerMetrics:
 
 
 @dataclass(frozen=True)
+class Health:
+    """Does this node's worker make progress (control/health.py)? The planner plans only peers
+    whose health is ok; `reason` says why not, for `status` and the logs."""
+
+    ok: bool
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Health:
+        d = f.mapping(data, "health")
+        f.require_keys(d, "health", ("ok",))
+        reason = d.get("reason", "")
+        return cls(
+            ok=f.boolean(d["ok"], "health", "ok"),
+            reason="" if reason == "" else f.text(reason, "health", "reason", MAX_REASON_CHARS),
+        )
+
+
+@dataclass(frozen=True)
 class Telemetry:
-    """A peer's row of the link matrix (peer id -> its measurements) and its metrics."""
+    """A peer's row of the link matrix (peer id -> its measurements), its metrics, and the
+    health of its worker (None from a peer that predates it: taken as ok)."""
 
     links: dict[str, LinkReport]
     metrics: PeerMetrics | None = None
+    health: Health | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "links": {peer: link.to_dict() for peer, link in self.links.items()},
             "metrics": None if self.metrics is None else self.metrics.to_dict(),
         }
+        if self.health is not None:
+            data["health"] = self.health.to_dict()
+        return data
 
     @classmethod
     def from_dict(cls, data: object) -> Telemetry:
@@ -127,13 +155,14 @@ class Telemetry:
         links = f.mapping(d["links"], "telemetry")
         if len(links) > f.MAX_PEERS:
             raise f.malformed("telemetry", f"links of more than {f.MAX_PEERS} peers")
-        metrics = d.get("metrics")
+        metrics, health = d.get("metrics"), d.get("health")
         return cls(
             links={
                 f.peer_id(peer, "telemetry"): LinkReport.from_dict(link)
                 for peer, link in links.items()
             },
             metrics=None if metrics is None else PeerMetrics.from_dict(metrics),
+            health=None if health is None else Health.from_dict(health),
         )
 
 

@@ -39,6 +39,10 @@ class RunSpec:
     # who may train: "open" (anyone) or "token" (holders of a token the organiser signed,
     # `p2ptrain token issue`); planning always needs a planner token
     admission: str = "open"
+    # worker health (control/health.py): the floor of the bound after which a node whose worker
+    # is silent, or stuck while the plan places it, is unhealthy and planned around; it covers a
+    # worker's start (torch, hivemind, p2pd). 0 turns the check off (control-only test swarms)
+    worker_stall_s: float = 60.0
 
     # --- training (the data plane); the defaults learn visibly on 2 CPU cores in minutes ---
     steps: int = 40
@@ -80,6 +84,8 @@ class RunSpec:
             raise UserError(f"min_peers must be between 1 and 100000, got {self.min_peers}")
         if self.admission not in ("open", "token"):
             raise UserError(f"admission must be 'open' or 'token', got {self.admission!r}")
+        if not 0 <= self.worker_stall_s <= 86_400:
+            raise UserError(f"worker_stall_s must be in [0, 86400], got {self.worker_stall_s}")
         self._check_training_fields()
 
     def _check_training_fields(self) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from p2ptrain.records import fields as f
-from p2ptrain.records.peer import ROLES, PeerMetrics
+from p2ptrain.records.peer import ROLES, Health, PeerMetrics
 from p2ptrain.records.plan import MAX_STAGES
 
 MAX_STATUS_PEERS = 10_000
@@ -30,6 +30,7 @@ class PeerStatus:
     last_seen_s: float
     penalty: float
     metrics: PeerMetrics | None
+    health: Health | None = None  # its worker's health as the peer reports it (None: unknown)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -39,6 +40,7 @@ class PeerStatus:
             "compute_gflops": self.compute_gflops, "last_seen_s": self.last_seen_s,
             "penalty": self.penalty,
             "metrics": None if self.metrics is None else self.metrics.to_dict(),
+            "health": None if self.health is None else self.health.to_dict(),
         }  # fmt: skip
 
     @classmethod
@@ -46,7 +48,7 @@ class PeerStatus:
         r = "status peer"
         d = f.mapping(data, r)
         f.require_keys(d, r, ("id", "alive", "planner", "role", "addrs", "last_seen_s"))
-        metrics = d.get("metrics")
+        metrics, health = d.get("metrics"), d.get("health")
         return cls(
             id=f.peer_id(d["id"], r),
             alive=f.boolean(d["alive"], r, "alive"),
@@ -60,6 +62,7 @@ class PeerStatus:
             last_seen_s=f.number(d["last_seen_s"], r, "last_seen_s", -1e9),
             penalty=f.number(d.get("penalty", 0.0), r, "penalty"),
             metrics=None if metrics is None else PeerMetrics.from_dict(metrics),
+            health=None if health is None else Health.from_dict(health),
         )
 
 

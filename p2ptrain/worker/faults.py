@@ -6,7 +6,9 @@ A fault names its kind and the role and step it fires at, `KIND@STEP:STAGE:REPLI
 (worker/settings.py) and its session calls `before_averaging` at the averaging point:
 - die-while-averaging: SIGKILL the worker's whole process group (worker, hivemind children,
   p2pd) a few ms into that step's averaging round;
-- skip-averaging: keep the local gradient at that step.
+- skip-averaging: keep the local gradient at that step;
+- freeze: SIGSTOP the worker's whole process group there (a hung worker behind a live control
+  process, issue 11 attack 7); SIGCONT or SIGKILL the group to end it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from dataclasses import dataclass
 FLAG = "--fault"
 DIE_WHILE_AVERAGING = "die-while-averaging"
 SKIP_AVERAGING = "skip-averaging"
-KINDS = (DIE_WHILE_AVERAGING, SKIP_AVERAGING)
+FREEZE = "freeze"
+KINDS = (DIE_WHILE_AVERAGING, SKIP_AVERAGING, FREEZE)
 # after our metadata left, before the round (a loopback one takes ~10 ms) can finish
 DIE_DELAY_S = 0.003
 
@@ -66,6 +69,8 @@ class Faults:
         ]
         if DIE_WHILE_AVERAGING in here:
             threading.Timer(DIE_DELAY_S, os.killpg, (os.getpgid(0), signal.SIGKILL)).start()
+        if FREEZE in here:
+            os.killpg(os.getpgid(0), signal.SIGSTOP)  # returns only once continued
         return SKIP_AVERAGING in here
 
 

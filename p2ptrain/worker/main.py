@@ -24,7 +24,15 @@ from typing import Any
 import torch
 
 from p2ptrain.errors import UserError
-from p2ptrain.records import Hello, MetricsReport, Plan, PlanMessage, RunSpec, SessionReport
+from p2ptrain.records import (
+    Heartbeat,
+    Hello,
+    MetricsReport,
+    Plan,
+    PlanMessage,
+    RunSpec,
+    SessionReport,
+)
 from p2ptrain.train.checkpoint import checkpoint_dir
 from p2ptrain.worker import watchdog
 from p2ptrain.worker.frames import Expected, FrameHeader, NotReady
@@ -33,6 +41,9 @@ from p2ptrain.worker.settings import WorkerSettings
 log = logging.getLogger("p2ptrain.worker")
 
 SHUTDOWN_GRACE_S = 3.0
+# a heartbeat every few seconds, from its own thread: the control process judges the worker's
+# health from them (control/health.py), so they must flow while the trainer waits or computes
+HEARTBEAT_INTERVAL_S = 2.0
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -65,6 +76,10 @@ class Worker:
         self.ipc: IpcClient | None = IpcClient(settings.ipc, self.inbox) if settings.ipc else None
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.inbox.stop())
+        self.phase = "starting"  # records/messages.py PHASES; with the plan it concerns
+        self.phase_plan: Plan | None = None
+        if self.ipc is not None:
+            threading.Thread(target=self._beat_forever, name="heartbeat", daemon=True).start()
 
     def run(self) -> int:
         import hivemind
@@ -87,6 +102,7 @@ class Worker:
             data_addrs = [str(a) for a in dht.get_visible_maddrs()]
             log.info("data plane up: %s", data_addrs[0])
             self._hello(transport.peer_id, data_addrs)
+            self.phase = "waiting"
             _warm_up_torch()
             version = 0
             while True:
@@ -103,14 +119,16 @@ class Worker:
                 if self.settings.checkpoint_dir:  # a node-local setting beats the run's default
                     spec = spec.replace(checkpoint_dir=self.settings.checkpoint_dir)
                 state_server.directory = checkpoint_dir(spec)
+                self.phase, self.phase_plan = "joining", message.plan
                 self.current = Session(
                     spec, message.plan, dht, transport, self.inbox, self._report, version,
                     self.settings.faults,
                 )  # fmt: skip
                 self._report(SessionReport(message.plan, self.current.step))
+                self.phase = "spare" if self.current.role is None else "training"
                 end = self.current.train(version)
                 self.current.close()
-                self.current = None
+                self.current, self.phase = None, "waiting"
                 if end is SessionEnd.DONE or self.inbox.stopped:
                     return 0
                 if end is SessionEnd.PEER_LOST and not self.ipc:
@@ -133,6 +151,15 @@ class Worker:
         if session is None:
             raise NotReady()  # between plans: the sender retries
         return session.expect(header)
+
+    def _beat_forever(self) -> None:
+        assert self.ipc is not None
+        while not self.inbox.stopped:
+            session, plan = getattr(self, "current", None), self.phase_plan
+            step = session.step if session is not None else 0
+            term, epoch = (0, 0) if plan is None else plan.key
+            self.ipc.send(Heartbeat(self.phase, step, term, epoch))
+            time.sleep(HEARTBEAT_INTERVAL_S)
 
     def _report(self, message: MetricsReport | SessionReport) -> None:
         line = json.dumps(message.to_dict())

@@ -6,6 +6,8 @@ from typing import Any
 
 from p2ptrain.records import (
     Claim,
+    Health,
+    Heartbeat,
     Hello,
     MetricsReport,
     PeerRecord,
@@ -70,7 +72,8 @@ def metrics_dict() -> dict[str, Any]:
 
 def status_dict() -> dict[str, Any]:
     peer = {"id": A, "alive": True, "planner": True, "last_seen_s": 0.0, "penalty": 0.0,
-            "metrics": telemetry_dict()["metrics"], **peer_dict()}  # fmt: skip
+            "metrics": telemetry_dict()["metrics"], "health": {"ok": True, "reason": ""},
+            **peer_dict()}  # fmt: skip
     del peer["planner_capable"]
     plan = {k: v for k, v in plan_dict().items() if k not in ("data_addrs", "network")}
     return {
@@ -91,6 +94,9 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (PeerRecord, {**peer_dict(), "token": Token.from_dict(token_dict()).encode()}),
     (Token, token_dict()),
     (Telemetry, telemetry_dict()),
+    (Telemetry, {**telemetry_dict(), "health": {"ok": False, "reason": "worker silent for 61 s"}}),
+    (Health, {"ok": True, "reason": ""}),
+    (Heartbeat, {"type": "heartbeat", "phase": "training", "step": 7, "term": 2, "epoch": 5}),
     (Claim, {"term": 3}),
     (RunSpec, RunSpec(run_id="r", steps=7).to_dict()),
     (Hello, {"type": "hello", "peer_id": A, "data_addrs": ["/ip4/127.0.0.1/tcp/1"], "pid": 42}),

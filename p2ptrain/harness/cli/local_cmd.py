@@ -55,6 +55,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "and plan on its emulated links (the peer count is the topology's)",
     )
     parser.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="KIND@STEP:STAGE:REPLICA",
+        help="for tests: give every node this worker fault (`join --fault`); repeatable",
+    )
+    parser.add_argument(
         "--bandwidth-scale",
         type=float,
         default=0.02,
@@ -104,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
             progress = _Progress(spec.steps, out)
             result = train_with_control_plane(
                 spec, args.peers, workdir, progress.on_plan, progress.on_step,
-                own_checkpoints=own_checkpoints,
+                own_checkpoints=own_checkpoints, faults=tuple(args.fault),
             )  # fmt: skip
             progress.finish()
         else:
