@@ -17,10 +17,15 @@ STARTUP_TIMEOUT_S = 60.0
 
 
 def start_bootstrap(reaper: ProcessReaper, tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
+    # control-only peers stand in for trainers here: the worker health check, which would plan
+    # them out (they have no worker), is off in this run
+    run = tmp / "control-run.toml"
+    run.write_text("[run]\nworker_stall_s = 0.0\n")
     proc = reaper.start(
-        [PYTHON, "-m", "p2ptrain", "bootstrap", "--identity", str(tmp / "boot.key")],
+        [PYTHON, "-m", "p2ptrain", "bootstrap", "--identity", str(tmp / "boot.key"),
+         "--run", str(run)],
         stderr_path=tmp / "boot.log",
-    )
+    )  # fmt: skip
     return proc, reaper.read_line(proc, STARTUP_TIMEOUT_S)
 
 
