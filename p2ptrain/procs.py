@@ -97,6 +97,7 @@ def stop_groups(procs: Sequence[subprocess.Popen[bytes]], grace_s: float) -> Non
     behind in its group) and reap the children."""
     for proc in procs:
         kill_group(proc, signal.SIGTERM)
+        kill_group(proc, signal.SIGCONT)  # a stopped (frozen) group acts on SIGTERM only then
     deadline = time.monotonic() + grace_s
     for proc in procs:
         try:
