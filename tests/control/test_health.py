@@ -9,7 +9,7 @@ from p2ptrain.control.health import STUCK_FACTOR, WorkerWatch, health_bound_s
 from p2ptrain.control.planning import PLAN_DEBOUNCE_S, PlanMaker
 from p2ptrain.control.status import swarm_status
 from p2ptrain.records import Plan, RunSpec
-from tests.control.test_view import A, B, C, ME, make_view, record
+from tests.control.test_view import ME, A, B, C, make_view, record
 
 FLOOR_S = 60.0
 
