@@ -10,9 +10,10 @@ every other member's announcement, and all compute the same start with `choose_s
 The rule (docs/security.md, attack 4b), per stage (layers key) and step:
 - only announcements of the plan's members count, each signed by the member it names;
 - a state at a step is usable if two or more members announce it, or if its one announcer is
-  the only member announcing that stage at all, or is placed at that stage by the plan (the
-  planner's placement is the authority a lone voice needs: a member cannot push a newer step of
-  a stage it neither holds alone nor trains);
+  the only member announcing that stage at all, or the only one announcing it among the members
+  the plan places at that stage (the planner's placement is the authority a lone voice needs: a
+  member cannot push a newer step of a stage it neither holds alone nor trains, and a replica
+  cannot push one its stage-mates do not hold);
 - the start step is the newest step at which every stage has a usable state;
 - the digest to fetch is the one the most members announce for that step; a tie goes to the
   digest of the best-placed announcer (placed at that stage first, then the plan's order), never
@@ -127,11 +128,14 @@ def choose_start_step(
 def _usable_steps(key: str, held: Mapping[str, Held], placed: Collection[str]) -> set[int]:
     announcers = [peer for peer, states in held.items() if states.get(key)]
     support = Counter(step for peer in announcers for step in held[peer][key])
-    lone = len(announcers) == 1
+    # a lone voice counts if it is the stage's only announcer, or the only one the plan places
+    # at the stage (a replica cannot push a step its stage-mates do not hold)
+    trusted = announcers if len(announcers) == 1 else [p for p in announcers if p in placed]
+    lone = trusted if len(trusted) == 1 else []
     return {
         step
         for step, count in support.items()
-        if count >= 2 or lone or any(step in held[p][key] for p in announcers if p in placed)
+        if count >= 2 or any(step in held[p][key] for p in lone)
     }
 
 

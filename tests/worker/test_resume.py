@@ -142,3 +142,10 @@ def test_an_announcement_at_or_past_the_last_step_is_refused() -> None:
     assert check_announcement(value, KEY, PEER, 40) is None
     value = sign_announcement(SEED, KEY, PEER, steps("L0-2", 39))
     assert check_announcement(value, KEY, PEER, 40) == steps("L0-2", 39)
+
+
+def test_a_replica_cannot_push_a_step_its_stage_mates_do_not_hold() -> None:
+    # a and x are both placed at L0-2; x alone claims step 6
+    held = {"a": steps("L0-2", 4, 5), "x": steps("L0-2", 5, 6, tag="x"), "b": steps("L2-4", 5, 6)}
+    start = choose_start_step(NEEDED, held, {"L0-2": {"a", "x"}, "L2-4": {"b"}}, ["a", "x", "b"])
+    assert start.step == 5 and start.digests["L0-2"] == d("L0-2@5")  # a: first in the plan
