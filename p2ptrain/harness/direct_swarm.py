@@ -187,10 +187,12 @@ class LocalSwarm:
         self._conn_of_peer = {h.peer_id: self._conns[i] for i, h in hellos.items()}
         return self.hellos
 
-    def send_plan(self, plan: Plan) -> None:
+    def send_plan(self, plan: Plan, stop_spares: bool = True) -> None:
+        """Send `plan` to every worker; then stop its spares unless told not to (a test whose
+        spare takes part in the start-step agreement)."""
         self.plan = plan
         self._broadcast(PlanMessage(plan, self.spec))
-        for spare in plan.spares:  # nobody re-plans a local swarm: spares can go home now
+        for spare in plan.spares if stop_spares else ():  # nobody re-plans a local swarm
             with contextlib.suppress(OSError):
                 self._conn_of_peer[spare].sendall(encode(Stop()))
 

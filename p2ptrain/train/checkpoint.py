@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import os
 import re
 import shutil
@@ -31,6 +32,8 @@ from p2ptrain.train.model import GPTConfig, Stage
 
 FORMAT = "p2ptrain.stage-checkpoint/1"
 KEEP_STEPS = 4  # stamped files kept per stage
+STATE_MARGIN = 1.25  # a saved state over its tensors' bytes: pickle structure, zip records
+STATE_OVERHEAD_BYTES = 4 * 1024**2
 _STAMPED = re.compile(r"^stage-L(\d+)-(\d+)\.step(\d+)\.pt$")
 
 
@@ -65,6 +68,52 @@ def saved_steps(directory: Path) -> dict[str, list[int]]:
             key = f"L{int(match[1])}-{int(match[2])}"
             found.setdefault(key, []).append(int(match[3]))
     return {key: sorted(steps) for key, steps in found.items()}
+
+
+def saved_states(directory: Path) -> dict[str, dict[int, str]]:
+    """Like saved_steps, with each state's sha256 (hex): layers key -> step -> digest."""
+    found: dict[str, dict[int, str]] = {}
+    for key, steps in saved_steps(directory).items():
+        for step in steps:
+            try:
+                digest = file_sha256(stamped_path(directory, _key_range(key), step))
+            except OSError:  # pruned meanwhile
+                continue
+            found.setdefault(key, {})[step] = digest
+    return found
+
+
+_digests: dict[tuple[str, int, int, int], str] = {}
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 (hex) of a file, remembered while the file is unchanged (states are written
+    once, by rename, and announced at every plan)."""
+    stat = path.stat()
+    key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if key not in _digests:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(1024 * 1024):
+                digest.update(chunk)
+        if len(_digests) > 1024:
+            _digests.clear()
+        _digests[key] = digest.hexdigest()
+    return _digests[key]
+
+
+def expected_state_bytes(spec: RunSpec, layers: range) -> int:
+    """An upper bound on the size of a saved state of `layers`: the weights and AdamW's two
+    moments, with a margin for the file's structure (what state transfer accepts at most)."""
+    with torch.device("meta"):  # shapes only: no memory, no init
+        stage = Stage(GPTConfig.from_spec(spec), layers, spec.seed)
+    weights = sum(t.numel() * t.element_size() for t in stage.state_dict().values())
+    return int(3 * weights * STATE_MARGIN) + STATE_OVERHEAD_BYTES
+
+
+def _key_range(key: str) -> range:
+    start, stop = key[1:].split("-")
+    return range(int(start), int(stop))
 
 
 @dataclass(frozen=True)

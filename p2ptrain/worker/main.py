@@ -84,16 +84,18 @@ class Worker:
     def run(self) -> int:
         import hivemind
 
+        from p2ptrain.worker.dht_helpers import AnnouncementValidator
         from p2ptrain.worker.session import Session, SessionEnd
         from p2ptrain.worker.state_transfer import StateServer
         from p2ptrain.worker.transport import Transport
 
-        identity_path = self._hivemind_identity()
+        seed, identity_path = self._hivemind_identity()
         dht = hivemind.DHT(
             start=True,
             host_maddrs=[f"/ip4/{self.settings.listen_host}/tcp/0"],
             nat_port_map=False,
             identity_path=identity_path,
+            record_validators=[AnnouncementValidator()],
         )
         self.current: Session | None = None
         transport = Transport.start(dht.replicate_p2p, self._expect)
@@ -118,11 +120,11 @@ class Worker:
                 spec = message.run
                 if self.settings.checkpoint_dir:  # a node-local setting beats the run's default
                     spec = spec.replace(checkpoint_dir=self.settings.checkpoint_dir)
-                state_server.directory = checkpoint_dir(spec)
+                state_server.serve_run(spec, checkpoint_dir(spec), message.plan.network)
                 self.phase, self.phase_plan = "joining", message.plan
                 self.current = Session(
                     spec, message.plan, dht, transport, self.inbox, self._report, version,
-                    self.settings.faults,
+                    self.settings.faults, seed,
                 )  # fmt: skip
                 self._report(SessionReport(message.plan, self.current.step))
                 self.phase = "spare" if self.current.role is None else "training"
@@ -209,17 +211,19 @@ class Worker:
             log.error("cannot use plan %s: %s", plan_path, exc)
             self.inbox.stop()
 
-    def _hivemind_identity(self) -> str | None:
-        """The node's Ed25519 key rewritten in the 64-byte form p2pd wants (same peer id)."""
-        if not self.settings.identity:
-            return None
+    def _hivemind_identity(self) -> tuple[bytes, str]:
+        """The node's Ed25519 seed, and its key rewritten in the 64-byte form p2pd wants (same
+        peer id). Without --identity, a fresh one: the worker signs its announcements with it."""
         from p2ptrain import identity
 
-        seed = identity.load_or_create_identity(self.settings.identity)
+        if self.settings.identity:
+            seed = identity.load_or_create_identity(self.settings.identity)
+        else:
+            seed = os.urandom(identity.SEED_NUM_BYTES)
         fd, path = tempfile.mkstemp(prefix="p2ptrain-hivemind-", suffix=".key")
         with os.fdopen(fd, "wb") as f:  # mkstemp: mode 0600
             f.write(identity.hivemind_key_bytes(seed))
-        return path
+        return seed, path
 
 
 def _static_plan_fields(plan: dict[str, Any], hellos: dict[str, Hello]) -> dict[str, Any]:

@@ -3,19 +3,39 @@
 A plan that moves peers interrupts the stages of a pipeline at slightly different moments: a
 later stage may have applied step s while an earlier one was still waiting for its gradients. So
 before training under a new plan, every member announces the stage states it holds (its
-checkpoint directory: layers key -> steps, train/checkpoint.py keeps the last few) in the
-data-plane DHT under a key of that plan, waits for every other member's announcement, and all
-compute the same start step with `choose_start_step`: the newest step at which every stage of the
-new plan has a saved state somewhere.
+checkpoint directory: layers key -> step -> sha256 of the file, train/checkpoint.py keeps the
+last few) in the data-plane DHT under a key of that plan, signed by its identity key, waits for
+every other member's announcement, and all compute the same start with `choose_start_step`.
+
+The rule (docs/security.md, attack 4b), per stage (layers key) and step:
+- only announcements of the plan's members count, each signed by the member it names;
+- a state at a step is usable if two or more members announce it, or if its one announcer is
+  the only member announcing that stage at all, or the only one announcing it among the members
+  the plan places at that stage (the planner's placement is the authority a lone voice needs: a
+  member cannot push a newer step of a stage it neither holds alone nor trains, and a replica
+  cannot push one its stage-mates do not hold);
+- the start step is the newest step at which every stage has a usable state;
+- the digest to fetch is the one the most members announce for that step; a tie goes to the
+  digest of the best-placed announcer (placed at that stage first, then the plan's order), never
+  to the lowest digest or peer id, which an attacker could grind.
+A fetched state is loaded only if its sha256, computed on the received bytes, is that digest.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
+
+from p2ptrain import identity
+from p2ptrain.records import Plan
+from p2ptrain.train.checkpoint import layers_key
+from p2ptrain.train.model import stage_layer_ranges
 
 if TYPE_CHECKING:  # the choice itself is pure, so tests may import it beside libp2p
     from hivemind import DHT
@@ -28,34 +48,64 @@ ANNOUNCEMENT_TTL_S = 600.0
 MAX_KEYS = 256  # stage layer ranges one peer may announce
 MAX_STEPS_PER_KEY = 64
 MAX_KEY_CHARS = 32
+SUBKEY_PREFIX = "resume:"  # + the announcing peer id; dht_helpers.AnnouncementValidator
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+
+Held = dict[str, dict[int, str]]  # layers key -> step -> sha256 (hex) of the state file
 
 
 @dataclass(frozen=True)
 class StartPoint:
-    """Where a new plan starts, and who said they hold what (to fetch a missing stage from)."""
+    """Where a new plan starts, the digest agreed for each stage at that step, and who said they
+    hold what (to fetch a missing stage from)."""
 
     step: int
     note: str  # "" when every stage resumes exactly; otherwise what had to give
-    held: dict[str, dict[str, list[int]]] = field(default_factory=dict, compare=False)
+    held: dict[str, Held] = field(default_factory=dict, compare=False)
+    digests: dict[str, str] = field(default_factory=dict)  # layers key -> agreed sha256
 
     def holders(self, key: str, step: int) -> list[str]:
-        """The members that announced a state of layers `key` at `step`."""
-        return sorted(peer for peer, held in self.held.items() if step in held.get(key, []))
+        """The members that announced the agreed state of layers `key` at `step` (any state of
+        it if none was agreed), sorted."""
+        agreed = self.digests.get(key) if step == self.step else None
+        return sorted(
+            peer
+            for peer, held in self.held.items()
+            if step in held.get(key, {}) and agreed in (None, held[key][step])
+        )
 
 
-def choose_start_step(needed: list[str], held: dict[str, dict[str, list[int]]]) -> StartPoint:
-    """The newest step at which every needed stage (layers key) has a state in some member's
-    announcement. Pure: every member computes the same answer from the same announcements.
+def resume_key(run_id: str, plan: Plan) -> str:
+    """The DHT key of one plan's start-step announcements."""
+    return f"p2ptrain_{run_id}_resume_t{plan.term}_e{plan.epoch}"
+
+
+def placement(plan: Plan, n_layer: int) -> tuple[list[str], dict[str, set[str]]]:
+    """The plan's members in its order (pipelines, then spares), and who it places at each
+    stage: layers key -> peers (what choose_start_step weighs announcements by)."""
+    members = [p for pipeline in plan.pipelines for p in pipeline] + list(plan.spares)
+    ranges = stage_layer_ranges(n_layer, plan.stages)
+    placed = {layers_key(r): {p[i] for p in plan.pipelines} for i, r in enumerate(ranges)}
+    return members, placed
+
+
+def choose_start_step(
+    needed: list[str],
+    held: Mapping[str, Held],
+    placed: Mapping[str, Collection[str]] | None = None,
+    order: Sequence[str] = (),
+) -> StartPoint:
+    """The newest step at which every needed stage (layers key) has a usable state (the rule in
+    the module's docstring), and the digest agreed for each stage there. `placed`: layers key ->
+    the members the plan puts at that stage; `order`: the plan's members in its order. Pure:
+    every member computes the same answer from the same announcements.
 
     If no step is common (a stage has no saved state at all, e.g. the stage count changed, or the
     states are further apart than the history), the newest step common to the stages that do have
     states is used, and the rest start fresh there: said in `note`, never silent.
     """
-    available: dict[str, set[int]] = {key: set() for key in needed}
-    for announcement in held.values():
-        for key, steps in announcement.items():
-            if key in available:
-                available[key].update(steps)
+    placed = placed or {}
+    available = {key: _usable_steps(key, held, placed.get(key, ())) for key in needed}
     if not any(available.values()):
         return StartPoint(0, "")  # a fresh run
     with_state = [steps for steps in available.values() if steps]
@@ -64,56 +114,132 @@ def choose_start_step(needed: list[str], held: dict[str, dict[str, list[int]]]) 
     if common:
         step = max(common)
         note = f"no saved state for {', '.join(missing)}: started fresh" if missing else ""
-        return StartPoint(step, note)
-    step = min(max(steps) for steps in with_state)
-    return StartPoint(step, f"stage states share no step: each resumes from its newest <= {step}")
+    else:
+        step = min(max(steps) for steps in with_state)
+        note = f"stage states share no step: each resumes from its newest <= {step}"
+    rank = {peer: index for index, peer in enumerate(order)}
+    digests = {}
+    for key in needed:
+        if step in available[key]:
+            digests[key] = _agreed_digest(key, step, held, placed.get(key, ()), rank)
+    return StartPoint(step, note, digests=digests)
 
 
-def check_announcement(value: Any, num_steps: int) -> dict[str, list[int]] | None:
-    """A peer's announcement if it is well-formed and bounded, else None (it came off the wire).
-    Steps outside the run are refused: a state at or past the run's last step would make every
-    worker skip training as if the run were done."""
-    if not isinstance(value, dict) or len(value) > MAX_KEYS:
+def _usable_steps(key: str, held: Mapping[str, Held], placed: Collection[str]) -> set[int]:
+    announcers = [peer for peer, states in held.items() if states.get(key)]
+    support = Counter(step for peer in announcers for step in held[peer][key])
+    # a lone voice counts if it is the stage's only announcer, or the only one the plan places
+    # at the stage (a replica cannot push a step its stage-mates do not hold)
+    trusted = announcers if len(announcers) == 1 else [p for p in announcers if p in placed]
+    lone = trusted if len(trusted) == 1 else []
+    return {
+        step
+        for step, count in support.items()
+        if count >= 2 or any(step in held[p][key] for p in lone)
+    }
+
+
+def _agreed_digest(
+    key: str, step: int, held: Mapping[str, Held], placed: Collection[str], rank: dict[str, int]
+) -> str:
+    holders = [peer for peer, states in held.items() if step in states.get(key, {})]
+    votes = Counter(held[peer][key][step] for peer in holders)
+    top = max(votes.values())
+    tied = {digest for digest, count in votes.items() if count == top}
+    best = min(
+        (peer for peer in holders if held[peer][key][step] in tied),
+        key=lambda peer: (peer not in placed, rank.get(peer, len(rank)), peer),
+    )
+    return held[best][key][step]
+
+
+def announcement_payload(key: str, peer: str, states: Held) -> bytes:
+    """The signed bytes of an announcement: canonical JSON of the DHT key, the peer and its
+    states (the key binds it to one plan, so it cannot be replayed under another)."""
+    body = {
+        "key": key,
+        "peer": peer,
+        "states": {k: sorted([s, d] for s, d in steps.items()) for k, steps in states.items()},
+    }
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def sign_announcement(seed: bytes, key: str, peer: str, states: Held) -> dict[str, Any]:
+    """The DHT value announcing `states` under `key`, signed by `peer`'s key (`seed`)."""
+    wire_states = {k: [[s, d] for s, d in sorted(v.items())] for k, v in states.items()}
+    signature = identity.sign(seed, announcement_payload(key, peer, states))
+    return {"key": key, "peer": peer, "states": wire_states, "sig": signature}
+
+
+def check_announcement(value: Any, key: str, peer: str, num_steps: int | None) -> Held | None:
+    """A member's announcement if it is well-formed, bounded, for `key`, and signed by `peer`,
+    else None (it came off the wire). Steps outside the run are refused: a state at or past the
+    run's last step would make every worker skip training as if the run were done."""
+    if not isinstance(value, dict) or value.get("key") != key or value.get("peer") != peer:
         return None
-    clean: dict[str, list[int]] = {}
-    for key, steps in value.items():
-        if not isinstance(key, str) or len(key) > MAX_KEY_CHARS or not isinstance(steps, list):
+    states, signature = value.get("states"), value.get("sig")
+    if not isinstance(states, dict) or len(states) > MAX_KEYS or not isinstance(signature, bytes):
+        return None
+    clean: Held = {}
+    for layers, entries in states.items():
+        if not isinstance(layers, str) or len(layers) > MAX_KEY_CHARS:
             return None
-        if len(steps) > MAX_STEPS_PER_KEY or not all(
-            isinstance(s, int) and not isinstance(s, bool) and 0 <= s < num_steps for s in steps
-        ):
+        if not isinstance(entries, list) or len(entries) > MAX_STEPS_PER_KEY:
             return None
-        clean[key] = sorted(set(steps))
+        clean[layers] = {}
+        for entry in entries:
+            if not isinstance(entry, list | tuple) or len(entry) != 2:
+                return None
+            step, digest = entry
+            if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+                return None
+            if num_steps is not None and step >= num_steps:
+                return None
+            if not isinstance(digest, str) or not _DIGEST.match(digest):
+                return None
+            clean[layers][step] = digest
+    public_key = identity.public_key_of_peer_id(peer)
+    if public_key is None or not identity.verify(
+        public_key, announcement_payload(key, peer, clean), signature
+    ):
+        return None
     return clean
 
 
 def agree_on_start(
     dht: DHT,
     key: str,
+    seed: bytes,
     peer_id: str,
     members: list[str],
-    needed: list[str],
-    mine: dict[str, list[int]],
+    placed: Mapping[str, Collection[str]],
+    mine: Held,
     should_abort: Callable[[], bool],
     num_steps: int,
     timeout_s: float = RESUME_TIMEOUT_S,
 ) -> StartPoint | None:
-    """Announce `mine` under `key`, wait for every member's announcement, choose the start.
+    """Announce `mine` under `key` (signed with `seed`, this peer's identity key), wait for every
+    member's announcement (`members`: the plan's peers in its order), choose the start for the
+    stages of `placed` (layers key -> the members placed there).
     None if `should_abort()` turned true or a member stayed silent for `timeout_s`."""
     from hivemind.utils import get_dht_time
 
     others = sorted(set(members) - {peer_id})
     held = {peer_id: mine}
     if others:
-        dht.store(key, mine, get_dht_time() + ANNOUNCEMENT_TTL_S, subkey=peer_id)
+        value = sign_announcement(seed, key, peer_id, mine)
+        subkey = SUBKEY_PREFIX + peer_id
+        dht.store(key, value, get_dht_time() + ANNOUNCEMENT_TTL_S, subkey=subkey)
         deadline = time.monotonic() + timeout_s
         stored_again = time.monotonic()
         while True:
             found = dht.get(key, latest=True)
             entries = found.value if found is not None and isinstance(found.value, dict) else {}
             for member in others:
-                entry = entries.get(member)
-                announcement = check_announcement(getattr(entry, "value", None), num_steps)
+                entry = entries.get(SUBKEY_PREFIX + member)
+                announcement = check_announcement(
+                    getattr(entry, "value", None), key, member, num_steps
+                )
                 if announcement is not None:
                     held[member] = announcement
             if all(m in held for m in others):
@@ -127,7 +253,7 @@ def agree_on_start(
                 )
                 return None
             if time.monotonic() - stored_again > 5.0:  # in case the first store missed a peer
-                dht.store(key, mine, get_dht_time() + ANNOUNCEMENT_TTL_S, subkey=peer_id)
+                dht.store(key, value, get_dht_time() + ANNOUNCEMENT_TTL_S, subkey=subkey)
                 stored_again = time.monotonic()
             time.sleep(POLL_INTERVAL_S)
-    return replace(choose_start_step(needed, held), held=held)
+    return replace(choose_start_step(list(placed), held, placed, members), held=held)

@@ -20,14 +20,16 @@ from p2ptrain.records import MetricsReport, Plan, Role, RunSpec
 from p2ptrain.train.checkpoint import (
     StageSnapshot,
     checkpoint_dir,
+    expected_state_bytes,
     layers_key,
     load_stage,
     record_step,
+    saved_states,
     saved_steps,
     stamped_path,
 )
 from p2ptrain.train.data import load_corpus, replica_rows
-from p2ptrain.train.model import Stage, build_stage, stage_layer_ranges
+from p2ptrain.train.model import Stage, build_stage
 from p2ptrain.train.optim import clip_grads, grads_are_finite, lr_at, make_optimizer, set_lr
 from p2ptrain.worker import pipeline
 from p2ptrain.worker.averaging import StageAverager
@@ -42,7 +44,7 @@ from p2ptrain.worker.frames import (
     Stopped,
 )
 from p2ptrain.worker.ipc import PlanInbox
-from p2ptrain.worker.resume import StartPoint, agree_on_start
+from p2ptrain.worker.resume import StartPoint, agree_on_start, placement, resume_key
 from p2ptrain.worker.state_transfer import fetch_state
 from p2ptrain.worker.transport import Transport
 
@@ -50,11 +52,6 @@ log = logging.getLogger("p2ptrain.worker")
 
 
 AVERAGER_SHUTDOWN_S = 3.0
-
-
-def resume_key(run_id: str, plan: Plan) -> str:
-    """The DHT key of one plan's start-step announcements."""
-    return f"p2ptrain_{run_id}_resume_t{plan.term}_e{plan.epoch}"
 
 
 class SessionEnd(enum.Enum):
@@ -76,8 +73,10 @@ class Session:
         report: Callable[[MetricsReport], None],
         plan_version: int = 0,
         faults: Faults = NO_FAULTS,
+        identity_seed: bytes = b"",
     ) -> None:
         self.spec = spec
+        self.identity_seed = identity_seed  # signs this peer's start-step announcements
         self.faults = faults
         self.plan = plan
         self.plan_version = plan_version
@@ -146,18 +145,17 @@ class Session:
 
     def _agree_on_start(self, dht: DHT) -> StartPoint | None:
         """Every peer of the plan (spares too) announces its saved stage states; all pick one
-        step."""
-        members = sorted(self.plan.peers())
-        ranges = stage_layer_ranges(self.spec.n_layer, self.plan.stages)
-        key = resume_key(self.spec.run_id, self.plan)
+        step, and the digest of each stage's state there (worker/resume.py)."""
+        members, placed = placement(self.plan, self.spec.n_layer)
         started_s = time.monotonic()
         start = agree_on_start(
             dht,
-            key,
+            resume_key(self.spec.run_id, self.plan),
+            self.identity_seed,
             self.transport.peer_id,
             members,
-            [layers_key(r) for r in ranges],
-            saved_steps(self.directory),
+            placed,
+            saved_states(self.directory),
             lambda: self.inbox.stopped or self.inbox.version != self.plan_version,
             self.spec.steps,
         )
@@ -190,13 +188,22 @@ class Session:
         return start.step
 
     def _fetch(self, start: StartPoint, layers: range) -> None:
-        """Copy the agreed step's state of `layers` from a member that announced it."""
-        for peer in start.holders(layers_key(layers), start.step):
+        """Copy the agreed step's state of `layers` from a member that announced its agreed
+        digest; bytes of another digest, or more than the stage's size, are refused."""
+        key = layers_key(layers)
+        digest = start.digests.get(key)
+        if digest is None:
+            return
+        max_bytes = expected_state_bytes(self.spec, layers)
+        for peer in start.holders(key, start.step):
             if peer == self.transport.peer_id:
                 continue
             started_s = time.monotonic()
             try:
-                path = fetch_state(self.transport, peer, layers, start.step, self.directory)
+                path = fetch_state(
+                    self.transport, peer, layers, start.step, self.directory, digest,
+                    max_bytes, self.plan.network,
+                )  # fmt: skip
                 assert self.model is not None
                 load_stage(path, self.spec, self.model, self.optimizer)  # validates first
             except Exception as exc:  # any failure, a bad file included: try the next holder

@@ -4,15 +4,22 @@ checkpoint from a member that announced it (worker/resume.py), over a p2pd strea
 Protocol `p2ptrain.stage-state.v1`: the client sends a 4-byte big-endian length and a JSON request
 `{"layers": "L<a>-<b>", "step": N}` (≤ 256 bytes); the server answers one status byte (FOUND or
 MISSING), then, if found, an 8-byte big-endian size and the file's bytes. The server serves only
-stamped checkpoint files of its own checkpoint directory; the client bounds the size, writes to a
-temporary file and renames it into place. The file is validated like any checkpoint when loaded
-(format, run, model shape, layers, every tensor), so a lying server costs a retry, not the model.
+stamped checkpoint files of its own checkpoint directory.
+
+Bounds (docs/security.md, attack 8): both sides refuse a state larger than the stage's expected
+size (its weights and AdamW's two moments, with a margin: train/checkpoint.py
+`expected_state_bytes`), and both give up after a deadline derived from that size and the plan's
+network facts (`transfer_deadline_s`). The client writes to a temporary file, hashes the bytes as
+they arrive and renames the file into place only if their sha256 is the digest the plan's
+members agreed on (worker/resume.py), never a digest the server names. The file is then
+validated like any checkpoint when loaded (format, run, model shape, layers, every tensor).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -22,12 +29,12 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hivemind.p2p import PeerID
-from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
+from p2ptrain.records import NetworkFacts, RunSpec
+from p2ptrain.train.checkpoint import expected_state_bytes, layers_key, stamped_path
 
-from p2ptrain.train.checkpoint import layers_key, stamped_path
+if TYPE_CHECKING:  # hivemind is imported only when used: tests of the bounds run beside libp2p
+    from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
 
-if TYPE_CHECKING:
     from p2ptrain.worker.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -37,9 +44,10 @@ FOUND, MISSING = b"\x01", b"\x00"
 REQUEST_LEN = struct.Struct(">I")
 SIZE = struct.Struct(">Q")
 MAX_REQUEST_BYTES = 256
-MAX_STATE_BYTES = 16 * 1024**3
 CHUNK_BYTES = 1024 * 1024
-TRANSFER_TIMEOUT_S = 600.0
+REQUEST_TIMEOUT_S = 10.0  # for the few bytes of a request, on top of the plan's round trip
+LOCAL_RATE_MBPS = 100.0  # a plan without network facts was made for a LAN (or loopback)
+LOCAL_RTT_S = 0.05
 _LAYERS = re.compile(r"^L(\d{1,6})-(\d{1,6})$")
 
 
@@ -50,32 +58,66 @@ def parse_layers(key: str) -> range | None:
     return range(int(match[1]), int(match[2]))
 
 
+def transfer_deadline_s(size_bytes: int, network: NetworkFacts | None) -> float:
+    """How long moving `size_bytes` may take on the plan's slowest link: twice the time at its
+    rate, a few round trips and a constant for the disk (cf. worker/averaging.py)."""
+    rate_mbps = LOCAL_RATE_MBPS if network is None else network.min_rate_mbps
+    rtt_s = LOCAL_RTT_S if network is None else network.max_rtt_s
+    return 10.0 + 4 * rtt_s + 2 * size_bytes * 8 / (rate_mbps * 1e6)
+
+
 class StateServer:
-    """Serves this worker's stamped stage checkpoints; `directory` follows the current run."""
+    """Serves this worker's stamped stage checkpoints; `serve_run` follows the current run."""
 
     def __init__(self, transport: Transport) -> None:
         self.directory: Path | None = None
+        self.spec: RunSpec | None = None
+        self.network: NetworkFacts | None = None
+        self._max_bytes: dict[str, int] = {}  # layers key -> expected_state_bytes
         transport.call(transport.p2p.add_binary_stream_handler(PROTOCOL, self._handle))
+
+    def serve_run(self, spec: RunSpec, directory: Path, network: NetworkFacts | None) -> None:
+        """Serve `directory`'s states of `spec`'s model, within the bounds of `network`."""
+        if spec != self.spec:
+            self._max_bytes = {}
+        self.spec, self.directory, self.network = spec, directory, network
+
+    def max_bytes(self, layers: range) -> int | None:
+        """The largest state of `layers` this run can have (None: not a stage of the run)."""
+        spec = self.spec
+        if spec is None or layers.stop > spec.n_layer:
+            return None
+        key = layers_key(layers)
+        if key not in self._max_bytes:
+            self._max_bytes[key] = expected_state_bytes(spec, layers)
+        return self._max_bytes[key]
 
     async def _handle(
         self, info: StreamInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         remote = info.peer_id.to_base58()
+        network = self.network
         try:
-            async with asyncio.timeout(TRANSFER_TIMEOUT_S):
-                path = await self._requested_path(reader)
-                if path is None or not path.is_file():
+            async with asyncio.timeout(REQUEST_TIMEOUT_S + 4 * LOCAL_RTT_S):
+                path, max_bytes = await self._requested_path(reader)
+            if path is None or max_bytes is None or not path.is_file():
+                writer.write(MISSING)
+                return
+            # local disk reads of <= 1 MiB are short next to the network writes between them;
+            # open once, so a concurrent prune of the history cannot tear the file
+            with open(path, "rb") as f:  # noqa: ASYNC230
+                size = os.fstat(f.fileno()).st_size
+                if size > max_bytes:  # not a state of this run's stage: never send it
+                    log.warning("%s holds %d bytes, over the stage's %d: not served",
+                                path.name, size, max_bytes)  # fmt: skip
                     writer.write(MISSING)
                     return
-                # local disk reads of <= 1 MiB are short next to the network writes between them;
-                # open once, so a concurrent prune of the history cannot tear the file
-                with open(path, "rb") as f:  # noqa: ASYNC230
-                    size = os.fstat(f.fileno()).st_size
+                async with asyncio.timeout(transfer_deadline_s(size, network)):
                     writer.write(FOUND + SIZE.pack(size))
                     while chunk := f.read(CHUNK_BYTES):
                         writer.write(chunk)
                         await writer.drain()
-                log.info("sent %s (%d bytes) to %s", path.name, size, remote)
+            log.info("sent %s (%d bytes) to %s", path.name, size, remote)
         except (ValueError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             log.warning("stage state request from %s failed: %r", remote, exc)
         finally:
@@ -86,7 +128,7 @@ class StateServer:
                         pass
             writer.close()
 
-    async def _requested_path(self, reader: asyncio.StreamReader) -> Path | None:
+    async def _requested_path(self, reader: asyncio.StreamReader) -> tuple[Path | None, int | None]:
         (length,) = REQUEST_LEN.unpack(await reader.readexactly(REQUEST_LEN.size))
         if length > MAX_REQUEST_BYTES:
             raise ValueError(f"request of {length} bytes")
@@ -97,22 +139,47 @@ class StateServer:
         step = request.get("step")
         if layers is None or not isinstance(step, int) or isinstance(step, bool) or step < 0:
             raise ValueError(f"bad request {request!r}")
-        return None if self.directory is None else stamped_path(self.directory, layers, step)
+        if self.directory is None:
+            return None, None
+        return stamped_path(self.directory, layers, step), self.max_bytes(layers)
 
 
 def fetch_state(
-    transport: Transport, peer_id: str, layers: range, step: int, directory: Path
+    transport: Transport,
+    peer_id: str,
+    layers: range,
+    step: int,
+    directory: Path,
+    digest: str,
+    max_bytes: int,
+    network: NetworkFacts | None,
 ) -> Path:
     """Fetch `peer_id`'s stamped state of `layers` at `step` into `directory`; its path.
-    Raises (OSError, ValueError, TimeoutError...) if the peer does not have it or fails."""
+    Kept only if the bytes' sha256 is `digest` and they are at most `max_bytes`, moved before
+    the deadline for that size on `network`. Raises (OSError, ValueError, TimeoutError...) if
+    the peer does not have it, offers more, sends other bytes, or is too slow."""
     target = stamped_path(directory, layers, step)
-    coroutine = _fetch(transport, peer_id, layers_key(layers), step, target)
-    transport.call(coroutine, timeout_s=TRANSFER_TIMEOUT_S + 10)
+    deadline_s = transfer_deadline_s(max_bytes, network)
+    coroutine = _fetch(
+        transport, peer_id, layers_key(layers), step, target, digest, max_bytes, deadline_s
+    )
+    transport.call(coroutine, timeout_s=deadline_s + 10)
     return target
 
 
-async def _fetch(transport: Transport, peer_id: str, key: str, step: int, target: Path) -> None:
-    async with asyncio.timeout(TRANSFER_TIMEOUT_S):
+async def _fetch(
+    transport: Transport,
+    peer_id: str,
+    key: str,
+    step: int,
+    target: Path,
+    digest: str,
+    max_bytes: int,
+    deadline_s: float,
+) -> None:
+    from hivemind.p2p import PeerID
+
+    async with asyncio.timeout(deadline_s):
         _, reader, writer = await transport.p2p.call_binary_stream_handler(
             PeerID.from_base58(peer_id), PROTOCOL
         )
@@ -120,25 +187,37 @@ async def _fetch(transport: Transport, peer_id: str, key: str, step: int, target
             body = json.dumps({"layers": key, "step": step}).encode()
             writer.write(REQUEST_LEN.pack(len(body)) + body)
             await writer.drain()
-            if await reader.readexactly(1) != FOUND:
-                raise FileNotFoundError(f"{peer_id} has no {key} at step {step}")
-            (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
-            if size > MAX_STATE_BYTES:
-                raise ValueError(f"{peer_id} offers {size} bytes for {key}")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".part")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    left = size
-                    while left:
-                        chunk = await reader.read(min(left, CHUNK_BYTES))
-                        if not chunk:
-                            raise asyncio.IncompleteReadError(b"", left)
-                        f.write(chunk)
-                        left -= len(chunk)
-                os.replace(tmp_name, target)
-            except BaseException:
-                Path(tmp_name).unlink(missing_ok=True)  # noqa: ASYNC240 (a local unlink)
-                raise
+            await receive_state(reader, target, digest, max_bytes, f"{peer_id}'s {key}@{step}")
         finally:
             writer.close()
+
+
+async def receive_state(
+    reader: asyncio.StreamReader, target: Path, digest: str, max_bytes: int, what: str
+) -> None:
+    """Read a reply (status, size, bytes) into `target`: only a state of at most `max_bytes`
+    whose sha256 is `digest`; nothing is left on disk otherwise."""
+    if await reader.readexactly(1) != FOUND:
+        raise FileNotFoundError(f"{what}: not found")
+    (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
+    if size > max_bytes:
+        raise ValueError(f"{what}: {size} bytes offered, the stage's states are <= {max_bytes}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".part")
+    try:
+        sha256 = hashlib.sha256()
+        with os.fdopen(fd, "wb") as f:
+            left = size
+            while left:
+                chunk = await reader.read(min(left, CHUNK_BYTES))
+                if not chunk:
+                    raise asyncio.IncompleteReadError(b"", left)
+                sha256.update(chunk)
+                f.write(chunk)
+                left -= len(chunk)
+        if sha256.hexdigest() != digest:
+            raise ValueError(f"{what}: sha256 {sha256.hexdigest()}, agreed {digest}")
+        os.replace(tmp_name, target)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)  # noqa: ASYNC240 (a local unlink)
+        raise

@@ -1,8 +1,31 @@
-"""Choosing a new plan's start step from the members' announcements (worker/resume.py)."""
+"""Choosing a new plan's start step from the members' signed announcements (worker/resume.py)."""
 
-from p2ptrain.worker.resume import check_announcement, choose_start_step
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+
+from p2ptrain import identity
+from p2ptrain.worker.resume import (
+    Held,
+    check_announcement,
+    choose_start_step,
+    sign_announcement,
+)
 
 NEEDED = ["L0-2", "L2-4"]
+KEY = "p2ptrain_r_resume_t1_e3"
+
+
+def d(name: str) -> str:
+    """A digest standing for one state file's bytes."""
+    return hashlib.sha256(name.encode()).hexdigest()
+
+
+def steps(key: str, *numbers: int, tag: str = "") -> Held:
+    """An announcement of `key` at `numbers`, each state's digest named by its step (and tag:
+    two peers with the same tag hold the same bytes)."""
+    return {key: {n: d(f"{key}@{n}{tag}") for n in numbers}}
 
 
 def test_a_fresh_run_starts_at_zero() -> None:
@@ -11,37 +34,118 @@ def test_a_fresh_run_starts_at_zero() -> None:
 
 def test_stages_one_step_apart_restart_from_the_older_step() -> None:
     # the last stage applied step 9 (it holds 9 and 10), the first stage was still in step 9
-    held = {"a": {"L0-2": [8, 9]}, "b": {"L2-4": [9, 10]}, "c": {"L0-2": [8, 9]}}
-    start = choose_start_step(NEEDED, held)
+    held = {"a": steps("L0-2", 8, 9), "b": steps("L2-4", 9, 10), "c": steps("L0-2", 8, 9)}
+    start = choose_start_step(NEEDED, held, {"L0-2": {"a", "c"}, "L2-4": {"b"}})
     assert start.step == 9 and start.note == ""
+    assert start.digests == {"L0-2": d("L0-2@9"), "L2-4": d("L2-4@9")}
+    assert start.holders("L0-2", 9) == []  # held was not attached: replace() in agree_on_start
 
 
 def test_the_answer_does_not_depend_on_who_announced_what() -> None:
-    held = {"a": {"L0-2": [3, 4, 5]}, "b": {"L2-4": [4, 5, 6]}, "c": {"L9-9": [7]}}
+    held = {"a": steps("L0-2", 3, 4, 5), "b": steps("L2-4", 4, 5, 6), "c": steps("L9-9", 7)}
     reordered = dict(reversed(list(held.items())))
     assert choose_start_step(NEEDED, held) == choose_start_step(NEEDED, reordered)
     assert choose_start_step(NEEDED, held).step == 5  # the unrelated L9-9 does not count
 
 
 def test_a_stage_without_any_state_is_named_not_hidden() -> None:
-    start = choose_start_step(NEEDED, {"a": {"L0-2": [4, 5]}})
+    start = choose_start_step(NEEDED, {"a": steps("L0-2", 4, 5)})
     assert start.step == 5 and "L2-4" in start.note
 
 
 def test_disjoint_histories_fall_back_to_the_oldest_newest_state() -> None:
-    start = choose_start_step(NEEDED, {"a": {"L0-2": [1, 2]}, "b": {"L2-4": [7, 8]}})
+    start = choose_start_step(NEEDED, {"a": steps("L0-2", 1, 2), "b": steps("L2-4", 7, 8)})
     assert start.step == 2 and start.note
 
 
+def test_a_lone_member_announcing_newer_steps_of_every_stage_does_not_move_the_start() -> None:
+    """Attack 4b: member x (placed at neither stage, e.g. a spare) announced every stage at a
+    newer step, with states it crafted: everyone fetched and trained on them."""
+    honest = {"a": steps("L0-2", 8, 9), "b": steps("L2-4", 8, 9)}
+    crafted = {
+        "L0-2": {9: d("crafted0@9"), 10: d("crafted0@10")},
+        "L2-4": {9: d("crafted1@9"), 10: d("crafted1@10")},
+    }
+    held = {**honest, "x": crafted}
+    placed = {"L0-2": {"a"}, "L2-4": {"b"}}
+    start = choose_start_step(NEEDED, held, placed, ["a", "b", "x"])
+    assert start.step == 9
+    # x also claims step 9 with other bytes: one vote each, the member the plan placed at the
+    # stage wins the tie, whatever the digests or peer ids
+    assert start.digests == {"L0-2": d("L0-2@9"), "L2-4": d("L2-4@9")}
+    start = choose_start_step(NEEDED, held, placed, ["x", "a", "b"])
+    assert start.digests == {"L0-2": d("L0-2@9"), "L2-4": d("L2-4@9")}
+
+
+def test_a_minority_digest_loses_to_the_one_most_members_announce() -> None:
+    # a and b fetched the same state of L0-2 at step 5 (same bytes); x announces other bytes
+    # and is even placed at the stage: two votes beat one
+    held = {
+        "a": steps("L0-2", 5) | steps("L2-4", 5),
+        "b": steps("L0-2", 5),
+        "x": {"L0-2": {5: d("crafted")}},
+    }
+    start = choose_start_step(NEEDED, held, {"L0-2": {"x"}, "L2-4": {"a"}}, ["x", "a", "b"])
+    assert start.step == 5 and start.digests["L0-2"] == d("L0-2@5")
+    assert replace(start, held=held).holders("L0-2", 5) == ["a", "b"]  # x is never asked
+
+
+def test_the_stage_own_member_may_announce_a_newer_step_alone() -> None:
+    # the last stage applied step 9 before the plan changed: its only trainer b holds it alone
+    # while a spare c holds an old copy; b is placed at the stage, so its step counts
+    held = {"a": steps("L0-2", 9, 10), "b": steps("L2-4", 9, 10), "c": steps("L2-4", 3)}
+    start = choose_start_step(NEEDED, held, {"L0-2": {"a"}, "L2-4": {"b"}})
+    assert start.step == 10
+    # a member not placed at the stage cannot do the same
+    start = choose_start_step(NEEDED, held, {"L0-2": {"a"}, "L2-4": {"c"}})
+    assert start.step == 3 and start.note  # b's steps are not corroborated: c's old one is
+
+
+SEED = bytes(range(32))
+PEER = identity.peer_id_of(SEED)
+OTHER_SEED = bytes(range(1, 33))
+
+
+def test_a_signed_announcement_is_read_back() -> None:
+    held = steps("L0-2", 1, 3)
+    value = sign_announcement(SEED, KEY, PEER, held)
+    assert check_announcement(value, KEY, PEER, 40) == held
+
+
+def test_an_announcement_under_another_peers_id_is_refused() -> None:
+    """Attack 4b: the data-plane DHT had no record validation, so anyone could announce under
+    a member's id."""
+    forged = sign_announcement(OTHER_SEED, KEY, PEER, steps("L0-2", 39))
+    assert check_announcement(forged, KEY, PEER, 40) is None
+    # the member's own, replayed under another plan's key, or altered after signing
+    value = sign_announcement(SEED, KEY, PEER, steps("L0-2", 3))
+    assert check_announcement(value, "p2ptrain_r_resume_t1_e4", PEER, 40) is None
+    altered = dict(value, states={"L0-2": [[4, d("x")]]})
+    assert check_announcement(altered, KEY, PEER, 40) is None
+
+
 def test_announcements_off_the_wire_are_checked() -> None:
-    assert check_announcement({"L0-2": [3, 1, 3]}, 40) == {"L0-2": [1, 3]}
-    for bad in (None, [1], {"L0-2": "3"}, {"L0-2": [True]}, {"L0-2": [-1]}, {1: [1]},
-                {"x" * 100: [1]}, {"L0-2": list(range(1000))}):  # fmt: skip
-        assert check_announcement(bad, 40) is None
+    good = sign_announcement(SEED, KEY, PEER, steps("L0-2", 3))
+    for bad_states in (None, [1], {"L0-2": "3"}, {"L0-2": [[True, d("x")]]},
+                       {"L0-2": [[-1, d("x")]]}, {1: [[1, d("x")]]}, {"x" * 100: [[1, d("x")]]},
+                       {"L0-2": [[1, "nothex"]]}, {"L0-2": [[1]]},
+                       {"L0-2": [[n, d("x")] for n in range(1000)]}):  # fmt: skip
+        assert check_announcement(dict(good, states=bad_states), KEY, PEER, 40) is None
+    for bad in (None, [1], dict(good, sig="text"), dict(good, peer=None), {**good, "sig": b""}):
+        assert check_announcement(bad, KEY, PEER, 40) is None
 
 
 def test_an_announcement_at_or_past_the_last_step_is_refused() -> None:
     """Attack 4: one member announcing every stage at the run's last step made every worker
     skip training and exit as if the run were done."""
-    assert check_announcement({"L0-2": [40], "L2-4": [40]}, 40) is None
-    assert check_announcement({"L0-2": [39]}, 40) == {"L0-2": [39]}
+    value = sign_announcement(SEED, KEY, PEER, steps("L0-2", 40) | steps("L2-4", 40))
+    assert check_announcement(value, KEY, PEER, 40) is None
+    value = sign_announcement(SEED, KEY, PEER, steps("L0-2", 39))
+    assert check_announcement(value, KEY, PEER, 40) == steps("L0-2", 39)
+
+
+def test_a_replica_cannot_push_a_step_its_stage_mates_do_not_hold() -> None:
+    # a and x are both placed at L0-2; x alone claims step 6
+    held = {"a": steps("L0-2", 4, 5), "x": steps("L0-2", 5, 6, tag="x"), "b": steps("L2-4", 5, 6)}
+    start = choose_start_step(NEEDED, held, {"L0-2": {"a", "x"}, "L2-4": {"b"}}, ["a", "x", "b"])
+    assert start.step == 5 and start.digests["L0-2"] == d("L0-2@5")  # a: first in the plan

@@ -1,0 +1,94 @@
+"""Bounds of stage-state transfer (worker/state_transfer.py): the size a stage's state can have,
+the deadline, and the client refusing an oversized offer or bytes of another digest."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from pathlib import Path
+
+import pytest
+import torch
+
+from p2ptrain.records import NetworkFacts, RunSpec
+from p2ptrain.train.checkpoint import StageSnapshot, expected_state_bytes, record_step
+from p2ptrain.train.model import build_stage, loss_fn
+from p2ptrain.train.optim import make_optimizer
+from p2ptrain.worker.state_transfer import FOUND, SIZE, receive_state, transfer_deadline_s
+
+SPEC = RunSpec(n_layer=2, n_head=2, n_embd=16, block_size=8, steps=10)
+
+
+def _reply(body: bytes, claimed: int | None = None) -> asyncio.StreamReader:
+    reader = asyncio.StreamReader()
+    reader.feed_data(FOUND + SIZE.pack(len(body) if claimed is None else claimed) + body)
+    reader.feed_eof()
+    return reader
+
+
+def _receive(
+    body: bytes, digest: str, max_bytes: int, target: Path, claimed: int | None = None
+) -> None:
+    async def run() -> None:
+        await receive_state(_reply(body, claimed), target, digest, max_bytes, "test")
+
+    asyncio.run(run())
+
+
+def test_the_expected_size_bounds_a_real_state_of_the_stage(tmp_path: Path) -> None:
+    for stage in (0, 1):
+        model = build_stage(SPEC, stage, 2)
+        optimizer = make_optimizer(model, SPEC)
+        x = torch.randint(0, SPEC.vocab_size, (2, 8)) if stage == 0 else torch.randn(2, 8, 16)
+        out = model(x)
+        loss = loss_fn(out, torch.zeros(2, 8, dtype=torch.long)) if stage == 1 else out.sum()
+        loss.backward()
+        optimizer.step()  # the moments exist
+        record_step(tmp_path, SPEC, model, StageSnapshot.take(model, optimizer, 1))
+        size = next(tmp_path.glob(f"stage-L{model.layers.start}-*.step1.pt")).stat().st_size
+        expected = expected_state_bytes(SPEC, model.layers)
+        assert size <= expected < size + 8 * 1024**2
+
+
+def test_the_deadline_grows_with_the_size_and_the_slowness_of_the_plan() -> None:
+    slow = NetworkFacts(max_rtt_s=0.3, min_rate_mbps=10.0)
+    fast = NetworkFacts(max_rtt_s=0.01, min_rate_mbps=1000.0)
+    assert transfer_deadline_s(10**9, slow) > transfer_deadline_s(10**9, fast)
+    assert transfer_deadline_s(10**9, slow) > transfer_deadline_s(10**6, slow)
+    assert transfer_deadline_s(10**9, slow) >= 2 * 10**9 * 8 / 10e6  # twice the time at rate
+
+
+def test_a_state_with_the_agreed_digest_is_kept(tmp_path: Path) -> None:
+    body = b"state" * 1000
+    target = tmp_path / "s.pt"
+    _receive(body, hashlib.sha256(body).hexdigest(), 10_000, target)
+    assert target.read_bytes() == body
+
+
+def test_an_offer_over_the_stages_size_is_refused_before_any_byte_is_stored(
+    tmp_path: Path,
+) -> None:
+    """Attack 8: the state-transfer client took up to 16 GiB to disk from any server."""
+    body = b"x" * 5000
+    target = tmp_path / "s.pt"
+    with pytest.raises(ValueError, match="bytes offered"):
+        _receive(body, hashlib.sha256(body).hexdigest(), 4096, target)
+    # a server claiming 16 GiB
+    with pytest.raises(ValueError, match="bytes offered"):
+        _receive(b"", hashlib.sha256(b"").hexdigest(), 4096, target, claimed=16 * 1024**3)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bytes_of_another_digest_are_refused_and_nothing_is_left(tmp_path: Path) -> None:
+    """Attack 4b: a member served a crafted, well-formed state; its server's word was all."""
+    crafted = b"crafted" * 100
+    target = tmp_path / "s.pt"
+    with pytest.raises(ValueError, match="sha256"):
+        _receive(crafted, hashlib.sha256(b"the agreed state").hexdigest(), 10_000, target)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_cut_stream_leaves_nothing(tmp_path: Path) -> None:
+    with pytest.raises(asyncio.IncompleteReadError):
+        _receive(b"abc", hashlib.sha256(b"abcdef").hexdigest(), 100, tmp_path / "s", claimed=6)
+    assert list(tmp_path.iterdir()) == []
