@@ -7,6 +7,7 @@ training goes on through the attack."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import time
 from pathlib import Path
@@ -27,7 +28,7 @@ RUN = """
 run_id = "red-team"
 admission = "token"
 min_peers = 3
-stages = 2
+stages = 1  # three replicas: every step averages, the poisoning target
 n_layer = 2
 n_head = 2
 n_embd = 32
@@ -38,16 +39,21 @@ checkpoint_interval = 0
 """
 
 
-def _steps_done(logs: list[Path]) -> int:
-    """The highest step any worker reported done."""
-    best = -1
+def _losses(logs: list[Path]) -> dict[int, float]:
+    """Step -> the loss a worker reported for it (the last report wins)."""
+    losses = {}
     for path in logs:
         if path.exists():
             for line in path.read_text().splitlines():
                 message = json.loads(line)
-                if message.get("type") == "metrics":
-                    best = max(best, int(message["step"]))
-    return best
+                if message.get("type") == "metrics" and message["loss"] is not None:
+                    losses[int(message["step"])] = float(message["loss"])
+    return losses
+
+
+def _steps_done(logs: list[Path]) -> int:
+    """The highest step any worker reported done."""
+    return max(_losses(logs), default=-1)
 
 
 def _start_node(
@@ -90,11 +96,19 @@ def test_a_live_swarm_survives_a_hostile_node(reaper: ProcessReaper, tmp_path: P
     planner = status["planner"]
     steps_before = _steps_done(logs)
 
+    (tmp_path / "status.json").write_text(json.dumps(status))
+    loss_before = _losses(logs)[steps_before]
     attacker = reaper.start(
         [PYTHON, "-m", "tests.redteam.control_attacker", "--duration", str(ATTACK_S),
          boot_addr, *(addr for _, addr in nodes)],
         stderr_path=tmp_path / "attacker.log",
     )  # fmt: skip
+    data_attacker = reaper.start(
+        [PYTHON, "-m", "tests.redteam.data_attacker", "--duration", str(ATTACK_S),
+         "--run", str(tmp_path / "run.toml"), "--status", str(tmp_path / "status.json")],
+        stderr_path=tmp_path / "data_attacker.log",
+    )  # fmt: skip
+    data_attacker_id = reaper.read_line(data_attacker, STARTUP_TIMEOUT_S)
     attacker_ids = set(json.loads(reaper.read_line(attacker, STARTUP_TIMEOUT_S)))
     seen: list[dict[str, Any]] = []
     deadline = time.monotonic() + ATTACK_S
@@ -106,19 +120,29 @@ def test_a_live_swarm_survives_a_hostile_node(reaper: ProcessReaper, tmp_path: P
             seen.append(observed)
             assert observed["planner"] == planner, observed["planner"]
             assert observed["plan"] is not None
-            assert not attacker_ids & set(plan_peers(observed["plan"]))
+            assert not (attacker_ids | {data_attacker_id}) & set(plan_peers(observed["plan"]))
             assert not attacker_ids & {p["id"] for p in observed["peers"] if p["planner"]}
-        time.sleep(3.0)
+        time.sleep(2.0)
     summary = json.loads(reaper.read_line(attacker, 60))
     assert attacker.wait(30) == 0
+    data_summary = json.loads(reaper.read_line(data_attacker, 90))
+    assert data_attacker.wait(30) == 0
     steps_after = _steps_done(logs)
+    losses = _losses(logs)
 
     assert summary["rounds"] >= 3, summary  # the attack ran for its whole minute
     assert all(summary[k] > 0 for k in ("hostile_bytes", "lying_records", "authority_grabs"))
-    assert len(seen) >= ATTACK_S / 10, "status stopped answering under attack"
+    assert len(seen) >= 5, "status stopped answering under attack"
     # the planner may re-plan as its measurements drift, but only over the honest peers
     assert all(set(plan_peers(s["plan"])) == honest for s in seen)
     assert steps_after > steps_before + 10, (steps_before, steps_after)  # training went on
+    # the data plane: the flood got nothing read, the poisoned averager never joined a round,
+    # and the loss stayed finite and went on falling
+    assert data_summary["rounds"] >= 3 and data_summary["rounds_joined"] == 0, data_summary
+    assert data_summary.get("frames_busy", 0) > 0, data_summary
+    during = [losses[s] for s in range(steps_before, steps_after + 1) if s in losses]
+    assert all(math.isfinite(x) for x in during)
+    assert losses[steps_after] < loss_before, (loss_before, losses[steps_after])
     for proc in [boot, *(p for p, _ in nodes)]:
         assert proc.poll() is None
     # every identity that published was judged and blocked (each kind of refusal has its own
