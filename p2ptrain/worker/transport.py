@@ -36,6 +36,12 @@ BUSY_RETRY_S = 0.2
 ANSWER_LINGER_S = 5.0
 YIELD_DIAL_S = (2.0, 3.0)  # how long the larger peer id leaves the dial to the other one
 CONNECT_WINDOW_S = 45.0  # p2pd backs off a failed dial for 5 s and more: try past that
+# Inbound frame streams: only the current plan's peers get a stream read at all; a neighbour
+# has a handful open at once (a frame per micro-batch and direction), so more than this is a
+# flood and refused before anything is read; and a header must arrive soon after a stream
+# opens, so idle streams cannot hold handlers.
+MAX_INBOUND_PER_PEER = 16
+HEADER_TIMEOUT_S = 10.0
 
 
 class Transport:
@@ -50,6 +56,9 @@ class Transport:
         self.peer_id = p2p.peer_id.to_base58()
         self.num_bytes_sent = 0
         self.num_bytes_received = 0
+        self._inbound: dict[str, int] = {}  # open inbound streams per remote peer
+        self._plan_peers: frozenset[str] = frozenset()  # whose frames we read at all
+        self.num_streams_refused = 0
 
     @property
     def p2p(self) -> P2P:
@@ -75,6 +84,8 @@ class Transport:
         could not be reached within CONNECT_WINDOW_S (their address stays known to p2pd, and a
         peer that dials us connects us too, so the session goes on; a frame that cannot be
         delivered is what declares a peer lost)."""
+
+        self._plan_peers = frozenset(peers)
 
         async def dial_all() -> list[bool]:
             return list(await asyncio.gather(*(self._connect(p, a) for p, a in peers.items())))
@@ -188,14 +199,41 @@ class Transport:
         self, info: StreamInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         remote = info.peer_id.to_base58()
+        if remote not in self._plan_peers:
+            # not (yet) a peer of our plan: a neighbour of a newer plan retries on BUSY until
+            # we have that plan too; anyone else gets nothing read
+            writer.write(frames.BUSY)
+            writer.close()
+            return
+        open_now = self._inbound.get(remote, 0)
+        if open_now >= MAX_INBOUND_PER_PEER:
+            self.num_streams_refused += 1
+            if self.num_streams_refused % 100 == 1:  # a flood: one line per hundred refusals
+                log.warning("refused %d frame streams over the caps (latest from %s)",
+                            self.num_streams_refused, remote)  # fmt: skip
+            writer.write(frames.REJECTED)
+            writer.close()
+            return
+        self._inbound[remote] = open_now + 1
+        try:
+            await self._read_frame(remote, reader, writer)
+        finally:
+            self._inbound[remote] -= 1
+            if not self._inbound[remote]:
+                del self._inbound[remote]
+
+    async def _read_frame(
+        self, remote: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         try:
             async with asyncio.timeout(SEND_TIMEOUT_S):
-                (length,) = frames.HEADER_LEN.unpack(
-                    await reader.readexactly(frames.HEADER_LEN.size)
-                )
-                if length > frames.MAX_HEADER_BYTES:
-                    raise ValueError(f"header of {length} bytes")
-                header = FrameHeader.decode(await reader.readexactly(length))
+                async with asyncio.timeout(HEADER_TIMEOUT_S):
+                    (length,) = frames.HEADER_LEN.unpack(
+                        await reader.readexactly(frames.HEADER_LEN.size)
+                    )
+                    if length > frames.MAX_HEADER_BYTES:
+                        raise ValueError(f"header of {length} bytes")
+                    header = FrameHeader.decode(await reader.readexactly(length))
                 try:
                     expected = self._expect(header)
                 except frames.NotReady:
