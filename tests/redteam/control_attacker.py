@@ -114,7 +114,7 @@ async def flood_requests(attacker: Attacker, victims: list[str], counts: Counter
         except Exception:
             counts["calls_failed"] += 1
 
-    with trio.move_on_after(10):
+    with trio.move_on_after(5):
         async with trio.open_nursery() as nursery:
             for peer in victims:
                 for i in range(CONCURRENT_CALLS):
