@@ -145,7 +145,11 @@ def test_worker_process_tree_dies_with_the_worker(tmp_path: Path) -> None:
     try:
         conn, _ = listener.accept()
         conn.settimeout(120)
-        assert b"hello" in conn.recv(65536)  # the DHT and p2pd are up
+        received = b""
+        while b'"hello"' not in received:  # heartbeats come first; hello once DHT and p2pd are up
+            chunk = conn.recv(65536)
+            assert chunk, received
+            received += chunk
         members = _group_members(proc.pid)
         assert len(members) >= 4, members  # worker, watchdog, DHT process, p2pd
         os.kill(proc.pid, signal.SIGKILL)
