@@ -1,5 +1,10 @@
-"""Link measurements: one peer's own samples towards others, and the freshest knowledge of
-every pair merged from everyone's gossiped rows. Pure, with monotonic time passed in."""
+"""Link measurements: one peer's own samples towards others, and the knowledge of every pair
+merged from everyone's gossiped rows. Pure, with monotonic time passed in.
+
+A pair (a, b) is measured by its two ends, each in its own row. Where both have a recent
+measurement, the pessimistic one counts (the larger round trip, the smaller rate): a peer can
+make its own links look worse than its counterpart measured them, which only keeps work away
+from itself, but never better, which would steer the planner's demanding links onto it."""
 
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ class LinkSample:
 
 @dataclass
 class Link:
-    """The freshest knowledge about one unordered pair, from either side."""
+    """What the swarm knows about one unordered pair, from either side."""
 
     rtt_ms: float | None
     bandwidth_mbps: float | None
@@ -33,10 +38,12 @@ class Link:
 def freshest_links(
     rows: dict[str, tuple[dict[str, LinkReport], float]], now: float
 ) -> dict[tuple[str, str], Link]:
-    """The freshest measurement of every unordered pair, from every author's row (as received
-    at a monotonic time): a row's ages count from when it arrived."""
-    rtts: dict[tuple[str, str], tuple[float, float]] = {}  # pair -> (age, value)
-    bws: dict[tuple[str, str], tuple[float, float]] = {}
+    """Every unordered pair measured in the last MAX_LINK_AGE_S, from every author's row (as
+    received at a monotonic time: a row's ages count from when it arrived); each end's freshest
+    value, the pessimistic of the two ends'."""
+    # pair -> end -> (age, value); an author's row only speaks for pairs it is an end of
+    rtts: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
+    bws: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
     for author, (row, received_at) in rows.items():
         delay = now - received_at
         for peer, link in row.items():
@@ -47,15 +54,15 @@ def freshest_links(
             ):
                 if value is None or age is None or age + delay > MAX_LINK_AGE_S:
                     continue
-                if pair not in table or age + delay < table[pair][0]:
-                    table[pair] = (age + delay, float(value))
+                ends = table.setdefault(pair, {})
+                if author not in ends or age + delay < ends[author][0]:
+                    ends[author] = (age + delay, float(value))
     result = {}
     for pair in set(rtts) | set(bws):
-        rtt, bw = rtts.get(pair), bws.get(pair)
-        ages = [x[0] for x in (rtt, bw) if x is not None]
+        rtt, bw = rtts.get(pair, {}).values(), bws.get(pair, {}).values()
         result[pair] = Link(
-            rtt_ms=None if rtt is None else rtt[1],
-            bandwidth_mbps=None if bw is None else bw[1],
-            age_s=min(ages),
+            rtt_ms=max((v for _, v in rtt), default=None),
+            bandwidth_mbps=min((v for _, v in bw), default=None),
+            age_s=min(age for age, _ in [*rtt, *bw]),
         )
     return result

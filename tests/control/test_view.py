@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from p2ptrain import identity
 from p2ptrain.control import view as view_mod
 from p2ptrain.control import wire
@@ -181,16 +183,28 @@ def test_replays_are_dropped_and_penalties_block():
     assert not v.is_blocked(A, 1.3 + BLOCK_S + 1)
 
 
-def test_links_take_the_freshest_side_and_age_out():
+def test_links_take_the_pessimistic_end_and_age_out():
     v, feed = make_view()
     v.record_rtt(A, 2.0, now=10.0)
     row = {ME: {"rtt_ms": 4.0, "rtt_age_s": 0.1, "bandwidth_mbps": 800.0, "bandwidth_age_s": 1.0}}
     v.accept(feed("telemetry", A, {"links": row}), 10.5)
     links = v.links(11.0)
     link = links[(A, ME)]
-    assert link.rtt_ms == 4.0  # A's sample (age 0.6 s) is fresher than ours (1.0 s)
-    assert link.bandwidth_mbps == 800.0
+    assert link.rtt_ms == 4.0  # both ends measured it: the larger round trip counts
+    assert link.bandwidth_mbps == 800.0  # only A measured the rate
+    assert link.age_s == pytest.approx(0.6)
     assert v.links(10.0 + view_mod.MAX_LINK_AGE_S + 5) == {}
+
+
+def test_a_peer_cannot_make_its_own_links_look_better_than_the_other_end_measured():
+    v, feed = make_view()
+    v.record_rtt(A, 50.0, now=10.0)
+    v.record_bandwidth(A, 10.0, now=10.0)
+    # A claims a perfect link to us, measured just now, in every row it sends
+    row = {ME: {"rtt_ms": 0.01, "rtt_age_s": 0.0, "bandwidth_mbps": 1e6, "bandwidth_age_s": 0.0}}
+    v.accept(feed("telemetry", A, {"links": row}), 11.0)
+    link = v.links(11.0)[(A, ME)]
+    assert (link.rtt_ms, link.bandwidth_mbps) == (50.0, 10.0)
 
 
 def test_status_document_shape():
