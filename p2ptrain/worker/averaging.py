@@ -175,6 +175,7 @@ class StageAverager:
         if drift_bound is not None:  # read by our own reducer only (worker/robust.py)
             gather["drift_bound"] = drift_bound
         problem = ""
+        failed: list[str] = []
         timeout_s = self.timeout_s
         for attempt in range(2):
             with self._averager.get_tensors() as (buffer,):
@@ -200,10 +201,14 @@ class StageAverager:
                 with self._averager.get_tensors() as (buffer,):
                     result = buffer.clone()
                 problem = check_round(result, mine, gathered, self.tolerance, weights) or ""
+                notes = self._averager.reducer_notes()
                 if not problem:
                     self._rounds += 1
                     diverged = replicas_diverged(gathered, self.divergence_tolerance)
-                    return result, Outcome("averaged", len(gathered), diverged=diverged)
+                    detail = "; ".join([*failed, *notes])  # why a first attempt failed
+                    return result, Outcome("averaged", len(gathered), detail, diverged)
+                if notes:  # why the round failed on every member, if our reducer knows
+                    problem = f"{problem} ({'; '.join(notes)})"
                 # Replicas a step apart met (one kept a local gradient earlier and ran ahead).
                 # The one behind gives this step up at once and so reaches the next round soon;
                 # the one ahead waits for it with the full timeout: they are in step again.
@@ -213,11 +218,9 @@ class StageAverager:
                     return flat_grad, Outcome("local", 1, problem)
                 if steps and min(steps) < step:
                     timeout_s = self.timeout_s
-            notes = self._averager.reducer_notes()
-            if notes:  # why the round failed on every member, if our reducer knows
-                problem = f"{problem} ({'; '.join(notes)})"
+            failed.append(f"attempt {attempt + 1}: {problem}")
             log.warning("step %d averaging attempt %d failed: %s", step, attempt + 1, problem)
-        return flat_grad, Outcome("local", 1, problem)
+        return flat_grad, Outcome("local", 1, "; ".join(failed))
 
     def average_state(
         self, flat: torch.Tensor, tag: int, drift_bound: float

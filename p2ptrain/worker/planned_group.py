@@ -28,7 +28,6 @@ import contextlib
 import hashlib
 import logging
 import multiprocessing as mp
-import queue
 import statistics
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -44,7 +43,6 @@ from hivemind.proto import averaging_pb2
 from hivemind.utils import get_dht_time
 from hivemind.utils.asyncio import as_aiter, azip
 
-from p2ptrain.errors import WireError
 from p2ptrain.worker.checks import Checksums
 from p2ptrain.worker.robust import MOMENTS_DRIFT_BOUND
 from p2ptrain.worker.robust_allreduce import RobustAllReduceRunner
@@ -56,7 +54,7 @@ KEPT_ROUNDS = 8  # rounds whose early-arriving metadata is held (a member may ru
 REMEMBERED_ROUNDS = 1024  # rounds already run here: their metadata arrives too late to be used
 SEND_ATTEMPTS = 3
 SEND_RETRY_S = 0.5
-MAX_NOTES = 64  # reducer reports waiting for the worker to read them; later ones are dropped
+MAX_NOTE_CHARS = 2000  # one round's reducer report (a few peer ids and reasons)
 
 
 class GroupmatesAhead(MatchmakingException):
@@ -84,8 +82,9 @@ class PlannedGroupAverager(DecentralizedAverager):
         self._weights = dict(zip(group, (float(w) for w in weights), strict=True))
         # our own metadata of each round found (by group id): which round it is, from us
         self._own_rounds: dict[bytes, dict[str, Any]] = {}
-        # what our reducer did to whose parts, for the worker's report (crosses the fork)
-        self._notes: mp.Queue[str] = mp.Queue(MAX_NOTES)
+        # what our reducer did to whose parts, for the worker's report (crosses the fork); a
+        # SimpleQueue writes at once, so a round's note is there when its result is
+        self._notes: mp.SimpleQueue[str] = mp.SimpleQueue()
         # the rest lives in the averager's own process (it is forked by super().__init__)
         self._inbox: dict[str, dict[PeerID, bytes]] = {}
         self._rounds_seen: dict[str, None] = {}  # insertion-ordered: the oldest go first
@@ -168,15 +167,14 @@ class PlannedGroupAverager(DecentralizedAverager):
         finally:
             if runner.notes:
                 said = "; ".join(f"{peer}'s {what}" for peer, what in runner.notes.items())
-                with contextlib.suppress(queue.Full):
-                    self._notes.put_nowait(f"round {own.get('step')}: our reducer: {said}")
+                self._notes.put(f"round {own.get('step')}: our reducer: {said}"[:MAX_NOTE_CHARS])
 
     def reducer_notes(self) -> list[str]:
-        """What our reducer dropped or clipped since the last call (read by the worker)."""
+        """What our reducer dropped or clipped since the last call (read by the worker after
+        each round, so the queue's pipe never fills)."""
         notes = []
-        with contextlib.suppress(queue.Empty):
-            while True:
-                notes.append(self._notes.get_nowait())
+        while not self._notes.empty():
+            notes.append(self._notes.get())
         return notes
 
     async def gather_planned(self, step: StepControl, key: str) -> GroupInfo | None:
@@ -289,7 +287,7 @@ def _median_norm(gathered: Sequence[bytes], serializer: Any) -> float:
     it far): the scale below which a part's spread or norm is not treated as an outlier."""
     norms = []
     for data in gathered:
-        with contextlib.suppress(WireError, Exception):
+        with contextlib.suppress(Exception):  # WireError, or bytes that are not ours
             _bandwidth, _mode, user_bytes = serializer.loads(data)
             norms.append(Checksums.from_gather(serializer.loads(user_bytes)).norm)
     return statistics.median(norms) if norms else 0.0
