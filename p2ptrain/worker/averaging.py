@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -110,13 +110,17 @@ class StageAverager:
         num_replicas: int,
         compression: str,
         timeout_s: float,
-        group: Sequence[str] | None = None,
+        group: Mapping[str, float],
         network: NetworkFacts | None = None,
     ) -> None:
         """network: what the plan says of its links, to scale the timeouts for.
-        group: the stage's replicas as the plan lists them (this peer among them): a round's
-        first attempt then runs in that group (worker/planned_group.py), a retry, and every
-        round without a group, in one found by hivemind's DHT matchmaking."""
+        group: the stage's replicas as the plan lists them (this peer among them), each with
+        its planned weight (its rows of the batch): a round's first attempt runs in that group
+        (worker/planned_group.py), a retry in one of its members found by hivemind's DHT
+        matchmaking. Every reducer uses these weights, never the ones senders claim."""
+        if len(group) < 2:
+            raise ValueError(f"averaging needs a group of >= 2 replicas, got {dict(group)}")
+        self.weights = dict(group)
         self._buffer = torch.zeros(num_params)
         self.timeouts = averaging_timeouts(
             num_params * (4 if compression == "none" else 2), network
@@ -134,21 +138,15 @@ class StageAverager:
         )  # fmt: skip
         # bf16 activations still average in fp16: hivemind has no bf16 codec, fp16 is closer anyway
         # hivemind only here: the timeout rules above stay importable beside libp2p (tests)
-        from hivemind.averaging import DecentralizedAverager
         from hivemind.compression import CompressionBase, Float16Compression, NoCompression
 
-        codec: CompressionBase = NoCompression() if compression == "none" else Float16Compression()
-        planned: dict[str, Any] = {}
-        averager_type: type[DecentralizedAverager] = DecentralizedAverager
-        self._groupmates_ahead: tuple[type[Exception], ...] = ()
-        if group is not None and len(group) > 1:
-            from p2ptrain.worker.planned_group import GroupmatesAhead, PlannedGroupAverager
+        from p2ptrain.worker.planned_group import GroupmatesAhead, PlannedGroupAverager
 
-            averager_type, planned = PlannedGroupAverager, {"group": list(group)}
-            self._groupmates_ahead = (GroupmatesAhead,)
-        self._planned = bool(planned)
-        self._averager = averager_type(
-            [self._buffer], dht, start=True, prefix=prefix, **planned,
+        codec: CompressionBase = NoCompression() if compression == "none" else Float16Compression()
+        self._groupmates_ahead = GroupmatesAhead
+        self._averager = PlannedGroupAverager(
+            [self._buffer], dht, start=True, prefix=prefix,
+            group=list(self.weights), weights=list(self.weights.values()),
             target_group_size=num_replicas, min_group_size=2,
             min_matchmaking_time=self.timeouts.min_matchmaking_s,
             request_timeout=self.timeouts.request_s, compression=codec,
@@ -159,27 +157,33 @@ class StageAverager:
     def average(
         self,
         flat_grad: torch.Tensor,
-        weight: float,
         step: int,
         should_stop: Callable[[], bool] | None = None,
         flat_params: torch.Tensor | None = None,
+        drift_bound: float | None = None,
     ) -> tuple[torch.Tensor, Outcome]:
-        """The verified weighted average of `flat_grad` over the group, or flat_grad itself
-        ('local'; 'stopped' if `should_stop()` turned true while waiting: a new plan is here)."""
+        """The verified average of `flat_grad` over the group, weighted as the plan says, or
+        flat_grad itself ('local'; 'stopped' if `should_stop()` turned true while waiting: a
+        new plan is here). drift_bound: for average_state only."""
+        weights = self.weights if step >= 0 else dict.fromkeys(self.weights, 1.0)
+        weight = weights[str(self._averager.peer_id)]
         mine = checksums(flat_grad, step, weight)
         if flat_params is not None:
             digest, norm = params_digest(flat_params, self._param_signs)
             mine = dataclasses.replace(mine, params=digest, params_norm=norm)
+        gather = mine.as_gather()
+        if drift_bound is not None:  # read by our own reducer only (worker/robust.py)
+            gather["drift_bound"] = drift_bound
         problem = ""
+        failed: list[str] = []
         timeout_s = self.timeout_s
         for attempt in range(2):
             with self._averager.get_tensors() as (buffer,):
                 buffer.copy_(flat_grad)
-            planned = attempt == 0 and self._planned
             try:
                 control = self._averager.step(
-                    gather=mine.as_gather(), weight=weight, timeout=timeout_s, wait=False,
-                    allow_retries=not planned,  # a planned round's retry is our attempt 2
+                    gather=gather, weight=weight, timeout=timeout_s, wait=False,
+                    allow_retries=attempt > 0,  # a planned round's retry is our attempt 2
                 )  # fmt: skip
                 gathered = _wait_unless_stopped(control, should_stop)
             except _Stopped:
@@ -196,11 +200,15 @@ class StageAverager:
             else:
                 with self._averager.get_tensors() as (buffer,):
                     result = buffer.clone()
-                problem = check_round(result, mine, gathered, self.tolerance) or ""
+                problem = check_round(result, mine, gathered, self.tolerance, weights) or ""
+                notes = self._averager.reducer_notes()
                 if not problem:
                     self._rounds += 1
                     diverged = replicas_diverged(gathered, self.divergence_tolerance)
-                    return result, Outcome("averaged", len(gathered), diverged=diverged)
+                    detail = "; ".join([*failed, *notes])  # why a first attempt failed
+                    return result, Outcome("averaged", len(gathered), detail, diverged)
+                if notes:  # why the round failed on every member, if our reducer knows
+                    problem = f"{problem} ({'; '.join(notes)})"
                 # Replicas a step apart met (one kept a local gradient earlier and ran ahead).
                 # The one behind gives this step up at once and so reaches the next round soon;
                 # the one ahead waits for it with the full timeout: they are in step again.
@@ -210,15 +218,20 @@ class StageAverager:
                     return flat_grad, Outcome("local", 1, problem)
                 if steps and min(steps) < step:
                     timeout_s = self.timeout_s
+            failed.append(f"attempt {attempt + 1}: {problem}")
             log.warning("step %d averaging attempt %d failed: %s", step, attempt + 1, problem)
-        return flat_grad, Outcome("local", 1, problem)
+        return flat_grad, Outcome("local", 1, "; ".join(failed))
 
-    def average_state(self, flat: torch.Tensor, tag: int) -> torch.Tensor | None:
+    def average_state(
+        self, flat: torch.Tensor, tag: int, drift_bound: float
+    ) -> torch.Tensor | None:
         """One verified round of plain averaging (equal weights) of a parameter-sized tensor
         (parameters, optimizer moments), to bring diverged replicas back together; `tag` < 0
-        (never a gradient round's step: the checks refuse a mixed group). None if it failed."""
+        (never a gradient round's step: the checks refuse a mixed group). A groupmate's part
+        farther from ours than drift_bound × our part's norm is refused (worker/robust.py):
+        a false parameter digest cannot force crafted parameters in. None if it failed."""
         assert tag < 0
-        averaged, outcome = self.average(flat, 1.0, tag)
+        averaged, outcome = self.average(flat, tag, drift_bound=drift_bound)
         return averaged if outcome.kind == "averaged" else None
 
     def shutdown(self) -> None:

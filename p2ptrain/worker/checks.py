@@ -5,11 +5,20 @@ and part of the tensor was left un-averaged (measured with hivemind 1.1.12). So 
 gathers, with its gradient, two linear checksums of it (the plain sum and a ±1 random projection seeded by the step)
 plus its weight and norm. A correct weighted average reproduces the weighted average of the
 checksums; a half-averaged one almost surely does not. Pure torch, so it is unit-testable.
+
+What a groupmate gathers is only what it claims. The weights come from the plan (a claimed one
+that differs fails the round); the tolerance scales with the low median of the claimed norms,
+never the largest (a claimed norm of 1e300 would let anything pass), and a claimed norm far
+above that median fails the round; the result may be no longer than the weighted mean of the
+claimed norms (the triangle inequality), which bounds what a lying reducer can slip in along
+directions the checksums do not see. What each sender really put in is checked by the reducers
+(worker/robust.py).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,10 +27,13 @@ import torch
 from p2ptrain.errors import WireError
 from p2ptrain.records import fields as f
 
-# |checksum error| allowed, relative to the largest gathered gradient norm
+# |checksum error| allowed, relative to the low median of the gathered gradient norms
 EXACT_TOLERANCE = 1e-4
 COMPRESSED_TOLERANCE = 3e-2
 MAX_WEIGHT = 1e9  # rows of a batch: far below this
+# a claimed norm over this × the group's low median fails the round (replicas' gradients on
+# near-equal slices of one batch differ in norm by tens of percent)
+MAX_NORM_RATIO = 4.0
 
 
 @dataclass(frozen=True)
@@ -70,29 +82,46 @@ def checksums(flat: torch.Tensor, step: int, weight: float) -> Checksums:
 
 
 def check_round(
-    result: torch.Tensor, mine: Checksums, gathered: dict[Any, Any], tolerance: float
+    result: torch.Tensor,
+    mine: Checksums,
+    gathered: dict[Any, Any],
+    tolerance: float,
+    weights: Mapping[str, float],
 ) -> str | None:
-    """Why the averaged `result` is not the weighted mean of the gathered gradients, or None."""
+    """Why the averaged `result` is not the weighted mean of the gathered gradients, or None.
+    `weights`: the plan's weight of every member (peer id in base58)."""
     parts: list[Checksums] = []
     for peer, data in gathered.items():
         try:
-            parts.append(Checksums.from_gather(data))
+            part = Checksums.from_gather(data)
         except WireError as exc:
             return f"bad checksums from {peer}: {exc}"
+        planned = weights.get(str(peer))
+        if planned is None:
+            return f"{peer} is not in the plan's group"
+        if not math.isclose(part.weight, planned, rel_tol=1e-9):
+            return f"{peer} claims weight {part.weight:g}, the plan gives it {planned:g}"
+        parts.append(part)
     if len(parts) < 2:
         return "no groupmates"
     if any(p.step != mine.step for p in parts):
         return f"groupmates at steps {sorted(p.step for p in parts)}, not {mine.step}"
-    if any(not p.weight > 0 for p in parts):
-        return "a groupmate sent a non-positive weight"
+    norms = sorted(p.norm for p in parts)
+    median = norms[(len(norms) - 1) // 2]  # the low median: of two, the smaller
+    if norms[-1] > MAX_NORM_RATIO * median:
+        return f"a claimed gradient norm {norms[-1]:.3g} is over {MAX_NORM_RATIO:g}x the median"
+    scale = median + 1e-12
     total_weight = sum(p.weight for p in parts)
     got = checksums(result, mine.step, mine.weight)
-    scale = max(p.norm for p in parts) + 1e-12
     for name in ("total", "projection"):
         want = sum(p.weight * getattr(p, name) for p in parts) / total_weight
         error = abs(getattr(got, name) - want) / scale
         if not error <= tolerance:  # also catches NaN
-            return f"{name} checksum off by {error:.2e} of the gradient norm (partial round?)"
+            return (f"{name} checksum off by {error:.2e} of the gradient norm (a partial round, "
+                    "or a part a reducer dropped or clipped)")  # fmt: skip
+    longest = sum(p.weight * p.norm for p in parts) / total_weight
+    if not got.norm <= longest * (1 + tolerance) + tolerance * scale:
+        return f"result norm {got.norm:.3g} over the members' mean norm {longest:.3g}"
     return None
 
 

@@ -21,6 +21,10 @@ import torch
 PROTOCOL = "p2ptrain.pipe.v1"  # the p2pd stream handler name
 MAX_HEADER_BYTES = 4096
 MAX_PAYLOAD_BYTES = 512 * 1024 * 1024
+# |value| above this in an activation or a gradient is refused like a malformed frame: a small
+# GPT's hidden states stay within ~1e2 and their gradients far below 1, so only a broken or
+# hostile neighbour sends more (fp16's own limit, 65504, would let far more through)
+MAX_ABS_VALUE = 1e4
 ACCEPTED, REJECTED, BUSY = b"\x01", b"\x00", b"\x02"  # BUSY: not ready yet, retry
 HEADER_LEN = struct.Struct(">I")
 
@@ -133,13 +137,16 @@ def tensor_bytes(tensor: torch.Tensor) -> memoryview:
 
 
 def decode_tensor(header: FrameHeader, payload: bytes | bytearray) -> torch.Tensor:
-    """The payload as a tensor of the header's dtype and shape; ValueError if it holds NaN/inf."""
+    """The payload as a tensor of the header's dtype and shape; ValueError if it holds NaN/inf
+    or a value over MAX_ABS_VALUE."""
     if len(payload) != header.num_bytes:
         raise ValueError(f"payload has {len(payload)} bytes, header says {header.num_bytes}")
     raw = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
     tensor = raw.view(WIRE_DTYPES[header.dtype]).view(header.shape)
     if not torch.isfinite(tensor).all():
         raise ValueError("tensor holds NaN or inf")
+    if tensor.numel() and float(tensor.abs().max()) > MAX_ABS_VALUE:
+        raise ValueError(f"tensor holds a value over {MAX_ABS_VALUE:g} in magnitude")
     return tensor
 
 

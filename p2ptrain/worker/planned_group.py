@@ -11,7 +11,11 @@ metadata straight to the others (one unary call, one one-way delay); once a memb
 groupmate's, all of them build the same `GroupInfo` (plan order, an id derived from the round)
 and run hivemind's own all-reduce (`AllReduceRunner`: parts, compression, reducers) on it.
 A retry of the same round (a member died, a part was lost) goes through hivemind's matchmaking
-as before, which can form a group of the survivors.
+as before, which can form a group of the survivors, and of them only: a join request from a
+peer outside the group is refused, and a group found with one in it is not taken.
+
+Every round, planned or not, runs worker/robust_allreduce.py's all-reduce: each member reduces
+an even share of the tensor with the plan's weights and worker/robust.py's checks.
 
 hivemind at module level (its servicer reads the rpc_ annotations), so this module is imported
 only where hivemind may be (worker/averaging.py imports it lazily).
@@ -20,17 +24,28 @@ only where hivemind may be (worker/averaging.py imports it lazily).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
-from collections.abc import Sequence
+import multiprocessing as mp
+import statistics
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import torch
 from hivemind.averaging import DecentralizedAverager
+from hivemind.averaging.allreduce import AllreduceException
 from hivemind.averaging.control import StepControl
 from hivemind.averaging.group_info import GroupInfo
 from hivemind.averaging.matchmaking import MatchmakingException
 from hivemind.p2p import P2PContext, PeerID
 from hivemind.proto import averaging_pb2
+from hivemind.utils import get_dht_time
+from hivemind.utils.asyncio import as_aiter, azip
+
+from p2ptrain.worker.checks import Checksums
+from p2ptrain.worker.robust import MOMENTS_DRIFT_BOUND
+from p2ptrain.worker.robust_allreduce import RobustAllReduceRunner
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +54,7 @@ KEPT_ROUNDS = 8  # rounds whose early-arriving metadata is held (a member may ru
 REMEMBERED_ROUNDS = 1024  # rounds already run here: their metadata arrives too late to be used
 SEND_ATTEMPTS = 3
 SEND_RETRY_S = 0.5
+MAX_NOTE_CHARS = 2000  # one round's reducer report (a few peer ids and reasons)
 
 
 class GroupmatesAhead(MatchmakingException):
@@ -48,16 +64,27 @@ class GroupmatesAhead(MatchmakingException):
 
 class PlannedGroupAverager(DecentralizedAverager):
     """A DecentralizedAverager whose rounds run in a fixed group (`group`: base58 peer ids, the
-    same list in the same order on every member) instead of a group found through the DHT."""
+    same list in the same order on every member) instead of a group found through the DHT.
+    `weights`: each member's planned weight (its rows of the batch), in the group's order."""
 
     # hivemind's servicer caches the rpc_ handlers per class: this class has one more
     _rpc_handlers = None
     _stub_type = None
 
-    def __init__(self, *args: Any, group: Sequence[str], **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, group: Sequence[str], weights: Sequence[float], **kwargs: Any
+    ) -> None:
         if len(set(group)) != len(group) or len(group) < 2:
             raise ValueError(f"a planned group needs >= 2 distinct peers, got {list(group)}")
+        if len(weights) != len(group) or not all(w > 0 for w in weights):
+            raise ValueError(f"a planned group needs a positive weight per member, got {weights}")
         self._group = tuple(group)
+        self._weights = dict(zip(group, (float(w) for w in weights), strict=True))
+        # our own metadata of each round found (by group id): which round it is, from us
+        self._own_rounds: dict[bytes, dict[str, Any]] = {}
+        # what our reducer did to whose parts, for the worker's report (crosses the fork); a
+        # SimpleQueue writes at once, so a round's note is there when its result is
+        self._notes: mp.SimpleQueue[str] = mp.SimpleQueue()
         # the rest lives in the averager's own process (it is forked by super().__init__)
         self._inbox: dict[str, dict[PeerID, bytes]] = {}
         self._rounds_seen: dict[str, None] = {}  # insertion-ordered: the oldest go first
@@ -79,16 +106,76 @@ class PlannedGroupAverager(DecentralizedAverager):
     def _matchmaking(self, dht_matchmaking: Any) -> None:
         self._router = _RoundRouter(self, dht_matchmaking)
 
-    def _round_key(self, step: StepControl) -> str | None:
-        """The round a step is for (its gathered 'step'), or None if it names none."""
+    def _own_metadata(self, step: StepControl) -> dict[str, Any]:
+        """What we gather for this step (worker/checks.py's Checksums.as_gather), or {}."""
         try:
             _bandwidth, _mode, user_bytes = self.serializer.loads(step.data_for_gather)
             user = self.serializer.loads(user_bytes)
         except Exception:
-            return None
-        if isinstance(user, dict) and isinstance(user.get("step"), int):
-            return str(user["step"])
-        return None
+            return {}
+        return user if isinstance(user, dict) else {}
+
+    def _round_key(self, step: StepControl) -> str | None:
+        """The round a step is for (its gathered 'step'), or None if it names none."""
+        user = self._own_metadata(step)
+        return str(user["step"]) if isinstance(user.get("step"), int) else None
+
+    def _found(self, group: GroupInfo, step: StepControl) -> None:
+        """Remember, for the all-reduce, which round of ours `group` was found for."""
+        self._own_rounds[group.group_id] = self._own_metadata(step)
+        while len(self._own_rounds) > KEPT_ROUNDS:
+            del self._own_rounds[next(iter(self._own_rounds))]
+
+    def outsiders(self, peer_ids: Sequence[PeerID]) -> list[str]:
+        """The peers of a group that are not in the planned group."""
+        return [str(p) for p in peer_ids if p.to_base58() not in self._weights]
+
+    async def _run_allreduce_inplace_(
+        self,
+        tensors: Sequence[torch.Tensor],
+        group_info: GroupInfo,
+        group_id: bytes | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """hivemind's, with the robust runner: planned weights (equal ones in a state round,
+        as StageAverager.average_state averages), checked and clipped parts."""
+        group_id = group_info.group_id if group_id is None else group_id
+        own = self._own_rounds.pop(group_info.group_id, {})
+        if self.outsiders(group_info.peer_ids):  # the router lets none through: never here
+            raise AllreduceException(
+                f"not the planned group: {self.outsiders(group_info.peer_ids)}"
+            )
+        state_round = isinstance(own.get("step"), int) and own["step"] < 0
+        names = [p.to_base58() for p in group_info.peer_ids]
+        bound = own.get("drift_bound", MOMENTS_DRIFT_BOUND)
+        runner = RobustAllReduceRunner(
+            p2p=self._p2p, servicer_type=type(self), prefix=self.prefix, tensors=tensors,
+            group_id=group_id, ordered_peer_ids=group_info.peer_ids,
+            weights=[1.0 if state_round else self._weights[n] for n in names],
+            drift_bound=float(bound) if state_round else None,
+            floor_per_element=_median_norm(group_info.gathered, self.serializer)
+            / max(self.total_size, 1) ** 0.5,
+            **kwargs,
+        )  # fmt: skip
+        assert group_id in self._running_groups, f"group {group_id!r} was not registered"
+        self._running_groups[group_id].set_result(runner)
+        try:
+            async for tensor, update in azip(as_aiter(*tensors), runner):
+                tensor.add_(update, alpha=self._averaging_alpha)
+                self.last_updated = get_dht_time()
+                self._state_updated.set()
+        finally:
+            if runner.notes:
+                said = "; ".join(f"{peer}'s {what}" for peer, what in runner.notes.items())
+                self._notes.put(f"round {own.get('step')}: our reducer: {said}"[:MAX_NOTE_CHARS])
+
+    def reducer_notes(self) -> list[str]:
+        """What our reducer dropped or clipped since the last call (read by the worker after
+        each round, so the queue's pipe never fills)."""
+        notes = []
+        while not self._notes.empty():
+            notes.append(self._notes.get())
+        return notes
 
     async def gather_planned(self, step: StepControl, key: str) -> GroupInfo | None:
         """Swap metadata with every groupmate for round `key`; the round's group, or None if
@@ -195,20 +282,50 @@ def _is_later(key: str, than: str) -> bool:
         return False
 
 
+def _median_norm(gathered: Sequence[bytes], serializer: Any) -> float:
+    """The median of the gradient norms the members claim (the liars among them cannot move
+    it far): the scale below which a part's spread or norm is not treated as an outlier."""
+    norms = []
+    for data in gathered:
+        with contextlib.suppress(Exception):  # WireError, or bytes that are not ours
+            _bandwidth, _mode, user_bytes = serializer.loads(data)
+            norms.append(Checksums.from_gather(serializer.loads(user_bytes)).norm)
+    return statistics.median(norms) if norms else 0.0
+
+
 class _RoundRouter:
     """Stands in for hivemind's Matchmaking: a round's first look_for_group goes to the planned
-    group, a retry of that round (and anything else) to the DHT matchmaking."""
+    group, a retry of that round (and anything else) to the DHT matchmaking, which may take in
+    members of the planned group only."""
 
     def __init__(self, averager: PlannedGroupAverager, dht_matchmaking: Any) -> None:
         self._averager = averager
         self._dht_matchmaking = dht_matchmaking
 
     async def look_for_group(self, step: StepControl) -> GroupInfo | None:
-        key = self._averager._round_key(step)
-        if key is not None and key not in self._averager._rounds_seen:
-            return await self._averager.gather_planned(step, key)
-        result: GroupInfo | None = await self._dht_matchmaking.look_for_group(step)
-        return result
+        averager = self._averager
+        key = averager._round_key(step)
+        if key is not None and key not in averager._rounds_seen:
+            group = await averager.gather_planned(step, key)
+        else:
+            group = await self._dht_matchmaking.look_for_group(step)
+            outsiders = averager.outsiders(group.peer_ids) if group is not None else []
+            if outsiders:
+                log.warning("round %s: refusing a group with non-members %s", key, outsiders)
+                group = None
+        if group is not None:
+            averager._found(group, step)
+        return group
+
+    async def rpc_join_group(
+        self, request: averaging_pb2.JoinRequest, context: P2PContext
+    ) -> AsyncIterator[averaging_pb2.MessageFromLeader]:
+        """A peer asks to join the group we lead: only members of the planned group may."""
+        if self._averager.outsiders([context.remote_id]):
+            yield averaging_pb2.MessageFromLeader(code=averaging_pb2.PROTOCOL_VIOLATION)
+            return
+        async for reply in self._dht_matchmaking.rpc_join_group(request, context):
+            yield reply
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._dht_matchmaking, name)

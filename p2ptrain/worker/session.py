@@ -45,6 +45,7 @@ from p2ptrain.worker.frames import (
 )
 from p2ptrain.worker.ipc import PlanInbox
 from p2ptrain.worker.resume import StartPoint, agree_on_start, placement, resume_key
+from p2ptrain.worker.robust import MOMENTS_DRIFT_BOUND, PARAMS_DRIFT_BOUND
 from p2ptrain.worker.state_transfer import fetch_state
 from p2ptrain.worker.transport import Transport
 
@@ -114,6 +115,9 @@ class Session:
         if role.num_replicas > 1:
             num_params = sum(p.numel() for p in self.model.parameters())
             prefix = swarm_prefix(spec.run_id, role.stage, role.epoch, plan.term)
+            # each replica's weight is its rows of the batch, as the plan fixes them
+            weights = {peer: float(len(replica_rows(spec.batch_size, role.num_replicas, i)))
+                       for i, peer in enumerate(role.stage_peers)}  # fmt: skip
             self.averager = StageAverager(
                 dht,
                 num_params,
@@ -121,7 +125,7 @@ class Session:
                 role.num_replicas,
                 spec.compression,
                 spec.averaging_timeout_s,
-                group=list(role.stage_peers),
+                group=weights,
                 network=plan.network,
             )
         self.rows = replica_rows(spec.batch_size, role.num_replicas, role.replica)
@@ -325,9 +329,7 @@ class Session:
         if self.faults.before_averaging(self.step, self.role.stage, self.role.replica):
             return "local"
         flat_params = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()])
-        averaged, outcome = self.averager.average(
-            flat, float(len(self.rows)), self.step, self._should_stop, flat_params
-        )
+        averaged, outcome = self.averager.average(flat, self.step, self._should_stop, flat_params)
         offset = 0
         for p in params:
             assert p.grad is not None
@@ -349,7 +351,8 @@ class Session:
                 pieces.append([m for m in moments if m is not None])
         for index, tensors in enumerate(pieces):
             flat = torch.cat([t.detach().reshape(-1) for t in tensors])
-            averaged = self.averager.average_state(flat, -(3 * self.step + index + 1))
+            bound = PARAMS_DRIFT_BOUND if index == 0 else MOMENTS_DRIFT_BOUND
+            averaged = self.averager.average_state(flat, -(3 * self.step + index + 1), bound)
             if averaged is None:
                 log.warning("step %d: replicas diverged and re-syncing failed; retrying later",
                             self.step)  # fmt: skip

@@ -29,7 +29,7 @@ def main(case: str) -> None:
         known = [str(a) for d in dhts for a in d.get_visible_maddrs()]
         dhts.append(DHT(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=known))
     first = dhts[0]
-    group = [d.peer_id.to_base58() for d in dhts]
+    group = {d.peer_id.to_base58(): 1.0 for d in dhts}
     active = dhts if case == "full" else dhts[:2]
     averagers = [
         StageAverager(d, NUM_PARAMS, PREFIX, 3, "none", timeout_s=4.0, group=group) for d in active
@@ -38,7 +38,7 @@ def main(case: str) -> None:
     results: list[Any] = [None] * len(active)
 
     def run(i: int) -> None:
-        averaged, outcome = averagers[i].average(grads[i], weight=1.0, step=5)
+        averaged, outcome = averagers[i].average(grads[i], step=5)
         results[i] = {"mean": averaged.mean().item(), "kind": outcome.kind,
                       "group_size": outcome.group_size}  # fmt: skip
 

@@ -75,3 +75,16 @@ def test_payload_must_match_and_be_finite() -> None:
     bad = torch.full((2, 4, 8), float("nan")).half()
     with pytest.raises(ValueError, match="NaN"):
         frames.decode_tensor(header, bytes(frames.tensor_bytes(bad)))
+
+
+@pytest.mark.parametrize("value", [2e4, -6e4])
+def test_a_huge_finite_value_is_refused(value: float) -> None:
+    """Finite but absurd activations (fp16 holds up to 65504) used to go straight into the
+    next stage's forward pass."""
+    header = _header()
+    huge = torch.zeros(2, 4, 8).half()
+    huge[1, 2, 3] = value
+    with pytest.raises(ValueError, match="magnitude"):
+        frames.decode_tensor(header, bytes(frames.tensor_bytes(huge)))
+    fine = torch.full((2, 4, 8), 1e3).half()
+    assert frames.decode_tensor(header, bytes(frames.tensor_bytes(fine))).shape == (2, 4, 8)

@@ -1,0 +1,154 @@
+"""hivemind's butterfly all-reduce with worker/robust.py's rule in every reducer.
+
+`RobustPartReducer` holds every sender's copy of the part being reduced and combines them with
+`robust_mean` (planned weights, finite check, centred clip, drift bound) instead of adding each
+as it comes with the weight its sender claims. `RobustAllReduceRunner` builds one in place of
+hivemind's and splits the tensor evenly among the members: a member's claimed bandwidth no
+longer decides how much of everyone's gradient it reduces.
+
+hivemind at module level: imported only in the averager (worker/planned_group.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from hivemind.averaging.allreduce import AllReduceRunner
+from hivemind.averaging.partition import AllreduceException, BannedException, TensorPartReducer
+
+from p2ptrain.worker.robust import robust_mean
+
+log = logging.getLogger(__name__)
+
+
+class RobustPartReducer(TensorPartReducer):
+    """A TensorPartReducer that waits for every sender's copy of a part, then combines them.
+
+    weights: each sender's planned weight (by sender index); own: our sender index, if we send;
+    drift_bound: set in state rounds; floor_per_element: the parts' scale floor is this times
+    the square root of a part's size; names: how the log calls each sender."""
+
+    def __init__(
+        self,
+        part_shapes: Sequence[torch.Size],
+        num_senders: int,
+        *,
+        weights: Sequence[float],
+        own: int | None,
+        drift_bound: float | None,
+        floor_per_element: float,
+        names: Sequence[str],
+    ) -> None:
+        assert len(weights) == len(names) == num_senders
+        self._weights, self._own, self._drift_bound = tuple(weights), own, drift_bound
+        self._floor_per_element, self._names = floor_per_element, tuple(names)
+        self._held: dict[int, torch.Tensor] = {}
+        self.notes: dict[str, str] = {}  # sender -> what was done to its parts (first reason)
+        super().__init__(part_shapes, num_senders)
+
+    def reset_accumulators(self) -> None:
+        self._held = {}
+        super().reset_accumulators()
+
+    async def accumulate_part(
+        self, sender_index: int, part_index: int, tensor_part: torch.Tensor, weight: float = 1.0
+    ) -> torch.Tensor:
+        """Hold this sender's copy (its own `weight` is ignored), wait for the others' and the
+        combination, and return it."""
+        assert 0 <= sender_index < self.num_senders, "invalid sender index"
+        assert 0 <= part_index < self.num_parts, "invalid part index"
+        self.num_parts_received[sender_index] += 1
+        while part_index > self.current_part_index:  # earlier parts are still being reduced
+            await asyncio.wait(
+                {self.current_part_future, asyncio.create_task(self.finished.wait())},
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if self.finished.is_set():
+                raise AllreduceException("attempted to aggregate part in a finalized reducer")
+        if self.sender_failed_after[sender_index] != float("inf"):
+            raise BannedException(f"sender {sender_index} was banned in background")
+        if part_index != self.current_part_index or sender_index in self._held:
+            raise AllreduceException(f"sender {sender_index} sent part {part_index} out of turn")
+        current_part_future = self.current_part_future
+        self._held[sender_index] = tensor_part
+        self.current_part_accumulated_from += 1
+        self.check_current_part_finished()
+        result: torch.Tensor = await current_part_future
+        return result
+
+    def check_current_part_finished(self) -> None:
+        assert self.current_part_accumulated_from <= self.num_current_senders
+        if self.current_part_accumulated_from == self.num_current_senders:
+            self.current_part_future.set_result(self._combine())
+            self.reset_accumulators()
+
+    def _combine(self) -> torch.Tensor:
+        senders = sorted(self._held)
+        if not senders:  # every sender failed: hivemind's round fails on its own
+            return torch.zeros(self.part_shapes[self.current_part_index])
+        parts = [self._held[i] for i in senders]
+        own = senders.index(self._own) if self._own in senders else None
+        numel = parts[0].numel()
+        combined = robust_mean(
+            parts, [self._weights[i] for i in senders], own, self._drift_bound,
+            floor=self._floor_per_element * numel**0.5,
+        )  # fmt: skip
+        for position, why in combined.dropped.items():
+            self._note(senders[position], f"part dropped: {why}")
+        for position in combined.clipped:
+            self._note(senders[position], "part clipped toward the others'")
+        return combined.value
+
+    def _note(self, sender: int, what: str) -> None:
+        name = self._names[sender]
+        if name not in self.notes:  # once per sender and round: the log stays readable
+            self.notes[name] = what
+            log.warning("reducer part %d: %s's %s", self.current_part_index, name, what)
+
+
+class RobustAllReduceRunner(AllReduceRunner):
+    """hivemind's AllReduceRunner with a RobustPartReducer (see RobustPartReducer for the
+    keyword arguments) and an even split of the tensor among the members."""
+
+    tensor_part_reducer: TensorPartReducer
+
+    def __init__(
+        self,
+        *,
+        weights: Sequence[float],
+        drift_bound: float | None,
+        floor_per_element: float,
+        **kwargs: Any,
+    ) -> None:
+        n = len(kwargs["ordered_peer_ids"])
+        total = sum(t.numel() for t in kwargs["tensors"])
+        # every member the same share (the remainder to the first ones): what hivemind does
+        # when no member states a bandwidth, as ours never do; a claimed one is ignored
+        kwargs["peer_fractions"] = tuple(total // n + (i < total % n) for i in range(n))
+        kwargs.pop("modes", None)
+        super().__init__(**kwargs)
+        unused = self.tensor_part_reducer
+        unused.num_parts = 0  # finalized without its "received 0% of input tensors" warning
+        unused.finalize()
+        names = [str(p) for p in self.sender_peer_ids]
+        own = (
+            self.sender_peer_ids.index(self.peer_id)
+            if self.peer_id in self.sender_peer_ids
+            else None
+        )
+        self._robust_reducer = RobustPartReducer(
+            tuple(part.shape for part in self.parts_for_local_averaging),
+            len(self.sender_peer_ids),
+            weights=weights, own=own, drift_bound=drift_bound,
+            floor_per_element=floor_per_element, names=names,
+        )  # fmt: skip
+        self.tensor_part_reducer = self._robust_reducer
+
+    @property
+    def notes(self) -> dict[str, str]:
+        """What our reducer did to whose parts this round (empty: every part counted fully)."""
+        return dict(self._robust_reducer.notes)
