@@ -20,6 +20,7 @@ import trio
 from p2ptrain.control import planner
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import Plan, RunSpec
+from p2ptrain.records.lineage import Lineage, next_lineage
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,7 @@ class PlanMaker:
             data_addrs=data_addrs,
             cost_s=placement.cost_s,
             network=planner.network_facts(matrices, placement.pipelines),
+            lineage=plan_lineage(current, self._term, self._epoch, self.peer_id),
         )
         self.view.adopt_own_plan(plan)
         upper = np.triu_indices(len(members), k=1)
@@ -153,3 +155,11 @@ class PlanMaker:
         except Exception:  # a scheduler bug must not take the control plane down
             log.exception("the scheduler failed on %d peers; retrying later", len(matrices.peers))
             return None
+
+
+def plan_lineage(current: Plan | None, term: int, epoch: int, peer_id: str) -> Lineage:
+    """The lineage of our plan `term`/`epoch` replacing `current` (records/lineage.py): our own
+    id continued within our term, a new one after `current`'s in a new term."""
+    previous = () if current is None else current.lineage
+    continues = current is not None and current.term == term and current.planner == peer_id
+    return next_lineage(previous, continues, term, epoch, peer_id)

@@ -12,6 +12,7 @@ records; nobody builds or reads a bare dict of one.
 | Claim           | records/peer.py        | gossip (kind "claim"): a planner's term             |
 | Plan            | records/plan.py        | gossip (kind "plan") -> worker socket -> metrics log|
 | NetworkFacts    | records/plan.py        | inside a Plan: the links it was made for            |
+| (lineage)       | records/lineage.py     | inside a Plan: whose stage states it may use        |
 | Hello, MetricsReport, Heartbeat, SessionReport, PlanMessage, Stop | records/messages.py | worker socket, metrics logs |
 | SwarmStatus     | records/status.py      | the status RPC, `status --json`                     |
 | Token           | records/token.py       | organiser -> volunteer -> `join --token` -> record  |

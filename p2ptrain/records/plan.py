@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from p2ptrain.records import fields as f
+from p2ptrain.records import lineage as lin
 
 MAX_STAGES = 1024
 MAX_RTT_S = 600.0
@@ -72,6 +73,8 @@ class Plan:
     data_addrs: Mapping[str, tuple[str, ...]]  # peer id -> its data-plane multiaddrs
     cost_s: float  # the scheduler's predicted cost of one step
     network: NetworkFacts | None = None
+    # (lineage id, epoch) pairs, newest first: whose stage states it may use (records/lineage.py)
+    lineage: lin.Lineage = ()
 
     @property
     def key(self) -> tuple[int, int]:
@@ -107,6 +110,16 @@ class Plan:
                 )
         return None
 
+    @property
+    def state_tag(self) -> str | None:
+        """The lineage tag of stage states saved under this plan (None: the root, untagged)."""
+        return lin.tag_of(self.lineage)
+
+    def state_rank(self, tag: str | None) -> int | None:
+        """How close a state of lineage `tag` is to this plan (0: its own lineage), or None if
+        the plan must not use it: it was saved in another lineage (a partition's other half)."""
+        return lin.rank(self.lineage, tag)
+
     def replace(self, **changes: Any) -> Plan:
         return dataclasses.replace(self, **changes)
 
@@ -123,6 +136,8 @@ class Plan:
         }
         if self.network is not None:
             data["network"] = self.network.to_dict()
+        if self.lineage:
+            data["lineage"] = [[entry_id, epoch] for entry_id, epoch in self.lineage]
         return data
 
     @classmethod
@@ -151,9 +166,13 @@ class Plan:
             for peer, a in raw_addrs.items()
         }
         network = d.get("network")
+        epoch = f.integer(d["epoch"], "plan", "epoch")
+        lineage = lin.parse(d.get("lineage", []), "plan")
+        if lineage and lineage[0][1] != epoch:
+            raise f.malformed("plan", "the lineage's first entry must be at the plan's epoch")
         return cls(
             term=f.integer(d["term"], "plan", "term"),
-            epoch=f.integer(d["epoch"], "plan", "epoch"),
+            epoch=epoch,
             planner=f.peer_id(d["planner"], "plan", "planner"),
             stages=stages,
             pipelines=pipelines,
@@ -161,4 +180,5 @@ class Plan:
             data_addrs=data_addrs,
             cost_s=f.number(d["cost_s"], "plan", "cost_s"),
             network=None if network is None else NetworkFacts.from_dict(network),
+            lineage=lineage,
         )

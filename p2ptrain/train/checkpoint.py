@@ -5,10 +5,13 @@ same stage can load it. Loading validates the format, run, model shape, layer ra
 tensor's shape before touching the model; writes are atomic (temp file + rename) because replicas
 of a stage on one machine may write the same file.
 
-History: `stage-L{a}-{b}.step{N}.pt` keeps the stage's state at the last few step boundaries
-(KEEP_STEPS), and `stage-L{a}-{b}.pt` is a hard link to the newest. A swarm switching to a new
-plan restarts every stage from one common step (worker/resume.py); the stages of a pipeline can
-be one step apart when a plan interrupts them, so each must be able to go one step back.
+History: `stage-L{a}-{b}.step{N}.{tag}.pt` keeps the stage's state at the last few step
+boundaries (KEEP_STEPS), and `stage-L{a}-{b}.pt` is a hard link to the newest. A swarm switching
+to a new plan restarts every stage from one common step (worker/resume.py); the stages of a
+pipeline can be one step apart when a plan interrupts them, so each must be able to go one step
+back. The tag names the plan lineage the state was saved under (records/lineage.py: a plan uses
+only states of its own lineage or its ancestors'); a state of the root lineage (saved under a
+plan without a lineage, or before lineages existed) has none: `stage-L{a}-{b}.step{N}.pt`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +38,7 @@ FORMAT = "p2ptrain.stage-checkpoint/1"
 KEEP_STEPS = 4  # stamped files kept per stage
 STATE_MARGIN = 1.25  # a saved state over its tensors' bytes: pickle structure, zip records
 STATE_OVERHEAD_BYTES = 4 * 1024**2
-_STAMPED = re.compile(r"^stage-L(\d+)-(\d+)\.step(\d+)\.pt$")
+_STAMPED = re.compile(r"^stage-L(\d+)-(\d+)\.step(\d+)(?:\.([0-9a-f]{16}-e\d{1,16}))?\.pt$")
 
 
 def checkpoint_dir(spec: RunSpec) -> Path:
@@ -51,36 +55,43 @@ def layers_key(layers: range) -> str:
     return f"L{layers.start}-{layers.stop}"
 
 
-def stamped_path(directory: Path, layers: range, step: int) -> Path:
-    return directory / f"stage-{layers_key(layers)}.step{step}.pt"
+def stamped_path(directory: Path, layers: range, step: int, tag: str | None = None) -> Path:
+    """The file of a stage's state at `step`, saved under lineage `tag` (None: the root)."""
+    suffix = "" if tag is None else f".{tag}"
+    return directory / f"stage-{layers_key(layers)}.step{step}{suffix}.pt"
 
 
-def saved_steps(directory: Path) -> dict[str, list[int]]:
-    """Which stage states the directory holds: layers key -> sorted steps (from file names)."""
-    found: dict[str, list[int]] = {}
+@dataclass(frozen=True)
+class SavedState:
+    """One stamped state file: its stage (layers key), step and lineage tag."""
+
+    key: str
+    step: int
+    tag: str | None
+    path: Path
+
+
+def list_states(directory: Path) -> list[SavedState]:
+    """The stamped states the directory holds (from file names), sorted by stage, step, tag."""
     try:
         names = os.listdir(directory)
     except OSError:
-        return found
+        return []
+    found = []
     for name in names:
         match = _STAMPED.match(name)
         if match:
             key = f"L{int(match[1])}-{int(match[2])}"
-            found.setdefault(key, []).append(int(match[3]))
+            found.append(SavedState(key, int(match[3]), match[4], directory / name))
+    return sorted(found, key=lambda s: (s.key, s.step, s.tag or ""))
+
+
+def saved_steps(directory: Path) -> dict[str, list[int]]:
+    """Which stage states the directory holds, of any lineage: layers key -> sorted steps."""
+    found: dict[str, set[int]] = {}
+    for state in list_states(directory):
+        found.setdefault(state.key, set()).add(state.step)
     return {key: sorted(steps) for key, steps in found.items()}
-
-
-def saved_states(directory: Path) -> dict[str, dict[int, str]]:
-    """Like saved_steps, with each state's sha256 (hex): layers key -> step -> digest."""
-    found: dict[str, dict[int, str]] = {}
-    for key, steps in saved_steps(directory).items():
-        for step in steps:
-            try:
-                digest = file_sha256(stamped_path(directory, _key_range(key), step))
-            except OSError:  # pruned meanwhile
-                continue
-            found.setdefault(key, {})[step] = digest
-    return found
 
 
 _digests: dict[tuple[str, int, int, int], str] = {}
@@ -111,11 +122,6 @@ def expected_state_bytes(spec: RunSpec, layers: range) -> int:
     return int(3 * weights * STATE_MARGIN) + STATE_OVERHEAD_BYTES
 
 
-def _key_range(key: str) -> range:
-    start, stop = key[1:].split("-")
-    return range(int(start), int(stop))
-
-
 @dataclass(frozen=True)
 class StageSnapshot:
     """A stage's state at one step boundary, copied out of the live model and optimizer."""
@@ -129,17 +135,31 @@ class StageSnapshot:
         return cls(step, copy.deepcopy(model.state_dict()), copy.deepcopy(optimizer.state_dict()))
 
 
-def record_step(directory: Path, spec: RunSpec, model: Stage, snapshot: StageSnapshot) -> None:
-    """Write `snapshot` as the stamped state of its step, point the stage's latest file at the
-    newest stamped one, and drop stamped files beyond KEEP_STEPS."""
+def record_step(
+    directory: Path,
+    spec: RunSpec,
+    model: Stage,
+    snapshot: StageSnapshot,
+    tag: str | None = None,
+    usable: Callable[[str | None], bool] = lambda tag: True,
+) -> None:
+    """Write `snapshot` as the stamped state of its step under lineage `tag`, point the stage's
+    latest file at the newest usable one, and keep the KEEP_STEPS newest steps among the states
+    `usable` accepts (the writer's lineage and its ancestors'): older files of any lineage go,
+    newer ones of another lineage stay (they may be a concurrent writer's)."""
     layers = model.layers
-    _write(stamped_path(directory, layers, snapshot.step), spec, model, snapshot)
-    steps = saved_steps(directory).get(layers_key(layers), [])
-    for old in steps[:-KEEP_STEPS]:
-        stamped_path(directory, layers, old).unlink(missing_ok=True)
-    if steps and steps[-1] == snapshot.step:
+    _write(stamped_path(directory, layers, snapshot.step, tag), spec, model, snapshot)
+    key = layers_key(layers)
+    states = [s for s in list_states(directory) if s.key == key]
+    steps = sorted({s.step for s in states if usable(s.tag)})
+    if not steps:
+        return
+    for old in states:
+        if old.step < steps[-KEEP_STEPS:][0]:
+            old.path.unlink(missing_ok=True)
+    if steps[-1] == snapshot.step:
         _link_latest(
-            stamped_path(directory, layers, snapshot.step), checkpoint_path(directory, layers)
+            stamped_path(directory, layers, snapshot.step, tag), checkpoint_path(directory, layers)
         )
 
 

@@ -19,6 +19,11 @@ The rule (docs/security.md, attack 4b), per stage (layers key) and step:
   digest of the best-placed announcer (placed at that stage first, then the plan's order), never
   to the lowest digest or peer id, which an attacker could grind.
 A fetched state is loaded only if its sha256, computed on the received bytes, is that digest.
+
+Lineage (records/lineage.py): each announced state carries the tag of the plan lineage it was
+saved under; a member announces only its states the plan may use (its own lineage or an
+ancestor's), and every reader drops the others too. So after a partition heals, the states the
+other half trained are never chosen, never fetched, and never resumed from locally.
 """
 
 from __future__ import annotations
@@ -30,11 +35,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from p2ptrain import identity
 from p2ptrain.records import Plan
-from p2ptrain.train.checkpoint import layers_key
+from p2ptrain.records.lineage import parse_tag
+from p2ptrain.train.checkpoint import SavedState, file_sha256, layers_key, list_states
 from p2ptrain.train.model import stage_layer_ranges
 
 if TYPE_CHECKING:  # the choice itself is pure, so tests may import it beside libp2p
@@ -52,6 +59,9 @@ SUBKEY_PREFIX = "resume:"  # + the announcing peer id; dht_helpers.AnnouncementV
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 Held = dict[str, dict[int, str]]  # layers key -> step -> sha256 (hex) of the state file
+# as announced: layers key -> step -> (sha256, lineage tag or None for the root lineage)
+Announced = dict[str, dict[int, tuple[str, str | None]]]
+StateRank = Callable[[str | None], int | None]  # Plan.state_rank: None for another lineage's
 
 
 @dataclass(frozen=True)
@@ -153,25 +163,75 @@ def _agreed_digest(
     return held[best][key][step]
 
 
-def announcement_payload(key: str, peer: str, states: Held) -> bytes:
+def local_states(directory: Path, rank: StateRank) -> dict[str, dict[int, SavedState]]:
+    """The stamped states of `directory` a plan may use (`rank`: its Plan.state_rank), one per
+    stage and step: the one of the lineage closest to the plan's."""
+    best: dict[str, dict[int, tuple[int, SavedState]]] = {}
+    for state in list_states(directory):
+        position = rank(state.tag)
+        current = best.setdefault(state.key, {}).get(state.step)
+        if position is not None and (current is None or position < current[0]):
+            best[state.key][state.step] = (position, state)
+    return {
+        key: {step: s for step, (_, s) in steps.items()} for key, steps in best.items() if steps
+    }
+
+
+def warn_other_lineages(directory: Path, rank: StateRank, key: str) -> None:
+    """Say why local states of stage `key` saved under another lineage are not resumed from."""
+    other = [s for s in list_states(directory) if s.key == key and rank(s.tag) is None]
+    if other:
+        log.warning(
+            "not resuming layers %s from local states at steps %s: they were saved under plan "
+            "lineage %s, which the current plan does not descend from (the other side of a "
+            "partition): their training is dropped", key, sorted({s.step for s in other}),
+            ", ".join(sorted({s.tag or "root" for s in other})),
+        )  # fmt: skip
+
+
+def own_announcement(directory: Path, rank: StateRank) -> Announced:
+    """What this member announces: its usable states with their digests and lineage tags."""
+    found: Announced = {}
+    for key, steps in local_states(directory, rank).items():
+        for step, state in steps.items():
+            try:
+                found.setdefault(key, {})[step] = (file_sha256(state.path), state.tag)
+            except OSError:  # pruned meanwhile
+                continue
+    return found
+
+
+def usable(announced: Announced, rank: StateRank) -> Held:
+    """The states of an announcement a plan may use (`rank`: its Plan.state_rank)."""
+    held: Held = {}
+    for key, steps in announced.items():
+        kept = {step: digest for step, (digest, tag) in steps.items() if rank(tag) is not None}
+        if kept:
+            held[key] = kept
+    return held
+
+
+def announcement_payload(key: str, peer: str, states: Announced) -> bytes:
     """The signed bytes of an announcement: canonical JSON of the DHT key, the peer and its
     states (the key binds it to one plan, so it cannot be replayed under another)."""
-    body = {
-        "key": key,
-        "peer": peer,
-        "states": {k: sorted([s, d] for s, d in steps.items()) for k, steps in states.items()},
-    }
+    body = {"key": key, "peer": peer, "states": _wire_states(states)}
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
-def sign_announcement(seed: bytes, key: str, peer: str, states: Held) -> dict[str, Any]:
+def _wire_states(states: Announced) -> dict[str, list[list[Any]]]:
+    """[step, sha256, tag ("" for the root lineage)] per state, sorted."""
+    return {
+        k: sorted([s, d, t or ""] for s, (d, t) in steps.items()) for k, steps in states.items()
+    }
+
+
+def sign_announcement(seed: bytes, key: str, peer: str, states: Announced) -> dict[str, Any]:
     """The DHT value announcing `states` under `key`, signed by `peer`'s key (`seed`)."""
-    wire_states = {k: [[s, d] for s, d in sorted(v.items())] for k, v in states.items()}
     signature = identity.sign(seed, announcement_payload(key, peer, states))
-    return {"key": key, "peer": peer, "states": wire_states, "sig": signature}
+    return {"key": key, "peer": peer, "states": _wire_states(states), "sig": signature}
 
 
-def check_announcement(value: Any, key: str, peer: str, num_steps: int | None) -> Held | None:
+def check_announcement(value: Any, key: str, peer: str, num_steps: int | None) -> Announced | None:
     """A member's announcement if it is well-formed, bounded, for `key`, and signed by `peer`,
     else None (it came off the wire). Steps outside the run are refused: a state at or past the
     run's last step would make every worker skip training as if the run were done."""
@@ -180,7 +240,7 @@ def check_announcement(value: Any, key: str, peer: str, num_steps: int | None) -
     states, signature = value.get("states"), value.get("sig")
     if not isinstance(states, dict) or len(states) > MAX_KEYS or not isinstance(signature, bytes):
         return None
-    clean: Held = {}
+    clean: Announced = {}
     for layers, entries in states.items():
         if not isinstance(layers, str) or len(layers) > MAX_KEY_CHARS:
             return None
@@ -188,16 +248,18 @@ def check_announcement(value: Any, key: str, peer: str, num_steps: int | None) -
             return None
         clean[layers] = {}
         for entry in entries:
-            if not isinstance(entry, list | tuple) or len(entry) != 2:
+            if not isinstance(entry, list | tuple) or len(entry) != 3:
                 return None
-            step, digest = entry
+            step, digest, tag = entry
             if not isinstance(step, int) or isinstance(step, bool) or step < 0:
                 return None
             if num_steps is not None and step >= num_steps:
                 return None
             if not isinstance(digest, str) or not _DIGEST.match(digest):
                 return None
-            clean[layers][step] = digest
+            if not isinstance(tag, str) or (tag and parse_tag(tag) is None):
+                return None
+            clean[layers][step] = (digest, tag or None)
     public_key = identity.public_key_of_peer_id(peer)
     if public_key is None or not identity.verify(
         public_key, announcement_payload(key, peer, clean), signature
@@ -213,19 +275,21 @@ def agree_on_start(
     peer_id: str,
     members: list[str],
     placed: Mapping[str, Collection[str]],
-    mine: Held,
+    mine: Announced,
+    rank: StateRank,
     should_abort: Callable[[], bool],
     num_steps: int,
     timeout_s: float = RESUME_TIMEOUT_S,
 ) -> StartPoint | None:
     """Announce `mine` under `key` (signed with `seed`, this peer's identity key), wait for every
     member's announcement (`members`: the plan's peers in its order), choose the start for the
-    stages of `placed` (layers key -> the members placed there).
-    None if `should_abort()` turned true or a member stayed silent for `timeout_s`."""
+    stages of `placed` (layers key -> the members placed there) among the states of the plan's
+    lineage (`rank`: its Plan.state_rank). None if `should_abort()` turned true or a member
+    stayed silent for `timeout_s`."""
     from hivemind.utils import get_dht_time
 
     others = sorted(set(members) - {peer_id})
-    held = {peer_id: mine}
+    held = {peer_id: usable(mine, rank)}
     if others:
         value = sign_announcement(seed, key, peer_id, mine)
         subkey = SUBKEY_PREFIX + peer_id
@@ -241,7 +305,7 @@ def agree_on_start(
                     getattr(entry, "value", None), key, member, num_steps
                 )
                 if announcement is not None:
-                    held[member] = announcement
+                    held[member] = usable(announcement, rank)
             if all(m in held for m in others):
                 break
             if should_abort():

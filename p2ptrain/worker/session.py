@@ -17,17 +17,7 @@ import torch
 from hivemind import DHT
 
 from p2ptrain.records import MetricsReport, Plan, Role, RunSpec
-from p2ptrain.train.checkpoint import (
-    StageSnapshot,
-    checkpoint_dir,
-    expected_state_bytes,
-    layers_key,
-    load_stage,
-    record_step,
-    saved_states,
-    saved_steps,
-    stamped_path,
-)
+from p2ptrain.train.checkpoint import StageSnapshot, checkpoint_dir, record_step
 from p2ptrain.train.data import load_corpus, replica_rows
 from p2ptrain.train.model import Stage, build_stage
 from p2ptrain.train.optim import clip_grads, grads_are_finite, lr_at, make_optimizer, set_lr
@@ -44,9 +34,15 @@ from p2ptrain.worker.frames import (
     Stopped,
 )
 from p2ptrain.worker.ipc import PlanInbox
-from p2ptrain.worker.resume import StartPoint, agree_on_start, placement, resume_key
+from p2ptrain.worker.restore import restore_stage
+from p2ptrain.worker.resume import (
+    StartPoint,
+    agree_on_start,
+    own_announcement,
+    placement,
+    resume_key,
+)
 from p2ptrain.worker.robust import MOMENTS_DRIFT_BOUND, PARAMS_DRIFT_BOUND
-from p2ptrain.worker.state_transfer import fetch_state
 from p2ptrain.worker.transport import Transport
 
 log = logging.getLogger("p2ptrain.worker")
@@ -109,7 +105,9 @@ class Session:
         if start is None:
             self.failed = "the plan's members did not agree on a start step"
             return
-        self.step = self._load(start)
+        self.step = restore_stage(
+            spec, plan, transport, self.directory, self.model, self.optimizer, start
+        )
         needs_data = role.is_first or role.is_last
         self.corpus = load_corpus(spec) if needs_data else None
         if role.num_replicas > 1:
@@ -159,7 +157,8 @@ class Session:
             self.transport.peer_id,
             members,
             placed,
-            saved_states(self.directory),
+            own_announcement(self.directory, self.plan.state_rank),
+            self.plan.state_rank,
             lambda: self.inbox.stopped or self.inbox.version != self.plan_version,
             self.spec.steps,
         )
@@ -167,55 +166,6 @@ class Session:
             log.info("the plan's %d peers agreed to start at step %d in %.1f s",
                      len(members), start.step, time.monotonic() - started_s)  # fmt: skip
         return start
-
-    def _load(self, start: StartPoint) -> int:
-        """Load this stage's state at the agreed step (fetching it from a member that holds it
-        if this machine does not); return the step to train next."""
-        assert self.model is not None and self.role is not None
-        if start.note:
-            log.warning("resuming at step %d: %s", start.step, start.note)
-        layers = self.model.layers
-        key = layers_key(layers)
-        if start.step not in saved_steps(self.directory).get(key, []):
-            self._fetch(start, layers)
-        usable = [s for s in saved_steps(self.directory).get(key, []) if s <= start.step]
-        if not usable:
-            if start.step > 0:
-                log.warning("no state of layers %s at step %d anywhere: they start fresh",
-                            key, start.step)  # fmt: skip
-            return start.step
-        path = stamped_path(self.directory, layers, usable[-1])
-        loaded = load_stage(path, self.spec, self.model, self.optimizer)
-        if loaded != start.step:
-            log.warning("layers %s resumed from step %d for step %d", key, loaded, start.step)
-        log.info("resumed stage %d at step %d from %s", self.role.stage, start.step, path)
-        return start.step
-
-    def _fetch(self, start: StartPoint, layers: range) -> None:
-        """Copy the agreed step's state of `layers` from a member that announced its agreed
-        digest; bytes of another digest, or more than the stage's size, are refused."""
-        key = layers_key(layers)
-        digest = start.digests.get(key)
-        if digest is None:
-            return
-        max_bytes = expected_state_bytes(self.spec, layers)
-        for peer in start.holders(key, start.step):
-            if peer == self.transport.peer_id:
-                continue
-            started_s = time.monotonic()
-            try:
-                path = fetch_state(
-                    self.transport, peer, layers, start.step, self.directory, digest,
-                    max_bytes, self.plan.network,
-                )  # fmt: skip
-                assert self.model is not None
-                load_stage(path, self.spec, self.model, self.optimizer)  # validates first
-            except Exception as exc:  # any failure, a bad file included: try the next holder
-                log.warning("fetching layers %s from %s failed: %r", layers_key(layers), peer, exc)
-                stamped_path(self.directory, layers, start.step).unlink(missing_ok=True)
-                continue
-            log.info("fetched %s from %s in %.1f s", path.name, peer, time.monotonic() - started_s)
-            return
 
     def expect(self, header: FrameHeader) -> Expected | None:
         """Called from the transport thread for every incoming frame."""
@@ -379,10 +329,15 @@ class Session:
         if self.model is None or self.failed:
             return
         previous = self._previous
+        # tagged with the plan's lineage; pruning keeps the newest of this lineage's and its
+        # ancestors' states (train/checkpoint.py)
+        tag, rank = self.plan.state_tag, self.plan.state_rank
         if previous is not None and previous.step == self.step - 1:
-            record_step(self.directory, self.spec, self.model, previous)
+            record_step(self.directory, self.spec, self.model, previous, tag,
+                        lambda t: rank(t) is not None)  # fmt: skip
         current = StageSnapshot(self.step, self.model.state_dict(), self.optimizer.state_dict())
-        record_step(self.directory, self.spec, self.model, current)
+        record_step(self.directory, self.spec, self.model, current, tag,
+                    lambda t: rank(t) is not None)  # fmt: skip
         log.info("checkpoint: step %d -> %s", self.step, self.directory)
 
     def close(self) -> None:

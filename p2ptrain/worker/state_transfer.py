@@ -1,10 +1,12 @@
 """Stage states between machines: a peer given a stage it never held fetches the agreed step's
 checkpoint from a member that announced it (worker/resume.py), over a p2pd stream.
 
-Protocol `p2ptrain.stage-state.v1`: the client sends a 4-byte big-endian length and a JSON request
-`{"layers": "L<a>-<b>", "step": N}` (≤ 256 bytes); the server answers one status byte (FOUND or
-MISSING), then, if found, an 8-byte big-endian size and the file's bytes. The server serves only
-stamped checkpoint files of its own checkpoint directory.
+Protocol `p2ptrain.stage-state.v2`: the client sends a 4-byte big-endian length and a JSON request
+`{"layers": "L<a>-<b>", "step": N, "digest": sha256 hex}` (≤ 256 bytes); the server answers one
+status byte (FOUND or MISSING), then, if found, an 8-byte big-endian size and the file's bytes.
+The server serves only stamped checkpoint files of its own checkpoint directory: the one of that
+stage and step, of any lineage, whose sha256 is the digest (the client asks only for the agreed
+digest, so the lineage is the one the plan's members agreed on: worker/resume.py).
 
 Bounds (docs/security.md, attack 8): both sides refuse a state larger than the stage's expected
 size (its weights and AdamW's two moments, with a margin: train/checkpoint.py
@@ -30,7 +32,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from p2ptrain.records import NetworkFacts, RunSpec
-from p2ptrain.train.checkpoint import expected_state_bytes, layers_key, stamped_path
+from p2ptrain.train.checkpoint import (
+    expected_state_bytes,
+    file_sha256,
+    layers_key,
+    list_states,
+    stamped_path,
+)
 
 if TYPE_CHECKING:  # hivemind is imported only when used: tests of the bounds run beside libp2p
     from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
@@ -39,7 +47,7 @@ if TYPE_CHECKING:  # hivemind is imported only when used: tests of the bounds ru
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = "p2ptrain.stage-state.v1"
+PROTOCOL = "p2ptrain.stage-state.v2"
 FOUND, MISSING = b"\x01", b"\x00"
 REQUEST_LEN = struct.Struct(">I")
 SIZE = struct.Struct(">Q")
@@ -49,6 +57,7 @@ REQUEST_TIMEOUT_S = 10.0  # for the few bytes of a request, on top of the plan's
 LOCAL_RATE_MBPS = 100.0  # a plan without network facts was made for a LAN (or loopback)
 LOCAL_RTT_S = 0.05
 _LAYERS = re.compile(r"^L(\d{1,6})-(\d{1,6})$")
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
 def parse_layers(key: str) -> range | None:
@@ -99,7 +108,8 @@ class StateServer:
         network = self.network
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT_S + 4 * LOCAL_RTT_S):
-                path, max_bytes = await self._requested_path(reader)
+                layers, step, digest = await read_request(reader)
+            path, max_bytes = await self._find(layers, step, digest)
             if path is None or max_bytes is None or not path.is_file():
                 writer.write(MISSING)
                 return
@@ -128,20 +138,35 @@ class StateServer:
                         pass
             writer.close()
 
-    async def _requested_path(self, reader: asyncio.StreamReader) -> tuple[Path | None, int | None]:
-        (length,) = REQUEST_LEN.unpack(await reader.readexactly(REQUEST_LEN.size))
-        if length > MAX_REQUEST_BYTES:
-            raise ValueError(f"request of {length} bytes")
-        request = json.loads(await reader.readexactly(length))
-        if not isinstance(request, dict):
-            raise ValueError("request is not an object")
-        layers = parse_layers(request.get("layers", ""))
-        step = request.get("step")
-        if layers is None or not isinstance(step, int) or isinstance(step, bool) or step < 0:
-            raise ValueError(f"bad request {request!r}")
+    async def _find(self, layers: range, step: int, digest: str) -> tuple[Path | None, int | None]:
+        """The stamped state of `layers` at `step` (of any lineage) whose sha256 is `digest`."""
         if self.directory is None:
             return None, None
-        return stamped_path(self.directory, layers, step), self.max_bytes(layers)
+        key = layers_key(layers)
+        for state in list_states(self.directory):
+            if state.key == key and state.step == step:
+                # usually cached by the announcement; hashing a large state is slow: a thread
+                with contextlib.suppress(OSError):
+                    if await asyncio.to_thread(file_sha256, state.path) == digest:
+                        return state.path, self.max_bytes(layers)
+        return None, None
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[range, int, str]:
+    """A client's request: (layers, step, digest); ValueError if malformed."""
+    (length,) = REQUEST_LEN.unpack(await reader.readexactly(REQUEST_LEN.size))
+    if length > MAX_REQUEST_BYTES:
+        raise ValueError(f"request of {length} bytes")
+    request = json.loads(await reader.readexactly(length))
+    if not isinstance(request, dict):
+        raise ValueError("request is not an object")
+    layers = parse_layers(request.get("layers", ""))
+    step, digest = request.get("step"), request.get("digest")
+    if layers is None or not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise ValueError(f"bad request {request!r}")
+    if not isinstance(digest, str) or not _DIGEST.match(digest):
+        raise ValueError(f"bad request {request!r}")
+    return layers, step, digest
 
 
 def fetch_state(
@@ -153,12 +178,14 @@ def fetch_state(
     digest: str,
     max_bytes: int,
     network: NetworkFacts | None,
+    tag: str | None = None,
 ) -> Path:
-    """Fetch `peer_id`'s stamped state of `layers` at `step` into `directory`; its path.
+    """Fetch `peer_id`'s stamped state of `layers` at `step` whose sha256 is `digest` into
+    `directory`, under lineage `tag` (the fetching plan's: the state it agreed on); its path.
     Kept only if the bytes' sha256 is `digest` and they are at most `max_bytes`, moved before
     the deadline for that size on `network`. Raises (OSError, ValueError, TimeoutError...) if
     the peer does not have it, offers more, sends other bytes, or is too slow."""
-    target = stamped_path(directory, layers, step)
+    target = stamped_path(directory, layers, step, tag)
     deadline_s = transfer_deadline_s(max_bytes, network)
     coroutine = _fetch(
         transport, peer_id, layers_key(layers), step, target, digest, max_bytes, deadline_s
@@ -184,7 +211,7 @@ async def _fetch(
             PeerID.from_base58(peer_id), PROTOCOL
         )
         try:
-            body = json.dumps({"layers": key, "step": step}).encode()
+            body = json.dumps({"layers": key, "step": step, "digest": digest}).encode()
             writer.write(REQUEST_LEN.pack(len(body)) + body)
             await writer.drain()
             await receive_state(reader, target, digest, max_bytes, f"{peer_id}'s {key}@{step}")

@@ -38,6 +38,7 @@ def plan_dict() -> dict[str, Any]:
         "data_addrs": {A: ["/ip4/127.0.0.1/tcp/4001"], B: ["/ip4/127.0.0.1/tcp/4002"]},
         "cost_s": 0.25,
         "network": {"max_rtt_s": 0.12, "min_rate_mbps": 50.0},
+        "lineage": [["0123456789abcdef", 5], ["fedcba9876543210", 3]],
     }
 
 
@@ -75,7 +76,7 @@ def status_dict() -> dict[str, Any]:
             "metrics": telemetry_dict()["metrics"], "health": {"ok": True, "reason": ""},
             **peer_dict()}  # fmt: skip
     del peer["planner_capable"]
-    plan = {k: v for k, v in plan_dict().items() if k not in ("data_addrs", "network")}
+    plan = {k: v for k, v in plan_dict().items() if k not in ("data_addrs", "network", "lineage")}
     return {
         "run": "r", "planner": A, "peers": [peer],
         "links": [{"a": A, "b": B, "rtt_ms": 0.4, "bandwidth_mbps": 900.0, "age_s": 1.0}],

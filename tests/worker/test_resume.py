@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from p2ptrain import identity
 from p2ptrain.worker.resume import (
+    Announced,
     Held,
     check_announcement,
     choose_start_step,
@@ -26,6 +27,13 @@ def steps(key: str, *numbers: int, tag: str = "") -> Held:
     """An announcement of `key` at `numbers`, each state's digest named by its step (and tag:
     two peers with the same tag hold the same bytes)."""
     return {key: {n: d(f"{key}@{n}{tag}") for n in numbers}}
+
+
+def root(held: Held) -> Announced:
+    """`held` as announced: every state of the root lineage (untagged)."""
+    return {
+        key: {step: (digest, None) for step, digest in steps.items()} for key, steps in held.items()
+    }
 
 
 def test_a_fresh_run_starts_at_zero() -> None:
@@ -107,7 +115,8 @@ OTHER_SEED = bytes(range(1, 33))
 
 
 def test_a_signed_announcement_is_read_back() -> None:
-    held = steps("L0-2", 1, 3)
+    held = root(steps("L0-2", 1, 3))
+    held["L2-4"] = {2: (d("x"), "0123456789abcdef-e4")}
     value = sign_announcement(SEED, KEY, PEER, held)
     assert check_announcement(value, KEY, PEER, 40) == held
 
@@ -115,21 +124,23 @@ def test_a_signed_announcement_is_read_back() -> None:
 def test_an_announcement_under_another_peers_id_is_refused() -> None:
     """Attack 4b: the data-plane DHT had no record validation, so anyone could announce under
     a member's id."""
-    forged = sign_announcement(OTHER_SEED, KEY, PEER, steps("L0-2", 39))
+    forged = sign_announcement(OTHER_SEED, KEY, PEER, root(steps("L0-2", 39)))
     assert check_announcement(forged, KEY, PEER, 40) is None
     # the member's own, replayed under another plan's key, or altered after signing
-    value = sign_announcement(SEED, KEY, PEER, steps("L0-2", 3))
+    value = sign_announcement(SEED, KEY, PEER, root(steps("L0-2", 3)))
     assert check_announcement(value, "p2ptrain_r_resume_t1_e4", PEER, 40) is None
-    altered = dict(value, states={"L0-2": [[4, d("x")]]})
+    altered = dict(value, states={"L0-2": [[4, d("x"), ""]]})
     assert check_announcement(altered, KEY, PEER, 40) is None
 
 
 def test_announcements_off_the_wire_are_checked() -> None:
-    good = sign_announcement(SEED, KEY, PEER, steps("L0-2", 3))
-    for bad_states in (None, [1], {"L0-2": "3"}, {"L0-2": [[True, d("x")]]},
-                       {"L0-2": [[-1, d("x")]]}, {1: [[1, d("x")]]}, {"x" * 100: [[1, d("x")]]},
-                       {"L0-2": [[1, "nothex"]]}, {"L0-2": [[1]]},
-                       {"L0-2": [[n, d("x")] for n in range(1000)]}):  # fmt: skip
+    good = sign_announcement(SEED, KEY, PEER, root(steps("L0-2", 3)))
+    for bad_states in (None, [1], {"L0-2": "3"}, {"L0-2": [[True, d("x"), ""]]},
+                       {"L0-2": [[-1, d("x"), ""]]}, {1: [[1, d("x"), ""]]},
+                       {"x" * 100: [[1, d("x"), ""]]}, {"L0-2": [[1, "nothex", ""]]},
+                       {"L0-2": [[1]]}, {"L0-2": [[1, d("x")]]}, {"L0-2": [[1, d("x"), None]]},
+                       {"L0-2": [[1, d("x"), "not-a-tag"]]},
+                       {"L0-2": [[n, d("x"), ""] for n in range(1000)]}):  # fmt: skip
         assert check_announcement(dict(good, states=bad_states), KEY, PEER, 40) is None
     for bad in (None, [1], dict(good, sig="text"), dict(good, peer=None), {**good, "sig": b""}):
         assert check_announcement(bad, KEY, PEER, 40) is None
@@ -138,10 +149,10 @@ def test_announcements_off_the_wire_are_checked() -> None:
 def test_an_announcement_at_or_past_the_last_step_is_refused() -> None:
     """Attack 4: one member announcing every stage at the run's last step made every worker
     skip training and exit as if the run were done."""
-    value = sign_announcement(SEED, KEY, PEER, steps("L0-2", 40) | steps("L2-4", 40))
+    value = sign_announcement(SEED, KEY, PEER, root(steps("L0-2", 40) | steps("L2-4", 40)))
     assert check_announcement(value, KEY, PEER, 40) is None
-    value = sign_announcement(SEED, KEY, PEER, steps("L0-2", 39))
-    assert check_announcement(value, KEY, PEER, 40) == steps("L0-2", 39)
+    value = sign_announcement(SEED, KEY, PEER, root(steps("L0-2", 39)))
+    assert check_announcement(value, KEY, PEER, 40) == root(steps("L0-2", 39))
 
 
 def test_a_replica_cannot_push_a_step_its_stage_mates_do_not_hold() -> None:

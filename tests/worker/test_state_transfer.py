@@ -11,10 +11,24 @@ import pytest
 import torch
 
 from p2ptrain.records import NetworkFacts, RunSpec
-from p2ptrain.train.checkpoint import StageSnapshot, expected_state_bytes, record_step
+from p2ptrain.train.checkpoint import (
+    StageSnapshot,
+    expected_state_bytes,
+    file_sha256,
+    list_states,
+    record_step,
+)
 from p2ptrain.train.model import build_stage, loss_fn
 from p2ptrain.train.optim import make_optimizer
-from p2ptrain.worker.state_transfer import FOUND, SIZE, receive_state, transfer_deadline_s
+from p2ptrain.worker.state_transfer import (
+    FOUND,
+    REQUEST_LEN,
+    SIZE,
+    StateServer,
+    read_request,
+    receive_state,
+    transfer_deadline_s,
+)
 
 SPEC = RunSpec(n_layer=2, n_head=2, n_embd=16, block_size=8, steps=10)
 
@@ -92,3 +106,36 @@ def test_a_cut_stream_leaves_nothing(tmp_path: Path) -> None:
     with pytest.raises(asyncio.IncompleteReadError):
         _receive(b"abc", hashlib.sha256(b"abcdef").hexdigest(), 100, tmp_path / "s", claimed=6)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_request_names_the_digest_and_the_server_finds_that_state_of_any_lineage(
+    tmp_path: Path,
+) -> None:
+    """v2: the server serves the state of the layers and step whose sha256 is the requested
+    digest, whatever lineage tag its file carries (records/lineage.py)."""
+    model = build_stage(SPEC, 0, 2)
+    optimizer = make_optimizer(model, SPEC)
+    record_step(tmp_path, SPEC, model, StageSnapshot.take(model, optimizer, 3))
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    tagged = "0123456789abcdef-e2"
+    record_step(tmp_path, SPEC, model, StageSnapshot.take(model, optimizer, 3), tagged)
+    paths = {s.tag: s.path for s in list_states(tmp_path)}
+    server = StateServer.__new__(StateServer)  # no transport: only the lookup is exercised
+    server.spec, server.directory, server._max_bytes = SPEC, tmp_path, {}
+
+    def ask(body: bytes) -> tuple[Path | None, int | None]:
+        async def run() -> tuple[Path | None, int | None]:
+            reader = asyncio.StreamReader()
+            reader.feed_data(REQUEST_LEN.pack(len(body)) + body)
+            reader.feed_eof()
+            return await server._find(*await read_request(reader))
+
+        return asyncio.run(run())
+
+    for tag, path in paths.items():
+        body = f'{{"layers": "L0-1", "step": 3, "digest": "{file_sha256(path)}"}}'.encode()
+        assert ask(body)[0] == path, tag
+    assert ask(b'{"layers": "L0-1", "step": 3, "digest": "' + b"0" * 64 + b'"}') == (None, None)
+    with pytest.raises(ValueError, match="bad request"):
+        ask(b'{"layers": "L0-1", "step": 3}')  # a v1 request: no digest

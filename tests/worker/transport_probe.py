@@ -62,7 +62,9 @@ def main() -> None:
         dhts.append(DHT(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=known))
     victim, neighbour, stranger = (Transport.start(d.replicate_p2p, never_ready) for d in dhts)
     victim.connect_all({neighbour.peer_id: [str(a) for a in dhts[1].get_visible_maddrs()]})
-    result: dict[str, Any] = {}
+    result: dict[str, Any] = {
+        "max_inbound_per_peer": MAX_INBOUND_PER_PEER, "header_timeout_s": HEADER_TIMEOUT_S,
+    }  # fmt: skip
     held = neighbour.call(flood(neighbour, victim.peer_id, FLOOD))
     result["neighbour"] = neighbour.call(answers(held, 2.0))
     strangers = stranger.call(flood(stranger, victim.peer_id, FLOOD))

@@ -1,0 +1,99 @@
+"""Loading this peer's stage at a new plan's agreed start (worker/resume.py): from its own
+checkpoint directory, else fetched from a member that announced the agreed digest
+(worker/state_transfer.py).
+
+Only states of the plan's lineage or its ancestors' count (records/lineage.py): a local state
+saved under another lineage (the other side of a healed partition) is never resumed from, and
+a warning says so. A stage no member holds any state of restarts from initial weights: the run
+goes on, but that stage's training is lost, so the worker says it loudly (STAGE STATE LOST).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import torch
+
+from p2ptrain.records import Plan, RunSpec
+from p2ptrain.train.checkpoint import expected_state_bytes, layers_key, load_stage, stamped_path
+from p2ptrain.train.model import Stage
+from p2ptrain.worker.resume import StartPoint, local_states, warn_other_lineages
+from p2ptrain.worker.state_transfer import fetch_state
+from p2ptrain.worker.transport import Transport
+
+log = logging.getLogger("p2ptrain.worker")
+
+
+def restore_stage(
+    spec: RunSpec,
+    plan: Plan,
+    transport: Transport,
+    directory: Path,
+    model: Stage,
+    optimizer: torch.optim.Optimizer,
+    start: StartPoint,
+) -> int:
+    """Load `model`'s state at the agreed step (fetching it from a member that holds it if this
+    machine does not); return the step to train next."""
+    if start.note:
+        log.warning("resuming at step %d: %s", start.step, start.note)
+    layers, rank = model.layers, plan.state_rank
+    key = layers_key(layers)
+    if start.step not in local_states(directory, rank).get(key, {}):
+        _fetch(spec, plan, transport, directory, model, optimizer, start)
+    warn_other_lineages(directory, rank, key)
+    local = local_states(directory, rank).get(key, {})
+    usable = sorted(step for step in local if step <= start.step)
+    if not usable:
+        if start.step > 0:  # the run goes on, but this stage's training is lost: say it loudly
+            log.warning(
+                "STAGE STATE LOST: no member of plan term %d epoch %d holds a state of layers "
+                "%s (its only holder left or lost its files): they restart from initial weights "
+                "at step %d while the other stages resume",
+                plan.term, plan.epoch, key, start.step,
+            )  # fmt: skip
+        return start.step
+    path = local[usable[-1]].path
+    loaded = load_stage(path, spec, model, optimizer)
+    if loaded != start.step:
+        log.warning("layers %s resumed from step %d for step %d", key, loaded, start.step)
+    log.info("resumed layers %s at step %d from %s", key, start.step, path)
+    return start.step
+
+
+def _fetch(
+    spec: RunSpec,
+    plan: Plan,
+    transport: Transport,
+    directory: Path,
+    model: Stage,
+    optimizer: torch.optim.Optimizer,
+    start: StartPoint,
+) -> None:
+    """Copy the agreed step's state of `model`'s layers from a member that announced its agreed
+    digest, under the plan's lineage tag; bytes of another digest, or more than the stage's
+    size, are refused."""
+    layers = model.layers
+    key = layers_key(layers)
+    digest = start.digests.get(key)
+    if digest is None:
+        return
+    max_bytes = expected_state_bytes(spec, layers)
+    for peer in start.holders(key, start.step):
+        if peer == transport.peer_id:
+            continue
+        started_s = time.monotonic()
+        try:
+            path = fetch_state(
+                transport, peer, layers, start.step, directory, digest, max_bytes,
+                plan.network, plan.state_tag,
+            )  # fmt: skip
+            load_stage(path, spec, model, optimizer)  # validates first
+        except Exception as exc:  # any failure, a bad file included: try the next holder
+            log.warning("fetching layers %s from %s failed: %r", key, peer, exc)
+            stamped_path(directory, layers, start.step, plan.state_tag).unlink(missing_ok=True)
+            continue
+        log.info("fetched %s from %s in %.1f s", path.name, peer, time.monotonic() - started_s)
+        return
