@@ -126,9 +126,7 @@ class PlanMaker:
             return True
         if placement.pipelines == current.pipelines:
             return False  # same placement: nothing to restart for
-        current_cost = planner.placement_cost(
-            matrices, current.pipelines, run.c_dp_gb, run.c_pp_gb
-        )
+        current_cost = planner.placement_cost(matrices, current.pipelines, run.c_dp_gb, run.c_pp_gb)
         switch = planner.worth_switching(placement.cost_s, current_cost)
         log.info(
             "measurements drifted: new placement %.3f s vs current %s s per step: %s",
@@ -145,9 +143,7 @@ class PlanMaker:
         self._last_drift_check = now
         return planner.drifted(self._planned_matrices, matrices)
 
-    async def _schedule(
-        self, matrices: planner.Matrices, run: RunSpec
-    ) -> planner.Placement | None:
+    async def _schedule(self, matrices: planner.Matrices, run: RunSpec) -> planner.Placement | None:
         """Run the scheduler in a thread; None (logged) if it fails."""
         try:
             return await trio.to_thread.run_sync(

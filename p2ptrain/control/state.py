@@ -36,6 +36,7 @@ class NodeState:
     # (author, kind) -> the latest envelope we accepted from another peer: served to sync clients
     latest: dict[tuple[str, str], bytes] = field(default_factory=dict)
     joined: trio.Event = field(default_factory=trio.Event)  # set once we are in the swarm
+    revocations_path: str | None = None  # the bootstrap's --revoked file, re-read periodically
 
     @property
     def is_member(self) -> bool:

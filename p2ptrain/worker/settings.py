@@ -33,7 +33,11 @@ class WorkerSettings:
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         source = parser.add_mutually_exclusive_group(required=True)
-        source.add_argument("--ipc", metavar="SOCKET", help="control process socket (messages: p2ptrain/records/messages.py)")
+        source.add_argument(
+            "--ipc",
+            metavar="SOCKET",
+            help="control process socket (messages: p2ptrain/records/messages.py)",
+        )
         source.add_argument(
             "--plan", metavar="PLAN.json", help="static plan file (peers named by --name)"
         )
