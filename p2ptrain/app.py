@@ -24,7 +24,10 @@ SUBCOMMANDS: Subcommands = {
     "join": ("p2ptrain.cli.join_cmd", "join a swarm as a peer"),
     "status": ("p2ptrain.cli.status_cmd", "show a swarm's peers, links, planner and plan"),
     "id": ("p2ptrain.cli.id_cmd", "print this node's peer id (create its key if missing)"),
-    "token": ("p2ptrain.cli.token_cmd", "issue a token that admits a peer (organiser's key)"),
+    "token": (
+        "p2ptrain.cli.token_cmd",
+        "issue or revoke a token that admits a peer (organiser's key)",
+    ),
     "local": (
         "p2ptrain.harness.cli.local_cmd",
         "start a bootstrap and N peers on this machine and train",

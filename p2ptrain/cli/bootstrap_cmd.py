@@ -16,6 +16,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--identity", required=True, help="Ed25519 key file (created, mode 0600, if missing)"
     )
     parser.add_argument("--run", default=None, help="run spec TOML (default: a built-in run)")
+    parser.add_argument(
+        "--revoked",
+        default=None,
+        metavar="FILE",
+        help="`p2ptrain token revoke` lines, one a line; re-read every 10 s and published",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,5 +36,6 @@ def run(args: argparse.Namespace) -> int:
         role="bootstrap",
         listen_addr=args.listen,
         run=spec,
+        revocations_path=args.revoked,
     )
     return run_node(ControlNode(config))

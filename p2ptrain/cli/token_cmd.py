@@ -1,5 +1,6 @@
 """`p2ptrain token issue`: the organiser signs a token that admits one peer to the run (and, with
---planner, lets it be elected planner and sign plans)."""
+--planner, lets it be elected planner and sign plans). `p2ptrain token revoke` signs a revocation
+of every token of one peer, for the bootstrap's `--revoked` file."""
 
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     issue.add_argument("--peer", required=True, help="the peer id (`p2ptrain id` prints it)")
     issue.add_argument("--expires-days", type=float, default=30.0, help="default %(default)s")
     issue.add_argument("--planner", action="store_true", help="the peer may be elected planner")
+    revoke = actions.add_parser("revoke", help="print a revocation of one peer's tokens")
+    revoke.add_argument(
+        "--identity", required=True, help="the organiser's key: the bootstrap's identity file"
+    )
+    revoke.add_argument("--peer", required=True, help="the peer id whose tokens stop counting")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,8 +31,12 @@ def run(args: argparse.Namespace) -> int:
     from p2ptrain.errors import UserError
     from p2ptrain.identity import load_identity
     from p2ptrain.records import fields
-    from p2ptrain.records.token import issue_token
+    from p2ptrain.records.token import issue_revocation, issue_token
 
+    if args.action == "revoke":
+        peer = fields.peer_id(args.peer, "revocation", "--peer")
+        print(issue_revocation(load_identity(args.identity), peer).encode())
+        return 0
     if not 0 < args.expires_days <= 3650:
         raise UserError("--expires-days must be in (0, 3650]")
     peer = fields.peer_id(args.peer, "token", "--peer")

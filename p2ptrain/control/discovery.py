@@ -118,8 +118,10 @@ class Discovery:
         if view.run is None or view.run.admission != "token":
             return
         token = view.own_token
-        problem = "no token (join --token)" if token is None else token_problem(
-            token, view.bootstrap_id, self.state.peer_id, time.time()
+        problem = (
+            "no token (join --token)"
+            if token is None
+            else token_problem(token, view.bootstrap_id, self.state.peer_id, time.time())
         )
         if problem is not None:
             raise UserError(

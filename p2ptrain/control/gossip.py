@@ -25,9 +25,12 @@ from p2ptrain.control.state import NodeState
 
 log = logging.getLogger(__name__)
 
-CONTROL_TOPIC = "p2ptrain/control/1"  # run specs, peer records, planner claims, plans
+CONTROL_TOPIC = "p2ptrain/control/1"  # run specs, revocations, peer records, claims, plans
 TELEMETRY_TOPIC = "p2ptrain/telemetry/1"  # link-matrix rows and worker metrics
-TOPIC_KINDS = {CONTROL_TOPIC: {"run", "peer", "claim", "plan"}, TELEMETRY_TOPIC: {"telemetry"}}
+TOPIC_KINDS = {
+    CONTROL_TOPIC: {"run", "revoked", "peer", "claim", "plan"},
+    TELEMETRY_TOPIC: {"telemetry"},
+}
 
 Validator = Callable[[ID, rpc_pb2.Message], bool]
 

@@ -66,3 +66,35 @@ def freshest_links(
             age_s=min(age for age, _ in [*rtt, *bw]),
         )
     return result
+
+
+class LinkMeasurements:
+    """The view's own link samples and the rows others gossiped (a part of SwarmView)."""
+
+    self_id: str
+    own_links: dict[str, LinkSample]
+    rows: dict[str, tuple[dict[str, LinkReport], float]]
+
+    def record_bandwidth(self, peer: str, mbps: float, now: float) -> None:
+        sample = self.own_links.setdefault(peer, LinkSample())
+        sample.bandwidth_mbps, sample.bandwidth_at = mbps, now
+
+    def record_probe_failure(self, peer: str) -> None:
+        self.own_links.setdefault(peer, LinkSample()).num_failures += 1
+
+    def own_row(self, now: float) -> dict[str, LinkReport]:
+        """Our measurements as gossiped in telemetry: values with their ages in seconds."""
+        row: dict[str, LinkReport] = {}
+        for peer, s in self.own_links.items():
+            rtt_age = None if s.rtt_at is None else round(now - s.rtt_at, 3)
+            bw_age = None if s.bandwidth_at is None else round(now - s.bandwidth_at, 3)
+            if (rtt_age is None or rtt_age > MAX_LINK_AGE_S) and (
+                bw_age is None or bw_age > MAX_LINK_AGE_S
+            ):
+                continue
+            row[peer] = LinkReport(s.rtt_ms, rtt_age, s.bandwidth_mbps, bw_age)
+        return row
+
+    def links(self, now: float) -> dict[tuple[str, str], Link]:
+        """The freshest measurement of every unordered pair, from our own and gossiped rows."""
+        return freshest_links({**self.rows, self.self_id: (self.own_row(now), now)}, now)

@@ -55,6 +55,7 @@ class NodeConfig:
     ipc_path: str | None = None
     print_addr: bool = True
     token: Token | None = None  # the organiser's word that we may join, and maybe plan
+    revocations_path: str | None = None  # the bootstrap's --revoked file
 
 
 class ControlNode:
@@ -80,6 +81,7 @@ class ControlNode:
             host=make_host(config.seed),
             view=view,
             hardware=describe_hardware(),
+            revocations_path=config.revocations_path,
         )
         self.dht = make_dht(self.host)
         self.discovery = Discovery(self.state, self.dht, config.bootstrap_addr)
@@ -88,6 +90,7 @@ class ControlNode:
         self.sync = PullSync(self.state, self.intake)
         self.publisher = Publisher(self.state, self.pubsub)
         self.rpcs = RpcResponder(self.state)
+        self.inbound_limits = rpc.InboundLimits()
         self.prober = LinkProber(self.host, view, self.state.joined)
         self.worker_link = WorkerLink(self.state, config.ipc_path) if config.ipc_path else None
 
@@ -115,11 +118,15 @@ class ControlNode:
         listen = parse_multiaddr(self.config.listen_addr)
         async with host.run(listen_addrs=[listen]):
             state.addrs = full_addrs(host)
-            host.set_stream_handler(probe.PING_PROTOCOL, probe.handle_ping)
-            host.set_stream_handler(probe.BANDWIDTH_PROTOCOL, probe.handle_bandwidth)
-            host.set_stream_handler(STATUS_PROTOCOL, rpc.make_handler(self.rpcs.respond_status))
-            host.set_stream_handler(RUN_PROTOCOL, rpc.make_handler(self.rpcs.respond_run))
-            host.set_stream_handler(SYNC_PROTOCOL, rpc.make_handler(self.sync.respond_sync))
+            guard = self.inbound_limits.guard  # one set of caps over all our protocols
+            host.set_stream_handler(probe.PING_PROTOCOL, guard(probe.handle_ping))
+            host.set_stream_handler(probe.BANDWIDTH_PROTOCOL, guard(probe.handle_bandwidth))
+            for protocol, respond in (
+                (STATUS_PROTOCOL, self.rpcs.respond_status),
+                (RUN_PROTOCOL, self.rpcs.respond_run),
+                (SYNC_PROTOCOL, self.sync.respond_sync),
+            ):
+                host.set_stream_handler(protocol, guard(rpc.make_handler(respond)))
             async with (
                 background_trio_service(self.dht),
                 background_trio_service(self.pubsub),

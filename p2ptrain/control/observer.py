@@ -3,17 +3,46 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import trio
+from libp2p.abc import IHost
+from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
 from p2ptrain.control.rpcs import STATUS_PROTOCOL
 from p2ptrain.errors import UserError, first_leaf
 from p2ptrain.net import rpc
 from p2ptrain.net.host import make_host, parse_multiaddr, quiet_library_logs
+from p2ptrain.net.paging import cursor_request, next_cursor
 from p2ptrain.records import SwarmStatus
 
 OBSERVER_TIMEOUT_S = 15.0
+MAX_STATUS_PAGES = 64  # 64 MiB of peers and links: a status past it is refused, not cut
+
+
+async def fetch_status_doc(host: IHost, peer: ID) -> SwarmStatus:
+    """The node's status document, page by page (rpcs.respond_status), validated whole."""
+    doc: dict[str, Any] = {}
+    cursor: int | None = 0
+    for _ in range(MAX_STATUS_PAGES):
+        assert cursor is not None
+        reply = await rpc.call(host, peer, STATUS_PROTOCOL, cursor_request(cursor))
+        if not isinstance(reply, dict):
+            raise ValueError("a status page is a JSON object")
+        peers, links = reply.pop("peers", None), reply.pop("links", None)
+        if not isinstance(peers, list) or not isinstance(links, list):
+            raise ValueError("a status page holds lists of peers and links")
+        next_page = next_cursor(reply, cursor)
+        reply.pop("next", None)
+        if cursor == 0:
+            doc = {**reply, "peers": [], "links": []}
+        doc["peers"] += peers
+        doc["links"] += links
+        cursor = next_page
+        if cursor is None:
+            return SwarmStatus.from_dict(doc)
+    raise ValueError(f"status of more than {MAX_STATUS_PAGES} pages")
 
 
 async def fetch_status(node_addr: str) -> SwarmStatus:
@@ -26,8 +55,7 @@ async def fetch_status(node_addr: str) -> SwarmStatus:
         try:
             with trio.fail_after(OBSERVER_TIMEOUT_S):
                 await host.connect(info)
-                reply = await rpc.call(host, info.peer_id, STATUS_PROTOCOL)
-                status = SwarmStatus.from_dict(reply)
+                status = await fetch_status_doc(host, info.peer_id)
         except (OSError, trio.TooSlowError, Exception) as exc:
             raise UserError(
                 f"cannot get status from {node_addr}: {exc or type(exc).__name__}"
@@ -46,8 +74,7 @@ async def fetch_statuses(node_addrs: list[str]) -> list[SwarmStatus | None]:
         with trio.move_on_after(OBSERVER_TIMEOUT_S):
             try:
                 await host.connect(info)
-                reply = await rpc.call(host, info.peer_id, STATUS_PROTOCOL)
-                results[index] = SwarmStatus.from_dict(reply)
+                results[index] = await fetch_status_doc(host, info.peer_id)
             except Exception:
                 results[index] = None
 
@@ -90,4 +117,3 @@ def get_status(node_addr: str) -> SwarmStatus:
         if not all("Nursery is closed" in str(e) for e in group.exceptions):
             raise
     return result[0]
-

@@ -1,7 +1,7 @@
 """What this node authors, and the paced publisher that re-broadcasts it.
 
-Five signed messages: our peer record, the run spec (the bootstrap), telemetry (members), and the
-planner's claim and plan. Each re-states its author's full current state, so re-publishing them
+Six signed messages: our peer record, the run spec and the organiser's revocations (the
+bootstrap), telemetry (members), and the planner's claim and plan. Each re-states its author's full current state, so re-publishing them
 periodically is anti-entropy: the next copy heals a lost one. The schedule is NodeState.due;
 other pieces call NodeState.publish_soon when something worth announcing changed.
 """
@@ -22,7 +22,9 @@ from p2ptrain.control import wire
 from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC
 from p2ptrain.control.hardware import measure_compute_gflops
 from p2ptrain.control.state import NodeState
-from p2ptrain.records import Claim, PeerRecord, Telemetry
+from p2ptrain.errors import WireError
+from p2ptrain.records import Claim, PeerRecord, Revocations, Telemetry
+from p2ptrain.records.token import MAX_REVOCATIONS, read_revocations
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,23 @@ def run_message(state: NodeState) -> bytes:
     return wire.encode(state.seed, state.seq.next(), state.view.run)
 
 
+def revocations_message(state: NodeState) -> bytes:
+    entries = tuple(state.view.revocations.values())[:MAX_REVOCATIONS]
+    return wire.encode(state.seed, state.seq.next(), Revocations(entries))
+
+
+def reload_revocations(state: NodeState) -> None:
+    """Apply the revocations in the bootstrap's --revoked file (appended to while it runs)."""
+    if state.revocations_path is None:
+        return
+    try:
+        problem = state.view.revoke(read_revocations(state.revocations_path))
+    except (OSError, WireError) as exc:
+        problem = str(exc)
+    if problem is not None:
+        log.warning("revocations in %s not applied: %s", state.revocations_path, problem)
+
+
 def telemetry_message(state: NodeState) -> bytes:
     view = state.view
     body = Telemetry(
@@ -81,6 +100,8 @@ def authored_messages(state: NodeState) -> list[bytes]:
         messages.append(telemetry_message(state))
     if state.role == "bootstrap" and view.run is not None:
         messages.append(run_message(state))
+    if state.role == "bootstrap" and view.revocations:
+        messages.append(revocations_message(state))
     if view.planner == state.peer_id:
         messages.append(claim_message(state))
         if view.plan is not None and view.plan.planner == state.peer_id:
@@ -125,6 +146,9 @@ class Publisher:
                 await self._publish(CONTROL_TOPIC, partial(record_message, state))
             if state.role == "bootstrap" and self._due_now("run", RUN_INTERVAL_S, now):
                 await self._publish(CONTROL_TOPIC, partial(run_message, state))
+                reload_revocations(state)
+                if view.revocations:
+                    await self._publish(CONTROL_TOPIC, partial(revocations_message, state))
             if state.is_member and self._due_now("telemetry", TELEMETRY_INTERVAL_S, now):
                 await self._publish(TELEMETRY_TOPIC, partial(telemetry_message, state))
             if view.planner == state.peer_id:

@@ -39,6 +39,7 @@ class NodeState:
     latest: dict[tuple[str, str], bytes] = field(default_factory=dict)
     joined: trio.Event = field(default_factory=trio.Event)  # set once we are in the swarm
     worker: WorkerWatch = field(default_factory=lambda: WorkerWatch(time.monotonic()))
+    revocations_path: str | None = None  # the bootstrap's --revoked file, re-read periodically
 
     @property
     def is_member(self) -> bool:

@@ -1,6 +1,11 @@
 """Pull anti-entropy over SYNC_PROTOCOL: every few seconds, fetch a random live peer's latest
 signed envelopes and apply those we lack. It heals what gossip lost, even for a node whose mesh
 broke. The server answers with what we author and the latest we accepted from each other author.
+
+Replies are paged, never cut: a request names a cursor (JSON `{"cursor": n}`; empty: 0), a reply
+holds whole envelopes up to SYNC_PAGE_BYTES and the next cursor (null on the last page), and
+the client follows at most MAX_SYNC_PAGES pages. Each reply also carries the responder's term
+(null until it learnt one): how a fresh node learns the current term from the organiser.
 """
 
 from __future__ import annotations
@@ -19,14 +24,20 @@ from p2ptrain.control.intake import Intake
 from p2ptrain.control.publishing import authored_messages
 from p2ptrain.control.state import NodeState
 from p2ptrain.net import rpc
+from p2ptrain.net.paging import cursor_request, next_cursor, page_of, read_cursor
 
 log = logging.getLogger(__name__)
 
 SYNC_PROTOCOL = TProtocol("/p2ptrain/sync/1.0.0")
 SYNC_INTERVAL_S = 5.0
+UNANCHORED_SYNC_INTERVAL_S = 1.0  # until we learnt the current term from the organiser
 MAX_SYNC_ENVELOPES = 4096
+# a page's envelopes as JSON strings (escaping included): one 64 KiB envelope always fits, and a
+# page stays well inside rpc.MAX_REPLY_BYTES
+SYNC_PAGE_BYTES = 192 * 1024
+MAX_SYNC_PAGES = 128  # 24 MiB a round at most, from a peer that pages forever
 # records before what depends on them (telemetry and claims need the author's record)
-KIND_ORDER = {"run": 0, "peer": 1, "claim": 2, "plan": 3, "telemetry": 4}
+KIND_ORDER = {"run": 0, "revoked": 1, "peer": 2, "claim": 3, "plan": 4, "telemetry": 5}
 
 
 class PullSync:
@@ -45,25 +56,50 @@ class PullSync:
             candidates = [
                 p for p in (c.to_base58() for c in state.host.get_connected_peers()) if p in live
             ]
-            if candidates:
+            anchored = state.view.term_anchored
+            if not anchored and state.view.bootstrap_id in candidates:
+                await self.sync_from(str(state.view.bootstrap_id))  # the organiser's term first
+            elif candidates:
                 await self.sync_from(random.choice(candidates))
-            await trio.sleep(SYNC_INTERVAL_S * random.uniform(0.8, 1.2))
+            interval_s = SYNC_INTERVAL_S if anchored else UNANCHORED_SYNC_INTERVAL_S
+            await trio.sleep(interval_s * random.uniform(0.8, 1.2))
 
     async def sync_from(self, peer: str) -> None:
-        """Fetch `peer`'s envelopes and apply the ones we lack; blame it for bad ones."""
+        """Fetch `peer`'s envelopes, page by page, and apply the ones we lack; blame it for bad
+        ones."""
+        cursor: int | None = 0
+        num_envelopes = 0
+        for page in range(MAX_SYNC_PAGES):
+            assert cursor is not None
+            try:
+                reply = await rpc.call(
+                    self.state.host, ID.from_base58(peer), SYNC_PROTOCOL, cursor_request(cursor)
+                )
+                envelopes = reply["envelopes"]
+                if not isinstance(envelopes, list):
+                    raise TypeError("envelopes must be a list")
+                cursor = next_cursor(reply, cursor)
+                term = reply.get("term")
+                if term is not None and (not isinstance(term, int) or not 0 <= term < 2**62):
+                    raise TypeError("term must be null or an integer")
+            except Exception as exc:
+                log.debug("sync from %s failed: %s", peer, exc)
+                return
+            if page == 0:
+                self.state.view.learn_term(peer, term)
+            envelopes = envelopes[: MAX_SYNC_ENVELOPES - num_envelopes]
+            num_envelopes += len(envelopes)
+            if not self._apply_page(peer, envelopes) or cursor is None:
+                return
+        log.info("sync from %s stopped after %d pages", peer, MAX_SYNC_PAGES)
+
+    def _apply_page(self, peer: str, envelopes: list[Any]) -> bool:
+        """Apply one page's envelopes; False once `peer` is blocked (stop reading from it)."""
         state = self.state
-        try:
-            reply = await rpc.call(state.host, ID.from_base58(peer), SYNC_PROTOCOL)
-            envelopes = reply["envelopes"]
-            if not isinstance(envelopes, list):
-                raise TypeError("envelopes must be a list")
-        except Exception as exc:
-            log.debug("sync from %s failed: %s", peer, exc)
-            return
-        for text in envelopes[:MAX_SYNC_ENVELOPES]:
+        for text in envelopes:
             now = time.monotonic()
             if state.view.is_blocked(peer, now) or not isinstance(text, str):
-                return
+                return False
             data = text.encode()
             try:
                 env = wire.decode(data)
@@ -73,10 +109,15 @@ class PullSync:
                 continue
             if env.author != state.peer_id and not state.view.knows(env):
                 self.intake.apply(env, data, peer, "sync", now)
+        return True
 
     async def respond_sync(self, request: bytes) -> dict[str, Any]:
-        """The server side: a fresh copy of our own messages, then those we hold of others."""
-        own = authored_messages(self.state)
-        latest = self.state.latest
-        held = [latest[key] for key in sorted(latest, key=lambda key: KIND_ORDER[key[1]])]
-        return {"envelopes": [d.decode() for d in [*own, *held]]}
+        """The server side, one page: a fresh copy of our own messages (page 0), then those we
+        hold of others, in KIND_ORDER (the cursor indexes them)."""
+        cursor = read_cursor(request)
+        view, latest = self.state.view, self.state.latest
+        held = [latest[key].decode() for key in sorted(latest, key=lambda k: (KIND_ORDER[k[1]], k))]
+        own = [d.decode() for d in authored_messages(self.state)] if cursor == 0 else []
+        page, nxt = page_of(held, cursor, SYNC_PAGE_BYTES)
+        term = view.known_term() if view.term_anchored else None
+        return {"envelopes": own + page, "next": nxt, "term": term}

@@ -9,16 +9,21 @@ no one claims while a live planner is known, or while a claim it could not follo
 When none is alive, the live candidate with the smallest peer id claims term = highest seen + 1.
 A higher term wins in every view; at equal terms the smaller peer id wins. A planner that sees a
 winning claim steps down. Plans are accepted only from the recognised planner with a newer (term, epoch).
+
+Terms advance by bounded steps: a claim or plan may exceed the highest term we know by at most
+MAX_TERM_STEP, so a planner-token holder cannot win every view with a huge term. A node learns
+the current term from the organiser (the bootstrap's sync replies: `anchor_term`) before it
+claims; until then it drops a too-high term quietly instead of blaming its author.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from p2ptrain.control.links import MAX_LINK_AGE_S, Link, LinkSample, freshest_links
+from p2ptrain.control.authority import Authority, Member
+from p2ptrain.control.links import LinkMeasurements, LinkSample
 from p2ptrain.control.penalties import Penalties
 from p2ptrain.control.wire import Envelope
 from p2ptrain.records import (
@@ -29,9 +34,10 @@ from p2ptrain.records import (
     PeerMetrics,
     PeerRecord,
     Plan,
+    Revocation,
+    Revocations,
     RunSpec,
     Token,
-    token_problem,
 )
 from p2ptrain.records import Telemetry as TelemetryBody
 
@@ -41,16 +47,9 @@ DEAD_AFTER_S = 8.0  # members publish every 2 s: four missed rounds => dead
 ELECTION_GRACE_S = 5.0  # listen for an incumbent before claiming after start
 FORGET_DEAD_AFTER_S = 600.0
 NUM_RECENT_SEQS = 64  # per author and kind: a repeat of one of these is a replay
-
-
-@dataclass
-class Member:
-    """What we know about one other peer."""
-
-    record: PeerRecord
-    last_heard: float
-    metrics: PeerMetrics | None = None
-    health: Health | None = None  # its worker's, as it reports it (None: taken as ok)
+# how far a claimed term may pass the highest we know: honest claims are highest seen + 1, and
+# +2 leaves room for two rivals' claims racing past a peer that missed the first
+MAX_TERM_STEP = 2
 
 
 @dataclass
@@ -62,8 +61,9 @@ class Drop:
 
 
 @dataclass
-class SwarmView:
-    """Everything one control process believes about the swarm."""
+class SwarmView(Authority, LinkMeasurements):
+    """Everything one control process believes about the swarm (who may do what: Authority;
+    its links: LinkMeasurements)."""
 
     self_id: str
     role: str
@@ -72,11 +72,13 @@ class SwarmView:
     bootstrap_id: str | None = None  # the organiser: its key signs the run spec and the tokens
     run: RunSpec | None = None
     own_token: Token | None = None
+    revocations: dict[str, Revocation] = field(default_factory=dict)  # peer -> the organiser's
     members: dict[str, Member] = field(default_factory=dict)
     own_links: dict[str, LinkSample] = field(default_factory=dict)
     rows: dict[str, tuple[dict[str, LinkReport], float]] = field(default_factory=dict)
     term: int = 0
     max_seen_term: int = 0
+    term_anchored: bool = False  # we learnt the current term from the organiser (anchor_term)
     planner: str | None = None
     plan: Plan | None = None
     plan_version: int = 0  # bumped whenever `plan` changes
@@ -124,6 +126,7 @@ class SwarmView:
         if self.role in MEMBER_ROLES:
             peers.append(self.self_id)
         return sorted(p for p in set(peers) if self.is_alive(p, now))
+
 
     def is_healthy(self, peer: str) -> bool:
         """Does the peer say its worker makes progress? (control/health.py)"""
@@ -196,6 +199,13 @@ class SwarmView:
                 del self.members[peer]
         return None
 
+    def _on_revoked(self, env: Envelope, now: float) -> Drop | None:
+        if env.author != self.bootstrap_id:
+            return Drop("revocations not signed by our bootstrap", "unauthorised")
+        assert isinstance(env.body, Revocations)
+        problem = self.revoke(env.body.entries)
+        return None if problem is None else Drop(problem, "forged")
+
     def _on_peer(self, env: Envelope, now: float) -> Drop | None:
         assert isinstance(env.body, PeerRecord)
         if not self._admitted(env.author, env.body):
@@ -219,28 +229,14 @@ class SwarmView:
     def _capable(self, peer: str, now: float) -> bool:
         return self.may_plan(peer) and self.is_alive(peer, now)
 
-    def may_plan(self, peer: str) -> bool:
-        """Only holders of a planner token signed by the organiser may claim or plan: a peer's
-        own say (its role, its term) is no authority."""
-        if peer == self.self_id:
-            token = self.own_token if self.planner_capable else None
-        else:
-            member = self.members.get(peer)
-            placed = member is not None and member.record.role in MEMBER_ROLES
-            token = member.record.token if member is not None and placed else None
-        return token is not None and token.planner and self._token_ok(token, peer)
-
-    def _admitted(self, peer: str, record: PeerRecord) -> bool:
-        if self.run is None or self.run.admission == "open" or peer == self.bootstrap_id:
-            return True
-        return record.token is not None and self._token_ok(record.token, peer)
-
-    def _token_ok(self, token: Token, peer: str) -> bool:
-        key = (token.sig, peer, self.bootstrap_id)
-        if key not in self._verified_tokens:  # an Ed25519 check per token, not per message
-            problem = token_problem(token, self.bootstrap_id, peer, now=0.0)
-            self._verified_tokens[key] = problem is None
-        return self._verified_tokens[key] and token.expires_at >= time.time()
+    def _term_jump(self, what: str, term: int) -> Drop | None:
+        """A term past known_term() + MAX_TERM_STEP: blamed once we know the current term,
+        dropped quietly before (it may be honest and we the one behind)."""
+        bound = self.known_term() + MAX_TERM_STEP
+        if term <= bound:
+            return None
+        category = "unauthorised" if self.term_anchored else None
+        return Drop(f"{what} for term {term} jumps past {bound}", category)
 
     def _on_claim(self, env: Envelope, now: float) -> Drop | None:
         assert isinstance(env.body, Claim)
@@ -249,6 +245,8 @@ class SwarmView:
             return Drop("claim before the author's peer record")
         if not self.may_plan(author):
             return Drop(f"claim from {author}, which holds no planner token", "unauthorised")
+        if (jump := self._term_jump(f"claim from {author}", term)) is not None:
+            return jump
         self._claimed_terms[author] = max(self._claimed_terms.get(author, 0), term)
         self.max_seen_term = max(self.max_seen_term, term)
         self._claim_seen_at = now
@@ -301,6 +299,8 @@ class SwarmView:
             return Drop(f"plan {key} from {env.author}, which we do not follow")
         if key < current:
             return Drop(f"stale plan {key} < {current}")
+        if (jump := self._term_jump(f"plan from {env.author}", plan.term)) is not None:
+            return jump
         if key > current and (refused := self._plan_problem(plan)) is not None:
             return refused
         if key > current:
@@ -333,6 +333,8 @@ class SwarmView:
         """True when this peer must claim the planner role now."""
         if not self.may_plan(self.self_id) or self.planner == self.self_id:
             return False
+        if not self.term_anchored:
+            return False  # a claim from behind the current term would only be refused
         if now - self.started_at < ELECTION_GRACE_S:
             return False
         if self.planner is not None and self.is_alive(self.planner, now):
@@ -359,27 +361,3 @@ class SwarmView:
         sample = self.own_links.setdefault(peer, LinkSample())
         sample.rtt_ms, sample.rtt_at, sample.num_failures = rtt_ms, now, 0
         self.heard_from(peer, now)
-
-    def record_bandwidth(self, peer: str, mbps: float, now: float) -> None:
-        sample = self.own_links.setdefault(peer, LinkSample())
-        sample.bandwidth_mbps, sample.bandwidth_at = mbps, now
-
-    def record_probe_failure(self, peer: str) -> None:
-        self.own_links.setdefault(peer, LinkSample()).num_failures += 1
-
-    def own_row(self, now: float) -> dict[str, LinkReport]:
-        """Our measurements as gossiped in telemetry: values with their ages in seconds."""
-        row: dict[str, LinkReport] = {}
-        for peer, s in self.own_links.items():
-            rtt_age = None if s.rtt_at is None else round(now - s.rtt_at, 3)
-            bw_age = None if s.bandwidth_at is None else round(now - s.bandwidth_at, 3)
-            if (rtt_age is None or rtt_age > MAX_LINK_AGE_S) and (
-                bw_age is None or bw_age > MAX_LINK_AGE_S
-            ):
-                continue
-            row[peer] = LinkReport(s.rtt_ms, rtt_age, s.bandwidth_mbps, bw_age)
-        return row
-
-    def links(self, now: float) -> dict[tuple[str, str], Link]:
-        """The freshest measurement of every unordered pair, from our own and gossiped rows."""
-        return freshest_links({**self.rows, self.self_id: (self.own_row(now), now)}, now)

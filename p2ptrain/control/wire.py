@@ -19,7 +19,7 @@ from typing import Any, TypeGuard
 
 from p2ptrain import identity
 from p2ptrain.errors import WireError
-from p2ptrain.records import Claim, PeerRecord, Plan, RunSpec, Telemetry
+from p2ptrain.records import Claim, PeerRecord, Plan, Revocations, RunSpec, Telemetry
 from p2ptrain.records.fields import MAX_ID_CHARS
 
 WIRE_VERSION = 1
@@ -144,13 +144,14 @@ def _is_timestamp(v: object) -> TypeGuard[float]:
 
 # ---------------------------------------------------------------- bodies: one record per kind
 
-Body = RunSpec | PeerRecord | Telemetry | Claim | Plan
+Body = RunSpec | PeerRecord | Telemetry | Claim | Plan | Revocations
 BODY_RECORDS: dict[str, Callable[[object], Body]] = {
     "run": RunSpec.from_dict,
     "peer": PeerRecord.from_dict,
     "telemetry": Telemetry.from_dict,
     "claim": Claim.from_dict,
     "plan": Plan.from_dict,
+    "revoked": Revocations.from_dict,
 }
 KIND_OF: dict[type, str] = {RunSpec: "run", PeerRecord: "peer", Telemetry: "telemetry",
-                            Claim: "claim", Plan: "plan"}  # fmt: skip
+                            Claim: "claim", Plan: "plan", Revocations: "revoked"}  # fmt: skip

@@ -1,10 +1,17 @@
-"""Tiny request/response over one libp2p stream: one framed request, one framed JSON reply."""
+"""Tiny request/response over one libp2p stream: one framed request, one framed JSON reply.
+
+Inbound streams are capped (InboundLimits): at most MAX_INBOUND_STREAMS_PER_PEER at once from
+one peer and MAX_INBOUND_STREAMS in all, across every protocol guarded by one limiter; a stream
+past a cap is reset unread. A reply larger than MAX_REPLY_BYTES is never cut into invalid JSON:
+the client gets `{"error": ...}` instead (paged protocols keep their pages far below it).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,10 +28,52 @@ RPC_TIMEOUT_S = 10.0  # generous: a node on a loaded 2-core box can stall for se
 MAX_REQUEST_BYTES = 4 * 1024
 MAX_REPLY_BYTES = 4 * 1024 * 1024
 
+# Each inbound stream costs a trio task and a yamux window; honest peers open a handful at once
+# (a sync, a status, a ping, a bandwidth probe), so 8 per peer is slack and 256 in all covers a
+# swarm of ~100 peers all probing us at the same moment.
+MAX_INBOUND_STREAMS_PER_PEER = 8
+MAX_INBOUND_STREAMS = 256
+
 Responder = Callable[[bytes], Awaitable[dict[str, Any]]]
+Handler = Callable[[INetStream], Awaitable[None]]
 
 
-def make_handler(respond: Responder) -> Callable[[INetStream], Awaitable[None]]:
+class InboundLimits:
+    """Caps on the inbound streams being handled at once, per remote peer and in all."""
+
+    def __init__(
+        self,
+        per_peer: int = MAX_INBOUND_STREAMS_PER_PEER,
+        total: int = MAX_INBOUND_STREAMS,
+    ) -> None:
+        self.per_peer = per_peer
+        self.total = total
+        self._open: Counter[str] = Counter()
+        self.num_refused = 0
+
+    def guard(self, handler: Handler) -> Handler:
+        """`handler`, run only while the caps allow: a stream past them is reset unread."""
+
+        async def guarded(stream: INetStream) -> None:
+            peer = stream.muxed_conn.peer_id.to_base58()
+            if self._open[peer] >= self.per_peer or sum(self._open.values()) >= self.total:
+                self.num_refused += 1
+                log.info("refused a %s stream from %s: too many open", stream.get_protocol(), peer)
+                with contextlib.suppress(Exception):
+                    await stream.reset()
+                return
+            self._open[peer] += 1
+            try:
+                await handler(stream)
+            finally:
+                self._open[peer] -= 1
+                if not self._open[peer]:
+                    del self._open[peer]
+
+        return guarded
+
+
+def make_handler(respond: Responder) -> Handler:
     """A stream handler that reads one request (<= 4 KiB), answers with respond()'s JSON."""
 
     async def handle(stream: INetStream) -> None:
@@ -32,7 +81,11 @@ def make_handler(respond: Responder) -> Callable[[INetStream], Awaitable[None]]:
             with trio.move_on_after(RPC_TIMEOUT_S):
                 request = await read_frame(stream, MAX_REQUEST_BYTES)
                 reply = json.dumps(await respond(request), separators=(",", ":")).encode()
-                await write_frame(stream, reply[:MAX_REPLY_BYTES])
+                if len(reply) > MAX_REPLY_BYTES:  # a bug of ours: say so, never cut the JSON
+                    log.warning("a %s reply of %d bytes is too large", stream.get_protocol(),
+                                len(reply))  # fmt: skip
+                    reply = json.dumps({"error": "reply too large"}).encode()
+                await write_frame(stream, reply)
         except Exception as exc:
             log.info("dropped a bad %s request: %s", stream.get_protocol(), exc)
         finally:

@@ -16,6 +16,7 @@ records; nobody builds or reads a bare dict of one.
 | Hello, MetricsReport, Heartbeat, SessionReport, PlanMessage, Stop | records/messages.py | worker socket, metrics logs |
 | SwarmStatus     | records/status.py      | the status RPC, `status --json`                     |
 | Token           | records/token.py       | organiser -> volunteer -> `join --token` -> record  |
+| Revocations     | records/token.py       | `token revoke` -> bootstrap -> gossip ("revoked")   |
 
 The signed envelope around gossiped bodies is control/wire.py's; the data plane's frames
 (worker/frames.py) and averaging metadata (worker/planned_group.py) are defined beside their
@@ -46,7 +47,15 @@ from p2ptrain.records.peer import (
 from p2ptrain.records.plan import NetworkFacts, Plan, Role
 from p2ptrain.records.run import RunSpec, load_run_spec
 from p2ptrain.records.status import LinkStatus, PeerStatus, PlanSummary, SwarmStatus
-from p2ptrain.records.token import Token, issue_token, token_problem
+from p2ptrain.records.token import (
+    Revocation,
+    Revocations,
+    Token,
+    issue_revocation,
+    issue_token,
+    revocation_problem,
+    token_problem,
+)
 
 __all__ = [
     "MEMBER_ROLES",
@@ -67,6 +76,8 @@ __all__ = [
     "Plan",
     "PlanMessage",
     "PlanSummary",
+    "Revocation",
+    "Revocations",
     "Role",
     "RunSpec",
     "SessionReport",
@@ -74,8 +85,10 @@ __all__ = [
     "SwarmStatus",
     "Telemetry",
     "Token",
+    "issue_revocation",
     "issue_token",
     "load_run_spec",
     "message_from_dict",
+    "revocation_problem",
     "token_problem",
 ]

@@ -19,6 +19,8 @@ from p2ptrain.records import fields as f
 
 MAX_TOKEN_CHARS = 1024
 TOKEN_PREFIX = "p2pt1."
+REVOCATION_PREFIX = "p2prv1."
+MAX_REVOCATIONS = 200  # ~270 bytes each: a list fits one 64 KiB envelope
 
 
 @dataclass(frozen=True)
@@ -42,9 +44,7 @@ class Token:
     def from_dict(cls, data: object) -> Token:
         d = f.mapping(data, "token")
         f.require_keys(d, "token", ("peer", "planner", "expires_at", "issuer", "sig"))
-        sig = f.text(d["sig"], "token", "sig", 128)
-        if len(sig) != 128 or not all(c in "0123456789abcdef" for c in sig):
-            raise f.malformed("token", "sig must be 64 bytes in lowercase hex")
+        sig = _signature(d["sig"], "token")
         return cls(
             peer=f.peer_id(d["peer"], "token", "peer"),
             planner=f.boolean(d["planner"], "token", "planner"),
@@ -94,6 +94,105 @@ def token_problem(token: Token, organiser: str | None, peer: str, now: float) ->
     if key is None or not identity.verify(key, token.signed_bytes(), bytes.fromhex(token.sig)):
         return "its signature does not verify"
     return None
+
+
+@dataclass(frozen=True)
+class Revocation:
+    peer: str  # whose tokens no longer count
+    issuer: str  # the organiser's peer id
+    sig: str = ""  # hex Ed25519 signature of signed_bytes() by the issuer's key
+
+    def signed_bytes(self) -> bytes:
+        # "revoke" rather than "peer": these bytes can never be a token's signed bytes
+        body = {"revoke": self.peer, "issuer": self.issuer}
+        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"peer": self.peer, "issuer": self.issuer, "sig": self.sig}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Revocation:
+        d = f.mapping(data, "revocation")
+        f.require_keys(d, "revocation", ("peer", "issuer", "sig"))
+        return cls(
+            peer=f.peer_id(d["peer"], "revocation", "peer"),
+            issuer=f.peer_id(d["issuer"], "revocation", "issuer"),
+            sig=_signature(d["sig"], "revocation"),
+        )
+
+    def encode(self) -> str:
+        """One line of text: what `token revoke` prints and `bootstrap --revoked` files hold."""
+        raw = json.dumps(self.to_dict(), separators=(",", ":")).encode()
+        return REVOCATION_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: object) -> Revocation:
+        """A revocation from its text form; WireError for anything else."""
+        if not isinstance(text, str) or not text.startswith(REVOCATION_PREFIX):
+            raise f.malformed("revocation", f"text that starts with {REVOCATION_PREFIX}")
+        if len(text) > MAX_TOKEN_CHARS:
+            raise f.malformed("revocation", "too long")
+        body = text[len(REVOCATION_PREFIX) :]
+        try:
+            data = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+        except (ValueError, RecursionError):
+            raise f.malformed("revocation", "not base64 of a JSON object") from None
+        return cls.from_dict(data)
+
+
+@dataclass(frozen=True)
+class Revocations:
+    """The organiser's current list of revocations (envelope kind "revoked")."""
+
+    entries: tuple[Revocation, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"entries": [r.to_dict() for r in self.entries]}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Revocations:
+        d = f.mapping(data, "revocations")
+        f.require_keys(d, "revocations", ("entries",))
+        entries = d["entries"]
+        if not isinstance(entries, list) or len(entries) > MAX_REVOCATIONS:
+            raise f.malformed("revocations", f"entries: a list of at most {MAX_REVOCATIONS}")
+        return cls(tuple(Revocation.from_dict(e) for e in entries))
+
+
+def _signature(value: object, record: str) -> str:
+    sig = f.text(value, record, "sig", 128)
+    if len(sig) != 128 or not all(c in "0123456789abcdef" for c in sig):
+        raise f.malformed(record, "sig must be 64 bytes in lowercase hex")
+    return sig
+
+
+def issue_revocation(organiser_seed: bytes, peer: str) -> Revocation:
+    """A revocation of every token of `peer`, signed with the organiser's key."""
+    unsigned = Revocation(peer, identity.peer_id_of(organiser_seed))
+    signature = identity.sign(organiser_seed, unsigned.signed_bytes()).hex()
+    return Revocation(unsigned.peer, unsigned.issuer, signature)
+
+
+def revocation_problem(revocation: Revocation, organiser: str | None) -> str | None:
+    """Why `revocation` is not the word of `organiser`, or None."""
+    if organiser is None or revocation.issuer != organiser:
+        return f"issued by {revocation.issuer}, not by the organiser {organiser}"
+    key = identity.public_key_of_peer_id(revocation.issuer)
+    sig = bytes.fromhex(revocation.sig)
+    if key is None or not identity.verify(key, revocation.signed_bytes(), sig):
+        return "its signature does not verify"
+    return None
+
+
+def read_revocations(path: str) -> tuple[Revocation, ...]:
+    """The revocations in a file, one `token revoke` line each (blank and # lines skipped);
+    WireError for a bad line, OSError for an unreadable file."""
+    with open(path, encoding="utf-8") as f_in:
+        lines = f_in.read(MAX_REVOCATIONS * (MAX_TOKEN_CHARS + 1)).splitlines()
+    entries = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    if len(entries) > MAX_REVOCATIONS:
+        raise WireError(f"malformed revocations: more than {MAX_REVOCATIONS} in {path}")
+    return tuple(Revocation.decode(line) for line in entries)
 
 
 def read_token(text_or_path: str) -> Token:

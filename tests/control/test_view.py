@@ -5,13 +5,21 @@ from __future__ import annotations
 import pytest
 
 from p2ptrain import identity
+from p2ptrain.control import links as links_mod
 from p2ptrain.control import view as view_mod
 from p2ptrain.control import wire
 from p2ptrain.control.penalties import BLOCK_S
 from p2ptrain.control.status import swarm_status
 from p2ptrain.control.view import SwarmView
 from p2ptrain.control.wire import Envelope
-from p2ptrain.records import PeerRecord, RunSpec, SwarmStatus, Token, issue_token
+from p2ptrain.records import (
+    PeerRecord,
+    RunSpec,
+    SwarmStatus,
+    Token,
+    issue_revocation,
+    issue_token,
+)
 
 A, B, C, ME = "Aaaa", "Bbbb", "Cccc", "Mmmm"  # sorted: A < B < C < M
 ORGANISER = bytes(range(32))  # the bootstrap's key: it signs the planner tokens
@@ -40,9 +48,14 @@ class Feed:
         return Envelope(kind=kind, author=author, seq=self.seq, ts=0.0, body=record)
 
 
-def make_view(me: str = ME, peers: tuple[str, ...] = (A, B, C), now: float = 0.0):
+def make_view(
+    me: str = ME, peers: tuple[str, ...] = (A, B, C), now: float = 0.0, anchor: int | None = 0
+):
+    """A view of `peers`, which learnt the current term (`anchor`) from the organiser."""
     v = SwarmView(self_id=me, role="control-only", planner_capable=True, started_at=now,
                   bootstrap_id=identity.peer_id_of(ORGANISER), own_token=planner_token(me))  # fmt: skip
+    if anchor is not None:
+        v.learn_term(v.bootstrap_id, anchor)
     feed = Feed()
     for peer in peers:
         assert v.accept(feed("peer", peer, record()), now) is None
@@ -86,7 +99,7 @@ def test_failover_after_the_planner_goes_silent():
 def test_a_higher_term_wins_in_every_view_even_over_a_live_incumbent():
     # the incumbent steps down for a higher term (test below): so must every other view, or
     # the incumbent would follow C while we kept following B
-    v, feed = make_view(me=ME, peers=(A, B, C))
+    v, feed = make_view(me=ME, peers=(A, B, C), anchor=2)
     assert v.accept(feed("claim", B, {"term": 3}), 1.0) is None
     assert v.accept(feed("claim", C, {"term": 4}), 1.5) is None  # C thought B dead
     assert (v.planner, v.term) == (C, 4)
@@ -108,7 +121,7 @@ def test_a_peer_that_saw_a_claim_it_could_not_follow_waits_before_claiming():
 
 
 def test_planner_steps_down_for_a_higher_term():
-    v, feed = make_view(me=A, peers=(B,))
+    v, feed = make_view(me=A, peers=(B,), anchor=3)
     v.claim()
     assert v.accept(feed("claim", B, {"term": 5}), 1.0) is None
     assert v.planner == B and v.term == 5
@@ -193,7 +206,7 @@ def test_links_take_the_pessimistic_end_and_age_out():
     assert link.rtt_ms == 4.0  # both ends measured it: the larger round trip counts
     assert link.bandwidth_mbps == 800.0  # only A measured the rate
     assert link.age_s == pytest.approx(0.6)
-    assert v.links(10.0 + view_mod.MAX_LINK_AGE_S + 5) == {}
+    assert v.links(10.0 + links_mod.MAX_LINK_AGE_S + 5) == {}
 
 
 def test_a_peer_cannot_make_its_own_links_look_better_than_the_other_end_measured():
@@ -298,6 +311,44 @@ def test_only_holders_of_the_organisers_planner_token_may_claim():
     assert not w.should_claim(100.0)
 
 
+def test_a_planner_token_holder_cannot_jump_the_term():
+    """Issue 11, attack 3b follow-up: a planner-token holder claiming term 2**50 won every view."""
+    v, feed = make_view(me=C, peers=(A, B), anchor=4)
+    drop = v.accept(feed("claim", B, {"term": 2**50}), 0.1)
+    assert drop is not None and drop.category == "unauthorised" and v.planner is None
+    assert v.known_term() == 4  # (the category costs B a penalty in Intake)
+    bound = 4 + view_mod.MAX_TERM_STEP
+    assert v.accept(feed("claim", A, {"term": bound}), 0.2) is None and v.planner == A
+    # a plan cannot carry the term past the bound either
+    drop = v.accept(feed("plan", A, plan(A, bound + view_mod.MAX_TERM_STEP + 1, 1)), 0.3)
+    assert drop is not None and drop.category == "unauthorised" and v.term == bound
+    # our own next claim stays within everyone's bound
+    v.planner = None
+    assert v.claim() == bound + 1
+
+
+def test_a_fresh_node_learns_the_term_from_the_organiser_before_it_claims_or_blames():
+    v, feed = make_view(me=A, peers=(B,), anchor=None)  # joined, no sync reply yet
+    assert not v.should_claim(100.0)  # a claim from behind the current term would be refused
+    drop = v.accept(feed("claim", B, {"term": 9}), 0.1)  # the swarm may well be at term 9
+    assert drop is not None and drop.category is None  # dropped, not blamed
+    v.learn_term(B, 100)  # a member's word is no anchor
+    assert not v.term_anchored
+    v.learn_term(v.bootstrap_id, 8)  # the organiser's sync reply
+    assert v.term_anchored
+    assert v.accept(feed("claim", B, {"term": 9}), 0.2) is None and v.planner == B
+    # the organiser itself, restarted, learns the term from its first planner-token holder
+    boot = SwarmView(self_id=identity.peer_id_of(ORGANISER), role="bootstrap",
+                     planner_capable=False, started_at=0.0,
+                     bootstrap_id=identity.peer_id_of(ORGANISER))  # fmt: skip
+    boot.accept(feed("peer", B, record()), 0.0)
+    boot.learn_term("Stranger", 50)  # no member, no token: ignored
+    assert not boot.term_anchored
+    boot.learn_term(B, 9)
+    assert boot.term_anchored and boot.known_term() == 9
+    assert boot.accept(feed("claim", B, {"term": 10}), 0.1) is None
+
+
 def test_with_token_admission_a_peer_without_a_token_is_no_member():
     v, feed = make_view(me=C, peers=(A,))
     v.run = RunSpec(admission="token")
@@ -308,3 +359,21 @@ def test_with_token_admission_a_peer_without_a_token_is_no_member():
     volunteer = issue_token(ORGANISER, "Vol", False, 2e9).encode()
     assert v.accept(feed("peer", "Vol", {**record(), "token": volunteer}), 0.2) is None
     assert "Vol" in v.live_members(0.3)
+
+
+def test_the_organisers_revocation_drops_a_token_before_it_expires():
+    """Issue 11: a token could not be revoked before it expired."""
+    v, feed = make_view(me=C, peers=(A, B))
+    v.run = RunSpec(admission="token")
+    assert v.accept(feed("claim", A, {"term": 1}), 0.1) is None and v.planner == A
+    boot = v.bootstrap_id
+    assert boot is not None
+    forged = {"entries": [issue_revocation(bytes(32), A).to_dict()]}  # not the organiser's key
+    assert v.accept(feed("revoked", boot, forged), 0.2).category == "forged"
+    revoked = {"entries": [issue_revocation(ORGANISER, A).to_dict()]}
+    assert v.accept(feed("revoked", B, revoked), 0.3).category == "unauthorised"  # not its say
+    assert v.may_plan(A) and v.planner == A
+    assert v.accept(feed("revoked", boot, revoked), 0.4) is None
+    assert v.planner is None and not v.may_plan(A) and A not in v.members  # token run: out
+    assert v.accept(feed("peer", A, record()), 0.5) is not None  # and stays out
+    assert v.accept(feed("claim", B, {"term": 2}), 0.6) is None and v.planner == B

@@ -54,9 +54,9 @@ def test_only_token_holders_join_and_plan_a_token_run(reaper: ProcessReaper, tmp
     # the token holder is the swarm's planner and planned alone; the stranger appears nowhere
     status, ok = wait_for_status(
         boot_addr,
-        lambda s: alive_ids(s) == {volunteer}
-        and s["planner"] == volunteer
-        and s["plan"] is not None,
+        lambda s: (
+            alive_ids(s) == {volunteer} and s["planner"] == volunteer and s["plan"] is not None
+        ),
         timeout_s=40,
     )
     assert ok, status

@@ -115,3 +115,30 @@ def test_probe_to_a_peer_without_the_protocol_fails_cleanly():
 
     with pytest.raises(BaseException):  # noqa: B017 - py-libp2p raises several types
         run(scenario)
+
+
+def test_inbound_streams_past_the_per_peer_cap_are_refused() -> None:
+    """Issue 11, attack 8: inbound streams were unbounded in number."""
+    limits = rpc.InboundLimits(per_peer=2, total=3)
+    release = trio.Event()
+
+    async def slow(stream: Any) -> None:
+        await release.wait()
+        await stream.close()
+
+    async def scenario() -> tuple[int, int]:
+        async with host_pair() as (a, b):
+            b.set_stream_handler(ECHO, limits.guard(slow))
+            for _ in range(4):
+                try:  # a refused stream may fail while it is still being opened
+                    stream = await a.new_stream(b.get_id(), [ECHO])
+                    await stream.write(b"x")
+                except Exception:
+                    pass
+                await trio.sleep(0.3)  # let the handler take it
+            refused = limits.num_refused
+            release.set()
+            return refused, len(limits._open)
+
+    refused, num_peers_open = run(scenario)
+    assert refused == 2 and num_peers_open <= 1
