@@ -18,9 +18,11 @@ from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
+from libp2p.pubsub.score import ScoreParams
 
 from p2ptrain.control import wire
 from p2ptrain.control.intake import Intake
+from p2ptrain.control.penalties import PENALTY_BLOCK_SCORE, PENALTY_HALF_LIFE_S
 from p2ptrain.control.state import NodeState
 
 log = logging.getLogger(__name__)
@@ -33,6 +35,22 @@ TOPIC_KINDS = {
 }
 
 Validator = Callable[[ID, rpc_pb2.Message], bool]
+HEARTBEAT_S = 1
+
+# GossipSub's peer scoring carries our penalties (Intake.reject adds each one as a behaviour
+# penalty, decaying with the same half-life): a peer our validators would block is also one
+# whose messages GossipSub drops before validation, that we forward nothing to, that gets no
+# gossip and whose GRAFTs we prune. Only the behaviour term is weighted: py-libp2p 0.8.1 checks
+# a single topic's publish gate without the application-specific term, and its invalid-message
+# counter would also count honest messages our validators drop as stale or ignored.
+SCORE_PARAMS = ScoreParams(
+    p5_behavior_penalty_weight=1.0,
+    p5_behavior_penalty_threshold=0.0,
+    p5_behavior_penalty_decay=0.5 ** (HEARTBEAT_S / PENALTY_HALF_LIFE_S),
+    publish_threshold=-PENALTY_BLOCK_SCORE,
+    gossip_threshold=-PENALTY_BLOCK_SCORE / 2,
+    graylist_threshold=-PENALTY_BLOCK_SCORE,
+)
 
 
 def make_pubsub(host: IHost) -> tuple[Pubsub, GossipSub]:
@@ -43,7 +61,8 @@ def make_pubsub(host: IHost) -> tuple[Pubsub, GossipSub]:
         degree=4,
         degree_low=3,
         degree_high=8,
-        heartbeat_interval=1,
+        heartbeat_interval=HEARTBEAT_S,
+        score_params=SCORE_PARAMS,
         spam_protection_enabled=False,
         eclipse_protection_enabled=False,  # all loopback peers share one IP
     )

@@ -7,9 +7,10 @@ one it refuses as hostile costs its culprit a penalty (SwarmView.penalise) and a
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from p2ptrain.control import wire
-from p2ptrain.control.penalties import BLOCK_S
+from p2ptrain.control.penalties import BLOCK_S, PENALTIES
 from p2ptrain.control.state import NodeState
 
 log = logging.getLogger(__name__)
@@ -18,8 +19,12 @@ log = logging.getLogger(__name__)
 class Intake:
     """The one way a decoded envelope reaches the view; `via` names the topic or "sync"."""
 
-    def __init__(self, state: NodeState) -> None:
+    def __init__(
+        self, state: NodeState, on_penalty: Callable[[str, float], None] | None = None
+    ) -> None:
+        """on_penalty(peer, amount): told of every penalty too (GossipSub's peer scoring)."""
         self.state = state
+        self._on_penalty = on_penalty
         self._blocked_logged: set[str] = set()  # blocked peers whose blocking was logged
 
     def apply(self, env: wire.Envelope, data: bytes, sender: str, via: str, now: float) -> bool:
@@ -42,6 +47,8 @@ class Intake:
         # forget blocks that ran out, so a peer blocked again is logged again
         self._blocked_logged = {p for p in self._blocked_logged if view.is_blocked(p, now)}
         score = view.penalise(peer, category, now)
+        if self._on_penalty is not None:
+            self._on_penalty(peer, PENALTIES[category])
         log.warning(
             "dropped %s message on %s from %s: %s (penalty %.1f)",
             category,

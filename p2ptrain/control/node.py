@@ -19,6 +19,7 @@ from typing import Any
 
 import trio
 from libp2p.abc import IHost
+from libp2p.peer.id import ID
 from libp2p.tools.anyio_service import background_trio_service
 
 from p2ptrain import identity
@@ -86,7 +87,7 @@ class ControlNode:
         self.dht = make_dht(self.host)
         self.discovery = Discovery(self.state, self.dht, config.bootstrap_addr)
         self.pubsub, self.gossipsub = make_pubsub(self.host)
-        self.intake = Intake(self.state)
+        self.intake = Intake(self.state, self._score_penalty)
         self.sync = PullSync(self.state, self.intake)
         self.publisher = Publisher(self.state, self.pubsub)
         self.rpcs = RpcResponder(self.state)
@@ -105,6 +106,12 @@ class ControlNode:
     @property
     def view(self) -> SwarmView:
         return self.state.view
+
+    def _score_penalty(self, peer: str, amount: float) -> None:
+        """Our penalty, as a GossipSub behaviour penalty (control/gossip.py: SCORE_PARAMS)."""
+        scorer = self.gossipsub.scorer
+        if scorer is not None:
+            scorer.penalize_behavior(ID.from_base58(peer), amount)
 
     @property
     def addrs(self) -> list[str]:

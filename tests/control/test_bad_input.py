@@ -124,6 +124,16 @@ def test_bad_messages_are_dropped_logged_and_penalised(caplog):
                         ("spammer", spammer),
                     ]
                 }
+                # GossipSub's peer scoring carries the penalties: the blocked spammer is below
+                # the publish gate, so its messages are dropped before any validator runs
+                scorer = victim.gossipsub.scorer
+                assert scorer is not None
+                results["spammer_allowed"] = scorer.allow_publish(
+                    ID.from_base58(spammer.id), [TELEMETRY_TOPIC]
+                )
+                results["honest_allowed"] = scorer.allow_publish(
+                    ID.from_base58(planner_peer.id), [CONTROL_TOPIC]
+                )
                 results["blocked"] = {
                     a.id
                     for a in (spammer, forger)
@@ -153,6 +163,7 @@ def test_bad_messages_are_dropped_logged_and_penalised(caplog):
     ids = results["ids"]
     assert isinstance(ids, dict)
     assert results["blocked"] == {ids["spammer"], ids["forger"]}
+    assert results["spammer_allowed"] is False and results["honest_allowed"] is True
     assert results["plan"] is None  # the rogue plan was not accepted
     assert results["planner"] == results["ids"]["planner"]
     status = results["status"]
