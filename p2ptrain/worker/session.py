@@ -294,19 +294,23 @@ class Session:
         now, together, in the same order."""
         assert self.model is not None and self.averager is not None
         params = list(self.model.parameters())
-        pieces: list[list[torch.Tensor]] = [list(params)]
+        pieces: list[tuple[str, list[torch.Tensor]]] = [("params", list(params))]
         for name in ("exp_avg", "exp_avg_sq"):
             moments = [self.optimizer.state.get(p, {}).get(name) for p in params]
             if all(isinstance(m, torch.Tensor) for m in moments):
-                pieces.append([m for m in moments if m is not None])
-        for index, tensors in enumerate(pieces):
+                pieces.append((name, [m for m in moments if m is not None]))
+        for index, (name, tensors) in enumerate(pieces):
             flat = torch.cat([t.detach().reshape(-1) for t in tensors])
             bound = PARAMS_DRIFT_BOUND if index == 0 else MOMENTS_DRIFT_BOUND
             averaged = self.averager.average_state(flat, -(3 * self.step + index + 1), bound)
-            if averaged is None:
+            if averaged is None or not bool(torch.isfinite(averaged).all()):
                 log.warning("step %d: replicas diverged and re-syncing failed; retrying later",
                             self.step)  # fmt: skip
                 return
+            if name == "exp_avg_sq":
+                # Adam's second moment is >= 0, but an fp16 wire rounds the tiny deltas it is
+                # averaged with: a value can come back just below 0, and its square root NaN
+                averaged.clamp_(min=0.0)
             offset = 0
             with torch.no_grad():
                 for t in tensors:
