@@ -61,3 +61,42 @@ def test_only_token_holders_join_and_plan_a_token_run(reaper: ProcessReaper, tmp
     )
     assert ok, status
     assert status is not None and status["plan"]["pipelines"] == [[volunteer]]
+
+
+def test_a_revoked_planner_token_stops_counting_before_it_expires(
+    reaper: ProcessReaper, tmp_path: Path
+):
+    """The organiser revokes a planner's token through the CLI (`token revoke`, appended to the
+    bootstrap's --revoked file): the swarm drops that planner and elects another holder."""
+    revoked = tmp_path / "revoked.txt"
+    revoked.write_text("# revocations\n")
+    boot = reaper.start(
+        [PYTHON, "-m", "p2ptrain", "bootstrap", "--identity", str(tmp_path / "boot.key"),
+         "--revoked", str(revoked)],
+        stderr_path=tmp_path / "boot.log",
+    )  # fmt: skip
+    boot_addr = reaper.read_line(boot, STARTUP_TIMEOUT_S)
+    planners = []
+    for name in ("first", "second"):
+        peer = cli("id", "--identity", str(tmp_path / f"{name}.key"))
+        token = cli("token", "issue", "--identity", str(tmp_path / "boot.key"), "--peer", peer,
+                    "--planner", "--expires-days", "1")  # fmt: skip
+        proc = reaper.start(
+            [PYTHON, "-m", "p2ptrain", "join", "--control-only", "--bootstrap", boot_addr,
+             "--identity", str(tmp_path / f"{name}.key"), "--token", token],
+            stderr_path=tmp_path / f"{name}.log",
+        )  # fmt: skip
+        assert peer_id(reaper.read_line(proc, STARTUP_TIMEOUT_S)) == peer
+        planners.append(peer)
+    status, ok = wait_for_status(
+        boot_addr, lambda s: alive_ids(s) == set(planners) and s["planner"] in planners, 60
+    )
+    assert ok, status
+    assert status is not None
+    elected = status["planner"]
+    line = cli("token", "revoke", "--identity", str(tmp_path / "boot.key"), "--peer", elected)
+    with revoked.open("a") as f:
+        f.write(line + "\n")
+    (other,) = set(planners) - {elected}
+    status, ok = wait_for_status(boot_addr, lambda s: s["planner"] == other, 60)
+    assert ok, status
