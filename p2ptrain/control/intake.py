@@ -7,6 +7,7 @@ one it refuses as hostile costs its culprit a penalty (SwarmView.penalise) and a
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from p2ptrain.control import wire
@@ -29,7 +30,14 @@ class Intake:
 
     def apply(self, env: wire.Envelope, data: bytes, sender: str, via: str, now: float) -> bool:
         """Feed a verified envelope to the view; keep it for sync if accepted; blame if hostile."""
-        drop = self.state.view.accept(env, now)
+        # gossip arrives as it is sent; sync hands over the latest envelope it holds, which
+        # may be old: it proves its author alive only as of when it was signed
+        heard_at = (
+            None
+            if via != "sync"
+            else now - min(max(0.0, time.time() - env.ts), wire.MAX_CLOCK_SKEW_S)
+        )
+        drop = self.state.view.accept(env, now, heard_at)
         if drop is None:
             if env.author != self.state.peer_id:
                 self.state.latest[(env.author, env.kind)] = data

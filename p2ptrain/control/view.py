@@ -161,8 +161,10 @@ class SwarmView(Authority, LinkMeasurements):
 
     # ------------------------------------------------------------------ incoming messages
 
-    def accept(self, env: Envelope, now: float) -> Drop | None:
-        """Apply a verified envelope; return a Drop if it must be ignored."""
+    def accept(self, env: Envelope, now: float, heard_at: float | None = None) -> Drop | None:
+        """Apply a verified envelope; return a Drop if it must be ignored. `heard_at`: the
+        (monotonic) time the envelope proves its author alive at, if earlier than `now` (an
+        envelope pulled by sync may be old: it must not raise a dead peer)."""
         if env.author == self.self_id:
             return None  # our own message, echoed back by gossip
         if self.is_blocked(env.author, now):
@@ -176,13 +178,16 @@ class SwarmView(Authority, LinkMeasurements):
             return Drop(f"duplicate {env.kind} seq {env.seq}")
         if env.seq < self._last_seq.get(key, -1):
             return Drop(f"out-of-order {env.kind} seq {env.seq}")  # gossip took another path
+        before = self.members[env.author].last_heard if env.author in self.members else None
         handler = getattr(self, f"_on_{env.kind}")
         drop: Drop | None = handler(env, now)
         if drop is None or drop.category is None:
             self._last_seq[key] = env.seq
             recent.append(env.seq)
-            if env.author in self.members:  # any signed, fresh message proves the author lives
-                self.members[env.author].last_heard = now
+            member = self.members.get(env.author)
+            if member is not None:  # any signed message proves the author lived when sent
+                heard = now if heard_at is None else min(heard_at, now)
+                member.last_heard = heard if before is None else max(before, heard)
         return drop
 
     def knows(self, env: Envelope) -> bool:

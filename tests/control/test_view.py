@@ -96,6 +96,18 @@ def test_failover_after_the_planner_goes_silent():
     assert swarm_status(v, t).planner == B
 
 
+def test_an_old_envelope_pulled_by_sync_does_not_raise_a_dead_peer():
+    # A went silent at t=1; at t=20 a sync reply hands over A's last envelope, which we had
+    # missed: it was signed back then, so A stays dead (a planner re-planned it in for 8 s)
+    v, feed = make_view(me=B, peers=(A, C), now=1.0)
+    t = 1.0 + view_mod.DEAD_AFTER_S + 11.0
+    assert not v.is_alive(A, t)
+    assert v.accept(feed("peer", A, record()), t, heard_at=1.0) is None
+    assert not v.is_alive(A, t)
+    assert v.accept(feed("peer", A, record()), t) is None  # as fresh gossip: alive again
+    assert v.is_alive(A, t)
+
+
 def test_a_higher_term_wins_in_every_view_even_over_a_live_incumbent():
     # the incumbent steps down for a higher term (test below): so must every other view, or
     # the incumbent would follow C while we kept following B
