@@ -64,6 +64,18 @@ class ProcessReaper:
         procs.stop_groups(self.procs, grace_s=5.0)
 
 
+def processes_with(text: str) -> dict[int, str]:
+    """pid -> state letter (R, S, T...) of every process whose command line contains `text`."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError):
+            if text.encode() in (entry / "cmdline").read_bytes():
+                found[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    return found
+
+
 def processes_in_session(session_id: int) -> list[int]:
     """PIDs whose session id is session_id (our children's descendants keep their session)."""
     pids = []

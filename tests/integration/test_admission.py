@@ -22,19 +22,28 @@ def cli(*args: str) -> str:
     return done.stdout.strip()
 
 
+def start_bootstrap(reaper: ProcessReaper, tmp: Path, *flags: str) -> str:
+    """`p2ptrain bootstrap` with the organiser's key in tmp; its address."""
+    boot = reaper.start(
+        [PYTHON, "-m", "p2ptrain", "bootstrap", "--identity", str(tmp / "boot.key"), *flags],
+        stderr_path=tmp / "boot.log",
+    )
+    return reaper.read_line(boot, STARTUP_TIMEOUT_S)
+
+
+def planner_token(tmp: Path, peer: str) -> str:
+    """What the organiser runs for a volunteer's peer id: `token issue --planner`."""
+    return cli("token", "issue", "--identity", str(tmp / "boot.key"), "--peer", peer,
+               "--planner", "--expires-days", "1")  # fmt: skip
+
+
 def test_only_token_holders_join_and_plan_a_token_run(reaper: ProcessReaper, tmp_path: Path):
     run = tmp_path / "run.toml"
     run.write_text('[run]\nrun_id = "closed"\nadmission = "token"\n')
-    boot = reaper.start(
-        [PYTHON, "-m", "p2ptrain", "bootstrap", "--identity", str(tmp_path / "boot.key"),
-         "--run", str(run)],
-        stderr_path=tmp_path / "boot.log",
-    )  # fmt: skip
-    boot_addr = reaper.read_line(boot, STARTUP_TIMEOUT_S)
+    boot_addr = start_bootstrap(reaper, tmp_path, "--run", str(run))
     # a volunteer sends its peer id; the organiser signs a planner token for it
     volunteer = cli("id", "--identity", str(tmp_path / "volunteer.key"))
-    token = cli("token", "issue", "--identity", str(tmp_path / "boot.key"), "--peer", volunteer,
-                "--planner", "--expires-days", "1")  # fmt: skip
+    token = planner_token(tmp_path, volunteer)
     (tmp_path / "volunteer.token").write_text(token + "\n")
     member = reaper.start(
         [PYTHON, "-m", "p2ptrain", "join", "--control-only", "--bootstrap", boot_addr,
@@ -70,17 +79,11 @@ def test_a_revoked_planner_token_stops_counting_before_it_expires(
     bootstrap's --revoked file): the swarm drops that planner and elects another holder."""
     revoked = tmp_path / "revoked.txt"
     revoked.write_text("# revocations\n")
-    boot = reaper.start(
-        [PYTHON, "-m", "p2ptrain", "bootstrap", "--identity", str(tmp_path / "boot.key"),
-         "--revoked", str(revoked)],
-        stderr_path=tmp_path / "boot.log",
-    )  # fmt: skip
-    boot_addr = reaper.read_line(boot, STARTUP_TIMEOUT_S)
+    boot_addr = start_bootstrap(reaper, tmp_path, "--revoked", str(revoked))
     planners = []
     for name in ("first", "second"):
         peer = cli("id", "--identity", str(tmp_path / f"{name}.key"))
-        token = cli("token", "issue", "--identity", str(tmp_path / "boot.key"), "--peer", peer,
-                    "--planner", "--expires-days", "1")  # fmt: skip
+        token = planner_token(tmp_path, peer)
         proc = reaper.start(
             [PYTHON, "-m", "p2ptrain", "join", "--control-only", "--bootstrap", boot_addr,
              "--identity", str(tmp_path / f"{name}.key"), "--token", token],

@@ -19,6 +19,7 @@ import torch
 
 from p2ptrain.records.run import load_run_spec
 from p2ptrain.train.reference import train_reference
+from tests.conftest import processes_with
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # 1-2 min; load-sensitive
 
@@ -45,18 +46,6 @@ def _steps_reported(workdir: Path) -> int:
     return len(done)
 
 
-def _pids_with(text: str) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if text.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
-                    pids.append(int(entry))
-            except OSError:
-                continue
-    return pids
-
-
 def test_training_survives_a_crashed_peer_without_losing_state(tmp_path: Path) -> None:
     run = tmp_path / "run.toml"
     run.write_text(RUN)
@@ -71,7 +60,7 @@ def test_training_survives_a_crashed_peer_without_losing_state(tmp_path: Path) -
         while _steps_reported(workdir) < KILL_AFTER_STEP:
             assert proc.poll() is None and time.monotonic() < deadline, "no progress before kill"
             time.sleep(0.2)
-        victim = _pids_with(str(workdir / "peer-3.key"))
+        victim = processes_with(str(workdir / "peer-3.key"))
         assert victim, "peer 3 is not running"
         os.killpg(os.getpgid(min(victim)), signal.SIGKILL)  # the join node's whole tree
         out, err = proc.communicate(timeout=300)
@@ -95,4 +84,4 @@ def test_training_survives_a_crashed_peer_without_losing_state(tmp_path: Path) -
     before = KILL_AFTER_STEP - 2  # steps surely finished before the kill
     torch.testing.assert_close(summary["loss"][:before], reference[:before], rtol=1e-3, atol=0)
     torch.testing.assert_close(summary["loss"], reference, rtol=1e-2, atol=0)
-    assert not _pids_with(str(workdir)), "a process of the run is left"
+    assert not processes_with(str(workdir)), "a process of the run is left"

@@ -21,6 +21,7 @@ from p2ptrain.control.health import health_bound_s
 from p2ptrain.records import Plan
 from p2ptrain.records.run import load_run_spec
 from p2ptrain.train.reference import train_reference
+from tests.conftest import processes_with
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~1.5 min; load-sensitive
 
@@ -54,20 +55,6 @@ def _sessions(workdir: Path) -> list[Plan]:
     return plans
 
 
-def _procs_of(workdir: Path) -> dict[int, str]:
-    """pid -> state letter of every process whose command line names the run's workdir."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if str(workdir).encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
-                    stat = Path(f"/proc/{entry}/stat").read_text()
-                    found[int(entry)] = stat.rsplit(")", 1)[1].split()[0]
-            except OSError:
-                continue
-    return found
-
-
 def test_a_frozen_worker_is_planned_around_and_training_goes_on(tmp_path: Path) -> None:
     run = tmp_path / "run.toml"
     run.write_text(RUN)
@@ -83,7 +70,9 @@ def test_a_frozen_worker_is_planned_around_and_training_goes_on(tmp_path: Path) 
         deadline = time.monotonic() + 150
         while not frozen_pids:  # the worker of stage 1, replica 1 stops itself at FREEZE_STEP
             assert proc.poll() is None and time.monotonic() < deadline, "nobody froze"
-            frozen_pids = [pid for pid, state in _procs_of(workdir).items() if state == "T"]
+            frozen_pids = [
+                pid for pid, state in processes_with(str(workdir)).items() if state == "T"
+            ]
             time.sleep(0.2)
         frozen_at = time.monotonic()
         before = max(p.key for p in _sessions(workdir))
@@ -123,4 +112,4 @@ def test_a_frozen_worker_is_planned_around_and_training_goes_on(tmp_path: Path) 
         summary["loss"][: FREEZE_STEP - 1], reference[: FREEZE_STEP - 1], rtol=1e-3, atol=0
     )
     torch.testing.assert_close(summary["loss"], reference, rtol=1e-2, atol=0)
-    assert not _procs_of(workdir), "a process of the run is left"
+    assert not processes_with(str(workdir)), "a process of the run is left"
