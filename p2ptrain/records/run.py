@@ -32,6 +32,11 @@ class RunSpec:
     # GB of one replica's activations crossing one pipeline boundary per step
     c_dp_gb: float = 0.5
     c_pp_gb: float = 0.05
+    # how the planner places peers: "scheduled" (the scheduler) or "random" (a seeded random
+    # placement, the benchmarks' baseline); compute_aware prices each peer's measured stage time
+    placement: str = "scheduled"
+    placement_seed: int = 0
+    compute_aware: bool = True
     # the planner publishes no first plan before this many peers are alive (a run that starts
     # with everyone it expects, instead of re-planning as each one arrives); later plans may use
     # fewer, because training on with the survivors beats waiting
@@ -80,6 +85,8 @@ class RunSpec:
             raise UserError(f"stages must be between 1 and 1024, got {self.stages}")
         if self.c_dp_gb < 0 or self.c_pp_gb < 0:
             raise UserError("c_dp_gb and c_pp_gb must be >= 0")
+        if self.placement not in ("scheduled", "random"):
+            raise UserError(f"placement must be 'scheduled' or 'random', got {self.placement!r}")
         if not 1 <= self.min_peers <= 100_000:
             raise UserError(f"min_peers must be between 1 and 100000, got {self.min_peers}")
         if self.admission not in ("open", "token"):
