@@ -26,7 +26,7 @@ LAYERS: list[set[str]] = [
     {"control", "worker"},  # two processes: neither imports the other
     {"net", "train"},
     {"schedule", "testbed"},
-    {"ipc_lines"},  # the worker socket's line framing, decoding into records
+    {"ipc_lines", "addresses"},  # the worker socket's framing; listen and announce addresses
     {"records"},
     {"identity", "procs"},
     {"errors", "__init__"},

@@ -1,16 +1,30 @@
 """`p2ptrain bootstrap`: a long-lived bootstrap node (control plane only).
 
-Its first stdout line is its full multiaddr. It serves DHT discovery and publishes the run spec.
+Its first stdout line is its full multiaddr, the one others dial (never 0.0.0.0: the first
+announced address, p2ptrain/addresses.py). It serves DHT discovery and publishes the run spec.
 """
 
 from __future__ import annotations
 
 import argparse
 
+from p2ptrain.addresses import BOOTSTRAP_LISTEN
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--listen", default="/ip4/127.0.0.1/tcp/0", help="multiaddr to listen on (port 0: any)"
+        "--listen",
+        default=BOOTSTRAP_LISTEN,
+        metavar="MADDR",
+        help="multiaddr to listen on (default %(default)s: every interface; port 0: any)",
+    )
+    parser.add_argument(
+        "--announce",
+        nargs="+",
+        default=[],
+        metavar="MADDR",
+        help="the addresses others should dial (e.g. a public IP in front of a NAT); default: "
+        "this machine's interface addresses on the --listen port",
     )
     parser.add_argument(
         "--identity", required=True, help="Ed25519 key file (created, mode 0600, if missing)"
@@ -35,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
         seed=load_or_create_identity(args.identity),
         role="bootstrap",
         listen_addr=args.listen,
+        announce=tuple(args.announce),
         run=spec,
         revocations_path=args.revoked,
     )

@@ -1,6 +1,6 @@
 """`p2ptrain join`: join a swarm as a peer (supervisor + control process [+ worker process]).
 
-Its first stdout line is the peer's full multiaddr.
+Its first stdout line is the peer's full multiaddr (its first announced control-plane address).
 """
 
 from __future__ import annotations
@@ -9,10 +9,39 @@ import argparse
 import logging
 import sys
 
+from p2ptrain.addresses import JOIN_DATA_LISTEN, JOIN_LISTEN
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", required=True, help="the bootstrap's full multiaddr")
-    parser.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0", help="multiaddr to listen on")
+    parser.add_argument(
+        "--listen",
+        default=JOIN_LISTEN,
+        metavar="MADDR",
+        help="the control plane's listen multiaddr (default %(default)s: every interface)",
+    )
+    parser.add_argument(
+        "--data-listen",
+        default=JOIN_DATA_LISTEN,
+        metavar="MADDR",
+        help="the data plane's (the worker's p2pd) listen multiaddr, /ip4/HOST/tcp/PORT "
+        "(default %(default)s)",
+    )
+    parser.add_argument(
+        "--announce",
+        nargs="+",
+        default=[],
+        metavar="MADDR",
+        help="the control-plane addresses others should dial (e.g. a public IP); the data plane "
+        "announces the same hosts on its own port. Default: this machine's interface addresses",
+    )
+    parser.add_argument(
+        "--announce-data",
+        nargs="+",
+        default=[],
+        metavar="MADDR",
+        help="the data-plane addresses others should dial (default: from --announce)",
+    )
     parser.add_argument(
         "--identity", default="p2ptrain-identity.key", help="Ed25519 key file (created if missing)"
     )
@@ -62,6 +91,9 @@ def run(args: argparse.Namespace) -> int:
         bootstrap=args.bootstrap,
         identity=args.identity,
         listen=args.listen,
+        data_listen=args.data_listen,
+        announce=tuple(args.announce),
+        announce_data=tuple(args.announce_data),
         control_only=args.control_only,
         checkpoint_dir=args.checkpoint_dir,
         metrics_log=args.metrics_log,

@@ -1,7 +1,7 @@
 """Entry point of the control process that the node supervisor starts.
 
 python -m p2ptrain.control --role control-only --identity FILE --bootstrap MADDR [--listen MADDR]
-                           [--ipc SOCKET]
+                           [--announce MADDR...] [--ipc SOCKET]
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--identity", required=True)
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0")
+    parser.add_argument("--announce", nargs="+", default=[], metavar="MADDR")
     parser.add_argument("--ipc", default=None)
     parser.add_argument("--token", default=None, help="the organiser's token, or a file holding it")
     args = parser.parse_args(argv)
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=load_or_create_identity(args.identity),
             role=args.role,
             listen_addr=args.listen,
+            announce=tuple(args.announce),
             bootstrap_addr=args.bootstrap,
             ipc_path=args.ipc,
             token=None if args.token is None else read_token(args.token),

@@ -22,7 +22,7 @@ from libp2p.abc import IHost
 from libp2p.peer.id import ID
 from libp2p.tools.anyio_service import background_trio_service
 
-from p2ptrain import identity
+from p2ptrain import addresses, identity
 from p2ptrain.control.discovery import Discovery, make_dht
 from p2ptrain.control.election import serve_election
 from p2ptrain.control.gossip import make_pubsub, serve_topics
@@ -51,6 +51,7 @@ class NodeConfig:
     seed: bytes
     role: str  # "bootstrap", "control-only" or "trainer"
     listen_addr: str = "/ip4/127.0.0.1/tcp/0"
+    announce: tuple[str, ...] = ()  # what others dial (default: derived from listen_addr)
     bootstrap_addr: str | None = None  # None only for the bootstrap itself
     run: RunSpec | None = None  # the bootstrap publishes it; others learn it when joining
     ipc_path: str | None = None
@@ -66,6 +67,7 @@ class ControlNode:
         self.config = config
         # fail early, as a UserError (Discovery checks the bootstrap_addr)
         parse_multiaddr(config.listen_addr)
+        addresses.check_announce(config.announce, "--announce")
         peer_id = identity.peer_id_of(config.seed)
         view = SwarmView(
             self_id=peer_id,
@@ -79,7 +81,7 @@ class ControlNode:
             seed=config.seed,
             role=config.role,
             peer_id=peer_id,
-            host=make_host(config.seed),
+            host=make_host(config.seed, config.announce),
             view=view,
             hardware=describe_hardware(),
             revocations_path=config.revocations_path,

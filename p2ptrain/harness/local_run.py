@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from p2ptrain import identity, procs
+from p2ptrain.addresses import LOOPBACK
 from p2ptrain.harness.direct_swarm import StepStats, SwarmResult
 from p2ptrain.ipc_lines import decode
 from p2ptrain.records import Message, MetricsReport, Plan, RunSpec, SessionReport, issue_token
@@ -30,10 +31,14 @@ TOKEN_LIFETIME_S = 7 * 86_400.0
 
 
 class NodeSites:
-    """Where the nodes of a local swarm run: all on 127.0.0.1. Index -1 is the bootstrap."""
+    """Where the nodes of a local swarm run: all on 127.0.0.1, any port. Index -1 is the
+    bootstrap. None: the command's default (`join`'s fixed ports on every interface)."""
 
-    def listen(self, index: int) -> str:
-        return "/ip4/127.0.0.1/tcp/0"
+    def listen(self, index: int) -> str | None:
+        return LOOPBACK
+
+    def data_listen(self, index: int) -> str | None:
+        return LOOPBACK
 
     def command(self, index: int, argv: list[str]) -> list[str]:
         return argv
@@ -71,7 +76,7 @@ def train_with_control_plane(
     nodes: list[subprocess.Popen[bytes]] = []
     try:
         args = ["bootstrap", "--identity", str(workdir / "bootstrap.key"), "--run", str(run_path),
-                "--listen", sites.listen(-1)]  # fmt: skip
+                *_flag("--listen", sites.listen(-1))]  # fmt: skip
         boot = _start(sites, -1, args, workdir / "bootstrap.log", stdout=subprocess.PIPE)
         nodes.append(boot)
         address = _first_line(boot, START_TIMEOUT_S)
@@ -83,7 +88,8 @@ def train_with_control_plane(
             token = issue_token(organiser, identity.peer_id_of(identity.load_or_create_identity(key)),
                                 True, time.time() + TOKEN_LIFETIME_S).encode()  # fmt: skip
             args = ["join", "--bootstrap", address, "--identity", str(key), "--token", token,
-                    "--listen", sites.listen(i), "--metrics-log", str(logs[i])]  # fmt: skip
+                    *_flag("--listen", sites.listen(i)), *_flag("--data-listen", sites.data_listen(i)),
+                    "--metrics-log", str(logs[i])]  # fmt: skip
             if own_checkpoints:
                 args += ["--checkpoint-dir", str(workdir / f"peer-{i}" / "checkpoints")]
             args += [arg for fault in faults for arg in ("--fault", fault)]
@@ -91,6 +97,10 @@ def train_with_control_plane(
         return _follow(spec, logs, nodes[1:], on_plan, on_step)
     finally:
         _stop(nodes)
+
+
+def _flag(flag: str, value: str | None) -> list[str]:
+    return [] if value is None else [flag, value]
 
 
 def _start(

@@ -1,8 +1,9 @@
 """Where `p2ptrain local --emulate` runs its nodes: node i (control process and worker) inside
-testbed peer i's namespace, listening on its address (join --listen; the worker's data plane
-follows it); the bootstrap beside peer 0. All their traffic, py-libp2p's and p2pd's alike, crosses
-the emulated links, so the control plane measures the emulated network and plans on it (and its
-plans carry the measured network the workers scale their timeouts for)."""
+testbed peer i's namespace, as on a machine of its own: `join` and `bootstrap` with their
+default listen addresses (every interface, fixed ports), so that each announces its namespace's
+address; the bootstrap beside peer 0, on its own default port. All their traffic, py-libp2p's and
+p2pd's alike, crosses the emulated links, so the control plane measures the emulated network and
+plans on it (and its plans carry the measured network the workers scale their timeouts for)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,11 @@ class TestbedSites(NodeSites):
     def _peer(self, index: int) -> int:
         return max(index, 0)  # the bootstrap shares peer 0's namespace
 
-    def listen(self, index: int) -> str:
-        return f"/ip4/{self.bed.address(self._peer(index))}/tcp/0"
+    def listen(self, index: int) -> str | None:
+        return None  # the defaults, as a volunteer runs them
+
+    def data_listen(self, index: int) -> str | None:
+        return None
 
     def command(self, index: int, argv: list[str]) -> list[str]:
         return self.bed.command(self._peer(index), argv)

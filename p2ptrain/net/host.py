@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any, cast
 
 from libp2p import new_host
@@ -15,6 +16,7 @@ from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 from multiaddr import Multiaddr
 
+from p2ptrain import addresses
 from p2ptrain.errors import UserError
 
 # Loggers that report routine events (a peer closing a stream) at WARNING, 100+ times a run.
@@ -42,15 +44,30 @@ def quiet_library_logs() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def make_host(seed: bytes) -> IHost:
-    """A host for the Ed25519 seed with Noise as the only security (no plaintext) and yamux."""
+def make_host(seed: bytes, announce: Sequence[str] = ()) -> IHost:
+    """A host for the Ed25519 seed with Noise as the only security (no plaintext) and yamux.
+    It advertises `announce` if given, else its listen addresses with 0.0.0.0 replaced by this
+    machine's interface addresses (p2ptrain/addresses.py): identify, the DHT and our peer record
+    all hand out get_addrs(), and nobody can dial 0.0.0.0."""
     key_pair = create_new_key_pair(seed)
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
     return new_host(
         key_pair=key_pair,
         sec_opt={NOISE_PROTOCOL_ID: noise},
         muxer_opt=cast(Any, {YAMUX_PROTOCOL_ID: Yamux}),
+        **_advertising(announce),
     )
+
+
+def _advertising(announce: Sequence[str]) -> dict[str, Any]:
+    if announce:
+        return {"announce_addrs": [parse_multiaddr(a) for a in announce]}
+    interfaces = addresses.interface_ip4s()  # once: get_addrs() runs on every identify
+
+    def advertised(candidates: list[Multiaddr]) -> list[Multiaddr]:
+        return [Multiaddr(a) for a in addresses.expand([str(c) for c in candidates], interfaces)]
+
+    return {"addrs_factory": advertised}
 
 
 def parse_multiaddr(text: str, *, need_peer_id: bool = False) -> Multiaddr:

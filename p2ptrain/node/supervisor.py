@@ -23,21 +23,15 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from p2ptrain import procs
+from p2ptrain import addresses, procs
 from p2ptrain.identity import load_or_create_identity
 from p2ptrain.worker.faults import NO_FAULTS, Faults
-from p2ptrain.worker.settings import DEFAULT_LISTEN_HOST, WorkerSettings
+from p2ptrain.worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 
 STOP_GRACE_S = 10.0
 POLL_S = 0.2
-
-
-def ip4_host(multiaddr: str) -> str | None:
-    """H of an /ip4/H/... multiaddr, else None."""
-    parts = multiaddr.split("/")
-    return parts[2] if len(parts) > 2 and parts[0] == "" and parts[1] == "ip4" else None
 
 
 def worker_available() -> bool:
@@ -55,6 +49,9 @@ class Supervisor:
         identity: str,
         listen: str,
         control_only: bool,
+        data_listen: str = addresses.LOOPBACK,
+        announce: tuple[str, ...] = (),
+        announce_data: tuple[str, ...] = (),
         checkpoint_dir: str | None = None,
         metrics_log: str | None = None,
         token: str | None = None,
@@ -67,6 +64,10 @@ class Supervisor:
         self.metrics_log = metrics_log
         self.identity = identity
         self.listen = listen
+        self.announce = addresses.check_announce(announce, "--announce")
+        # checked now, so that a mistake stops `join` with one line before anything starts
+        self.data_host, self.data_port = addresses.listen_endpoint(data_listen, "--data-listen")
+        self.data_announce = addresses.data_announce(announce, announce_data, self.data_port)
         self.with_worker = not control_only and worker_available()
         if not control_only and not self.with_worker:
             log.warning(
@@ -94,6 +95,7 @@ class Supervisor:
                     "--identity", self.identity,
                     "--bootstrap", self.bootstrap,
                     "--listen", self.listen,
+                    *(["--announce", *self.announce] if self.announce else []),
                     "--ipc", ipc_path,
                     *(["--token", self.token] if self.token else []),
                 ],
@@ -110,8 +112,9 @@ class Supervisor:
                     ipc=ipc_path,
                     identity=self.identity,
                     checkpoint_dir=self.checkpoint_dir,
-                    # the data plane listens where the control plane does (e.g. in a namespace)
-                    listen_host=ip4_host(self.listen) or DEFAULT_LISTEN_HOST,
+                    listen_host=self.data_host,
+                    listen_port=self.data_port,
+                    announce=self.data_announce,
                     metrics_log=self.metrics_log,
                     faults=self.faults,
                 )

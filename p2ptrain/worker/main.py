@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from p2ptrain import addresses
 from p2ptrain.errors import UserError
 from p2ptrain.records import (
     Heartbeat,
@@ -92,7 +93,8 @@ class Worker:
         seed, identity_path = self._hivemind_identity()
         dht = hivemind.DHT(
             start=True,
-            host_maddrs=[f"/ip4/{self.settings.listen_host}/tcp/0"],
+            host_maddrs=[self.settings.listen_maddr],
+            announce_maddrs=list(self.settings.announce) or None,
             nat_port_map=False,
             identity_path=identity_path,
             record_validators=[AnnouncementValidator()],
@@ -101,7 +103,9 @@ class Worker:
         transport = Transport.start(dht.replicate_p2p, self._expect)
         state_server = StateServer(transport)
         try:
-            data_addrs = [str(a) for a in dht.get_visible_maddrs()]
+            # p2pd reports every interface of a 0.0.0.0 listener, loopback included
+            reported = [str(a) for a in dht.get_visible_maddrs()]
+            data_addrs = addresses.expand(reported, addresses.interface_ip4s())
             log.info("data plane up: %s", data_addrs[0])
             self._hello(transport.peer_id, data_addrs)
             self.phase = "waiting"

@@ -25,7 +25,9 @@ class WorkerSettings:
     name: str | None = None  # ...this one among them
     identity: str | None = None  # the node's key file (same peer id as its control process)
     checkpoint_dir: str | None = None  # default: the run spec's
-    listen_host: str = DEFAULT_LISTEN_HOST  # where p2pd listens (/ip4/HOST/tcp/0)
+    listen_host: str = DEFAULT_LISTEN_HOST  # where p2pd listens (/ip4/HOST/tcp/PORT)...
+    listen_port: int = 0  # ...on this port (0: any)
+    announce: tuple[str, ...] = ()  # what others dial (default: what p2pd reports, expanded)
     metrics_log: str | None = None  # append every report to this file as a JSON line
     log_level: str = DEFAULT_LOG_LEVEL
     faults: Faults = NO_FAULTS  # for tests (worker/faults.py)
@@ -55,6 +57,20 @@ class WorkerSettings:
             default=DEFAULT_LISTEN_HOST,
             metavar="IP",
             help="IPv4 address the data plane (p2pd) listens on (default %(default)s)",
+        )
+        parser.add_argument(
+            "--listen-port",
+            type=int,
+            default=0,
+            metavar="PORT",
+            help="TCP port the data plane listens on (default 0: any)",
+        )
+        parser.add_argument(
+            "--announce",
+            nargs="+",
+            default=[],
+            metavar="MADDR",
+            help="the data-plane addresses others should dial (default: the listen addresses)",
         )
         parser.add_argument(
             "--metrics-log", metavar="FILE", help="append every report to FILE as a JSON line"
@@ -88,6 +104,8 @@ class WorkerSettings:
             identity=args.identity,
             checkpoint_dir=args.checkpoint_dir,
             listen_host=args.listen_host,
+            listen_port=args.listen_port,
+            announce=tuple(args.announce),
             metrics_log=args.metrics_log,
             log_level=args.log_level,
             faults=Faults(tuple(args.faults)),
@@ -103,12 +121,19 @@ class WorkerSettings:
             ("--identity", self.identity, None),
             ("--checkpoint-dir", self.checkpoint_dir, None),
             ("--listen-host", self.listen_host, DEFAULT_LISTEN_HOST),
+            ("--listen-port", self.listen_port, 0),
             ("--metrics-log", self.metrics_log, None),
             ("--log-level", self.log_level, DEFAULT_LOG_LEVEL),
         ):
             if value != default:
                 argv += [flag, str(value)]
+        if self.announce:
+            argv += ["--announce", *self.announce]
         return argv + self.faults.to_argv()
+
+    @property
+    def listen_maddr(self) -> str:
+        return f"/ip4/{self.listen_host}/tcp/{self.listen_port}"
 
     def command(self) -> list[str]:
         """The command line that starts a worker with these settings."""

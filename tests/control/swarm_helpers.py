@@ -14,6 +14,9 @@ from p2ptrain.records import issue_token
 from tests.conftest import PYTHON, REPO_ROOT, ProcessReaper
 
 STARTUP_TIMEOUT_S = 60.0
+# many nodes on one machine: loopback, any port (the defaults are fixed ports on every interface)
+BOOTSTRAP_LOOPBACK = ("--listen", "/ip4/127.0.0.1/tcp/0")
+JOIN_LOOPBACK = (*BOOTSTRAP_LOOPBACK, "--data-listen", "/ip4/127.0.0.1/tcp/0")
 
 
 def start_bootstrap(reaper: ProcessReaper, tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -23,7 +26,7 @@ def start_bootstrap(reaper: ProcessReaper, tmp: Path) -> tuple[subprocess.Popen[
     run.write_text("[run]\nworker_stall_s = 0.0\n")
     proc = reaper.start(
         [PYTHON, "-m", "p2ptrain", "bootstrap", "--identity", str(tmp / "boot.key"),
-         "--run", str(run)],
+         "--run", str(run), *BOOTSTRAP_LOOPBACK],
         stderr_path=tmp / "boot.log",
     )  # fmt: skip
     return proc, reaper.read_line(proc, STARTUP_TIMEOUT_S)
@@ -42,7 +45,7 @@ def start_peer(
 ) -> tuple[subprocess.Popen[bytes], str]:
     proc = reaper.start(
         [
-            PYTHON, "-m", "p2ptrain", "join", "--control-only",
+            PYTHON, "-m", "p2ptrain", "join", "--control-only", *JOIN_LOOPBACK,
             "--bootstrap", bootstrap,
             "--identity", str(tmp / f"{name}.key"),
             "--token", planner_token(tmp, name),

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PYTHON, REPO_ROOT, ProcessReaper
-from tests.control.swarm_helpers import STARTUP_TIMEOUT_S, alive_ids, peer_id, wait_for_status
+from tests.control.swarm_helpers import (
+    BOOTSTRAP_LOOPBACK,
+    JOIN_LOOPBACK,
+    STARTUP_TIMEOUT_S,
+    alive_ids,
+    peer_id,
+    wait_for_status,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -25,9 +32,10 @@ def cli(*args: str) -> str:
 def start_bootstrap(reaper: ProcessReaper, tmp: Path, *flags: str) -> str:
     """`p2ptrain bootstrap` with the organiser's key in tmp; its address."""
     boot = reaper.start(
-        [PYTHON, "-m", "p2ptrain", "bootstrap", "--identity", str(tmp / "boot.key"), *flags],
+        [PYTHON, "-m", "p2ptrain", "bootstrap", "--identity", str(tmp / "boot.key"), *flags,
+         *BOOTSTRAP_LOOPBACK],
         stderr_path=tmp / "boot.log",
-    )
+    )  # fmt: skip
     return reaper.read_line(boot, STARTUP_TIMEOUT_S)
 
 
@@ -46,7 +54,8 @@ def test_only_token_holders_join_and_plan_a_token_run(reaper: ProcessReaper, tmp
     token = planner_token(tmp_path, volunteer)
     (tmp_path / "volunteer.token").write_text(token + "\n")
     member = reaper.start(
-        [PYTHON, "-m", "p2ptrain", "join", "--control-only", "--bootstrap", boot_addr,
+        [PYTHON, "-m", "p2ptrain", "join", "--control-only", *JOIN_LOOPBACK,
+         "--bootstrap", boot_addr,
          "--identity", str(tmp_path / "volunteer.key"),
          "--token", str(tmp_path / "volunteer.token")],
         stderr_path=tmp_path / "volunteer.log",
@@ -54,7 +63,8 @@ def test_only_token_holders_join_and_plan_a_token_run(reaper: ProcessReaper, tmp
     assert peer_id(reaper.read_line(member, STARTUP_TIMEOUT_S)) == volunteer
     # a stranger without a token is refused on its side: one clear line, exit code 2
     stranger = subprocess.run(
-        [PYTHON, "-m", "p2ptrain", "join", "--control-only", "--bootstrap", boot_addr,
+        [PYTHON, "-m", "p2ptrain", "join", "--control-only", *JOIN_LOOPBACK,
+         "--bootstrap", boot_addr,
          "--identity", str(tmp_path / "stranger.key")],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=90,
     )  # fmt: skip
@@ -85,7 +95,8 @@ def test_a_revoked_planner_token_stops_counting_before_it_expires(
         peer = cli("id", "--identity", str(tmp_path / f"{name}.key"))
         token = planner_token(tmp_path, peer)
         proc = reaper.start(
-            [PYTHON, "-m", "p2ptrain", "join", "--control-only", "--bootstrap", boot_addr,
+            [PYTHON, "-m", "p2ptrain", "join", "--control-only", *JOIN_LOOPBACK,
+             "--bootstrap", boot_addr,
              "--identity", str(tmp_path / f"{name}.key"), "--token", token],
             stderr_path=tmp_path / f"{name}.log",
         )  # fmt: skip

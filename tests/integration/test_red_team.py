@@ -18,7 +18,14 @@ import pytest
 from p2ptrain import identity
 from p2ptrain.records import issue_token
 from tests.conftest import PYTHON, ProcessReaper
-from tests.control.swarm_helpers import STARTUP_TIMEOUT_S, get_status, plan_peers, wait_for_status
+from tests.control.swarm_helpers import (
+    BOOTSTRAP_LOOPBACK,
+    JOIN_LOOPBACK,
+    STARTUP_TIMEOUT_S,
+    get_status,
+    plan_peers,
+    wait_for_status,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -64,7 +71,8 @@ def _start_node(
     organiser = identity.load_identity(tmp / "boot.key")
     token = issue_token(organiser, peer, True, time.time() + 86_400).encode()
     proc = reaper.start(
-        [PYTHON, "-m", "p2ptrain", "join", "--bootstrap", boot_addr, "--identity", str(key),
+        [PYTHON, "-m", "p2ptrain", "join", *JOIN_LOOPBACK, "--bootstrap", boot_addr,
+         "--identity", str(key),
          "--token", token, "--metrics-log", str(tmp / f"{name}.metrics.jsonl"),
          "--checkpoint-dir", str(tmp / name)],
         stderr_path=tmp / f"{name}.log",
@@ -81,7 +89,7 @@ def test_a_live_swarm_survives_a_hostile_node(reaper: ProcessReaper, tmp_path: P
     (tmp_path / "run.toml").write_text(RUN)
     boot = reaper.start(
         [PYTHON, "-m", "p2ptrain", "bootstrap", "--identity", str(tmp_path / "boot.key"),
-         "--run", str(tmp_path / "run.toml")],
+         "--run", str(tmp_path / "run.toml"), *BOOTSTRAP_LOOPBACK],
         stderr_path=tmp_path / "boot.log",
     )  # fmt: skip
     boot_addr = reaper.read_line(boot, STARTUP_TIMEOUT_S)

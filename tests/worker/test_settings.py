@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from p2ptrain.node.supervisor import ip4_host
 from p2ptrain.worker.faults import DIE_WHILE_AVERAGING, SKIP_AVERAGING, Fault, Faults
 from p2ptrain.worker.settings import WorkerSettings
 
@@ -14,19 +13,23 @@ def test_settings_survive_their_command_line() -> None:
         ipc="/tmp/c.sock",
         identity="peer.key",
         checkpoint_dir="ckpt",
-        listen_host="10.77.0.3",
+        listen_host="0.0.0.0",
+        listen_port=7402,
+        announce=("/ip4/203.0.113.7/tcp/7402", "/dns4/node.example.org/tcp/7402"),
         metrics_log="m.jsonl",
         log_level="DEBUG",
         faults=Faults((Fault(SKIP_AVERAGING, 2, 0, 1), Fault(DIE_WHILE_AVERAGING, 3, 1, 0))),
     )
     assert WorkerSettings.from_argv(settings.to_argv()) == settings
     assert settings.command()[1:3] == ["-m", "p2ptrain.worker"]
+    assert settings.listen_maddr == "/ip4/0.0.0.0/tcp/7402"
 
 
 def test_defaults_stay_off_the_command_line() -> None:
     assert WorkerSettings(ipc="s").to_argv() == ["--ipc", "s"]
     parsed = WorkerSettings.from_argv(["--plan", "p.json", "--name", "w0"])
     assert (parsed.listen_host, parsed.log_level, parsed.faults) == ("127.0.0.1", "INFO", Faults())
+    assert (parsed.listen_maddr, parsed.announce) == ("/ip4/127.0.0.1/tcp/0", ())
 
 
 @pytest.mark.parametrize(
@@ -51,9 +54,3 @@ def test_a_fault_fires_only_at_its_step_and_role() -> None:
     assert faults.before_averaging(2, 0, 1)
     assert not faults.before_averaging(2, 0, 0)
     assert not faults.before_averaging(3, 0, 1)
-
-
-def test_the_data_plane_listens_where_the_control_plane_does() -> None:
-    assert ip4_host("/ip4/10.77.0.2/tcp/0") == "10.77.0.2"
-    assert ip4_host("/ip6/::1/tcp/0") is None
-    assert ip4_host("ip4/1.2.3.4") is None
