@@ -1,5 +1,6 @@
-"""`p2ptrain local --emulate`: bootstrap and nodes inside the WAN testbed; the control plane
-measures the emulated links and plans on them."""
+"""`p2ptrain local --emulate`: bootstrap and `join` nodes inside the WAN testbed, each in its own
+namespace as on machines of their own; the control plane measures the emulated links and plans
+on them."""
 
 from __future__ import annotations
 
@@ -20,44 +21,76 @@ pytestmark = [
 ]
 
 
-def test_local_swarm_trains_inside_the_testbed(tmp_path: Path) -> None:
+def test_join_nodes_on_their_own_addresses_train_with_every_round_averaged(
+    tmp_path: Path,
+) -> None:
+    """The acceptance test of `join` across machines: a bootstrap and 4 `join` nodes, each in its
+    own namespace with its own address (as on 4 machines), started with the documented flags
+    only (their listen addresses the defaults: every interface, fixed ports), train 20 steps;
+    every averaging round of the plan that trained each step averaged."""
+    steps = 20
     topology = city_topology(4, 2, 2, seed=0, cities=["Virginia", "Ohio"])
     path = tmp_path / "topology.json"
     path.write_text(json.dumps(topology.to_json()))
+    workdir = tmp_path / "swarm"
     before = set(list_netns())
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "p2ptrain",
-            "local",
-            "--emulate",
-            str(path),
-            "--steps",
-            "3",
-            "--json",
-            "--workdir",
-            str(tmp_path / "swarm"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+        [sys.executable, "-m", "p2ptrain", "local", "--emulate", str(path), "--steps", str(steps),
+         "--json", "--workdir", str(workdir)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert set(list_netns()) <= before  # the testbed is gone
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert summary["steps"] == 3 and len(summary["loss"]) == 3
+    assert summary["steps"] == steps and len(summary["loss"]) == steps
     assert summary["loss"][-1] < summary["loss"][0]
     pipelines = summary["plan"]["pipelines"]
     assert len(pipelines) == 2 and all(len(p) == 2 for p in pipelines)
     assert len({p for pipe in pipelines for p in pipe}) == 4
+
+    # each node announced its namespace's address on join's default ports: never 0.0.0.0, never
+    # loopback (a peer elsewhere would dial itself), a different host for each node
+    logs = [(workdir / f"peer-{i}.log").read_text() for i in range(4)]
+    control = [_announced(log, "listening on ") for log in logs]
+    data = [_announced(log, "data plane up: ") for log in logs]
+    for hosts, port in ((control, "7401"), (data, "7402")):
+        assert all(h.split("/")[4] == port for h in hosts), hosts
+        assert not any(h.startswith(("/ip4/0.", "/ip4/127.")) for h in hosts), hosts
+        assert len({h.split("/")[2] for h in hosts}) == 4, hosts
+    assert [c.split("/")[2] for c in control] == [d.split("/")[2] for d in data]
+
+    # every worker's report of every step, under the newest plan that ran that step: averaged
+    newest: dict[int, dict[tuple[int, int], str]] = {}
+    keys: dict[int, tuple[int, int]] = {}
+    for i in range(4):
+        for line in (workdir / f"metrics-{i}.jsonl").read_text().splitlines():
+            report = json.loads(line)
+            if report["type"] != "metrics":
+                continue
+            step, key = report["step"], (report["term"], report["epoch"])
+            if key > keys.get(step, key):
+                newest.pop(step, None)  # the step was re-run under a newer plan
+            if key >= keys.get(step, key):
+                keys[step] = key
+                newest.setdefault(step, {})[(report["stage"], report["replica"])] = report[
+                    "averaging"
+                ]
+    assert sorted(newest) == list(range(steps))
+    for step, outcomes in newest.items():
+        assert len(outcomes) == 4 and set(outcomes.values()) == {"averaged"}, (step, outcomes)
+
     # the control plane measured the emulated links (5.0 and 11.0 ms one way), not loopback
     # (~0.1 ms); its ping over a py-libp2p stream reads about 2x high here (docs/benchmarks.md)
-    logs = "".join(p.read_text() for p in (tmp_path / "swarm").glob("peer-*.log"))
-    published = [line for line in logs.splitlines() if "published plan" in line]
+    published = [line for log in logs for line in log.splitlines() if "published plan" in line]
     assert published and "6 of 6 links measured" in published[-1], published
     low, high = published[-1].split("one-way delay ")[1].split(" ms")[0].split("-")
     assert float(low) > 4.0 and float(high) < 30.0, published[-1]
-    assert set(list_netns()) <= before  # the testbed is gone
+
+
+def _announced(log: str, marker: str) -> str:
+    """The first address a node's log line starting at `marker` gives."""
+    line = next(line for line in log.splitlines() if marker in line)
+    return line.split(marker)[1].strip("[]' ").split("'")[0].split("/p2p/")[0]
 
 
 def test_emulate_needs_a_valid_topology(tmp_path: Path) -> None:
