@@ -37,8 +37,9 @@ def scaled_workload(base: Workload) -> WorkloadFor:
     return workload_for
 
 
-# a shape may leave out the peers slower than these multiples of the fastest one
-SLOWDOWN_CUTS = (1.25, 2.0, 4.0)
+# a shape may leave out the peers slower than these multiples of the fastest one; not less
+# than 2x, so that timing noise among equal peers never shrinks the plan
+SLOWDOWN_CUTS = (2.0, 4.0)
 
 
 def candidate_shapes(
