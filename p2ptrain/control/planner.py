@@ -9,13 +9,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from p2ptrain.control.links import Link
 from p2ptrain.records import NetworkFacts
+
+if TYPE_CHECKING:
+    from p2ptrain.schedule.compute import PeerCompute
 
 PLAN_TIME_BUDGET_S = 0.5
 DEFAULT_DELAY_MS = 1.0  # used only when nothing at all is measured yet
@@ -35,6 +38,7 @@ class Matrices:
     delay_ms: npt.NDArray[np.float64]
     bandwidth_gbps: npt.NDArray[np.float64]
     num_measured_delays: int
+    compute: PeerCompute | None = None  # the peers' measured stage times (control/compute.py)
 
 
 def build_matrices(peers: list[str], links: dict[tuple[str, str], Link]) -> Matrices:
@@ -85,6 +89,7 @@ def _topology(
         delay_ms=matrices.delay_ms,
         bandwidth_gbps=matrices.bandwidth_gbps,
         workload=Workload(stages=stages, replicas=replicas, c_dp_gb=c_dp_gb, c_pp_gb=c_pp_gb),
+        compute=matrices.compute,
     )
 
 
@@ -152,9 +157,20 @@ def compute_plan(
     stages = max(1, min(stages, len(peers)))
     replicas = len(peers) // stages
     topology = _topology(matrices, stages, replicas, c_dp_gb, c_pp_gb)
-    plan = plan_swarm(
-        topology, stages=stages, replicas=replicas, seed=seed, time_budget_s=PLAN_TIME_BUDGET_S
-    )
+    if matrices.compute is not None:  # peers differ in speed: fewer replicas may pay
+        from p2ptrain.schedule.shapes import candidate_shapes, plan_best_shape, scaled_workload
+
+        compute = matrices.compute.filled()
+        shapes = candidate_shapes(len(peers), stages, compute.n_layer, compute.block_row_s)
+        # the run's stage count only: stage states are kept per layer range, so another cut
+        # would start the run's layers over (schedule/shapes.py prices any shape)
+        shapes = [shape for shape in shapes if shape[0] == stages]
+        workload_for = scaled_workload(topology.workload)
+        plan = plan_best_shape(topology, shapes, workload_for, seed, PLAN_TIME_BUDGET_S)
+    else:
+        plan = plan_swarm(
+            topology, stages=stages, replicas=replicas, seed=seed, time_budget_s=PLAN_TIME_BUDGET_S
+        )
     return Placement(
         stages=stages,
         pipelines=tuple(tuple(peers[i] for i in pipeline) for pipeline in plan.pipelines),

@@ -7,19 +7,23 @@ reload), so plans change only when they must or when it clearly pays:
 - on a membership change, after a short debounce (a burst of joins gives one plan);
 - on measurement drift, only if the new placement beats the current one, priced on the same new
   measurements, by planner.SWITCH_GAIN;
-- the same placement is re-issued as a new epoch when a member's data-plane addresses changed.
+- the same placement is re-issued as a new epoch when a member's data-plane addresses changed;
+- when a member's first measured stage time arrives (compute-aware runs: workers time the model
+  once they have the run spec, which comes with the first plan), like drift: only if it pays.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
 import trio
 
 from p2ptrain.control import planner
+from p2ptrain.control.compute import measured_peers, peer_compute
 from p2ptrain.control.view import SwarmView
-from p2ptrain.records import Plan, RunSpec
+from p2ptrain.records import Plan, RunSpec, StageCompute
 from p2ptrain.records.lineage import Lineage, next_lineage
 
 log = logging.getLogger(__name__)
@@ -38,6 +42,7 @@ class PlanMaker:
         self._epoch = 0
         self._planned_members: list[str] | None = None
         self._planned_matrices: planner.Matrices | None = None
+        self._planned_measured: frozenset[str] = frozenset()
         self._change_since: float | None = None
         self._last_drift_check = 0.0
         self._waiting_logged = 0
@@ -58,6 +63,12 @@ class PlanMaker:
                          len(members), run.min_peers)  # fmt: skip
             return False
         matrices = planner.build_matrices(members, self.view.links(now))
+        measured = self._stage_computes(members)
+        compute = peer_compute(members, measured, run)
+        matrices = dataclasses.replace(matrices, compute=compute)
+        newly_measured = compute is not None and not measured_peers(members, measured) <= (
+            self._planned_measured
+        )
         data_addrs = {
             peer: self.view.members[peer].record.data_addrs
             if peer in self.view.members
@@ -71,7 +82,8 @@ class PlanMaker:
             if now - self._change_since < PLAN_DEBOUNCE_S:
                 return False
             placement = await self._schedule(matrices, run)
-        elif self._drifted(now, matrices):
+        elif self._drifted(now, matrices) or newly_measured:
+            self._planned_measured = measured_peers(members, measured)
             placement = await self._schedule(matrices, run)
             if placement is not None and not self._pays_to_switch(
                 placement, current, matrices, run
@@ -93,6 +105,7 @@ class PlanMaker:
             return False  # the scheduler failed, or we lost the role while it ran
         self._epoch += 1
         self._planned_members, self._planned_matrices = members, matrices
+        self._planned_measured = measured_peers(members, measured)
         plan = Plan(
             term=self._term,
             epoch=self._epoch,
@@ -138,6 +151,14 @@ class PlanMaker:
             "switching" if switch else "keeping the current placement",
         )
         return switch
+
+    def _stage_computes(self, members: list[str]) -> dict[str, StageCompute | None]:
+        """Each member's timed stage as its record announces it (ours from our own record)."""
+        view = self.view
+        records = {peer: view.members[peer].record for peer in members if peer in view.members}
+        if view.own_record is not None:
+            records[view.self_id] = view.own_record
+        return {peer: record.stage_compute for peer, record in records.items()}
 
     def _drifted(self, now: float, matrices: planner.Matrices) -> bool:
         """Compare with the matrices of the last plan, at most every DRIFT_CHECK_INTERVAL_S."""

@@ -48,6 +48,7 @@ def record_message(state: NodeState) -> bytes:
         version=__version__,
         hardware=state.hardware,
         compute_gflops=state.compute_gflops,
+        stage_compute=state.stage_compute,
     )
     state.view.own_record = record
     return wire.encode(state.seed, state.seq.next(), record)

@@ -17,6 +17,7 @@ from libp2p.abc import IHost
 from p2ptrain.control import wire
 from p2ptrain.control.health import WorkerWatch
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
+from p2ptrain.records import StageCompute
 
 
 @dataclass
@@ -32,6 +33,7 @@ class NodeState:
     addrs: list[str] = field(default_factory=list)  # our full listen multiaddrs, once listening
     data_addrs: list[str] = field(default_factory=list)  # our worker's, from its hello
     compute_gflops: float | None = None  # measured once, soon after start
+    stage_compute: StageCompute | None = None  # our worker's timed stage (ComputeReport)
     seq: wire.SeqClock = field(default_factory=wire.SeqClock)  # for every envelope we author
     # kind -> monotonic time our next message of that kind is due (see publishing.py)
     due: dict[str, float] = field(default_factory=dict)

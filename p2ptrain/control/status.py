@@ -30,6 +30,7 @@ def swarm_status(view: SwarmView, now: float) -> SwarmStatus:
             penalty=round(view.penalty_score(peer), 2),
             metrics=member.metrics,
             health=member.health,
+            stage_compute=member.record.stage_compute,
         )
         for peer, member in sorted(members.items())
     )

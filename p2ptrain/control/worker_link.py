@@ -17,6 +17,7 @@ import trio
 from p2ptrain.control.ipc import IpcServer
 from p2ptrain.control.state import NodeState
 from p2ptrain.records import (
+    ComputeReport,
     Heartbeat,
     Hello,
     Message,
@@ -74,6 +75,11 @@ class WorkerLink:
                 stage=message.stage,
                 replica=message.replica,
             )
+        elif isinstance(message, ComputeReport):
+            state.stage_compute = message.compute
+            state.publish_soon("record")  # the planner prices our stages from it
+            log.info("worker timed the run's model: %.3g ms per row and block on %s",
+                     message.compute.block_row_s * 1e3, message.compute.device)  # fmt: skip
         else:
             log.warning("ipc: ignoring a %s message from the worker", message.TYPE)
 

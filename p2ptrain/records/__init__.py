@@ -13,7 +13,8 @@ records; nobody builds or reads a bare dict of one.
 | Plan            | records/plan.py        | gossip (kind "plan") -> worker socket -> metrics log|
 | NetworkFacts    | records/plan.py        | inside a Plan: the links it was made for            |
 | (lineage)       | records/lineage.py     | inside a Plan: whose stage states it may use        |
-| Hello, MetricsReport, Heartbeat, SessionReport, PlanMessage, Stop | records/messages.py | worker socket, metrics logs |
+| Hello, MetricsReport, Heartbeat, ComputeReport, SessionReport, PlanMessage, Stop | records/messages.py | worker socket, metrics logs |
+| StageCompute    | records/peer.py        | worker socket (ComputeReport) -> PeerRecord -> status |
 | SwarmStatus     | records/status.py      | the status RPC, `status --json`                     |
 | Token           | records/token.py       | organiser -> volunteer -> `join --token` -> record  |
 | Revocations     | records/token.py       | `token revoke` -> bootstrap -> gossip ("revoked")   |
@@ -25,6 +26,7 @@ protocols.
 
 from p2ptrain.records.messages import (
     PHASES,
+    ComputeReport,
     Heartbeat,
     Hello,
     Message,
@@ -42,6 +44,7 @@ from p2ptrain.records.peer import (
     LinkReport,
     PeerMetrics,
     PeerRecord,
+    StageCompute,
     Telemetry,
 )
 from p2ptrain.records.plan import NetworkFacts, Plan, Role
@@ -62,6 +65,7 @@ __all__ = [
     "PHASES",
     "ROLES",
     "Claim",
+    "ComputeReport",
     "Health",
     "Heartbeat",
     "Hello",
@@ -81,6 +85,7 @@ __all__ = [
     "Role",
     "RunSpec",
     "SessionReport",
+    "StageCompute",
     "Stop",
     "SwarmStatus",
     "Telemetry",

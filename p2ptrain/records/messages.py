@@ -3,7 +3,7 @@ per line, ipc_lines.py), and the worker's reports that `p2ptrain local` follows 
 
 worker -> control: `hello` once its data plane is up, `metrics` after every step, `heartbeat`
 every few seconds from its own thread (what it is doing and the step it is at: its control process
-judges its health from them, control/health.py).
+judges its health from them, control/health.py), `compute` once it timed the run's model.
 control -> worker: `plan` (the accepted plan and the run spec), `stop`.
 Metrics logs (`join --metrics-log`) also carry `session`: a plan the worker started training on.
 """
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from p2ptrain.records import fields as f
+from p2ptrain.records.peer import StageCompute
 from p2ptrain.records.plan import Plan
 from p2ptrain.records.run import RunSpec
 
@@ -115,6 +116,23 @@ class Heartbeat:
 
 
 @dataclass(frozen=True)
+class ComputeReport:
+    """The worker timed a stage of the run's model on its training device (once per run spec)."""
+
+    TYPE: ClassVar[str] = "compute"
+    compute: StageCompute
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.TYPE, "compute": self.compute.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: object) -> ComputeReport:
+        d = f.mapping(data, "compute")
+        f.require_keys(d, "compute", ("compute",))
+        return cls(StageCompute.from_dict(d["compute"]))
+
+
+@dataclass(frozen=True)
 class SessionReport:
     """The worker starts training under `plan` at `step` (metrics logs only)."""
 
@@ -167,9 +185,10 @@ class Stop:
         return cls()
 
 
-Message = Hello | MetricsReport | Heartbeat | SessionReport | PlanMessage | Stop
+Message = Hello | MetricsReport | Heartbeat | ComputeReport | SessionReport | PlanMessage | Stop
 MESSAGE_TYPES: dict[str, Any] = {
-    kind.TYPE: kind for kind in (Hello, MetricsReport, Heartbeat, SessionReport, PlanMessage, Stop)
+    kind.TYPE: kind
+    for kind in (Hello, MetricsReport, Heartbeat, ComputeReport, SessionReport, PlanMessage, Stop)
 }
 
 

@@ -16,6 +16,41 @@ MEMBER_ROLES = ("trainer", "control-only")  # the roles a plan may place
 MAX_VERSION_CHARS = 32
 MAX_TERM = 2**53
 MAX_REASON_CHARS = 160
+MAX_DEVICE_CHARS = 80
+MAX_COMPUTE_S = 3600.0
+
+
+@dataclass(frozen=True)
+class StageCompute:
+    """A worker's measured training time of the run's model on the device that will train:
+    seconds per row of a micro-batch, forward + backward, for one transformer block, the
+    embedding (first stage) and the head with the loss (last stage); medians of a few timed
+    repetitions at `rows` rows (worker/compute_probe.py). The planner prices any stage split
+    from it (schedule/compute.py)."""
+
+    block_row_s: float
+    embed_row_s: float
+    head_row_s: float
+    rows: int
+    device: str
+    run_id: str  # the run whose model was timed
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: object) -> StageCompute:
+        r = "stage compute"
+        d = f.mapping(data, r)
+        names = ("block_row_s", "embed_row_s", "head_row_s")
+        f.require_keys(d, r, (*names, "rows", "device", "run_id"))
+        seconds = {n: f.number(d[n], r, n, 0.0, MAX_COMPUTE_S) for n in names}
+        return cls(
+            rows=f.integer(d["rows"], r, "rows", 1, 1_000_000),
+            device=f.text(d["device"], r, "device", MAX_DEVICE_CHARS),
+            run_id=f.text(d["run_id"], r, "run_id"),
+            **seconds,
+        )
 
 
 @dataclass(frozen=True)
@@ -30,6 +65,7 @@ class PeerRecord:
     compute_gflops: float | None = None
     data_addrs: tuple[str, ...] = ()  # the worker's p2pd multiaddrs, once it said hello
     token: Token | None = None  # the organiser's word that it may join (and plan): token.py
+    stage_compute: StageCompute | None = None  # its worker's measurement, once it made one
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -43,6 +79,8 @@ class PeerRecord:
         }
         if self.token is not None:
             data["token"] = self.token.encode()
+        if self.stage_compute is not None:
+            data["stage_compute"] = self.stage_compute.to_dict()
         return data
 
     @classmethod
@@ -58,7 +96,12 @@ class PeerRecord:
             compute_gflops=f.optional_number(d.get("compute_gflops"), "peer", "compute_gflops"),
             data_addrs=f.addrs(d.get("data_addrs", []), "peer", "data_addrs"),
             token=None if d.get("token") is None else Token.decode(d["token"]),
+            stage_compute=_optional_compute(d.get("stage_compute")),
         )
+
+
+def _optional_compute(value: object) -> StageCompute | None:
+    return None if value is None else StageCompute.from_dict(value)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from p2ptrain.records import fields as f
-from p2ptrain.records.peer import ROLES, Health, PeerMetrics
+from p2ptrain.records.peer import ROLES, Health, PeerMetrics, StageCompute
 from p2ptrain.records.plan import MAX_STAGES
 
 MAX_STATUS_PEERS = 10_000
@@ -31,6 +31,7 @@ class PeerStatus:
     penalty: float
     metrics: PeerMetrics | None
     health: Health | None = None  # its worker's health as the peer reports it (None: unknown)
+    stage_compute: StageCompute | None = None  # its worker's timed stage (None: not yet)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -41,6 +42,7 @@ class PeerStatus:
             "penalty": self.penalty,
             "metrics": None if self.metrics is None else self.metrics.to_dict(),
             "health": None if self.health is None else self.health.to_dict(),
+            "stage_compute": None if self.stage_compute is None else self.stage_compute.to_dict(),
         }  # fmt: skip
 
     @classmethod
@@ -48,7 +50,7 @@ class PeerStatus:
         r = "status peer"
         d = f.mapping(data, r)
         f.require_keys(d, r, ("id", "alive", "planner", "role", "addrs", "last_seen_s"))
-        metrics, health = d.get("metrics"), d.get("health")
+        metrics, health, compute = d.get("metrics"), d.get("health"), d.get("stage_compute")
         return cls(
             id=f.peer_id(d["id"], r),
             alive=f.boolean(d["alive"], r, "alive"),
@@ -63,6 +65,7 @@ class PeerStatus:
             penalty=f.number(d.get("penalty", 0.0), r, "penalty"),
             metrics=None if metrics is None else PeerMetrics.from_dict(metrics),
             health=None if health is None else Health.from_dict(health),
+            stage_compute=None if compute is None else StageCompute.from_dict(compute),
         )
 
 

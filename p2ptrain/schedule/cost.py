@@ -1,4 +1,5 @@
-"""The paper's communication cost model, COMM = DATAP + 2 * PIPEP, in the authors' units.
+"""The paper's communication cost model, COMM = DATAP + 2 * PIPEP, in the authors' units, plus
+(beyond the paper) a compute term when peers' stage times were measured (compute.py).
 
 Two entry points:
 - ``partition_cost``: a partition into data-parallel groups; the pipeline order of the groups and the
@@ -34,12 +35,18 @@ class CostModel:
     dp_pair[a, b]: what device a pays to exchange its share of gradients with b, both ways:
         2 * (delay + c_dp / (R * bandwidth)); zero on the diagonal.
     pp_pair[a, b]: time to send one replica's activations from a to b: delay + c_pp / bandwidth.
+    stage_s[p, j]: one micro-batch of stage j on peer p, forward + backward (compute.py); None
+        without measured compute, which leaves the paper's cost exactly as it was.
+    slots: micro-batch slots of a GPipe step (M + S - 1); the compute term is
+        slots * max over the plan's positions of stage_s.
     """
 
     stages: int
     replicas: int
     dp_pair: FloatArray
     pp_pair: FloatArray
+    stage_s: FloatArray | None = None
+    slots: int = 0
 
     @classmethod
     def build(cls, topology: Topology, workload: Workload) -> CostModel:
@@ -53,7 +60,26 @@ class CostModel:
             off_diag, 2 * (delay_s + workload.c_dp_gb * 8 / (safe_bw * workload.replicas)), 0.0
         )
         pp_pair = np.where(off_diag, delay_s + workload.c_pp_gb * 8 / safe_bw, 0.0)
-        return cls(workload.stages, workload.replicas, dp_pair, pp_pair)
+        compute = topology.compute
+        if compute is None:
+            return cls(workload.stages, workload.replicas, dp_pair, pp_pair)
+        stage_s = compute.stage_table(workload.stages, workload.replicas)
+        slots = compute.pipeline_slots(workload.stages)
+        return cls(workload.stages, workload.replicas, dp_pair, pp_pair, stage_s, slots)
+
+    def reordered(self, order: IntArray) -> CostModel:
+        """The same model with peer i of the result being peer order[i] of this one."""
+        ix = np.ix_(order, order)
+        stage_s = None if self.stage_s is None else self.stage_s[order]
+        return CostModel(
+            self.stages, self.replicas, self.dp_pair[ix], self.pp_pair[ix], stage_s, self.slots
+        )
+
+    def compute_cost(self, pipelines: IntArray) -> float:
+        """slots x the slowest stage time over the plan's positions (0 without compute)."""
+        if self.stage_s is None:
+            return 0.0
+        return float(self.slots * self.stage_s[pipelines, np.arange(pipelines.shape[1])].max())
 
     @property
     def num_peers(self) -> int:
@@ -68,6 +94,7 @@ class Evaluation:
     dp_cost_s: float
     pp_cost_s: float  # already x2 (activations forward + gradients backward)
     pipelines: IntArray  # (R, S)
+    compute_cost_s: float = 0.0  # (M + S - 1) x the slowest stage; 0 without measured compute
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,7 +286,8 @@ def partition_cost(model: CostModel, groups: IntArray) -> Evaluation:
     weights = group_link_weights(model, groups)
     pp_cost, order = open_path(weights)
     pipelines = chain_pipelines(model, groups, order)
-    return Evaluation(dp_cost + 2 * pp_cost, dp_cost, 2 * pp_cost, pipelines)
+    compute = model.compute_cost(pipelines)
+    return Evaluation(dp_cost + 2 * pp_cost + compute, dp_cost, 2 * pp_cost, pipelines, compute)
 
 
 def chain_pipelines(model: CostModel, groups: IntArray, order: IntArray) -> IntArray:
@@ -284,7 +312,8 @@ def plan_cost(model: CostModel, pipelines: IntArray) -> Evaluation:
         pp_cost = float(links.max(axis=0).sum())
     else:
         pp_cost = 0.0
-    return Evaluation(dp_cost + 2 * pp_cost, dp_cost, 2 * pp_cost, pipelines)
+    compute = model.compute_cost(pipelines)
+    return Evaluation(dp_cost + 2 * pp_cost + compute, dp_cost, 2 * pp_cost, pipelines, compute)
 
 
 def _check_shape(model: CostModel, value: IntArray, shape: tuple[int, int], what: str) -> None:

@@ -8,6 +8,9 @@ whole neighbourhood costs O(S) vector operations per peer.
 The objective is made of maxima, so most swaps leave it unchanged. Ties are broken by a secondary
 score (the sum of every column's DP cost and every boundary's bottleneck), which steers the search
 across plateaus without ever accepting a worse primary cost.
+
+With measured compute (compute.py) the cost adds slots x the slowest stage time over the plan;
+each column caches its slowest member's stage time, so a swap re-prices two columns.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class PlanState:
     spares: IntArray  # peers not in the plan
     stats: SearchStats
     member_sums: FloatArray  # (R, S): each member's DP total within its column
+    column_compute: FloatArray  # (S,) slots x the slowest member's stage time (0 w/o compute)
 
     @classmethod
     def of(cls, model: CostModel, plan: IntArray, stats: SearchStats) -> PlanState:
@@ -54,6 +58,7 @@ class PlanState:
             spares,
             stats,
             np.zeros(plan.shape),
+            np.zeros(stages),
         )
         stats.evaluations += 1
         for col in range(stages):
@@ -64,11 +69,11 @@ class PlanState:
 
     @property
     def cost(self) -> float:
-        return float(self.column_dp.max() + 2 * self.boundary.sum())
+        return float(self.column_dp.max() + 2 * self.boundary.sum() + self.column_compute.max())
 
     @property
     def secondary(self) -> float:
-        return float(self.column_dp.sum() + 2 * self.boundary.sum())
+        return float(self.column_dp.sum() + 2 * self.boundary.sum() + self.column_compute.sum())
 
     def key(self) -> tuple[float, float]:
         return self.cost, self.secondary
@@ -79,6 +84,8 @@ class PlanState:
             axis=1
         )
         self.column_dp[col] = self.member_sums[:, col].max()
+        if self.model.stage_s is not None:
+            self.column_compute[col] = self.model.slots * self.model.stage_s[members, col].max()
 
     def critical_peers(self) -> IntArray:
         """Peers whose moves can lower the primary cost: the costliest column and boundary ends."""
@@ -138,7 +145,23 @@ def _swap_scores(
         right = _candidate_column(plan, b + 1, row, col, target_col)
         new_bound[:, b] = model.pp_pair[left, right].max(axis=1)
     pipeline = 2 * new_bound.sum(axis=1)
-    return new_dp.max(axis=1) + pipeline, new_dp.sum(axis=1) + pipeline
+    compute = np.repeat(state.column_compute[None, :], replicas, axis=0)  # (K, S)
+    if model.stage_s is not None:
+        for c in {col, target_col}:
+            members = _candidate_column(plan, c, row, col, target_col)
+            compute[:, c] = model.slots * model.stage_s[members, c].max(axis=1)
+    return _scores(new_dp, pipeline, compute)
+
+
+def _scores(
+    new_dp: FloatArray, pipeline: FloatArray, compute: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """(cost, secondary) of K candidates from their (K, S) column DP and compute and their
+    (K,) pipeline term."""
+    return (
+        new_dp.max(axis=1) + pipeline + compute.max(axis=1),
+        new_dp.sum(axis=1) + pipeline + compute.sum(axis=1),
+    )
 
 
 def _spare_scores(state: PlanState, row: int, col: int) -> tuple[FloatArray, FloatArray]:
@@ -163,7 +186,12 @@ def _spare_scores(state: PlanState, row: int, col: int) -> tuple[FloatArray, Flo
             (left if b == col else right)[:, row] = spares
             new_bound[:, b] = model.pp_pair[left, right].max(axis=1)
     pipeline = 2 * new_bound.sum(axis=1)
-    return new_dp.max(axis=1) + pipeline, new_dp.sum(axis=1) + pipeline
+    compute = np.repeat(state.column_compute[None, :], num, axis=0)
+    if model.stage_s is not None:
+        column = np.repeat(members[None, :], num, axis=0)
+        column[:, row] = spares
+        compute[:, col] = model.slots * model.stage_s[column, col].max(axis=1)
+    return _scores(new_dp, pipeline, compute)
 
 
 def _better(a: tuple[float, float], b: tuple[float, float]) -> bool:
@@ -209,7 +237,11 @@ def _all_swap_scores(state: PlanState, row: int, col: int) -> tuple[FloatArray, 
     cand[flat, row, col] = ys
     cand[flat, ks, tcs] = x
     pipeline = 2 * model.pp_pair[cand[:, :, :-1], cand[:, :, 1:]].max(axis=1).sum(axis=1)
-    return new_dp.max(axis=1) + pipeline, new_dp.sum(axis=1) + pipeline
+    if model.stage_s is None:
+        compute = np.zeros((num, stages))
+    else:
+        compute = model.slots * model.stage_s[cand, np.arange(stages)].max(axis=1)  # (K, S)
+    return _scores(new_dp, pipeline, compute)
 
 
 def best_swap_for(

@@ -39,6 +39,7 @@ class Plan:
     seed: int
     stopped: str = "converged"
     peer_names: list[str] = field(default_factory=list)
+    compute_cost_s: float = 0.0  # (M + S - 1) x the slowest stage, with measured compute
 
     @property
     def stages(self) -> int:
@@ -58,6 +59,7 @@ class Plan:
             "cost_s": self.cost_s,
             "dp_cost_s": self.dp_cost_s,
             "pp_cost_s": self.pp_cost_s,
+            "compute_cost_s": self.compute_cost_s,
             "pipelines": self.pipelines,
             "spares": self.spares,
             "wall_s": self.wall_s,
@@ -90,9 +92,7 @@ def resolve_workload(topology: Topology, stages: int | None, replicas: int | Non
 
 def _canonical(topology: Topology, workload: Workload) -> tuple[CostModel, IntArray]:
     order = np.argsort(np.array(topology.peers, dtype=object), kind="stable").astype(np.intp)
-    model = CostModel.build(topology, workload)
-    ix = np.ix_(order, order)
-    return CostModel(model.stages, model.replicas, model.dp_pair[ix], model.pp_pair[ix]), order
+    return CostModel.build(topology, workload).reordered(order), order
 
 
 def plan_swarm(
@@ -162,6 +162,7 @@ def _to_plan(
         seed=seed,
         stopped=stopped,
         peer_names=list(topology.peers),
+        compute_cost_s=final.compute_cost_s,
     )
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2ptrain.errors import UserError
+from p2ptrain.schedule.compute import PeerCompute
 
 FORMAT = "p2ptrain.topology/1"
 MAX_TOPOLOGY_BYTES = 64 * 1024 * 1024
@@ -70,6 +71,8 @@ class Topology:
     workload: Workload | None = None
     name: str = "topology"
     source: str = field(default="", compare=False)
+    # each peer's measured compute (compute.py); None: the paper's model, communication only
+    compute: PeerCompute | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         peers = self.peers
@@ -106,6 +109,8 @@ class Topology:
             raise TopologyError(f"regions must be a list of {num_peers} strings, one per peer")
         if self.workload is not None:
             self.check_fits(self.workload.stages, self.workload.replicas)
+        if self.compute is not None and self.compute.num_peers != num_peers:
+            raise TopologyError(f"compute must have one entry per peer ({num_peers})")
 
     @property
     def num_peers(self) -> int:

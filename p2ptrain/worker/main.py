@@ -26,6 +26,7 @@ import torch
 from p2ptrain import addresses
 from p2ptrain.errors import UserError
 from p2ptrain.records import (
+    ComputeReport,
     Heartbeat,
     Hello,
     MetricsReport,
@@ -110,13 +111,16 @@ class Worker:
             self._hello(transport.peer_id, data_addrs)
             self.phase = "waiting"
             _warm_up_torch()
-            version = 0
+            version, timed_run = 0, ""
             while True:
                 if not self.inbox.wait_newer(version):
                     return 0  # stopped before any (new) plan
                 version = self.inbox.version
                 message = self.inbox.latest
                 assert message is not None
+                if message.run is not None and message.run.run_id != timed_run:
+                    timed_run = message.run.run_id
+                    self._time_compute(message.run)
                 problem = _not_actionable(message, transport.peer_id)
                 if problem or message.run is None:
                     log.info("waiting for a better plan: %s", problem)
@@ -157,6 +161,17 @@ class Worker:
         if session is None:
             raise NotReady()  # between plans: the sender retries
         return session.expect(header)
+
+    def _time_compute(self, spec: RunSpec) -> None:
+        """Time the run's model here once (a few hundred ms at most) and tell the control
+        process: the planner prices this peer's stages from it."""
+        from p2ptrain.worker.compute_probe import measure_stage_compute
+
+        if self.ipc is None:
+            return  # a static plan has no planner to tell
+        compute = measure_stage_compute(spec)
+        log.info("timed the run's model: %.3g ms per row and block", compute.block_row_s * 1e3)
+        self.ipc.send(ComputeReport(compute))
 
     def _beat_forever(self) -> None:
         assert self.ipc is not None

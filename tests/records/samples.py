@@ -6,6 +6,7 @@ from typing import Any
 
 from p2ptrain.records import (
     Claim,
+    ComputeReport,
     Health,
     Heartbeat,
     Hello,
@@ -17,6 +18,7 @@ from p2ptrain.records import (
     Revocations,
     RunSpec,
     SessionReport,
+    StageCompute,
     Stop,
     SwarmStatus,
     Telemetry,
@@ -77,6 +79,7 @@ def metrics_dict() -> dict[str, Any]:
 def status_dict() -> dict[str, Any]:
     peer = {"id": A, "alive": True, "planner": True, "last_seen_s": 0.0, "penalty": 0.0,
             "metrics": telemetry_dict()["metrics"], "health": {"ok": True, "reason": ""},
+            "stage_compute": compute_dict(),
             **peer_dict()}  # fmt: skip
     del peer["planner_capable"]
     plan = {k: v for k, v in plan_dict().items() if k not in ("data_addrs", "network", "lineage")}
@@ -91,11 +94,19 @@ def token_dict() -> dict[str, Any]:
     return issue_token(bytes(range(32)), A, True, 2e9).to_dict()
 
 
+def compute_dict() -> dict[str, Any]:
+    return {"block_row_s": 0.0004, "embed_row_s": 2e-5, "head_row_s": 0.0003, "rows": 8,
+            "device": "cpu", "run_id": "p2ptrain-default"}  # fmt: skip
+
+
 # (record class, a valid dict of it)
 SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (Plan, plan_dict()),
     (PeerRecord, peer_dict()),
     (PeerRecord, {**peer_dict(), "token": Token.from_dict(token_dict()).encode()}),
+    (PeerRecord, {**peer_dict(), "stage_compute": compute_dict()}),
+    (StageCompute, compute_dict()),
+    (ComputeReport, {"type": "compute", "compute": compute_dict()}),
     (Token, token_dict()),
     (Revocation, issue_revocation(bytes(range(32)), B).to_dict()),
     (Revocations, {"entries": [issue_revocation(bytes(range(32)), B).to_dict()]}),

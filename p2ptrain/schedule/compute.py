@@ -1,0 +1,87 @@
+"""Each peer's measured compute, priced for any stage split (beyond the paper, which assumes equal
+GPUs).
+
+A peer measures one forward + backward of the run's model on the device that will train
+(worker/compute_probe.py) and reports it per transformer block and per row of a micro-batch,
+plus the first stage's embedding and the last stage's head and loss. That prices a stage of any
+number of layers, at any micro-batch size: ``stage_table`` gives the seconds peer p needs for
+one micro-batch of stage j of an S x R plan. A GPipe step takes at least (M + S - 1) micro-batch
+slots of the slowest stage, and the slowest pipeline gates the data-parallel step, so the cost
+model adds (M + S - 1) * max over the plan's positions of that table (cost.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class PeerCompute:
+    """Seconds per row of a micro-batch, forward + backward, for each of N peers (NaN: not
+    measured yet), and the run facts that turn them into stage times."""
+
+    block_row_s: FloatArray  # (N,) one transformer block
+    embed_row_s: FloatArray  # (N,) the embedding (first stage only)
+    head_row_s: FloatArray  # (N,) final norm, head and loss (last stage only)
+    n_layer: int
+    batch_size: int  # global batch in rows, split over the replicas
+    micro_batches: int  # per pipeline (GPipe)
+
+    def __post_init__(self) -> None:
+        sizes = {len(self.block_row_s), len(self.embed_row_s), len(self.head_row_s)}
+        if len(sizes) != 1:
+            raise ValueError("block_row_s, embed_row_s and head_row_s must have one entry a peer")
+        if min(self.n_layer, self.batch_size, self.micro_batches) < 1:
+            raise ValueError("n_layer, batch_size and micro_batches must be >= 1")
+        for values in (self.block_row_s, self.embed_row_s, self.head_row_s):
+            measured = values[~np.isnan(values)]
+            if np.any(~np.isfinite(measured)) or np.any(measured < 0):
+                raise ValueError("compute times must be finite and >= 0 (or NaN: not measured)")
+
+    @property
+    def num_peers(self) -> int:
+        return len(self.block_row_s)
+
+    def filled(self) -> PeerCompute:
+        """Unmeasured peers get the median of the measured ones (like unmeasured links); with
+        nothing measured, every peer costs nothing (the paper's equal GPUs)."""
+        known = ~np.isnan(self.block_row_s)
+
+        def fill(values: FloatArray) -> FloatArray:
+            values = np.where(known, values, np.nan)
+            estimate = float(np.nanmedian(values)) if known.any() else 0.0
+            return np.where(np.isnan(values), estimate, values)
+
+        return PeerCompute(
+            fill(self.block_row_s), fill(self.embed_row_s), fill(self.head_row_s),
+            self.n_layer, self.batch_size, self.micro_batches,
+        )  # fmt: skip
+
+    def reordered(self, order: npt.NDArray[np.intp]) -> PeerCompute:
+        return PeerCompute(
+            self.block_row_s[order], self.embed_row_s[order], self.head_row_s[order],
+            self.n_layer, self.batch_size, self.micro_batches,
+        )  # fmt: skip
+
+    def stage_table(self, stages: int, replicas: int) -> FloatArray:
+        """(N, S): seconds of one micro-batch (forward + backward) of stage j on peer p.
+
+        Layers are cut as the model cuts them (train/model.py: near-equal, earlier stages take
+        the remainder); a micro-batch holds batch_size / (replicas * micro_batches) rows."""
+        filled = self.filled()
+        base, extra = divmod(self.n_layer, stages)
+        layers = np.array([base + (1 if j < extra else 0) for j in range(stages)], dtype=float)
+        table = filled.block_row_s[:, None] * layers[None, :]
+        table[:, 0] += filled.embed_row_s
+        table[:, -1] += filled.head_row_s
+        rows = self.batch_size / (replicas * self.micro_batches)
+        return np.asarray(table * rows, dtype=np.float64)
+
+    def pipeline_slots(self, stages: int) -> int:
+        """Micro-batch slots of a GPipe step, fill and drain included: M + S - 1."""
+        return self.micro_batches + stages - 1

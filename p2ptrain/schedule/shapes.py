@@ -1,0 +1,87 @@
+"""Choosing the plan's shape (stages x replicas) when peers differ in speed.
+
+With equal peers the run's stage count and as many replicas as fit is the natural shape. With
+measured compute (compute.py) a few slow peers gate every GPipe step, and a shape that leaves
+them out can be cheaper: fewer replicas (each carrying more rows of the fixed global batch) or
+fewer stages (each holding more layers), the slow peers becoming spares. Each candidate shape is
+planned with the same search and the cheapest plan, priced with compute, wins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from p2ptrain.schedule.planner import Plan, plan_swarm
+from p2ptrain.schedule.topology import Topology, Workload
+
+WorkloadFor = Callable[[int, int], Workload]
+FloatArray = npt.NDArray[np.float64]
+
+
+def scaled_workload(base: Workload) -> WorkloadFor:
+    """The base workload re-cut for another shape: a stage's gradients grow with its layers
+    (c_dp x S0 / S) and a replica's activations with its rows of the global batch (c_pp x R0 / R)."""
+
+    def workload_for(stages: int, replicas: int) -> Workload:
+        return Workload(
+            stages,
+            replicas,
+            base.c_dp_gb * base.stages / stages,
+            base.c_pp_gb * base.replicas / replicas,
+        )
+
+    return workload_for
+
+
+# a shape may leave out the peers slower than these multiples of the fastest one; not less
+# than 2x, so that timing noise among equal peers never shrinks the plan
+SLOWDOWN_CUTS = (2.0, 4.0)
+
+
+def candidate_shapes(
+    num_peers: int, max_stages: int, n_layer: int, block_row_s: FloatArray | None = None
+) -> list[tuple[int, int]]:
+    """A few stages x replicas worth pricing, the run's own shape (max_stages, as many replicas
+    as fit) first: stages halved down to 1; replicas as many as fit, or as many as fit among
+    the peers within each of SLOWDOWN_CUTS of the fastest (block_row_s, measured or estimated)."""
+    top = max(1, min(max_stages, n_layer, num_peers))
+    counts = [num_peers]
+    if block_row_s is not None and len(block_row_s) and block_row_s.min() > 0:
+        fastest = float(block_row_s.min())
+        counts += [int(np.count_nonzero(block_row_s <= cut * fastest)) for cut in SLOWDOWN_CUTS]
+    shapes: list[tuple[int, int]] = []
+    stages = top
+    while True:
+        for count in counts:
+            shape = (stages, count // stages)
+            if shape[1] >= 1 and shape not in shapes:
+                shapes.append(shape)
+        if stages == 1:
+            return shapes
+        stages = max(1, stages // 2)
+
+
+def plan_best_shape(
+    topology: Topology,
+    shapes: Sequence[tuple[int, int]],
+    workload_for: WorkloadFor,
+    seed: int = 0,
+    time_budget_s: float | None = None,
+) -> Plan:
+    """The cheapest of the plans of every shape (ties: the earlier shape), each searched with
+    ``plan_swarm`` on its own workload; the budget is shared evenly between the shapes."""
+    if not shapes:
+        raise ValueError("no shape to plan")
+    budget = None if time_budget_s is None else time_budget_s / len(shapes)
+    best: Plan | None = None
+    for stages, replicas in shapes:
+        shaped = dataclasses.replace(topology, workload=workload_for(stages, replicas))
+        plan = plan_swarm(shaped, stages, replicas, seed=seed, time_budget_s=budget)
+        if best is None or plan.cost_s < best.cost_s - 1e-12:
+            best = plan
+    assert best is not None
+    return best
