@@ -121,6 +121,8 @@ def mean_of_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
     result.update(
         path=median.get("path"),
+        term=median.get("term"),  # the median run's plan (each run's is under "runs")
+        epoch=median.get("epoch"),
         aggregate=f"mean over {len(done)} random placements (seeds {[r['seed'] for r in done]})",
         curve=median["curve"],
         pipelines=median["pipelines"],
