@@ -92,8 +92,9 @@ class DataParallelSwarm:
             complete = sorted(s for s, rs in by_step.items() if len(rs) == self.num_peers)
             for step in complete[len(done) :]:
                 records = by_step[step]
+                # a peer that jumped past the step (dp_trainer's recovery) reports 0 rows
                 total = sum(r["samples"] for r in records)
-                loss = sum(r["loss"] * r["samples"] for r in records) / total
+                loss = sum(r["loss"] * r["samples"] for r in records) / total if total else 0.0
                 done.append((step, loss, max(r["time_s"] for r in records)))
                 deadline = time.monotonic() + stall_timeout_s
                 if on_step is not None:

@@ -1,97 +1,47 @@
 """`p2ptrain bench e2e`: the same model, data and emulated network, trained with different
 placements; tokens/s, time to a target loss, and predicted vs measured communication per step.
 
-Runs, all on one testbed (the same emulated links):
-- scheduled: p2ptrain with the scheduler's plan on the emulated links;
-- random: p2ptrain with random placements of the same stages x replicas (a few seeds, mean);
+Runs, all on one testbed (the same emulated links), every p2ptrain run through the shipped path
+(a bootstrap and `join` nodes in the testbed's namespaces, the live planner: e2e_join.py):
+- scheduled: the run spec as given (placement = "scheduled", compute-aware);
+- compute_blind (with slow peers): the same with compute_aware = false;
+- random: placement = "random", placement_seed = seed .. seed + random_seeds - 1 (mean);
 - hivemind_dp: data-parallel training with hivemind.Optimizer, every peer holding the whole
   model (p2ptrain/harness/dp_trainer.py), same data and global batch;
-- ideal: the scheduled plan with every link at 1 Gbit/s and no delay, to measure compute
+- ideal: the scheduled run with every link at 1 Gbit/s and no delay, to measure compute
   (+ pipeline bubbles) per step; measured communication = step time - ideal step time.
-Predicted communication: the step-time model (schedule/step_time.py), and the paper's cost.
+Predicted communication: the step-time model (schedule/step_time.py) on the published plan.
 """
 
 from __future__ import annotations
 
-import itertools
 import shutil
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from p2ptrain.harness.dp_swarm import DataParallelSwarm
-from p2ptrain.harness.testbed_swarm import (
-    EmulatedSwarm,
-    plan_on_testbed,
-    predicted_step,
-)
+from p2ptrain.harness.e2e_join import median_step_s, train_join
 from p2ptrain.records.run import RunSpec
 from p2ptrain.testbed.links import LinkSpec
 from p2ptrain.testbed.testbed import Testbed
 
 IDEAL_LINK = LinkSpec(delay_ms=0.0, rate_mbps=1000.0)
 HELLO_TIMEOUT_S = 300.0
+# ideal last: it speeds the links up
+RUN_ORDER = ("scheduled", "compute_blind", "random", "hivemind_dp", "ideal")
+P2PTRAIN_RUNS = ("scheduled", "compute_blind", "random")
 
 
-def train_once(
-    bed: Testbed,
-    spec: RunSpec,
-    placement: str,
-    seed: int,
-    progress: Callable[[str], None],
-    log_dir: Path | None = None,
-) -> dict[str, Any]:
-    """One training run of the workers in the testbed; per-step losses and finish times.
-    With log_dir, the workers' logs are copied to log_dir/<placement>/ before cleanup."""
-    workdir = Path(tempfile.mkdtemp(prefix=f"p2ptrain-e2e-{placement}-"))
-    spec = spec.replace(checkpoint_dir=str(workdir / "checkpoints"))
-    steps: list[tuple[float, float]] = []  # (seconds since the first step finished, loss)
-    try:
-        with EmulatedSwarm(spec, bed, workdir) as swarm:
-            hellos = swarm.wait_hellos(HELLO_TIMEOUT_S)
-            plan, pipelines = plan_on_testbed(
-                bed, spec, hellos, "scheduled" if placement == "ideal" else placement, seed
-            )
-            progress(f"{placement}: pipelines {pipelines} (seed {seed})")
-            swarm.send_plan(plan)
-            started_s = time.monotonic()
-
-            def on_step(step: int, loss: float, tokens_per_s: float) -> None:
-                steps.append((time.monotonic() - started_s, loss))
-                progress(
-                    f"{placement}: step {step + 1}/{spec.steps} loss {loss:.3f} at {steps[-1][0]:.1f} s"
-                )
-
-            result = swarm.train(on_step)
-    finally:
-        if log_dir is not None:
-            keep = log_dir / (f"random-seed{seed}" if placement == "random" else placement)
-            keep.mkdir(parents=True, exist_ok=True)
-            for log in workdir.glob("worker-*.log"):
-                shutil.copy(log, keep / log.name)
-        shutil.rmtree(workdir, ignore_errors=True)
-    model = predicted_step(bed, spec, pipelines)
-    return {
-        "seed": seed,
-        "tokens_per_s": result.tokens_per_s,
-        "step_s": _median_step_s([t for t, _ in steps]),
-        # the step-time model (schedule/step_time.py) on the emulated WAN links
-        "predicted_s": model.comm_s,
-        "predicted_pipeline_s": model.pipeline_s,
-        "predicted_averaging_s": model.averaging_s,
-        "predicted_critical_stage": model.critical_stage,
-        "predicted_paper_s": plan.cost_s,  # the paper's DP + 2 x PP (schedule/cost.py)
-        "pipelines": pipelines,
-        "averaging": result.averaging,  # outcome -> count, over all workers and steps
-        "curve": steps,
-    }
-
-
-RUN_ORDER = ("scheduled", "random", "hivemind_dp", "ideal")  # ideal last: it speeds the links up
+def slow_peer_indices(num_peers: int, count: int) -> list[int]:
+    """Which peers a --slow-peers run slows: evenly spread, from the last peer down (peer 0's
+    namespace also holds the bootstrap)."""
+    if not 0 <= count <= num_peers:
+        raise ValueError(f"{count} slow peers of {num_peers}")
+    return sorted({num_peers - 1 - (i * num_peers) // count for i in range(count)})
 
 
 def run_e2e_bench(
@@ -106,13 +56,15 @@ def run_e2e_bench(
     random_seeds: int = 3,
     runs: tuple[str, ...] = RUN_ORDER,
     log_dir: Path | None = None,
+    cpu_cores: dict[int, float] | None = None,
 ) -> dict[str, Any]:
-    """Run the placements one after the other on one testbed; the result dict of the bench.
+    """Run the variants one after the other on one testbed; the result dict of the bench.
     The random placement is run with seeds seed .. seed + random_seeds - 1 and reported as the
-    mean over them (each one is kept under "runs")."""
+    mean over them (each one is kept under "runs"). cpu_cores: slow peers, peer index -> CPU
+    quota in cores (testbed/cpu.py), for every run."""
     results: dict[str, Any] = {}
     with Testbed.from_topology(
-        topology, bandwidth_scale=bandwidth_scale, delay_scale=delay_scale
+        topology, bandwidth_scale=bandwidth_scale, delay_scale=delay_scale, cpu_cores=cpu_cores
     ) as bed:
         for name in (r for r in RUN_ORDER if r in runs):
             if name == "ideal":
@@ -125,7 +77,7 @@ def run_e2e_bench(
                             "seed": s,
                             **_guarded(
                                 f"random seed {s}",
-                                partial(train_once, bed, spec, "random", s, progress, log_dir),
+                                partial(train_join, bed, spec, "random", s, progress, log_dir),
                                 progress,
                             ),
                         }
@@ -138,8 +90,10 @@ def run_e2e_bench(
                 )
             else:
                 results[name] = _guarded(
-                    name, partial(train_once, bed, spec, name, seed, progress, log_dir), progress
+                    name, partial(train_join, bed, spec, name, seed, progress, log_dir), progress
                 )
+    if cpu_cores:
+        results["slow_peers"] = {str(i): c for i, c in sorted(cpu_cores.items())}
     return summarize(results, target_loss)
 
 
@@ -163,8 +117,12 @@ def mean_of_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {
         key: statistics.mean(r[key] for r in done)
         for key in ("tokens_per_s", "step_s", "predicted_s", "predicted_paper_s")
+        if all(isinstance(r.get(key), int | float) for r in done)
     }
     result.update(
+        path=median.get("path"),
+        term=median.get("term"),  # the median run's plan (each run's is under "runs")
+        epoch=median.get("epoch"),
         aggregate=f"mean over {len(done)} random placements (seeds {[r['seed'] for r in done]})",
         curve=median["curve"],
         pipelines=median["pipelines"],
@@ -178,18 +136,25 @@ def summarize(results: dict[str, Any], target_loss: float | None) -> dict[str, A
     """Measured communication (step - ideal step), time to the target loss, the speedups."""
     ideal_step_s = results.get("ideal", {}).get("step_s")
     if ideal_step_s is not None:
-        for name in ("scheduled", "random"):
+        for name in P2PTRAIN_RUNS:
             r = results.get(name, {})
             for run in [r, *r.get("runs", [])]:
                 if "step_s" in run:
                     run["measured_s"] = run["step_s"] - ideal_step_s
-                    run["prediction_error"] = run["predicted_s"] / run["measured_s"] - 1
-    curves = [r["curve"] for r in results.values() if "curve" in r]
+                    run["prediction_error"] = (
+                        run["predicted_s"] / run["measured_s"] - 1
+                        if run["measured_s"] > 0
+                        else None
+                    )
+                    # the whole step: the model's communication on the measured compute
+                    run["predicted_step_s"] = ideal_step_s + run["predicted_s"]
+                    run["step_prediction_error"] = run["predicted_step_s"] / run["step_s"] - 1
+    curves = [r["curve"] for r in results.values() if isinstance(r, dict) and "curve" in r]
     if not curves:
-        raise RuntimeError(next(iter(results.values()))["error"])
+        raise RuntimeError(next(r["error"] for r in results.values() if "error" in r))
     if target_loss is None:  # the loss every run reached: the worst final loss
         target_loss = max(c[-1][1] for c in curves)
-    for r in results.values():
+    for r in [r for r in results.values() if isinstance(r, dict)]:
         for run in [r, *r.get("runs", [])]:
             if "curve" in run:
                 run["time_to_target_s"] = next(
@@ -200,6 +165,10 @@ def summarize(results: dict[str, Any], target_loss: float | None) -> dict[str, A
         mine = results.get("scheduled", {}).get("tokens_per_s")
         theirs = results.get(other, {}).get("tokens_per_s")
         results[f"speedup_scheduled_vs_{other}"] = mine / theirs if mine and theirs else None
+    if "compute_blind" in results:
+        mine = results.get("scheduled", {}).get("tokens_per_s")
+        theirs = results["compute_blind"].get("tokens_per_s")
+        results["speedup_compute_aware_vs_blind"] = mine / theirs if mine and theirs else None
     return results
 
 
@@ -237,15 +206,9 @@ def train_dp(
         "tokens_per_s": (len(finished) - 1) * tokens_per_step / (finished[-1] - finished[0])
         if len(finished) > 1 and finished[-1] > finished[0]
         else 0.0,
-        "step_s": _median_step_s([t for t, _ in steps]),
+        "step_s": median_step_s([t for t, _ in steps]),
         "curve": steps,
     }
-
-
-def _median_step_s(times: list[float]) -> float:
-    if len(times) <= 2:
-        return float("nan")
-    return statistics.median(b - a for a, b in itertools.pairwise(times))
 
 
 def failure_summary(exc: BaseException) -> str:
@@ -261,7 +224,8 @@ def render(result: dict[str, Any]) -> str:
     nan = float("nan")
     lines = [
         f"{'run':<16} {'tokens/s':>9} {'s/step':>7} {'comm pred s':>11} {'comm meas s':>11} "
-        f"{'pred err':>8} {'paper s':>8} {'to loss ' + format(result['target_loss'], '.3f'):>16}"
+        f"{'pred err':>8} {'step err':>8} {'paper s':>8} "
+        f"{'to loss ' + format(result['target_loss'], '.3f'):>16}"
     ]
 
     def row(name: str, r: dict[str, Any]) -> None:
@@ -270,11 +234,13 @@ def render(result: dict[str, Any]) -> str:
             return
         ttt = r.get("time_to_target_s")
         error = r.get("prediction_error")
+        step_error = r.get("step_prediction_error")
         lines.append(
             f"{name:<16} {r['tokens_per_s']:>9.0f} {r['step_s']:>7.2f} "
             f"{r.get('predicted_s', nan) if name != 'ideal' else nan:>11.3f} "
             f"{r.get('measured_s', nan):>11.3f} "
             f"{(format(error, '+.0%') if error is not None else '-'):>8} "
+            f"{(format(step_error, '+.0%') if step_error is not None else '-'):>8} "
             f"{r.get('predicted_paper_s', nan) if name != 'ideal' else nan:>8.3f} "
             f"{(format(ttt, '.1f') + ' s') if ttt is not None else '-':>16}"
         )
@@ -290,4 +256,9 @@ def render(result: dict[str, Any]) -> str:
         speedup = result.get(f"speedup_scheduled_vs_{other}")
         if speedup:
             lines.append(f"scheduled / {other} tokens/s: {speedup:.2f}x")
+    if result.get("speedup_compute_aware_vs_blind"):
+        lines.append(
+            f"compute-aware / compute-blind tokens/s: {result['speedup_compute_aware_vs_blind']:.2f}x"
+            f" (peer: cores {result.get('slow_peers')})"
+        )
     return "\n".join(lines)

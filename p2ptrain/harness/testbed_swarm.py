@@ -7,6 +7,7 @@ hivemind. Each worker listens on its namespace's address (--listen-host).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +46,18 @@ def emulated_topology(bed: Testbed, workload: Any = None) -> Any:
     )
 
 
-def stage_parameter_counts(spec: RunSpec, stages: int) -> list[int]:
+def stage_parameter_counts(
+    spec: RunSpec, stages: int, layers: Sequence[int] | None = None
+) -> list[int]:
     """Parameters per stage of the nanoGPT-style model (embeddings on the first stage, the
-    final norm and the head on the last), for the traffic model."""
-    d, layers = spec.n_embd, spec.n_layer
+    final norm and the head on the last), for the traffic model; `layers`: blocks per stage
+    where a plan splits them unevenly (default: near-equal)."""
+    d = spec.n_embd
     per_layer = 12 * d * d + 13 * d  # attention 4d^2+4d, MLP 8d^2+5d, two layer norms 4d
-    base, extra = divmod(layers, stages)
-    counts = [(base + (1 if s < extra else 0)) * per_layer for s in range(stages)]
+    if layers is None:
+        base, extra = divmod(spec.n_layer, stages)
+        layers = [base + (1 if s < extra else 0) for s in range(stages)]
+    counts = [n * per_layer for n in layers]
     counts[0] += spec.vocab_size * d + spec.block_size * d
     counts[-1] += 2 * d + spec.vocab_size * d
     return counts
@@ -69,7 +75,9 @@ def measured_workload(spec: RunSpec, stages: int, replicas: int) -> Any:
     return Workload(stages=stages, replicas=replicas, c_dp_gb=c_dp_gb, c_pp_gb=c_pp_gb)
 
 
-def step_traffic(spec: RunSpec, stages: int, replicas: int) -> Any:
+def step_traffic(
+    spec: RunSpec, stages: int, replicas: int, layers: Sequence[int] | None = None
+) -> Any:
     """What one step of the run moves, for the step-time model (schedule/step_time.py)."""
     from p2ptrain.schedule.step_time import StepTraffic
 
@@ -78,19 +86,24 @@ def step_traffic(spec: RunSpec, stages: int, replicas: int) -> Any:
     micro_rows = -(-rows // min(spec.micro_batches, rows))  # ... and its largest micro-batch
     return StepTraffic(
         stage_gradient_bytes=tuple(
-            float(c * value_bytes) for c in stage_parameter_counts(spec, stages)
+            float(c * value_bytes) for c in stage_parameter_counts(spec, stages, layers)
         ),
         activation_bytes=float(micro_rows * spec.block_size * spec.n_embd * value_bytes),
         micro_batches=min(spec.micro_batches, rows),
     )
 
 
-def predicted_step(bed: Testbed, spec: RunSpec, pipelines: list[list[int]]) -> Any:
+def predicted_step(
+    bed: Testbed,
+    spec: RunSpec,
+    pipelines: list[list[int]],
+    layers: Sequence[int] | None = None,
+) -> Any:
     """The step-time model's communication per step for pipelines on the emulated links."""
     from p2ptrain.schedule.step_time import step_time
 
     topology = emulated_topology(bed)
-    traffic = step_traffic(spec, len(pipelines[0]), len(pipelines))
+    traffic = step_traffic(spec, len(pipelines[0]), len(pipelines), layers)
     return step_time(topology.delay_ms, topology.bandwidth_gbps, pipelines, traffic)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from p2ptrain.errors import UserError
-from p2ptrain.testbed import netns
+from p2ptrain.testbed import cpu, netns
 from p2ptrain.testbed.links import LinkSpec, LinkTable
 
 STATE_DIR = Path("/run/p2ptrain-testbed")
@@ -43,6 +43,8 @@ class TestbedHandle:
         self.configured: LinkTable = {
             (d["a"], d["b"]): LinkSpec(**d["spec"]) for d in state["links"]
         }
+        # a cpu cgroup per peer where the host has the controller (testbed.start makes them)
+        self.cgroups: list[str] = list(state.get("cgroups", []))
         self._spawned: list[subprocess.Popen[Any]] = []
 
     @classmethod
@@ -81,8 +83,16 @@ class TestbedHandle:
         return self.addresses[self.index(peer)]
 
     def command(self, peer: PeerRef, argv: Sequence[str]) -> list[str]:
-        """The argv that runs argv inside the peer's namespace."""
-        return netns.in_netns(self.namespace(peer), argv)
+        """The argv that runs argv inside the peer's namespace (and its cpu cgroup)."""
+        inside = netns.in_netns(self.namespace(peer), argv)
+        return cpu.wrap(self.cgroups[self.index(peer)], inside) if self.cgroups else inside
+
+    def set_cpu(self, peer: PeerRef, cores: float | None) -> None:
+        """Limit every process of the peer, together, to `cores` of CPU time (None: no limit);
+        it applies at once, to what runs now and what starts later."""
+        if not self.cgroups:
+            raise UserError("this testbed has no cpu cgroups (no cgroup cpu controller)")
+        cpu.set_quota(self.cgroups[self.index(peer)], cores)
 
     def spawn(
         self, peer: PeerRef, argv: Sequence[str], **popen_kwargs: Any

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from p2ptrain.errors import UserError
-from p2ptrain.testbed import netns
+from p2ptrain.testbed import cpu, netns
 from p2ptrain.testbed.handle import STATE_DIR, TestbedHandle, list_testbeds, peer_address
 from p2ptrain.testbed.links import LinkTable, links_from_topology
 
@@ -39,7 +39,11 @@ class Testbed(TestbedHandle):
     """Creates the namespaces and the forwarder; close() (or leaving `with`) removes them all."""
 
     def __init__(
-        self, links: LinkTable, names: Sequence[str] | None = None, mtu: int = DEFAULT_MTU
+        self,
+        links: LinkTable,
+        names: Sequence[str] | None = None,
+        mtu: int = DEFAULT_MTU,
+        cpu_cores: dict[int, float] | None = None,
     ) -> None:
         num_peers = 1 + max(max(key) for key in links) if links else 0
         if num_peers < 2 or any(
@@ -65,6 +69,8 @@ class Testbed(TestbedHandle):
         )
         self._forwarder: subprocess.Popen[bytes] | None = None
         self._created: list[str] = []
+        # peer -> cores: slow peers (testbed/cpu.py); checked now, applied in start()
+        self.cpu_cores = {self.index(i): cpu.check_cores(c) for i, c in (cpu_cores or {}).items()}
 
     @classmethod
     def from_topology(
@@ -74,13 +80,15 @@ class Testbed(TestbedHandle):
         bandwidth_scale: float | None = None,
         delay_scale: float = 1.0,
         mtu: int = DEFAULT_MTU,
+        cpu_cores: dict[int, float] | None = None,
     ) -> Testbed:
-        """A testbed for a p2ptrain.schedule.Topology (rates scaled by bandwidth_scale)."""
+        """A testbed for a p2ptrain.schedule.Topology (rates scaled by bandwidth_scale;
+        cpu_cores: peer index -> CPU quota in cores)."""
         kwargs = {} if bandwidth_scale is None else {"bandwidth_scale": bandwidth_scale}
         links = links_from_topology(
             topology.delay_ms, topology.bandwidth_gbps, delay_scale=delay_scale, **kwargs
         )
-        return cls(links, topology.peers, mtu)
+        return cls(links, topology.peers, mtu, cpu_cores)
 
     @property
     def state_path(self) -> Path:
@@ -102,6 +110,7 @@ class Testbed(TestbedHandle):
             self._start_forwarder()
             for i, ns in enumerate(self.namespaces):
                 self._create_peer(i, ns)
+            self._create_cgroups()
             self.state_path.write_text(json.dumps(self.state))
         except BaseException:
             self.close()
@@ -136,12 +145,27 @@ class Testbed(TestbedHandle):
         netns.ip("link", "set", tun, "mtu", str(self.state["mtu"]), "up", netns=ns)
         netns.ip("link", "set", "lo", "up", netns=ns)
 
+    def _create_cgroups(self) -> None:
+        """A cpu cgroup per peer, if the host has the controller (required with quotas)."""
+        try:
+            cpu.cpu_root()
+        except UserError:
+            if self.cpu_cores:
+                raise
+            return
+        self.cgroups = [cpu.create(ns) for ns in self.namespaces]
+        self.state["cgroups"] = self.cgroups
+        for i, cores in self.cpu_cores.items():
+            self.set_cpu(i, cores)
+
     def close(self) -> None:
         """Kill every process in the namespaces, stop the forwarder, delete the namespaces."""
         self.kill_spawned()
         for ns in self._created:
             netns.delete_netns(ns)
         self._created.clear()
+        for group in self.cgroups:
+            cpu.remove(group)
         if self._forwarder is not None:
             _stop(self._forwarder)
             self._forwarder = None
@@ -187,6 +211,11 @@ def cleanup_stale() -> list[str]:
         ):
             netns.delete_netns(ns)
             removed.append(ns)
+    with contextlib.suppress(UserError):  # no cpu controller: no cgroups were made
+        root, _ = cpu.cpu_root()
+        for group in root.glob(f"{NETNS_PREFIX}*-*"):
+            if group.name[len(NETNS_PREFIX) :].split("-")[0] not in live:
+                cpu.remove(str(group))
     if STATE_DIR.is_dir():
         for path in STATE_DIR.iterdir():
             if path.name.split(".")[0] not in live:

@@ -1,14 +1,16 @@
-"""Pieces of the e2e bench that need no root: the traffic model, plans on emulated links, PNG."""
+"""Pieces of the e2e bench that need no root: the traffic model, bytes per link, plans on
+emulated links, the plot."""
 
 from __future__ import annotations
 
-import zlib
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from p2ptrain.harness.png_plot import HEIGHT, WIDTH, write_line_plot
+from p2ptrain.harness.e2e_plot import write_loss_plot
+from p2ptrain.harness.e2e_traffic import link_table, measured_link_bytes, predicted_link_bytes
 from p2ptrain.harness.testbed_swarm import (
     measured_workload,
     plan_on_testbed,
@@ -62,14 +64,54 @@ def test_scheduled_plan_costs_no_more_than_random_placements() -> None:
         assert scheduled.cost_s <= random_plan.cost_s + 1e-9
 
 
-def test_png_plot_is_a_valid_png(tmp_path: Path) -> None:
+def test_loss_plot_is_a_png_with_every_run(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
     path = tmp_path / "plot.png"
-    write_line_plot(
-        path, {"scheduled": [(0, 5.5), (10, 4.0)], "random": [(0, 5.5), (20, 4.0)]}, 5, 1
-    )
-    data = path.read_bytes()
-    assert data.startswith(b"\x89PNG\r\n\x1a\n")
-    idat_len = int.from_bytes(data[33:37], "big")
-    raw = zlib.decompress(data[41 : 41 + idat_len])
-    assert len(raw) == HEIGHT * (1 + WIDTH * 3)
-    assert any(raw[i] != 0xFF for i in range(len(raw)) if i % (1 + WIDTH * 3))  # something drawn
+    write_loss_plot(path, {"scheduled": [(0, 5.5), (10, 4.0)], "random": [(0, 5.5), (20, 4.0)]})
+    assert path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_predicted_link_bytes_of_two_pipelines() -> None:
+    # 2 stages x 2 replicas: pipelines 0 -> 1 and 2 -> 3; stage groups {0, 2} and {1, 3}
+    links = predicted_link_bytes([[0, 1], [2, 3]], [1000.0, 600.0], [3, 2], 10.0)
+    assert links[(0, 1)] == links[(1, 0)] == 30.0 + 0  # 3 rows each way, no averaging
+    assert links[(2, 3)] == links[(3, 2)] == 20.0
+    assert links[(0, 2)] == links[(2, 0)] == 1000.0  # 2 G / R: a part out, the average back
+    assert links[(1, 3)] == links[(3, 1)] == 600.0
+    assert set(links) == {(0, 1), (1, 0), (2, 3), (3, 2), (0, 2), (2, 0), (1, 3), (3, 1)}
+
+
+def _metrics(step: int, sent: int, to: dict[str, int], term: int = 1) -> str:
+    return json.dumps(
+        {"type": "metrics", "step": step, "term": term, "epoch": 0, "bytes_sent": sent,
+         "bytes_received": 0, "link_bytes": {p: {"sent": n, "received": 0} for p, n in to.items()}}
+    )  # fmt: skip
+
+
+def test_measured_link_bytes_count_the_plans_steps_only(tmp_path: Path) -> None:
+    logs = [tmp_path / "metrics-0.jsonl", tmp_path / "metrics-1.jsonl"]
+    logs[0].write_text(
+        "\n".join([
+            _metrics(0, 50, {"B": 40}, term=0),  # an older plan: left out
+            _metrics(0, 1000, {"B": 900}),
+            '{"type": "session"}',
+            _metrics(2, 3000, {"B": 2500, "stranger": 7}),
+        ]) + "\n"
+    )  # fmt: skip
+    logs[1].write_text(_metrics(0, 10, {"A": 10}) + "\n")  # one report: no window
+    measured = measured_link_bytes(logs, ["A", "B"], (1, 0))
+    assert measured is not None
+    links, sent = measured
+    assert links == {(0, 1): 800.0} and sent == {"A": 1000.0}
+    rows = link_table({(0, 1): 700.0, (1, 0): 5.0}, links, steps=10)
+    assert rows[0] == {"link": [0, 1], "predicted_bytes_per_step": 700,
+                       "measured_bytes_per_step": 800, "predicted_bytes": 7000,
+                       "measured_bytes": 8000}  # fmt: skip
+    assert rows[1]["measured_bytes"] == 0
+
+
+def test_workers_without_byte_counters_measure_nothing(tmp_path: Path) -> None:
+    log = tmp_path / "metrics-0.jsonl"
+    log.write_text(json.dumps({"type": "metrics", "step": 0, "term": 1, "epoch": 0}) + "\n")
+    assert measured_link_bytes([log], ["A"], (1, 0)) is None
+    assert link_table({(0, 1): 1.0}, None, 3)[0]["measured_bytes"] is None

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from p2ptrain.harness.e2e_bench import mean_of_runs, render, summarize
+from p2ptrain.harness.e2e_bench import mean_of_runs, render, slow_peer_indices, summarize
+from p2ptrain.harness.e2e_join import run_spec_for
 from p2ptrain.harness.testbed_swarm import stage_parameter_counts, step_traffic
 from p2ptrain.records.run import RunSpec
 
@@ -62,6 +63,40 @@ def test_summary_measures_communication_against_the_ideal_run() -> None:
     for name in ("scheduled", "random (mean)", "random seed 1", "hivemind_dp", "ideal"):
         assert name in table
     assert "scheduled / random tokens/s: 2.00x" in table
+    # the whole step predicted: the model's communication on the ideal run's compute
+    assert summary["scheduled"]["predicted_step_s"] == pytest.approx(3.2)
+    assert summary["scheduled"]["step_prediction_error"] == pytest.approx(3.2 / 3.0 - 1)
+    assert "speedup_compute_aware_vs_blind" not in summary
+
+
+def test_compute_blind_run_and_its_speedup() -> None:
+    results = {
+        "scheduled": _run(0, 300.0, 3.0, 2.2),
+        "compute_blind": _run(0, 200.0, 4.5, 2.0),
+        "ideal": _run(0, 1000.0, 1.0, 0.0),
+        "slow_peers": {"1": 0.25, "3": 0.25},
+    }
+    summary = summarize(results, target_loss=None)
+    assert summary["speedup_compute_aware_vs_blind"] == pytest.approx(1.5)
+    assert summary["compute_blind"]["measured_s"] == pytest.approx(3.5)
+    assert "compute-aware / compute-blind tokens/s: 1.50x" in render(summary)
+
+
+def test_variants_set_the_run_spec_the_live_planner_reads() -> None:
+    spec = RunSpec()
+    assert run_spec_for(spec, "scheduled", 3).placement == "scheduled"
+    random = run_spec_for(spec, "random", 3)
+    assert (random.placement, random.placement_seed) == ("random", 3)
+    blind = run_spec_for(spec, "compute_blind", 3)
+    assert (blind.placement, blind.compute_aware) == ("scheduled", False)
+    assert run_spec_for(spec, "ideal", 3).compute_aware
+
+
+def test_slow_peers_are_spread_and_spare_the_bootstraps_namespace() -> None:
+    assert slow_peer_indices(8, 4) == [1, 3, 5, 7]
+    assert slow_peer_indices(8, 0) == []
+    assert slow_peer_indices(4, 1) == [3]
+    assert slow_peer_indices(8, 8) == list(range(8))
 
 
 def test_a_failed_run_is_reported_not_fatal() -> None:

@@ -4,6 +4,7 @@ p2ptrain testbed up [TOPOLOGY]           # until Ctrl-C; prints peers, namespace
 p2ptrain testbed exec PEER -- CMD ...    # run CMD inside the peer's namespace
 p2ptrain testbed link A B --delay-ms 80 --rate-mbps 5 --loss 0.01 | --cut | --restore
 p2ptrain testbed disconnect|reconnect|kill|freeze|thaw PEER
+p2ptrain testbed cpu PEER CORES          # CPU quota of a peer's processes (0.25: 4x slower; none)
 p2ptrain testbed show | list | cleanup
 """
 
@@ -52,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("thaw", "SIGCONT every process of a peer"),
     ):
         with_id(name, help_text).add_argument("peer", help="peer index, name or address")
+    quota = with_id("cpu", "limit a peer's processes to CORES of CPU time (a slow peer)")
+    quota.add_argument("peer", help="peer index, name or address")
+    quota.add_argument("cores", help="e.g. 0.25 (a quarter of one core), or 'none' for no limit")
     with_id("show", "peers, current links and per-link counters")
     actions.add_parser("list", help="running testbeds")
     actions.add_parser("cleanup", help="remove namespaces left by a testbed whose owner died")
@@ -94,6 +98,15 @@ def run(args: argparse.Namespace) -> int:
                 loss=args.loss,
             )
         return 0
+    if args.action == "cpu":
+        if args.cores == "none":
+            bed.set_cpu(args.peer, None)
+        else:
+            try:
+                bed.set_cpu(args.peer, float(args.cores))
+            except ValueError:
+                raise UserError(f"CORES must be a number or 'none', got {args.cores!r}") from None
+        return 0
     if args.action in ("disconnect", "reconnect"):
         getattr(bed, args.action)(args.peer)
         return 0
@@ -108,8 +121,10 @@ def run(args: argparse.Namespace) -> int:
 def _up(args: argparse.Namespace) -> int:
     from p2ptrain.harness.cli.wan_bench import load_emulated_topology
     from p2ptrain.testbed import Testbed
+    from p2ptrain.testbed.cpu import quotas_from_topology_file
 
     topology = load_emulated_topology(args)
+    cores = quotas_from_topology_file(args.topology, topology.peers) if args.topology else {}
     # SIGTERM/SIGHUP unwind like Ctrl-C so that the namespaces are removed.
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_interrupt)
@@ -118,6 +133,7 @@ def _up(args: argparse.Namespace) -> int:
         bandwidth_scale=args.bandwidth_scale,
         delay_scale=args.delay_scale,
         mtu=args.mtu,
+        cpu_cores=cores,
     )
     with bed:
         print(f"testbed {bed.id} up: {bed.num_peers} peers (Ctrl-C to tear down)")

@@ -76,14 +76,30 @@ def add_kinds(kinds: Any) -> None:
     )
     e2e.add_argument(
         "--runs",
-        default="scheduled,random,hivemind_dp,ideal",
-        help="which runs (comma-separated; measured comm needs ideal)",
+        help="which runs, comma-separated, of scheduled, compute_blind, random, hivemind_dp, "
+        "ideal (default: all but compute_blind; with --slow-peers all); measured comm needs ideal",
+    )
+    e2e.add_argument(
+        "--slow-peers",
+        type=int,
+        default=0,
+        metavar="K",
+        help="make K peers --slowdown times slower (a CPU quota on their namespaces) and add "
+        "the compute_blind run",
+    )
+    e2e.add_argument(
+        "--slowdown",
+        type=float,
+        default=4.0,
+        help="how much slower a slow peer is: it gets 1/slowdown of a core (default 4)",
     )
     e2e.add_argument("--logs", metavar="DIR", help="keep every worker's log under DIR")
     e2e.add_argument("--target-loss", type=float, help="default: the worst final loss of the runs")
     e2e.add_argument("--json", action="store_true", help="print one JSON object last, no table")
     e2e.add_argument("--out", default="bench-results/e2e.json", help="where to write the JSON")
-    e2e.add_argument("--plot", default="bench-results/e2e.png", help="loss vs wall time (PNG)")
+    e2e.add_argument(
+        "--plot", default="bench-results/e2e.png", help="loss vs wall time (PNG; matplotlib)"
+    )
 
 
 def load_emulated_topology(args: argparse.Namespace) -> Any:
@@ -136,21 +152,39 @@ def _run_netem(args: argparse.Namespace) -> int:
 
 def _run_e2e(args: argparse.Namespace) -> int:
     from p2ptrain.errors import UserError
-    from p2ptrain.harness.e2e_bench import RUN_ORDER, failure_summary, render, run_e2e_bench
-    from p2ptrain.harness.png_plot import write_line_plot
+    from p2ptrain.harness.e2e_bench import (
+        RUN_ORDER,
+        failure_summary,
+        render,
+        run_e2e_bench,
+        slow_peer_indices,
+    )
+    from p2ptrain.harness.e2e_plot import write_loss_plot
     from p2ptrain.records.run import load_run_spec
+    from p2ptrain.testbed.cpu import quotas_from_topology_file
 
     if args.steps < 3:
         raise UserError("--steps must be at least 3")
     if args.random_seeds < 1:
         raise UserError("--random-seeds must be at least 1")
-    runs = tuple(r.strip() for r in args.runs.split(",") if r.strip())
+    default_runs = (
+        RUN_ORDER if args.slow_peers else tuple(r for r in RUN_ORDER if r != "compute_blind")
+    )
+    runs = tuple(r.strip() for r in (args.runs or ",".join(default_runs)).split(",") if r.strip())
     if not runs or set(runs) - set(RUN_ORDER):
         raise UserError(f"--runs takes some of {', '.join(RUN_ORDER)}")
+    if not args.slowdown >= 1:
+        raise UserError(f"--slowdown must be >= 1, got {args.slowdown}")
     spec = load_run_spec(args.run).replace(steps=args.steps)
     if args.stages is not None:
         spec = spec.replace(stages=args.stages)
     topology = load_emulated_topology(args)
+    if not 0 <= args.slow_peers <= topology.num_peers:
+        raise UserError(f"--slow-peers must be between 0 and {topology.num_peers}")
+    cores = quotas_from_topology_file(args.topology, topology.peers) if args.topology else {}
+    cores.update(
+        {i: 1.0 / args.slowdown for i in slow_peer_indices(topology.num_peers, args.slow_peers)}
+    )
     try:
         result = run_e2e_bench(
             topology,
@@ -163,14 +197,17 @@ def _run_e2e(args: argparse.Namespace) -> int:
             random_seeds=args.random_seeds,
             runs=runs,
             log_dir=Path(args.logs) if args.logs else None,
+            cpu_cores=cores,
         )
     except (RuntimeError, TimeoutError) as exc:
         raise UserError(f"the emulated swarm failed ({failure_summary(exc)})") from exc
+    result["network"] = {"peers": topology.num_peers, "name": topology.name,
+                         "topology": args.topology, "cities": None if args.topology else args.cities}  # fmt: skip
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     curves = {k: result[k]["curve"] for k in RUN_ORDER if "curve" in result.get(k, {})}
-    write_line_plot(Path(args.plot), curves, grid_x=10.0, grid_y=1.0)
+    write_loss_plot(Path(args.plot), curves, title=f"bench e2e: {topology.num_peers} peers")
     if not args.json:
         print(render(result) + f"\n\nwrote {out} and {args.plot}")
     else:

@@ -1,0 +1,141 @@
+"""One p2ptrain run of `bench e2e` through the shipped path: a bootstrap and N `join` nodes in
+the testbed's namespaces (as `p2ptrain local --emulate`), which discover, measure the emulated
+links, elect a planner and train on its plans. The run spec says how the live planner places
+(placement, placement_seed, compute_aware); min_peers = N, so the first plan holds everyone.
+
+Timing starts at the first plan the workers report: discovery, measuring and the election are
+not training. Tokens/s counts the steps after the first one finished, the step time is the
+median gap between steps. The prediction is the step-time model on the plan the planner
+published (its pipelines, mapped to testbed peers by the nodes' identities), on the emulated links.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from p2ptrain import identity
+from p2ptrain.harness.e2e_traffic import link_table, measured_link_bytes, predicted_link_bytes
+from p2ptrain.harness.local_run import train_with_control_plane
+from p2ptrain.harness.testbed_sites import TestbedSites
+from p2ptrain.harness.testbed_swarm import BYTES_PER_VALUE, predicted_step, step_traffic
+from p2ptrain.records import Plan
+from p2ptrain.records.run import RunSpec
+from p2ptrain.testbed.testbed import Testbed
+
+
+def run_spec_for(spec: RunSpec, name: str, seed: int) -> RunSpec:
+    """The run spec of one variant: how the live planner is to place."""
+    if name == "random":
+        return spec.replace(placement="random", placement_seed=seed)
+    if name == "compute_blind":
+        return spec.replace(placement="scheduled", compute_aware=False)
+    return spec.replace(placement="scheduled")  # scheduled, ideal
+
+
+def train_join(
+    bed: Testbed,
+    spec: RunSpec,
+    name: str,
+    seed: int,
+    progress: Callable[[str], None],
+    log_dir: Path | None = None,
+) -> dict[str, Any]:
+    """One run of variant `name` through bootstrap + join; the bench's per-run dict."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"p2ptrain-e2e-{name}-"))
+    spec = run_spec_for(spec, name, seed).replace(checkpoint_dir=str(workdir / "checkpoints"))
+    planned_s: list[float] = []  # when the workers reported the first plan
+    steps: list[tuple[float, float]] = []  # (seconds since the first plan, loss)
+    started_s = time.monotonic()
+
+    def on_plan(plan: Plan) -> None:
+        if not planned_s:
+            planned_s.append(time.monotonic())
+        progress(f"{name}: plan term {plan.term} epoch {plan.epoch} after "
+                 f"{time.monotonic() - started_s:.0f} s")  # fmt: skip
+
+    def on_step(step: int, loss: float, tokens_per_s: float) -> None:
+        steps.append((time.monotonic() - planned_s[0], loss))
+        progress(f"{name}: step {step + 1}/{spec.steps} loss {loss:.3f} at {steps[-1][0]:.1f} s")
+
+    try:
+        result = train_with_control_plane(
+            spec, bed.num_peers, workdir, on_plan, on_step, TestbedSites(bed), own_checkpoints=True
+        )
+        peer_ids = [
+            identity.peer_id_of(identity.load_identity(workdir / f"peer-{i}.key"))
+            for i in range(bed.num_peers)
+        ]
+        logs = [workdir / f"metrics-{i}.jsonl" for i in range(bed.num_peers)]
+        return describe_run(bed, spec, result.plan, peer_ids, logs, result, steps,
+                            planned_s[0] - started_s)  # fmt: skip
+    finally:
+        if log_dir is not None:
+            keep = log_dir / (f"random-seed{seed}" if name == "random" else name)
+            keep.mkdir(parents=True, exist_ok=True)
+            for log in [*workdir.glob("*.log"), *workdir.glob("metrics-*.jsonl")]:
+                shutil.copy(log, keep / log.name)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def describe_run(
+    bed: Testbed,
+    spec: RunSpec,
+    plan: Plan,
+    peer_ids: list[str],
+    logs: list[Path],
+    result: Any,
+    steps: list[tuple[float, float]],
+    plan_after_s: float,
+) -> dict[str, Any]:
+    """The run's numbers: throughput, the plan, predicted step and bytes per link."""
+    index = {p: i for i, p in enumerate(peer_ids)}
+    pipelines = [[index[p] for p in pipe] for pipe in plan.pipelines]
+    layers = getattr(plan, "stage_layers", None)  # a compute-aware plan may split unevenly
+    model = predicted_step(bed, spec, pipelines, layers)
+    traffic = step_traffic(spec, len(pipelines[0]), len(pipelines), layers)
+    value_bytes = BYTES_PER_VALUE.get(spec.compression, 4)
+    base, extra = divmod(spec.batch_size, len(pipelines))  # train/data.py's replica_rows
+    predicted = predicted_link_bytes(
+        pipelines,
+        traffic.stage_gradient_bytes,
+        [base + (1 if r < extra else 0) for r in range(len(pipelines))],
+        spec.block_size * spec.n_embd * value_bytes,
+    )
+    measured = measured_link_bytes(logs, peer_ids, plan.key)
+    return {
+        "path": "join",
+        "seed": spec.placement_seed,
+        "placement": spec.placement,
+        "compute_aware": spec.compute_aware,
+        "term": plan.term,
+        "epoch": plan.epoch,
+        "planner": plan.planner,
+        "first_plan_after_s": round(plan_after_s, 1),
+        "tokens_per_s": result.tokens_per_s,
+        "step_s": median_step_s([t for t, _ in steps]),
+        # the step-time model (schedule/step_time.py) on the published plan and emulated links
+        "predicted_s": model.comm_s,
+        "predicted_pipeline_s": model.pipeline_s,
+        "predicted_averaging_s": model.averaging_s,
+        "predicted_critical_stage": model.critical_stage,
+        "predicted_paper_s": plan.cost_s,  # what the live planner priced the plan at
+        "pipelines": pipelines,
+        "averaging": result.averaging,  # outcome -> count, over all workers and steps
+        "links": link_table(predicted, measured[0] if measured else None, spec.steps),
+        "bytes_sent_per_step": measured[1] if measured else None,
+        "curve": steps,
+    }
+
+
+def median_step_s(times: list[float]) -> float:
+    """The median gap between step finish times (NaN for fewer than three steps)."""
+    if len(times) <= 2:
+        return float("nan")
+    return statistics.median(b - a for a, b in itertools.pairwise(times))

@@ -1,0 +1,99 @@
+"""Slow peers: a CPU quota per testbed peer, through a cgroup its processes are started in.
+
+A peer with `cores` = 0.25 gets a quarter of one core's time (every process of the peer
+together), so a CPU-bound step takes about 4x longer than on an idle core: a slow volunteer,
+measured, not assumed. cgroup v2 (`cpu.max`) where the cpu controller is there, else v1's cpu
+hierarchy (`cpu.cfs_quota_us`). A process joins its peer's cgroup before it execs into the
+peer's namespace (`wrap`), so everything it starts inherits the quota.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from p2ptrain.errors import UserError
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PERIOD_US = 100_000
+MIN_CORES = 0.01  # the kernel's smallest quota is 1 ms per period
+
+
+def cpu_root() -> tuple[Path, str]:
+    """Where per-peer cgroups go and the cgroup version ('v2' or 'v1')."""
+    controllers = CGROUP_ROOT / "cgroup.controllers"
+    if controllers.exists() and "cpu" in controllers.read_text().split():
+        return CGROUP_ROOT, "v2"
+    if (CGROUP_ROOT / "cpu" / "cpu.cfs_quota_us").exists():
+        return CGROUP_ROOT / "cpu", "v1"
+    raise UserError("no cgroup cpu controller under /sys/fs/cgroup: CPU quotas are unavailable")
+
+
+def check_cores(cores: float) -> float:
+    """A quota in cores (fractions of one core's time), validated."""
+    if not isinstance(cores, int | float) or isinstance(cores, bool) or not math.isfinite(cores):
+        raise UserError(f"a CPU quota must be a number of cores, got {cores!r}")
+    if cores < MIN_CORES:
+        raise UserError(f"a CPU quota must be at least {MIN_CORES} cores, got {cores!r}")
+    return float(cores)
+
+
+def create(name: str) -> str:
+    """A fresh cgroup for one peer (no quota yet); its path."""
+    root, version = cpu_root()
+    path = root / name
+    path.mkdir(exist_ok=True)
+    if version == "v2":
+        with contextlib.suppress(OSError):  # the parent must hand the cpu controller down
+            (root / "cgroup.subtree_control").write_text("+cpu")
+    return str(path)
+
+
+def set_quota(path: str, cores: float | None) -> None:
+    """Limit the cgroup to `cores` of CPU time (None: no limit)."""
+    group = Path(path)
+    quota = -1 if cores is None else max(1000, round(check_cores(cores) * PERIOD_US))
+    if (group / "cpu.max").exists():
+        (group / "cpu.max").write_text(f"{'max' if quota < 0 else quota} {PERIOD_US}")
+    else:
+        (group / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+        (group / "cpu.cfs_quota_us").write_text(str(quota))
+
+
+def remove(path: str) -> None:
+    """Delete the cgroup (its processes must be gone; a leftover one keeps it, harmlessly)."""
+    with contextlib.suppress(OSError):
+        Path(path).rmdir()
+
+
+def wrap(path: str, argv: Sequence[str]) -> list[str]:
+    """argv run as a member of the cgroup: the shell joins it, then execs (same pid)."""
+    procs = str(Path(path) / "cgroup.procs")
+    return ["sh", "-c", 'echo $$ > "$0" && exec "$@"', procs, *argv]
+
+
+def quotas_from_topology_file(path: str | Path, names: Sequence[str]) -> dict[int, float]:
+    """The optional "cpu" object of a topology file: {peer name or index: cores}."""
+    try:
+        doc: Any = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}  # load_topology reports what is wrong with the file
+    raw = doc.get("cpu") if isinstance(doc, dict) else None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: cpu must be an object {{peer name: cores}}")
+    quotas: dict[int, float] = {}
+    for key, cores in raw.items():
+        if key in names:
+            index = list(names).index(key)
+        elif key.isdigit() and int(key) < len(names):
+            index = int(key)
+        else:
+            raise UserError(f"{path}: cpu names no peer {key!r}")
+        quotas[index] = check_cores(cores)
+    return quotas

@@ -1,0 +1,52 @@
+"""Slow peers: a CPU quota on a testbed peer makes a fixed CPU loop run about that much slower,
+children included (root; cgroup cpu controller)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from p2ptrain.testbed import LinkSpec, Testbed
+from p2ptrain.testbed.cpu import cpu_root
+from p2ptrain.testbed.netns import list_netns
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root (namespaces, cgroups)"),
+]
+
+# a fixed amount of CPU work, run in a child process (the quota must cover what a peer starts)
+LOOP = (
+    "import subprocess, sys, time; t = time.monotonic(); "
+    "subprocess.run([sys.executable, '-c', 'sum(i * i for i in range(3_000_000))'], check=True); "
+    "print(time.monotonic() - t)"
+)
+
+
+def _loop_s(bed: Testbed, peer: int) -> float:
+    done = bed.run(peer, [sys.executable, "-c", LOOP], timeout_s=120)
+    assert done.returncode == 0, done.stderr
+    return float(done.stdout.strip())
+
+
+def test_a_quarter_core_runs_a_cpu_loop_about_four_times_slower() -> None:
+    try:
+        cpu_root()
+    except Exception:
+        pytest.skip("no cgroup cpu controller")
+    link = LinkSpec(delay_ms=1.0, rate_mbps=100.0)
+    with Testbed({(0, 1): link, (1, 0): link}, cpu_cores={1: 0.25}) as bed:
+        assert json.loads(bed.state_path.read_text())["cgroups"] == bed.cgroups
+        fast = min(_loop_s(bed, 0) for _ in range(2))
+        slow = min(_loop_s(bed, 1) for _ in range(2))
+        bed.set_cpu(1, None)  # lifted at runtime
+        lifted = min(_loop_s(bed, 1) for _ in range(2))
+        groups = list(bed.cgroups)
+    # 4x by the quota; the bounds leave room for the other load on a busy machine
+    assert slow / fast > 2.5, (fast, slow)
+    assert slow / lifted > 2.5, (lifted, slow)
+    assert not any(os.path.exists(g) for g in groups)
+    assert not [ns for ns in list_netns() if ns.startswith(f"p2tb{bed.id}")]
