@@ -15,9 +15,14 @@ import numpy as np
 import numpy.typing as npt
 
 from p2ptrain.control.links import Link
-from p2ptrain.records import NetworkFacts
+from p2ptrain.records import NetworkFacts, RunSpec
 
-PLAN_TIME_BUDGET_S = 0.5
+# the search stops after this many cost evaluations (or when it converges): the same measurements
+# give the same plan on an idle machine and on a busy one. A 16-peer plan converges well within it
+# (~13k evaluations, a few tenths of a second); bigger swarms are cut by it deterministically.
+PLAN_MAX_EVALUATIONS = 50_000
+# a last resort against a starved thread, far above what the evaluation budget takes
+PLAN_TIME_CAP_S = 20.0
 DEFAULT_DELAY_MS = 1.0  # used only when nothing at all is measured yet
 DEFAULT_BANDWIDTH_GBPS = 1.0
 DRIFT_FACTOR = 2.0  # a link whose delay or bandwidth changed by this factor counts as drift
@@ -75,21 +80,22 @@ def drifted(old: Matrices, new: Matrices) -> bool:
     return num_drifted > DRIFT_FRACTION * len(upper[0])
 
 
-def _topology(
-    matrices: Matrices, stages: int, replicas: int, c_dp_gb: float, c_pp_gb: float
-) -> Any:
-    from p2ptrain.schedule import Topology, Workload
+def _topology(matrices: Matrices, stages: int, replicas: int, run: RunSpec) -> Any:
+    """The scheduler's view: the matrices, and the run's traffic (from its model and wire format,
+    unless the run spec overrides c_dp_gb / c_pp_gb)."""
+    from p2ptrain.schedule import Topology
+    from p2ptrain.schedule.workload import planning_workload
 
     return Topology(
         peers=list(matrices.peers),
         delay_ms=matrices.delay_ms,
         bandwidth_gbps=matrices.bandwidth_gbps,
-        workload=Workload(stages=stages, replicas=replicas, c_dp_gb=c_dp_gb, c_pp_gb=c_pp_gb),
+        workload=planning_workload(run, stages, replicas),
     )
 
 
 def placement_cost(
-    matrices: Matrices, pipelines: Sequence[Sequence[str]], c_dp_gb: float, c_pp_gb: float
+    matrices: Matrices, pipelines: Sequence[Sequence[str]], run: RunSpec
 ) -> float | None:
     """The cost model's price of an existing placement on (new) measurements; None if the
     placement names a peer the matrices lack."""
@@ -101,7 +107,7 @@ def placement_cost(
     stages, replicas = len(pipelines[0]), len(pipelines)
     if stages * replicas < 2:
         return 0.0
-    topology = _topology(matrices, stages, replicas, c_dp_gb, c_pp_gb)
+    topology = _topology(matrices, stages, replicas, run)
     model = CostModel.build(topology, topology.workload)
     placed = np.array([[index[p] for p in pipe] for pipe in pipelines], dtype=np.intp)
     return float(plan_cost(model, placed).cost_s)
@@ -136,28 +142,46 @@ def network_facts(matrices: Matrices, pipelines: Sequence[Sequence[str]]) -> Net
     return NetworkFacts(max_rtt_s=round(max_rtt_s, 6), min_rate_mbps=round(min_rate_mbps, 3))
 
 
-def compute_plan(
-    matrices: Matrices,
-    stages: int,
-    c_dp_gb: float,
-    c_pp_gb: float,
-    seed: int = 0,
-) -> Placement:
-    """Run the scheduler on the matrices."""
+def compute_plan(matrices: Matrices, run: RunSpec) -> Placement:
+    """Place the peers as the run spec says: the scheduler on the matrices, or at random."""
     from p2ptrain.schedule import plan_swarm
 
     peers = matrices.peers
     if len(peers) == 1:  # nothing to search (and the scheduler wants at least two peers)
         return Placement(1, (tuple(peers),), (), 0.0)
-    stages = max(1, min(stages, len(peers)))
+    stages = max(1, min(run.stages, len(peers)))
     replicas = len(peers) // stages
-    topology = _topology(matrices, stages, replicas, c_dp_gb, c_pp_gb)
+    if run.placement == "random":
+        return random_placement(matrices, stages, replicas, run)
+    topology = _topology(matrices, stages, replicas, run)
     plan = plan_swarm(
-        topology, stages=stages, replicas=replicas, seed=seed, time_budget_s=PLAN_TIME_BUDGET_S
+        topology,
+        stages=stages,
+        replicas=replicas,
+        seed=0,
+        time_budget_s=PLAN_TIME_CAP_S,
+        max_evaluations=PLAN_MAX_EVALUATIONS,
     )
     return Placement(
         stages=stages,
         pipelines=tuple(tuple(peers[i] for i in pipeline) for pipeline in plan.pipelines),
         spares=tuple(peers[i] for i in plan.spares),
         cost_s=float(plan.cost_s),
+    )
+
+
+def random_placement(matrices: Matrices, stages: int, replicas: int, run: RunSpec) -> Placement:
+    """The benchmarks' baseline through the live path: the peers, in sorted order (so the result
+    does not depend on the order they arrived in), dealt by a permutation seeded with the run's
+    placement_seed; the first stages x replicas fill the pipelines row by row, the rest wait."""
+    peers = sorted(matrices.peers)
+    order = np.random.default_rng(run.placement_seed).permutation(len(peers))
+    dealt = [peers[i] for i in order]
+    pipelines = tuple(tuple(dealt[r * stages : (r + 1) * stages]) for r in range(replicas))
+    cost_s = placement_cost(matrices, pipelines, run)
+    return Placement(
+        stages=stages,
+        pipelines=pipelines,
+        spares=tuple(sorted(dealt[stages * replicas :])),
+        cost_s=0.0 if cost_s is None else cost_s,
     )

@@ -127,7 +127,6 @@ class SwarmView(Authority, LinkMeasurements):
             peers.append(self.self_id)
         return sorted(p for p in set(peers) if self.is_alive(p, now))
 
-
     def is_healthy(self, peer: str) -> bool:
         """Does the peer say its worker makes progress? (control/health.py)"""
         if peer == self.self_id:

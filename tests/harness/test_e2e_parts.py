@@ -9,13 +9,10 @@ from typing import Any
 import pytest
 
 from p2ptrain.harness.png_plot import HEIGHT, WIDTH, write_line_plot
-from p2ptrain.harness.testbed_swarm import (
-    measured_workload,
-    plan_on_testbed,
-    stage_parameter_counts,
-)
+from p2ptrain.harness.testbed_swarm import plan_on_testbed
 from p2ptrain.records import Hello, RunSpec
 from p2ptrain.schedule.synthetic import city_topology
+from p2ptrain.schedule.workload import measured_workload, stage_parameter_counts
 from p2ptrain.testbed.links import links_from_topology
 
 
