@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2ptrain.control.links import Link
-from p2ptrain.records import NetworkFacts, RunSpec
+from p2ptrain.records import LinkFacts, NetworkFacts, RunSpec
 
 # the search stops after this many cost evaluations (or when it converges): the same measurements
 # give the same plan on an idle machine and on a busy one. A 16-peer plan converges well within it
@@ -129,17 +129,35 @@ class Placement:
 
 
 def network_facts(matrices: Matrices, pipelines: Sequence[Sequence[str]]) -> NetworkFacts | None:
-    """The slowest round trip and rate among the placed peers' links (None for one peer): the
-    network the plan's data-plane timeouts are scaled for."""
+    """The network the plan's data-plane timeouts are scaled for (None for one peer): the
+    slowest round trip and rate among the placed peers' links, and the same of each stage's
+    data-parallel group and of each pipeline hop (estimates for unmeasured links included)."""
     index = {peer: i for i, peer in enumerate(matrices.peers)}
     placed = sorted({index[p] for pipeline in pipelines for p in pipeline if p in index})
     if len(placed) < 2:
         return None
-    pairs = np.ix_(placed, placed)
-    off_diagonal = ~np.eye(len(placed), dtype=bool)
-    max_rtt_s = 2 * float(matrices.delay_ms[pairs][off_diagonal].max()) / 1e3
-    min_rate_mbps = float(matrices.bandwidth_gbps[pairs][off_diagonal].min()) * 1e3
-    return NetworkFacts(max_rtt_s=round(max_rtt_s, 6), min_rate_mbps=round(min_rate_mbps, 3))
+    swarm = _worst(matrices, placed)
+    if any(p not in index for pipeline in pipelines for p in pipeline):
+        return NetworkFacts(swarm.rtt_s, swarm.rate_mbps)  # the per-link facts need every peer
+    rows = [[index[p] for p in pipeline] for pipeline in pipelines]
+    groups = tuple(
+        _worst(matrices, [row[j] for row in rows]) if len(rows) > 1 else swarm
+        for j in range(len(rows[0]))
+    )
+    hops = tuple(
+        tuple(_worst(matrices, [row[j], row[j + 1]]) for j in range(len(row) - 1)) for row in rows
+    )
+    return NetworkFacts(swarm.rtt_s, swarm.rate_mbps, groups=groups, hops=hops)
+
+
+def _worst(matrices: Matrices, members: Sequence[int]) -> LinkFacts:
+    """The longest round trip (twice the one-way delay) and the lowest rate among the links of
+    `members` (at least two peers)."""
+    pairs = np.ix_(members, members)
+    off_diagonal = ~np.eye(len(members), dtype=bool)
+    rtt_s = 2 * float(matrices.delay_ms[pairs][off_diagonal].max()) / 1e3
+    rate_mbps = float(matrices.bandwidth_gbps[pairs][off_diagonal].min()) * 1e3
+    return LinkFacts(rtt_s=round(rtt_s, 6), rate_mbps=round(rate_mbps, 3))
 
 
 def compute_plan(matrices: Matrices, run: RunSpec) -> Placement:

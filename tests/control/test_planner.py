@@ -10,10 +10,11 @@ from p2ptrain.control.planner import (
     build_matrices,
     compute_plan,
     drifted,
+    network_facts,
     placement_cost,
     worth_switching,
 )
-from p2ptrain.records import RunSpec
+from p2ptrain.records import LinkFacts, RunSpec
 from p2ptrain.schedule.workload import measured_workload
 
 PEERS = [f"p{i}" for i in range(8)]
@@ -144,3 +145,20 @@ def test_the_live_search_is_bounded_by_evaluations(monkeypatch: pytest.MonkeyPat
                 assert alone.stopped == "converged"
             if budget == 1_000:
                 assert alone.stopped == "evaluation_budget"
+
+
+def test_the_plan_states_each_group_s_and_each_hop_s_links() -> None:
+    # 4 peers, 2 stages x 2 replicas: p0-p2 and p1-p3 are the groups, p0-p1 and p2-p3 the hops
+    rtt_ms = {("p0", "p1"): 10.0, ("p2", "p3"): 40.0, ("p0", "p2"): 4.0, ("p1", "p3"): 80.0}
+    rates = {("p0", "p1"): 500.0, ("p2", "p3"): 50.0, ("p0", "p2"): 900.0, ("p1", "p3"): 20.0}
+    peers = PEERS[:4]
+    links = {(a, b): Link(rtt_ms.get((a, b), 200.0), rates.get((a, b), 5.0), 0.0)
+             for i, a in enumerate(peers) for b in peers[i + 1 :]}  # fmt: skip
+    facts = network_facts(build_matrices(peers, links), [["p0", "p1"], ["p2", "p3"]])
+    assert facts is not None
+    assert (facts.max_rtt_s, facts.min_rate_mbps) == (0.2, 5.0)  # the cross links p0-p3, p1-p2
+    assert facts.groups == (LinkFacts(0.004, 900.0), LinkFacts(0.08, 20.0))
+    assert facts.hops == ((LinkFacts(0.01, 500.0),), (LinkFacts(0.04, 50.0),))
+    one_pipeline = network_facts(build_matrices(peers[:2], links), [["p0", "p1"]])
+    assert one_pipeline is not None and one_pipeline.groups == (one_pipeline.swarm,) * 2
+    assert network_facts(build_matrices(peers[:1], links), [["p0"]]) is None
