@@ -36,6 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--time-budget", type=float, metavar="SECONDS", help="stop the search after this long"
     )
     parser.add_argument(
+        "--max-evaluations",
+        type=int,
+        metavar="N",
+        help="stop the search after N cost evaluations (the same plan on any machine load)",
+    )
+    parser.add_argument(
         "--evaluate",
         metavar="GROUPS.json",
         help="cost of these data-parallel groups instead of searching",
@@ -51,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--{flag} must be >= 1, got {value}")
     if args.time_budget is not None and not args.time_budget > 0:
         raise UserError(f"--time-budget must be > 0, got {args.time_budget}")
+    if args.max_evaluations is not None and args.max_evaluations < 1:
+        raise UserError(f"--max-evaluations must be >= 1, got {args.max_evaluations}")
     if args.evaluate:
         plan = evaluate_groups(topology, _read_groups(Path(args.evaluate)), stages=args.stages)
     else:
@@ -61,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             algorithm=args.algorithm,
             time_budget_s=args.time_budget,
+            max_evaluations=args.max_evaluations,
         )
     if args.json:
         print(json.dumps(plan.to_json()))

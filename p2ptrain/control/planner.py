@@ -15,12 +15,17 @@ import numpy as np
 import numpy.typing as npt
 
 from p2ptrain.control.links import Link
-from p2ptrain.records import NetworkFacts
+from p2ptrain.records import LinkFacts, NetworkFacts, RunSpec
 
 if TYPE_CHECKING:
     from p2ptrain.schedule.compute import PeerCompute
 
-PLAN_TIME_BUDGET_S = 0.5
+# the search stops after this many cost evaluations (or when it converges): the same measurements
+# give the same plan on an idle machine and on a busy one. A 16-peer plan converges well within it
+# (~13k evaluations, a few tenths of a second); bigger swarms are cut by it deterministically.
+PLAN_MAX_EVALUATIONS = 50_000
+# a last resort against a starved thread, far above what the evaluation budget takes
+PLAN_TIME_CAP_S = 20.0
 DEFAULT_DELAY_MS = 1.0  # used only when nothing at all is measured yet
 DEFAULT_BANDWIDTH_GBPS = 1.0
 DRIFT_FACTOR = 2.0  # a link whose delay or bandwidth changed by this factor counts as drift
@@ -79,22 +84,23 @@ def drifted(old: Matrices, new: Matrices) -> bool:
     return num_drifted > DRIFT_FRACTION * len(upper[0])
 
 
-def _topology(
-    matrices: Matrices, stages: int, replicas: int, c_dp_gb: float, c_pp_gb: float
-) -> Any:
-    from p2ptrain.schedule import Topology, Workload
+def _topology(matrices: Matrices, stages: int, replicas: int, run: RunSpec) -> Any:
+    """The scheduler's view: the matrices, and the run's traffic (from its model and wire format,
+    unless the run spec overrides c_dp_gb / c_pp_gb)."""
+    from p2ptrain.schedule import Topology
+    from p2ptrain.schedule.workload import planning_workload
 
     return Topology(
         peers=list(matrices.peers),
         delay_ms=matrices.delay_ms,
         bandwidth_gbps=matrices.bandwidth_gbps,
-        workload=Workload(stages=stages, replicas=replicas, c_dp_gb=c_dp_gb, c_pp_gb=c_pp_gb),
+        workload=planning_workload(run, stages, replicas),
         compute=matrices.compute,
     )
 
 
 def placement_cost(
-    matrices: Matrices, pipelines: Sequence[Sequence[str]], c_dp_gb: float, c_pp_gb: float
+    matrices: Matrices, pipelines: Sequence[Sequence[str]], run: RunSpec
 ) -> float | None:
     """The cost model's price of an existing placement on (new) measurements; None if the
     placement names a peer the matrices lack."""
@@ -106,7 +112,7 @@ def placement_cost(
     stages, replicas = len(pipelines[0]), len(pipelines)
     if stages * replicas < 2:
         return 0.0
-    topology = _topology(matrices, stages, replicas, c_dp_gb, c_pp_gb)
+    topology = _topology(matrices, stages, replicas, run)
     model = CostModel.build(topology, topology.workload)
     placed = np.array([[index[p] for p in pipe] for pipe in pipelines], dtype=np.intp)
     return float(plan_cost(model, placed).cost_s)
@@ -128,52 +134,94 @@ class Placement:
 
 
 def network_facts(matrices: Matrices, pipelines: Sequence[Sequence[str]]) -> NetworkFacts | None:
-    """The slowest round trip and rate among the placed peers' links (None for one peer): the
-    network the plan's data-plane timeouts are scaled for."""
+    """The network the plan's data-plane timeouts are scaled for (None for one peer): the
+    slowest round trip and rate among the placed peers' links, and the same of each stage's
+    data-parallel group and of each pipeline hop (estimates for unmeasured links included)."""
     index = {peer: i for i, peer in enumerate(matrices.peers)}
     placed = sorted({index[p] for pipeline in pipelines for p in pipeline if p in index})
     if len(placed) < 2:
         return None
-    pairs = np.ix_(placed, placed)
-    off_diagonal = ~np.eye(len(placed), dtype=bool)
-    max_rtt_s = 2 * float(matrices.delay_ms[pairs][off_diagonal].max()) / 1e3
-    min_rate_mbps = float(matrices.bandwidth_gbps[pairs][off_diagonal].min()) * 1e3
-    return NetworkFacts(max_rtt_s=round(max_rtt_s, 6), min_rate_mbps=round(min_rate_mbps, 3))
+    swarm = _worst(matrices, placed)
+    if any(p not in index for pipeline in pipelines for p in pipeline):
+        return NetworkFacts(swarm.rtt_s, swarm.rate_mbps)  # the per-link facts need every peer
+    rows = [[index[p] for p in pipeline] for pipeline in pipelines]
+    groups = tuple(
+        _worst(matrices, [row[j] for row in rows]) if len(rows) > 1 else swarm
+        for j in range(len(rows[0]))
+    )
+    hops = tuple(
+        tuple(_worst(matrices, [row[j], row[j + 1]]) for j in range(len(row) - 1)) for row in rows
+    )
+    return NetworkFacts(swarm.rtt_s, swarm.rate_mbps, groups=groups, hops=hops)
 
 
-def compute_plan(
-    matrices: Matrices,
-    stages: int,
-    c_dp_gb: float,
-    c_pp_gb: float,
-    seed: int = 0,
-) -> Placement:
-    """Run the scheduler on the matrices."""
+def _worst(matrices: Matrices, members: Sequence[int]) -> LinkFacts:
+    """The longest round trip (twice the one-way delay) and the lowest rate among the links of
+    `members` (at least two peers)."""
+    pairs = np.ix_(members, members)
+    off_diagonal = ~np.eye(len(members), dtype=bool)
+    rtt_s = 2 * float(matrices.delay_ms[pairs][off_diagonal].max()) / 1e3
+    rate_mbps = float(matrices.bandwidth_gbps[pairs][off_diagonal].min()) * 1e3
+    return LinkFacts(rtt_s=round(rtt_s, 6), rate_mbps=round(rate_mbps, 3))
+
+
+def compute_plan(matrices: Matrices, run: RunSpec) -> Placement:
+    """Place the peers as the run spec says: the scheduler on the matrices, or at random."""
     from p2ptrain.schedule import plan_swarm
 
     peers = matrices.peers
     if len(peers) == 1:  # nothing to search (and the scheduler wants at least two peers)
         return Placement(1, (tuple(peers),), (), 0.0)
-    stages = max(1, min(stages, len(peers)))
+    stages = max(1, min(run.stages, len(peers)))
     replicas = len(peers) // stages
-    topology = _topology(matrices, stages, replicas, c_dp_gb, c_pp_gb)
+    if run.placement == "random":
+        return random_placement(matrices, stages, replicas, run)
+    topology = _topology(matrices, stages, replicas, run)
     if matrices.compute is not None:  # peers differ in speed: fewer replicas may pay
-        from p2ptrain.schedule.shapes import candidate_shapes, plan_best_shape, scaled_workload
+        from p2ptrain.schedule.shapes import candidate_shapes, plan_best_shape
 
         compute = matrices.compute.filled()
         shapes = candidate_shapes(len(peers), stages, compute.n_layer, compute.block_row_s)
         # the run's stage count only: stage states are kept per layer range, so another cut
         # would start the run's layers over (schedule/shapes.py prices any shape)
         shapes = [shape for shape in shapes if shape[0] == stages]
-        workload_for = scaled_workload(topology.workload)
-        plan = plan_best_shape(topology, shapes, workload_for, seed, PLAN_TIME_BUDGET_S)
+        plan = plan_best_shape(
+            topology,
+            shapes,
+            lambda s, r: planning_workload(run, s, r),
+            seed=0,
+            time_budget_s=PLAN_TIME_CAP_S,
+            max_evaluations=PLAN_MAX_EVALUATIONS,
+        )
     else:
         plan = plan_swarm(
-            topology, stages=stages, replicas=replicas, seed=seed, time_budget_s=PLAN_TIME_BUDGET_S
+            topology,
+            stages=stages,
+            replicas=replicas,
+            seed=0,
+            time_budget_s=PLAN_TIME_CAP_S,
+            max_evaluations=PLAN_MAX_EVALUATIONS,
         )
     return Placement(
         stages=stages,
         pipelines=tuple(tuple(peers[i] for i in pipeline) for pipeline in plan.pipelines),
         spares=tuple(peers[i] for i in plan.spares),
         cost_s=float(plan.cost_s),
+    )
+
+
+def random_placement(matrices: Matrices, stages: int, replicas: int, run: RunSpec) -> Placement:
+    """The benchmarks' baseline through the live path: the peers, in sorted order (so the result
+    does not depend on the order they arrived in), dealt by a permutation seeded with the run's
+    placement_seed; the first stages x replicas fill the pipelines row by row, the rest wait."""
+    peers = sorted(matrices.peers)
+    order = np.random.default_rng(run.placement_seed).permutation(len(peers))
+    dealt = [peers[i] for i in order]
+    pipelines = tuple(tuple(dealt[r * stages : (r + 1) * stages]) for r in range(replicas))
+    cost_s = placement_cost(matrices, pipelines, run)
+    return Placement(
+        stages=stages,
+        pipelines=pipelines,
+        spares=tuple(sorted(dealt[stages * replicas :])),
+        cost_s=0.0 if cost_s is None else cost_s,
     )

@@ -6,7 +6,8 @@ reload), so plans change only when they must or when it clearly pays:
 - only peers that are alive and healthy (control/health.py): an unhealthy one counts as gone;
 - on a membership change, after a short debounce (a burst of joins gives one plan);
 - on measurement drift, only if the new placement beats the current one, priced on the same new
-  measurements, by planner.SWITCH_GAIN;
+  measurements, by planner.SWITCH_GAIN (and never for a random placement: a baseline keeps its
+  placement until membership changes);
 - the same placement is re-issued as a new epoch when a member's data-plane addresses changed;
 - when a member's first measured stage time arrives (compute-aware runs: workers time the model
   once they have the run spec, which comes with the first plan), like drift: only if it pays.
@@ -82,7 +83,9 @@ class PlanMaker:
             if now - self._change_since < PLAN_DEBOUNCE_S:
                 return False
             placement = await self._schedule(matrices, run)
-        elif self._drifted(now, matrices) or newly_measured:
+        # drift re-plans a scheduled placement only: a random one (the benchmarks' baseline)
+        # stays as it is until membership changes
+        elif run.placement == "scheduled" and (self._drifted(now, matrices) or newly_measured):
             self._planned_measured = measured_peers(members, measured)
             placement = await self._schedule(matrices, run)
             if placement is not None and not self._pays_to_switch(
@@ -142,7 +145,7 @@ class PlanMaker:
             return True
         if placement.pipelines == current.pipelines:
             return False  # same placement: nothing to restart for
-        current_cost = planner.placement_cost(matrices, current.pipelines, run.c_dp_gb, run.c_pp_gb)
+        current_cost = planner.placement_cost(matrices, current.pipelines, run)
         switch = planner.worth_switching(placement.cost_s, current_cost)
         log.info(
             "measurements drifted: new placement %.3f s vs current %s s per step: %s",
@@ -170,9 +173,7 @@ class PlanMaker:
     async def _schedule(self, matrices: planner.Matrices, run: RunSpec) -> planner.Placement | None:
         """Run the scheduler in a thread; None (logged) if it fails."""
         try:
-            return await trio.to_thread.run_sync(
-                planner.compute_plan, matrices, run.stages, run.c_dp_gb, run.c_pp_gb
-            )
+            return await trio.to_thread.run_sync(planner.compute_plan, matrices, run)
         except Exception:  # a scheduler bug must not take the control plane down
             log.exception("the scheduler failed on %d peers; retrying later", len(matrices.peers))
             return None

@@ -74,16 +74,15 @@ def plan_for(spec: RunSpec, hellos: list[Hello], epoch: int = 0) -> Plan:
             raise ImportError("nothing to schedule")  # and the scheduler wants two peers
         import numpy as np
 
-        from p2ptrain.schedule import Topology, Workload, plan_swarm
+        from p2ptrain.schedule import Topology, plan_swarm
+        from p2ptrain.schedule.workload import planning_workload
 
         n = len(peers)
         topology = Topology(
             peers=peers,
             delay_ms=np.full((n, n), 0.05) - np.diag(np.full(n, 0.05)),  # loopback
             bandwidth_gbps=np.full((n, n), 10.0),
-            workload=Workload(
-                stages=stages, replicas=replicas, c_dp_gb=spec.c_dp_gb, c_pp_gb=spec.c_pp_gb
-            ),
+            workload=planning_workload(spec, stages, replicas),
         )
         plan = plan_swarm(
             topology, stages=stages, replicas=replicas, seed=spec.seed, time_budget_s=0.5

@@ -13,10 +13,9 @@ from typing import Any
 
 from p2ptrain.harness.direct_swarm import LocalSwarm
 from p2ptrain.records import Hello, NetworkFacts, Plan, RunSpec
+from p2ptrain.schedule.workload import measured_workload, step_traffic
 from p2ptrain.testbed.testbed import Testbed
 from p2ptrain.worker.settings import WorkerSettings
-
-BYTES_PER_VALUE = {"fp16": 2, "bf16": 2, "none": 4}
 
 
 def testbed_network(bed: Testbed) -> NetworkFacts:
@@ -43,53 +42,6 @@ def emulated_topology(bed: Testbed, workload: Any = None) -> Any:
         bandwidth[a, b] = spec.rate_mbps / 1000.0
     return Topology(
         peers=list(bed.names), delay_ms=delay, bandwidth_gbps=bandwidth, workload=workload
-    )
-
-
-def stage_parameter_counts(
-    spec: RunSpec, stages: int, layers: Sequence[int] | None = None
-) -> list[int]:
-    """Parameters per stage of the nanoGPT-style model (embeddings on the first stage, the
-    final norm and the head on the last), for the traffic model; `layers`: blocks per stage
-    where a plan splits them unevenly (default: near-equal)."""
-    d = spec.n_embd
-    per_layer = 12 * d * d + 13 * d  # attention 4d^2+4d, MLP 8d^2+5d, two layer norms 4d
-    if layers is None:
-        base, extra = divmod(spec.n_layer, stages)
-        layers = [base + (1 if s < extra else 0) for s in range(stages)]
-    counts = [n * per_layer for n in layers]
-    counts[0] += spec.vocab_size * d + spec.block_size * d
-    counts[-1] += 2 * d + spec.vocab_size * d
-    return counts
-
-
-def measured_workload(spec: RunSpec, stages: int, replicas: int) -> Any:
-    """The run's real traffic in the scheduler's units: GB of the largest stage's gradients, and
-    GB of one replica's activations crossing one boundary (one direction) per step."""
-    from p2ptrain.schedule import Workload
-
-    value_bytes = BYTES_PER_VALUE.get(spec.compression, 4)
-    c_dp_gb = max(stage_parameter_counts(spec, stages)) * value_bytes / 1e9
-    rows_per_replica = spec.batch_size / replicas
-    c_pp_gb = rows_per_replica * spec.block_size * spec.n_embd * value_bytes / 1e9
-    return Workload(stages=stages, replicas=replicas, c_dp_gb=c_dp_gb, c_pp_gb=c_pp_gb)
-
-
-def step_traffic(
-    spec: RunSpec, stages: int, replicas: int, layers: Sequence[int] | None = None
-) -> Any:
-    """What one step of the run moves, for the step-time model (schedule/step_time.py)."""
-    from p2ptrain.schedule.step_time import StepTraffic
-
-    value_bytes = BYTES_PER_VALUE.get(spec.compression, 4)
-    rows = -(-spec.batch_size // replicas)  # the largest replica's rows
-    micro_rows = -(-rows // min(spec.micro_batches, rows))  # ... and its largest micro-batch
-    return StepTraffic(
-        stage_gradient_bytes=tuple(
-            float(c * value_bytes) for c in stage_parameter_counts(spec, stages, layers)
-        ),
-        activation_bytes=float(micro_rows * spec.block_size * spec.n_embd * value_bytes),
-        micro_batches=min(spec.micro_batches, rows),
     )
 
 

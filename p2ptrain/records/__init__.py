@@ -11,7 +11,7 @@ records; nobody builds or reads a bare dict of one.
 | Telemetry       | records/peer.py        | gossip (kind "telemetry"): link row, PeerMetrics, Health |
 | Claim           | records/peer.py        | gossip (kind "claim"): a planner's term             |
 | Plan            | records/plan.py        | gossip (kind "plan") -> worker socket -> metrics log|
-| NetworkFacts    | records/plan.py        | inside a Plan: the links it was made for            |
+| NetworkFacts    | records/plan.py        | inside a Plan: the links it was made for, per group and hop |
 | (lineage)       | records/lineage.py     | inside a Plan: whose stage states it may use        |
 | Hello, MetricsReport, Heartbeat, ComputeReport, SessionReport, PlanMessage, Stop | records/messages.py | worker socket, metrics logs |
 | StageCompute    | records/peer.py        | worker socket (ComputeReport) -> PeerRecord -> status |
@@ -47,7 +47,7 @@ from p2ptrain.records.peer import (
     StageCompute,
     Telemetry,
 )
-from p2ptrain.records.plan import NetworkFacts, Plan, Role
+from p2ptrain.records.plan import LinkFacts, NetworkFacts, Plan, Role
 from p2ptrain.records.run import RunSpec, load_run_spec
 from p2ptrain.records.status import LinkStatus, PeerStatus, PlanSummary, SwarmStatus
 from p2ptrain.records.token import (
@@ -69,6 +69,7 @@ __all__ = [
     "Health",
     "Heartbeat",
     "Hello",
+    "LinkFacts",
     "LinkReport",
     "LinkStatus",
     "Message",

@@ -20,22 +20,80 @@ MAX_RTT_S = 600.0
 
 
 @dataclass(frozen=True)
+class LinkFacts:
+    """A round trip and a rate: of one link, or the worst of a set of links."""
+
+    rtt_s: float
+    rate_mbps: float
+
+
+def _link_facts(value: object, name: str) -> LinkFacts:
+    """One [rtt_s, rate_mbps] pair, within the bounds of NetworkFacts' swarm-wide pair."""
+    if not isinstance(value, list) or len(value) != 2:
+        raise f.malformed("network", f"{name} must be [rtt_s, rate_mbps] pairs")
+    rtt_s = f.number(value[0], "network", f"{name} rtt_s", 0.0, MAX_RTT_S)
+    return LinkFacts(rtt_s, f.number(value[1], "network", f"{name} rate_mbps", 1e-6))
+
+
+def _pairs(value: object, name: str, max_items: int) -> tuple[LinkFacts, ...]:
+    if not isinstance(value, list) or len(value) > max_items:
+        raise f.malformed("network", f"{name} must be a list of at most {max_items} pairs")
+    return tuple(_link_facts(v, name) for v in value)
+
+
+@dataclass(frozen=True)
 class NetworkFacts:
     """The links the plan's groups use, as measured when it was made: the data plane's timeouts
-    derive from them. Absent: the plan was made for a local network (loopback or LAN)."""
+    derive from them. Absent: the plan was made for a local network (loopback or LAN).
+
+    groups[j]: the worst round trip and rate among stage j's data-parallel group (what its
+    averaging and state transfers cross); hops[r][j]: replica r's link from stage j to j + 1
+    (what its pipeline frames cross). Both optional (older planners, harness plans): the
+    swarm-wide pair stands in for what is missing."""
 
     max_rtt_s: float  # the slowest round trip between two peers of the plan
     min_rate_mbps: float  # the slowest link between two peers of the plan
+    groups: tuple[LinkFacts, ...] = ()
+    hops: tuple[tuple[LinkFacts, ...], ...] = ()
+
+    @property
+    def swarm(self) -> LinkFacts:
+        """The swarm-wide pair: the bound for any two peers of the plan."""
+        return LinkFacts(self.max_rtt_s, self.min_rate_mbps)
+
+    def group(self, stage: int) -> LinkFacts:
+        """The links of stage `stage`'s data-parallel group (the swarm-wide pair if unknown)."""
+        return self.groups[stage] if 0 <= stage < len(self.groups) else self.swarm
+
+    def hop(self, replica: int, stage: int) -> LinkFacts:
+        """Replica `replica`'s link from stage `stage` to `stage + 1` (the swarm-wide pair if
+        unknown)."""
+        if 0 <= replica < len(self.hops) and 0 <= stage < len(self.hops[replica]):
+            return self.hops[replica][stage]
+        return self.swarm
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data: dict[str, Any] = {"max_rtt_s": self.max_rtt_s, "min_rate_mbps": self.min_rate_mbps}
+        if self.groups:
+            data["groups"] = [[g.rtt_s, g.rate_mbps] for g in self.groups]
+        if self.hops:
+            data["hops"] = [[[h.rtt_s, h.rate_mbps] for h in row] for row in self.hops]
+        return data
 
     @classmethod
     def from_dict(cls, data: object) -> NetworkFacts:
         d = f.mapping(data, "network")
         f.require_keys(d, "network", ("max_rtt_s", "min_rate_mbps"))
         rate = f.number(d["min_rate_mbps"], "network", "min_rate_mbps", 1e-6)
-        return cls(f.number(d["max_rtt_s"], "network", "max_rtt_s", 0.0, MAX_RTT_S), rate)
+        hops = d.get("hops", [])
+        if not isinstance(hops, list) or len(hops) > f.MAX_PEERS:
+            raise f.malformed("network", f"hops must be a list of at most {f.MAX_PEERS} rows")
+        return cls(
+            f.number(d["max_rtt_s"], "network", "max_rtt_s", 0.0, MAX_RTT_S),
+            rate,
+            groups=_pairs(d.get("groups", []), "groups", MAX_STAGES),
+            hops=tuple(_pairs(row, "hops", MAX_STAGES - 1) for row in hops),
+        )
 
 
 @dataclass(frozen=True)
@@ -110,6 +168,25 @@ class Plan:
                 )
         return None
 
+    def link_facts(self, a: str, b: str) -> LinkFacts | None:
+        """What the plan's network says of the link between peers a and b: their stage group's
+        facts if they hold the same stage, the hop's if they are pipeline neighbours, else the
+        swarm-wide pair; None for a plan without network facts (a local network)."""
+        network = self.network
+        if network is None:
+            return None
+        where = {
+            p: (r, j) for r, pipeline in enumerate(self.pipelines) for j, p in enumerate(pipeline)
+        }
+        if a not in where or b not in where:
+            return network.swarm
+        (ra, ja), (rb, jb) = where[a], where[b]
+        if ja == jb:
+            return network.group(ja)
+        if ra == rb and abs(ja - jb) == 1:
+            return network.hop(ra, min(ja, jb))
+        return network.swarm
+
     @property
     def state_tag(self) -> str | None:
         """The lineage tag of stage states saved under this plan (None: the root, untagged)."""
@@ -165,7 +242,18 @@ class Plan:
             f.peer_id(peer, "plan", "data_addrs key"): f.addrs(a, "plan", "data_addrs")
             for peer, a in raw_addrs.items()
         }
-        network = d.get("network")
+        network = None if d.get("network") is None else NetworkFacts.from_dict(d["network"])
+        if network is not None and network.groups and len(network.groups) != stages:
+            raise f.malformed("plan", "network.groups must list one pair per stage")
+        if (
+            network is not None
+            and network.hops
+            and (
+                len(network.hops) != len(pipelines)
+                or any(len(h) != stages - 1 for h in network.hops)
+            )
+        ):
+            raise f.malformed("plan", "network.hops must list stages - 1 pairs per pipeline")
         epoch = f.integer(d["epoch"], "plan", "epoch")
         lineage = lin.parse(d.get("lineage", []), "plan")
         if lineage and lineage[0][1] != epoch:
@@ -179,6 +267,6 @@ class Plan:
             spares=spares,
             data_addrs=data_addrs,
             cost_s=f.number(d["cost_s"], "plan", "cost_s"),
-            network=None if network is None else NetworkFacts.from_dict(network),
+            network=network,
             lineage=lineage,
         )

@@ -1,7 +1,7 @@
 """The run spec: what a swarm trains, published by its bootstrap node.
 
 Pure stdlib. Read from the organiser's TOML file (`load_run_spec`), gossiped in a signed envelope,
-handed to every worker with its plan. Minimal for now (run id, pipeline stages, the planner's traffic estimates); the data
+handed to every worker with its plan. Minimal for now (run id, pipeline stages, the planner's traffic overrides); the data
 plane grows it with model, data and optimizer fields. Keep every field defaulted, JSON-friendly and
 validated in `from_dict`, so old peers and new ones can read each other's specs.
 """
@@ -29,9 +29,10 @@ class RunSpec:
     run_id: str = "p2ptrain-default"
     stages: int = 2
     # the scheduler's traffic model: GB of one stage's gradients per data-parallel sync,
-    # GB of one replica's activations crossing one pipeline boundary per step
-    c_dp_gb: float = 0.5
-    c_pp_gb: float = 0.05
+    # GB of one replica's activations crossing one pipeline boundary per step; 0 = from the
+    # model and wire format (schedule/workload.py), > 0 = an explicit override
+    c_dp_gb: float = 0.0
+    c_pp_gb: float = 0.0
     # how the planner places peers: "scheduled" (the scheduler) or "random" (a seeded random
     # placement, the benchmarks' baseline); compute_aware prices each peer's measured stage time
     placement: str = "scheduled"

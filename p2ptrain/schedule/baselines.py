@@ -10,8 +10,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from p2ptrain.schedule.cost import CostModel, IntArray, partition_cost
@@ -31,15 +29,13 @@ def identity_assignment(model: CostModel) -> IntArray:
     return groups.T.copy()
 
 
-def kernighan_lin(
-    model: CostModel, rng: np.random.Generator, deadline: float, stats: SearchStats
-) -> IntArray:
+def kernighan_lin(model: CostModel, rng: np.random.Generator, stats: SearchStats) -> IntArray:
     """KL passes on a random balanced partition; returns the resulting plan (order solved)."""
     num_planned = model.stages * model.replicas
     peers = rng.permutation(model.num_peers)[:num_planned]
     labels = np.repeat(np.arange(model.stages), model.replicas)
     weight = model.pp_pair[np.ix_(peers, peers)]
-    while time.perf_counter() < deadline:
+    while not stats.spent():
         labels, gained = _kl_pass(weight, labels, model.stages)
         stats.evaluations += 1
         if not gained:

@@ -9,12 +9,10 @@
    neither helps. The most promising start goes first.
 4. Iterate: perturb the best plan (or, 30% of the time, another elite) with a few random swaps and
    polish, until ``PATIENCE`` rounds in a row bring no improvement (the convergence stop) or the
-   time budget runs out.
+   budget (evaluations, or the wall-clock cap: ``SearchStats``) runs out.
 """
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 
@@ -29,12 +27,12 @@ PATIENCE = 12
 NUM_ELITES = 4
 
 
-def polish(state: PlanState, deadline: float, rng: np.random.Generator) -> PlanState:
+def polish(state: PlanState, rng: np.random.Generator) -> PlanState:
     """Descend and re-solve in turn until neither lowers the cost."""
     critical_only = state.model.num_peers > 256
     while True:
-        descend(state, rng, deadline, critical_only=critical_only)
-        if time.perf_counter() >= deadline:
+        descend(state, rng, critical_only=critical_only)
+        if state.stats.spent():
             return state
         resolved = partition_cost(state.model, state.plan.T)
         state.stats.evaluations += 1
@@ -59,7 +57,7 @@ def perturb(plan: IntArray, spares: IntArray, rng: np.random.Generator, strength
 
 
 def hybrid_search(
-    model: CostModel, rng: np.random.Generator, deadline: float, stats: SearchStats
+    model: CostModel, rng: np.random.Generator, stats: SearchStats
 ) -> tuple[PlanState, str]:
     """Run the search; returns the best plan state and why it stopped."""
     path_seeds = path_groups_seeds(model)
@@ -69,26 +67,26 @@ def hybrid_search(
         # pool-and-deal every cluster-path seed: cheap, and the seeds differ in where the
         # remainders of the clusters fall
         labels = cluster_labels(model)
-        starts += [regroup(model, s, labels, deadline, stats).pipelines for s in path_seeds]
+        starts += [regroup(model, s, labels, stats).pipelines for s in path_seeds]
     # the most promising start is polished first: on big swarms the budget may not reach the others
     states = sorted((PlanState.of(model, s, stats) for s in starts), key=lambda s: s.key())
     first = states[0]
-    elites = [polish(first, deadline, rng)]
+    elites = [polish(first, rng)]
     for state in states[1:]:
-        if time.perf_counter() >= deadline:
+        if stats.spent():
             break
-        elites.append(polish(state, deadline, rng))
+        elites.append(polish(state, rng))
     elites.sort(key=lambda s: s.key())
     best = elites[0]
     stalled = 0
     num_positions = model.num_peers
     while stalled < PATIENCE:
-        if time.perf_counter() >= deadline:
-            return best, "time_budget"
+        if stats.spent():
+            return best, stats.stop_reason()
         parent = elites[int(rng.integers(len(elites)))] if rng.random() < 0.3 else best
         strength = int(rng.integers(2, max(3, num_positions // 8) + 1))
         child_plan = perturb(parent.plan, parent.spares, rng, strength)
-        child = polish(PlanState.of(model, child_plan, stats), deadline, rng)
+        child = polish(PlanState.of(model, child_plan, stats), rng)
         if child.cost < best.cost - _EPS:
             best, stalled = child, 0
         else:

@@ -15,6 +15,7 @@ each column caches its slowest member's stage time, so a swap re-prices two colu
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -27,9 +28,23 @@ _EPS = 1e-9
 
 @dataclass
 class SearchStats:
-    """Work done by a search: every plan whose cost was computed counts as one evaluation."""
+    """Work done by a search, and its budget: every plan whose cost was computed counts as one
+    evaluation. A search stops once `max_evaluations` are spent (the same inputs stop at the same
+    point, whatever the machine's load) or at `deadline` (time.perf_counter), a wall-clock cap."""
 
     evaluations: int = 0
+    max_evaluations: int | None = None
+    deadline: float = math.inf
+
+    def spent(self) -> bool:
+        """Is the budget used up (either one)?"""
+        over = self.max_evaluations is not None and self.evaluations >= self.max_evaluations
+        return over or time.perf_counter() >= self.deadline
+
+    def stop_reason(self) -> str:
+        """Why a search that ran out of budget stopped: "evaluation_budget" or "time_budget"."""
+        over = self.max_evaluations is not None and self.evaluations >= self.max_evaluations
+        return "evaluation_budget" if over else "time_budget"
 
 
 @dataclass
@@ -320,7 +335,6 @@ def positions_of(plan: IntArray, num_peers: int) -> IntArray:
 def descend(
     state: PlanState,
     rng: np.random.Generator,
-    deadline: float,
     critical_only: bool,
 ) -> int:
     """Descend until no swap of a (critical) peer improves; returns the number of moves made.
@@ -329,13 +343,13 @@ def descend(
     """
     moves = 0
     num_peers = state.model.num_peers
-    while time.perf_counter() < deadline:
+    while not state.stats.spent():
         pos = positions_of(state.plan, num_peers)
         peers = state.critical_peers() if critical_only else state.plan.ravel().copy()
         rng.shuffle(peers)
         improved = False
         for peer in peers:
-            if time.perf_counter() >= deadline:
+            if state.stats.spent():
                 return moves
             found = best_swap_for(state, int(peer), pos)
             if found is None:

@@ -9,8 +9,6 @@ children that are kept do breed.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from p2ptrain.schedule.cost import CostModel, IntArray, partition_cost
@@ -124,7 +122,7 @@ def _cyclic_local_search(weight: np.ndarray, labels: IntArray, num_groups: int) 
 
 
 def paper_search(
-    model: CostModel, rng: np.random.Generator, deadline: float, stats: SearchStats
+    model: CostModel, rng: np.random.Generator, stats: SearchStats
 ) -> tuple[IntArray, str]:
     """Returns the best plan found (pipelines) and why the search stopped."""
     num_groups, size = model.stages, model.replicas
@@ -138,8 +136,8 @@ def paper_search(
         stats.evaluations += 1
     stopped = "converged"
     for _ in range(OFFSPRING):
-        if time.perf_counter() >= deadline:
-            stopped = "time_budget"
+        if stats.spent():
+            stopped = stats.stop_reason()
             break
         i, j = rng.integers(POPULATION, size=2)
         child = _crossover(population[i], population[j], num_groups, size, rng)

@@ -102,8 +102,13 @@ def plan_swarm(
     seed: int = 0,
     algorithm: str = "hybrid",
     time_budget_s: float | None = None,
+    max_evaluations: int | None = None,
 ) -> Plan:
-    """Plan ``stages`` x ``replicas`` tasklets on the topology's peers (extra peers become spares)."""
+    """Plan ``stages`` x ``replicas`` tasklets on the topology's peers (extra peers become spares).
+
+    The search stops when it converges, after ``max_evaluations`` cost evaluations (if given: the
+    plan then depends only on the inputs and the seed), or after ``time_budget_s`` seconds
+    (default 30), whichever comes first."""
     if algorithm not in ALGORITHMS:
         raise TopologyError(
             f"unknown algorithm {algorithm!r} (choose from {', '.join(ALGORITHMS)})"
@@ -113,15 +118,15 @@ def plan_swarm(
     model, order = _canonical(topology, workload)
     rng = np.random.default_rng(seed)
     deadline = started + (DEFAULT_TIME_BUDGET_S if time_budget_s is None else time_budget_s)
-    stats = SearchStats()
+    stats = SearchStats(max_evaluations=max_evaluations, deadline=deadline)
     stopped = "converged"
     if algorithm == "hybrid":
-        state, stopped = hybrid_search(model, rng, deadline, stats)
+        state, stopped = hybrid_search(model, rng, stats)
         pipelines = state.plan
     elif algorithm == "paper":
-        pipelines, stopped = paper_search(model, rng, deadline, stats)
+        pipelines, stopped = paper_search(model, rng, stats)
     elif algorithm == "kl":
-        pipelines = kernighan_lin(model, rng, deadline, stats)
+        pipelines = kernighan_lin(model, rng, stats)
     elif algorithm == "random":
         pipelines = random_assignment(model, rng)
     else:

@@ -11,7 +11,6 @@ groups plus one remainder). The partition is re-costed exactly; the best improvi
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -135,7 +134,6 @@ def regroup(
     model: CostModel,
     pipelines: IntArray,
     labels: IntArray,
-    deadline: float,
     stats: SearchStats,
     max_rounds: int = 60,
 ) -> Evaluation:
@@ -161,9 +159,9 @@ def regroup(
                     stats.evaluations += 1
                     if _better(key, best[0] if best else chain.key):
                         best = (key, members, new)
-                if time.perf_counter() >= deadline:
+                if stats.spent():
                     break
-            if best is not None or time.perf_counter() >= deadline:
+            if best is not None or stats.spent():
                 break
         if best is None:
             break
@@ -174,6 +172,6 @@ def regroup(
         if resolved.cost_s < current.cost_s - _EPS:
             current = resolved
         chain = _Chain(model, resolved)
-        if time.perf_counter() >= deadline:
+        if stats.spent():
             break
     return current

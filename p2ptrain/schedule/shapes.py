@@ -71,16 +71,20 @@ def plan_best_shape(
     workload_for: WorkloadFor,
     seed: int = 0,
     time_budget_s: float | None = None,
+    max_evaluations: int | None = None,
 ) -> Plan:
     """The cheapest of the plans of every shape (ties: the earlier shape), each searched with
-    ``plan_swarm`` on its own workload; the budget is shared evenly between the shapes."""
+    ``plan_swarm`` on its own workload; the budgets are shared evenly between the shapes."""
     if not shapes:
         raise ValueError("no shape to plan")
     budget = None if time_budget_s is None else time_budget_s / len(shapes)
+    evaluations = None if max_evaluations is None else max(1, max_evaluations // len(shapes))
     best: Plan | None = None
     for stages, replicas in shapes:
         shaped = dataclasses.replace(topology, workload=workload_for(stages, replicas))
-        plan = plan_swarm(shaped, stages, replicas, seed=seed, time_budget_s=budget)
+        plan = plan_swarm(
+            shaped, stages, replicas, seed=seed, time_budget_s=budget, max_evaluations=evaluations
+        )
         if best is None or plan.cost_s < best.cost_s - 1e-12:
             best = plan
     assert best is not None

@@ -90,13 +90,17 @@ class Outcome:
     diverged: bool = False  # the group's replicas started the step from different parameters
 
 
-def averaging_timeouts(gradient_bytes: int, network: NetworkFacts | None) -> AveragingTimeouts:
-    """The timeouts for the network the plan was made for; a plan without network facts was
-    made for a local network (loopback or LAN): short timeouts, so a failed round is noticed
-    quickly."""
+def averaging_timeouts(
+    gradient_bytes: int, network: NetworkFacts | None, stage: int | None = None
+) -> AveragingTimeouts:
+    """The timeouts for the network the plan was made for: the links of `stage`'s group (the
+    ones its rounds cross), or the swarm-wide pair when the stage or its facts are unknown. A
+    plan without network facts was made for a local network (loopback or LAN): short
+    timeouts, so a failed round is noticed quickly."""
     if network is None:
         return LOCAL_TIMEOUTS
-    return AveragingTimeouts.for_network(network.max_rtt_s, network.min_rate_mbps, gradient_bytes)
+    links = network.swarm if stage is None else network.group(stage)
+    return AveragingTimeouts.for_network(links.rtt_s, links.rate_mbps, gradient_bytes)
 
 
 class StageAverager:
@@ -112,8 +116,10 @@ class StageAverager:
         timeout_s: float,
         group: Mapping[str, float],
         network: NetworkFacts | None = None,
+        stage: int | None = None,
     ) -> None:
-        """network: what the plan says of its links, to scale the timeouts for.
+        """network: what the plan says of its links, to scale the timeouts for (those of
+        `stage`'s group when given).
         group: the stage's replicas as the plan lists them (this peer among them), each with
         its planned weight (its rows of the batch): a round's first attempt runs in that group
         (worker/planned_group.py), a retry in one of its members found by hivemind's DHT
@@ -123,7 +129,7 @@ class StageAverager:
         self.weights = dict(group)
         self._buffer = torch.zeros(num_params)
         self.timeouts = averaging_timeouts(
-            num_params * (4 if compression == "none" else 2), network
+            num_params * (4 if compression == "none" else 2), network, stage
         )
         self._rounds = 0
         self.timeout_s = timeout_s

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from p2ptrain.records import Role
+from p2ptrain.records import NetworkFacts, Role
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train.data import get_batch, replica_rows
 from p2ptrain.train.model import Stage, loss_fn
@@ -30,11 +30,10 @@ from p2ptrain.worker.frames import (
     Expected,
     PeerLost,
 )
+from p2ptrain.worker.link_bounds import RECEIVE_TIMEOUT_S, frame_waits_s
 
 if TYPE_CHECKING:  # the transport imports hivemind; this module stays importable without it
     from p2ptrain.worker.transport import Transport
-
-RECEIVE_TIMEOUT_S = 120.0
 
 
 def wire_dtype(spec: RunSpec) -> torch.dtype:
@@ -48,6 +47,23 @@ def micro_shapes(spec: RunSpec, role: Role) -> list[tuple[int, int, int]]:
         (len(m), spec.block_size, spec.n_embd)
         for m in micro_batch_rows(len(rows), spec.micro_batches)
     ]
+
+
+def hop_waits_s(
+    spec: RunSpec, role: Role, network: NetworkFacts | None
+) -> dict[str, tuple[float, float]]:
+    """Neighbour -> (receive, send) bounds of its frames, from the hop between us as the plan
+    states it (worker/link_bounds.py)."""
+    frame_bytes = max((a * b * c for a, b, c in micro_shapes(spec, role)), default=0)
+    frame_bytes *= torch.tensor([], dtype=wire_dtype(spec)).element_size()
+    return {
+        peer: frame_waits_s(
+            None if network is None else network.hop(role.replica, role.stage + offset),
+            frame_bytes,
+        )
+        for peer, offset in ((role.prev_peer, -1), (role.next_peer, 0))  # the hop before us, after
+        if peer is not None
+    }
 
 
 def expected_frame(
@@ -75,8 +91,10 @@ def run_step(
     corpus: torch.Tensor | None,
     step: int,
     should_stop: Callable[[], bool],
+    network: NetworkFacts | None = None,
 ) -> float | None:
-    """Accumulate this stage's gradients for `step`; the replica's mean loss on the last stage."""
+    """Accumulate this stage's gradients for `step`; the replica's mean loss on the last stage.
+    network: the plan's, whose hops bound the frame waits."""
     rows = replica_rows(spec.batch_size, role.num_replicas, role.replica)
     micro = micro_batch_rows(len(rows), spec.micro_batches)
     x = y = None
@@ -84,10 +102,14 @@ def run_step(
         x, y = get_batch(corpus, spec, step, rows)
     dtype = wire_dtype(spec)
     sends: list[Future[None]] = []
+    waits = hop_waits_s(spec, role, network)
 
     def send(peer: str | None, tensor: torch.Tensor, kind: str, m: int) -> None:
         assert transport is not None and peer is not None
-        sends.append(transport.send(peer, tensor.to(dtype), kind, spec.run_id, role.epoch, step, m))
+        frame = tensor.to(dtype)
+        sends.append(
+            transport.send(peer, frame, kind, spec.run_id, role.epoch, step, m, waits[peer][1])
+        )
 
     def stop_waiting() -> bool:
         _raise_failed_send(sends)  # a lost frame of ours means the answer will never come
@@ -95,7 +117,9 @@ def run_step(
 
     def receive(kind: str, m: int) -> torch.Tensor:
         assert transport is not None
-        return transport.receive(kind, step, m, RECEIVE_TIMEOUT_S, stop_waiting).float()
+        sender = role.prev_peer if kind == ACTIVATION else role.next_peer
+        wait_s = waits[sender][0] if sender in waits else RECEIVE_TIMEOUT_S
+        return transport.receive(kind, step, m, wait_s, stop_waiting).float()
 
     inputs: list[torch.Tensor] = []
     outputs: list[torch.Tensor] = []
@@ -128,7 +152,7 @@ def run_step(
 
     for future in sends:
         try:
-            future.result(timeout=RECEIVE_TIMEOUT_S)
+            future.result(timeout=max([RECEIVE_TIMEOUT_S, *(w[0] for w in waits.values())]))
         except PeerLost:
             raise
         except Exception as exc:  # a timeout of the future itself

@@ -88,7 +88,7 @@ def _fetch(
         try:
             path = fetch_state(
                 transport, peer, layers, start.step, directory, digest, max_bytes,
-                plan.network, plan.state_tag,
+                plan.link_facts(transport.peer_id, peer), plan.state_tag,
             )  # fmt: skip
             load_stage(path, spec, model, optimizer)  # validates first
         except Exception as exc:  # any failure, a bad file included: try the next holder

@@ -34,6 +34,7 @@ from p2ptrain.worker.frames import (
     Stopped,
 )
 from p2ptrain.worker.ipc import PlanInbox
+from p2ptrain.worker.link_bounds import dial_window_s
 from p2ptrain.worker.restore import restore_stage
 from p2ptrain.worker.resume import (
     StartPoint,
@@ -125,6 +126,7 @@ class Session:
                 spec.averaging_timeout_s,
                 group=weights,
                 network=plan.network,
+                stage=role.stage,
             )
         self.rows = replica_rows(spec.batch_size, role.num_replicas, role.replica)
         self.start_step = self.step
@@ -137,8 +139,10 @@ class Session:
     def _connect(self, plan: Plan, dht: DHT) -> None:
         addrs = plan.data_addrs
         others = plan.peers() - {self.transport.peer_id}
+        me = self.transport.peer_id
         unreachable = self.transport.connect_all(
-            {p: addrs[p] for p in sorted(others) if addrs.get(p)}
+            {p: addrs[p] for p in sorted(others) if addrs.get(p)},
+            {p: dial_window_s(plan.link_facts(me, p)) for p in others},
         )
         if unreachable:
             log.warning("not connected to %s yet: going on (they may dial us)", unreachable)
@@ -216,6 +220,7 @@ class Session:
                     self.corpus,
                     self.step,
                     self._should_stop,
+                    self.plan.network,
                 )
             except Stopped:
                 self.optimizer.zero_grad(set_to_none=True)

@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from p2ptrain.records import NetworkFacts, RunSpec
+from p2ptrain.records import LinkFacts, NetworkFacts, RunSpec
 from p2ptrain.train.checkpoint import (
     expected_state_bytes,
     file_sha256,
@@ -67,11 +67,15 @@ def parse_layers(key: str) -> range | None:
     return range(int(match[1]), int(match[2]))
 
 
-def transfer_deadline_s(size_bytes: int, network: NetworkFacts | None) -> float:
-    """How long moving `size_bytes` may take on the plan's slowest link: twice the time at its
-    rate, a few round trips and a constant for the disk (cf. worker/averaging.py)."""
-    rate_mbps = LOCAL_RATE_MBPS if network is None else network.min_rate_mbps
-    rtt_s = LOCAL_RTT_S if network is None else network.max_rtt_s
+def transfer_deadline_s(size_bytes: int, links: NetworkFacts | LinkFacts | None) -> float:
+    """How long moving `size_bytes` may take over `links`: the link to the peer as the plan
+    states it (`Plan.link_facts`: its stage group's when the peer holds our stage), or the
+    plan's slowest link (NetworkFacts: any peer); twice the time at the rate, a few round
+    trips and a constant for the disk (cf. worker/averaging.py)."""
+    if isinstance(links, NetworkFacts):
+        links = links.swarm
+    rate_mbps = LOCAL_RATE_MBPS if links is None else links.rate_mbps
+    rtt_s = LOCAL_RTT_S if links is None else links.rtt_s
     return 10.0 + 4 * rtt_s + 2 * size_bytes * 8 / (rate_mbps * 1e6)
 
 
@@ -177,7 +181,7 @@ def fetch_state(
     directory: Path,
     digest: str,
     max_bytes: int,
-    network: NetworkFacts | None,
+    network: NetworkFacts | LinkFacts | None,
     tag: str | None = None,
 ) -> Path:
     """Fetch `peer_id`'s stamped state of `layers` at `step` whose sha256 is `digest` into

@@ -25,17 +25,16 @@ from hivemind.utils.multiaddr import Multiaddr
 
 from p2ptrain.worker import frames
 from p2ptrain.worker.frames import Expected, FrameHeader, PeerLost, Stopped
+from p2ptrain.worker.link_bounds import CONNECT_WINDOW_S, SEND_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Key = tuple[str, int, int]  # (kind, step, micro)
 ExpectFn = Callable[[FrameHeader], Expected | None]
-SEND_TIMEOUT_S = 60.0
 BUSY_RETRY_S = 0.2
 ANSWER_LINGER_S = 5.0
 YIELD_DIAL_S = (2.0, 3.0)  # how long the larger peer id leaves the dial to the other one
-CONNECT_WINDOW_S = 45.0  # p2pd backs off a failed dial for 5 s and more: try past that
 # Inbound frame streams: only the current plan's peers get a stream read at all; a neighbour
 # has a handful open at once (a frame per micro-batch and direction), so more than this is a
 # flood and refused before anything is read; and a header must arrive soon after a stream
@@ -79,24 +78,30 @@ class Transport:
         """Run a coroutine on the transport's loop and wait for its result."""
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=timeout_s)
 
-    def connect_all(self, peers: Mapping[str, Sequence[str]]) -> list[str]:
+    def connect_all(
+        self, peers: Mapping[str, Sequence[str]], windows_s: Mapping[str, float] | None = None
+    ) -> list[str]:
         """Tell p2pd where the plan's peers listen and dial them, all at once; the peers that
-        could not be reached within CONNECT_WINDOW_S (their address stays known to p2pd, and a
-        peer that dials us connects us too, so the session goes on; a frame that cannot be
-        delivered is what declares a peer lost)."""
+        could not be reached within their window (`windows_s`, default CONNECT_WINDOW_S: their
+        address stays known to p2pd, and a peer that dials us connects us too, so the session
+        goes on; a frame that cannot be delivered is what declares a peer lost)."""
 
         self._plan_peers = frozenset(peers)
+        windows = {p: (windows_s or {}).get(p, CONNECT_WINDOW_S) for p in peers}
 
         async def dial_all() -> list[bool]:
-            return list(await asyncio.gather(*(self._connect(p, a) for p, a in peers.items())))
+            return list(
+                await asyncio.gather(*(self._connect(p, a, windows[p]) for p, a in peers.items()))
+            )
 
-        results = self.call(dial_all(), timeout_s=CONNECT_WINDOW_S + 30.0)
+        longest_s = max(windows.values(), default=CONNECT_WINDOW_S)
+        results = self.call(dial_all(), timeout_s=longest_s + 30.0)
         return [peer for peer, ok in zip(peers, results, strict=True) if not ok]
 
-    async def _connect(self, peer_id: str, maddrs: Sequence[str]) -> bool:
+    async def _connect(self, peer_id: str, maddrs: Sequence[str], window_s: float) -> bool:
         # p2pd wants transport addresses: drop the trailing /p2p/<id> of a full multiaddr
         addrs = [Multiaddr(a.split("/p2p/")[0]) for a in maddrs]
-        deadline = self._loop.time() + CONNECT_WINDOW_S
+        deadline = self._loop.time() + window_s
         problem = ""
         # Two peers of a new plan dial each other at once; over long round trips both Noise
         # handshakes can fail ("message is too short"), and p2pd then refuses new dials for a
@@ -112,7 +117,7 @@ class Transport:
             except Exception as exc:  # p2pd reports failures as ControlFailure and others
                 problem = repr(exc)[-200:]
             await asyncio.sleep(random.uniform(0.5, 2.0))
-        log.warning("could not connect to %s in %.0f s: %s", peer_id, CONNECT_WINDOW_S, problem)
+        log.warning("could not connect to %s in %.0f s: %s", peer_id, window_s, problem)
         return False
 
     async def _wait_dialled_by(self, peer_id: str, timeout_s: float) -> None:
@@ -134,16 +139,21 @@ class Transport:
         epoch: int,
         step: int,
         micro: int,
+        timeout_s: float = SEND_TIMEOUT_S,
     ) -> Future[None]:
-        """Send a frame without blocking; the future fails with PeerLost if it is not accepted."""
+        """Send a frame without blocking; the future fails with PeerLost if it is not accepted
+        within timeout_s."""
         tensor = tensor.detach().contiguous()
         header = frames.header_for(tensor, kind, run_id, epoch, step, micro, self.peer_id)
-        return asyncio.run_coroutine_threadsafe(self._send(peer_id, header, tensor), self._loop)
+        coroutine = self._send(peer_id, header, tensor, timeout_s)
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
-    async def _send(self, peer_id: str, header: FrameHeader, tensor: torch.Tensor) -> None:
+    async def _send(
+        self, peer_id: str, header: FrameHeader, tensor: torch.Tensor, timeout_s: float
+    ) -> None:
         # Frames are idempotent (the receiver accepts a duplicate and keeps the first), so any
         # transient failure, or a BUSY neighbour that has no plan yet, is simply retried.
-        deadline = self._loop.time() + SEND_TIMEOUT_S
+        deadline = self._loop.time() + timeout_s
         problem = ""
         while self._loop.time() < deadline:
             try:

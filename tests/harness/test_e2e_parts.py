@@ -11,13 +11,10 @@ import pytest
 
 from p2ptrain.harness.e2e_plot import write_loss_plot
 from p2ptrain.harness.e2e_traffic import link_table, measured_link_bytes, predicted_link_bytes
-from p2ptrain.harness.testbed_swarm import (
-    measured_workload,
-    plan_on_testbed,
-    stage_parameter_counts,
-)
+from p2ptrain.harness.testbed_swarm import plan_on_testbed
 from p2ptrain.records import Hello, RunSpec
 from p2ptrain.schedule.synthetic import city_topology
+from p2ptrain.schedule.workload import measured_workload, stage_parameter_counts
 from p2ptrain.testbed.links import links_from_topology
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from p2ptrain.harness.e2e_bench import mean_of_runs, render, slow_peer_indices, summarize
 from p2ptrain.harness.e2e_join import run_spec_for
-from p2ptrain.harness.testbed_swarm import stage_parameter_counts, step_traffic
 from p2ptrain.records.run import RunSpec
+from p2ptrain.schedule.workload import stage_parameter_counts, step_traffic
 
 
 def _run(seed: int, tokens_per_s: float, step_s: float, predicted_s: float) -> dict[str, Any]:

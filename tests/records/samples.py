@@ -42,7 +42,12 @@ def plan_dict() -> dict[str, Any]:
         "spares": [C],
         "data_addrs": {A: ["/ip4/127.0.0.1/tcp/4001"], B: ["/ip4/127.0.0.1/tcp/4002"]},
         "cost_s": 0.25,
-        "network": {"max_rtt_s": 0.12, "min_rate_mbps": 50.0},
+        "network": {
+            "max_rtt_s": 0.12,
+            "min_rate_mbps": 50.0,
+            "groups": [[0.0, 50.0], [0.0, 50.0]],  # one replica: no group links
+            "hops": [[[0.08, 120.0]]],
+        },
         "lineage": [["0123456789abcdef", 5], ["fedcba9876543210", 3]],
     }
 

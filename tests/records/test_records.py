@@ -14,6 +14,7 @@ from p2ptrain.errors import UserError, WireError
 from p2ptrain.records import (
     Claim,
     Hello,
+    LinkFacts,
     MetricsReport,
     PeerRecord,
     Plan,
@@ -66,6 +67,13 @@ def _plan_with(**changes: Any) -> dict[str, Any]:
         {"data_addrs": {A: ["/ip4/1.2.3.4/tcp/1"] * 17}},
         {"network": {"max_rtt_s": -1, "min_rate_mbps": 1}},
         {"network": {"max_rtt_s": 0.1, "min_rate_mbps": 0}},
+        {"network": {"max_rtt_s": 0.1, "min_rate_mbps": 1, "groups": [[0.1, 1]]}},  # 2 stages
+        {"network": {"max_rtt_s": 0.1, "min_rate_mbps": 1, "groups": [[0.1, 1], [0.1]]}},
+        {"network": {"max_rtt_s": 0.1, "min_rate_mbps": 1, "groups": [[0.1, 0], [0.1, 1]]}},
+        {"network": {"max_rtt_s": 0.1, "min_rate_mbps": 1, "hops": [[[601, 1]]]}},
+        {"network": {"max_rtt_s": 0.1, "min_rate_mbps": 1, "hops": [[[0.1, 1]], [[0.1, 1]]]}},
+        {"network": {"max_rtt_s": 0.1, "min_rate_mbps": 1, "hops": [[]]}},  # a hop missing
+        {"network": {"max_rtt_s": 0.1, "min_rate_mbps": 1, "hops": "all fast"}},
         {"pipelines": [[A, B]] * 2000},
     ],
 )
@@ -75,7 +83,9 @@ def test_bad_plans_are_refused(changes: dict[str, Any]) -> None:
 
 
 def test_a_plan_knows_each_peers_role() -> None:
-    plan = Plan.from_dict(_plan_with(pipelines=[[A, B], [C, "w3"]], spares=[], data_addrs={}))
+    plan = Plan.from_dict(
+        _plan_with(pipelines=[[A, B], [C, "w3"]], spares=[], data_addrs={}, network=None)
+    )
     role = plan.role_of(B)
     assert role is not None and role.is_last and role.prev_peer == A and role.next_peer is None
     assert role.stage_peers == (B, "w3") and role.num_replicas == 2
@@ -172,3 +182,33 @@ def test_a_token_admits_its_peer_only_while_valid_and_only_from_the_organiser() 
     for bad in ("p2pt1.!!!", "p2pt1.e30", "nope", 42, "p2pt1." + "A" * 2000):
         with pytest.raises(WireError):
             Token.decode(bad)
+
+
+def test_a_plan_s_network_facts_per_group_and_hop() -> None:
+    plan = Plan.from_dict(
+        _plan_with(
+            pipelines=[[A, B], [C, "w3"]],
+            spares=[],
+            data_addrs={},
+            network={
+                "max_rtt_s": 0.3,
+                "min_rate_mbps": 10.0,
+                "groups": [[0.01, 900.0], [0.2, 20.0]],
+                "hops": [[[0.05, 100.0]], [[0.3, 10.0]]],
+            },
+        )
+    )
+    assert Plan.from_dict(plan.to_dict()) == plan
+    network = plan.network
+    assert network is not None
+    assert network.group(1) == LinkFacts(0.2, 20.0) and network.hop(1, 0) == LinkFacts(0.3, 10.0)
+    assert network.group(5) == network.hop(0, 3) == LinkFacts(0.3, 10.0)  # the swarm-wide pair
+    assert plan.link_facts(A, C) == LinkFacts(0.01, 900.0)  # stage 0's group
+    assert plan.link_facts(C, "w3") == LinkFacts(0.3, 10.0)  # replica 1's hop
+    assert plan.link_facts(A, B) == LinkFacts(0.05, 100.0)
+    assert plan.link_facts(A, "w3") == network.swarm  # neither: the swarm-wide pair
+    assert plan.replace(network=None).link_facts(A, B) is None
+    # an older planner's record: the swarm-wide pair for everything
+    old = Plan.from_dict(_plan_with(network={"max_rtt_s": 0.3, "min_rate_mbps": 10.0}))
+    assert old.network is not None and old.network.group(0) == LinkFacts(0.3, 10.0)
+    assert "groups" not in old.to_dict()["network"]

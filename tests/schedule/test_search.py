@@ -114,3 +114,24 @@ def test_tiny_swarms_are_planned(num_peers: int, stages: int, replicas: int) -> 
         used = [p for row in plan.pipelines for p in row]
         assert len(plan.pipelines) == replicas and len(used) == len(set(used)) == stages * replicas
         assert len(plan.spares) == num_peers - stages * replicas
+
+
+@pytest.mark.parametrize("algorithm", ["hybrid", "paper", "kl"])
+def test_an_evaluation_budget_stops_the_search_at_the_same_point(algorithm: str) -> None:
+    topology = random_topology(32, seed=7, workload=Workload(4, 8, 0.6, 0.4))
+    runs = [
+        plan_swarm(topology, seed=0, algorithm=algorithm, time_budget_s=60, max_evaluations=300)
+        for _ in range(2)
+    ]
+    assert runs[0].stopped in ("evaluation_budget", "converged")
+    assert (runs[0].pipelines, runs[0].evaluations) == (runs[1].pipelines, runs[1].evaluations)
+
+
+def test_a_budget_the_search_reaches_is_reported_and_a_bigger_one_converges() -> None:
+    topology = random_topology(32, seed=8, workload=Workload(4, 8, 0.6, 0.4))
+    cut = plan_swarm(topology, seed=0, max_evaluations=2_000)
+    assert cut.stopped == "evaluation_budget"
+    # a check comes after each move's scoring, so the count passes the budget by at most a move
+    assert 2_000 <= cut.evaluations < 2_000 + 2 * 32 * 32
+    full = plan_swarm(topology, seed=0, max_evaluations=10**7)
+    assert full.stopped == "converged" and full.cost_s <= cut.cost_s

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from p2ptrain.records import NetworkFacts
+from p2ptrain.records import LinkFacts, NetworkFacts
 from p2ptrain.worker.averaging import (
     LOCAL_TIMEOUTS,
     MAX_LINGER_S,
@@ -39,3 +39,20 @@ def test_slow_links_stretch_the_all_reduce_timeouts() -> None:
     slow = AveragingTimeouts.for_network(0.4, 5.0, 50_000_000)
     assert slow.sender_s > fast.sender_s and slow.allreduce_s > fast.allreduce_s
     assert slow.linger_s == MAX_LINGER_S
+
+
+def test_a_stage_s_rounds_are_timed_for_its_own_group_s_links() -> None:
+    network = NetworkFacts(
+        max_rtt_s=0.4,
+        min_rate_mbps=5.0,
+        groups=(LinkFacts(0.002, 1000.0), LinkFacts(0.3, 10.0)),
+        hops=((LinkFacts(0.4, 5.0),),),
+    )
+    assert averaging_timeouts(1000, network, 0) == AveragingTimeouts.for_network(
+        0.002, 1000.0, 1000
+    )
+    assert averaging_timeouts(1000, network, 1) == AveragingTimeouts.for_network(0.3, 10.0, 1000)
+    # no stage, or an older plan without per-group facts: the swarm-wide pair
+    assert averaging_timeouts(1000, network) == AveragingTimeouts.for_network(0.4, 5.0, 1000)
+    older = NetworkFacts(max_rtt_s=0.4, min_rate_mbps=5.0)
+    assert averaging_timeouts(1000, older, 1) == AveragingTimeouts.for_network(0.4, 5.0, 1000)
