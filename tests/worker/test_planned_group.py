@@ -34,6 +34,14 @@ def test_the_planned_group_averages_without_dht_matchmaking() -> None:
     assert [r["group_size"] for r in result["results"]] == [3] * 3
     assert [r["mean"] for r in result["results"]] == pytest.approx([2.0] * 3)
     assert result["dht_matchmaking_used"] is False
+    # the worker's byte counters: each member sent each groupmate at least that groupmate's
+    # share of its gradient (float32, a third of it) and got at least its own share back
+    share_bytes = 4 * (1000 // 3)
+    for i, r in enumerate(result["results"]):
+        links = {int(peer): counts for peer, counts in r["link_bytes"].items()}
+        assert set(links) == {0, 1, 2} - {i}, links
+        assert all(sent >= share_bytes and received >= share_bytes for sent, received in
+                   links.values()), links  # fmt: skip
 
 
 def test_a_missing_member_leaves_the_others_to_average_on_the_retry() -> None:
