@@ -5,12 +5,14 @@ and the rates measured on their link."""
 from __future__ import annotations
 
 import re
+import signal
 import time
 from typing import Any
 
 import pytest
 
 from p2ptrain.control.observer import get_statuses
+from tests.conftest import processes_with
 from tests.control.swarm_helpers import peer_id, start_bootstrap, start_peer, wait_for_status
 
 pytestmark = pytest.mark.integration
@@ -92,3 +94,10 @@ def test_join_prints_its_steps_and_status_shows_progress_bytes_and_rates(tmp_pat
     for proc, _ in nodes:
         lines = [reaper.read_line(proc, 30) for _ in range(3)]
         assert all(PROGRESS_LINE.fullmatch(line) for line in lines), lines
+    # a graceful stop (the supervisor stops its worker's whole group): the reaper's quicker
+    # SIGKILL would leave a worker retrying its sends for a minute once its p2pd is gone
+    for proc, _ in nodes:
+        proc.send_signal(signal.SIGTERM)
+    for proc, _ in nodes:
+        proc.wait(timeout=60)
+    assert not processes_with(str(tmp_path / "trainer")), "a process of a node is left"
