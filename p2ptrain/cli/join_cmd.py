@@ -1,6 +1,7 @@
 """`p2ptrain join`: join a swarm as a peer (supervisor + control process [+ worker process]).
 
-Its first stdout line is the peer's full multiaddr (its first announced control-plane address).
+Its first stdout line is the peer's full multiaddr (its first announced control-plane address);
+a line per training step follows (--quiet: none).
 """
 
 from __future__ import annotations
@@ -64,6 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="append every report of this node's worker to FILE as a JSON line",
     )
     parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="print only the node's multiaddr on stdout, no progress line per training step",
+    )
+    parser.add_argument(
         "--fault",
         action="append",
         default=[],
@@ -99,5 +105,6 @@ def run(args: argparse.Namespace) -> int:
         metrics_log=args.metrics_log,
         token=args.token,
         faults=faults,
+        quiet=args.quiet,
     )
     return supervisor.run()

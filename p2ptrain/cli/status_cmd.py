@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
+from p2ptrain.records import PeerMetrics
+
 if TYPE_CHECKING:
     from p2ptrain.records import SwarmStatus
 
@@ -29,35 +31,45 @@ def _short(peer_id: str | None) -> str:
     return "-" if peer_id is None else f"…{peer_id[-8:]}"
 
 
+def _cell(value: float | int | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _bytes(value: int | None) -> str:
+    from p2ptrain.control.progress import size_text  # pure; control's package is lazy here
+
+    return "-" if value is None else size_text(value)
+
+
 def format_status(status: SwarmStatus) -> str:
-    """A readable report: peers, planner, link matrix and plan."""
+    """A readable report: peers with their training progress and data-plane bytes, planner,
+    link matrices (RTT and measured rate) and plan."""
     peers = status.peers
     lines = [
         f"run {status.run or '?'}   planner {_short(status.planner)}   "
         f"term {status.term}   {sum(p.alive for p in peers)}/{len(peers)} peers alive",
         "",
-        f"{'peer':<12}{'alive':<7}{'role':<14}{'GFLOP/s':>9}  {'seen':>6}  address",
+        f"{'peer':<12}{'alive':<7}{'role':<14}{'GFLOP/s':>9}  {'seen':>6}  {'step':>6}"
+        f"{'loss':>8}{'tok/s':>8}{'sent':>10}{'recv':>10}  address",
     ]
     for peer in peers:
         star = "*" if peer.planner else " "
         gflops = peer.compute_gflops
+        m = peer.metrics or PeerMetrics()  # every field None: nothing known
         lines.append(
             f"{star}{_short(peer.id):<11}{'yes' if peer.alive else 'NO':<7}{peer.role:<14}"
-            f"{'-' if gflops is None else f'{gflops:.1f}':>9}  {peer.last_seen_s:>5.1f}s  "
+            f"{_cell(gflops, '.1f'):>9}  {peer.last_seen_s:>5.1f}s  "
+            f"{_cell(m.step, 'd'):>6}{_cell(m.loss, '.3f'):>8}"
+            f"{_cell(m.tokens_per_s, '.0f'):>8}"
+            f"{_bytes(m.bytes_sent):>10}{_bytes(m.bytes_received):>10}  "
             f"{(peer.addrs or ('-',))[0]}"
         )
     ids = [p.id for p in peers]
     rtt = {(link.a, link.b): link.rtt_ms for link in status.links}
+    rate = {(link.a, link.b): link.bandwidth_mbps for link in status.links}
     if ids:
-        lines += ["", "RTT ms".ljust(12) + "".join(_short(p).rjust(11) for p in ids)]
-        for a in ids:
-            cells = []
-            for b in ids:
-                value = rtt.get((min(a, b), max(a, b)))
-                cells.append(
-                    ("·" if a == b else "-" if value is None else f"{value:.2f}").rjust(11)
-                )
-            lines.append(_short(a).ljust(12) + "".join(cells))
+        lines += _matrix("RTT ms", ids, rtt, ".2f")
+        lines += _matrix("Mbit/s", ids, rate, ".1f")
     plan = status.plan
     lines.append("")
     if plan is None:
@@ -73,3 +85,17 @@ def format_status(status: SwarmStatus) -> str:
         if plan.spares:
             lines.append("  spares: " + ", ".join(_short(p) for p in plan.spares))
     return "\n".join(lines)
+
+
+def _matrix(
+    title: str, ids: list[str], values: dict[tuple[str, str], float | None], spec: str
+) -> list[str]:
+    """A symmetric link matrix (keys are (smaller id, larger id)) as lines of a table."""
+    lines = ["", title.ljust(12) + "".join(_short(p).rjust(11) for p in ids)]
+    for a in ids:
+        cells = []
+        for b in ids:
+            value = values.get((min(a, b), max(a, b)))
+            cells.append(("·" if a == b else _cell(value, spec)).rjust(11))
+        lines.append(_short(a).ljust(12) + "".join(cells))
+    return lines

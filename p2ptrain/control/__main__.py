@@ -1,7 +1,7 @@
 """Entry point of the control process that the node supervisor starts.
 
 python -m p2ptrain.control --role control-only --identity FILE --bootstrap MADDR [--listen MADDR]
-                           [--announce MADDR...] [--ipc SOCKET]
+                           [--announce MADDR...] [--ipc SOCKET] [--token TOKEN] [--quiet]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--announce", nargs="+", default=[], metavar="MADDR")
     parser.add_argument("--ipc", default=None)
     parser.add_argument("--token", default=None, help="the organiser's token, or a file holding it")
+    parser.add_argument("--quiet", action="store_true", help="no progress line per worker step")
     args = parser.parse_args(argv)
     from p2ptrain.control.node import ControlNode, NodeConfig, configure_logging, run_node
     from p2ptrain.identity import load_or_create_identity
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
             bootstrap_addr=args.bootstrap,
             ipc_path=args.ipc,
             token=None if args.token is None else read_token(args.token),
+            print_progress=not args.quiet,
         )
         node = ControlNode(config)
     except UserError as exc:

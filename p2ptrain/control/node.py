@@ -56,6 +56,7 @@ class NodeConfig:
     run: RunSpec | None = None  # the bootstrap publishes it; others learn it when joining
     ipc_path: str | None = None
     print_addr: bool = True
+    print_progress: bool = True  # a line per step of our worker on stdout (control/progress.py)
     token: Token | None = None  # the organiser's word that we may join, and maybe plan
     revocations_path: str | None = None  # the bootstrap's --revoked file
 
@@ -95,7 +96,11 @@ class ControlNode:
         self.rpcs = RpcResponder(self.state)
         self.inbound_limits = rpc.InboundLimits()
         self.prober = LinkProber(self.host, view, self.state.joined)
-        self.worker_link = WorkerLink(self.state, config.ipc_path) if config.ipc_path else None
+        self.worker_link = (
+            WorkerLink(self.state, config.ipc_path, config.print_progress)
+            if config.ipc_path
+            else None
+        )
 
     @property
     def peer_id(self) -> str:

@@ -179,6 +179,7 @@ def compute_plan(matrices: Matrices, run: RunSpec) -> Placement:
     topology = _topology(matrices, stages, replicas, run)
     if matrices.compute is not None:  # peers differ in speed: fewer replicas may pay
         from p2ptrain.schedule.shapes import candidate_shapes, plan_best_shape
+        from p2ptrain.schedule.workload import planning_workload
 
         compute = matrices.compute.filled()
         shapes = candidate_shapes(len(peers), stages, compute.n_layer, compute.block_row_s)

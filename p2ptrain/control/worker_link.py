@@ -1,7 +1,8 @@
 """The bridge to this peer's worker over the IPC socket (ipc.IpcServer).
 
 From the worker: `hello` (its data-plane addresses, announced in our peer record), `metrics`
-(gossiped in our telemetry) and `heartbeat`; each one feeds the worker's health watch
+(gossiped in our telemetry, and printed as a progress line on stdout: control/progress.py) and
+`heartbeat`; each one feeds the worker's health watch
 (control/health.py). To the worker: every plan the view accepts (with the run spec), and
 `stop` on shutdown. The messages are records/messages.py's.
 """
@@ -15,6 +16,7 @@ from typing import Any
 import trio
 
 from p2ptrain.control.ipc import IpcServer
+from p2ptrain.control.progress import progress_line
 from p2ptrain.control.state import NodeState
 from p2ptrain.records import (
     ComputeReport,
@@ -35,8 +37,10 @@ PLAN_POLL_S = 0.5
 class WorkerLink:
     """The control side of the control <-> worker IPC."""
 
-    def __init__(self, state: NodeState, ipc_path: str) -> None:
+    def __init__(self, state: NodeState, ipc_path: str, print_progress: bool = True) -> None:
+        """print_progress: print a line per step of the worker on stdout (control/progress.py)."""
         self.state = state
+        self.print_progress = print_progress
         self.ipc = IpcServer(ipc_path, self._on_message)
 
     async def serve_worker(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -74,7 +78,11 @@ class WorkerLink:
                 tokens_per_s=message.tokens_per_s,
                 stage=message.stage,
                 replica=message.replica,
+                bytes_sent=message.bytes_sent,
+                bytes_received=message.bytes_received,
             )
+            if self.print_progress:
+                print(progress_line(message), flush=True)
         elif isinstance(message, ComputeReport):
             state.stage_compute = message.compute
             state.publish_soon("record")  # the planner prices our stages from it

@@ -25,9 +25,9 @@ from p2ptrain.harness.e2e_traffic import link_table, measured_link_bytes, predic
 from p2ptrain.harness.local_run import train_with_control_plane
 from p2ptrain.harness.testbed_sites import TestbedSites
 from p2ptrain.harness.testbed_swarm import predicted_step
-from p2ptrain.schedule.workload import BYTES_PER_VALUE, step_traffic
 from p2ptrain.records import Plan
 from p2ptrain.records.run import RunSpec
+from p2ptrain.schedule.workload import BYTES_PER_VALUE, step_traffic
 from p2ptrain.testbed.testbed import Testbed
 
 

@@ -5,8 +5,8 @@ No orphans, whatever happens:
   gets PR_SET_PDEATHSIG=SIGKILL, so it dies even if the supervisor is SIGKILLed;
 - SIGTERM/SIGINT/SIGHUP to the supervisor stop both children (SIGTERM to their groups, then
   SIGKILL after a grace period); if either child exits, the other is stopped too.
-The control process prints the node's multiaddr first; the supervisor relays it as its own first
-stdout line.
+The control process prints the node's multiaddr first, then a progress line per training step
+(control/progress.py); the supervisor relays them as its own stdout.
 """
 
 from __future__ import annotations
@@ -56,8 +56,10 @@ class Supervisor:
         metrics_log: str | None = None,
         token: str | None = None,
         faults: Faults = NO_FAULTS,
+        quiet: bool = False,
     ) -> None:
         self.bootstrap = bootstrap
+        self.quiet = quiet  # no progress lines: the multiaddr is the only stdout line
         self.faults = faults
         self.token = token
         self.checkpoint_dir = checkpoint_dir
@@ -98,6 +100,7 @@ class Supervisor:
                     *(["--announce", *self.announce] if self.announce else []),
                     "--ipc", ipc_path,
                     *(["--token", self.token] if self.token else []),
+                    *(["--quiet"] if self.quiet else []),
                 ],
                 stdout=subprocess.PIPE,
             )  # fmt: skip

@@ -51,8 +51,33 @@ class Hello:
 
 
 @dataclass(frozen=True)
+class LinkBytes:
+    """Data-plane bytes this worker sent to and received from one peer, since it started."""
+
+    sent: int = 0
+    received: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sent": self.sent, "received": self.received}
+
+    @classmethod
+    def from_dict(cls, data: object) -> LinkBytes:
+        d = f.mapping(data, "link bytes")
+        f.require_keys(d, "link bytes", ("sent", "received"))
+        return cls(
+            sent=f.integer(d["sent"], "link bytes", "sent"),
+            received=f.integer(d["received"], "link bytes", "received"),
+        )
+
+
+@dataclass(frozen=True)
 class MetricsReport:
-    """One step of one worker. `loss` only on a pipeline's last stage."""
+    """One step of one worker. `loss` only on a pipeline's last stage.
+
+    The byte counters are cumulative since the worker started (application bytes of the data
+    plane: pipeline frames, averaging parts and metadata, stage-state transfers), in total and
+    per peer; `group_size`: how many replicas the gradient was averaged over (1: not averaged).
+    Reports of older workers lack them: zeros, and `group_size` None."""
 
     TYPE: ClassVar[str] = "metrics"
     step: int
@@ -66,6 +91,10 @@ class MetricsReport:
     epoch: int  # the plan it trained under
     term: int
     num_replicas: int
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    link_bytes: dict[str, LinkBytes] = dataclasses.field(default_factory=dict)
+    group_size: int | None = None
 
     @property
     def plan_key(self) -> tuple[int, int]:
@@ -80,11 +109,21 @@ class MetricsReport:
         ints = ("step", "stage", "replica", "samples", "epoch", "term", "num_replicas")
         f.require_keys(d, "metrics", (*ints, "loss", "tokens_per_s", "averaging", "step_s"))
         values: dict[str, Any] = {name: f.integer(d[name], "metrics", name) for name in ints}
+        links = f.mapping(d.get("link_bytes", {}), "metrics")
+        if len(links) > f.MAX_PEERS:
+            raise f.malformed("metrics", f"link_bytes of more than {f.MAX_PEERS} peers")
         return cls(
             loss=f.optional_number(d["loss"], "metrics", "loss"),
             tokens_per_s=f.number(d["tokens_per_s"], "metrics", "tokens_per_s"),
             averaging=f.choice(d["averaging"], "metrics", "averaging", AVERAGING_OUTCOMES),
             step_s=f.number(d["step_s"], "metrics", "step_s"),
+            bytes_sent=f.integer(d.get("bytes_sent", 0), "metrics", "bytes_sent"),
+            bytes_received=f.integer(d.get("bytes_received", 0), "metrics", "bytes_received"),
+            link_bytes={
+                f.peer_id(peer, "metrics"): LinkBytes.from_dict(count)
+                for peer, count in links.items()
+            },
+            group_size=f.optional_integer(d.get("group_size"), "metrics", "group_size"),
             **values,
         )
 

@@ -128,13 +128,16 @@ _LINK_FIELDS = tuple(field.name for field in dataclasses.fields(LinkReport))
 
 @dataclass(frozen=True)
 class PeerMetrics:
-    """A trainer's latest step as its control process gossips it (from the worker's reports)."""
+    """A trainer's latest step as its control process gossips it (from the worker's reports),
+    with its worker's data-plane byte counters (cumulative; None from an older peer)."""
 
     step: int | None = None
     loss: float | None = None
     tokens_per_s: float | None = None
     stage: int | None = None
     replica: int | None = None
+    bytes_sent: int | None = None
+    bytes_received: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -148,6 +151,8 @@ class PeerMetrics:
             tokens_per_s=f.optional_number(d.get("tokens_per_s"), "metrics", "tokens_per_s"),
             stage=f.optional_integer(d.get("stage"), "metrics", "stage"),
             replica=f.optional_integer(d.get("replica"), "metrics", "replica"),
+            bytes_sent=f.optional_integer(d.get("bytes_sent"), "metrics", "bytes_sent"),
+            bytes_received=f.optional_integer(d.get("bytes_received"), "metrics", "bytes_received"),
         )
 
 

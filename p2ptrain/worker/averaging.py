@@ -30,6 +30,8 @@ from p2ptrain.worker.checks import (
 if TYPE_CHECKING:
     from hivemind import DHT
 
+    from p2ptrain.worker.traffic import Traffic
+
 log = logging.getLogger(__name__)
 
 RETRY_TIMEOUT_S = 5.0
@@ -117,13 +119,16 @@ class StageAverager:
         group: Mapping[str, float],
         network: NetworkFacts | None = None,
         stage: int | None = None,
+        traffic: Traffic | None = None,
     ) -> None:
         """network: what the plan says of its links, to scale the timeouts for (those of
         `stage`'s group when given).
         group: the stage's replicas as the plan lists them (this peer among them), each with
         its planned weight (its rows of the batch): a round's first attempt runs in that group
         (worker/planned_group.py), a retry in one of its members found by hivemind's DHT
-        matchmaking. Every reducer uses these weights, never the ones senders claim."""
+        matchmaking. Every reducer uses these weights, never the ones senders claim.
+        traffic: the worker's byte counters, which every round's bytes are added to."""
+        self.traffic = traffic
         if len(group) < 2:
             raise ValueError(f"averaging needs a group of >= 2 replicas, got {dict(group)}")
         self.weights = dict(group)
@@ -171,6 +176,20 @@ class StageAverager:
         """The verified average of `flat_grad` over the group, weighted as the plan says, or
         flat_grad itself ('local'; 'stopped' if `should_stop()` turned true while waiting: a
         new plan is here). drift_bound: for average_state only."""
+        try:
+            return self._average(flat_grad, step, should_stop, flat_params, drift_bound)
+        finally:
+            if self.traffic is not None:
+                self.traffic.add(self._averager.traffic())
+
+    def _average(
+        self,
+        flat_grad: torch.Tensor,
+        step: int,
+        should_stop: Callable[[], bool] | None,
+        flat_params: torch.Tensor | None,
+        drift_bound: float | None,
+    ) -> tuple[torch.Tensor, Outcome]:
         weights = self.weights if step >= 0 else dict.fromkeys(self.weights, 1.0)
         weight = weights[str(self._averager.peer_id)]
         mine = checksums(flat_grad, step, weight)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import multiprocessing as mp
 import statistics
@@ -85,6 +86,10 @@ class PlannedGroupAverager(DecentralizedAverager):
         # what our reducer did to whose parts, for the worker's report (crosses the fork); a
         # SimpleQueue writes at once, so a round's note is there when its result is
         self._notes: mp.SimpleQueue[str] = mp.SimpleQueue()
+        # the bytes each round moved (worker/traffic.py), counted in the averager's process and
+        # sent over after every round as JSON {peer: [sent, received]}; late ones with the next
+        self._traffic: mp.SimpleQueue[str] = mp.SimpleQueue()
+        self._uncounted: dict[str, list[int]] = {}
         # the rest lives in the averager's own process (it is forked by super().__init__)
         self._inbox: dict[str, dict[PeerID, bytes]] = {}
         self._rounds_seen: dict[str, None] = {}  # insertion-ordered: the oldest go first
@@ -155,7 +160,7 @@ class PlannedGroupAverager(DecentralizedAverager):
             drift_bound=float(bound) if state_round else None,
             floor_per_element=_median_norm(group_info.gathered, self.serializer)
             / max(self.total_size, 1) ** 0.5,
-            **kwargs,
+            count=self._count, **kwargs,
         )  # fmt: skip
         assert group_id in self._running_groups, f"group {group_id!r} was not registered"
         self._running_groups[group_id].set_result(runner)
@@ -168,6 +173,24 @@ class PlannedGroupAverager(DecentralizedAverager):
             if runner.notes:
                 said = "; ".join(f"{peer}'s {what}" for peer, what in runner.notes.items())
                 self._notes.put(f"round {own.get('step')}: our reducer: {said}"[:MAX_NOTE_CHARS])
+            if self._uncounted:
+                self._traffic.put(json.dumps(self._uncounted))
+                self._uncounted = {}
+
+    def _count(self, peer: str, sent: int, received: int) -> None:
+        counts = self._uncounted.setdefault(peer, [0, 0])
+        counts[0] += sent
+        counts[1] += received
+
+    def traffic(self) -> dict[str, tuple[int, int]]:
+        """The bytes sent to and received from each peer since the last call (read by the
+        worker after each round, so the queue's pipe never fills)."""
+        total: dict[str, tuple[int, int]] = {}
+        while not self._traffic.empty():
+            for peer, (sent, received) in json.loads(self._traffic.get()).items():
+                old_sent, old_received = total.get(peer, (0, 0))
+                total[peer] = (old_sent + sent, old_received + received)
+        return total
 
     def reducer_notes(self) -> list[str]:
         """What our reducer dropped or clipped since the last call (read by the worker after
@@ -223,6 +246,7 @@ class PlannedGroupAverager(DecentralizedAverager):
         for attempt in range(SEND_ATTEMPTS):
             try:
                 reply = await stub.rpc_planned_gather(request, timeout=step.get_timeout())
+                self._count(peer.to_base58(), request.ByteSize(), reply.ByteSize())
                 if reply.code == averaging_pb2.BAD_GROUP_KEY:
                     self._give_up(request.group_key, f"{peer} is past this round")
                 elif reply.code != averaging_pb2.ACCEPTED:
@@ -249,6 +273,7 @@ class PlannedGroupAverager(DecentralizedAverager):
             return averaging_pb2.MessageFromLeader(code=averaging_pb2.BAD_SCHEMA_HASH)
         if len(request.gather) > MAX_GATHER_BYTES or not request.group_key:
             return averaging_pb2.MessageFromLeader(code=averaging_pb2.PROTOCOL_VIOLATION)
+        self._count(sender.to_base58(), 0, request.ByteSize())
         key = request.group_key
         if key in self._rounds_seen and key not in self._inbox:
             return averaging_pb2.MessageFromLeader(code=averaging_pb2.BAD_GROUP_KEY)  # too late

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import torch
 from hivemind.averaging.allreduce import AllReduceRunner
 from hivemind.averaging.partition import AllreduceException, BannedException, TensorPartReducer
+from hivemind.p2p import P2PContext, PeerID
+from hivemind.proto import averaging_pb2
 
 from p2ptrain.worker.robust import robust_mean
 
@@ -110,9 +112,13 @@ class RobustPartReducer(TensorPartReducer):
             log.warning("reducer part %d: %s's %s", self.current_part_index, name, what)
 
 
+CountFn = Callable[[str, int, int], None]  # (peer id, bytes sent to it, bytes received from it)
+
+
 class RobustAllReduceRunner(AllReduceRunner):
     """hivemind's AllReduceRunner with a RobustPartReducer (see RobustPartReducer for the
-    keyword arguments) and an even split of the tensor among the members."""
+    keyword arguments) and an even split of the tensor among the members; `count` is told the
+    bytes of every message to and from each peer (serialised parts, as hivemind sends them)."""
 
     tensor_part_reducer: TensorPartReducer
 
@@ -122,8 +128,10 @@ class RobustAllReduceRunner(AllReduceRunner):
         weights: Sequence[float],
         drift_bound: float | None,
         floor_per_element: float,
+        count: CountFn = lambda peer, sent, received: None,
         **kwargs: Any,
     ) -> None:
+        self._count = count
         n = len(kwargs["ordered_peer_ids"])
         total = sum(t.numel() for t in kwargs["tensors"])
         # every member the same share (the remainder to the first ones): what hivemind does
@@ -152,3 +160,50 @@ class RobustAllReduceRunner(AllReduceRunner):
     def notes(self) -> dict[str, str]:
         """What our reducer did to whose parts this round (empty: every part counted fully)."""
         return dict(self._robust_reducer.notes)
+
+    async def _generate_input_for_peer(
+        self, peer_index: int
+    ) -> AsyncIterator[averaging_pb2.AveragingData]:
+        """Our parts for one reducer, counted as they go."""
+        peer = self.ordered_peer_ids[peer_index].to_base58()
+        async for message in super()._generate_input_for_peer(peer_index):
+            self._count(peer, message.ByteSize(), 0)
+            yield message
+
+    async def rpc_aggregate_part(
+        self, stream: AsyncIterator[averaging_pb2.AveragingData], context: P2PContext
+    ) -> AsyncIterator[averaging_pb2.AveragingData]:
+        """A sender's parts for us to reduce, and the averaged parts we send back, counted."""
+        peer = context.remote_id.to_base58()
+
+        async def counted() -> AsyncIterator[averaging_pb2.AveragingData]:
+            async for message in stream:
+                self._count(peer, 0, message.ByteSize())
+                yield message
+
+        async for reply in super().rpc_aggregate_part(counted(), context):
+            self._count(peer, reply.ByteSize(), 0)
+            yield reply
+
+    def _get_peer_stub(self, peer: PeerID) -> Any:
+        return _CountingStub(super()._get_peer_stub(peer), peer.to_base58(), self._count)
+
+
+class _CountingStub:
+    """A reducer's stub whose replies (the averaged parts it sends back) are counted."""
+
+    def __init__(self, stub: Any, peer: str, count: CountFn) -> None:
+        self._stub, self._peer, self._count = stub, peer, count
+
+    async def rpc_aggregate_part(
+        self, inputs: AsyncIterator[averaging_pb2.AveragingData]
+    ) -> AsyncIterator[averaging_pb2.AveragingData]:
+        replies = await self._stub.rpc_aggregate_part(inputs)
+        return self._counted(replies)
+
+    async def _counted(
+        self, replies: AsyncIterator[averaging_pb2.AveragingData]
+    ) -> AsyncIterator[averaging_pb2.AveragingData]:
+        async for reply in replies:
+            self._count(self._peer, 0, reply.ByteSize())
+            yield reply

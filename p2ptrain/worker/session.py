@@ -81,6 +81,7 @@ class Session:
         self.failed = ""  # why this session cannot train (then train() ends it at once)
         self._previous: StageSnapshot | None = None  # the state one step back, see close()
         self._resync_params = False
+        self._group_size = 1  # how many replicas the last step's gradient was averaged over
         self.transport = transport
         self.inbox = inbox
         self.report = report
@@ -127,6 +128,7 @@ class Session:
                 group=weights,
                 network=plan.network,
                 stage=role.stage,
+                traffic=transport.traffic,
             )
         self.rows = replica_rows(spec.batch_size, role.num_replicas, role.replica)
         self.start_step = self.step
@@ -251,6 +253,7 @@ class Session:
             if self._resync_params:
                 self._resync()
             elapsed_s = time.monotonic() - started_s
+            traffic = self.transport.traffic
             self.report(
                 MetricsReport(
                     step=self.step,
@@ -264,6 +267,10 @@ class Session:
                     epoch=role.epoch,
                     term=self.plan.term,
                     num_replicas=role.num_replicas,
+                    bytes_sent=traffic.bytes_sent,
+                    bytes_received=traffic.bytes_received,
+                    link_bytes=traffic.link_bytes(),
+                    group_size=self._group_size,
                 )
             )
             self.step += 1
@@ -276,6 +283,7 @@ class Session:
     def _average_gradients(self) -> str:
         """Replace this stage's gradients by their verified average over replicas; the outcome."""
         assert self.model is not None
+        self._group_size = 1
         if self.averager is None:
             return "solo"
         params = [p for p in self.model.parameters() if p.grad is not None]
@@ -291,6 +299,7 @@ class Session:
             p.grad.copy_(averaged[offset : offset + p.numel()].view_as(p.grad))
             offset += p.numel()
         self._resync_params = outcome.diverged
+        self._group_size = outcome.group_size
         return outcome.kind
 
     def _resync(self) -> None:

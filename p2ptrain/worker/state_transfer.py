@@ -28,6 +28,7 @@ import os
 import re
 import struct
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -87,6 +88,7 @@ class StateServer:
         self.spec: RunSpec | None = None
         self.network: NetworkFacts | None = None
         self._max_bytes: dict[str, int] = {}  # layers key -> expected_state_bytes
+        self.traffic = transport.traffic
         transport.call(transport.p2p.add_binary_stream_handler(PROTOCOL, self._handle))
 
     def serve_run(self, spec: RunSpec, directory: Path, network: NetworkFacts | None) -> None:
@@ -131,6 +133,7 @@ class StateServer:
                     while chunk := f.read(CHUNK_BYTES):
                         writer.write(chunk)
                         await writer.drain()
+                        self.traffic.sent(remote, len(chunk))
             log.info("sent %s (%d bytes) to %s", path.name, size, remote)
         except (ValueError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             log.warning("stage state request from %s failed: %r", remote, exc)
@@ -218,16 +221,26 @@ async def _fetch(
             body = json.dumps({"layers": key, "step": step, "digest": digest}).encode()
             writer.write(REQUEST_LEN.pack(len(body)) + body)
             await writer.drain()
-            await receive_state(reader, target, digest, max_bytes, f"{peer_id}'s {key}@{step}")
+            transport.traffic.sent(peer_id, REQUEST_LEN.size + len(body))
+            await receive_state(
+                reader, target, digest, max_bytes, f"{peer_id}'s {key}@{step}",
+                on_bytes=lambda n: transport.traffic.received(peer_id, n),
+            )  # fmt: skip
         finally:
             writer.close()
 
 
 async def receive_state(
-    reader: asyncio.StreamReader, target: Path, digest: str, max_bytes: int, what: str
+    reader: asyncio.StreamReader,
+    target: Path,
+    digest: str,
+    max_bytes: int,
+    what: str,
+    on_bytes: Callable[[int], None] | None = None,
 ) -> None:
     """Read a reply (status, size, bytes) into `target`: only a state of at most `max_bytes`
-    whose sha256 is `digest`; nothing is left on disk otherwise."""
+    whose sha256 is `digest`; nothing is left on disk otherwise. `on_bytes` is told how many
+    bytes of the file each chunk brought (the worker's traffic counters)."""
     if await reader.readexactly(1) != FOUND:
         raise FileNotFoundError(f"{what}: not found")
     (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
@@ -246,6 +259,8 @@ async def receive_state(
                 sha256.update(chunk)
                 f.write(chunk)
                 left -= len(chunk)
+                if on_bytes is not None:
+                    on_bytes(len(chunk))
         if sha256.hexdigest() != digest:
             raise ValueError(f"{what}: sha256 {sha256.hexdigest()}, agreed {digest}")
         os.replace(tmp_name, target)

@@ -26,6 +26,7 @@ from hivemind.utils.multiaddr import Multiaddr
 from p2ptrain.worker import frames
 from p2ptrain.worker.frames import Expected, FrameHeader, PeerLost, Stopped
 from p2ptrain.worker.link_bounds import CONNECT_WINDOW_S, SEND_TIMEOUT_S
+from p2ptrain.worker.traffic import Traffic
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +54,7 @@ class Transport:
         self._inbox: dict[Key, torch.Tensor] = {}
         self._arrived = threading.Condition()
         self.peer_id = p2p.peer_id.to_base58()
-        self.num_bytes_sent = 0
-        self.num_bytes_received = 0
+        self.traffic = Traffic()  # every data-plane protocol of this worker adds to it
         self._inbound: dict[str, int] = {}  # open inbound streams per remote peer
         self._plan_peers: frozenset[str] = frozenset()  # whose frames we read at all
         self.num_streams_refused = 0
@@ -174,7 +174,6 @@ class Transport:
                 )
             else:
                 if answer == frames.ACCEPTED:
-                    self.num_bytes_sent += header.num_bytes
                     return
                 if answer != frames.BUSY:
                     raise PeerLost(f"{peer_id} refused {header.kind} {header.step}/{header.micro}")
@@ -188,7 +187,7 @@ class Transport:
         _, reader, writer = await self._p2p.call_binary_stream_handler(
             PeerID.from_base58(peer_id), frames.PROTOCOL
         )
-        writing = asyncio.ensure_future(self._write_frame(writer, header, tensor))
+        writing = asyncio.ensure_future(self._write_frame(peer_id, writer, header, tensor))
         try:
             return await reader.readexactly(1)
         finally:
@@ -197,13 +196,19 @@ class Transport:
                 await writing
             writer.close()
 
-    @staticmethod
     async def _write_frame(
-        writer: asyncio.StreamWriter, header: FrameHeader, tensor: torch.Tensor
+        self,
+        peer_id: str,
+        writer: asyncio.StreamWriter,
+        header: FrameHeader,
+        tensor: torch.Tensor,
     ) -> None:
-        writer.write(header.encode())
+        encoded = header.encode()
+        writer.write(encoded)
         writer.write(frames.tensor_bytes(tensor))
         await writer.drain()
+        # every copy counts, retries too: each one crossed the link
+        self.traffic.sent(peer_id, len(encoded) + header.num_bytes)
 
     async def _handle_stream(
         self, info: StreamInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -244,6 +249,7 @@ class Transport:
                     if length > frames.MAX_HEADER_BYTES:
                         raise ValueError(f"header of {length} bytes")
                     header = FrameHeader.decode(await reader.readexactly(length))
+                self.traffic.received(remote, frames.HEADER_LEN.size + length)
                 try:
                     expected = self._expect(header)
                 except frames.NotReady:
@@ -255,13 +261,14 @@ class Transport:
                 problem = frames.check_header(header, remote, expected)
                 if problem is not None:
                     raise ValueError(problem)
-                tensor = frames.decode_tensor(header, await reader.readexactly(header.num_bytes))
+                payload = await reader.readexactly(header.num_bytes)
+                self.traffic.received(remote, len(payload))
+                tensor = frames.decode_tensor(header, payload)
                 key = (header.kind, header.step, header.micro)
                 with self._arrived:
                     # a retried frame whose first copy arrived: keep the first, answer ACCEPTED
                     self._inbox.setdefault(key, tensor)
                     self._arrived.notify_all()
-                self.num_bytes_received += header.num_bytes
                 writer.write(frames.ACCEPTED)
         except (ValueError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             log.warning("refused a frame from %s: %r", remote, exc)

@@ -19,11 +19,13 @@ BOOTSTRAP_LOOPBACK = ("--listen", "/ip4/127.0.0.1/tcp/0")
 JOIN_LOOPBACK = (*BOOTSTRAP_LOOPBACK, "--data-listen", "/ip4/127.0.0.1/tcp/0")
 
 
-def start_bootstrap(reaper: ProcessReaper, tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
-    # control-only peers stand in for trainers here: the worker health check, which would plan
-    # them out (they have no worker), is off in this run
+def start_bootstrap(
+    reaper: ProcessReaper, tmp: Path, run_toml: str = "[run]\nworker_stall_s = 0.0\n"
+) -> tuple[subprocess.Popen[bytes], str]:
+    """A bootstrap of `run_toml`. By default control-only peers stand in for trainers: the
+    worker health check, which would plan them out (they have no worker), is off in that run."""
     run = tmp / "control-run.toml"
-    run.write_text("[run]\nworker_stall_s = 0.0\n")
+    run.write_text(run_toml)
     proc = reaper.start(
         [PYTHON, "-m", "p2ptrain", "bootstrap", "--identity", str(tmp / "boot.key"),
          "--run", str(run), *BOOTSTRAP_LOOPBACK],
@@ -41,11 +43,16 @@ def planner_token(tmp: Path, name: str) -> str:
 
 
 def start_peer(
-    reaper: ProcessReaper, tmp: Path, bootstrap: str, name: str
+    reaper: ProcessReaper, tmp: Path, bootstrap: str, name: str, trainer: bool = False
 ) -> tuple[subprocess.Popen[bytes], str]:
+    """A `join` node (control-only, or with its worker if `trainer`) and its multiaddr (its
+    first stdout line; reaper.read_line reads the rest)."""
+    worker = (
+        ["--checkpoint-dir", str(tmp / name / "checkpoints")] if trainer else ["--control-only"]
+    )
     proc = reaper.start(
         [
-            PYTHON, "-m", "p2ptrain", "join", "--control-only", *JOIN_LOOPBACK,
+            PYTHON, "-m", "p2ptrain", "join", *worker, *JOIN_LOOPBACK,
             "--bootstrap", bootstrap,
             "--identity", str(tmp / f"{name}.key"),
             "--token", planner_token(tmp, name),

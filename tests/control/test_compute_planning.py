@@ -35,10 +35,10 @@ def test_compute_aware_planner_leaves_slow_peers_out_when_it_pays() -> None:
         for i, a in enumerate(peers) for b in peers[i + 1 :]
     }  # fmt: skip
     matrices = build_matrices(peers, links)
-    blind = compute_plan(matrices, 2, RUN.c_dp_gb, RUN.c_pp_gb)
+    blind = compute_plan(matrices, RUN)
     assert len(blind.pipelines) == 3 and not blind.spares
     measured = {p: timed(0.08 if p in ("p1", "p4") else 0.01) for p in peers}
     aware_matrices = dataclasses.replace(matrices, compute=peer_compute(peers, measured, RUN))
-    aware = compute_plan(aware_matrices, 2, RUN.c_dp_gb, RUN.c_pp_gb)
+    aware = compute_plan(aware_matrices, RUN)
     assert aware.stages == 2 and sorted(aware.spares) == ["p1", "p4"]
     assert np.isfinite(aware.cost_s)

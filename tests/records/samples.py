@@ -69,15 +69,18 @@ def telemetry_dict() -> dict[str, Any]:
         "links": {
             B: {"rtt_ms": 0.4, "rtt_age_s": 1.0, "bandwidth_mbps": None, "bandwidth_age_s": None}
         },
-        "metrics": {"step": 3, "loss": 4.5, "tokens_per_s": 900.0, "stage": 1, "replica": 0},
-    }
+        "metrics": {"step": 3, "loss": 4.5, "tokens_per_s": 900.0, "stage": 1, "replica": 0,
+                    "bytes_sent": 123456, "bytes_received": 654321},
+    }  # fmt: skip
 
 
 def metrics_dict() -> dict[str, Any]:
     return {
         "type": "metrics", "step": 3, "loss": 4.5, "tokens_per_s": 900.0, "stage": 1,
         "replica": 0, "samples": 8, "averaging": "averaged", "step_s": 0.7, "epoch": 5,
-        "term": 2, "num_replicas": 2,
+        "term": 2, "num_replicas": 2, "bytes_sent": 3000, "bytes_received": 2000,
+        "link_bytes": {B: {"sent": 1000, "received": 1500}, C: {"sent": 2000, "received": 500}},
+        "group_size": 2,
     }  # fmt: skip
 
 

@@ -111,6 +111,11 @@ def test_a_plan_knows_each_peers_role() -> None:
         (Hello, {"peer_id": A, "data_addrs": [], "pid": -1}),
         (MetricsReport, {**metrics_dict(), "averaging": "maybe"}),
         (MetricsReport, {**metrics_dict(), "loss": math.nan}),
+        (MetricsReport, {**metrics_dict(), "bytes_sent": -1}),
+        (MetricsReport, {**metrics_dict(), "link_bytes": {A: {"sent": 1}}}),
+        (MetricsReport, {**metrics_dict(), "link_bytes": {"bad id!": {"sent": 1, "received": 1}}}),
+        (MetricsReport, {**metrics_dict(), "link_bytes": {f"p{i}": {} for i in range(1025)}}),
+        (Telemetry, {"links": {}, "metrics": {"bytes_received": 1.5}}),
         (RunSpec, {"steps": 10**400}),
         (RunSpec, {"lr": math.inf}),
         (RunSpec, {"stages": "two"}),
@@ -127,6 +132,14 @@ def test_unknown_fields_are_ignored_on_the_wire_but_not_in_a_run_spec() -> None:
     assert Claim.from_dict({"term": 2, "later": "field"}) == Claim(2)
     with pytest.raises(WireError, match="unknown run spec field"):
         RunSpec.from_dict({"stepz": 3})
+
+
+def test_reports_and_telemetry_of_older_peers_have_no_byte_counters() -> None:
+    old_fields = ("bytes_sent", "bytes_received", "link_bytes", "group_size")
+    old = MetricsReport.from_dict({k: v for k, v in metrics_dict().items() if k not in old_fields})
+    assert (old.bytes_sent, old.bytes_received, old.link_bytes, old.group_size) == (0, 0, {}, None)
+    metrics = Telemetry.from_dict({"links": {}, "metrics": {"step": 3}}).metrics
+    assert metrics is not None and metrics.bytes_sent is None and metrics.bytes_received is None
 
 
 def test_messages_dispatch_on_their_type() -> None:

@@ -17,6 +17,7 @@ import torch
 from hivemind import DHT
 
 from p2ptrain.worker.averaging import StageAverager
+from p2ptrain.worker.traffic import Traffic
 
 NUM_PARAMS = 1000
 PREFIX = "planned-probe"
@@ -31,16 +32,21 @@ def main(case: str) -> None:
     first = dhts[0]
     group = {d.peer_id.to_base58(): 1.0 for d in dhts}
     active = dhts if case == "full" else dhts[:2]
+    traffics = [Traffic() for _ in active]
     averagers = [
-        StageAverager(d, NUM_PARAMS, PREFIX, 3, "none", timeout_s=4.0, group=group) for d in active
+        StageAverager(d, NUM_PARAMS, PREFIX, 3, "none", timeout_s=4.0, group=group, traffic=t)
+        for d, t in zip(active, traffics, strict=True)
     ]
     grads = [torch.full((NUM_PARAMS,), float(i + 1)) for i in range(len(active))]
     results: list[Any] = [None] * len(active)
 
     def run(i: int) -> None:
         averaged, outcome = averagers[i].average(grads[i], step=5)
+        # bytes per groupmate, by its index (the worker's counters: worker/traffic.py)
+        index = {d.peer_id.to_base58(): j for j, d in enumerate(dhts)}
+        links = {index[p]: [c.sent, c.received] for p, c in traffics[i].link_bytes().items()}
         results[i] = {"mean": averaged.mean().item(), "kind": outcome.kind,
-                      "group_size": outcome.group_size}  # fmt: skip
+                      "group_size": outcome.group_size, "link_bytes": links}  # fmt: skip
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(active))]
     for t in threads:

@@ -34,6 +34,20 @@ def test_the_planned_group_averages_without_dht_matchmaking() -> None:
     assert [r["group_size"] for r in result["results"]] == [3] * 3
     assert [r["mean"] for r in result["results"]] == pytest.approx([2.0] * 3)
     assert result["dht_matchmaking_used"] is False
+    # the worker's byte counters: every member swapped metadata with each groupmate and got at
+    # least its whole float32 gradient's worth (hivemind reduces in parts of 512 KiB: this small
+    # gradient is one part, reduced by one member, which gets it from each of the others and
+    # sends each the average back); the two others sent it whole too (the reducer's replies
+    # may be counted with the next round: they can leave after its own round is done)
+    gradient_bytes = 4 * 1000
+    sent_whole = 0
+    for i, r in enumerate(result["results"]):
+        links = {int(peer): counts for peer, counts in r["link_bytes"].items()}
+        assert set(links) == {0, 1, 2} - {i}, links
+        assert all(sent > 0 and received > 0 for sent, received in links.values()), links
+        assert sum(received for _, received in links.values()) >= gradient_bytes, links
+        sent_whole += sum(sent for sent, _ in links.values()) >= gradient_bytes
+    assert sent_whole >= 2, result
 
 
 def test_a_missing_member_leaves_the_others_to_average_on_the_retry() -> None:
