@@ -15,7 +15,7 @@ from typing import Any
 import trio
 
 from p2ptrain.ipc_lines import LineBuffer, decode, encode
-from p2ptrain.records import Message, PlanMessage
+from p2ptrain.records import Message, PlanMessage, RunMessage
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,7 @@ class IpcServer:
         self._on_message = on_message
         self._clients: list[trio.SocketStream] = []
         self._last_plan: bytes | None = None
+        self._last_run: bytes | None = None
 
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Listen on the socket path until cancelled (the stale socket file is replaced)."""
@@ -51,8 +52,9 @@ class IpcServer:
     async def _handle_client(self, stream: trio.SocketStream) -> None:
         self._clients.append(stream)
         try:
-            if self._last_plan is not None:
-                await stream.send_all(self._last_plan)
+            for replay in (self._last_run, self._last_plan):
+                if replay is not None:
+                    await stream.send_all(replay)
             lines = LineBuffer()
             while True:
                 data = await stream.receive_some(65536)
@@ -71,10 +73,13 @@ class IpcServer:
             self._on_message(message)
 
     async def send(self, message: Message) -> None:
-        """Send a message to every connected worker (a plan is also replayed to late joiners)."""
+        """Send a message to every connected worker (the run spec and the plan are also replayed
+        to late joiners)."""
         line = encode(message)
         if isinstance(message, PlanMessage):
             self._last_plan = line
+        elif isinstance(message, RunMessage):
+            self._last_run = line
         for client in list(self._clients):
             with contextlib.suppress(
                 trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError

@@ -30,6 +30,10 @@ from p2ptrain.records.lineage import Lineage, next_lineage
 log = logging.getLogger(__name__)
 
 PLAN_DEBOUNCE_S = 1.5
+# a compute-aware first plan waits this long at most for every member's timed stage (workers
+# time the run's model as soon as their node learns the run spec, in a second or two); a peer
+# that has not reported by then gets the median of the others
+FIRST_PLAN_COMPUTE_WAIT_S = 30.0
 DRIFT_CHECK_INTERVAL_S = 10.0
 
 
@@ -47,6 +51,7 @@ class PlanMaker:
         self._change_since: float | None = None
         self._last_drift_check = 0.0
         self._waiting_logged = 0
+        self._compute_wait_since: float | None = None
 
     async def tick(self, now: float, own_data_addrs: list[str]) -> bool:
         """Publish a new plan into the view if one is due; True if it did."""
@@ -63,8 +68,10 @@ class PlanMaker:
                 log.info("waiting for peers before the first plan: %d of %d alive",
                          len(members), run.min_peers)  # fmt: skip
             return False
-        matrices = planner.build_matrices(members, self.view.links(now))
         measured = self._stage_computes(members)
+        if current is None and self._awaits_compute(now, members, measured, run):
+            return False
+        matrices = planner.build_matrices(members, self.view.links(now))
         compute = peer_compute(members, measured, run)
         matrices = dataclasses.replace(matrices, compute=compute)
         newly_measured = compute is not None and not measured_peers(members, measured) <= (
@@ -154,6 +161,38 @@ class PlanMaker:
             "switching" if switch else "keeping the current placement",
         )
         return switch
+
+    def _awaits_compute(
+        self,
+        now: float,
+        members: list[str],
+        measured: dict[str, StageCompute | None],
+        run: RunSpec,
+    ) -> bool:
+        """Should a compute-aware first plan wait for more members' timed stages? Yes, until
+        every member timed this run's model or FIRST_PLAN_COMPUTE_WAIT_S passed: a plan made
+        before would restart every session when the measurements re-plan it."""
+        if not run.compute_aware or run.placement != "scheduled":
+            return False
+        missing = [
+            peer
+            for peer in members
+            if self._role(peer) == "trainer"  # a control-only peer has no worker to time
+            and ((timed := measured.get(peer)) is None or timed.run_id != run.run_id)
+        ]
+        if not missing:
+            return False
+        if self._compute_wait_since is None:
+            self._compute_wait_since = now
+            log.info("waiting for %d of %d peers' timed stages before the first plan",
+                     len(missing), len(members))  # fmt: skip
+        return now - self._compute_wait_since < FIRST_PLAN_COMPUTE_WAIT_S
+
+    def _role(self, peer: str) -> str | None:
+        if peer == self.view.self_id:
+            return self.view.role
+        member = self.view.members.get(peer)
+        return None if member is None else member.record.role
 
     def _stage_computes(self, members: list[str]) -> dict[str, StageCompute | None]:
         """Each member's timed stage as its record announces it (ours from our own record)."""

@@ -26,6 +26,8 @@ from p2ptrain.records import (
     MetricsReport,
     PeerMetrics,
     PlanMessage,
+    RunMessage,
+    RunSpec,
     Stop,
 )
 
@@ -94,7 +96,12 @@ class WorkerLink:
     async def _serve_plans(self) -> None:
         view = self.state.view
         sent_version = 0
+        sent_run: RunSpec | None = None
         while True:
+            if view.run is not None and view.run != sent_run:
+                # before any plan: the worker times the run's model for the planner
+                sent_run = view.run
+                await self.ipc.send(RunMessage(view.run))
             if view.plan_version != sent_version and view.plan is not None:
                 sent_version = view.plan_version
                 await self.ipc.send(PlanMessage(view.plan, view.run))

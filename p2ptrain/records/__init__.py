@@ -13,7 +13,7 @@ records; nobody builds or reads a bare dict of one.
 | Plan            | records/plan.py        | gossip (kind "plan") -> worker socket -> metrics log|
 | NetworkFacts    | records/plan.py        | inside a Plan: the links it was made for, per group and hop |
 | (lineage)       | records/lineage.py     | inside a Plan: whose stage states it may use        |
-| Hello, MetricsReport, Heartbeat, ComputeReport, SessionReport, PlanMessage, Stop | records/messages.py | worker socket, metrics logs |
+| Hello, MetricsReport, Heartbeat, ComputeReport, SessionReport, PlanMessage, RunMessage, Stop | records/messages.py | worker socket, metrics logs |
 | StageCompute    | records/peer.py        | worker socket (ComputeReport) -> PeerRecord -> status |
 | SwarmStatus     | records/status.py      | the status RPC, `status --json`                     |
 | Token           | records/token.py       | organiser -> volunteer -> `join --token` -> record  |
@@ -33,6 +33,7 @@ from p2ptrain.records.messages import (
     Message,
     MetricsReport,
     PlanMessage,
+    RunMessage,
     SessionReport,
     Stop,
     message_from_dict,
@@ -86,6 +87,7 @@ __all__ = [
     "Revocation",
     "Revocations",
     "Role",
+    "RunMessage",
     "RunSpec",
     "SessionReport",
     "StageCompute",

@@ -210,6 +210,24 @@ class PlanMessage:
 
 
 @dataclass(frozen=True)
+class RunMessage:
+    """The run spec, as soon as the node learnt it (control -> worker): the worker times the run's
+    model before the first plan, so that a compute-aware first plan already knows every peer."""
+
+    TYPE: ClassVar[str] = "run"
+    run: RunSpec
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.TYPE, "run": self.run.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: object) -> RunMessage:
+        d = f.mapping(data, "run message")
+        f.require_keys(d, "run message", ("run",))
+        return cls(RunSpec.from_dict(d["run"]))
+
+
+@dataclass(frozen=True)
 class Stop:
     """Checkpoint and exit (control -> worker)."""
 
@@ -224,11 +242,23 @@ class Stop:
         return cls()
 
 
-Message = Hello | MetricsReport | Heartbeat | ComputeReport | SessionReport | PlanMessage | Stop
+Message = (
+    Hello
+    | MetricsReport
+    | Heartbeat
+    | ComputeReport
+    | SessionReport
+    | PlanMessage
+    | RunMessage
+    | Stop
+)
 MESSAGE_TYPES: dict[str, Any] = {
     kind.TYPE: kind
-    for kind in (Hello, MetricsReport, Heartbeat, ComputeReport, SessionReport, PlanMessage, Stop)
-}
+    for kind in (
+        Hello, MetricsReport, Heartbeat, ComputeReport, SessionReport, PlanMessage, RunMessage,
+        Stop,
+    )
+}  # fmt: skip
 
 
 def message_from_dict(data: object) -> Message:

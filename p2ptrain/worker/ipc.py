@@ -8,9 +8,10 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 from p2ptrain.ipc_lines import LineBuffer, decode, encode
-from p2ptrain.records import Message, PlanMessage, Stop
+from p2ptrain.records import Message, PlanMessage, RunMessage, RunSpec, Stop
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +50,17 @@ class PlanInbox:
 class IpcClient:
     """A connection to the control process; `send` is thread-safe, plans land in `inbox`."""
 
-    def __init__(self, path: str, inbox: PlanInbox, connect_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: str,
+        inbox: PlanInbox,
+        connect_timeout_s: float = 30.0,
+        on_run: Callable[[RunSpec], None] | None = None,
+    ) -> None:
+        """on_run: called (on the reader thread) with every run spec the control process sends
+        ahead of the plans."""
         self.inbox = inbox
+        self._on_run = on_run
         self._lock = threading.Lock()
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         deadline = time.monotonic() + connect_timeout_s
@@ -90,6 +100,9 @@ class IpcClient:
         message = decode(line)
         if isinstance(message, PlanMessage):
             self.inbox.put_plan(message)
+        elif isinstance(message, RunMessage):
+            if self._on_run is not None:
+                self._on_run(message.run)
         elif isinstance(message, Stop):
             self.inbox.stop()
         elif message is not None:

@@ -75,13 +75,20 @@ class Worker:
 
         self.settings = settings
         self.inbox = PlanInbox()
-        self.ipc: IpcClient | None = IpcClient(settings.ipc, self.inbox) if settings.ipc else None
+        self._timed_runs: set[str] = set()
+        self._timing = threading.Lock()
+        # the IPC reader may hand us a run spec before this constructor is done
+        self._constructed = threading.Event()
+        self.ipc: IpcClient | None = (
+            IpcClient(settings.ipc, self.inbox, on_run=self._on_run) if settings.ipc else None
+        )
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.inbox.stop())
         self.phase = "starting"  # records/messages.py PHASES; with the plan it concerns
         self.phase_plan: Plan | None = None
         if self.ipc is not None:
             threading.Thread(target=self._beat_forever, name="heartbeat", daemon=True).start()
+        self._constructed.set()
 
     def run(self) -> int:
         import hivemind
@@ -111,16 +118,15 @@ class Worker:
             self._hello(transport.peer_id, data_addrs)
             self.phase = "waiting"
             _warm_up_torch()
-            version, timed_run = 0, ""
+            version = 0
             while True:
                 if not self.inbox.wait_newer(version):
                     return 0  # stopped before any (new) plan
                 version = self.inbox.version
                 message = self.inbox.latest
                 assert message is not None
-                if message.run is not None and message.run.run_id != timed_run:
-                    timed_run = message.run.run_id
-                    self._time_compute(message.run)
+                if message.run is not None:
+                    self._time_compute(message.run)  # at once if the run came ahead of it
                 problem = _not_actionable(message, transport.peer_id)
                 if problem or message.run is None:
                     log.info("waiting for a better plan: %s", problem)
@@ -162,14 +168,27 @@ class Worker:
             raise NotReady()  # between plans: the sender retries
         return session.expect(header)
 
+    def _on_run(self, spec: RunSpec) -> None:
+        """The run spec ahead of any plan: time its model now, off the IPC reader's thread."""
+
+        def probe() -> None:
+            self._constructed.wait()
+            self._time_compute(spec)
+
+        threading.Thread(target=probe, name="compute-probe", daemon=True).start()
+
     def _time_compute(self, spec: RunSpec) -> None:
-        """Time the run's model here once (a few hundred ms at most) and tell the control
-        process: the planner prices this peer's stages from it."""
+        """Time the run's model here once per run (a few hundred ms at most) and tell the
+        control process: the planner prices this peer's stages from it."""
         from p2ptrain.worker.compute_probe import measure_stage_compute
 
         if self.ipc is None:
             return  # a static plan has no planner to tell
-        compute = measure_stage_compute(spec)
+        with self._timing:
+            if spec.run_id in self._timed_runs:
+                return
+            self._timed_runs.add(spec.run_id)
+            compute = measure_stage_compute(spec)
         log.info("timed the run's model: %.3g ms per row and block", compute.block_row_s * 1e3)
         self.ipc.send(ComputeReport(compute))
 

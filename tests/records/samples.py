@@ -16,6 +16,7 @@ from p2ptrain.records import (
     PlanMessage,
     Revocation,
     Revocations,
+    RunMessage,
     RunSpec,
     SessionReport,
     StageCompute,
@@ -128,6 +129,7 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (MetricsReport, metrics_dict()),
     (SessionReport, {"type": "session", "plan": plan_dict(), "step": 4}),
     (PlanMessage, {"type": "plan", "plan": plan_dict(), "run": RunSpec().to_dict()}),
+    (RunMessage, {"type": "run", "run": RunSpec().to_dict()}),
     (Stop, {"type": "stop"}),
     (SwarmStatus, status_dict()),
 ]
