@@ -40,6 +40,10 @@ def scaled_workload(base: Workload) -> WorkloadFor:
 # a shape may leave out the peers slower than these multiples of the fastest one; not less
 # than 2x, so that timing noise among equal peers never shrinks the plan
 SLOWDOWN_CUTS = (2.0, 4.0)
+# ... and a shape other than the first (the run's own, everyone placed) must beat it by this
+# factor: equal peers timed on a busy machine can differ by 2x, and placing fewer peers than
+# could train is a choice worth making only when it clearly pays
+SHAPE_GAIN = 0.8
 
 
 def candidate_shapes(
@@ -74,18 +78,22 @@ def plan_best_shape(
     max_evaluations: int | None = None,
 ) -> Plan:
     """The cheapest of the plans of every shape (ties: the earlier shape), each searched with
-    ``plan_swarm`` on its own workload; the budgets are shared evenly between the shapes."""
+    ``plan_swarm`` on its own workload; the budgets are shared evenly between the shapes. A
+    shape after the first wins only below SHAPE_GAIN x the first shape's cost."""
     if not shapes:
         raise ValueError("no shape to plan")
     budget = None if time_budget_s is None else time_budget_s / len(shapes)
     evaluations = None if max_evaluations is None else max(1, max_evaluations // len(shapes))
     best: Plan | None = None
+    first_cost = 0.0
     for stages, replicas in shapes:
         shaped = dataclasses.replace(topology, workload=workload_for(stages, replicas))
         plan = plan_swarm(
             shaped, stages, replicas, seed=seed, time_budget_s=budget, max_evaluations=evaluations
         )
-        if best is None or plan.cost_s < best.cost_s - 1e-12:
+        if best is None:
+            best, first_cost = plan, plan.cost_s
+        elif plan.cost_s < min(best.cost_s - 1e-12, SHAPE_GAIN * first_cost):
             best = plan
     assert best is not None
     return best

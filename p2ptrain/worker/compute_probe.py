@@ -2,13 +2,16 @@
 
 The planner prices each peer's stages from this (schedule/compute.py): seconds per row of a
 micro-batch, forward + backward, for one transformer block, the embedding and the head with the
-loss. Each piece runs once to warm up, then REPEATS times; the median is kept (robust to a
-scheduler hiccup on a busy machine). On the default run spec it takes well under a second on CPU.
+loss. Each piece runs once to warm up, then again and again for at least its window (and
+MIN_REPEATS times); the time kept is the window's mean. A window several scheduler periods long
+measures the throughput training will see: a peer under a CPU quota (a cgroup's cpu.max, 100 ms
+periods) runs a short pass at full speed and is throttled only once its period's budget is
+spent, so the median of a few short passes would call it fast. On the default run spec it takes
+about half a second on CPU.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 
@@ -17,7 +20,11 @@ import torch
 from p2ptrain.records import RunSpec, StageCompute
 from p2ptrain.train.model import Block, Embedding, GPTConfig, Head, loss_fn
 
-REPEATS = 5
+MIN_REPEATS = 3
+# seconds each piece is timed for: the block dominates every stage; the embedding and the head
+# occur once per pipeline
+BLOCK_WINDOW_S = 0.4
+EDGE_WINDOW_S = 0.1
 MAX_ROWS = 8  # time at most this many rows: the cost is linear in rows, the probe stays short
 
 
@@ -27,7 +34,7 @@ def probe_rows(spec: RunSpec) -> int:
 
 
 def measure_stage_compute(spec: RunSpec, device: torch.device | None = None) -> StageCompute:
-    """Median forward + backward seconds per row of one block, the embedding and the head."""
+    """Mean forward + backward seconds per row of one block, the embedding and the head."""
     device = device or torch.device("cpu")
     config = GPTConfig.from_spec(spec)
     rows = probe_rows(spec)
@@ -51,7 +58,14 @@ def measure_stage_compute(spec: RunSpec, device: torch.device | None = None) -> 
         x = hidden.detach().requires_grad_(True)
         loss_fn(head(x), tokens).backward()
 
-    seconds = [_median_s(run, device) / rows for run in (block_pass, embed_pass, head_pass)]
+    seconds = [
+        _mean_s(run, device, window_s) / rows
+        for run, window_s in (
+            (block_pass, BLOCK_WINDOW_S),
+            (embed_pass, EDGE_WINDOW_S),
+            (head_pass, EDGE_WINDOW_S),
+        )
+    ]
     return StageCompute(
         block_row_s=seconds[0],
         embed_row_s=seconds[1],
@@ -62,16 +76,16 @@ def measure_stage_compute(spec: RunSpec, device: torch.device | None = None) -> 
     )
 
 
-def _median_s(run: Callable[[], None], device: torch.device) -> float:
-    times = []
-    for i in range(REPEATS + 1):
-        _sync(device)
-        start = time.perf_counter()
+def _mean_s(run: Callable[[], None], device: torch.device, window_s: float) -> float:
+    run()  # warm up (allocations, kernels)
+    _sync(device)
+    start = time.perf_counter()
+    count = 0
+    while count < MIN_REPEATS or time.perf_counter() - start < window_s:
         run()
         _sync(device)
-        if i:  # the first pass warms up (allocations, kernels)
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        count += 1
+    return (time.perf_counter() - start) / count
 
 
 def _sync(device: torch.device) -> None:

@@ -14,7 +14,16 @@ from p2ptrain import identity
 from p2ptrain.control import wire
 from p2ptrain.control.node import ControlNode, NodeConfig
 from p2ptrain.control.status import swarm_status
-from p2ptrain.records import Hello, PeerRecord, PlanMessage, RunSpec, issue_token
+from p2ptrain.records import (
+    ComputeReport,
+    Hello,
+    PeerRecord,
+    PlanMessage,
+    RunMessage,
+    RunSpec,
+    StageCompute,
+    issue_token,
+)
 
 DATA_ADDR = "/ip4/127.0.0.1/tcp/4242/p2p/12D3KooWdata"
 
@@ -50,16 +59,24 @@ def test_worker_hello_reaches_the_plan_and_status(tmp_path):
             worker = await trio.open_unix_socket(path)
             hello = Hello(member.peer_id, (DATA_ADDR,), 4242)
             await worker.send_all((json.dumps(hello.to_dict()) + "\n").encode())
-            buffer = b""
+            buffer, timed = b"", False
             with trio.fail_after(30):
                 while True:
                     buffer += await worker.receive_some(65536)
                     lines = [json.loads(x) for x in buffer.splitlines() if x.strip()]
+                    runs = [m for m in lines if m["type"] == "run"]
+                    if runs and not timed:  # the run spec comes ahead of any plan: time it
+                        got["run"], timed = runs[0], True
+                        compute = StageCompute(1e-3, 1e-4, 2e-4, 8, "cpu", "ipc-test")
+                        line = json.dumps(ComputeReport(compute).to_dict()) + "\n"
+                        await worker.send_all(line.encode())
                     plans = [m for m in lines if m["type"] == "plan"]
                     if plans and plans[-1]["plan"]["data_addrs"].get(member.peer_id):
                         got["plan"] = plans[-1]
                         break
             got["status"] = swarm_status(boot.view, time.monotonic()).to_dict()
+            assert member.view.own_record is not None
+            got["own_compute"] = member.view.own_record.stage_compute
             # the member's signed record is in the DHT, and so is the bootstrap's run spec
             with trio.fail_after(10):
                 got["dht_record"] = await member.dht.get_value(f"/p2ptrain/peer/{member.peer_id}")
@@ -69,6 +86,7 @@ def test_worker_hello_reaches_the_plan_and_status(tmp_path):
             nursery.cancel_scope.cancel()
 
     trio.run(scenario)
+    assert RunMessage.from_dict(got["run"]).run == RunSpec(run_id="ipc-test", stages=2)
     message = PlanMessage.from_dict(got["plan"])
     assert message.run is not None and message.run.run_id == "ipc-test"
     plan = message.plan
@@ -79,6 +97,8 @@ def test_worker_hello_reaches_the_plan_and_status(tmp_path):
     assert status["run"] == "ipc-test"
     [peer] = status["peers"]
     assert peer["role"] == "trainer" and peer["alive"]
+    # the first plan waited for what the worker timed, which the member's record carries
+    assert got["own_compute"] == StageCompute(1e-3, 1e-4, 2e-4, 8, "cpu", "ipc-test")
     record = wire.decode(got["dht_record"], max_age_s=3600)
     assert record.kind == "peer" and record.author == got["member"]
     assert isinstance(record.body, PeerRecord) and record.body.data_addrs in ((), (DATA_ADDR,))

@@ -26,6 +26,20 @@ LOOP = (
 )
 
 
+# what a worker reports to the planner (worker/compute_probe.py), timed inside the peer
+PROBE = (
+    "from p2ptrain.records import RunSpec; "
+    "from p2ptrain.worker.compute_probe import measure_stage_compute; "
+    "print(measure_stage_compute(RunSpec()).block_row_s)"
+)
+
+
+def _probe_s(bed: Testbed, peer: int) -> float:
+    done = bed.run(peer, [sys.executable, "-c", PROBE], timeout_s=120)
+    assert done.returncode == 0, done.stderr
+    return float(done.stdout.strip())
+
+
 def _loop_s(bed: Testbed, peer: int) -> float:
     done = bed.run(peer, [sys.executable, "-c", LOOP], timeout_s=120)
     assert done.returncode == 0, done.stderr
@@ -50,3 +64,17 @@ def test_a_quarter_core_runs_a_cpu_loop_about_four_times_slower() -> None:
     assert slow / lifted > 2.5, (lifted, slow)
     assert not any(os.path.exists(g) for g in groups)
     assert not [ns for ns in list_netns() if ns.startswith(f"p2tb{bed.id}")]
+
+
+def test_the_compute_probe_sees_a_peers_cpu_quota() -> None:
+    # the probe's window spans several 100 ms quota periods: a short pass would run at full
+    # speed inside its period's budget and call a throttled peer fast
+    try:
+        cpu_root()
+    except Exception:
+        pytest.skip("no cgroup cpu controller")
+    link = LinkSpec(delay_ms=1.0, rate_mbps=100.0)
+    with Testbed({(0, 1): link, (1, 0): link}, cpu_cores={1: 0.25}) as bed:
+        fast = min(_probe_s(bed, 0) for _ in range(2))
+        slow = min(_probe_s(bed, 1) for _ in range(2))
+    assert slow / fast > 2.5, (fast, slow)
