@@ -8,22 +8,49 @@ from itself, but never better, which would steer the planner's demanding links o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from p2ptrain.records import LinkReport
 
 MAX_LINK_AGE_S = 60.0  # measurements older than this are forgotten
+# A link that carries training traffic queues our probes: its round trip grows and a bandwidth
+# probe gets only a share of the rate. The planner needs the link's own delay and capacity, so a
+# sample reports the least round trip and the highest rate of its last few probes (within a
+# window): busy moments do not look like drift, and a link that really got worse shows it once
+# its better probes have rolled out.
+RECENT_RTTS = 5
+RECENT_RATES = 3
+RECENT_WINDOW_S = 180.0
 
 
 @dataclass
 class LinkSample:
-    """This peer's own latest measurements towards one other peer (monotonic timestamps)."""
+    """This peer's own measurements towards one other peer (monotonic timestamps): the estimates
+    from the recent probes, and when the latest probe was made."""
 
     rtt_ms: float | None = None
     rtt_at: float | None = None
     bandwidth_mbps: float | None = None
     bandwidth_at: float | None = None
     num_failures: int = 0
+    recent_rtts: list[tuple[float, float]] = field(default_factory=list)  # (at, ms)
+    recent_rates: list[tuple[float, float]] = field(default_factory=list)  # (at, Mbit/s)
+
+    def add_rtt(self, rtt_ms: float, now: float) -> None:
+        self.recent_rtts = _recent(self.recent_rtts, (now, rtt_ms), RECENT_RTTS)
+        self.rtt_ms, self.rtt_at = min(v for _, v in self.recent_rtts), now
+
+    def add_bandwidth(self, mbps: float, now: float) -> None:
+        self.recent_rates = _recent(self.recent_rates, (now, mbps), RECENT_RATES)
+        self.bandwidth_mbps, self.bandwidth_at = max(v for _, v in self.recent_rates), now
+
+
+def _recent(
+    samples: list[tuple[float, float]], new: tuple[float, float], keep: int
+) -> list[tuple[float, float]]:
+    """The last `keep` samples, `new` included, none older than RECENT_WINDOW_S."""
+    kept = [*(s for s in samples if new[0] - s[0] <= RECENT_WINDOW_S), new]
+    return kept[-keep:]
 
 
 @dataclass
@@ -76,8 +103,7 @@ class LinkMeasurements:
     rows: dict[str, tuple[dict[str, LinkReport], float]]
 
     def record_bandwidth(self, peer: str, mbps: float, now: float) -> None:
-        sample = self.own_links.setdefault(peer, LinkSample())
-        sample.bandwidth_mbps, sample.bandwidth_at = mbps, now
+        self.own_links.setdefault(peer, LinkSample()).add_bandwidth(mbps, now)
 
     def record_probe_failure(self, peer: str) -> None:
         self.own_links.setdefault(peer, LinkSample()).num_failures += 1

@@ -363,5 +363,6 @@ class SwarmView(Authority, LinkMeasurements):
 
     def record_rtt(self, peer: str, rtt_ms: float, now: float) -> None:
         sample = self.own_links.setdefault(peer, LinkSample())
-        sample.rtt_ms, sample.rtt_at, sample.num_failures = rtt_ms, now, 0
+        sample.add_rtt(rtt_ms, now)
+        sample.num_failures = 0
         self.heard_from(peer, now)

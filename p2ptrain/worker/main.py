@@ -77,8 +77,9 @@ class Worker:
         self.inbox = PlanInbox()
         self._timed_runs: set[str] = set()
         self._timing = threading.Lock()
-        # the IPC reader may hand us a run spec before this constructor is done
-        self._constructed = threading.Event()
+        # the compute probe waits until this worker is up (p2pd, hello, torch warm): timed
+        # during our own start, a peer would look slower than it is
+        self._ready = threading.Event()
         self.ipc: IpcClient | None = (
             IpcClient(settings.ipc, self.inbox, on_run=self._on_run) if settings.ipc else None
         )
@@ -88,7 +89,6 @@ class Worker:
         self.phase_plan: Plan | None = None
         if self.ipc is not None:
             threading.Thread(target=self._beat_forever, name="heartbeat", daemon=True).start()
-        self._constructed.set()
 
     def run(self) -> int:
         import hivemind
@@ -118,6 +118,7 @@ class Worker:
             self._hello(transport.peer_id, data_addrs)
             self.phase = "waiting"
             _warm_up_torch()
+            self._ready.set()
             version = 0
             while True:
                 if not self.inbox.wait_newer(version):
@@ -172,7 +173,7 @@ class Worker:
         """The run spec ahead of any plan: time its model now, off the IPC reader's thread."""
 
         def probe() -> None:
-            self._constructed.wait()
+            self._ready.wait()
             self._time_compute(spec)
 
         threading.Thread(target=probe, name="compute-probe", daemon=True).start()

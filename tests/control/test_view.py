@@ -8,6 +8,7 @@ from p2ptrain import identity
 from p2ptrain.control import links as links_mod
 from p2ptrain.control import view as view_mod
 from p2ptrain.control import wire
+from p2ptrain.control.links import RECENT_RATES, RECENT_RTTS, RECENT_WINDOW_S
 from p2ptrain.control.penalties import BLOCK_S
 from p2ptrain.control.status import swarm_status
 from p2ptrain.control.view import SwarmView
@@ -389,3 +390,24 @@ def test_the_organisers_revocation_drops_a_token_before_it_expires():
     assert v.planner is None and not v.may_plan(A) and A not in v.members  # token run: out
     assert v.accept(feed("peer", A, record()), 0.5) is not None  # and stays out
     assert v.accept(feed("claim", B, {"term": 2}), 0.6) is None and v.planner == B
+
+
+def test_a_busy_moment_is_not_drift_the_estimates_keep_the_best_recent_probes() -> None:
+    v, _ = make_view(me=ME, peers=(A,))
+    v.record_rtt(A, 20.0, now=1.0)
+    v.record_bandwidth(A, 40.0, now=1.0)
+    # training traffic queues the next probes: a longer round trip, a share of the rate
+    v.record_rtt(A, 90.0, now=2.0)
+    v.record_bandwidth(A, 8.0, now=20.0)
+    sample = v.own_links[A]
+    assert (sample.rtt_ms, sample.bandwidth_mbps) == (20.0, 40.0)
+    assert (sample.rtt_at, sample.bandwidth_at) == (2.0, 20.0)  # the latest probe's time
+    # a link that really got worse shows it once the better probes have rolled out
+    for i in range(RECENT_RTTS):
+        v.record_rtt(A, 60.0 + i, now=3.0 + i)
+    for i in range(RECENT_RATES):
+        v.record_bandwidth(A, 9.0 + i, now=40.0 + i)
+    assert (sample.rtt_ms, sample.bandwidth_mbps) == (60.0, 9.0 + RECENT_RATES - 1)
+    # and probes older than the window do not count
+    v.record_bandwidth(A, 1.0, now=40.0 + RECENT_WINDOW_S + 10)
+    assert sample.bandwidth_mbps == 1.0
