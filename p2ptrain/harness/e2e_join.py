@@ -35,9 +35,11 @@ def run_spec_for(spec: RunSpec, name: str, seed: int) -> RunSpec:
     """The run spec of one variant: how the live planner is to place."""
     if name == "random":
         return spec.replace(placement="random", placement_seed=seed)
-    if name == "compute_blind":
+    if name in ("compute_blind", "ideal"):
+        # ideal keeps the run's own shape, as random and compute_blind do: its step is the
+        # compute and bubbles of that shape (a shape-searching planner may pick another)
         return spec.replace(placement="scheduled", compute_aware=False)
-    return spec.replace(placement="scheduled")  # scheduled, ideal
+    return spec.replace(placement="scheduled")
 
 
 def train_join(

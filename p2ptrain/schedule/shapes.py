@@ -50,8 +50,10 @@ def candidate_shapes(
     num_peers: int, max_stages: int, n_layer: int, block_row_s: FloatArray | None = None
 ) -> list[tuple[int, int]]:
     """A few stages x replicas worth pricing, the run's own shape (max_stages, as many replicas
-    as fit) first: stages halved down to 1; replicas as many as fit, or as many as fit among
-    the peers within each of SLOWDOWN_CUTS of the fastest (block_row_s, measured or estimated)."""
+    as fit) first: stages halved down to 1; for each, replicas as many as fit, halved down to 1
+    (a slow link that every extra replica would have to average over can make fewer replicas
+    on well-connected peers faster), and as many as fit among the peers within each of
+    SLOWDOWN_CUTS of the fastest (block_row_s, measured or estimated)."""
     top = max(1, min(max_stages, n_layer, num_peers))
     counts = [num_peers]
     if block_row_s is not None and len(block_row_s) and block_row_s.min() > 0:
@@ -60,8 +62,12 @@ def candidate_shapes(
     shapes: list[tuple[int, int]] = []
     stages = top
     while True:
-        for count in counts:
-            shape = (stages, count // stages)
+        replicas = [count // stages for count in counts]
+        halved = replicas[0] // 2
+        while halved >= 1:
+            replicas.append(halved)
+            halved //= 2
+        for shape in ((stages, r) for r in replicas):
             if shape[1] >= 1 and shape not in shapes:
                 shapes.append(shape)
         if stages == 1:
@@ -78,18 +84,18 @@ def plan_best_shape(
     max_evaluations: int | None = None,
 ) -> Plan:
     """The cheapest of the plans of every shape (ties: the earlier shape), each searched with
-    ``plan_swarm`` on its own workload; the budgets are shared evenly between the shapes. A
-    shape after the first wins only below SHAPE_GAIN x the first shape's cost."""
+    ``plan_swarm`` on its own workload (each with the whole evaluation budget: a smaller
+    shape converges sooner; the time cap is shared evenly). A shape after the first wins only
+    below SHAPE_GAIN x the first shape's cost."""
     if not shapes:
         raise ValueError("no shape to plan")
     budget = None if time_budget_s is None else time_budget_s / len(shapes)
-    evaluations = None if max_evaluations is None else max(1, max_evaluations // len(shapes))
     best: Plan | None = None
     first_cost = 0.0
     for stages, replicas in shapes:
         shaped = dataclasses.replace(topology, workload=workload_for(stages, replicas))
         plan = plan_swarm(
-            shaped, stages, replicas, seed=seed, time_budget_s=budget, max_evaluations=evaluations
+            shaped, stages, replicas, seed=seed, time_budget_s=budget, max_evaluations=max_evaluations
         )
         if best is None:
             best, first_cost = plan, plan.cost_s

@@ -89,7 +89,7 @@ def test_variants_set_the_run_spec_the_live_planner_reads() -> None:
     assert (random.placement, random.placement_seed) == ("random", 3)
     blind = run_spec_for(spec, "compute_blind", 3)
     assert (blind.placement, blind.compute_aware) == ("scheduled", False)
-    assert run_spec_for(spec, "ideal", 3).compute_aware
+    assert not run_spec_for(spec, "ideal", 3).compute_aware  # the run's own shape
 
 
 def test_slow_peers_are_spread_and_spare_the_bootstraps_namespace() -> None:

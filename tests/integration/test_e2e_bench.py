@@ -26,16 +26,17 @@ def test_bench_e2e_trains_through_join_nodes(tmp_path: Path) -> None:
     out, plot = tmp_path / "e2e.json", tmp_path / "e2e.png"
     proc = subprocess.run(
         [sys.executable, "-m", "p2ptrain", "bench", "e2e", "--peers", "4", "--stages", "2",
-         "--steps", "3", "--runs", "scheduled", "--cities", "Oregon,Frankfurt", "--json",
+         "--steps", "3", "--runs", "compute_blind", "--cities", "Virginia,Ohio", "--json",
          "--out", str(out), "--plot", str(plot)],
         capture_output=True, text=True, timeout=380, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result == json.loads(out.read_text())
-    run = result["scheduled"]
+    # the paper's fixed shape (the compute-aware planner may well train one pipeline here)
+    run = result["compute_blind"]
     assert run["path"] == "join" and run["term"] >= 1 and run["epoch"] >= 0
-    assert run["placement"] == "scheduled" and run["compute_aware"] is True
+    assert run["placement"] == "scheduled" and run["compute_aware"] is False
     assert sorted(p for pipe in run["pipelines"] for p in pipe) == [0, 1, 2, 3]
     assert len(run["curve"]) == 3 and run["tokens_per_s"] > 0
     assert run["predicted_s"] > 0

@@ -77,7 +77,7 @@ def add_kinds(kinds: Any) -> None:
     e2e.add_argument(
         "--runs",
         help="which runs, comma-separated, of scheduled, compute_blind, random, hivemind_dp, "
-        "ideal (default: all but compute_blind; with --slow-peers all); measured comm needs ideal",
+        "ideal (default: all); measured comm needs ideal",
     )
     e2e.add_argument(
         "--slow-peers",
@@ -167,9 +167,7 @@ def _run_e2e(args: argparse.Namespace) -> int:
         raise UserError("--steps must be at least 3")
     if args.random_seeds < 1:
         raise UserError("--random-seeds must be at least 1")
-    default_runs = (
-        RUN_ORDER if args.slow_peers else tuple(r for r in RUN_ORDER if r != "compute_blind")
-    )
+    default_runs = RUN_ORDER
     runs = tuple(r.strip() for r in (args.runs or ",".join(default_runs)).split(",") if r.strip())
     if not runs or set(runs) - set(RUN_ORDER):
         raise UserError(f"--runs takes some of {', '.join(RUN_ORDER)}")
