@@ -119,10 +119,12 @@ def test_a_live_swarm_survives_a_hostile_node(reaper: ProcessReaper, tmp_path: P
     data_attacker_id = reaper.read_line(data_attacker, STARTUP_TIMEOUT_S)
     attacker_ids = set(json.loads(reaper.read_line(attacker, STARTUP_TIMEOUT_S)))
     seen: list[dict[str, Any]] = []
+    asked = 0
     deadline = time.monotonic() + ATTACK_S
     while time.monotonic() < deadline:
         for proc in [boot, *(p for p, _ in nodes)]:
             assert proc.poll() is None, f"{proc.args!r} died under attack"
+        asked += 1
         observed = get_status(boot_addr)
         if observed is not None:
             seen.append(observed)
@@ -140,7 +142,9 @@ def test_a_live_swarm_survives_a_hostile_node(reaper: ProcessReaper, tmp_path: P
 
     assert summary["rounds"] >= 2, summary  # every attack went out more than once
     assert all(summary[k] > 0 for k in ("hostile_bytes", "lying_records", "authority_grabs"))
-    assert len(seen) >= 5, "status stopped answering under attack"
+    # each `status` is a fresh process on a loaded 2-core box: how many fit in the attack
+    # varies; that most of them were answered does not
+    assert len(seen) >= 3 and 2 * len(seen) >= asked, f"status answered {len(seen)} of {asked}"
     # the planner may re-plan as its measurements drift, but only over the honest peers
     assert all(set(plan_peers(s["plan"])) == honest for s in seen)
     assert steps_after > steps_before + 10, (steps_before, steps_after)  # training went on
