@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)
 
 RTT_PROBE_INTERVAL_S = 1.0  # one probe, to the stalest link
 BANDWIDTH_PROBE_INTERVAL_S = 15.0
+# while some live member's link has no rate yet (a new node, a newcomer), probe this often: the
+# first plan waits for every link (control/readiness.py)
+FIRST_BANDWIDTH_PROBE_INTERVAL_S = 2.0
 BANDWIDTH_PROBE_BYTES = 512 * 1024  # the most one probe sends
 MIN_BANDWIDTH_PROBE_BYTES = 32 * 1024
 FIRST_BANDWIDTH_PROBE_BYTES = 64 * 1024  # fits the probe timeout down to ~0.2 Mbit/s
@@ -72,11 +75,18 @@ class LinkProber:
                 self.view.record_probe_failure(peer)
                 log.debug("RTT probe to %s failed: %s", peer, exc)
 
+    def _bandwidth_interval_s(self) -> float:
+        """Fast while some live member's link has no rate yet, then the steady pace."""
+        peer = self._stalest_peer(lambda s: s.bandwidth_at)
+        sample = None if peer is None else self.view.own_links.get(peer)
+        unmeasured = peer is not None and (sample is None or sample.bandwidth_mbps is None)
+        return FIRST_BANDWIDTH_PROBE_INTERVAL_S if unmeasured else BANDWIDTH_PROBE_INTERVAL_S
+
     async def serve_bandwidth_probes(self) -> None:
         """One bounded transfer every few seconds, to the member measured longest ago."""
         await self.joined.wait()
         while True:
-            await trio.sleep(BANDWIDTH_PROBE_INTERVAL_S * random.uniform(0.8, 1.2))
+            await trio.sleep(self._bandwidth_interval_s() * random.uniform(0.8, 1.2))
             peer = self._stalest_peer(lambda s: s.bandwidth_at)
             if peer is None:
                 continue

@@ -23,6 +23,8 @@ import trio
 
 from p2ptrain.control import planner
 from p2ptrain.control.compute import measured_peers, peer_compute
+from p2ptrain.control.links import Link
+from p2ptrain.control.readiness import first_plan_gaps
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import Plan, RunSpec, StageCompute
 from p2ptrain.records.lineage import Lineage, next_lineage
@@ -30,10 +32,10 @@ from p2ptrain.records.lineage import Lineage, next_lineage
 log = logging.getLogger(__name__)
 
 PLAN_DEBOUNCE_S = 1.5
-# a compute-aware first plan waits this long at most for every member's timed stage (workers
-# time the run's model as soon as their node learns the run spec, in a second or two); a peer
-# that has not reported by then gets the median of the others
-FIRST_PLAN_COMPUTE_WAIT_S = 30.0
+# the first plan waits this long at most for what it should be made on (control/readiness.py:
+# data-plane addresses, every link measured, every trainer's timed stage); what is missing by
+# then is estimated (the median of the measured)
+FIRST_PLAN_WAIT_S = 60.0
 DRIFT_CHECK_INTERVAL_S = 10.0
 
 
@@ -51,7 +53,8 @@ class PlanMaker:
         self._change_since: float | None = None
         self._last_drift_check = 0.0
         self._waiting_logged = 0
-        self._compute_wait_since: float | None = None
+        self._ready_wait_since: float | None = None
+        self._gaps_logged: list[str] = []
 
     async def tick(self, now: float, own_data_addrs: list[str]) -> bool:
         """Publish a new plan into the view if one is due; True if it did."""
@@ -69,20 +72,21 @@ class PlanMaker:
                          len(members), run.min_peers)  # fmt: skip
             return False
         measured = self._stage_computes(members)
-        if current is None and self._awaits_compute(now, members, measured, run):
-            return False
-        matrices = planner.build_matrices(members, self.view.links(now))
-        compute = peer_compute(members, measured, run)
-        matrices = dataclasses.replace(matrices, compute=compute)
-        newly_measured = compute is not None and not measured_peers(members, measured) <= (
-            self._planned_measured
-        )
+        links = self.view.links(now)
         data_addrs = {
             peer: self.view.members[peer].record.data_addrs
             if peer in self.view.members
             else tuple(own_data_addrs)
             for peer in members
         }
+        if current is None and self._awaits_first_plan(now, members, data_addrs, links, measured):
+            return False
+        matrices = planner.build_matrices(members, links)
+        compute = peer_compute(members, measured, run)
+        matrices = dataclasses.replace(matrices, compute=compute)
+        newly_measured = compute is not None and not measured_peers(members, measured) <= (
+            self._planned_measured
+        )
         placement: planner.Placement | None
         if members != self._planned_members:
             if self._change_since is None:
@@ -162,31 +166,33 @@ class PlanMaker:
         )
         return switch
 
-    def _awaits_compute(
+    def _awaits_first_plan(
         self,
         now: float,
         members: list[str],
+        data_addrs: dict[str, tuple[str, ...]],
+        links: dict[tuple[str, str], Link],
         measured: dict[str, StageCompute | None],
-        run: RunSpec,
     ) -> bool:
-        """Should a compute-aware first plan wait for more members' timed stages? Yes, until
-        every member timed this run's model or FIRST_PLAN_COMPUTE_WAIT_S passed: a plan made
-        before would restart every session when the measurements re-plan it."""
-        if not run.compute_aware or run.placement != "scheduled":
+        """Should the first plan wait for more of what it should be made on? Until nothing is
+        missing (control/readiness.py) or FIRST_PLAN_WAIT_S passed: a plan made before would
+        restart every session when the measurements re-plan it."""
+        assert self.view.run is not None
+        roles = {peer: self._role(peer) for peer in members}
+        gaps = first_plan_gaps(members, roles, data_addrs, links, measured, self.view.run)
+        if not gaps:
             return False
-        missing = [
-            peer
-            for peer in members
-            if self._role(peer) == "trainer"  # a control-only peer has no worker to time
-            and ((timed := measured.get(peer)) is None or timed.run_id != run.run_id)
-        ]
-        if not missing:
-            return False
-        if self._compute_wait_since is None:
-            self._compute_wait_since = now
-            log.info("waiting for %d of %d peers' timed stages before the first plan",
-                     len(missing), len(members))  # fmt: skip
-        return now - self._compute_wait_since < FIRST_PLAN_COMPUTE_WAIT_S
+        if self._ready_wait_since is None:
+            self._ready_wait_since = now
+        if gaps != self._gaps_logged and self._gaps_logged != ["expired"]:
+            self._gaps_logged = gaps
+            log.info("the first plan waits for %s", ", ".join(gaps))
+        if now - self._ready_wait_since < FIRST_PLAN_WAIT_S:
+            return True
+        if gaps != ["expired"] and self._gaps_logged != ["expired"]:
+            log.info("planning without %s after %.0f s", ", ".join(gaps), FIRST_PLAN_WAIT_S)
+            self._gaps_logged = ["expired"]
+        return False
 
     def _role(self, peer: str) -> str | None:
         if peer == self.view.self_id:

@@ -95,7 +95,12 @@ def plan_best_shape(
     for stages, replicas in shapes:
         shaped = dataclasses.replace(topology, workload=workload_for(stages, replicas))
         plan = plan_swarm(
-            shaped, stages, replicas, seed=seed, time_budget_s=budget, max_evaluations=max_evaluations
+            shaped,
+            stages,
+            replicas,
+            seed=seed,
+            time_budget_s=budget,
+            max_evaluations=max_evaluations,
         )
         if best is None:
             best, first_cost = plan, plan.cost_s

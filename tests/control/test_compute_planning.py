@@ -8,7 +8,7 @@ import trio
 from p2ptrain.control.compute import measured_peers, peer_compute
 from p2ptrain.control.links import Link
 from p2ptrain.control.planner import build_matrices, compute_plan
-from p2ptrain.control.planning import FIRST_PLAN_COMPUTE_WAIT_S, PLAN_DEBOUNCE_S, PlanMaker
+from p2ptrain.control.planning import FIRST_PLAN_WAIT_S, PLAN_DEBOUNCE_S, PlanMaker
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import RunSpec, StageCompute
 from tests.control.test_view import A, B, C, make_view, record
@@ -50,6 +50,17 @@ def test_compute_aware_planner_leaves_slow_peers_out_when_it_pays() -> None:
     assert np.isfinite(aware.cost_s)
 
 
+def trainer(peer: str) -> dict[str, Any]:
+    """A trainer's record with its data-plane address (a first plan waits for it)."""
+    return {**record("trainer"), "data_addrs": [f"/ip4/10.0.0.{ord(peer[-1]) % 200}/tcp/7402"]}
+
+
+def measured_link(peer: str) -> dict[str, Any]:
+    """Telemetry measuring the link to `peer` (a first plan waits for every trainers' link)."""
+    link = {"rtt_ms": 20.0, "rtt_age_s": 0.5, "bandwidth_mbps": 50.0, "bandwidth_age_s": 0.5}
+    return {"links": {peer: link}}
+
+
 def _ticks(maker: PlanMaker, times: list[float], alive: Callable[[float], None]) -> list[bool]:
     """The planner's tick at each time, every member heard from just before."""
 
@@ -66,18 +77,19 @@ def _ticks(maker: PlanMaker, times: list[float], alive: Callable[[float], None])
 def test_a_compute_aware_first_plan_waits_for_every_trainers_timed_stage() -> None:
     v, feed = make_view(me=A, peers=(B, C))
     v.run = RunSpec(stages=1, n_layer=2, min_peers=3)
-    timed_b = {**record("trainer"), "stage_compute": timed(0.01, v.run.run_id).to_dict()}
-    records = {B: timed_b, C: record("trainer")}  # C has not timed the run's model yet
+    timed_b = {**trainer(B), "stage_compute": timed(0.01, v.run.run_id).to_dict()}
+    records = {B: timed_b, C: trainer(C)}  # C has not timed the run's model yet
 
     def alive(now: float) -> None:
         for peer, body in records.items():
             assert v.accept(feed("peer", peer, body), now) is None
+        assert v.accept(feed("telemetry", B, measured_link(C)), now) is None
 
     v.claim()
     maker = PlanMaker(v, A)  # we are control-only: no worker of ours to wait for
     assert _ticks(maker, [1.0, 1.0 + PLAN_DEBOUNCE_S + 0.1, 5.0], alive) == [False] * 3
     assert v.plan is None
-    records[C] = {**record("trainer"), "stage_compute": timed(0.03, v.run.run_id).to_dict()}
+    records[C] = {**trainer(C), "stage_compute": timed(0.03, v.run.run_id).to_dict()}
     assert _ticks(maker, [6.0, 6.0 + PLAN_DEBOUNCE_S + 0.1], alive) == [False, True]
     assert v.plan is not None and v.plan.peers() == {A, B, C}
 
@@ -88,12 +100,12 @@ def test_the_first_plan_stops_waiting_for_a_peer_that_never_times_its_stage() ->
         v.run = RunSpec(stages=1, n_layer=2, min_peers=2, compute_aware=compute_aware)
 
         def alive(now: float, v: SwarmView = v, feed: Any = feed) -> None:
-            assert v.accept(feed("peer", B, record("trainer")), now) is None
+            assert v.accept(feed("peer", B, trainer(B)), now) is None
 
         v.claim()
         maker = PlanMaker(v, A)
-        if compute_aware:  # waits FIRST_PLAN_COMPUTE_WAIT_S, then plans without B's time
-            late = 1.0 + FIRST_PLAN_COMPUTE_WAIT_S
+        if compute_aware:  # waits FIRST_PLAN_WAIT_S, then plans without B's time
+            late = 1.0 + FIRST_PLAN_WAIT_S
             times = [1.0, 7.0, 13.0, 19.0, 25.0, late - 1.0, late, late + PLAN_DEBOUNCE_S + 0.1]
         else:  # a compute-blind run never waits
             times = [1.0, 1.0 + PLAN_DEBOUNCE_S + 0.1]

@@ -86,7 +86,7 @@ def test_the_planner_plans_around_an_unhealthy_member_and_status_shows_it() -> N
     v, feed = make_view(me=A, peers=(B, C))
     v.run = RunSpec(stages=1, n_layer=2, min_peers=1, compute_aware=False)  # no workers to time
     for peer in (B, C):
-        assert v.accept(feed("peer", peer, record("trainer")), 0.0) is None
+        assert v.accept(feed("peer", peer, record()), 0.0) is None
     bad = {"ok": False, "reason": "the worker is silent for 61 s (bound 60 s)"}
     assert v.accept(feed("telemetry", C, {"links": {}, "health": bad}), 0.0) is None
     assert v.accept(feed("telemetry", B, {"links": {}}), 0.0) is None  # an older peer: ok

@@ -25,12 +25,12 @@ def planned(v: SwarmView, maker: PlanMaker, now: float) -> Plan:
 def test_the_planner_continues_its_lineage_and_a_new_term_forks_it() -> None:
     v, feed = make_view(me=A, peers=(B,))
     v.run = RunSpec(stages=1, n_layer=2, min_peers=1, compute_aware=False)  # no workers to time
-    assert v.accept(feed("peer", B, record("trainer")), 0.0) is None
+    assert v.accept(feed("peer", B, record()), 0.0) is None
     v.claim()
     maker = PlanMaker(v, A)
     first = planned(v, maker, 1.0)
     assert len(first.lineage) == 1 and first.lineage[0][1] == first.epoch
-    assert v.accept(feed("peer", C, record("trainer")), 5.0) is None  # a join: a new epoch
+    assert v.accept(feed("peer", C, record()), 5.0) is None  # a join: a new epoch
     second = planned(v, maker, 5.0)
     assert second.key == (first.term, first.epoch + 1)
     assert second.lineage == ((first.lineage[0][0], second.epoch),)

@@ -1,0 +1,49 @@
+"""When the swarm is ready for its first plan.
+
+A plan restarts every training session it changes, so the first one should be made on what the
+swarm will train on: every trainer's data-plane address (a plan without it is refused by the
+workers), every pair of trainers' round trip and rate (an unmeasured link is priced at a guess,
+and the measurement that follows re-plans; control-only members move no data), and, for a compute-aware scheduled run, every trainer's timed
+stage. The planner waits for these, bounded (control/planning.py); this module says what is
+missing. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from p2ptrain.control.links import Link
+from p2ptrain.records import RunSpec, StageCompute
+
+
+def first_plan_gaps(
+    members: Sequence[str],
+    roles: Mapping[str, str | None],
+    data_addrs: Mapping[str, Sequence[str]],
+    links: Mapping[tuple[str, str], Link],
+    measured: Mapping[str, StageCompute | None],
+    run: RunSpec,
+) -> list[str]:
+    """What the first plan still lacks, one short phrase each (empty: ready)."""
+    trainers = [p for p in members if roles.get(p) == "trainer"]
+    gaps = []
+    no_address = [p for p in trainers if not data_addrs.get(p)]
+    if no_address:
+        gaps.append(f"{len(no_address)} data-plane address(es)")
+    pairs = [(a, b) for i, a in enumerate(trainers) for b in trainers[i + 1 :]]
+    unmeasured = 0
+    for a, b in pairs:
+        link = links.get((min(a, b), max(a, b)))
+        if link is None or link.rtt_ms is None or link.bandwidth_mbps is None:
+            unmeasured += 1
+    if unmeasured:
+        gaps.append(f"{unmeasured} of {len(pairs)} links")
+    if run.compute_aware and run.placement == "scheduled":
+        untimed = [
+            p
+            for p in trainers  # a control-only peer has no worker to time
+            if (timed := measured.get(p)) is None or timed.run_id != run.run_id
+        ]
+        if untimed:
+            gaps.append(f"{len(untimed)} timed stage(s)")
+    return gaps
