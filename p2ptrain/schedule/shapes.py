@@ -37,9 +37,10 @@ def scaled_workload(base: Workload) -> WorkloadFor:
     return workload_for
 
 
-# a shape may leave out the peers slower than these multiples of the fastest one; not less
-# than 2x, so that timing noise among equal peers never shrinks the plan
-SLOWDOWN_CUTS = (2.0, 4.0)
+# a shape may leave out the peers slower than these multiples of the fastest one: not less than
+# 3x, so that timing noise among equal peers never shrinks the plan (8 workers starting at once
+# on 2 cores timed the same model up to 2.8x apart)
+SLOWDOWN_CUTS = (3.0, 6.0)
 # ... and a shape other than the first (the run's own, everyone placed) must beat it by this
 # factor: equal peers timed on a busy machine can differ by 2x, and placing fewer peers than
 # could train is a choice worth making only when it clearly pays
@@ -50,10 +51,8 @@ def candidate_shapes(
     num_peers: int, max_stages: int, n_layer: int, block_row_s: FloatArray | None = None
 ) -> list[tuple[int, int]]:
     """A few stages x replicas worth pricing, the run's own shape (max_stages, as many replicas
-    as fit) first: stages halved down to 1; for each, replicas as many as fit, halved down to 1
-    (a slow link that every extra replica would have to average over can make fewer replicas
-    on well-connected peers faster), and as many as fit among the peers within each of
-    SLOWDOWN_CUTS of the fastest (block_row_s, measured or estimated)."""
+    as fit) first: stages halved down to 1; replicas as many as fit, or as many as fit among
+    the peers within each of SLOWDOWN_CUTS of the fastest (block_row_s, measured or estimated)."""
     top = max(1, min(max_stages, n_layer, num_peers))
     counts = [num_peers]
     if block_row_s is not None and len(block_row_s) and block_row_s.min() > 0:
@@ -62,12 +61,8 @@ def candidate_shapes(
     shapes: list[tuple[int, int]] = []
     stages = top
     while True:
-        replicas = [count // stages for count in counts]
-        halved = replicas[0] // 2
-        while halved >= 1:
-            replicas.append(halved)
-            halved //= 2
-        for shape in ((stages, r) for r in replicas):
+        for count in counts:
+            shape = (stages, count // stages)
             if shape[1] >= 1 and shape not in shapes:
                 shapes.append(shape)
         if stages == 1:
