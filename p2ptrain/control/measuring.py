@@ -25,8 +25,10 @@ BANDWIDTH_PROBE_INTERVAL_S = 15.0
 # first plan waits for every link (control/readiness.py)
 FIRST_BANDWIDTH_PROBE_INTERVAL_S = 2.0
 BANDWIDTH_PROBE_BYTES = 512 * 1024  # the most one probe sends
-MIN_BANDWIDTH_PROBE_BYTES = 32 * 1024
-FIRST_BANDWIDTH_PROBE_BYTES = 64 * 1024  # fits the probe timeout down to ~0.2 Mbit/s
+# the rate is timed over a probe's second half (net/probe.py): big enough to leave slow start
+# behind in the first half, small enough for the probe's 6 s timeout down to ~0.5 Mbit/s
+MIN_BANDWIDTH_PROBE_BYTES = 128 * 1024
+FIRST_BANDWIDTH_PROBE_BYTES = 256 * 1024
 BANDWIDTH_PROBE_TARGET_S = 1.0  # size later probes to last about this long on the link
 
 
