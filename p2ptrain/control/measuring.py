@@ -47,19 +47,30 @@ class LinkProber:
         self.host = host
         self.view = view
         self.joined = joined
+        # when each kind of probe last tried each peer: a peer whose probes fail must not stay
+        # the stalest and starve every other link of measurements
+        self._tried: dict[str, dict[str, float]] = {"rtt": {}, "bandwidth": {}}
 
-    def _stalest_peer(self, measured_at: Callable[[LinkSample], float | None]) -> str | None:
-        """The live member whose measurement is oldest (never measured first), ties at random."""
-        peers = [p for p in self.view.live_members(time.monotonic()) if p != self.view.self_id]
+    def _stalest_peer(
+        self, kind: str, measured_at: Callable[[LinkSample], float | None]
+    ) -> str | None:
+        """The live member probed longest ago (never probed first), ties at random; the one
+        returned counts as tried now."""
+        now = time.monotonic()
+        peers = [p for p in self.view.live_members(now) if p != self.view.self_id]
         if not peers:
             return None
+        tried = self._tried[kind]
 
         def age_key(peer: str) -> tuple[float, float]:
             sample = self.view.own_links.get(peer)
             at = None if sample is None else measured_at(sample)
-            return (-1.0 if at is None else at, random.random())
+            last = max(at if at is not None else -1.0, tried.get(peer, -1.0))
+            return (last, random.random())
 
-        return min(peers, key=age_key)
+        peer = min(peers, key=age_key)
+        tried[peer] = now
+        return peer
 
     async def serve_rtt_probes(self) -> None:
         """One RTT probe per interval, to the stalest link: the cost stays flat as N grows, and
@@ -67,7 +78,7 @@ class LinkProber:
         await self.joined.wait()
         while True:
             await trio.sleep(RTT_PROBE_INTERVAL_S * random.uniform(0.8, 1.2))
-            peer = self._stalest_peer(lambda s: s.rtt_at)
+            peer = self._stalest_peer("rtt", lambda s: s.rtt_at)
             if peer is None:
                 continue
             try:
@@ -79,9 +90,12 @@ class LinkProber:
 
     def _bandwidth_interval_s(self) -> float:
         """Fast while some live member's link has no rate yet, then the steady pace."""
-        peer = self._stalest_peer(lambda s: s.bandwidth_at)
-        sample = None if peer is None else self.view.own_links.get(peer)
-        unmeasured = peer is not None and (sample is None or sample.bandwidth_mbps is None)
+        now = time.monotonic()
+        unmeasured = any(
+            (sample := self.view.own_links.get(peer)) is None or sample.bandwidth_mbps is None
+            for peer in self.view.live_members(now)
+            if peer != self.view.self_id
+        )
         return FIRST_BANDWIDTH_PROBE_INTERVAL_S if unmeasured else BANDWIDTH_PROBE_INTERVAL_S
 
     async def serve_bandwidth_probes(self) -> None:
@@ -89,7 +103,7 @@ class LinkProber:
         await self.joined.wait()
         while True:
             await trio.sleep(self._bandwidth_interval_s() * random.uniform(0.8, 1.2))
-            peer = self._stalest_peer(lambda s: s.bandwidth_at)
+            peer = self._stalest_peer("bandwidth", lambda s: s.bandwidth_at)
             if peer is None:
                 continue
             sample = self.view.own_links.get(peer)
