@@ -37,9 +37,9 @@ def scaled_workload(base: Workload) -> WorkloadFor:
     return workload_for
 
 
-# a shape may leave out the peers slower than these multiples of the fastest one: not less than
-# 3x, so that timing noise among equal peers never shrinks the plan (8 workers starting at once
-# on 2 cores timed the same model up to 2.8x apart)
+# a shape may leave out the peers slower than these multiples of the lower quartile of the
+# measured: not less than 3x, so that timing noise among equal peers never shrinks the plan (8
+# workers starting at once on 2 cores timed the same model up to 3.6x apart)
 SLOWDOWN_CUTS = (3.0, 6.0)
 # ... and a shape other than the first (the run's own, everyone placed) must beat it by this
 # factor: equal peers timed on a busy machine can differ by 2x, and placing fewer peers than
@@ -52,12 +52,15 @@ def candidate_shapes(
 ) -> list[tuple[int, int]]:
     """A few stages x replicas worth pricing, the run's own shape (max_stages, as many replicas
     as fit) first: stages halved down to 1; replicas as many as fit, or as many as fit among
-    the peers within each of SLOWDOWN_CUTS of the fastest (block_row_s, measured or estimated)."""
+    the peers within each of SLOWDOWN_CUTS of the lower quartile (block_row_s, measured or
+    estimated)."""
     top = max(1, min(max_stages, n_layer, num_peers))
     counts = [num_peers]
     if block_row_s is not None and len(block_row_s) and block_row_s.min() > 0:
-        fastest = float(block_row_s.min())
-        counts += [int(np.count_nonzero(block_row_s <= cut * fastest)) for cut in SLOWDOWN_CUTS]
+        # the lower quartile, not the fastest: one peer timed in a quiet moment must not make
+        # its equals look slow (SLOWDOWN_CUTS)
+        typical = float(np.quantile(block_row_s, 0.25))
+        counts += [int(np.count_nonzero(block_row_s <= cut * typical)) for cut in SLOWDOWN_CUTS]
     shapes: list[tuple[int, int]] = []
     stages = top
     while True:

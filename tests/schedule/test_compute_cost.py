@@ -144,3 +144,14 @@ def test_half_the_peers_four_times_slower_are_routed_around() -> None:
     # the compute-aware search at the run's own shape prices the same placement no worse
     same_shape = plan_swarm(topology, seed=0)
     assert same_shape.cost_s <= blind_priced.cost_s + 1e-12
+
+
+def test_timing_noise_among_equal_peers_offers_no_smaller_shape() -> None:
+    # what 8 equal workers starting at once on 2 cores timed (ms per row and block): 3.6x apart,
+    # the fastest in a quiet moment; no shape may leave any of them out
+    noisy = np.array([11.8, 28.3, 42.6, 41.4, 30.9, 25.7, 33.9, 30.4]) / 1e3
+    assert [shape for shape in candidate_shapes(8, 4, 8, noisy) if shape[0] == 4] == [(4, 2)]
+    # four of them under a quarter-core quota (timed ~10x slower) are left out
+    slowed = noisy.copy()
+    slowed[[1, 3, 5, 7]] *= 10
+    assert (4, 1) in candidate_shapes(8, 4, 8, slowed)
