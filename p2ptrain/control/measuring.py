@@ -23,12 +23,13 @@ RTT_PROBE_INTERVAL_S = 1.0  # one probe, to the stalest link
 BANDWIDTH_PROBE_INTERVAL_S = 15.0
 # while some live member's link has no rate yet (a new node, a newcomer), probe this often: the
 # first plan waits for every link (control/readiness.py)
-FIRST_BANDWIDTH_PROBE_INTERVAL_S = 2.0
+FIRST_BANDWIDTH_PROBE_INTERVAL_S = 5.0
 BANDWIDTH_PROBE_BYTES = 512 * 1024  # the most one probe sends
 # the rate is timed over a probe's second half (net/probe.py): big enough to leave slow start
-# behind in the first half, small enough for the probe's 6 s timeout down to ~0.5 Mbit/s
-MIN_BANDWIDTH_PROBE_BYTES = 128 * 1024
-FIRST_BANDWIDTH_PROBE_BYTES = 256 * 1024
+# behind in the first half, small enough not to crowd a slow link's other traffic (a swarm of
+# 8 probing 256 KiB every 2 s on 7 Mbit/s links delayed its gossip until peers looked dead)
+MIN_BANDWIDTH_PROBE_BYTES = 64 * 1024
+FIRST_BANDWIDTH_PROBE_BYTES = 128 * 1024
 BANDWIDTH_PROBE_TARGET_S = 1.0  # size later probes to last about this long on the link
 
 

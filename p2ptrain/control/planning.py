@@ -19,9 +19,8 @@ import dataclasses
 import logging
 
 import numpy as np
-import trio
 
-from p2ptrain.control import planner
+from p2ptrain.control import planner, search_process
 from p2ptrain.control.compute import measured_peers, peer_compute
 from p2ptrain.control.links import Link
 from p2ptrain.control.readiness import first_plan_gaps
@@ -216,9 +215,10 @@ class PlanMaker:
         return planner.drifted(self._planned_matrices, matrices)
 
     async def _schedule(self, matrices: planner.Matrices, run: RunSpec) -> planner.Placement | None:
-        """Run the scheduler in a thread; None (logged) if it fails."""
+        """Run the scheduler in its own process (control/search_process.py); None (logged) if
+        it fails."""
         try:
-            return await trio.to_thread.run_sync(planner.compute_plan, matrices, run)
+            return await search_process.compute_plan(matrices, run)
         except Exception:  # a scheduler bug must not take the control plane down
             log.exception("the scheduler failed on %d peers; retrying later", len(matrices.peers))
             return None

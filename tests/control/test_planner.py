@@ -162,3 +162,23 @@ def test_the_plan_states_each_group_s_and_each_hop_s_links() -> None:
     one_pipeline = network_facts(build_matrices(peers[:2], links), [["p0", "p1"]])
     assert one_pipeline is not None and one_pipeline.groups == (one_pipeline.swarm,) * 2
     assert network_facts(build_matrices(peers[:1], links), [["p0"]]) is None
+
+
+def test_the_search_runs_in_its_own_process_with_the_same_plan() -> None:
+    import os
+
+    import trio
+
+    from p2ptrain.control import search_process
+
+    peers = [f"p{i}" for i in range(6)]
+    links = {
+        (a, b): Link(2.0 + i + j, 100.0 / (1 + i), 0.0)
+        for i, a in enumerate(peers) for j, b in enumerate(peers) if a < b
+    }  # fmt: skip
+    matrices = build_matrices(peers, links)
+    run = RunSpec(stages=2, n_layer=4)
+    placed = trio.run(search_process.compute_plan, matrices, run)
+    assert placed == compute_plan(matrices, run)
+    pool = search_process._executor()
+    assert all(pid != os.getpid() for pid in pool._processes)  # not this process's thread
