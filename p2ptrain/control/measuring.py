@@ -20,6 +20,7 @@ from p2ptrain.net import probe
 log = logging.getLogger(__name__)
 
 RTT_PROBE_INTERVAL_S = 1.0  # one probe, to the stalest link
+MAX_RTT_PROBES_AT_ONCE = 3
 BANDWIDTH_PROBE_INTERVAL_S = 15.0
 # while some live member's link has no rate yet (a new node, a newcomer), probe this often: the
 # first plan waits for every link (control/readiness.py)
@@ -77,17 +78,29 @@ class LinkProber:
         """One RTT probe per interval, to the stalest link: the cost stays flat as N grows, and
         each pair is refreshed every ~N/2 intervals since both ends probe."""
         await self.joined.wait()
-        while True:
-            await trio.sleep(RTT_PROBE_INTERVAL_S * random.uniform(0.8, 1.2))
-            peer = self._stalest_peer("rtt", lambda s: s.rtt_at)
-            if peer is None:
-                continue
-            try:
-                rtt_ms = await probe.measure_rtt_ms(self.host, ID.from_base58(peer))
-                self.view.record_rtt(peer, rtt_ms, time.monotonic())
-            except Exception as exc:
-                self.view.record_probe_failure(peer)
-                log.debug("RTT probe to %s failed: %s", peer, exc)
+        # a probe to a far peer can take seconds (a dial, 5 round trips of 446 ms): the next
+        # ones start on time beside it, a few at once at most
+        running = trio.CapacityLimiter(MAX_RTT_PROBES_AT_ONCE)
+        async with trio.open_nursery() as nursery:
+            while True:
+                await trio.sleep(RTT_PROBE_INTERVAL_S * random.uniform(0.8, 1.2))
+                if running.borrowed_tokens >= running.total_tokens:
+                    continue
+                peer = self._stalest_peer("rtt", lambda s: s.rtt_at)
+                if peer is not None:
+                    token = object()  # the same peer may be probed again while a probe runs
+                    await running.acquire_on_behalf_of(token)
+                    nursery.start_soon(self._probe_rtt, peer, running, token)
+
+    async def _probe_rtt(self, peer: str, running: trio.CapacityLimiter, token: object) -> None:
+        try:
+            rtt_ms = await probe.measure_rtt_ms(self.host, ID.from_base58(peer))
+            self.view.record_rtt(peer, rtt_ms, time.monotonic())
+        except Exception as exc:
+            self.view.record_probe_failure(peer)
+            log.debug("RTT probe to %s failed: %s", peer, exc)
+        finally:
+            running.release_on_behalf_of(token)
 
     def _bandwidth_interval_s(self) -> float:
         """Fast while some live member's link has no rate yet, then the steady pace."""

@@ -24,6 +24,7 @@ BANDWIDTH_PROTOCOL = TProtocol("/p2ptrain/bandwidth/2.0.0")
 PING_BYTES = 32
 NUM_PINGS = 5
 PROBE_TIMEOUT_S = 3.0
+OPEN_TIMEOUT_S = 10.0  # opening a probe's stream, a dial included
 # a bandwidth probe: opening the stream (a few round trips) and up to 512 KiB at ~1 Mbit/s
 BANDWIDTH_TIMEOUT_S = 10.0
 MAX_BANDWIDTH_PROBE_BYTES = 4 * 1024 * 1024
@@ -48,8 +49,9 @@ async def measure_rtt_ms(host: IHost, peer: ID) -> float:
     """The fastest of NUM_PINGS echo round trips, in ms (the minimum, not the median: queueing
     and scheduling only ever add to the propagation delay). Raises on failure or timeout."""
     # a timeout per round trip, not for all of them: 5 pings and the stream's negotiation on a
-    # 446 ms link take over 3 s, and such a link must be measured, not given up on
-    with trio.fail_after(PROBE_TIMEOUT_S):
+    # 446 ms link take over 3 s, and such a link must be measured, not given up on; opening the
+    # stream may dial first (TCP, noise, yamux: several round trips on a loaded machine)
+    with trio.fail_after(OPEN_TIMEOUT_S):
         stream = await host.new_stream(peer, [PING_PROTOCOL])
     try:
         samples = []
