@@ -29,6 +29,9 @@ STALL_S = 15.0  # the run's floor: the bound is max(this, 10 x the plan's predic
 RUN = f"""
 [run]
 run_id = "freeze-test"
+# the plan's shape is what this test is about: timing noise on a loaded box must not
+# shrink it (compute-aware shapes are tested in tests/schedule/test_compute_cost.py)
+compute_aware = false
 stages = 2
 n_layer = 2
 n_head = 2
