@@ -33,7 +33,7 @@ IDEAL_LINK = LinkSpec(delay_ms=0.0, rate_mbps=1000.0)
 HELLO_TIMEOUT_S = 300.0
 # ideal last: it speeds the links up
 RUN_ORDER = ("scheduled", "compute_blind", "random", "hivemind_dp", "ideal")
-P2PTRAIN_RUNS = ("scheduled", "compute_blind", "random")
+JOIN_PATH_RUNS = ("scheduled", "compute_blind", "random")
 
 
 def slow_peer_indices(num_peers: int, count: int) -> list[int]:
@@ -136,7 +136,7 @@ def summarize(results: dict[str, Any], target_loss: float | None) -> dict[str, A
     """Measured communication (step - ideal step), time to the target loss, the speedups."""
     ideal_step_s = results.get("ideal", {}).get("step_s")
     if ideal_step_s is not None:
-        for name in P2PTRAIN_RUNS:
+        for name in JOIN_PATH_RUNS:
             r = results.get(name, {})
             for run in [r, *r.get("runs", [])]:
                 if "step_s" in run:
