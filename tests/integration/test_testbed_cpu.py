@@ -34,30 +34,30 @@ PROBE = (
 )
 
 
-def _probe_s(bed: Testbed, peer: int) -> float:
-    done = bed.run(peer, [sys.executable, "-c", PROBE], timeout_s=120)
+def _timed_s(bed: Testbed, peer: int, code: str) -> float:
+    """Run `code` in the peer's namespace (and cgroup); the number it prints."""
+    done = bed.run(peer, [sys.executable, "-c", code], timeout_s=120)
     assert done.returncode == 0, done.stderr
     return float(done.stdout.strip())
 
 
-def _loop_s(bed: Testbed, peer: int) -> float:
-    done = bed.run(peer, [sys.executable, "-c", LOOP], timeout_s=120)
-    assert done.returncode == 0, done.stderr
-    return float(done.stdout.strip())
-
-
-def test_a_quarter_core_runs_a_cpu_loop_about_four_times_slower() -> None:
+def _quarter_core_bed() -> Testbed:
+    """Two peers on a fast link, peer 1 under a quarter-core quota."""
     try:
         cpu_root()
     except Exception:
         pytest.skip("no cgroup cpu controller")
     link = LinkSpec(delay_ms=1.0, rate_mbps=100.0)
-    with Testbed({(0, 1): link, (1, 0): link}, cpu_cores={1: 0.25}) as bed:
+    return Testbed({(0, 1): link, (1, 0): link}, cpu_cores={1: 0.25})
+
+
+def test_a_quarter_core_runs_a_cpu_loop_about_four_times_slower() -> None:
+    with _quarter_core_bed() as bed:
         assert json.loads(bed.state_path.read_text())["cgroups"] == bed.cgroups
-        fast = min(_loop_s(bed, 0) for _ in range(2))
-        slow = min(_loop_s(bed, 1) for _ in range(2))
+        fast = min(_timed_s(bed, 0, LOOP) for _ in range(2))
+        slow = min(_timed_s(bed, 1, LOOP) for _ in range(2))
         bed.set_cpu(1, None)  # lifted at runtime
-        lifted = min(_loop_s(bed, 1) for _ in range(2))
+        lifted = min(_timed_s(bed, 1, LOOP) for _ in range(2))
         groups = list(bed.cgroups)
     # 4x by the quota; the bounds leave room for the other load on a busy machine
     assert slow / fast > 2.5, (fast, slow)
@@ -69,12 +69,7 @@ def test_a_quarter_core_runs_a_cpu_loop_about_four_times_slower() -> None:
 def test_the_compute_probe_sees_a_peers_cpu_quota() -> None:
     # the probe's window spans several 100 ms quota periods: a short pass would run at full
     # speed inside its period's budget and call a throttled peer fast
-    try:
-        cpu_root()
-    except Exception:
-        pytest.skip("no cgroup cpu controller")
-    link = LinkSpec(delay_ms=1.0, rate_mbps=100.0)
-    with Testbed({(0, 1): link, (1, 0): link}, cpu_cores={1: 0.25}) as bed:
-        fast = min(_probe_s(bed, 0) for _ in range(2))
-        slow = min(_probe_s(bed, 1) for _ in range(2))
+    with _quarter_core_bed() as bed:
+        fast = min(_timed_s(bed, 0, PROBE) for _ in range(2))
+        slow = min(_timed_s(bed, 1, PROBE) for _ in range(2))
     assert slow / fast > 2.5, (fast, slow)
