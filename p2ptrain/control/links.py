@@ -15,11 +15,13 @@ from p2ptrain.records import LinkReport
 MAX_LINK_AGE_S = 60.0  # measurements older than this are forgotten
 # A link that carries training traffic queues our probes: its round trip grows and a bandwidth
 # probe gets only a share of the rate. The planner needs the link's own delay and capacity, so a
-# sample reports the least round trip and the highest rate of its last few probes (within a
-# window): busy moments do not look like drift, and a link that really got worse shows it once
-# its better probes have rolled out.
-RECENT_RTTS = 5
-RECENT_RATES = 3
+# sample reports the least round trip and the highest rate of its probes within a window: busy
+# moments do not look like drift, and a link that really got worse shows it once its better
+# probes have rolled out. The counts cover the window at the probing pace (control/measuring.py:
+# with 8 members, a peer's RTT is probed every ~7 s, its rate every ~100 s): with 5 RTTs, a
+# training swarm's queued probes were all that was left after 35 s and re-planned it.
+RECENT_RTTS = 32
+RECENT_RATES = 12
 RECENT_WINDOW_S = 180.0
 
 

@@ -25,21 +25,32 @@ BANDWIDTH_PROBE_INTERVAL_S = 15.0
 # while some live member's link has no rate yet (a new node, a newcomer), probe this often: the
 # first plan waits for every link (control/readiness.py)
 FIRST_BANDWIDTH_PROBE_INTERVAL_S = 5.0
-BANDWIDTH_PROBE_BYTES = 512 * 1024  # the most one probe sends
+BANDWIDTH_PROBE_BYTES = 4 * 1024 * 1024  # the most one probe sends (net/probe.py's limit)
 # the rate is timed over a probe's second half (net/probe.py): big enough to leave slow start
 # behind in the first half, small enough not to crowd a slow link's other traffic (a swarm of
 # 8 probing 256 KiB every 2 s on 7 Mbit/s links delayed its gossip until peers looked dead)
 MIN_BANDWIDTH_PROBE_BYTES = 64 * 1024
 FIRST_BANDWIDTH_PROBE_BYTES = 128 * 1024
-BANDWIDTH_PROBE_TARGET_S = 1.0  # size later probes to last about this long on the link
+BANDWIDTH_PROBE_TARGET_S = 0.5  # size later probes to last about this long on the link
+# A probe whose second half crosses in a round trip or two measures TCP's window, not the link:
+# rate ~ window / RTT (128 KiB read a 7 Mbit/s, 446 ms link at 1.2 Mbit/s). Sized to this many
+# round trips at the rate last seen, each probe of a long link opens the window further, until
+# the link's rate, not the window, is what it measures.
+BANDWIDTH_PROBE_ROUND_TRIPS = 8
 
 
-def probe_bytes(last_mbps: float | None) -> int:
+def probe_bytes(last_mbps: float | None, rtt_s: float = 0.0) -> int:
     """A probe long enough to measure the link, short enough for slow links and the timeout."""
     if last_mbps is None:
         return FIRST_BANDWIDTH_PROBE_BYTES
-    sized = int(last_mbps * 1e6 / 8 * BANDWIDTH_PROBE_TARGET_S)
+    seconds = max(BANDWIDTH_PROBE_TARGET_S, BANDWIDTH_PROBE_ROUND_TRIPS * rtt_s)
+    sized = int(last_mbps * 1e6 / 8 * seconds)
     return max(MIN_BANDWIDTH_PROBE_BYTES, min(BANDWIDTH_PROBE_BYTES, sized))
+
+
+def window_bound(mbps: float, num_bytes: int, rtt_s: float) -> bool:
+    """Did the probe's second half take under two round trips? Then its rate is a floor."""
+    return rtt_s > 0 and (num_bytes / 2) * 8 / (mbps * 1e6) < 2 * rtt_s
 
 
 class LinkProber:
@@ -52,6 +63,7 @@ class LinkProber:
         # when each kind of probe last tried each peer: a peer whose probes fail must not stay
         # the stalest and starve every other link of measurements
         self._tried: dict[str, dict[str, float]] = {"rtt": {}, "bandwidth": {}}
+        self._window_bound: set[str] = set()  # peers whose last probe measured the window
 
     def _stalest_peer(
         self, kind: str, measured_at: Callable[[LinkSample], float | None]
@@ -103,10 +115,13 @@ class LinkProber:
             running.release_on_behalf_of(token)
 
     def _bandwidth_interval_s(self) -> float:
-        """Fast while some live member's link has no rate yet, then the steady pace."""
+        """Fast while some live member's link has no rate yet, or only a window-bound one (a
+        floor), then the steady pace."""
         now = time.monotonic()
         unmeasured = any(
-            (sample := self.view.own_links.get(peer)) is None or sample.bandwidth_mbps is None
+            (sample := self.view.own_links.get(peer)) is None
+            or sample.bandwidth_mbps is None
+            or peer in self._window_bound
             for peer in self.view.live_members(now)
             if peer != self.view.self_id
         )
@@ -121,13 +136,16 @@ class LinkProber:
             if peer is None:
                 continue
             sample = self.view.own_links.get(peer)
+            rtt_s = (sample.rtt_ms or 0.0) / 1e3 if sample else 0.0
+            num_bytes = probe_bytes(sample.bandwidth_mbps if sample else None, rtt_s)
             try:
                 mbps = await probe.measure_bandwidth_mbps(
-                    self.host,
-                    ID.from_base58(peer),
-                    probe_bytes(sample.bandwidth_mbps if sample else None),
-                    rtt_s=(sample.rtt_ms or 0.0) / 1e3 if sample else 0.0,
+                    self.host, ID.from_base58(peer), num_bytes, rtt_s=rtt_s
                 )
                 self.view.record_bandwidth(peer, mbps, time.monotonic())
+                if num_bytes < BANDWIDTH_PROBE_BYTES and window_bound(mbps, num_bytes, rtt_s):
+                    self._window_bound.add(peer)  # a bigger probe follows soon
+                else:
+                    self._window_bound.discard(peer)
             except Exception as exc:
                 log.debug("bandwidth probe to %s failed: %s", peer, exc)

@@ -54,17 +54,21 @@ def train_join(
     workdir = Path(tempfile.mkdtemp(prefix=f"p2ptrain-e2e-{name}-"))
     spec = run_spec_for(spec, name, seed).replace(checkpoint_dir=str(workdir / "checkpoints"))
     planned_s: list[float] = []  # when the workers reported the first plan
+    plans: list[Plan] = []  # every plan the workers reported, in order
     steps: list[tuple[float, float]] = []  # (seconds since the first plan, loss)
+    steps_under: list[int] = []  # per step: the index in `plans` of the plan it ran under
     started_s = time.monotonic()
 
     def on_plan(plan: Plan) -> None:
         if not planned_s:
             planned_s.append(time.monotonic())
+        plans.append(plan)
         progress(f"{name}: plan term {plan.term} epoch {plan.epoch} after "
                  f"{time.monotonic() - started_s:.0f} s")  # fmt: skip
 
     def on_step(step: int, loss: float, tokens_per_s: float) -> None:
         steps.append((time.monotonic() - planned_s[0], loss))
+        steps_under.append(len(plans) - 1)
         progress(f"{name}: step {step + 1}/{spec.steps} loss {loss:.3f} at {steps[-1][0]:.1f} s")
 
     try:
@@ -76,8 +80,12 @@ def train_join(
             for i in range(bed.num_peers)
         ]
         logs = [workdir / f"metrics-{i}.jsonl" for i in range(bed.num_peers)]
-        return describe_run(bed, spec, result.plan, peer_ids, logs, result, steps,
-                            planned_s[0] - started_s)  # fmt: skip
+        # a re-plan restarts the sessions: the run is described by the plan that trained most
+        main = max(range(len(plans)), key=steps_under.count) if steps_under else -1
+        described = describe_run(bed, spec, plans[main] if plans else result.plan, peer_ids,
+                                 logs, result, steps, planned_s[0] - started_s)  # fmt: skip
+        described["plans"] = [[p.term, p.epoch, steps_under.count(i)] for i, p in enumerate(plans)]
+        return described
     finally:
         if log_dir is not None:
             keep = log_dir / (f"random-seed{seed}" if name == "random" else name)
