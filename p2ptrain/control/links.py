@@ -35,6 +35,9 @@ class LinkSample:
     bandwidth_mbps: float | None = None
     bandwidth_at: float | None = None
     num_failures: int = 0
+    # a window-bound probe's rate (control/measuring.py): only a floor, for sizing the next
+    # probe; the link counts as measured once a probe is not window-bound
+    rate_floor_mbps: float | None = None
     recent_rtts: list[tuple[float, float]] = field(default_factory=list)  # (at, ms)
     recent_rates: list[tuple[float, float]] = field(default_factory=list)  # (at, Mbit/s)
 
@@ -42,7 +45,10 @@ class LinkSample:
         self.recent_rtts = _recent(self.recent_rtts, (now, rtt_ms), RECENT_RTTS)
         self.rtt_ms, self.rtt_at = min(v for _, v in self.recent_rtts), now
 
-    def add_bandwidth(self, mbps: float, now: float) -> None:
+    def add_bandwidth(self, mbps: float, now: float, window_bound: bool = False) -> None:
+        if window_bound and self.bandwidth_mbps is None:
+            self.rate_floor_mbps = max(mbps, self.rate_floor_mbps or 0.0)
+            return
         self.recent_rates = _recent(self.recent_rates, (now, mbps), RECENT_RATES)
         self.bandwidth_mbps, self.bandwidth_at = max(v for _, v in self.recent_rates), now
 
@@ -104,8 +110,10 @@ class LinkMeasurements:
     own_links: dict[str, LinkSample]
     rows: dict[str, tuple[dict[str, LinkReport], float]]
 
-    def record_bandwidth(self, peer: str, mbps: float, now: float) -> None:
-        self.own_links.setdefault(peer, LinkSample()).add_bandwidth(mbps, now)
+    def record_bandwidth(
+        self, peer: str, mbps: float, now: float, window_bound: bool = False
+    ) -> None:
+        self.own_links.setdefault(peer, LinkSample()).add_bandwidth(mbps, now, window_bound)
 
     def record_probe_failure(self, peer: str) -> None:
         self.own_links.setdefault(peer, LinkSample()).num_failures += 1

@@ -24,7 +24,7 @@ MAX_RTT_PROBES_AT_ONCE = 3
 BANDWIDTH_PROBE_INTERVAL_S = 15.0
 # while some live member's link has no rate yet (a new node, a newcomer), probe this often: the
 # first plan waits for every link (control/readiness.py)
-FIRST_BANDWIDTH_PROBE_INTERVAL_S = 5.0
+FIRST_BANDWIDTH_PROBE_INTERVAL_S = 2.5
 BANDWIDTH_PROBE_BYTES = 4 * 1024 * 1024  # the most one probe sends (net/probe.py's limit)
 # the rate is timed over a probe's second half (net/probe.py): big enough to leave slow start
 # behind in the first half, small enough not to crowd a slow link's other traffic (a swarm of
@@ -63,7 +63,6 @@ class LinkProber:
         # when each kind of probe last tried each peer: a peer whose probes fail must not stay
         # the stalest and starve every other link of measurements
         self._tried: dict[str, dict[str, float]] = {"rtt": {}, "bandwidth": {}}
-        self._window_bound: set[str] = set()  # peers whose last probe measured the window
 
     def _stalest_peer(
         self, kind: str, measured_at: Callable[[LinkSample], float | None]
@@ -115,13 +114,12 @@ class LinkProber:
             running.release_on_behalf_of(token)
 
     def _bandwidth_interval_s(self) -> float:
-        """Fast while some live member's link has no rate yet, or only a window-bound one (a
-        floor), then the steady pace."""
+        """Fast while some live member's link has no rate yet (a window-bound probe gives only
+        a floor), then the steady pace."""
         now = time.monotonic()
         unmeasured = any(
             (sample := self.view.own_links.get(peer)) is None
             or sample.bandwidth_mbps is None
-            or peer in self._window_bound
             for peer in self.view.live_members(now)
             if peer != self.view.self_id
         )
@@ -137,15 +135,13 @@ class LinkProber:
                 continue
             sample = self.view.own_links.get(peer)
             rtt_s = (sample.rtt_ms or 0.0) / 1e3 if sample else 0.0
-            num_bytes = probe_bytes(sample.bandwidth_mbps if sample else None, rtt_s)
+            seen = None if sample is None else sample.bandwidth_mbps or sample.rate_floor_mbps
+            num_bytes = probe_bytes(seen, rtt_s)
             try:
                 mbps = await probe.measure_bandwidth_mbps(
                     self.host, ID.from_base58(peer), num_bytes, rtt_s=rtt_s
                 )
-                self.view.record_bandwidth(peer, mbps, time.monotonic())
-                if num_bytes < BANDWIDTH_PROBE_BYTES and window_bound(mbps, num_bytes, rtt_s):
-                    self._window_bound.add(peer)  # a bigger probe follows soon
-                else:
-                    self._window_bound.discard(peer)
+                bound = num_bytes < BANDWIDTH_PROBE_BYTES and window_bound(mbps, num_bytes, rtt_s)
+                self.view.record_bandwidth(peer, mbps, time.monotonic(), window_bound=bound)
             except Exception as exc:
                 log.debug("bandwidth probe to %s failed: %s", peer, exc)

@@ -53,7 +53,8 @@ log = logging.getLogger(__name__)
 MAX_GATHER_BYTES = 64 * 1024  # a member's metadata: checksums and its bandwidth, a few hundred B
 KEPT_ROUNDS = 8  # rounds whose early-arriving metadata is held (a member may run a round ahead)
 REMEMBERED_ROUNDS = 1024  # rounds already run here: their metadata arrives too late to be used
-SEND_ATTEMPTS = 3
+# a groupmate may not serve the round's protocol yet: after a re-plan it may still be fetching
+# its stage's state (seconds); we retry until our own wait for the round would end
 SEND_RETRY_S = 0.5
 MAX_NOTE_CHARS = 2000  # one round's reducer report (a few peer ids and reasons)
 
@@ -243,7 +244,9 @@ class PlannedGroupAverager(DecentralizedAverager):
         self, peer: PeerID, request: averaging_pb2.JoinRequest, step: StepControl
     ) -> None:
         stub = type(self).get_stub(self._p2p, peer, namespace=self.prefix)
-        for attempt in range(SEND_ATTEMPTS):
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + step.get_timeout()
+        while True:
             try:
                 reply = await stub.rpc_planned_gather(request, timeout=step.get_timeout())
                 self._count(peer.to_base58(), request.ByteSize(), reply.ByteSize())
@@ -256,7 +259,7 @@ class PlannedGroupAverager(DecentralizedAverager):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # p2pd dial backoff, a peer that restarts: try again
-                if attempt + 1 == SEND_ATTEMPTS:
+                if loop.time() + SEND_RETRY_S >= deadline:
                     log.warning("planned round %s: sending to %s failed: %r",
                                 request.group_key, peer, exc)  # fmt: skip
                     return

@@ -3,6 +3,7 @@ the link's rate rather than TCP's window."""
 
 from __future__ import annotations
 
+from p2ptrain.control.links import LinkSample
 from p2ptrain.control.measuring import (
     BANDWIDTH_PROBE_BYTES,
     FIRST_BANDWIDTH_PROBE_BYTES,
@@ -33,3 +34,16 @@ def test_a_window_bound_probe_on_a_long_link_makes_the_next_one_bigger() -> None
 
 def test_an_unknown_round_trip_never_counts_as_window_bound() -> None:
     assert not window_bound(1.0, FIRST_BANDWIDTH_PROBE_BYTES, 0.0)
+
+
+def test_a_window_bound_rate_is_a_floor_until_a_probe_measures_the_link() -> None:
+    sample = LinkSample()
+    sample.add_bandwidth(1.2, now=1.0, window_bound=True)
+    sample.add_bandwidth(3.5, now=5.0, window_bound=True)
+    # not a rate the planner may use (the link still counts as unmeasured), only a floor
+    assert sample.bandwidth_mbps is None and sample.rate_floor_mbps == 3.5
+    sample.add_bandwidth(7.1, now=9.0)
+    assert sample.bandwidth_mbps == 7.1
+    # once measured, a window-bound probe is one more sample: the best recent one counts
+    sample.add_bandwidth(2.0, now=12.0, window_bound=True)
+    assert sample.bandwidth_mbps == 7.1
