@@ -12,17 +12,21 @@ from dataclasses import dataclass, field
 
 from p2ptrain.records import LinkReport
 
-MAX_LINK_AGE_S = 60.0  # measurements older than this are forgotten
+MAX_LINK_AGE_S = 60.0  # round trips older than this are forgotten (rates: MAX_RATE_AGE_S)
 # A link that carries training traffic queues our probes: its round trip grows and a bandwidth
 # probe gets only a share of the rate. The planner needs the link's own delay and capacity, so a
 # sample reports the least round trip and the highest rate of its probes within a window: busy
 # moments do not look like drift, and a link that really got worse shows it once its better
 # probes have rolled out. The counts cover the window at the probing pace (control/measuring.py:
-# with 8 members, a peer's RTT is probed every ~7 s, its rate every ~100 s): with 5 RTTs, a
+# with 8 members, a peer's RTT is probed every ~7 s, its rate every ~140 s): with 5 RTTs, a
 # training swarm's queued probes were all that was left after 35 s and re-planned it.
-RECENT_RTTS = 32
+RECENT_RTTS = 48
 RECENT_RATES = 12
-RECENT_WINDOW_S = 180.0
+RECENT_WINDOW_S = 300.0
+# A rate is the best of its window, so it lives as long: each end re-probes a link only every
+# (members x BANDWIDTH_PROBE_INTERVAL_S), and a rate forgotten after 60 s left gaps in the
+# planner's matrix, filled with the median, which read as drift
+MAX_RATE_AGE_S = RECENT_WINDOW_S
 
 
 @dataclass
@@ -73,7 +77,8 @@ class Link:
 def freshest_links(
     rows: dict[str, tuple[dict[str, LinkReport], float]], now: float
 ) -> dict[tuple[str, str], Link]:
-    """Every unordered pair measured in the last MAX_LINK_AGE_S, from every author's row (as
+    """Every unordered pair measured recently (round trips in the last MAX_LINK_AGE_S, rates
+    in the last MAX_RATE_AGE_S), from every author's row (as
     received at a monotonic time: a row's ages count from when it arrived); each end's freshest
     value, the pessimistic of the two ends'."""
     # pair -> end -> (age, value); an author's row only speaks for pairs it is an end of
@@ -83,11 +88,11 @@ def freshest_links(
         delay = now - received_at
         for peer, link in row.items():
             pair = (min(author, peer), max(author, peer))
-            for value, age, table in (
-                (link.rtt_ms, link.rtt_age_s, rtts),
-                (link.bandwidth_mbps, link.bandwidth_age_s, bws),
+            for value, age, table, max_age in (
+                (link.rtt_ms, link.rtt_age_s, rtts, MAX_LINK_AGE_S),
+                (link.bandwidth_mbps, link.bandwidth_age_s, bws, MAX_RATE_AGE_S),
             ):
-                if value is None or age is None or age + delay > MAX_LINK_AGE_S:
+                if value is None or age is None or age + delay > max_age:
                     continue
                 ends = table.setdefault(pair, {})
                 if author not in ends or age + delay < ends[author][0]:
@@ -125,7 +130,7 @@ class LinkMeasurements:
             rtt_age = None if s.rtt_at is None else round(now - s.rtt_at, 3)
             bw_age = None if s.bandwidth_at is None else round(now - s.bandwidth_at, 3)
             if (rtt_age is None or rtt_age > MAX_LINK_AGE_S) and (
-                bw_age is None or bw_age > MAX_LINK_AGE_S
+                bw_age is None or bw_age > MAX_RATE_AGE_S
             ):
                 continue
             row[peer] = LinkReport(s.rtt_ms, rtt_age, s.bandwidth_mbps, bw_age)

@@ -21,11 +21,14 @@ log = logging.getLogger(__name__)
 
 RTT_PROBE_INTERVAL_S = 1.0  # one probe, to the stalest link
 MAX_RTT_PROBES_AT_ONCE = 3
-BANDWIDTH_PROBE_INTERVAL_S = 15.0
+BANDWIDTH_PROBE_INTERVAL_S = 20.0
 # while some live member's link has no rate yet (a new node, a newcomer), probe this often: the
 # first plan waits for every link (control/readiness.py)
 FIRST_BANDWIDTH_PROBE_INTERVAL_S = 2.5
-BANDWIDTH_PROBE_BYTES = 4 * 1024 * 1024  # the most one probe sends (net/probe.py's limit)
+# the most one probe sends: 2 MiB leaves a 7 Mbit/s, 446 ms link's window behind, and a
+# probe saturates a link it shares with training for seconds (4 MiB probes doubled the steps
+# of a random placement across such links)
+BANDWIDTH_PROBE_BYTES = 2 * 1024 * 1024
 # the rate is timed over a probe's second half (net/probe.py): big enough to leave slow start
 # behind in the first half, small enough not to crowd a slow link's other traffic (a swarm of
 # 8 probing 256 KiB every 2 s on 7 Mbit/s links delayed its gossip until peers looked dead)

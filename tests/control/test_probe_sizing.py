@@ -29,7 +29,7 @@ def test_a_window_bound_probe_on_a_long_link_makes_the_next_one_bigger() -> None
     assert bigger > 3 * first  # 8 round trips at the window-bound rate: about 4x
     # a short link's probe at its rate is not window-bound and keeps the time target
     assert not window_bound(40.0, 2 * 1024 * 1024, 0.010)
-    assert probe_bytes(40.0, 0.010) == int(40e6 / 8 * 0.5)
+    assert probe_bytes(20.0, 0.010) == int(20e6 / 8 * 0.5)
 
 
 def test_an_unknown_round_trip_never_counts_as_window_bound() -> None:

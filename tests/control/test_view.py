@@ -219,7 +219,9 @@ def test_links_take_the_pessimistic_end_and_age_out():
     assert link.rtt_ms == 4.0  # both ends measured it: the larger round trip counts
     assert link.bandwidth_mbps == 800.0  # only A measured the rate
     assert link.age_s == pytest.approx(0.6)
-    assert v.links(10.0 + links_mod.MAX_LINK_AGE_S + 5) == {}
+    # the round trip ages out first, then the rate
+    assert v.links(10.0 + links_mod.MAX_LINK_AGE_S + 5)[(A, ME)].rtt_ms is None
+    assert v.links(10.0 + links_mod.MAX_RATE_AGE_S + 5) == {}
 
 
 def test_a_peer_cannot_make_its_own_links_look_better_than_the_other_end_measured():
