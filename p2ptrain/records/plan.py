@@ -100,6 +100,7 @@ class NetworkFacts:
 class Role:
     """What a plan asks of one peer: which stage of which replica, and its neighbours."""
 
+    term: int  # the plan's (term, epoch): every frame between neighbours names it
     epoch: int
     stage: int
     num_stages: int
@@ -116,6 +117,11 @@ class Role:
     @property
     def is_last(self) -> bool:
         return self.stage == self.num_stages - 1
+
+    @property
+    def plan_key(self) -> tuple[int, int]:
+        """The (term, epoch) of the plan that gave this role."""
+        return self.term, self.epoch
 
 
 @dataclass(frozen=True)
@@ -157,6 +163,7 @@ class Plan:
             if peer_id in pipeline:
                 stage = pipeline.index(peer_id)
                 return Role(
+                    term=self.term,
                     epoch=self.epoch,
                     stage=stage,
                     num_stages=self.stages,

@@ -1,9 +1,10 @@
 """Tensor frames between pipeline neighbours: the wire format and its validation.
 
 A frame is `u32 header length | JSON header | raw tensor bytes`; the receiver answers one byte
-(ACCEPTED or REJECTED). The header names what the tensor is (activation or gradient, run, plan
-epoch, step, micro-batch), who sent it, and its dtype and shape. Before a single payload byte is
-trusted, the receiver checks every field against what it expects from that neighbour right now.
+(ACCEPTED, REJECTED or BUSY). The header names what the tensor is (activation or gradient, run,
+plan term and epoch, step, micro-batch), who sent it, and its dtype and shape. Before a single
+payload byte is trusted, the receiver checks every field against what it expects from that
+neighbour right now.
 
 Pure (torch only), so the rules are unit-testable without a network.
 """
@@ -18,7 +19,9 @@ from typing import Any
 
 import torch
 
-PROTOCOL = "p2ptrain.pipe.v1"  # the p2pd stream handler name
+# the p2pd stream handler name; v2: the header names the plan's term (v1 had the epoch alone,
+# which restarts at 1 under a new term)
+PROTOCOL = "p2ptrain.pipe.v2"
 MAX_HEADER_BYTES = 4096
 MAX_PAYLOAD_BYTES = 512 * 1024 * 1024
 # |value| above this in an activation or a gradient is refused like a malformed frame: a small
@@ -37,7 +40,8 @@ COMPRESSION_DTYPES = {"none": "float32", "fp16": "float16", "bf16": "bfloat16"}
 class FrameHeader:
     kind: str  # ACTIVATION (forward) or GRADIENT (backward)
     run_id: str
-    epoch: int  # plan epoch the sender works under
+    term: int  # the plan (term, epoch) the sender works under
+    epoch: int
     step: int
     micro: int  # micro-batch index
     sender: str  # peer id; must equal the authenticated stream peer
@@ -58,7 +62,7 @@ class FrameHeader:
             raise ValueError(f"header is not JSON: {exc}") from exc
         if not isinstance(raw, dict) or set(raw) != {f for f in cls.__dataclass_fields__}:
             raise ValueError("header fields are wrong")
-        ints = ("epoch", "step", "micro", "num_bytes")
+        ints = ("term", "epoch", "step", "micro", "num_bytes")
         if any(not _is_int(raw[k]) or raw[k] < 0 for k in ints):
             raise ValueError("header counters must be non-negative integers")
         if not all(isinstance(raw[k], str) for k in ("kind", "run_id", "sender", "dtype")):
@@ -95,6 +99,7 @@ class Expected:
 
     kind: str
     run_id: str
+    term: int
     epoch: int
     sender: str
     dtype: str
@@ -102,12 +107,21 @@ class Expected:
 
 
 def header_for(
-    tensor: torch.Tensor, kind: str, run_id: str, epoch: int, step: int, micro: int, sender: str
+    tensor: torch.Tensor,
+    kind: str,
+    run_id: str,
+    plan: tuple[int, int],
+    step: int,
+    micro: int,
+    sender: str,
 ) -> FrameHeader:
+    """The header of `tensor` sent under plan (term, epoch)."""
     dtype = str(tensor.dtype).removeprefix("torch.")
+    term, epoch = plan
     return FrameHeader(
-        kind, run_id, epoch, step, micro, sender, dtype, tuple(tensor.shape), _num_bytes(tensor)
-    )
+        kind, run_id, term, epoch, step, micro, sender, dtype, tuple(tensor.shape),
+        _num_bytes(tensor),
+    )  # fmt: skip
 
 
 def check_header(header: FrameHeader, remote_peer: str, expected: Expected | None) -> str | None:
@@ -116,7 +130,7 @@ def check_header(header: FrameHeader, remote_peer: str, expected: Expected | Non
         return f"sender {header.sender} is not the stream's peer {remote_peer}"
     if expected is None:
         return f"no {header.kind} expected from {remote_peer} for step {header.step}"
-    for name in ("kind", "run_id", "epoch", "sender", "dtype", "shape"):
+    for name in ("kind", "run_id", "term", "epoch", "sender", "dtype", "shape"):
         if getattr(header, name) != getattr(expected, name):
             return f"{name} {getattr(header, name)!r} != expected {getattr(expected, name)!r}"
     if header.dtype not in WIRE_DTYPES:

@@ -137,24 +137,27 @@ class Worker:
                     spec = spec.replace(checkpoint_dir=self.settings.checkpoint_dir)
                 state_server.serve_run(spec, checkpoint_dir(spec), message.plan.network)
                 self.phase, self.phase_plan = "joining", message.plan
-                self.current = Session(
+                session = Session(
                     spec, message.plan, dht, transport, self.inbox, self._report, version,
                     self.settings.faults, seed,
                 )  # fmt: skip
-                self._report(SessionReport(message.plan, self.current.step))
-                self.phase = "spare" if self.current.role is None else "training"
-                end = self.current.train(version)
-                self.current.close()
-                self.current, self.phase = None, "waiting"
+                self.current = session  # from now on its frames are accepted
+                self._report(SessionReport(message.plan, session.step))
+                self.phase = "spare" if session.role is None else "training"
+                try:
+                    end = session.train(version)
+                finally:
+                    # a session that stopped training takes no more frames (the sender retries
+                    # until our next session, or gives up): one it accepted now would be
+                    # answered ACCEPTED and never used
+                    self.current, self.phase = None, "waiting"
+                    session.close()
                 if end is SessionEnd.DONE or self.inbox.stopped:
                     return 0
                 if end is SessionEnd.PEER_LOST and not self.ipc:
                     return 3  # a static plan cannot heal; a control plane re-plans
                 # otherwise a new plan arrived, or we wait for the control plane's next one
         finally:
-            if self.current is not None:
-                self.current.close()  # the checkpoint: the only part of shutdown that matters
-
             # hivemind's own shutdown can hang for long; give it a moment, then leave: the
             # watchdog kills whatever of the process group is left when we exit
             def shut_down() -> None:

@@ -80,7 +80,7 @@ def expected_frame(
     else:
         return None
     dtype = COMPRESSION_DTYPES[spec.compression]
-    return Expected(kind, spec.run_id, role.epoch, sender, dtype, shapes[micro])
+    return Expected(kind, spec.run_id, role.term, role.epoch, sender, dtype, shapes[micro])
 
 
 def run_step(
@@ -108,7 +108,7 @@ def run_step(
         assert transport is not None and peer is not None
         frame = tensor.to(dtype)
         sends.append(
-            transport.send(peer, frame, kind, spec.run_id, role.epoch, step, m, waits[peer][1])
+            transport.send(peer, frame, kind, spec.run_id, role.plan_key, step, m, waits[peer][1])
         )
 
     def stop_waiting() -> bool:
@@ -119,7 +119,7 @@ def run_step(
         assert transport is not None
         sender = role.prev_peer if kind == ACTIVATION else role.next_peer
         wait_s = waits[sender][0] if sender in waits else RECEIVE_TIMEOUT_S
-        return transport.receive(kind, step, m, wait_s, stop_waiting).float()
+        return transport.receive(role.plan_key, kind, step, m, wait_s, stop_waiting).float()
 
     inputs: list[torch.Tensor] = []
     outputs: list[torch.Tensor] = []

@@ -204,6 +204,8 @@ class Session:
             log.info("the plan leaves this peer out: waiting as a spare")
             return SessionEnd.SPARE
         role, model = self.role, self.model
+        # frames a neighbour of an earlier plan sent (for steps this plan re-runs) are never ours
+        self.transport.forget(role.plan_key, self.step)
         while self.step < self.spec.steps:
             if self.inbox.stopped:
                 return SessionEnd.STOPPED
@@ -274,7 +276,7 @@ class Session:
                 )
             )
             self.step += 1
-            self.transport.forget_before(self.step)
+            self.transport.forget(role.plan_key, self.step)
             interval = self.spec.checkpoint_interval
             if interval and self.step % interval == 0 and self.step < self.spec.steps:
                 self.save()

@@ -2,8 +2,9 @@
 
 hivemind's P2P client is asyncio; the trainer is plain blocking code. So the transport owns an
 asyncio loop in a background thread: a stream handler validates incoming frames and files them in
-an inbox keyed by (kind, step, micro); the trainer sends with `send()` (returns a future) and
-blocks in `receive()` until the frame it needs arrives, the peer is declared lost, or it stops.
+an inbox keyed by plan (term, epoch), kind, step and micro-batch (worker/frame_inbox.py); the
+trainer sends with `send()` (returns a future) and blocks in `receive()` until the frame it needs
+arrives, the peer is declared lost, or it stops.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import contextlib
 import logging
 import random
 import threading
-import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -24,14 +24,14 @@ from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
 from hivemind.utils.multiaddr import Multiaddr
 
 from p2ptrain.worker import frames
-from p2ptrain.worker.frames import Expected, FrameHeader, PeerLost, Stopped
+from p2ptrain.worker.frame_inbox import FrameInbox, PlanKey
+from p2ptrain.worker.frames import Expected, FrameHeader, PeerLost
 from p2ptrain.worker.link_bounds import CONNECT_WINDOW_S, SEND_TIMEOUT_S
 from p2ptrain.worker.traffic import Traffic
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Key = tuple[str, int, int]  # (kind, step, micro)
 ExpectFn = Callable[[FrameHeader], Expected | None]
 BUSY_RETRY_S = 0.2
 ANSWER_LINGER_S = 5.0
@@ -51,8 +51,7 @@ class Transport:
         self._loop = loop
         self._p2p = p2p
         self._expect = expect
-        self._inbox: dict[Key, torch.Tensor] = {}
-        self._arrived = threading.Condition()
+        self._inbox = FrameInbox()
         self.peer_id = p2p.peer_id.to_base58()
         self.traffic = Traffic()  # every data-plane protocol of this worker adds to it
         self._inbound: dict[str, int] = {}  # open inbound streams per remote peer
@@ -136,15 +135,15 @@ class Transport:
         tensor: torch.Tensor,
         kind: str,
         run_id: str,
-        epoch: int,
+        plan: PlanKey,
         step: int,
         micro: int,
         timeout_s: float = SEND_TIMEOUT_S,
     ) -> Future[None]:
-        """Send a frame without blocking; the future fails with PeerLost if it is not accepted
-        within timeout_s."""
+        """Send a frame of plan (term, epoch) without blocking; the future fails with PeerLost
+        if it is not accepted within timeout_s."""
         tensor = tensor.detach().contiguous()
-        header = frames.header_for(tensor, kind, run_id, epoch, step, micro, self.peer_id)
+        header = frames.header_for(tensor, kind, run_id, plan, step, micro, self.peer_id)
         coroutine = self._send(peer_id, header, tensor, timeout_s)
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
@@ -263,12 +262,8 @@ class Transport:
                     raise ValueError(problem)
                 payload = await reader.readexactly(header.num_bytes)
                 self.traffic.received(remote, len(payload))
-                tensor = frames.decode_tensor(header, payload)
-                key = (header.kind, header.step, header.micro)
-                with self._arrived:
-                    # a retried frame whose first copy arrived: keep the first, answer ACCEPTED
-                    self._inbox.setdefault(key, tensor)
-                    self._arrived.notify_all()
+                # a retried frame whose first copy arrived: the first stays, answer ACCEPTED
+                self._inbox.put(header, frames.decode_tensor(header, payload))
                 writer.write(frames.ACCEPTED)
         except (ValueError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             log.warning("refused a frame from %s: %r", remote, exc)
@@ -284,28 +279,22 @@ class Transport:
             writer.close()
 
     def receive(
-        self, kind: str, step: int, micro: int, timeout_s: float, should_stop: Callable[[], bool]
+        self,
+        plan: PlanKey,
+        kind: str,
+        step: int,
+        micro: int,
+        timeout_s: float,
+        should_stop: Callable[[], bool],
     ) -> torch.Tensor:
-        """Block until frame (kind, step, micro) has arrived; PeerLost on timeout."""
-        key = (kind, step, micro)
-        deadline = time.monotonic() + timeout_s
-        with self._arrived:
-            while key not in self._inbox:
-                if should_stop():
-                    raise Stopped()
-                left_s = deadline - time.monotonic()
-                if left_s <= 0:
-                    raise PeerLost(
-                        f"no {kind} for step {step} micro-batch {micro} in {timeout_s:.0f} s"
-                    )
-                self._arrived.wait(min(left_s, 0.2))
-            return self._inbox.pop(key)
+        """Block until frame (kind, step, micro) sent under plan (term, epoch) has arrived;
+        PeerLost on timeout, Stopped once should_stop() says so."""
+        return self._inbox.take(plan, kind, step, micro, timeout_s, should_stop)
 
-    def forget_before(self, step: int) -> None:
-        """Drop frames of finished steps (late duplicates from a slow sender)."""
-        with self._arrived:
-            for key in [k for k in self._inbox if k[1] < step]:
-                del self._inbox[key]
+    def forget(self, plan: PlanKey, before_step: int) -> None:
+        """Drop frames of other plans, and of this plan's finished steps (late duplicates from
+        a slow sender)."""
+        self._inbox.forget(plan, before_step)
 
     def close(self) -> None:
         try:

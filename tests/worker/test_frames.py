@@ -9,16 +9,16 @@ PEER, OTHER = "12D3KooWpeer", "12D3KooWother"
 
 def _header(**changes: object) -> FrameHeader:
     tensor = torch.randn(2, 4, 8).half()
-    base = frames.header_for(tensor, ACTIVATION, "run", 0, 5, 1, PEER)
+    base = frames.header_for(tensor, ACTIVATION, "run", (1, 0), 5, 1, PEER)
     return FrameHeader(**{**base.__dict__, **changes})  # type: ignore[arg-type]
 
 
-EXPECTED = Expected(ACTIVATION, "run", 0, PEER, "float16", (2, 4, 8))
+EXPECTED = Expected(ACTIVATION, "run", 1, 0, PEER, "float16", (2, 4, 8))
 
 
 def test_header_round_trip_and_tensor_decode() -> None:
     tensor = torch.randn(2, 4, 8).to(torch.bfloat16)
-    header = frames.header_for(tensor, GRADIENT, "run", 3, 7, 0, PEER)
+    header = frames.header_for(tensor, GRADIENT, "run", (2, 3), 7, 0, PEER)
     encoded = header.encode()
     (length,) = frames.HEADER_LEN.unpack(encoded[:4])
     assert FrameHeader.decode(encoded[4 : 4 + length]) == header
@@ -38,6 +38,7 @@ def test_expected_frame_passes() -> None:
         ({"kind": GRADIENT}, PEER, "kind"),
         ({"run_id": "other"}, PEER, "run_id"),
         ({"epoch": 1}, PEER, "epoch"),  # a stale plan
+        ({"term": 2}, PEER, "term"),  # the same epoch number under another planner's term
         ({"dtype": "float32", "num_bytes": 256}, PEER, "dtype"),
         ({"shape": (2, 4, 9), "num_bytes": 144}, PEER, "shape"),
         ({"num_bytes": 10}, PEER, "num_bytes"),
@@ -61,6 +62,7 @@ def test_nothing_expected_is_refused() -> None:
         b"[]",
         b'{"kind": "act"}',
         _header().encode()[4:].replace(b'"step":5', b'"step":-1'),
+        _header().encode()[4:].replace(b'"term":1,', b""),  # a v1 header: no term
     ],
 )
 def test_malformed_headers_raise(body: bytes) -> None:
