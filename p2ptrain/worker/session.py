@@ -190,6 +190,7 @@ class Session:
             if (
                 earlier is not None
                 and earlier.sender == header.sender
+                and (header.term, header.epoch) == self.role.plan_key
                 and self.start_step <= header.step
             ):
                 raise AlreadyHave()
