@@ -84,9 +84,11 @@ def drifted(old: Matrices, new: Matrices) -> bool:
     return num_drifted > DRIFT_FRACTION * len(upper[0])
 
 
-def _topology(matrices: Matrices, stages: int, replicas: int, run: RunSpec) -> Any:
-    """The scheduler's view: the matrices, and the run's traffic (from its model and wire format,
-    unless the run spec overrides c_dp_gb / c_pp_gb)."""
+def _topology(
+    matrices: Matrices, stages: int, replicas: int, run: RunSpec, layers: Sequence[int] = ()
+) -> Any:
+    """The scheduler's view: the matrices, and the run's traffic (from its model, cut by
+    `layers` or evenly, and wire format, unless the run spec overrides c_dp_gb / c_pp_gb)."""
     from p2ptrain.schedule import Topology
     from p2ptrain.schedule.workload import planning_workload
 
@@ -94,16 +96,20 @@ def _topology(matrices: Matrices, stages: int, replicas: int, run: RunSpec) -> A
         peers=list(matrices.peers),
         delay_ms=matrices.delay_ms,
         bandwidth_gbps=matrices.bandwidth_gbps,
-        workload=planning_workload(run, stages, replicas),
+        workload=planning_workload(run, stages, replicas, layers),
         compute=matrices.compute,
     )
 
 
 def placement_cost(
-    matrices: Matrices, pipelines: Sequence[Sequence[str]], run: RunSpec
+    matrices: Matrices,
+    pipelines: Sequence[Sequence[str]],
+    run: RunSpec,
+    layers: Sequence[int] = (),
 ) -> float | None:
-    """The cost model's price of an existing placement on (new) measurements; None if the
-    placement names a peer the matrices lack."""
+    """The cost model's price of an existing placement, with its blocks per stage (`layers`,
+    empty: the even cut), on (new) measurements; None if the placement names a peer the
+    matrices lack, or its cut does not fit the model."""
     from p2ptrain.schedule.cost import CostModel, plan_cost
 
     index = {peer: i for i, peer in enumerate(matrices.peers)}
@@ -112,8 +118,10 @@ def placement_cost(
     stages, replicas = len(pipelines[0]), len(pipelines)
     if stages * replicas < 2:
         return 0.0
-    topology = _topology(matrices, stages, replicas, run)
-    model = CostModel.build(topology, topology.workload)
+    if layers and (len(layers) != stages or sum(layers) != run.n_layer):
+        return None
+    topology = _topology(matrices, stages, replicas, run, layers)
+    model = CostModel.build(topology, topology.workload, layers)
     placed = np.array([[index[p] for p in pipe] for pipe in pipelines], dtype=np.intp)
     return float(plan_cost(model, placed).cost_s)
 
@@ -131,6 +139,7 @@ class Placement:
     pipelines: tuple[tuple[str, ...], ...]
     spares: tuple[str, ...]
     cost_s: float
+    stage_layers: tuple[int, ...] = ()  # blocks per stage (schedule/split.py); (): even
 
 
 def network_facts(matrices: Matrices, pipelines: Sequence[Sequence[str]]) -> NetworkFacts | None:
@@ -183,13 +192,13 @@ def compute_plan(matrices: Matrices, run: RunSpec) -> Placement:
 
         compute = matrices.compute.filled()
         shapes = candidate_shapes(len(peers), stages, compute.n_layer, compute.block_row_s)
-        # the run's stage count only: stage states are kept per layer range, so another cut
-        # would start the run's layers over (schedule/shapes.py prices any shape)
+        # the run's stage count only (schedule/shapes.py prices any shape); the layers of each
+        # stage are chosen for the placement (schedule/split.py)
         shapes = [shape for shape in shapes if shape[0] == stages]
         plan = plan_best_shape(
             topology,
             shapes,
-            lambda s, r: planning_workload(run, s, r),
+            lambda s, r, layers=(): planning_workload(run, s, r, layers),
             seed=0,
             time_budget_s=PLAN_TIME_CAP_S,
             max_evaluations=PLAN_MAX_EVALUATIONS,
@@ -208,6 +217,7 @@ def compute_plan(matrices: Matrices, run: RunSpec) -> Placement:
         pipelines=tuple(tuple(peers[i] for i in pipeline) for pipeline in plan.pipelines),
         spares=tuple(peers[i] for i in plan.spares),
         cost_s=float(plan.cost_s),
+        stage_layers=tuple(plan.stage_layers),
     )
 
 

@@ -109,8 +109,9 @@ class PlanMaker:
             and dict(current.data_addrs) != data_addrs
         ):
             placement = planner.Placement(
-                current.stages, current.pipelines, current.spares, current.cost_s
-            )
+                current.stages, current.pipelines, current.spares, current.cost_s,
+                current.stage_layers,
+            )  # fmt: skip
         else:
             return False
         self._change_since = None
@@ -128,6 +129,7 @@ class PlanMaker:
             spares=placement.spares,
             data_addrs=data_addrs,
             cost_s=placement.cost_s,
+            stage_layers=placement.stage_layers,
             network=planner.network_facts(matrices, placement.pipelines),
             lineage=plan_lineage(current, self._term, self._epoch, self.peer_id),
         )
@@ -153,9 +155,12 @@ class PlanMaker:
     ) -> bool:
         if current is None:
             return True
-        if placement.pipelines == current.pipelines:
+        same_layers = placement.stage_layers == current.stage_layers
+        if placement.pipelines == current.pipelines and same_layers:
             return False  # same placement: nothing to restart for
-        current_cost = planner.placement_cost(matrices, current.pipelines, run)
+        current_cost = planner.placement_cost(
+            matrices, current.pipelines, run, current.stage_layers
+        )
         switch = planner.worth_switching(placement.cost_s, current_cost)
         log.info(
             "measurements drifted: new placement %.3f s vs current %s s per step: %s",

@@ -318,12 +318,15 @@ class SwarmView(Authority, LinkMeasurements):
         """A plan from our planner is checked before any worker sees it: against the run spec
         (a shape the model cannot take is the planner's fault) and the membership (a peer we
         have no record of yet is a difference of views: dropped quietly, the planner re-sends)."""
-        if self.run is not None and plan.stages > min(self.run.stages, self.run.n_layer):
+        run = self.run
+        if run is not None and plan.stages > min(run.stages, run.n_layer):
             return Drop(
-                f"plan of {plan.stages} stages for a run of {self.run.stages} stages and "
-                f"{self.run.n_layer} layers",
+                f"plan of {plan.stages} stages for a run of {run.stages} stages and "
+                f"{run.n_layer} layers",
                 "malformed",
             )
+        if run is not None and (problem := plan.layer_problem(run.n_layer)) is not None:
+            return Drop(f"plan does not fit the run's model: {problem}", "malformed")
         for peer in plan.peers():
             member = self.members.get(peer)
             known = peer == self.self_id and self.role in MEMBER_ROLES

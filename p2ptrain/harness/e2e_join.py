@@ -108,7 +108,7 @@ def describe_run(
     """The run's numbers: throughput, the plan, predicted step and bytes per link."""
     index = {p: i for i, p in enumerate(peer_ids)}
     pipelines = [[index[p] for p in pipe] for pipe in plan.pipelines]
-    layers = getattr(plan, "stage_layers", None)  # a compute-aware plan may split unevenly
+    layers = plan.stage_layers or None  # a compute-aware plan may split unevenly
     model = predicted_step(bed, spec, pipelines, layers)
     traffic = step_traffic(spec, len(pipelines[0]), len(pipelines), layers)
     value_bytes = BYTES_PER_VALUE.get(spec.compression, 4)

@@ -17,6 +17,7 @@ from p2ptrain.records import lineage as lin
 
 MAX_STAGES = 1024
 MAX_RTT_S = 600.0
+MAX_STAGE_LAYERS = 1_000_000  # blocks one stage may hold (a bound for the wire, not a model)
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,14 @@ class Plan:
     network: NetworkFacts | None = None
     # (lineage id, epoch) pairs, newest first: whose stage states it may use (records/lineage.py)
     lineage: lin.Lineage = ()
+    # blocks per stage where a compute-aware planner split them unevenly; empty: the model's
+    # near-equal cut (layer_ranges), as in older plans and harness plans
+    stage_layers: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        layers = self.stage_layers
+        if layers and (len(layers) != self.stages or min(layers) < 1):
+            raise ValueError(f"stage_layers {layers} must list >= 1 block for each stage")
 
     @property
     def key(self) -> tuple[int, int]:
@@ -154,8 +163,35 @@ class Plan:
         return {p for pipeline in self.pipelines for p in pipeline} | set(self.spares)
 
     def same_placement(self, other: Plan) -> bool:
-        """Do both plans put every peer at the same place? (Then a session can go on.)"""
-        return self.stages == other.stages and self.pipelines == other.pipelines
+        """Do both plans put every peer at the same place, on the same layers? (Then a session
+        can go on.)"""
+        return (
+            self.stages == other.stages
+            and self.pipelines == other.pipelines
+            and self.stage_layers == other.stage_layers
+        )
+
+    def layer_problem(self, n_layer: int) -> str | None:
+        """Why this plan cannot cut a model of `n_layer` blocks (None: it can)."""
+        if self.stages > n_layer:
+            return f"{self.stages} stages for {n_layer} layers"
+        if self.stage_layers and sum(self.stage_layers) != n_layer:
+            return f"stage_layers {list(self.stage_layers)} do not sum to {n_layer} layers"
+        return None
+
+    def layer_ranges(self, n_layer: int) -> list[range]:
+        """The blocks of each stage: `stage_layers` in order, or (empty) the model's near-equal
+        cut, earlier stages taking the remainder (train/model.py). ValueError if the plan does
+        not fit the model (layer_problem)."""
+        problem = self.layer_problem(n_layer)
+        if problem is not None:
+            raise ValueError(f"cannot cut the model: {problem}")
+        sizes = self.stage_layers or even_layers(n_layer, self.stages)
+        ranges, start = [], 0
+        for size in sizes:
+            ranges.append(range(start, start + size))
+            start += size
+        return ranges
 
     def role_of(self, peer_id: str) -> Role | None:
         """This peer's role, or None if the plan leaves it out (a spare, or not named)."""
@@ -222,6 +258,8 @@ class Plan:
             data["network"] = self.network.to_dict()
         if self.lineage:
             data["lineage"] = [[entry_id, epoch] for entry_id, epoch in self.lineage]
+        if self.stage_layers:
+            data["stage_layers"] = list(self.stage_layers)
         return data
 
     @classmethod
@@ -265,6 +303,7 @@ class Plan:
         lineage = lin.parse(d.get("lineage", []), "plan")
         if lineage and lineage[0][1] != epoch:
             raise f.malformed("plan", "the lineage's first entry must be at the plan's epoch")
+        stage_layers = _stage_layers(d.get("stage_layers", []), stages)
         return cls(
             term=f.integer(d["term"], "plan", "term"),
             epoch=epoch,
@@ -276,4 +315,19 @@ class Plan:
             cost_s=f.number(d["cost_s"], "plan", "cost_s"),
             network=network,
             lineage=lineage,
+            stage_layers=stage_layers,
         )
+
+
+def even_layers(n_layer: int, stages: int) -> tuple[int, ...]:
+    """The model's own cut: near-equal blocks per stage, earlier stages taking the remainder."""
+    base, extra = divmod(n_layer, stages)
+    return tuple(base + (1 if j < extra else 0) for j in range(stages))
+
+
+def _stage_layers(value: object, stages: int) -> tuple[int, ...]:
+    """Blocks per stage: empty (the even cut) or one integer >= 1 per stage. Their sum is
+    checked against the run's n_layer where the run is known (control/view.py, the worker)."""
+    if not isinstance(value, list) or len(value) not in (0, stages):
+        raise f.malformed("plan", "stage_layers must be empty or list one count per stage")
+    return tuple(f.integer(v, "plan", "stage_layers", 1, MAX_STAGE_LAYERS) for v in value)

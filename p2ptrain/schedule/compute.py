@@ -7,11 +7,13 @@ plus the first stage's embedding and the last stage's head and loss. That prices
 number of layers, at any micro-batch size: ``stage_table`` gives the seconds peer p needs for
 one micro-batch of stage j of an S x R plan. A GPipe step takes at least (M + S - 1) micro-batch
 slots of the slowest stage, and the slowest pipeline gates the data-parallel step, so the cost
-model adds (M + S - 1) * max over the plan's positions of that table (cost.py).
+model adds (M + S - 1) * max over the plan's positions of that table (cost.py). Stages may
+hold unequal numbers of blocks (split.py chooses them for a placement).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,19 +70,30 @@ class PeerCompute:
             self.n_layer, self.batch_size, self.micro_batches,
         )  # fmt: skip
 
-    def stage_table(self, stages: int, replicas: int) -> FloatArray:
+    def stage_table(
+        self, stages: int, replicas: int, layers: Sequence[int] | None = None
+    ) -> FloatArray:
         """(N, S): seconds of one micro-batch (forward + backward) of stage j on peer p.
 
-        Layers are cut as the model cuts them (train/model.py: near-equal, earlier stages take
-        the remainder); a micro-batch holds batch_size / (replicas * micro_batches) rows."""
+        `layers`: blocks per stage (a plan's stage_layers); empty or None: as the model cuts
+        them (train/model.py: near-equal, earlier stages take the remainder). A micro-batch
+        holds batch_size / (replicas * micro_batches) rows."""
+        sizes = np.array(self.layers_or_even(stages, layers), dtype=float)
         filled = self.filled()
-        base, extra = divmod(self.n_layer, stages)
-        layers = np.array([base + (1 if j < extra else 0) for j in range(stages)], dtype=float)
-        table = filled.block_row_s[:, None] * layers[None, :]
+        table = filled.block_row_s[:, None] * sizes[None, :]
         table[:, 0] += filled.embed_row_s
         table[:, -1] += filled.head_row_s
         rows = self.batch_size / (replicas * self.micro_batches)
         return np.asarray(table * rows, dtype=np.float64)
+
+    def layers_or_even(self, stages: int, layers: Sequence[int] | None = None) -> list[int]:
+        """`layers` checked against the model, or the model's near-equal cut if empty."""
+        if not layers:
+            base, extra = divmod(self.n_layer, stages)
+            return [base + (1 if j < extra else 0) for j in range(stages)]
+        if len(layers) != stages or min(layers) < 1 or sum(layers) != self.n_layer:
+            raise ValueError(f"layers {list(layers)} do not cut {self.n_layer} into {stages}")
+        return list(layers)
 
     def pipeline_slots(self, stages: int) -> int:
         """Micro-batch slots of a GPipe step, fill and drain included: M + S - 1."""

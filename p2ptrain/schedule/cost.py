@@ -12,6 +12,7 @@ GB (x8 gives Gbit), cost in seconds.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -49,7 +50,8 @@ class CostModel:
     slots: int = 0
 
     @classmethod
-    def build(cls, topology: Topology, workload: Workload) -> CostModel:
+    def build(cls, topology: Topology, workload: Workload, layers: Sequence[int] = ()) -> CostModel:
+        """`layers`: blocks per stage for the compute term (empty: the model's even cut)."""
         topology.check_fits(workload.stages, workload.replicas)
         delay_s = topology.delay_ms / 1e3
         gbits = topology.bandwidth_gbps
@@ -63,7 +65,7 @@ class CostModel:
         compute = topology.compute
         if compute is None:
             return cls(workload.stages, workload.replicas, dp_pair, pp_pair)
-        stage_s = compute.stage_table(workload.stages, workload.replicas)
+        stage_s = compute.stage_table(workload.stages, workload.replicas, layers)
         slots = compute.pipeline_slots(workload.stages)
         return cls(workload.stages, workload.replicas, dp_pair, pp_pair, stage_s, slots)
 

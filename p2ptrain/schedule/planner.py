@@ -40,6 +40,7 @@ class Plan:
     stopped: str = "converged"
     peer_names: list[str] = field(default_factory=list)
     compute_cost_s: float = 0.0  # (M + S - 1) x the slowest stage, with measured compute
+    stage_layers: list[int] = field(default_factory=list)  # blocks per stage; []: the even cut
 
     @property
     def stages(self) -> int:
@@ -60,6 +61,7 @@ class Plan:
             "dp_cost_s": self.dp_cost_s,
             "pp_cost_s": self.pp_cost_s,
             "compute_cost_s": self.compute_cost_s,
+            "stage_layers": self.stage_layers,
             "pipelines": self.pipelines,
             "spares": self.spares,
             "wall_s": self.wall_s,

@@ -4,33 +4,36 @@ With equal peers the run's stage count and as many replicas as fit is the natura
 measured compute (compute.py) a few slow peers gate every GPipe step, and a shape that leaves
 them out can be cheaper: fewer replicas (each carrying more rows of the fixed global batch) or
 fewer stages (each holding more layers), the slow peers becoming spares. Each candidate shape is
-planned with the same search and the cheapest plan, priced with compute, wins.
+planned with the same search, its layers split so that its slowest stage is fastest (split.py),
+and the cheapest plan, priced with compute, wins.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from p2ptrain.schedule.planner import Plan, plan_swarm
+from p2ptrain.schedule.split import WorkloadFor, split_plan
 from p2ptrain.schedule.topology import Topology, Workload
 
-WorkloadFor = Callable[[int, int], Workload]
 FloatArray = npt.NDArray[np.float64]
 
 
 def scaled_workload(base: Workload) -> WorkloadFor:
     """The base workload re-cut for another shape: a stage's gradients grow with its layers
-    (c_dp x S0 / S) and a replica's activations with its rows of the global batch (c_pp x R0 / R)."""
+    (c_dp x S0 / S, and for an uneven cut x its largest stage's blocks over the even cut's) and
+    a replica's activations with its rows of the global batch (c_pp x R0 / R)."""
 
-    def workload_for(stages: int, replicas: int) -> Workload:
+    def workload_for(stages: int, replicas: int, layers: Sequence[int] = ()) -> Workload:
+        largest = max(layers) / -(-sum(layers) // stages) if layers else 1.0
         return Workload(
             stages,
             replicas,
-            base.c_dp_gb * base.stages / stages,
+            base.c_dp_gb * base.stages / stages * largest,
             base.c_pp_gb * base.replicas / replicas,
         )
 
@@ -45,15 +48,18 @@ SLOWDOWN_CUTS = (3.0, 6.0)
 # factor: equal peers timed on a busy machine can differ by 2x, and placing fewer peers than
 # could train is a choice worth making only when it clearly pays
 SHAPE_GAIN = 0.8
+# stage counts priced one by one up to this many (beyond: halved), each a search of its own
+MAX_EVERY_STAGES = 8
 
 
 def candidate_shapes(
     num_peers: int, max_stages: int, n_layer: int, block_row_s: FloatArray | None = None
 ) -> list[tuple[int, int]]:
     """A few stages x replicas worth pricing, the run's own shape (max_stages, as many replicas
-    as fit) first: stages halved down to 1; replicas as many as fit, or as many as fit among
-    the peers within each of SLOWDOWN_CUTS of the lower quartile (block_row_s, measured or
-    estimated)."""
+    as fit) first: stages halved down to 1, and every count up to MAX_EVERY_STAGES (3 stages of
+    4 layers are as good a shape as 2 or 4 now that stages may hold unequal layers); replicas
+    as many as fit, or as many as fit among the peers within each of SLOWDOWN_CUTS of the lower
+    quartile (block_row_s, measured or estimated)."""
     top = max(1, min(max_stages, n_layer, num_peers))
     counts = [num_peers]
     if block_row_s is not None and len(block_row_s) and block_row_s.min() > 0:
@@ -61,16 +67,17 @@ def candidate_shapes(
         # its equals look slow (SLOWDOWN_CUTS)
         typical = float(np.quantile(block_row_s, 0.25))
         counts += [int(np.count_nonzero(block_row_s <= cut * typical)) for cut in SLOWDOWN_CUTS]
+    halved = {top}
+    while min(halved) > 1:
+        halved.add(min(halved) // 2)
+    stage_counts = sorted(halved | set(range(1, min(top, MAX_EVERY_STAGES) + 1)), reverse=True)
     shapes: list[tuple[int, int]] = []
-    stages = top
-    while True:
+    for stages in stage_counts:
         for count in counts:
             shape = (stages, count // stages)
             if shape[1] >= 1 and shape not in shapes:
                 shapes.append(shape)
-        if stages == 1:
-            return shapes
-        stages = max(1, stages // 2)
+    return shapes
 
 
 def plan_best_shape(
@@ -83,8 +90,9 @@ def plan_best_shape(
 ) -> Plan:
     """The cheapest of the plans of every shape (ties: the earlier shape), each searched with
     ``plan_swarm`` on its own workload (each with the whole evaluation budget: a smaller
-    shape converges sooner; the time cap is shared evenly). A shape after the first wins only
-    below SHAPE_GAIN x the first shape's cost."""
+    shape converges sooner; the time cap is shared evenly), then given the layer split that
+    makes its slowest stage fastest where that is cheaper (split.py). A shape after the first
+    wins only below SHAPE_GAIN x the first shape's cost."""
     if not shapes:
         raise ValueError("no shape to plan")
     budget = None if time_budget_s is None else time_budget_s / len(shapes)
@@ -100,6 +108,7 @@ def plan_best_shape(
             time_budget_s=budget,
             max_evaluations=max_evaluations,
         )
+        plan = split_plan(shaped, plan, workload_for)
         if best is None:
             best, first_cost = plan, plan.cost_s
         elif plan.cost_s < min(best.cost_s - 1e-12, SHAPE_GAIN * first_cost):

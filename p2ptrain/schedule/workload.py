@@ -25,7 +25,7 @@ def stage_parameter_counts(
     where a plan splits them unevenly (default: near-equal)."""
     d = spec.n_embd
     per_layer = 12 * d * d + 13 * d  # attention 4d^2+4d, MLP 8d^2+5d, two layer norms 4d
-    if layers is None:
+    if not layers:  # None or empty: the even cut (a plan's stage_layers may be empty)
         base, extra = divmod(spec.n_layer, stages)
         layers = [base + (1 if s < extra else 0) for s in range(stages)]
     counts = [n * per_layer for n in layers]
@@ -34,20 +34,27 @@ def stage_parameter_counts(
     return counts
 
 
-def measured_workload(spec: RunSpec, stages: int, replicas: int) -> Workload:
+def measured_workload(
+    spec: RunSpec, stages: int, replicas: int, layers: Sequence[int] = ()
+) -> Workload:
     """The run's real traffic in the scheduler's units: GB of the largest stage's gradients, and
-    GB of one replica's activations crossing one boundary (one direction) per step."""
+    GB of one replica's activations crossing one boundary (one direction) per step; `layers`:
+    blocks per stage of an uneven cut (empty: the even one)."""
     value_bytes = BYTES_PER_VALUE.get(spec.compression, 4)
-    c_dp_gb = max(stage_parameter_counts(spec, stages)) * value_bytes / 1e9
+    counts = stage_parameter_counts(spec, stages, layers or None)
+    c_dp_gb = max(counts) * value_bytes / 1e9
     rows_per_replica = spec.batch_size / replicas
     c_pp_gb = rows_per_replica * spec.block_size * spec.n_embd * value_bytes / 1e9
     return Workload(stages=stages, replicas=replicas, c_dp_gb=c_dp_gb, c_pp_gb=c_pp_gb)
 
 
-def planning_workload(spec: RunSpec, stages: int, replicas: int) -> Workload:
-    """What the live planner prices: the run's real traffic, except where the run spec sets
-    `c_dp_gb` / `c_pp_gb` (0 = from the model and wire format, > 0 = the organiser's override)."""
-    real = measured_workload(spec, stages, replicas)
+def planning_workload(
+    spec: RunSpec, stages: int, replicas: int, layers: Sequence[int] = ()
+) -> Workload:
+    """What the live planner prices: the run's real traffic (of the cut `layers`, empty: the
+    even one), except where the run spec sets `c_dp_gb` / `c_pp_gb` (0 = from the model and
+    wire format, > 0 = the organiser's override)."""
+    real = measured_workload(spec, stages, replicas, layers)
     return Workload(
         stages=stages,
         replicas=replicas,

@@ -221,6 +221,21 @@ def load_stage(
     return int(state["step"])
 
 
+def read_state(path: Path, spec: RunSpec, layers: range) -> dict[str, Any]:
+    """A saved state of `layers`, validated as load_stage does, without a model to load it
+    into (train/recut.py builds another stage from it)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a torn or foreign file: say which
+        raise UserError(f"checkpoint {path} is unreadable: {exc}") from exc
+    with torch.device("meta"):  # shapes only: no memory, no init
+        shape = Stage(GPTConfig.from_spec(spec), layers, spec.seed)
+    problem = _check(state, spec, shape)
+    if problem:
+        raise UserError(f"checkpoint {path} does not fit layers {layers}: {problem}")
+    return dict(state)
+
+
 def _check(state: Any, spec: RunSpec, model: Stage) -> str | None:
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         return "not a p2ptrain stage checkpoint"

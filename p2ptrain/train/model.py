@@ -156,9 +156,15 @@ def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def build_stage(spec: RunSpec, stage: int, num_stages: int) -> Stage:
-    """The `stage`-th of `num_stages` stages of the run's model, initialized from the run seed."""
-    config = GPTConfig.from_spec(spec)
-    return Stage(config, stage_layer_ranges(config.n_layer, num_stages)[stage], spec.seed)
+    """The `stage`-th of `num_stages` near-equal stages of the run's model, initialized from the
+    run seed."""
+    return build_layers(spec, stage_layer_ranges(spec.n_layer, num_stages)[stage])
+
+
+def build_layers(spec: RunSpec, layers: range) -> Stage:
+    """The stage of the run's model that holds blocks `layers` (a plan's cut: Plan.layer_ranges),
+    initialized from the run seed."""
+    return Stage(GPTConfig.from_spec(spec), layers, spec.seed)
 
 
 def build_model(spec: RunSpec) -> Stage:

@@ -269,8 +269,9 @@ class Worker:
 
 
 def _static_plan_fields(plan: dict[str, Any], hellos: dict[str, Hello]) -> dict[str, Any]:
-    """A static plan file's plan (pipelines of worker names, optionally epoch and spares), with
-    each name replaced by the peer id it said hello with (if known) and the data addresses."""
+    """A static plan file's plan (pipelines of worker names, optionally epoch, spares and
+    stage_layers), with each name replaced by the peer id it said hello with (if known) and the
+    data addresses."""
     peer_of = {name: hello.peer_id for name, hello in hellos.items()}
     pipelines = [[peer_of.get(n, n) for n in pipeline] for pipeline in plan["pipelines"]]
     return {
@@ -282,6 +283,7 @@ def _static_plan_fields(plan: dict[str, Any], hellos: dict[str, Hello]) -> dict[
         "spares": [peer_of.get(n, n) for n in plan.get("spares", [])],
         "data_addrs": {h.peer_id: list(h.data_addrs) for h in hellos.values()},
         "cost_s": 0.0,
+        "stage_layers": plan.get("stage_layers", []),
     }
 
 
@@ -289,8 +291,9 @@ def _not_actionable(message: PlanMessage, peer_id: str) -> str:
     """Why a plan message cannot be trained on yet ("" if it can)."""
     if message.run is None:
         return "no run spec"
-    if message.plan.stages > message.run.n_layer:  # the control plane checks too; so do we
-        return f"{message.plan.stages} stages cannot split {message.run.n_layer} layers"
+    problem = message.plan.layer_problem(message.run.n_layer)
+    if problem is not None:  # the control plane checks too; so do we
+        return f"the plan cannot cut the model: {problem}"
     addrs = message.plan.data_addrs
     members = {p for pipeline in message.plan.pipelines for p in pipeline}
     missing = sorted(p for p in members - {peer_id} if not addrs.get(p))

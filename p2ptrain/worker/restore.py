@@ -1,6 +1,7 @@
 """Loading this peer's stage at a new plan's agreed start (worker/resume.py): from its own
 checkpoint directory, else fetched from a member that announced the agreed digest
-(worker/state_transfer.py).
+(worker/state_transfer.py), else, for a plan that cuts the model anew, built from the agreed
+states of other layer ranges (worker/covers.py, train/recut.py), each local or fetched.
 
 Only states of the plan's lineage or its ancestors' count (records/lineage.py): a local state
 saved under another lineage (the other side of a healed partition) is never resumed from, and
@@ -13,15 +14,28 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from p2ptrain.records import Plan, RunSpec
-from p2ptrain.train.checkpoint import expected_state_bytes, layers_key, load_stage, stamped_path
+from p2ptrain.train.checkpoint import (
+    StageSnapshot,
+    expected_state_bytes,
+    layers_key,
+    load_stage,
+    read_state,
+    record_step,
+    stamped_path,
+)
 from p2ptrain.train.model import Stage
+from p2ptrain.train.recut import assemble
+from p2ptrain.worker.covers import key_range
 from p2ptrain.worker.resume import StartPoint, local_states, warn_other_lineages
 from p2ptrain.worker.state_transfer import fetch_state
-from p2ptrain.worker.transport import Transport
+
+if TYPE_CHECKING:  # hivemind is imported only by the worker: tests of restoring run beside libp2p
+    from p2ptrain.worker.transport import Transport
 
 log = logging.getLogger("p2ptrain.worker")
 
@@ -42,7 +56,10 @@ def restore_stage(
     layers, rank = model.layers, plan.state_rank
     key = layers_key(layers)
     if start.step not in local_states(directory, rank).get(key, {}):
-        _fetch(spec, plan, transport, directory, model, optimizer, start)
+        if key in start.sources:
+            _build(spec, plan, transport, directory, model, optimizer, start)
+        else:
+            _fetch_range(spec, plan, transport, directory, layers, start, model, optimizer)
     warn_other_lineages(directory, rank, key)
     local = local_states(directory, rank).get(key, {})
     usable = sorted(step for step in local if step <= start.step)
@@ -63,7 +80,7 @@ def restore_stage(
     return start.step
 
 
-def _fetch(
+def _build(
     spec: RunSpec,
     plan: Plan,
     transport: Transport,
@@ -72,14 +89,53 @@ def _fetch(
     optimizer: torch.optim.Optimizer,
     start: StartPoint,
 ) -> None:
-    """Copy the agreed step's state of `model`'s layers from a member that announced its agreed
+    """Build `model`'s state at the agreed step from the agreed states of other layer ranges
+    (start.sources), fetching those this machine lacks, and save it as this stage's state
+    under the plan's lineage tag (so restore_stage loads it, and other members may fetch it)."""
+    key = layers_key(model.layers)
+    pieces = []
+    for source in start.sources[key]:
+        layers = key_range(source)
+        assert layers is not None  # covers.py names valid ranges only
+        saved = local_states(directory, plan.state_rank).get(source, {}).get(start.step)
+        found = saved.path if saved is not None else None
+        if found is None:
+            found = _fetch_range(spec, plan, transport, directory, layers, start)
+        if found is None:
+            log.warning("cannot build layers %s: no holder of %s at step %d answered",
+                        key, source, start.step)  # fmt: skip
+            return
+        try:
+            pieces.append((layers, read_state(found, spec, layers)))
+        except Exception as exc:  # a bad file: the stage cannot be built from it
+            log.warning("cannot build layers %s from %s: %r", key, found.name, exc)
+            return
+    assemble(spec, model, optimizer, pieces)
+    snapshot = StageSnapshot.take(model, optimizer, start.step)
+    rank = plan.state_rank
+    record_step(directory, spec, model, snapshot, plan.state_tag, lambda t: rank(t) is not None)
+    log.info("built layers %s at step %d from %s", key, start.step,
+             ", ".join(start.sources[key]))  # fmt: skip
+
+
+def _fetch_range(
+    spec: RunSpec,
+    plan: Plan,
+    transport: Transport,
+    directory: Path,
+    layers: range,
+    start: StartPoint,
+    model: Stage | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> Path | None:
+    """Copy the agreed step's state of `layers` from a member that announced its agreed
     digest, under the plan's lineage tag; bytes of another digest, or more than the stage's
-    size, are refused."""
-    layers = model.layers
+    size, are refused, and so is a file that does not load into `model` (if given: else it is
+    validated as read_state does). The path, or None if no holder gave it."""
     key = layers_key(layers)
     digest = start.digests.get(key)
     if digest is None:
-        return
+        return None
     max_bytes = expected_state_bytes(spec, layers)
     for peer in start.holders(key, start.step):
         if peer == transport.peer_id:
@@ -90,10 +146,14 @@ def _fetch(
                 transport, peer, layers, start.step, directory, digest, max_bytes,
                 plan.link_facts(transport.peer_id, peer), plan.state_tag,
             )  # fmt: skip
-            load_stage(path, spec, model, optimizer)  # validates first
+            if model is not None:
+                load_stage(path, spec, model, optimizer)  # validates first
+            else:
+                read_state(path, spec, layers)
         except Exception as exc:  # any failure, a bad file included: try the next holder
             log.warning("fetching layers %s from %s failed: %r", key, peer, exc)
             stamped_path(directory, layers, start.step, plan.state_tag).unlink(missing_ok=True)
             continue
         log.info("fetched %s from %s in %.1f s", path.name, peer, time.monotonic() - started_s)
-        return
+        return path
+    return None

@@ -9,11 +9,13 @@ every other member's announcement, and all compute the same start with `choose_s
 
 The rule (docs/security.md, attack 4b), per stage (layers key) and step:
 - only announcements of the plan's members count, each signed by the member it names;
-- a state at a step is usable if two or more members announce it, or if its one announcer is
-  the only member announcing that stage at all, or the only one announcing it among the members
-  the plan places at that stage (the planner's placement is the authority a lone voice needs: a
-  member cannot push a newer step of a stage it neither holds alone nor trains, and a replica
-  cannot push one its stage-mates do not hold);
+- a state at a step is usable if two or more members announce it, or if no other member holds
+  any of its blocks now (at its own newest announced step), or if its one announcer is the
+  only one of them placed at that stage (or, none being, the only one placed at all: the
+  planner's placement is the authority a lone voice needs: a member cannot push a newer step of a stage it neither holds alone nor
+  trains, and a replica cannot push one its stage-mates do not hold);
+- a stage nobody saved (the plan cuts the model anew) may be built from usable states of other
+  layer ranges that hold all of its blocks at one step (worker/covers.py, the same rule);
 - the start step is the newest step at which every stage has a usable state;
 - the digest to fetch is the one the most members announce for that step; a tie goes to the
   digest of the best-placed announcer (placed at that stage first, then the plan's order), never
@@ -42,7 +44,8 @@ from p2ptrain import identity
 from p2ptrain.records import Plan
 from p2ptrain.records.lineage import parse_tag
 from p2ptrain.train.checkpoint import SavedState, file_sha256, layers_key, list_states
-from p2ptrain.train.model import stage_layer_ranges
+from p2ptrain.worker import covers
+from p2ptrain.worker.covers import Cover
 
 if TYPE_CHECKING:  # the choice itself is pure, so tests may import it beside libp2p
     from hivemind import DHT
@@ -73,6 +76,9 @@ class StartPoint:
     note: str  # "" when every stage resumes exactly; otherwise what had to give
     held: dict[str, Held] = field(default_factory=dict, compare=False)
     digests: dict[str, str] = field(default_factory=dict)  # layers key -> agreed sha256
+    # a stage nobody saved at `step` (the plan cuts the model anew) -> the states of other
+    # layer ranges it is built from (worker/covers.py); their digests are in `digests`
+    sources: dict[str, Cover] = field(default_factory=dict)
 
     def holders(self, key: str, step: int) -> list[str]:
         """The members that announced the agreed state of layers `key` at `step` (any state of
@@ -94,7 +100,7 @@ def placement(plan: Plan, n_layer: int) -> tuple[list[str], dict[str, set[str]]]
     """The plan's members in its order (pipelines, then spares), and who it places at each
     stage: layers key -> peers (what choose_start_step weighs announcements by)."""
     members = [p for pipeline in plan.pipelines for p in pipeline] + list(plan.spares)
-    ranges = stage_layer_ranges(n_layer, plan.stages)
+    ranges = plan.layer_ranges(n_layer)
     placed = {layers_key(r): {p[i] for p in plan.pipelines} for i, r in enumerate(ranges)}
     return members, placed
 
@@ -110,12 +116,15 @@ def choose_start_step(
     the members the plan puts at that stage; `order`: the plan's members in its order. Pure:
     every member computes the same answer from the same announcements.
 
-    If no step is common (a stage has no saved state at all, e.g. the stage count changed, or the
-    states are further apart than the history), the newest step common to the stages that do have
-    states is used, and the rest start fresh there: said in `note`, never silent.
+    A stage nobody saved (the plan cuts the model anew) is available at a step where states of
+    other layer ranges hold all of its blocks (worker/covers.py); its own state, where usable,
+    comes first. If no step is common (a stage has no state at all, e.g. its only holder left, or
+    the states are further apart than the history), the newest step common to the stages that
+    do have states is used, and the rest start fresh there: said in `note`, never silent.
     """
     placed = placed or {}
-    available = {key: _usable_steps(key, held, placed.get(key, ())) for key in needed}
+    own, built = covers.available(needed, held, placed)
+    available = {key: own[key] | set(built[key]) for key in needed}
     if not any(available.values()):
         return StartPoint(0, "")  # a fresh run
     with_state = [steps for steps in available.values() if steps]
@@ -128,25 +137,15 @@ def choose_start_step(
         step = min(max(steps) for steps in with_state)
         note = f"stage states share no step: each resumes from its newest <= {step}"
     rank = {peer: index for index, peer in enumerate(order)}
-    digests = {}
+    digests, sources = {}, {}
     for key in needed:
-        if step in available[key]:
+        if step in own[key]:
             digests[key] = _agreed_digest(key, step, held, placed.get(key, ()), rank)
-    return StartPoint(step, note, digests=digests)
-
-
-def _usable_steps(key: str, held: Mapping[str, Held], placed: Collection[str]) -> set[int]:
-    announcers = [peer for peer, states in held.items() if states.get(key)]
-    support = Counter(step for peer in announcers for step in held[peer][key])
-    # a lone voice counts if it is the stage's only announcer, or the only one the plan places
-    # at the stage (a replica cannot push a step its stage-mates do not hold)
-    trusted = announcers if len(announcers) == 1 else [p for p in announcers if p in placed]
-    lone = trusted if len(trusted) == 1 else []
-    return {
-        step
-        for step, count in support.items()
-        if count >= 2 or any(step in held[p][key] for p in lone)
-    }
+        elif step in built[key]:
+            sources[key] = built[key][step]
+            for source in sources[key]:
+                digests[source] = _agreed_digest(source, step, held, (), rank)
+    return StartPoint(step, note, digests=digests, sources=sources)
 
 
 def _agreed_digest(

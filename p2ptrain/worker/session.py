@@ -19,7 +19,7 @@ from hivemind import DHT
 from p2ptrain.records import MetricsReport, Plan, Role, RunSpec
 from p2ptrain.train.checkpoint import StageSnapshot, checkpoint_dir, record_step
 from p2ptrain.train.data import load_corpus, replica_rows
-from p2ptrain.train.model import Stage, build_stage
+from p2ptrain.train.model import Stage, build_layers
 from p2ptrain.train.optim import clip_grads, grads_are_finite, lr_at, make_optimizer, set_lr
 from p2ptrain.worker import pipeline
 from p2ptrain.worker.averaging import StageAverager
@@ -101,7 +101,7 @@ class Session:
         started_s = time.monotonic()
         self._connect(plan, dht)
         log.info("connected to the plan's peers in %.1f s", time.monotonic() - started_s)
-        self.model = build_stage(spec, role.stage, role.num_stages)
+        self.model = build_layers(spec, plan.layer_ranges(spec.n_layer)[role.stage])
         self.optimizer = make_optimizer(self.model, spec)
         start = self._agree_on_start(dht)
         if start is None:

@@ -3,11 +3,12 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pytest
 import trio
 
 from p2ptrain.control.compute import measured_peers, peer_compute
 from p2ptrain.control.links import Link
-from p2ptrain.control.planner import build_matrices, compute_plan
+from p2ptrain.control.planner import build_matrices, compute_plan, placement_cost
 from p2ptrain.control.planning import FIRST_PLAN_WAIT_S, PLAN_DEBOUNCE_S, PlanMaker
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import RunSpec, StageCompute
@@ -48,6 +49,28 @@ def test_compute_aware_planner_leaves_slow_peers_out_when_it_pays() -> None:
     aware = compute_plan(aware_matrices, RUN)
     assert aware.stages == 2 and sorted(aware.spares) == ["p1", "p4"]
     assert np.isfinite(aware.cost_s)
+
+
+def test_the_live_planner_splits_the_layers_around_slower_peers() -> None:
+    # 4 peers on equal links, 2 of them 2.5x slower (within the cuts: all are placed); the
+    # slow ones share a stage, which gets fewer of the 8 layers
+    run = RunSpec(stages=2, n_layer=8)
+    peers = ["p0", "p1", "p2", "p3"]
+    links = {(a, b): Link(2.0, 1000.0, 0.0) for i, a in enumerate(peers) for b in peers[i + 1 :]}
+    matrices = build_matrices(peers, links)
+    measured = {p: timed(0.025 if p in ("p1", "p3") else 0.01) for p in peers}
+    aware_matrices = dataclasses.replace(matrices, compute=peer_compute(peers, measured, run))
+    aware = compute_plan(aware_matrices, run)
+    assert len(aware.pipelines) == 2 and not aware.spares
+    slow_stage = 0 if aware.pipelines[0][0] in ("p1", "p3") else 1
+    assert {row[slow_stage] for row in aware.pipelines} == {"p1", "p3"}
+    assert sum(aware.stage_layers) == 8 and aware.stage_layers[slow_stage] < 4
+    priced = placement_cost(aware_matrices, aware.pipelines, run, aware.stage_layers)
+    even = placement_cost(aware_matrices, aware.pipelines, run)
+    assert priced == pytest.approx(aware.cost_s) and even is not None and priced < even
+    assert compute_plan(aware_matrices, run) == aware  # deterministic
+    # compute-blind: the model's even cut
+    assert compute_plan(matrices, run).stage_layers == ()
 
 
 def trainer(peer: str) -> dict[str, Any]:

@@ -273,6 +273,17 @@ def test_a_plan_the_run_cannot_take_is_refused_and_blamed():
     assert v.accept(feed("plan", A, plan(A, 1, 2)), 0.3) is None and v.plan is not None
 
 
+def test_a_plan_whose_stage_layers_miss_the_run_s_layers_is_refused_and_blamed():
+    v, feed = make_view(me=C, peers=(A, B))
+    v.run = RunSpec(stages=2, n_layer=4)
+    assert v.accept(feed("claim", A, {"term": 1}), 0.1) is None
+    two_stages = {**plan(A, 1, 1), "stages": 2, "pipelines": [[A, B]]}
+    drop = v.accept(feed("plan", A, {**two_stages, "stage_layers": [2, 3]}), 0.2)
+    assert drop is not None and drop.category == "malformed" and v.plan is None
+    assert v.accept(feed("plan", A, {**two_stages, "stage_layers": [3, 1]}), 0.3) is None
+    assert v.plan is not None and v.plan.layer_ranges(4) == [range(0, 3), range(3, 4)]
+
+
 def test_a_plan_naming_a_stranger_waits_for_its_record():
     v, feed = make_view(me=C, peers=(A, B))
     assert v.accept(feed("claim", A, {"term": 1}), 0.1) is None

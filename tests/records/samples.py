@@ -50,6 +50,7 @@ def plan_dict() -> dict[str, Any]:
             "hops": [[[0.08, 120.0]]],
         },
         "lineage": [["0123456789abcdef", 5], ["fedcba9876543210", 3]],
+        "stage_layers": [3, 1],
     }
 
 
@@ -91,7 +92,11 @@ def status_dict() -> dict[str, Any]:
             "stage_compute": compute_dict(),
             **peer_dict()}  # fmt: skip
     del peer["planner_capable"]
-    plan = {k: v for k, v in plan_dict().items() if k not in ("data_addrs", "network", "lineage")}
+    plan = {
+        k: v
+        for k, v in plan_dict().items()
+        if k not in ("data_addrs", "network", "lineage", "stage_layers")
+    }
     return {
         "run": "r", "planner": A, "peers": [peer],
         "links": [{"a": A, "b": B, "rtt_ms": 0.4, "bandwidth_mbps": 900.0, "age_s": 1.0}],

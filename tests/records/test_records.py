@@ -75,6 +75,12 @@ def _plan_with(**changes: Any) -> dict[str, Any]:
         {"network": {"max_rtt_s": 0.1, "min_rate_mbps": 1, "hops": [[]]}},  # a hop missing
         {"network": {"max_rtt_s": 0.1, "min_rate_mbps": 1, "hops": "all fast"}},
         {"pipelines": [[A, B]] * 2000},
+        {"stage_layers": [4]},  # one count for 2 stages
+        {"stage_layers": [3, 0]},  # a stage without blocks
+        {"stage_layers": [2, True]},
+        {"stage_layers": [2, 1.5]},
+        {"stage_layers": "3,1"},
+        {"stage_layers": [1, 10**7]},
     ],
 )
 def test_bad_plans_are_refused(changes: dict[str, Any]) -> None:
@@ -93,6 +99,22 @@ def test_a_plan_knows_each_peers_role() -> None:
     assert plan.peers() == {A, B, C, "w3"} and plan.key == (2, 5)
     moved = plan.replace(pipelines=((B, A), (C, "w3")))
     assert not plan.same_placement(moved) and plan.same_placement(plan.replace(epoch=6))
+
+
+def test_a_plan_cuts_the_model_by_its_stage_layers_or_evenly() -> None:
+    uneven = Plan.from_dict(plan_dict())  # stage_layers [3, 1]
+    assert uneven.layer_ranges(4) == [range(0, 3), range(3, 4)]
+    assert uneven.layer_problem(4) is None and "sum" in str(uneven.layer_problem(5))
+    with pytest.raises(ValueError):
+        uneven.layer_ranges(5)
+    even = Plan.from_dict({k: v for k, v in plan_dict().items() if k != "stage_layers"})
+    assert even.stage_layers == () and "stage_layers" not in even.to_dict()
+    assert even.layer_ranges(5) == [range(0, 3), range(3, 5)]  # the model's own cut
+    assert "2 stages" in str(even.layer_problem(1))
+    # another split is another placement: the sessions must restart on the new layers
+    assert not uneven.same_placement(even) and uneven.same_placement(uneven.replace(epoch=9))
+    with pytest.raises(ValueError):
+        uneven.replace(stage_layers=(4,))
 
 
 @pytest.mark.parametrize(

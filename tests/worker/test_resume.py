@@ -6,6 +6,7 @@ import hashlib
 from dataclasses import replace
 
 from p2ptrain import identity
+from p2ptrain.worker.covers import cover
 from p2ptrain.worker.resume import (
     Announced,
     Held,
@@ -160,3 +161,61 @@ def test_a_replica_cannot_push_a_step_its_stage_mates_do_not_hold() -> None:
     held = {"a": steps("L0-2", 4, 5), "x": steps("L0-2", 5, 6, tag="x"), "b": steps("L2-4", 5, 6)}
     start = choose_start_step(NEEDED, held, {"L0-2": {"a", "x"}, "L2-4": {"b"}}, ["a", "x", "b"])
     assert start.step == 5 and start.digests["L0-2"] == d("L0-2@5")  # a: first in the plan
+
+
+# a plan that cuts the 4 layers anew: L0-3 and L3-4 were never saved (worker/covers.py)
+RECUT = ["L0-3", "L3-4"]
+
+
+def test_a_new_cut_is_built_from_the_old_stages_at_their_newest_common_step() -> None:
+    held = {"a": steps("L0-2", 8, 9), "b": steps("L2-4", 9, 10)}
+    start = choose_start_step(RECUT, held, {"L0-3": {"b"}, "L3-4": {"a"}}, ["a", "b"])
+    assert start.step == 9 and start.note == ""
+    assert start.sources == {"L0-3": ("L0-2", "L2-4"), "L3-4": ("L2-4",)}
+    assert start.digests == {"L0-2": d("L0-2@9"), "L2-4": d("L2-4@9")}
+    assert replace(start, held=held).holders("L2-4", 9) == ["b"]
+
+
+def test_a_stage_s_own_state_comes_before_a_cover_and_covers_take_the_fewest_pieces() -> None:
+    both = steps("L0-2", 6) | steps("L2-4", 6)
+    held = {"a": steps("L0-3", 5, 6), "b": both, "c": both}
+    start = choose_start_step(RECUT, held, {"L0-3": {"a"}, "L3-4": {"b"}}, ["a", "b", "c"])
+    assert start.step == 6 and start.sources == {"L3-4": ("L2-4",)}
+    assert start.digests == {"L0-3": d("L0-3@6"), "L2-4": d("L2-4@6")}
+    assert cover(range(0, 3), ["L0-1", "L1-3", "L0-2", "L2-4", "L00-3"]) == ("L0-2", "L2-4")
+    assert cover(range(0, 3), ["L0-1", "L2-4"]) is None
+
+
+def test_with_one_replica_a_cut_and_its_reverse_lose_nothing() -> None:
+    # 2 stages of 2 layers until step 3, then of 3 and 1 until step 6; back to 2 and 2 now
+    held = {
+        "a": steps("L0-2", 3) | steps("L0-3", 5, 6),
+        "b": steps("L2-4", 3) | steps("L3-4", 5, 6),
+    }
+    start = choose_start_step(NEEDED, held, {"L0-2": {"a"}, "L2-4": {"b"}}, ["a", "b"])
+    assert start.step == 6 and start.note == ""
+    assert start.sources == {"L0-2": ("L0-3",), "L2-4": ("L0-3", "L3-4")}
+
+
+def test_a_cover_needs_every_block_and_the_model_s_ranges_only() -> None:
+    held = {"a": steps("L0-1", 4) | steps("L2-4", 4), "b": steps("L1-2", 3) | steps("L3-9", 4)}
+    start = choose_start_step(RECUT, held, {"L0-3": {"a"}, "L3-4": {"b"}})
+    assert "L0-3" not in start.sources  # block 1 only at step 3: L0-3 is not built at 4
+    assert start.sources.get("L3-4") == ("L2-4",)  # never from L3-9, past the last block
+
+
+def test_a_member_cannot_push_newer_blocks_of_someone_else_s_stage_in_pieces() -> None:
+    """Attack 4b with a new cut: x announced a newer step of every block, in ranges nobody else
+    named, so that each piece had one announcer."""
+    honest = {"a": steps("L0-2", 8, 9), "b": steps("L2-4", 8, 9)}
+    crafted = {k: {10: d(f"crafted{k}")} for k in ("L0-1", "L1-3", "L3-4", "L2-3")}
+    held = {**honest, "x": crafted}
+    start = choose_start_step(RECUT, held, {"L0-3": {"a"}, "L3-4": {"b"}}, ["a", "b", "x"])
+    assert start.step == 9 and set(start.digests) == {"L0-2", "L2-4"}
+    # placed at L0-3, x has the last word on its blocks, as for any stage's own member, but
+    # not on b's: the stages share no step, and no crafted state is agreed on
+    start = choose_start_step(RECUT, held, {"L0-3": {"x"}, "L3-4": {"b"}}, ["a", "b", "x"])
+    assert start.step == 9 and start.note and set(start.digests) == {"L2-4"}
+    # the blocks' one holder may: the only voice about them is not contradicted
+    start = choose_start_step(RECUT, {"x": crafted}, {"L0-3": {"a"}, "L3-4": {"b"}})
+    assert start.step == 10

@@ -41,5 +41,7 @@ def test_a_worker_waits_instead_of_training_on_a_plan_it_cannot_take() -> None:
     too_deep = PlanMessage(
         PLAN.replace(stages=3, pipelines=(("a", "b", "c"),), data_addrs=addrs), spec
     )
-    assert "cannot split" in _not_actionable(too_deep, "a")
+    assert "cannot cut the model" in _not_actionable(too_deep, "a")
+    uneven = PlanMessage(PLAN.replace(data_addrs=addrs, stage_layers=(2, 1)), spec)
+    assert "sum" in _not_actionable(uneven, "a")  # 3 layers for a 2-layer model
     assert "no data-plane address" in _not_actionable(PlanMessage(PLAN, spec), "a")

@@ -1,0 +1,80 @@
+"""A stage's state built from saved states of other layer ranges: a plan that cuts the model
+anew (stage L0-3 where L0-2 and L2-4 were saved) loses nothing.
+
+A stage names its parameters by piece: `embed.*` (first stage), `blocks.{i}.*` (its i-th block,
+layer `layers.start + i` of the model), `head.*` (last stage). AdamW keeps its moments by the
+parameter's position in the optimizer's groups (train/optim.py). Both are renamed to model-wide
+names (`block{layer}.*`) and back, so the new stage's weights and moments are exactly the old
+ones: a test checks them bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from p2ptrain.records.run import RunSpec
+from p2ptrain.train.model import GPTConfig, Stage
+from p2ptrain.train.optim import make_optimizer
+
+
+def model_wide(name: str, layers: range) -> str:
+    """A stage parameter's name as the whole model knows it: 'blocks.1.attn.c_attn.weight' of
+    layers 2..3 -> 'block3.attn.c_attn.weight'; embedding and head names stay."""
+    piece, _, rest = name.partition(".")
+    if piece != "blocks":
+        return name
+    index, _, tail = rest.partition(".")
+    return f"block{layers.start + int(index)}.{tail}"
+
+
+def optimizer_names(model: Stage, optimizer: torch.optim.Optimizer) -> list[str]:
+    """The model-wide name of each parameter, in the order the optimizer's state_dict numbers
+    them (its groups in order, each group's parameters in order)."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    return [
+        model_wide(names[id(p)], model.layers) for g in optimizer.param_groups for p in g["params"]
+    ]
+
+
+def _source_optimizer_names(spec: RunSpec, layers: range) -> list[str]:
+    """optimizer_names of a stage of `layers` as the run builds it (shapes only)."""
+    with torch.device("meta"):
+        shape = Stage(GPTConfig.from_spec(spec), layers, spec.seed)
+    return optimizer_names(shape, make_optimizer(shape, spec))
+
+
+def assemble(
+    spec: RunSpec,
+    model: Stage,
+    optimizer: torch.optim.Optimizer,
+    sources: Sequence[tuple[range, dict[str, Any]]],
+) -> None:
+    """Load into `model` and `optimizer` their parameters' weights and AdamW state, taken from
+    `sources`: (layers, validated state: checkpoint.read_state) pairs, all of one step; each
+    parameter from the first source that holds it. ValueError if one is in none of them."""
+    weights: dict[str, torch.Tensor] = {}
+    moments: dict[str, Any] = {}
+    for layers, state in sources:
+        stepped = state["optimizer_state"].get("state", {})
+        order = _source_optimizer_names(spec, layers)
+        by_name = {name: stepped[i] for i, name in enumerate(order) if i in stepped}
+        for name, tensor in state["model_state"].items():
+            wide = model_wide(name, layers)
+            if wide not in weights:  # weights and moments of one parameter: one source
+                weights[wide] = tensor
+                if wide in by_name:
+                    moments[wide] = by_name[wide]
+    missing = [n for n in model.state_dict() if model_wide(n, model.layers) not in weights]
+    if missing:
+        raise ValueError(f"no source holds {', '.join(missing[:3])} of layers {model.layers}")
+    model.load_state_dict({n: weights[model_wide(n, model.layers)] for n in model.state_dict()})
+    target = optimizer.state_dict()
+    target["state"] = {
+        i: moments[name]
+        for i, name in enumerate(optimizer_names(model, optimizer))
+        if name in moments
+    }
+    optimizer.load_state_dict(target)

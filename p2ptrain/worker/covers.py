@@ -1,0 +1,139 @@
+"""A new plan's stage assembled from saved states of other layer ranges: the choice (pure).
+
+A plan that cuts the model differently from the last one (another stage count, or other
+`stage_layers`) needs stages nobody has saved: L0-3 where the members hold L0-2 and L2-4. A
+stage is then *covered* at a step when announced states of other ranges, all at that step,
+hold every one of its blocks (and the embedding or head it needs: a range that holds block 0
+holds the embedding, one that holds the last block holds the head). The worker then builds the
+stage's weights and AdamW moments from those states (train/recut.py): nothing is lost by
+re-cutting the model.
+
+Which announcements count (docs/security.md, attack 4b), for a stage's own state and for
+other ranges alike, per stage J of the plan: a state of range K at step s may give the blocks K
+shares with J if two or more members announce it, or if no other member holds any of those
+blocks now (at its own newest announced step), or if its one announcer is the only one of
+them placed at J, or (none of them placed at J) the only one the plan places at all. A member's
+older states do not count against another's: the blocks it trained before a re-cut are someone
+else's now. So a member cannot push a newer step of
+blocks that someone the plan places there holds, whether it names them as a stage or in pieces;
+the planner's placement is the authority a lone voice needs (with one replica, the member placed
+at a stage may always resume it from its own states).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+
+Held = Mapping[str, Mapping[int, str]]  # one member's: layers key -> step -> sha256
+Cover = tuple[str, ...]  # the layers keys whose states build one stage, in block order
+
+_KEY = re.compile(r"^L(\d{1,6})-(\d{1,6})$")
+
+
+def key_range(key: str) -> range | None:
+    """'L0-2' -> range(0, 2); None for anything else, 'L00-2' included (keys come off the
+    wire, and one range must have one name)."""
+    match = _KEY.match(key)
+    if not match or int(match[1]) >= int(match[2]):
+        return None
+    blocks = range(int(match[1]), int(match[2]))
+    return blocks if key == f"L{blocks.start}-{blocks.stop}" else None
+
+
+def _overlap(a: range, b: range) -> bool:
+    return a.start < b.stop and b.start < a.stop
+
+
+def _newest_ranges(held: Mapping[str, Held], n_layer: int) -> dict[str, list[range]]:
+    """Each member's ranges at its own newest announced step: the blocks it holds now."""
+    found: dict[str, list[range]] = {}
+    for peer, states in held.items():
+        newest = max((step for steps in states.values() for step in steps), default=None)
+        found[peer] = [
+            r
+            for key, steps in states.items()
+            if newest in steps and (r := key_range(key)) is not None and r.stop <= n_layer
+        ]
+    return found
+
+
+def usable_steps(
+    key: str,
+    stage: str,
+    held: Mapping[str, Held],
+    placed: Collection[str],
+    planned: Collection[str],
+    newest: Mapping[str, list[range]],
+) -> set[int]:
+    """The steps at which range `key`'s state may give the blocks it shares with the plan's
+    stage `stage` (the module's rule). `placed`: the members placed at that stage; `planned`:
+    those placed at any; `newest`: _newest_ranges."""
+    blocks, target = key_range(key), key_range(stage)
+    if blocks is None or target is None or not _overlap(blocks, target):
+        return set()
+    part = range(max(blocks.start, target.start), min(blocks.stop, target.stop))
+    announced: dict[int, list[str]] = {}
+    for peer, states in held.items():
+        for step in states.get(key, {}):
+            announced.setdefault(step, []).append(peer)
+
+    def trusted(peer: str) -> bool:
+        voices = {peer} | {q for q, ranges in newest.items() if any(
+            _overlap(r, part) for r in ranges)}  # fmt: skip
+        if voices == {peer}:
+            return True
+        at_stage = voices & set(placed)
+        return (at_stage or voices & set(planned)) == {peer}
+
+    return {step for step, peers in announced.items() if len(peers) >= 2 or trusted(peers[0])}
+
+
+def cover(blocks: range, keys: Collection[str]) -> Cover | None:
+    """The fewest of `keys` whose ranges hold every block of `blocks`, in block order: from the
+    first block on, each time the range that reaches furthest (ties: the one starting later).
+    None if some block is in none of them."""
+    ranges = [(r, key) for key in keys if (r := key_range(key)) is not None]
+    chosen: list[str] = []
+    position = blocks.start
+    while position < blocks.stop:
+        holding = [(r.stop, r.start, key) for r, key in ranges if position in r]
+        if not holding:
+            return None
+        stop, _, key = max(holding)  # one name per range: (stop, start) decides
+        chosen.append(key)
+        position = stop
+    return tuple(chosen)
+
+
+def available(
+    needed: Collection[str],
+    held: Mapping[str, Held],
+    placed: Mapping[str, Collection[str]],
+) -> tuple[dict[str, set[int]], dict[str, dict[int, Cover]]]:
+    """For each stage of the plan (layers key): the steps of its own usable states, and step ->
+    the usable states of other ranges that build it there (where it has none of its own).
+    Ranges past the model's last block (the stages end at it) are ignored."""
+    n_layer = max((r.stop for k in needed if (r := key_range(k)) is not None), default=0)
+    newest = _newest_ranges(held, n_layer)
+    planned = {peer for members in placed.values() for peer in members}
+    keys = sorted(
+        k
+        for k in {k for states in held.values() for k in states} - set(needed)
+        if (r := key_range(k)) is not None and r.stop <= n_layer
+    )
+    own: dict[str, set[int]] = {}
+    built: dict[str, dict[int, Cover]] = {}
+    for stage in needed:
+        members = placed.get(stage, ())
+        own[stage] = usable_steps(stage, stage, held, members, planned, newest)
+        sources = {k: usable_steps(k, stage, held, members, planned, newest) for k in keys}
+        sources = {k: steps for k, steps in sources.items() if steps}
+        built[stage] = {}
+        blocks = key_range(stage)
+        for step in sorted({s for steps in sources.values() for s in steps} - own[stage]):
+            found = None if blocks is None else cover(blocks, [
+                k for k, steps in sources.items() if step in steps])  # fmt: skip
+            if found is not None:
+                built[stage][step] = found
+    return own, built
