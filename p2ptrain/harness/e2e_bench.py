@@ -15,6 +15,7 @@ Predicted communication: the step-time model (schedule/step_time.py) on the publ
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import tempfile
@@ -42,6 +43,21 @@ def slow_peer_indices(num_peers: int, count: int) -> list[int]:
     if not 0 <= count <= num_peers:
         raise ValueError(f"{count} slow peers of {num_peers}")
     return sorted({num_peers - 1 - (i * num_peers) // count for i in range(count)})
+
+
+def slow_peer_quotas(
+    num_peers: int, count: int, slowdown: float, cores: int | None = None
+) -> dict[int, float]:
+    """CPU quotas of a --slow-peers run (peer index -> cores): every peer gets an equal share of
+    the machine's cores and a slow peer 1/slowdown of that share. Eight peers on two cores
+    without quotas contend for them: their stage timings varied 1-7x among equal peers, so a
+    quarter core read as no slower than the others; equal shares make the slow ones measurably
+    slowdown times slower, the emulation of equal machines and slower ones."""
+    if count == 0:
+        return {}
+    share = (cores or os.cpu_count() or 1) / num_peers
+    slow = set(slow_peer_indices(num_peers, count))
+    return {i: share / slowdown if i in slow else share for i in range(num_peers)}
 
 
 def run_e2e_bench(
@@ -116,7 +132,13 @@ def mean_of_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     median = by_speed[len(by_speed) // 2]
     result: dict[str, Any] = {
         key: statistics.mean(r[key] for r in done)
-        for key in ("tokens_per_s", "step_s", "predicted_s", "predicted_paper_s")
+        for key in (
+            "tokens_per_s",
+            "step_s",
+            "predicted_s",
+            "predicted_step_s",
+            "predicted_paper_s",
+        )
         if all(isinstance(r.get(key), int | float) for r in done)
     }
     result.update(
@@ -146,9 +168,16 @@ def summarize(results: dict[str, Any], target_loss: float | None) -> dict[str, A
                         if run["measured_s"] > 0
                         else None
                     )
-                    # the whole step: the model's communication on the measured compute
-                    run["predicted_step_s"] = ideal_step_s + run["predicted_s"]
-                    run["step_prediction_error"] = run["predicted_step_s"] / run["step_s"] - 1
+                    # the communication model added to the ideal run's step (whose shape and
+                    # contention may differ: kept for comparison)
+                    run["predicted_step_additive_s"] = ideal_step_s + run["predicted_s"]
+                    if run.get("predicted_step_s") is None:
+                        run["predicted_step_s"] = run["predicted_step_additive_s"]
+    for name in JOIN_PATH_RUNS:
+        r = results.get(name, {})
+        for run in [r, *r.get("runs", [])]:
+            if run.get("predicted_step_s") and run.get("step_s"):
+                run["step_prediction_error"] = run["predicted_step_s"] / run["step_s"] - 1
     curves = [r["curve"] for r in results.values() if isinstance(r, dict) and "curve" in r]
     if not curves:
         raise RuntimeError(next(r["error"] for r in results.values() if "error" in r))
@@ -223,7 +252,8 @@ def render(result: dict[str, Any]) -> str:
     """A text table of the result."""
     nan = float("nan")
     lines = [
-        f"{'run':<16} {'tokens/s':>9} {'s/step':>7} {'comm pred s':>11} {'comm meas s':>11} "
+        f"{'run':<16} {'tokens/s':>9} {'s/step':>7} {'pred s/step':>11} "
+        f"{'comm pred s':>11} {'comm meas s':>11} "
         f"{'pred err':>8} {'step err':>8} {'paper s':>8} "
         f"{'to loss ' + format(result['target_loss'], '.3f'):>16}"
     ]
@@ -237,6 +267,7 @@ def render(result: dict[str, Any]) -> str:
         step_error = r.get("step_prediction_error")
         lines.append(
             f"{name:<16} {r['tokens_per_s']:>9.0f} {r['step_s']:>7.2f} "
+            f"{r.get('predicted_step_s') or nan:>11.3f} "
             f"{r.get('predicted_s', nan) if name != 'ideal' else nan:>11.3f} "
             f"{r.get('measured_s', nan):>11.3f} "
             f"{(format(error, '+.0%') if error is not None else '-'):>8} "

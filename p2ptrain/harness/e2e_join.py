@@ -5,8 +5,10 @@ links, elect a planner and train on its plans. The run spec says how the live pl
 
 Timing starts at the first plan the workers report: discovery, measuring and the election are
 not training. Tokens/s counts the steps after the first one finished, the step time is the
-median gap between steps. The prediction is the step-time model on the plan the planner
-published (its pipelines, mapped to testbed peers by the nodes' identities), on the emulated links.
+median gap between steps. The predictions are on the plan the planner published (its
+pipelines, mapped to testbed peers by the nodes' identities) and the emulated links: the
+communication model (predicted_s), and the step simulated with the stages' compute as the
+workers timed it in this run (predicted_step_s; harness/e2e_compute.py).
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from p2ptrain import identity
+from p2ptrain.harness.e2e_compute import compute_summary, measured_compute
 from p2ptrain.harness.e2e_traffic import link_table, measured_link_bytes, predicted_link_bytes
 from p2ptrain.harness.local_run import train_with_control_plane
 from p2ptrain.harness.testbed_sites import TestbedSites
-from p2ptrain.harness.testbed_swarm import predicted_step
+from p2ptrain.harness.testbed_swarm import predicted_step, simulated_step
 from p2ptrain.records import Plan
 from p2ptrain.records.run import RunSpec
 from p2ptrain.schedule.workload import BYTES_PER_VALUE, step_traffic
@@ -120,6 +123,8 @@ def describe_run(
         spec.block_size * spec.n_embd * value_bytes,
     )
     measured = measured_link_bytes(logs, peer_ids, plan.key)
+    compute = measured_compute(logs, plan.key, pipelines, spec.micro_batches)
+    simulated = None if compute is None else simulated_step(bed, spec, pipelines, layers, compute)
     return {
         "path": "join",
         "seed": spec.placement_seed,
@@ -137,6 +142,9 @@ def describe_run(
         "predicted_averaging_s": model.averaging_s,
         "predicted_critical_stage": model.critical_stage,
         "predicted_paper_s": plan.cost_s,  # what the live planner priced the plan at
+        # the whole step, simulated: links as emulated, stages' compute as timed in this run
+        "predicted_step_s": simulated,
+        "stage_compute": compute_summary(logs, plan.key, pipelines),
         "pipelines": pipelines,
         "averaging": result.averaging,  # outcome -> count, over all workers and steps
         "links": link_table(predicted, measured[0] if measured else None, spec.steps),

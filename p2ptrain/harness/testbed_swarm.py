@@ -59,6 +59,21 @@ def predicted_step(
     return step_time(topology.delay_ms, topology.bandwidth_gbps, pipelines, traffic)
 
 
+def simulated_step(
+    bed: Testbed,
+    spec: RunSpec,
+    pipelines: list[list[int]],
+    layers: Sequence[int] | None,
+    compute: Any,
+) -> float:
+    """The step simulated on the emulated links with the stages' measured compute."""
+    from p2ptrain.schedule.step_time import simulated_step_s
+
+    topology = emulated_topology(bed)
+    traffic = step_traffic(spec, len(pipelines[0]), len(pipelines), layers)
+    return simulated_step_s(topology.delay_ms, topology.bandwidth_gbps, pipelines, traffic, compute)
+
+
 def plan_on_testbed(
     bed: Testbed,
     spec: RunSpec,

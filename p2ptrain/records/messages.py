@@ -95,6 +95,12 @@ class MetricsReport:
     bytes_received: int = 0
     link_bytes: dict[str, LinkBytes] = dataclasses.field(default_factory=dict)
     group_size: int | None = None
+    # seconds of the step: the stage's forward and backward passes (waits for frames left
+    # out), clipping and the update, the averaging round (its wall time); older workers: None
+    forward_s: float | None = None
+    backward_s: float | None = None
+    update_s: float | None = None
+    averaging_s: float | None = None
 
     @property
     def plan_key(self) -> tuple[int, int]:
@@ -124,6 +130,10 @@ class MetricsReport:
                 for peer, count in links.items()
             },
             group_size=f.optional_integer(d.get("group_size"), "metrics", "group_size"),
+            forward_s=f.optional_number(d.get("forward_s"), "metrics", "forward_s"),
+            backward_s=f.optional_number(d.get("backward_s"), "metrics", "backward_s"),
+            update_s=f.optional_number(d.get("update_s"), "metrics", "update_s"),
+            averaging_s=f.optional_number(d.get("averaging_s"), "metrics", "averaging_s"),
             **values,
         )
 

@@ -150,3 +150,101 @@ def _passes_s(
         [delay_s[a, b] for a, b in back], [rate_bps[a, b] for a, b in back], traffic
     )
     return forward + backward
+
+
+@dataclass(frozen=True)
+class MeasuredCompute:
+    """Measured compute of each (replica, stage), seconds: forward of one micro-batch, backward of
+    one micro-batch, and the update after averaging (clipping and the optimizer step)."""
+
+    forward_s: Sequence[Sequence[float]]  # [replica][stage]
+    backward_s: Sequence[Sequence[float]]
+    update_s: Sequence[Sequence[float]]
+
+
+SIMULATED_STEPS = 6  # the period settles within a few steps; the model reports the last one
+
+
+def simulated_step_s(
+    delay_ms: FloatArray,
+    bandwidth_gbps: FloatArray,
+    pipelines: Sequence[Sequence[int]],
+    traffic: StepTraffic,
+    compute: MeasuredCompute,
+    steps: int = SIMULATED_STEPS,
+) -> float:
+    """The steady-state step of `pipelines` with the stages' measured compute and the links'
+    delay and rate: GPipe as worker/pipeline.py runs it, step after step, with averaging.
+
+    Each stage works one thing at a time: forward of micro-batches 0..M-1 (each once its input
+    arrived), then backward of M-1..0 (each once its output's gradient arrived), then waits for
+    its group's averaging (all members finished backward; group_averaging_s), then updates.
+    Frames leave without blocking compute; each direction of a link serialises them (a frame
+    arrives one-way delay + its bytes / rate after its link is free) and the stage's step ends
+    once the answer to its last frame is back. The next step of a stage starts after its
+    update. The result is the gap between the last two simulated steps'
+    ends, so compute, bubbles and the overlap of frames with compute are all in it."""
+    delay_s = np.asarray(delay_ms, dtype=np.float64) / 1e3
+    rate_bps = np.asarray(bandwidth_gbps, dtype=np.float64) * 1e9
+    num_stages, micros = len(pipelines[0]), traffic.micro_batches
+    frame_bits = traffic.activation_bytes * 8
+    groups = [
+        group_averaging_s(
+            delay_s, rate_bps, [pipe[s] for pipe in pipelines], traffic.stage_gradient_bytes[s]
+        )
+        for s in range(num_stages)
+    ]
+    ready = np.zeros((len(pipelines), num_stages))  # when each stage may start the next step
+    ends: list[float] = []
+    for _ in range(steps):
+        done = np.zeros_like(ready)  # backward of micro-batch 0 finished
+        for r, pipe in enumerate(pipelines):
+            done[r] = _one_replica(delay_s, rate_bps, pipe, micros, frame_bits, ready[r],
+                                   compute.forward_s[r], compute.backward_s[r])  # fmt: skip
+        for s in range(num_stages):
+            averaged = float(done[:, s].max()) + groups[s]
+            for r in range(len(pipelines)):
+                ready[r, s] = averaged + compute.update_s[r][s]
+        ends.append(float(ready.max()))
+    return ends[-1] - ends[-2] if len(ends) > 1 else ends[-1]
+
+
+def _one_replica(
+    delay_s: FloatArray,
+    rate_bps: FloatArray,
+    pipe: Sequence[int],
+    micros: int,
+    frame_bits: float,
+    ready: FloatArray,
+    forward_s: Sequence[float],
+    backward_s: Sequence[float],
+) -> FloatArray:
+    """When each stage of one replica finishes the step's backward pass (see simulated_step_s)."""
+    stages = len(pipe)
+
+    def deliver(link_free: float, sent: float, a: int, b: int) -> tuple[float, float]:
+        start = max(link_free, sent)
+        free = start + frame_bits / rate_bps[a, b]
+        return free, free + delay_s[a, b]
+
+    busy = np.array(ready, dtype=np.float64)  # each stage's compute is free from this time
+    acked = np.zeros(stages)  # the receiver's answer to the stage's last frame is back
+    arrive = np.zeros(micros)  # activations of micro-batch m reaching the current stage
+    for s in range(stages):
+        link_free, out = 0.0, np.zeros(micros)
+        for m in range(micros):
+            busy[s] = max(busy[s], arrive[m] if s else busy[s]) + forward_s[s]
+            if s + 1 < stages:
+                link_free, out[m] = deliver(link_free, busy[s], pipe[s], pipe[s + 1])
+        arrive = out
+    grads = np.full(micros, busy[-1])  # the last stage's backward needs no frame
+    for s in reversed(range(stages)):
+        link_free, out = 0.0, np.zeros(micros)
+        for m in reversed(range(micros)):
+            busy[s] = max(busy[s], grads[m]) + backward_s[s]
+            if s > 0:
+                link_free, out[m] = deliver(link_free, busy[s], pipe[s], pipe[s - 1])
+                acked[s] = out[m] + delay_s[pipe[s - 1], pipe[s]]
+        grads = out
+    # a step ends once every frame it sent was accepted (worker/pipeline.py waits for them)
+    return np.maximum(busy, acked)

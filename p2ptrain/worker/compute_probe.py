@@ -5,7 +5,7 @@ micro-batch, forward + backward, for one transformer block, the embedding and th
 loss. Each piece runs once to warm up, then again and again for at least its window (and
 MIN_REPEATS times), over a few windows; the time kept is the best window's mean. A window
 several scheduler periods long measures the throughput training will see: a peer under a CPU
-quota (a cgroup's cpu.max, 100 ms periods) runs a short pass at full speed and is throttled
+quota (a cgroup's cpu.max, periods of 20-100 ms) runs a short pass at full speed and is throttled
 only once its period's budget is spent, so the median of a few short passes would call it
 fast. The best of a few windows leaves out what only happened to run alongside: eight equal
 workers timed in one 0.4 s window each, on a 2-core box while their swarm started, read

@@ -11,8 +11,10 @@ len(m)/b, and replicas are later averaged with weight b, so the sum is the globa
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -34,6 +36,21 @@ from p2ptrain.worker.link_bounds import RECEIVE_TIMEOUT_S, frame_waits_s
 
 if TYPE_CHECKING:  # the transport imports hivemind; this module stays importable without it
     from p2ptrain.worker.transport import Transport
+
+
+@dataclass
+class StageTiming:
+    """Seconds one step's passes computed (waits for frames left out): what the stage costs on
+    this device, reported with the step (the bench's step simulation takes it)."""
+
+    forward_s: float = 0.0  # every micro-batch's forward, with the loss on the last stage
+    backward_s: float = 0.0
+
+
+def _computed_since(started: float, out: torch.Tensor) -> float:
+    if out.is_cuda:  # kernels run asynchronously: wait for them before reading the clock
+        torch.cuda.synchronize(out.device)
+    return time.perf_counter() - started
 
 
 def wire_dtype(spec: RunSpec) -> torch.dtype:
@@ -92,9 +109,11 @@ def run_step(
     step: int,
     should_stop: Callable[[], bool],
     network: NetworkFacts | None = None,
+    timing: StageTiming | None = None,
 ) -> float | None:
     """Accumulate this stage's gradients for `step`; the replica's mean loss on the last stage.
-    network: the plan's, whose hops bound the frame waits."""
+    network: the plan's, whose hops bound the frame waits; timing: gets the passes' seconds."""
+    timing = timing if timing is not None else StageTiming()
     rows = replica_rows(spec.batch_size, role.num_replicas, role.replica)
     micro = micro_batch_rows(len(rows), spec.micro_batches)
     x = y = None
@@ -130,21 +149,23 @@ def run_step(
             inp = x[m_rows.start : m_rows.stop]
         else:
             inp = receive(ACTIVATION, m).requires_grad_()
+        started = time.perf_counter()
         out = model(inp)
         if role.is_last:
             assert y is not None
             out = loss_fn(out, y[m_rows.start : m_rows.stop]) * (len(m_rows) / len(rows))
             loss_total += out.item()
-        else:
+        timing.forward_s += _computed_since(started, out)
+        if not role.is_last:
             send(role.next_peer, out.detach(), ACTIVATION, m)
         inputs.append(inp)
         outputs.append(out)
 
     for m in reversed(range(len(micro))):
-        if role.is_last:
-            outputs[m].backward()
-        else:
-            outputs[m].backward(receive(GRADIENT, m))
+        upstream = None if role.is_last else receive(GRADIENT, m)
+        started = time.perf_counter()
+        outputs[m].backward(upstream)
+        timing.backward_s += _computed_since(started, outputs[m])
         if not role.is_first:
             grad = inputs[m].grad
             assert grad is not None

@@ -216,6 +216,8 @@ class Session:
                 self.plan_version = self.inbox.version  # same placement (new addresses): go on
             started_s = time.monotonic()
             set_lr(self.optimizer, lr_at(self.step, self.spec))
+            timing = pipeline.StageTiming()
+            passes_s = time.monotonic()
             try:
                 loss = pipeline.run_step(
                     model,
@@ -226,6 +228,7 @@ class Session:
                     self.step,
                     self._should_stop,
                     self.plan.network,
+                    timing,
                 )
             except Stopped:
                 self.optimizer.zero_grad(set_to_none=True)
@@ -234,7 +237,9 @@ class Session:
                 log.warning("step %d: %s", self.step, exc)
                 self.optimizer.zero_grad(set_to_none=True)
                 return SessionEnd.PEER_LOST
+            averaging_s = time.monotonic()
             averaging = self._average_gradients()
+            update_s = time.monotonic()
             if averaging == "stopped" and self.inbox.stopped:
                 self.optimizer.zero_grad(set_to_none=True)
                 return SessionEnd.STOPPED
@@ -255,7 +260,8 @@ class Session:
             self.optimizer.zero_grad(set_to_none=True)
             if self._resync_params:
                 self._resync()
-            elapsed_s = time.monotonic() - started_s
+            now = time.monotonic()
+            elapsed_s = now - started_s
             traffic = self.transport.traffic
             self.report(
                 MetricsReport(
@@ -274,6 +280,12 @@ class Session:
                     bytes_received=traffic.bytes_received,
                     link_bytes=traffic.link_bytes(),
                     group_size=self._group_size,
+                    forward_s=timing.forward_s,
+                    backward_s=timing.backward_s,
+                    # the rest of the step outside the passes and averaging: clipping, the
+                    # snapshot for resuming, the optimizer
+                    update_s=(passes_s - started_s) + (now - update_s),
+                    averaging_s=update_s - averaging_s,
                 )
             )
             self.step += 1

@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from p2ptrain.harness.e2e_bench import mean_of_runs, render, slow_peer_indices, summarize
+from p2ptrain.harness.e2e_bench import (
+    mean_of_runs,
+    render,
+    slow_peer_indices,
+    slow_peer_quotas,
+    summarize,
+)
 from p2ptrain.harness.e2e_join import run_spec_for
 from p2ptrain.records.run import RunSpec
 from p2ptrain.schedule.workload import stage_parameter_counts, step_traffic
@@ -63,8 +69,9 @@ def test_summary_measures_communication_against_the_ideal_run() -> None:
     for name in ("scheduled", "random (mean)", "random seed 1", "hivemind_dp", "ideal"):
         assert name in table
     assert "scheduled / random tokens/s: 2.00x" in table
-    # the whole step predicted: the model's communication on the ideal run's compute
+    # without the stages' timings: the model's communication on the ideal run's compute
     assert summary["scheduled"]["predicted_step_s"] == pytest.approx(3.2)
+    assert summary["scheduled"]["predicted_step_additive_s"] == pytest.approx(3.2)
     assert summary["scheduled"]["step_prediction_error"] == pytest.approx(3.2 / 3.0 - 1)
     assert "speedup_compute_aware_vs_blind" not in summary
 
@@ -97,6 +104,21 @@ def test_slow_peers_are_spread_and_spare_the_bootstraps_namespace() -> None:
     assert slow_peer_indices(8, 0) == []
     assert slow_peer_indices(4, 1) == [3]
     assert slow_peer_indices(8, 8) == list(range(8))
+
+
+def test_a_simulated_step_is_the_prediction_and_the_additive_one_is_kept() -> None:
+    scheduled = {**_run(0, 300.0, 3.0, 2.2), "predicted_step_s": 2.7}
+    summary = summarize({"scheduled": scheduled, "ideal": _run(0, 1000.0, 1.0, 0.0)}, None)
+    assert summary["scheduled"]["predicted_step_s"] == pytest.approx(2.7)
+    assert summary["scheduled"]["step_prediction_error"] == pytest.approx(2.7 / 3.0 - 1)
+    assert summary["scheduled"]["predicted_step_additive_s"] == pytest.approx(3.2)
+
+
+def test_slow_peers_get_a_fraction_of_an_equal_share_of_the_cores() -> None:
+    quotas = slow_peer_quotas(8, 4, 4.0, cores=2)
+    assert quotas == {0: 0.25, 1: 0.0625, 2: 0.25, 3: 0.0625, 4: 0.25, 5: 0.0625, 6: 0.25,
+                      7: 0.0625}  # fmt: skip
+    assert slow_peer_quotas(8, 0, 4.0, cores=2) == {}
 
 
 def test_a_failed_run_is_reported_not_fatal() -> None:

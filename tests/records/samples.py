@@ -82,7 +82,8 @@ def metrics_dict() -> dict[str, Any]:
         "replica": 0, "samples": 8, "averaging": "averaged", "step_s": 0.7, "epoch": 5,
         "term": 2, "num_replicas": 2, "bytes_sent": 3000, "bytes_received": 2000,
         "link_bytes": {B: {"sent": 1000, "received": 1500}, C: {"sent": 2000, "received": 500}},
-        "group_size": 2,
+        "group_size": 2, "forward_s": 0.1, "backward_s": 0.2, "update_s": 0.01,
+        "averaging_s": 0.3,
     }  # fmt: skip
 
 

@@ -157,9 +157,11 @@ def test_unknown_fields_are_ignored_on_the_wire_but_not_in_a_run_spec() -> None:
 
 
 def test_reports_and_telemetry_of_older_peers_have_no_byte_counters() -> None:
-    old_fields = ("bytes_sent", "bytes_received", "link_bytes", "group_size")
+    timings = ("forward_s", "backward_s", "update_s", "averaging_s")
+    old_fields = ("bytes_sent", "bytes_received", "link_bytes", "group_size", *timings)
     old = MetricsReport.from_dict({k: v for k, v in metrics_dict().items() if k not in old_fields})
     assert (old.bytes_sent, old.bytes_received, old.link_bytes, old.group_size) == (0, 0, {}, None)
+    assert all(getattr(old, name) is None for name in timings)
     metrics = Telemetry.from_dict({"links": {}, "metrics": {"step": 3}}).metrics
     assert metrics is not None and metrics.bytes_sent is None and metrics.bytes_received is None
 

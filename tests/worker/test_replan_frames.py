@@ -156,8 +156,13 @@ def test_the_last_stage_waits_for_its_new_neighbour_instead_of_training_on_stale
 
     sender = threading.Thread(target=peer_2_sends_later)
     sender.start()
-    loss = pipeline.run_step(model, SPEC, new, cast(Any, transport), corpus, 4, lambda: False)
+    timing = pipeline.StageTiming()
+    loss = pipeline.run_step(
+        model, SPEC, new, cast(Any, transport), corpus, 4, lambda: False, timing=timing
+    )
     sender.join()
+    # the passes' compute is timed without the 0.5 s wait for peer 2's frames
+    assert 0 < timing.forward_s < 0.5 and 0 < timing.backward_s < 0.5
     assert [(peer, h.kind, h.step, h.micro, (h.term, h.epoch)) for peer, h in transport.sent] == [
         (PEERS[2], GRADIENT, 4, 1, (1, 3)),
         (PEERS[2], GRADIENT, 4, 0, (1, 3)),

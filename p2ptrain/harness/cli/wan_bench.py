@@ -84,14 +84,14 @@ def add_kinds(kinds: Any) -> None:
         type=int,
         default=0,
         metavar="K",
-        help="make K peers --slowdown times slower (a CPU quota on their namespaces) and add "
-        "the compute_blind run",
+        help="make K peers --slowdown times slower than the others (every peer gets an equal "
+        "share of this machine's cores as a CPU quota, a slow one 1/slowdown of it)",
     )
     e2e.add_argument(
         "--slowdown",
         type=float,
         default=4.0,
-        help="how much slower a slow peer is: it gets 1/slowdown of a core (default 4)",
+        help="how much slower a slow peer is than the others (default 4)",
     )
     e2e.add_argument("--logs", metavar="DIR", help="keep every worker's log under DIR")
     e2e.add_argument("--target-loss", type=float, help="default: the worst final loss of the runs")
@@ -157,7 +157,7 @@ def _run_e2e(args: argparse.Namespace) -> int:
         failure_summary,
         render,
         run_e2e_bench,
-        slow_peer_indices,
+        slow_peer_quotas,
     )
     from p2ptrain.harness.e2e_plot import write_loss_plot
     from p2ptrain.records.run import load_run_spec
@@ -180,9 +180,7 @@ def _run_e2e(args: argparse.Namespace) -> int:
     if not 0 <= args.slow_peers <= topology.num_peers:
         raise UserError(f"--slow-peers must be between 0 and {topology.num_peers}")
     cores = quotas_from_topology_file(args.topology, topology.peers) if args.topology else {}
-    cores.update(
-        {i: 1.0 / args.slowdown for i in slow_peer_indices(topology.num_peers, args.slow_peers)}
-    )
+    cores.update(slow_peer_quotas(topology.num_peers, args.slow_peers, args.slowdown))
     try:
         result = run_e2e_bench(
             topology,

@@ -1,0 +1,39 @@
+"""bench e2e's stage timings: read from workers' metrics logs, into the simulation's grid."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from p2ptrain.harness.e2e_compute import compute_summary, measured_compute
+
+PLAN = (1, 2)
+
+
+def write_log(path: Path, steps: list[tuple[float, float, float]], key: tuple[int, int] = PLAN):
+    lines = [json.dumps({"type": "session", "plan": {}})]
+    for i, (forward, backward, update) in enumerate(steps):
+        lines.append(json.dumps({
+            "type": "metrics", "step": i, "term": key[0], "epoch": key[1], "forward_s": forward,
+            "backward_s": backward, "update_s": update, "averaging_s": 0.5 + i,
+        }))  # fmt: skip
+    path.write_text("\n".join(lines) + "\nnot json\n")
+
+
+def test_medians_per_stage_leave_out_the_first_step(tmp_path: Path) -> None:
+    logs = [tmp_path / f"m{i}.jsonl" for i in range(3)]
+    write_log(logs[0], [(9.0, 9.0, 9.0), (0.2, 0.4, 0.01), (0.4, 0.8, 0.03), (0.3, 0.6, 0.02)])
+    write_log(logs[1], [(1.0, 2.0, 0.1)] * 3)
+    write_log(logs[2], [(5.0, 5.0, 5.0)] * 3, key=(1, 1))  # another plan's steps only
+    compute = measured_compute(logs, PLAN, [[0, 1]], micro_batches=2)
+    assert compute is not None
+    assert compute.forward_s == [[pytest.approx(0.15), pytest.approx(0.5)]]  # per micro-batch
+    assert compute.backward_s == [[pytest.approx(0.3), pytest.approx(1.0)]]
+    assert compute.update_s == [[pytest.approx(0.02), pytest.approx(0.1)]]
+    summary = compute_summary(logs, PLAN, [[0, 1]])
+    assert summary["averaging_s"] == [[2.5, 2.0]]
+    # a stage that did not time its passes under this plan: no simulation
+    assert measured_compute(logs, PLAN, [[0, 2]], micro_batches=2) is None
+    assert compute_summary(logs, PLAN, [[2]])["forward_s"] == [[None]]
