@@ -80,6 +80,8 @@ def format_status(status: SwarmStatus) -> str:
             f"{len(plan.pipelines)} pipelines x {plan.stages} stages, "
             f"predicted {plan.cost_s:.3f} s/step"
         )
+        if plan.stage_layers:
+            lines.append("  blocks per stage: " + ", ".join(str(n) for n in plan.stage_layers))
         for i, pipeline in enumerate(plan.pipelines):
             lines.append(f"  pipeline {i}: " + " -> ".join(_short(p) for p in pipeline))
         if plan.spares:

@@ -49,7 +49,7 @@ def swarm_status(view: SwarmView, now: float) -> SwarmStatus:
     summary = None
     if plan is not None:
         summary = PlanSummary(plan.term, plan.epoch, plan.planner, plan.stages, plan.pipelines,
-                              plan.spares, plan.cost_s)  # fmt: skip
+                              plan.spares, plan.cost_s, plan.stage_layers)  # fmt: skip
     return SwarmStatus(
         run=view.run.run_id if view.run else "",
         planner=planner,

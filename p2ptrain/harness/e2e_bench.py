@@ -48,11 +48,12 @@ def slow_peer_indices(num_peers: int, count: int) -> list[int]:
 def slow_peer_quotas(
     num_peers: int, count: int, slowdown: float, cores: int | None = None
 ) -> dict[int, float]:
-    """CPU quotas of a --slow-peers run (peer index -> cores): every peer gets an equal share of
-    the machine's cores and a slow peer 1/slowdown of that share. Eight peers on two cores
-    without quotas contend for them: their stage timings varied 1-7x among equal peers, so a
-    quarter core read as no slower than the others; equal shares make the slow ones measurably
-    slowdown times slower, the emulation of equal machines and slower ones."""
+    """Compute quotas of a --slow-peers run (peer index -> cores of its worker): every worker
+    gets an equal share of the machine's cores and a slow one 1/slowdown of that share. Eight
+    workers on two cores without quotas contend for them: their stage timings varied 1-7x among
+    equal peers, so a quarter core read as no slower than the others; equal shares make the
+    slow ones measurably slowdown times slower. Only the workers: a whole peer at 1/16 of a
+    core could not answer probes or gossip in time, and a slow GPU is not a slow network."""
     if count == 0:
         return {}
     share = (cores or os.cpu_count() or 1) / num_peers
@@ -73,14 +74,20 @@ def run_e2e_bench(
     runs: tuple[str, ...] = RUN_ORDER,
     log_dir: Path | None = None,
     cpu_cores: dict[int, float] | None = None,
+    compute_cores: dict[int, float] | None = None,
 ) -> dict[str, Any]:
     """Run the variants one after the other on one testbed; the result dict of the bench.
     The random placement is run with seeds seed .. seed + random_seeds - 1 and reported as the
-    mean over them (each one is kept under "runs"). cpu_cores: slow peers, peer index -> CPU
-    quota in cores (testbed/cpu.py), for every run."""
+    mean over them (each one is kept under "runs"). cpu_cores: peer index -> CPU quota in
+    cores of all its processes; compute_cores: of its training worker only (slow peers,
+    testbed/cpu.py); both for every run."""
     results: dict[str, Any] = {}
     with Testbed.from_topology(
-        topology, bandwidth_scale=bandwidth_scale, delay_scale=delay_scale, cpu_cores=cpu_cores
+        topology,
+        bandwidth_scale=bandwidth_scale,
+        delay_scale=delay_scale,
+        cpu_cores=cpu_cores,
+        compute_cores=compute_cores,
     ) as bed:
         for name in (r for r in RUN_ORDER if r in runs):
             if name == "ideal":
@@ -108,8 +115,9 @@ def run_e2e_bench(
                 results[name] = _guarded(
                     name, partial(train_join, bed, spec, name, seed, progress, log_dir), progress
                 )
-    if cpu_cores:
-        results["slow_peers"] = {str(i): c for i, c in sorted(cpu_cores.items())}
+    if compute_cores or cpu_cores:
+        quotas = {**(cpu_cores or {}), **(compute_cores or {})}
+        results["slow_peers"] = {str(i): c for i, c in sorted(quotas.items())}
     return summarize(results, target_loss)
 
 

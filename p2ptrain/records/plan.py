@@ -303,7 +303,7 @@ class Plan:
         lineage = lin.parse(d.get("lineage", []), "plan")
         if lineage and lineage[0][1] != epoch:
             raise f.malformed("plan", "the lineage's first entry must be at the plan's epoch")
-        stage_layers = _stage_layers(d.get("stage_layers", []), stages)
+        stage_layers = parse_stage_layers(d.get("stage_layers", []), stages)
         return cls(
             term=f.integer(d["term"], "plan", "term"),
             epoch=epoch,
@@ -325,7 +325,7 @@ def even_layers(n_layer: int, stages: int) -> tuple[int, ...]:
     return tuple(base + (1 if j < extra else 0) for j in range(stages))
 
 
-def _stage_layers(value: object, stages: int) -> tuple[int, ...]:
+def parse_stage_layers(value: object, stages: int) -> tuple[int, ...]:
     """Blocks per stage: empty (the even cut) or one integer >= 1 per stage. Their sum is
     checked against the run's n_layer where the run is known (control/view.py, the worker)."""
     if not isinstance(value, list) or len(value) not in (0, stages):

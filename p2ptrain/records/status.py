@@ -10,7 +10,7 @@ from typing import Any
 
 from p2ptrain.records import fields as f
 from p2ptrain.records.peer import ROLES, Health, PeerMetrics, StageCompute
-from p2ptrain.records.plan import MAX_STAGES
+from p2ptrain.records.plan import MAX_STAGES, parse_stage_layers
 
 MAX_STATUS_PEERS = 10_000
 MAX_STATUS_LINKS = 200_000
@@ -105,11 +105,13 @@ class PlanSummary:
     pipelines: tuple[tuple[str, ...], ...]
     spares: tuple[str, ...]
     cost_s: float
+    stage_layers: tuple[int, ...] = ()  # blocks per stage of an uneven split (empty: even)
 
     def to_dict(self) -> dict[str, Any]:
         return {"term": self.term, "epoch": self.epoch, "planner": self.planner,
                 "stages": self.stages, "pipelines": [list(p) for p in self.pipelines],
-                "spares": list(self.spares), "cost_s": self.cost_s}  # fmt: skip
+                "spares": list(self.spares), "cost_s": self.cost_s,
+                "stage_layers": list(self.stage_layers)}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: object) -> PlanSummary:
@@ -119,14 +121,16 @@ class PlanSummary:
         pipelines = d["pipelines"]
         if not isinstance(pipelines, list) or len(pipelines) > f.MAX_PEERS:
             raise f.malformed(r, "pipelines must be a list")
+        stages = f.integer(d["stages"], r, "stages", 1, MAX_STAGES)
         return cls(
             term=f.integer(d["term"], r, "term"),
             epoch=f.integer(d["epoch"], r, "epoch"),
             planner=f.peer_id(d["planner"], r, "planner"),
-            stages=f.integer(d["stages"], r, "stages", 1, MAX_STAGES),
+            stages=stages,
             pipelines=tuple(f.peer_ids(p, r, "pipeline") for p in pipelines),
             spares=f.peer_ids(d["spares"], r, "spares"),
             cost_s=f.number(d.get("cost_s", 0.0), r, "cost_s"),
+            stage_layers=parse_stage_layers(d.get("stage_layers", []), stages),
         )
 
 

@@ -5,6 +5,11 @@ together), so a CPU-bound step takes about 4x longer than on an idle core: a slo
 measured, not assumed. cgroup v2 (`cpu.max`) where the cpu controller is there, else v1's cpu
 hierarchy (`cpu.cfs_quota_us`). A process joins its peer's cgroup before it execs into the
 peer's namespace (`wrap`), so everything it starts inherits the quota.
+
+A slow GPU is not a slow network stack: `compute` quotas hold back only a peer's processes whose
+command line names its compute (the training worker): a `Mover` moves each into a cgroup of its
+own as it appears, and what it starts from then on inherits that quota, while the peer's control
+node keeps answering probes and gossip at full speed.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -100,3 +106,47 @@ def quotas_from_topology_file(path: str | Path, names: Sequence[str]) -> dict[in
             raise UserError(f"{path}: cpu names no peer {key!r}")
         quotas[index] = check_cores(cores)
     return quotas
+
+
+class Mover:
+    """Moves every process whose command line contains one of `matches` from each source cgroup
+    into its target, polling (a moved process's later children are born in the target)."""
+
+    def __init__(
+        self, pairs: Sequence[tuple[str, str]], matches: Sequence[str], interval_s: float = 0.05
+    ) -> None:
+        self.pairs = list(pairs)
+        self.matches = [m.encode() for m in matches]
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cgroup-mover", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def move_once(self) -> int:
+        """One pass; how many processes it moved."""
+        moved = 0
+        for source, target in self.pairs:
+            try:
+                pids = (Path(source) / "cgroup.procs").read_text().split()
+            except OSError:
+                continue
+            for pid in pids:
+                try:
+                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    if any(m in cmdline for m in self.matches):
+                        (Path(target) / "cgroup.procs").write_text(pid)
+                        moved += 1
+                except OSError:  # it exited meanwhile
+                    continue
+        return moved
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.move_once()

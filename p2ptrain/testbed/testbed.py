@@ -33,6 +33,8 @@ from p2ptrain.testbed.links import LinkTable, links_from_topology
 NETNS_PREFIX = "p2tb"
 DEFAULT_MTU = 9000  # jumbo frames: fewer packets per byte for the user-space forwarder
 FORWARDER_START_TIMEOUT_S = 15.0
+# what a compute quota holds back: p2ptrain's training worker and the hivemind baseline's trainer
+COMPUTE_COMMANDS = ("p2ptrain.worker", "p2ptrain.harness.dp_trainer")
 
 
 class Testbed(TestbedHandle):
@@ -44,6 +46,8 @@ class Testbed(TestbedHandle):
         names: Sequence[str] | None = None,
         mtu: int = DEFAULT_MTU,
         cpu_cores: dict[int, float] | None = None,
+        compute_cores: dict[int, float] | None = None,
+        compute_match: Sequence[str] = COMPUTE_COMMANDS,
     ) -> None:
         num_peers = 1 + max(max(key) for key in links) if links else 0
         if num_peers < 2 or any(
@@ -71,6 +75,13 @@ class Testbed(TestbedHandle):
         self._created: list[str] = []
         # peer -> cores: slow peers (testbed/cpu.py); checked now, applied in start()
         self.cpu_cores = {self.index(i): cpu.check_cores(c) for i, c in (cpu_cores or {}).items()}
+        # peer -> cores of its compute only: processes naming one of compute_match (cpu.py)
+        self.compute_cores = {
+            self.index(i): cpu.check_cores(c) for i, c in (compute_cores or {}).items()
+        }
+        self.compute_match = tuple(compute_match)
+        self.compute_groups: list[str] = []
+        self._mover: cpu.Mover | None = None
 
     @classmethod
     def from_topology(
@@ -81,14 +92,15 @@ class Testbed(TestbedHandle):
         delay_scale: float = 1.0,
         mtu: int = DEFAULT_MTU,
         cpu_cores: dict[int, float] | None = None,
+        compute_cores: dict[int, float] | None = None,
     ) -> Testbed:
         """A testbed for a p2ptrain.schedule.Topology (rates scaled by bandwidth_scale;
-        cpu_cores: peer index -> CPU quota in cores)."""
+        cpu_cores: peer index -> CPU quota in cores; compute_cores: the same for its worker)."""
         kwargs = {} if bandwidth_scale is None else {"bandwidth_scale": bandwidth_scale}
         links = links_from_topology(
             topology.delay_ms, topology.bandwidth_gbps, delay_scale=delay_scale, **kwargs
         )
-        return cls(links, topology.peers, mtu, cpu_cores)
+        return cls(links, topology.peers, mtu, cpu_cores, compute_cores)
 
     @property
     def state_path(self) -> Path:
@@ -150,13 +162,22 @@ class Testbed(TestbedHandle):
         try:
             cpu.cpu_root()
         except UserError:
-            if self.cpu_cores:
+            if self.cpu_cores or self.compute_cores:
                 raise
             return
         self.cgroups = [cpu.create(ns) for ns in self.namespaces]
         self.state["cgroups"] = self.cgroups
         for i, cores in self.cpu_cores.items():
             self.set_cpu(i, cores)
+        pairs = []
+        for i, cores in sorted(self.compute_cores.items()):
+            group = cpu.create(f"{self.namespaces[i]}-compute")
+            self.compute_groups.append(group)
+            cpu.set_quota(group, cores)
+            pairs.append((self.cgroups[i], group))
+        if pairs:
+            self._mover = cpu.Mover(pairs, self.compute_match)
+            self._mover.start()
 
     def close(self) -> None:
         """Kill every process in the namespaces, stop the forwarder, delete the namespaces."""
@@ -164,7 +185,10 @@ class Testbed(TestbedHandle):
         for ns in self._created:
             netns.delete_netns(ns)
         self._created.clear()
-        for group in self.cgroups:
+        if self._mover is not None:
+            self._mover.stop()
+            self._mover = None
+        for group in [*self.cgroups, *self.compute_groups]:
             cpu.remove(group)
         if self._forwarder is not None:
             _stop(self._forwarder)

@@ -53,6 +53,7 @@ def test_the_status_table_shows_progress_bytes_and_link_rates() -> None:
     assert rates[0].split() == [f"…{A[-8:]}", f"…{B[-8:]}"]
     assert rates[1].split() == [f"…{A[-8:]}", "·", "900.0"]
     assert rates[2].split() == [f"…{B[-8:]}", "900.0", "·"]
+    assert "  blocks per stage: 3, 1" in text.splitlines()  # the plan's uneven split
 
 
 def test_the_status_table_of_a_peer_without_metrics_has_dashes() -> None:

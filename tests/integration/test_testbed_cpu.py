@@ -1,5 +1,5 @@
-"""Slow peers: a CPU quota on a testbed peer makes a fixed CPU loop run about that much slower,
-children included (root; cgroup cpu controller)."""
+"""Slow peers: a CPU quota on a testbed peer (or on its compute only) makes a fixed CPU loop run
+about that much slower, children included (root; cgroup cpu controller)."""
 
 from __future__ import annotations
 
@@ -73,3 +73,30 @@ def test_the_compute_probe_sees_a_peers_cpu_quota() -> None:
         fast = min(_timed_s(bed, 0, PROBE) for _ in range(2))
         slow = min(_timed_s(bed, 1, PROBE) for _ in range(2))
     assert slow / fast > 2.5, (fast, slow)
+
+
+def _loop_named(marker: str) -> str:
+    """LOOP with a longer child whose command line carries `marker`."""
+    child = f"[sys.executable, '-c', 'sum(i * i for i in range(10_000_000))', '{marker}']"
+    return (
+        "import subprocess, sys, time; t = time.monotonic(); "
+        f"subprocess.run({child}, check=True); print(time.monotonic() - t)"
+    )
+
+
+def test_a_compute_quota_holds_back_only_the_processes_that_name_the_compute() -> None:
+    # a slow GPU, not a slow network stack: the peer's other processes keep their speed
+    try:
+        cpu_root()
+    except Exception:
+        pytest.skip("no cgroup cpu controller")
+    link = LinkSpec(delay_ms=1.0, rate_mbps=100.0)
+    marker = "p2tb-test-compute"
+    bed = Testbed({(0, 1): link, (1, 0): link}, compute_cores={1: 0.25}, compute_match=(marker,))
+    with bed:
+        other = min(_timed_s(bed, 1, _loop_named("other")) for _ in range(2))
+        compute = min(_timed_s(bed, 1, _loop_named(marker)) for _ in range(2))
+        groups = [*bed.cgroups, *bed.compute_groups]
+    # 4x by the quota, less the moments before the mover's next pass
+    assert compute / other > 2.5, (other, compute)
+    assert not any(os.path.exists(g) for g in groups)

@@ -96,7 +96,7 @@ def status_dict() -> dict[str, Any]:
     plan = {
         k: v
         for k, v in plan_dict().items()
-        if k not in ("data_addrs", "network", "lineage", "stage_layers")
+        if k not in ("data_addrs", "network", "lineage")
     }
     return {
         "run": "r", "planner": A, "peers": [peer],

@@ -84,8 +84,8 @@ def add_kinds(kinds: Any) -> None:
         type=int,
         default=0,
         metavar="K",
-        help="make K peers --slowdown times slower than the others (every peer gets an equal "
-        "share of this machine's cores as a CPU quota, a slow one 1/slowdown of it)",
+        help="make K peers' training --slowdown times slower than the others' (every worker "
+        "gets an equal share of this machine's cores as a CPU quota, a slow one 1/slowdown of it)",
     )
     e2e.add_argument(
         "--slowdown",
@@ -180,7 +180,7 @@ def _run_e2e(args: argparse.Namespace) -> int:
     if not 0 <= args.slow_peers <= topology.num_peers:
         raise UserError(f"--slow-peers must be between 0 and {topology.num_peers}")
     cores = quotas_from_topology_file(args.topology, topology.peers) if args.topology else {}
-    cores.update(slow_peer_quotas(topology.num_peers, args.slow_peers, args.slowdown))
+    compute_cores = slow_peer_quotas(topology.num_peers, args.slow_peers, args.slowdown)
     try:
         result = run_e2e_bench(
             topology,
@@ -194,6 +194,7 @@ def _run_e2e(args: argparse.Namespace) -> int:
             runs=runs,
             log_dir=Path(args.logs) if args.logs else None,
             cpu_cores=cores,
+            compute_cores=compute_cores,
         )
     except (RuntimeError, TimeoutError) as exc:
         raise UserError(f"the emulated swarm failed ({failure_summary(exc)})") from exc
