@@ -45,19 +45,29 @@ def slow_peer_indices(num_peers: int, count: int) -> list[int]:
     return sorted({num_peers - 1 - (i * num_peers) // count for i in range(count)})
 
 
-def slow_peer_quotas(
-    num_peers: int, count: int, slowdown: float, cores: int | None = None
+WORKERS_SHARE = 0.75  # of the machine's cores, split among the workers; the rest: links, nodes
+
+
+def worker_shares(num_peers: int, cores: int | None = None) -> float:
+    """Each worker's equal share of this machine, in cores."""
+    return WORKERS_SHARE * (cores or os.cpu_count() or 1) / num_peers
+
+
+def worker_quotas(
+    num_peers: int, share: float, slow_count: int = 0, slowdown: float = 1.0
 ) -> dict[int, float]:
-    """Compute quotas of a --slow-peers run (peer index -> cores of its worker): every worker
-    gets an equal share of the machine's cores and a slow one 1/slowdown of that share. Eight
-    workers on two cores without quotas contend for them: their stage timings varied 1-7x among
-    equal peers, so a quarter core read as no slower than the others; equal shares make the
-    slow ones measurably slowdown times slower. Only the workers: a whole peer at 1/16 of a
-    core could not answer probes or gossip in time, and a slow GPU is not a slow network."""
-    if count == 0:
+    """Compute quotas (peer index -> cores of its training worker): every worker gets `share`
+    and the --slow-peers ones 1/slowdown of it; {} for share 0 (workers unlimited).
+
+    Several peers on one machine emulate separate machines only if one peer's speed does not
+    depend on how many others compute: eight unlimited workers on two cores timed their stage
+    1-7x apart though equal, a quarter-core peer timed no slower than the rest, and a plan of
+    four trainers ran on twice the CPU each that the planner had measured. Only the workers: a
+    whole peer at 1/16 of a core could not answer probes or gossip in time (a slow GPU is not a
+    slow network), and the link forwarder keeps a quarter of the machine."""
+    if share <= 0:
         return {}
-    share = (cores or os.cpu_count() or 1) / num_peers
-    slow = set(slow_peer_indices(num_peers, count))
+    slow = set(slow_peer_indices(num_peers, slow_count))
     return {i: share / slowdown if i in slow else share for i in range(num_peers)}
 
 

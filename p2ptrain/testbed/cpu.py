@@ -25,11 +25,11 @@ from typing import Any
 from p2ptrain.errors import UserError
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-# A throttled peer waits up to a period for its next slice: the kernel's default 100 ms delayed a
-# quarter-core peer's answers to link probes by tens of ms; 20 ms keeps that under the links'
-# own delays and still allows a twentieth of a core.
-PERIOD_US = 20_000
-MIN_CORES = 0.05  # the kernel's smallest quota is 1 ms per period
+# A throttled process waits up to a period for its next slice: the kernel's default 100 ms
+# delayed a quarter-core peer's answers to link probes by tens of ms; 40 ms stays near the
+# links' own delays and still allows a fortieth of a core (a slow worker's share).
+PERIOD_US = 40_000
+MIN_CORES = 0.025  # the kernel's smallest quota is 1 ms per period
 
 
 def cpu_root() -> tuple[Path, str]:

@@ -11,8 +11,9 @@ from p2ptrain.harness.e2e_bench import (
     mean_of_runs,
     render,
     slow_peer_indices,
-    slow_peer_quotas,
     summarize,
+    worker_quotas,
+    worker_shares,
 )
 from p2ptrain.harness.e2e_join import run_spec_for
 from p2ptrain.records.run import RunSpec
@@ -114,11 +115,13 @@ def test_a_simulated_step_is_the_prediction_and_the_additive_one_is_kept() -> No
     assert summary["scheduled"]["predicted_step_additive_s"] == pytest.approx(3.2)
 
 
-def test_slow_peers_get_a_fraction_of_an_equal_share_of_the_cores() -> None:
-    quotas = slow_peer_quotas(8, 4, 4.0, cores=2)
-    assert quotas == {0: 0.25, 1: 0.0625, 2: 0.25, 3: 0.0625, 4: 0.25, 5: 0.0625, 6: 0.25,
-                      7: 0.0625}  # fmt: skip
-    assert slow_peer_quotas(8, 0, 4.0, cores=2) == {}
+def test_workers_get_equal_shares_and_slow_ones_a_fraction() -> None:
+    share = worker_shares(8, cores=2)
+    assert share == pytest.approx(0.1875)  # three quarters of two cores, among eight
+    quotas = worker_quotas(8, share, 4, 4.0)
+    assert quotas == {i: share / 4 if i in (1, 3, 5, 7) else share for i in range(8)}
+    assert worker_quotas(8, share) == {i: share for i in range(8)}
+    assert worker_quotas(8, 0.0, 4, 4.0) == {}  # --worker-cores 0: unlimited
 
 
 def test_a_failed_run_is_reported_not_fatal() -> None:

@@ -84,14 +84,22 @@ def add_kinds(kinds: Any) -> None:
         type=int,
         default=0,
         metavar="K",
-        help="make K peers' training --slowdown times slower than the others' (every worker "
-        "gets an equal share of this machine's cores as a CPU quota, a slow one 1/slowdown of it)",
+        help="make K peers' training --slowdown times slower than the others' (their workers get "
+        "1/slowdown of --worker-cores)",
     )
     e2e.add_argument(
         "--slowdown",
         type=float,
         default=4.0,
         help="how much slower a slow peer is than the others (default 4)",
+    )
+    e2e.add_argument(
+        "--worker-cores",
+        type=float,
+        metavar="CORES",
+        help="each training worker's CPU quota (default: 3/4 of this machine's cores split "
+        "equally among the peers, so one peer's speed does not depend on how many others "
+        "compute; 0: no quota)",
     )
     e2e.add_argument("--logs", metavar="DIR", help="keep every worker's log under DIR")
     e2e.add_argument("--target-loss", type=float, help="default: the worst final loss of the runs")
@@ -157,7 +165,8 @@ def _run_e2e(args: argparse.Namespace) -> int:
         failure_summary,
         render,
         run_e2e_bench,
-        slow_peer_quotas,
+        worker_quotas,
+        worker_shares,
     )
     from p2ptrain.harness.e2e_plot import write_loss_plot
     from p2ptrain.records.run import load_run_spec
@@ -180,7 +189,10 @@ def _run_e2e(args: argparse.Namespace) -> int:
     if not 0 <= args.slow_peers <= topology.num_peers:
         raise UserError(f"--slow-peers must be between 0 and {topology.num_peers}")
     cores = quotas_from_topology_file(args.topology, topology.peers) if args.topology else {}
-    compute_cores = slow_peer_quotas(topology.num_peers, args.slow_peers, args.slowdown)
+    share = worker_shares(topology.num_peers) if args.worker_cores is None else args.worker_cores
+    if share < 0 or (args.slow_peers and share == 0):
+        raise UserError("--worker-cores must be >= 0, and > 0 with --slow-peers")
+    compute_cores = worker_quotas(topology.num_peers, share, args.slow_peers, args.slowdown)
     try:
         result = run_e2e_bench(
             topology,
