@@ -121,8 +121,7 @@ class LinkProber:
         a floor), then the steady pace."""
         now = time.monotonic()
         unmeasured = any(
-            (sample := self.view.own_links.get(peer)) is None
-            or sample.bandwidth_mbps is None
+            (sample := self.view.own_links.get(peer)) is None or sample.bandwidth_mbps is None
             for peer in self.view.live_members(now)
             if peer != self.view.self_id
         )

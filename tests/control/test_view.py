@@ -258,6 +258,7 @@ def test_status_document_shape():
         "pipelines",
         "spares",
         "cost_s",
+        "stage_layers",
     }
 
 

@@ -93,11 +93,7 @@ def status_dict() -> dict[str, Any]:
             "stage_compute": compute_dict(),
             **peer_dict()}  # fmt: skip
     del peer["planner_capable"]
-    plan = {
-        k: v
-        for k, v in plan_dict().items()
-        if k not in ("data_addrs", "network", "lineage")
-    }
+    plan = {k: v for k, v in plan_dict().items() if k not in ("data_addrs", "network", "lineage")}
     return {
         "run": "r", "planner": A, "peers": [peer],
         "links": [{"a": A, "b": B, "rtt_ms": 0.4, "bandwidth_mbps": 900.0, "age_s": 1.0}],

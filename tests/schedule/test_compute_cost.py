@@ -155,3 +155,50 @@ def test_timing_noise_among_equal_peers_offers_no_smaller_shape() -> None:
     slowed = noisy.copy()
     slowed[[1, 3, 5, 7]] *= 10
     assert (4, 1) in candidate_shapes(8, 4, 8, slowed)
+
+
+def two_regions(inter_delay_ms: float, inter_gbps: float) -> tuple[np.ndarray, np.ndarray]:
+    """Peers 0-3 and 4-7 in two regions (5 ms, 1 Gbit/s inside), linked by the given link."""
+    region = np.arange(8) // 4
+    same = region[:, None] == region[None, :]
+    delay = np.where(same, 5.0, inter_delay_ms)
+    bandwidth = np.where(same, 1.0, inter_gbps)
+    np.fill_diagonal(delay, 0.0)
+    return delay, bandwidth
+
+
+def shape_by_step_model(delay: np.ndarray, bandwidth: np.ndarray, block_row_s: float):
+    from p2ptrain.records.run import RunSpec
+    from p2ptrain.schedule.shapes import simulated_step_model
+    from p2ptrain.schedule.workload import planning_workload, step_traffic
+
+    run = RunSpec()  # 4 stages, 2 micro-batches, 16 rows: a ~0.8 MB gradient per stage
+    compute = PeerCompute(
+        np.full(8, block_row_s), np.full(8, block_row_s / 4), np.full(8, block_row_s / 2),
+        run.n_layer, run.batch_size, run.micro_batches,
+    )  # fmt: skip
+    topology = Topology([f"p{i}" for i in range(8)], delay, bandwidth,
+                        workload=planning_workload(run, 4, 2), compute=compute)  # fmt: skip
+    shapes = candidate_shapes(8, 4, run.n_layer, compute.block_row_s, fewer_replicas=True)
+    assert shapes[:2] == [(4, 2), (4, 1)]  # equal peers: fewer replicas offered all the same
+    model = simulated_step_model(lambda s, r, layers: step_traffic(run, s, r, layers), compute)
+    return plan_best_shape(
+        topology,
+        [shape for shape in shapes if shape[0] == 4],
+        lambda s, r, layers=(): planning_workload(run, s, r, layers),
+        max_evaluations=2000,
+        step_model=model,
+    )
+
+
+def test_the_step_model_keeps_one_pipeline_where_averaging_crosses_a_slow_ocean() -> None:
+    # any second replica averages every stage over the 100 ms, 10 Mbit/s link: one pipeline
+    # inside a region, the other region spare, runs the whole batch faster
+    best = shape_by_step_model(*two_regions(100.0, 0.01), block_row_s=1e-3)
+    assert best.replicas == 1
+    assert {p // 4 for p in best.pipelines[0]} in ({0}, {1})
+
+
+def test_the_step_model_keeps_every_replica_where_links_are_fast_and_compute_dominates() -> None:
+    best = shape_by_step_model(*two_regions(5.0, 1.0), block_row_s=20e-3)
+    assert best.replicas == 2
