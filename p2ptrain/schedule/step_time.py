@@ -20,7 +20,10 @@ ways that matter at WAN round trips (docs/scheduler.md, "Step time on the data p
   from j to the last stage, the backward pass back to j, and stage j's averaging; for j = 0
   that is the whole pipeline plus the first stage's averaging.
 
-Compute and pipeline bubbles are not in it: the bench measures them (its "ideal" run).
+step_time() is communication only. simulated_step_s() is the whole step: the same frames and
+averaging on a simulated GPipe schedule with each stage's compute (measured by the workers in
+the bench, timed by the probes in the live planner's shape choice), so compute, bubbles and
+their overlap with the frames are in it.
 Pure numpy, like the rest of the scheduler. Units: delay_ms one-way, bandwidth Gbit/s (the
 topology's), sizes in bytes, times in seconds.
 """
