@@ -31,6 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--run", default=None, help="run spec TOML (default: a built-in run)")
     parser.add_argument(
+        "--http",
+        metavar="[HOST:]PORT",
+        help="serve the live dashboard (the page, /api/status, /metrics) on [HOST:]PORT; read-only; "
+        "HOST defaults to 127.0.0.1 (0.0.0.0 exposes it)",
+    )
+    parser.add_argument(
         "--revoked",
         default=None,
         metavar="FILE",
@@ -52,5 +58,6 @@ def run(args: argparse.Namespace) -> int:
         announce=tuple(args.announce),
         run=spec,
         revocations_path=args.revoked,
+        http=args.http,
     )
     return run_node(ControlNode(config))

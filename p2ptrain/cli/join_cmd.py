@@ -65,6 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="append every report of this node's worker to FILE as a JSON line",
     )
     parser.add_argument(
+        "--http",
+        metavar="[HOST:]PORT",
+        help="serve the live dashboard (the page, /api/status, /metrics) on [HOST:]PORT; read-only; "
+        "HOST defaults to 127.0.0.1 (0.0.0.0 exposes it)",
+    )
+    parser.add_argument(
         "--quiet",
         action="store_true",
         help="print only the node's multiaddr on stdout, no progress line per training step",
@@ -106,5 +112,6 @@ def run(args: argparse.Namespace) -> int:
         token=args.token,
         faults=faults,
         quiet=args.quiet,
+        http=args.http,
     )
     return supervisor.run()

@@ -2,6 +2,7 @@
 
 python -m p2ptrain.control --role control-only --identity FILE --bootstrap MADDR [--listen MADDR]
                            [--announce MADDR...] [--ipc SOCKET] [--token TOKEN] [--quiet]
+                           [--http [HOST:]PORT]
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ipc", default=None)
     parser.add_argument("--token", default=None, help="the organiser's token, or a file holding it")
     parser.add_argument("--quiet", action="store_true", help="no progress line per worker step")
+    parser.add_argument("--http", default=None, help="serve the dashboard on [HOST:]PORT")
     args = parser.parse_args(argv)
     from p2ptrain.control.node import ControlNode, NodeConfig, configure_logging, run_node
     from p2ptrain.identity import load_or_create_identity
@@ -38,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
             ipc_path=args.ipc,
             token=None if args.token is None else read_token(args.token),
             print_progress=not args.quiet,
+            http=args.http,
         )
         node = ControlNode(config)
     except UserError as exc:

@@ -23,6 +23,7 @@ from libp2p.peer.id import ID
 from libp2p.tools.anyio_service import background_trio_service
 
 from p2ptrain import addresses, identity
+from p2ptrain.control.dashboard import DashboardFeed
 from p2ptrain.control.discovery import Discovery, make_dht
 from p2ptrain.control.election import serve_election
 from p2ptrain.control.gossip import make_pubsub, serve_topics
@@ -59,6 +60,7 @@ class NodeConfig:
     print_progress: bool = True  # a line per step of our worker on stdout (control/progress.py)
     token: Token | None = None  # the organiser's word that we may join, and maybe plan
     revocations_path: str | None = None  # the bootstrap's --revoked file
+    http: str | None = None  # --http [HOST:]PORT: serve the dashboard (control/dashboard.py)
 
 
 class ControlNode:
@@ -96,6 +98,7 @@ class ControlNode:
         self.rpcs = RpcResponder(self.state)
         self.inbound_limits = rpc.InboundLimits()
         self.prober = LinkProber(self.host, view, self.state.joined)
+        self.dashboard = None if config.http is None else DashboardFeed(config.http)
         self.worker_link = (
             WorkerLink(self.state, config.ipc_path, config.print_progress)
             if config.ipc_path
@@ -158,6 +161,8 @@ class ControlNode:
                 nursery.start_soon(self.publisher.serve_publishing)
                 nursery.start_soon(self.discovery.serve_discovery)
                 nursery.start_soon(self.sync.serve_sync)
+                if self.dashboard is not None:
+                    nursery.start_soon(self.dashboard.serve, state.view)
                 if state.is_member:
                     nursery.start_soon(measure_compute, state)
                     nursery.start_soon(self.prober.serve_rtt_probes)

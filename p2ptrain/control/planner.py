@@ -140,6 +140,7 @@ class Placement:
     spares: tuple[str, ...]
     cost_s: float
     stage_layers: tuple[int, ...] = ()  # blocks per stage (schedule/split.py); (): even
+    predicted_step_s: float | None = None  # the step simulated on the measured compute
 
 
 def network_facts(matrices: Matrices, pipelines: Sequence[Sequence[str]]) -> NetworkFacts | None:
@@ -201,6 +202,9 @@ def compute_plan(matrices: Matrices, run: RunSpec) -> Placement:
         # the run's stage count only (schedule/shapes.py prices any shape); the layers of each
         # stage are chosen for the placement (schedule/split.py)
         shapes = [shape for shape in shapes if shape[0] == stages]
+        step_model = simulated_step_model(
+            lambda s, r, layers: step_traffic(run, s, r, layers), compute
+        )
         plan = plan_best_shape(
             topology,
             shapes,
@@ -210,11 +214,11 @@ def compute_plan(matrices: Matrices, run: RunSpec) -> Placement:
             max_evaluations=PLAN_MAX_EVALUATIONS,
             # shapes compared by the step as the data plane runs it, on the measured links
             # and compute (the paper's cost misranked 1 x 4 against 2 x 4 by 1.5x)
-            step_model=simulated_step_model(
-                lambda s, r, layers: step_traffic(run, s, r, layers), compute
-            ),
+            step_model=step_model,
         )
+        predicted_step_s: float | None = float(step_model(plan, topology))
     else:
+        predicted_step_s = None
         plan = plan_swarm(
             topology,
             stages=stages,
@@ -229,6 +233,7 @@ def compute_plan(matrices: Matrices, run: RunSpec) -> Placement:
         spares=tuple(peers[i] for i in plan.spares),
         cost_s=float(plan.cost_s),
         stage_layers=tuple(plan.stage_layers),
+        predicted_step_s=predicted_step_s,
     )
 
 

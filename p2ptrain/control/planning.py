@@ -87,19 +87,26 @@ class PlanMaker:
             self._planned_measured
         )
         placement: planner.Placement | None
+        previous_cost_s: float | None = None  # the current plan on the same measurements
         if members != self._planned_members:
             if self._change_since is None:
                 self._change_since = now
             if now - self._change_since < PLAN_DEBOUNCE_S:
                 return False
+            reason = "first" if current is None else "members"
             placement = await self._schedule(matrices, run)
         # drift re-plans a scheduled placement only: a random one (the benchmarks' baseline)
         # stays as it is until membership changes
         elif run.placement == "scheduled" and (self._drifted(now, matrices) or newly_measured):
+            reason = "compute" if newly_measured else "drift"
             self._planned_measured = measured_peers(members, measured)
             placement = await self._schedule(matrices, run)
+            if current is not None:
+                previous_cost_s = planner.placement_cost(
+                    matrices, current.pipelines, run, current.stage_layers
+                )
             if placement is not None and not self._pays_to_switch(
-                placement, current, matrices, run
+                placement, current, previous_cost_s
             ):
                 self._planned_matrices = matrices  # the new baseline for drift
                 return False
@@ -108,9 +115,10 @@ class PlanMaker:
             and current.planner == self.peer_id
             and dict(current.data_addrs) != data_addrs
         ):
+            reason, previous_cost_s = "addresses", current.cost_s
             placement = planner.Placement(
                 current.stages, current.pipelines, current.spares, current.cost_s,
-                current.stage_layers,
+                current.stage_layers, current.predicted_step_s,
             )  # fmt: skip
         else:
             return False
@@ -132,6 +140,9 @@ class PlanMaker:
             stage_layers=placement.stage_layers,
             network=planner.network_facts(matrices, placement.pipelines),
             lineage=plan_lineage(current, self._term, self._epoch, self.peer_id),
+            reason=reason,
+            previous_cost_s=previous_cost_s,
+            predicted_step_s=placement.predicted_step_s,
         )
         self.view.adopt_own_plan(plan)
         upper = np.triu_indices(len(members), k=1)
@@ -147,20 +158,15 @@ class PlanMaker:
         return True
 
     def _pays_to_switch(
-        self,
-        placement: planner.Placement,
-        current: Plan | None,
-        matrices: planner.Matrices,
-        run: RunSpec,
+        self, placement: planner.Placement, current: Plan | None, current_cost: float | None
     ) -> bool:
+        """Is `placement` worth a restart over `current`, which costs `current_cost` on the
+        same measurements?"""
         if current is None:
             return True
         same_layers = placement.stage_layers == current.stage_layers
         if placement.pipelines == current.pipelines and same_layers:
             return False  # same placement: nothing to restart for
-        current_cost = planner.placement_cost(
-            matrices, current.pipelines, run, current.stage_layers
-        )
         switch = planner.worth_switching(placement.cost_s, current_cost)
         log.info(
             "measurements drifted: new placement %.3f s vs current %s s per step: %s",

@@ -45,11 +45,7 @@ def swarm_status(view: SwarmView, now: float) -> SwarmStatus:
         for (a, b), link in sorted(view.links(now).items())
         if a in members and b in members
     )
-    plan = view.plan
-    summary = None
-    if plan is not None:
-        summary = PlanSummary(plan.term, plan.epoch, plan.planner, plan.stages, plan.pipelines,
-                              plan.spares, plan.cost_s, plan.stage_layers)  # fmt: skip
+    summary = None if view.plan is None else PlanSummary.of(view.plan)
     return SwarmStatus(
         run=view.run.run_id if view.run else "",
         planner=planner,

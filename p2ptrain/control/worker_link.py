@@ -18,6 +18,7 @@ import trio
 from p2ptrain.control.ipc import IpcServer
 from p2ptrain.control.progress import progress_line
 from p2ptrain.control.state import NodeState
+from p2ptrain.net.framing import TRAFFIC
 from p2ptrain.records import (
     ComputeReport,
     Heartbeat,
@@ -44,6 +45,7 @@ class WorkerLink:
         self.state = state
         self.print_progress = print_progress
         self.ipc = IpcServer(ipc_path, self._on_message)
+        self.averaging: dict[str, int] = {}  # our worker's rounds by outcome, for telemetry
 
     async def serve_worker(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Listen on the socket (started once it listens) and send each new plan to the worker."""
@@ -74,6 +76,7 @@ class WorkerLink:
         elif isinstance(message, MetricsReport):
             # a step done: the worker is training the next one
             state.worker.heard(now, (message.term, message.epoch, "training", message.step + 1))
+            self.averaging[message.averaging] = self.averaging.get(message.averaging, 0) + 1
             state.view.own_metrics = PeerMetrics(
                 step=message.step,
                 loss=message.loss,
@@ -82,6 +85,10 @@ class WorkerLink:
                 replica=message.replica,
                 bytes_sent=message.bytes_sent,
                 bytes_received=message.bytes_received,
+                step_s=message.step_s,
+                averaging=dict(self.averaging),
+                control_bytes_sent=TRAFFIC.sent,
+                control_bytes_received=TRAFFIC.received,
             )
             if self.print_progress:
                 print(progress_line(message), flush=True)

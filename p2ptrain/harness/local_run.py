@@ -65,10 +65,12 @@ def train_with_control_plane(
     sites: NodeSites | None = None,
     own_checkpoints: bool = False,
     faults: tuple[str, ...] = (),
+    http: str | None = None,
 ) -> SwarmResult:
     """Run the swarm until every step's loss is known; with `own_checkpoints`, node i keeps its
     checkpoints in workdir/peer-i/ instead of the run's shared checkpoint_dir. `faults` go to
-    every node (`join --fault`): each fires in whichever worker holds its role at its step."""
+    every node (`join --fault`): each fires in whichever worker holds its role at its step;
+    `http`: the bootstrap serves its dashboard there (`bootstrap --http`)."""
     sites = sites or NodeSites()
     run_path = workdir / "run.toml"
     # the first plan waits for all N peers instead of re-planning as each one joins
@@ -76,7 +78,7 @@ def train_with_control_plane(
     nodes: list[subprocess.Popen[bytes]] = []
     try:
         args = ["bootstrap", "--identity", str(workdir / "bootstrap.key"), "--run", str(run_path),
-                *_flag("--listen", sites.listen(-1))]  # fmt: skip
+                *_flag("--listen", sites.listen(-1)), *_flag("--http", http)]  # fmt: skip
         boot = _start(sites, -1, args, workdir / "bootstrap.log", stdout=subprocess.PIPE)
         nodes.append(boot)
         address = _first_line(boot, START_TIMEOUT_S)

@@ -1,13 +1,27 @@
-"""Length-prefixed frames on a libp2p stream, with a size cap and exact reads."""
+"""Length-prefixed frames on a libp2p stream, with a size cap and exact reads; every byte our
+control-plane protocols (RPCs, sync, probes) move goes through here and is counted."""
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 from libp2p.abc import INetStream
 from libp2p.network.stream.exceptions import StreamEOF, StreamReset
 
 _LENGTH = struct.Struct(">I")
+
+
+@dataclass
+class ByteCounter:
+    """Application bytes of this process's own protocols, cumulative (gossip and the DHT are
+    py-libp2p's and not counted)."""
+
+    sent: int = 0
+    received: int = 0
+
+
+TRAFFIC = ByteCounter()  # one per process: the control plane is one process
 
 
 class FrameError(ValueError):
@@ -25,13 +39,27 @@ async def read_exact(stream: INetStream, num_bytes: int) -> bytes:
             chunk = b""
         if not chunk:
             raise FrameError(f"stream closed with {remaining} of {num_bytes} bytes missing")
+        TRAFFIC.received += len(chunk)
         chunks.append(chunk)
         remaining -= len(chunk)
     return b"".join(chunks)
 
 
+async def send(stream: INetStream, data: bytes) -> None:
+    """Write data, counted."""
+    await stream.write(data)
+    TRAFFIC.sent += len(data)
+
+
+async def read_some(stream: INetStream, max_bytes: int) -> bytes:
+    """Read up to max_bytes (b"" at the end of the stream), counted."""
+    chunk = await stream.read(max_bytes)
+    TRAFFIC.received += len(chunk)
+    return chunk
+
+
 async def write_frame(stream: INetStream, payload: bytes) -> None:
-    await stream.write(_LENGTH.pack(len(payload)) + payload)
+    await send(stream, _LENGTH.pack(len(payload)) + payload)
 
 
 async def read_frame(stream: INetStream, max_bytes: int) -> bytes:

@@ -16,7 +16,7 @@ from libp2p.abc import IHost, INetStream
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
-from p2ptrain.net.framing import read_exact
+from p2ptrain.net.framing import read_exact, read_some, send
 
 PING_PROTOCOL = TProtocol("/p2ptrain/ping/1.0.0")
 # 2: the receiver acknowledges half-way and at the end (1: at the end only)
@@ -41,7 +41,7 @@ async def handle_ping(stream: INetStream) -> None:
     try:
         with trio.move_on_after(PROBE_TIMEOUT_S * NUM_PINGS):
             for _ in range(NUM_PINGS):
-                await stream.write(await read_exact(stream, PING_BYTES))
+                await send(stream, await read_exact(stream, PING_BYTES))
     except Exception:  # a vanished client is not our problem
         pass
     finally:
@@ -62,7 +62,7 @@ async def measure_rtt_ms(host: IHost, peer: ID) -> float:
             payload = os.urandom(PING_BYTES)
             with trio.fail_after(PROBE_TIMEOUT_S):
                 start = time.perf_counter()
-                await stream.write(payload)
+                await send(stream, payload)
                 if await read_exact(stream, PING_BYTES) != payload:
                     raise ValueError("ping echo mismatch")
                 samples.append((time.perf_counter() - start) * 1000)
@@ -81,14 +81,14 @@ async def handle_bandwidth(stream: INetStream) -> None:
                 return
             received, half_acked = 0, False
             while received < size:
-                chunk = await stream.read(min(size - received, _CHUNK_BYTES))
+                chunk = await read_some(stream, min(size - received, _CHUNK_BYTES))
                 if not chunk:
                     return
                 received += len(chunk)
                 if not half_acked and received >= size // 2:
-                    await stream.write(b"\x01")
+                    await send(stream, b"\x01")
                     half_acked = True
-            await stream.write(b"\x02")
+            await send(stream, b"\x02")
     except Exception:
         pass
     finally:
@@ -113,12 +113,12 @@ async def measure_bandwidth_mbps(
         started = time.perf_counter()
         try:
 
-            async def send() -> None:
-                await stream.write(_SIZE.pack(num_bytes))
+            async def send_probe() -> None:
+                await send(stream, _SIZE.pack(num_bytes))
                 sent = 0
                 while sent < num_bytes:
                     piece = chunk[: num_bytes - sent]
-                    await stream.write(piece)
+                    await send(stream, piece)
                     sent += len(piece)
 
             async def read_acks() -> None:
@@ -128,7 +128,7 @@ async def measure_bandwidth_mbps(
                     acks.append(time.perf_counter())
 
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(send)
+                nursery.start_soon(send_probe)
                 nursery.start_soon(read_acks)
         finally:
             await _close_quietly(stream)

@@ -57,9 +57,11 @@ class Supervisor:
         token: str | None = None,
         faults: Faults = NO_FAULTS,
         quiet: bool = False,
+        http: str | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.quiet = quiet  # no progress lines: the multiaddr is the only stdout line
+        self.http = http  # the control process serves the dashboard there
         self.faults = faults
         self.token = token
         self.checkpoint_dir = checkpoint_dir
@@ -101,6 +103,7 @@ class Supervisor:
                     "--ipc", ipc_path,
                     *(["--token", self.token] if self.token else []),
                     *(["--quiet"] if self.quiet else []),
+                    *(["--http", self.http] if self.http else []),
                 ],
                 stdout=subprocess.PIPE,
             )  # fmt: skip

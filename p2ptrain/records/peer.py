@@ -138,6 +138,13 @@ class PeerMetrics:
     replica: int | None = None
     bytes_sent: int | None = None
     bytes_received: int | None = None
+    step_s: float | None = None  # the latest step's wall time
+    # averaging rounds since the worker started, by outcome (records/messages.py:
+    # AVERAGING_OUTCOMES); None from an older peer
+    averaging: dict[str, int] | None = None
+    # the control plane's own traffic (probes, RPCs, sync; not gossip or the DHT), cumulative
+    control_bytes_sent: int | None = None
+    control_bytes_received: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -153,7 +160,31 @@ class PeerMetrics:
             replica=f.optional_integer(d.get("replica"), "metrics", "replica"),
             bytes_sent=f.optional_integer(d.get("bytes_sent"), "metrics", "bytes_sent"),
             bytes_received=f.optional_integer(d.get("bytes_received"), "metrics", "bytes_received"),
+            step_s=f.optional_number(d.get("step_s"), "metrics", "step_s"),
+            averaging=_outcome_counts(d.get("averaging")),
+            control_bytes_sent=f.optional_integer(
+                d.get("control_bytes_sent"), "metrics", "control_bytes_sent"
+            ),
+            control_bytes_received=f.optional_integer(
+                d.get("control_bytes_received"), "metrics", "control_bytes_received"
+            ),
         )
+
+
+MAX_OUTCOMES = 8
+
+
+def _outcome_counts(value: object) -> dict[str, int] | None:
+    """Averaging rounds by outcome: a few short names, each a count."""
+    if value is None:
+        return None
+    d = f.mapping(value, "metrics")
+    if len(d) > MAX_OUTCOMES:
+        raise f.malformed("metrics", f"averaging names more than {MAX_OUTCOMES} outcomes")
+    return {
+        f.text(k, "metrics", "averaging outcome", 16): f.integer(v, "metrics", "averaging count")
+        for k, v in d.items()
+    }
 
 
 @dataclass(frozen=True)

@@ -143,6 +143,12 @@ class Plan:
     # blocks per stage where a compute-aware planner split them unevenly; empty: the model's
     # near-equal cut (layer_ranges), as in older plans and harness plans
     stage_layers: tuple[int, ...] = ()
+    # why the planner made it (PLAN_REASONS; "" in older and harness plans), what the plan it
+    # replaces costs on the same measurements (the predicted gain is the difference), and the
+    # step the planner simulated for it on the measured links and compute (None: not simulated)
+    reason: str = ""
+    previous_cost_s: float | None = None
+    predicted_step_s: float | None = None
 
     def __post_init__(self) -> None:
         layers = self.stage_layers
@@ -260,6 +266,12 @@ class Plan:
             data["lineage"] = [[entry_id, epoch] for entry_id, epoch in self.lineage]
         if self.stage_layers:
             data["stage_layers"] = list(self.stage_layers)
+        if self.reason:
+            data["reason"] = self.reason
+        if self.previous_cost_s is not None:
+            data["previous_cost_s"] = self.previous_cost_s
+        if self.predicted_step_s is not None:
+            data["predicted_step_s"] = self.predicted_step_s
         return data
 
     @classmethod
@@ -316,7 +328,23 @@ class Plan:
             network=network,
             lineage=lineage,
             stage_layers=stage_layers,
+            reason=parse_reason(d.get("reason", ""), "plan"),
+            previous_cost_s=f.optional_number(d.get("previous_cost_s"), "plan", "previous_cost_s"),
+            predicted_step_s=f.optional_number(
+                d.get("predicted_step_s"), "plan", "predicted_step_s"
+            ),
         )
+
+
+# why a planner published a plan: the first one; the members changed (a join, a leave, a death,
+# a peer turned unhealthy); the links drifted; peers' compute was newly measured; only the
+# data-plane addresses changed (same placement)
+PLAN_REASONS = ("first", "members", "drift", "compute", "addresses")
+
+
+def parse_reason(value: object, record: str) -> str:
+    """A plan's reason: one of PLAN_REASONS, or "" (not said)."""
+    return "" if value == "" else f.choice(value, record, "reason", PLAN_REASONS)
 
 
 def even_layers(n_layer: int, stages: int) -> tuple[int, ...]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from p2ptrain.records import fields as f
 from p2ptrain.records.peer import ROLES, Health, PeerMetrics, StageCompute
-from p2ptrain.records.plan import MAX_STAGES, parse_stage_layers
+from p2ptrain.records.plan import MAX_STAGES, Plan, parse_reason, parse_stage_layers
 
 MAX_STATUS_PEERS = 10_000
 MAX_STATUS_LINKS = 200_000
@@ -106,12 +106,23 @@ class PlanSummary:
     spares: tuple[str, ...]
     cost_s: float
     stage_layers: tuple[int, ...] = ()  # blocks per stage of an uneven split (empty: even)
+    reason: str = ""  # why it was made (records/plan.py: PLAN_REASONS)
+    previous_cost_s: float | None = None  # the plan it replaced, priced on the same links
+    predicted_step_s: float | None = None  # the planner's simulated step
 
     def to_dict(self) -> dict[str, Any]:
         return {"term": self.term, "epoch": self.epoch, "planner": self.planner,
                 "stages": self.stages, "pipelines": [list(p) for p in self.pipelines],
                 "spares": list(self.spares), "cost_s": self.cost_s,
-                "stage_layers": list(self.stage_layers)}  # fmt: skip
+                "stage_layers": list(self.stage_layers), "reason": self.reason,
+                "previous_cost_s": self.previous_cost_s,
+                "predicted_step_s": self.predicted_step_s}  # fmt: skip
+
+    @classmethod
+    def of(cls, plan: Plan) -> PlanSummary:
+        return cls(plan.term, plan.epoch, plan.planner, plan.stages, plan.pipelines, plan.spares,
+                   plan.cost_s, plan.stage_layers, plan.reason, plan.previous_cost_s,
+                   plan.predicted_step_s)  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: object) -> PlanSummary:
@@ -131,6 +142,9 @@ class PlanSummary:
             spares=f.peer_ids(d["spares"], r, "spares"),
             cost_s=f.number(d.get("cost_s", 0.0), r, "cost_s"),
             stage_layers=parse_stage_layers(d.get("stage_layers", []), stages),
+            reason=parse_reason(d.get("reason", ""), r),
+            previous_cost_s=f.optional_number(d.get("previous_cost_s"), r, "previous_cost_s"),
+            predicted_step_s=f.optional_number(d.get("predicted_step_s"), r, "predicted_step_s"),
         )
 
 

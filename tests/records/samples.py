@@ -51,6 +51,9 @@ def plan_dict() -> dict[str, Any]:
         },
         "lineage": [["0123456789abcdef", 5], ["fedcba9876543210", 3]],
         "stage_layers": [3, 1],
+        "reason": "drift",
+        "previous_cost_s": 0.5,
+        "predicted_step_s": 0.3,
     }
 
 
@@ -72,7 +75,9 @@ def telemetry_dict() -> dict[str, Any]:
             B: {"rtt_ms": 0.4, "rtt_age_s": 1.0, "bandwidth_mbps": None, "bandwidth_age_s": None}
         },
         "metrics": {"step": 3, "loss": 4.5, "tokens_per_s": 900.0, "stage": 1, "replica": 0,
-                    "bytes_sent": 123456, "bytes_received": 654321},
+                    "bytes_sent": 123456, "bytes_received": 654321, "step_s": 0.7,
+                    "averaging": {"averaged": 3, "local": 1}, "control_bytes_sent": 4096,
+                    "control_bytes_received": 8192},
     }  # fmt: skip
 
 

@@ -62,6 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="for tests: give every node this worker fault (`join --fault`); repeatable",
     )
     parser.add_argument(
+        "--http",
+        metavar="[HOST:]PORT",
+        help="serve the live dashboard from the bootstrap on [HOST:]PORT (default host "
+        "127.0.0.1): open http://127.0.0.1:PORT/ to watch the swarm",
+    )
+    parser.add_argument(
         "--bandwidth-scale",
         type=float,
         default=0.02,
@@ -98,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
     started_s = time.monotonic()
     if args.direct and args.control_plane:
         raise UserError("--direct and --control-plane exclude each other")
+    if args.http is not None and (args.direct or args.emulate):
+        raise UserError("--http serves the bootstrap's dashboard: not with --direct or --emulate")
     try:
         if args.emulate:
             result = _train_emulated(
@@ -106,12 +114,16 @@ def run(args: argparse.Namespace) -> int:
             )  # fmt: skip
         elif not args.direct:
             from p2ptrain.harness.local_run import train_with_control_plane
+            from p2ptrain.web.server import parse_http_address
 
             print(f"starting a bootstrap and {args.peers} nodes (logs in {workdir}) ...", file=out)
+            if args.http is not None:
+                host, port = parse_http_address(args.http)
+                print(f"dashboard: http://{host}:{port}/", file=out, flush=True)
             progress = _Progress(spec.steps, out)
             result = train_with_control_plane(
                 spec, args.peers, workdir, progress.on_plan, progress.on_step,
-                own_checkpoints=own_checkpoints, faults=tuple(args.fault),
+                own_checkpoints=own_checkpoints, faults=tuple(args.fault), http=args.http,
             )  # fmt: skip
             progress.finish()
         else:

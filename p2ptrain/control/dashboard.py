@@ -1,0 +1,40 @@
+"""Feeds this node's web dashboard (p2ptrain/web): the status document once a second.
+
+The page and /metrics are served from the dashboard's own threads (web/server.py) and read only
+what this task hands them, so serving them never touches the SwarmView.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import trio
+
+from p2ptrain.control.status import swarm_status
+from p2ptrain.control.view import SwarmView
+from p2ptrain.web.server import Dashboard, DashboardServer, parse_http_address
+
+log = logging.getLogger(__name__)
+
+REFRESH_S = 1.0
+
+
+class DashboardFeed:
+    """The dashboard server of `--http HOST:PORT`, listening from construction (a port in use
+    fails the node's start with one line), fed by `serve`."""
+
+    def __init__(self, http: str) -> None:
+        host, port = parse_http_address(http)
+        self.dashboard = Dashboard()
+        self.server = DashboardServer(self.dashboard, host, port)
+
+    async def serve(self, view: SwarmView) -> None:
+        self.server.start()
+        log.info("dashboard on %s", self.server.url)
+        try:
+            while True:
+                self.dashboard.update(swarm_status(view, time.monotonic()), time.time())
+                await trio.sleep(REFRESH_S)
+        finally:
+            self.server.stop()

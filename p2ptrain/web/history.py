@@ -1,0 +1,151 @@
+"""What the dashboard shows over time: the run's loss and throughput per step, and the swarm's
+events (joins, leaves, deaths, elections, re-plans with their reason and predicted gain).
+
+Both are read off successive status documents (records/status.py), the same the node answers
+`p2ptrain status` with: whatever this node's view learns, the page shows, and nothing else.
+Bounded: the oldest points and events are dropped first.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from p2ptrain.records import PlanSummary, SwarmStatus
+
+MAX_POINTS = 5000
+MAX_EVENTS = 500
+
+REASON_TEXT = {
+    "first": "first plan",
+    "members": "members changed",
+    "drift": "links drifted",
+    "compute": "compute measured",
+    "addresses": "data addresses changed",
+}
+
+
+@dataclass(frozen=True)
+class Point:
+    """The run near one step: the replicas' mean loss and the swarm's tokens/s (their sum)."""
+
+    t: float  # wall clock, seconds since the epoch
+    step: int
+    loss: float
+    tokens_per_s: float
+
+
+@dataclass(frozen=True)
+class Event:
+    t: float  # wall clock, seconds since the epoch
+    kind: str  # "join", "leave", "death", "back", "election", "plan"
+    text: str
+    peer: str | None = None
+
+
+def short(peer: str | None) -> str:
+    return "-" if peer is None else f"…{peer[-8:]}"
+
+
+def measured_step_s(status: SwarmStatus) -> float | None:
+    """The median of the placed peers' latest step times."""
+    plan = status.plan
+    placed = set() if plan is None else {p for pipe in plan.pipelines for p in pipe}
+    times = [
+        p.metrics.step_s
+        for p in status.peers
+        if p.id in placed and p.metrics is not None and p.metrics.step_s is not None
+    ]
+    return statistics.median(times) if times else None
+
+
+def plan_text(plan: PlanSummary) -> str:
+    shape = f"{len(plan.pipelines)} × {plan.stages}"
+    reason = REASON_TEXT.get(plan.reason, plan.reason or "reason not given")
+    text = f"plan {plan.term}/{plan.epoch} by {short(plan.planner)}: {shape}, {reason}"
+    if plan.previous_cost_s is not None and plan.previous_cost_s > 0:
+        gain = 1 - plan.cost_s / plan.previous_cost_s
+        text += f", predicted cost {plan.previous_cost_s:.3f} → {plan.cost_s:.3f} s"
+        text += f" ({gain:+.0%} faster)" if gain >= 0 else f" ({-gain:.0%} slower)"
+    if plan.predicted_step_s is not None:
+        text += f", step {plan.predicted_step_s:.2f} s predicted"
+    return text
+
+
+class SwarmHistory:
+    """Points and events, fed one status document at a time."""
+
+    def __init__(self, max_points: int = MAX_POINTS, max_events: int = MAX_EVENTS) -> None:
+        self.points: deque[Point] = deque(maxlen=max_points)
+        self.events: deque[Event] = deque(maxlen=max_events)
+        self._alive: dict[str, bool] = {}
+        self._planner: str | None = None
+        self._term = 0
+        self._plan_key: tuple[int, int] | None = None
+
+    def observe(self, status: SwarmStatus, wall: float) -> None:
+        self._peer_events(status, wall)
+        if status.planner is not None and (status.planner, status.term) != (
+            self._planner,
+            self._term,
+        ):
+            self._planner, self._term = status.planner, status.term
+            self._add(wall, "election", f"{short(status.planner)} is the planner, term "
+                      f"{status.term}", status.planner)  # fmt: skip
+        plan = status.plan
+        if plan is not None and (plan.term, plan.epoch) != self._plan_key:
+            self._plan_key = (plan.term, plan.epoch)
+            self._add(wall, "plan", plan_text(plan), plan.planner)
+        self._step_points(status, wall)
+
+    def _step_points(self, status: SwarmStatus, wall: float) -> None:
+        """A point each time the slowest replica's last stage reports a newer step: that step,
+        the mean of the replicas' latest losses (peers gossip only their latest step, a second
+        or so apart, so the replicas' reports are rarely of one step) and their summed
+        tokens/s. Nothing until every replica has reported."""
+        plan = status.plan
+        if plan is None:
+            return
+        last = {p[-1] for p in plan.pipelines}
+        reports = [
+            p.metrics
+            for p in status.peers
+            if p.id in last
+            and p.metrics is not None
+            and p.metrics.step is not None
+            and p.metrics.loss is not None
+        ]
+        if len(reports) < len(last):
+            return
+        step = min(m.step for m in reports if m.step is not None)
+        if self.points and step <= self.points[-1].step:
+            return  # nothing newer (or steps re-run after a re-plan)
+        loss = statistics.fmean(m.loss for m in reports if m.loss is not None)
+        tokens = sum(m.tokens_per_s or 0.0 for m in reports)
+        self.points.append(Point(round(wall, 3), step, loss, tokens))
+
+    def _peer_events(self, status: SwarmStatus, wall: float) -> None:
+        now_alive = {p.id: p.alive for p in status.peers}
+        for peer, alive in now_alive.items():
+            was = self._alive.get(peer)
+            if was is None:
+                role = next(p.role for p in status.peers if p.id == peer)
+                self._add(wall, "join", f"{short(peer)} joined ({role})", peer)
+            elif was and not alive:
+                self._add(wall, "death", f"{short(peer)} stopped answering", peer)
+            elif alive and not was:
+                self._add(wall, "back", f"{short(peer)} is back", peer)
+        for peer in self._alive.keys() - now_alive.keys():
+            self._add(wall, "leave", f"{short(peer)} left the swarm", peer)
+        self._alive = now_alive
+
+    def _add(self, wall: float, kind: str, text: str, peer: str | None) -> None:
+        self.events.append(Event(round(wall, 3), kind, text, peer))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "points": [asdict(p) for p in self.points],
+            "events": [asdict(e) for e in self.events],
+        }

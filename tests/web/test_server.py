@@ -1,0 +1,140 @@
+"""The dashboard's HTTP server on a real socket: its JSON, its Prometheus text, its limits."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from p2ptrain.errors import UserError
+from p2ptrain.records import SwarmStatus
+from p2ptrain.web.server import Dashboard, DashboardServer, parse_http_address
+from tests.web.synthetic import swarm
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[DashboardServer, Dashboard]]:
+    dashboard = Dashboard()
+    server = DashboardServer(dashboard, "127.0.0.1", 0)
+    server.start()
+    try:
+        yield server, dashboard
+    finally:
+        server.stop()
+
+
+def _get(url: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return reply.status, dict(reply.headers), reply.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), b""
+
+
+def test_status_is_the_status_record_and_history_follows(
+    served: tuple[DashboardServer, Dashboard],
+) -> None:
+    server, dashboard = served
+    assert _get(server.url + "api/status")[2] == b"null"  # nothing yet
+    status = swarm(8)
+    dashboard.update(status, 1000.0)
+    code, headers, body = _get(server.url + "api/status")
+    assert code == 200 and headers["Content-Type"] == "application/json"
+    assert SwarmStatus.from_dict(json.loads(body)) == status
+    history = json.loads(_get(server.url + "api/history")[2])
+    assert [e["kind"] for e in history["events"]][-2:] == ["election", "plan"]
+    assert history["points"][0]["step"] == 10
+
+
+def test_the_page_and_its_assets_come_from_the_node(
+    served: tuple[DashboardServer, Dashboard],
+) -> None:
+    server, _ = served
+    code, headers, page = _get(server.url)
+    assert code == 200 and headers["Content-Type"].startswith("text/html")
+    assert b'src="/app.js"' in page and b"http" not in page.replace(b"http-equiv", b"")
+    assert "default-src 'self'" in headers["Content-Security-Policy"]
+    for asset in ("app.js", "style.css"):
+        assert _get(server.url + asset)[0] == 200
+
+
+def test_metrics_parse_with_prometheus_own_parser(
+    served: tuple[DashboardServer, Dashboard],
+) -> None:
+    server, dashboard = served
+    status = swarm(8)
+    dashboard.update(status, 1000.0)
+    code, headers, body = _get(server.url + "metrics")
+    assert code == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    value = {
+        f: {tuple(sorted(s.labels.items())): s.value for s in families[f].samples} for f in families
+    }
+    assert value["p2ptrain_peers"][(("state", "alive"),)] == 8
+    assert value["p2ptrain_planner_term"][()] == 1 and value["p2ptrain_plan_epoch"][()] == 1
+    assert value["p2ptrain_step"][()] == 10 and value["p2ptrain_loss"][()] == pytest.approx(4.9)
+    assert value["p2ptrain_plan_step_seconds"] == {
+        (("kind", "measured"),): 0.5,
+        (("kind", "predicted"),): 0.55,
+    }
+    peer = status.peers[5].id
+    rounds = families["p2ptrain_averaging_rounds"].samples
+    assert {
+        (s.labels["peer"], s.labels["outcome"], s.value) for s in rounds if s.labels["peer"] == peer
+    } == {(peer, "averaged", 10.0)}
+    sent = {
+        (s.labels["peer"], s.labels["plane"]): s.value
+        for s in families["p2ptrain_sent_bytes"].samples
+    }
+    assert sent[(peer, "data")] == 5000 and sent[(peer, "control")] == 50
+    assert len(families["p2ptrain_link_rtt_seconds"].samples) == 28
+    assert len(families["p2ptrain_link_rate_bits_per_second"].samples) == 28
+
+
+def test_read_only_and_nothing_else(served: tuple[DashboardServer, Dashboard]) -> None:
+    server, _ = served
+    assert _get(server.url + "nope")[0] == 404
+    assert _get(server.url + "../../etc/passwd")[0] == 404
+    assert _get(server.url + "api/status", method="POST")[0] == 501
+    assert _get(server.url + "api/status", method="DELETE")[0] == 501
+    code, _headers, body = _get(server.url + "api/status", method="HEAD")
+    assert code == 200 and body == b""
+
+
+def test_idle_connections_are_capped(served: tuple[DashboardServer, Dashboard]) -> None:
+    from p2ptrain.web import server as module
+
+    server, _ = served
+    idle = [
+        socket.create_connection(server.address, timeout=5) for _ in range(module.MAX_CONNECTIONS)
+    ]
+    try:
+        extra = socket.create_connection(server.address, timeout=5)
+        extra.sendall(b"GET /api/status HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert extra.recv(100) == b""  # refused: closed without an answer
+        extra.close()
+    finally:
+        for s in idle:
+            s.close()
+    assert _get(server.url + "api/status")[0] == 200  # served again once they are gone
+
+
+def test_http_addresses() -> None:
+    assert parse_http_address("8080") == ("127.0.0.1", 8080)
+    assert parse_http_address("0.0.0.0:80") == ("0.0.0.0", 80)
+    assert parse_http_address("[::1]:9000") == ("::1", 9000)
+    for bad in ("", "x", "1:99999", "host:"):
+        with pytest.raises(UserError):
+            parse_http_address(bad)
+
+
+def test_a_port_in_use_is_one_line(served: tuple[DashboardServer, Dashboard]) -> None:
+    server, _ = served
+    with pytest.raises(UserError, match="cannot listen"):
+        DashboardServer(Dashboard(), "127.0.0.1", server.address[1])
