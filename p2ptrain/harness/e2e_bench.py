@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from p2ptrain.harness.dp_swarm import DataParallelSwarm
-from p2ptrain.harness.e2e_join import median_step_s, train_join
+from p2ptrain.harness.e2e_join import mean_step_s, train_join
 from p2ptrain.records.run import RunSpec
 from p2ptrain.testbed.links import LinkSpec
 from p2ptrain.testbed.testbed import Testbed
@@ -253,7 +253,7 @@ def train_dp(
         "tokens_per_s": (len(finished) - 1) * tokens_per_step / (finished[-1] - finished[0])
         if len(finished) > 1 and finished[-1] > finished[0]
         else 0.0,
-        "step_s": median_step_s([t for t, _ in steps]),
+        "step_s": mean_step_s([t for t, _ in steps]),
         "curve": steps,
     }
 

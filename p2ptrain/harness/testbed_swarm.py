@@ -29,7 +29,9 @@ def testbed_network(bed: Testbed) -> NetworkFacts:
 
 
 def emulated_topology(bed: Testbed, workload: Any = None) -> Any:
-    """The topology the testbed emulates (scaled delays and rates), for the scheduler."""
+    """The topology the testbed emulates now (scaled delays and rates as the forwarder applies
+    them: the bench's ideal run speeds every link up), for the scheduler and the step-time
+    model."""
     import numpy as np
 
     from p2ptrain.schedule import Topology
@@ -37,7 +39,7 @@ def emulated_topology(bed: Testbed, workload: Any = None) -> Any:
     n = bed.num_peers
     delay = np.zeros((n, n))
     bandwidth = np.ones((n, n))
-    for (a, b), spec in bed.configured.items():
+    for (a, b), spec in bed.links().items():
         delay[a, b] = spec.delay_ms
         bandwidth[a, b] = spec.rate_mbps / 1000.0
     return Topology(
