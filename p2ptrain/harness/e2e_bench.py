@@ -194,8 +194,9 @@ def summarize(results: dict[str, Any], target_loss: float | None) -> dict[str, A
     for name in JOIN_PATH_RUNS:
         r = results.get(name, {})
         for run in [r, *r.get("runs", [])]:
-            if run.get("predicted_step_s") and run.get("step_s"):
-                run["step_prediction_error"] = run["predicted_step_s"] / run["step_s"] - 1
+            measured = run.get("worker_step_s") or run.get("step_s")
+            if run.get("predicted_step_s") and measured:
+                run["step_prediction_error"] = run["predicted_step_s"] / measured - 1
     curves = [r["curve"] for r in results.values() if isinstance(r, dict) and "curve" in r]
     if not curves:
         raise RuntimeError(next(r["error"] for r in results.values() if "error" in r))

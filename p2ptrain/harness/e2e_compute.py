@@ -44,6 +44,9 @@ def stage_medians(logs: Sequence[Path], plan_key: tuple[int, int]) -> list[dict[
         ]
         if waits:
             medians["averaging_s"] = statistics.median(waits)
+        periods = [float(r["step_s"]) for r in steady if isinstance(r.get("step_s"), int | float)]
+        if periods:
+            medians["step_s"] = statistics.median(periods)
         result.append(medians)
     return result
 
@@ -84,5 +87,21 @@ def compute_summary(
 
     return {
         key: [[of(peer, key) for peer in pipe] for pipe in pipelines]
-        for key in (*COMPUTE_FIELDS, "averaging_s")
+        for key in (*COMPUTE_FIELDS, "averaging_s", "step_s")
     }
+
+
+def steady_step_s(
+    logs: Sequence[Path], plan_key: tuple[int, int], pipelines: Sequence[Sequence[int]]
+) -> float | None:
+    """The steady-state step as the placed workers time it: the median over them of each one's
+    median step (the first left out), what the step-time model predicts. The harness's own
+    finish times also carry its polling and any one slow step (a retried round)."""
+    medians = stage_medians(logs, plan_key)
+    times = [
+        timed["step_s"]
+        for pipe in pipelines
+        for peer in pipe
+        if peer < len(medians) and (timed := medians[peer]) is not None and "step_s" in timed
+    ]
+    return statistics.median(times) if times else None

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from p2ptrain import identity
-from p2ptrain.harness.e2e_compute import compute_summary, measured_compute
+from p2ptrain.harness.e2e_compute import compute_summary, measured_compute, steady_step_s
 from p2ptrain.harness.e2e_traffic import link_table, measured_link_bytes, predicted_link_bytes
 from p2ptrain.harness.local_run import train_with_control_plane
 from p2ptrain.harness.testbed_sites import TestbedSites
@@ -143,6 +143,8 @@ def describe_run(
         # the whole step, simulated: links as emulated, stages' compute as timed in this run
         "predicted_step_s": simulated,
         "stage_compute": compute_summary(logs, plan.key, pipelines),
+        # the steady-state step as the workers time it: what predicted_step_s is compared with
+        "worker_step_s": steady_step_s(logs, plan.key, pipelines),
         "pipelines": pipelines,
         "averaging": result.averaging,  # outcome -> count, over all workers and steps
         "links": link_table(predicted, measured[0] if measured else None, spec.steps),
