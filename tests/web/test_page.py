@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-
-import pytest
 
 from p2ptrain.web.server import Dashboard, DashboardServer
 from tests.web.browser import headless_chromium, needs_browser
 from tests.web.synthetic import peer_ids, swarm
 
 pytestmark = needs_browser
-
-
-@pytest.fixture
-def served() -> Iterator[tuple[DashboardServer, Dashboard]]:
-    dashboard = Dashboard()
-    server = DashboardServer(dashboard, "127.0.0.1", 0)
-    server.start()
-    try:
-        yield server, dashboard
-    finally:
-        server.stop()
 
 
 def wait_for(check: Callable[[], Any], timeout_s: float = 20.0) -> Any:

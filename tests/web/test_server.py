@@ -6,7 +6,6 @@ import json
 import socket
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -15,17 +14,6 @@ from p2ptrain.errors import UserError
 from p2ptrain.records import SwarmStatus
 from p2ptrain.web.server import Dashboard, DashboardServer, parse_http_address
 from tests.web.synthetic import swarm
-
-
-@pytest.fixture
-def served() -> Iterator[tuple[DashboardServer, Dashboard]]:
-    dashboard = Dashboard()
-    server = DashboardServer(dashboard, "127.0.0.1", 0)
-    server.start()
-    try:
-        yield server, dashboard
-    finally:
-        server.stop()
 
 
 def _get(url: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:

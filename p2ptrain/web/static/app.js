@@ -199,21 +199,23 @@ function chart(id, points, key, label, cls) {
   axis.setAttribute("d", `M${pad},8 V${h - pad} H${w - 8}`);
   svg.append(axis);
   text(pad, 8, label);
-  text(w - 8, h - 6, "step", "end");
+  text(w - 8, h - 6, "seconds (steps at the ends)", "end");
   if (points.length) {
-    const ys = points.map((p) => p[key]), xs = points.map((p) => p.step);
+    const t0 = points[0].t;
+    const ys = points.map((p) => p[key]), xs = points.map((p) => p.t - t0);
     const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);
     const y0 = Math.min(...ys), y1 = Math.max(...ys, y0 + 1e-9);
     const X = (v) => pad + (v - x0) / (x1 - x0) * (w - pad - 8);
     const Y = (v) => h - pad - (v - y0) / (y1 - y0) * (h - pad - 16);
     const line = document.createElementNS(svg.namespaceURI, "polyline");
     line.setAttribute("class", "line " + cls);
-    line.setAttribute("points", points.map((p) => `${X(p.step).toFixed(1)},${Y(p[key]).toFixed(1)}`).join(" "));
+    line.setAttribute("points", points.map((p) => `${X(p.t - t0).toFixed(1)},${Y(p[key]).toFixed(1)}`).join(" "));
     svg.append(line);
     text(pad - 4, Y(y1) + 4, y1.toPrecision(3), "end");
     text(pad - 4, Y(y0), y0.toPrecision(3), "end");
-    text(pad, h - pad + 14, String(x0));
-    text(w - 8, h - pad + 14, String(x1), "end");
+    const last = points[points.length - 1];
+    text(pad, h - pad + 14, `0 s (step ${points[0].step})`);
+    text(w - 8, h - pad + 14, `${Math.round(last.t - t0)} s (step ${last.step})`, "end");
   }
   document.getElementById(id).replaceChildren(svg);
 }
