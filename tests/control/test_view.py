@@ -259,6 +259,9 @@ def test_status_document_shape():
         "spares",
         "cost_s",
         "stage_layers",
+        "reason",
+        "previous_cost_s",
+        "predicted_step_s",
     }
 
 
