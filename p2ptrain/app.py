@@ -24,6 +24,10 @@ SUBCOMMANDS: Subcommands = {
     "join": ("p2ptrain.cli.join_cmd", "join a swarm as a peer"),
     "status": ("p2ptrain.cli.status_cmd", "show a swarm's peers, links, planner and plan"),
     "id": ("p2ptrain.cli.id_cmd", "print this node's peer id (create its key if missing)"),
+    "digest": (
+        "p2ptrain.cli.digest_cmd",
+        "print the sha256 of a run's data on this machine (the run spec's data_sha256)",
+    ),
     "token": (
         "p2ptrain.cli.token_cmd",
         "issue or revoke a token that admits a peer (organiser's key)",

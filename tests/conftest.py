@@ -27,7 +27,7 @@ class ProcessReaper:
         self._lines: dict[int, queue.Queue[str | None]] = {}
 
     def start(
-        self, argv: Sequence[str], stderr_path: Path | None = None
+        self, argv: Sequence[str], stderr_path: Path | None = None, cwd: Path = REPO_ROOT
     ) -> subprocess.Popen[bytes]:
         """Start argv (stdout piped and read line by line in the background) in a new session."""
         proc = procs.spawn(
@@ -35,7 +35,7 @@ class ProcessReaper:
             log_path=stderr_path or os.devnull,
             stdout=subprocess.PIPE,
             die_with_parent=None,  # killed at teardown
-            cwd=REPO_ROOT,
+            cwd=cwd,
         )
         lines: queue.Queue[str | None] = queue.Queue()
         self._lines[proc.pid] = lines

@@ -62,6 +62,9 @@ class RunSpec:
     # data: "stdlib" (this interpreter's own .py files as bytes) or a file/directory path
     data: str = "stdlib"
     data_format: str = "text"  # "text" (bytes) or "tokens" (uint16 .bin, nanoGPT style)
+    # the corpus every peer must hold: sha256 of its tokens as loaded (train/data.py,
+    # corpus_sha256); "" = not pinned. `p2ptrain digest --run RUN.toml` prints it
+    data_sha256: str = ""
     batch_size: int = 16  # global batch in sequences, summed over replicas
     micro_batches: int = 2  # per pipeline, GPipe
     # optimizer: AdamW, linear warmup then cosine decay to min_lr
@@ -109,6 +112,10 @@ class RunSpec:
             raise UserError(f"data_format must be 'text' or 'tokens', got {self.data_format!r}")
         if self.data_format == "text" and self.vocab_size < 256:
             raise UserError("text data is byte-level: vocab_size must be >= 256")
+        if self.data_sha256 and not (
+            len(self.data_sha256) == 64 and set(self.data_sha256) <= set("0123456789abcdef")
+        ):
+            raise UserError("data_sha256 must be 64 lowercase hex digits (or empty: not pinned)")
         if self.vocab_size > 65536:
             raise UserError("vocab_size must be <= 65536 (tokens are stored as uint16)")
         if not 0 < self.min_lr <= self.lr:

@@ -12,6 +12,7 @@ together see exactly the batch a single process sees.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sysconfig
 from pathlib import Path
@@ -43,7 +44,34 @@ def stdlib_files(root: Path | None = None) -> list[Path]:
 
 
 def load_corpus(spec: RunSpec) -> torch.Tensor:
-    """The run's whole corpus as a 1-D int64-convertible tensor of token ids."""
+    """The run's whole corpus as a 1-D int64-convertible tensor of token ids; UserError if the
+    run pins a digest (data_sha256) that this machine's corpus does not have."""
+    tokens = load_tokens(spec)
+    check_digest(spec, tokens)
+    return torch.from_numpy(tokens.astype(np.int64 if tokens.dtype == np.uint16 else np.uint8))
+
+
+def corpus_sha256(tokens: np.ndarray) -> str:
+    """The corpus's digest: sha256 of its tokens as loaded (text: the bytes of its files in
+    order; tokens: the uint16 ids, little-endian)."""
+    return hashlib.sha256(tokens.astype(tokens.dtype.newbyteorder("<")).tobytes()).hexdigest()
+
+
+def check_digest(spec: RunSpec, tokens: np.ndarray) -> None:
+    """Refuse, in one line naming both digests, a corpus that is not the one the run pins."""
+    if not spec.data_sha256:
+        return
+    mine = corpus_sha256(tokens)
+    if mine != spec.data_sha256:
+        raise UserError(
+            f"the data on this machine ({spec.data!r}, sha256 {mine}) is not the run's "
+            f"(data_sha256 {spec.data_sha256}): this peer would train on other bytes than the "
+            "others; get the run's data (docs/operations.md, 'Data')"
+        )
+
+
+def load_tokens(spec: RunSpec) -> np.ndarray:
+    """The run's corpus as token ids, uint8 (text) or uint16 (tokens), not checked."""
     if spec.data == STDLIB:
         files = stdlib_files()
         if not files:
@@ -62,7 +90,7 @@ def load_corpus(spec: RunSpec) -> torch.Tensor:
             tokens = _read_bytes(files)
     if tokens.size < spec.block_size + 2:
         raise UserError(f"corpus has {tokens.size} tokens, fewer than block_size + 2")
-    return torch.from_numpy(tokens.astype(np.int64 if tokens.dtype == np.uint16 else np.uint8))
+    return tokens
 
 
 def replica_rows(batch_size: int, num_replicas: int, replica: int) -> range:

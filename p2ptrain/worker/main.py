@@ -76,6 +76,8 @@ class Worker:
         self.settings = settings
         self.inbox = PlanInbox()
         self._timed_runs: set[str] = set()
+        self._checked_data: set[tuple[str, str, str]] = set()  # (run, data, digest) found right
+        self.refused = ""  # why this worker will not train the run (its data is not the run's)
         self._timing = threading.Lock()
         # the compute probe waits until this worker is up (p2pd, hello, torch warm): timed
         # during our own start, a peer would look slower than it is
@@ -122,11 +124,12 @@ class Worker:
             version = 0
             while True:
                 if not self.inbox.wait_newer(version):
-                    return 0  # stopped before any (new) plan
+                    return 2 if self.refused else 0  # stopped before any (new) plan
                 version = self.inbox.version
                 message = self.inbox.latest
                 assert message is not None
                 if message.run is not None:
+                    self._check_data(message.run)  # before any step: UserError if not the run's
                     self._time_compute(message.run)  # at once if the run came ahead of it
                 problem = _not_actionable(message, transport.peer_id)
                 if problem or message.run is None:
@@ -177,9 +180,27 @@ class Worker:
 
         def probe() -> None:
             self._ready.wait()
+            try:
+                self._check_data(spec)
+            except UserError as exc:  # refused: the worker stops before any plan
+                self.refused = str(exc)
+                log.error("%s", exc)
+                self.inbox.stop()
+                return
             self._time_compute(spec)
 
         threading.Thread(target=probe, name="compute-probe", daemon=True).start()
+
+    def _check_data(self, spec: RunSpec) -> None:
+        """The run pins its data (data_sha256): check ours once per run, before we time or
+        train anything; UserError, naming both digests, if it differs."""
+        from p2ptrain.train.data import check_digest, load_tokens
+
+        key = (spec.run_id, spec.data, spec.data_sha256)
+        if not spec.data_sha256 or key in self._checked_data:
+            return
+        check_digest(spec, load_tokens(spec))
+        self._checked_data.add(key)
 
     def _time_compute(self, spec: RunSpec) -> None:
         """Time the run's model here once per run (a few hundred ms at most) and tell the

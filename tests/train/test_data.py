@@ -55,3 +55,42 @@ def test_local_text_and_token_files(tmp_path: Path) -> None:
         load_corpus(SPEC.replace(data=str(tokens), data_format="tokens", vocab_size=256))
     with pytest.raises(UserError, match="does not exist"):
         load_corpus(SPEC.replace(data=str(text) + ".missing"))
+
+
+def test_a_pinned_digest_is_checked_and_a_mismatch_names_both(tmp_path: Path) -> None:
+    import hashlib
+
+    from p2ptrain.train.data import corpus_sha256, load_tokens
+
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(b"some bytes of text to train on, " * 10)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    spec = RunSpec(data=str(path), block_size=16, data_sha256=digest)
+    assert corpus_sha256(load_tokens(spec)) == digest  # a one-file text corpus: its sha256sum
+    assert load_corpus(spec).numel() == 320
+    path.write_bytes(b"other bytes under the same name, " * 10)
+    mine = hashlib.sha256(path.read_bytes()).hexdigest()
+    with pytest.raises(UserError) as refused:
+        load_corpus(spec)
+    assert digest in str(refused.value) and mine in str(refused.value)
+
+
+def test_token_corpora_digest_their_little_endian_ids(tmp_path: Path) -> None:
+    from p2ptrain.train.data import corpus_sha256, load_tokens
+
+    ids = np.arange(300, dtype="<u2")
+    (tmp_path / "train.bin").write_bytes(ids.tobytes())
+    spec = RunSpec(data=str(tmp_path / "train.bin"), data_format="tokens", vocab_size=512,
+                   block_size=16)  # fmt: skip
+    tokens = load_tokens(spec)
+    assert corpus_sha256(tokens) == corpus_sha256(tokens.astype(">u2"))  # byte order never counts
+    import hashlib
+
+    assert corpus_sha256(tokens) == hashlib.sha256(ids.tobytes()).hexdigest()
+
+
+@pytest.mark.parametrize("bad", ["abc", "A" * 64, "g" * 64, "0" * 63])
+def test_data_sha256_must_be_64_lowercase_hex(bad: str) -> None:
+    with pytest.raises(UserError, match="data_sha256"):
+        RunSpec(data_sha256=bad)
+    assert RunSpec(data_sha256="0" * 64).data_sha256 == "0" * 64
