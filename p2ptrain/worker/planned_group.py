@@ -174,6 +174,9 @@ class PlannedGroupAverager(DecentralizedAverager):
             if runner.notes:
                 said = "; ".join(f"{peer}'s {what}" for peer, what in runner.notes.items())
                 self._notes.put(f"round {own.get('step')}: our reducer: {said}"[:MAX_NOTE_CHARS])
+            for peer, why in runner.reducer_failures.items():
+                note = f"round {own.get('step')}: no averaged part from {peer}'s reducer: {why}"
+                self._notes.put(note[:MAX_NOTE_CHARS])
             if self._uncounted:
                 self._traffic.put(json.dumps(self._uncounted))
                 self._uncounted = {}

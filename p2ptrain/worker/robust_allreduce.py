@@ -155,6 +155,17 @@ class RobustAllReduceRunner(AllReduceRunner):
             floor_per_element=floor_per_element, names=names,
         )  # fmt: skip
         self.tensor_part_reducer = self._robust_reducer
+        self.reducer_failures: dict[str, str] = {}  # peer -> why its averaged part never came
+
+    async def _communicate_with_peer(self, peer_id: PeerID) -> None:
+        """hivemind's, noting a failed reducer: hivemind then keeps our own values for that
+        reducer's part and logs it at DEBUG only, so the round comes out partial on this member
+        alone (the checks catch it; the note says why)."""
+        try:
+            await super()._communicate_with_peer(peer_id)
+        except Exception as exc:
+            self.reducer_failures[peer_id.to_base58()] = repr(exc)[:200]
+            raise
 
     @property
     def notes(self) -> dict[str, str]:
