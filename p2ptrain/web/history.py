@@ -127,18 +127,17 @@ class SwarmHistory:
         self.points.append(Point(round(wall, 3), step, loss, tokens))
 
     def _peer_events(self, status: SwarmStatus, wall: float) -> None:
-        now_alive = {p.id: p.alive for p in status.peers}
-        for peer, alive in now_alive.items():
-            was = self._alive.get(peer)
+        for peer in status.peers:
+            was = self._alive.get(peer.id)
             if was is None:
-                role = next(p.role for p in status.peers if p.id == peer)
-                self._add(wall, "join", f"{short(peer)} joined ({role})", peer)
-            elif was and not alive:
-                self._add(wall, "death", f"{short(peer)} stopped answering", peer)
-            elif alive and not was:
-                self._add(wall, "back", f"{short(peer)} is back", peer)
-        for peer in self._alive.keys() - now_alive.keys():
-            self._add(wall, "leave", f"{short(peer)} left the swarm", peer)
+                self._add(wall, "join", f"{short(peer.id)} joined ({peer.role})", peer.id)
+            elif was and not peer.alive:
+                self._add(wall, "death", f"{short(peer.id)} stopped answering", peer.id)
+            elif peer.alive and not was:
+                self._add(wall, "back", f"{short(peer.id)} is back", peer.id)
+        now_alive = {p.id: p.alive for p in status.peers}
+        for peer_id in self._alive.keys() - now_alive.keys():
+            self._add(wall, "leave", f"{short(peer_id)} left the swarm", peer_id)
         self._alive = now_alive
 
     def _add(self, wall: float, kind: str, text: str, peer: str | None) -> None:

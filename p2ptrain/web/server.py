@@ -20,7 +20,7 @@ from typing import Any
 
 from p2ptrain.errors import UserError
 from p2ptrain.records import SwarmStatus
-from p2ptrain.web.history import SwarmHistory
+from p2ptrain.web.history import SwarmHistory, measured_step_s
 from p2ptrain.web.metrics import metrics_text
 
 DEFAULT_HOST = "127.0.0.1"
@@ -43,7 +43,7 @@ class Snapshot:
     metrics: bytes  # Prometheus text format
 
 
-EMPTY = Snapshot(b"null", b'{"points": [], "events": []}', b"")
+EMPTY = Snapshot(b"null", b'{"points": [], "events": [], "measured_step_s": null}', b"")
 
 
 class Dashboard:
@@ -63,7 +63,10 @@ class Dashboard:
         point = self.history.points[-1] if self.history.points else None
         self.snapshot = Snapshot(
             status=json.dumps(status.to_dict()).encode(),
-            history=json.dumps(self.history.to_dict()).encode(),
+            # the page shows the plan's measured step as this module computes it (one rule)
+            history=json.dumps(
+                {**self.history.to_dict(), "measured_step_s": measured_step_s(status)}
+            ).encode(),
             metrics=metrics_text(status, point),
         )
 

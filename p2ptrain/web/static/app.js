@@ -57,15 +57,7 @@ function renderPeers(s) {
   document.getElementById("peers").tBodies[0].replaceWith(body);
 }
 
-function measuredStep(s) {
-  if (!s.plan) return null;
-  const placed = new Set(s.plan.pipelines.flat());
-  const times = s.peers.filter((p) => placed.has(p.id) && p.metrics && p.metrics.step_s != null)
-    .map((p) => p.metrics.step_s).sort((a, b) => a - b);
-  return times.length ? times[Math.floor(times.length / 2)] : null;
-}
-
-function renderPlan(s) {
+function renderPlan(s, h) {
   const table = document.getElementById("plan");
   const head = el("thead"), body = el("tbody");
   const plan = s.plan;
@@ -90,7 +82,7 @@ function renderPlan(s) {
     body.append(row);
   });
   table.tHead.replaceWith(head); table.tBodies[0].replaceWith(body);
-  const predicted = plan.predicted_step_s, measured = measuredStep(s);
+  const predicted = plan.predicted_step_s, measured = h.measured_step_s;
   document.getElementById("plan-meta").textContent =
     `term ${plan.term} epoch ${plan.epoch} by ${short(plan.planner)}: ` +
     `${plan.pipelines.length} × ${plan.stages}, cost ${num(plan.cost_s, 3)} s; ` +
@@ -235,7 +227,7 @@ function render() {
   const started = performance.now();
   renderSummary(s, h);
   renderPeers(s);
-  renderPlan(s);
+  renderPlan(s, h);
   renderHeat(s);
   chart("loss", h.points, "loss", "loss", "loss");
   chart("tokens", h.points, "tokens_per_s", "tokens/s", "tokens");
