@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.web.browser import headless_chromium, needs_browser
+from tests.web.browser import headless_chromium, needs_browser, plan_grid, read_page
 from tests.web.test_page import wait_for
 
 pytestmark = [pytest.mark.integration, needs_browser]
@@ -74,16 +74,11 @@ def test_the_page_of_a_training_swarm(tmp_path: Path) -> None:
         with headless_chromium() as driver:
             driver.get(base)
             assert wait_for(lambda: driver.execute_script("return window.p2ptrainRenders || 0"))
-            rows = driver.find_elements("css selector", "#peers tbody tr")
-            assert sorted(r.get_attribute("data-peer") for r in rows) == sorted(
-                p["id"] for p in doc["peers"]
-            )
-            grid = driver.find_elements("css selector", "#plan tbody tr")
-            assert len(grid) == len(plan["pipelines"]) == 2
-            for row, pipeline in zip(grid, plan["pipelines"], strict=True):
-                cells = row.find_elements("css selector", "td")
-                assert [c.get_attribute("data-peer") for c in cells] == pipeline
-                assert len(cells) == plan["stages"] == 2
+            rows = read_page(driver, "#peers tbody tr", "data-peer")
+            assert sorted(rows) == sorted(p["id"] for p in doc["peers"])
+            grid = plan_grid(driver)
+            assert grid == plan["pipelines"] and len(grid) == 2
+            assert all(len(row) == plan["stages"] == 2 for row in grid)
 
             def points() -> int:
                 found = driver.execute_script(
@@ -95,7 +90,7 @@ def test_the_page_of_a_training_swarm(tmp_path: Path) -> None:
             assert first, "the loss curve has no points"
             seen = points()
             assert wait_for(lambda: points() >= seen + 3, timeout_s=120), "the curve stopped"
-            assert "plan" in driver.find_element("id", "events").text
+            assert "plan" in "".join(read_page(driver, "#events"))
         with urllib.request.urlopen(base + "metrics", timeout=5) as reply:
             families = {f.name: f for f in text_string_to_metric_families(reply.read().decode())}
         alive = {s.labels["state"]: s.value for s in families["p2ptrain_peers"].samples}

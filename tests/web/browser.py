@@ -43,3 +43,27 @@ def headless_chromium(width: int = 1400, height: int = 1000) -> Iterator[Any]:
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def read_page(driver: Any, selector: str, attribute: str | None = None) -> list[Any]:
+    """The text (or `attribute`) of every element matching `selector`, read in one script: the
+    page replaces its tables once a second, so an element handle held across two calls can be
+    gone (stale) before it is read."""
+    return list(
+        driver.execute_script(
+            "return Array.from(document.querySelectorAll(arguments[0]))"
+            ".map(e => arguments[1] ? e.getAttribute(arguments[1]) : e.textContent)",
+            selector,
+            attribute,
+        )
+    )
+
+
+def plan_grid(driver: Any) -> list[list[str]]:
+    """The plan grid's peers, row by row, read in one script (see read_page)."""
+    return list(
+        driver.execute_script(
+            "return Array.from(document.querySelectorAll('#plan tbody tr'))"
+            ".map(r => Array.from(r.querySelectorAll('td')).map(c => c.getAttribute('data-peer')))"
+        )
+    )

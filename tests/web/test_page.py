@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from p2ptrain.web.server import Dashboard, DashboardServer
-from tests.web.browser import headless_chromium, needs_browser
+from tests.web.browser import headless_chromium, needs_browser, plan_grid, read_page
 from tests.web.synthetic import peer_ids, swarm
 
 pytestmark = needs_browser
@@ -35,10 +35,10 @@ def test_64_peers_render_fast_and_the_page_stays_responsive(
     with headless_chromium() as driver:
         driver.get(server.url)
         assert wait_for(lambda: renders(driver) >= 3), "the page did not render three times"
-        rows = driver.find_elements("css selector", "#peers tbody tr")
-        assert [r.get_attribute("data-peer") for r in rows] == [p.id for p in status.peers]
-        assert len(driver.find_elements("css selector", "#plan tbody tr")) == 16
-        assert len(driver.find_elements("css selector", "#plan tbody tr:first-child td")) == 4
+        rows = read_page(driver, "#peers tbody tr", "data-peer")
+        assert rows == [p.id for p in status.peers]
+        grid = plan_grid(driver)
+        assert len(grid) == 16 and all(len(row) == 4 for row in grid)
         heat = driver.find_element("id", "heat")
         assert heat.get_attribute("data-peers") == "64"
         # the plan's links: 16 pipelines x 3 hops + 4 stages x C(16, 2) group pairs
@@ -74,7 +74,6 @@ def test_the_loss_curve_gains_points_and_events_appear(
             dashboard.update(swarm(8, ids=ids, step=step), time.time())
         assert wait_for(lambda: points() == 4)
         dashboard.update(swarm(8, ids=ids, step=5, dead=frozenset({ids[2]})), time.time())
-        assert wait_for(lambda: "stopped answering" in driver.find_element("id", "events").text)
-        dead = driver.find_elements("css selector", "#peers tbody tr.dead")
-        assert [r.get_attribute("data-peer") for r in dead] == [ids[2]]
-        assert "2 × 4" in driver.find_element("id", "events").text
+        assert wait_for(lambda: "stopped answering" in "".join(read_page(driver, "#events")))
+        assert read_page(driver, "#peers tbody tr.dead", "data-peer") == [ids[2]]
+        assert "2 × 4" in "".join(read_page(driver, "#events"))
