@@ -15,7 +15,10 @@ as before, which can form a group of the survivors, and of them only: a join req
 peer outside the group is refused, and a group found with one in it is not taken.
 
 Every round, planned or not, runs worker/robust_allreduce.py's all-reduce: each member reduces
-an even share of the tensor with the plan's weights and worker/robust.py's checks.
+an even share of the tensor with the plan's weights and worker/robust.py's checks. A member
+keeps what its reducer computed in the last few rounds and serves it again to a groupmate whose
+reply stream broke (`rpc_reduced_parts`), so one lost stream does not leave that groupmate alone
+with a partial round.
 
 hivemind at module level (its servicer reads the rpc_ annotations), so this module is imported
 only where hivemind may be (worker/averaging.py imports it lazily).
@@ -30,6 +33,7 @@ import json
 import logging
 import multiprocessing as mp
 import statistics
+import typing
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -39,6 +43,7 @@ from hivemind.averaging.allreduce import AllreduceException
 from hivemind.averaging.control import StepControl
 from hivemind.averaging.group_info import GroupInfo
 from hivemind.averaging.matchmaking import MatchmakingException
+from hivemind.compression import serialize_torch_tensor
 from hivemind.p2p import P2PContext, PeerID
 from hivemind.proto import averaging_pb2
 from hivemind.utils import get_dht_time
@@ -46,12 +51,14 @@ from hivemind.utils.asyncio import as_aiter, azip
 
 from p2ptrain.worker.checks import Checksums
 from p2ptrain.worker.robust import MOMENTS_DRIFT_BOUND
-from p2ptrain.worker.robust_allreduce import RobustAllReduceRunner
+from p2ptrain.worker.robust_allreduce import RobustAllReduceRunner, RobustPartReducer
 
 log = logging.getLogger(__name__)
 
 MAX_GATHER_BYTES = 64 * 1024  # a member's metadata: checksums and its bandwidth, a few hundred B
 KEPT_ROUNDS = 8  # rounds whose early-arriving metadata is held (a member may run a round ahead)
+# rounds whose reductions are kept for a groupmate that asks again: 1/n of the tensor each
+KEPT_REDUCTIONS = 2
 REMEMBERED_ROUNDS = 1024  # rounds already run here: their metadata arrives too late to be used
 # a groupmate may not serve the round's protocol yet: after a re-plan it may still be fetching
 # its stage's state (seconds); we retry until our own wait for the round would end
@@ -98,6 +105,8 @@ class PlannedGroupAverager(DecentralizedAverager):
         self._given_up = ""  # why the round waited for cannot complete, if it cannot
         self._sending: set[asyncio.Task[None]] = set()
         self._arrived: asyncio.Event | None = None
+        # group id -> our reducer of that round and how long a groupmate may wait for it
+        self._reductions: dict[bytes, tuple[RobustPartReducer, float]] = {}
         super().__init__(*args, **kwargs)
         if self.peer_id.to_base58() not in self._group:
             raise ValueError(f"this peer ({self.peer_id}) is not in its planned group")
@@ -163,6 +172,9 @@ class PlannedGroupAverager(DecentralizedAverager):
             / max(self.total_size, 1) ** 0.5,
             count=self._count, **kwargs,
         )  # fmt: skip
+        self._reductions[group_id] = (runner.reducer, float(runner.reducer_timeout or 0.0))
+        while len(self._reductions) > KEPT_REDUCTIONS:
+            del self._reductions[next(iter(self._reductions))]
         assert group_id in self._running_groups, f"group {group_id!r} was not registered"
         self._running_groups[group_id].set_result(runner)
         try:
@@ -174,6 +186,9 @@ class PlannedGroupAverager(DecentralizedAverager):
             if runner.notes:
                 said = "; ".join(f"{peer}'s {what}" for peer, what in runner.notes.items())
                 self._notes.put(f"round {own.get('step')}: our reducer: {said}"[:MAX_NOTE_CHARS])
+            for peer, why in runner.refetched.items():
+                note = f"round {own.get('step')}: {peer}'s reducer asked again ({why}): averaged"
+                self._notes.put(note[:MAX_NOTE_CHARS])
             for peer, why in runner.reducer_failures.items():
                 note = f"round {own.get('step')}: no averaged part from {peer}'s reducer: {why}"
                 self._notes.put(note[:MAX_NOTE_CHARS])
@@ -292,6 +307,35 @@ class PlannedGroupAverager(DecentralizedAverager):
             self._give_up(self._waiting_for, f"{sender} is at round {key}")
         self._arrival_event().set()
         return averaging_pb2.MessageFromLeader(code=averaging_pb2.ACCEPTED)
+
+    # typing's AsyncIterator, not collections.abc's: hivemind's servicer tells a streaming
+    # reply by the hint's _name, which only typing's generics have
+    async def rpc_reduced_parts(
+        self, request: averaging_pb2.AveragingData, context: P2PContext
+    ) -> typing.AsyncIterator[averaging_pb2.AveragingData]:
+        """A groupmate's reply stream from our reducer broke: what our reducer computed for
+        round `request.group_id` once it is done, uncompressed, part by part; a refusal if the
+        round is not kept here or the groupmate's own parts are not in every average."""
+        sender = context.remote_id.to_base58()
+        kept = self._reductions.get(request.group_id) if sender in self._group else None
+        if kept is None:
+            yield averaging_pb2.AveragingData(code=averaging_pb2.BAD_GROUP_ID)
+            return
+        reducer, wait_s = kept
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(reducer.done.wait(), timeout=wait_s or None)
+        outputs = reducer.averaged_for(sender)
+        if outputs is None:
+            yield averaging_pb2.AveragingData(code=averaging_pb2.INTERNAL_ERROR)
+            return
+        loop = asyncio.get_running_loop()
+        for part in outputs:
+            tensor = await loop.run_in_executor(None, serialize_torch_tensor, part)
+            reply = averaging_pb2.AveragingData(
+                code=averaging_pb2.AVERAGED_PART, tensor_part=tensor
+            )
+            self._count(sender, reply.ByteSize(), 0)
+            yield reply
 
     def _give_up(self, key: str, why: str) -> None:
         if key and key == self._waiting_for:

@@ -6,6 +6,12 @@ as it comes with the weight its sender claims. `RobustAllReduceRunner` builds on
 hivemind's and splits the tensor evenly among the members: a member's claimed bandwidth no
 longer decides how much of everyone's gradient it reduces.
 
+A reducer's reply stream can end early while its reduction went fine (rare: about one round in
+a few hundred on a loaded machine, "sent 0 parts"). hivemind then keeps our own values for that
+reducer's share and the round comes out partial on this member alone: its groupmates pass their
+checks and move on, so its retry finds nobody. Instead we ask the reducer once more for what it
+computed (`PlannedGroupAverager.rpc_reduced_parts` serves it from `RobustPartReducer.outputs`).
+
 hivemind at module level: imported only in the averager (worker/planned_group.py).
 """
 
@@ -19,8 +25,10 @@ from typing import Any
 import torch
 from hivemind.averaging.allreduce import AllReduceRunner
 from hivemind.averaging.partition import AllreduceException, BannedException, TensorPartReducer
+from hivemind.compression import deserialize_torch_tensor
 from hivemind.p2p import P2PContext, PeerID
 from hivemind.proto import averaging_pb2
+from hivemind.utils.asyncio import aiter_with_timeout, amap_in_executor
 
 from p2ptrain.worker.robust import robust_mean
 
@@ -50,7 +58,25 @@ class RobustPartReducer(TensorPartReducer):
         self._floor_per_element, self._names = floor_per_element, tuple(names)
         self._held: dict[int, torch.Tensor] = {}
         self.notes: dict[str, str] = {}  # sender -> what was done to its parts (first reason)
+        # every part's combination and the senders whose copy is in it, kept for a sender whose
+        # reply stream broke (see the module doc); `done` is set once every part is combined
+        # or the reducer is finalized
+        self.outputs: list[torch.Tensor] = []
+        self.contributors: list[frozenset[int]] = []
+        self.done = asyncio.Event()
         super().__init__(part_shapes, num_senders)
+
+    def finalize(self) -> None:
+        super().finalize()
+        self.done.set()
+
+    def averaged_for(self, name: str) -> list[torch.Tensor] | None:
+        """Every part's combination if all are done and sender `name`'s copy is in each of them
+        (else the sender would take an average it is not part of), else None."""
+        if name not in self._names or len(self.outputs) != self.num_parts:
+            return None
+        sender = self._names.index(name)
+        return self.outputs if all(sender in c for c in self.contributors) else None
 
     def reset_accumulators(self) -> None:
         self._held = {}
@@ -91,7 +117,7 @@ class RobustPartReducer(TensorPartReducer):
     def _combine(self) -> torch.Tensor:
         senders = sorted(self._held)
         if not senders:  # every sender failed: hivemind's round fails on its own
-            return torch.zeros(self.part_shapes[self.current_part_index])
+            return self._kept(torch.zeros(self.part_shapes[self.current_part_index]), ())
         parts = [self._held[i] for i in senders]
         own = senders.index(self._own) if self._own in senders else None
         numel = parts[0].numel()
@@ -103,7 +129,17 @@ class RobustPartReducer(TensorPartReducer):
             self._note(senders[position], f"part dropped: {why}")
         for position in combined.clipped:
             self._note(senders[position], "part clipped toward the others'")
-        return combined.value
+        kept = [
+            sender for position, sender in enumerate(senders) if position not in combined.dropped
+        ]
+        return self._kept(combined.value, kept)
+
+    def _kept(self, value: torch.Tensor, senders: Sequence[int]) -> torch.Tensor:
+        self.outputs.append(value)
+        self.contributors.append(frozenset(senders))
+        if len(self.outputs) == self.num_parts:
+            self.done.set()
+        return value
 
     def _note(self, sender: int, what: str) -> None:
         name = self._names[sender]
@@ -156,16 +192,95 @@ class RobustAllReduceRunner(AllReduceRunner):
         )  # fmt: skip
         self.tensor_part_reducer = self._robust_reducer
         self.reducer_failures: dict[str, str] = {}  # peer -> why its averaged part never came
+        self.refetched: dict[str, str] = {}  # peer -> why its reducer was asked again
+        self._received = [0] * n  # averaged parts registered so far, by reducer index
+
+    @property
+    def reducer(self) -> RobustPartReducer:
+        """Our reducer (its outputs are served to a groupmate whose reply stream broke)."""
+        return self._robust_reducer
 
     async def _communicate_with_peer(self, peer_id: PeerID) -> None:
-        """hivemind's, noting a failed reducer: hivemind then keeps our own values for that
-        reducer's part and logs it at DEBUG only, so the round comes out partial on this member
-        alone (the checks catch it; the note says why)."""
-        try:
+        """Our parts to one reducer and its averages back, as hivemind does; if the reply stream
+        fails, the reducer is asked once more for what it computed. Only if that fails too are
+        our own values kept for its share (hivemind's fallback: the checks then catch the
+        partial round, and the failure is noted with the reason)."""
+        if peer_id == self.peer_id:
             await super()._communicate_with_peer(peer_id)
-        except Exception as exc:
-            self.reducer_failures[peer_id.to_base58()] = repr(exc)[:200]
+            return
+        peer_index = self.ordered_peer_ids.index(peer_id)
+        try:
+            try:
+                await self._exchange(peer_id, peer_index)
+            except Exception as exc:
+                try:
+                    await asyncio.wait_for(
+                        self._fetch_reduced(peer_id, peer_index), self.reducer_timeout
+                    )
+                except Exception as again:
+                    raise AllreduceException(f"{exc!r}; asked again: {again!r}") from exc
+                self.refetched[peer_id.to_base58()] = repr(exc)[:400]
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                self.reducer_failures[peer_id.to_base58()] = repr(exc)[:400]
+            self.tensor_part_container.register_failed_reducer(peer_index)
             raise
+
+    async def _exchange(self, peer_id: PeerID, peer_index: int) -> None:
+        """Stream our parts for `peer_id`'s share and register its averaged deltas as they come
+        back (counted in self._received); an AllreduceException if not all came."""
+        container = self.tensor_part_container
+        expected = container.num_parts_by_peer[peer_index]
+        replies = await self._get_peer_stub(peer_id).rpc_aggregate_part(
+            self._generate_input_for_peer(peer_index)
+        )
+
+        def delta_of(message: averaging_pb2.AveragingData) -> torch.Tensor:
+            if message.code != averaging_pb2.AVERAGED_PART:
+                raise AllreduceException(
+                    f"{peer_id} sent {averaging_pb2.MessageCode.Name(message.code)}"
+                )
+            return deserialize_torch_tensor(message.tensor_part)
+
+        async for delta in amap_in_executor(
+            delta_of, aiter_with_timeout(replies, self.reducer_timeout),
+            max_prefetch=container.prefetch,
+        ):  # fmt: skip
+            container.register_processed_part(peer_index, self._received[peer_index], delta)
+            self._received[peer_index] += 1
+        if self._received[peer_index] != expected:
+            raise AllreduceException(
+                f"peer {peer_id} sent {self._received[peer_index]} parts, but we expected {expected}"
+            )
+
+    async def _fetch_reduced(self, peer_id: PeerID, peer_index: int) -> None:
+        """Ask reducer `peer_id` for the averages of its share (uncompressed) and register the
+        parts not yet received, as deltas from our own raw parts."""
+        container = self.tensor_part_container
+        # the raw parts we sent: hivemind keeps them for register_failed_reducer (pinned 1.1.12)
+        own = [part for part, _info in container._input_parts_by_peer[peer_index]]
+        stub = super()._get_peer_stub(peer_id)
+        peer = peer_id.to_base58()
+        request = averaging_pb2.AveragingData(group_id=self.group_id)
+        self._count(peer, request.ByteSize(), 0)
+        index = 0
+        async for reply in await stub.rpc_reduced_parts(request):
+            self._count(peer, 0, reply.ByteSize())
+            if reply.code != averaging_pb2.AVERAGED_PART:
+                raise AllreduceException(
+                    f"{peer_id} has no averages for us ({averaging_pb2.MessageCode.Name(reply.code)})"
+                )
+            if index >= len(own):
+                raise AllreduceException(f"{peer_id} sent more than {len(own)} parts")
+            averaged = deserialize_torch_tensor(reply.tensor_part)
+            if averaged.shape != own[index].shape or averaged.dtype != own[index].dtype:
+                raise AllreduceException(f"{peer_id} sent part {index} of the wrong shape or type")
+            if index >= self._received[peer_index]:
+                container.register_processed_part(peer_index, index, averaged - own[index])
+                self._received[peer_index] += 1
+            index += 1
+        if index != len(own):
+            raise AllreduceException(f"{peer_id} sent {index} averaged parts of {len(own)}")
 
     @property
     def notes(self) -> dict[str, str]:

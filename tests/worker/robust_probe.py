@@ -7,6 +7,9 @@ usage: robust_probe.py CASE
   router:   the retry matchmaking of a planned group, asked by and offered non-members
   poisoned: three StageAverager peers on 127.0.0.1, one of which puts garbage orthogonal to
             the checksum directions into its gradient while gathering honest checksums
+  lost_reply: two StageAverager peers on 127.0.0.1; the first's reducer takes the second's
+            parts but its reply stream ends with none of the averages (as p2pd streams
+            rarely do under load)
 """
 
 from __future__ import annotations
@@ -166,5 +169,58 @@ def poisoned() -> dict[str, Any]:
     return {"results": results[:2]}
 
 
+def lost_reply() -> dict[str, Any]:
+    import os
+    import tempfile
+    from collections.abc import AsyncIterator
+
+    from hivemind import DHT
+
+    from p2ptrain.worker.averaging import StageAverager
+    from p2ptrain.worker.robust_allreduce import RobustAllReduceRunner
+
+    dhts: list[DHT] = []
+    for _ in range(2):
+        known = [str(a) for d in dhts for a in d.get_visible_maddrs()]
+        dhts.append(DHT(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=known))
+    dropper = dhts[0].peer_id
+    marker = os.path.join(tempfile.mkdtemp(), "dropped")
+    serve = RobustAllReduceRunner.rpc_aggregate_part
+
+    async def drop_replies(self: Any, stream: Any, context: Any) -> AsyncIterator[Any]:
+        async for reply in serve(self, stream, context):  # the reduction runs as usual ...
+            if self.peer_id != dropper:
+                yield reply
+        if self.peer_id == dropper:  # ... but the sender gets none of it back
+            os.close(os.open(marker, os.O_CREAT | os.O_WRONLY))  # an empty file says it did
+
+    RobustAllReduceRunner.rpc_aggregate_part = drop_replies  # type: ignore[method-assign]
+    group = {d.peer_id.to_base58(): 1.0 for d in dhts}
+    size = 2**19  # hivemind's parts are 2**17 values: two parts for each member's reducer
+    averagers = [StageAverager(d, size, "lost-reply", 2, "none", 6.0, group=group) for d in dhts]
+    grads = [torch.randn(size, generator=torch.Generator().manual_seed(i)) for i in range(2)]
+    mean = (grads[0] + grads[1]) / 2
+    results: list[Any] = [None] * 2
+
+    def member(i: int) -> None:
+        averaged, outcome = averagers[i].average(grads[i], 3)
+        results[i] = {
+            "kind": outcome.kind, "detail": outcome.detail,
+            "error": float((averaged - mean).abs().max()),
+        }  # fmt: skip
+
+    threads = [threading.Thread(target=member, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=90)
+    for averager in averagers:
+        averager.shutdown()
+    for d in dhts:
+        d.shutdown()
+    return {"results": results, "dropped": os.path.exists(marker)}
+
+
 if __name__ == "__main__":
-    print(json.dumps({"reducer": reducer, "router": router, "poisoned": poisoned}[sys.argv[1]]()))
+    cases = {"reducer": reducer, "router": router, "poisoned": poisoned, "lost_reply": lost_reply}
+    print(json.dumps(cases[sys.argv[1]]()))

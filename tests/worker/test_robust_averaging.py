@@ -52,3 +52,18 @@ def test_orthogonal_garbage_from_a_groupmate_stays_out_of_honest_gradients() -> 
         assert abs(member["garbage_share"]) < 1e-3, member
         assert member["own_gradient"] if member["kind"] == "local" else member["group_size"] == 2
         assert "clipped" in member["detail"], member
+
+
+@pytest.mark.integration
+def test_a_reducer_whose_reply_stream_breaks_is_asked_again() -> None:
+    """The first member's reducer combines both members' parts, but its reply stream to the
+    second ends empty. The second asks that reducer again for its averages: both members end
+    the round averaged, with the exact mean (before, the second kept its own values for that
+    share: a partial round on one member, whose retry found nobody)."""
+    result = _probe("lost_reply")
+    assert result["dropped"]
+    for member in result["results"]:
+        assert member["kind"] == "averaged", member
+        assert member["error"] < 1e-5, member
+    asked_again = [m for m in result["results"] if "reducer asked again" in m["detail"]]
+    assert len(asked_again) == 1 and "sent 0 parts" in asked_again[0]["detail"]
