@@ -8,7 +8,15 @@ outlives its owner) or on SIGTERM. Closing the TUN fds removes the devices from 
 Control socket: one JSON object per line each way.
   {"op": "set", "a": 0, "b": 1, "spec": {LinkSpec fields}}   -> {"ok": true}
   {"op": "links"}                                           -> {"ok": true, "links": [...]}
-  {"op": "stats"}                                           -> {"ok": true, "links": [...]}
+  {"op": "stats"}                                   -> {"ok": true, "links": [...], "nat": [...]}
+  {"op": "set_nat", "peer": 1, "type": "cone"}      -> {"ok": true}   (its mappings are dropped)
+  {"op": "nat"}          -> {"ok": true, "timeouts": {...}, "nat": [{"peer", "type", "public",
+                             "mappings", "dropped_in", "dropped_out"}, ...]}
+  {"op": "mappings", "peer": 1 (optional)}          -> {"ok": true, "mappings": [NatMapping, ...]}
+
+NAT (nat.py): a NATed peer's outbound packets are translated as they are read (its NAT sits
+before its links); packets to a NAT's public address are filtered and translated as they are
+delivered (the NAT at the far end sees them when they arrive, so crossing punches meet in flight).
 """
 
 from __future__ import annotations
@@ -24,10 +32,12 @@ import signal
 import socket
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from p2ptrain.testbed.links import LinkSpec
+from p2ptrain.testbed.nat import Nat, NatTimeouts, check_nat_type
 from p2ptrain.testbed.tun import open_tun
 
 MAX_PACKET_BYTES = 65536
@@ -102,7 +112,22 @@ class Forwarder:
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.addresses = [ipaddress.IPv4Address(a).packed for a in config["addresses"]]
-        self.peer_of_address = {packed: i for i, packed in enumerate(self.addresses)}
+        self.public_addresses = [
+            ipaddress.IPv4Address(a).packed for a in config.get("public_addresses", [])
+        ]
+        self.nat_timeouts = NatTimeouts(**config.get("nat_timeouts", {}))
+        # per peer: its NAT, or None for a directly reachable peer (which then pays nothing)
+        self.nats: list[Nat | None] = [None] * len(self.addresses)
+        self.nat_types = ["none"] * len(self.addresses)
+        self.peer_of_address: dict[bytes, int] = {}  # private addresses of reachable peers
+        self.peer_of_public: dict[bytes, int] = {}  # public addresses of NATs
+        self.peer_of_private = {address: i for i, address in enumerate(self.addresses)}
+        # packets a peer's NAT refused on the way in (unsolicited, expired, or to its private
+        # address) and on the way out (what it does not translate: ICMP, fragments)
+        self.nat_dropped_in = [0] * len(self.addresses)
+        self.nat_dropped_out = [0] * len(self.addresses)
+        for i, nat_type in enumerate(config.get("nat", self.nat_types)):
+            self.set_nat(i, nat_type)
         specs = {(d["a"], d["b"]): LinkSpec(**d["spec"]) for d in config["links"]}
         self.links: dict[tuple[int, int], _Link] = {
             key: _Link(spec, specs[(key[1], key[0])].delay_ms) for key, spec in specs.items()
@@ -114,7 +139,8 @@ class Forwarder:
         os.chmod(config["control"], 0o600)
         self.control.listen(8)
         self.clients: dict[int, tuple[socket.socket, bytearray]] = {}
-        self.in_flight: list[tuple[float, int, int, bytes]] = []  # (due, seq, fd, packet)
+        # (due, seq, fd or ~peer for a NAT to pass first, packet)
+        self.in_flight: list[tuple[float, int, int, bytes]] = []
         self.seq = 0
 
     def serve(self, stop_fd: int) -> None:
@@ -147,20 +173,78 @@ class Forwarder:
                 return
             if len(packet) < 20 or packet[0] >> 4 != 4:
                 continue  # IPv4 only (namespaces have IPv6 off)
+            now_s = time.monotonic()
             dst = self.peer_of_address.get(packet[16:20])
-            if dst is None or dst == src:
+            if dst is not None:
+                target = self.fds[dst]
+            else:  # a NAT's public address: filtered at delivery (target ~dst marks it)
+                dst = self.peer_of_public.get(packet[16:20])
+                if dst is None:
+                    refused_by = self.peer_of_private.get(packet[16:20])
+                    if refused_by is not None:
+                        self.nat_dropped_in[refused_by] += 1
+                    continue
+                target = ~dst
+            if dst == src:
                 continue
-            due_s = self.links[(src, dst)].admit(time.monotonic(), len(packet))
+            nat = self.nats[src]
+            if nat is not None:
+                translated = nat.translate_out(packet, now_s)
+                if translated is None:
+                    self.nat_dropped_out[src] += 1
+                    continue
+                packet = translated
+            due_s = self.links[(src, dst)].admit(now_s, len(packet))
             if due_s is not None:
                 self.seq += 1
-                heapq.heappush(self.in_flight, (due_s, self.seq, self.fds[dst], packet))
+                heapq.heappush(self.in_flight, (due_s, self.seq, target, packet))
 
     def _deliver_due(self) -> None:
-        horizon_s = time.monotonic() + EARLY_WAKE_S
+        now_s = time.monotonic()
+        horizon_s = now_s + EARLY_WAKE_S
         while self.in_flight and self.in_flight[0][0] <= horizon_s:
-            _, _, fd, packet = heapq.heappop(self.in_flight)
+            _, _, target, packet = heapq.heappop(self.in_flight)
+            if target < 0:  # to a NAT's public address
+                nat = self.nats[~target]
+                translated = nat.translate_in(packet, now_s) if nat is not None else None
+                if translated is None:
+                    self.nat_dropped_in[~target] += 1
+                    continue
+                with contextlib.suppress(OSError):
+                    os.write(self.fds[~target], translated)
+                continue
             with contextlib.suppress(OSError):  # receiver's device gone or down: packet lost
-                os.write(fd, packet)
+                os.write(target, packet)
+
+    def set_nat(self, peer: int, nat_type: str) -> None:
+        """Put the peer behind a NAT of that type (or none); its old mappings are dropped."""
+        self.nat_types[peer] = check_nat_type(nat_type)
+        self.nats[peer] = (
+            None
+            if nat_type == "none"
+            else Nat(nat_type, self.addresses[peer], self.public_addresses[peer], self.nat_timeouts)
+        )
+        self.peer_of_address = {
+            address: i for i, address in enumerate(self.addresses) if self.nats[i] is None
+        }
+        self.peer_of_public = {
+            self.public_addresses[i]: i for i, nat in enumerate(self.nats) if nat is not None
+        }
+
+    def _nat_report(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "peer": i,
+                "type": self.nat_types[i],
+                "public": str(ipaddress.IPv4Address(self.public_addresses[i]))
+                if nat is not None
+                else str(ipaddress.IPv4Address(self.addresses[i])),
+                "mappings": len(nat.outbound) if nat is not None else 0,
+                "dropped_in": self.nat_dropped_in[i],
+                "dropped_out": self.nat_dropped_out[i],
+            }
+            for i, nat in enumerate(self.nats)
+        ]
 
     def _serve_client(self, fd: int) -> None:
         conn, buffer = self.clients[fd]
@@ -211,6 +295,27 @@ class Forwarder:
                         "dropped": ln.dropped,
                     }
                     for (a, b), ln in self.links.items()
+                ],
+                "nat": self._nat_report(),
+            }
+        if op == "set_nat":
+            peer = int(request["peer"])
+            if not 0 <= peer < len(self.nats):
+                raise KeyError(f"no peer {peer}")
+            self.set_nat(peer, request["type"])
+            return {"ok": True}
+        if op == "nat":
+            return {"ok": True, "timeouts": self.nat_timeouts.to_json(), "nat": self._nat_report()}
+        if op == "mappings":
+            now_s = time.monotonic()
+            wanted = request.get("peer")
+            return {
+                "ok": True,
+                "mappings": [
+                    asdict(mapping)
+                    for i, nat in enumerate(self.nats)
+                    if nat is not None and wanted in (None, i)
+                    for mapping in nat.mappings(i, now_s)
                 ],
             }
         raise ValueError(f"unknown op {op!r}")

@@ -1,7 +1,7 @@
 """A handle on a running testbed: run commands in its peers' namespaces, inject faults
-(cut, degrade or restore links; disconnect, kill, freeze peers) through the forwarder's control
-socket. `Testbed` (testbed.py) builds one; `TestbedHandle.attach` finds one from its state file,
-e.g. for the CLI.
+(cut, degrade or restore links; disconnect, kill, freeze peers) and put peers behind NATs through
+the forwarder's control socket. `Testbed` (testbed.py) builds one; `TestbedHandle.attach` finds
+one from its state file, e.g. for the CLI.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 from p2ptrain.errors import UserError
 from p2ptrain.testbed import cpu, netns
 from p2ptrain.testbed.links import LinkSpec, LinkTable
+from p2ptrain.testbed.nat import NatMapping, check_nat_type, public_peer_address
 
 STATE_DIR = Path("/run/p2ptrain-testbed")
 CONTROL_TIMEOUT_S = 5.0
@@ -40,6 +41,10 @@ class TestbedHandle:
         self.names: list[str] = list(state["names"])
         self.namespaces: list[str] = list(state["namespaces"])
         self.addresses: list[str] = list(state["addresses"])
+        # where each peer's NAT would be reached (used while the peer is behind one)
+        self.nat_addresses: list[str] = list(
+            state.get("public_addresses", map(public_peer_address, range(len(self.addresses))))
+        )
         self.configured: LinkTable = {
             (d["a"], d["b"]): LinkSpec(**d["spec"]) for d in state["links"]
         }
@@ -66,12 +71,12 @@ class TestbedHandle:
         return len(self.names)
 
     def index(self, peer: PeerRef) -> int:
-        """A peer's index from its index, its name or its address."""
+        """A peer's index from its index, its name, its address or its NAT's address."""
         if isinstance(peer, int) or (isinstance(peer, str) and peer.isdigit()):
             index = int(peer)
             if 0 <= index < self.num_peers:
                 return index
-        for table in (self.names, self.addresses, self.namespaces):
+        for table in (self.names, self.addresses, self.namespaces, self.nat_addresses):
             if peer in table:
                 return table.index(str(peer))
         raise UserError(f"no peer {peer!r} (peers are 0..{self.num_peers - 1} or their names)")
@@ -80,7 +85,17 @@ class TestbedHandle:
         return self.namespaces[self.index(peer)]
 
     def address(self, peer: PeerRef) -> str:
+        """The peer's own (private) address: what it binds to inside its namespace, and what
+        others dial while it is not behind a NAT."""
         return self.addresses[self.index(peer)]
+
+    def public_address(self, peer: PeerRef) -> str:
+        """Where others reach the peer now: its own address, or its NAT's public address (and
+        then only through mappings the peer opened)."""
+        index = self.index(peer)
+        return (
+            self.addresses[index] if self.nat_type(index) == "none" else self.nat_addresses[index]
+        )
 
     def command(self, peer: PeerRef, argv: Sequence[str]) -> list[str]:
         """The argv that runs argv inside the peer's namespace (and its cpu cgroup)."""
@@ -209,6 +224,25 @@ class TestbedHandle:
         for (a, b), spec in self.links().items():
             if index in (a, b):
                 self._control({"op": "set", "a": a, "b": b, "spec": spec.updated(up=up).to_json()})
+
+    # -- NAT (nat.py) --------------------------------------------------------------------------
+    def set_nat(self, peer: PeerRef, nat_type: str) -> None:
+        """Put the peer behind a NAT: "none", "cone" or "symmetric" (its mappings start empty)."""
+        self._control({"op": "set_nat", "peer": self.index(peer), "type": check_nat_type(nat_type)})
+
+    def nat_stats(self) -> list[dict[str, Any]]:
+        """Per peer: NAT type, public address, live mappings, packets its NAT dropped in/out."""
+        return list(self._control({"op": "nat"})["nat"])
+
+    def nat_type(self, peer: PeerRef) -> str:
+        return str(self.nat_stats()[self.index(peer)]["type"])
+
+    def nat_mappings(self, peer: PeerRef | None = None) -> list[NatMapping]:
+        """The live NAT mappings (of one peer, or of all)."""
+        request: dict[str, Any] = {"op": "mappings"}
+        if peer is not None:
+            request["peer"] = self.index(peer)
+        return [NatMapping(**m) for m in self._control(request)["mappings"]]
 
     def kill_spawned(self) -> None:
         """SIGKILL the process groups started by spawn()."""

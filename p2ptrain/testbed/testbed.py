@@ -6,10 +6,11 @@
         bed.cut_link(0, 1)       # faults: cut/degrade links, disconnect, kill, freeze peers
         bed.freeze(1); bed.thaw(1)
 
-Each peer namespace holds one TUN device with address 10.77.x.y/16 (its whole route to the others);
-the forwarder process in the root namespace owns the other end of every TUN device. A `Testbed`
-owns the lifecycle and tears everything down on exit; a `TestbedHandle` attaches to a running one
-(from its state file) to inject faults or run commands, e.g. from the CLI.
+Each peer namespace holds one TUN device with address 10.77.x.y/16 (its whole route to the others,
+plus 10.78.0.0/16: the public addresses of NATs, nat.py); the forwarder process in the root
+namespace owns the other end of every TUN device. A `Testbed` owns the lifecycle and tears
+everything down on exit; a `TestbedHandle` attaches to a running one (from its state file) to
+inject faults or run commands, e.g. from the CLI.
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ from p2ptrain.errors import UserError
 from p2ptrain.testbed import cpu, netns
 from p2ptrain.testbed.handle import STATE_DIR, TestbedHandle, list_testbeds, peer_address
 from p2ptrain.testbed.links import LinkTable, links_from_topology
+from p2ptrain.testbed.nat import NatTimeouts, check_nat_type, public_peer_address
 
 NETNS_PREFIX = "p2tb"
 DEFAULT_MTU = 9000  # jumbo frames: fewer packets per byte for the user-space forwarder
 FORWARDER_START_TIMEOUT_S = 15.0
+NAT_NETWORK = "10.78.0.0/16"  # public addresses of the peers' NATs (nat.public_peer_address)
 # what a compute quota holds back: p2ptrain's training worker and the hivemind baseline's trainer
 COMPUTE_COMMANDS = ("p2ptrain.worker", "p2ptrain.harness.dp_trainer")
 
@@ -48,6 +51,9 @@ class Testbed(TestbedHandle):
         cpu_cores: dict[int, float] | None = None,
         compute_cores: dict[int, float] | None = None,
         compute_match: Sequence[str] = COMPUTE_COMMANDS,
+        *,
+        nat: dict[int, str] | None = None,
+        nat_timeouts: NatTimeouts | None = None,
     ) -> None:
         num_peers = 1 + max(max(key) for key in links) if links else 0
         if num_peers < 2 or any(
@@ -65,12 +71,19 @@ class Testbed(TestbedHandle):
                 "names": names,
                 "namespaces": [f"{NETNS_PREFIX}{self.id}-{i}" for i in range(num_peers)],
                 "addresses": [peer_address(i) for i in range(num_peers)],
+                "public_addresses": [public_peer_address(i) for i in range(num_peers)],
+                "nat_timeouts": (nat_timeouts or NatTimeouts()).to_json(),
                 "tun_names": [f"{NETNS_PREFIX}{self.id}t{i}" for i in range(num_peers)],
                 "control": str(STATE_DIR / f"{self.id}.sock"),
                 "links": [{"a": a, "b": b, "spec": s.to_json()} for (a, b), s in links.items()],
                 "mtu": mtu,
             }
         )
+        # peer -> "none" | "cone" | "symmetric": where the forwarder starts (set_nat changes it)
+        nat_types = ["none"] * num_peers
+        for i, nat_type in (nat or {}).items():
+            nat_types[self.index(i)] = check_nat_type(nat_type)
+        self.state["nat"] = nat_types
         self._forwarder: subprocess.Popen[bytes] | None = None
         self._created: list[str] = []
         # peer -> cores: slow peers (testbed/cpu.py); checked now, applied in start()
@@ -93,14 +106,25 @@ class Testbed(TestbedHandle):
         mtu: int = DEFAULT_MTU,
         cpu_cores: dict[int, float] | None = None,
         compute_cores: dict[int, float] | None = None,
+        nat: dict[int, str] | None = None,
+        nat_timeouts: NatTimeouts | None = None,
     ) -> Testbed:
         """A testbed for a p2ptrain.schedule.Topology (rates scaled by bandwidth_scale;
-        cpu_cores: peer index -> CPU quota in cores; compute_cores: the same for its worker)."""
+        cpu_cores: peer index -> CPU quota in cores; compute_cores: the same for its worker;
+        nat: peer index -> NAT type, nat_timeouts: its mappings' idle timeouts)."""
         kwargs = {} if bandwidth_scale is None else {"bandwidth_scale": bandwidth_scale}
         links = links_from_topology(
             topology.delay_ms, topology.bandwidth_gbps, delay_scale=delay_scale, **kwargs
         )
-        return cls(links, topology.peers, mtu, cpu_cores, compute_cores)
+        return cls(
+            links,
+            topology.peers,
+            mtu,
+            cpu_cores,
+            compute_cores,
+            nat=nat,
+            nat_timeouts=nat_timeouts,
+        )
 
     @property
     def state_path(self) -> Path:
@@ -155,6 +179,7 @@ class Testbed(TestbedHandle):
         netns.ip("link", "set", tun, "netns", ns)
         netns.ip("addr", "add", f"{self.addresses[index]}/16", "dev", tun, netns=ns)
         netns.ip("link", "set", tun, "mtu", str(self.state["mtu"]), "up", netns=ns)
+        netns.ip("route", "add", NAT_NETWORK, "dev", tun, netns=ns)  # other peers' NATs
         netns.ip("link", "set", "lo", "up", netns=ns)
 
     def _create_cgroups(self) -> None:
