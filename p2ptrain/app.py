@@ -28,6 +28,10 @@ SUBCOMMANDS: Subcommands = {
         "p2ptrain.cli.digest_cmd",
         "print the sha256 of a run's data on this machine (the run spec's data_sha256)",
     ),
+    "export": (
+        "p2ptrain.cli.export_cmd",
+        "merge a run's stage checkpoints into a Hugging Face model directory",
+    ),
     "token": (
         "p2ptrain.cli.token_cmd",
         "issue or revoke a token that admits a peer (organiser's key)",

@@ -50,6 +50,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--control-only", action="store_true", help="run the control plane alone (no worker)"
     )
     parser.add_argument(
+        "--device",
+        default="auto",
+        help="where this node's stage trains: auto (the first CUDA GPU, else Apple's MPS, else "
+        "the CPU), cpu, mps, cuda or cuda:I (default %(default)s)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        metavar="N",
+        help="torch CPU threads of the worker (default 0: every core this process may use)",
+    )
+    parser.add_argument(
         "--checkpoint-dir",
         help="where this node keeps its stage checkpoints (default: the run spec's checkpoint_dir)",
     )
@@ -88,11 +101,16 @@ def run(args: argparse.Namespace) -> int:
     from p2ptrain.errors import UserError
     from p2ptrain.node.supervisor import Supervisor
     from p2ptrain.worker.faults import Fault, Faults
+    from p2ptrain.worker.settings import DEVICE_PATTERN
 
     try:
         faults = Faults(tuple(Fault.parse(text) for text in args.fault))
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    if not DEVICE_PATTERN.fullmatch(args.device):
+        raise UserError(f"--device must be auto, cpu, mps, cuda or cuda:I, got {args.device!r}")
+    if not 0 <= args.threads <= 4096:
+        raise UserError(f"--threads must be between 0 and 4096, got {args.threads}")
 
     logging.basicConfig(
         level=logging.INFO,
@@ -111,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
         metrics_log=args.metrics_log,
         token=args.token,
         faults=faults,
+        device=args.device,
+        threads=args.threads,
         quiet=args.quiet,
         http=args.http,
     )

@@ -175,6 +175,10 @@ def _worst(matrices: Matrices, members: Sequence[int]) -> LinkFacts:
     return LinkFacts(rtt_s=round(rtt_s, 6), rate_mbps=round(rate_mbps, 3))
 
 
+class NoPlacementFits(Exception):
+    """Every placement the search found gives some peer a stage its device cannot hold."""
+
+
 def compute_plan(matrices: Matrices, run: RunSpec) -> Placement:
     """Place the peers as the run spec says: the scheduler on the matrices, or at random."""
     from p2ptrain.schedule import plan_swarm
@@ -216,6 +220,13 @@ def compute_plan(matrices: Matrices, run: RunSpec) -> Placement:
             # and compute (the paper's cost misranked 1 x 4 against 2 x 4 by 1.5x)
             step_model=step_model,
         )
+        unfit = compute.unfit(plan.pipelines, plan.stage_layers, peers)
+        if unfit:
+            raise NoPlacementFits(
+                f"no placement of {len(peers)} peers in {stages} stages fits their devices' "
+                f"memory ({'; '.join(unfit[:3])}): raise the run's stages, shrink the model or "
+                "its micro-batches, or add peers with more memory"
+            )
         predicted_step_s: float | None = float(step_model(plan, topology))
     else:
         predicted_step_s = None

@@ -52,6 +52,7 @@ class PlanMaker:
         self._change_since: float | None = None
         self._last_drift_check = 0.0
         self._waiting_logged = 0
+        self._refused = ""  # why the last search found no placement that fits (logged once)
         self._ready_wait_since: float | None = None
         self._gaps_logged: list[str] = []
 
@@ -230,6 +231,11 @@ class PlanMaker:
         it fails."""
         try:
             return await search_process.compute_plan(matrices, run)
+        except planner.NoPlacementFits as exc:
+            if str(exc) != self._refused:  # once per reason: it stands until the swarm changes
+                self._refused = str(exc)
+                log.warning("%s", exc)
+            return None
         except Exception:  # a scheduler bug must not take the control plane down
             log.exception("the scheduler failed on %d peers; retrying later", len(matrices.peers))
             return None

@@ -86,12 +86,13 @@ def train_with_control_plane(
         organiser = identity.load_identity(workdir / "bootstrap.key")
         for i in range(num_peers):
             key = workdir / f"peer-{i}.key"
-            # every node of a local run may plan: the organiser's planner token for it
+            # every node of a local run may plan: the organiser's planner token for it; one
+            # torch thread each (the nodes share this machine's cores)
             token = issue_token(organiser, identity.peer_id_of(identity.load_or_create_identity(key)),
                                 True, time.time() + TOKEN_LIFETIME_S).encode()  # fmt: skip
             args = ["join", "--bootstrap", address, "--identity", str(key), "--token", token,
                     *_flag("--listen", sites.listen(i)), *_flag("--data-listen", sites.data_listen(i)),
-                    "--metrics-log", str(logs[i])]  # fmt: skip
+                    "--metrics-log", str(logs[i]), "--threads", "1"]  # fmt: skip
             if own_checkpoints:
                 args += ["--checkpoint-dir", str(workdir / f"peer-{i}" / "checkpoints")]
             args += [arg for fault in faults for arg in ("--fault", fault)]

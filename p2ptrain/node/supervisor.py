@@ -58,11 +58,14 @@ class Supervisor:
         faults: Faults = NO_FAULTS,
         quiet: bool = False,
         http: str | None = None,
+        device: str = "auto",
+        threads: int = 0,
     ) -> None:
         self.bootstrap = bootstrap
         self.quiet = quiet  # no progress lines: the multiaddr is the only stdout line
         self.http = http  # the control process serves the dashboard there
         self.faults = faults
+        self.device, self.threads = device, threads  # the worker's (worker/device.py)
         self.token = token
         self.checkpoint_dir = checkpoint_dir
         self.metrics_log = metrics_log
@@ -122,6 +125,8 @@ class Supervisor:
                     listen_port=self.data_port,
                     announce=self.data_announce,
                     metrics_log=self.metrics_log,
+                    device=self.device,
+                    threads=self.threads,
                     faults=self.faults,
                 )
                 children.append(procs.spawn(worker.command()))

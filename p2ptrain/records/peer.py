@@ -18,6 +18,8 @@ MAX_TERM = 2**53
 MAX_REASON_CHARS = 160
 MAX_DEVICE_CHARS = 80
 MAX_COMPUTE_S = 3600.0
+MAX_MEMORY_BYTES = 2**53  # 8 PiB: a sane bound, and exact as a JSON number
+MAX_PRECISION_CHARS = 16
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,10 @@ class StageCompute:
     rows: int
     device: str
     run_id: str  # the run whose model was timed
+    # the memory a stage may use there (the GPU's own, else the machine's; 0: not known) and
+    # the precision the passes compute in: the planner gives no peer a stage it cannot hold
+    memory_bytes: int = 0
+    precision: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -49,6 +55,13 @@ class StageCompute:
             rows=f.integer(d["rows"], r, "rows", 1, 1_000_000),
             device=f.text(d["device"], r, "device", MAX_DEVICE_CHARS),
             run_id=f.text(d["run_id"], r, "run_id"),
+            # optional: peers of before memory-aware plans do not send them
+            memory_bytes=f.integer(
+                d.get("memory_bytes", 0), r, "memory_bytes", 0, MAX_MEMORY_BYTES
+            ),
+            precision=f.text(d["precision"], r, "precision", MAX_PRECISION_CHARS)
+            if d.get("precision", "") != ""
+            else "",
             **seconds,
         )
 

@@ -1,9 +1,9 @@
 """The run spec: what a swarm trains, published by its bootstrap node.
 
 Pure stdlib. Read from the organiser's TOML file (`load_run_spec`), gossiped in a signed envelope,
-handed to every worker with its plan. Minimal for now (run id, pipeline stages, the planner's traffic overrides); the data
-plane grows it with model, data and optimizer fields. Keep every field defaulted, JSON-friendly and
-validated in `from_dict`, so old peers and new ones can read each other's specs.
+handed to every worker with its plan: the swarm's settings, and the model, data and optimizer of
+the data plane (`RunSpec.model_config` resolves the model's sizes). Keep every field defaulted,
+JSON-friendly and validated in `from_dict`, so old peers and new ones can read each other's specs.
 """
 
 from __future__ import annotations
@@ -16,6 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from p2ptrain.errors import UserError, WireError
+from p2ptrain.records.model_config import (
+    DEFAULT_RMS_NORM_EPS,
+    DEFAULT_ROPE_THETA,
+    FAMILIES,
+    PRESETS,
+    ModelConfig,
+    effective_size,
+    llama_intermediate_size,
+)
 
 MAX_RUN_ID_CHARS = 64
 MAX_INT = 2**53
@@ -53,15 +62,35 @@ class RunSpec:
     # --- training (the data plane); the defaults learn visibly on 2 CPU cores in minutes ---
     steps: int = 40
     seed: int = 0
-    # model: a nanoGPT-style decoder
+    # model: "nanogpt" (GPT-2 style) or "llama" (records/model_config.py); a preset ("tiny",
+    # "125m", "350m", "1.3b", "7b") sets n_layer, n_head and n_embd (and llama's kv heads);
+    # the spec holds the sizes it trains, so n_layer etc. are what every reader uses
+    model: str = "nanogpt"
+    preset: str = ""
     n_layer: int = 4
     n_head: int = 4
     n_embd: int = 128
     block_size: int = 64  # context length in tokens
     vocab_size: int = 256  # 256 = bytes
-    # data: "stdlib" (this interpreter's own .py files as bytes) or a file/directory path
-    data: str = "stdlib"
+    # llama only, Hugging Face LlamaConfig names; 0 = from the preset / n_layer, n_head, n_embd
+    # (hidden_size, num_hidden_layers, num_attention_heads override those), intermediate_size
+    # 0 = llama_intermediate_size(n_embd), rms_norm_eps 0 = 1e-5, rope_theta 0 = 10000;
+    # tied embeddings put the embedding and the head on one peer: stages = 1 only
+    hidden_size: int = 0
+    intermediate_size: int = 0
+    num_hidden_layers: int = 0
+    num_attention_heads: int = 0
+    num_key_value_heads: int = 0
+    rms_norm_eps: float = 0.0
+    rope_theta: float = 0.0
+    tie_word_embeddings: bool = False
+    # data: "embedded" (the corpus shipped with p2ptrain: the same bytes on every peer),
+    # "stdlib" (this interpreter's own .py files as bytes) or a file/directory path
+    data: str = "embedded"
     data_format: str = "text"  # "text" (bytes) or "tokens" (uint16 .bin, nanoGPT style)
+    # text data through a Hugging Face tokenizer: the path of its tokenizer.json ("" = bytes);
+    # vocab_size must then cover the tokenizer's vocabulary
+    tokenizer: str = ""
     # the corpus every peer must hold: sha256 of its tokens as loaded (train/data.py,
     # corpus_sha256); "" = not pinned. `p2ptrain digest --run RUN.toml` prints it
     data_sha256: str = ""
@@ -80,6 +109,10 @@ class RunSpec:
     checkpoint_interval: int = 20
     # wire formats of activations and averaged gradients: "fp16", "bf16" or "none" (exact)
     compression: str = "fp16"
+    # the loss is multiplied by this before backward and every stage's gradients divided by it
+    # after: a run-wide constant, so fp16 passes (GPUs without bf16) do not underflow; a power
+    # of two keeps fp32 runs exact. 1 = off
+    loss_scale: float = 1.0
     averaging_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
@@ -97,20 +130,78 @@ class RunSpec:
             raise UserError(f"admission must be 'open' or 'token', got {self.admission!r}")
         if not 0 <= self.worker_stall_s <= 86_400:
             raise UserError(f"worker_stall_s must be in [0, 86400], got {self.worker_stall_s}")
+        self._resolve_model_sizes()
         self._check_training_fields()
+
+    def _resolve_model_sizes(self) -> None:
+        # a preset or a llama size field fills n_layer, n_head, n_embd (effective_size), so
+        # every reader of those fields (planner, pipeline, traffic model) sees the real model
+        if self.model not in FAMILIES:
+            raise UserError(f"model must be one of {', '.join(FAMILIES)}, got {self.model!r}")
+        if self.preset and self.preset not in PRESETS:
+            raise UserError(
+                f"preset must be '' or one of {', '.join(PRESETS)}, got {self.preset!r}"
+            )
+        given = [name for name in _LLAMA_FIELDS if getattr(self, name)]
+        if self.model != "llama" and given:
+            raise UserError(
+                f"{', '.join(given)}: llama field(s), but model = {self.model!r} "
+                "(size a nanogpt model with n_layer, n_head, n_embd or a preset)"
+            )
+        if any(getattr(self, name) < 0 for name in _LLAMA_FIELDS):
+            raise UserError(f"{', '.join(_LLAMA_FIELDS[:-1])} must be >= 0 (0 = derived)")
+        preset = PRESETS.get(self.preset)
+        for name, llama_name in _SIZE_NAMES:
+            size = effective_size(
+                name,
+                given=getattr(self, name),
+                default=getattr(RunSpec, name),
+                preset_value=getattr(preset, name) if preset else 0,
+                explicit=getattr(self, llama_name),
+            )
+            object.__setattr__(self, name, size)  # frozen: filled once, before anyone reads it
+
+    def model_config(self) -> ModelConfig:
+        """Every size of the run's model (the one place they are derived)."""
+        if self.model == "nanogpt":
+            return ModelConfig(
+                "nanogpt", self.n_layer, self.n_head, self.n_embd, self.block_size,
+                self.vocab_size, n_kv_head=self.n_head, n_inner=4 * self.n_embd,
+                rms_norm_eps=0.0, rope_theta=0.0, tie_word_embeddings=False,
+            )  # fmt: skip
+        preset = PRESETS.get(self.preset)
+        preset_kv_heads = preset.n_kv_head if preset else 0
+        return ModelConfig(
+            "llama", self.n_layer, self.n_head, self.n_embd, self.block_size, self.vocab_size,
+            n_kv_head=self.num_key_value_heads or preset_kv_heads or self.n_head,
+            n_inner=self.intermediate_size or llama_intermediate_size(self.n_embd),
+            rms_norm_eps=self.rms_norm_eps or DEFAULT_RMS_NORM_EPS,
+            rope_theta=self.rope_theta or DEFAULT_ROPE_THETA,
+            tie_word_embeddings=self.tie_word_embeddings,
+        )  # fmt: skip
 
     def _check_training_fields(self) -> None:
         positive = ("steps", "n_layer", "n_head", "n_embd", "block_size", "vocab_size")
         for name in (*positive, "batch_size", "micro_batches"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.n_embd % self.n_head:
-            raise UserError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
+        problem = self.model_config().problem()
+        if problem:
+            raise UserError(f"model: {problem}")
         if self.stages > self.n_layer:
             raise UserError(f"stages ({self.stages}) cannot exceed n_layer ({self.n_layer})")
+        if self.tie_word_embeddings and self.stages > 1:
+            raise UserError(
+                "tie_word_embeddings needs stages = 1: the embedding and the head it shares its "
+                "weight with would sit on different peers"
+            )
         if self.data_format not in ("text", "tokens"):
             raise UserError(f"data_format must be 'text' or 'tokens', got {self.data_format!r}")
-        if self.data_format == "text" and self.vocab_size < 256:
+        if self.tokenizer and (self.data_format != "text" or len(self.tokenizer) > MAX_TEXT_CHARS):
+            raise UserError("tokenizer: a tokenizer.json path, with data_format = 'text'")
+        if not 1.0 <= self.loss_scale <= 2.0**24:
+            raise UserError(f"loss_scale must be in [1, 2**24], got {self.loss_scale}")
+        if self.data_format == "text" and not self.tokenizer and self.vocab_size < 256:
             raise UserError("text data is byte-level: vocab_size must be >= 256")
         if self.data_sha256 and not (
             len(self.data_sha256) == 64 and set(self.data_sha256) <= set("0123456789abcdef")
@@ -182,6 +273,16 @@ class RunSpec:
                 else value
             )
         return cls(**values)
+
+
+# llama's size fields (Hugging Face names): 0 / false = derived
+_LLAMA_FIELDS = (
+    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
+)  # fmt: skip
+# the run's sizes and the llama fields that override them
+_SIZE_NAMES = (("n_layer", "num_hidden_layers"), ("n_head", "num_attention_heads"),
+               ("n_embd", "hidden_size"))  # fmt: skip
 
 
 def load_run_spec(path: str | Path | None) -> RunSpec:

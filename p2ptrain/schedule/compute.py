@@ -9,17 +9,26 @@ one micro-batch of stage j of an S x R plan. A GPipe step takes at least (M + S 
 slots of the slowest stage, and the slowest pipeline gates the data-parallel step, so the cost
 model adds (M + S - 1) * max over the plan's positions of that table (cost.py). Stages may
 hold unequal numbers of blocks (split.py chooses them for a placement).
+
+Memory-aware: where peers report their device's memory and the run gives each stage's needs
+(`StageBytes`, from schedule/memory.py), a peer cannot hold a stage that does not fit: its entry
+in the stage table is NO_FIT_S, so the search places it elsewhere when any placement fits, and
+`unfit` names what remains when none does (the planner then refuses, saying why).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
+# bytes each stage of a (stages, replicas, blocks per stage) plan needs to train
+StageBytes = Callable[[int, int, Sequence[int]], Sequence[float]]
+# a stage table entry for a peer whose device cannot hold the stage: dearer than any real plan
+NO_FIT_S = 1e7
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,8 @@ class PeerCompute:
     n_layer: int
     batch_size: int  # global batch in rows, split over the replicas
     micro_batches: int  # per pipeline (GPipe)
+    memory_bytes: FloatArray | None = None  # (N,) each peer's device memory (NaN: not known)
+    stage_bytes: StageBytes | None = None  # what each stage needs (None: memory not checked)
 
     def __post_init__(self) -> None:
         sizes = {len(self.block_row_s), len(self.embed_row_s), len(self.head_row_s)}
@@ -59,16 +70,53 @@ class PeerCompute:
             estimate = float(np.nanmedian(values)) if known.any() else 0.0
             return np.where(np.isnan(values), estimate, values)
 
-        return PeerCompute(
-            fill(self.block_row_s), fill(self.embed_row_s), fill(self.head_row_s),
-            self.n_layer, self.batch_size, self.micro_batches,
+        return replace(
+            self, block_row_s=fill(self.block_row_s), embed_row_s=fill(self.embed_row_s),
+            head_row_s=fill(self.head_row_s),
         )  # fmt: skip
 
     def reordered(self, order: npt.NDArray[np.intp]) -> PeerCompute:
-        return PeerCompute(
-            self.block_row_s[order], self.embed_row_s[order], self.head_row_s[order],
-            self.n_layer, self.batch_size, self.micro_batches,
+        memory = None if self.memory_bytes is None else self.memory_bytes[order]
+        return replace(
+            self, block_row_s=self.block_row_s[order], embed_row_s=self.embed_row_s[order],
+            head_row_s=self.head_row_s[order], memory_bytes=memory,
         )  # fmt: skip
+
+    def fits(
+        self, stages: int, replicas: int, layers: Sequence[int] | None = None
+    ) -> npt.NDArray[np.bool_]:
+        """(N, S): can peer p's device hold stage j? (True where its memory is not known.)"""
+        sizes = self.layers_or_even(stages, layers)
+        fit = np.ones((self.num_peers, stages), dtype=bool)
+        if self.memory_bytes is None or self.stage_bytes is None:
+            return fit
+        need = np.asarray(self.stage_bytes(stages, replicas, sizes), dtype=float)
+        known = ~np.isnan(self.memory_bytes)
+        fit[known] = self.memory_bytes[known, None] >= need[None, :]
+        return fit
+
+    def unfit(
+        self,
+        pipelines: Sequence[Sequence[int]],
+        layers: Sequence[int] = (),
+        names: Sequence[str] = (),
+    ) -> list[str]:
+        """What a placement asks of a device that does not have it, one line a peer position
+        (`names`: what to call peer p; default #p)."""
+        if self.memory_bytes is None or self.stage_bytes is None or not pipelines:
+            return []
+        stages, replicas = len(pipelines[0]), len(pipelines)
+        sizes = self.layers_or_even(stages, layers)
+        need = self.stage_bytes(stages, replicas, sizes)
+        fit = self.fits(stages, replicas, sizes)
+        return [
+            f"stage {j} ({sizes[j]} blocks) needs {need[j] / 2**30:.2f} GiB; peer "
+            f"{names[p] if names else f'#{p}'} has "
+            f"{self.memory_bytes[p] / 2**30:.2f} GiB"
+            for pipeline in pipelines
+            for j, p in enumerate(pipeline)
+            if not fit[p, j]
+        ]
 
     def stage_table(
         self, stages: int, replicas: int, layers: Sequence[int] | None = None
@@ -84,7 +132,8 @@ class PeerCompute:
         table[:, 0] += filled.embed_row_s
         table[:, -1] += filled.head_row_s
         rows = self.batch_size / (replicas * self.micro_batches)
-        return np.asarray(table * rows, dtype=np.float64)
+        table = np.asarray(table * rows, dtype=np.float64)
+        return np.where(self.fits(stages, replicas, sizes.astype(int).tolist()), table, NO_FIT_S)
 
     def layers_or_even(self, stages: int, layers: Sequence[int] | None = None) -> list[int]:
         """`layers` checked against the model, or the model's near-equal cut if empty."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from p2ptrain.records import RunSpec
+from p2ptrain.schedule.memory import stage_parameters
 from p2ptrain.schedule.step_time import StepTraffic
 from p2ptrain.schedule.topology import Workload
 
@@ -20,17 +21,16 @@ BYTES_PER_VALUE = {"fp16": 2, "bf16": 2, "none": 4}
 def stage_parameter_counts(
     spec: RunSpec, stages: int, layers: Sequence[int] | None = None
 ) -> list[int]:
-    """Parameters per stage of the nanoGPT-style model (embeddings on the first stage, the
-    final norm and the head on the last), for the traffic model; `layers`: blocks per stage
-    where a plan splits them unevenly (default: near-equal)."""
-    d = spec.n_embd
-    per_layer = 12 * d * d + 13 * d  # attention 4d^2+4d, MLP 8d^2+5d, two layer norms 4d
+    """Parameters per stage of the run's model (embeddings on the first stage, the final norm
+    and the head on the last), for the traffic model; `layers`: blocks per stage where a plan
+    splits them unevenly (default: near-equal)."""
     if not layers:  # None or empty: the even cut (a plan's stage_layers may be empty)
         base, extra = divmod(spec.n_layer, stages)
         layers = [base + (1 if s < extra else 0) for s in range(stages)]
-    counts = [n * per_layer for n in layers]
-    counts[0] += spec.vocab_size * d + spec.block_size * d
-    counts[-1] += 2 * d + spec.vocab_size * d
+    config, counts, start = spec.model_config(), [], 0
+    for size in layers:
+        counts.append(stage_parameters(config, range(start, start + size)))
+        start += size
     return counts
 
 

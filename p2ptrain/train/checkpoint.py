@@ -1,5 +1,11 @@
 """Stage checkpoints: weights, optimizer state and step of one contiguous layer range.
 
+One file per state (`torch.save`): the weights as a safetensors blob (a uint8 tensor: readable
+with `safetensors.torch.load`, no pickle), AdamW's state as torch saves it, and the metadata
+(format, run, model config, layers, step). One file, not a weights file beside an optimizer
+file, because a state moves between peers by its one digest (worker/state_transfer.py) and is
+written atomically by one rename. Files of format /1 (weights pickled as tensors) still load.
+
 A file is named by its layer range, not by the peer that wrote it, so any peer later assigned the
 same stage can load it. Loading validates the format, run, model shape, layer range and every
 tensor's shape before touching the model; writes are atomic (temp file + rename) because replicas
@@ -23,18 +29,24 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import safetensors.torch
 import torch
 
 from p2ptrain.errors import UserError
+from p2ptrain.records.model_config import ModelConfig
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.model import GPTConfig, Stage
+from p2ptrain.train.model import Stage
 
-FORMAT = "p2ptrain.stage-checkpoint/1"
+FORMAT = "p2ptrain.stage-checkpoint/2"
+PICKLED_WEIGHTS_FORMAT = "p2ptrain.stage-checkpoint/1"  # before safetensors: still read
+# the model entry of a format /1 file: nanoGPT's sizes only
+_V1_MODEL_FIELDS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
 KEEP_STEPS = 4  # stamped files kept per stage
 STATE_MARGIN = 1.25  # a saved state over its tensors' bytes: pickle structure, zip records
 STATE_OVERHEAD_BYTES = 4 * 1024**2
@@ -117,7 +129,7 @@ def expected_state_bytes(spec: RunSpec, layers: range) -> int:
     """An upper bound on the size of a saved state of `layers`: the weights and AdamW's two
     moments, with a margin for the file's structure (what state transfer accepts at most)."""
     with torch.device("meta"):  # shapes only: no memory, no init
-        stage = Stage(GPTConfig.from_spec(spec), layers, spec.seed)
+        stage = Stage(spec.model_config(), layers, spec.seed)
     weights = sum(t.numel() * t.element_size() for t in stage.state_dict().values())
     return int(3 * weights * STATE_MARGIN) + STATE_OVERHEAD_BYTES
 
@@ -132,7 +144,20 @@ class StageSnapshot:
 
     @classmethod
     def take(cls, model: Stage, optimizer: torch.optim.Optimizer, step: int) -> StageSnapshot:
-        return cls(step, copy.deepcopy(model.state_dict()), copy.deepcopy(optimizer.state_dict()))
+        """Copies in host memory: on a GPU the snapshot would otherwise double the device memory
+        of the weights and AdamW state (the planner's memory estimate counts them once)."""
+        return cls(step, _host_copy(model.state_dict()), _host_copy(optimizer.state_dict()))
+
+
+def _host_copy(value: Any) -> Any:
+    """`value` with every tensor copied to the CPU (nested dicts, lists, tuples)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {key: _host_copy(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_host_copy(item) for item in value)
+    return copy.deepcopy(value)
 
 
 def record_step(
@@ -190,7 +215,7 @@ def _write(path: Path, spec: RunSpec, model: Stage, snapshot: StageSnapshot) -> 
         "model": dataclasses.asdict(model.config),
         "layers": [model.layers.start, model.layers.stop],
         "step": snapshot.step,
-        "model_state": snapshot.model_state,
+        "weights": encode_weights(snapshot.model_state),
         "optimizer_state": snapshot.optimizer_state,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -204,14 +229,34 @@ def _write(path: Path, spec: RunSpec, model: Stage, snapshot: StageSnapshot) -> 
         raise
 
 
+def encode_weights(model_state: dict[str, torch.Tensor]) -> torch.Tensor:
+    """A state dict as safetensors bytes, in a uint8 tensor (torch.save stores it as is)."""
+    blob = safetensors.torch.save({name: t.contiguous() for name, t in model_state.items()})
+    with warnings.catch_warnings():  # read-only bytes: torch warns, but nobody writes to them
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.frombuffer(blob, dtype=torch.uint8)
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """A checkpoint file's contents, its weights decoded into "model_state" (not yet validated:
+    load_stage and read_state do that). UserError if it cannot be read at all."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if isinstance(state, dict) and state.get("format") == FORMAT:
+            blob = state.pop("weights")
+            if not isinstance(blob, torch.Tensor) or blob.dtype != torch.uint8:
+                raise ValueError("weights are not a safetensors blob")
+            state["model_state"] = safetensors.torch.load(blob.numpy().tobytes())
+    except Exception as exc:  # a torn or foreign file: say which
+        raise UserError(f"checkpoint {path} is unreadable: {exc}") from exc
+    return state if isinstance(state, dict) else {}
+
+
 def load_stage(
     path: Path, spec: RunSpec, model: Stage, optimizer: torch.optim.Optimizer | None = None
 ) -> int:
     """Validate a checkpoint and load it into `model` (and `optimizer`); return its step."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # a torn or foreign file: say which
-        raise UserError(f"checkpoint {path} is unreadable: {exc}") from exc
+    state = read_file(path)
     problem = _check(state, spec, model)
     if problem:
         raise UserError(f"checkpoint {path} does not fit this stage: {problem}")
@@ -224,24 +269,30 @@ def load_stage(
 def read_state(path: Path, spec: RunSpec, layers: range) -> dict[str, Any]:
     """A saved state of `layers`, validated as load_stage does, without a model to load it
     into (train/recut.py builds another stage from it)."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # a torn or foreign file: say which
-        raise UserError(f"checkpoint {path} is unreadable: {exc}") from exc
+    state = read_file(path)
     with torch.device("meta"):  # shapes only: no memory, no init
-        shape = Stage(GPTConfig.from_spec(spec), layers, spec.seed)
+        shape = Stage(spec.model_config(), layers, spec.seed)
     problem = _check(state, spec, shape)
     if problem:
         raise UserError(f"checkpoint {path} does not fit layers {layers}: {problem}")
     return dict(state)
 
 
+def _same_model(saved: Any, config: ModelConfig) -> bool:
+    expected = dataclasses.asdict(config)
+    if saved == expected:
+        return True
+    # a format /1 file names nanoGPT's five sizes only
+    old = {name: expected[name] for name in _V1_MODEL_FIELDS}
+    return config.family == "nanogpt" and saved == old
+
+
 def _check(state: Any, spec: RunSpec, model: Stage) -> str | None:
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
+    if not isinstance(state, dict) or state.get("format") not in (FORMAT, PICKLED_WEIGHTS_FORMAT):
         return "not a p2ptrain stage checkpoint"
     if state.get("run_id") != spec.run_id:
         return f"run {state.get('run_id')!r}, expected {spec.run_id!r}"
-    if state.get("model") != dataclasses.asdict(GPTConfig.from_spec(spec)):
+    if not _same_model(state.get("model"), spec.model_config()):
         return f"model {state.get('model')}, expected the run's model"
     if state.get("layers") != [model.layers.start, model.layers.stop]:
         return f"layers {state.get('layers')}, expected {[model.layers.start, model.layers.stop]}"

@@ -1,8 +1,11 @@
 """Training data: a token corpus and batches that are a pure function of (seed, step, replica).
 
-The default corpus is on every machine: the running interpreter's own standard library `.py` files,
-read as bytes (vocabulary 256). A run may instead name a local text file (bytes), a directory of
-text files, or a nanoGPT-style token file (`data_format = "tokens"`: uint16 ids).
+The default corpus ships with p2ptrain (`data = "embedded"`): 2.4 MB of Python source read as
+bytes (vocabulary 256), the same bytes on every peer whatever its Python (harness/make_corpus.py
+says how it was made). A run may instead name the running interpreter's own standard library
+(`"stdlib"`: its bytes differ between Python versions, so pin them with `data_sha256`), a local
+text file (bytes), a directory of text files, or a nanoGPT-style token file
+(`data_format = "tokens"`: uint16 ids).
 
 A step's global batch is `batch_size` windows at offsets drawn from a generator seeded by
 (seed, step); replica r of R takes a contiguous slice of those rows. So the first stage (inputs) and
@@ -13,8 +16,10 @@ together see exactly the batch a single process sees.
 from __future__ import annotations
 
 import hashlib
+import lzma
 import os
 import sysconfig
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +29,8 @@ from p2ptrain.errors import UserError
 from p2ptrain.records.run import RunSpec
 
 STDLIB = "stdlib"
+EMBEDDED = "embedded"
+EMBEDDED_FILE = "corpus.txt.xz"  # in the package's data folder, beside its licence
 
 
 def stdlib_root() -> Path:
@@ -72,7 +79,9 @@ def check_digest(spec: RunSpec, tokens: np.ndarray) -> None:
 
 def load_tokens(spec: RunSpec) -> np.ndarray:
     """The run's corpus as token ids, uint8 (text) or uint16 (tokens), not checked."""
-    if spec.data == STDLIB:
+    if spec.data == EMBEDDED:
+        tokens = np.frombuffer(embedded_corpus(), dtype=np.uint8)
+    elif spec.data == STDLIB:
         files = stdlib_files()
         if not files:
             raise UserError(f"no .py files found in the standard library at {stdlib_root()}")
@@ -86,11 +95,19 @@ def load_tokens(spec: RunSpec) -> np.ndarray:
             tokens = np.concatenate([np.fromfile(f, dtype=np.uint16) for f in files])
             if tokens.size and int(tokens.max()) >= spec.vocab_size:
                 raise UserError(f"token id {int(tokens.max())} >= vocab_size {spec.vocab_size}")
+        elif spec.tokenizer:
+            tokens = _tokenize(spec, files)
         else:
             tokens = _read_bytes(files)
     if tokens.size < spec.block_size + 2:
         raise UserError(f"corpus has {tokens.size} tokens, fewer than block_size + 2")
     return tokens
+
+
+def embedded_corpus() -> bytes:
+    """The corpus shipped with p2ptrain, decompressed (about 50 ms)."""
+    blob = resources.files("p2ptrain").joinpath("data", EMBEDDED_FILE).read_bytes()
+    return lzma.decompress(blob)
 
 
 def replica_rows(batch_size: int, num_replicas: int, replica: int) -> range:
@@ -116,8 +133,33 @@ def get_batch(
     return tokens[:, :-1], tokens[:, 1:]
 
 
-def _read_bytes(files: list[Path]) -> np.ndarray:
+def _tokenize(spec: RunSpec, files: list[Path]) -> np.ndarray:
+    """Text files through the run's Hugging Face tokenizer (its tokenizer.json), as uint16 ids:
+    each file decoded as UTF-8 (bad bytes replaced) and encoded without special tokens."""
+    from tokenizers import Tokenizer  # the train extra; only a run that names one needs it
+
+    path = Path(spec.tokenizer).expanduser()
     try:
-        return np.frombuffer(b"".join(f.read_bytes() for f in files), dtype=np.uint8)
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as exc:  # a missing file, or bytes that are not a tokenizer.json
+        raise UserError(f"cannot load the tokenizer {path}: {exc}") from None
+    if tokenizer.get_vocab_size() > spec.vocab_size:
+        raise UserError(
+            f"the tokenizer {path} has {tokenizer.get_vocab_size()} tokens: vocab_size "
+            f"({spec.vocab_size}) must be at least that"
+        )
+    texts = [raw.decode("utf-8", errors="replace") for raw in _read_each(files)]
+    encoded = tokenizer.encode_batch(texts, add_special_tokens=False)
+    ids = [np.asarray(e.ids, dtype=np.uint16) for e in encoded]
+    return np.concatenate(ids) if ids else np.zeros(0, dtype=np.uint16)
+
+
+def _read_each(files: list[Path]) -> list[bytes]:
+    try:
+        return [f.read_bytes() for f in files]
     except OSError as exc:
         raise UserError(f"cannot read data file: {exc}") from exc
+
+
+def _read_bytes(files: list[Path]) -> np.ndarray:
+    return np.frombuffer(b"".join(_read_each(files)), dtype=np.uint8)

@@ -1,41 +1,35 @@
-"""A nanoGPT-style decoder that can be cut into pipeline stages.
+"""The run's decoder, cut into pipeline stages: the nanoGPT family here, the Llama family's
+pieces in train/llama.py, one `Stage` for both.
 
-Reads top-down: config -> attention -> MLP -> block -> embedding -> head -> stage. A stage holds a
-contiguous range of blocks; the first stage also holds the embedding, the last the head and loss.
-The whole model is simply the one stage that holds everything.
+Reads top-down: attention -> MLP -> block -> embedding -> head (nanoGPT) -> the family dispatch ->
+stage. The model's sizes are the run spec's `ModelConfig` (records/model_config.py). A stage holds
+a contiguous range of blocks; the first stage also holds the embedding, the last the head and
+loss. The whole model is simply the one stage that holds everything.
 
 Every piece is initialized from its own seeded generator (keyed by the run seed and the piece's
 name), so a peer that builds only layers 2..3 gets exactly the weights a single process would.
-No weight tying between embedding and head: they live on different peers.
+No weight tying between embedding and head, since they live on different peers, except in a
+one-stage Llama run that asks for it (`tie_word_embeddings`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from p2ptrain.records.model_config import ModelConfig
 from p2ptrain.records.run import RunSpec
+from p2ptrain.train.llama import LlamaBlock, LlamaEmbedding, LlamaHead
 
-
-@dataclass(frozen=True)
-class GPTConfig:
-    n_layer: int
-    n_head: int
-    n_embd: int
-    block_size: int
-    vocab_size: int
-
-    @classmethod
-    def from_spec(cls, spec: RunSpec) -> GPTConfig:
-        return cls(spec.n_layer, spec.n_head, spec.n_embd, spec.block_size, spec.vocab_size)
+# the output projections of the residual branches: their init is scaled down by depth
+RESIDUAL_PROJECTIONS = ("c_proj", "o_proj", "down_proj")
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.n_head = config.n_head
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
@@ -52,7 +46,7 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd)
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd)
@@ -62,7 +56,7 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embd)
         self.attn = CausalSelfAttention(config)
@@ -77,7 +71,7 @@ class Block(nn.Module):
 class Embedding(nn.Module):
     """Token + position embedding: (B, T) token ids -> (B, T, C)."""
 
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
         self.wpe = nn.Embedding(config.block_size, config.n_embd)
@@ -90,13 +84,33 @@ class Embedding(nn.Module):
 class Head(nn.Module):
     """Final layer norm and the language-model head: (B, T, C) -> (B, T, vocab) logits."""
 
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.ln_f = nn.LayerNorm(config.n_embd)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.lm_head(self.ln_f(x))
+
+
+def make_embedding(config: ModelConfig) -> nn.Module:
+    """The family's embedding: token ids (B, T) -> hidden states (B, T, C)."""
+    return Embedding(config) if config.family == "nanogpt" else LlamaEmbedding(config)
+
+
+def make_block(config: ModelConfig) -> nn.Module:
+    """One of the family's transformer blocks: (B, T, C) -> (B, T, C)."""
+    return Block(config) if config.family == "nanogpt" else LlamaBlock(config)
+
+
+def make_head(config: ModelConfig, embedding: nn.Module | None = None) -> nn.Module:
+    """The family's final norm and head: (B, T, C) -> (B, T, vocab); `embedding`: the one whose
+    weight a tied head reads (llama, tie_word_embeddings)."""
+    if config.family == "nanogpt":
+        return Head(config)
+    if config.tie_word_embeddings and isinstance(embedding, LlamaEmbedding):
+        return LlamaHead(config, tied_to=embedding.embed_tokens)
+    return LlamaHead(config)
 
 
 def stage_layer_ranges(n_layer: int, num_stages: int) -> list[range]:
@@ -124,15 +138,17 @@ class Stage(nn.Module):
     returns logits (B, T, vocab) on the last stage, hidden states (B, T, C) otherwise.
     """
 
-    def __init__(self, config: GPTConfig, layers: range, seed: int) -> None:
+    def __init__(self, config: ModelConfig, layers: range, seed: int) -> None:
         super().__init__()
         self.config = config
         self.layers = layers
         self.is_first = layers.start == 0
         self.is_last = layers.stop == config.n_layer
-        self.embed = Embedding(config) if self.is_first else None
-        self.blocks = nn.ModuleList(Block(config) for _ in layers)
-        self.head = Head(config) if self.is_last else None
+        if config.tie_word_embeddings and not (self.is_first and self.is_last):
+            raise ValueError("a tied head needs the embedding on its stage: one stage only")
+        self.embed = make_embedding(config) if self.is_first else None
+        self.blocks = nn.ModuleList(make_block(config) for _ in layers)
+        self.head = make_head(config, self.embed) if self.is_last else None
         if self.embed is not None:
             _init_piece(self.embed, seed, "embed", config)
         for layer, block in zip(layers, self.blocks, strict=True):
@@ -164,7 +180,7 @@ def build_stage(spec: RunSpec, stage: int, num_stages: int) -> Stage:
 def build_layers(spec: RunSpec, layers: range) -> Stage:
     """The stage of the run's model that holds blocks `layers` (a plan's cut: Plan.layer_ranges),
     initialized from the run seed."""
-    return Stage(GPTConfig.from_spec(spec), layers, spec.seed)
+    return Stage(spec.model_config(), layers, spec.seed)
 
 
 def build_model(spec: RunSpec) -> Stage:
@@ -172,18 +188,20 @@ def build_model(spec: RunSpec) -> Stage:
     return build_stage(spec, 0, 1)
 
 
-def _init_piece(module: nn.Module, seed: int, name: str, config: GPTConfig) -> None:
-    # GPT-2 init (normal 0.02, residual projections scaled by depth) from a generator of our own:
-    # the weights of a piece depend only on (seed, name), never on which other pieces exist.
+def _init_piece(module: nn.Module, seed: int, name: str, config: ModelConfig) -> None:
+    # GPT-2 init (normal 0.02, residual projections scaled by depth; both families) from a
+    # generator of our own: a piece's weights depend only on (seed, name), never on which other
+    # pieces exist.
     generator = torch.Generator().manual_seed(_piece_seed(seed, name))
     for param_name, param in module.named_parameters():
         with torch.no_grad():
             if param_name.endswith("bias"):
                 param.zero_()
-            elif param.dim() == 1:  # layer-norm gains
+            elif param.dim() == 1:  # layer-norm and RMSNorm gains
                 param.fill_(1.0)
             else:
-                std = 0.02 / math.sqrt(2 * config.n_layer) if "c_proj" in param_name else 0.02
+                residual = any(proj in param_name for proj in RESIDUAL_PROJECTIONS)
+                std = 0.02 / math.sqrt(2 * config.n_layer) if residual else 0.02
                 param.normal_(0.0, std, generator=generator)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.model import GPTConfig, Stage
+from p2ptrain.train.model import Stage
 from p2ptrain.train.optim import make_optimizer
 
 
@@ -42,7 +42,7 @@ def optimizer_names(model: Stage, optimizer: torch.optim.Optimizer) -> list[str]
 def _source_optimizer_names(spec: RunSpec, layers: range) -> list[str]:
     """optimizer_names of a stage of `layers` as the run builds it (shapes only)."""
     with torch.device("meta"):
-        shape = Stage(GPTConfig.from_spec(spec), layers, spec.seed)
+        shape = Stage(spec.model_config(), layers, spec.seed)
     return optimizer_names(shape, make_optimizer(shape, spec))
 
 

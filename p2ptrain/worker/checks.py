@@ -17,8 +17,10 @@ directions the checksums do not see. What each sender really put in is checked b
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Mapping
+import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,3 +147,15 @@ def replicas_diverged(gathered: dict[Any, Any], tolerance: float) -> bool:
     values = [d.params for d in digests]
     scale = max(d.params_norm for d in digests) + 1e-12
     return (max(values) - min(values)) / scale > tolerance
+
+
+def median_claimed_norm(gathered: Sequence[bytes], serializer: Any) -> float:
+    """The median of the gradient norms a round's members claim in their gathered metadata
+    (hivemind's (bandwidth, mode, our bytes), each serialized): the liars among them cannot
+    move it far. A reducer's scale below which a part's spread or norm is not an outlier."""
+    norms = []
+    for data in gathered:
+        with contextlib.suppress(Exception):  # WireError, or bytes that are not ours
+            _bandwidth, _mode, user_bytes = serializer.loads(data)
+            norms.append(Checksums.from_gather(serializer.loads(user_bytes)).norm)
+    return statistics.median(norms) if norms else 0.0

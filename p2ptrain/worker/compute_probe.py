@@ -20,7 +20,8 @@ from collections.abc import Callable
 import torch
 
 from p2ptrain.records import RunSpec, StageCompute
-from p2ptrain.train.model import Block, Embedding, GPTConfig, Head, loss_fn
+from p2ptrain.train.model import loss_fn, make_block, make_embedding, make_head
+from p2ptrain.worker.device import memory_bytes, precision_for, sync
 
 MIN_REPEATS = 3
 # seconds each piece is timed for: the block dominates every stage; the embedding and the head
@@ -38,29 +39,36 @@ def probe_rows(spec: RunSpec) -> int:
 
 
 def measure_stage_compute(spec: RunSpec, device: torch.device | None = None) -> StageCompute:
-    """Mean forward + backward seconds per row of one block, the embedding and the head."""
+    """Mean forward + backward seconds per row of one block, the embedding and the head, on
+    `device` (default: the CPU) in the precision training will use there; with the device's
+    memory, which the planner checks stages against."""
     device = device or torch.device("cpu")
-    config = GPTConfig.from_spec(spec)
+    precision = precision_for(device)
+    config = spec.model_config()
     rows = probe_rows(spec)
     shape = (rows, config.block_size)
     generator = torch.Generator().manual_seed(spec.seed)
     tokens = torch.randint(0, config.vocab_size, shape, generator=generator).to(device)
     hidden = torch.randn((*shape, config.n_embd), generator=generator).to(device)
-    block, embed, head = Block(config).to(device), Embedding(config).to(device), Head(config)
-    head = head.to(device)
+    block, embed = make_block(config).to(device), make_embedding(config).to(device)
+    head = make_head(config).to(device)  # a tied head costs the same: timed with its own weight
 
     def block_pass() -> None:
         x = hidden.detach().requires_grad_(True)
-        out = block(x)
+        with precision.passes():
+            out = block(x)
         out.backward(torch.ones_like(out))
 
     def embed_pass() -> None:
-        out = embed(tokens)
+        with precision.passes():
+            out = embed(tokens)
         out.backward(torch.ones_like(out))
 
     def head_pass() -> None:
         x = hidden.detach().requires_grad_(True)
-        loss_fn(head(x), tokens).backward()
+        with precision.passes():
+            logits = head(x)
+        loss_fn(logits.float(), tokens).backward()
 
     seconds = [
         min(_mean_s(run, device, window_s) for _ in range(windows)) / rows
@@ -77,24 +85,21 @@ def measure_stage_compute(spec: RunSpec, device: torch.device | None = None) -> 
         rows=rows,
         device=_device_name(device),
         run_id=spec.run_id,
+        memory_bytes=memory_bytes(device),
+        precision=precision.name,
     )
 
 
 def _mean_s(run: Callable[[], None], device: torch.device, window_s: float) -> float:
     run()  # warm up (allocations, kernels)
-    _sync(device)
+    sync(device)
     start = time.perf_counter()
     count = 0
     while count < MIN_REPEATS or time.perf_counter() - start < window_s:
         run()
-        _sync(device)
+        sync(device)
         count += 1
     return (time.perf_counter() - start) / count
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _device_name(device: torch.device) -> str:

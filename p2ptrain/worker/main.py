@@ -37,6 +37,7 @@ from p2ptrain.records import (
 )
 from p2ptrain.train.checkpoint import checkpoint_dir
 from p2ptrain.worker import watchdog
+from p2ptrain.worker.device import cpu_threads, precision_for, resolve_device
 from p2ptrain.worker.frames import Expected, FrameHeader, NotReady
 from p2ptrain.worker.settings import WorkerSettings
 
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger(noisy).setLevel(
             logging.ERROR if settings.log_level.upper() != "DEBUG" else "DEBUG"
         )
-    torch.set_num_threads(1)
+    torch.set_num_threads(cpu_threads(settings.threads))
     try:
         code = Worker(settings).run()
     except UserError as exc:
@@ -74,6 +75,8 @@ class Worker:
         from p2ptrain.worker.ipc import IpcClient, PlanInbox
 
         self.settings = settings
+        self.device = resolve_device(settings.device)  # UserError if it is not here
+        log.info("training on %s (%s)", self.device, precision_for(self.device).name)
         self.inbox = PlanInbox()
         self._timed_runs: set[str] = set()
         self._checked_data: set[tuple[str, str, str]] = set()  # (run, data, digest) found right
@@ -142,7 +145,7 @@ class Worker:
                 self.phase, self.phase_plan = "joining", message.plan
                 session = Session(
                     spec, message.plan, dht, transport, self.inbox, self._report, version,
-                    self.settings.faults, seed,
+                    self.settings.faults, seed, self.device,
                 )  # fmt: skip
                 self.current = session  # from now on its frames are accepted
                 self._report(SessionReport(message.plan, session.step))
@@ -213,7 +216,7 @@ class Worker:
             if spec.run_id in self._timed_runs:
                 return
             self._timed_runs.add(spec.run_id)
-            compute = measure_stage_compute(spec)
+            compute = measure_stage_compute(spec, self.device)
         log.info("timed the run's model: %.3g ms per row and block", compute.block_row_s * 1e3)
         self.ipc.send(ComputeReport(compute))
 

@@ -3,7 +3,8 @@
 Forward every micro-batch (receive activations from the previous stage or read the batch, run the
 stage, send activations on or compute the loss), then backward in reverse order (receive output
 gradients or start from the loss, send input gradients back). Activations and gradients travel in
-the run's wire dtype (fp16/bf16, or fp32 for exact runs); compute stays fp32.
+the run's wire dtype (fp16/bf16, or fp32 for exact runs); compute is fp32, or autocast to bf16/fp16
+on a GPU (worker/device.py).
 
 Loss scaling matches the reference trainer: micro-batch m of a replica with b rows weighs
 len(m)/b, and replicas are later averaged with weight b, so the sum is the global-batch mean.
@@ -24,6 +25,7 @@ from p2ptrain.records.run import RunSpec
 from p2ptrain.train.data import get_batch, replica_rows
 from p2ptrain.train.model import Stage, loss_fn
 from p2ptrain.train.reference import micro_batch_rows
+from p2ptrain.worker.device import FP32, Precision, sync
 from p2ptrain.worker.frames import (
     ACTIVATION,
     COMPRESSION_DTYPES,
@@ -48,8 +50,7 @@ class StageTiming:
 
 
 def _computed_since(started: float, out: torch.Tensor) -> float:
-    if out.is_cuda:  # kernels run asynchronously: wait for them before reading the clock
-        torch.cuda.synchronize(out.device)
+    sync(out.device)  # a GPU's kernels run asynchronously: wait for them before the clock
     return time.perf_counter() - started
 
 
@@ -110,22 +111,26 @@ def run_step(
     should_stop: Callable[[], bool],
     network: NetworkFacts | None = None,
     timing: StageTiming | None = None,
+    precision: Precision = FP32,
 ) -> float | None:
     """Accumulate this stage's gradients for `step`; the replica's mean loss on the last stage.
-    network: the plan's, whose hops bound the frame waits; timing: gets the passes' seconds."""
+    network: the plan's, whose hops bound the frame waits; timing: gets the passes' seconds;
+    precision: the autocast of the passes (worker/device.py). The model's device is where the
+    passes run: frames arrive on the CPU and go there, and leave from the CPU."""
     timing = timing if timing is not None else StageTiming()
+    device = next(model.parameters()).device
     rows = replica_rows(spec.batch_size, role.num_replicas, role.replica)
     micro = micro_batch_rows(len(rows), spec.micro_batches)
     x = y = None
     if corpus is not None:
-        x, y = get_batch(corpus, spec, step, rows)
+        x, y = (t.to(device) for t in get_batch(corpus, spec, step, rows))
     dtype = wire_dtype(spec)
     sends: list[Future[None]] = []
     waits = hop_waits_s(spec, role, network)
 
     def send(peer: str | None, tensor: torch.Tensor, kind: str, m: int) -> None:
         assert transport is not None and peer is not None
-        frame = tensor.to(dtype)
+        frame = tensor.to("cpu", dtype)
         sends.append(
             transport.send(peer, frame, kind, spec.run_id, role.plan_key, step, m, waits[peer][1])
         )
@@ -138,7 +143,8 @@ def run_step(
         assert transport is not None
         sender = role.prev_peer if kind == ACTIVATION else role.next_peer
         wait_s = waits[sender][0] if sender in waits else RECEIVE_TIMEOUT_S
-        return transport.receive(role.plan_key, kind, step, m, wait_s, stop_waiting).float()
+        frame = transport.receive(role.plan_key, kind, step, m, wait_s, stop_waiting)
+        return frame.to(device, torch.float32)
 
     inputs: list[torch.Tensor] = []
     outputs: list[torch.Tensor] = []
@@ -150,11 +156,18 @@ def run_step(
         else:
             inp = receive(ACTIVATION, m).requires_grad_()
         started = time.perf_counter()
-        out = model(inp)
+        with precision.passes():
+            out = model(inp)
         if role.is_last:
             assert y is not None
-            out = loss_fn(out, y[m_rows.start : m_rows.stop]) * (len(m_rows) / len(rows))
-            loss_total += out.item()
+            # the loss in fp32 whatever the passes' dtype
+            loss = loss_fn(out.float(), y[m_rows.start : m_rows.stop]) * (len(m_rows) / len(rows))
+            loss_total += loss.item()
+            # scaled for backward: every stage's gradients (and the frames between them) carry
+            # the run's loss_scale, which each stage divides out of its own (unscale_grads)
+            out = loss * spec.loss_scale if spec.loss_scale != 1.0 else loss
+        else:
+            out = out.float()  # frames, and the gradient that comes back, are fp32 on our side
         timing.forward_s += _computed_since(started, out)
         if not role.is_last:
             send(role.next_peer, out.detach(), ACTIVATION, m)
@@ -179,6 +192,15 @@ def run_step(
         except Exception as exc:  # a timeout of the future itself
             raise PeerLost(f"send did not finish: {exc!r}") from exc
     return loss_total if role.is_last else None
+
+
+def unscale_grads(model: Stage, spec: RunSpec) -> None:
+    """Divide the run's loss_scale out of this stage's gradients (after run_step's backward)."""
+    if spec.loss_scale == 1.0:
+        return
+    for param in model.parameters():
+        if param.grad is not None:
+            param.grad.div_(spec.loss_scale)
 
 
 def _raise_failed_send(sends: list[Future[None]]) -> None:

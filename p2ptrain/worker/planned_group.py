@@ -32,7 +32,6 @@ import hashlib
 import json
 import logging
 import multiprocessing as mp
-import statistics
 import typing
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -49,7 +48,7 @@ from hivemind.proto import averaging_pb2
 from hivemind.utils import get_dht_time
 from hivemind.utils.asyncio import as_aiter, azip
 
-from p2ptrain.worker.checks import Checksums
+from p2ptrain.worker.checks import median_claimed_norm
 from p2ptrain.worker.robust import MOMENTS_DRIFT_BOUND
 from p2ptrain.worker.robust_allreduce import RobustAllReduceRunner, RobustPartReducer
 
@@ -168,7 +167,7 @@ class PlannedGroupAverager(DecentralizedAverager):
             group_id=group_id, ordered_peer_ids=group_info.peer_ids,
             weights=[1.0 if state_round else self._weights[n] for n in names],
             drift_bound=float(bound) if state_round else None,
-            floor_per_element=_median_norm(group_info.gathered, self.serializer)
+            floor_per_element=median_claimed_norm(group_info.gathered, self.serializer)
             / max(self.total_size, 1) ** 0.5,
             count=self._count, **kwargs,
         )  # fmt: skip
@@ -355,17 +354,6 @@ def _is_later(key: str, than: str) -> bool:
         return int(key) > int(than) >= 0
     except ValueError:
         return False
-
-
-def _median_norm(gathered: Sequence[bytes], serializer: Any) -> float:
-    """The median of the gradient norms the members claim (the liars among them cannot move
-    it far): the scale below which a part's spread or norm is not treated as an outlier."""
-    norms = []
-    for data in gathered:
-        with contextlib.suppress(Exception):  # WireError, or bytes that are not ours
-            _bandwidth, _mode, user_bytes = serializer.loads(data)
-            norms.append(Checksums.from_gather(serializer.loads(user_bytes)).norm)
-    return statistics.median(norms) if norms else 0.0
 
 
 class _RoundRouter:

@@ -23,6 +23,7 @@ from p2ptrain.train.model import Stage, build_layers
 from p2ptrain.train.optim import clip_grads, grads_are_finite, lr_at, make_optimizer, set_lr
 from p2ptrain.worker import pipeline
 from p2ptrain.worker.averaging import StageAverager
+from p2ptrain.worker.device import precision_for
 from p2ptrain.worker.dht_helpers import bootstrap_dht, swarm_prefix
 from p2ptrain.worker.faults import NO_FAULTS, Faults
 from p2ptrain.worker.frames import (
@@ -72,8 +73,11 @@ class Session:
         plan_version: int = 0,
         faults: Faults = NO_FAULTS,
         identity_seed: bytes = b"",
+        device: torch.device | None = None,
     ) -> None:
         self.spec = spec
+        self.device = device or torch.device("cpu")
+        self.precision = precision_for(self.device)
         self.identity_seed = identity_seed  # signs this peer's start-step announcements
         self.faults = faults
         self.plan = plan
@@ -102,6 +106,7 @@ class Session:
         self._connect(plan, dht)
         log.info("connected to the plan's peers in %.1f s", time.monotonic() - started_s)
         self.model = build_layers(spec, plan.layer_ranges(spec.n_layer)[role.stage])
+        self.model.to(self.device)  # before the optimizer: its state lives beside the weights
         self.optimizer = make_optimizer(self.model, spec)
         start = self._agree_on_start(dht)
         if start is None:
@@ -229,6 +234,7 @@ class Session:
                     self._should_stop,
                     self.plan.network,
                     timing,
+                    self.precision,
                 )
             except Stopped:
                 self.optimizer.zero_grad(set_to_none=True)
@@ -237,6 +243,7 @@ class Session:
                 log.warning("step %d: %s", self.step, exc)
                 self.optimizer.zero_grad(set_to_none=True)
                 return SessionEnd.PEER_LOST
+            pipeline.unscale_grads(model, self.spec)
             averaging_s = time.monotonic()
             averaging = self._average_gradients()
             update_s = time.monotonic()
@@ -302,11 +309,12 @@ class Session:
         if self.averager is None:
             return "solo"
         params = [p for p in self.model.parameters() if p.grad is not None]
-        flat = torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None])
+        # hivemind averages CPU tensors: one copy off the device each way
+        flat = torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None]).cpu()
         assert self.role is not None
         if self.faults.before_averaging(self.step, self.role.stage, self.role.replica):
             return "local"
-        flat_params = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()])
+        flat_params = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]).cpu()
         averaged, outcome = self.averager.average(flat, self.step, self._should_stop, flat_params)
         offset = 0
         for p in params:
@@ -329,7 +337,7 @@ class Session:
             if all(isinstance(m, torch.Tensor) for m in moments):
                 pieces.append((name, [m for m in moments if m is not None]))
         for index, (name, tensors) in enumerate(pieces):
-            flat = torch.cat([t.detach().reshape(-1) for t in tensors])
+            flat = torch.cat([t.detach().reshape(-1) for t in tensors]).cpu()
             bound = PARAMS_DRIFT_BOUND if index == 0 else MOMENTS_DRIFT_BOUND
             averaged = self.averager.average_state(flat, -(3 * self.step + index + 1), bound)
             if averaged is None or not bool(torch.isfinite(averaged).all()):

@@ -6,6 +6,7 @@ flag is named here only. Stdlib only: starting a worker must not import torch.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +17,12 @@ from p2ptrain.worker.faults import NO_FAULTS, Fault, Faults
 
 DEFAULT_LISTEN_HOST = "127.0.0.1"
 DEFAULT_LOG_LEVEL = "INFO"
+DEFAULT_DEVICE = "auto"
+# the names worker/device.py resolves (kept here too: this module must not import torch)
+DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d{1,3})?")
+# a harness starts several workers on one machine: one torch thread each unless told otherwise
+# (`join` gives its one worker every core: 0)
+DEFAULT_THREADS = 1
 
 
 @dataclass(frozen=True)
@@ -30,6 +37,8 @@ class WorkerSettings:
     announce: tuple[str, ...] = ()  # what others dial (default: what p2pd reports, expanded)
     metrics_log: str | None = None  # append every report to this file as a JSON line
     log_level: str = DEFAULT_LOG_LEVEL
+    device: str = DEFAULT_DEVICE  # auto | cpu | mps | cuda[:I] (worker/device.py)
+    threads: int = DEFAULT_THREADS  # torch's CPU threads; 0 = every core this process may use
     faults: Faults = NO_FAULTS  # for tests (worker/faults.py)
 
     @staticmethod
@@ -77,6 +86,20 @@ class WorkerSettings:
         )
         parser.add_argument("--log-level", default=DEFAULT_LOG_LEVEL)
         parser.add_argument(
+            "--device",
+            default=DEFAULT_DEVICE,
+            type=_device,
+            help="where the stage trains: auto (the first CUDA GPU, else MPS, else the CPU), "
+            "cpu, mps, cuda or cuda:I (default %(default)s)",
+        )
+        parser.add_argument(
+            "--threads",
+            type=_threads,
+            default=DEFAULT_THREADS,
+            metavar="N",
+            help="torch CPU threads (default %(default)s; 0: every core this process may use)",
+        )
+        parser.add_argument(
             FAULT_FLAG,
             dest="faults",
             action="append",
@@ -108,6 +131,8 @@ class WorkerSettings:
             announce=tuple(args.announce),
             metrics_log=args.metrics_log,
             log_level=args.log_level,
+            device=args.device,
+            threads=args.threads,
             faults=Faults(tuple(args.faults)),
         )
 
@@ -124,6 +149,8 @@ class WorkerSettings:
             ("--listen-port", self.listen_port, 0),
             ("--metrics-log", self.metrics_log, None),
             ("--log-level", self.log_level, DEFAULT_LOG_LEVEL),
+            ("--device", self.device, DEFAULT_DEVICE),
+            ("--threads", self.threads, DEFAULT_THREADS),
         ):
             if value != default:
                 argv += [flag, str(value)]
@@ -138,6 +165,18 @@ class WorkerSettings:
     def command(self) -> list[str]:
         """The command line that starts a worker with these settings."""
         return [sys.executable, "-m", "p2ptrain.worker", *self.to_argv()]
+
+
+def _device(text: str) -> str:
+    if not DEVICE_PATTERN.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"auto, cpu, mps, cuda or cuda:I, got {text!r}")
+    return text
+
+
+def _threads(text: str) -> int:
+    if not text.isdigit() or int(text) > 4096:
+        raise argparse.ArgumentTypeError(f"a number of threads (0: all), got {text!r}")
+    return int(text)
 
 
 def _fault(text: str) -> Fault:

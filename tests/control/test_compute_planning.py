@@ -134,3 +134,60 @@ def test_the_first_plan_stops_waiting_for_a_peer_that_never_times_its_stage() ->
             times = [1.0, 1.0 + PLAN_DEBOUNCE_S + 0.1]
         outcomes = _ticks(maker, times, alive)
         assert outcomes == [False] * (len(times) - 1) + [True] and v.plan is not None
+
+
+def _equal_links(peers: list[str]) -> dict[tuple[str, str], Link]:
+    return {(a, b): Link(2.0, 1000.0, 0.0) for i, a in enumerate(peers) for b in peers[i + 1 :]}
+
+
+def _with_memory(block_row_s: float, memory_bytes: float, run: RunSpec) -> StageCompute:
+    return dataclasses.replace(
+        timed(block_row_s, run.run_id), memory_bytes=int(memory_bytes), precision="fp32"
+    )
+
+
+def test_a_peer_never_gets_a_stage_its_device_cannot_hold() -> None:
+    """Two peers hold only the smaller of the two stages (the last one carries the head and
+    the logits of every micro-batch); on equal links and compute the search could put them
+    anywhere: the memory-aware plan puts them on the stage they can hold."""
+    from p2ptrain.control.compute import RunStageBytes
+
+    peers = ["p0", "p1", "p2", "p3"]
+    need = RunStageBytes(RUN)(2, 2, [2, 2])
+    small_stage = int(np.argmin(need))
+    assert need[small_stage] < need[1 - small_stage]
+    small = {"p0", "p2"}
+    measured = {
+        p: _with_memory(0.01, need[small_stage] * 1.01 if p in small else 1e12, RUN) for p in peers
+    }
+    matrices = dataclasses.replace(
+        build_matrices(peers, _equal_links(peers)), compute=peer_compute(peers, measured, RUN)
+    )
+    plan = compute_plan(matrices, RUN)
+    assert len(plan.pipelines) == 2 and not plan.spares
+    assert {row[small_stage] for row in plan.pipelines} == small
+    assert plan.predicted_step_s is not None and plan.predicted_step_s < 1e3
+
+
+def test_a_swarm_whose_devices_cannot_hold_the_model_is_refused_with_a_reason() -> None:
+    """The 1.3b preset in 2 stages needs about 9 GiB of weights, gradients and AdamW state a
+    stage: four 4 GiB devices cannot hold it and the planner says so; 24 GiB devices can."""
+    from p2ptrain.control.planner import NoPlacementFits
+
+    run = RunSpec(stages=2, preset="1.3b", batch_size=4, micro_batches=2, block_size=64)
+    peers = ["p0", "p1", "p2", "p3"]
+    links = _equal_links(peers)
+
+    def plan_with(memory_gib: float) -> Any:
+        measured = {p: _with_memory(0.01, memory_gib * 2**30, run) for p in peers}
+        matrices = dataclasses.replace(
+            build_matrices(peers, links), compute=peer_compute(peers, measured, run)
+        )
+        return compute_plan(matrices, run)
+
+    with pytest.raises(
+        NoPlacementFits, match=r"memory \(stage \d .* needs \d\.\d+ GiB; peer p\d has 4.00"
+    ):
+        plan_with(4)
+    fits = plan_with(24)  # (one pipeline: averaging a 1.3b stage's gradient costs more)
+    assert fits.stages == 2 and len(fits.pipelines) >= 1

@@ -112,7 +112,17 @@ def token_dict() -> dict[str, Any]:
 
 def compute_dict() -> dict[str, Any]:
     return {"block_row_s": 0.0004, "embed_row_s": 2e-5, "head_row_s": 0.0003, "rows": 8,
-            "device": "cpu", "run_id": "p2ptrain-default"}  # fmt: skip
+            "device": "cuda NVIDIA H100", "run_id": "p2ptrain-default",
+            "memory_bytes": 85_000_000_000, "precision": "bfloat16"}  # fmt: skip
+
+
+def llama_run_dict() -> dict[str, Any]:
+    """A Llama run with every model field set: a preset, and the llama fields overriding it."""
+    return RunSpec(
+        run_id="llama", stages=1, model="llama", preset="tiny", hidden_size=128,
+        intermediate_size=384, num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=2,
+        rms_norm_eps=1e-6, rope_theta=500_000.0, tie_word_embeddings=True,
+    ).to_dict()  # fmt: skip
 
 
 # (record class, a valid dict of it)
@@ -132,6 +142,7 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (Heartbeat, {"type": "heartbeat", "phase": "training", "step": 7, "term": 2, "epoch": 5}),
     (Claim, {"term": 3}),
     (RunSpec, RunSpec(run_id="r", steps=7).to_dict()),
+    (RunSpec, llama_run_dict()),
     (Hello, {"type": "hello", "peer_id": A, "data_addrs": ["/ip4/127.0.0.1/tcp/1"], "pid": 42}),
     (MetricsReport, metrics_dict()),
     (SessionReport, {"type": "session", "plan": plan_dict(), "step": 4}),

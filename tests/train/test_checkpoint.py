@@ -1,12 +1,15 @@
 from pathlib import Path
 
 import pytest
+import safetensors.torch
 import torch
 
 from p2ptrain.errors import UserError
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train.checkpoint import (
+    FORMAT,
     KEEP_STEPS,
+    PICKLED_WEIGHTS_FORMAT,
     StageSnapshot,
     checkpoint_path,
     layers_key,
@@ -83,3 +86,64 @@ def test_a_snapshot_does_not_follow_later_updates() -> None:
             p.add_(1.0)
     for name, tensor in snapshot.model_state.items():
         assert torch.equal(tensor, before[name])
+
+
+LLAMA = RunSpec(model="llama", preset="tiny", block_size=8, steps=10)
+
+
+def test_a_llama_stage_round_trips_and_is_refused_by_a_nanogpt_run(tmp_path: Path) -> None:
+    model = build_stage(LLAMA, 1, 2)
+    optimizer = make_optimizer(model, LLAMA)
+    model(torch.randn(2, 8, 64)).pow(2).mean().backward()
+    optimizer.step()
+    path = checkpoint_path(tmp_path, model.layers)
+    save_stage(path, LLAMA, model, optimizer, step=5)
+    fresh = build_stage(LLAMA, 1, 2)
+    fresh_opt = make_optimizer(fresh, LLAMA)
+    assert load_stage(path, LLAMA, fresh, fresh_opt) == 5
+    for (name, a), b in zip(model.state_dict().items(), fresh.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    for a, b in zip(optimizer.state.values(), fresh_opt.state.values(), strict=True):
+        assert torch.equal(a["exp_avg_sq"], b["exp_avg_sq"])
+    nanogpt = RunSpec(n_layer=2, n_head=4, n_embd=64, block_size=8, steps=10)
+    with pytest.raises(UserError, match="model"):
+        load_stage(path, nanogpt, build_stage(nanogpt, 1, 2))
+    with pytest.raises(UserError, match="model"):
+        other = LLAMA.replace(num_key_value_heads=4)
+        load_stage(path, other, build_stage(other, 1, 2))
+
+
+def test_the_weights_are_a_safetensors_blob_in_the_file(tmp_path: Path) -> None:
+    model, optimizer = _trained_stage(0)
+    path = tmp_path / "c.pt"
+    save_stage(path, SPEC, model, optimizer, step=2)  # type: ignore[arg-type]
+    state = torch.load(path, weights_only=True)
+    assert state["format"] == FORMAT and "model_state" not in state
+    weights = safetensors.torch.load(state["weights"].numpy().tobytes())
+    assert weights.keys() == model.state_dict().keys()
+    assert all(torch.equal(weights[n], t) for n, t in model.state_dict().items())
+
+
+def test_a_checkpoint_of_the_pickled_weights_format_still_loads(tmp_path: Path) -> None:
+    model, optimizer = _trained_stage(1)
+    path = tmp_path / "old.pt"
+    torch.save(
+        {
+            "format": PICKLED_WEIGHTS_FORMAT,
+            "run_id": SPEC.run_id,
+            "model": {"n_layer": 2, "n_head": 2, "n_embd": 16, "block_size": 8, "vocab_size": 256},
+            "layers": [1, 2],
+            "step": 4,
+            "model_state": model.state_dict(),
+            "optimizer_state": optimizer.state_dict(),
+        },
+        path,
+    )
+    fresh = build_stage(SPEC, 1, 2)
+    assert load_stage(path, SPEC, fresh, make_optimizer(fresh, SPEC)) == 4
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.parameters(), fresh.parameters(), strict=True)
+    )
+    llama = SPEC.replace(model="llama")
+    with pytest.raises(UserError, match="model"):  # the old format names nanoGPT sizes only
+        load_stage(path, llama, build_stage(llama, 1, 2))

@@ -6,7 +6,15 @@ import torch
 
 from p2ptrain.errors import UserError
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.data import get_batch, load_corpus, replica_rows, stdlib_files
+from p2ptrain.train.data import (
+    check_digest,
+    corpus_sha256,
+    get_batch,
+    load_corpus,
+    load_tokens,
+    replica_rows,
+    stdlib_files,
+)
 
 SPEC = RunSpec(block_size=16, batch_size=10)
 
@@ -16,11 +24,26 @@ def corpus() -> torch.Tensor:
     return load_corpus(SPEC)
 
 
-def test_default_corpus_is_this_interpreters_stdlib(corpus: torch.Tensor) -> None:
+# the shipped corpus's digest: the same on every peer, whatever its Python (a new corpus is a
+# new file under a new name, harness/make_corpus.py)
+EMBEDDED_SHA256 = "8d3088c05d7fb1251b127cfaf85214da47b0e5e660861e0dc50da008d9d75260"
+
+
+def test_the_default_corpus_ships_with_p2ptrain_and_is_the_same_bytes_everywhere(
+    corpus: torch.Tensor,
+) -> None:
+    assert SPEC.data == "embedded"
+    assert corpus_sha256(load_tokens(SPEC)) == EMBEDDED_SHA256
+    assert corpus.numel() > 2_000_000
+    assert b"def " in bytes(corpus[:200_000].tolist())
+    check_digest(SPEC.replace(data_sha256=EMBEDDED_SHA256), load_tokens(SPEC))
+
+
+def test_the_interpreters_stdlib_is_still_a_corpus() -> None:
     names = {p.name for p in stdlib_files()}
     assert {"os.py", "functools.py"} <= names
-    assert corpus.numel() > 1_000_000
-    assert b"def " in bytes(corpus[:200_000].tolist())
+    stdlib = load_corpus(SPEC.replace(data="stdlib"))
+    assert stdlib.numel() > 1_000_000
 
 
 def test_batch_is_a_pure_function_of_seed_and_step(corpus: torch.Tensor) -> None:
@@ -94,3 +117,52 @@ def test_data_sha256_must_be_64_lowercase_hex(bad: str) -> None:
     with pytest.raises(UserError, match="data_sha256"):
         RunSpec(data_sha256=bad)
     assert RunSpec(data_sha256="0" * 64).data_sha256 == "0" * 64
+
+
+def _train_tokenizer(path: Path, texts: list[str]) -> int:
+    """A small byte-level BPE tokenizer.json, trained here (no download); its vocabulary size."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    tokenizer.save(str(path))
+    return int(tokenizer.get_vocab_size())
+
+
+def test_text_through_a_hugging_face_tokenizer(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer
+
+    text = "def add(a, b):\n    return a + b\n" * 200 + "class Point:\n    x: int = 0\n" * 200
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.txt").write_text(text[:6000])
+    (tmp_path / "data" / "b.txt").write_text(text[6000:])
+    vocab = _train_tokenizer(tmp_path / "tokenizer.json", [text])
+    spec = RunSpec(data=str(tmp_path / "data"), tokenizer=str(tmp_path / "tokenizer.json"),
+                   vocab_size=vocab, block_size=16)  # fmt: skip
+    tokens = load_tokens(spec)
+    assert tokens.dtype == np.uint16 and int(tokens.max()) < vocab
+    assert tokens.size < 0.9 * len(text)  # merges: fewer tokens than bytes
+    decoded = Tokenizer.from_file(spec.tokenizer).decode(tokens.tolist())
+    assert decoded == text  # the files in order, nothing lost
+    assert load_corpus(spec).dtype == torch.int64
+    # the digest covers the ids, so a different tokenizer is a different corpus
+    assert corpus_sha256(tokens) != corpus_sha256(load_tokens(spec.replace(tokenizer="")))
+
+
+def test_a_tokenizer_larger_than_the_vocabulary_or_unreadable_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("x = 1\n" * 500)
+    vocab = _train_tokenizer(tmp_path / "tokenizer.json", ["x = 1\n" * 500])
+    spec = RunSpec(data=str(tmp_path / "a.txt"), tokenizer=str(tmp_path / "tokenizer.json"),
+                   vocab_size=vocab - 1, block_size=16)  # fmt: skip
+    with pytest.raises(UserError, match="vocab_size"):
+        load_tokens(spec)
+    (tmp_path / "bad.json").write_text("{not a tokenizer")
+    with pytest.raises(UserError, match="cannot load the tokenizer"):
+        load_tokens(spec.replace(tokenizer=str(tmp_path / "bad.json"), vocab_size=vocab))
+    with pytest.raises(UserError, match="tokenizer"):
+        RunSpec(tokenizer="t.json", data_format="tokens")

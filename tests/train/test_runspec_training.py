@@ -20,6 +20,16 @@ def test_training_fields_round_trip_through_json_dicts() -> None:
         ({"min_lr": 1.0}, "min_lr"),
         ({"batch_size": 0}, "batch_size"),
         ({"data_format": "csv"}, "data_format"),
+        ({"model": "gpt-j"}, "model must be"),
+        ({"preset": "13b"}, "preset must be"),
+        ({"preset": "125m", "n_layer": 8}, "n_layer = 8 conflicts with 12 from the preset"),
+        ({"model": "llama", "hidden_size": 256, "n_embd": 64}, "from its llama field"),
+        ({"hidden_size": 256}, "llama field"),  # model = "nanogpt"
+        ({"model": "llama", "num_key_value_heads": 3}, "must divide n_head"),
+        ({"model": "llama", "n_embd": 20, "n_head": 4}, "must be even"),
+        ({"model": "llama", "rope_theta": -1.0}, ">= 0"),
+        ({"model": "llama", "tie_word_embeddings": True}, "stages = 1"),
+        ({"model": "llama", "preset": "tiny", "stages": 3}, "cannot exceed n_layer"),
     ],
 )
 def test_bad_training_fields_are_user_errors(changes: dict[str, object], message: str) -> None:
@@ -35,3 +45,25 @@ def test_toml_file(tmp_path: Path) -> None:
     path.write_text("[run]\nn_layers = 2\n")
     with pytest.raises(UserError, match="unknown"):
         load_run_spec(path)
+
+
+def test_a_preset_sets_the_sizes_every_reader_of_the_spec_sees() -> None:
+    spec = RunSpec(model="llama", preset="7b")
+    assert (spec.n_layer, spec.n_head, spec.n_embd) == (32, 32, 4096)
+    config = spec.model_config()
+    assert (config.n_inner, config.n_kv_head, config.vocab_size) == (11008, 32, 256)
+    assert (config.rms_norm_eps, config.rope_theta) == (1e-5, 10_000.0)
+    # the preset's own sizes may be repeated; a llama field overrides one of them
+    assert RunSpec(preset="350m", n_layer=24, n_embd=1024).n_head == 16
+    deeper = RunSpec(model="llama", preset="1.3b", num_hidden_layers=32, num_attention_heads=32)
+    assert (deeper.n_layer, deeper.n_head, deeper.n_embd) == (32, 32, 2048)
+    assert RunSpec.from_dict(deeper.to_dict()) == deeper  # filled sizes read back the same
+    nanogpt = RunSpec(preset="125m").model_config()
+    assert (nanogpt.family, nanogpt.n_inner, nanogpt.n_kv_head) == ("nanogpt", 3072, 12)
+
+
+def test_a_llama_spec_without_a_preset_derives_its_sizes() -> None:
+    config = RunSpec(model="llama", n_layer=2, n_head=4, n_embd=256).model_config()
+    assert (config.n_kv_head, config.n_inner) == (4, 768)  # 8/3 x 256, rounded up to 256
+    tiny = RunSpec(model="llama", preset="tiny").model_config()
+    assert (tiny.n_layer, tiny.n_head, tiny.n_kv_head, tiny.n_embd) == (2, 4, 2, 64)

@@ -10,6 +10,8 @@ def test_probe_times_the_default_model_per_row() -> None:
     assert compute.rows == probe_rows(spec) == min(MAX_ROWS, spec.batch_size // spec.micro_batches)
     assert compute.block_row_s > 0 and compute.embed_row_s > 0 and compute.head_row_s > 0
     assert compute.device == "cpu" and compute.run_id == spec.run_id
+    # what the planner checks stages against: this machine's memory, and the passes' precision
+    assert compute.memory_bytes > 2**28 and compute.precision == "fp32"
     # what the worker sends decodes back to the same record on the control side
     line = json.dumps(ComputeReport(compute).to_dict())
     assert message_from_dict(json.loads(line)) == ComputeReport(compute)

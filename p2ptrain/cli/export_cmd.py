@@ -1,0 +1,33 @@
+"""`p2ptrain export`: a run's stage checkpoints merged into a Hugging Face model directory
+(config.json and model.safetensors) that `transformers` loads with
+`AutoModelForCausalLM.from_pretrained(OUT)`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run", metavar="RUN.toml", help="run spec (default: the built-in run)")
+    parser.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help="the stage checkpoints (default: the run spec's checkpoint_dir)",
+    )
+    parser.add_argument("--out", metavar="OUT", required=True, help="directory to write")
+    parser.add_argument(
+        "--step", type=int, help="export this step (default: the newest one every stage holds)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from p2ptrain.records.run import load_run_spec
+    from p2ptrain.train.checkpoint import checkpoint_dir  # torch: the train extra
+    from p2ptrain.train.export import export_hf
+
+    spec = load_run_spec(args.run)
+    directory = Path(args.checkpoint_dir) if args.checkpoint_dir else checkpoint_dir(spec)
+    step = export_hf(spec, directory, Path(args.out), args.step)
+    print(f"{args.out}: {spec.model} model of run {spec.run_id!r} at step {step}")
+    return 0

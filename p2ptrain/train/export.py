@@ -1,0 +1,163 @@
+"""A run's stage checkpoints merged into one Hugging Face model directory.
+
+`config.json` (LlamaForCausalLM for llama runs, GPT2LMHeadModel for nanogpt ones) and
+`model.safetensors`, which `transformers.AutoModelForCausalLM.from_pretrained(directory)` loads
+and which computes our model's logits. The states merged are those of one step: the newest step
+(or the one asked for) whose saved stages hold every parameter of the model, whatever cuts the
+plans used (a parameter is named model-wide, as in train/recut.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import safetensors.torch
+import torch
+
+from p2ptrain.errors import UserError
+from p2ptrain.records.model_config import ModelConfig
+from p2ptrain.records.run import RunSpec
+from p2ptrain.train.checkpoint import checkpoint_path, list_states, read_file, read_state
+from p2ptrain.train.model import Stage
+from p2ptrain.train.recut import model_wide
+
+_LATEST = re.compile(r"^stage-L(\d+)-(\d+)\.pt$")
+
+
+def model_wide_names(spec: RunSpec) -> list[str]:
+    """Every parameter of the run's model, named model-wide ('block3.mlp.up_proj.weight')."""
+    with torch.device("meta"):  # names only
+        whole = Stage(spec.model_config(), range(spec.n_layer), spec.seed)
+    return [model_wide(name, whole.layers) for name in whole.state_dict()]
+
+
+def _states_by_step(directory: Path) -> dict[int, list[tuple[range, Path]]]:
+    """The directory's stage states by step: stamped files (step in the name), else the latest
+    files (`save_stage` writes only those), whose step is read from the file."""
+    found: dict[int, list[tuple[range, Path]]] = defaultdict(list)
+    for state in list_states(directory):
+        a, b = (int(n) for n in state.key[1:].split("-"))
+        found[state.step].append((range(a, b), state.path))
+    if found or not directory.is_dir():
+        return found
+    for name in sorted(os.listdir(directory)):
+        match = _LATEST.match(name)
+        if match and int(match[1]) < int(match[2]):
+            step = read_file(directory / name).get("step")
+            if isinstance(step, int):
+                found[step].append((range(int(match[1]), int(match[2])), directory / name))
+    return found
+
+
+def merged_weights(
+    spec: RunSpec, directory: Path, step: int | None = None
+) -> tuple[int, dict[str, torch.Tensor]]:
+    """The step and the model-wide weights of the whole model, from the stage states of one
+    step in `directory` (default: the newest step at which they hold every parameter)."""
+    names = model_wide_names(spec)
+    by_step = _states_by_step(directory)
+    steps = [step] if step is not None else sorted(by_step, reverse=True)
+    for candidate in steps:
+        sources = by_step.get(candidate, [])
+        # the latest link first: where a step was saved under two lineages, the one trained on
+        sources.sort(key=lambda s: not _is_latest(directory, s[0], s[1]))
+        weights: dict[str, torch.Tensor] = {}
+        for layers, path in sources:
+            state = read_state(path, spec, layers)
+            for name, tensor in state["model_state"].items():
+                weights.setdefault(model_wide(name, layers), tensor)
+        if all(name in weights for name in names):
+            return candidate, {name: weights[name] for name in names}
+    which = f"step {step}" if step is not None else "any step"
+    raise UserError(f"{directory} holds no stage states of {which} that cover the whole model")
+
+
+def _is_latest(directory: Path, layers: range, path: Path) -> bool:
+    latest = checkpoint_path(directory, layers)
+    try:
+        return latest.exists() and os.path.samefile(latest, path)
+    except OSError:
+        return False
+
+
+def hf_name(name: str, family: str) -> str:
+    """A model-wide parameter name as Hugging Face's LlamaForCausalLM / GPT2LMHeadModel has it."""
+    piece, _, rest = name.partition(".")
+    if family == "llama":
+        if piece == "embed":
+            return f"model.{rest}"  # embed_tokens.weight
+        if piece == "head":
+            return rest if rest.startswith("lm_head") else f"model.{rest}"  # norm.weight
+        return f"model.layers.{piece.removeprefix('block')}.{rest}"
+    if piece == "embed":
+        return f"transformer.{rest}"  # wte, wpe
+    if piece == "head":
+        return rest if rest.startswith("lm_head") else f"transformer.{rest}"  # ln_f
+    return f"transformer.h.{piece.removeprefix('block')}.{rest}"
+
+
+def hf_config(config: ModelConfig) -> dict[str, Any]:
+    """config.json for the model (fp32, no dropout, no special tokens: the run has none)."""
+    common = {"vocab_size": config.vocab_size, "torch_dtype": "float32", "bos_token_id": None,
+              "eos_token_id": None, "tie_word_embeddings": config.tie_word_embeddings}  # fmt: skip
+    if config.family == "llama":
+        return common | {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "hidden_size": config.n_embd,
+            "intermediate_size": config.n_inner,
+            "num_hidden_layers": config.n_layer,
+            "num_attention_heads": config.n_head,
+            "num_key_value_heads": config.n_kv_head,
+            "head_dim": config.head_dim,
+            "hidden_act": "silu",
+            "max_position_embeddings": config.block_size,
+            "rms_norm_eps": config.rms_norm_eps,
+            "rope_theta": config.rope_theta,  # transformers 4; 5 reads rope_parameters
+            "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_theta},
+            "attention_bias": False,
+            "mlp_bias": False,
+        }
+    return common | {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "n_layer": config.n_layer,
+        "n_head": config.n_head,
+        "n_embd": config.n_embd,
+        "n_inner": config.n_inner,
+        "n_positions": config.block_size,
+        "activation_function": "gelu",  # nanoGPT's exact GELU, not GPT-2's tanh approximation
+        "layer_norm_epsilon": 1e-5,  # torch's LayerNorm default
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+    }
+
+
+def hf_weights(weights: dict[str, torch.Tensor], family: str) -> dict[str, torch.Tensor]:
+    """Model-wide weights renamed for Hugging Face; GPT-2 keeps its linear layers as Conv1D,
+    whose weight is our nn.Linear's transposed."""
+    renamed = {}
+    for name, tensor in weights.items():
+        conv1d = family == "nanogpt" and name.endswith(
+            ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+        )
+        renamed[hf_name(name, family)] = (tensor.t() if conv1d else tensor).contiguous()
+    return renamed
+
+
+def export_hf(spec: RunSpec, directory: Path, out: Path, step: int | None = None) -> int:
+    """Write the run's model, merged from its stage states in `directory`, to `out` as a
+    Hugging Face model directory; the step exported."""
+    step, weights = merged_weights(spec, directory, step)
+    config = spec.model_config()
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = hf_weights(weights, config.family)
+    safetensors.torch.save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(hf_config(config), indent=2) + "\n")
+    return step

@@ -1,0 +1,124 @@
+"""Where a worker's stage trains: the device, its memory, and the precision it computes in.
+
+`--device auto` takes the best the machine has: the first CUDA GPU, else Apple's MPS, else the
+CPU. On a GPU the passes run under autocast in bf16 where the GPU supports it, else in fp16
+(the run's `loss_scale` keeps fp16 gradients from underflowing); weights, gradients, optimizer
+state and everything that leaves the device (frames, averaging, checkpoints) stay fp32. On the
+CPU everything is fp32, on as many threads as the node is given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from p2ptrain.errors import UserError
+from p2ptrain.worker.settings import DEVICE_PATTERN
+
+AUTO = "auto"
+
+
+def check_device_name(name: str) -> str:
+    """`name` if it is one `--device` accepts (auto, cpu, mps, cuda, cuda:I), else UserError."""
+    if not DEVICE_PATTERN.fullmatch(name):
+        raise UserError(f"--device must be auto, cpu, mps, cuda or cuda:I, got {name!r}")
+    return name
+
+
+def resolve_device(name: str) -> torch.device:
+    """The device `name` means on this machine; UserError if it is not here."""
+    check_device_name(name)
+    if name == AUTO:
+        if torch.cuda.is_available():
+            return torch.device("cuda", 0)
+        if _mps_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(f"--device {name}: this machine has no CUDA GPU torch can use")
+        index = 0 if device.index is None else device.index
+        if index >= torch.cuda.device_count():
+            raise UserError(f"--device {name}: only {torch.cuda.device_count()} CUDA GPU(s) here")
+        return torch.device("cuda", index)
+    if device.type == "mps" and not _mps_available():
+        raise UserError("--device mps: this machine has no MPS device torch can use")
+    return device
+
+
+def _mps_available() -> bool:
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The dtype the passes autocast to on `device_type`; None: plain fp32."""
+
+    device_type: str = "cpu"
+    autocast: torch.dtype | None = None
+
+    @contextlib.contextmanager
+    def passes(self) -> Iterator[None]:
+        """The context a forward pass runs in (backward follows the forward's dtypes)."""
+        if self.autocast is None:
+            yield
+            return
+        with torch.autocast(self.device_type, dtype=self.autocast):
+            yield
+
+    @property
+    def name(self) -> str:
+        return "fp32" if self.autocast is None else str(self.autocast).removeprefix("torch.")
+
+
+FP32 = Precision()
+
+
+def precision_for(device: torch.device) -> Precision:
+    """bf16 autocast on a GPU that has it, fp16 on an older GPU, fp32 elsewhere."""
+    if device.type != "cuda":
+        return Precision(device.type, None)
+    bf16 = torch.cuda.is_bf16_supported()
+    return Precision("cuda", torch.bfloat16 if bf16 else torch.float16)
+
+
+def memory_bytes(device: torch.device) -> int:
+    """The memory a stage on `device` may use: the GPU's own, or the machine's (CPU, MPS)."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    if device.type == "mps":
+        recommended = getattr(torch.mps, "recommended_max_memory", None)
+        if recommended is not None:
+            return int(recommended())
+    return system_memory_bytes()
+
+
+def system_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: unknown
+        return 0
+
+
+def cpu_threads(requested: int) -> int:
+    """The torch threads to use: `requested`, or (0) every core this process may run on."""
+    if requested > 0:
+        return requested
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued kernels (a clock read after this is the real time)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
