@@ -12,7 +12,7 @@ links (delay, rate) and the schedule (bubbles, overlap, averaging) on top.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,13 @@ def stage_medians(logs: Sequence[Path], plan_key: tuple[int, int]) -> list[dict[
         ]
         if waits:
             medians["averaging_s"] = statistics.median(waits)
+        cpu = [
+            float(r["averaging_cpu_s"])
+            for r in steady
+            if isinstance(r.get("averaging_cpu_s"), int | float)
+        ]
+        if cpu:
+            medians["averaging_cpu_s"] = statistics.median(cpu)
         periods = [float(r["step_s"]) for r in steady if isinstance(r.get("step_s"), int | float)]
         if periods:
             medians["step_s"] = statistics.median(periods)
@@ -56,13 +63,16 @@ def measured_compute(
     plan_key: tuple[int, int],
     pipelines: Sequence[Sequence[int]],
     micro_batches: int,
+    cores: Mapping[int, float] | None = None,
 ) -> MeasuredCompute | None:
     """The (replica, stage) grid of per-micro-batch forward and backward seconds and the
-    update's, for pipelines of peer indices (index i: logs[i]); None if a stage was not timed."""
+    update's, for pipelines of peer indices (index i: logs[i]); None if a stage was not timed.
+    With `cores` (peer index -> the CPU quota its worker ran under), the local work of each
+    averaging round too: the CPU seconds its process tree spent in the round, at that quota."""
     medians = stage_medians(logs, plan_key)
-    grid: dict[str, list[list[float]]] = {k: [] for k in COMPUTE_FIELDS}
+    grid: dict[str, list[list[float]]] = {k: [] for k in (*COMPUTE_FIELDS, "local")}
     for pipe in pipelines:
-        rows: dict[str, list[float]] = {k: [] for k in COMPUTE_FIELDS}
+        rows: dict[str, list[float]] = {k: [] for k in grid}
         for peer in pipe:
             timed = medians[peer] if peer < len(medians) else None
             if timed is None:
@@ -70,9 +80,12 @@ def measured_compute(
             rows["forward_s"].append(timed["forward_s"] / micro_batches)
             rows["backward_s"].append(timed["backward_s"] / micro_batches)
             rows["update_s"].append(timed["update_s"])
-        for k in COMPUTE_FIELDS:
+            quota = (cores or {}).get(peer)
+            cpu_s = timed.get("averaging_cpu_s", 0.0)
+            rows["local"].append(cpu_s / quota if quota else cpu_s)
+        for k in grid:
             grid[k].append(rows[k])
-    return MeasuredCompute(grid["forward_s"], grid["backward_s"], grid["update_s"])
+    return MeasuredCompute(grid["forward_s"], grid["backward_s"], grid["update_s"], grid["local"])
 
 
 def compute_summary(
@@ -87,7 +100,7 @@ def compute_summary(
 
     return {
         key: [[of(peer, key) for peer in pipe] for pipe in pipelines]
-        for key in (*COMPUTE_FIELDS, "averaging_s", "step_s")
+        for key in (*COMPUTE_FIELDS, "averaging_s", "averaging_cpu_s", "step_s")
     }
 
 

@@ -121,7 +121,7 @@ def describe_run(
         spec.block_size * spec.n_embd * value_bytes,
     )
     measured = measured_link_bytes(logs, peer_ids, plan.key)
-    compute = measured_compute(logs, plan.key, pipelines, spec.micro_batches)
+    compute = measured_compute(logs, plan.key, pipelines, spec.micro_batches, bed.compute_cores)
     simulated = None if compute is None else simulated_step(bed, spec, pipelines, layers, compute)
     return {
         "path": "join",

@@ -101,6 +101,8 @@ class MetricsReport:
     backward_s: float | None = None
     update_s: float | None = None
     averaging_s: float | None = None
+    # CPU seconds the worker's process tree spent during the averaging round (worker/cpu_clock.py)
+    averaging_cpu_s: float | None = None
 
     @property
     def plan_key(self) -> tuple[int, int]:
@@ -134,6 +136,9 @@ class MetricsReport:
             backward_s=f.optional_number(d.get("backward_s"), "metrics", "backward_s"),
             update_s=f.optional_number(d.get("update_s"), "metrics", "update_s"),
             averaging_s=f.optional_number(d.get("averaging_s"), "metrics", "averaging_s"),
+            averaging_cpu_s=f.optional_number(
+                d.get("averaging_cpu_s"), "metrics", "averaging_cpu_s"
+            ),
             **values,
         )
 

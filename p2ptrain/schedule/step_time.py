@@ -163,6 +163,9 @@ class MeasuredCompute:
     forward_s: Sequence[Sequence[float]]  # [replica][stage]
     backward_s: Sequence[Sequence[float]]
     update_s: Sequence[Sequence[float]]
+    # the local work of each member's averaging round (serialising, reducing, the daemon's
+    # copies), in wall seconds on its machine; empty: not measured (counted as none)
+    averaging_local_s: Sequence[Sequence[float]] = ()
 
 
 SIMULATED_STEPS = 6  # the period settles within a few steps; the model reports the last one
@@ -181,7 +184,8 @@ def simulated_step_s(
 
     Each stage works one thing at a time: forward of micro-batches 0..M-1 (each once its input
     arrived), then backward of M-1..0 (each once its output's gradient arrived), then waits for
-    its group's averaging (all members finished backward; group_averaging_s), then updates.
+    its group's averaging (all members finished backward; group_averaging_s, plus the slowest
+    member's measured local work of a round, averaging_local_s), then updates.
     Frames leave without blocking compute; each direction of a link serialises them (a frame
     arrives one-way delay + its bytes / rate after its link is free) and the stage's step ends
     once the answer to its last frame is back. The next step of a stage starts after its
@@ -205,7 +209,10 @@ def simulated_step_s(
             done[r] = _one_replica(delay_s, rate_bps, pipe, micros, frame_bits, ready[r],
                                    compute.forward_s[r], compute.backward_s[r])  # fmt: skip
         for s in range(num_stages):
-            averaged = float(done[:, s].max()) + groups[s]
+            local = max(compute.averaging_local_s[r][s] for r in range(len(pipelines))) if (
+                compute.averaging_local_s and groups[s] > 0
+            ) else 0.0  # fmt: skip
+            averaged = float(done[:, s].max()) + groups[s] + local
             for r in range(len(pipelines)):
                 ready[r, s] = averaged + compute.update_s[r][s]
         ends.append(float(ready.max()))

@@ -23,6 +23,7 @@ from p2ptrain.train.model import Stage, build_layers
 from p2ptrain.train.optim import clip_grads, grads_are_finite, lr_at, make_optimizer, set_lr
 from p2ptrain.worker import pipeline
 from p2ptrain.worker.averaging import StageAverager
+from p2ptrain.worker.cpu_clock import TreeCpuClock
 from p2ptrain.worker.device import precision_for
 from p2ptrain.worker.dht_helpers import bootstrap_dht, swarm_prefix
 from p2ptrain.worker.faults import NO_FAULTS, Faults
@@ -94,6 +95,7 @@ class Session:
         self.model: Stage | None = None
         self.averager: StageAverager | None = None
         self.directory = checkpoint_dir(spec)
+        self._cpu = TreeCpuClock()  # the process tree's CPU seconds, read around each round
         if self.role is None:
             if transport.peer_id in plan.spares:
                 # a spare may hold the only copy of a stage's state: it takes part in the
@@ -244,9 +246,9 @@ class Session:
                 self.optimizer.zero_grad(set_to_none=True)
                 return SessionEnd.PEER_LOST
             pipeline.unscale_grads(model, self.spec)
-            averaging_s = time.monotonic()
+            averaging_s, averaging_cpu_s = time.monotonic(), self._cpu.seconds()
             averaging = self._average_gradients()
-            update_s = time.monotonic()
+            update_s, averaging_cpu_s = time.monotonic(), self._cpu.seconds() - averaging_cpu_s
             if averaging == "stopped" and self.inbox.stopped:
                 self.optimizer.zero_grad(set_to_none=True)
                 return SessionEnd.STOPPED
@@ -293,6 +295,7 @@ class Session:
                     # snapshot for resuming, the optimizer
                     update_s=(passes_s - started_s) + (now - update_s),
                     averaging_s=update_s - averaging_s,
+                    averaging_cpu_s=averaging_cpu_s if self._cpu.available else None,
                 )
             )
             self.step += 1

@@ -71,3 +71,21 @@ def test_frames_overlap_compute() -> None:
     traffic = StepTraffic((0.0, 0.0), activation_bytes=1_000_000, micro_batches=4)
     step = simulated_step_s(delay, rate, [[0, 1]], traffic, uniform(1, 2, 1.0, 1.0))
     assert step == pytest.approx((2 + 4 - 1) * 2.0 + 2 * 1.0)
+
+
+def test_a_rounds_measured_local_work_adds_its_slowest_members() -> None:
+    """The averaging round's local work (serialising, reducing: the workers' CPU in the round at
+    their quota) follows the links' part: the slowest member's is added, once per step; a
+    stage without a group (one replica) has no round and adds nothing."""
+    delay = np.array([[0.0, 100.0], [100.0, 0.0]])
+    rate = np.full((2, 2), 8 * MBIT)
+    traffic = StepTraffic((1_000_000,), activation_bytes=0.0, micro_batches=1)
+    plain = uniform(2, 1, 0.1, 0.2)
+    local = MeasuredCompute(plain.forward_s, plain.backward_s, plain.update_s, [[0.05], [0.25]])
+    without = simulated_step_s(delay, rate, [[0], [1]], traffic, plain)
+    assert simulated_step_s(delay, rate, [[0], [1]], traffic, local) == pytest.approx(
+        without + 0.25
+    )
+    solo = MeasuredCompute([[0.1]], [[0.2]], [[0.0]], [[0.25]])
+    one = StepTraffic((1_000_000,), activation_bytes=0.0, micro_batches=1)
+    assert simulated_step_s(delay, rate, [[0]], one, solo) == pytest.approx(0.3)
