@@ -23,6 +23,10 @@ SUBCOMMANDS: Subcommands = {
     "bootstrap": ("p2ptrain.cli.bootstrap_cmd", "run a long-lived bootstrap node"),
     "join": ("p2ptrain.cli.join_cmd", "join a swarm as a peer"),
     "status": ("p2ptrain.cli.status_cmd", "show a swarm's peers, links, planner and plan"),
+    "doctor": (
+        "p2ptrain.cli.doctor_cmd",
+        "check that joining a swarm will work from this machine (reachability, NAT, ports, ...)",
+    ),
     "id": ("p2ptrain.cli.id_cmd", "print this node's peer id (create its key if missing)"),
     "digest": (
         "p2ptrain.cli.digest_cmd",

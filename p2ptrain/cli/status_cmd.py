@@ -42,15 +42,16 @@ def _bytes(value: int | None) -> str:
 
 
 def format_status(status: SwarmStatus) -> str:
-    """A readable report: peers with their training progress and data-plane bytes, planner,
-    link matrices (RTT and measured rate) and plan."""
+    """A readable report: peers with their training progress, data-plane bytes and reachability
+    (public, private or unknown: can others dial it?), planner, link matrices (RTT and measured
+    rate) and plan."""
     peers = status.peers
     lines = [
         f"run {status.run or '?'}   planner {_short(status.planner)}   "
         f"term {status.term}   {sum(p.alive for p in peers)}/{len(peers)} peers alive",
         "",
         f"{'peer':<12}{'alive':<7}{'role':<14}{'GFLOP/s':>9}  {'seen':>6}  {'step':>6}"
-        f"{'loss':>8}{'tok/s':>8}{'sent':>10}{'recv':>10}  address",
+        f"{'loss':>8}{'tok/s':>8}{'sent':>10}{'recv':>10}  {'reach':<9}address",
     ]
     for peer in peers:
         star = "*" if peer.planner else " "
@@ -62,7 +63,7 @@ def format_status(status: SwarmStatus) -> str:
             f"{_cell(m.step, 'd'):>6}{_cell(m.loss, '.3f'):>8}"
             f"{_cell(m.tokens_per_s, '.0f'):>8}"
             f"{_bytes(m.bytes_sent):>10}{_bytes(m.bytes_received):>10}  "
-            f"{(peer.addrs or ('-',))[0]}"
+            f"{peer.reachability:<9}{(peer.addrs or ('-',))[0]}"
         )
     ids = [p.id for p in peers]
     rtt = {(link.a, link.b): link.rtt_ms for link in status.links}

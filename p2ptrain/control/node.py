@@ -4,7 +4,8 @@ This module only wires them: it builds the host, the SwarmView, the DHT and Goss
 piece the shared NodeState, and runs them all in one trio nursery. The pieces, one concept each:
 discovery (joining, the DHT, dialling members), gossip (topics and the validator that feeds the
 view through intake), sync (pull anti-entropy), publishing (what we author, paced and periodically
-re-broadcast), rpcs (status and run), measuring (link probes), election (claims and plans) and
+re-broadcast), rpcs (status and run), measuring (link probes), election (claims and plans),
+reachability (dial-back rounds; with the UDP address observer, what `p2ptrain doctor` asks) and
 worker_link (the IPC socket to the worker).
 """
 
@@ -32,14 +33,21 @@ from p2ptrain.control.health import serve_health
 from p2ptrain.control.intake import Intake
 from p2ptrain.control.measuring import LinkProber
 from p2ptrain.control.publishing import Publisher, measure_compute
+from p2ptrain.control.reachability import ReachabilityMonitor
 from p2ptrain.control.rpcs import RUN_PROTOCOL, STATUS_PROTOCOL, RpcResponder
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.sync import SYNC_PROTOCOL, PullSync
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
 from p2ptrain.control.worker_link import WorkerLink
 from p2ptrain.errors import UserError, first_leaf
-from p2ptrain.net import probe, rpc
-from p2ptrain.net.host import full_addrs, make_host, parse_multiaddr, quiet_library_logs
+from p2ptrain.net import dialback, nat_probe, probe, rpc
+from p2ptrain.net.host import (
+    full_addrs,
+    listen_endpoint,
+    make_host,
+    parse_multiaddr,
+    quiet_library_logs,
+)
 from p2ptrain.records import RunSpec, Token
 
 log = logging.getLogger(__name__)
@@ -98,6 +106,8 @@ class ControlNode:
         self.rpcs = RpcResponder(self.state)
         self.inbound_limits = rpc.InboundLimits()
         self.prober = LinkProber(self.host, view, self.state.joined)
+        self.dial_back_server = dialback.DialBackServer()
+        self.reachability = ReachabilityMonitor(self.state)
         self.dashboard = None if config.http is None else DashboardFeed(config.http)
         self.worker_link = (
             WorkerLink(self.state, config.ipc_path, config.print_progress)
@@ -138,6 +148,7 @@ class ControlNode:
             guard = self.inbound_limits.guard  # one set of caps over all our protocols
             host.set_stream_handler(probe.PING_PROTOCOL, guard(probe.handle_ping))
             host.set_stream_handler(probe.BANDWIDTH_PROTOCOL, guard(probe.handle_bandwidth))
+            host.set_stream_handler(dialback.DIALBACK_PROTOCOL, guard(self.dial_back_server.handle))
             for protocol, respond in (
                 (STATUS_PROTOCOL, self.rpcs.respond_status),
                 (RUN_PROTOCOL, self.rpcs.respond_run),
@@ -152,6 +163,9 @@ class ControlNode:
             ):
                 await self.pubsub.wait_until_ready()
                 await nursery.start(serve_topics, self.pubsub, state, self.intake)
+                endpoint = listen_endpoint(host)
+                if endpoint is not None:  # UDP on our TCP port number: no new port to open
+                    await nursery.start(nat_probe.serve_udp_observer, *endpoint)
                 if self.config.print_addr:
                     print(state.addrs[0], flush=True)
                 log.info("control %s (%s) listening on %s", state.peer_id, state.role, state.addrs)
@@ -161,6 +175,7 @@ class ControlNode:
                 nursery.start_soon(self.publisher.serve_publishing)
                 nursery.start_soon(self.discovery.serve_discovery)
                 nursery.start_soon(self.sync.serve_sync)
+                nursery.start_soon(self.reachability.serve_reachability)
                 if self.dashboard is not None:
                     nursery.start_soon(self.dashboard.serve, state.view)
                 if state.is_member:

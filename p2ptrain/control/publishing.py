@@ -49,6 +49,7 @@ def record_message(state: NodeState) -> bytes:
         hardware=state.hardware,
         compute_gflops=state.compute_gflops,
         stage_compute=state.stage_compute,
+        reachability=state.reachability,
     )
     state.view.own_record = record
     return wire.encode(state.seed, state.seq.next(), record)

@@ -34,6 +34,7 @@ class NodeState:
     data_addrs: list[str] = field(default_factory=list)  # our worker's, from its hello
     compute_gflops: float | None = None  # measured once, soon after start
     stage_compute: StageCompute | None = None  # our worker's timed stage (ComputeReport)
+    reachability: str = "unknown"  # can others dial us? (control/reachability.py)
     seq: wire.SeqClock = field(default_factory=wire.SeqClock)  # for every envelope we author
     # kind -> monotonic time our next message of that kind is due (see publishing.py)
     due: dict[str, float] = field(default_factory=dict)

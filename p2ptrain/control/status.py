@@ -31,6 +31,7 @@ def swarm_status(view: SwarmView, now: float) -> SwarmStatus:
             metrics=member.metrics,
             health=member.health,
             stage_compute=member.record.stage_compute,
+            reachability=member.record.reachability,
         )
         for peer, member in sorted(members.items())
     )

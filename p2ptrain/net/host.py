@@ -38,10 +38,22 @@ _NOISY_LOGGERS = (
 )
 
 
-def quiet_library_logs() -> None:
-    """Silence py-libp2p's noisy loggers; our own messages stay at INFO."""
+class _DialBackFilter(logging.Filter):
+    """py-libp2p logs, at ERROR, an inbound connection that ends after its Noise handshake: what
+    a dial-back is by design (net/dialback.py), every few minutes on every node."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("fail to upgrade mux for peer")
+
+
+_DIAL_BACK_FILTER = _DialBackFilter()
+
+
+def quiet_library_logs(level: int = logging.ERROR) -> None:
+    """Silence py-libp2p's noisy loggers below `level`; our own messages stay at INFO."""
     for name in _NOISY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
+        logging.getLogger(name).setLevel(level)
+    logging.getLogger("libp2p.network.swarm").addFilter(_DIAL_BACK_FILTER)  # a set: added once
 
 
 def make_host(seed: bytes, announce: Sequence[str] = ()) -> IHost:
@@ -89,3 +101,15 @@ def full_addrs(host: IHost) -> list[str]:
         text = str(addr)
         addrs.append(text if "/p2p/" in text else f"{text}/p2p/{peer_id}")
     return addrs
+
+
+def listen_endpoint(host: IHost) -> tuple[str, int] | None:
+    """(IPv4 host, TCP port) the host's first TCP listener is bound to (port 0 resolved), else
+    None: where the node's UDP address observer listens too (net/nat_probe.py)."""
+    listeners = getattr(host.get_network(), "listeners", {})
+    for listener in listeners.values():
+        for addr in listener.get_addrs():
+            endpoint = addresses.tcp_endpoint(str(addr))
+            if endpoint is not None:
+                return endpoint
+    return None

@@ -16,6 +16,8 @@ records; nobody builds or reads a bare dict of one.
 | Hello, MetricsReport, Heartbeat, ComputeReport, SessionReport, PlanMessage, RunMessage, Stop | records/messages.py | worker socket, metrics logs |
 | StageCompute    | records/peer.py        | worker socket (ComputeReport) -> PeerRecord -> status |
 | SwarmStatus     | records/status.py      | the status RPC, `status --json`                     |
+| DialBackRequest, DialBackReply (DialResult) | records/reachability.py | the dial-back RPC; `reachability` in PeerRecord |
+| (UDP query/answer) | records/reachability.py | the UDP observed-address responder (32-byte datagrams) |
 | Token           | records/token.py       | organiser -> volunteer -> `join --token` -> record  |
 | Revocations     | records/token.py       | `token revoke` -> bootstrap -> gossip ("revoked")   |
 
@@ -50,6 +52,12 @@ from p2ptrain.records.peer import (
     Telemetry,
 )
 from p2ptrain.records.plan import LinkFacts, NetworkFacts, Plan, Role
+from p2ptrain.records.reachability import (
+    REACHABILITY,
+    DialBackReply,
+    DialBackRequest,
+    DialResult,
+)
 from p2ptrain.records.run import RunSpec, load_run_spec
 from p2ptrain.records.status import LinkStatus, PeerStatus, PlanSummary, SwarmStatus
 from p2ptrain.records.token import (
@@ -65,9 +73,13 @@ from p2ptrain.records.token import (
 __all__ = [
     "MEMBER_ROLES",
     "PHASES",
+    "REACHABILITY",
     "ROLES",
     "Claim",
     "ComputeReport",
+    "DialBackReply",
+    "DialBackRequest",
+    "DialResult",
     "Health",
     "Heartbeat",
     "Hello",

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from p2ptrain.records import fields as f
+from p2ptrain.records.reachability import REACHABILITY
 from p2ptrain.records.token import Token
 
 ROLES = ("trainer", "control-only", "bootstrap", "observer")
@@ -79,6 +80,8 @@ class PeerRecord:
     data_addrs: tuple[str, ...] = ()  # the worker's p2pd multiaddrs, once it said hello
     token: Token | None = None  # the organiser's word that it may join (and plan): token.py
     stage_compute: StageCompute | None = None  # its worker's measurement, once it made one
+    # can others dial it? its own dial-back verdict (control/reachability.py): REACHABILITY
+    reachability: str = "unknown"
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -89,6 +92,7 @@ class PeerRecord:
             "version": self.version,
             "hardware": self.hardware,
             "compute_gflops": self.compute_gflops,
+            "reachability": self.reachability,
         }
         if self.token is not None:
             data["token"] = self.token.encode()
@@ -110,6 +114,10 @@ class PeerRecord:
             data_addrs=f.addrs(d.get("data_addrs", []), "peer", "data_addrs"),
             token=None if d.get("token") is None else Token.decode(d["token"]),
             stage_compute=_optional_compute(d.get("stage_compute")),
+            # optional: peers of before the dial-back protocol do not send it
+            reachability=f.choice(
+                d.get("reachability", "unknown"), "peer", "reachability", REACHABILITY
+            ),
         )
 
 

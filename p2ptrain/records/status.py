@@ -11,6 +11,7 @@ from typing import Any
 from p2ptrain.records import fields as f
 from p2ptrain.records.peer import ROLES, Health, PeerMetrics, StageCompute
 from p2ptrain.records.plan import MAX_STAGES, Plan, parse_reason, parse_stage_layers
+from p2ptrain.records.reachability import REACHABILITY
 
 MAX_STATUS_PEERS = 10_000
 MAX_STATUS_LINKS = 200_000
@@ -32,6 +33,7 @@ class PeerStatus:
     metrics: PeerMetrics | None
     health: Health | None = None  # its worker's health as the peer reports it (None: unknown)
     stage_compute: StageCompute | None = None  # its worker's timed stage (None: not yet)
+    reachability: str = "unknown"  # its own dial-back verdict, from its peer record
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -43,6 +45,7 @@ class PeerStatus:
             "metrics": None if self.metrics is None else self.metrics.to_dict(),
             "health": None if self.health is None else self.health.to_dict(),
             "stage_compute": None if self.stage_compute is None else self.stage_compute.to_dict(),
+            "reachability": self.reachability,
         }  # fmt: skip
 
     @classmethod
@@ -66,6 +69,9 @@ class PeerStatus:
             metrics=None if metrics is None else PeerMetrics.from_dict(metrics),
             health=None if health is None else Health.from_dict(health),
             stage_compute=None if compute is None else StageCompute.from_dict(compute),
+            reachability=f.choice(
+                d.get("reachability", "unknown"), r, "reachability", REACHABILITY
+            ),
         )
 
 

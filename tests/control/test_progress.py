@@ -49,6 +49,7 @@ def test_the_status_table_shows_progress_bytes_and_link_rates() -> None:
     assert header.split()[5:10] == ["step", "loss", "tok/s", "sent", "recv"]
     assert row.split()[5:10] == ["3", "4.500", "900", "123.5", "kB"]  # 123.5 kB, then 654.3 kB
     assert "654.3 kB" in row
+    assert header.split()[-2:] == ["reach", "address"] and row.split()[-2] == "public"
     rates = text.split("Mbit/s", 1)[1].splitlines()  # the matrix of measured rates
     assert rates[0].split() == [f"…{A[-8:]}", f"…{B[-8:]}"]
     assert rates[1].split() == [f"…{A[-8:]}", "·", "900.0"]

@@ -7,6 +7,9 @@ from typing import Any
 from p2ptrain.records import (
     Claim,
     ComputeReport,
+    DialBackReply,
+    DialBackRequest,
+    DialResult,
     Health,
     Heartbeat,
     Hello,
@@ -66,6 +69,7 @@ def peer_dict() -> dict[str, Any]:
         "version": "0.1.0",
         "hardware": {"cpu_count": 2, "gpus": [], "memory_bytes": 2**34},
         "compute_gflops": 12.5,
+        "reachability": "public",
     }
 
 
@@ -104,6 +108,18 @@ def status_dict() -> dict[str, Any]:
         "links": [{"a": A, "b": B, "rtt_ms": 0.4, "bandwidth_mbps": 900.0, "age_s": 1.0}],
         "plan": plan, "observed_by": A, "telemetry_age_s": {B: 0.5}, "bootstrap": C, "term": 2,
     }  # fmt: skip
+
+
+def dial_back_reply_dict() -> dict[str, Any]:
+    return {
+        "observed": "/ip4/203.0.113.7/tcp/40123",
+        "results": [
+            {"addr": "/ip4/203.0.113.7/tcp/7401", "ok": True, "error": ""},
+            {"addr": "/ip4/203.0.113.7/tcp/7411", "ok": False, "error": "timed out"},
+        ],
+        "time_s": 1_790_000_000.25,
+        "error": "rate limited",
+    }
 
 
 def token_dict() -> dict[str, Any]:
@@ -150,4 +166,7 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (RunMessage, {"type": "run", "run": RunSpec().to_dict()}),
     (Stop, {"type": "stop"}),
     (SwarmStatus, status_dict()),
+    (DialBackRequest, {"addrs": [f"/ip4/203.0.113.7/tcp/7401/p2p/{A}", "/ip4/10.0.0.2/tcp/7401"]}),
+    (DialBackReply, dial_back_reply_dict()),
+    (DialResult, {"addr": "/ip4/203.0.113.7/tcp/7401", "ok": False, "error": "refused"}),
 ]

@@ -55,6 +55,7 @@ def swarm(
                 last_seen_s=0.5,
                 penalty=0.0,
                 metrics=metrics,
+                reachability="private" if i % 4 == 3 else "public",
             )
         )
     links = tuple(

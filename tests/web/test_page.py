@@ -37,6 +37,8 @@ def test_64_peers_render_fast_and_the_page_stays_responsive(
         assert wait_for(lambda: renders(driver) >= 3), "the page did not render three times"
         rows = read_page(driver, "#peers tbody tr", "data-peer")
         assert rows == [p.id for p in status.peers]
+        reach = read_page(driver, "#peers tbody td:nth-child(3)")  # the reachability column
+        assert reach == [p.reachability for p in status.peers] and "private" in reach
         grid = plan_grid(driver)
         assert len(grid) == 16 and all(len(row) == 4 for row in grid)
         heat = driver.find_element("id", "heat")

@@ -1,0 +1,64 @@
+"""`p2ptrain doctor --bootstrap ADDR`: will joining that swarm work from this machine? One line
+per check, each with a fix when it fails (node/doctor.py); exit 0 when joining will work, 1 when
+not. Run it where `join` would run, with the flags `join` would get, while no node runs here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from p2ptrain.addresses import JOIN_DATA_LISTEN, JOIN_LISTEN
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap", required=True, help="the bootstrap's full multiaddr")
+    parser.add_argument(
+        "--listen",
+        default=JOIN_LISTEN,
+        metavar="MADDR",
+        help="the control plane's listen multiaddr, as `join --listen` (default %(default)s)",
+    )
+    parser.add_argument(
+        "--data-listen",
+        default=JOIN_DATA_LISTEN,
+        metavar="MADDR",
+        help="the data plane's listen multiaddr, as `join --data-listen` (default %(default)s)",
+    )
+    parser.add_argument(
+        "--announce",
+        nargs="+",
+        default=[],
+        metavar="MADDR",
+        help="the control-plane addresses to be dialled back at, as `join --announce` (default: "
+        "this machine's interface addresses)",
+    )
+    parser.add_argument(
+        "--control-only",
+        action="store_true",
+        help="as `join --control-only`: no data plane to check",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="also print one JSON object as the last line"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from p2ptrain.node.doctor import DoctorSettings, diagnose
+
+    diagnosis = diagnose(
+        DoctorSettings(
+            bootstrap=args.bootstrap,
+            listen=args.listen,
+            data_listen=args.data_listen,
+            announce=tuple(args.announce),
+            control_only=args.control_only,
+        )
+    )
+    for check in diagnosis.checks:
+        print(check.line(), flush=True)
+    failed = [check.name for check in diagnosis.checks if check.status == "FAIL"]
+    print("joining will work" if diagnosis.ok else f"joining will not work: {', '.join(failed)}")
+    if args.json:
+        print(json.dumps(diagnosis.to_dict()))
+    return 0 if diagnosis.ok else 1

@@ -1,0 +1,296 @@
+"""`p2ptrain doctor`'s network checks, from a throwaway identity: does the bootstrap answer, can
+peers dial us back (net/dialback.py), what NAT are we behind (net/nat_probe.py), how far off is
+our clock, and a rough rate and round trip to the bootstrap (net/probe.py).
+
+Each check ends as one Check: "ok", "warn" (joining works, with a caveat), "FAIL" (joining
+will not work; `fix` says what to do) or "skip" (not checked: an earlier check failed).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+from libp2p.abc import IHost
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+from multiaddr import Multiaddr
+
+from p2ptrain import addresses
+from p2ptrain.control import wire
+from p2ptrain.control.observer import fetch_status_doc
+from p2ptrain.control.rpcs import RUN_PROTOCOL
+from p2ptrain.net import nat_probe, probe, rpc
+from p2ptrain.net.dialback import reachability_of, request_dial_back, tcp_target
+from p2ptrain.net.host import full_addrs, make_host, parse_multiaddr, quiet_library_logs
+from p2ptrain.records import DialBackReply, RunSpec
+
+CONNECT_TIMEOUT_S = 10.0
+MAX_OTHER_SERVERS = 2  # public peers asked besides the bootstrap (dial-back and UDP)
+CLOCK_WARN_S = 2.0
+CLOCK_FAIL_S = wire.MAX_CLOCK_SKEW_S / 2  # our messages would arrive half-stale, or worse
+SLOW_MBPS = 1.0
+BEHIND_NAT = 'docs/operations.md, "Behind NAT"'
+NETWORK_CHECKS = {"reachability": "reachability", "nat": "NAT", "clock": "clock skew",
+                  "bandwidth": "bandwidth to bootstrap"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the doctor's report."""
+
+    name: str
+    status: str  # "ok", "warn", "FAIL" or "skip"
+    text: str
+    fix: str = ""
+
+    def line(self) -> str:
+        return f"{self.status:<5}{self.text}" + (f" — fix: {self.fix}" if self.fix else "")
+
+    def to_dict(self) -> dict[str, str]:
+        return {"name": self.name, "status": self.status, "text": self.text, "fix": self.fix}
+
+
+@dataclass
+class NetworkReport:
+    """The network checks' lines and the numbers behind them (for --json)."""
+
+    checks: list[Check] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Server:
+    """A peer we ask: its id, and where its UDP observer listens (its TCP endpoint)."""
+
+    peer: ID
+    endpoint: tuple[str, int] | None
+
+
+def run_network_checks(
+    bootstrap: str, listen: str, announce: Sequence[str], ports: tuple[int, int]
+) -> NetworkReport:
+    """Blocking: the checks from a host listening on `listen` (TCP port `ports[0]`; `ports` are
+    the control and data ports a volunteer must forward)."""
+    report = NetworkReport()
+
+    async def main() -> None:
+        await check_network(report, bootstrap, listen, announce, ports)
+
+    try:
+        trio.run(main)
+    except* RuntimeError as group:  # py-libp2p teardown race
+        if not all("Nursery is closed" in str(e) for e in group.exceptions):
+            raise
+    return report
+
+
+async def check_network(
+    report: NetworkReport,
+    bootstrap: str,
+    listen: str,
+    announce: Sequence[str],
+    ports: tuple[int, int],
+) -> None:
+    # what fails is our report's to say, in one line with a fix
+    quiet_library_logs(logging.CRITICAL)
+    logging.getLogger("libp2p").setLevel(logging.CRITICAL)
+    info = info_from_p2p_addr(parse_multiaddr(bootstrap, need_peer_id=True))
+    host = make_host(os.urandom(32), announce)
+    async with host.run(listen_addrs=[parse_multiaddr(listen)]):
+        rtt_ms = await _check_bootstrap(report, host, info, bootstrap)
+        if rtt_ms is None:
+            for name, title in NETWORK_CHECKS.items():
+                report.checks.append(Check(name, "skip", f"{title}: not checked (no bootstrap)"))
+            return
+        others = await _public_peers(host, info.peer_id)
+        servers = [Server(info.peer_id, await _endpoint(bootstrap)), *others]
+        replies = await _ask_dial_backs(host, [s.peer for s in servers])
+        report.checks.append(_reachability(report, replies, ports))
+        report.checks.append(await _nat(report, [s.endpoint for s in servers if s.endpoint]))
+        report.checks.append(_clock(report, replies[0], rtt_ms))
+        report.checks.append(await _bandwidth(report, host, info.peer_id, rtt_ms))
+
+
+async def _check_bootstrap(
+    report: NetworkReport, host: IHost, info: PeerInfo, bootstrap: str
+) -> float | None:
+    """Connect, ask for the run and ping: the round trip in ms, or None (a FAIL line) if the
+    bootstrap does not answer."""
+    short = f"{str(info.peer_id)[:8]}…{str(info.peer_id)[-4:]}"
+    try:
+        with trio.fail_after(CONNECT_TIMEOUT_S):
+            await host.connect(info)
+        reply = await rpc.call(host, info.peer_id, RUN_PROTOCOL)
+        rtt_ms = await probe.measure_rtt_ms(host, info.peer_id)
+    except Exception as exc:
+        report.checks.append(
+            Check(
+                "bootstrap",
+                "FAIL",
+                f"bootstrap does not answer at {bootstrap} ({exc or type(exc).__name__})",
+                "check the address (the first line `p2ptrain bootstrap` prints, ending in "
+                "/p2p/<peer id>), that the bootstrap runs, and that this machine may open TCP "
+                "connections to its port",
+            )
+        )
+        return None
+    if not isinstance(reply, dict) or "envelope" not in reply:
+        report.checks.append(
+            Check(
+                "bootstrap",
+                "FAIL",
+                f"the peer at {bootstrap} answers but is not a bootstrap",
+                "give the bootstrap's multiaddr, the one the organiser published",
+            )
+        )
+        return None
+    run_id = "?"
+    try:  # a skewed clock refuses the envelope as stale: the clock line says so
+        body = wire.decode(str(reply["envelope"]).encode(), max_age_s=float("inf")).body
+        run_id = body.run_id if isinstance(body, RunSpec) else "?"
+    except wire.WireError:
+        pass
+    report.facts.update(rtt_ms=round(rtt_ms, 2), run=run_id, bootstrap_peer=str(info.peer_id))
+    text = f"bootstrap answers (run {run_id}, RTT {rtt_ms:.0f} ms, peer {short})"
+    report.checks.append(Check("bootstrap", "ok", text))
+    return rtt_ms
+
+
+async def _public_peers(host: IHost, bootstrap: ID) -> list[Server]:
+    """Up to MAX_OTHER_SERVERS public members the bootstrap knows of, connected."""
+    try:
+        status = await fetch_status_doc(host, bootstrap)
+    except Exception:
+        return []
+    found: list[Server] = []
+    for peer in status.peers:
+        if peer.reachability != "public" or not peer.alive or len(found) >= MAX_OTHER_SERVERS:
+            continue
+        peer_id = ID.from_base58(peer.id)
+        targets = [t for t in map(tcp_target, peer.addrs) if t is not None]
+        with trio.move_on_after(CONNECT_TIMEOUT_S / 2):
+            try:
+                await host.connect(PeerInfo(peer_id, [Multiaddr(a) for a in peer.addrs]))
+                found.append(Server(peer_id, targets[0] if targets else None))
+            except Exception:
+                continue
+    return found
+
+
+async def _endpoint(maddr: str) -> tuple[str, int] | None:
+    """The IPv4 (ip, port) of a bootstrap multiaddr, a DNS name resolved."""
+    parts = maddr.split("/")
+    if len(parts) < 5 or parts[3] != "tcp" or not parts[4].isdigit():
+        return None
+    if parts[1] == "ip4":
+        return parts[2], int(parts[4])
+    if parts[1] not in ("dns", "dns4"):
+        return None
+    try:
+        infos = await trio.socket.getaddrinfo(parts[2], int(parts[4]), socket.AF_INET)
+    except OSError:
+        return None
+    return (str(infos[0][4][0]), int(parts[4])) if infos else None
+
+
+async def _ask_dial_backs(host: IHost, servers: list[ID]) -> list[DialBackReply | None]:
+    replies: list[DialBackReply | None] = [None] * len(servers)
+
+    async def ask(index: int) -> None:
+        try:
+            replies[index] = await request_dial_back(host, servers[index], full_addrs(host))
+        except Exception:
+            replies[index] = None
+
+    async with trio.open_nursery() as nursery:
+        for index in range(len(servers)):
+            nursery.start_soon(ask, index)
+    return replies
+
+
+def _reachability(
+    report: NetworkReport, replies: list[DialBackReply | None], ports: tuple[int, int]
+) -> Check:
+    outcomes = [None if r is None or r.error else r.reached for r in replies]
+    verdict = reachability_of(outcomes)
+    observed = next((r.observed for r in replies if r is not None), None)
+    report.facts.update(reachability=verdict, observed=observed)
+    tried = [res.addr for r in replies if r is not None for res in r.results]
+    if verdict == "public":
+        reached = sorted({res.addr for r in replies if r for res in r.results if res.ok})
+        num = sum(outcome is True for outcome in outcomes)
+        text = f"reachability: public (dialled back at {', '.join(reached)} by {num} peer(s))"
+        return Check("reachability", "ok", text)
+    if verdict == "private":
+        where = ", ".join(sorted(set(tried))) or "any of our addresses"
+        public_ip = (tcp_target(observed) or ("PUBLIC_IP", 0))[0] if observed else "PUBLIC_IP"
+        control, data = ports
+        return Check(
+            "reachability",
+            "FAIL",
+            f"reachability: private (no dial-back reached {where}; {len(replies)} peer(s) tried)",
+            f"let TCP {control} and {data} in: open them in the firewall, and behind a router "
+            f"forward them to this machine and join with --announce "
+            f"/ip4/{public_ip}/tcp/{control} ({BEHIND_NAT}); relays and hole punching are not "
+            "supported yet",
+        )
+    reasons = ", ".join(sorted({r.error for r in replies if r and r.error})) or "no answer"
+    return Check(
+        "reachability",
+        "warn",
+        f"reachability: unknown (no peer gave a verdict: {reasons})",
+        "run doctor again in a minute",
+    )
+
+
+async def _nat(report: NetworkReport, servers: list[tuple[str, int]]) -> Check:
+    local_port, seen = await nat_probe.observe_from(servers)
+    local_ips = [*addresses.interface_ip4s(), addresses.LOOPBACK_IP4]
+    nat_type, why = nat_probe.classify_nat(local_port, local_ips, seen)
+    report.facts["nat"] = nat_type
+    if nat_type in ("none", "cone"):
+        hint = "hole punching possible, not used yet" if nat_type == "cone" else "no translation"
+        return Check("nat", "ok", f"NAT: {nat_type} ({why}: {hint})")
+    if nat_type == "symmetric":
+        return Check(
+            "nat",
+            "warn",
+            f"NAT: symmetric ({why}: hole punching cannot work; will need a relay or port "
+            "forwarding)",
+        )
+    return Check("nat", "warn", f"NAT: unknown ({why})")
+
+
+def _clock(report: NetworkReport, reply: DialBackReply | None, rtt_ms: float) -> Check:
+    if reply is None:
+        return Check("clock", "warn", "clock skew: unknown (the bootstrap gave no time)")
+    # the reply left the bootstrap about half a round trip ago
+    skew_s = reply.time_s - (time.time() - rtt_ms / 2000)
+    report.facts["clock_skew_s"] = round(skew_s, 3)
+    text = (
+        f"clock skew {abs(skew_s):.2f} s ({'behind' if skew_s > 0 else 'ahead of'} the bootstrap)"
+    )
+    if abs(skew_s) < CLOCK_WARN_S:
+        return Check("clock", "ok", text)
+    fix = "synchronise this machine's clock (NTP: `timedatectl set-ntp true`)"
+    status = "FAIL" if abs(skew_s) >= CLOCK_FAIL_S else "warn"
+    return Check("clock", status, f"{text}: signed messages expire after 30 s", fix)
+
+
+async def _bandwidth(report: NetworkReport, host: IHost, peer: ID, rtt_ms: float) -> Check:
+    try:
+        mbps = await probe.measure_bandwidth_mbps(host, peer, rtt_s=rtt_ms / 1000)
+    except Exception as exc:
+        return Check("bandwidth", "warn", f"bandwidth to bootstrap: not measured ({exc})")
+    report.facts["bandwidth_mbps"] = round(mbps, 1)
+    text = f"bandwidth to bootstrap ~{mbps:.0f} Mbit/s, RTT {rtt_ms:.0f} ms"
+    if mbps < SLOW_MBPS:
+        return Check("bandwidth", "warn", f"{text}: slow (the planner may keep this peer spare)")
+    return Check("bandwidth", "ok", text)

@@ -1,0 +1,160 @@
+"""`p2ptrain doctor`: will joining work from this machine? The local checks (the ports are free,
+the data plane's daemon starts), the network checks (control/doctor.py, run in this process:
+py-libp2p), and the verdict: joining works unless a check FAILed.
+
+The daemon check runs in a child process (p2ptrain.worker.daemon_check: hivemind must not meet
+py-libp2p in one process), started first and read last, so that it overlaps the network checks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from p2ptrain import addresses, procs
+from p2ptrain.control.doctor import Check, run_network_checks
+from p2ptrain.errors import UserError
+from p2ptrain.node.supervisor import worker_available
+from p2ptrain.records import fields
+
+DAEMON_TIMEOUT_S = 90.0  # hivemind's import (torch) and p2pd's start on a slow machine
+ORDER = ("bootstrap", "reachability", "nat", "ports", "daemon", "clock", "bandwidth")
+NO_DATA_PLANE_FIX = (
+    "install the train extra (pip install 'p2ptrain[train]'), or join --control-only"
+)
+
+
+@dataclass(frozen=True)
+class DoctorSettings:
+    bootstrap: str
+    listen: str = addresses.JOIN_LISTEN
+    data_listen: str = addresses.JOIN_DATA_LISTEN
+    announce: tuple[str, ...] = ()
+    control_only: bool = False
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    checks: tuple[Check, ...]
+    facts: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        """Joining will work: nothing FAILed."""
+        return all(check.status != "FAIL" for check in self.checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "checks": [c.to_dict() for c in self.checks], **self.facts}
+
+
+def diagnose(settings: DoctorSettings) -> Diagnosis:
+    """Every check, in ORDER."""
+    control_host, control_port = addresses.listen_endpoint(settings.listen, "--listen")
+    data_host, data_port = addresses.listen_endpoint(settings.data_listen, "--data-listen")
+    addresses.check_announce(settings.announce, "--announce")
+    fields.multiaddr(settings.bootstrap, "--bootstrap", "address")  # before a child starts
+    if "/p2p/" not in settings.bootstrap:
+        raise UserError(f"--bootstrap must end in /p2p/<peer id>: {settings.bootstrap!r}")
+    endpoints = [(control_host, control_port)]
+    if not settings.control_only:
+        endpoints.append((data_host, data_port))
+    taken = taken_ports(endpoints)
+    ports = ports_check(control_port, data_port, taken, settings.control_only)
+    daemon = None
+    if not settings.control_only and ports.status == "ok" and worker_available():
+        daemon = start_daemon_check(settings.data_listen)
+    # a taken control port: the network checks listen elsewhere, reachability means nothing
+    listen = f"/ip4/{control_host}/tcp/0" if control_port in taken else settings.listen
+    report = run_network_checks(
+        settings.bootstrap, listen, settings.announce, (control_port, data_port)
+    )
+    checks = {check.name: check for check in report.checks}
+    if control_port in taken and "reachability" in checks:
+        text = f"reachability: not checked (port {control_port} is taken)"
+        checks["reachability"] = Check("reachability", "skip", text)
+    checks["ports"] = ports
+    checks["daemon"] = daemon_check(daemon, settings.control_only, ports.status == "ok")
+    ordered = tuple(checks[name] for name in ORDER if name in checks)
+    return Diagnosis(ordered, report.facts)
+
+
+def taken_ports(endpoints: Sequence[tuple[str, int]]) -> set[int]:
+    """The ports among `endpoints` that cannot be listened on now (port 0: any, never taken)."""
+    taken = set()
+    for host, port in endpoints:
+        if port == 0:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            # as listeners do: a connection of a previous run in TIME_WAIT does not count
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((host, port))
+            except OSError:
+                taken.add(port)
+    return taken
+
+
+def ports_check(control_port: int, data_port: int, taken: set[int], control_only: bool) -> Check:
+    ports = [control_port] if control_only else [control_port, data_port]
+    names = "/".join(str(p) if p else "any" for p in ports)
+    if not control_only and control_port == data_port != 0:
+        return Check("ports", "FAIL", f"ports: control and data plane both on {control_port}",
+                     "give --listen and --data-listen different ports")  # fmt: skip
+    if taken:
+        busy = "/".join(str(p) for p in sorted(taken))
+        return Check(
+            "ports",
+            "FAIL",
+            f"ports {busy} taken on this machine (another p2ptrain node?)",
+            "stop what listens there, or pick free ports with --listen and --data-listen "
+            "(then forward those)",
+        )
+    if not any(ports):
+        return Check("ports", "ok", "ports: any free ones (port 0)")
+    return Check("ports", "ok", f"ports {names} free")
+
+
+def daemon_check(proc: subprocess.Popen[bytes] | None, control_only: bool, ports_ok: bool) -> Check:
+    """The daemon's line: from its child process, or why there was none."""
+    if control_only:
+        return Check("daemon", "skip", "data-plane daemon: not checked (--control-only)")
+    if not ports_ok:
+        return Check("daemon", "skip", "data-plane daemon: not started (see ports)")
+    if proc is None:
+        text = "data-plane daemon: hivemind and torch are not installed"
+        return Check("daemon", "FAIL", text, NO_DATA_PLANE_FIX)
+    return finish_daemon_check(proc)
+
+
+def start_daemon_check(data_listen: str) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "p2ptrain.worker.daemon_check", "--listen", data_listen]
+    return procs.spawn(argv, log_path=os.devnull, stdout=subprocess.PIPE)
+
+
+def finish_daemon_check(proc: subprocess.Popen[bytes]) -> Check:
+    try:
+        out, _ = proc.communicate(timeout=DAEMON_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        procs.stop_groups([proc], grace_s=2.0)
+        return Check("daemon", "FAIL", f"data-plane daemon: no answer in {DAEMON_TIMEOUT_S:.0f} s",
+                     NO_DATA_PLANE_FIX)  # fmt: skip
+    result: dict[str, Any] = {}
+    with contextlib.suppress(ValueError, IndexError):
+        result = json.loads(out.decode(errors="replace").strip().splitlines()[-1])
+    if result.get("ok"):
+        where = str((result.get("addrs") or ["?"])[0]).split("/p2p/")[0]
+        return Check("daemon", "ok", f"data-plane daemon starts (p2pd on {where})")
+    error = result.get("error") or f"exit code {proc.returncode}"
+    fix = (
+        NO_DATA_PLANE_FIX
+        if "not installed" in error
+        else "see the error; a free --data-listen port?"
+    )
+    return Check("daemon", "FAIL", f"data-plane daemon does not start: {error}", fix)

@@ -1,0 +1,53 @@
+"""Does the data plane's daemon start here? `python -m p2ptrain.worker.daemon_check --listen MADDR`
+starts hivemind's p2pd on MADDR (as a worker would), prints one JSON line `{"ok": true,
+"addrs": [...], "p2pd": PATH}` or `{"ok": false, "error": ...}`, stops it and exits (0 or 1).
+
+`p2ptrain doctor` runs it as a child process: hivemind and py-libp2p are never imported into one
+process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+START_TIMEOUT_S = 30.0
+
+
+async def start_and_stop(listen: str) -> dict[str, Any]:
+    from importlib.resources import files
+
+    import hivemind.hivemind_cli as cli
+    from hivemind.p2p import P2P
+    from hivemind.p2p.p2p_daemon import P2PD_FILENAME
+
+    # no UPnP port mapping and no AutoNAT: nothing but the listener is touched
+    p2p = await P2P.create(
+        host_maddrs=[listen], nat_port_map=False, auto_nat=False, startup_timeout=START_TIMEOUT_S
+    )
+    try:
+        addrs = [str(a) for a in await p2p.get_visible_maddrs()]
+    finally:
+        await p2p.shutdown()
+    return {"ok": True, "addrs": addrs, "p2pd": str(files(cli) / P2PD_FILENAME)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m p2ptrain.worker.daemon_check")
+    parser.add_argument("--listen", required=True, metavar="MADDR", help="/ip4/HOST/tcp/PORT")
+    args = parser.parse_args(argv)
+    try:
+        result = asyncio.run(start_and_stop(args.listen))
+    except ImportError as exc:
+        result = {"ok": False, "error": f"the data plane is not installed ({exc.name} missing)"}
+    except Exception as exc:
+        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    print(json.dumps(result), flush=True)
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
