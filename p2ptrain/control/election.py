@@ -31,6 +31,8 @@ async def serve_election(state: NodeState) -> None:
             term = view.claim()
             log.info("claiming the planner role, term %d", term)
             state.publish_soon("claim")
-        if view.planner == state.peer_id and await plan_maker.tick(now, state.data_addrs):
+        if view.planner == state.peer_id and await plan_maker.tick(
+            now, state.data_addrs, state.reachability
+        ):
             state.publish_soon("plan")
         await trio.sleep(ELECTION_TICK_S)

@@ -33,6 +33,10 @@ DRIFT_FRACTION = 0.25  # ... and this fraction of drifted links triggers a re-pl
 # a drift re-plan is published only if it beats the current placement, priced on the same new
 # measurements, by this factor: every new placement costs the swarm a restart of its sessions
 SWITCH_GAIN = 0.8
+# a link between two peers that cannot reach each other: priced so no plan that can do without
+# it uses it (100 s one way, 1 kbit/s), yet finite (the cost model stays arithmetic)
+UNREACHABLE_DELAY_MS = 1e5
+UNREACHABLE_BANDWIDTH_GBPS = 1e-6
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,15 @@ class Matrices:
     compute: PeerCompute | None = None  # the peers' measured stage times (control/compute.py)
 
 
-def build_matrices(peers: list[str], links: dict[tuple[str, str], Link]) -> Matrices:
-    """delay = RTT/2, bandwidth from Mbit/s to Gbit/s; gaps get the median of measured links."""
+def build_matrices(
+    peers: list[str],
+    links: dict[tuple[str, str], Link],
+    private: frozenset[str] = frozenset(),
+) -> Matrices:
+    """delay = RTT/2, bandwidth from Mbit/s to Gbit/s; gaps get the median of measured links.
+    Two `private` peers (each behind a NAT, by its own dial-back: neither can open a connection
+    to the other, and p2ptrain has no relay yet) get a link no plan wants (UNREACHABLE_*): the
+    search places them apart, each next to public peers only, whenever it can."""
     n = len(peers)
     delay = np.full((n, n), np.nan)
     bandwidth = np.full((n, n), np.nan)
@@ -66,6 +77,11 @@ def build_matrices(peers: list[str], links: dict[tuple[str, str], Link]) -> Matr
         measured = matrix[off_diagonal & ~np.isnan(matrix)]
         estimate = float(np.median(measured)) if measured.size else fallback
         matrix[np.isnan(matrix)] = estimate
+    apart = [i for i, peer in enumerate(peers) if peer in private]
+    for i in apart:
+        for j in apart:
+            if i != j:
+                delay[i, j], bandwidth[i, j] = UNREACHABLE_DELAY_MS, UNREACHABLE_BANDWIDTH_GBPS
     np.fill_diagonal(delay, 0.0)
     np.fill_diagonal(bandwidth, np.inf)
     bandwidth[np.isinf(bandwidth)] = 1e6  # "local": effectively free

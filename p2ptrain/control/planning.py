@@ -56,8 +56,11 @@ class PlanMaker:
         self._ready_wait_since: float | None = None
         self._gaps_logged: list[str] = []
 
-    async def tick(self, now: float, own_data_addrs: list[str]) -> bool:
-        """Publish a new plan into the view if one is due; True if it did."""
+    async def tick(
+        self, now: float, own_data_addrs: list[str], own_reachability: str = "unknown"
+    ) -> bool:
+        """Publish a new plan into the view if one is due; True if it did. own_reachability:
+        this node's dial-back verdict (the view holds the others')."""
         members = self.view.plannable_members(now)
         if not members or self.view.run is None:
             return False
@@ -79,9 +82,21 @@ class PlanMaker:
             else tuple(own_data_addrs)
             for peer in members
         }
-        if current is None and self._awaits_first_plan(now, members, data_addrs, links, measured):
+        private = frozenset(
+            peer
+            for peer in members
+            if (
+                self.view.members[peer].record.reachability
+                if peer in self.view.members
+                else own_reachability
+            )
+            == "private"
+        )
+        if current is None and self._awaits_first_plan(
+            now, members, data_addrs, links, measured, private
+        ):
             return False
-        matrices = planner.build_matrices(members, links)
+        matrices = planner.build_matrices(members, links, private)
         compute = peer_compute(members, measured, run)
         matrices = dataclasses.replace(matrices, compute=compute)
         newly_measured = compute is not None and not measured_peers(members, measured) <= (
@@ -184,13 +199,14 @@ class PlanMaker:
         data_addrs: dict[str, tuple[str, ...]],
         links: dict[tuple[str, str], Link],
         measured: dict[str, StageCompute | None],
+        private: frozenset[str] = frozenset(),
     ) -> bool:
         """Should the first plan wait for more of what it should be made on? Until nothing is
         missing (control/readiness.py) or FIRST_PLAN_WAIT_S passed: a plan made before would
         restart every session when the measurements re-plan it."""
         assert self.view.run is not None
         roles = {peer: self._role(peer) for peer in members}
-        gaps = first_plan_gaps(members, roles, data_addrs, links, measured, self.view.run)
+        gaps = first_plan_gaps(members, roles, data_addrs, links, measured, self.view.run, private)
         if not gaps:
             return False
         if self._ready_wait_since is None:

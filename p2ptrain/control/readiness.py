@@ -23,14 +23,21 @@ def first_plan_gaps(
     links: Mapping[tuple[str, str], Link],
     measured: Mapping[str, StageCompute | None],
     run: RunSpec,
+    private: frozenset[str] = frozenset(),
 ) -> list[str]:
-    """What the first plan still lacks, one short phrase each (empty: ready)."""
+    """What the first plan still lacks, one short phrase each (empty: ready). Two `private`
+    peers (behind NATs: neither can dial the other) have no link to wait for."""
     trainers = [p for p in members if roles.get(p) == "trainer"]
     gaps = []
     no_address = [p for p in trainers if not data_addrs.get(p)]
     if no_address:
         gaps.append(f"{len(no_address)} data-plane address(es)")
-    pairs = [(a, b) for i, a in enumerate(trainers) for b in trainers[i + 1 :]]
+    pairs = [
+        (a, b)
+        for i, a in enumerate(trainers)
+        for b in trainers[i + 1 :]
+        if not (a in private and b in private)
+    ]
     unmeasured = 0
     for a, b in pairs:
         link = links.get((min(a, b), max(a, b)))

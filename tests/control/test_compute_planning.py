@@ -191,3 +191,40 @@ def test_a_swarm_whose_devices_cannot_hold_the_model_is_refused_with_a_reason() 
         plan_with(4)
     fits = plan_with(24)  # (one pipeline: averaging a 1.3b stage's gradient costs more)
     assert fits.stages == 2 and len(fits.pipelines) >= 1
+
+
+@pytest.mark.parametrize("aware", [False, True])
+def test_two_peers_behind_nats_are_never_placed_next_to_each_other(aware: bool) -> None:
+    """p1 and p3 report `private` (neither can dial the other, and there is no relay): in a
+    2 x 2 plan each talks to its pipeline neighbour and its stage-mate, so they must sit in
+    different pipelines and different stages: each next to public peers only."""
+    from p2ptrain.control.planner import UNREACHABLE_DELAY_MS
+
+    peers = ["p0", "p1", "p2", "p3"]
+    private = frozenset({"p1", "p3"})
+    links = _equal_links(peers)
+    del links[("p1", "p3")]  # they never measured each other
+    matrices = build_matrices(peers, links, private)
+    assert matrices.delay_ms[1, 3] == matrices.delay_ms[3, 1] == UNREACHABLE_DELAY_MS
+    assert matrices.delay_ms[0, 1] == 1.0  # the others as measured (RTT 2 ms)
+    if aware:
+        measured = {p: timed(0.01) for p in peers}
+        matrices = dataclasses.replace(matrices, compute=peer_compute(peers, measured, RUN))
+    plan = compute_plan(matrices, RUN)
+    assert len(plan.pipelines) == 2 and not plan.spares
+    stage_of = {peer: s for pipe in plan.pipelines for s, peer in enumerate(pipe)}
+    pipe_of = {peer: r for r, pipe in enumerate(plan.pipelines) for peer in pipe}
+    assert stage_of["p1"] != stage_of["p3"] and pipe_of["p1"] != pipe_of["p3"], plan.pipelines
+    assert plan.cost_s < 10  # no unreachable link priced in
+
+
+def test_the_first_plan_does_not_wait_for_a_link_two_nated_peers_cannot_have() -> None:
+    from p2ptrain.control.readiness import first_plan_gaps
+
+    peers = ["p0", "p1", "p2"]
+    roles: dict[str, str | None] = {p: "trainer" for p in peers}
+    addrs = {p: ("/ip4/10.0.0.1/tcp/7402",) for p in peers}
+    links = {("p0", "p1"): Link(2.0, 100.0, 0.0), ("p0", "p2"): Link(2.0, 100.0, 0.0)}
+    run = RUN.replace(compute_aware=False)
+    assert first_plan_gaps(peers, roles, addrs, links, {}, run) == ["1 of 3 links"]
+    assert first_plan_gaps(peers, roles, addrs, links, {}, run, frozenset({"p1", "p2"})) == []

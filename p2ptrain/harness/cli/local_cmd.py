@@ -182,8 +182,11 @@ def _train_emulated(
     if not direct:
         from p2ptrain.harness.local_run import train_with_control_plane
         from p2ptrain.harness.testbed_sites import TestbedSites
+        from p2ptrain.testbed.nat import nat_from_topology_file
 
-        with Testbed.from_topology(topology, bandwidth_scale=bandwidth_scale) as bed:
+        # peers behind the file's emulated NATs join as volunteers behind home routers do
+        nat = nat_from_topology_file(topology_path, topology.peers)
+        with Testbed.from_topology(topology, bandwidth_scale=bandwidth_scale, nat=nat) as bed:
             print(f"starting a bootstrap and {topology.num_peers} nodes in the emulated WAN "
                   f"(logs in {workdir}) ...", file=out, flush=True)  # fmt: skip
             progress = _Progress(spec.steps, out)
