@@ -232,14 +232,17 @@ def _reachability(
         where = ", ".join(sorted(set(tried))) or "any of our addresses"
         public_ip = (tcp_target(observed) or ("PUBLIC_IP", 0))[0] if observed else "PUBLIC_IP"
         control, data = ports
+        # a private node trains: the planner places it beside public peers only, which it
+        # dials itself; only a swarm with too few public peers leaves it out
         return Check(
             "reachability",
-            "FAIL",
-            f"reachability: private (no dial-back reached {where}; {len(replies)} peer(s) tried)",
-            f"let TCP {control} and {data} in: open them in the firewall, and behind a router "
-            f"forward them to this machine and join with --announce "
-            f"/ip4/{public_ip}/tcp/{control} ({BEHIND_NAT}); relays and hole punching are not "
-            "supported yet",
+            "warn",
+            f"reachability: private (no dial-back reached {where}; {len(replies)} peer(s) "
+            "tried): this node trains placed beside public peers only",
+            f"to be placeable anywhere, let TCP {control} and {data} in: open them in the "
+            f"firewall, and behind a router forward them to this machine and join with "
+            f"--announce /ip4/{public_ip}/tcp/{control} ({BEHIND_NAT}); relays and hole "
+            "punching are not supported yet",
         )
     reasons = ", ".join(sorted({r.error for r in replies if r and r.error})) or "no answer"
     return Check(

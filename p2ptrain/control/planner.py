@@ -183,11 +183,14 @@ def network_facts(matrices: Matrices, pipelines: Sequence[Sequence[str]]) -> Net
 
 def _worst(matrices: Matrices, members: Sequence[int]) -> LinkFacts:
     """The longest round trip (twice the one-way delay) and the lowest rate among the links of
-    `members` (at least two peers)."""
+    `members` (at least two peers). A link between two peers that cannot reach each other is
+    left out: nothing is ever sent over it, and its price would stretch every timeout."""
     pairs = np.ix_(members, members)
-    off_diagonal = ~np.eye(len(members), dtype=bool)
-    rtt_s = 2 * float(matrices.delay_ms[pairs][off_diagonal].max()) / 1e3
-    rate_mbps = float(matrices.bandwidth_gbps[pairs][off_diagonal].min()) * 1e3
+    usable = ~np.eye(len(members), dtype=bool) & (matrices.delay_ms[pairs] < UNREACHABLE_DELAY_MS)
+    if not usable.any():
+        return LinkFacts(rtt_s=2 * DEFAULT_DELAY_MS / 1e3, rate_mbps=DEFAULT_BANDWIDTH_GBPS * 1e3)
+    rtt_s = 2 * float(matrices.delay_ms[pairs][usable].max()) / 1e3
+    rate_mbps = float(matrices.bandwidth_gbps[pairs][usable].min()) * 1e3
     return LinkFacts(rtt_s=round(rtt_s, 6), rate_mbps=round(rate_mbps, 3))
 
 

@@ -216,6 +216,11 @@ def test_two_peers_behind_nats_are_never_placed_next_to_each_other(aware: bool) 
     pipe_of = {peer: r for r, pipe in enumerate(plan.pipelines) for peer in pipe}
     assert stage_of["p1"] != stage_of["p3"] and pipe_of["p1"] != pipe_of["p3"], plan.pipelines
     assert plan.cost_s < 10  # no unreachable link priced in
+    # the timeouts the plan carries are the usable links': 2 ms round trips, not 200 s
+    from p2ptrain.control.planner import network_facts
+
+    facts = network_facts(matrices, plan.pipelines)
+    assert facts is not None and facts.swarm.rtt_s == pytest.approx(0.002)
 
 
 def test_the_first_plan_does_not_wait_for_a_link_two_nated_peers_cannot_have() -> None:

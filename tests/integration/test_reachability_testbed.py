@@ -125,11 +125,14 @@ def test_doctor_behind_a_nat(swarm: Swarm, peer: int, nat_type: str) -> None:
     # the second UDP server (besides the bootstrap) is the public join node
     wait_for(lambda: swarm.reachability().get(1) == "public", VERDICT_TIMEOUT_S)
     code, report, text = swarm.doctor(peer, "--control-only")
-    assert code == 1, text
+    # joining works: the planner places a private peer beside public ones (the warning says
+    # so, and how to be placeable anywhere)
+    assert code == 0, text
     assert report["reachability"] == "private" and report["nat"] == nat_type, text
-    failed = [check for check in report["checks"] if check["status"] == "FAIL"]
-    assert [check["name"] for check in failed] == ["reachability"], text
+    checks = {check["name"]: check for check in report["checks"]}
+    assert not [c for c in report["checks"] if c["status"] == "FAIL"], text
+    assert checks["reachability"]["status"] == "warn", text
     public_ip = swarm.bed.public_address(peer)
     assert report["observed"].startswith(f"/ip4/{public_ip}/tcp/")
-    assert f"--announce /ip4/{public_ip}/tcp/7401" in failed[0]["fix"]
-    assert "joining will not work: reachability" in text
+    assert f"--announce /ip4/{public_ip}/tcp/7401" in checks["reachability"]["fix"]
+    assert "joining will work" in text
