@@ -28,7 +28,7 @@ from p2ptrain.control.observer import fetch_status_doc
 from p2ptrain.control.rpcs import RUN_PROTOCOL
 from p2ptrain.net import nat_probe, probe, rpc
 from p2ptrain.net.dialback import reachability_of, request_dial_back, tcp_target
-from p2ptrain.net.host import full_addrs, make_host, parse_multiaddr, quiet_library_logs
+from p2ptrain.net.host import full_addrs, make_host, parse_multiaddr, quiet_library_logs, run_trio
 from p2ptrain.records import DialBackReply, RunSpec
 
 CONNECT_TIMEOUT_S = 10.0
@@ -83,11 +83,7 @@ def run_network_checks(
     async def main() -> None:
         await check_network(report, bootstrap, listen, announce, ports)
 
-    try:
-        trio.run(main)
-    except* RuntimeError as group:  # py-libp2p teardown race
-        if not all("Nursery is closed" in str(e) for e in group.exceptions):
-            raise
+    run_trio(main)
     return report
 
 

@@ -47,6 +47,7 @@ from p2ptrain.net.host import (
     make_host,
     parse_multiaddr,
     quiet_library_logs,
+    run_trio,
 )
 from p2ptrain.records import RunSpec, Token
 
@@ -224,12 +225,9 @@ def run_node(node: ControlNode) -> int:
     refused us (its one-line reason logged)."""
     refused: list[BaseException] = []
     try:
-        trio.run(run_until_signalled, node, node.stop_worker)
+        run_trio(run_until_signalled, node, node.stop_worker)
     except* UserError as group:
         refused.append(first_leaf(group))
-    except* RuntimeError as group:  # py-libp2p can raise "Nursery is closed" while tearing down
-        if not all("Nursery is closed" in str(e) for e in group.exceptions):
-            raise
     if refused:
         print(f"p2ptrain: error: {refused[0]}", file=sys.stderr, flush=True)
         return 2

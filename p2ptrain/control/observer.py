@@ -13,7 +13,7 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 from p2ptrain.control.rpcs import STATUS_PROTOCOL
 from p2ptrain.errors import UserError, first_leaf
 from p2ptrain.net import rpc
-from p2ptrain.net.host import make_host, parse_multiaddr, quiet_library_logs
+from p2ptrain.net.host import make_host, parse_multiaddr, quiet_library_logs, run_trio
 from p2ptrain.net.paging import cursor_request, next_cursor
 from p2ptrain.records import SwarmStatus
 
@@ -94,11 +94,7 @@ def get_statuses(node_addrs: list[str]) -> list[SwarmStatus | None]:
     async def main() -> None:
         results.extend(await fetch_statuses(node_addrs))
 
-    try:
-        trio.run(main)
-    except* RuntimeError as group:  # py-libp2p teardown race
-        if not all("Nursery is closed" in str(e) for e in group.exceptions):
-            raise
+    run_trio(main)
     return results
 
 
@@ -110,10 +106,7 @@ def get_status(node_addr: str) -> SwarmStatus:
         result.append(await fetch_status(node_addr))
 
     try:
-        trio.run(main)
+        run_trio(main)
     except* UserError as group:
         raise first_leaf(group) from None
-    except* RuntimeError as group:  # py-libp2p teardown race
-        if not all("Nursery is closed" in str(e) for e in group.exceptions):
-            raise
     return result[0]

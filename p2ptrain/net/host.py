@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
+import trio
 from libp2p import new_host
 from libp2p.abc import IHost
 from libp2p.crypto.ed25519 import create_new_key_pair
@@ -113,3 +114,14 @@ def listen_endpoint(host: IHost) -> tuple[str, int] | None:
             if endpoint is not None:
                 return endpoint
     return None
+
+
+def run_trio(main: Callable[..., Awaitable[Any]], *args: Any) -> None:
+    """trio.run(main, *args), less py-libp2p's teardown race: it can raise "Nursery is closed"
+    while its host shuts down, after the work is done. Anything else is raised (as trio raises
+    it: in an exception group, for the caller's `except*`)."""
+    try:
+        trio.run(main, *args)
+    except* RuntimeError as group:
+        if not all("Nursery is closed" in str(e) for e in group.exceptions):
+            raise

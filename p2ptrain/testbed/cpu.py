@@ -15,14 +15,13 @@ node keeps answering probes and gossip at full speed.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from p2ptrain.errors import UserError
+from p2ptrain.testbed.topology_file import per_peer
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # A throttled process waits up to a period for its next slice: the kernel's default 100 ms
@@ -87,25 +86,7 @@ def wrap(path: str, argv: Sequence[str]) -> list[str]:
 
 def quotas_from_topology_file(path: str | Path, names: Sequence[str]) -> dict[int, float]:
     """The optional "cpu" object of a topology file: {peer name or index: cores}."""
-    try:
-        doc: Any = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return {}  # load_topology reports what is wrong with the file
-    raw = doc.get("cpu") if isinstance(doc, dict) else None
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise UserError(f"{path}: cpu must be an object {{peer name: cores}}")
-    quotas: dict[int, float] = {}
-    for key, cores in raw.items():
-        if key in names:
-            index = list(names).index(key)
-        elif key.isdigit() and int(key) < len(names):
-            index = int(key)
-        else:
-            raise UserError(f"{path}: cpu names no peer {key!r}")
-        quotas[index] = check_cores(cores)
-    return quotas
+    return per_peer(path, names, "cpu", "{peer name: cores}", check_cores)
 
 
 class Mover:

@@ -22,7 +22,6 @@ checksums incrementally (RFC 1624) with a sum precomputed per mapping.
 from __future__ import annotations
 
 import ipaddress
-import json
 import math
 import random
 from collections.abc import Sequence
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from p2ptrain.errors import UserError
+from p2ptrain.testbed.topology_file import per_peer
 
 NAT_TYPES = ("none", "cone", "symmetric")
 TCP, UDP = 6, 17
@@ -293,25 +293,4 @@ def _checksum_offset(protocol: int) -> int:
 
 def nat_from_topology_file(path: str | Path, names: Sequence[str]) -> dict[int, str]:
     """The optional "nat" object of a topology file: {peer name or index: NAT type}."""
-    try:
-        doc: Any = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return {}  # load_topology reports what is wrong with the file
-    raw = doc.get("nat") if isinstance(doc, dict) else None
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise UserError(f'{path}: nat must be an object {{peer name: "none"|"cone"|"symmetric"}}')
-    types: dict[int, str] = {}
-    for key, nat_type in raw.items():
-        if key in names:
-            index = list(names).index(key)
-        elif key.isdigit() and int(key) < len(names):
-            index = int(key)
-        else:
-            raise UserError(f"{path}: nat names no peer {key!r}")
-        try:
-            types[index] = check_nat_type(nat_type)
-        except UserError as exc:
-            raise UserError(f"{path}: nat of {key!r}: {exc}") from None
-    return types
+    return per_peer(path, names, "nat", '{peer name: "none"|"cone"|"symmetric"}', check_nat_type)
