@@ -24,6 +24,7 @@ from p2ptrain.net.dialback import (
 from p2ptrain.net.framing import FrameError, read_frame, write_frame
 from p2ptrain.net.host import full_addrs, make_host
 from p2ptrain.net.ratelimit import WindowLimiter
+from tests.net.trio_run import run
 
 LOOPBACK = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
 
@@ -38,16 +39,6 @@ async def requester_and_server() -> AsyncIterator[tuple[IHost, IHost, DialBackSe
         a.set_stream_handler(probe.PING_PROTOCOL, probe.handle_ping)
         await a.connect(info_from_p2p_addr(Multiaddr(full_addrs(b)[0])))
         yield a, b, server
-
-
-def run(fn: Any) -> Any:
-    result: list[Any] = []
-
-    async def main() -> None:
-        result.append(await fn())
-
-    trio.run(main)
-    return result[0]
 
 
 def port_of(addr: str) -> int:

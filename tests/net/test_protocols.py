@@ -19,6 +19,7 @@ from multiaddr import Multiaddr
 from p2ptrain.net import probe, rpc
 from p2ptrain.net.framing import FrameError, read_frame, write_frame
 from p2ptrain.net.host import full_addrs, make_host
+from tests.net.trio_run import run
 
 ECHO = TProtocol("/test/echo/1.0.0")
 
@@ -30,16 +31,6 @@ async def host_pair() -> AsyncIterator[tuple[IHost, IHost]]:
     async with a.run(listen_addrs=listen), b.run(listen_addrs=listen):
         await a.connect(info_from_p2p_addr(Multiaddr(full_addrs(b)[0])))
         yield a, b
-
-
-def run(fn: Any) -> Any:
-    result: list[Any] = []
-
-    async def main() -> None:
-        result.append(await fn())
-
-    trio.run(main)
-    return result[0]
 
 
 def test_host_offers_noise_only_and_full_addrs():

@@ -112,16 +112,36 @@ def router() -> dict[str, Any]:
     return asyncio.run(main())
 
 
-def poisoned() -> dict[str, Any]:
+def _local_dhts(num: int) -> list[Any]:
+    """`num` hivemind DHT nodes on 127.0.0.1, each knowing the ones started before it."""
     from hivemind import DHT
+
+    dhts: list[Any] = []
+    for _ in range(num):
+        known = [str(a) for d in dhts for a in d.get_visible_maddrs()]
+        dhts.append(DHT(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=known))
+    return dhts
+
+
+def _run_then_shut_down(threads: list[threading.Thread], averagers: Any, dhts: Any) -> None:
+    """Start the members' threads, wait for them (90 s at most), then stop every averager and
+    DHT node."""
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=90)
+    for averager in averagers:
+        averager.shutdown()
+    for d in dhts:
+        d.shutdown()
+
+
+def poisoned() -> dict[str, Any]:
 
     from p2ptrain.worker.averaging import StageAverager
     from p2ptrain.worker.checks import checksums
 
-    dhts: list[DHT] = []
-    for _ in range(3):
-        known = [str(a) for d in dhts for a in d.get_visible_maddrs()]
-        dhts.append(DHT(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=known))
+    dhts = _local_dhts(3)
     group = {d.peer_id.to_base58(): 1.0 for d in dhts}
     averagers = [StageAverager(d, N, "robust-probe", 3, "none", 6.0, group=group) for d in dhts]
     grads = _honest(3)
@@ -158,14 +178,7 @@ def poisoned() -> dict[str, Any]:
 
     threads = [threading.Thread(target=honest, args=(i,)) for i in range(2)]
     threads.append(threading.Thread(target=attacker))
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=90)
-    for averager in averagers:
-        averager.shutdown()
-    for d in dhts:
-        d.shutdown()
+    _run_then_shut_down(threads, averagers, dhts)
     return {"results": results[:2]}
 
 
@@ -174,15 +187,10 @@ def lost_reply() -> dict[str, Any]:
     import tempfile
     from collections.abc import AsyncIterator
 
-    from hivemind import DHT
-
     from p2ptrain.worker.averaging import StageAverager
     from p2ptrain.worker.robust_allreduce import RobustAllReduceRunner
 
-    dhts: list[DHT] = []
-    for _ in range(2):
-        known = [str(a) for d in dhts for a in d.get_visible_maddrs()]
-        dhts.append(DHT(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=known))
+    dhts = _local_dhts(2)
     dropper = dhts[0].peer_id
     marker = os.path.join(tempfile.mkdtemp(), "dropped")
     serve = RobustAllReduceRunner.rpc_aggregate_part
@@ -210,14 +218,7 @@ def lost_reply() -> dict[str, Any]:
         }  # fmt: skip
 
     threads = [threading.Thread(target=member, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=90)
-    for averager in averagers:
-        averager.shutdown()
-    for d in dhts:
-        d.shutdown()
+    _run_then_shut_down(threads, averagers, dhts)
     return {"results": results, "dropped": os.path.exists(marker)}
 
 
