@@ -107,3 +107,15 @@ def stop_groups(procs: Sequence[subprocess.Popen[bytes]], grace_s: float) -> Non
                 "process %d ignored SIGTERM for %.0f s: killing its group", proc.pid, grace_s
             )
     kill_groups(procs)
+
+
+def count_matching(text: str) -> int:
+    """Processes (other than ours) whose command line contains `text`: what a run left behind."""
+    count = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if text.encode() in (entry / "cmdline").read_bytes():
+                count += 1
+    return count

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 import trio
 from libp2p.abc import IHost
@@ -72,9 +73,18 @@ def make_dht(host: IHost) -> KadDHT:
 class Discovery:
     """Joins through the bootstrap, then keeps dialling known members and our DHT record fresh."""
 
-    def __init__(self, state: NodeState, dht: KadDHT, bootstrap_addr: str | None) -> None:
+    def __init__(
+        self,
+        state: NodeState,
+        dht: KadDHT,
+        bootstrap_addr: str | None,
+        pin_route: Callable[[str], Awaitable[bool]] | None = None,
+    ) -> None:
+        """pin_route(peer): leave only a local route to `peer` in the peerstore, if it is
+        reached through one (control/traversal.py); True if so."""
         self.state = state
         self.dht = dht
+        self.pin_route = pin_route
         self.bootstrap: PeerInfo | None = None  # None on the bootstrap itself
         if bootstrap_addr:
             self.bootstrap = info_from_p2p_addr(parse_multiaddr(bootstrap_addr, need_peer_id=True))
@@ -187,7 +197,9 @@ class Discovery:
         peer_id = ID.from_base58(peer)
         peerstore = self.state.host.get_peerstore()
         member = self.state.view.members.get(peer)
-        if member is not None:
+        if self.pin_route is not None and await self.pin_route(peer):
+            pass  # behind NATs both: its own addresses cannot be dialled
+        elif member is not None:
             addrs = [Multiaddr(a) for a in member.record.addrs]
             peerstore.add_addrs(peer_id, addrs, PEERSTORE_TTL_S)
         if not peerstore.addrs(peer_id):

@@ -32,7 +32,7 @@ async def serve_election(state: NodeState) -> None:
             log.info("claiming the planner role, term %d", term)
             state.publish_soon("claim")
         if view.planner == state.peer_id and await plan_maker.tick(
-            now, state.data_addrs, state.reachability
+            now, state.data_addrs, state.reachability, tuple(state.relays)
         ):
             state.publish_soon("plan")
         await trio.sleep(ELECTION_TICK_S)

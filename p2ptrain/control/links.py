@@ -114,6 +114,7 @@ class LinkMeasurements:
     self_id: str
     own_links: dict[str, LinkSample]
     rows: dict[str, tuple[dict[str, LinkReport], float]]
+    connections: dict[str, str]  # peer -> how we reach it, when not direct (control/traversal.py)
 
     def record_bandwidth(
         self, peer: str, mbps: float, now: float, window_bound: bool = False
@@ -133,8 +134,23 @@ class LinkMeasurements:
                 bw_age is None or bw_age > MAX_RATE_AGE_S
             ):
                 continue
-            row[peer] = LinkReport(s.rtt_ms, rtt_age, s.bandwidth_mbps, bw_age)
+            connection = self.connections.get(peer, "direct")
+            row[peer] = LinkReport(s.rtt_ms, rtt_age, s.bandwidth_mbps, bw_age, connection)
         return row
+
+    def connection(self, a: str, b: str) -> str:
+        """How the a-b link's bytes travel, as its ends report it: relayed or holepunched if
+        either end says so (a relay sits in the path either way), else direct."""
+        said = []
+        for near, far in ((a, b), (b, a)):
+            if near == self.self_id:
+                said.append(self.connections.get(far, "direct"))
+            elif near in self.rows and far in self.rows[near][0]:
+                said.append(self.rows[near][0][far].connection)
+        for kind in ("relayed", "holepunched"):
+            if kind in said:
+                return kind
+        return "direct"
 
     def links(self, now: float) -> dict[tuple[str, str], Link]:
         """The freshest measurement of every unordered pair, from our own and gossiped rows."""

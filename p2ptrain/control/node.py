@@ -37,6 +37,7 @@ from p2ptrain.control.reachability import ReachabilityMonitor
 from p2ptrain.control.rpcs import RUN_PROTOCOL, STATUS_PROTOCOL, RpcResponder
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.sync import SYNC_PROTOCOL, PullSync
+from p2ptrain.control.traversal import OFFER_PROTOCOL, RELAY_PROTOCOL, Traversal
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
 from p2ptrain.control.worker_link import WorkerLink
 from p2ptrain.errors import UserError, first_leaf
@@ -99,7 +100,11 @@ class ControlNode:
             revocations_path=config.revocations_path,
         )
         self.dht = make_dht(self.host)
-        self.discovery = Discovery(self.state, self.dht, config.bootstrap_addr)
+        # relays serve admitted members only (their records passed the organiser's token)
+        self.traversal = Traversal(self.state, lambda peer: peer in view.members)
+        self.discovery = Discovery(
+            self.state, self.dht, config.bootstrap_addr, self.traversal.pin_if_routed
+        )
         self.pubsub, self.gossipsub = make_pubsub(self.host)
         self.intake = Intake(self.state, self._score_penalty)
         self.sync = PullSync(self.state, self.intake)
@@ -111,7 +116,9 @@ class ControlNode:
         self.reachability = ReachabilityMonitor(self.state)
         self.dashboard = None if config.http is None else DashboardFeed(config.http)
         self.worker_link = (
-            WorkerLink(self.state, config.ipc_path, config.print_progress)
+            WorkerLink(
+                self.state, config.ipc_path, config.print_progress, self.traversal.data_routes
+            )
             if config.ipc_path
             else None
         )
@@ -150,6 +157,8 @@ class ControlNode:
             host.set_stream_handler(probe.PING_PROTOCOL, guard(probe.handle_ping))
             host.set_stream_handler(probe.BANDWIDTH_PROTOCOL, guard(probe.handle_bandwidth))
             host.set_stream_handler(dialback.DIALBACK_PROTOCOL, guard(self.dial_back_server.handle))
+            host.set_stream_handler(RELAY_PROTOCOL, guard(self.traversal.handle_request))
+            host.set_stream_handler(OFFER_PROTOCOL, guard(self.traversal.handle_offer))
             for protocol, respond in (
                 (STATUS_PROTOCOL, self.rpcs.respond_status),
                 (RUN_PROTOCOL, self.rpcs.respond_run),
@@ -167,6 +176,8 @@ class ControlNode:
                 endpoint = listen_endpoint(host)
                 if endpoint is not None:  # UDP on our TCP port number: no new port to open
                     await nursery.start(nat_probe.serve_udp_observer, *endpoint)
+                # the relay port: on our control host's interfaces, its own port
+                await nursery.start(self.traversal.serve, endpoint[0] if endpoint else "0.0.0.0")
                 if self.config.print_addr:
                     print(state.addrs[0], flush=True)
                 log.info("control %s (%s) listening on %s", state.peer_id, state.role, state.addrs)

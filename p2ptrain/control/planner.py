@@ -56,9 +56,11 @@ def build_matrices(
     private: frozenset[str] = frozenset(),
 ) -> Matrices:
     """delay = RTT/2, bandwidth from Mbit/s to Gbit/s; gaps get the median of measured links.
-    Two `private` peers (each behind a NAT, by its own dial-back: neither can open a connection
-    to the other, and p2ptrain has no relay yet) get a link no plan wants (UNREACHABLE_*): the
-    search places them apart, each next to public peers only, whenever it can."""
+    Two `private` peers (each behind a NAT, by its own dial-back, and neither holding a relay
+    slot: no connection can open between them) get a link no plan wants (UNREACHABLE_*): the
+    search places them apart, each next to reachable peers only, whenever it can. NATed peers
+    with relay slots are not `private` here: their links are measured through the relay or the
+    hole punch (control/traversal.py) and priced like any other."""
     n = len(peers)
     delay = np.full((n, n), np.nan)
     bandwidth = np.full((n, n), np.nan)

@@ -57,10 +57,14 @@ class PlanMaker:
         self._gaps_logged: list[str] = []
 
     async def tick(
-        self, now: float, own_data_addrs: list[str], own_reachability: str = "unknown"
+        self,
+        now: float,
+        own_data_addrs: list[str],
+        own_reachability: str = "unknown",
+        own_relays: tuple[str, ...] = (),
     ) -> bool:
-        """Publish a new plan into the view if one is due; True if it did. own_reachability:
-        this node's dial-back verdict (the view holds the others')."""
+        """Publish a new plan into the view if one is due; True if it did. own_reachability and
+        own_relays: this node's dial-back verdict and relay slots (the view holds the others')."""
         members = self.view.plannable_members(now)
         if not members or self.view.run is None:
             return False
@@ -82,16 +86,7 @@ class PlanMaker:
             else tuple(own_data_addrs)
             for peer in members
         }
-        private = frozenset(
-            peer
-            for peer in members
-            if (
-                self.view.members[peer].record.reachability
-                if peer in self.view.members
-                else own_reachability
-            )
-            == "private"
-        )
+        private = self._unroutable(members, own_reachability, own_relays)
         if current is None and self._awaits_first_plan(
             now, members, data_addrs, links, measured, private
         ):
@@ -191,6 +186,23 @@ class PlanMaker:
             "switching" if switch else "keeping the current placement",
         )
         return switch
+
+    def _unroutable(
+        self, members: list[str], own_reachability: str, own_relays: tuple[str, ...]
+    ) -> frozenset[str]:
+        """Peers behind a NAT that hold no relay slot: no other NATed peer can reach them (two
+        NATed peers connect if either holds a slot: control/traversal.py)."""
+        unroutable = set()
+        for peer in members:
+            member = self.view.members.get(peer)
+            reachability, relays = (
+                (member.record.reachability, member.record.relays)
+                if member is not None
+                else (own_reachability, own_relays)
+            )
+            if reachability == "private" and not relays:
+                unroutable.add(peer)
+        return frozenset(unroutable)
 
     def _awaits_first_plan(
         self,

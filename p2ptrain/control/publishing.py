@@ -50,6 +50,8 @@ def record_message(state: NodeState) -> bytes:
         compute_gflops=state.compute_gflops,
         stage_compute=state.stage_compute,
         reachability=state.reachability,
+        relay_addrs=tuple(state.relay_addrs),
+        relays=tuple(state.relays),
     )
     state.view.own_record = record
     return wire.encode(state.seed, state.seq.next(), record)

@@ -26,7 +26,8 @@ def first_plan_gaps(
     private: frozenset[str] = frozenset(),
 ) -> list[str]:
     """What the first plan still lacks, one short phrase each (empty: ready). Two `private`
-    peers (behind NATs: neither can dial the other) have no link to wait for."""
+    peers (behind NATs with no relay slot: neither can reach the other) have no link to wait
+    for."""
     trainers = [p for p in members if roles.get(p) == "trainer"]
     gaps = []
     no_address = [p for p in trainers if not data_addrs.get(p)]

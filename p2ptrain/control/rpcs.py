@@ -29,7 +29,9 @@ class RpcResponder:
 
     async def respond_status(self, request: bytes) -> dict[str, Any]:
         cursor = read_cursor(request)
-        doc = swarm_status(self.state.view, time.monotonic()).to_dict()
+        doc = swarm_status(
+            self.state.view, time.monotonic(), self.state.relay.bytes_relayed
+        ).to_dict()
         items = [("peers", p) for p in doc.pop("peers")] + [("links", x) for x in doc.pop("links")]
         page, nxt = page_of(items, cursor, STATUS_PAGE_BYTES)
         reply = doc if cursor == 0 else {}

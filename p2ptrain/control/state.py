@@ -17,6 +17,7 @@ from libp2p.abc import IHost
 from p2ptrain.control import wire
 from p2ptrain.control.health import WorkerWatch
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
+from p2ptrain.net.relay import RelayCounters
 from p2ptrain.records import StageCompute
 
 
@@ -35,6 +36,9 @@ class NodeState:
     compute_gflops: float | None = None  # measured once, soon after start
     stage_compute: StageCompute | None = None  # our worker's timed stage (ComputeReport)
     reachability: str = "unknown"  # can others dial us? (control/reachability.py)
+    relay_addrs: list[str] = field(default_factory=list)  # our relay port (control/traversal.py)
+    relays: list[str] = field(default_factory=list)  # behind a NAT: who holds slots for us
+    relay: RelayCounters = field(default_factory=RelayCounters)  # what our relay moved
     seq: wire.SeqClock = field(default_factory=wire.SeqClock)  # for every envelope we author
     # kind -> monotonic time our next message of that kind is due (see publishing.py)
     due: dict[str, float] = field(default_factory=dict)

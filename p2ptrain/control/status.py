@@ -9,7 +9,7 @@ from p2ptrain.control.view import MEMBER_ROLES, Member, SwarmView
 from p2ptrain.records import LinkStatus, PeerStatus, PlanSummary, SwarmStatus
 
 
-def swarm_status(view: SwarmView, now: float) -> SwarmStatus:
+def swarm_status(view: SwarmView, now: float, relay_bytes: int = 0) -> SwarmStatus:
     """The `p2ptrain status --json` document, as this peer sees the swarm."""
     members = {p: m for p, m in view.members.items() if m.record.role in MEMBER_ROLES}
     if view.own_record is not None and view.role in MEMBER_ROLES:
@@ -32,6 +32,7 @@ def swarm_status(view: SwarmView, now: float) -> SwarmStatus:
             health=member.health,
             stage_compute=member.record.stage_compute,
             reachability=member.record.reachability,
+            relays=member.record.relays,
         )
         for peer, member in sorted(members.items())
     )
@@ -42,6 +43,7 @@ def swarm_status(view: SwarmView, now: float) -> SwarmStatus:
             rtt_ms=None if link.rtt_ms is None else round(link.rtt_ms, 3),
             bandwidth_mbps=None if link.bandwidth_mbps is None else round(link.bandwidth_mbps, 1),
             age_s=round(link.age_s, 3),
+            connection=view.connection(a, b),
         )
         for (a, b), link in sorted(view.links(now).items())
         if a in members and b in members
@@ -60,4 +62,5 @@ def swarm_status(view: SwarmView, now: float) -> SwarmStatus:
         },
         bootstrap=view.bootstrap_id,
         term=view.term,
+        relay_bytes=relay_bytes,
     )

@@ -76,6 +76,7 @@ class SwarmView(Authority, LinkMeasurements):
     members: dict[str, Member] = field(default_factory=dict)
     own_links: dict[str, LinkSample] = field(default_factory=dict)
     rows: dict[str, tuple[dict[str, LinkReport], float]] = field(default_factory=dict)
+    connections: dict[str, str] = field(default_factory=dict)  # peer -> holepunched / relayed
     term: int = 0
     max_seen_term: int = 0
     term_anchored: bool = False  # we learnt the current term from the organiser (anchor_term)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -26,6 +27,7 @@ from p2ptrain.records import (
     Message,
     MetricsReport,
     PeerMetrics,
+    Plan,
     PlanMessage,
     RunMessage,
     RunSpec,
@@ -40,9 +42,18 @@ PLAN_POLL_S = 0.5
 class WorkerLink:
     """The control side of the control <-> worker IPC."""
 
-    def __init__(self, state: NodeState, ipc_path: str, print_progress: bool = True) -> None:
-        """print_progress: print a line per step of the worker on stdout (control/progress.py)."""
+    def __init__(
+        self,
+        state: NodeState,
+        ipc_path: str,
+        print_progress: bool = True,
+        routes: Callable[[Plan], Awaitable[dict[str, tuple[str, ...]]]] | None = None,
+    ) -> None:
+        """print_progress: print a line per step of the worker on stdout (control/progress.py);
+        routes(plan): the local routes our worker dials some of the plan's peers at instead
+        (control/traversal.py)."""
         self.state = state
+        self.routes = routes
         self.print_progress = print_progress
         self.ipc = IpcServer(ipc_path, self._on_message)
         self.averaging: dict[str, int] = {}  # our worker's rounds by outcome, for telemetry
@@ -89,6 +100,7 @@ class WorkerLink:
                 averaging=dict(self.averaging),
                 control_bytes_sent=TRAFFIC.sent,
                 control_bytes_received=TRAFFIC.received,
+                relay_bytes=state.relay.bytes_relayed,
             )
             if self.print_progress:
                 print(progress_line(message), flush=True)
@@ -111,5 +123,6 @@ class WorkerLink:
                 await self.ipc.send(RunMessage(view.run))
             if view.plan_version != sent_version and view.plan is not None:
                 sent_version = view.plan_version
-                await self.ipc.send(PlanMessage(view.plan, view.run))
+                routes = {} if self.routes is None else await self.routes(view.plan)
+                await self.ipc.send(PlanMessage(view.plan, view.run, routes))
             await trio.sleep(PLAN_POLL_S)

@@ -66,11 +66,15 @@ def train_with_control_plane(
     own_checkpoints: bool = False,
     faults: tuple[str, ...] = (),
     http: str | None = None,
+    on_started: Callable[[str, list[subprocess.Popen[bytes]]], None] | None = None,
+    before_stop: Callable[[], None] | None = None,
 ) -> SwarmResult:
     """Run the swarm until every step's loss is known; with `own_checkpoints`, node i keeps its
     checkpoints in workdir/peer-i/ instead of the run's shared checkpoint_dir. `faults` go to
     every node (`join --fault`): each fires in whichever worker holds its role at its step;
-    `http`: the bootstrap serves its dashboard there (`bootstrap --http`)."""
+    `http`: the bootstrap serves its dashboard there (`bootstrap --http`); `on_started(address,
+    processes)`: the bootstrap's address and every process tree (the bootstrap first), once all
+    started; `before_stop()`: after the last step, while every node still runs."""
     sites = sites or NodeSites()
     run_path = workdir / "run.toml"
     # the first plan waits for all N peers instead of re-planning as each one joins
@@ -97,7 +101,12 @@ def train_with_control_plane(
                 args += ["--checkpoint-dir", str(workdir / f"peer-{i}" / "checkpoints")]
             args += [arg for fault in faults for arg in ("--fault", fault)]
             nodes.append(_start(sites, i, args, workdir / f"peer-{i}.log"))
-        return _follow(spec, logs, nodes[1:], on_plan, on_step)
+        if on_started is not None:
+            on_started(address, nodes)
+        result = _follow(spec, logs, nodes[1:], on_plan, on_step)
+        if before_stop is not None:
+            before_stop()
+        return result
     finally:
         _stop(nodes)
 

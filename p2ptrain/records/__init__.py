@@ -18,6 +18,7 @@ records; nobody builds or reads a bare dict of one.
 | SwarmStatus     | records/status.py      | the status RPC, `status --json`                     |
 | DialBackRequest, DialBackReply (DialResult) | records/reachability.py | the dial-back RPC; `reachability` in PeerRecord |
 | (UDP query/answer) | records/reachability.py | the UDP observed-address responder (32-byte datagrams) |
+| RelayRequest, RelayOffer, OfferAnswer, RelayReply, RawHello | records/relay.py | relay signalling (control plane); raw relay/punch connections' first bytes |
 | Token           | records/token.py       | organiser -> volunteer -> `join --token` -> record  |
 | Revocations     | records/token.py       | `token revoke` -> bootstrap -> gossip ("revoked")   |
 
@@ -58,6 +59,13 @@ from p2ptrain.records.reachability import (
     DialBackRequest,
     DialResult,
 )
+from p2ptrain.records.relay import (
+    OfferAnswer,
+    RawHello,
+    RelayOffer,
+    RelayReply,
+    RelayRequest,
+)
 from p2ptrain.records.run import RunSpec, load_run_spec
 from p2ptrain.records.status import LinkStatus, PeerStatus, PlanSummary, SwarmStatus
 from p2ptrain.records.token import (
@@ -90,12 +98,17 @@ __all__ = [
     "Message",
     "MetricsReport",
     "NetworkFacts",
+    "OfferAnswer",
     "PeerMetrics",
     "PeerRecord",
     "PeerStatus",
     "Plan",
     "PlanMessage",
     "PlanSummary",
+    "RawHello",
+    "RelayOffer",
+    "RelayReply",
+    "RelayRequest",
     "Revocation",
     "Revocations",
     "Role",

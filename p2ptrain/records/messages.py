@@ -11,6 +11,7 @@ Metrics logs (`join --metrics-log`) also carry `session`: a plan the worker star
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -211,17 +212,37 @@ class PlanMessage:
     TYPE: ClassVar[str] = "plan"
     plan: Plan
     run: RunSpec | None  # None until the node learnt the run spec
+    # peer -> the data-plane addresses to dial it at instead of the plan's: a local route to a
+    # peer behind a NAT (control/traversal.py)
+    routes: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "plan": self.plan.to_dict(),
+        data = {"type": self.TYPE, "plan": self.plan.to_dict(),
                 "run": None if self.run is None else self.run.to_dict()}  # fmt: skip
+        if self.routes:
+            data["routes"] = {peer: list(a) for peer, a in self.routes.items()}
+        return data
 
     @classmethod
     def from_dict(cls, data: object) -> PlanMessage:
-        d = f.mapping(data, "plan message")
-        f.require_keys(d, "plan message", ("plan",))
+        r = "plan message"
+        d = f.mapping(data, r)
+        f.require_keys(d, r, ("plan",))
         run = d.get("run")
-        return cls(Plan.from_dict(d["plan"]), None if run is None else RunSpec.from_dict(run))
+        routes = f.mapping(d.get("routes", {}), r)
+        if len(routes) > f.MAX_PEERS:
+            raise f.malformed(r, f"routes to more than {f.MAX_PEERS} peers")
+        return cls(
+            Plan.from_dict(d["plan"]),
+            None if run is None else RunSpec.from_dict(run),
+            {f.peer_id(p, r, "routes"): f.addrs(a, r, "routes") for p, a in routes.items()},
+        )
+
+    def routed_plan(self) -> Plan:
+        """The plan with each routed peer's data addresses replaced by its route."""
+        if not self.routes:
+            return self.plan
+        return dataclasses.replace(self.plan, data_addrs={**self.plan.data_addrs, **self.routes})
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,10 @@ class StageCompute:
         )
 
 
+MAX_RELAYS = 4  # relay slots a peer names
+CONNECTIONS = ("direct", "holepunched", "relayed")  # how a link's bytes travel
+
+
 @dataclass(frozen=True)
 class PeerRecord:
     """A peer announces itself: addresses, role, software, hardware, measured compute."""
@@ -82,10 +86,14 @@ class PeerRecord:
     stage_compute: StageCompute | None = None  # its worker's measurement, once it made one
     # can others dial it? its own dial-back verdict (control/reachability.py): REACHABILITY
     reachability: str = "unknown"
+    relay_addrs: tuple[str, ...] = ()  # its relay port (control/traversal.py), if it serves one
+    relays: tuple[str, ...] = ()  # behind a NAT: the peers holding relay slots for it
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "addrs": list(self.addrs),
+            "relay_addrs": list(self.relay_addrs),
+            "relays": list(self.relays),
             "data_addrs": list(self.data_addrs),
             "role": self.role,
             "planner_capable": self.planner_capable,
@@ -118,6 +126,8 @@ class PeerRecord:
             reachability=f.choice(
                 d.get("reachability", "unknown"), "peer", "reachability", REACHABILITY
             ),
+            relay_addrs=f.addrs(d.get("relay_addrs", []), "peer", "relay_addrs"),
+            relays=f.peer_ids(d.get("relays", []), "peer", "relays", MAX_RELAYS),
         )
 
 
@@ -133,6 +143,7 @@ class LinkReport:
     rtt_age_s: float | None = None
     bandwidth_mbps: float | None = None
     bandwidth_age_s: float | None = None
+    connection: str = "direct"  # CONNECTIONS: how the reporter's connection to the peer goes
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -141,10 +152,13 @@ class LinkReport:
     def from_dict(cls, data: object) -> LinkReport:
         d = f.mapping(data, "link")
         values = {k: f.optional_number(d.get(k), "link", k) for k in _LINK_FIELDS}
-        return cls(**values)
+        connection = f.choice(d.get("connection", "direct"), "link", "connection", CONNECTIONS)
+        return cls(**values, connection=connection)
 
 
-_LINK_FIELDS = tuple(field.name for field in dataclasses.fields(LinkReport))
+_LINK_FIELDS = tuple(
+    field.name for field in dataclasses.fields(LinkReport) if field.name != "connection"
+)
 
 
 @dataclass(frozen=True)
@@ -166,6 +180,7 @@ class PeerMetrics:
     # the control plane's own traffic (probes, RPCs, sync; not gossip or the DHT), cumulative
     control_bytes_sent: int | None = None
     control_bytes_received: int | None = None
+    relay_bytes: int | None = None  # what its relay moved for NATed peers, cumulative
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -189,6 +204,7 @@ class PeerMetrics:
             control_bytes_received=f.optional_integer(
                 d.get("control_bytes_received"), "metrics", "control_bytes_received"
             ),
+            relay_bytes=f.optional_integer(d.get("relay_bytes"), "metrics", "relay_bytes"),
         )
 
 

@@ -9,7 +9,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from p2ptrain.records import fields as f
-from p2ptrain.records.peer import ROLES, Health, PeerMetrics, StageCompute
+from p2ptrain.records.peer import (
+    CONNECTIONS,
+    MAX_RELAYS,
+    ROLES,
+    Health,
+    PeerMetrics,
+    StageCompute,
+)
 from p2ptrain.records.plan import MAX_STAGES, Plan, parse_reason, parse_stage_layers
 from p2ptrain.records.reachability import REACHABILITY
 
@@ -34,6 +41,7 @@ class PeerStatus:
     health: Health | None = None  # its worker's health as the peer reports it (None: unknown)
     stage_compute: StageCompute | None = None  # its worker's timed stage (None: not yet)
     reachability: str = "unknown"  # its own dial-back verdict, from its peer record
+    relays: tuple[str, ...] = ()  # behind a NAT: the peers holding relay slots for it
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -45,7 +53,7 @@ class PeerStatus:
             "metrics": None if self.metrics is None else self.metrics.to_dict(),
             "health": None if self.health is None else self.health.to_dict(),
             "stage_compute": None if self.stage_compute is None else self.stage_compute.to_dict(),
-            "reachability": self.reachability,
+            "reachability": self.reachability, "relays": list(self.relays),
         }  # fmt: skip
 
     @classmethod
@@ -72,6 +80,7 @@ class PeerStatus:
             reachability=f.choice(
                 d.get("reachability", "unknown"), r, "reachability", REACHABILITY
             ),
+            relays=f.peer_ids(d.get("relays", []), r, "relays", MAX_RELAYS),
         )
 
 
@@ -82,10 +91,12 @@ class LinkStatus:
     rtt_ms: float | None
     bandwidth_mbps: float | None
     age_s: float
+    connection: str = "direct"  # CONNECTIONS: direct, holepunched or relayed
 
     def to_dict(self) -> dict[str, Any]:
         return {"a": self.a, "b": self.b, "rtt_ms": self.rtt_ms,
-                "bandwidth_mbps": self.bandwidth_mbps, "age_s": self.age_s}  # fmt: skip
+                "bandwidth_mbps": self.bandwidth_mbps, "age_s": self.age_s,
+                "connection": self.connection}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: object) -> LinkStatus:
@@ -97,6 +108,9 @@ class LinkStatus:
             rtt_ms=f.optional_number(d.get("rtt_ms"), "status link", "rtt_ms"),
             bandwidth_mbps=f.optional_number(d.get("bandwidth_mbps"), "status link", "rate"),
             age_s=f.number(d["age_s"], "status link", "age_s"),
+            connection=f.choice(
+                d.get("connection", "direct"), "status link", "connection", CONNECTIONS
+            ),
         )
 
 
@@ -165,6 +179,7 @@ class SwarmStatus:
     telemetry_age_s: dict[str, float]  # whose telemetry this node holds, and its age
     bootstrap: str | None
     term: int
+    relay_bytes: int = 0  # what the observing node relayed for NATed peers, both ways
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -173,7 +188,7 @@ class SwarmStatus:
             "links": [link.to_dict() for link in self.links],
             "plan": None if self.plan is None else self.plan.to_dict(),
             "observed_by": self.observed_by, "telemetry_age_s": self.telemetry_age_s,
-            "bootstrap": self.bootstrap, "term": self.term,
+            "bootstrap": self.bootstrap, "term": self.term, "relay_bytes": self.relay_bytes,
         }  # fmt: skip
 
     @classmethod
@@ -202,4 +217,5 @@ class SwarmStatus:
             },
             bootstrap=None if bootstrap is None else f.peer_id(bootstrap, r, "bootstrap"),
             term=f.integer(d["term"], r, "term"),
+            relay_bytes=f.integer(d.get("relay_bytes", 0), r, "relay_bytes"),
         )

@@ -144,7 +144,7 @@ class Worker:
                 state_server.serve_run(spec, checkpoint_dir(spec), message.plan.network)
                 self.phase, self.phase_plan = "joining", message.plan
                 session = Session(
-                    spec, message.plan, dht, transport, self.inbox, self._report, version,
+                    spec, message.routed_plan(), dht, transport, self.inbox, self._report, version,
                     self.settings.faults, seed, self.device,
                 )  # fmt: skip
                 self.current = session  # from now on its frames are accepted

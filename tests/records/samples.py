@@ -14,9 +14,13 @@ from p2ptrain.records import (
     Heartbeat,
     Hello,
     MetricsReport,
+    OfferAnswer,
     PeerRecord,
     Plan,
     PlanMessage,
+    RelayOffer,
+    RelayReply,
+    RelayRequest,
     Revocation,
     Revocations,
     RunMessage,
@@ -69,19 +73,27 @@ def peer_dict() -> dict[str, Any]:
         "version": "0.1.0",
         "hardware": {"cpu_count": 2, "gpus": [], "memory_bytes": 2**34},
         "compute_gflops": 12.5,
-        "reachability": "public",
+        "reachability": "private",
+        "relay_addrs": ["/ip4/127.0.0.1/tcp/4003"],
+        "relays": [B],
     }
 
 
 def telemetry_dict() -> dict[str, Any]:
     return {
         "links": {
-            B: {"rtt_ms": 0.4, "rtt_age_s": 1.0, "bandwidth_mbps": None, "bandwidth_age_s": None}
+            B: {
+                "rtt_ms": 0.4,
+                "rtt_age_s": 1.0,
+                "bandwidth_mbps": None,
+                "bandwidth_age_s": None,
+                "connection": "holepunched",
+            }
         },
         "metrics": {"step": 3, "loss": 4.5, "tokens_per_s": 900.0, "stage": 1, "replica": 0,
                     "bytes_sent": 123456, "bytes_received": 654321, "step_s": 0.7,
                     "averaging": {"averaged": 3, "local": 1}, "control_bytes_sent": 4096,
-                    "control_bytes_received": 8192},
+                    "control_bytes_received": 8192, "relay_bytes": 4096},
     }  # fmt: skip
 
 
@@ -101,12 +113,14 @@ def status_dict() -> dict[str, Any]:
             "metrics": telemetry_dict()["metrics"], "health": {"ok": True, "reason": ""},
             "stage_compute": compute_dict(),
             **peer_dict()}  # fmt: skip
-    del peer["planner_capable"]
+    del peer["planner_capable"], peer["relay_addrs"]
     plan = {k: v for k, v in plan_dict().items() if k not in ("data_addrs", "network", "lineage")}
     return {
         "run": "r", "planner": A, "peers": [peer],
-        "links": [{"a": A, "b": B, "rtt_ms": 0.4, "bandwidth_mbps": 900.0, "age_s": 1.0}],
+        "links": [{"a": A, "b": B, "rtt_ms": 0.4, "bandwidth_mbps": 900.0, "age_s": 1.0,
+                   "connection": "relayed"}],
         "plan": plan, "observed_by": A, "telemetry_age_s": {B: 0.5}, "bootstrap": C, "term": 2,
+        "relay_bytes": 123456,
     }  # fmt: skip
 
 
@@ -163,10 +177,21 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (MetricsReport, metrics_dict()),
     (SessionReport, {"type": "session", "plan": plan_dict(), "step": 4}),
     (PlanMessage, {"type": "plan", "plan": plan_dict(), "run": RunSpec().to_dict()}),
+    (
+        PlanMessage,
+        {"type": "plan", "plan": plan_dict(), "run": None, "routes": {B: ["/ip4/127.0.0.1/tcp/9"]}},
+    ),
     (RunMessage, {"type": "run", "run": RunSpec().to_dict()}),
     (Stop, {"type": "stop"}),
     (SwarmStatus, status_dict()),
     (DialBackRequest, {"addrs": [f"/ip4/203.0.113.7/tcp/7401/p2p/{A}", "/ip4/10.0.0.2/tcp/7401"]}),
     (DialBackReply, dial_back_reply_dict()),
     (DialResult, {"addr": "/ip4/203.0.113.7/tcp/7401", "ok": False, "error": "refused"}),
+    (
+        RelayRequest,
+        {"op": "connect", "target": B, "plane": "control", "endpoint": "10.78.0.2:40000"},
+    ),
+    (RelayOffer, {"source": A, "plane": "data", "token": "ab" * 16, "endpoint": "10.78.0.3:5"}),
+    (OfferAnswer, {"accept": True, "endpoint": "10.78.0.3:41000"}),
+    (RelayReply, {"error": "", "token": "cd" * 16, "endpoint": "1.2.3.4:5", "expires_s": 120.0}),
 ]

@@ -108,6 +108,42 @@ def add_kinds(kinds: Any) -> None:
     e2e.add_argument(
         "--plot", default="bench-results/e2e.png", help="loss vs wall time (PNG; matplotlib)"
     )
+    _add_nat_kind(kinds)
+
+
+def _add_nat_kind(kinds: Any) -> None:
+    from p2ptrain.harness.nat_bench import DEFAULT_CITIES, DEFAULT_NATS
+
+    nat = kinds.add_parser(
+        "nat",
+        help="a swarm with peers behind emulated cone and symmetric NATs trains (root): "
+        "reachability, hole punches, relays",
+    )
+    nat.add_argument(
+        "--nats",
+        default=",".join(DEFAULT_NATS),
+        help="each peer's NAT, comma-separated: none, cone or symmetric (default: 3 public, "
+        "3 cone, 2 symmetric); the bootstrap sits beside peer 0, which must be public",
+    )
+    nat.add_argument("--cities", default=",".join(DEFAULT_CITIES), help="cities of the peers")
+    nat.add_argument("--seed", type=int, default=0, help="seed of the topology")
+    nat.add_argument(
+        "--bandwidth-scale", type=float, default=DEFAULT_BANDWIDTH_SCALE, help="as for e2e"
+    )
+    nat.add_argument("--steps", type=int, default=12, help="training steps")
+    nat.add_argument("--run", metavar="RUN.toml", help="run spec (default: the built-in run)")
+    nat.add_argument(
+        "--kill-relay-at",
+        type=int,
+        metavar="STEP",
+        help="kill the bootstrap (every NATed peer's first relay) after this step",
+    )
+    nat.add_argument(
+        "--no-baseline", action="store_true", help="skip the all-public run of the same steps"
+    )
+    nat.add_argument("--workdir", metavar="DIR", help="keep the nodes' logs here")
+    nat.add_argument("--json", action="store_true", help="print one JSON object last, no table")
+    nat.add_argument("--out", default="bench-results/nat.json", help="where to write the JSON")
 
 
 def load_emulated_topology(args: argparse.Namespace) -> Any:
@@ -129,6 +165,8 @@ def run_kind(args: argparse.Namespace) -> int:
     from p2ptrain.testbed.netns import require_root
 
     require_root()
+    if args.kind == "nat":
+        return _run_nat(args)
     return _run_e2e(args) if args.kind == "e2e" else _run_netem(args)
 
 
@@ -155,6 +193,34 @@ def _run_netem(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     print(json.dumps(result) if args.json else render(result) + f"\n\nwrote {out}")
+    return 0 if result["pass"] else 1
+
+
+def _run_nat(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from p2ptrain.errors import UserError
+    from p2ptrain.harness.nat_bench import render, run_nat_bench
+    from p2ptrain.records import RunSpec, load_run_spec
+    from p2ptrain.testbed.nat import check_nat_type
+
+    nats = tuple(check_nat_type(kind.strip()) for kind in args.nats.split(","))
+    if len(nats) < 2 or nats[0] != "none":
+        raise UserError("--nats: at least 2 peers, and peer 0 (beside the bootstrap) public")
+    spec = load_run_spec(args.run) if args.run else RunSpec()
+    spec = spec.replace(steps=args.steps, compute_aware=False)
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="p2ptrain-bench-nat-"))
+    result = run_nat_bench(
+        spec, nats, workdir, [c.strip() for c in args.cities.split(",") if c.strip()], args.seed,
+        args.bandwidth_scale, args.kill_relay_at, not args.no_baseline, _progress,
+    )  # fmt: skip
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    if not args.json:
+        print(render(result) + f"\n\nwrote {out} (logs in {workdir})")
+    contract = {k: result[k] for k in ("peers", "steps", "loss", "relay_bytes")}
+    print(json.dumps({**contract, **result}))
     return 0 if result["pass"] else 1
 
 

@@ -1,0 +1,395 @@
+"""NAT traversal for one node: relay slots, local routes to NATed peers, and the relay service.
+
+- A node whose dial-back verdict is `private` keeps slots at up to WANTED_RELAYS public peers
+  (the bootstrap first) and names them in its peer record (`relays`).
+- Two private peers reach each other through a route: a local listener (127.0.0.1, one per
+  peer and plane) that each plane dials instead of the peer's own (unreachable) addresses. Each
+  connection accepted there is carried by a hole punch (TCP simultaneous open, signalled through
+  one of the target's relays) or, when the punch fails (a symmetric NAT), relayed through it. A
+  punch that failed is not tried again for PUNCH_RETRY_S.
+- A public node serves the relay protocol (net/relay.py) to members of the run.
+- A public peer needs no route to a private one: the private peer dials it (both planes keep a
+  connection either side may open streams on).
+
+The kind of each peer's connection ("direct", "holepunched", "relayed") goes out with our link
+measurements (LinkReport.connection), so `status`, the dashboard and `bench nat` see it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+from libp2p.abc import INetStream
+from libp2p.custom_types import TProtocol
+from libp2p.peer.id import ID
+from multiaddr import Multiaddr
+
+from p2ptrain.addresses import tcp_endpoint
+from p2ptrain.control.state import NodeState
+from p2ptrain.errors import WireError
+from p2ptrain.net import relay
+from p2ptrain.net.framing import read_frame, write_frame
+from p2ptrain.records import Plan
+from p2ptrain.records.relay import (
+    RAW_CIRCUIT,
+    RAW_HELLO_BYTES,
+    RAW_PUNCHED,
+    OfferAnswer,
+    RawHello,
+    RelayOffer,
+    RelayReply,
+    RelayRequest,
+)
+
+log = logging.getLogger(__name__)
+
+RELAY_PROTOCOL = TProtocol("/p2ptrain/relay/1.0.0")
+OFFER_PROTOCOL = TProtocol("/p2ptrain/relay-offer/1.0.0")
+MAX_MESSAGE_BYTES = 2048
+SIGNAL_TIMEOUT_S = 10.0  # a request and its offer: two control-plane round trips and a dial
+WANTED_RELAYS = 2  # slots a private node keeps: one relay may vanish mid-run
+RENEW_INTERVAL_S = 45.0  # well inside relay.RESERVATION_TTL_S
+RESERVE_RETRY_S = 5.0  # while we hold fewer slots than wanted
+PUNCH_RETRY_S = 300.0  # after a failed punch, relay that peer for this long
+PEERSTORE_TTL_S = 3600
+DIRECT, HOLEPUNCHED, RELAYED = "direct", "holepunched", "relayed"
+
+
+class Traversal:
+    """The NAT-traversal pieces of one control process (started by control/node.py)."""
+
+    def __init__(self, state: NodeState, may_use: Callable[[str], bool]) -> None:
+        self.state = state
+        self.server = relay.RelayServer(may_use, state.relay)
+        self.routes: dict[tuple[str, str], int] = {}  # (peer, plane) -> local route port
+        self.connections: dict[tuple[str, str], str] = {}  # (peer, plane) -> HOLEPUNCHED/RELAYED
+        self.punch_failed: dict[str, float] = {}  # peer -> when a punch to it last failed
+        self._nursery: trio.Nursery | None = None
+
+    # -- serving ------------------------------------------------------------------------------
+
+    async def serve(self, listen_host: str, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Open the relay port (our control host's address, any port) and keep our slots."""
+        listeners = await trio.open_tcp_listeners(0, host=listen_host)
+        port = listeners[0].socket.getsockname()[1]
+        hosts = [tcp_endpoint(a) for a in self.state.addrs]
+        self.state.relay_addrs = list(
+            dict.fromkeys(f"/ip4/{e[0]}/tcp/{port}" for e in hosts if e is not None)
+        )
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(self.server.serve_raw, listeners[0])
+            nursery.start_soon(self._keep_reservations)
+            task_status.started()
+
+    async def handle_request(self, stream: INetStream) -> None:
+        """RELAY_PROTOCOL, on a public node: a reservation, or a connect to a reserved peer."""
+        try:
+            with trio.fail_after(SIGNAL_TIMEOUT_S):
+                request = RelayRequest.from_dict(
+                    json.loads(await read_frame(stream, MAX_MESSAGE_BYTES))
+                )
+                source = stream.muxed_conn.peer_id.to_base58()
+                reply = await self._answer(source, request)
+                await write_frame(stream, json.dumps(reply.to_dict()).encode())
+        except (WireError, ValueError, RecursionError) as exc:
+            log.info("dropped a bad relay request: %s", exc)
+        except Exception as exc:  # a vanished client is not our problem
+            log.debug("relay request failed: %s", exc)
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.close()
+
+    async def _answer(self, source: str, request: RelayRequest) -> RelayReply:
+        now = time.monotonic()
+        if request.op == "reserve":
+            error = self.server.reserve(source, now)
+            return RelayReply(error=error, expires_s=0.0 if error else relay.RESERVATION_TTL_S)
+        error, token = self.server.grant(source, request.target, now)
+        if error:
+            return RelayReply(error=error)
+        offer = RelayOffer(source, request.plane, token.hex(), request.endpoint)
+        try:
+            answer = await self._offer(request.target, offer)
+        except Exception as exc:
+            self.server.pending.pop(token, None)
+            return RelayReply(error=f"the target did not answer: {type(exc).__name__}")
+        if not answer.accept:
+            self.server.pending.pop(token, None)
+            return RelayReply(error="the target refused")
+        if request.endpoint:  # a punch: no circuit to pair
+            self.server.pending.pop(token, None)
+        return RelayReply(token=token.hex(), endpoint=answer.endpoint)
+
+    async def _offer(self, target: str, offer: RelayOffer) -> OfferAnswer:
+        stream = await self.state.host.new_stream(ID.from_base58(target), [OFFER_PROTOCOL])
+        try:
+            await write_frame(stream, json.dumps(offer.to_dict()).encode())
+            return OfferAnswer.from_dict(json.loads(await read_frame(stream, MAX_MESSAGE_BYTES)))
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.close()
+
+    async def handle_offer(self, stream: INetStream) -> None:
+        """OFFER_PROTOCOL, on a NATed node: a relay of ours says a peer wants to connect."""
+        try:
+            with trio.fail_after(SIGNAL_TIMEOUT_S):
+                offer = RelayOffer.from_dict(
+                    json.loads(await read_frame(stream, MAX_MESSAGE_BYTES))
+                )
+                relay_id = stream.muxed_conn.peer_id.to_base58()
+                answer = await self._take_offer(relay_id, offer)
+                await write_frame(stream, json.dumps(answer.to_dict()).encode())
+        except (WireError, ValueError, RecursionError) as exc:
+            log.info("dropped a bad relay offer: %s", exc)
+        except Exception as exc:
+            log.debug("relay offer failed: %s", exc)
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.close()
+
+    async def _take_offer(self, relay_id: str, offer: RelayOffer) -> OfferAnswer:
+        local = self._local_port(offer.plane)
+        raw = self._relay_endpoint(relay_id)
+        if (
+            relay_id not in self.state.relays
+            or local is None
+            or raw is None
+            or self._nursery is None
+        ):
+            return OfferAnswer(accept=False)
+        token = bytes.fromhex(offer.token)
+        if offer.endpoint:
+            ours, port = await relay.observe(raw)
+            self._nursery.start_soon(self._punched_in, offer, port, token, local)
+            return OfferAnswer(accept=True, endpoint=ours)
+        self._nursery.start_soon(self._relayed_in, offer, raw, token, local)
+        return OfferAnswer(accept=True)
+
+    async def _punched_in(self, offer: RelayOffer, port: int, token: bytes, local: int) -> None:
+        try:
+            remote = await relay.punch(port, offer.endpoint)
+        except (OSError, trio.TooSlowError):
+            self.punch_failed[offer.source] = time.monotonic()
+            return
+        try:
+            with trio.fail_after(relay.RAW_HELLO_TIMEOUT_S):
+                hello = RawHello.decode(await relay.receive_exact(remote, RAW_HELLO_BYTES))
+            if hello.kind != RAW_PUNCHED or hello.token != token:
+                raise WireError("a punched connection without the offer's token")
+            inner = await trio.open_tcp_stream("127.0.0.1", local)
+        except (WireError, OSError, trio.TooSlowError) as exc:
+            log.info("punched connection from %s dropped: %s", offer.source, exc)
+            await remote.aclose()
+            return
+        self._note(offer.source, offer.plane, HOLEPUNCHED)
+        await relay.splice(remote, inner)
+
+    async def _relayed_in(
+        self, offer: RelayOffer, raw: tuple[str, int], token: bytes, local: int
+    ) -> None:
+        try:
+            remote = await relay.open_raw(raw, RAW_CIRCUIT, token)
+            inner = await trio.open_tcp_stream("127.0.0.1", local)
+        except (OSError, trio.TooSlowError) as exc:
+            log.info("relayed connection from %s failed: %s", offer.source, exc)
+            return
+        self._note(offer.source, offer.plane, RELAYED)
+        await relay.splice(remote, inner)
+
+    def _local_port(self, plane: str) -> int | None:
+        """Where our own plane listens (the punched or relayed bytes go there)."""
+        addrs = self.state.addrs if plane == "control" else self.state.data_addrs
+        for addr in addrs:
+            endpoint = tcp_endpoint(addr)
+            if endpoint is not None:
+                return endpoint[1]
+        return None
+
+    def _relay_endpoint(self, peer: str) -> tuple[str, int] | None:
+        """A relay's raw port, from its peer record."""
+        member = self.state.view.members.get(peer)
+        if member is None:
+            return None
+        for addr in member.record.relay_addrs:
+            endpoint = tcp_endpoint(addr)
+            if endpoint is not None:
+                return endpoint
+        return None
+
+    # -- slots ------------------------------------------------------------------------------
+
+    def relay_candidates(self) -> list[str]:
+        """Public members with a relay port that we are connected to, the bootstrap first."""
+        state, view = self.state, self.state.view
+        connected = {peer.to_base58() for peer in state.host.get_connected_peers()}
+        found = [
+            peer
+            for peer, member in list(view.members.items())
+            if peer in connected
+            and peer != state.peer_id
+            and member.record.relay_addrs
+            and (member.record.reachability == "public" or peer == view.bootstrap_id)
+        ]
+        return sorted(found, key=lambda peer: peer != view.bootstrap_id)
+
+    async def _keep_reservations(self) -> None:
+        state = self.state
+        await state.joined.wait()
+        while True:
+            if state.reachability != "private":
+                if state.relays:
+                    state.relays = []
+                    state.publish_soon("record")
+                await trio.sleep(RESERVE_RETRY_S)
+                continue
+            held: list[str] = []
+            for peer in self.relay_candidates():
+                if len(held) >= WANTED_RELAYS:
+                    break
+                if await self._reserve(peer):
+                    held.append(peer)
+            if held != state.relays:
+                log.info("relay slots held at %s", ", ".join(held) or "no peer")
+                state.relays = held
+                state.publish_soon("record")
+            await trio.sleep(RENEW_INTERVAL_S if len(held) >= WANTED_RELAYS else RESERVE_RETRY_S)
+
+    async def _reserve(self, peer: str) -> bool:
+        try:
+            reply = await self._request(peer, RelayRequest("reserve"))
+        except Exception as exc:
+            log.debug("reservation at %s failed: %s", peer, exc)
+            return False
+        if reply.error:
+            log.info("reservation at %s refused: %s", peer, reply.error)
+        return not reply.error
+
+    async def _request(self, peer: str, request: RelayRequest) -> RelayReply:
+        with trio.fail_after(SIGNAL_TIMEOUT_S):
+            stream = await self.state.host.new_stream(ID.from_base58(peer), [RELAY_PROTOCOL])
+            try:
+                await write_frame(stream, json.dumps(request.to_dict()).encode())
+                return RelayReply.from_dict(json.loads(await read_frame(stream, MAX_MESSAGE_BYTES)))
+            finally:
+                with contextlib.suppress(Exception):
+                    await stream.close()
+
+    # -- routes -----------------------------------------------------------------------------
+
+    def needs_route(self, peer: str) -> bool:
+        """Both of us behind NATs, and the peer holds relay slots: dial it through a route."""
+        member = self.state.view.members.get(peer)
+        return (
+            self.state.reachability == "private"
+            and member is not None
+            and member.record.reachability == "private"
+            and bool(member.record.relays)
+        )
+
+    async def route(self, peer: str, plane: str) -> str:
+        """The local multiaddr (with /p2p/) that reaches `peer`'s plane; opened on first use."""
+        key = (peer, plane)
+        if key not in self.routes:
+            assert self._nursery is not None, "routes exist once serve() has started"
+            listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+            self.routes[key] = listeners[0].socket.getsockname()[1]
+            self._nursery.start_soon(self._serve_route, listeners[0], peer, plane)
+        return f"/ip4/127.0.0.1/tcp/{self.routes[key]}/p2p/{peer}"
+
+    async def _serve_route(self, listener: trio.SocketListener, peer: str, plane: str) -> None:
+        async with trio.open_nursery() as nursery:
+            while True:
+                local = await listener.accept()
+                nursery.start_soon(self._carry, local, peer, plane)
+
+    async def _carry(self, local: trio.SocketStream, peer: str, plane: str) -> None:
+        remote = await self.reach(peer, plane)
+        if remote is None:
+            await local.aclose()
+            return
+        await relay.splice(local, remote)
+
+    async def reach(self, peer: str, plane: str) -> trio.SocketStream | None:
+        """A connection to `peer`'s plane: punched if we can, else relayed; None if neither."""
+        member = self.state.view.members.get(peer)
+        relays = [] if member is None else list(member.record.relays)
+        for relay_id in relays:
+            raw = self._relay_endpoint(relay_id)
+            if raw is None:
+                continue
+            if time.monotonic() - self.punch_failed.get(peer, -1e9) > PUNCH_RETRY_S:
+                stream = await self._try_punch(relay_id, raw, peer, plane)
+                if stream is not None:
+                    self._note(peer, plane, HOLEPUNCHED)
+                    return stream
+            try:
+                reply = await self._request(relay_id, RelayRequest("connect", peer, plane))
+                if reply.error:
+                    log.info("relay %s refused a circuit to %s: %s", relay_id, peer, reply.error)
+                    continue
+                stream = await relay.open_raw(raw, RAW_CIRCUIT, bytes.fromhex(reply.token))
+            except Exception as exc:
+                log.info("no circuit to %s through %s: %s", peer, relay_id, exc)
+                continue
+            self._note(peer, plane, RELAYED)
+            return stream
+        log.info("cannot reach %s (%s plane): none of its relays answered", peer, plane)
+        return None
+
+    async def _try_punch(
+        self, relay_id: str, raw: tuple[str, int], peer: str, plane: str
+    ) -> trio.SocketStream | None:
+        try:
+            ours, port = await relay.observe(raw)
+            reply = await self._request(relay_id, RelayRequest("connect", peer, plane, ours))
+            if reply.error or not reply.endpoint:
+                return None
+            stream = await relay.punch(port, reply.endpoint)
+            await stream.send_all(RawHello(RAW_PUNCHED, bytes.fromhex(reply.token)).encode())
+            return stream
+        except (OSError, WireError, trio.TooSlowError, trio.BrokenResourceError) as exc:
+            log.info("no hole punched to %s (%s): relaying", peer, type(exc).__name__)
+            self.punch_failed[peer] = time.monotonic()
+            return None
+
+    async def pin_if_routed(self, peer: str) -> bool:
+        """Discovery's hook: dial `peer` through its route if it needs one."""
+        if not self.needs_route(peer):
+            return False
+        await self.pin_control_route(peer)
+        return True
+
+    async def data_routes(self, plan: Plan) -> dict[str, tuple[str, ...]]:
+        """The worker's routes to the plan's peers that need one."""
+        return {
+            peer: (await self.route(peer, "data"),)
+            for peer in sorted(plan.peers())
+            if peer != self.state.peer_id and self.needs_route(peer)
+        }
+
+    async def pin_control_route(self, peer: str) -> None:
+        """Make our control host dial `peer` through its route only (py-libp2p drops loopback
+        addresses when any other is known, and blocks a peer for 60 s after failed dials)."""
+        peer_id = ID.from_base58(peer)
+        addr = await self.route(peer, "control")
+        peerstore = self.state.host.get_peerstore()
+        peerstore.clear_addrs(peer_id)
+        peerstore.add_addrs(peer_id, [Multiaddr(addr.rsplit("/p2p/", 1)[0])], PEERSTORE_TTL_S)
+        cache = getattr(self.state.host.get_network(), "_negative_peer_cache", None)
+        if cache is not None:
+            cache.evict(str(peer_id))
+
+    def _note(self, peer: str, plane: str, kind: str) -> None:
+        """A connection to `peer` now goes this way; the view reports the data plane's kind
+        (the control plane's until the data plane has connected through a route)."""
+        if self.connections.get((peer, plane)) != kind:
+            log.info("%s plane to %s: %s", plane, peer, kind)
+        self.connections[(peer, plane)] = kind
+        self.state.view.connections[peer] = self.connections.get((peer, "data"), kind)

@@ -1,0 +1,207 @@
+"""Reaching a peer behind a NAT: the relay protocol's records (net/relay.py, control/traversal.py).
+
+Signalling rides the control plane (`/p2ptrain/relay/1.0.0` streams, whose peer ids Noise
+authenticated); the bytes of a relayed or hole-punched connection do not: they go over plain
+TCP connections that start with a fixed-size RawHello and then carry a libp2p connection, whose
+own Noise handshake authenticates the two ends (a relay sees ciphertext only).
+
+- RelayRequest: a NATed peer reserves a slot on a public peer ("reserve"), or a peer asks a
+  relay to reach a reserved peer ("connect"), with the endpoint a hole punch would use.
+- RelayOffer / OfferAnswer: the relay asks the reserved peer to take that connection, and it
+  answers with its own punch endpoint (or none: relay the bytes).
+- RelayReply: the relay's answer to either request.
+- RawHello: the first 17 bytes of a raw connection: a kind and a 16-byte single-use token.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Any
+
+from p2ptrain.errors import WireError
+from p2ptrain.records import fields as f
+
+RELAY_OPS = ("reserve", "connect")
+PLANES = ("control", "data")
+TOKEN_BYTES = 16
+MAX_RELAY_ERROR_CHARS = 200
+# RawHello kinds: one half of a relayed circuit, a "what endpoint do you see" query, and the
+# first bytes a punching peer sends on the connection it punched
+RAW_CIRCUIT, RAW_OBSERVE, RAW_PUNCHED = 1, 2, 3
+RAW_KINDS = (RAW_CIRCUIT, RAW_OBSERVE, RAW_PUNCHED)
+RAW_HELLO_BYTES = 1 + TOKEN_BYTES
+MAX_ENDPOINT_CHARS = 21  # 255.255.255.255:65535
+
+
+def endpoint(value: object, record: str, name: str) -> str:
+    """'' or an IPv4 'a.b.c.d:port' (port 1-65535), in canonical form."""
+    if value == "":
+        return ""
+    text = f.text(value, record, name, MAX_ENDPOINT_CHARS)
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise f.malformed(record, f"{name} must be IPv4:port")
+    try:
+        ip = ipaddress.IPv4Address(host)
+    except ValueError:
+        raise f.malformed(record, f"{name} must be IPv4:port") from None
+    return f"{ip}:{int(port)}"
+
+
+def split_endpoint(text: str) -> tuple[str, int]:
+    """('a.b.c.d', port) of an endpoint `endpoint()` accepted."""
+    host, _, port = text.rpartition(":")
+    return host, int(port)
+
+
+def _token(value: object, record: str, allow_empty: bool = False) -> str:
+    if value == "" and allow_empty:
+        return ""
+    text = f.text(value, record, "token", 2 * TOKEN_BYTES)
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        raise f.malformed(record, "token must be hex") from None
+    if len(raw) != TOKEN_BYTES:
+        raise f.malformed(record, f"token must be {TOKEN_BYTES} bytes")
+    return raw.hex()
+
+
+@dataclass(frozen=True)
+class RelayRequest:
+    """Reserve a slot (target ''), or reach `target` on `plane`, punching from `endpoint` if
+    given."""
+
+    op: str
+    target: str = ""
+    plane: str = "data"
+    endpoint: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "target": self.target,
+            "plane": self.plane,
+            "endpoint": self.endpoint,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> RelayRequest:
+        r = "relay request"
+        d = f.mapping(data, r)
+        f.require_keys(d, r, ("op",))
+        op = f.choice(d["op"], r, "op", RELAY_OPS)
+        target = d.get("target", "")
+        if op == "connect":
+            target = f.peer_id(target, r, "target")
+        elif target != "":
+            raise f.malformed(r, "a reservation names no target")
+        return cls(
+            op=op,
+            target=target,
+            plane=f.choice(d.get("plane", "data"), r, "plane", PLANES),
+            endpoint=endpoint(d.get("endpoint", ""), r, "endpoint"),
+        )
+
+
+@dataclass(frozen=True)
+class RelayOffer:
+    """From a relay to a peer reserved there: `source` wants a connection to your `plane`."""
+
+    source: str
+    plane: str
+    token: str  # hex: the circuit's token, for a relayed connection or a punched one's hello
+    endpoint: str = ""  # the source's punch endpoint ('' : relay the bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "plane": self.plane,
+            "token": self.token,
+            "endpoint": self.endpoint,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> RelayOffer:
+        r = "relay offer"
+        d = f.mapping(data, r)
+        f.require_keys(d, r, ("source", "plane", "token"))
+        return cls(
+            source=f.peer_id(d["source"], r, "source"),
+            plane=f.choice(d["plane"], r, "plane", PLANES),
+            token=_token(d["token"], r),
+            endpoint=endpoint(d.get("endpoint", ""), r, "endpoint"),
+        )
+
+
+@dataclass(frozen=True)
+class OfferAnswer:
+    """The reserved peer's answer: take it (punching from `endpoint` if given) or not."""
+
+    accept: bool
+    endpoint: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"accept": self.accept, "endpoint": self.endpoint}
+
+    @classmethod
+    def from_dict(cls, data: object) -> OfferAnswer:
+        r = "offer answer"
+        d = f.mapping(data, r)
+        f.require_keys(d, r, ("accept",))
+        return cls(
+            accept=f.boolean(d["accept"], r, "accept"),
+            endpoint=endpoint(d.get("endpoint", ""), r, "endpoint"),
+        )
+
+
+@dataclass(frozen=True)
+class RelayReply:
+    """A relay's answer: `error` '' when granted; for a connect, the circuit's token and the
+    target's punch endpoint ('' : connect to the relay's raw port with the token)."""
+
+    error: str = ""
+    token: str = ""
+    endpoint: str = ""
+    expires_s: float = 0.0  # a reservation: renew before this many seconds pass
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "error": self.error,
+            "token": self.token,
+            "endpoint": self.endpoint,
+            "expires_s": self.expires_s,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> RelayReply:
+        r = "relay reply"
+        d = f.mapping(data, r)
+        return cls(
+            error=""
+            if d.get("error", "") == ""
+            else f.text(d["error"], r, "error", MAX_RELAY_ERROR_CHARS),
+            token=_token(d.get("token", ""), r, allow_empty=True),
+            endpoint=endpoint(d.get("endpoint", ""), r, "endpoint"),
+            expires_s=f.number(d.get("expires_s", 0.0), r, "expires_s", 0.0, 86400.0),
+        )
+
+
+@dataclass(frozen=True)
+class RawHello:
+    """The first RAW_HELLO_BYTES of a raw relay-port or punched connection."""
+
+    kind: int
+    token: bytes
+
+    def encode(self) -> bytes:
+        return bytes([self.kind]) + self.token
+
+    @classmethod
+    def decode(cls, data: bytes) -> RawHello:
+        if len(data) != RAW_HELLO_BYTES:
+            raise WireError(f"malformed raw hello: {len(data)} bytes, not {RAW_HELLO_BYTES}")
+        if data[0] not in RAW_KINDS:
+            raise WireError(f"malformed raw hello: unknown kind {data[0]}")
+        return cls(kind=data[0], token=bytes(data[1:]))
