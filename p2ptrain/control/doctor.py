@@ -228,17 +228,17 @@ def _reachability(
         where = ", ".join(sorted(set(tried))) or "any of our addresses"
         public_ip = (tcp_target(observed) or ("PUBLIC_IP", 0))[0] if observed else "PUBLIC_IP"
         control, data = ports
-        # a private node trains: the planner places it beside public peers only, which it
-        # dials itself; only a swarm with too few public peers leaves it out
+        # a private node trains: it dials public peers itself, and other NATed peers reach
+        # it through a hole punch or a public peer's relay (control/traversal.py)
         return Check(
             "reachability",
             "warn",
             f"reachability: private (no dial-back reached {where}; {len(replies)} peer(s) "
-            "tried): this node trains placed beside public peers only",
-            f"to be placeable anywhere, let TCP {control} and {data} in: open them in the "
-            f"firewall, and behind a router forward them to this machine and join with "
-            f"--announce /ip4/{public_ip}/tcp/{control} ({BEHIND_NAT}); relays and hole "
-            "punching are not supported yet",
+            "tried): this node trains; other NATed peers reach it through a hole punch or a "
+            "public peer's relay",
+            f"for direct links to everyone (no relay in the path), let TCP {control} and "
+            f"{data} in: open them in the firewall, and behind a router forward them to this "
+            f"machine and join with --announce /ip4/{public_ip}/tcp/{control} ({BEHIND_NAT})",
         )
     reasons = ", ".join(sorted({r.error for r in replies if r and r.error})) or "no answer"
     return Check(
@@ -255,14 +255,14 @@ async def _nat(report: NetworkReport, servers: list[tuple[str, int]]) -> Check:
     nat_type, why = nat_probe.classify_nat(local_port, local_ips, seen)
     report.facts["nat"] = nat_type
     if nat_type in ("none", "cone"):
-        hint = "hole punching possible, not used yet" if nat_type == "cone" else "no translation"
+        hint = "hole punching works" if nat_type == "cone" else "no translation"
         return Check("nat", "ok", f"NAT: {nat_type} ({why}: {hint})")
     if nat_type == "symmetric":
         return Check(
             "nat",
             "warn",
-            f"NAT: symmetric ({why}: hole punching cannot work; will need a relay or port "
-            "forwarding)",
+            f"NAT: symmetric ({why}: hole punching cannot work; links to other NATed peers go "
+            "through a relay; forward the ports for direct ones)",
         )
     return Check("nat", "warn", f"NAT: unknown ({why})")
 

@@ -37,6 +37,11 @@ SWITCH_GAIN = 0.8
 # it uses it (100 s one way, 1 kbit/s), yet finite (the cost model stays arithmetic)
 UNREACHABLE_DELAY_MS = 1e5
 UNREACHABLE_BANDWIDTH_GBPS = 1e-6
+# A relayed link was measured alone, but its relay carries other circuits too (and its own
+# training traffic): priced at this share of its measured rate, so that the search keeps relayed
+# peers off the plan's most demanding links whenever a placement with direct or hole-punched
+# links does as well.
+RELAYED_RATE_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -54,13 +59,15 @@ def build_matrices(
     peers: list[str],
     links: dict[tuple[str, str], Link],
     private: frozenset[str] = frozenset(),
+    relayed: frozenset[tuple[str, str]] = frozenset(),
 ) -> Matrices:
     """delay = RTT/2, bandwidth from Mbit/s to Gbit/s; gaps get the median of measured links.
     Two `private` peers (each behind a NAT, by its own dial-back, and neither holding a relay
     slot: no connection can open between them) get a link no plan wants (UNREACHABLE_*): the
     search places them apart, each next to reachable peers only, whenever it can. NATed peers
     with relay slots are not `private` here: their links are measured through the relay or the
-    hole punch (control/traversal.py) and priced like any other."""
+    hole punch (control/traversal.py) and priced like any other, a `relayed` pair (a, b)
+    sorted) at RELAYED_RATE_SHARE of its measured rate."""
     n = len(peers)
     delay = np.full((n, n), np.nan)
     bandwidth = np.full((n, n), np.nan)
@@ -72,7 +79,8 @@ def build_matrices(
             if link.rtt_ms is not None:
                 delay[i, j] = delay[j, i] = link.rtt_ms / 2
             if link.bandwidth_mbps is not None and link.bandwidth_mbps > 0:
-                bandwidth[i, j] = bandwidth[j, i] = link.bandwidth_mbps / 1000
+                share = RELAYED_RATE_SHARE if (min(a, peers[j]), max(a, peers[j])) in relayed else 1
+                bandwidth[i, j] = bandwidth[j, i] = share * link.bandwidth_mbps / 1000
     off_diagonal = ~np.eye(n, dtype=bool)
     num_measured = int(np.count_nonzero(~np.isnan(delay[off_diagonal]))) // 2
     for matrix, fallback in ((delay, DEFAULT_DELAY_MS), (bandwidth, DEFAULT_BANDWIDTH_GBPS)):

@@ -91,7 +91,8 @@ class PlanMaker:
             now, members, data_addrs, links, measured, private
         ):
             return False
-        matrices = planner.build_matrices(members, links, private)
+        relayed = frozenset(pair for pair in links if self.view.connection(*pair) == "relayed")
+        matrices = planner.build_matrices(members, links, private, relayed)
         compute = peer_compute(members, measured, run)
         matrices = dataclasses.replace(matrices, compute=compute)
         newly_measured = compute is not None and not measured_peers(members, measured) <= (

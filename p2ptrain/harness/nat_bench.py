@@ -46,6 +46,7 @@ def run_nat_bench(
         public = _run_swarm(spec, ("none",) * len(nats), workdir / "public", cities, seed,
                             bandwidth_scale, None, progress)  # fmt: skip
         result["baseline_loss"] = public["loss"]
+        result["baseline_tokens_per_s"] = public["tokens_per_s"]
     result["checks"] = _checks(result, nats, baseline)
     result["pass"] = all(result["checks"].values())
     return result

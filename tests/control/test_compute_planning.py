@@ -233,3 +233,37 @@ def test_the_first_plan_does_not_wait_for_a_link_two_nated_peers_cannot_have() -
     run = RUN.replace(compute_aware=False)
     assert first_plan_gaps(peers, roles, addrs, links, {}, run) == ["1 of 3 links"]
     assert first_plan_gaps(peers, roles, addrs, links, {}, run, frozenset({"p1", "p2"})) == []
+
+
+def test_a_relayed_link_is_priced_at_a_share_of_its_rate_and_kept_out_of_the_plan() -> None:
+    """p1 and p3 reach each other through a relay (both behind NATs, one symmetric): their link
+    counts at RELAYED_RATE_SHARE of what it measured, and a 2 x 2 plan, which uses 4 of the 6
+    links, leaves it out (each is the other's diagonal: neither neighbour nor stage-mate)."""
+    from p2ptrain.control.planner import RELAYED_RATE_SHARE
+
+    peers = ["p0", "p1", "p2", "p3"]
+    links = _equal_links(peers)
+    links[("p1", "p3")] = Link(2.0, 40.0, 0.0)  # slow, and relayed on top
+    matrices = build_matrices(peers, links, relayed=frozenset({("p1", "p3")}))
+    assert matrices.bandwidth_gbps[1, 3] == pytest.approx(RELAYED_RATE_SHARE * 0.04)
+    assert matrices.bandwidth_gbps[0, 1] == pytest.approx(1.0)
+    plan = compute_plan(matrices, RUN.replace(compute_aware=False))
+    stage_of = {peer: s for pipe in plan.pipelines for s, peer in enumerate(pipe)}
+    pipe_of = {peer: r for r, pipe in enumerate(plan.pipelines) for peer in pipe}
+    assert stage_of["p1"] != stage_of["p3"] and pipe_of["p1"] != pipe_of["p3"], plan.pipelines
+
+
+def test_natted_peers_with_relay_slots_are_routable_and_those_without_are_not() -> None:
+    """The planner's `private` set (links it prices out between its members) holds the NATed
+    peers with no relay slot only: two NATed peers connect if either holds one."""
+    from p2ptrain.control.authority import Member
+    from p2ptrain.records import PeerRecord
+
+    base = PeerRecord.from_dict(record("trainer"))
+    view, _ = make_view(A)
+    view.members[B] = Member(dataclasses.replace(base, reachability="private", relays=(C,)), 0.0)
+    view.members[C] = Member(dataclasses.replace(base, reachability="private"), 0.0)
+    maker = PlanMaker(view, A)
+    assert maker._unroutable([A, B, C], "public", ()) == frozenset({C})
+    assert maker._unroutable([A, B, C], "private", ()) == frozenset({A, C})
+    assert maker._unroutable([A, B, C], "private", (B,)) == frozenset({C})

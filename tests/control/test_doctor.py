@@ -25,7 +25,7 @@ def test_a_private_peer_is_told_which_ports_to_forward_and_what_to_announce() ->
     # a warning: the planner places a private peer beside public ones, which it dials itself
     assert check.status == "warn" and report.facts["reachability"] == "private"
     assert "no dial-back reached /ip4/203.0.113.7/tcp/7401; 2 peer(s) tried" in check.text
-    assert "placed beside public peers only" in check.text
+    assert "hole punch or a public peer's relay" in check.text
     assert "let TCP 7401 and 7402 in: open them in the firewall" in check.fix
     assert "--announce /ip4/203.0.113.7/tcp/7401" in check.fix and "Behind NAT" in check.fix
     assert report.facts["observed"] == OBSERVED
