@@ -43,8 +43,8 @@ def _bytes(value: int | None) -> str:
 
 def format_status(status: SwarmStatus) -> str:
     """A readable report: peers with their training progress, data-plane bytes and reachability
-    (public, private or unknown: can others dial it?), planner, link matrices (RTT and measured
-    rate) and plan."""
+    (public, private or unknown: can others dial it?), planner, link matrices (RTT, measured
+    rate, and how links go when some are hole-punched or relayed) and plan."""
     peers = status.peers
     lines = [
         f"run {status.run or '?'}   planner {_short(status.planner)}   "
@@ -71,6 +71,9 @@ def format_status(status: SwarmStatus) -> str:
     if ids:
         lines += _matrix("RTT ms", ids, rtt, ".2f")
         lines += _matrix("Mbit/s", ids, rate, ".1f")
+        kinds = {(link.a, link.b): link.connection for link in status.links}
+        if any(kind != "direct" for kind in kinds.values()):  # someone is behind a NAT
+            lines += _kind_matrix(ids, kinds)
     plan = status.plan
     lines.append("")
     if plan is None:
@@ -100,5 +103,14 @@ def _matrix(
         for b in ids:
             value = values.get((min(a, b), max(a, b)))
             cells.append(("·" if a == b else _cell(value, spec)).rjust(11))
+        lines.append(_short(a).ljust(12) + "".join(cells))
+    return lines
+
+
+def _kind_matrix(ids: list[str], kinds: dict[tuple[str, str], str]) -> list[str]:
+    """How each link's bytes travel: direct, holepunched, relayed (- unmeasured)."""
+    lines = ["", "connection".ljust(12) + "".join(_short(p).rjust(13) for p in ids)]
+    for a in ids:
+        cells = [("·" if a == b else kinds.get((min(a, b), max(a, b)), "-")).rjust(13) for b in ids]
         lines.append(_short(a).ljust(12) + "".join(cells))
     return lines

@@ -177,7 +177,13 @@ class ControlNode:
                 if endpoint is not None:  # UDP on our TCP port number: no new port to open
                     await nursery.start(nat_probe.serve_udp_observer, *endpoint)
                 # the relay port: on our control host's interfaces, its own port
-                await nursery.start(self.traversal.serve, endpoint[0] if endpoint else "0.0.0.0")
+                # the relay port: beside the configured control port (none beside port 0)
+                configured = addresses.tcp_endpoint(self.config.listen_addr)
+                await nursery.start(
+                    self.traversal.serve,
+                    endpoint[0] if endpoint else "0.0.0.0",
+                    configured[1] if configured else 0,
+                )
                 if self.config.print_addr:
                     print(state.addrs[0], flush=True)
                 log.info("control %s (%s) listening on %s", state.peer_id, state.role, state.addrs)

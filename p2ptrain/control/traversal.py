@@ -59,6 +59,9 @@ RESERVE_RETRY_S = 5.0  # while we hold fewer slots than wanted
 PUNCH_RETRY_S = 300.0  # after a failed punch, relay that peer for this long
 PEERSTORE_TTL_S = 3600
 DIRECT, HOLEPUNCHED, RELAYED = "direct", "holepunched", "relayed"
+# the relay port, above the control port: 7420 beside a bootstrap's 7400, 7421 beside join's
+# 7401 (clear of the data plane's 7402 and of a second node's 7411/7412 on one machine)
+RELAY_PORT_OFFSET = 20
 
 
 class Traversal:
@@ -74,9 +77,17 @@ class Traversal:
 
     # -- serving ------------------------------------------------------------------------------
 
-    async def serve(self, listen_host: str, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Open the relay port (our control host's address, any port) and keep our slots."""
-        listeners = await trio.open_tcp_listeners(0, host=listen_host)
+    async def serve(
+        self, listen_host: str, control_port: int, *, task_status: Any = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Open the relay port (our control host, RELAY_PORT_OFFSET above the control port, or
+        any free port if that one is taken or the control port is) and keep our slots."""
+        port = control_port + RELAY_PORT_OFFSET if control_port else 0
+        try:
+            listeners = await trio.open_tcp_listeners(port, host=listen_host)
+        except OSError as exc:
+            log.warning("relay port %d unavailable (%s): relaying on a free port", port, exc)
+            listeners = await trio.open_tcp_listeners(0, host=listen_host)
         port = listeners[0].socket.getsockname()[1]
         hosts = [tcp_endpoint(a) for a in self.state.addrs]
         self.state.relay_addrs = list(
@@ -319,7 +330,11 @@ class Traversal:
     async def reach(self, peer: str, plane: str) -> trio.SocketStream | None:
         """A connection to `peer`'s plane: punched if we can, else relayed; None if neither."""
         member = self.state.view.members.get(peer)
-        relays = [] if member is None else list(member.record.relays)
+        connected = {p.to_base58() for p in self.state.host.get_connected_peers()}
+        # relays we are connected to first: a vanished relay costs a dial timeout
+        relays = sorted(
+            [] if member is None else member.record.relays, key=lambda r: r not in connected
+        )
         for relay_id in relays:
             raw = self._relay_endpoint(relay_id)
             if raw is None:
@@ -346,15 +361,19 @@ class Traversal:
     async def _try_punch(
         self, relay_id: str, raw: tuple[str, int], peer: str, plane: str
     ) -> trio.SocketStream | None:
-        try:
+        try:  # the signalling: a relay that fails it says nothing about the peer's NAT
             ours, port = await relay.observe(raw)
             reply = await self._request(relay_id, RelayRequest("connect", peer, plane, ours))
-            if reply.error or not reply.endpoint:
-                return None
+        except Exception as exc:
+            log.info("no punch signalled to %s through %s: %s", peer, relay_id, exc)
+            return None
+        if reply.error or not reply.endpoint:
+            return None
+        try:
             stream = await relay.punch(port, reply.endpoint)
             await stream.send_all(RawHello(RAW_PUNCHED, bytes.fromhex(reply.token)).encode())
             return stream
-        except (OSError, WireError, trio.TooSlowError, trio.BrokenResourceError) as exc:
+        except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
             log.info("no hole punched to %s (%s): relaying", peer, type(exc).__name__)
             self.punch_failed[peer] = time.monotonic()
             return None

@@ -89,7 +89,8 @@ def _run_swarm(
                                       timeout=STATUS_TIMEOUT_S)  # fmt: skip
                 return SwarmStatus.from_dict(json.loads(done.stdout))
             except Exception as exc:
-                progress(f"status from {address} failed: {exc}")
+                why = done.stderr.strip()[-500:] if "done" in locals() else ""
+                progress(f"status from {address} failed: {exc!r} {why}")
                 return None
 
         def on_step(step: int, loss: float, tokens_per_s: float) -> None:

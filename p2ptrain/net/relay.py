@@ -46,8 +46,10 @@ log = logging.getLogger(__name__)
 RAW_HELLO_TIMEOUT_S = 5.0  # a raw connection's first bytes
 CIRCUIT_PAIRING_S = 15.0  # both halves of a circuit arrive within this of its grant
 MAX_RESERVATIONS = 64
-MAX_CIRCUITS = 64  # relayed connections at once, over all reservations
-MAX_CIRCUITS_PER_PEER = 16
+# relayed connections at once, over all reservations; per peer: a NATed peer has one per plane
+# and NATed partner, two when both ends dialled at once, and a few mid-handshake or closing
+MAX_CIRCUITS = 192
+MAX_CIRCUITS_PER_PEER = 48
 MAX_CIRCUIT_BYTES = 4 * 1024**3  # each way; then the circuit is reset
 MAX_PENDING = 128
 RESERVATION_TTL_S = 120.0

@@ -139,6 +139,7 @@ class Worker:
                     log.info("waiting for a better plan: %s", problem)
                     continue
                 spec = message.run
+                transport.keep_routes(message.routes)
                 if self.settings.checkpoint_dir:  # a node-local setting beats the run's default
                     spec = spec.replace(checkpoint_dir=self.settings.checkpoint_dir)
                 state_server.serve_run(spec, checkpoint_dir(spec), message.plan.network)

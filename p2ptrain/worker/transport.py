@@ -42,6 +42,7 @@ YIELD_DIAL_S = (2.0, 3.0)  # how long the larger peer id leaves the dial to the 
 # opens, so idle streams cannot hold handlers.
 MAX_INBOUND_PER_PEER = 16
 HEADER_TIMEOUT_S = 10.0
+ROUTE_CHECK_S = 2.0  # how often routed peers' connections are checked (keep_routes)
 
 
 class Transport:
@@ -57,6 +58,8 @@ class Transport:
         self._inbound: dict[str, int] = {}  # open inbound streams per remote peer
         self._plan_peers: frozenset[str] = frozenset()  # whose frames we read at all
         self.num_streams_refused = 0
+        self._routes: dict[str, list[Multiaddr]] = {}  # peers behind NATs: see keep_routes
+        self._keeping_routes = False
 
     @property
     def p2p(self) -> P2P:
@@ -118,6 +121,33 @@ class Transport:
             await asyncio.sleep(random.uniform(0.5, 2.0))
         log.warning("could not connect to %s in %.0f s: %s", peer_id, window_s, problem)
         return False
+
+    def keep_routes(self, routes: Mapping[str, Sequence[str]]) -> None:
+        """Keep a connection up to each peer reached through a local route (a hole punch or a
+        relay: control/traversal.py). p2pd forgets the route once identify hands it the peer's
+        own signed addresses (which no one can dial: it is behind a NAT), so a route whose
+        connection dropped (a relay that died) is re-dialled from here, every ROUTE_CHECK_S."""
+        dialled = {
+            peer: [Multiaddr(a.split("/p2p/")[0]) for a in addrs] for peer, addrs in routes.items()
+        }
+        self._loop.call_soon_threadsafe(self._set_routes, dialled)
+
+    def _set_routes(self, routes: dict[str, list[Multiaddr]]) -> None:
+        self._routes = routes
+        if routes and not self._keeping_routes:
+            self._keeping_routes = True
+            self._loop.create_task(self._keep_routes())
+
+    async def _keep_routes(self) -> None:
+        while True:
+            await asyncio.sleep(ROUTE_CHECK_S)
+            with contextlib.suppress(Exception):
+                connected = {info.peer_id for info in await self._p2p.list_peers()}
+                for peer, addrs in list(self._routes.items()):
+                    peer_id = PeerID.from_base58(peer)
+                    if peer_id not in connected:
+                        with contextlib.suppress(Exception):
+                            await self._p2p._client.connect(peer_id, addrs)
 
     async def _wait_dialled_by(self, peer_id: str, timeout_s: float) -> None:
         """Return once the peer connected to us, or after timeout_s."""

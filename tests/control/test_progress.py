@@ -41,7 +41,7 @@ def test_sizes_are_short() -> None:
     ]  # fmt: skip
 
 
-def test_the_status_table_shows_progress_bytes_and_link_rates() -> None:
+def test_the_status_table_shows_progress_bytes_link_rates_and_relayed_links() -> None:
     data = status_dict()
     data["peers"].append({**data["peers"][0], "id": B, "planner": False, "metrics": None})
     text = format_status(SwarmStatus.from_dict(data))
@@ -49,12 +49,14 @@ def test_the_status_table_shows_progress_bytes_and_link_rates() -> None:
     assert header.split()[5:10] == ["step", "loss", "tok/s", "sent", "recv"]
     assert row.split()[5:10] == ["3", "4.500", "900", "123.5", "kB"]  # 123.5 kB, then 654.3 kB
     assert "654.3 kB" in row
-    assert header.split()[-2:] == ["reach", "address"] and row.split()[-2] == "public"
+    assert header.split()[-2:] == ["reach", "address"] and row.split()[-2] == "private"
     rates = text.split("Mbit/s", 1)[1].splitlines()  # the matrix of measured rates
     assert rates[0].split() == [f"…{A[-8:]}", f"…{B[-8:]}"]
     assert rates[1].split() == [f"…{A[-8:]}", "·", "900.0"]
     assert rates[2].split() == [f"…{B[-8:]}", "900.0", "·"]
     assert "  blocks per stage: 3, 1" in text.splitlines()  # the plan's uneven split
+    kinds = text.split("connection", 1)[1].splitlines()  # the A-B link goes through a relay
+    assert kinds[1].split() == [f"…{A[-8:]}", "·", "relayed"]
 
 
 def test_the_status_table_of_a_peer_without_metrics_has_dashes() -> None:
