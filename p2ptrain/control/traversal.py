@@ -174,6 +174,8 @@ class Traversal:
             or raw is None
             or self._nursery is None
         ):
+            why = "not our relay" if relay_id not in self.state.relays else "not ready"
+            log.info("refused an offer from %s through %s: %s", offer.source, relay_id, why)
             return OfferAnswer(accept=False)
         token = bytes.fromhex(offer.token)
         if offer.endpoint:
@@ -368,6 +370,7 @@ class Traversal:
             log.info("no punch signalled to %s through %s: %s", peer, relay_id, exc)
             return None
         if reply.error or not reply.endpoint:
+            log.info("no punch to %s through %s: %s", peer, relay_id, reply.error or "no endpoint")
             return None
         try:
             stream = await relay.punch(port, reply.endpoint)

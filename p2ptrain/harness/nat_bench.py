@@ -24,6 +24,9 @@ from p2ptrain.records import RunSpec, SwarmStatus
 DEFAULT_NATS = ("none",) * 3 + ("cone",) * 3 + ("symmetric",) * 2
 DEFAULT_CITIES = ["Virginia", "Ohio"]
 STATUS_TIMEOUT_S = 60.0
+# with the bootstrap killed, peer 0 answers the final status this many steps before the end (its
+# worker, maybe a stage ahead of the last replica, exits after its last step, and the node too)
+STATUS_STEPS_BEFORE_END = 4
 KINDS = ("direct", "holepunched", "relayed")
 
 
@@ -95,6 +98,8 @@ def _run_swarm(
 
         def on_step(step: int, loss: float, tokens_per_s: float) -> None:
             progress(f"{label} step {step}: loss {loss:.3f}, {tokens_per_s:.0f} tokens/s")
+            if "killed" in seen and step == spec.steps - STATUS_STEPS_BEFORE_END:
+                seen["status"] = status(peer_addr)  # a trainer: it stops after its last step
             if kill_relay_at is not None and step == kill_relay_at and "killed" not in seen:
                 before = status(started["address"])
                 seen["relay_bytes_of_killed"] = 0 if before is None else before.relay_bytes
@@ -103,7 +108,8 @@ def _run_swarm(
                 progress(f"killed the bootstrap (the first relay) after step {step}")
 
         def before_stop() -> None:
-            seen["status"] = status(peer_addr if "killed" in seen else started["address"])
+            if "killed" not in seen:  # the bootstrap outlives the run
+                seen["status"] = status(started["address"])
 
         progress(f"{label} swarm: {num_peers} peers, NATs {list(nats)}")
         result = train_with_control_plane(

@@ -146,7 +146,10 @@ class LinkReport:
     connection: str = "direct"  # CONNECTIONS: how the reporter's connection to the peer goes
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if self.connection == "direct":  # the default, left out: telemetry stays within its cap
+            del data["connection"]
+        return data
 
     @classmethod
     def from_dict(cls, data: object) -> LinkReport:

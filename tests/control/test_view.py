@@ -248,8 +248,9 @@ def test_status_document_shape():
     assert all({"id", "alive", "planner", "role"} <= set(p) for p in status["peers"])
     assert [p["planner"] for p in status["peers"]] == [True, False, False, False]
     assert status["links"] == [
-        {"a": B, "b": ME, "rtt_ms": 1.5, "bandwidth_mbps": None, "age_s": 0.2}
-    ]
+        {"a": B, "b": ME, "rtt_ms": 1.5, "bandwidth_mbps": None, "age_s": 0.2,
+         "connection": "direct"}
+    ]  # fmt: skip
     assert set(status["plan"]) == {
         "term",
         "epoch",

@@ -1,6 +1,6 @@
 """The relay's raw port and bookkeeping (net/relay.py) on loopback, with real sockets: observed
 endpoints, circuits spliced with their bytes counted, and the limits. Hole punches need NATs (on
-loopback a SYN meets a reset, not a NAT that drops it): tests/integration/test_nat_traversal.py."""
+loopback a SYN meets a reset, not a NAT that drops it): tests/integration/test_local_emulate.py."""
 
 from __future__ import annotations
 
