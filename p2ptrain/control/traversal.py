@@ -57,6 +57,7 @@ WANTED_RELAYS = 2  # slots a private node keeps: one relay may vanish mid-run
 RENEW_INTERVAL_S = 45.0  # well inside relay.RESERVATION_TTL_S
 RESERVE_RETRY_S = 5.0  # while we hold fewer slots than wanted
 PUNCH_RETRY_S = 300.0  # after a failed punch, relay that peer for this long
+PUNCH_ATTEMPTS = 3  # signalled punches per connection before relaying (see reach)
 PEERSTORE_TTL_S = 3600
 DIRECT, HOLEPUNCHED, RELAYED = "direct", "holepunched", "relayed"
 # the relay port, above the control port: 7420 beside a bootstrap's 7400, 7421 beside join's
@@ -337,15 +338,18 @@ class Traversal:
         relays = sorted(
             [] if member is None else member.record.relays, key=lambda r: r not in connected
         )
-        for relay_id in relays:
-            raw = self._relay_endpoint(relay_id)
-            if raw is None:
-                continue
-            if time.monotonic() - self.punch_failed.get(peer, -1e9) > PUNCH_RETRY_S:
-                stream = await self._try_punch(relay_id, raw, peer, plane)
-                if stream is not None:
-                    self._note(peer, plane, HOLEPUNCHED)
-                    return stream
+        usable = [(r, raw) for r in relays if (raw := self._relay_endpoint(r)) is not None]
+        # punch first, signalled through each relay in turn (one attempt each, at most
+        # PUNCH_ATTEMPTS): a relay that fails the signalling says nothing about the NATs, a
+        # punch that times out does, and then we relay at once
+        for relay_id, raw in (usable * PUNCH_ATTEMPTS)[:PUNCH_ATTEMPTS]:
+            if time.monotonic() - self.punch_failed.get(peer, -1e9) <= PUNCH_RETRY_S:
+                break
+            stream = await self._try_punch(relay_id, raw, peer, plane)
+            if stream is not None:
+                self._note(peer, plane, HOLEPUNCHED)
+                return stream
+        for relay_id, raw in usable:
             try:
                 reply = await self._request(relay_id, RelayRequest("connect", peer, plane))
                 if reply.error:
