@@ -34,10 +34,11 @@ from p2ptrain.control.intake import Intake
 from p2ptrain.control.measuring import LinkProber
 from p2ptrain.control.publishing import Publisher, measure_compute
 from p2ptrain.control.reachability import ReachabilityMonitor
+from p2ptrain.control.relay_service import OFFER_PROTOCOL, RELAY_PROTOCOL, RelayService
 from p2ptrain.control.rpcs import RUN_PROTOCOL, STATUS_PROTOCOL, RpcResponder
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.sync import SYNC_PROTOCOL, PullSync
-from p2ptrain.control.traversal import OFFER_PROTOCOL, RELAY_PROTOCOL, Traversal
+from p2ptrain.control.traversal import Traversal
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
 from p2ptrain.control.worker_link import WorkerLink
 from p2ptrain.errors import UserError, first_leaf
@@ -101,7 +102,8 @@ class ControlNode:
         )
         self.dht = make_dht(self.host)
         # relays serve admitted members only (their records passed the organiser's token)
-        self.traversal = Traversal(self.state, lambda peer: peer in view.members)
+        self.relay_service = RelayService(self.state, lambda peer: peer in view.members)
+        self.traversal = Traversal(self.state)
         self.discovery = Discovery(
             self.state, self.dht, config.bootstrap_addr, self.traversal.pin_if_routed
         )
@@ -157,7 +159,7 @@ class ControlNode:
             host.set_stream_handler(probe.PING_PROTOCOL, guard(probe.handle_ping))
             host.set_stream_handler(probe.BANDWIDTH_PROTOCOL, guard(probe.handle_bandwidth))
             host.set_stream_handler(dialback.DIALBACK_PROTOCOL, guard(self.dial_back_server.handle))
-            host.set_stream_handler(RELAY_PROTOCOL, guard(self.traversal.handle_request))
+            host.set_stream_handler(RELAY_PROTOCOL, guard(self.relay_service.handle_request))
             host.set_stream_handler(OFFER_PROTOCOL, guard(self.traversal.handle_offer))
             for protocol, respond in (
                 (STATUS_PROTOCOL, self.rpcs.respond_status),
@@ -180,10 +182,11 @@ class ControlNode:
                 # the relay port: beside the configured control port (none beside port 0)
                 configured = addresses.tcp_endpoint(self.config.listen_addr)
                 await nursery.start(
-                    self.traversal.serve,
+                    self.relay_service.serve,
                     endpoint[0] if endpoint else "0.0.0.0",
                     configured[1] if configured else 0,
                 )
+                await nursery.start(self.traversal.serve)
                 if self.config.print_addr:
                     print(state.addrs[0], flush=True)
                 log.info("control %s (%s) listening on %s", state.peer_id, state.role, state.addrs)

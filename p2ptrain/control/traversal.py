@@ -1,4 +1,4 @@
-"""NAT traversal for one node: relay slots, local routes to NATed peers, and the relay service.
+"""NAT traversal for one node: its relay slots and its local routes to other NATed peers.
 
 - A node whose dial-back verdict is `private` keeps slots at up to WANTED_RELAYS public peers
   (the bootstrap first) and names them in its peer record (`relays`).
@@ -7,7 +7,7 @@
   connection accepted there is carried by a hole punch (TCP simultaneous open, signalled through
   one of the target's relays) or, when the punch fails (a symmetric NAT), relayed through it. A
   punch that failed is not tried again for PUNCH_RETRY_S.
-- A public node serves the relay protocol (net/relay.py) to members of the run.
+- The relay a public node serves is control/relay_service.py's.
 - A public peer needs no route to a private one: the private peer dials it (both planes keep a
   connection either side may open streams on).
 
@@ -21,16 +21,20 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 import trio
 from libp2p.abc import INetStream
-from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from multiaddr import Multiaddr
 
 from p2ptrain.addresses import tcp_endpoint
+from p2ptrain.control.relay_service import (
+    MAX_MESSAGE_BYTES,
+    RELAY_PROTOCOL,
+    SIGNAL_TIMEOUT_S,
+    exchange,
+)
 from p2ptrain.control.state import NodeState
 from p2ptrain.errors import WireError
 from p2ptrain.net import relay
@@ -49,10 +53,6 @@ from p2ptrain.records.relay import (
 
 log = logging.getLogger(__name__)
 
-RELAY_PROTOCOL = TProtocol("/p2ptrain/relay/1.0.0")
-OFFER_PROTOCOL = TProtocol("/p2ptrain/relay-offer/1.0.0")
-MAX_MESSAGE_BYTES = 2048
-SIGNAL_TIMEOUT_S = 10.0  # a request and its offer: two control-plane round trips and a dial
 WANTED_RELAYS = 2  # slots a private node keeps: one relay may vanish mid-run
 RENEW_INTERVAL_S = 45.0  # well inside relay.RESERVATION_TTL_S
 RESERVE_RETRY_S = 5.0  # while we hold fewer slots than wanted
@@ -60,93 +60,26 @@ PUNCH_RETRY_S = 300.0  # after a failed punch, relay that peer for this long
 PUNCH_ATTEMPTS = 3  # signalled punches per connection before relaying (see reach)
 PEERSTORE_TTL_S = 3600
 DIRECT, HOLEPUNCHED, RELAYED = "direct", "holepunched", "relayed"
-# the relay port, above the control port: 7420 beside a bootstrap's 7400, 7421 beside join's
-# 7401 (clear of the data plane's 7402 and of a second node's 7411/7412 on one machine)
-RELAY_PORT_OFFSET = 20
 
 
 class Traversal:
     """The NAT-traversal pieces of one control process (started by control/node.py)."""
 
-    def __init__(self, state: NodeState, may_use: Callable[[str], bool]) -> None:
+    def __init__(self, state: NodeState) -> None:
         self.state = state
-        self.server = relay.RelayServer(may_use, state.relay)
         self.routes: dict[tuple[str, str], int] = {}  # (peer, plane) -> local route port
         self.connections: dict[tuple[str, str], str] = {}  # (peer, plane) -> HOLEPUNCHED/RELAYED
         self.punch_failed: dict[str, float] = {}  # peer -> when a punch to it last failed
         self._nursery: trio.Nursery | None = None
 
-    # -- serving ------------------------------------------------------------------------------
-
-    async def serve(
-        self, listen_host: str, control_port: int, *, task_status: Any = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Open the relay port (our control host, RELAY_PORT_OFFSET above the control port, or
-        any free port if that one is taken or the control port is) and keep our slots."""
-        port = control_port + RELAY_PORT_OFFSET if control_port else 0
-        try:
-            listeners = await trio.open_tcp_listeners(port, host=listen_host)
-        except OSError as exc:
-            log.warning("relay port %d unavailable (%s): relaying on a free port", port, exc)
-            listeners = await trio.open_tcp_listeners(0, host=listen_host)
-        port = listeners[0].socket.getsockname()[1]
-        hosts = [tcp_endpoint(a) for a in self.state.addrs]
-        self.state.relay_addrs = list(
-            dict.fromkeys(f"/ip4/{e[0]}/tcp/{port}" for e in hosts if e is not None)
-        )
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep our relay slots, and carry our routes' connections, while the node runs."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            await nursery.start(self.server.serve_raw, listeners[0])
             nursery.start_soon(self._keep_reservations)
             task_status.started()
 
-    async def handle_request(self, stream: INetStream) -> None:
-        """RELAY_PROTOCOL, on a public node: a reservation, or a connect to a reserved peer."""
-        try:
-            with trio.fail_after(SIGNAL_TIMEOUT_S):
-                request = RelayRequest.from_dict(
-                    json.loads(await read_frame(stream, MAX_MESSAGE_BYTES))
-                )
-                source = stream.muxed_conn.peer_id.to_base58()
-                reply = await self._answer(source, request)
-                await write_frame(stream, json.dumps(reply.to_dict()).encode())
-        except (WireError, ValueError, RecursionError) as exc:
-            log.info("dropped a bad relay request: %s", exc)
-        except Exception as exc:  # a vanished client is not our problem
-            log.debug("relay request failed: %s", exc)
-        finally:
-            with contextlib.suppress(Exception):
-                await stream.close()
-
-    async def _answer(self, source: str, request: RelayRequest) -> RelayReply:
-        now = time.monotonic()
-        if request.op == "reserve":
-            error = self.server.reserve(source, now)
-            return RelayReply(error=error, expires_s=0.0 if error else relay.RESERVATION_TTL_S)
-        error, token = self.server.grant(source, request.target, now)
-        if error:
-            return RelayReply(error=error)
-        offer = RelayOffer(source, request.plane, token.hex(), request.endpoint)
-        try:
-            answer = await self._offer(request.target, offer)
-        except Exception as exc:
-            self.server.pending.pop(token, None)
-            return RelayReply(error=f"the target did not answer: {type(exc).__name__}")
-        if not answer.accept:
-            self.server.pending.pop(token, None)
-            return RelayReply(error="the target refused")
-        if request.endpoint:  # a punch: no circuit to pair
-            self.server.pending.pop(token, None)
-        return RelayReply(token=token.hex(), endpoint=answer.endpoint)
-
-    async def _offer(self, target: str, offer: RelayOffer) -> OfferAnswer:
-        stream = await self.state.host.new_stream(ID.from_base58(target), [OFFER_PROTOCOL])
-        try:
-            await write_frame(stream, json.dumps(offer.to_dict()).encode())
-            return OfferAnswer.from_dict(json.loads(await read_frame(stream, MAX_MESSAGE_BYTES)))
-        finally:
-            with contextlib.suppress(Exception):
-                await stream.close()
+    # -- offers from our relays ---------------------------------------------------------------
 
     async def handle_offer(self, stream: INetStream) -> None:
         """OFFER_PROTOCOL, on a NATed node: a relay of ours says a peer wants to connect."""
@@ -287,13 +220,8 @@ class Traversal:
 
     async def _request(self, peer: str, request: RelayRequest) -> RelayReply:
         with trio.fail_after(SIGNAL_TIMEOUT_S):
-            stream = await self.state.host.new_stream(ID.from_base58(peer), [RELAY_PROTOCOL])
-            try:
-                await write_frame(stream, json.dumps(request.to_dict()).encode())
-                return RelayReply.from_dict(json.loads(await read_frame(stream, MAX_MESSAGE_BYTES)))
-            finally:
-                with contextlib.suppress(Exception):
-                    await stream.close()
+            reply = await exchange(self.state.host, peer, RELAY_PROTOCOL, request.to_dict())
+        return RelayReply.from_dict(reply)
 
     # -- routes -----------------------------------------------------------------------------
 

@@ -51,6 +51,15 @@ def stage_medians(logs: Sequence[Path], plan_key: tuple[int, int]) -> list[dict[
         ]
         if cpu:
             medians["averaging_cpu_s"] = statistics.median(cpu)
+        framed = [
+            float(r["frames_cpu_s"]) / int(r["frames"])
+            for r in steady
+            if isinstance(r.get("frames_cpu_s"), int | float)
+            and isinstance(r.get("frames"), int)
+            and r["frames"] > 0
+        ]
+        if framed:
+            medians["frame_cpu_s"] = statistics.median(framed)
         periods = [float(r["step_s"]) for r in steady if isinstance(r.get("step_s"), int | float)]
         if periods:
             medians["step_s"] = statistics.median(periods)
@@ -68,9 +77,10 @@ def measured_compute(
     """The (replica, stage) grid of per-micro-batch forward and backward seconds and the
     update's, for pipelines of peer indices (index i: logs[i]); None if a stage was not timed.
     With `cores` (peer index -> the CPU quota its worker ran under), the local work of each
-    averaging round too: the CPU seconds its process tree spent in the round, at that quota."""
+    averaging round and of each frame too: the CPU seconds its process tree spent in the round,
+    and per frame during the passes besides their compute, at that quota."""
     medians = stage_medians(logs, plan_key)
-    grid: dict[str, list[list[float]]] = {k: [] for k in (*COMPUTE_FIELDS, "local")}
+    grid: dict[str, list[list[float]]] = {k: [] for k in (*COMPUTE_FIELDS, "local", "frame")}
     for pipe in pipelines:
         rows: dict[str, list[float]] = {k: [] for k in grid}
         for peer in pipe:
@@ -83,9 +93,13 @@ def measured_compute(
             quota = (cores or {}).get(peer)
             cpu_s = timed.get("averaging_cpu_s", 0.0)
             rows["local"].append(cpu_s / quota if quota else cpu_s)
+            frame_s = timed.get("frame_cpu_s", 0.0)
+            rows["frame"].append(frame_s / quota if quota else frame_s)
         for k in grid:
             grid[k].append(rows[k])
-    return MeasuredCompute(grid["forward_s"], grid["backward_s"], grid["update_s"], grid["local"])
+    return MeasuredCompute(
+        grid["forward_s"], grid["backward_s"], grid["update_s"], grid["local"], grid["frame"]
+    )
 
 
 def compute_summary(
@@ -100,7 +114,7 @@ def compute_summary(
 
     return {
         key: [[of(peer, key) for peer in pipe] for pipe in pipelines]
-        for key in (*COMPUTE_FIELDS, "averaging_s", "averaging_cpu_s", "step_s")
+        for key in (*COMPUTE_FIELDS, "averaging_s", "averaging_cpu_s", "frame_cpu_s", "step_s")
     }
 
 

@@ -24,9 +24,7 @@ from p2ptrain.records import RunSpec, SwarmStatus
 DEFAULT_NATS = ("none",) * 3 + ("cone",) * 3 + ("symmetric",) * 2
 DEFAULT_CITIES = ["Virginia", "Ohio"]
 STATUS_TIMEOUT_S = 60.0
-# with the bootstrap killed, peer 0 answers the final status this many steps before the end (its
-# worker, maybe a stage ahead of the last replica, exits after its last step, and the node too)
-STATUS_STEPS_BEFORE_END = 4
+STATUS_STEPS_AFTER_KILL = 3  # the routes through the killed relay are re-made by then
 KINDS = ("direct", "holepunched", "relayed")
 
 
@@ -98,8 +96,12 @@ def _run_swarm(
 
         def on_step(step: int, loss: float, tokens_per_s: float) -> None:
             progress(f"{label} step {step}: loss {loss:.3f}, {tokens_per_s:.0f} tokens/s")
-            if "killed" in seen and step == spec.steps - STATUS_STEPS_BEFORE_END:
-                seen["status"] = status(peer_addr)  # a trainer: it stops after its last step
+            # with the bootstrap gone peer 0 answers; a trainer stops after its last step (a
+            # first stage, ahead of the others, several steps before the run ends): asked from
+            # STATUS_STEPS_AFTER_KILL steps after the kill on, until it answers
+            killed_at = kill_relay_at if "killed" in seen else None
+            if killed_at is not None and step >= killed_at + STATUS_STEPS_AFTER_KILL:
+                seen["status"] = seen.get("status") or status(peer_addr)
             if kill_relay_at is not None and step == kill_relay_at and "killed" not in seen:
                 before = status(started["address"])
                 seen["relay_bytes_of_killed"] = 0 if before is None else before.relay_bytes

@@ -104,6 +104,11 @@ class MetricsReport:
     averaging_s: float | None = None
     # CPU seconds the worker's process tree spent during the averaging round (worker/cpu_clock.py)
     averaging_cpu_s: float | None = None
+    # during the passes: CPU seconds the process tree spent besides the passes' own compute
+    # (the frames' serialising, the asyncio thread, the daemon's copies), and the frames the
+    # stage sent and received
+    frames_cpu_s: float | None = None
+    frames: int | None = None
 
     @property
     def plan_key(self) -> tuple[int, int]:
@@ -140,6 +145,8 @@ class MetricsReport:
             averaging_cpu_s=f.optional_number(
                 d.get("averaging_cpu_s"), "metrics", "averaging_cpu_s"
             ),
+            frames_cpu_s=f.optional_number(d.get("frames_cpu_s"), "metrics", "frames_cpu_s"),
+            frames=f.optional_integer(d.get("frames"), "metrics", "frames"),
             **values,
         )
 

@@ -166,6 +166,9 @@ class MeasuredCompute:
     # the local work of each member's averaging round (serialising, reducing, the daemon's
     # copies), in wall seconds on its machine; empty: not measured (counted as none)
     averaging_local_s: Sequence[Sequence[float]] = ()
+    # the local work of each frame the stage sends or receives (serialising, the asyncio thread,
+    # the daemon's copies: CPU besides the passes, per frame), wall seconds; empty: none
+    frame_local_s: Sequence[Sequence[float]] = ()
 
 
 SIMULATED_STEPS = 6  # the period settles within a few steps; the model reports the last one
@@ -185,7 +188,8 @@ def simulated_step_s(
     Each stage works one thing at a time: forward of micro-batches 0..M-1 (each once its input
     arrived), then backward of M-1..0 (each once its output's gradient arrived), then waits for
     its group's averaging (all members finished backward; group_averaging_s, plus the slowest
-    member's measured local work of a round, averaging_local_s), then updates.
+    member's measured local work of a round, averaging_local_s), then updates. Every frame it
+    sends or takes in also costs it its measured local work (frame_local_s).
     Frames leave without blocking compute; each direction of a link serialises them (a frame
     arrives one-way delay + its bytes / rate after its link is free) and the stage's step ends
     once the answer to its last frame is back. The next step of a stage starts after its
@@ -206,8 +210,10 @@ def simulated_step_s(
     for _ in range(steps):
         done = np.zeros_like(ready)  # backward of micro-batch 0 finished
         for r, pipe in enumerate(pipelines):
+            frame_local = compute.frame_local_s[r] if compute.frame_local_s else [0.0] * len(pipe)
             done[r] = _one_replica(delay_s, rate_bps, pipe, micros, frame_bits, ready[r],
-                                   compute.forward_s[r], compute.backward_s[r])  # fmt: skip
+                                   compute.forward_s[r], compute.backward_s[r],
+                                   frame_local)  # fmt: skip
         for s in range(num_stages):
             local = max(compute.averaging_local_s[r][s] for r in range(len(pipelines))) if (
                 compute.averaging_local_s and groups[s] > 0
@@ -228,8 +234,11 @@ def _one_replica(
     ready: FloatArray,
     forward_s: Sequence[float],
     backward_s: Sequence[float],
+    frame_local_s: Sequence[float],
 ) -> FloatArray:
-    """When each stage of one replica finishes the step's backward pass (see simulated_step_s)."""
+    """When each stage of one replica finishes the step's backward pass (see simulated_step_s).
+    Each frame a stage sends or takes in costs it frame_local_s[s] of its machine's time, in
+    line with its compute (one CPU budget)."""
     stages = len(pipe)
 
     def deliver(link_free: float, sent: float, a: int, b: int) -> tuple[float, float]:
@@ -243,16 +252,20 @@ def _one_replica(
     for s in range(stages):
         link_free, out = 0.0, np.zeros(micros)
         for m in range(micros):
-            busy[s] = max(busy[s], arrive[m] if s else busy[s]) + forward_s[s]
+            taken_in = frame_local_s[s] if s else 0.0
+            busy[s] = max(busy[s], arrive[m] if s else busy[s]) + taken_in + forward_s[s]
             if s + 1 < stages:
+                busy[s] += frame_local_s[s]
                 link_free, out[m] = deliver(link_free, busy[s], pipe[s], pipe[s + 1])
         arrive = out
     grads = np.full(micros, busy[-1])  # the last stage's backward needs no frame
     for s in reversed(range(stages)):
         link_free, out = 0.0, np.zeros(micros)
         for m in reversed(range(micros)):
-            busy[s] = max(busy[s], grads[m]) + backward_s[s]
+            taken_in = frame_local_s[s] if s < stages - 1 else 0.0
+            busy[s] = max(busy[s], grads[m]) + taken_in + backward_s[s]
             if s > 0:
+                busy[s] += frame_local_s[s]
                 link_free, out[m] = deliver(link_free, busy[s], pipe[s], pipe[s - 1])
                 acked[s] = out[m] + delay_s[pipe[s - 1], pipe[s]]
         grads = out

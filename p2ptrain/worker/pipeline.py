@@ -47,6 +47,8 @@ class StageTiming:
 
     forward_s: float = 0.0  # every micro-batch's forward, with the loss on the last stage
     backward_s: float = 0.0
+    compute_cpu_s: float = 0.0  # this thread's CPU seconds in those passes
+    frames: int = 0  # frames sent and received
 
 
 def _computed_since(started: float, out: torch.Tensor) -> float:
@@ -131,6 +133,7 @@ def run_step(
     def send(peer: str | None, tensor: torch.Tensor, kind: str, m: int) -> None:
         assert transport is not None and peer is not None
         frame = tensor.to("cpu", dtype)
+        timing.frames += 1
         sends.append(
             transport.send(peer, frame, kind, spec.run_id, role.plan_key, step, m, waits[peer][1])
         )
@@ -144,6 +147,7 @@ def run_step(
         sender = role.prev_peer if kind == ACTIVATION else role.next_peer
         wait_s = waits[sender][0] if sender in waits else RECEIVE_TIMEOUT_S
         frame = transport.receive(role.plan_key, kind, step, m, wait_s, stop_waiting)
+        timing.frames += 1
         return frame.to(device, torch.float32)
 
     inputs: list[torch.Tensor] = []
@@ -155,7 +159,7 @@ def run_step(
             inp = x[m_rows.start : m_rows.stop]
         else:
             inp = receive(ACTIVATION, m).requires_grad_()
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         with precision.passes():
             out = model(inp)
         if role.is_last:
@@ -169,6 +173,7 @@ def run_step(
         else:
             out = out.float()  # frames, and the gradient that comes back, are fp32 on our side
         timing.forward_s += _computed_since(started, out)
+        timing.compute_cpu_s += time.thread_time() - cpu
         if not role.is_last:
             send(role.next_peer, out.detach(), ACTIVATION, m)
         inputs.append(inp)
@@ -176,9 +181,10 @@ def run_step(
 
     for m in reversed(range(len(micro))):
         upstream = None if role.is_last else receive(GRADIENT, m)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         outputs[m].backward(upstream)
         timing.backward_s += _computed_since(started, outputs[m])
+        timing.compute_cpu_s += time.thread_time() - cpu
         if not role.is_first:
             grad = inputs[m].grad
             assert grad is not None

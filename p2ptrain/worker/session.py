@@ -224,7 +224,7 @@ class Session:
             started_s = time.monotonic()
             set_lr(self.optimizer, lr_at(self.step, self.spec))
             timing = pipeline.StageTiming()
-            passes_s = time.monotonic()
+            passes_s, passes_cpu_s = time.monotonic(), self._cpu.seconds()
             try:
                 loss = pipeline.run_step(
                     model,
@@ -247,6 +247,7 @@ class Session:
                 return SessionEnd.PEER_LOST
             pipeline.unscale_grads(model, self.spec)
             averaging_s, averaging_cpu_s = time.monotonic(), self._cpu.seconds()
+            frames_cpu_s = max(0.0, averaging_cpu_s - passes_cpu_s - timing.compute_cpu_s)
             averaging = self._average_gradients()
             update_s, averaging_cpu_s = time.monotonic(), self._cpu.seconds() - averaging_cpu_s
             if averaging == "stopped" and self.inbox.stopped:
@@ -296,6 +297,8 @@ class Session:
                     update_s=(passes_s - started_s) + (now - update_s),
                     averaging_s=update_s - averaging_s,
                     averaging_cpu_s=averaging_cpu_s if self._cpu.available else None,
+                    frames_cpu_s=frames_cpu_s if self._cpu.available else None,
+                    frames=timing.frames,
                 )
             )
             self.step += 1

@@ -89,3 +89,22 @@ def test_a_rounds_measured_local_work_adds_its_slowest_members() -> None:
     solo = MeasuredCompute([[0.1]], [[0.2]], [[0.0]], [[0.25]])
     one = StepTraffic((1_000_000,), activation_bytes=0.0, micro_batches=1)
     assert simulated_step_s(delay, rate, [[0]], one, solo) == pytest.approx(0.3)
+
+
+def test_each_frame_a_stage_sends_or_takes_in_costs_its_local_work() -> None:
+    """2 stages, 1 micro-batch, instant links, no compute: stage 0 sends the activation (f0),
+    stage 1 takes it in (f1) and sends the gradient back (f1), stage 0 takes it in (f0)."""
+    delay, rate = instant_links(2)
+    traffic = StepTraffic((0.0, 0.0), activation_bytes=0.0, micro_batches=1)
+    free = uniform(1, 2, 0.0, 0.0)
+    f0, f1 = 0.01, 0.03
+    costly = MeasuredCompute(free.forward_s, free.backward_s, free.update_s, (), [[f0, f1]])
+    assert simulated_step_s(delay, rate, [[0, 1]], traffic, free) == pytest.approx(0.0)
+    assert simulated_step_s(delay, rate, [[0, 1]], traffic, costly) == pytest.approx(
+        2 * f0 + 2 * f1
+    )
+    # 2 micro-batches: stage 0's second send overlaps stage 1 taking in the first; then stage
+    # 1 takes in both, sends both back, and stage 0 takes in the last: f0 + 4 f1 + f0
+    traffic = StepTraffic((0.0, 0.0), activation_bytes=0.0, micro_batches=2)
+    two = simulated_step_s(delay, rate, [[0, 1]], traffic, costly)
+    assert two == pytest.approx(2 * f0 + 4 * f1)

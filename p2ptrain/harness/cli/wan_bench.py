@@ -207,8 +207,8 @@ def _run_nat(args: argparse.Namespace) -> int:
     nats = tuple(check_nat_type(kind.strip()) for kind in args.nats.split(","))
     if len(nats) < 2 or nats[0] != "none":
         raise UserError("--nats: at least 2 peers, and peer 0 (beside the bootstrap) public")
-    if args.kill_relay_at is not None and not 0 <= args.kill_relay_at < args.steps - 5:
-        raise UserError("--kill-relay-at must leave at least 5 steps after it")
+    if args.kill_relay_at is not None and not 0 <= args.kill_relay_at < args.steps - 6:
+        raise UserError("--kill-relay-at must leave at least 6 steps after it")
     spec = load_run_spec(args.run) if args.run else RunSpec()
     spec = spec.replace(steps=args.steps, compute_aware=False)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="p2ptrain-bench-nat-"))

@@ -1,0 +1,119 @@
+"""The relay a node serves to NATed members (the client side is control/traversal.py).
+
+A relay port (raw TCP: observed endpoints and the splicing of circuits, net/relay.py) and the
+signalling protocol RELAY_PROTOCOL: a NATed member reserves a slot; another asks to reach it,
+and the relay offers that connection to the reserved peer over OFFER_PROTOCOL (on the
+connection the peer opened to us) and hands both sides the circuit's token (docs/protocols.md,
+"Relays and hole punches").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+from libp2p.abc import IHost, INetStream
+from libp2p.custom_types import TProtocol
+from libp2p.peer.id import ID
+
+from p2ptrain.addresses import tcp_endpoint
+from p2ptrain.control.state import NodeState
+from p2ptrain.errors import WireError
+from p2ptrain.net import relay
+from p2ptrain.net.framing import read_frame, write_frame
+from p2ptrain.records.relay import OfferAnswer, RelayOffer, RelayReply, RelayRequest
+
+log = logging.getLogger(__name__)
+
+RELAY_PROTOCOL = TProtocol("/p2ptrain/relay/1.0.0")
+OFFER_PROTOCOL = TProtocol("/p2ptrain/relay-offer/1.0.0")
+MAX_MESSAGE_BYTES = 2048
+SIGNAL_TIMEOUT_S = 10.0  # a request and its offer: two control-plane round trips and a dial
+# the relay port, above the control port: 7420 beside a bootstrap's 7400, 7421 beside join's
+# 7401 (clear of the data plane's 7402 and of a second node's 7411/7412 on one machine)
+RELAY_PORT_OFFSET = 20
+
+
+async def exchange(
+    host: IHost, peer: str, protocol: TProtocol, message: dict[str, Any]
+) -> dict[str, Any] | Any:
+    """One request frame and one reply frame on a fresh stream to `peer` (JSON, undecoded)."""
+    stream = await host.new_stream(ID.from_base58(peer), [protocol])
+    try:
+        await write_frame(stream, json.dumps(message).encode())
+        return json.loads(await read_frame(stream, MAX_MESSAGE_BYTES))
+    finally:
+        with contextlib.suppress(Exception):
+            await stream.close()
+
+
+class RelayService:
+    """Slots and circuits for the run's members, within net/relay.py's limits."""
+
+    def __init__(self, state: NodeState, may_use: Callable[[str], bool]) -> None:
+        self.state = state
+        self.server = relay.RelayServer(may_use, state.relay)
+
+    async def serve(
+        self, listen_host: str, control_port: int, *, task_status: Any = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Open the relay port (our control host, RELAY_PORT_OFFSET above the control port, or
+        any free port if that one is taken or the control port is) and serve it."""
+        port = control_port + RELAY_PORT_OFFSET if control_port else 0
+        try:
+            listeners = await trio.open_tcp_listeners(port, host=listen_host)
+        except OSError as exc:
+            log.warning("relay port %d unavailable (%s): relaying on a free port", port, exc)
+            listeners = await trio.open_tcp_listeners(0, host=listen_host)
+        port = listeners[0].socket.getsockname()[1]
+        hosts = [tcp_endpoint(a) for a in self.state.addrs]
+        self.state.relay_addrs = list(
+            dict.fromkeys(f"/ip4/{e[0]}/tcp/{port}" for e in hosts if e is not None)
+        )
+        await self.server.serve_raw(listeners[0], task_status=task_status)
+
+    async def handle_request(self, stream: INetStream) -> None:
+        """RELAY_PROTOCOL: a reservation, or a connect to a reserved peer."""
+        try:
+            with trio.fail_after(SIGNAL_TIMEOUT_S):
+                request = RelayRequest.from_dict(
+                    json.loads(await read_frame(stream, MAX_MESSAGE_BYTES))
+                )
+                source = stream.muxed_conn.peer_id.to_base58()
+                reply = await self._answer(source, request)
+                await write_frame(stream, json.dumps(reply.to_dict()).encode())
+        except (WireError, ValueError, RecursionError) as exc:
+            log.info("dropped a bad relay request: %s", exc)
+        except Exception as exc:  # a vanished client is not our problem
+            log.debug("relay request failed: %s", exc)
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.close()
+
+    async def _answer(self, source: str, request: RelayRequest) -> RelayReply:
+        now = time.monotonic()
+        if request.op == "reserve":
+            error = self.server.reserve(source, now)
+            return RelayReply(error=error, expires_s=0.0 if error else relay.RESERVATION_TTL_S)
+        error, token = self.server.grant(source, request.target, now)
+        if error:
+            return RelayReply(error=error)
+        offer = RelayOffer(source, request.plane, token.hex(), request.endpoint)
+        try:
+            answer = OfferAnswer.from_dict(
+                await exchange(self.state.host, request.target, OFFER_PROTOCOL, offer.to_dict())
+            )
+        except Exception as exc:
+            self.server.pending.pop(token, None)
+            return RelayReply(error=f"the target did not answer: {type(exc).__name__}")
+        if not answer.accept:
+            self.server.pending.pop(token, None)
+            return RelayReply(error="the target refused")
+        if request.endpoint:  # a punch: no circuit to pair
+            self.server.pending.pop(token, None)
+        return RelayReply(token=token.hex(), endpoint=answer.endpoint)
