@@ -13,8 +13,8 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 import trio
 from libp2p.abc import IHost, INetStream
@@ -29,6 +29,12 @@ from p2ptrain.net.framing import read_frame, write_frame
 from p2ptrain.records.relay import OfferAnswer, RelayOffer, RelayReply, RelayRequest
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class Record(Protocol):
+    def to_dict(self) -> dict[str, Any]: ...
+
 
 RELAY_PROTOCOL = TProtocol("/p2ptrain/relay/1.0.0")
 OFFER_PROTOCOL = TProtocol("/p2ptrain/relay-offer/1.0.0")
@@ -47,6 +53,29 @@ async def exchange(
     try:
         await write_frame(stream, json.dumps(message).encode())
         return json.loads(await read_frame(stream, MAX_MESSAGE_BYTES))
+    finally:
+        with contextlib.suppress(Exception):
+            await stream.close()
+
+
+async def answer_one(
+    stream: INetStream,
+    decode: Callable[[object], T],
+    answer: Callable[[str, T], Awaitable[Record]],
+    what: str,
+) -> None:
+    """A stream handler's whole exchange: one request frame (`decode`d), one reply frame
+    (`answer`(the sender's peer id, the request)), within SIGNAL_TIMEOUT_S; bad input is logged
+    and dropped, and the stream closed either way."""
+    try:
+        with trio.fail_after(SIGNAL_TIMEOUT_S):
+            request = decode(json.loads(await read_frame(stream, MAX_MESSAGE_BYTES)))
+            reply = await answer(stream.muxed_conn.peer_id.to_base58(), request)
+            await write_frame(stream, json.dumps(reply.to_dict()).encode())
+    except (WireError, ValueError, RecursionError) as exc:
+        log.info("dropped a bad %s: %s", what, exc)
+    except Exception as exc:  # a vanished peer is not our problem
+        log.debug("%s failed: %s", what, exc)
     finally:
         with contextlib.suppress(Exception):
             await stream.close()
@@ -79,21 +108,7 @@ class RelayService:
 
     async def handle_request(self, stream: INetStream) -> None:
         """RELAY_PROTOCOL: a reservation, or a connect to a reserved peer."""
-        try:
-            with trio.fail_after(SIGNAL_TIMEOUT_S):
-                request = RelayRequest.from_dict(
-                    json.loads(await read_frame(stream, MAX_MESSAGE_BYTES))
-                )
-                source = stream.muxed_conn.peer_id.to_base58()
-                reply = await self._answer(source, request)
-                await write_frame(stream, json.dumps(reply.to_dict()).encode())
-        except (WireError, ValueError, RecursionError) as exc:
-            log.info("dropped a bad relay request: %s", exc)
-        except Exception as exc:  # a vanished client is not our problem
-            log.debug("relay request failed: %s", exc)
-        finally:
-            with contextlib.suppress(Exception):
-                await stream.close()
+        await answer_one(stream, RelayRequest.from_dict, self._answer, "relay request")
 
     async def _answer(self, source: str, request: RelayRequest) -> RelayReply:
         now = time.monotonic()

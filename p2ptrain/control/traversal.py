@@ -17,8 +17,6 @@ measurements (LinkReport.connection), so `status`, the dashboard and `bench nat`
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import time
 from typing import Any
@@ -30,15 +28,14 @@ from multiaddr import Multiaddr
 
 from p2ptrain.addresses import tcp_endpoint
 from p2ptrain.control.relay_service import (
-    MAX_MESSAGE_BYTES,
     RELAY_PROTOCOL,
     SIGNAL_TIMEOUT_S,
+    answer_one,
     exchange,
 )
 from p2ptrain.control.state import NodeState
 from p2ptrain.errors import WireError
 from p2ptrain.net import relay
-from p2ptrain.net.framing import read_frame, write_frame
 from p2ptrain.records import Plan
 from p2ptrain.records.relay import (
     RAW_CIRCUIT,
@@ -83,21 +80,7 @@ class Traversal:
 
     async def handle_offer(self, stream: INetStream) -> None:
         """OFFER_PROTOCOL, on a NATed node: a relay of ours says a peer wants to connect."""
-        try:
-            with trio.fail_after(SIGNAL_TIMEOUT_S):
-                offer = RelayOffer.from_dict(
-                    json.loads(await read_frame(stream, MAX_MESSAGE_BYTES))
-                )
-                relay_id = stream.muxed_conn.peer_id.to_base58()
-                answer = await self._take_offer(relay_id, offer)
-                await write_frame(stream, json.dumps(answer.to_dict()).encode())
-        except (WireError, ValueError, RecursionError) as exc:
-            log.info("dropped a bad relay offer: %s", exc)
-        except Exception as exc:
-            log.debug("relay offer failed: %s", exc)
-        finally:
-            with contextlib.suppress(Exception):
-                await stream.close()
+        await answer_one(stream, RelayOffer.from_dict, self._take_offer, "relay offer")
 
     async def _take_offer(self, relay_id: str, offer: RelayOffer) -> OfferAnswer:
         local = self._local_port(offer.plane)

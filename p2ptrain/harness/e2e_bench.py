@@ -191,7 +191,7 @@ def summarize(results: dict[str, Any], target_loss: float | None) -> dict[str, A
                     run["predicted_step_additive_s"] = ideal_step_s + run["predicted_s"]
                     if run.get("predicted_step_s") is None:
                         run["predicted_step_s"] = run["predicted_step_additive_s"]
-    for name in JOIN_PATH_RUNS:
+    for name in (*JOIN_PATH_RUNS, "ideal"):  # the ideal run is simulated like any other
         r = results.get(name, {})
         for run in [r, *r.get("runs", [])]:
             measured = run.get("worker_step_s") or run.get("step_s")
@@ -271,7 +271,7 @@ def render(result: dict[str, Any]) -> str:
     """A text table of the result."""
     nan = float("nan")
     lines = [
-        f"{'run':<16} {'tokens/s':>9} {'s/step':>7} {'pred s/step':>11} "
+        f"{'run':<16} {'tokens/s':>9} {'s/step':>7} {'workers':>7} {'pred s/step':>11} "
         f"{'comm pred s':>11} {'comm meas s':>11} "
         f"{'pred err':>8} {'step err':>8} {'paper s':>8} "
         f"{'to loss ' + format(result['target_loss'], '.3f'):>16}"
@@ -286,7 +286,7 @@ def render(result: dict[str, Any]) -> str:
         step_error = r.get("step_prediction_error")
         lines.append(
             f"{name:<16} {r['tokens_per_s']:>9.0f} {r['step_s']:>7.2f} "
-            f"{r.get('predicted_step_s') or nan:>11.3f} "
+            f"{r.get('worker_step_s') or nan:>7.2f} {r.get('predicted_step_s') or nan:>11.3f} "
             f"{r.get('predicted_s', nan) if name != 'ideal' else nan:>11.3f} "
             f"{r.get('measured_s', nan):>11.3f} "
             f"{(format(error, '+.0%') if error is not None else '-'):>8} "

@@ -15,11 +15,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from p2ptrain import identity, procs
 from p2ptrain.records import RunSpec, SwarmStatus
+from p2ptrain.testbed.links import DEFAULT_BANDWIDTH_SCALE
 
 DEFAULT_NATS = ("none",) * 3 + ("cone",) * 3 + ("symmetric",) * 2
 DEFAULT_CITIES = ["Virginia", "Ohio"]
@@ -28,38 +30,41 @@ STATUS_STEPS_AFTER_KILL = 3  # the routes through the killed relay are re-made b
 KINDS = ("direct", "holepunched", "relayed")
 
 
+@dataclass(frozen=True)
+class NatSwarm:
+    """The swarm of one run: each peer's NAT, and where the peers are (city_topology)."""
+
+    nats: tuple[str, ...]
+    cities: tuple[str, ...] = tuple(DEFAULT_CITIES)
+    seed: int = 0
+    bandwidth_scale: float = DEFAULT_BANDWIDTH_SCALE
+
+
 def run_nat_bench(
     spec: RunSpec,
-    nats: tuple[str, ...],
+    swarm: NatSwarm,
     workdir: Path,
-    cities: list[str],
-    seed: int,
-    bandwidth_scale: float,
     kill_relay_at: int | None,
     baseline: bool,
     progress: Callable[[str], None],
 ) -> dict[str, Any]:
     """One NATed run (and, with `baseline`, an all-public one of the same steps)."""
-    natted = _run_swarm(spec, nats, workdir / "nat", cities, seed, bandwidth_scale,
-                        kill_relay_at, progress)  # fmt: skip
+    natted = _run_swarm(spec, swarm, workdir / "nat", kill_relay_at, progress)
     result: dict[str, Any] = dict(natted)
     if baseline:
-        public = _run_swarm(spec, ("none",) * len(nats), workdir / "public", cities, seed,
-                            bandwidth_scale, None, progress)  # fmt: skip
+        public_swarm = replace(swarm, nats=("none",) * len(swarm.nats))
+        public = _run_swarm(spec, public_swarm, workdir / "public", None, progress)
         result["baseline_loss"] = public["loss"]
         result["baseline_tokens_per_s"] = public["tokens_per_s"]
-    result["checks"] = _checks(result, nats, baseline)
+    result["checks"] = _checks(result, swarm.nats, baseline)
     result["pass"] = all(result["checks"].values())
     return result
 
 
 def _run_swarm(
     spec: RunSpec,
-    nats: tuple[str, ...],
+    swarm: NatSwarm,
     workdir: Path,
-    cities: list[str],
-    seed: int,
-    bandwidth_scale: float,
     kill_relay_at: int | None,
     progress: Callable[[str], None],
 ) -> dict[str, Any]:
@@ -69,8 +74,9 @@ def _run_swarm(
     from p2ptrain.testbed.testbed import Testbed
 
     workdir.mkdir(parents=True, exist_ok=True)
+    nats = swarm.nats
     num_peers = len(nats)
-    topology = city_topology(num_peers, 1, num_peers, seed, cities)
+    topology = city_topology(num_peers, 1, num_peers, swarm.seed, list(swarm.cities))
     nat = {i: kind for i, kind in enumerate(nats) if kind != "none"}
     started: dict[str, Any] = {}
     seen: dict[str, Any] = {"relay_bytes_of_killed": 0}
@@ -79,7 +85,7 @@ def _run_swarm(
     def on_started(address: str, nodes: list[subprocess.Popen[bytes]]) -> None:
         started.update(address=address, nodes=nodes)
 
-    with Testbed.from_topology(topology, bandwidth_scale=bandwidth_scale, nat=nat) as bed:
+    with Testbed.from_topology(topology, bandwidth_scale=swarm.bandwidth_scale, nat=nat) as bed:
         sites = TestbedSites(bed)
         peer_addr = _peer0_address(bed, workdir)
 

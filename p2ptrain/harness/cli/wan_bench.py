@@ -200,7 +200,7 @@ def _run_nat(args: argparse.Namespace) -> int:
     import tempfile
 
     from p2ptrain.errors import UserError
-    from p2ptrain.harness.nat_bench import render, run_nat_bench
+    from p2ptrain.harness.nat_bench import NatSwarm, render, run_nat_bench
     from p2ptrain.records import RunSpec, load_run_spec
     from p2ptrain.testbed.nat import check_nat_type
 
@@ -212,10 +212,11 @@ def _run_nat(args: argparse.Namespace) -> int:
     spec = load_run_spec(args.run) if args.run else RunSpec()
     spec = spec.replace(steps=args.steps, compute_aware=False)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="p2ptrain-bench-nat-"))
+    cities = tuple(c.strip() for c in args.cities.split(",") if c.strip())
+    swarm = NatSwarm(nats, cities, args.seed, args.bandwidth_scale)
     result = run_nat_bench(
-        spec, nats, workdir, [c.strip() for c in args.cities.split(",") if c.strip()], args.seed,
-        args.bandwidth_scale, args.kill_relay_at, not args.no_baseline, _progress,
-    )  # fmt: skip
+        spec, swarm, workdir, args.kill_relay_at, not args.no_baseline, _progress
+    )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
