@@ -99,8 +99,7 @@ class RelayServer:
         if not self.may_use(peer):
             return "not a member of this run"
         if peer not in self.reservations and len(self.reservations) >= MAX_RESERVATIONS:
-            self.counters.refused += 1
-            return f"relay full ({MAX_RESERVATIONS} reservations)"
+            return self._refuse(f"relay full ({MAX_RESERVATIONS} reservations)")
         self.reservations[peer] = now + RESERVATION_TTL_S
         return ""
 
@@ -113,14 +112,20 @@ class RelayServer:
             return "no reservation here", b""
         busy = self.counters.active + len(self.pending)
         if busy >= MAX_CIRCUITS or len(self.pending) >= MAX_PENDING:
-            self.counters.refused += 1
-            return f"relay busy ({MAX_CIRCUITS} circuits)", b""
+            return self._refuse(f"relay busy ({MAX_CIRCUITS} circuits)"), b""
         if max(self._circuits_of(source), self._circuits_of(target)) >= MAX_CIRCUITS_PER_PEER:
-            self.counters.refused += 1
-            return f"at most {MAX_CIRCUITS_PER_PEER} circuits per peer", b""
+            return self._refuse(f"at most {MAX_CIRCUITS_PER_PEER} circuits per peer"), b""
         token = secrets.token_bytes(TOKEN_BYTES)
         self.pending[token] = _Pending(source, target, now)
         return "", token
+
+    def _refuse(self, why: str) -> str:
+        """Count a refusal for capacity and say so (the 1st, then every 100th): a relay at its
+        limits is not oversubscribed silently."""
+        self.counters.refused += 1
+        if self.counters.refused % 100 == 1:
+            log.warning("relay refused a request (%d so far): %s", self.counters.refused, why)
+        return why
 
     def _circuits_of(self, peer: str) -> int:
         """Circuits a peer is an end of: spliced, or granted and not yet paired."""
