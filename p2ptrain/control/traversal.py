@@ -5,14 +5,15 @@
 - Two private peers reach each other through a route: a local listener (127.0.0.1, one per
   peer and plane) that each plane dials instead of the peer's own (unreachable) addresses. Each
   connection accepted there is carried by a hole punch (TCP simultaneous open, signalled through
-  one of the target's relays) or, when the punch fails (a symmetric NAT), relayed through it. A
-  punch that failed is not tried again for PUNCH_RETRY_S.
+  the target's relays, up to PUNCH_ATTEMPTS times) or, when a punch times out (a symmetric NAT),
+  relayed through one of them. A peer a punch timed out to is relayed for PUNCH_RETRY_S.
 - The relay a public node serves is control/relay_service.py's.
 - A public peer needs no route to a private one: the private peer dials it (both planes keep a
   connection either side may open streams on).
 
 The kind of each peer's connection ("direct", "holepunched", "relayed") goes out with our link
-measurements (LinkReport.connection), so `status`, the dashboard and `bench nat` see it.
+measurements (LinkReport.connection), so the status document (`status`, the dashboard's JSON)
+and `bench nat` see it.
 """
 
 from __future__ import annotations
