@@ -107,7 +107,8 @@ class Traversal:
         try:
             remote = await relay.punch(port, offer.endpoint)
         except (OSError, trio.TooSlowError):
-            self.punch_failed[offer.source] = time.monotonic()
+            # not marked as a failed punch: the dialer may have given up on the signalling and
+            # never punched; only the dialer, whose punch timed out, learns the NATs said no
             return
         try:
             with trio.fail_after(relay.RAW_HELLO_TIMEOUT_S):
