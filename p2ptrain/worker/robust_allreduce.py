@@ -213,13 +213,16 @@ class RobustAllReduceRunner(AllReduceRunner):
             try:
                 await self._exchange(peer_id, peer_index)
             except Exception as exc:
+                # noted before the parts come: the round may end as the last one registers,
+                # before this coroutine resumes
+                self.refetched[peer_id.to_base58()] = repr(exc)[:400]
                 try:
                     await asyncio.wait_for(
                         self._fetch_reduced(peer_id, peer_index), self.reducer_timeout
                     )
                 except Exception as again:
+                    del self.refetched[peer_id.to_base58()]
                     raise AllreduceException(f"{exc!r}; asked again: {again!r}") from exc
-                self.refetched[peer_id.to_base58()] = repr(exc)[:400]
         except BaseException as exc:
             if isinstance(exc, Exception):
                 self.reducer_failures[peer_id.to_base58()] = repr(exc)[:400]
