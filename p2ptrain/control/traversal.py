@@ -38,6 +38,7 @@ from p2ptrain.control.state import NodeState
 from p2ptrain.errors import WireError
 from p2ptrain.net import relay
 from p2ptrain.records import Plan
+from p2ptrain.records.peer import CONNECTIONS
 from p2ptrain.records.relay import (
     RAW_CIRCUIT,
     RAW_HELLO_BYTES,
@@ -57,7 +58,7 @@ RESERVE_RETRY_S = 5.0  # while we hold fewer slots than wanted
 PUNCH_RETRY_S = 300.0  # after a failed punch, relay that peer for this long
 PUNCH_ATTEMPTS = 3  # signalled punches per connection before relaying (see reach)
 PEERSTORE_TTL_S = 3600
-DIRECT, HOLEPUNCHED, RELAYED = "direct", "holepunched", "relayed"
+_, HOLEPUNCHED, RELAYED = CONNECTIONS  # records/peer.py: how a link's bytes travel
 
 
 class Traversal:

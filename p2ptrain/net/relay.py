@@ -293,10 +293,3 @@ async def open_raw(relay: tuple[str, int], kind: int, token: bytes) -> trio.Sock
         stream = await trio.open_tcp_stream(*relay)
     await stream.send_all(RawHello(kind, token).encode())
     return stream
-
-
-def new_port() -> int:
-    """A free local port for a punch (bound and released: the kernel hands out a fresh one)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("0.0.0.0", 0))
-        return int(sock.getsockname()[1])
