@@ -18,8 +18,11 @@ from typing import Any
 
 from p2ptrain.harness.e2e_traffic import read_metrics
 from p2ptrain.schedule.step_time import MeasuredCompute
+from p2ptrain.testbed import cpu
 
 COMPUTE_FIELDS = ("forward_s", "backward_s", "update_s")
+# the worker thread's CPU seconds in the same pieces (workers from 2026-11-25 on)
+CPU_FIELDS = ("forward_cpu_s", "backward_cpu_s", "update_cpu_s")
 
 
 def stage_medians(logs: Sequence[Path], plan_key: tuple[int, int]) -> list[dict[str, float] | None]:
@@ -51,6 +54,10 @@ def stage_medians(logs: Sequence[Path], plan_key: tuple[int, int]) -> list[dict[
         ]
         if cpu:
             medians["averaging_cpu_s"] = statistics.median(cpu)
+        for key in CPU_FIELDS:
+            spent = [float(r[key]) for r in steady if isinstance(r.get(key), int | float)]
+            if spent:
+                medians[key] = statistics.median(spent)
         framed = [
             float(r["frames_cpu_s"]) / int(r["frames"])
             for r in steady
@@ -74,31 +81,45 @@ def measured_compute(
     micro_batches: int,
     cores: Mapping[int, float] | None = None,
 ) -> MeasuredCompute | None:
-    """The (replica, stage) grid of per-micro-batch forward and backward seconds and the
-    update's, for pipelines of peer indices (index i: logs[i]); None if a stage was not timed.
-    With `cores` (peer index -> the CPU quota its worker ran under), the local work of each
-    averaging round and of each frame too: the CPU seconds its process tree spent in the round,
-    and per frame during the passes besides their compute, at that quota."""
+    """The (replica, stage) grid of what each stage's machine did per micro-batch (forward,
+    backward), per update, per averaging round and per frame, for pipelines of peer indices
+    (index i: logs[i]); None if a stage was not timed. The passes and the update are the worker
+    thread's CPU seconds where it reported them (else their wall time); the round and the frames
+    the CPU seconds its process tree spent in them. With `cores` (peer index -> the CPU quota
+    its worker ran under), each stage's machine runs that quota with the testbed's period
+    (testbed/cpu.py), as the kernel ran it."""
     medians = stage_medians(logs, plan_key)
-    grid: dict[str, list[list[float]]] = {k: [] for k in (*COMPUTE_FIELDS, "local", "frame")}
+    keys = ("forward", "backward", "update", "local", "frame", "cores", "period")
+    grid: dict[str, list[list[float]]] = {k: [] for k in keys}
     for pipe in pipelines:
         rows: dict[str, list[float]] = {k: [] for k in grid}
         for peer in pipe:
             timed = medians[peer] if peer < len(medians) else None
             if timed is None:
                 return None
-            rows["forward_s"].append(timed["forward_s"] / micro_batches)
-            rows["backward_s"].append(timed["backward_s"] / micro_batches)
-            rows["update_s"].append(timed["update_s"])
+
+            def spent(name: str, timed: dict[str, float] = timed) -> float:
+                return timed.get(f"{name}_cpu_s", timed[f"{name}_s"])
+
+            rows["forward"].append(spent("forward") / micro_batches)
+            rows["backward"].append(spent("backward") / micro_batches)
+            rows["update"].append(spent("update"))
+            rows["local"].append(timed.get("averaging_cpu_s", 0.0))
+            rows["frame"].append(timed.get("frame_cpu_s", 0.0))
             quota = (cores or {}).get(peer)
-            cpu_s = timed.get("averaging_cpu_s", 0.0)
-            rows["local"].append(cpu_s / quota if quota else cpu_s)
-            frame_s = timed.get("frame_cpu_s", 0.0)
-            rows["frame"].append(frame_s / quota if quota else frame_s)
+            rows["cores"].append(quota or 0.0)
+            rows["period"].append(cpu.period_us(quota) / 1e6 if quota else 0.0)
         for k in grid:
             grid[k].append(rows[k])
+    quotas = all(c > 0 for row in grid["cores"] for c in row)
     return MeasuredCompute(
-        grid["forward_s"], grid["backward_s"], grid["update_s"], grid["local"], grid["frame"]
+        grid["forward"],
+        grid["backward"],
+        grid["update"],
+        grid["local"],
+        grid["frame"],
+        quota_cores=grid["cores"] if quotas else (),
+        quota_period_s=grid["period"] if quotas else (),
     )
 
 
@@ -112,10 +133,8 @@ def compute_summary(
         timed = medians[peer] if peer < len(medians) else None
         return None if timed is None or key not in timed else round(timed[key], 4)
 
-    return {
-        key: [[of(peer, key) for peer in pipe] for pipe in pipelines]
-        for key in (*COMPUTE_FIELDS, "averaging_s", "averaging_cpu_s", "frame_cpu_s", "step_s")
-    }
+    keys = (*COMPUTE_FIELDS, *CPU_FIELDS, "averaging_s", "averaging_cpu_s", "frame_cpu_s", "step_s")
+    return {key: [[of(peer, key) for peer in pipe] for pipe in pipelines] for key in keys}
 
 
 def steady_step_s(

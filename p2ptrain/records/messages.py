@@ -109,6 +109,12 @@ class MetricsReport:
     # stage sent and received
     frames_cpu_s: float | None = None
     frames: int | None = None
+    # the CPU seconds of the worker's own thread in the passes and in the update (the time of a
+    # CPU-bound piece under a quota is its CPU / the quota; its wall time also holds the waits
+    # other threads' work caused: the bench's step simulation takes the CPU)
+    forward_cpu_s: float | None = None
+    backward_cpu_s: float | None = None
+    update_cpu_s: float | None = None
 
     @property
     def plan_key(self) -> tuple[int, int]:
@@ -147,6 +153,9 @@ class MetricsReport:
             ),
             frames_cpu_s=f.optional_number(d.get("frames_cpu_s"), "metrics", "frames_cpu_s"),
             frames=f.optional_integer(d.get("frames"), "metrics", "frames"),
+            forward_cpu_s=f.optional_number(d.get("forward_cpu_s"), "metrics", "forward_cpu_s"),
+            backward_cpu_s=f.optional_number(d.get("backward_cpu_s"), "metrics", "backward_cpu_s"),
+            update_cpu_s=f.optional_number(d.get("update_cpu_s"), "metrics", "update_cpu_s"),
             **values,
         )
 

@@ -31,6 +31,7 @@ topology's), sizes in bytes, times in seconds.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -164,11 +165,49 @@ class MeasuredCompute:
     backward_s: Sequence[Sequence[float]]
     update_s: Sequence[Sequence[float]]
     # the local work of each member's averaging round (serialising, reducing, the daemon's
-    # copies), in wall seconds on its machine; empty: not measured (counted as none)
+    # copies), CPU seconds of its machine; empty: not measured (counted as none)
     averaging_local_s: Sequence[Sequence[float]] = ()
     # the local work of each frame the stage sends or receives (serialising, the asyncio thread,
-    # the daemon's copies: CPU besides the passes, per frame), wall seconds; empty: none
+    # the daemon's copies: CPU besides the passes, per frame), CPU seconds; empty: none
     frame_local_s: Sequence[Sequence[float]] = ()
+    # the CPU quota each stage's machine runs under, in cores, and the period it is handed out
+    # in (CFS: that share of every period), seconds; empty: none. All of a stage's work draws
+    # on it (CpuBudget), so the times above are then CPU seconds, the passes' too
+    quota_cores: Sequence[Sequence[float]] = ()
+    quota_period_s: Sequence[Sequence[float]] = ()
+
+
+class CpuBudget:
+    """One machine's CPU under a quota, as Linux's CFS bandwidth control runs it: work goes at
+    full speed while the period's slice lasts, then waits for the next period (no carry-over).
+    So a short burst after an idle wait costs its CPU seconds, and long work costs CPU / cores:
+    the two ends that a single rate gets wrong (docs/scheduler.md, "CPU quotas"). The periods
+    start at time 0; work must be run in time order. No quota: work costs its CPU seconds."""
+
+    def __init__(self, cores: float | None = None, period_s: float = 0.1) -> None:
+        if cores is not None and not (cores > 0 and period_s > 0):
+            raise ValueError(f"a quota needs cores > 0 and a period > 0, got {cores}, {period_s}")
+        self.slice_s = None if cores is None else cores * period_s
+        self.period_s = period_s
+        self._period = -1
+        self._left = 0.0
+
+    def run(self, start: float, cpu_s: float) -> float:
+        """When work of `cpu_s` CPU seconds that may start at `start` is done."""
+        if self.slice_s is None or cpu_s <= 0:
+            return start + max(cpu_s, 0.0)
+        period = math.floor(start / self.period_s + 1e-9)  # at a boundary: the next one
+        if period != self._period:  # a new period: a fresh slice
+            self._period, self._left = period, self.slice_s
+        now = min(start + min(cpu_s, self._left), (period + 1) * self.period_s)
+        todo, self._left = cpu_s - (now - start), self._left - (now - start)
+        if todo <= 1e-12:
+            return now
+        # the rest from the next period on, a whole slice each until the last
+        periods = max(1, math.ceil(todo / self.slice_s - 1e-9))
+        used = todo - (periods - 1) * self.slice_s
+        self._period, self._left = period + periods, self.slice_s - used
+        return (period + periods) * self.period_s + used
 
 
 SIMULATED_STEPS = 6  # the period settles within a few steps; the model reports the last one
@@ -186,10 +225,11 @@ def simulated_step_s(
     delay and rate: GPipe as worker/pipeline.py runs it, step after step, with averaging.
 
     Each stage works one thing at a time: forward of micro-batches 0..M-1 (each once its input
-    arrived), then backward of M-1..0 (each once its output's gradient arrived), then waits for
-    its group's averaging (all members finished backward; group_averaging_s, plus the slowest
-    member's measured local work of a round, averaging_local_s), then updates. Every frame it
-    sends or takes in also costs it its measured local work (frame_local_s).
+    arrived), then backward of M-1..0 (each once its output's gradient arrived), then its part
+    of its group's averaging (the local work of a round, averaging_local_s, once all members
+    finished backward; then group_averaging_s on the links), then updates. Every frame it sends
+    or takes in also costs it its measured local work (frame_local_s). All of that work runs on
+    the stage's machine (CpuBudget: under its CPU quota where there is one).
     Frames leave without blocking compute; each direction of a link serialises them (a frame
     arrives one-way delay + its bytes / rate after its link is free) and the stage's step ends
     once the answer to its last frame is back. The next step of a stage starts after its
@@ -198,31 +238,56 @@ def simulated_step_s(
     delay_s = np.asarray(delay_ms, dtype=np.float64) / 1e3
     rate_bps = np.asarray(bandwidth_gbps, dtype=np.float64) * 1e9
     num_stages, micros = len(pipelines[0]), traffic.micro_batches
-    frame_bits = traffic.activation_bytes * 8
     groups = [
         group_averaging_s(
             delay_s, rate_bps, [pipe[s] for pipe in pipelines], traffic.stage_gradient_bytes[s]
         )
         for s in range(num_stages)
     ]
+    machines = [
+        [
+            CpuBudget(compute.quota_cores[r][s], compute.quota_period_s[r][s])
+            if compute.quota_cores else CpuBudget()
+            for s in range(num_stages)
+        ]
+        for r in range(len(pipelines))
+    ]  # fmt: skip
     ready = np.zeros((len(pipelines), num_stages))  # when each stage may start the next step
     ends: list[float] = []
     for _ in range(steps):
         done = np.zeros_like(ready)  # backward of micro-batch 0 finished
         for r, pipe in enumerate(pipelines):
             frame_local = compute.frame_local_s[r] if compute.frame_local_s else [0.0] * len(pipe)
-            done[r] = _one_replica(delay_s, rate_bps, pipe, micros, frame_bits, ready[r],
-                                   compute.forward_s[r], compute.backward_s[r],
-                                   frame_local)  # fmt: skip
+            stage = _StageWork(compute.forward_s[r], compute.backward_s[r], frame_local,
+                               machines[r])  # fmt: skip
+            done[r] = _one_replica(delay_s, rate_bps, pipe, micros,
+                                   traffic.activation_bytes * 8, ready[r], stage)  # fmt: skip
         for s in range(num_stages):
-            local = max(compute.averaging_local_s[r][s] for r in range(len(pipelines))) if (
-                compute.averaging_local_s and groups[s] > 0
-            ) else 0.0  # fmt: skip
-            averaged = float(done[:, s].max()) + groups[s] + local
+            started = float(done[:, s].max())
+            local = [
+                machines[r][s].run(started, compute.averaging_local_s[r][s])
+                if compute.averaging_local_s and groups[s] > 0 else started
+                for r in range(len(pipelines))
+            ]  # fmt: skip
+            averaged = max(local) + groups[s]
             for r in range(len(pipelines)):
-                ready[r, s] = averaged + compute.update_s[r][s]
+                ready[r, s] = machines[r][s].run(averaged, compute.update_s[r][s])
         ends.append(float(ready.max()))
     return ends[-1] - ends[-2] if len(ends) > 1 else ends[-1]
+
+
+@dataclass(frozen=True)
+class _StageWork:
+    """One replica's stages: per micro-batch compute and per frame local work, and the machine
+    each runs on."""
+
+    forward_s: Sequence[float]
+    backward_s: Sequence[float]
+    frame_local_s: Sequence[float]
+    machines: Sequence[CpuBudget]
+
+    def run(self, s: int, start: float, cpu_s: float) -> float:
+        return self.machines[s].run(start, cpu_s)
 
 
 def _one_replica(
@@ -232,13 +297,11 @@ def _one_replica(
     micros: int,
     frame_bits: float,
     ready: FloatArray,
-    forward_s: Sequence[float],
-    backward_s: Sequence[float],
-    frame_local_s: Sequence[float],
+    work: _StageWork,
 ) -> FloatArray:
     """When each stage of one replica finishes the step's backward pass (see simulated_step_s).
-    Each frame a stage sends or takes in costs it frame_local_s[s] of its machine's time, in
-    line with its compute (one CPU budget)."""
+    Each frame a stage sends or takes in costs it frame_local_s[s] on its machine, in line with
+    its compute."""
     stages = len(pipe)
 
     def deliver(link_free: float, sent: float, a: int, b: int) -> tuple[float, float]:
@@ -252,20 +315,23 @@ def _one_replica(
     for s in range(stages):
         link_free, out = 0.0, np.zeros(micros)
         for m in range(micros):
-            taken_in = frame_local_s[s] if s else 0.0
-            busy[s] = max(busy[s], arrive[m] if s else busy[s]) + taken_in + forward_s[s]
+            if s:  # take the activations in
+                busy[s] = work.run(s, max(busy[s], arrive[m]), work.frame_local_s[s])
+            busy[s] = work.run(s, busy[s], work.forward_s[s])
             if s + 1 < stages:
-                busy[s] += frame_local_s[s]
+                busy[s] = work.run(s, busy[s], work.frame_local_s[s])
                 link_free, out[m] = deliver(link_free, busy[s], pipe[s], pipe[s + 1])
         arrive = out
     grads = np.full(micros, busy[-1])  # the last stage's backward needs no frame
     for s in reversed(range(stages)):
         link_free, out = 0.0, np.zeros(micros)
         for m in reversed(range(micros)):
-            taken_in = frame_local_s[s] if s < stages - 1 else 0.0
-            busy[s] = max(busy[s], grads[m]) + taken_in + backward_s[s]
+            start = max(busy[s], grads[m])
+            if s < stages - 1:  # take the gradient in
+                start = work.run(s, start, work.frame_local_s[s])
+            busy[s] = work.run(s, start, work.backward_s[s])
             if s > 0:
-                busy[s] += frame_local_s[s]
+                busy[s] = work.run(s, busy[s], work.frame_local_s[s])
                 link_free, out[m] = deliver(link_free, busy[s], pipe[s], pipe[s - 1])
                 acked[s] = out[m] + delay_s[pipe[s - 1], pipe[s]]
         grads = out

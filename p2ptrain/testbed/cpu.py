@@ -24,11 +24,22 @@ from p2ptrain.errors import UserError
 from p2ptrain.testbed.topology_file import per_peer
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-# A throttled process waits up to a period for its next slice: the kernel's default 100 ms
-# delayed a quarter-core peer's answers to link probes by tens of ms; 40 ms stays near the
-# links' own delays and still allows a fortieth of a core (a slow worker's share).
-PERIOD_US = 40_000
-MIN_CORES = 0.025  # the kernel's smallest quota is 1 ms per period
+# CFS hands a cgroup its quota as a slice of every period: work runs at full speed until the
+# slice is spent, then waits for the next period. A slow machine runs every instruction slower,
+# so the period is the shortest that gives a slice of at least the kernel's smallest quota (1
+# ms), and no shorter than MIN_PERIOD_US: with 40 ms periods a 0.19-core worker ran each short
+# burst of a step (a micro-batch's pass, a frame) at full speed and stalled for the rest of the
+# period, neither a slow machine nor something the step model can price as one; a throttled
+# peer's answers also wait for at most a period.
+MIN_QUOTA_US = 1_000
+MIN_PERIOD_US = 5_000
+NO_QUOTA_PERIOD_US = 100_000  # the kernel's default
+MIN_CORES = 0.025  # a 40 ms period for the smallest quota
+
+
+def period_us(cores: float) -> int:
+    """The CFS period of a quota of `cores` (see MIN_PERIOD_US)."""
+    return max(MIN_PERIOD_US, math.ceil(MIN_QUOTA_US / check_cores(cores)))
 
 
 def cpu_root() -> tuple[Path, str]:
@@ -64,11 +75,14 @@ def create(name: str) -> str:
 def set_quota(path: str, cores: float | None) -> None:
     """Limit the cgroup to `cores` of CPU time (None: no limit)."""
     group = Path(path)
-    quota = -1 if cores is None else max(1000, round(check_cores(cores) * PERIOD_US))
+    period = NO_QUOTA_PERIOD_US if cores is None else period_us(cores)
+    quota = -1 if cores is None else max(MIN_QUOTA_US, round(cores * period))
     if (group / "cpu.max").exists():
-        (group / "cpu.max").write_text(f"{'max' if quota < 0 else quota} {PERIOD_US}")
+        (group / "cpu.max").write_text(f"{'max' if quota < 0 else quota} {period}")
     else:
-        (group / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+        # v1 checks the quota against the period it has: lift the quota before a shorter period
+        (group / "cpu.cfs_quota_us").write_text("-1")
+        (group / "cpu.cfs_period_us").write_text(str(period))
         (group / "cpu.cfs_quota_us").write_text(str(quota))
 
 

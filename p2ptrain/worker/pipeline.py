@@ -47,7 +47,8 @@ class StageTiming:
 
     forward_s: float = 0.0  # every micro-batch's forward, with the loss on the last stage
     backward_s: float = 0.0
-    compute_cpu_s: float = 0.0  # this thread's CPU seconds in those passes
+    forward_cpu_s: float = 0.0  # this thread's CPU seconds in those passes
+    backward_cpu_s: float = 0.0
     frames: int = 0  # frames sent and received
 
 
@@ -173,7 +174,7 @@ def run_step(
         else:
             out = out.float()  # frames, and the gradient that comes back, are fp32 on our side
         timing.forward_s += _computed_since(started, out)
-        timing.compute_cpu_s += time.thread_time() - cpu
+        timing.forward_cpu_s += time.thread_time() - cpu
         if not role.is_last:
             send(role.next_peer, out.detach(), ACTIVATION, m)
         inputs.append(inp)
@@ -184,7 +185,7 @@ def run_step(
         started, cpu = time.perf_counter(), time.thread_time()
         outputs[m].backward(upstream)
         timing.backward_s += _computed_since(started, outputs[m])
-        timing.compute_cpu_s += time.thread_time() - cpu
+        timing.backward_cpu_s += time.thread_time() - cpu
         if not role.is_first:
             grad = inputs[m].grad
             assert grad is not None

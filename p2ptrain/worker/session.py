@@ -27,14 +27,7 @@ from p2ptrain.worker.cpu_clock import TreeCpuClock
 from p2ptrain.worker.device import precision_for
 from p2ptrain.worker.dht_helpers import bootstrap_dht, swarm_prefix
 from p2ptrain.worker.faults import NO_FAULTS, Faults
-from p2ptrain.worker.frames import (
-    AlreadyHave,
-    Expected,
-    FrameHeader,
-    NotReady,
-    PeerLost,
-    Stopped,
-)
+from p2ptrain.worker.frames import AlreadyHave, Expected, FrameHeader, NotReady, PeerLost, Stopped
 from p2ptrain.worker.ipc import PlanInbox
 from p2ptrain.worker.link_bounds import dial_window_s
 from p2ptrain.worker.restore import restore_stage
@@ -221,10 +214,11 @@ class Session:
                 if self._placement_changed():
                     return SessionEnd.NEW_PLAN
                 self.plan_version = self.inbox.version  # same placement (new addresses): go on
-            started_s = time.monotonic()
+            started_s, thread_cpu_s = time.monotonic(), time.thread_time()
             set_lr(self.optimizer, lr_at(self.step, self.spec))
             timing = pipeline.StageTiming()
             passes_s, passes_cpu_s = time.monotonic(), self._cpu.seconds()
+            update_cpu_s = time.thread_time() - thread_cpu_s
             try:
                 loss = pipeline.run_step(
                     model,
@@ -247,9 +241,11 @@ class Session:
                 return SessionEnd.PEER_LOST
             pipeline.unscale_grads(model, self.spec)
             averaging_s, averaging_cpu_s = time.monotonic(), self._cpu.seconds()
-            frames_cpu_s = max(0.0, averaging_cpu_s - passes_cpu_s - timing.compute_cpu_s)
+            computed_cpu_s = timing.forward_cpu_s + timing.backward_cpu_s
+            frames_cpu_s = max(0.0, averaging_cpu_s - passes_cpu_s - computed_cpu_s)
             averaging = self._average_gradients()
             update_s, averaging_cpu_s = time.monotonic(), self._cpu.seconds() - averaging_cpu_s
+            thread_cpu_s = time.thread_time()
             if averaging == "stopped" and self.inbox.stopped:
                 self.optimizer.zero_grad(set_to_none=True)
                 return SessionEnd.STOPPED
@@ -299,6 +295,9 @@ class Session:
                     averaging_cpu_s=averaging_cpu_s if self._cpu.available else None,
                     frames_cpu_s=frames_cpu_s if self._cpu.available else None,
                     frames=timing.frames,
+                    forward_cpu_s=timing.forward_cpu_s,
+                    backward_cpu_s=timing.backward_cpu_s,
+                    update_cpu_s=update_cpu_s + time.thread_time() - thread_cpu_s,
                 )
             )
             self.step += 1
