@@ -52,3 +52,33 @@ def test_the_steady_step_is_the_median_of_the_placed_workers_own_steps(tmp_path:
     assert steady_step_s(logs, PLAN, [[0, 1]]) == pytest.approx(1.0)
     assert compute_summary(logs, PLAN, [[0, 1]])["step_s"] == [[1.1, 0.9]]
     assert steady_step_s(logs, (9, 9), [[0, 1]]) is None
+
+
+def test_cpu_seconds_and_the_testbed_quota_go_to_the_simulation(tmp_path: Path) -> None:
+    logs = [tmp_path / f"m{i}.jsonl" for i in range(2)]
+    for path, cpu_scale in zip(logs, (0.5, None), strict=True):
+        rows = [
+            {"type": "metrics", "step": i, "term": 1, "epoch": 2, "forward_s": 0.4,
+             "backward_s": 0.8, "update_s": 0.1, "averaging_cpu_s": 0.05, "frames_cpu_s": 0.04,
+             "frames": 8}
+            for i in range(3)
+        ]  # fmt: skip
+        if cpu_scale is not None:  # a newer worker: its thread's CPU in the passes and update
+            for row in rows:
+                row |= {"forward_cpu_s": 0.2, "backward_cpu_s": 0.4, "update_cpu_s": 0.05}
+        path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    compute = measured_compute(logs, PLAN, [[0, 1]], micro_batches=2, cores={0: 0.25, 1: 0.1})
+    assert compute is not None
+    # CPU where reported (per micro-batch), the wall time where not
+    assert compute.forward_s == [[pytest.approx(0.1), pytest.approx(0.2)]]
+    assert compute.backward_s == [[pytest.approx(0.2), pytest.approx(0.4)]]
+    assert compute.update_s == [[pytest.approx(0.05), pytest.approx(0.1)]]
+    # the round's and each frame's CPU seconds, as measured (the quota is the machine's)
+    assert compute.averaging_local_s == [[0.05, 0.05]]
+    assert compute.frame_local_s == [[pytest.approx(0.005)] * 2]
+    # the testbed's quota and its period (testbed/cpu.py): a 1 ms slice, a 5 ms floor
+    assert compute.quota_cores == [[0.25, 0.1]]
+    assert compute.quota_period_s == [[pytest.approx(0.005), pytest.approx(0.01)]]
+    # without quotas for every stage: machines without one
+    unlimited = measured_compute(logs, PLAN, [[0, 1]], micro_batches=2, cores={0: 0.25})
+    assert unlimited is not None and unlimited.quota_cores == ()

@@ -3,12 +3,16 @@ against the communication-only model where compute is zero."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from p2ptrain.schedule.step_time import (
+    CpuBudget,
     MeasuredCompute,
     StepTraffic,
+    group_averaging_s,
     simulated_step_s,
     step_time,
 )
@@ -108,3 +112,49 @@ def test_each_frame_a_stage_sends_or_takes_in_costs_its_local_work() -> None:
     traffic = StepTraffic((0.0, 0.0), activation_bytes=0.0, micro_batches=2)
     two = simulated_step_s(delay, rate, [[0, 1]], traffic, costly)
     assert two == pytest.approx(2 * f0 + 4 * f1)
+
+
+def test_a_cpu_quota_runs_bursts_at_full_speed_and_long_work_at_its_share() -> None:
+    # a quarter core handed out as 10 ms of every 40 ms period (Linux CFS)
+    machine = CpuBudget(0.25, 0.04)
+    assert machine.run(0.0, 0.004) == pytest.approx(0.004)  # within the slice: full speed
+    # 6 ms of the slice left: the rest of this 10 ms waits for the next period
+    assert machine.run(0.004, 0.010) == pytest.approx(0.040 + 0.004)
+    # 0.1 s of CPU from an idle start: 10 slices, the last one ends 10 ms into its period
+    assert CpuBudget(0.25, 0.04).run(0.2, 0.1) == pytest.approx(0.2 + 9 * 0.04 + 0.01)
+    assert CpuBudget().run(1.0, 0.3) == pytest.approx(1.3)  # no quota: its CPU seconds
+    with pytest.raises(ValueError):
+        CpuBudget(0.0, 0.04)
+
+
+def quota(compute: MeasuredCompute, cores: float, period_s: float) -> MeasuredCompute:
+    grid = [[cores] * len(row) for row in compute.forward_s]
+    return dataclasses.replace(
+        compute, quota_cores=grid, quota_period_s=[[period_s] * len(r) for r in grid]
+    )
+
+
+def test_a_step_that_never_waits_runs_at_the_quota_share() -> None:
+    # one stage, 10 ms of CPU a step, back to back: a quarter core takes 40 ms a step
+    delay, rate = instant_links(1)
+    traffic = StepTraffic((0.0,), activation_bytes=0.0, micro_batches=1)
+    compute = uniform(1, 1, 0.004, 0.006)
+    assert simulated_step_s(delay, rate, [[0]], traffic, compute) == pytest.approx(0.010)
+    limited = quota(compute, 0.25, 0.04)
+    assert simulated_step_s(delay, rate, [[0]], traffic, limited) == pytest.approx(0.040)
+
+
+def test_a_burst_after_waiting_on_the_network_runs_at_full_speed() -> None:
+    # two one-stage replicas averaging over 50 ms links: each step's 8 ms of CPU comes after
+    # the stage sat idle, within one period's 10 ms slice, so the quota does not slow it
+    delay = np.array([[0.0, 50.0], [50.0, 0.0]])
+    rate = np.full((2, 2), 1e9)
+    traffic = StepTraffic((1000.0,), activation_bytes=0.0, micro_batches=1)
+    compute = uniform(2, 1, 0.004, 0.004)
+    free = simulated_step_s(delay, rate, [[0], [1]], traffic, compute)
+    averaging = group_averaging_s(delay / 1e3, rate * 1e9, [0, 1], 1000.0)
+    assert free == pytest.approx(0.008 + averaging)
+    limited = simulated_step_s(delay, rate, [[0], [1]], traffic, quota(compute, 0.25, 0.04))
+    assert limited == pytest.approx(free)
+    # the same CPU as one fluid quarter core (every piece at CPU / 0.25) would be 24 ms slower
+    assert limited < 0.008 / 0.25 + averaging - 0.02
