@@ -85,25 +85,62 @@ def pass_time_s(
     return latency_s + sum(transfer_s) + (traffic.micro_batches - 1) * max(transfer_s)
 
 
+# How the data plane cuts a tensor for averaging (worker/averaging.py passes it to hivemind):
+# each member's share of the tensor in PARTS_PER_SHARE parts at least, MAX_PART_BYTES at most
+# each. hivemind hands every part to one reducer whole, so parts must be smaller than a share
+# for the shares to be even, and several parts let a reducer send one part's average back
+# while the next part is still on the wire.
+PARTS_PER_SHARE = 4
+MAX_PART_BYTES = 2**19  # hivemind's default part size
+
+
+def part_size_bytes(tensor_bytes: float, members: int) -> int:
+    """The size of the parts a tensor of `tensor_bytes` (on the wire) is averaged in by a
+    group of `members`."""
+    share = tensor_bytes / max(members, 1)
+    return max(1, min(MAX_PART_BYTES, math.ceil(share / PARTS_PER_SHARE)))
+
+
 def group_averaging_s(
     delay_s: FloatArray, rate_bps: FloatArray, members: Sequence[int], gradient_bytes: float
 ) -> float:
     """Metadata swap + all-reduce of one stage's group, all members starting together (0 for a
-    group of one): the time until the last member holds every averaged part."""
+    group of one): the time until the last member holds every averaged part.
+
+    Each member's share (1/R of the gradient) travels in parts (part_size_bytes). A member
+    sends its pieces of the others' shares first; a reducer reduces part j once every member's
+    part j arrived and sends its average back to each member on the same link, after that
+    link's own pieces: each direction of a link carries 2/R of the gradient."""
     num = len(members)
     if num < 2:
         return 0.0
-    part_bits = gradient_bytes * 8 / num
+    share_bits = gradient_bytes * 8 / num
+    parts = max(1, math.ceil(gradient_bytes / num / part_size_bytes(gradient_bytes, num)))
+    part_bits = share_bits / parts
     # member a may start once every groupmate's metadata reached it
     start = {a: max(delay_s[b, a] for b in members if b != a) for a in members}
-
-    def transfer(a: int, b: int) -> float:  # a part from a to b (0 to itself)
-        return 0.0 if a == b else float(delay_s[a, b] + part_bits / rate_bps[a, b])
-
-    # b reduces its part once every member's piece of it arrived; then sends the average back
-    reduced = {b: max(start[a] + transfer(a, b) for a in members) for b in members}
-    done = [reduced[b] + transfer(b, a) for a in members for b in members]
-    return float(max(done))
+    # part j of b's share from a reaches b (a sends its pieces of every share at once, a link
+    # for each groupmate)
+    reduced = {
+        b: [
+            max(
+                start[b] if a == b else start[a] + (j + 1) * part_bits / rate_bps[a, b] + delay_s[a, b]
+                for a in members
+            )
+            for j in range(parts)
+        ]
+        for b in members
+    }  # fmt: skip
+    done = 0.0
+    for b in members:  # b's averages back to each a, after b's own pieces on that link
+        for a in members:
+            if a == b:
+                continue
+            sent = start[b] + share_bits / rate_bps[b, a]
+            for j in range(parts):
+                sent = max(sent, reduced[b][j]) + part_bits / rate_bps[b, a]
+            done = max(done, float(sent + delay_s[b, a]))
+    return done
 
 
 def step_time(

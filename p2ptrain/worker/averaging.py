@@ -17,6 +17,7 @@ import torch
 
 from p2ptrain.errors import WireError
 from p2ptrain.records import NetworkFacts
+from p2ptrain.schedule.step_time import part_size_bytes
 from p2ptrain.worker.checks import (
     COMPRESSED_TOLERANCE,
     EXACT_TOLERANCE,
@@ -154,6 +155,7 @@ class StageAverager:
         from p2ptrain.worker.planned_group import GroupmatesAhead, PlannedGroupAverager
 
         codec: CompressionBase = NoCompression() if compression == "none" else Float16Compression()
+        wire_bytes = 4 if compression == "none" else 2
         self._groupmates_ahead = GroupmatesAhead
         self._averager = PlannedGroupAverager(
             [self._buffer], dht, start=True, prefix=prefix,
@@ -163,6 +165,8 @@ class StageAverager:
             request_timeout=self.timeouts.request_s, compression=codec,
             sender_timeout=self.timeouts.sender_s, reducer_timeout=self.timeouts.reducer_s,
             allreduce_timeout=self.timeouts.allreduce_s,
+            # an even share for each member, in parts (schedule/step_time.py, "parts")
+            part_size_bytes=part_size_bytes(num_params * wire_bytes, num_replicas),
         )  # fmt: skip
 
     def average(

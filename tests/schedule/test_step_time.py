@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from p2ptrain.schedule.step_time import (
+    MAX_PART_BYTES,
     StepTraffic,
     group_averaging_s,
+    part_size_bytes,
     pass_time_s,
     step_time,
 )
@@ -35,10 +37,15 @@ def test_a_single_stage_has_no_pipeline_time() -> None:
 def test_group_of_two_averages_half_the_gradient_each_way() -> None:
     delay_s = np.array([[0.0, 0.1], [0.1, 0.0]])
     rate_bps = np.full((2, 2), 8e6)
-    # metadata 0.1; 1 MB gradient: parts of 0.5 MB = 0.5 s each way, plus 0.1 each way
+    # metadata 0.1; 1 MB gradient, a share of 0.5 MB each in 4 parts: each link carries its
+    # member's piece of the other share (0.5 s), then the 4 averaged parts of its own share
+    # back (0.5 s; the first was reduced at 0.325 s, long before), plus 0.1 to arrive
     assert group_averaging_s(delay_s, rate_bps, [0, 1], 1_000_000) == pytest.approx(
-        0.1 + 0.1 + 0.5 + 0.1 + 0.5
+        0.1 + 0.5 + 0.5 + 0.1
     )
+    # the parts: a quarter of a share, hivemind's 512 KiB at most
+    assert part_size_bytes(1_000_000, 2) == 125_000
+    assert part_size_bytes(10e6, 2) == MAX_PART_BYTES
     assert group_averaging_s(delay_s, rate_bps, [1], 1_000_000) == 0.0
 
 
@@ -46,10 +53,10 @@ def test_group_of_three_is_bound_by_its_slowest_pair() -> None:
     delay_s = np.array([[0.0, 0.01, 0.2], [0.01, 0.0, 0.01], [0.2, 0.01, 0.0]])
     rate_bps = np.full((3, 3), 8e6)
     rate_bps[0, 2] = rate_bps[2, 0] = 4e6
-    # metadata: peers 0 and 2 wait 0.2 for each other's; pair (0, 2): parts of 0.4 MB at
-    # 4 Mbit/s = 0.8 s each way, plus 0.2 each way
+    # metadata: peers 0 and 2 wait 0.2 for each other's; pair (0, 2): shares of 0.4 MB at
+    # 4 Mbit/s, 0.8 s: the link carries the piece, then the averaged share back, plus 0.2
     assert group_averaging_s(delay_s, rate_bps, [0, 1, 2], 1_200_000) == pytest.approx(
-        0.2 + 0.2 + 0.8 + 0.2 + 0.8
+        0.2 + 0.8 + 0.8 + 0.2
     )
 
 
@@ -81,30 +88,30 @@ def test_step_time_of_two_by_two() -> None:
     across = step_time(delay_ms, bandwidth, [[0, 1], [2, 3]], traffic)
     # each way: 5 ms + 25 kB at 40 Mbit/s (5 ms) + 1 more micro-batch (5 ms) = 15 ms
     assert across.pipeline_s == pytest.approx(0.03)
-    # stage 0 across: metadata 50 ms + 2 x 50 ms + 2 x 250 kB at 10 Mbit/s (0.2 s)
-    # stage 1 across: metadata 50 ms + 2 x 50 ms + 2 x 125 kB at 10 Mbit/s (0.1 s)
-    assert across.group_averaging_s == pytest.approx((0.55, 0.35))
-    assert across.comm_s == pytest.approx(0.03 + 0.55)  # stage 0: the whole pipeline + its DP
+    # stage 0 across: metadata 50 ms + 2 x 250 kB at 10 Mbit/s (0.2 s: the piece, then the
+    # averaged share) + 50 ms; stage 1 across: the same with 125 kB shares (0.1 s)
+    assert across.group_averaging_s == pytest.approx((0.5, 0.3))
+    assert across.comm_s == pytest.approx(0.03 + 0.5)  # stage 0: the whole pipeline + its DP
     assert across.critical_stage == 0
 
     # pipelines across, groups inside a city: [[0, 2], [1, 3]]
     inside = step_time(delay_ms, bandwidth, [[0, 2], [1, 3]], traffic)
     # each way: 50 ms + 25 kB at 10 Mbit/s (20 ms) + 20 ms = 0.09
     assert inside.pipeline_s == pytest.approx(0.18)
-    # stage 0 inside: metadata 5 ms + 2 x 5 ms + 2 x 250 kB at 40 Mbit/s (0.05 s)
-    assert inside.group_averaging_s[0] == pytest.approx(0.005 + 0.01 + 0.1)
-    assert inside.comm_s == pytest.approx(0.18 + 0.115)
+    # stage 0 inside: metadata 5 ms + 2 x 250 kB at 40 Mbit/s (0.05 s) + 5 ms
+    assert inside.group_averaging_s[0] == pytest.approx(0.005 + 0.1 + 0.005)
+    assert inside.comm_s == pytest.approx(0.18 + 0.11)
 
 
 def test_a_slow_last_group_can_be_the_critical_path() -> None:
     delay_ms, bandwidth = _two_cities()
     traffic = StepTraffic((0.0, 5_000_000.0), activation_bytes=25_000, micro_batches=2)
     result = step_time(delay_ms, bandwidth, [[0, 1], [2, 3]], traffic)
-    # stage 1 across: metadata 50 ms + 2 x 50 ms + 2 x 2.5 MB at 10 Mbit/s (4 s)
-    # stage 0's path is the pipeline (0.03) + an empty all-reduce (0.15)
+    # stage 1 across: metadata 50 ms + 2 x 2.5 MB at 10 Mbit/s (4 s, in 5 parts of 512 KiB
+    # each way) + 50 ms; stage 0's path is the pipeline (0.03) + an empty all-reduce (0.15)
     assert result.critical_stage == 1
-    assert result.comm_s == pytest.approx(4.15)
-    assert result.averaging_s == pytest.approx(4.15)
+    assert result.comm_s == pytest.approx(4.1)
+    assert result.averaging_s == pytest.approx(4.1)
 
 
 def test_asymmetric_links_use_each_direction() -> None:
