@@ -11,10 +11,11 @@ ways that matter at WAN round trips (docs/scheduler.md, "Step time on the data p
 - Averaging inside a stage's group of R replicas, the group the plan fixes
   (worker/planned_group.py): each member first sends its round metadata to every other member
   (one one-way delay; a member starts once it holds everyone's), then hivemind's all-reduce:
-  each member sends 1/R of its gradient to every other member, each member reduces its part
-  once every part arrived and sends the average back (one-way delay + transfer of G / R each
-  way; links run in parallel). No DHT: matchmaking through it is only the retry of a failed
-  round, which the model leaves out.
+  each member reduces an even share (1/R) of the gradient, which travels in parts: every member
+  sends its piece of each share to that share's reducer, the reducer averages a part once
+  every piece of it arrived and sends the average back on the same link, after that link's own
+  pieces (group_averaging_s; links run in parallel). No DHT: matchmaking through it is only
+  the retry of a failed round, which the model leaves out.
 - The critical path: stage j averages once the backward pass is back at j, and the next step's
   forward pass reaches j only after that. So a step lasts, for the worst j, the forward pass
   from j to the last stage, the backward pass back to j, and stage j's averaging; for j = 0
