@@ -95,11 +95,11 @@ PARTS_PER_SHARE = 4
 MAX_PART_BYTES = 2**19  # hivemind's default part size
 
 
-def part_size_bytes(tensor_bytes: float, members: int) -> int:
-    """The size of the parts a tensor of `tensor_bytes` (on the wire) is averaged in by a
-    group of `members`."""
+def part_size_bytes(tensor_bytes: float, members: int, value_bytes: int = 1) -> int:
+    """The size of the parts a tensor of `tensor_bytes` (on the wire, `value_bytes` a value) is
+    averaged in by a group of `members`: one value at least."""
     share = tensor_bytes / max(members, 1)
-    return max(1, min(MAX_PART_BYTES, math.ceil(share / PARTS_PER_SHARE)))
+    return max(value_bytes, min(MAX_PART_BYTES, math.ceil(share / PARTS_PER_SHARE)))
 
 
 def group_averaging_s(
@@ -219,7 +219,7 @@ class CpuBudget:
     """One machine's CPU under a quota, as Linux's CFS bandwidth control runs it: work goes at
     full speed while the period's slice lasts, then waits for the next period (no carry-over).
     So a short burst after an idle wait costs its CPU seconds, and long work costs CPU / cores:
-    the two ends that a single rate gets wrong (docs/scheduler.md, "CPU quotas"). The periods
+    the two ends that a single rate gets wrong (docs/scheduler.md, "The whole step, simulated"). The periods
     start at time 0; work must be run in time order. No quota: work costs its CPU seconds."""
 
     def __init__(self, cores: float | None = None, period_s: float = 0.1) -> None:

@@ -166,7 +166,7 @@ class StageAverager:
             sender_timeout=self.timeouts.sender_s, reducer_timeout=self.timeouts.reducer_s,
             allreduce_timeout=self.timeouts.allreduce_s,
             # an even share for each member, in parts (schedule/step_time.py, "parts")
-            part_size_bytes=part_size_bytes(num_params * wire_bytes, num_replicas),
+            part_size_bytes=part_size_bytes(num_params * wire_bytes, num_replicas, wire_bytes),
         )  # fmt: skip
 
     def average(

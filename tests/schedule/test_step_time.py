@@ -46,6 +46,7 @@ def test_group_of_two_averages_half_the_gradient_each_way() -> None:
     # the parts: a quarter of a share, hivemind's 512 KiB at most
     assert part_size_bytes(1_000_000, 2) == 125_000
     assert part_size_bytes(10e6, 2) == MAX_PART_BYTES
+    assert part_size_bytes(6, 2, value_bytes=2) == 2  # never under one value
     assert group_averaging_s(delay_s, rate_bps, [1], 1_000_000) == 0.0
 
 

@@ -204,7 +204,7 @@ def lost_reply() -> dict[str, Any]:
 
     RobustAllReduceRunner.rpc_aggregate_part = drop_replies  # type: ignore[method-assign]
     group = {d.peer_id.to_base58(): 1.0 for d in dhts}
-    size = 2**19  # hivemind's parts are 2**17 values: two parts for each member's reducer
+    size = 2**19  # four parts for each member's reducer (schedule/step_time.py's part_size_bytes)
     averagers = [StageAverager(d, size, "lost-reply", 2, "none", 6.0, group=group) for d in dhts]
     grads = [torch.randn(size, generator=torch.Generator().manual_seed(i)) for i in range(2)]
     mean = (grads[0] + grads[1]) / 2
