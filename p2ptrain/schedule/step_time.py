@@ -39,6 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from p2ptrain.schedule.cpu_budget import CpuBudget
+
 FloatArray = npt.NDArray[np.float64]
 
 
@@ -213,39 +215,6 @@ class MeasuredCompute:
     # on it (CpuBudget), so the times above are then CPU seconds, the passes' too
     quota_cores: Sequence[Sequence[float]] = ()
     quota_period_s: Sequence[Sequence[float]] = ()
-
-
-class CpuBudget:
-    """One machine's CPU under a quota, as Linux's CFS bandwidth control runs it: work goes at
-    full speed while the period's slice lasts, then waits for the next period (no carry-over).
-    So a short burst after an idle wait costs its CPU seconds, and long work costs CPU / cores:
-    the two ends that a single rate gets wrong (docs/scheduler.md, "The whole step, simulated"). The periods
-    start at time 0; work must be run in time order. No quota: work costs its CPU seconds."""
-
-    def __init__(self, cores: float | None = None, period_s: float = 0.1) -> None:
-        if cores is not None and not (cores > 0 and period_s > 0):
-            raise ValueError(f"a quota needs cores > 0 and a period > 0, got {cores}, {period_s}")
-        self.slice_s = None if cores is None else cores * period_s
-        self.period_s = period_s
-        self._period = -1
-        self._left = 0.0
-
-    def run(self, start: float, cpu_s: float) -> float:
-        """When work of `cpu_s` CPU seconds that may start at `start` is done."""
-        if self.slice_s is None or cpu_s <= 0:
-            return start + max(cpu_s, 0.0)
-        period = math.floor(start / self.period_s + 1e-9)  # at a boundary: the next one
-        if period != self._period:  # a new period: a fresh slice
-            self._period, self._left = period, self.slice_s
-        now = min(start + min(cpu_s, self._left), (period + 1) * self.period_s)
-        todo, self._left = cpu_s - (now - start), self._left - (now - start)
-        if todo <= 1e-12:
-            return now
-        # the rest from the next period on, a whole slice each until the last
-        periods = max(1, math.ceil(todo / self.slice_s - 1e-9))
-        used = todo - (periods - 1) * self.slice_s
-        self._period, self._left = period + periods, self.slice_s - used
-        return (period + periods) * self.period_s + used
 
 
 SIMULATED_STEPS = 6  # the period settles within a few steps; the model reports the last one

@@ -8,8 +8,8 @@ import dataclasses
 import numpy as np
 import pytest
 
+from p2ptrain.schedule.cpu_budget import CpuBudget
 from p2ptrain.schedule.step_time import (
-    CpuBudget,
     MeasuredCompute,
     StepTraffic,
     group_averaging_s,
