@@ -13,8 +13,9 @@ class CpuBudget:
     """One machine's CPU under a quota, as Linux's CFS bandwidth control runs it: work goes at
     full speed while the period's slice lasts, then waits for the next period (no carry-over).
     So a short burst after an idle wait costs its CPU seconds, and long work costs CPU / cores:
-    the two ends that a single rate gets wrong (docs/scheduler.md, "The whole step, simulated"). The periods
-    start at time 0; work must be run in time order. No quota: work costs its CPU seconds."""
+    the two ends that a single rate gets wrong (docs/scheduler.md, "The whole step, simulated").
+    The periods start at time 0; work must be run in time order. No quota: work costs its CPU
+    seconds."""
 
     def __init__(self, cores: float | None = None, period_s: float = 0.1) -> None:
         if cores is not None and not (cores > 0 and period_s > 0):

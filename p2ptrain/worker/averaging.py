@@ -165,7 +165,7 @@ class StageAverager:
             request_timeout=self.timeouts.request_s, compression=codec,
             sender_timeout=self.timeouts.sender_s, reducer_timeout=self.timeouts.reducer_s,
             allreduce_timeout=self.timeouts.allreduce_s,
-            # an even share for each member, in parts (schedule/step_time.py, "parts")
+            # an even share for each member, in parts (schedule/step_time.py's part_size_bytes)
             part_size_bytes=part_size_bytes(num_params * wire_bytes, num_replicas, wire_bytes),
         )  # fmt: skip
 

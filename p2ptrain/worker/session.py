@@ -214,11 +214,11 @@ class Session:
                 if self._placement_changed():
                     return SessionEnd.NEW_PLAN
                 self.plan_version = self.inbox.version  # same placement (new addresses): go on
-            started_s, thread_cpu_s = time.monotonic(), time.thread_time()
+            started_s, step_thread_cpu_s = time.monotonic(), time.thread_time()
             set_lr(self.optimizer, lr_at(self.step, self.spec))
             timing = pipeline.StageTiming()
             passes_s, passes_cpu_s = time.monotonic(), self._cpu.seconds()
-            update_cpu_s = time.thread_time() - thread_cpu_s
+            update_cpu_s = time.thread_time() - step_thread_cpu_s  # before the passes
             try:
                 loss = pipeline.run_step(
                     model,
@@ -245,7 +245,7 @@ class Session:
             frames_cpu_s = max(0.0, averaging_cpu_s - passes_cpu_s - computed_cpu_s)
             averaging = self._average_gradients()
             update_s, averaging_cpu_s = time.monotonic(), self._cpu.seconds() - averaging_cpu_s
-            thread_cpu_s = time.thread_time()
+            averaged_thread_cpu_s = time.thread_time()
             if averaging == "stopped" and self.inbox.stopped:
                 self.optimizer.zero_grad(set_to_none=True)
                 return SessionEnd.STOPPED
@@ -297,7 +297,7 @@ class Session:
                     frames=timing.frames,
                     forward_cpu_s=timing.forward_cpu_s,
                     backward_cpu_s=timing.backward_cpu_s,
-                    update_cpu_s=update_cpu_s + time.thread_time() - thread_cpu_s,
+                    update_cpu_s=update_cpu_s + time.thread_time() - averaged_thread_cpu_s,
                 )
             )
             self.step += 1
