@@ -23,6 +23,9 @@ from p2ptrain.testbed import cpu
 COMPUTE_FIELDS = ("forward_s", "backward_s", "update_s")
 # the worker thread's CPU seconds in the same pieces (workers from 2026-11-25 on)
 CPU_FIELDS = ("forward_cpu_s", "backward_cpu_s", "update_cpu_s")
+# the process tree's CPU in the averaging round, and of it before the first part left and after
+# the last arrived (workers from 2026-11-25 on: the rest overlaps the wire)
+ROUND_CPU_FIELDS = ("averaging_cpu_s", "averaging_cpu_before_s", "averaging_cpu_after_s")
 
 
 def stage_medians(logs: Sequence[Path], plan_key: tuple[int, int]) -> list[dict[str, float] | None]:
@@ -54,6 +57,7 @@ def stage_medians(logs: Sequence[Path], plan_key: tuple[int, int]) -> list[dict[
         ]
         if cpu:
             medians["averaging_cpu_s"] = statistics.median(cpu)
+        medians.update(_round_cpu_shares(steady))
         for key in CPU_FIELDS:
             spent = [float(r[key]) for r in steady if isinstance(r.get(key), int | float)]
             if spent:
@@ -74,6 +78,26 @@ def stage_medians(logs: Sequence[Path], plan_key: tuple[int, int]) -> list[dict[
     return result
 
 
+def _round_cpu_shares(reports: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """The shares of the round's CPU spent before its first part left and after its last part
+    arrived, over the reports that split it: as sums, not medians, since the process tree's
+    clock ticks in 10 ms, a fair share of a round's CPU here (a sum's rounding errors cancel
+    out, a median's do not); {} if none split it."""
+    split = [
+        (float(r["averaging_cpu_s"]), float(r["averaging_cpu_before_s"]),
+         float(r["averaging_cpu_after_s"]))
+        for r in reports
+        if all(isinstance(r.get(k), int | float) for k in ROUND_CPU_FIELDS)
+    ]  # fmt: skip
+    total = sum(spent for spent, _, _ in split)
+    if total <= 0:
+        return {}
+    return {
+        "averaging_before_share": sum(before for _, before, _ in split) / total,
+        "averaging_after_share": sum(after for _, _, after in split) / total,
+    }
+
+
 def measured_compute(
     logs: Sequence[Path],
     plan_key: tuple[int, int],
@@ -89,7 +113,8 @@ def measured_compute(
     its worker ran under), each stage's machine runs that quota with the testbed's period
     (testbed/cpu.py), as the kernel ran it."""
     medians = stage_medians(logs, plan_key)
-    keys = ("forward", "backward", "update", "local", "frame", "cores", "period")
+    keys = ("forward", "backward", "update", "local", "frame", "cores", "period", "before",
+            "after")  # fmt: skip
     grid: dict[str, list[list[float]]] = {k: [] for k in keys}
     for pipe in pipelines:
         rows: dict[str, list[float]] = {k: [] for k in grid}
@@ -104,7 +129,11 @@ def measured_compute(
             rows["forward"].append(spent("forward") / micro_batches)
             rows["backward"].append(spent("backward") / micro_batches)
             rows["update"].append(spent("update"))
-            rows["local"].append(timed.get("averaging_cpu_s", 0.0))
+            local = timed.get("averaging_cpu_s", 0.0)
+            rows["local"].append(local)
+            # unsplit (an older worker, a round without parts): all of it before the wire
+            rows["before"].append(local * timed.get("averaging_before_share", 1.0))
+            rows["after"].append(local * timed.get("averaging_after_share", 0.0))
             rows["frame"].append(timed.get("frame_cpu_s", 0.0))
             quota = (cores or {}).get(peer)
             rows["cores"].append(quota or 0.0)
@@ -120,6 +149,8 @@ def measured_compute(
         grid["frame"],
         quota_cores=grid["cores"] if quotas else (),
         quota_period_s=grid["period"] if quotas else (),
+        averaging_before_s=grid["before"],
+        averaging_after_s=grid["after"],
     )
 
 
@@ -133,7 +164,8 @@ def compute_summary(
         timed = medians[peer] if peer < len(medians) else None
         return None if timed is None or key not in timed else round(timed[key], 4)
 
-    keys = (*COMPUTE_FIELDS, *CPU_FIELDS, "averaging_s", "averaging_cpu_s", "frame_cpu_s", "step_s")
+    keys = (*COMPUTE_FIELDS, *CPU_FIELDS, "averaging_s", "averaging_cpu_s",
+            "averaging_before_share", "averaging_after_share", "frame_cpu_s", "step_s")  # fmt: skip
     return {key: [[of(peer, key) for peer in pipe] for pipe in pipelines] for key in keys}
 
 

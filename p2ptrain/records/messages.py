@@ -104,6 +104,10 @@ class MetricsReport:
     averaging_s: float | None = None
     # CPU seconds the worker's process tree spent during the averaging round (worker/cpu_clock.py)
     averaging_cpu_s: float | None = None
+    # of it, what was spent before the round's first part left and after its last part arrived
+    # (the rest ran while parts were on the wire); None: not measured (no part moved)
+    averaging_cpu_before_s: float | None = None
+    averaging_cpu_after_s: float | None = None
     # during the passes: CPU seconds the process tree spent besides the passes' own compute
     # (the frames' serialising, the asyncio thread, the daemon's copies), and the frames the
     # stage sent and received
@@ -150,6 +154,12 @@ class MetricsReport:
             averaging_s=f.optional_number(d.get("averaging_s"), "metrics", "averaging_s"),
             averaging_cpu_s=f.optional_number(
                 d.get("averaging_cpu_s"), "metrics", "averaging_cpu_s"
+            ),
+            averaging_cpu_before_s=f.optional_number(
+                d.get("averaging_cpu_before_s"), "metrics", "averaging_cpu_before_s"
+            ),
+            averaging_cpu_after_s=f.optional_number(
+                d.get("averaging_cpu_after_s"), "metrics", "averaging_cpu_after_s"
             ),
             frames_cpu_s=f.optional_number(d.get("frames_cpu_s"), "metrics", "frames_cpu_s"),
             frames=f.optional_integer(d.get("frames"), "metrics", "frames"),

@@ -215,6 +215,10 @@ class MeasuredCompute:
     # on it (CpuBudget), so the times above are then CPU seconds, the passes' too
     quota_cores: Sequence[Sequence[float]] = ()
     quota_period_s: Sequence[Sequence[float]] = ()
+    # of averaging_local_s, what was spent before the round's first part left and after its last part
+    # arrived; the rest runs while parts are on the wire. Empty: not measured (all before)
+    averaging_before_s: Sequence[Sequence[float]] = ()
+    averaging_after_s: Sequence[Sequence[float]] = ()
 
 
 SIMULATED_STEPS = 6  # the period settles within a few steps; the model reports the last one
@@ -270,17 +274,44 @@ def simulated_step_s(
             done[r] = _one_replica(delay_s, rate_bps, pipe, micros,
                                    traffic.activation_bytes * 8, ready[r], stage)  # fmt: skip
         for s in range(num_stages):
-            started = float(done[:, s].max())
-            local = [
-                machines[r][s].run(started, compute.averaging_local_s[r][s])
-                if compute.averaging_local_s and groups[s] > 0 else started
-                for r in range(len(pipelines))
-            ]  # fmt: skip
-            averaged = max(local) + groups[s]
+            averaged = _group_round(
+                [machines[r][s] for r in range(len(pipelines))], list(done[:, s]), groups[s],
+                [_round_cpu_s(compute, r, s) if groups[s] > 0 else (0.0, 0.0, 0.0)
+                 for r in range(len(pipelines))],
+            )  # fmt: skip
             for r in range(len(pipelines)):
-                ready[r, s] = machines[r][s].run(averaged, compute.update_s[r][s])
+                ready[r, s] = machines[r][s].run(averaged[r], compute.update_s[r][s])
         ends.append(float(ready.max()))
     return ends[-1] - ends[-2] if len(ends) > 1 else ends[-1]
+
+
+def _round_cpu_s(compute: MeasuredCompute, r: int, s: int) -> tuple[float, float, float]:
+    """The local work of (r, s)'s averaging round: before its first part leaves, while parts
+    are on the wire, after its last part arrived (CPU seconds)."""
+    total = compute.averaging_local_s[r][s] if compute.averaging_local_s else 0.0
+    if not compute.averaging_before_s:
+        return total, 0.0, 0.0
+    before, after = compute.averaging_before_s[r][s], compute.averaging_after_s[r][s]
+    return before, max(0.0, total - before - after), after
+
+
+def _group_round(
+    machines: Sequence[CpuBudget],
+    done: Sequence[float],
+    network_s: float,
+    cpu_s: Sequence[tuple[float, float, float]],
+) -> list[float]:
+    """When each member of a stage's group holds the averaged gradient: each prepares its round
+    once its backward pass is done (`done`), the group's network time (group_averaging_s) starts
+    once all are ready and ends no sooner than every member's work beside the wire, then each
+    finishes its own part."""
+    if network_s <= 0:
+        return [float(t) for t in done]
+    members = list(zip(machines, done, cpu_s, strict=True))
+    ready = max(m.run(float(t), before) for m, t, (before, _, _) in members)
+    beside = [m.run(ready, during) for m, _, (_, during, _) in members]
+    wire_done = max(ready + network_s, *beside)
+    return [m.run(wire_done, after) for m, _, (_, _, after) in members]
 
 
 @dataclass(frozen=True)

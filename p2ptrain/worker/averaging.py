@@ -91,6 +91,9 @@ class Outcome:
     group_size: int
     detail: str = ""
     diverged: bool = False  # the group's replicas started the step from different parameters
+    # the process tree's CPU clock when the round's first part left and its last part arrived
+    # (worker/cpu_clock.py's WireMarks), None if it moved none
+    wire_cpu: tuple[float, float] | None = None
 
 
 def averaging_timeouts(
@@ -181,10 +184,11 @@ class StageAverager:
         flat_grad itself ('local'; 'stopped' if `should_stop()` turned true while waiting: a
         new plan is here). drift_bound: for average_state only."""
         try:
-            return self._average(flat_grad, step, should_stop, flat_params, drift_bound)
+            result, outcome = self._average(flat_grad, step, should_stop, flat_params, drift_bound)
         finally:
             if self.traffic is not None:
                 self.traffic.add(self._averager.traffic())
+        return result, dataclasses.replace(outcome, wire_cpu=self._averager.wire.last())
 
     def _average(
         self,

@@ -9,6 +9,7 @@ round (`averaging_cpu_s`) so the bench's step simulation can add it, measured, n
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 from pathlib import Path
 
@@ -66,3 +67,57 @@ def _cpu_ticks(pid: int) -> int | None:
         return None
     fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": field 3 onwards
     return int(fields[11]) + int(fields[12])
+
+
+class WireMarks:
+    """The process tree's CPU clock when a round's first part left and when its last part
+    arrived, read in the averager's process (worker/planned_group.py) and sent to the worker
+    over a pipe: the round's CPU before the first and after the last cannot overlap the wire,
+    the CPU between can (docs/benchmarks.md). Each mark is a few /proc reads."""
+
+    def __init__(self, root: int) -> None:
+        self.root = root  # the worker's pid: the tree the worker's own clock sums
+        self._clock: TreeCpuClock | None = None  # made in the averager's process
+        self._first_sent: float | None = None
+        self._last_received: float | None = None
+        # a SimpleQueue writes at once: a round's marks are there when its result is
+        self._rounds: mp.SimpleQueue[tuple[float, float]] = mp.SimpleQueue()
+
+    def start(self) -> None:
+        """A round starts (averager's process)."""
+        self._first_sent = self._last_received = None
+
+    def mark(self, sent: int, received: int) -> None:
+        """`sent` bytes left or `received` bytes arrived (averager's process)."""
+        if self._clock is None:
+            self._clock = TreeCpuClock(self.root)
+        if sent and self._first_sent is None:
+            self._first_sent = self._clock.seconds()
+        if received:
+            self._last_received = self._clock.seconds()
+
+    def finish(self) -> None:
+        """The round ended (averager's process): its marks go to the worker, if it moved bytes
+        both ways."""
+        if self._first_sent is not None and self._last_received is not None:
+            self._rounds.put((self._first_sent, self._last_received))
+
+    def last(self) -> tuple[float, float] | None:
+        """(first sent, last received) of the latest round ended, or None (worker's process;
+        read after every round, so the pipe never fills)."""
+        marks = None
+        while not self._rounds.empty():
+            marks = self._rounds.get()
+        return marks
+
+
+def round_cpu_split(
+    start_s: float, end_s: float, marks: tuple[float, float] | None
+) -> tuple[float | None, float | None]:
+    """A round's CPU (the tree's clock read at its start and end) before its first part left and
+    after its last part arrived; (None, None) without marks."""
+    if marks is None:
+        return None, None
+    spent = max(0.0, end_s - start_s)
+    before = min(max(0.0, marks[0] - start_s), spent)
+    return before, min(max(0.0, end_s - marks[1]), spent - before)

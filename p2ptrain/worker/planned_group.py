@@ -1,10 +1,8 @@
 """Averaging groups fixed by the plan: hivemind's all-reduce without its per-round matchmaking.
 
-hivemind's `DecentralizedAverager` finds its group anew every round: a peer declares itself in
-the DHT under the group key, looks the key up, and asks a leader to take it in. On a WAN each of
-those is a round trip to DHT nodes that may be anywhere in the swarm (about 3.5 of the swarm's
-longest round trips, docs/benchmarks.md), whatever the placement, so it blurs exactly what the
-scheduler optimises. But a plan already says who averages with whom: the replicas of a stage.
+hivemind's `DecentralizedAverager` finds its group anew every round through the DHT: on a WAN
+about 3.5 of the swarm's longest round trips (docs/benchmarks.md) whatever the placement, which
+blurs exactly what the scheduler optimises. But a plan already says who averages with whom.
 
 `PlannedGroupAverager` runs a step's first round in that group. Each member sends its gathered
 metadata straight to the others (one unary call, one one-way delay); once a member holds every
@@ -32,6 +30,7 @@ import hashlib
 import json
 import logging
 import multiprocessing as mp
+import os
 import typing
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -49,6 +48,7 @@ from hivemind.utils import get_dht_time
 from hivemind.utils.asyncio import as_aiter, azip
 
 from p2ptrain.worker.checks import median_claimed_norm
+from p2ptrain.worker.cpu_clock import WireMarks
 from p2ptrain.worker.robust import MOMENTS_DRIFT_BOUND
 from p2ptrain.worker.robust_allreduce import RobustAllReduceRunner, RobustPartReducer
 
@@ -90,13 +90,13 @@ class PlannedGroupAverager(DecentralizedAverager):
         self._weights = dict(zip(group, (float(w) for w in weights), strict=True))
         # our own metadata of each round found (by group id): which round it is, from us
         self._own_rounds: dict[bytes, dict[str, Any]] = {}
-        # what our reducer did to whose parts, for the worker's report (crosses the fork); a
-        # SimpleQueue writes at once, so a round's note is there when its result is
+        # what our reducer did to whose parts, for the worker's report (a SimpleQueue writes at
+        # once: a round's note is there when its result is)
         self._notes: mp.SimpleQueue[str] = mp.SimpleQueue()
-        # the bytes each round moved (worker/traffic.py), counted in the averager's process and
-        # sent over after every round as JSON {peer: [sent, received]}; late ones with the next
+        # the bytes each round moved (worker/traffic.py), sent after it as {peer: [sent, received]}
         self._traffic: mp.SimpleQueue[str] = mp.SimpleQueue()
         self._uncounted: dict[str, list[int]] = {}
+        self.wire = WireMarks(os.getpid())  # the CPU clock as a round's parts come and go
         # the rest lives in the averager's own process (it is forked by super().__init__)
         self._inbox: dict[str, dict[PeerID, bytes]] = {}
         self._rounds_seen: dict[str, None] = {}  # insertion-ordered: the oldest go first
@@ -169,13 +169,14 @@ class PlannedGroupAverager(DecentralizedAverager):
             drift_bound=float(bound) if state_round else None,
             floor_per_element=median_claimed_norm(group_info.gathered, self.serializer)
             / max(self.total_size, 1) ** 0.5,
-            count=self._count, **kwargs,
+            count=self._count_part, **kwargs,
         )  # fmt: skip
         self._reductions[group_id] = (runner.reducer, float(runner.reducer_timeout or 0.0))
         while len(self._reductions) > KEPT_REDUCTIONS:
             del self._reductions[next(iter(self._reductions))]
         assert group_id in self._running_groups, f"group {group_id!r} was not registered"
         self._running_groups[group_id].set_result(runner)
+        self.wire.start()
         try:
             async for tensor, update in azip(as_aiter(*tensors), runner):
                 tensor.add_(update, alpha=self._averaging_alpha)
@@ -194,6 +195,11 @@ class PlannedGroupAverager(DecentralizedAverager):
             if self._uncounted:
                 self._traffic.put(json.dumps(self._uncounted))
                 self._uncounted = {}
+            self.wire.finish()
+
+    def _count_part(self, peer: str, sent: int, received: int) -> None:
+        self.wire.mark(sent, received)  # the all-reduce's parts only: not the metadata swap
+        self._count(peer, sent, received)
 
     def _count(self, peer: str, sent: int, received: int) -> None:
         counts = self._uncounted.setdefault(peer, [0, 0])

@@ -23,7 +23,7 @@ from p2ptrain.train.model import Stage, build_layers
 from p2ptrain.train.optim import clip_grads, grads_are_finite, lr_at, make_optimizer, set_lr
 from p2ptrain.worker import pipeline
 from p2ptrain.worker.averaging import StageAverager
-from p2ptrain.worker.cpu_clock import TreeCpuClock
+from p2ptrain.worker.cpu_clock import TreeCpuClock, round_cpu_split
 from p2ptrain.worker.device import precision_for
 from p2ptrain.worker.dht_helpers import bootstrap_dht, swarm_prefix
 from p2ptrain.worker.faults import NO_FAULTS, Faults
@@ -80,6 +80,7 @@ class Session:
         self._previous: StageSnapshot | None = None  # the state one step back, see close()
         self._resync_params = False
         self._group_size = 1  # how many replicas the last step's gradient was averaged over
+        self._wire_cpu: tuple[float, float] | None = None  # its round's parts' CPU marks
         self.transport = transport
         self.inbox = inbox
         self.report = report
@@ -221,17 +222,9 @@ class Session:
             update_cpu_s = time.thread_time() - step_thread_cpu_s  # before the passes
             try:
                 loss = pipeline.run_step(
-                    model,
-                    self.spec,
-                    role,
-                    self.transport,
-                    self.corpus,
-                    self.step,
-                    self._should_stop,
-                    self.plan.network,
-                    timing,
-                    self.precision,
-                )
+                    model, self.spec, role, self.transport, self.corpus, self.step,
+                    self._should_stop, self.plan.network, timing, self.precision,
+                )  # fmt: skip
             except Stopped:
                 self.optimizer.zero_grad(set_to_none=True)
                 return SessionEnd.STOPPED
@@ -240,11 +233,15 @@ class Session:
                 self.optimizer.zero_grad(set_to_none=True)
                 return SessionEnd.PEER_LOST
             pipeline.unscale_grads(model, self.spec)
-            averaging_s, averaging_cpu_s = time.monotonic(), self._cpu.seconds()
+            averaging_s, round_start_cpu_s = time.monotonic(), self._cpu.seconds()
             computed_cpu_s = timing.forward_cpu_s + timing.backward_cpu_s
-            frames_cpu_s = max(0.0, averaging_cpu_s - passes_cpu_s - computed_cpu_s)
+            frames_cpu_s = max(0.0, round_start_cpu_s - passes_cpu_s - computed_cpu_s)
             averaging = self._average_gradients()
-            update_s, averaging_cpu_s = time.monotonic(), self._cpu.seconds() - averaging_cpu_s
+            update_s, round_end_cpu_s = time.monotonic(), self._cpu.seconds()
+            averaging_cpu_s = round_end_cpu_s - round_start_cpu_s
+            before_wire_cpu_s, after_wire_cpu_s = round_cpu_split(
+                round_start_cpu_s, round_end_cpu_s, self._wire_cpu
+            )
             averaged_thread_cpu_s = time.thread_time()
             if averaging == "stopped" and self.inbox.stopped:
                 self.optimizer.zero_grad(set_to_none=True)
@@ -293,6 +290,8 @@ class Session:
                     update_s=(passes_s - started_s) + (now - update_s),
                     averaging_s=update_s - averaging_s,
                     averaging_cpu_s=averaging_cpu_s if self._cpu.available else None,
+                    averaging_cpu_before_s=before_wire_cpu_s if self._cpu.available else None,
+                    averaging_cpu_after_s=after_wire_cpu_s if self._cpu.available else None,
                     frames_cpu_s=frames_cpu_s if self._cpu.available else None,
                     frames=timing.frames,
                     forward_cpu_s=timing.forward_cpu_s,
@@ -310,7 +309,7 @@ class Session:
     def _average_gradients(self) -> str:
         """Replace this stage's gradients by their verified average over replicas; the outcome."""
         assert self.model is not None
-        self._group_size = 1
+        self._group_size, self._wire_cpu = 1, None
         if self.averager is None:
             return "solo"
         params = [p for p in self.model.parameters() if p.grad is not None]
@@ -327,7 +326,7 @@ class Session:
             p.grad.copy_(averaged[offset : offset + p.numel()].view_as(p.grad))
             offset += p.numel()
         self._resync_params = outcome.diverged
-        self._group_size = outcome.group_size
+        self._group_size, self._wire_cpu = outcome.group_size, outcome.wire_cpu
         return outcome.kind
 
     def _resync(self) -> None:

@@ -104,7 +104,8 @@ def metrics_dict() -> dict[str, Any]:
         "term": 2, "num_replicas": 2, "bytes_sent": 3000, "bytes_received": 2000,
         "link_bytes": {B: {"sent": 1000, "received": 1500}, C: {"sent": 2000, "received": 500}},
         "group_size": 2, "forward_s": 0.1, "backward_s": 0.2, "update_s": 0.01,
-        "averaging_s": 0.3, "averaging_cpu_s": 0.05, "frames_cpu_s": 0.04, "frames": 8,
+        "averaging_s": 0.3, "averaging_cpu_s": 0.05, "averaging_cpu_before_s": 0.02,
+        "averaging_cpu_after_s": 0.01, "frames_cpu_s": 0.04, "frames": 8,
         "forward_cpu_s": 0.02, "backward_cpu_s": 0.05, "update_cpu_s": 0.01,
     }  # fmt: skip
 

@@ -46,7 +46,8 @@ def main(case: str) -> None:
         index = {d.peer_id.to_base58(): j for j, d in enumerate(dhts)}
         links = {index[p]: [c.sent, c.received] for p, c in traffics[i].link_bytes().items()}
         results[i] = {"mean": averaged.mean().item(), "kind": outcome.kind,
-                      "group_size": outcome.group_size, "link_bytes": links}  # fmt: skip
+                      "group_size": outcome.group_size, "link_bytes": links,
+                      "wire_cpu": outcome.wire_cpu}  # fmt: skip
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(active))]
     for t in threads:

@@ -35,10 +35,10 @@ def test_the_planned_group_averages_without_dht_matchmaking() -> None:
     assert [r["mean"] for r in result["results"]] == pytest.approx([2.0] * 3)
     assert result["dht_matchmaking_used"] is False
     # the worker's byte counters: every member swapped metadata with each groupmate and got at
-    # least its whole float32 gradient's worth (hivemind reduces in parts of 512 KiB: this small
-    # gradient is one part, reduced by one member, which gets it from each of the others and
-    # sends each the average back); the two others sent it whole too (the reducer's replies
-    # may be counted with the next round: they can leave after its own round is done)
+    # least its whole float32 gradient's worth (each member reduces a third in parts: it gets
+    # the others' pieces of its third and sends each the average back, and gets the others'
+    # averages of their thirds); at least two sent it whole too (a reducer's replies may be
+    # counted with the next round: they can leave after its own round is done)
     gradient_bytes = 4 * 1000
     sent_whole = 0
     for i, r in enumerate(result["results"]):
@@ -48,6 +48,11 @@ def test_the_planned_group_averages_without_dht_matchmaking() -> None:
         assert sum(received for _, received in links.values()) >= gradient_bytes, links
         sent_whole += sum(sent for sent, _ in links.values()) >= gradient_bytes
     assert sent_whole >= 2, result
+    # each member's round moved parts both ways: the process tree's CPU clock was read when its
+    # first part left and when its last part arrived (worker/cpu_clock.py's WireMarks)
+    for r in result["results"]:
+        first_sent, last_received = r["wire_cpu"]
+        assert 0 < first_sent <= last_received, r
 
 
 def test_a_missing_member_leaves_the_others_to_average_on_the_retry() -> None:
