@@ -62,19 +62,34 @@ def stage_medians(logs: Sequence[Path], plan_key: tuple[int, int]) -> list[dict[
             spent = [float(r[key]) for r in steady if isinstance(r.get(key), int | float)]
             if spent:
                 medians[key] = statistics.median(spent)
-        framed = [
-            float(r["frames_cpu_s"]) / int(r["frames"])
-            for r in steady
-            if isinstance(r.get("frames_cpu_s"), int | float)
-            and isinstance(r.get("frames"), int)
-            and r["frames"] > 0
-        ]
-        if framed:
-            medians["frame_cpu_s"] = statistics.median(framed)
+        medians.update(_passes_cpu(steady))
         periods = [float(r["step_s"]) for r in steady if isinstance(r.get("step_s"), int | float)]
         if periods:
             medians["step_s"] = statistics.median(periods)
         result.append(medians)
+    return result
+
+
+def _passes_cpu(reports: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """The frames' CPU per frame and the helper processes' CPU rate during the passes (cores),
+    as ratios of sums like the round's shares below; {} where not reported."""
+    framed = [
+        (float(r["frames_cpu_s"]), int(r["frames"]))
+        for r in reports
+        if isinstance(r.get("frames_cpu_s"), int | float) and isinstance(r.get("frames"), int)
+    ]
+    result = {}
+    if sum(n for _, n in framed) > 0:
+        result["frame_cpu_s"] = sum(cpu for cpu, _ in framed) / sum(n for _, n in framed)
+    # the passes' wall time: the step less its round and its update (session.py's pieces)
+    helped = [
+        (float(r["helpers_cpu_s"]), float(r["step_s"]) - float(r["averaging_s"]) - float(r["update_s"]))
+        for r in reports
+        if all(isinstance(r.get(k), int | float)
+               for k in ("helpers_cpu_s", "step_s", "averaging_s", "update_s"))
+    ]  # fmt: skip
+    if sum(wall for _, wall in helped) > 0:
+        result["helpers_cores"] = sum(cpu for cpu, _ in helped) / sum(w for _, w in helped)
     return result
 
 
@@ -114,7 +129,7 @@ def measured_compute(
     (testbed/cpu.py), as the kernel ran it."""
     medians = stage_medians(logs, plan_key)
     keys = ("forward", "backward", "update", "local", "frame", "cores", "period", "before",
-            "after")  # fmt: skip
+            "after", "helpers")  # fmt: skip
     grid: dict[str, list[list[float]]] = {k: [] for k in keys}
     for pipe in pipelines:
         rows: dict[str, list[float]] = {k: [] for k in grid}
@@ -135,6 +150,7 @@ def measured_compute(
             rows["before"].append(local * timed.get("averaging_before_share", 1.0))
             rows["after"].append(local * timed.get("averaging_after_share", 0.0))
             rows["frame"].append(timed.get("frame_cpu_s", 0.0))
+            rows["helpers"].append(timed.get("helpers_cores", 0.0))
             quota = (cores or {}).get(peer)
             rows["cores"].append(quota or 0.0)
             rows["period"].append(cpu.period_us(quota) / 1e6 if quota else 0.0)
@@ -151,6 +167,7 @@ def measured_compute(
         quota_period_s=grid["period"] if quotas else (),
         averaging_before_s=grid["before"],
         averaging_after_s=grid["after"],
+        background_cores=grid["helpers"] if quotas else (),
     )
 
 
@@ -165,7 +182,8 @@ def compute_summary(
         return None if timed is None or key not in timed else round(timed[key], 4)
 
     keys = (*COMPUTE_FIELDS, *CPU_FIELDS, "averaging_s", "averaging_cpu_s",
-            "averaging_before_share", "averaging_after_share", "frame_cpu_s", "step_s")  # fmt: skip
+            "averaging_before_share", "averaging_after_share", "frame_cpu_s", "helpers_cores",
+            "step_s")  # fmt: skip
     return {key: [[of(peer, key) for peer in pipe] for pipe in pipelines] for key in keys}
 
 

@@ -113,6 +113,10 @@ class MetricsReport:
     # stage sent and received
     frames_cpu_s: float | None = None
     frames: int | None = None
+    # during the passes: CPU seconds hivemind's DHT and averager processes spent (background, a
+    # round's tail); frames_cpu_s is then the worker's process and daemon only (before
+    # 2026-11-25 it held this too)
+    helpers_cpu_s: float | None = None
     # the CPU seconds of the worker's own thread in the passes and in the update (the time of a
     # CPU-bound piece under a quota is its CPU / the quota; its wall time also holds the waits
     # other threads' work caused: the bench's step simulation takes the CPU)
@@ -163,6 +167,7 @@ class MetricsReport:
             ),
             frames_cpu_s=f.optional_number(d.get("frames_cpu_s"), "metrics", "frames_cpu_s"),
             frames=f.optional_integer(d.get("frames"), "metrics", "frames"),
+            helpers_cpu_s=f.optional_number(d.get("helpers_cpu_s"), "metrics", "helpers_cpu_s"),
             forward_cpu_s=f.optional_number(d.get("forward_cpu_s"), "metrics", "forward_cpu_s"),
             backward_cpu_s=f.optional_number(d.get("backward_cpu_s"), "metrics", "backward_cpu_s"),
             update_cpu_s=f.optional_number(d.get("update_cpu_s"), "metrics", "update_cpu_s"),

@@ -219,6 +219,10 @@ class MeasuredCompute:
     # arrived; the rest runs while parts are on the wire. Empty: not measured (all before)
     averaging_before_s: Sequence[Sequence[float]] = ()
     averaging_after_s: Sequence[Sequence[float]] = ()
+    # CPU the machine spends beside all of that at a steady rate (hivemind's DHT and averager
+    # processes between rounds), cores: it leaves the stage's work that much less of its quota;
+    # empty: none
+    background_cores: Sequence[Sequence[float]] = ()
 
 
 SIMULATED_STEPS = 6  # the period settles within a few steps; the model reports the last one
@@ -255,14 +259,7 @@ def simulated_step_s(
         )
         for s in range(num_stages)
     ]
-    machines = [
-        [
-            CpuBudget(compute.quota_cores[r][s], compute.quota_period_s[r][s])
-            if compute.quota_cores else CpuBudget()
-            for s in range(num_stages)
-        ]
-        for r in range(len(pipelines))
-    ]  # fmt: skip
+    machines = [[_machine(compute, r, s) for s in range(num_stages)] for r in range(len(pipelines))]
     ready = np.zeros((len(pipelines), num_stages))  # when each stage may start the next step
     ends: list[float] = []
     for _ in range(steps):
@@ -283,6 +280,20 @@ def simulated_step_s(
                 ready[r, s] = machines[r][s].run(averaged[r], compute.update_s[r][s])
         ends.append(float(ready.max()))
     return ends[-1] - ends[-2] if len(ends) > 1 else ends[-1]
+
+
+# the least share of its quota a stage's work keeps beside a measured background: a background
+# that takes more than that is not a steady one (the stage would not have trained)
+MIN_QUOTA_LEFT = 0.1
+
+
+def _machine(compute: MeasuredCompute, r: int, s: int) -> CpuBudget:
+    """(r, s)'s machine: its quota less its background, or no quota."""
+    if not compute.quota_cores:
+        return CpuBudget()
+    cores = compute.quota_cores[r][s]
+    background = compute.background_cores[r][s] if compute.background_cores else 0.0
+    return CpuBudget(max(cores - background, cores * MIN_QUOTA_LEFT), compute.quota_period_s[r][s])
 
 
 def _round_cpu_s(compute: MeasuredCompute, r: int, s: int) -> tuple[float, float, float]:

@@ -12,9 +12,25 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 PROC = Path("/proc")
 TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+DAEMON_NAME = "p2pd"  # hivemind's libp2p daemon: its copies carry the frames
+
+
+class TreeCpu(NamedTuple):
+    """A reading of the tree's CPU clock, seconds: `own`, the worker's process and the p2pd
+    daemon (the frames' work: serialising, the asyncio thread, the daemon's copies), and
+    `helpers`, hivemind's DHT and averager processes (the rounds' work, and their own
+    background between rounds)."""
+
+    own: float
+    helpers: float
+
+    @property
+    def total(self) -> float:
+        return self.own + self.helpers
 
 
 class TreeCpuClock:
@@ -27,18 +43,25 @@ class TreeCpuClock:
         self.available = (PROC / str(self.root) / "stat").exists()
 
     def seconds(self) -> float:
+        return self.split().total
+
+    def split(self) -> TreeCpu:
         if not self.available:
-            return 0.0
+            return TreeCpu(0.0, 0.0)
         if not self._pids:
             self._pids = _tree(self.root)
-        total = 0.0
+        own = helpers = 0.0
         for pid in self._pids:
-            ticks = _cpu_ticks(pid)
-            if ticks is None:  # gone (a daemon restarted): find the tree again next time
+            read = _cpu_ticks(pid)
+            if read is None:  # gone (a daemon restarted): find the tree again next time
                 self._pids = []
                 continue
-            total += ticks / TICKS_PER_S
-        return total
+            name, ticks = read
+            if pid == self.root or name == DAEMON_NAME:
+                own += ticks / TICKS_PER_S
+            else:
+                helpers += ticks / TICKS_PER_S
+        return TreeCpu(own, helpers)
 
 
 def _tree(root: int) -> list[int]:
@@ -59,14 +82,16 @@ def _tree(root: int) -> list[int]:
     return found
 
 
-def _cpu_ticks(pid: int) -> int | None:
-    """utime + stime of `pid` (fields 14 and 15 of /proc/<pid>/stat), or None if it is gone."""
+def _cpu_ticks(pid: int) -> tuple[str, int] | None:
+    """The name and utime + stime (fields 2, 14 and 15 of /proc/<pid>/stat) of `pid`, or None
+    if it is gone."""
     try:
         stat = (PROC / str(pid) / "stat").read_text()
     except OSError:
         return None
+    name = stat[stat.index("(") + 1 : stat.rindex(")")]
     fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": field 3 onwards
-    return int(fields[11]) + int(fields[12])
+    return name, int(fields[11]) + int(fields[12])
 
 
 class WireMarks:

@@ -218,7 +218,7 @@ class Session:
             started_s, step_thread_cpu_s = time.monotonic(), time.thread_time()
             set_lr(self.optimizer, lr_at(self.step, self.spec))
             timing = pipeline.StageTiming()
-            passes_s, passes_cpu_s = time.monotonic(), self._cpu.seconds()
+            passes_s, passes_cpu = time.monotonic(), self._cpu.split()
             update_cpu_s = time.thread_time() - step_thread_cpu_s  # before the passes
             try:
                 loss = pipeline.run_step(
@@ -233,14 +233,15 @@ class Session:
                 self.optimizer.zero_grad(set_to_none=True)
                 return SessionEnd.PEER_LOST
             pipeline.unscale_grads(model, self.spec)
-            averaging_s, round_start_cpu_s = time.monotonic(), self._cpu.seconds()
+            averaging_s, round_start_cpu = time.monotonic(), self._cpu.split()
             computed_cpu_s = timing.forward_cpu_s + timing.backward_cpu_s
-            frames_cpu_s = max(0.0, round_start_cpu_s - passes_cpu_s - computed_cpu_s)
+            frames_cpu_s = max(0.0, round_start_cpu.own - passes_cpu.own - computed_cpu_s)
+            helpers_cpu_s = round_start_cpu.helpers - passes_cpu.helpers
             averaging = self._average_gradients()
             update_s, round_end_cpu_s = time.monotonic(), self._cpu.seconds()
-            averaging_cpu_s = round_end_cpu_s - round_start_cpu_s
+            averaging_cpu_s = round_end_cpu_s - round_start_cpu.total
             before_wire_cpu_s, after_wire_cpu_s = round_cpu_split(
-                round_start_cpu_s, round_end_cpu_s, self._wire_cpu
+                round_start_cpu.total, round_end_cpu_s, self._wire_cpu
             )
             averaged_thread_cpu_s = time.thread_time()
             if averaging == "stopped" and self.inbox.stopped:
@@ -293,6 +294,7 @@ class Session:
                     averaging_cpu_before_s=before_wire_cpu_s if self._cpu.available else None,
                     averaging_cpu_after_s=after_wire_cpu_s if self._cpu.available else None,
                     frames_cpu_s=frames_cpu_s if self._cpu.available else None,
+                    helpers_cpu_s=helpers_cpu_s if self._cpu.available else None,
                     frames=timing.frames,
                     forward_cpu_s=timing.forward_cpu_s,
                     backward_cpu_s=timing.backward_cpu_s,

@@ -82,3 +82,29 @@ def test_cpu_seconds_and_the_testbed_quota_go_to_the_simulation(tmp_path: Path) 
     # without quotas for every stage: machines without one
     unlimited = measured_compute(logs, PLAN, [[0, 1]], micro_batches=2, cores={0: 0.25})
     assert unlimited is not None and unlimited.quota_cores == ()
+
+
+def test_the_rounds_cpu_splits_by_the_shares_summed_over_its_steps(tmp_path: Path) -> None:
+    """The share of the round's CPU before its first part and after its last is a ratio of
+    sums (the clock ticks in 10 ms: medians of the pieces would not add up); it splits the
+    median round. A worker that did not split its rounds counts all of it before the wire."""
+    logs = [tmp_path / f"m{i}.jsonl" for i in range(2)]
+    split = [(0.05, 0.01, 0.02), (0.04, 0.02, 0.0), (0.06, 0.01, 0.01), (0.05, 0.0, 0.02)]
+    rows = [
+        {"type": "metrics", "step": i, "term": 1, "epoch": 2, "forward_s": 0.1,
+         "backward_s": 0.2, "update_s": 0.0, "averaging_cpu_s": total,
+         "averaging_cpu_before_s": before, "averaging_cpu_after_s": after}
+        for i, (total, before, after) in enumerate([(9.0, 9.0, 0.0), *split])
+    ]  # fmt: skip
+    logs[0].write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    for r in rows:
+        del r["averaging_cpu_before_s"], r["averaging_cpu_after_s"]
+    logs[1].write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    compute = measured_compute(logs, PLAN, [[0], [1]], micro_batches=1)
+    assert compute is not None
+    # the first step left out: shares 0.04 / 0.20 before, 0.05 / 0.20 after of the median 0.05
+    assert compute.averaging_local_s == [[pytest.approx(0.05)], [pytest.approx(0.05)]]
+    assert compute.averaging_before_s == [[pytest.approx(0.05 * 0.2)], [pytest.approx(0.05)]]
+    assert compute.averaging_after_s == [[pytest.approx(0.05 * 0.25)], [0.0]]
+    summary = compute_summary(logs, PLAN, [[0], [1]])
+    assert summary["averaging_before_share"] == [[0.2], [None]]

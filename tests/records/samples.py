@@ -105,7 +105,7 @@ def metrics_dict() -> dict[str, Any]:
         "link_bytes": {B: {"sent": 1000, "received": 1500}, C: {"sent": 2000, "received": 500}},
         "group_size": 2, "forward_s": 0.1, "backward_s": 0.2, "update_s": 0.01,
         "averaging_s": 0.3, "averaging_cpu_s": 0.05, "averaging_cpu_before_s": 0.02,
-        "averaging_cpu_after_s": 0.01, "frames_cpu_s": 0.04, "frames": 8,
+        "averaging_cpu_after_s": 0.01, "frames_cpu_s": 0.04, "frames": 8, "helpers_cpu_s": 0.01,
         "forward_cpu_s": 0.02, "backward_cpu_s": 0.05, "update_cpu_s": 0.01,
     }  # fmt: skip
 

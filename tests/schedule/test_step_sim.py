@@ -95,6 +95,35 @@ def test_a_rounds_measured_local_work_adds_its_slowest_members() -> None:
     assert simulated_step_s(delay, rate, [[0]], one, solo) == pytest.approx(0.3)
 
 
+def test_a_rounds_work_beside_the_wire_hides_behind_it_up_to_the_links_time() -> None:
+    """Of a round's local work, what runs before its first part leaves and after its last part
+    arrived adds to the step; what runs while parts are on the wire adds only what outlasts the
+    links' 1.2 s (the group of two above)."""
+    delay = np.array([[0.0, 100.0], [100.0, 0.0]])
+    rate = np.full((2, 2), 8 * MBIT)
+    traffic = StepTraffic((1_000_000,), activation_bytes=0.0, micro_batches=1)
+    plain = uniform(2, 1, 0.1, 0.2)
+    without = simulated_step_s(delay, rate, [[0], [1]], traffic, plain)
+
+    def split(total: float, before: float, after: float) -> MeasuredCompute:
+        return MeasuredCompute(
+            plain.forward_s, plain.backward_s, plain.update_s, [[total]] * 2,
+            averaging_before_s=[[before]] * 2, averaging_after_s=[[after]] * 2,
+        )  # fmt: skip
+
+    hidden = split(0.5, 0.1, 0.1)  # 0.3 s beside the wire: hidden
+    assert simulated_step_s(delay, rate, [[0], [1]], traffic, hidden) == pytest.approx(
+        without + 0.2
+    )
+    outlasting = split(1.7, 0.1, 0.1)  # 1.5 s beside a 1.2 s wire: 0.3 s of it shows
+    assert simulated_step_s(delay, rate, [[0], [1]], traffic, outlasting) == pytest.approx(
+        without + 0.2 + 0.3
+    )
+    # unsplit (an older worker): all of it before the wire, as above
+    whole = MeasuredCompute(plain.forward_s, plain.backward_s, plain.update_s, [[0.5]] * 2)
+    assert simulated_step_s(delay, rate, [[0], [1]], traffic, whole) == pytest.approx(without + 0.5)
+
+
 def test_each_frame_a_stage_sends_or_takes_in_costs_its_local_work() -> None:
     """2 stages, 1 micro-batch, instant links, no compute: stage 0 sends the activation (f0),
     stage 1 takes it in (f1) and sends the gradient back (f1), stage 0 takes it in (f0)."""

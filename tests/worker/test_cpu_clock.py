@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 
 import pytest
 
-from p2ptrain.worker.cpu_clock import TreeCpuClock
+from p2ptrain.worker.cpu_clock import TreeCpuClock, WireMarks, round_cpu_split
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -29,3 +30,36 @@ def test_the_clock_counts_a_childs_cpu_and_not_its_sleep() -> None:
         child.kill()
         child.wait()
     assert clock.seconds() >= 0  # the child gone: the tree is found again, without it
+
+
+def test_a_rounds_cpu_splits_at_its_first_part_out_and_its_last_part_in() -> None:
+    # the clock read 10.0 at the round's start, 10.5 at its end; first part out at 10.1, last
+    # part in at 10.4: 0.1 before the wire, 0.1 after, 0.3 beside it
+    assert round_cpu_split(10.0, 10.5, (10.1, 10.4)) == pytest.approx((0.1, 0.1))
+    assert round_cpu_split(10.0, 10.5, None) == (None, None)
+    # marks outside the round (clocks read in two processes, a late mark) stay within it
+    before, after = round_cpu_split(10.0, 10.5, (9.9, 10.6))
+    assert (before, after) == (0.0, 0.0)
+    before, after = round_cpu_split(10.0, 10.5, (10.7, 10.2))
+    assert before == pytest.approx(0.5) and after == pytest.approx(0.0)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_wire_marks_go_to_the_worker_once_a_round_moved_parts_both_ways() -> None:
+    marks = WireMarks(os.getpid())
+    marks.start()
+    marks.mark(100, 0)  # sent only: no round to report
+    marks.finish()
+    assert marks.last() is None
+    for _ in range(2):
+        marks.start()
+        marks.mark(100, 0)
+        burn = time.process_time() + 0.05
+        while time.process_time() < burn:
+            pass
+        marks.mark(0, 100)
+        marks.mark(50, 0)  # a later send (a reducer's reply) does not move the first mark
+        marks.finish()
+    first_sent, last_received = marks.last() or (0.0, 0.0)  # the newer of the two rounds
+    assert 0 < first_sent <= last_received
+    assert marks.last() is None  # read once
