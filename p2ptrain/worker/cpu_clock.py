@@ -2,9 +2,12 @@
 processes, and their p2pd daemon (Linux /proc; elsewhere it reads 0 and says so).
 
 What a step's communication costs this machine locally (serialising, reducing, the daemon's
-copies) is not in the stage's compute and not on the wire; the workers report it per averaging
-round (`averaging_cpu_s`) so the bench's step simulation can add it, measured, not fitted
-(docs/benchmarks.md). Reading a few /proc files takes well under a millisecond.
+copies) is not in the stage's compute and not on the wire; the workers report it so the bench's
+step simulation can add it, measured, not fitted (docs/benchmarks.md): per averaging round
+(`averaging_cpu_s`, split where its first part left and its last arrived by `WireMarks`), and
+during the passes, split by process (`TreeCpu`: the worker's and the daemon's, which move the
+frames, and the helper processes', which run beside them). Reading a few /proc files takes
+well under a millisecond; the clock ticks in 10 ms, so what it reads is summed over many steps.
 """
 
 from __future__ import annotations

@@ -108,3 +108,27 @@ def test_the_rounds_cpu_splits_by_the_shares_summed_over_its_steps(tmp_path: Pat
     assert compute.averaging_after_s == [[pytest.approx(0.05 * 0.25)], [0.0]]
     summary = compute_summary(logs, PLAN, [[0], [1]])
     assert summary["averaging_before_share"] == [[0.2], [None]]
+
+
+def test_frames_cost_their_own_cpu_and_the_helpers_run_as_a_background(tmp_path: Path) -> None:
+    """Per frame: the worker's and daemon's CPU in the passes over the frames, summed over the
+    steps; the helper processes' CPU in the passes over the passes' wall time (the step less
+    its round and update) is a rate, cores."""
+    log = tmp_path / "m0.jsonl"
+    steps = [(0.03, 4, 0.01, 1.0), (0.02, 4, 0.02, 1.5), (0.05, 8, 0.0, 1.5)]
+    rows = [
+        {"type": "metrics", "step": i, "term": 1, "epoch": 2, "forward_s": 0.1,
+         "backward_s": 0.2, "update_s": 0.1, "averaging_s": 0.4, "step_s": step,
+         "frames_cpu_s": frames_cpu, "frames": frames, "helpers_cpu_s": helpers}
+        for i, (frames_cpu, frames, helpers, step) in enumerate([(9.0, 1, 9.0, 9.0), *steps])
+    ]  # fmt: skip
+    log.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    compute = measured_compute([log], PLAN, [[0]], micro_batches=1, cores={0: 0.2})
+    assert compute is not None
+    assert compute.frame_local_s == [[pytest.approx(0.10 / 16)]]
+    # 0.03 s of helpers' CPU over 0.5 + 1.0 + 1.0 s of passes
+    assert compute.background_cores == [[pytest.approx(0.03 / 2.5)]]
+    assert compute_summary([log], PLAN, [[0]])["helpers_cores"] == [[pytest.approx(0.012)]]
+    # no quota: no background to take from one
+    unlimited = measured_compute([log], PLAN, [[0]], micro_batches=1)
+    assert unlimited is not None and unlimited.background_cores == ()

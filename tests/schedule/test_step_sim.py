@@ -173,6 +173,22 @@ def test_a_step_that_never_waits_runs_at_the_quota_share() -> None:
     assert simulated_step_s(delay, rate, [[0]], traffic, limited) == pytest.approx(0.040)
 
 
+def test_a_steady_background_leaves_the_stage_less_of_its_quota() -> None:
+    # as above with 50 ms periods, the helper processes taking 0.05 core steadily: the stage's
+    # 10 ms of CPU runs on the 0.2 core left, a 10 ms slice of each period: 50 ms a step
+    delay, rate = instant_links(1)
+    traffic = StepTraffic((0.0,), activation_bytes=0.0, micro_batches=1)
+    limited = quota(uniform(1, 1, 0.004, 0.006), 0.25, 0.05)
+    busy = dataclasses.replace(limited, background_cores=[[0.05]])
+    assert simulated_step_s(delay, rate, [[0]], traffic, busy) == pytest.approx(0.050)
+    # a background measured beyond the quota leaves the stage a tenth of it, not nothing
+    swamped = dataclasses.replace(limited, background_cores=[[0.3]])
+    assert simulated_step_s(delay, rate, [[0]], traffic, swamped) == pytest.approx(0.4)
+    # without a quota, a background takes nothing from the stage
+    free = dataclasses.replace(uniform(1, 1, 0.004, 0.006), background_cores=[[0.05]])
+    assert simulated_step_s(delay, rate, [[0]], traffic, free) == pytest.approx(0.010)
+
+
 def test_a_burst_after_waiting_on_the_network_runs_at_full_speed() -> None:
     # two one-stage replicas averaging over 50 ms links: each step's 8 ms of CPU comes after
     # the stage sat idle, within one period's 10 ms slice, so the quota does not slow it
