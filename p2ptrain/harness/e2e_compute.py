@@ -102,7 +102,8 @@ def _round_cpu_shares(reports: Sequence[Mapping[str, Any]]) -> dict[str, float]:
         (float(r["averaging_cpu_s"]), float(r["averaging_cpu_before_s"]),
          float(r["averaging_cpu_after_s"]))
         for r in reports
-        if all(isinstance(r.get(k), int | float) for k in ROUND_CPU_FIELDS)
+        # a reading below 0: a worker's clock that dropped an ended process (before 2026-11-25)
+        if all(isinstance(r.get(k), int | float) and r[k] >= 0 for k in ROUND_CPU_FIELDS)
     ]  # fmt: skip
     total = sum(spent for spent, _, _ in split)
     if total <= 0:

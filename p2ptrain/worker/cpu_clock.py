@@ -44,6 +44,10 @@ class TreeCpuClock:
         self.root = os.getpid() if root is None else root
         self._pids: list[int] = []
         self.available = (PROC / str(self.root) / "stat").exists()
+        # each process's last reading: a process that ends keeps what it spent (the clock
+        # never runs back), in `_departed`
+        self._last: dict[int, tuple[str, int]] = {}
+        self._departed = TreeCpu(0.0, 0.0)
 
     def seconds(self) -> float:
         return self.split().total
@@ -53,18 +57,28 @@ class TreeCpuClock:
             return TreeCpu(0.0, 0.0)
         if not self._pids:
             self._pids = _tree(self.root)
-        own = helpers = 0.0
+        readings = {}
         for pid in self._pids:
             read = _cpu_ticks(pid)
-            if read is None:  # gone (a daemon restarted): find the tree again next time
-                self._pids = []
-                continue
-            name, ticks = read
-            if pid == self.root or name == DAEMON_NAME:
-                own += ticks / TICKS_PER_S
-            else:
-                helpers += ticks / TICKS_PER_S
-        return TreeCpu(own, helpers)
+            if read is not None:
+                readings[pid] = read
+        if len(readings) < len(self._pids):  # one ended (a daemon restarted): find the tree again
+            self._pids = []
+            for pid, (name, ticks) in self._last.items():
+                if pid not in readings:
+                    self._departed = self._add(self._departed, pid, name, ticks)
+            self._last = {}
+        self._last.update(readings)
+        total = self._departed
+        for pid, (name, ticks) in readings.items():
+            total = self._add(total, pid, name, ticks)
+        return total
+
+    def _add(self, to: TreeCpu, pid: int, name: str, ticks: int) -> TreeCpu:
+        """`to` plus `pid`'s ticks, on its side of the split."""
+        if pid == self.root or name == DAEMON_NAME:
+            return TreeCpu(to.own + ticks / TICKS_PER_S, to.helpers)
+        return TreeCpu(to.own, to.helpers + ticks / TICKS_PER_S)
 
 
 def _tree(root: int) -> list[int]:
