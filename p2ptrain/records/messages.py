@@ -108,9 +108,9 @@ class MetricsReport:
     # (the rest ran while parts were on the wire); None: not measured (no part moved)
     averaging_cpu_before_s: float | None = None
     averaging_cpu_after_s: float | None = None
-    # during the passes: CPU seconds the process tree spent besides the passes' own compute
-    # (the frames' serialising, the asyncio thread, the daemon's copies), and the frames the
-    # stage sent and received
+    # during the passes: CPU seconds the worker's process and its p2pd daemon spent besides
+    # the passes' own compute (the frames' serialising, the asyncio thread, the daemon's
+    # copies), and the frames the stage sent and received
     frames_cpu_s: float | None = None
     frames: int | None = None
     # during the passes: CPU seconds hivemind's DHT and averager processes spent (background, a

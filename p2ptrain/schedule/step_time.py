@@ -241,10 +241,12 @@ def simulated_step_s(
 
     Each stage works one thing at a time: forward of micro-batches 0..M-1 (each once its input
     arrived), then backward of M-1..0 (each once its output's gradient arrived), then its part
-    of its group's averaging (the local work of a round, averaging_local_s, once all members
-    finished backward; then group_averaging_s on the links), then updates. Every frame it sends
-    or takes in also costs it its measured local work (frame_local_s). All of that work runs on
-    the stage's machine (CpuBudget: under its CPU quota where there is one).
+    of its group's averaging (_group_round: a round's local work before its first part leaves,
+    then group_averaging_s on the links once every member is that far, with the work beside the
+    wire alongside, then the work after its last part), then updates. Every frame it sends or
+    takes in also costs it its measured local work (frame_local_s). All of that work runs on
+    the stage's machine (CpuBudget: under its CPU quota, less a measured background, where
+    there is one).
     Frames leave without blocking compute; each direction of a link serialises them (a frame
     arrives one-way delay + its bytes / rate after its link is free) and the stage's step ends
     once the answer to its last frame is back. The next step of a stage starts after its
@@ -282,8 +284,8 @@ def simulated_step_s(
     return ends[-1] - ends[-2] if len(ends) > 1 else ends[-1]
 
 
-# the least share of its quota a stage's work keeps beside a measured background: a background
-# that takes more than that is not a steady one (the stage would not have trained)
+# the least share of its quota a stage's work keeps beside a measured background (a background
+# measured above the rest did not run beside the stage's work: the stage would hardly have run)
 MIN_QUOTA_LEFT = 0.1
 
 
