@@ -1,0 +1,57 @@
+"""One guard for every task that serves one connection, stream or request.
+
+What a peer sends may make such a task fail in any way (a reset mid-read raises
+`trio.BrokenResourceError`, not an `OSError`; a library decoder raises its own types). None of that
+may reach a node-lifetime nursery, whose failure ends the process: a per-connection task runs
+under `contained`, which logs and drops any `Exception` and lets cancellation through. Nurseries
+that live as long as the node hold only services; what they start per connection goes through
+`start_contained`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import trio
+
+log = logging.getLogger(__name__)
+
+Task = Callable[..., Awaitable[Any]]
+
+
+class _Resettable(Protocol):
+    async def reset(self) -> None: ...
+
+
+async def contained(what: str, task: Task, *args: Any) -> None:
+    """Run `task(*args)`; an `Exception` it raises (an exception group included) is logged at
+    INFO and dropped. Cancellation and `KeyboardInterrupt` are not exceptions of the peer's
+    making and pass through."""
+    try:
+        await task(*args)
+    except Exception as exc:
+        log.info("%s failed and was dropped: %s: %s", what, type(exc).__name__, exc)
+
+
+def start_contained(nursery: trio.Nursery, what: str, task: Task, *args: Any) -> None:
+    """`nursery.start_soon(task, *args)` under `contained`: its failure ends only itself."""
+    nursery.start_soon(contained, what, task, *args)
+
+
+def guard_stream_handler(what: str, handler: Callable[[Any], Awaitable[None]]) -> Callable[
+    [Any], Awaitable[None]
+]:
+    """A stream handler that turns any `Exception` of `handler` into resetting that stream."""
+
+    async def guarded(stream: Any) -> None:
+        try:
+            await handler(stream)
+        except Exception as exc:
+            log.info("%s stream failed and was reset: %s: %s", what, type(exc).__name__, exc)
+            with contextlib.suppress(Exception):
+                await stream.reset()
+
+    return guarded
