@@ -6,6 +6,8 @@ plan exists from the first seconds; re-planning happens on membership changes an
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,10 +17,14 @@ import numpy as np
 import numpy.typing as npt
 
 from p2ptrain.control.links import Link
-from p2ptrain.records import LinkFacts, NetworkFacts, RunSpec
+from p2ptrain.errors import WireError
+from p2ptrain.records import LinkFacts, NetworkFacts, Plan, RunSpec
+from p2ptrain.records.plan import MAX_RATE_MBPS, MAX_RTT_S, MIN_RATE_MBPS
 
 if TYPE_CHECKING:
     from p2ptrain.schedule.compute import PeerCompute
+
+log = logging.getLogger(__name__)
 
 # the search stops after this many cost evaluations (or when it converges): the same measurements
 # give the same plan on an idle machine and on a busy one. A 16-peer plan converges well within it
@@ -42,6 +48,13 @@ UNREACHABLE_BANDWIDTH_GBPS = 1e-6
 # peers off the plan's most demanding links whenever a placement with direct or hole-punched
 # links does as well.
 RELAYED_RATE_SHARE = 0.5
+# what a measured link is priced at, at worst and at best, whatever its ends report (a report is
+# any finite number: 1e-12 Mbit/s or a 1e300 ms round trip must keep the cost model arithmetic):
+# a measured link is never worse than an unreachable one, nor better than 10 Tbit/s
+MAX_MEASURED_DELAY_MS = UNREACHABLE_DELAY_MS / 2
+MIN_MEASURED_BANDWIDTH_GBPS = UNREACHABLE_BANDWIDTH_GBPS
+MAX_MEASURED_BANDWIDTH_GBPS = 1e4
+MAX_PLAN_COST_S = 1e15  # a plan's costs are finite on the wire (records/plan.py)
 
 
 @dataclass(frozen=True)
@@ -77,10 +90,14 @@ def build_matrices(
             if link is None:
                 continue
             if link.rtt_ms is not None:
-                delay[i, j] = delay[j, i] = link.rtt_ms / 2
+                delay[i, j] = delay[j, i] = min(link.rtt_ms / 2, MAX_MEASURED_DELAY_MS)
             if link.bandwidth_mbps is not None and link.bandwidth_mbps > 0:
                 share = RELAYED_RATE_SHARE if (min(a, peers[j]), max(a, peers[j])) in relayed else 1
-                bandwidth[i, j] = bandwidth[j, i] = share * link.bandwidth_mbps / 1000
+                bandwidth[i, j] = bandwidth[j, i] = _clamp(
+                    share * link.bandwidth_mbps / 1000,
+                    MIN_MEASURED_BANDWIDTH_GBPS,
+                    MAX_MEASURED_BANDWIDTH_GBPS,
+                )
     off_diagonal = ~np.eye(n, dtype=bool)
     num_measured = int(np.count_nonzero(~np.isnan(delay[off_diagonal]))) // 2
     for matrix, fallback in ((delay, DEFAULT_DELAY_MS), (bandwidth, DEFAULT_BANDWIDTH_GBPS)):
@@ -170,38 +187,84 @@ class Placement:
 
 
 def network_facts(matrices: Matrices, pipelines: Sequence[Sequence[str]]) -> NetworkFacts | None:
-    """The network the plan's data-plane timeouts are scaled for (None for one peer): the
-    slowest round trip and rate among the placed peers' links, and the same of each stage's
-    data-parallel group and of each pipeline hop (estimates for unmeasured links included)."""
+    """The network the plan's data-plane timeouts are scaled for (None when no two placed peers
+    exchange anything): the slowest round trip and rate of each stage's data-parallel group and
+    of each pipeline hop (estimates for unmeasured links included), and the worst of those as
+    the swarm-wide pair. Only the pairs the plan uses count: a link no frame or average crosses
+    (one end's pessimistic report of it, say) must not stretch every timeout. Values are kept
+    within the record's bounds (records/plan.py), so receivers never refuse the plan for them."""
     index = {peer: i for i, peer in enumerate(matrices.peers)}
-    placed = sorted({index[p] for pipeline in pipelines for p in pipeline if p in index})
-    if len(placed) < 2:
-        return None
-    swarm = _worst(matrices, placed)
     if any(p not in index for pipeline in pipelines for p in pipeline):
-        return NetworkFacts(swarm.rtt_s, swarm.rate_mbps)  # the per-link facts need every peer
+        # the per-link facts need every peer: the worst among those we know stands for all
+        known = sorted({index[p] for pipeline in pipelines for p in pipeline if p in index})
+        swarm = _worst(matrices, known) if len(known) > 1 else None
+        return None if swarm is None else NetworkFacts(swarm.rtt_s, swarm.rate_mbps)
     rows = [[index[p] for p in pipeline] for pipeline in pipelines]
-    groups = tuple(
-        _worst(matrices, [row[j] for row in rows]) if len(rows) > 1 else swarm
-        for j in range(len(rows[0]))
-    )
+    stages = len(rows[0]) if rows else 0
+    if stages * len(rows) < 2:
+        return None
+    groups = tuple(_worst(matrices, [row[j] for row in rows]) for j in range(stages))
     hops = tuple(
-        tuple(_worst(matrices, [row[j], row[j + 1]]) for j in range(len(row) - 1)) for row in rows
+        tuple(_worst(matrices, [row[j], row[j + 1]]) for j in range(stages - 1)) for row in rows
     )
+    used = [g for g in groups if len(rows) > 1] + [h for row in hops for h in row]
+    swarm = LinkFacts(max(u.rtt_s for u in used), min(u.rate_mbps for u in used))
+    if len(rows) == 1:
+        groups = (swarm,) * stages  # a group of one peer crosses no link: the swarm pair
     return NetworkFacts(swarm.rtt_s, swarm.rate_mbps, groups=groups, hops=hops)
 
 
 def _worst(matrices: Matrices, members: Sequence[int]) -> LinkFacts:
     """The longest round trip (twice the one-way delay) and the lowest rate among the links of
-    `members` (at least two peers). A link between two peers that cannot reach each other is
-    left out: nothing is ever sent over it, and its price would stretch every timeout."""
+    `members`, within the plan record's bounds. A link between two peers that cannot reach
+    each other is left out: nothing is ever sent over it, and its price would stretch every
+    timeout. One member (a data-parallel group of one replica): the default pair."""
     pairs = np.ix_(members, members)
     usable = ~np.eye(len(members), dtype=bool) & (matrices.delay_ms[pairs] < UNREACHABLE_DELAY_MS)
     if not usable.any():
         return LinkFacts(rtt_s=2 * DEFAULT_DELAY_MS / 1e3, rate_mbps=DEFAULT_BANDWIDTH_GBPS * 1e3)
     rtt_s = 2 * float(matrices.delay_ms[pairs][usable].max()) / 1e3
     rate_mbps = float(matrices.bandwidth_gbps[pairs][usable].min()) * 1e3
-    return LinkFacts(rtt_s=round(rtt_s, 6), rate_mbps=round(rate_mbps, 3))
+    # six significant digits, not decimals: a 0.0001 Mbit/s link must not round to 0
+    return LinkFacts(
+        rtt_s=_clamp(_significant(rtt_s), 0.0, MAX_RTT_S),
+        rate_mbps=_clamp(_significant(rate_mbps), MIN_RATE_MBPS, MAX_RATE_MBPS),
+    )
+
+
+def _significant(value: float, digits: int = 6) -> float:
+    return float(f"{value:.{digits}g}")
+
+
+def _clamp(value: float, low: float, high: float) -> float:
+    """`value` within [low, high]; NaN stays NaN (a bug the plan's round trip catches)."""
+    return value if math.isnan(value) else min(max(value, low), high)
+
+
+def publishable(plan: Plan) -> Plan | None:
+    """`plan` as receivers will read it: its costs clamped to the record's bounds, then encoded
+    and decoded with the receivers' own decoder (JSON without NaN or Infinity, Plan.from_dict).
+    None, logged loudly, if it does not survive that: a plan receivers refuse blocks its planner
+    everywhere (they blame the planner for a malformed plan), so it must never leave."""
+
+    def bounded(cost_s: float | None) -> float | None:
+        return None if cost_s is None else _clamp(cost_s, 0.0, MAX_PLAN_COST_S)
+
+    cost_s = bounded(plan.cost_s)
+    assert cost_s is not None
+    clamped = plan.replace(
+        cost_s=cost_s,
+        previous_cost_s=bounded(plan.previous_cost_s),
+        predicted_step_s=bounded(plan.predicted_step_s),
+    )
+    try:
+        return Plan.from_dict(json.loads(json.dumps(clamped.to_dict(), allow_nan=False)))
+    except (WireError, ValueError, TypeError) as exc:
+        log.error(
+            "BUG: plan term %d epoch %d does not decode (%s); not publishing it: %r",
+            plan.term, plan.epoch, exc, clamped.to_dict(),
+        )  # fmt: skip
+        return None
 
 
 class NoPlacementFits(Exception):

@@ -156,7 +156,10 @@ class PlanMaker:
             previous_cost_s=previous_cost_s,
             predicted_step_s=placement.predicted_step_s,
         )
-        self.view.adopt_own_plan(plan)
+        checked = planner.publishable(plan)  # as receivers decode it
+        if checked is None:
+            return False  # a bug (logged): every receiver would refuse it and blame us
+        self.view.adopt_own_plan(checked)
         upper = np.triu_indices(len(members), k=1)
         delays = matrices.delay_ms[upper] if upper[0].size else np.zeros(1)
         rates = matrices.bandwidth_gbps[upper] * 1e3 if upper[0].size else np.zeros(1)

@@ -17,6 +17,9 @@ from p2ptrain.records import lineage as lin
 
 MAX_STAGES = 1024
 MAX_RTT_S = 600.0
+# a link's rate in a plan: never 0 (timeouts divide by it), never more than 1 Pbit/s
+MIN_RATE_MBPS = 1e-6
+MAX_RATE_MBPS = 1e12
 MAX_STAGE_LAYERS = 1_000_000  # blocks one stage may hold (a bound for the wire, not a model)
 
 
@@ -33,7 +36,8 @@ def _link_facts(value: object, name: str) -> LinkFacts:
     if not isinstance(value, list) or len(value) != 2:
         raise f.malformed("network", f"{name} must be [rtt_s, rate_mbps] pairs")
     rtt_s = f.number(value[0], "network", f"{name} rtt_s", 0.0, MAX_RTT_S)
-    return LinkFacts(rtt_s, f.number(value[1], "network", f"{name} rate_mbps", 1e-6))
+    rate = f.number(value[1], "network", f"{name} rate_mbps", MIN_RATE_MBPS, MAX_RATE_MBPS)
+    return LinkFacts(rtt_s, rate)
 
 
 def _pairs(value: object, name: str, max_items: int) -> tuple[LinkFacts, ...]:
@@ -85,7 +89,9 @@ class NetworkFacts:
     def from_dict(cls, data: object) -> NetworkFacts:
         d = f.mapping(data, "network")
         f.require_keys(d, "network", ("max_rtt_s", "min_rate_mbps"))
-        rate = f.number(d["min_rate_mbps"], "network", "min_rate_mbps", 1e-6)
+        rate = f.number(
+            d["min_rate_mbps"], "network", "min_rate_mbps", MIN_RATE_MBPS, MAX_RATE_MBPS
+        )
         hops = d.get("hops", [])
         if not isinstance(hops, list) or len(hops) > f.MAX_PEERS:
             raise f.malformed("network", f"hops must be a list of at most {f.MAX_PEERS} rows")
