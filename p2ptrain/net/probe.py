@@ -1,12 +1,15 @@
 """Link probes: round-trip time by echo, bandwidth by a bounded timed transfer.
 
 Both protocols are request/response on a fresh stream over the already-open connection, with a
-timeout around every read; the server caps everything it is asked to send or receive.
+timeout around every read; the server caps everything it is asked to send or receive. Neither
+can be answered faster than the bytes travel: an echo returns fresh random bytes, and a
+bandwidth acknowledgement carries the hash of the random bytes it acknowledges (issue 26.9).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import struct
 import time
@@ -19,8 +22,10 @@ from libp2p.peer.id import ID
 from p2ptrain.net.framing import read_exact, read_some, send
 
 PING_PROTOCOL = TProtocol("/p2ptrain/ping/1.0.0")
-# 2: the receiver acknowledges half-way and at the end (1: at the end only)
-BANDWIDTH_PROTOCOL = TProtocol("/p2ptrain/bandwidth/2.0.0")
+# 2: the receiver acknowledges half-way and at the end (1: at the end only); 3: each
+# acknowledgement carries the SHA-256 of the bytes it acknowledges (2's bare bytes could be sent
+# before the bytes arrived: a peer forged a fast link)
+BANDWIDTH_PROTOCOL = TProtocol("/p2ptrain/bandwidth/3.0.0")
 PING_BYTES = 32
 NUM_PINGS = 5
 PROBE_TIMEOUT_S = 3.0
@@ -34,6 +39,12 @@ MAX_SECOND_HALF_GAIN = 1.25
 DEFAULT_BANDWIDTH_PROBE_BYTES = 1024 * 1024
 _CHUNK_BYTES = 64 * 1024
 _SIZE = struct.Struct(">I")
+_HALF, _ALL = b"\x01", b"\x02"  # an acknowledgement: its tag, then a SHA-256 digest
+_ACK_BYTES = 1 + hashlib.sha256().digest_size
+
+
+class ForgedAck(ValueError):
+    """A bandwidth acknowledgement that does not prove its bytes arrived: a failed probe."""
 
 
 async def handle_ping(stream: INetStream) -> None:
@@ -72,23 +83,30 @@ async def measure_rtt_ms(host: IHost, peer: ID) -> float:
 
 
 async def handle_bandwidth(stream: INetStream) -> None:
-    """Receive a size (capped), then that many bytes; reply one byte when half of them have
-    arrived and another when all have."""
+    """Receive a size (capped), then that many bytes; when the first half of them (size // 2)
+    has arrived, reply _HALF and their SHA-256, and when all have, _ALL and the SHA-256 of
+    all of them."""
     try:
         with trio.move_on_after(BANDWIDTH_TIMEOUT_S):
             (size,) = _SIZE.unpack(await read_exact(stream, _SIZE.size))
             if size > MAX_BANDWIDTH_PROBE_BYTES:
                 return
-            received, half_acked = 0, False
+            half, received, half_acked = size // 2, 0, False
+            first, whole = hashlib.sha256(), hashlib.sha256()
             while received < size:
-                chunk = await read_some(stream, min(size - received, _CHUNK_BYTES))
+                # never read across the half-way mark: the first digest covers exactly `half`
+                limit = half - received if received < half else size - received
+                chunk = await read_some(stream, min(limit, _CHUNK_BYTES))
                 if not chunk:
                     return
                 received += len(chunk)
-                if not half_acked and received >= size // 2:
-                    await send(stream, b"\x01")
+                whole.update(chunk)
+                if received <= half:
+                    first.update(chunk)
+                if not half_acked and received >= half:
+                    await send(stream, _HALF + first.digest())
                     half_acked = True
-            await send(stream, b"\x02")
+            await send(stream, _ALL + whole.digest())
     except Exception:
         pass
     finally:
@@ -104,9 +122,20 @@ async def measure_bandwidth_mbps(
     first half: a timed whole transfer read a 7 Mbit/s, 446 ms link at a fraction of its rate.
     The second half can also read too fast: bytes queued on the way arrive in a burst (one
     probe read a 40 Mbit/s link at 276 Mbit/s), so the result is at most 1.25x the rate of the
-    whole transfer, first write to last acknowledgement less `rtt_s`, which no queue speeds up."""
+    whole transfer, first write to last acknowledgement less `rtt_s`, which no queue speeds up.
+
+    The bytes are fresh random ones (never repeating: nothing received predicts the rest), and
+    each acknowledgement must carry the SHA-256 of the bytes it acknowledges: the far end cannot
+    acknowledge bytes before they arrive. A wrong or early acknowledgement raises ForgedAck (a
+    failed probe). A far end can still hold its half-way acknowledgement back; the cap on the
+    whole transfer's rate bounds what that gains (its last acknowledgement needs every byte)."""
     num_bytes = max(2, min(num_bytes, MAX_BANDWIDTH_PROBE_BYTES))
-    chunk = os.urandom(_CHUNK_BYTES)
+    payload = os.urandom(num_bytes)
+    half = num_bytes // 2
+    expected = (
+        _HALF + hashlib.sha256(payload[:half]).digest(),
+        _ALL + hashlib.sha256(payload).digest(),
+    )
     acks: list[float] = []
     with trio.fail_after(BANDWIDTH_TIMEOUT_S):
         stream = await host.new_stream(peer, [BANDWIDTH_PROTOCOL])
@@ -115,16 +144,13 @@ async def measure_bandwidth_mbps(
 
             async def send_probe() -> None:
                 await send(stream, _SIZE.pack(num_bytes))
-                sent = 0
-                while sent < num_bytes:
-                    piece = chunk[: num_bytes - sent]
-                    await send(stream, piece)
-                    sent += len(piece)
+                for start in range(0, num_bytes, _CHUNK_BYTES):
+                    await send(stream, payload[start : start + _CHUNK_BYTES])
 
             async def read_acks() -> None:
-                for expected in (b"\x01", b"\x02"):
-                    if await read_exact(stream, 1) != expected:
-                        raise ValueError("bandwidth probe: unexpected acknowledgement")
+                for ack in expected:
+                    if await read_exact(stream, _ACK_BYTES) != ack:
+                        raise ForgedAck(f"bandwidth probe of {peer}: acknowledgement mismatch")
                     acks.append(time.perf_counter())
 
             async with trio.open_nursery() as nursery:
@@ -132,7 +158,7 @@ async def measure_bandwidth_mbps(
                 nursery.start_soon(read_acks)
         finally:
             await _close_quietly(stream)
-    second_half_bytes = num_bytes - num_bytes // 2
+    second_half_bytes = num_bytes - half
     second_half = second_half_bytes * 8 / max(acks[1] - acks[0], 1e-6) / 1e6
     whole = num_bytes * 8 / max(acks[1] - started - rtt_s, 1e-6) / 1e6
     return min(second_half, MAX_SECOND_HALF_GAIN * whole)
