@@ -24,6 +24,7 @@ from p2ptrain.control import wire
 from p2ptrain.control.intake import Intake
 from p2ptrain.control.penalties import PENALTY_BLOCK_SCORE, PENALTY_HALF_LIFE_S
 from p2ptrain.control.state import NodeState
+from p2ptrain.net.safe_pubsub import SafePubsub
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,9 @@ def make_pubsub(host: IHost) -> tuple[Pubsub, GossipSub]:
         spam_protection_enabled=False,
         eclipse_protection_enabled=False,  # all loopback peers share one IP
     )
-    return Pubsub(host, gossipsub, strict_signing=True), gossipsub
+    # SafePubsub: a peer's garbage frame or message, or two writers on one stream, end only
+    # that stream or message (net/safe_pubsub.py)
+    return SafePubsub(host, gossipsub, strict_signing=True), gossipsub
 
 
 async def serve_topics(

@@ -50,8 +50,25 @@ def guard_stream_handler(what: str, handler: Callable[[Any], Awaitable[None]]) -
         try:
             await handler(stream)
         except Exception as exc:
-            log.info("%s stream failed and was reset: %s: %s", what, type(exc).__name__, exc)
+            protocol = getattr(stream, "get_protocol", lambda: None)()
+            log.info(
+                "%s stream (%s) failed and was reset: %s: %s",
+                what, protocol, type(exc).__name__, exc,
+            )  # fmt: skip
             with contextlib.suppress(Exception):
                 await stream.reset()
 
     return guarded
+
+
+def guard_inbound_streams(host: Any) -> None:
+    """Run every inbound stream of a py-libp2p `host` under `guard_stream_handler`.
+
+    The swarm hands each new stream to one handler: the host's protocol negotiation, then the
+    handler of the protocol chosen, ours or one the library registered itself (GossipSub's reader,
+    identify, Kademlia, ping) or registers later. An exception there escapes the connection's
+    nursery and the swarm service, and ends the host (GossipSub's reader raised protobuf's
+    `DecodeError` on one garbage frame). Guarding that one entry point covers every protocol,
+    present and future."""
+    network = host.get_network()
+    network.set_stream_handler(guard_stream_handler("inbound", network.common_stream_handler))

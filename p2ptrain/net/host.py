@@ -19,6 +19,7 @@ from multiaddr import Multiaddr
 
 from p2ptrain import addresses
 from p2ptrain.errors import UserError
+from p2ptrain.net.guard import guard_inbound_streams
 
 # Loggers that report routine events (a peer closing a stream) at WARNING, 100+ times a run.
 _NOISY_LOGGERS = (
@@ -58,18 +59,21 @@ def quiet_library_logs(level: int = logging.ERROR) -> None:
 
 
 def make_host(seed: bytes, announce: Sequence[str] = ()) -> IHost:
-    """A host for the Ed25519 seed with Noise as the only security (no plaintext) and yamux.
-    It advertises `announce` if given, else its listen addresses with 0.0.0.0 replaced by this
+    """A host for the Ed25519 seed with Noise as the only security (no plaintext) and yamux,
+    whose every inbound stream runs guarded: a handler's exception, ours or the library's,
+    resets that stream only (net/guard.py). It advertises `announce` if given, else its listen addresses with 0.0.0.0 replaced by this
     machine's interface addresses (p2ptrain/addresses.py): identify, the DHT and our peer record
     all hand out get_addrs(), and nobody can dial 0.0.0.0."""
     key_pair = create_new_key_pair(seed)
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
-    return new_host(
+    host = new_host(
         key_pair=key_pair,
         sec_opt={NOISE_PROTOCOL_ID: noise},
         muxer_opt=cast(Any, {YAMUX_PROTOCOL_ID: Yamux}),
         **_advertising(announce),
     )
+    guard_inbound_streams(host)
+    return host
 
 
 def _advertising(announce: Sequence[str]) -> dict[str, Any]:

@@ -1,0 +1,78 @@
+"""py-libp2p 0.8.1's Pubsub, less the ways one peer (or a busy machine) ends a node through it.
+
+- Its reader catches only the library's own stream and parse errors: protobuf's `DecodeError`
+  on one garbage frame escaped the handler and ended the host. Any reader failure now resets
+  that stream and forgets the peer's pubsub state, as the library does for a parse error.
+- A message it accepted for processing runs as a task of the Pubsub service, whose failure ends
+  the service: a publish with a garbage public key made `signature_validator` re-raise
+  protobuf's `DecodeError`. Such a message is now dropped.
+- Several tasks write one peer's stream (the sending loop, the identify-pending flush, the
+  replay of recent messages on each subscription), and yamux's `write` takes its lock per frame,
+  not per message: once a message spans frames (over 64 KiB, or more than the send window left)
+  two messages interleave, and the reader's next length prefix is garbage (tests/net/
+  test_safe_pubsub.py reproduces it on two hosts). A write that fails or is cancelled mid-message
+  leaves half a message that the next one would follow. Whole messages are now written under one
+  lock per stream, and a stream whose write did not complete is reset, so nothing follows half a
+  message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+from weakref import WeakKeyDictionary
+
+import trio
+from libp2p.abc import INetStream
+from libp2p.peer.id import ID
+from libp2p.pubsub.pb import rpc_pb2
+from libp2p.pubsub.pubsub import Pubsub
+
+log = logging.getLogger(__name__)
+
+RESET_TIMEOUT_S = 1.0  # resetting a stream sends one frame; a stuck connection is not waited for
+
+
+class SafePubsub(Pubsub):
+    """`Pubsub` whose per-peer failures end only that peer's stream or message."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._write_locks: WeakKeyDictionary[INetStream, trio.Lock] = WeakKeyDictionary()
+
+    async def write_msg(self, stream: INetStream, rpc_msg: rpc_pb2.RPC) -> bool:
+        """One whole length-prefixed message at a time per stream; a write that does not
+        complete resets the stream."""
+        written = False
+        async with self._write_locks.setdefault(stream, trio.Lock()):
+            try:
+                written = await super().write_msg(stream, rpc_msg)
+            finally:
+                if not written:
+                    await _reset(stream)
+        return written
+
+    async def stream_handler(self, stream: INetStream) -> None:
+        try:
+            await super().stream_handler(stream)
+        except Exception as exc:
+            peer_id = stream.muxed_conn.peer_id
+            log.info("pubsub stream of %s reset: %s: %s", peer_id, type(exc).__name__, exc)
+            await _reset(stream)
+            self._handle_dead_peer(peer_id)
+
+    async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
+        try:
+            await super().push_msg(msg_forwarder, msg)
+        except Exception as exc:
+            log.info(
+                "dropped a message forwarded by %s: %s: %s",
+                msg_forwarder, type(exc).__name__, exc,
+            )  # fmt: skip
+
+
+async def _reset(stream: INetStream) -> None:
+    with trio.move_on_after(RESET_TIMEOUT_S) as scope, contextlib.suppress(Exception):
+        scope.shield = True  # a cancelled write still resets its stream
+        await stream.reset()
