@@ -112,7 +112,10 @@ class ControlNode:
         self.sync = PullSync(self.state, self.intake)
         self.publisher = Publisher(self.state, self.pubsub)
         self.rpcs = RpcResponder(self.state)
-        self.inbound_limits = rpc.InboundLimits()
+        # members of the run (admitted records, the organiser) keep room strangers cannot take
+        self.inbound_limits = rpc.InboundLimits(
+            is_member=lambda peer: peer in view.members or peer == view.bootstrap_id
+        )
         self.prober = LinkProber(self.host, view, self.state.joined)
         self.dial_back_server = dialback.DialBackServer()
         self.reachability = ReachabilityMonitor(self.state)

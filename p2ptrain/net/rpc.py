@@ -1,8 +1,10 @@
 """Tiny request/response over one libp2p stream: one framed request, one framed JSON reply.
 
 Inbound streams are capped (InboundLimits): at most MAX_INBOUND_STREAMS_PER_PEER at once from
-one peer and MAX_INBOUND_STREAMS in all, across every protocol guarded by one limiter; a stream
-past a cap is reset unread. A reply larger than MAX_REPLY_BYTES is never cut into invalid JSON:
+one peer and MAX_INBOUND_STREAMS in all, across every protocol guarded by one limiter, of which
+peers that are not members of the run share at most a quarter: strangers holding streams open
+cannot lock members out. A stream past a cap is reset unread; one still open after
+STREAM_DEADLINE_S (idle or not) is reset. A reply larger than MAX_REPLY_BYTES is never cut into invalid JSON:
 the client gets `{"error": ...}` instead (paged protocols keep their pages far below it).
 """
 
@@ -33,40 +35,77 @@ MAX_REPLY_BYTES = 4 * 1024 * 1024
 # swarm of ~100 peers all probing us at the same moment.
 MAX_INBOUND_STREAMS_PER_PEER = 8
 MAX_INBOUND_STREAMS = 256
+STRANGERS_SHARE = 0.25  # of MAX_INBOUND_STREAMS: what non-members may hold, all of them together
+# every guarded exchange ends well within it (RPCs 10 s, dial-back 12 s, relay signalling 10 s,
+# probes 10 s): a stream still open then is idle or hostile
+STREAM_DEADLINE_S = 20.0
 
 Responder = Callable[[bytes], Awaitable[dict[str, Any]]]
 Handler = Callable[[INetStream], Awaitable[None]]
 
 
 class InboundLimits:
-    """Caps on the inbound streams being handled at once, per remote peer and in all."""
+    """Caps on the inbound streams being handled at once: per remote peer, in all, and for the
+    peers that are not members of the run (`is_member`; None: no such share) a smaller share of
+    the total, so that members always find room."""
 
     def __init__(
         self,
         per_peer: int = MAX_INBOUND_STREAMS_PER_PEER,
         total: int = MAX_INBOUND_STREAMS,
+        is_member: Callable[[str], bool] | None = None,
+        strangers_total: int | None = None,
+        deadline_s: float = STREAM_DEADLINE_S,
     ) -> None:
         self.per_peer = per_peer
         self.total = total
+        self.is_member = is_member
+        self.strangers_total = (
+            max(1, int(total * STRANGERS_SHARE)) if strangers_total is None else strangers_total
+        )
+        self.deadline_s = deadline_s
         self._open: Counter[str] = Counter()
+        self._num_open = 0
+        self._num_strangers_open = 0
         self.num_refused = 0
 
+    def _refusal(self, peer: str, stranger: bool) -> str | None:
+        if self._open[peer] >= self.per_peer:
+            return "too many open from it"
+        if self._num_open >= self.total:
+            return "too many open"
+        if stranger and self._num_strangers_open >= self.strangers_total:
+            return "too many open from non-members"
+        return None
+
     def guard(self, handler: Handler) -> Handler:
-        """`handler`, run only while the caps allow: a stream past them is reset unread."""
+        """`handler`, run only while the caps allow (a stream past them is reset unread) and
+        for at most deadline_s (then the stream is reset)."""
 
         async def guarded(stream: INetStream) -> None:
             peer = stream.muxed_conn.peer_id.to_base58()
-            if self._open[peer] >= self.per_peer or sum(self._open.values()) >= self.total:
+            stranger = self.is_member is not None and not self.is_member(peer)
+            if (why := self._refusal(peer, stranger)) is not None:
                 self.num_refused += 1
-                log.info("refused a %s stream from %s: too many open", stream.get_protocol(), peer)
+                log.info("refused a %s stream from %s: %s", stream.get_protocol(), peer, why)
                 with contextlib.suppress(Exception):
                     await stream.reset()
                 return
             self._open[peer] += 1
+            self._num_open += 1
+            self._num_strangers_open += stranger
             try:
-                await handler(stream)
+                with trio.move_on_after(self.deadline_s) as deadline:
+                    await handler(stream)
+                if deadline.cancelled_caught:
+                    log.info("reset a %s stream from %s: open past %.0f s",
+                             stream.get_protocol(), peer, self.deadline_s)  # fmt: skip
+                    with contextlib.suppress(Exception):
+                        await stream.reset()
             finally:
                 self._open[peer] -= 1
+                self._num_open -= 1
+                self._num_strangers_open -= stranger
                 if not self._open[peer]:
                     del self._open[peer]
 
