@@ -23,7 +23,7 @@ from libp2p.abc import IHost
 from libp2p.peer.id import ID
 from libp2p.tools.anyio_service import background_trio_service
 
-from p2ptrain import addresses, identity
+from p2ptrain import addresses, identity, procs
 from p2ptrain.control.dashboard import DashboardFeed
 from p2ptrain.control.discovery import Discovery, make_dht
 from p2ptrain.control.election import serve_election
@@ -246,6 +246,7 @@ async def run_until_signalled(
 def run_node(node: ControlNode) -> int:
     """Run a node in this process until SIGTERM/SIGINT (blocking); the exit code: 2 if the run
     refused us (its one-line reason logged)."""
+    procs.raise_open_file_limit()  # every connection and stream costs a descriptor
     refused: list[BaseException] = []
     try:
         run_trio(run_until_signalled, node, node.stop_worker)

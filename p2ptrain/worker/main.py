@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from p2ptrain import addresses
+from p2ptrain import addresses, procs
 from p2ptrain.errors import UserError
 from p2ptrain.records import (
     ComputeReport,
@@ -52,6 +52,7 @@ HEARTBEAT_INTERVAL_S = 2.0
 def main(argv: list[str] | None = None) -> None:
     settings = WorkerSettings.from_argv(argv)
     watchdog.install()  # first, while the process has a single thread
+    procs.raise_open_file_limit()  # hivemind's p2pd and its peers' connections cost descriptors
     logging.basicConfig(
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s worker %(process)d: %(message)s",

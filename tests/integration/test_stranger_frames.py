@@ -1,4 +1,5 @@
-"""Issue 26, finding 0: one garbage frame from a stranger ends nothing but its stream.
+"""Issue 26, finding 0: one garbage frame from a stranger ends nothing but its stream; and a
+node raises its soft open-file limit to the hard one at start (finding 2's node side).
 
 A CLI-started bootstrap (a real process) gets, from an identity it never admitted, one frame of
 64 bytes of 0xff on every protocol it speaks (GossipSub, identify, identify push, Kademlia, ping,
@@ -9,6 +10,9 @@ Before the fix the first frame on /meshsub/1.1.0 ended the process at once.
 from __future__ import annotations
 
 import os
+import resource
+import shlex
+from pathlib import Path
 
 import pytest
 import trio
@@ -22,7 +26,13 @@ from p2ptrain.control.gossip import CONTROL_TOPIC
 from p2ptrain.control.rpcs import STATUS_PROTOCOL
 from p2ptrain.control.sync import SYNC_PROTOCOL
 from p2ptrain.net.host import make_host
-from tests.control.swarm_helpers import get_status, start_bootstrap
+from tests.conftest import PYTHON
+from tests.control.swarm_helpers import (
+    BOOTSTRAP_LOOPBACK,
+    STARTUP_TIMEOUT_S,
+    get_status,
+    start_bootstrap,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -77,3 +87,28 @@ def test_garbage_frames_leave_the_bootstrap_serving(tmp_path, reaper):
     assert boot.poll() is None, (tmp_path / "boot.log").read_text()[-3000:]
     status = get_status(addr)  # a second, honest connection is served
     assert status is not None and boot.poll() is None
+
+
+def open_file_limits(pid: int) -> tuple[int, int]:
+    """(soft, hard) RLIMIT_NOFILE of a running process, as /proc shows it."""
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            soft, hard = line.split()[3:5]
+            return int(soft), int(hard)
+    raise AssertionError("no open-file limit in /proc")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(
+    resource.getrlimit(resource.RLIMIT_NOFILE)[1] <= 256, reason="the hard limit is already low"
+)
+def test_a_node_raises_its_open_file_limit(tmp_path, reaper):
+    """Started as services usually are, with a low soft limit, the control process lifts it."""
+    run = tmp_path / "control-run.toml"
+    run.write_text("[run]\n")
+    command = [PYTHON, "-m", "p2ptrain", "bootstrap", "--identity", str(tmp_path / "boot.key"),
+               "--run", str(run), *BOOTSTRAP_LOOPBACK]  # fmt: skip
+    boot = reaper.start(["sh", "-c", f"ulimit -Sn 256 && exec {shlex.join(command)}"])
+    reaper.read_line(boot, STARTUP_TIMEOUT_S)
+    soft, hard = open_file_limits(boot.pid)
+    assert soft == hard > 256
