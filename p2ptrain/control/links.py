@@ -4,7 +4,11 @@ merged from everyone's gossiped rows. Pure, with monotonic time passed in.
 A pair (a, b) is measured by its two ends, each in its own row. Where both have a recent
 measurement, the pessimistic one counts (the larger round trip, the smaller rate): a peer can
 make its own links look worse than its counterpart measured them, which only keeps work away
-from itself, but never better, which would steer the planner's demanding links onto it."""
+from itself, but never better, which would steer the planner's demanding links onto it. Nor
+can it keep its counterpart from measuring: where one end's latest probes of a link failed
+(DISTRUST_AFTER_FAILURES in a row: the far end refused them, or did not prove the bytes
+arrived), that kind of measurement of the link is `failed`, whatever the other end says, and
+the planner prices it at the swarm's worst (control/planner.py)."""
 
 from __future__ import annotations
 
@@ -27,6 +31,9 @@ RECENT_WINDOW_S = 300.0
 # (members x BANDWIDTH_PROBE_INTERVAL_S), and a rate forgotten after 60 s left gaps in the
 # planner's matrix, filled with the median, which read as drift
 MAX_RATE_AGE_S = RECENT_WINDOW_S
+# consecutive failed probes of one kind after which a link's measurements of that kind count
+# for nothing (one failure may be a busy moment; the next success clears it)
+DISTRUST_AFTER_FAILURES = 2
 
 
 @dataclass
@@ -38,7 +45,9 @@ class LinkSample:
     rtt_at: float | None = None
     bandwidth_mbps: float | None = None
     bandwidth_at: float | None = None
-    num_failures: int = 0
+    num_failures: int = 0  # RTT probes failed in a row (SwarmView.record_rtt clears it)
+    rate_failures: int = 0  # bandwidth probes failed in a row
+    failed_at: float | None = None  # the latest failed probe of either kind
     # a window-bound probe's rate (control/measuring.py): only a floor, for sizing the next
     # probe; the link counts as measured once a probe is not window-bound
     rate_floor_mbps: float | None = None
@@ -50,6 +59,7 @@ class LinkSample:
         self.rtt_ms, self.rtt_at = min(v for _, v in self.recent_rtts), now
 
     def add_bandwidth(self, mbps: float, now: float, window_bound: bool = False) -> None:
+        self.rate_failures = 0
         if window_bound and self.bandwidth_mbps is None:
             self.rate_floor_mbps = max(mbps, self.rate_floor_mbps or 0.0)
             return
@@ -72,6 +82,10 @@ class Link:
     rtt_ms: float | None
     bandwidth_mbps: float | None
     age_s: float
+    # an end's latest probes of this kind failed: the values above are None, and the link is
+    # priced as the worst measured one
+    rtt_failed: bool = False
+    rate_failed: bool = False
 
 
 def freshest_links(
@@ -80,14 +94,21 @@ def freshest_links(
     """Every unordered pair measured recently (round trips in the last MAX_LINK_AGE_S, rates
     in the last MAX_RATE_AGE_S), from every author's row (as
     received at a monotonic time: a row's ages count from when it arrived); each end's freshest
-    value, the pessimistic of the two ends'."""
+    value, the pessimistic of the two ends'; none where an end's probes of that kind fail
+    (the link is then `failed` for that kind: never measured at one end's word)."""
     # pair -> end -> (age, value); an author's row only speaks for pairs it is an end of
     rtts: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
     bws: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
+    rtt_failed: set[tuple[str, str]] = set()
+    rate_failed: set[tuple[str, str]] = set()
     for author, (row, received_at) in rows.items():
         delay = now - received_at
         for peer, link in row.items():
             pair = (min(author, peer), max(author, peer))
+            if delay <= MAX_LINK_AGE_S and link.rtt_failures >= DISTRUST_AFTER_FAILURES:
+                rtt_failed.add(pair)
+            if delay <= MAX_RATE_AGE_S and link.bandwidth_failures >= DISTRUST_AFTER_FAILURES:
+                rate_failed.add(pair)
             for value, age, table, max_age in (
                 (link.rtt_ms, link.rtt_age_s, rtts, MAX_LINK_AGE_S),
                 (link.bandwidth_mbps, link.bandwidth_age_s, bws, MAX_RATE_AGE_S),
@@ -98,12 +119,14 @@ def freshest_links(
                 if author not in ends or age + delay < ends[author][0]:
                     ends[author] = (age + delay, float(value))
     result = {}
-    for pair in set(rtts) | set(bws):
+    for pair in set(rtts) | set(bws) | rtt_failed | rate_failed:
         rtt, bw = rtts.get(pair, {}).values(), bws.get(pair, {}).values()
         result[pair] = Link(
-            rtt_ms=max((v for _, v in rtt), default=None),
-            bandwidth_mbps=min((v for _, v in bw), default=None),
-            age_s=min(age for age, _ in [*rtt, *bw]),
+            rtt_ms=None if pair in rtt_failed else max((v for _, v in rtt), default=None),
+            bandwidth_mbps=None if pair in rate_failed else min((v for _, v in bw), default=None),
+            age_s=min((age for age, _ in [*rtt, *bw]), default=0.0),
+            rtt_failed=pair in rtt_failed,
+            rate_failed=pair in rate_failed,
         )
     return result
 
@@ -121,8 +144,14 @@ class LinkMeasurements:
     ) -> None:
         self.own_links.setdefault(peer, LinkSample()).add_bandwidth(mbps, now, window_bound)
 
-    def record_probe_failure(self, peer: str) -> None:
-        self.own_links.setdefault(peer, LinkSample()).num_failures += 1
+    def record_probe_failure(self, peer: str, now: float, kind: str = "rtt") -> None:
+        """One more failed probe of `kind` ("rtt" or "bandwidth") to `peer`."""
+        sample = self.own_links.setdefault(peer, LinkSample())
+        if kind == "bandwidth":
+            sample.rate_failures += 1
+        else:
+            sample.num_failures += 1
+        sample.failed_at = now
 
     def own_row(self, now: float) -> dict[str, LinkReport]:
         """Our measurements as gossiped in telemetry: values with their ages in seconds."""
@@ -130,12 +159,20 @@ class LinkMeasurements:
         for peer, s in self.own_links.items():
             rtt_age = None if s.rtt_at is None else round(now - s.rtt_at, 3)
             bw_age = None if s.bandwidth_at is None else round(now - s.bandwidth_at, 3)
-            if (rtt_age is None or rtt_age > MAX_LINK_AGE_S) and (
-                bw_age is None or bw_age > MAX_RATE_AGE_S
+            # failures are told while recent: the link's last word until a probe succeeds
+            failing = s.failed_at is not None and now - s.failed_at <= MAX_RATE_AGE_S
+            if (
+                (rtt_age is None or rtt_age > MAX_LINK_AGE_S)
+                and (bw_age is None or bw_age > MAX_RATE_AGE_S)
+                and not failing
             ):
                 continue
             connection = self.connections.get(peer, "direct")
-            row[peer] = LinkReport(s.rtt_ms, rtt_age, s.bandwidth_mbps, bw_age, connection)
+            row[peer] = LinkReport(
+                s.rtt_ms, rtt_age, s.bandwidth_mbps, bw_age, connection,
+                rtt_failures=s.num_failures if failing else 0,
+                bandwidth_failures=s.rate_failures if failing else 0,
+            )  # fmt: skip
         return row
 
     def connection(self, a: str, b: str) -> str:

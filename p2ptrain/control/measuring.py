@@ -111,7 +111,7 @@ class LinkProber:
             rtt_ms = await probe.measure_rtt_ms(self.host, ID.from_base58(peer))
             self.view.record_rtt(peer, rtt_ms, time.monotonic())
         except Exception as exc:
-            self.view.record_probe_failure(peer)
+            self.view.record_probe_failure(peer, time.monotonic(), "rtt")
             log.debug("RTT probe to %s failed: %s", peer, exc)
         finally:
             running.release_on_behalf_of(token)
@@ -146,4 +146,7 @@ class LinkProber:
                 bound = num_bytes < BANDWIDTH_PROBE_BYTES and window_bound(mbps, num_bytes, rtt_s)
                 self.view.record_bandwidth(peer, mbps, time.monotonic(), window_bound=bound)
             except Exception as exc:
+                # refused, timed out or unproven (net/probe.py: ForgedAck): the link is not
+                # measured at the other end's word (control/links.py)
+                self.view.record_probe_failure(peer, time.monotonic(), "bandwidth")
                 log.debug("bandwidth probe to %s failed: %s", peer, exc)

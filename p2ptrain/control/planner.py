@@ -80,15 +80,21 @@ def build_matrices(
     search places them apart, each next to reachable peers only, whenever it can. NATed peers
     with relay slots are not `private` here: their links are measured through the relay or the
     hole punch (control/traversal.py) and priced like any other, a `relayed` pair (a, b)
-    sorted) at RELAYED_RATE_SHARE of its measured rate."""
+    sorted) at RELAYED_RATE_SHARE of its measured rate. A link whose probes fail at one end
+    (control/links.py: `rtt_failed`, `rate_failed`) is priced as the worst measured one: a peer
+    that refuses probes gains nothing over one measured slow."""
     n = len(peers)
     delay = np.full((n, n), np.nan)
     bandwidth = np.full((n, n), np.nan)
+    failed_delay = np.zeros((n, n), dtype=bool)
+    failed_rate = np.zeros((n, n), dtype=bool)
     for i, a in enumerate(peers):
         for j in range(i + 1, n):
             link = links.get((min(a, peers[j]), max(a, peers[j])))
             if link is None:
                 continue
+            failed_delay[i, j] = failed_delay[j, i] = link.rtt_failed
+            failed_rate[i, j] = failed_rate[j, i] = link.rate_failed
             if link.rtt_ms is not None:
                 delay[i, j] = delay[j, i] = min(link.rtt_ms / 2, MAX_MEASURED_DELAY_MS)
             if link.bandwidth_mbps is not None and link.bandwidth_mbps > 0:
@@ -100,9 +106,13 @@ def build_matrices(
                 )
     off_diagonal = ~np.eye(n, dtype=bool)
     num_measured = int(np.count_nonzero(~np.isnan(delay[off_diagonal]))) // 2
-    for matrix, fallback in ((delay, DEFAULT_DELAY_MS), (bandwidth, DEFAULT_BANDWIDTH_GBPS)):
+    for matrix, fallback, failed, worst in (
+        (delay, DEFAULT_DELAY_MS, failed_delay, np.max),
+        (bandwidth, DEFAULT_BANDWIDTH_GBPS, failed_rate, np.min),
+    ):
         measured = matrix[off_diagonal & ~np.isnan(matrix)]
         estimate = float(np.median(measured)) if measured.size else fallback
+        matrix[failed] = float(worst(measured)) if measured.size else fallback
         matrix[np.isnan(matrix)] = estimate
     apart = [i for i, peer in enumerate(peers) if peer in private]
     for i in apart:

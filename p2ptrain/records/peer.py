@@ -135,20 +135,29 @@ def _optional_compute(value: object) -> StageCompute | None:
     return None if value is None else StageCompute.from_dict(value)
 
 
+MAX_PROBE_FAILURES = 1_000_000
+
+
 @dataclass(frozen=True)
 class LinkReport:
-    """One peer's latest own measurements towards another, with their ages in seconds."""
+    """One peer's latest own measurements towards another, with their ages in seconds, and how
+    many of its latest probes of each kind failed in a row (the far end refused or did not
+    prove the bytes: control/links.py then takes neither end's word for that link)."""
 
     rtt_ms: float | None = None
     rtt_age_s: float | None = None
     bandwidth_mbps: float | None = None
     bandwidth_age_s: float | None = None
     connection: str = "direct"  # CONNECTIONS: how the reporter's connection to the peer goes
+    rtt_failures: int = 0
+    bandwidth_failures: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
-        if self.connection == "direct":  # the default, left out: telemetry stays within its cap
-            del data["connection"]
+        # the defaults are left out: telemetry stays within its cap
+        for name, default in (("connection", "direct"), *((n, 0) for n in _FAILURE_FIELDS)):
+            if data[name] == default:
+                del data[name]
         return data
 
     @classmethod
@@ -156,11 +165,21 @@ class LinkReport:
         d = f.mapping(data, "link")
         values = {k: f.optional_number(d.get(k), "link", k) for k in _LINK_FIELDS}
         connection = f.choice(d.get("connection", "direct"), "link", "connection", CONNECTIONS)
-        return cls(**values, connection=connection)
+        return cls(
+            **values,
+            connection=connection,
+            rtt_failures=f.integer(d.get("rtt_failures", 0), "link", "rtt_failures", 0,
+                                   MAX_PROBE_FAILURES),
+            bandwidth_failures=f.integer(d.get("bandwidth_failures", 0), "link",
+                                         "bandwidth_failures", 0, MAX_PROBE_FAILURES),
+        )  # fmt: skip
 
 
+_FAILURE_FIELDS = ("rtt_failures", "bandwidth_failures")
 _LINK_FIELDS = tuple(
-    field.name for field in dataclasses.fields(LinkReport) if field.name != "connection"
+    field.name
+    for field in dataclasses.fields(LinkReport)
+    if field.name not in ("connection", *_FAILURE_FIELDS)
 )
 
 

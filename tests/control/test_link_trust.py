@@ -1,0 +1,60 @@
+"""Issue 26.9: a peer that refuses (or fails) its counterpart's probes does not get its own
+claim about the link believed; the planner prices such a link as the worst measured one."""
+
+from __future__ import annotations
+
+from p2ptrain.control.links import DISTRUST_AFTER_FAILURES
+from p2ptrain.control.planner import build_matrices
+from p2ptrain.records import LinkReport
+from tests.control.test_view import A, B, ME, make_view
+
+# A claims a perfect link to us, measured just now, in every row it sends
+PERFECT = {"rtt_ms": 0.01, "rtt_age_s": 0.0, "bandwidth_mbps": 1e6, "bandwidth_age_s": 0.0}
+
+
+def test_a_peer_that_refuses_our_probes_gets_no_link_at_its_own_word() -> None:
+    v, feed = make_view()
+    for now in (10.0, 11.0):  # our probes of A fail: it refuses them, or cannot prove the bytes
+        v.record_probe_failure(A, now, "bandwidth")
+        v.record_probe_failure(A, now, "rtt")
+    assert v.accept(feed("telemetry", A, {"links": {ME: PERFECT}}), 11.0) is None
+    link = v.links(11.5)[(A, ME)]
+    assert (link.rtt_ms, link.bandwidth_mbps) == (None, None)
+    assert link.rtt_failed and link.rate_failed
+    # what we gossip says so, for every other view to apply the same rule
+    report = v.own_row(11.5)[A]
+    assert (report.rtt_failures, report.bandwidth_failures) == (2, 2)
+    assert LinkReport.from_dict(report.to_dict()) == report
+    # a probe that succeeds again clears it: then the pessimistic end counts, as always
+    v.record_bandwidth(A, 20.0, now=12.0)
+    v.record_rtt(A, 30.0, now=12.0)
+    link = v.links(12.0)[(A, ME)]
+    assert (link.rtt_ms, link.bandwidth_mbps, link.rate_failed) == (30.0, 20.0, False)
+
+
+def test_the_failures_one_end_gossips_void_the_other_end_s_claim() -> None:
+    v, feed = make_view()  # a third party: A claims a perfect link to B, B cannot probe A
+    failing = {"bandwidth_failures": DISTRUST_AFTER_FAILURES, "rtt_failures": 0}
+    assert v.accept(feed("telemetry", A, {"links": {B: PERFECT}}), 5.0) is None
+    assert v.accept(feed("telemetry", B, {"links": {A: failing}}), 5.0) is None
+    link = v.links(5.0)[(A, B)]
+    assert link.rate_failed and link.bandwidth_mbps is None
+    assert link.rtt_ms == 0.01 and not link.rtt_failed  # its round trip B did not dispute
+    # one failure is a busy moment, not a verdict
+    once = {"bandwidth_failures": DISTRUST_AFTER_FAILURES - 1}
+    assert v.accept(feed("telemetry", B, {"links": {A: once}}), 6.0) is None
+    assert v.links(6.0)[(A, B)].bandwidth_mbps == 1e6
+
+
+def test_the_planner_prices_a_failed_link_as_the_worst_measured_one() -> None:
+    v, feed = make_view(me=ME, peers=(A, B))
+    honest = {"rtt_ms": 40.0, "rtt_age_s": 0.0, "bandwidth_mbps": 50.0, "bandwidth_age_s": 0.0}
+    slow = {"rtt_ms": 90.0, "rtt_age_s": 0.0, "bandwidth_mbps": 5.0, "bandwidth_age_s": 0.0}
+    failing = {"bandwidth_failures": 3, "rtt_failures": 3}
+    assert v.accept(feed("telemetry", A, {"links": {B: PERFECT, ME: honest}}), 1.0) is None
+    assert v.accept(feed("telemetry", B, {"links": {A: failing, ME: slow}}), 1.0) is None
+    peers = [A, B, ME]
+    m = build_matrices(peers, v.links(1.0))
+    a, b = peers.index(A), peers.index(B)
+    assert m.bandwidth_gbps[a, b] == 5.0 / 1000  # the worst rate measured, not A's 1e6
+    assert m.delay_ms[a, b] == 90.0 / 2  # and the worst round trip
