@@ -61,16 +61,17 @@ async def exchange(
 async def answer_one(
     stream: INetStream,
     decode: Callable[[object], T],
-    answer: Callable[[str, T], Awaitable[Record]],
+    answer: Callable[[str, str, T], Awaitable[Record]],
     what: str,
 ) -> None:
     """A stream handler's whole exchange: one request frame (`decode`d), one reply frame
-    (`answer`(the sender's peer id, the request)), within SIGNAL_TIMEOUT_S; bad input is logged
-    and dropped, and the stream closed either way."""
+    (`answer`(the sender's peer id, the address its connection comes from, the request)), within
+    SIGNAL_TIMEOUT_S; bad input is logged and dropped, and the stream closed either way."""
     try:
         with trio.fail_after(SIGNAL_TIMEOUT_S):
             request = decode(json.loads(await read_frame(stream, MAX_MESSAGE_BYTES)))
-            reply = await answer(stream.muxed_conn.peer_id.to_base58(), request)
+            sender = stream.muxed_conn.peer_id.to_base58()
+            reply = await answer(sender, stream_ip(stream), request)
             await write_frame(stream, json.dumps(reply.to_dict()).encode())
     except (WireError, ValueError, RecursionError) as exc:
         log.info("dropped a bad %s: %s", what, exc)
@@ -79,6 +80,30 @@ async def answer_one(
     finally:
         with contextlib.suppress(Exception):
             await stream.close()
+
+
+def stream_ip(stream: INetStream) -> str:
+    """The remote IP of a stream's connection as our socket sees it ('' if unknown)."""
+    try:
+        address = stream.get_remote_address()
+    except Exception:  # a library connection without one
+        return ""
+    return str(address[0]) if address else ""
+
+
+def connection_ips(host: IHost, peer: str) -> set[str]:
+    """The remote IPs of our open connections to `peer`, as our sockets see them."""
+    try:
+        connections = host.get_network().get_connections(ID.from_base58(peer))
+    except Exception:  # not a peer id, or no such connection list
+        return set()
+    ips = set()
+    for connection in connections:
+        with contextlib.suppress(Exception):
+            address = getattr(connection.muxed_conn, "get_remote_address", lambda: None)()
+            if address:
+                ips.add(str(address[0]))
+    return ips
 
 
 class RelayService:
@@ -110,15 +135,20 @@ class RelayService:
         """RELAY_PROTOCOL: a reservation, or a connect to a reserved peer."""
         await answer_one(stream, RelayRequest.from_dict, self._answer, "relay request")
 
-    async def _answer(self, source: str, request: RelayRequest) -> RelayReply:
+    async def _answer(self, source: str, source_ip: str, request: RelayRequest) -> RelayReply:
         now = time.monotonic()
         if request.op == "reserve":
-            error = self.server.reserve(source, now)
+            error = self.server.reserve(source, now, source_ip)
             return RelayReply(error=error, expires_s=0.0 if error else relay.RESERVATION_TTL_S)
-        error, token = self.server.grant(source, request.target, now)
+        # a punch endpoint is forwarded only as our raw port observed it from the source's
+        # address: nobody makes a target send SYNs anywhere but at the source itself
+        endpoint = self.server.vouch(source_ip, request.endpoint, trio.current_time())
+        if request.endpoint and not endpoint:
+            return RelayReply(error="punch endpoint not observed from your address")
+        error, token = self.server.grant(source, request.target, now, source_ip)
         if error:
             return RelayReply(error=error)
-        offer = RelayOffer(source, request.plane, token.hex(), request.endpoint)
+        offer = RelayOffer(source, request.plane, token.hex(), endpoint)
         try:
             answer = OfferAnswer.from_dict(
                 await exchange(self.state.host, request.target, OFFER_PROTOCOL, offer.to_dict())
@@ -129,6 +159,12 @@ class RelayService:
         if not answer.accept:
             self.server.pending.pop(token, None)
             return RelayReply(error="the target refused")
-        if request.endpoint:  # a punch: no circuit to pair
+        if endpoint:  # a punch: no circuit to pair
             self.server.pending.pop(token, None)
-        return RelayReply(token=token.hex(), endpoint=answer.endpoint)
+        # and the target's endpoint likewise, as observed from its connection to us
+        ips, t = sorted(connection_ips(self.state.host, request.target)), trio.current_time()
+        vouched = [e for ip in ips if (e := self.server.vouch(ip, answer.endpoint, t))]
+        target_endpoint = vouched[0] if vouched else ""
+        if answer.endpoint and not target_endpoint:
+            log.info("dropped %s's punch endpoint: not observed from its address", request.target)
+        return RelayReply(token=token.hex(), endpoint=target_endpoint)

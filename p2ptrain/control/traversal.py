@@ -18,6 +18,7 @@ and `bench nat` see it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
@@ -32,11 +33,14 @@ from p2ptrain.control.relay_service import (
     RELAY_PROTOCOL,
     SIGNAL_TIMEOUT_S,
     answer_one,
+    connection_ips,
     exchange,
 )
 from p2ptrain.control.state import NodeState
 from p2ptrain.errors import WireError
-from p2ptrain.net import relay
+from p2ptrain.net import ipkind, relay
+from p2ptrain.net.accepting import ConnectionCaps, serve_accepting
+from p2ptrain.net.guard import start_contained
 from p2ptrain.records import Plan
 from p2ptrain.records.peer import CONNECTIONS
 from p2ptrain.records.relay import (
@@ -49,6 +53,7 @@ from p2ptrain.records.relay import (
     RelayReply,
     RelayRequest,
 )
+from p2ptrain.records.relay import split_endpoint as relay_split
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +63,10 @@ RESERVE_RETRY_S = 5.0  # while we hold fewer slots than wanted
 PUNCH_RETRY_S = 300.0  # after a failed punch, relay that peer for this long
 PUNCH_ATTEMPTS = 3  # signalled punches per connection before relaying (see reach)
 PEERSTORE_TTL_S = 3600
+# punches at once, each way (taking offers; our own dials): a punch sends SYNs at an endpoint
+# others reported, so a flood of offers must not make us a SYN source. One per peer and plane.
+MAX_PUNCHES = 8
+MAX_ROUTE_CONNECTIONS = 32  # on one route's 127.0.0.1 listener: a peer's plane dials it a few times
 _, HOLEPUNCHED, RELAYED = CONNECTIONS  # records/peer.py: how a link's bytes travel
 
 
@@ -69,6 +78,8 @@ class Traversal:
         self.routes: dict[tuple[str, str], int] = {}  # (peer, plane) -> local route port
         self.connections: dict[tuple[str, str], str] = {}  # (peer, plane) -> HOLEPUNCHED/RELAYED
         self.punch_failed: dict[str, float] = {}  # peer -> when a punch to it last failed
+        self.punching_in: set[tuple[str, str]] = set()  # (source, plane) offers we punch for
+        self.punching_out: set[tuple[str, str]] = set()  # (peer, plane) we punch to
         self._nursery: trio.Nursery | None = None
 
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -84,55 +95,68 @@ class Traversal:
         """OFFER_PROTOCOL, on a NATed node: a relay of ours says a peer wants to connect."""
         await answer_one(stream, RelayOffer.from_dict, self._take_offer, "relay offer")
 
-    async def _take_offer(self, relay_id: str, offer: RelayOffer) -> OfferAnswer:
+    async def _take_offer(self, relay_id: str, _: str, offer: RelayOffer) -> OfferAnswer:
         local = self._local_port(offer.plane)
         raw = self._relay_endpoint(relay_id)
-        if (
-            relay_id not in self.state.relays
-            or local is None
-            or raw is None
-            or self._nursery is None
-        ):
+        nursery, why = self._nursery, ""
+        if relay_id not in self.state.relays or local is None or raw is None or nursery is None:
             why = "not our relay" if relay_id not in self.state.relays else "not ready"
-            log.info("refused an offer from %s through %s: %s", offer.source, relay_id, why)
-            return OfferAnswer(accept=False)
-        token = bytes.fromhex(offer.token)
-        if offer.endpoint:
-            ours, port = await relay.observe(raw)
-            self._nursery.start_soon(self._punched_in, offer, port, token, local)
-            return OfferAnswer(accept=True, endpoint=ours)
-        self._nursery.start_soon(self._relayed_in, offer, raw, token, local)
-        return OfferAnswer(accept=True)
+        elif not offer.endpoint:
+            token = bytes.fromhex(offer.token)
+            start_contained(nursery, "relayed in", self._relayed_in, offer, raw, token, local)
+            return OfferAnswer(accept=True)
+        else:
+            seen = await relay.observe_from(raw)
+            key = (offer.source, offer.plane)
+            if not self._may_punch(self.punching_in, key):
+                why = "punching as much as we may"
+            elif not ipkind.may_dial(relay_split(offer.endpoint)[0], seen.local_ip):
+                why = f"{offer.endpoint} is not an address we dial"
+            else:
+                self.punching_in.add(key)
+                token = bytes.fromhex(offer.token)
+                args = (offer, seen.port, token, local)
+                start_contained(nursery, "punched in", self._punched_in, *args)
+                return OfferAnswer(accept=True, endpoint=seen.endpoint)
+        log.info("refused an offer from %s through %s: %s", offer.source, relay_id, why)
+        return OfferAnswer(accept=False)
+
+    def _may_punch(self, punching: set[tuple[str, str]], key: tuple[str, str]) -> bool:
+        """Room for one more punch: none yet for this peer and plane, under MAX_PUNCHES."""
+        return key not in punching and len(punching) < MAX_PUNCHES
 
     async def _punched_in(self, offer: RelayOffer, port: int, token: bytes, local: int) -> None:
+        """Runs under the guard (net/guard.py): whatever the far end does ends only this. The
+        punch holds its place in the caps until the connection has shown the offer's token."""
         try:
+            # not marked as a failed punch when it fails: the dialer may have given up on the
+            # signalling and never punched; only the dialer, whose punch timed out, learns the
+            # NATs said no
             remote = await relay.punch(port, offer.endpoint)
-        except (OSError, trio.TooSlowError):
-            # not marked as a failed punch: the dialer may have given up on the signalling and
-            # never punched; only the dialer, whose punch timed out, learns the NATs said no
-            return
-        try:
-            with trio.fail_after(relay.RAW_HELLO_TIMEOUT_S):
-                hello = RawHello.decode(await relay.receive_exact(remote, RAW_HELLO_BYTES))
-            if hello.kind != RAW_PUNCHED or hello.token != token:
-                raise WireError("a punched connection without the offer's token")
-            inner = await trio.open_tcp_stream("127.0.0.1", local)
-        except (WireError, OSError, trio.TooSlowError) as exc:
-            log.info("punched connection from %s dropped: %s", offer.source, exc)
-            await remote.aclose()
-            return
+            try:
+                with trio.fail_after(relay.RAW_HELLO_TIMEOUT_S):
+                    hello = RawHello.decode(await relay.receive_exact(remote, RAW_HELLO_BYTES))
+                if hello.kind != RAW_PUNCHED or hello.token != token:
+                    raise WireError("a punched connection without the offer's token")
+                inner = await trio.open_tcp_stream("127.0.0.1", local)
+            except BaseException:
+                await _close(remote)
+                raise
+        finally:
+            self.punching_in.discard((offer.source, offer.plane))
         self._note(offer.source, offer.plane, HOLEPUNCHED)
         await relay.splice(remote, inner)
 
     async def _relayed_in(
         self, offer: RelayOffer, raw: tuple[str, int], token: bytes, local: int
     ) -> None:
+        """Runs under the guard, as _punched_in."""
+        remote = await relay.open_raw(raw, RAW_CIRCUIT, token)
         try:
-            remote = await relay.open_raw(raw, RAW_CIRCUIT, token)
             inner = await trio.open_tcp_stream("127.0.0.1", local)
-        except (OSError, trio.TooSlowError) as exc:
-            log.info("relayed connection from %s failed: %s", offer.source, exc)
-            return
+        except BaseException:
+            await _close(remote)
+            raise
         self._note(offer.source, offer.plane, RELAYED)
         await relay.splice(remote, inner)
 
@@ -146,13 +170,16 @@ class Traversal:
         return None
 
     def _relay_endpoint(self, peer: str) -> tuple[str, int] | None:
-        """A relay's raw port, from its peer record."""
+        """A relay's raw port, from its peer record: only at an address our connection to that
+        peer comes from. A record's relay_addrs are its word; we never connect (and observe,
+        and punch from) an address a member named unless it is where the member is."""
         member = self.state.view.members.get(peer)
         if member is None:
             return None
+        ips = connection_ips(self.state.host, peer)
         for addr in member.record.relay_addrs:
             endpoint = tcp_endpoint(addr)
-            if endpoint is not None:
+            if endpoint is not None and endpoint[0] in ips:
                 return endpoint
         return None
 
@@ -232,10 +259,13 @@ class Traversal:
         return f"/ip4/127.0.0.1/tcp/{self.routes[key]}/p2p/{peer}"
 
     async def _serve_route(self, listener: trio.SocketListener, peer: str, plane: str) -> None:
-        async with trio.open_nursery() as nursery:
-            while True:
-                local = await listener.accept()
-                nursery.start_soon(self._carry, local, peer, plane)
+        """A route's listener: each connection carried under the guard (net/accepting.py)."""
+
+        async def carry(local: trio.SocketStream) -> None:
+            await self._carry(local, peer, plane)
+
+        caps = ConnectionCaps(MAX_ROUTE_CONNECTIONS, MAX_ROUTE_CONNECTIONS)
+        await serve_accepting(listener, carry, caps, f"route to {peer} ({plane})")
 
     async def _carry(self, local: trio.SocketStream, peer: str, plane: str) -> None:
         remote = await self.reach(peer, plane)
@@ -281,22 +311,42 @@ class Traversal:
     async def _try_punch(
         self, relay_id: str, raw: tuple[str, int], peer: str, plane: str
     ) -> trio.SocketStream | None:
+        key = (peer, plane)
+        if not self._may_punch(self.punching_out, key):
+            log.info("no punch to %s (%s): punching as much as we may", peer, plane)
+            return None
+        self.punching_out.add(key)
+        try:
+            return await self._punch_out(relay_id, raw, peer, plane)
+        finally:
+            self.punching_out.discard(key)
+
+    async def _punch_out(
+        self, relay_id: str, raw: tuple[str, int], peer: str, plane: str
+    ) -> trio.SocketStream | None:
         try:  # the signalling: a relay that fails it says nothing about the peer's NAT
-            ours, port = await relay.observe(raw)
-            reply = await self._request(relay_id, RelayRequest("connect", peer, plane, ours))
+            seen = await relay.observe_from(raw)
+            request = RelayRequest("connect", peer, plane, seen.endpoint)
+            reply = await self._request(relay_id, request)
         except Exception as exc:
             log.info("no punch signalled to %s through %s: %s", peer, relay_id, exc)
             return None
         if reply.error or not reply.endpoint:
             log.info("no punch to %s through %s: %s", peer, relay_id, reply.error or "no endpoint")
             return None
+        if not ipkind.may_dial(relay_split(reply.endpoint)[0], seen.local_ip):
+            log.info("no punch to %s: %s is not an address we dial", peer, reply.endpoint)
+            return None
+        stream = None
         try:
-            stream = await relay.punch(port, reply.endpoint)
+            stream = await relay.punch(seen.port, reply.endpoint)
             await stream.send_all(RawHello(RAW_PUNCHED, bytes.fromhex(reply.token)).encode())
             return stream
         except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
             log.info("no hole punched to %s (%s): relaying", peer, type(exc).__name__)
             self.punch_failed[peer] = time.monotonic()
+            if stream is not None:
+                await _close(stream)
             return None
 
     async def pin_if_routed(self, peer: str) -> bool:
@@ -333,3 +383,8 @@ class Traversal:
             log.info("%s plane to %s: %s", plane, peer, kind)
         self.connections[(peer, plane)] = kind
         self.state.view.connections[peer] = self.connections.get((peer, "data"), kind)
+
+
+async def _close(stream: trio.SocketStream) -> None:
+    with contextlib.suppress(Exception):
+        await stream.aclose()

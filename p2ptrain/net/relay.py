@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +30,18 @@ from typing import Any
 import trio
 
 from p2ptrain.errors import WireError
+from p2ptrain.net import ipkind
+from p2ptrain.net.accepting import ConnectionCaps, serve_accepting
+from p2ptrain.net.guard import start_contained
+from p2ptrain.net.relay_client import PUNCH_TIMEOUT_S as PUNCH_TIMEOUT_S
+from p2ptrain.net.relay_client import RAW_HELLO_TIMEOUT_S as RAW_HELLO_TIMEOUT_S
+from p2ptrain.net.relay_client import Observation as Observation
+from p2ptrain.net.relay_client import bound_socket as bound_socket
+from p2ptrain.net.relay_client import observe as observe
+from p2ptrain.net.relay_client import observe_from as observe_from
+from p2ptrain.net.relay_client import open_raw as open_raw
+from p2ptrain.net.relay_client import punch as punch
+from p2ptrain.net.relay_client import receive_exact as receive_exact
 from p2ptrain.records.relay import (
     RAW_CIRCUIT,
     RAW_HELLO_BYTES,
@@ -39,27 +50,33 @@ from p2ptrain.records.relay import (
     RawHello,
     split_endpoint,
 )
-from p2ptrain.records.relay import endpoint as valid_endpoint
 
 log = logging.getLogger(__name__)
 
-RAW_HELLO_TIMEOUT_S = 5.0  # a raw connection's first bytes
+RAW_IDLE_S = 3.0  # the relay's wait for a raw connection's hello: idle strangers go quickly
 CIRCUIT_PAIRING_S = 15.0  # both halves of a circuit arrive within this of its grant
+CIRCUIT_IDLE_S = 120.0  # a circuit with no byte either way this long is closed
 MAX_RESERVATIONS = 64
+MAX_RESERVATIONS_PER_PREFIX = 8  # one /24 of public addresses (net/ipkind.py)
+MAX_NEW_RESERVATIONS = 16  # held by identities this relay first saw under NEW_IDENTITY_S ago
+NEW_IDENTITY_S = 600.0
 # relayed connections at once, over all reservations; per peer: a NATed peer has one per plane
 # and NATed partner, two when both ends dialled at once, and a few mid-handshake or closing
 MAX_CIRCUITS = 192
-MAX_CIRCUITS_PER_PEER = 48
+MAX_CIRCUITS_PER_PEER = 48  # that a peer asked for
+MAX_CIRCUITS_PER_PAIR = 8  # from one source to one target: nobody can use up a target's share
+MAX_CIRCUITS_PER_PREFIX = 64  # asked for from one /24 of public addresses
 MAX_CIRCUIT_BYTES = 4 * 1024**3  # each way; then the circuit is reset
 MAX_PENDING = 128
+# raw connections at once: both halves of every circuit, and room for hellos; per source
+# address, a peer's share of circuits and its observes
+MAX_RAW_CONNECTIONS = 2 * MAX_CIRCUITS + 128
+MAX_RAW_PER_SOURCE = MAX_CIRCUITS_PER_PEER + 16
 RESERVATION_TTL_S = 120.0
-PUNCH_TIMEOUT_S = 4.0  # covers one SYN retransmit (1 s) and a 446 ms round trip, with room
+OBSERVED_TTL_S = 30.0  # a punch endpoint must have been observed this recently
+MAX_OBSERVED = 4096
+MAX_FIRST_SEEN = 4096
 _CHUNK = 64 * 1024
-_REUSE = tuple(
-    option
-    for option in (getattr(socket, "SO_REUSEADDR", None), getattr(socket, "SO_REUSEPORT", None))
-    if option is not None
-)
 
 
 @dataclass
@@ -73,12 +90,16 @@ class RelayCounters:
 
 
 @dataclass
-class _Pending:
+class _Circuit:
+    """A granted circuit: pending until both halves arrive, then spliced until `done`."""
+
     source: str
     target: str
+    prefix: str  # the source's address prefix ('' when not public)
     created: float
     halves: list[trio.SocketStream] = field(default_factory=list)
     paired: trio.Event = field(default_factory=trio.Event)
+    done: trio.Event = field(default_factory=trio.Event)
 
 
 class RelayServer:
@@ -87,37 +108,98 @@ class RelayServer:
     def __init__(
         self, may_use: Callable[[str], bool], counters: RelayCounters | None = None
     ) -> None:
-        self.may_use = may_use  # an admitted member of the run (the organiser's token)
+        self.may_use = may_use  # a member of the run (open runs: anyone who published a record)
         self.reservations: dict[str, float] = {}  # peer -> expiry (monotonic)
-        self.pending: dict[bytes, _Pending] = {}
-        self.per_peer: dict[str, int] = {}
+        self.reserved_from: dict[str, str] = {}  # peer -> its address prefix ('' : not public)
+        self.pending: dict[bytes, _Circuit] = {}
+        self.spliced: list[_Circuit] = []
         self.counters = counters if counters is not None else RelayCounters()
+        self.caps = ConnectionCaps(MAX_RAW_PER_SOURCE, MAX_RAW_CONNECTIONS)
+        self.observed: dict[tuple[str, int], float] = {}  # (ip, port) seen at the raw port
+        self.first_seen: dict[str, float] = {}
+        self.started: float | None = None
 
-    def reserve(self, peer: str, now: float) -> str:
-        """'' if `peer` holds a slot until now + RESERVATION_TTL_S, else why not."""
+    def reserve(self, peer: str, now: float, ip: str = "") -> str:
+        """'' if `peer` (connected to us from `ip`) holds a slot until now + RESERVATION_TTL_S,
+        else why not."""
         self._expire(now)
         if not self.may_use(peer):
             return "not a member of this run"
-        if peer not in self.reservations and len(self.reservations) >= MAX_RESERVATIONS:
-            return self._refuse(f"relay full ({MAX_RESERVATIONS} reservations)")
+        key = ipkind.prefix(ip)
+        if peer not in self.reservations:
+            if len(self.reservations) >= MAX_RESERVATIONS:
+                return self._refuse(f"relay full ({MAX_RESERVATIONS} reservations)")
+            if key and sum(k == key for k in self.reserved_from.values()) >= (
+                MAX_RESERVATIONS_PER_PREFIX
+            ):
+                return self._refuse(f"at most {MAX_RESERVATIONS_PER_PREFIX} slots per {key}")
+            new = [p for p in self.reservations if self._is_new(p, now)]
+            if self._is_new(peer, now) and len(new) >= MAX_NEW_RESERVATIONS:
+                return self._refuse(f"at most {MAX_NEW_RESERVATIONS} slots for new identities")
         self.reservations[peer] = now + RESERVATION_TTL_S
+        self.reserved_from[peer] = key
         return ""
 
-    def grant(self, source: str, target: str, now: float) -> tuple[str, bytes]:
-        """('', token) for a circuit from source to a reserved target, else (why not, b'')."""
+    def _is_new(self, peer: str, now: float) -> bool:
+        """Whether `peer` is an identity this relay first saw under NEW_IDENTITY_S ago. Those
+        seen in the relay's own first NEW_IDENTITY_S are not: a relay that just started has no
+        history, and every honest peer of a starting swarm is new to it."""
+        if self.started is None:
+            self.started = now
+        if peer not in self.first_seen:
+            if len(self.first_seen) >= MAX_FIRST_SEEN:  # drop the youngest: old peers stay old
+                del self.first_seen[max(self.first_seen, key=self.first_seen.__getitem__)]
+            self.first_seen[peer] = now
+        seen = self.first_seen[peer]
+        return seen - self.started > NEW_IDENTITY_S and now - seen < NEW_IDENTITY_S
+
+    def grant(self, source: str, target: str, now: float, ip: str = "") -> tuple[str, bytes]:
+        """('', token) for a circuit from source (connected to us from `ip`) to a reserved
+        target, else (why not, b'')."""
         self._expire(now)
         if not self.may_use(source):
             return "not a member of this run", b""
+        if source == target:
+            return "no circuit to oneself", b""
         if target not in self.reservations:
             return "no reservation here", b""
         busy = self.counters.active + len(self.pending)
         if busy >= MAX_CIRCUITS or len(self.pending) >= MAX_PENDING:
             return self._refuse(f"relay busy ({MAX_CIRCUITS} circuits)"), b""
-        if max(self._circuits_of(source), self._circuits_of(target)) >= MAX_CIRCUITS_PER_PEER:
+        circuits = [*self.pending.values(), *self.spliced]
+        if sum(c.source == source for c in circuits) >= MAX_CIRCUITS_PER_PEER:
             return self._refuse(f"at most {MAX_CIRCUITS_PER_PEER} circuits per peer"), b""
+        if sum(c.source == source and c.target == target for c in circuits) >= (
+            MAX_CIRCUITS_PER_PAIR
+        ):
+            return self._refuse(f"at most {MAX_CIRCUITS_PER_PAIR} circuits per pair"), b""
+        key = ipkind.prefix(ip)
+        if key and sum(c.prefix == key for c in circuits) >= MAX_CIRCUITS_PER_PREFIX:
+            return self._refuse(f"at most {MAX_CIRCUITS_PER_PREFIX} circuits per {key}"), b""
         token = secrets.token_bytes(TOKEN_BYTES)
-        self.pending[token] = _Pending(source, target, now)
+        self.pending[token] = _Circuit(source, target, key, now)
         return "", token
+
+    def vouch(self, ip: str, endpoint: str, now: float) -> str:
+        """A punch endpoint for a peer connected to us from `ip`: `ip` with the endpoint's port,
+        if this relay's raw port saw that very (ip, port) within OBSERVED_TTL_S; else ''. What a
+        peer names as its endpoint is a hint: we forward only what we observed it to be."""
+        if not endpoint:
+            return ""
+        port = split_endpoint(endpoint)[1]
+        seen = self.observed.get((ip, port))
+        if seen is None or now - seen > OBSERVED_TTL_S:
+            return ""
+        return f"{ip}:{port}"
+
+    def _note_observed(self, ip: str, port: int, now: float) -> None:
+        if len(self.observed) >= MAX_OBSERVED:
+            for key in [k for k, t in self.observed.items() if now - t > OBSERVED_TTL_S]:
+                del self.observed[key]
+            if len(self.observed) >= MAX_OBSERVED:
+                del self.observed[next(iter(self.observed))]  # the oldest
+        self.observed.pop((ip, port), None)
+        self.observed[(ip, port)] = now
 
     def _refuse(self, why: str) -> str:
         """Count a refusal for capacity and say so (the 1st, then every 100th): a relay at its
@@ -127,70 +209,67 @@ class RelayServer:
             log.warning("relay refused a request (%d so far): %s", self.counters.refused, why)
         return why
 
-    def _circuits_of(self, peer: str) -> int:
-        """Circuits a peer is an end of: spliced, or granted and not yet paired."""
-        waiting = sum(1 for p in self.pending.values() if peer in (p.source, p.target))
-        return self.per_peer.get(peer, 0) + waiting
-
     def _expire(self, now: float) -> None:
         for peer in [p for p, expiry in self.reservations.items() if expiry < now]:
             del self.reservations[peer]
+            self.reserved_from.pop(peer, None)
         for token in [t for t, p in self.pending.items() if now - p.created > CIRCUIT_PAIRING_S]:
             del self.pending[token]
 
     async def serve_raw(
         self, listener: trio.SocketListener, *, task_status: Any = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Accept raw connections for as long as the node runs."""
-        async with trio.open_nursery() as nursery:
-            task_status.started()
-            while True:
-                stream = await listener.accept()
-                nursery.start_soon(self._raw_connection, stream)
+        """Accept raw connections for as long as the node runs (net/accepting.py: a flood of
+        connections neither ends this nor holds more than the caps)."""
+        await serve_accepting(
+            listener, self._raw_connection, self.caps, "relay port", task_status=task_status
+        )
 
     async def _raw_connection(self, stream: trio.SocketStream) -> None:
-        keep = False
         try:
-            with trio.fail_after(RAW_HELLO_TIMEOUT_S):
+            with trio.fail_after(RAW_IDLE_S):
                 hello = RawHello.decode(await receive_exact(stream, RAW_HELLO_BYTES))
             if hello.kind == RAW_OBSERVE:
                 ip, port = stream.socket.getpeername()[:2]
+                self._note_observed(str(ip), int(port), trio.current_time())
                 await stream.send_all(encode_observed(f"{ip}:{port}"))
             elif hello.kind == RAW_CIRCUIT:
-                keep = True
                 await self._join_circuit(hello.token, stream)
         except (WireError, trio.TooSlowError, OSError, trio.BrokenResourceError) as exc:
             log.debug("raw relay connection dropped: %s", exc)
         finally:
-            if not keep:
-                with contextlib.suppress(Exception):
-                    await stream.aclose()
+            with contextlib.suppress(Exception):
+                await stream.aclose()
 
     async def _join_circuit(self, token: bytes, stream: trio.SocketStream) -> None:
-        pending = self.pending.get(token)
-        if pending is None:
-            await stream.aclose()
+        """Both halves' tasks live as long as the circuit (each holds its place in the caps);
+        the second one splices."""
+        circuit = self.pending.get(token)
+        if circuit is None:
             return
-        pending.halves.append(stream)
-        if len(pending.halves) == 1:
+        circuit.halves.append(stream)
+        if len(circuit.halves) == 1:
             with trio.move_on_after(CIRCUIT_PAIRING_S):
-                await pending.paired.wait()
-            if not pending.paired.is_set():
+                await circuit.paired.wait()
+            if not circuit.paired.is_set():
                 self.pending.pop(token, None)
-                await stream.aclose()
+                return
+            await circuit.done.wait()
             return
         del self.pending[token]
-        pending.paired.set()
+        circuit.paired.set()
         self.counters.circuits += 1
         self.counters.active += 1
-        for peer in (pending.source, pending.target):
-            self.per_peer[peer] = self.per_peer.get(peer, 0) + 1
+        self.spliced.append(circuit)
         try:
-            await splice(pending.halves[0], pending.halves[1], self.counters, MAX_CIRCUIT_BYTES)
+            await splice(
+                circuit.halves[0], circuit.halves[1], self.counters, MAX_CIRCUIT_BYTES,
+                idle_s=CIRCUIT_IDLE_S,
+            )  # fmt: skip
         finally:
             self.counters.active -= 1
-            for peer in (pending.source, pending.target):
-                self.per_peer[peer] -= 1
+            self.spliced.remove(circuit)
+            circuit.done.set()
 
 
 def encode_observed(text: str) -> bytes:
@@ -198,98 +277,48 @@ def encode_observed(text: str) -> bytes:
     return bytes([len(data)]) + data
 
 
-async def receive_exact(stream: trio.abc.ReceiveStream, num_bytes: int) -> bytes:
-    data = b""
-    while len(data) < num_bytes:
-        chunk = await stream.receive_some(num_bytes - len(data))
-        if not chunk:
-            raise WireError(f"connection closed after {len(data)} of {num_bytes} bytes")
-        data += chunk
-    return data
-
-
 async def splice(
     a: trio.SocketStream,
     b: trio.SocketStream,
     counters: RelayCounters | None = None,
     max_bytes: int = MAX_CIRCUIT_BYTES,
+    idle_s: float | None = None,
 ) -> None:
-    """Copy both ways until either side ends (or max_bytes one way); then close both."""
+    """Copy both ways until either side ends (or max_bytes one way, or no byte either way for
+    idle_s); then close both. A copy's failure, whatever it is, ends only this splice."""
+    last_byte = [trio.current_time()]
 
     async def copy(source: trio.SocketStream, sink: trio.SocketStream) -> None:
         moved = 0
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            while moved < max_bytes:
-                chunk = await source.receive_some(_CHUNK)
-                if not chunk:
-                    break
-                await sink.send_all(chunk)
-                moved += len(chunk)
-                if counters is not None:
-                    counters.bytes_relayed += len(chunk)
-        nursery.cancel_scope.cancel()  # one side ended: the libp2p connection is over
+        try:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                while moved < max_bytes:
+                    chunk = await source.receive_some(_CHUNK)
+                    if not chunk:
+                        break
+                    last_byte[0] = trio.current_time()
+                    await sink.send_all(chunk)
+                    moved += len(chunk)
+                    if counters is not None:
+                        counters.bytes_relayed += len(chunk)
+        finally:
+            nursery.cancel_scope.cancel()  # one side ended: the libp2p connection is over
+
+    async def close_when_idle(idle_s: float) -> None:
+        while True:  # sleep until idle_s after the last byte; a byte since moves the alarm
+            await trio.sleep_until(last_byte[0] + idle_s)
+            if trio.current_time() - last_byte[0] >= idle_s:
+                break
+        log.info("closed a circuit idle for %.0f s", idle_s)
+        nursery.cancel_scope.cancel()
 
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(copy, a, b)
-            nursery.start_soon(copy, b, a)
+            start_contained(nursery, "splice copy", copy, a, b)
+            start_contained(nursery, "splice copy", copy, b, a)
+            if idle_s is not None:
+                nursery.start_soon(close_when_idle, idle_s)
     finally:
         for stream in (a, b):
             with contextlib.suppress(Exception):
                 await stream.aclose()
-
-
-async def bound_socket(local_port: int = 0) -> trio.socket.SocketType:
-    """A TCP socket on local_port that others may share (a punch reuses an observed port)."""
-    sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    for option in _REUSE:
-        sock.setsockopt(socket.SOL_SOCKET, option, 1)
-    await sock.bind(("0.0.0.0", local_port))
-    return sock
-
-
-async def observe(relay: tuple[str, int], local_port: int = 0) -> tuple[str, int]:
-    """(the public endpoint the relay sees for local_port, that port): the first half of a
-    punch. Raises OSError, WireError or trio.TooSlowError."""
-    sock = await bound_socket(local_port)
-    port = int(sock.getsockname()[1])
-    with trio.fail_after(RAW_HELLO_TIMEOUT_S):
-        await sock.connect(relay)
-        stream = trio.SocketStream(sock)
-        try:
-            await stream.send_all(RawHello(RAW_OBSERVE, bytes(TOKEN_BYTES)).encode())
-            (length,) = await receive_exact(stream, 1)
-            text = (await receive_exact(stream, length)).decode("ascii", "replace")
-        finally:
-            await stream.aclose()
-    return valid_endpoint(text, "observed endpoint", "endpoint"), port
-
-
-async def punch(
-    local_port: int, other: str, timeout_s: float = PUNCH_TIMEOUT_S
-) -> trio.SocketStream:
-    """Connect from local_port to the other's endpoint while it connects to ours (TCP
-    simultaneous open). Raises trio.TooSlowError or OSError when the NATs do not let it through."""
-    deadline = trio.current_time() + timeout_s
-    last: OSError | None = None
-    while trio.current_time() < deadline:
-        sock = await bound_socket(local_port)
-        try:
-            with trio.move_on_at(deadline):
-                await sock.connect(split_endpoint(other))
-                return trio.SocketStream(sock)
-        except OSError as exc:  # refused before the other's NAT opened: try again
-            last = exc
-            sock.close()
-            await trio.sleep(0.05)
-            continue
-        sock.close()
-    raise last if last is not None else trio.TooSlowError(f"no punch through to {other}")
-
-
-async def open_raw(relay: tuple[str, int], kind: int, token: bytes) -> trio.SocketStream:
-    """A raw connection to a relay port (or a punched peer) that starts with its hello."""
-    with trio.fail_after(RAW_HELLO_TIMEOUT_S):
-        stream = await trio.open_tcp_stream(*relay)
-    await stream.send_all(RawHello(kind, token).encode())
-    return stream

@@ -1,0 +1,213 @@
+"""Findings 1 and 4 of issue 26, against a NATed node's traversal (control/traversal.py) with real
+sockets on 127.0.0.1: a relay port of ours, and an "attacker" endpoint the node is offered to
+punch to. The node's host and view are stand-ins: the offer arrives as the relay's stream would
+bring it (one frame in, one frame out)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import trio
+
+from p2ptrain.control import relay_service
+from p2ptrain.control.traversal import MAX_PUNCHES, Traversal
+from p2ptrain.net import relay
+from p2ptrain.records.relay import OfferAnswer, RelayOffer, RelayReply, RelayRequest
+from tests.net.trio_run import run
+
+RELAY = "12D3KooWA1111111111111111111111111111111111111111111"
+SOURCE = "12D3KooWB2222222222222222222222222222222222222222222"
+TARGET = "12D3KooWC3333333333333333333333333333333333333333333"
+TOKEN = "ab" * 16
+
+
+class OneFrameStream:
+    """A relay's OFFER_PROTOCOL stream as the handler sees it: one request frame, its reply."""
+
+    def __init__(self, message: dict[str, Any], sender: str) -> None:
+        payload = json.dumps(message).encode()
+        self.incoming = struct.pack(">I", len(payload)) + payload
+        self.written = b""
+        self.muxed_conn = SimpleNamespace(peer_id=SimpleNamespace(to_base58=lambda: sender))
+
+    async def read(self, num_bytes: int) -> bytes:
+        chunk, self.incoming = self.incoming[:num_bytes], self.incoming[num_bytes:]
+        return chunk
+
+    async def write(self, data: bytes) -> None:
+        self.written += data
+
+    async def close(self) -> None:
+        pass
+
+    def get_remote_address(self) -> tuple[str, int]:
+        return ("127.0.0.1", 1)
+
+    def reply(self) -> dict[str, Any]:
+        return dict(json.loads(self.written[4:]))
+
+
+def loopback_host() -> Any:
+    """A host whose one connection (to anyone) comes from 127.0.0.1."""
+    connection = SimpleNamespace(
+        muxed_conn=SimpleNamespace(get_remote_address=lambda: ("127.0.0.1", 4001))
+    )
+    network = SimpleNamespace(get_connections=lambda peer_id: [connection])
+    return SimpleNamespace(get_network=lambda: network, get_connected_peers=lambda: [])
+
+
+def nated_node(relay_port: int) -> Traversal:
+    record = SimpleNamespace(relay_addrs=(f"/ip4/127.0.0.1/tcp/{relay_port}",))
+    view = SimpleNamespace(members={RELAY: SimpleNamespace(record=record)}, connections={})
+    state = SimpleNamespace(
+        relays=[RELAY],
+        addrs=["/ip4/127.0.0.1/tcp/9"],
+        data_addrs=["/ip4/127.0.0.1/tcp/9"],
+        view=view,
+        host=loopback_host(),
+        joined=trio.Event(),  # never set: no reservations are kept here
+    )
+    return Traversal(state)  # type: ignore[arg-type]
+
+
+async def offer(traversal: Traversal, endpoint: str, plane: str = "data") -> dict[str, Any]:
+    stream = OneFrameStream(RelayOffer(SOURCE, plane, TOKEN, endpoint).to_dict(), RELAY)
+    await traversal.handle_offer(stream)  # type: ignore[arg-type]
+    return stream.reply()
+
+
+async def reset_mid_hello(listener: trio.SocketListener) -> None:
+    """The attacker's end of a punch: accept, send part of a hello, reset the connection."""
+    while True:
+        stream = await listener.accept()
+        await stream.send_all(b"\x03abc")
+        stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        stream.socket.close()
+
+
+async def hold_silently(listener: trio.SocketListener) -> None:
+    held = []
+    while True:
+        held.append(await listener.accept())
+
+
+async def relay_port(nursery: trio.Nursery) -> int:
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    await nursery.start(relay.RelayServer(lambda peer: True).serve_raw, listeners[0])
+    return int(listeners[0].socket.getsockname()[1])
+
+
+async def attacker(nursery: trio.Nursery, behaviour: Any) -> str:
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    nursery.start_soon(behaviour, listeners[0])
+    return f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+
+
+def test_a_punched_connection_reset_mid_hello_ends_only_itself() -> None:
+    """Finding 1: the reset raised trio.BrokenResourceError out of the node-lifetime nursery."""
+
+    async def main() -> tuple[list[bool], bool]:
+        async with trio.open_nursery() as nursery:
+            traversal = nated_node(await relay_port(nursery))
+            await nursery.start(traversal.serve)
+            endpoint = await attacker(nursery, reset_mid_hello)
+            accepted = []
+            for _ in range(3):
+                accepted.append(bool((await offer(traversal, endpoint))["accept"]))
+                await trio.sleep(0.5)  # the punch connects, then the far side resets it
+            still_serving = traversal._nursery is not None and not traversal.punching_in
+            nursery.cancel_scope.cancel()
+        return accepted, still_serving
+
+    accepted, still_serving = run(main)
+    assert accepted == [True, True, True] and still_serving
+
+
+def test_offers_to_punch_where_we_never_dial_or_past_the_caps_are_refused() -> None:
+    """Finding 4: an offer made the node SYN any IPv4:port, as many at once as offered."""
+
+    async def main() -> tuple[list[bool], list[bool], bool]:
+        async with trio.open_nursery() as nursery:
+            traversal = nated_node(await relay_port(nursery))
+            await nursery.start(traversal.serve)
+            # a loopback node dials loopback; private, link-local, broadcast: never
+            where = ["10.1.2.3:80", "169.254.1.1:80", "192.168.0.1:22", "255.255.255.255:9"]
+            elsewhere = [bool((await offer(traversal, e))["accept"]) for e in where]
+            endpoint = await attacker(nursery, hold_silently)
+            first = (await offer(traversal, endpoint, "data"))["accept"]
+            again = (await offer(traversal, endpoint, "data"))["accept"]  # same source, plane
+            other_plane = (await offer(traversal, endpoint, "control"))["accept"]
+            traversal.punching_in.update((f"p{i}", "data") for i in range(MAX_PUNCHES))
+            over_cap = (await offer(traversal, endpoint, "data"))["accept"]
+            nursery.cancel_scope.cancel()
+        return elsewhere, [first, again, other_plane], over_cap
+
+    elsewhere, same_source, over_cap = run(main)
+    assert elsewhere == [False] * 4
+    assert same_source == [True, False, True] and not over_cap
+
+
+def test_the_relay_forwards_only_endpoints_it_observed(monkeypatch: Any) -> None:
+    """Finding 4, the relay's side: the requester's endpoint and the target's answer are both
+    replaced by what the relay port observed from each one's address, or dropped."""
+    offers: list[dict[str, Any]] = []
+
+    async def target_answers(host: Any, peer: str, protocol: Any, message: Any) -> Any:
+        offers.append(message)
+        return OfferAnswer(accept=True, endpoint="10.9.9.9:80").to_dict()  # a hostile target
+
+    monkeypatch.setattr(relay_service, "exchange", target_answers)
+    state = SimpleNamespace(relay=relay.RelayCounters(), host=loopback_host())
+    service = relay_service.RelayService(state, lambda peer: True)  # type: ignore[arg-type]
+
+    async def main() -> tuple[RelayReply, RelayReply]:
+        async with trio.open_nursery() as nursery:
+            listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+            await nursery.start(service.server.serve_raw, listeners[0])
+            address = ("127.0.0.1", int(listeners[0].socket.getsockname()[1]))
+            _, port = await relay.observe(address)
+            service.server.reserve(TARGET, time.monotonic())
+            made_up = RelayRequest("connect", TARGET, "data", "8.8.4.4:53")
+            refused = await service._answer(SOURCE, "127.0.0.1", made_up)
+            honest = RelayRequest("connect", TARGET, "data", f"9.9.9.9:{port}")
+            granted = await service._answer(SOURCE, "127.0.0.1", honest)
+            nursery.cancel_scope.cancel()
+        return refused, granted
+
+    refused, granted = run(main)
+    assert refused.error == "punch endpoint not observed from your address"
+    assert len(offers) == 1 and offers[0]["endpoint"].startswith("127.0.0.1:")
+    assert granted.error == "" and granted.endpoint == ""  # the target's own word is dropped
+
+
+def test_a_real_hosts_connection_and_stream_show_where_the_peer_is() -> None:
+    """Both checks above read the address our socket sees for a peer, from py-libp2p's
+    connection (relay_addrs, the target's endpoint) and stream (the requester's endpoint)."""
+    from tests.net.test_protocols import ECHO, host_pair
+
+    async def main() -> tuple[set[str], set[str], list[str]]:
+        seen: list[str] = []
+        noted = trio.Event()
+
+        async def note(stream: Any) -> None:
+            seen.append(relay_service.stream_ip(stream))
+            noted.set()
+            await stream.close()
+
+        async with host_pair() as (a, b):
+            b.set_stream_handler(ECHO, note)
+            stream = await a.new_stream(b.get_id(), [ECHO])
+            await stream.close()
+            with trio.fail_after(5):
+                await noted.wait()
+            a_sees = relay_service.connection_ips(a, b.get_id().to_base58())
+            b_sees = relay_service.connection_ips(b, a.get_id().to_base58())
+        return a_sees, b_sees, seen
+
+    a_sees, b_sees, seen = run(main)
+    assert a_sees == b_sees == {"127.0.0.1"} and seen == ["127.0.0.1"]

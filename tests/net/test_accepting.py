@@ -1,0 +1,113 @@
+"""Finding 2 of issue 26: a flood of idle connections to the relay port ended the node (EMFILE
+escaped `accept`). Real sockets on 127.0.0.1; the out-of-descriptors case in a child process
+whose soft open-file limit is lowered, as a service's usual 1,024 is, only smaller."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from p2ptrain.net import relay
+from p2ptrain.net.accepting import ConnectionCaps
+from tests.net.trio_run import run
+
+REPO = Path(__file__).resolve().parents[2]
+
+# the child: a relay port under a soft limit of 64 descriptors; prints its port, serves forever
+CHILD = """
+import resource, sys, trio
+from p2ptrain.net import relay
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+async def main():
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    print(listeners[0].socket.getsockname()[1], flush=True)
+    await relay.RelayServer(lambda peer: True).serve_raw(listeners[0])
+trio.run(main)
+"""
+
+
+def test_caps_count_each_source_and_the_total() -> None:
+    caps = ConnectionCaps(per_source=2, total=3)
+    assert [caps.admit("a"), caps.admit("a"), caps.admit("a")] == [True, True, False]
+    assert [caps.admit("b"), caps.admit("c")] == [True, False]
+    caps.release("a")
+    assert caps.admit("c") and caps.open == 3 and caps.refused == 2
+    for source in ("a", "b", "c"):
+        caps.release(source)
+    assert caps.open == 0 and caps.open_by_source == {}
+
+
+def test_connections_past_a_sources_cap_are_closed_at_once_and_idle_ones_soon(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(relay, "RAW_IDLE_S", 1.0)
+    relay_server = relay.RelayServer(lambda peer: True)
+    relay_server.caps = ConnectionCaps(per_source=4, total=8)
+
+    async def main() -> tuple[list[bool], float, str]:
+        async with trio.open_nursery() as nursery:
+            listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+            await nursery.start(relay_server.serve_raw, listeners[0])
+            address = ("127.0.0.1", int(listeners[0].socket.getsockname()[1]))
+            streams = [await trio.open_tcp_stream(*address) for _ in range(6)]
+            await trio.sleep(0.3)
+            closed_at_once = []
+            for stream in streams:
+                with trio.move_on_after(0.05):
+                    closed_at_once.append(await stream.receive_some(1) == b"")
+                    continue
+                closed_at_once.append(False)
+            started = trio.current_time()
+            with trio.fail_after(5):  # the held ones: dropped for want of a hello
+                for stream in streams:
+                    await stream.receive_some(1)
+            idle_s = trio.current_time() - started
+            seen, _ = await relay.observe(address)  # and an honest client is served
+            for stream in streams:
+                await stream.aclose()
+            nursery.cancel_scope.cancel()
+        return closed_at_once, idle_s, seen
+
+    closed_at_once, idle_s, seen = run(main)
+    assert closed_at_once.count(True) == 2 and closed_at_once[:4] == [False] * 4
+    assert idle_s < 2.0 and seen.startswith("127.0.0.1:")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_NOFILE as Linux has it")
+def test_a_flood_past_the_descriptor_limit_leaves_the_relay_port_serving() -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        port = int(child.stdout.readline())
+        flood = []
+        for _ in range(200):  # well past the child's 64 descriptors
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            flood.append(sock)
+        time.sleep(1.0)  # its accept loop meets EMFILE again and again meanwhile
+        assert child.poll() is None, "the relay port's process died of the flood"
+        for sock in flood:
+            sock.close()
+
+        async def honest() -> tuple[str, int]:
+            with trio.fail_after(20):
+                while True:
+                    try:
+                        return await relay.observe(("127.0.0.1", port))
+                    except Exception:
+                        await trio.sleep(0.2)  # the backlog of the flood drains first
+
+        seen, local_port = run(honest)
+        assert seen == f"127.0.0.1:{local_port}"
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait()
