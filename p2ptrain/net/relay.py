@@ -10,7 +10,14 @@ Hole punching is TCP simultaneous open: each side learns the public endpoint of 
 from the relay port (RAW_OBSERVE), the relay swaps the endpoints over the control plane, and both
 connect from that port to the other's endpoint at once. Behind endpoint-independent ("cone")
 NATs the crossing SYNs open both mappings; a symmetric NAT maps the punch to another port, the
-connect times out and the caller relays instead.
+connect times out and the caller relays instead. The relay forwards an endpoint only as its raw
+port observed it from that peer's address (`vouch`): nobody can aim a punch's SYNs elsewhere.
+
+Strangers reach the raw port without any membership: connections are capped per source address
+and in all, dropped after RAW_IDLE_S without a hello, and the accept loop outlives running out
+of descriptors (net/accepting.py). Capacity is shared out: per pair and per requesting peer, per
+public /24 (net/ipkind.py), and identities new to the relay share a few slots; idle circuits close.
+The client side (observe, punch, open_raw) is net/relay_client.py.
 
 Why not libp2p's circuit relay v2 and DCUtR: the worker's p2pd (hivemind's) has no hole punching,
 and it reserves relay slots only after autorelay's boot delay, minutes (docs/benchmarks.md,
