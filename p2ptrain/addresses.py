@@ -6,6 +6,11 @@ or on a machine with no other interface: a peer on another machine told to dial 
 would reach a node of its own (same default port), not us. `--announce` replaces the derivation
 (a public IP in front of a NAT or a port-forwarding firewall); the data plane announces the same
 hosts on its own port unless it is given its own list (`--announce-data`).
+
+Address classes (`network_kind`) decide what a node dials on someone else's word (a member's
+record, a dial-back request): a global address, or a loopback or private one only when one of our
+own addresses is of the same kind (`may_dial`); never link-local, multicast, unspecified or
+reserved ones. `independence_key` says when two peers' addresses count as two opinions.
 """
 
 from __future__ import annotations
@@ -25,6 +30,16 @@ WILDCARD_IP4 = "0.0.0.0"
 LOOPBACK_IP4 = "127.0.0.1"
 # the source address of a route here is this machine's primary address; nothing is sent
 _ROUTE_PROBE = ("192.0.2.1", 9)  # TEST-NET-1 (RFC 5737)
+# networks of one organisation (RFC 1918, the carrier-grade NAT range of RFC 6598, IPv6 ULA): a
+# node dials an address in one of them only when it has an address in the same one itself
+PRIVATE_NETWORKS = tuple(
+    ipaddress.ip_network(net)
+    for net in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7")
+)
+LOOPBACK_KIND = "loopback"
+GLOBAL_KIND = "global"
+INDEPENDENT_PREFIX_IP4 = 24  # two global addresses in one /24 (IPv6: /48) are one opinion
+INDEPENDENT_PREFIX_IP6 = 48
 
 
 def tcp_endpoint(maddr: str) -> tuple[str, int] | None:
@@ -150,3 +165,65 @@ def data_announce(
     if data_port == 0:
         raise UserError("--announce needs a fixed --data-listen port (or --announce-data)")
     return with_port(check_announce(announce, "--announce"), data_port)
+
+
+def ip_of(maddr: str) -> str | None:
+    """The IP of /ip4|ip6/IP/..., normalised; None for anything else (a DNS name included)."""
+    parts = maddr.split("/")
+    if len(parts) < 3 or parts[0] != "" or parts[1] not in ("ip4", "ip6"):
+        return None
+    try:
+        return str(ipaddress.ip_address(parts[2]))
+    except ValueError:
+        return None
+
+
+def network_kind(ip: str) -> str | None:
+    """LOOPBACK_KIND, the private network holding `ip` (its CIDR), or GLOBAL_KIND; None for
+    what nobody should make us dial: link-local, multicast, unspecified, reserved and
+    documentation addresses, and anything that is no IP."""
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped  # ::ffff:127.0.0.1 is loopback too
+    if address.is_loopback:
+        return LOOPBACK_KIND
+    for network in PRIVATE_NETWORKS:
+        if address.version == network.version and address in network:
+            return str(network)
+    if address.is_global and not address.is_multicast:
+        return GLOBAL_KIND
+    return None
+
+
+def may_dial(ip: str, own_ips: Sequence[str]) -> bool:
+    """May we dial `ip` on someone else's word? A global address, or one of the same kind as
+    one of ours (a loopback swarm dials loopback, a LAN its own private network)."""
+    kind = network_kind(ip)
+    return kind == GLOBAL_KIND or (
+        kind is not None and kind in {network_kind(own) for own in own_ips}
+    )
+
+
+def own_ips(maddrs: Sequence[str]) -> list[str]:
+    """The IPs of our own multiaddrs (DNS names left out)."""
+    return [ip for ip in map(ip_of, maddrs) if ip is not None]
+
+
+def all_loopback(maddrs: Sequence[str]) -> bool:
+    """Are all of these (our own) addresses loopback: a swarm on one machine?"""
+    ips = own_ips(maddrs)
+    return bool(ips) and all(network_kind(ip) == LOOPBACK_KIND for ip in ips)
+
+
+def independence_key(ip: str) -> str:
+    """Peers whose addresses share a key are one opinion: a global address's /24 (IPv6: /48),
+    which one operator cheaply holds many of; any other address as it is (on a private network
+    each address is a machine of its own)."""
+    if network_kind(ip) != GLOBAL_KIND:
+        return str(ipaddress.ip_address(ip))
+    address = ipaddress.ip_address(ip)
+    prefix = INDEPENDENT_PREFIX_IP4 if address.version == 4 else INDEPENDENT_PREFIX_IP6
+    return str(ipaddress.ip_network(f"{address}/{prefix}", strict=False))

@@ -4,6 +4,16 @@ Joining: connect to the bootstrap (with backoff), fetch its signed run spec over
 add it to the DHT and refresh the routing table. Then, every few seconds, dial the members we know
 of (gossiped records, the DHT routing table) but are not connected to, and keep our signed record
 in the DHT under /p2ptrain/peer/<id> (the bootstrap also keeps the run spec under /p2ptrain/run).
+
+The addresses a member declares are its word, not a target: otherwise free identities could
+make the whole swarm a reflector aimed at anyone. So a dial goes to one of at most
+MAX_ADDRS_PER_PEER addresses of a peer, those we saw it connect from first; only to addresses
+addresses.may_dial accepts (global ones, or loopback / a private network only when one of ours is
+of the same kind; never link-local, multicast, unspecified or reserved); never to a DNS name a
+peer declares (its resolution may point anywhere, and change: a node that wants to be dialled
+announces its IPs; the bootstrap's address, the operator's, may be a name). And all dials share
+one budget: each endpoint at most once per DIAL_WINDOW_S whichever peers name it, and at most
+DIALS_PER_WINDOW in all (py-libp2p retries a failed dial up to 3 times: 4 connection attempts).
 """
 
 from __future__ import annotations
@@ -13,13 +23,15 @@ import time
 from collections.abc import Awaitable, Callable
 
 import trio
-from libp2p.abc import IHost
+from libp2p.abc import IHost, IPeerStore
 from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+from libp2p.peer.peerstore import PeerStoreError
 from libp2p.records.validator import Validator
 from multiaddr import Multiaddr
 
+from p2ptrain.addresses import ip_of, may_dial, own_ips
 from p2ptrain.control import wire
 from p2ptrain.control.publishing import record_message, run_message
 from p2ptrain.control.rpcs import RUN_PROTOCOL
@@ -27,7 +39,9 @@ from p2ptrain.control.state import NodeState
 from p2ptrain.control.view import MEMBER_ROLES
 from p2ptrain.errors import UserError
 from p2ptrain.net import rpc
+from p2ptrain.net.dialback import remote_ip
 from p2ptrain.net.host import parse_multiaddr
+from p2ptrain.net.ratelimit import WindowLimiter
 from p2ptrain.records import RunSpec, token_problem
 
 log = logging.getLogger(__name__)
@@ -43,6 +57,16 @@ REDIAL_BACKOFF_S = 10.0
 JOIN_RETRY_FIRST_S = 0.5  # doubles up to JOIN_RETRY_MAX_S while the bootstrap is unreachable
 JOIN_RETRY_MAX_S = 5.0
 PEERSTORE_TTL_S = 3600
+MAX_ADDRS_PER_PEER = 2  # the addresses of one peer we ever try, in turn
+DIALS_PER_WINDOW = 16  # new dials per window, all peers together: 1,000 Sybils get no more
+DIAL_WINDOW_S = 10.0
+
+
+def _known_addrs(peerstore: IPeerStore, peer_id: ID) -> list[str]:
+    try:
+        return [str(addr) for addr in peerstore.addrs(peer_id)]
+    except PeerStoreError:  # never heard of, or expired
+        return []
 
 
 class _SignedRecordValidator(Validator):
@@ -92,6 +116,10 @@ class Discovery:
         elif state.role == "bootstrap":
             state.view.bootstrap_id = state.peer_id
         self._last_dial: dict[str, float] = {}
+        self._num_dials: dict[str, int] = {}  # peer -> dials so far: which address is next
+        self._seen_ips: dict[str, set[str]] = {}  # peer -> IPs its connections came from
+        # key = the endpoint dialled: at most once a window, however many records name it
+        self.budget = WindowLimiter(1, DIALS_PER_WINDOW, DIAL_WINDOW_S)
 
     async def join(self) -> None:
         """Connect to the bootstrap and learn the run from it (retrying until it answers), then
@@ -164,28 +192,8 @@ class Discovery:
         await self._put_record_in_dht()
         while True:
             await trio.sleep(DISCOVERY_INTERVAL_S)
+            await self.dial_round()
             now = time.monotonic()
-            connected = {p.to_base58() for p in state.host.get_connected_peers()}
-            wanted = set()
-            for peer, member in list(state.view.members.items()):
-                if member.record.role not in MEMBER_ROLES and peer != state.view.bootstrap_id:
-                    continue
-                if peer in connected or now - self._last_dial.get(peer, -1e9) < REDIAL_BACKOFF_S:
-                    continue
-                wanted.add(peer)
-            for peer_id in self.dht.routing_table.get_peer_ids():
-                peer = peer_id.to_base58()
-                if (
-                    peer not in connected
-                    and now - self._last_dial.get(peer, -1e9) >= REDIAL_BACKOFF_S
-                ):
-                    wanted.add(peer)
-            wanted.discard(state.peer_id)
-            if wanted:
-                async with trio.open_nursery() as nursery:
-                    for peer in wanted:
-                        self._last_dial[peer] = now
-                        nursery.start_soon(self._dial, peer)
             if now - last_refresh > DHT_REFRESH_INTERVAL_S:
                 last_refresh = now
                 await self._refresh_dht()
@@ -193,20 +201,83 @@ class Discovery:
                 last_put = now
                 await self._put_record_in_dht()
 
+    async def dial_round(self) -> None:
+        """Dial, within the budget, the peers we know of and are not connected to."""
+        state, now = self.state, time.monotonic()
+        connected = {p.to_base58() for p in state.host.get_connected_peers()}
+        self._note_seen(connected)
+        wanted = set()
+        for peer, member in list(state.view.members.items()):
+            if member.record.role not in MEMBER_ROLES and peer != state.view.bootstrap_id:
+                continue
+            if peer in connected or now - self._last_dial.get(peer, -1e9) < REDIAL_BACKOFF_S:
+                continue
+            wanted.add(peer)
+        routed = {peer_id.to_base58() for peer_id in self.dht.routing_table.get_peer_ids()}
+        for peer in routed:
+            if peer not in connected and now - self._last_dial.get(peer, -1e9) >= REDIAL_BACKOFF_S:
+                wanted.add(peer)
+        wanted.discard(state.peer_id)
+        known = set(state.view.members) | routed | connected
+        for memory in (self._last_dial, self._num_dials):
+            for peer in [p for p in memory if p not in known]:
+                del memory[peer]
+        if wanted:
+            async with trio.open_nursery() as nursery:
+                for peer in wanted:
+                    self._last_dial[peer] = now
+                    nursery.start_soon(self._dial, peer)
+
+    def _note_seen(self, connected: set[str]) -> None:
+        """Remember where connected members' connections come from: their likeliest address."""
+        members = self.state.view.members
+        for peer in connected:
+            ip = remote_ip(self.state.host, peer)
+            seen = self._seen_ips.setdefault(peer, set()) if peer in members else None
+            if ip is not None and seen is not None and len(seen) < MAX_ADDRS_PER_PEER:
+                seen.add(ip)
+        for peer in [p for p in self._seen_ips if p not in members]:
+            del self._seen_ips[peer]
+
+    def candidates(self, peer: str, declared: list[str]) -> list[str]:
+        """The addresses of `peer` we may dial (module docstring), at most MAX_ADDRS_PER_PEER,
+        those on an IP we saw it on first; the operator's bootstrap address as it is."""
+        if self.bootstrap is not None and peer == self.bootstrap.peer_id.to_base58():
+            return [str(addr) for addr in self.bootstrap.addrs][:MAX_ADDRS_PER_PEER]
+        ours = own_ips(self.state.addrs)
+        allowed = [a for a in declared if (ip := ip_of(a)) is not None and may_dial(ip, ours)]
+        seen = self._seen_ips.get(peer, set())
+        allowed.sort(key=lambda addr: ip_of(addr) not in seen)  # stable: the record's order
+        return list(dict.fromkeys(a.split("/p2p/")[0] for a in allowed))[:MAX_ADDRS_PER_PEER]
+
     async def _dial(self, peer: str) -> None:
         peer_id = ID.from_base58(peer)
         peerstore = self.state.host.get_peerstore()
-        member = self.state.view.members.get(peer)
         if self.pin_route is not None and await self.pin_route(peer):
-            pass  # behind NATs both: its own addresses cannot be dialled
-        elif member is not None:
-            addrs = [Multiaddr(a) for a in member.record.addrs]
-            peerstore.add_addrs(peer_id, addrs, PEERSTORE_TTL_S)
-        if not peerstore.addrs(peer_id):
+            # behind NATs both: a local route of ours (control/traversal.py) stands in for it
+            addrs = _known_addrs(peerstore, peer_id)
+        else:
+            member = self.state.view.members.get(peer)
+            declared = list(member.record.addrs) if member is not None else []
+            declared += _known_addrs(peerstore, peer_id)  # the DHT's, identify's
+            addrs = self.candidates(peer, declared)
+        if not addrs:
             return
+        num = self._num_dials.get(peer, 0)
+        addr = addrs[num % len(addrs)]
+        if not self.budget.allow(addr, time.monotonic()):
+            return
+        self._num_dials[peer] = num + 1
+        # the peerstore is what py-libp2p dials, from here and from any other caller: leave only
+        # the address we chose there
+        peerstore.clear_addrs(peer_id)
+        peerstore.add_addrs(peer_id, [Multiaddr(addr)], PEERSTORE_TTL_S)
+        cache = getattr(self.state.host.get_network(), "_negative_peer_cache", None)
+        if cache is not None and len(addrs) > 1:
+            cache.evict(peer)  # py-libp2p blocks a peer 60 s after a failed dial: not its other address
         with trio.move_on_after(CONNECT_TIMEOUT_S):
             try:
-                await self.state.host.connect(PeerInfo(peer_id, peerstore.addrs(peer_id)))
+                await self.state.host.connect(PeerInfo(peer_id, [Multiaddr(addr)]))
             except Exception as exc:
                 log.debug("dial %s failed: %s", peer, exc)
 

@@ -117,7 +117,7 @@ class ControlNode:
             is_member=lambda peer: peer in view.members or peer == view.bootstrap_id
         )
         self.prober = LinkProber(self.host, view, self.state.joined)
-        self.dial_back_server = dialback.DialBackServer()
+        self.dial_back_server = dialback.DialBackServer(lambda: self.state.addrs)
         self.reachability = ReachabilityMonitor(self.state)
         self.dashboard = None if config.http is None else DashboardFeed(config.http)
         self.worker_link = (

@@ -2,9 +2,16 @@
 peer record (and so in `status` and the dashboard).
 
 A round asks the bootstrap (unless we are it) and up to MAX_OTHER_SERVERS other connected
-members, those that are public themselves first, all at once. The verdict is "public" if any
-of them reached us on a fresh connection, "private" if every one answered and none did; any
-other round is inconclusive: the previous verdict stays ("unknown" before the first) and the
+members, those that are public themselves first, all at once (`verdict_of`):
+- "public" needs two independent servers that reached us on a fresh connection: the bootstrap
+  (the organiser's, the one server we trust) and another peer on another network
+  (addresses.independence_key: another /24 for global addresses). One stranger saying "reached"
+  would otherwise flip a NATed node to public, and it would drop its relay slots. The bootstrap
+  itself needs two such others. On a swarm on one machine (all our addresses loopback) there is
+  no second network: the bootstrap's word (for the bootstrap, any one server's) is enough.
+- "private" when the bootstrap answered that it could not reach us, or every server answered
+  and none did.
+Any other round is inconclusive: the previous verdict stays ("unknown" before the first) and the
 next round comes sooner. Rounds repeat every RECHECK_INTERVAL_S: a router's forwarding or a
 firewall may change under a running node. (Our addresses do not: they are fixed when the node
 starts listening, so a node that moved to another network is restarted, and checks anew.)
@@ -14,20 +21,58 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import trio
 from libp2p.peer.id import ID
 
+from p2ptrain.addresses import LOOPBACK_KIND, all_loopback, independence_key, network_kind
 from p2ptrain.control.state import NodeState
-from p2ptrain.net.dialback import reachability_of, request_dial_back
+from p2ptrain.net.dialback import ask_dial_back, remote_ip
 
 log = logging.getLogger(__name__)
 
 RECHECK_INTERVAL_S = 300.0  # a verdict stands this long (a router's forwarding rarely changes)
-RETRY_INTERVAL_S = 30.0  # after an inconclusive round (nobody to ask, nobody answered)
+RETRY_INTERVAL_S = 30.0  # at most, after inconclusive rounds (nobody to ask, nobody answered)
+FIRST_RETRY_S = 5.0  # doubles up to RETRY_INTERVAL_S: a young swarm's second server comes soon
 FIRST_ROUND_DELAY_S = 1.0  # after joining: let identify and the first gossip settle
 MAX_OTHER_SERVERS = 2
 SERVER_ROLES = ("trainer", "control-only", "bootstrap")
+
+
+@dataclass(frozen=True)
+class Opinion:
+    """One server's answer in a round: did it reach us (None: no answer, or a refusal), and
+    the network it answered from (independence_key of its IP as we saw it; None if unknown or
+    spliced through a local route)."""
+
+    peer: str
+    network: str | None
+    reached: bool | None
+    is_bootstrap: bool = False
+
+
+def verdict_of(opinions: Sequence[Opinion], *, am_bootstrap: bool, one_machine: bool) -> str:
+    """A round's verdict (the module's docstring): public, private or unknown."""
+    reached = [o for o in opinions if o.reached is True]
+    networks = {o.network for o in reached if o.network is not None}
+    vouched = am_bootstrap or any(o.is_bootstrap for o in reached)
+    needed = 1 if one_machine else 2
+    if vouched and len(networks) >= needed:
+        return "public"
+    if any(o.is_bootstrap and o.reached is False for o in opinions):
+        return "private"
+    if opinions and all(o.reached is False for o in opinions):
+        return "private"
+    return "unknown"
+
+
+def retry_delay_s(num_inconclusive: int) -> float:
+    """When the next round comes, after this many inconclusive rounds in a row (0: a verdict)."""
+    if num_inconclusive == 0:
+        return RECHECK_INTERVAL_S
+    return min(RETRY_INTERVAL_S, FIRST_RETRY_S * 2 ** (num_inconclusive - 1))
 
 
 class ReachabilityMonitor:
@@ -52,45 +97,70 @@ class ReachabilityMonitor:
             and member.record.role in SERVER_ROLES
         ]
         random.shuffle(others)
-        # a public server's outbound dial is not itself limited by a NAT of its own
-        others.sort(key=lambda peer: view.members[peer].record.reachability != "public")
+        # a public server's outbound dial is not itself limited by a NAT of its own; one on
+        # the bootstrap's network is no second opinion
+        taken = {self._network(remote_ip(state.host, peer)) for peer in first}
+        others.sort(
+            key=lambda peer: (
+                view.members[peer].record.reachability != "public",
+                self._network(remote_ip(state.host, peer)) in taken,
+            )
+        )
         return first + others[:MAX_OTHER_SERVERS]
 
-    async def ask(self, peer: str) -> bool | None:
+    async def ask(self, peer: str) -> Opinion:
         """Did `peer` reach us? None: it did not answer, or refused (rate limited, busy)."""
+        is_bootstrap = peer == self.state.view.bootstrap_id
         try:
-            reply = await request_dial_back(self.state.host, ID.from_base58(peer), self.state.addrs)
+            host, addrs = self.state.host, self.state.addrs
+            reply, server_ip = await ask_dial_back(host, ID.from_base58(peer), addrs)
         except Exception as exc:
             log.debug("dial-back request to %s failed: %s", peer, exc)
-            return None
+            return Opinion(peer, None, None, is_bootstrap)
         if reply.error:
             log.info("dial-back request to %s refused: %s", peer, reply.error)
+            return Opinion(peer, None, None, is_bootstrap)
+        return Opinion(peer, self._network(server_ip), reply.reached, is_bootstrap)
+
+    def _network(self, server_ip: str | None) -> str | None:
+        """Whose opinion: the server's network, None when we cannot tell (a server seen on
+        loopback while we are not on one machine reached us through a route of ours)."""
+        if server_ip is None or network_kind(server_ip) is None:
             return None
-        return reply.reached
+        if network_kind(server_ip) == LOOPBACK_KIND and not all_loopback(self.state.addrs):
+            return None
+        return independence_key(server_ip)
 
     async def check_once(self) -> str:
         """One round: the verdict of the servers asked now."""
         servers = self.servers()
-        outcomes: list[bool | None] = [None] * len(servers)
+        opinions = [Opinion(peer, None, None) for peer in servers]
 
         async def ask(index: int) -> None:
-            outcomes[index] = await self.ask(servers[index])
+            opinions[index] = await self.ask(servers[index])
 
         async with trio.open_nursery() as nursery:
             for index in range(len(servers)):
                 nursery.start_soon(ask, index)
-        return reachability_of(outcomes)
+        state = self.state
+        return verdict_of(
+            opinions,
+            am_bootstrap=state.view.bootstrap_id == state.peer_id,
+            one_machine=all_loopback(state.addrs),
+        )
 
     async def serve_reachability(self) -> None:
         """Rounds for as long as the node runs."""
         state = self.state
         await state.joined.wait()
         await trio.sleep(FIRST_ROUND_DELAY_S)
+        num_inconclusive = 0
         while True:
             verdict = await self.check_once()
             if verdict != "unknown" and verdict != state.reachability:
                 self._announce(verdict)
-            await trio.sleep(RETRY_INTERVAL_S if verdict == "unknown" else RECHECK_INTERVAL_S)
+            num_inconclusive = num_inconclusive + 1 if verdict == "unknown" else 0
+            await trio.sleep(retry_delay_s(num_inconclusive))
 
     def _announce(self, verdict: str) -> None:
         state = self.state

@@ -3,17 +3,21 @@
 A peer sends a DialBackRequest of its control-plane addresses over its open connection to a
 server; the server dials each candidate on a FRESH TCP connection (never the open one: a NATed
 peer's own outbound connection would make it look reachable) and runs a Noise handshake that
-must authenticate the requester's peer id, then answers a DialBackReply: which dials completed,
+must authenticate the requester's peer id, then answers a DialBackReply: whether a dial reached
+the requester (one bit: the address that reached it, else nothing, never a failure per port),
 the requester's address as seen on the request's connection, and its own clock.
 
 The server dials only the requester's own IP as it sees it (the requested addresses on that IP,
 and that IP at each requested port), at most MAX_DIALS_PER_REQUEST of them, never a port below
-1024: it cannot be made to dial third parties. Requests are rate-limited per requester IP and
-in all, and at most MAX_CONCURRENT_REQUESTS are dialling at once; a request past a limit is
-answered with `error` and no dial. The dial uses a throwaway key and stops after the Noise
-handshake, so the requester never registers it as a connection (no muxer, no identify).
+1024. It answers only on a direct connection: relayed and punched connections reach us spliced
+from 127.0.0.1 (control/traversal.py), so a request seen from loopback is refused unless all our
+own addresses are loopback (a swarm on one machine, as in the tests); otherwise the requester
+could make us probe our own machine's loopback ports. What it can still learn is whether some
+port of its own IP completes a handshake with its own key. Requests are rate-limited per
+requester IP and in all, and at most MAX_CONCURRENT_REQUESTS are dialling at once; a request past
+a limit is answered with `error` and no dial. The dial uses a throwaway key and stops after the
+Noise handshake, so the requester never registers it as a connection (no muxer, no identify).
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -22,7 +26,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import trio
@@ -37,11 +41,11 @@ from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.transport.upgrader import TransportUpgrader
 
+from p2ptrain.addresses import LOOPBACK_KIND, all_loopback, network_kind
 from p2ptrain.errors import WireError
 from p2ptrain.net.framing import read_frame, write_frame
 from p2ptrain.net.ratelimit import WindowLimiter
 from p2ptrain.records import DialBackReply, DialBackRequest, DialResult
-from p2ptrain.records.reachability import MAX_ERROR_CHARS
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,7 @@ REQUESTS_PER_IP = 8
 REQUESTS_TOTAL = 64
 RATE_WINDOW_S = 60.0
 MAX_CONCURRENT_REQUESTS = 4
+NOT_DIRECT = "not a direct connection"  # the refusal of a request seen from loopback
 
 
 def tcp_target(maddr: str) -> tuple[str, int] | None:
@@ -102,8 +107,9 @@ def dial_candidates(addrs: Sequence[str], observed_ip: str) -> list[tuple[str, i
 
 
 def reachability_of(outcomes: Sequence[bool | None]) -> str:
-    """The verdict of one round of asking servers: "public" if any reached us, "private" if
-    all of them answered and none did, else "unknown" (None: a server that did not answer)."""
+    """`doctor`'s verdict of one round of asking servers: "public" if any reached us, "private"
+    if all of them answered and none did, else "unknown" (None: a server that did not answer).
+    A node's own verdict, which it acts on, asks more (control/reachability.py)."""
     if any(outcome is True for outcome in outcomes):
         return "public"
     if outcomes and all(outcome is False for outcome in outcomes):
@@ -141,9 +147,11 @@ async def dial_back(upgrader: TransportUpgrader, ip: str, port: int, peer: ID) -
 
 
 class DialBackServer:
-    """Answers dial-back requests within the limits above."""
+    """Answers dial-back requests within the limits above. `own_addrs()`: our own listen
+    addresses (all loopback: a swarm on one machine, where loopback requests are direct)."""
 
-    def __init__(self) -> None:
+    def __init__(self, own_addrs: Callable[[], Sequence[str]]) -> None:
+        self.own_addrs = own_addrs
         self.limiter = WindowLimiter(REQUESTS_PER_IP, REQUESTS_TOTAL, RATE_WINDOW_S)
         self.num_dialling = 0
         self._upgrader = _throwaway_upgrader()
@@ -174,6 +182,8 @@ class DialBackServer:
         """Dial the candidates of `request` from `remote` (the request connection's far end)."""
         ip, port = str(remote[0]), int(remote[1])
         observed = tcp_maddr(ip, port)
+        if network_kind(ip) == LOOPBACK_KIND and not all_loopback(self.own_addrs()):
+            return DialBackReply(observed, (), time.time(), NOT_DIRECT)
         if self.num_dialling >= MAX_CONCURRENT_REQUESTS:
             return DialBackReply(observed, (), time.time(), "busy")
         if not self.limiter.allow(ip, time.monotonic()):
@@ -191,21 +201,43 @@ class DialBackServer:
                     nursery.start_soon(dial, index)
         finally:
             self.num_dialling -= 1
-        results = tuple(
-            DialResult(tcp_maddr(*target), not error, error[:MAX_ERROR_CHARS])
-            for target, error in zip(candidates, errors, strict=True)
-        )
+        # one bit: the address that reached the requester (its own listener, proven by its key),
+        # else nothing: which ports were closed or held by someone else is not ours to tell
+        reached = [target for target, error in zip(candidates, errors, strict=True) if not error]
+        results = tuple(DialResult(tcp_maddr(*target), True) for target in reached[:1])
         return DialBackReply(observed, results, time.time())
+
+
+def remote_ip(host: IHost, peer: str) -> str | None:
+    """The IP our open connection to `peer` comes from (None: not connected, or unknown)."""
+    try:
+        connections = host.get_network().get_connections(ID.from_base58(peer))
+        getter = getattr(connections[0].muxed_conn, "get_remote_address", None)
+        remote = getter() if getter is not None else None
+    except Exception:  # a library detail: no address is no harm
+        return None
+    return None if remote is None else str(remote[0])
 
 
 async def request_dial_back(host: IHost, peer: ID, addrs: Sequence[str]) -> DialBackReply:
     """Ask `peer` (connected) to dial us back at `addrs`; raises on timeout or a bad reply."""
+    reply, _ = await ask_dial_back(host, peer, addrs)
+    return reply
+
+
+async def ask_dial_back(
+    host: IHost, peer: ID, addrs: Sequence[str]
+) -> tuple[DialBackReply, str | None]:
+    """request_dial_back, and the server's IP as seen on the request's connection (None if
+    unknown): whose opinion the reply is (control/reachability.py)."""
     request = json.dumps(DialBackRequest(tuple(addrs)).to_dict()).encode()
     with trio.fail_after(REQUEST_TIMEOUT_S):
         stream = await host.new_stream(peer, [DIALBACK_PROTOCOL])
         try:
+            remote = stream.get_remote_address()
             await write_frame(stream, request)
-            return DialBackReply.from_dict(json.loads(await read_frame(stream, MAX_REPLY_BYTES)))
+            reply = DialBackReply.from_dict(json.loads(await read_frame(stream, MAX_REPLY_BYTES)))
+            return reply, None if remote is None else str(remote[0])
         finally:
             with contextlib.suppress(Exception):
                 await stream.close()

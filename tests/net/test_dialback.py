@@ -1,5 +1,6 @@
 """The dial-back protocol between live py-libp2p hosts on loopback: a fresh connection, the peer
-id checked by Noise, only the requester's own IP dialled, rate limits."""
+id checked by Noise, only the requester's own IP dialled, one bit per request, no answer on a
+connection spliced from loopback (issue 26, finding 6), rate limits."""
 
 from __future__ import annotations
 
@@ -25,15 +26,19 @@ from p2ptrain.net.framing import FrameError, read_frame, write_frame
 from p2ptrain.net.host import full_addrs, make_host
 from p2ptrain.net.ratelimit import WindowLimiter
 from tests.net.trio_run import run
+from tests.net.victim import open_victim
 
 LOOPBACK = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
 
 
 @asynccontextmanager
-async def requester_and_server() -> AsyncIterator[tuple[IHost, IHost, DialBackServer]]:
-    """a asks, b serves dial-backs (and pings); a is connected to b."""
+async def requester_and_server(
+    server_addrs: list[str] | None = None,
+) -> AsyncIterator[tuple[IHost, IHost, DialBackServer]]:
+    """a asks, b serves dial-backs (and pings); a is connected to b. b's own addresses are its
+    loopback listener's (a swarm on one machine) unless `server_addrs` says otherwise."""
     a, b = make_host(os.urandom(32)), make_host(os.urandom(32))
-    server = DialBackServer()
+    server = DialBackServer(lambda: full_addrs(b) if server_addrs is None else server_addrs)
     async with a.run(listen_addrs=LOOPBACK), b.run(listen_addrs=LOOPBACK):
         b.set_stream_handler(dialback.DIALBACK_PROTOCOL, server.handle)
         a.set_stream_handler(probe.PING_PROTOCOL, probe.handle_ping)
@@ -63,7 +68,7 @@ def test_a_listening_requester_is_reached_on_a_fresh_connection_and_stays_health
     assert rtt_ms > 0
 
 
-def test_the_peer_id_is_checked_and_a_closed_port_fails() -> None:
+def test_the_peer_id_is_checked_and_the_reply_is_one_bit_not_one_per_port() -> None:
     async def scenario() -> Any:
         other = make_host(os.urandom(32))  # listens where the requester claims to be
         async with requester_and_server() as (a, b, _), other.run(listen_addrs=LOOPBACK):
@@ -71,13 +76,33 @@ def test_the_peer_id_is_checked_and_a_closed_port_fails() -> None:
             with trio.socket.socket() as sock:  # a port with nothing listening
                 await sock.bind(("127.0.0.1", 0))
                 closed = f"/ip4/127.0.0.1/tcp/{sock.getsockname()[1]}"
-            return await request_dial_back(a, b.get_id(), [someone_else, closed])
+            own = full_addrs(a)[0].split("/p2p/")[0]
+            missed = await request_dial_back(a, b.get_id(), [someone_else, closed])
+            reached = await request_dial_back(a, b.get_id(), [someone_else, closed, own])
+            return missed, reached, own
 
-    reply = run(scenario)
-    assert not reply.reached and len(reply.results) == 2
-    wrong_key, closed = reply.results
-    assert wrong_key.error.startswith("handshake failed")
-    assert closed.error.startswith("connect failed")
+    missed, reached, own = run(scenario)
+    # neither "closed" nor "open but someone else's": nothing per port
+    assert not missed.reached and missed.results == () and missed.error == ""
+    # the one address that reached us (our own listener, proven by our key), nothing else
+    assert reached.reached and [(r.addr, r.ok, r.error) for r in reached.results] == [(own, True, "")]
+
+
+def test_a_request_spliced_from_loopback_is_refused_without_a_dial() -> None:
+    """A node on a real network sees relayed and punched connections come from 127.0.0.1
+    (control/traversal.py): answering them would dial its own loopback at the requester's
+    ports. Here b's own addresses say it is not on loopback, so a's request is such a one."""
+
+    async def scenario() -> Any:
+        server_addrs = ["/ip4/10.1.2.3/tcp/7401"]  # a LAN address: never sent anything
+        async with open_victim() as victim, requester_and_server(server_addrs) as (a, b, _):
+            reply = await request_dial_back(a, b.get_id(), [victim.addr, *full_addrs(a)])
+            await trio.sleep(0.2)
+            return reply, victim.connections
+
+    reply, connections = run(scenario)
+    assert reply.error == dialback.NOT_DIRECT and reply.results == () and not reply.reached
+    assert connections == 0
 
 
 def test_only_the_requesters_own_ip_is_dialled() -> None:
