@@ -57,6 +57,7 @@ class SwarmResult:
     plan: Plan
     averaging: dict[str, int]  # outcome -> count over all peers and steps
     wall_s: float
+    first_step: int = 0  # the first step trained: > 0 when the swarm resumed the run
 
 
 def plan_layout(spec: RunSpec, num_peers: int) -> tuple[int, int]:

@@ -162,7 +162,9 @@ def _follow(
     losses: dict[int, float] = {}
     finished_s: list[float] = []
     deadline = time.monotonic() + STALL_TIMEOUT_S
-    while len(losses) < spec.steps:
+    # a swarm that resumed a run (worker/adopt.py) reports from its start step on: done when
+    # the last step's loss is known
+    while spec.steps - 1 not in losses:
         if time.monotonic() > deadline:
             raise TimeoutError("the swarm made no progress in time")
         all_exited = all(p.poll() is not None for p in peers)  # checked before the last read
@@ -193,7 +195,7 @@ def _follow(
                     if new:
                         finished_s.append(time.monotonic())
                         on_step(step, losses[step], sum(stats.tokens_per_s.values()))
-        if all_exited and len(losses) < spec.steps:
+        if all_exited and spec.steps - 1 not in losses:
             raise RuntimeError(f"every peer exited after {len(losses)} of {spec.steps} steps")
         time.sleep(0.2)
     wall_s = time.monotonic() - started_s
@@ -202,7 +204,7 @@ def _follow(
     span_s = finished_s[-1] - finished_s[0] if len(finished_s) > 1 else 0.0
     tokens_per_s = (len(finished_s) - 1) * tokens_per_step / span_s if span_s > 0 else 0.0
     assert plan is not None  # every step's loss came from a session's reports
-    return SwarmResult(len(ordered), ordered, tokens_per_s, plan, averaging, wall_s)
+    return SwarmResult(len(ordered), ordered, tokens_per_s, plan, averaging, wall_s, min(losses))
 
 
 def _new_lines(path: Path, offsets: list[int], index: int) -> list[Message]:

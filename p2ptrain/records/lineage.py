@@ -15,12 +15,21 @@ A stage state saved under a plan is tagged `<id>-e<epoch>` (train/checkpoint.py)
 for a plan whose lineage has an entry of that id at that epoch or later. Untagged states (saved
 before lineages existed, or under a plan without a lineage: a harness's static plan) belong to
 the run's root, an ancestor of every lineage: usable by every plan.
+
+A run outlives its swarm: when every peer stops and a new swarm starts, its first plan is a new
+root (no ancestor), and none of the earlier swarm's states is of its lineage. Such a lineage
+(`may_adopt`: one entry, or none) that has no state of its own yet adopts the newest state of
+the run its members hold, of whatever lineage (worker/adopt.py), and saves it under its own tag:
+from then on it descends from that state. A lineage with ancestors never adopts, nor does one
+that saved a state: after a partition heals, a live plan's descendants never take the other
+half's states.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import secrets
 
 from p2ptrain.records import fields as f
 
@@ -44,7 +53,9 @@ def next_lineage(
     `previous`; `continues`: the previous plan is the same planner's, in the same term."""
     if continues and previous:
         return ((previous[0][0], epoch), *previous[1:])
-    parent = previous[0][0] if previous else ""
+    # a root's id is random: a restarted swarm whose planner and term repeat the earlier
+    # swarm's is still a new lineage (it neither prunes nor mistakes that swarm's states)
+    parent = previous[0][0] if previous else secrets.token_hex(8)
     return ((lineage_id(parent, term, planner), epoch), *previous)[:MAX_LINEAGE]
 
 
@@ -56,6 +67,18 @@ def tag_of(lineage: Lineage) -> str | None:
 def parse_tag(tag: str) -> tuple[str, int] | None:
     match = _TAG.match(tag)
     return None if match is None else (match[1], int(match[2]))
+
+
+def id_of_tag(tag: str | None) -> str | None:
+    """The lineage id of a state's tag (None: the root, or not a tag)."""
+    parsed = None if tag is None else parse_tag(tag)
+    return None if parsed is None else parsed[0]
+
+
+def may_adopt(lineage: Lineage) -> bool:
+    """Is this a swarm's first lineage (no ancestor recorded), which may adopt another
+    lineage's state while it has none of its own (the module's docstring)?"""
+    return len(lineage) <= 1
 
 
 def rank(lineage: Lineage, tag: str | None) -> int | None:

@@ -29,6 +29,7 @@ from p2ptrain.records.model_config import (
 MAX_RUN_ID_CHARS = 64
 MAX_INT = 2**53
 MAX_TEXT_CHARS = 4096
+RESUME_MODES = ("latest", "never")
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,10 @@ class RunSpec:
     # checkpoints: "" = runs/<run_id>/checkpoints; interval 0 = only on graceful exit
     checkpoint_dir: str = ""
     checkpoint_interval: int = 20
+    # a swarm's first plan (no live lineage: a restart after every peer stopped): "latest"
+    # adopts the newest state of this run (run id, model, data digest) that its members hold,
+    # whatever swarm saved it; "never" starts from initial weights, and says so
+    resume: str = "latest"
     # wire formats of activations and averaged gradients: "fp16", "bf16" or "none" (exact)
     compression: str = "fp16"
     # the loss is multiplied by this before backward and every stage's gradients divided by it
@@ -217,6 +222,8 @@ class RunSpec:
             raise UserError("beta1 and beta2 must be in [0, 1)")
         if self.checkpoint_interval < 0:
             raise UserError("checkpoint_interval must be >= 0 (0 = only on exit)")
+        if self.resume not in RESUME_MODES:
+            raise UserError(f"resume must be 'latest' or 'never', got {self.resume!r}")
         if self.compression not in ("fp16", "bf16", "none"):
             raise UserError(
                 f"compression must be 'fp16', 'bf16' or 'none', got {self.compression!r}"

@@ -169,23 +169,35 @@ def record_step(
     usable: Callable[[str | None], bool] = lambda tag: True,
 ) -> None:
     """Write `snapshot` as the stamped state of its step under lineage `tag`, point the stage's
-    latest file at the newest usable one, and keep the KEEP_STEPS newest steps among the states
-    `usable` accepts (the writer's lineage and its ancestors'): older files of any lineage go,
-    newer ones of another lineage stay (they may be a concurrent writer's)."""
+    latest file at the newest state `usable` accepts (the writer's lineage and its ancestors'),
+    and keep the KEEP_STEPS newest steps of the writer's own lineage: its older files go, files
+    of every other lineage stay (another swarm's or another half's progress is not ours to
+    delete: `p2ptrain checkpoints prune` removes them)."""
     layers = model.layers
     _write(stamped_path(directory, layers, snapshot.step, tag), spec, model, snapshot)
     key = layers_key(layers)
     states = [s for s in list_states(directory) if s.key == key]
+    own = [s for s in states if same_lineage(s.tag, tag)]
+    for old in prunable(own):
+        old.path.unlink(missing_ok=True)
     steps = sorted({s.step for s in states if usable(s.tag)})
-    if not steps:
-        return
-    for old in states:
-        if old.step < steps[-KEEP_STEPS:][0]:
-            old.path.unlink(missing_ok=True)
-    if steps[-1] == snapshot.step:
+    if steps and steps[-1] == snapshot.step:
         _link_latest(
             stamped_path(directory, layers, snapshot.step, tag), checkpoint_path(directory, layers)
         )
+
+
+def same_lineage(a: str | None, b: str | None) -> bool:
+    """Are states of tags `a` and `b` of one lineage (one id, any epoch; None: the root)?"""
+    return (a or "").partition("-e")[0] == (b or "").partition("-e")[0]
+
+
+def prunable(states: list[SavedState], keep_steps: int = KEEP_STEPS) -> list[SavedState]:
+    """Of one stage's states of one lineage, those older than its `keep_steps` newest steps."""
+    steps = sorted({s.step for s in states})
+    if len(steps) <= keep_steps:
+        return []
+    return [s for s in states if s.step < steps[-keep_steps]]
 
 
 def _link_latest(target: Path, latest: Path) -> None:
@@ -212,6 +224,7 @@ def _write(path: Path, spec: RunSpec, model: Stage, snapshot: StageSnapshot) -> 
     state = {
         "format": FORMAT,
         "run_id": spec.run_id,
+        "data_sha256": spec.data_sha256,  # "" = not pinned
         "model": dataclasses.asdict(model.config),
         "layers": [model.layers.start, model.layers.stop],
         "step": snapshot.step,
@@ -287,13 +300,53 @@ def _same_model(saved: Any, config: ModelConfig) -> bool:
     return config.family == "nanogpt" and saved == old
 
 
-def _check(state: Any, spec: RunSpec, model: Stage) -> str | None:
-    if not isinstance(state, dict) or state.get("format") not in (FORMAT, PICKLED_WEIGHTS_FORMAT):
-        return "not a p2ptrain stage checkpoint"
+def _other_run(state: dict[str, Any], spec: RunSpec) -> str | None:
+    """Why a saved state is not of this run (run id, model shape, data digest), or None."""
     if state.get("run_id") != spec.run_id:
         return f"run {state.get('run_id')!r}, expected {spec.run_id!r}"
     if not _same_model(state.get("model"), spec.model_config()):
         return f"model {state.get('model')}, expected the run's model"
+    data = state.get("data_sha256", "")  # older files do not say: their run id and model do
+    if data and spec.data_sha256 and data != spec.data_sha256:
+        return f"data digest {data!r}, expected {spec.data_sha256!r}"
+    return None
+
+
+_runs: dict[tuple[str, int, int, int, str], str | None] = {}
+
+
+def other_run(path: Path, spec: RunSpec) -> str | None:
+    """Why the state file at `path` is not of `spec`'s run (another run id, model shape or data
+    digest, or unreadable), None if it is; remembered while the file is unchanged. A swarm
+    adopts another lineage's state only if this is None (worker/adopt.py)."""
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        return f"gone: {exc.strerror}"
+    run = f"{spec.run_id}|{spec.data_sha256}|{spec.model_config()!r}"
+    key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns, run)
+    if key not in _runs:
+        try:
+            state = read_file(path)
+            problem = (
+                "not a p2ptrain stage checkpoint"
+                if state.get("format") not in (FORMAT, PICKLED_WEIGHTS_FORMAT)
+                else _other_run(state, spec)
+            )
+        except UserError as exc:
+            problem = str(exc)
+        if len(_runs) > 1024:
+            _runs.clear()
+        _runs[key] = problem
+    return _runs[key]
+
+
+def _check(state: Any, spec: RunSpec, model: Stage) -> str | None:
+    if not isinstance(state, dict) or state.get("format") not in (FORMAT, PICKLED_WEIGHTS_FORMAT):
+        return "not a p2ptrain stage checkpoint"
+    problem = _other_run(state, spec)
+    if problem:
+        return problem
     if state.get("layers") != [model.layers.start, model.layers.stop]:
         return f"layers {state.get('layers')}, expected {[model.layers.start, model.layers.stop]}"
     step = state.get("step")

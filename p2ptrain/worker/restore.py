@@ -7,6 +7,8 @@ Only states of the plan's lineage or its ancestors' count (records/lineage.py): 
 saved under another lineage (the other side of a healed partition) is never resumed from, and
 a warning says so. A stage no member holds any state of restarts from initial weights: the run
 goes on, but that stage's training is lost, so the worker says it loudly (STAGE STATE LOST).
+A restarted swarm's first plan may adopt an earlier lineage's states (worker/adopt.py): those
+this machine holds are first linked under the plan's tag, then loaded like its own.
 """
 
 from __future__ import annotations
@@ -19,17 +21,21 @@ from typing import TYPE_CHECKING
 import torch
 
 from p2ptrain.records import Plan, RunSpec
+from p2ptrain.records.lineage import may_adopt
 from p2ptrain.train.checkpoint import (
     StageSnapshot,
     expected_state_bytes,
     layers_key,
+    list_states,
     load_stage,
+    other_run,
     read_state,
     record_step,
     stamped_path,
 )
 from p2ptrain.train.model import Stage
 from p2ptrain.train.recut import assemble
+from p2ptrain.worker.adopt import link_adopted
 from p2ptrain.worker.covers import key_range
 from p2ptrain.worker.resume import StartPoint, local_states, warn_other_lineages
 from p2ptrain.worker.state_transfer import fetch_state
@@ -55,12 +61,14 @@ def restore_stage(
         log.warning("resuming at step %d: %s", start.step, start.note)
     layers, rank = model.layers, plan.state_rank
     key = layers_key(layers)
+    if start.adopted:
+        link_adopted(directory, start.adopted, start.step, start.digests, plan.state_tag)
     if start.step not in local_states(directory, rank).get(key, {}):
         if key in start.sources:
             _build(spec, plan, transport, directory, model, optimizer, start)
         else:
             _fetch_range(spec, plan, transport, directory, layers, start, model, optimizer)
-    warn_other_lineages(directory, rank, key)
+    warn_other_lineages(directory, rank, key, start.step)
     local = local_states(directory, rank).get(key, {})
     usable = sorted(step for step in local if step <= start.step)
     if not usable:
@@ -78,6 +86,27 @@ def restore_stage(
         log.warning("layers %s resumed from step %d for step %d", key, loaded, start.step)
     log.info("resumed layers %s at step %d from %s", key, start.step, path)
     return start.step
+
+
+def started_line(spec: RunSpec, plan: Plan, start: StartPoint, directory: Path) -> str:
+    """Where the plan started, as the organiser reads it (every node's log, `status`): which
+    step of which lineage it resumed from, and a restarted swarm that adopted an earlier
+    swarm's state, or did not because the run says resume = "never", says so loudly."""
+    if start.adopted:
+        line = f"resumed from step {start.step} (lineage {start.adopted})"
+        log.warning("%s: the newest state of run %s, saved by an earlier swarm", line, spec.run_id)
+        return line
+    if start.step:
+        lineage = plan.lineage[0][0] if plan.lineage else "root"
+        return f"resumed from step {start.step} (lineage {lineage})"
+    if spec.resume == "never" and may_adopt(plan.lineage):
+        found = [s.step for s in list_states(directory) if other_run(s.path, spec) is None]
+        line = 'resume = "never": started from initial weights'
+        if found:
+            line += f" (this machine holds states of the run up to step {max(found)}: not used)"
+        log.warning("%s", line)
+        return line
+    return "started from initial weights"
 
 
 def _build(

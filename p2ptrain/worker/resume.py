@@ -25,7 +25,9 @@ A fetched state is loaded only if its sha256, computed on the received bytes, is
 Lineage (records/lineage.py): each announced state carries the tag of the plan lineage it was
 saved under; a member announces only its states the plan may use (its own lineage or an
 ancestor's), and every reader drops the others too. So after a partition heals, the states the
-other half trained are never chosen, never fetched, and never resumed from locally.
+other half trained are never chosen, never fetched, and never resumed from locally. The one
+exception is a restarted swarm's first lineage, which has no state of its own: it adopts the
+run's newest state of one earlier lineage (worker/adopt.py).
 """
 
 from __future__ import annotations
@@ -42,9 +44,10 @@ from typing import TYPE_CHECKING, Any
 
 from p2ptrain import identity
 from p2ptrain.records import Plan
-from p2ptrain.records.lineage import parse_tag
+from p2ptrain.records.lineage import may_adopt, parse_tag
+from p2ptrain.records.run import RunSpec
 from p2ptrain.train.checkpoint import SavedState, file_sha256, layers_key, list_states
-from p2ptrain.worker import covers
+from p2ptrain.worker import adopt, covers
 from p2ptrain.worker.covers import Cover
 
 if TYPE_CHECKING:  # the choice itself is pure, so tests may import it beside libp2p
@@ -79,6 +82,8 @@ class StartPoint:
     # a stage nobody saved at `step` (the plan cuts the model anew) -> the states of other
     # layer ranges it is built from (worker/covers.py); their digests are in `digests`
     sources: dict[str, Cover] = field(default_factory=dict)
+    # the id of the earlier lineage whose states the plan adopts (worker/adopt.py); "" if none
+    adopted: str = ""
 
     def holders(self, key: str, step: int) -> list[str]:
         """The members that announced the agreed state of layers `key` at `step` (any state of
@@ -176,22 +181,28 @@ def local_states(directory: Path, rank: StateRank) -> dict[str, dict[int, SavedS
     }
 
 
-def warn_other_lineages(directory: Path, rank: StateRank, key: str) -> None:
-    """Say why local states of stage `key` saved under another lineage are not resumed from."""
-    other = [s for s in list_states(directory) if s.key == key and rank(s.tag) is None]
+def warn_other_lineages(directory: Path, rank: StateRank, key: str, step: int) -> None:
+    """Say why local states of stage `key` newer than `step`, saved under another lineage, are
+    not resumed from."""
+    other = [
+        s for s in list_states(directory) if s.key == key and s.step > step and rank(s.tag) is None
+    ]
     if other:
         log.warning(
             "not resuming layers %s from local states at steps %s: they were saved under plan "
             "lineage %s, which the current plan does not descend from (the other side of a "
-            "partition): their training is dropped", key, sorted({s.step for s in other}),
+            "partition, or an earlier swarm's while this one has its own): their training is "
+            "dropped; the files stay", key, sorted({s.step for s in other}),
             ", ".join(sorted({s.tag or "root" for s in other})),
         )  # fmt: skip
 
 
-def own_announcement(directory: Path, rank: StateRank) -> Announced:
-    """What this member announces: its usable states with their digests and lineage tags."""
+def own_announcement(directory: Path, rank: StateRank, spec: RunSpec | None = None) -> Announced:
+    """What this member announces: its usable states with their digests and lineage tags; with
+    `spec` (the plan may adopt: worker/adopt.py), its other lineages' states of that run too."""
     found: Announced = {}
-    for key, steps in local_states(directory, rank).items():
+    states = adopt.announceable(directory, rank, spec, MAX_STEPS_PER_KEY)
+    for key, steps in sorted(states.items())[:MAX_KEYS]:
         for step, state in steps.items():
             try:
                 found.setdefault(key, {})[step] = (file_sha256(state.path), state.tag)
@@ -208,6 +219,31 @@ def usable(announced: Announced, rank: StateRank) -> Held:
         if kept:
             held[key] = kept
     return held
+
+
+def choose_start(
+    placed: Mapping[str, Collection[str]],
+    announced: Mapping[str, Announced],
+    rank: StateRank,
+    order: Sequence[str],
+    adopting: bool,
+) -> StartPoint:
+    """The start of a plan from its members' announcements: `choose_start_step` on the states
+    the plan may use; if `adopting` and no member holds a state of the plan's own lineage, on
+    the candidate (the plan's states, or one earlier lineage's: worker/adopt.py) with the
+    newest start where every stage has a state (ties: the plan's own, more holders, the id)."""
+    needed = list(placed)
+    strict = {peer: usable(states, rank) for peer, states in announced.items()}
+    if not adopting or adopt.has_own_state(announced, rank):
+        return replace(choose_start_step(needed, strict, placed, order), held=strict)
+    best, best_score = StartPoint(0, "", held=strict), (False, False, 0, 0, 0)
+    for index, (lineage, held) in enumerate(adopt.candidates(announced, rank)):
+        start = choose_start_step(needed, held, placed, order)
+        holders = sum(1 for states in held.values() if states)
+        score = (holders > 0, not start.note, start.step, holders, -index)
+        if score > best_score:
+            best, best_score = replace(start, held=held, adopted=lineage), score
+    return best
 
 
 def announcement_payload(key: str, peer: str, states: Announced) -> bytes:
@@ -279,16 +315,18 @@ def agree_on_start(
     should_abort: Callable[[], bool],
     num_steps: int,
     timeout_s: float = RESUME_TIMEOUT_S,
+    adopting: bool = False,
 ) -> StartPoint | None:
     """Announce `mine` under `key` (signed with `seed`, this peer's identity key), wait for every
     member's announcement (`members`: the plan's peers in its order), choose the start for the
     stages of `placed` (layers key -> the members placed there) among the states of the plan's
-    lineage (`rank`: its Plan.state_rank). None if `should_abort()` turned true or a member
+    lineage (`rank`: its Plan.state_rank), or, `adopting`, an earlier lineage's (choose_start).
+    None if `should_abort()` turned true or a member
     stayed silent for `timeout_s`."""
     from hivemind.utils import get_dht_time
 
     others = sorted(set(members) - {peer_id})
-    held = {peer_id: usable(mine, rank)}
+    held: dict[str, Announced] = {peer_id: mine}
     if others:
         value = sign_announcement(seed, key, peer_id, mine)
         subkey = SUBKEY_PREFIX + peer_id
@@ -304,7 +342,7 @@ def agree_on_start(
                     getattr(entry, "value", None), key, member, num_steps
                 )
                 if announcement is not None:
-                    held[member] = usable(announcement, rank)
+                    held[member] = announcement
             if all(m in held for m in others):
                 break
             if should_abort():
@@ -319,4 +357,31 @@ def agree_on_start(
                 dht.store(key, value, get_dht_time() + ANNOUNCEMENT_TTL_S, subkey=subkey)
                 stored_again = time.monotonic()
             time.sleep(POLL_INTERVAL_S)
-    return replace(choose_start_step(list(placed), held, placed, members), held=held)
+    return choose_start(placed, held, rank, members, adopting)
+
+
+def agree_on_plan_start(
+    dht: DHT,
+    spec: RunSpec,
+    plan: Plan,
+    directory: Path,
+    seed: bytes,
+    peer_id: str,
+    should_abort: Callable[[], bool],
+) -> StartPoint | None:
+    """agree_on_start for this peer under `plan`, announcing its states in `directory`; a
+    restarted swarm's first lineage adopts the run's newest state (worker/adopt.py) unless the
+    run says resume = "never"."""
+    members, placed = placement(plan, spec.n_layer)
+    adopting = spec.resume == "latest" and may_adopt(plan.lineage)
+    rank = plan.state_rank
+    mine = own_announcement(directory, rank, spec if adopting else None)
+    started_s = time.monotonic()
+    start = agree_on_start(
+        dht, resume_key(spec.run_id, plan), seed, peer_id, members, placed, mine, rank,
+        should_abort, spec.steps, adopting=adopting,
+    )  # fmt: skip
+    if start is not None:
+        log.info("the plan's %d peers agreed to start at step %d in %.1f s",
+                 len(members), start.step, time.monotonic() - started_s)  # fmt: skip
+    return start

@@ -30,14 +30,8 @@ from p2ptrain.worker.faults import NO_FAULTS, Faults
 from p2ptrain.worker.frames import AlreadyHave, Expected, FrameHeader, NotReady, PeerLost, Stopped
 from p2ptrain.worker.ipc import PlanInbox
 from p2ptrain.worker.link_bounds import dial_window_s
-from p2ptrain.worker.restore import restore_stage
-from p2ptrain.worker.resume import (
-    StartPoint,
-    agree_on_start,
-    own_announcement,
-    placement,
-    resume_key,
-)
+from p2ptrain.worker.restore import restore_stage, started_line
+from p2ptrain.worker.resume import StartPoint, agree_on_plan_start
 from p2ptrain.worker.robust import MOMENTS_DRIFT_BOUND, PARAMS_DRIFT_BOUND
 from p2ptrain.worker.transport import Transport
 
@@ -86,6 +80,7 @@ class Session:
         self.report = report
         self.role: Role | None = plan.role_of(transport.peer_id)
         self.step = 0
+        self.started_from = ""  # where the plan started: "resumed from step N (lineage ...)"
         self.model: Stage | None = None
         self.averager: StageAverager | None = None
         self.directory = checkpoint_dir(spec)
@@ -111,6 +106,7 @@ class Session:
         self.step = restore_stage(
             spec, plan, transport, self.directory, self.model, self.optimizer, start
         )
+        self.started_from = started_line(spec, plan, start, self.directory)
         needs_data = role.is_first or role.is_last
         self.corpus = load_corpus(spec) if needs_data else None
         if role.num_replicas > 1:
@@ -155,24 +151,11 @@ class Session:
     def _agree_on_start(self, dht: DHT) -> StartPoint | None:
         """Every peer of the plan (spares too) announces its saved stage states; all pick one
         step, and the digest of each stage's state there (worker/resume.py)."""
-        members, placed = placement(self.plan, self.spec.n_layer)
-        started_s = time.monotonic()
-        start = agree_on_start(
-            dht,
-            resume_key(self.spec.run_id, self.plan),
-            self.identity_seed,
+        return agree_on_plan_start(
+            dht, self.spec, self.plan, self.directory, self.identity_seed,
             self.transport.peer_id,
-            members,
-            placed,
-            own_announcement(self.directory, self.plan.state_rank),
-            self.plan.state_rank,
             lambda: self.inbox.stopped or self.inbox.version != self.plan_version,
-            self.spec.steps,
-        )
-        if start is not None:
-            log.info("the plan's %d peers agreed to start at step %d in %.1f s",
-                     len(members), start.step, time.monotonic() - started_s)  # fmt: skip
-        return start
+        )  # fmt: skip
 
     def expect(self, header: FrameHeader) -> Expected | None:
         """Called from the transport thread for every incoming frame."""

@@ -175,6 +175,7 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (Claim, {"term": 3}),
     (RunSpec, RunSpec(run_id="r", steps=7).to_dict()),
     (RunSpec, llama_run_dict()),
+    (RunSpec, RunSpec(run_id="r", resume="never").to_dict()),
     (Hello, {"type": "hello", "peer_id": A, "data_addrs": ["/ip4/127.0.0.1/tcp/1"], "pid": 42}),
     (MetricsReport, metrics_dict()),
     (SessionReport, {"type": "session", "plan": plan_dict(), "step": 4}),

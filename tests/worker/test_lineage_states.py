@@ -91,7 +91,7 @@ def test_a_local_state_of_another_lineage_is_not_resumed_from(
     mine = own_announcement(tmp_path, LEFT.state_rank)
     assert sorted(mine["L0-1"]) == [4, 5]  # never announced either
     with caplog.at_level(logging.WARNING):
-        warn_other_lineages(tmp_path, LEFT.state_rank, "L0-1")
+        warn_other_lineages(tmp_path, LEFT.state_rank, "L0-1", 5)
     assert "not resuming layers L0-1 from local states at steps [6]" in caplog.text
     assert str(RIGHT.state_tag) in caplog.text
 

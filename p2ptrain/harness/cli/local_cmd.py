@@ -6,7 +6,8 @@ plane discover, measure, elect a planner and plan, trains with a progress line p
 everything. `--direct` skips the control plane: N bare workers placed once by the scheduler over a
 loopback topology (for debugging the data plane). `--emulate TOPOLOGY` runs the peers inside the
 WAN testbed (p2ptrain/testbed). With --json the last stdout line is
-{"steps", "loss": [per step], "tokens_per_s", "plan": {"pipelines": [[peer id, ...], ...], ...}}.
+{"steps", "first_step" (> 0: the swarm resumed the run), "loss": [per step from first_step],
+"tokens_per_s", "plan": {"pipelines": [[peer id, ...], ...], ...}}.
 """
 
 from __future__ import annotations
@@ -150,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         summary = {
             "steps": result.steps,
+            "first_step": result.first_step,
             "loss": result.loss,
             "tokens_per_s": result.tokens_per_s,
             "plan": {k: v for k, v in result.plan.to_dict().items() if k != "data_addrs"},
