@@ -21,7 +21,7 @@ import logging
 import numpy as np
 
 from p2ptrain.control import planner, search_process
-from p2ptrain.control.compute import measured_peers, peer_compute
+from p2ptrain.control.compute import ComputeTrust, measured_peers, peer_compute
 from p2ptrain.control.links import Link
 from p2ptrain.control.readiness import first_plan_gaps
 from p2ptrain.control.view import SwarmView
@@ -55,6 +55,7 @@ class PlanMaker:
         self._refused = ""  # why the last search found no placement that fits (logged once)
         self._ready_wait_since: float | None = None
         self._gaps_logged: list[str] = []
+        self._trust = ComputeTrust()  # claimed compute checked against observed steps
 
     async def tick(
         self,
@@ -93,7 +94,10 @@ class PlanMaker:
             return False
         relayed = frozenset(pair for pair in links if self.view.connection(*pair) == "relayed")
         matrices = planner.build_matrices(members, links, private, relayed)
-        compute = peer_compute(members, measured, run)
+        reported = {peer: m.metrics for peer, m in self.view.members.items()}
+        reported[self.view.self_id] = self.view.own_metrics
+        repriced = self._trust.observe(current, reported, now)
+        compute = peer_compute(members, measured, run, self._trust.factors)
         matrices = dataclasses.replace(matrices, compute=compute)
         newly_measured = compute is not None and not measured_peers(members, measured) <= (
             self._planned_measured
@@ -109,8 +113,10 @@ class PlanMaker:
             placement = await self._schedule(matrices, run)
         # drift re-plans a scheduled placement only: a random one (the benchmarks' baseline)
         # stays as it is until membership changes
-        elif run.placement == "scheduled" and (self._drifted(now, matrices) or newly_measured):
-            reason = "compute" if newly_measured else "drift"
+        elif run.placement == "scheduled" and (
+            self._drifted(now, matrices) or newly_measured or repriced
+        ):
+            reason = "compute" if newly_measured or repriced else "drift"
             self._planned_measured = measured_peers(members, measured)
             placement = await self._schedule(matrices, run)
             if current is not None:

@@ -19,7 +19,13 @@ MAX_TERM = 2**53
 MAX_REASON_CHARS = 160
 MAX_DEVICE_CHARS = 80
 MAX_COMPUTE_S = 3600.0
-MAX_MEMORY_BYTES = 2**53  # 8 PiB: a sane bound, and exact as a JSON number
+# a pass over one row of a block, the embedding or the head takes at least a nanosecond on any
+# device (the run's model sets a higher floor: control/compute.py); 0 claimed every layer
+MIN_COMPUTE_S = 1e-9
+MAX_MEMORY_BYTES = 2**53  # what the wire carries exactly as a JSON number (8 PiB)
+# what a device's memory counts for: more than any GPU or a large server's RAM. A larger
+# claim reads as this much (an honest machine with more RAM still joins)
+MAX_DEVICE_MEMORY_BYTES = 4 * 2**40
 MAX_PRECISION_CHARS = 16
 
 
@@ -51,14 +57,15 @@ class StageCompute:
         d = f.mapping(data, r)
         names = ("block_row_s", "embed_row_s", "head_row_s")
         f.require_keys(d, r, (*names, "rows", "device", "run_id"))
-        seconds = {n: f.number(d[n], r, n, 0.0, MAX_COMPUTE_S) for n in names}
+        seconds = {n: f.number(d[n], r, n, MIN_COMPUTE_S, MAX_COMPUTE_S) for n in names}
         return cls(
             rows=f.integer(d["rows"], r, "rows", 1, 1_000_000),
             device=f.text(d["device"], r, "device", MAX_DEVICE_CHARS),
             run_id=f.text(d["run_id"], r, "run_id"),
             # optional: peers of before memory-aware plans do not send them
-            memory_bytes=f.integer(
-                d.get("memory_bytes", 0), r, "memory_bytes", 0, MAX_MEMORY_BYTES
+            memory_bytes=min(
+                f.integer(d.get("memory_bytes", 0), r, "memory_bytes", 0, MAX_MEMORY_BYTES),
+                MAX_DEVICE_MEMORY_BYTES,
             ),
             precision=f.text(d["precision"], r, "precision", MAX_PRECISION_CHARS)
             if d.get("precision", "") != ""
