@@ -19,6 +19,7 @@ and `bench nat` see it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from typing import Any
@@ -26,6 +27,7 @@ from typing import Any
 import trio
 from libp2p.abc import INetStream
 from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo
 from multiaddr import Multiaddr
 
 from p2ptrain.addresses import tcp_endpoint
@@ -183,6 +185,16 @@ class Traversal:
                 return endpoint
         return None
 
+    async def _dialled_relay(self, peer: str) -> tuple[str, int] | None:
+        """`_relay_endpoint`, connecting to the relay first (at the addresses discovery keeps
+        for it) if we have no connection to check its relay port against."""
+        host = self.state.host
+        if not connection_ips(host, peer):
+            with contextlib.suppress(Exception), trio.move_on_after(SIGNAL_TIMEOUT_S):
+                peer_id = ID.from_base58(peer)
+                await host.connect(PeerInfo(peer_id, host.get_peerstore().addrs(peer_id)))
+        return self._relay_endpoint(peer)
+
     # -- slots ------------------------------------------------------------------------------
 
     def relay_candidates(self) -> list[str]:
@@ -260,10 +272,7 @@ class Traversal:
 
     async def _serve_route(self, listener: trio.SocketListener, peer: str, plane: str) -> None:
         """A route's listener: each connection carried under the guard (net/accepting.py)."""
-
-        async def carry(local: trio.SocketStream) -> None:
-            await self._carry(local, peer, plane)
-
+        carry = functools.partial(self._carry, peer=peer, plane=plane)
         caps = ConnectionCaps(MAX_ROUTE_CONNECTIONS, MAX_ROUTE_CONNECTIONS)
         await serve_accepting(listener, carry, caps, f"route to {peer} ({plane})")
 
@@ -282,7 +291,7 @@ class Traversal:
         relays = sorted(
             [] if member is None else member.record.relays, key=lambda r: r not in connected
         )
-        usable = [(r, raw) for r in relays if (raw := self._relay_endpoint(r)) is not None]
+        usable = [(r, raw) for r in relays if (raw := await self._dialled_relay(r)) is not None]
         # punch first, signalled through each relay in turn (one attempt each, at most
         # PUNCH_ATTEMPTS): a relay that fails the signalling says nothing about the NATs, a
         # punch that times out does, and then we relay at once

@@ -128,6 +128,33 @@ def test_a_punched_connection_reset_mid_hello_ends_only_itself() -> None:
     assert accepted == [True, True, True] and still_serving
 
 
+def test_a_routes_connection_that_fails_to_be_carried_ends_only_itself() -> None:
+    """Finding 1, routes: a carried connection whose far side broke ended the node."""
+
+    async def broken_reach(peer: str, plane: str) -> Any:
+        raise trio.BrokenResourceError("the far side reset the connection")
+
+    async def main() -> tuple[list[bytes], bool]:
+        async with trio.open_nursery() as nursery:
+            traversal = nated_node(await relay_port(nursery))
+            await nursery.start(traversal.serve)
+            traversal.reach = broken_reach  # type: ignore[method-assign]
+            address = await traversal.route(TARGET, "data")
+            port = int(address.split("/")[4])
+            answers = []
+            for _ in range(3):
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+                with trio.fail_after(5):
+                    answers.append(await stream.receive_some(1))
+                await stream.aclose()
+            serving = traversal._nursery is not None
+            nursery.cancel_scope.cancel()
+        return answers, serving
+
+    answers, serving = run(main)
+    assert answers == [b""] * 3 and serving
+
+
 def test_offers_to_punch_where_we_never_dial_or_past_the_caps_are_refused() -> None:
     """Finding 4: an offer made the node SYN any IPv4:port, as many at once as offered."""
 
