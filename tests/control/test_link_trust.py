@@ -6,7 +6,7 @@ from __future__ import annotations
 from p2ptrain.control.links import DISTRUST_AFTER_FAILURES
 from p2ptrain.control.planner import build_matrices
 from p2ptrain.records import LinkReport
-from tests.control.test_view import A, B, ME, make_view
+from tests.control.test_view import ME, A, B, make_view
 
 # A claims a perfect link to us, measured just now, in every row it sends
 PERFECT = {"rtt_ms": 0.01, "rtt_age_s": 0.0, "bandwidth_mbps": 1e6, "bandwidth_age_s": 0.0}
