@@ -4,13 +4,20 @@ No orphans, whatever happens:
 - each child runs in its own session/process group (so its whole subtree can be signalled) and
   gets PR_SET_PDEATHSIG=SIGKILL, so it dies even if the supervisor is SIGKILLed;
 - SIGTERM/SIGINT/SIGHUP to the supervisor stop both children (SIGTERM to their groups, then
-  SIGKILL after a grace period); if either child exits, the other is stopped too.
+  SIGKILL after a grace period).
+A control process that dies (a crash, a kill) is started again after a back-off (1 s, doubling,
+at most 30 s, back to 1 s once one stayed up a minute), one log line per restart saying why; the
+worker keeps its state and training meanwhile and reconnects (worker/ipc.py). The node stops when
+the worker exits, when the control process finishes (exit 0) or the run refuses it (exit 2), or
+when the first control process dies before printing its address (a start that cannot work).
 The control process prints the node's multiaddr first, then a progress line per training step
-(control/progress.py); the supervisor relays them as its own stdout.
+(control/progress.py); the supervisor relays them as its own stdout (a restarted control
+process's address goes to the log: stdout's first line stays the node's first address).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import shutil
@@ -20,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -32,6 +40,26 @@ log = logging.getLogger(__name__)
 
 STOP_GRACE_S = 10.0
 POLL_S = 0.2
+# control exit codes that stop the node: finished, and refused by the run (control/node.py)
+FINAL_CONTROL_CODES = (0, 2)
+
+
+@dataclass
+class Backoff:
+    """How long to wait before restarting a process that exited after `uptime_s`: first_s,
+    doubling on each quick exit up to cap_s; first_s again once one stayed up stable_s."""
+
+    first_s: float = 1.0
+    cap_s: float = 30.0
+    stable_s: float = 60.0
+    next_s: float = 1.0
+
+    def after_exit(self, uptime_s: float) -> float:
+        if uptime_s >= self.stable_s:
+            self.next_s = self.first_s
+        delay_s = self.next_s
+        self.next_s = min(self.next_s * 2, self.cap_s)
+        return delay_s
 
 
 def worker_available() -> bool:
@@ -83,6 +111,7 @@ class Supervisor:
             )
         self._stop_signal: int | None = None
         self._addr_printed = threading.Event()
+        self.control_backoff = Backoff()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stop_signal = signum
@@ -95,23 +124,8 @@ class Supervisor:
         ipc_path = str(Path(ipc_dir) / "control.sock")
         children: list[subprocess.Popen[bytes]] = []
         try:
-            control = procs.spawn(
-                [
-                    sys.executable, "-m", "p2ptrain.control",
-                    "--role", "trainer" if self.with_worker else "control-only",
-                    "--identity", self.identity,
-                    "--bootstrap", self.bootstrap,
-                    "--listen", self.listen,
-                    *(["--announce", *self.announce] if self.announce else []),
-                    "--ipc", ipc_path,
-                    *(["--token", self.token] if self.token else []),
-                    *(["--quiet"] if self.quiet else []),
-                    *(["--http", self.http] if self.http else []),
-                ],
-                stdout=subprocess.PIPE,
-            )  # fmt: skip
+            control = self._start_control(ipc_path, first=True)
             children.append(control)
-            threading.Thread(target=self._relay_stdout, args=(control,), daemon=True).start()
             while not self._addr_printed.is_set():
                 if self._stop_signal is not None or control.poll() is not None:
                     return self._finish(children)
@@ -130,12 +144,59 @@ class Supervisor:
                     faults=self.faults,
                 )
                 children.append(procs.spawn(worker.command()))
-            while self._stop_signal is None and all(c.poll() is None for c in children):
-                time.sleep(POLL_S)
+            self._watch(children, ipc_path)
             return self._finish(children)
         finally:
             procs.stop_groups(children, STOP_GRACE_S)
             shutil.rmtree(ipc_dir, ignore_errors=True)
+
+    def _start_control(self, ipc_path: str, first: bool) -> subprocess.Popen[bytes]:
+        control = procs.spawn(
+            [
+                sys.executable, "-m", "p2ptrain.control",
+                "--role", "trainer" if self.with_worker else "control-only",
+                "--identity", self.identity,
+                "--bootstrap", self.bootstrap,
+                "--listen", self.listen,
+                *(["--announce", *self.announce] if self.announce else []),
+                "--ipc", ipc_path,
+                *(["--token", self.token] if self.token else []),
+                *(["--quiet"] if self.quiet else []),
+                *(["--http", self.http] if self.http else []),
+            ],
+            stdout=subprocess.PIPE,
+        )  # fmt: skip
+        threading.Thread(target=self._relay_stdout, args=(control, first), daemon=True).start()
+        return control
+
+    def _watch(self, children: list[subprocess.Popen[bytes]], ipc_path: str) -> None:
+        """Until a signal, or a child's exit that stops the node: restart a control process
+        that died (children[0]), after its back-off."""
+        started = time.monotonic()
+        while self._stop_signal is None:
+            control, *others = children
+            code = control.poll()
+            if any(c.poll() is not None for c in others) or code in FINAL_CONTROL_CODES:
+                return
+            if code is None:
+                time.sleep(POLL_S)
+                continue
+            uptime_s = time.monotonic() - started
+            delay_s = self.control_backoff.after_exit(uptime_s)
+            log.warning(
+                "the control process %s after %.0f s: restarting it in %.0f s",
+                _exit_reason(code), uptime_s, delay_s,
+            )  # fmt: skip
+            procs.kill_group(control)  # whatever it left in its group
+            deadline = time.monotonic() + delay_s
+            while self._stop_signal is None and time.monotonic() < deadline:
+                if any(c.poll() is not None for c in others):
+                    return
+                time.sleep(POLL_S)
+            if self._stop_signal is not None:
+                return
+            children[0] = self._start_control(ipc_path, first=False)
+            started = time.monotonic()
 
     def _finish(self, children: list[subprocess.Popen[bytes]]) -> int:
         if self._stop_signal is not None:
@@ -151,9 +212,22 @@ class Supervisor:
                 return code
         return 0
 
-    def _relay_stdout(self, control: subprocess.Popen[bytes]) -> None:
+    def _relay_stdout(self, control: subprocess.Popen[bytes], first: bool) -> None:
         assert control.stdout is not None
-        for line in control.stdout:
-            sys.stdout.write(line.decode(errors="replace"))
+        for number, line in enumerate(control.stdout):
+            text = line.decode(errors="replace")
+            if number == 0 and not first:
+                log.info("the control process is back, listening on %s", text.strip())
+                continue
+            sys.stdout.write(text)
             sys.stdout.flush()
             self._addr_printed.set()
+
+
+def _exit_reason(code: int) -> str:
+    """'exited with 1' or 'was killed by SIGKILL' (Popen's negative code is the signal)."""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-code).name}"
+        return f"was killed by signal {-code}"
+    return f"exited with {code}"

@@ -1,5 +1,8 @@
 """The worker side of the control <-> worker IPC (records/messages.py): newline-delimited JSON over a
 Unix socket. The worker connects, says hello, then receives plans and a stop; it sends metrics.
+When the control process goes away (the supervisor restarts one that died), the worker keeps its
+state and training, connects again when the socket is back, and repeats who it is (its hello and
+compute report) to the new control process.
 """
 
 from __future__ import annotations
@@ -11,9 +14,23 @@ import time
 from collections.abc import Callable
 
 from p2ptrain.ipc_lines import LineBuffer, decode, encode
-from p2ptrain.records import Message, PlanMessage, RunMessage, RunSpec, Stop
+from p2ptrain.records import (
+    ComputeReport,
+    Hello,
+    Message,
+    PlanMessage,
+    RunMessage,
+    RunSpec,
+    Stop,
+)
 
 log = logging.getLogger(__name__)
+
+# longer than the supervisor's longest back-off (node/supervisor.py) plus a control start
+RECONNECT_TIMEOUT_S = 300.0
+RECONNECT_POLL_S = 0.2
+# what a restarted control process must hear again: who this worker is and what it computes
+SAID_ONCE = (Hello, ComputeReport)
 
 
 class PlanInbox:
@@ -61,40 +78,63 @@ class IpcClient:
         ahead of the plans."""
         self.inbox = inbox
         self._on_run = on_run
+        self._path = path
         self._lock = threading.Lock()
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        deadline = time.monotonic() + connect_timeout_s
-        while True:  # the control process may still be binding its socket
-            try:
-                self._sock.connect(path)
-                break
-            except (FileNotFoundError, ConnectionRefusedError):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-        threading.Thread(target=self._read_forever, name="ipc-reader", daemon=True).start()
+        self._said_once: dict[type, bytes] = {}  # SAID_ONCE messages, the latest of each kind
+        sock = _connect(path, connect_timeout_s, lambda: False)
+        if sock is None:
+            raise ConnectionRefusedError(f"no control process at {path}")
+        self._sock: socket.socket | None = sock
+        threading.Thread(target=self._read_forever, args=(sock,), daemon=True).start()
 
     def send(self, message: Message) -> None:
         line = encode(message)
         with self._lock:
+            if isinstance(message, SAID_ONCE):
+                self._said_once[type(message)] = line
+            if self._sock is None:
+                return  # the control process is restarting; it hears SAID_ONCE on reconnect
             try:
                 self._sock.sendall(line)
             except OSError as exc:
                 log.warning("ipc send failed: %s", exc)
 
-    def _read_forever(self) -> None:
-        lines = LineBuffer()
+    def _read_forever(self, sock: socket.socket) -> None:
         while True:
-            try:
-                data = self._sock.recv(65536)
-            except OSError:
-                data = b""
-            if not data:  # control went away: nothing left to take orders from
-                log.warning("ipc closed by the control process; stopping")
-                self.inbox.stop()
+            lines = LineBuffer()
+            while data := _receive(sock):
+                for line in lines.feed(data):
+                    self._handle(line)
+            with self._lock:
+                self._sock = None
+            sock.close()
+            if self.inbox.stopped:
                 return
-            for line in lines.feed(data):
-                self._handle(line)
+            log.warning("ipc closed by the control process: waiting for it to come back")
+            reconnected = self._reconnect()
+            if reconnected is None:
+                if not self.inbox.stopped:
+                    log.warning(
+                        "no control process came back within %.0f s; stopping",
+                        RECONNECT_TIMEOUT_S,
+                    )
+                    self.inbox.stop()
+                return
+            sock = reconnected
+
+    def _reconnect(self) -> socket.socket | None:
+        sock = _connect(self._path, RECONNECT_TIMEOUT_S, lambda: self.inbox.stopped)
+        if sock is None:
+            return None
+        with self._lock:
+            try:
+                for line in self._said_once.values():  # in the order first said: hello first
+                    sock.sendall(line)
+            except OSError as exc:
+                log.warning("ipc send failed: %s", exc)
+            self._sock = sock
+        log.info("ipc: the control process is back")
+        return sock
 
     def _handle(self, line: bytes) -> None:
         message = decode(line)
@@ -107,3 +147,28 @@ class IpcClient:
             self.inbox.stop()
         elif message is not None:
             log.warning("ipc: ignoring message of type %r", message.TYPE)
+
+
+def _connect(path: str, timeout_s: float, give_up: Callable[[], bool]) -> socket.socket | None:
+    """A connection to the control process's socket once it listens (it may be starting or
+    restarting); None after timeout_s or once give_up() holds."""
+    deadline = time.monotonic() + timeout_s
+    while not give_up():
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(path)
+            return sock
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(RECONNECT_POLL_S)
+    return None
+
+
+def _receive(sock: socket.socket) -> bytes:
+    """The next bytes from the control process; b"" once it is gone."""
+    try:
+        return sock.recv(65536)
+    except OSError:
+        return b""

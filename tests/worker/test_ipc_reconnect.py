@@ -1,0 +1,66 @@
+"""The worker outlives its control process: when the IPC socket closes (the supervisor restarts a
+control process that died), the worker waits for the socket to come back, connects again and
+repeats its hello, instead of stopping (issue 26: no per-connection failure ends a node)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from p2ptrain import identity
+from p2ptrain.ipc_lines import encode
+from p2ptrain.records import Heartbeat, Hello, Stop
+from p2ptrain.worker.ipc import IpcClient, PlanInbox
+
+
+def listen_at(path: Path) -> socket.socket:
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    server.settimeout(10)
+    return server
+
+
+def read_lines(conn: socket.socket, count: int) -> list[dict[str, object]]:
+    conn.settimeout(10)
+    data = b""
+    while data.count(b"\n") < count:
+        chunk = conn.recv(65536)
+        assert chunk, f"closed after {data!r}"
+        data += chunk
+    return [json.loads(line) for line in data.splitlines()]
+
+
+def test_worker_waits_for_a_restarted_control_and_says_hello_again(tmp_path: Path) -> None:
+    path = tmp_path / "control.sock"
+    first = listen_at(path)
+    inbox = PlanInbox()
+    client = IpcClient(str(path), inbox, connect_timeout_s=5)
+    conn, _ = first.accept()
+    hello = Hello(identity.peer_id_of(os.urandom(32)), ("/ip4/127.0.0.1/tcp/1",), os.getpid())
+    client.send(hello)
+    client.send(Heartbeat("training", 7, 1, 1))
+    assert [m["type"] for m in read_lines(conn, 2)] == ["hello", "heartbeat"]
+
+    conn.close()  # the control process dies: its socket goes with it
+    first.close()
+    path.unlink()
+    time.sleep(1.0)
+    assert not inbox.stopped, "the worker stopped when its control process went away"
+    client.send(Heartbeat("training", 8, 1, 1))  # dropped meanwhile, without an error
+
+    second = listen_at(path)  # the restarted control process
+    conn, _ = second.accept()
+    assert read_lines(conn, 1) == [hello.to_dict()]  # only who it is, not stale heartbeats
+    client.send(Heartbeat("training", 9, 1, 1))
+    assert read_lines(conn, 1)[0]["step"] == 9
+    conn.sendall(encode(Stop()))  # and the new control process's orders reach it
+    deadline = time.monotonic() + 5
+    while not inbox.stopped and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert inbox.stopped
+    conn.close()
+    second.close()
