@@ -13,7 +13,7 @@ import trio
 
 from p2ptrain.control.status import swarm_status
 from p2ptrain.control.view import SwarmView
-from p2ptrain.web.server import Dashboard, DashboardServer, parse_http_address
+from p2ptrain.web.server import Dashboard, DashboardServer, parse_http_option
 
 log = logging.getLogger(__name__)
 
@@ -21,20 +21,27 @@ REFRESH_S = 1.0
 
 
 class DashboardFeed:
-    """The dashboard server of `--http HOST:PORT`, listening from construction (a port in use
-    fails the node's start with one line), fed by `serve`."""
+    """The dashboard server of `--http [HOST:]PORT[,NAME...]`, listening from construction (a
+    port in use fails the node's start with one line), fed by `serve`."""
 
     def __init__(self, http: str) -> None:
-        host, port = parse_http_address(http)
+        option = parse_http_option(http)
         self.dashboard = Dashboard()
-        self.server = DashboardServer(self.dashboard, host, port)
+        self.server = DashboardServer(self.dashboard, option.host, option.port, option.names)
 
     async def serve(self, view: SwarmView) -> None:
         self.server.start()
         log.info("dashboard on %s", self.server.url)
         try:
+            failing = False
             while True:
-                self.dashboard.update(swarm_status(view, time.monotonic()), time.time())
+                try:
+                    self.dashboard.update(swarm_status(view, time.monotonic()), time.time())
+                    failing = False
+                except Exception:  # the page shows the last good snapshot; the node goes on
+                    if not failing:  # once per run of failures, not once a second
+                        log.exception("the dashboard could not show this status")
+                    failing = True
                 await trio.sleep(REFRESH_S)
         finally:
             self.server.stop()

@@ -1,20 +1,20 @@
 """The one-shot request/response protocols a control node answers: STATUS_PROTOCOL (the status
 document, for observers) and RUN_PROTOCOL (the bootstrap's signed run spec, for joining peers).
 
-The status document is paged (net/paging.py): page 0 holds its scalar fields and the first peers
-and links, each later page more of them; the observer joins them (observer.fetch_status_doc)."""
+The status document is paged (control/status.StatusPages, built at most once a second): page 0
+holds its scalar fields and the first peers and links, each later page more of them; the observer
+joins them (observer.fetch_status_doc)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from libp2p.custom_types import TProtocol
 
 from p2ptrain.control.publishing import run_message
 from p2ptrain.control.state import NodeState
-from p2ptrain.control.status import swarm_status
-from p2ptrain.net.paging import page_of, read_cursor
+from p2ptrain.control.status import StatusPages, swarm_status
+from p2ptrain.net.paging import read_cursor
 
 STATUS_PROTOCOL = TProtocol("/p2ptrain/status/1.0.0")
 RUN_PROTOCOL = TProtocol("/p2ptrain/run/1.0.0")
@@ -26,19 +26,12 @@ class RpcResponder:
 
     def __init__(self, state: NodeState) -> None:
         self.state = state
+        self.status_pages = StatusPages(
+            lambda now: swarm_status(state.view, now, state.relay.bytes_relayed), STATUS_PAGE_BYTES
+        )
 
     async def respond_status(self, request: bytes) -> dict[str, Any]:
-        cursor = read_cursor(request)
-        doc = swarm_status(
-            self.state.view, time.monotonic(), self.state.relay.bytes_relayed
-        ).to_dict()
-        items = [("peers", p) for p in doc.pop("peers")] + [("links", x) for x in doc.pop("links")]
-        page, nxt = page_of(items, cursor, STATUS_PAGE_BYTES)
-        reply = doc if cursor == 0 else {}
-        reply["peers"] = [item for section, item in page if section == "peers"]
-        reply["links"] = [item for section, item in page if section == "links"]
-        reply["next"] = nxt
-        return reply
+        return self.status_pages.page(read_cursor(request))
 
     async def respond_run(self, request: bytes) -> dict[str, Any]:
         if self.state.role != "bootstrap" or self.state.view.run is None:

@@ -5,8 +5,20 @@ Its JSON fields and values are a contract relied on outside this project: keep t
 
 from __future__ import annotations
 
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
 from p2ptrain.control.view import MEMBER_ROLES, Member, SwarmView
+from p2ptrain.net.paging import page_of
 from p2ptrain.records import LinkStatus, PeerStatus, PlanSummary, SwarmStatus
+
+# how long one built document answers the status RPC: anyone may ask, page after page, and a
+# document of a large swarm costs a walk of the whole view (seconds, in the trio loop, at 50k
+# links), so a build serves for at least BUILD_SHARE times what it took
+STATUS_CACHE_S = 1.0
+BUILD_SHARE = 5.0
 
 
 def swarm_status(view: SwarmView, now: float, relay_bytes: int = 0) -> SwarmStatus:
@@ -64,3 +76,41 @@ def swarm_status(view: SwarmView, now: float, relay_bytes: int = 0) -> SwarmStat
         term=view.term,
         relay_bytes=relay_bytes,
     )
+
+
+class StatusPages:
+    """The status document as the status RPC pages it (net/paging.py): page 0 holds its scalar
+    fields and the first peers and links, each later page more of them. Built at most once per
+    `cache_s` (or BUILD_SHARE times what the build took, counted from its end) and paged from
+    that copy, so a page costs its own bytes."""
+
+    def __init__(
+        self,
+        build: Callable[[float], SwarmStatus],
+        page_bytes: int,
+        cache_s: float = STATUS_CACHE_S,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self._build = build
+        self.page_bytes = page_bytes
+        self.cache_s = cache_s
+        self._clock = clock or time.monotonic
+        self._fresh_until = -math.inf
+        self._scalars: dict[str, Any] = {}
+        self._items: list[tuple[str, Any]] = []
+
+    def page(self, cursor: int) -> dict[str, Any]:
+        started = self._clock()
+        if started >= self._fresh_until:
+            doc = self._build(started).to_dict()
+            self._items = [("peers", p) for p in doc.pop("peers")]
+            self._items += [("links", x) for x in doc.pop("links")]
+            self._scalars = doc
+            built = self._clock()
+            self._fresh_until = built + max(self.cache_s, BUILD_SHARE * (built - started))
+        page, nxt = page_of(self._items, cursor, self.page_bytes)
+        reply = dict(self._scalars) if cursor == 0 else {}
+        reply["peers"] = [item for section, item in page if section == "peers"]
+        reply["links"] = [item for section, item in page if section == "links"]
+        reply["next"] = nxt
+        return reply

@@ -8,7 +8,8 @@ Bounded: the oldest points and events are dropped first.
 
 from __future__ import annotations
 
-import statistics
+import math
+import sys
 from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from p2ptrain.records import PlanSummary, SwarmStatus
 
 MAX_POINTS = 5000
 MAX_EVENTS = 500
+LARGEST = sys.float_info.max
 
 REASON_TEXT = {
     "first": "first plan",
@@ -49,6 +51,25 @@ def short(peer: str | None) -> str:
     return "-" if peer is None else f"…{peer[-8:]}"
 
 
+def clamped(value: float) -> float:
+    """value within the finite floats (a sum of peers' finite reports can overflow)."""
+    return 0.0 if math.isnan(value) else max(-LARGEST, min(LARGEST, value))
+
+
+def mean(values: list[float]) -> float:
+    """Their mean, finite for any finite values (fsum of the values would overflow)."""
+    return clamped(math.fsum(v / len(values) for v in values))
+
+
+def median(values: list[float]) -> float:
+    """Their median, finite for any finite values (statistics.median adds the middle two)."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return ordered[middle - 1] / 2 + ordered[middle] / 2
+
+
 def measured_step_s(status: SwarmStatus) -> float | None:
     """The median of the placed peers' latest step times."""
     plan = status.plan
@@ -58,7 +79,7 @@ def measured_step_s(status: SwarmStatus) -> float | None:
         for p in status.peers
         if p.id in placed and p.metrics is not None and p.metrics.step_s is not None
     ]
-    return statistics.median(times) if times else None
+    return median(times) if times else None
 
 
 def plan_text(plan: PlanSummary) -> str:
@@ -66,12 +87,19 @@ def plan_text(plan: PlanSummary) -> str:
     reason = REASON_TEXT.get(plan.reason, plan.reason or "reason not given")
     text = f"plan {plan.term}/{plan.epoch} by {short(plan.planner)}: {shape}, {reason}"
     if plan.previous_cost_s is not None and plan.previous_cost_s > 0:
-        gain = 1 - plan.cost_s / plan.previous_cost_s
-        text += f", predicted cost {plan.previous_cost_s:.3f} → {plan.cost_s:.3f} s"
+        # bounded: a plan a million times slower reads as such, not as 300 digits
+        gain = max(-1e6, 1 - plan.cost_s / plan.previous_cost_s)
+        before, after = _seconds(plan.previous_cost_s, 3), _seconds(plan.cost_s, 3)
+        text += f", predicted cost {before} → {after} s"
         text += f" ({gain:+.0%} faster)" if gain >= 0 else f" ({-gain:.0%} slower)"
     if plan.predicted_step_s is not None:
-        text += f", step {plan.predicted_step_s:.2f} s predicted"
+        text += f", step {_seconds(plan.predicted_step_s, 2)} s predicted"
     return text
+
+
+def _seconds(value: float, decimals: int) -> str:
+    # fixed decimals in the usual range; past it, 1e+308 rather than 309 digits
+    return f"{value:.{decimals}f}" if abs(value) < 1e6 else f"{value:.3g}"
 
 
 class SwarmHistory:
@@ -122,8 +150,8 @@ class SwarmHistory:
         step = min(m.step for m in reports if m.step is not None)
         if self.points and step <= self.points[-1].step:
             return  # nothing newer (or steps re-run after a re-plan)
-        loss = statistics.fmean(m.loss for m in reports if m.loss is not None)
-        tokens = sum(m.tokens_per_s or 0.0 for m in reports)
+        loss = mean([m.loss for m in reports if m.loss is not None])
+        tokens = clamped(sum(m.tokens_per_s or 0.0 for m in reports))
         self.points.append(Point(round(wall, 3), step, loss, tokens))
 
     def _peer_events(self, status: SwarmStatus, wall: float) -> None:

@@ -13,7 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from p2ptrain.records import SwarmStatus
-from p2ptrain.web.history import Point, measured_step_s
+from p2ptrain.web.history import Point, clamped, measured_step_s
 
 
 class StatusCollector(Collector):
@@ -121,7 +121,7 @@ class StatusCollector(Collector):
             if link.rtt_ms is not None:
                 rtt.add_metric([link.a, link.b], link.rtt_ms / 1e3)
             if link.bandwidth_mbps is not None:
-                rate.add_metric([link.a, link.b], link.bandwidth_mbps * 1e6)
+                rate.add_metric([link.a, link.b], clamped(link.bandwidth_mbps * 1e6))
         yield from (rtt, rate)
 
 

@@ -3,14 +3,22 @@
 The control process hands a Dashboard one status document a second (`update`); the server's
 threads only ever read the bytes built from the last one, so a request never touches the
 control plane's state, costs the bytes it reads, and cannot change anything (GET and HEAD
-only). Connections are capped and time out; nothing secret is in a status document (peer ids,
-addresses, measurements, losses). Stdlib http.server: no framework, no build step, no CDN.
+only). Connections are capped, each request must arrive within a few seconds and its reply be
+read at a minimum rate (Limits): a slow client is reset, and never holds a slot. Only Host values that name this
+server are answered (an IP literal at our port, localhost, or a configured name): a page on a
+stranger's domain rebound to this address (DNS rebinding) gets 421, not the swarm's status.
+Nothing secret is in a status document (peer ids, addresses, measurements, losses). Every number
+is finite in the JSON, whatever peers report. Stdlib http.server: no framework, no build step.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
+import logging
 import socket
+import struct
 import threading
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -20,12 +28,24 @@ from typing import Any
 
 from p2ptrain.errors import UserError
 from p2ptrain.records import SwarmStatus
-from p2ptrain.web.history import SwarmHistory, measured_step_s
+from p2ptrain.web.history import SwarmHistory, clamped, measured_step_s
 from p2ptrain.web.metrics import metrics_text
+
+log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 MAX_CONNECTIONS = 32  # open at once; more are closed at once
 SOCKET_TIMEOUT_S = 10.0  # a client that sends nothing for this long is dropped
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How slow a client may be before it is reset."""
+
+    # a request must arrive (and a reply start) within this: the page polls once a second
+    request_deadline_s: float = 5.0
+    # and a reply be read at least this fast (a large swarm's status is tens of MB)
+    min_read_bytes_per_s: float = 256 * 1024
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 STATIC = {  # path -> (file in p2ptrain/web/static, content type)
     "/": ("index.html", "text/html; charset=utf-8"),
@@ -41,6 +61,22 @@ class Snapshot:
     status: bytes  # the status document (`p2ptrain status --json`'s record)
     history: bytes  # points and events (web/history.py)
     metrics: bytes  # Prometheus text format
+
+
+def finite(value: Any) -> Any:
+    """value with every float within the finite range (JSON has no Infinity or NaN)."""
+    if isinstance(value, float):
+        return clamped(value)
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(item) for item in value]
+    return value
+
+
+def json_bytes(value: Any) -> bytes:
+    """Standard JSON, whatever the numbers peers reported."""
+    return json.dumps(finite(value), allow_nan=False).encode()
 
 
 EMPTY = Snapshot(b"null", b'{"points": [], "events": [], "measured_step_s": null}', b"")
@@ -62,13 +98,75 @@ class Dashboard:
         self.history.observe(status, wall)
         point = self.history.points[-1] if self.history.points else None
         self.snapshot = Snapshot(
-            status=json.dumps(status.to_dict()).encode(),
+            status=json_bytes(status.to_dict()),
             # the page shows the plan's measured step as this module computes it (one rule)
-            history=json.dumps(
+            history=json_bytes(
                 {**self.history.to_dict(), "measured_step_s": measured_step_s(status)}
-            ).encode(),
+            ),
             metrics=metrics_text(status, point),
         )
+
+
+@dataclass(frozen=True)
+class HttpOption:
+    """`--http [HOST:]PORT[,NAME...]`: where to listen, and the names (besides IP literals and
+    localhost) the page may be reached by, e.g. a reverse proxy's."""
+
+    host: str
+    port: int
+    names: tuple[str, ...] = ()
+
+
+def parse_http_option(text: str) -> HttpOption:
+    address, *names = text.split(",")
+    host, port = parse_http_address(address)
+    cleaned = tuple(name.strip().lower().rstrip(".") for name in names)
+    if any(not name or any(c in name for c in " /:[]@") for name in cleaned):
+        raise UserError(f"--http {text!r}: expected [HOST:]PORT[,NAME...] (names without ports)")
+    return HttpOption(host, port, cleaned)
+
+
+def split_host_header(value: str) -> tuple[str, int | None] | None:
+    """A Host header's (name or IP, port or None); None if it is not one."""
+    value = value.strip().lower()
+    if value.startswith("["):  # [v6] or [v6]:port
+        name, bracket, rest = value[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            return None
+        port_text = rest[1:] if rest else None
+    else:
+        name, colon, port_text_or_empty = value.partition(":")
+        port_text = port_text_or_empty if colon else None
+    name = name.rstrip(".")
+    if not name:
+        return None
+    if port_text is None:
+        return name, None
+    if not port_text.isdigit() or len(port_text) > 5:
+        return None
+    return name, int(port_text)
+
+
+def host_allowed(header: str | None, port: int, names: frozenset[str]) -> bool:
+    """True if a request's Host names this server: a configured name (any port), or an IP
+    literal or localhost at our port. A name we do not know is how DNS rebinding looks."""
+    parsed = None if header is None else split_host_header(header)
+    if parsed is None:
+        return False
+    name, given_port = parsed
+    if name in names:
+        return True
+    if name != "localhost" and not _is_ip(name):
+        return False
+    return given_port == port or (given_port is None and port == 80)
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_http_address(text: str) -> tuple[str, int]:
@@ -94,7 +192,39 @@ class _Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self._answer(with_body=False)
 
+    def setup(self) -> None:
+        self._deadline: threading.Timer | None = None
+        super().setup()
+
+    def handle_one_request(self) -> None:
+        # a deadline for the whole exchange: a trickled request or a reply read a byte at a
+        # time would otherwise hold this thread and its slot for as long as the client likes
+        self._arm(self.server.limits.request_deadline_s)
+        try:
+            super().handle_one_request()
+        finally:
+            if self._deadline is not None:
+                self._deadline.cancel()
+
+    def _arm(self, seconds: float) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = threading.Timer(seconds, self._drop)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+    def _drop(self) -> None:
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            # the close that follows resets the connection: what the kernel still buffers for
+            # a slow reader is discarded, not sent on for as long as it takes
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.shutdown(socket.SHUT_RDWR)  # wakes the handler's recv or send
+
     def _answer(self, with_body: bool) -> None:
+        if not self.server.host_allowed(self.headers.get("Host")):
+            self.send_error(HTTPStatus.MISDIRECTED_REQUEST, "unknown Host")
+            return
         path = self.path.split("?", 1)[0]
         dashboard = self.server.dashboard
         snapshot = dashboard.snapshot
@@ -108,6 +238,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(HTTPStatus.NOT_FOUND)
             return
         body, kind = routes[path]
+        limits = self.server.limits
+        self._arm(limits.request_deadline_s + len(body) / limits.min_read_bytes_per_s)
         self.send_response(HTTPStatus.OK)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
@@ -125,11 +257,22 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 64  # the listen backlog (5 by default: bursts of connects stalled 1-3 s)
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], dashboard: Dashboard) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        dashboard: Dashboard,
+        names: tuple[str, ...],
+        limits: Limits,
+    ) -> None:
         self.dashboard = dashboard
+        self.limits = limits
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        # a listen address given as a name is one the page is reached by
+        listen = address[0].lower()
+        self.names = frozenset(names) | (frozenset() if _is_ip(listen) else {listen})
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
@@ -146,13 +289,28 @@ class _Server(ThreadingHTTPServer):
         finally:
             self.slots.release()
 
+    def host_allowed(self, header: str | None) -> bool:
+        return host_allowed(header, int(self.server_address[1]), self.names)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a client that went away (or was dropped) mid-reply: nothing to report
+        log.debug("dashboard client %s: connection error", client_address, exc_info=True)
+
+
 
 class DashboardServer:
     """Serves a Dashboard on HOST:PORT from a daemon thread until `stop`."""
 
-    def __init__(self, dashboard: Dashboard, host: str, port: int) -> None:
+    def __init__(
+        self,
+        dashboard: Dashboard,
+        host: str,
+        port: int,
+        names: tuple[str, ...] = (),
+        limits: Limits = Limits(),
+    ) -> None:
         try:
-            self._server = _Server((host, port), dashboard)
+            self._server = _Server((host, port), dashboard, names, limits)
         except OSError as exc:
             raise UserError(f"--http {host}:{port}: cannot listen: {exc.strerror or exc}") from None
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import time
 import urllib.error
 import urllib.request
 
@@ -126,3 +128,110 @@ def test_a_port_in_use_is_one_line(served: tuple[DashboardServer, Dashboard]) ->
     server, _ = served
     with pytest.raises(UserError, match="cannot listen"):
         DashboardServer(Dashboard(), "127.0.0.1", server.address[1])
+
+
+# issue 26, the dashboard's low findings: the Host header (DNS rebinding) and slow clients
+
+
+def _raw(address: tuple[str, int], request: bytes) -> int:
+    """The status code of one raw request (HTTP/1.1, closed after the reply)."""
+    with socket.create_connection(address, timeout=10) as conn:
+        conn.sendall(request)
+        head = conn.recv(64)
+    return int(head.split(b" ", 2)[1])
+
+
+def test_only_a_host_that_names_this_server_is_answered() -> None:
+    dashboard = Dashboard()
+    server = DashboardServer(dashboard, "127.0.0.1", 0, names=("dash.example.org",))
+    server.start()
+    port = server.address[1]
+    try:
+        for host, code in (
+            (f"127.0.0.1:{port}", 200),
+            (f"localhost:{port}", 200),
+            (f"LOCALHOST:{port}", 200),
+            (f"[::1]:{port}", 200),
+            ("dash.example.org", 200),  # a configured name, e.g. a reverse proxy's
+            ("dash.example.org:443", 200),
+            (f"evil.example:{port}", 421),  # a rebound name: refused
+            ("evil.example", 421),
+            (f"127.0.0.1.evil.example:{port}", 421),
+            (f"127.0.0.1:{port + 1}", 421),
+            ("127.0.0.1", 421),  # port 80 implied: not ours
+            (f"127.0.0.1:{port}:{port}", 421),
+            ("[::1", 421),
+            ("", 421),
+        ):
+            request = f"GET /api/status HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+            assert _raw(server.address, request.encode()) == code, host
+        no_host = b"GET /api/status HTTP/1.0\r\n\r\n"
+        assert _raw(server.address, no_host) == 421
+    finally:
+        server.stop()
+
+
+def test_host_header_rules() -> None:
+    from p2ptrain.web.server import host_allowed, parse_http_option, split_host_header
+
+    assert split_host_header("[::1]:80") == ("::1", 80)
+    assert split_host_header("Example.ORG.:8080") == ("example.org", 8080)
+    assert split_host_header("a:b") is None and split_host_header(":80") is None
+    assert host_allowed("10.1.2.3:8080", 8080, frozenset())  # any IP literal: no name to rebind
+    assert not host_allowed("10.1.2.3.nip.io:8080", 8080, frozenset())
+    assert host_allowed("node.lan:8080", 8080, frozenset({"node.lan"}))
+    option = parse_http_option("0.0.0.0:8080,Dash.Example.org.")
+    assert (option.host, option.port, option.names) == ("0.0.0.0", 8080, ("dash.example.org",))
+    for bad in ("8080,", "8080,a:1", "8080,a b"):
+        with pytest.raises(UserError):
+            parse_http_option(bad)
+
+
+def test_slow_clients_are_reset_and_never_hold_a_slot() -> None:
+    from p2ptrain.web import server as module
+
+    dashboard = Dashboard()
+    dashboard.update(swarm(100), 1.0)  # a status of ~1 MB
+    size = len(dashboard.snapshot.status)
+    limits = module.Limits(request_deadline_s=1.0, min_read_bytes_per_s=1e6)
+    server = DashboardServer(dashboard, "127.0.0.1", 0, limits=limits)
+    server.start()
+    host = f"Host: 127.0.0.1:{server.address[1]}\r\n"
+    try:
+        # every slot taken by a request that never ends (old: held for 10 s per byte sent)
+        stuck = [socket.create_connection(server.address, timeout=5) for _ in range(32)]
+        for conn in stuck:
+            conn.sendall(b"GET /api/status HTTP/1.1\r\n" + host.encode())
+        # one more trickles its request a byte every 0.2 s: closed at its deadline all the same
+        trickle = socket.create_connection(server.address, timeout=5)
+        started = time.monotonic()
+        closed_after = None
+        for byte in b"GET /api/status HTTP/1.1\r\n" + b"X" * 30:
+            try:
+                trickle.sendall(bytes([byte]))
+            except OSError:
+                closed_after = time.monotonic() - started
+                break
+            time.sleep(0.2)
+        assert closed_after is not None and closed_after < 3, "a trickled request stayed open"
+        time.sleep(max(0.0, 1.5 - closed_after))
+        assert _get(server.url + "api/status")[0] == 200, "slow clients still hold the slots"
+        # one reads the reply 20 kB/s: reset long before it has the ~1 MB
+        reader = socket.socket()
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        reader.settimeout(5)
+        reader.connect(server.address)
+        reader.sendall(b"GET /api/status HTTP/1.1\r\n" + host.encode() + b"\r\n")
+        received, started = 0, time.monotonic()
+        with contextlib.suppress(OSError):  # reset: what we want
+            while time.monotonic() - started < 10:
+                chunk = reader.recv(1024)
+                if not chunk:
+                    break
+                received += len(chunk)
+                time.sleep(0.05)
+        assert received < size and time.monotonic() - started < 6, "a slow reader was served on"
+        for conn in (*stuck, trickle, reader):
+            conn.close()
+    finally:
+        server.stop()
