@@ -7,6 +7,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from p2ptrain.errors import WireError
 from p2ptrain.records import (
     MEMBER_ROLES,
     Health,
@@ -64,9 +65,21 @@ class Authority:
             return True
         return record.token is not None and self._token_ok(record.token, peer)
 
+    def admits_record_token(self, peer: str, token: object) -> bool:
+        """Would a peer record of `peer` carrying `token` (its raw JSON value) be admitted? What
+        gossip checks before it parses the record's body."""
+        if self.run is None or self.run.admission == "open" or peer == self.bootstrap_id:
+            return True
+        try:
+            return token is not None and self._token_ok(Token.decode(token), peer)
+        except WireError:
+            return False
+
     def _token_ok(self, token: Token, peer: str) -> bool:
         if peer in self.revocations:
             return False
+        if token.run_id and self.run is not None and token.run_id != self.run.run_id:
+            return False  # a token of another run of the organiser's
         key = (token.sig, peer, self.bootstrap_id)
         if key not in self._verified_tokens:  # an Ed25519 check per token, not per message
             problem = token_problem(token, self.bootstrap_id, peer, now=0.0)

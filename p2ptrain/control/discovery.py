@@ -159,7 +159,9 @@ class Discovery:
         problem = (
             "no token (join --token)"
             if token is None
-            else token_problem(token, view.bootstrap_id, self.state.peer_id, time.time())
+            else token_problem(
+                token, view.bootstrap_id, self.state.peer_id, time.time(), view.run.run_id
+            )
         )
         if problem is not None:
             raise UserError(

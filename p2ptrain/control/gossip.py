@@ -1,7 +1,9 @@
 """GossipSub: our two topics, which kinds belong on each, and the validator that admits messages.
 
-Messages are applied inside the validator (decode and verify, check that the publisher is the
-author and the kind belongs on the topic, then Intake.apply); one it refuses is not forwarded.
+Messages are applied inside the validator (verify the envelope's header and signature, check
+that the publisher is the author and the kind belongs on the topic, screen the author by its
+rate and admission before the body is parsed, then Intake.apply); only a message the view
+accepted is forwarded: one it refuses or ignores goes no further.
 The subscriptions themselves are only drained.
 """
 
@@ -111,7 +113,8 @@ def _validate(
     state: NodeState,
     intake: Intake,
 ) -> bool:
-    """Decode, verify and apply one gossip message; False drops it (and it is not forwarded)."""
+    """Verify, screen, decode and apply one gossip message; False drops it (and it is not
+    forwarded: py-libp2p 0.8.1 forwards only what every validator passed)."""
     now = time.monotonic()
     sender = forwarder.to_base58()
     if sender == state.peer_id:
@@ -119,19 +122,29 @@ def _validate(
     if state.view.is_blocked(sender, now):
         return False
     try:
-        env = wire.decode(msg.data)
+        header = wire.verified_header(msg.data)
     except wire.WireError as exc:
         if exc.category == "stale":
             log.debug("ignored a late message on %s: %s", topic, exc)
         else:
             intake.reject(sender, exc.category, str(exc), topic, now)
         return False
-    if ID(msg.from_id).to_base58() != env.author:
-        intake.reject(
-            sender, "replayed", f"{env.kind} by {env.author} re-published by another", topic, now
-        )
+    kind, author = header.kind, header.author
+    if ID(msg.from_id).to_base58() != author:
+        intake.reject(sender, "replayed", f"{kind} by {author} re-published by another", topic,
+                      now)  # fmt: skip
         return False
-    if env.kind not in kinds:
-        intake.reject(sender, "malformed", f"{env.kind} does not belong on this topic", topic, now)
+    if kind not in kinds:
+        intake.reject(sender, "malformed", f"{kind} does not belong on this topic", topic, now)
+        return False
+    # the author signed the pubsub message (strict signing): its rate, admission and run are
+    # checked before its body is parsed
+    if (drop := intake.screen(header, now)) is not None:
+        intake.refuse(header, drop, topic, now)
+        return False
+    try:
+        env = wire.open_body(header)
+    except wire.WireError as exc:
+        intake.reject(sender, exc.category, str(exc), topic, now)
         return False
     return intake.apply(env, msg.data, sender, topic, now)

@@ -2,6 +2,9 @@
 
 An envelope the view accepts from another author is kept in NodeState.latest for sync clients;
 one it refuses as hostile costs its culprit a penalty (SwarmView.penalise) and a log warning.
+Gossip screens a message by its header before its body is parsed (`screen`: the author's rate
+for the kind, its admission, its run), and forwards only what the view accepted (`apply`'s
+answer): a message the view ignores goes no further than us.
 """
 
 from __future__ import annotations
@@ -11,8 +14,11 @@ import time
 from collections.abc import Callable
 
 from p2ptrain.control import wire
+from p2ptrain.control.flood import GossipRates
 from p2ptrain.control.penalties import BLOCK_S, PENALTIES
 from p2ptrain.control.state import NodeState
+from p2ptrain.control.view import Drop
+from p2ptrain.records import Revocations
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +33,46 @@ class Intake:
         self.state = state
         self._on_penalty = on_penalty
         self._blocked_logged: set[str] = set()  # blocked peers whose blocking was logged
+        self.rates = GossipRates()
+
+    def screen(self, header: wire.Header, now: float) -> Drop | None:
+        """Refuse a gossip message by its verified header, before its body is parsed: past its
+        author's rate for the kind (blamed), of another run, from an author the run does not
+        admit (a token run: no valid token in the record, or no record yet), or organiser-only
+        kinds from anyone else (blamed). Gossip's author is the pubsub message's signer, so
+        blaming it is safe."""
+        view, author, kind = self.state.view, header.author, header.kind
+        if author == self.state.peer_id:
+            return None  # our own message, echoed back
+        if not self.rates.allow(author, kind, now):
+            return Drop(f"{kind} messages from {author} past their rate", "flooding")
+        if (problem := self.run_problem(header.run_id)) is not None:
+            return Drop(problem)
+        if kind in ("run", "revoked"):
+            if author != view.bootstrap_id:
+                return Drop(f"{kind} not signed by our bootstrap", "unauthorised")
+        elif kind == "peer":
+            if not view.admits_record_token(author, header.raw_body.get("token")):
+                return Drop(f"{author} holds no token for this run")
+        elif author not in view.members:
+            return Drop(f"{kind} before the author's peer record")
+        return None
+
+    def run_problem(self, run_id: str) -> str | None:
+        """Why an envelope signed for run `run_id` is not of our run, or None ("": an older
+        peer's envelope, or one written before its author knew the run: taken)."""
+        run = self.state.view.run
+        if run_id and run is not None and run_id != run.run_id:
+            return f"signed for run {run_id!r}, not for ours ({run.run_id!r})"
+        return None
 
     def apply(self, env: wire.Envelope, data: bytes, sender: str, via: str, now: float) -> bool:
-        """Feed a verified envelope to the view; keep it for sync if accepted; blame if hostile."""
+        """Feed a verified envelope to the view; keep it for sync if accepted; blame if hostile.
+        True: gossip may forward it (accepted, or a copy of one already applied)."""
+        if (problem := self.run_problem(env.run_id)) is not None:
+            log.debug("ignored %s from %s: %s", env.kind, env.author, problem)
+            return False
+        already_applied = self.state.view.knows(env)
         # gossip arrives as it is sent; sync hands over the latest envelope it holds, which
         # may be old: it proves its author alive only as of when it was signed
         heard_at = (
@@ -40,14 +83,21 @@ class Intake:
         drop = self.state.view.accept(env, now, heard_at)
         if drop is None:
             if env.author != self.state.peer_id:
-                self.state.latest[(env.author, env.kind)] = data
+                self.state.latest[latest_key(env)] = data
             return True
         if drop.category is None:
             log.debug("ignored %s from %s: %s", env.kind, env.author, drop.reason)
-            return True
+            return already_applied
         culprit = sender if drop.category == "replayed" else env.author
         self.reject(culprit, drop.category, drop.reason, via, now)
         return False
+
+    def refuse(self, header: wire.Header, drop: Drop, via: str, now: float) -> None:
+        """A message `screen` refused: blame its author if hostile, else only note it."""
+        if drop.category is None:
+            log.debug("ignored %s from %s: %s", header.kind, header.author, drop.reason)
+        else:
+            self.reject(header.author, drop.category, drop.reason, via, now)
 
     def reject(self, peer: str, category: str, reason: str, via: str, now: float) -> None:
         """Penalise `peer` for a bad message and log it (and its blocking, once per block)."""
@@ -70,3 +120,12 @@ class Intake:
             # used: its teardown can crash the pubsub service (py-libp2p 0.8.1)
             log.warning("blocking %s for %.0f s", peer, BLOCK_S)
             self._blocked_logged.add(peer)
+
+
+def latest_key(env: wire.Envelope) -> tuple[str, str]:
+    """Where NodeState.latest keeps an accepted envelope: one per author and kind, and one per
+    page of the organiser's revocations (each page holds different entries)."""
+    body = env.body
+    if isinstance(body, Revocations) and body.page > 0:
+        return (f"{env.author}/{body.page}", env.kind)
+    return (env.author, env.kind)

@@ -19,6 +19,9 @@ PENALTIES = {
     "replayed": 2.0,
     "non-planner": 5.0,
     "unauthorised": 5.0,
+    # one gossip message past its author's rate for its kind (control/flood.py): honest peers
+    # stay 4x below the rates, so ten excess messages within a half-life block a flooder
+    "flooding": 1.0,
 }
 
 

@@ -23,8 +23,8 @@ from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC
 from p2ptrain.control.hardware import measure_compute_gflops
 from p2ptrain.control.state import NodeState
 from p2ptrain.errors import WireError
-from p2ptrain.records import Claim, PeerRecord, Revocations, Telemetry
-from p2ptrain.records.token import MAX_REVOCATIONS, read_revocations
+from p2ptrain.records import Claim, PeerRecord, Telemetry
+from p2ptrain.records.token import read_revocations, revocation_pages
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,7 @@ CLAIM_INTERVAL_S = 2.0
 PLAN_REBROADCAST_S = 4.0
 PUBLISH_GAP_S = 0.02  # pace publishes: py-libp2p drops bursts past its 32-slot queues
 PUBLISH_TICK_S = 0.2
+REVOCATION_PAGES_PER_ROUND = 8  # gossiped per run interval: the last page and others in turn
 
 
 def record_message(state: NodeState) -> bytes:
@@ -54,17 +55,29 @@ def record_message(state: NodeState) -> bytes:
         relays=tuple(state.relays),
     )
     state.view.own_record = record
-    return wire.encode(state.seed, state.seq.next(), record)
+    return _signed(state, record)
+
+
+def _signed(state: NodeState, body: wire.Body) -> bytes:
+    """`body` as our next envelope, signed for our run (once we know it)."""
+    run_id = state.view.run.run_id if state.view.run is not None else ""
+    return wire.encode(state.seed, state.seq.next(), body, run_id=run_id)
 
 
 def run_message(state: NodeState) -> bytes:
     assert state.view.run is not None
-    return wire.encode(state.seed, state.seq.next(), state.view.run)
+    return _signed(state, state.view.run)
 
 
-def revocations_message(state: NodeState) -> bytes:
-    entries = tuple(state.view.revocations.values())[:MAX_REVOCATIONS]
-    return wire.encode(state.seed, state.seq.next(), Revocations(entries))
+def revocation_messages(state: NodeState) -> list[bytes]:
+    """The organiser's revocations as signed pages, also kept in NodeState.latest so that sync
+    serves every page (paged like any held envelope) to a node that missed some."""
+    pages = revocation_pages(tuple(state.view.revocations.values()))
+    messages = [_signed(state, page) for page in pages]
+    for page, data in zip(pages, messages, strict=True):
+        author = state.peer_id if page.page == 0 else f"{state.peer_id}/{page.page}"
+        state.latest[(author, "revoked")] = data  # the key of intake.latest_key
+    return messages
 
 
 def reload_revocations(state: NodeState) -> None:
@@ -84,28 +97,27 @@ def telemetry_message(state: NodeState) -> bytes:
     body = Telemetry(
         links=view.own_row(time.monotonic()), metrics=view.own_metrics, health=view.own_health
     )
-    return wire.encode(state.seed, state.seq.next(), body)
+    return _signed(state, body)
 
 
 def claim_message(state: NodeState) -> bytes:
-    return wire.encode(state.seed, state.seq.next(), Claim(state.view.term))
+    return _signed(state, Claim(state.view.term))
 
 
 def plan_message(state: NodeState) -> bytes:
     assert state.view.plan is not None
-    return wire.encode(state.seed, state.seq.next(), state.view.plan)
+    return _signed(state, state.view.plan)
 
 
 def authored_messages(state: NodeState) -> list[bytes]:
-    """A fresh copy of everything we author now, our record first."""
+    """A fresh copy of everything we author now, our record first (the organiser's revocation
+    pages are served from NodeState.latest: revocation_messages)."""
     view = state.view
     messages = [record_message(state)]
     if state.is_member:
         messages.append(telemetry_message(state))
     if state.role == "bootstrap" and view.run is not None:
         messages.append(run_message(state))
-    if state.role == "bootstrap" and view.revocations:
-        messages.append(revocations_message(state))
     if view.planner == state.peer_id:
         messages.append(claim_message(state))
         if view.plan is not None and view.plan.planner == state.peer_id:
@@ -125,6 +137,7 @@ class Publisher:
     def __init__(self, state: NodeState, pubsub: Pubsub) -> None:
         self.state = state
         self.pubsub = pubsub
+        self._next_revocation_page = 0  # the older pages are gossiped in turn
 
     def _due_now(self, name: str, interval_s: float, now: float) -> bool:
         """True if `name` is due; then schedules its next time, jittered so peers drift apart."""
@@ -140,6 +153,18 @@ class Publisher:
             log.info("publish on %s failed: %s", topic, exc)
         await trio.sleep(PUBLISH_GAP_S)
 
+    async def _publish_revocations(self) -> None:
+        """The last page of revocations (where new ones go) and a few older ones in turn: the
+        gossip of a long list stays bounded per round, and sync serves every page."""
+        messages = revocation_messages(self.state)
+        older = messages[:-1]
+        chosen = [messages[-1]]
+        for i in range(min(len(older), REVOCATION_PAGES_PER_ROUND - 1)):
+            chosen.append(older[(self._next_revocation_page + i) % len(older)])
+        self._next_revocation_page += REVOCATION_PAGES_PER_ROUND - 1
+        for data in chosen:
+            await self._publish(CONTROL_TOPIC, partial(bytes, data))
+
     async def serve_publishing(self) -> None:
         """Publish our state, paced; every message re-states everything we author (anti-entropy)."""
         state, view = self.state, self.state.view
@@ -152,7 +177,7 @@ class Publisher:
                 await self._publish(CONTROL_TOPIC, partial(run_message, state))
                 reload_revocations(state)
                 if view.revocations:
-                    await self._publish(CONTROL_TOPIC, partial(revocations_message, state))
+                    await self._publish_revocations()
             if state.is_member and self._due_now("telemetry", TELEMETRY_INTERVAL_S, now):
                 await self._publish(TELEMETRY_TOPIC, partial(telemetry_message, state))
             if view.planner == state.peer_id:

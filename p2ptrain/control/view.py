@@ -50,6 +50,9 @@ NUM_RECENT_SEQS = 64  # per author and kind: a repeat of one of these is a repla
 # how far a claimed term may pass the highest we know: honest claims are highest seen + 1, and
 # +2 leaves room for two rivals' claims racing past a peer that missed the first
 MAX_TERM_STEP = 2
+# kinds whose messages are pages of one list that only grows (revocations): an older page is
+# not stale, it holds other entries
+PAGED_KINDS = frozenset({"revoked"})
 
 
 @dataclass
@@ -176,7 +179,7 @@ class SwarmView(Authority, LinkMeasurements):
             # so a second copy is normal; a replay attack (another peer re-publishing it as its
             # own gossip) is caught by the node's origin check.
             return Drop(f"duplicate {env.kind} seq {env.seq}")
-        if env.seq < self._last_seq.get(key, -1):
+        if env.seq < self._last_seq.get(key, -1) and env.kind not in PAGED_KINDS:
             return Drop(f"out-of-order {env.kind} seq {env.seq}")  # gossip took another path
         before = self.members[env.author].last_heard if env.author in self.members else None
         handler = getattr(self, f"_on_{env.kind}")
@@ -192,7 +195,10 @@ class SwarmView(Authority, LinkMeasurements):
 
     def knows(self, env: Envelope) -> bool:
         """True if this envelope (or a newer one of its author and kind) was already applied."""
-        return env.seq <= self._last_seq.get((env.author, env.kind), -1)
+        key = (env.author, env.kind)
+        if env.kind in PAGED_KINDS:
+            return env.seq in self._recent_seqs.get(key, ())
+        return env.seq <= self._last_seq.get(key, -1)
 
     def _on_run(self, env: Envelope, now: float) -> Drop | None:
         if env.author != self.bootstrap_id:

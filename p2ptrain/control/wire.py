@@ -1,11 +1,19 @@
 """Every control-plane message that crosses the wire: signed envelopes and their schemas.
 
 An envelope is one UTF-8 JSON object:
-    {"v": 1, "kind": str, "author": peer id, "seq": int, "ts": float, "body": {...}, "sig": hex}
+    {"v": 1, "kind": str, "author": peer id, "seq": int, "ts": float, "run": str, "body": {...},
+     "sig": hex}
 `sig` is the author's Ed25519 signature of the canonical JSON (sorted keys, no spaces) of the
 envelope without `sig`; the author's public key is read out of its peer id, so no key exchange is
 needed. `seq` grows per author and kind (time-based, so it keeps growing across restarts) and
-defeats replays together with the `ts` window. Bodies are checked by one schema function per kind.
+defeats replays together with the `ts` window. `run` is the run id the author signs for (absent
+in envelopes of older peers and of a node that does not know its run yet): receivers drop an
+envelope of another run, so one run's messages cannot be replayed into another run of the same
+organiser. Bodies are checked by one schema function per kind.
+
+Decoding is two steps, so that a receiver can refuse a message by its author and kind before
+it parses the body: `verified_header` (size, JSON, header fields, signature, age) and `open_body`
+(the kind's schema); `decode` does both.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from p2ptrain import identity
 from p2ptrain.errors import WireError
 from p2ptrain.records import Claim, PeerRecord, Plan, Revocations, RunSpec, Telemetry
 from p2ptrain.records.fields import MAX_ID_CHARS
+from p2ptrain.records.run import MAX_RUN_ID_CHARS
 
 WIRE_VERSION = 1
 MAX_ENVELOPE_BYTES = 64 * 1024
@@ -38,6 +47,19 @@ class Envelope:
     seq: int
     ts: float
     body: Body
+    run_id: str = ""  # the run the author signed it for ("": an older peer's, or unknown)
+
+
+@dataclass(frozen=True)
+class Header:
+    """A signed envelope whose signature and age were checked, its body not parsed yet."""
+
+    kind: str
+    author: str
+    seq: int
+    ts: float
+    run_id: str
+    raw_body: dict[str, Any]
 
 
 class SeqClock:
@@ -55,13 +77,22 @@ def _canonical(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
-def encode(seed: bytes, seq: int, body: Body, ts: float | None = None) -> bytes:
-    """Sign and serialize a record as the message of its kind; raises WireError if the result
-    would be oversized."""
-    return sign(seed, KIND_OF[type(body)], seq, body.to_dict(), ts)
+def encode(
+    seed: bytes, seq: int, body: Body, ts: float | None = None, run_id: str = ""
+) -> bytes:
+    """Sign and serialize a record as the message of its kind, for run `run_id` ("": none);
+    raises WireError if the result would be oversized."""
+    return sign(seed, KIND_OF[type(body)], seq, body.to_dict(), ts, run_id)
 
 
-def sign(seed: bytes, kind: str, seq: int, body: dict[str, Any], ts: float | None = None) -> bytes:
+def sign(
+    seed: bytes,
+    kind: str,
+    seq: int,
+    body: dict[str, Any],
+    ts: float | None = None,
+    run_id: str = "",
+) -> bytes:
     """Sign and serialize any body as a message of `kind`: what encode does for records, and
     what a hostile peer can do with anything (tests use it to play one)."""
     unsigned = {
@@ -72,6 +103,8 @@ def sign(seed: bytes, kind: str, seq: int, body: dict[str, Any], ts: float | Non
         "ts": time.time() if ts is None else ts,
         "body": body,
     }
+    if run_id:
+        unsigned["run"] = run_id
     payload = _canonical(unsigned)
     signed = dict(unsigned, sig=identity.sign(seed, payload).hex())
     data = _canonical(signed)
@@ -85,6 +118,14 @@ def decode(data: bytes, now: float | None = None, max_age_s: float = MAX_CLOCK_S
 
     max_age_s: how old `ts` may be (gossip: 30 s; DHT records, re-put every minute: longer).
     """
+    return open_body(verified_header(data, now, max_age_s))
+
+
+def verified_header(
+    data: bytes, now: float | None = None, max_age_s: float = MAX_CLOCK_SKEW_S
+) -> Header:
+    """Size, JSON, header fields, signature and age of a message; its body is left unparsed.
+    Raises WireError."""
     if len(data) > MAX_ENVELOPE_BYTES:
         raise WireError(f"oversized: {len(data)} bytes > {MAX_ENVELOPE_BYTES}")
     try:
@@ -107,7 +148,10 @@ def decode(data: bytes, now: float | None = None, max_age_s: float = MAX_CLOCK_S
         raise WireError("malformed: bad seq")
     if not _is_timestamp(ts) or not isinstance(body, dict):
         raise WireError("malformed: bad ts/body")
-    if set(obj) != {"v", "kind", "author", "seq", "ts", "body"}:
+    run_id = obj.get("run", "")
+    if not isinstance(run_id, str) or len(run_id) > MAX_RUN_ID_CHARS:
+        raise WireError("malformed: bad run")
+    if set(obj) - {"run"} != {"v", "kind", "author", "seq", "ts", "body"}:
         raise WireError("malformed: unexpected envelope fields")
     key = identity.public_key_of_peer_id(author)
     if key is None:
@@ -128,11 +172,16 @@ def decode(data: bytes, now: float | None = None, max_age_s: float = MAX_CLOCK_S
         raise WireError(f"stale: written {now - ts:.1f} s ago")
     if ts - now > MAX_CLOCK_SKEW_S:
         raise WireError(f"replayed or skewed: timestamp {ts - now:.1f} s in the future")
+    return Header(kind, author, seq, float(ts), run_id, body)
+
+
+def open_body(header: Header) -> Envelope:
+    """The envelope of a verified header, its body checked by its kind's schema."""
     try:
-        record = BODY_RECORDS[kind](body)
+        record = BODY_RECORDS[header.kind](header.raw_body)
     except WireError as exc:
-        raise WireError(f"malformed {kind}: {exc}") from None
-    return Envelope(kind=kind, author=author, seq=seq, ts=float(ts), body=record)
+        raise WireError(f"malformed {header.kind}: {exc}") from None
+    return Envelope(header.kind, header.author, header.seq, header.ts, record, header.run_id)
 
 
 def _is_timestamp(v: object) -> TypeGuard[float]:

@@ -4,11 +4,18 @@ The organiser's key is the bootstrap's identity. `p2ptrain token issue` signs a 
 id; the peer passes it to `join --token` and announces it in its peer record, where every node
 checks it against the bootstrap it joined through. Authority comes from this signature, never
 from what a peer says about itself.
+
+A token names the run it admits to (`run_id`, signed): a node refuses a token of another run, so
+one organiser key can run several swarms whose tokens do not open each other. A token without a
+run id (issued before run ids were signed, or with no `--run`) is valid in every run of its key.
+Revocations are paged: any number of them load from a file, and they travel as Revocations
+messages of at most REVOCATIONS_PER_PAGE entries each.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -16,11 +23,14 @@ from typing import Any
 from p2ptrain import identity
 from p2ptrain.errors import WireError
 from p2ptrain.records import fields as f
+from p2ptrain.records.run import MAX_RUN_ID_CHARS
 
 MAX_TOKEN_CHARS = 1024
 TOKEN_PREFIX = "p2pt1."
 REVOCATION_PREFIX = "p2prv1."
-MAX_REVOCATIONS = 200  # ~270 bytes each: a list fits one 64 KiB envelope
+REVOCATIONS_PER_PAGE = 200  # ~270 bytes each: a page fits one 64 KiB envelope
+MAX_REVOCATIONS = REVOCATIONS_PER_PAGE  # the old name: a page's bound, not the list's
+MAX_REVOCATION_PAGES = 100_000  # 20 M revocations: a bound for the page fields, not a cap in use
 
 
 @dataclass(frozen=True)
@@ -30,15 +40,22 @@ class Token:
     expires_at: float  # seconds since the epoch
     issuer: str  # the organiser's peer id (the bootstrap's identity)
     sig: str = ""  # hex Ed25519 signature of signed_bytes() by the issuer's key
+    run_id: str = ""  # the run it admits to ("": every run of the issuer's key)
 
     def signed_bytes(self) -> bytes:
-        body = {"peer": self.peer, "planner": self.planner, "expires_at": self.expires_at,
-                "issuer": self.issuer}  # fmt: skip
+        body: dict[str, Any] = {"peer": self.peer, "planner": self.planner,
+                                "expires_at": self.expires_at, "issuer": self.issuer}  # fmt: skip
+        if self.run_id:  # absent from run-less tokens: their old signatures still verify
+            body["run_id"] = self.run_id
         return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"peer": self.peer, "planner": self.planner, "expires_at": self.expires_at,
-                "issuer": self.issuer, "sig": self.sig}  # fmt: skip
+        data: dict[str, Any] = {"peer": self.peer, "planner": self.planner,
+                                "expires_at": self.expires_at, "issuer": self.issuer,
+                                "sig": self.sig}  # fmt: skip
+        if self.run_id:
+            data["run_id"] = self.run_id
+        return data
 
     @classmethod
     def from_dict(cls, data: object) -> Token:
@@ -51,6 +68,7 @@ class Token:
             expires_at=f.number(d["expires_at"], "token", "expires_at", 0.0, 1e11),
             issuer=f.peer_id(d["issuer"], "token", "issuer"),
             sig=sig,
+            run_id=_run_id(d.get("run_id", ""), "token"),
         )
 
     def encode(self) -> str:
@@ -73,21 +91,31 @@ class Token:
         return cls.from_dict(data)
 
 
-def issue_token(organiser_seed: bytes, peer: str, planner: bool, expires_at: float) -> Token:
-    """A token for `peer`, signed with the organiser's key."""
-    unsigned = Token(peer, planner, float(expires_at), identity.peer_id_of(organiser_seed))
+def issue_token(
+    organiser_seed: bytes, peer: str, planner: bool, expires_at: float, run_id: str = ""
+) -> Token:
+    """A token for `peer` in run `run_id` ("": any run of this key), signed with the
+    organiser's key."""
+    unsigned = Token(
+        peer, planner, float(expires_at), identity.peer_id_of(organiser_seed), run_id=run_id
+    )
     signature = identity.sign(organiser_seed, unsigned.signed_bytes()).hex()
-    return Token(unsigned.peer, unsigned.planner, unsigned.expires_at, unsigned.issuer, signature)
+    return dataclasses.replace(unsigned, sig=signature)
 
 
-def token_problem(token: Token, organiser: str | None, peer: str, now: float) -> str | None:
-    """Why `token` does not admit `peer` to the run organised by `organiser`, or None."""
+def token_problem(
+    token: Token, organiser: str | None, peer: str, now: float, run_id: str | None = None
+) -> str | None:
+    """Why `token` does not admit `peer` to run `run_id` (None: not known yet, not checked)
+    organised by `organiser`, or None."""
     if organiser is None:
         return "the organiser (bootstrap) is not known yet"
     if token.issuer != organiser:
         return f"issued by {token.issuer}, not by the organiser {organiser}"
     if token.peer != peer:
         return f"issued to {token.peer}, not to {peer}"
+    if token.run_id and run_id is not None and token.run_id != run_id:
+        return f"issued for run {token.run_id!r}, not for run {run_id!r}"
     if token.expires_at < now:
         return "expired"
     key = identity.public_key_of_peer_id(token.issuer)
@@ -142,21 +170,44 @@ class Revocation:
 
 @dataclass(frozen=True)
 class Revocations:
-    """The organiser's current list of revocations (envelope kind "revoked")."""
+    """One page of the organiser's revocations (envelope kind "revoked"): the list is cut into
+    pages of REVOCATIONS_PER_PAGE (revocation_pages); a receiver adds each page's entries."""
 
     entries: tuple[Revocation, ...]
+    page: int = 0  # which page of the organiser's list, of num_pages
+    num_pages: int = 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"entries": [r.to_dict() for r in self.entries]}
+        return {"entries": [r.to_dict() for r in self.entries], "page": self.page,
+                "num_pages": self.num_pages}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: object) -> Revocations:
         d = f.mapping(data, "revocations")
         f.require_keys(d, "revocations", ("entries",))
         entries = d["entries"]
-        if not isinstance(entries, list) or len(entries) > MAX_REVOCATIONS:
-            raise f.malformed("revocations", f"entries: a list of at most {MAX_REVOCATIONS}")
-        return cls(tuple(Revocation.from_dict(e) for e in entries))
+        if not isinstance(entries, list) or len(entries) > REVOCATIONS_PER_PAGE:
+            raise f.malformed(
+                "revocations", f"entries: a page of at most {REVOCATIONS_PER_PAGE}"
+            )
+        num_pages = f.integer(d.get("num_pages", 1), "revocations", "num_pages", 1,
+                              MAX_REVOCATION_PAGES)  # fmt: skip
+        page = f.integer(d.get("page", 0), "revocations", "page", 0, num_pages - 1)
+        return cls(tuple(Revocation.from_dict(e) for e in entries), page, num_pages)
+
+
+def revocation_pages(entries: tuple[Revocation, ...]) -> list[Revocations]:
+    """`entries` cut into pages of at most REVOCATIONS_PER_PAGE, in order (one empty page for
+    none)."""
+    size = REVOCATIONS_PER_PAGE
+    num_pages = max(1, -(-len(entries) // size))
+    return [
+        Revocations(entries[i * size : (i + 1) * size], i, num_pages) for i in range(num_pages)
+    ]
+
+
+def _run_id(value: object, record: str) -> str:
+    return "" if value == "" else f.text(value, record, "run_id", MAX_RUN_ID_CHARS)
 
 
 def _signature(value: object, record: str) -> str:
@@ -185,14 +236,15 @@ def revocation_problem(revocation: Revocation, organiser: str | None) -> str | N
 
 
 def read_revocations(path: str) -> tuple[Revocation, ...]:
-    """The revocations in a file, one `token revoke` line each (blank and # lines skipped);
-    WireError for a bad line, OSError for an unreadable file."""
+    """The revocations in a file, one `token revoke` line each (blank and # lines skipped), any
+    number of them; WireError for a bad line, OSError for an unreadable file."""
+    entries = []
     with open(path, encoding="utf-8") as f_in:
-        lines = f_in.read(MAX_REVOCATIONS * (MAX_TOKEN_CHARS + 1)).splitlines()
-    entries = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
-    if len(entries) > MAX_REVOCATIONS:
-        raise WireError(f"malformed revocations: more than {MAX_REVOCATIONS} in {path}")
-    return tuple(Revocation.decode(line) for line in entries)
+        while line := f_in.readline(MAX_TOKEN_CHARS + 2):  # a line's length is bounded
+            text = line.strip()
+            if text and not text.startswith("#"):
+                entries.append(Revocation.decode(text))
+    return tuple(entries)
 
 
 def read_token(text_or_path: str) -> Token:

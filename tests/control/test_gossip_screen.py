@@ -1,0 +1,159 @@
+"""Issue 26, finding 13: what gossip forwards. GossipSub (py-libp2p 0.8.1) forwards a message
+only when our validator passes it, so these tests call the validator as GossipSub does: a message
+the view ignores, one past its author's rate, one of another run and one from an author a token
+run does not admit are all refused (not forwarded); the last without its body being parsed."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, cast
+
+from libp2p.peer.id import ID
+from libp2p.pubsub.pb import rpc_pb2
+
+from p2ptrain import identity
+from p2ptrain.control import wire
+from p2ptrain.control.flood import GOSSIP_RATES, GossipRates
+from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC, validator_for
+from p2ptrain.control.intake import Intake
+from p2ptrain.control.state import NodeState
+from p2ptrain.control.view import SwarmView
+from p2ptrain.net.ratelimit import TokenBuckets
+from p2ptrain.records import RunSpec, issue_token
+
+ORGANISER = os.urandom(32)
+ME = os.urandom(32)
+RUN_ID = "screen-test"
+
+
+def record_body(token: str | None = None, role: str = "control-only") -> dict[str, Any]:
+    body: dict[str, Any] = {"addrs": [], "data_addrs": [], "role": role, "planner_capable": True,
+                            "version": "0", "hardware": {}, "compute_gflops": None}  # fmt: skip
+    if token is not None:
+        body["token"] = token
+    return body
+
+
+def make_node(admission: str = "token") -> tuple[NodeState, Intake]:
+    view = SwarmView(
+        self_id=identity.peer_id_of(ME), role="control-only", planner_capable=True,
+        started_at=time.monotonic(), bootstrap_id=identity.peer_id_of(ORGANISER),
+        run=RunSpec(run_id=RUN_ID, admission=admission),
+    )  # fmt: skip
+    state = NodeState(seed=ME, role="control-only", peer_id=view.self_id,
+                      host=cast(Any, None), view=view, hardware={})  # fmt: skip
+    return state, Intake(state)
+
+
+class Author:
+    """A peer that publishes its own envelopes (the pubsub signer is the author)."""
+
+    def __init__(self, token_run: str = RUN_ID) -> None:
+        self.seed = os.urandom(32)
+        self.id = identity.peer_id_of(self.seed)
+        self.token = issue_token(ORGANISER, self.id, False, time.time() + 3600, token_run)
+        self.seq = wire.SeqClock()
+
+    def message(
+        self, kind: str, body: dict[str, Any], topic: str = CONTROL_TOPIC, run_id: str = RUN_ID
+    ) -> rpc_pb2.Message:
+        data = wire.sign(self.seed, kind, self.seq.next(), body, run_id=run_id)
+        return rpc_pb2.Message(from_id=ID.from_base58(self.id).to_bytes(), data=data,
+                               seqno=os.urandom(8), topicIDs=[topic])  # fmt: skip
+
+    def record(self, **changes: Any) -> rpc_pb2.Message:
+        return self.message("peer", {**record_body(self.token.encode()), **changes})
+
+    def telemetry(self) -> rpc_pb2.Message:
+        return self.message("telemetry", {"links": {}}, TELEMETRY_TOPIC)
+
+
+def validate(state: NodeState, intake: Intake, author: Author, msg: rpc_pb2.Message) -> bool:
+    topic = msg.topicIDs[0]
+    return validator_for(topic, state, intake)(ID.from_base58(author.id), msg)
+
+
+def test_messages_the_view_ignores_are_not_forwarded() -> None:
+    state, intake = make_node()
+    stranger, member = Author(), Author()
+    # a token run: a record without a token, and telemetry of an author with no record
+    assert not validate(state, intake, stranger, stranger.message("peer", record_body()))
+    assert not validate(state, intake, stranger, stranger.telemetry())
+    assert stranger.id not in state.view.members
+    # what the view accepts is forwarded (and a copy of it, already applied, too)
+    assert validate(state, intake, member, member.record())
+    assert validate(state, intake, member, member.telemetry())
+    again = member.record()
+    assert validate(state, intake, member, again)
+    assert state.view.penalty_score(stranger.id) == 0  # ignored, not blamed
+
+
+def test_the_token_is_checked_before_the_body_is_parsed() -> None:
+    """A token run: a record whose author holds no valid token is dropped on its header and
+    token alone, so its body (here malformed) is never parsed, nor blamed."""
+    state, intake = make_node()
+    stranger, other_run = Author(), Author(token_run="another-run")
+    assert not validate(state, intake, stranger, stranger.message("peer", record_body(role="king")))
+    assert state.view.penalty_score(stranger.id) == 0  # today: "malformed", from the body
+    # a token the organiser signed for another of its runs admits nobody here
+    assert not validate(state, intake, other_run, other_run.record())
+    assert other_run.id not in state.view.members
+    # an admitted author's malformed body is still parsed, and blamed
+    member = Author()
+    assert not validate(state, intake, member, member.record(role="king"))
+    assert state.view.penalty_score(member.id) > 0
+
+
+def test_envelopes_of_another_run_are_refused_by_gossip_and_sync() -> None:
+    state, intake = make_node(admission="open")
+    peer = Author()
+    assert not validate(state, intake, peer, peer.message("peer", record_body(), run_id="other"))
+    data = wire.sign(peer.seed, "peer", peer.seq.next(), record_body(), run_id="other")
+    env = wire.decode(data)
+    assert env.run_id == "other"
+    assert not intake.apply(env, data, peer.id, "sync", time.monotonic())
+    assert peer.id not in state.view.members
+    # an envelope of ours, or one of an older peer (no run), is taken
+    assert validate(state, intake, peer, peer.message("peer", record_body(), run_id=RUN_ID))
+    assert validate(state, intake, peer, peer.message("peer", record_body(), run_id=""))
+
+
+def test_an_author_past_its_rate_is_refused_blamed_and_blocked(caplog: Any) -> None:
+    state, intake = make_node()
+    member = Author()
+    assert validate(state, intake, member, member.record())
+    results = [validate(state, intake, member, member.telemetry()) for _ in range(30)]
+    burst = int(GOSSIP_RATES["telemetry"][1])
+    assert all(results[:burst]) and not any(results[burst + 2 :])
+    assert state.view.is_blocked(member.id, time.monotonic())
+    assert "dropped flooding message" in caplog.text
+
+
+def test_honest_publishing_never_meets_the_rates() -> None:
+    """publishing.py's schedule at its fastest (intervals jittered down to 0.9x) plus a change
+    announced at every 0.2 s tick for a while, for ten minutes: never refused."""
+    intervals_s = {"peer": 6.0, "telemetry": 2.0, "claim": 2.0, "plan": 4.0, "run": 10.0}
+    for kind, interval_s in intervals_s.items():
+        rates = GossipRates()
+        now, allowed = 0.0, True
+        for _ in range(4):  # four changes in a row, each published at the next tick
+            allowed &= rates.allow("honest", kind, now)
+            now += 0.2
+        while now < 600.0:
+            allowed &= rates.allow("honest", kind, now)
+            now += 0.9 * interval_s
+        assert allowed, kind
+    pages = GossipRates()  # the organiser's revocation pages: up to 8 per 10 s round
+    assert all(pages.allow("boot", "revoked", r * 10.0 + i * 0.02) for r in range(60)
+               for i in range(8))  # fmt: skip
+
+
+def test_token_buckets_refill_and_forget_the_idle_first() -> None:
+    buckets = TokenBuckets(rate_per_s=1.0, burst=2.0, max_keys=2)
+    assert buckets.allow("a", 0.0) and buckets.allow("a", 0.0)
+    assert not buckets.allow("a", 0.0)
+    assert buckets.allow("a", 1.0)  # one token back after a second
+    buckets.allow("b", 1.0)
+    buckets.allow("c", 1.0)  # a third key: "a", idle longest, is forgotten
+    assert len(buckets) == 2 and buckets.num_refused == 1
