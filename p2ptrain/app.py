@@ -36,6 +36,10 @@ SUBCOMMANDS: Subcommands = {
         "p2ptrain.cli.export_cmd",
         "merge a run's stage checkpoints into a Hugging Face model directory",
     ),
+    "checkpoints": (
+        "p2ptrain.cli.checkpoints_cmd",
+        "list a run's saved stage states by lineage, or prune old ones (--dry-run)",
+    ),
     "token": (
         "p2ptrain.cli.token_cmd",
         "issue or revoke a token that admits a peer (organiser's key)",

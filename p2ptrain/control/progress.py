@@ -6,7 +6,8 @@ line, the node's multiaddr, which tools read), e.g.
     step 12  loss 4.213  312 tok/s  avg ok (stage 1: 2 peers)  plan t3/e2 stage 1 replica 0  ...
 
 and, at the end of the line, the data-plane bytes the worker sent and received so far
-(`sent 1.2 MB  recv 1.1 MB`). `join --quiet` turns the lines off.
+(`sent 1.2 MB  recv 1.1 MB`); a session's first line ends with where it started (`resumed from
+step 10 (lineage 3f2a...)`). `join --quiet` turns the lines off.
 
 Pure: the format is unit-tested (tests/control/test_progress.py).
 """
@@ -26,7 +27,20 @@ def progress_line(report: MetricsReport) -> str:
         f"{averaging_text(report)}  "
         f"plan t{report.term}/e{report.epoch} stage {report.stage} replica {report.replica}  "
         f"sent {size_text(report.bytes_sent)}  recv {size_text(report.bytes_received)}"
+        + (f"  {started_text(report)}" if report.step == report.start_step else "")
     )
+
+
+def started_text(report: MetricsReport) -> str:
+    """Where the worker's session started: "resumed from step N (lineage ...)" (issue 30);
+    "" for an older worker that does not say."""
+    if report.start_step is None:
+        return ""
+    if report.start_lineage:
+        return f"resumed from step {report.start_step} (lineage {report.start_lineage})"
+    if report.resume_never:
+        return 'started from initial weights (resume = "never")'
+    return f"started from initial weights at step {report.start_step}"
 
 
 def averaging_text(report: MetricsReport) -> str:

@@ -11,6 +11,7 @@ Metrics logs (`join --metrics-log`) also carry `session`: a plan the worker star
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -123,6 +124,12 @@ class MetricsReport:
     forward_cpu_s: float | None = None
     backward_cpu_s: float | None = None
     update_cpu_s: float | None = None
+    # where the session started (issue 30): its first step (None: an older worker), the
+    # lineage id of the state it resumed from ("root" for untagged states, "" for initial
+    # weights), and whether it started fresh because the run says resume = "never"
+    start_step: int | None = None
+    start_lineage: str = ""
+    resume_never: bool = False
 
     @property
     def plan_key(self) -> tuple[int, int]:
@@ -171,8 +178,20 @@ class MetricsReport:
             forward_cpu_s=f.optional_number(d.get("forward_cpu_s"), "metrics", "forward_cpu_s"),
             backward_cpu_s=f.optional_number(d.get("backward_cpu_s"), "metrics", "backward_cpu_s"),
             update_cpu_s=f.optional_number(d.get("update_cpu_s"), "metrics", "update_cpu_s"),
+            start_step=f.optional_integer(d.get("start_step"), "metrics", "start_step"),
+            start_lineage=_start_lineage(d.get("start_lineage", "")),
+            resume_never=f.boolean(d.get("resume_never", False), "metrics", "resume_never"),
             **values,
         )
+
+
+_START_LINEAGE = re.compile(r"^([0-9a-f]{16}|root)?$")
+
+
+def _start_lineage(value: object) -> str:
+    if not isinstance(value, str) or not _START_LINEAGE.match(value):
+        raise f.malformed("metrics", "start_lineage must be a lineage id, 'root' or ''")
+    return value
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,14 @@ def restore_stage(
     return start.step
 
 
+def start_lineage(plan: Plan, start: StartPoint) -> str:
+    """The lineage id of the state a plan resumed from ("root": untagged states; "": it
+    started from initial weights), as metrics reports carry it."""
+    if start.adopted or not start.step:
+        return start.adopted
+    return plan.lineage[0][0] if plan.lineage else "root"
+
+
 def started_line(spec: RunSpec, plan: Plan, start: StartPoint, directory: Path) -> str:
     """Where the plan started, as the organiser reads it (every node's log, `status`): which
     step of which lineage it resumed from, and a restarted swarm that adopted an earlier
@@ -97,8 +105,7 @@ def started_line(spec: RunSpec, plan: Plan, start: StartPoint, directory: Path) 
         log.warning("%s: the newest state of run %s, saved by an earlier swarm", line, spec.run_id)
         return line
     if start.step:
-        lineage = plan.lineage[0][0] if plan.lineage else "root"
-        return f"resumed from step {start.step} (lineage {lineage})"
+        return f"resumed from step {start.step} (lineage {start_lineage(plan, start)})"
     if spec.resume == "never" and may_adopt(plan.lineage):
         found = [s.step for s in list_states(directory) if other_run(s.path, spec) is None]
         line = 'resume = "never": started from initial weights'

@@ -30,7 +30,7 @@ from p2ptrain.worker.faults import NO_FAULTS, Faults
 from p2ptrain.worker.frames import AlreadyHave, Expected, FrameHeader, NotReady, PeerLost, Stopped
 from p2ptrain.worker.ipc import PlanInbox
 from p2ptrain.worker.link_bounds import dial_window_s
-from p2ptrain.worker.restore import restore_stage, started_line
+from p2ptrain.worker.restore import restore_stage, start_lineage, started_line
 from p2ptrain.worker.resume import StartPoint, agree_on_plan_start
 from p2ptrain.worker.robust import MOMENTS_DRIFT_BOUND, PARAMS_DRIFT_BOUND
 from p2ptrain.worker.transport import Transport
@@ -107,6 +107,7 @@ class Session:
             spec, plan, transport, self.directory, self.model, self.optimizer, start
         )
         self.started_from = started_line(spec, plan, start, self.directory)
+        self.start_lineage = start_lineage(plan, start)
         needs_data = role.is_first or role.is_last
         self.corpus = load_corpus(spec) if needs_data else None
         if role.num_replicas > 1:
@@ -282,6 +283,9 @@ class Session:
                     forward_cpu_s=timing.forward_cpu_s,
                     backward_cpu_s=timing.backward_cpu_s,
                     update_cpu_s=update_cpu_s + time.thread_time() - averaged_thread_cpu_s,
+                    start_step=self.start_step,
+                    start_lineage=self.start_lineage,
+                    resume_never=self.started_from.startswith('resume = "never"'),
                 )
             )
             self.step += 1

@@ -107,6 +107,7 @@ def metrics_dict() -> dict[str, Any]:
         "averaging_s": 0.3, "averaging_cpu_s": 0.05, "averaging_cpu_before_s": 0.02,
         "averaging_cpu_after_s": 0.01, "frames_cpu_s": 0.04, "frames": 8, "helpers_cpu_s": 0.01,
         "forward_cpu_s": 0.02, "backward_cpu_s": 0.05, "update_cpu_s": 0.01,
+        "start_step": 2, "start_lineage": "0123456789abcdef", "resume_never": False,
     }  # fmt: skip
 
 

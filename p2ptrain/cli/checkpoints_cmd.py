@@ -1,0 +1,98 @@
+"""`p2ptrain checkpoints list|prune`: what a machine holds of a run's stage states, by lineage,
+and the operator's way to remove old ones.
+
+A node prunes only its own plan lineage's old steps (train/checkpoint.py): states saved by an
+earlier swarm, or by the other half of a partition, stay until an operator removes them here.
+`prune` keeps the `--keep` newest steps of every lineage (never fewer than one: the newest state
+of each lineage always stays); `--dry-run` lists what it would delete and deletes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from p2ptrain.errors import UserError
+
+if TYPE_CHECKING:  # torch: imported when the command runs
+    from p2ptrain.train.checkpoint import SavedState
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "action", choices=("list", "prune"), help="list the states, or prune old ones"
+    )
+    parser.add_argument("--run", metavar="RUN.toml", help="run spec (default: the built-in run)")
+    parser.add_argument(
+        "--checkpoint-dir", metavar="DIR",
+        help="the stage checkpoints (default: the run spec's checkpoint_dir)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--keep", type=int, default=None,
+        help="prune: the newest steps kept per lineage and stage (default: what nodes keep)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--dry-run", action="store_true", help="prune: say what would go, delete nothing"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from p2ptrain.records.run import load_run_spec
+    from p2ptrain.train.checkpoint import (  # torch: the train extra
+        KEEP_STEPS,
+        checkpoint_dir,
+        list_states,
+        prunable,
+    )
+
+    spec = load_run_spec(args.run)
+    directory = Path(args.checkpoint_dir) if args.checkpoint_dir else checkpoint_dir(spec)
+    states = list_states(directory)
+    by_lineage: dict[str, list[SavedState]] = {}
+    for state in states:
+        by_lineage.setdefault(lineage_name(state.tag), []).append(state)
+    if args.action == "list":
+        if not states:
+            print(f"{directory}: no stage states")
+        for lineage, saved in sorted(by_lineage.items(), key=lambda item: -newest(item[1])):
+            stages = sorted({s.key for s in saved})
+            size = sum(_size(s.path) for s in saved)
+            print(f"lineage {lineage}: newest step {newest(saved)}, stages {', '.join(stages)}, "
+                  f"steps {', '.join(map(str, sorted({s.step for s in saved})))}, "
+                  f"{len(saved)} files, {size / 1e6:.1f} MB")  # fmt: skip
+        return 0
+    keep = KEEP_STEPS if args.keep is None else args.keep
+    if keep < 1:
+        raise UserError("--keep must be >= 1: the newest state of each lineage always stays")
+    doomed = [
+        old
+        for saved in by_lineage.values()
+        for key in {s.key for s in saved}
+        for old in prunable([s for s in saved if s.key == key], keep)
+    ]
+    for old in sorted(doomed, key=lambda s: s.path.name):
+        print(f"{'would remove' if args.dry_run else 'removing'} {old.path}")
+        if not args.dry_run:
+            old.path.unlink(missing_ok=True)
+    freed = sum(_size(s.path) for s in doomed) if args.dry_run else 0
+    tail = f" ({freed / 1e6:.1f} MB)" if args.dry_run else ""
+    print(f"{len(doomed)} files {'would go' if args.dry_run else 'removed'}{tail}; kept the "
+          f"newest {keep} steps of each of {len(by_lineage)} lineages")  # fmt: skip
+    return 0
+
+
+def lineage_name(tag: str | None) -> str:
+    """A state's lineage as `list` names it: its id, or "root" for untagged states."""
+    return "root" if tag is None else tag.rpartition("-e")[0]
+
+
+def newest(saved: list[SavedState]) -> int:
+    return max(s.step for s in saved)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
