@@ -1,0 +1,102 @@
+"""Issue 26's soak: 16 control-only peers on loopback beside a busy machine stay alive for 10
+minutes, and not one control process exits (honest peers once lost control processes to a
+corrupted GossipSub frame under load: docs/security.md, row 26.0).
+
+Every node is started through the CLI with a soft open-file limit of 1024 (the usual default of a
+service); CPU burners keep both cores busy the whole time. The check is on process ids: the
+control process each supervisor started first must be the one alive at the end (a supervisor
+that restarted its control process would hide an exit from a liveness check)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PYTHON, ProcessReaper, descendants_of
+from tests.control.swarm_helpers import (
+    BOOTSTRAP_LOOPBACK,
+    JOIN_LOOPBACK,
+    STARTUP_TIMEOUT_S,
+    alive_ids,
+    peer_id,
+    planner_token,
+    wait_for_status,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+NUM_PEERS = 16
+SOAK_S = 600.0
+BURNERS = 3  # more busy loops than cores: the control processes get what is left
+SOFT_NOFILE = ("prlimit", "--nofile=1024:")  # soft 1024, hard unchanged
+RUN = "[run]\nworker_stall_s = 0.0\n"
+
+
+def _control_pid(supervisor_pid: int) -> int | None:
+    """The supervisor's control process: its child running `-m p2ptrain.control` (the planner's
+    search processes below it are not it)."""
+    for pid in descendants_of(supervisor_pid):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == supervisor_pid and b"-m\x00p2ptrain.control\x00" in cmdline:
+            return pid
+    return None
+
+
+def _start(reaper: ProcessReaper, argv: list[str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    proc = reaper.start([*SOFT_NOFILE, *argv], stderr_path=log)
+    return proc, reaper.read_line(proc, STARTUP_TIMEOUT_S * 3)
+
+
+@pytest.mark.timeout(SOAK_S + 600)
+def test_sixteen_control_peers_beside_a_busy_machine_stay_alive(
+    reaper: ProcessReaper, tmp_path: Path
+) -> None:
+    (tmp_path / "run.toml").write_text(RUN)
+    burners = [
+        reaper.start([PYTHON, "-c", "while True: pass"]) for _ in range(BURNERS)
+    ]
+    boot, boot_addr = _start(
+        reaper,
+        [PYTHON, "-m", "p2ptrain", "bootstrap", "--identity", str(tmp_path / "boot.key"),
+         "--run", str(tmp_path / "run.toml"), *BOOTSTRAP_LOOPBACK],
+        tmp_path / "boot.log",
+    )  # fmt: skip
+    nodes = []
+    for i in range(NUM_PEERS):
+        name = f"peer{i}"
+        nodes.append(
+            _start(
+                reaper,
+                [PYTHON, "-m", "p2ptrain", "join", "--control-only", *JOIN_LOOPBACK,
+                 "--bootstrap", boot_addr, "--identity", str(tmp_path / f"{name}.key"),
+                 "--token", planner_token(tmp_path, name)],
+                tmp_path / f"{name}.log",
+            )
+        )  # fmt: skip
+    everyone = {peer_id(addr) for _, addr in nodes}
+    status, ok = wait_for_status(boot_addr, lambda s: alive_ids(s) >= everyone, 300)
+    assert ok, status
+    # the bootstrap is its own control process; a join node's is its supervisor's child
+    controls = {proc.pid: _control_pid(proc.pid) for proc, _ in nodes}
+    assert all(controls.values()), controls
+
+    deadline = time.monotonic() + SOAK_S
+    while time.monotonic() < deadline:
+        assert boot.poll() is None, "the bootstrap exited during the soak"
+        for proc, _ in nodes:
+            assert proc.poll() is None, f"{proc.args!r} exited during the soak"
+            assert _control_pid(proc.pid) == controls[proc.pid], (
+                f"the control process of {proc.args!r} exited during the soak "
+                f"(see {tmp_path})"
+            )
+        time.sleep(5.0)
+    assert all(b.poll() is None for b in burners)  # the machine was busy to the end
+    status, ok = wait_for_status(boot_addr, lambda s: alive_ids(s) >= everyone, 120)
+    assert ok, status
