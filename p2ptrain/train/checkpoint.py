@@ -1,10 +1,13 @@
 """Stage checkpoints: weights, optimizer state and step of one contiguous layer range.
 
-One file per state (`torch.save`): the weights as a safetensors blob (a uint8 tensor: readable
-with `safetensors.torch.load`, no pickle), AdamW's state as torch saves it, and the metadata
-(format, run, model config, layers, step). One file, not a weights file beside an optimizer
-file, because a state moves between peers by its one digest (worker/state_transfer.py) and is
-written atomically by one rename. Files of format /1 (weights pickled as tensors) still load.
+One file per state, a safetensors file (format /3, train/state_file.py): the weights and AdamW's
+moments as tensors, and the metadata (format, run, model config, layers, step, the optimizer's
+hyperparameters) as JSON in its header; nothing in it is unpickled (docs/security.md, 26.7). One
+file, not a weights file beside an optimizer file, because a state moves between peers by its
+one digest (worker/state_transfer.py) and is written atomically by one rename. The file names
+keep their `.pt` ending. Files of the older formats (torch.save pickles: /1 with the weights
+pickled, /2 with the optimizer state pickled) still load from this machine's own disk, with a
+warning; a peer never receives one (worker/state_transfer.py refuses them on both sides).
 
 A file is named by its layer range, not by the peer that wrote it, so any peer later assigned the
 same stage can load it. Loading validates the format, run, model shape, layer range and every
@@ -25,11 +28,11 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import logging
 import os
 import re
 import shutil
 import tempfile
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,14 +44,20 @@ import torch
 from p2ptrain.errors import UserError
 from p2ptrain.records.model_config import ModelConfig
 from p2ptrain.records.run import RunSpec
+from p2ptrain.records.stage_state import FORMAT
+from p2ptrain.train import state_file
 from p2ptrain.train.model import Stage
 
-FORMAT = "p2ptrain.stage-checkpoint/2"
-PICKLED_WEIGHTS_FORMAT = "p2ptrain.stage-checkpoint/1"  # before safetensors: still read
+log = logging.getLogger(__name__)
+
+# torch.save pickles, still read from this machine's own disk (never from a peer):
+PICKLED_OPTIMIZER_FORMAT = "p2ptrain.stage-checkpoint/2"  # weights as a safetensors blob
+PICKLED_WEIGHTS_FORMAT = "p2ptrain.stage-checkpoint/1"  # before safetensors
+KNOWN_FORMATS = (FORMAT, PICKLED_OPTIMIZER_FORMAT, PICKLED_WEIGHTS_FORMAT)
 # the model entry of a format /1 file: nanoGPT's sizes only
 _V1_MODEL_FIELDS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
 KEEP_STEPS = 4  # stamped files kept per stage
-STATE_MARGIN = 1.25  # a saved state over its tensors' bytes: pickle structure, zip records
+STATE_MARGIN = 1.25  # a saved state over its tensors' bytes: its header, alignment
 STATE_OVERHEAD_BYTES = 4 * 1024**2
 _STAMPED = re.compile(r"^stage-L(\d+)-(\d+)\.step(\d+)(?:\.([0-9a-f]{16}-e\d{1,16}))?\.pt$")
 
@@ -221,41 +230,37 @@ def save_stage(
 
 
 def _write(path: Path, spec: RunSpec, model: Stage, snapshot: StageSnapshot) -> None:
-    state = {
-        "format": FORMAT,
-        "run_id": spec.run_id,
-        "data_sha256": spec.data_sha256,  # "" = not pinned
-        "model": dataclasses.asdict(model.config),
-        "layers": [model.layers.start, model.layers.stop],
-        "step": snapshot.step,
-        "weights": encode_weights(snapshot.model_state),
-        "optimizer_state": snapshot.optimizer_state,
-    }
+    meta = state_file.describe(
+        spec.run_id, spec.data_sha256, dataclasses.asdict(model.config), model.layers,
+        snapshot.step, snapshot.optimizer_state,
+    )  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
+        os.close(fd)
+        state_file.write(
+            Path(tmp_name), meta, snapshot.model_state, snapshot.optimizer_state.get("state", {})
+        )
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
 
 
-def encode_weights(model_state: dict[str, torch.Tensor]) -> torch.Tensor:
-    """A state dict as safetensors bytes, in a uint8 tensor (torch.save stores it as is)."""
-    blob = safetensors.torch.save({name: t.contiguous() for name, t in model_state.items()})
-    with warnings.catch_warnings():  # read-only bytes: torch warns, but nobody writes to them
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.frombuffer(blob, dtype=torch.uint8)
-
-
 def read_file(path: Path) -> dict[str, Any]:
-    """A checkpoint file's contents, its weights decoded into "model_state" (not yet validated:
-    load_stage and read_state do that). UserError if it cannot be read at all."""
+    """A checkpoint file's contents (not yet validated: load_stage and read_state do that):
+    format, run_id, model, layers, step, model_state, optimizer_state. UserError if it cannot
+    be read at all. Files of the pickled formats are read too: only files of this machine's own
+    disk reach here, as a fetched file is kept only in format /3 (worker/state_transfer.py)."""
     try:
+        if not state_file.is_pickled(path):
+            return state_file.read(path)
+        log.warning(
+            "%s is a checkpoint of an older format (a torch pickle): loaded from this "
+            "machine's disk only, never sent to peers; the next save writes format /3", path
+        )  # fmt: skip
         state = torch.load(path, map_location="cpu", weights_only=True)
-        if isinstance(state, dict) and state.get("format") == FORMAT:
+        if isinstance(state, dict) and state.get("format") == PICKLED_OPTIMIZER_FORMAT:
             blob = state.pop("weights")
             if not isinstance(blob, torch.Tensor) or blob.dtype != torch.uint8:
                 raise ValueError("weights are not a safetensors blob")
@@ -330,7 +335,7 @@ def other_run(path: Path, spec: RunSpec) -> str | None:
             state = read_file(path)
             problem = (
                 "not a p2ptrain stage checkpoint"
-                if state.get("format") not in (FORMAT, PICKLED_WEIGHTS_FORMAT)
+                if state.get("format") not in KNOWN_FORMATS
                 else _other_run(state, spec)
             )
         except UserError as exc:
@@ -342,7 +347,7 @@ def other_run(path: Path, spec: RunSpec) -> str | None:
 
 
 def _check(state: Any, spec: RunSpec, model: Stage) -> str | None:
-    if not isinstance(state, dict) or state.get("format") not in (FORMAT, PICKLED_WEIGHTS_FORMAT):
+    if not isinstance(state, dict) or state.get("format") not in KNOWN_FORMATS:
         return "not a p2ptrain stage checkpoint"
     problem = _other_run(state, spec)
     if problem:

@@ -19,6 +19,10 @@ from typing import Any
 
 import torch
 
+from p2ptrain.errors import WireError
+from p2ptrain.records import fields as f
+from p2ptrain.records.run import MAX_RUN_ID_CHARS
+
 # the p2pd stream handler name; v2: the header names the plan's term (v1 had the epoch alone,
 # which restarts at 1 under a new term)
 PROTOCOL = "p2ptrain.pipe.v2"
@@ -30,6 +34,8 @@ MAX_PAYLOAD_BYTES = 512 * 1024 * 1024
 MAX_ABS_VALUE = 1e4
 ACCEPTED, REJECTED, BUSY = b"\x01", b"\x00", b"\x02"  # BUSY: not ready yet, retry
 HEADER_LEN = struct.Struct(">I")
+MAX_DIMS = 8
+_HEADER = "frame header"
 
 ACTIVATION, GRADIENT = "act", "grad"
 WIRE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -53,28 +59,43 @@ class FrameHeader:
         body = json.dumps(asdict(self), separators=(",", ":")).encode()
         return HEADER_LEN.pack(len(body)) + body
 
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "shape": list(self.shape)}
+
     @classmethod
     def decode(cls, body: bytes) -> FrameHeader:
-        """Parse a header body; ValueError on anything malformed."""
+        """Parse a header body (at most MAX_HEADER_BYTES): a valid header, or WireError for
+        any other bytes."""
+        if len(body) > MAX_HEADER_BYTES:
+            raise WireError(f"oversized frame header: {len(body)} bytes")
         try:
             raw = json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"header is not JSON: {exc}") from exc
-        if not isinstance(raw, dict) or set(raw) != {f for f in cls.__dataclass_fields__}:
-            raise ValueError("header fields are wrong")
-        ints = ("term", "epoch", "step", "micro", "num_bytes")
-        if any(not _is_int(raw[k]) or raw[k] < 0 for k in ints):
-            raise ValueError("header counters must be non-negative integers")
-        if not all(isinstance(raw[k], str) for k in ("kind", "run_id", "sender", "dtype")):
-            raise ValueError("header names must be strings")
+        except (ValueError, RecursionError):  # not UTF-8, not JSON, deep nesting, huge ints
+            raise f.malformed(_HEADER, "not JSON") from None
+        return cls.from_dict(raw)
+
+    @classmethod
+    def from_dict(cls, data: object) -> FrameHeader:
+        """A header from its JSON value: every field present and within bounds, or WireError.
+        Whether it is the frame expected from that neighbour is check_header's question."""
+        raw = f.mapping(data, _HEADER)
+        if set(raw) != set(cls.__dataclass_fields__):
+            raise f.malformed(_HEADER, "fields are wrong")
         shape = raw["shape"]
-        if (
-            not isinstance(shape, list)
-            or len(shape) > 8
-            or not all(_is_int(d) and d >= 0 for d in shape)
-        ):
-            raise ValueError("header shape must be a short list of non-negative integers")
-        return cls(**{**raw, "shape": tuple(shape)})
+        if not isinstance(shape, list) or len(shape) > MAX_DIMS:
+            raise f.malformed(_HEADER, f"shape must be a list of <= {MAX_DIMS} sizes")
+        return cls(
+            kind=f.choice(raw["kind"], _HEADER, "kind", (ACTIVATION, GRADIENT)),
+            run_id=f.text(raw["run_id"], _HEADER, "run_id", MAX_RUN_ID_CHARS),
+            term=f.integer(raw["term"], _HEADER, "term"),
+            epoch=f.integer(raw["epoch"], _HEADER, "epoch"),
+            step=f.integer(raw["step"], _HEADER, "step"),
+            micro=f.integer(raw["micro"], _HEADER, "micro"),
+            sender=f.peer_id(raw["sender"], _HEADER, "sender"),
+            dtype=f.choice(raw["dtype"], _HEADER, "dtype", tuple(WIRE_DTYPES)),
+            shape=tuple(f.integer(d, _HEADER, "a dimension") for d in shape),
+            num_bytes=f.integer(raw["num_bytes"], _HEADER, "num_bytes"),
+        )
 
 
 class PeerLost(RuntimeError):
@@ -166,7 +187,3 @@ def decode_tensor(header: FrameHeader, payload: bytes | bytearray) -> torch.Tens
 
 def _num_bytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

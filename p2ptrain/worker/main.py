@@ -143,7 +143,7 @@ class Worker:
                 transport.keep_routes(message.routes)
                 if self.settings.checkpoint_dir:  # a node-local setting beats the run's default
                     spec = spec.replace(checkpoint_dir=self.settings.checkpoint_dir)
-                state_server.serve_run(spec, checkpoint_dir(spec), message.plan.network)
+                state_server.serve_run(spec, checkpoint_dir(spec), message.plan)
                 self.phase, self.phase_plan = "joining", message.plan
                 session = Session(
                     spec, message.routed_plan(), dht, transport, self.inbox, self._report, version,

@@ -34,6 +34,9 @@ from p2ptrain.records import (
     issue_revocation,
     issue_token,
 )
+from p2ptrain.records.stage_state import StateMeta
+from p2ptrain.worker.frames import FrameHeader
+from p2ptrain.worker.state_transfer import StateRequest
 
 A = "12D3KooWA1111111111111111111111111111111111111111111"
 B = "12D3KooWB2222222222222222222222222222222222222222222"
@@ -158,6 +161,28 @@ def llama_run_dict() -> dict[str, Any]:
     ).to_dict()  # fmt: skip
 
 
+def frame_header_dict() -> dict[str, Any]:
+    return {"kind": "act", "run_id": "p2ptrain-default", "term": 2, "epoch": 5, "step": 3,
+            "micro": 1, "sender": A, "dtype": "bfloat16", "shape": [4, 64, 768],
+            "num_bytes": 4 * 64 * 768 * 2}  # fmt: skip
+
+
+def stage_state_dict() -> dict[str, Any]:
+    """The metadata of a saved stage state (train/state_file.py), as torch's AdamW has it."""
+    adamw = {"lr": 6e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1,
+             "amsgrad": False, "maximize": False, "foreach": False, "capturable": False,
+             "differentiable": False, "fused": None, "decoupled_weight_decay": True}  # fmt: skip
+    return {
+        "format": "p2ptrain.stage-checkpoint/3", "run_id": "r", "data_sha256": "ab" * 32,
+        "model": {"family": "nanogpt", "n_layer": 4, "n_head": 2, "n_embd": 16,
+                  "block_size": 8, "vocab_size": 256, "n_kv_head": 2, "n_inner": 64,
+                  "rms_norm_eps": 0.0, "rope_theta": 0.0, "tie_word_embeddings": False},
+        "layers": [1, 3], "step": 12,
+        "param_groups": [{**adamw, "params": [0, 1, 2]}, {**adamw, "params": [3, 4]}],
+        "scalars": {"3": {"step": 12.0}},
+    }  # fmt: skip
+
+
 # (record class, a valid dict of it)
 SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (Plan, plan_dict()),
@@ -201,4 +226,7 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (RelayOffer, {"source": A, "plane": "data", "token": "ab" * 16, "endpoint": "10.78.0.3:5"}),
     (OfferAnswer, {"accept": True, "endpoint": "10.78.0.3:41000"}),
     (RelayReply, {"error": "", "token": "cd" * 16, "endpoint": "1.2.3.4:5", "expires_s": 120.0}),
+    (FrameHeader, frame_header_dict()),
+    (StateRequest, {"layers": "L0-2", "step": 7, "digest": "0f" * 32}),
+    (StateMeta, stage_state_dict()),
 ]

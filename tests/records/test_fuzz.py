@@ -1,10 +1,12 @@
 """Fuzzing every record decoder: mutated valid records and random JSON values give a record or
 the one wire error, never another exception. The default run tries a few thousand inputs per
-decoder; `-m slow` tries 100,000."""
+decoder; `-m slow` tries 100,000. The decoders that read bytes off a stream (frame headers,
+stage-state requests, a state file's metadata) are also fed mutated bytes and JSON texts."""
 
 from __future__ import annotations
 
 import copy
+import json
 import math
 import random
 from typing import Any
@@ -13,7 +15,10 @@ import pytest
 
 from p2ptrain.errors import WireError
 from p2ptrain.records import message_from_dict
-from tests.records.samples import SAMPLES
+from p2ptrain.records.stage_state import StateMeta
+from p2ptrain.worker.frames import FrameHeader
+from p2ptrain.worker.state_transfer import StateRequest
+from tests.records.samples import SAMPLES, frame_header_dict, stage_state_dict
 
 
 def _deep(depth: int) -> Any:
@@ -101,3 +106,64 @@ def test_decoders_are_total(decode: Any, sample: dict[str, Any]) -> None:
 @pytest.mark.parametrize("decode,sample", DECODERS, ids=IDS)
 def test_decoders_are_total_over_100k_inputs(decode: Any, sample: dict[str, Any]) -> None:
     fuzz(decode, sample, 100_000, seed=2)
+
+
+def _meta_from_bytes(body: bytes) -> StateMeta:
+    return StateMeta.from_json(body.decode("utf-8", errors="replace"))
+
+
+BYTE_DECODERS = [
+    (FrameHeader.decode, FrameHeader.from_dict(frame_header_dict()).encode()[4:]),
+    (StateRequest.decode, json.dumps({"layers": "L0-2", "step": 7, "digest": "0f" * 32}).encode()),
+    (_meta_from_bytes, json.dumps(stage_state_dict()).encode()),
+]
+BYTE_IDS = [getattr(d, "__qualname__", "") for d, _ in BYTE_DECODERS]
+SNIPPETS = [b"[", b"]", b"{", b"}", b'"', b"\\", b"\xff", b"\x00", b"1e999", b"NaN", b"-", b",",
+            b":", b"9" * 40, b"[" * 3000, b"\\ud800", b"true", b"null"]  # fmt: skip
+
+
+def _mutate_bytes(rng: random.Random, sample: bytes) -> bytes:
+    data = bytearray(sample)
+    for _ in range(rng.randint(1, 4)):
+        roll, at = rng.random(), rng.randint(0, len(data))
+        if roll < 0.05:
+            return rng.randbytes(rng.randint(0, 300))
+        if roll < 0.4 and data:
+            data[min(at, len(data) - 1)] = rng.randrange(256)
+        elif roll < 0.7:
+            data[at:at] = rng.choice(SNIPPETS)
+        elif roll < 0.9:
+            del data[at : at + rng.randint(1, 16)]
+        else:
+            del data[at:]
+    return bytes(data)
+
+
+def fuzz_bytes(decode: Any, sample: bytes, num_inputs: int, seed: int) -> int:
+    """Decode num_inputs inputs: mutated bytes of sample, and the JSON text of mutations of
+    its value; the number that decoded into a record."""
+    rng = random.Random(seed)
+    value = json.loads(sample)
+    num_valid = 0
+    for index in range(num_inputs):
+        mutated = _mutate_bytes(rng, sample) if index % 2 else None
+        body = mutated if mutated is not None else json.dumps(_mutate(rng, value)).encode()
+        try:
+            decode(body)
+            num_valid += 1
+        except WireError:
+            pass
+    return num_valid
+
+
+@pytest.mark.parametrize("decode,sample", BYTE_DECODERS, ids=BYTE_IDS)
+def test_byte_decoders_are_total(decode: Any, sample: bytes) -> None:
+    decode(sample)  # the sample itself is valid
+    num_valid = fuzz_bytes(decode, sample, 1500, seed=1)
+    assert num_valid < 1500  # the mutations do reach the checks
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("decode,sample", BYTE_DECODERS, ids=BYTE_IDS)
+def test_byte_decoders_are_total_over_100k_inputs(decode: Any, sample: bytes) -> None:
+    fuzz_bytes(decode, sample, 100_000, seed=2)

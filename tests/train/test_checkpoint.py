@@ -1,3 +1,4 @@
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -7,13 +8,14 @@ import torch
 from p2ptrain.errors import UserError
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train.checkpoint import (
-    FORMAT,
     KEEP_STEPS,
+    PICKLED_OPTIMIZER_FORMAT,
     PICKLED_WEIGHTS_FORMAT,
     StageSnapshot,
     checkpoint_path,
     layers_key,
     load_stage,
+    read_file,
     record_step,
     save_stage,
     saved_steps,
@@ -71,7 +73,7 @@ def test_history_keeps_the_newest_steps_and_links_the_latest(tmp_path: Path) -> 
     key = layers_key(model.layers)  # type: ignore[arg-type]
     assert saved_steps(tmp_path) == {key: list(range(7 - KEEP_STEPS, 7))}
     latest = checkpoint_path(tmp_path, model.layers)  # type: ignore[arg-type]
-    assert torch.load(latest, weights_only=True)["step"] == 6
+    assert read_file(latest)["step"] == 6
     fresh = build_stage(SPEC, 0, 2)
     path = stamped_path(tmp_path, model.layers, 4)  # type: ignore[arg-type]
     assert load_stage(path, SPEC, fresh, make_optimizer(fresh, SPEC)) == 4
@@ -113,15 +115,32 @@ def test_a_llama_stage_round_trips_and_is_refused_by_a_nanogpt_run(tmp_path: Pat
         load_stage(path, other, build_stage(other, 1, 2))
 
 
-def test_the_weights_are_a_safetensors_blob_in_the_file(tmp_path: Path) -> None:
+def test_a_checkpoint_of_the_pickled_optimizer_format_still_loads_from_local_disk(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Format /2 (weights as a safetensors blob, the optimizer pickled): read locally, said."""
     model, optimizer = _trained_stage(0)
-    path = tmp_path / "c.pt"
-    save_stage(path, SPEC, model, optimizer, step=2)  # type: ignore[arg-type]
-    state = torch.load(path, weights_only=True)
-    assert state["format"] == FORMAT and "model_state" not in state
-    weights = safetensors.torch.load(state["weights"].numpy().tobytes())
-    assert weights.keys() == model.state_dict().keys()
-    assert all(torch.equal(weights[n], t) for n, t in model.state_dict().items())
+    path = tmp_path / "old2.pt"
+    blob = safetensors.torch.save({n: t.contiguous() for n, t in model.state_dict().items()})
+    torch.save(
+        {
+            "format": PICKLED_OPTIMIZER_FORMAT,
+            "run_id": SPEC.run_id,
+            "model": dataclasses.asdict(SPEC.model_config()),
+            "layers": [0, 1],
+            "step": 2,
+            "weights": torch.frombuffer(bytearray(blob), dtype=torch.uint8),
+            "optimizer_state": optimizer.state_dict(),
+        },
+        path,
+    )
+    fresh = build_stage(SPEC, 0, 2)
+    fresh_opt = make_optimizer(fresh, SPEC)
+    with caplog.at_level("WARNING"):
+        assert load_stage(path, SPEC, fresh, fresh_opt) == 2
+    assert "older format" in caplog.text
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), fresh.parameters(), strict=True))
+    assert fresh_opt.state_dict()["state"].keys() == optimizer.state_dict()["state"].keys()
 
 
 def test_a_checkpoint_of_the_pickled_weights_format_still_loads(tmp_path: Path) -> None:

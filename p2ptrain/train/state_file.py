@@ -1,0 +1,139 @@
+"""The stage-state file, format /3: one safetensors file, no pickle anywhere (docs/security.md,
+26.7: torch's `weights_only` unpickler was bypassed below torch 2.6, CVE-2025-32434, and a state
+file comes from other peers).
+
+    tensors   "model/<name>"            the stage's weights, by state_dict name
+              "optim/<index>/<field>"   AdamW's per-parameter tensors (exp_avg, exp_avg_sq, step),
+                                        `index` as in Optimizer.state_dict()["state"]
+    metadata  {"p2ptrain": JSON}        records/stage_state.py: run, model, layers, step, the
+                                        param groups' hyperparameters, non-tensor values
+
+Reading parses the safetensors header (safetensors' own parser, no code from the file) and
+decodes the metadata with a total decoder: anything malformed is a WireError. Files of the
+formats before (/1, /2: torch.save pickles) are told apart by their zip magic; only
+train/checkpoint.py reads those, from our own disk.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from pathlib import Path
+from typing import Any
+
+import safetensors
+import safetensors.torch
+import torch
+
+from p2ptrain.errors import WireError
+from p2ptrain.records.stage_state import FORMAT, MAX_METADATA_BYTES, StateMeta
+
+METADATA_KEY = "p2ptrain"
+ZIP_MAGIC = b"PK\x03\x04"  # torch.save's files (formats /1 and /2)
+_HEADER_SIZE = struct.Struct("<Q")
+_OPTIM = re.compile(r"^optim/(\d{1,7})/([A-Za-z_][A-Za-z0-9_]{0,63})$")
+_MAX_HEADER_BYTES = 100 * 1024**2 + MAX_METADATA_BYTES  # safetensors' own limit, and ours
+
+
+def is_pickled(path: Path) -> bool:
+    """Whether the file is a torch.save zip (an old format): never to be read from a peer."""
+    with open(path, "rb") as f:
+        return f.read(len(ZIP_MAGIC)) == ZIP_MAGIC
+
+
+def write(
+    path: Path,
+    meta: StateMeta,
+    model_state: dict[str, torch.Tensor],
+    optimizer_state: dict[int, dict[str, Any]],
+) -> None:
+    """Write a state file at `path` (the caller renames it into place). `optimizer_state` is
+    Optimizer.state_dict()["state"]: its tensors go into the file, the rest must be in `meta`."""
+    tensors = {f"model/{name}": t.detach().contiguous() for name, t in model_state.items()}
+    for index, values in optimizer_state.items():
+        for name, value in values.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"optim/{index}/{name}"] = value.detach().contiguous()
+    safetensors.torch.save_file(tensors, str(path), metadata={METADATA_KEY: meta.to_json()})
+
+
+def describe(
+    run_id: str,
+    data_sha256: str,
+    model: dict[str, Any],
+    layers: range,
+    step: int,
+    optimizer_state: dict[str, Any],
+) -> StateMeta:
+    """The metadata of a state: `optimizer_state` is Optimizer.state_dict(); its non-tensor
+    parts go into the metadata, read back through the decoder (what we write, we can read)."""
+    scalars = {
+        str(index): {k: v for k, v in values.items() if not isinstance(v, torch.Tensor)}
+        for index, values in optimizer_state.get("state", {}).items()
+    }
+    groups = [
+        {k: list(v) if isinstance(v, tuple) else v for k, v in group.items()}
+        for group in optimizer_state.get("param_groups", [])
+    ]
+    return StateMeta.from_dict({
+        "format": FORMAT, "run_id": run_id, "data_sha256": data_sha256, "model": model,
+        "layers": [layers.start, layers.stop], "step": step, "param_groups": groups,
+        "scalars": {i: s for i, s in scalars.items() if s},
+    })  # fmt: skip
+
+
+def check(path: Path) -> StateMeta:
+    """The file's metadata if it is a state file of format /3 (tensors not read); WireError
+    otherwise. What a fetched file must pass before it is kept (worker/state_transfer.py)."""
+    with open(path, "rb") as f:
+        head = f.read(_HEADER_SIZE.size)
+        if len(head) < _HEADER_SIZE.size:
+            raise WireError("malformed stage state: shorter than a safetensors header")
+        (size,) = _HEADER_SIZE.unpack(head)
+        if size > _MAX_HEADER_BYTES:
+            raise WireError(f"oversized stage state: a header of {size} bytes")
+        header = f.read(size)
+    try:
+        parsed = json.loads(header)
+    except (ValueError, RecursionError):
+        raise WireError("malformed stage state: the safetensors header is not JSON") from None
+    metadata = parsed.get("__metadata__") if isinstance(parsed, dict) else None
+    if not isinstance(metadata, dict):
+        raise WireError("malformed stage state: no metadata")
+    return StateMeta.from_json(metadata.get(METADATA_KEY))
+
+
+def read(path: Path) -> dict[str, Any]:
+    """A state file as train/checkpoint.py's dict: format, run_id, model, layers, step,
+    model_state, optimizer_state (torch's Optimizer.state_dict() layout). WireError if it is
+    not a well-formed file of format /3 (its tensors' shapes are checked by the caller)."""
+    meta = check(path)
+    try:
+        tensors = safetensors.torch.load_file(str(path), device="cpu")
+    except Exception as exc:  # safetensors' own errors: a torn or crafted body
+        raise WireError(f"malformed stage state: {str(exc)[:120]}") from None
+    model_state: dict[str, torch.Tensor] = {}
+    moments: dict[int, dict[str, torch.Tensor]] = {}
+    indices = meta.param_indices
+    for name, tensor in tensors.items():
+        if name.startswith("model/") and len(name) > len("model/"):
+            model_state[name.removeprefix("model/")] = tensor
+            continue
+        match = _OPTIM.match(name)
+        if match is None or int(match[1]) not in indices:
+            raise WireError(f"malformed stage state: unexpected tensor {name[:80]!r}")
+        moments.setdefault(int(match[1]), {})[match[2]] = tensor
+    per_param: dict[int, dict[str, Any]] = {}
+    for index in sorted(set(moments) | set(meta.scalars)):
+        per_param[index] = {**meta.scalars.get(index, {}), **moments.get(index, {})}
+    return {
+        "format": FORMAT,
+        "run_id": meta.run_id,
+        "data_sha256": meta.data_sha256,
+        "model": dict(meta.model),
+        "layers": list(meta.layers),
+        "step": meta.step,
+        "model_state": model_state,
+        "optimizer_state": {"state": per_param, "param_groups": meta.optimizer_groups()},
+    }
