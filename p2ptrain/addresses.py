@@ -7,10 +7,11 @@ would reach a node of its own (same default port), not us. `--announce` replaces
 (a public IP in front of a NAT or a port-forwarding firewall); the data plane announces the same
 hosts on its own port unless it is given its own list (`--announce-data`).
 
-Address classes (`network_kind`) decide what a node dials on someone else's word (a member's
-record, a dial-back request): a global address, or a loopback or private one only when one of our
-own addresses is of the same kind (`may_dial`); never link-local, multicast, unspecified or
-reserved ones. `independence_key` says when two peers' addresses count as two opinions.
+Address classes (`network_kind`) are the one rule for what a node dials on someone else's word
+(a member's record, the DHT's answers, a dial-back request, a punch endpoint): a global address,
+or a loopback or private one only when one of our own addresses is of the same kind (`may_dial`);
+never link-local, multicast, unspecified or reserved ones. `independence_key` says when two
+peers' addresses count as two opinions, `public_prefix` which peers share a relay's quota.
 """
 
 from __future__ import annotations
@@ -218,12 +219,18 @@ def all_loopback(maddrs: Sequence[str]) -> bool:
     return bool(ips) and all(network_kind(ip) == LOOPBACK_KIND for ip in ips)
 
 
-def independence_key(ip: str) -> str:
-    """Peers whose addresses share a key are one opinion: a global address's /24 (IPv6: /48),
-    which one operator cheaply holds many of; any other address as it is (on a private network
-    each address is a machine of its own)."""
+def public_prefix(ip: str) -> str:
+    """The /24 (IPv6: /48) holding a global address, which one operator cheaply holds many of;
+    '' for any other address: on loopback or a private network (a testbed, a LAN) every peer
+    shares one prefix, so per-prefix quotas (relay slots and circuits) do not apply there."""
     if network_kind(ip) != GLOBAL_KIND:
-        return str(ipaddress.ip_address(ip))
+        return ""
     address = ipaddress.ip_address(ip)
     prefix = INDEPENDENT_PREFIX_IP4 if address.version == 4 else INDEPENDENT_PREFIX_IP6
     return str(ipaddress.ip_network(f"{address}/{prefix}", strict=False))
+
+
+def independence_key(ip: str) -> str:
+    """Peers whose addresses share a key are one opinion: a global address's public_prefix;
+    any other address as it is (on a private network each address is a machine of its own)."""
+    return public_prefix(ip) or str(ipaddress.ip_address(ip))

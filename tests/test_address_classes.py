@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from p2ptrain.addresses import all_loopback, independence_key, ip_of, may_dial, network_kind
+from p2ptrain.addresses import (
+    all_loopback,
+    independence_key,
+    ip_of,
+    may_dial,
+    network_kind,
+    public_prefix,
+)
 
 LOOPBACK_NODE = ["127.0.0.1"]
 LAN_NODE = ["192.168.1.20"]
@@ -42,6 +49,7 @@ def test_network_kinds(ip: str, kind: str | None) -> None:
         ("10.0.0.1", PUBLIC_NODE, False),  # a public node's LAN, or its provider's
         ("10.77.0.3", ["10.78.0.1"], True),  # the testbed: one 10/8
         ("169.254.169.254", ["169.254.0.9"], False),  # link-local (a cloud's metadata): never
+        ("169.254.1.1", ["10.77.0.2"], False),  # punches once counted link-local as private
         ("224.0.0.1", LAN_NODE, False),
         ("0.0.0.0", LOOPBACK_NODE, False),
         ("not an ip", LOOPBACK_NODE, False),
@@ -74,3 +82,11 @@ def test_independence_keys() -> None:
     # on a private network (the testbed's 10.77/16) each address is a machine
     assert independence_key("10.77.0.1") != independence_key("10.77.0.2")
     assert independence_key("127.0.0.1") == "127.0.0.1"
+
+
+def test_public_prefixes_are_the_relays_quota_keys() -> None:
+    assert public_prefix("8.8.8.8") == public_prefix("8.8.8.200") == "8.8.8.0/24"
+    assert public_prefix("2606:4700:1::1") == "2606:4700:1::/48"
+    # loopback, a testbed's or a LAN's addresses, and what we never dial: no per-prefix quota
+    for ip in ("127.0.0.1", "10.78.0.1", "192.168.1.7", "169.254.1.1", "", "not an ip"):
+        assert public_prefix(ip) == ""

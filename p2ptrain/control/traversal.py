@@ -30,7 +30,7 @@ from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from multiaddr import Multiaddr
 
-from p2ptrain.addresses import tcp_endpoint
+from p2ptrain.addresses import may_dial, tcp_endpoint
 from p2ptrain.control.relay_service import (
     RELAY_PROTOCOL,
     SIGNAL_TIMEOUT_S,
@@ -40,7 +40,7 @@ from p2ptrain.control.relay_service import (
 )
 from p2ptrain.control.state import NodeState
 from p2ptrain.errors import WireError
-from p2ptrain.net import ipkind, relay
+from p2ptrain.net import relay
 from p2ptrain.net.accepting import ConnectionCaps, serve_accepting
 from p2ptrain.net.guard import start_contained
 from p2ptrain.records import Plan
@@ -112,7 +112,7 @@ class Traversal:
             key = (offer.source, offer.plane)
             if not self._may_punch(self.punching_in, key):
                 why = "punching as much as we may"
-            elif not ipkind.may_dial(relay_split(offer.endpoint)[0], seen.local_ip):
+            elif not may_dial(relay_split(offer.endpoint)[0], [seen.local_ip]):
                 why = f"{offer.endpoint} is not an address we dial"
             else:
                 self.punching_in.add(key)
@@ -343,7 +343,7 @@ class Traversal:
         if reply.error or not reply.endpoint:
             log.info("no punch to %s through %s: %s", peer, relay_id, reply.error or "no endpoint")
             return None
-        if not ipkind.may_dial(relay_split(reply.endpoint)[0], seen.local_ip):
+        if not may_dial(relay_split(reply.endpoint)[0], [seen.local_ip]):
             log.info("no punch to %s: %s is not an address we dial", peer, reply.endpoint)
             return None
         stream = None

@@ -16,7 +16,7 @@ port observed it from that peer's address (`vouch`): nobody can aim a punch's SY
 Strangers reach the raw port without any membership: connections are capped per source address
 and in all, dropped after RAW_IDLE_S without a hello, and the accept loop outlives running out
 of descriptors (net/accepting.py). Capacity is shared out: per pair and per requesting peer, per
-public /24 (net/ipkind.py), and identities new to the relay share a few slots; idle circuits close.
+public /24 (addresses.py: public_prefix), and identities new to the relay share a few slots; idle circuits close.
 The client side (observe, punch, open_raw) is net/relay_client.py.
 
 Why not libp2p's circuit relay v2 and DCUtR: the worker's p2pd (hivemind's) has no hole punching,
@@ -36,8 +36,8 @@ from typing import Any
 
 import trio
 
+from p2ptrain.addresses import public_prefix
 from p2ptrain.errors import WireError
-from p2ptrain.net import ipkind
 from p2ptrain.net.accepting import ConnectionCaps, serve_accepting
 from p2ptrain.net.guard import start_contained
 from p2ptrain.net.relay_client import PUNCH_TIMEOUT_S as PUNCH_TIMEOUT_S
@@ -64,7 +64,7 @@ RAW_IDLE_S = 3.0  # the relay's wait for a raw connection's hello: idle stranger
 CIRCUIT_PAIRING_S = 15.0  # both halves of a circuit arrive within this of its grant
 CIRCUIT_IDLE_S = 120.0  # a circuit with no byte either way this long is closed
 MAX_RESERVATIONS = 64
-MAX_RESERVATIONS_PER_PREFIX = 8  # one /24 of public addresses (net/ipkind.py)
+MAX_RESERVATIONS_PER_PREFIX = 8  # one /24 of public addresses
 MAX_NEW_RESERVATIONS = 16  # held by identities this relay first saw under NEW_IDENTITY_S ago
 NEW_IDENTITY_S = 600.0
 # relayed connections at once, over all reservations; per peer: a NATed peer has one per plane
@@ -132,7 +132,7 @@ class RelayServer:
         self._expire(now)
         if not self.may_use(peer):
             return "not a member of this run"
-        key = ipkind.prefix(ip)
+        key = public_prefix(ip)
         if peer not in self.reservations:
             if len(self.reservations) >= MAX_RESERVATIONS:
                 return self._refuse(f"relay full ({MAX_RESERVATIONS} reservations)")
@@ -180,7 +180,7 @@ class RelayServer:
             MAX_CIRCUITS_PER_PAIR
         ):
             return self._refuse(f"at most {MAX_CIRCUITS_PER_PAIR} circuits per pair"), b""
-        key = ipkind.prefix(ip)
+        key = public_prefix(ip)
         if key and sum(c.prefix == key for c in circuits) >= MAX_CIRCUITS_PER_PREFIX:
             return self._refuse(f"at most {MAX_CIRCUITS_PER_PREFIX} circuits per {key}"), b""
         token = secrets.token_bytes(TOKEN_BYTES)

@@ -47,7 +47,6 @@ async def receive_exact(stream: trio.abc.ReceiveStream, num_bytes: int) -> bytes
     return data
 
 
-
 async def bound_socket(local_port: int = 0) -> trio.socket.SocketType:
     """A TCP socket on local_port that others may share (a punch reuses an observed port)."""
     sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -60,7 +59,7 @@ async def bound_socket(local_port: int = 0) -> trio.socket.SocketType:
 @dataclass(frozen=True)
 class Observation:
     """What one observe told us: the public endpoint the relay saw, the local port it maps,
-    and our own address on the interface toward the relay (net/ipkind.py: what we may dial)."""
+    and our own address on the interface toward the relay (addresses.may_dial: what we may dial)."""
 
     endpoint: str
     port: int
