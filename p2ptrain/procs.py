@@ -44,8 +44,11 @@ def spawn(
     env: Mapping[str, str] | None = None,
     die_with_parent: int | None = signal.SIGKILL,
     cwd: Path | str | None = None,
+    stdin: int | None = None,
+    new_session: bool = True,
 ) -> subprocess.Popen[bytes]:
-    """Start argv as the leader of a new session (and process group); stdin is /dev/null.
+    """Start argv as the leader of a new session (and process group), unless `new_session` is
+    False (then it stays in ours); stdin is /dev/null unless given (e.g. subprocess.PIPE).
 
     log_path: stderr goes to this file (truncated), and stdout too unless `stdout` is given
     (e.g. subprocess.PIPE); without either, the child writes where this process does.
@@ -59,12 +62,12 @@ def spawn(
     try:
         return subprocess.Popen(
             list(argv),
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if stdin is None else stdin,
             stdout=stdout if stdout is not None else log_file,
             stderr=log_file,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
             cwd=cwd,
-            start_new_session=True,
+            start_new_session=new_session,
             preexec_fn=preexec,
         )
     finally:

@@ -2,45 +2,143 @@
 
 The search is Python and numpy under the GIL for up to tens of thousands of cost evaluations: in
 a thread it starved the control process's trio loop on a loaded machine, its gossip stopped for
-longer than DEAD_AFTER_S and the swarm deposed the planner for planning. One spawned process
-(not forked: the control process runs trio and libp2p) is kept for the node's lifetime; it
-exits with its parent's pipe.
+longer than DEAD_AFTER_S and the swarm deposed the planner for planning. One child process is
+kept for the node's lifetime: `python -m p2ptrain.control.search_process`, started by procs.spawn
+(not multiprocessing: its spawn worker and resource tracker outlived a SIGKILLed node, reparented
+to init). It dies with the control process however that ends: the kernel kills it when the thread
+that started it (trio's, the main thread) exits (PR_SET_PDEATHSIG), it stays in the control
+process's process group, and it exits when its request pipe closes.
+
+Requests and replies are length-prefixed pickles over the child's stdin and stdout: the two ends
+are the same program, and nothing from the network reaches the pipe but the matrices we built.
 """
 
 from __future__ import annotations
 
-import logging
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+import os
+import pickle
+import signal
+import struct
+import subprocess
+import sys
+import threading
+from typing import IO
 
 import trio
 
+from p2ptrain import procs
 from p2ptrain.control import planner
 from p2ptrain.records import RunSpec
 
-log = logging.getLogger(__name__)
-
-_pool: ProcessPoolExecutor | None = None
+_LENGTH = struct.Struct("!Q")
 
 
-def _executor() -> ProcessPoolExecutor:
-    global _pool
-    if _pool is None:
-        _pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-    return _pool
+class SearchProcessDied(RuntimeError):
+    """The search process ended mid-request (killed, out of memory): the next request starts a
+    fresh one."""
 
 
-def _plan_in_process(matrices: planner.Matrices, run: RunSpec) -> planner.Placement:
-    """Runs in the control process's thread: waits on the search process (GIL released)."""
-    global _pool
-    try:
-        return _executor().submit(planner.compute_plan, matrices, run).result()
-    except BrokenProcessPool:  # the search process died (killed, out of memory): a fresh one
-        _pool = None
-        raise
+class _SearchProcess:
+    def __init__(self) -> None:
+        self.proc = procs.spawn(
+            [sys.executable, "-m", "p2ptrain.control.search_process"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            die_with_parent=signal.SIGKILL,
+            new_session=False,  # a signal to the control process's group reaches it too
+        )
+        self.lock = threading.Lock()  # one request at a time on the pipe
+
+    def compute_plan(self, matrices: planner.Matrices, run: RunSpec) -> planner.Placement:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        with self.lock:
+            try:
+                _write_frame(self.proc.stdin, pickle.dumps((matrices, run)))
+                reply = _read_frame(self.proc.stdout)
+            except OSError:
+                reply = None
+            if reply is None:
+                raise SearchProcessDied(f"the search process exited ({self.proc.poll()})")
+            ok, value = pickle.loads(reply)
+        if not ok:
+            raise value
+        result: planner.Placement = value
+        return result
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()  # the child's cue to exit
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+_process: _SearchProcess | None = None
+
+
+def _started() -> _SearchProcess:
+    """The search process, started on first use, or again after it died. Called from the
+    thread that runs trio: its parent-death signal fires when that thread exits, so it must not
+    be one of trio's worker threads (they exit when idle)."""
+    global _process
+    if _process is None or _process.proc.poll() is not None:
+        _process = _SearchProcess()
+    return _process
+
+
+def pid() -> int | None:
+    """The search process's pid, if one is running."""
+    return None if _process is None or _process.proc.poll() is not None else _process.proc.pid
+
+
+def stop() -> None:
+    """End the search process (if any); the next request starts another."""
+    global _process
+    if _process is not None:
+        _process.close()
+        _process = None
 
 
 async def compute_plan(matrices: planner.Matrices, run: RunSpec) -> planner.Placement:
-    """planner.compute_plan, in the search process."""
-    return await trio.to_thread.run_sync(_plan_in_process, matrices, run)
+    """planner.compute_plan, in the search process (waited on from a worker thread)."""
+    process = _started()
+    return await trio.to_thread.run_sync(process.compute_plan, matrices, run)
+
+
+def _write_frame(stream: IO[bytes], payload: bytes) -> None:
+    stream.write(_LENGTH.pack(len(payload)) + payload)
+    stream.flush()
+
+
+def _read_frame(stream: IO[bytes]) -> bytes | None:
+    """One frame, or None at the end of the stream."""
+    header = stream.read(_LENGTH.size)
+    if len(header) < _LENGTH.size:
+        return None
+    (length,) = _LENGTH.unpack(header)
+    payload = stream.read(length)
+    return payload if len(payload) == length else None
+
+
+def main() -> None:
+    """The child: answer requests until the control process closes the pipe (or dies)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the node to act on
+    requests = sys.stdin.buffer
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # a stray print must not corrupt the reply stream
+    while (request := _read_frame(requests)) is not None:
+        try:
+            reply: tuple[bool, object] = (True, planner.compute_plan(*pickle.loads(request)))
+        except Exception as exc:  # the caller's to handle (NoPlacementFits, a scheduler bug)
+            reply = (False, exc)
+        try:
+            payload = pickle.dumps(reply)
+        except Exception as exc:  # an exception that does not pickle
+            payload = pickle.dumps((False, RuntimeError(f"{type(exc).__name__}: {reply[1]!r}")))
+        _write_frame(replies, payload)
+
+
+if __name__ == "__main__":
+    main()

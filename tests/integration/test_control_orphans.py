@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import descendants_of
-from tests.control.swarm_helpers import start_bootstrap, start_peer
+from tests.conftest import ProcessReaper, descendants_of
+from tests.control.swarm_helpers import peer_id, start_bootstrap, start_peer, wait_for_status
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +35,7 @@ def wait_all_gone(pids: list[int], timeout_s: float) -> list[int]:
 
 
 @pytest.mark.timeout(120)
-def test_no_process_survives_its_node(tmp_path, reaper):
+def test_no_process_survives_its_node(tmp_path: Path, reaper: ProcessReaper) -> None:
     boot, boot_addr = start_bootstrap(reaper, tmp_path)
     nodes = {}
     for name in ("killed", "terminated", "interrupted"):
@@ -57,5 +57,43 @@ def test_no_process_survives_its_node(tmp_path, reaper):
         assert wait_all_gone(tree, 5) == [], f"children outlived {name}"
 
     # the bootstrap is a single process: Ctrl-C stops it
+    os.kill(boot.pid, signal.SIGINT)
+    assert boot.wait(timeout=20) in (0, 130)
+
+
+def _cmdline(pid: int) -> str:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    return ""
+
+
+@pytest.mark.timeout(240)
+def test_a_crash_leaves_nothing_behind(tmp_path: Path, reaper: ProcessReaper) -> None:
+    """Issue 26: SIGKILL of a node's process group (a crash, the OOM killer, `kill -9 -PGID`)
+    while its planner runs searches. The search process, its helpers, the worker, hivemind's
+    children and p2pd all die with it (the planner's multiprocessing worker and resource tracker
+    used to survive, reparented to init)."""
+    boot, boot_addr = start_bootstrap(reaper, tmp_path)
+    trainer, trainer_addr = start_peer(reaper, tmp_path, boot_addr, "trainer", trainer=True)
+    control, control_addr = start_peer(reaper, tmp_path, boot_addr, "control")
+    nodes = {peer_id(trainer_addr): trainer, peer_id(control_addr): control}
+    status, ok = wait_for_status(
+        boot_addr, lambda s: s["plan"] is not None and s["planner"] in nodes, timeout_s=150
+    )
+    assert ok and status is not None, f"no plan: {status}"
+    planner = nodes[status["planner"]]
+    # the search process is kept for the node's lifetime: it is there from the first plan on
+    deadline = time.monotonic() + 10
+    while not any("search_process" in _cmdline(p) or "multiprocessing" in _cmdline(p)
+                  for p in descendants_of(planner.pid)):  # fmt: skip
+        assert time.monotonic() < deadline, "the planner has no search process"
+        time.sleep(0.2)
+    trees = {proc.pid: descendants_of(proc.pid) for proc in nodes.values()}
+    everything = [pid for tree in trees.values() for pid in tree]
+    assert any("p2pd" in _cmdline(p) for p in trees[trainer.pid]), "the worker has no p2pd"
+    for proc in nodes.values():
+        os.killpg(proc.pid, signal.SIGKILL)  # the supervisor's process group
+    left = wait_all_gone(everything, 10)
+    assert left == [], f"outlived their node: {[_cmdline(p)[:120] for p in left]}"
     os.kill(boot.pid, signal.SIGINT)
     assert boot.wait(timeout=20) in (0, 130)

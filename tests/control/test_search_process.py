@@ -1,0 +1,84 @@
+"""A crash leaves nothing (issue 26): the planner's search process dies with the control process,
+however that ends. It was a multiprocessing pool: its spawn worker and resource tracker outlived
+a SIGKILLed node (reparented to init), and the test suite left them too."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import trio
+
+from p2ptrain.control import search_process
+from p2ptrain.control.links import Link
+from p2ptrain.control.planner import build_matrices, compute_plan
+from p2ptrain.records import RunSpec
+from tests.conftest import REPO_ROOT, descendants_of
+from tests.integration.test_control_orphans import wait_all_gone
+
+PEERS = [f"p{i}" for i in range(6)]
+LINKS = {
+    (a, b): Link(2.0 + i + j, 100.0 / (1 + i), 0.0)
+    for i, a in enumerate(PEERS) for j, b in enumerate(PEERS) if a < b
+}  # fmt: skip
+
+# a parent that plans once, says which processes it started, then waits to be killed
+PARENT = """
+import sys, time, trio
+from p2ptrain.control import search_process
+from tests.control.test_search_process import PEERS, LINKS
+from p2ptrain.control.planner import build_matrices
+from p2ptrain.records import RunSpec
+trio.run(search_process.compute_plan, build_matrices(PEERS, LINKS), RunSpec(stages=2, n_layer=4))
+print(search_process.pid(), flush=True)
+if sys.argv[1] == "exit":
+    sys.exit(0)
+time.sleep(600)
+"""
+
+
+def _plan() -> object:
+    return trio.run(search_process.compute_plan, build_matrices(PEERS, LINKS),
+                    RunSpec(stages=2, n_layer=4))  # fmt: skip
+
+
+def test_a_killed_search_process_is_replaced_and_a_stopped_one_exits() -> None:
+    expected = compute_plan(build_matrices(PEERS, LINKS), RunSpec(stages=2, n_layer=4))
+    assert _plan() == expected
+    first = search_process.pid()
+    assert first is not None and first != os.getpid()
+    os.kill(first, signal.SIGKILL)
+    time.sleep(0.2)
+    assert _plan() == expected  # a fresh one
+    second = search_process.pid()
+    assert second not in (None, first)
+    search_process.stop()  # closes its pipe: it exits
+    assert search_process.pid() is None and wait_all_gone([second], 5) == []
+
+
+def _parent(how: str) -> tuple[subprocess.Popen[bytes], list[int]]:
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, how], cwd=REPO_ROOT,
+                              stdout=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    assert parent.stdout is not None
+    line = parent.stdout.readline().decode().strip()
+    assert line.isdigit(), f"the parent did not plan: {line!r}"
+    tree = descendants_of(parent.pid)
+    assert int(line) in tree
+    return parent, tree
+
+
+def test_nothing_outlives_a_sigkilled_parent(tmp_path: Path) -> None:
+    parent, tree = _parent("sleep")
+    os.kill(parent.pid, signal.SIGKILL)  # not the group: the children are on their own
+    parent.wait()
+    assert wait_all_gone(tree, 5) == [], "the search process (or a helper) outlived its parent"
+
+
+def test_nothing_outlives_a_parent_that_exits() -> None:
+    parent, tree = _parent("exit")
+    assert parent.wait(timeout=30) == 0
+    assert wait_all_gone(tree, 5) == []
