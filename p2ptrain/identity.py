@@ -6,7 +6,10 @@ The file holds py-libp2p's serialized protobuf PrivateKey: b"\\x08\\x01\\x12\\x2
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -106,6 +109,61 @@ def hivemind_key_bytes(seed: bytes) -> bytes:
 def libp2p_key_bytes(seed: bytes) -> bytes:
     """The key as py-libp2p writes it: PrivateKey protobuf with data = the 32-byte seed."""
     return _PRIVATE_HEADER_32 + seed
+
+
+class DaemonKeyCopy:
+    """The node's key in the 64-byte form hivemind's p2pd reads (`hivemind_key_bytes`), for the
+    moment p2pd takes to read it: in a 0700 directory beside the identity file (never the system
+    temp directory, where every worker start used to leave one), removed by `remove` as soon as
+    p2pd has started, and at exit. A copy a SIGKILL left behind stays beside the identity and is
+    swept by the next start. Without an identity file (a throwaway key): a fresh 0700 temp dir."""
+
+    def __init__(self, seed: bytes, identity_path: str | os.PathLike[str] | None) -> None:
+        if identity_path is None:
+            self.directory = Path(tempfile.mkdtemp(prefix="p2ptrain-p2pd-key-"))
+        else:
+            key = Path(identity_path).resolve()
+            sweep_daemon_key_copies(key)
+            self.directory = key.parent / f"{_copy_prefix(key)}{os.getpid()}"
+            shutil.rmtree(self.directory, ignore_errors=True)  # a dead namesake's (pid reuse)
+            self.directory.mkdir(mode=0o700)
+        self.directory.chmod(0o700)  # whatever the umask
+        self.path = self.directory / "p2pd.key"
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(hivemind_key_bytes(seed))
+        atexit.register(self.remove)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+        atexit.unregister(self.remove)
+
+
+def sweep_daemon_key_copies(identity_path: str | os.PathLike[str]) -> list[Path]:
+    """Remove the copies of this identity's key that workers no longer alive left; those
+    removed."""
+    key = Path(identity_path).resolve()
+    removed = []
+    for directory in key.parent.glob(f"{_copy_prefix(key)}*"):
+        pid_text = directory.name.removeprefix(_copy_prefix(key))
+        if pid_text.isdigit() and not _alive(int(pid_text)):
+            shutil.rmtree(directory, ignore_errors=True)
+            removed.append(directory)
+    return removed
+
+
+def _copy_prefix(key: Path) -> str:
+    return f".{key.name}.p2pd-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 def _base58_encode(data: bytes) -> str:

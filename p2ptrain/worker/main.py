@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from typing import Any
 
 import torch
 
-from p2ptrain import addresses, procs
+from p2ptrain import addresses, identity, procs
 from p2ptrain.errors import UserError
 from p2ptrain.records import (
     ComputeReport,
@@ -104,15 +103,19 @@ class Worker:
         from p2ptrain.worker.state_transfer import StateServer
         from p2ptrain.worker.transport import Transport
 
-        seed, identity_path = self._hivemind_identity()
-        dht = hivemind.DHT(
-            start=True,
-            host_maddrs=[self.settings.listen_maddr],
-            announce_maddrs=list(self.settings.announce) or None,
-            nat_port_map=False,
-            identity_path=identity_path,
-            record_validators=[AnnouncementValidator()],
-        )
+        seed = self._seed()
+        key_copy = identity.DaemonKeyCopy(seed, self.settings.identity)
+        try:
+            dht = hivemind.DHT(
+                start=True,  # returns once p2pd is up: it has read the key
+                host_maddrs=[self.settings.listen_maddr],
+                announce_maddrs=list(self.settings.announce) or None,
+                nat_port_map=False,
+                identity_path=str(key_copy.path),
+                record_validators=[AnnouncementValidator()],
+            )
+        finally:
+            key_copy.remove()
         self.current: Session | None = None
         transport = Transport.start(dht.replicate_p2p, self._expect)
         state_server = StateServer(transport)
@@ -279,19 +282,12 @@ class Worker:
             log.error("cannot use plan %s: %s", plan_path, exc)
             self.inbox.stop()
 
-    def _hivemind_identity(self) -> tuple[bytes, str]:
-        """The node's Ed25519 seed, and its key rewritten in the 64-byte form p2pd wants (same
-        peer id). Without --identity, a fresh one: the worker signs its announcements with it."""
-        from p2ptrain import identity
-
+    def _seed(self) -> bytes:
+        """The node's Ed25519 seed (p2pd gets it as identity.DaemonKeyCopy: same peer id).
+        Without --identity, a fresh one: the worker signs its announcements with it."""
         if self.settings.identity:
-            seed = identity.load_or_create_identity(self.settings.identity)
-        else:
-            seed = os.urandom(identity.SEED_NUM_BYTES)
-        fd, path = tempfile.mkstemp(prefix="p2ptrain-hivemind-", suffix=".key")
-        with os.fdopen(fd, "wb") as f:  # mkstemp: mode 0600
-            f.write(identity.hivemind_key_bytes(seed))
-        return seed, path
+            return identity.load_or_create_identity(self.settings.identity)
+        return os.urandom(identity.SEED_NUM_BYTES)
 
 
 def _static_plan_fields(plan: dict[str, Any], hellos: dict[str, Hello]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import torch
 
 from p2ptrain.records.run import load_run_spec
 from p2ptrain.train.reference import train_reference
+from tests.key_copies import copies_beside, key_copies_outside
 
 pytestmark = pytest.mark.integration
 
@@ -60,6 +61,15 @@ def _no_leftovers(workdir: Path) -> None:
             assert str(workdir).encode() not in cmdline, cmdline
 
 
+def _no_key_copies(workdir: Path) -> None:
+    """No copy of any node's key outside its identity directory (issue 26, finding 14: every
+    worker start left one in the system temp directory), none left beside it either."""
+    keys = sorted(workdir.glob("*.key"))
+    assert len(keys) > 1
+    assert key_copies_outside(workdir, keys) == []
+    assert [copy for key in keys for copy in copies_beside(key)] == []
+
+
 def test_four_peers_over_the_network_equal_one_process(tmp_path: Path) -> None:
     """The equivalence: 2 stages x 2 replicas, activations and gradients over p2pd, exact mode,
     vs the in-process reference."""
@@ -73,6 +83,7 @@ def test_four_peers_over_the_network_equal_one_process(tmp_path: Path) -> None:
     spec = load_run_spec(run).replace(steps=8, seed=3, compression="none")
     torch.testing.assert_close(four["loss"], train_reference(spec), rtol=1e-3, atol=0)
     _no_leftovers(tmp_path / "four")
+    _no_key_copies(tmp_path / "four")
 
 
 @pytest.mark.slow
