@@ -170,8 +170,9 @@ def _is_ip(text: str) -> bool:
 
 
 def parse_http_address(text: str) -> tuple[str, int]:
-    """`PORT` or `HOST:PORT` (the host defaults to 127.0.0.1: exposing the page is a choice)."""
-    host, _, port = text.rpartition(":")
+    """`PORT` or `HOST:PORT` (the host defaults to 127.0.0.1: exposing the page is a choice);
+    names after a comma are parse_http_option's."""
+    host, _, port = text.split(",", 1)[0].rpartition(":")
     try:
         number = int(port)
     except ValueError:
