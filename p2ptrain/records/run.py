@@ -30,6 +30,9 @@ MAX_RUN_ID_CHARS = 64
 MAX_INT = 2**53
 MAX_TEXT_CHARS = 4096
 RESUME_MODES = ("latest", "never")
+COMPRESSIONS = ("fp16", "bf16", "int8", "none")
+SYNC_MODES = ("step", "diloco")
+OUTER_COMPRESSIONS = ("fp16", "int8", "topk")
 
 
 @dataclass(frozen=True)
@@ -112,8 +115,21 @@ class RunSpec:
     # adopts the newest state of this run (run id, model, data digest) that its members hold,
     # whatever swarm saved it; "never" starts from initial weights, and says so
     resume: str = "latest"
-    # wire formats of activations and averaged gradients: "fp16", "bf16" or "none" (exact)
+    # wire formats of activations and averaged gradients: "fp16", "bf16", "int8" (activations
+    # and their gradients per row scaled; averaging stays fp16) or "none" (exact)
     compression: str = "fp16"
+    # data parallelism: "step" averages every stage's gradients every step; "diloco" lets each
+    # pipeline (a replica, with `batch_size` sequences of its own) take `inner_steps` AdamW
+    # steps, then each stage's group averages the pseudo-gradient (parameters at the last outer
+    # step minus now) and takes an outer Nesterov step (`outer_lr`, `outer_momentum`)
+    sync: str = "step"
+    inner_steps: int = 20
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
+    # the pseudo-gradient's wire format: "fp16", "int8" (block-wise scaled) or "topk" (the
+    # largest `topk_fraction` of entries at 2 bits, the rest kept as error feedback)
+    outer_compression: str = "fp16"
+    topk_fraction: float = 0.03
     # the loss is multiplied by this before backward and every stage's gradients divided by it
     # after: a run-wide constant, so fp16 passes (GPUs without bf16) do not underflow; a power
     # of two keeps fp32 runs exact. 1 = off
@@ -224,12 +240,30 @@ class RunSpec:
             raise UserError("checkpoint_interval must be >= 0 (0 = only on exit)")
         if self.resume not in RESUME_MODES:
             raise UserError(f"resume must be 'latest' or 'never', got {self.resume!r}")
-        if self.compression not in ("fp16", "bf16", "none"):
+        if self.compression not in COMPRESSIONS:
             raise UserError(
-                f"compression must be 'fp16', 'bf16' or 'none', got {self.compression!r}"
+                f"compression must be one of {', '.join(COMPRESSIONS)}, got {self.compression!r}"
             )
+        self._check_sync_fields()
         if self.averaging_timeout_s <= 0:
             raise UserError("averaging_timeout_s must be > 0")
+
+    def _check_sync_fields(self) -> None:
+        if self.sync not in SYNC_MODES:
+            raise UserError(f"sync must be 'step' or 'diloco', got {self.sync!r}")
+        if not 1 <= self.inner_steps <= 100_000:
+            raise UserError(f"inner_steps must be in [1, 100000], got {self.inner_steps}")
+        if not 0 < self.outer_lr <= 10:
+            raise UserError(f"outer_lr must be in (0, 10], got {self.outer_lr}")
+        if not 0 <= self.outer_momentum < 1:
+            raise UserError(f"outer_momentum must be in [0, 1), got {self.outer_momentum}")
+        if self.outer_compression not in OUTER_COMPRESSIONS:
+            raise UserError(
+                f"outer_compression must be one of {', '.join(OUTER_COMPRESSIONS)}, "
+                f"got {self.outer_compression!r}"
+            )
+        if not 0 < self.topk_fraction <= 1:
+            raise UserError(f"topk_fraction must be in (0, 1], got {self.topk_fraction}")
 
     def replace(self, **changes: Any) -> RunSpec:
         """A copy with some fields changed (validated like any spec)."""
