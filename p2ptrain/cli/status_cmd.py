@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from p2ptrain.records import PeerMetrics
 
 if TYPE_CHECKING:
-    from p2ptrain.records import SwarmStatus
+    from p2ptrain.records import PeerStatus, SwarmStatus
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +43,7 @@ def _bytes(value: int | None) -> str:
 
 def format_status(status: SwarmStatus) -> str:
     """A readable report: peers with their training progress, data-plane bytes and reachability
-    (public, private or unknown: can others dial it?), planner, link matrices (RTT, measured
+    (public, private or unknown: can others dial it?), where their sessions started, planner, link matrices (RTT, measured
     rate, and how links go when some are hole-punched or relayed) and plan."""
     peers = status.peers
     lines = [
@@ -65,6 +65,7 @@ def format_status(status: SwarmStatus) -> str:
             f"{_bytes(m.bytes_sent):>10}{_bytes(m.bytes_received):>10}  "
             f"{peer.reachability:<9}{(peer.addrs or ('-',))[0]}"
         )
+    lines += _started_lines(peers)
     ids = [p.id for p in peers]
     rtt = {(link.a, link.b): link.rtt_ms for link in status.links}
     rate = {(link.a, link.b): link.bandwidth_mbps for link in status.links}
@@ -91,6 +92,14 @@ def format_status(status: SwarmStatus) -> str:
         if plan.spares:
             lines.append("  spares: " + ", ".join(_short(p) for p in plan.spares))
     return "\n".join(lines)
+
+
+def _started_lines(peers: tuple[PeerStatus, ...]) -> list[str]:
+    """Where each trainer's session started: "resumed from step N (lineage ...)" (issue 30)."""
+    said = [(p.id, p.metrics.started) for p in peers if p.metrics and p.metrics.started]
+    if not said:
+        return []
+    return ["", "started", *(f"  {_short(peer):<11}{text}" for peer, text in said)]
 
 
 def _matrix(

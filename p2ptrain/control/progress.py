@@ -15,6 +15,7 @@ Pure: the format is unit-tested (tests/control/test_progress.py).
 from __future__ import annotations
 
 from p2ptrain.records import MetricsReport
+from p2ptrain.records.start import started_text as started_text_of
 
 _UNITS = ("B", "kB", "MB", "GB", "TB")
 
@@ -34,13 +35,7 @@ def progress_line(report: MetricsReport) -> str:
 def started_text(report: MetricsReport) -> str:
     """Where the worker's session started: "resumed from step N (lineage ...)" (issue 30);
     "" for an older worker that does not say."""
-    if report.start_step is None:
-        return ""
-    if report.start_lineage:
-        return f"resumed from step {report.start_step} (lineage {report.start_lineage})"
-    if report.resume_never:
-        return 'started from initial weights (resume = "never")'
-    return f"started from initial weights at step {report.start_step}"
+    return started_text_of(report.start_step, report.start_lineage, report.resume_never)
 
 
 def averaging_text(report: MetricsReport) -> str:

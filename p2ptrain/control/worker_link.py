@@ -101,6 +101,9 @@ class WorkerLink:
                 control_bytes_sent=TRAFFIC.sent,
                 control_bytes_received=TRAFFIC.received,
                 relay_bytes=state.relay.bytes_relayed,
+                start_step=message.start_step,
+                start_lineage=message.start_lineage,
+                resume_never=message.resume_never,
             )
             if self.print_progress:
                 print(progress_line(message), flush=True)

@@ -11,7 +11,6 @@ Metrics logs (`join --metrics-log`) also carry `session`: a plan the worker star
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -20,6 +19,7 @@ from p2ptrain.records import fields as f
 from p2ptrain.records.peer import StageCompute
 from p2ptrain.records.plan import Plan
 from p2ptrain.records.run import RunSpec
+from p2ptrain.records.start import parse_start_lineage
 
 AVERAGING_OUTCOMES = ("solo", "averaged", "local", "stopped")
 # what a worker is doing: starting its data plane, waiting for a plan it can train on, joining a
@@ -179,19 +179,10 @@ class MetricsReport:
             backward_cpu_s=f.optional_number(d.get("backward_cpu_s"), "metrics", "backward_cpu_s"),
             update_cpu_s=f.optional_number(d.get("update_cpu_s"), "metrics", "update_cpu_s"),
             start_step=f.optional_integer(d.get("start_step"), "metrics", "start_step"),
-            start_lineage=_start_lineage(d.get("start_lineage", "")),
+            start_lineage=parse_start_lineage(d.get("start_lineage", ""), "metrics"),
             resume_never=f.boolean(d.get("resume_never", False), "metrics", "resume_never"),
             **values,
         )
-
-
-_START_LINEAGE = re.compile(r"^([0-9a-f]{16}|root)?$")
-
-
-def _start_lineage(value: object) -> str:
-    if not isinstance(value, str) or not _START_LINEAGE.match(value):
-        raise f.malformed("metrics", "start_lineage must be a lineage id, 'root' or ''")
-    return value
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import Any
 
 from p2ptrain.records import fields as f
 from p2ptrain.records.reachability import REACHABILITY
+from p2ptrain.records.start import parse_start_lineage, started_text
 from p2ptrain.records.token import Token
 
 ROLES = ("trainer", "control-only", "bootstrap", "observer")
@@ -210,9 +211,20 @@ class PeerMetrics:
     control_bytes_sent: int | None = None
     control_bytes_received: int | None = None
     relay_bytes: int | None = None  # what its relay moved for NATed peers, cumulative
+    # where its worker's session started (issue 30; records/start.py): the first step (None:
+    # not known), the lineage of the state it resumed ("root" untagged, "" initial weights),
+    # and whether it started fresh because the run says resume = "never"
+    start_step: int | None = None
+    start_lineage: str = ""
+    resume_never: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @property
+    def started(self) -> str:
+        """Where the session started, as `status` and the dashboard say it ("": not known)."""
+        return started_text(self.start_step, self.start_lineage, self.resume_never)
 
     @classmethod
     def from_dict(cls, data: object) -> PeerMetrics:
@@ -234,6 +246,10 @@ class PeerMetrics:
                 d.get("control_bytes_received"), "metrics", "control_bytes_received"
             ),
             relay_bytes=f.optional_integer(d.get("relay_bytes"), "metrics", "relay_bytes"),
+            # optional: peers of before issue 30 do not send them
+            start_step=f.optional_integer(d.get("start_step"), "metrics", "start_step"),
+            start_lineage=parse_start_lineage(d.get("start_lineage", ""), "metrics"),
+            resume_never=f.boolean(d.get("resume_never", False), "metrics", "resume_never"),
         )
 
 

@@ -51,6 +51,8 @@ class PeerStatus:
             "compute_gflops": self.compute_gflops, "last_seen_s": self.last_seen_s,
             "penalty": self.penalty,
             "metrics": None if self.metrics is None else self.metrics.to_dict(),
+            # derived from metrics, for readers: "resumed from step N (lineage ...)"
+            "started": "" if self.metrics is None else self.metrics.started,
             "health": None if self.health is None else self.health.to_dict(),
             "stage_compute": None if self.stage_compute is None else self.stage_compute.to_dict(),
             "reachability": self.reachability, "relays": list(self.relays),

@@ -96,7 +96,8 @@ def telemetry_dict() -> dict[str, Any]:
         "metrics": {"step": 3, "loss": 4.5, "tokens_per_s": 900.0, "stage": 1, "replica": 0,
                     "bytes_sent": 123456, "bytes_received": 654321, "step_s": 0.7,
                     "averaging": {"averaged": 3, "local": 1}, "control_bytes_sent": 4096,
-                    "control_bytes_received": 8192, "relay_bytes": 4096},
+                    "control_bytes_received": 8192, "relay_bytes": 4096, "start_step": 2,
+                    "start_lineage": "0123456789abcdef", "resume_never": False},
     }  # fmt: skip
 
 
@@ -118,6 +119,7 @@ def status_dict() -> dict[str, Any]:
     peer = {"id": A, "alive": True, "planner": True, "last_seen_s": 0.0, "penalty": 0.0,
             "metrics": telemetry_dict()["metrics"], "health": {"ok": True, "reason": ""},
             "stage_compute": compute_dict(),
+            "started": "resumed from step 2 (lineage 0123456789abcdef)",
             **peer_dict()}  # fmt: skip
     del peer["planner_capable"], peer["relay_addrs"]
     plan = {k: v for k, v in plan_dict().items() if k not in ("data_addrs", "network", "lineage")}

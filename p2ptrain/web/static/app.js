@@ -49,7 +49,8 @@ function renderPeers(s) {
       el("td", {}, m.stage === null || m.stage === undefined ? "-" : `${m.stage}/${m.replica}`),
       el("td", {}, m.step ?? "-"), el("td", {}, num(m.loss, 3)), el("td", {}, num(m.tokens_per_s, 0)),
       el("td", {}, bytes(sum(m.bytes_sent, m.control_bytes_sent))),
-      el("td", {}, bytes(sum(m.bytes_received, m.control_bytes_received))));
+      el("td", {}, bytes(sum(m.bytes_received, m.control_bytes_received))),
+      el("td", { class: "started" }, p.started || "-"));
     if (!p.alive) row.classList.add("dead");
     if (p.planner) row.classList.add("planner");
     body.append(row);
