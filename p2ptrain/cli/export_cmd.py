@@ -1,6 +1,7 @@
 """`p2ptrain export`: a run's stage checkpoints merged into a Hugging Face model directory
 (config.json and model.safetensors) that `transformers` loads with
-`AutoModelForCausalLM.from_pretrained(OUT)`."""
+`AutoModelForCausalLM.from_pretrained(OUT)`. It prints the step and lineage it exported, and a
+line for each file of another run it left out."""
 
 from __future__ import annotations
 
@@ -28,6 +29,12 @@ def run(args: argparse.Namespace) -> int:
 
     spec = load_run_spec(args.run)
     directory = Path(args.checkpoint_dir) if args.checkpoint_dir else checkpoint_dir(spec)
-    step = export_hf(spec, directory, Path(args.out), args.step)
-    print(f"{args.out}: {spec.model} model of run {spec.run_id!r} at step {step}")
+    merged = export_hf(spec, directory, Path(args.out), args.step)
+    for line in merged.skipped:  # another run's files in the same directory
+        print(line)
+    lineage = "" if merged.lineage is None else f" (lineage {merged.lineage})"
+    print(f"{args.out}: {spec.model} model of run {spec.run_id!r} at step {merged.step}{lineage}")
+    if merged.other_lineages:
+        print(f"step {merged.step} was also saved under lineage "
+              f"{', '.join(merged.other_lineages)}: exported the one saved last")  # fmt: skip
     return 0

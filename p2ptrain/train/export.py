@@ -2,17 +2,21 @@
 
 `config.json` (LlamaForCausalLM for llama runs, GPT2LMHeadModel for nanogpt ones) and
 `model.safetensors`, which `transformers.AutoModelForCausalLM.from_pretrained(directory)` loads
-and which computes our model's logits. The states merged are those of one step: the newest step
-(or the one asked for) whose saved stages hold every parameter of the model, whatever cuts the
-plans used (a parameter is named model-wide, as in train/recut.py).
+and which computes our model's logits. The states merged are those of one step and one lineage: the
+newest step (or the one asked for) whose saved stages hold every parameter of the model, whatever
+cuts the plans used (a parameter is named model-wide, as in train/recut.py); where two lineages
+saved that step (a restarted swarm, a partition's halves), the one saved last. Files of another
+run in the directory are left out, each with a line saying why.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +26,7 @@ import torch
 from p2ptrain.errors import UserError
 from p2ptrain.records.model_config import ModelConfig
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.checkpoint import checkpoint_path, list_states, read_file, read_state
+from p2ptrain.train.checkpoint import list_states, other_run, read_file, read_state
 from p2ptrain.train.model import Stage
 from p2ptrain.train.recut import model_wide
 
@@ -36,13 +40,24 @@ def model_wide_names(spec: RunSpec) -> list[str]:
     return [model_wide(name, whole.layers) for name in whole.state_dict()]
 
 
-def _states_by_step(directory: Path) -> dict[int, list[tuple[range, Path]]]:
+@dataclass(frozen=True)
+class Source:
+    """A stage state file the export may read: its layers and lineage id ("root": untagged;
+    None: a latest file, whose name does not say)."""
+
+    layers: range
+    path: Path
+    lineage: str | None
+
+
+def _states_by_step(directory: Path) -> dict[int, list[Source]]:
     """The directory's stage states by step: stamped files (step in the name), else the latest
     files (`save_stage` writes only those), whose step is read from the file."""
-    found: dict[int, list[tuple[range, Path]]] = defaultdict(list)
+    found: dict[int, list[Source]] = defaultdict(list)
     for state in list_states(directory):
         a, b = (int(n) for n in state.key[1:].split("-"))
-        found[state.step].append((range(a, b), state.path))
+        lineage = "root" if state.tag is None else state.tag.partition("-e")[0]
+        found[state.step].append(Source(range(a, b), state.path, lineage))
     if found or not directory.is_dir():
         return found
     for name in sorted(os.listdir(directory)):
@@ -50,39 +65,67 @@ def _states_by_step(directory: Path) -> dict[int, list[tuple[range, Path]]]:
         if match and int(match[1]) < int(match[2]):
             step = read_file(directory / name).get("step")
             if isinstance(step, int):
-                found[step].append((range(int(match[1]), int(match[2])), directory / name))
+                found[step].append(Source(range(int(match[1]), int(match[2])), directory / name,
+                                          None))  # fmt: skip
     return found
 
 
-def merged_weights(
-    spec: RunSpec, directory: Path, step: int | None = None
-) -> tuple[int, dict[str, torch.Tensor]]:
-    """The step and the model-wide weights of the whole model, from the stage states of one
-    step in `directory` (default: the newest step at which they hold every parameter)."""
+@dataclass(frozen=True)
+class Merged:
+    """What an export merged: the step, the lineage its states were saved under (None: not
+    known), the other lineages that saved that step too, and why files were left out."""
+
+    step: int
+    weights: dict[str, torch.Tensor]
+    lineage: str | None
+    other_lineages: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+
+
+def merged_weights(spec: RunSpec, directory: Path, step: int | None = None) -> Merged:
+    """The model-wide weights of the whole model from the stage states of one step and one
+    lineage in `directory` (default: the newest step at which one lineage holds every
+    parameter; of several lineages there, the one saved last). States of another run (run id,
+    model shape, data digest) or unreadable ones are left out, each with the reason."""
     names = model_wide_names(spec)
     by_step = _states_by_step(directory)
     steps = [step] if step is not None else sorted(by_step, reverse=True)
+    skipped: dict[Path, str] = {}
     for candidate in steps:
-        sources = by_step.get(candidate, [])
-        # the latest link first: where a step was saved under two lineages, the one trained on
-        sources.sort(key=lambda s: not _is_latest(directory, s[0], s[1]))
-        weights: dict[str, torch.Tensor] = {}
-        for layers, path in sources:
-            state = read_state(path, spec, layers)
-            for name, tensor in state["model_state"].items():
-                weights.setdefault(model_wide(name, layers), tensor)
-        if all(name in weights for name in names):
-            return candidate, {name: weights[name] for name in names}
+        sources = []
+        for source in by_step.get(candidate, []):
+            problem = other_run(source.path, spec)
+            if problem is None:
+                sources.append(source)
+            else:
+                skipped[source.path] = f"skipped {source.path.name}: {problem}"
+        groups: dict[str | None, list[Source]] = defaultdict(list)
+        for source in sources:
+            groups[source.lineage].append(source)
+        # two swarms that saved one step (a partition's halves, a restart): never mix them
+        for lineage in sorted(groups, key=lambda g: _newest_mtime(groups[g]), reverse=True):
+            weights: dict[str, torch.Tensor] = {}
+            for source in groups[lineage]:
+                state = read_state(source.path, spec, source.layers)
+                for name, tensor in state["model_state"].items():
+                    weights.setdefault(model_wide(name, source.layers), tensor)
+            if all(name in weights for name in names):
+                others = tuple(sorted(str(g) for g in groups if g != lineage))
+                return Merged(candidate, {name: weights[name] for name in names}, lineage,
+                              others, tuple(skipped.values()))  # fmt: skip
     which = f"step {step}" if step is not None else "any step"
-    raise UserError(f"{directory} holds no stage states of {which} that cover the whole model")
+    raise UserError(
+        f"{directory} holds no stage states of {which} of one lineage that cover the whole model"
+        + "".join(f"; {line}" for line in skipped.values())
+    )
 
 
-def _is_latest(directory: Path, layers: range, path: Path) -> bool:
-    latest = checkpoint_path(directory, layers)
-    try:
-        return latest.exists() and os.path.samefile(latest, path)
-    except OSError:
-        return False
+def _newest_mtime(sources: list[Source]) -> int:
+    times = []
+    for source in sources:
+        with contextlib.suppress(OSError):
+            times.append(source.path.stat().st_mtime_ns)
+    return max(times, default=0)
 
 
 def hf_name(name: str, family: str) -> str:
@@ -151,13 +194,13 @@ def hf_weights(weights: dict[str, torch.Tensor], family: str) -> dict[str, torch
     return renamed
 
 
-def export_hf(spec: RunSpec, directory: Path, out: Path, step: int | None = None) -> int:
+def export_hf(spec: RunSpec, directory: Path, out: Path, step: int | None = None) -> Merged:
     """Write the run's model, merged from its stage states in `directory`, to `out` as a
-    Hugging Face model directory; the step exported."""
-    step, weights = merged_weights(spec, directory, step)
+    Hugging Face model directory; what was merged (its step and lineage)."""
+    merged = merged_weights(spec, directory, step)
     config = spec.model_config()
     out.mkdir(parents=True, exist_ok=True)
-    tensors = hf_weights(weights, config.family)
+    tensors = hf_weights(merged.weights, config.family)
     safetensors.torch.save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(hf_config(config), indent=2) + "\n")
-    return step
+    return merged

@@ -78,7 +78,7 @@ def test_a_tied_one_stage_llama_exports_its_one_embedding(tmp_path: Path) -> Non
     whole = build_model(spec)
     train_reference(spec, steps=2, model=whole)
     save_stage(checkpoint_path(tmp_path, whole.layers), spec, whole, make_optimizer(whole, spec), 2)
-    assert export_hf(spec, tmp_path, tmp_path / "hf") == 2  # the latest file alone (no history)
+    assert export_hf(spec, tmp_path, tmp_path / "hf").step == 2  # the latest file alone (no history)
     idx = torch.randint(0, 256, (2, spec.block_size))
     with torch.no_grad():
         ours = whole(idx)
@@ -104,7 +104,7 @@ def test_an_export_needs_every_layer_at_one_step(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="cover the whole model"):
         export_hf(spec, tmp_path, tmp_path / "hf")
     checkpoint_as_stages(spec, whole, tmp_path, [range(1, 2)])
-    assert export_hf(spec, tmp_path, tmp_path / "hf") == spec.steps
+    assert export_hf(spec, tmp_path, tmp_path / "hf").step == spec.steps
     with pytest.raises(UserError, match="step 1 "):
         export_hf(spec, tmp_path, tmp_path / "hf", step=1)
 
