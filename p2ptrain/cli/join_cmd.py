@@ -79,9 +79,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--http",
-        metavar="[HOST:]PORT",
+        metavar="[HOST:]PORT[,NAME...]",
         help="serve the live dashboard (the page, /api/status, /metrics) on [HOST:]PORT; read-only; "
-        "HOST defaults to 127.0.0.1 (0.0.0.0 exposes it)",
+        "HOST defaults to 127.0.0.1 (0.0.0.0 exposes it); NAMEs: the host names the page may be "
+        "reached by besides IP addresses and localhost (Host header, e.g. a reverse proxy's)",
     )
     parser.add_argument(
         "--quiet",
