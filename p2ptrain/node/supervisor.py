@@ -20,19 +20,17 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from types import FrameType
 
 from p2ptrain import addresses, procs
 from p2ptrain.identity import load_or_create_identity
+from p2ptrain.node.ipc_dir import IpcDir
 from p2ptrain.worker.faults import NO_FAULTS, Faults
 from p2ptrain.worker.settings import WorkerSettings
 
@@ -120,8 +118,8 @@ class Supervisor:
         load_or_create_identity(self.identity)  # create it once, before two children race for it
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self._on_signal)
-        ipc_dir = tempfile.mkdtemp(prefix="p2ptrain-node-")
-        ipc_path = str(Path(ipc_dir) / "control.sock")
+        ipc_dir = IpcDir(self.identity)  # beside the identity: node/ipc_dir.py
+        ipc_path = ipc_dir.path
         children: list[subprocess.Popen[bytes]] = []
         try:
             control = self._start_control(ipc_path, first=True)
@@ -148,7 +146,7 @@ class Supervisor:
             return self._finish(children)
         finally:
             procs.stop_groups(children, STOP_GRACE_S)
-            shutil.rmtree(ipc_dir, ignore_errors=True)
+            ipc_dir.remove()
 
     def _start_control(self, ipc_path: str, first: bool) -> subprocess.Popen[bytes]:
         control = procs.spawn(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import tempfile
 import time
 from pathlib import Path
 
@@ -67,12 +68,20 @@ def _cmdline(pid: int) -> str:
     return ""
 
 
+def _node_folders_in_temp() -> set[str]:
+    """The nodes' IPC socket folders in the temp directory (of this and older versions)."""
+    temp = Path(tempfile.gettempdir())
+    return {p.name for pattern in ("p2ptrain-node-*", "p2ptrain-ipc-*") for p in temp.glob(pattern)}
+
+
 @pytest.mark.timeout(240)
 def test_a_crash_leaves_nothing_behind(tmp_path: Path, reaper: ProcessReaper) -> None:
     """Issue 26: SIGKILL of a node's process group (a crash, the OOM killer, `kill -9 -PGID`)
     while its planner runs searches. The search process, its helpers, the worker, hivemind's
     children and p2pd all die with it (the planner's multiprocessing worker and resource tracker
-    used to survive, reparented to init)."""
+    used to survive, reparented to init), and no socket folder stays in the temp directory (the
+    one beside the identity goes at the next start)."""
+    temp_before = _node_folders_in_temp()
     boot, boot_addr = start_bootstrap(reaper, tmp_path)
     trainer, trainer_addr = start_peer(reaper, tmp_path, boot_addr, "trainer", trainer=True)
     control, control_addr = start_peer(reaper, tmp_path, boot_addr, "control")
@@ -95,5 +104,14 @@ def test_a_crash_leaves_nothing_behind(tmp_path: Path, reaper: ProcessReaper) ->
         os.killpg(proc.pid, signal.SIGKILL)  # the supervisor's process group
     left = wait_all_gone(everything, 10)
     assert left == [], f"outlived their node: {[_cmdline(p)[:120] for p in left]}"
+    assert _node_folders_in_temp() - temp_before == set(), "a socket folder in the temp dir"
+    stale = tmp_path / f".control.key.ipc-{control.pid}"
+    assert stale.is_dir()  # beside the identity, until the next start with it sweeps it
+    again, _ = start_peer(reaper, tmp_path, boot_addr, "control")
+    assert not stale.exists(), "the next start left the crashed node's socket folder"
+    assert (tmp_path / f".control.key.ipc-{again.pid}").is_dir()
+    os.kill(again.pid, signal.SIGTERM)
+    assert again.wait(timeout=20) == 0
+    assert not (tmp_path / f".control.key.ipc-{again.pid}").exists()  # a clean stop: gone
     os.kill(boot.pid, signal.SIGINT)
     assert boot.wait(timeout=20) in (0, 130)
