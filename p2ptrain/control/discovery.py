@@ -38,7 +38,7 @@ from p2ptrain.control.rpcs import RUN_PROTOCOL
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.view import MEMBER_ROLES
 from p2ptrain.errors import UserError
-from p2ptrain.net import rpc
+from p2ptrain.net import dial_gate, rpc
 from p2ptrain.net.dialback import remote_ip
 from p2ptrain.net.host import parse_multiaddr
 from p2ptrain.net.ratelimit import WindowLimiter
@@ -59,7 +59,7 @@ JOIN_RETRY_MAX_S = 5.0
 PEERSTORE_TTL_S = 3600
 MAX_ADDRS_PER_PEER = 2  # the addresses of one peer we ever try, in turn
 DIALS_PER_WINDOW = 16  # new dials per window, all peers together: 1,000 Sybils get no more
-DIAL_WINDOW_S = 10.0
+DIAL_WINDOW_S = 10.0  # and the host's dial gate rates every dial, any library's (net/dial_gate.py)
 
 
 def _known_addrs(peerstore: IPeerStore, peer_id: ID) -> list[str]:
@@ -113,6 +113,7 @@ class Discovery:
         if bootstrap_addr:
             self.bootstrap = info_from_p2p_addr(parse_multiaddr(bootstrap_addr, need_peer_id=True))
             state.view.bootstrap_id = self.bootstrap.peer_id.to_base58()
+            dial_gate.trust(state.host, bootstrap_addr)  # the operator's word, whatever it names
         elif state.role == "bootstrap":
             state.view.bootstrap_id = state.peer_id
         self._last_dial: dict[str, float] = {}

@@ -8,6 +8,7 @@ will not work; `fix` says what to do) or "skip" (not checked: an earlier check f
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -23,11 +24,13 @@ from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from multiaddr import Multiaddr
 
 from p2ptrain import addresses
+from p2ptrain.addresses import all_loopback
 from p2ptrain.control import wire
 from p2ptrain.control.observer import fetch_status_doc
+from p2ptrain.control.reachability import Opinion, server_network, verdict_of
 from p2ptrain.control.rpcs import RUN_PROTOCOL
 from p2ptrain.net import nat_probe, probe, rpc
-from p2ptrain.net.dialback import reachability_of, request_dial_back, tcp_target
+from p2ptrain.net.dialback import ask_dial_back, tcp_target
 from p2ptrain.net.host import full_addrs, make_host, parse_multiaddr, quiet_library_logs, run_trio
 from p2ptrain.records import DialBackReply, RunSpec
 
@@ -98,7 +101,7 @@ async def check_network(
     quiet_library_logs(logging.CRITICAL)
     logging.getLogger("libp2p").setLevel(logging.CRITICAL)
     info = info_from_p2p_addr(parse_multiaddr(bootstrap, need_peer_id=True))
-    host = make_host(os.urandom(32), announce)
+    host = make_host(os.urandom(32), announce, trusted=[bootstrap])
     async with host.run(listen_addrs=[parse_multiaddr(listen)]):
         rtt_ms = await _check_bootstrap(report, host, info, bootstrap)
         if rtt_ms is None:
@@ -107,8 +110,10 @@ async def check_network(
             return
         others = await _public_peers(host, info.peer_id)
         servers = [Server(info.peer_id, await _endpoint(bootstrap)), *others]
-        replies = await _ask_dial_backs(host, [s.peer for s in servers])
-        report.checks.append(_reachability(report, replies, ports))
+        replies, server_ips = await _ask_dial_backs(host, [s.peer for s in servers])
+        ours = full_addrs(host)
+        networks = [server_network(ip, ours) for ip in server_ips]
+        report.checks.append(_reachability(report, replies, networks, ports, all_loopback(ours)))
         report.checks.append(await _nat(report, [s.endpoint for s in servers if s.endpoint]))
         report.checks.append(_clock(report, replies[0], rtt_ms))
         report.checks.append(await _bandwidth(report, host, info.peer_id, rtt_ms))
@@ -196,34 +201,66 @@ async def _endpoint(maddr: str) -> tuple[str, int] | None:
     return (str(infos[0][4][0]), int(parts[4])) if infos else None
 
 
-async def _ask_dial_backs(host: IHost, servers: list[ID]) -> list[DialBackReply | None]:
+async def _ask_dial_backs(
+    host: IHost, servers: list[ID]
+) -> tuple[list[DialBackReply | None], list[str | None]]:
+    """Each server's reply (None: no answer) and the IP we see it at (whose opinion it is)."""
     replies: list[DialBackReply | None] = [None] * len(servers)
+    server_ips: list[str | None] = [None] * len(servers)
 
     async def ask(index: int) -> None:
-        try:
-            replies[index] = await request_dial_back(host, servers[index], full_addrs(host))
-        except Exception:
-            replies[index] = None
+        with contextlib.suppress(Exception):
+            replies[index], server_ips[index] = await ask_dial_back(
+                host, servers[index], full_addrs(host)
+            )
 
     async with trio.open_nursery() as nursery:
         for index in range(len(servers)):
             nursery.start_soon(ask, index)
-    return replies
+    return replies, server_ips
 
 
 def _reachability(
-    report: NetworkReport, replies: list[DialBackReply | None], ports: tuple[int, int]
+    report: NetworkReport,
+    replies: Sequence[DialBackReply | None],
+    networks: Sequence[str | None],
+    ports: tuple[int, int],
+    one_machine: bool = False,
 ) -> Check:
+    """The verdict a joined node would reach on these answers (control/reachability.py: the
+    bootstrap, replies[0], and a second server on another network; `networks`, each server's
+    independence key), so that doctor never says "public" where the node would not act on it."""
     outcomes = [None if r is None or r.error else r.reached for r in replies]
-    verdict = reachability_of(outcomes)
+    opinions = [
+        Opinion(str(i), networks[i], outcome, is_bootstrap=i == 0)
+        for i, outcome in enumerate(outcomes)
+    ]
+    verdict = verdict_of(opinions, am_bootstrap=False, one_machine=one_machine)
     observed = next((r.observed for r in replies if r is not None), None)
     report.facts.update(reachability=verdict, observed=observed)
     tried = [res.addr for r in replies if r is not None for res in r.results]
+    reached = sorted({res.addr for r in replies if r for res in r.results if res.ok})
+    num = sum(outcome is True for outcome in outcomes)
     if verdict == "public":
-        reached = sorted({res.addr for r in replies if r for res in r.results if res.ok})
-        num = sum(outcome is True for outcome in outcomes)
         text = f"reachability: public (dialled back at {', '.join(reached)} by {num} peer(s))"
         return Check("reachability", "ok", text)
+    if verdict == "unknown" and num:
+        return Check(
+            "reachability",
+            "warn",
+            f"reachability: not confirmed (dialled back at {', '.join(reached)} by {num} "
+            "peer(s), but a node counts as public only when the bootstrap and a peer on "
+            "another network both reach it)",
+            "run doctor again once the swarm has another public peer",
+        )
+    if verdict == "private" and num:
+        return Check(
+            "reachability",
+            "warn",
+            f"reachability: private (the bootstrap cannot dial us back; {num} other peer(s) "
+            "could, from our own network or by their word only)",
+            f"let TCP {ports[0]} and {ports[1]} in from the internet ({BEHIND_NAT})",
+        )
     if verdict == "private":
         where = ", ".join(sorted(set(tried))) or "any of our addresses"
         public_ip = (tcp_target(observed) or ("PUBLIC_IP", 0))[0] if observed else "PUBLIC_IP"

@@ -68,6 +68,16 @@ def verdict_of(opinions: Sequence[Opinion], *, am_bootstrap: bool, one_machine: 
     return "unknown"
 
 
+def server_network(server_ip: str | None, own_addrs: Sequence[str]) -> str | None:
+    """Whose opinion: the network of a server we see at `server_ip`; None when we cannot tell
+    (a server seen on loopback while we are not on one machine reached us through a route)."""
+    if server_ip is None or network_kind(server_ip) is None:
+        return None
+    if network_kind(server_ip) == LOOPBACK_KIND and not all_loopback(own_addrs):
+        return None
+    return independence_key(server_ip)
+
+
 def retry_delay_s(num_inconclusive: int) -> float:
     """When the next round comes, after this many inconclusive rounds in a row (0: a verdict)."""
     if num_inconclusive == 0:
@@ -123,13 +133,7 @@ class ReachabilityMonitor:
         return Opinion(peer, self._network(server_ip), reply.reached, is_bootstrap)
 
     def _network(self, server_ip: str | None) -> str | None:
-        """Whose opinion: the server's network, None when we cannot tell (a server seen on
-        loopback while we are not on one machine reached us through a route of ours)."""
-        if server_ip is None or network_kind(server_ip) is None:
-            return None
-        if network_kind(server_ip) == LOOPBACK_KIND and not all_loopback(self.state.addrs):
-            return None
-        return independence_key(server_ip)
+        return server_network(server_ip, self.state.addrs)
 
     async def check_once(self) -> str:
         """One round: the verdict of the servers asked now."""

@@ -26,6 +26,7 @@ from p2ptrain.control.state import NodeState
 from p2ptrain.errors import WireError
 from p2ptrain.net import relay
 from p2ptrain.net.framing import read_frame, write_frame
+from p2ptrain.net.host import connection_ips
 from p2ptrain.records.relay import OfferAnswer, RelayOffer, RelayReply, RelayRequest
 
 log = logging.getLogger(__name__)
@@ -89,21 +90,6 @@ def stream_ip(stream: INetStream) -> str:
     except Exception:  # a library connection without one
         return ""
     return str(address[0]) if address else ""
-
-
-def connection_ips(host: IHost, peer: str) -> set[str]:
-    """The remote IPs of our open connections to `peer`, as our sockets see them."""
-    try:
-        connections = host.get_network().get_connections(ID.from_base58(peer))
-    except Exception:  # not a peer id, or no such connection list
-        return set()
-    ips = set()
-    for connection in connections:
-        with contextlib.suppress(Exception):
-            address = getattr(connection.muxed_conn, "get_remote_address", lambda: None)()
-            if address:
-                ips.add(str(address[0]))
-    return ips
 
 
 class RelayService:

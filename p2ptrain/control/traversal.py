@@ -31,18 +31,13 @@ from libp2p.peer.peerinfo import PeerInfo
 from multiaddr import Multiaddr
 
 from p2ptrain.addresses import may_dial, tcp_endpoint
-from p2ptrain.control.relay_service import (
-    RELAY_PROTOCOL,
-    SIGNAL_TIMEOUT_S,
-    answer_one,
-    connection_ips,
-    exchange,
-)
+from p2ptrain.control.relay_service import RELAY_PROTOCOL, SIGNAL_TIMEOUT_S, answer_one, exchange
 from p2ptrain.control.state import NodeState
 from p2ptrain.errors import WireError
-from p2ptrain.net import relay
+from p2ptrain.net import dial_gate, relay
 from p2ptrain.net.accepting import ConnectionCaps, serve_accepting
 from p2ptrain.net.guard import start_contained
+from p2ptrain.net.host import connection_ips
 from p2ptrain.records import Plan
 from p2ptrain.records.peer import CONNECTIONS
 from p2ptrain.records.relay import (
@@ -288,9 +283,7 @@ class Traversal:
         member = self.state.view.members.get(peer)
         connected = {p.to_base58() for p in self.state.host.get_connected_peers()}
         # relays we are connected to first: a vanished relay costs a dial timeout
-        relays = sorted(
-            [] if member is None else member.record.relays, key=lambda r: r not in connected
-        )
+        relays = sorted(member.record.relays if member else (), key=lambda r: r not in connected)
         usable = [(r, raw) for r in relays if (raw := await self._dialled_relay(r)) is not None]
         # punch first, signalled through each relay in turn (one attempt each, at most
         # PUNCH_ATTEMPTS): a relay that fails the signalling says nothing about the NATs, a
@@ -375,9 +368,11 @@ class Traversal:
 
     async def pin_control_route(self, peer: str) -> None:
         """Make our control host dial `peer` through its route only (py-libp2p drops loopback
-        addresses when any other is known, and blocks a peer for 60 s after failed dials)."""
+        addresses when any other is known, and blocks a peer for 60 s after failed dials; the
+        dial gate, net/dial_gate.py, lets a node off loopback dial there only to our routes)."""
         peer_id = ID.from_base58(peer)
         addr = await self.route(peer, "control")
+        dial_gate.trust(self.state.host, addr)
         peerstore = self.state.host.get_peerstore()
         peerstore.clear_addrs(peer_id)
         peerstore.add_addrs(peer_id, [Multiaddr(addr.rsplit("/p2p/", 1)[0])], PEERSTORE_TTL_S)

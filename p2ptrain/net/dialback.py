@@ -106,17 +106,6 @@ def dial_candidates(addrs: Sequence[str], observed_ip: str) -> list[tuple[str, i
     return list(dict.fromkeys(candidates))[:MAX_DIALS_PER_REQUEST]
 
 
-def reachability_of(outcomes: Sequence[bool | None]) -> str:
-    """`doctor`'s verdict of one round of asking servers: "public" if any reached us, "private"
-    if all of them answered and none did, else "unknown" (None: a server that did not answer).
-    A node's own verdict, which it acts on, asks more (control/reachability.py)."""
-    if any(outcome is True for outcome in outcomes):
-        return "public"
-    if outcomes and all(outcome is False for outcome in outcomes):
-        return "private"
-    return "unknown"
-
-
 def _throwaway_upgrader() -> TransportUpgrader:
     """Noise with a fresh key: our dial-back is nobody the requester knows."""
     key_pair = create_new_key_pair(os.urandom(32))

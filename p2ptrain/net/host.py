@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
@@ -11,6 +12,7 @@ from libp2p import new_host
 from libp2p.abc import IHost
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
+from libp2p.peer.id import ID
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
@@ -19,6 +21,7 @@ from multiaddr import Multiaddr
 
 from p2ptrain import addresses
 from p2ptrain.errors import UserError
+from p2ptrain.net import dial_gate
 from p2ptrain.net.guard import guard_inbound_streams
 
 # Loggers that report routine events (a peer closing a stream) at WARNING, 100+ times a run.
@@ -58,33 +61,60 @@ def quiet_library_logs(level: int = logging.ERROR) -> None:
     logging.getLogger("libp2p.network.swarm").addFilter(_DIAL_BACK_FILTER)  # a set: added once
 
 
-def make_host(seed: bytes, announce: Sequence[str] = ()) -> IHost:
+def make_host(seed: bytes, announce: Sequence[str] = (), trusted: Sequence[str] = ()) -> IHost:
     """A host for the Ed25519 seed with Noise as the only security (no plaintext) and yamux,
     whose every inbound stream runs guarded: a handler's exception, ours or the library's,
-    resets that stream only (net/guard.py). It advertises `announce` if given, else its listen addresses with 0.0.0.0 replaced by this
+    resets that stream only (net/guard.py), and whose every outbound connection passes the dial
+    gate (net/dial_gate.py; `trusted`: the addresses the operator gave, let through). It
+    advertises `announce` if given, else its listen addresses with 0.0.0.0 replaced by this
     machine's interface addresses (p2ptrain/addresses.py): identify, the DHT and our peer record
     all hand out get_addrs(), and nobody can dial 0.0.0.0."""
     key_pair = create_new_key_pair(seed)
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
+    interfaces = [] if announce else addresses.interface_ip4s()  # once, not per identify
     host = new_host(
         key_pair=key_pair,
         sec_opt={NOISE_PROTOCOL_ID: noise},
         muxer_opt=cast(Any, {YAMUX_PROTOCOL_ID: Yamux}),
-        **_advertising(announce),
+        **_advertising(announce, interfaces),
     )
     guard_inbound_streams(host)
+
+    def own_addrs() -> list[str]:
+        """What we advertise, less what peers say they observe us at (they could name any
+        network as ours): the gate's measure of which networks are ours."""
+        listening = [str(addr) for addr in host.get_transport_addrs()]
+        return list(announce) or addresses.expand(listening, interfaces)
+
+    dial_gate.install(host, dial_gate.DialGate(own_addrs, lambda: connection_ips(host), trusted))
     return host
 
 
-def _advertising(announce: Sequence[str]) -> dict[str, Any]:
+def _advertising(announce: Sequence[str], interfaces: list[str]) -> dict[str, Any]:
     if announce:
         return {"announce_addrs": [parse_multiaddr(a) for a in announce]}
-    interfaces = addresses.interface_ip4s()  # once: get_addrs() runs on every identify
 
     def advertised(candidates: list[Multiaddr]) -> list[Multiaddr]:
         return [Multiaddr(a) for a in addresses.expand([str(c) for c in candidates], interfaces)]
 
     return {"addrs_factory": advertised}
+
+
+def connection_ips(host: IHost, peer: str | None = None) -> set[str]:
+    """The remote IPs of our open connections (to `peer`, or to anyone), as our sockets see
+    them."""
+    try:
+        network = host.get_network()
+        connections = network.get_connections(None if peer is None else ID.from_base58(peer))
+    except Exception:  # not a peer id, or no such connection list
+        return set()
+    ips = set()
+    for connection in connections:
+        with contextlib.suppress(Exception):
+            address = getattr(connection.muxed_conn, "get_remote_address", lambda: None)()
+            if address:
+                ips.add(str(address[0]))
+    return ips
 
 
 def parse_multiaddr(text: str, *, need_peer_id: bool = False) -> Multiaddr:

@@ -19,9 +19,12 @@ def reply(*oks: bool, error: str = "", time_s: float | None = None) -> DialBackR
     return DialBackReply(OBSERVED, results, time.time() if time_s is None else time_s, error)
 
 
+BOOT, OTHER, SAME_24 = "198.51.100.0/24", "8.8.8.0/24", "198.51.100.0/24"  # independence keys
+
+
 def test_a_private_peer_is_told_which_ports_to_forward_and_what_to_announce() -> None:
     report = NetworkReport()
-    check = _reachability(report, [reply(False), reply(False)], (7401, 7402))
+    check = _reachability(report, [reply(False), reply(False)], [BOOT, OTHER], (7401, 7402))
     # a warning: the planner places a private peer beside public ones, which it dials itself
     assert check.status == "warn" and report.facts["reachability"] == "private"
     assert "no dial-back reached /ip4/203.0.113.7/tcp/7401; 2 peer(s) tried" in check.text
@@ -31,14 +34,36 @@ def test_a_private_peer_is_told_which_ports_to_forward_and_what_to_announce() ->
     assert report.facts["observed"] == OBSERVED
 
 
-def test_one_dial_back_that_reached_us_makes_us_public() -> None:
-    check = _reachability(NetworkReport(), [reply(False), reply(False, True)], (7401, 7402))
-    assert check.status == "ok" and "public" in check.text and "by 1 peer(s)" in check.text
+def test_public_needs_the_bootstrap_and_a_second_network_as_a_node_decides() -> None:
+    both = [reply(True), reply(False, True)]
+    check = _reachability(NetworkReport(), both, [BOOT, OTHER], (7401, 7402))
+    assert check.status == "ok" and "public" in check.text and "by 2 peer(s)" in check.text
+    # on one machine there is no second network: the bootstrap's word is enough
+    check = _reachability(NetworkReport(), [reply(True)], ["127.0.0.1"], (7401, 7402), True)
+    assert check.status == "ok" and "public" in check.text
+
+
+@pytest.mark.parametrize(
+    ("replies", "networks", "verdict"),
+    [
+        ([None, reply(True)], [None, OTHER], "unknown"),  # one stranger's word: no verdict
+        ([reply(True), reply(True)], [BOOT, SAME_24], "unknown"),  # one /24 is one opinion
+        ([reply(True)], [BOOT], "unknown"),  # the bootstrap alone, off one machine
+        ([reply(False), reply(True)], [BOOT, OTHER], "private"),  # the bootstrap says no
+    ],
+)
+def test_one_server_reaching_us_is_not_called_public(
+    replies: list[DialBackReply | None], networks: list[str | None], verdict: str
+) -> None:
+    report = NetworkReport()
+    check = _reachability(report, replies, networks, (7401, 7402))
+    assert report.facts["reachability"] == verdict
+    assert check.status == "warn" and "public (" not in check.text
 
 
 def test_no_verdict_is_a_warning_not_a_failure() -> None:
     report = NetworkReport()
-    check = _reachability(report, [reply(error="rate limited"), None], (7401, 7402))
+    check = _reachability(report, [reply(error="rate limited"), None], [BOOT, None], (7401, 7402))
     assert check.status == "warn" and "rate limited" in check.text
     assert report.facts["reachability"] == "unknown"
 

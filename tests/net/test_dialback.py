@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
-import pytest
 import trio
 from libp2p.abc import IHost
 from libp2p.peer.peerinfo import info_from_p2p_addr
@@ -19,7 +18,6 @@ from p2ptrain.net import dialback, probe
 from p2ptrain.net.dialback import (
     DialBackServer,
     dial_candidates,
-    reachability_of,
     request_dial_back,
 )
 from p2ptrain.net.framing import FrameError, read_frame, write_frame
@@ -137,22 +135,6 @@ def test_requests_past_the_rate_limit_are_refused_without_a_dial() -> None:
     assert [r.reached for r in replies] == [True, True, False]
     assert replies[2].error == "rate limited" and replies[2].results == ()
     assert replies[2].time_s > 1e9  # the clock still answers: doctor's skew check
-
-
-@pytest.mark.parametrize(
-    ("outcomes", "verdict"),
-    [
-        ([], "unknown"),
-        ([None], "unknown"),
-        ([False], "private"),
-        ([False, False, False], "private"),
-        ([False, None], "unknown"),
-        ([None, True], "public"),
-        ([False, True], "public"),
-    ],
-)
-def test_the_verdict_of_a_round(outcomes: list[bool | None], verdict: str) -> None:
-    assert reachability_of(outcomes) == verdict
 
 
 def test_a_window_limiter_counts_per_key_and_in_all() -> None:

@@ -1,0 +1,142 @@
+"""One gate for every connection a host opens, whoever asks: our code, Kademlia's lookups (the
+routing-table refresh, get/put of records, find_peer), identify, pubsub, the auto-connector.
+
+Other peers name addresses to the library as well as to us (a DHT answer's closer peers, a
+signed peer record): each is a hint, never a target, or a hostile peer could aim a whole swarm's
+lookups at a victim. So, at two places of py-libp2p's path:
+- the peerstore (what every dial reads its addresses from) takes only addresses we may dial,
+  at most MAX_STORED_ADDRS per peer: a refused address never crowds out a good one;
+- each transport's dial, the last step before a socket, opens a connection only to an address
+  we may dial, and within one rate: ATTEMPTS_PER_ENDPOINT per endpoint and ATTEMPTS_PER_WINDOW
+  in all per GATE_WINDOW_S (a refused dial raises before any packet).
+"We may dial" is addresses.may_dial against our own advertised addresses (a global address, or
+loopback / a private network of our own kind; never link-local, multicast, reserved or a DNS
+name), or an IP a peer is connected to us from (what the network shows, not what a peer says).
+Trusted endpoints pass without a rate: the bootstrap address the operator gave, our own local
+routes (control/traversal.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, cast
+
+from libp2p.abc import IHost
+from libp2p.peer.id import ID
+from libp2p.peer.peerstore import PeerStoreError
+from libp2p.transport.exceptions import OpenConnectionError
+from multiaddr import Multiaddr
+
+from p2ptrain.addresses import LOOPBACK_KIND, ip_of, may_dial, network_kind, own_ips
+from p2ptrain.net.ratelimit import WindowLimiter
+
+log = logging.getLogger(__name__)
+
+GATE_WINDOW_S = 10.0
+ATTEMPTS_PER_ENDPOINT = 4  # one dial and py-libp2p's 3 retries of it
+# connection attempts per window, all endpoints together: discovery's 16 dials of 4 attempts
+# each (control/discovery.py) fit, and 1,000 names handed out by Sybils get no more
+ATTEMPTS_PER_WINDOW = 64
+MAX_STORED_ADDRS = 16  # per peer in the peerstore (a peer record's bound too): the first stay
+
+_GATES: weakref.WeakKeyDictionary[IHost, DialGate] = weakref.WeakKeyDictionary()
+
+
+class DialGate:
+    """The rule and the rate for one host's outbound connections (module docstring)."""
+
+    def __init__(
+        self,
+        own_addrs: Callable[[], Sequence[str]],
+        seen_ips: Callable[[], Iterable[str]] = lambda: (),
+        trusted: Iterable[str] = (),
+    ) -> None:
+        self.own_addrs = own_addrs
+        self.seen_ips = seen_ips
+        self.trusted = {endpoint_key(addr) for addr in trusted}
+        self.limiter = WindowLimiter(ATTEMPTS_PER_ENDPOINT, ATTEMPTS_PER_WINDOW, GATE_WINDOW_S)
+        self.num_refused = 0
+
+    def trust(self, maddr: str) -> None:
+        """Let `maddr`'s endpoint through, unrated: an address the operator or we chose."""
+        self.trusted.add(endpoint_key(maddr))
+
+    def may_dial(self, maddr: str) -> bool:
+        """The rule alone: a trusted endpoint, or an IP we may dial or are connected from."""
+        if endpoint_key(maddr) in self.trusted:
+            return True
+        ip = ip_of(maddr)
+        if ip is None:
+            return False  # a DNS name (not the operator's), or no IP address at all
+        if may_dial(ip, own_ips(self.own_addrs())):
+            return True
+        # loopback is where relayed and punched connections come spliced from: no evidence
+        return network_kind(ip) not in (None, LOOPBACK_KIND) and ip in set(self.seen_ips())
+
+    def refusal(self, maddr: str, now: float) -> str:
+        """'' if a connection attempt to `maddr` may go out at `now` (counted), else why not."""
+        key = endpoint_key(maddr)
+        if key in self.trusted:
+            return ""
+        why = ""
+        if not self.may_dial(maddr):
+            why = "not an address we dial"
+        elif not self.limiter.allow(key, now):
+            why = "over the outbound dial rate"
+        if why:
+            self.num_refused += 1
+            if self.num_refused % 100 == 1:  # the 1st, then every 100th: no log flood
+                log.info("refused a dial to %s (%d so far): %s", key, self.num_refused, why)
+        return why
+
+
+def endpoint_key(maddr: str) -> str:
+    """/ip4|ip6|dns*/HOST/tcp|udp/PORT of a multiaddr (its /p2p/ and anything after cut)."""
+    return "/".join(str(maddr).split("/")[:5])
+
+
+def install(host: IHost, gate: DialGate) -> None:
+    """Put `gate` in front of the host's peerstore and every transport's dials."""
+    _GATES[host] = gate
+    peerstore = host.get_peerstore()
+    store = peerstore.add_addrs
+
+    def add_addrs(peer_id: ID, addrs: Sequence[Multiaddr], ttl: int = 0) -> None:
+        try:
+            held = len(peerstore.addrs(peer_id))
+        except PeerStoreError:  # not known yet, or expired
+            held = 0
+        allowed = [addr for addr in addrs if gate.may_dial(str(addr))]
+        if allowed:  # a peer named with refused addresses only is not even stored
+            store(peer_id, allowed[: max(0, MAX_STORED_ADDRS - held)], ttl)
+
+    peerstore.add_addrs = add_addrs  # type: ignore[method-assign]
+    for transport in cast(Any, host.get_network()).transport_manager.get_transports():
+        for name in ("dial", "dial_with_source"):  # the second: DCUtR's punches
+            dial = getattr(transport, name, None)
+            if dial is not None:
+                setattr(transport, name, _gated(gate, dial))
+
+
+def gate_of(host: IHost) -> DialGate | None:
+    return _GATES.get(host)
+
+
+def trust(host: IHost, maddr: str) -> None:
+    """DialGate.trust on the host's gate, if it has one."""
+    gate = _GATES.get(host)
+    if gate is not None:
+        gate.trust(maddr)
+
+
+def _gated(gate: DialGate, dial: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    async def gated_dial(maddr: Multiaddr, *args: Any) -> Any:
+        why = gate.refusal(str(maddr), time.monotonic())
+        if why:
+            raise OpenConnectionError(f"dial to {maddr} refused: {why}")
+        return await dial(maddr, *args)
+
+    return gated_dial
