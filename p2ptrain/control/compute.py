@@ -72,6 +72,7 @@ def peer_compute(
     return PeerCompute(
         times[0], times[1], times[2], run.n_layer, run.batch_size, run.micro_batches,
         memory_bytes=memory, stage_bytes=RunStageBytes(run),
+        batch_per_replica=run.sync == "diloco",
     )  # fmt: skip
 
 
@@ -93,9 +94,10 @@ class RunStageBytes:
 
     def __call__(self, stages: int, replicas: int, sizes: Sequence[int]) -> list[float]:
         from p2ptrain.schedule.memory import stage_memory
+        from p2ptrain.schedule.workload import replica_batch_rows
 
         run, config = self.run, self.run.model_config()
-        rows = math.ceil(math.ceil(run.batch_size / replicas) / run.micro_batches)
+        rows = math.ceil(math.ceil(replica_batch_rows(run, replicas)) / run.micro_batches)
         starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
         return [
             float(stage_memory(config, range(starts[j], starts[j + 1]), rows,

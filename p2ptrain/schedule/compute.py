@@ -40,10 +40,13 @@ class PeerCompute:
     embed_row_s: FloatArray  # (N,) the embedding (first stage only)
     head_row_s: FloatArray  # (N,) final norm, head and loss (last stage only)
     n_layer: int
-    batch_size: int  # global batch in rows, split over the replicas
+    batch_size: int  # rows a step: the global batch split over the replicas, or each one's
     micro_batches: int  # per pipeline (GPipe)
     memory_bytes: FloatArray | None = None  # (N,) each peer's device memory (NaN: not known)
     stage_bytes: StageBytes | None = None  # what each stage needs (None: memory not checked)
+    # sync = "diloco": every replica trains batch_size rows of its own (more replicas, more
+    # tokens a step); False: the global batch_size is split over the replicas
+    batch_per_replica: bool = False
 
     def __post_init__(self) -> None:
         sizes = {len(self.block_row_s), len(self.embed_row_s), len(self.head_row_s)}
@@ -125,15 +128,20 @@ class PeerCompute:
 
         `layers`: blocks per stage (a plan's stage_layers); empty or None: as the model cuts
         them (train/model.py: near-equal, earlier stages take the remainder). A micro-batch
-        holds batch_size / (replicas * micro_batches) rows."""
+        holds micro_rows(replicas) rows."""
         sizes = np.array(self.layers_or_even(stages, layers), dtype=float)
         filled = self.filled()
         table = filled.block_row_s[:, None] * sizes[None, :]
         table[:, 0] += filled.embed_row_s
         table[:, -1] += filled.head_row_s
-        rows = self.batch_size / (replicas * self.micro_batches)
-        table = np.asarray(table * rows, dtype=np.float64)
+        table = np.asarray(table * self.micro_rows(replicas), dtype=np.float64)
         return np.where(self.fits(stages, replicas, sizes.astype(int).tolist()), table, NO_FIT_S)
+
+    def micro_rows(self, replicas: int) -> float:
+        """Rows of one micro-batch of a plan of `replicas`: batch_size / micro_batches of a
+        replica's own batch (batch_per_replica), else of its share of the global one."""
+        rows = self.batch_size if self.batch_per_replica else self.batch_size / replicas
+        return rows / self.micro_batches
 
     def layers_or_even(self, stages: int, layers: Sequence[int] | None = None) -> list[int]:
         """`layers` checked against the model, or the model's near-equal cut if empty."""

@@ -34,7 +34,8 @@ class CostModel:
     """Per-pair costs of one topology under one workload, precomputed for fast evaluation.
 
     dp_pair[a, b]: what device a pays to exchange its share of gradients with b, both ways:
-        2 * (delay + c_dp / (R * bandwidth)); zero on the diagonal.
+        2 * (delay + c_dp / (R * bandwidth)), per step: divided by the workload's
+        steps_per_sync (DiLoCo's H: one exchange spread over H steps); zero on the diagonal.
     pp_pair[a, b]: time to send one replica's activations from a to b: delay + c_pp / bandwidth.
     stage_s[p, j]: one micro-batch of stage j on peer p, forward + backward (compute.py); None
         without measured compute, which leaves the paper's cost exactly as it was.
@@ -58,9 +59,8 @@ class CostModel:
         num_peers = topology.num_peers
         off_diag = ~np.eye(num_peers, dtype=bool)
         safe_bw = np.where(off_diag, gbits, 1.0)
-        dp_pair = np.where(
-            off_diag, 2 * (delay_s + workload.c_dp_gb * 8 / (safe_bw * workload.replicas)), 0.0
-        )
+        exchange = 2 * (delay_s + workload.c_dp_gb * 8 / (safe_bw * workload.replicas))
+        dp_pair = np.where(off_diag, exchange / workload.steps_per_sync, 0.0)
         pp_pair = np.where(off_diag, delay_s + workload.c_pp_gb * 8 / safe_bw, 0.0)
         compute = topology.compute
         if compute is None:

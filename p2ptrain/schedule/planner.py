@@ -87,7 +87,7 @@ def resolve_workload(topology: Topology, stages: int | None, replicas: int | Non
         replicas = base.replicas if same_shape else topology.num_peers // stages
     if stages < 1 or replicas < 1:
         raise TopologyError(f"stages and replicas must be >= 1, got {stages} x {replicas}")
-    workload = Workload(stages, replicas, base.c_dp_gb, base.c_pp_gb)
+    workload = Workload(stages, replicas, base.c_dp_gb, base.c_pp_gb, base.steps_per_sync)
     topology.check_fits(stages, replicas)
     return workload
 

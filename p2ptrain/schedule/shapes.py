@@ -5,8 +5,11 @@ measured compute (compute.py) a few slow peers gate every GPipe step, and a shap
 them out can be cheaper: fewer replicas (each carrying more rows of the fixed global batch) or
 fewer stages (each holding more layers), the slow peers becoming spares. Each candidate shape is
 planned with the same search, its layers split so that its slowest stage is fastest (split.py),
-and the cheapest plan wins: priced with compute by the paper's cost, or, given a step model, by
-the step simulated as the data plane runs it (step_time.py; `simulated_step_model`). The paper's
+and the plan with the most tokens a second wins: its step priced with compute by the paper's
+cost, or, given a step model, simulated as the data plane runs it (step_time.py;
+`simulated_step_model`), over the tokens a step of its shape trains (the same for every shape
+under sync = "step"; R x batch_size rows under "diloco", so a replica that adds more tokens than
+it slows the step pays for itself). The paper's
 cost ranks placements of one shape well, but not shapes against each other: on the bench's
 network it priced 1 x 4 peers at 1.53 s and 2 x 4 at 1.38 s where they ran 1.21 s and 1.8 s.
 """
@@ -27,6 +30,8 @@ from p2ptrain.schedule.topology import Topology, Workload
 
 # seconds of a plan's step on a topology: what shapes are compared by
 StepModel = Callable[[Plan, Topology], float]
+# tokens a step of a plan of so many replicas trains
+TokensPerStep = Callable[[int], float]
 # forward : backward of a transformer's micro-batch (the backward computes two products per
 # forward one); the probe times them together
 FORWARD_SHARE = 1.0 / 3.0
@@ -46,6 +51,7 @@ def scaled_workload(base: Workload) -> WorkloadFor:
             replicas,
             base.c_dp_gb * base.stages / stages * largest,
             base.c_pp_gb * base.replicas / replicas,
+            base.steps_per_sync,
         )
 
     return workload_for
@@ -132,13 +138,15 @@ def plan_best_shape(
     time_budget_s: float | None = None,
     max_evaluations: int | None = None,
     step_model: StepModel | None = None,
+    tokens_per_step: TokensPerStep | None = None,
 ) -> Plan:
-    """The cheapest of the plans of every shape (ties: the earlier shape), each searched with
-    ``plan_swarm`` on its own workload (each with the whole evaluation budget: a smaller
-    shape converges sooner; the time cap is shared evenly), then given the layer split that
-    makes its slowest stage fastest where that is cheaper (split.py). Cheapest by `step_model`
-    where given, else by the plans' cost. A shape after the first wins only below SHAPE_GAIN x
-    the first shape's."""
+    """The plan of every shape with the fewest seconds a token (ties: the earlier shape), each
+    searched with ``plan_swarm`` on its own workload (each with the whole evaluation budget: a
+    smaller shape converges sooner; the time cap is shared evenly), then given the layer split
+    that makes its slowest stage fastest where that is cheaper (split.py). A step's seconds by
+    `step_model` where given, else by the plans' cost; its tokens by `tokens_per_step` (of the
+    replicas; None: every shape trains the same global batch). A shape after the first wins
+    only below SHAPE_GAIN x the first shape's seconds a token."""
     if not shapes:
         raise ValueError("no shape to plan")
     budget = None if time_budget_s is None else time_budget_s / len(shapes)
@@ -155,7 +163,8 @@ def plan_best_shape(
             max_evaluations=max_evaluations,
         )
         plan = split_plan(shaped, plan, workload_for)
-        cost = plan.cost_s if step_model is None else step_model(plan, topology)
+        step_s = plan.cost_s if step_model is None else step_model(plan, topology)
+        cost = step_s / (1.0 if tokens_per_step is None else tokens_per_step(replicas))
         if best is None:
             best, best_cost, first_cost = plan, cost, cost
         elif cost < min(best_cost - 1e-12, SHAPE_GAIN * first_cost):

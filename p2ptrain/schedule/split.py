@@ -48,7 +48,7 @@ def balanced_layers(compute: PeerCompute, pipelines: IntArray) -> tuple[int, ...
     if stages > n_layer:
         raise ValueError(f"cannot cut {n_layer} layers into {stages} stages")
     filled = compute.filled()
-    rows = compute.batch_size / (replicas * compute.micro_batches)
+    rows = compute.micro_rows(replicas)
     block = filled.block_row_s[pipelines]  # (R, S)
     fixed = np.zeros_like(block)
     fixed[:, 0] += filled.embed_row_s[pipelines[:, 0]]

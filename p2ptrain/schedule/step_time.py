@@ -40,6 +40,8 @@ import numpy as np
 import numpy.typing as npt
 
 from p2ptrain.schedule.cpu_budget import CpuBudget
+from p2ptrain.schedule.gpipe_sim import StageWork, one_replica
+from p2ptrain.schedule.outer_round import group_gather_s, overlapped_step_s
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -51,15 +53,22 @@ class StepTraffic:
     stage_gradient_bytes[j]: stage j's gradient at the wire precision (averaged within stage j).
     activation_bytes: one micro-batch of one replica crossing one boundary, one direction
         (the gradient sent back has the same size).
+    inner_steps: 0 averages every stage's gradient in every step (sync = "step"); H > 0 is
+        DiLoCo: stage_gradient_bytes is then each member's compressed pseudo-gradient, exchanged
+        once every H steps beside the inner steps (outer_round.py).
+    sparse_gather: the exchange is a gather of every member's whole payload (top-k), not an
+        all-reduce.
     """
 
     stage_gradient_bytes: tuple[float, ...]
     activation_bytes: float
     micro_batches: int
+    inner_steps: int = 0
+    sparse_gather: bool = False
 
     def __post_init__(self) -> None:
-        if self.micro_batches < 1:
-            raise ValueError(f"micro_batches must be >= 1, got {self.micro_batches}")
+        if self.micro_batches < 1 or self.inner_steps < 0:
+            raise ValueError(f"need micro_batches >= 1 and inner_steps >= 0, got {self}")
         if self.activation_bytes < 0 or any(b < 0 for b in self.stage_gradient_bytes):
             raise ValueError("sizes must be >= 0")
 
@@ -69,9 +78,10 @@ class StepTime:
     """The parts of one step's communication time (seconds)."""
 
     comm_s: float  # the critical path: max over stages j of passes from j and back + DP_j
+    # (diloco: the passes, or the slowest stage's round over H where that is longer)
     critical_stage: int  # the j that sets it
     pipeline_s: float  # forward + backward of the slowest replica through all stages
-    averaging_s: float  # the slowest stage group's metadata swap + all-reduce
+    averaging_s: float  # the slowest stage group's metadata swap + all-reduce (diloco: a round)
     group_averaging_s: tuple[float, ...]  # per stage
 
 
@@ -159,18 +169,16 @@ def step_time(
     stages = len(pipelines[0])
     if len(traffic.stage_gradient_bytes) != stages:
         raise ValueError(f"{len(traffic.stage_gradient_bytes)} gradient sizes for {stages} stages")
-    groups = tuple(
-        group_averaging_s(
-            delay_s, rate_bps, [pipe[s] for pipe in pipelines], traffic.stage_gradient_bytes[s]
-        )
-        for s in range(stages)
-    )
+    groups = tuple(stage_exchanges_s(delay_s, rate_bps, pipelines, traffic))
     # round trip of the passes from stage j to the last stage and back, slowest replica
     from_stage = [
         max(_passes_s(delay_s, rate_bps, pipe[j:], traffic) for pipe in pipelines)
         for j in range(stages)
     ]
-    paths = [from_stage[j] + groups[j] for j in range(stages)]
+    if traffic.inner_steps:  # diloco: the rounds run beside the passes, each spread over H
+        paths = [max(from_stage[0], groups[j] / traffic.inner_steps) for j in range(stages)]
+    else:
+        paths = [from_stage[j] + groups[j] for j in range(stages)]
     critical = int(np.argmax(paths))
     return StepTime(
         comm_s=float(paths[critical]),
@@ -179,6 +187,19 @@ def step_time(
         averaging_s=max(groups),
         group_averaging_s=groups,
     )
+
+
+def stage_exchanges_s(
+    delay_s: FloatArray, rate_bps: FloatArray, pipelines: Sequence[Sequence[int]],
+    traffic: StepTraffic,
+) -> list[float]:
+    """Each stage group's exchange on its links, all members starting together: an all-reduce
+    (group_averaging_s), or a sparse gather for top-k (outer_round.group_gather_s)."""
+    exchange = group_gather_s if traffic.sparse_gather else group_averaging_s
+    return [
+        exchange(delay_s, rate_bps, [pipe[s] for pipe in pipelines], size)
+        for s, size in enumerate(traffic.stage_gradient_bytes)
+    ]
 
 
 def _passes_s(
@@ -254,13 +275,10 @@ def simulated_step_s(
     ends, so compute, bubbles and the overlap of frames with compute are all in it."""
     delay_s = np.asarray(delay_ms, dtype=np.float64) / 1e3
     rate_bps = np.asarray(bandwidth_gbps, dtype=np.float64) * 1e9
-    num_stages, micros = len(pipelines[0]), traffic.micro_batches
-    groups = [
-        group_averaging_s(
-            delay_s, rate_bps, [pipe[s] for pipe in pipelines], traffic.stage_gradient_bytes[s]
-        )
-        for s in range(num_stages)
-    ]
+    num_stages, micros, inner = len(pipelines[0]), traffic.micro_batches, traffic.inner_steps
+    groups = stage_exchanges_s(delay_s, rate_bps, pipelines, traffic)
+    rounds_cpu = [[_round_cpu_s(compute, r, s) if groups[s] > 0 else (0.0, 0.0, 0.0)
+                   for r in range(len(pipelines))] for s in range(num_stages)]  # fmt: skip
     machines = [[_machine(compute, r, s) for s in range(num_stages)] for r in range(len(pipelines))]
     ready = np.zeros((len(pipelines), num_stages))  # when each stage may start the next step
     ends: list[float] = []
@@ -268,20 +286,31 @@ def simulated_step_s(
         done = np.zeros_like(ready)  # backward of micro-batch 0 finished
         for r, pipe in enumerate(pipelines):
             frame_local = compute.frame_local_s[r] if compute.frame_local_s else [0.0] * len(pipe)
-            stage = _StageWork(compute.forward_s[r], compute.backward_s[r], frame_local,
+            stage = StageWork(compute.forward_s[r], compute.backward_s[r], frame_local,
                                machines[r])  # fmt: skip
-            done[r] = _one_replica(delay_s, rate_bps, pipe, micros,
+            done[r] = one_replica(delay_s, rate_bps, pipe, micros,
                                    traffic.activation_bytes * 8, ready[r], stage)  # fmt: skip
         for s in range(num_stages):
-            averaged = _group_round(
-                [machines[r][s] for r in range(len(pipelines))], list(done[:, s]), groups[s],
-                [_round_cpu_s(compute, r, s) if groups[s] > 0 else (0.0, 0.0, 0.0)
-                 for r in range(len(pipelines))],
-            )  # fmt: skip
+            if inner:  # diloco: no round inside the step; its local work spread over H steps
+                for r in range(len(pipelines)):
+                    work = compute.update_s[r][s] + sum(rounds_cpu[s][r]) / inner
+                    ready[r, s] = machines[r][s].run(done[r, s], work)
+                continue
+            averaged = _group_round([machines[r][s] for r in range(len(pipelines))],
+                                    list(done[:, s]), groups[s], rounds_cpu[s])  # fmt: skip
             for r in range(len(pipelines)):
                 ready[r, s] = machines[r][s].run(averaged[r], compute.update_s[r][s])
         ends.append(float(ready.max()))
-    return ends[-1] - ends[-2] if len(ends) > 1 else ends[-1]
+    step_s = ends[-1] - ends[-2] if len(ends) > 1 else ends[-1]
+    if not inner:
+        return step_s
+    # each stage's round, on fresh machines, runs beside the next H steps (outer_round.py)
+    rounds_s = [
+        max(_group_round([_machine(compute, r, s) for r in range(len(pipelines))],
+                         [0.0] * len(pipelines), groups[s], rounds_cpu[s]))
+        for s in range(num_stages)
+    ]  # fmt: skip
+    return overlapped_step_s(step_s, rounds_s, inner)
 
 
 # the least share of its quota a stage's work keeps beside a measured background (a background
@@ -325,66 +354,3 @@ def _group_round(
     beside = [m.run(ready, during) for m, _, (_, during, _) in members]
     wire_done = max(ready + network_s, *beside)
     return [m.run(wire_done, after) for m, _, (_, _, after) in members]
-
-
-@dataclass(frozen=True)
-class _StageWork:
-    """One replica's stages: per micro-batch compute and per frame local work, and the machine
-    each runs on."""
-
-    forward_s: Sequence[float]
-    backward_s: Sequence[float]
-    frame_local_s: Sequence[float]
-    machines: Sequence[CpuBudget]
-
-    def run(self, s: int, start: float, cpu_s: float) -> float:
-        return self.machines[s].run(start, cpu_s)
-
-
-def _one_replica(
-    delay_s: FloatArray,
-    rate_bps: FloatArray,
-    pipe: Sequence[int],
-    micros: int,
-    frame_bits: float,
-    ready: FloatArray,
-    work: _StageWork,
-) -> FloatArray:
-    """When each stage of one replica finishes the step's backward pass (see simulated_step_s).
-    Each frame a stage sends or takes in costs it frame_local_s[s] on its machine, in line with
-    its compute."""
-    stages = len(pipe)
-
-    def deliver(link_free: float, sent: float, a: int, b: int) -> tuple[float, float]:
-        start = max(link_free, sent)
-        free = start + frame_bits / rate_bps[a, b]
-        return free, free + delay_s[a, b]
-
-    busy = np.array(ready, dtype=np.float64)  # each stage's compute is free from this time
-    acked = np.zeros(stages)  # the receiver's answer to the stage's last frame is back
-    arrive = np.zeros(micros)  # activations of micro-batch m reaching the current stage
-    for s in range(stages):
-        link_free, out = 0.0, np.zeros(micros)
-        for m in range(micros):
-            if s:  # take the activations in
-                busy[s] = work.run(s, max(busy[s], arrive[m]), work.frame_local_s[s])
-            busy[s] = work.run(s, busy[s], work.forward_s[s])
-            if s + 1 < stages:
-                busy[s] = work.run(s, busy[s], work.frame_local_s[s])
-                link_free, out[m] = deliver(link_free, busy[s], pipe[s], pipe[s + 1])
-        arrive = out
-    grads = np.full(micros, busy[-1])  # the last stage's backward needs no frame
-    for s in reversed(range(stages)):
-        link_free, out = 0.0, np.zeros(micros)
-        for m in reversed(range(micros)):
-            start = max(busy[s], grads[m])
-            if s < stages - 1:  # take the gradient in
-                start = work.run(s, start, work.frame_local_s[s])
-            busy[s] = work.run(s, start, work.backward_s[s])
-            if s > 0:
-                busy[s] = work.run(s, busy[s], work.frame_local_s[s])
-                link_free, out[m] = deliver(link_free, busy[s], pipe[s], pipe[s - 1])
-                acked[s] = out[m] + delay_s[pipe[s - 1], pipe[s]]
-        grads = out
-    # a step ends once every frame it sent was accepted (worker/pipeline.py waits for them)
-    return np.maximum(busy, acked)

@@ -36,17 +36,21 @@ class TopologyError(UserError):
 class Workload:
     """What is being trained, in the paper's units.
 
-    c_dp_gb: GB of one stage's gradients (exchanged inside a data-parallel group).
+    c_dp_gb: GB of one stage's gradients (exchanged inside a data-parallel group), per exchange.
     c_pp_gb: GB of one replica's activations crossing one stage boundary.
+    steps_per_sync: steps per data-parallel exchange: 1 averages every step (the paper, and
+        sync = "step"); DiLoCo's H exchanges the (compressed) pseudo-gradient once every H
+        steps, its cost spread over them.
     """
 
     stages: int
     replicas: int
     c_dp_gb: float
     c_pp_gb: float
+    steps_per_sync: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("stages", "replicas"):
+        for name in ("stages", "replicas", "steps_per_sync"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise TopologyError(f"workload.{name} must be a positive integer, got {value!r}")
@@ -149,6 +153,8 @@ class Topology:
                 "c_dp_gb": w.c_dp_gb,
                 "c_pp_gb": w.c_pp_gb,
             }
+            if w.steps_per_sync != 1:
+                out["workload"]["steps_per_sync"] = w.steps_per_sync
         return out
 
 
@@ -195,7 +201,10 @@ def topology_from_json(doc: object, *, origin: str = "topology") -> Topology:
         missing = [k for k in ("stages", "replicas", "c_dp_gb", "c_pp_gb") if k not in raw]
         if missing:
             raise TopologyError(f"{origin}: workload is missing {', '.join(missing)}")
-        workload = Workload(raw["stages"], raw["replicas"], raw["c_dp_gb"], raw["c_pp_gb"])
+        workload = Workload(
+            raw["stages"], raw["replicas"], raw["c_dp_gb"], raw["c_pp_gb"],
+            raw.get("steps_per_sync", 1),
+        )  # fmt: skip
     name = doc.get("name", Path(origin).stem)
     try:
         return Topology(

@@ -7,15 +7,46 @@ step from them (`step_traffic`), and the benchmarks compare them with the bytes 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from p2ptrain.records import RunSpec
 from p2ptrain.schedule.memory import stage_parameters
 from p2ptrain.schedule.step_time import StepTraffic
 from p2ptrain.schedule.topology import Workload
+from p2ptrain.schedule.wire_bytes import (
+    BYTES_PER_VALUE,
+    activation_row_bytes,
+    gradient_bytes,
+    outer_payload_bytes,
+)
 
-# bytes of one value on the wire, by the run spec's `compression` (activations and gradients)
-BYTES_PER_VALUE = {"fp16": 2, "bf16": 2, "none": 4}
+__all__ = ["BYTES_PER_VALUE"]  # harness/e2e_join.py reads it from here
+
+
+def dp_exchange_bytes(spec: RunSpec, numel: int) -> float:
+    """What one member of a stage's group of `numel` parameters puts in one exchange: its
+    compressed pseudo-gradient under diloco, its fp16 (or exact) gradient under step."""
+    if spec.sync == "diloco":
+        return outer_payload_bytes(spec.outer_compression, numel, spec.topk_fraction)
+    return gradient_bytes(spec.compression, numel)
+
+
+def steps_per_sync(spec: RunSpec) -> int:
+    """Steps between a stage group's data-parallel exchanges: H under diloco, else 1."""
+    return spec.inner_steps if spec.sync == "diloco" else 1
+
+
+def replica_batch_rows(spec: RunSpec, replicas: int) -> float:
+    """Rows one replica trains a step: `batch_size` of its own under diloco (adding replicas
+    adds tokens a step), an even share of the global `batch_size` under step."""
+    return float(spec.batch_size) if spec.sync == "diloco" else spec.batch_size / replicas
+
+
+def tokens_per_step(spec: RunSpec, replicas: int) -> int:
+    """Tokens the swarm trains a step (what shapes are compared by, per second)."""
+    rows = spec.batch_size * (replicas if spec.sync == "diloco" else 1)
+    return rows * spec.block_size
 
 
 def stage_parameter_counts(
@@ -37,15 +68,24 @@ def stage_parameter_counts(
 def measured_workload(
     spec: RunSpec, stages: int, replicas: int, layers: Sequence[int] = ()
 ) -> Workload:
-    """The run's real traffic in the scheduler's units: GB of the largest stage's gradients, and
-    GB of one replica's activations crossing one boundary (one direction) per step; `layers`:
-    blocks per stage of an uneven cut (empty: the even one)."""
-    value_bytes = BYTES_PER_VALUE.get(spec.compression, 4)
+    """The run's real traffic in the scheduler's units: GB of the largest stage's gradients (or
+    compressed pseudo-gradient: diloco) per exchange, one exchange every steps_per_sync steps,
+    and GB of one replica's activations crossing one boundary (one direction) per step;
+    `layers`: blocks per stage of an uneven cut (empty: the even one). A top-k exchange is a
+    sparse gather: every link carries each member's whole tensor, R/2 times what the
+    all-reduce's 2/R share is, so c_dp counts it that much bigger."""
     counts = stage_parameter_counts(spec, stages, layers or None)
-    c_dp_gb = max(counts) * value_bytes / 1e9
-    rows_per_replica = spec.batch_size / replicas
-    c_pp_gb = rows_per_replica * spec.block_size * spec.n_embd * value_bytes / 1e9
-    return Workload(stages=stages, replicas=replicas, c_dp_gb=c_dp_gb, c_pp_gb=c_pp_gb)
+    c_dp_gb = max(dp_exchange_bytes(spec, c) for c in counts) / 1e9
+    if sparse_gather(spec):
+        c_dp_gb *= max(1.0, replicas / 2)
+    tokens = replica_batch_rows(spec, replicas) * spec.block_size
+    c_pp_gb = tokens * activation_row_bytes(spec.compression, spec.n_embd) / 1e9
+    return Workload(stages, replicas, c_dp_gb, c_pp_gb, steps_per_sync(spec))
+
+
+def sparse_gather(spec: RunSpec) -> bool:
+    """Does a group exchange by sparse gather (top-k pseudo-gradients) rather than all-reduce?"""
+    return spec.sync == "diloco" and spec.outer_compression == "topk"
 
 
 def planning_workload(
@@ -60,20 +100,24 @@ def planning_workload(
         replicas=replicas,
         c_dp_gb=spec.c_dp_gb or real.c_dp_gb,
         c_pp_gb=spec.c_pp_gb or real.c_pp_gb,
+        steps_per_sync=real.steps_per_sync,
     )
 
 
 def step_traffic(
     spec: RunSpec, stages: int, replicas: int, layers: Sequence[int] | None = None
 ) -> StepTraffic:
-    """What one step of the run moves, for the step-time model (schedule/step_time.py)."""
-    value_bytes = BYTES_PER_VALUE.get(spec.compression, 4)
-    rows = -(-spec.batch_size // replicas)  # the largest replica's rows
+    """What one step of the run moves, for the step-time model (schedule/step_time.py); under
+    diloco each stage's exchange is its compressed pseudo-gradient, once every H steps."""
+    rows = math.ceil(replica_batch_rows(spec, replicas))  # the largest replica's rows
     micro_rows = -(-rows // min(spec.micro_batches, rows))  # ... and its largest micro-batch
+    row_bytes = activation_row_bytes(spec.compression, spec.n_embd)
     return StepTraffic(
         stage_gradient_bytes=tuple(
-            float(c * value_bytes) for c in stage_parameter_counts(spec, stages, layers)
+            dp_exchange_bytes(spec, c) for c in stage_parameter_counts(spec, stages, layers)
         ),
-        activation_bytes=float(micro_rows * spec.block_size * spec.n_embd * value_bytes),
+        activation_bytes=float(micro_rows * spec.block_size * row_bytes),
         micro_batches=min(spec.micro_batches, rows),
+        inner_steps=spec.inner_steps if spec.sync == "diloco" else 0,
+        sparse_gather=sparse_gather(spec),
     )

@@ -1,0 +1,68 @@
+"""The live planner's shape on bench e2e's default network (8 peers in Oregon, Virginia,
+Frankfurt and Tokyo, rates at the bench's 0.02 scale), built as the bench builds it, without
+processes: with sync = "step" one pipeline of 4 (the other 4 spares: averaging every step
+across the WAN costs more than a second replica's share of the global batch saves), with
+sync = "diloco" all 8 as 2 x 4 (each replica adds its own batch; rounds every H steps hide
+behind the inner steps)."""
+
+from __future__ import annotations
+
+import pytest
+
+from p2ptrain.control.compute import peer_compute
+from p2ptrain.control.planner import Matrices, Placement, compute_plan
+from p2ptrain.harness.netem_bench import DEFAULT_CITIES
+from p2ptrain.records import RunSpec, StageCompute
+from p2ptrain.schedule.synthetic import city_topology
+from p2ptrain.schedule.workload import tokens_per_step
+from p2ptrain.testbed.links import DEFAULT_BANDWIDTH_SCALE
+
+# what a bench worker at its 0.19-core quota times, seconds per row of one block: a one-block
+# stage's forward + backward of an 8-row micro-batch took about 0.1 s there (docs/benchmarks.md)
+BENCH_BLOCK_ROW_S = 0.01
+
+
+def plan_on_bench_network(run: RunSpec, block_row_s: float = BENCH_BLOCK_ROW_S) -> Placement:
+    # bench e2e's defaults: --peers 8 --cities Oregon,Virginia,Frankfurt,Tokyo --seed 0
+    # --bandwidth-scale 0.02 --stages 4, min_peers = every peer
+    topology = city_topology(8, 1, 8, 0, DEFAULT_CITIES)
+    peers = list(topology.peers)
+    measured = {
+        p: StageCompute(block_row_s, block_row_s / 10, block_row_s / 2, 8, "cpu", run.run_id)
+        for p in peers
+    }
+    matrices = Matrices(
+        peers, topology.delay_ms, topology.bandwidth_gbps * DEFAULT_BANDWIDTH_SCALE,
+        num_measured_delays=len(peers) * (len(peers) - 1) // 2,
+        compute=peer_compute(peers, measured, run),
+    )  # fmt: skip
+    return compute_plan(matrices, run)
+
+
+BENCH_RUN = RunSpec(stages=4, steps=10, min_peers=8)
+
+
+def tokens_per_s(run: RunSpec, placement: Placement) -> float:
+    assert placement.predicted_step_s is not None
+    return tokens_per_step(run, len(placement.pipelines)) / placement.predicted_step_s
+
+
+def test_step_keeps_one_pipeline_and_diloco_places_all_eight_peers() -> None:
+    step = plan_on_bench_network(BENCH_RUN)
+    assert len(step.pipelines) == 1 and len(step.spares) == 4
+    diloco_run = BENCH_RUN.replace(sync="diloco")
+    diloco = plan_on_bench_network(diloco_run)
+    assert len(diloco.pipelines) == 2 and not diloco.spares
+    assert {p for pipe in diloco.pipelines for p in pipe} == set(step.pipelines[0] + step.spares)
+    # predicted: more tokens a second than step's plan (each replica trains its own batch)
+    assert tokens_per_s(diloco_run, diloco) > 1.2 * tokens_per_s(BENCH_RUN, step)
+
+
+@pytest.mark.parametrize("block_row_s", [0.002, 0.04])
+@pytest.mark.parametrize("codec", ["int8", "topk"])
+def test_diloco_places_every_peer_on_faster_or_slower_devices(
+    block_row_s: float, codec: str
+) -> None:
+    run = BENCH_RUN.replace(sync="diloco", outer_compression=codec)
+    placement = plan_on_bench_network(run, block_row_s)
+    assert len(placement.pipelines) == 2 and not placement.spares
