@@ -5,7 +5,7 @@ Other peers name addresses to the library as well as to us (a DHT answer's close
 signed peer record): each is a hint, never a target, or a hostile peer could aim a whole swarm's
 lookups at a victim. So, at two places of py-libp2p's path:
 - the peerstore (what every dial reads its addresses from) takes only addresses we may dial,
-  at most MAX_STORED_ADDRS per peer: a refused address never crowds out a good one;
+  the newest MAX_STORED_ADDRS per peer: a refused address never crowds out a good one;
 - each transport's dial, the last step before a socket, opens a connection only to an address
   we may dial, and within one rate: ATTEMPTS_PER_ENDPOINT per endpoint and ATTEMPTS_PER_WINDOW
   in all per GATE_WINDOW_S (a refused dial raises before any packet).
@@ -40,7 +40,7 @@ ATTEMPTS_PER_ENDPOINT = 4  # one dial and py-libp2p's 3 retries of it
 # connection attempts per window, all endpoints together: discovery's 16 dials of 4 attempts
 # each (control/discovery.py) fit, and 1,000 names handed out by Sybils get no more
 ATTEMPTS_PER_WINDOW = 64
-MAX_STORED_ADDRS = 16  # per peer in the peerstore (a peer record's bound too): the first stay
+MAX_STORED_ADDRS = 16  # per peer in the peerstore (a peer record's bound too): the newest stay
 
 _GATES: weakref.WeakKeyDictionary[IHost, DialGate] = weakref.WeakKeyDictionary()
 
@@ -105,13 +105,18 @@ def install(host: IHost, gate: DialGate) -> None:
     store = peerstore.add_addrs
 
     def add_addrs(peer_id: ID, addrs: Sequence[Multiaddr], ttl: int = 0) -> None:
+        allowed = list(dict.fromkeys(addr for addr in addrs if gate.may_dial(str(addr))))
+        if not allowed:  # a peer named with refused addresses only is not even stored
+            return
         try:
-            held = len(peerstore.addrs(peer_id))
+            held = [addr for addr in peerstore.addrs(peer_id) if addr not in allowed]
         except PeerStoreError:  # not known yet, or expired
-            held = 0
-        allowed = [addr for addr in addrs if gate.may_dial(str(addr))]
-        if allowed:  # a peer named with refused addresses only is not even stored
-            store(peer_id, allowed[: max(0, MAX_STORED_ADDRS - held)], ttl)
+            held = []
+        if len(held) + len(allowed) > MAX_STORED_ADDRS:
+            # the newest stay: what identify says after a real connection outlives a flood
+            peerstore.clear_addrs(peer_id)
+            allowed = [*held, *allowed][-MAX_STORED_ADDRS:]
+        store(peer_id, allowed, ttl)
 
     peerstore.add_addrs = add_addrs  # type: ignore[method-assign]
     for transport in cast(Any, host.get_network()).transport_manager.get_transports():

@@ -195,3 +195,21 @@ def test_the_rule_and_who_passes_it() -> None:
     times = [rated.refusal(f"/ip4/127.0.0.1/tcp/{1000 + i // 8}", 0.0) for i in range(800)]
     assert times.count("") == ATTEMPTS_PER_WINDOW
     assert rated.refusal("/ip4/127.0.0.1/tcp/5", GATE_WINDOW_S) == ""  # a new window
+
+
+def test_the_peerstore_keeps_allowed_addresses_only_and_the_newest_of_a_flood() -> None:
+    async def scenario() -> tuple[list[str], list[str]]:
+        host = make_host(os.urandom(32))
+        async with host.run(listen_addrs=[LOOPBACK]):
+            peerstore = host.get_peerstore()
+            peer = ID.from_base58(identity.peer_id_of(os.urandom(32)))
+            flood = [Multiaddr(f"/ip4/127.0.0.1/tcp/{20000 + i}") for i in range(40)]
+            peerstore.add_addrs(peer, [*map(Multiaddr, REFUSED), *flood], 60)
+            after_flood = [str(a) for a in peerstore.addrs(peer)]
+            peerstore.add_addrs(peer, [Multiaddr("/ip4/127.0.0.1/tcp/7401")], 60)  # identify's
+            return after_flood, [str(a) for a in peerstore.addrs(peer)]
+
+    after_flood, after_identify = run(scenario)
+    assert after_flood == [f"/ip4/127.0.0.1/tcp/{20000 + i}" for i in range(24, 40)]
+    assert len(after_identify) == dial_gate.MAX_STORED_ADDRS
+    assert after_identify[-1] == "/ip4/127.0.0.1/tcp/7401"
