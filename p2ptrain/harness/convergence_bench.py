@@ -1,0 +1,281 @@
+"""`p2ptrain bench convergence`: does low-communication training reach the loss of every-step
+averaging at equal tokens? One process, no network, the run spec's default model on the embedded
+corpus.
+
+R replicas train on one global batch per step of R x `batch` sequences (train/data.py: replica r
+takes its rows of step s's batch), so every variant sees exactly the same tokens:
+
+    step              every-step averaging: the replicas' mean gradient is the gradient of one
+                      model on the whole global batch, so it is computed as that
+    diloco_hH         R models, each `H` AdamW steps on its own rows, then the outer Nesterov
+                      step on the mean pseudo-gradient (train/outer.py), fp16 on the wire
+    diloco_hH_int8    the same with block-wise int8, and top-k with error feedback (train/codecs.py)
+    diloco_hH_topk
+    act_fp16          every-step, the model cut into two stages at its middle layer, the boundary
+    act_int8          quantizing activations and their gradients (fp16, or int8 per row)
+
+The final loss is the loss of the final model (after the last outer step) on a fixed held-out set:
+the last 5% of the corpus, never trained on. The learning rate follows the run spec (linear
+warmup, cosine decay to min_lr), the inner optimizer is the product's AdamW (train/optim.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from p2ptrain.records.run import RunSpec
+from p2ptrain.train import codecs
+from p2ptrain.train.data import get_batch, load_corpus, replica_rows
+from p2ptrain.train.model import build_model, build_stage, loss_fn
+from p2ptrain.train.optim import clip_grads, lr_at, make_optimizer, set_lr
+from p2ptrain.train.outer import OuterOptimizer
+
+HELD_OUT_FRACTION = 0.05
+EVAL_SEQUENCES = 128
+# acceptance (issue 28): a variant's final loss over its reference's at most this
+LIMITS = {"diloco": 1.05, "int8": 1.01, "topk": 1.03, "act_int8": 1.01}
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    sync: str = "step"  # "step" or "diloco"
+    inner_steps: int = 1
+    outer_compression: str = "fp16"
+    boundary: str = ""  # "", "fp16" or "int8": a stage boundary in the middle of the model
+    reference: str = "step"  # the variant its acceptance compares against
+    limit: float = 0.0  # 0 = no acceptance target
+
+
+@dataclass
+class Curve:
+    loss: list[float] = field(default_factory=list)  # training loss per step (replicas' mean)
+    eval: list[tuple[int, float]] = field(default_factory=list)  # (steps done, held-out loss)
+    wall_s: float = 0.0
+
+
+def default_variants(inner_steps: list[int]) -> list[Variant]:
+    """step, diloco at each H, diloco at the first H with int8 and top-k, activations fp16/int8."""
+    first = inner_steps[0]
+    variants = [Variant("step")]
+    variants += [
+        Variant(f"diloco_h{h}", "diloco", h, limit=LIMITS["diloco"]) for h in inner_steps
+    ]
+    variants += [
+        Variant(f"diloco_h{first}_{codec}", "diloco", first, codec, reference=f"diloco_h{first}",
+                limit=LIMITS[codec])
+        for codec in ("int8", "topk")
+    ]  # fmt: skip
+    variants += [
+        Variant("act_fp16", boundary="fp16"),
+        Variant("act_int8", boundary="int8", reference="act_fp16", limit=LIMITS["act_int8"]),
+    ]
+    return variants
+
+
+class BoundaryModel(nn.Module):
+    """Two pipeline stages with a quantizing boundary between them (same initial weights as
+    the whole model: each piece is seeded by its name)."""
+
+    def __init__(self, spec: RunSpec, boundary: str) -> None:
+        super().__init__()
+        self.first = build_stage(spec, 0, 2)
+        self.second = build_stage(spec, 1, 2)
+        self.crossing = codecs.Int8RowsBoundary if boundary == "int8" else codecs.Fp16Boundary
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.second(self.crossing.apply(self.first(idx)))
+
+
+class Replica:
+    """One model, its AdamW and (diloco) its outer state and error feedback."""
+
+    def __init__(self, model: nn.Module, spec: RunSpec, variant: Variant) -> None:
+        self.model = model
+        self.optimizer = make_optimizer(model, spec)
+        self.outer = OuterOptimizer(model, spec.outer_lr, spec.outer_momentum)
+        self.topk = (
+            codecs.TopKCompressor(self.outer.numel, spec.topk_fraction)
+            if variant.outer_compression == "topk"
+            else None
+        )
+
+    def train_step(self, spec: RunSpec, step: int, x: torch.Tensor, y: torch.Tensor) -> float:
+        set_lr(self.optimizer, lr_at(step, spec))
+        loss = loss_fn(self.model(x), y)
+        loss.backward()
+        clip_grads(self.model, spec.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(loss.item())
+
+    def sent_pseudo_gradient(self, codec: str) -> torch.Tensor:
+        """What the group receives of this replica's pseudo-gradient, through the wire codec."""
+        delta = self.outer.pseudo_gradient()
+        if codec == "fp16":
+            return codecs.decode_fp16(codecs.encode_fp16(delta), delta.shape)
+        if codec == "int8":
+            return codecs.decode_int8_blocks(codecs.encode_int8_blocks(delta), delta.shape)
+        assert self.topk is not None
+        payload, _ = self.topk.encode(delta)
+        return codecs.decode_topk(payload, delta.numel(), self.topk.fraction)
+
+
+def outer_round(replicas: list[Replica], codec: str) -> None:
+    """Every replica sends its pseudo-gradient, all apply the same mean: identical weights."""
+    mean = torch.stack([r.sent_pseudo_gradient(codec) for r in replicas]).mean(dim=0)
+    for replica in replicas:
+        replica.outer.step(mean)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, held_out: tuple[torch.Tensor, torch.Tensor]) -> float:
+    model.eval()
+    x, y = held_out
+    losses = [loss_fn(model(x[i : i + 32]), y[i : i + 32]).item() for i in range(0, len(x), 32)]
+    model.train()
+    return sum(losses) / len(losses)
+
+
+def train_variant(
+    variant: Variant,
+    spec: RunSpec,
+    num_replicas: int,
+    corpus: torch.Tensor,
+    held_out: tuple[torch.Tensor, torch.Tensor],
+    eval_every: int,
+) -> Curve:
+    """Train one variant for spec.steps steps on `corpus`; its loss curve and held-out losses."""
+    torch.manual_seed(spec.seed)
+    base: nn.Module = BoundaryModel(spec, variant.boundary) if variant.boundary else build_model(spec)
+    count = num_replicas if variant.sync == "diloco" else 1
+    replicas = [Replica(copy.deepcopy(base), spec, variant) for _ in range(count)]
+    curve = Curve()
+    start = time.perf_counter()
+    for step in range(spec.steps):
+        losses = []
+        for index, replica in enumerate(replicas):
+            rows = replica_rows(spec.batch_size, count, index)
+            x, y = get_batch(corpus, spec, step, rows)
+            losses.append(replica.train_step(spec, step, x, y))
+        curve.loss.append(sum(losses) / len(losses))
+        done = step + 1
+        if variant.sync == "diloco" and (done % variant.inner_steps == 0 or done == spec.steps):
+            outer_round(replicas, variant.outer_compression)
+        if done % eval_every == 0 or done == spec.steps:
+            curve.eval.append((done, evaluate(replicas[0].model, held_out)))
+    curve.wall_s = time.perf_counter() - start
+    return curve
+
+
+def bytes_per_value(variant: Variant, spec: RunSpec, numel: int) -> float:
+    """Bytes on the wire per value per exchange: the pseudo-gradient's (diloco), the gradient's
+    in fp16 (step), or the activations' at the boundary (act_*)."""
+    if variant.boundary == "int8":
+        return codecs.int8_rows_bytes_per_value(spec.n_embd)
+    if variant.sync == "diloco":
+        return codecs.outer_bytes_per_value(variant.outer_compression, numel, spec.topk_fraction)
+    return 2.0
+
+
+def run_benchmark(
+    num_replicas: int = 4,
+    steps: int = 300,
+    batch_per_replica: int = 8,
+    inner_steps: tuple[int, ...] = (10, 30),
+    only: tuple[str, ...] = (),
+    spec: RunSpec | None = None,
+    progress: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
+    """Every variant at equal tokens; the JSON of the bench (`variants`, `replicas`, ...)."""
+    base = spec or RunSpec()
+    spec = base.replace(
+        steps=steps, batch_size=num_replicas * batch_per_replica, micro_batches=1,
+        warmup_steps=max(base.warmup_steps, steps // 20),
+    )  # fmt: skip
+    corpus = load_corpus(spec)
+    split = int(corpus.numel() * (1 - HELD_OUT_FRACTION))
+    train, held = corpus[:split], corpus[split:]
+    eval_spec = spec.replace(batch_size=EVAL_SEQUENCES)
+    held_out = get_batch(held, eval_spec, 0)
+    eval_every = max(inner_steps) if steps >= max(inner_steps) else steps
+    variants = [v for v in default_variants(list(inner_steps)) if not only or v.name in only]
+    numel = sum(p.numel() for p in build_model(spec).parameters())
+    results: dict[str, Any] = {}
+    for variant in variants:
+        progress(f"{variant.name}: {steps} steps x {num_replicas} replicas")
+        curve = train_variant(variant, spec, num_replicas, train, held_out, eval_every)
+        results[variant.name] = {
+            "final_loss": round(curve.eval[-1][1], 5),
+            "loss": [round(v, 4) for v in curve.loss],
+            "eval": [[s, round(v, 5)] for s, v in curve.eval],
+            "train_loss_tail": round(_tail_mean(curve.loss), 5),
+            "bytes_per_value": round(bytes_per_value(variant, spec, numel), 5),
+            "syncs_per_step": round(1 / variant.inner_steps, 5),
+            "sync": variant.sync, "inner_steps": variant.inner_steps,
+            "outer_compression": variant.outer_compression if variant.sync == "diloco" else "",
+            "boundary": variant.boundary, "reference": variant.reference,
+            "wall_s": round(curve.wall_s, 1),
+        }  # fmt: skip
+        progress(f"{variant.name}: final held-out loss {curve.eval[-1][1]:.4f}")
+    _add_ratios(results, variants)
+    return {
+        "variants": results, "replicas": num_replicas, "steps": steps,
+        "tokens": steps * spec.batch_size * spec.block_size,
+        "batch_per_replica": batch_per_replica, "lr": spec.lr, "min_lr": spec.min_lr,
+        "warmup_steps": spec.warmup_steps, "outer_lr": spec.outer_lr,
+        "outer_momentum": spec.outer_momentum, "topk_fraction": spec.topk_fraction,
+        "parameters": numel, "final_loss": "held-out loss of the final model",
+        "held_out_tokens": EVAL_SEQUENCES * spec.block_size,
+    }  # fmt: skip
+
+
+def _tail_mean(values: list[float]) -> float:
+    tail = values[-max(1, len(values) // 10) :]
+    return sum(tail) / len(tail)
+
+
+def _add_ratios(results: dict[str, Any], variants: list[Variant]) -> None:
+    step_loss = results.get("step", {}).get("final_loss")
+    for variant in variants:
+        row = results[variant.name]
+        row["ratio_to_step"] = round(row["final_loss"] / step_loss, 5) if step_loss else None
+        reference = results.get(variant.reference, {}).get("final_loss")
+        row["ratio_to_reference"] = round(row["final_loss"] / reference, 5) if reference else None
+        row["limit"] = variant.limit or None
+        row["passed"] = (
+            row["ratio_to_reference"] <= variant.limit
+            if variant.limit and row["ratio_to_reference"] is not None
+            else None
+        )
+
+
+def render(result: dict[str, Any]) -> str:
+    """The table: each variant's final loss against every-step's and against its reference."""
+    lines = [
+        f"{result['replicas']} replicas, {result['steps']} steps, {result['tokens']:,} tokens "
+        f"per variant; final loss = held-out loss of the final model",
+        f"{'variant':<18}{'final':>8}{'/ step':>8}{'reference':>12}{'/ ref':>8}{'target':>8}"
+        f"{'ok':>5}{'B/value':>9}{'syncs/step':>11}{'wall s':>8}",
+    ]
+    for name, row in result["variants"].items():
+        ratio = row["ratio_to_step"]
+        ref_ratio = row["ratio_to_reference"]
+        ok = {True: "yes", False: "NO", None: ""}[row["passed"]]
+        lines.append(
+            f"{name:<18}{row['final_loss']:>8.4f}{_num(ratio):>8}{row['reference']:>12}"
+            f"{_num(ref_ratio):>8}{_num(row['limit']):>8}{ok:>5}{row['bytes_per_value']:>9.4f}"
+            f"{row['syncs_per_step']:>11.3f}{row['wall_s']:>8.0f}"
+        )
+    return "\n".join(lines)
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else f"{value:.4f}"
