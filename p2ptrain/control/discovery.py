@@ -39,8 +39,7 @@ from p2ptrain.control.state import NodeState
 from p2ptrain.control.view import MEMBER_ROLES
 from p2ptrain.errors import UserError
 from p2ptrain.net import dial_gate, rpc
-from p2ptrain.net.dialback import remote_ip
-from p2ptrain.net.host import parse_multiaddr
+from p2ptrain.net.host import parse_multiaddr, remote_ip
 from p2ptrain.net.ratelimit import WindowLimiter
 from p2ptrain.records import RunSpec, token_problem
 

@@ -29,7 +29,8 @@ from libp2p.peer.id import ID
 
 from p2ptrain.addresses import LOOPBACK_KIND, all_loopback, independence_key, network_kind
 from p2ptrain.control.state import NodeState
-from p2ptrain.net.dialback import ask_dial_back, remote_ip
+from p2ptrain.net.dialback import ask_dial_back
+from p2ptrain.net.host import remote_ip
 
 log = logging.getLogger(__name__)
 

@@ -197,17 +197,6 @@ class DialBackServer:
         return DialBackReply(observed, results, time.time())
 
 
-def remote_ip(host: IHost, peer: str) -> str | None:
-    """The IP our open connection to `peer` comes from (None: not connected, or unknown)."""
-    try:
-        connections = host.get_network().get_connections(ID.from_base58(peer))
-        getter = getattr(connections[0].muxed_conn, "get_remote_address", None)
-        remote = getter() if getter is not None else None
-    except Exception:  # a library detail: no address is no harm
-        return None
-    return None if remote is None else str(remote[0])
-
-
 async def request_dial_back(host: IHost, peer: ID, addrs: Sequence[str]) -> DialBackReply:
     """Ask `peer` (connected) to dial us back at `addrs`; raises on timeout or a bad reply."""
     reply, _ = await ask_dial_back(host, peer, addrs)

@@ -100,6 +100,11 @@ def _advertising(announce: Sequence[str], interfaces: list[str]) -> dict[str, An
     return {"addrs_factory": advertised}
 
 
+def remote_ip(host: IHost, peer: str) -> str | None:
+    """An IP our open connections to `peer` come from (None: not connected, or unknown)."""
+    return min(connection_ips(host, peer), default=None)
+
+
 def connection_ips(host: IHost, peer: str | None = None) -> set[str]:
     """The remote IPs of our open connections (to `peer`, or to anyone), as our sockets see
     them."""
