@@ -6,10 +6,13 @@ client: hivemind is not imported beside libp2p).
 Reads the run spec and a `status --json` of the swarm (the plan and its peers' data
 addresses, which every member can see), joins the workers' DHT, and for S seconds:
 - floods every worker with frame streams: garbage headers, huge lengths, idle streams;
+- asks every worker for a stage state it holds (`--state L0-2:STEP:SHA256`, the digest every
+  member can read in the DHT's announcements) as the non-member it is, 12 times at once;
 - joins every stage's averaging swarm (its DHT prefix follows from the plan) with a poisoned
   gradient (1e6 everywhere) and a huge weight, round after round.
 Its last stdout line is a JSON summary: streams opened and how they were answered, and how
-many averaging rounds it got into (`rounds_joined`: must stay 0).
+many averaging rounds it got into (`rounds_joined`: must stay 0), how its state requests were
+answered (`state_found`: must stay 0).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from hivemind.p2p import PeerID
 from p2ptrain.records import load_run_spec
 from p2ptrain.records.status import SwarmStatus
 from p2ptrain.train.model import build_stage
-from p2ptrain.worker import frames
+from p2ptrain.worker import frames, state_transfer
 from p2ptrain.worker.dht_helpers import swarm_prefix
 
 STREAMS_PER_ROUND = 24
@@ -75,6 +78,35 @@ async def flood_frames(dht: DHT, peers: list[str], counts: Counter[str]) -> None
     await p2p.shutdown()
 
 
+STATE_REQUESTS_PER_ROUND = 12  # per worker: past the 2-per-peer and 4-in-all caps
+
+
+async def ask_for_state(
+    dht: DHT, peers: list[str], request: state_transfer.StateRequest, counts: Counter[str]
+) -> None:
+    """A non-member's stage-state requests: each answered MISSING, BUSY or (never) FOUND."""
+    p2p = await dht.replicate_p2p()
+    answers = {state_transfer.FOUND: "state_found", state_transfer.MISSING: "state_missing",
+               state_transfer.BUSY: "state_busy"}  # fmt: skip
+
+    async def one(peer: str) -> None:
+        try:
+            _, reader, writer = await p2p.call_binary_stream_handler(
+                PeerID.from_base58(peer), state_transfer.PROTOCOL
+            )
+            writer.write(request.encode())
+            await writer.drain()
+            answer = await asyncio.wait_for(reader.read(1), 5.0)
+            counts[answers.get(answer, "state_other")] += 1
+            counts["state_bytes"] += len(answer) + len(await asyncio.wait_for(reader.read(), 5.0))
+            writer.close()
+        except Exception:
+            counts["state_failed"] += 1
+
+    await asyncio.gather(*(one(p) for p in peers for _ in range(STATE_REQUESTS_PER_ROUND)))
+    await p2p.shutdown()
+
+
 def averaging_intruders(dht: DHT, spec: Any, plan: Any) -> list[DecentralizedAverager]:
     """One averager per stage of the plan, in that stage's swarm, holding a poisoned gradient."""
     intruders = []
@@ -95,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=60.0)
     parser.add_argument("--run", type=Path, required=True)
     parser.add_argument("--status", type=Path, required=True)
+    parser.add_argument("--state", help="LAYERS:STEP:SHA256 of a stage state to ask for")
     args = parser.parse_args(argv)
     spec = load_run_spec(args.run)
     status = SwarmStatus.from_dict(json.loads(args.status.read_text()))
@@ -106,9 +139,17 @@ def main(argv: list[str] | None = None) -> int:
     print(dht.peer_id.to_base58(), flush=True)
     counts: Counter[str] = Counter()
     intruders = averaging_intruders(dht, spec, plan)
+    state_request = None
+    if args.state:
+        key, step, digest = args.state.split(":")
+        layers = state_transfer.parse_layers(key)
+        assert layers is not None, key
+        state_request = state_transfer.StateRequest(layers, int(step), digest)
     deadline = time.monotonic() + args.duration
     while time.monotonic() < deadline:
         asyncio.run(flood_frames(dht, peers, counts))
+        if state_request is not None:
+            asyncio.run(ask_for_state(dht, peers, state_request, counts))
         for averager in intruders:
             try:
                 gathered = averager.step(weight=1e9, timeout=5.0, allow_retries=False)
