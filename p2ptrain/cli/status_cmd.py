@@ -48,7 +48,9 @@ def format_status(status: SwarmStatus) -> str:
     peers = status.peers
     lines = [
         f"run {status.run or '?'}   planner {_short(status.planner)}   "
-        f"term {status.term}   {sum(p.alive for p in peers)}/{len(peers)} peers alive",
+        f"term {status.term}   {sum(p.alive for p in peers)}/{len(peers)} peers alive"
+        + ("   finished" if status.finished else ""),
+        *([f"waiting for {status.waiting_for}"] if status.waiting_for else []),
         "",
         f"{'peer':<12}{'alive':<7}{'role':<14}{'GFLOP/s':>9}  {'seen':>6}  {'step':>6}"
         f"{'loss':>8}{'tok/s':>8}{'sent':>10}{'recv':>10}  {'reach':<9}address",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,7 @@ from p2ptrain.control.publishing import Publisher, measure_compute
 from p2ptrain.control.reachability import ReachabilityMonitor
 from p2ptrain.control.relay_service import OFFER_PROTOCOL, RELAY_PROTOCOL, RelayService
 from p2ptrain.control.rpcs import RUN_PROTOCOL, STATUS_PROTOCOL, RpcResponder
+from p2ptrain.control.run_watch import RunWatch
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.sync import SYNC_PROTOCOL, PullSync
 from p2ptrain.control.traversal import Traversal
@@ -120,6 +121,7 @@ class ControlNode:
         self.dial_back_server = dialback.DialBackServer(lambda: self.state.addrs)
         self.reachability = ReachabilityMonitor(self.state)
         self.dashboard = None if config.http is None else DashboardFeed(config.http)
+        self.run_watch = RunWatch(self.state, config.print_progress)
         self.worker_link = (
             WorkerLink(
                 self.state, config.ipc_path, config.print_progress, self.traversal.data_routes
@@ -200,6 +202,7 @@ class ControlNode:
                 nursery.start_soon(self.discovery.serve_discovery)
                 nursery.start_soon(self.sync.serve_sync)
                 nursery.start_soon(self.reachability.serve_reachability)
+                nursery.start_soon(self.run_watch.serve)
                 if self.dashboard is not None:
                     nursery.start_soon(self.dashboard.serve, state.view)
                 if state.is_member:
@@ -228,19 +231,27 @@ def configure_logging(level: int = logging.INFO) -> None:
 async def run_until_signalled(
     node: ControlNode, on_stop: Callable[[], Awaitable[None]] | None = None
 ) -> None:
-    """Run the node until SIGTERM/SIGINT, then stop cleanly."""
+    """Run the node until SIGTERM/SIGINT or until it has nothing left to do (NodeState.stopping:
+    the run is finished), then stop cleanly."""
     import signal
+
+    stopping = node.state.stopping
+
+    async def stop_on_signal(signals: AsyncIterator[int]) -> None:
+        async for signum in signals:
+            log.info("received signal %d: stopping", signum)
+            stopping.set()
+            return
 
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             nursery.start_soon(node.run)
-            async for signum in signals:
-                log.info("received signal %d: stopping", signum)
-                if on_stop is not None:
-                    with trio.move_on_after(2):
-                        await on_stop()
-                nursery.cancel_scope.cancel()
-                break
+            nursery.start_soon(stop_on_signal, signals)
+            await stopping.wait()
+            if on_stop is not None:
+                with trio.move_on_after(2):
+                    await on_stop()
+            nursery.cancel_scope.cancel()
 
 
 def run_node(node: ControlNode) -> int:

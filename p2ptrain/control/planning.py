@@ -10,13 +10,15 @@ reload), so plans change only when they must or when it clearly pays:
   placement until membership changes);
 - the same placement is re-issued as a new epoch when a member's data-plane addresses changed;
 - when a member's first measured stage time arrives (compute-aware runs: workers time the model
-  once they have the run spec, which comes with the first plan), like drift: only if it pays.
+  once they have the run spec, which comes with the first plan), like drift: only if it pays;
+- never once the run is finished (its last step trained: control/run_end.py), whoever is left.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -67,8 +69,8 @@ class PlanMaker:
         """Publish a new plan into the view if one is due; True if it did. own_reachability and
         own_relays: this node's dial-back verdict and relay slots (the view holds the others')."""
         members = self.view.plannable_members(now)
-        if not members or self.view.run is None:
-            return False
+        if not members or self.view.run is None or self.view.finished:
+            return False  # nothing to plan for: no peer, no run, or a run trained to its end
         run = self.view.run
         if self._term != self.view.term:
             self._term, self._epoch, self._planned_members = self.view.term, 0, None
@@ -79,15 +81,10 @@ class PlanMaker:
                 log.info("waiting for peers before the first plan: %d of %d alive",
                          len(members), run.min_peers)  # fmt: skip
             return False
-        measured = self._stage_computes(members)
+        measured = stage_computes(self.view, members)
         links = self.view.links(now)
-        data_addrs = {
-            peer: self.view.members[peer].record.data_addrs
-            if peer in self.view.members
-            else tuple(own_data_addrs)
-            for peer in members
-        }
-        private = self._unroutable(members, own_reachability, own_relays)
+        data_addrs = data_addrs_of(self.view, members, own_data_addrs)
+        private = unroutable(self.view, members, own_reachability, own_relays)
         if current is None and self._awaits_first_plan(
             now, members, data_addrs, links, measured, private
         ):
@@ -197,23 +194,6 @@ class PlanMaker:
         )
         return switch
 
-    def _unroutable(
-        self, members: list[str], own_reachability: str, own_relays: tuple[str, ...]
-    ) -> frozenset[str]:
-        """Peers behind a NAT that hold no relay slot: no other NATed peer can reach them (two
-        NATed peers connect if either holds a slot: control/traversal.py)."""
-        unroutable = set()
-        for peer in members:
-            member = self.view.members.get(peer)
-            reachability, relays = (
-                (member.record.reachability, member.record.relays)
-                if member is not None
-                else (own_reachability, own_relays)
-            )
-            if reachability == "private" and not relays:
-                unroutable.add(peer)
-        return frozenset(unroutable)
-
     def _awaits_first_plan(
         self,
         now: float,
@@ -227,7 +207,7 @@ class PlanMaker:
         missing (control/readiness.py) or FIRST_PLAN_WAIT_S passed: a plan made before would
         restart every session when the measurements re-plan it."""
         assert self.view.run is not None
-        roles = {peer: self._role(peer) for peer in members}
+        roles = roles_of(self.view, members)
         gaps = first_plan_gaps(members, roles, data_addrs, links, measured, self.view.run, private)
         if not gaps:
             return False
@@ -242,20 +222,6 @@ class PlanMaker:
             log.info("planning without %s after %.0f s", ", ".join(gaps), FIRST_PLAN_WAIT_S)
             self._gaps_logged = ["expired"]
         return False
-
-    def _role(self, peer: str) -> str | None:
-        if peer == self.view.self_id:
-            return self.view.role
-        member = self.view.members.get(peer)
-        return None if member is None else member.record.role
-
-    def _stage_computes(self, members: list[str]) -> dict[str, StageCompute | None]:
-        """Each member's timed stage as its record announces it (ours from our own record)."""
-        view = self.view
-        records = {peer: view.members[peer].record for peer in members if peer in view.members}
-        if view.own_record is not None:
-            records[view.self_id] = view.own_record
-        return {peer: record.stage_compute for peer, record in records.items()}
 
     def _drifted(self, now: float, matrices: planner.Matrices) -> bool:
         """Compare with the matrices of the last plan, at most every DRIFT_CHECK_INTERVAL_S."""
@@ -277,6 +243,69 @@ class PlanMaker:
         except Exception:  # a scheduler bug must not take the control plane down
             log.exception("the scheduler failed on %d peers; retrying later", len(matrices.peers))
             return None
+
+
+def roles_of(view: SwarmView, members: list[str]) -> dict[str, str | None]:
+    """Each member's role as its record announces it (ours: our own)."""
+    roles = {p: view.members[p].record.role if p in view.members else None for p in members}
+    if view.self_id in roles:
+        roles[view.self_id] = view.role
+    return roles
+
+
+def stage_computes(view: SwarmView, members: list[str]) -> dict[str, StageCompute | None]:
+    """Each member's timed stage as its record announces it (ours from our own record)."""
+    records = {peer: view.members[peer].record for peer in members if peer in view.members}
+    if view.own_record is not None:
+        records[view.self_id] = view.own_record
+    return {peer: record.stage_compute for peer, record in records.items()}
+
+
+def data_addrs_of(
+    view: SwarmView, members: list[str], own_data_addrs: Sequence[str]
+) -> dict[str, tuple[str, ...]]:
+    """Each member's data-plane addresses as its record announces them (ours: own_data_addrs)."""
+    return {
+        peer: view.members[peer].record.data_addrs if peer in view.members else tuple(own_data_addrs)
+        for peer in members
+    }
+
+
+def unroutable(
+    view: SwarmView, members: list[str], own_reachability: str, own_relays: tuple[str, ...]
+) -> frozenset[str]:
+    """Peers behind a NAT that hold no relay slot: no other NATed peer can reach them (two
+    NATed peers connect if either holds a slot: control/traversal.py)."""
+    found = set()
+    for peer in members:
+        member = view.members.get(peer)
+        reachability, relays = (
+            (member.record.reachability, member.record.relays)
+            if member is not None
+            else (own_reachability, own_relays)
+        )
+        if reachability == "private" and not relays:
+            found.add(peer)
+    return frozenset(found)
+
+
+def first_plan_gaps_in(view: SwarmView, members: list[str], now: float) -> list[str]:
+    """What the first plan still lacks (control/readiness.py) as `view` sees it, our own part
+    from our announced record: what a node that does not plan says it waits for."""
+    assert view.run is not None
+    own = view.own_record
+    own_addrs, reachability, relays = (
+        ((), "unknown", ()) if own is None else (own.data_addrs, own.reachability, own.relays)
+    )
+    return first_plan_gaps(
+        members,
+        roles_of(view, members),
+        data_addrs_of(view, members, own_addrs),
+        view.links(now),
+        stage_computes(view, members),
+        view.run,
+        unroutable(view, members, reachability, relays),
+    )
 
 
 def plan_lineage(current: Plan | None, term: int, epoch: int, peer_id: str) -> Lineage:

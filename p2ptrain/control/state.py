@@ -45,6 +45,8 @@ class NodeState:
     # (author, kind) -> the latest envelope we accepted from another peer: served to sync clients
     latest: dict[tuple[str, str], bytes] = field(default_factory=dict)
     joined: trio.Event = field(default_factory=trio.Event)  # set once we are in the swarm
+    # set to stop the node: a signal, or nothing left to do (control/run_watch.py)
+    stopping: trio.Event = field(default_factory=trio.Event)
     worker: WorkerWatch = field(default_factory=lambda: WorkerWatch(time.monotonic()))
     revocations_path: str | None = None  # the bootstrap's --revoked file, re-read periodically
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from p2ptrain.control.view import MEMBER_ROLES, Member, SwarmView
+from p2ptrain.control.waiting import waiting_for
 from p2ptrain.net.paging import page_of
 from p2ptrain.records import LinkStatus, PeerStatus, PlanSummary, SwarmStatus
 
@@ -61,6 +62,7 @@ def swarm_status(view: SwarmView, now: float, relay_bytes: int = 0) -> SwarmStat
         if a in members and b in members
     )
     summary = None if view.plan is None else PlanSummary.of(view.plan)
+    wait = waiting_for(view, now)
     return SwarmStatus(
         run=view.run.run_id if view.run else "",
         planner=planner,
@@ -75,6 +77,9 @@ def swarm_status(view: SwarmView, now: float, relay_bytes: int = 0) -> SwarmStat
         bootstrap=view.bootstrap_id,
         term=view.term,
         relay_bytes=relay_bytes,
+        waiting=wait.kind,
+        waiting_for=wait.text,
+        finished=view.finished,
     )
 
 

@@ -5,7 +5,9 @@ broke. The server answers with what we author and the latest we accepted from ea
 Replies are paged, never cut: a request names a cursor (JSON `{"cursor": n}`; empty: 0), a reply
 holds whole envelopes up to SYNC_PAGE_BYTES and the next cursor (null on the last page), and
 the client follows at most MAX_SYNC_PAGES pages. Each reply also carries the responder's term
-(null until it learnt one): how a fresh node learns the current term from the organiser.
+(null until it learnt one): how a fresh node learns the current term from the organiser; and
+whether the responder knows the run finished (control/run_end.py): believed of the organiser
+only, how a spare that missed the last step's gossip, or a late joiner, learns it.
 """
 
 from __future__ import annotations
@@ -86,7 +88,10 @@ class PullSync:
                 log.debug("sync from %s failed: %s", peer, exc)
                 return
             if page == 0:
-                self.state.view.learn_term(peer, term)
+                view = self.state.view
+                view.learn_term(peer, term)
+                if peer == view.bootstrap_id:  # the organiser's word that the run is trained
+                    view.run_end.note_organiser(view.run, reply.get("finished"))
             envelopes = envelopes[: MAX_SYNC_ENVELOPES - num_envelopes]
             num_envelopes += len(envelopes)
             if not self._apply_page(peer, envelopes) or cursor is None:
@@ -120,4 +125,4 @@ class PullSync:
         own = [d.decode() for d in authored_messages(self.state)] if cursor == 0 else []
         page, nxt = page_of(held, cursor, SYNC_PAGE_BYTES)
         term = view.known_term() if view.term_anchored else None
-        return {"envelopes": own + page, "next": nxt, "term": term}
+        return {"envelopes": own + page, "next": nxt, "term": term, "finished": view.finished}

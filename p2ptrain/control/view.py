@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from p2ptrain.control.authority import Authority, Member
 from p2ptrain.control.links import LinkMeasurements, LinkSample
 from p2ptrain.control.penalties import Penalties
+from p2ptrain.control.run_end import RunEnd
 from p2ptrain.control.wire import Envelope
 from p2ptrain.records import (
     MEMBER_ROLES,
@@ -89,12 +90,18 @@ class SwarmView(Authority, LinkMeasurements):
     own_record: PeerRecord | None = None
     own_metrics: PeerMetrics | None = None
     own_health: Health = field(default_factory=lambda: Health(True))  # control/health.py
+    run_end: RunEnd = field(default_factory=RunEnd)  # is the run trained? (control/run_end.py)
     _last_seq: dict[tuple[str, str], int] = field(default_factory=dict)
     _recent_seqs: dict[tuple[str, str], deque[int]] = field(default_factory=dict)
     _claimed_terms: dict[str, int] = field(default_factory=dict)  # highest term each peer claimed
     _claim_seen_at: float = float("-inf")  # when the last claim (accepted or not) came in
     penalties: Penalties = field(default_factory=Penalties)
     _verified_tokens: dict[tuple[str, str, str | None], bool] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        """Is our run trained to its last step? Then nothing is planned for it any more."""
+        return self.run_end.is_finished(self.run)
 
     # ------------------------------------------------------------------ liveness and penalties
 
@@ -235,6 +242,7 @@ class SwarmView(Authority, LinkMeasurements):
         self.rows[env.author] = (env.body.links, now)
         self.members[env.author].metrics = env.body.metrics
         self.members[env.author].health = env.body.health
+        self.run_end.note_metrics(self.run, env.author, env.body.metrics, self.plan)
         return None
 
     def _capable(self, peer: str, now: float) -> bool:
@@ -345,7 +353,7 @@ class SwarmView(Authority, LinkMeasurements):
 
     def should_claim(self, now: float) -> bool:
         """True when this peer must claim the planner role now."""
-        if not self.may_plan(self.self_id) or self.planner == self.self_id:
+        if not self.may_plan(self.self_id) or self.planner == self.self_id or self.finished:
             return False
         if not self.term_anchored:
             return False  # a claim from behind the current term would only be refused

@@ -21,6 +21,8 @@ from p2ptrain.records.plan import MAX_STAGES, Plan, parse_reason, parse_stage_la
 from p2ptrain.records.reachability import REACHABILITY
 
 MAX_STATUS_PEERS = 10_000
+MAX_WAIT_KIND_CHARS = 32
+MAX_WAIT_CHARS = 1000
 MAX_STATUS_LINKS = 200_000
 
 
@@ -182,6 +184,11 @@ class SwarmStatus:
     bootstrap: str | None
     term: int
     relay_bytes: int = 0  # what the observing node relayed for NATed peers, both ways
+    # what the observing node waits for (control/waiting.py): a kind of WAIT_KINDS ("": it
+    # trains, or the swarm does) and the same in words; finished: the run's last step is trained
+    waiting: str = ""
+    waiting_for: str = ""
+    finished: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -191,6 +198,7 @@ class SwarmStatus:
             "plan": None if self.plan is None else self.plan.to_dict(),
             "observed_by": self.observed_by, "telemetry_age_s": self.telemetry_age_s,
             "bootstrap": self.bootstrap, "term": self.term, "relay_bytes": self.relay_bytes,
+            "waiting": self.waiting, "waiting_for": self.waiting_for, "finished": self.finished,
         }  # fmt: skip
 
     @classmethod
@@ -220,4 +228,12 @@ class SwarmStatus:
             bootstrap=None if bootstrap is None else f.peer_id(bootstrap, r, "bootstrap"),
             term=f.integer(d["term"], r, "term"),
             relay_bytes=f.integer(d.get("relay_bytes", 0), r, "relay_bytes"),
+            # optional: older nodes do not say; a kind we do not know yet is shown as it is
+            waiting=_optional_text(d.get("waiting", ""), r, "waiting", MAX_WAIT_KIND_CHARS),
+            waiting_for=_optional_text(d.get("waiting_for", ""), r, "waiting_for", MAX_WAIT_CHARS),
+            finished=f.boolean(d.get("finished", False), r, "finished"),
         )
+
+
+def _optional_text(value: object, record: str, name: str, max_chars: int) -> str:
+    return "" if value == "" else f.text(value, record, name, max_chars)

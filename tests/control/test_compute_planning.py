@@ -257,13 +257,13 @@ def test_natted_peers_with_relay_slots_are_routable_and_those_without_are_not() 
     """The planner's `private` set (links it prices out between its members) holds the NATed
     peers with no relay slot only: two NATed peers connect if either holds one."""
     from p2ptrain.control.authority import Member
+    from p2ptrain.control.planning import unroutable
     from p2ptrain.records import PeerRecord
 
     base = PeerRecord.from_dict(record("trainer"))
     view, _ = make_view(A)
     view.members[B] = Member(dataclasses.replace(base, reachability="private", relays=(C,)), 0.0)
     view.members[C] = Member(dataclasses.replace(base, reachability="private"), 0.0)
-    maker = PlanMaker(view, A)
-    assert maker._unroutable([A, B, C], "public", ()) == frozenset({C})
-    assert maker._unroutable([A, B, C], "private", ()) == frozenset({A, C})
-    assert maker._unroutable([A, B, C], "private", (B,)) == frozenset({C})
+    assert unroutable(view, [A, B, C], "public", ()) == frozenset({C})
+    assert unroutable(view, [A, B, C], "private", ()) == frozenset({A, C})
+    assert unroutable(view, [A, B, C], "private", (B,)) == frozenset({C})

@@ -32,6 +32,9 @@ function renderSummary(s, h) {
   ];
   if (last) parts.push(`step ${last.step}`, `loss ${last.loss.toFixed(3)}`,
     `${Math.round(last.tokens_per_s)} tok/s`);
+  // what the observing node waits for (control/waiting.py); "finished": the last step is trained
+  if (s.finished) parts.push("finished");
+  else if (s.waiting_for) parts.push(`waiting for ${s.waiting_for}`);
   document.getElementById("summary").textContent = parts.join("   ");
   document.getElementById("updated").textContent =
     "seen by " + short(s.observed_by) + " at " + new Date().toLocaleTimeString();

@@ -1,0 +1,90 @@
+"""Says what this node waits for, and leaves once the run is finished.
+
+Every WATCH_TICK_S it asks control/waiting.py what the node waits for and says it when the
+reason changes (the same reason with new counts: at most every RESAY_S): a log line on stderr,
+and for members a line on `join`'s stdout beside the progress lines. The bootstrap warns again
+every NO_PLANNER_WARN_S while no live member holds a planner token (no one may plan: the swarm
+never trains).
+
+The run's end (control/run_end.py): when our worker reports the last step, the fact is
+gossiped at once (our telemetry), before the worker exits and takes the node down. A member
+that learns the run is finished and has no stage in the plan (a spare, a late joiner) leaves:
+its worker is stopped and the node exits 0. A placed member leaves on its own when its worker
+finishes; FINISHED_GRACE_S later at the latest. The bootstrap stays: its status says finished.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import trio
+
+from p2ptrain.control.run_end import placed
+from p2ptrain.control.state import NodeState
+from p2ptrain.control.waiting import Wait, waiting_for
+
+log = logging.getLogger(__name__)
+
+WATCH_TICK_S = 0.25  # our worker's last step must be gossiped before the worker exits
+RESAY_S = 30.0
+NO_PLANNER_WARN_S = 60.0
+FINISHED_GRACE_S = 60.0
+
+
+class RunWatch:
+    """One node's "waiting for" lines and its leaving once the run is finished."""
+
+    def __init__(self, state: NodeState, print_lines: bool = True) -> None:
+        """print_lines: say the reasons on stdout too (members: `join`'s progress output)."""
+        self.state = state
+        self.print_lines = print_lines and state.is_member
+        self.said = Wait("", "")
+        self.said_at = -float("inf")
+        self.finished_at: float | None = None
+
+    async def serve(self) -> None:
+        """Run until the node stops (or sets NodeState.stopping once the run is finished)."""
+        await self.state.joined.wait()
+        while True:
+            self.tick(time.monotonic())
+            await trio.sleep(WATCH_TICK_S)
+
+    def tick(self, now: float) -> None:
+        state, view = self.state, self.state.view
+        if view.run_end.note_metrics(view.run, view.self_id, view.own_metrics, view.plan, True):
+            state.publish_soon("telemetry")  # tell the others before our worker exits
+        wait = waiting_for(view, now)
+        since_s = now - self.said_at
+        changed = wait.kind != self.said.kind or (wait.text != self.said.text and since_s >= RESAY_S)
+        # the organiser's reminder: without a planner-token holder the swarm never trains
+        remind = wait.kind == "planner-token" and state.role == "bootstrap"
+        if changed or (remind and since_s >= NO_PLANNER_WARN_S):
+            self._say(wait, now)
+        if wait.kind == "finished":
+            self._leave_if_done(now)
+
+    def _say(self, wait: Wait, now: float) -> None:
+        self.said, self.said_at = wait, now
+        if not wait.kind:
+            line = "placed in the plan: training" if self.state.is_member else "the swarm trains"
+        else:
+            line = f"waiting for {wait.text}"
+        level = logging.WARNING if wait.kind == "planner-token" else logging.INFO
+        log.log(level, "%s", line)
+        if self.print_lines:
+            print(line, flush=True)
+
+    def _leave_if_done(self, now: float) -> None:
+        """A finished run: members without a stage leave now, placed ones after a grace."""
+        state = self.state
+        if not state.is_member or state.stopping.is_set():
+            return
+        if self.finished_at is None:
+            self.finished_at = now
+        if placed(state.view.plan, state.peer_id) and now - self.finished_at < FINISHED_GRACE_S:
+            return  # our worker ends the node once it has saved the last step
+        log.info("the run is finished: nothing left to train, stopping this node")
+        if self.print_lines:
+            print("the run is finished: stopping", flush=True)
+        state.stopping.set()

@@ -1,0 +1,94 @@
+"""What a node waits for, in words: why the swarm does not train yet, or no longer.
+
+A node that does not train says so once, and again when the reason changes
+(control/run_watch.py: its log on stderr, a line on `join`'s stdout, the bootstrap's warning); the
+status document carries the same reason (`waiting`, `waiting_for`). The reasons, first that holds:
+- `bootstrap`: not joined yet, or no run spec from the organiser;
+- `finished`: the run's last step is trained (control/run_end.py): nothing left to wait for;
+- `peers`: no member alive, or fewer than the run's `min_peers` before the first plan;
+- `planner-token`: no live member holds a planner token, so no one may plan: with the command
+  that issues one;
+- `planner`: the election has not settled on a live planner yet;
+- `measurements`: the first plan waits for links, data-plane addresses or timed stages
+  (control/readiness.py), counted;
+- `plan`: the first plan is being made, or a plan that names this peer is due;
+- `place`: the plan leaves this peer out as a spare.
+Not waiting (kind ""): this peer is placed in the plan, or (the bootstrap) the swarm trains. Pure.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from p2ptrain.control.planning import first_plan_gaps_in
+from p2ptrain.control.run_end import placed
+from p2ptrain.control.view import MEMBER_ROLES, SwarmView
+
+WAIT_KINDS = (
+    "", "bootstrap", "finished", "peers", "planner-token", "planner", "measurements", "plan",
+    "place",
+)
+
+
+@dataclass(frozen=True)
+class Wait:
+    kind: str  # WAIT_KINDS ("": not waiting)
+    text: str  # what is waited for, for people ("": not waiting)
+
+
+NOT_WAITING = Wait("", "")
+
+
+def waiting_for(view: SwarmView, now: float, joined: bool = True) -> Wait:
+    """What this node waits for, as `view` sees the swarm at `now`."""
+    run = view.run
+    if run is None or not joined:
+        return Wait("bootstrap", "the bootstrap: joining it and learning the run")
+    if view.finished:
+        return Wait("finished", f"nothing: run {run.run_id} is finished ({view.run_end.how})")
+    member = view.role in MEMBER_ROLES
+    if member and placed(view.plan, view.self_id):
+        return NOT_WAITING
+    members = view.plannable_members(now)
+    if not members:
+        return Wait("peers", f"peers: none alive yet (the run's min_peers is {run.min_peers})")
+    if not any(view.may_plan(peer) for peer in members):
+        return Wait("planner-token", no_planner_text(view, members))
+    plan = view.plan
+    if plan is None:
+        if len(members) < run.min_peers:
+            return Wait(
+                "peers", f"peers: {len(members)} of the run's min_peers {run.min_peers} alive"
+            )
+        if view.planner is None or not view.is_alive(view.planner, now):
+            return Wait("planner", "the planner election")
+        if gaps := first_plan_gaps_in(view, members, now):
+            text = f"the first plan's measurements: {', '.join(gaps)} still missing"
+            return Wait("measurements", text)
+        return Wait("plan", f"the first plan ({view.planner} is making it)")
+    if not member:
+        return NOT_WAITING  # the bootstrap: a plan is out, the swarm trains
+    if view.self_id in plan.spares:
+        num_placed = sum(len(pipeline) for pipeline in plan.pipelines)
+        return Wait(
+            "place",
+            f"a place in the plan: plan t{plan.term}/e{plan.epoch} places {num_placed} peers "
+            "and leaves this one out as a spare (it trains when a plan places it)",
+        )
+    return Wait("plan", "a plan that names this peer (the planner re-plans after a join)")
+
+
+def no_planner_text(view: SwarmView, members: list[str]) -> str:
+    """No live member may plan: what the organiser runs to change that."""
+    assert view.run is not None
+    peer = view.self_id if view.self_id in members else members[0]
+    command = (
+        f"p2ptrain token issue --identity BOOTSTRAP.key --peer {peer} "
+        f"--run-id {shlex.quote(view.run.run_id)} --planner"
+    )
+    return (
+        "a planner: no member holds a planner token, so no one may plan. The organiser issues "
+        f"one with the bootstrap's key: `{command}`, and that peer joins with --token TOKEN "
+        "(docs/operations.md)"
+    )

@@ -1,0 +1,170 @@
+"""A finished run is finished for everyone (control/run_end.py), and a waiting node says what it
+waits for (control/waiting.py, control/run_watch.py). Pure rules, a fake clock."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+
+from p2ptrain.control import view as view_mod
+from p2ptrain.control.planning import PLAN_DEBOUNCE_S, PlanMaker
+from p2ptrain.control.run_end import RunEnd
+from p2ptrain.control.run_watch import FINISHED_GRACE_S, NO_PLANNER_WARN_S, RunWatch
+from p2ptrain.control.state import NodeState
+from p2ptrain.control.status import swarm_status
+from p2ptrain.control.waiting import waiting_for
+from p2ptrain.records import PeerMetrics, RunSpec, SwarmStatus
+from tests.control.test_view import ME, A, B, C, make_view, plan, record
+
+RUN = RunSpec(run_id="end", stages=1, n_layer=2, steps=20, min_peers=1, compute_aware=False)
+
+
+def step(n: int) -> dict[str, Any]:
+    """Telemetry whose metrics report step `n` done."""
+    return {"links": {}, "metrics": {"step": n, "stage": 0, "replica": 0}}
+
+
+def planned_view(me: str = ME, placed: tuple[str, ...] = (A, B), spares: tuple[str, ...] = ()):
+    """A view following planner A's plan (term 1) that places `placed`, `spares` left out."""
+    v, feed = make_view(me=me, peers=tuple(p for p in (A, B, C) if p != me))
+    v.run = RUN
+    assert v.accept(feed("claim", A, {"term": 1}), 1.0) is None
+    body = {**plan(A, 1, 1, placed), "spares": list(spares)}
+    assert v.accept(feed("plan", A, body), 1.0) is None
+    return v, feed
+
+
+def test_only_a_placed_peers_last_step_finishes_the_run() -> None:
+    v, feed = planned_view(placed=(A, B), spares=(C,))
+    assert v.accept(feed("telemetry", C, step(19)), 2.0) is None
+    assert not v.finished  # a spare trains nothing: its word ends nothing
+    assert v.accept(feed("telemetry", B, step(18)), 2.0) is None
+    assert not v.finished  # one step left
+    assert v.accept(feed("telemetry", B, step(19)), 2.0) is None
+    assert v.finished and "step 20 of 20" in v.run_end.how
+    # the same run continued with more steps (a new run spec after a restart) is not finished
+    v.run = RUN.replace(steps=40)
+    assert not v.finished
+
+
+def test_our_own_worker_and_the_organiser_may_say_it() -> None:
+    end = RunEnd()
+    assert not end.note_metrics(RUN, ME, PeerMetrics(step=19), None)  # not placed in any plan
+    assert end.note_metrics(RUN, ME, PeerMetrics(step=19), None, own=True)
+    assert end.is_finished(RUN) and not end.is_finished(RUN.replace(steps=21))
+    organiser = RunEnd()
+    assert not organiser.note_organiser(RUN, "yes") and not organiser.note_organiser(RUN, False)
+    assert organiser.note_organiser(RUN, True) and organiser.is_finished(RUN)
+
+
+def test_a_finished_run_gets_no_new_plan_and_no_claim() -> None:
+    # A plans for A, B, C; B reports the last step; then C leaves: no plan for the finished run
+    v, feed = make_view(me=A, peers=(B, C))
+    v.run = RUN
+    v.claim()
+    maker = PlanMaker(v, A)
+    alive = {B, C}
+
+    async def tick(now: float) -> bool:
+        for peer in alive:
+            assert v.accept(feed("peer", peer, record()), now) is None
+        return await maker.tick(now, [])
+
+    async def scenario() -> list[bool]:
+        made = [await tick(1.0), await tick(1.0 + PLAN_DEBOUNCE_S + 0.1)]
+        assert v.plan is not None and v.plan.peers() == {A, B, C}
+        assert v.accept(feed("telemetry", B, step(19)), 3.0) is None
+        alive.discard(C)
+        late = 3.0 + view_mod.DEAD_AFTER_S + 1.0
+        return [*made, await tick(late), await tick(late + PLAN_DEBOUNCE_S + 0.1)]
+
+    assert trio.run(scenario) == [False, True, False, False]
+    assert v.plan is not None and (v.plan.term, v.plan.epoch) == (1, 1)
+    # a spare whose planner left does not claim a finished run
+    w, _ = planned_view(me=B, placed=(A,), spares=(B,))
+    w.run_end.note_organiser(w.run, True)
+    assert not w.should_claim(2.0 + view_mod.DEAD_AFTER_S + view_mod.ELECTION_GRACE_S)
+
+
+def test_what_a_node_waits_for() -> None:
+    # no member holds a planner token: the command that issues one, for this peer
+    v, feed = make_view(me=ME, peers=(A, B))
+    v.run, v.own_token = RUN, None
+    for peer in (A, B):
+        assert v.accept(feed("peer", peer, {**record(), "token": None}), 1.0) is None
+    wait = waiting_for(v, 1.0)
+    assert wait.kind == "planner-token"
+    assert f"p2ptrain token issue --identity BOOTSTRAP.key --peer {ME} --run-id end --planner" in (
+        wait.text
+    )
+    # fewer than min_peers alive
+    v, _ = make_view(me=ME, peers=(A,))
+    v.run = RUN.replace(min_peers=3)
+    assert waiting_for(v, 1.0).text == "peers: 2 of the run's min_peers 3 alive"
+    assert waiting_for(v, 1.0).kind == "peers"
+    # links still being measured, counted
+    v, feed = make_view(me=ME, peers=(A, B))
+    v.run, v.role = RUN.replace(min_peers=3), "trainer"
+    for peer in (A, B):
+        body = {**record("trainer"), "data_addrs": ["/ip4/10.0.0.1/tcp/7402"]}
+        assert v.accept(feed("peer", peer, body), 1.0) is None
+    assert v.accept(feed("claim", A, {"term": 1}), 1.0) is None
+    wait = waiting_for(v, 1.0)
+    assert wait.kind == "measurements" and "3 of 3 links" in wait.text
+    # a spare, a placed peer, a finished run
+    v, _ = planned_view(placed=(A, B), spares=(ME,))
+    assert waiting_for(v, 2.0).kind == "place"
+    v, _ = planned_view(placed=(A, ME))
+    assert waiting_for(v, 2.0).kind == ""
+    v.run_end.note_organiser(v.run, True)
+    wait = waiting_for(v, 2.0)
+    assert wait.kind == "finished" and "run end is finished" in wait.text
+    # and the status document says the same, through its JSON
+    status = SwarmStatus.from_dict(swarm_status(v, 2.0).to_dict())
+    assert status.finished and status.waiting == "finished" and status.waiting_for == wait.text
+
+
+def watch(v: view_mod.SwarmView, role: str = "trainer") -> RunWatch:
+    state = NodeState(seed=b"", role=role, peer_id=v.self_id, host=None, view=v, hardware={})  # type: ignore[arg-type]
+    return RunWatch(state)
+
+
+def test_a_spare_says_it_once_and_leaves_when_the_run_finishes(capsys) -> None:
+    v, feed = planned_view(placed=(A, B), spares=(ME,))
+    w = watch(v)
+    for now in (2.0, 2.5, 3.0):
+        w.tick(now)
+    assert capsys.readouterr().out.count("waiting for a place in the plan") == 1
+    assert not w.state.stopping.is_set()
+    assert v.accept(feed("telemetry", B, step(19)), 3.0) is None
+    w.tick(3.5)
+    assert w.state.stopping.is_set()
+    out = capsys.readouterr().out
+    assert "waiting for nothing: run end is finished" in out and "stopping" in out
+
+
+def test_a_placed_peer_gossips_its_last_step_and_leaves_after_its_worker() -> None:
+    v, _ = planned_view(placed=(A, ME))
+    w = watch(v)
+    v.own_metrics = PeerMetrics(step=19)
+    w.tick(2.0)
+    assert v.finished and w.state.due["telemetry"] == 0.0  # published at the next tick
+    assert not w.state.stopping.is_set()  # our worker saves the last step and ends the node
+    w.tick(2.0 + FINISHED_GRACE_S)
+    assert w.state.stopping.is_set()  # unless it hangs
+
+
+def test_the_bootstrap_warns_once_a_minute_while_no_member_may_plan(caplog) -> None:
+    v, feed = make_view(me=ME, peers=(A,))
+    v.run, v.role = RUN, "bootstrap"
+    w = watch(v, "bootstrap")
+    caplog.set_level(logging.INFO)
+    times = (1.0, 2.0, 30.0, 1.0 + NO_PLANNER_WARN_S)
+    for now in times:
+        assert v.accept(feed("peer", A, {**record(), "token": None}), now) is None
+        w.tick(now)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2 and "no member holds a planner token" in warnings[0].message
+    assert not w.state.stopping.is_set()
