@@ -27,7 +27,6 @@ from p2ptrain.records import (
     RunSpec,
     SessionReport,
     StageCompute,
-    StepProfile,
     Stop,
     SwarmStatus,
     Telemetry,
@@ -109,17 +108,10 @@ def metrics_dict() -> dict[str, Any]:
         "term": 2, "num_replicas": 2, "bytes_sent": 3000, "bytes_received": 2000,
         "link_bytes": {B: {"sent": 1000, "received": 1500}, C: {"sent": 2000, "received": 500}},
         "group_size": 2, "forward_s": 0.1, "backward_s": 0.2, "update_s": 0.01,
-        "averaging_s": 0.3, "start_step": 2, "start_lineage": "0123456789abcdef",
-        "resume_never": False,
-    }  # fmt: skip
-
-
-def profile_dict() -> dict[str, Any]:
-    return {
-        "type": "profile", "step": 3, "term": 2, "epoch": 5, "stage": 1, "replica": 0,
-        "forward_cpu_s": 0.02, "backward_cpu_s": 0.05, "update_cpu_s": 0.01, "frames": 8,
-        "frames_cpu_s": 0.04, "helpers_cpu_s": 0.01, "averaging_cpu_s": 0.05,
-        "averaging_cpu_before_s": 0.02, "averaging_cpu_after_s": 0.01,
+        "averaging_s": 0.3, "averaging_cpu_s": 0.05, "averaging_cpu_before_s": 0.02,
+        "averaging_cpu_after_s": 0.01, "frames_cpu_s": 0.04, "frames": 8, "helpers_cpu_s": 0.01,
+        "forward_cpu_s": 0.02, "backward_cpu_s": 0.05, "update_cpu_s": 0.01,
+        "start_step": 2, "start_lineage": "0123456789abcdef", "resume_never": False,
     }  # fmt: skip
 
 
@@ -136,7 +128,8 @@ def status_dict() -> dict[str, Any]:
         "links": [{"a": A, "b": B, "rtt_ms": 0.4, "bandwidth_mbps": 900.0, "age_s": 1.0,
                    "connection": "relayed"}],
         "plan": plan, "observed_by": A, "telemetry_age_s": {B: 0.5}, "bootstrap": C, "term": 2,
-        "relay_bytes": 123456,
+        "relay_bytes": 123456, "waiting": "place", "waiting_for": "a place in the plan",
+        "finished": False,
     }  # fmt: skip
 
 
@@ -219,8 +212,6 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (MetricsReport, metrics_dict()),
     (SessionReport, {"type": "session", "plan": plan_dict(), "step": 4}),
     (PlanMessage, {"type": "plan", "plan": plan_dict(), "run": RunSpec().to_dict()}),
-    (StepProfile, profile_dict()),
-    (StepProfile, {**profile_dict(), "averaging_cpu_before_s": None, "frames_cpu_s": None}),
     (
         PlanMessage,
         {"type": "plan", "plan": plan_dict(), "run": None, "routes": {B: ["/ip4/127.0.0.1/tcp/9"]}},
