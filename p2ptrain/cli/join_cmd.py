@@ -1,7 +1,8 @@
 """`p2ptrain join`: join a swarm as a peer (supervisor + control process [+ worker process]).
 
 Its first stdout line is the peer's full multiaddr (its first announced control-plane address);
-a line per training step follows (--quiet: none).
+a line per training step follows (--quiet: none). Test faults are injected through the harness's
+own entry point (p2ptrain/harness/with_faults.py), never through this command's flags.
 """
 
 from __future__ import annotations
@@ -9,8 +10,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from p2ptrain.addresses import JOIN_DATA_LISTEN, JOIN_LISTEN
+
+if TYPE_CHECKING:
+    from p2ptrain.worker.faults import Faults
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,24 +95,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="print only the node's multiaddr on stdout, no progress line per training step",
     )
     parser.add_argument(
-        "--fault",
-        action="append",
-        default=[],
-        metavar="KIND@STEP:STAGE:REPLICA",
-        help="for tests: inject a fault into this node's worker (worker/faults.py); repeatable",
+        "--profile",
+        action="store_true",
+        help="with --metrics-log: after each step's report, write where its CPU went (the "
+        "worker's thread, its process tree, the averaging round; a `profile` line)",
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
+    """Run the node; `faults` are the harness's (harness/with_faults.py), for tests only."""
     from p2ptrain.errors import UserError
     from p2ptrain.node.supervisor import Supervisor
-    from p2ptrain.worker.faults import Fault, Faults
+    from p2ptrain.worker.faults import NO_FAULTS
     from p2ptrain.worker.settings import DEVICE_PATTERN
 
-    try:
-        faults = Faults(tuple(Fault.parse(text) for text in args.fault))
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+    if args.profile and not args.metrics_log:
+        raise UserError("--profile writes into the metrics log: give --metrics-log FILE")
     if not DEVICE_PATTERN.fullmatch(args.device):
         raise UserError(f"--device must be auto, cpu, mps, cuda or cuda:I, got {args.device!r}")
     if not 0 <= args.threads <= 4096:
@@ -129,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
         checkpoint_dir=args.checkpoint_dir,
         metrics_log=args.metrics_log,
         token=args.token,
-        faults=faults,
+        faults=faults or NO_FAULTS,
+        profile=args.profile,
         device=args.device,
         threads=args.threads,
         quiet=args.quiet,

@@ -1,110 +1,99 @@
 """What the stages of a `bench e2e` run computed, from the workers' metrics logs, for the
 step-time simulation (schedule/step_time.py's simulated_step_s).
 
-Each worker's report of a step carries `forward_s`, `backward_s` (its stage's forward and
+Each worker's metrics of a step carry `forward_s`, `backward_s` (its stage's forward and
 backward passes over all micro-batches, waits for frames left out) and `update_s` (clipping
 and the optimizer step); `averaging_s` is the wall time of the step's averaging round. The
-median over the plan's steps (the first one left out: it warms up) is what the stage takes.
-These are measurements of the run itself, not fitted to its step time: the simulation adds the
-links (delay, rate) and the schedule (bubbles, overlap, averaging) on top.
+bench starts its workers with `--profile`: each step's StepProfile adds where its CPU went (the
+worker thread's in the passes and update, the process tree's in the round and beside the
+frames). The median over the plan's steps (the first one left out: it warms up) is what the
+stage takes. These are measurements of the run itself, not fitted to its step time: the
+simulation adds the links (delay, rate) and the schedule (bubbles, overlap, averaging) on top.
+Logs are read as records (harness/worker_logs.py).
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from p2ptrain.harness.e2e_traffic import read_metrics
+from p2ptrain.harness.worker_logs import ProfiledStep, read_steps
+from p2ptrain.records import StepProfile
 from p2ptrain.schedule.step_time import MeasuredCompute
 from p2ptrain.testbed import cpu
 
 COMPUTE_FIELDS = ("forward_s", "backward_s", "update_s")
-# the worker thread's CPU seconds in the same pieces (workers from 2026-11-25 on)
+# the worker thread's CPU seconds in the same pieces (a profiling worker's StepProfile)
 CPU_FIELDS = ("forward_cpu_s", "backward_cpu_s", "update_cpu_s")
-# the process tree's CPU in the averaging round, and of it before the first part left and after
-# the last arrived (workers from 2026-11-25 on: the rest overlaps the wire)
-ROUND_CPU_FIELDS = ("averaging_cpu_s", "averaging_cpu_before_s", "averaging_cpu_after_s")
 
 
 def stage_medians(logs: Sequence[Path], plan_key: tuple[int, int]) -> list[dict[str, float] | None]:
-    """Per worker (in the order of `logs`): the median of each timing field over its reports
+    """Per worker (in the order of `logs`): the median of each timing field over its steps
     under the plan, the first step left out; None for a worker without them (a spare, or a
     worker that does not time its stage)."""
     result: list[dict[str, float] | None] = []
     for path in logs:
         mine = [
-            r
-            for r in read_metrics(path)
-            if (r.get("term"), r.get("epoch")) == plan_key
-            and all(isinstance(r.get(k), int | float) for k in COMPUTE_FIELDS)
+            s
+            for s in read_steps(path, plan_key)
+            if all(getattr(s.metrics, k) is not None for k in COMPUTE_FIELDS)
         ]
         steady = mine[1:] or mine
         if not steady:
             result.append(None)
             continue
-        medians = {k: statistics.median(float(r[k]) for r in steady) for k in COMPUTE_FIELDS}
-        waits = [
-            float(r["averaging_s"]) for r in steady if isinstance(r.get("averaging_s"), int | float)
-        ]
-        if waits:
-            medians["averaging_s"] = statistics.median(waits)
-        cpu = [
-            float(r["averaging_cpu_s"])
-            for r in steady
-            if isinstance(r.get("averaging_cpu_s"), int | float)
-        ]
-        if cpu:
-            medians["averaging_cpu_s"] = statistics.median(cpu)
-        medians.update(_round_cpu_shares(steady))
-        for key in CPU_FIELDS:
-            spent = [float(r[key]) for r in steady if isinstance(r.get(key), int | float)]
-            if spent:
-                medians[key] = statistics.median(spent)
+        medians: dict[str, float] = {}
+        _add_median(medians, "step_s", (s.metrics.step_s for s in steady))
+        for key in (*COMPUTE_FIELDS, "averaging_s"):
+            _add_median(medians, key, (getattr(s.metrics, key) for s in steady))
+        profiles = [s.profile for s in steady if s.profile is not None]
+        for key in ("averaging_cpu_s", *CPU_FIELDS):
+            _add_median(medians, key, (getattr(p, key) for p in profiles))
+        medians.update(_round_cpu_shares(profiles))
         medians.update(_passes_cpu(steady))
-        periods = [float(r["step_s"]) for r in steady if isinstance(r.get("step_s"), int | float)]
-        if periods:
-            medians["step_s"] = statistics.median(periods)
         result.append(medians)
     return result
 
 
-def _passes_cpu(reports: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+def _add_median(to: dict[str, float], key: str, values: Iterable[float | None]) -> None:
+    known = [v for v in values if v is not None]
+    if known:
+        to[key] = statistics.median(known)
+
+
+def _passes_cpu(steps: Sequence[ProfiledStep]) -> dict[str, float]:
     """The frames' CPU per frame and the helper processes' CPU rate during the passes (cores),
-    as ratios of sums like the round's shares below; {} where not reported."""
-    framed = [
-        (float(r["frames_cpu_s"]), int(r["frames"]))
-        for r in reports
-        if isinstance(r.get("frames_cpu_s"), int | float) and isinstance(r.get("frames"), int)
-    ]
+    as ratios of sums like the round's shares below; {} where not profiled."""
+    profiled = [(s.metrics, s.profile) for s in steps if s.profile is not None]
+    framed = [(p.frames_cpu_s, p.frames) for _, p in profiled if p.frames_cpu_s is not None]
     result = {}
     if sum(n for _, n in framed) > 0:
         result["frame_cpu_s"] = sum(cpu for cpu, _ in framed) / sum(n for _, n in framed)
     # the passes' wall time: the step less its round and its update (session.py's pieces)
     helped = [
-        (float(r["helpers_cpu_s"]), float(r["step_s"]) - float(r["averaging_s"]) - float(r["update_s"]))
-        for r in reports
-        if all(isinstance(r.get(k), int | float)
-               for k in ("helpers_cpu_s", "step_s", "averaging_s", "update_s"))
-    ]  # fmt: skip
+        (p.helpers_cpu_s, m.step_s - m.averaging_s - m.update_s)
+        for m, p in profiled
+        if p.helpers_cpu_s is not None and m.averaging_s is not None and m.update_s is not None
+    ]
     if sum(wall for _, wall in helped) > 0:
         result["helpers_cores"] = sum(cpu for cpu, _ in helped) / sum(w for _, w in helped)
     return result
 
 
-def _round_cpu_shares(reports: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+def _round_cpu_shares(profiles: Sequence[StepProfile]) -> dict[str, float]:
     """The shares of the round's CPU spent before its first part left and after its last part
-    arrived, over the reports that split it: as sums, not medians, since the process tree's
+    arrived, over the profiles that split it: as sums, not medians, since the process tree's
     clock ticks in 10 ms, a fair share of a round's CPU here (a sum's rounding errors cancel
     out, a median's do not); {} if none split it."""
     split = [
-        (float(r["averaging_cpu_s"]), float(r["averaging_cpu_before_s"]),
-         float(r["averaging_cpu_after_s"]))
-        for r in reports
-        # a reading below 0: a worker's clock that dropped an ended process (before 2026-11-25)
-        if all(isinstance(r.get(k), int | float) and r[k] >= 0 for k in ROUND_CPU_FIELDS)
-    ]  # fmt: skip
+        (p.averaging_cpu_s, p.averaging_cpu_before_s, p.averaging_cpu_after_s)
+        for p in profiles
+        if p.averaging_cpu_s is not None
+        and p.averaging_cpu_before_s is not None
+        and p.averaging_cpu_after_s is not None
+    ]
     total = sum(spent for spent, _, _ in split)
     if total <= 0:
         return {}

@@ -8,7 +8,8 @@ not training. Tokens/s counts the steps after the first one finished, the step t
 median gap between steps. The predictions are on the plan the planner published (its
 pipelines, mapped to testbed peers by the nodes' identities) and the emulated links: the
 communication model (predicted_s), and the step simulated with the stages' compute as the
-workers timed it in this run (predicted_step_s; harness/e2e_compute.py).
+workers timed and profiled it in this run (`join --profile`; predicted_step_s;
+harness/e2e_compute.py).
 """
 
 from __future__ import annotations
@@ -73,9 +74,11 @@ def train_join(
         progress(f"{name}: step {step + 1}/{spec.steps} loss {loss:.3f} at {steps[-1][0]:.1f} s")
 
     try:
+        # --profile: the step simulation takes each stage's CPU from the workers' profiles
         result = train_with_control_plane(
-            spec, bed.num_peers, workdir, on_plan, on_step, TestbedSites(bed), own_checkpoints=True
-        )
+            spec, bed.num_peers, workdir, on_plan, on_step, TestbedSites(bed),
+            own_checkpoints=True, profile=True,
+        )  # fmt: skip
         peer_ids = [
             identity.peer_id_of(identity.load_identity(workdir / f"peer-{i}.key"))
             for i in range(bed.num_peers)

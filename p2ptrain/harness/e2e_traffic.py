@@ -6,16 +6,18 @@ Predicted, per directed link a -> b and step (the same traffic the step-time mod
   rows x block_size x n_embd values each way;
 - averaging: within a stage's group of R replicas, hivemind's all-reduce sends 1/R of the
   stage's gradient to every other member and 1/R of the average back: 2 G / R per ordered pair.
-Stdlib only (the metrics logs are JSON lines; fields the worker does not write yet are absent).
+Stdlib only (the metrics logs are read as records: harness/worker_logs.py).
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from p2ptrain.harness.worker_logs import read_metrics
+from p2ptrain.records import LinkBytes
 
 Link = tuple[int, int]
 
@@ -47,51 +49,29 @@ def predicted_link_bytes(
     return links
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The metrics reports of one worker's log (join --metrics-log), as raw JSON objects."""
-    reports = []
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return []
-    for line in lines:
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict) and doc.get("type") == "metrics":
-            reports.append(doc)
-    return reports
-
-
 def measured_link_bytes(
     logs: Sequence[Path], peer_ids: Sequence[str], plan_key: tuple[int, int]
 ) -> tuple[dict[Link, float], dict[str, float]] | None:
     """Bytes per directed link per step, counted by the senders between their first and last
     report under the plan `plan_key` (term, epoch), and each peer's total sent per step; None
-    when the workers do not count bytes. Per step: the counters also hold the measuring and
+    when no worker reported two steps of it. Per step: the counters also hold the measuring and
     connecting that came before the plan, which the window leaves out."""
     index = {p: i for i, p in enumerate(peer_ids)}
     links: dict[Link, float] = {}
     sent: dict[str, float] = {}
     counted = False
     for a, path in enumerate(logs):
-        mine = [
-            r
-            for r in read_metrics(path)
-            if (r.get("term"), r.get("epoch")) == plan_key and "bytes_sent" in r
-        ]
-        if len(mine) < 2 or mine[-1]["step"] <= mine[0]["step"]:
+        mine = [r for r in read_metrics(path) if r.plan_key == plan_key]
+        if len(mine) < 2 or mine[-1].step <= mine[0].step:
             continue
         counted = True
         first, last = mine[0], mine[-1]
-        steps = last["step"] - first["step"]
-        sent[peer_ids[a]] = (last["bytes_sent"] - first["bytes_sent"]) / steps
-        before = first.get("link_bytes") or {}
-        for peer, counts in (last.get("link_bytes") or {}).items():
-            if peer in index and isinstance(counts, dict):
-                was = before.get(peer, {}).get("sent", 0)
-                links[(a, index[peer])] = (counts.get("sent", 0) - was) / steps
+        steps = last.step - first.step
+        sent[peer_ids[a]] = (last.bytes_sent - first.bytes_sent) / steps
+        for peer, counts in last.link_bytes.items():
+            if peer in index:
+                was = first.link_bytes.get(peer, LinkBytes()).sent
+                links[(a, index[peer])] = (counts.sent - was) / steps
     return (links, sent) if counted else None
 
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from p2ptrain import identity, procs
@@ -23,10 +23,12 @@ from p2ptrain.addresses import LOOPBACK
 from p2ptrain.harness.direct_swarm import StepStats, SwarmResult
 from p2ptrain.ipc_lines import decode
 from p2ptrain.records import Message, MetricsReport, Plan, RunSpec, SessionReport, issue_token
+from p2ptrain.worker.faults import NO_FAULTS, Faults
 
 START_TIMEOUT_S = 60.0
 STALL_TIMEOUT_S = 240.0
 STOP_GRACE_S = 15.0
+WITH_FAULTS = "p2ptrain.harness.with_faults"  # `join` and `local` with faults, for tests
 TOKEN_LIFETIME_S = 7 * 86_400.0
 
 
@@ -64,14 +66,17 @@ def train_with_control_plane(
     on_step: Callable[[int, float, float], None],
     sites: NodeSites | None = None,
     own_checkpoints: bool = False,
-    faults: tuple[str, ...] = (),
+    faults: Faults | None = None,
+    profile: bool = False,
     http: str | None = None,
     on_started: Callable[[str, list[subprocess.Popen[bytes]]], None] | None = None,
     before_stop: Callable[[], None] | None = None,
 ) -> SwarmResult:
     """Run the swarm until every step's loss is known; with `own_checkpoints`, node i keeps its
     checkpoints in workdir/peer-i/ instead of the run's shared checkpoint_dir. `faults` go to
-    every node (`join --fault`): each fires in whichever worker holds its role at its step;
+    every node (harness/with_faults.py): each fires in whichever worker holds its role at its
+    step; with `profile`, each worker adds its steps' CPU profiles to its metrics log
+    (`join --profile`);
     `http`: the bootstrap serves its dashboard there (`bootstrap --http`); `on_started(address,
     processes)`: the bootstrap's address and every process tree (the bootstrap first), once all
     started; `before_stop()`: after the last step, while every node still runs."""
@@ -99,8 +104,9 @@ def train_with_control_plane(
                     "--metrics-log", str(logs[i]), "--threads", "1"]  # fmt: skip
             if own_checkpoints:
                 args += ["--checkpoint-dir", str(workdir / f"peer-{i}" / "checkpoints")]
-            args += [arg for fault in faults for arg in ("--fault", fault)]
-            nodes.append(_start(sites, i, args, workdir / f"peer-{i}.log"))
+            if profile:
+                args.append("--profile")
+            nodes.append(_start(sites, i, args, workdir / f"peer-{i}.log", faults=faults))
         if on_started is not None:
             on_started(address, nodes)
         result = _follow(spec, logs, nodes[1:], on_plan, on_step)
@@ -109,6 +115,14 @@ def train_with_control_plane(
         return result
     finally:
         _stop(nodes)
+
+
+def command(subcommand: str, args: Sequence[str], faults: Faults) -> list[str]:
+    """The command line that runs `p2ptrain SUBCOMMAND ARGS`, through the harness's entry point
+    if there are `faults` to inject (harness/with_faults.py), else the product's own command."""
+    if not faults.items:
+        return [sys.executable, "-m", "p2ptrain", subcommand, *args]
+    return [sys.executable, "-m", WITH_FAULTS, subcommand, *args, *faults.to_argv()]
 
 
 def _flag(flag: str, value: str | None) -> list[str]:
@@ -121,9 +135,10 @@ def _start(
     args: list[str],
     log_path: Path,
     stdout: int | None = None,
+    faults: Faults | None = None,
 ) -> subprocess.Popen[bytes]:
     return procs.spawn(
-        sites.command(index, [sys.executable, "-m", "p2ptrain", *args]),
+        sites.command(index, command(args[0], args[1:], faults or NO_FAULTS)),
         log_path=log_path,
         stdout=stdout,
         env=sites.env(index),

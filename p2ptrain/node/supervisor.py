@@ -82,6 +82,7 @@ class Supervisor:
         metrics_log: str | None = None,
         token: str | None = None,
         faults: Faults = NO_FAULTS,
+        profile: bool = False,
         quiet: bool = False,
         http: str | None = None,
         device: str = "auto",
@@ -91,6 +92,7 @@ class Supervisor:
         self.quiet = quiet  # no progress lines: the multiaddr is the only stdout line
         self.http = http  # the control process serves the dashboard there
         self.faults = faults
+        self.profile = profile  # the worker reports where each step's CPU went
         self.device, self.threads = device, threads  # the worker's (worker/device.py)
         self.token = token
         self.checkpoint_dir = checkpoint_dir
@@ -140,6 +142,7 @@ class Supervisor:
                     device=self.device,
                     threads=self.threads,
                     faults=self.faults,
+                    profile=self.profile,
                 )
                 children.append(procs.spawn(worker.command()))
             self._watch(children, ipc_path)

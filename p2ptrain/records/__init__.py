@@ -14,6 +14,7 @@ records; nobody builds or reads a bare dict of one.
 | NetworkFacts    | records/plan.py        | inside a Plan: the links it was made for, per group and hop |
 | (lineage)       | records/lineage.py     | inside a Plan: whose stage states it may use        |
 | Hello, MetricsReport, Heartbeat, ComputeReport, SessionReport, PlanMessage, RunMessage, Stop | records/messages.py | worker socket, metrics logs |
+| StepProfile     | records/profile.py     | metrics logs only (`join --profile`)                |
 | StageCompute    | records/peer.py        | worker socket (ComputeReport) -> PeerRecord -> status |
 | SwarmStatus     | records/status.py      | the status RPC, `status --json`                     |
 | DialBackRequest, DialBackReply (DialResult) | records/reachability.py | the dial-back RPC; `reachability` in PeerRecord |
@@ -53,6 +54,7 @@ from p2ptrain.records.peer import (
     Telemetry,
 )
 from p2ptrain.records.plan import LinkFacts, NetworkFacts, Plan, Role
+from p2ptrain.records.profile import StepProfile
 from p2ptrain.records.reachability import (
     REACHABILITY,
     DialBackReply,
@@ -116,6 +118,7 @@ __all__ = [
     "RunSpec",
     "SessionReport",
     "StageCompute",
+    "StepProfile",
     "Stop",
     "SwarmStatus",
     "Telemetry",

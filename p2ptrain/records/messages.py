@@ -5,7 +5,8 @@ worker -> control: `hello` once its data plane is up, `metrics` after every step
 every few seconds from its own thread (what it is doing and the step it is at: its control process
 judges its health from them, control/health.py), `compute` once it timed the run's model.
 control -> worker: `plan` (the accepted plan and the run spec), `stop`.
-Metrics logs (`join --metrics-log`) also carry `session`: a plan the worker started training on.
+Metrics logs (`join --metrics-log`) also carry `session`: a plan the worker started training on,
+and with `join --profile` a `profile` (records/profile.py) after each step's metrics.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, ClassVar
 from p2ptrain.records import fields as f
 from p2ptrain.records.peer import StageCompute
 from p2ptrain.records.plan import Plan
+from p2ptrain.records.profile import StepProfile
 from p2ptrain.records.run import RunSpec
 from p2ptrain.records.start import parse_start_lineage
 
@@ -98,32 +100,12 @@ class MetricsReport:
     link_bytes: dict[str, LinkBytes] = dataclasses.field(default_factory=dict)
     group_size: int | None = None
     # seconds of the step: the stage's forward and backward passes (waits for frames left
-    # out), clipping and the update, the averaging round (its wall time); older workers: None
+    # out), clipping and the update, the averaging round (its wall time); older workers: None.
+    # Where the CPU went is a StepProfile's (records/profile.py), only with `join --profile`
     forward_s: float | None = None
     backward_s: float | None = None
     update_s: float | None = None
     averaging_s: float | None = None
-    # CPU seconds the worker's process tree spent during the averaging round (worker/cpu_clock.py)
-    averaging_cpu_s: float | None = None
-    # of it, what was spent before the round's first part left and after its last part arrived
-    # (the rest ran while parts were on the wire); None: not measured (no part moved)
-    averaging_cpu_before_s: float | None = None
-    averaging_cpu_after_s: float | None = None
-    # during the passes: CPU seconds the worker's process and its p2pd daemon spent besides
-    # the passes' own compute (the frames' serialising, the asyncio thread, the daemon's
-    # copies), and the frames the stage sent and received
-    frames_cpu_s: float | None = None
-    frames: int | None = None
-    # during the passes: CPU seconds hivemind's DHT and averager processes spent (background, a
-    # round's tail); frames_cpu_s is then the worker's process and daemon only (before
-    # 2026-11-25 it held this too)
-    helpers_cpu_s: float | None = None
-    # the CPU seconds of the worker's own thread in the passes and in the update (the time of a
-    # CPU-bound piece under a quota is its CPU / the quota; its wall time also holds the waits
-    # other threads' work caused: the bench's step simulation takes the CPU)
-    forward_cpu_s: float | None = None
-    backward_cpu_s: float | None = None
-    update_cpu_s: float | None = None
     # where the session started (issue 30): its first step (None: an older worker), the
     # lineage id of the state it resumed from ("root" for untagged states, "" for initial
     # weights), and whether it started fresh because the run says resume = "never"
@@ -163,21 +145,6 @@ class MetricsReport:
             backward_s=f.optional_number(d.get("backward_s"), "metrics", "backward_s"),
             update_s=f.optional_number(d.get("update_s"), "metrics", "update_s"),
             averaging_s=f.optional_number(d.get("averaging_s"), "metrics", "averaging_s"),
-            averaging_cpu_s=f.optional_number(
-                d.get("averaging_cpu_s"), "metrics", "averaging_cpu_s"
-            ),
-            averaging_cpu_before_s=f.optional_number(
-                d.get("averaging_cpu_before_s"), "metrics", "averaging_cpu_before_s"
-            ),
-            averaging_cpu_after_s=f.optional_number(
-                d.get("averaging_cpu_after_s"), "metrics", "averaging_cpu_after_s"
-            ),
-            frames_cpu_s=f.optional_number(d.get("frames_cpu_s"), "metrics", "frames_cpu_s"),
-            frames=f.optional_integer(d.get("frames"), "metrics", "frames"),
-            helpers_cpu_s=f.optional_number(d.get("helpers_cpu_s"), "metrics", "helpers_cpu_s"),
-            forward_cpu_s=f.optional_number(d.get("forward_cpu_s"), "metrics", "forward_cpu_s"),
-            backward_cpu_s=f.optional_number(d.get("backward_cpu_s"), "metrics", "backward_cpu_s"),
-            update_cpu_s=f.optional_number(d.get("update_cpu_s"), "metrics", "update_cpu_s"),
             start_step=f.optional_integer(d.get("start_step"), "metrics", "start_step"),
             start_lineage=parse_start_lineage(d.get("start_lineage", ""), "metrics"),
             resume_never=f.boolean(d.get("resume_never", False), "metrics", "resume_never"),
@@ -325,6 +292,7 @@ Message = (
     | Heartbeat
     | ComputeReport
     | SessionReport
+    | StepProfile
     | PlanMessage
     | RunMessage
     | Stop
@@ -332,8 +300,8 @@ Message = (
 MESSAGE_TYPES: dict[str, Any] = {
     kind.TYPE: kind
     for kind in (
-        Hello, MetricsReport, Heartbeat, ComputeReport, SessionReport, PlanMessage, RunMessage,
-        Stop,
+        Hello, MetricsReport, Heartbeat, ComputeReport, SessionReport, StepProfile, PlanMessage,
+        RunMessage, Stop,
     )
 }  # fmt: skip
 

@@ -31,6 +31,7 @@ from p2ptrain.worker.checks import (
 if TYPE_CHECKING:
     from hivemind import DHT
 
+    from p2ptrain.worker.cpu_clock import WireMarks
     from p2ptrain.worker.traffic import Traffic
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,7 @@ class StageAverager:
         network: NetworkFacts | None = None,
         stage: int | None = None,
         traffic: Traffic | None = None,
+        wire: WireMarks | None = None,
     ) -> None:
         """network: what the plan says of its links, to scale the timeouts for (those of
         `stage`'s group when given).
@@ -131,7 +133,9 @@ class StageAverager:
         its planned weight (its rows of the batch): a round's first attempt runs in that group
         (worker/planned_group.py), a retry in one of its members found by hivemind's DHT
         matchmaking. Every reducer uses these weights, never the ones senders claim.
-        traffic: the worker's byte counters, which every round's bytes are added to."""
+        traffic: the worker's byte counters, which every round's bytes are added to.
+        wire: marks the process tree's CPU clock as a round's parts come and go (a profiling
+        worker's, worker/profiler.py); None: no marks."""
         self.traffic = traffic
         if len(group) < 2:
             raise ValueError(f"averaging needs a group of >= 2 replicas, got {dict(group)}")
@@ -170,6 +174,7 @@ class StageAverager:
             allreduce_timeout=self.timeouts.allreduce_s,
             # an even share for each member, in parts (schedule/step_time.py's part_size_bytes)
             part_size_bytes=part_size_bytes(num_params * wire_bytes, num_replicas, wire_bytes),
+            wire=wire,
         )  # fmt: skip
 
     def average(

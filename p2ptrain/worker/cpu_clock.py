@@ -1,24 +1,24 @@
 """CPU seconds spent by the worker's process tree: the worker, hivemind's DHT and averager
-processes, and their p2pd daemon (Linux /proc; elsewhere it reads 0 and says so).
+processes, and their p2pd daemon (psutil: user + system time of each process).
 
 What a step's communication costs this machine locally (serialising, reducing, the daemon's
-copies) is not in the stage's compute and not on the wire; the workers report it so the bench's
-step simulation can add it, measured, not fitted (docs/benchmarks.md): per averaging round
-(`averaging_cpu_s`, split where its first part left and its last arrived by `WireMarks`), and
-during the passes, split by process (`TreeCpu`: the worker's and the daemon's, which move the
-frames, and the helper processes', which run beside them). Reading a few /proc files takes
-well under a millisecond; the clock ticks in 10 ms, so what it reads is summed over many steps.
+copies) is not in the stage's compute and not on the wire; a profiling worker (`join --profile`,
+worker/profiler.py) measures it so the bench's step simulation can add it, measured, not fitted
+(docs/benchmarks.md): per averaging round (split where its first part left and its last arrived
+by `WireMarks`), and during the passes, split by process (`TreeCpu`: the worker's and the
+daemon's, which move the frames, and the helper processes', which run beside them). A reading
+takes well under a millisecond; the kernel's clock ticks in 10 ms, so what it reads is summed
+over many steps.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
-from pathlib import Path
 from typing import NamedTuple
 
-PROC = Path("/proc")
-TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+import psutil
+
 DAEMON_NAME = "p2pd"  # hivemind's libp2p daemon: its copies carry the frames
 
 
@@ -42,11 +42,11 @@ class TreeCpuClock:
 
     def __init__(self, root: int | None = None) -> None:
         self.root = os.getpid() if root is None else root
-        self._pids: list[int] = []
-        self.available = (PROC / str(self.root) / "stat").exists()
+        self._procs: list[psutil.Process] = []
+        self.available = _cpu_seconds(self.root) is not None
         # each process's last reading: a process that ends keeps what it spent (the clock
         # never runs back), in `_departed`
-        self._last: dict[int, tuple[str, int]] = {}
+        self._last: dict[int, tuple[str, float]] = {}
         self._departed = TreeCpu(0.0, 0.0)
 
     def seconds(self) -> float:
@@ -55,69 +55,61 @@ class TreeCpuClock:
     def split(self) -> TreeCpu:
         if not self.available:
             return TreeCpu(0.0, 0.0)
-        if not self._pids:
-            self._pids = _tree(self.root)
+        if not self._procs:
+            self._procs = _tree(self.root)
         readings = {}
-        for pid in self._pids:
-            read = _cpu_ticks(pid)
+        for proc in self._procs:
+            read = _cpu_seconds(proc)
             if read is not None:
-                readings[pid] = read
-        if len(readings) < len(self._pids):  # one ended (a daemon restarted): find the tree again
-            self._pids = []
-            for pid, (name, ticks) in self._last.items():
+                readings[proc.pid] = read
+        if len(readings) < len(self._procs):  # one ended (a daemon restarted): find the tree again
+            self._procs = []
+            for pid, (name, spent_s) in self._last.items():
                 if pid not in readings:
-                    self._departed = self._add(self._departed, pid, name, ticks)
+                    self._departed = self._add(self._departed, pid, name, spent_s)
             self._last = {}
         self._last.update(readings)
         total = self._departed
-        for pid, (name, ticks) in readings.items():
-            total = self._add(total, pid, name, ticks)
+        for pid, (name, spent_s) in readings.items():
+            total = self._add(total, pid, name, spent_s)
         return total
 
-    def _add(self, to: TreeCpu, pid: int, name: str, ticks: int) -> TreeCpu:
-        """`to` plus `pid`'s ticks, on its side of the split."""
+    def _add(self, to: TreeCpu, pid: int, name: str, spent_s: float) -> TreeCpu:
+        """`to` plus what `pid` spent, on its side of the split."""
         if pid == self.root or name == DAEMON_NAME:
-            return TreeCpu(to.own + ticks / TICKS_PER_S, to.helpers)
-        return TreeCpu(to.own, to.helpers + ticks / TICKS_PER_S)
+            return TreeCpu(to.own + spent_s, to.helpers)
+        return TreeCpu(to.own, to.helpers + spent_s)
 
 
-def _tree(root: int) -> list[int]:
-    """`root` and every descendant, from /proc/<pid>/task/<tid>/children."""
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        try:
-            tasks = list((PROC / str(pid) / "task").iterdir())
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                todo += [int(c) for c in (task / "children").read_text().split()]
-            except (OSError, ValueError):
-                continue
-    return found
-
-
-def _cpu_ticks(pid: int) -> tuple[str, int] | None:
-    """The name and utime + stime (fields 2, 14 and 15 of /proc/<pid>/stat) of `pid`, or None
-    if it is gone."""
+def _tree(root: int) -> list[psutil.Process]:
+    """`root` and every descendant (none if `root` is gone)."""
     try:
-        stat = (PROC / str(pid) / "stat").read_text()
-    except OSError:
+        proc = psutil.Process(root)
+        return [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _cpu_seconds(proc: psutil.Process | int) -> tuple[str, float] | None:
+    """The name and user + system CPU seconds of a process, or None if it is gone."""
+    try:
+        if isinstance(proc, int):
+            proc = psutil.Process(proc)
+        with proc.oneshot():
+            times = proc.cpu_times()
+            return proc.name(), times.user + times.system
+    except psutil.Error:
         return None
-    name = stat[stat.index("(") + 1 : stat.rindex(")")]
-    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": field 3 onwards
-    return name, int(fields[11]) + int(fields[12])
 
 
 class WireMarks:
     """The process tree's CPU clock when a round's first part left and when its last part
     arrived, read in the averager's process (worker/planned_group.py) and sent to the worker
     over a pipe: the round's CPU before the first and after the last cannot overlap the wire,
-    the CPU between can (docs/benchmarks.md). Each mark is a few /proc reads."""
+    the CPU between can (docs/benchmarks.md). Each mark reads the tree's clock; with no `root`
+    (a worker that does not profile) nothing is read and no round reported."""
 
-    def __init__(self, root: int) -> None:
+    def __init__(self, root: int | None) -> None:
         self.root = root  # the worker's pid: the tree the worker's own clock sums
         self._clock: TreeCpuClock | None = None  # made in the averager's process
         self._first_sent: float | None = None
@@ -131,6 +123,8 @@ class WireMarks:
 
     def mark(self, sent: int, received: int) -> None:
         """`sent` bytes left or `received` bytes arrived (averager's process)."""
+        if self.root is None:
+            return
         if self._clock is None:
             self._clock = TreeCpuClock(self.root)
         if sent and self._first_sent is None:

@@ -3,7 +3,9 @@ them. Stdlib only.
 
 A fault names its kind and the role and step it fires at, `KIND@STEP:STAGE:REPLICA`, e.g.
 `die-while-averaging@2:1:1`; the worker takes them as repeatable `--fault` flags
-(worker/settings.py) and its session calls `before_averaging` at the averaging point:
+(worker/settings.py), given by the harness (harness/with_faults.py wraps `join` and `local`;
+the product's commands have no such flag), and its session calls `before_averaging` at the
+averaging point:
 - die-while-averaging: SIGKILL the worker's whole process group (worker, hivemind children,
   p2pd) a few ms into that step's averaging round;
 - skip-averaging: keep the local gradient at that step;
@@ -13,6 +15,7 @@ A fault names its kind and the role and step it fires at, `KIND@STEP:STAGE:REPLI
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import threading
@@ -49,6 +52,14 @@ class Fault:
 
     def __str__(self) -> str:
         return f"{self.kind}@{self.step}:{self.stage}:{self.replica}"
+
+
+def fault_arg(text: str) -> Fault:
+    """A `--fault` flag's value (an argparse type)."""
+    try:
+        return Fault.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -33,12 +33,16 @@ from p2ptrain.records import (
     PlanMessage,
     RunSpec,
     SessionReport,
+    StepProfile,
 )
 from p2ptrain.train.checkpoint import checkpoint_dir
 from p2ptrain.worker import watchdog
 from p2ptrain.worker.device import cpu_threads, precision_for, resolve_device
 from p2ptrain.worker.frames import Expected, FrameHeader, NotReady
 from p2ptrain.worker.settings import WorkerSettings
+
+if TYPE_CHECKING:
+    from p2ptrain.worker.profiler import StepProfiler
 
 log = logging.getLogger("p2ptrain.worker")
 
@@ -150,7 +154,7 @@ class Worker:
                 self.phase, self.phase_plan = "joining", message.plan
                 session = Session(
                     spec, message.routed_plan(), dht, transport, self.inbox, self._report, version,
-                    self.settings.faults, seed, self.device,
+                    self.settings.faults, seed, self.device, self._profiler(),
                 )  # fmt: skip
                 self.current = session  # from now on its frames are accepted
                 self._report(SessionReport(message.plan, session.step))
@@ -234,13 +238,19 @@ class Worker:
             self.ipc.send(Heartbeat(self.phase, step, term, epoch))
             time.sleep(HEARTBEAT_INTERVAL_S)
 
-    def _report(self, message: MetricsReport | SessionReport) -> None:
+    def _profiler(self) -> StepProfiler:
+        """A session's step hook: where each step's CPU went, only with --profile."""
+        from p2ptrain.worker.profiler import NO_PROFILE, CpuProfiler
+
+        return CpuProfiler() if self.settings.profile else NO_PROFILE
+
+    def _report(self, message: MetricsReport | SessionReport | StepProfile) -> None:
         line = json.dumps(message.to_dict())
         if self.settings.metrics_log:  # what `p2ptrain local` follows, step by step
             with open(self.settings.metrics_log, "a") as f:
                 f.write(line + "\n")
         if not isinstance(message, MetricsReport):
-            return  # the IPC contract has no other worker -> control message to carry it
+            return  # the IPC contract has no other worker -> control message to carry them
         if self.ipc is not None:
             self.ipc.send(message)
         else:

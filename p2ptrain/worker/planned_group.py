@@ -30,7 +30,6 @@ import hashlib
 import json
 import logging
 import multiprocessing as mp
-import os
 import typing
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -80,7 +79,8 @@ class PlannedGroupAverager(DecentralizedAverager):
     _stub_type = None
 
     def __init__(
-        self, *args: Any, group: Sequence[str], weights: Sequence[float], **kwargs: Any
+        self, *args: Any, group: Sequence[str], weights: Sequence[float],
+        wire: WireMarks | None = None, **kwargs: Any,
     ) -> None:
         if len(set(group)) != len(group) or len(group) < 2:
             raise ValueError(f"a planned group needs >= 2 distinct peers, got {list(group)}")
@@ -96,7 +96,7 @@ class PlannedGroupAverager(DecentralizedAverager):
         # the bytes each round moved (worker/traffic.py), sent after it as {peer: [sent, received]}
         self._traffic: mp.SimpleQueue[str] = mp.SimpleQueue()
         self._uncounted: dict[str, list[int]] = {}
-        self.wire = WireMarks(os.getpid())  # the CPU clock as a round's parts come and go
+        self.wire = wire or WireMarks(None)  # the CPU clock as a round's parts come and go
         # the rest lives in the averager's own process (it is forked by super().__init__)
         self._inbox: dict[str, dict[PeerID, bytes]] = {}
         self._rounds_seen: dict[str, None] = {}  # insertion-ordered: the oldest go first

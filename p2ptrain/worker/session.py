@@ -16,23 +16,24 @@ from collections.abc import Callable
 import torch
 from hivemind import DHT
 
-from p2ptrain.records import MetricsReport, Plan, Role, RunSpec
+from p2ptrain.records import MetricsReport, Plan, Role, RunSpec, StepProfile
 from p2ptrain.train.checkpoint import StageSnapshot, checkpoint_dir, record_step
 from p2ptrain.train.data import load_corpus, replica_rows
 from p2ptrain.train.model import Stage, build_layers
 from p2ptrain.train.optim import clip_grads, grads_are_finite, lr_at, make_optimizer, set_lr
 from p2ptrain.worker import pipeline
 from p2ptrain.worker.averaging import StageAverager
-from p2ptrain.worker.cpu_clock import TreeCpuClock, round_cpu_split
 from p2ptrain.worker.device import precision_for
 from p2ptrain.worker.dht_helpers import bootstrap_dht, swarm_prefix
 from p2ptrain.worker.faults import NO_FAULTS, Faults
 from p2ptrain.worker.frames import AlreadyHave, Expected, FrameHeader, NotReady, PeerLost, Stopped
 from p2ptrain.worker.ipc import PlanInbox
 from p2ptrain.worker.link_bounds import dial_window_s
+from p2ptrain.worker.profiler import NO_PROFILE, StepProfiler
 from p2ptrain.worker.restore import restore_stage, start_lineage, started_line
 from p2ptrain.worker.resume import StartPoint, agree_on_plan_start
 from p2ptrain.worker.robust import MOMENTS_DRIFT_BOUND, PARAMS_DRIFT_BOUND
+from p2ptrain.worker.step_metrics import SessionFacts, StepTimes, step_metrics
 from p2ptrain.worker.transport import Transport
 
 log = logging.getLogger("p2ptrain.worker")
@@ -57,23 +58,25 @@ class Session:
         dht: DHT,
         transport: Transport,
         inbox: PlanInbox,
-        report: Callable[[MetricsReport], None],
+        report: Callable[[MetricsReport | StepProfile], None],
         plan_version: int = 0,
         faults: Faults = NO_FAULTS,
         identity_seed: bytes = b"",
         device: torch.device | None = None,
+        profiler: StepProfiler = NO_PROFILE,
     ) -> None:
         self.spec = spec
         self.device = device or torch.device("cpu")
         self.precision = precision_for(self.device)
         self.identity_seed = identity_seed  # signs this peer's start-step announcements
         self.faults = faults
+        self.profiler = profiler  # where each step's CPU went: a no-op unless --profile
         self.plan = plan
         self.plan_version = plan_version
         self.failed = ""  # why this session cannot train (then train() ends it at once)
         self._previous: StageSnapshot | None = None  # the state one step back, see close()
         self._resync_params = False
-        self._group_size = 1  # how many replicas the last step's gradient was averaged over
+        self.group_size = 1  # how many replicas the last step's gradient was averaged over
         self._wire_cpu: tuple[float, float] | None = None  # its round's parts' CPU marks
         self.transport = transport
         self.inbox = inbox
@@ -84,7 +87,6 @@ class Session:
         self.model: Stage | None = None
         self.averager: StageAverager | None = None
         self.directory = checkpoint_dir(spec)
-        self._cpu = TreeCpuClock()  # the process tree's CPU seconds, read around each round
         if self.role is None:
             if transport.peer_id in plan.spares:
                 # a spare may hold the only copy of a stage's state: it takes part in the
@@ -127,9 +129,14 @@ class Session:
                 network=plan.network,
                 stage=role.stage,
                 traffic=transport.traffic,
+                wire=profiler.wire_marks(),
             )
         self.rows = replica_rows(spec.batch_size, role.num_replicas, role.replica)
         self.start_step = self.step
+        fresh = self.started_from.startswith('resume = "never"')
+        self.facts = SessionFacts(
+            role, plan.term, len(self.rows), spec.block_size, self.step, self.start_lineage, fresh
+        )
         log.info(
             "plan epoch %d: stage %d/%d (layers %s) of replica %d/%d, starting at step %d",
             role.epoch, role.stage, role.num_stages, self.model.layers, role.replica,
@@ -182,6 +189,7 @@ class Session:
         return expected
 
     def train(self, plan_version: int) -> SessionEnd:
+        """Train step by step until the run's last step, a stop, a new placement or a lost peer."""
         self.plan_version = plan_version
         if self.failed:
             log.warning("%s", self.failed)
@@ -189,116 +197,117 @@ class Session:
         if self.role is None or self.model is None:
             log.info("the plan leaves this peer out: waiting as a spare")
             return SessionEnd.SPARE
-        role, model = self.role, self.model
         # frames a neighbour of an earlier plan sent (for steps this plan re-runs) are never ours
-        self.transport.forget(role.plan_key, self.step)
+        self.transport.forget(self.role.plan_key, self.step)
         while self.step < self.spec.steps:
-            if self.inbox.stopped:
-                return SessionEnd.STOPPED
-            if self.inbox.version != self.plan_version:
-                if self._placement_changed():
-                    return SessionEnd.NEW_PLAN
-                self.plan_version = self.inbox.version  # same placement (new addresses): go on
-            started_s, step_thread_cpu_s = time.monotonic(), time.thread_time()
+            end = self._interrupted()
+            if end is not None:
+                return end
+            times, timing = StepTimes(), pipeline.StageTiming()
+            self.profiler.step_started()
             set_lr(self.optimizer, lr_at(self.step, self.spec))
-            timing = pipeline.StageTiming()
-            passes_s, passes_cpu = time.monotonic(), self._cpu.split()
-            update_cpu_s = time.thread_time() - step_thread_cpu_s  # before the passes
+            times.passes_s = time.monotonic()
+            self.profiler.passes_started()
             try:
-                loss = pipeline.run_step(
-                    model, self.spec, role, self.transport, self.corpus, self.step,
-                    self._should_stop, self.plan.network, timing, self.precision,
-                )  # fmt: skip
-            except Stopped:
-                self.optimizer.zero_grad(set_to_none=True)
-                return SessionEnd.STOPPED
-            except PeerLost as exc:
-                log.warning("step %d: %s", self.step, exc)
-                self.optimizer.zero_grad(set_to_none=True)
-                return SessionEnd.PEER_LOST
-            pipeline.unscale_grads(model, self.spec)
-            averaging_s, round_start_cpu = time.monotonic(), self._cpu.split()
-            computed_cpu_s = timing.forward_cpu_s + timing.backward_cpu_s
-            frames_cpu_s = max(0.0, round_start_cpu.own - passes_cpu.own - computed_cpu_s)
-            helpers_cpu_s = round_start_cpu.helpers - passes_cpu.helpers
+                loss = self._passes(timing)
+            except (Stopped, PeerLost) as exc:
+                return self._abandon_step(exc)
+            times.averaging_s = time.monotonic()
+            self.profiler.round_started(timing)
             averaging = self._average_gradients()
-            update_s, round_end_cpu_s = time.monotonic(), self._cpu.seconds()
-            averaging_cpu_s = round_end_cpu_s - round_start_cpu.total
-            before_wire_cpu_s, after_wire_cpu_s = round_cpu_split(
-                round_start_cpu.total, round_end_cpu_s, self._wire_cpu
-            )
-            averaged_thread_cpu_s = time.thread_time()
-            if averaging == "stopped" and self.inbox.stopped:
-                self.optimizer.zero_grad(set_to_none=True)
-                return SessionEnd.STOPPED
-            if averaging in ("local", "stopped") and self._placement_changed():
-                # the group broke and a new plan is already here: the swarm re-runs this step
-                # under it (worker/resume.py), so a local-only update would only diverge
-                log.info("step %d: averaging failed and a new plan arrived: step not applied",
-                         self.step)  # fmt: skip
-                self.optimizer.zero_grad(set_to_none=True)
-                return SessionEnd.NEW_PLAN
-            clip_grads(model, self.spec.grad_clip)
-            # kept so that close() can also save the state one step back (worker/resume.py)
-            self._previous = StageSnapshot.take(model, self.optimizer, self.step)
-            if grads_are_finite(model):
-                self.optimizer.step()
-            else:  # the stage keeps its weights; a drift from its replicas is re-synced later
-                log.warning("step %d: non-finite gradients: the update is skipped", self.step)
-            self.optimizer.zero_grad(set_to_none=True)
-            if self._resync_params:
-                self._resync()
-            now = time.monotonic()
-            elapsed_s = now - started_s
-            traffic = self.transport.traffic
-            self.report(
-                MetricsReport(
-                    step=self.step,
-                    loss=loss,
-                    tokens_per_s=len(self.rows) * self.spec.block_size / elapsed_s,
-                    stage=role.stage,
-                    replica=role.replica,
-                    samples=len(self.rows),
-                    averaging=averaging,
-                    step_s=elapsed_s,
-                    epoch=role.epoch,
-                    term=self.plan.term,
-                    num_replicas=role.num_replicas,
-                    bytes_sent=traffic.bytes_sent,
-                    bytes_received=traffic.bytes_received,
-                    link_bytes=traffic.link_bytes(),
-                    group_size=self._group_size,
-                    forward_s=timing.forward_s,
-                    backward_s=timing.backward_s,
-                    # the rest of the step outside the passes and averaging: clipping, the
-                    # snapshot for resuming, the optimizer
-                    update_s=(passes_s - started_s) + (now - update_s),
-                    averaging_s=update_s - averaging_s,
-                    averaging_cpu_s=averaging_cpu_s if self._cpu.available else None,
-                    averaging_cpu_before_s=before_wire_cpu_s if self._cpu.available else None,
-                    averaging_cpu_after_s=after_wire_cpu_s if self._cpu.available else None,
-                    frames_cpu_s=frames_cpu_s if self._cpu.available else None,
-                    helpers_cpu_s=helpers_cpu_s if self._cpu.available else None,
-                    frames=timing.frames,
-                    forward_cpu_s=timing.forward_cpu_s,
-                    backward_cpu_s=timing.backward_cpu_s,
-                    update_cpu_s=update_cpu_s + time.thread_time() - averaged_thread_cpu_s,
-                    start_step=self.start_step,
-                    start_lineage=self.start_lineage,
-                    resume_never=self.started_from.startswith('resume = "never"'),
-                )
-            )
+            times.update_s = time.monotonic()
+            self.profiler.round_ended(self._wire_cpu)
+            end = self._unappliable(averaging)
+            if end is not None:
+                return end
+            self._update()
+            self._report_step(loss, averaging, times, timing)
             self.step += 1
-            self.transport.forget(role.plan_key, self.step)
-            interval = self.spec.checkpoint_interval
-            if interval and self.step % interval == 0 and self.step < self.spec.steps:
-                self.save()
+            self.transport.forget(self.role.plan_key, self.step)
+            self._checkpoint_if_due()
         return SessionEnd.DONE
+
+    def _interrupted(self) -> SessionEnd | None:
+        """Before a step: a stop, or a newer plan that places peers differently, ends the
+        session; a newer plan with the same placement (new addresses) is taken as ours."""
+        if self.inbox.stopped:
+            return SessionEnd.STOPPED
+        if self.inbox.version != self.plan_version:
+            if self._placement_changed():
+                return SessionEnd.NEW_PLAN
+            self.plan_version = self.inbox.version
+        return None
+
+    def _passes(self, timing: pipeline.StageTiming) -> float | None:
+        """The stage's forward and backward passes over the step's micro-batches: gradients in
+        place, unscaled; the loss on a pipeline's last stage."""
+        assert self.model is not None and self.role is not None
+        loss = pipeline.run_step(
+            self.model, self.spec, self.role, self.transport, self.corpus, self.step,
+            self._should_stop, self.plan.network, timing, self.precision,
+        )  # fmt: skip
+        pipeline.unscale_grads(self.model, self.spec)
+        return loss
+
+    def _abandon_step(self, exc: Stopped | PeerLost) -> SessionEnd:
+        """The passes could not finish: the step's gradients are dropped."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if isinstance(exc, Stopped):
+            return SessionEnd.STOPPED
+        log.warning("step %d: %s", self.step, exc)
+        return SessionEnd.PEER_LOST
+
+    def _unappliable(self, averaging: str) -> SessionEnd | None:
+        """After the round: end the session without applying the step if we were stopped while
+        averaging, or if the group broke and a new plan is already here (the swarm re-runs this
+        step under it, worker/resume.py: a local-only update would only diverge)."""
+        end = None
+        if averaging == "stopped" and self.inbox.stopped:
+            end = SessionEnd.STOPPED
+        elif averaging in ("local", "stopped") and self._placement_changed():
+            log.info("step %d: averaging failed and a new plan arrived: not applied", self.step)
+            end = SessionEnd.NEW_PLAN
+        if end is not None:
+            self.optimizer.zero_grad(set_to_none=True)
+        return end
+
+    def _update(self) -> None:
+        """Clip and apply the (averaged) gradient; re-sync the replicas if they diverged."""
+        assert self.model is not None
+        clip_grads(self.model, self.spec.grad_clip)
+        # kept so that close() can also save the state one step back (worker/resume.py)
+        self._previous = StageSnapshot.take(self.model, self.optimizer, self.step)
+        if grads_are_finite(self.model):
+            self.optimizer.step()
+        else:  # the stage keeps its weights; a drift from its replicas is re-synced later
+            log.warning("step %d: non-finite gradients: the update is skipped", self.step)
+        self.optimizer.zero_grad(set_to_none=True)
+        if self._resync_params:
+            self._resync()
+
+    def _report_step(
+        self, loss: float | None, averaging: str, times: StepTimes, timing: pipeline.StageTiming
+    ) -> None:
+        """The operator's metrics of the step, then its profile if the profiler makes one."""
+        assert self.role is not None
+        profile = self.profiler.step_ended(self.step, self.role, timing)
+        traffic = self.transport.traffic
+        metrics = step_metrics(
+            self.facts, self.step, loss, averaging, self.group_size, traffic, times, timing
+        )
+        self.report(metrics)
+        if profile is not None:
+            self.report(profile)
+
+    def _checkpoint_if_due(self) -> None:
+        interval = self.spec.checkpoint_interval
+        if interval and self.step % interval == 0 and self.step < self.spec.steps:
+            self.save()
 
     def _average_gradients(self) -> str:
         """Replace this stage's gradients by their verified average over replicas; the outcome."""
         assert self.model is not None
-        self._group_size, self._wire_cpu = 1, None
+        self.group_size, self._wire_cpu = 1, None
         if self.averager is None:
             return "solo"
         params = [p for p in self.model.parameters() if p.grad is not None]
@@ -315,7 +324,7 @@ class Session:
             p.grad.copy_(averaged[offset : offset + p.numel()].view_as(p.grad))
             offset += p.numel()
         self._resync_params = outcome.diverged
-        self._group_size, self._wire_cpu = outcome.group_size, outcome.wire_cpu
+        self.group_size, self._wire_cpu = outcome.group_size, outcome.wire_cpu
         return outcome.kind
 
     def _resync(self) -> None:

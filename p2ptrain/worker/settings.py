@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from p2ptrain.worker.faults import FLAG as FAULT_FLAG
 from p2ptrain.worker.faults import KINDS as FAULT_KINDS
-from p2ptrain.worker.faults import NO_FAULTS, Fault, Faults
+from p2ptrain.worker.faults import NO_FAULTS, Faults, fault_arg
 
 DEFAULT_LISTEN_HOST = "127.0.0.1"
 DEFAULT_LOG_LEVEL = "INFO"
@@ -39,6 +39,7 @@ class WorkerSettings:
     log_level: str = DEFAULT_LOG_LEVEL
     device: str = DEFAULT_DEVICE  # auto | cpu | mps | cuda[:I] (worker/device.py)
     threads: int = DEFAULT_THREADS  # torch's CPU threads; 0 = every core this process may use
+    profile: bool = False  # add each step's CPU profile to the metrics log (worker/profiler.py)
     faults: Faults = NO_FAULTS  # for tests (worker/faults.py)
 
     @staticmethod
@@ -100,11 +101,16 @@ class WorkerSettings:
             help="torch CPU threads (default %(default)s; 0: every core this process may use)",
         )
         parser.add_argument(
+            "--profile",
+            action="store_true",
+            help="after each step's metrics, report where its CPU went (a StepProfile)",
+        )
+        parser.add_argument(
             FAULT_FLAG,
             dest="faults",
             action="append",
             default=[],
-            type=_fault,
+            type=fault_arg,
             metavar="KIND@STEP:STAGE:REPLICA",
             help=f"for tests: inject a fault ({', '.join(FAULT_KINDS)}); repeatable",
         )
@@ -133,6 +139,7 @@ class WorkerSettings:
             log_level=args.log_level,
             device=args.device,
             threads=args.threads,
+            profile=args.profile,
             faults=Faults(tuple(args.faults)),
         )
 
@@ -156,6 +163,8 @@ class WorkerSettings:
                 argv += [flag, str(value)]
         if self.announce:
             argv += ["--announce", *self.announce]
+        if self.profile:
+            argv.append("--profile")
         return argv + self.faults.to_argv()
 
     @property
@@ -177,10 +186,3 @@ def _threads(text: str) -> int:
     if not text.isdigit() or int(text) > 4096:
         raise argparse.ArgumentTypeError(f"a number of threads (0: all), got {text!r}")
     return int(text)
-
-
-def _fault(text: str) -> Fault:
-    try:
-        return Fault.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None

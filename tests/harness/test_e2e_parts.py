@@ -12,7 +12,7 @@ import pytest
 from p2ptrain.harness.e2e_plot import write_loss_plot
 from p2ptrain.harness.e2e_traffic import link_table, measured_link_bytes, predicted_link_bytes
 from p2ptrain.harness.testbed_swarm import plan_on_testbed
-from p2ptrain.records import Hello, RunSpec
+from p2ptrain.records import Hello, LinkBytes, MetricsReport, RunSpec
 from p2ptrain.schedule.synthetic import city_topology
 from p2ptrain.schedule.workload import measured_workload, stage_parameter_counts
 from p2ptrain.testbed.links import links_from_topology
@@ -79,10 +79,12 @@ def test_predicted_link_bytes_of_two_pipelines() -> None:
 
 
 def _metrics(step: int, sent: int, to: dict[str, int], term: int = 1) -> str:
-    return json.dumps(
-        {"type": "metrics", "step": step, "term": term, "epoch": 0, "bytes_sent": sent,
-         "bytes_received": 0, "link_bytes": {p: {"sent": n, "received": 0} for p, n in to.items()}}
-    )  # fmt: skip
+    report = MetricsReport(
+        step=step, loss=None, tokens_per_s=1.0, stage=0, replica=0, samples=1, averaging="solo",
+        step_s=1.0, epoch=0, term=term, num_replicas=1, bytes_sent=sent, bytes_received=0,
+        link_bytes={p: LinkBytes(sent=n) for p, n in to.items()},
+    )
+    return json.dumps(report.to_dict())
 
 
 def test_measured_link_bytes_count_the_plans_steps_only(tmp_path: Path) -> None:
@@ -109,6 +111,7 @@ def test_measured_link_bytes_count_the_plans_steps_only(tmp_path: Path) -> None:
 
 def test_workers_without_byte_counters_measure_nothing(tmp_path: Path) -> None:
     log = tmp_path / "metrics-0.jsonl"
+    # a line that is no valid record (an older worker's, a cut one) is not read
     log.write_text(json.dumps({"type": "metrics", "step": 0, "term": 1, "epoch": 0}) + "\n")
     assert measured_link_bytes([log], ["A"], (1, 0)) is None
     assert link_table({(0, 1): 1.0}, None, 3)[0]["measured_bytes"] is None

@@ -27,6 +27,7 @@ from p2ptrain.records import (
     RunSpec,
     SessionReport,
     StageCompute,
+    StepProfile,
     Stop,
     SwarmStatus,
     Telemetry,
@@ -108,10 +109,17 @@ def metrics_dict() -> dict[str, Any]:
         "term": 2, "num_replicas": 2, "bytes_sent": 3000, "bytes_received": 2000,
         "link_bytes": {B: {"sent": 1000, "received": 1500}, C: {"sent": 2000, "received": 500}},
         "group_size": 2, "forward_s": 0.1, "backward_s": 0.2, "update_s": 0.01,
-        "averaging_s": 0.3, "averaging_cpu_s": 0.05, "averaging_cpu_before_s": 0.02,
-        "averaging_cpu_after_s": 0.01, "frames_cpu_s": 0.04, "frames": 8, "helpers_cpu_s": 0.01,
-        "forward_cpu_s": 0.02, "backward_cpu_s": 0.05, "update_cpu_s": 0.01,
-        "start_step": 2, "start_lineage": "0123456789abcdef", "resume_never": False,
+        "averaging_s": 0.3, "start_step": 2, "start_lineage": "0123456789abcdef",
+        "resume_never": False,
+    }  # fmt: skip
+
+
+def profile_dict() -> dict[str, Any]:
+    return {
+        "type": "profile", "step": 3, "term": 2, "epoch": 5, "stage": 1, "replica": 0,
+        "forward_cpu_s": 0.02, "backward_cpu_s": 0.05, "update_cpu_s": 0.01, "frames": 8,
+        "frames_cpu_s": 0.04, "helpers_cpu_s": 0.01, "averaging_cpu_s": 0.05,
+        "averaging_cpu_before_s": 0.02, "averaging_cpu_after_s": 0.01,
     }  # fmt: skip
 
 
@@ -212,6 +220,8 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (MetricsReport, metrics_dict()),
     (SessionReport, {"type": "session", "plan": plan_dict(), "step": 4}),
     (PlanMessage, {"type": "plan", "plan": plan_dict(), "run": RunSpec().to_dict()}),
+    (StepProfile, profile_dict()),
+    (StepProfile, {**profile_dict(), "averaging_cpu_before_s": None, "frames_cpu_s": None}),
     (
         PlanMessage,
         {"type": "plan", "plan": plan_dict(), "run": None, "routes": {B: ["/ip4/127.0.0.1/tcp/9"]}},

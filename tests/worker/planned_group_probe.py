@@ -9,6 +9,7 @@ three peers but only two of them average)
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 from typing import Any
@@ -17,6 +18,7 @@ import torch
 from hivemind import DHT
 
 from p2ptrain.worker.averaging import StageAverager
+from p2ptrain.worker.cpu_clock import WireMarks
 from p2ptrain.worker.traffic import Traffic
 
 NUM_PARAMS = 1000
@@ -34,7 +36,11 @@ def main(case: str) -> None:
     active = dhts if case == "full" else dhts[:2]
     traffics = [Traffic() for _ in active]
     averagers = [
-        StageAverager(d, NUM_PARAMS, PREFIX, 3, "none", timeout_s=4.0, group=group, traffic=t)
+        # a profiling worker's averager: it marks the CPU clock as parts come and go
+        StageAverager(
+            d, NUM_PARAMS, PREFIX, 3, "none", timeout_s=4.0, group=group, traffic=t,
+            wire=WireMarks(os.getpid()),
+        )
         for d, t in zip(active, traffics, strict=True)
     ]
     grads = [torch.full((NUM_PARAMS,), float(i + 1)) for i in range(len(active))]

@@ -18,6 +18,7 @@ def test_settings_survive_their_command_line() -> None:
         announce=("/ip4/203.0.113.7/tcp/7402", "/dns4/node.example.org/tcp/7402"),
         metrics_log="m.jsonl",
         log_level="DEBUG",
+        profile=True,
         faults=Faults((Fault(SKIP_AVERAGING, 2, 0, 1), Fault(DIE_WHILE_AVERAGING, 3, 1, 0))),
     )
     assert WorkerSettings.from_argv(settings.to_argv()) == settings

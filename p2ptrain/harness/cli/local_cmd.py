@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 from p2ptrain.errors import UserError
 from p2ptrain.records import Plan
+from p2ptrain.worker.faults import Faults
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,13 +57,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "and plan on its emulated links (the peer count is the topology's)",
     )
     parser.add_argument(
-        "--fault",
-        action="append",
-        default=[],
-        metavar="KIND@STEP:STAGE:REPLICA",
-        help="for tests: give every node this worker fault (`join --fault`); repeatable",
-    )
-    parser.add_argument(
         "--http",
         metavar="[HOST:]PORT",
         help="serve the live dashboard from the bootstrap on [HOST:]PORT (default host "
@@ -76,7 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
+    """Train; `faults` go to every node's worker (tests: harness/with_faults.py)."""
     from p2ptrain.harness.direct_swarm import LocalSwarm, plan_for
     from p2ptrain.records.run import load_run_spec
 
@@ -124,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
             progress = _Progress(spec.steps, out)
             result = train_with_control_plane(
                 spec, args.peers, workdir, progress.on_plan, progress.on_step,
-                own_checkpoints=own_checkpoints, faults=tuple(args.fault), http=args.http,
+                own_checkpoints=own_checkpoints, faults=faults, http=args.http,
             )  # fmt: skip
             progress.finish()
         else:
