@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_kinds(kinds)
     _add_convergence_kind(kinds)
+    from p2ptrain.harness.cli.control_bench_cmd import add_kind as add_control_kind
+
+    add_control_kind(kinds)
 
 
 def _add_convergence_kind(kinds: Any) -> None:
@@ -66,6 +69,10 @@ def _progress(message: str) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.kind == "convergence":
         return _run_convergence(args)
+    if args.kind == "control":
+        from p2ptrain.harness.cli.control_bench_cmd import run as run_control
+
+        return run_control(args)
     if args.kind != "scheduler":
         from p2ptrain.harness.cli.wan_bench import run_kind
 

@@ -1,0 +1,141 @@
+"""The planner's link matrix for a swarm it cannot measure in full: every pair estimated from
+the coordinates (round trip) and access capacities (rate), every pair some end measured taken
+as measured, and masks that say which is which (status and the dashboard show them)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from p2ptrain.control.links import Link
+from p2ptrain.control.planner import (
+    DEFAULT_BANDWIDTH_GBPS,
+    DEFAULT_DELAY_MS,
+    MAX_MEASURED_BANDWIDTH_GBPS,
+    MIN_MEASURED_BANDWIDTH_GBPS,
+    Matrices,
+)
+from p2ptrain.records.estimate import AccessCapacity, NetCoordinate
+
+# A rate measured well below what both ends were seen to reach was held back by the path (a long
+# or congested route), not an access link: such samples, binned by round trip, cap the estimates
+# of unmeasured pairs as far apart (TCP over a long path reaches less of its ends' capacity).
+PATH_LIMITED_SHARE = 0.7
+PATH_BIN_EDGES_MS = np.geomspace(1.0, 2000.0, 16)
+MIN_PATH_SAMPLES = 3
+
+BoolMatrix = npt.NDArray[np.bool_]
+FloatMatrix = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class EstimatedMatrices:
+    """The matrices the scheduler plans on, and which entries were measured (not estimated)."""
+
+    matrices: Matrices
+    rtt_measured: BoolMatrix
+    rate_measured: BoolMatrix
+
+    @property
+    def measured_fraction(self) -> float:
+        n = len(self.matrices.peers)
+        pairs = n * (n - 1)
+        return float(np.count_nonzero(self.rtt_measured)) / pairs if pairs else 1.0
+
+
+def estimated_rtts(peers: Sequence[str], coords: Mapping[str, NetCoordinate]) -> FloatMatrix:
+    """Predicted round trips (ms) among peers; NaN where an end has no coordinate."""
+    n = len(peers)
+    dims = len(next(iter(coords.values())).vector) if coords else 1
+    vectors = np.full((n, dims), np.nan)
+    heights = np.full(n, np.nan)
+    for i, peer in enumerate(peers):
+        coord = coords.get(peer)
+        if coord is not None:
+            vectors[i], heights[i] = coord.vector, coord.height_ms
+    distance = np.linalg.norm(vectors[:, None, :] - vectors[None, :, :], axis=2)
+    return distance + heights[:, None] + heights[None, :]
+
+
+def estimated_rates(
+    peers: Sequence[str], capacities: Mapping[str, AccessCapacity]
+) -> FloatMatrix:
+    """The bottleneck of the two ends (Mbit/s), slower direction; NaN where unknown."""
+    n = len(peers)
+    up = np.array([_or_nan(capacities.get(p), "up") for p in peers])
+    down = np.array([_or_nan(capacities.get(p), "down") for p in peers])
+    up = np.where(np.isnan(up), down, up)
+    down = np.where(np.isnan(down), up, down)
+    forward = np.fmin(up[:, None], down[None, :])
+    rates = np.fmin(forward, forward.T)
+    if n and np.isnan(up).all():
+        rates[:] = np.nan
+    return rates
+
+
+def _or_nan(capacity: AccessCapacity | None, which: str) -> float:
+    if capacity is None:
+        return float("nan")
+    value = capacity.up_mbps if which == "up" else capacity.down_mbps
+    return float("nan") if value is None else value
+
+
+def path_caps(
+    rtts: FloatMatrix, rates: FloatMatrix, measured_rates: FloatMatrix, measured: BoolMatrix
+) -> FloatMatrix:
+    """Per pair, the median rate of path-limited samples at a like round trip (inf: no cap)."""
+    limited = measured & (measured_rates < PATH_LIMITED_SHARE * np.nan_to_num(rates, nan=np.inf))
+    bins = np.digitize(rtts, PATH_BIN_EDGES_MS)
+    caps = np.full(rtts.shape, np.inf)
+    for b in np.unique(bins[limited]):
+        samples = measured_rates[limited & (bins == b)]
+        if samples.size >= MIN_PATH_SAMPLES:
+            caps[bins == b] = float(np.median(samples))
+    return caps
+
+
+def build_estimated(
+    peers: Sequence[str],
+    coords: Mapping[str, NetCoordinate],
+    capacities: Mapping[str, AccessCapacity],
+    links: Mapping[tuple[str, str], Link],
+) -> EstimatedMatrices:
+    """The planner's matrices: measured links where an end measured them (`links`, as
+    control/links.py merges them), estimates elsewhere, medians where even those are missing."""
+    n = len(peers)
+    index = {p: i for i, p in enumerate(peers)}
+    rtt = estimated_rtts(peers, coords)
+    rate = estimated_rates(peers, capacities)
+    measured_rtt = np.full((n, n), np.nan)
+    measured_rate = np.full((n, n), np.nan)
+    for (a, b), link in links.items():
+        i, j = index.get(a), index.get(b)
+        if i is None or j is None:
+            continue
+        if link.rtt_ms is not None:
+            measured_rtt[i, j] = measured_rtt[j, i] = link.rtt_ms
+        if link.bandwidth_mbps is not None and link.bandwidth_mbps > 0:
+            measured_rate[i, j] = measured_rate[j, i] = link.bandwidth_mbps
+    rtt_known, rate_known = ~np.isnan(measured_rtt), ~np.isnan(measured_rate)
+    best_rtt = np.where(rtt_known, measured_rtt, rtt)
+    caps = path_caps(best_rtt, rate, measured_rate, rate_known)
+    rate = np.fmin(rate, caps)
+    rtt = best_rtt
+    rate = np.where(rate_known, measured_rate, rate)
+    off = ~np.eye(n, dtype=bool)
+    for matrix, fallback in ((rtt, 2 * DEFAULT_DELAY_MS), (rate, DEFAULT_BANDWIDTH_GBPS * 1e3)):
+        known = matrix[off & ~np.isnan(matrix)]
+        matrix[np.isnan(matrix)] = float(np.median(known)) if known.size else fallback
+    delay_ms = rtt / 2
+    bandwidth = np.clip(rate / 1e3, MIN_MEASURED_BANDWIDTH_GBPS, MAX_MEASURED_BANDWIDTH_GBPS)
+    np.fill_diagonal(delay_ms, 0.0)
+    np.fill_diagonal(bandwidth, 1e6)  # "local": effectively free, as planner.build_matrices
+    num_measured = int(np.count_nonzero(rtt_known & off)) // 2
+    np.fill_diagonal(rtt_known, False)
+    np.fill_diagonal(rate_known, False)
+    return EstimatedMatrices(
+        Matrices(list(peers), delay_ms, bandwidth, num_measured), rtt_known, rate_known
+    )

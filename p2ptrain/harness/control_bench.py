@@ -1,0 +1,357 @@
+"""`p2ptrain bench control`: the control plane's logic at 100 to 1,000 peers, simulated
+(control_sim.py), judged against the ground truth (control_truth.py).
+
+Per swarm size it runs: the swarm starts, measures its neighbours and settles its coordinates;
+the elected planner (real SwarmViews) makes the first plan on estimates as soon as min_peers are
+alive and settled, measures the plan's links directly and re-plans once if they disagree, then
+commits it; 10% of the peers leave and as many join during the run; the planner is killed and
+the next candidate's first plan (a repair of the current placement) ends the failover.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from p2ptrain.control.estimate.coordinates import settled
+from p2ptrain.control.estimate.matrix import EstimatedMatrices, build_estimated
+from p2ptrain.harness.control_sim import SimPeer, Simulation
+from p2ptrain.records import Plan, RunSpec
+from p2ptrain.schedule import Topology
+from p2ptrain.schedule.cost import CostModel, plan_cost
+from p2ptrain.schedule.planner import plan_swarm
+from p2ptrain.schedule.synthetic import paper_workload
+
+STAGES = 8
+MIN_PEERS_SHARE = 0.9  # the run's min_peers: most of the starting swarm
+CHURN_SHARE = 0.1
+FIRST_PLAN_WAIT_S = 90.0  # as control/planning.py: plan on what there is by then
+REPLAN_IF_WORSE = 1.10  # the plan's measured links cost this much more than estimated: re-plan
+MAX_CONFIRM_ROUNDS = 3
+MAX_GROUP_ALL_PAIRS = 8
+SEARCH_EVALUATIONS = 5_000
+KILL_AFTER_S = 20.0  # the planner dies this long after its first plan
+MAX_PAIRS = 200_000  # error statistics on a sample of pairs
+
+
+@dataclass
+class PlannerState:
+    """The bench's planner duty (what control/planning.py's PlanMaker does live)."""
+
+    first_plan_at: float | None = None
+    busy_until: float = -1.0
+    plan: Plan | None = None
+    estimate: EstimatedMatrices | None = None
+    members: list[int] = field(default_factory=list)
+    kill_at: float | None = None
+    killed: SimPeer | None = None
+    failover_s: float | None = None
+    search_wall_s: float = 0.0
+    replanned: int = 0
+
+
+def _quantiles(values: np.ndarray) -> dict[str, float]:
+    if values.size == 0:
+        return {"median": float("nan"), "p90": float("nan")}
+    return {"median": round(float(np.median(values)), 4), "p90": round(float(np.quantile(values, 0.9)), 4)}
+
+
+class ControlBench:
+    def __init__(self, num_peers: int, seed: int = 0, horizon_s: float = 240.0) -> None:
+        run = RunSpec(run_id="bench-control", stages=STAGES, n_layer=24,
+                      min_peers=max(2, int(MIN_PEERS_SHARE * num_peers)))  # fmt: skip
+        self.sim = Simulation(num_peers, seed, run)
+        self.num_peers, self.seed, self.horizon_s = num_peers, seed, horizon_s
+        self.state = PlannerState()
+        self.sim.on_planner_tick = self._planner_tick
+        self.results: dict[str, Any] = {}
+        rng = self.sim.rng
+        regular = [p for p in self.sim.peers if p.view is None]
+        for peer in rng.sample(regular, int(CHURN_SHARE * num_peers)):
+            self.sim.at(rng.uniform(20.0, horizon_s - 20), partial(self.sim.remove_peer, peer))
+        for _ in range(int(CHURN_SHARE * num_peers)):
+            self.sim.at(rng.uniform(20.0, horizon_s - 20), self._join)
+
+    def _join(self) -> None:
+        self.sim.add_peer()
+
+    # ---------------------------------------------------------------- the planner's duty
+
+    def _planner_tick(self, peer: SimPeer) -> None:
+        state, sim, view = self.state, self.sim, peer.view
+        assert view is not None
+        if sim.now < state.busy_until:
+            return
+        if state.killed is not None and view.plan is not None and view.plan.planner != peer.peer_id:
+            self._repair(peer)
+            return
+        if state.plan is not None:
+            return
+        members = self._members(peer)
+        book = sim.book(peer)
+        errors = [book[i][0].error for i in members if i in book]
+        waited = sim.now >= FIRST_PLAN_WAIT_S
+        if len(members) < sim.run.min_peers or not (settled(errors) or waited):
+            return
+        self._plan_first(peer, members)
+
+    def _members(self, peer: SimPeer) -> list[int]:
+        assert peer.view is not None
+        index = {p.peer_id: p.index for p in self.sim.peers}
+        return [index[p] for p in peer.view.plannable_members(self.sim.now)]
+
+    def _estimate(self, peer: SimPeer, members: list[int]) -> EstimatedMatrices:
+        assert peer.view is not None
+        book = self.sim.book(peer)
+        ids = [self.sim.peers[i].peer_id for i in members]
+        coords = {self.sim.peers[i].peer_id: book[i][0] for i in members if i in book}
+        caps = {self.sim.peers[i].peer_id: book[i][1] for i in members if i in book}
+        if peer.index in members:  # its own, fresh
+            coords[peer.peer_id] = peer.coord
+            caps[peer.peer_id] = peer.capacity.capacity(self.sim.now)
+        return build_estimated(ids, coords, caps, peer.view.links(self.sim.now))
+
+    def _search(self, estimate: EstimatedMatrices, replicas: int) -> tuple[list[list[int]], float]:
+        m = estimate.matrices
+        topology = Topology(list(m.peers), m.delay_ms, m.bandwidth_gbps,
+                            workload=paper_workload(STAGES, replicas))  # fmt: skip
+        # the search's CPU time, not its wall time: a busy machine must not slow the simulated
+        # planner (the live one searches in a process of its own)
+        started = time.process_time()
+        plan = plan_swarm(topology, STAGES, replicas, seed=self.seed,
+                          max_evaluations=SEARCH_EVALUATIONS)  # fmt: skip
+        wall = time.process_time() - started
+        self.state.search_wall_s += wall
+        return plan.pipelines, wall
+
+    def _plan_first(self, peer: SimPeer, members: list[int]) -> None:
+        state, sim = self.state, self.sim
+        replicas = len(members) // STAGES
+        estimate = self._estimate(peer, members)
+        pipelines, wall = self._search(estimate, replicas)
+        state.busy_until = sim.now + wall  # the search's own time passes in the simulation too
+        sim.at(state.busy_until, lambda: self._confirm(peer, members, estimate, pipelines))
+
+    def _plan_links(self, pipelines: list[list[int]]) -> set[tuple[int, int]]:
+        """Pipeline neighbours and data-parallel ring neighbours (positions in `members`)."""
+        pairs: set[tuple[int, int]] = set()
+        for pipe in pipelines:
+            pairs.update(itertools.pairwise(pipe))
+        for stage in zip(*pipelines, strict=True):
+            group = list(stage)  # the cost prices every pair of a small group; a big one: a ring
+            if len(group) <= MAX_GROUP_ALL_PAIRS:
+                pairs.update((a, b) for a in group for b in group if a < b)
+            else:
+                pairs.update(zip(group, group[1:] + group[:1], strict=True))
+        return {(min(a, b), max(a, b)) for a, b in pairs if a != b}
+
+    def _confirm(
+        self,
+        peer: SimPeer,
+        members: list[int],
+        estimate: EstimatedMatrices,
+        pipelines: list[list[int]],
+        round_: int = 1,
+    ) -> None:
+        """Measure the plan's links directly; re-plan (and confirm again, MAX_CONFIRM_ROUNDS
+        at most) if they price it clearly worse than estimated."""
+        sim, state = self.sim, self.state
+        links = self._plan_links(pipelines)
+        slowest = 0.0
+        for a, b in links:
+            end_a, end_b = sim.peers[members[a]], sim.peers[members[b]]
+            sim.measure_rtt(end_a, end_b)
+            sim.measure_rate(end_a, end_b)
+            sim.measure_rate(end_b, end_a)
+            slowest = max(slowest, sim.truth.rtt_ms(end_a.index, end_b.index))
+        for a in {x for pair in links for x in pair}:  # partners join their neighbour sets
+            sim.peers[members[a]].partners = tuple(
+                members[b if a == x else x] for x, b in links if a in (x, b)
+            )[:4]
+        confirmed = self._with_measured(estimate, members, links)
+        workload = paper_workload(STAGES, len(pipelines))
+        predicted = self._cost(estimate, pipelines, workload)
+        measured = self._cost(confirmed, pipelines, workload)
+        wait = 2.0 + 4 * slowest / 1e3  # a round trip and a rate probe per link, all at once
+        if measured > REPLAN_IF_WORSE * predicted and round_ < MAX_CONFIRM_ROUNDS:
+            pipelines, wall = self._search(confirmed, len(pipelines))
+            state.replanned += 1
+            state.busy_until = sim.now + wait + wall
+            sim.at(state.busy_until,
+                   lambda: self._confirm(peer, members, confirmed, pipelines, round_ + 1))  # fmt: skip
+            return
+        state.estimate = confirmed
+        state.busy_until = sim.now + wait
+        sim.at(state.busy_until, lambda: self._commit(peer, members, pipelines))
+
+    def _with_measured(
+        self, estimate: EstimatedMatrices, members: list[int], links: set[tuple[int, int]]
+    ) -> EstimatedMatrices:
+        m = estimate.matrices
+        delay, rate = m.delay_ms.copy(), m.bandwidth_gbps.copy()
+        rtt_known, rate_known = estimate.rtt_measured.copy(), estimate.rate_measured.copy()
+        for a, b in links:
+            ends = [self.sim.peers[members[x]].links.get(members[y]) for x, y in ((a, b), (b, a))]
+            rtts = [s.rtt_ms for s in ends if s is not None and s.rtt_ms is not None]
+            rates = [s.bandwidth_mbps for s in ends if s is not None and s.bandwidth_mbps is not None]
+            if rtts:  # the pessimistic end, as control/links.py merges them
+                delay[a, b] = delay[b, a] = max(rtts) / 2
+                rtt_known[a, b] = rtt_known[b, a] = True
+            if rates:
+                rate[a, b] = rate[b, a] = min(rates) / 1e3
+                rate_known[a, b] = rate_known[b, a] = True
+        matrices = type(m)(list(m.peers), delay, rate, m.num_measured_delays)
+        return EstimatedMatrices(matrices, rtt_known, rate_known)
+
+    @staticmethod
+    def _cost(estimate: EstimatedMatrices, pipelines: list[list[int]], workload: Any) -> float:
+        m = estimate.matrices
+        topology = Topology(list(m.peers), m.delay_ms, m.bandwidth_gbps, workload=workload)
+        model = CostModel.build(topology, workload)
+        return float(plan_cost(model, np.array(pipelines, dtype=np.intp)).cost_s)
+
+    def _commit(self, peer: SimPeer, members: list[int], pipelines: list[list[int]]) -> None:
+        sim, state = self.sim, self.state
+        view = peer.view
+        assert view is not None
+        if view.planner != peer.peer_id:
+            return
+        ids = [sim.peers[i].peer_id for i in members]
+        placed = {p for pipe in pipelines for p in pipe}
+        plan = Plan(
+            term=view.term, epoch=1, planner=peer.peer_id, stages=STAGES,
+            pipelines=tuple(tuple(ids[p] for p in pipe) for pipe in pipelines),
+            spares=tuple(ids[i] for i in range(len(ids)) if i not in placed),
+            data_addrs={p: (f"/ip4/203.0.113.9/tcp/4002/p2p/{p}",) for p in ids}, cost_s=1.0,
+        )  # fmt: skip
+        view.adopt_own_plan(plan)
+        sim.flood(sim.plan_bytes(plan))
+        sim.deliver_plan(peer, plan)
+        state.plan, state.members = plan, members
+        state.first_plan_at = sim.now + sim.flood_s()
+        state.kill_at = state.first_plan_at + KILL_AFTER_S
+        sim.at(state.kill_at, lambda: self._kill(peer))
+        self._judge(pipelines)
+
+    def _kill(self, peer: SimPeer) -> None:
+        self.state.killed = peer
+        self.sim.remove_peer(peer)
+
+    def _repair(self, peer: SimPeer) -> None:
+        """The new planner's first plan: the current placement, dead peers swapped for spares."""
+        sim, state, view = self.sim, self.state, peer.view
+        assert view is not None and view.plan is not None and state.kill_at is not None
+        if state.failover_s is not None:
+            return
+        alive = set(view.plannable_members(sim.now))
+        spares = [p for p in view.plan.spares if p in alive]
+        pipelines = tuple(
+            tuple(p if p in alive else (spares.pop() if spares else p) for p in pipe)
+            for pipe in view.plan.pipelines
+        )
+        plan = Plan(term=view.term, epoch=1, planner=peer.peer_id, stages=view.plan.stages,
+                    pipelines=pipelines, spares=tuple(spares), data_addrs=view.plan.data_addrs,
+                    cost_s=view.plan.cost_s)  # fmt: skip
+        view.adopt_own_plan(plan)
+        sim.flood(sim.plan_bytes(plan))
+        sim.deliver_plan(peer, plan)
+        state.failover_s = sim.now + sim.flood_s() - state.kill_at
+
+    # ---------------------------------------------------------------- judging
+
+    def _judge(self, pipelines: list[list[int]]) -> None:
+        """Estimates against the truth, and the plan made on them against the plan made on it."""
+        state = self.state
+        assert state.estimate is not None
+        members = state.members
+        true_rtt, true_rate = self.sim.truth.matrices(members)
+        m = state.estimate.matrices
+        n = len(members)
+        rng = np.random.default_rng(self.seed)
+        i, j = np.triu_indices(n, k=1)
+        if i.size > MAX_PAIRS:
+            pick = rng.choice(i.size, MAX_PAIRS, replace=False)
+            i, j = i[pick], j[pick]
+        rtt_error = np.abs(2 * m.delay_ms[i, j] - true_rtt[i, j]) / true_rtt[i, j]
+        rate_error = np.abs(1e3 * m.bandwidth_gbps[i, j] - true_rate[i, j]) / true_rate[i, j]
+        workload = paper_workload(STAGES, len(pipelines))
+        truth_topology = Topology(list(m.peers), true_rtt / 2, true_rate / 1e3, workload=workload)
+        truth = EstimatedMatrices(
+            type(m)(list(m.peers), true_rtt / 2, true_rate / 1e3, 0),
+            state.estimate.rtt_measured, state.estimate.rate_measured,
+        )  # fmt: skip
+        best = plan_swarm(truth_topology, STAGES, len(pipelines), seed=self.seed,
+                          max_evaluations=SEARCH_EVALUATIONS)  # fmt: skip
+        ours = self._cost(truth, pipelines, workload)
+        self.results.update(
+            rtt_error=_quantiles(rtt_error),
+            rate_error=_quantiles(rate_error),
+            plan_cost_ratio=round(ours / best.cost_s, 4),
+            measured_links=round(float(state.estimate.measured_fraction), 4),
+        )
+
+    def run(self) -> dict[str, Any]:
+        started = time.perf_counter()
+        sim, state = self.sim, self.state
+        sim.median_one_way_s = float(np.median(sim.truth.matrices(list(range(min(200, len(sim.peers)))))[0])) / 2e3
+        sim.run_until(self.horizon_s, stop=lambda: state.failover_s is not None)
+        end = sim.now
+        bytes_per_s, messages_per_s, probes_per_s = [], [], []
+        for peer in sim.peers:
+            alive_s = sim.left_at.get(peer.index, end) - peer.joined_at
+            if alive_s < 10.0:
+                continue
+            bytes_per_s.append(sim.counters.control_bytes.get(peer.index, 0.0) / alive_s)
+            messages_per_s.append(sim.counters.messages.get(peer.index, 0.0) / alive_s)
+            probes_per_s.append(sim.counters.probe_bytes.get(peer.index, 0.0) / alive_s)
+        neighbour_sizes = [len(p.neighbours) for p in sim.peers if p.alive]
+        return {
+            "peers": self.num_peers,
+            "bytes_per_node_s": _spread(bytes_per_s, 0),
+            "messages_per_node_s": _spread(messages_per_s, 2),
+            "probe_bytes_per_node_s": _spread(probes_per_s, 0),
+            "first_plan_s": None if state.first_plan_at is None else round(state.first_plan_at, 2),
+            "rtt_error": self.results.get("rtt_error"),
+            "rate_error": self.results.get("rate_error"),
+            "plan_cost_ratio": self.results.get("plan_cost_ratio"),
+            "failover_s": None if state.failover_s is None else round(state.failover_s, 2),
+            "measured_links": self.results.get("measured_links"),
+            "replans_after_confirming": state.replanned,
+            "neighbours_max": max(neighbour_sizes, default=0),
+            "telemetry_bytes": sim.sizes["telemetry_base"] + 12 * sim.sizes["telemetry_link"],
+            "plan_bytes": sim.plan_bytes(state.plan) if state.plan else None,
+            "simulated_s": round(end, 1),
+            "search_wall_s": round(state.search_wall_s, 2),
+            "wall_s": round(time.perf_counter() - started, 1),
+        }
+
+
+def _spread(values: list[float], digits: int) -> dict[str, float]:
+    return {"median": round(statistics.median(values), digits), "max": round(max(values), digits)}
+
+
+def run_benchmark(sizes: list[int], seed: int = 0, horizon_s: float = 240.0) -> dict[str, Any]:
+    return {"runs": [ControlBench(n, seed, horizon_s).run() for n in sizes]}
+
+
+def render(result: dict[str, Any]) -> str:
+    lines = [
+        "peers  kB/s/node med  max   msg/s med  first plan s  RTT err med  p90   rate err med  p90"
+        "   plan cost ratio  failover s",
+    ]
+    for r in result["runs"]:
+        b, rtt, rate = r["bytes_per_node_s"], r["rtt_error"] or {}, r["rate_error"] or {}
+        lines.append(
+            f"{r['peers']:5d}  {b['median'] / 1e3:10.2f} {b['max'] / 1e3:7.1f}  "
+            f"{r['messages_per_node_s']['median']:8.2f}  {r['first_plan_s']!s:>12}  "
+            f"{rtt.get('median', float('nan')):10.3f} {rtt.get('p90', float('nan')):5.3f}  "
+            f"{rate.get('median', float('nan')):12.3f} {rate.get('p90', float('nan')):5.3f}  "
+            f"{r['plan_cost_ratio']!s:>16}  {r['failover_s']!s:>10}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,389 @@
+"""A discrete-event simulation of the control plane at scale, in one process, no sockets.
+
+Every peer runs the bounded measurement of control/estimate/: one round-trip probe a second and
+a rate probe now and then to a peer of its neighbour set (nearest by coordinate, random, plan
+partners), a Vivaldi update per round trip, a capacity estimate from its transfers. Every few
+seconds it sends its telemetry (coordinate, capacity, its neighbours' measurements: records
+of records/) to the planner candidates only, not to the swarm. The candidates are real
+SwarmViews (control/view.py, clock injected), holding real tokens: the election (claims, terms,
+liveness) and plan acceptance are the product's own code. Message sizes are those of the real
+records, signed as the wire signs them (control/wire.py).
+
+Flooded messages (plans, claims, peer records of joins) are charged as GossipSub charges them:
+each peer sends and receives about MESH_DEGREE - 1 copies, and a flood crosses log(N) hops.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from p2ptrain import identity
+from p2ptrain.control import wire
+from p2ptrain.control.estimate import coordinates
+from p2ptrain.control.estimate.capacity import CapacityTracker
+from p2ptrain.control.estimate.neighbours import ROTATE_RANDOM_S, choose_neighbours
+from p2ptrain.control.links import LinkSample
+from p2ptrain.control.measuring import probe_bytes
+from p2ptrain.control.view import SwarmView
+from p2ptrain.harness.control_truth import Truth
+from p2ptrain.records import Claim, LinkReport, PeerRecord, Plan, RunSpec, Telemetry
+from p2ptrain.records.estimate import AccessCapacity, NetCoordinate
+from p2ptrain.records.token import issue_token
+
+RTT_PROBE_INTERVAL_S = 1.0
+RATE_PROBE_INTERVAL_S = 60.0  # steady state; a neighbour without a rate is probed sooner
+FIRST_RATE_PROBE_INTERVAL_S = 3.0
+MIN_RATES_MEASURED = 4
+TELEMETRY_INTERVAL_S = 4.0  # to the candidates only: also their proof that the peer lives
+DIGEST_INTERVAL_S = 10.0  # membership anti-entropy with one random peer: a digest, pages if it differs
+ELECTION_TICK_S = 0.5
+NUM_CANDIDATES = 5  # planner-token holders
+MESH_DEGREE = 6
+HOP_PROCESSING_S = 0.005
+STREAM_OVERHEAD_BYTES = 120  # a probe's stream: yamux headers, noise tags, protocol negotiation
+DIGEST_BYTES = 64
+NUM_SEEN_COORDINATES = 64  # coordinates a peer remembers to pick its nearest from
+MAX_NEIGHBOUR_FAILURES = 2  # a neighbour whose probes fail this often is replaced
+
+
+@dataclass
+class SimPeer:
+    index: int
+    peer_id: str
+    joined_at: float
+    rng: random.Random
+    alive: bool = True
+    coord: NetCoordinate = field(default_factory=coordinates.origin)
+    capacity: CapacityTracker = field(default_factory=CapacityTracker)
+    links: dict[int, LinkSample] = field(default_factory=dict)
+    neighbours: tuple[int, ...] = ()
+    seen: dict[int, NetCoordinate] = field(default_factory=dict)
+    partners: tuple[int, ...] = ()
+    next_probe: int = 0
+    rotation: int = 0
+    seq: int = 0
+    view: SwarmView | None = None  # candidates only
+    seed: bytes = b""
+
+
+@dataclass
+class Counters:
+    control_bytes: dict[int, float] = field(default_factory=dict)
+    messages: dict[int, float] = field(default_factory=dict)
+    probe_bytes: dict[int, float] = field(default_factory=dict)
+
+    def charge(self, peer: int, num_bytes: float, num_messages: float = 1.0) -> None:
+        self.control_bytes[peer] = self.control_bytes.get(peer, 0.0) + num_bytes
+        self.messages[peer] = self.messages.get(peer, 0.0) + num_messages
+
+
+class Simulation:
+    """The swarm, the event queue and the measured sizes; the bench (control_bench.py) drives
+    its phases (first plan, failover) through `run_until` and the hooks."""
+
+    def __init__(self, num_peers: int, seed: int = 0, run: RunSpec | None = None) -> None:
+        self.truth = Truth(seed)
+        self.rng = random.Random(seed)
+        self.now = 0.0
+        self.peers: list[SimPeer] = []
+        self.counters = Counters()
+        self._queue: list[tuple[float, int, Callable[[], None]]] = []
+        self._num_events = 0
+        self.organiser = secrets.token_bytes(32)
+        self.run = run or RunSpec(
+            run_id="bench-control", stages=8, n_layer=24, min_peers=max(1, num_peers // 2)
+        )
+        self.candidates: list[SimPeer] = []
+        self.books: dict[int, dict[int, tuple[NetCoordinate, AccessCapacity]]] = {}
+        self.left_at: dict[int, float] = {}
+        self.sizes = self._measured_sizes()
+        for i in range(num_peers):
+            self.add_peer(i < NUM_CANDIDATES, at=self.rng.uniform(0.0, 5.0))
+
+    # ---------------------------------------------------------------- sizes of real records
+
+    def _measured_sizes(self) -> dict[str, int]:
+        """Bytes of each message, encoded and signed as the wire does it."""
+        seed = secrets.token_bytes(32)
+        author = identity.peer_id_of(seed)
+        coord = NetCoordinate((123.45, -67.89, 12.34), 8.5, 0.123).to_dict()
+        empty = len(wire.sign(seed, "telemetry", 1, Telemetry({}).to_dict(), run_id=self.run.run_id))
+        report = LinkReport(123.4, 1.5, 456.7, 12.3)
+        one_link = len(wire._canonical({"links": {author: report.to_dict()}})) - len(
+            wire._canonical({"links": {}})
+        )
+        record = PeerRecord((f"/ip4/203.0.113.7/tcp/4001/p2p/{author}",), "trainer", False,
+                            "0.1.0", {}, data_addrs=(f"/ip4/203.0.113.7/tcp/4002/p2p/{author}",))  # fmt: skip
+        own = {"coord": coord, "cap": {"up_mbps": 123.45, "down_mbps": 678.9}}
+        return {
+            "telemetry_base": empty + len(wire._canonical(own)),
+            "telemetry_link": one_link,
+            "claim": len(wire.encode(seed, 1, Claim(3), run_id=self.run.run_id)),
+            "peer": len(wire.encode(seed, 1, record, run_id=self.run.run_id)),
+            "probe": len(wire._canonical({"coord": coord})) + STREAM_OVERHEAD_BYTES,
+        }
+
+    def plan_bytes(self, plan: Plan) -> int:
+        return len(wire._canonical(plan.to_dict())) + 200  # header and signature
+
+    # ---------------------------------------------------------------- events
+
+    def at(self, when: float, action: Callable[[], None]) -> None:
+        self._num_events += 1
+        heapq.heappush(self._queue, (when, self._num_events, action))
+
+    def run_until(self, until: float, stop: Callable[[], bool] = lambda: False) -> None:
+        while self._queue and self._queue[0][0] <= until and not stop():
+            when, _, action = heapq.heappop(self._queue)
+            self.now = when
+            action()
+        if not stop():
+            self.now = max(self.now, until)
+
+    def flood_s(self) -> float:
+        """How long a flood takes to reach every peer: log(N) mesh hops of a median one-way delay."""
+        hops = math.ceil(math.log(max(2, self.num_alive())) / math.log(MESH_DEGREE - 1))
+        return hops * (self.median_one_way_s + HOP_PROCESSING_S)
+
+    median_one_way_s = 0.06
+
+    def flood(self, num_bytes: int) -> None:
+        for peer in self.peers:
+            if peer.alive:
+                self.counters.charge(peer.index, 2 * (MESH_DEGREE - 1) * num_bytes,
+                                     2 * (MESH_DEGREE - 1))  # fmt: skip
+
+    def num_alive(self) -> int:
+        return sum(p.alive for p in self.peers)
+
+    def alive_indices(self) -> list[int]:
+        return [p.index for p in self.peers if p.alive]
+
+    # ---------------------------------------------------------------- membership
+
+    def add_peer(self, candidate: bool = False, at: float | None = None) -> SimPeer:
+        index = self.truth.add_peer()
+        seed = secrets.token_bytes(32) if candidate else b""
+        peer_id = identity.peer_id_of(seed) if candidate else f"sim{index:06d}"
+        when = self.now if at is None else at
+        peer = SimPeer(index, peer_id, when, random.Random(self.rng.random()), seed=seed)
+        self.peers.append(peer)
+        if candidate:
+            self._make_candidate(peer)
+        for other in self.candidates:
+            if other is not peer and other.view is not None:
+                self._accept(other, peer, "peer", self._record(peer))
+        if self.now > 0:  # a newcomer: its record floods, it pulls the membership in pages
+            self.flood(self.sizes["peer"])
+            self.counters.charge(index, self.num_alive() * 80, self.num_alive() / 100)
+        self.at(when + self.rng.uniform(0, 1), lambda: self._rtt_tick(peer))
+        self.at(when + self.rng.uniform(1, 3), lambda: self._rate_tick(peer))
+        self.at(when + self.rng.uniform(0, TELEMETRY_INTERVAL_S), lambda: self._telemetry_tick(peer))
+        self.at(when + self.rng.uniform(0, DIGEST_INTERVAL_S), lambda: self._digest_tick(peer))
+        return peer
+
+    def _record(self, peer: SimPeer) -> PeerRecord:
+        token = None
+        if peer.view is not None:
+            token = issue_token(self.organiser, peer.peer_id, True, 4e9, self.run.run_id)
+        return PeerRecord((), "trainer", peer.view is not None, "0.1.0", {}, token=token)
+
+    def _make_candidate(self, peer: SimPeer) -> None:
+        view = SwarmView(
+            self_id=peer.peer_id, role="trainer", planner_capable=True, started_at=peer.joined_at,
+            bootstrap_id=identity.peer_id_of(self.organiser), run=self.run,
+            own_token=issue_token(self.organiser, peer.peer_id, True, 4e9, self.run.run_id),
+        )  # fmt: skip
+        view.anchor_term(0)
+        peer.view = view
+        self.candidates.append(peer)
+        for other in self.peers:
+            if other is not peer:
+                self._accept(peer, other, "peer", self._record(other))
+        self.at(peer.joined_at + ELECTION_TICK_S, lambda: self._election_tick(peer))
+
+    def remove_peer(self, peer: SimPeer) -> None:
+        peer.alive = False
+        self.left_at[peer.index] = self.now
+
+    def _accept(self, receiver: SimPeer, author: SimPeer, kind: str, body: Any) -> None:
+        assert receiver.view is not None
+        author.seq += 1
+        env = wire.Envelope(kind, author.peer_id, author.seq, self.now, body, self.run.run_id)
+        receiver.view.accept(env, self.now)
+
+    # ---------------------------------------------------------------- measurement
+
+    def _rtt_tick(self, peer: SimPeer) -> None:
+        if not peer.alive:
+            return
+        self.at(self.now + RTT_PROBE_INTERVAL_S * peer.rng.uniform(0.8, 1.2),
+                lambda: self._rtt_tick(peer))  # fmt: skip
+        if not peer.neighbours or peer.rotation <= (self.now - peer.joined_at) // ROTATE_RANDOM_S:
+            self.refresh_neighbours(peer)
+        if not peer.neighbours:
+            return
+        target = self.peers[peer.neighbours[peer.next_probe % len(peer.neighbours)]]
+        peer.next_probe += 1
+        self.counters.charge(peer.index, 2 * self.sizes["probe"], 2)
+        sample = peer.links.setdefault(target.index, LinkSample())
+        rtt = self.truth.sample_rtt_ms(peer.index, target.index, peer.rng) if target.alive else None
+        if rtt is None:
+            sample.num_failures += 1
+            if sample.num_failures >= MAX_NEIGHBOUR_FAILURES:
+                peer.links.pop(target.index, None)
+                peer.seen.pop(target.index, None)
+                self.refresh_neighbours(peer)
+            return
+        self.counters.charge(target.index, 2 * self.sizes["probe"], 2)
+        sample.add_rtt(rtt, self.now)
+        sample.num_failures = 0
+        assert sample.rtt_ms is not None
+        # the filtered round trip (least of the recent ones): queueing is not distance
+        peer.coord = coordinates.update(peer.coord, target.coord, sample.rtt_ms, peer.rng)
+        for a, b in ((peer, target), (target, peer)):
+            a.seen[b.index] = b.coord
+            if len(a.seen) > NUM_SEEN_COORDINATES:
+                del a.seen[next(iter(a.seen))]
+
+    def refresh_neighbours(self, peer: SimPeer) -> None:
+        """A new neighbour set: nearest among the coordinates seen, random from the membership."""
+        alive = self.alive_indices()
+        peer.rotation = int((self.now - peer.joined_at) // ROTATE_RANDOM_S) + 1
+        members = {self.peers[i].peer_id: i for i in self.rng.sample(alive, min(64, len(alive)))}
+        predicted = {}
+        for i, coord in peer.seen.items():
+            if self.peers[i].alive:
+                members[self.peers[i].peer_id] = i
+                predicted[self.peers[i].peer_id] = peer.coord.distance_ms(coord)
+        for i in peer.partners:
+            members[self.peers[i].peer_id] = i
+        chosen = choose_neighbours(
+            peer.peer_id, members, predicted, [self.peers[i].peer_id for i in peer.partners],
+            seed=peer.rotation,
+        )  # fmt: skip
+        peer.neighbours = tuple(members[p] for p in chosen)
+
+    def _rate_tick(self, peer: SimPeer) -> None:
+        if not peer.alive:
+            return
+        unmeasured = [i for i in peer.neighbours if (s := peer.links.get(i)) is None
+                      or s.bandwidth_mbps is None]  # fmt: skip
+        num_rates = sum(s.bandwidth_mbps is not None for s in peer.links.values())
+        # fast until a few rates place its capacity, then a neighbour now and then
+        fast = num_rates < MIN_RATES_MEASURED
+        interval = FIRST_RATE_PROBE_INTERVAL_S if fast else RATE_PROBE_INTERVAL_S
+        self.at(self.now + interval * peer.rng.uniform(0.8, 1.2), lambda: self._rate_tick(peer))
+        if not peer.neighbours:
+            return
+        if unmeasured:
+            target_index = unmeasured[0]
+        else:
+            target_index = min(peer.neighbours, key=lambda i: peer.links[i].bandwidth_at or 0.0)
+        self.measure_rate(peer, self.peers[target_index])
+
+    def measure_rate(self, peer: SimPeer, target: SimPeer) -> None:
+        """One rate probe from `peer` to `target`: both ends learn their capacities from it."""
+        sample = peer.links.setdefault(target.index, LinkSample())
+        num_bytes = probe_bytes(sample.bandwidth_mbps, (sample.rtt_ms or 0.0) / 1e3)
+        self.counters.probe_bytes[peer.index] = self.counters.probe_bytes.get(peer.index, 0) + num_bytes
+        self.counters.charge(peer.index, self.sizes["probe"], 2)
+        if not target.alive:
+            sample.rate_failures += 1
+            return
+        self.counters.probe_bytes[target.index] = (
+            self.counters.probe_bytes.get(target.index, 0) + num_bytes
+        )
+        mbps = self.truth.sample_rate_mbps(peer.index, target.index, peer.rng)
+        if mbps is None:
+            sample.rate_failures += 1
+            return
+        # the prober's row holds its sending direction; the pair's other direction is the far
+        # end's to measure (control/links.py takes the slower of the two ends' words)
+        sample.add_bandwidth(mbps, self.now)
+        peer.capacity.observe(mbps, self.now, sending=True)
+        target.capacity.observe(mbps, self.now, sending=False)
+
+    def measure_rtt(self, peer: SimPeer, target: SimPeer) -> None:
+        """One round-trip probe outside the schedule (a plan's link confirmed)."""
+        rtt = self.truth.sample_rtt_ms(peer.index, target.index, peer.rng)
+        self.counters.charge(peer.index, 2 * self.sizes["probe"], 2)
+        if rtt is not None and target.alive:
+            peer.links.setdefault(target.index, LinkSample()).add_rtt(rtt, self.now)
+
+    # ---------------------------------------------------------------- gossip
+
+    def telemetry_of(self, peer: SimPeer) -> Telemetry:
+        """Its neighbours' measurements only: O(neighbours), whatever the swarm's size."""
+        row = {}
+        for i in (*peer.neighbours, *peer.partners):
+            s = peer.links.get(i)
+            if s is None or (s.rtt_ms is None and s.bandwidth_mbps is None):
+                continue
+            row[self.peers[i].peer_id] = LinkReport(
+                s.rtt_ms, None if s.rtt_at is None else round(self.now - s.rtt_at, 3),
+                s.bandwidth_mbps, None if s.bandwidth_at is None else round(self.now - s.bandwidth_at, 3),
+            )  # fmt: skip
+        return Telemetry(row)
+
+    def _telemetry_tick(self, peer: SimPeer) -> None:
+        if not peer.alive:
+            return
+        self.at(self.now + TELEMETRY_INTERVAL_S * peer.rng.uniform(0.9, 1.1),
+                lambda: self._telemetry_tick(peer))  # fmt: skip
+        telemetry = self.telemetry_of(peer)
+        size = self.sizes["telemetry_base"] + len(telemetry.links) * self.sizes["telemetry_link"]
+        receivers = [c for c in self.candidates if c.alive and c is not peer]
+        self.counters.charge(peer.index, size * len(receivers), len(receivers))
+        for candidate in receivers:
+            self.counters.charge(candidate.index, size)
+            self._accept(candidate, peer, "telemetry", telemetry)
+            self.book(candidate)[peer.index] = (peer.coord, peer.capacity.capacity(self.now))
+
+    def book(self, candidate: SimPeer) -> dict[int, tuple[NetCoordinate, AccessCapacity]]:
+        """What a candidate heard of every peer's coordinate and capacity."""
+        return self.books.setdefault(candidate.index, {})
+
+    def _digest_tick(self, peer: SimPeer) -> None:
+        if not peer.alive:
+            return
+        self.at(self.now + DIGEST_INTERVAL_S, lambda: self._digest_tick(peer))
+        other = self.peers[self.rng.choice(self.alive_indices())]
+        for end in (peer, other):
+            self.counters.charge(end.index, 2 * (DIGEST_BYTES + STREAM_OVERHEAD_BYTES), 2)
+
+    # ---------------------------------------------------------------- election
+
+    on_planner_tick: Callable[[SimPeer], None] = staticmethod(lambda peer: None)
+
+    def _election_tick(self, peer: SimPeer) -> None:
+        if not peer.alive:
+            return
+        self.at(self.now + ELECTION_TICK_S, lambda: self._election_tick(peer))
+        view = peer.view
+        assert view is not None
+        if view.should_claim(self.now):
+            term = view.claim()
+            self.flood(self.sizes["claim"])
+            arrive = self.now + self.flood_s()
+            for other in self.candidates:
+                if other is not peer:
+                    self.at(arrive, partial(self._deliver_claim, other, peer, term))
+        if view.planner == peer.peer_id:
+            self.on_planner_tick(peer)
+
+    def _deliver_claim(self, receiver: SimPeer, author: SimPeer, term: int) -> None:
+        if receiver.alive and author.view is not None and author.view.term == term:
+            self._accept(receiver, author, "claim", Claim(term))
+
+    def deliver_plan(self, author: SimPeer, plan: Plan) -> None:
+        for other in self.candidates:
+            if other is not author and other.alive:
+                self._accept(other, author, "plan", plan)
