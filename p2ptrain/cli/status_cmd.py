@@ -44,13 +44,13 @@ def _bytes(value: int | None) -> str:
 def format_status(status: SwarmStatus) -> str:
     """A readable report: peers with their training progress, data-plane bytes and reachability
     (public, private or unknown: can others dial it?), where their sessions started, planner, link matrices (RTT, measured
-    rate, and how links go when some are hole-punched or relayed) and plan."""
+    rate, and how links go when some are hole-punched or relayed), plan, and what the observing
+    node waits for (`finished` on the first line once the run's last step is trained)."""
     peers = status.peers
     lines = [
         f"run {status.run or '?'}   planner {_short(status.planner)}   "
         f"term {status.term}   {sum(p.alive for p in peers)}/{len(peers)} peers alive"
         + ("   finished" if status.finished else ""),
-        *([f"waiting for {status.waiting_for}"] if status.waiting_for else []),
         "",
         f"{'peer':<12}{'alive':<7}{'role':<14}{'GFLOP/s':>9}  {'seen':>6}  {'step':>6}"
         f"{'loss':>8}{'tok/s':>8}{'sent':>10}{'recv':>10}  {'reach':<9}address",
@@ -93,6 +93,8 @@ def format_status(status: SwarmStatus) -> str:
             lines.append(f"  pipeline {i}: " + " -> ".join(_short(p) for p in pipeline))
         if plan.spares:
             lines.append("  spares: " + ", ".join(_short(p) for p in plan.spares))
+    if status.waiting_for:  # last: the lines above keep their places for readers
+        lines += ["", f"waiting for {status.waiting_for}"]
     return "\n".join(lines)
 
 

@@ -168,3 +168,14 @@ def test_the_bootstrap_warns_once_a_minute_while_no_member_may_plan(caplog) -> N
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 2 and "no member holds a planner token" in warnings[0].message
     assert not w.state.stopping.is_set()
+
+
+def test_status_text_says_finished_and_what_it_waits_for() -> None:
+    from p2ptrain.cli.status_cmd import format_status
+    from tests.records.samples import status_dict
+
+    text = format_status(SwarmStatus.from_dict(status_dict()))
+    assert text.splitlines()[-1] == "waiting for a place in the plan"
+    done = {**status_dict(), "finished": True, "waiting": "finished", "waiting_for": "nothing"}
+    text = format_status(SwarmStatus.from_dict(done))
+    assert text.splitlines()[0].endswith("   finished")
