@@ -67,7 +67,7 @@ def lying_records(attacker: Attacker, victims: list[str]) -> list[bytes]:
     attacker signed itself, another peer's token, a worker record without any token."""
     self_signed = issue_token(attacker.seed, attacker.id, True, time.time() + 3600).encode()
     someone_elses = issue_token(attacker.seed, victims[0], True, time.time() + 3600).encode()
-    trainer = {"role": "trainer", "data_addrs": ["/ip4/127.0.0.1/tcp/9"]}
+    trainer: dict[str, Any] = {"role": "trainer", "data_addrs": ["/ip4/127.0.0.1/tcp/9"]}
     return [
         attacker.record(**trainer),
         attacker.record(token=self_signed, **trainer),
