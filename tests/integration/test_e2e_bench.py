@@ -44,5 +44,10 @@ def test_bench_e2e_trains_through_join_nodes(tmp_path: Path) -> None:
     assert len(run["links"]) == 8
     assert all(link["predicted_bytes"] > 0 for link in run["links"])
     assert run["averaging"].get("averaged", 0) > 0
+    # the bench's workers profile their steps (join --profile): the stages' CPU comes from the
+    # StepProfile records beside their metrics
+    compute = run["stage_compute"]
+    for key in ("forward_cpu_s", "update_cpu_s", "averaging_cpu_s"):
+        assert all(v is not None for row in compute[key] for v in row), (key, compute)
     assert plot.read_bytes().startswith(b"\x89PNG")
     assert set(list_netns()) <= before
