@@ -1,6 +1,6 @@
 """Says what this node waits for, and leaves once the run is finished.
 
-Every WATCH_TICK_S it asks control/waiting.py what the node waits for and says it when the
+Every WAIT_CHECK_S it asks control/waiting.py what the node waits for and says it when the
 reason changes (the same reason with new counts: at most every RESAY_S): a log line on stderr,
 and for members a line on `join`'s stdout beside the progress lines. The bootstrap warns again
 every NO_PLANNER_WARN_S while no live member holds a planner token (no one may plan: the swarm
@@ -27,6 +27,9 @@ from p2ptrain.control.waiting import Wait, waiting_for
 log = logging.getLogger(__name__)
 
 WATCH_TICK_S = 0.25  # our worker's last step must be gossiped before the worker exits
+# the reason is asked for less often: before the first plan it walks the links (a large swarm's
+# view holds thousands)
+WAIT_CHECK_S = 1.0
 RESAY_S = 30.0
 NO_PLANNER_WARN_S = 60.0
 FINISHED_GRACE_S = 60.0
@@ -42,6 +45,7 @@ class RunWatch:
         self.said = Wait("", "")
         self.said_at = -float("inf")
         self.finished_at: float | None = None
+        self.checked_at = -float("inf")
 
     async def serve(self) -> None:
         """Run until the node stops (or sets NodeState.stopping once the run is finished)."""
@@ -54,6 +58,9 @@ class RunWatch:
         state, view = self.state, self.state.view
         if view.run_end.note_metrics(view.run, view.self_id, view.own_metrics, view.plan, True):
             state.publish_soon("telemetry")  # tell the others before our worker exits
+        if now - self.checked_at < WAIT_CHECK_S and not view.finished:
+            return
+        self.checked_at = now
         wait = waiting_for(view, now)
         since_s = now - self.said_at
         changed = wait.kind != self.said.kind or (wait.text != self.said.text and since_s >= RESAY_S)
