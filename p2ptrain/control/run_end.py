@@ -40,7 +40,11 @@ class RunEnd:
         return run is not None and self.finished_run == run
 
     def note_metrics(
-        self, run: RunSpec | None, peer: str, metrics: PeerMetrics | None, plan: Plan | None,
+        self,
+        run: RunSpec | None,
+        peer: str,
+        metrics: PeerMetrics | None,
+        plan: Plan | None,
         own: bool = False,
     ) -> bool:
         """A peer's (or, `own`, our worker's) latest metrics: True if they finish the run now."""

@@ -63,7 +63,9 @@ class RunWatch:
         self.checked_at = now
         wait = waiting_for(view, now)
         since_s = now - self.said_at
-        changed = wait.kind != self.said.kind or (wait.text != self.said.text and since_s >= RESAY_S)
+        changed = wait.kind != self.said.kind or (
+            wait.text != self.said.text and since_s >= RESAY_S
+        )
         # the organiser's reminder: without a planner-token holder the swarm never trains
         remind = wait.kind == "planner-token" and state.role == "bootstrap"
         if changed or (remind and since_s >= NO_PLANNER_WARN_S):

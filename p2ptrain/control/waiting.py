@@ -26,7 +26,14 @@ from p2ptrain.control.run_end import placed
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
 
 WAIT_KINDS = (
-    "", "bootstrap", "finished", "peers", "planner-token", "planner", "measurements", "plan",
+    "",
+    "bootstrap",
+    "finished",
+    "peers",
+    "planner-token",
+    "planner",
+    "measurements",
+    "plan",
     "place",
 )
 

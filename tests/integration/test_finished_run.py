@@ -48,11 +48,23 @@ def _start_node(
     peer = identity.peer_id_of(identity.load_or_create_identity(key))
     token = issue_token(identity.load_identity(tmp / "boot.key"), peer, True, time.time() + 3600)
     proc = reaper.start(
-        [PYTHON, "-m", "p2ptrain", "join", *JOIN_LOOPBACK, "--bootstrap", boot_addr,
-         "--identity", str(key), "--token", token.encode(),
-         "--checkpoint-dir", str(tmp / name)],
+        [
+            PYTHON,
+            "-m",
+            "p2ptrain",
+            "join",
+            *JOIN_LOOPBACK,
+            "--bootstrap",
+            boot_addr,
+            "--identity",
+            str(key),
+            "--token",
+            token.encode(),
+            "--checkpoint-dir",
+            str(tmp / name),
+        ],
         stderr_path=tmp / f"{name}.log",
-    )  # fmt: skip
+    )
     reaper.read_line(proc, STARTUP_TIMEOUT_S)  # its multiaddr
     return proc
 
@@ -69,10 +81,19 @@ def _stdout(reaper: ProcessReaper, proc: subprocess.Popen[bytes]) -> list[str]:
 def test_every_node_leaves_a_finished_run(reaper: ProcessReaper, tmp_path: Path) -> None:
     (tmp_path / "run.toml").write_text(RUN)
     boot = reaper.start(
-        [PYTHON, "-m", "p2ptrain", "bootstrap", "--identity", str(tmp_path / "boot.key"),
-         "--run", str(tmp_path / "run.toml"), *BOOTSTRAP_LOOPBACK],
+        [
+            PYTHON,
+            "-m",
+            "p2ptrain",
+            "bootstrap",
+            "--identity",
+            str(tmp_path / "boot.key"),
+            "--run",
+            str(tmp_path / "run.toml"),
+            *BOOTSTRAP_LOOPBACK,
+        ],
         stderr_path=tmp_path / "boot.log",
-    )  # fmt: skip
+    )
     boot_addr = reaper.read_line(boot, STARTUP_TIMEOUT_S)
     nodes = [_start_node(reaper, tmp_path, boot_addr, f"node{i}") for i in range(3)]
     exits: dict[int, float] = {}
