@@ -18,6 +18,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -112,17 +113,20 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _check_dashboard(port: int) -> None:
-    """/api/status and /api/history are strict JSON (no Infinity, no NaN), /metrics answers."""
+def _dashboard_status(port: int) -> dict[str, Any]:
+    """The bootstrap's /api/status (its view, what `status` shows), after checking that it and
+    /api/history are strict JSON (no Infinity, no NaN) and that /metrics answers."""
 
     def refuse(constant: str) -> None:
         raise ValueError(f"{constant} in the dashboard's JSON")
 
+    pages = {}
     for path in ("/api/status", "/api/history"):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=20) as reply:
-            json.loads(reply.read(), parse_constant=refuse)
+            pages[path] = json.loads(reply.read(), parse_constant=refuse)
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=20) as reply:
         assert reply.read()
+    return dict(pages["/api/status"])
 
 
 def _newest_state(directory: Path) -> str | None:
@@ -171,6 +175,7 @@ def _planned_and_training(status: dict[str, Any], honest: set[str]) -> bool:
     return plan is not None and set(plan_peers(plan)) == honest and status["planner"] in honest
 
 
+@pytest.mark.timeout(600)  # its setup alone takes minutes when the box is busy
 def test_a_live_swarm_survives_a_hostile_node(
     reaper: ProcessReaper, tmp_path: Path, victim: Victim
 ) -> None:
@@ -225,23 +230,33 @@ def test_a_live_swarm_survives_a_hostile_node(
     attacker_ids = set(json.loads(reaper.read_line(attacker, STARTUP_TIMEOUT_S)))
     door_ids = set(json.loads(reaper.read_line(door_attacker, STARTUP_TIMEOUT_S)))
     hostile = attacker_ids | door_ids | {data_attacker_id}
+    # what the bootstrap sees, from its dashboard (in-process: no stream to be refused), and
+    # `status` as a user runs it: a fresh stranger each time, which shares the strangers'
+    # quarter of inbound streams with the attack's Sybils (row 26.15), so it may be refused
     seen: list[dict[str, Any]] = []
-    asked = dashboards = 0
+    answered: list[dict[str, Any]] = []
+    asked = 0
+    status_runner = ThreadPoolExecutor(1)
+    pending = status_runner.submit(get_status, boot_addr)
     deadline = time.monotonic() + ATTACK_S
     while time.monotonic() < deadline:
         for proc in [boot, *(p for p, _ in nodes)]:
             assert proc.poll() is None, f"{proc.args!r} died under attack"
-        asked += 1
-        observed = get_status(boot_addr)
-        if observed is not None:
-            seen.append(observed)
-            assert observed["planner"] == planner, observed["planner"]
-            assert observed["plan"] is not None
-            assert not hostile & set(plan_peers(observed["plan"]))
-            assert not hostile & {p["id"] for p in observed["peers"] if p["planner"]}
-        _check_dashboard(http_port)  # 1e308 losses in the telemetry it shows
-        dashboards += 1
+        observed = [_dashboard_status(http_port)]  # 1e308 losses in what it shows
+        seen.append(observed[0])
+        if pending.done():
+            asked += 1
+            if (result := pending.result()) is not None:
+                answered.append(result)
+                observed.append(result)
+            pending = status_runner.submit(get_status, boot_addr)
+        for view in observed:
+            assert view["planner"] == planner, view["planner"]
+            assert view["plan"] is not None
+            assert not hostile & set(plan_peers(view["plan"]))
+            assert not hostile & {p["id"] for p in view["peers"] if p["planner"]}
         time.sleep(2.0)
+    status_runner.shutdown(wait=False)  # one may still be running: it ends within 30 s
     summary = json.loads(reaper.read_line(attacker, 60))
     assert attacker.wait(30) == 0
     data_summary = json.loads(reaper.read_line(data_attacker, 90))
@@ -255,10 +270,10 @@ def test_a_live_swarm_survives_a_hostile_node(
     assert summary["rounds"] >= 2, summary  # every attack went out more than once
     assert all(summary[k] > 0 for k in ("hostile_bytes", "lying_records", "authority_grabs"))
     # each `status` is a fresh process on a loaded 2-core box: how many fit in the attack
-    # varies; that most of them were answered does not
-    assert len(seen) >= 3 and 2 * len(seen) >= asked, f"status answered {len(seen)} of {asked}"
+    # varies, and the Sybils may hold the strangers' share when one asks
+    assert len(seen) >= 10 and answered, f"status answered {len(answered)} of {asked}"
     # the planner may re-plan as its measurements drift, but only over the honest peers
-    assert all(set(plan_peers(s["plan"])) == honest for s in seen)
+    assert all(set(plan_peers(s["plan"])) == honest for s in seen + answered)
     assert steps_after > steps_before + 10, (steps_before, steps_after)  # training went on
     # the data plane: the flood got nothing read, the poisoned averager never joined a round,
     # and the loss stayed finite and went on falling
@@ -273,8 +288,7 @@ def test_a_live_swarm_survives_a_hostile_node(
     assert losses[steps_after] < loss_before, (loss_before, losses[steps_after])
     for proc in [boot, *(p for p, _ in nodes)]:
         assert proc.poll() is None
-    _check_dashboard(http_port)
-    assert dashboards >= 3
+    _dashboard_status(http_port)
     # every family of the doors went out (a silently broken attacker cannot pass), and none
     # made an honest node connect to the victim
     door_families = (
@@ -283,7 +297,7 @@ def test_a_live_swarm_survives_a_hostile_node(
         "grants_asked", "circuits_reset", "sybil_reservations", "valid_flood", "idle_streams",
         "bootstrap_relay_found",
     )  # fmt: skip
-    assert door_summary["rounds"] >= 2, door_summary
+    assert door_summary["rounds"] >= 1, door_summary  # a round takes 20-60 s on a busy box
     assert all(door_summary.get(k, 0) > 0 for k in door_families), door_summary
     assert door_summary.get("self_circuits_granted", 0) == 0, door_summary
     assert door_summary.get("punch_requests_granted", 0) == 0, door_summary
@@ -303,6 +317,6 @@ def test_a_live_swarm_survives_a_hostile_node(
     # the token holder flooding valid records (13), and the stranger's Sybil records (5)
     for door_id in door_summary["attackers"][1:3]:
         assert f"message on p2ptrain/control/1 from {door_id}" in judged, door_id
-    members = {p["id"] for s in seen for p in s["peers"]}
+    members = {p["id"] for s in seen + answered for p in s["peers"]}
     strangers = (attacker_ids | door_ids | {data_attacker_id}) - set(door_summary["attackers"][:2])
     assert not strangers & members, strangers & members

@@ -38,7 +38,7 @@ import sys
 import time
 import traceback
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -60,9 +60,10 @@ from p2ptrain.net.dialback import DIALBACK_PROTOCOL
 from p2ptrain.net.framing import read_frame, write_frame
 from p2ptrain.net.host import make_host
 from p2ptrain.net.paging import cursor_request, next_cursor
-from p2ptrain.records import DialBackReply, DialResult, PeerRecord
+from p2ptrain.records import PeerRecord
 from p2ptrain.records.relay import RAW_CIRCUIT, RawHello
 from tests.control.attacker import Attacker, open_attacker
+from tests.redteam.members import huge_telemetry, member_record, open_member, serve_lies
 
 GARBAGE_PROTOCOLS = [TProtocol(p) for p in
                      ("/meshsub/1.1.0", "/ipfs/id/1.0.0", "/ipfs/id/push/1.0.0", "/ipfs/kad/1.0.0")]  # fmt: skip
@@ -70,9 +71,8 @@ IDLE_CONNECTIONS = 1000  # each round, at the first relay port (a tenth at each 
 IDLE_HOLD_S = 4.0
 NUM_SYBILS = 12
 STREAMS_PER_SYBIL = 8  # per node: the per-peer cap, 12 x 8 = 96 > a quarter of 256
-GRANTS_PER_ROUND = 24  # one member asking for the other, past the per-pair cap of 8
+GRANTS_PER_ROUND = 12  # one member asking for the other, past the per-pair cap of 8
 FLOOD_PER_ROUND = 100
-HUGE = 1e308
 MESSAGE_TIMEOUT_S = 12.0
 
 
@@ -91,6 +91,7 @@ class Doors:
         self.victim_ip, self.victim_port = host, int(port)
         self.victim_maddr = f"/ip4/{host}/tcp/{port}"
         self.relays: list[tuple[str, int]] = []  # the nodes' relay ports, the bootstrap's first
+        self.relay_of: dict[str, tuple[str, int]] = {}  # node -> its relay port
         self.counts: Counter[str] = Counter()
 
     async def attempt(self, name: str, work: Callable[[], Awaitable[None]]) -> None:
@@ -137,6 +138,7 @@ class Doors:
                             if endpoint is not None:
                                 found[env.author] = endpoint
             cursor = next_cursor(reply, cursor)
+        self.relay_of = found
         self.relays = [found[peer] for peer in self.victims if peer in found]
         self.counts["relay_ports_found"] = len(self.relays)
         self.counts["bootstrap_relay_found"] = int(self.victims[0] in found)
@@ -212,18 +214,6 @@ class Doors:
         own = [self.sign(attacker.seed, "peer", seq, body)]
         return own + [self.sign(os.urandom(32), "peer", 1, body) for _ in range(NUM_SYBILS)]
 
-    # --- 8 and 13: the members' telemetry and records
-    def member_record(self, member: Attacker, seq: int) -> bytes:
-        body = {"addrs": [], "data_addrs": [], "role": "observer", "planner_capable": False,
-                "version": "0.1.0", "hardware": {}, "compute_gflops": None,
-                "token": member.token}  # fmt: skip
-        return self.sign(member.seed, "peer", seq, body)
-
-    def huge_telemetry(self, member: Attacker, seq: int) -> bytes:
-        metrics = {"step": 10**6, "loss": HUGE, "tokens_per_s": HUGE, "stage": 0, "replica": 0,
-                   "step_s": HUGE}  # fmt: skip
-        return self.sign(member.seed, "telemetry", seq, {"links": {}, "metrics": metrics})
-
     async def publish(self, attacker: Attacker, topic: str, data: bytes, name: str) -> None:
         try:
             await attacker.pubsub.publish(topic, data)
@@ -231,38 +221,9 @@ class Doors:
         except Exception:
             self.counts["publish_failed"] += 1
 
-    # --- 10: a dial-back server that always says "reached"
-    def lie_about_dialback(self, member: Attacker) -> None:
-        async def handler(stream: INetStream) -> None:
-            with contextlib.suppress(Exception):
-                await read_frame(stream, 4096)
-                remote = stream.get_remote_address() or ("127.0.0.1", 1)
-                reached = f"/ip4/{remote[0]}/tcp/{remote[1]}"
-                reply = DialBackReply(reached, (DialResult(reached, True),), time.time())
-                await write_frame(stream, json.dumps(reply.to_dict()).encode())
-                self.counts["dialback_lies"] += 1
-            with contextlib.suppress(Exception):
-                await stream.close()
-
-        member.host.set_stream_handler(DIALBACK_PROTOCOL, handler)
-
-    def take_offers(self, member: Attacker) -> None:
-        """A member's offer handler: accept every offer (the circuit is joined by whoever holds
-        its token: attack 1 uses the requester's)."""
-
-        async def handler(stream: INetStream) -> None:
-            with contextlib.suppress(Exception):
-                await read_frame(stream, 4096)
-                self.counts["offers_taken"] += 1
-                await write_frame(stream, json.dumps({"accept": True, "endpoint": ""}).encode())
-            with contextlib.suppress(Exception):
-                await stream.close()
-
-        member.host.set_stream_handler(OFFER_PROTOCOL, handler)
-
     # --- 11 and 1: relay capacity, and a circuit reset mid-way
     async def abuse_relays(self, a: Attacker, b: Attacker) -> None:
-        for index, relay in enumerate(self.victims):
+        for relay in self.victims:
             reply = await self.exchange(a.host, relay, RELAY_PROTOCOL, {"op": "reserve"})
             self.counts["reservations"] += 1
             if not isinstance(reply, dict) or reply.get("error"):
@@ -271,17 +232,22 @@ class Doors:
             reply = await self.exchange(a.host, relay, RELAY_PROTOCOL, selfie)
             self.counts["self_circuits"] += 1
             self.counts["self_circuits_granted"] += bool(isinstance(reply, dict) and reply.get("token"))
-            tokens = []
-            for _ in range(GRANTS_PER_ROUND):
-                request = {"op": "connect", "target": a.id, "plane": "control", "endpoint": ""}
-                reply = await self.exchange(b.host, relay, RELAY_PROTOCOL, request)
-                self.counts["grants_asked"] += 1
-                if isinstance(reply, dict) and reply.get("token"):
-                    tokens.append(bytes.fromhex(reply["token"]))
-                else:
-                    self.counts["grants_refused"] += 1
-            if tokens and index < len(self.relays):
-                await self.reset_circuit(self.relays[index], tokens[0])
+            tokens: list[bytes] = []
+            async with trio.open_nursery() as nursery:  # all at once, as a flood would
+                for _ in range(GRANTS_PER_ROUND):
+                    nursery.start_soon(self.grant, b, relay, a.id, tokens)
+            if tokens and relay in self.relay_of:
+                await self.reset_circuit(self.relay_of[relay], tokens[0])
+
+    async def grant(self, source: Attacker, relay: str, target: str, tokens: list[bytes]) -> None:
+        """One circuit from `source` to `target` through `relay`; its token kept if granted."""
+        request = {"op": "connect", "target": target, "plane": "control", "endpoint": ""}
+        reply = await self.exchange(source.host, relay, RELAY_PROTOCOL, request)
+        self.counts["grants_asked"] += 1
+        if isinstance(reply, dict) and reply.get("token"):
+            tokens.append(bytes.fromhex(reply["token"]))
+        else:
+            self.counts["grants_refused"] += 1
 
     async def reset_circuit(self, relay: tuple[str, int], token: bytes) -> None:
         """Both halves of a circuit join at the relay port; one writes and resets (RST)."""
@@ -334,14 +300,6 @@ class Doors:
                     await stream.reset()
 
 
-@contextlib.asynccontextmanager
-async def open_member(addrs: list[str], key_and_token: str) -> AsyncIterator[Attacker]:
-    key, token = key_and_token.split(":", 1)
-    async with open_attacker(addrs, identity.load_identity(key)) as member:
-        member.token = token
-        yield member
-
-
 async def attack(args: argparse.Namespace) -> dict[str, Any]:
     doors = Doors(args)
     async with contextlib.AsyncExitStack() as stack:
@@ -354,16 +312,17 @@ async def attack(args: argparse.Namespace) -> dict[str, Any]:
         print(json.dumps(ids), flush=True)
         await doors.attempt("find_relays", lambda: doors.find_relays(a))
         for member in (a, b):
-            doors.lie_about_dialback(member)
-            doors.take_offers(member)
+            serve_lies(member, doors.counts)
         seq = int(time.time() * 1000)
         deadline = trio.current_time() + args.duration
         while trio.current_time() < deadline:
             for member in (a, b):
                 seq += 1
-                await doors.publish(member, CONTROL_TOPIC, doors.member_record(member, seq), "member_records")
+                record = member_record(member, seq, doors.run_id)
+                await doors.publish(member, CONTROL_TOPIC, record, "member_records")
                 seq += 1
-                await doors.publish(member, TELEMETRY_TOPIC, doors.huge_telemetry(member, seq), "huge_losses")
+                telemetry = huge_telemetry(member, seq, doors.run_id)
+                await doors.publish(member, TELEMETRY_TOPIC, telemetry, "huge_losses")
             for data in doors.victim_records(stranger, seq):
                 await doors.publish(stranger, CONTROL_TOPIC, data, "victim_records")
             async with trio.open_nursery() as nursery:
@@ -378,7 +337,7 @@ async def attack(args: argparse.Namespace) -> dict[str, Any]:
                     nursery.start_soon(doors.attempt, name, work)
             for _ in range(FLOOD_PER_ROUND):  # valid, signed, fresh: only the rate is hostile
                 seq += 1
-                await doors.publish(b, CONTROL_TOPIC, doors.member_record(b, seq), "valid_flood")
+                await doors.publish(b, CONTROL_TOPIC, member_record(b, seq, doors.run_id), "valid_flood")
             doors.counts["rounds"] += 1
     return {"attackers": ids, **doors.counts}
 
