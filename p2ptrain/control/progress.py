@@ -5,6 +5,9 @@ line, the node's multiaddr, which tools read), e.g.
 
     step 12  loss 4.213  312 tok/s  avg ok (stage 1: 2 peers)  plan t3/e2 stage 1 replica 0  ...
 
+(with sync = "diloco" the averaging part names the outer rounds: `outer 3 (H 20) avg ok
+(stage 1: 2 peers)` on the step a round was applied, `outer 3 (H 20)` between rounds)
+
 and, at the end of the line, the data-plane bytes the worker sent and received so far
 (`sent 1.2 MB  recv 1.1 MB`); a session's first line ends with where it started (`resumed from
 step 10 (lineage 3f2a...)`). `join --quiet` turns the lines off.
@@ -39,8 +42,11 @@ def started_text(report: MetricsReport) -> str:
 
 
 def averaging_text(report: MetricsReport) -> str:
-    """How the step's gradient was combined with the stage's other replicas."""
+    """How the step's gradient was combined with the stage's other replicas; under diloco the
+    stage's outer rounds instead: "outer 3 (H 20)", and what this step's round did."""
     stage = f"stage {report.stage}"
+    if report.outer_steps is not None:
+        return outer_text(report)
     if report.averaging == "averaged":
         peers = report.num_replicas if report.group_size is None else report.group_size
         return f"avg ok ({stage}: {peers} peers)"
@@ -49,6 +55,25 @@ def averaging_text(report: MetricsReport) -> str:
     if report.averaging == "local":
         return f"avg FAILED ({stage}: local gradient)"
     return f"avg stopped ({stage}: new plan)"
+
+
+def outer_text(report: MetricsReport) -> str:
+    """DiLoCo: the stage's outer steps so far, H, and this step's round if it had one."""
+    line = f"outer {report.outer_steps} (H {report.inner_steps})"
+    stage = f"stage {report.stage}"
+    done = report.outer_round
+    if done == "averaged":
+        peers = report.num_replicas if report.group_size is None else report.group_size
+        return f"{line} avg ok ({stage}: {peers} peers)"
+    if done == "solo":
+        return f"{line} applied ({stage}: 1 replica)"
+    if done == "started":
+        return f"{line} round started ({stage})"
+    if done == "local":
+        return f"{line} round FAILED ({stage}: not applied)"
+    if done == "stopped":
+        return f"{line} round stopped ({stage}: new plan)"
+    return line
 
 
 def size_text(num_bytes: int) -> str:

@@ -24,6 +24,8 @@ from p2ptrain.records.run import RunSpec
 from p2ptrain.records.start import parse_start_lineage
 
 AVERAGING_OUTCOMES = ("solo", "averaged", "local", "stopped")
+# what a step's DiLoCo outer round did: none, started (applied a few steps later), or as above
+OUTER_ROUNDS = ("", "started", *AVERAGING_OUTCOMES)
 # what a worker is doing: starting its data plane, waiting for a plan it can train on, joining a
 # plan's session (connect, agree on the start step, fetch state), training, idle as a spare
 PHASES = ("starting", "waiting", "joining", "training", "spare")
@@ -112,6 +114,11 @@ class MetricsReport:
     start_step: int | None = None
     start_lineage: str = ""
     resume_never: bool = False
+    # sync = "diloco" (worker/outer_rounds.py): the stage's outer steps so far and H (None under
+    # sync = "step"), and what this step's outer round did ("": none touched this step)
+    outer_steps: int | None = None
+    inner_steps: int | None = None
+    outer_round: str = ""
 
     @property
     def plan_key(self) -> tuple[int, int]:
@@ -148,6 +155,9 @@ class MetricsReport:
             start_step=f.optional_integer(d.get("start_step"), "metrics", "start_step"),
             start_lineage=parse_start_lineage(d.get("start_lineage", ""), "metrics"),
             resume_never=f.boolean(d.get("resume_never", False), "metrics", "resume_never"),
+            outer_steps=f.optional_integer(d.get("outer_steps"), "metrics", "outer_steps"),
+            inner_steps=f.optional_integer(d.get("inner_steps"), "metrics", "inner_steps"),
+            outer_round=f.choice(d.get("outer_round", ""), "metrics", "outer_round", OUTER_ROUNDS),
             **values,
         )
 

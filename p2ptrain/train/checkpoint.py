@@ -136,26 +136,37 @@ def file_sha256(path: Path) -> str:
 
 def expected_state_bytes(spec: RunSpec, layers: range) -> int:
     """An upper bound on the size of a saved state of `layers`: the weights and AdamW's two
-    moments, with a margin for the file's structure (what state transfer accepts at most)."""
+    moments (under diloco also the anchor and outer momentum), with a margin for the file's
+    structure (what state transfer accepts at most)."""
     with torch.device("meta"):  # shapes only: no memory, no init
         stage = Stage(spec.model_config(), layers, spec.seed)
     weights = sum(t.numel() * t.element_size() for t in stage.state_dict().values())
-    return int(3 * weights * STATE_MARGIN) + STATE_OVERHEAD_BYTES
+    copies = 5 if spec.sync == "diloco" else 3
+    return int(copies * weights * STATE_MARGIN) + STATE_OVERHEAD_BYTES
 
 
 @dataclass(frozen=True)
 class StageSnapshot:
-    """A stage's state at one step boundary, copied out of the live model and optimizer."""
+    """A stage's state at one step boundary, copied out of the live model and optimizer (and
+    under diloco the outer state, worker/outer_rounds.py's "outer/..." tensors)."""
 
     step: int
     model_state: dict[str, Any]
     optimizer_state: dict[str, Any]
+    outer_state: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def take(cls, model: Stage, optimizer: torch.optim.Optimizer, step: int) -> StageSnapshot:
+    def take(
+        cls,
+        model: Stage,
+        optimizer: torch.optim.Optimizer,
+        step: int,
+        outer_state: dict[str, torch.Tensor] | None = None,
+    ) -> StageSnapshot:
         """Copies in host memory: on a GPU the snapshot would otherwise double the device memory
         of the weights and AdamW state (the planner's memory estimate counts them once)."""
-        return cls(step, _host_copy(model.state_dict()), _host_copy(optimizer.state_dict()))
+        return cls(step, _host_copy(model.state_dict()), _host_copy(optimizer.state_dict()),
+                   _host_copy(outer_state or {}))  # fmt: skip
 
 
 def _host_copy(value: Any) -> Any:
@@ -239,8 +250,9 @@ def _write(path: Path, spec: RunSpec, model: Stage, snapshot: StageSnapshot) -> 
     try:
         os.close(fd)
         state_file.write(
-            Path(tmp_name), meta, snapshot.model_state, snapshot.optimizer_state.get("state", {})
-        )
+            Path(tmp_name), meta, snapshot.model_state, snapshot.optimizer_state.get("state", {}),
+            snapshot.outer_state,
+        )  # fmt: skip
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
@@ -271,9 +283,15 @@ def read_file(path: Path) -> dict[str, Any]:
 
 
 def load_stage(
-    path: Path, spec: RunSpec, model: Stage, optimizer: torch.optim.Optimizer | None = None
+    path: Path,
+    spec: RunSpec,
+    model: Stage,
+    optimizer: torch.optim.Optimizer | None = None,
+    outer_state: dict[str, torch.Tensor] | None = None,
 ) -> int:
-    """Validate a checkpoint and load it into `model` (and `optimizer`); return its step."""
+    """Validate a checkpoint and load it into `model` (and `optimizer`); return its step.
+    `outer_state`, if given, gets the file's DiLoCo tensors (none: the file has no outer
+    state); worker/outer_rounds.py checks them against the stage when it takes them."""
     state = read_file(path)
     problem = _check(state, spec, model)
     if problem:
@@ -281,6 +299,9 @@ def load_stage(
     model.load_state_dict(state["model_state"])
     if optimizer is not None:
         optimizer.load_state_dict(state["optimizer_state"])
+    if outer_state is not None:
+        outer_state.clear()
+        outer_state.update(state.get("outer_state", {}))
     return int(state["step"])
 
 

@@ -5,7 +5,8 @@ A stage names its parameters by piece: `embed.*` (first stage), `blocks.{i}.*` (
 layer `layers.start + i` of the model), `head.*` (last stage). AdamW keeps its moments by the
 parameter's position in the optimizer's groups (train/optim.py). Both are renamed to model-wide
 names (`block{layer}.*`) and back, so the new stage's weights and moments are exactly the old
-ones: a test checks them bit for bit.
+ones: a test checks them bit for bit. Under diloco the outer state (anchor and outer momentum
+per parameter, "outer/anchor/<name>", "outer/momentum/<name>") is renamed the same way.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ import torch
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train.model import Stage
 from p2ptrain.train.optim import make_optimizer
+from p2ptrain.train.outer import ANCHOR, MOMENTUM
+
+OUTER_PREFIXES = (ANCHOR, MOMENTUM)
+OUTER_STEPS = "outer/steps"  # worker/outer_rounds.py's count of outer steps
 
 
 def model_wide(name: str, layers: range) -> str:
@@ -51,22 +56,33 @@ def assemble(
     model: Stage,
     optimizer: torch.optim.Optimizer,
     sources: Sequence[tuple[range, dict[str, Any]]],
-) -> None:
+) -> dict[str, torch.Tensor]:
     """Load into `model` and `optimizer` their parameters' weights and AdamW state, taken from
     `sources`: (layers, validated state: checkpoint.read_state) pairs, all of one step; each
-    parameter from the first source that holds it. ValueError if one is in none of them."""
+    parameter from the first source that holds it. ValueError if one is in none of them.
+    Returns the new stage's outer state ("outer/..." tensors, the count of outer steps the
+    largest of the sources'), or {} unless the sources hold one for every parameter."""
     weights: dict[str, torch.Tensor] = {}
     moments: dict[str, Any] = {}
+    outer: dict[str, torch.Tensor] = {}
+    outer_steps = 0
     for layers, state in sources:
+        saved_outer = state.get("outer_state", {})
+        steps = saved_outer.get(OUTER_STEPS)
+        if isinstance(steps, torch.Tensor) and steps.numel() == 1:
+            outer_steps = max(outer_steps, int(steps.item()))
         stepped = state["optimizer_state"].get("state", {})
         order = _source_optimizer_names(spec, layers)
         by_name = {name: stepped[i] for i, name in enumerate(order) if i in stepped}
         for name, tensor in state["model_state"].items():
             wide = model_wide(name, layers)
-            if wide not in weights:  # weights and moments of one parameter: one source
+            if wide not in weights:  # weights, moments, outer state of a parameter: one source
                 weights[wide] = tensor
                 if wide in by_name:
                     moments[wide] = by_name[wide]
+                for prefix in OUTER_PREFIXES:
+                    if prefix + name in saved_outer:
+                        outer[prefix + wide] = saved_outer[prefix + name]
     missing = [n for n in model.state_dict() if model_wide(n, model.layers) not in weights]
     if missing:
         raise ValueError(f"no source holds {', '.join(missing[:3])} of layers {model.layers}")
@@ -78,3 +94,10 @@ def assemble(
         if name in moments
     }
     optimizer.load_state_dict(target)
+    named = [n for n, p in model.named_parameters() if p.requires_grad]
+    renamed = {prefix + n: outer.get(prefix + model_wide(n, model.layers))
+               for prefix in OUTER_PREFIXES for n in named}  # fmt: skip
+    if any(t is None for t in renamed.values()):
+        return {}
+    return {**{k: t for k, t in renamed.items() if t is not None},
+            OUTER_STEPS: torch.tensor(outer_steps, dtype=torch.int64)}  # fmt: skip

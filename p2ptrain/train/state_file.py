@@ -5,6 +5,9 @@ file comes from other peers).
     tensors   "model/<name>"            the stage's weights, by state_dict name
               "optim/<index>/<field>"   AdamW's per-parameter tensors (exp_avg, exp_avg_sq, step),
                                         `index` as in Optimizer.state_dict()["state"]
+              "outer/anchor/<name>",    sync = "diloco" only: the stage's outer state
+              "outer/momentum/<name>",  (train/outer.py: the anchor and outer momentum per
+              "outer/steps"             parameter, the count of outer steps as an int64 scalar)
     metadata  {"p2ptrain": JSON}        records/stage_state.py: run, model, layers, step, the
                                         param groups' hyperparameters, non-tensor values
 
@@ -33,6 +36,8 @@ METADATA_KEY = "p2ptrain"
 ZIP_MAGIC = b"PK\x03\x04"  # torch.save's files (formats /1 and /2)
 _HEADER_SIZE = struct.Struct("<Q")
 _OPTIM = re.compile(r"^optim/(\d{1,7})/([A-Za-z_][A-Za-z0-9_]{0,63})$")
+# a parameter's name is checked against the stage's when the outer state is loaded
+_OUTER = re.compile(r"^outer/(?:(?:anchor|momentum)/[A-Za-z0-9_.]{1,256}|steps)$")
 _MAX_HEADER_BYTES = 100 * 1024**2 + MAX_METADATA_BYTES  # safetensors' own limit, and ours
 
 
@@ -47,10 +52,15 @@ def write(
     meta: StateMeta,
     model_state: dict[str, torch.Tensor],
     optimizer_state: dict[int, dict[str, Any]],
+    outer_state: dict[str, torch.Tensor] | None = None,
 ) -> None:
     """Write a state file at `path` (the caller renames it into place). `optimizer_state` is
-    Optimizer.state_dict()["state"]: its tensors go into the file, the rest must be in `meta`."""
+    Optimizer.state_dict()["state"]: its tensors go into the file, the rest must be in `meta`.
+    `outer_state`: DiLoCo's tensors, named "outer/..." (worker/outer_rounds.py)."""
     tensors = {f"model/{name}": t.detach().contiguous() for name, t in model_state.items()}
+    for name, value in (outer_state or {}).items():
+        assert _OUTER.match(name), name
+        tensors[name] = value.detach().contiguous()
     for index, values in optimizer_state.items():
         for name, value in values.items():
             if isinstance(value, torch.Tensor):
@@ -106,7 +116,8 @@ def check(path: Path) -> StateMeta:
 
 def read(path: Path) -> dict[str, Any]:
     """A state file as train/checkpoint.py's dict: format, run_id, model, layers, step,
-    model_state, optimizer_state (torch's Optimizer.state_dict() layout). WireError if it is
+    model_state, optimizer_state (torch's Optimizer.state_dict() layout), outer_state (DiLoCo's
+    "outer/..." tensors, empty under sync = "step"). WireError if it is
     not a well-formed file of format /3 (its tensors' shapes are checked by the caller)."""
     meta = check(path)
     try:
@@ -114,11 +125,15 @@ def read(path: Path) -> dict[str, Any]:
     except Exception as exc:  # safetensors' own errors: a torn or crafted body
         raise WireError(f"malformed stage state: {str(exc)[:120]}") from None
     model_state: dict[str, torch.Tensor] = {}
+    outer_state: dict[str, torch.Tensor] = {}
     moments: dict[int, dict[str, torch.Tensor]] = {}
     indices = meta.param_indices
     for name, tensor in tensors.items():
         if name.startswith("model/") and len(name) > len("model/"):
             model_state[name.removeprefix("model/")] = tensor
+            continue
+        if _OUTER.match(name):
+            outer_state[name] = tensor
             continue
         match = _OPTIM.match(name)
         if match is None or int(match[1]) not in indices:
@@ -136,4 +151,5 @@ def read(path: Path) -> dict[str, Any]:
         "step": meta.step,
         "model_state": model_state,
         "optimizer_state": {"state": per_param, "param_groups": meta.optimizer_groups()},
+        "outer_state": outer_state,
     }

@@ -12,6 +12,7 @@ len(m)/b, and replicas are later averaged with weight b, so the sum is the globa
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -61,9 +62,27 @@ def wire_dtype(spec: RunSpec) -> torch.dtype:
     return WIRE_DTYPES[COMPRESSION_DTYPES[spec.compression]]
 
 
+def replica_batch(spec: RunSpec, role: Role) -> tuple[RunSpec, range]:
+    """The batch a replica's rows index (as a spec for get_batch) and its rows. Under
+    sync = "step" the replicas split one batch of `batch_size` rows; under diloco each has
+    `batch_size` rows of its own: rows r·b..(r+1)·b of a batch of R·b, so a replica's data stays
+    a pure function of (seed, step, replica) and adding replicas adds tokens per step."""
+    if spec.sync == "diloco":
+        spec = spec.replace(batch_size=spec.batch_size * role.num_replicas)
+    return spec, replica_rows(spec.batch_size, role.num_replicas, role.replica)
+
+
+def replica_weights(spec: RunSpec, role: Role) -> dict[str, float]:
+    """Each replica of the stage (by peer) with its weight in averaging: its rows of the step."""
+    return {
+        peer: float(len(replica_batch(spec, dataclasses.replace(role, replica=i))[1]))
+        for i, peer in enumerate(role.stage_peers)
+    }
+
+
 def micro_shapes(spec: RunSpec, role: Role) -> list[tuple[int, int, int]]:
     """Shape of the activation (= gradient) tensor of each micro-batch at a stage boundary."""
-    rows = replica_rows(spec.batch_size, role.num_replicas, role.replica)
+    _, rows = replica_batch(spec, role)
     return [
         (len(m), spec.block_size, spec.n_embd)
         for m in micro_batch_rows(len(rows), spec.micro_batches)
@@ -122,11 +141,11 @@ def run_step(
     passes run: frames arrive on the CPU and go there, and leave from the CPU."""
     timing = timing if timing is not None else StageTiming()
     device = next(model.parameters()).device
-    rows = replica_rows(spec.batch_size, role.num_replicas, role.replica)
+    data_spec, rows = replica_batch(spec, role)
     micro = micro_batch_rows(len(rows), spec.micro_batches)
     x = y = None
     if corpus is not None:
-        x, y = (t.to(device) for t in get_batch(corpus, spec, step, rows))
+        x, y = (t.to(device) for t in get_batch(corpus, data_spec, step, rows))
     dtype = wire_dtype(spec)
     sends: list[Future[None]] = []
     waits = hop_waits_s(spec, role, network)

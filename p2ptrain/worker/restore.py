@@ -54,9 +54,11 @@ def restore_stage(
     model: Stage,
     optimizer: torch.optim.Optimizer,
     start: StartPoint,
+    outer_state: dict[str, torch.Tensor] | None = None,
 ) -> int:
     """Load `model`'s state at the agreed step (fetching it from a member that holds it if this
-    machine does not); return the step to train next."""
+    machine does not); return the step to train next. `outer_state` gets the state's DiLoCo
+    tensors, if it has them (worker/outer_rounds.py)."""
     if start.note:
         log.warning("resuming at step %d: %s", start.step, start.note)
     layers, rank = model.layers, plan.state_rank
@@ -81,7 +83,7 @@ def restore_stage(
             )  # fmt: skip
         return start.step
     path = local[usable[-1]].path
-    loaded = load_stage(path, spec, model, optimizer)
+    loaded = load_stage(path, spec, model, optimizer, outer_state)
     if loaded != start.step:
         log.warning("layers %s resumed from step %d for step %d", key, loaded, start.step)
     log.info("resumed layers %s at step %d from %s", key, start.step, path)
@@ -146,8 +148,8 @@ def _build(
         except Exception as exc:  # a bad file: the stage cannot be built from it
             log.warning("cannot build layers %s from %s: %r", key, found.name, exc)
             return
-    assemble(spec, model, optimizer, pieces)
-    snapshot = StageSnapshot.take(model, optimizer, start.step)
+    outer = assemble(spec, model, optimizer, pieces)
+    snapshot = StageSnapshot.take(model, optimizer, start.step, outer)
     rank = plan.state_rank
     record_step(directory, spec, model, snapshot, plan.state_tag, lambda t: rank(t) is not None)
     log.info("built layers %s at step %d from %s", key, start.step,

@@ -18,7 +18,7 @@ from hivemind import DHT
 
 from p2ptrain.records import MetricsReport, Plan, Role, RunSpec, StepProfile
 from p2ptrain.train.checkpoint import StageSnapshot, checkpoint_dir, record_step
-from p2ptrain.train.data import load_corpus, replica_rows
+from p2ptrain.train.data import load_corpus
 from p2ptrain.train.model import Stage, build_layers
 from p2ptrain.train.optim import clip_grads, grads_are_finite, lr_at, make_optimizer, set_lr
 from p2ptrain.worker import pipeline
@@ -29,9 +29,11 @@ from p2ptrain.worker.faults import NO_FAULTS, Faults
 from p2ptrain.worker.frames import AlreadyHave, Expected, FrameHeader, NotReady, PeerLost, Stopped
 from p2ptrain.worker.ipc import PlanInbox
 from p2ptrain.worker.link_bounds import dial_window_s
+from p2ptrain.worker.outer_rounds import OuterRounds, RoundReport
 from p2ptrain.worker.profiler import NO_PROFILE, StepProfiler
 from p2ptrain.worker.restore import restore_stage, start_lineage, started_line
 from p2ptrain.worker.resume import StartPoint, agree_on_plan_start
+from p2ptrain.worker.resync import Piece, resync_pieces
 from p2ptrain.worker.robust import MOMENTS_DRIFT_BOUND, PARAMS_DRIFT_BOUND
 from p2ptrain.worker.step_metrics import SessionFacts, StepTimes, step_metrics
 from p2ptrain.worker.transport import Transport
@@ -86,6 +88,8 @@ class Session:
         self.started_from = ""  # where the plan started: "resumed from step N (lineage ...)"
         self.model: Stage | None = None
         self.averager: StageAverager | None = None
+        self.outer: OuterRounds | None = None  # sync = "diloco": the stage's outer rounds
+        self.outer_round: RoundReport | None = None  # what the step's outer round did
         self.directory = checkpoint_dir(spec)
         if self.role is None:
             if transport.peer_id in plan.spares:
@@ -105,8 +109,9 @@ class Session:
         if start is None:
             self.failed = "the plan's members did not agree on a start step"
             return
+        outer_state: dict[str, torch.Tensor] = {}
         self.step = restore_stage(
-            spec, plan, transport, self.directory, self.model, self.optimizer, start
+            spec, plan, transport, self.directory, self.model, self.optimizer, start, outer_state
         )
         self.started_from = started_line(spec, plan, start, self.directory)
         self.start_lineage = start_lineage(plan, start)
@@ -114,24 +119,17 @@ class Session:
         self.corpus = load_corpus(spec) if needs_data else None
         if role.num_replicas > 1:
             num_params = sum(p.numel() for p in self.model.parameters())
-            prefix = swarm_prefix(spec.run_id, role.stage, role.epoch, plan.term)
-            # each replica's weight is its rows of the batch, as the plan fixes them
-            weights = {peer: float(len(replica_rows(spec.batch_size, role.num_replicas, i)))
-                       for i, peer in enumerate(role.stage_peers)}  # fmt: skip
             self.averager = StageAverager(
-                dht,
-                num_params,
-                prefix,
-                role.num_replicas,
-                spec.compression,
-                spec.averaging_timeout_s,
-                group=weights,
-                network=plan.network,
-                stage=role.stage,
-                traffic=transport.traffic,
-                wire=profiler.wire_marks(),
-            )
-        self.rows = replica_rows(spec.batch_size, role.num_replicas, role.replica)
+                dht, num_params, swarm_prefix(spec.run_id, role.stage, role.epoch, plan.term),
+                role.num_replicas, spec.compression, spec.averaging_timeout_s,
+                # each replica's weight is its rows of the step's data, as the plan fixes them
+                group=pipeline.replica_weights(spec, role), network=plan.network,
+                stage=role.stage, traffic=transport.traffic, wire=profiler.wire_marks(),
+            )  # fmt: skip
+        if spec.sync == "diloco":
+            self.outer = OuterRounds(spec, role.stage, role.num_stages, self.model, self.averager)
+            self.outer.take_saved(outer_state)
+        self.rows = pipeline.replica_batch(spec, role)[1]
         self.start_step = self.step
         fresh = self.started_from.startswith('resume = "never"')
         self.facts = SessionFacts(
@@ -221,6 +219,7 @@ class Session:
             if end is not None:
                 return end
             self._update()
+            self._outer_round_if_due()
             self._report_step(loss, averaging, times, timing)
             self.step += 1
             self.transport.forget(self.role.plan_key, self.step)
@@ -276,7 +275,8 @@ class Session:
         assert self.model is not None
         clip_grads(self.model, self.spec.grad_clip)
         # kept so that close() can also save the state one step back (worker/resume.py)
-        self._previous = StageSnapshot.take(self.model, self.optimizer, self.step)
+        self._previous = StageSnapshot.take(self.model, self.optimizer, self.step,
+                                            self._outer_state())  # fmt: skip
         if grads_are_finite(self.model):
             self.optimizer.step()
         else:  # the stage keeps its weights; a drift from its replicas is re-synced later
@@ -295,6 +295,8 @@ class Session:
         metrics = step_metrics(
             self.facts, self.step, loss, averaging, self.group_size, traffic, times, timing
         )
+        if self.outer is not None:  # the progress line shows the outer rounds
+            metrics = self.outer.reported(metrics, self.outer_round)
         self.report(metrics)
         if profile is not None:
             self.report(profile)
@@ -308,7 +310,7 @@ class Session:
         """Replace this stage's gradients by their verified average over replicas; the outcome."""
         assert self.model is not None
         self.group_size, self._wire_cpu = 1, None
-        if self.averager is None:
+        if self.averager is None or self.outer is not None:  # diloco: outer rounds instead
             return "solo"
         params = [p for p in self.model.parameters() if p.grad is not None]
         # hivemind averages CPU tensors: one copy off the device each way
@@ -333,29 +335,23 @@ class Session:
         now, together, in the same order."""
         assert self.model is not None and self.averager is not None
         params = list(self.model.parameters())
-        pieces: list[tuple[str, list[torch.Tensor]]] = [("params", list(params))]
+        pieces: list[Piece] = [("params", list(params), PARAMS_DRIFT_BOUND)]
         for name in ("exp_avg", "exp_avg_sq"):
             moments = [self.optimizer.state.get(p, {}).get(name) for p in params]
             if all(isinstance(m, torch.Tensor) for m in moments):
-                pieces.append((name, [m for m in moments if m is not None]))
-        for index, (name, tensors) in enumerate(pieces):
-            flat = torch.cat([t.detach().reshape(-1) for t in tensors]).cpu()
-            bound = PARAMS_DRIFT_BOUND if index == 0 else MOMENTS_DRIFT_BOUND
-            averaged = self.averager.average_state(flat, -(3 * self.step + index + 1), bound)
-            if averaged is None or not bool(torch.isfinite(averaged).all()):
-                log.warning("step %d: replicas diverged and re-syncing failed; retrying later",
-                            self.step)  # fmt: skip
-                return
-            if name == "exp_avg_sq":
-                # Adam's second moment is >= 0, but an fp16 wire rounds the tiny deltas it is
-                # averaged with: a value can come back just below 0, and its square root NaN
-                averaged.clamp_(min=0.0)
-            offset = 0
-            with torch.no_grad():
-                for t in tensors:
-                    t.copy_(averaged[offset : offset + t.numel()].view_as(t))
-                    offset += t.numel()
-        log.info("step %d: replicas had diverged: parameters re-synced", self.step)
+                tensors = [m for m in moments if m is not None]
+                pieces.append((name, tensors, MOMENTS_DRIFT_BOUND))
+        if resync_pieces(self.averager, pieces, self.step):
+            log.info("step %d: replicas had diverged: parameters re-synced", self.step)
+
+    def _outer_round_if_due(self) -> None:
+        """sync = "diloco": start or apply the stage's outer round (worker/outer_rounds.py)."""
+        self.outer_round = None
+        if self.outer is not None:
+            self.outer_round = self.outer.after_step(self.step, self._should_stop)
+
+    def _outer_state(self) -> dict[str, torch.Tensor] | None:
+        return None if self.outer is None else self.outer.state_tensors()
 
     def _should_stop(self) -> bool:
         return self.inbox.stopped or self._placement_changed()
@@ -378,13 +374,16 @@ class Session:
         if previous is not None and previous.step == self.step - 1:
             record_step(self.directory, self.spec, self.model, previous, tag,
                         lambda t: rank(t) is not None)  # fmt: skip
-        current = StageSnapshot(self.step, self.model.state_dict(), self.optimizer.state_dict())
+        current = StageSnapshot(self.step, self.model.state_dict(), self.optimizer.state_dict(),
+                                self._outer_state() or {})  # fmt: skip
         record_step(self.directory, self.spec, self.model, current, tag,
                     lambda t: rank(t) is not None)  # fmt: skip
         log.info("checkpoint: step %d -> %s", self.step, self.directory)
 
     def close(self) -> None:
         """Checkpoint (weights are always those of the last completed step) and leave the swarm."""
+        if self.outer is not None:
+            self.outer.close()  # a round still running ends (stop or timeout) before the save
         self.save()
         if self.averager is not None:
             # hivemind's shutdown may wait for long on a dead groupmate: bound it (a leftover

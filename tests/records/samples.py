@@ -110,7 +110,7 @@ def metrics_dict() -> dict[str, Any]:
         "link_bytes": {B: {"sent": 1000, "received": 1500}, C: {"sent": 2000, "received": 500}},
         "group_size": 2, "forward_s": 0.1, "backward_s": 0.2, "update_s": 0.01,
         "averaging_s": 0.3, "start_step": 2, "start_lineage": "0123456789abcdef",
-        "resume_never": False,
+        "resume_never": False, "outer_steps": None, "inner_steps": None, "outer_round": "",
     }  # fmt: skip
 
 
