@@ -108,7 +108,7 @@ def run_e2e_bench(
                     [
                         {
                             "seed": s,
-                            **_guarded(
+                            **guarded(
                                 f"random seed {s}",
                                 partial(train_join, bed, spec, "random", s, progress, log_dir),
                                 progress,
@@ -118,11 +118,11 @@ def run_e2e_bench(
                     ]
                 )
             elif name == "hivemind_dp":
-                results[name] = _guarded(
+                results[name] = guarded(
                     name, lambda: train_dp(bed, spec, progress, log_dir), progress
                 )
             else:
-                results[name] = _guarded(
+                results[name] = guarded(
                     name, partial(train_join, bed, spec, name, seed, progress, log_dir), progress
                 )
     if compute_cores or cpu_cores:
@@ -131,7 +131,7 @@ def run_e2e_bench(
     return summarize(results, target_loss)
 
 
-def _guarded(
+def guarded(
     name: str, run: Callable[[], dict[str, Any]], progress: Callable[[str], None]
 ) -> dict[str, Any]:
     try:

@@ -191,3 +191,17 @@ def steady_step_s(
         if peer < len(medians) and (timed := medians[peer]) is not None and "step_s" in timed
     ]
     return statistics.median(times) if times else None
+
+
+def swarm_step_times(
+    logs: Sequence[Path], plan_key: tuple[int, int], pipelines: Sequence[Sequence[int]]
+) -> list[float]:
+    """Each step under the plan, in step order, as the placed workers timed it: the longest
+    `step_s` any of them reported for it (a step waits for its slowest stage; under diloco, a
+    step that waits for a round shows here)."""
+    longest: dict[int, float] = {}
+    for peer in {p for pipe in pipelines for p in pipe}:
+        if peer < len(logs):
+            for s in read_steps(logs[peer], plan_key):
+                longest[s.metrics.step] = max(longest.get(s.metrics.step, 0.0), s.metrics.step_s)
+    return [longest[step] for step in sorted(longest)]

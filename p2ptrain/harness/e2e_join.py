@@ -9,7 +9,8 @@ median gap between steps. The predictions are on the plan the planner published 
 pipelines, mapped to testbed peers by the nodes' identities) and the emulated links: the
 communication model (predicted_s), and the step simulated with the stages' compute as the
 workers timed and profiled it in this run (`join --profile`; predicted_step_s;
-harness/e2e_compute.py).
+harness/e2e_compute.py). Under `sync = "diloco"` every replica trains `batch_size` rows of its
+own (tokens a step grow with the replicas) and a stage group's exchange serves H steps.
 """
 
 from __future__ import annotations
@@ -22,14 +23,25 @@ from pathlib import Path
 from typing import Any
 
 from p2ptrain import identity
-from p2ptrain.harness.e2e_compute import compute_summary, measured_compute, steady_step_s
-from p2ptrain.harness.e2e_traffic import link_table, measured_link_bytes, predicted_link_bytes
+from p2ptrain.harness.e2e_compute import (
+    compute_summary,
+    measured_compute,
+    steady_step_s,
+    swarm_step_times,
+)
+from p2ptrain.harness.e2e_traffic import (
+    dp_bytes,
+    link_table,
+    measured_link_bytes,
+    predicted_link_bytes,
+)
 from p2ptrain.harness.local_run import train_with_control_plane
 from p2ptrain.harness.testbed_sites import TestbedSites
 from p2ptrain.harness.testbed_swarm import predicted_step, simulated_step
 from p2ptrain.records import Plan
 from p2ptrain.records.run import RunSpec
-from p2ptrain.schedule.workload import BYTES_PER_VALUE, step_traffic
+from p2ptrain.schedule.wire_bytes import activation_row_bytes
+from p2ptrain.schedule.workload import step_traffic, tokens_per_step
 from p2ptrain.testbed.testbed import Testbed
 
 
@@ -51,9 +63,12 @@ def train_join(
     seed: int,
     progress: Callable[[str], None],
     log_dir: Path | None = None,
+    label: str | None = None,
 ) -> dict[str, Any]:
-    """One run of variant `name` through bootstrap + join; the bench's per-run dict."""
-    workdir = Path(tempfile.mkdtemp(prefix=f"p2ptrain-e2e-{name}-"))
+    """One run of variant `name` through bootstrap + join; the bench's per-run dict. `label`
+    names the run in progress lines and under log_dir (default: `name`)."""
+    label = label or name
+    workdir = Path(tempfile.mkdtemp(prefix=f"p2ptrain-e2e-{label}-"))
     spec = run_spec_for(spec, name, seed).replace(checkpoint_dir=str(workdir / "checkpoints"))
     planned_s: list[float] = []  # when the workers reported the first plan
     plans: list[Plan] = []  # every plan the workers reported, in order
@@ -65,13 +80,13 @@ def train_join(
         if not planned_s:
             planned_s.append(time.monotonic())
         plans.append(plan)
-        progress(f"{name}: plan term {plan.term} epoch {plan.epoch} after "
+        progress(f"{label}: plan term {plan.term} epoch {plan.epoch} after "
                  f"{time.monotonic() - started_s:.0f} s")  # fmt: skip
 
     def on_step(step: int, loss: float, tokens_per_s: float) -> None:
         steps.append((time.monotonic() - planned_s[0], loss))
         steps_under.append(len(plans) - 1)
-        progress(f"{name}: step {step + 1}/{spec.steps} loss {loss:.3f} at {steps[-1][0]:.1f} s")
+        progress(f"{label}: step {step + 1}/{spec.steps} loss {loss:.3f} at {steps[-1][0]:.1f} s")
 
     try:
         # --profile: the step simulation takes each stage's CPU from the workers' profiles
@@ -92,7 +107,7 @@ def train_join(
         return described
     finally:
         if log_dir is not None:
-            keep = log_dir / (f"random-seed{seed}" if name == "random" else name)
+            keep = log_dir / (f"random-seed{seed}" if name == "random" else label)
             keep.mkdir(parents=True, exist_ok=True)
             for log in [*workdir.glob("*.log"), *workdir.glob("metrics-*.jsonl")]:
                 shutil.copy(log, keep / log.name)
@@ -115,13 +130,13 @@ def describe_run(
     layers = plan.stage_layers or None  # a compute-aware plan may split unevenly
     model = predicted_step(bed, spec, pipelines, layers)
     traffic = step_traffic(spec, len(pipelines[0]), len(pipelines), layers)
-    value_bytes = BYTES_PER_VALUE.get(spec.compression, 4)
-    base, extra = divmod(spec.batch_size, len(pipelines))  # train/data.py's replica_rows
     predicted = predicted_link_bytes(
         pipelines,
         traffic.stage_gradient_bytes,
-        [base + (1 if r < extra else 0) for r in range(len(pipelines))],
-        spec.block_size * spec.n_embd * value_bytes,
+        replica_rows(spec, len(pipelines)),
+        spec.block_size * activation_row_bytes(spec.compression, spec.n_embd),
+        traffic.inner_steps,
+        traffic.sparse_gather,
     )
     measured = measured_link_bytes(logs, peer_ids, plan.key)
     compute = measured_compute(logs, plan.key, pipelines, spec.micro_batches, bed.compute_cores)
@@ -135,7 +150,10 @@ def describe_run(
         "epoch": plan.epoch,
         "planner": plan.planner,
         "first_plan_after_s": round(plan_after_s, 1),
-        "tokens_per_s": result.tokens_per_s,
+        # the harness counts batch_size rows a step; under diloco each replica trains that many
+        "tokens_per_s": result.tokens_per_s
+        * tokens_per_step(spec, len(pipelines))
+        / (spec.batch_size * spec.block_size),
         "step_s": mean_step_s([t for t, _ in steps]),
         # the step-time model (schedule/step_time.py) on the published plan and emulated links
         "predicted_s": model.comm_s,
@@ -149,9 +167,13 @@ def describe_run(
         # the steady-state step as the workers time it: what predicted_step_s is compared with
         "worker_step_s": steady_step_s(logs, plan.key, pipelines),
         "pipelines": pipelines,
+        "stage_layers": list(layers) if layers else None,
+        "worker_steps_s": swarm_step_times(logs, plan.key, pipelines),
         "averaging": result.averaging,  # outcome -> count, over all workers and steps
         "links": link_table(predicted, measured[0] if measured else None, spec.steps),
         "bytes_sent_per_step": measured[1] if measured else None,
+        "predicted_dp_bytes_per_step": dp_bytes(predicted, pipelines),
+        "dp_bytes_per_step": dp_bytes(measured[0], pipelines) if measured else None,
         "curve": steps,
     }
 
@@ -163,3 +185,12 @@ def mean_step_s(times: list[float]) -> float:
     if len(times) <= 2:
         return float("nan")
     return (times[-1] - times[0]) / (len(times) - 1)
+
+
+def replica_rows(spec: RunSpec, replicas: int) -> list[float]:
+    """Rows each replica trains a step: `batch_size` each under diloco, else the global batch
+    split as train/data.py's replica_rows splits it."""
+    if spec.sync == "diloco":
+        return [float(spec.batch_size)] * replicas
+    base, extra = divmod(spec.batch_size, replicas)
+    return [float(base + (1 if r < extra else 0)) for r in range(replicas)]

@@ -6,6 +6,9 @@ Predicted, per directed link a -> b and step (the same traffic the step-time mod
   rows x block_size x n_embd values each way;
 - averaging: within a stage's group of R replicas, hivemind's all-reduce sends 1/R of the
   stage's gradient to every other member and 1/R of the average back: 2 G / R per ordered pair.
+  Under diloco G is a member's compressed pseudo-gradient and one exchange serves H steps
+  (2 G / R / H a step); a top-k exchange is a sparse gather, every member's whole payload to
+  every other (G / H a step).
 Stdlib only (the metrics logs are read as records: harness/worker_logs.py).
 """
 
@@ -25,11 +28,15 @@ Link = tuple[int, int]
 def predicted_link_bytes(
     pipelines: Sequence[Sequence[int]],
     stage_gradient_bytes: Sequence[float],
-    replica_rows: Sequence[int],
+    replica_rows: Sequence[float],
     row_activation_bytes: float,
+    inner_steps: int = 0,
+    sparse_gather: bool = False,
 ) -> dict[Link, float]:
     """Bytes per directed link per step for pipelines of peer indices (replica r trains on
-    replica_rows[r] rows; one row's activations at one boundary are row_activation_bytes)."""
+    replica_rows[r] rows; one row's activations at one boundary are row_activation_bytes);
+    stage_gradient_bytes: what one member puts in one exchange, every step (inner_steps 0) or
+    every inner_steps steps (diloco; StepTraffic's fields)."""
     links: dict[Link, float] = {}
 
     def add(a: int, b: int, size: float) -> None:
@@ -43,10 +50,22 @@ def predicted_link_bytes(
     replicas = len(pipelines)
     for stage, gradient in enumerate(stage_gradient_bytes):
         group = [pipe[stage] for pipe in pipelines]
+        pair = gradient if sparse_gather else 2 * gradient / replicas
         for a in group:
             for b in group:
-                add(a, b, 2 * gradient / replicas)
+                add(a, b, pair / max(1, inner_steps))
     return links
+
+
+def dp_bytes(links: dict[Link, float], pipelines: Sequence[Sequence[int]]) -> float:
+    """The data-parallel part of `links` (bytes per step): links between two members of one
+    stage's group. They carry no pipeline frames (a peer holds one place in one pipeline)."""
+    stage_of = {peer: stage for pipe in pipelines for stage, peer in enumerate(pipe)}
+    return sum(
+        size
+        for (a, b), size in links.items()
+        if a in stage_of and b in stage_of and stage_of[a] == stage_of[b]
+    )
 
 
 def measured_link_bytes(

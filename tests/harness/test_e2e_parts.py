@@ -9,12 +9,19 @@ from typing import Any
 
 import pytest
 
+from p2ptrain.harness.e2e_join import replica_rows
 from p2ptrain.harness.e2e_plot import write_loss_plot
-from p2ptrain.harness.e2e_traffic import link_table, measured_link_bytes, predicted_link_bytes
+from p2ptrain.harness.e2e_traffic import (
+    dp_bytes,
+    link_table,
+    measured_link_bytes,
+    predicted_link_bytes,
+)
 from p2ptrain.harness.testbed_swarm import plan_on_testbed
 from p2ptrain.records import Hello, LinkBytes, MetricsReport, RunSpec
 from p2ptrain.schedule.synthetic import city_topology
-from p2ptrain.schedule.workload import measured_workload, stage_parameter_counts
+from p2ptrain.schedule.wire_bytes import activation_row_bytes
+from p2ptrain.schedule.workload import measured_workload, stage_parameter_counts, step_traffic
 from p2ptrain.testbed.links import links_from_topology
 
 
@@ -76,6 +83,35 @@ def test_predicted_link_bytes_of_two_pipelines() -> None:
     assert links[(0, 2)] == links[(2, 0)] == 1000.0  # 2 G / R: a part out, the average back
     assert links[(1, 3)] == links[(3, 1)] == 600.0
     assert set(links) == {(0, 1), (1, 0), (2, 3), (3, 2), (0, 2), (2, 0), (1, 3), (3, 1)}
+
+
+def test_predicted_link_bytes_under_diloco_spread_a_round_over_its_steps() -> None:
+    # one exchange every 10 steps: 2 G / R / H per ordered pair; top-k gathers: G / H
+    links = predicted_link_bytes([[0, 1], [2, 3]], [1000.0, 600.0], [4, 4], 10.0, 10)
+    assert links[(0, 2)] == links[(2, 0)] == 100.0 and links[(1, 3)] == 60.0
+    assert links[(0, 1)] == 40.0  # the pipeline still moves every step
+    gathered = predicted_link_bytes([[0], [1], [2]], [900.0], [1, 1, 1], 0.0, 10, True)
+    assert gathered[(0, 1)] == gathered[(2, 1)] == 90.0
+    assert dp_bytes(links, [[0, 1], [2, 3]]) == 2 * 100.0 + 2 * 60.0
+
+
+def test_diloco_rows_activations_and_bytes_of_a_real_spec() -> None:
+    spec = RunSpec(stages=2, n_layer=4, batch_size=16, sync="diloco", inner_steps=10,
+                   compression="int8")  # fmt: skip
+    # every replica trains its own batch_size rows; step splits the global batch
+    assert replica_rows(spec, 2) == [16.0, 16.0]
+    assert replica_rows(spec.replace(sync="step"), 3) == [6.0, 5.0, 5.0]
+    traffic = step_traffic(spec, 2, 2)
+    counts = stage_parameter_counts(spec, 2)
+    # int8 activations carry a 4-byte fp32 scale a row (token)
+    assert activation_row_bytes("int8", spec.n_embd) == spec.n_embd + 4
+    assert traffic.inner_steps == 10 and traffic.stage_gradient_bytes[0] == 2 * counts[0]
+    links = predicted_link_bytes(
+        [[0, 1], [2, 3]], traffic.stage_gradient_bytes, replica_rows(spec, 2),
+        spec.block_size * activation_row_bytes("int8", spec.n_embd), traffic.inner_steps,
+    )  # fmt: skip
+    assert links[(0, 2)] == pytest.approx(2 * counts[0] / 10)
+    assert links[(0, 1)] == 16 * 64 * (128 + 4)
 
 
 def _metrics(step: int, sent: int, to: dict[str, int], term: int = 1) -> str:

@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from p2ptrain.harness.cli.control_bench_cmd import add_kind as add_control_kind
 
     add_control_kind(kinds)
+    from p2ptrain.harness.cli.scaleout_cmd import add_kind as add_scaleout_kind
+
+    add_scaleout_kind(kinds)
 
 
 def _add_convergence_kind(kinds: Any) -> None:
@@ -69,6 +72,10 @@ def _progress(message: str) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.kind == "convergence":
         return _run_convergence(args)
+    if args.kind == "scaleout":
+        from p2ptrain.harness.cli.scaleout_cmd import run as run_scaleout
+
+        return run_scaleout(args)
     if args.kind == "control":
         from p2ptrain.harness.cli.control_bench_cmd import run as run_control
 

@@ -1,0 +1,110 @@
+"""`p2ptrain bench scaleout`: its arguments and runner (harness/scaleout_bench.py). Importing
+this module is cheap (stdlib only); the runner imports what it needs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from p2ptrain.harness.cli.wan_bench import add_emulation_arguments
+
+RUNS = ("step", "diloco", "diloco_int8")  # scaleout_bench.RUN_ORDER, without importing it
+DEFAULT_RUNS = "step,diloco,diloco_h50"
+
+
+def add_kind(kinds: Any) -> None:
+    """Register the scaleout kind on bench's KIND subparsers."""
+    scale = kinds.add_parser(
+        "scaleout",
+        help="train on the emulated WAN (root): every-step averaging vs DiLoCo, tokens/s, time "
+        "to step's final loss, data-parallel bytes",
+    )
+    add_emulation_arguments(scale, default_peers=8)
+    scale.add_argument("--run", metavar="RUN.toml", help="base run spec (default: the built-in)")
+    scale.add_argument("--steps", type=int, default=80, help="training steps per run")
+    scale.add_argument("--stages", type=int, default=4, help="pipeline stages (default 4)")
+    scale.add_argument(
+        "--inner-steps", type=int, default=10, help="DiLoCo's H of the diloco runs (default 10)"
+    )
+    scale.add_argument(
+        "--runs",
+        default=DEFAULT_RUNS,
+        help=f"comma-separated, of {', '.join(RUNS)} and diloco_hN (diloco with H = N); "
+        "default %(default)s",
+    )
+    scale.add_argument(
+        "--worker-cores",
+        type=float,
+        metavar="CORES",
+        help="each training worker's CPU quota (default as bench e2e: 3/4 of this machine's "
+        "cores split equally among the peers; 0: no quota)",
+    )
+    scale.add_argument("--logs", metavar="DIR", help="keep every worker's log under DIR")
+    scale.add_argument("--json", action="store_true", help="print the JSON last, no table")
+    scale.add_argument(
+        "--out",
+        default="bench-results",
+        metavar="DIR",
+        help="where scaleout.json and scaleout.png (loss vs seconds and tokens) go",
+    )
+
+
+def _progress(message: str) -> None:
+    print(f"... {message}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from p2ptrain.errors import UserError
+    from p2ptrain.harness.cli.wan_bench import load_emulated_topology
+    from p2ptrain.harness.e2e_bench import failure_summary, worker_quotas, worker_shares
+    from p2ptrain.harness.e2e_plot import write_scaleout_plot
+    from p2ptrain.harness.scaleout_bench import render, run_scaleout_bench, run_specs
+    from p2ptrain.records.run import load_run_spec
+    from p2ptrain.testbed.netns import require_root
+
+    require_root()
+    if args.steps < 3 or args.inner_steps < 1:
+        raise UserError("--steps must be at least 3 and --inner-steps at least 1")
+    runs = tuple(r.strip() for r in args.runs.split(",") if r.strip())
+    spec = load_run_spec(args.run).replace(steps=args.steps, stages=args.stages)
+    try:
+        specs = run_specs(spec, runs, args.inner_steps)
+    except ValueError as exc:
+        raise UserError(f"--runs: {exc}") from None
+    if not specs:
+        raise UserError("--runs names no run")
+    topology = load_emulated_topology(args)
+    share = worker_shares(topology.num_peers) if args.worker_cores is None else args.worker_cores
+    if share < 0:
+        raise UserError("--worker-cores must be >= 0")
+    try:
+        result = run_scaleout_bench(
+            topology,
+            specs,
+            bandwidth_scale=args.bandwidth_scale,
+            delay_scale=args.delay_scale,
+            seed=args.seed,
+            progress=_progress,
+            log_dir=Path(args.logs) if args.logs else None,
+            compute_cores=worker_quotas(topology.num_peers, share),
+        )
+    except (RuntimeError, TimeoutError) as exc:
+        raise UserError(f"the emulated swarm failed ({failure_summary(exc)})") from exc
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scaleout.json").write_text(json.dumps(result, indent=1))
+    curves = {
+        name: (r.get("seconds", []), r.get("tokens", []), r["loss"])
+        for name, r in result["runs"].items()
+    }
+    write_scaleout_plot(
+        out / "scaleout.png", curves, title=f"bench scaleout: {topology.num_peers} peers"
+    )
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(render(result, topology.num_peers) + f"\n\nwrote {out}/scaleout.json and .png")
+    return 0

@@ -1,0 +1,140 @@
+"""bench scaleout's bookkeeping without root: the JSON from synthetic runs, the smoothed time to
+step's final loss, every-step bytes of a plan, the ratios, the bars, the table and the plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from p2ptrain.harness.e2e_plot import write_scaleout_plot
+from p2ptrain.harness.scaleout_bench import (
+    acceptance,
+    assemble,
+    every_step_dp_bytes,
+    render,
+    run_specs,
+    smoothed,
+    time_to_target,
+)
+from p2ptrain.records.run import RunSpec
+from p2ptrain.schedule.workload import stage_parameter_counts
+
+CONTRACT = {
+    "tokens_per_s",
+    "time_to_target_s",
+    "dp_bytes_per_step",
+    "dp_bytes_per_step_every_step",
+    "placed_peers",
+    "plan",
+    "loss",
+    "predicted_step_s",
+    "worker_step_s",
+}
+
+
+def _raw(
+    pipelines: list[list[int]], step_s: float, losses: list[float], **extra: Any
+) -> dict[str, Any]:
+    return {
+        "tokens_per_s": 1000.0 / step_s,
+        "pipelines": pipelines,
+        "stage_layers": None,
+        "term": 1,
+        "epoch": 0,
+        "plans": [[1, 0, len(losses)]],
+        "curve": [(step_s * (i + 1), loss) for i, loss in enumerate(losses)],
+        "predicted_step_s": step_s * 1.05,
+        "worker_step_s": step_s,
+        "worker_steps_s": [3 * step_s] + [step_s] * (len(losses) - 1),  # warm-up left out
+        **extra,
+    }
+
+
+def test_smoothed_loss_is_a_trailing_mean() -> None:
+    assert smoothed([4.0, 2.0, 6.0], window=2) == [4.0, 3.0, 4.0]
+    # a single lucky batch does not reach the target; the smoothed curve must
+    assert time_to_target([1.0, 2.0, 3.0, 4.0], [5.0, 1.0, 4.0, 0.5], 2.5) is None
+    assert time_to_target([1.0, 2.0, 3.0], [3.0, 2.0, 1.0], 2.5) == 2.0
+    assert time_to_target([1.0], [1.0], None) is None
+
+
+def test_every_step_bytes_of_a_plan_are_fp16_all_reduce_of_each_stage() -> None:
+    spec = RunSpec(stages=4, n_layer=4, sync="diloco", compression="int8")
+    counts = stage_parameter_counts(spec, 4)
+    # each of R members sends 2 G / R to each of the R - 1 others: 2 G (R - 1) per stage
+    two = every_step_dp_bytes(spec, [[0, 1, 2, 3], [4, 5, 6, 7]], None)
+    assert two == pytest.approx(sum(2 * (2 * c) * (2 - 1) for c in counts))
+    assert every_step_dp_bytes(spec, [[0, 1, 2, 3]], None) == 0.0
+
+
+def test_json_of_a_step_and_a_diloco_run() -> None:
+    specs = run_specs(RunSpec(stages=2, n_layer=4, batch_size=16, steps=8), ["step", "diloco"])
+    assert specs["diloco"].sync == "diloco" and specs["diloco"].outer_lr == 0.7
+    assert specs["step"].sync == "step" and list(specs) == ["step", "diloco"]
+    step_losses = [5.0, 4.6, 4.3, 4.1, 4.0, 3.9, 3.8, 3.7]
+    diloco_losses = [5.0, 4.4, 4.0, 3.8, 3.6, 3.5, 3.4, 3.3]
+    every = every_step_dp_bytes(specs["diloco"], [[0, 1], [2, 3]], None)
+    raw = {
+        "step": _raw([[0, 1]], 1.0, step_losses, dp_bytes_per_step=None),
+        "diloco": _raw([[0, 1], [2, 3]], 1.1, diloco_losses, dp_bytes_per_step=every / 100),
+    }
+    result = assemble(raw, specs)
+    assert set(result) == {"runs", "target_loss"}
+    step, diloco = result["runs"]["step"], result["runs"]["diloco"]
+    assert set(step) >= CONTRACT and set(diloco) >= CONTRACT
+    # the target: step's last 5 losses' mean; step reaches it at its last step
+    assert result["target_loss"] == pytest.approx(sum(step_losses[-5:]) / 5)
+    assert step["time_to_target_s"] == pytest.approx(8.0)
+    # diloco's smoothed loss first reaches 3.9 at its 6th step (4.16 at the 5th, then 3.86)
+    assert diloco["time_to_target_s"] == pytest.approx(1.1 * 6)
+    assert diloco["placed_peers"] == 4 and step["placed_peers"] == 2
+    assert diloco["plan"]["shape"] == "2 x 2" and diloco["loss"] == diloco_losses
+    # tokens: batch_size rows each replica under diloco, the global batch under step
+    assert diloco["tokens"][:2] == [2 * 16 * 64, 4 * 16 * 64]
+    assert step["tokens"][:2] == [16 * 64, 2 * 16 * 64]
+    assert step["dp_bytes_per_step_every_step"] == 0.0
+    assert diloco["dp_bytes_per_step_every_step"] == pytest.approx(every)
+    assert diloco["step_max_over_median"] == pytest.approx(1.0)
+    assert diloco["step_model_error"] == pytest.approx(0.05)
+    vs = diloco["vs_step"]
+    assert vs["tokens_per_s"] == pytest.approx(1 / 1.1)
+    assert vs["time_to_target_shorter"] == pytest.approx(8.0 / 6.6)
+    assert vs["dp_bytes_fewer"] == pytest.approx(100.0)
+    bars = dict(acceptance(result, num_peers=4))
+    assert bars["places all 4 peers"] is True
+    assert bars["DP bytes/step >= 50x fewer than every-step fp16"] is True
+    assert bars["tokens/s >= 1.8x step"] is False
+    assert bars["step model within 10% (step)"] is True
+    table = render(result, num_peers=4)
+    assert "diloco / step: tokens/s 0.91x" in table and "NOT met" in table
+
+
+def test_a_failed_run_keeps_the_contract_and_the_others() -> None:
+    specs = run_specs(RunSpec(stages=2, n_layer=4, steps=4), ["step", "diloco_int8"])
+    assert specs["diloco_int8"].compression == "int8"
+    raw = {
+        "step": _raw([[0, 1]], 1.0, [5.0, 4.0, 3.0, 2.0]),
+        "diloco_int8": {"error": "worker exited 1", "tokens_per_s": None},
+    }
+    result = assemble(raw, specs)
+    failed = result["runs"]["diloco_int8"]
+    assert set(failed) >= CONTRACT and failed["error"] == "worker exited 1"
+    assert failed["time_to_target_s"] is None and failed["loss"] == []
+    assert dict(acceptance(result, 4, "diloco_int8")) == {"diloco_int8 and step both ran": False}
+    assert "diloco_int8  failed: worker exited 1" in render(result, 4)
+    with pytest.raises(ValueError, match="unknown runs"):
+        run_specs(RunSpec(), ["sync"])
+    longer = run_specs(RunSpec(), ["diloco", "diloco_h50"], inner_steps=10)
+    assert longer["diloco"].inner_steps == 10 and longer["diloco_h50"].inner_steps == 50
+    assert longer["diloco_h50"].sync == "diloco"
+
+
+def test_scaleout_plot_is_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "scaleout.png"
+    write_scaleout_plot(
+        path, {"step": ([1.0, 2.0], [1024, 2048], [5.0, 4.0]), "diloco": ([], [], [])}
+    )
+    assert path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
