@@ -139,6 +139,8 @@ class OuterRounds:
         delta = self._encoded(self.outer.pseudo_gradient())
         if self.averager is None:  # one replica: its own pseudo-gradient is the mean
             self.outer.step(delta)
+            log.info("step %d: outer step %d applied (round of step %d, 1 replica)",
+                     step, self.outer.outer_steps, step)  # fmt: skip
             return RoundReport("solo")
         averager = self.averager
         # hivemind averages CPU tensors; the anchor's digest shows the group started alike
