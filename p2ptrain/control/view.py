@@ -147,8 +147,19 @@ class SwarmView(Authority, LinkMeasurements):
 
     def plannable_members(self, now: float) -> list[str]:
         """Live members whose workers are healthy: the ones a plan may place; an unhealthy one
-        is planned around like a dead one until it is healthy again."""
-        return [p for p in self.live_members(now) if self.is_healthy(p)]
+        is planned around like a dead one until it is healthy again. Once any of them trains,
+        only trainers are placed: a control-only member has no data-plane address, and a plan
+        placing one stalls every worker (a swarm of control-only peers plans them all: the
+        control plane's tests and dry runs)."""
+        healthy = [p for p in self.live_members(now) if self.is_healthy(p)]
+        trainers = [p for p in healthy if self._role_of(p) == "trainer"]
+        return trainers or healthy
+
+    def _role_of(self, peer: str) -> str | None:
+        if peer == self.self_id:
+            return self.role
+        member = self.members.get(peer)
+        return None if member is None else member.record.role
 
     def forget_stale(self, now: float) -> None:
         """Forget long-dead members, and every per-author table entry of authors that are not

@@ -113,3 +113,16 @@ def test_the_planner_plans_around_an_unhealthy_member_and_status_shows_it() -> N
 
     trio.run(replan)
     assert v.plan.peers() == {A, B, C}
+
+
+def test_once_a_member_trains_a_control_only_member_is_never_placed() -> None:
+    """A control-only member has no data-plane address: a re-plan placing it stalled every
+    worker of the red-team run (docs/security.md, row 7). A swarm of control-only peers (the
+    control plane's tests) still plans them all."""
+    v, feed = make_view(me=A, peers=(B, C))
+    for peer in (B, C):
+        assert v.accept(feed("peer", peer, record()), 0.0) is None
+    assert v.plannable_members(0.0) == [A, B, C]  # nobody trains: everyone stands in
+    trainer = {**record("trainer"), "data_addrs": ["/ip4/127.0.0.1/tcp/4001"]}
+    assert v.accept(feed("peer", B, trainer), 0.0) is None
+    assert v.plannable_members(0.0) == [B]

@@ -60,6 +60,7 @@ def test_a_sync_of_more_than_4_mib_arrives_whole() -> None:
     others = [identity.peer_id_of(os.urandom(32)) for _ in range(NUM_LINKS)]
     row = {peer: LinkReport(1.5, 0.5, 800.0, 0.5) for peer in others}
     authors = [os.urandom(32) for _ in range(NUM_AUTHORS)]
+    signed_at = time.monotonic()
     for seed in authors:
         author = identity.peer_id_of(seed)
         server.state.latest[(author, "peer")] = wire.encode(seed, 1, _record())
@@ -80,12 +81,13 @@ def test_a_sync_of_more_than_4_mib_arrives_whole() -> None:
             nursery.cancel_scope.cancel()
 
     _run(scenario)
-    client, now = nodes[0], time.monotonic()
+    client = nodes[0]
     got = {identity.peer_id_of(seed) for seed in authors} & set(client.view.members)
     assert len(got) == NUM_AUTHORS
     assert all(len(client.view.rows[peer][0]) == NUM_LINKS for peer in got)
     assert all(client.view.penalty_score(peer) == 0 for peer in got)
-    assert client.view.is_alive(next(iter(got)), now)
+    # heard when they were signed (a loaded box may take longer than DEAD_AFTER_S to sync)
+    assert all(client.view.members[p].last_heard >= signed_at - 1.0 for p in got)
 
 
 def test_a_status_of_more_than_4_mib_arrives_whole() -> None:
