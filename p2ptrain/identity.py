@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from p2ptrain.errors import UserError
+from p2ptrain.procs import sweep_pid_dirs
 
 SEED_NUM_BYTES = 32
 # protobuf header: field 1 (KeyType) = 1 (Ed25519), field 2 (Data) with length 32 / 64
@@ -143,27 +144,11 @@ def sweep_daemon_key_copies(identity_path: str | os.PathLike[str]) -> list[Path]
     """Remove the copies of this identity's key that workers no longer alive left; those
     removed."""
     key = Path(identity_path).resolve()
-    removed = []
-    for directory in key.parent.glob(f"{_copy_prefix(key)}*"):
-        pid_text = directory.name.removeprefix(_copy_prefix(key))
-        if pid_text.isdigit() and not _alive(int(pid_text)):
-            shutil.rmtree(directory, ignore_errors=True)
-            removed.append(directory)
-    return removed
+    return sweep_pid_dirs(key.parent, _copy_prefix(key))
 
 
 def _copy_prefix(key: Path) -> str:
     return f".{key.name}.p2pd-"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True
 
 
 def _base58_encode(data: bytes) -> str:

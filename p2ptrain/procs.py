@@ -14,6 +14,7 @@ import ctypes
 import logging
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import time
@@ -141,3 +142,29 @@ def raise_open_file_limit() -> int:
         log.warning("could not raise the open-file limit from %d to %d: %s", soft, hard, exc)
         return soft
     return hard
+
+
+def pid_alive(pid: int) -> bool:
+    """Is process `pid` running (ours or someone else's)? A zombie, which its parent has not
+    reaped yet, is gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    with contextlib.suppress(OSError, IndexError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return True
+
+
+def sweep_pid_dirs(parent: Path, prefix: str) -> list[Path]:
+    """Remove the folders under `parent` named `prefix` + PID whose process is gone (what a
+    SIGKILLed process left: a key copy, a socket folder); those removed."""
+    removed = []
+    for directory in parent.glob(f"{prefix}*"):
+        pid_text = directory.name.removeprefix(prefix)
+        if pid_text.isdigit() and not pid_alive(int(pid_text)):
+            shutil.rmtree(directory, ignore_errors=True)
+            removed.append(directory)
+    return removed

@@ -28,7 +28,8 @@ LAYERS: list[set[str]] = [
     {"schedule", "testbed"},
     {"ipc_lines", "addresses"},  # the worker socket's framing; listen and announce addresses
     {"records"},
-    {"identity", "procs"},
+    {"identity"},
+    {"procs"},  # processes: spawn, stop, sweep what a dead one left
     {"errors", "__init__"},
 ]
 PRODUCT = {"cli", "node", "control", "net", "worker", "train", "schedule", "records", "web"}

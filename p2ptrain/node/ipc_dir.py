@@ -12,11 +12,12 @@ our worker plans.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
 from pathlib import Path
+
+from p2ptrain.procs import sweep_pid_dirs
 
 SOCKET_NAME = "control.sock"
 MAX_SOCKET_PATH_BYTES = 107  # Linux's sun_path holds 108 bytes, its NUL included
@@ -28,7 +29,7 @@ class IpcDir:
     def __init__(self, identity_path: str | os.PathLike[str]) -> None:
         places = _places(Path(identity_path))
         for parent, prefix in places:
-            sweep(parent, prefix)
+            sweep_pid_dirs(parent, prefix)
         parent, prefix = next(
             ((parent, prefix) for parent, prefix in places if _fits(parent / prefix)),
             places[-1],
@@ -56,25 +57,3 @@ def _fits(prefix_path: Path) -> bool:
     return len(os.fsencode(longest)) <= MAX_SOCKET_PATH_BYTES
 
 
-def sweep(parent: Path, prefix: str) -> list[Path]:
-    """Remove the socket folders under `parent` named `prefix` + PID whose process is gone;
-    those removed."""
-    removed = []
-    for directory in parent.glob(f"{prefix}*"):
-        pid_text = directory.name.removeprefix(prefix)
-        if pid_text.isdigit() and not _alive(int(pid_text)):
-            shutil.rmtree(directory, ignore_errors=True)
-            removed.append(directory)
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    with contextlib.suppress(OSError):  # a zombie (its parent has not reaped it) is gone
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    return True

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from p2ptrain.errors import UserError
+from p2ptrain.procs import pid_alive
 from p2ptrain.testbed import cpu, netns
 from p2ptrain.testbed.links import LinkSpec, LinkTable
 from p2ptrain.testbed.nat import NatMapping, check_nat_type, public_peer_address
@@ -255,14 +256,6 @@ class TestbedHandle:
         self._spawned.clear()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def list_testbeds() -> list[dict[str, Any]]:
@@ -273,6 +266,6 @@ def list_testbeds() -> list[dict[str, Any]]:
             continue
         with contextlib.suppress(OSError, ValueError):
             state = json.loads(path.read_text())
-            if _alive(int(state["owner_pid"])):
+            if pid_alive(int(state["owner_pid"])):
                 found.append(state)
     return found
