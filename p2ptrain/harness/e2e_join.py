@@ -101,8 +101,11 @@ def train_join(
         logs = [workdir / f"metrics-{i}.jsonl" for i in range(bed.num_peers)]
         # a re-plan restarts the sessions: the run is described by the plan that trained most
         main = max(range(len(plans)), key=steps_under.count) if steps_under else -1
+        # tokens a step by the plan each step ran under (diloco: R x batch_size rows)
+        step_tokens = [tokens_per_step(spec, (plans[i] if plans else result.plan).num_replicas)
+                       for i in steps_under]  # fmt: skip
         described = describe_run(bed, spec, plans[main] if plans else result.plan, peer_ids,
-                                 logs, result, steps, planned_s[0] - started_s)  # fmt: skip
+                                 logs, result, steps, planned_s[0] - started_s, step_tokens)  # fmt: skip
         described["plans"] = [[p.term, p.epoch, steps_under.count(i)] for i, p in enumerate(plans)]
         return described
     finally:
@@ -123,6 +126,7 @@ def describe_run(
     result: Any,
     steps: list[tuple[float, float]],
     plan_after_s: float,
+    step_tokens: list[int] | None = None,
 ) -> dict[str, Any]:
     """The run's numbers: throughput, the plan, predicted step and bytes per link."""
     index = {p: i for i, p in enumerate(peer_ids)}
@@ -152,8 +156,9 @@ def describe_run(
         "first_plan_after_s": round(plan_after_s, 1),
         # the harness counts batch_size rows a step; under diloco each replica trains that many
         "tokens_per_s": result.tokens_per_s
-        * tokens_per_step(spec, len(pipelines))
-        / (spec.batch_size * spec.block_size),
+        if step_tokens is None
+        else span_tokens_per_s([t for t, _ in steps], step_tokens),
+        "step_tokens": step_tokens,
         "step_s": mean_step_s([t for t, _ in steps]),
         # the step-time model (schedule/step_time.py) on the published plan and emulated links
         "predicted_s": model.comm_s,
@@ -176,6 +181,12 @@ def describe_run(
         "dp_bytes_per_step": dp_bytes(measured[0], pipelines) if measured else None,
         "curve": steps,
     }
+
+
+def span_tokens_per_s(times: list[float], step_tokens: list[int]) -> float:
+    """Tokens of the steps after the first over their span (0 for fewer than two steps)."""
+    span_s = times[-1] - times[0] if len(times) > 1 else 0.0
+    return sum(step_tokens[1:]) / span_s if span_s > 0 else 0.0
 
 
 def mean_step_s(times: list[float]) -> float:

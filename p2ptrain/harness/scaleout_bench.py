@@ -21,6 +21,7 @@ loss is one batch's, and under diloco each replica's own model between rounds.
 
 from __future__ import annotations
 
+import itertools
 import re
 import statistics
 from collections.abc import Callable, Sequence
@@ -169,7 +170,8 @@ def describe(name: str, raw: dict[str, Any], spec: RunSpec) -> dict[str, Any]:
     pipelines = raw["pipelines"]
     seconds = [t for t, _ in raw["curve"]]
     losses = [loss for _, loss in raw["curve"]]
-    per_step = tokens_per_step(spec, len(pipelines))
+    # tokens a step as each step's plan trained them (a re-plan may change the replicas)
+    per_step = raw.get("step_tokens") or [tokens_per_step(spec, len(pipelines))] * len(losses)
     predicted, worker = raw.get("predicted_step_s"), raw.get("worker_step_s")
     return {
         "tokens_per_s": raw["tokens_per_s"],
@@ -191,7 +193,7 @@ def describe(name: str, raw: dict[str, Any], spec: RunSpec) -> dict[str, Any]:
         "predicted_step_s": predicted,
         "worker_step_s": worker,
         "seconds": seconds,
-        "tokens": [per_step * (i + 1) for i in range(len(losses))],
+        "tokens": list(itertools.accumulate(per_step)),
         "predicted_dp_bytes_per_step": raw.get("predicted_dp_bytes_per_step"),
         "step_model_error": predicted / worker - 1 if predicted and worker else None,
         **_step_spread(raw.get("worker_steps_s", [])),

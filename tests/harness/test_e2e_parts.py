@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from p2ptrain.harness.e2e_join import replica_rows
+from p2ptrain.harness.e2e_join import replica_rows, span_tokens_per_s
 from p2ptrain.harness.e2e_plot import write_loss_plot
 from p2ptrain.harness.e2e_traffic import (
     dp_bytes,
@@ -112,6 +112,9 @@ def test_diloco_rows_activations_and_bytes_of_a_real_spec() -> None:
     )  # fmt: skip
     assert links[(0, 2)] == pytest.approx(2 * counts[0] / 10)
     assert links[(0, 1)] == 16 * 64 * (128 + 4)
+    # tokens/s counts each step's own tokens, the first step's left out
+    assert span_tokens_per_s([1.0, 2.0, 4.0], [2048, 2048, 1024]) == pytest.approx(1024.0)
+    assert span_tokens_per_s([1.0], [2048]) == 0.0
 
 
 def _metrics(step: int, sent: int, to: dict[str, int], term: int = 1) -> str:

@@ -94,6 +94,9 @@ def test_json_of_a_step_and_a_diloco_run() -> None:
     # tokens: batch_size rows each replica under diloco, the global batch under step
     assert diloco["tokens"][:2] == [2 * 16 * 64, 4 * 16 * 64]
     assert step["tokens"][:2] == [16 * 64, 2 * 16 * 64]
+    # a re-plan to one pipeline halves diloco's tokens a step from then on
+    raw["diloco"]["step_tokens"] = [2048] * 4 + [1024] * 4
+    assert assemble(raw, specs)["runs"]["diloco"]["tokens"][-2:] == [4 * 2048 + 3 * 1024, 12288]
     assert step["dp_bytes_per_step_every_step"] == 0.0
     assert diloco["dp_bytes_per_step_every_step"] == pytest.approx(every)
     assert diloco["step_max_over_median"] == pytest.approx(1.0)
