@@ -20,6 +20,7 @@ COLORS = {  # colour-blind safe (Okabe-Ito)
     "diloco": "#D55E00",
     "diloco_int8": "#009E73",
 }
+SPARE_COLORS = ("#E69F00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 LABELS = {"random": "random (median seed)", "ideal": "ideal (1 Gbit/s, no delay)"}
 
 
@@ -43,12 +44,15 @@ def write_scaleout_plot(
     the left, against tokens trained on the right; a PNG at path."""
     plt = _pyplot()
     fig, (by_time, by_tokens) = plt.subplots(1, 2, figsize=(12, 5), dpi=100, sharey=True)
+    spare = iter(SPARE_COLORS)  # runs without a colour of their own (diloco_hN)
     for name, (seconds, tokens, losses) in runs.items():
+        color = COLORS.get(name) or next(spare, None)
         if losses:
-            for ax, xs in ((by_time, seconds), (by_tokens, tokens)):
-                ax.plot(xs, losses, marker=".", markersize=3, label=name, color=COLORS.get(name))
+            thousands = [t / 1000 for t in tokens]
+            for ax, xs in ((by_time, seconds), (by_tokens, thousands)):
+                ax.plot(xs, losses, marker=".", markersize=3, label=name, color=color)
     by_time.set_xlabel("seconds since the first plan")
-    by_tokens.set_xlabel("tokens trained")
+    by_tokens.set_xlabel("thousands of tokens trained")
     by_time.set_ylabel("training loss (mean over replicas)")
     for ax in (by_time, by_tokens):
         ax.set_xlim(left=0)
