@@ -2,9 +2,14 @@
 
 A frame is `u32 header length | JSON header | raw tensor bytes`; the receiver answers one byte
 (ACCEPTED, REJECTED or BUSY). The header names what the tensor is (activation or gradient, run,
-plan term and epoch, step, micro-batch), who sent it, and its dtype and shape. Before a single
-payload byte is trusted, the receiver checks every field against what it expects from that
-neighbour right now.
+plan term and epoch, step, micro-batch), who sent it, and its wire type and (logical) shape.
+Before a single payload byte is trusted, the receiver checks every field against what it expects
+from that neighbour right now.
+
+Wire types: float32, float16, bfloat16 (the tensor's raw bytes), and int8_rows (compression =
+"int8": each row of the last dimension as an fp32 scale, then the int8 values, all scales first;
+train/codecs.py). A payload is decoded to a tensor of the header's shape before its values are
+checked (finite, within MAX_ABS_VALUE).
 
 Pure (torch only), so the rules are unit-testable without a network.
 """
@@ -22,6 +27,7 @@ import torch
 from p2ptrain.errors import WireError
 from p2ptrain.records import fields as f
 from p2ptrain.records.run import MAX_RUN_ID_CHARS
+from p2ptrain.train import codecs
 
 # the p2pd stream handler name; v2: the header names the plan's term (v1 had the epoch alone,
 # which restarts at 1 under a new term)
@@ -38,8 +44,11 @@ MAX_DIMS = 8
 _HEADER = "frame header"
 
 ACTIVATION, GRADIENT = "act", "grad"
-WIRE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-COMPRESSION_DTYPES = {"none": "float32", "fp16": "float16", "bf16": "bfloat16"}
+FLOAT_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+INT8_ROWS = "int8_rows"
+WIRE_DTYPES = (*FLOAT_DTYPES, INT8_ROWS)
+COMPRESSION_DTYPES = {"none": "float32", "fp16": "float16", "bf16": "bfloat16", "int8": INT8_ROWS}
+_SCALE_BYTES = 4  # int8_rows: an fp32 scale a row
 
 
 @dataclass(frozen=True)
@@ -51,8 +60,8 @@ class FrameHeader:
     step: int
     micro: int  # micro-batch index
     sender: str  # peer id; must equal the authenticated stream peer
-    dtype: str
-    shape: tuple[int, ...]
+    dtype: str  # a wire type (WIRE_DTYPES)
+    shape: tuple[int, ...]  # of the tensor the payload decodes to
     num_bytes: int
 
     def encode(self) -> bytes:
@@ -92,7 +101,7 @@ class FrameHeader:
             step=f.integer(raw["step"], _HEADER, "step"),
             micro=f.integer(raw["micro"], _HEADER, "micro"),
             sender=f.peer_id(raw["sender"], _HEADER, "sender"),
-            dtype=f.choice(raw["dtype"], _HEADER, "dtype", tuple(WIRE_DTYPES)),
+            dtype=f.choice(raw["dtype"], _HEADER, "dtype", WIRE_DTYPES),
             shape=tuple(f.integer(d, _HEADER, "a dimension") for d in shape),
             num_bytes=f.integer(raw["num_bytes"], _HEADER, "num_bytes"),
         )
@@ -135,14 +144,36 @@ def header_for(
     step: int,
     micro: int,
     sender: str,
+    wire: str | None = None,
 ) -> FrameHeader:
-    """The header of `tensor` sent under plan (term, epoch)."""
-    dtype = str(tensor.dtype).removeprefix("torch.")
+    """The header of `tensor` sent under plan (term, epoch) as wire type `wire` (by default
+    the tensor's own dtype, sent as it is)."""
+    dtype = wire or str(tensor.dtype).removeprefix("torch.")
+    shape = tuple(tensor.shape)
     term, epoch = plan
     return FrameHeader(
-        kind, run_id, term, epoch, step, micro, sender, dtype, tuple(tensor.shape),
-        _num_bytes(tensor),
-    )  # fmt: skip
+        kind, run_id, term, epoch, step, micro, sender, dtype, shape, payload_bytes(dtype, shape)
+    )
+
+
+def payload_bytes(wire: str, shape: tuple[int, ...]) -> int:
+    """Bytes of the payload of a tensor of `shape` as wire type `wire` (schedule/wire_bytes.py
+    prices the same layout)."""
+    numel = math.prod(shape)
+    if wire == INT8_ROWS:
+        row = shape[-1] if shape else 1
+        return (numel // row if row else 0) * (_SCALE_BYTES + row)
+    return numel * torch.empty((), dtype=FLOAT_DTYPES[wire]).element_size()
+
+
+def encode_payload(tensor: torch.Tensor, wire: str) -> torch.Tensor:
+    """The tensor as wire type `wire`, on the CPU and contiguous (int8_rows: flat uint8 bytes);
+    quantised or cast where the tensor lives, so a GPU moves the smaller payload."""
+    if wire == INT8_ROWS:
+        encoded = codecs.encode_int8_rows(tensor.detach().float())
+    else:
+        encoded = tensor.detach().to(FLOAT_DTYPES[wire])
+    return encoded.to("cpu").contiguous()
 
 
 def check_header(header: FrameHeader, remote_peer: str, expected: Expected | None) -> str | None:
@@ -156,9 +187,8 @@ def check_header(header: FrameHeader, remote_peer: str, expected: Expected | Non
             return f"{name} {getattr(header, name)!r} != expected {getattr(expected, name)!r}"
     if header.dtype not in WIRE_DTYPES:
         return f"dtype {header.dtype} not allowed"
-    item_bytes = torch.empty((), dtype=WIRE_DTYPES[header.dtype]).element_size()
     if (
-        header.num_bytes != math.prod(header.shape) * item_bytes
+        header.num_bytes != payload_bytes(header.dtype, header.shape)
         or header.num_bytes > MAX_PAYLOAD_BYTES
     ):
         return f"num_bytes {header.num_bytes} does not match dtype and shape"
@@ -172,18 +202,19 @@ def tensor_bytes(tensor: torch.Tensor) -> memoryview:
 
 
 def decode_tensor(header: FrameHeader, payload: bytes | bytearray) -> torch.Tensor:
-    """The payload as a tensor of the header's dtype and shape; ValueError if it holds NaN/inf
-    or a value over MAX_ABS_VALUE."""
+    """The payload as a tensor of the header's shape (its float dtype, or float32 decoded from
+    int8_rows); ValueError (WireError is one) if the bytes do not fit, or the values hold
+    NaN/inf or a value over MAX_ABS_VALUE."""
     if len(payload) != header.num_bytes:
         raise ValueError(f"payload has {len(payload)} bytes, header says {header.num_bytes}")
-    raw = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-    tensor = raw.view(WIRE_DTYPES[header.dtype]).view(header.shape)
+    if header.dtype == INT8_ROWS:
+        tensor = codecs.decode_int8_rows(bytes(payload), header.shape)
+    else:
+        raw = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+        tensor = raw.view(FLOAT_DTYPES[header.dtype]).view(header.shape)
     if not torch.isfinite(tensor).all():
         raise ValueError("tensor holds NaN or inf")
     if tensor.numel() and float(tensor.abs().max()) > MAX_ABS_VALUE:
         raise ValueError(f"tensor holds a value over {MAX_ABS_VALUE:g} in magnitude")
     return tensor
 
-
-def _num_bytes(tensor: torch.Tensor) -> int:
-    return tensor.numel() * tensor.element_size()

@@ -205,13 +205,9 @@ class Worker:
 
     def _check_data(self, spec: RunSpec) -> None:
         """The run pins its data (data_sha256): check ours once per run, before we time or
-        train anything; UserError, naming both digests, if it differs. A run this worker
-        cannot train (int8 pipeline activations: not built yet) is refused here too."""
+        train anything; UserError, naming both digests, if it differs."""
         from p2ptrain.train.data import check_digest, load_tokens
 
-        if spec.compression == "int8":
-            raise UserError('compression = "int8" (pipeline activations) is not implemented '
-                            'by this worker yet: use "fp16" (docs/operations.md)')  # fmt: skip
         key = (spec.run_id, spec.data, spec.data_sha256)
         if not spec.data_sha256 or key in self._checked_data:
             return

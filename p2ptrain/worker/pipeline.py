@@ -3,8 +3,8 @@
 Forward every micro-batch (receive activations from the previous stage or read the batch, run the
 stage, send activations on or compute the loss), then backward in reverse order (receive output
 gradients or start from the loss, send input gradients back). Activations and gradients travel in
-the run's wire dtype (fp16/bf16, or fp32 for exact runs); compute is fp32, or autocast to bf16/fp16
-on a GPU (worker/device.py).
+the run's wire type (fp16/bf16, int8 with an fp32 scale a row, or fp32 for exact runs: frames.py);
+compute is fp32, or autocast to bf16/fp16 on a GPU (worker/device.py).
 
 Loss scaling matches the reference trainer: micro-batch m of a replica with b rows weighs
 len(m)/b, and replicas are later averaged with weight b, so the sum is the global-batch mean.
@@ -31,9 +31,9 @@ from p2ptrain.worker.frames import (
     ACTIVATION,
     COMPRESSION_DTYPES,
     GRADIENT,
-    WIRE_DTYPES,
     Expected,
     PeerLost,
+    payload_bytes,
 )
 from p2ptrain.worker.link_bounds import RECEIVE_TIMEOUT_S, frame_waits_s
 
@@ -58,8 +58,9 @@ def _computed_since(started: float, out: torch.Tensor) -> float:
     return time.perf_counter() - started
 
 
-def wire_dtype(spec: RunSpec) -> torch.dtype:
-    return WIRE_DTYPES[COMPRESSION_DTYPES[spec.compression]]
+def wire_type(spec: RunSpec) -> str:
+    """The frames' wire type (frames.WIRE_DTYPES) of the run's `compression`."""
+    return COMPRESSION_DTYPES[spec.compression]
 
 
 def replica_batch(spec: RunSpec, role: Role) -> tuple[RunSpec, range]:
@@ -94,8 +95,8 @@ def hop_waits_s(
 ) -> dict[str, tuple[float, float]]:
     """Neighbour -> (receive, send) bounds of its frames, from the hop between us as the plan
     states it (worker/link_bounds.py)."""
-    frame_bytes = max((a * b * c for a, b, c in micro_shapes(spec, role)), default=0)
-    frame_bytes *= torch.tensor([], dtype=wire_dtype(spec)).element_size()
+    wire = wire_type(spec)
+    frame_bytes = max((payload_bytes(wire, s) for s in micro_shapes(spec, role)), default=0)
     return {
         peer: frame_waits_s(
             None if network is None else network.hop(role.replica, role.stage + offset),
@@ -119,8 +120,8 @@ def expected_frame(
         sender = role.next_peer
     else:
         return None
-    dtype = COMPRESSION_DTYPES[spec.compression]
-    return Expected(kind, spec.run_id, role.term, role.epoch, sender, dtype, shapes[micro])
+    wire = wire_type(spec)
+    return Expected(kind, spec.run_id, role.term, role.epoch, sender, wire, shapes[micro])
 
 
 def run_step(
@@ -146,16 +147,17 @@ def run_step(
     x = y = None
     if corpus is not None:
         x, y = (t.to(device) for t in get_batch(corpus, data_spec, step, rows))
-    dtype = wire_dtype(spec)
+    wire = wire_type(spec)
     sends: list[Future[None]] = []
     waits = hop_waits_s(spec, role, network)
 
     def send(peer: str | None, tensor: torch.Tensor, kind: str, m: int) -> None:
         assert transport is not None and peer is not None
-        frame = tensor.to("cpu", dtype)
         timing.frames += 1
         sends.append(
-            transport.send(peer, frame, kind, spec.run_id, role.plan_key, step, m, waits[peer][1])
+            transport.send(
+                peer, tensor, kind, spec.run_id, role.plan_key, step, m, waits[peer][1], wire
+            )
         )
 
     def stop_waiting() -> bool:

@@ -169,12 +169,14 @@ class Transport:
         step: int,
         micro: int,
         timeout_s: float = SEND_TIMEOUT_S,
+        wire: str | None = None,
     ) -> Future[None]:
-        """Send a frame of plan (term, epoch) without blocking; the future fails with PeerLost
-        if it is not accepted within timeout_s."""
-        tensor = tensor.detach().contiguous()
-        header = frames.header_for(tensor, kind, run_id, plan, step, micro, self.peer_id)
-        coroutine = self._send(peer_id, header, tensor, timeout_s)
+        """Send a frame of plan (term, epoch) as wire type `wire` (frames.WIRE_DTYPES; by
+        default the tensor's dtype) without blocking; the future fails with PeerLost if it is
+        not accepted within timeout_s. The tensor is encoded here, in the caller's thread."""
+        header = frames.header_for(tensor, kind, run_id, plan, step, micro, self.peer_id, wire)
+        payload = frames.encode_payload(tensor, header.dtype)
+        coroutine = self._send(peer_id, header, payload, timeout_s)
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     async def _send(

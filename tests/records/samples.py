@@ -240,6 +240,7 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (OfferAnswer, {"accept": True, "endpoint": "10.78.0.3:41000"}),
     (RelayReply, {"error": "", "token": "cd" * 16, "endpoint": "1.2.3.4:5", "expires_s": 120.0}),
     (FrameHeader, frame_header_dict()),
+    (FrameHeader, {**frame_header_dict(), "dtype": "int8_rows", "num_bytes": 4 * 64 * (4 + 768)}),
     (StateRequest, {"layers": "L0-2", "step": 7, "digest": "0f" * 32}),
     (StateMeta, stage_state_dict()),
 ]

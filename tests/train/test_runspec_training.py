@@ -16,7 +16,7 @@ def test_training_fields_round_trip_through_json_dicts() -> None:
     [
         ({"n_embd": 30, "n_head": 4}, "multiple of n_head"),
         ({"stages": 8}, "cannot exceed n_layer"),
-        ({"compression": "int8"}, "compression"),
+        ({"compression": "int4"}, "compression"),
         ({"min_lr": 1.0}, "min_lr"),
         ({"batch_size": 0}, "batch_size"),
         ({"data_format": "csv"}, "data_format"),

@@ -95,8 +95,9 @@ class FakeTransport:
         self.sent: list[tuple[str, FrameHeader]] = []
 
     def send(self, peer: str, tensor: torch.Tensor, kind: str, run_id: str, plan: PlanKey,
-             step: int, micro: int, timeout_s: float) -> Future[None]:  # fmt: skip
-        self.sent.append((peer, frames.header_for(tensor, kind, run_id, plan, step, micro, "me")))
+             step: int, micro: int, timeout_s: float, wire: str) -> Future[None]:  # fmt: skip
+        header = frames.header_for(tensor, kind, run_id, plan, step, micro, "me", wire)
+        self.sent.append((peer, header))
         done: Future[None] = Future()
         done.set_result(None)
         return done
