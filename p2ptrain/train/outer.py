@@ -40,7 +40,7 @@ class OuterOptimizer:
         self.lr = lr
         self.momentum = momentum
         self.named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
-        self.anchor = self._flat_params()
+        self.anchor = self.flat_params()
         self.momentum_buffer = torch.zeros_like(self.anchor)
         self.outer_steps = 0
 
@@ -48,12 +48,24 @@ class OuterOptimizer:
     def numel(self) -> int:
         return self.anchor.numel()
 
-    def _flat_params(self) -> torch.Tensor:
+    def flat_params(self) -> torch.Tensor:
+        """The stage's parameters now, as one flat fp32 vector (a copy, in the anchor's order)."""
         return torch.cat([p.detach().float().reshape(-1) for _, p in self.named])
+
+    def load_params(self, flat: torch.Tensor) -> None:
+        """Set the stage's parameters from a flat vector in the anchor's order."""
+        if flat.numel() != self.numel:
+            raise ValueError(f"{flat.numel()} values for a stage of {self.numel}")
+        offset = 0
+        with torch.no_grad():
+            for _, param in self.named:
+                size = param.numel()
+                param.copy_(flat[offset : offset + size].view_as(param))
+                offset += size
 
     def pseudo_gradient(self) -> torch.Tensor:
         """anchor - now: what this replica's inner steps moved, as one flat fp32 vector."""
-        return self.anchor - self._flat_params()
+        return self.anchor - self.flat_params()
 
     def step(self, mean_pseudo_gradient: torch.Tensor) -> None:
         """Apply the outer Nesterov step with the group's mean pseudo-gradient; the parameters
@@ -64,15 +76,7 @@ class OuterOptimizer:
         self.momentum_buffer.mul_(self.momentum).add_(delta)
         self.anchor.sub_(self.lr * (delta + self.momentum * self.momentum_buffer))
         self.outer_steps += 1
-        self._load_params(self.anchor)
-
-    def _load_params(self, flat: torch.Tensor) -> None:
-        offset = 0
-        with torch.no_grad():
-            for _, param in self.named:
-                size = param.numel()
-                param.copy_(flat[offset : offset + size].view_as(param))
-                offset += size
+        self.load_params(self.anchor)
 
     # --- state: plain tensors + JSON-able scalars (a stage's state file carries them) ---
 
@@ -91,10 +95,16 @@ class OuterOptimizer:
         return {"outer_steps": self.outer_steps, "outer_lr": self.lr,
                 "outer_momentum": self.momentum}  # fmt: skip
 
-    def load_state_tensors(self, tensors: dict[str, torch.Tensor], scalars: dict[str, Any]) -> None:
+    def load_state_tensors(
+        self,
+        tensors: dict[str, torch.Tensor],
+        scalars: dict[str, Any],
+        keep_params: bool = False,
+    ) -> None:
         """Take a state from state_tensors()/state_scalars() (possibly another peer's): every
         parameter's anchor and momentum, of its shape and finite, and a count of outer steps;
-        WireError otherwise (nothing changes then). The parameters become the anchor."""
+        WireError otherwise (nothing changes then). The parameters become the anchor, unless
+        `keep_params` (a replica resuming mid-way between outer steps keeps its inner progress)."""
         steps = scalars.get("outer_steps")
         if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps < 2**53:
             raise WireError("malformed outer state: outer_steps")
@@ -115,4 +125,5 @@ class OuterOptimizer:
             flats.append(flat)
         self.anchor, self.momentum_buffer = flats
         self.outer_steps = steps
-        self._load_params(self.anchor)
+        if not keep_params:
+            self.load_params(self.anchor)

@@ -146,7 +146,7 @@ class OuterRounds:
         # hivemind averages CPU tensors; the anchor's digest shows the group started alike
         delta, anchor = delta.cpu(), self.outer.anchor.cpu()
         apply_at = step + (0 if at_once else self.overlap)
-        pending = _Pending(step, apply_at, self.outer._flat_params())
+        pending = _Pending(step, apply_at, self.outer.flat_params())
 
         def run() -> None:
             pending.result = averager.average(delta, step, should_stop, anchor)
@@ -178,11 +178,11 @@ class OuterRounds:
             log.warning("step %d: outer round of step %d %s: not applied (%s)",
                         step, pending.step, outcome.kind, outcome.detail)  # fmt: skip
             return RoundReport(outcome.kind)
-        progress = self.outer._flat_params() - pending.started_params  # zero if applied at once
+        progress = self.outer.flat_params() - pending.started_params  # zero if applied at once
         self.outer.step(mean.to(self.outer.anchor.device))
         if outcome.diverged:
             self._resync(step)
-        self.outer._load_params(self.outer.anchor + progress)
+        self.outer.load_params(self.outer.anchor + progress)
         log.info("step %d: outer step %d applied (round of step %d, %d replicas)",
                  step, self.outer.outer_steps, pending.step, outcome.group_size)  # fmt: skip
         return RoundReport("averaged", outcome.group_size)
@@ -215,12 +215,10 @@ class OuterRounds:
             return
         steps = saved.get(OUTER_STEPS)
         count = int(steps.item()) if isinstance(steps, torch.Tensor) and steps.numel() == 1 else -1
-        params = self.outer._flat_params()
         try:
-            self.outer.load_state_tensors(saved, {"outer_steps": count})
+            self.outer.load_state_tensors(saved, {"outer_steps": count}, keep_params=True)
         except WireError as exc:
             log.warning("the saved outer state is not usable (%s): anchor = parameters", exc)
-        self.outer._load_params(params)  # load_state_tensors moves them to the anchor
 
     def reported(self, metrics: MetricsReport, done: RoundReport | None) -> MetricsReport:
         """The step's metrics with the outer rounds in them (the progress line shows them)."""

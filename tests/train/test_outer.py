@@ -105,3 +105,24 @@ def test_state_round_trip_and_refusals() -> None:
         with pytest.raises(WireError):
             fresh.load_state_tensors(bad_tensors, bad_scalars)
     assert fresh.outer_steps == 1  # nothing changed by a refused state
+
+
+def test_flat_params_load_params_and_keep_params() -> None:
+    """The public parameter API the worker's outer rounds use: flat_params()/load_params()
+    in the anchor's order, and a state loaded with keep_params leaves the parameters alone
+    (a replica between outer steps keeps its inner progress)."""
+    module = _two_params()
+    outer = OuterOptimizer(module, 0.7, 0.9)
+    assert torch.equal(outer.flat_params(), torch.tensor([1.0, 2.0, 3.0]))
+    outer.load_params(torch.tensor([4.0, 5.0, 6.0]))
+    assert torch.equal(module.a, torch.tensor([4.0, 5.0])) and float(module.b.detach()) == 6.0
+    with pytest.raises(ValueError, match="values"):
+        outer.load_params(torch.zeros(2))
+    donor = OuterOptimizer(_two_params(), 0.7, 0.9)
+    donor.outer_steps = 3
+    outer.load_state_tensors(donor.state_tensors(), donor.state_scalars(), keep_params=True)
+    assert torch.equal(outer.anchor, torch.tensor([1.0, 2.0, 3.0])) and outer.outer_steps == 3
+    assert torch.equal(outer.flat_params(), torch.tensor([4.0, 5.0, 6.0]))  # kept
+    assert torch.equal(outer.pseudo_gradient(), torch.tensor([-3.0, -3.0, -3.0]))
+    outer.load_state_tensors(donor.state_tensors(), donor.state_scalars())
+    assert torch.equal(outer.flat_params(), outer.anchor)  # the default: params = anchor
