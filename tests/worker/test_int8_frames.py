@@ -85,11 +85,10 @@ def test_an_int8_payload_of_the_wrong_length_is_a_wire_error() -> None:
 
 
 @pytest.mark.parametrize("compression", COMPRESSIONS)
-def test_frame_bytes_are_the_planners_figure(compression: str) -> None:
+@pytest.mark.parametrize("shape", [(3, 5, 128), (1, 1, 1), (2, 7, 33)])
+def test_frame_bytes_are_the_planners_figure(compression: str, shape: tuple[int, ...]) -> None:
     """What the transport writes for one micro-batch's activations (header aside) is exactly
     what the planner prices (schedule/wire_bytes.py) for every `compression`."""
-    spec = RunSpec(compression=compression)
-    rows, n_embd = (3, 5), 128
-    x = torch.randn(*rows, n_embd)
-    header, payload = _sent(x, wire_type(spec))
-    assert header.num_bytes == len(payload) == 15 * activation_row_bytes(compression, n_embd)
+    header, payload = _sent(torch.randn(shape), wire_type(RunSpec(compression=compression)))
+    rows = shape[0] * shape[1]
+    assert header.num_bytes == len(payload) == rows * activation_row_bytes(compression, shape[2])
