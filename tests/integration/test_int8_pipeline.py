@@ -24,9 +24,10 @@ SPEC = RunSpec(
 
 
 def test_int8_activations_train_two_stages_within_one_percent(tmp_path: Path) -> None:
-    with LocalSwarm(SPEC, 2, tmp_path) as swarm:
+    spec = SPEC.replace(checkpoint_dir=str(tmp_path / "ckpt"))  # the exit's checkpoint goes here
+    with LocalSwarm(spec, 2, tmp_path) as swarm:
         hellos = swarm.wait_hellos()
-        plan = plan_for(SPEC, hellos)
+        plan = plan_for(spec, hellos)
         swarm.send_plan(plan)
         messages = swarm.collect_until_exit(timeout_s=120)
         exit_codes = swarm.wait_exit()
