@@ -16,7 +16,7 @@ import torch
 
 from p2ptrain.train import state_file
 
-pytestmark = pytest.mark.integration  # ~45 s
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~45 s
 
 RUN = """
 [run]

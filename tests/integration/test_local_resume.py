@@ -11,7 +11,7 @@ import pytest
 
 from tests.integration.test_local import _local
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 RUN = """
 [run]

@@ -21,6 +21,7 @@ from tests.conftest import PYTHON, ProcessReaper
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.slow,  # ~50 s: the loopback red team runs in the default suite
     pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root (namespaces, TUN)"),
     pytest.mark.skipif(not os.path.exists("/dev/net/tun"), reason="no /dev/net/tun"),
 ]
