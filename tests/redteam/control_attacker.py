@@ -34,6 +34,7 @@ from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC
 from p2ptrain.control.rpcs import RUN_PROTOCOL, STATUS_PROTOCOL
 from p2ptrain.control.sync import SYNC_PROTOCOL
 from p2ptrain.net import rpc
+from p2ptrain.net.host import run_trio
 from p2ptrain.records import issue_token
 from tests.control.attacker import Attacker, open_attacker
 
@@ -170,11 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     async def run() -> None:
         summary.update(await attack(args.addrs, args.duration))
 
-    try:
-        trio.run(run)
-    except* RuntimeError as group:  # py-libp2p's teardown race, after the attack is over
-        if not all("Nursery is closed" in str(e) for e in group.exceptions):
-            raise
+    run_trio(run)  # less py-libp2p's teardown race, after the attack is over
     print(json.dumps(summary), flush=True)
     return 0
 

@@ -31,7 +31,6 @@ import argparse
 import contextlib
 import json
 import os
-import resource
 import socket
 import struct
 import sys
@@ -58,8 +57,9 @@ from p2ptrain.control.sync import SYNC_PROTOCOL
 from p2ptrain.net import rpc
 from p2ptrain.net.dialback import DIALBACK_PROTOCOL
 from p2ptrain.net.framing import read_frame, write_frame
-from p2ptrain.net.host import make_host
+from p2ptrain.net.host import make_host, run_trio
 from p2ptrain.net.paging import cursor_request, next_cursor
+from p2ptrain.procs import raise_open_file_limit
 from p2ptrain.records import PeerRecord
 from p2ptrain.records.relay import RAW_CIRCUIT, RawHello
 from tests.control.attacker import Attacker, open_attacker
@@ -357,18 +357,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--member", action="append", required=True, help="KEY_FILE:TOKEN")
     args = parser.parse_args(argv)
     # ~1,000 sockets at once: our own soft limit up to the hard one
-    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    raise_open_file_limit()
     summary: dict[str, Any] = {}
 
     async def run() -> None:
         summary.update(await attack(args))
 
     try:
-        trio.run(run)
-    except* RuntimeError as group:  # py-libp2p's teardown race, after the attack is over
-        if not all("Nursery is closed" in str(e) for e in group.exceptions):
-            raise
+        run_trio(run)  # less py-libp2p's teardown race, after the attack is over
     except* Exception as group:  # say what failed: the group nests deeper than its printout
         for leaf in _leaves(group):
             traceback.print_exception(leaf)

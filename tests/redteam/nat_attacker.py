@@ -39,7 +39,7 @@ from p2ptrain.control.gossip import CONTROL_TOPIC
 from p2ptrain.control.relay_service import RELAY_PROTOCOL
 from p2ptrain.net import relay
 from p2ptrain.net.framing import read_frame, write_frame
-from p2ptrain.net.host import make_host
+from p2ptrain.net.host import make_host, run_trio
 from p2ptrain.records.relay import RAW_CIRCUIT
 from tests.control.attacker import Attacker
 
@@ -176,11 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     async def run() -> None:
         summary.update(await attack(args))
 
-    try:
-        trio.run(run)
-    except* RuntimeError as group:  # py-libp2p's teardown race, after the attack is over
-        if not all("Nursery is closed" in str(e) for e in group.exceptions):
-            raise
+    run_trio(run)  # less py-libp2p's teardown race, after the attack is over
     print(json.dumps(summary), flush=True)
     return 0
 
