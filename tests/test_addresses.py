@@ -31,9 +31,18 @@ def test_join_and_bootstrap_listen_on_every_interface_on_fixed_ports_by_default(
         "/ip4/0.0.0.0/tcp/7402",
     )  # three ports: a bootstrap and a join side by side on one machine
     assert join.announce == join.announce_data == boot.announce == []
-    join = parse(join_cmd, "--bootstrap", "b", "--listen", "/ip4/0.0.0.0/tcp/9001",
-                 "--announce", "/ip4/203.0.113.7/tcp/9001", "/dns4/node.example.org/tcp/9001",
-                 "--announce-data", "/ip4/203.0.113.7/tcp/9002")  # fmt: skip
+    join = parse(
+        join_cmd,
+        "--bootstrap",
+        "b",
+        "--listen",
+        "/ip4/0.0.0.0/tcp/9001",
+        "--announce",
+        "/ip4/203.0.113.7/tcp/9001",
+        "/dns4/node.example.org/tcp/9001",
+        "--announce-data",
+        "/ip4/203.0.113.7/tcp/9002",
+    )
     assert join.announce == ["/ip4/203.0.113.7/tcp/9001", "/dns4/node.example.org/tcp/9001"]
     assert join.announce_data == ["/ip4/203.0.113.7/tcp/9002"]
 
@@ -94,9 +103,13 @@ def test_addresses_nobody_could_dial_are_refused(announce: list[str]) -> None:
 
 def test_join_hands_its_addresses_to_both_processes() -> None:
     supervisor = Supervisor(
-        bootstrap="b", identity="k", listen="/ip4/0.0.0.0/tcp/7401", control_only=False,
-        data_listen="/ip4/0.0.0.0/tcp/7402", announce=("/ip4/203.0.113.7/tcp/7401",),
-    )  # fmt: skip
+        bootstrap="b",
+        identity="k",
+        listen="/ip4/0.0.0.0/tcp/7401",
+        control_only=False,
+        data_listen="/ip4/0.0.0.0/tcp/7402",
+        announce=("/ip4/203.0.113.7/tcp/7401",),
+    )
     assert (supervisor.data_host, supervisor.data_port) == ("0.0.0.0", 7402)
     assert supervisor.data_announce == ("/ip4/203.0.113.7/tcp/7402",)
     with pytest.raises(UserError, match="--data-listen"):

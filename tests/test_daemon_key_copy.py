@@ -46,8 +46,9 @@ def test_a_copy_is_removed_at_exit(tmp_path: Path) -> None:
         f"c = identity.DaemonKeyCopy(identity.load_identity({str(key)!r}), {str(key)!r}); "
         "print(c.path, flush=True); sys.exit(3)"
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=REPO_ROOT,
-                         timeout=60, check=False)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, cwd=REPO_ROOT, timeout=60, check=False
+    )
     assert out.returncode == 3, out.stderr.decode()
     assert str(key.parent) in out.stdout.decode()
     assert copies_beside(key) == []

@@ -18,7 +18,14 @@ def test_decode_gives_a_record_or_nothing() -> None:
     hello = Hello("12D3KooWx", ("/ip4/127.0.0.1/tcp/1",), 7)
     assert decode(encode(hello)) == hello
     assert decode(encode(Stop())) == Stop()
-    for bad in (b"not json", b"[1, 2]", b'{"type": 3}', b'{"type": "plan", "plan": {}}',
-                b"[" * 100_000, b'{"type": "hello", "peer_id": "x", "data_addrs": [], "pid": '
-                + str(math.inf).encode() + b"}"):  # fmt: skip
+    for bad in (
+        b"not json",
+        b"[1, 2]",
+        b'{"type": 3}',
+        b'{"type": "plan", "plan": {}}',
+        b"[" * 100_000,
+        b'{"type": "hello", "peer_id": "x", "data_addrs": [], "pid": '
+        + str(math.inf).encode()
+        + b"}",
+    ):
         assert decode(bad) is None

@@ -25,13 +25,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--run", metavar="RUN.toml", help="run spec (default: the built-in run)")
     parser.add_argument(
-        "--checkpoint-dir", metavar="DIR",
+        "--checkpoint-dir",
+        metavar="DIR",
         help="the stage checkpoints (default: the run spec's checkpoint_dir)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--keep", type=int, default=None,
+        "--keep",
+        type=int,
+        default=None,
         help="prune: the newest steps kept per lineage and stage (default: what nodes keep)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--dry-run", action="store_true", help="prune: say what would go, delete nothing"
     )
@@ -58,9 +61,11 @@ def run(args: argparse.Namespace) -> int:
         for lineage, saved in sorted(by_lineage.items(), key=lambda item: -newest(item[1])):
             stages = sorted({s.key for s in saved})
             size = sum(_size(s.path) for s in saved)
-            print(f"lineage {lineage}: newest step {newest(saved)}, stages {', '.join(stages)}, "
-                  f"steps {', '.join(map(str, sorted({s.step for s in saved})))}, "
-                  f"{len(saved)} files, {size / 1e6:.1f} MB")  # fmt: skip
+            print(
+                f"lineage {lineage}: newest step {newest(saved)}, stages {', '.join(stages)}, "
+                f"steps {', '.join(map(str, sorted({s.step for s in saved})))}, "
+                f"{len(saved)} files, {size / 1e6:.1f} MB"
+            )
         return 0
     keep = KEEP_STEPS if args.keep is None else args.keep
     if keep < 1:
@@ -77,8 +82,10 @@ def run(args: argparse.Namespace) -> int:
             old.path.unlink(missing_ok=True)
     freed = sum(_size(s.path) for s in doomed) if args.dry_run else 0
     tail = f" ({freed / 1e6:.1f} MB)" if args.dry_run else ""
-    print(f"{len(doomed)} files {'would go' if args.dry_run else 'removed'}{tail}; kept the "
-          f"newest {keep} steps of each of {len(by_lineage)} lineages")  # fmt: skip
+    print(
+        f"{len(doomed)} files {'would go' if args.dry_run else 'removed'}{tail}; kept the "
+        f"newest {keep} steps of each of {len(by_lineage)} lineages"
+    )
     return 0
 
 

@@ -35,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
     lineage = "" if merged.lineage is None else f" (lineage {merged.lineage})"
     print(f"{args.out}: {spec.model} model of run {spec.run_id!r} at step {merged.step}{lineage}")
     if merged.other_lineages:
-        print(f"step {merged.step} was also saved under lineage "
-              f"{', '.join(merged.other_lineages)}: exported the one saved last")  # fmt: skip
+        print(
+            f"step {merged.step} was also saved under lineage "
+            f"{', '.join(merged.other_lineages)}: exported the one saved last"
+        )
     return 0

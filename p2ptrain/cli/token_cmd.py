@@ -55,7 +55,10 @@ def run(args: argparse.Namespace) -> int:
     ):
         raise UserError(f"--run-id must be 1..{MAX_RUN_ID_CHARS} printable characters")
     if not run_id:
-        print("p2ptrain: note: this token admits its peer to every run of this key; "
-              "--run RUN.toml or --run-id binds it to one", file=sys.stderr)  # fmt: skip
+        print(
+            "p2ptrain: note: this token admits its peer to every run of this key; "
+            "--run RUN.toml or --run-id binds it to one",
+            file=sys.stderr,
+        )
     print(issue_token(seed, peer, args.planner, expires_at, run_id).encode())
     return 0

@@ -70,10 +70,16 @@ def peer_compute(
         return None
     memory = np.array([_memory(measured.get(peer), run) for peer in peers], dtype=float)
     return PeerCompute(
-        times[0], times[1], times[2], run.n_layer, run.batch_size, run.micro_batches,
-        memory_bytes=memory, stage_bytes=RunStageBytes(run),
+        times[0],
+        times[1],
+        times[2],
+        run.n_layer,
+        run.batch_size,
+        run.micro_batches,
+        memory_bytes=memory,
+        stage_bytes=RunStageBytes(run),
         batch_per_replica=run.sync == "diloco",
-    )  # fmt: skip
+    )
 
 
 def _memory(compute: StageCompute | None, run: RunSpec) -> float:
@@ -100,10 +106,13 @@ class RunStageBytes:
         rows = math.ceil(math.ceil(replica_batch_rows(run, replicas)) / run.micro_batches)
         starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
         return [
-            float(stage_memory(config, range(starts[j], starts[j + 1]), rows,
-                               run.micro_batches).total_bytes)
+            float(
+                stage_memory(
+                    config, range(starts[j], starts[j + 1]), rows, run.micro_batches
+                ).total_bytes
+            )
             for j in range(stages)
-        ]  # fmt: skip
+        ]
 
 
 def measured_peers(peers: list[str], measured: Mapping[str, StageCompute | None]) -> frozenset[str]:

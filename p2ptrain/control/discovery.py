@@ -276,7 +276,9 @@ class Discovery:
         peerstore.add_addrs(peer_id, [Multiaddr(addr)], PEERSTORE_TTL_S)
         cache = getattr(self.state.host.get_network(), "_negative_peer_cache", None)
         if cache is not None and len(addrs) > 1:
-            cache.evict(peer)  # py-libp2p blocks a peer 60 s after a failed dial: not its other address
+            cache.evict(
+                peer
+            )  # py-libp2p blocks a peer 60 s after a failed dial: not its other address
         with trio.move_on_after(CONNECT_TIMEOUT_S):
             try:
                 await self.state.host.connect(PeerInfo(peer_id, [Multiaddr(addr)]))

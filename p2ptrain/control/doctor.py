@@ -40,8 +40,12 @@ CLOCK_WARN_S = 2.0
 CLOCK_FAIL_S = wire.MAX_CLOCK_SKEW_S / 2  # our messages would arrive half-stale, or worse
 SLOW_MBPS = 1.0
 BEHIND_NAT = 'docs/operations.md, "Behind NAT"'
-NETWORK_CHECKS = {"reachability": "reachability", "nat": "NAT", "clock": "clock skew",
-                  "bandwidth": "bandwidth to bootstrap"}  # fmt: skip
+NETWORK_CHECKS = {
+    "reachability": "reachability",
+    "nat": "NAT",
+    "clock": "clock skew",
+    "bandwidth": "bandwidth to bootstrap",
+}
 
 
 @dataclass(frozen=True)

@@ -131,8 +131,7 @@ def _validate(
         return False
     kind, author = header.kind, header.author
     if ID(msg.from_id).to_base58() != author:
-        intake.reject(sender, "replayed", f"{kind} by {author} re-published by another", topic,
-                      now)  # fmt: skip
+        intake.reject(sender, "replayed", f"{kind} by {author} re-published by another", topic, now)
         return False
     if kind not in kinds:
         intake.reject(sender, "malformed", f"{kind} does not belong on this topic", topic, now)

@@ -169,10 +169,14 @@ class LinkMeasurements:
                 continue
             connection = self.connections.get(peer, "direct")
             row[peer] = LinkReport(
-                s.rtt_ms, rtt_age, s.bandwidth_mbps, bw_age, connection,
+                s.rtt_ms,
+                rtt_age,
+                s.bandwidth_mbps,
+                bw_age,
+                connection,
                 rtt_failures=s.num_failures if failing else 0,
                 bandwidth_failures=s.rate_failures if failing else 0,
-            )  # fmt: skip
+            )
         return row
 
     def connection(self, a: str, b: str) -> str:

@@ -272,8 +272,11 @@ def publishable(plan: Plan) -> Plan | None:
     except (WireError, ValueError, TypeError) as exc:
         log.error(
             "BUG: plan term %d epoch %d does not decode (%s); not publishing it: %r",
-            plan.term, plan.epoch, exc, clamped.to_dict(),
-        )  # fmt: skip
+            plan.term,
+            plan.epoch,
+            exc,
+            clamped.to_dict(),
+        )
         return None
 
 

@@ -78,8 +78,11 @@ class PlanMaker:
         if current is None and len(members) < run.min_peers:
             if self._waiting_logged != len(members):
                 self._waiting_logged = len(members)
-                log.info("waiting for peers before the first plan: %d of %d alive",
-                         len(members), run.min_peers)  # fmt: skip
+                log.info(
+                    "waiting for peers before the first plan: %d of %d alive",
+                    len(members),
+                    run.min_peers,
+                )
             return False
         measured = stage_computes(self.view, members)
         links = self.view.links(now)
@@ -132,9 +135,13 @@ class PlanMaker:
         ):
             reason, previous_cost_s = "addresses", current.cost_s
             placement = planner.Placement(
-                current.stages, current.pipelines, current.spares, current.cost_s,
-                current.stage_layers, current.predicted_step_s,
-            )  # fmt: skip
+                current.stages,
+                current.pipelines,
+                current.spares,
+                current.cost_s,
+                current.stage_layers,
+                current.predicted_step_s,
+            )
         else:
             return False
         self._change_since = None
@@ -169,10 +176,19 @@ class PlanMaker:
         log.info(
             "published plan term %d epoch %d: %d peers, %d pipelines x %d stages, cost %.3f s "
             "(%d of %d links measured; one-way delay %.1f-%.1f ms, %.1f-%.1f Mbit/s)",
-            self._term, self._epoch, len(members), plan.num_replicas, plan.stages,
-            plan.cost_s, matrices.num_measured_delays, len(upper[0]),
-            delays.min(), delays.max(), rates.min(), rates.max(),
-        )  # fmt: skip
+            self._term,
+            self._epoch,
+            len(members),
+            plan.num_replicas,
+            plan.stages,
+            plan.cost_s,
+            matrices.num_measured_delays,
+            len(upper[0]),
+            delays.min(),
+            delays.max(),
+            rates.min(),
+            rates.max(),
+        )
         return True
 
     def _pays_to_switch(
@@ -266,7 +282,9 @@ def data_addrs_of(
 ) -> dict[str, tuple[str, ...]]:
     """Each member's data-plane addresses as its record announces them (ours: own_data_addrs)."""
     return {
-        peer: view.members[peer].record.data_addrs if peer in view.members else tuple(own_data_addrs)
+        peer: view.members[peer].record.data_addrs
+        if peer in view.members
+        else tuple(own_data_addrs)
         for peer in members
     }
 

@@ -77,9 +77,7 @@ def _canonical(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
-def encode(
-    seed: bytes, seq: int, body: Body, ts: float | None = None, run_id: str = ""
-) -> bytes:
+def encode(seed: bytes, seq: int, body: Body, ts: float | None = None, run_id: str = "") -> bytes:
     """Sign and serialize a record as the message of its kind, for run `run_id` ("": none);
     raises WireError if the result would be oversized."""
     return sign(seed, KIND_OF[type(body)], seq, body.to_dict(), ts, run_id)
@@ -202,5 +200,11 @@ BODY_RECORDS: dict[str, Callable[[object], Body]] = {
     "plan": Plan.from_dict,
     "revoked": Revocations.from_dict,
 }
-KIND_OF: dict[type, str] = {RunSpec: "run", PeerRecord: "peer", Telemetry: "telemetry",
-                            Claim: "claim", Plan: "plan", Revocations: "revoked"}  # fmt: skip
+KIND_OF: dict[type, str] = {
+    RunSpec: "run",
+    PeerRecord: "peer",
+    Telemetry: "telemetry",
+    Claim: "claim",
+    Plan: "plan",
+    Revocations: "revoked",
+}

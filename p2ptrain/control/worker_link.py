@@ -110,8 +110,11 @@ class WorkerLink:
         elif isinstance(message, ComputeReport):
             state.stage_compute = message.compute
             state.publish_soon("record")  # the planner prices our stages from it
-            log.info("worker timed the run's model: %.3g ms per row and block on %s",
-                     message.compute.block_row_s * 1e3, message.compute.device)  # fmt: skip
+            log.info(
+                "worker timed the run's model: %.3g ms per row and block on %s",
+                message.compute.block_row_s * 1e3,
+                message.compute.device,
+            )
         else:
             log.warning("ipc: ignoring a %s message from the worker", message.TYPE)
 

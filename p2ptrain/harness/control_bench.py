@@ -59,13 +59,20 @@ class PlannerState:
 def _quantiles(values: np.ndarray) -> dict[str, float]:
     if values.size == 0:
         return {"median": float("nan"), "p90": float("nan")}
-    return {"median": round(float(np.median(values)), 4), "p90": round(float(np.quantile(values, 0.9)), 4)}
+    return {
+        "median": round(float(np.median(values)), 4),
+        "p90": round(float(np.quantile(values, 0.9)), 4),
+    }
 
 
 class ControlBench:
     def __init__(self, num_peers: int, seed: int = 0, horizon_s: float = 240.0) -> None:
-        run = RunSpec(run_id="bench-control", stages=STAGES, n_layer=24,
-                      min_peers=max(2, int(MIN_PEERS_SHARE * num_peers)))  # fmt: skip
+        run = RunSpec(
+            run_id="bench-control",
+            stages=STAGES,
+            n_layer=24,
+            min_peers=max(2, int(MIN_PEERS_SHARE * num_peers)),
+        )
         self.sim = Simulation(num_peers, seed, run)
         self.num_peers, self.seed, self.horizon_s = num_peers, seed, horizon_s
         self.state = PlannerState()
@@ -119,13 +126,15 @@ class ControlBench:
 
     def _search(self, estimate: EstimatedMatrices, replicas: int) -> tuple[list[list[int]], float]:
         m = estimate.matrices
-        topology = Topology(list(m.peers), m.delay_ms, m.bandwidth_gbps,
-                            workload=paper_workload(STAGES, replicas))  # fmt: skip
+        topology = Topology(
+            list(m.peers), m.delay_ms, m.bandwidth_gbps, workload=paper_workload(STAGES, replicas)
+        )
         # the search's CPU time, not its wall time: a busy machine must not slow the simulated
         # planner (the live one searches in a process of its own)
         started = time.process_time()
-        plan = plan_swarm(topology, STAGES, replicas, seed=self.seed,
-                          max_evaluations=SEARCH_EVALUATIONS)  # fmt: skip
+        plan = plan_swarm(
+            topology, STAGES, replicas, seed=self.seed, max_evaluations=SEARCH_EVALUATIONS
+        )
         wall = time.process_time() - started
         self.state.search_wall_s += wall
         return plan.pipelines, wall
@@ -183,8 +192,10 @@ class ControlBench:
             pipelines, wall = self._search(confirmed, len(pipelines))
             state.replanned += 1
             state.busy_until = sim.now + wait + wall
-            sim.at(state.busy_until,
-                   lambda: self._confirm(peer, members, confirmed, pipelines, round_ + 1))  # fmt: skip
+            sim.at(
+                state.busy_until,
+                lambda: self._confirm(peer, members, confirmed, pipelines, round_ + 1),
+            )
             return
         state.estimate = confirmed
         state.busy_until = sim.now + wait
@@ -199,7 +210,9 @@ class ControlBench:
         for a, b in links:
             ends = [self.sim.peers[members[x]].links.get(members[y]) for x, y in ((a, b), (b, a))]
             rtts = [s.rtt_ms for s in ends if s is not None and s.rtt_ms is not None]
-            rates = [s.bandwidth_mbps for s in ends if s is not None and s.bandwidth_mbps is not None]
+            rates = [
+                s.bandwidth_mbps for s in ends if s is not None and s.bandwidth_mbps is not None
+            ]
             if rtts:  # the pessimistic end, as control/links.py merges them
                 delay[a, b] = delay[b, a] = max(rtts) / 2
                 rtt_known[a, b] = rtt_known[b, a] = True
@@ -225,11 +238,15 @@ class ControlBench:
         ids = [sim.peers[i].peer_id for i in members]
         placed = {p for pipe in pipelines for p in pipe}
         plan = Plan(
-            term=view.term, epoch=1, planner=peer.peer_id, stages=STAGES,
+            term=view.term,
+            epoch=1,
+            planner=peer.peer_id,
+            stages=STAGES,
             pipelines=tuple(tuple(ids[p] for p in pipe) for pipe in pipelines),
             spares=tuple(ids[i] for i in range(len(ids)) if i not in placed),
-            data_addrs={p: (f"/ip4/203.0.113.9/tcp/4002/p2p/{p}",) for p in ids}, cost_s=1.0,
-        )  # fmt: skip
+            data_addrs={p: (f"/ip4/203.0.113.9/tcp/4002/p2p/{p}",) for p in ids},
+            cost_s=1.0,
+        )
         view.adopt_own_plan(plan)
         sim.flood(sim.plan_bytes(plan))
         sim.deliver_plan(peer, plan)
@@ -255,9 +272,16 @@ class ControlBench:
             tuple(p if p in alive else (spares.pop() if spares else p) for p in pipe)
             for pipe in view.plan.pipelines
         )
-        plan = Plan(term=view.term, epoch=1, planner=peer.peer_id, stages=view.plan.stages,
-                    pipelines=pipelines, spares=tuple(spares), data_addrs=view.plan.data_addrs,
-                    cost_s=view.plan.cost_s)  # fmt: skip
+        plan = Plan(
+            term=view.term,
+            epoch=1,
+            planner=peer.peer_id,
+            stages=view.plan.stages,
+            pipelines=pipelines,
+            spares=tuple(spares),
+            data_addrs=view.plan.data_addrs,
+            cost_s=view.plan.cost_s,
+        )
         view.adopt_own_plan(plan)
         sim.flood(sim.plan_bytes(plan))
         sim.deliver_plan(peer, plan)
@@ -284,10 +308,16 @@ class ControlBench:
         truth_topology = Topology(list(m.peers), true_rtt / 2, true_rate / 1e3, workload=workload)
         truth = EstimatedMatrices(
             type(m)(list(m.peers), true_rtt / 2, true_rate / 1e3, 0),
-            state.estimate.rtt_measured, state.estimate.rate_measured,
-        )  # fmt: skip
-        best = plan_swarm(truth_topology, STAGES, len(pipelines), seed=self.seed,
-                          max_evaluations=SEARCH_EVALUATIONS)  # fmt: skip
+            state.estimate.rtt_measured,
+            state.estimate.rate_measured,
+        )
+        best = plan_swarm(
+            truth_topology,
+            STAGES,
+            len(pipelines),
+            seed=self.seed,
+            max_evaluations=SEARCH_EVALUATIONS,
+        )
         ours = self._cost(truth, pipelines, workload)
         self.results.update(
             rtt_error=_quantiles(rtt_error),
@@ -299,7 +329,9 @@ class ControlBench:
     def run(self) -> dict[str, Any]:
         started = time.perf_counter()
         sim, state = self.sim, self.state
-        sim.median_one_way_s = float(np.median(sim.truth.matrices(list(range(min(200, len(sim.peers)))))[0])) / 2e3
+        sim.median_one_way_s = (
+            float(np.median(sim.truth.matrices(list(range(min(200, len(sim.peers)))))[0])) / 2e3
+        )
         sim.run_until(self.horizon_s, stop=lambda: state.failover_s is not None)
         end = sim.now
         bytes_per_s, messages_per_s, probes_per_s = [], [], []

@@ -42,7 +42,9 @@ RATE_PROBE_INTERVAL_S = 60.0  # steady state; a neighbour without a rate is prob
 FIRST_RATE_PROBE_INTERVAL_S = 3.0
 MIN_RATES_MEASURED = 4
 TELEMETRY_INTERVAL_S = 4.0  # to the candidates only: also their proof that the peer lives
-DIGEST_INTERVAL_S = 10.0  # membership anti-entropy with one random peer: a digest, pages if it differs
+DIGEST_INTERVAL_S = (
+    10.0  # membership anti-entropy with one random peer: a digest, pages if it differs
+)
 ELECTION_TICK_S = 0.5
 NUM_CANDIDATES = 5  # planner-token holders
 MESH_DEGREE = 6
@@ -114,13 +116,21 @@ class Simulation:
         seed = secrets.token_bytes(32)
         author = identity.peer_id_of(seed)
         coord = NetCoordinate((123.45, -67.89, 12.34), 8.5, 0.123).to_dict()
-        empty = len(wire.sign(seed, "telemetry", 1, Telemetry({}).to_dict(), run_id=self.run.run_id))
+        empty = len(
+            wire.sign(seed, "telemetry", 1, Telemetry({}).to_dict(), run_id=self.run.run_id)
+        )
         report = LinkReport(123.4, 1.5, 456.7, 12.3)
         one_link = len(wire._canonical({"links": {author: report.to_dict()}})) - len(
             wire._canonical({"links": {}})
         )
-        record = PeerRecord((f"/ip4/203.0.113.7/tcp/4001/p2p/{author}",), "trainer", False,
-                            "0.1.0", {}, data_addrs=(f"/ip4/203.0.113.7/tcp/4002/p2p/{author}",))  # fmt: skip
+        record = PeerRecord(
+            (f"/ip4/203.0.113.7/tcp/4001/p2p/{author}",),
+            "trainer",
+            False,
+            "0.1.0",
+            {},
+            data_addrs=(f"/ip4/203.0.113.7/tcp/4002/p2p/{author}",),
+        )
         own = {"coord": coord, "cap": {"up_mbps": 123.45, "down_mbps": 678.9}}
         return {
             "telemetry_base": empty + len(wire._canonical(own)),
@@ -157,8 +167,9 @@ class Simulation:
     def flood(self, num_bytes: int) -> None:
         for peer in self.peers:
             if peer.alive:
-                self.counters.charge(peer.index, 2 * (MESH_DEGREE - 1) * num_bytes,
-                                     2 * (MESH_DEGREE - 1))  # fmt: skip
+                self.counters.charge(
+                    peer.index, 2 * (MESH_DEGREE - 1) * num_bytes, 2 * (MESH_DEGREE - 1)
+                )
 
     def num_alive(self) -> int:
         return sum(p.alive for p in self.peers)
@@ -185,7 +196,9 @@ class Simulation:
             self.counters.charge(index, self.num_alive() * 80, self.num_alive() / 100)
         self.at(when + self.rng.uniform(0, 1), lambda: self._rtt_tick(peer))
         self.at(when + self.rng.uniform(1, 3), lambda: self._rate_tick(peer))
-        self.at(when + self.rng.uniform(0, TELEMETRY_INTERVAL_S), lambda: self._telemetry_tick(peer))
+        self.at(
+            when + self.rng.uniform(0, TELEMETRY_INTERVAL_S), lambda: self._telemetry_tick(peer)
+        )
         self.at(when + self.rng.uniform(0, DIGEST_INTERVAL_S), lambda: self._digest_tick(peer))
         return peer
 
@@ -197,10 +210,14 @@ class Simulation:
 
     def _make_candidate(self, peer: SimPeer) -> None:
         view = SwarmView(
-            self_id=peer.peer_id, role="trainer", planner_capable=True, started_at=peer.joined_at,
-            bootstrap_id=identity.peer_id_of(self.organiser), run=self.run,
+            self_id=peer.peer_id,
+            role="trainer",
+            planner_capable=True,
+            started_at=peer.joined_at,
+            bootstrap_id=identity.peer_id_of(self.organiser),
+            run=self.run,
             own_token=issue_token(self.organiser, peer.peer_id, True, 4e9, self.run.run_id),
-        )  # fmt: skip
+        )
         view.anchor_term(0)
         peer.view = view
         self.candidates.append(peer)
@@ -224,8 +241,10 @@ class Simulation:
     def _rtt_tick(self, peer: SimPeer) -> None:
         if not peer.alive:
             return
-        self.at(self.now + RTT_PROBE_INTERVAL_S * peer.rng.uniform(0.8, 1.2),
-                lambda: self._rtt_tick(peer))  # fmt: skip
+        self.at(
+            self.now + RTT_PROBE_INTERVAL_S * peer.rng.uniform(0.8, 1.2),
+            lambda: self._rtt_tick(peer),
+        )
         if not peer.neighbours or peer.rotation <= (self.now - peer.joined_at) // ROTATE_RANDOM_S:
             self.refresh_neighbours(peer)
         if not peer.neighbours:
@@ -266,16 +285,22 @@ class Simulation:
         for i in peer.partners:
             members[self.peers[i].peer_id] = i
         chosen = choose_neighbours(
-            peer.peer_id, members, predicted, [self.peers[i].peer_id for i in peer.partners],
+            peer.peer_id,
+            members,
+            predicted,
+            [self.peers[i].peer_id for i in peer.partners],
             seed=peer.rotation,
-        )  # fmt: skip
+        )
         peer.neighbours = tuple(members[p] for p in chosen)
 
     def _rate_tick(self, peer: SimPeer) -> None:
         if not peer.alive:
             return
-        unmeasured = [i for i in peer.neighbours if (s := peer.links.get(i)) is None
-                      or s.bandwidth_mbps is None]  # fmt: skip
+        unmeasured = [
+            i
+            for i in peer.neighbours
+            if (s := peer.links.get(i)) is None or s.bandwidth_mbps is None
+        ]
         num_rates = sum(s.bandwidth_mbps is not None for s in peer.links.values())
         # fast until a few rates place its capacity, then a neighbour now and then
         fast = num_rates < MIN_RATES_MEASURED
@@ -293,7 +318,9 @@ class Simulation:
         """One rate probe from `peer` to `target`: both ends learn their capacities from it."""
         sample = peer.links.setdefault(target.index, LinkSample())
         num_bytes = probe_bytes(sample.bandwidth_mbps, (sample.rtt_ms or 0.0) / 1e3)
-        self.counters.probe_bytes[peer.index] = self.counters.probe_bytes.get(peer.index, 0) + num_bytes
+        self.counters.probe_bytes[peer.index] = (
+            self.counters.probe_bytes.get(peer.index, 0) + num_bytes
+        )
         self.counters.charge(peer.index, self.sizes["probe"], 2)
         if not target.alive:
             sample.rate_failures += 1
@@ -328,16 +355,20 @@ class Simulation:
             if s is None or (s.rtt_ms is None and s.bandwidth_mbps is None):
                 continue
             row[self.peers[i].peer_id] = LinkReport(
-                s.rtt_ms, None if s.rtt_at is None else round(self.now - s.rtt_at, 3),
-                s.bandwidth_mbps, None if s.bandwidth_at is None else round(self.now - s.bandwidth_at, 3),
-            )  # fmt: skip
+                s.rtt_ms,
+                None if s.rtt_at is None else round(self.now - s.rtt_at, 3),
+                s.bandwidth_mbps,
+                None if s.bandwidth_at is None else round(self.now - s.bandwidth_at, 3),
+            )
         return Telemetry(row)
 
     def _telemetry_tick(self, peer: SimPeer) -> None:
         if not peer.alive:
             return
-        self.at(self.now + TELEMETRY_INTERVAL_S * peer.rng.uniform(0.9, 1.1),
-                lambda: self._telemetry_tick(peer))  # fmt: skip
+        self.at(
+            self.now + TELEMETRY_INTERVAL_S * peer.rng.uniform(0.9, 1.1),
+            lambda: self._telemetry_tick(peer),
+        )
         telemetry = self.telemetry_of(peer)
         size = self.sizes["telemetry_base"] + len(telemetry.links) * self.sizes["telemetry_link"]
         receivers = [c for c in self.candidates if c.alive and c is not peer]

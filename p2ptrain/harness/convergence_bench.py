@@ -65,14 +65,18 @@ def default_variants(inner_steps: list[int]) -> list[Variant]:
     """step, diloco at each H, diloco at the first H with int8 and top-k, activations fp16/int8."""
     first = inner_steps[0]
     variants = [Variant("step")]
+    variants += [Variant(f"diloco_h{h}", "diloco", h, limit=LIMITS["diloco"]) for h in inner_steps]
     variants += [
-        Variant(f"diloco_h{h}", "diloco", h, limit=LIMITS["diloco"]) for h in inner_steps
-    ]
-    variants += [
-        Variant(f"diloco_h{first}_{codec}", "diloco", first, codec, reference=f"diloco_h{first}",
-                limit=LIMITS[codec])
+        Variant(
+            f"diloco_h{first}_{codec}",
+            "diloco",
+            first,
+            codec,
+            reference=f"diloco_h{first}",
+            limit=LIMITS[codec],
+        )
         for codec in ("int8", "topk")
-    ]  # fmt: skip
+    ]
     variants += [
         Variant("act_fp16", boundary="fp16"),
         Variant("act_int8", boundary="int8", reference="act_fp16", limit=LIMITS["act_int8"]),
@@ -154,7 +158,9 @@ def train_variant(
 ) -> Curve:
     """Train one variant for spec.steps steps on `corpus`; its loss curve and held-out losses."""
     torch.manual_seed(spec.seed)
-    base: nn.Module = BoundaryModel(spec, variant.boundary) if variant.boundary else build_model(spec)
+    base: nn.Module = (
+        BoundaryModel(spec, variant.boundary) if variant.boundary else build_model(spec)
+    )
     count = num_replicas if variant.sync == "diloco" else 1
     replicas = [Replica(copy.deepcopy(base), spec, variant) for _ in range(count)]
     curve = Curve()
@@ -197,9 +203,11 @@ def run_benchmark(
     """Every variant at equal tokens; the JSON of the bench (`variants`, `replicas`, ...)."""
     base = spec or RunSpec()
     spec = base.replace(
-        steps=steps, batch_size=num_replicas * batch_per_replica, micro_batches=1,
+        steps=steps,
+        batch_size=num_replicas * batch_per_replica,
+        micro_batches=1,
         warmup_steps=max(base.warmup_steps, steps // 20),
-    )  # fmt: skip
+    )
     corpus = load_corpus(spec)
     split = int(corpus.numel() * (1 - HELD_OUT_FRACTION))
     train, held = corpus[:split], corpus[split:]
@@ -219,22 +227,31 @@ def run_benchmark(
             "train_loss_tail": round(_tail_mean(curve.loss), 5),
             "bytes_per_value": round(bytes_per_value(variant, spec, numel), 5),
             "syncs_per_step": round(1 / variant.inner_steps, 5),
-            "sync": variant.sync, "inner_steps": variant.inner_steps,
+            "sync": variant.sync,
+            "inner_steps": variant.inner_steps,
             "outer_compression": variant.outer_compression if variant.sync == "diloco" else "",
-            "boundary": variant.boundary, "reference": variant.reference,
+            "boundary": variant.boundary,
+            "reference": variant.reference,
             "wall_s": round(curve.wall_s, 1),
-        }  # fmt: skip
+        }
         progress(f"{variant.name}: final held-out loss {curve.eval[-1][1]:.4f}")
     _add_ratios(results, variants)
     return {
-        "variants": results, "replicas": num_replicas, "steps": steps,
+        "variants": results,
+        "replicas": num_replicas,
+        "steps": steps,
         "tokens": steps * spec.batch_size * spec.block_size,
-        "batch_per_replica": batch_per_replica, "lr": spec.lr, "min_lr": spec.min_lr,
-        "warmup_steps": spec.warmup_steps, "outer_lr": spec.outer_lr,
-        "outer_momentum": spec.outer_momentum, "topk_fraction": spec.topk_fraction,
-        "parameters": numel, "final_loss": "held-out loss of the final model",
+        "batch_per_replica": batch_per_replica,
+        "lr": spec.lr,
+        "min_lr": spec.min_lr,
+        "warmup_steps": spec.warmup_steps,
+        "outer_lr": spec.outer_lr,
+        "outer_momentum": spec.outer_momentum,
+        "topk_fraction": spec.topk_fraction,
+        "parameters": numel,
+        "final_loss": "held-out loss of the final model",
         "held_out_tokens": EVAL_SEQUENCES * spec.block_size,
-    }  # fmt: skip
+    }
 
 
 def _tail_mean(values: list[float]) -> float:

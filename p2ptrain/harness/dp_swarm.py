@@ -37,17 +37,32 @@ class DataParallelSwarm:
         try:
             for i in range(self.num_peers):
                 argv = [
-                    sys.executable, "-m", "p2ptrain.harness.dp_trainer", "--run", str(run_path),
-                    "--index", str(i), "--num-peers", str(self.num_peers),
-                    "--rendezvous", str(self.workdir),
-                ]  # fmt: skip
+                    sys.executable,
+                    "-m",
+                    "p2ptrain.harness.dp_trainer",
+                    "--run",
+                    str(run_path),
+                    "--index",
+                    str(i),
+                    "--num-peers",
+                    str(self.num_peers),
+                    "--rendezvous",
+                    str(self.workdir),
+                ]
                 if self.bed is not None:
                     network = testbed_network(self.bed)
-                    argv = self.bed.command(i, [
-                        *argv, "--listen-host", self.bed.address(i),
-                        "--max-rtt-s", str(network.max_rtt_s),
-                        "--min-rate-mbps", str(network.min_rate_mbps),
-                    ])  # fmt: skip
+                    argv = self.bed.command(
+                        i,
+                        [
+                            *argv,
+                            "--listen-host",
+                            self.bed.address(i),
+                            "--max-rtt-s",
+                            str(network.max_rtt_s),
+                            "--min-rate-mbps",
+                            str(network.min_rate_mbps),
+                        ],
+                    )
                 log_path = self.workdir / f"dp-{i}.log"
                 self.procs.append(procs.spawn(argv, log_path=log_path))
         except BaseException:

@@ -80,9 +80,14 @@ def main(argv: list[str] | None = None) -> None:
         if args.max_rtt_s is not None:
             network = NetworkFacts(args.max_rtt_s, args.min_rate_mbps or 5.0)
         train(
-            spec, args.index, args.num_peers, Path(args.rendezvous), args.listen_host,
-            args.verbose, network,
-        )  # fmt: skip
+            spec,
+            args.index,
+            args.num_peers,
+            Path(args.rendezvous),
+            args.listen_host,
+            args.verbose,
+            network,
+        )
     except Exception:
         log.exception("data-parallel trainer failed")
         code = 1
@@ -188,8 +193,11 @@ def _jump_ahead(opt: Any, step: int, metrics: Path) -> None:
     target = max(step + 1, opt.tracker.global_epoch)
     log.warning(
         "step %d: %d state downloads failed; jumping to the swarm's step %d with our own "
-        "parameters", step, MAX_RESYNC_ATTEMPTS, target,
-    )  # fmt: skip
+        "parameters",
+        step,
+        MAX_RESYNC_ATTEMPTS,
+        target,
+    )
     opt.state_averager.local_epoch = target
     opt.tracker.report_local_progress(target, 0)
     for missed in range(step, target):

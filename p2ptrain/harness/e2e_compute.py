@@ -118,8 +118,18 @@ def measured_compute(
     its worker ran under), each stage's machine runs that quota with the testbed's period
     (testbed/cpu.py), as the kernel ran it."""
     medians = stage_medians(logs, plan_key)
-    keys = ("forward", "backward", "update", "local", "frame", "cores", "period", "before",
-            "after", "helpers")  # fmt: skip
+    keys = (
+        "forward",
+        "backward",
+        "update",
+        "local",
+        "frame",
+        "cores",
+        "period",
+        "before",
+        "after",
+        "helpers",
+    )
     grid: dict[str, list[list[float]]] = {k: [] for k in keys}
     for pipe in pipelines:
         rows: dict[str, list[float]] = {k: [] for k in grid}
@@ -171,9 +181,17 @@ def compute_summary(
         timed = medians[peer] if peer < len(medians) else None
         return None if timed is None or key not in timed else round(timed[key], 4)
 
-    keys = (*COMPUTE_FIELDS, *CPU_FIELDS, "averaging_s", "averaging_cpu_s",
-            "averaging_before_share", "averaging_after_share", "frame_cpu_s", "helpers_cores",
-            "step_s")  # fmt: skip
+    keys = (
+        *COMPUTE_FIELDS,
+        *CPU_FIELDS,
+        "averaging_s",
+        "averaging_cpu_s",
+        "averaging_before_share",
+        "averaging_after_share",
+        "frame_cpu_s",
+        "helpers_cores",
+        "step_s",
+    )
     return {key: [[of(peer, key) for peer in pipe] for pipe in pipelines] for key in keys}
 
 

@@ -80,8 +80,10 @@ def train_join(
         if not planned_s:
             planned_s.append(time.monotonic())
         plans.append(plan)
-        progress(f"{label}: plan term {plan.term} epoch {plan.epoch} after "
-                 f"{time.monotonic() - started_s:.0f} s")  # fmt: skip
+        progress(
+            f"{label}: plan term {plan.term} epoch {plan.epoch} after "
+            f"{time.monotonic() - started_s:.0f} s"
+        )
 
     def on_step(step: int, loss: float, tokens_per_s: float) -> None:
         steps.append((time.monotonic() - planned_s[0], loss))
@@ -91,9 +93,15 @@ def train_join(
     try:
         # --profile: the step simulation takes each stage's CPU from the workers' profiles
         result = train_with_control_plane(
-            spec, bed.num_peers, workdir, on_plan, on_step, TestbedSites(bed),
-            own_checkpoints=True, profile=True,
-        )  # fmt: skip
+            spec,
+            bed.num_peers,
+            workdir,
+            on_plan,
+            on_step,
+            TestbedSites(bed),
+            own_checkpoints=True,
+            profile=True,
+        )
         peer_ids = [
             identity.peer_id_of(identity.load_identity(workdir / f"peer-{i}.key"))
             for i in range(bed.num_peers)
@@ -102,10 +110,21 @@ def train_join(
         # a re-plan restarts the sessions: the run is described by the plan that trained most
         main = max(range(len(plans)), key=steps_under.count) if steps_under else -1
         # tokens a step by the plan each step ran under (diloco: R x batch_size rows)
-        step_tokens = [tokens_per_step(spec, (plans[i] if plans else result.plan).num_replicas)
-                       for i in steps_under]  # fmt: skip
-        described = describe_run(bed, spec, plans[main] if plans else result.plan, peer_ids,
-                                 logs, result, steps, planned_s[0] - started_s, step_tokens)  # fmt: skip
+        step_tokens = [
+            tokens_per_step(spec, (plans[i] if plans else result.plan).num_replicas)
+            for i in steps_under
+        ]
+        described = describe_run(
+            bed,
+            spec,
+            plans[main] if plans else result.plan,
+            peer_ids,
+            logs,
+            result,
+            steps,
+            planned_s[0] - started_s,
+            step_tokens,
+        )
         described["plans"] = [[p.term, p.epoch, steps_under.count(i)] for i, p in enumerate(plans)]
         return described
     finally:

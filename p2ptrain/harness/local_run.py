@@ -86,8 +86,15 @@ def train_with_control_plane(
     write_run_toml(spec.replace(min_peers=num_peers), run_path)
     nodes: list[subprocess.Popen[bytes]] = []
     try:
-        args = ["bootstrap", "--identity", str(workdir / "bootstrap.key"), "--run", str(run_path),
-                *_flag("--listen", sites.listen(-1)), *_flag("--http", http)]  # fmt: skip
+        args = [
+            "bootstrap",
+            "--identity",
+            str(workdir / "bootstrap.key"),
+            "--run",
+            str(run_path),
+            *_flag("--listen", sites.listen(-1)),
+            *_flag("--http", http),
+        ]
         boot = _start(sites, -1, args, workdir / "bootstrap.log", stdout=subprocess.PIPE)
         nodes.append(boot)
         address = _first_line(boot, START_TIMEOUT_S)
@@ -97,11 +104,27 @@ def train_with_control_plane(
             key = workdir / f"peer-{i}.key"
             # every node of a local run may plan: the organiser's planner token for it; one
             # torch thread each (the nodes share this machine's cores)
-            token = issue_token(organiser, identity.peer_id_of(identity.load_or_create_identity(key)),
-                                True, time.time() + TOKEN_LIFETIME_S).encode()  # fmt: skip
-            args = ["join", "--bootstrap", address, "--identity", str(key), "--token", token,
-                    *_flag("--listen", sites.listen(i)), *_flag("--data-listen", sites.data_listen(i)),
-                    "--metrics-log", str(logs[i]), "--threads", "1"]  # fmt: skip
+            token = issue_token(
+                organiser,
+                identity.peer_id_of(identity.load_or_create_identity(key)),
+                True,
+                time.time() + TOKEN_LIFETIME_S,
+            ).encode()
+            args = [
+                "join",
+                "--bootstrap",
+                address,
+                "--identity",
+                str(key),
+                "--token",
+                token,
+                *_flag("--listen", sites.listen(i)),
+                *_flag("--data-listen", sites.data_listen(i)),
+                "--metrics-log",
+                str(logs[i]),
+                "--threads",
+                "1",
+            ]
             if own_checkpoints:
                 args += ["--checkpoint-dir", str(workdir / f"peer-{i}" / "checkpoints")]
             if profile:

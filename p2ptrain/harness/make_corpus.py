@@ -22,9 +22,10 @@ MAX_FILE_BYTES = 60_000
 
 def corpus_files(root: Path) -> list[Path]:
     return sorted(
-        p for p in root.glob("*.py")
+        p
+        for p in root.glob("*.py")
         if not p.name.startswith("_") and p.stat().st_size <= MAX_FILE_BYTES
-    )  # fmt: skip
+    )
 
 
 def main(argv: list[str]) -> int:

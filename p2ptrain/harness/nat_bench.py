@@ -92,8 +92,9 @@ def _run_swarm(
         def status(address: str) -> SwarmStatus | None:
             argv = [sys.executable, "-m", "p2ptrain", "status", "--bootstrap", address, "--json"]
             try:
-                done = subprocess.run(sites.command(0, argv), capture_output=True, text=True,
-                                      timeout=STATUS_TIMEOUT_S)  # fmt: skip
+                done = subprocess.run(
+                    sites.command(0, argv), capture_output=True, text=True, timeout=STATUS_TIMEOUT_S
+                )
                 return SwarmStatus.from_dict(json.loads(done.stdout))
             except Exception as exc:
                 why = done.stderr.strip()[-500:] if "done" in locals() else ""
@@ -121,11 +122,19 @@ def _run_swarm(
 
         progress(f"{label} swarm: {num_peers} peers, NATs {list(nats)}")
         result = train_with_control_plane(
-            spec, num_peers, workdir, lambda plan: None, on_step, sites,
-            on_started=on_started, before_stop=before_stop,
-        )  # fmt: skip
-    ids = [identity.peer_id_of(identity.load_identity(workdir / f"peer-{i}.key"))
-           for i in range(num_peers)]  # fmt: skip
+            spec,
+            num_peers,
+            workdir,
+            lambda plan: None,
+            on_step,
+            sites,
+            on_started=on_started,
+            before_stop=before_stop,
+        )
+    ids = [
+        identity.peer_id_of(identity.load_identity(workdir / f"peer-{i}.key"))
+        for i in range(num_peers)
+    ]
     final: SwarmStatus | None = seen.get("status")
     return {
         "peers": _peers(ids, nats, result.plan.peers(), final),
@@ -159,14 +168,16 @@ def _peers(
             if peer in (link.a, link.b) and {link.a, link.b} <= set(ids):
                 counts[link.connection] += 1
         known = by_id.get(peer)
-        rows.append({
-            "id": peer,
-            "nat": nat,
-            "reachability": "unknown" if known is None else known.reachability,
-            "links": counts,
-            "in_plan": peer in planned,
-            "steps": None if known is None or known.metrics is None else known.metrics.step,
-        })  # fmt: skip
+        rows.append(
+            {
+                "id": peer,
+                "nat": nat,
+                "reachability": "unknown" if known is None else known.reachability,
+                "links": counts,
+                "in_plan": peer in planned,
+                "steps": None if known is None or known.metrics is None else known.metrics.step,
+            }
+        )
     return rows
 
 
@@ -217,11 +228,15 @@ def render(result: dict[str, Any]) -> str:
     lines = [f"{'peer':>10}  {'nat':<9} {'reach':<8} {'direct':>6} {'punched':>7} {'relayed':>7}"]
     for p in result["peers"]:
         links = p["links"]
-        lines.append(f"{p['id'][-8:]:>10}  {p['nat']:<9} {p['reachability']:<8} "
-                     f"{links['direct']:>6} {links['holepunched']:>7} {links['relayed']:>7}")  # fmt: skip
-    lines.append(f"steps {result['steps']}, loss {result['loss'][0]:.3f} -> {result['loss'][-1]:.3f}"
-                 + (f" (all public: {result['baseline_loss'][-1]:.3f})" if "baseline_loss" in result else "")
-                 + f", relayed {result['relay_bytes'] / 1e6:.1f} MB")  # fmt: skip
+        lines.append(
+            f"{p['id'][-8:]:>10}  {p['nat']:<9} {p['reachability']:<8} "
+            f"{links['direct']:>6} {links['holepunched']:>7} {links['relayed']:>7}"
+        )
+    lines.append(
+        f"steps {result['steps']}, loss {result['loss'][0]:.3f} -> {result['loss'][-1]:.3f}"
+        + (f" (all public: {result['baseline_loss'][-1]:.3f})" if "baseline_loss" in result else "")
+        + f", relayed {result['relay_bytes'] / 1e6:.1f} MB"
+    )
     lines.append(
         "checks: " + ", ".join(f"{k} {'ok' if v else 'FAIL'}" for k, v in result["checks"].items())
     )

@@ -85,14 +85,18 @@ async def serve_accepting(
                     raise
                 failures += 1
                 if failures % 100 == 1:  # the 1st, then every 100th: a flood is not a log flood
-                    log.warning("%s: accept failed (%d so far), backing off: %s", what, failures, exc)
+                    log.warning(
+                        "%s: accept failed (%d so far), backing off: %s", what, failures, exc
+                    )
                 await trio.sleep(ACCEPT_BACKOFF_S)
                 continue
             source = _source_of(stream)
             if not caps.admit(source):
                 stream.socket.close()  # at once: a flood holds nothing
                 if caps.refused % 100 == 1:
-                    log.warning("%s: refused connections over the caps (%d so far)", what, caps.refused)
+                    log.warning(
+                        "%s: refused connections over the caps (%d so far)", what, caps.refused
+                    )
                 continue
             start_contained(nursery, what, _served, handle, stream, caps, source)
 

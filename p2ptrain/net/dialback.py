@@ -18,6 +18,7 @@ requester IP and in all, and at most MAX_CONCURRENT_REQUESTS are dialling at onc
 a limit is answered with `error` and no dial. The dial uses a throwaway key and stops after the
 Noise handshake, so the requester never registers it as a connection (no muxer, no identify).
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -41,9 +41,9 @@ def start_contained(nursery: trio.Nursery, what: str, task: Task, *args: Any) ->
     nursery.start_soon(contained, what, task, *args)
 
 
-def guard_stream_handler(what: str, handler: Callable[[Any], Awaitable[None]]) -> Callable[
-    [Any], Awaitable[None]
-]:
+def guard_stream_handler(
+    what: str, handler: Callable[[Any], Awaitable[None]]
+) -> Callable[[Any], Awaitable[None]]:
     """A stream handler that turns any `Exception` of `handler` into resetting that stream."""
 
     async def guarded(stream: Any) -> None:
@@ -53,8 +53,11 @@ def guard_stream_handler(what: str, handler: Callable[[Any], Awaitable[None]]) -
             protocol = getattr(stream, "get_protocol", lambda: None)()
             log.info(
                 "%s stream (%s) failed and was reset: %s: %s",
-                what, protocol, type(exc).__name__, exc,
-            )  # fmt: skip
+                what,
+                protocol,
+                type(exc).__name__,
+                exc,
+            )
             with contextlib.suppress(Exception):
                 await stream.reset()
 

@@ -270,9 +270,12 @@ class RelayServer:
         self.spliced.append(circuit)
         try:
             await splice(
-                circuit.halves[0], circuit.halves[1], self.counters, MAX_CIRCUIT_BYTES,
+                circuit.halves[0],
+                circuit.halves[1],
+                self.counters,
+                MAX_CIRCUIT_BYTES,
                 idle_s=CIRCUIT_IDLE_S,
-            )  # fmt: skip
+            )
         finally:
             self.counters.active -= 1
             self.spliced.remove(circuit)

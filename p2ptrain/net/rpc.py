@@ -98,8 +98,12 @@ class InboundLimits:
                 with trio.move_on_after(self.deadline_s) as deadline:
                     await handler(stream)
                 if deadline.cancelled_caught:
-                    log.info("reset a %s stream from %s: open past %.0f s",
-                             stream.get_protocol(), peer, self.deadline_s)  # fmt: skip
+                    log.info(
+                        "reset a %s stream from %s: open past %.0f s",
+                        stream.get_protocol(),
+                        peer,
+                        self.deadline_s,
+                    )
                     with contextlib.suppress(Exception):
                         await stream.reset()
             finally:
@@ -121,8 +125,9 @@ def make_handler(respond: Responder) -> Handler:
                 request = await read_frame(stream, MAX_REQUEST_BYTES)
                 reply = json.dumps(await respond(request), separators=(",", ":")).encode()
                 if len(reply) > MAX_REPLY_BYTES:  # a bug of ours: say so, never cut the JSON
-                    log.warning("a %s reply of %d bytes is too large", stream.get_protocol(),
-                                len(reply))  # fmt: skip
+                    log.warning(
+                        "a %s reply of %d bytes is too large", stream.get_protocol(), len(reply)
+                    )
                     reply = json.dumps({"error": "reply too large"}).encode()
                 await write_frame(stream, reply)
         except Exception as exc:

@@ -68,8 +68,10 @@ class SafePubsub(Pubsub):
         except Exception as exc:
             log.info(
                 "dropped a message forwarded by %s: %s: %s",
-                msg_forwarder, type(exc).__name__, exc,
-            )  # fmt: skip
+                msg_forwarder,
+                type(exc).__name__,
+                exc,
+            )
 
 
 async def _reset(stream: INetStream) -> None:

@@ -105,8 +105,12 @@ def ports_check(control_port: int, data_port: int, taken: set[int], control_only
     ports = [control_port] if control_only else [control_port, data_port]
     names = "/".join(str(p) if p else "any" for p in ports)
     if not control_only and control_port == data_port != 0:
-        return Check("ports", "FAIL", f"ports: control and data plane both on {control_port}",
-                     "give --listen and --data-listen different ports")  # fmt: skip
+        return Check(
+            "ports",
+            "FAIL",
+            f"ports: control and data plane both on {control_port}",
+            "give --listen and --data-listen different ports",
+        )
     if taken:
         busy = "/".join(str(p) for p in sorted(taken))
         return Check(
@@ -143,8 +147,12 @@ def finish_daemon_check(proc: subprocess.Popen[bytes]) -> Check:
         out, _ = proc.communicate(timeout=DAEMON_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         procs.stop_groups([proc], grace_s=2.0)
-        return Check("daemon", "FAIL", f"data-plane daemon: no answer in {DAEMON_TIMEOUT_S:.0f} s",
-                     NO_DATA_PLANE_FIX)  # fmt: skip
+        return Check(
+            "daemon",
+            "FAIL",
+            f"data-plane daemon: no answer in {DAEMON_TIMEOUT_S:.0f} s",
+            NO_DATA_PLANE_FIX,
+        )
     result: dict[str, Any] = {}
     with contextlib.suppress(ValueError, IndexError):
         result = json.loads(out.decode(errors="replace").strip().splitlines()[-1])

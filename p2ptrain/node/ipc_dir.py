@@ -55,5 +55,3 @@ def _places(identity_path: Path) -> list[tuple[Path, str]]:
 def _fits(prefix_path: Path) -> bool:
     longest = prefix_path.parent / f"{prefix_path.name}{2**22}" / SOCKET_NAME  # pid_max
     return len(os.fsencode(longest)) <= MAX_SOCKET_PATH_BYTES
-
-

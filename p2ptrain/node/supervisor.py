@@ -154,19 +154,26 @@ class Supervisor:
     def _start_control(self, ipc_path: str, first: bool) -> subprocess.Popen[bytes]:
         control = procs.spawn(
             [
-                sys.executable, "-m", "p2ptrain.control",
-                "--role", "trainer" if self.with_worker else "control-only",
-                "--identity", self.identity,
-                "--bootstrap", self.bootstrap,
-                "--listen", self.listen,
+                sys.executable,
+                "-m",
+                "p2ptrain.control",
+                "--role",
+                "trainer" if self.with_worker else "control-only",
+                "--identity",
+                self.identity,
+                "--bootstrap",
+                self.bootstrap,
+                "--listen",
+                self.listen,
                 *(["--announce", *self.announce] if self.announce else []),
-                "--ipc", ipc_path,
+                "--ipc",
+                ipc_path,
                 *(["--token", self.token] if self.token else []),
                 *(["--quiet"] if self.quiet else []),
                 *(["--http", self.http] if self.http else []),
             ],
             stdout=subprocess.PIPE,
-        )  # fmt: skip
+        )
         threading.Thread(target=self._relay_stdout, args=(control, first), daemon=True).start()
         return control
 
@@ -186,8 +193,10 @@ class Supervisor:
             delay_s = self.control_backoff.after_exit(uptime_s)
             log.warning(
                 "the control process %s after %.0f s: restarting it in %.0f s",
-                _exit_reason(code), uptime_s, delay_s,
-            )  # fmt: skip
+                _exit_reason(code),
+                uptime_s,
+                delay_s,
+            )
             procs.kill_group(control)  # whatever it left in its group
             deadline = time.monotonic() + delay_s
             while self._stop_signal is None and time.monotonic() < deadline:

@@ -140,10 +140,23 @@ def _plain(value: object, depth: int) -> bool:
 
 # protocol -> what its value must look like (None: the protocol takes no value)
 _MULTIADDR_VALUES: dict[str, str | None] = {
-    "ip4": "ip4", "ip6": "ip6", "dns": "host", "dns4": "host", "dns6": "host", "dnsaddr": "host",
-    "tcp": "port", "udp": "port", "p2p": "peer", "ipfs": "peer", "quic": None, "quic-v1": None,
-    "ws": None, "wss": None, "p2p-circuit": None, "webtransport": None,
-}  # fmt: skip
+    "ip4": "ip4",
+    "ip6": "ip6",
+    "dns": "host",
+    "dns4": "host",
+    "dns6": "host",
+    "dnsaddr": "host",
+    "tcp": "port",
+    "udp": "port",
+    "p2p": "peer",
+    "ipfs": "peer",
+    "quic": None,
+    "quic-v1": None,
+    "ws": None,
+    "wss": None,
+    "p2p-circuit": None,
+    "webtransport": None,
+}
 _BASE58 = set("123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz")
 
 

@@ -42,8 +42,12 @@ class Hello:
     pid: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "peer_id": self.peer_id, "data_addrs": list(self.data_addrs),
-                "pid": self.pid}  # fmt: skip
+        return {
+            "type": self.TYPE,
+            "peer_id": self.peer_id,
+            "data_addrs": list(self.data_addrs),
+            "pid": self.pid,
+        }
 
     @classmethod
     def from_dict(cls, data: object) -> Hello:
@@ -235,8 +239,11 @@ class PlanMessage:
     routes: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        data = {"type": self.TYPE, "plan": self.plan.to_dict(),
-                "run": None if self.run is None else self.run.to_dict()}  # fmt: skip
+        data = {
+            "type": self.TYPE,
+            "plan": self.plan.to_dict(),
+            "run": None if self.run is None else self.run.to_dict(),
+        }
         if self.routes:
             data["routes"] = {peer: list(a) for peer, a in self.routes.items()}
         return data
@@ -310,10 +317,17 @@ Message = (
 MESSAGE_TYPES: dict[str, Any] = {
     kind.TYPE: kind
     for kind in (
-        Hello, MetricsReport, Heartbeat, ComputeReport, SessionReport, StepProfile, PlanMessage,
-        RunMessage, Stop,
+        Hello,
+        MetricsReport,
+        Heartbeat,
+        ComputeReport,
+        SessionReport,
+        StepProfile,
+        PlanMessage,
+        RunMessage,
+        Stop,
     )
-}  # fmt: skip
+}
 
 
 def message_from_dict(data: object) -> Message:

@@ -176,11 +176,13 @@ class LinkReport:
         return cls(
             **values,
             connection=connection,
-            rtt_failures=f.integer(d.get("rtt_failures", 0), "link", "rtt_failures", 0,
-                                   MAX_PROBE_FAILURES),
-            bandwidth_failures=f.integer(d.get("bandwidth_failures", 0), "link",
-                                         "bandwidth_failures", 0, MAX_PROBE_FAILURES),
-        )  # fmt: skip
+            rtt_failures=f.integer(
+                d.get("rtt_failures", 0), "link", "rtt_failures", 0, MAX_PROBE_FAILURES
+            ),
+            bandwidth_failures=f.integer(
+                d.get("bandwidth_failures", 0), "link", "bandwidth_failures", 0, MAX_PROBE_FAILURES
+            ),
+        )
 
 
 _FAILURE_FIELDS = ("rtt_failures", "bandwidth_failures")

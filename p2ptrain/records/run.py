@@ -186,20 +186,33 @@ class RunSpec:
         """Every size of the run's model (the one place they are derived)."""
         if self.model == "nanogpt":
             return ModelConfig(
-                "nanogpt", self.n_layer, self.n_head, self.n_embd, self.block_size,
-                self.vocab_size, n_kv_head=self.n_head, n_inner=4 * self.n_embd,
-                rms_norm_eps=0.0, rope_theta=0.0, tie_word_embeddings=False,
-            )  # fmt: skip
+                "nanogpt",
+                self.n_layer,
+                self.n_head,
+                self.n_embd,
+                self.block_size,
+                self.vocab_size,
+                n_kv_head=self.n_head,
+                n_inner=4 * self.n_embd,
+                rms_norm_eps=0.0,
+                rope_theta=0.0,
+                tie_word_embeddings=False,
+            )
         preset = PRESETS.get(self.preset)
         preset_kv_heads = preset.n_kv_head if preset else 0
         return ModelConfig(
-            "llama", self.n_layer, self.n_head, self.n_embd, self.block_size, self.vocab_size,
+            "llama",
+            self.n_layer,
+            self.n_head,
+            self.n_embd,
+            self.block_size,
+            self.vocab_size,
             n_kv_head=self.num_key_value_heads or preset_kv_heads or self.n_head,
             n_inner=self.intermediate_size or llama_intermediate_size(self.n_embd),
             rms_norm_eps=self.rms_norm_eps or DEFAULT_RMS_NORM_EPS,
             rope_theta=self.rope_theta or DEFAULT_ROPE_THETA,
             tie_word_embeddings=self.tie_word_embeddings,
-        )  # fmt: skip
+        )
 
     def _check_training_fields(self) -> None:
         positive = ("steps", "n_layer", "n_head", "n_embd", "block_size", "vocab_size")
@@ -318,12 +331,21 @@ class RunSpec:
 
 # llama's size fields (Hugging Face names): 0 / false = derived
 _LLAMA_FIELDS = (
-    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
-)  # fmt: skip
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "rms_norm_eps",
+    "rope_theta",
+    "tie_word_embeddings",
+)
 # the run's sizes and the llama fields that override them
-_SIZE_NAMES = (("n_layer", "num_hidden_layers"), ("n_head", "num_attention_heads"),
-               ("n_embd", "hidden_size"))  # fmt: skip
+_SIZE_NAMES = (
+    ("n_layer", "num_hidden_layers"),
+    ("n_head", "num_attention_heads"),
+    ("n_embd", "hidden_size"),
+)
 
 
 def load_run_spec(path: str | Path | None) -> RunSpec:

@@ -72,7 +72,8 @@ class StateMeta:
             "layers": list(self.layers),
             "step": self.step,
             "param_groups": [
-                {**_plain_values(hyper), "params": list(params)} for params, hyper in self.param_groups
+                {**_plain_values(hyper), "params": list(params)}
+                for params, hyper in self.param_groups
             ],
             "scalars": {str(i): dict(values) for i, values in self.scalars.items()},
         }
@@ -176,9 +177,7 @@ def _group(value: object) -> tuple[tuple[int, ...], dict[str, Hyper]]:
         if isinstance(item, list):
             if len(item) > MAX_LIST_ITEMS:
                 raise f.malformed(_RECORD, f"hyperparameter {name} is a long list")
-            hyper[name] = tuple(
-                f.number(x, _RECORD, name, -math.inf, math.inf) for x in item
-            )
+            hyper[name] = tuple(f.number(x, _RECORD, name, -math.inf, math.inf) for x in item)
         else:
             hyper[name] = _scalar(item, f"hyperparameter {name}")
     return indices, hyper

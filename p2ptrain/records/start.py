@@ -20,7 +20,7 @@ def parse_start_lineage(value: object, record: str) -> str:
 
 
 def started_text(start_step: int | None, start_lineage: str, resume_never: bool) -> str:
-    """"resumed from step N (lineage ...)", or how a session started from initial weights;
+    """ "resumed from step N (lineage ...)", or how a session started from initial weights;
     "" when not known (an older peer that does not say)."""
     if start_step is None:
         return ""

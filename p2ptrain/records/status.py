@@ -47,18 +47,25 @@ class PeerStatus:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "id": self.id, "alive": self.alive, "planner": self.planner, "role": self.role,
-            "addrs": list(self.addrs), "data_addrs": list(self.data_addrs),
-            "version": self.version, "hardware": self.hardware,
-            "compute_gflops": self.compute_gflops, "last_seen_s": self.last_seen_s,
+            "id": self.id,
+            "alive": self.alive,
+            "planner": self.planner,
+            "role": self.role,
+            "addrs": list(self.addrs),
+            "data_addrs": list(self.data_addrs),
+            "version": self.version,
+            "hardware": self.hardware,
+            "compute_gflops": self.compute_gflops,
+            "last_seen_s": self.last_seen_s,
             "penalty": self.penalty,
             "metrics": None if self.metrics is None else self.metrics.to_dict(),
             # derived from metrics, for readers: "resumed from step N (lineage ...)"
             "started": "" if self.metrics is None else self.metrics.started,
             "health": None if self.health is None else self.health.to_dict(),
             "stage_compute": None if self.stage_compute is None else self.stage_compute.to_dict(),
-            "reachability": self.reachability, "relays": list(self.relays),
-        }  # fmt: skip
+            "reachability": self.reachability,
+            "relays": list(self.relays),
+        }
 
     @classmethod
     def from_dict(cls, data: object) -> PeerStatus:
@@ -98,9 +105,14 @@ class LinkStatus:
     connection: str = "direct"  # CONNECTIONS: direct, holepunched or relayed
 
     def to_dict(self) -> dict[str, Any]:
-        return {"a": self.a, "b": self.b, "rtt_ms": self.rtt_ms,
-                "bandwidth_mbps": self.bandwidth_mbps, "age_s": self.age_s,
-                "connection": self.connection}  # fmt: skip
+        return {
+            "a": self.a,
+            "b": self.b,
+            "rtt_ms": self.rtt_ms,
+            "bandwidth_mbps": self.bandwidth_mbps,
+            "age_s": self.age_s,
+            "connection": self.connection,
+        }
 
     @classmethod
     def from_dict(cls, data: object) -> LinkStatus:
@@ -135,18 +147,35 @@ class PlanSummary:
     predicted_step_s: float | None = None  # the planner's simulated step
 
     def to_dict(self) -> dict[str, Any]:
-        return {"term": self.term, "epoch": self.epoch, "planner": self.planner,
-                "stages": self.stages, "pipelines": [list(p) for p in self.pipelines],
-                "spares": list(self.spares), "cost_s": self.cost_s,
-                "stage_layers": list(self.stage_layers), "reason": self.reason,
-                "previous_cost_s": self.previous_cost_s,
-                "predicted_step_s": self.predicted_step_s}  # fmt: skip
+        return {
+            "term": self.term,
+            "epoch": self.epoch,
+            "planner": self.planner,
+            "stages": self.stages,
+            "pipelines": [list(p) for p in self.pipelines],
+            "spares": list(self.spares),
+            "cost_s": self.cost_s,
+            "stage_layers": list(self.stage_layers),
+            "reason": self.reason,
+            "previous_cost_s": self.previous_cost_s,
+            "predicted_step_s": self.predicted_step_s,
+        }
 
     @classmethod
     def of(cls, plan: Plan) -> PlanSummary:
-        return cls(plan.term, plan.epoch, plan.planner, plan.stages, plan.pipelines, plan.spares,
-                   plan.cost_s, plan.stage_layers, plan.reason, plan.previous_cost_s,
-                   plan.predicted_step_s)  # fmt: skip
+        return cls(
+            plan.term,
+            plan.epoch,
+            plan.planner,
+            plan.stages,
+            plan.pipelines,
+            plan.spares,
+            plan.cost_s,
+            plan.stage_layers,
+            plan.reason,
+            plan.previous_cost_s,
+            plan.predicted_step_s,
+        )
 
     @classmethod
     def from_dict(cls, data: object) -> PlanSummary:
@@ -192,14 +221,20 @@ class SwarmStatus:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "run": self.run, "planner": self.planner,
+            "run": self.run,
+            "planner": self.planner,
             "peers": [p.to_dict() for p in self.peers],
             "links": [link.to_dict() for link in self.links],
             "plan": None if self.plan is None else self.plan.to_dict(),
-            "observed_by": self.observed_by, "telemetry_age_s": self.telemetry_age_s,
-            "bootstrap": self.bootstrap, "term": self.term, "relay_bytes": self.relay_bytes,
-            "waiting": self.waiting, "waiting_for": self.waiting_for, "finished": self.finished,
-        }  # fmt: skip
+            "observed_by": self.observed_by,
+            "telemetry_age_s": self.telemetry_age_s,
+            "bootstrap": self.bootstrap,
+            "term": self.term,
+            "relay_bytes": self.relay_bytes,
+            "waiting": self.waiting,
+            "waiting_for": self.waiting_for,
+            "finished": self.finished,
+        }
 
     @classmethod
     def from_dict(cls, data: object) -> SwarmStatus:

@@ -43,16 +43,24 @@ class Token:
     run_id: str = ""  # the run it admits to ("": every run of the issuer's key)
 
     def signed_bytes(self) -> bytes:
-        body: dict[str, Any] = {"peer": self.peer, "planner": self.planner,
-                                "expires_at": self.expires_at, "issuer": self.issuer}  # fmt: skip
+        body: dict[str, Any] = {
+            "peer": self.peer,
+            "planner": self.planner,
+            "expires_at": self.expires_at,
+            "issuer": self.issuer,
+        }
         if self.run_id:  # absent from run-less tokens: their old signatures still verify
             body["run_id"] = self.run_id
         return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"peer": self.peer, "planner": self.planner,
-                                "expires_at": self.expires_at, "issuer": self.issuer,
-                                "sig": self.sig}  # fmt: skip
+        data: dict[str, Any] = {
+            "peer": self.peer,
+            "planner": self.planner,
+            "expires_at": self.expires_at,
+            "issuer": self.issuer,
+            "sig": self.sig,
+        }
         if self.run_id:
             data["run_id"] = self.run_id
         return data
@@ -178,8 +186,11 @@ class Revocations:
     num_pages: int = 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"entries": [r.to_dict() for r in self.entries], "page": self.page,
-                "num_pages": self.num_pages}  # fmt: skip
+        return {
+            "entries": [r.to_dict() for r in self.entries],
+            "page": self.page,
+            "num_pages": self.num_pages,
+        }
 
     @classmethod
     def from_dict(cls, data: object) -> Revocations:
@@ -187,11 +198,10 @@ class Revocations:
         f.require_keys(d, "revocations", ("entries",))
         entries = d["entries"]
         if not isinstance(entries, list) or len(entries) > REVOCATIONS_PER_PAGE:
-            raise f.malformed(
-                "revocations", f"entries: a page of at most {REVOCATIONS_PER_PAGE}"
-            )
-        num_pages = f.integer(d.get("num_pages", 1), "revocations", "num_pages", 1,
-                              MAX_REVOCATION_PAGES)  # fmt: skip
+            raise f.malformed("revocations", f"entries: a page of at most {REVOCATIONS_PER_PAGE}")
+        num_pages = f.integer(
+            d.get("num_pages", 1), "revocations", "num_pages", 1, MAX_REVOCATION_PAGES
+        )
         page = f.integer(d.get("page", 0), "revocations", "page", 0, num_pages - 1)
         return cls(tuple(Revocation.from_dict(e) for e in entries), page, num_pages)
 
@@ -201,9 +211,7 @@ def revocation_pages(entries: tuple[Revocation, ...]) -> list[Revocations]:
     none)."""
     size = REVOCATIONS_PER_PAGE
     num_pages = max(1, -(-len(entries) // size))
-    return [
-        Revocations(entries[i * size : (i + 1) * size], i, num_pages) for i in range(num_pages)
-    ]
+    return [Revocations(entries[i * size : (i + 1) * size], i, num_pages) for i in range(num_pages)]
 
 
 def _run_id(value: object, record: str) -> str:

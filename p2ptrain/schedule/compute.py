@@ -74,16 +74,21 @@ class PeerCompute:
             return np.where(np.isnan(values), estimate, values)
 
         return replace(
-            self, block_row_s=fill(self.block_row_s), embed_row_s=fill(self.embed_row_s),
+            self,
+            block_row_s=fill(self.block_row_s),
+            embed_row_s=fill(self.embed_row_s),
             head_row_s=fill(self.head_row_s),
-        )  # fmt: skip
+        )
 
     def reordered(self, order: npt.NDArray[np.intp]) -> PeerCompute:
         memory = None if self.memory_bytes is None else self.memory_bytes[order]
         return replace(
-            self, block_row_s=self.block_row_s[order], embed_row_s=self.embed_row_s[order],
-            head_row_s=self.head_row_s[order], memory_bytes=memory,
-        )  # fmt: skip
+            self,
+            block_row_s=self.block_row_s[order],
+            embed_row_s=self.embed_row_s[order],
+            head_row_s=self.head_row_s[order],
+            memory_bytes=memory,
+        )
 
     def fits(
         self, stages: int, replicas: int, layers: Sequence[int] | None = None

@@ -36,9 +36,11 @@ def group_gather_s(
     return float(
         max(
             start[a] + bits / rate_bps[a, b] + delay_s[a, b]
-            for a in members for b in members if a != b
+            for a in members
+            for b in members
+            if a != b
         )
-    )  # fmt: skip
+    )
 
 
 def overlapped_step_s(inner_step_s: float, rounds_s: Sequence[float], inner_steps: int) -> float:

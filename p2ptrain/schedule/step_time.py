@@ -137,13 +137,15 @@ def group_averaging_s(
     reduced = {
         b: [
             max(
-                start[b] if a == b else start[a] + (j + 1) * part_bits / rate_bps[a, b] + delay_s[a, b]
+                start[b]
+                if a == b
+                else start[a] + (j + 1) * part_bits / rate_bps[a, b] + delay_s[a, b]
                 for a in members
             )
             for j in range(parts)
         ]
         for b in members
-    }  # fmt: skip
+    }
     done = 0.0
     for b in members:  # b's averages back to each a, after b's own pieces on that link
         for a in members:
@@ -190,7 +192,9 @@ def step_time(
 
 
 def stage_exchanges_s(
-    delay_s: FloatArray, rate_bps: FloatArray, pipelines: Sequence[Sequence[int]],
+    delay_s: FloatArray,
+    rate_bps: FloatArray,
+    pipelines: Sequence[Sequence[int]],
     traffic: StepTraffic,
 ) -> list[float]:
     """Each stage group's exchange on its links, all members starting together: an all-reduce
@@ -277,8 +281,13 @@ def simulated_step_s(
     rate_bps = np.asarray(bandwidth_gbps, dtype=np.float64) * 1e9
     num_stages, micros, inner = len(pipelines[0]), traffic.micro_batches, traffic.inner_steps
     groups = stage_exchanges_s(delay_s, rate_bps, pipelines, traffic)
-    rounds_cpu = [[_round_cpu_s(compute, r, s) if groups[s] > 0 else (0.0, 0.0, 0.0)
-                   for r in range(len(pipelines))] for s in range(num_stages)]  # fmt: skip
+    rounds_cpu = [
+        [
+            _round_cpu_s(compute, r, s) if groups[s] > 0 else (0.0, 0.0, 0.0)
+            for r in range(len(pipelines))
+        ]
+        for s in range(num_stages)
+    ]
     machines = [[_machine(compute, r, s) for s in range(num_stages)] for r in range(len(pipelines))]
     ready = np.zeros((len(pipelines), num_stages))  # when each stage may start the next step
     ends: list[float] = []
@@ -286,18 +295,22 @@ def simulated_step_s(
         done = np.zeros_like(ready)  # backward of micro-batch 0 finished
         for r, pipe in enumerate(pipelines):
             frame_local = compute.frame_local_s[r] if compute.frame_local_s else [0.0] * len(pipe)
-            stage = StageWork(compute.forward_s[r], compute.backward_s[r], frame_local,
-                               machines[r])  # fmt: skip
-            done[r] = one_replica(delay_s, rate_bps, pipe, micros,
-                                   traffic.activation_bytes * 8, ready[r], stage)  # fmt: skip
+            stage = StageWork(compute.forward_s[r], compute.backward_s[r], frame_local, machines[r])
+            done[r] = one_replica(
+                delay_s, rate_bps, pipe, micros, traffic.activation_bytes * 8, ready[r], stage
+            )
         for s in range(num_stages):
             if inner:  # diloco: no round inside the step; its local work spread over H steps
                 for r in range(len(pipelines)):
                     work = compute.update_s[r][s] + sum(rounds_cpu[s][r]) / inner
                     ready[r, s] = machines[r][s].run(done[r, s], work)
                 continue
-            averaged = _group_round([machines[r][s] for r in range(len(pipelines))],
-                                    list(done[:, s]), groups[s], rounds_cpu[s])  # fmt: skip
+            averaged = _group_round(
+                [machines[r][s] for r in range(len(pipelines))],
+                list(done[:, s]),
+                groups[s],
+                rounds_cpu[s],
+            )
             for r in range(len(pipelines)):
                 ready[r, s] = machines[r][s].run(averaged[r], compute.update_s[r][s])
         ends.append(float(ready.max()))
@@ -306,10 +319,16 @@ def simulated_step_s(
         return step_s
     # each stage's round, on fresh machines, runs beside the next H steps (outer_round.py)
     rounds_s = [
-        max(_group_round([_machine(compute, r, s) for r in range(len(pipelines))],
-                         [0.0] * len(pipelines), groups[s], rounds_cpu[s]))
+        max(
+            _group_round(
+                [_machine(compute, r, s) for r in range(len(pipelines))],
+                [0.0] * len(pipelines),
+                groups[s],
+                rounds_cpu[s],
+            )
+        )
         for s in range(num_stages)
-    ]  # fmt: skip
+    ]
     return overlapped_step_s(step_s, rounds_s, inner)
 
 

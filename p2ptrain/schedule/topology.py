@@ -202,9 +202,12 @@ def topology_from_json(doc: object, *, origin: str = "topology") -> Topology:
         if missing:
             raise TopologyError(f"{origin}: workload is missing {', '.join(missing)}")
         workload = Workload(
-            raw["stages"], raw["replicas"], raw["c_dp_gb"], raw["c_pp_gb"],
+            raw["stages"],
+            raw["replicas"],
+            raw["c_dp_gb"],
+            raw["c_pp_gb"],
             raw.get("steps_per_sync", 1),
-        )  # fmt: skip
+        )
     name = doc.get("name", Path(origin).stem)
     try:
         return Topology(

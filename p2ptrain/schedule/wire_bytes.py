@@ -42,7 +42,9 @@ def outer_payload_bytes(codec: str, numel: int, fraction: float) -> float:
     if codec == "topk":
         full, tail = divmod(numel, TOPK_CHUNK)
         chunks = full + (1 if tail else 0)
-        sent = full * _topk_count(TOPK_CHUNK, fraction) + (_topk_count(tail, fraction) if tail else 0)
+        sent = full * _topk_count(TOPK_CHUNK, fraction) + (
+            _topk_count(tail, fraction) if tail else 0
+        )
         index_bytes = 3 * (sent // 2) + 2 * (sent % 2)  # 12 bits: two in three bytes
         return float(chunks * TOPK_LEVELS_BYTES + index_bytes + -(-sent // 4))
     return float(2 * numel)

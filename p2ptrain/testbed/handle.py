@@ -256,8 +256,6 @@ class TestbedHandle:
         self._spawned.clear()
 
 
-
-
 def list_testbeds() -> list[dict[str, Any]]:
     """State dicts of the testbeds whose owner is alive."""
     found = []

@@ -165,8 +165,12 @@ class StageSnapshot:
     ) -> StageSnapshot:
         """Copies in host memory: on a GPU the snapshot would otherwise double the device memory
         of the weights and AdamW state (the planner's memory estimate counts them once)."""
-        return cls(step, _host_copy(model.state_dict()), _host_copy(optimizer.state_dict()),
-                   _host_copy(outer_state or {}))  # fmt: skip
+        return cls(
+            step,
+            _host_copy(model.state_dict()),
+            _host_copy(optimizer.state_dict()),
+            _host_copy(outer_state or {}),
+        )
 
 
 def _host_copy(value: Any) -> Any:
@@ -242,17 +246,24 @@ def save_stage(
 
 def _write(path: Path, spec: RunSpec, model: Stage, snapshot: StageSnapshot) -> None:
     meta = state_file.describe(
-        spec.run_id, spec.data_sha256, dataclasses.asdict(model.config), model.layers,
-        snapshot.step, snapshot.optimizer_state,
-    )  # fmt: skip
+        spec.run_id,
+        spec.data_sha256,
+        dataclasses.asdict(model.config),
+        model.layers,
+        snapshot.step,
+        snapshot.optimizer_state,
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         os.close(fd)
         state_file.write(
-            Path(tmp_name), meta, snapshot.model_state, snapshot.optimizer_state.get("state", {}),
+            Path(tmp_name),
+            meta,
+            snapshot.model_state,
+            snapshot.optimizer_state.get("state", {}),
             snapshot.outer_state,
-        )  # fmt: skip
+        )
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
@@ -269,8 +280,9 @@ def read_file(path: Path) -> dict[str, Any]:
             return state_file.read(path)
         log.warning(
             "%s is a checkpoint of an older format (a torch pickle): loaded from this "
-            "machine's disk only, never sent to peers; the next save writes format /3", path
-        )  # fmt: skip
+            "machine's disk only, never sent to peers; the next save writes format /3",
+            path,
+        )
         state = torch.load(path, map_location="cpu", weights_only=True)
         if isinstance(state, dict) and state.get("format") == PICKLED_OPTIMIZER_FORMAT:
             blob = state.pop("weights")

@@ -43,7 +43,11 @@ def _as_bytes(payload: torch.Tensor | bytes | bytearray | memoryview) -> torch.T
             raise WireError("malformed payload: not a flat uint8 tensor")
         return payload
     raw = bytes(payload)
-    return torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8)
+    return (
+        torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        if raw
+        else torch.zeros(0, dtype=torch.uint8)
+    )
 
 
 def _view(data: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -286,10 +290,13 @@ def encode_topk(values: torch.Tensor, fraction: float) -> tuple[torch.Tensor, to
         start += num_chunks * size
     if not all_levels:
         return torch.zeros(0, dtype=torch.uint8), decoded
-    payload = torch.cat([
-        torch.cat(all_levels).view(torch.uint8), _pack12(torch.cat(all_indices)),
-        _pack2(torch.cat(all_codes)),
-    ])  # fmt: skip
+    payload = torch.cat(
+        [
+            torch.cat(all_levels).view(torch.uint8),
+            _pack12(torch.cat(all_indices)),
+            _pack2(torch.cat(all_codes)),
+        ]
+    )
     return payload, decoded
 
 

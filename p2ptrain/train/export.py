@@ -65,8 +65,9 @@ def _states_by_step(directory: Path) -> dict[int, list[Source]]:
         if match and int(match[1]) < int(match[2]):
             step = read_file(directory / name).get("step")
             if isinstance(step, int):
-                found[step].append(Source(range(int(match[1]), int(match[2])), directory / name,
-                                          None))  # fmt: skip
+                found[step].append(
+                    Source(range(int(match[1]), int(match[2])), directory / name, None)
+                )
     return found
 
 
@@ -111,8 +112,13 @@ def merged_weights(spec: RunSpec, directory: Path, step: int | None = None) -> M
                     weights.setdefault(model_wide(name, source.layers), tensor)
             if all(name in weights for name in names):
                 others = tuple(sorted(str(g) for g in groups if g != lineage))
-                return Merged(candidate, {name: weights[name] for name in names}, lineage,
-                              others, tuple(skipped.values()))  # fmt: skip
+                return Merged(
+                    candidate,
+                    {name: weights[name] for name in names},
+                    lineage,
+                    others,
+                    tuple(skipped.values()),
+                )
     which = f"step {step}" if step is not None else "any step"
     raise UserError(
         f"{directory} holds no stage states of {which} of one lineage that cover the whole model"
@@ -146,8 +152,13 @@ def hf_name(name: str, family: str) -> str:
 
 def hf_config(config: ModelConfig) -> dict[str, Any]:
     """config.json for the model (fp32, no dropout, no special tokens: the run has none)."""
-    common = {"vocab_size": config.vocab_size, "torch_dtype": "float32", "bos_token_id": None,
-              "eos_token_id": None, "tie_word_embeddings": config.tie_word_embeddings}  # fmt: skip
+    common = {
+        "vocab_size": config.vocab_size,
+        "torch_dtype": "float32",
+        "bos_token_id": None,
+        "eos_token_id": None,
+        "tie_word_embeddings": config.tie_word_embeddings,
+    }
     if config.family == "llama":
         return common | {
             "architectures": ["LlamaForCausalLM"],

@@ -92,8 +92,11 @@ class OuterOptimizer:
         return tensors
 
     def state_scalars(self) -> dict[str, Any]:
-        return {"outer_steps": self.outer_steps, "outer_lr": self.lr,
-                "outer_momentum": self.momentum}  # fmt: skip
+        return {
+            "outer_steps": self.outer_steps,
+            "outer_lr": self.lr,
+            "outer_momentum": self.momentum,
+        }
 
     def load_state_tensors(
         self,

@@ -95,9 +95,14 @@ def assemble(
     }
     optimizer.load_state_dict(target)
     named = [n for n, p in model.named_parameters() if p.requires_grad]
-    renamed = {prefix + n: outer.get(prefix + model_wide(n, model.layers))
-               for prefix in OUTER_PREFIXES for n in named}  # fmt: skip
+    renamed = {
+        prefix + n: outer.get(prefix + model_wide(n, model.layers))
+        for prefix in OUTER_PREFIXES
+        for n in named
+    }
     if any(t is None for t in renamed.values()):
         return {}
-    return {**{k: t for k, t in renamed.items() if t is not None},
-            OUTER_STEPS: torch.tensor(outer_steps, dtype=torch.int64)}  # fmt: skip
+    return {
+        **{k: t for k, t in renamed.items() if t is not None},
+        OUTER_STEPS: torch.tensor(outer_steps, dtype=torch.int64),
+    }

@@ -86,11 +86,18 @@ def describe(
         {k: list(v) if isinstance(v, tuple) else v for k, v in group.items()}
         for group in optimizer_state.get("param_groups", [])
     ]
-    return StateMeta.from_dict({
-        "format": FORMAT, "run_id": run_id, "data_sha256": data_sha256, "model": model,
-        "layers": [layers.start, layers.stop], "step": step, "param_groups": groups,
-        "scalars": {i: s for i, s in scalars.items() if s},
-    })  # fmt: skip
+    return StateMeta.from_dict(
+        {
+            "format": FORMAT,
+            "run_id": run_id,
+            "data_sha256": data_sha256,
+            "model": model,
+            "layers": [layers.start, layers.stop],
+            "step": step,
+            "param_groups": groups,
+            "scalars": {i: s for i, s in scalars.items() if s},
+        }
+    )
 
 
 def check(path: Path) -> StateMeta:

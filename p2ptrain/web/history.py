@@ -120,8 +120,12 @@ class SwarmHistory:
             self._term,
         ):
             self._planner, self._term = status.planner, status.term
-            self._add(wall, "election", f"{short(status.planner)} is the planner, term "
-                      f"{status.term}", status.planner)  # fmt: skip
+            self._add(
+                wall,
+                "election",
+                f"{short(status.planner)} is the planner, term {status.term}",
+                status.planner,
+            )
         plan = status.plan
         if plan is not None and (plan.term, plan.epoch) != self._plan_key:
             self._plan_key = (plan.term, plan.epoch)

@@ -46,6 +46,8 @@ class Limits:
     request_deadline_s: float = 5.0
     # and a reply be read at least this fast (a large swarm's status is tens of MB)
     min_read_bytes_per_s: float = 256 * 1024
+
+
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 STATIC = {  # path -> (file in p2ptrain/web/static, content type)
     "/": ("index.html", "text/html; charset=utf-8"),
@@ -296,7 +298,6 @@ class _Server(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         # a client that went away (or was dropped) mid-reply: nothing to report
         log.debug("dashboard client %s: connection error", client_address, exc_info=True)
-
 
 
 class DashboardServer:

@@ -79,9 +79,13 @@ class AveragingTimeouts:
 
 
 LOCAL_TIMEOUTS = AveragingTimeouts(
-    request_s=0.5, min_matchmaking_s=1.0, sender_s=5.0, reducer_s=10.0, allreduce_s=30.0,
+    request_s=0.5,
+    min_matchmaking_s=1.0,
+    sender_s=5.0,
+    reducer_s=10.0,
+    allreduce_s=30.0,
     linger_s=0.0,
-)  # fmt: skip
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,9 +156,12 @@ class StageAverager:
         # apart by ~1e-2 of the parameter norm
         self.divergence_tolerance = 1e-6 if compression == "none" else 1e-2
         self._param_signs = (
-            torch.randint(0, 2, (num_params,), generator=torch.Generator().manual_seed(7),
-                          dtype=torch.int8).double() * 2 - 1
-        )  # fmt: skip
+            torch.randint(
+                0, 2, (num_params,), generator=torch.Generator().manual_seed(7), dtype=torch.int8
+            ).double()
+            * 2
+            - 1
+        )
         # bf16 activations still average in fp16: hivemind has no bf16 codec, fp16 is closer anyway
         # hivemind only here: the timeout rules above stay importable beside libp2p (tests)
         from hivemind.compression import CompressionBase, Float16Compression, NoCompression
@@ -165,17 +172,24 @@ class StageAverager:
         wire_bytes = 4 if compression == "none" else 2
         self._groupmates_ahead = GroupmatesAhead
         self._averager = PlannedGroupAverager(
-            [self._buffer], dht, start=True, prefix=prefix,
-            group=list(self.weights), weights=list(self.weights.values()),
-            target_group_size=num_replicas, min_group_size=2,
+            [self._buffer],
+            dht,
+            start=True,
+            prefix=prefix,
+            group=list(self.weights),
+            weights=list(self.weights.values()),
+            target_group_size=num_replicas,
+            min_group_size=2,
             min_matchmaking_time=self.timeouts.min_matchmaking_s,
-            request_timeout=self.timeouts.request_s, compression=codec,
-            sender_timeout=self.timeouts.sender_s, reducer_timeout=self.timeouts.reducer_s,
+            request_timeout=self.timeouts.request_s,
+            compression=codec,
+            sender_timeout=self.timeouts.sender_s,
+            reducer_timeout=self.timeouts.reducer_s,
             allreduce_timeout=self.timeouts.allreduce_s,
             # an even share for each member, in parts (schedule/step_time.py's part_size_bytes)
             part_size_bytes=part_size_bytes(num_params * wire_bytes, num_replicas, wire_bytes),
             wire=wire,
-        )  # fmt: skip
+        )
 
     def average(
         self,
@@ -220,9 +234,12 @@ class StageAverager:
                 buffer.copy_(flat_grad)
             try:
                 control = self._averager.step(
-                    gather=gather, weight=weight, timeout=timeout_s, wait=False,
+                    gather=gather,
+                    weight=weight,
+                    timeout=timeout_s,
+                    wait=False,
                     allow_retries=attempt > 0,  # a planned round's retry is our attempt 2
-                )  # fmt: skip
+                )
                 gathered = _wait_unless_stopped(control, should_stop)
             except _Stopped:
                 return flat_grad, Outcome("stopped", 1, "stopped while averaging")

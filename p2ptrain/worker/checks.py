@@ -56,8 +56,10 @@ class Checksums:
         r = "round metadata"
         d = f.mapping(data, r)
         f.require_keys(d, r, ("step", "weight", "total", "projection", "norm"))
-        signed = {name: f.number(d.get(name, 0.0), r, name, -math.inf)
-                  for name in ("total", "projection", "params")}  # fmt: skip
+        signed = {
+            name: f.number(d.get(name, 0.0), r, name, -math.inf)
+            for name in ("total", "projection", "params")
+        }
         return cls(
             step=f.integer(d["step"], r, "step", -f.MAX_INT),  # re-sync rounds are negative
             weight=f.number(d["weight"], r, "weight", 1e-12, MAX_WEIGHT),
@@ -67,9 +69,15 @@ class Checksums:
         )
 
     def as_gather(self) -> dict[str, Any]:
-        return {"step": self.step, "weight": self.weight, "total": self.total,
-                "projection": self.projection, "norm": self.norm, "params": self.params,
-                "params_norm": self.params_norm}  # fmt: skip
+        return {
+            "step": self.step,
+            "weight": self.weight,
+            "total": self.total,
+            "projection": self.projection,
+            "norm": self.norm,
+            "params": self.params,
+            "params_norm": self.params_norm,
+        }
 
 
 def checksums(flat: torch.Tensor, step: int, weight: float) -> Checksums:
@@ -79,8 +87,13 @@ def checksums(flat: torch.Tensor, step: int, weight: float) -> Checksums:
     signs = (
         torch.randint(0, 2, values.shape, generator=generator, dtype=torch.int8).double() * 2 - 1
     )
-    return Checksums(step, float(weight), values.sum().item(), (values * signs).sum().item(),
-                     values.norm().item())  # fmt: skip
+    return Checksums(
+        step,
+        float(weight),
+        values.sum().item(),
+        (values * signs).sum().item(),
+        values.norm().item(),
+    )
 
 
 def check_round(
@@ -119,8 +132,10 @@ def check_round(
         want = sum(p.weight * getattr(p, name) for p in parts) / total_weight
         error = abs(getattr(got, name) - want) / scale
         if not error <= tolerance:  # also catches NaN
-            return (f"{name} checksum off by {error:.2e} of the gradient norm (a partial round, "
-                    "or a part a reducer dropped or clipped)")  # fmt: skip
+            return (
+                f"{name} checksum off by {error:.2e} of the gradient norm (a partial round, "
+                "or a part a reducer dropped or clipped)"
+            )
     longest = sum(p.weight * p.norm for p in parts) / total_weight
     if not got.norm <= longest * (1 + tolerance) + tolerance * scale:
         return f"result norm {got.norm:.3g} over the members' mean norm {longest:.3g}"

@@ -79,8 +79,9 @@ def usable_steps(
             announced.setdefault(step, []).append(peer)
 
     def trusted(peer: str) -> bool:
-        voices = {peer} | {q for q, ranges in newest.items() if any(
-            _overlap(r, part) for r in ranges)}  # fmt: skip
+        voices = {peer} | {
+            q for q, ranges in newest.items() if any(_overlap(r, part) for r in ranges)
+        }
         if voices == {peer}:
             return True
         at_stage = voices & set(placed)
@@ -132,8 +133,11 @@ def available(
         built[stage] = {}
         blocks = key_range(stage)
         for step in sorted({s for steps in sources.values() for s in steps} - own[stage]):
-            found = None if blocks is None else cover(blocks, [
-                k for k, steps in sources.items() if step in steps])  # fmt: skip
+            found = (
+                None
+                if blocks is None
+                else cover(blocks, [k for k, steps in sources.items() if step in steps])
+            )
             if found is not None:
                 built[stage][step] = found
     return own, built

@@ -217,4 +217,3 @@ def decode_tensor(header: FrameHeader, payload: bytes | bytearray) -> torch.Tens
     if tensor.numel() and float(tensor.abs().max()) > MAX_ABS_VALUE:
         raise ValueError(f"tensor holds a value over {MAX_ABS_VALUE:g} in magnitude")
     return tensor
-

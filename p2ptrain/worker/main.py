@@ -153,9 +153,18 @@ class Worker:
                 state_server.serve_run(spec, checkpoint_dir(spec), message.plan)
                 self.phase, self.phase_plan = "joining", message.plan
                 session = Session(
-                    spec, message.routed_plan(), dht, transport, self.inbox, self._report, version,
-                    self.settings.faults, seed, self.device, self._profiler(),
-                )  # fmt: skip
+                    spec,
+                    message.routed_plan(),
+                    dht,
+                    transport,
+                    self.inbox,
+                    self._report,
+                    version,
+                    self.settings.faults,
+                    seed,
+                    self.device,
+                    self._profiler(),
+                )
                 self.current = session  # from now on its frames are accepted
                 self._report(SessionReport(message.plan, session.step))
                 self.phase = "spare" if session.role is None else "training"

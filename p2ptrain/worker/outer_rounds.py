@@ -139,8 +139,12 @@ class OuterRounds:
         delta = self._encoded(self.outer.pseudo_gradient())
         if self.averager is None:  # one replica: its own pseudo-gradient is the mean
             self.outer.step(delta)
-            log.info("step %d: outer step %d applied (round of step %d, 1 replica)",
-                     step, self.outer.outer_steps, step)  # fmt: skip
+            log.info(
+                "step %d: outer step %d applied (round of step %d, 1 replica)",
+                step,
+                self.outer.outer_steps,
+                step,
+            )
             return RoundReport("solo")
         averager = self.averager
         # hivemind averages CPU tensors; the anchor's digest shows the group started alike
@@ -175,23 +179,35 @@ class OuterRounds:
             return RoundReport("local")
         mean, outcome = pending.result
         if outcome.kind != "averaged":
-            log.warning("step %d: outer round of step %d %s: not applied (%s)",
-                        step, pending.step, outcome.kind, outcome.detail)  # fmt: skip
+            log.warning(
+                "step %d: outer round of step %d %s: not applied (%s)",
+                step,
+                pending.step,
+                outcome.kind,
+                outcome.detail,
+            )
             return RoundReport(outcome.kind)
         progress = self.outer.flat_params() - pending.started_params  # zero if applied at once
         self.outer.step(mean.to(self.outer.anchor.device))
         if outcome.diverged:
             self._resync(step)
         self.outer.load_params(self.outer.anchor + progress)
-        log.info("step %d: outer step %d applied (round of step %d, %d replicas)",
-                 step, self.outer.outer_steps, pending.step, outcome.group_size)  # fmt: skip
+        log.info(
+            "step %d: outer step %d applied (round of step %d, %d replicas)",
+            step,
+            self.outer.outer_steps,
+            pending.step,
+            outcome.group_size,
+        )
         return RoundReport("averaged", outcome.group_size)
 
     def _resync(self, step: int) -> None:
         """The group's anchors differed at the round's start: average anchors and momenta."""
         assert self.averager is not None
-        pieces = [("anchor", [self.outer.anchor], PARAMS_DRIFT_BOUND),
-                  ("momentum", [self.outer.momentum_buffer], MOMENTS_DRIFT_BOUND)]  # fmt: skip
+        pieces = [
+            ("anchor", [self.outer.anchor], PARAMS_DRIFT_BOUND),
+            ("momentum", [self.outer.momentum_buffer], MOMENTS_DRIFT_BOUND),
+        ]
         if resync_pieces(self.averager, pieces, step):
             log.info("step %d: the replicas' anchors had diverged: re-synced", step)
 
@@ -205,8 +221,10 @@ class OuterRounds:
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         """The outer state as a state file's tensors (train/state_file.py)."""
-        return {**self.outer.state_tensors(),
-                OUTER_STEPS: torch.tensor(self.outer.outer_steps, dtype=torch.int64)}  # fmt: skip
+        return {
+            **self.outer.state_tensors(),
+            OUTER_STEPS: torch.tensor(self.outer.outer_steps, dtype=torch.int64),
+        }
 
     def take_saved(self, saved: dict[str, torch.Tensor]) -> None:
         """A resumed or fetched state's anchor and outer momentum, if it has them (else the
@@ -223,7 +241,9 @@ class OuterRounds:
     def reported(self, metrics: MetricsReport, done: RoundReport | None) -> MetricsReport:
         """The step's metrics with the outer rounds in them (the progress line shows them)."""
         return dataclasses.replace(
-            metrics, outer_steps=self.outer.outer_steps, inner_steps=self.spec.inner_steps,
+            metrics,
+            outer_steps=self.outer.outer_steps,
+            inner_steps=self.spec.inner_steps,
             outer_round="" if done is None else done.kind,
             group_size=metrics.group_size if done is None else done.group_size,
-        )  # fmt: skip
+        )

@@ -79,8 +79,12 @@ class PlannedGroupAverager(DecentralizedAverager):
     _stub_type = None
 
     def __init__(
-        self, *args: Any, group: Sequence[str], weights: Sequence[float],
-        wire: WireMarks | None = None, **kwargs: Any,
+        self,
+        *args: Any,
+        group: Sequence[str],
+        weights: Sequence[float],
+        wire: WireMarks | None = None,
+        **kwargs: Any,
     ) -> None:
         if len(set(group)) != len(group) or len(group) < 2:
             raise ValueError(f"a planned group needs >= 2 distinct peers, got {list(group)}")
@@ -163,14 +167,19 @@ class PlannedGroupAverager(DecentralizedAverager):
         names = [p.to_base58() for p in group_info.peer_ids]
         bound = own.get("drift_bound", MOMENTS_DRIFT_BOUND)
         runner = RobustAllReduceRunner(
-            p2p=self._p2p, servicer_type=type(self), prefix=self.prefix, tensors=tensors,
-            group_id=group_id, ordered_peer_ids=group_info.peer_ids,
+            p2p=self._p2p,
+            servicer_type=type(self),
+            prefix=self.prefix,
+            tensors=tensors,
+            group_id=group_id,
+            ordered_peer_ids=group_info.peer_ids,
             weights=[1.0 if state_round else self._weights[n] for n in names],
             drift_bound=float(bound) if state_round else None,
             floor_per_element=median_claimed_norm(group_info.gathered, self.serializer)
             / max(self.total_size, 1) ** 0.5,
-            count=self._count_part, **kwargs,
-        )  # fmt: skip
+            count=self._count_part,
+            **kwargs,
+        )
         self._reductions[group_id] = (runner.reducer, float(runner.reducer_timeout or 0.0))
         while len(self._reductions) > KEPT_REDUCTIONS:
             del self._reductions[next(iter(self._reductions))]
@@ -276,15 +285,20 @@ class PlannedGroupAverager(DecentralizedAverager):
                 if reply.code == averaging_pb2.BAD_GROUP_KEY:
                     self._give_up(request.group_key, f"{peer} is past this round")
                 elif reply.code != averaging_pb2.ACCEPTED:
-                    log.warning("planned round %s: %s refused our metadata (%s)", request.group_key,
-                                peer, averaging_pb2.MessageCode.Name(reply.code))  # fmt: skip
+                    log.warning(
+                        "planned round %s: %s refused our metadata (%s)",
+                        request.group_key,
+                        peer,
+                        averaging_pb2.MessageCode.Name(reply.code),
+                    )
                 return
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # p2pd dial backoff, a peer that restarts: try again
                 if loop.time() + SEND_RETRY_S >= deadline:
-                    log.warning("planned round %s: sending to %s failed: %r",
-                                request.group_key, peer, exc)  # fmt: skip
+                    log.warning(
+                        "planned round %s: sending to %s failed: %r", request.group_key, peer, exc
+                    )
                     return
                 await asyncio.sleep(SEND_RETRY_S)
 

@@ -79,8 +79,11 @@ def restore_stage(
                 "STAGE STATE LOST: no member of plan term %d epoch %d holds a state of layers "
                 "%s (its only holder left or lost its files): they restart from initial weights "
                 "at step %d while the other stages resume",
-                plan.term, plan.epoch, key, start.step,
-            )  # fmt: skip
+                plan.term,
+                plan.epoch,
+                key,
+                start.step,
+            )
         return start.step
     path = local[usable[-1]].path
     loaded = load_stage(path, spec, model, optimizer, outer_state)
@@ -140,8 +143,12 @@ def _build(
         if found is None:
             found = _fetch_range(spec, plan, transport, directory, layers, start)
         if found is None:
-            log.warning("cannot build layers %s: no holder of %s at step %d answered",
-                        key, source, start.step)  # fmt: skip
+            log.warning(
+                "cannot build layers %s: no holder of %s at step %d answered",
+                key,
+                source,
+                start.step,
+            )
             return
         try:
             pieces.append((layers, read_state(found, spec, layers)))
@@ -152,8 +159,7 @@ def _build(
     snapshot = StageSnapshot.take(model, optimizer, start.step, outer)
     rank = plan.state_rank
     record_step(directory, spec, model, snapshot, plan.state_tag, lambda t: rank(t) is not None)
-    log.info("built layers %s at step %d from %s", key, start.step,
-             ", ".join(start.sources[key]))  # fmt: skip
+    log.info("built layers %s at step %d from %s", key, start.step, ", ".join(start.sources[key]))
 
 
 def _fetch_range(
@@ -181,9 +187,16 @@ def _fetch_range(
         started_s = time.monotonic()
         try:
             path = fetch_state(
-                transport, peer, layers, start.step, directory, digest, max_bytes,
-                plan.link_facts(transport.peer_id, peer), plan.state_tag,
-            )  # fmt: skip
+                transport,
+                peer,
+                layers,
+                start.step,
+                directory,
+                digest,
+                max_bytes,
+                plan.link_facts(transport.peer_id, peer),
+                plan.state_tag,
+            )
             if model is not None:
                 load_stage(path, spec, model, optimizer)  # validates first
             else:

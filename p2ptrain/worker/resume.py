@@ -192,9 +192,11 @@ def warn_other_lineages(directory: Path, rank: StateRank, key: str, step: int) -
             "not resuming layers %s from local states at steps %s: they were saved under plan "
             "lineage %s, which the current plan does not descend from (the other side of a "
             "partition, or an earlier swarm's while this one has its own): their training is "
-            "dropped; the files stay", key, sorted({s.step for s in other}),
+            "dropped; the files stay",
+            key,
+            sorted({s.step for s in other}),
             ", ".join(sorted({s.tag or "root" for s in other})),
-        )  # fmt: skip
+        )
 
 
 def own_announcement(directory: Path, rank: StateRank, spec: RunSpec | None = None) -> Announced:
@@ -378,10 +380,23 @@ def agree_on_plan_start(
     mine = own_announcement(directory, rank, spec if adopting else None)
     started_s = time.monotonic()
     start = agree_on_start(
-        dht, resume_key(spec.run_id, plan), seed, peer_id, members, placed, mine, rank,
-        should_abort, spec.steps, adopting=adopting,
-    )  # fmt: skip
+        dht,
+        resume_key(spec.run_id, plan),
+        seed,
+        peer_id,
+        members,
+        placed,
+        mine,
+        rank,
+        should_abort,
+        spec.steps,
+        adopting=adopting,
+    )
     if start is not None:
-        log.info("the plan's %d peers agreed to start at step %d in %.1f s",
-                 len(members), start.step, time.monotonic() - started_s)  # fmt: skip
+        log.info(
+            "the plan's %d peers agreed to start at step %d in %.1f s",
+            len(members),
+            start.step,
+            time.monotonic() - started_s,
+        )
     return start

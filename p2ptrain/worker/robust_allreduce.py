@@ -122,9 +122,12 @@ class RobustPartReducer(TensorPartReducer):
         own = senders.index(self._own) if self._own in senders else None
         numel = parts[0].numel()
         combined = robust_mean(
-            parts, [self._weights[i] for i in senders], own, self._drift_bound,
+            parts,
+            [self._weights[i] for i in senders],
+            own,
+            self._drift_bound,
             floor=self._floor_per_element * numel**0.5,
-        )  # fmt: skip
+        )
         for position, why in combined.dropped.items():
             self._note(senders[position], f"part dropped: {why}")
         for position in combined.clipped:
@@ -187,9 +190,12 @@ class RobustAllReduceRunner(AllReduceRunner):
         self._robust_reducer = RobustPartReducer(
             tuple(part.shape for part in self.parts_for_local_averaging),
             len(self.sender_peer_ids),
-            weights=weights, own=own, drift_bound=drift_bound,
-            floor_per_element=floor_per_element, names=names,
-        )  # fmt: skip
+            weights=weights,
+            own=own,
+            drift_bound=drift_bound,
+            floor_per_element=floor_per_element,
+            names=names,
+        )
         self.tensor_part_reducer = self._robust_reducer
         self.reducer_failures: dict[str, str] = {}  # peer -> why its averaged part never came
         self.refetched: dict[str, str] = {}  # peer -> why its reducer was asked again
@@ -246,9 +252,10 @@ class RobustAllReduceRunner(AllReduceRunner):
             return deserialize_torch_tensor(message.tensor_part)
 
         async for delta in amap_in_executor(
-            delta_of, aiter_with_timeout(replies, self.reducer_timeout),
+            delta_of,
+            aiter_with_timeout(replies, self.reducer_timeout),
             max_prefetch=container.prefetch,
-        ):  # fmt: skip
+        ):
             container.register_processed_part(peer_index, self._received[peer_index], delta)
             self._received[peer_index] += 1
         if self._received[peer_index] != expected:

@@ -120,12 +120,19 @@ class Session:
         if role.num_replicas > 1:
             num_params = sum(p.numel() for p in self.model.parameters())
             self.averager = StageAverager(
-                dht, num_params, swarm_prefix(spec.run_id, role.stage, role.epoch, plan.term),
-                role.num_replicas, spec.compression, spec.averaging_timeout_s,
+                dht,
+                num_params,
+                swarm_prefix(spec.run_id, role.stage, role.epoch, plan.term),
+                role.num_replicas,
+                spec.compression,
+                spec.averaging_timeout_s,
                 # each replica's weight is its rows of the step's data, as the plan fixes them
-                group=pipeline.replica_weights(spec, role), network=plan.network,
-                stage=role.stage, traffic=transport.traffic, wire=profiler.wire_marks(),
-            )  # fmt: skip
+                group=pipeline.replica_weights(spec, role),
+                network=plan.network,
+                stage=role.stage,
+                traffic=transport.traffic,
+                wire=profiler.wire_marks(),
+            )
         if spec.sync == "diloco":
             self.outer = OuterRounds(spec, role.stage, role.num_stages, self.model, self.averager)
             self.outer.take_saved(outer_state)
@@ -137,9 +144,14 @@ class Session:
         )
         log.info(
             "plan epoch %d: stage %d/%d (layers %s) of replica %d/%d, starting at step %d",
-            role.epoch, role.stage, role.num_stages, self.model.layers, role.replica,
-            role.num_replicas, self.step,
-        )  # fmt: skip
+            role.epoch,
+            role.stage,
+            role.num_stages,
+            self.model.layers,
+            role.replica,
+            role.num_replicas,
+            self.step,
+        )
 
     def _connect(self, plan: Plan, dht: DHT) -> None:
         addrs = plan.data_addrs
@@ -158,10 +170,14 @@ class Session:
         """Every peer of the plan (spares too) announces its saved stage states; all pick one
         step, and the digest of each stage's state there (worker/resume.py)."""
         return agree_on_plan_start(
-            dht, self.spec, self.plan, self.directory, self.identity_seed,
+            dht,
+            self.spec,
+            self.plan,
+            self.directory,
+            self.identity_seed,
             self.transport.peer_id,
             lambda: self.inbox.stopped or self.inbox.version != self.plan_version,
-        )  # fmt: skip
+        )
 
     def expect(self, header: FrameHeader) -> Expected | None:
         """Called from the transport thread for every incoming frame."""
@@ -242,9 +258,17 @@ class Session:
         place, unscaled; the loss on a pipeline's last stage."""
         assert self.model is not None and self.role is not None
         loss = pipeline.run_step(
-            self.model, self.spec, self.role, self.transport, self.corpus, self.step,
-            self._should_stop, self.plan.network, timing, self.precision,
-        )  # fmt: skip
+            self.model,
+            self.spec,
+            self.role,
+            self.transport,
+            self.corpus,
+            self.step,
+            self._should_stop,
+            self.plan.network,
+            timing,
+            self.precision,
+        )
         pipeline.unscale_grads(self.model, self.spec)
         return loss
 
@@ -275,8 +299,9 @@ class Session:
         assert self.model is not None
         clip_grads(self.model, self.spec.grad_clip)
         # kept so that close() can also save the state one step back (worker/resume.py)
-        self._previous = StageSnapshot.take(self.model, self.optimizer, self.step,
-                                            self._outer_state())  # fmt: skip
+        self._previous = StageSnapshot.take(
+            self.model, self.optimizer, self.step, self._outer_state()
+        )
         if grads_are_finite(self.model):
             self.optimizer.step()
         else:  # the stage keeps its weights; a drift from its replicas is re-synced later
@@ -372,12 +397,18 @@ class Session:
         # ancestors' states (train/checkpoint.py)
         tag, rank = self.plan.state_tag, self.plan.state_rank
         if previous is not None and previous.step == self.step - 1:
-            record_step(self.directory, self.spec, self.model, previous, tag,
-                        lambda t: rank(t) is not None)  # fmt: skip
-        current = StageSnapshot(self.step, self.model.state_dict(), self.optimizer.state_dict(),
-                                self._outer_state() or {})  # fmt: skip
-        record_step(self.directory, self.spec, self.model, current, tag,
-                    lambda t: rank(t) is not None)  # fmt: skip
+            record_step(
+                self.directory, self.spec, self.model, previous, tag, lambda t: rank(t) is not None
+            )
+        current = StageSnapshot(
+            self.step,
+            self.model.state_dict(),
+            self.optimizer.state_dict(),
+            self._outer_state() or {},
+        )
+        record_step(
+            self.directory, self.spec, self.model, current, tag, lambda t: rank(t) is not None
+        )
         log.info("checkpoint: step %d -> %s", self.step, self.directory)
 
     def close(self) -> None:

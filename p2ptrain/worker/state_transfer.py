@@ -188,8 +188,9 @@ class StateServer:
         if refusal is not None:  # nothing of the request is parsed
             self.num_refused += 1
             if self.num_refused % 100 == 1:  # a flood: one line per hundred refusals
-                log.warning("refused %d stage state requests (latest from %s)",
-                            self.num_refused, remote)  # fmt: skip
+                log.warning(
+                    "refused %d stage state requests (latest from %s)", self.num_refused, remote
+                )
             # answered before closing: p2pd may reset a stream closed with the answer in flight
             with contextlib.suppress(OSError, TimeoutError, asyncio.IncompleteReadError):
                 writer.write(refusal)
@@ -236,9 +237,13 @@ class StateServer:
                 pickled = f.read(len(state_file.ZIP_MAGIC)) == state_file.ZIP_MAGIC
                 f.seek(0)
                 if size > max_bytes or pickled:  # not a state a peer may take: never send it
-                    log.warning("%s (%d bytes, the stage's states <= %d%s) is not served",
-                                path.name, size, max_bytes,
-                                ", an older format: a torch pickle" if pickled else "")  # fmt: skip
+                    log.warning(
+                        "%s (%d bytes, the stage's states <= %d%s) is not served",
+                        path.name,
+                        size,
+                        max_bytes,
+                        ", an older format: a torch pickle" if pickled else "",
+                    )
                     writer.write(MISSING)
                     return
                 async with asyncio.timeout(transfer_deadline_s(size, network)):
@@ -325,9 +330,13 @@ async def _fetch(
                 await writer.drain()
                 transport.traffic.sent(peer_id, len(body))
                 await receive_state(
-                    reader, target, request.digest, max_bytes, what,
+                    reader,
+                    target,
+                    request.digest,
+                    max_bytes,
+                    what,
                     on_bytes=lambda n: transport.traffic.received(peer_id, n),
-                )  # fmt: skip
+                )
                 return
             except Busy:  # the holder serves others now: again after a pause
                 await asyncio.sleep(random.uniform(*BUSY_RETRY_S))

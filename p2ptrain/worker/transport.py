@@ -255,8 +255,11 @@ class Transport:
         if open_now >= MAX_INBOUND_PER_PEER:
             self.num_streams_refused += 1
             if self.num_streams_refused % 100 == 1:  # a flood: one line per hundred refusals
-                log.warning("refused %d frame streams over the caps (latest from %s)",
-                            self.num_streams_refused, remote)  # fmt: skip
+                log.warning(
+                    "refused %d frame streams over the caps (latest from %s)",
+                    self.num_streams_refused,
+                    remote,
+                )
             writer.write(frames.REJECTED)
             writer.close()
             return

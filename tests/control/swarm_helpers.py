@@ -27,10 +27,19 @@ def start_bootstrap(
     run = tmp / "control-run.toml"
     run.write_text(run_toml)
     proc = reaper.start(
-        [PYTHON, "-m", "p2ptrain", "bootstrap", "--identity", str(tmp / "boot.key"),
-         "--run", str(run), *BOOTSTRAP_LOOPBACK],
+        [
+            PYTHON,
+            "-m",
+            "p2ptrain",
+            "bootstrap",
+            "--identity",
+            str(tmp / "boot.key"),
+            "--run",
+            str(run),
+            *BOOTSTRAP_LOOPBACK,
+        ],
         stderr_path=tmp / "boot.log",
-    )  # fmt: skip
+    )
     return proc, reaper.read_line(proc, STARTUP_TIMEOUT_S)
 
 
@@ -52,13 +61,21 @@ def start_peer(
     )
     proc = reaper.start(
         [
-            PYTHON, "-m", "p2ptrain", "join", *worker, *JOIN_LOOPBACK,
-            "--bootstrap", bootstrap,
-            "--identity", str(tmp / f"{name}.key"),
-            "--token", planner_token(tmp, name),
+            PYTHON,
+            "-m",
+            "p2ptrain",
+            "join",
+            *worker,
+            *JOIN_LOOPBACK,
+            "--bootstrap",
+            bootstrap,
+            "--identity",
+            str(tmp / f"{name}.key"),
+            "--token",
+            planner_token(tmp, name),
         ],
         stderr_path=tmp / f"{name}.log",
-    )  # fmt: skip
+    )
     return proc, reaper.read_line(proc, STARTUP_TIMEOUT_S)
 
 

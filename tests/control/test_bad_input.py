@@ -46,9 +46,16 @@ def test_bad_messages_are_dropped_logged_and_penalised(caplog):
                 open_attacker(addr) as sync_server,
             ):
                 attackers = [
-                    malformed, oversized, unsigned, forger, replayer, rogue_planner, spammer,
-                    planner_peer, sync_server,
-                ]  # fmt: skip
+                    malformed,
+                    oversized,
+                    unsigned,
+                    forger,
+                    replayer,
+                    rogue_planner,
+                    spammer,
+                    planner_peer,
+                    sync_server,
+                ]
                 # until each attacker knows the victim's subscriptions
                 await wait_until(lambda: all(a.sees_subscriber(victim.peer_id) for a in attackers))
 

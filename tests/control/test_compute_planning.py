@@ -37,10 +37,7 @@ def test_compute_aware_planner_leaves_slow_peers_out_when_it_pays() -> None:
     # 6 equal links, 2 stages: blind, 3 replicas use everyone; the two peers 8x slower gate
     # every step, so the compute-aware plan trains 2 replicas on the 4 fast peers
     peers = [f"p{i}" for i in range(6)]
-    links = {
-        (a, b): Link(2.0, 1000.0, 0.0)
-        for i, a in enumerate(peers) for b in peers[i + 1 :]
-    }  # fmt: skip
+    links = {(a, b): Link(2.0, 1000.0, 0.0) for i, a in enumerate(peers) for b in peers[i + 1 :]}
     matrices = build_matrices(peers, links)
     blind = compute_plan(matrices, RUN)
     assert len(blind.pipelines) == 3 and not blind.spares

@@ -32,14 +32,25 @@ def test_no_claim_is_faster_than_the_fastest_device_on_the_run_s_model() -> None
 
 
 def plan(predicted_step_s: float, epoch: int = 1) -> Plan:
-    return Plan(term=1, epoch=epoch, planner="p0", stages=2, pipelines=(("p0", "p1"), ("p2", "p3")),
-                spares=(), data_addrs={}, cost_s=1.0, predicted_step_s=predicted_step_s)  # fmt: skip
+    return Plan(
+        term=1,
+        epoch=epoch,
+        planner="p0",
+        stages=2,
+        pipelines=(("p0", "p1"), ("p2", "p3")),
+        spares=(),
+        data_addrs={},
+        cost_s=1.0,
+        predicted_step_s=predicted_step_s,
+    )
 
 
 def steps(step_s: dict[str, float]) -> dict[str, PeerMetrics | None]:
     where = {"p0": (0, 0), "p1": (1, 0), "p2": (0, 1), "p3": (1, 1)}
-    return {p: PeerMetrics(step=10, stage=where[p][0], replica=where[p][1], step_s=s)
-            for p, s in step_s.items()}  # fmt: skip
+    return {
+        p: PeerMetrics(step=10, stage=where[p][0], replica=where[p][1], step_s=s)
+        for p, s in step_s.items()
+    }
 
 
 def test_a_pipeline_that_runs_k_times_slower_than_predicted_is_re_priced_once() -> None:
@@ -51,8 +62,9 @@ def test_a_pipeline_that_runs_k_times_slower_than_predicted_is_re_priced_once() 
     assert trust.observe(current, reported, now=JUDGE_AFTER_S)
     assert trust.factors == {"p0": 4.0, "p1": 4.0}  # the pipeline at fault, not p2-p3
     assert not trust.observe(current, reported, now=2 * JUDGE_AFTER_S)  # once per plan
-    compute = peer_compute(["p0", "p1", "p2"], {p: claim(0.01) for p in ("p0", "p1", "p2")},
-                           RUN, trust.factors)  # fmt: skip
+    compute = peer_compute(
+        ["p0", "p1", "p2"], {p: claim(0.01) for p in ("p0", "p1", "p2")}, RUN, trust.factors
+    )
     assert compute is not None
     assert np.allclose(compute.block_row_s, [0.04, 0.04, 0.01])
 

@@ -32,10 +32,12 @@ def plan_on_bench_network(run: RunSpec, block_row_s: float = BENCH_BLOCK_ROW_S) 
         for p in peers
     }
     matrices = Matrices(
-        peers, topology.delay_ms, topology.bandwidth_gbps * DEFAULT_BANDWIDTH_SCALE,
+        peers,
+        topology.delay_ms,
+        topology.bandwidth_gbps * DEFAULT_BANDWIDTH_SCALE,
         num_measured_delays=len(peers) * (len(peers) - 1) // 2,
         compute=peer_compute(peers, measured, run),
-    )  # fmt: skip
+    )
     return compute_plan(matrices, run)
 
 

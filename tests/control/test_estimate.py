@@ -57,8 +57,14 @@ def test_coordinate_and_capacity_records_round_trip_and_refuse_junk() -> None:
     assert NetCoordinate.from_dict(coord.to_dict()) == coord
     capacity = AccessCapacity(12.5, None)
     assert AccessCapacity.from_dict(capacity.to_dict()) == capacity
-    for junk in ({"v": [1, 2], "h": 1, "e": 0.1}, {"v": [1, 2, "x"], "h": 1, "e": 0.1},
-                 {"v": [1, 2, 3], "h": -1, "e": 0.1}, {"v": [1, 2, 3], "h": 1, "e": 9}, [], None):  # fmt: skip
+    for junk in (
+        {"v": [1, 2], "h": 1, "e": 0.1},
+        {"v": [1, 2, "x"], "h": 1, "e": 0.1},
+        {"v": [1, 2, 3], "h": -1, "e": 0.1},
+        {"v": [1, 2, 3], "h": 1, "e": 9},
+        [],
+        None,
+    ):
         with pytest.raises(WireError):
             NetCoordinate.from_dict(junk)
     with pytest.raises(WireError):

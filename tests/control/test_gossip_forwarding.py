@@ -32,9 +32,15 @@ async def open_observer(addr: str, heard: list[str]) -> AsyncIterator[str]:
     it receives go into `heard`."""
     seed = os.urandom(32)
     host = make_host(seed)
-    gossipsub = GossipSub(protocols=[PROTOCOL_ID_V11], degree=4, degree_low=3, degree_high=8,
-                          heartbeat_interval=1, spam_protection_enabled=False,
-                          eclipse_protection_enabled=False)  # fmt: skip
+    gossipsub = GossipSub(
+        protocols=[PROTOCOL_ID_V11],
+        degree=4,
+        degree_low=3,
+        degree_high=8,
+        heartbeat_interval=1,
+        spam_protection_enabled=False,
+        eclipse_protection_enabled=False,
+    )
     pubsub = Pubsub(host, gossipsub)
 
     async def listen(subscription: Any) -> None:
@@ -61,8 +67,9 @@ def test_a_node_forwards_what_it_accepted_and_nothing_it_ignored() -> None:
     async def scenario() -> None:
         organiser = os.urandom(32)
         run = RunSpec(run_id="forwarding", admission="token")
-        victim = ControlNode(NodeConfig(seed=organiser, role="bootstrap", run=run,
-                                        print_addr=False))  # fmt: skip
+        victim = ControlNode(
+            NodeConfig(seed=organiser, role="bootstrap", run=run, print_addr=False)
+        )
         heard: list[str] = []
         async with trio.open_nursery() as nursery:
             await nursery.start(victim.run)
@@ -72,8 +79,9 @@ def test_a_node_forwards_what_it_accepted_and_nothing_it_ignored() -> None:
                 open_attacker(addr) as holder,
                 open_attacker(addr) as stranger,
             ):
-                holder.token = issue_token(organiser, holder.id, False, time.time() + 3600,
-                                           run.run_id).encode()  # fmt: skip
+                holder.token = issue_token(
+                    organiser, holder.id, False, time.time() + 3600, run.run_id
+                ).encode()
                 await wait_until(lambda: holder.sees_subscriber(victim.peer_id))
                 await wait_until(lambda: stranger.sees_subscriber(victim.peer_id))
                 # the observer is in the victim's mesh once the victim forwards its own record

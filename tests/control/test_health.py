@@ -15,9 +15,16 @@ FLOOR_S = 60.0
 
 
 def plan(pipelines: list[list[str]], cost_s: float = 0.5, epoch: int = 1) -> Plan:
-    return Plan(term=1, epoch=epoch, planner=A, stages=len(pipelines[0]),
-                pipelines=tuple(tuple(p) for p in pipelines), spares=(), data_addrs={},
-                cost_s=cost_s)  # fmt: skip
+    return Plan(
+        term=1,
+        epoch=epoch,
+        planner=A,
+        stages=len(pipelines[0]),
+        pipelines=tuple(tuple(p) for p in pipelines),
+        spares=(),
+        data_addrs={},
+        cost_s=cost_s,
+    )
 
 
 def test_the_bound_is_the_floor_or_ten_predicted_steps() -> None:

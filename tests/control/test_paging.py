@@ -29,14 +29,25 @@ NUM_LINKS = 450  # ~60 KiB of telemetry per author: 80 of them are ~5 MiB
 
 
 def _node(role: str, bootstrap_addr: str | None = None) -> ControlNode:
-    config = NodeConfig(seed=os.urandom(32), role=role, run=RunSpec(), print_addr=False,
-                        bootstrap_addr=bootstrap_addr)  # fmt: skip
+    config = NodeConfig(
+        seed=os.urandom(32),
+        role=role,
+        run=RunSpec(),
+        print_addr=False,
+        bootstrap_addr=bootstrap_addr,
+    )
     return ControlNode(config)
 
 
 def _record() -> PeerRecord:
-    return PeerRecord(addrs=(), data_addrs=(), role="control-only", planner_capable=False,
-                      version="0", hardware={})  # fmt: skip
+    return PeerRecord(
+        addrs=(),
+        data_addrs=(),
+        role="control-only",
+        planner_capable=False,
+        version="0",
+        hardware={},
+    )
 
 
 def _run(scenario: Any) -> None:

@@ -33,8 +33,7 @@ def test_a_pessimistic_link_report_still_gives_a_plan_every_receiver_decodes(
     """Every link of a 3-peer swarm reported at an extreme: the one pipeline must use them."""
     v, feed = make_view(me=A, peers=(B, C))
     v.run = RunSpec(stages=3, n_layer=3, min_peers=3, compute_aware=False)
-    rows = {B: {A: _report(rtt_ms, mbps), C: _report(rtt_ms, mbps)},
-            C: {A: _report(rtt_ms, mbps)}}  # fmt: skip
+    rows = {B: {A: _report(rtt_ms, mbps), C: _report(rtt_ms, mbps)}, C: {A: _report(rtt_ms, mbps)}}
 
     maker = PlanMaker(v, A)
 
@@ -75,8 +74,16 @@ def test_network_facts_cover_only_the_pairs_the_plan_uses() -> None:
 def test_a_plan_that_cannot_round_trip_is_logged_and_not_published(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    plan = Plan(term=1, epoch=1, planner=A, stages=1, pipelines=((A,), (B,)), spares=(),
-                data_addrs={}, cost_s=math.nan)  # fmt: skip
+    plan = Plan(
+        term=1,
+        epoch=1,
+        planner=A,
+        stages=1,
+        pipelines=((A,), (B,)),
+        spares=(),
+        data_addrs={},
+        cost_s=math.nan,
+    )
     with caplog.at_level(logging.ERROR):
         assert planner.publishable(plan) is None
     assert "BUG" in caplog.text

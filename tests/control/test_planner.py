@@ -152,8 +152,11 @@ def test_the_plan_states_each_group_s_and_each_hop_s_links() -> None:
     rtt_ms = {("p0", "p1"): 10.0, ("p2", "p3"): 40.0, ("p0", "p2"): 4.0, ("p1", "p3"): 80.0}
     rates = {("p0", "p1"): 500.0, ("p2", "p3"): 50.0, ("p0", "p2"): 900.0, ("p1", "p3"): 20.0}
     peers = PEERS[:4]
-    links = {(a, b): Link(rtt_ms.get((a, b), 200.0), rates.get((a, b), 5.0), 0.0)
-             for i, a in enumerate(peers) for b in peers[i + 1 :]}  # fmt: skip
+    links = {
+        (a, b): Link(rtt_ms.get((a, b), 200.0), rates.get((a, b), 5.0), 0.0)
+        for i, a in enumerate(peers)
+        for b in peers[i + 1 :]
+    }
     facts = network_facts(build_matrices(peers, links), [["p0", "p1"], ["p2", "p3"]])
     assert facts is not None
     # the worst of the used pairs: the cross links p0-p3 and p1-p2 (200 ms, 5 Mbit/s) carry
@@ -176,8 +179,10 @@ def test_the_search_runs_in_its_own_process_with_the_same_plan() -> None:
     peers = [f"p{i}" for i in range(6)]
     links = {
         (a, b): Link(2.0 + i + j, 100.0 / (1 + i), 0.0)
-        for i, a in enumerate(peers) for j, b in enumerate(peers) if a < b
-    }  # fmt: skip
+        for i, a in enumerate(peers)
+        for j, b in enumerate(peers)
+        if a < b
+    }
     matrices = build_matrices(peers, links)
     run = RunSpec(stages=2, n_layer=4)
     placed = trio.run(search_process.compute_plan, matrices, run)

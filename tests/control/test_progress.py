@@ -37,8 +37,13 @@ def test_the_line_says_how_the_gradient_was_combined() -> None:
 
 def test_sizes_are_short() -> None:
     assert [size_text(n) for n in (0, 999, 1000, 1_234_567, 5 * 10**9, 10**16)] == [
-        "0 B", "999 B", "1.0 kB", "1.2 MB", "5.0 GB", "10000.0 TB",
-    ]  # fmt: skip
+        "0 B",
+        "999 B",
+        "1.0 kB",
+        "1.2 MB",
+        "5.0 GB",
+        "10000.0 TB",
+    ]
 
 
 def test_the_status_table_shows_progress_bytes_link_rates_and_relayed_links() -> None:

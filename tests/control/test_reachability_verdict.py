@@ -110,8 +110,13 @@ def test_one_hostile_server_saying_reached_does_not_make_a_node_public() -> None
             for other in (boot, hostile):
                 await me.connect(info_from_p2p_addr(Multiaddr(full_addrs(other)[0])))
             my_id = me.get_id().to_base58()
-            view = SwarmView(self_id=my_id, role="control-only", planner_capable=False,
-                             started_at=0.0, bootstrap_id=boot.get_id().to_base58())  # fmt: skip
+            view = SwarmView(
+                self_id=my_id,
+                role="control-only",
+                planner_capable=False,
+                started_at=0.0,
+                bootstrap_id=boot.get_id().to_base58(),
+            )
             record = PeerRecord.from_dict({**peer_dict(), "reachability": "public"})
             view.members[hostile.get_id().to_base58()] = Member(record, 0.0)
             state = NodeState(b"\0" * 32, "control-only", my_id, me, view, {})

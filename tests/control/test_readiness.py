@@ -14,8 +14,10 @@ def test_ready_when_every_trainer_has_an_address_links_and_a_timed_stage() -> No
     roles = {"a": "trainer", "b": "trainer", "c": "control-only"}
     addrs = {"a": ["/ip4/10.0.0.1/tcp/7402"], "b": ["/ip4/10.0.0.2/tcp/7402"]}
     # the control-only member needs no address, no timed stage and no measured links
-    assert first_plan_gaps(members, roles, addrs, {("a", "b"): LINK}, {"a": TIMED, "b": TIMED},
-                           RUN) == []  # fmt: skip
+    assert (
+        first_plan_gaps(members, roles, addrs, {("a", "b"): LINK}, {"a": TIMED, "b": TIMED}, RUN)
+        == []
+    )
     gaps = first_plan_gaps(members, roles, {"a": addrs["a"]}, {}, {"a": TIMED}, RUN)
     assert gaps == ["1 data-plane address(es)", "1 of 1 links", "1 timed stage(s)"]
     # a link with a round trip but no rate yet is not measured; another run's timing does not

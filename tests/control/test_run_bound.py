@@ -26,17 +26,30 @@ BOOT = identity.peer_id_of(ORGANISER)
 
 
 def node(seed: bytes, run_id: str = "run-a", role: str = "control-only") -> NodeState:
-    view = SwarmView(self_id=identity.peer_id_of(seed), role=role, planner_capable=True,
-                     started_at=time.monotonic(), bootstrap_id=BOOT,
-                     run=RunSpec(run_id=run_id, admission="token"))  # fmt: skip
-    return NodeState(seed=seed, role=role, peer_id=view.self_id, host=cast(Any, None),
-                     view=view, hardware={})  # fmt: skip
+    view = SwarmView(
+        self_id=identity.peer_id_of(seed),
+        role=role,
+        planner_capable=True,
+        started_at=time.monotonic(),
+        bootstrap_id=BOOT,
+        run=RunSpec(run_id=run_id, admission="token"),
+    )
+    return NodeState(
+        seed=seed, role=role, peer_id=view.self_id, host=cast(Any, None), view=view, hardware={}
+    )
 
 
 def record_of(seed: bytes, run_id: str, planner: bool = True) -> PeerRecord:
     token = issue_token(ORGANISER, identity.peer_id_of(seed), planner, 2e9, run_id)
-    return PeerRecord(addrs=(), data_addrs=(), role="control-only", planner_capable=True,
-                      token=token, version="0", hardware={})  # fmt: skip
+    return PeerRecord(
+        addrs=(),
+        data_addrs=(),
+        role="control-only",
+        planner_capable=True,
+        token=token,
+        version="0",
+        hardware={},
+    )
 
 
 def test_a_token_of_another_run_of_the_organiser_admits_nobody() -> None:

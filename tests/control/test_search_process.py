@@ -23,8 +23,10 @@ from tests.integration.test_control_orphans import wait_all_gone
 PEERS = [f"p{i}" for i in range(6)]
 LINKS = {
     (a, b): Link(2.0 + i + j, 100.0 / (1 + i), 0.0)
-    for i, a in enumerate(PEERS) for j, b in enumerate(PEERS) if a < b
-}  # fmt: skip
+    for i, a in enumerate(PEERS)
+    for j, b in enumerate(PEERS)
+    if a < b
+}
 
 # a parent that plans once, says which processes it started, then waits to be killed
 PARENT = """
@@ -42,8 +44,9 @@ time.sleep(600)
 
 
 def _plan() -> object:
-    return trio.run(search_process.compute_plan, build_matrices(PEERS, LINKS),
-                    RunSpec(stages=2, n_layer=4))  # fmt: skip
+    return trio.run(
+        search_process.compute_plan, build_matrices(PEERS, LINKS), RunSpec(stages=2, n_layer=4)
+    )
 
 
 def test_a_killed_search_process_is_replaced_and_a_stopped_one_exits() -> None:
@@ -61,8 +64,12 @@ def test_a_killed_search_process_is_replaced_and_a_stopped_one_exits() -> None:
 
 
 def _parent(how: str) -> tuple[subprocess.Popen[bytes], list[int]]:
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, how], cwd=REPO_ROOT,
-                              stdout=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, how],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
     assert parent.stdout is not None
     line = parent.stdout.readline().decode().strip()
     assert line.isdigit(), f"the parent did not plan: {line!r}"

@@ -54,8 +54,14 @@ def test_a_workers_resumed_step_reaches_the_organisers_status(tmp_path: Any) -> 
     got: dict[str, Any] = {}
 
     async def scenario() -> None:
-        boot = ControlNode(NodeConfig(seed=organiser, role="bootstrap",
-                                      run=RunSpec(run_id="resume-test"), print_addr=False))  # fmt: skip
+        boot = ControlNode(
+            NodeConfig(
+                seed=organiser,
+                role="bootstrap",
+                run=RunSpec(run_id="resume-test"),
+                print_addr=False,
+            )
+        )
         async with trio.open_nursery() as nursery:
             await nursery.start(boot.run)
             member = ControlNode(

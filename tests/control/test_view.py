@@ -31,8 +31,13 @@ def planner_token(peer: str) -> Token:
 
 
 def record(role: str = "control-only") -> dict:
-    return {"role": role, "planner_capable": role in ("control-only", "trainer"), "addrs": [],
-            "version": "0", "hardware": {}}  # fmt: skip
+    return {
+        "role": role,
+        "planner_capable": role in ("control-only", "trainer"),
+        "addrs": [],
+        "version": "0",
+        "hardware": {},
+    }
 
 
 class Feed:
@@ -53,8 +58,14 @@ def make_view(
     me: str = ME, peers: tuple[str, ...] = (A, B, C), now: float = 0.0, anchor: int | None = 0
 ):
     """A view of `peers`, which learnt the current term (`anchor`) from the organiser."""
-    v = SwarmView(self_id=me, role="control-only", planner_capable=True, started_at=now,
-                  bootstrap_id=identity.peer_id_of(ORGANISER), own_token=planner_token(me))  # fmt: skip
+    v = SwarmView(
+        self_id=me,
+        role="control-only",
+        planner_capable=True,
+        started_at=now,
+        bootstrap_id=identity.peer_id_of(ORGANISER),
+        own_token=planner_token(me),
+    )
     if anchor is not None:
         v.learn_term(v.bootstrap_id, anchor)
     feed = Feed()
@@ -248,9 +259,15 @@ def test_status_document_shape():
     assert all({"id", "alive", "planner", "role"} <= set(p) for p in status["peers"])
     assert [p["planner"] for p in status["peers"]] == [True, False, False, False]
     assert status["links"] == [
-        {"a": B, "b": ME, "rtt_ms": 1.5, "bandwidth_mbps": None, "age_s": 0.2,
-         "connection": "direct"}
-    ]  # fmt: skip
+        {
+            "a": B,
+            "b": ME,
+            "rtt_ms": 1.5,
+            "bandwidth_mbps": None,
+            "age_s": 0.2,
+            "connection": "direct",
+        }
+    ]
     assert set(status["plan"]) == {
         "term",
         "epoch",
@@ -369,9 +386,13 @@ def test_a_fresh_node_learns_the_term_from_the_organiser_before_it_claims_or_bla
     assert v.term_anchored
     assert v.accept(feed("claim", B, {"term": 9}), 0.2) is None and v.planner == B
     # the organiser itself, restarted, learns the term from its first planner-token holder
-    boot = SwarmView(self_id=identity.peer_id_of(ORGANISER), role="bootstrap",
-                     planner_capable=False, started_at=0.0,
-                     bootstrap_id=identity.peer_id_of(ORGANISER))  # fmt: skip
+    boot = SwarmView(
+        self_id=identity.peer_id_of(ORGANISER),
+        role="bootstrap",
+        planner_capable=False,
+        started_at=0.0,
+        bootstrap_id=identity.peer_id_of(ORGANISER),
+    )
     boot.accept(feed("peer", B, record()), 0.0)
     boot.learn_term("Stranger", 50)  # no member, no token: ignored
     assert not boot.term_anchored

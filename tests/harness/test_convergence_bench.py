@@ -32,9 +32,13 @@ def test_bench_json_and_table() -> None:
     rows = result["variants"]
     assert rows["step"]["ratio_to_step"] == 1.0
     int8 = rows["diloco_h2_int8"]
-    assert int8["ratio_to_reference"] == round(int8["final_loss"] / rows["diloco_h2"]["final_loss"], 5)
+    assert int8["ratio_to_reference"] == round(
+        int8["final_loss"] / rows["diloco_h2"]["final_loss"], 5
+    )
     assert int8["passed"] == (int8["ratio_to_reference"] <= 1.01)
-    assert rows["diloco_h2_topk"]["bytes_per_value"] < 0.1 < rows["diloco_h2_int8"]["bytes_per_value"]
+    assert (
+        rows["diloco_h2_topk"]["bytes_per_value"] < 0.1 < rows["diloco_h2_int8"]["bytes_per_value"]
+    )
     assert json.loads(json.dumps(result)) == result
     assert "diloco_h4" in render(result)
 

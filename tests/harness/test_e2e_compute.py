@@ -18,18 +18,28 @@ PLAN = (1, 2)
 def metrics(step: int, key: tuple[int, int] = PLAN, **fields: Any) -> str:
     """A step's metrics line (forward_s, backward_s, update_s, ... in `fields`)."""
     report = MetricsReport(
-        step=step, loss=None, tokens_per_s=1.0, stage=0, replica=0, samples=1,
-        averaging="solo", step_s=fields.pop("step_s", 1.0), epoch=key[1], term=key[0],
-        num_replicas=1, **fields,
-    )  # fmt: skip
+        step=step,
+        loss=None,
+        tokens_per_s=1.0,
+        stage=0,
+        replica=0,
+        samples=1,
+        averaging="solo",
+        step_s=fields.pop("step_s", 1.0),
+        epoch=key[1],
+        term=key[0],
+        num_replicas=1,
+        **fields,
+    )
     return json.dumps(report.to_dict())
 
 
 def profile(step: int, key: tuple[int, int] = PLAN, **fields: Any) -> str:
     """A step's profile line (the thread's CPU defaults to 0, the tree's to unknown)."""
     thread = {"forward_cpu_s": 0.0, "backward_cpu_s": 0.0, "update_cpu_s": 0.0, "frames": 0}
-    report = StepProfile(step=step, term=key[0], epoch=key[1], stage=0, replica=0,
-                         **(thread | fields))  # fmt: skip
+    report = StepProfile(
+        step=step, term=key[0], epoch=key[1], stage=0, replica=0, **(thread | fields)
+    )
     return json.dumps(report.to_dict())
 
 
@@ -38,8 +48,11 @@ def write_log(
 ) -> None:
     lines = [json.dumps({"type": "session", "plan": {}})]
     for i, (forward, backward, update) in enumerate(steps):
-        lines.append(metrics(i, key, forward_s=forward, backward_s=backward, update_s=update,
-                             averaging_s=0.5 + i))  # fmt: skip
+        lines.append(
+            metrics(
+                i, key, forward_s=forward, backward_s=backward, update_s=update, averaging_s=0.5 + i
+            )
+        )
     path.write_text("\n".join(lines) + "\nnot json\n")
 
 
@@ -65,10 +78,13 @@ def test_the_steady_step_is_the_median_of_the_placed_workers_own_steps(tmp_path:
     for path, periods in zip(
         logs, ([9.0, 1.0, 1.2, 1.1], [5.0, 0.9, 0.8, 3.0], [7.0, 7.0]), strict=True
     ):
-        path.write_text("\n".join(
-            metrics(i, forward_s=0.1, backward_s=0.2, update_s=0.0, step_s=s)
-            for i, s in enumerate(periods)
-        ) + "\n")  # fmt: skip
+        path.write_text(
+            "\n".join(
+                metrics(i, forward_s=0.1, backward_s=0.2, update_s=0.0, step_s=s)
+                for i, s in enumerate(periods)
+            )
+            + "\n"
+        )
     # worker 0: median of 1.0, 1.2, 1.1 = 1.1; worker 1: of 0.9, 0.8, 3.0 = 0.9; worker 2 unplaced
     assert steady_step_s(logs, PLAN, [[0, 1]]) == pytest.approx(1.0)
     assert compute_summary(logs, PLAN, [[0, 1]])["step_s"] == [[1.1, 0.9]]
@@ -82,8 +98,17 @@ def test_cpu_seconds_and_the_testbed_quota_go_to_the_simulation(tmp_path: Path) 
         for i in range(3):
             lines.append(metrics(i, forward_s=0.4, backward_s=0.8, update_s=0.1))
             if profiled:  # its thread's CPU in the passes and update, the tree's in the round
-                lines.append(profile(i, forward_cpu_s=0.2, backward_cpu_s=0.4, update_cpu_s=0.05,
-                                     averaging_cpu_s=0.05, frames_cpu_s=0.04, frames=8))  # fmt: skip
+                lines.append(
+                    profile(
+                        i,
+                        forward_cpu_s=0.2,
+                        backward_cpu_s=0.4,
+                        update_cpu_s=0.05,
+                        averaging_cpu_s=0.05,
+                        frames_cpu_s=0.04,
+                        frames=8,
+                    )
+                )
         path.write_text("\n".join(lines) + "\n")
     compute = measured_compute(logs, PLAN, [[0, 1]], micro_batches=2, cores={0: 0.25, 1: 0.1})
     assert compute is not None
@@ -110,9 +135,11 @@ def test_a_profile_counts_only_beside_its_own_steps_metrics(tmp_path: Path) -> N
     metrics, is not taken."""
     log = tmp_path / "m0.jsonl"
     lines = [metrics(i, forward_s=0.4, backward_s=0.8, update_s=0.1) for i in range(3)]
-    lines += [profile(1, forward_cpu_s=0.3, backward_cpu_s=0.5, update_cpu_s=0.1),
-              profile(2, key=(1, 1), forward_cpu_s=9.0, backward_cpu_s=9.0, update_cpu_s=9.0),
-              profile(7, forward_cpu_s=9.0, backward_cpu_s=9.0, update_cpu_s=9.0)]  # fmt: skip
+    lines += [
+        profile(1, forward_cpu_s=0.3, backward_cpu_s=0.5, update_cpu_s=0.1),
+        profile(2, key=(1, 1), forward_cpu_s=9.0, backward_cpu_s=9.0, update_cpu_s=9.0),
+        profile(7, forward_cpu_s=9.0, backward_cpu_s=9.0, update_cpu_s=9.0),
+    ]
     log.write_text("\n".join(lines) + "\n")
     summary = compute_summary([log], PLAN, [[0]])
     assert summary["forward_cpu_s"] == [[0.3]] and summary["update_cpu_s"] == [[0.1]]
@@ -128,7 +155,10 @@ def test_the_rounds_cpu_splits_by_the_shares_summed_over_its_steps(tmp_path: Pat
         lines = []
         for i, (total, before, after) in enumerate([(9.0, 9.0, 0.0), *split]):
             lines.append(metrics(i, forward_s=0.1, backward_s=0.2, update_s=0.0))
-            wire: dict[str, Any] = {"averaging_cpu_before_s": before, "averaging_cpu_after_s": after}
+            wire: dict[str, Any] = {
+                "averaging_cpu_before_s": before,
+                "averaging_cpu_after_s": after,
+            }
             lines.append(profile(i, averaging_cpu_s=total, **(wire if marked else {})))
         path.write_text("\n".join(lines) + "\n")
     compute = measured_compute(logs, PLAN, [[0], [1]], micro_batches=1)
@@ -149,8 +179,9 @@ def test_frames_cost_their_own_cpu_and_the_helpers_run_as_a_background(tmp_path:
     steps = [(0.03, 4, 0.01, 1.0), (0.02, 4, 0.02, 1.5), (0.05, 8, 0.0, 1.5)]
     lines = []
     for i, (frames_cpu, frames, helpers, step) in enumerate([(9.0, 1, 9.0, 9.0), *steps]):
-        lines.append(metrics(i, forward_s=0.1, backward_s=0.2, update_s=0.1, averaging_s=0.4,
-                             step_s=step))  # fmt: skip
+        lines.append(
+            metrics(i, forward_s=0.1, backward_s=0.2, update_s=0.1, averaging_s=0.4, step_s=step)
+        )
         lines.append(profile(i, frames_cpu_s=frames_cpu, frames=frames, helpers_cpu_s=helpers))
     log.write_text("\n".join(lines) + "\n")
     compute = measured_compute([log], PLAN, [[0]], micro_batches=1, cores={0: 0.2})

@@ -96,8 +96,9 @@ def test_predicted_link_bytes_under_diloco_spread_a_round_over_its_steps() -> No
 
 
 def test_diloco_rows_activations_and_bytes_of_a_real_spec() -> None:
-    spec = RunSpec(stages=2, n_layer=4, batch_size=16, sync="diloco", inner_steps=10,
-                   compression="int8")  # fmt: skip
+    spec = RunSpec(
+        stages=2, n_layer=4, batch_size=16, sync="diloco", inner_steps=10, compression="int8"
+    )
     # every replica trains its own batch_size rows; step splits the global batch
     assert replica_rows(spec, 2) == [16.0, 16.0]
     assert replica_rows(spec.replace(sync="step"), 3) == [6.0, 5.0, 5.0]
@@ -107,9 +108,12 @@ def test_diloco_rows_activations_and_bytes_of_a_real_spec() -> None:
     assert activation_row_bytes("int8", spec.n_embd) == spec.n_embd + 4
     assert traffic.inner_steps == 10 and traffic.stage_gradient_bytes[0] == 2 * counts[0]
     links = predicted_link_bytes(
-        [[0, 1], [2, 3]], traffic.stage_gradient_bytes, replica_rows(spec, 2),
-        spec.block_size * activation_row_bytes("int8", spec.n_embd), traffic.inner_steps,
-    )  # fmt: skip
+        [[0, 1], [2, 3]],
+        traffic.stage_gradient_bytes,
+        replica_rows(spec, 2),
+        spec.block_size * activation_row_bytes("int8", spec.n_embd),
+        traffic.inner_steps,
+    )
     assert links[(0, 2)] == pytest.approx(2 * counts[0] / 10)
     assert links[(0, 1)] == 16 * 64 * (128 + 4)
     # tokens/s counts each step's own tokens, the first step's left out
@@ -119,8 +123,19 @@ def test_diloco_rows_activations_and_bytes_of_a_real_spec() -> None:
 
 def _metrics(step: int, sent: int, to: dict[str, int], term: int = 1) -> str:
     report = MetricsReport(
-        step=step, loss=None, tokens_per_s=1.0, stage=0, replica=0, samples=1, averaging="solo",
-        step_s=1.0, epoch=0, term=term, num_replicas=1, bytes_sent=sent, bytes_received=0,
+        step=step,
+        loss=None,
+        tokens_per_s=1.0,
+        stage=0,
+        replica=0,
+        samples=1,
+        averaging="solo",
+        step_s=1.0,
+        epoch=0,
+        term=term,
+        num_replicas=1,
+        bytes_sent=sent,
+        bytes_received=0,
         link_bytes={p: LinkBytes(sent=n) for p, n in to.items()},
     )
     return json.dumps(report.to_dict())
@@ -129,22 +144,29 @@ def _metrics(step: int, sent: int, to: dict[str, int], term: int = 1) -> str:
 def test_measured_link_bytes_count_the_plans_steps_only(tmp_path: Path) -> None:
     logs = [tmp_path / "metrics-0.jsonl", tmp_path / "metrics-1.jsonl"]
     logs[0].write_text(
-        "\n".join([
-            _metrics(0, 50, {"B": 40}, term=0),  # an older plan: left out
-            _metrics(0, 1000, {"B": 900}),
-            '{"type": "session"}',
-            _metrics(2, 3000, {"B": 2500, "stranger": 7}),
-        ]) + "\n"
-    )  # fmt: skip
+        "\n".join(
+            [
+                _metrics(0, 50, {"B": 40}, term=0),  # an older plan: left out
+                _metrics(0, 1000, {"B": 900}),
+                '{"type": "session"}',
+                _metrics(2, 3000, {"B": 2500, "stranger": 7}),
+            ]
+        )
+        + "\n"
+    )
     logs[1].write_text(_metrics(0, 10, {"A": 10}) + "\n")  # one report: no window
     measured = measured_link_bytes(logs, ["A", "B"], (1, 0))
     assert measured is not None
     links, sent = measured
     assert links == {(0, 1): 800.0} and sent == {"A": 1000.0}
     rows = link_table({(0, 1): 700.0, (1, 0): 5.0}, links, steps=10)
-    assert rows[0] == {"link": [0, 1], "predicted_bytes_per_step": 700,
-                       "measured_bytes_per_step": 800, "predicted_bytes": 7000,
-                       "measured_bytes": 8000}  # fmt: skip
+    assert rows[0] == {
+        "link": [0, 1],
+        "predicted_bytes_per_step": 700,
+        "measured_bytes_per_step": 800,
+        "predicted_bytes": 7000,
+        "measured_bytes": 8000,
+    }
     assert rows[1]["measured_bytes"] == 0
 
 

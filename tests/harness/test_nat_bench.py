@@ -17,10 +17,14 @@ def status(kinds: dict[tuple[str, str], str]) -> SwarmStatus:
     data = status_dict()
     peer = data["peers"][0]
     data["peers"] = [
-        {**peer, "id": p, "reachability": "public" if p == A else "private",
-         "metrics": {**peer["metrics"], "relay_bytes": 1000 if p == A else None}}
+        {
+            **peer,
+            "id": p,
+            "reachability": "public" if p == A else "private",
+            "metrics": {**peer["metrics"], "relay_bytes": 1000 if p == A else None},
+        }
         for p in (A, B, C, D)
-    ]  # fmt: skip
+    ]
     data["links"] = [
         {"a": a, "b": b, "rtt_ms": 10.0, "bandwidth_mbps": 20.0, "age_s": 1.0, "connection": kind}
         for (a, b), kind in kinds.items()
@@ -33,9 +37,13 @@ def status(kinds: dict[tuple[str, str], str]) -> SwarmStatus:
 def links(cone_pair: str) -> dict[tuple[str, str], str]:
     """A public, B and C cone, D symmetric: every link to A direct, D's others relayed."""
     return {
-        (A, B): "direct", (A, C): "direct", (A, D): "direct",
-        (B, C): cone_pair, (B, D): "relayed", (C, D): "relayed",
-    }  # fmt: skip
+        (A, B): "direct",
+        (A, C): "direct",
+        (A, D): "direct",
+        (B, C): cone_pair,
+        (B, D): "relayed",
+        (C, D): "relayed",
+    }
 
 
 def report(cone_pair: str) -> dict[str, Any]:

@@ -33,18 +33,46 @@ def test_the_harness_wraps_join_with_faults() -> None:
     # no faults: the product's own command
     assert command("join", ["--bootstrap", "B"], Faults())[1:4] == ["-m", "p2ptrain", "join"]
     # a bad fault stops the wrapper with one line, before any node starts
-    done = subprocess.run([sys.executable, "-m", "p2ptrain.harness.with_faults", "join",
-                           "--bootstrap", "B", "--fault", "explode@1:0:0"],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "p2ptrain.harness.with_faults",
+            "join",
+            "--bootstrap",
+            "B",
+            "--fault",
+            "explode@1:0:0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "a fault is KIND@STEP:STAGE:REPLICA" in done.stderr
     # and the product refuses the flag
-    done = subprocess.run([sys.executable, "-m", "p2ptrain", "join", "--bootstrap", "B",
-                           "--fault", "skip-averaging@2:0:1"],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "p2ptrain",
+            "join",
+            "--bootstrap",
+            "B",
+            "--fault",
+            "skip-averaging@2:0:1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "unrecognized arguments: --fault" in done.stderr
 
 
 def test_join_profile_needs_a_metrics_log() -> None:
-    done = subprocess.run([sys.executable, "-m", "p2ptrain", "join", "--bootstrap", "B",
-                           "--profile"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "p2ptrain", "join", "--bootstrap", "B", "--profile"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "--metrics-log" in done.stderr

@@ -23,26 +23,47 @@ pytestmark = pytest.mark.integration
 
 def cli(*args: str) -> str:
     done = subprocess.run(
-        [PYTHON, "-m", "p2ptrain", *args], capture_output=True, text=True, check=True,
-        cwd=REPO_ROOT, timeout=60,
-    )  # fmt: skip
+        [PYTHON, "-m", "p2ptrain", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO_ROOT,
+        timeout=60,
+    )
     return done.stdout.strip()
 
 
 def start_bootstrap(reaper: ProcessReaper, tmp: Path, *flags: str) -> str:
     """`p2ptrain bootstrap` with the organiser's key in tmp; its address."""
     boot = reaper.start(
-        [PYTHON, "-m", "p2ptrain", "bootstrap", "--identity", str(tmp / "boot.key"), *flags,
-         *BOOTSTRAP_LOOPBACK],
+        [
+            PYTHON,
+            "-m",
+            "p2ptrain",
+            "bootstrap",
+            "--identity",
+            str(tmp / "boot.key"),
+            *flags,
+            *BOOTSTRAP_LOOPBACK,
+        ],
         stderr_path=tmp / "boot.log",
-    )  # fmt: skip
+    )
     return reaper.read_line(boot, STARTUP_TIMEOUT_S)
 
 
 def planner_token(tmp: Path, peer: str) -> str:
     """What the organiser runs for a volunteer's peer id: `token issue --planner`."""
-    return cli("token", "issue", "--identity", str(tmp / "boot.key"), "--peer", peer,
-               "--planner", "--expires-days", "1")  # fmt: skip
+    return cli(
+        "token",
+        "issue",
+        "--identity",
+        str(tmp / "boot.key"),
+        "--peer",
+        peer,
+        "--planner",
+        "--expires-days",
+        "1",
+    )
 
 
 def test_only_token_holders_join_and_plan_a_token_run(reaper: ProcessReaper, tmp_path: Path):
@@ -54,20 +75,42 @@ def test_only_token_holders_join_and_plan_a_token_run(reaper: ProcessReaper, tmp
     token = planner_token(tmp_path, volunteer)
     (tmp_path / "volunteer.token").write_text(token + "\n")
     member = reaper.start(
-        [PYTHON, "-m", "p2ptrain", "join", "--control-only", *JOIN_LOOPBACK,
-         "--bootstrap", boot_addr,
-         "--identity", str(tmp_path / "volunteer.key"),
-         "--token", str(tmp_path / "volunteer.token")],
+        [
+            PYTHON,
+            "-m",
+            "p2ptrain",
+            "join",
+            "--control-only",
+            *JOIN_LOOPBACK,
+            "--bootstrap",
+            boot_addr,
+            "--identity",
+            str(tmp_path / "volunteer.key"),
+            "--token",
+            str(tmp_path / "volunteer.token"),
+        ],
         stderr_path=tmp_path / "volunteer.log",
-    )  # fmt: skip
+    )
     assert peer_id(reaper.read_line(member, STARTUP_TIMEOUT_S)) == volunteer
     # a stranger without a token is refused on its side: one clear line, exit code 2
     stranger = subprocess.run(
-        [PYTHON, "-m", "p2ptrain", "join", "--control-only", *JOIN_LOOPBACK,
-         "--bootstrap", boot_addr,
-         "--identity", str(tmp_path / "stranger.key")],
-        capture_output=True, text=True, cwd=REPO_ROOT, timeout=90,
-    )  # fmt: skip
+        [
+            PYTHON,
+            "-m",
+            "p2ptrain",
+            "join",
+            "--control-only",
+            *JOIN_LOOPBACK,
+            "--bootstrap",
+            boot_addr,
+            "--identity",
+            str(tmp_path / "stranger.key"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=90,
+    )
     assert stranger.returncode == 2, stranger.stderr[-2000:]
     assert "admits holders of the organiser's tokens only" in stranger.stderr
     # the token holder is the swarm's planner and planned alone; the stranger appears nowhere
@@ -95,11 +138,22 @@ def test_a_revoked_planner_token_stops_counting_before_it_expires(
         peer = cli("id", "--identity", str(tmp_path / f"{name}.key"))
         token = planner_token(tmp_path, peer)
         proc = reaper.start(
-            [PYTHON, "-m", "p2ptrain", "join", "--control-only", *JOIN_LOOPBACK,
-             "--bootstrap", boot_addr,
-             "--identity", str(tmp_path / f"{name}.key"), "--token", token],
+            [
+                PYTHON,
+                "-m",
+                "p2ptrain",
+                "join",
+                "--control-only",
+                *JOIN_LOOPBACK,
+                "--bootstrap",
+                boot_addr,
+                "--identity",
+                str(tmp_path / f"{name}.key"),
+                "--token",
+                token,
+            ],
             stderr_path=tmp_path / f"{name}.log",
-        )  # fmt: skip
+        )
         assert peer_id(reaper.read_line(proc, STARTUP_TIMEOUT_S)) == peer
         planners.append(peer)
     status, ok = wait_for_status(

@@ -64,7 +64,9 @@ def test_no_process_survives_its_node(tmp_path: Path, reaper: ProcessReaper) -> 
 
 def _cmdline(pid: int) -> str:
     with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
     return ""
 
 
@@ -93,8 +95,10 @@ def test_a_crash_leaves_nothing_behind(tmp_path: Path, reaper: ProcessReaper) ->
     planner = nodes[status["planner"]]
     # the search process is kept for the node's lifetime: it is there from the first plan on
     deadline = time.monotonic() + 10
-    while not any("search_process" in _cmdline(p) or "multiprocessing" in _cmdline(p)
-                  for p in descendants_of(planner.pid)):  # fmt: skip
+    while not any(
+        "search_process" in _cmdline(p) or "multiprocessing" in _cmdline(p)
+        for p in descendants_of(planner.pid)
+    ):
         assert time.monotonic() < deadline, "the planner has no search process"
         time.sleep(0.2)
     trees = {proc.pid: descendants_of(proc.pid) for proc in nodes.values()}

@@ -49,7 +49,9 @@ def _control_pid(supervisor_pid: int) -> int | None:
     return None
 
 
-def _start(reaper: ProcessReaper, argv: list[str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def _start(
+    reaper: ProcessReaper, argv: list[str], log: Path
+) -> tuple[subprocess.Popen[bytes], str]:
     proc = reaper.start([*SOFT_NOFILE, *argv], stderr_path=log)
     return proc, reaper.read_line(proc, STARTUP_TIMEOUT_S * 3)
 
@@ -59,27 +61,45 @@ def test_sixteen_control_peers_beside_a_busy_machine_stay_alive(
     reaper: ProcessReaper, tmp_path: Path
 ) -> None:
     (tmp_path / "run.toml").write_text(RUN)
-    burners = [
-        reaper.start([PYTHON, "-c", "while True: pass"]) for _ in range(BURNERS)
-    ]
+    burners = [reaper.start([PYTHON, "-c", "while True: pass"]) for _ in range(BURNERS)]
     boot, boot_addr = _start(
         reaper,
-        [PYTHON, "-m", "p2ptrain", "bootstrap", "--identity", str(tmp_path / "boot.key"),
-         "--run", str(tmp_path / "run.toml"), *BOOTSTRAP_LOOPBACK],
+        [
+            PYTHON,
+            "-m",
+            "p2ptrain",
+            "bootstrap",
+            "--identity",
+            str(tmp_path / "boot.key"),
+            "--run",
+            str(tmp_path / "run.toml"),
+            *BOOTSTRAP_LOOPBACK,
+        ],
         tmp_path / "boot.log",
-    )  # fmt: skip
+    )
     nodes = []
     for i in range(NUM_PEERS):
         name = f"peer{i}"
         nodes.append(
             _start(
                 reaper,
-                [PYTHON, "-m", "p2ptrain", "join", "--control-only", *JOIN_LOOPBACK,
-                 "--bootstrap", boot_addr, "--identity", str(tmp_path / f"{name}.key"),
-                 "--token", planner_token(tmp_path, name)],
+                [
+                    PYTHON,
+                    "-m",
+                    "p2ptrain",
+                    "join",
+                    "--control-only",
+                    *JOIN_LOOPBACK,
+                    "--bootstrap",
+                    boot_addr,
+                    "--identity",
+                    str(tmp_path / f"{name}.key"),
+                    "--token",
+                    planner_token(tmp_path, name),
+                ],
                 tmp_path / f"{name}.log",
             )
-        )  # fmt: skip
+        )
     everyone = {peer_id(addr) for _, addr in nodes}
     status, ok = wait_for_status(boot_addr, lambda s: alive_ids(s) >= everyone, 300)
     assert ok, status
@@ -93,8 +113,7 @@ def test_sixteen_control_peers_beside_a_busy_machine_stay_alive(
         for proc, _ in nodes:
             assert proc.poll() is None, f"{proc.args!r} exited during the soak"
             assert _control_pid(proc.pid) == controls[proc.pid], (
-                f"the control process of {proc.args!r} exited during the soak "
-                f"(see {tmp_path})"
+                f"the control process of {proc.args!r} exited during the soak (see {tmp_path})"
             )
         time.sleep(5.0)
     assert all(b.poll() is None for b in burners)  # the machine was busy to the end

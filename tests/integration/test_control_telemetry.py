@@ -80,13 +80,23 @@ def test_join_prints_its_steps_and_status_shows_progress_bytes_and_rates(tmp_pat
     def progressed(status: dict[str, Any]) -> bool:
         metrics = [p["metrics"] for p in status["peers"] if p["id"] in ids and p["metrics"]]
         measured = [
-            link for link in status["links"]
-            if {link["a"], link["b"]} == ids and link["rtt_ms"] is not None and link["bandwidth_mbps"]
-        ]  # fmt: skip
-        return bool(measured) and len(metrics) == 2 and all(
-            m["step"] >= 2 and m["tokens_per_s"] > 0 and m["bytes_sent"] > 0
-            and m["bytes_received"] > 0 for m in metrics
-        )  # fmt: skip
+            link
+            for link in status["links"]
+            if {link["a"], link["b"]} == ids
+            and link["rtt_ms"] is not None
+            and link["bandwidth_mbps"]
+        ]
+        return (
+            bool(measured)
+            and len(metrics) == 2
+            and all(
+                m["step"] >= 2
+                and m["tokens_per_s"] > 0
+                and m["bytes_sent"] > 0
+                and m["bytes_received"] > 0
+                for m in metrics
+            )
+        )
 
     status, ok = wait_for_status(boot_addr, progressed, timeout_s=200, interval_s=3)
     assert ok, status

@@ -51,10 +51,24 @@ def test_the_page_of_a_training_swarm(tmp_path: Path) -> None:
     port = _free_port()
     base = f"http://127.0.0.1:{port}/"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "p2ptrain", "local", "--peers", "4", "--run", str(run),
-         "--http", str(port), "--workdir", str(tmp_path / "work")],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "p2ptrain",
+            "local",
+            "--peers",
+            "4",
+            "--run",
+            str(run),
+            "--http",
+            str(port),
+            "--workdir",
+            str(tmp_path / "work"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
 
         def status() -> dict | None:

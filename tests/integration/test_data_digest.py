@@ -40,10 +40,19 @@ def test_a_peer_with_other_data_is_refused_naming_both_digests(
         "steps = 6\ncompute_aware = false\n"
     )
     boot = reaper.start(
-        [PYTHON, "-m", "p2ptrain", "bootstrap", "--identity", str(tmp_path / "boot.key"),
-         "--run", str(run), *BOOTSTRAP_LOOPBACK],
+        [
+            PYTHON,
+            "-m",
+            "p2ptrain",
+            "bootstrap",
+            "--identity",
+            str(tmp_path / "boot.key"),
+            "--run",
+            str(run),
+            *BOOTSTRAP_LOOPBACK,
+        ],
         stderr_path=tmp_path / "boot.log",
-    )  # fmt: skip
+    )
     boot_addr = reaper.read_line(boot, STARTUP_TIMEOUT_S)
     nodes = {}
     for name, corpus in (("good", GOOD), ("other", OTHER)):
@@ -53,11 +62,27 @@ def test_a_peer_with_other_data_is_refused_naming_both_digests(
         peer = cli("id", "--identity", str(home / "node.key"))
         token = planner_token(tmp_path, peer)  # the organiser's word that it may plan
         nodes[name] = reaper.start(
-            [PYTHON, "-m", "p2ptrain", "join", "--bootstrap", boot_addr, *JOIN_LOOPBACK,
-             "--identity", str(home / "node.key"), "--checkpoint-dir", str(home / "ckpt"),
-             "--metrics-log", str(home / "metrics.jsonl"), "--token", token, "--quiet"],
-            stderr_path=home / "node.log", cwd=home,
-        )  # fmt: skip
+            [
+                PYTHON,
+                "-m",
+                "p2ptrain",
+                "join",
+                "--bootstrap",
+                boot_addr,
+                *JOIN_LOOPBACK,
+                "--identity",
+                str(home / "node.key"),
+                "--checkpoint-dir",
+                str(home / "ckpt"),
+                "--metrics-log",
+                str(home / "metrics.jsonl"),
+                "--token",
+                token,
+                "--quiet",
+            ],
+            stderr_path=home / "node.log",
+            cwd=home,
+        )
     refused = nodes["other"]
     deadline = time.monotonic() + 180
     while refused.poll() is None and time.monotonic() < deadline:

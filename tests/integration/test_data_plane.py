@@ -29,10 +29,18 @@ from p2ptrain.worker.faults import DIE_WHILE_AVERAGING, SKIP_AVERAGING, Fault, F
 pytestmark = pytest.mark.integration
 
 TINY = RunSpec(
-    run_id="data-plane-test", stages=2, n_layer=2, n_head=2, n_embd=32, block_size=16,
-    batch_size=8, micro_batches=2, compression="none", checkpoint_interval=0,
+    run_id="data-plane-test",
+    stages=2,
+    n_layer=2,
+    n_head=2,
+    n_embd=32,
+    block_size=16,
+    batch_size=8,
+    micro_batches=2,
+    compression="none",
+    checkpoint_interval=0,
     averaging_timeout_s=10.0,
-)  # fmt: skip
+)
 
 
 def test_two_by_two_with_fp16_wire_formats_tracks_one_process(tmp_path: Path) -> None:
@@ -50,9 +58,7 @@ def test_two_by_two_with_fp16_wire_formats_tracks_one_process(tmp_path: Path) ->
     torch.testing.assert_close(result.loss, reference, rtol=1e-2, atol=0)
     assert result.loss != reference  # the wire formats really were compressed
     for layers in stage_layer_ranges(spec.n_layer, 2):  # both stages checkpointed on exit
-        assert (
-            read_file(checkpoint_path(tmp_path / "ckpt", layers))["step"] == 6
-        )
+        assert read_file(checkpoint_path(tmp_path / "ckpt", layers))["step"] == 6
 
 
 def test_killing_a_peer_mid_averaging_leaves_its_stage_intact_on_the_others(tmp_path: Path) -> None:
@@ -114,8 +120,9 @@ def test_replicas_that_diverged_are_re_synced(tmp_path: Path) -> None:
     its own too): the replicas now differ. The next round's parameter digests show it to both,
     they average their parameters once, and from then on the digests agree again."""
     skip_step = 2
-    spec = TINY.replace(stages=1, steps=6, averaging_timeout_s=3.0,
-                        checkpoint_dir=str(tmp_path / "c"))  # fmt: skip
+    spec = TINY.replace(
+        stages=1, steps=6, averaging_timeout_s=3.0, checkpoint_dir=str(tmp_path / "c")
+    )
     flags = {i: Faults((Fault(SKIP_AVERAGING, skip_step, 0, 1),)).to_argv() for i in range(2)}
     with LocalSwarm(spec, 2, tmp_path, worker_flags=flags) as swarm:
         swarm.send_plan(plan_for(spec, swarm.wait_hellos()))
@@ -138,8 +145,10 @@ def test_worker_process_tree_dies_with_the_worker(tmp_path: Path) -> None:
     listener.listen(1)
     proc = subprocess.Popen(
         [sys.executable, "-m", "p2ptrain.worker", "--ipc", str(sock)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         conn, _ = listener.accept()
         conn.settimeout(120)

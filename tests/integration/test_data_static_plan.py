@@ -23,9 +23,17 @@ pytestmark = pytest.mark.integration
 
 def test_two_stage_pipeline_on_a_static_plan(tmp_path: Path) -> None:
     spec = RunSpec(
-        run_id="static", stages=2, n_layer=2, n_head=2, n_embd=32, block_size=16, batch_size=4,
-        steps=3, compression="none", checkpoint_dir=str(tmp_path / "ckpt"),
-    )  # fmt: skip
+        run_id="static",
+        stages=2,
+        n_layer=2,
+        n_head=2,
+        n_embd=32,
+        block_size=16,
+        batch_size=4,
+        steps=3,
+        compression="none",
+        checkpoint_dir=str(tmp_path / "ckpt"),
+    )
     plan_path = tmp_path / "plan.json"
     plan = {"plan": {"epoch": 0, "stages": 2, "pipelines": [["w0", "w1"]]}, "run": spec.to_dict()}
     plan_path.write_text(json.dumps(plan))

@@ -52,9 +52,14 @@ def test_a_node_publishes_public_and_doctor_says_joining_works(
     assert code == 0, text
     assert report["reachability"] == "public" and report["nat"] == "none"
     assert statuses(report) == {
-        "bootstrap": "ok", "reachability": "ok", "nat": "ok", "ports": "ok", "daemon": "skip",
-        "clock": "ok", "bandwidth": "ok",
-    }, text  # fmt: skip
+        "bootstrap": "ok",
+        "reachability": "ok",
+        "nat": "ok",
+        "ports": "ok",
+        "daemon": "skip",
+        "clock": "ok",
+        "bandwidth": "ok",
+    }, text
     assert "dialled back at /ip4/127.0.0.1/tcp/" in text and "by 2 peer(s)" in text
     assert text.splitlines()[-2] == "joining will work"
 
@@ -63,9 +68,14 @@ def test_an_absent_bootstrap_fails_with_a_fix_and_skips_the_rest() -> None:
     code, report, text = doctor(ABSENT, *LOOPBACK_FLAGS, "--control-only")
     assert code == 1 and not report["ok"]
     assert statuses(report) == {
-        "bootstrap": "FAIL", "reachability": "skip", "nat": "skip", "ports": "ok",
-        "daemon": "skip", "clock": "skip", "bandwidth": "skip",
-    }  # fmt: skip
+        "bootstrap": "FAIL",
+        "reachability": "skip",
+        "nat": "skip",
+        "ports": "ok",
+        "daemon": "skip",
+        "clock": "skip",
+        "bandwidth": "skip",
+    }
     assert text.startswith("FAIL bootstrap does not answer at " + ABSENT)
     assert " — fix: check the address" in text.splitlines()[0]
     assert "joining will not work: bootstrap" in text

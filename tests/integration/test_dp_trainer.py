@@ -15,9 +15,16 @@ from p2ptrain.train.reference import train_reference
 pytestmark = pytest.mark.integration
 
 TINY = RunSpec(
-    run_id="dp-trainer-test", stages=1, n_layer=2, n_head=2, n_embd=32, block_size=16,
-    batch_size=8, compression="none", steps=3,
-)  # fmt: skip
+    run_id="dp-trainer-test",
+    stages=1,
+    n_layer=2,
+    n_head=2,
+    n_embd=32,
+    block_size=16,
+    batch_size=8,
+    compression="none",
+    steps=3,
+)
 
 
 def test_two_peers_train_the_global_batch_like_one_process(tmp_path: Path) -> None:

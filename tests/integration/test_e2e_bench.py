@@ -25,11 +25,33 @@ def test_bench_e2e_trains_through_join_nodes(tmp_path: Path) -> None:
     before = set(list_netns())
     out, plot = tmp_path / "e2e.json", tmp_path / "e2e.png"
     proc = subprocess.run(
-        [sys.executable, "-m", "p2ptrain", "bench", "e2e", "--peers", "4", "--stages", "2",
-         "--steps", "3", "--runs", "compute_blind", "--cities", "Virginia,Ohio", "--json",
-         "--out", str(out), "--plot", str(plot)],
-        capture_output=True, text=True, timeout=380, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "p2ptrain",
+            "bench",
+            "e2e",
+            "--peers",
+            "4",
+            "--stages",
+            "2",
+            "--steps",
+            "3",
+            "--runs",
+            "compute_blind",
+            "--cities",
+            "Virginia,Ohio",
+            "--json",
+            "--out",
+            str(out),
+            "--plot",
+            str(plot),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=380,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result == json.loads(out.read_text())

@@ -18,9 +18,19 @@ from p2ptrain.train.reference import train_reference
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SPEC = RunSpec(
-    run_id="int8-pipeline-test", stages=2, n_layer=2, n_head=2, n_embd=32, block_size=16,
-    batch_size=8, micro_batches=2, compression="int8", checkpoint_interval=0, steps=8, lr=3e-3,
-)  # fmt: skip
+    run_id="int8-pipeline-test",
+    stages=2,
+    n_layer=2,
+    n_head=2,
+    n_embd=32,
+    block_size=16,
+    batch_size=8,
+    micro_batches=2,
+    compression="int8",
+    checkpoint_interval=0,
+    steps=8,
+    lr=3e-3,
+)
 
 
 def test_int8_activations_train_two_stages_within_one_percent(tmp_path: Path) -> None:

@@ -38,8 +38,10 @@ def _local(*args: str, timeout_s: float = 240) -> dict:
     """Run the CLI in its own process group; return its JSON summary (its last stdout line)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "p2ptrain", "local", "--json", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout_s)
     finally:
@@ -75,8 +77,19 @@ def test_four_peers_over_the_network_equal_one_process(tmp_path: Path) -> None:
     vs the in-process reference."""
     run = tmp_path / "run.toml"
     run.write_text(TINY_RUN)
-    four = _local("--peers", "4", "--run", str(run), "--steps", "8", "--seed", "3",
-                  "--no-compression", "--workdir", str(tmp_path / "four"))  # fmt: skip
+    four = _local(
+        "--peers",
+        "4",
+        "--run",
+        str(run),
+        "--steps",
+        "8",
+        "--seed",
+        "3",
+        "--no-compression",
+        "--workdir",
+        str(tmp_path / "four"),
+    )
     assert [len(p) for p in four["plan"]["pipelines"]] == [2, 2]
     assert all(p.startswith("12D3KooW") for pipe in four["plan"]["pipelines"] for p in pipe)
     assert four["steps"] == 8 and four["tokens_per_s"] > 0
@@ -129,8 +142,16 @@ def test_a_llama_run_on_four_peers_learns_and_equals_one_process(tmp_path: Path)
     more than 30% and every step's loss is the one-process reference's."""
     run = tmp_path / "run.toml"
     run.write_text(LLAMA_RUN)
-    four = _local("--peers", "4", "--run", str(run), "--no-compression",
-                  "--workdir", str(tmp_path / "four"), timeout_s=280)  # fmt: skip
+    four = _local(
+        "--peers",
+        "4",
+        "--run",
+        str(run),
+        "--no-compression",
+        "--workdir",
+        str(tmp_path / "four"),
+        timeout_s=280,
+    )
     assert [len(p) for p in four["plan"]["pipelines"]] == [2, 2]
     assert four["steps"] == 40
     assert four["loss"][-1] < 0.7 * four["loss"][0], four["loss"]

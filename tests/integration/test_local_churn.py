@@ -54,10 +54,26 @@ def test_training_survives_a_crashed_peer_without_losing_state(tmp_path: Path) -
     run.write_text(RUN)
     workdir = tmp_path / "swarm"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "p2ptrain", "local", "--json", "--peers", "4", "--run", str(run),
-         "--steps", str(STEPS), "--no-compression", "--workdir", str(workdir)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "p2ptrain",
+            "local",
+            "--json",
+            "--peers",
+            "4",
+            "--run",
+            str(run),
+            "--steps",
+            str(STEPS),
+            "--no-compression",
+            "--workdir",
+            str(workdir),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 150
         while _steps_reported(workdir) < KILL_AFTER_STEP:
@@ -76,8 +92,11 @@ def test_training_survives_a_crashed_peer_without_losing_state(tmp_path: Path) -
     assert summary["steps"] == STEPS
     assert [len(p) for p in summary["plan"]["pipelines"]] == [2]  # 3 survivors: 1 x 2 + a spare
     logs = "".join(p.read_text() for p in workdir.glob("peer-*.log"))
-    resumed_at = [int(line.rsplit("start at step ", 1)[1].split()[0])
-                  for line in logs.splitlines() if "agreed to start at step" in line]  # fmt: skip
+    resumed_at = [
+        int(line.rsplit("start at step ", 1)[1].split()[0])
+        for line in logs.splitlines()
+        if "agreed to start at step" in line
+    ]
     assert max(resumed_at) >= KILL_AFTER_STEP - 1, resumed_at  # resumed, not restarted
     # each node keeps its own checkpoints (as on separate machines): a survivor given a stage it
     # never held fetched it from the peer that did, instead of starting it fresh

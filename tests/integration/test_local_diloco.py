@@ -39,10 +39,25 @@ def test_two_diloco_replicas_train_and_agree_after_their_outer_rounds(tmp_path: 
     run.write_text(RUN)
     workdir = tmp_path / "swarm"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "p2ptrain", "local", "--json", "--peers", "4", "--run", str(run),
-         "--steps", str(STEPS), "--workdir", str(workdir)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "p2ptrain",
+            "local",
+            "--json",
+            "--peers",
+            "4",
+            "--run",
+            str(run),
+            "--steps",
+            str(STEPS),
+            "--workdir",
+            str(workdir),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=240)
     finally:
@@ -77,4 +92,6 @@ def test_two_diloco_replicas_train_and_agree_after_their_outer_rounds(tmp_path: 
                 # the replicas agree to ~1e-4 of the norm, not bit for bit
                 assert float((tensor.float() - other).norm()) / scale < 2e-3, (name, key)
         assert int(a["outer_state"]["outer/steps"]) == int(b["outer_state"]["outer/steps"])
-        assert torch.isfinite(torch.cat([t.float().reshape(-1) for t in a["model_state"].values()])).all()
+        assert torch.isfinite(
+            torch.cat([t.float().reshape(-1) for t in a["model_state"].values()])
+        ).all()

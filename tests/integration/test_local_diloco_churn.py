@@ -43,10 +43,25 @@ def test_diloco_survives_a_killed_replica(tmp_path: Path) -> None:
     run.write_text(RUN)
     workdir = tmp_path / "swarm"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "p2ptrain", "local", "--json", "--peers", "4", "--run", str(run),
-         "--steps", str(STEPS), "--workdir", str(workdir)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "p2ptrain",
+            "local",
+            "--json",
+            "--peers",
+            "4",
+            "--run",
+            str(run),
+            "--steps",
+            str(STEPS),
+            "--workdir",
+            str(workdir),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 150
         while _steps_reported(workdir) < KILL_AFTER_STEP:
@@ -69,8 +84,11 @@ def test_diloco_survives_a_killed_replica(tmp_path: Path) -> None:
     assert [len(p) for p in summary["plan"]["pipelines"]] == [2]  # 3 survivors: 1 x 2 + a spare
     logs = "".join((workdir / f"peer-{i}.log").read_text() for i in range(3))
     assert "STAGE STATE LOST" not in logs and "started fresh" not in logs
-    resumed_at = [int(line.rsplit("start at step ", 1)[1].split()[0])
-                  for line in logs.splitlines() if "agreed to start at step" in line]  # fmt: skip
+    resumed_at = [
+        int(line.rsplit("start at step ", 1)[1].split()[0])
+        for line in logs.splitlines()
+        if "agreed to start at step" in line
+    ]
     assert max(resumed_at) >= KILL_AFTER_STEP - 4, resumed_at  # resumed, not restarted
     # the survivors' outer steps went on past the kill, up to the final round after the last step
     applied = [line for line in logs.splitlines() if "outer step" in line and "applied" in line]

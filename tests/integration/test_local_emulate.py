@@ -39,10 +39,25 @@ def test_join_nodes_on_their_own_addresses_train_with_every_round_averaged(
     run.write_text("[run]\ncompute_aware = false\n")
     before = set(list_netns())
     proc = subprocess.run(
-        [sys.executable, "-m", "p2ptrain", "local", "--emulate", str(path), "--steps", str(steps),
-         "--json", "--workdir", str(workdir), "--run", str(run)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "p2ptrain",
+            "local",
+            "--emulate",
+            str(path),
+            "--steps",
+            str(steps),
+            "--json",
+            "--workdir",
+            str(workdir),
+            "--run",
+            str(run),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert set(list_netns()) <= before  # the testbed is gone
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -87,16 +102,37 @@ def test_volunteers_behind_nats_reach_each_other_by_hole_punch_and_relay(tmp_pat
     run = tmp_path / "run.toml"
     run.write_text("[run]\ncompute_aware = false\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "p2ptrain", "local", "--emulate", str(path), "--steps", str(steps),
-         "--json", "--workdir", str(workdir), "--run", str(run)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "p2ptrain",
+            "local",
+            "--emulate",
+            str(path),
+            "--steps",
+            str(steps),
+            "--json",
+            "--workdir",
+            str(workdir),
+            "--run",
+            str(run),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["steps"] == steps
     logs = [(workdir / f"peer-{i}.log").read_text() for i in range(4)]
-    ids = [next(line.split("control ")[1].split(" ")[0] for line in log.splitlines()
-                if "listening on" in line) for log in logs]  # fmt: skip
+    ids = [
+        next(
+            line.split("control ")[1].split(" ")[0]
+            for line in log.splitlines()
+            if "listening on" in line
+        )
+        for log in logs
+    ]
     for i in (1, 2, 3):
         assert "not reachable: no peer could dial us back" in logs[i]
         assert "relay slots held at" in logs[i]

@@ -64,11 +64,28 @@ def test_a_frozen_worker_is_planned_around_and_training_goes_on(tmp_path: Path) 
     workdir = tmp_path / "swarm"
     proc = subprocess.Popen(
         # faults come through the harness's entry point: `p2ptrain local` has no such flag
-        [sys.executable, "-m", "p2ptrain.harness.with_faults", "local", "--json", "--peers", "4",
-         "--run", str(run), "--steps", str(STEPS), "--no-compression", "--workdir", str(workdir),
-         "--fault", f"freeze@{FREEZE_STEP}:1:1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "p2ptrain.harness.with_faults",
+            "local",
+            "--json",
+            "--peers",
+            "4",
+            "--run",
+            str(run),
+            "--steps",
+            str(STEPS),
+            "--no-compression",
+            "--workdir",
+            str(workdir),
+            "--fault",
+            f"freeze@{FREEZE_STEP}:1:1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     frozen_pids: list[int] = []
     try:
         deadline = time.monotonic() + 150

@@ -34,14 +34,16 @@ def test_a_restarted_swarm_resumes_the_run_and_keeps_the_first_swarms_states(
     checkpoints = tmp_path / "checkpoints"
     run = tmp_path / "run.toml"
     run.write_text(RUN.format(directory=checkpoints))
-    first = _local("--peers", "2", "--run", str(run), "--steps", "10",
-                   "--workdir", str(tmp_path / "first"))  # fmt: skip
+    first = _local(
+        "--peers", "2", "--run", str(run), "--steps", "10", "--workdir", str(tmp_path / "first")
+    )
     assert first["first_step"] == 0 and first["steps"] == 10
     stamped = {p.name for p in checkpoints.glob("stage-*.step*.pt")}
     assert any(".step10." in name for name in stamped), stamped
 
-    second = _local("--peers", "2", "--run", str(run), "--steps", "20",
-                    "--workdir", str(tmp_path / "second"))  # fmt: skip
+    second = _local(
+        "--peers", "2", "--run", str(run), "--steps", "20", "--workdir", str(tmp_path / "second")
+    )
     # its first reported step is 11 (0-based 10): it started at the first swarm's last state
     assert second["first_step"] == 10 and second["steps"] == 10
     # and its loss goes on from the first swarm's last loss, not from the initial one

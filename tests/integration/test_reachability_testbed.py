@@ -78,20 +78,39 @@ def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Swarm]:
         try:
             (tmp / "run.toml").write_text("[run]\nworker_stall_s = 0.0\n")
             boot = reaper.start(
-                bed.command(0, [*CLI, "bootstrap", "--identity", str(tmp / "boot.key"),
-                                "--run", str(tmp / "run.toml")]),
+                bed.command(
+                    0,
+                    [
+                        *CLI,
+                        "bootstrap",
+                        "--identity",
+                        str(tmp / "boot.key"),
+                        "--run",
+                        str(tmp / "run.toml"),
+                    ],
+                ),
                 stderr_path=tmp / "boot.log",
-            )  # fmt: skip
+            )
             bootstrap = reaper.read_line(boot, STARTUP_TIMEOUT_S)
             assert bootstrap.startswith(f"/ip4/{bed.address(0)}/tcp/7400/p2p/")
             joined = {}
             for peer in (1, 2):
                 node = reaper.start(
-                    bed.command(peer, [*CLI, "join", "--control-only", "--quiet",
-                                       "--bootstrap", bootstrap,
-                                       "--identity", str(tmp / f"peer{peer}.key")]),
+                    bed.command(
+                        peer,
+                        [
+                            *CLI,
+                            "join",
+                            "--control-only",
+                            "--quiet",
+                            "--bootstrap",
+                            bootstrap,
+                            "--identity",
+                            str(tmp / f"peer{peer}.key"),
+                        ],
+                    ),
                     stderr_path=tmp / f"peer{peer}.log",
-                )  # fmt: skip
+                )
                 joined[peer] = reaper.read_line(node, STARTUP_TIMEOUT_S).rsplit("/p2p/", 1)[1]
             yield Swarm(bed, bootstrap, joined)
         finally:
@@ -113,9 +132,14 @@ def test_doctor_on_a_public_peer(swarm: Swarm) -> None:
     assert report["ok"] and report["reachability"] == "public" and report["nat"] == "none"
     statuses = {check["name"]: check["status"] for check in report["checks"]}
     assert statuses == {
-        "bootstrap": "ok", "reachability": "ok", "nat": "ok", "ports": "ok", "daemon": "ok",
-        "clock": "ok", "bandwidth": "ok",
-    }, text  # fmt: skip
+        "bootstrap": "ok",
+        "reachability": "ok",
+        "nat": "ok",
+        "ports": "ok",
+        "daemon": "ok",
+        "clock": "ok",
+        "bandwidth": "ok",
+    }, text
     assert report["observed"].startswith(f"/ip4/{swarm.bed.address(3)}/tcp/")
     assert abs(report["clock_skew_s"]) < 1.0 and report["bandwidth_mbps"] > 1.0
 

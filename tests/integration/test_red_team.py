@@ -161,12 +161,27 @@ def _start_node(
     organiser = identity.load_identity(tmp / "boot.key")
     token = issue_token(organiser, peer, True, time.time() + 86_400).encode()
     proc = reaper.start(
-        ["prlimit", NOFILE, PYTHON, "-m", "p2ptrain", "join", *JOIN_LOOPBACK, "--bootstrap", boot_addr,
-         "--identity", str(key),
-         "--token", token, "--metrics-log", str(tmp / f"{name}.metrics.jsonl"),
-         "--checkpoint-dir", str(tmp / name)],
+        [
+            "prlimit",
+            NOFILE,
+            PYTHON,
+            "-m",
+            "p2ptrain",
+            "join",
+            *JOIN_LOOPBACK,
+            "--bootstrap",
+            boot_addr,
+            "--identity",
+            str(key),
+            "--token",
+            token,
+            "--metrics-log",
+            str(tmp / f"{name}.metrics.jsonl"),
+            "--checkpoint-dir",
+            str(tmp / name),
+        ],
         stderr_path=tmp / f"{name}.log",
-    )  # fmt: skip
+    )
     return proc, reaper.read_line(proc, STARTUP_TIMEOUT_S)
 
 
@@ -182,20 +197,34 @@ def test_a_live_swarm_survives_a_hostile_node(
     (tmp_path / "run.toml").write_text(RUN)
     http_port = _free_port()
     boot = reaper.start(
-        ["prlimit", BOOTSTRAP_NOFILE, PYTHON, "-m", "p2ptrain", "bootstrap",
-         "--identity", str(tmp_path / "boot.key"), "--run", str(tmp_path / "run.toml"),
-         "--http", f"127.0.0.1:{http_port}", *BOOTSTRAP_LOOPBACK],
+        [
+            "prlimit",
+            BOOTSTRAP_NOFILE,
+            PYTHON,
+            "-m",
+            "p2ptrain",
+            "bootstrap",
+            "--identity",
+            str(tmp_path / "boot.key"),
+            "--run",
+            str(tmp_path / "run.toml"),
+            "--http",
+            f"127.0.0.1:{http_port}",
+            *BOOTSTRAP_LOOPBACK,
+        ],
         stderr_path=tmp_path / "boot.log",
-    )  # fmt: skip
+    )
     boot_addr = reaper.read_line(boot, STARTUP_TIMEOUT_S)
     nodes = [_start_node(reaper, tmp_path, boot_addr, f"node{i}") for i in range(3)]
     honest = {addr.rsplit("/p2p/", 1)[1] for _, addr in nodes}
     logs = [tmp_path / f"node{i}.metrics.jsonl" for i in range(3)]
     status, ok = wait_for_status(
         boot_addr,
-        lambda s: _planned_and_training(s, honest)
-        and _steps_done(logs) >= 2
-        and _newest_state(tmp_path / "node0") is not None,
+        lambda s: (
+            _planned_and_training(s, honest)
+            and _steps_done(logs) >= 2
+            and _newest_state(tmp_path / "node0") is not None
+        ),
         180,
     )
     assert ok, status
@@ -206,26 +235,55 @@ def test_a_live_swarm_survives_a_hostile_node(
     (tmp_path / "status.json").write_text(json.dumps(status))
     loss_before = _losses(logs)[steps_before]
     attacker = reaper.start(
-        [PYTHON, "-m", "tests.redteam.control_attacker", "--duration", str(ATTACK_S),
-         boot_addr, *(addr for _, addr in nodes)],
+        [
+            PYTHON,
+            "-m",
+            "tests.redteam.control_attacker",
+            "--duration",
+            str(ATTACK_S),
+            boot_addr,
+            *(addr for _, addr in nodes),
+        ],
         stderr_path=tmp_path / "attacker.log",
-    )  # fmt: skip
+    )
     state = _newest_state(tmp_path / "node0")
     assert state is not None
     data_attacker = reaper.start(
-        [PYTHON, "-m", "tests.redteam.data_attacker", "--duration", str(ATTACK_S),
-         "--run", str(tmp_path / "run.toml"), "--status", str(tmp_path / "status.json"),
-         "--state", state],
+        [
+            PYTHON,
+            "-m",
+            "tests.redteam.data_attacker",
+            "--duration",
+            str(ATTACK_S),
+            "--run",
+            str(tmp_path / "run.toml"),
+            "--status",
+            str(tmp_path / "status.json"),
+            "--state",
+            state,
+        ],
         stderr_path=tmp_path / "data_attacker.log",
-    )  # fmt: skip
+    )
     door_attacker = reaper.start(
-        [PYTHON, "-m", "tests.redteam.door_attacker", "--duration", str(ATTACK_S),
-         "--victim", f"{VICTIM_IP}:{victim.port}", "--run-id", "red-team",
-         "--member", _member_token(tmp_path, "member_a"),
-         "--member", _member_token(tmp_path, "member_b"),
-         boot_addr, *(addr for _, addr in nodes)],
+        [
+            PYTHON,
+            "-m",
+            "tests.redteam.door_attacker",
+            "--duration",
+            str(ATTACK_S),
+            "--victim",
+            f"{VICTIM_IP}:{victim.port}",
+            "--run-id",
+            "red-team",
+            "--member",
+            _member_token(tmp_path, "member_a"),
+            "--member",
+            _member_token(tmp_path, "member_b"),
+            boot_addr,
+            *(addr for _, addr in nodes),
+        ],
         stderr_path=tmp_path / "door_attacker.log",
-    )  # fmt: skip
+    )
     data_attacker_id = reaper.read_line(data_attacker, STARTUP_TIMEOUT_S)
     attacker_ids = set(json.loads(reaper.read_line(attacker, STARTUP_TIMEOUT_S)))
     door_ids = set(json.loads(reaper.read_line(door_attacker, STARTUP_TIMEOUT_S)))
@@ -292,11 +350,22 @@ def test_a_live_swarm_survives_a_hostile_node(
     # every family of the doors went out (a silently broken attacker cannot pass), and none
     # made an honest node connect to the victim
     door_families = (
-        "garbage_frames", "idle_connections", "punch_requests", "punch_offers",
-        "victim_records", "dialback_requests", "huge_losses", "reservations", "self_circuits",
-        "grants_asked", "circuits_reset", "sybil_reservations", "valid_flood", "idle_streams",
+        "garbage_frames",
+        "idle_connections",
+        "punch_requests",
+        "punch_offers",
+        "victim_records",
+        "dialback_requests",
+        "huge_losses",
+        "reservations",
+        "self_circuits",
+        "grants_asked",
+        "circuits_reset",
+        "sybil_reservations",
+        "valid_flood",
+        "idle_streams",
         "bootstrap_relay_found",
-    )  # fmt: skip
+    )
     assert door_summary["rounds"] >= 1, door_summary  # a round takes 20-60 s on a busy box
     assert all(door_summary.get(k, 0) > 0 for k in door_families), door_summary
     assert door_summary.get("self_circuits_granted", 0) == 0, door_summary
@@ -309,8 +378,13 @@ def test_a_live_swarm_survives_a_hostile_node(
     # loaded box fits in. The one whose records carry no valid token is no member: ignored,
     # never blamed nor forwarded (row 26.13), and never in `status` (below)
     judged = (tmp_path / "boot.log").read_text()
-    families = dict(zip(("hostile_bytes", "lying_records", "authority_grabs", "sybil_records"),
-                        summary["attackers"], strict=False))  # fmt: skip
+    families = dict(
+        zip(
+            ("hostile_bytes", "lying_records", "authority_grabs", "sybil_records"),
+            summary["attackers"],
+            strict=False,
+        )
+    )
     assert f"blocking {families['hostile_bytes']}" in judged
     for family in ("authority_grabs", "sybil_records"):
         assert f"message on p2ptrain/control/1 from {families[family]}" in judged, family

@@ -73,23 +73,43 @@ def test_a_nated_node_survives_resets_of_its_punched_and_relayed_connections(
             victim_log = tmp_path / "victim.txt"
             victim_log.touch()
             victim = reaper.start(
-                bed.command(3, [PYTHON, "-c", VICTIM, bed.address(3), str(VICTIM_PORT),
-                                str(victim_log)]),
+                bed.command(
+                    3, [PYTHON, "-c", VICTIM, bed.address(3), str(VICTIM_PORT), str(victim_log)]
+                ),
                 stderr_path=tmp_path / "victim.log",
-            )  # fmt: skip
+            )
             assert reaper.read_line(victim, STARTUP_TIMEOUT_S) == "ready"
             boot = reaper.start(
-                bed.command(0, [*CLI, "bootstrap", "--identity", str(tmp_path / "boot.key"),
-                                "--run", str(tmp_path / "run.toml")]),
+                bed.command(
+                    0,
+                    [
+                        *CLI,
+                        "bootstrap",
+                        "--identity",
+                        str(tmp_path / "boot.key"),
+                        "--run",
+                        str(tmp_path / "run.toml"),
+                    ],
+                ),
                 stderr_path=tmp_path / "boot.log",
-            )  # fmt: skip
+            )
             bootstrap = reaper.read_line(boot, STARTUP_TIMEOUT_S)
             node = reaper.start(
-                bed.command(1, [*CLI, "join", "--control-only", "--quiet",
-                                "--bootstrap", bootstrap,
-                                "--identity", str(tmp_path / "nated.key")]),
+                bed.command(
+                    1,
+                    [
+                        *CLI,
+                        "join",
+                        "--control-only",
+                        "--quiet",
+                        "--bootstrap",
+                        bootstrap,
+                        "--identity",
+                        str(tmp_path / "nated.key"),
+                    ],
+                ),
                 stderr_path=tmp_path / "nated.log",
-            )  # fmt: skip
+            )
             target = reaper.read_line(node, STARTUP_TIMEOUT_S).rsplit("/p2p/", 1)[1]
             boot_id = bootstrap.rsplit("/p2p/", 1)[1]
 
@@ -100,14 +120,30 @@ def test_a_nated_node_survives_resets_of_its_punched_and_relayed_connections(
 
             assert _wait_for(reserved, 90), _peer(_status(bed, bootstrap), target)
             attacker = reaper.start(
-                bed.command(2, [PYTHON, "-m", "tests.redteam.nat_attacker",
-                                "--duration", str(ATTACK_S), "--run-id", "red-team-nat",
-                                "--bootstrap", bootstrap, "--relay", f"{bed.address(0)}:7420",
-                                "--target", target,
-                                "--victim", f"{bed.address(3)}:{VICTIM_PORT}",
-                                "--listen", bed.address(2)]),
+                bed.command(
+                    2,
+                    [
+                        PYTHON,
+                        "-m",
+                        "tests.redteam.nat_attacker",
+                        "--duration",
+                        str(ATTACK_S),
+                        "--run-id",
+                        "red-team-nat",
+                        "--bootstrap",
+                        bootstrap,
+                        "--relay",
+                        f"{bed.address(0)}:7420",
+                        "--target",
+                        target,
+                        "--victim",
+                        f"{bed.address(3)}:{VICTIM_PORT}",
+                        "--listen",
+                        bed.address(2),
+                    ],
+                ),
                 stderr_path=tmp_path / "attacker.log",
-            )  # fmt: skip
+            )
             reaper.read_line(attacker, STARTUP_TIMEOUT_S)
             deadline = time.monotonic() + ATTACK_S + 30
             while attacker.poll() is None and time.monotonic() < deadline:

@@ -20,9 +20,18 @@ from p2ptrain.train.optim import make_optimizer
 pytestmark = pytest.mark.integration
 
 SPEC = RunSpec(
-    run_id="state-authority-test", stages=2, n_layer=2, n_head=2, n_embd=32, block_size=16,
-    batch_size=8, micro_batches=2, compression="none", checkpoint_interval=0, steps=5,
-)  # fmt: skip
+    run_id="state-authority-test",
+    stages=2,
+    n_layer=2,
+    n_head=2,
+    n_embd=32,
+    block_size=16,
+    batch_size=8,
+    micro_batches=2,
+    compression="none",
+    checkpoint_interval=0,
+    steps=5,
+)
 HONEST_STEP, CRAFTED_STEP = 2, 3
 CRAFTED_SCALE = 3.0
 

@@ -54,9 +54,13 @@ def garbage_key_publish() -> bytes:
     signature check re-raises protobuf's DecodeError on it."""
     rpc = rpc_pb2.RPC()
     rpc.publish.add(
-        from_id=b"\x00\x01garbage", key=b"garbage key", signature=b"sig", data=b"x",
-        seqno=b"12345678", topicIDs=[CONTROL_TOPIC],
-    )  # fmt: skip
+        from_id=b"\x00\x01garbage",
+        key=b"garbage key",
+        signature=b"sig",
+        data=b"x",
+        seqno=b"12345678",
+        topicIDs=[CONTROL_TOPIC],
+    )
     return rpc.SerializeToString()
 
 
@@ -106,8 +110,17 @@ def test_a_node_raises_its_open_file_limit(tmp_path, reaper):
     """Started as services usually are, with a low soft limit, the control process lifts it."""
     run = tmp_path / "control-run.toml"
     run.write_text("[run]\n")
-    command = [PYTHON, "-m", "p2ptrain", "bootstrap", "--identity", str(tmp_path / "boot.key"),
-               "--run", str(run), *BOOTSTRAP_LOOPBACK]  # fmt: skip
+    command = [
+        PYTHON,
+        "-m",
+        "p2ptrain",
+        "bootstrap",
+        "--identity",
+        str(tmp_path / "boot.key"),
+        "--run",
+        str(run),
+        *BOOTSTRAP_LOOPBACK,
+    ]
     boot = reaper.start(["sh", "-c", f"ulimit -Sn 256 && exec {shlex.join(command)}"])
     reaper.read_line(boot, STARTUP_TIMEOUT_S)
     soft, hard = open_file_limits(boot.pid)

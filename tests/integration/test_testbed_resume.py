@@ -47,10 +47,25 @@ def _emulated(tmp_path: Path, name: str, num_peers: int, stages: int, steps: int
     run = tmp_path / f"{name}.toml"
     run.write_text(RUN.format(stages=stages))
     proc = subprocess.run(
-        [sys.executable, "-m", "p2ptrain", "local", "--emulate", str(topology), "--steps",
-         str(steps), "--json", "--workdir", str(tmp_path / name), "--run", str(run)],
-        capture_output=True, text=True, timeout=400,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "p2ptrain",
+            "local",
+            "--emulate",
+            str(topology),
+            "--steps",
+            str(steps),
+            "--json",
+            "--workdir",
+            str(tmp_path / name),
+            "--run",
+            str(run),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
@@ -71,8 +86,10 @@ def test_a_swarm_restarted_with_other_peers_resumes_through_state_transfer(
         old = ids[peer]
         (second / f"peer-{new}").mkdir(parents=True)
         shutil.copy(tmp_path / "first" / f"peer-{old}.key", second / f"peer-{new}.key")
-        shutil.copytree(tmp_path / "first" / f"peer-{old}" / "checkpoints",
-                        second / f"peer-{new}" / "checkpoints")  # fmt: skip
+        shutil.copytree(
+            tmp_path / "first" / f"peer-{old}" / "checkpoints",
+            second / f"peer-{new}" / "checkpoints",
+        )
 
     resumed = _emulated(tmp_path, "second", 3, stages=3, steps=STEPS_FIRST + 3)
     assert [len(p) for p in resumed["plan"]["pipelines"]] == [3]  # another cut of the model

@@ -83,7 +83,9 @@ def test_the_peer_id_is_checked_and_the_reply_is_one_bit_not_one_per_port() -> N
     # neither "closed" nor "open but someone else's": nothing per port
     assert not missed.reached and missed.results == () and missed.error == ""
     # the one address that reached us (our own listener, proven by our key), nothing else
-    assert reached.reached and [(r.addr, r.ok, r.error) for r in reached.results] == [(own, True, "")]
+    assert reached.reached and [(r.addr, r.ok, r.error) for r in reached.results] == [
+        (own, True, "")
+    ]
 
 
 def test_a_request_spliced_from_loopback_is_refused_without_a_dial() -> None:

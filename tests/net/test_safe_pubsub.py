@@ -128,6 +128,7 @@ def test_failing_handlers_end_only_their_stream() -> None:
 
     async def scenario() -> float:
         async with host_pair() as (a, b):
+
             async def broken(stream: INetStream) -> None:
                 await stream.read(1)
                 raise ValueError("a handler bug")
@@ -157,9 +158,13 @@ def test_garbage_message_is_dropped_not_fatal() -> None:
                 await pubsub.subscribe("t")
                 rpc = rpc_pb2.RPC()
                 rpc.publish.add(
-                    from_id=b"\x00\x01garbage", key=b"garbage", signature=b"sig",
-                    data=b"x", seqno=b"12345678", topicIDs=["t"],
-                )  # fmt: skip
+                    from_id=b"\x00\x01garbage",
+                    key=b"garbage",
+                    signature=b"sig",
+                    data=b"x",
+                    seqno=b"12345678",
+                    topicIDs=["t"],
+                )
                 payload = rpc.SerializeToString()
                 stream = await a.new_stream(b.get_id(), [PROTOCOL_ID_V11])
                 await stream.write(encode_uvarint(len(payload)) + payload)

@@ -94,51 +94,116 @@ def telemetry_dict() -> dict[str, Any]:
                 "connection": "holepunched",
             }
         },
-        "metrics": {"step": 3, "loss": 4.5, "tokens_per_s": 900.0, "stage": 1, "replica": 0,
-                    "bytes_sent": 123456, "bytes_received": 654321, "step_s": 0.7,
-                    "averaging": {"averaged": 3, "local": 1}, "control_bytes_sent": 4096,
-                    "control_bytes_received": 8192, "relay_bytes": 4096, "start_step": 2,
-                    "start_lineage": "0123456789abcdef", "resume_never": False},
-    }  # fmt: skip
+        "metrics": {
+            "step": 3,
+            "loss": 4.5,
+            "tokens_per_s": 900.0,
+            "stage": 1,
+            "replica": 0,
+            "bytes_sent": 123456,
+            "bytes_received": 654321,
+            "step_s": 0.7,
+            "averaging": {"averaged": 3, "local": 1},
+            "control_bytes_sent": 4096,
+            "control_bytes_received": 8192,
+            "relay_bytes": 4096,
+            "start_step": 2,
+            "start_lineage": "0123456789abcdef",
+            "resume_never": False,
+        },
+    }
 
 
 def metrics_dict() -> dict[str, Any]:
     return {
-        "type": "metrics", "step": 3, "loss": 4.5, "tokens_per_s": 900.0, "stage": 1,
-        "replica": 0, "samples": 8, "averaging": "averaged", "step_s": 0.7, "epoch": 5,
-        "term": 2, "num_replicas": 2, "bytes_sent": 3000, "bytes_received": 2000,
+        "type": "metrics",
+        "step": 3,
+        "loss": 4.5,
+        "tokens_per_s": 900.0,
+        "stage": 1,
+        "replica": 0,
+        "samples": 8,
+        "averaging": "averaged",
+        "step_s": 0.7,
+        "epoch": 5,
+        "term": 2,
+        "num_replicas": 2,
+        "bytes_sent": 3000,
+        "bytes_received": 2000,
         "link_bytes": {B: {"sent": 1000, "received": 1500}, C: {"sent": 2000, "received": 500}},
-        "group_size": 2, "forward_s": 0.1, "backward_s": 0.2, "update_s": 0.01,
-        "averaging_s": 0.3, "start_step": 2, "start_lineage": "0123456789abcdef",
-        "resume_never": False, "outer_steps": None, "inner_steps": None, "outer_round": "",
-    }  # fmt: skip
+        "group_size": 2,
+        "forward_s": 0.1,
+        "backward_s": 0.2,
+        "update_s": 0.01,
+        "averaging_s": 0.3,
+        "start_step": 2,
+        "start_lineage": "0123456789abcdef",
+        "resume_never": False,
+        "outer_steps": None,
+        "inner_steps": None,
+        "outer_round": "",
+    }
 
 
 def profile_dict() -> dict[str, Any]:
     return {
-        "type": "profile", "step": 3, "term": 2, "epoch": 5, "stage": 1, "replica": 0,
-        "forward_cpu_s": 0.02, "backward_cpu_s": 0.05, "update_cpu_s": 0.01, "frames": 8,
-        "frames_cpu_s": 0.04, "helpers_cpu_s": 0.01, "averaging_cpu_s": 0.05,
-        "averaging_cpu_before_s": 0.02, "averaging_cpu_after_s": 0.01,
-    }  # fmt: skip
+        "type": "profile",
+        "step": 3,
+        "term": 2,
+        "epoch": 5,
+        "stage": 1,
+        "replica": 0,
+        "forward_cpu_s": 0.02,
+        "backward_cpu_s": 0.05,
+        "update_cpu_s": 0.01,
+        "frames": 8,
+        "frames_cpu_s": 0.04,
+        "helpers_cpu_s": 0.01,
+        "averaging_cpu_s": 0.05,
+        "averaging_cpu_before_s": 0.02,
+        "averaging_cpu_after_s": 0.01,
+    }
 
 
 def status_dict() -> dict[str, Any]:
-    peer = {"id": A, "alive": True, "planner": True, "last_seen_s": 0.0, "penalty": 0.0,
-            "metrics": telemetry_dict()["metrics"], "health": {"ok": True, "reason": ""},
-            "stage_compute": compute_dict(),
-            "started": "resumed from step 2 (lineage 0123456789abcdef)",
-            **peer_dict()}  # fmt: skip
+    peer = {
+        "id": A,
+        "alive": True,
+        "planner": True,
+        "last_seen_s": 0.0,
+        "penalty": 0.0,
+        "metrics": telemetry_dict()["metrics"],
+        "health": {"ok": True, "reason": ""},
+        "stage_compute": compute_dict(),
+        "started": "resumed from step 2 (lineage 0123456789abcdef)",
+        **peer_dict(),
+    }
     del peer["planner_capable"], peer["relay_addrs"]
     plan = {k: v for k, v in plan_dict().items() if k not in ("data_addrs", "network", "lineage")}
     return {
-        "run": "r", "planner": A, "peers": [peer],
-        "links": [{"a": A, "b": B, "rtt_ms": 0.4, "bandwidth_mbps": 900.0, "age_s": 1.0,
-                   "connection": "relayed"}],
-        "plan": plan, "observed_by": A, "telemetry_age_s": {B: 0.5}, "bootstrap": C, "term": 2,
-        "relay_bytes": 123456, "waiting": "place", "waiting_for": "a place in the plan",
+        "run": "r",
+        "planner": A,
+        "peers": [peer],
+        "links": [
+            {
+                "a": A,
+                "b": B,
+                "rtt_ms": 0.4,
+                "bandwidth_mbps": 900.0,
+                "age_s": 1.0,
+                "connection": "relayed",
+            }
+        ],
+        "plan": plan,
+        "observed_by": A,
+        "telemetry_age_s": {B: 0.5},
+        "bootstrap": C,
+        "term": 2,
+        "relay_bytes": 123456,
+        "waiting": "place",
+        "waiting_for": "a place in the plan",
         "finished": False,
-    }  # fmt: skip
+    }
 
 
 def dial_back_reply_dict() -> dict[str, Any]:
@@ -158,40 +223,88 @@ def token_dict() -> dict[str, Any]:
 
 
 def compute_dict() -> dict[str, Any]:
-    return {"block_row_s": 0.0004, "embed_row_s": 2e-5, "head_row_s": 0.0003, "rows": 8,
-            "device": "cuda NVIDIA H100", "run_id": "p2ptrain-default",
-            "memory_bytes": 85_000_000_000, "precision": "bfloat16"}  # fmt: skip
+    return {
+        "block_row_s": 0.0004,
+        "embed_row_s": 2e-5,
+        "head_row_s": 0.0003,
+        "rows": 8,
+        "device": "cuda NVIDIA H100",
+        "run_id": "p2ptrain-default",
+        "memory_bytes": 85_000_000_000,
+        "precision": "bfloat16",
+    }
 
 
 def llama_run_dict() -> dict[str, Any]:
     """A Llama run with every model field set: a preset, and the llama fields overriding it."""
     return RunSpec(
-        run_id="llama", stages=1, model="llama", preset="tiny", hidden_size=128,
-        intermediate_size=384, num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=2,
-        rms_norm_eps=1e-6, rope_theta=500_000.0, tie_word_embeddings=True,
-    ).to_dict()  # fmt: skip
+        run_id="llama",
+        stages=1,
+        model="llama",
+        preset="tiny",
+        hidden_size=128,
+        intermediate_size=384,
+        num_hidden_layers=3,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-6,
+        rope_theta=500_000.0,
+        tie_word_embeddings=True,
+    ).to_dict()
 
 
 def frame_header_dict() -> dict[str, Any]:
-    return {"kind": "act", "run_id": "p2ptrain-default", "term": 2, "epoch": 5, "step": 3,
-            "micro": 1, "sender": A, "dtype": "bfloat16", "shape": [4, 64, 768],
-            "num_bytes": 4 * 64 * 768 * 2}  # fmt: skip
+    return {
+        "kind": "act",
+        "run_id": "p2ptrain-default",
+        "term": 2,
+        "epoch": 5,
+        "step": 3,
+        "micro": 1,
+        "sender": A,
+        "dtype": "bfloat16",
+        "shape": [4, 64, 768],
+        "num_bytes": 4 * 64 * 768 * 2,
+    }
 
 
 def stage_state_dict() -> dict[str, Any]:
     """The metadata of a saved stage state (train/state_file.py), as torch's AdamW has it."""
-    adamw = {"lr": 6e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1,
-             "amsgrad": False, "maximize": False, "foreach": False, "capturable": False,
-             "differentiable": False, "fused": None, "decoupled_weight_decay": True}  # fmt: skip
+    adamw = {
+        "lr": 6e-4,
+        "betas": [0.9, 0.95],
+        "eps": 1e-8,
+        "weight_decay": 0.1,
+        "amsgrad": False,
+        "maximize": False,
+        "foreach": False,
+        "capturable": False,
+        "differentiable": False,
+        "fused": None,
+        "decoupled_weight_decay": True,
+    }
     return {
-        "format": "p2ptrain.stage-checkpoint/3", "run_id": "r", "data_sha256": "ab" * 32,
-        "model": {"family": "nanogpt", "n_layer": 4, "n_head": 2, "n_embd": 16,
-                  "block_size": 8, "vocab_size": 256, "n_kv_head": 2, "n_inner": 64,
-                  "rms_norm_eps": 0.0, "rope_theta": 0.0, "tie_word_embeddings": False},
-        "layers": [1, 3], "step": 12,
+        "format": "p2ptrain.stage-checkpoint/3",
+        "run_id": "r",
+        "data_sha256": "ab" * 32,
+        "model": {
+            "family": "nanogpt",
+            "n_layer": 4,
+            "n_head": 2,
+            "n_embd": 16,
+            "block_size": 8,
+            "vocab_size": 256,
+            "n_kv_head": 2,
+            "n_inner": 64,
+            "rms_norm_eps": 0.0,
+            "rope_theta": 0.0,
+            "tie_word_embeddings": False,
+        },
+        "layers": [1, 3],
+        "step": 12,
         "param_groups": [{**adamw, "params": [0, 1, 2]}, {**adamw, "params": [3, 4]}],
         "scalars": {"3": {"step": 12.0}},
-    }  # fmt: skip
+    }
 
 
 # (record class, a valid dict of it)
@@ -204,8 +317,10 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (ComputeReport, {"type": "compute", "compute": compute_dict()}),
     (Token, token_dict()),
     (Revocation, issue_revocation(bytes(range(32)), B).to_dict()),
-    (Revocations, {"entries": [issue_revocation(bytes(range(32)), B).to_dict()], "page": 0,
-                   "num_pages": 1}),
+    (
+        Revocations,
+        {"entries": [issue_revocation(bytes(range(32)), B).to_dict()], "page": 0, "num_pages": 1},
+    ),
     (Revocations, {"entries": [], "page": 2, "num_pages": 3}),
     (Token, issue_token(bytes(range(32)), A, False, 2e9, run_id="r").to_dict()),
     (Telemetry, telemetry_dict()),

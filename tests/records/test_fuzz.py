@@ -29,11 +29,40 @@ def _deep(depth: int) -> Any:
 
 
 NASTY: list[Any] = [
-    None, True, False, 0, -1, 1, 2**53 + 1, 10**400, -(10**400), 1.5, -0.0, math.nan, math.inf,
-    -math.inf, 1e308, "", "x" * 5000, "garbage", "\x00", "/ip4/1.2.3.4/tcp/1", "12D3KooWA", [],
-    {}, [None], [[]], {"a": 1}, {"": None}, _deep(200), list(range(3000)), ["garbage"] * 20,
-    {str(i): i for i in range(2000)}, [math.nan], {"step": math.inf},
-]  # fmt: skip
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1,
+    2**53 + 1,
+    10**400,
+    -(10**400),
+    1.5,
+    -0.0,
+    math.nan,
+    math.inf,
+    -math.inf,
+    1e308,
+    "",
+    "x" * 5000,
+    "garbage",
+    "\x00",
+    "/ip4/1.2.3.4/tcp/1",
+    "12D3KooWA",
+    [],
+    {},
+    [None],
+    [[]],
+    {"a": 1},
+    {"": None},
+    _deep(200),
+    list(range(3000)),
+    ["garbage"] * 20,
+    {str(i): i for i in range(2000)},
+    [math.nan],
+    {"step": math.inf},
+]
 
 
 def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -118,8 +147,26 @@ BYTE_DECODERS = [
     (_meta_from_bytes, json.dumps(stage_state_dict()).encode()),
 ]
 BYTE_IDS = [getattr(d, "__qualname__", "") for d, _ in BYTE_DECODERS]
-SNIPPETS = [b"[", b"]", b"{", b"}", b'"', b"\\", b"\xff", b"\x00", b"1e999", b"NaN", b"-", b",",
-            b":", b"9" * 40, b"[" * 3000, b"\\ud800", b"true", b"null"]  # fmt: skip
+SNIPPETS = [
+    b"[",
+    b"]",
+    b"{",
+    b"}",
+    b'"',
+    b"\\",
+    b"\xff",
+    b"\x00",
+    b"1e999",
+    b"NaN",
+    b"-",
+    b",",
+    b":",
+    b"9" * 40,
+    b"[" * 3000,
+    b"\\ud800",
+    b"true",
+    b"null",
+]
 
 
 def _mutate_bytes(rng: random.Random, sample: bytes) -> bytes:

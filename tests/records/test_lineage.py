@@ -11,15 +11,25 @@ from tests.records.samples import plan_dict
 
 
 def plan(term: int, epoch: int, planner: str, lineage: Lineage) -> Plan:
-    return Plan(term=term, epoch=epoch, planner=planner, stages=1, pipelines=(("A",),),
-                spares=(), data_addrs={}, cost_s=0.0, lineage=lineage)  # fmt: skip
+    return Plan(
+        term=term,
+        epoch=epoch,
+        planner=planner,
+        stages=1,
+        pipelines=(("A",),),
+        spares=(),
+        data_addrs={},
+        cost_s=0.0,
+        lineage=lineage,
+    )
 
 
 def successor(previous: Plan | None, term: int, epoch: int, planner: str) -> Plan:
     """The plan `planner` makes replacing `previous` (what control/planning.py does)."""
     continues = previous is not None and (previous.term, previous.planner) == (term, planner)
-    lineage = next_lineage(() if previous is None else previous.lineage, continues, term, epoch,
-                           planner)  # fmt: skip
+    lineage = next_lineage(
+        () if previous is None else previous.lineage, continues, term, epoch, planner
+    )
     return plan(term, epoch, planner, lineage)
 
 

@@ -30,7 +30,10 @@ def test_a_profile_round_trips_and_dispatches_on_its_type() -> None:
     # the tree's clock may be unreadable (None); the thread's never is
     unread = StepProfile.from_dict({**profile_dict(), **dict.fromkeys(TREE_FIELDS)})
     assert unread.averaging_cpu_s is None and unread.frames == 8
-    for bad in ({**profile_dict(), "forward_cpu_s": None}, {**profile_dict(), "frames": -1},
-                {**profile_dict(), "helpers_cpu_s": -0.5}):  # fmt: skip
+    for bad in (
+        {**profile_dict(), "forward_cpu_s": None},
+        {**profile_dict(), "frames": -1},
+        {**profile_dict(), "helpers_cpu_s": -0.5},
+    ):
         with pytest.raises(WireError):
             StepProfile.from_dict(bad)

@@ -193,9 +193,18 @@ def test_dialable_addresses_pass(addr: str) -> None:
 
 @pytest.mark.parametrize(
     "addr",
-    ["garbage", "/ip4", "/ip4/256.1.1.1/tcp/1", "/ip4/1.2.3.4/tcp/70000",
-     "/ip4/1.2.3.4/tcp/1/p2p/0OIl", "/unix/tmp/sock", "//", "/ip4//tcp/1", "/dns4/-/tcp/1"],
-)  # fmt: skip
+    [
+        "garbage",
+        "/ip4",
+        "/ip4/256.1.1.1/tcp/1",
+        "/ip4/1.2.3.4/tcp/70000",
+        "/ip4/1.2.3.4/tcp/1/p2p/0OIl",
+        "/unix/tmp/sock",
+        "//",
+        "/ip4//tcp/1",
+        "/dns4/-/tcp/1",
+    ],
+)
 def test_a_garbage_address_is_refused_before_anyone_dials_it(addr: str) -> None:
     """Attack 2: a peer record or plan with a garbage address spread and crashed every node
     that dialled it; now the record carrying it is refused."""

@@ -22,8 +22,9 @@ def test_a_token_admits_only_to_the_run_it_names() -> None:
     token = Token.decode(issue_token(ORGANISER, PEER, True, 2e9, "run-a").encode())
     assert token.run_id == "run-a"
     assert token_problem(token, ISSUER, PEER, 0.0, "run-a") is None
-    assert "run 'run-a', not for run 'run-b'" in (token_problem(token, ISSUER, PEER, 0.0, "run-b")
-                                                  or "")  # fmt: skip
+    assert "run 'run-a', not for run 'run-b'" in (
+        token_problem(token, ISSUER, PEER, 0.0, "run-b") or ""
+    )
     assert token_problem(token, ISSUER, PEER, 0.0) is None  # the run not known yet: not checked
     # the run id is signed: changing it breaks the signature
     moved = Token.from_dict({**token.to_dict(), "run_id": "run-b"})
@@ -36,8 +37,11 @@ def test_a_token_without_a_run_is_what_it_always_was() -> None:
     """Tokens issued before run ids were signed keep their JSON and their signature."""
     token = issue_token(ORGANISER, PEER, False, 2e9)
     assert set(token.to_dict()) == {"peer", "planner", "expires_at", "issuer", "sig"}
-    old_bytes = json.dumps({"peer": PEER, "planner": False, "expires_at": 2e9, "issuer": ISSUER},
-                           sort_keys=True, separators=(",", ":")).encode()  # fmt: skip
+    old_bytes = json.dumps(
+        {"peer": PEER, "planner": False, "expires_at": 2e9, "issuer": ISSUER},
+        sort_keys=True,
+        separators=(",", ":"),
+    ).encode()
     assert token.signed_bytes() == old_bytes
     assert token_problem(token, ISSUER, PEER, 0.0, "any-run") is None
 
@@ -67,8 +71,9 @@ def test_a_long_line_in_a_revocation_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_revocations_travel_in_bounded_pages() -> None:
-    entries = tuple(issue_revocation(ORGANISER, identity.peer_id_of(os.urandom(32)))
-                    for _ in range(450))  # fmt: skip
+    entries = tuple(
+        issue_revocation(ORGANISER, identity.peer_id_of(os.urandom(32))) for _ in range(450)
+    )
     pages = revocation_pages(entries)
     assert [len(p.entries) for p in pages] == [200, 200, 50]
     assert [(p.page, p.num_pages) for p in pages] == [(0, 3), (1, 3), (2, 3)]

@@ -89,8 +89,15 @@ def authority_grabs(attacker: Attacker, victims: list[str]) -> list[bytes]:
     for term in (1, 2, 10**18):
         for shape in plans:
             addrs = {peer: ["/ip4/127.0.0.1/tcp/9"] for peer in [attacker.id, *victims]}
-            body = {"term": term, "epoch": 1, "planner": attacker.id, "spares": [],
-                    "data_addrs": addrs, "cost_s": 0.1, **shape}  # fmt: skip
+            body = {
+                "term": term,
+                "epoch": 1,
+                "planner": attacker.id,
+                "spares": [],
+                "data_addrs": addrs,
+                "cost_s": 0.1,
+                **shape,
+            }
             out.append(attacker.envelope("plan", body))
     return out
 

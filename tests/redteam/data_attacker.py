@@ -63,8 +63,11 @@ async def flood_frames(dht: DHT, peers: list[str], counts: Counter[str]) -> None
                 writer.write(payload)
                 await writer.drain()
             answer = await asyncio.wait_for(reader.read(1), 3.0)
-            counts[{frames.BUSY: "frames_busy", frames.REJECTED: "frames_rejected"}.get(
-                answer, "frames_other")] += 1  # fmt: skip
+            counts[
+                {frames.BUSY: "frames_busy", frames.REJECTED: "frames_rejected"}.get(
+                    answer, "frames_other"
+                )
+            ] += 1
         except TimeoutError:
             counts["frames_held"] += 1
         except Exception:
@@ -86,8 +89,11 @@ async def ask_for_state(
 ) -> None:
     """A non-member's stage-state requests: each answered MISSING, BUSY or (never) FOUND."""
     p2p = await dht.replicate_p2p()
-    answers = {state_transfer.FOUND: "state_found", state_transfer.MISSING: "state_missing",
-               state_transfer.BUSY: "state_busy"}  # fmt: skip
+    answers = {
+        state_transfer.FOUND: "state_found",
+        state_transfer.MISSING: "state_missing",
+        state_transfer.BUSY: "state_busy",
+    }
 
     async def one(peer: str) -> None:
         try:
@@ -114,10 +120,15 @@ def averaging_intruders(dht: DHT, spec: Any, plan: Any) -> list[DecentralizedAve
         num_params = sum(p.numel() for p in build_stage(spec, stage, plan.stages).parameters())
         prefix = swarm_prefix(spec.run_id, stage, plan.epoch, plan.term)
         averager = DecentralizedAverager(
-            [torch.full((num_params,), POISON)], dht, start=True, prefix=prefix,
-            target_group_size=len(plan.pipelines) + 1, min_group_size=2,
-            min_matchmaking_time=2.0, request_timeout=1.0,
-        )  # fmt: skip
+            [torch.full((num_params,), POISON)],
+            dht,
+            start=True,
+            prefix=prefix,
+            target_group_size=len(plan.pipelines) + 1,
+            min_group_size=2,
+            min_matchmaking_time=2.0,
+            request_timeout=1.0,
+        )
         intruders.append(averager)
     return intruders
 

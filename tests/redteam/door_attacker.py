@@ -65,8 +65,10 @@ from p2ptrain.records.relay import RAW_CIRCUIT, RawHello
 from tests.control.attacker import Attacker, open_attacker
 from tests.redteam.members import huge_telemetry, member_record, open_member, serve_lies
 
-GARBAGE_PROTOCOLS = [TProtocol(p) for p in
-                     ("/meshsub/1.1.0", "/ipfs/id/1.0.0", "/ipfs/id/push/1.0.0", "/ipfs/kad/1.0.0")]  # fmt: skip
+GARBAGE_PROTOCOLS = [
+    TProtocol(p)
+    for p in ("/meshsub/1.1.0", "/ipfs/id/1.0.0", "/ipfs/id/push/1.0.0", "/ipfs/kad/1.0.0")
+]
 IDLE_CONNECTIONS = 1000  # each round, at the first relay port (a tenth at each other one)
 IDLE_HOLD_S = 4.0
 NUM_SYBILS = 12
@@ -128,7 +130,9 @@ class Doors:
         cursor: int | None = 0
         while cursor is not None:
             request = cursor_request(cursor)
-            reply = await rpc.call(member.host, ID.from_base58(self.victims[0]), SYNC_PROTOCOL, request)
+            reply = await rpc.call(
+                member.host, ID.from_base58(self.victims[0]), SYNC_PROTOCOL, request
+            )
             for text in reply["envelopes"]:
                 with contextlib.suppress(wire.WireError):
                     env = wire.decode(str(text).encode())
@@ -187,20 +191,31 @@ class Doors:
         endpoint = f"{self.victim_ip}:{self.victim_port}"
         for relay in self.victims:
             for target in self.victims:
-                request = {"op": "connect", "target": target, "plane": "control",
-                           "endpoint": endpoint}  # fmt: skip
+                request = {
+                    "op": "connect",
+                    "target": target,
+                    "plane": "control",
+                    "endpoint": endpoint,
+                }
                 reply = await self.exchange(host, relay, RELAY_PROTOCOL, request)
                 self.counts["punch_requests"] += 1
                 if isinstance(reply, dict) and not reply.get("error"):
                     self.counts["punch_requests_granted"] += 1
-            offer = {"source": me, "plane": "control", "token": os.urandom(16).hex(),
-                     "endpoint": endpoint}  # fmt: skip
+            offer = {
+                "source": me,
+                "plane": "control",
+                "token": os.urandom(16).hex(),
+                "endpoint": endpoint,
+            }
             answer = await self.exchange(host, relay, OFFER_PROTOCOL, offer)
             self.counts["punch_offers"] += 1
             if isinstance(answer, dict) and answer.get("accept"):
                 self.counts["punch_offers_accepted"] += 1
-            asked = [self.victim_maddr, f"/ip4/127.0.0.1/tcp/{self.victim_port}",
-                     f"/dns4/localhost/tcp/{self.victim_port}"]  # fmt: skip
+            asked = [
+                self.victim_maddr,
+                f"/ip4/127.0.0.1/tcp/{self.victim_port}",
+                f"/dns4/localhost/tcp/{self.victim_port}",
+            ]
             reply = await self.exchange(host, relay, DIALBACK_PROTOCOL, {"addrs": asked})
             self.counts["dialback_requests"] += 1
             if isinstance(reply, dict) and reply.get("results"):
@@ -208,9 +223,16 @@ class Doors:
 
     # --- 5: records declaring the victim
     def victim_records(self, attacker: Attacker, seq: int) -> list[bytes]:
-        body = {"addrs": [self.victim_maddr], "data_addrs": [self.victim_maddr],
-                "relay_addrs": [self.victim_maddr], "role": "trainer", "planner_capable": True,
-                "version": "0.1.0", "hardware": {}, "compute_gflops": None}  # fmt: skip
+        body = {
+            "addrs": [self.victim_maddr],
+            "data_addrs": [self.victim_maddr],
+            "relay_addrs": [self.victim_maddr],
+            "role": "trainer",
+            "planner_capable": True,
+            "version": "0.1.0",
+            "hardware": {},
+            "compute_gflops": None,
+        }
         own = [self.sign(attacker.seed, "peer", seq, body)]
         return own + [self.sign(os.urandom(32), "peer", 1, body) for _ in range(NUM_SYBILS)]
 
@@ -231,7 +253,9 @@ class Doors:
             selfie = {"op": "connect", "target": a.id, "plane": "control", "endpoint": ""}
             reply = await self.exchange(a.host, relay, RELAY_PROTOCOL, selfie)
             self.counts["self_circuits"] += 1
-            self.counts["self_circuits_granted"] += bool(isinstance(reply, dict) and reply.get("token"))
+            self.counts["self_circuits_granted"] += bool(
+                isinstance(reply, dict) and reply.get("token")
+            )
             tokens: list[bytes] = []
             async with trio.open_nursery() as nursery:  # all at once, as a flood would
                 for _ in range(GRANTS_PER_ROUND):
@@ -284,7 +308,9 @@ class Doors:
             for peer in self.victims:
                 reply = await self.exchange(host, peer, RELAY_PROTOCOL, {"op": "reserve"})
                 self.counts["sybil_reservations"] += 1
-                self.counts["sybil_slots_held"] += bool(isinstance(reply, dict) and not reply.get("error"))
+                self.counts["sybil_slots_held"] += bool(
+                    isinstance(reply, dict) and not reply.get("error")
+                )
                 for _ in range(STREAMS_PER_SYBIL):
                     try:
                         with trio.fail_after(MESSAGE_TIMEOUT_S):
@@ -337,7 +363,9 @@ async def attack(args: argparse.Namespace) -> dict[str, Any]:
                     nursery.start_soon(doors.attempt, name, work)
             for _ in range(FLOOD_PER_ROUND):  # valid, signed, fresh: only the rate is hostile
                 seq += 1
-                await doors.publish(b, CONTROL_TOPIC, member_record(b, seq, doors.run_id), "valid_flood")
+                await doors.publish(
+                    b, CONTROL_TOPIC, member_record(b, seq, doors.run_id), "valid_flood"
+                )
             doors.counts["rounds"] += 1
     return {"attackers": ids, **doors.counts}
 

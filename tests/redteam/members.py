@@ -35,15 +35,28 @@ async def open_member(addrs: list[str], key_and_token: str) -> AsyncIterator[Att
 
 
 def member_record(member: Attacker, seq: int, run_id: str) -> bytes:
-    body = {"addrs": [], "data_addrs": [], "role": "observer", "planner_capable": False,
-            "version": "0.1.0", "hardware": {}, "compute_gflops": None,
-            "token": member.token}  # fmt: skip
+    body = {
+        "addrs": [],
+        "data_addrs": [],
+        "role": "observer",
+        "planner_capable": False,
+        "version": "0.1.0",
+        "hardware": {},
+        "compute_gflops": None,
+        "token": member.token,
+    }
     return wire.sign(member.seed, "peer", seq, body, run_id=run_id)
 
 
 def huge_telemetry(member: Attacker, seq: int, run_id: str) -> bytes:
-    metrics = {"step": 10**6, "loss": HUGE, "tokens_per_s": HUGE, "stage": 0, "replica": 0,
-               "step_s": HUGE}  # fmt: skip
+    metrics = {
+        "step": 10**6,
+        "loss": HUGE,
+        "tokens_per_s": HUGE,
+        "stage": 0,
+        "replica": 0,
+        "step_s": HUGE,
+    }
     body: dict[str, Any] = {"links": {}, "metrics": metrics}
     return wire.sign(member.seed, "telemetry", seq, body, run_id=run_id)
 

@@ -54,8 +54,9 @@ async def open_member(bootstrap: str, listen_ip: str) -> AsyncIterator[Attacker]
     peer), with GossipSub to publish its record, connected to the bootstrap."""
     seed = os.urandom(32)
     host = make_host(seed)
-    gossipsub = GossipSub(protocols=[PROTOCOL_ID_V11], degree=4, degree_low=3, degree_high=8,
-                          heartbeat_interval=1)  # fmt: skip
+    gossipsub = GossipSub(
+        protocols=[PROTOCOL_ID_V11], degree=4, degree_low=3, degree_high=8, heartbeat_interval=1
+    )
     pubsub = Pubsub(host, gossipsub)
     async with (
         host.run(listen_addrs=[Multiaddr(f"/ip4/{listen_ip}/tcp/0")]),
@@ -87,17 +88,19 @@ async def ask(attacker: Attacker, relay_id: str, request: dict[str, Any]) -> dic
     return {}
 
 
-async def punched_reset(
-    attacker: Attacker, args: argparse.Namespace, counts: Counter[str]
-) -> None:
+async def punched_reset(attacker: Attacker, args: argparse.Namespace, counts: Counter[str]) -> None:
     """Ask for a punch from an endpoint the relay observed, accept it, reset it mid-hello."""
     raw = relay.split_endpoint(args.relay)
     seen = await relay.observe_from(raw)
     listener = await relay.bound_socket(seen.port)
     listener.listen(4)
     try:
-        request = {"op": "connect", "target": args.target, "plane": "control",
-                   "endpoint": seen.endpoint}  # fmt: skip
+        request = {
+            "op": "connect",
+            "target": args.target,
+            "plane": "control",
+            "endpoint": seen.endpoint,
+        }
         reply = await ask(attacker, args.relay_id, request)
         counts["punch_requests"] += 1
         if reply.get("error") or not reply.get("token"):
@@ -113,9 +116,7 @@ async def punched_reset(
         listener.close()
 
 
-async def relayed_reset(
-    attacker: Attacker, args: argparse.Namespace, counts: Counter[str]
-) -> None:
+async def relayed_reset(attacker: Attacker, args: argparse.Namespace, counts: Counter[str]) -> None:
     """Ask for a relayed circuit, join it, write a little and reset it."""
     request = {"op": "connect", "target": args.target, "plane": "control", "endpoint": ""}
     reply = await ask(attacker, args.relay_id, request)
@@ -123,8 +124,9 @@ async def relayed_reset(
     if reply.get("error") or not reply.get("token"):
         counts["relays_refused"] += 1
         return
-    stream = await relay.open_raw(relay.split_endpoint(args.relay), RAW_CIRCUIT,
-                                  bytes.fromhex(reply["token"]))  # fmt: skip
+    stream = await relay.open_raw(
+        relay.split_endpoint(args.relay), RAW_CIRCUIT, bytes.fromhex(reply["token"])
+    )
     await stream.send_all(os.urandom(100))
     await trio.sleep(0.2)
     reset(stream.socket)
@@ -135,8 +137,15 @@ async def attack(args: argparse.Namespace) -> dict[str, Any]:
     counts: Counter[str] = Counter()
     async with open_member(args.bootstrap, args.listen) as attacker:
         args.relay_id = str(info_from_p2p_addr(Multiaddr(args.bootstrap)).peer_id)
-        body = {"addrs": [], "data_addrs": [], "role": "observer", "planner_capable": False,
-                "version": "0.1.0", "hardware": {}, "compute_gflops": None}  # fmt: skip
+        body = {
+            "addrs": [],
+            "data_addrs": [],
+            "role": "observer",
+            "planner_capable": False,
+            "version": "0.1.0",
+            "hardware": {},
+            "compute_gflops": None,
+        }
         seq = int(time.time() * 1000)
         print(json.dumps([attacker.id]), flush=True)
         deadline = trio.current_time() + args.duration
@@ -145,8 +154,12 @@ async def attack(args: argparse.Namespace) -> dict[str, Any]:
             await attacker.pubsub.publish(
                 CONTROL_TOPIC, wire.sign(attacker.seed, "peer", seq, body, run_id=args.run_id)
             )
-            at_victim = {"op": "connect", "target": args.target, "plane": "control",
-                         "endpoint": args.victim}  # fmt: skip
+            at_victim = {
+                "op": "connect",
+                "target": args.target,
+                "plane": "control",
+                "endpoint": args.victim,
+            }
             reply = await ask(attacker, args.relay_id, at_victim)
             counts["victim_punches"] += 1
             counts["victim_punches_granted"] += bool(reply.get("token"))

@@ -26,9 +26,12 @@ def compute_of(
 
 def with_compute(topology: Topology, compute: PeerCompute, workload: Workload) -> Topology:
     return Topology(
-        topology.peers, topology.delay_ms, topology.bandwidth_gbps,
-        workload=workload, compute=compute,
-    )  # fmt: skip
+        topology.peers,
+        topology.delay_ms,
+        topology.bandwidth_gbps,
+        workload=workload,
+        compute=compute,
+    )
 
 
 def test_stage_table_prices_layers_rows_and_the_ends() -> None:
@@ -42,9 +45,13 @@ def test_stage_table_prices_layers_rows_and_the_ends() -> None:
 
 def test_unmeasured_peers_get_the_median_of_the_measured() -> None:
     compute = PeerCompute(
-        np.array([1.0, NAN, 3.0, 5.0]), np.array([1.0, NAN, 1.0, 1.0]),
-        np.array([0.0, NAN, 0.0, 0.0]), 4, 4, 1,
-    )  # fmt: skip
+        np.array([1.0, NAN, 3.0, 5.0]),
+        np.array([1.0, NAN, 1.0, 1.0]),
+        np.array([0.0, NAN, 0.0, 0.0]),
+        4,
+        4,
+        1,
+    )
     assert compute.filled().block_row_s.tolist() == [1.0, 3.0, 3.0, 5.0]
     nothing = PeerCompute(np.full(3, NAN), np.full(3, NAN), np.full(3, NAN), 4, 4, 1)
     assert not nothing.filled().block_row_s.any()  # nothing measured: the paper's equal GPUs
@@ -132,8 +139,9 @@ def test_half_the_peers_four_times_slower_are_routed_around() -> None:
     work = Workload(4, 2, 0.4, 0.2)
     slow = [1, 3, 4, 6]
     topology = with_compute(random_topology(8, seed=7, workload=work), slow_half(8, slow), work)
-    blind_plan = plan_swarm(Topology(topology.peers, topology.delay_ms,
-                                     topology.bandwidth_gbps, workload=work), seed=0)  # fmt: skip
+    blind_plan = plan_swarm(
+        Topology(topology.peers, topology.delay_ms, topology.bandwidth_gbps, workload=work), seed=0
+    )
     blind_priced = plan_cost(CostModel.build(topology, work), np.array(blind_plan.pipelines))
     assert topology.compute is not None
     shapes = candidate_shapes(8, 4, 8, topology.compute.block_row_s)
@@ -174,11 +182,20 @@ def shape_by_step_model(delay: np.ndarray, bandwidth: np.ndarray, block_row_s: f
 
     run = RunSpec()  # 4 stages, 2 micro-batches, 16 rows: a ~0.8 MB gradient per stage
     compute = PeerCompute(
-        np.full(8, block_row_s), np.full(8, block_row_s / 4), np.full(8, block_row_s / 2),
-        run.n_layer, run.batch_size, run.micro_batches,
-    )  # fmt: skip
-    topology = Topology([f"p{i}" for i in range(8)], delay, bandwidth,
-                        workload=planning_workload(run, 4, 2), compute=compute)  # fmt: skip
+        np.full(8, block_row_s),
+        np.full(8, block_row_s / 4),
+        np.full(8, block_row_s / 2),
+        run.n_layer,
+        run.batch_size,
+        run.micro_batches,
+    )
+    topology = Topology(
+        [f"p{i}" for i in range(8)],
+        delay,
+        bandwidth,
+        workload=planning_workload(run, 4, 2),
+        compute=compute,
+    )
     shapes = candidate_shapes(8, 4, run.n_layer, compute.block_row_s, fewer_replicas=True)
     assert shapes[:2] == [(4, 2), (4, 1)]  # equal peers: fewer replicas offered all the same
     model = simulated_step_model(lambda s, r, layers: step_traffic(run, s, r, layers), compute)

@@ -102,12 +102,18 @@ def test_int8_activations_halve_the_pipeline_traffic() -> None:
     fp16, int8 = RunSpec(), RunSpec(compression="int8")
     # a token's 128 values: 256 bytes at fp16, 128 + a 4-byte scale at int8
     ratio = (128 + 4) / 256
-    assert step_traffic(int8, 2, 2).activation_bytes == ratio * step_traffic(fp16, 2, 2).activation_bytes
+    assert (
+        step_traffic(int8, 2, 2).activation_bytes
+        == ratio * step_traffic(fp16, 2, 2).activation_bytes
+    )
     assert measured_workload(int8, 2, 2).c_pp_gb == pytest.approx(
         ratio * measured_workload(fp16, 2, 2).c_pp_gb
     )
     # averaging stays fp16
-    assert step_traffic(int8, 2, 2).stage_gradient_bytes == step_traffic(fp16, 2, 2).stage_gradient_bytes
+    assert (
+        step_traffic(int8, 2, 2).stage_gradient_bytes
+        == step_traffic(fp16, 2, 2).stage_gradient_bytes
+    )
 
 
 def test_the_paper_cost_spreads_one_exchange_over_h_steps() -> None:
@@ -147,7 +153,9 @@ def test_a_round_shorter_than_h_steps_costs_the_step_nothing() -> None:
     # communication only: the passes (none here), or the round over H
     assert step_time(delay, rate, pipes, traffic).comm_s == pytest.approx(0.12)
     assert step_time(delay, rate, pipes, StepTraffic((1e6,), 0.0, 1)).comm_s == pytest.approx(1.2)
-    assert overlapped_step_s(0.3, [0.9, 1.2], 10) == 0.3 and overlapped_step_s(0.1, [1.2], 10) == pytest.approx(0.12)
+    assert overlapped_step_s(0.3, [0.9, 1.2], 10) == 0.3 and overlapped_step_s(
+        0.1, [1.2], 10
+    ) == pytest.approx(0.12)
 
 
 def test_a_sparse_gather_sends_each_payload_on_every_link_at_once() -> None:

@@ -91,7 +91,10 @@ def test_a_plan_carries_the_split_and_is_priced_with_it() -> None:
     # the same inputs give the same plan; the compute-blind topology keeps the even cut
     again = split_plan(topology, plan_swarm(topology, seed=0), scaled_workload(work))
     assert (again.pipelines, again.stage_layers, again.cost_s) == (
-        plan.pipelines, plan.stage_layers, plan.cost_s)  # fmt: skip
+        plan.pipelines,
+        plan.stage_layers,
+        plan.cost_s,
+    )
     blind = uniform(4, work, None)
     assert split_plan(blind, plan_swarm(blind, seed=0), scaled_workload(work)).stage_layers == []
 

@@ -107,9 +107,13 @@ def test_a_rounds_work_beside_the_wire_hides_behind_it_up_to_the_links_time() ->
 
     def split(total: float, before: float, after: float) -> MeasuredCompute:
         return MeasuredCompute(
-            plain.forward_s, plain.backward_s, plain.update_s, [[total]] * 2,
-            averaging_before_s=[[before]] * 2, averaging_after_s=[[after]] * 2,
-        )  # fmt: skip
+            plain.forward_s,
+            plain.backward_s,
+            plain.update_s,
+            [[total]] * 2,
+            averaging_before_s=[[before]] * 2,
+            averaging_after_s=[[after]] * 2,
+        )
 
     hidden = split(0.5, 0.1, 0.1)  # 0.3 s beside the wire: hidden
     assert simulated_step_s(delay, rate, [[0], [1]], traffic, hidden) == pytest.approx(

@@ -139,7 +139,9 @@ def test_a_checkpoint_of_the_pickled_optimizer_format_still_loads_from_local_dis
     with caplog.at_level("WARNING"):
         assert load_stage(path, SPEC, fresh, fresh_opt) == 2
     assert "older format" in caplog.text
-    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), fresh.parameters(), strict=True))
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.parameters(), fresh.parameters(), strict=True)
+    )
     assert fresh_opt.state_dict()["state"].keys() == optimizer.state_dict()["state"].keys()
 
 

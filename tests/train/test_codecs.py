@@ -21,7 +21,9 @@ def test_fp16_round_trip() -> None:
     x = _values(1000)
     payload = codecs.encode_fp16(x)
     assert payload.numel() == 2000
-    assert torch.allclose(codecs.decode_fp16(bytes(payload.numpy()), (1000,)), x, rtol=1e-3, atol=1e-7)
+    assert torch.allclose(
+        codecs.decode_fp16(bytes(payload.numpy()), (1000,)), x, rtol=1e-3, atol=1e-7
+    )
 
 
 def test_int8_blocks_within_half_a_step_per_block() -> None:
@@ -146,7 +148,9 @@ def test_decoders_are_total(kind: str) -> None:
 def test_topk_decoder_refuses_unordered_indices() -> None:
     payload, _ = codecs.encode_topk(_values(150), 0.1)  # one chunk, 15 entries
     raw = bytearray(payload.numpy().tobytes())
-    indices = codecs._unpack12(torch.tensor(list(raw[8 : 8 + codecs._index_bytes(15)]), dtype=torch.uint8), 15)
+    indices = codecs._unpack12(
+        torch.tensor(list(raw[8 : 8 + codecs._index_bytes(15)]), dtype=torch.uint8), 15
+    )
     swapped = indices.clone()
     swapped[0], swapped[1] = indices[1], indices[0]
     raw[8 : 8 + codecs._index_bytes(15)] = codecs._pack12(swapped).numpy().tobytes()

@@ -103,8 +103,9 @@ def test_token_corpora_digest_their_little_endian_ids(tmp_path: Path) -> None:
 
     ids = np.arange(300, dtype="<u2")
     (tmp_path / "train.bin").write_bytes(ids.tobytes())
-    spec = RunSpec(data=str(tmp_path / "train.bin"), data_format="tokens", vocab_size=512,
-                   block_size=16)  # fmt: skip
+    spec = RunSpec(
+        data=str(tmp_path / "train.bin"), data_format="tokens", vocab_size=512, block_size=16
+    )
     tokens = load_tokens(spec)
     assert corpus_sha256(tokens) == corpus_sha256(tokens.astype(">u2"))  # byte order never counts
     import hashlib
@@ -142,8 +143,12 @@ def test_text_through_a_hugging_face_tokenizer(tmp_path: Path) -> None:
     (tmp_path / "data" / "a.txt").write_text(text[:6000])
     (tmp_path / "data" / "b.txt").write_text(text[6000:])
     vocab = _train_tokenizer(tmp_path / "tokenizer.json", [text])
-    spec = RunSpec(data=str(tmp_path / "data"), tokenizer=str(tmp_path / "tokenizer.json"),
-                   vocab_size=vocab, block_size=16)  # fmt: skip
+    spec = RunSpec(
+        data=str(tmp_path / "data"),
+        tokenizer=str(tmp_path / "tokenizer.json"),
+        vocab_size=vocab,
+        block_size=16,
+    )
     tokens = load_tokens(spec)
     assert tokens.dtype == np.uint16 and int(tokens.max()) < vocab
     assert tokens.size < 0.9 * len(text)  # merges: fewer tokens than bytes
@@ -157,8 +162,12 @@ def test_text_through_a_hugging_face_tokenizer(tmp_path: Path) -> None:
 def test_a_tokenizer_larger_than_the_vocabulary_or_unreadable_is_refused(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("x = 1\n" * 500)
     vocab = _train_tokenizer(tmp_path / "tokenizer.json", ["x = 1\n" * 500])
-    spec = RunSpec(data=str(tmp_path / "a.txt"), tokenizer=str(tmp_path / "tokenizer.json"),
-                   vocab_size=vocab - 1, block_size=16)  # fmt: skip
+    spec = RunSpec(
+        data=str(tmp_path / "a.txt"),
+        tokenizer=str(tmp_path / "tokenizer.json"),
+        vocab_size=vocab - 1,
+        block_size=16,
+    )
     with pytest.raises(UserError, match="vocab_size"):
         load_tokens(spec)
     (tmp_path / "bad.json").write_text("{not a tokenizer")

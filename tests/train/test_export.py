@@ -21,8 +21,9 @@ from p2ptrain.train.reference import train_reference
 
 transformers = pytest.importorskip("transformers")
 
-TINY_LLAMA = RunSpec(run_id="export", model="llama", preset="tiny", block_size=16, batch_size=4,
-                     steps=3, lr=3e-3)  # fmt: skip
+TINY_LLAMA = RunSpec(
+    run_id="export", model="llama", preset="tiny", block_size=16, batch_size=4, steps=3, lr=3e-3
+)
 
 
 def cut(spec: RunSpec, whole: Stage, layers: range) -> Stage:
@@ -78,7 +79,9 @@ def test_a_tied_one_stage_llama_exports_its_one_embedding(tmp_path: Path) -> Non
     whole = build_model(spec)
     train_reference(spec, steps=2, model=whole)
     save_stage(checkpoint_path(tmp_path, whole.layers), spec, whole, make_optimizer(whole, spec), 2)
-    assert export_hf(spec, tmp_path, tmp_path / "hf").step == 2  # the latest file alone (no history)
+    assert (
+        export_hf(spec, tmp_path, tmp_path / "hf").step == 2
+    )  # the latest file alone (no history)
     idx = torch.randint(0, 256, (2, spec.block_size))
     with torch.no_grad():
         ours = whole(idx)

@@ -82,8 +82,12 @@ def test_another_runs_files_in_the_directory_are_skipped_with_a_line(
     # ours, of the same step and stages under the root: the other run's files are in the way
     for layers in (range(0, 1), range(1, 2)):
         stage = cut(spec, build_model(spec), layers)
-        record_step(tmp_path, spec, stage, StageSnapshot.take(stage, make_optimizer(stage, spec),
-                                                              spec.steps))  # fmt: skip
+        record_step(
+            tmp_path,
+            spec,
+            stage,
+            StageSnapshot.take(stage, make_optimizer(stage, spec), spec.steps),
+        )
     run = write_run(tmp_path / "run.toml", spec)
     assert main(["export", "--run", str(run), "--out", str(tmp_path / "hf")]) == 0
     out = capsys.readouterr().out

@@ -45,11 +45,17 @@ def test_parameters_have_hugging_face_s_names_below_the_piece() -> None:
     block = {
         f"blocks.1.{n}.weight"
         for n in (
-            "input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-            "self_attn.o_proj", "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj",
+            "input_layernorm",
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "self_attn.o_proj",
+            "post_attention_layernorm",
+            "mlp.gate_proj",
+            "mlp.up_proj",
             "mlp.down_proj",
         )
-    }  # fmt: skip
+    }
     assert block <= names
     assert {"embed.embed_tokens.weight", "head.norm.weight", "head.lm_head.weight"} <= names
     assert not any(n.endswith("bias") for n in names)  # Llama has none
@@ -177,8 +183,16 @@ def test_the_125m_preset_trains_three_steps_as_a_two_stage_pipeline() -> None:
     """85M parameters (vocabulary 256): the pipeline's losses are the reference's, and after
     three steps the loss on the first batch is lower (each step draws another batch, so the
     per-step losses of three steps need not fall)."""
-    spec = RunSpec(model="llama", preset="125m", block_size=32, batch_size=2, micro_batches=2,
-                   steps=3, lr=1e-4, min_lr=1e-5)  # fmt: skip
+    spec = RunSpec(
+        model="llama",
+        preset="125m",
+        block_size=32,
+        batch_size=2,
+        micro_batches=2,
+        steps=3,
+        lr=1e-4,
+        min_lr=1e-5,
+    )
     stages = [build_stage(spec, s, 2) for s in range(2)]
     losses = train_pipeline(spec, stages, 3)
     torch.testing.assert_close(losses, train_reference(spec), rtol=1e-4, atol=0)
@@ -196,14 +210,16 @@ def test_a_llama_stage_is_recut_from_the_states_of_another_cut(tmp_path: Path) -
         stage(x).pow(2).mean().backward()
         optimizer.step()
         record_step(tmp_path, spec, stage, StageSnapshot.take(stage, optimizer, 1))
-        sources.append((stage.layers, read_state(stamped_path(tmp_path, stage.layers, 1), spec,
-                                                 stage.layers)))  # fmt: skip
+        sources.append(
+            (stage.layers, read_state(stamped_path(tmp_path, stage.layers, 1), spec, stage.layers))
+        )
     new = build_layers(spec, range(1, 3))  # L1-3 from L1-2 and L2-3
     optimizer = make_optimizer(new, spec)
     assemble(spec, new, optimizer, sources)
-    expected = {**old[1].state_dict(), **{
-        n.replace("blocks.0.", "blocks.1.", 1): t for n, t in old[2].state_dict().items()
-    }}  # fmt: skip
+    expected = {
+        **old[1].state_dict(),
+        **{n.replace("blocks.0.", "blocks.1.", 1): t for n, t in old[2].state_dict().items()},
+    }
     assert new.state_dict().keys() == expected.keys()
     assert all(torch.equal(t, expected[n]) for n, t in new.state_dict().items())
     assert len(optimizer.state_dict()["state"]) == len(list(new.parameters()))

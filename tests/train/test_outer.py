@@ -84,8 +84,12 @@ def test_state_round_trip_and_refusals() -> None:
         module.a.add_(1.0)
     outer.step(outer.pseudo_gradient())
     tensors, scalars = outer.state_tensors(), outer.state_scalars()
-    assert set(tensors) == {"outer/anchor/a", "outer/anchor/b", "outer/momentum/a",
-                            "outer/momentum/b"}  # fmt: skip
+    assert set(tensors) == {
+        "outer/anchor/a",
+        "outer/anchor/b",
+        "outer/momentum/a",
+        "outer/momentum/b",
+    }
     fresh_module = _two_params()
     fresh = OuterOptimizer(fresh_module, 0.7, 0.9)
     fresh.load_state_tensors(tensors, scalars)

@@ -89,8 +89,14 @@ def _safetensors(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | No
 
 
 def _meta(**changes: Any) -> str:
-    meta = {"format": FORMAT, "run_id": "r", "model": {}, "layers": [0, 1], "step": 1,
-            "param_groups": [{"lr": 0.1, "betas": [0.9, 0.95], "params": [0]}]}  # fmt: skip
+    meta = {
+        "format": FORMAT,
+        "run_id": "r",
+        "model": {},
+        "layers": [0, 1],
+        "step": 1,
+        "param_groups": [{"lr": 0.1, "betas": [0.9, 0.95], "params": [0]}],
+    }
     return json.dumps({**meta, **changes})
 
 
@@ -104,16 +110,21 @@ BAD_FILES: list[bytes] = [
     struct.pack("<Q", 3000) + b"[" * 3000,
     _safetensors({"model/w": torch.ones(2)}, None),  # no metadata
     _safetensors({"model/w": torch.ones(2)}, {"p2ptrain": "not json"}),
-    _safetensors({"model/w": torch.ones(2)}, {"p2ptrain": _meta(format="p2ptrain.stage-checkpoint/2")}),
+    _safetensors(
+        {"model/w": torch.ones(2)}, {"p2ptrain": _meta(format="p2ptrain.stage-checkpoint/2")}
+    ),
     _safetensors({"model/w": torch.ones(2)}, {"p2ptrain": _meta(step=-1)}),
     _safetensors({"model/w": torch.ones(2)}, {"p2ptrain": _meta(layers=[2, 1])}),
-    _safetensors({"model/w": torch.ones(2)}, {"p2ptrain": _meta(param_groups=[{"lr": "x" * 99, "params": [0]}])}),
+    _safetensors(
+        {"model/w": torch.ones(2)},
+        {"p2ptrain": _meta(param_groups=[{"lr": "x" * 99, "params": [0]}])},
+    ),
     _safetensors({"model/w": torch.ones(2)}, {"p2ptrain": _meta(step=float("nan"))}),
     _safetensors({"model/w": torch.ones(2)}, {"p2ptrain": _meta().replace("0.1", "NaN")}),
     _safetensors({"evil": torch.ones(2)}, {"p2ptrain": _meta()}),  # not a name of the layout
     _safetensors({"optim/7/exp_avg": torch.ones(2)}, {"p2ptrain": _meta()}),  # no such param
     _safetensors({"model/w": torch.ones(2)}, {"p2ptrain": _meta()})[:-3],  # a torn body
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("body", BAD_FILES, ids=range(len(BAD_FILES)))
@@ -140,7 +151,9 @@ def test_random_bytes_and_torn_files_are_wire_errors(tmp_path: Path) -> None:
         elif index % 3 == 1:
             body[cut] = int(torch.randint(0, 256, (1,), generator=rng))
         else:
-            body = bytearray(torch.randint(0, 256, (cut,), generator=rng, dtype=torch.uint8).numpy())
+            body = bytearray(
+                torch.randint(0, 256, (cut,), generator=rng, dtype=torch.uint8).numpy()
+            )
         path.write_bytes(bytes(body))
         try:
             state_file.read(path)

@@ -36,11 +36,18 @@ def swarm(
         if peer in where:
             r, j = where[peer]
             metrics = PeerMetrics(
-                step=step, loss=5.0 - 0.01 * step if j == stages - 1 else None,
-                tokens_per_s=100.0 + i, stage=j, replica=r, bytes_sent=1000 * i,
-                bytes_received=2000 * i, step_s=0.5, averaging={"averaged": step},
-                control_bytes_sent=10 * i, control_bytes_received=20 * i,
-            )  # fmt: skip
+                step=step,
+                loss=5.0 - 0.01 * step if j == stages - 1 else None,
+                tokens_per_s=100.0 + i,
+                stage=j,
+                replica=r,
+                bytes_sent=1000 * i,
+                bytes_received=2000 * i,
+                step_s=0.5,
+                averaging={"averaged": step},
+                control_bytes_sent=10 * i,
+                control_bytes_received=20 * i,
+            )
         peers.append(
             PeerStatus(
                 id=peer,
@@ -71,14 +78,28 @@ def swarm(
         if a < b
     )
     plan = PlanSummary(
-        term=term, epoch=epoch, planner=ids[0], stages=stages, pipelines=pipelines,
-        spares=tuple(ids[replicas * stages :]), cost_s=1.25, reason=reason,
-        previous_cost_s=None if reason == "first" else 2.5, predicted_step_s=0.55,
-    )  # fmt: skip
+        term=term,
+        epoch=epoch,
+        planner=ids[0],
+        stages=stages,
+        pipelines=pipelines,
+        spares=tuple(ids[replicas * stages :]),
+        cost_s=1.25,
+        reason=reason,
+        previous_cost_s=None if reason == "first" else 2.5,
+        predicted_step_s=0.55,
+    )
     return SwarmStatus(
-        run="synthetic", planner=ids[0], peers=tuple(peers), links=links, plan=plan,
-        observed_by=ids[0], telemetry_age_s={}, bootstrap=None, term=term,
-    )  # fmt: skip
+        run="synthetic",
+        planner=ids[0],
+        peers=tuple(peers),
+        links=links,
+        plan=plan,
+        observed_by=ids[0],
+        telemetry_age_s={},
+        bootstrap=None,
+        term=term,
+    )
 
 
 def random_ids(count: int) -> list[str]:

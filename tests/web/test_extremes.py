@@ -114,13 +114,19 @@ def test_the_status_built_from_a_view_of_extreme_reports_is_standard_json() -> N
     now = time.monotonic()
     me = identity.peer_id_of(bytes(32))
     view = SwarmView(self_id=me, role="control-only", planner_capable=False, started_at=now)
-    record = PeerRecord(addrs=(), data_addrs=(), role="trainer", planner_capable=False,
-                        version="0", hardware={}, compute_gflops=1e308)  # fmt: skip
+    record = PeerRecord(
+        addrs=(),
+        data_addrs=(),
+        role="trainer",
+        planner_capable=False,
+        version="0",
+        hardware={},
+        compute_gflops=1e308,
+    )
     peers = peer_ids(4)
     for i, peer in enumerate(peers):
         value = EXTREMES[i % len(EXTREMES)]
-        metrics = PeerMetrics(step=1, loss=abs(value), tokens_per_s=abs(value),
-                              step_s=abs(value))  # fmt: skip
+        metrics = PeerMetrics(step=1, loss=abs(value), tokens_per_s=abs(value), step_s=abs(value))
         view.members[peer] = Member(record, now, metrics)
         view.rows[peer] = (
             {p: LinkReport(abs(value), 0.0, abs(value), 0.0) for p in peers if p != peer},

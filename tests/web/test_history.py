@@ -15,11 +15,11 @@ def _kinds(history: SwarmHistory) -> list[str]:
 
 def _with_step(status: SwarmStatus, peer: str, step: int, loss: float) -> SwarmStatus:
     peers = tuple(
-        dataclasses.replace(
-            p, metrics=dataclasses.replace(p.metrics, step=step, loss=loss)
-        ) if p.id == peer and p.metrics is not None else p
+        dataclasses.replace(p, metrics=dataclasses.replace(p.metrics, step=step, loss=loss))
+        if p.id == peer and p.metrics is not None
+        else p
         for p in status.peers
-    )  # fmt: skip
+    )
     return dataclasses.replace(status, peers=peers)
 
 

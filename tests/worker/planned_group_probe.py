@@ -38,7 +38,14 @@ def main(case: str) -> None:
     averagers = [
         # a profiling worker's averager: it marks the CPU clock as parts come and go
         StageAverager(
-            d, NUM_PARAMS, PREFIX, 3, "none", timeout_s=4.0, group=group, traffic=t,
+            d,
+            NUM_PARAMS,
+            PREFIX,
+            3,
+            "none",
+            timeout_s=4.0,
+            group=group,
+            traffic=t,
             wire=WireMarks(os.getpid()),
         )
         for d, t in zip(active, traffics, strict=True)
@@ -51,9 +58,13 @@ def main(case: str) -> None:
         # bytes per groupmate, by its index (the worker's counters: worker/traffic.py)
         index = {d.peer_id.to_base58(): j for j, d in enumerate(dhts)}
         links = {index[p]: [c.sent, c.received] for p, c in traffics[i].link_bytes().items()}
-        results[i] = {"mean": averaged.mean().item(), "kind": outcome.kind,
-                      "group_size": outcome.group_size, "link_bytes": links,
-                      "wire_cpu": outcome.wire_cpu}  # fmt: skip
+        results[i] = {
+            "mean": averaged.mean().item(),
+            "kind": outcome.kind,
+            "group_size": outcome.group_size,
+            "link_bytes": links,
+            "wire_cpu": outcome.wire_cpu,
+        }
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(active))]
     for t in threads:

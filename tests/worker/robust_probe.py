@@ -40,9 +40,14 @@ def reducer() -> dict[str, Any]:
 
     async def main() -> tuple[list[list[torch.Tensor]], dict[str, str]]:
         red = RobustPartReducer(
-            [p.shape for p in parts[0]], 3, weights=weights, own=0, drift_bound=None,
-            floor_per_element=0.0, names=["s0", "s1", "s2"],
-        )  # fmt: skip
+            [p.shape for p in parts[0]],
+            3,
+            weights=weights,
+            own=0,
+            drift_bound=None,
+            floor_per_element=0.0,
+            names=["s0", "s1", "s2"],
+        )
 
         async def send(i: int) -> list[torch.Tensor]:
             out = []
@@ -148,8 +153,17 @@ def poisoned() -> dict[str, Any]:
     step = 5
     # the attacker's garbage: 1000× a gradient's norm, orthogonal to the all-ones and the
     # step's ±1 checksum directions, so the checksums it gathers (of its honest gradient) hold
-    signs = torch.randint(0, 2, (N,), generator=torch.Generator().manual_seed(1_000_003 * step + 17),
-                          dtype=torch.int8).double() * 2 - 1  # fmt: skip
+    signs = (
+        torch.randint(
+            0,
+            2,
+            (N,),
+            generator=torch.Generator().manual_seed(1_000_003 * step + 17),
+            dtype=torch.int8,
+        ).double()
+        * 2
+        - 1
+    )
     basis, _ = torch.linalg.qr(torch.stack([torch.ones(N, dtype=torch.float64), signs], dim=1))
     garbage = torch.randn(N, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     garbage -= basis @ (basis.T @ garbage)
@@ -160,11 +174,13 @@ def poisoned() -> dict[str, Any]:
         averaged, outcome = averagers[i].average(grads[i], step)
         direction = garbage / garbage.norm()
         results[i] = {
-            "kind": outcome.kind, "detail": outcome.detail, "group_size": outcome.group_size,
+            "kind": outcome.kind,
+            "detail": outcome.detail,
+            "group_size": outcome.group_size,
             "garbage_share": float(averaged @ direction) / float(garbage.norm()),
             "own_gradient": bool(torch.equal(averaged, grads[i])),
             "finite": bool(torch.isfinite(averaged).all()),
-        }  # fmt: skip
+        }
 
     def attacker() -> None:
         liar = averagers[2]._averager
@@ -213,9 +229,10 @@ def lost_reply() -> dict[str, Any]:
     def member(i: int) -> None:
         averaged, outcome = averagers[i].average(grads[i], 3)
         results[i] = {
-            "kind": outcome.kind, "detail": outcome.detail,
+            "kind": outcome.kind,
+            "detail": outcome.detail,
             "error": float((averaged - mean).abs().max()),
-        }  # fmt: skip
+        }
 
     threads = [threading.Thread(target=member, args=(i,)) for i in range(2)]
     _run_then_shut_down(threads, averagers, dhts)

@@ -38,8 +38,12 @@ from p2ptrain.worker.transport import Transport
 
 SPEC = RunSpec(n_layer=2, n_head=2, n_embd=16, block_size=8, steps=10)
 LAYERS = range(0, 1)
-ANSWERS = {state_transfer.FOUND: "found", state_transfer.MISSING: "missing",
-           state_transfer.BUSY: "busy", b"": "eof"}  # fmt: skip
+ANSWERS = {
+    state_transfer.FOUND: "found",
+    state_transfer.MISSING: "missing",
+    state_transfer.BUSY: "busy",
+    b"": "eof",
+}
 KEPT: dict[str, list[asyncio.StreamWriter]] = {}  # a writer that is collected closes its stream
 
 
@@ -88,9 +92,15 @@ async def start_closing_later(peer_id: str, delay_s: float) -> None:
 def fetch(transport: Transport, victim: str, directory: Path, digest: str, step: int) -> str:
     try:
         path = fetch_state(
-            transport, victim, LAYERS, step, directory, digest,
-            expected_state_bytes(SPEC, LAYERS), None,
-        )  # fmt: skip
+            transport,
+            victim,
+            LAYERS,
+            step,
+            directory,
+            digest,
+            expected_state_bytes(SPEC, LAYERS),
+            None,
+        )
         return file_sha256(path)
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"[:200]
@@ -113,8 +123,14 @@ def main() -> None:
     record_step(held, SPEC, model, StageSnapshot.take(model, optimizer, 2))
     digest = file_sha256(stamped_path(held, LAYERS, 2))
     legacy = stamped_path(held, LAYERS, 1)
-    torch.save({"format": PICKLED_OPTIMIZER_FORMAT, "run_id": SPEC.run_id,
-                "optimizer_state": optimizer.state_dict()}, legacy)  # fmt: skip
+    torch.save(
+        {
+            "format": PICKLED_OPTIMIZER_FORMAT,
+            "run_id": SPEC.run_id,
+            "optimizer_state": optimizer.state_dict(),
+        },
+        legacy,
+    )
     legacy_digest = file_sha256(legacy)
 
     server = StateServer(victim)
@@ -125,9 +141,10 @@ def main() -> None:
     server.serve_run(SPEC, held, plan(1, ids[:4]))
     request = StateRequest(LAYERS, 2, digest).encode()
     result: dict[str, Any] = {
-        "per_peer": state_transfer.MAX_SERVING_PER_PEER, "in_all": state_transfer.MAX_SERVING,
+        "per_peer": state_transfer.MAX_SERVING_PER_PEER,
+        "in_all": state_transfer.MAX_SERVING,
         "digest": digest,
-    }  # fmt: skip
+    }
     call: Callable[..., Any] = lambda t, coroutine: t.call(coroutine, timeout_s=60)  # noqa: E731
 
     # a stranger who knows the digest gets nothing, however often it asks

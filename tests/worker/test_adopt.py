@@ -25,10 +25,18 @@ from tests.worker.test_recut import SPEC, NoTransport, chain, moments, train_ste
 
 
 def plan(stage_layers: tuple[int, ...], epoch: int, lineage: Lineage) -> Plan:
-    return Plan(term=1, epoch=epoch, planner="P", stages=len(stage_layers) or 2,
-                pipelines=(("a", "b"),) if len(stage_layers) != 3 else (("a", "b", "c"),),
-                spares=(), data_addrs={}, cost_s=0.0, stage_layers=stage_layers,
-                lineage=lineage)  # fmt: skip
+    return Plan(
+        term=1,
+        epoch=epoch,
+        planner="P",
+        stages=len(stage_layers) or 2,
+        pipelines=(("a", "b"),) if len(stage_layers) != 3 else (("a", "b", "c"),),
+        spares=(),
+        data_addrs={},
+        cost_s=0.0,
+        stage_layers=stage_layers,
+        lineage=lineage,
+    )
 
 
 def root(epoch: int = 1) -> Lineage:
@@ -41,14 +49,22 @@ def save_swarm(
 ) -> list[tuple[Stage, torch.optim.Optimizer]]:
     """Train the plan's cut for `steps` in one process, saving each step under its tag."""
     pipeline: list[tuple[Stage, torch.optim.Optimizer]]
-    pipeline = [(s, make_optimizer(s, spec)) for s in
-                (build_layers(spec, r) for r in under.layer_ranges(spec.n_layer))]  # fmt: skip
+    pipeline = [
+        (s, make_optimizer(s, spec))
+        for s in (build_layers(spec, r) for r in under.layer_ranges(spec.n_layer))
+    ]
     rank = under.state_rank
     for step in steps:
         train_step(pipeline, step)
         for stage, optimizer in pipeline:
-            record_step(directory, spec, stage, StageSnapshot.take(stage, optimizer, step + 1),
-                        under.state_tag, lambda tag: rank(tag) is not None)  # fmt: skip
+            record_step(
+                directory,
+                spec,
+                stage,
+                StageSnapshot.take(stage, optimizer, step + 1),
+                under.state_tag,
+                lambda tag: rank(tag) is not None,
+            )
     return pipeline
 
 
@@ -86,7 +102,11 @@ def test_a_restarted_swarm_adopts_the_newest_state_on_another_cut(tmp_path: Path
     names = {s.path.name for s in list_states(tmp_path)}
     assert before <= names
     assert {s.key for s in list_states(tmp_path) if s.tag == new_plan.state_tag} == {
-        "L0-2", "L2-4", "L0-1", "L1-2"}  # the adopted sources (linked), the stages built
+        "L0-2",
+        "L2-4",
+        "L0-1",
+        "L1-2",
+    }  # the adopted sources (linked), the stages built
     assert agree(tmp_path, plan((1, 1, 2), 2, ((new_plan.lineage[0][0], 2),)), True).adopted == ""
     assert "lineage " + earlier.lineage[0][0] in started_line(SPEC, new_plan, start, tmp_path)
     train_step(old, 5)
@@ -105,7 +125,9 @@ def test_states_a_member_holds_elsewhere_are_linked_only_with_the_agreed_digest(
     assert link_adopted(tmp_path, start.adopted, 2, wrong, new_plan.state_tag) == []
     made = link_adopted(tmp_path, start.adopted, 2, start.digests, new_plan.state_tag)
     assert sorted(p.name for p in made) == [
-        f"stage-L0-2.step2.{new_plan.state_tag}.pt", f"stage-L2-4.step2.{new_plan.state_tag}.pt"]  # fmt: skip
+        f"stage-L0-2.step2.{new_plan.state_tag}.pt",
+        f"stage-L2-4.step2.{new_plan.state_tag}.pt",
+    ]
 
 
 def test_resume_never_starts_from_initial_weights_and_says_so(

@@ -131,12 +131,14 @@ def test_a_weight_the_plan_does_not_give_fails_the_round() -> None:
     one (or a stranger not in the plan) now fails the round, whatever the result."""
     a, b = _grads()
     lying = (a + 1000 * b) / 1001  # what the liar's claimed weight would make of the mean
-    problem = check_round(lying, checksums(a, 3, 1), _gathered(a, b, 1, 1000), EXACT_TOLERANCE,
-                          EQUAL)  # fmt: skip
+    problem = check_round(
+        lying, checksums(a, 3, 1), _gathered(a, b, 1, 1000), EXACT_TOLERANCE, EQUAL
+    )
     assert problem is not None and "plan gives" in problem
     stranger = {"a": 1.0, "c": 1.0}
-    problem = check_round((a + b) / 2, checksums(a, 3, 1), _gathered(a, b, 1, 1),
-                          EXACT_TOLERANCE, stranger)  # fmt: skip
+    problem = check_round(
+        (a + b) / 2, checksums(a, 3, 1), _gathered(a, b, 1, 1), EXACT_TOLERANCE, stranger
+    )
     assert problem is not None and "not in the plan" in problem
 
 
@@ -162,8 +164,17 @@ def test_a_result_longer_than_the_members_gradients_fails_the_round() -> None:
     a, b = _grads()
     honest = (a + b) / 2
     ones = torch.ones(N, dtype=torch.float64)
-    signs = torch.randint(0, 2, (N,), generator=torch.Generator().manual_seed(1_000_003 * 3 + 17),
-                          dtype=torch.int8).double() * 2 - 1  # fmt: skip
+    signs = (
+        torch.randint(
+            0,
+            2,
+            (N,),
+            generator=torch.Generator().manual_seed(1_000_003 * 3 + 17),
+            dtype=torch.int8,
+        ).double()
+        * 2
+        - 1
+    )
     garbage = torch.randn(N, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
     basis, _ = torch.linalg.qr(torch.stack([ones, signs], dim=1))
     garbage -= basis @ (basis.T @ garbage)  # both checksum directions projected out

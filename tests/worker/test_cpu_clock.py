@@ -19,7 +19,9 @@ def test_the_clock_counts_a_childs_cpu_and_not_its_sleep() -> None:
         "import sys, time\nend = time.process_time() + 0.4\n"
         "while time.process_time() < end: pass\nprint('burnt', flush=True)\n"
     )
-    child = subprocess.Popen([sys.executable, "-c", burn + "time.sleep(30)"], stdout=subprocess.PIPE)
+    child = subprocess.Popen(
+        [sys.executable, "-c", burn + "time.sleep(30)"], stdout=subprocess.PIPE
+    )
     try:
         time.sleep(0.05)  # the child exists: the tree is found with it in
         before = clock.split()

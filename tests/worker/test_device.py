@@ -21,13 +21,27 @@ from p2ptrain.worker.device import (
 from p2ptrain.worker.settings import WorkerSettings
 
 SPEC = RunSpec(
-    stages=1, n_layer=2, n_head=2, n_embd=32, block_size=16, batch_size=4, micro_batches=2,
+    stages=1,
+    n_layer=2,
+    n_head=2,
+    n_embd=32,
+    block_size=16,
+    batch_size=4,
+    micro_batches=2,
     compression="none",
-)  # fmt: skip
+)
 ONE_STAGE = Plan.from_dict(
-    {"term": 1, "epoch": 1, "planner": "a", "stages": 1, "pipelines": [["a"]], "spares": [],
-     "data_addrs": {}, "cost_s": 0.0}
-)  # fmt: skip
+    {
+        "term": 1,
+        "epoch": 1,
+        "planner": "a",
+        "stages": 1,
+        "pipelines": [["a"]],
+        "spares": [],
+        "data_addrs": {},
+        "cost_s": 0.0,
+    }
+)
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here")
 
 
@@ -70,9 +84,7 @@ def _step(
     assert role is not None
     model = build_model(spec).to(device)
     corpus = torch.randint(0, spec.vocab_size, (4096,), generator=torch.Generator().manual_seed(1))
-    loss = pipeline.run_step(
-        model, spec, role, None, corpus, 3, lambda: False, precision=precision
-    )  # fmt: skip
+    loss = pipeline.run_step(model, spec, role, None, corpus, 3, lambda: False, precision=precision)
     pipeline.unscale_grads(model, spec)
     assert loss is not None
     grads = torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None])

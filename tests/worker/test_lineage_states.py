@@ -31,8 +31,17 @@ from tests.worker.test_resume import KEY, PEER, SEED, d
 
 
 def plan(term: int, epoch: int, planner: str, lineage: Lineage) -> Plan:
-    return Plan(term=term, epoch=epoch, planner=planner, stages=1, pipelines=(("A",),),
-                spares=(), data_addrs={}, cost_s=0.0, lineage=lineage)  # fmt: skip
+    return Plan(
+        term=term,
+        epoch=epoch,
+        planner=planner,
+        stages=1,
+        pipelines=(("A",),),
+        spares=(),
+        data_addrs={},
+        cost_s=0.0,
+        lineage=lineage,
+    )
 
 
 # the common ancestor (planner P, term 1, epoch 2), then a partition: one half elects Q
@@ -111,8 +120,14 @@ def test_pruning_keeps_the_writers_lineage_and_leaves_newer_foreign_states(
     for step in (10, 11):
         save(tmp_path, step, RIGHT)  # the other half's, newer than ours
     for step in range(1, 8):
-        record_step(tmp_path, SPEC, model, StageSnapshot.take(model, optimizer, step),
-                    LEFT.state_tag, lambda tag: LEFT.state_rank(tag) is not None)  # fmt: skip
+        record_step(
+            tmp_path,
+            SPEC,
+            model,
+            StageSnapshot.take(model, optimizer, step),
+            LEFT.state_tag,
+            lambda tag: LEFT.state_rank(tag) is not None,
+        )
     left = [s.step for s in list_states(tmp_path) if s.tag == LEFT.state_tag]
     assert left == [4, 5, 6, 7]  # the newest KEEP_STEPS of ours, not crowded out
     assert [s.step for s in list_states(tmp_path) if s.tag == RIGHT.state_tag] == [10, 11]

@@ -23,9 +23,16 @@ NETWORK = NetworkFacts(
     hops=((FAST, SLOW), (SLOW, FAST)),
 )
 PLAN = Plan(
-    term=1, epoch=1, planner="a0", stages=3, pipelines=(("a0", "a1", "a2"), ("b0", "b1", "b2")),
-    spares=(), data_addrs={}, cost_s=1.0, network=NETWORK,
-)  # fmt: skip
+    term=1,
+    epoch=1,
+    planner="a0",
+    stages=3,
+    pipelines=(("a0", "a1", "a2"), ("b0", "b1", "b2")),
+    spares=(),
+    data_addrs={},
+    cost_s=1.0,
+    network=NETWORK,
+)
 
 
 def test_local_links_keep_the_local_bounds() -> None:

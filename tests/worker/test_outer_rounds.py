@@ -20,14 +20,16 @@ from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.recut import assemble
 from p2ptrain.worker.outer_rounds import OuterRounds, round_due
 
-SPEC = RunSpec(n_layer=2, n_head=2, n_embd=16, block_size=8, steps=12, seed=3, sync="diloco",
-               inner_steps=4)  # fmt: skip
+SPEC = RunSpec(
+    n_layer=2, n_head=2, n_embd=16, block_size=8, steps=12, seed=3, sync="diloco", inner_steps=4
+)
 
 
 def inner_step(stage: Stage, optimizer: torch.optim.Optimizer, seed: int) -> None:
     """One AdamW step of a whole-model stage on random tokens."""
-    tokens = torch.randint(0, SPEC.vocab_size, (2, SPEC.block_size + 1),
-                           generator=torch.Generator().manual_seed(seed))  # fmt: skip
+    tokens = torch.randint(
+        0, SPEC.vocab_size, (2, SPEC.block_size + 1), generator=torch.Generator().manual_seed(seed)
+    )
     loss_fn(stage(tokens[:, :-1]), tokens[:, 1:]).backward()
     optimizer.step()
     optimizer.zero_grad()
@@ -95,8 +97,9 @@ def test_the_outer_state_survives_a_checkpoint_round_trip(tmp_path: Path) -> Non
     other_rounds = OuterRounds(SPEC, 0, 1, other, averager=None)
     other_rounds.take_saved(saved)
     torch.testing.assert_close(other_rounds.outer.anchor, rounds.outer.anchor, rtol=0, atol=0)
-    torch.testing.assert_close(other_rounds.outer.momentum_buffer, rounds.outer.momentum_buffer,
-                               rtol=0, atol=0)  # fmt: skip
+    torch.testing.assert_close(
+        other_rounds.outer.momentum_buffer, rounds.outer.momentum_buffer, rtol=0, atol=0
+    )
     assert other_rounds.outer_steps == 1
     torch.testing.assert_close(flat(other), flat(stage), rtol=0, atol=0)  # inner progress kept
     # the next round continues exactly as the original's
@@ -114,8 +117,9 @@ def test_a_recut_carries_the_outer_state(tmp_path: Path) -> None:
     parts = [_trained_stage(layers, 5) for layers in (range(0, 1), range(1, 2))]
     sources = []
     for stage, optimizer, rounds in parts:
-        record_step(tmp_path, SPEC, stage, StageSnapshot.take(stage, optimizer, 5,
-                                                              rounds.state_tensors()))  # fmt: skip
+        record_step(
+            tmp_path, SPEC, stage, StageSnapshot.take(stage, optimizer, 5, rounds.state_tensors())
+        )
         path = tmp_path / f"stage-L{stage.layers.start}-{stage.layers.stop}.step5.pt"
         sources.append((stage.layers, read_state(path, SPEC, stage.layers)))
     whole = build_layers(SPEC, range(0, 2))
@@ -154,10 +158,23 @@ def test_a_state_file_refuses_a_foreign_outer_tensor(tmp_path: Path) -> None:
 
 
 def test_the_progress_line_shows_outer_rounds() -> None:
-    report = MetricsReport(step=7, loss=4.2, tokens_per_s=100.0, stage=1, replica=0, samples=8,
-                           averaging="solo", step_s=0.1, epoch=1, term=1, num_replicas=2,
-                           group_size=2, outer_steps=2, inner_steps=20,
-                           outer_round="averaged")  # fmt: skip
+    report = MetricsReport(
+        step=7,
+        loss=4.2,
+        tokens_per_s=100.0,
+        stage=1,
+        replica=0,
+        samples=8,
+        averaging="solo",
+        step_s=0.1,
+        epoch=1,
+        term=1,
+        num_replicas=2,
+        group_size=2,
+        outer_steps=2,
+        inner_steps=20,
+        outer_round="averaged",
+    )
     assert "outer 2 (H 20) avg ok (stage 1: 2 peers)" in progress_line(report)
     again = MetricsReport.from_dict(report.to_dict())
     assert again == report

@@ -13,8 +13,17 @@ from p2ptrain.worker.pipeline import StageTiming
 from p2ptrain.worker.profiler import NO_PROFILE, CpuProfiler, StepProfiler
 
 SESSION_SOURCE = Path(__file__).resolve().parents[2] / "p2ptrain" / "worker" / "session.py"
-ROLE = Role(term=3, epoch=4, stage=1, num_stages=2, replica=0, num_replicas=2,
-            prev_peer="a", next_peer=None, stage_peers=("b", "c"))  # fmt: skip
+ROLE = Role(
+    term=3,
+    epoch=4,
+    stage=1,
+    num_stages=2,
+    replica=0,
+    num_replicas=2,
+    prev_peer="a",
+    next_peer=None,
+    stage_peers=("b", "c"),
+)
 
 
 def _burn(seconds: float) -> None:

@@ -22,8 +22,17 @@ SPEC = RunSpec(n_layer=4, n_head=2, n_embd=16, block_size=8, steps=10, seed=3)
 
 
 def plan(stage_layers: tuple[int, ...], epoch: int) -> Plan:
-    return Plan(term=1, epoch=epoch, planner="P", stages=2, pipelines=(("a", "b"),),
-                spares=(), data_addrs={}, cost_s=0.0, stage_layers=stage_layers)  # fmt: skip
+    return Plan(
+        term=1,
+        epoch=epoch,
+        planner="P",
+        stages=2,
+        pipelines=(("a", "b"),),
+        spares=(),
+        data_addrs={},
+        cost_s=0.0,
+        stage_layers=stage_layers,
+    )
 
 
 def chain(cut: list[range]) -> list[tuple[Stage, torch.optim.Optimizer]]:
@@ -57,8 +66,9 @@ def moments(pipeline: list[tuple[Stage, torch.optim.Optimizer]]) -> dict[str, to
     for stage, optimizer in pipeline:
         names = {id(p): model_wide(n, stage.layers) for n, p in stage.named_parameters()}
         for param, state in optimizer.state.items():
-            found[names[id(param)]] = torch.cat([state["exp_avg"].ravel(),
-                                                 state["exp_avg_sq"].ravel()])  # fmt: skip
+            found[names[id(param)]] = torch.cat(
+                [state["exp_avg"].ravel(), state["exp_avg_sq"].ravel()]
+            )
     return found
 
 

@@ -29,18 +29,31 @@ from p2ptrain.worker.frame_inbox import FrameInbox, PlanKey
 from p2ptrain.worker.frames import ACTIVATION, GRADIENT, FrameHeader, PeerLost, Stopped
 
 SPEC = RunSpec(
-    stages=4, n_layer=4, n_head=2, n_embd=32, block_size=16, batch_size=8, micro_batches=2,
+    stages=4,
+    n_layer=4,
+    n_head=2,
+    n_embd=32,
+    block_size=16,
+    batch_size=8,
+    micro_batches=2,
     compression="none",
-)  # fmt: skip
+)
 PEERS = [f"peer-{i}" for i in range(8)]
 
 
 def plan(epoch: int, pipelines: list[list[int]]) -> Plan:
     return Plan.from_dict(
-        {"term": 1, "epoch": epoch, "planner": PEERS[5], "stages": 4,
-         "pipelines": [[PEERS[i] for i in p] for p in pipelines], "spares": [],
-         "data_addrs": {}, "cost_s": 0.0}
-    )  # fmt: skip
+        {
+            "term": 1,
+            "epoch": epoch,
+            "planner": PEERS[5],
+            "stages": 4,
+            "pipelines": [[PEERS[i] for i in p] for p in pipelines],
+            "spares": [],
+            "data_addrs": {},
+            "cost_s": 0.0,
+        }
+    )
 
 
 EPOCH_2 = plan(2, [[1, 0, 3, 2], [4, 5, 6, 7]])
@@ -53,8 +66,9 @@ def role(p: Plan, peer: int) -> Role:
     return r
 
 
-def accept(inbox: FrameInbox, receiver: Role, step_now: int, header: FrameHeader,
-           tensor: torch.Tensor) -> None:  # fmt: skip
+def accept(
+    inbox: FrameInbox, receiver: Role, step_now: int, header: FrameHeader, tensor: torch.Tensor
+) -> None:
     """What the transport's handler does: the receiver's expectation checks the header, then
     the frame is filed."""
     expected = pipeline.expected_frame(
@@ -94,16 +108,33 @@ class FakeTransport:
         self.inbox = inbox
         self.sent: list[tuple[str, FrameHeader]] = []
 
-    def send(self, peer: str, tensor: torch.Tensor, kind: str, run_id: str, plan: PlanKey,
-             step: int, micro: int, timeout_s: float, wire: str) -> Future[None]:  # fmt: skip
+    def send(
+        self,
+        peer: str,
+        tensor: torch.Tensor,
+        kind: str,
+        run_id: str,
+        plan: PlanKey,
+        step: int,
+        micro: int,
+        timeout_s: float,
+        wire: str,
+    ) -> Future[None]:
         header = frames.header_for(tensor, kind, run_id, plan, step, micro, "me", wire)
         self.sent.append((peer, header))
         done: Future[None] = Future()
         done.set_result(None)
         return done
 
-    def receive(self, plan: PlanKey, kind: str, step: int, micro: int, timeout_s: float,
-                should_stop: Callable[[], bool]) -> torch.Tensor:  # fmt: skip
+    def receive(
+        self,
+        plan: PlanKey,
+        kind: str,
+        step: int,
+        micro: int,
+        timeout_s: float,
+        should_stop: Callable[[], bool],
+    ) -> torch.Tensor:
         return self.inbox.take(plan, kind, step, micro, timeout_s, should_stop)
 
 
@@ -174,9 +205,10 @@ def test_the_last_stage_waits_for_its_new_neighbour_instead_of_training_on_stale
     with torch.no_grad():
         expected = sum(
             float(loss_fn(model(tensor), targets[m.start : m.stop])) * len(m) / len(rows)
-            for m, (_, tensor) in zip(micro_batch_rows(len(rows), SPEC.micro_batches), fresh,
-                                      strict=True)
-        )  # fmt: skip
+            for m, (_, tensor) in zip(
+                micro_batch_rows(len(rows), SPEC.micro_batches), fresh, strict=True
+            )
+        )
     assert loss == pytest.approx(expected, rel=1e-6)
 
 

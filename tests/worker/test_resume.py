@@ -136,12 +136,21 @@ def test_an_announcement_under_another_peers_id_is_refused() -> None:
 
 def test_announcements_off_the_wire_are_checked() -> None:
     good = sign_announcement(SEED, KEY, PEER, root(steps("L0-2", 3)))
-    for bad_states in (None, [1], {"L0-2": "3"}, {"L0-2": [[True, d("x"), ""]]},
-                       {"L0-2": [[-1, d("x"), ""]]}, {1: [[1, d("x"), ""]]},
-                       {"x" * 100: [[1, d("x"), ""]]}, {"L0-2": [[1, "nothex", ""]]},
-                       {"L0-2": [[1]]}, {"L0-2": [[1, d("x")]]}, {"L0-2": [[1, d("x"), None]]},
-                       {"L0-2": [[1, d("x"), "not-a-tag"]]},
-                       {"L0-2": [[n, d("x"), ""] for n in range(1000)]}):  # fmt: skip
+    for bad_states in (
+        None,
+        [1],
+        {"L0-2": "3"},
+        {"L0-2": [[True, d("x"), ""]]},
+        {"L0-2": [[-1, d("x"), ""]]},
+        {1: [[1, d("x"), ""]]},
+        {"x" * 100: [[1, d("x"), ""]]},
+        {"L0-2": [[1, "nothex", ""]]},
+        {"L0-2": [[1]]},
+        {"L0-2": [[1, d("x")]]},
+        {"L0-2": [[1, d("x"), None]]},
+        {"L0-2": [[1, d("x"), "not-a-tag"]]},
+        {"L0-2": [[n, d("x"), ""] for n in range(1000)]},
+    ):
         assert check_announcement(dict(good, states=bad_states), KEY, PEER, 40) is None
     for bad in (None, [1], dict(good, sig="text"), dict(good, peer=None), {**good, "sig": b""}):
         assert check_announcement(bad, KEY, PEER, 40) is None

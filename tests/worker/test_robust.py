@@ -91,8 +91,9 @@ def test_a_state_round_refuses_a_part_far_from_ours() -> None:
     ours = torch.randn(N)
     drifted = ours + 1e-2 * ours.norm() / N**0.5 * torch.randn(N)
     crafted = torch.randn(N)  # well-shaped, finite, and not ours
-    combined = robust_mean([ours, drifted, crafted], [1.0] * 3, own=0,
-                           drift_bound=PARAMS_DRIFT_BOUND)  # fmt: skip
+    combined = robust_mean(
+        [ours, drifted, crafted], [1.0] * 3, own=0, drift_bound=PARAMS_DRIFT_BOUND
+    )
     assert list(combined.dropped) == [2]
     torch.testing.assert_close(combined.value, (ours + drifted) / 2)
     moments = robust_mean([ours, 1.5 * ours], [1.0, 1.0], own=0, drift_bound=MOMENTS_DRIFT_BOUND)

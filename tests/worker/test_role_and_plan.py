@@ -5,9 +5,17 @@ from p2ptrain.worker.frames import ACTIVATION, GRADIENT
 from p2ptrain.worker.pipeline import expected_frame
 
 PLAN = Plan.from_dict(
-    {"term": 1, "epoch": 4, "planner": "a", "stages": 2, "pipelines": [["a", "b"], ["c", "d"]],
-     "spares": ["e"], "data_addrs": {}, "cost_s": 0.0}
-)  # fmt: skip
+    {
+        "term": 1,
+        "epoch": 4,
+        "planner": "a",
+        "stages": 2,
+        "pipelines": [["a", "b"], ["c", "d"]],
+        "spares": ["e"],
+        "data_addrs": {},
+        "cost_s": 0.0,
+    }
+)
 
 
 def test_each_stage_accepts_only_its_neighbours_frames() -> None:

@@ -120,10 +120,18 @@ def test_a_pickled_state_is_refused_by_the_fetch_path_and_never_unpickled(
     marker = tmp_path / "marker"
     crafted = tmp_path / "crafted.pt"
     model = build_stage(SPEC, 0, 2)
-    torch.save({"format": checkpoint.PICKLED_OPTIMIZER_FORMAT, "run_id": SPEC.run_id,
-                "layers": [0, 1], "step": 2, "weights": torch.zeros(1, dtype=torch.uint8),
-                "model_state": model.state_dict(),
-                "optimizer_state": _Payload(marker)}, crafted)  # fmt: skip
+    torch.save(
+        {
+            "format": checkpoint.PICKLED_OPTIMIZER_FORMAT,
+            "run_id": SPEC.run_id,
+            "layers": [0, 1],
+            "step": 2,
+            "weights": torch.zeros(1, dtype=torch.uint8),
+            "model_state": model.state_dict(),
+            "optimizer_state": _Payload(marker),
+        },
+        crafted,
+    )
     body = crafted.read_bytes()
     # torch < 2.6: the `weights_only` unpickler could be bypassed: as if it were not there
     vulnerable_load = functools.partial(torch.load, weights_only=False)

@@ -39,8 +39,11 @@ async def open_idle(transport: Transport, victim: str) -> asyncio.StreamReader:
 async def answers(readers: list[asyncio.StreamReader], wait_s: float) -> list[str]:
     async def one(reader: asyncio.StreamReader) -> str:
         try:
-            return {frames.ACCEPTED: "accepted", frames.REJECTED: "rejected",
-                    frames.BUSY: "busy"}.get(await asyncio.wait_for(reader.read(1), wait_s), "eof")  # fmt: skip
+            return {
+                frames.ACCEPTED: "accepted",
+                frames.REJECTED: "rejected",
+                frames.BUSY: "busy",
+            }.get(await asyncio.wait_for(reader.read(1), wait_s), "eof")
         except TimeoutError:
             return "held"
 
@@ -63,8 +66,9 @@ def main() -> None:
     victim, neighbour, stranger = (Transport.start(d.replicate_p2p, never_ready) for d in dhts)
     victim.connect_all({neighbour.peer_id: [str(a) for a in dhts[1].get_visible_maddrs()]})
     result: dict[str, Any] = {
-        "max_inbound_per_peer": MAX_INBOUND_PER_PEER, "header_timeout_s": HEADER_TIMEOUT_S,
-    }  # fmt: skip
+        "max_inbound_per_peer": MAX_INBOUND_PER_PEER,
+        "header_timeout_s": HEADER_TIMEOUT_S,
+    }
     held = neighbour.call(flood(neighbour, victim.peer_id, FLOOD))
     result["neighbour"] = neighbour.call(answers(held, 2.0))
     strangers = stranger.call(flood(stranger, victim.peer_id, FLOOD))

@@ -60,9 +60,7 @@ def estimated_rtts(peers: Sequence[str], coords: Mapping[str, NetCoordinate]) ->
     return distance + heights[:, None] + heights[None, :]
 
 
-def estimated_rates(
-    peers: Sequence[str], capacities: Mapping[str, AccessCapacity]
-) -> FloatMatrix:
+def estimated_rates(peers: Sequence[str], capacities: Mapping[str, AccessCapacity]) -> FloatMatrix:
     """The bottleneck of the two ends (Mbit/s), slower direction; NaN where unknown."""
     n = len(peers)
     up = np.array([_or_nan(capacities.get(p), "up") for p in peers])

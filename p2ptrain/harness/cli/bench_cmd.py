@@ -54,9 +54,10 @@ def _add_convergence_kind(kinds: Any) -> None:
     conv.add_argument("--steps", type=int, default=300, help="steps per variant")
     conv.add_argument("--batch", type=int, default=8, help="sequences per replica per step")
     conv.add_argument(
-        "--inner-steps", default="10,30", help="comma-separated H values of diloco (first: "
-        "the one the compressed variants use)"
-    )  # fmt: skip
+        "--inner-steps",
+        default="10,30",
+        help="comma-separated H values of diloco (first: the one the compressed variants use)",
+    )
     conv.add_argument("--variants", default="", help="comma-separated subset of the variants")
     conv.add_argument("--run", metavar="RUN.toml", help="run spec (default: the built-in run)")
     conv.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")

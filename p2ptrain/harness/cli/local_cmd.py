@@ -105,9 +105,14 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
     try:
         if args.emulate:
             result = _train_emulated(
-                spec, Path(args.emulate), args.bandwidth_scale, workdir, out, args.direct,
+                spec,
+                Path(args.emulate),
+                args.bandwidth_scale,
+                workdir,
+                out,
+                args.direct,
                 own_checkpoints,
-            )  # fmt: skip
+            )
         elif not args.direct:
             from p2ptrain.harness.local_run import train_with_control_plane
             from p2ptrain.web.server import parse_http_address
@@ -118,9 +123,15 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
                 print(f"dashboard: http://{host}:{port}/", file=out, flush=True)
             progress = _Progress(spec.steps, out)
             result = train_with_control_plane(
-                spec, args.peers, workdir, progress.on_plan, progress.on_step,
-                own_checkpoints=own_checkpoints, faults=faults, http=args.http,
-            )  # fmt: skip
+                spec,
+                args.peers,
+                workdir,
+                progress.on_plan,
+                progress.on_step,
+                own_checkpoints=own_checkpoints,
+                faults=faults,
+                http=args.http,
+            )
             progress.finish()
         else:
             with LocalSwarm(spec, args.peers, workdir) as swarm:
@@ -184,13 +195,22 @@ def _train_emulated(
         # peers behind the file's emulated NATs join as volunteers behind home routers do
         nat = nat_from_topology_file(topology_path, topology.peers)
         with Testbed.from_topology(topology, bandwidth_scale=bandwidth_scale, nat=nat) as bed:
-            print(f"starting a bootstrap and {topology.num_peers} nodes in the emulated WAN "
-                  f"(logs in {workdir}) ...", file=out, flush=True)  # fmt: skip
+            print(
+                f"starting a bootstrap and {topology.num_peers} nodes in the emulated WAN "
+                f"(logs in {workdir}) ...",
+                file=out,
+                flush=True,
+            )
             progress = _Progress(spec.steps, out)
             result = train_with_control_plane(
-                spec, topology.num_peers, workdir, progress.on_plan, progress.on_step,
-                TestbedSites(bed), own_checkpoints,
-            )  # fmt: skip
+                spec,
+                topology.num_peers,
+                workdir,
+                progress.on_plan,
+                progress.on_step,
+                TestbedSites(bed),
+                own_checkpoints,
+            )
             progress.finish()
             return result
     with (

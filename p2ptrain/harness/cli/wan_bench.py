@@ -279,8 +279,12 @@ def _run_e2e(args: argparse.Namespace) -> int:
         )
     except (RuntimeError, TimeoutError) as exc:
         raise UserError(f"the emulated swarm failed ({failure_summary(exc)})") from exc
-    result["network"] = {"peers": topology.num_peers, "name": topology.name,
-                         "topology": args.topology, "cities": None if args.topology else args.cities}  # fmt: skip
+    result["network"] = {
+        "peers": topology.num_peers,
+        "name": topology.name,
+        "topology": args.topology,
+        "cities": None if args.topology else args.cities,
+    }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
