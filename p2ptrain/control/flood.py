@@ -35,7 +35,12 @@ class GossipRates:
             for kind, (rate, burst) in GOSSIP_RATES.items()
         }
 
-    def allow(self, author: str, kind: str, now: float) -> bool:
-        """Count one message of `kind` by `author` at `now` (monotonic s); False past its rate."""
+    def allow(self, author: str, kind: str, now: float, signed_at: float | None = None) -> bool:
+        """Count one message of `kind` by `author` at `now`; False past its rate.
+
+        signed_at: the message's signed timestamp (`now` on the same clock: time.time()). The
+        pace is then the author's, not the arrival's: a node or forwarder stalled on a busy
+        machine delivers an honest backlog at once, and that must not read as a flood (it did:
+        the soak of 16 control-only peers beside CPU burners blocked honest authors)."""
         buckets = self._buckets.get(kind)
-        return buckets is None or buckets.allow(author, now)
+        return buckets is None or buckets.allow(author, now, signed_at)

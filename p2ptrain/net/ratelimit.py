@@ -47,16 +47,25 @@ class TokenBuckets:
         self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, at)
         self.num_refused = 0
 
-    def allow(self, key: str, now: float) -> bool:
-        """Take one token from `key`'s bucket at `now` (monotonic seconds), if it has one."""
-        tokens, at = self._buckets.pop(key, (self.burst, now))
-        tokens = min(self.burst, tokens + max(0.0, now - at) * self.rate_per_s)
+    def allow(self, key: str, now: float, stamp: float | None = None) -> bool:
+        """Take one token from `key`'s bucket at `now`, if it has one.
+
+        stamp: the time the event says it was made (a signed timestamp; `now` on the same clock).
+        The bucket then refills by the stamps' progress, not by arrival: a backlog of events made
+        at an honest pace, delivered together by a stalled receiver or forwarder, passes whole.
+        Stamps count only up to `now`, so a sender gains no token by stamping ahead of our
+        clock, and a new key's bucket starts at most burst/rate seconds in the past."""
+        paced = now if stamp is None else min(stamp, now)
+        fresh = (self.burst, max(paced, now - self.burst / self.rate_per_s))
+        tokens, at = self._buckets.pop(key, fresh)
+        tokens = min(self.burst, tokens + max(0.0, paced - at) * self.rate_per_s)
         allowed = tokens >= 1.0
         if allowed:
             tokens -= 1.0
         else:
             self.num_refused += 1
-        self._buckets[key] = (tokens, now)  # re-inserted: the dict's order is by last use
+        # re-inserted: the dict's order is by last use
+        self._buckets[key] = (tokens, max(at, paced))
         while len(self._buckets) > self.max_keys:
             del self._buckets[next(iter(self._buckets))]
         return allowed

@@ -28,8 +28,15 @@ RUN_ID = "screen-test"
 
 
 def record_body(token: str | None = None, role: str = "control-only") -> dict[str, Any]:
-    body: dict[str, Any] = {"addrs": [], "data_addrs": [], "role": role, "planner_capable": True,
-                            "version": "0", "hardware": {}, "compute_gflops": None}  # fmt: skip
+    body: dict[str, Any] = {
+        "addrs": [],
+        "data_addrs": [],
+        "role": role,
+        "planner_capable": True,
+        "version": "0",
+        "hardware": {},
+        "compute_gflops": None,
+    }
     if token is not None:
         body["token"] = token
     return body
@@ -37,12 +44,21 @@ def record_body(token: str | None = None, role: str = "control-only") -> dict[st
 
 def make_node(admission: str = "token") -> tuple[NodeState, Intake]:
     view = SwarmView(
-        self_id=identity.peer_id_of(ME), role="control-only", planner_capable=True,
-        started_at=time.monotonic(), bootstrap_id=identity.peer_id_of(ORGANISER),
+        self_id=identity.peer_id_of(ME),
+        role="control-only",
+        planner_capable=True,
+        started_at=time.monotonic(),
+        bootstrap_id=identity.peer_id_of(ORGANISER),
         run=RunSpec(run_id=RUN_ID, admission=admission),
-    )  # fmt: skip
-    state = NodeState(seed=ME, role="control-only", peer_id=view.self_id,
-                      host=cast(Any, None), view=view, hardware={})  # fmt: skip
+    )
+    state = NodeState(
+        seed=ME,
+        role="control-only",
+        peer_id=view.self_id,
+        host=cast(Any, None),
+        view=view,
+        hardware={},
+    )
     return state, Intake(state)
 
 
@@ -59,8 +75,12 @@ class Author:
         self, kind: str, body: dict[str, Any], topic: str = CONTROL_TOPIC, run_id: str = RUN_ID
     ) -> rpc_pb2.Message:
         data = wire.sign(self.seed, kind, self.seq.next(), body, run_id=run_id)
-        return rpc_pb2.Message(from_id=ID.from_base58(self.id).to_bytes(), data=data,
-                               seqno=os.urandom(8), topicIDs=[topic])  # fmt: skip
+        return rpc_pb2.Message(
+            from_id=ID.from_base58(self.id).to_bytes(),
+            data=data,
+            seqno=os.urandom(8),
+            topicIDs=[topic],
+        )
 
     def record(self, **changes: Any) -> rpc_pb2.Message:
         return self.message("peer", {**record_body(self.token.encode()), **changes})
@@ -145,8 +165,9 @@ def test_honest_publishing_never_meets_the_rates() -> None:
             now += 0.9 * interval_s
         assert allowed, kind
     pages = GossipRates()  # the organiser's revocation pages: up to 8 per 10 s round
-    assert all(pages.allow("boot", "revoked", r * 10.0 + i * 0.02) for r in range(60)
-               for i in range(8))  # fmt: skip
+    assert all(
+        pages.allow("boot", "revoked", r * 10.0 + i * 0.02) for r in range(60) for i in range(8)
+    )
 
 
 def test_token_buckets_refill_and_forget_the_idle_first() -> None:
@@ -157,3 +178,25 @@ def test_token_buckets_refill_and_forget_the_idle_first() -> None:
     buckets.allow("b", 1.0)
     buckets.allow("c", 1.0)  # a third key: "a", idle longest, is forgotten
     assert len(buckets) == 2 and buckets.num_refused == 1
+
+
+def test_an_honest_backlog_delivered_at_once_is_no_flood() -> None:
+    """A receiver (or a forwarder) stalled for 25 s on a busy machine gets an author's telemetry
+    of those 25 s together: paced by the signed timestamps, every message passes."""
+    rates = GossipRates()
+    assert rates.allow("honest", "telemetry", 1000.0, 1000.0)
+    backlog = [1000.0 + 2.0 * i for i in range(1, 13)]  # 12 messages, one every 2 s
+    assert all(rates.allow("honest", "telemetry", 1025.0, signed) for signed in backlog)
+
+
+def test_stamps_ahead_of_our_clock_or_replayed_behind_it_earn_no_tokens() -> None:
+    burst = GOSSIP_RATES["telemetry"][1]
+    ahead, behind = GossipRates(), GossipRates()
+    # stamped up to 30 s ahead (the skew the decoder allows): counted as now
+    passed = sum(ahead.allow("flooder", "telemetry", 0.0, 0.1 * i) for i in range(300))
+    assert passed == burst
+    # stamped in the past (within the decoder's age): a new bucket starts at most burst/rate ago
+    passed = sum(behind.allow("flooder", "telemetry", 100.0, 70.0 + 0.1 * i) for i in range(300))
+    assert passed <= 2 * burst
+    # after that, only real time refills
+    assert behind.allow("flooder", "telemetry", 101.0, 101.0)
