@@ -144,6 +144,7 @@ class Publisher:
         if now < self.state.due.get(name, 0.0):
             return False
         self.state.due[name] = now + interval_s * random.uniform(0.9, 1.1)
+        self.state.sent_at[name] = now
         return True
 
     async def _publish(self, topic: str, make: Callable[[], bytes]) -> None:

@@ -20,6 +20,8 @@ from p2ptrain.control.view import MEMBER_ROLES, SwarmView
 from p2ptrain.net.relay import RelayCounters
 from p2ptrain.records import StageCompute
 
+MIN_REPUBLISH_GAP_S = 1.0  # the least time between two messages of one kind we publish
+
 
 @dataclass
 class NodeState:
@@ -40,8 +42,10 @@ class NodeState:
     relays: list[str] = field(default_factory=list)  # behind a NAT: who holds slots for us
     relay: RelayCounters = field(default_factory=RelayCounters)  # what our relay moved
     seq: wire.SeqClock = field(default_factory=wire.SeqClock)  # for every envelope we author
-    # kind -> monotonic time our next message of that kind is due (see publishing.py)
+    # kind -> monotonic time our next message of that kind is due, and when we last sent one
+    # (see publishing.py)
     due: dict[str, float] = field(default_factory=dict)
+    sent_at: dict[str, float] = field(default_factory=dict)
     # (author, kind) -> the latest envelope we accepted from another peer: served to sync clients
     latest: dict[tuple[str, str], bytes] = field(default_factory=dict)
     joined: trio.Event = field(default_factory=trio.Event)  # set once we are in the swarm
@@ -56,5 +60,9 @@ class NodeState:
         return self.role in MEMBER_ROLES
 
     def publish_soon(self, kind: str) -> None:
-        """Publish our `kind` message at the publisher's next tick, not at its next interval."""
-        self.due[kind] = 0.0
+        """Publish our `kind` message at the publisher's next tick, not at its next interval, but
+        not sooner than MIN_REPUBLISH_GAP_S after the last one: a node whose state flaps (an
+        election under load, a worker's health) stays well inside the rates that others hold
+        it to (control/flood.py), instead of being blocked as a flooder."""
+        last = self.sent_at.get(kind)
+        self.due[kind] = 0.0 if last is None else last + MIN_REPUBLISH_GAP_S

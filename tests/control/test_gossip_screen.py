@@ -5,6 +5,7 @@ run does not admit are all refused (not forwarded); the last without its body be
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from typing import Any, cast
@@ -17,7 +18,8 @@ from p2ptrain.control import wire
 from p2ptrain.control.flood import GOSSIP_RATES, GossipRates
 from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC, validator_for
 from p2ptrain.control.intake import Intake
-from p2ptrain.control.state import NodeState
+from p2ptrain.control.publishing import Publisher
+from p2ptrain.control.state import MIN_REPUBLISH_GAP_S, NodeState
 from p2ptrain.control.view import SwarmView
 from p2ptrain.net.ratelimit import TokenBuckets
 from p2ptrain.records import RunSpec, issue_token
@@ -200,3 +202,21 @@ def test_stamps_ahead_of_our_clock_or_replayed_behind_it_earn_no_tokens() -> Non
     assert passed <= 2 * burst
     # after that, only real time refills
     assert behind.allow("flooder", "telemetry", 101.0, 101.0)
+
+
+def test_a_flapping_state_is_republished_at_most_once_a_second() -> None:
+    """publish_soon after each of many changes (an election flapping under load) still leaves a
+    second between two messages of a kind: far inside the rate others hold us to."""
+    state, _ = make_node()
+    publisher = Publisher(state, cast(Any, None))
+    sent = []
+    now = 100.0
+    while now < 160.0:
+        state.publish_soon("claim")  # the state changes at every election tick
+        if publisher._due_now("claim", 2.0, now):
+            sent.append(now)
+        now += 0.2
+    gaps = [b - a for a, b in itertools.pairwise(sent)]
+    assert sent and min(gaps) >= MIN_REPUBLISH_GAP_S - 1e-9
+    rates = GossipRates()  # a receiver of those claims never drops one
+    assert all(rates.allow(state.peer_id + "x", "claim", t, t) for t in sent)
