@@ -4,7 +4,8 @@ its author a "flooding" penalty (penalties.py); the view never sees it.
 
 The rates come from what an honest node publishes (control/publishing.py): its record every 6 s,
 telemetry and claims every 2 s, a plan every 4 s, the run spec and the revocation pages every
-10 s, each kind also at once when it changes, at most one per publisher tick of 0.2 s. Each rate
+10 s, each kind also at once when it changes, but never within 1 s of the last one of its kind
+(NodeState.publish_soon). Each rate
 below is about four times the periodic one, and each burst covers a kind announced at once
 several times in a row plus what gossip's IWANT replays deliver together.
 """
