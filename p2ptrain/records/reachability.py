@@ -12,10 +12,10 @@ from __future__ import annotations
 import ipaddress
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated
 
 from p2ptrain.errors import WireError
-from p2ptrain.records import fields as f
+from p2ptrain.records.codec import Addr, Addrs, Nested, Num, Record, Seq, Text
 
 # "unknown" until a dial-back round gave a verdict (and from peers that predate the field)
 REACHABILITY = ("unknown", "public", "private")
@@ -24,85 +24,38 @@ MAX_ERROR_CHARS = 120
 
 
 @dataclass(frozen=True)
-class DialBackRequest:
+class DialBackRequest(Record, name="dial-back request"):
     """Dial me back at these control-plane addresses (the server dials only those on the IP
     it sees the request come from)."""
 
-    addrs: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"addrs": list(self.addrs)}
-
-    @classmethod
-    def from_dict(cls, data: object) -> DialBackRequest:
-        d = f.mapping(data, "dial-back request")
-        f.require_keys(d, "dial-back request", ("addrs",))
-        return cls(addrs=f.addrs(d["addrs"], "dial-back request", "addrs"))
+    addrs: Annotated[tuple[str, ...], Addrs()]
 
 
 @dataclass(frozen=True)
-class DialResult:
+class DialResult(Record, name="dial result"):
     """One address the server dialled, and how it went ("" when the handshake completed)."""
 
-    addr: str
+    addr: Annotated[str, Addr()]
     ok: bool
-    error: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"addr": self.addr, "ok": self.ok, "error": self.error}
-
-    @classmethod
-    def from_dict(cls, data: object) -> DialResult:
-        r = "dial result"
-        d = f.mapping(data, r)
-        f.require_keys(d, r, ("addr", "ok"))
-        error = d.get("error", "")
-        return cls(
-            addr=f.multiaddr(d["addr"], r, "addr"),
-            ok=f.boolean(d["ok"], r, "ok"),
-            error="" if error == "" else f.text(error, r, "error", MAX_ERROR_CHARS),
-        )
+    error: Annotated[str, Text(MAX_ERROR_CHARS, empty=True)] = ""
 
 
 @dataclass(frozen=True)
-class DialBackReply:
+class DialBackReply(Record, name="dial-back reply"):
     """What the server saw and did: the requester's address as seen on the request's
     connection (`observed`, a /ip4|ip6/…/tcp/… multiaddr), one result per address it dialled,
     its wall clock when it answered (`time_s`, Unix seconds: the asker's clock-skew check), and
     why it dialled nothing (`error`: rate limited, busy; "" otherwise)."""
 
-    observed: str
-    results: tuple[DialResult, ...]
-    time_s: float
-    error: str = ""
+    observed: Annotated[str, Addr()]
+    results: Annotated[tuple[DialResult, ...], Seq(Nested(DialResult), MAX_DIAL_RESULTS)]
+    time_s: Annotated[float, Num(0.0, 1e11)]
+    error: Annotated[str, Text(MAX_ERROR_CHARS, empty=True)] = ""
 
     @property
     def reached(self) -> bool:
         """Did at least one dial-back complete?"""
         return any(result.ok for result in self.results)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "observed": self.observed,
-            "results": [result.to_dict() for result in self.results],
-            "time_s": self.time_s,
-            "error": self.error,
-        }
-
-    @classmethod
-    def from_dict(cls, data: object) -> DialBackReply:
-        r = "dial-back reply"
-        d = f.mapping(data, r)
-        f.require_keys(d, r, ("observed", "results", "time_s"))
-        results, error = d["results"], d.get("error", "")
-        if not isinstance(results, list) or len(results) > MAX_DIAL_RESULTS:
-            raise f.malformed(r, f"results must be a list of at most {MAX_DIAL_RESULTS}")
-        return cls(
-            observed=f.multiaddr(d["observed"], r, "observed"),
-            results=tuple(DialResult.from_dict(result) for result in results),
-            time_s=f.number(d["time_s"], r, "time_s", 0.0, 1e11),
-            error="" if error == "" else f.text(error, r, "error", MAX_ERROR_CHARS),
-        )
 
 
 # -- UDP datagrams -------------------------------------------------------------------------------

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated
 
 from p2ptrain.errors import WireError
 from p2ptrain.records import fields as f
+from p2ptrain.records.codec import Custom, Num, OneOf, PeerId, Record, Text
 
 RELAY_OPS = ("reserve", "connect")
 PLANES = ("control", "data")
@@ -55,9 +56,12 @@ def split_endpoint(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _token(value: object, record: str, allow_empty: bool = False) -> str:
-    if value == "" and allow_empty:
-        return ""
+def _target(value: object, record: str, name: str) -> str:
+    """A connect's peer id, or '' (a reservation: RelayRequest.wire_problem pairs them)."""
+    return "" if value == "" else f.peer_id(value, record, name)
+
+
+def _token(value: object, record: str, name: str = "token") -> str:
     text = f.text(value, record, "token", 2 * TOKEN_BYTES)
     try:
         raw = bytes.fromhex(text)
@@ -68,124 +72,58 @@ def _token(value: object, record: str, allow_empty: bool = False) -> str:
     return raw.hex()
 
 
+def _token_or_none(value: object, record: str, name: str) -> str:
+    return "" if value == "" else _token(value, record, name)
+
+
+Endpoint = Annotated[str, Custom(endpoint)]
+
+
 @dataclass(frozen=True)
-class RelayRequest:
+class RelayRequest(Record, name="relay request"):
     """Reserve a slot (target ''), or reach `target` on `plane`, punching from `endpoint` if
     given."""
 
-    op: str
-    target: str = ""
-    plane: str = "data"
-    endpoint: str = ""
+    op: Annotated[str, OneOf(RELAY_OPS)]
+    target: Annotated[str, Custom(_target)] = ""
+    plane: Annotated[str, OneOf(PLANES)] = "data"
+    endpoint: Endpoint = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "op": self.op,
-            "target": self.target,
-            "plane": self.plane,
-            "endpoint": self.endpoint,
-        }
-
-    @classmethod
-    def from_dict(cls, data: object) -> RelayRequest:
-        r = "relay request"
-        d = f.mapping(data, r)
-        f.require_keys(d, r, ("op",))
-        op = f.choice(d["op"], r, "op", RELAY_OPS)
-        target = d.get("target", "")
-        if op == "connect":
-            target = f.peer_id(target, r, "target")
-        elif target != "":
-            raise f.malformed(r, "a reservation names no target")
-        return cls(
-            op=op,
-            target=target,
-            plane=f.choice(d.get("plane", "data"), r, "plane", PLANES),
-            endpoint=endpoint(d.get("endpoint", ""), r, "endpoint"),
-        )
+    def wire_problem(self) -> str | None:
+        if (self.op == "connect") != (self.target != ""):
+            return "a connect names its target, a reservation none"
+        return None
 
 
 @dataclass(frozen=True)
-class RelayOffer:
+class RelayOffer(Record, name="relay offer"):
     """From a relay to a peer reserved there: `source` wants a connection to your `plane`."""
 
-    source: str
-    plane: str
-    token: str  # hex: the circuit's token, for a relayed connection or a punched one's hello
-    endpoint: str = ""  # the source's punch endpoint ('' : relay the bytes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "plane": self.plane,
-            "token": self.token,
-            "endpoint": self.endpoint,
-        }
-
-    @classmethod
-    def from_dict(cls, data: object) -> RelayOffer:
-        r = "relay offer"
-        d = f.mapping(data, r)
-        f.require_keys(d, r, ("source", "plane", "token"))
-        return cls(
-            source=f.peer_id(d["source"], r, "source"),
-            plane=f.choice(d["plane"], r, "plane", PLANES),
-            token=_token(d["token"], r),
-            endpoint=endpoint(d.get("endpoint", ""), r, "endpoint"),
-        )
+    source: Annotated[str, PeerId()]
+    plane: Annotated[str, OneOf(PLANES)]
+    # hex: the circuit's token, for a relayed connection or a punched one's hello
+    token: Annotated[str, Custom(_token)]
+    endpoint: Endpoint = ""  # the source's punch endpoint ('' : relay the bytes)
 
 
 @dataclass(frozen=True)
-class OfferAnswer:
+class OfferAnswer(Record, name="offer answer"):
     """The reserved peer's answer: take it (punching from `endpoint` if given) or not."""
 
     accept: bool
-    endpoint: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"accept": self.accept, "endpoint": self.endpoint}
-
-    @classmethod
-    def from_dict(cls, data: object) -> OfferAnswer:
-        r = "offer answer"
-        d = f.mapping(data, r)
-        f.require_keys(d, r, ("accept",))
-        return cls(
-            accept=f.boolean(d["accept"], r, "accept"),
-            endpoint=endpoint(d.get("endpoint", ""), r, "endpoint"),
-        )
+    endpoint: Endpoint = ""
 
 
 @dataclass(frozen=True)
-class RelayReply:
+class RelayReply(Record, name="relay reply"):
     """A relay's answer: `error` '' when granted; for a connect, the circuit's token and the
     target's punch endpoint ('' : connect to the relay's raw port with the token)."""
 
-    error: str = ""
-    token: str = ""
-    endpoint: str = ""
-    expires_s: float = 0.0  # a reservation: renew before this many seconds pass
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "error": self.error,
-            "token": self.token,
-            "endpoint": self.endpoint,
-            "expires_s": self.expires_s,
-        }
-
-    @classmethod
-    def from_dict(cls, data: object) -> RelayReply:
-        r = "relay reply"
-        d = f.mapping(data, r)
-        return cls(
-            error=""
-            if d.get("error", "") == ""
-            else f.text(d["error"], r, "error", MAX_RELAY_ERROR_CHARS),
-            token=_token(d.get("token", ""), r, allow_empty=True),
-            endpoint=endpoint(d.get("endpoint", ""), r, "endpoint"),
-            expires_s=f.number(d.get("expires_s", 0.0), r, "expires_s", 0.0, 86400.0),
-        )
+    error: Annotated[str, Text(MAX_RELAY_ERROR_CHARS, empty=True)] = ""
+    token: Annotated[str, Custom(_token_or_none)] = ""
+    endpoint: Endpoint = ""
+    # a reservation: renew before this many seconds pass
+    expires_s: Annotated[float, Num(0.0, 86400.0)] = 0.0
 
 
 @dataclass(frozen=True)
