@@ -3,7 +3,9 @@ minutes, and not one control process exits (honest peers once lost control proce
 corrupted GossipSub frame under load: docs/security.md, row 26.0).
 
 Every node is started through the CLI with a soft open-file limit of 1024 (the usual default of a
-service); CPU burners keep both cores busy the whole time. The check is on process ids: the
+service). Once the swarm has formed, CPU burners keep both cores busy for the 10 minutes (the
+machine of a volunteer who also games, or a busy CI box); then they stop, and the bootstrap must
+still see all 16 alive. The check is on process ids: the
 control process each supervisor started first must be the one alive at the end (a supervisor
 that restarted its control process would hide an exit from a liveness check)."""
 
@@ -61,7 +63,6 @@ def test_sixteen_control_peers_beside_a_busy_machine_stay_alive(
     reaper: ProcessReaper, tmp_path: Path
 ) -> None:
     (tmp_path / "run.toml").write_text(RUN)
-    burners = [reaper.start([PYTHON, "-c", "while True: pass"]) for _ in range(BURNERS)]
     boot, boot_addr = _start(
         reaper,
         [
@@ -106,6 +107,7 @@ def test_sixteen_control_peers_beside_a_busy_machine_stay_alive(
     # the bootstrap is its own control process; a join node's is its supervisor's child
     controls = {proc.pid: _control_pid(proc.pid) for proc, _ in nodes}
     assert all(controls.values()), controls
+    burners = [reaper.start([PYTHON, "-c", "while True: pass"]) for _ in range(BURNERS)]
 
     deadline = time.monotonic() + SOAK_S
     while time.monotonic() < deadline:
@@ -117,5 +119,8 @@ def test_sixteen_control_peers_beside_a_busy_machine_stay_alive(
             )
         time.sleep(5.0)
     assert all(b.poll() is None for b in burners)  # the machine was busy to the end
+    for burner in burners:
+        burner.kill()
+    # and the swarm is whole: every peer still alive in the bootstrap's view
     status, ok = wait_for_status(boot_addr, lambda s: alive_ids(s) >= everyone, 120)
     assert ok, status
