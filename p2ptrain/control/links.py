@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from p2ptrain.records import LinkReport
+from p2ptrain.control.estimate.book import EstimateBook
+from p2ptrain.records import LinkReport, Telemetry
 
 MAX_LINK_AGE_S = 60.0  # round trips older than this are forgotten (rates: MAX_RATE_AGE_S)
 # A link that carries training traffic queues our probes: its round trip grows and a bandwidth
@@ -138,11 +139,33 @@ class LinkMeasurements:
     own_links: dict[str, LinkSample]
     rows: dict[str, tuple[dict[str, LinkReport], float]]
     connections: dict[str, str]  # peer -> how we reach it, when not direct (control/traversal.py)
+    estimate: EstimateBook  # coordinates, capacities, the neighbour set (control/estimate/book.py)
+
+    def note_telemetry(self, author: str, body: Telemetry, now: float) -> None:
+        """An author's gossiped row and its word about its own place in the network."""
+        self.rows[author] = (body.links, now)
+        self.estimate.note(author, body.coordinate, body.capacity, now)
+
+    def forget_links(self, peer: str) -> None:
+        self.rows.pop(peer, None)
+        self.own_links.pop(peer, None)
+        self.estimate.forget(peer)
+
+    def add_rtt_sample(self, peer: str, rtt_ms: float, now: float) -> None:
+        """One round trip we measured: the link's sample, and our coordinate moved by the
+        sample's filtered round trip (the least recent one: queueing is not distance)."""
+        sample = self.own_links.setdefault(peer, LinkSample())
+        sample.add_rtt(rtt_ms, now)
+        sample.num_failures = 0
+        if sample.rtt_ms is not None:
+            self.estimate.observe_rtt(peer, sample.rtt_ms)
 
     def record_bandwidth(
         self, peer: str, mbps: float, now: float, window_bound: bool = False
     ) -> None:
         self.own_links.setdefault(peer, LinkSample()).add_bandwidth(mbps, now, window_bound)
+        if not window_bound:  # a floor says nothing of our uplink
+            self.estimate.observe_rate(mbps, now, sending=True)
 
     def record_probe_failure(self, peer: str, now: float, kind: str = "rtt") -> None:
         """One more failed probe of `kind` ("rtt" or "bandwidth") to `peer`."""
@@ -154,9 +177,13 @@ class LinkMeasurements:
         sample.failed_at = now
 
     def own_row(self, now: float) -> dict[str, LinkReport]:
-        """Our measurements as gossiped in telemetry: values with their ages in seconds."""
+        """Our measurements as gossiped in telemetry: values with their ages in seconds; in a
+        swarm too big to measure in full, of our neighbour set only (O(neighbours), not O(N))."""
         row: dict[str, LinkReport] = {}
+        told = set(self.estimate.neighbours) if self.estimate.sampled else None
         for peer, s in self.own_links.items():
+            if told is not None and peer not in told:
+                continue
             rtt_age = None if s.rtt_at is None else round(now - s.rtt_at, 3)
             bw_age = None if s.bandwidth_at is None else round(now - s.bandwidth_at, 3)
             # failures are told while recent: the link's last word until a probe succeeds

@@ -1,6 +1,8 @@
 """This peer's measurements of its links: one RTT probe per second and one bandwidth probe every
-~15 s, each to the live member measured longest ago, recorded into the SwarmView (which gossips
-them as telemetry)."""
+~20 s, each to the peer of its neighbour set measured longest ago, recorded into the SwarmView
+(which gossips them as telemetry). The neighbour set (control/estimate/book.py) is every member
+in a swarm of at most FULL_MESH_PEERS; in a bigger one, a bounded set: the nearest by coordinate,
+a few at random, and the peers the plan makes this one exchange with (measured first)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import trio
 from libp2p.abc import IHost
 from libp2p.peer.id import ID
 
+from p2ptrain.control.estimate.book import plan_partners
 from p2ptrain.control.links import LinkSample
 from p2ptrain.control.view import SwarmView
 from p2ptrain.net import probe
@@ -40,6 +43,10 @@ BANDWIDTH_PROBE_TARGET_S = 0.5  # size later probes to last about this long on t
 # round trips at the rate last seen, each probe of a long link opens the window further, until
 # the link's rate, not the window, is what it measures.
 BANDWIDTH_PROBE_ROUND_TRIPS = 8
+# a sampled neighbour set probes rates fast only until this many neighbours have one (they place
+# our capacity) and every plan partner has one: the random part rotates, and a rotation is no
+# reason for a burst of transfers
+MIN_RATES_MEASURED = 4
 
 
 def probe_bytes(last_mbps: float | None, rtt_s: float = 0.0) -> int:
@@ -67,13 +74,19 @@ class LinkProber:
         # the stalest and starve every other link of measurements
         self._tried: dict[str, dict[str, float]] = {"rtt": {}, "bandwidth": {}}
 
+    def neighbours(self, now: float) -> tuple[str, ...]:
+        """The live members to measure now (every one in a small swarm)."""
+        view = self.view
+        partners = plan_partners(view.plan, view.self_id)
+        return view.estimate.choose(view.self_id, view.live_members(now), partners, now)
+
     def _stalest_peer(
         self, kind: str, measured_at: Callable[[LinkSample], float | None]
     ) -> str | None:
-        """The live member probed longest ago (never probed first), ties at random; the one
-        returned counts as tried now."""
+        """The neighbour probed longest ago (never probed first: a new plan partner is measured
+        within a probe or two), ties at random; the one returned counts as tried now."""
         now = time.monotonic()
-        peers = [p for p in self.view.live_members(now) if p != self.view.self_id]
+        peers = list(self.neighbours(now))
         if not peers:
             return None
         tried = self._tried[kind]
@@ -117,14 +130,22 @@ class LinkProber:
             running.release_on_behalf_of(token)
 
     def _bandwidth_interval_s(self) -> float:
-        """Fast while some live member's link has no rate yet (a window-bound probe gives only
-        a floor), then the steady pace."""
-        now = time.monotonic()
-        unmeasured = any(
-            (sample := self.view.own_links.get(peer)) is None or sample.bandwidth_mbps is None
-            for peer in self.view.live_members(now)
-            if peer != self.view.self_id
-        )
+        """Fast while some neighbour's link has no rate yet (a window-bound probe gives only a
+        floor; in a sampled set: a plan partner's, or too few to place our capacity), then the
+        steady pace."""
+        view = self.view
+        neighbours = self.neighbours(time.monotonic())
+
+        def rated(peer: str) -> bool:
+            sample = view.own_links.get(peer)
+            return sample is not None and sample.bandwidth_mbps is not None
+
+        if view.estimate.sampled:
+            partners = plan_partners(view.plan, view.self_id)
+            few = sum(map(rated, neighbours)) < min(MIN_RATES_MEASURED, len(neighbours))
+            unmeasured = few or not all(map(rated, partners))
+        else:
+            unmeasured = not all(map(rated, neighbours))
         return FIRST_BANDWIDTH_PROBE_INTERVAL_S if unmeasured else BANDWIDTH_PROBE_INTERVAL_S
 
     async def serve_bandwidth_probes(self) -> None:

@@ -93,9 +93,13 @@ def reload_revocations(state: NodeState) -> None:
 
 
 def telemetry_message(state: NodeState) -> bytes:
-    view = state.view
+    view, now = state.view, time.monotonic()
     body = Telemetry(
-        links=view.own_row(time.monotonic()), metrics=view.own_metrics, health=view.own_health
+        links=view.own_row(now),
+        metrics=view.own_metrics,
+        health=view.own_health,
+        coordinate=view.estimate.coordinate,
+        capacity=view.estimate.capacity.capacity(now),
     )
     return _signed(state, body)
 

@@ -2,18 +2,26 @@
 
 A plan restarts every training session it changes, so the first one should be made on what the
 swarm will train on: every trainer's data-plane address (a plan without it is refused by the
-workers), every pair of trainers' round trip and rate (an unmeasured link is priced at a guess,
-and the measurement that follows re-plans; control-only members move no data), and, for a compute-aware scheduled run, every trainer's timed
-stage. The planner waits for these, bounded (control/planning.py); this module says what is
-missing. Pure.
+workers), the links among trainers (control-only members move no data), and, for a
+compute-aware scheduled run, every trainer's timed stage. The planner waits for these, bounded
+(control/planning.py); this module says what is missing. Pure.
+
+The links: a swarm of at most FULL_MESH_PEERS (control/estimate/book.py) waits for every pair's
+round trip and rate (an unmeasured link is priced at a guess, and the measurement that follows
+re-plans). A bigger one never measures every pair: it waits until most of its members'
+coordinates have settled (control/estimate/coordinates.py), plans on the estimates, and the
+plan's own links are measured right after (control/measuring.py: plan partners first).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from p2ptrain.control.estimate.book import is_full_mesh
+from p2ptrain.control.estimate.coordinates import SETTLED_ERROR, settled
 from p2ptrain.control.links import Link
 from p2ptrain.records import RunSpec, StageCompute
+from p2ptrain.records.estimate import MAX_COORDINATE_ERROR, NetCoordinate
 
 
 def first_plan_gaps(
@@ -24,19 +32,33 @@ def first_plan_gaps(
     measured: Mapping[str, StageCompute | None],
     run: RunSpec,
     private: frozenset[str] = frozenset(),
+    coordinates: Mapping[str, NetCoordinate] | None = None,
 ) -> list[str]:
     """What the first plan still lacks, one short phrase each (empty: ready). Two `private`
     peers (behind NATs with no relay slot: neither can reach the other) have no link to wait
-    for."""
+    for. `coordinates`: the members' gossiped ones (ours included), for a swarm too big to
+    measure in full (without them, every link is waited for)."""
     trainers = [p for p in members if roles.get(p) == "trainer"]
     gaps = []
     no_address = [p for p in trainers if not data_addrs.get(p)]
     if no_address:
         gaps.append(f"{len(no_address)} data-plane address(es)")
+    linked: list[str] = []  # the trainers whose every link the plan waits for
+    if coordinates is not None and not is_full_mesh(len(members)):
+        placed = trainers or list(members)  # a control-only swarm plans every member
+        errors = [
+            c.error if (c := coordinates.get(p)) is not None else MAX_COORDINATE_ERROR
+            for p in placed
+        ]
+        if not settled(errors):
+            num_settled = sum(e <= SETTLED_ERROR for e in errors)
+            gaps.append(f"{num_settled} of {len(placed)} coordinates settled")
+    else:
+        linked = trainers
     pairs = [
         (a, b)
-        for i, a in enumerate(trainers)
-        for b in trainers[i + 1 :]
+        for i, a in enumerate(linked)
+        for b in linked[i + 1 :]
         if not (a in private and b in private)
     ]
     unmeasured = 0

@@ -23,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from p2ptrain.control.authority import Authority, Member
+from p2ptrain.control.estimate.book import EstimateBook
 from p2ptrain.control.links import LinkMeasurements, LinkSample
 from p2ptrain.control.penalties import Penalties
 from p2ptrain.control.run_end import RunEnd
@@ -81,6 +82,7 @@ class SwarmView(Authority, LinkMeasurements):
     own_links: dict[str, LinkSample] = field(default_factory=dict)
     rows: dict[str, tuple[dict[str, LinkReport], float]] = field(default_factory=dict)
     connections: dict[str, str] = field(default_factory=dict)  # peer -> holepunched / relayed
+    estimate: EstimateBook = field(default_factory=EstimateBook)  # coordinates, neighbour set
     term: int = 0
     max_seen_term: int = 0
     term_anchored: bool = False  # we learnt the current term from the organiser (anchor_term)
@@ -168,8 +170,7 @@ class SwarmView(Authority, LinkMeasurements):
             p for p, m in self.members.items() if now - m.last_heard > FORGET_DEAD_AFTER_S
         ]:
             del self.members[peer]
-            self.rows.pop(peer, None)
-            self.own_links.pop(peer, None)
+            self.forget_links(peer)
         known = {self.self_id, *self.members}
         for table in (self._last_seq, self._recent_seqs):
             for key in [key for key in table if key[0] not in known]:
@@ -250,7 +251,7 @@ class SwarmView(Authority, LinkMeasurements):
         if env.author not in self.members:
             return Drop("telemetry before the author's peer record")
         assert isinstance(env.body, TelemetryBody)
-        self.rows[env.author] = (env.body.links, now)
+        self.note_telemetry(env.author, env.body, now)
         self.members[env.author].metrics = env.body.metrics
         self.members[env.author].health = env.body.health
         self.run_end.note_metrics(self.run, env.author, env.body.metrics, self.plan)
@@ -391,7 +392,5 @@ class SwarmView(Authority, LinkMeasurements):
     # ------------------------------------------------------------------ measurements
 
     def record_rtt(self, peer: str, rtt_ms: float, now: float) -> None:
-        sample = self.own_links.setdefault(peer, LinkSample())
-        sample.add_rtt(rtt_ms, now)
-        sample.num_failures = 0
+        self.add_rtt_sample(peer, rtt_ms, now)  # control/links.py: the sample, our coordinate
         self.heard_from(peer, now)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from p2ptrain.records import fields as f
+from p2ptrain.records.estimate import AccessCapacity, NetCoordinate
 from p2ptrain.records.reachability import REACHABILITY
 from p2ptrain.records.start import parse_start_lineage, started_text
 from p2ptrain.records.token import Token
@@ -295,12 +296,16 @@ class Health:
 
 @dataclass(frozen=True)
 class Telemetry:
-    """A peer's row of the link matrix (peer id -> its measurements), its metrics, and the
-    health of its worker (None from a peer that predates it: taken as ok)."""
+    """A peer's measurements of its neighbours' links (peer id -> its measurements), its
+    metrics, the health of its worker (None from a peer that predates it: taken as ok), and its
+    network coordinate and access capacity (records/estimate.py; None from an older peer), from
+    which the links nobody measured are estimated."""
 
     links: dict[str, LinkReport]
     metrics: PeerMetrics | None = None
     health: Health | None = None
+    coordinate: NetCoordinate | None = None
+    capacity: AccessCapacity | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -309,6 +314,10 @@ class Telemetry:
         }
         if self.health is not None:
             data["health"] = self.health.to_dict()
+        if self.coordinate is not None:
+            data["coord"] = self.coordinate.to_dict()
+        if self.capacity is not None:
+            data["cap"] = self.capacity.to_dict()
         return data
 
     @classmethod
@@ -319,6 +328,7 @@ class Telemetry:
         if len(links) > f.MAX_PEERS:
             raise f.malformed("telemetry", f"links of more than {f.MAX_PEERS} peers")
         metrics, health = d.get("metrics"), d.get("health")
+        coord, cap = d.get("coord"), d.get("cap")
         return cls(
             links={
                 f.peer_id(peer, "telemetry"): LinkReport.from_dict(link)
@@ -326,6 +336,8 @@ class Telemetry:
             },
             metrics=None if metrics is None else PeerMetrics.from_dict(metrics),
             health=None if health is None else Health.from_dict(health),
+            coordinate=None if coord is None else NetCoordinate.from_dict(coord),
+            capacity=None if cap is None else AccessCapacity.from_dict(cap),
         )
 
 

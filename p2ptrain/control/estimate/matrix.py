@@ -10,13 +10,19 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from p2ptrain.control.estimate.book import is_full_mesh
 from p2ptrain.control.links import Link
 from p2ptrain.control.planner import (
     DEFAULT_BANDWIDTH_GBPS,
     DEFAULT_DELAY_MS,
     MAX_MEASURED_BANDWIDTH_GBPS,
+    MAX_MEASURED_DELAY_MS,
     MIN_MEASURED_BANDWIDTH_GBPS,
+    RELAYED_RATE_SHARE,
+    UNREACHABLE_BANDWIDTH_GBPS,
+    UNREACHABLE_DELAY_MS,
     Matrices,
+    build_matrices,
 )
 from p2ptrain.records.estimate import AccessCapacity, NetCoordinate
 
@@ -137,3 +143,64 @@ def build_estimated(
     return EstimatedMatrices(
         Matrices(list(peers), delay_ms, bandwidth, num_measured), rtt_known, rate_known
     )
+
+
+def measured_masks(
+    peers: Sequence[str], links: Mapping[tuple[str, str], Link]
+) -> tuple[BoolMatrix, BoolMatrix]:
+    """Which pairs' round trips and rates some end measured (symmetric, false on the diagonal)."""
+    n = len(peers)
+    index = {p: i for i, p in enumerate(peers)}
+    rtt_known = np.zeros((n, n), dtype=bool)
+    rate_known = np.zeros((n, n), dtype=bool)
+    for (a, b), link in links.items():
+        i, j = index.get(a), index.get(b)
+        if i is None or j is None or i == j:
+            continue
+        rtt_known[i, j] = rtt_known[j, i] = link.rtt_ms is not None
+        rate_known[i, j] = rate_known[j, i] = bool(link.bandwidth_mbps)
+    return rtt_known, rate_known
+
+
+def live_matrices(
+    peers: Sequence[str],
+    links: Mapping[tuple[str, str], Link],
+    coords: Mapping[str, NetCoordinate],
+    capacities: Mapping[str, AccessCapacity],
+    private: frozenset[str] = frozenset(),
+    relayed: frozenset[tuple[str, str]] = frozenset(),
+) -> EstimatedMatrices:
+    """The live planner's matrices. A swarm of at most FULL_MESH_PEERS measures every link:
+    planner.build_matrices as always (a gap: the median). A bigger one: measured links where an
+    end measured them, coordinates and capacities elsewhere (build_estimated), with
+    build_matrices' pricing of relayed links (a share of their rate), of links whose probes fail
+    (the worst measured) and of two `private` peers (unreachable)."""
+    rtt_known, rate_known = measured_masks(peers, links)
+    if is_full_mesh(len(peers)) or not coords:
+        matrices = build_matrices(list(peers), dict(links), private, relayed)
+        return EstimatedMatrices(matrices, rtt_known, rate_known)
+    estimated = build_estimated(peers, coords, capacities, links)
+    m = estimated.matrices
+    delay, rate = np.minimum(m.delay_ms, MAX_MEASURED_DELAY_MS), m.bandwidth_gbps.copy()
+    index = {p: i for i, p in enumerate(peers)}
+    measured_delays = delay[rtt_known]
+    measured_rates = rate[rate_known]
+    for (a, b), link in links.items():
+        i, j = index.get(a), index.get(b)
+        if i is None or j is None or i == j:
+            continue
+        if (a, b) in relayed and rate_known[i, j]:
+            rate[i, j] = rate[j, i] = max(
+                RELAYED_RATE_SHARE * rate[i, j], MIN_MEASURED_BANDWIDTH_GBPS
+            )
+        if link.rtt_failed and measured_delays.size:
+            delay[i, j] = delay[j, i] = float(measured_delays.max())
+        if link.rate_failed and measured_rates.size:
+            rate[i, j] = rate[j, i] = float(measured_rates.min())
+    apart = [index[p] for p in peers if p in private]
+    for i in apart:
+        for j in apart:
+            if i != j:
+                delay[i, j], rate[i, j] = UNREACHABLE_DELAY_MS, UNREACHABLE_BANDWIDTH_GBPS
+    matrices = Matrices(list(peers), delay, rate, m.num_measured_delays)
+    return EstimatedMatrices(matrices, rtt_known, rate_known)

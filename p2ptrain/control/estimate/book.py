@@ -1,0 +1,154 @@
+"""What one live node knows for estimating links: its own coordinate and capacity, the ones its
+peers gossiped, and the neighbour set it measures. Pure, with monotonic time passed in (the
+simulator of `p2ptrain bench control` drives the same pieces: coordinates.py, capacity.py,
+neighbours.py).
+
+A swarm of at most FULL_MESH_PEERS members measures every link, as it always did: the neighbour
+set is everyone, and the first plan waits for every link (control/readiness.py). A bigger one
+measures a bounded neighbour set and estimates the rest.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from p2ptrain.control.estimate import coordinates
+from p2ptrain.control.estimate.capacity import CapacityTracker
+from p2ptrain.control.estimate.neighbours import MAX_PARTNERS, ROTATE_RANDOM_S, choose_neighbours
+from p2ptrain.records import Plan
+from p2ptrain.records.estimate import AccessCapacity, NetCoordinate
+
+# at most this many members (self included): every link is measured, none estimated
+FULL_MESH_PEERS = 16
+# a gossiped coordinate older than this is forgotten (members re-send theirs every few seconds)
+MAX_COORDINATE_AGE_S = 120.0
+
+
+def is_full_mesh(num_members: int) -> bool:
+    """Does a swarm of `num_members` (self included) measure every link?"""
+    return num_members <= FULL_MESH_PEERS
+
+
+def plan_partners(plan: Plan | None, peer: str) -> tuple[str, ...]:
+    """The peers `plan` makes `peer` exchange with, at most MAX_PARTNERS: its pipeline
+    neighbours and its data-parallel ring neighbours (the same stage in the next and previous
+    pipelines)."""
+    if plan is None:
+        return ()
+    for pipe in plan.pipelines:
+        if peer not in pipe:
+            continue
+        stage = pipe.index(peer)
+        near = [pipe[s] for s in (stage - 1, stage + 1) if 0 <= s < len(pipe)]
+        group = [p[stage] for p in plan.pipelines if stage < len(p)]
+        at = group.index(peer)
+        if len(group) > 1:
+            near += [group[(at + 1) % len(group)], group[(at - 1) % len(group)]]
+        return tuple(dict.fromkeys(p for p in near if p != peer))[:MAX_PARTNERS]
+    return ()
+
+
+def plan_links(plan: Plan) -> set[tuple[str, str]]:
+    """The unordered pairs the plan moves training traffic over (sorted pairs)."""
+    pairs: set[tuple[str, str]] = set()
+    for peer in {p for pipe in plan.pipelines for p in pipe}:
+        for other in plan_partners(plan, peer):
+            pairs.add((min(peer, other), max(peer, other)))
+    for pipe in plan.pipelines:
+        pairs.update((min(a, b), max(a, b)) for a, b in itertools.pairwise(pipe) if a != b)
+    return pairs
+
+
+@dataclass
+class EstimateBook:
+    """A node's estimate state (a part of SwarmView: `view.estimate`)."""
+
+    coordinate: NetCoordinate = field(default_factory=coordinates.origin)
+    capacity: CapacityTracker = field(default_factory=CapacityTracker)
+    # what peers gossiped of themselves (control/publishing.py), as received
+    coordinates: dict[str, tuple[NetCoordinate, float]] = field(default_factory=dict)
+    capacities: dict[str, AccessCapacity] = field(default_factory=dict)
+    neighbours: tuple[str, ...] = ()
+    sampled: bool = False  # a bounded neighbour set (not everyone): telemetry tells it only
+    _rotation: int = 0
+    _rotated_at: float = float("-inf")
+    _partners: tuple[str, ...] = ()
+    _rng: random.Random = field(default_factory=random.Random)
+
+    def note(
+        self,
+        peer: str,
+        coordinate: NetCoordinate | None,
+        capacity: AccessCapacity | None,
+        now: float,
+    ) -> None:
+        """A peer's own word about its place (its telemetry): evidence for estimates."""
+        if coordinate is not None:
+            self.coordinates[peer] = (coordinate, now)
+        if capacity is not None:
+            self.capacities[peer] = capacity
+
+    def forget(self, peer: str) -> None:
+        self.coordinates.pop(peer, None)
+        self.capacities.pop(peer, None)
+
+    def observe_rtt(self, peer: str, rtt_ms: float) -> None:
+        """Move our coordinate by a round trip measured to `peer` (if we know where it is)."""
+        known = self.coordinates.get(peer)
+        if known is not None:
+            self.coordinate = coordinates.update(self.coordinate, known[0], rtt_ms, self._rng)
+
+    def observe_rate(self, mbps: float, now: float, sending: bool = True) -> None:
+        self.capacity.observe(mbps, now, sending)
+
+    def coordinates_of(self, self_id: str, now: float) -> dict[str, NetCoordinate]:
+        """Every recent coordinate, ours included."""
+        known = {
+            peer: coord
+            for peer, (coord, at) in self.coordinates.items()
+            if now - at <= MAX_COORDINATE_AGE_S
+        }
+        known[self_id] = self.coordinate
+        return known
+
+    def capacities_of(self, self_id: str, now: float) -> dict[str, AccessCapacity]:
+        return {**self.capacities, self_id: self.capacity.capacity(now)}
+
+    def choose(
+        self, self_id: str, members: Iterable[str], partners: Iterable[str], now: float
+    ) -> tuple[str, ...]:
+        """The peers to measure now (kept in `neighbours`): every member in a small swarm; in a
+        big one the bounded set (control/estimate/neighbours.py), chosen again when its random
+        part rotates, when the plan's partners change or when a neighbour left."""
+        others = sorted({m for m in members if m != self_id})
+        self.sampled = not is_full_mesh(len(others) + 1)
+        if not self.sampled:
+            self.neighbours = tuple(others)
+            return self.neighbours
+        live, wanted = set(others), tuple(sorted(set(partners)))
+        stale = (
+            now - self._rotated_at >= ROTATE_RANDOM_S
+            or wanted != self._partners
+            or not set(self.neighbours) <= live
+            or not self.neighbours
+        )
+        if stale:
+            if now - self._rotated_at >= ROTATE_RANDOM_S:
+                self._rotation += 1
+                self._rotated_at = now
+            self._partners = wanted
+            self.neighbours = choose_neighbours(
+                self_id, others, self.predicted_rtts(now), wanted, seed=self._rotation
+            )
+        return self.neighbours
+
+    def predicted_rtts(self, now: float) -> Mapping[str, float]:
+        """Our coordinate's round trip to every peer whose coordinate we know."""
+        return {
+            peer: self.coordinate.distance_ms(coord)
+            for peer, (coord, at) in self.coordinates.items()
+            if now - at <= MAX_COORDINATE_AGE_S
+        }
