@@ -218,11 +218,13 @@ _REQUIRED: Any = object()
 @dataclass(frozen=True)
 class Wire:
     """How a field sits in the object: its key ("": the field's name), whether it is left out
-    while it holds its default, and what its absence means for a field without a default."""
+    while it holds its default, what its absence means for a field without a default, and
+    whether a field with a default must be sent all the same."""
 
     key: str = ""
     omit_default: bool = False
     absent: Any = _REQUIRED
+    required: bool = False
 
 
 @dataclass(frozen=True)
@@ -298,7 +300,9 @@ def _field(field: dataclasses.Field[Any], hint: Any) -> _Field:
     specs = [e for e in extras if isinstance(e, Spec)]
     wire = next((e for e in extras if isinstance(e, Wire)), Wire())
     spec = specs[0] if specs else spec_of(typing.get_args(hint)[0] if extras else hint)
-    if field.default is not dataclasses.MISSING:
+    if wire.required:
+        default = _REQUIRED
+    elif field.default is not dataclasses.MISSING:
         default = field.default
     elif field.default_factory is not dataclasses.MISSING:
         default = field.default_factory()

@@ -18,11 +18,12 @@ import base64
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from p2ptrain import identity
 from p2ptrain.errors import WireError
 from p2ptrain.records import fields as f
+from p2ptrain.records.codec import Custom, Int, Nested, Num, PeerId, Record, Seq, Text, Wire
 from p2ptrain.records.run import MAX_RUN_ID_CHARS
 
 MAX_TOKEN_CHARS = 1024
@@ -33,14 +34,26 @@ MAX_REVOCATIONS = REVOCATIONS_PER_PAGE  # the old name: a page's bound, not the 
 MAX_REVOCATION_PAGES = 100_000  # 20 M revocations: a bound for the page fields, not a cap in use
 
 
+def _signature(value: object, record: str, name: str = "sig") -> str:
+    sig = f.text(value, record, name, 128)
+    if len(sig) != 128 or not all(c in "0123456789abcdef" for c in sig):
+        raise f.malformed(record, "sig must be 64 bytes in lowercase hex")
+    return sig
+
+
+# sent always, though a record is built unsigned first
+Signature = Annotated[str, Custom(_signature), Wire(required=True)]
+
+
 @dataclass(frozen=True)
-class Token:
-    peer: str  # the holder's peer id
+class Token(Record, name="token"):
+    peer: Annotated[str, PeerId()]  # the holder's peer id
     planner: bool  # may be elected planner and sign plans
-    expires_at: float  # seconds since the epoch
-    issuer: str  # the organiser's peer id (the bootstrap's identity)
-    sig: str = ""  # hex Ed25519 signature of signed_bytes() by the issuer's key
-    run_id: str = ""  # the run it admits to ("": every run of the issuer's key)
+    expires_at: Annotated[float, Num(0.0, 1e11)]  # seconds since the epoch
+    issuer: Annotated[str, PeerId()]  # the organiser's peer id (the bootstrap's identity)
+    sig: Signature = ""  # hex Ed25519 signature of signed_bytes() by the issuer's key
+    # the run it admits to ("": every run of the issuer's key)
+    run_id: Annotated[str, Text(MAX_RUN_ID_CHARS, empty=True), Wire(omit_default=True)] = ""
 
     def signed_bytes(self) -> bytes:
         body: dict[str, Any] = {
@@ -52,32 +65,6 @@ class Token:
         if self.run_id:  # absent from run-less tokens: their old signatures still verify
             body["run_id"] = self.run_id
         return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "peer": self.peer,
-            "planner": self.planner,
-            "expires_at": self.expires_at,
-            "issuer": self.issuer,
-            "sig": self.sig,
-        }
-        if self.run_id:
-            data["run_id"] = self.run_id
-        return data
-
-    @classmethod
-    def from_dict(cls, data: object) -> Token:
-        d = f.mapping(data, "token")
-        f.require_keys(d, "token", ("peer", "planner", "expires_at", "issuer", "sig"))
-        sig = _signature(d["sig"], "token")
-        return cls(
-            peer=f.peer_id(d["peer"], "token", "peer"),
-            planner=f.boolean(d["planner"], "token", "planner"),
-            expires_at=f.number(d["expires_at"], "token", "expires_at", 0.0, 1e11),
-            issuer=f.peer_id(d["issuer"], "token", "issuer"),
-            sig=sig,
-            run_id=_run_id(d.get("run_id", ""), "token"),
-        )
 
     def encode(self) -> str:
         """The token as one line of text (what `token issue` prints and `join --token` takes)."""
@@ -133,28 +120,15 @@ def token_problem(
 
 
 @dataclass(frozen=True)
-class Revocation:
-    peer: str  # whose tokens no longer count
-    issuer: str  # the organiser's peer id
-    sig: str = ""  # hex Ed25519 signature of signed_bytes() by the issuer's key
+class Revocation(Record, name="revocation"):
+    peer: Annotated[str, PeerId()]  # whose tokens no longer count
+    issuer: Annotated[str, PeerId()]  # the organiser's peer id
+    sig: Signature = ""  # hex Ed25519 signature of signed_bytes() by the issuer's key
 
     def signed_bytes(self) -> bytes:
         # "revoke" rather than "peer": these bytes can never be a token's signed bytes
         body = {"revoke": self.peer, "issuer": self.issuer}
         return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"peer": self.peer, "issuer": self.issuer, "sig": self.sig}
-
-    @classmethod
-    def from_dict(cls, data: object) -> Revocation:
-        d = f.mapping(data, "revocation")
-        f.require_keys(d, "revocation", ("peer", "issuer", "sig"))
-        return cls(
-            peer=f.peer_id(d["peer"], "revocation", "peer"),
-            issuer=f.peer_id(d["issuer"], "revocation", "issuer"),
-            sig=_signature(d["sig"], "revocation"),
-        )
 
     def encode(self) -> str:
         """One line of text: what `token revoke` prints and `bootstrap --revoked` files hold."""
@@ -177,33 +151,17 @@ class Revocation:
 
 
 @dataclass(frozen=True)
-class Revocations:
+class Revocations(Record, name="revocations"):
     """One page of the organiser's revocations (envelope kind "revoked"): the list is cut into
     pages of REVOCATIONS_PER_PAGE (revocation_pages); a receiver adds each page's entries."""
 
-    entries: tuple[Revocation, ...]
-    page: int = 0  # which page of the organiser's list, of num_pages
-    num_pages: int = 1
+    entries: Annotated[tuple[Revocation, ...], Seq(Nested(Revocation), REVOCATIONS_PER_PAGE)]
+    # which page of the organiser's list, of num_pages
+    page: Annotated[int, Int(0, MAX_REVOCATION_PAGES - 1)] = 0
+    num_pages: Annotated[int, Int(1, MAX_REVOCATION_PAGES)] = 1
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "entries": [r.to_dict() for r in self.entries],
-            "page": self.page,
-            "num_pages": self.num_pages,
-        }
-
-    @classmethod
-    def from_dict(cls, data: object) -> Revocations:
-        d = f.mapping(data, "revocations")
-        f.require_keys(d, "revocations", ("entries",))
-        entries = d["entries"]
-        if not isinstance(entries, list) or len(entries) > REVOCATIONS_PER_PAGE:
-            raise f.malformed("revocations", f"entries: a page of at most {REVOCATIONS_PER_PAGE}")
-        num_pages = f.integer(
-            d.get("num_pages", 1), "revocations", "num_pages", 1, MAX_REVOCATION_PAGES
-        )
-        page = f.integer(d.get("page", 0), "revocations", "page", 0, num_pages - 1)
-        return cls(tuple(Revocation.from_dict(e) for e in entries), page, num_pages)
+    def wire_problem(self) -> str | None:
+        return None if self.page < self.num_pages else "page must be below num_pages"
 
 
 def revocation_pages(entries: tuple[Revocation, ...]) -> list[Revocations]:
@@ -212,17 +170,6 @@ def revocation_pages(entries: tuple[Revocation, ...]) -> list[Revocations]:
     size = REVOCATIONS_PER_PAGE
     num_pages = max(1, -(-len(entries) // size))
     return [Revocations(entries[i * size : (i + 1) * size], i, num_pages) for i in range(num_pages)]
-
-
-def _run_id(value: object, record: str) -> str:
-    return "" if value == "" else f.text(value, record, "run_id", MAX_RUN_ID_CHARS)
-
-
-def _signature(value: object, record: str) -> str:
-    sig = f.text(value, record, "sig", 128)
-    if len(sig) != 128 or not all(c in "0123456789abcdef" for c in sig):
-        raise f.malformed(record, "sig must be 64 bytes in lowercase hex")
-    return sig
 
 
 def issue_revocation(organiser_seed: bytes, peer: str) -> Revocation:
