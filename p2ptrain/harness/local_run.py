@@ -200,7 +200,7 @@ def _follow(
     losses: dict[int, float] = {}
     finished_s: list[float] = []
     deadline = time.monotonic() + STALL_TIMEOUT_S
-    # a swarm that resumed a run (worker/adopt.py) reports from its start step on: done when
+    # a swarm that resumed a run (worker/resume/adopt.py) reports from its start step on: done when
     # the last step's loss is known
     while spec.steps - 1 not in losses:
         if time.monotonic() > deadline:

@@ -24,7 +24,7 @@ records; nobody builds or reads a bare dict of one.
 | Revocations     | records/token.py       | `token revoke` -> bootstrap -> gossip ("revoked")   |
 
 The signed envelope around gossiped bodies is control/wire.py's; the data plane's frames
-(worker/frames.py) and averaging metadata (worker/planned_group.py) are defined beside their
+(worker/pipeline/frames.py) and averaging metadata (worker/averaging/planned_group.py) are defined beside their
 protocols.
 """
 

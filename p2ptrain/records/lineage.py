@@ -19,7 +19,7 @@ the run's root, an ancestor of every lineage: usable by every plan.
 A run outlives its swarm: when every peer stops and a new swarm starts, its first plan is a new
 root (no ancestor), and none of the earlier swarm's states is of its lineage. Such a lineage
 (`may_adopt`: one entry, or none) that has no state of its own yet adopts the newest state of
-the run its members hold, of whatever lineage (worker/adopt.py), and saves it under its own tag:
+the run its members hold, of whatever lineage (worker/resume/adopt.py), and saves it under its own tag:
 from then on it descends from that state. A lineage with ancestors never adopts, nor does one
 that saved a state: after a partition heals, a live plan's descendants never take the other
 half's states.
@@ -95,7 +95,11 @@ def rank(lineage: Lineage, tag: str | None) -> int | None:
     return None
 
 
-def parse(value: object, record: str) -> Lineage:
+def to_wire(lineage: Lineage) -> list[list[str | int]]:
+    return [[entry_id, epoch] for entry_id, epoch in lineage]
+
+
+def parse(value: object, record: str, name: str = "lineage") -> Lineage:
     """A lineage off the wire: a list of at most MAX_LINEAGE [id, epoch] pairs, ids distinct."""
     if not isinstance(value, list) or len(value) > MAX_LINEAGE:
         raise f.malformed(record, f"lineage must be a list of at most {MAX_LINEAGE} entries")

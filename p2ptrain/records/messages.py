@@ -118,7 +118,7 @@ class MetricsReport:
     start_step: int | None = None
     start_lineage: str = ""
     resume_never: bool = False
-    # sync = "diloco" (worker/outer_rounds.py): the stage's outer steps so far and H (None under
+    # sync = "diloco" (worker/averaging/outer_rounds.py): the stage's outer steps so far and H (None under
     # sync = "step"), and what this step's outer round did ("": none touched this step)
     outer_steps: int | None = None
     inner_steps: int | None = None

@@ -1,7 +1,7 @@
 """The metadata of a stage-state file (format /3, train/state_file.py): everything in a saved
 stage state that is not a tensor, as one JSON object in the safetensors header.
 
-A state file moves between peers (worker/state_transfer.py), so its metadata is read like any
+A state file moves between peers (worker/resume/state_transfer.py), so its metadata is read like any
 wire value: `StateMeta.from_dict` (and `from_json`) return a valid record or raise WireError.
 Nothing in the file is ever unpickled (docs/security.md, 26.7): AdamW's moments and step
 counts are tensors beside the weights, and its param groups' hyperparameters are plain values

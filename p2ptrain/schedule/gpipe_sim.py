@@ -74,5 +74,5 @@ def one_replica(
                 link_free, out[m] = deliver(link_free, busy[s], pipe[s], pipe[s - 1])
                 acked[s] = out[m] + delay_s[pipe[s - 1], pipe[s]]
         grads = out
-    # a step ends once every frame it sent was accepted (worker/pipeline.py waits for them)
+    # a step ends once every frame it sent was accepted (worker/pipeline/stage_step.py waits for them)
     return np.maximum(busy, acked)

@@ -9,7 +9,7 @@ ways that matter at WAN round trips (docs/scheduler.md, "Step time on the data p
   p2pd stream costs no extra round trip). Micro-batches overlap: a pass pays the latency of
   every boundary once and the slowest boundary's serialisation once more per extra micro-batch.
 - Averaging inside a stage's group of R replicas, the group the plan fixes
-  (worker/planned_group.py): each member first sends its round metadata to every other member
+  (worker/averaging/planned_group.py): each member first sends its round metadata to every other member
   (one one-way delay; a member starts once it holds everyone's), then hivemind's all-reduce:
   each member reduces an even share (1/R) of the gradient, which travels in parts: every member
   sends its piece of each share to that share's reducer, the reducer averages a part once
@@ -98,7 +98,7 @@ def pass_time_s(
     return latency_s + sum(transfer_s) + (traffic.micro_batches - 1) * max(transfer_s)
 
 
-# How the data plane cuts a tensor for averaging (worker/averaging.py passes it to hivemind):
+# How the data plane cuts a tensor for averaging (worker/averaging/stage_averager.py passes it to hivemind):
 # each member's share of the tensor in PARTS_PER_SHARE parts at least, MAX_PART_BYTES at most
 # each. hivemind hands every part to one reducer whole, so parts must be smaller than a share
 # for the shares to be even, and several parts let a reducer send one part's average back
@@ -262,7 +262,7 @@ def simulated_step_s(
     steps: int = SIMULATED_STEPS,
 ) -> float:
     """The steady-state step of `pipelines` with the stages' measured compute and the links'
-    delay and rate: GPipe as worker/pipeline.py runs it, step after step, with averaging.
+    delay and rate: GPipe as worker/pipeline/stage_step.py runs it, step after step, with averaging.
 
     Each stage works one thing at a time: forward of micro-batches 0..M-1 (each once its input
     arrived), then backward of M-1..0 (each once its output's gradient arrived), then its part

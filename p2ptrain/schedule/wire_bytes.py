@@ -3,8 +3,8 @@ model (workload.py).
 
 The codecs themselves live in train/codecs.py (torch, a layer above the scheduler, which cannot
 import it); the figures here follow their layouts exactly: tests/schedule/test_diloco_cost.py
-checks them against the codecs' own byte counts, and tests/worker/test_int8_frames.py against
-the pipeline frames as the transport writes them (worker/frames.py), for every `compression`.
+checks them against the codecs' own byte counts, and tests/worker/pipeline/test_int8_frames.py against
+the pipeline frames as the transport writes them (worker/pipeline/frames.py), for every `compression`.
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@ One file per state, a safetensors file (format /3, train/state_file.py): the wei
 moments as tensors, and the metadata (format, run, model config, layers, step, the optimizer's
 hyperparameters) as JSON in its header; nothing in it is unpickled (docs/security.md, 26.7). One
 file, not a weights file beside an optimizer file, because a state moves between peers by its
-one digest (worker/state_transfer.py) and is written atomically by one rename. The file names
+one digest (worker/resume/state_transfer.py) and is written atomically by one rename. The file names
 keep their `.pt` ending. Files of the older formats (torch.save pickles: /1 with the weights
 pickled, /2 with the optimizer state pickled) still load from this machine's own disk, with a
-warning; a peer never receives one (worker/state_transfer.py refuses them on both sides).
+warning; a peer never receives one (worker/resume/state_transfer.py refuses them on both sides).
 
 A file is named by its layer range, not by the peer that wrote it, so any peer later assigned the
 same stage can load it. Loading validates the format, run, model shape, layer range and every
@@ -16,7 +16,7 @@ of a stage on one machine may write the same file.
 
 History: `stage-L{a}-{b}.step{N}.{tag}.pt` keeps the stage's state at the last few step
 boundaries (KEEP_STEPS), and `stage-L{a}-{b}.pt` is a hard link to the newest. A swarm switching
-to a new plan restarts every stage from one common step (worker/resume.py); the stages of a
+to a new plan restarts every stage from one common step (worker/resume/start_step.py); the stages of a
 pipeline can be one step apart when a plan interrupts them, so each must be able to go one step
 back. The tag names the plan lineage the state was saved under (records/lineage.py: a plan uses
 only states of its own lineage or its ancestors'); a state of the root lineage (saved under a
@@ -148,7 +148,7 @@ def expected_state_bytes(spec: RunSpec, layers: range) -> int:
 @dataclass(frozen=True)
 class StageSnapshot:
     """A stage's state at one step boundary, copied out of the live model and optimizer (and
-    under diloco the outer state, worker/outer_rounds.py's "outer/..." tensors)."""
+    under diloco the outer state, worker/averaging/outer_rounds.py's "outer/..." tensors)."""
 
     step: int
     model_state: dict[str, Any]
@@ -274,7 +274,7 @@ def read_file(path: Path) -> dict[str, Any]:
     """A checkpoint file's contents (not yet validated: load_stage and read_state do that):
     format, run_id, model, layers, step, model_state, optimizer_state. UserError if it cannot
     be read at all. Files of the pickled formats are read too: only files of this machine's own
-    disk reach here, as a fetched file is kept only in format /3 (worker/state_transfer.py)."""
+    disk reach here, as a fetched file is kept only in format /3 (worker/resume/state_transfer.py)."""
     try:
         if not state_file.is_pickled(path):
             return state_file.read(path)
@@ -303,7 +303,7 @@ def load_stage(
 ) -> int:
     """Validate a checkpoint and load it into `model` (and `optimizer`); return its step.
     `outer_state`, if given, gets the file's DiLoCo tensors (none: the file has no outer
-    state); worker/outer_rounds.py checks them against the stage when it takes them."""
+    state); worker/averaging/outer_rounds.py checks them against the stage when it takes them."""
     state = read_file(path)
     problem = _check(state, spec, model)
     if problem:
@@ -356,7 +356,7 @@ _runs: dict[tuple[str, int, int, int, str], str | None] = {}
 def other_run(path: Path, spec: RunSpec) -> str | None:
     """Why the state file at `path` is not of `spec`'s run (another run id, model shape or data
     digest, or unreadable), None if it is; remembered while the file is unchanged. A swarm
-    adopts another lineage's state only if this is None (worker/adopt.py)."""
+    adopts another lineage's state only if this is None (worker/resume/adopt.py)."""
     try:
         stat = path.stat()
     except OSError as exc:

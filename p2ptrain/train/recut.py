@@ -22,7 +22,7 @@ from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.outer import ANCHOR, MOMENTUM
 
 OUTER_PREFIXES = (ANCHOR, MOMENTUM)
-OUTER_STEPS = "outer/steps"  # worker/outer_rounds.py's count of outer steps
+OUTER_STEPS = "outer/steps"  # worker/averaging/outer_rounds.py's count of outer steps
 
 
 def model_wide(name: str, layers: range) -> str:

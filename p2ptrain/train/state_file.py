@@ -56,7 +56,7 @@ def write(
 ) -> None:
     """Write a state file at `path` (the caller renames it into place). `optimizer_state` is
     Optimizer.state_dict()["state"]: its tensors go into the file, the rest must be in `meta`.
-    `outer_state`: DiLoCo's tensors, named "outer/..." (worker/outer_rounds.py)."""
+    `outer_state`: DiLoCo's tensors, named "outer/..." (worker/averaging/outer_rounds.py)."""
     tensors = {f"model/{name}": t.detach().contiguous() for name, t in model_state.items()}
     for name, value in (outer_state or {}).items():
         assert _OUTER.match(name), name
@@ -102,7 +102,7 @@ def describe(
 
 def check(path: Path) -> StateMeta:
     """The file's metadata if it is a state file of format /3 (tensors not read); WireError
-    otherwise. What a fetched file must pass before it is kept (worker/state_transfer.py)."""
+    otherwise. What a fetched file must pass before it is kept (worker/resume/state_transfer.py)."""
     with open(path, "rb") as f:
         head = f.read(_HEADER_SIZE.size)
         if len(head) < _HEADER_SIZE.size:

@@ -104,7 +104,7 @@ def _cpu_seconds(proc: psutil.Process | int) -> tuple[str, float] | None:
 
 class WireMarks:
     """The process tree's CPU clock when a round's first part left and when its last part
-    arrived, read in the averager's process (worker/planned_group.py) and sent to the worker
+    arrived, read in the averager's process (worker/averaging/planned_group.py) and sent to the worker
     over a pipe: the round's CPU before the first and after the last cannot overlap the wire,
     the CPU between can (docs/benchmarks.md). Each mark reads the tree's clock; with no `root`
     (a worker that does not profile) nothing is read and no round reported."""

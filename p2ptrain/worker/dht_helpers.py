@@ -11,7 +11,7 @@ from hivemind.dht.routing import DHTID
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.utils.serializer import MSGPackSerializer
 
-from p2ptrain.worker.resume import SUBKEY_PREFIX, check_announcement
+from p2ptrain.worker.resume.start_step import SUBKEY_PREFIX, check_announcement
 
 
 def swarm_prefix(run_id: str, stage: int, epoch: int, term: int = 0) -> str:
@@ -34,7 +34,7 @@ def bootstrap_dht(dht: Any, peer_ids: list[str]) -> None:
 class AnnouncementValidator(RecordValidatorBase):
     """Runs in every worker's DHT, on every record it is asked to store and every record it
     reads: a record under a resume announcement's subkey (`resume:` + peer id) is kept only if
-    it is that peer's signed announcement for that very key (worker/resume.py), so no one can
+    it is that peer's signed announcement for that very key (worker/resume/start_step.py), so no one can
     store one under another peer's id, and honest DHT nodes do not keep forged ones. Other
     records (averaging matchmaking) pass as before."""
 

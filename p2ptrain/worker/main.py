@@ -38,7 +38,7 @@ from p2ptrain.records import (
 from p2ptrain.train.checkpoint import checkpoint_dir
 from p2ptrain.worker import watchdog
 from p2ptrain.worker.device import cpu_threads, precision_for, resolve_device
-from p2ptrain.worker.frames import Expected, FrameHeader, NotReady
+from p2ptrain.worker.pipeline.frames import Expected, FrameHeader, NotReady
 from p2ptrain.worker.settings import WorkerSettings
 
 if TYPE_CHECKING:
@@ -103,9 +103,9 @@ class Worker:
         import hivemind
 
         from p2ptrain.worker.dht_helpers import AnnouncementValidator
+        from p2ptrain.worker.pipeline.transport import Transport
+        from p2ptrain.worker.resume.state_transfer import StateServer
         from p2ptrain.worker.session import Session, SessionEnd
-        from p2ptrain.worker.state_transfer import StateServer
-        from p2ptrain.worker.transport import Transport
 
         seed = self._seed()
         key_copy = identity.DaemonKeyCopy(seed, self.settings.identity)

@@ -18,7 +18,7 @@ from p2ptrain.records import Role, StepProfile
 from p2ptrain.worker.cpu_clock import TreeCpu, TreeCpuClock, WireMarks, round_cpu_split
 
 if TYPE_CHECKING:
-    from p2ptrain.worker.pipeline import StageTiming
+    from p2ptrain.worker.pipeline.stage_step import StageTiming
 
 
 class StepProfiler:

@@ -21,22 +21,29 @@ from p2ptrain.train.checkpoint import StageSnapshot, checkpoint_dir, record_step
 from p2ptrain.train.data import load_corpus
 from p2ptrain.train.model import Stage, build_layers
 from p2ptrain.train.optim import clip_grads, grads_are_finite, lr_at, make_optimizer, set_lr
-from p2ptrain.worker import pipeline
-from p2ptrain.worker.averaging import StageAverager
+from p2ptrain.worker.averaging.outer_rounds import OuterRounds, RoundReport
+from p2ptrain.worker.averaging.robust import MOMENTS_DRIFT_BOUND, PARAMS_DRIFT_BOUND
+from p2ptrain.worker.averaging.stage_averager import StageAverager
 from p2ptrain.worker.device import precision_for
 from p2ptrain.worker.dht_helpers import bootstrap_dht, swarm_prefix
 from p2ptrain.worker.faults import NO_FAULTS, Faults
-from p2ptrain.worker.frames import AlreadyHave, Expected, FrameHeader, NotReady, PeerLost, Stopped
 from p2ptrain.worker.ipc import PlanInbox
-from p2ptrain.worker.link_bounds import dial_window_s
-from p2ptrain.worker.outer_rounds import OuterRounds, RoundReport
+from p2ptrain.worker.pipeline import stage_step
+from p2ptrain.worker.pipeline.frames import (
+    AlreadyHave,
+    Expected,
+    FrameHeader,
+    NotReady,
+    PeerLost,
+    Stopped,
+)
+from p2ptrain.worker.pipeline.link_bounds import dial_window_s
+from p2ptrain.worker.pipeline.transport import Transport
 from p2ptrain.worker.profiler import NO_PROFILE, StepProfiler
-from p2ptrain.worker.restore import restore_stage, start_lineage, started_line
-from p2ptrain.worker.resume import StartPoint, agree_on_plan_start
-from p2ptrain.worker.resync import Piece, resync_pieces
-from p2ptrain.worker.robust import MOMENTS_DRIFT_BOUND, PARAMS_DRIFT_BOUND
+from p2ptrain.worker.resume.restore import restore_stage, start_lineage, started_line
+from p2ptrain.worker.resume.resync import Piece, resync_pieces
+from p2ptrain.worker.resume.start_step import StartPoint, agree_on_plan_start
 from p2ptrain.worker.step_metrics import SessionFacts, StepTimes, step_metrics
-from p2ptrain.worker.transport import Transport
 
 log = logging.getLogger("p2ptrain.worker")
 
@@ -94,7 +101,7 @@ class Session:
         if self.role is None:
             if transport.peer_id in plan.spares:
                 # a spare may hold the only copy of a stage's state: it takes part in the
-                # agreement (and serves states, worker/state_transfer.py), then idles
+                # agreement (and serves states, worker/resume/state_transfer.py), then idles
                 self._connect(plan, dht)
                 self._agree_on_start(dht)
             return
@@ -127,7 +134,7 @@ class Session:
                 spec.compression,
                 spec.averaging_timeout_s,
                 # each replica's weight is its rows of the step's data, as the plan fixes them
-                group=pipeline.replica_weights(spec, role),
+                group=stage_step.replica_weights(spec, role),
                 network=plan.network,
                 stage=role.stage,
                 traffic=transport.traffic,
@@ -136,7 +143,7 @@ class Session:
         if spec.sync == "diloco":
             self.outer = OuterRounds(spec, role.stage, role.num_stages, self.model, self.averager)
             self.outer.take_saved(outer_state)
-        self.rows = pipeline.replica_batch(spec, role)[1]
+        self.rows = stage_step.replica_batch(spec, role)[1]
         self.start_step = self.step
         fresh = self.started_from.startswith('resume = "never"')
         self.facts = SessionFacts(
@@ -168,7 +175,7 @@ class Session:
 
     def _agree_on_start(self, dht: DHT) -> StartPoint | None:
         """Every peer of the plan (spares too) announces its saved stage states; all pick one
-        step, and the digest of each stage's state there (worker/resume.py)."""
+        step, and the digest of each stage's state there (worker/resume/start_step.py)."""
         return agree_on_plan_start(
             dht,
             self.spec,
@@ -185,12 +192,12 @@ class Session:
             return None
         if header.step > self.step + 1:
             raise NotReady()  # a neighbour resumed from a later checkpoint, or we are slow
-        expected = pipeline.expected_frame(
+        expected = stage_step.expected_frame(
             self.spec, self.role, self.step, header.kind, header.step, header.micro
         )
         if expected is None and header.step < self.step:
             # from the right neighbour for an earlier step of this session: a retried copy
-            earlier = pipeline.expected_frame(
+            earlier = stage_step.expected_frame(
                 self.spec, self.role, header.step, header.kind, header.step, header.micro
             )
             if (
@@ -217,7 +224,7 @@ class Session:
             end = self._interrupted()
             if end is not None:
                 return end
-            times, timing = StepTimes(), pipeline.StageTiming()
+            times, timing = StepTimes(), stage_step.StageTiming()
             self.profiler.step_started()
             set_lr(self.optimizer, lr_at(self.step, self.spec))
             times.passes_s = time.monotonic()
@@ -253,11 +260,11 @@ class Session:
             self.plan_version = self.inbox.version
         return None
 
-    def _passes(self, timing: pipeline.StageTiming) -> float | None:
+    def _passes(self, timing: stage_step.StageTiming) -> float | None:
         """The stage's forward and backward passes over the step's micro-batches: gradients in
         place, unscaled; the loss on a pipeline's last stage."""
         assert self.model is not None and self.role is not None
-        loss = pipeline.run_step(
+        loss = stage_step.run_step(
             self.model,
             self.spec,
             self.role,
@@ -269,7 +276,7 @@ class Session:
             timing,
             self.precision,
         )
-        pipeline.unscale_grads(self.model, self.spec)
+        stage_step.unscale_grads(self.model, self.spec)
         return loss
 
     def _abandon_step(self, exc: Stopped | PeerLost) -> SessionEnd:
@@ -283,7 +290,7 @@ class Session:
     def _unappliable(self, averaging: str) -> SessionEnd | None:
         """After the round: end the session without applying the step if we were stopped while
         averaging, or if the group broke and a new plan is already here (the swarm re-runs this
-        step under it, worker/resume.py: a local-only update would only diverge)."""
+        step under it, worker/resume/start_step.py: a local-only update would only diverge)."""
         end = None
         if averaging == "stopped" and self.inbox.stopped:
             end = SessionEnd.STOPPED
@@ -298,7 +305,7 @@ class Session:
         """Clip and apply the (averaged) gradient; re-sync the replicas if they diverged."""
         assert self.model is not None
         clip_grads(self.model, self.spec.grad_clip)
-        # kept so that close() can also save the state one step back (worker/resume.py)
+        # kept so that close() can also save the state one step back (worker/resume/start_step.py)
         self._previous = StageSnapshot.take(
             self.model, self.optimizer, self.step, self._outer_state()
         )
@@ -311,7 +318,7 @@ class Session:
             self._resync()
 
     def _report_step(
-        self, loss: float | None, averaging: str, times: StepTimes, timing: pipeline.StageTiming
+        self, loss: float | None, averaging: str, times: StepTimes, timing: stage_step.StageTiming
     ) -> None:
         """The operator's metrics of the step, then its profile if the profiler makes one."""
         assert self.role is not None
@@ -370,7 +377,7 @@ class Session:
             log.info("step %d: replicas had diverged: parameters re-synced", self.step)
 
     def _outer_round_if_due(self) -> None:
-        """sync = "diloco": start or apply the stage's outer round (worker/outer_rounds.py)."""
+        """sync = "diloco": start or apply the stage's outer round (worker/averaging/outer_rounds.py)."""
         self.outer_round = None
         if self.outer is not None:
             self.outer_round = self.outer.after_step(self.step, self._should_stop)

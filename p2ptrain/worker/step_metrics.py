@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from p2ptrain.records import MetricsReport, Role
 
 if TYPE_CHECKING:
-    from p2ptrain.worker.pipeline import StageTiming
+    from p2ptrain.worker.pipeline.stage_step import StageTiming
     from p2ptrain.worker.traffic import Traffic
 
 
@@ -36,7 +36,7 @@ class SessionFacts:
     samples: int  # the replica's rows of the global batch
     block_size: int
     start_step: int
-    start_lineage: str  # the lineage of the state it resumed from (worker/restore.py)
+    start_lineage: str  # the lineage of the state it resumed from (worker/resume/restore.py)
     resume_never: bool  # it started fresh because the run says resume = "never"
 
 

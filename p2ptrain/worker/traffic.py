@@ -4,7 +4,7 @@ What is counted is application bytes, the payloads our protocols write and read 
 with their headers, averaging parts and metadata as hivemind serialises them, stage-state
 requests and files), not what TCP, Noise and yamux add around them. Every data-plane path adds
 to the worker's one `Traffic` (the transport owns it); the averager's process sends its counts
-back after each round (worker/planned_group.py). Stdlib only.
+back after each round (worker/averaging/planned_group.py). Stdlib only.
 """
 
 from __future__ import annotations

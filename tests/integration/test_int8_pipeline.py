@@ -14,7 +14,7 @@ from p2ptrain.records import MetricsReport, RunSpec
 from p2ptrain.schedule.workload import step_traffic
 from p2ptrain.train.reference import train_reference
 
-# ~80 s on this box: slow; tests/worker/test_int8_frames.py is the default suite's part
+# ~80 s on this box: slow; tests/worker/pipeline/test_int8_frames.py is the default suite's part
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SPEC = RunSpec(

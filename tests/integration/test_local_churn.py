@@ -1,5 +1,5 @@
 """A peer of `p2ptrain local` crashes mid-run: the control plane re-plans around it, the survivors
-agree on a common restart step (worker/resume.py) and training goes on without losing model
+agree on a common restart step (worker/resume/start_step.py) and training goes on without losing model
 state. In exact mode the losses before the crash equal the one-process reference; after it they
 follow the reference closely (a round the crash broke may leave a replica with a local-only
 update), where a restart from scratch would jump back to the initial loss."""

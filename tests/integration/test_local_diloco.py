@@ -1,6 +1,6 @@
 """`sync = "diloco"` end to end: `p2ptrain local` with 4 join nodes on 127.0.0.1 (2 stages x 2
 replicas), each replica training its own batches, the stages' groups meeting every H = 4 steps
-at staggered offsets (worker/outer_rounds.py); the loss falls and the replicas of each stage
+at staggered offsets (worker/averaging/outer_rounds.py); the loss falls and the replicas of each stage
 end with the same parameters and outer state (up to the fp16 rounding of the exchange)."""
 
 from __future__ import annotations

@@ -36,8 +36,8 @@ from p2ptrain.records import (
     issue_token,
 )
 from p2ptrain.records.stage_state import StateMeta
-from p2ptrain.worker.frames import FrameHeader
-from p2ptrain.worker.state_transfer import StateRequest
+from p2ptrain.worker.pipeline.frames import FrameHeader
+from p2ptrain.worker.resume.state_transfer import StateRequest
 
 A = "12D3KooWA1111111111111111111111111111111111111111111"
 B = "12D3KooWB2222222222222222222222222222222222222222222"

@@ -16,8 +16,8 @@ import pytest
 from p2ptrain.errors import WireError
 from p2ptrain.records import message_from_dict
 from p2ptrain.records.stage_state import StateMeta
-from p2ptrain.worker.frames import FrameHeader
-from p2ptrain.worker.state_transfer import StateRequest
+from p2ptrain.worker.pipeline.frames import FrameHeader
+from p2ptrain.worker.resume.state_transfer import StateRequest
 from tests.records.samples import SAMPLES, frame_header_dict, stage_state_dict
 
 

@@ -35,8 +35,9 @@ from hivemind.p2p import PeerID
 from p2ptrain.records import load_run_spec
 from p2ptrain.records.status import SwarmStatus
 from p2ptrain.train.model import build_stage
-from p2ptrain.worker import frames, state_transfer
 from p2ptrain.worker.dht_helpers import swarm_prefix
+from p2ptrain.worker.pipeline import frames
+from p2ptrain.worker.resume import state_transfer
 
 STREAMS_PER_ROUND = 24
 POISON = 1e6

@@ -9,7 +9,7 @@ import pytest
 
 from p2ptrain.app import main
 from p2ptrain.train.checkpoint import list_states
-from tests.worker.test_adopt import plan, root, save_swarm
+from tests.worker.resume.test_adopt import plan, root, save_swarm
 
 
 def test_list_names_each_lineage_and_prune_keeps_the_newest_of_each(

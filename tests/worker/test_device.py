@@ -9,7 +9,6 @@ import torch
 from p2ptrain.errors import UserError
 from p2ptrain.records import Plan, RunSpec
 from p2ptrain.train.model import build_model
-from p2ptrain.worker import pipeline
 from p2ptrain.worker.device import (
     FP32,
     Precision,
@@ -18,6 +17,7 @@ from p2ptrain.worker.device import (
     precision_for,
     resolve_device,
 )
+from p2ptrain.worker.pipeline import stage_step
 from p2ptrain.worker.settings import WorkerSettings
 
 SPEC = RunSpec(
@@ -84,8 +84,10 @@ def _step(
     assert role is not None
     model = build_model(spec).to(device)
     corpus = torch.randint(0, spec.vocab_size, (4096,), generator=torch.Generator().manual_seed(1))
-    loss = pipeline.run_step(model, spec, role, None, corpus, 3, lambda: False, precision=precision)
-    pipeline.unscale_grads(model, spec)
+    loss = stage_step.run_step(
+        model, spec, role, None, corpus, 3, lambda: False, precision=precision
+    )
+    stage_step.unscale_grads(model, spec)
     assert loss is not None
     grads = torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None])
     return loss, grads.cpu()

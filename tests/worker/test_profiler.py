@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from p2ptrain.records import Role, StepProfile
-from p2ptrain.worker.pipeline import StageTiming
+from p2ptrain.worker.pipeline.stage_step import StageTiming
 from p2ptrain.worker.profiler import NO_PROFILE, CpuProfiler, StepProfiler
 
 SESSION_SOURCE = Path(__file__).resolve().parents[2] / "p2ptrain" / "worker" / "session.py"

@@ -1,8 +1,8 @@
-"""A plan's roles decide which frames a stage accepts (worker/pipeline.py)."""
+"""A plan's roles decide which frames a stage accepts (worker/pipeline/stage_step.py)."""
 
 from p2ptrain.records import Plan, PlanMessage, RunSpec
-from p2ptrain.worker.frames import ACTIVATION, GRADIENT
-from p2ptrain.worker.pipeline import expected_frame
+from p2ptrain.worker.pipeline.frames import ACTIVATION, GRADIENT
+from p2ptrain.worker.pipeline.stage_step import expected_frame
 
 PLAN = Plan.from_dict(
     {

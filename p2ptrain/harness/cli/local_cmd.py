@@ -89,7 +89,7 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     # a fresh run must not resume whatever an earlier run left; and unless the run names a
     # shared directory, each node keeps its own, as on separate machines (stage states then move
-    # between nodes over the network: worker/state_transfer.py)
+    # between nodes over the network: worker/resume/state_transfer.py)
     own_checkpoints = not spec.checkpoint_dir
     if own_checkpoints:
         changes["checkpoint_dir"] = str(workdir / "checkpoints")

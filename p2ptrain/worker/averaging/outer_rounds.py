@@ -1,0 +1,249 @@
+"""DiLoCo's outer rounds for one replica of one stage (`sync = "diloco"`, train/outer.py).
+
+Each pipeline is a replica: it trains its own batches with its own AdamW, and no gradient is
+averaged per step. Stage i of S meets its group after the steps s with
+(s + 1) ≡ ⌊i·H/S⌋ (mod H), H = inner_steps (Streaming DiLoCo's staggering: a pipeline's stages
+do not all send at once; stage 0's first round comes after H steps, a later stage's first one
+sooner), and after the run's last step, so every stage ends with its replicas in agreement.
+
+A round: the pseudo-gradient (anchor − now) goes to the stage's StageAverager (the plan's group
+and weights, finite checks, centred clip, checksums; fp16 on the wire: worker/averaging/stage_averager.py) in
+a background thread while the replica trains on. `overlap_steps(H)` steps later (at once after
+the run's last step) the replica waits for the result and applies it: the outer Nesterov step
+moves the anchor, and the parameters become the new anchor plus the inner progress made since
+the round started (that progress is in the next round's pseudo-gradient, as the anchor moved).
+The round carries the anchor's digest: every member checks that all started it from the same
+anchor; if not (a replica missed a round), the group averages anchors and outer momenta.
+
+A round that fails (a groupmate died, the group did not form in the plan's timeouts) applies
+nothing: the anchor stays and the next round's pseudo-gradient covers the missed steps too, so a
+dead replica costs only its own inner progress. A stage of one replica applies its own
+pseudo-gradient at once (DiLoCo with one worker): its outer state stays that of the run, ready
+for the replicas a later plan adds.
+
+`outer_compression` int8 or topk: the pseudo-gradient goes through the codec's quantisation
+(top-k with this replica's error feedback) before the averaging, so the numerics are those of
+the codec; the wire itself still carries fp16 (docs/operations.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+
+from p2ptrain.errors import WireError
+from p2ptrain.records import MetricsReport, RunSpec
+from p2ptrain.train import codecs
+from p2ptrain.train.model import Stage
+from p2ptrain.train.outer import OuterOptimizer
+from p2ptrain.train.recut import OUTER_STEPS
+from p2ptrain.worker.averaging.robust import MOMENTS_DRIFT_BOUND, PARAMS_DRIFT_BOUND
+from p2ptrain.worker.resume.resync import resync_pieces
+
+if TYPE_CHECKING:
+    from p2ptrain.worker.averaging.stage_averager import Outcome, StageAverager
+
+log = logging.getLogger("p2ptrain.worker")
+
+MAX_OVERLAP_STEPS = 5  # a round's result is applied at most this many steps after it started
+
+
+def stagger_offset(stage: int, num_stages: int, inner_steps: int) -> int:
+    """The step phase of stage `stage`'s rounds within H."""
+    return stage * inner_steps // num_stages
+
+
+def round_due(spec: RunSpec, stage: int, num_stages: int, step: int) -> bool:
+    """Does stage `stage` start an outer round after training `step`?"""
+    done = step + 1
+    phase = stagger_offset(stage, num_stages, spec.inner_steps)
+    return done == spec.steps or done % spec.inner_steps == phase
+
+
+def overlap_steps(inner_steps: int) -> int:
+    """Inner steps a round runs beside before its result is applied: half an outer period,
+    at most MAX_OVERLAP_STEPS (a stale outer step hurts, Streaming DiLoCo's τ)."""
+    return min(inner_steps // 2, MAX_OVERLAP_STEPS)
+
+
+@dataclasses.dataclass
+class _Pending:
+    """A round started after step `step`, running in `thread`."""
+
+    step: int
+    apply_at: int  # applied after training this step
+    started_params: torch.Tensor  # the flat parameters when the round started
+    thread: threading.Thread | None = None
+    result: tuple[torch.Tensor, Outcome] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundReport:
+    """What the step's outer round did: 'averaged' over group_size replicas, 'solo' (a
+    one-replica stage), 'local' (failed: nothing applied) or 'stopped'; and whether it was
+    started ('started') or applied now."""
+
+    kind: str
+    group_size: int = 1
+
+
+class OuterRounds:
+    def __init__(
+        self,
+        spec: RunSpec,
+        stage: int,
+        num_stages: int,
+        model: Stage,
+        averager: StageAverager | None,
+        overlap: int | None = None,
+    ) -> None:
+        self.spec, self.stage, self.num_stages = spec, stage, num_stages
+        self.averager = averager
+        self.outer = OuterOptimizer(model, spec.outer_lr, spec.outer_momentum)
+        self.overlap = overlap_steps(spec.inner_steps) if overlap is None else overlap
+        self.topk = (
+            codecs.TopKCompressor(self.outer.numel, spec.topk_fraction)
+            if spec.outer_compression == "topk"
+            else None
+        )
+        self._pending: _Pending | None = None
+
+    @property
+    def outer_steps(self) -> int:
+        return self.outer.outer_steps
+
+    # --- the round ---
+
+    def after_step(self, step: int, should_stop: Callable[[], bool]) -> RoundReport | None:
+        """After the inner update of `step`: apply a round that is due, start one that is due;
+        what happened (None: no round touched this step)."""
+        report = None
+        pending = self._pending
+        last = step + 1 == self.spec.steps
+        if pending is not None and (pending.apply_at <= step or last):
+            report = self._finish(pending, step)
+        if round_due(self.spec, self.stage, self.num_stages, step):
+            if self._pending is not None:  # a round still running: finish it first
+                report = self._finish(self._pending, step)
+            report = self._start(step, should_stop, at_once=last) or report
+        return report
+
+    def _start(
+        self, step: int, should_stop: Callable[[], bool], at_once: bool
+    ) -> RoundReport | None:
+        delta = self._encoded(self.outer.pseudo_gradient())
+        if self.averager is None:  # one replica: its own pseudo-gradient is the mean
+            self.outer.step(delta)
+            log.info(
+                "step %d: outer step %d applied (round of step %d, 1 replica)",
+                step,
+                self.outer.outer_steps,
+                step,
+            )
+            return RoundReport("solo")
+        averager = self.averager
+        # hivemind averages CPU tensors; the anchor's digest shows the group started alike
+        delta, anchor = delta.cpu(), self.outer.anchor.cpu()
+        apply_at = step + (0 if at_once else self.overlap)
+        pending = _Pending(step, apply_at, self.outer.flat_params())
+
+        def run() -> None:
+            pending.result = averager.average(delta, step, should_stop, anchor)
+
+        pending.thread = threading.Thread(target=run, name=f"outer-round-{step}", daemon=True)
+        pending.thread.start()
+        self._pending = pending
+        if pending.apply_at == step:
+            return self._finish(pending, step)
+        return RoundReport("started")
+
+    def _encoded(self, delta: torch.Tensor) -> torch.Tensor:
+        """What the codec would deliver of `delta` (numerics of int8/topk, see the docstring)."""
+        if self.spec.outer_compression == "int8":
+            return codecs.decode_int8_blocks(codecs.encode_int8_blocks(delta), delta.shape)
+        if self.topk is not None:
+            return self.topk.encode(delta)[1]
+        return delta
+
+    def _finish(self, pending: _Pending, step: int) -> RoundReport:
+        """Wait for the round (its own timeouts bound it) and apply what it gave."""
+        if pending.thread is not None:
+            pending.thread.join()
+        self._pending = None
+        if pending.result is None:  # the thread raised: logged by threading
+            return RoundReport("local")
+        mean, outcome = pending.result
+        if outcome.kind != "averaged":
+            log.warning(
+                "step %d: outer round of step %d %s: not applied (%s)",
+                step,
+                pending.step,
+                outcome.kind,
+                outcome.detail,
+            )
+            return RoundReport(outcome.kind)
+        progress = self.outer.flat_params() - pending.started_params  # zero if applied at once
+        self.outer.step(mean.to(self.outer.anchor.device))
+        if outcome.diverged:
+            self._resync(step)
+        self.outer.load_params(self.outer.anchor + progress)
+        log.info(
+            "step %d: outer step %d applied (round of step %d, %d replicas)",
+            step,
+            self.outer.outer_steps,
+            pending.step,
+            outcome.group_size,
+        )
+        return RoundReport("averaged", outcome.group_size)
+
+    def _resync(self, step: int) -> None:
+        """The group's anchors differed at the round's start: average anchors and momenta."""
+        assert self.averager is not None
+        pieces = [
+            ("anchor", [self.outer.anchor], PARAMS_DRIFT_BOUND),
+            ("momentum", [self.outer.momentum_buffer], MOMENTS_DRIFT_BOUND),
+        ]
+        if resync_pieces(self.averager, pieces, step):
+            log.info("step %d: the replicas' anchors had diverged: re-synced", step)
+
+    def close(self) -> None:
+        """The session ends: a round still running is left to its own stop and timeouts."""
+        pending, self._pending = self._pending, None
+        if pending is not None and pending.thread is not None:
+            pending.thread.join()
+
+    # --- state: the anchor, outer momentum and count travel with the stage's state ---
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """The outer state as a state file's tensors (train/state_file.py)."""
+        return {
+            **self.outer.state_tensors(),
+            OUTER_STEPS: torch.tensor(self.outer.outer_steps, dtype=torch.int64),
+        }
+
+    def take_saved(self, saved: dict[str, torch.Tensor]) -> None:
+        """A resumed or fetched state's anchor and outer momentum, if it has them (else the
+        anchor is the resumed parameters, as after an outer step); the parameters are kept."""
+        if not saved:
+            return
+        steps = saved.get(OUTER_STEPS)
+        count = int(steps.item()) if isinstance(steps, torch.Tensor) and steps.numel() == 1 else -1
+        try:
+            self.outer.load_state_tensors(saved, {"outer_steps": count}, keep_params=True)
+        except WireError as exc:
+            log.warning("the saved outer state is not usable (%s): anchor = parameters", exc)
+
+    def reported(self, metrics: MetricsReport, done: RoundReport | None) -> MetricsReport:
+        """The step's metrics with the outer rounds in them (the progress line shows them)."""
+        return dataclasses.replace(
+            metrics,
+            outer_steps=self.outer.outer_steps,
+            inner_steps=self.spec.inner_steps,
+            outer_round="" if done is None else done.kind,
+            group_size=metrics.group_size if done is None else done.group_size,
+        )

@@ -1,0 +1,414 @@
+"""Averaging groups fixed by the plan: hivemind's all-reduce without its per-round matchmaking.
+
+hivemind's `DecentralizedAverager` finds its group anew every round through the DHT: on a WAN
+about 3.5 of the swarm's longest round trips (docs/benchmarks.md) whatever the placement, which
+blurs exactly what the scheduler optimises. But a plan already says who averages with whom.
+
+`PlannedGroupAverager` runs a step's first round in that group. Each member sends its gathered
+metadata straight to the others (one unary call, one one-way delay); once a member holds every
+groupmate's, all of them build the same `GroupInfo` (plan order, an id derived from the round)
+and run hivemind's own all-reduce (`AllReduceRunner`: parts, compression, reducers) on it.
+A retry of the same round (a member died, a part was lost) goes through hivemind's matchmaking
+as before, which can form a group of the survivors, and of them only: a join request from a
+peer outside the group is refused, and a group found with one in it is not taken.
+
+Every round, planned or not, runs worker/averaging/robust_allreduce.py's all-reduce: each member reduces
+an even share of the tensor with the plan's weights and worker/averaging/robust.py's checks. A member
+keeps what its reducer computed in the last few rounds and serves it again to a groupmate whose
+reply stream broke (`rpc_reduced_parts`), so one lost stream does not leave that groupmate alone
+with a partial round.
+
+hivemind at module level (its servicer reads the rpc_ annotations), so this module is imported
+only where hivemind may be (worker/averaging/stage_averager.py imports it lazily).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import multiprocessing as mp
+import typing
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import torch
+from hivemind.averaging import DecentralizedAverager
+from hivemind.averaging.allreduce import AllreduceException
+from hivemind.averaging.control import StepControl
+from hivemind.averaging.group_info import GroupInfo
+from hivemind.averaging.matchmaking import MatchmakingException
+from hivemind.compression import serialize_torch_tensor
+from hivemind.p2p import P2PContext, PeerID
+from hivemind.proto import averaging_pb2
+from hivemind.utils import get_dht_time
+from hivemind.utils.asyncio import as_aiter, azip
+
+from p2ptrain.worker.averaging.checks import median_claimed_norm
+from p2ptrain.worker.averaging.robust import MOMENTS_DRIFT_BOUND
+from p2ptrain.worker.averaging.robust_allreduce import RobustAllReduceRunner, RobustPartReducer
+from p2ptrain.worker.cpu_clock import WireMarks
+
+log = logging.getLogger(__name__)
+
+MAX_GATHER_BYTES = 64 * 1024  # a member's metadata: checksums and its bandwidth, a few hundred B
+KEPT_ROUNDS = 8  # rounds whose early-arriving metadata is held (a member may run a round ahead)
+# rounds whose reductions are kept for a groupmate that asks again: 1/n of the tensor each
+KEPT_REDUCTIONS = 2
+REMEMBERED_ROUNDS = 1024  # rounds already run here: their metadata arrives too late to be used
+# a groupmate may not serve the round's protocol yet: after a re-plan it may still be fetching
+# its stage's state (seconds); we retry until our own wait for the round would end
+SEND_RETRY_S = 0.5
+MAX_NOTE_CHARS = 2000  # one round's reducer report (a few peer ids and reasons)
+
+
+class GroupmatesAhead(MatchmakingException):
+    """A groupmate is past the round we wait in (it kept a local gradient once): waiting on
+    cannot complete the round; we give it up at once and meet the groupmate in the next one."""
+
+
+class PlannedGroupAverager(DecentralizedAverager):
+    """A DecentralizedAverager whose rounds run in a fixed group (`group`: base58 peer ids, the
+    same list in the same order on every member) instead of a group found through the DHT.
+    `weights`: each member's planned weight (its rows of the batch), in the group's order."""
+
+    # hivemind's servicer caches the rpc_ handlers per class: this class has one more
+    _rpc_handlers = None
+    _stub_type = None
+
+    def __init__(
+        self,
+        *args: Any,
+        group: Sequence[str],
+        weights: Sequence[float],
+        wire: WireMarks | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if len(set(group)) != len(group) or len(group) < 2:
+            raise ValueError(f"a planned group needs >= 2 distinct peers, got {list(group)}")
+        if len(weights) != len(group) or not all(w > 0 for w in weights):
+            raise ValueError(f"a planned group needs a positive weight per member, got {weights}")
+        self._group = tuple(group)
+        self._weights = dict(zip(group, (float(w) for w in weights), strict=True))
+        # our own metadata of each round found (by group id): which round it is, from us
+        self._own_rounds: dict[bytes, dict[str, Any]] = {}
+        # what our reducer did to whose parts, for the worker's report (a SimpleQueue writes at
+        # once: a round's note is there when its result is)
+        self._notes: mp.SimpleQueue[str] = mp.SimpleQueue()
+        # the bytes each round moved (worker/traffic.py), sent after it as {peer: [sent, received]}
+        self._traffic: mp.SimpleQueue[str] = mp.SimpleQueue()
+        self._uncounted: dict[str, list[int]] = {}
+        self.wire = wire or WireMarks(None)  # the CPU clock as a round's parts come and go
+        # the rest lives in the averager's own process (it is forked by super().__init__)
+        self._inbox: dict[str, dict[PeerID, bytes]] = {}
+        self._rounds_seen: dict[str, None] = {}  # insertion-ordered: the oldest go first
+        self._waiting_for = ""
+        self._given_up = ""  # why the round waited for cannot complete, if it cannot
+        self._sending: set[asyncio.Task[None]] = set()
+        self._arrived: asyncio.Event | None = None
+        # group id -> our reducer of that round and how long a groupmate may wait for it
+        self._reductions: dict[bytes, tuple[RobustPartReducer, float]] = {}
+        super().__init__(*args, **kwargs)
+        if self.peer_id.to_base58() not in self._group:
+            raise ValueError(f"this peer ({self.peer_id}) is not in its planned group")
+
+    # hivemind sets self._matchmaking once its process runs; every look_for_group goes through
+    # _RoundRouter, which sends a round's first attempt to the planned group
+    @property
+    def _matchmaking(self) -> Any:
+        return self._router
+
+    @_matchmaking.setter
+    def _matchmaking(self, dht_matchmaking: Any) -> None:
+        self._router = _RoundRouter(self, dht_matchmaking)
+
+    def _own_metadata(self, step: StepControl) -> dict[str, Any]:
+        """What we gather for this step (worker/averaging/checks.py's Checksums.as_gather), or {}."""
+        try:
+            _bandwidth, _mode, user_bytes = self.serializer.loads(step.data_for_gather)
+            user = self.serializer.loads(user_bytes)
+        except Exception:
+            return {}
+        return user if isinstance(user, dict) else {}
+
+    def _round_key(self, step: StepControl) -> str | None:
+        """The round a step is for (its gathered 'step'), or None if it names none."""
+        user = self._own_metadata(step)
+        return str(user["step"]) if isinstance(user.get("step"), int) else None
+
+    def _found(self, group: GroupInfo, step: StepControl) -> None:
+        """Remember, for the all-reduce, which round of ours `group` was found for."""
+        self._own_rounds[group.group_id] = self._own_metadata(step)
+        while len(self._own_rounds) > KEPT_ROUNDS:
+            del self._own_rounds[next(iter(self._own_rounds))]
+
+    def outsiders(self, peer_ids: Sequence[PeerID]) -> list[str]:
+        """The peers of a group that are not in the planned group."""
+        return [str(p) for p in peer_ids if p.to_base58() not in self._weights]
+
+    async def _run_allreduce_inplace_(
+        self,
+        tensors: Sequence[torch.Tensor],
+        group_info: GroupInfo,
+        group_id: bytes | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """hivemind's, with the robust runner: planned weights (equal ones in a state round,
+        as StageAverager.average_state averages), checked and clipped parts."""
+        group_id = group_info.group_id if group_id is None else group_id
+        own = self._own_rounds.pop(group_info.group_id, {})
+        if self.outsiders(group_info.peer_ids):  # the router lets none through: never here
+            raise AllreduceException(
+                f"not the planned group: {self.outsiders(group_info.peer_ids)}"
+            )
+        state_round = isinstance(own.get("step"), int) and own["step"] < 0
+        names = [p.to_base58() for p in group_info.peer_ids]
+        bound = own.get("drift_bound", MOMENTS_DRIFT_BOUND)
+        runner = RobustAllReduceRunner(
+            p2p=self._p2p,
+            servicer_type=type(self),
+            prefix=self.prefix,
+            tensors=tensors,
+            group_id=group_id,
+            ordered_peer_ids=group_info.peer_ids,
+            weights=[1.0 if state_round else self._weights[n] for n in names],
+            drift_bound=float(bound) if state_round else None,
+            floor_per_element=median_claimed_norm(group_info.gathered, self.serializer)
+            / max(self.total_size, 1) ** 0.5,
+            count=self._count_part,
+            **kwargs,
+        )
+        self._reductions[group_id] = (runner.reducer, float(runner.reducer_timeout or 0.0))
+        while len(self._reductions) > KEPT_REDUCTIONS:
+            del self._reductions[next(iter(self._reductions))]
+        assert group_id in self._running_groups, f"group {group_id!r} was not registered"
+        self._running_groups[group_id].set_result(runner)
+        self.wire.start()
+        try:
+            async for tensor, update in azip(as_aiter(*tensors), runner):
+                tensor.add_(update, alpha=self._averaging_alpha)
+                self.last_updated = get_dht_time()
+                self._state_updated.set()
+        finally:
+            if runner.notes:
+                said = "; ".join(f"{peer}'s {what}" for peer, what in runner.notes.items())
+                self._notes.put(f"round {own.get('step')}: our reducer: {said}"[:MAX_NOTE_CHARS])
+            for peer, why in runner.refetched.items():
+                note = f"round {own.get('step')}: {peer}'s reducer asked again ({why}): averaged"
+                self._notes.put(note[:MAX_NOTE_CHARS])
+            for peer, why in runner.reducer_failures.items():
+                note = f"round {own.get('step')}: no averaged part from {peer}'s reducer: {why}"
+                self._notes.put(note[:MAX_NOTE_CHARS])
+            if self._uncounted:
+                self._traffic.put(json.dumps(self._uncounted))
+                self._uncounted = {}
+            self.wire.finish()
+
+    def _count_part(self, peer: str, sent: int, received: int) -> None:
+        self.wire.mark(sent, received)  # the all-reduce's parts only: not the metadata swap
+        self._count(peer, sent, received)
+
+    def _count(self, peer: str, sent: int, received: int) -> None:
+        counts = self._uncounted.setdefault(peer, [0, 0])
+        counts[0] += sent
+        counts[1] += received
+
+    def traffic(self) -> dict[str, tuple[int, int]]:
+        """The bytes sent to and received from each peer since the last call (read by the
+        worker after each round, so the queue's pipe never fills)."""
+        total: dict[str, tuple[int, int]] = {}
+        while not self._traffic.empty():
+            for peer, (sent, received) in json.loads(self._traffic.get()).items():
+                old_sent, old_received = total.get(peer, (0, 0))
+                total[peer] = (old_sent + sent, old_received + received)
+        return total
+
+    def reducer_notes(self) -> list[str]:
+        """What our reducer dropped or clipped since the last call (read by the worker after
+        each round, so the queue's pipe never fills)."""
+        notes = []
+        while not self._notes.empty():
+            notes.append(self._notes.get())
+        return notes
+
+    async def gather_planned(self, step: StepControl, key: str) -> GroupInfo | None:
+        """Swap metadata with every groupmate for round `key`; the round's group, or None if
+        someone's did not arrive in time."""
+        self._rounds_seen[key] = None
+        if len(self._rounds_seen) > REMEMBERED_ROUNDS:
+            del self._rounds_seen[next(iter(self._rounds_seen))]
+        self._waiting_for, self._given_up = key, ""
+        for held, senders in self._inbox.items():  # a groupmate's later round came first
+            if _is_later(held, key) and senders:
+                self._given_up = f"{next(iter(senders))} is at round {held}"
+        members = [PeerID.from_base58(p) for p in self._group]
+        others = [p for p in members if p != self.peer_id]
+        request = averaging_pb2.JoinRequest(
+            schema_hash=self.schema_hash, gather=step.data_for_gather, group_key=key
+        )
+        for peer in others:
+            # not cancelled when our own wait ends: a groupmate may still be waiting for ours
+            task = asyncio.create_task(self._send(peer, request, step))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+        try:
+            inbox = self._inbox.setdefault(key, {})
+            arrived = self._arrival_event()
+            while any(peer not in inbox for peer in others):
+                if self._given_up:
+                    raise GroupmatesAhead(f"planned round {key}: {self._given_up}")
+                arrived.clear()
+                await asyncio.wait_for(arrived.wait(), timeout=step.get_timeout())
+        except TimeoutError:
+            missing = [str(p) for p in others if p not in self._inbox.get(key, {})]
+            log.warning("planned round %s: no metadata from %s in time", key, missing)
+            return None
+        finally:
+            self._inbox.pop(key, None)
+            self._waiting_for = ""
+        gathered = tuple(step.data_for_gather if p == self.peer_id else inbox[p] for p in members)
+        group_id = hashlib.sha256(f"{self.prefix}/{key}".encode()).digest()
+        return GroupInfo(group_id=group_id, peer_ids=tuple(members), gathered=gathered)
+
+    async def _send(
+        self, peer: PeerID, request: averaging_pb2.JoinRequest, step: StepControl
+    ) -> None:
+        stub = type(self).get_stub(self._p2p, peer, namespace=self.prefix)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + step.get_timeout()
+        while True:
+            try:
+                reply = await stub.rpc_planned_gather(request, timeout=step.get_timeout())
+                self._count(peer.to_base58(), request.ByteSize(), reply.ByteSize())
+                if reply.code == averaging_pb2.BAD_GROUP_KEY:
+                    self._give_up(request.group_key, f"{peer} is past this round")
+                elif reply.code != averaging_pb2.ACCEPTED:
+                    log.warning(
+                        "planned round %s: %s refused our metadata (%s)",
+                        request.group_key,
+                        peer,
+                        averaging_pb2.MessageCode.Name(reply.code),
+                    )
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # p2pd dial backoff, a peer that restarts: try again
+                if loop.time() + SEND_RETRY_S >= deadline:
+                    log.warning(
+                        "planned round %s: sending to %s failed: %r", request.group_key, peer, exc
+                    )
+                    return
+                await asyncio.sleep(SEND_RETRY_S)
+
+    async def rpc_planned_gather(
+        self, request: averaging_pb2.JoinRequest, context: P2PContext
+    ) -> averaging_pb2.MessageFromLeader:
+        """A groupmate's metadata for one round (it then waits for ours, and we for the rest)."""
+        sender = context.remote_id
+        if sender.to_base58() not in self._group:
+            return averaging_pb2.MessageFromLeader(code=averaging_pb2.NOT_A_LEADER)
+        if request.schema_hash != self.schema_hash:
+            return averaging_pb2.MessageFromLeader(code=averaging_pb2.BAD_SCHEMA_HASH)
+        if len(request.gather) > MAX_GATHER_BYTES or not request.group_key:
+            return averaging_pb2.MessageFromLeader(code=averaging_pb2.PROTOCOL_VIOLATION)
+        self._count(sender.to_base58(), 0, request.ByteSize())
+        key = request.group_key
+        if key in self._rounds_seen and key not in self._inbox:
+            return averaging_pb2.MessageFromLeader(code=averaging_pb2.BAD_GROUP_KEY)  # too late
+        if key not in self._inbox and len(self._inbox) >= KEPT_ROUNDS:
+            # make room: drop the oldest round held, never the one being waited for
+            oldest = next(k for k in self._inbox if k != self._waiting_for)
+            del self._inbox[oldest]
+        self._inbox.setdefault(key, {})[sender] = request.gather
+        if _is_later(key, self._waiting_for):
+            self._give_up(self._waiting_for, f"{sender} is at round {key}")
+        self._arrival_event().set()
+        return averaging_pb2.MessageFromLeader(code=averaging_pb2.ACCEPTED)
+
+    # typing's AsyncIterator, not collections.abc's: hivemind's servicer tells a streaming
+    # reply by the hint's _name, which only typing's generics have
+    async def rpc_reduced_parts(
+        self, request: averaging_pb2.AveragingData, context: P2PContext
+    ) -> typing.AsyncIterator[averaging_pb2.AveragingData]:
+        """A groupmate's reply stream from our reducer broke: what our reducer computed for
+        round `request.group_id` once it is done, uncompressed, part by part; a refusal if the
+        round is not kept here or the groupmate's own parts are not in every average."""
+        sender = context.remote_id.to_base58()
+        kept = self._reductions.get(request.group_id) if sender in self._group else None
+        if kept is None:
+            yield averaging_pb2.AveragingData(code=averaging_pb2.BAD_GROUP_ID)
+            return
+        reducer, wait_s = kept
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(reducer.done.wait(), timeout=wait_s or None)
+        outputs = reducer.averaged_for(sender)
+        if outputs is None:
+            yield averaging_pb2.AveragingData(code=averaging_pb2.INTERNAL_ERROR)
+            return
+        loop = asyncio.get_running_loop()
+        for part in outputs:
+            tensor = await loop.run_in_executor(None, serialize_torch_tensor, part)
+            reply = averaging_pb2.AveragingData(
+                code=averaging_pb2.AVERAGED_PART, tensor_part=tensor
+            )
+            self._count(sender, reply.ByteSize(), 0)
+            yield reply
+
+    def _give_up(self, key: str, why: str) -> None:
+        if key and key == self._waiting_for:
+            self._given_up = why
+            self._arrival_event().set()
+
+    def _arrival_event(self) -> asyncio.Event:
+        if self._arrived is None:  # created in the averager's process, on its event loop
+            self._arrived = asyncio.Event()
+        return self._arrived
+
+
+def _is_later(key: str, than: str) -> bool:
+    """Is gradient round `key` (its step) past round `than`? (State rounds, tagged below 0,
+    are run by all members together and never compared.)"""
+    try:
+        return int(key) > int(than) >= 0
+    except ValueError:
+        return False
+
+
+class _RoundRouter:
+    """Stands in for hivemind's Matchmaking: a round's first look_for_group goes to the planned
+    group, a retry of that round (and anything else) to the DHT matchmaking, which may take in
+    members of the planned group only."""
+
+    def __init__(self, averager: PlannedGroupAverager, dht_matchmaking: Any) -> None:
+        self._averager = averager
+        self._dht_matchmaking = dht_matchmaking
+
+    async def look_for_group(self, step: StepControl) -> GroupInfo | None:
+        averager = self._averager
+        key = averager._round_key(step)
+        if key is not None and key not in averager._rounds_seen:
+            group = await averager.gather_planned(step, key)
+        else:
+            group = await self._dht_matchmaking.look_for_group(step)
+            outsiders = averager.outsiders(group.peer_ids) if group is not None else []
+            if outsiders:
+                log.warning("round %s: refusing a group with non-members %s", key, outsiders)
+                group = None
+        if group is not None:
+            averager._found(group, step)
+        return group
+
+    async def rpc_join_group(
+        self, request: averaging_pb2.JoinRequest, context: P2PContext
+    ) -> AsyncIterator[averaging_pb2.MessageFromLeader]:
+        """A peer asks to join the group we lead: only members of the planned group may."""
+        if self._averager.outsiders([context.remote_id]):
+            yield averaging_pb2.MessageFromLeader(code=averaging_pb2.PROTOCOL_VIOLATION)
+            return
+        async for reply in self._dht_matchmaking.rpc_join_group(request, context):
+            yield reply
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._dht_matchmaking, name)

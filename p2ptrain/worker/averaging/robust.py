@@ -1,0 +1,113 @@
+"""The rule a reducer combines the senders' copies of one part of the tensor with (pure torch).
+
+In hivemind's butterfly all-reduce every member reduces one share of the tensor: it receives
+every sender's copy of each part of that share and returns the combination. That is the one
+place that sees what each sender really put in (the gathered checksums and norms are only what
+it claims), so the checks live here (worker/averaging/robust_allreduce.py feeds this rule):
+
+- a part holding a NaN or an infinity is dropped;
+- each sender counts with its planned weight (its rows of the batch), never the weight it sends;
+- with 3 or more senders, a centred clip around the coordinate-wise median: no sender moves the
+  result by more than CLIP_FACTOR times the median distance of the parts to their median;
+- with 2 senders a median cannot tell who lies: a part whose norm is over PAIR_NORM_FACTOR times
+  the other's is dropped;
+- in a state re-sync round (parameters, optimizer moments: replicas that differ only by a few
+  local updates), a part farther from ours than the round's drift bound times our part's norm
+  is refused: a forced re-sync cannot pull crafted parameters in.
+
+When nothing is dropped or clipped the result is the plain weighted mean, so honest rounds are
+unchanged (and pass worker/averaging/checks.py's checksum test). When something is, the result is no
+longer the mean of what was claimed and the round fails on every member: each keeps its own
+gradient, and nothing of the liar's is applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+CLIP_FACTOR = 4.0  # tau = this × the median distance to the coordinate-wise median
+CLIP_ITERATIONS = 3  # centred-clip iterations (each moves the centre toward the clipped mean)
+PAIR_NORM_FACTOR = 3.0  # of two parts, one over this × the other's norm is dropped
+# a drifted replica's parameters differ by ~1e-2 of their norm, its Adam moments by up to about
+# as much as they are (a local update changes exp_avg by a tenth of a whole gradient)
+PARAMS_DRIFT_BOUND = 0.1
+MOMENTS_DRIFT_BOUND = 1.0
+
+
+@dataclass(frozen=True)
+class Combined:
+    """A reduced part, and the senders (indices into the parts given) that did not count fully."""
+
+    value: torch.Tensor
+    dropped: dict[int, str]  # sender -> why its part was left out
+    clipped: tuple[int, ...] = ()  # senders whose part was pulled toward the others'
+
+
+def robust_mean(
+    parts: Sequence[torch.Tensor],
+    weights: Sequence[float],
+    own: int | None = None,
+    drift_bound: float | None = None,
+    floor: float = 0.0,
+) -> Combined:
+    """Combine one part from every sender (`weights` from the plan; `own`: our index, if we
+    sent; `drift_bound`: set in state rounds; `floor`: the smallest spread or norm the rules
+    treat as the parts' scale, so a part that is all zeros in most copies does not make every
+    other copy an outlier)."""
+    assert len(parts) == len(weights) and parts
+    dropped: dict[int, str] = {}
+    for i, part in enumerate(parts):
+        if not bool(torch.isfinite(part).all()):
+            dropped[i] = "non-finite values"
+    if drift_bound is not None and own is not None and own not in dropped:
+        mine = parts[own].double()
+        bound = drift_bound * max(float(mine.norm()), floor)
+        for i, part in enumerate(parts):
+            distance = float((part.double() - mine).norm())
+            if i not in dropped and not distance <= bound:
+                dropped[i] = f"{distance:.3g} from our state (bound {bound:.3g})"
+    kept = [i for i in range(len(parts)) if i not in dropped]
+    if not kept:  # nothing usable: our own part (the round fails its checks anyway)
+        fallback = parts[own] if own is not None else torch.zeros_like(parts[0])
+        return Combined(torch.nan_to_num(fallback, 0.0, 0.0, 0.0), dropped)
+    if len(kept) == 2 and drift_bound is None:
+        norms = {i: float(parts[i].double().norm()) for i in kept}
+        small, large = sorted(kept, key=lambda i: norms[i])
+        if norms[large] > PAIR_NORM_FACTOR * max(norms[small], floor):
+            dropped[large] = f"norm {norms[large]:.3g} against {norms[small]:.3g}"
+            kept = [small]
+    stacked = torch.stack([parts[i] for i in kept]).double()
+    w = torch.tensor([float(weights[i]) for i in kept], dtype=torch.float64)
+    w = w.view(-1, *([1] * (stacked.dim() - 1)))
+    mean = (w * stacked).sum(0) / w.sum()
+    if len(kept) < 3 or drift_bound is not None:
+        return Combined(mean.to(parts[0].dtype), dropped)
+    value, clipped = _centred_clip(stacked, w, floor)
+    if not clipped:
+        value = mean
+    return Combined(value.to(parts[0].dtype), dropped, tuple(kept[i] for i in clipped))
+
+
+def _centred_clip(
+    stacked: torch.Tensor, w: torch.Tensor, floor: float
+) -> tuple[torch.Tensor, list[int]]:
+    """Centred clip (Karimireddy et al. 2021) from the coordinate-wise median; the senders
+    (rows) farther than tau from it, where tau = CLIP_FACTOR × the median distance."""
+    ordered = stacked.sort(dim=0).values
+    n = len(stacked)
+    centre = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
+    flat = (stacked - centre).flatten(1)
+    distances = flat.norm(dim=1)
+    tau = CLIP_FACTOR * max(float(distances.median()), floor)
+    clipped = [i for i in range(n) if float(distances[i]) > tau]
+    if not clipped:
+        return centre, []
+    for _ in range(CLIP_ITERATIONS):
+        offsets = stacked - centre
+        norms = offsets.flatten(1).norm(dim=1)
+        scale = torch.clamp(tau / (norms + 1e-300), max=1.0).view_as(w)
+        centre = centre + (w * scale * offsets).sum(0) / w.sum()
+    return centre, clipped

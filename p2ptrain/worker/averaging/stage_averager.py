@@ -1,0 +1,320 @@
+"""Data-parallel gradient averaging for one stage, with every round verified (worker/averaging/checks.py).
+
+A failed or partial round is retried once with whoever is still there; if that fails too, the
+peer keeps its own (local) gradient: never a silently half-averaged one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from p2ptrain.errors import WireError
+from p2ptrain.records import NetworkFacts
+from p2ptrain.schedule.step_time import part_size_bytes
+from p2ptrain.worker.averaging.checks import (
+    COMPRESSED_TOLERANCE,
+    EXACT_TOLERANCE,
+    Checksums,
+    check_round,
+    checksums,
+    params_digest,
+    replicas_diverged,
+)
+
+if TYPE_CHECKING:
+    from hivemind import DHT
+
+    from p2ptrain.worker.cpu_clock import WireMarks
+    from p2ptrain.worker.traffic import Traffic
+
+log = logging.getLogger(__name__)
+
+RETRY_TIMEOUT_S = 5.0
+STOP_POLL_S = 0.2  # how often a waiting round checks whether the session must end
+
+# On shutdown, our last reduced parts may still be on their way to a groupmate: if the process
+# left at once, the groupmate's last round would come out partial. Stay this long at most.
+MAX_LINGER_S = 2.5
+
+
+@dataclasses.dataclass(frozen=True)
+class AveragingTimeouts:
+    """hivemind's matchmaking and all-reduce timeouts for one network (seconds)."""
+
+    request_s: float  # a potential leader must answer a join request within this
+    min_matchmaking_s: float  # how long a declared group waits for more peers
+    sender_s: float  # max silence between two chunks from one sender
+    reducer_s: float  # max wait for one reduced part
+    allreduce_s: float  # the whole all-reduce after the group formed
+    linger_s: float  # how long to stay after the last round, for our parts to arrive
+
+    @classmethod
+    def for_network(
+        cls, max_rtt_s: float, min_rate_mbps: float, gradient_bytes: int
+    ) -> AveragingTimeouts:
+        """Timeouts for links of up to max_rtt_s round trip and at least min_rate_mbps.
+
+        A join request may need a fresh connection (TCP + Noise + muxer: about 4 round trips)
+        before its reply; the DHT declare/lookup behind matchmaking takes a few more, so a
+        declared group must live several times that. The all-reduce moves, on each peer's
+        link, about twice the gradient (its parts out, the averaged parts back)."""
+        request_s = max(1.0, 4 * max_rtt_s)
+        transfer_s = 2 * gradient_bytes * 8 / (min_rate_mbps * 1e6)
+        sender_s = max(5.0, 4 * max_rtt_s + transfer_s)
+        return cls(
+            request_s=request_s,
+            min_matchmaking_s=max(2.0, 2.5 * request_s),
+            sender_s=sender_s,
+            reducer_s=max(10.0, 2 * sender_s),
+            allreduce_s=max(30.0, 8 * max_rtt_s + 4 * transfer_s),
+            linger_s=min(MAX_LINGER_S, 2 * max_rtt_s + transfer_s / 2),
+        )
+
+
+LOCAL_TIMEOUTS = AveragingTimeouts(
+    request_s=0.5,
+    min_matchmaking_s=1.0,
+    sender_s=5.0,
+    reducer_s=10.0,
+    allreduce_s=30.0,
+    linger_s=0.0,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """How a step's gradient was combined: 'averaged' over group_size peers, or 'local'."""
+
+    kind: str
+    group_size: int
+    detail: str = ""
+    diverged: bool = False  # the group's replicas started the step from different parameters
+    # the process tree's CPU clock when the round's first part left and its last part arrived
+    # (worker/cpu_clock.py's WireMarks), None if it moved none
+    wire_cpu: tuple[float, float] | None = None
+
+
+def averaging_timeouts(
+    gradient_bytes: int, network: NetworkFacts | None, stage: int | None = None
+) -> AveragingTimeouts:
+    """The timeouts for the network the plan was made for: the links of `stage`'s group (the
+    ones its rounds cross), or the swarm-wide pair when the stage or its facts are unknown. A
+    plan without network facts was made for a local network (loopback or LAN): short
+    timeouts, so a failed round is noticed quickly."""
+    if network is None:
+        return LOCAL_TIMEOUTS
+    links = network.swarm if stage is None else network.group(stage)
+    return AveragingTimeouts.for_network(links.rtt_s, links.rate_mbps, gradient_bytes)
+
+
+class StageAverager:
+    """Averages one stage's flat gradient with the other replicas of that stage."""
+
+    def __init__(
+        self,
+        dht: DHT,
+        num_params: int,
+        prefix: str,
+        num_replicas: int,
+        compression: str,
+        timeout_s: float,
+        group: Mapping[str, float],
+        network: NetworkFacts | None = None,
+        stage: int | None = None,
+        traffic: Traffic | None = None,
+        wire: WireMarks | None = None,
+    ) -> None:
+        """network: what the plan says of its links, to scale the timeouts for (those of
+        `stage`'s group when given).
+        group: the stage's replicas as the plan lists them (this peer among them), each with
+        its planned weight (its rows of the batch): a round's first attempt runs in that group
+        (worker/averaging/planned_group.py), a retry in one of its members found by hivemind's DHT
+        matchmaking. Every reducer uses these weights, never the ones senders claim.
+        traffic: the worker's byte counters, which every round's bytes are added to.
+        wire: marks the process tree's CPU clock as a round's parts come and go (a profiling
+        worker's, worker/profiler.py); None: no marks."""
+        self.traffic = traffic
+        if len(group) < 2:
+            raise ValueError(f"averaging needs a group of >= 2 replicas, got {dict(group)}")
+        self.weights = dict(group)
+        self._buffer = torch.zeros(num_params)
+        self.timeouts = averaging_timeouts(
+            num_params * (4 if compression == "none" else 2), network, stage
+        )
+        self._rounds = 0
+        self.timeout_s = timeout_s
+        self.tolerance = EXACT_TOLERANCE if compression == "none" else COMPRESSED_TOLERANCE
+        # after full rounds replicas differ only by rounding (each adds the averaged delta to its
+        # own tensor; with fp16 the delta is rounded too); one local-only update moves them
+        # apart by ~1e-2 of the parameter norm
+        self.divergence_tolerance = 1e-6 if compression == "none" else 1e-2
+        self._param_signs = (
+            torch.randint(
+                0, 2, (num_params,), generator=torch.Generator().manual_seed(7), dtype=torch.int8
+            ).double()
+            * 2
+            - 1
+        )
+        # bf16 activations still average in fp16: hivemind has no bf16 codec, fp16 is closer anyway
+        # hivemind only here: the timeout rules above stay importable beside libp2p (tests)
+        from hivemind.compression import CompressionBase, Float16Compression, NoCompression
+
+        from p2ptrain.worker.averaging.planned_group import GroupmatesAhead, PlannedGroupAverager
+
+        codec: CompressionBase = NoCompression() if compression == "none" else Float16Compression()
+        wire_bytes = 4 if compression == "none" else 2
+        self._groupmates_ahead = GroupmatesAhead
+        self._averager = PlannedGroupAverager(
+            [self._buffer],
+            dht,
+            start=True,
+            prefix=prefix,
+            group=list(self.weights),
+            weights=list(self.weights.values()),
+            target_group_size=num_replicas,
+            min_group_size=2,
+            min_matchmaking_time=self.timeouts.min_matchmaking_s,
+            request_timeout=self.timeouts.request_s,
+            compression=codec,
+            sender_timeout=self.timeouts.sender_s,
+            reducer_timeout=self.timeouts.reducer_s,
+            allreduce_timeout=self.timeouts.allreduce_s,
+            # an even share for each member, in parts (schedule/step_time.py's part_size_bytes)
+            part_size_bytes=part_size_bytes(num_params * wire_bytes, num_replicas, wire_bytes),
+            wire=wire,
+        )
+
+    def average(
+        self,
+        flat_grad: torch.Tensor,
+        step: int,
+        should_stop: Callable[[], bool] | None = None,
+        flat_params: torch.Tensor | None = None,
+        drift_bound: float | None = None,
+    ) -> tuple[torch.Tensor, Outcome]:
+        """The verified average of `flat_grad` over the group, weighted as the plan says, or
+        flat_grad itself ('local'; 'stopped' if `should_stop()` turned true while waiting: a
+        new plan is here). drift_bound: for average_state only."""
+        try:
+            result, outcome = self._average(flat_grad, step, should_stop, flat_params, drift_bound)
+        finally:
+            if self.traffic is not None:
+                self.traffic.add(self._averager.traffic())
+        return result, dataclasses.replace(outcome, wire_cpu=self._averager.wire.last())
+
+    def _average(
+        self,
+        flat_grad: torch.Tensor,
+        step: int,
+        should_stop: Callable[[], bool] | None,
+        flat_params: torch.Tensor | None,
+        drift_bound: float | None,
+    ) -> tuple[torch.Tensor, Outcome]:
+        weights = self.weights if step >= 0 else dict.fromkeys(self.weights, 1.0)
+        weight = weights[str(self._averager.peer_id)]
+        mine = checksums(flat_grad, step, weight)
+        if flat_params is not None:
+            digest, norm = params_digest(flat_params, self._param_signs)
+            mine = dataclasses.replace(mine, params=digest, params_norm=norm)
+        gather = mine.as_gather()
+        if drift_bound is not None:  # read by our own reducer only (worker/averaging/robust.py)
+            gather["drift_bound"] = drift_bound
+        problem = ""
+        failed: list[str] = []
+        timeout_s = self.timeout_s
+        for attempt in range(2):
+            with self._averager.get_tensors() as (buffer,):
+                buffer.copy_(flat_grad)
+            try:
+                control = self._averager.step(
+                    gather=gather,
+                    weight=weight,
+                    timeout=timeout_s,
+                    wait=False,
+                    allow_retries=attempt > 0,  # a planned round's retry is our attempt 2
+                )
+                gathered = _wait_unless_stopped(control, should_stop)
+            except _Stopped:
+                return flat_grad, Outcome("stopped", 1, "stopped while averaging")
+            except Exception as exc:  # hivemind raises a few kinds on a broken round
+                if isinstance(exc, self._groupmates_ahead):
+                    # as below: the one behind gives the step up at once
+                    log.warning("step %d: %s: local gradient", step, exc)
+                    return flat_grad, Outcome("local", 1, str(exc))
+                gathered, problem = None, f"averaging raised {exc!r}"
+            timeout_s = min(self.timeout_s, RETRY_TIMEOUT_S)
+            if gathered is None:
+                problem = problem or "no group formed"
+            else:
+                with self._averager.get_tensors() as (buffer,):
+                    result = buffer.clone()
+                problem = check_round(result, mine, gathered, self.tolerance, weights) or ""
+                notes = self._averager.reducer_notes()
+                if not problem:
+                    self._rounds += 1
+                    diverged = replicas_diverged(gathered, self.divergence_tolerance)
+                    detail = "; ".join([*failed, *notes])  # why a first attempt failed
+                    return result, Outcome("averaged", len(gathered), detail, diverged)
+                if notes:  # why the round failed on every member, if our reducer knows
+                    problem = f"{problem} ({'; '.join(notes)})"
+                # Replicas a step apart met (one kept a local gradient earlier and ran ahead).
+                # The one behind gives this step up at once and so reaches the next round soon;
+                # the one ahead waits for it with the full timeout: they are in step again.
+                steps = _gathered_steps(gathered)
+                if steps and max(steps) > step:
+                    log.warning("step %d: groupmates are ahead (%s): local gradient", step, problem)
+                    return flat_grad, Outcome("local", 1, problem)
+                if steps and min(steps) < step:
+                    timeout_s = self.timeout_s
+            failed.append(f"attempt {attempt + 1}: {problem}")
+            log.warning("step %d averaging attempt %d failed: %s", step, attempt + 1, problem)
+        return flat_grad, Outcome("local", 1, "; ".join(failed))
+
+    def average_state(
+        self, flat: torch.Tensor, tag: int, drift_bound: float
+    ) -> torch.Tensor | None:
+        """One verified round of plain averaging (equal weights) of a parameter-sized tensor
+        (parameters, optimizer moments), to bring diverged replicas back together; `tag` < 0
+        (never a gradient round's step: the checks refuse a mixed group). A groupmate's part
+        farther from ours than drift_bound × our part's norm is refused (worker/averaging/robust.py):
+        a false parameter digest cannot force crafted parameters in. None if it failed."""
+        assert tag < 0
+        averaged, outcome = self.average(flat, tag, drift_bound=drift_bound)
+        return averaged if outcome.kind == "averaged" else None
+
+    def shutdown(self) -> None:
+        """Leave the swarm (after a last round, once our parts had time to arrive)."""
+        if self._rounds:
+            time.sleep(self.timeouts.linger_s)
+        self._averager.shutdown()
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _wait_unless_stopped(control: Any, should_stop: Callable[[], bool] | None) -> Any:
+    """The round's result; cancels it and raises _Stopped once `should_stop()` is true."""
+    while True:
+        try:
+            return control.result(timeout=STOP_POLL_S)
+        except TimeoutError:
+            if should_stop is not None and should_stop():
+                control.cancel()
+                raise _Stopped() from None
+
+
+def _gathered_steps(gathered: dict[Any, Any]) -> list[int]:
+    """The steps of the groupmates whose metadata is valid."""
+    steps = []
+    for data in gathered.values():
+        with contextlib.suppress(WireError):
+            steps.append(Checksums.from_gather(data).step)
+    return steps

@@ -1,0 +1,339 @@
+"""Pipeline transport: tensor frames to and from neighbours over hivemind's p2pd streams.
+
+hivemind's P2P client is asyncio; the trainer is plain blocking code. So the transport owns an
+asyncio loop in a background thread: a stream handler validates incoming frames and files them in
+an inbox keyed by plan (term, epoch), kind, step and micro-batch (worker/pipeline/frame_inbox.py); the
+trainer sends with `send()` (returns a future) and blocks in `receive()` until the frame it needs
+arrives, the peer is declared lost, or it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import threading
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import torch
+from hivemind.p2p import P2P, PeerID
+from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
+from hivemind.utils.multiaddr import Multiaddr
+
+from p2ptrain.worker.pipeline import frames
+from p2ptrain.worker.pipeline.frame_inbox import FrameInbox, PlanKey
+from p2ptrain.worker.pipeline.frames import Expected, FrameHeader, PeerLost
+from p2ptrain.worker.pipeline.link_bounds import CONNECT_WINDOW_S, SEND_TIMEOUT_S
+from p2ptrain.worker.traffic import Traffic
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+ExpectFn = Callable[[FrameHeader], Expected | None]
+BUSY_RETRY_S = 0.2
+ANSWER_LINGER_S = 5.0
+YIELD_DIAL_S = (2.0, 3.0)  # how long the larger peer id leaves the dial to the other one
+# Inbound frame streams: only the current plan's peers get a stream read at all; a neighbour
+# has a handful open at once (a frame per micro-batch and direction), so more than this is a
+# flood and refused before anything is read; and a header must arrive soon after a stream
+# opens, so idle streams cannot hold handlers.
+MAX_INBOUND_PER_PEER = 16
+HEADER_TIMEOUT_S = 10.0
+ROUTE_CHECK_S = 2.0  # how often routed peers' connections are checked (keep_routes)
+
+
+class Transport:
+    """Frames in and out of one worker; `expect` says what is acceptable right now."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, p2p: P2P, expect: ExpectFn) -> None:
+        self._loop = loop
+        self._p2p = p2p
+        self._expect = expect
+        self._inbox = FrameInbox()
+        self.peer_id = p2p.peer_id.to_base58()
+        self.traffic = Traffic()  # every data-plane protocol of this worker adds to it
+        self._inbound: dict[str, int] = {}  # open inbound streams per remote peer
+        self._plan_peers: frozenset[str] = frozenset()  # whose frames we read at all
+        self.num_streams_refused = 0
+        self._routes: dict[str, list[Multiaddr]] = {}  # peers behind NATs: see keep_routes
+        self._keeping_routes = False
+
+    @property
+    def p2p(self) -> P2P:
+        """The p2pd client, for other stream protocols of this worker (worker/resume/state_transfer.py)."""
+        return self._p2p
+
+    @classmethod
+    def start(cls, open_p2p: Callable[[], Coroutine[Any, Any, P2P]], expect: ExpectFn) -> Transport:
+        """Start the asyncio thread, open the P2P client there and register the frame handler."""
+        loop = asyncio.new_event_loop()
+        threading.Thread(target=loop.run_forever, name="p2p-loop", daemon=True).start()
+        p2p = asyncio.run_coroutine_threadsafe(open_p2p(), loop).result(timeout=60)
+        transport = cls(loop, p2p, expect)
+        transport.call(p2p.add_binary_stream_handler(frames.PROTOCOL, transport._handle_stream))
+        return transport
+
+    def call(self, coroutine: Coroutine[Any, Any, T], timeout_s: float = 60.0) -> T:
+        """Run a coroutine on the transport's loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=timeout_s)
+
+    def connect_all(
+        self, peers: Mapping[str, Sequence[str]], windows_s: Mapping[str, float] | None = None
+    ) -> list[str]:
+        """Tell p2pd where the plan's peers listen and dial them, all at once; the peers that
+        could not be reached within their window (`windows_s`, default CONNECT_WINDOW_S: their
+        address stays known to p2pd, and a peer that dials us connects us too, so the session
+        goes on; a frame that cannot be delivered is what declares a peer lost)."""
+
+        self._plan_peers = frozenset(peers)
+        windows = {p: (windows_s or {}).get(p, CONNECT_WINDOW_S) for p in peers}
+
+        async def dial_all() -> list[bool]:
+            return list(
+                await asyncio.gather(*(self._connect(p, a, windows[p]) for p, a in peers.items()))
+            )
+
+        longest_s = max(windows.values(), default=CONNECT_WINDOW_S)
+        results = self.call(dial_all(), timeout_s=longest_s + 30.0)
+        return [peer for peer, ok in zip(peers, results, strict=True) if not ok]
+
+    async def _connect(self, peer_id: str, maddrs: Sequence[str], window_s: float) -> bool:
+        # p2pd wants transport addresses: drop the trailing /p2p/<id> of a full multiaddr
+        addrs = [Multiaddr(a.split("/p2p/")[0]) for a in maddrs]
+        deadline = self._loop.time() + window_s
+        problem = ""
+        # Two peers of a new plan dial each other at once; over long round trips both Noise
+        # handshakes can fail ("message is too short"), and p2pd then refuses new dials for a
+        # while ("dial backoff", 5 s and growing). So the smaller peer id dials first; the other
+        # waits a little (its connect then finds the connection up), and random pauses break
+        # any tie left. We keep trying past the backoff.
+        if self.peer_id > peer_id:
+            await self._wait_dialled_by(peer_id, random.uniform(*YIELD_DIAL_S))
+        while self._loop.time() < deadline:
+            try:
+                await self._p2p._client.connect(PeerID.from_base58(peer_id), addrs)
+                return True
+            except Exception as exc:  # p2pd reports failures as ControlFailure and others
+                problem = repr(exc)[-200:]
+            await asyncio.sleep(random.uniform(0.5, 2.0))
+        log.warning("could not connect to %s in %.0f s: %s", peer_id, window_s, problem)
+        return False
+
+    def keep_routes(self, routes: Mapping[str, Sequence[str]]) -> None:
+        """Keep a connection up to each peer reached through a local route (a hole punch or a
+        relay: control/traversal.py). p2pd forgets the route once identify hands it the peer's
+        own signed addresses (which no one can dial: it is behind a NAT), so a route whose
+        connection dropped (a relay that died) is re-dialled from here, every ROUTE_CHECK_S."""
+        dialled = {
+            peer: [Multiaddr(a.split("/p2p/")[0]) for a in addrs] for peer, addrs in routes.items()
+        }
+        self._loop.call_soon_threadsafe(self._set_routes, dialled)
+
+    def _set_routes(self, routes: dict[str, list[Multiaddr]]) -> None:
+        self._routes = routes
+        if routes and not self._keeping_routes:
+            self._keeping_routes = True
+            self._loop.create_task(self._keep_routes())
+
+    async def _keep_routes(self) -> None:
+        while True:
+            await asyncio.sleep(ROUTE_CHECK_S)
+            with contextlib.suppress(Exception):
+                connected = {info.peer_id for info in await self._p2p.list_peers()}
+                for peer, addrs in list(self._routes.items()):
+                    peer_id = PeerID.from_base58(peer)
+                    if peer_id not in connected:
+                        with contextlib.suppress(Exception):
+                            await self._p2p._client.connect(peer_id, addrs)
+
+    async def _wait_dialled_by(self, peer_id: str, timeout_s: float) -> None:
+        """Return once the peer connected to us, or after timeout_s."""
+        deadline = self._loop.time() + timeout_s
+        wanted = PeerID.from_base58(peer_id)
+        while self._loop.time() < deadline:
+            with contextlib.suppress(Exception):
+                if any(info.peer_id == wanted for info in await self._p2p.list_peers()):
+                    return
+            await asyncio.sleep(0.1)
+
+    def send(
+        self,
+        peer_id: str,
+        tensor: torch.Tensor,
+        kind: str,
+        run_id: str,
+        plan: PlanKey,
+        step: int,
+        micro: int,
+        timeout_s: float = SEND_TIMEOUT_S,
+        wire: str | None = None,
+    ) -> Future[None]:
+        """Send a frame of plan (term, epoch) as wire type `wire` (frames.WIRE_DTYPES; by
+        default the tensor's dtype) without blocking; the future fails with PeerLost if it is
+        not accepted within timeout_s. The tensor is encoded here, in the caller's thread."""
+        header = frames.header_for(tensor, kind, run_id, plan, step, micro, self.peer_id, wire)
+        payload = frames.encode_payload(tensor, header.dtype)
+        coroutine = self._send(peer_id, header, payload, timeout_s)
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+
+    async def _send(
+        self, peer_id: str, header: FrameHeader, tensor: torch.Tensor, timeout_s: float
+    ) -> None:
+        # Frames are idempotent (the receiver accepts a duplicate and keeps the first), so any
+        # transient failure, or a BUSY neighbour that has no plan yet, is simply retried.
+        deadline = self._loop.time() + timeout_s
+        problem = ""
+        while self._loop.time() < deadline:
+            try:
+                async with asyncio.timeout(max(0.1, deadline - self._loop.time())):
+                    answer = await self._send_once(peer_id, header, tensor)
+            except TimeoutError:
+                problem = "timed out"
+                break
+            except Exception as exc:  # p2pd reports failures as several exception types
+                problem = repr(exc)
+                log.info(
+                    "retrying %s %d/%d to %s: %s",
+                    header.kind,
+                    header.step,
+                    header.micro,
+                    peer_id,
+                    problem,
+                )
+            else:
+                if answer == frames.ACCEPTED:
+                    return
+                if answer != frames.BUSY:
+                    raise PeerLost(f"{peer_id} refused {header.kind} {header.step}/{header.micro}")
+                problem = "the neighbour stayed busy"
+            await asyncio.sleep(BUSY_RETRY_S)
+        raise PeerLost(
+            f"sending {header.kind} {header.step}/{header.micro} to {peer_id}: {problem}"
+        )
+
+    async def _send_once(self, peer_id: str, header: FrameHeader, tensor: torch.Tensor) -> bytes:
+        _, reader, writer = await self._p2p.call_binary_stream_handler(
+            PeerID.from_base58(peer_id), frames.PROTOCOL
+        )
+        writing = asyncio.ensure_future(self._write_frame(peer_id, writer, header, tensor))
+        try:
+            return await reader.readexactly(1)
+        finally:
+            writing.cancel()  # finished already, unless the receiver answered before the payload
+            with contextlib.suppress(asyncio.CancelledError, OSError):
+                await writing
+            writer.close()
+
+    async def _write_frame(
+        self,
+        peer_id: str,
+        writer: asyncio.StreamWriter,
+        header: FrameHeader,
+        tensor: torch.Tensor,
+    ) -> None:
+        encoded = header.encode()
+        writer.write(encoded)
+        writer.write(frames.tensor_bytes(tensor))
+        await writer.drain()
+        # every copy counts, retries too: each one crossed the link
+        self.traffic.sent(peer_id, len(encoded) + header.num_bytes)
+
+    async def _handle_stream(
+        self, info: StreamInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        remote = info.peer_id.to_base58()
+        if remote not in self._plan_peers:
+            # not (yet) a peer of our plan: a neighbour of a newer plan retries on BUSY until
+            # we have that plan too; anyone else gets nothing read
+            writer.write(frames.BUSY)
+            writer.close()
+            return
+        open_now = self._inbound.get(remote, 0)
+        if open_now >= MAX_INBOUND_PER_PEER:
+            self.num_streams_refused += 1
+            if self.num_streams_refused % 100 == 1:  # a flood: one line per hundred refusals
+                log.warning(
+                    "refused %d frame streams over the caps (latest from %s)",
+                    self.num_streams_refused,
+                    remote,
+                )
+            writer.write(frames.REJECTED)
+            writer.close()
+            return
+        self._inbound[remote] = open_now + 1
+        try:
+            await self._read_frame(remote, reader, writer)
+        finally:
+            self._inbound[remote] -= 1
+            if not self._inbound[remote]:
+                del self._inbound[remote]
+
+    async def _read_frame(
+        self, remote: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            async with asyncio.timeout(SEND_TIMEOUT_S):
+                async with asyncio.timeout(HEADER_TIMEOUT_S):
+                    (length,) = frames.HEADER_LEN.unpack(
+                        await reader.readexactly(frames.HEADER_LEN.size)
+                    )
+                    if length > frames.MAX_HEADER_BYTES:
+                        raise ValueError(f"header of {length} bytes")
+                    header = FrameHeader.decode(await reader.readexactly(length))
+                self.traffic.received(remote, frames.HEADER_LEN.size + length)
+                try:
+                    expected = self._expect(header)
+                except frames.NotReady:
+                    writer.write(frames.BUSY)  # before reading the payload: the sender retries
+                    return
+                except frames.AlreadyHave:
+                    writer.write(frames.ACCEPTED)  # idempotent: the first copy was used
+                    return
+                problem = frames.check_header(header, remote, expected)
+                if problem is not None:
+                    raise ValueError(problem)
+                payload = await reader.readexactly(header.num_bytes)
+                self.traffic.received(remote, len(payload))
+                # a retried frame whose first copy arrived: the first stays, answer ACCEPTED
+                self._inbox.put(header, frames.decode_tensor(header, payload))
+                writer.write(frames.ACCEPTED)
+        except (ValueError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            log.warning("refused a frame from %s: %r", remote, exc)
+            writer.write(frames.REJECTED)
+        finally:
+            # Close only once the sender has closed its side (it does after reading our answer):
+            # p2pd may reset a stream closed with the answer still in flight.
+            with contextlib.suppress(OSError, TimeoutError, asyncio.IncompleteReadError):
+                await writer.drain()
+                async with asyncio.timeout(ANSWER_LINGER_S):
+                    while await reader.read(65536):
+                        pass
+            writer.close()
+
+    def receive(
+        self,
+        plan: PlanKey,
+        kind: str,
+        step: int,
+        micro: int,
+        timeout_s: float,
+        should_stop: Callable[[], bool],
+    ) -> torch.Tensor:
+        """Block until frame (kind, step, micro) sent under plan (term, epoch) has arrived;
+        PeerLost on timeout, Stopped once should_stop() says so."""
+        return self._inbox.take(plan, kind, step, micro, timeout_s, should_stop)
+
+    def forget(self, plan: PlanKey, before_step: int) -> None:
+        """Drop frames of other plans, and of this plan's finished steps (late duplicates from
+        a slow sender)."""
+        self._inbox.forget(plan, before_step)
+
+    def close(self) -> None:
+        try:
+            self.call(self._p2p.shutdown(), timeout_s=5)
+        except Exception as exc:
+            log.debug("p2p shutdown: %r", exc)
+        self._loop.call_soon_threadsafe(self._loop.stop)

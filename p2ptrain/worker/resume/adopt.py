@@ -1,0 +1,135 @@
+"""A restarted swarm adopts the run's newest state, whatever swarm saved it (issue 30).
+
+When every peer of a run stops and a new swarm starts with the same run spec, its first plan
+is a new lineage root (records/lineage.py), so the earlier swarm's states, tagged with its
+lineages, are not the plan's. A plan whose lineage may adopt (`lineage.may_adopt`: no
+ancestor) and that has no state of its own anywhere among its members (`spec.resume` =
+"latest", the default) then takes the newest state of the run that its members hold or can
+fetch, of one earlier lineage (states of two lineages are two trainings: never mixed):
+
+- each member announces, besides the states the plan may use, its states of other lineages
+  that are of this run (run id, model shape and data digest, read from the file: a state of
+  another run in the same directory is never offered), the newest MAX steps of each stage;
+- every member forms the same candidates (the plan's own usable states, then each other
+  lineage's) and keeps the one with the newest complete start step (worker/resume/start_step.py's
+  `choose_start`), with the usual rules on whose announcements count;
+- each member links the agreed states it holds under the plan's own tag (fetched ones arrive
+  under it): from then on the plan's lineage has states, descends from the adopted one, and
+  adopts nothing more. The other lineage's files stay where they were.
+
+`resume = "never"` skips all of this: the swarm starts from initial weights and says so.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from p2ptrain.records.lineage import id_of_tag
+from p2ptrain.records.run import RunSpec
+from p2ptrain.train.checkpoint import (
+    SavedState,
+    file_sha256,
+    list_states,
+    other_run,
+    stamped_path,
+)
+from p2ptrain.worker.resume.covers import key_range
+
+StateRank = Callable[[str | None], int | None]
+Held = dict[str, dict[int, str]]  # layers key -> step -> sha256
+Announced = dict[str, dict[int, tuple[str, str | None]]]  # key -> step -> (sha256, tag)
+FOREIGN = 1 << 20  # the rank of another lineage's state: after every state the plan may use
+
+
+def announceable(
+    directory: Path, rank: StateRank, spec: RunSpec | None, max_steps: int
+) -> dict[str, dict[int, SavedState]]:
+    """The states of `directory` a member announces, one per stage and step, the newest
+    `max_steps` steps of each stage: those the plan may use (`rank`), the closest lineage
+    first; with `spec` (the plan may adopt), also other lineages' states of `spec`'s run,
+    after those (the highest epoch, then the tag, decides between two of them)."""
+    best: dict[str, dict[int, tuple[tuple[int, int, str], SavedState]]] = {}
+    for state in list_states(directory):
+        position = rank(state.tag)
+        if position is None:
+            if spec is None or state.tag is None or other_run(state.path, spec) is not None:
+                continue
+            epoch = int(state.tag.rpartition("-e")[2])
+            order = (FOREIGN, -epoch, state.tag)
+        else:
+            order = (position, 0, "")
+        current = best.setdefault(state.key, {}).get(state.step)
+        if current is None or order < current[0]:
+            best[state.key][state.step] = (order, state)
+    return {
+        key: {step: steps[step][1] for step in sorted(steps)[-max_steps:]}
+        for key, steps in best.items()
+        if steps
+    }
+
+
+def has_own_state(announced: Mapping[str, Announced], rank: StateRank) -> bool:
+    """Does any member hold a state saved under the plan's own lineage (rank 0)?"""
+    return any(
+        rank(tag) == 0
+        for states in announced.values()
+        for steps in states.values()
+        for _, tag in steps.values()
+    )
+
+
+def candidates(
+    announced: Mapping[str, Announced], rank: StateRank
+) -> list[tuple[str, dict[str, Held]]]:
+    """What a plan may start from: ("", the states it may use), then (lineage id, that
+    lineage's states) for every other lineage announced, sorted by id. Each: peer -> Held."""
+    own: dict[str, Held] = {peer: {} for peer in announced}
+    other: dict[str, dict[str, Held]] = {}
+    for peer, states in announced.items():
+        for key, steps in states.items():
+            for step, (digest, tag) in steps.items():
+                if rank(tag) is not None:
+                    own[peer].setdefault(key, {})[step] = digest
+                elif (lineage := id_of_tag(tag)) is not None:
+                    held = other.setdefault(lineage, {p: {} for p in announced})
+                    held[peer].setdefault(key, {})[step] = digest
+    return [("", own), *sorted(other.items())]
+
+
+def link_adopted(
+    directory: Path, adopted: str, step: int, digests: Mapping[str, str], tag: str | None
+) -> list[Path]:
+    """Link each agreed state (layers key -> sha256) of lineage `adopted` at `step` that this
+    machine holds under the plan's tag `tag`: the plan's lineage then has it. The links made."""
+    made = []
+    for state in list_states(directory):
+        digest = digests.get(state.key)
+        layers = key_range(state.key)
+        if digest is None or layers is None or state.step != step:
+            continue
+        if id_of_tag(state.tag) != adopted:
+            continue
+        target = stamped_path(directory, layers, step, tag)
+        try:
+            if target.exists() or file_sha256(state.path) != digest:
+                continue
+            _link(state.path, target)
+        except OSError:  # pruned meanwhile: the state is fetched instead
+            continue
+        made.append(target)
+    return made
+
+
+def _link(source: Path, target: Path) -> None:
+    """A hard link (a copy where there are none), made atomically: replicas of a stage on
+    one machine may link the same state at once."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.adopt")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, target)

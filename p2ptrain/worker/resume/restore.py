@@ -1,0 +1,210 @@
+"""Loading this peer's stage at a new plan's agreed start (worker/resume/start_step.py): from its own
+checkpoint directory, else fetched from a member that announced the agreed digest
+(worker/resume/state_transfer.py), else, for a plan that cuts the model anew, built from the agreed
+states of other layer ranges (worker/resume/covers.py, train/recut.py), each local or fetched.
+
+Only states of the plan's lineage or its ancestors' count (records/lineage.py): a local state
+saved under another lineage (the other side of a healed partition) is never resumed from, and
+a warning says so. A stage no member holds any state of restarts from initial weights: the run
+goes on, but that stage's training is lost, so the worker says it loudly (STAGE STATE LOST).
+A restarted swarm's first plan may adopt an earlier lineage's states (worker/resume/adopt.py): those
+this machine holds are first linked under the plan's tag, then loaded like its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from p2ptrain.records import Plan, RunSpec
+from p2ptrain.records.lineage import may_adopt
+from p2ptrain.train.checkpoint import (
+    StageSnapshot,
+    expected_state_bytes,
+    layers_key,
+    list_states,
+    load_stage,
+    other_run,
+    read_state,
+    record_step,
+    stamped_path,
+)
+from p2ptrain.train.model import Stage
+from p2ptrain.train.recut import assemble
+from p2ptrain.worker.resume.adopt import link_adopted
+from p2ptrain.worker.resume.covers import key_range
+from p2ptrain.worker.resume.start_step import StartPoint, local_states, warn_other_lineages
+from p2ptrain.worker.resume.state_transfer import fetch_state
+
+if TYPE_CHECKING:  # hivemind is imported only by the worker: tests of restoring run beside libp2p
+    from p2ptrain.worker.pipeline.transport import Transport
+
+log = logging.getLogger("p2ptrain.worker")
+
+
+def restore_stage(
+    spec: RunSpec,
+    plan: Plan,
+    transport: Transport,
+    directory: Path,
+    model: Stage,
+    optimizer: torch.optim.Optimizer,
+    start: StartPoint,
+    outer_state: dict[str, torch.Tensor] | None = None,
+) -> int:
+    """Load `model`'s state at the agreed step (fetching it from a member that holds it if this
+    machine does not); return the step to train next. `outer_state` gets the state's DiLoCo
+    tensors, if it has them (worker/averaging/outer_rounds.py)."""
+    if start.note:
+        log.warning("resuming at step %d: %s", start.step, start.note)
+    layers, rank = model.layers, plan.state_rank
+    key = layers_key(layers)
+    if start.adopted:
+        link_adopted(directory, start.adopted, start.step, start.digests, plan.state_tag)
+    if start.step not in local_states(directory, rank).get(key, {}):
+        if key in start.sources:
+            _build(spec, plan, transport, directory, model, optimizer, start)
+        else:
+            _fetch_range(spec, plan, transport, directory, layers, start, model, optimizer)
+    warn_other_lineages(directory, rank, key, start.step)
+    local = local_states(directory, rank).get(key, {})
+    usable = sorted(step for step in local if step <= start.step)
+    if not usable:
+        if start.step > 0:  # the run goes on, but this stage's training is lost: say it loudly
+            log.warning(
+                "STAGE STATE LOST: no member of plan term %d epoch %d holds a state of layers "
+                "%s (its only holder left or lost its files): they restart from initial weights "
+                "at step %d while the other stages resume",
+                plan.term,
+                plan.epoch,
+                key,
+                start.step,
+            )
+        return start.step
+    path = local[usable[-1]].path
+    loaded = load_stage(path, spec, model, optimizer, outer_state)
+    if loaded != start.step:
+        log.warning("layers %s resumed from step %d for step %d", key, loaded, start.step)
+    log.info("resumed layers %s at step %d from %s", key, start.step, path)
+    return start.step
+
+
+def start_lineage(plan: Plan, start: StartPoint) -> str:
+    """The lineage id of the state a plan resumed from ("root": untagged states; "": it
+    started from initial weights), as metrics reports carry it."""
+    if start.adopted or not start.step:
+        return start.adopted
+    return plan.lineage[0][0] if plan.lineage else "root"
+
+
+def started_line(spec: RunSpec, plan: Plan, start: StartPoint, directory: Path) -> str:
+    """Where the plan started, as the organiser reads it (every node's log, `status`): which
+    step of which lineage it resumed from, and a restarted swarm that adopted an earlier
+    swarm's state, or did not because the run says resume = "never", says so loudly."""
+    if start.adopted:
+        line = f"resumed from step {start.step} (lineage {start.adopted})"
+        log.warning("%s: the newest state of run %s, saved by an earlier swarm", line, spec.run_id)
+        return line
+    if start.step:
+        return f"resumed from step {start.step} (lineage {start_lineage(plan, start)})"
+    if spec.resume == "never" and may_adopt(plan.lineage):
+        found = [s.step for s in list_states(directory) if other_run(s.path, spec) is None]
+        line = 'resume = "never": started from initial weights'
+        if found:
+            line += f" (this machine holds states of the run up to step {max(found)}: not used)"
+        log.warning("%s", line)
+        return line
+    return "started from initial weights"
+
+
+def _build(
+    spec: RunSpec,
+    plan: Plan,
+    transport: Transport,
+    directory: Path,
+    model: Stage,
+    optimizer: torch.optim.Optimizer,
+    start: StartPoint,
+) -> None:
+    """Build `model`'s state at the agreed step from the agreed states of other layer ranges
+    (start.sources), fetching those this machine lacks, and save it as this stage's state
+    under the plan's lineage tag (so restore_stage loads it, and other members may fetch it)."""
+    key = layers_key(model.layers)
+    pieces = []
+    for source in start.sources[key]:
+        layers = key_range(source)
+        assert layers is not None  # covers.py names valid ranges only
+        saved = local_states(directory, plan.state_rank).get(source, {}).get(start.step)
+        found = saved.path if saved is not None else None
+        if found is None:
+            found = _fetch_range(spec, plan, transport, directory, layers, start)
+        if found is None:
+            log.warning(
+                "cannot build layers %s: no holder of %s at step %d answered",
+                key,
+                source,
+                start.step,
+            )
+            return
+        try:
+            pieces.append((layers, read_state(found, spec, layers)))
+        except Exception as exc:  # a bad file: the stage cannot be built from it
+            log.warning("cannot build layers %s from %s: %r", key, found.name, exc)
+            return
+    outer = assemble(spec, model, optimizer, pieces)
+    snapshot = StageSnapshot.take(model, optimizer, start.step, outer)
+    rank = plan.state_rank
+    record_step(directory, spec, model, snapshot, plan.state_tag, lambda t: rank(t) is not None)
+    log.info("built layers %s at step %d from %s", key, start.step, ", ".join(start.sources[key]))
+
+
+def _fetch_range(
+    spec: RunSpec,
+    plan: Plan,
+    transport: Transport,
+    directory: Path,
+    layers: range,
+    start: StartPoint,
+    model: Stage | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> Path | None:
+    """Copy the agreed step's state of `layers` from a member that announced its agreed
+    digest, under the plan's lineage tag; bytes of another digest, or more than the stage's
+    size, are refused, and so is a file that does not load into `model` (if given: else it is
+    validated as read_state does). The path, or None if no holder gave it."""
+    key = layers_key(layers)
+    digest = start.digests.get(key)
+    if digest is None:
+        return None
+    max_bytes = expected_state_bytes(spec, layers)
+    for peer in start.holders(key, start.step):
+        if peer == transport.peer_id:
+            continue
+        started_s = time.monotonic()
+        try:
+            path = fetch_state(
+                transport,
+                peer,
+                layers,
+                start.step,
+                directory,
+                digest,
+                max_bytes,
+                plan.link_facts(transport.peer_id, peer),
+                plan.state_tag,
+            )
+            if model is not None:
+                load_stage(path, spec, model, optimizer)  # validates first
+            else:
+                read_state(path, spec, layers)
+        except Exception as exc:  # any failure, a bad file included: try the next holder
+            log.warning("fetching layers %s from %s failed: %r", key, peer, exc)
+            stamped_path(directory, layers, start.step, plan.state_tag).unlink(missing_ok=True)
+            continue
+        log.info("fetched %s from %s in %.1f s", path.name, peer, time.monotonic() - started_s)
+        return path
+    return None

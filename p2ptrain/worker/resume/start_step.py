@@ -1,0 +1,402 @@
+"""The step a new plan starts from, agreed by all of its members.
+
+A plan that moves peers interrupts the stages of a pipeline at slightly different moments: a
+later stage may have applied step s while an earlier one was still waiting for its gradients. So
+before training under a new plan, every member announces the stage states it holds (its
+checkpoint directory: layers key -> step -> sha256 of the file, train/checkpoint.py keeps the
+last few) in the data-plane DHT under a key of that plan, signed by its identity key, waits for
+every other member's announcement, and all compute the same start with `choose_start_step`.
+
+The rule (docs/security.md, attack 4b), per stage (layers key) and step:
+- only announcements of the plan's members count, each signed by the member it names;
+- a state at a step is usable if two or more members announce it, or if no other member holds
+  any of its blocks now (at its own newest announced step), or if its one announcer is the
+  only one of them placed at that stage (or, none being, the only one placed at all: the
+  planner's placement is the authority a lone voice needs: a member cannot push a newer step of a stage it neither holds alone nor
+  trains, and a replica cannot push one its stage-mates do not hold);
+- a stage nobody saved (the plan cuts the model anew) may be built from usable states of other
+  layer ranges that hold all of its blocks at one step (worker/resume/covers.py, the same rule);
+- the start step is the newest step at which every stage has a usable state;
+- the digest to fetch is the one the most members announce for that step; a tie goes to the
+  digest of the best-placed announcer (placed at that stage first, then the plan's order), never
+  to the lowest digest or peer id, which an attacker could grind.
+A fetched state is loaded only if its sha256, computed on the received bytes, is that digest.
+
+Lineage (records/lineage.py): each announced state carries the tag of the plan lineage it was
+saved under; a member announces only its states the plan may use (its own lineage or an
+ancestor's), and every reader drops the others too. So after a partition heals, the states the
+other half trained are never chosen, never fetched, and never resumed from locally. The one
+exception is a restarted swarm's first lineage, which has no state of its own: it adopts the
+run's newest state of one earlier lineage (worker/resume/adopt.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from p2ptrain import identity
+from p2ptrain.records import Plan
+from p2ptrain.records.lineage import may_adopt, parse_tag
+from p2ptrain.records.run import RunSpec
+from p2ptrain.train.checkpoint import SavedState, file_sha256, layers_key, list_states
+from p2ptrain.worker.resume import adopt, covers
+from p2ptrain.worker.resume.covers import Cover
+
+if TYPE_CHECKING:  # the choice itself is pure, so tests may import it beside libp2p
+    from hivemind import DHT
+
+log = logging.getLogger(__name__)
+
+RESUME_TIMEOUT_S = 120.0
+POLL_INTERVAL_S = 0.3
+ANNOUNCEMENT_TTL_S = 600.0
+MAX_KEYS = 256  # stage layer ranges one peer may announce
+MAX_STEPS_PER_KEY = 64
+MAX_KEY_CHARS = 32
+SUBKEY_PREFIX = "resume:"  # + the announcing peer id; dht_helpers.AnnouncementValidator
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+
+Held = dict[str, dict[int, str]]  # layers key -> step -> sha256 (hex) of the state file
+# as announced: layers key -> step -> (sha256, lineage tag or None for the root lineage)
+Announced = dict[str, dict[int, tuple[str, str | None]]]
+StateRank = Callable[[str | None], int | None]  # Plan.state_rank: None for another lineage's
+
+
+@dataclass(frozen=True)
+class StartPoint:
+    """Where a new plan starts, the digest agreed for each stage at that step, and who said they
+    hold what (to fetch a missing stage from)."""
+
+    step: int
+    note: str  # "" when every stage resumes exactly; otherwise what had to give
+    held: dict[str, Held] = field(default_factory=dict, compare=False)
+    digests: dict[str, str] = field(default_factory=dict)  # layers key -> agreed sha256
+    # a stage nobody saved at `step` (the plan cuts the model anew) -> the states of other
+    # layer ranges it is built from (worker/resume/covers.py); their digests are in `digests`
+    sources: dict[str, Cover] = field(default_factory=dict)
+    # the id of the earlier lineage whose states the plan adopts (worker/resume/adopt.py); "" if none
+    adopted: str = ""
+
+    def holders(self, key: str, step: int) -> list[str]:
+        """The members that announced the agreed state of layers `key` at `step` (any state of
+        it if none was agreed), sorted."""
+        agreed = self.digests.get(key) if step == self.step else None
+        return sorted(
+            peer
+            for peer, held in self.held.items()
+            if step in held.get(key, {}) and agreed in (None, held[key][step])
+        )
+
+
+def resume_key(run_id: str, plan: Plan) -> str:
+    """The DHT key of one plan's start-step announcements."""
+    return f"p2ptrain_{run_id}_resume_t{plan.term}_e{plan.epoch}"
+
+
+def placement(plan: Plan, n_layer: int) -> tuple[list[str], dict[str, set[str]]]:
+    """The plan's members in its order (pipelines, then spares), and who it places at each
+    stage: layers key -> peers (what choose_start_step weighs announcements by)."""
+    members = [p for pipeline in plan.pipelines for p in pipeline] + list(plan.spares)
+    ranges = plan.layer_ranges(n_layer)
+    placed = {layers_key(r): {p[i] for p in plan.pipelines} for i, r in enumerate(ranges)}
+    return members, placed
+
+
+def choose_start_step(
+    needed: list[str],
+    held: Mapping[str, Held],
+    placed: Mapping[str, Collection[str]] | None = None,
+    order: Sequence[str] = (),
+) -> StartPoint:
+    """The newest step at which every needed stage (layers key) has a usable state (the rule in
+    the module's docstring), and the digest agreed for each stage there. `placed`: layers key ->
+    the members the plan puts at that stage; `order`: the plan's members in its order. Pure:
+    every member computes the same answer from the same announcements.
+
+    A stage nobody saved (the plan cuts the model anew) is available at a step where states of
+    other layer ranges hold all of its blocks (worker/resume/covers.py); its own state, where usable,
+    comes first. If no step is common (a stage has no state at all, e.g. its only holder left, or
+    the states are further apart than the history), the newest step common to the stages that
+    do have states is used, and the rest start fresh there: said in `note`, never silent.
+    """
+    placed = placed or {}
+    own, built = covers.available(needed, held, placed)
+    available = {key: own[key] | set(built[key]) for key in needed}
+    if not any(available.values()):
+        return StartPoint(0, "")  # a fresh run
+    with_state = [steps for steps in available.values() if steps]
+    common = set.intersection(*with_state)
+    missing = sorted(key for key, steps in available.items() if not steps)
+    if common:
+        step = max(common)
+        note = f"no saved state for {', '.join(missing)}: started fresh" if missing else ""
+    else:
+        step = min(max(steps) for steps in with_state)
+        note = f"stage states share no step: each resumes from its newest <= {step}"
+    rank = {peer: index for index, peer in enumerate(order)}
+    digests, sources = {}, {}
+    for key in needed:
+        if step in own[key]:
+            digests[key] = _agreed_digest(key, step, held, placed.get(key, ()), rank)
+        elif step in built[key]:
+            sources[key] = built[key][step]
+            for source in sources[key]:
+                digests[source] = _agreed_digest(source, step, held, (), rank)
+    return StartPoint(step, note, digests=digests, sources=sources)
+
+
+def _agreed_digest(
+    key: str, step: int, held: Mapping[str, Held], placed: Collection[str], rank: dict[str, int]
+) -> str:
+    holders = [peer for peer, states in held.items() if step in states.get(key, {})]
+    votes = Counter(held[peer][key][step] for peer in holders)
+    top = max(votes.values())
+    tied = {digest for digest, count in votes.items() if count == top}
+    best = min(
+        (peer for peer in holders if held[peer][key][step] in tied),
+        key=lambda peer: (peer not in placed, rank.get(peer, len(rank)), peer),
+    )
+    return held[best][key][step]
+
+
+def local_states(directory: Path, rank: StateRank) -> dict[str, dict[int, SavedState]]:
+    """The stamped states of `directory` a plan may use (`rank`: its Plan.state_rank), one per
+    stage and step: the one of the lineage closest to the plan's."""
+    best: dict[str, dict[int, tuple[int, SavedState]]] = {}
+    for state in list_states(directory):
+        position = rank(state.tag)
+        current = best.setdefault(state.key, {}).get(state.step)
+        if position is not None and (current is None or position < current[0]):
+            best[state.key][state.step] = (position, state)
+    return {
+        key: {step: s for step, (_, s) in steps.items()} for key, steps in best.items() if steps
+    }
+
+
+def warn_other_lineages(directory: Path, rank: StateRank, key: str, step: int) -> None:
+    """Say why local states of stage `key` newer than `step`, saved under another lineage, are
+    not resumed from."""
+    other = [
+        s for s in list_states(directory) if s.key == key and s.step > step and rank(s.tag) is None
+    ]
+    if other:
+        log.warning(
+            "not resuming layers %s from local states at steps %s: they were saved under plan "
+            "lineage %s, which the current plan does not descend from (the other side of a "
+            "partition, or an earlier swarm's while this one has its own): their training is "
+            "dropped; the files stay",
+            key,
+            sorted({s.step for s in other}),
+            ", ".join(sorted({s.tag or "root" for s in other})),
+        )
+
+
+def own_announcement(directory: Path, rank: StateRank, spec: RunSpec | None = None) -> Announced:
+    """What this member announces: its usable states with their digests and lineage tags; with
+    `spec` (the plan may adopt: worker/resume/adopt.py), its other lineages' states of that run too."""
+    found: Announced = {}
+    states = adopt.announceable(directory, rank, spec, MAX_STEPS_PER_KEY)
+    for key, steps in sorted(states.items())[:MAX_KEYS]:
+        for step, state in steps.items():
+            try:
+                found.setdefault(key, {})[step] = (file_sha256(state.path), state.tag)
+            except OSError:  # pruned meanwhile
+                continue
+    return found
+
+
+def usable(announced: Announced, rank: StateRank) -> Held:
+    """The states of an announcement a plan may use (`rank`: its Plan.state_rank)."""
+    held: Held = {}
+    for key, steps in announced.items():
+        kept = {step: digest for step, (digest, tag) in steps.items() if rank(tag) is not None}
+        if kept:
+            held[key] = kept
+    return held
+
+
+def choose_start(
+    placed: Mapping[str, Collection[str]],
+    announced: Mapping[str, Announced],
+    rank: StateRank,
+    order: Sequence[str],
+    adopting: bool,
+) -> StartPoint:
+    """The start of a plan from its members' announcements: `choose_start_step` on the states
+    the plan may use; if `adopting` and no member holds a state of the plan's own lineage, on
+    the candidate (the plan's states, or one earlier lineage's: worker/resume/adopt.py) with the
+    newest start where every stage has a state (ties: the plan's own, more holders, the id)."""
+    needed = list(placed)
+    strict = {peer: usable(states, rank) for peer, states in announced.items()}
+    if not adopting or adopt.has_own_state(announced, rank):
+        return replace(choose_start_step(needed, strict, placed, order), held=strict)
+    best, best_score = StartPoint(0, "", held=strict), (False, False, 0, 0, 0)
+    for index, (lineage, held) in enumerate(adopt.candidates(announced, rank)):
+        start = choose_start_step(needed, held, placed, order)
+        holders = sum(1 for states in held.values() if states)
+        score = (holders > 0, not start.note, start.step, holders, -index)
+        if score > best_score:
+            best, best_score = replace(start, held=held, adopted=lineage), score
+    return best
+
+
+def announcement_payload(key: str, peer: str, states: Announced) -> bytes:
+    """The signed bytes of an announcement: canonical JSON of the DHT key, the peer and its
+    states (the key binds it to one plan, so it cannot be replayed under another)."""
+    body = {"key": key, "peer": peer, "states": _wire_states(states)}
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _wire_states(states: Announced) -> dict[str, list[list[Any]]]:
+    """[step, sha256, tag ("" for the root lineage)] per state, sorted."""
+    return {
+        k: sorted([s, d, t or ""] for s, (d, t) in steps.items()) for k, steps in states.items()
+    }
+
+
+def sign_announcement(seed: bytes, key: str, peer: str, states: Announced) -> dict[str, Any]:
+    """The DHT value announcing `states` under `key`, signed by `peer`'s key (`seed`)."""
+    signature = identity.sign(seed, announcement_payload(key, peer, states))
+    return {"key": key, "peer": peer, "states": _wire_states(states), "sig": signature}
+
+
+def check_announcement(value: Any, key: str, peer: str, num_steps: int | None) -> Announced | None:
+    """A member's announcement if it is well-formed, bounded, for `key`, and signed by `peer`,
+    else None (it came off the wire). Steps outside the run are refused: a state at or past the
+    run's last step would make every worker skip training as if the run were done."""
+    if not isinstance(value, dict) or value.get("key") != key or value.get("peer") != peer:
+        return None
+    states, signature = value.get("states"), value.get("sig")
+    if not isinstance(states, dict) or len(states) > MAX_KEYS or not isinstance(signature, bytes):
+        return None
+    clean: Announced = {}
+    for layers, entries in states.items():
+        if not isinstance(layers, str) or len(layers) > MAX_KEY_CHARS:
+            return None
+        if not isinstance(entries, list) or len(entries) > MAX_STEPS_PER_KEY:
+            return None
+        clean[layers] = {}
+        for entry in entries:
+            if not isinstance(entry, list | tuple) or len(entry) != 3:
+                return None
+            step, digest, tag = entry
+            if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+                return None
+            if num_steps is not None and step >= num_steps:
+                return None
+            if not isinstance(digest, str) or not _DIGEST.match(digest):
+                return None
+            if not isinstance(tag, str) or (tag and parse_tag(tag) is None):
+                return None
+            clean[layers][step] = (digest, tag or None)
+    public_key = identity.public_key_of_peer_id(peer)
+    if public_key is None or not identity.verify(
+        public_key, announcement_payload(key, peer, clean), signature
+    ):
+        return None
+    return clean
+
+
+def agree_on_start(
+    dht: DHT,
+    key: str,
+    seed: bytes,
+    peer_id: str,
+    members: list[str],
+    placed: Mapping[str, Collection[str]],
+    mine: Announced,
+    rank: StateRank,
+    should_abort: Callable[[], bool],
+    num_steps: int,
+    timeout_s: float = RESUME_TIMEOUT_S,
+    adopting: bool = False,
+) -> StartPoint | None:
+    """Announce `mine` under `key` (signed with `seed`, this peer's identity key), wait for every
+    member's announcement (`members`: the plan's peers in its order), choose the start for the
+    stages of `placed` (layers key -> the members placed there) among the states of the plan's
+    lineage (`rank`: its Plan.state_rank), or, `adopting`, an earlier lineage's (choose_start).
+    None if `should_abort()` turned true or a member
+    stayed silent for `timeout_s`."""
+    from hivemind.utils import get_dht_time
+
+    others = sorted(set(members) - {peer_id})
+    held: dict[str, Announced] = {peer_id: mine}
+    if others:
+        value = sign_announcement(seed, key, peer_id, mine)
+        subkey = SUBKEY_PREFIX + peer_id
+        dht.store(key, value, get_dht_time() + ANNOUNCEMENT_TTL_S, subkey=subkey)
+        deadline = time.monotonic() + timeout_s
+        stored_again = time.monotonic()
+        while True:
+            found = dht.get(key, latest=True)
+            entries = found.value if found is not None and isinstance(found.value, dict) else {}
+            for member in others:
+                entry = entries.get(SUBKEY_PREFIX + member)
+                announcement = check_announcement(
+                    getattr(entry, "value", None), key, member, num_steps
+                )
+                if announcement is not None:
+                    held[member] = announcement
+            if all(m in held for m in others):
+                break
+            if should_abort():
+                return None
+            if time.monotonic() > deadline:
+                silent = [m for m in others if m not in held]
+                log.warning(
+                    "no resume announcement from %s in %.0f s", ", ".join(silent), timeout_s
+                )
+                return None
+            if time.monotonic() - stored_again > 5.0:  # in case the first store missed a peer
+                dht.store(key, value, get_dht_time() + ANNOUNCEMENT_TTL_S, subkey=subkey)
+                stored_again = time.monotonic()
+            time.sleep(POLL_INTERVAL_S)
+    return choose_start(placed, held, rank, members, adopting)
+
+
+def agree_on_plan_start(
+    dht: DHT,
+    spec: RunSpec,
+    plan: Plan,
+    directory: Path,
+    seed: bytes,
+    peer_id: str,
+    should_abort: Callable[[], bool],
+) -> StartPoint | None:
+    """agree_on_start for this peer under `plan`, announcing its states in `directory`; a
+    restarted swarm's first lineage adopts the run's newest state (worker/resume/adopt.py) unless the
+    run says resume = "never"."""
+    members, placed = placement(plan, spec.n_layer)
+    adopting = spec.resume == "latest" and may_adopt(plan.lineage)
+    rank = plan.state_rank
+    mine = own_announcement(directory, rank, spec if adopting else None)
+    started_s = time.monotonic()
+    start = agree_on_start(
+        dht,
+        resume_key(spec.run_id, plan),
+        seed,
+        peer_id,
+        members,
+        placed,
+        mine,
+        rank,
+        should_abort,
+        spec.steps,
+        adopting=adopting,
+    )
+    if start is not None:
+        log.info(
+            "the plan's %d peers agreed to start at step %d in %.1f s",
+            len(members),
+            start.step,
+            time.monotonic() - started_s,
+        )
+    return start

@@ -1,0 +1,391 @@
+"""Stage states between machines: a peer given a stage it never held fetches the agreed step's
+checkpoint from a member that announced it (worker/resume/start_step.py), over a p2pd stream.
+
+Protocol `p2ptrain.stage-state.v3`: the client sends a 4-byte big-endian length and a JSON request
+`{"layers": "L<a>-<b>", "step": N, "digest": sha256 hex}` (≤ 256 bytes, `StateRequest`); the
+server answers one status byte (FOUND, MISSING or BUSY), then, if found, an 8-byte big-endian
+size and the file's bytes. The server serves only stamped checkpoint files of its own checkpoint
+directory: the one of that stage and step, of any lineage, whose sha256 is the digest (the client
+asks only for the agreed digest, so the lineage is the one the plan's members agreed on:
+worker/resume/start_step.py). v3: the file is a safetensors state (train/state_file.py, format /3); a file
+of an older format (a torch pickle) is neither served nor kept (docs/security.md, 26.7).
+
+Who is served (docs/security.md, 26.12): only peers of this worker's current or previous plan
+(a stranger gets MISSING, nothing of the request parsed), at most MAX_SERVING_PER_PEER requests
+of one peer and MAX_SERVING in all at once: past that the answer is BUSY, nothing sent, and the
+client retries until its deadline.
+
+Bounds (docs/security.md, attack 8): both sides refuse a state larger than the stage's expected
+size (its weights and AdamW's two moments, with a margin: train/checkpoint.py
+`expected_state_bytes`), and both give up after a deadline derived from that size and the plan's
+network facts (`transfer_deadline_s`). The client writes to a temporary file, hashes the bytes as
+they arrive and renames the file into place only if their sha256 is the digest the plan's
+members agreed on (worker/resume/start_step.py), never a digest the server names. The file is then
+validated like any checkpoint when loaded (format, run, model shape, layers, every tensor).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+import struct
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from p2ptrain.errors import WireError
+from p2ptrain.records import LinkFacts, NetworkFacts, Plan, RunSpec
+from p2ptrain.records import fields as f
+from p2ptrain.train import state_file
+from p2ptrain.train.checkpoint import (
+    expected_state_bytes,
+    file_sha256,
+    layers_key,
+    list_states,
+    stamped_path,
+)
+from p2ptrain.worker.traffic import Traffic
+
+if TYPE_CHECKING:  # hivemind is imported only when used: tests of the bounds run beside libp2p
+    from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
+
+    from p2ptrain.worker.pipeline.transport import Transport
+
+log = logging.getLogger(__name__)
+
+PROTOCOL = "p2ptrain.stage-state.v3"
+FOUND, MISSING, BUSY = b"\x01", b"\x00", b"\x02"
+REQUEST_LEN = struct.Struct(">I")
+SIZE = struct.Struct(">Q")
+MAX_REQUEST_BYTES = 256
+CHUNK_BYTES = 1024 * 1024
+REQUEST_TIMEOUT_S = 10.0  # for the few bytes of a request, on top of the plan's round trip
+LOCAL_RATE_MBPS = 100.0  # a plan without network facts was made for a LAN (or loopback)
+LOCAL_RTT_S = 0.05
+# a state is a few files per plan change per peer: more at once is a flood (each costs a full
+# upload), so the server holds few; a client told BUSY retries after a pause until its deadline
+MAX_SERVING_PER_PEER = 2
+MAX_SERVING = 4
+BUSY_RETRY_S = (0.5, 1.5)
+REFUSAL_LINGER_S = 2.0  # for the client to read a refusal and close its end
+_LAYERS = re.compile(r"^L(\d{1,6})-(\d{1,6})$")
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+_REQUEST = "stage-state request"
+
+
+def parse_layers(key: object) -> range | None:
+    match = _LAYERS.match(key) if isinstance(key, str) else None
+    if not match or int(match[1]) >= int(match[2]):
+        return None
+    return range(int(match[1]), int(match[2]))
+
+
+class Busy(Exception):
+    """The holder serves as many transfers as it will: ask again a little later."""
+
+
+@dataclass(frozen=True)
+class StateRequest:
+    """What a client asks for: the state of `layers` at `step` whose sha256 is `digest`."""
+
+    layers: range
+    step: int
+    digest: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layers": layers_key(self.layers), "step": self.step, "digest": self.digest}
+
+    def encode(self) -> bytes:
+        body = json.dumps(self.to_dict(), separators=(",", ":")).encode()
+        return REQUEST_LEN.pack(len(body)) + body
+
+    @classmethod
+    def from_dict(cls, data: object) -> StateRequest:
+        raw = f.mapping(data, _REQUEST)
+        f.require_keys(raw, _REQUEST, ("layers", "step", "digest"))
+        layers = parse_layers(raw["layers"])
+        if layers is None:
+            raise f.malformed(_REQUEST, "layers must be L<start>-<stop>, start < stop")
+        digest = raw["digest"]
+        if not isinstance(digest, str) or not _DIGEST.match(digest):
+            raise f.malformed(_REQUEST, "digest must be 64 lowercase hex digits")
+        return cls(layers, f.integer(raw["step"], _REQUEST, "step"), digest)
+
+    @classmethod
+    def decode(cls, body: bytes) -> StateRequest:
+        """A request's JSON body (after its length): a valid request, or WireError."""
+        if len(body) > MAX_REQUEST_BYTES:
+            raise WireError(f"oversized {_REQUEST}: {len(body)} bytes")
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError):  # not UTF-8, not JSON, a 5000-digit integer
+            raise f.malformed(_REQUEST, "not JSON") from None
+        return cls.from_dict(data)
+
+
+def transfer_deadline_s(size_bytes: int, links: NetworkFacts | LinkFacts | None) -> float:
+    """How long moving `size_bytes` may take over `links`: the link to the peer as the plan
+    states it (`Plan.link_facts`: its stage group's when the peer holds our stage), or the
+    plan's slowest link (NetworkFacts: any peer); twice the time at the rate, a few round
+    trips and a constant for the disk (cf. worker/averaging/stage_averager.py)."""
+    if isinstance(links, NetworkFacts):
+        links = links.swarm
+    rate_mbps = LOCAL_RATE_MBPS if links is None else links.rate_mbps
+    rtt_s = LOCAL_RTT_S if links is None else links.rtt_s
+    return 10.0 + 4 * rtt_s + 2 * size_bytes * 8 / (rate_mbps * 1e6)
+
+
+class StateServer:
+    """Serves this worker's stamped stage checkpoints; `serve_run` follows the current plan."""
+
+    def __init__(self, transport: Transport | None) -> None:
+        self.directory: Path | None = None
+        self.spec: RunSpec | None = None
+        self.network: NetworkFacts | None = None
+        self._max_bytes: dict[str, int] = {}  # layers key -> expected_state_bytes
+        self._plan: Plan | None = None
+        self._peers: frozenset[str] = frozenset()  # of the current and the previous plan
+        self._serving: dict[str, int] = {}  # requests being answered, per peer
+        self.num_refused = 0  # strangers and requests over the caps
+        self.traffic = Traffic() if transport is None else transport.traffic
+        if transport is not None:  # None: a test drives _handle itself
+            transport.call(transport.p2p.add_binary_stream_handler(PROTOCOL, self._handle))
+
+    def serve_run(self, spec: RunSpec, directory: Path, plan: Plan) -> None:
+        """Serve `directory`'s states of `spec`'s model to the peers of `plan` and of the plan
+        before it, within the bounds of the plan's network facts."""
+        if spec != self.spec:
+            self._max_bytes = {}
+        if self._plan is None or plan.key != self._plan.key:
+            before = self._plan.peers() if self._plan is not None else set()
+            self._peers = frozenset(plan.peers() | before)
+            self._plan = plan
+        self.spec, self.directory, self.network = spec, directory, plan.network
+
+    def max_bytes(self, layers: range) -> int | None:
+        """The largest state of `layers` this run can have (None: not a stage of the run)."""
+        spec = self.spec
+        if spec is None or layers.stop > spec.n_layer:
+            return None
+        key = layers_key(layers)
+        if key not in self._max_bytes:
+            self._max_bytes[key] = expected_state_bytes(spec, layers)
+        return self._max_bytes[key]
+
+    async def _handle(
+        self, info: StreamInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        remote = info.peer_id.to_base58()
+        refusal = self._refusal(remote)
+        if refusal is not None:  # nothing of the request is parsed
+            self.num_refused += 1
+            if self.num_refused % 100 == 1:  # a flood: one line per hundred refusals
+                log.warning(
+                    "refused %d stage state requests (latest from %s)", self.num_refused, remote
+                )
+            # answered before closing: p2pd may reset a stream closed with the answer in flight
+            with contextlib.suppress(OSError, TimeoutError, asyncio.IncompleteReadError):
+                writer.write(refusal)
+                await writer.drain()
+                async with asyncio.timeout(REFUSAL_LINGER_S):
+                    while await reader.read(MAX_REQUEST_BYTES):  # nothing is parsed
+                        pass
+            writer.close()
+            return
+        self._serving[remote] = self._serving.get(remote, 0) + 1
+        try:
+            await self._serve(remote, reader, writer)
+        finally:
+            self._serving[remote] -= 1
+            if not self._serving[remote]:
+                del self._serving[remote]
+
+    def _refusal(self, remote: str) -> bytes | None:
+        """The answer to a request of `remote` not to be served at all, or None."""
+        if remote not in self._peers:
+            return MISSING  # a stranger to our plans: told nothing about what we hold
+        if (
+            self._serving.get(remote, 0) >= MAX_SERVING_PER_PEER
+            or sum(self._serving.values()) >= MAX_SERVING
+        ):
+            return BUSY
+        return None
+
+    async def _serve(
+        self, remote: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        network = self.network
+        try:
+            async with asyncio.timeout(REQUEST_TIMEOUT_S + 4 * LOCAL_RTT_S):
+                request = await read_request(reader)
+            path, max_bytes = await self._find(request.layers, request.step, request.digest)
+            if path is None or max_bytes is None or not path.is_file():
+                writer.write(MISSING)
+                return
+            # local disk reads of <= 1 MiB are short next to the network writes between them;
+            # open once, so a concurrent prune of the history cannot tear the file
+            with open(path, "rb") as f:  # noqa: ASYNC230
+                size = os.fstat(f.fileno()).st_size
+                pickled = f.read(len(state_file.ZIP_MAGIC)) == state_file.ZIP_MAGIC
+                f.seek(0)
+                if size > max_bytes or pickled:  # not a state a peer may take: never send it
+                    log.warning(
+                        "%s (%d bytes, the stage's states <= %d%s) is not served",
+                        path.name,
+                        size,
+                        max_bytes,
+                        ", an older format: a torch pickle" if pickled else "",
+                    )
+                    writer.write(MISSING)
+                    return
+                async with asyncio.timeout(transfer_deadline_s(size, network)):
+                    writer.write(FOUND + SIZE.pack(size))
+                    while chunk := f.read(CHUNK_BYTES):
+                        writer.write(chunk)
+                        await writer.drain()
+                        self.traffic.sent(remote, len(chunk))
+            log.info("sent %s (%d bytes) to %s", path.name, size, remote)
+        except (ValueError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            log.warning("stage state request from %s failed: %r", remote, exc)
+        finally:
+            with contextlib.suppress(OSError, TimeoutError, asyncio.IncompleteReadError):
+                await writer.drain()
+                async with asyncio.timeout(5.0):  # let the client read the end before closing
+                    while await reader.read(65536):
+                        pass
+            writer.close()
+
+    async def _find(self, layers: range, step: int, digest: str) -> tuple[Path | None, int | None]:
+        """The stamped state of `layers` at `step` (of any lineage) whose sha256 is `digest`."""
+        if self.directory is None:
+            return None, None
+        key = layers_key(layers)
+        for state in list_states(self.directory):
+            if state.key == key and state.step == step:
+                # usually cached by the announcement; hashing a large state is slow: a thread
+                with contextlib.suppress(OSError):
+                    if await asyncio.to_thread(file_sha256, state.path) == digest:
+                        return state.path, self.max_bytes(layers)
+        return None, None
+
+
+async def read_request(reader: asyncio.StreamReader) -> StateRequest:
+    """A client's request; WireError if malformed (IncompleteReadError if cut short)."""
+    (length,) = REQUEST_LEN.unpack(await reader.readexactly(REQUEST_LEN.size))
+    if length > MAX_REQUEST_BYTES:
+        raise WireError(f"oversized {_REQUEST}: {length} bytes")
+    return StateRequest.decode(await reader.readexactly(length))
+
+
+def fetch_state(
+    transport: Transport,
+    peer_id: str,
+    layers: range,
+    step: int,
+    directory: Path,
+    digest: str,
+    max_bytes: int,
+    network: NetworkFacts | LinkFacts | None,
+    tag: str | None = None,
+) -> Path:
+    """Fetch `peer_id`'s stamped state of `layers` at `step` whose sha256 is `digest` into
+    `directory`, under lineage `tag` (the fetching plan's: the state it agreed on); its path.
+    Kept only if the bytes' sha256 is `digest` and they are at most `max_bytes`, moved before
+    the deadline for that size on `network`. Raises (OSError, ValueError, TimeoutError...) if
+    the peer does not have it, offers more, sends other bytes, or is too slow."""
+    target = stamped_path(directory, layers, step, tag)
+    deadline_s = transfer_deadline_s(max_bytes, network)
+    request = StateRequest(layers, step, digest)
+    coroutine = _fetch(transport, peer_id, request, target, max_bytes, deadline_s)
+    transport.call(coroutine, timeout_s=deadline_s + 10)
+    return target
+
+
+async def _fetch(
+    transport: Transport,
+    peer_id: str,
+    request: StateRequest,
+    target: Path,
+    max_bytes: int,
+    deadline_s: float,
+) -> None:
+    from hivemind.p2p import PeerID
+
+    body, what = request.encode(), f"{peer_id}'s {layers_key(request.layers)}@{request.step}"
+    async with asyncio.timeout(deadline_s):
+        while True:
+            _, reader, writer = await transport.p2p.call_binary_stream_handler(
+                PeerID.from_base58(peer_id), PROTOCOL
+            )
+            try:
+                writer.write(body)
+                await writer.drain()
+                transport.traffic.sent(peer_id, len(body))
+                await receive_state(
+                    reader,
+                    target,
+                    request.digest,
+                    max_bytes,
+                    what,
+                    on_bytes=lambda n: transport.traffic.received(peer_id, n),
+                )
+                return
+            except Busy:  # the holder serves others now: again after a pause
+                await asyncio.sleep(random.uniform(*BUSY_RETRY_S))
+            finally:
+                writer.close()
+
+
+async def receive_state(
+    reader: asyncio.StreamReader,
+    target: Path,
+    digest: str,
+    max_bytes: int,
+    what: str,
+    on_bytes: Callable[[int], None] | None = None,
+) -> None:
+    """Read a reply (status, size, bytes) into `target`: only a state file of format /3 (no
+    pickle: train/state_file.py) of at most `max_bytes` whose sha256 is `digest`; nothing is
+    left on disk otherwise. `on_bytes` is told how many bytes of the file each chunk brought
+    (the worker's traffic counters). Busy if the holder is serving as many as it will."""
+    status = await reader.readexactly(1)
+    if status == BUSY:
+        raise Busy(f"{what}: busy")
+    if status != FOUND:
+        raise FileNotFoundError(f"{what}: not found")
+    (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
+    if size > max_bytes:
+        raise ValueError(f"{what}: {size} bytes offered, the stage's states are <= {max_bytes}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".part")
+    try:
+        sha256 = hashlib.sha256()
+        with os.fdopen(fd, "wb") as f:
+            left = size
+            while left:
+                chunk = await reader.read(min(left, CHUNK_BYTES))
+                if not chunk:
+                    raise asyncio.IncompleteReadError(b"", left)
+                sha256.update(chunk)
+                f.write(chunk)
+                left -= len(chunk)
+                if on_bytes is not None:
+                    on_bytes(len(chunk))
+        if sha256.hexdigest() != digest:
+            raise ValueError(f"{what}: sha256 {sha256.hexdigest()}, agreed {digest}")
+        # the agreed bytes may still be a lone holder's: never keep what would be unpickled
+        if state_file.is_pickled(Path(tmp_name)):
+            raise WireError(f"malformed stage state: {what} is a torch pickle (an older format)")
+        state_file.check(Path(tmp_name))
+        os.replace(tmp_name, target)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)  # noqa: ASYNC240 (a local unlink)
+        raise

@@ -1,0 +1,84 @@
+"""Run by test_planned_group.py in its own process (hivemind cannot share one with libp2p):
+three hivemind DHT peers on 127.0.0.1, a StageAverager per averaging peer with the plan's
+group, one round; prints one JSON line with what each peer got.
+
+usage: planned_group_probe.py CASE   (CASE: full = all three average; missing = the group names
+three peers but only two of them average)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from typing import Any
+
+import torch
+from hivemind import DHT
+
+from p2ptrain.worker.averaging.stage_averager import StageAverager
+from p2ptrain.worker.cpu_clock import WireMarks
+from p2ptrain.worker.traffic import Traffic
+
+NUM_PARAMS = 1000
+PREFIX = "planned-probe"
+
+
+def main(case: str) -> None:
+    # each peer dials all earlier ones: every pair is connected, as a session's peers are
+    dhts: list[DHT] = []
+    for _ in range(3):
+        known = [str(a) for d in dhts for a in d.get_visible_maddrs()]
+        dhts.append(DHT(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=known))
+    first = dhts[0]
+    group = {d.peer_id.to_base58(): 1.0 for d in dhts}
+    active = dhts if case == "full" else dhts[:2]
+    traffics = [Traffic() for _ in active]
+    averagers = [
+        # a profiling worker's averager: it marks the CPU clock as parts come and go
+        StageAverager(
+            d,
+            NUM_PARAMS,
+            PREFIX,
+            3,
+            "none",
+            timeout_s=4.0,
+            group=group,
+            traffic=t,
+            wire=WireMarks(os.getpid()),
+        )
+        for d, t in zip(active, traffics, strict=True)
+    ]
+    grads = [torch.full((NUM_PARAMS,), float(i + 1)) for i in range(len(active))]
+    results: list[Any] = [None] * len(active)
+
+    def run(i: int) -> None:
+        averaged, outcome = averagers[i].average(grads[i], step=5)
+        # bytes per groupmate, by its index (the worker's counters: worker/traffic.py)
+        index = {d.peer_id.to_base58(): j for j, d in enumerate(dhts)}
+        links = {index[p]: [c.sent, c.received] for p, c in traffics[i].link_bytes().items()}
+        results[i] = {
+            "mean": averaged.mean().item(),
+            "kind": outcome.kind,
+            "group_size": outcome.group_size,
+            "link_bytes": links,
+            "wire_cpu": outcome.wire_cpu,
+        }
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(active))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    # hivemind's matchmaking declares its group key in the DHT; the planned group does not
+    declared = first.get(f"{PREFIX}.0b", latest=True)
+    print(json.dumps({"results": results, "dht_matchmaking_used": declared is not None}))
+    for averager in averagers:
+        averager.shutdown()
+    for d in dhts:
+        d.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

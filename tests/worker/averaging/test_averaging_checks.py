@@ -1,0 +1,186 @@
+"""The partial-round detector, on the failure hivemind reports as success: part of the tensor left
+un-averaged because a groupmate died mid-round (hivemind reports such a round as a success)."""
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from p2ptrain.worker.averaging.checks import (
+    COMPRESSED_TOLERANCE,
+    EXACT_TOLERANCE,
+    check_round,
+    checksums,
+    params_digest,
+    replicas_diverged,
+)
+
+N = 50_000
+
+
+def _grads() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    shared = torch.randn(N, generator=generator)
+    # two replicas' gradients: correlated, as on real data
+    return shared + 0.5 * torch.randn(N, generator=generator), shared + 0.5 * torch.randn(
+        N, generator=generator
+    )
+
+
+def _gathered(a: torch.Tensor, b: torch.Tensor, wa: float, wb: float, step: int = 3) -> dict:
+    return {"a": checksums(a, step, wa).as_gather(), "b": checksums(b, step, wb).as_gather()}
+
+
+EQUAL = {"a": 1.0, "b": 1.0}  # the plan's weights of the two members
+
+
+def test_a_complete_weighted_average_passes() -> None:
+    a, b = _grads()
+    result = (3 * a + 5 * b) / 8
+    plan = {"a": 3.0, "b": 5.0}
+    assert (
+        check_round(result, checksums(a, 3, 3), _gathered(a, b, 3, 5), EXACT_TOLERANCE, plan)
+        is None
+    )
+
+
+def test_fp16_compression_noise_passes_the_compressed_tolerance() -> None:
+    a, b = _grads()
+    result = ((a.half().float() + b.half().float()) / 2).half().float()
+    mine = checksums(a, 3, 1)
+    assert check_round(result, mine, _gathered(a, b, 1, 1), COMPRESSED_TOLERANCE, EQUAL) is None
+    assert check_round(result, mine, _gathered(a, b, 1, 1), EXACT_TOLERANCE, EQUAL) is not None
+
+
+@pytest.mark.parametrize("missing_fraction", [0.5, 0.3, 0.05])
+def test_a_partly_unaveraged_result_is_caught(missing_fraction: float) -> None:
+    a, b = _grads()
+    result = (a + b) / 2
+    cut = int(N * (1 - missing_fraction))
+    result[cut:] = a[cut:]  # the dead peer's part stayed local
+    problem = check_round(
+        result, checksums(a, 3, 1), _gathered(a, b, 1, 1), COMPRESSED_TOLERANCE, EQUAL
+    )
+    assert problem is not None and "partial" in problem
+
+
+def test_wrong_weights_and_mixed_steps_are_caught() -> None:
+    a, b = _grads()
+    unweighted = (a + b) / 2
+    plan = {"a": 1.0, "b": 3.0}
+    mine = checksums(a, 3, 1)
+    assert check_round(unweighted, mine, _gathered(a, b, 1, 3), EXACT_TOLERANCE, plan)
+    gathered = {"a": checksums(a, 3, 1).as_gather(), "b": checksums(b, 4, 1).as_gather()}
+    assert "steps" in (check_round(unweighted, mine, gathered, EXACT_TOLERANCE, EQUAL) or "")
+    alone = {"a": checksums(a, 3, 1).as_gather()}
+    assert check_round(a, mine, alone, EXACT_TOLERANCE, EQUAL) == "no groupmates"
+
+
+def test_replicas_that_started_from_other_parameters_are_noticed() -> None:
+    signs = torch.randint(0, 2, (N,), generator=torch.Generator().manual_seed(1)).double() * 2 - 1
+    params = torch.randn(N, generator=torch.Generator().manual_seed(2))
+    same = params_digest(params, signs)
+    noise = torch.Generator().manual_seed(3)  # seeded: an unlucky draw once made it flaky
+    # summation-order noise, and one AdamW step apart
+    rounded = params_digest(params + 1e-9 * torch.randn(N, generator=noise), signs)
+    moved = params_digest(params - 1e-3 * torch.randn(N, generator=noise).sign(), signs)
+
+    def gathered(*digests: tuple[float, float]) -> dict[str, dict[str, float]]:
+        round_of = {"step": 1, "weight": 1.0, "total": 0.0, "projection": 0.0, "norm": 1.0}
+        return {
+            f"p{i}": {**round_of, "params": d[0], "params_norm": d[1]}
+            for i, d in enumerate(digests)
+        }
+
+    assert not replicas_diverged(gathered(same, same), 1e-6)
+    assert not replicas_diverged(gathered(same, rounded), 1e-6)
+    assert replicas_diverged(gathered(same, moved), 1e-6)
+    assert replicas_diverged(gathered(same, rounded, moved), 1e-4)
+    assert not replicas_diverged(gathered(same), 1e-6)  # alone: nothing to compare
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"step": "3", "weight": 1.0, "total": 0.0, "projection": 0.0, "norm": 1.0},
+        {"step": 3, "weight": "1", "total": 0.0, "projection": 0.0, "norm": 1.0},
+        {"step": 3, "weight": [1] * 1000, "total": 0.0, "projection": 0.0, "norm": 1.0},
+        {"step": 3, "weight": 1.0, "total": math.nan, "projection": 0.0, "norm": 1.0},
+        {"step": 3, "weight": 1e300, "total": 0.0, "projection": 0.0, "norm": 1.0},
+        {"step": 3, "weight": 1.0, "total": 0.0, "projection": 0.0, "norm": 10**400},
+        {"step": 3, "weight": 1.0, "total": 0.0, "projection": 0.0, "norm": 1.0, "params": "x"},
+        {"step": 3},
+        "not an object",
+        None,
+    ],
+)
+def test_a_groupmates_badly_typed_metadata_fails_the_round_without_raising(bad: object) -> None:
+    """A groupmate's gathered metadata comes from the network: the round is refused, and
+    nothing raises in the checks (which run inside the training step)."""
+    a = torch.randn(50)
+    gathered = {"me": checksums(a, 3, 1).as_gather(), "them": bad}
+    plan = {"me": 1.0, "them": 1.0}
+    problem = check_round(a, checksums(a, 3, 1), gathered, EXACT_TOLERANCE, plan)
+    assert problem is not None and "them" in problem
+    assert replicas_diverged(gathered, 1e-6) is False  # one valid digest: nothing to compare
+
+
+def test_a_weight_the_plan_does_not_give_fails_the_round() -> None:
+    """hivemind's reducer used to take each sender's own weight: a groupmate claiming a huge
+    one (or a stranger not in the plan) now fails the round, whatever the result."""
+    a, b = _grads()
+    lying = (a + 1000 * b) / 1001  # what the liar's claimed weight would make of the mean
+    problem = check_round(
+        lying, checksums(a, 3, 1), _gathered(a, b, 1, 1000), EXACT_TOLERANCE, EQUAL
+    )
+    assert problem is not None and "plan gives" in problem
+    stranger = {"a": 1.0, "c": 1.0}
+    problem = check_round(
+        (a + b) / 2, checksums(a, 3, 1), _gathered(a, b, 1, 1), EXACT_TOLERANCE, stranger
+    )
+    assert problem is not None and "not in the plan" in problem
+
+
+def test_a_claimed_huge_norm_no_longer_widens_the_tolerance() -> None:
+    """The old check scaled its tolerance by the largest claimed norm: a liar claiming 1e300
+    made any result pass. The scale is now the low median, and such a claim fails the round."""
+    a, b = _grads()
+    garbage = torch.randn(N) * 100
+    liar = dataclasses.replace(checksums(b, 3, 1), norm=1e300).as_gather()
+    gathered = {"a": checksums(a, 3, 1).as_gather(), "b": liar}
+    problem = check_round(garbage, checksums(a, 3, 1), gathered, COMPRESSED_TOLERANCE, EQUAL)
+    assert problem is not None and "median" in problem
+    # a modest lie: the norm check passes, the checksums (scaled by the median) do not
+    modest = dataclasses.replace(checksums(b, 3, 1), norm=2 * float(b.norm())).as_gather()
+    gathered = {"a": checksums(a, 3, 1).as_gather(), "b": modest}
+    assert check_round(garbage, checksums(a, 3, 1), gathered, COMPRESSED_TOLERANCE, EQUAL)
+
+
+def test_a_result_longer_than_the_members_gradients_fails_the_round() -> None:
+    """Garbage orthogonal to both checksum directions (the ±1 signs are predictable from the
+    step) keeps the checksums right; it cannot keep the result's norm within the triangle
+    inequality's bound."""
+    a, b = _grads()
+    honest = (a + b) / 2
+    ones = torch.ones(N, dtype=torch.float64)
+    signs = (
+        torch.randint(
+            0,
+            2,
+            (N,),
+            generator=torch.Generator().manual_seed(1_000_003 * 3 + 17),
+            dtype=torch.int8,
+        ).double()
+        * 2
+        - 1
+    )
+    garbage = torch.randn(N, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    basis, _ = torch.linalg.qr(torch.stack([ones, signs], dim=1))
+    garbage -= basis @ (basis.T @ garbage)  # both checksum directions projected out
+    poisoned = honest + (10 * float(a.norm()) * garbage / garbage.norm()).float()
+    mine = checksums(a, 3, 1)
+    gathered = _gathered(a, b, 1, 1)
+    assert check_round(honest, mine, gathered, COMPRESSED_TOLERANCE, EQUAL) is None
+    problem = check_round(poisoned, mine, gathered, COMPRESSED_TOLERANCE, EQUAL)
+    assert problem is not None and "result norm" in problem

@@ -1,0 +1,73 @@
+"""The data plane's waits follow the links the plan states: pipeline frames their hop, dials and
+state transfers the link to the peer (worker/pipeline/link_bounds.py, pipeline.py, state_transfer.py)."""
+
+from __future__ import annotations
+
+from p2ptrain.records import LinkFacts, NetworkFacts, Plan, RunSpec
+from p2ptrain.worker.pipeline.link_bounds import (
+    CONNECT_WINDOW_S,
+    RECEIVE_TIMEOUT_S,
+    SEND_TIMEOUT_S,
+    dial_window_s,
+    frame_waits_s,
+)
+from p2ptrain.worker.pipeline.stage_step import hop_waits_s
+from p2ptrain.worker.resume.state_transfer import transfer_deadline_s
+
+FAST = LinkFacts(0.002, 1000.0)
+SLOW = LinkFacts(2.0, 0.5)  # 2 s round trips at 0.5 Mbit/s
+NETWORK = NetworkFacts(
+    max_rtt_s=2.0,
+    min_rate_mbps=0.5,
+    groups=(FAST, SLOW, FAST),
+    hops=((FAST, SLOW), (SLOW, FAST)),
+)
+PLAN = Plan(
+    term=1,
+    epoch=1,
+    planner="a0",
+    stages=3,
+    pipelines=(("a0", "a1", "a2"), ("b0", "b1", "b2")),
+    spares=(),
+    data_addrs={},
+    cost_s=1.0,
+    network=NETWORK,
+)
+
+
+def test_local_links_keep_the_local_bounds() -> None:
+    assert frame_waits_s(None, 10**6) == (RECEIVE_TIMEOUT_S, SEND_TIMEOUT_S)
+    assert frame_waits_s(FAST, 10**6) == (RECEIVE_TIMEOUT_S, SEND_TIMEOUT_S)
+    assert dial_window_s(None) == dial_window_s(FAST) == CONNECT_WINDOW_S
+
+
+def test_a_slow_hop_stretches_its_frames_and_dials() -> None:
+    frame_bytes = 4 * 10**6  # 64 s at 0.5 Mbit/s
+    receive_s, send_s = frame_waits_s(SLOW, frame_bytes)
+    assert send_s >= 4 * 2.0 + 2 * frame_bytes * 8 / 0.5e6 > SEND_TIMEOUT_S
+    assert receive_s >= 2 * send_s > RECEIVE_TIMEOUT_S
+    assert dial_window_s(LinkFacts(3.0, 10.0)) > CONNECT_WINDOW_S
+
+
+def test_each_neighbour_s_frames_wait_for_the_hop_between_us() -> None:
+    spec = RunSpec(stages=3, n_layer=3, batch_size=2048, block_size=64, n_embd=128)
+    role = PLAN.role_of("a1")  # replica 0, stage 1: FAST before, SLOW after
+    assert role is not None
+    waits = hop_waits_s(spec, role, NETWORK)
+    assert set(waits) == {"a0", "a2"}
+    assert waits["a0"] == (RECEIVE_TIMEOUT_S, SEND_TIMEOUT_S)
+    assert waits["a2"][0] > RECEIVE_TIMEOUT_S and waits["a2"][1] > SEND_TIMEOUT_S
+    other = PLAN.role_of("b1")  # replica 1: SLOW before, FAST after
+    assert other is not None
+    assert hop_waits_s(spec, other, NETWORK)["b0"] == waits["a2"]
+    assert hop_waits_s(spec, role, None) == {p: (RECEIVE_TIMEOUT_S, SEND_TIMEOUT_S) for p in waits}
+
+
+def test_a_state_transfer_is_timed_for_the_link_to_its_holder() -> None:
+    size = 10**8
+    group_mate = PLAN.link_facts("a0", "b0")  # stage 0's group: FAST
+    assert group_mate == FAST
+    assert transfer_deadline_s(size, group_mate) < transfer_deadline_s(size, NETWORK)
+    assert transfer_deadline_s(size, PLAN.link_facts("a1", "b1")) == transfer_deadline_s(
+        size, NETWORK
+    )  # stage 1's group is the slowest link of the plan

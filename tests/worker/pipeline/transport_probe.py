@@ -1,0 +1,88 @@
+"""Run by test_transport_caps.py in its own process (hivemind is not imported beside libp2p):
+three hivemind DHT peers on 127.0.0.1, each with the worker's Transport; the victim's plan names
+one neighbour. The neighbour floods the victim with idle frame streams and a stranger with any
+streams at all; prints one JSON line with the answers each got."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from hivemind import DHT
+from hivemind.p2p import PeerID
+
+from p2ptrain.worker.pipeline import frames
+from p2ptrain.worker.pipeline.frames import FrameHeader, NotReady
+from p2ptrain.worker.pipeline.transport import HEADER_TIMEOUT_S, MAX_INBOUND_PER_PEER, Transport
+
+FLOOD = MAX_INBOUND_PER_PEER + 8
+
+
+def never_ready(header: FrameHeader) -> None:
+    raise NotReady()
+
+
+KEPT: list[asyncio.StreamWriter] = []  # a writer that is collected closes its stream
+
+
+async def open_idle(transport: Transport, victim: str) -> asyncio.StreamReader:
+    """A frame stream to the victim that never sends a byte."""
+    _, reader, writer = await transport.p2p.call_binary_stream_handler(
+        PeerID.from_base58(victim), frames.PROTOCOL
+    )
+    KEPT.append(writer)
+    return reader
+
+
+async def answers(readers: list[asyncio.StreamReader], wait_s: float) -> list[str]:
+    async def one(reader: asyncio.StreamReader) -> str:
+        try:
+            return {
+                frames.ACCEPTED: "accepted",
+                frames.REJECTED: "rejected",
+                frames.BUSY: "busy",
+            }.get(await asyncio.wait_for(reader.read(1), wait_s), "eof")
+        except TimeoutError:
+            return "held"
+
+    return list(await asyncio.gather(*(one(r) for r in readers)))
+
+
+async def flood(transport: Transport, victim: str, count: int) -> list[asyncio.StreamReader]:
+    readers = []
+    for _ in range(count):  # one by one: each is counted before the next one opens
+        readers.append(await open_idle(transport, victim))
+        await asyncio.sleep(0.02)
+    return readers
+
+
+def main() -> None:
+    dhts: list[DHT] = []
+    for _ in range(3):
+        known = [str(a) for d in dhts for a in d.get_visible_maddrs()]
+        dhts.append(DHT(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=known))
+    victim, neighbour, stranger = (Transport.start(d.replicate_p2p, never_ready) for d in dhts)
+    victim.connect_all({neighbour.peer_id: [str(a) for a in dhts[1].get_visible_maddrs()]})
+    result: dict[str, Any] = {
+        "max_inbound_per_peer": MAX_INBOUND_PER_PEER,
+        "header_timeout_s": HEADER_TIMEOUT_S,
+    }
+    held = neighbour.call(flood(neighbour, victim.peer_id, FLOOD))
+    result["neighbour"] = neighbour.call(answers(held, 2.0))
+    strangers = stranger.call(flood(stranger, victim.peer_id, FLOOD))
+    result["stranger"] = stranger.call(answers(strangers, 5.0))
+    started = time.monotonic()
+    result["neighbour_later"] = neighbour.call(answers(held, HEADER_TIMEOUT_S + 10), 60)
+    result["released_after_s"] = time.monotonic() - started
+    result["refused_counted"] = victim.num_streams_refused
+    print(json.dumps(result))
+    for t in (victim, neighbour, stranger):
+        t.close()
+    for d in dhts:
+        d.shutdown()
+
+
+if __name__ == "__main__":
+    main()
