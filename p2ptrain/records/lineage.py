@@ -95,11 +95,7 @@ def rank(lineage: Lineage, tag: str | None) -> int | None:
     return None
 
 
-def to_wire(lineage: Lineage) -> list[list[str | int]]:
-    return [[entry_id, epoch] for entry_id, epoch in lineage]
-
-
-def parse(value: object, record: str, name: str = "lineage") -> Lineage:
+def parse(value: object, record: str) -> Lineage:
     """A lineage off the wire: a list of at most MAX_LINEAGE [id, epoch] pairs, ids distinct."""
     if not isinstance(value, list) or len(value) > MAX_LINEAGE:
         raise f.malformed(record, f"lineage must be a list of at most {MAX_LINEAGE} entries")
