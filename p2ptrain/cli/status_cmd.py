@@ -72,8 +72,11 @@ def format_status(status: SwarmStatus) -> str:
     rtt = {(link.a, link.b): link.rtt_ms for link in status.links}
     rate = {(link.a, link.b): link.bandwidth_mbps for link in status.links}
     if ids:
-        lines += _matrix("RTT ms", ids, rtt, ".2f")
-        lines += _matrix("Mbit/s", ids, rate, ".1f")
+        guessed = {(link.a, link.b) for link in status.links if link.estimated}
+        lines += _matrix("RTT ms", ids, rtt, ".2f", guessed)
+        lines += _matrix("Mbit/s", ids, rate, ".1f", guessed)
+        if guessed:
+            lines.append("~ estimated from coordinates and capacities, not measured")
         kinds = {(link.a, link.b): link.connection for link in status.links}
         if any(kind != "direct" for kind in kinds.values()):  # someone is behind a NAT
             lines += _kind_matrix(ids, kinds)
@@ -107,15 +110,21 @@ def _started_lines(peers: tuple[PeerStatus, ...]) -> list[str]:
 
 
 def _matrix(
-    title: str, ids: list[str], values: dict[tuple[str, str], float | None], spec: str
+    title: str,
+    ids: list[str],
+    values: dict[tuple[str, str], float | None],
+    spec: str,
+    estimated: set[tuple[str, str]] | None = None,
 ) -> list[str]:
-    """A symmetric link matrix (keys are (smaller id, larger id)) as lines of a table."""
+    """A symmetric link matrix (keys are (smaller id, larger id)) as lines of a table; an
+    `estimated` link's value is marked with a ~."""
     lines = ["", title.ljust(12) + "".join(_short(p).rjust(11) for p in ids)]
     for a in ids:
         cells = []
         for b in ids:
-            value = values.get((min(a, b), max(a, b)))
-            cells.append(("·" if a == b else _cell(value, spec)).rjust(11))
+            pair = (min(a, b), max(a, b))
+            mark = "~" if estimated and pair in estimated and values.get(pair) is not None else ""
+            cells.append(("·" if a == b else mark + _cell(values.get(pair), spec)).rjust(11))
         lines.append(_short(a).ljust(12) + "".join(cells))
     return lines
 

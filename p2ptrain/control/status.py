@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from p2ptrain.control.estimate.book import is_full_mesh
+from p2ptrain.control.estimate.matrix import estimated_rates, estimated_rtts
 from p2ptrain.control.view import MEMBER_ROLES, Member, SwarmView
 from p2ptrain.control.waiting import waiting_for
 from p2ptrain.net.paging import page_of
@@ -20,6 +22,8 @@ from p2ptrain.records import LinkStatus, PeerStatus, PlanSummary, SwarmStatus
 # links), so a build serves for at least BUILD_SHARE times what it took
 STATUS_CACHE_S = 1.0
 BUILD_SHARE = 5.0
+# the links nobody measured are shown as estimated up to this many members (a square of them)
+MAX_ESTIMATED_STATUS_PEERS = 256
 
 
 def swarm_status(view: SwarmView, now: float, relay_bytes: int = 0) -> SwarmStatus:
@@ -61,6 +65,7 @@ def swarm_status(view: SwarmView, now: float, relay_bytes: int = 0) -> SwarmStat
         for (a, b), link in sorted(view.links(now).items())
         if a in members and b in members
     )
+    links += estimated_links(view, sorted(members), {(x.a, x.b) for x in links}, now)
     summary = None if view.plan is None else PlanSummary.of(view.plan)
     wait = waiting_for(view, now)
     return SwarmStatus(
@@ -81,6 +86,38 @@ def swarm_status(view: SwarmView, now: float, relay_bytes: int = 0) -> SwarmStat
         waiting_for=wait.text,
         finished=view.finished,
     )
+
+
+def estimated_links(
+    view: SwarmView, members: list[str], measured: set[tuple[str, str]], now: float
+) -> tuple[LinkStatus, ...]:
+    """The pairs nobody measured, as the planner estimates them (control/estimate/matrix.py),
+    in a swarm too big to measure in full (a smaller one measures every link); their age: that
+    of the older of the two ends' coordinates."""
+    if is_full_mesh(len(members)) or len(members) > MAX_ESTIMATED_STATUS_PEERS:
+        return ()
+    coords = view.estimate.coordinates_of(view.self_id, now)
+    placed = [p for p in members if p in coords]
+    rtts = estimated_rtts(placed, coords)
+    rates = estimated_rates(placed, view.estimate.capacities_of(view.self_id, now))
+    heard = {p: at for p, (_, at) in view.estimate.coordinates.items()}
+    estimated = []
+    for i, a in enumerate(placed):
+        for j in range(i + 1, len(placed)):
+            b, rate = placed[j], float(rates[i, j])
+            if (a, b) in measured:
+                continue
+            estimated.append(
+                LinkStatus(
+                    a=a,
+                    b=b,
+                    rtt_ms=round(float(rtts[i, j]), 3),
+                    bandwidth_mbps=None if math.isnan(rate) else round(rate, 1),
+                    age_s=round(max(now - heard.get(a, now), now - heard.get(b, now), 0.0), 3),
+                    estimated=True,
+                )
+            )
+    return tuple(estimated)
 
 
 class StatusPages:

@@ -103,9 +103,12 @@ class LinkStatus:
     bandwidth_mbps: float | None
     age_s: float
     connection: str = "direct"  # CONNECTIONS: direct, holepunched or relayed
+    # nobody measured it: predicted from its ends' coordinates and capacities (issue 29); absent
+    # from a measured link's JSON, which stays as it was
+    estimated: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "a": self.a,
             "b": self.b,
             "rtt_ms": self.rtt_ms,
@@ -113,6 +116,9 @@ class LinkStatus:
             "age_s": self.age_s,
             "connection": self.connection,
         }
+        if self.estimated:
+            data["estimated"] = True
+        return data
 
     @classmethod
     def from_dict(cls, data: object) -> LinkStatus:
@@ -127,6 +133,7 @@ class LinkStatus:
             connection=f.choice(
                 d.get("connection", "direct"), "status link", "connection", CONNECTIONS
             ),
+            estimated=f.boolean(d.get("estimated", False), "status link", "estimated"),
         )
 
 

@@ -118,6 +118,8 @@ class StatusCollector(Collector):
             "p2ptrain_link_rate_bits_per_second", "A link's measured rate", labels=["a", "b"]
         )
         for link in self.status.links:
+            if link.estimated:  # a prediction (issue 29), not a measurement
+                continue
             if link.rtt_ms is not None:
                 rtt.add_metric([link.a, link.b], link.rtt_ms / 1e3)
             if link.bandwidth_mbps is not None:

@@ -149,7 +149,20 @@ function renderHeat(s) {
       ctx.fillRect(x * size, y * size, Math.ceil(size), Math.ceil(size));
       cells.set(x + "," + y, link);
     }
+    if (link.estimated) {
+      // estimated from coordinates and capacities, not measured: hatched
+      ctx.strokeStyle = "rgba(255, 255, 255, 0.8)";
+      ctx.lineWidth = 1;
+      for (const [x, y] of [[i, j], [j, i]]) {
+        ctx.beginPath();
+        ctx.moveTo(x * size, (y + 1) * size);
+        ctx.lineTo((x + 1) * size, y * size);
+        ctx.stroke();
+      }
+    }
   }
+  const numEstimated = s.links.filter((link) => link.estimated).length;
+  if (numEstimated) scale.append(` (hatched: ${numEstimated} links estimated, not measured)`);
   const used = planLinks(s.plan);
   ctx.strokeStyle = "#1d2329";
   ctx.lineWidth = Math.min(3, Math.max(1, size / 8));
@@ -162,6 +175,7 @@ function renderHeat(s) {
   }
   state.cells = { cells, size, used, count: n };
   canvas.dataset.peers = String(n);
+  canvas.dataset.estimatedLinks = String(numEstimated);
   canvas.dataset.planLinks = String(used.size);
 }
 
@@ -175,7 +189,9 @@ function onHeatHover(event) {
   if (!link) { info.textContent = ""; return; }
   const inPlan = state.cells.used.has(link.a < link.b ? link.a + " " + link.b : link.b + " " + link.a);
   info.textContent = `${short(link.a)} ↔ ${short(link.b)}: RTT ${num(link.rtt_ms, 1)} ms, ` +
-    `${num(link.bandwidth_mbps, 1)} Mbit/s, measured ${num(link.age_s, 0)} s ago` +
+    `${num(link.bandwidth_mbps, 1)} Mbit/s, ` +
+    (link.estimated ? `estimated (coordinates ${num(link.age_s, 0)} s old)` :
+      `measured ${num(link.age_s, 0)} s ago`) +
     (inPlan ? " (used by the plan)" : "");
 }
 
