@@ -18,8 +18,8 @@ from p2ptrain.control.estimate.matrix import live_matrices
 from p2ptrain.control.estimate.neighbours import ROTATE_RANDOM_S, NeighbourPolicy
 from p2ptrain.control.links import Link
 from p2ptrain.control.measuring import LinkProber
-from p2ptrain.control.planner import build_matrices
-from p2ptrain.control.readiness import first_plan_gaps
+from p2ptrain.control.planning.planner import build_matrices
+from p2ptrain.control.planning.readiness import first_plan_gaps
 from p2ptrain.control.view import SwarmView
 from p2ptrain.errors import WireError
 from p2ptrain.records import PeerRecord, Plan, RunSpec, Telemetry
@@ -158,4 +158,4 @@ def test_plan_links_are_the_pipeline_hops_and_the_data_parallel_rings() -> None:
     plan = Plan(1, 1, a, 2, ((a, b), (c, d), (e, f)), (), {}, 1.0)
     assert set(plan_partners(plan, a)) == {b, c, e}
     expected = {(a, b), (c, d), (e, f), (a, c), (c, e), (a, e), (b, d), (d, f), (b, f)}
-    assert plan_links(plan) == expected
+    assert plan_links(plan.pipelines) == expected

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from p2ptrain.control.estimate import coordinates
@@ -33,17 +33,20 @@ def is_full_mesh(num_members: int) -> bool:
 
 
 def plan_partners(plan: Plan | None, peer: str) -> tuple[str, ...]:
-    """The peers `plan` makes `peer` exchange with, at most MAX_PARTNERS: its pipeline
+    """The peers `plan` makes `peer` exchange with (`partners_in` its pipelines)."""
+    return () if plan is None else partners_in(plan.pipelines, peer)
+
+
+def partners_in(pipelines: Sequence[Sequence[str]], peer: str) -> tuple[str, ...]:
+    """The peers these pipelines make `peer` exchange with, at most MAX_PARTNERS: its pipeline
     neighbours and its data-parallel ring neighbours (the same stage in the next and previous
     pipelines)."""
-    if plan is None:
-        return ()
-    for pipe in plan.pipelines:
+    for pipe in pipelines:
         if peer not in pipe:
             continue
-        stage = pipe.index(peer)
+        stage = list(pipe).index(peer)
         near = [pipe[s] for s in (stage - 1, stage + 1) if 0 <= s < len(pipe)]
-        group = [p[stage] for p in plan.pipelines if stage < len(p)]
+        group = [p[stage] for p in pipelines if stage < len(p)]
         at = group.index(peer)
         if len(group) > 1:
             near += [group[(at + 1) % len(group)], group[(at - 1) % len(group)]]
@@ -51,13 +54,13 @@ def plan_partners(plan: Plan | None, peer: str) -> tuple[str, ...]:
     return ()
 
 
-def plan_links(plan: Plan) -> set[tuple[str, str]]:
-    """The unordered pairs the plan moves training traffic over (sorted pairs)."""
+def plan_links(pipelines: Sequence[Sequence[str]]) -> set[tuple[str, str]]:
+    """The unordered pairs these pipelines move training traffic over (sorted pairs)."""
     pairs: set[tuple[str, str]] = set()
-    for peer in {p for pipe in plan.pipelines for p in pipe}:
-        for other in plan_partners(plan, peer):
+    for peer in {p for pipe in pipelines for p in pipe}:
+        for other in partners_in(pipelines, peer):
             pairs.add((min(peer, other), max(peer, other)))
-    for pipe in plan.pipelines:
+    for pipe in pipelines:
         pairs.update((min(a, b), max(a, b)) for a, b in itertools.pairwise(pipe) if a != b)
     return pairs
 
