@@ -21,6 +21,7 @@ from p2ptrain.train.checkpoint import StageSnapshot, checkpoint_dir, record_step
 from p2ptrain.train.data import load_corpus
 from p2ptrain.train.model import Stage, build_layers
 from p2ptrain.train.optim import clip_grads, grads_are_finite, lr_at, make_optimizer, set_lr
+from p2ptrain.worker.averaging.outer_link import stage_exchange
 from p2ptrain.worker.averaging.outer_rounds import OuterRounds, RoundReport
 from p2ptrain.worker.averaging.robust import MOMENTS_DRIFT_BOUND, PARAMS_DRIFT_BOUND
 from p2ptrain.worker.averaging.stage_averager import StageAverager
@@ -142,6 +143,7 @@ class Session:
             )
         if spec.sync == "diloco":
             self.outer = OuterRounds(spec, role.stage, role.num_stages, self.model, self.averager)
+            self.outer.exchange = stage_exchange(spec, role, plan, transport, self.model)
             self.outer.take_saved(outer_state)
         self.rows = stage_step.replica_batch(spec, role)[1]
         self.start_step = self.step

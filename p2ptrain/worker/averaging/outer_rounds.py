@@ -6,10 +6,10 @@ averaged per step. Stage i of S meets its group after the steps s with
 do not all send at once; stage 0's first round comes after H steps, a later stage's first one
 sooner), and after the run's last step, so every stage ends with its replicas in agreement.
 
-A round: the pseudo-gradient (anchor − now) goes to the stage's StageAverager (the plan's group
-and weights, finite checks, centred clip, checksums; fp16 on the wire: worker/averaging/stage_averager.py) in
-a background thread while the replica trains on. `overlap_steps(H)` steps later (at once after
-the run's last step) the replica waits for the result and applies it: the outer Nesterov step
+A round: the pseudo-gradient (anchor − now) goes to the stage's outer exchange (the plan's
+group and weights, finite checks, centred clip, checksums: worker/averaging/outer_exchange.py)
+in a background thread while the replica trains on. From `overlap_steps(H)` steps later (at
+once after the run's last step) the replica applies the result: the outer Nesterov step
 moves the anchor, and the parameters become the new anchor plus the inner progress made since
 the round started (that progress is in the next round's pseudo-gradient, as the anchor moved).
 The round carries the anchor's digest: every member checks that all started it from the same
@@ -21,15 +21,21 @@ dead replica costs only its own inner progress. A stage of one replica applies i
 pseudo-gradient at once (DiLoCo with one worker): its outer state stays that of the run, ready
 for the replicas a later plan adds.
 
-`outer_compression` int8 or topk: the pseudo-gradient goes through the codec's quantisation
-(top-k with this replica's error feedback) before the averaging, so the numerics are those of
-the codec; the wire itself still carries fp16 (docs/operations.md).
+The exchange is ours (worker/averaging/outer_exchange.py): `outer_compression` is what the wire
+carries (fp16 or block-wise int8 in a reduce-scatter, top-k at 2 bits with this replica's error
+feedback in a sparse gather). The StageAverager (hivemind) serves only the anchors' re-sync.
+
+The round never holds a step up while it runs: its thread runs at a lower CPU priority than the
+passes (ROUND_NICE), and a result not ready at its step is applied at the first later step it
+is, waited for only when the stage's next round is due (H steps on) or the run ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import os
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -46,11 +52,13 @@ from p2ptrain.worker.averaging.robust import MOMENTS_DRIFT_BOUND, PARAMS_DRIFT_B
 from p2ptrain.worker.resume.resync import resync_pieces
 
 if TYPE_CHECKING:
+    from p2ptrain.worker.averaging.outer_exchange import OuterExchange
     from p2ptrain.worker.averaging.stage_averager import Outcome, StageAverager
 
 log = logging.getLogger("p2ptrain.worker")
 
-MAX_OVERLAP_STEPS = 5  # a round's result is applied at most this many steps after it started
+MAX_OVERLAP_STEPS = 5  # a round's result is due this many steps after it started (at most)
+ROUND_NICE = 10  # the round's thread yields the CPU quota to the passes (Linux: per thread)
 
 
 def stagger_offset(stage: int, num_stages: int, inner_steps: int) -> int:
@@ -81,6 +89,9 @@ class _Pending:
     thread: threading.Thread | None = None
     result: tuple[torch.Tensor, Outcome] | None = None
 
+    def ready(self) -> bool:
+        return self.thread is None or not self.thread.is_alive()
+
 
 @dataclasses.dataclass(frozen=True)
 class RoundReport:
@@ -101,9 +112,13 @@ class OuterRounds:
         model: Stage,
         averager: StageAverager | None,
         overlap: int | None = None,
+        exchange: OuterExchange | None = None,
     ) -> None:
+        """exchange: the group's outer rounds (None: a one-replica stage); averager: the
+        anchors' re-sync when the group's anchors differ."""
         self.spec, self.stage, self.num_stages = spec, stage, num_stages
         self.averager = averager
+        self.exchange = exchange
         self.outer = OuterOptimizer(model, spec.outer_lr, spec.outer_momentum)
         self.overlap = overlap_steps(spec.inner_steps) if overlap is None else overlap
         self.topk = (
@@ -125,7 +140,9 @@ class OuterRounds:
         report = None
         pending = self._pending
         last = step + 1 == self.spec.steps
-        if pending is not None and (pending.apply_at <= step or last):
+        # a result not ready at its step: train on, apply it at the first step it is (the next
+        # round's start below waits for it at the latest)
+        if pending is not None and (last or (pending.apply_at <= step and pending.ready())):
             report = self._finish(pending, step)
         if round_due(self.spec, self.stage, self.num_stages, step):
             if self._pending is not None:  # a round still running: finish it first
@@ -136,9 +153,8 @@ class OuterRounds:
     def _start(
         self, step: int, should_stop: Callable[[], bool], at_once: bool
     ) -> RoundReport | None:
-        delta = self._encoded(self.outer.pseudo_gradient())
-        if self.averager is None:  # one replica: its own pseudo-gradient is the mean
-            self.outer.step(delta)
+        if self.exchange is None:  # one replica: its own pseudo-gradient is the mean
+            self.outer.step(self._encoded(self.outer.pseudo_gradient()))
             log.info(
                 "step %d: outer step %d applied (round of step %d, 1 replica)",
                 step,
@@ -146,14 +162,16 @@ class OuterRounds:
                 step,
             )
             return RoundReport("solo")
-        averager = self.averager
-        # hivemind averages CPU tensors; the anchor's digest shows the group started alike
-        delta, anchor = delta.cpu(), self.outer.anchor.cpu()
+        exchange = self.exchange
+        # the exchange works on CPU tensors; the anchor's digest shows the group started alike
+        delta, anchor = self.outer.pseudo_gradient().cpu(), self.outer.anchor.cpu()
         apply_at = step + (0 if at_once else self.overlap)
         pending = _Pending(step, apply_at, self.outer.flat_params())
 
         def run() -> None:
-            pending.result = averager.average(delta, step, should_stop, anchor)
+            with contextlib.suppress(OSError, AttributeError):  # not Linux: normal priority
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), ROUND_NICE)
+            pending.result = exchange.run(delta, step, should_stop, anchor)
 
         pending.thread = threading.Thread(target=run, name=f"outer-round-{step}", daemon=True)
         pending.thread.start()
@@ -163,7 +181,8 @@ class OuterRounds:
         return RoundReport("started")
 
     def _encoded(self, delta: torch.Tensor) -> torch.Tensor:
-        """What the codec would deliver of `delta` (numerics of int8/topk, see the docstring)."""
+        """What the codec would deliver of `delta` (a one-replica stage keeps the numerics of
+        a group's rounds)."""
         if self.spec.outer_compression == "int8":
             return codecs.decode_int8_blocks(codecs.encode_int8_blocks(delta), delta.shape)
         if self.topk is not None:
@@ -203,7 +222,8 @@ class OuterRounds:
 
     def _resync(self, step: int) -> None:
         """The group's anchors differed at the round's start: average anchors and momenta."""
-        assert self.averager is not None
+        if self.averager is None:
+            return
         pieces = [
             ("anchor", [self.outer.anchor], PARAMS_DRIFT_BOUND),
             ("momentum", [self.outer.momentum_buffer], MOMENTS_DRIFT_BOUND),

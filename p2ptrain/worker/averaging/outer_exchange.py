@@ -1,0 +1,354 @@
+"""An outer round of one stage's group, ours end to end (sync = "diloco", outer_rounds.py).
+
+The group and its weights are the plan's; members are ordered by peer id. The pseudo-gradient
+travels in the stage's `outer_compression` (train/codecs.py, worker/averaging/outer_wire.py):
+
+- dense (fp16, int8): a reduce-scatter then an all-gather. Member j reduces shard j: every
+  member sends it that slice (PART), j combines the copies with robust_mean (plan weights,
+  finite check, centred clip: worker/averaging/robust.py), encodes the result once and sends it
+  to every member (REDUCED), and keeps what they decode of it. Each member moves about
+  2 (R − 1) / R of the vector's encoded bytes each way, as a butterfly all-reduce does.
+- top-k: a sparse gather. Each member sends its whole payload (top-k with its own error
+  feedback) to every other (SPARSE); every member decodes all of them and combines them the same
+  way in the same order, so all hold the same result.
+
+Every message carries the sender's checksums of what it sent (its decoded vector) and its
+anchor's digest; the result is checked against them (worker/averaging/checks.py: a partial or
+tampered round fails) and the digests tell whether the members started from the same anchor.
+A round whose reducer dropped or clipped a part fails on every member, as hivemind rounds do.
+
+Timeouts: a member's message may come up to `join_s` after we started (replicas run their steps
+at their own pace); a reduced shard may take `transfer_s` more. A member missing at that point
+fails the attempt on everyone; the second attempt, shorter, runs among the members we heard
+from, so a dead member costs the others at most join_s + retry_s, never a hang.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+import torch
+
+from p2ptrain.errors import WireError
+from p2ptrain.records import NetworkFacts
+from p2ptrain.train import codecs
+from p2ptrain.worker.averaging import outer_wire as wire
+from p2ptrain.worker.averaging.checks import (
+    COMPRESSED_TOLERANCE,
+    Checksums,
+    check_round,
+    checksums,
+    params_digest,
+    replicas_diverged,
+)
+from p2ptrain.worker.averaging.robust import robust_mean
+from p2ptrain.worker.averaging.round_inbox import RoundInbox, RoundStopped
+from p2ptrain.worker.averaging.stage_averager import RETRY_TIMEOUT_S, Outcome, averaging_timeouts
+
+log = logging.getLogger(__name__)
+
+DIVERGENCE_TOLERANCE = 1e-2  # anchors differ by ~1e-2 of their norm after one missed round
+
+
+class RoundLink(Protocol):
+    """How a round's messages leave (worker/averaging/outer_link.py: p2pd streams) and arrive."""
+
+    peer_id: str
+    inbox: RoundInbox
+
+    def send(
+        self, peer: str, header: wire.RoundHeader, payload: torch.Tensor, timeout_s: float
+    ) -> Future[None]: ...
+
+
+@dataclass(frozen=True)
+class ExchangeTimeouts:
+    join_s: float  # how late a member's first message may come
+    transfer_s: float  # a reduced shard's extra time after that
+    retry_s: float  # the second attempt's join time
+
+
+def exchange_timeouts(
+    join_s: float, payload_bytes: int, network: NetworkFacts | None, stage: int
+) -> ExchangeTimeouts:
+    """join_s: the run's averaging_timeout_s (how far apart the replicas may reach a round);
+    the transfers' bounds from the plan's facts of the stage group's links."""
+    links = averaging_timeouts(payload_bytes, network, stage)
+    return ExchangeTimeouts(join_s, links.reducer_s, max(RETRY_TIMEOUT_S, links.sender_s))
+
+
+class _Failed(Exception):
+    def __init__(self, problem: str, heard: set[str]) -> None:
+        super().__init__(problem)
+        self.heard = heard
+
+
+class OuterExchange:
+    """One replica's side of its stage's outer rounds."""
+
+    def __init__(
+        self,
+        link: RoundLink,
+        group: Mapping[str, float],
+        codec: str,
+        numel: int,
+        round_prefix: str,
+        timeouts: ExchangeTimeouts,
+        topk_fraction: float = 0.03,
+    ) -> None:
+        if len(group) < 2 or link.peer_id not in group:
+            raise ValueError(f"an outer round needs >= 2 members, this peer among them: {group}")
+        if codec not in codecs.OUTER_CODECS:
+            raise ValueError(f"unknown outer codec {codec!r}")
+        self.link, self.codec, self.numel = link, codec, numel
+        self.weights = dict(group)
+        self.prefix, self.timeouts = round_prefix, timeouts
+        self.fraction = topk_fraction
+        self.topk = codecs.TopKCompressor(numel, topk_fraction) if codec == "topk" else None
+        self._signs = (
+            torch.randint(
+                0, 2, (numel,), generator=torch.Generator().manual_seed(7), dtype=torch.int8
+            ).double()
+            * 2
+            - 1
+        )
+        link.inbox.admit_group(group, wire.max_message_bytes(codec, numel, topk_fraction))
+
+    def run(
+        self,
+        pseudo_gradient: torch.Tensor,
+        step: int,
+        should_stop: Callable[[], bool],
+        anchor: torch.Tensor,
+    ) -> tuple[torch.Tensor, Outcome]:
+        """The group's combined pseudo-gradient, or this replica's own ('local': the round
+        failed; 'stopped': should_stop() turned true)."""
+        flat = pseudo_gradient.detach().float().reshape(-1).cpu()
+        sparse, sent = None, flat
+        if self.topk is not None:  # error feedback moves once a round, whatever the attempts
+            sparse, sent = self.topk.encode(flat)
+        digest, norm = params_digest(anchor.reshape(-1).cpu(), self._signs)
+        members = sorted(self.weights)
+        failures: list[str] = []
+        try:
+            for attempt, join_s in enumerate((self.timeouts.join_s, self.timeouts.retry_s)):
+                key = self._round_key(step, attempt, members)
+                try:
+                    if sparse is not None:
+                        mean, gathered = self._gather(
+                            key, members, sparse, sent, step, join_s, (digest, norm), should_stop
+                        )
+                    else:
+                        mean, gathered = self._reduce_scatter(
+                            key, members, flat, step, join_s, (digest, norm), should_stop
+                        )
+                except _Failed as exc:
+                    failures.append(f"attempt {attempt + 1}: {exc}")
+                    log.warning("step %d outer round attempt %d failed: %s", step, attempt + 1, exc)
+                    members = sorted(exc.heard | {self.link.peer_id})
+                    if len(members) < 2:
+                        break
+                    continue
+                diverged = replicas_diverged(gathered, DIVERGENCE_TOLERANCE)
+                detail = "; ".join(failures)
+                return mean, Outcome("averaged", len(gathered), detail, diverged)
+        except RoundStopped:
+            return flat, Outcome("stopped", 1, "stopped during the outer round")
+        finally:  # late copies of this step's messages, and earlier steps' stragglers
+            self.link.inbox.forget(lambda k: self._round_step(k) > step)
+        return flat, Outcome("local", 1, "; ".join(failures))
+
+    def _round_key(self, step: int, attempt: int, members: list[str]) -> str:
+        group = hashlib.sha256(",".join(members).encode()).hexdigest()[:16]
+        return f"{self.prefix}/{step}/{attempt}/{group}"
+
+    def _round_step(self, key: str) -> int:
+        """The step of a round key of this stage's plan, -1 for any other key."""
+        head, _, rest = key.rpartition("/")[0].rpartition("/")[0].rpartition("/")
+        return int(rest) if head == self.prefix and rest.isdigit() else -1
+
+    def _claims(self, sent: torch.Tensor, step: int, anchor: tuple[float, float]) -> Checksums:
+        mine = checksums(sent, step, self.weights[self.link.peer_id])
+        return replace(mine, params=anchor[0], params_norm=anchor[1])
+
+    # --- dense: reduce-scatter, then all-gather of the reduced shards ---
+
+    def _reduce_scatter(
+        self,
+        key: str,
+        members: list[str],
+        flat: torch.Tensor,
+        step: int,
+        join_s: float,
+        anchor: tuple[float, float],
+        should_stop: Callable[[], bool],
+    ) -> tuple[torch.Tensor, dict[str, dict[str, float]]]:
+        me = self.link.peer_id
+        bounds = wire.shard_bounds(self.numel, len(members))
+        mine_index = members.index(me)
+        encoded = [wire.encode_dense(self.codec, flat[a:b]) for a, b in bounds]
+        sent = torch.cat(
+            [
+                wire.decode_dense(self.codec, e, b - a)
+                for e, (a, b) in zip(encoded, bounds, strict=True)
+            ]
+        )
+        claims = self._claims(sent, step, anchor)
+        wait_s = join_s + self.timeouts.transfer_s
+        for j, peer in enumerate(members):
+            if peer != me:
+                header = wire.RoundHeader(key, wire.PART, me, j, encoded[j].numel(), claims)
+                self.link.send(peer, header, encoded[j], wait_s)
+        # our shard: every member's copy of it
+        start, end = bounds[mine_index]
+        deadline = time.monotonic() + join_s
+        parts: dict[str, torch.Tensor] = {me: sent[start:end]}
+        contributors: dict[str, Checksums] = {me: claims}
+        problems: list[str] = []
+        for peer in members:
+            if peer == me:
+                continue
+            got = self.link.inbox.take(key, wire.PART, peer, mine_index, deadline, should_stop)
+            if got is None:
+                problems.append(f"no part from {peer}")
+                continue
+            header, payload = got
+            try:
+                parts[peer] = wire.decode_dense(self.codec, payload, end - start)
+            except WireError as exc:
+                problems.append(f"{peer}'s part: {exc}")
+                continue
+            contributors[peer] = header.claims
+        heard = set(parts) - {me}
+        reduced, notes = self._combine(parts, contributors, end - start)
+        payload_out = wire.encode_dense(self.codec, reduced)
+        reduced = wire.decode_dense(self.codec, payload_out, end - start)
+        header = wire.RoundHeader(
+            key,
+            wire.REDUCED,
+            me,
+            mine_index,
+            payload_out.numel(),
+            claims,
+            contributors,
+            tuple(notes),
+        )
+        for peer in members:
+            if peer != me:
+                self.link.send(peer, header, payload_out, wait_s)
+        if problems:
+            raise _Failed("; ".join(problems), heard)
+        # every reduced shard; a member that sent its part and died is left out of the retry
+        shards: list[torch.Tensor] = []
+        reducers: set[str] = set()
+        deadline = time.monotonic() + self.timeouts.transfer_s
+        for j, peer in enumerate(members):
+            if peer == me:
+                shards.append(reduced)
+                continue
+            got = self.link.inbox.take(key, wire.REDUCED, peer, j, deadline, should_stop)
+            if got is None:
+                problems.append(f"no reduced shard from {peer}")
+                continue
+            reducers.add(peer)
+            theirs, payload = got
+            if set(theirs.contributors) != set(contributors):
+                problems.append(f"{peer} reduced over {sorted(theirs.contributors)}")
+            elif theirs.notes:
+                problems.append(f"{peer}'s reducer: {'; '.join(theirs.notes)}")
+            else:
+                try:
+                    shards.append(
+                        wire.decode_dense(self.codec, payload, bounds[j][1] - bounds[j][0])
+                    )
+                except WireError as exc:
+                    problems.append(f"{peer}'s reduced shard: {exc}")
+        if notes:
+            problems.append(f"our reducer: {'; '.join(notes)}")
+        if problems:
+            raise _Failed("; ".join(problems), reducers)
+        return self._checked(torch.cat(shards), claims, contributors, heard)
+
+    # --- top-k: every member's payload to every member ---
+
+    def _gather(
+        self,
+        key: str,
+        members: list[str],
+        payload: torch.Tensor,
+        sent: torch.Tensor,
+        step: int,
+        join_s: float,
+        anchor: tuple[float, float],
+        should_stop: Callable[[], bool],
+    ) -> tuple[torch.Tensor, dict[str, dict[str, float]]]:
+        me = self.link.peer_id
+        claims = self._claims(sent, step, anchor)
+        header = wire.RoundHeader(key, wire.SPARSE, me, 0, payload.numel(), claims)
+        for peer in members:
+            if peer != me:
+                self.link.send(peer, header, payload, join_s + self.timeouts.transfer_s)
+        deadline = time.monotonic() + join_s + self.timeouts.transfer_s
+        parts: dict[str, torch.Tensor] = {me: sent}
+        contributors: dict[str, Checksums] = {me: claims}
+        problems: list[str] = []
+        for peer in members:
+            if peer == me:
+                continue
+            got = self.link.inbox.take(key, wire.SPARSE, peer, 0, deadline, should_stop)
+            if got is None:
+                problems.append(f"no payload from {peer}")
+                continue
+            theirs, data = got
+            try:
+                parts[peer] = codecs.decode_topk(data, self.numel, self.fraction)
+            except WireError as exc:
+                problems.append(f"{peer}'s payload: {exc}")
+                continue
+            contributors[peer] = theirs.claims
+        heard = set(parts) - {me}
+        if problems:
+            raise _Failed("; ".join(problems), heard)
+        mean, notes = self._combine(parts, contributors, self.numel)
+        if notes:
+            raise _Failed(f"combining: {'; '.join(notes)}", heard)
+        return self._checked(mean, claims, contributors, heard)
+
+    # --- shared ---
+
+    def _combine(
+        self, parts: Mapping[str, torch.Tensor], claims: Mapping[str, Checksums], numel: int
+    ) -> tuple[torch.Tensor, list[str]]:
+        """robust_mean of the parts in member order, with the plan's weights."""
+        order = sorted(parts)
+        norms = [c.norm for c in claims.values()]
+        floor = statistics.median(norms) * (numel / max(self.numel, 1)) ** 0.5 if norms else 0.0
+        combined = robust_mean(
+            [parts[p] for p in order],
+            [self.weights[p] for p in order],
+            own=order.index(self.link.peer_id),
+            floor=floor,
+        )
+        notes = [f"{order[i]}: {why}" for i, why in combined.dropped.items()]
+        notes += [f"{order[i]}: clipped" for i in combined.clipped]
+        return combined.value, notes
+
+    def _checked(
+        self,
+        result: torch.Tensor,
+        claims: Checksums,
+        contributors: Mapping[str, Checksums],
+        heard: set[str],
+    ) -> tuple[torch.Tensor, dict[str, dict[str, float]]]:
+        gathered = wire.as_gather_map(contributors)
+        problem = check_round(result, claims, gathered, COMPRESSED_TOLERANCE, self.weights)
+        if problem:
+            raise _Failed(problem, heard)
+        return result, gathered

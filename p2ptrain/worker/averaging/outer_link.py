@@ -1,0 +1,147 @@
+"""Outer rounds' messages over the worker's p2pd connections (protocol `p2ptrain.outer-round.v1`,
+worker/averaging/outer_wire.py), beside the pipeline's frames on the same Transport.
+
+One link per Transport (the handler is registered once, for the worker's life); each session
+tells its inbox which group to read. Every byte in and out is added to the transport's traffic
+counters, so the workers' `link_bytes` (and bench scaleout's DP bytes) count the rounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+import torch
+
+from p2ptrain.errors import WireError
+from p2ptrain.records import Plan, Role, RunSpec
+from p2ptrain.worker.averaging import outer_wire as wire
+from p2ptrain.worker.averaging.outer_exchange import OuterExchange, exchange_timeouts
+from p2ptrain.worker.averaging.round_inbox import RoundInbox
+from p2ptrain.worker.pipeline.stage_step import replica_weights
+
+if TYPE_CHECKING:
+    from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
+
+    from p2ptrain.worker.pipeline.transport import Transport
+
+log = logging.getLogger(__name__)
+
+HEADER_TIMEOUT_S = 10.0
+MIN_RATE_BPS = 1e6  # a payload's read may take its size at this rate (plus the header's time)
+ANSWER_LINGER_S = 5.0
+RETRY_PAUSE_S = 0.3
+MAX_SENDERS = 8  # threads that push messages at once
+
+_LINKS: dict[int, P2PRoundLink] = {}
+
+
+class P2PRoundLink:
+    """RoundLink (worker/averaging/outer_exchange.py) over p2pd binary streams."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self.peer_id = transport.peer_id
+        self.inbox = RoundInbox()
+        self._pool = ThreadPoolExecutor(MAX_SENDERS, thread_name_prefix="outer-send")
+        transport.call(transport.p2p.add_binary_stream_handler(wire.PROTOCOL, self._handle))
+
+    @classmethod
+    def of(cls, transport: Transport) -> P2PRoundLink:
+        """The transport's link (created on first use)."""
+        link = _LINKS.get(id(transport))
+        if link is None or link.transport is not transport:
+            link = _LINKS[id(transport)] = cls(transport)
+        return link
+
+    def send(
+        self, peer: str, header: wire.RoundHeader, payload: torch.Tensor, timeout_s: float
+    ) -> Future[None]:
+        """Deliver one message, retried while the peer is busy or unreachable, until
+        timeout_s; the future fails then (the round notices the missing message itself)."""
+        data = header.encode() + payload.numpy().tobytes()
+        return self._pool.submit(self._send_until, peer, data, timeout_s)
+
+    def _send_until(self, peer: str, data: bytes, timeout_s: float) -> None:
+        async def deliver() -> None:
+            async with asyncio.timeout(timeout_s):
+                while True:
+                    answer = b""
+                    with contextlib.suppress(Exception):  # p2pd raises several kinds
+                        answer = await self._send_once(peer, data)
+                    if answer == wire.ACCEPTED:
+                        return
+                    if answer == wire.REJECTED:
+                        raise WireError(f"{peer} refused an outer round message")
+                    await asyncio.sleep(RETRY_PAUSE_S)
+
+        self.transport.call(deliver(), timeout_s + 5.0)
+
+    async def _send_once(self, peer: str, data: bytes) -> bytes:
+        from hivemind.p2p import PeerID
+
+        _, reader, writer = await self.transport.p2p.call_binary_stream_handler(
+            PeerID.from_base58(peer), wire.PROTOCOL
+        )
+        try:
+            writer.write(data)
+            await writer.drain()
+            self.transport.traffic.sent(peer, len(data))  # every copy crossed the link
+            return await reader.readexactly(1)
+        finally:
+            writer.close()
+
+    async def _handle(
+        self, info: StreamInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        remote = info.peer_id.to_base58()
+        try:
+            async with asyncio.timeout(HEADER_TIMEOUT_S):
+                (length,) = wire.HEADER_LEN.unpack(await reader.readexactly(wire.HEADER_LEN.size))
+                if length > wire.MAX_HEADER_BYTES:
+                    raise WireError(f"outer round header of {length} bytes")
+                header = wire.RoundHeader.decode(await reader.readexactly(length))
+            self.transport.traffic.received(remote, wire.HEADER_LEN.size + length)
+            answer = self.inbox.screen(header, remote)
+            if answer is None:
+                async with asyncio.timeout(HEADER_TIMEOUT_S + header.num_bytes * 8 / MIN_RATE_BPS):
+                    payload = await reader.readexactly(header.num_bytes)
+                self.transport.traffic.received(remote, len(payload))
+                self.inbox.put(header, payload)
+                answer = wire.ACCEPTED
+            writer.write(answer)
+        except (WireError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            log.warning("refused an outer round message from %s: %r", remote, exc)
+            writer.write(wire.REJECTED)
+        finally:
+            # close once the sender closed its side: p2pd may reset a stream closed with the
+            # answer in flight (as the frames' handler does)
+            with contextlib.suppress(OSError, TimeoutError, asyncio.IncompleteReadError):
+                await writer.drain()
+                async with asyncio.timeout(ANSWER_LINGER_S):
+                    while await reader.read(65536):
+                        pass
+            writer.close()
+
+
+def stage_exchange(
+    spec: RunSpec, role: Role, plan: Plan, transport: Transport, model: torch.nn.Module
+) -> OuterExchange | None:
+    """The outer exchange of `role`'s stage group under `plan`, over the worker's transport
+    (None for a one-replica stage)."""
+    if role.num_replicas < 2:
+        return None
+    numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    payload_bytes = wire.max_message_bytes(spec.outer_compression, numel, spec.topk_fraction)
+    return OuterExchange(
+        P2PRoundLink.of(transport),
+        replica_weights(spec, role),
+        spec.outer_compression,
+        numel,
+        f"{spec.run_id}/{plan.term}/{role.epoch}/{role.stage}",
+        exchange_timeouts(spec.averaging_timeout_s, payload_bytes, plan.network, role.stage),
+        spec.topk_fraction,
+    )

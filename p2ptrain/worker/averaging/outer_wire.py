@@ -1,0 +1,150 @@
+"""The wire format of an outer round (worker/averaging/outer_exchange.py): messages and codecs.
+
+A message is `u32 header length | JSON header | payload bytes`; the receiver answers one byte
+(ACCEPTED, REJECTED or BUSY, as pipeline frames: worker/pipeline/frames.py). The header names
+the round (`round`: run, plan term and epoch, stage, step, attempt and a digest of the group's
+members), the message kind, the sender, the shard, the payload's size and the sender's claimed
+checksums (worker/averaging/checks.py), or, in a reduced shard, the claims of every member the
+reducer combined and why it dropped or clipped any.
+
+Kinds: PART (a member's slice `shard` of its encoded pseudo-gradient, to that shard's reducer),
+REDUCED (a reducer's combined shard, to every member) and SPARSE (a member's whole top-k
+payload, to every member). Payloads are train/codecs.py's bytes; a receiver decodes them with
+the size it computes from the plan (never the sender's), so a wrong size is a WireError.
+
+Pure (torch only): unit-testable without a network.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from p2ptrain.errors import WireError
+from p2ptrain.records import fields as f
+from p2ptrain.train import codecs
+from p2ptrain.worker.averaging.checks import Checksums
+
+PROTOCOL = "p2ptrain.outer-round.v1"
+HEADER_LEN = struct.Struct(">I")
+MAX_HEADER_BYTES = 64 * 1024  # a reduced shard's header carries every member's claims
+MAX_ROUND_KEY_CHARS = 256
+MAX_NOTES = 16
+PART, REDUCED, SPARSE = "part", "reduced", "sparse"
+KINDS = (PART, REDUCED, SPARSE)
+ACCEPTED, REJECTED, BUSY = b"\x01", b"\x00", b"\x02"
+_HEADER = "outer round header"
+
+
+@dataclass(frozen=True)
+class RoundHeader:
+    round: str
+    kind: str
+    sender: str
+    shard: int
+    num_bytes: int
+    claims: Checksums  # PART/SPARSE: the sender's; REDUCED: the reducer's own
+    # REDUCED only: the claims of the members combined, and why any was dropped or clipped
+    contributors: Mapping[str, Checksums] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def encode(self) -> bytes:
+        body = {
+            "round": self.round,
+            "kind": self.kind,
+            "sender": self.sender,
+            "shard": self.shard,
+            "num_bytes": self.num_bytes,
+            "claims": self.claims.as_gather(),
+            "contributors": {p: c.as_gather() for p, c in self.contributors.items()},
+            "notes": list(self.notes),
+        }
+        raw = json.dumps(body, separators=(",", ":")).encode()
+        if len(raw) > MAX_HEADER_BYTES:
+            raise ValueError(f"outer round header of {len(raw)} bytes")
+        return HEADER_LEN.pack(len(raw)) + raw
+
+    @classmethod
+    def decode(cls, raw: bytes) -> RoundHeader:
+        """A header as it arrived: a valid record or WireError."""
+        try:
+            data = json.loads(raw)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise WireError(f"malformed {_HEADER}: not JSON") from exc
+        d = f.mapping(data, _HEADER)
+        f.require_keys(d, _HEADER, ("round", "kind", "sender", "shard", "num_bytes", "claims"))
+        contributors = f.mapping(d.get("contributors", {}), _HEADER)
+        if len(contributors) > f.MAX_PEERS:
+            raise WireError(f"malformed {_HEADER}: too many contributors")
+        notes = d.get("notes", [])
+        if not isinstance(notes, list) or len(notes) > MAX_NOTES:
+            raise WireError(f"malformed {_HEADER}: notes")
+        return cls(
+            round=f.text(d["round"], _HEADER, "round", MAX_ROUND_KEY_CHARS),
+            kind=f.choice(d["kind"], _HEADER, "kind", KINDS),
+            sender=f.peer_id(d["sender"], _HEADER, "sender"),
+            shard=f.integer(d["shard"], _HEADER, "shard", 0, f.MAX_PEERS),
+            num_bytes=f.integer(d["num_bytes"], _HEADER, "num_bytes"),
+            claims=Checksums.from_gather(d["claims"]),
+            contributors={
+                f.peer_id(p, _HEADER, "contributor"): Checksums.from_gather(c)
+                for p, c in contributors.items()
+            },
+            notes=tuple(f.text(n, _HEADER, "note", f.MAX_FREE_FORM_CHARS) for n in notes),
+        )
+
+
+# --- the codecs of a round: dense shards (fp16, int8) and whole top-k payloads ---
+
+
+def shard_bounds(numel: int, num_members: int) -> list[tuple[int, int]]:
+    """The contiguous slice of the flat vector each member reduces, in the group's order."""
+    return [(j * numel // num_members, (j + 1) * numel // num_members) for j in range(num_members)]
+
+
+def dense_bytes(codec: str, numel: int) -> int:
+    """Payload bytes of a dense shard of `numel` values."""
+    if codec == "fp16":
+        return 2 * numel
+    if codec == "int8":
+        return -(-numel // codecs.INT8_BLOCK) * (4 + codecs.INT8_BLOCK)
+    raise ValueError(f"not a dense outer codec: {codec!r}")
+
+
+def encode_dense(codec: str, values: torch.Tensor) -> torch.Tensor:
+    if codec == "fp16":
+        return codecs.encode_fp16(values)
+    if codec == "int8":
+        return codecs.encode_int8_blocks(values)
+    raise ValueError(f"not a dense outer codec: {codec!r}")
+
+
+def decode_dense(codec: str, payload: torch.Tensor | bytes, numel: int) -> torch.Tensor:
+    """The shard's fp32 values, or WireError (size from the plan, values finite)."""
+    if codec == "fp16":
+        return codecs.decode_fp16(payload, (numel,))
+    if codec == "int8":
+        return codecs.decode_int8_blocks(payload, (numel,))
+    raise ValueError(f"not a dense outer codec: {codec!r}")
+
+
+def roundtrip_dense(codec: str, values: torch.Tensor) -> torch.Tensor:
+    """What a receiver decodes of `values` (the sender's own view of what it sent)."""
+    return decode_dense(codec, encode_dense(codec, values), values.numel())
+
+
+def max_message_bytes(codec: str, numel: int, fraction: float) -> int:
+    """The largest payload a message of a round of this stage may carry."""
+    if codec == "topk":
+        return codecs.topk_payload_bytes(numel, fraction)
+    return dense_bytes(codec, numel)
+
+
+def as_gather_map(claims: Mapping[str, Checksums]) -> dict[str, dict[str, Any]]:
+    """Claims in the shape worker/averaging/checks.py's check_round reads."""
+    return {peer: c.as_gather() for peer, c in claims.items()}

@@ -1,0 +1,214 @@
+"""Outer rounds over our own exchange (worker/averaging/outer_exchange.py), members in threads
+joined by an in-memory link: the result is the weighted mean within the codec's error, every
+member holds the same bytes, the wire carries the codec's bytes, a dead member does not block
+the others past the timeouts, and a lying member fails the round."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import replace
+
+import pytest
+import torch
+
+from p2ptrain.errors import WireError
+from p2ptrain.train import codecs
+from p2ptrain.worker.averaging import outer_wire as wire
+from p2ptrain.worker.averaging.checks import Checksums
+from p2ptrain.worker.averaging.outer_exchange import ExchangeTimeouts, OuterExchange
+from p2ptrain.worker.averaging.round_inbox import RoundInbox
+from p2ptrain.worker.averaging.stage_averager import Outcome
+
+PEERS = [f"12D3KooWPeer{c}" for c in "ABC"]
+NUMEL = 10_000
+FAST = ExchangeTimeouts(join_s=2.0, transfer_s=2.0, retry_s=1.0)
+
+
+class MemoryLink:
+    """Delivers into the other members' inboxes at once; a dead member's link drops all."""
+
+    def __init__(self, peer_id: str, net: dict[str, MemoryLink]) -> None:
+        self.peer_id, self.net = peer_id, net
+        self.inbox = RoundInbox()
+        self.dead = False
+        self.bytes_sent = 0
+        self.payload_bytes_sent = 0
+
+    def send(
+        self, peer: str, header: wire.RoundHeader, payload: torch.Tensor, timeout_s: float
+    ) -> Future[None]:
+        done: Future[None] = Future()
+        target = self.net[peer]
+        if not self.dead and not target.dead:
+            data = payload.numpy().tobytes()
+            self.bytes_sent += len(header.encode()) + len(data)
+            self.payload_bytes_sent += len(data)
+            if target.inbox.screen(header, self.peer_id) is None:
+                target.inbox.put(header, data)
+        done.set_result(None)
+        return done
+
+
+def members(
+    num: int, codec: str, weights: list[float] | None = None
+) -> list[tuple[MemoryLink, OuterExchange]]:
+    net: dict[str, MemoryLink] = {}
+    group = dict(zip(PEERS[:num], weights or [1.0] * num, strict=True))
+    out = []
+    for peer in PEERS[:num]:
+        net[peer] = MemoryLink(peer, net)
+    for peer in PEERS[:num]:
+        out.append((net[peer], OuterExchange(net[peer], group, codec, NUMEL, "run/1/1/0", FAST)))
+    return out
+
+
+def run_round(
+    group: list[tuple[MemoryLink, OuterExchange]],
+    grads: list[torch.Tensor],
+    skip: set[int] = frozenset(),  # type: ignore[assignment]
+    step: int = 9,
+) -> dict[int, tuple[torch.Tensor, Outcome, float]]:
+    results: dict[int, tuple[torch.Tensor, Outcome, float]] = {}
+    anchor = torch.ones(NUMEL)
+
+    def one(i: int) -> None:
+        started = time.monotonic()
+        mean, outcome = group[i][1].run(grads[i], step, lambda: False, anchor)
+        results[i] = (mean, outcome, time.monotonic() - started)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(group)) if i not in skip]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return results
+
+
+def grads(num: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(3)
+    base = torch.randn(NUMEL, generator=gen)
+    return [base + 0.3 * torch.randn(NUMEL, generator=gen) for _ in range(num)]
+
+
+@pytest.mark.parametrize("codec", ["fp16", "int8"])
+@pytest.mark.parametrize("num", [2, 3])
+def test_dense_round_gives_every_member_the_same_weighted_mean(codec: str, num: int) -> None:
+    weights = [1.0, 3.0, 2.0][:num]
+    group = members(num, codec, weights)
+    g = grads(num)
+    results = run_round(group, g)
+    want = sum(w * x for w, x in zip(weights, g, strict=True)) / sum(weights)
+    first = results[0][0]
+    for mean, outcome, _ in results.values():
+        assert outcome.kind == "averaged" and outcome.group_size == num, outcome
+        assert torch.equal(mean, first)  # bit for bit: one reducer's bytes per shard
+    error = float((first - want).norm() / want.norm())
+    assert error < (2e-3 if codec == "fp16" else 2e-2)
+
+
+def test_topk_gather_applies_error_feedback_and_agrees() -> None:
+    group = members(3, "topk")
+    g = grads(3)
+    results = run_round(group, g)
+    first = results[0][0]
+    for mean, outcome, _ in results.values():
+        assert outcome.kind == "averaged" and outcome.group_size == 3
+        assert torch.equal(mean, first)
+    # what was not sent stays with each replica for the next round
+    for (_, exchange), x in zip(group, g, strict=True):
+        assert exchange.topk is not None
+        assert float(exchange.topk.residual.norm()) > 0.5 * float(x.norm())
+    assert 0 < int((first != 0).sum()) <= 3 * codecs.topk_count(codecs.TOPK_CHUNK, 0.03) * 3
+
+
+def test_the_wire_shrinks_by_the_codec_factor() -> None:
+    sent = {}
+    for codec in ("fp16", "int8", "topk"):
+        group = members(2, codec)
+        run_round(group, grads(2))
+        sent[codec] = sum(link.payload_bytes_sent for link, _ in group)
+        headers = sum(link.bytes_sent - link.payload_bytes_sent for link, _ in group)
+        assert headers < 4000  # a few hundred bytes a message, whatever the stage's size
+    # fp16: each member sends half its vector and gets half back: 2 B a value over the pair
+    assert sent["fp16"] == 2 * NUMEL * 2
+    # int8 in blocks of 256 (a shard's last block padded): about half of fp16
+    assert sent["int8"] == 4 * wire.dense_bytes("int8", NUMEL // 2)
+    assert sent["fp16"] / sent["int8"] > 1.9
+    # top-k 3%: each member's whole payload to the other, 0.05 B a value
+    assert sent["topk"] == 2 * codecs.topk_payload_bytes(NUMEL, 0.03)
+    assert sent["fp16"] / sent["topk"] > 30
+
+
+def test_a_dead_member_does_not_block_the_others() -> None:
+    group = members(3, "int8")
+    group[2][0].dead = True
+    results = run_round(group, grads(3), skip={2})
+    assert set(results) == {0, 1}
+    for _, outcome, took_s in results.values():
+        # the first attempt waits join_s for the dead one, the second runs without it
+        assert outcome.kind == "averaged" and outcome.group_size == 2, outcome
+        assert "no part from" in outcome.detail
+        assert took_s < FAST.join_s + FAST.transfer_s + FAST.retry_s + 2
+    assert torch.equal(results[0][0], results[1][0])
+
+
+def test_a_lone_survivor_keeps_its_own_pseudo_gradient() -> None:
+    group = members(2, "fp16")
+    group[1][0].dead = True
+    g = grads(2)
+    results = run_round(group, g, skip={1})
+    mean, outcome, took_s = results[0]
+    assert outcome.kind == "local" and torch.equal(mean, g[0])
+    assert took_s < FAST.join_s + FAST.transfer_s + 2
+
+
+def test_a_part_with_a_huge_norm_fails_the_round_everywhere() -> None:
+    group = members(3, "fp16")
+    g = grads(3)
+    g[2] = g[2] * 1e3  # a liar (or a broken replica): the centred clip catches it
+    results = run_round(group, g)
+    assert {outcome.kind for _, outcome, _ in results.values()} == {"local"}
+
+
+def test_diverged_anchors_are_reported() -> None:
+    group = members(2, "fp16")
+    g = grads(2)
+    results: dict[int, Outcome] = {}
+
+    def one(i: int, anchor: torch.Tensor) -> None:
+        results[i] = group[i][1].run(g[i], 4, lambda: False, anchor)[1]
+
+    threads = [
+        threading.Thread(target=one, args=(0, torch.ones(NUMEL))),
+        threading.Thread(target=one, args=(1, torch.ones(NUMEL) * 1.5)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert all(o.kind == "averaged" and o.diverged for o in results.values())
+
+
+def test_messages_from_strangers_or_oversized_are_not_read() -> None:
+    inbox = RoundInbox()
+    inbox.admit_group(PEERS[:2], 1000)
+    sent = wire.RoundHeader("k", wire.PART, PEERS[0], 1, 10, Checksums(1, 1.0, 0.0, 0.0, 1.0))
+    header = wire.RoundHeader.decode(sent.encode()[wire.HEADER_LEN.size :])
+    assert header == sent
+    assert inbox.screen(header, PEERS[0]) is None
+    assert inbox.screen(header, PEERS[1]) == wire.BUSY  # not the sender the header names
+    assert inbox.screen(replace(header, num_bytes=10_000), PEERS[0]) == wire.REJECTED
+    assert inbox.screen(replace(header, sender=PEERS[2]), PEERS[2]) == wire.BUSY  # a stranger
+    inbox.put(header, b"x" * 10)
+    assert inbox.screen(header, PEERS[0]) == wire.ACCEPTED  # a retried copy: the first stays
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"", b"[]", b"{}", b'{"round": 1}', b"\xff", b'{"round":"k","kind":"x","sender":"a"}'],
+)
+def test_hostile_headers_raise_wire_error(raw: bytes) -> None:
+    with pytest.raises(WireError):
+        wire.RoundHeader.decode(raw)
