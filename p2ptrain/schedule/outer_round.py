@@ -7,8 +7,9 @@ less than H steps; beyond that, the replicas wait for it. In the steady state a 
 
     step = max(inner step, max over stages j of round_j / H)
 
-where the inner step is the pipeline's own (no averaging in it; the round's local CPU is spread
-over the H steps on each member's machine) and round_j is stage j's exchange on its group's
+where the inner step is the pipeline's own (no averaging in it; the round's local CPU, at a
+lower priority, fills the machine's idle time beside the passes first, and only what does not
+fit there is spread over the H steps: round_cpu_share_s) and round_j is stage j's exchange on its group's
 links (an all-reduce, step_time.group_averaging_s; a sparse gather for top-k, group_gather_s)
 with its members' local work. Pure Python, units as step_time.py's.
 """
@@ -41,6 +42,18 @@ def group_gather_s(
             if a != b
         )
     )
+
+
+def round_cpu_share_s(
+    step_s: float, busy_cpu_s: float, cores: float | None, round_cpu_s: float, inner_steps: int
+) -> float:
+    """What a member's round adds to each step by its local CPU (round_cpu_s over the outer
+    period). The round's thread runs at a lower priority than the passes (the worker nices it),
+    so its CPU first fills the machine's idle time beside them (pipeline bubbles, waits for
+    frames: cores x step_s less the stage's own busy_cpu_s, each of the H steps); only what does
+    not fit there slows the steps, spread over H. No quota (cores None): one core."""
+    idle_s = max(0.0, (1.0 if cores is None else cores) * step_s - busy_cpu_s)
+    return max(0.0, round_cpu_s - inner_steps * idle_s) / inner_steps
 
 
 def overlapped_step_s(inner_step_s: float, rounds_s: Sequence[float], inner_steps: int) -> float:

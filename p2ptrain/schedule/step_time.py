@@ -41,7 +41,7 @@ import numpy.typing as npt
 
 from p2ptrain.schedule.cpu_budget import CpuBudget
 from p2ptrain.schedule.gpipe_sim import StageWork, one_replica
-from p2ptrain.schedule.outer_round import group_gather_s, overlapped_step_s
+from p2ptrain.schedule.outer_round import group_gather_s, overlapped_step_s, round_cpu_share_s
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -300,10 +300,9 @@ def simulated_step_s(
                 delay_s, rate_bps, pipe, micros, traffic.activation_bytes * 8, ready[r], stage
             )
         for s in range(num_stages):
-            if inner:  # diloco: no round inside the step; its local work spread over H steps
+            if inner:  # diloco: no round inside the step; its local work is priced below
                 for r in range(len(pipelines)):
-                    work = compute.update_s[r][s] + sum(rounds_cpu[s][r]) / inner
-                    ready[r, s] = machines[r][s].run(done[r, s], work)
+                    ready[r, s] = machines[r][s].run(done[r, s], compute.update_s[r][s])
                 continue
             averaged = _group_round(
                 [machines[r][s] for r in range(len(pipelines))],
@@ -329,7 +328,28 @@ def simulated_step_s(
         )
         for s in range(num_stages)
     ]
+    # where a round's local CPU lands: the stage's idle time first, then every step
+    step_s += max(
+        round_cpu_share_s(
+            step_s,
+            _busy_cpu_s(compute, r, s, micros, num_stages),
+            compute.quota_cores[r][s] if compute.quota_cores else None,
+            sum(rounds_cpu[s][r]),
+            inner,
+        )
+        for r in range(len(pipelines))
+        for s in range(num_stages)
+    )
     return overlapped_step_s(step_s, rounds_s, inner)
+
+
+def _busy_cpu_s(compute: MeasuredCompute, r: int, s: int, micros: int, num_stages: int) -> float:
+    """(r, s)'s own CPU in a step: its passes, its update, and its frames' local work (each
+    micro-batch's activation and gradient, in and out, on each boundary it has)."""
+    frame_s = compute.frame_local_s[r][s] if compute.frame_local_s else 0.0
+    boundaries = (s > 0) + (s < num_stages - 1)
+    passes_s = micros * (compute.forward_s[r][s] + compute.backward_s[r][s])
+    return passes_s + compute.update_s[r][s] + 2 * micros * boundaries * frame_s
 
 
 # the least share of its quota a stage's work keeps beside a measured background (a background

@@ -14,7 +14,7 @@ from p2ptrain.records import RunSpec
 from p2ptrain.schedule import Topology, Workload
 from p2ptrain.schedule.compute import PeerCompute
 from p2ptrain.schedule.cost import CostModel
-from p2ptrain.schedule.outer_round import group_gather_s, overlapped_step_s
+from p2ptrain.schedule.outer_round import group_gather_s, overlapped_step_s, round_cpu_share_s
 from p2ptrain.schedule.planner import Plan
 from p2ptrain.schedule.shapes import plan_best_shape
 from p2ptrain.schedule.step_time import (
@@ -194,3 +194,20 @@ def test_shapes_are_compared_by_tokens_a_second() -> None:
         topology, shapes, workload, step_model=step_model, tokens_per_step=lambda r: r * 1024.0
     )
     assert both.replicas == 2 and not both.spares
+
+
+def test_a_rounds_cpu_lands_in_the_pipelines_idle_time_first() -> None:
+    """Two stages, two replicas: each stage waits for the other half the step (a bubble), so a
+    round's local CPU that fits in H bubbles costs no step anything (the worker's median step
+    has none of it); only the excess is spread over H."""
+    delay, rate = np.zeros((4, 4)), np.full((4, 4), 1e3 * MBIT)
+    compute = MeasuredCompute([[0.1, 0.1]] * 2, [[0.2, 0.2]] * 2, [[0.0, 0.0]] * 2)
+    pipes = [[0, 1], [2, 3]]
+    traffic = StepTraffic((1000.0, 1000.0), 0.0, 1, inner_steps=10)
+    plain = simulated_step_s(delay, rate, pipes, traffic, compute)
+    assert plain == pytest.approx(0.6)  # each stage busy 0.3 s of a 0.6 s step
+    fits = dataclasses.replace(compute, averaging_local_s=[[2.0, 2.0]] * 2)
+    assert simulated_step_s(delay, rate, pipes, traffic, fits) == pytest.approx(plain)
+    over = dataclasses.replace(compute, averaging_local_s=[[5.0, 5.0]] * 2)
+    assert simulated_step_s(delay, rate, pipes, traffic, over) == pytest.approx(plain + 0.2)
+    assert round_cpu_share_s(0.6, 0.3, None, 5.0, 10) == pytest.approx(0.2)
