@@ -149,7 +149,7 @@ class Nullable(Spec):
 class Nested(Spec):
     """Another record, as its own object."""
 
-    kind: type[Record]
+    kind: Any  # a Record, or a class with the same from_dict/to_dict
 
     def read(self, value: object, record: str, name: str) -> Any:
         return self.kind.from_dict(value)
@@ -325,6 +325,6 @@ def spec_of(hint: Any) -> Spec:
         return Num()
     if hint is str:
         return Text()
-    if isinstance(hint, type) and issubclass(hint, Record):
+    if isinstance(hint, type) and hasattr(hint, "from_dict") and hasattr(hint, "to_dict"):
         return Nested(hint)
     raise TypeError(f"no spec for {hint!r}: annotate the field with one")

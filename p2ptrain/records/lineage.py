@@ -95,7 +95,11 @@ def rank(lineage: Lineage, tag: str | None) -> int | None:
     return None
 
 
-def parse(value: object, record: str) -> Lineage:
+def to_wire(lineage: Lineage) -> list[list[str | int]]:
+    return [[entry_id, epoch] for entry_id, epoch in lineage]
+
+
+def parse(value: object, record: str, name: str = "lineage") -> Lineage:
     """A lineage off the wire: a list of at most MAX_LINEAGE [id, epoch] pairs, ids distinct."""
     if not isinstance(value, list) or len(value) > MAX_LINEAGE:
         raise f.malformed(record, f"lineage must be a list of at most {MAX_LINEAGE} entries")

@@ -10,10 +10,24 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from p2ptrain.records import fields as f
 from p2ptrain.records import lineage as lin
+from p2ptrain.records.codec import (
+    Addrs,
+    Custom,
+    Int,
+    Map,
+    Num,
+    OneOf,
+    PeerId,
+    PeerIds,
+    Record,
+    Seq,
+    Spec,
+    Wire,
+)
 
 MAX_STAGES = 1024
 MAX_RTT_S = 600.0
@@ -21,6 +35,19 @@ MAX_RTT_S = 600.0
 MIN_RATE_MBPS = 1e-6
 MAX_RATE_MBPS = 1e12
 MAX_STAGE_LAYERS = 1_000_000  # blocks one stage may hold (a bound for the wire, not a model)
+
+
+# why a planner published a plan: the first one; the members changed (a join, a leave, a death,
+# a peer turned unhealthy); the links drifted; peers' compute was newly measured; only the
+# data-plane addresses changed (same placement)
+PLAN_REASONS = ("first", "members", "drift", "compute", "addresses")
+
+
+OMITTED = Wire(omit_default=True)  # left out of the object while it holds its default
+# blocks per stage: empty (the model's even cut) or one count >= 1 per stage (a plan's
+# __post_init__ checks that; their sum against the run's n_layer where the run is known)
+StageLayers = Annotated[tuple[int, ...], Seq(Int(1, MAX_STAGE_LAYERS), MAX_STAGES)]
+Reason = Annotated[str, OneOf(PLAN_REASONS, empty=True)]  # "": not said
 
 
 @dataclass(frozen=True)
@@ -31,23 +58,22 @@ class LinkFacts:
     rate_mbps: float
 
 
-def _link_facts(value: object, name: str) -> LinkFacts:
-    """One [rtt_s, rate_mbps] pair, within the bounds of NetworkFacts' swarm-wide pair."""
-    if not isinstance(value, list) or len(value) != 2:
-        raise f.malformed("network", f"{name} must be [rtt_s, rate_mbps] pairs")
-    rtt_s = f.number(value[0], "network", f"{name} rtt_s", 0.0, MAX_RTT_S)
-    rate = f.number(value[1], "network", f"{name} rate_mbps", MIN_RATE_MBPS, MAX_RATE_MBPS)
-    return LinkFacts(rtt_s, rate)
+class LinkPair(Spec):
+    """A LinkFacts as [rtt_s, rate_mbps], within the bounds of NetworkFacts' swarm-wide pair."""
 
+    def read(self, value: object, record: str, name: str) -> LinkFacts:
+        if not isinstance(value, list) or len(value) != 2:
+            raise f.malformed(record, f"{name} must be [rtt_s, rate_mbps] pairs")
+        rtt_s = f.number(value[0], record, f"{name} rtt_s", 0.0, MAX_RTT_S)
+        rate = f.number(value[1], record, f"{name} rate_mbps", MIN_RATE_MBPS, MAX_RATE_MBPS)
+        return LinkFacts(rtt_s, rate)
 
-def _pairs(value: object, name: str, max_items: int) -> tuple[LinkFacts, ...]:
-    if not isinstance(value, list) or len(value) > max_items:
-        raise f.malformed("network", f"{name} must be a list of at most {max_items} pairs")
-    return tuple(_link_facts(v, name) for v in value)
+    def write(self, value: Any) -> Any:
+        return [value.rtt_s, value.rate_mbps]
 
 
 @dataclass(frozen=True)
-class NetworkFacts:
+class NetworkFacts(Record, name="network"):
     """The links the plan's groups use, as measured when it was made: the data plane's timeouts
     derive from them. Absent: the plan was made for a local network (loopback or LAN).
 
@@ -56,10 +82,15 @@ class NetworkFacts:
     (what its pipeline frames cross). Both optional (older planners, harness plans): the
     swarm-wide pair stands in for what is missing."""
 
-    max_rtt_s: float  # the slowest round trip between two peers of the plan
-    min_rate_mbps: float  # the slowest link between two peers of the plan
-    groups: tuple[LinkFacts, ...] = ()
-    hops: tuple[tuple[LinkFacts, ...], ...] = ()
+    # the slowest round trip and the slowest link between two peers of the plan
+    max_rtt_s: Annotated[float, Num(0.0, MAX_RTT_S)]
+    min_rate_mbps: Annotated[float, Num(MIN_RATE_MBPS, MAX_RATE_MBPS)]
+    groups: Annotated[tuple[LinkFacts, ...], Seq(LinkPair(), MAX_STAGES), OMITTED] = ()
+    hops: Annotated[
+        tuple[tuple[LinkFacts, ...], ...],
+        Seq(Seq(LinkPair(), MAX_STAGES - 1), f.MAX_PEERS),
+        OMITTED,
+    ] = ()
 
     @property
     def swarm(self) -> LinkFacts:
@@ -76,31 +107,6 @@ class NetworkFacts:
         if 0 <= replica < len(self.hops) and 0 <= stage < len(self.hops[replica]):
             return self.hops[replica][stage]
         return self.swarm
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"max_rtt_s": self.max_rtt_s, "min_rate_mbps": self.min_rate_mbps}
-        if self.groups:
-            data["groups"] = [[g.rtt_s, g.rate_mbps] for g in self.groups]
-        if self.hops:
-            data["hops"] = [[[h.rtt_s, h.rate_mbps] for h in row] for row in self.hops]
-        return data
-
-    @classmethod
-    def from_dict(cls, data: object) -> NetworkFacts:
-        d = f.mapping(data, "network")
-        f.require_keys(d, "network", ("max_rtt_s", "min_rate_mbps"))
-        rate = f.number(
-            d["min_rate_mbps"], "network", "min_rate_mbps", MIN_RATE_MBPS, MAX_RATE_MBPS
-        )
-        hops = d.get("hops", [])
-        if not isinstance(hops, list) or len(hops) > f.MAX_PEERS:
-            raise f.malformed("network", f"hops must be a list of at most {f.MAX_PEERS} rows")
-        return cls(
-            f.number(d["max_rtt_s"], "network", "max_rtt_s", 0.0, MAX_RTT_S),
-            rate,
-            groups=_pairs(d.get("groups", []), "groups", MAX_STAGES),
-            hops=tuple(_pairs(row, "hops", MAX_STAGES - 1) for row in hops),
-        )
 
 
 @dataclass(frozen=True)
@@ -132,29 +138,31 @@ class Role:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan(Record, name="plan"):
     """Pipelines list one peer per stage; a replica is one pipeline; spares wait."""
 
     term: int  # the planner's election term (0: no election)
     epoch: int  # the planner's plan counter within its term
-    planner: str  # the planner's peer id, or the name of the harness that placed the peers
-    stages: int
-    pipelines: tuple[tuple[str, ...], ...]
-    spares: tuple[str, ...]
-    data_addrs: Mapping[str, tuple[str, ...]]  # peer id -> its data-plane multiaddrs
+    # the planner's peer id, or the name of the harness that placed the peers
+    planner: Annotated[str, PeerId()]
+    stages: Annotated[int, Int(1, MAX_STAGES)]
+    pipelines: Annotated[tuple[tuple[str, ...], ...], Seq(PeerIds(), f.MAX_PEERS, min_items=1)]
+    spares: Annotated[tuple[str, ...], PeerIds()]
+    # peer id -> its data-plane multiaddrs
+    data_addrs: Annotated[Mapping[str, tuple[str, ...]], Map(Addrs())]
     cost_s: float  # the scheduler's predicted cost of one step
-    network: NetworkFacts | None = None
+    network: Annotated[NetworkFacts | None, OMITTED] = None
     # (lineage id, epoch) pairs, newest first: whose stage states it may use (records/lineage.py)
-    lineage: lin.Lineage = ()
+    lineage: Annotated[lin.Lineage, Custom(lin.parse, lin.to_wire), OMITTED] = ()
     # blocks per stage where a compute-aware planner split them unevenly; empty: the model's
     # near-equal cut (layer_ranges), as in older plans and harness plans
-    stage_layers: tuple[int, ...] = ()
+    stage_layers: Annotated[StageLayers, OMITTED] = ()
     # why the planner made it (PLAN_REASONS; "" in older and harness plans), what the plan it
     # replaces costs on the same measurements (the predicted gain is the difference), and the
     # step the planner simulated for it on the measured links and compute (None: not simulated)
-    reason: str = ""
-    previous_cost_s: float | None = None
-    predicted_step_s: float | None = None
+    reason: Annotated[Reason, OMITTED] = ""
+    previous_cost_s: Annotated[float | None, OMITTED] = None
+    predicted_step_s: Annotated[float | None, OMITTED] = None
 
     def __post_init__(self) -> None:
         layers = self.stage_layers
@@ -255,113 +263,32 @@ class Plan:
     def replace(self, **changes: Any) -> Plan:
         return dataclasses.replace(self, **changes)
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "term": self.term,
-            "epoch": self.epoch,
-            "planner": self.planner,
-            "stages": self.stages,
-            "pipelines": [list(p) for p in self.pipelines],
-            "spares": list(self.spares),
-            "data_addrs": {peer: list(a) for peer, a in self.data_addrs.items()},
-            "cost_s": self.cost_s,
-        }
-        if self.network is not None:
-            data["network"] = self.network.to_dict()
-        if self.lineage:
-            data["lineage"] = [[entry_id, epoch] for entry_id, epoch in self.lineage]
-        if self.stage_layers:
-            data["stage_layers"] = list(self.stage_layers)
-        if self.reason:
-            data["reason"] = self.reason
-        if self.previous_cost_s is not None:
-            data["previous_cost_s"] = self.previous_cost_s
-        if self.predicted_step_s is not None:
-            data["predicted_step_s"] = self.predicted_step_s
-        return data
-
-    @classmethod
-    def from_dict(cls, data: object) -> Plan:
-        d = f.mapping(data, "plan")
-        required = ("term", "epoch", "planner", "stages", "pipelines", "spares", "data_addrs")
-        f.require_keys(d, "plan", (*required, "cost_s"))
-        stages = f.integer(d["stages"], "plan", "stages", 1, MAX_STAGES)
-        raw_pipelines = d["pipelines"]
-        if not isinstance(raw_pipelines, list) or not 0 < len(raw_pipelines) <= f.MAX_PEERS:
-            raise f.malformed("plan", "pipelines must be a non-empty list")
-        pipelines = tuple(f.peer_ids(p, "plan", "a pipeline") for p in raw_pipelines)
-        if any(len(p) != stages for p in pipelines):
-            raise f.malformed("plan", "every pipeline must list exactly `stages` peers")
-        spares = f.peer_ids(d["spares"], "plan", "spares")
-        named = [p for pipeline in pipelines for p in pipeline] + list(spares)
+    def wire_problem(self) -> str | None:
+        if any(len(p) != self.stages for p in self.pipelines):
+            return "every pipeline must list exactly `stages` peers"
+        named = [p for pipeline in self.pipelines for p in pipeline] + list(self.spares)
         if len(named) > f.MAX_PEERS:
-            raise f.malformed("plan", f"more than {f.MAX_PEERS} peers")
+            return f"more than {f.MAX_PEERS} peers"
         if len(set(named)) != len(named):
-            raise f.malformed("plan", "a peer appears more than once")
-        raw_addrs = f.mapping(d["data_addrs"], "plan")
-        if len(raw_addrs) > f.MAX_PEERS:
-            raise f.malformed("plan", f"data_addrs names more than {f.MAX_PEERS} peers")
-        data_addrs = {
-            f.peer_id(peer, "plan", "data_addrs key"): f.addrs(a, "plan", "data_addrs")
-            for peer, a in raw_addrs.items()
-        }
-        network = None if d.get("network") is None else NetworkFacts.from_dict(d["network"])
-        if network is not None and network.groups and len(network.groups) != stages:
-            raise f.malformed("plan", "network.groups must list one pair per stage")
+            return "a peer appears more than once"
+        network = self.network
+        if network is not None and network.groups and len(network.groups) != self.stages:
+            return "network.groups must list one pair per stage"
         if (
             network is not None
             and network.hops
             and (
-                len(network.hops) != len(pipelines)
-                or any(len(h) != stages - 1 for h in network.hops)
+                len(network.hops) != len(self.pipelines)
+                or any(len(h) != self.stages - 1 for h in network.hops)
             )
         ):
-            raise f.malformed("plan", "network.hops must list stages - 1 pairs per pipeline")
-        epoch = f.integer(d["epoch"], "plan", "epoch")
-        lineage = lin.parse(d.get("lineage", []), "plan")
-        if lineage and lineage[0][1] != epoch:
-            raise f.malformed("plan", "the lineage's first entry must be at the plan's epoch")
-        stage_layers = parse_stage_layers(d.get("stage_layers", []), stages)
-        return cls(
-            term=f.integer(d["term"], "plan", "term"),
-            epoch=epoch,
-            planner=f.peer_id(d["planner"], "plan", "planner"),
-            stages=stages,
-            pipelines=pipelines,
-            spares=spares,
-            data_addrs=data_addrs,
-            cost_s=f.number(d["cost_s"], "plan", "cost_s"),
-            network=network,
-            lineage=lineage,
-            stage_layers=stage_layers,
-            reason=parse_reason(d.get("reason", ""), "plan"),
-            previous_cost_s=f.optional_number(d.get("previous_cost_s"), "plan", "previous_cost_s"),
-            predicted_step_s=f.optional_number(
-                d.get("predicted_step_s"), "plan", "predicted_step_s"
-            ),
-        )
-
-
-# why a planner published a plan: the first one; the members changed (a join, a leave, a death,
-# a peer turned unhealthy); the links drifted; peers' compute was newly measured; only the
-# data-plane addresses changed (same placement)
-PLAN_REASONS = ("first", "members", "drift", "compute", "addresses")
-
-
-def parse_reason(value: object, record: str) -> str:
-    """A plan's reason: one of PLAN_REASONS, or "" (not said)."""
-    return "" if value == "" else f.choice(value, record, "reason", PLAN_REASONS)
+            return "network.hops must list stages - 1 pairs per pipeline"
+        if self.lineage and self.lineage[0][1] != self.epoch:
+            return "the lineage's first entry must be at the plan's epoch"
+        return None
 
 
 def even_layers(n_layer: int, stages: int) -> tuple[int, ...]:
     """The model's own cut: near-equal blocks per stage, earlier stages taking the remainder."""
     base, extra = divmod(n_layer, stages)
     return tuple(base + (1 if j < extra else 0) for j in range(stages))
-
-
-def parse_stage_layers(value: object, stages: int) -> tuple[int, ...]:
-    """Blocks per stage: empty (the even cut) or one integer >= 1 per stage. Their sum is
-    checked against the run's n_layer where the run is known (control/view.py, the worker)."""
-    if not isinstance(value, list) or len(value) not in (0, stages):
-        raise f.malformed("plan", "stage_layers must be empty or list one count per stage")
-    return tuple(f.integer(v, "plan", "stage_layers", 1, MAX_STAGE_LAYERS) for v in value)
