@@ -12,7 +12,7 @@ import time
 
 import trio
 
-from p2ptrain.control.planning import PlanMaker
+from p2ptrain.control.planning.plan_maker import PlanMaker
 from p2ptrain.control.state import NodeState
 
 log = logging.getLogger(__name__)

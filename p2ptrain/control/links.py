@@ -8,7 +8,7 @@ from itself, but never better, which would steer the planner's demanding links o
 can it keep its counterpart from measuring: where one end's latest probes of a link failed
 (DISTRUST_AFTER_FAILURES in a row: the far end refused them, or did not prove the bytes
 arrived), that kind of measurement of the link is `failed`, whatever the other end says, and
-the planner prices it at the swarm's worst (control/planner.py)."""
+the planner prices it at the swarm's worst (control/planning/planner.py)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ RTT_PROBE_INTERVAL_S = 1.0  # one probe, to the stalest link
 MAX_RTT_PROBES_AT_ONCE = 3
 BANDWIDTH_PROBE_INTERVAL_S = 20.0
 # while some live member's link has no rate yet (a new node, a newcomer), probe this often: the
-# first plan waits for every link (control/readiness.py)
+# first plan waits for every link (control/planning/readiness.py)
 FIRST_BANDWIDTH_PROBE_INTERVAL_S = 2.5
 # the most one probe sends: 2 MiB leaves a 7 Mbit/s, 446 ms link's window behind, and a
 # probe saturates a link it shares with training for seconds (4 MiB probes doubled the steps

@@ -10,7 +10,7 @@ status document carries the same reason (`waiting`, `waiting_for`). The reasons,
   that issues one;
 - `planner`: the election has not settled on a live planner yet;
 - `measurements`: the first plan waits for links, data-plane addresses or timed stages
-  (control/readiness.py), counted;
+  (control/planning/readiness.py), counted;
 - `plan`: the first plan is being made, or a plan that names this peer is due;
 - `place`: the plan leaves this peer out as a spare.
 Not waiting (kind ""): this peer is placed in the plan, or (the bootstrap) the swarm trains. Pure.
@@ -21,7 +21,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from p2ptrain.control.planning import first_plan_gaps_in
+from p2ptrain.control.planning.plan_maker import first_plan_gaps_in
 from p2ptrain.control.run_end import placed
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
 

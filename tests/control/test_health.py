@@ -6,7 +6,7 @@ from __future__ import annotations
 import trio
 
 from p2ptrain.control.health import STUCK_FACTOR, WorkerWatch, health_bound_s
-from p2ptrain.control.planning import PLAN_DEBOUNCE_S, PlanMaker
+from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S, PlanMaker
 from p2ptrain.control.status import swarm_status
 from p2ptrain.records import Plan, RunSpec
 from tests.control.test_view import ME, A, B, C, make_view, record

@@ -4,7 +4,7 @@ claim about the link believed; the planner prices such a link as the worst measu
 from __future__ import annotations
 
 from p2ptrain.control.links import DISTRUST_AFTER_FAILURES
-from p2ptrain.control.planner import build_matrices
+from p2ptrain.control.planning.planner import build_matrices
 from p2ptrain.records import LinkReport
 from tests.control.test_view import ME, A, B, make_view
 

@@ -9,7 +9,7 @@ from typing import Any
 import trio
 
 from p2ptrain.control import view as view_mod
-from p2ptrain.control.planning import PLAN_DEBOUNCE_S, PlanMaker
+from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S, PlanMaker
 from p2ptrain.control.run_end import RunEnd
 from p2ptrain.control.run_watch import FINISHED_GRACE_S, NO_PLANNER_WARN_S, RunWatch
 from p2ptrain.control.state import NodeState

@@ -25,7 +25,7 @@ def plan(term: int, epoch: int, planner: str, lineage: Lineage) -> Plan:
 
 
 def successor(previous: Plan | None, term: int, epoch: int, planner: str) -> Plan:
-    """The plan `planner` makes replacing `previous` (what control/planning.py does)."""
+    """The plan `planner` makes replacing `previous` (what control/planning/plan_maker.py does)."""
     continues = previous is not None and (previous.term, previous.planner) == (term, planner)
     lineage = next_lineage(
         () if previous is None else previous.lineage, continues, term, epoch, planner

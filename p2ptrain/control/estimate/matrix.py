@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from p2ptrain.control.estimate.book import is_full_mesh
 from p2ptrain.control.links import Link
-from p2ptrain.control.planner import (
+from p2ptrain.control.planning.planner import (
     DEFAULT_BANDWIDTH_GBPS,
     DEFAULT_DELAY_MS,
     MAX_MEASURED_BANDWIDTH_GBPS,

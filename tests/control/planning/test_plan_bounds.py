@@ -9,9 +9,10 @@ import math
 import pytest
 import trio
 
-from p2ptrain.control import planner, wire
+from p2ptrain.control import wire
 from p2ptrain.control.links import Link
-from p2ptrain.control.planning import PLAN_DEBOUNCE_S, PlanMaker
+from p2ptrain.control.planning import planner
+from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S, PlanMaker
 from p2ptrain.records import LinkFacts, Plan, RunSpec
 from p2ptrain.records.plan import MAX_RTT_S, MIN_RATE_MBPS
 from tests.control.test_view import A, B, C, make_view

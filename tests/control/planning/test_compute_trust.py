@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from p2ptrain.control.compute import (
+from p2ptrain.control.planning.compute import (
     JUDGE_AFTER_S,
     REPRICE_AFTER,
     ComputeTrust,

@@ -3,7 +3,7 @@
 The search is Python and numpy under the GIL for up to tens of thousands of cost evaluations: in
 a thread it starved the control process's trio loop on a loaded machine, its gossip stopped for
 longer than DEAD_AFTER_S and the swarm deposed the planner for planning. One child process is
-kept for the node's lifetime: `python -m p2ptrain.control.search_process`, started by procs.spawn
+kept for the node's lifetime: `python -m p2ptrain.control.planning.search_process`, started by procs.spawn
 (not multiprocessing: its spawn worker and resource tracker outlived a SIGKILLed node, reparented
 to init). It dies with the control process however that ends: the kernel kills it when the thread
 that started it (trio's, the main thread) exits (PR_SET_PDEATHSIG), it stays in the control
@@ -27,7 +27,7 @@ from typing import IO
 import trio
 
 from p2ptrain import procs
-from p2ptrain.control import planner
+from p2ptrain.control.planning import planner
 from p2ptrain.records import RunSpec
 
 _LENGTH = struct.Struct("!Q")
@@ -41,7 +41,7 @@ class SearchProcessDied(RuntimeError):
 class _SearchProcess:
     def __init__(self) -> None:
         self.proc = procs.spawn(
-            [sys.executable, "-m", "p2ptrain.control.search_process"],
+            [sys.executable, "-m", "p2ptrain.control.planning.search_process"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             die_with_parent=signal.SIGKILL,

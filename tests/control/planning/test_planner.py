@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from p2ptrain.control.links import Link
-from p2ptrain.control.planner import (
+from p2ptrain.control.planning.planner import (
     PLAN_MAX_EVALUATIONS,
     Matrices,
     build_matrices,
@@ -124,7 +124,7 @@ def test_random_placement_is_seeded_and_ignores_arrival_order() -> None:
 
 
 def test_the_live_search_is_bounded_by_evaluations(monkeypatch: pytest.MonkeyPatch) -> None:
-    from p2ptrain.control import planner
+    from p2ptrain.control.planning import planner
     from p2ptrain.schedule import plan_swarm
     from p2ptrain.schedule.synthetic import city_topology
     from p2ptrain.schedule.workload import planning_workload
@@ -174,7 +174,7 @@ def test_the_search_runs_in_its_own_process_with_the_same_plan() -> None:
 
     import trio
 
-    from p2ptrain.control import search_process
+    from p2ptrain.control.planning import search_process
 
     peers = [f"p{i}" for i in range(6)]
     links = {

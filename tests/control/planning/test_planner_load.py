@@ -1,5 +1,5 @@
 """The live planner gives the same plan for the same measurements on an idle machine and on a
-busy one: its search is bounded by evaluations, not by wall time (control/planner.py)."""
+busy one: its search is bounded by evaluations, not by wall time (control/planning/planner.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from p2ptrain.control.planner import Matrices, Placement, compute_plan
+from p2ptrain.control.planning.planner import Matrices, Placement, compute_plan
 from p2ptrain.records import RunSpec
 from p2ptrain.schedule.synthetic import city_topology
 

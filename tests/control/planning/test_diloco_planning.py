@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from p2ptrain.control.compute import peer_compute
-from p2ptrain.control.planner import Matrices, Placement, compute_plan
+from p2ptrain.control.planning.compute import peer_compute
+from p2ptrain.control.planning.planner import Matrices, Placement, compute_plan
 from p2ptrain.harness.netem_bench import DEFAULT_CITIES
 from p2ptrain.records import RunSpec, StageCompute
 from p2ptrain.schedule.synthetic import city_topology

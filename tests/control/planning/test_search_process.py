@@ -13,9 +13,9 @@ from pathlib import Path
 
 import trio
 
-from p2ptrain.control import search_process
 from p2ptrain.control.links import Link
-from p2ptrain.control.planner import build_matrices, compute_plan
+from p2ptrain.control.planning import search_process
+from p2ptrain.control.planning.planner import build_matrices, compute_plan
 from p2ptrain.records import RunSpec
 from tests.conftest import REPO_ROOT, descendants_of
 from tests.integration.test_control_orphans import wait_all_gone
@@ -31,9 +31,9 @@ LINKS = {
 # a parent that plans once, says which processes it started, then waits to be killed
 PARENT = """
 import sys, time, trio
-from p2ptrain.control import search_process
-from tests.control.test_search_process import PEERS, LINKS
-from p2ptrain.control.planner import build_matrices
+from p2ptrain.control.planning import search_process
+from tests.control.planning.test_search_process import PEERS, LINKS
+from p2ptrain.control.planning.planner import build_matrices
 from p2ptrain.records import RunSpec
 trio.run(search_process.compute_plan, build_matrices(PEERS, LINKS), RunSpec(stages=2, n_layer=4))
 print(search_process.pid(), flush=True)

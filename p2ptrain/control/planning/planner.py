@@ -65,7 +65,7 @@ class Matrices:
     delay_ms: npt.NDArray[np.float64]
     bandwidth_gbps: npt.NDArray[np.float64]
     num_measured_delays: int
-    compute: PeerCompute | None = None  # the peers' measured stage times (control/compute.py)
+    compute: PeerCompute | None = None  # the peers' measured stage times (planning/compute.py)
 
 
 def build_matrices(

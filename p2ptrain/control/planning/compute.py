@@ -94,7 +94,7 @@ class RunStageBytes:
     """What each stage of a (stages, replicas, blocks per stage) plan of `run` needs to train
     (schedule/memory.py): its weights, gradients, AdamW state and the activations of its
     replica's micro-batches (the largest replica's, rounded up). A class, not a closure: it
-    travels to the search process (control/search_process.py) pickled."""
+    travels to the search process (control/planning/search_process.py) pickled."""
 
     run: RunSpec
 

@@ -22,10 +22,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from p2ptrain.control import planner, search_process
-from p2ptrain.control.compute import ComputeTrust, measured_peers, peer_compute
 from p2ptrain.control.links import Link
-from p2ptrain.control.readiness import first_plan_gaps
+from p2ptrain.control.planning import planner, search_process
+from p2ptrain.control.planning.compute import ComputeTrust, measured_peers, peer_compute
+from p2ptrain.control.planning.readiness import first_plan_gaps
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import Plan, RunSpec, StageCompute
 from p2ptrain.records.lineage import Lineage, next_lineage
@@ -33,7 +33,7 @@ from p2ptrain.records.lineage import Lineage, next_lineage
 log = logging.getLogger(__name__)
 
 PLAN_DEBOUNCE_S = 1.5
-# the first plan waits this long at most for what it should be made on (control/readiness.py:
+# the first plan waits this long at most for what it should be made on (control/planning/readiness.py:
 # data-plane addresses, every link measured, every trainer's timed stage); what is missing by
 # then is estimated (the median of the measured)
 FIRST_PLAN_WAIT_S = 90.0  # 8 peers over 4 cities measured their 28 links' rates in 60-90 s
@@ -220,7 +220,7 @@ class PlanMaker:
         private: frozenset[str] = frozenset(),
     ) -> bool:
         """Should the first plan wait for more of what it should be made on? Until nothing is
-        missing (control/readiness.py) or FIRST_PLAN_WAIT_S passed: a plan made before would
+        missing (control/planning/readiness.py) or FIRST_PLAN_WAIT_S passed: a plan made before would
         restart every session when the measurements re-plan it."""
         assert self.view.run is not None
         roles = roles_of(self.view, members)
@@ -247,7 +247,7 @@ class PlanMaker:
         return planner.drifted(self._planned_matrices, matrices)
 
     async def _schedule(self, matrices: planner.Matrices, run: RunSpec) -> planner.Placement | None:
-        """Run the scheduler in its own process (control/search_process.py); None (logged) if
+        """Run the scheduler in its own process (control/planning/search_process.py); None (logged) if
         it fails."""
         try:
             return await search_process.compute_plan(matrices, run)
@@ -308,7 +308,7 @@ def unroutable(
 
 
 def first_plan_gaps_in(view: SwarmView, members: list[str], now: float) -> list[str]:
-    """What the first plan still lacks (control/readiness.py) as `view` sees it, our own part
+    """What the first plan still lacks (control/planning/readiness.py) as `view` sees it, our own part
     from our announced record: what a node that does not plan says it waits for."""
     assert view.run is not None
     own = view.own_record

@@ -4,7 +4,7 @@ A plan restarts every training session it changes, so the first one should be ma
 swarm will train on: every trainer's data-plane address (a plan without it is refused by the
 workers), the links among trainers (control-only members move no data), and, for a
 compute-aware scheduled run, every trainer's timed stage. The planner waits for these, bounded
-(control/planning.py); this module says what is missing. Pure.
+(control/planning/plan_maker.py); this module says what is missing. Pure.
 
 The links: a swarm of at most FULL_MESH_PEERS (control/estimate/book.py) waits for every pair's
 round trip and rate (an unmeasured link is priced at a guess, and the measurement that follows

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import trio
 
-from p2ptrain.control.compute import measured_peers, peer_compute
 from p2ptrain.control.links import Link
-from p2ptrain.control.planner import build_matrices, compute_plan, placement_cost
-from p2ptrain.control.planning import FIRST_PLAN_WAIT_S, PLAN_DEBOUNCE_S, PlanMaker
+from p2ptrain.control.planning.compute import measured_peers, peer_compute
+from p2ptrain.control.planning.plan_maker import FIRST_PLAN_WAIT_S, PLAN_DEBOUNCE_S, PlanMaker
+from p2ptrain.control.planning.planner import build_matrices, compute_plan, placement_cost
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import RunSpec, StageCompute
 from tests.control.test_view import A, B, C, make_view, record
@@ -147,7 +147,7 @@ def test_a_peer_never_gets_a_stage_its_device_cannot_hold() -> None:
     """Two peers hold only the smaller of the two stages (the last one carries the head and
     the logits of every micro-batch); on equal links and compute the search could put them
     anywhere: the memory-aware plan puts them on the stage they can hold."""
-    from p2ptrain.control.compute import RunStageBytes
+    from p2ptrain.control.planning.compute import RunStageBytes
 
     peers = ["p0", "p1", "p2", "p3"]
     need = RunStageBytes(RUN)(2, 2, [2, 2])
@@ -169,7 +169,7 @@ def test_a_peer_never_gets_a_stage_its_device_cannot_hold() -> None:
 def test_a_swarm_whose_devices_cannot_hold_the_model_is_refused_with_a_reason() -> None:
     """The 1.3b preset in 2 stages needs about 9 GiB of weights, gradients and AdamW state a
     stage: four 4 GiB devices cannot hold it and the planner says so; 24 GiB devices can."""
-    from p2ptrain.control.planner import NoPlacementFits
+    from p2ptrain.control.planning.planner import NoPlacementFits
 
     run = RunSpec(stages=2, preset="1.3b", batch_size=4, micro_batches=2, block_size=64)
     peers = ["p0", "p1", "p2", "p3"]
@@ -195,7 +195,7 @@ def test_two_peers_behind_nats_are_never_placed_next_to_each_other(aware: bool) 
     """p1 and p3 report `private` (neither can dial the other, and there is no relay): in a
     2 x 2 plan each talks to its pipeline neighbour and its stage-mate, so they must sit in
     different pipelines and different stages: each next to public peers only."""
-    from p2ptrain.control.planner import UNREACHABLE_DELAY_MS
+    from p2ptrain.control.planning.planner import UNREACHABLE_DELAY_MS
 
     peers = ["p0", "p1", "p2", "p3"]
     private = frozenset({"p1", "p3"})
@@ -214,14 +214,14 @@ def test_two_peers_behind_nats_are_never_placed_next_to_each_other(aware: bool) 
     assert stage_of["p1"] != stage_of["p3"] and pipe_of["p1"] != pipe_of["p3"], plan.pipelines
     assert plan.cost_s < 10  # no unreachable link priced in
     # the timeouts the plan carries are the usable links': 2 ms round trips, not 200 s
-    from p2ptrain.control.planner import network_facts
+    from p2ptrain.control.planning.planner import network_facts
 
     facts = network_facts(matrices, plan.pipelines)
     assert facts is not None and facts.swarm.rtt_s == pytest.approx(0.002)
 
 
 def test_the_first_plan_does_not_wait_for_a_link_two_nated_peers_cannot_have() -> None:
-    from p2ptrain.control.readiness import first_plan_gaps
+    from p2ptrain.control.planning.readiness import first_plan_gaps
 
     peers = ["p0", "p1", "p2"]
     roles: dict[str, str | None] = {p: "trainer" for p in peers}
@@ -236,7 +236,7 @@ def test_a_relayed_link_is_priced_at_a_share_of_its_rate_and_kept_out_of_the_pla
     """p1 and p3 reach each other through a relay (both behind NATs, one symmetric): their link
     counts at RELAYED_RATE_SHARE of what it measured, and a 2 x 2 plan, which uses 4 of the 6
     links, leaves it out (each is the other's diagonal: neither neighbour nor stage-mate)."""
-    from p2ptrain.control.planner import RELAYED_RATE_SHARE
+    from p2ptrain.control.planning.planner import RELAYED_RATE_SHARE
 
     peers = ["p0", "p1", "p2", "p3"]
     links = _equal_links(peers)
@@ -254,7 +254,7 @@ def test_natted_peers_with_relay_slots_are_routable_and_those_without_are_not() 
     """The planner's `private` set (links it prices out between its members) holds the NATed
     peers with no relay slot only: two NATed peers connect if either holds one."""
     from p2ptrain.control.authority import Member
-    from p2ptrain.control.planning import unroutable
+    from p2ptrain.control.planning.plan_maker import unroutable
     from p2ptrain.records import PeerRecord
 
     base = PeerRecord.from_dict(record("trainer"))

@@ -1,10 +1,10 @@
-"""The live planner fills each plan's lineage from the plan it replaces (control/planning.py)."""
+"""The live planner fills each plan's lineage from the plan it replaces (control/planning/plan_maker.py)."""
 
 from __future__ import annotations
 
 import trio
 
-from p2ptrain.control.planning import PLAN_DEBOUNCE_S, PlanMaker
+from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S, PlanMaker
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import Plan, RunSpec
 from tests.control.test_view import A, B, C, make_view, record

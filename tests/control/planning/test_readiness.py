@@ -1,7 +1,7 @@
-"""What the first plan waits for (control/readiness.py)."""
+"""What the first plan waits for (control/planning/readiness.py)."""
 
 from p2ptrain.control.links import Link
-from p2ptrain.control.readiness import first_plan_gaps
+from p2ptrain.control.planning.readiness import first_plan_gaps
 from p2ptrain.records import RunSpec, StageCompute
 
 RUN = RunSpec(run_id="r")
