@@ -2,31 +2,37 @@
 while we are the planner, let the PlanMaker decide on and make new plans.
 
 The rules live elsewhere (who claims: SwarmView.should_claim; when to re-plan: PlanMaker); this
-loop only drives them and asks the publisher to announce a new claim or plan at once.
+loop only drives them and asks the publisher to announce a new claim or plan at once. It runs
+when something it decides on changes (control/events.py: a member, a record, a health verdict,
+a claim, a plan, the run) and when a deadline of its rules comes (a member's silence turning
+into death, the end of the start-up grace, the planner's debounce), not on a timer; what carries
+no event (link measurements, for drift and the first plan's readiness) is looked at every
+ELECTION_IDLE_S.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-
-import trio
+import math
 
 from p2ptrain.control.planning.plan_maker import PlanMaker
 from p2ptrain.control.state import NodeState
+from p2ptrain.control.view import DEAD_AFTER_S, ELECTION_GRACE_S, SwarmView
 
 log = logging.getLogger(__name__)
 
-ELECTION_TICK_S = 0.5
+ELECTION_IDLE_S = 1.0
+_PAST_S = 1e-3  # a deadline is looked at just after it passed (is_alive's bound is inclusive)
 
 
 async def serve_election(state: NodeState) -> None:
     """Run the election and, while we are the planner, the planning, once joined (members only)."""
-    view = state.view
+    view, changes = state.view, state.changes
     plan_maker = PlanMaker(view, state.peer_id)
     await state.joined.wait()
     while True:
-        now = time.monotonic()
+        seen = changes.count("members", "plan", "run")
+        now = state.clock()
         if view.run is not None and view.should_claim(now):
             term = view.claim()
             log.info("claiming the planner role, term %d", term)
@@ -35,4 +41,15 @@ async def serve_election(state: NodeState) -> None:
             now, state.data_addrs, state.reachability, tuple(state.relays)
         ):
             state.publish_soon("plan")
-        await trio.sleep(ELECTION_TICK_S)
+            changes.notify("plan")  # our worker link hands it over
+        now = state.clock()
+        wake_at = min(next_deadline(view, now), plan_maker.next_deadline(now) + _PAST_S)
+        await changes.wait(("members", "plan", "run"), seen, max(wake_at - now, _PAST_S))
+
+
+def next_deadline(view: SwarmView, now: float) -> float:
+    """When the view's answers change with no message: a member's silence turns into death,
+    or our start-up grace (before which we never claim) ends; ELECTION_IDLE_S at most."""
+    deadlines = [now + ELECTION_IDLE_S, view.started_at + ELECTION_GRACE_S + _PAST_S]
+    deadlines += [m.last_heard + DEAD_AFTER_S + _PAST_S for m in view.members.values()]
+    return min((d for d in deadlines if d > now), default=math.inf)

@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import trio
 
@@ -34,6 +35,7 @@ BOUND_STEPS = 10  # the bound is at least this many predicted steps
 STUCK_FACTOR = 3
 HEALTH_TICK_S = 1.0
 HEALTHY = Health(True)
+LEAVING = Health(False, "the node is stopping")
 
 Progress = tuple[int, int, str, int]  # (term, epoch, phase, step)
 
@@ -53,6 +55,9 @@ class WorkerWatch:
     moved_at: float = float("-inf")  # when `progress` last changed
     placed_key: tuple[int, int] | None = None  # the plan that places us, since placed_at
     placed_at: float = float("-inf")
+    leaving: bool = (
+        False  # the node is stopping: planned around at once (Publisher.announce_leaving)
+    )
 
     def heard(self, now: float, progress: Progress) -> None:
         """A message from the worker, with the progress it shows."""
@@ -62,6 +67,8 @@ class WorkerWatch:
 
     def judge(self, now: float, plan: Plan | None, self_id: str, floor_s: float) -> Health:
         """This node's health now, under `plan` (floor_s <= 0: the check is off)."""
+        if self.leaving:
+            return LEAVING
         if floor_s <= 0:
             return HEALTHY
         bound_s = health_bound_s(floor_s, plan.cost_s if plan is not None else 0.0)
@@ -86,12 +93,15 @@ class WorkerWatch:
 
 
 async def serve_health(
-    view: SwarmView, watch: WorkerWatch, publish_soon: Callable[[str], None]
+    view: SwarmView,
+    watch: WorkerWatch,
+    publish_soon: Callable[[Literal["telemetry"]], None],
+    clock: Callable[[], float] = time.monotonic,
 ) -> None:
     """Judge our worker every HEALTH_TICK_S; a changed verdict is logged and published at once."""
     while True:
         floor_s = view.run.worker_stall_s if view.run is not None else 0.0
-        health = watch.judge(time.monotonic(), view.plan, view.self_id, floor_s)
+        health = watch.judge(clock(), view.plan, view.self_id, floor_s)
         if health.ok != view.own_health.ok:
             if health.ok:
                 log.info("our worker is healthy again")

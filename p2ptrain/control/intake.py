@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from p2ptrain.control import wire
+from p2ptrain.control.events import Change
 from p2ptrain.control.flood import GossipRates
 from p2ptrain.control.penalties import BLOCK_S, PENALTIES
 from p2ptrain.control.state import NodeState
@@ -21,6 +22,8 @@ from p2ptrain.control.view import Drop
 from p2ptrain.records import Revocations
 
 log = logging.getLogger(__name__)
+
+_WATCHED: tuple[Change, ...] = ("plan", "run", "members")  # as _what_tasks_watch's tuple
 
 
 class Intake:
@@ -80,10 +83,12 @@ class Intake:
             if via != "sync"
             else now - min(max(0.0, time.time() - env.ts), wire.MAX_CLOCK_SKEW_S)
         )
+        before = self._what_tasks_watch(env.author, now)
         drop = self.state.view.accept(env, now, heard_at)
         if drop is None:
             if env.author != self.state.peer_id:
                 self.state.latest[latest_key(env)] = data
+            self._notify_changes(before, self._what_tasks_watch(env.author, now))
             return True
         if drop.category is None:
             log.debug("ignored %s from %s: %s", env.kind, env.author, drop.reason)
@@ -91,6 +96,24 @@ class Intake:
         culprit = sender if drop.category == "replayed" else env.author
         self.reject(culprit, drop.category, drop.reason, via, now)
         return False
+
+    def _what_tasks_watch(self, author: str, now: float) -> tuple[object, ...]:
+        """What the worker link and the election act on, as far as one author's envelope can
+        change it: (plan, run, the author's standing as a member, the planner and term)."""
+        view = self.state.view
+        member = view.members.get(author)
+        standing = (
+            None
+            if member is None
+            else (member.record, view.is_healthy(author), view.is_alive(author, now))
+        )
+        return (view.plan_version, view.run, (standing, view.planner, view.term))
+
+    def _notify_changes(self, before: tuple[object, ...], after: tuple[object, ...]) -> None:
+        """Wake the tasks that wait for what changed (control/events.py)."""
+        for kind, was, now_is in zip(_WATCHED, before, after, strict=True):
+            if was != now_is:
+                self.state.changes.notify(kind)
 
     def refuse(self, header: wire.Header, drop: Drop, via: str, now: float) -> None:
         """A message `screen` refused: blame its author if hostile, else only note it."""

@@ -56,6 +56,10 @@ from p2ptrain.records import RunSpec, Token
 
 log = logging.getLogger(__name__)
 
+# at most this long to tell the others we stop (the 1 s floor, then one publish), well within
+# the supervisor's grace (node/supervisor.py: STOP_GRACE_S)
+LEAVE_NOTICE_S = 3.0
+
 
 @dataclass
 class NodeConfig:
@@ -210,7 +214,9 @@ class ControlNode:
                     nursery.start_soon(self.prober.serve_rtt_probes)
                     nursery.start_soon(self.prober.serve_bandwidth_probes)
                     nursery.start_soon(serve_election, state)
-                    nursery.start_soon(serve_health, state.view, state.worker, state.publish_soon)
+                    nursery.start_soon(
+                        serve_health, state.view, state.worker, state.publish_soon, state.clock
+                    )
                 task_status.started()
 
     async def stop_worker(self) -> None:
@@ -248,6 +254,10 @@ async def run_until_signalled(
             nursery.start_soon(node.run)
             nursery.start_soon(stop_on_signal, signals)
             await stopping.wait()
+            with trio.move_on_after(LEAVE_NOTICE_S) as notice:
+                await node.publisher.announce_leaving()
+            if notice.cancelled_caught:
+                log.info("could not tell the others we stop within %.0f s", LEAVE_NOTICE_S)
             if on_stop is not None:
                 with trio.move_on_after(2):
                     await on_stop()

@@ -2,15 +2,15 @@
 
 Six signed messages: our peer record, the run spec and the organiser's revocations (the
 bootstrap), telemetry (members), and the planner's claim and plan. Each re-states its author's full current state, so re-publishing them
-periodically is anti-entropy: the next copy heals a lost one. The schedule is NodeState.due;
-other pieces call NodeState.publish_soon when something worth announcing changed.
+periodically is anti-entropy: the next copy heals a lost one. The schedule is NodeState.due; the
+publisher sleeps until the next message is due, and other pieces call NodeState.publish_soon
+(which wakes it: control/events.py) when something worth announcing changed.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import time
 from collections.abc import Callable
 from functools import partial
 
@@ -21,7 +21,8 @@ from p2ptrain import __version__
 from p2ptrain.control import wire
 from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC
 from p2ptrain.control.hardware import measure_compute_gflops
-from p2ptrain.control.state import NodeState
+from p2ptrain.control.health import LEAVING
+from p2ptrain.control.state import MIN_REPUBLISH_GAP_S, Kind, NodeState
 from p2ptrain.errors import WireError
 from p2ptrain.records import Claim, PeerRecord, Telemetry
 from p2ptrain.records.token import read_revocations, revocation_pages
@@ -34,7 +35,6 @@ RUN_INTERVAL_S = 10.0
 CLAIM_INTERVAL_S = 2.0
 PLAN_REBROADCAST_S = 4.0
 PUBLISH_GAP_S = 0.02  # pace publishes: py-libp2p drops bursts past its 32-slot queues
-PUBLISH_TICK_S = 0.2
 REVOCATION_PAGES_PER_ROUND = 8  # gossiped per run interval: the last page and others in turn
 
 
@@ -93,7 +93,7 @@ def reload_revocations(state: NodeState) -> None:
 
 
 def telemetry_message(state: NodeState) -> bytes:
-    view, now = state.view, time.monotonic()
+    view, now = state.view, state.clock()
     body = Telemetry(
         links=view.own_row(now),
         metrics=view.own_metrics,
@@ -143,7 +143,7 @@ class Publisher:
         self.pubsub = pubsub
         self._next_revocation_page = 0  # the older pages are gossiped in turn
 
-    def _due_now(self, name: str, interval_s: float, now: float) -> bool:
+    def _due_now(self, name: Kind, interval_s: float, now: float) -> bool:
         """True if `name` is due; then schedules its next time, jittered so peers drift apart."""
         if now < self.state.due.get(name, 0.0):
             return False
@@ -170,12 +170,30 @@ class Publisher:
         for data in chosen:
             await self._publish(CONTROL_TOPIC, partial(bytes, data))
 
+    async def announce_leaving(self) -> None:
+        """Tell the others we are stopping (a signal, a finished run): our telemetry says we
+        are unhealthy, so the planner plans around us now, not after DEAD_AFTER_S of silence.
+        Kept to the 1 s floor between two telemetry messages (MIN_REPUBLISH_GAP_S)."""
+        state = self.state
+        if not state.is_member or not state.joined.is_set():
+            return
+        state.worker.leaving = True
+        state.view.own_health = LEAVING
+        last = state.sent_at.get("telemetry")
+        if last is not None:
+            await trio.sleep(max(0.0, last + MIN_REPUBLISH_GAP_S - state.clock()))
+        log.info("telling the others we are stopping")
+        state.sent_at["telemetry"] = state.clock()
+        await self._publish(TELEMETRY_TOPIC, partial(telemetry_message, state))
+
     async def serve_publishing(self) -> None:
-        """Publish our state, paced; every message re-states everything we author (anti-entropy)."""
+        """Publish our state, paced; every message re-states everything we author (anti-entropy).
+        Sleeps until the next message is due or NodeState.publish_soon moves one forward."""
         state, view = self.state, self.state.view
         await state.joined.wait()
         while True:
-            now = time.monotonic()
+            seen = state.changes.count("publish")
+            now = state.clock()
             if self._due_now("record", RECORD_INTERVAL_S, now):
                 await self._publish(CONTROL_TOPIC, partial(record_message, state))
             if state.role == "bootstrap" and self._due_now("run", RUN_INTERVAL_S, now):
@@ -188,9 +206,27 @@ class Publisher:
             if view.planner == state.peer_id:
                 if self._due_now("claim", CLAIM_INTERVAL_S, now):
                     await self._publish(CONTROL_TOPIC, partial(claim_message, state))
-                plan = view.plan
-                own_plan = plan and plan.planner == state.peer_id and plan.term == view.term
-                if own_plan and self._due_now("plan", PLAN_REBROADCAST_S, now):
+                if self._own_plan() and self._due_now("plan", PLAN_REBROADCAST_S, now):
                     await self._publish(CONTROL_TOPIC, partial(plan_message, state))
-            view.forget_stale(now)  # the view's housekeeping rides on this tick
-            await trio.sleep(PUBLISH_TICK_S)
+            view.forget_stale(now)  # the view's housekeeping rides on our rounds
+            now = state.clock()
+            await state.changes.wait(("publish",), seen, self._next_due(now) - now)
+
+    def _own_plan(self) -> bool:
+        """Do we hold a plan of ours for our current term (ours to re-broadcast)?"""
+        view = self.state.view
+        plan = view.plan
+        return plan is not None and plan.planner == self.state.peer_id and plan.term == view.term
+
+    def _next_due(self, now: float) -> float:
+        """When the next of the messages we author now is due (kinds we do not author at
+        the moment, such as a deposed planner's claim, wait for publish_soon)."""
+        state = self.state
+        kinds: list[Kind] = ["record"]
+        if state.role == "bootstrap":
+            kinds.append("run")
+        if state.is_member:
+            kinds.append("telemetry")
+        if state.view.planner == state.peer_id:
+            kinds += ["claim", "plan"] if self._own_plan() else ["claim"]
+        return min(state.due.get(kind, now) for kind in kinds)

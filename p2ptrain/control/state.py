@@ -8,19 +8,24 @@ needs. Everything runs in one trio thread, so no locks.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import trio
 from libp2p.abc import IHost
 
 from p2ptrain.control import wire
+from p2ptrain.control.events import Changes
 from p2ptrain.control.health import WorkerWatch
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
 from p2ptrain.net.relay import RelayCounters
 from p2ptrain.records import StageCompute
 
 MIN_REPUBLISH_GAP_S = 1.0  # the least time between two messages of one kind we publish
+
+# what we author (control/publishing.py)
+Kind = Literal["record", "run", "telemetry", "claim", "plan"]
 
 
 @dataclass
@@ -42,10 +47,10 @@ class NodeState:
     relays: list[str] = field(default_factory=list)  # behind a NAT: who holds slots for us
     relay: RelayCounters = field(default_factory=RelayCounters)  # what our relay moved
     seq: wire.SeqClock = field(default_factory=wire.SeqClock)  # for every envelope we author
-    # kind -> monotonic time our next message of that kind is due, and when we last sent one
+    # kind -> the clock's time our next message of that kind is due, and when we last sent one
     # (see publishing.py)
-    due: dict[str, float] = field(default_factory=dict)
-    sent_at: dict[str, float] = field(default_factory=dict)
+    due: dict[Kind, float] = field(default_factory=dict)
+    sent_at: dict[Kind, float] = field(default_factory=dict)
     # (author, kind) -> the latest envelope we accepted from another peer: served to sync clients
     latest: dict[tuple[str, str], bytes] = field(default_factory=dict)
     joined: trio.Event = field(default_factory=trio.Event)  # set once we are in the swarm
@@ -53,16 +58,20 @@ class NodeState:
     stopping: trio.Event = field(default_factory=trio.Event)
     worker: WorkerWatch = field(default_factory=lambda: WorkerWatch(time.monotonic()))
     revocations_path: str | None = None  # the bootstrap's --revoked file, re-read periodically
+    # the node's one clock (monotonic seconds; tests pass trio.current_time to run on MockClock)
+    clock: Callable[[], float] = time.monotonic
+    changes: Changes = field(default_factory=Changes)  # what the tasks wait for (events.py)
 
     @property
     def is_member(self) -> bool:
         """Trainers and control-only peers: probed, planned, and candidates for planner."""
         return self.role in MEMBER_ROLES
 
-    def publish_soon(self, kind: str) -> None:
+    def publish_soon(self, kind: Kind) -> None:
         """Publish our `kind` message at the publisher's next tick, not at its next interval, but
         not sooner than MIN_REPUBLISH_GAP_S after the last one: a node whose state flaps (an
         election under load, a worker's health) stays well inside the rates that others hold
         it to (control/flood.py), instead of being blocked as a flooder."""
         last = self.sent_at.get(kind)
         self.due[kind] = 0.0 if last is None else last + MIN_REPUBLISH_GAP_S
+        self.changes.notify("publish")

@@ -10,7 +10,6 @@ From the worker: `hello` (its data-plane addresses, announced in our peer record
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -35,8 +34,6 @@ from p2ptrain.records import (
 )
 
 log = logging.getLogger(__name__)
-
-PLAN_POLL_S = 0.5
 
 
 class WorkerLink:
@@ -72,7 +69,7 @@ class WorkerLink:
     def _on_message(self, message: Message) -> None:
         """One message from the worker (decoded and validated by the IPC server)."""
         state = self.state
-        now = time.monotonic()
+        now = state.clock()
         if isinstance(message, Hello):
             state.worker.heard(now, (0, 0, "waiting", 0))
             if message.peer_id != state.peer_id:
@@ -119,10 +116,14 @@ class WorkerLink:
             log.warning("ipc: ignoring a %s message from the worker", message.TYPE)
 
     async def _serve_plans(self) -> None:
-        view = self.state.view
+        """Hand the run spec and each new plan to the worker as soon as the view holds them
+        (woken by control/events.py), once we joined (we then know the run)."""
+        state, view = self.state, self.state.view
         sent_version = 0
         sent_run: RunSpec | None = None
+        await state.joined.wait()
         while True:
+            seen = state.changes.count("plan", "run")
             if view.run is not None and view.run != sent_run:
                 # before any plan: the worker times the run's model for the planner
                 sent_run = view.run
@@ -131,4 +132,4 @@ class WorkerLink:
                 sent_version = view.plan_version
                 routes = {} if self.routes is None else await self.routes(view.plan)
                 await self.ipc.send(PlanMessage(view.plan, view.run, routes))
-            await trio.sleep(PLAN_POLL_S)
+            await state.changes.wait(("plan", "run"), seen)

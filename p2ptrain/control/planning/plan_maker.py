@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -104,6 +105,8 @@ class PlanMaker:
         )
         placement: planner.Placement | None
         previous_cost_s: float | None = None  # the current plan on the same measurements
+        if members == self._planned_members:
+            self._change_since = None  # a flap back within the debounce: nothing to re-plan
         if members != self._planned_members:
             if self._change_since is None:
                 self._change_since = now
@@ -190,6 +193,13 @@ class PlanMaker:
             rates.max(),
         )
         return True
+
+    def next_deadline(self, now: float) -> float:
+        """When `tick` may decide otherwise with nothing new arriving: the debounce of a
+        membership change ends (the election wakes for it: control/election.py)."""
+        if self._change_since is None:
+            return math.inf
+        return self._change_since + PLAN_DEBOUNCE_S
 
     def _pays_to_switch(
         self, placement: planner.Placement, current: Plan | None, current_cost: float | None
