@@ -12,6 +12,7 @@ several times in a row plus what gossip's IWANT replays deliver together.
 
 from __future__ import annotations
 
+from p2ptrain.control import wire
 from p2ptrain.net.ratelimit import TokenBuckets
 
 # kind -> (messages per second, burst)
@@ -32,7 +33,9 @@ class GossipRates:
 
     def __init__(self) -> None:
         self._buckets = {
-            kind: TokenBuckets(rate, burst, MAX_TRACKED_AUTHORS)
+            # a node that meets an author for the first time may get a backlog as old as
+            # gossip keeps messages (wire.MAX_CLOCK_SKEW_S): an overloaded node's first contact
+            kind: TokenBuckets(rate, burst, MAX_TRACKED_AUTHORS, wire.MAX_CLOCK_SKEW_S)
             for kind, (rate, burst) in GOSSIP_RATES.items()
         }
 

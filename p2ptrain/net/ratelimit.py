@@ -40,10 +40,15 @@ class TokenBuckets:
     `max_keys` buckets are kept: the one unused longest goes first (it has most likely refilled,
     and a bucket that has refilled is the same as none)."""
 
-    def __init__(self, rate_per_s: float, burst: float, max_keys: int = 4096) -> None:
+    def __init__(
+        self, rate_per_s: float, burst: float, max_keys: int = 4096, backlog_s: float = 0.0
+    ) -> None:
+        """backlog_s: how far back (by stamp) a new key's first events may reach and still
+        refill its bucket (at least burst/rate_per_s)."""
         self.rate_per_s = rate_per_s
         self.burst = burst
         self.max_keys = max_keys
+        self.backlog_s = max(backlog_s, burst / rate_per_s)
         self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, at)
         self.num_refused = 0
 
@@ -54,9 +59,10 @@ class TokenBuckets:
         The bucket then refills by the stamps' progress, not by arrival: a backlog of events made
         at an honest pace, delivered together by a stalled receiver or forwarder, passes whole.
         Stamps count only up to `now`, so a sender gains no token by stamping ahead of our
-        clock, and a new key's bucket starts at most burst/rate seconds in the past."""
+        clock, and a new key's bucket starts at most backlog_s seconds in the past: a sender
+        that stamps its first events further back gains nothing by it."""
         paced = now if stamp is None else min(stamp, now)
-        fresh = (self.burst, max(paced, now - self.burst / self.rate_per_s))
+        fresh = (self.burst, max(paced, now - self.backlog_s))
         tokens, at = self._buckets.pop(key, fresh)
         tokens = min(self.burst, tokens + max(0.0, paced - at) * self.rate_per_s)
         allowed = tokens >= 1.0
