@@ -5,12 +5,12 @@ Both are a peer's word about itself: evidence for estimates, refined by direct m
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated
 
 from p2ptrain.records import fields as f
+from p2ptrain.records.codec import Custom, Nullable, Num, Record, Wire
 
 COORDINATE_DIMENSIONS = 3  # Euclidean part; the height is kept apart
 MAX_COORDINATE_MS = 1e5  # beyond any round trip on Earth, far below float trouble
@@ -18,62 +18,45 @@ MAX_COORDINATE_ERROR = 1.5  # Vivaldi's own cap on the relative error estimate
 MAX_CAPACITY_MBPS = 1e7
 
 
+def _vector(value: object, record: str, name: str) -> tuple[float, ...]:
+    if not isinstance(value, list) or len(value) != COORDINATE_DIMENSIONS:
+        raise f.malformed(record, f"{name} must list {COORDINATE_DIMENSIONS} numbers")
+    return tuple(f.number(x, record, name, -MAX_COORDINATE_MS, MAX_COORDINATE_MS) for x in value)
+
+
+def _rounded(vector: tuple[float, ...]) -> list[float]:
+    return [round(x, 2) for x in vector]
+
+
 @dataclass(frozen=True)
-class NetCoordinate:
+class NetCoordinate(Record, name="coordinate"):
     """A point whose distance to another predicts the round trip in ms: |a - b| + a.height +
     b.height (the height is the access link's share of every round trip). `error` is the
-    peer's own running estimate of its relative prediction error (1.0: knows nothing yet)."""
+    peer's own running estimate of its relative prediction error (1.0: knows nothing yet).
+    Short keys, rounded values: every telemetry message carries one."""
 
-    vector: tuple[float, ...] = (0.0,) * COORDINATE_DIMENSIONS
-    height_ms: float = 0.0
-    error: float = 1.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "v": [round(x, 2) for x in self.vector],
-            "h": round(self.height_ms, 2),
-            "e": round(self.error, 3),
-        }
-
-    @classmethod
-    def from_dict(cls, data: object) -> NetCoordinate:
-        d = f.mapping(data, "coordinate")
-        f.require_keys(d, "coordinate", ("v", "h", "e"))
-        vector = d["v"]
-        if not isinstance(vector, list) or len(vector) != COORDINATE_DIMENSIONS:
-            raise f.malformed("coordinate", f"v must list {COORDINATE_DIMENSIONS} numbers")
-        return cls(
-            vector=tuple(
-                f.number(x, "coordinate", "v", -MAX_COORDINATE_MS, MAX_COORDINATE_MS)
-                for x in vector
-            ),
-            height_ms=f.number(d["h"], "coordinate", "h", 0.0, MAX_COORDINATE_MS),
-            error=f.number(d["e"], "coordinate", "e", 0.0, MAX_COORDINATE_ERROR),
-        )
+    vector: Annotated[
+        tuple[float, ...], Custom(_vector, _rounded), Wire(key="v", required=True)
+    ] = (0.0,) * COORDINATE_DIMENSIONS
+    height_ms: Annotated[
+        float, Num(0.0, MAX_COORDINATE_MS, digits=2), Wire(key="h", required=True)
+    ] = 0.0
+    error: Annotated[
+        float, Num(0.0, MAX_COORDINATE_ERROR, digits=3), Wire(key="e", required=True)
+    ] = 1.0
 
     def distance_ms(self, other: NetCoordinate) -> float:
         """The round trip this coordinate predicts to `other`."""
         return math.dist(self.vector, other.vector) + self.height_ms + other.height_ms
 
 
+Capacity = Annotated[float | None, Nullable(Num(0.0, MAX_CAPACITY_MBPS, digits=2))]
+
+
 @dataclass(frozen=True)
-class AccessCapacity:
+class AccessCapacity(Record, name="capacity"):
     """The fastest this peer was seen to send (`up_mbps`) and receive (`down_mbps`), from its
     probes and its transfer counters; None: never seen yet."""
 
-    up_mbps: float | None = None
-    down_mbps: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: None if v is None else round(v, 2) for k, v in dataclasses.asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, data: object) -> AccessCapacity:
-        d = f.mapping(data, "capacity")
-        values = []
-        for name in ("up_mbps", "down_mbps"):
-            value = d.get(name)
-            values.append(
-                None if value is None else f.number(value, "capacity", name, 0.0, MAX_CAPACITY_MBPS)
-            )
-        return cls(*values)
+    up_mbps: Capacity = None
+    down_mbps: Capacity = None

@@ -12,7 +12,7 @@ from p2ptrain.records import fields as f
 _START_LINEAGE = re.compile(r"^([0-9a-f]{16}|root)?$")
 
 
-def parse_start_lineage(value: object, record: str) -> str:
+def parse_start_lineage(value: object, record: str, name: str = "start_lineage") -> str:
     """The lineage a session resumed from, as a report carries it, or the wire error."""
     if not isinstance(value, str) or not _START_LINEAGE.match(value):
         raise f.malformed(record, "start_lineage must be a lineage id, 'root' or ''")
