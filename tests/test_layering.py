@@ -24,6 +24,7 @@ LAYERS: list[set[str]] = [
     {"cli"},
     {"node"},
     {"control", "worker"},  # two processes: neither imports the other
+    {"traversal"},  # relay, punch, dial-back, UDP observer: driven by control, built on net
     {"net", "train", "web"},
     {"schedule", "testbed"},
     {"ipc_lines", "addresses"},  # the worker socket's framing; listen and announce addresses
@@ -32,14 +33,31 @@ LAYERS: list[set[str]] = [
     {"procs"},  # processes: spawn, stop, sweep what a dead one left
     {"errors", "__init__"},
 ]
-PRODUCT = {"cli", "node", "control", "net", "worker", "train", "schedule", "records", "web"}
+PRODUCT = {
+    "cli",
+    "node",
+    "control",
+    "traversal",
+    "net",
+    "worker",
+    "train",
+    "schedule",
+    "records",
+    "web",
+}
+# Sub-packages ("wings") of a layer: a module of one may import its layer's other modules, and
+# the layer's other modules may import it; the layer rules above hold for them as for the rest.
+WINGS = {
+    "worker": {"averaging", "pipeline", "resume"},
+    "control": {"planning", "estimate"},
+}
 LEVEL = {name: level for level, names in enumerate(LAYERS) for name in names}
 
 # heavy library -> packages allowed to import it
 ALLOWED = {
     "hivemind": {"worker", "harness"},
-    "libp2p": {"control", "net"},
-    "trio": {"control", "net"},
+    "libp2p": {"control", "traversal", "net"},
+    "trio": {"control", "traversal", "net"},
     "torch": {"worker", "train", "harness"},
     "prometheus_client": {"web"},
     "tokenizers": {"train"},
@@ -104,6 +122,37 @@ def test_the_product_never_imports_a_harness(path: Path) -> None:
     if _layer(path) in PRODUCT:
         assert "harness" not in _p2ptrain_packages(path), path
         assert not any("harness" in name for name in imports_of(path)), path
+
+
+def _imports_the_testbed(layer: str, packages: set[str]) -> bool:
+    """The testbed emulates a network for the harness; it sits below the product in LAYERS, so
+    the layer rule alone would let the product import it."""
+    return layer in PRODUCT and "testbed" in packages
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_product_never_imports_the_testbed(path: Path) -> None:
+    assert not _imports_the_testbed(_layer(path), _p2ptrain_packages(path)), path
+
+
+def test_the_testbed_rule_refuses_what_the_layers_allow() -> None:
+    assert LEVEL["testbed"] > LEVEL["worker"]  # the layer rule would let this one pass
+    assert _imports_the_testbed("worker", {"testbed", "records"})
+    assert _imports_the_testbed("traversal", {"testbed"})
+    assert not _imports_the_testbed("harness", {"testbed"})
+
+
+def test_the_wings_are_packages_of_their_layer() -> None:
+    for layer, wings in WINGS.items():
+        for wing in wings:
+            assert (PACKAGE / layer / wing / "__init__.py").is_file(), f"{layer}/{wing}/"
+    found = {
+        (p.parent.parent.name, p.parent.name)
+        for p in PACKAGE.glob("*/*/__init__.py")
+        if p.parent.parent.name in WINGS
+    }
+    known = {(layer, wing) for layer, wings in WINGS.items() for wing in wings}
+    assert found <= known, f"add the new wing to WINGS: {found - known}"
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))

@@ -1,5 +1,5 @@
 """`p2ptrain doctor`'s network checks, from a throwaway identity: does the bootstrap answer, can
-peers dial us back (net/dialback.py), what NAT are we behind (net/nat_probe.py), how far off is
+peers dial us back (traversal/dialback.py), what NAT are we behind (traversal/nat_probe.py), how far off is
 our clock, and a rough rate and round trip to the bootstrap (net/probe.py).
 
 Each check ends as one Check: "ok", "warn" (joining works, with a caveat), "FAIL" (joining
@@ -29,10 +29,11 @@ from p2ptrain.control import wire
 from p2ptrain.control.observer import fetch_status_doc
 from p2ptrain.control.reachability import Opinion, server_network, verdict_of
 from p2ptrain.control.rpcs import RUN_PROTOCOL
-from p2ptrain.net import nat_probe, probe, rpc
-from p2ptrain.net.dialback import ask_dial_back, tcp_target
+from p2ptrain.net import probe, rpc
 from p2ptrain.net.host import full_addrs, make_host, parse_multiaddr, quiet_library_logs, run_trio
 from p2ptrain.records import DialBackReply, RunSpec
+from p2ptrain.traversal import nat_probe
+from p2ptrain.traversal.dialback import ask_dial_back, tcp_target
 
 CONNECT_TIMEOUT_S = 10.0
 MAX_OTHER_SERVERS = 2  # public peers asked besides the bootstrap (dial-back and UDP)

@@ -43,7 +43,7 @@ from p2ptrain.control.traversal import Traversal
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
 from p2ptrain.control.worker_link import WorkerLink
 from p2ptrain.errors import UserError, first_leaf
-from p2ptrain.net import dialback, nat_probe, probe, rpc
+from p2ptrain.net import probe, rpc
 from p2ptrain.net.host import (
     full_addrs,
     listen_endpoint,
@@ -53,6 +53,7 @@ from p2ptrain.net.host import (
     run_trio,
 )
 from p2ptrain.records import RunSpec, Token
+from p2ptrain.traversal import dialback, nat_probe
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Can others dial us? Our reachability, from dial-back rounds (net/dialback.py), published in our
+"""Can others dial us? Our reachability, from dial-back rounds (traversal/dialback.py), published in our
 peer record (and so in `status` and the dashboard).
 
 A round asks the bootstrap (unless we are it) and up to MAX_OTHER_SERVERS other connected
@@ -29,8 +29,8 @@ from libp2p.peer.id import ID
 
 from p2ptrain.addresses import LOOPBACK_KIND, all_loopback, independence_key, network_kind
 from p2ptrain.control.state import NodeState
-from p2ptrain.net.dialback import ask_dial_back
 from p2ptrain.net.host import remote_ip
+from p2ptrain.traversal.dialback import ask_dial_back
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The relay a node serves to NATed members (the client side is control/traversal.py).
 
-A relay port (raw TCP: observed endpoints and the splicing of circuits, net/relay.py) and the
+A relay port (raw TCP: observed endpoints and the splicing of circuits, traversal/relay.py) and the
 signalling protocol RELAY_PROTOCOL: a NATed member reserves a slot; another asks to reach it,
 and the relay offers that connection to the reserved peer over OFFER_PROTOCOL (on the
 connection the peer opened to us) and hands both sides the circuit's token (docs/protocols.md,
@@ -24,10 +24,10 @@ from libp2p.peer.id import ID
 from p2ptrain.addresses import tcp_endpoint
 from p2ptrain.control.state import NodeState
 from p2ptrain.errors import WireError
-from p2ptrain.net import relay
 from p2ptrain.net.framing import read_frame, write_frame
 from p2ptrain.net.host import connection_ips
 from p2ptrain.records.relay import OfferAnswer, RelayOffer, RelayReply, RelayRequest
+from p2ptrain.traversal import relay
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -93,7 +93,7 @@ def stream_ip(stream: INetStream) -> str:
 
 
 class RelayService:
-    """Slots and circuits for the run's members, within net/relay.py's limits."""
+    """Slots and circuits for the run's members, within traversal/relay.py's limits."""
 
     def __init__(self, state: NodeState, may_use: Callable[[str], bool]) -> None:
         self.state = state

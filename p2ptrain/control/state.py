@@ -19,8 +19,8 @@ from p2ptrain.control import wire
 from p2ptrain.control.events import Changes
 from p2ptrain.control.health import WorkerWatch
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
-from p2ptrain.net.relay import RelayCounters
 from p2ptrain.records import StageCompute
+from p2ptrain.traversal.relay import RelayCounters
 
 MIN_REPUBLISH_GAP_S = 1.0  # the least time between two messages of one kind we publish
 

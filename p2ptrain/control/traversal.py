@@ -34,7 +34,7 @@ from p2ptrain.addresses import may_dial, tcp_endpoint
 from p2ptrain.control.relay_service import RELAY_PROTOCOL, SIGNAL_TIMEOUT_S, answer_one, exchange
 from p2ptrain.control.state import NodeState
 from p2ptrain.errors import WireError
-from p2ptrain.net import dial_gate, relay
+from p2ptrain.net import dial_gate
 from p2ptrain.net.accepting import ConnectionCaps, serve_accepting
 from p2ptrain.net.guard import start_contained
 from p2ptrain.net.host import connection_ips
@@ -51,6 +51,7 @@ from p2ptrain.records.relay import (
     RelayRequest,
 )
 from p2ptrain.records.relay import split_endpoint as relay_split
+from p2ptrain.traversal import relay
 
 log = logging.getLogger(__name__)
 

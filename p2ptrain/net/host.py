@@ -45,7 +45,7 @@ _NOISY_LOGGERS = (
 
 class _DialBackFilter(logging.Filter):
     """py-libp2p logs, at ERROR, an inbound connection that ends after its Noise handshake: what
-    a dial-back is by design (net/dialback.py), every few minutes on every node."""
+    a dial-back is by design (traversal/dialback.py), every few minutes on every node."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("fail to upgrade mux for peer")
@@ -145,7 +145,7 @@ def full_addrs(host: IHost) -> list[str]:
 
 def listen_endpoint(host: IHost) -> tuple[str, int] | None:
     """(IPv4 host, TCP port) the host's first TCP listener is bound to (port 0 resolved), else
-    None: where the node's UDP address observer listens too (net/nat_probe.py)."""
+    None: where the node's UDP address observer listens too (traversal/nat_probe.py)."""
     listeners = getattr(host.get_network(), "listeners", {})
     for listener in listeners.values():
         for addr in listener.get_addrs():

@@ -1,5 +1,5 @@
 """Is a peer reachable from the internet? The dial-back protocol's request and reply, and the
-datagrams of the UDP "what address do you see" responder (net/dialback.py, net/nat_probe.py).
+datagrams of the UDP "what address do you see" responder (traversal/dialback.py, traversal/nat_probe.py).
 
 A peer asks another to dial it back at its addresses on a fresh connection (AutoNAT-style); the
 answer says which dials completed a Noise handshake with the asker's peer id. The UDP datagrams

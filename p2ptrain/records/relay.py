@@ -1,4 +1,4 @@
-"""Reaching a peer behind a NAT: the relay protocol's records (net/relay.py, control/traversal.py).
+"""Reaching a peer behind a NAT: the relay protocol's records (traversal/relay.py, control/traversal.py).
 
 Signalling rides the control plane (`/p2ptrain/relay/1.0.0` streams, whose peer ids Noise
 authenticated); the bytes of a relayed or hole-punched connection do not: they go over plain

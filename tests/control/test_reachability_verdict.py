@@ -28,10 +28,10 @@ from p2ptrain.control.reachability import (
 )
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.view import SwarmView
-from p2ptrain.net import dialback
 from p2ptrain.net.framing import read_frame, write_frame
 from p2ptrain.net.host import full_addrs, make_host
 from p2ptrain.records import DialBackReply, DialResult, PeerRecord
+from p2ptrain.traversal import dialback
 from tests.net.trio_run import run
 from tests.records.samples import peer_dict
 

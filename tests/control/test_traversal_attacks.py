@@ -16,8 +16,8 @@ import trio
 
 from p2ptrain.control import relay_service
 from p2ptrain.control.traversal import MAX_PUNCHES, Traversal
-from p2ptrain.net import relay
 from p2ptrain.records.relay import OfferAnswer, RelayOffer, RelayReply, RelayRequest
+from p2ptrain.traversal import relay
 from tests.net.trio_run import run
 
 RELAY = "12D3KooWA1111111111111111111111111111111111111111111"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from p2ptrain.net import relay
 from p2ptrain.net.accepting import ConnectionCaps
+from p2ptrain.traversal import relay
 from tests.net.trio_run import run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 # the child: a relay port under a soft limit of 64 descriptors; prints its port, serves forever
 CHILD = """
 import resource, sys, trio
-from p2ptrain.net import relay
+from p2ptrain.traversal import relay
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
 async def main():

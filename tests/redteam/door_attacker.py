@@ -55,13 +55,13 @@ from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC
 from p2ptrain.control.relay_service import OFFER_PROTOCOL, RELAY_PROTOCOL
 from p2ptrain.control.sync import SYNC_PROTOCOL
 from p2ptrain.net import rpc
-from p2ptrain.net.dialback import DIALBACK_PROTOCOL
 from p2ptrain.net.framing import read_frame, write_frame
 from p2ptrain.net.host import make_host, run_trio
 from p2ptrain.net.paging import cursor_request, next_cursor
 from p2ptrain.procs import raise_open_file_limit
 from p2ptrain.records import PeerRecord
 from p2ptrain.records.relay import RAW_CIRCUIT, RawHello
+from p2ptrain.traversal.dialback import DIALBACK_PROTOCOL
 from tests.control.attacker import Attacker, open_attacker
 from tests.redteam.members import huge_telemetry, member_record, open_member, serve_lies
 

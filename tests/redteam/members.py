@@ -17,9 +17,9 @@ from libp2p.abc import INetStream
 from p2ptrain import identity
 from p2ptrain.control import wire
 from p2ptrain.control.relay_service import OFFER_PROTOCOL
-from p2ptrain.net.dialback import DIALBACK_PROTOCOL
 from p2ptrain.net.framing import read_frame, write_frame
 from p2ptrain.records import DialBackReply, DialResult
+from p2ptrain.traversal.dialback import DIALBACK_PROTOCOL
 from tests.control.attacker import Attacker, open_attacker
 
 HUGE = 1e308

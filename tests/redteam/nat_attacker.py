@@ -37,10 +37,10 @@ from multiaddr import Multiaddr
 from p2ptrain.control import wire
 from p2ptrain.control.gossip import CONTROL_TOPIC
 from p2ptrain.control.relay_service import RELAY_PROTOCOL
-from p2ptrain.net import relay
 from p2ptrain.net.framing import read_frame, write_frame
 from p2ptrain.net.host import make_host, run_trio
 from p2ptrain.records.relay import RAW_CIRCUIT
+from p2ptrain.traversal import relay
 from tests.control.attacker import Attacker
 
 ACCEPT_TIMEOUT_S = 8.0  # the target punches within the relay's signalling

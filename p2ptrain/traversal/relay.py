@@ -1,0 +1,334 @@
+"""Relays and hole punches for peers behind NATs, in both planes (records/relay.py says the wire).
+
+A public peer runs a RelayServer: a control-plane protocol (RELAY_PROTOCOL) through which NATed
+members reserve a slot and others ask to reach them, and a raw TCP port (the relay port) that
+answers "which endpoint do you see" and splices the two halves of a relayed circuit. A relayed or
+punched connection carries a whole libp2p connection (py-libp2p's or the worker's p2pd's) whose
+own Noise handshake authenticates both ends; the relay forwards ciphertext.
+
+Hole punching is TCP simultaneous open: each side learns the public endpoint of one local port
+from the relay port (RAW_OBSERVE), the relay swaps the endpoints over the control plane, and both
+connect from that port to the other's endpoint at once. Behind endpoint-independent ("cone")
+NATs the crossing SYNs open both mappings; a symmetric NAT maps the punch to another port, the
+connect times out and the caller relays instead. The relay forwards an endpoint only as its raw
+port observed it from that peer's address (`vouch`): nobody can aim a punch's SYNs elsewhere.
+
+Strangers reach the raw port without any membership: connections are capped per source address
+and in all, dropped after RAW_IDLE_S without a hello, and the accept loop outlives running out
+of descriptors (net/accepting.py). Capacity is shared out: per pair and per requesting peer, per
+public /24 (addresses.py: public_prefix), and identities new to the relay share a few slots; idle circuits close.
+The client side (observe, punch, open_raw) is traversal/relay_client.py.
+
+Why not libp2p's circuit relay v2 and DCUtR: the worker's p2pd (hivemind's) has no hole punching,
+and it reserves relay slots only after autorelay's boot delay, minutes (docs/benchmarks.md,
+"NAT"). Carrying both planes' TCP connections below libp2p gives both the same relays and
+punches, at once, with no change to either library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from p2ptrain.addresses import public_prefix
+from p2ptrain.errors import WireError
+from p2ptrain.net.accepting import ConnectionCaps, serve_accepting
+from p2ptrain.net.guard import start_contained
+from p2ptrain.records.relay import (
+    RAW_CIRCUIT,
+    RAW_HELLO_BYTES,
+    RAW_OBSERVE,
+    TOKEN_BYTES,
+    RawHello,
+    split_endpoint,
+)
+from p2ptrain.traversal.relay_client import PUNCH_TIMEOUT_S as PUNCH_TIMEOUT_S
+from p2ptrain.traversal.relay_client import RAW_HELLO_TIMEOUT_S as RAW_HELLO_TIMEOUT_S
+from p2ptrain.traversal.relay_client import Observation as Observation
+from p2ptrain.traversal.relay_client import bound_socket as bound_socket
+from p2ptrain.traversal.relay_client import observe as observe
+from p2ptrain.traversal.relay_client import observe_from as observe_from
+from p2ptrain.traversal.relay_client import open_raw as open_raw
+from p2ptrain.traversal.relay_client import punch as punch
+from p2ptrain.traversal.relay_client import receive_exact as receive_exact
+
+log = logging.getLogger(__name__)
+
+RAW_IDLE_S = 3.0  # the relay's wait for a raw connection's hello: idle strangers go quickly
+CIRCUIT_PAIRING_S = 15.0  # both halves of a circuit arrive within this of its grant
+CIRCUIT_IDLE_S = 120.0  # a circuit with no byte either way this long is closed
+MAX_RESERVATIONS = 64
+MAX_RESERVATIONS_PER_PREFIX = 8  # one /24 of public addresses
+MAX_NEW_RESERVATIONS = 16  # held by identities this relay first saw under NEW_IDENTITY_S ago
+NEW_IDENTITY_S = 600.0
+# relayed connections at once, over all reservations; per peer: a NATed peer has one per plane
+# and NATed partner, two when both ends dialled at once, and a few mid-handshake or closing
+MAX_CIRCUITS = 192
+MAX_CIRCUITS_PER_PEER = 48  # that a peer asked for
+MAX_CIRCUITS_PER_PAIR = 8  # from one source to one target: nobody can use up a target's share
+MAX_CIRCUITS_PER_PREFIX = 64  # asked for from one /24 of public addresses
+MAX_CIRCUIT_BYTES = 4 * 1024**3  # each way; then the circuit is reset
+MAX_PENDING = 128
+# raw connections at once: both halves of every circuit, and room for hellos; per source
+# address, a peer's share of circuits and its observes
+MAX_RAW_CONNECTIONS = 2 * MAX_CIRCUITS + 128
+MAX_RAW_PER_SOURCE = MAX_CIRCUITS_PER_PEER + 16
+RESERVATION_TTL_S = 120.0
+OBSERVED_TTL_S = 30.0  # a punch endpoint must have been observed this recently
+MAX_OBSERVED = 4096
+MAX_FIRST_SEEN = 4096
+_CHUNK = 64 * 1024
+
+
+@dataclass
+class RelayCounters:
+    """What a relay moved: bytes each way over all circuits, circuits opened and refused."""
+
+    bytes_relayed: int = 0
+    circuits: int = 0
+    refused: int = 0
+    active: int = 0
+
+
+@dataclass
+class _Circuit:
+    """A granted circuit: pending until both halves arrive, then spliced until `done`."""
+
+    source: str
+    target: str
+    prefix: str  # the source's address prefix ('' when not public)
+    created: float
+    halves: list[trio.SocketStream] = field(default_factory=list)
+    paired: trio.Event = field(default_factory=trio.Event)
+    done: trio.Event = field(default_factory=trio.Event)
+
+
+class RelayServer:
+    """The relay side: reservations, circuit grants and the raw port's splicing, with limits."""
+
+    def __init__(
+        self, may_use: Callable[[str], bool], counters: RelayCounters | None = None
+    ) -> None:
+        self.may_use = may_use  # a member of the run (open runs: anyone who published a record)
+        self.reservations: dict[str, float] = {}  # peer -> expiry (monotonic)
+        self.reserved_from: dict[str, str] = {}  # peer -> its address prefix ('' : not public)
+        self.pending: dict[bytes, _Circuit] = {}
+        self.spliced: list[_Circuit] = []
+        self.counters = counters if counters is not None else RelayCounters()
+        self.caps = ConnectionCaps(MAX_RAW_PER_SOURCE, MAX_RAW_CONNECTIONS)
+        self.observed: dict[tuple[str, int], float] = {}  # (ip, port) seen at the raw port
+        self.first_seen: dict[str, float] = {}
+        self.started: float | None = None
+
+    def reserve(self, peer: str, now: float, ip: str = "") -> str:
+        """'' if `peer` (connected to us from `ip`) holds a slot until now + RESERVATION_TTL_S,
+        else why not."""
+        self._expire(now)
+        if not self.may_use(peer):
+            return "not a member of this run"
+        key = public_prefix(ip)
+        if peer not in self.reservations:
+            if len(self.reservations) >= MAX_RESERVATIONS:
+                return self._refuse(f"relay full ({MAX_RESERVATIONS} reservations)")
+            if key and sum(k == key for k in self.reserved_from.values()) >= (
+                MAX_RESERVATIONS_PER_PREFIX
+            ):
+                return self._refuse(f"at most {MAX_RESERVATIONS_PER_PREFIX} slots per {key}")
+            new = [p for p in self.reservations if self._is_new(p, now)]
+            if self._is_new(peer, now) and len(new) >= MAX_NEW_RESERVATIONS:
+                return self._refuse(f"at most {MAX_NEW_RESERVATIONS} slots for new identities")
+        self.reservations[peer] = now + RESERVATION_TTL_S
+        self.reserved_from[peer] = key
+        return ""
+
+    def _is_new(self, peer: str, now: float) -> bool:
+        """Whether `peer` is an identity this relay first saw under NEW_IDENTITY_S ago. Those
+        seen in the relay's own first NEW_IDENTITY_S are not: a relay that just started has no
+        history, and every honest peer of a starting swarm is new to it."""
+        if self.started is None:
+            self.started = now
+        if peer not in self.first_seen:
+            if len(self.first_seen) >= MAX_FIRST_SEEN:  # drop the youngest: old peers stay old
+                del self.first_seen[max(self.first_seen, key=self.first_seen.__getitem__)]
+            self.first_seen[peer] = now
+        seen = self.first_seen[peer]
+        return seen - self.started > NEW_IDENTITY_S and now - seen < NEW_IDENTITY_S
+
+    def grant(self, source: str, target: str, now: float, ip: str = "") -> tuple[str, bytes]:
+        """('', token) for a circuit from source (connected to us from `ip`) to a reserved
+        target, else (why not, b'')."""
+        self._expire(now)
+        if not self.may_use(source):
+            return "not a member of this run", b""
+        if source == target:
+            return "no circuit to oneself", b""
+        if target not in self.reservations:
+            return "no reservation here", b""
+        busy = self.counters.active + len(self.pending)
+        if busy >= MAX_CIRCUITS or len(self.pending) >= MAX_PENDING:
+            return self._refuse(f"relay busy ({MAX_CIRCUITS} circuits)"), b""
+        circuits = [*self.pending.values(), *self.spliced]
+        if sum(c.source == source for c in circuits) >= MAX_CIRCUITS_PER_PEER:
+            return self._refuse(f"at most {MAX_CIRCUITS_PER_PEER} circuits per peer"), b""
+        if sum(c.source == source and c.target == target for c in circuits) >= (
+            MAX_CIRCUITS_PER_PAIR
+        ):
+            return self._refuse(f"at most {MAX_CIRCUITS_PER_PAIR} circuits per pair"), b""
+        key = public_prefix(ip)
+        if key and sum(c.prefix == key for c in circuits) >= MAX_CIRCUITS_PER_PREFIX:
+            return self._refuse(f"at most {MAX_CIRCUITS_PER_PREFIX} circuits per {key}"), b""
+        token = secrets.token_bytes(TOKEN_BYTES)
+        self.pending[token] = _Circuit(source, target, key, now)
+        return "", token
+
+    def vouch(self, ip: str, endpoint: str, now: float) -> str:
+        """A punch endpoint for a peer connected to us from `ip`: `ip` with the endpoint's port,
+        if this relay's raw port saw that very (ip, port) within OBSERVED_TTL_S; else ''. What a
+        peer names as its endpoint is a hint: we forward only what we observed it to be."""
+        if not endpoint:
+            return ""
+        port = split_endpoint(endpoint)[1]
+        seen = self.observed.get((ip, port))
+        if seen is None or now - seen > OBSERVED_TTL_S:
+            return ""
+        return f"{ip}:{port}"
+
+    def _note_observed(self, ip: str, port: int, now: float) -> None:
+        if len(self.observed) >= MAX_OBSERVED:
+            for key in [k for k, t in self.observed.items() if now - t > OBSERVED_TTL_S]:
+                del self.observed[key]
+            if len(self.observed) >= MAX_OBSERVED:
+                del self.observed[next(iter(self.observed))]  # the oldest
+        self.observed.pop((ip, port), None)
+        self.observed[(ip, port)] = now
+
+    def _refuse(self, why: str) -> str:
+        """Count a refusal for capacity and say so (the 1st, then every 100th): a relay at its
+        limits is not oversubscribed silently."""
+        self.counters.refused += 1
+        if self.counters.refused % 100 == 1:
+            log.warning("relay refused a request (%d so far): %s", self.counters.refused, why)
+        return why
+
+    def _expire(self, now: float) -> None:
+        for peer in [p for p, expiry in self.reservations.items() if expiry < now]:
+            del self.reservations[peer]
+            self.reserved_from.pop(peer, None)
+        for token in [t for t, p in self.pending.items() if now - p.created > CIRCUIT_PAIRING_S]:
+            del self.pending[token]
+
+    async def serve_raw(
+        self, listener: trio.SocketListener, *, task_status: Any = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Accept raw connections for as long as the node runs (net/accepting.py: a flood of
+        connections neither ends this nor holds more than the caps)."""
+        await serve_accepting(
+            listener, self._raw_connection, self.caps, "relay port", task_status=task_status
+        )
+
+    async def _raw_connection(self, stream: trio.SocketStream) -> None:
+        try:
+            with trio.fail_after(RAW_IDLE_S):
+                hello = RawHello.decode(await receive_exact(stream, RAW_HELLO_BYTES))
+            if hello.kind == RAW_OBSERVE:
+                ip, port = stream.socket.getpeername()[:2]
+                self._note_observed(str(ip), int(port), trio.current_time())
+                await stream.send_all(encode_observed(f"{ip}:{port}"))
+            elif hello.kind == RAW_CIRCUIT:
+                await self._join_circuit(hello.token, stream)
+        except (WireError, trio.TooSlowError, OSError, trio.BrokenResourceError) as exc:
+            log.debug("raw relay connection dropped: %s", exc)
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.aclose()
+
+    async def _join_circuit(self, token: bytes, stream: trio.SocketStream) -> None:
+        """Both halves' tasks live as long as the circuit (each holds its place in the caps);
+        the second one splices."""
+        circuit = self.pending.get(token)
+        if circuit is None:
+            return
+        circuit.halves.append(stream)
+        if len(circuit.halves) == 1:
+            with trio.move_on_after(CIRCUIT_PAIRING_S):
+                await circuit.paired.wait()
+            if not circuit.paired.is_set():
+                self.pending.pop(token, None)
+                return
+            await circuit.done.wait()
+            return
+        del self.pending[token]
+        circuit.paired.set()
+        self.counters.circuits += 1
+        self.counters.active += 1
+        self.spliced.append(circuit)
+        try:
+            await splice(
+                circuit.halves[0],
+                circuit.halves[1],
+                self.counters,
+                MAX_CIRCUIT_BYTES,
+                idle_s=CIRCUIT_IDLE_S,
+            )
+        finally:
+            self.counters.active -= 1
+            self.spliced.remove(circuit)
+            circuit.done.set()
+
+
+def encode_observed(text: str) -> bytes:
+    data = text.encode()
+    return bytes([len(data)]) + data
+
+
+async def splice(
+    a: trio.SocketStream,
+    b: trio.SocketStream,
+    counters: RelayCounters | None = None,
+    max_bytes: int = MAX_CIRCUIT_BYTES,
+    idle_s: float | None = None,
+) -> None:
+    """Copy both ways until either side ends (or max_bytes one way, or no byte either way for
+    idle_s); then close both. A copy's failure, whatever it is, ends only this splice."""
+    last_byte = [trio.current_time()]
+
+    async def copy(source: trio.SocketStream, sink: trio.SocketStream) -> None:
+        moved = 0
+        try:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                while moved < max_bytes:
+                    chunk = await source.receive_some(_CHUNK)
+                    if not chunk:
+                        break
+                    last_byte[0] = trio.current_time()
+                    await sink.send_all(chunk)
+                    moved += len(chunk)
+                    if counters is not None:
+                        counters.bytes_relayed += len(chunk)
+        finally:
+            nursery.cancel_scope.cancel()  # one side ended: the libp2p connection is over
+
+    async def close_when_idle(idle_s: float) -> None:
+        while True:  # sleep until idle_s after the last byte; a byte since moves the alarm
+            await trio.sleep_until(last_byte[0] + idle_s)
+            if trio.current_time() - last_byte[0] >= idle_s:
+                break
+        log.info("closed a circuit idle for %.0f s", idle_s)
+        nursery.cancel_scope.cancel()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            start_contained(nursery, "splice copy", copy, a, b)
+            start_contained(nursery, "splice copy", copy, b, a)
+            if idle_s is not None:
+                nursery.start_soon(close_when_idle, idle_s)
+    finally:
+        for stream in (a, b):
+            with contextlib.suppress(Exception):
+                await stream.aclose()
