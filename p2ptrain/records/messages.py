@@ -14,14 +14,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from p2ptrain.records import fields as f
-from p2ptrain.records.peer import StageCompute
+from p2ptrain.records.codec import Addrs, Int, Map, Nested, OneOf, PeerId, Record, Wire
+from p2ptrain.records.peer import StageCompute, StartLineage
 from p2ptrain.records.plan import Plan
 from p2ptrain.records.profile import StepProfile
 from p2ptrain.records.run import RunSpec
-from p2ptrain.records.start import parse_start_lineage
 
 AVERAGING_OUTCOMES = ("solo", "averaged", "local", "stopped")
 # what a step's DiLoCo outer round did: none, started (applied a few steps later), or as above
@@ -32,56 +32,32 @@ PHASES = ("starting", "waiting", "joining", "training", "spare")
 MAX_PID = 2**31
 
 
+OMITTED = Wire(omit_default=True)
+
+
 @dataclass(frozen=True)
-class Hello:
+class Hello(Record, name="hello"):
     """The worker is up: its peer id (the node's) and its data-plane addresses."""
 
     TYPE: ClassVar[str] = "hello"
-    peer_id: str
-    data_addrs: tuple[str, ...]
-    pid: int
+    peer_id: Annotated[str, PeerId()]
+    data_addrs: Annotated[tuple[str, ...], Addrs()]
+    pid: Annotated[int, Int(0, MAX_PID)]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "type": self.TYPE,
-            "peer_id": self.peer_id,
-            "data_addrs": list(self.data_addrs),
-            "pid": self.pid,
-        }
 
-    @classmethod
-    def from_dict(cls, data: object) -> Hello:
-        d = f.mapping(data, "hello")
-        f.require_keys(d, "hello", ("peer_id", "data_addrs", "pid"))
-        return cls(
-            peer_id=f.peer_id(d["peer_id"], "hello"),
-            data_addrs=f.addrs(d["data_addrs"], "hello", "data_addrs"),
-            pid=f.integer(d["pid"], "hello", "pid", 0, MAX_PID),
-        )
+Count = Annotated[int, Wire(required=True)]
 
 
 @dataclass(frozen=True)
-class LinkBytes:
+class LinkBytes(Record, name="link bytes"):
     """Data-plane bytes this worker sent to and received from one peer, since it started."""
 
-    sent: int = 0
-    received: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"sent": self.sent, "received": self.received}
-
-    @classmethod
-    def from_dict(cls, data: object) -> LinkBytes:
-        d = f.mapping(data, "link bytes")
-        f.require_keys(d, "link bytes", ("sent", "received"))
-        return cls(
-            sent=f.integer(d["sent"], "link bytes", "sent"),
-            received=f.integer(d["received"], "link bytes", "received"),
-        )
+    sent: Count = 0
+    received: Count = 0
 
 
 @dataclass(frozen=True)
-class MetricsReport:
+class MetricsReport(Record, name="metrics"):
     """One step of one worker. `loss` only on a pipeline's last stage.
 
     The byte counters are cumulative since the worker started (application bytes of the data
@@ -96,14 +72,16 @@ class MetricsReport:
     stage: int
     replica: int
     samples: int  # the replica's rows of the global batch
-    averaging: str  # one of AVERAGING_OUTCOMES
+    averaging: Annotated[str, OneOf(AVERAGING_OUTCOMES)]
     step_s: float
     epoch: int  # the plan it trained under
     term: int
     num_replicas: int
     bytes_sent: int = 0
     bytes_received: int = 0
-    link_bytes: dict[str, LinkBytes] = dataclasses.field(default_factory=dict)
+    link_bytes: Annotated[dict[str, LinkBytes], Map(Nested(LinkBytes))] = dataclasses.field(
+        default_factory=dict
+    )
     group_size: int | None = None
     # seconds of the step: the stage's forward and backward passes (waits for frames left
     # out), clipping and the update, the averaging round (its wall time); older workers: None.
@@ -116,152 +94,60 @@ class MetricsReport:
     # lineage id of the state it resumed from ("root" for untagged states, "" for initial
     # weights), and whether it started fresh because the run says resume = "never"
     start_step: int | None = None
-    start_lineage: str = ""
+    start_lineage: StartLineage = ""
     resume_never: bool = False
-    # sync = "diloco" (worker/averaging/outer_rounds.py): the stage's outer steps so far and H (None under
-    # sync = "step"), and what this step's outer round did ("": none touched this step)
+    # sync = "diloco" (worker/averaging/outer_rounds.py): the stage's outer steps so far and H
+    # (None under sync = "step"), and what this step's outer round did ("": none touched it)
     outer_steps: int | None = None
     inner_steps: int | None = None
-    outer_round: str = ""
+    outer_round: Annotated[str, OneOf(OUTER_ROUNDS)] = ""
 
     @property
     def plan_key(self) -> tuple[int, int]:
         return self.term, self.epoch
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.TYPE, **dataclasses.asdict(self)}
-
-    @classmethod
-    def from_dict(cls, data: object) -> MetricsReport:
-        d = f.mapping(data, "metrics")
-        ints = ("step", "stage", "replica", "samples", "epoch", "term", "num_replicas")
-        f.require_keys(d, "metrics", (*ints, "loss", "tokens_per_s", "averaging", "step_s"))
-        values: dict[str, Any] = {name: f.integer(d[name], "metrics", name) for name in ints}
-        links = f.mapping(d.get("link_bytes", {}), "metrics")
-        if len(links) > f.MAX_PEERS:
-            raise f.malformed("metrics", f"link_bytes of more than {f.MAX_PEERS} peers")
-        return cls(
-            loss=f.optional_number(d["loss"], "metrics", "loss"),
-            tokens_per_s=f.number(d["tokens_per_s"], "metrics", "tokens_per_s"),
-            averaging=f.choice(d["averaging"], "metrics", "averaging", AVERAGING_OUTCOMES),
-            step_s=f.number(d["step_s"], "metrics", "step_s"),
-            bytes_sent=f.integer(d.get("bytes_sent", 0), "metrics", "bytes_sent"),
-            bytes_received=f.integer(d.get("bytes_received", 0), "metrics", "bytes_received"),
-            link_bytes={
-                f.peer_id(peer, "metrics"): LinkBytes.from_dict(count)
-                for peer, count in links.items()
-            },
-            group_size=f.optional_integer(d.get("group_size"), "metrics", "group_size"),
-            forward_s=f.optional_number(d.get("forward_s"), "metrics", "forward_s"),
-            backward_s=f.optional_number(d.get("backward_s"), "metrics", "backward_s"),
-            update_s=f.optional_number(d.get("update_s"), "metrics", "update_s"),
-            averaging_s=f.optional_number(d.get("averaging_s"), "metrics", "averaging_s"),
-            start_step=f.optional_integer(d.get("start_step"), "metrics", "start_step"),
-            start_lineage=parse_start_lineage(d.get("start_lineage", ""), "metrics"),
-            resume_never=f.boolean(d.get("resume_never", False), "metrics", "resume_never"),
-            outer_steps=f.optional_integer(d.get("outer_steps"), "metrics", "outer_steps"),
-            inner_steps=f.optional_integer(d.get("inner_steps"), "metrics", "inner_steps"),
-            outer_round=f.choice(d.get("outer_round", ""), "metrics", "outer_round", OUTER_ROUNDS),
-            **values,
-        )
-
 
 @dataclass(frozen=True)
-class Heartbeat:
+class Heartbeat(Record, name="heartbeat"):
     """The worker lives (sent every few seconds from its own thread): its phase and step, and
     the plan it works under ((0, 0): none)."""
 
     TYPE: ClassVar[str] = "heartbeat"
-    phase: str  # one of PHASES
+    phase: Annotated[str, OneOf(PHASES)]
     step: int
     term: int
     epoch: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.TYPE, **dataclasses.asdict(self)}
-
-    @classmethod
-    def from_dict(cls, data: object) -> Heartbeat:
-        d = f.mapping(data, "heartbeat")
-        f.require_keys(d, "heartbeat", ("phase", "step", "term", "epoch"))
-        return cls(
-            phase=f.choice(d["phase"], "heartbeat", "phase", PHASES),
-            step=f.integer(d["step"], "heartbeat", "step"),
-            term=f.integer(d["term"], "heartbeat", "term"),
-            epoch=f.integer(d["epoch"], "heartbeat", "epoch"),
-        )
-
 
 @dataclass(frozen=True)
-class ComputeReport:
+class ComputeReport(Record, name="compute"):
     """The worker timed a stage of the run's model on its training device (once per run spec)."""
 
     TYPE: ClassVar[str] = "compute"
     compute: StageCompute
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "compute": self.compute.to_dict()}
-
-    @classmethod
-    def from_dict(cls, data: object) -> ComputeReport:
-        d = f.mapping(data, "compute")
-        f.require_keys(d, "compute", ("compute",))
-        return cls(StageCompute.from_dict(d["compute"]))
-
 
 @dataclass(frozen=True)
-class SessionReport:
+class SessionReport(Record, name="session"):
     """The worker starts training under `plan` at `step` (metrics logs only)."""
 
     TYPE: ClassVar[str] = "session"
     plan: Plan
     step: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "plan": self.plan.to_dict(), "step": self.step}
-
-    @classmethod
-    def from_dict(cls, data: object) -> SessionReport:
-        d = f.mapping(data, "session")
-        f.require_keys(d, "session", ("plan", "step"))
-        return cls(Plan.from_dict(d["plan"]), f.integer(d["step"], "session", "step"))
-
 
 @dataclass(frozen=True)
-class PlanMessage:
+class PlanMessage(Record, name="plan message"):
     """Train under this plan (control -> worker); the run spec travels with it."""
 
     TYPE: ClassVar[str] = "plan"
     plan: Plan
-    run: RunSpec | None  # None until the node learnt the run spec
+    run: Annotated[RunSpec | None, Wire(absent=None)]  # None until the node learnt the run spec
     # peer -> the data-plane addresses to dial it at instead of the plan's: a local route to a
     # peer behind a NAT (control/traversal.py)
-    routes: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {
-            "type": self.TYPE,
-            "plan": self.plan.to_dict(),
-            "run": None if self.run is None else self.run.to_dict(),
-        }
-        if self.routes:
-            data["routes"] = {peer: list(a) for peer, a in self.routes.items()}
-        return data
-
-    @classmethod
-    def from_dict(cls, data: object) -> PlanMessage:
-        r = "plan message"
-        d = f.mapping(data, r)
-        f.require_keys(d, r, ("plan",))
-        run = d.get("run")
-        routes = f.mapping(d.get("routes", {}), r)
-        if len(routes) > f.MAX_PEERS:
-            raise f.malformed(r, f"routes to more than {f.MAX_PEERS} peers")
-        return cls(
-            Plan.from_dict(d["plan"]),
-            None if run is None else RunSpec.from_dict(run),
-            {f.peer_id(p, r, "routes"): f.addrs(a, r, "routes") for p, a in routes.items()},
-        )
+    routes: Annotated[Mapping[str, tuple[str, ...]], Map(Addrs()), OMITTED] = dataclasses.field(
+        default_factory=dict
+    )
 
     def routed_plan(self) -> Plan:
         """The plan with each routed peer's data addresses replaced by its route."""
@@ -271,36 +157,19 @@ class PlanMessage:
 
 
 @dataclass(frozen=True)
-class RunMessage:
+class RunMessage(Record, name="run message"):
     """The run spec, as soon as the node learnt it (control -> worker): the worker times the run's
     model before the first plan, so that a compute-aware first plan already knows every peer."""
 
     TYPE: ClassVar[str] = "run"
     run: RunSpec
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "run": self.run.to_dict()}
-
-    @classmethod
-    def from_dict(cls, data: object) -> RunMessage:
-        d = f.mapping(data, "run message")
-        f.require_keys(d, "run message", ("run",))
-        return cls(RunSpec.from_dict(d["run"]))
-
 
 @dataclass(frozen=True)
-class Stop:
+class Stop(Record, name="stop"):
     """Checkpoint and exit (control -> worker)."""
 
     TYPE: ClassVar[str] = "stop"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.TYPE}
-
-    @classmethod
-    def from_dict(cls, data: object) -> Stop:
-        f.mapping(data, "stop")
-        return cls()
 
 
 Message = (

@@ -6,11 +6,10 @@ for the bench's step simulation (harness/e2e_compute.py, docs/benchmarks.md).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from p2ptrain.records import fields as f
+from p2ptrain.records.codec import Record
 
 # CPU seconds of the worker's process tree (worker/cpu_clock.py): None where it cannot be read
 TREE_FIELDS = (
@@ -23,7 +22,7 @@ TREE_FIELDS = (
 
 
 @dataclass(frozen=True)
-class StepProfile:
+class StepProfile(Record, name="profile"):
     """Where one step of one worker spent CPU; (term, epoch, step) pairs it with its metrics."""
 
     TYPE: ClassVar[str] = "profile"
@@ -54,18 +53,3 @@ class StepProfile:
     @property
     def plan_key(self) -> tuple[int, int]:
         return self.term, self.epoch
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.TYPE, **dataclasses.asdict(self)}
-
-    @classmethod
-    def from_dict(cls, data: object) -> StepProfile:
-        r = "profile"
-        d = f.mapping(data, r)
-        ints = ("step", "term", "epoch", "stage", "replica", "frames")
-        thread = ("forward_cpu_s", "backward_cpu_s", "update_cpu_s")
-        f.require_keys(d, r, (*ints, *thread))
-        values: dict[str, Any] = {name: f.integer(d[name], r, name) for name in ints}
-        values |= {name: f.number(d[name], r, name) for name in thread}
-        values |= {name: f.optional_number(d.get(name), r, name) for name in TREE_FIELDS}
-        return cls(**values)
