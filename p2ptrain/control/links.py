@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from p2ptrain.control.estimate.book import EstimateBook
+from p2ptrain.control.round_watch import RoundWatch
 from p2ptrain.records import LinkReport, Telemetry
 
 MAX_LINK_AGE_S = 60.0  # round trips older than this are forgotten (rates: MAX_RATE_AGE_S)
@@ -35,6 +36,9 @@ MAX_RATE_AGE_S = RECENT_WINDOW_S
 # consecutive failed probes of one kind after which a link's measurements of that kind count
 # for nothing (one failure may be a busy moment; the next success clears it)
 DISTRUST_AFTER_FAILURES = 2
+# a probe that overlapped our worker's outer round is set aside while the link's last counted
+# value of its kind is younger than this (control/round_watch.py); past it, it counts
+ROUND_HOLD_S = {"rtt": MAX_LINK_AGE_S / 2, "bandwidth": MAX_RATE_AGE_S / 2}
 
 
 @dataclass
@@ -140,6 +144,7 @@ class LinkMeasurements:
     rows: dict[str, tuple[dict[str, LinkReport], float]]
     connections: dict[str, str]  # peer -> how we reach it, when not direct (control/traversal.py)
     estimate: EstimateBook  # coordinates, capacities, the neighbour set (control/estimate/book.py)
+    rounds: RoundWatch  # our worker's outer rounds (control/round_watch.py)
 
     def note_telemetry(self, author: str, body: Telemetry, now: float) -> None:
         """An author's gossiped row and its word about its own place in the network."""
@@ -166,6 +171,16 @@ class LinkMeasurements:
         self.own_links.setdefault(peer, LinkSample()).add_bandwidth(mbps, now, window_bound)
         if not window_bound:  # a floor says nothing of our uplink
             self.estimate.observe_rate(mbps, now, sending=True)
+
+    def counts_probe(self, peer: str, kind: str, started_at: float, now: float) -> bool:
+        """Does a probe of `kind` ("rtt" or "bandwidth") to `peer` made over [started_at, now]
+        count? Not if it overlapped our worker's outer round (its traffic, not the link) while
+        the link has a counted value of that kind younger than ROUND_HOLD_S."""
+        if not self.rounds.disturbed(started_at, now):
+            return True
+        sample = self.own_links.get(peer)
+        at = None if sample is None else sample.rtt_at if kind == "rtt" else sample.bandwidth_at
+        return at is None or now - at > ROUND_HOLD_S[kind]
 
     def record_probe_failure(self, peer: str, now: float, kind: str = "rtt") -> None:
         """One more failed probe of `kind` ("rtt" or "bandwidth") to `peer`."""

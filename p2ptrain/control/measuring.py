@@ -2,7 +2,9 @@
 ~20 s, each to the peer of its neighbour set measured longest ago, recorded into the SwarmView
 (which gossips them as telemetry). The neighbour set (control/estimate/book.py) is every member
 in a swarm of at most FULL_MESH_PEERS; in a bigger one, a bounded set: the nearest by coordinate,
-a few at random, and the peers the plan makes this one exchange with (measured first)."""
+a few at random, and the peers the plan makes this one exchange with (measured first). A
+failure or rate measured during our worker's outer round is set aside while the link has a
+recent value (control/round_watch.py): the round's traffic is not the link."""
 
 from __future__ import annotations
 
@@ -120,11 +122,15 @@ class LinkProber:
                     nursery.start_soon(self._probe_rtt, peer, running, token)
 
     async def _probe_rtt(self, peer: str, running: trio.CapacityLimiter, token: object) -> None:
+        started_at = time.monotonic()
         try:
             rtt_ms = await probe.measure_rtt_ms(self.host, ID.from_base58(peer))
+            # a round trip queued behind our outer round is left to the window's least one
             self.view.record_rtt(peer, rtt_ms, time.monotonic())
         except Exception as exc:
-            self.view.record_probe_failure(peer, time.monotonic(), "rtt")
+            now = time.monotonic()
+            if self.view.counts_probe(peer, "rtt", started_at, now):
+                self.view.record_probe_failure(peer, now, "rtt")
             log.debug("RTT probe to %s failed: %s", peer, exc)
         finally:
             running.release_on_behalf_of(token)
@@ -160,14 +166,19 @@ class LinkProber:
             rtt_s = (sample.rtt_ms or 0.0) / 1e3 if sample else 0.0
             seen = None if sample is None else sample.bandwidth_mbps or sample.rate_floor_mbps
             num_bytes = probe_bytes(seen, rtt_s)
+            started_at = time.monotonic()
             try:
                 mbps = await probe.measure_bandwidth_mbps(
                     self.host, ID.from_base58(peer), num_bytes, rtt_s=rtt_s
                 )
                 bound = num_bytes < BANDWIDTH_PROBE_BYTES and window_bound(mbps, num_bytes, rtt_s)
-                self.view.record_bandwidth(peer, mbps, time.monotonic(), window_bound=bound)
+                now = time.monotonic()
+                if self.view.counts_probe(peer, "bandwidth", started_at, now):
+                    self.view.record_bandwidth(peer, mbps, now, window_bound=bound)
             except Exception as exc:
                 # refused, timed out or unproven (net/probe.py: ForgedAck): the link is not
                 # measured at the other end's word (control/links.py)
-                self.view.record_probe_failure(peer, time.monotonic(), "bandwidth")
+                now = time.monotonic()
+                if self.view.counts_probe(peer, "bandwidth", started_at, now):
+                    self.view.record_probe_failure(peer, now, "bandwidth")
                 log.debug("bandwidth probe to %s failed: %s", peer, exc)

@@ -26,6 +26,7 @@ from p2ptrain.control.authority import Authority, Member
 from p2ptrain.control.estimate.book import EstimateBook
 from p2ptrain.control.links import LinkMeasurements, LinkSample
 from p2ptrain.control.penalties import Penalties
+from p2ptrain.control.round_watch import RoundWatch
 from p2ptrain.control.run_end import RunEnd
 from p2ptrain.control.wire import Envelope
 from p2ptrain.records import (
@@ -83,6 +84,7 @@ class SwarmView(Authority, LinkMeasurements):
     rows: dict[str, tuple[dict[str, LinkReport], float]] = field(default_factory=dict)
     connections: dict[str, str] = field(default_factory=dict)  # peer -> holepunched / relayed
     estimate: EstimateBook = field(default_factory=EstimateBook)  # coordinates, neighbour set
+    rounds: RoundWatch = field(default_factory=RoundWatch)  # our worker's outer rounds
     term: int = 0
     max_seen_term: int = 0
     term_anchored: bool = False  # we learnt the current term from the organiser (anchor_term)

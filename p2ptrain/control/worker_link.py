@@ -85,6 +85,8 @@ class WorkerLink:
             # a step done: the worker is training the next one
             state.worker.heard(now, (message.term, message.epoch, "training", message.step + 1))
             self.averaging[message.averaging] = self.averaging.get(message.averaging, 0) + 1
+            # probes during our outer round measure its traffic (control/round_watch.py)
+            state.view.rounds.note(message.plan_key, message.outer_round, now)
             state.view.own_metrics = PeerMetrics(
                 step=message.step,
                 loss=message.loss,
