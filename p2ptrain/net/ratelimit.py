@@ -1,10 +1,11 @@
 """Rate limits. A fixed window per key (a remote IP) and in all, for the services that make us do
-work for strangers: dial-backs (net/dialback.py) and UDP answers (net/nat_probe.py). Token
-buckets per key, for what a peer may send at a steady rate: gossip per author and kind
-(control/flood.py)."""
+work for strangers: dial-backs (net/dialback.py) and UDP answers (net/nat_probe.py). Sliding
+windows over stamps per key, for what a peer signs at a steady rate whatever order it reaches us
+in: gossip per author and kind (control/flood.py)."""
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 
 
@@ -35,46 +36,39 @@ class WindowLimiter:
         return True
 
 
-class TokenBuckets:
-    """A token bucket per key: up to `burst` events at once, refilled at `rate_per_s`. At most
-    `max_keys` buckets are kept: the one unused longest goes first (it has most likely refilled,
-    and a bucket that has refilled is the same as none)."""
+class StampWindows:
+    """At most `limit` events per key stamped within the last `window_s` (a sliding window over
+    the events' own stamps, e.g. signed timestamps, not over their arrival).
 
-    def __init__(
-        self, rate_per_s: float, burst: float, max_keys: int = 4096, backlog_s: float = 0.0
-    ) -> None:
-        """backlog_s: how far back (by stamp) a new key's first events may reach and still
-        refill its bucket (at least burst/rate_per_s)."""
-        self.rate_per_s = rate_per_s
-        self.burst = burst
+    The order of arrival does not matter: a backlog delivered at once by a stalled receiver or
+    forwarder, or older messages arriving after newer ones by another path, pass as long as
+    their author made them at an honest pace. Stamps count only up to `now` (stamping ahead
+    of our clock earns nothing) and an event stamped before the window is refused (callers drop
+    such stale events before anyway). At most `max_keys` keys are kept, the idle longest first
+    to go; memory is at most limit floats a key."""
+
+    def __init__(self, limit: int, window_s: float, max_keys: int = 4096) -> None:
+        self.limit = limit
+        self.window_s = window_s
         self.max_keys = max_keys
-        self.backlog_s = max(backlog_s, burst / rate_per_s)
-        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, at)
+        self._stamps: dict[str, list[float]] = {}  # key -> stamps within the window, sorted
         self.num_refused = 0
 
     def allow(self, key: str, now: float, stamp: float | None = None) -> bool:
-        """Take one token from `key`'s bucket at `now`, if it has one.
-
-        stamp: the time the event says it was made (a signed timestamp; `now` on the same clock).
-        The bucket then refills by the stamps' progress, not by arrival: a backlog of events made
-        at an honest pace, delivered together by a stalled receiver or forwarder, passes whole.
-        Stamps count only up to `now`, so a sender gains no token by stamping ahead of our
-        clock, and a new key's bucket starts at most backlog_s seconds in the past: a sender
-        that stamps its first events further back gains nothing by it."""
-        paced = now if stamp is None else min(stamp, now)
-        fresh = (self.burst, max(paced, now - self.backlog_s))
-        tokens, at = self._buckets.pop(key, fresh)
-        tokens = min(self.burst, tokens + max(0.0, paced - at) * self.rate_per_s)
-        allowed = tokens >= 1.0
+        """Count one event of `key` stamped `stamp` (default `now`) at `now`; False past the
+        limit."""
+        stamp = now if stamp is None else min(stamp, now)
+        stamps = [t for t in self._stamps.pop(key, []) if t > now - self.window_s]
+        allowed = stamp > now - self.window_s and len(stamps) < self.limit
         if allowed:
-            tokens -= 1.0
+            bisect.insort(stamps, stamp)
         else:
             self.num_refused += 1
-        # re-inserted: the dict's order is by last use
-        self._buckets[key] = (tokens, max(at, paced))
-        while len(self._buckets) > self.max_keys:
-            del self._buckets[next(iter(self._buckets))]
+        if stamps:
+            self._stamps[key] = stamps  # re-inserted: the dict's order is by last use
+        while len(self._stamps) > self.max_keys:
+            del self._stamps[next(iter(self._stamps))]
         return allowed
 
     def __len__(self) -> int:
-        return len(self._buckets)
+        return len(self._stamps)

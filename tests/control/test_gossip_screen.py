@@ -15,13 +15,13 @@ from libp2p.pubsub.pb import rpc_pb2
 
 from p2ptrain import identity
 from p2ptrain.control import wire
-from p2ptrain.control.flood import GOSSIP_RATES, GossipRates
+from p2ptrain.control.flood import GOSSIP_LIMITS, WINDOW_S, GossipRates
 from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC, validator_for
 from p2ptrain.control.intake import Intake
 from p2ptrain.control.publishing import Publisher
 from p2ptrain.control.state import MIN_REPUBLISH_GAP_S, NodeState
 from p2ptrain.control.view import SwarmView
-from p2ptrain.net.ratelimit import TokenBuckets
+from p2ptrain.net.ratelimit import StampWindows
 from p2ptrain.records import RunSpec, issue_token
 
 ORGANISER = os.urandom(32)
@@ -145,16 +145,16 @@ def test_an_author_past_its_rate_is_refused_blamed_and_blocked(caplog: Any) -> N
     state, intake = make_node()
     member = Author()
     assert validate(state, intake, member, member.record())
-    results = [validate(state, intake, member, member.telemetry()) for _ in range(30)]
-    burst = int(GOSSIP_RATES["telemetry"][1])
-    assert all(results[:burst]) and not any(results[burst + 2 :])
+    limit = GOSSIP_LIMITS["telemetry"]
+    results = [validate(state, intake, member, member.telemetry()) for _ in range(limit + 20)]
+    assert all(results[:limit]) and not any(results[limit + 2 :])
     assert state.view.is_blocked(member.id, time.monotonic())
     assert "dropped flooding message" in caplog.text
 
 
 def test_honest_publishing_never_meets_the_rates() -> None:
-    """publishing.py's schedule at its fastest (intervals jittered down to 0.9x) plus a change
-    announced at every 0.2 s tick for a while, for ten minutes: never refused."""
+    """publishing.py's schedule at its fastest (intervals jittered down to 0.9x) plus changes
+    announced at once, for ten minutes: never refused."""
     intervals_s = {"peer": 6.0, "telemetry": 2.0, "claim": 2.0, "plan": 4.0, "run": 10.0}
     for kind, interval_s in intervals_s.items():
         rates = GossipRates()
@@ -172,14 +172,16 @@ def test_honest_publishing_never_meets_the_rates() -> None:
     )
 
 
-def test_token_buckets_refill_and_forget_the_idle_first() -> None:
-    buckets = TokenBuckets(rate_per_s=1.0, burst=2.0, max_keys=2)
-    assert buckets.allow("a", 0.0) and buckets.allow("a", 0.0)
-    assert not buckets.allow("a", 0.0)
-    assert buckets.allow("a", 1.0)  # one token back after a second
-    buckets.allow("b", 1.0)
-    buckets.allow("c", 1.0)  # a third key: "a", idle longest, is forgotten
-    assert len(buckets) == 2 and buckets.num_refused == 1
+def test_stamp_windows_count_by_stamp_whatever_the_order_and_forget_the_idle_first() -> None:
+    windows = StampWindows(limit=3, window_s=10.0, max_keys=2)
+    # three stamps, newest first: the order of arrival does not matter
+    assert all(windows.allow("a", 20.0, t) for t in (19.0, 15.0, 12.0))
+    assert not windows.allow("a", 20.0, 18.0)  # a fourth within the window
+    assert not windows.allow("a", 20.0, 9.0)  # stamped before the window: stale
+    assert windows.allow("a", 22.5, 22.5)  # 12.0 has left the window
+    windows.allow("b", 23.0)
+    windows.allow("c", 23.0)  # a third key: "a", idle longest, is forgotten
+    assert len(windows) == 2 and windows.num_refused == 2
 
 
 def test_an_honest_backlog_delivered_at_once_is_no_flood() -> None:
@@ -194,18 +196,21 @@ def test_an_honest_backlog_delivered_at_once_is_no_flood() -> None:
     assert all(first_contact.allow("honest", "telemetry", 1025.0, t) for t in [1000.0, *backlog])
 
 
-def test_stamps_ahead_of_our_clock_or_replayed_behind_it_earn_no_tokens() -> None:
-    rate, burst = GOSSIP_RATES["telemetry"]
+def test_stamps_ahead_of_our_clock_or_behind_it_earn_a_flooder_nothing() -> None:
+    limit = GOSSIP_LIMITS["telemetry"]
     ahead, behind = GossipRates(), GossipRates()
     # stamped up to 30 s ahead (the skew the decoder allows): counted as now
     passed = sum(ahead.allow("flooder", "telemetry", 0.0, 0.1 * i) for i in range(300))
-    assert passed == burst
-    # stamped in the past: a new author's bucket starts at most as far back as gossip keeps
-    # messages (an honest first contact may be a backlog that old), and no further
-    passed = sum(behind.allow("flooder", "telemetry", 100.0, 40.0 + 0.1 * i) for i in range(600))
-    assert passed <= burst + rate * wire.MAX_CLOCK_SKEW_S + 1
-    # after that, only real time refills
-    assert behind.allow("flooder", "telemetry", 101.0, 101.0)
+    assert passed == limit
+    # stamped behind our clock, over the whole age the decoder lets through: one window's worth
+    passed = sum(behind.allow("flooder", "telemetry", 100.0, 70.0 + 0.05 * i) for i in range(600))
+    assert passed == limit
+    # flooding on for another minute: the limit per window, nothing more
+    passed = sum(
+        behind.allow("flooder", "telemetry", 100.0 + 0.01 * i, 100.0 + 0.01 * i)
+        for i in range(6000)
+    )
+    assert passed <= limit * (60.0 / WINDOW_S + 1)
 
 
 def test_a_flapping_state_is_republished_at_most_once_a_second() -> None:
