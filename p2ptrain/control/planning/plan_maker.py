@@ -23,8 +23,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from p2ptrain.control.estimate.matrix import EstimatedMatrices, live_matrices
 from p2ptrain.control.links import Link
 from p2ptrain.control.planning import planner, search_process
+from p2ptrain.control.planning.confirm import PlanConfirmation
 from p2ptrain.control.planning.compute import ComputeTrust, measured_peers, peer_compute
 from p2ptrain.control.planning.readiness import first_plan_gaps
 from p2ptrain.control.view import SwarmView
@@ -59,6 +61,8 @@ class PlanMaker:
         self._ready_wait_since: float | None = None
         self._gaps_logged: list[str] = []
         self._trust = ComputeTrust()  # claimed compute checked against observed steps
+        self.estimated: EstimatedMatrices | None = None  # the latest matrices, marked
+        self._confirmation = PlanConfirmation()  # a plan made on estimated links
 
     async def tick(
         self,
@@ -94,12 +98,17 @@ class PlanMaker:
         ):
             return False
         relayed = frozenset(pair for pair in links if self.view.connection(*pair) == "relayed")
-        matrices = planner.build_matrices(members, links, private, relayed)
+        coords = self.view.estimate.coordinates_of(self.view.self_id, now)
+        capacities = self.view.estimate.capacities_of(self.view.self_id, now)
+        estimated = live_matrices(members, links, coords, capacities, private, relayed)
+        matrices = estimated.matrices
         reported = {peer: m.metrics for peer, m in self.view.members.items()}
         reported[self.view.self_id] = self.view.own_metrics
         repriced = self._trust.observe(current, reported, now)
         compute = peer_compute(members, measured, run, self._trust.factors)
         matrices = dataclasses.replace(matrices, compute=compute)
+        self.estimated = estimated = dataclasses.replace(estimated, matrices=matrices)
+        confirm = self._confirmation.worse(now, current, estimated, run)
         newly_measured = compute is not None and not measured_peers(members, measured) <= (
             self._planned_measured
         )
@@ -117,7 +126,7 @@ class PlanMaker:
         # drift re-plans a scheduled placement only: a random one (the benchmarks' baseline)
         # stays as it is until membership changes
         elif run.placement == "scheduled" and (
-            self._drifted(now, matrices) or newly_measured or repriced
+            self._drifted(now, matrices) or newly_measured or repriced or confirm
         ):
             reason = "compute" if newly_measured or repriced else "drift"
             self._planned_measured = measured_peers(members, measured)
@@ -152,6 +161,7 @@ class PlanMaker:
             return False  # the scheduler failed, or we lost the role while it ran
         self._epoch += 1
         self._planned_members, self._planned_matrices = members, matrices
+        self._confirmation.note(estimated, placement.pipelines, now)
         self._planned_measured = measured_peers(members, measured)
         plan = Plan(
             term=self._term,
@@ -234,7 +244,10 @@ class PlanMaker:
         restart every session when the measurements re-plan it."""
         assert self.view.run is not None
         roles = roles_of(self.view, members)
-        gaps = first_plan_gaps(members, roles, data_addrs, links, measured, self.view.run, private)
+        coords = self.view.estimate.coordinates_of(self.view.self_id, now)
+        gaps = first_plan_gaps(
+            members, roles, data_addrs, links, measured, self.view.run, private, coords
+        )
         if not gaps:
             return False
         if self._ready_wait_since is None:
@@ -333,6 +346,7 @@ def first_plan_gaps_in(view: SwarmView, members: list[str], now: float) -> list[
         stage_computes(view, members),
         view.run,
         unroutable(view, members, reachability, relays),
+        view.estimate.coordinates_of(view.self_id, now),
     )
 
 

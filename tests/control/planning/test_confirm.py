@@ -1,0 +1,74 @@
+"""A plan made on estimated links is priced again once its links are measured, and re-made when
+they make it clearly dearer (issue 29, control/planning/confirm.py)."""
+
+from __future__ import annotations
+
+from p2ptrain.control.estimate.matrix import EstimatedMatrices, live_matrices
+from p2ptrain.control.links import Link
+from p2ptrain.control.planning.confirm import CONFIRM_WAIT_S, PlanConfirmation
+from p2ptrain.control.planning.planner import placement_cost
+from p2ptrain.records import Plan, RunSpec
+from p2ptrain.records.estimate import AccessCapacity, NetCoordinate
+
+PEERS = [f"Peer{i:03d}" for i in range(24)]
+RUN = RunSpec(run_id="r", stages=2)
+PIPELINES = ((PEERS[0], PEERS[1]), (PEERS[2], PEERS[3]))
+PLAN_LINKS = [
+    (PEERS[0], PEERS[1]),
+    (PEERS[2], PEERS[3]),
+    (PEERS[0], PEERS[2]),
+    (PEERS[1], PEERS[3]),
+]
+COORDS = {p: NetCoordinate((float(i), 0.0, 0.0), 1.0, 0.1) for i, p in enumerate(PEERS)}
+CAPS = {p: AccessCapacity(1000.0, 1000.0) for p in PEERS}
+
+
+def estimate(links: dict[tuple[str, str], Link]) -> EstimatedMatrices:
+    return live_matrices(PEERS, links, COORDS, CAPS)
+
+
+def planned(confirmation: PlanConfirmation) -> Plan:
+    """A plan of PIPELINES made at t = 0 on estimates alone, at its predicted cost."""
+    before = estimate({})
+    confirmation.note(before, PIPELINES, 0.0)
+    cost_s = placement_cost(before.matrices, PIPELINES, RUN)
+    assert cost_s is not None
+    return Plan(1, 1, PEERS[0], 2, PIPELINES, (), {}, cost_s)
+
+
+def test_a_plan_whose_measured_links_are_much_slower_is_re_made_once() -> None:
+    confirmation = PlanConfirmation()
+    plan = planned(confirmation)
+    assert len(confirmation.unconfirmed) == len(PLAN_LINKS)
+    # nothing measured yet: wait
+    assert not confirmation.worse(1.0, plan, estimate({}), RUN)
+    slow = {pair: Link(rtt_ms=400.0, bandwidth_mbps=5.0, age_s=1.0) for pair in PLAN_LINKS}
+    assert confirmation.worse(2.0, plan, estimate(slow), RUN)
+    assert not confirmation.worse(3.0, plan, estimate(slow), RUN)  # asked once per plan
+
+
+def test_a_plan_confirmed_as_predicted_stays() -> None:
+    confirmation = PlanConfirmation()
+    plan = planned(confirmation)
+    before = estimate({}).matrices
+    same = {
+        (a, b): Link(
+            rtt_ms=2 * float(before.delay_ms[PEERS.index(a), PEERS.index(b)]),
+            bandwidth_mbps=1e3 * float(before.bandwidth_gbps[PEERS.index(a), PEERS.index(b)]),
+            age_s=1.0,
+        )
+        for a, b in PLAN_LINKS
+    }
+    assert not confirmation.worse(2.0, plan, estimate(same), RUN)
+    assert not confirmation.unconfirmed
+
+
+def test_links_never_measured_are_judged_after_the_wait_and_small_swarms_are_not_watched() -> None:
+    confirmation = PlanConfirmation()
+    plan = planned(confirmation)
+    assert not confirmation.worse(CONFIRM_WAIT_S - 1, plan, estimate({}), RUN)
+    assert not confirmation.worse(CONFIRM_WAIT_S + 1, plan, estimate({}), RUN)  # as predicted
+    assert not confirmation.unconfirmed
+    small = live_matrices(PEERS[:8], {}, COORDS, CAPS)
+    confirmation.note(small, PIPELINES, 0.0)
+    assert not confirmation.unconfirmed
