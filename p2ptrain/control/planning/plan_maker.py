@@ -26,8 +26,8 @@ import numpy as np
 from p2ptrain.control.estimate.matrix import EstimatedMatrices, live_matrices
 from p2ptrain.control.links import Link
 from p2ptrain.control.planning import planner, search_process
-from p2ptrain.control.planning.confirm import PlanConfirmation
 from p2ptrain.control.planning.compute import ComputeTrust, measured_peers, peer_compute
+from p2ptrain.control.planning.confirm import PlanConfirmation
 from p2ptrain.control.planning.readiness import first_plan_gaps
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import Plan, RunSpec, StageCompute
