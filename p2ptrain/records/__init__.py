@@ -1,7 +1,8 @@
 """Every record that crosses a process or a network, one frozen dataclass each (stdlib only).
 
-Each has `to_dict()` and a `from_dict()` that is total: whatever JSON-like value it is given, it
-returns a valid record or raises `p2ptrain.errors.WireError`, never anything else. Producers build
+Each is declared once, its fields annotated with their bounds; records/codec.py derives its
+`to_dict()` and a `from_dict()` that is total: whatever JSON-like value it is given, it returns a
+valid record or raises `p2ptrain.errors.WireError`, never anything else. Producers build
 records; nobody builds or reads a bare dict of one.
 
 | record          | module                 | travels                                             |

@@ -41,6 +41,25 @@ def _signature(value: object, record: str, name: str = "sig") -> str:
     return sig
 
 
+def _to_line(prefix: str, data: dict[str, Any]) -> str:
+    """A record as one line of text: the prefix, then base64 of its compact JSON."""
+    raw = json.dumps(data, separators=(",", ":")).encode()
+    return prefix + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _from_line(prefix: str, text: object, record: str) -> object:
+    """The JSON value a line of `_to_line` holds; WireError for any other text."""
+    if not isinstance(text, str) or not text.startswith(prefix):
+        raise f.malformed(record, f"text that starts with {prefix}")
+    if len(text) > MAX_TOKEN_CHARS:
+        raise f.malformed(record, "too long")
+    body = text[len(prefix) :]
+    try:
+        return json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    except (ValueError, RecursionError):  # bad base64 (binascii.Error), bad JSON
+        raise f.malformed(record, "not base64 of a JSON object") from None
+
+
 # sent always, though a record is built unsigned first
 Signature = Annotated[str, Custom(_signature), Wire(required=True)]
 
@@ -68,22 +87,12 @@ class Token(Record, name="token"):
 
     def encode(self) -> str:
         """The token as one line of text (what `token issue` prints and `join --token` takes)."""
-        raw = json.dumps(self.to_dict(), separators=(",", ":")).encode()
-        return TOKEN_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        return _to_line(TOKEN_PREFIX, self.to_dict())
 
     @classmethod
     def decode(cls, text: object) -> Token:
         """A token from its text form; WireError for anything else."""
-        if not isinstance(text, str) or not text.startswith(TOKEN_PREFIX):
-            raise f.malformed("token", f"a token is text that starts with {TOKEN_PREFIX}")
-        if len(text) > MAX_TOKEN_CHARS:
-            raise f.malformed("token", "too long")
-        body = text[len(TOKEN_PREFIX) :]
-        try:
-            data = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
-        except (ValueError, RecursionError):  # bad base64 (binascii.Error), bad JSON
-            raise f.malformed("token", "not base64 of a JSON object") from None
-        return cls.from_dict(data)
+        return cls.from_dict(_from_line(TOKEN_PREFIX, text, cls.RECORD))
 
 
 def issue_token(
@@ -132,22 +141,12 @@ class Revocation(Record, name="revocation"):
 
     def encode(self) -> str:
         """One line of text: what `token revoke` prints and `bootstrap --revoked` files hold."""
-        raw = json.dumps(self.to_dict(), separators=(",", ":")).encode()
-        return REVOCATION_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        return _to_line(REVOCATION_PREFIX, self.to_dict())
 
     @classmethod
     def decode(cls, text: object) -> Revocation:
         """A revocation from its text form; WireError for anything else."""
-        if not isinstance(text, str) or not text.startswith(REVOCATION_PREFIX):
-            raise f.malformed("revocation", f"text that starts with {REVOCATION_PREFIX}")
-        if len(text) > MAX_TOKEN_CHARS:
-            raise f.malformed("revocation", "too long")
-        body = text[len(REVOCATION_PREFIX) :]
-        try:
-            data = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
-        except (ValueError, RecursionError):
-            raise f.malformed("revocation", "not base64 of a JSON object") from None
-        return cls.from_dict(data)
+        return cls.from_dict(_from_line(REVOCATION_PREFIX, text, cls.RECORD))
 
 
 @dataclass(frozen=True)
