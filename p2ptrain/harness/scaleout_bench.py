@@ -3,9 +3,12 @@ WAN as `bench e2e` (its testbed, CPU quotas and shipped path: a bootstrap and `j
 the live compute-aware planner; harness/e2e_join.py), trained once per data-parallel mode:
 
 - step: every-step averaging (today's default run spec);
-- diloco: each pipeline a replica with `batch_size` rows of its own, H inner steps, then each
-  stage group's outer round (fp16 pseudo-gradients, outer Nesterov lr 0.7, momentum 0.9);
-- diloco_int8: the same with int8 pipeline activations and their gradients (per-row scaled);
+- diloco: the recommended diloco settings (docs/operations.md): each pipeline a replica with
+  `batch_size` rows of its own, H inner steps, then each stage group's outer round (top-k 3%
+  pseudo-gradients with error feedback, outer Nesterov lr 0.7, momentum 0.9);
+- diloco_fp16: diloco with fp16 pseudo-gradients (2 bytes a value);
+- diloco_outer_int8: diloco with block-wise int8 pseudo-gradients (1.016 bytes a value);
+- diloco_int8: diloco with int8 pipeline activations and their gradients (per-row scaled);
 - diloco_hN: diloco with H = N inner steps.
 
 Per run: tokens/s, the placed peers and plan, the loss per step, data-parallel bytes per step
@@ -36,13 +39,16 @@ from p2ptrain.records.run import RunSpec
 from p2ptrain.schedule.workload import step_traffic, tokens_per_step
 from p2ptrain.testbed.testbed import Testbed
 
-RUN_ORDER = ("step", "diloco", "diloco_int8")
+RUN_ORDER = ("step", "diloco", "diloco_fp16", "diloco_outer_int8", "diloco_int8")
 SMOOTH_STEPS = 5
 # the diloco runs' settings on this box: H 10 gives a run of tens of steps several rounds
-# (bench convergence's short-run range); DiLoCo's outer lr and Nesterov momentum
+# (bench convergence's short-run range); DiLoCo's outer lr and Nesterov momentum; top-k 3%
+# (37x fewer bytes than fp16, bench convergence: within 1% of fp16 rounds' loss), without which
+# H 10 cannot move 50x fewer bytes a step than every-step averaging (fp16 rounds: ~H x)
 DEFAULT_INNER_STEPS = 10
 OUTER_LR = 0.7
 OUTER_MOMENTUM = 0.9
+OUTER_COMPRESSION = "topk"
 SETTINGS = (
     "sync",
     "batch_size",
@@ -64,11 +70,13 @@ def run_specs(
         inner_steps=inner_steps,
         outer_lr=OUTER_LR,
         outer_momentum=OUTER_MOMENTUM,
-        outer_compression="fp16",
+        outer_compression=OUTER_COMPRESSION,
     )
     every = {
         "step": spec.replace(sync="step"),
         "diloco": diloco,
+        "diloco_fp16": diloco.replace(outer_compression="fp16"),
+        "diloco_outer_int8": diloco.replace(outer_compression="int8"),
         "diloco_int8": diloco.replace(compression="int8"),
     }
     for name in runs:

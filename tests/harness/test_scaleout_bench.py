@@ -141,3 +141,41 @@ def test_scaleout_plot_is_a_png(tmp_path: Path) -> None:
         path, {"step": ([1.0, 2.0], [1024, 2048], [5.0, 4.0]), "diloco": ([], [], [])}
     )
     assert path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_the_recommended_diloco_run_is_predicted_to_meet_the_50x_bar() -> None:
+    """`diloco` runs the recommended settings (H 10, top-k 3% rounds); `diloco_fp16` keeps
+    fp16 rounds to compare; every named run is one the CLI offers."""
+    from p2ptrain.harness.cli.scaleout_cmd import DEFAULT_RUNS, RUNS
+    from p2ptrain.harness.e2e_traffic import dp_bytes, predicted_link_bytes
+    from p2ptrain.harness.scaleout_bench import RUN_ORDER
+    from p2ptrain.schedule.workload import step_traffic
+
+    assert RUNS == RUN_ORDER and set(DEFAULT_RUNS.split(",")) <= set(RUN_ORDER)
+    base = RunSpec(steps=80)
+    specs = run_specs(base, RUN_ORDER)
+    recommended = specs["diloco"]
+    assert (recommended.sync, recommended.inner_steps) == ("diloco", 10)
+    assert recommended.outer_compression == "topk" and recommended.compression == "fp16"
+    assert specs["diloco_fp16"].outer_compression == "fp16"
+    assert specs["diloco_outer_int8"].outer_compression == "int8"
+    assert (specs["diloco_int8"].compression, specs["diloco_int8"].outer_compression) == (
+        "int8",
+        "topk",
+    )
+    pipelines = [[0, 1, 2, 3], [4, 5, 6, 7]]  # the default network's 2 x 4
+
+    def fewer(spec: RunSpec) -> float:
+        traffic = step_traffic(spec, 4, 2)
+        links = predicted_link_bytes(
+            pipelines,
+            traffic.stage_gradient_bytes,
+            [16, 16],
+            1.0,
+            traffic.inner_steps,
+            traffic.sparse_gather,
+        )
+        return every_step_dp_bytes(spec, pipelines, None) / dp_bytes(links, pipelines)
+
+    assert fewer(recommended) >= 50  # top-k: ~10 x 37 / 2 replicas' gather
+    assert fewer(specs["diloco_fp16"]) < 50  # fp16 rounds at H 10: ~10x

@@ -11,8 +11,9 @@ from typing import Any
 
 from p2ptrain.harness.cli.wan_bench import add_emulation_arguments
 
-RUNS = ("step", "diloco", "diloco_int8")  # scaleout_bench.RUN_ORDER, without importing it
-DEFAULT_RUNS = "step,diloco,diloco_h50"
+# scaleout_bench.RUN_ORDER, without importing it
+RUNS = ("step", "diloco", "diloco_fp16", "diloco_outer_int8", "diloco_int8")
+DEFAULT_RUNS = "step,diloco,diloco_fp16,diloco_int8"
 
 
 def add_kind(kinds: Any) -> None:
