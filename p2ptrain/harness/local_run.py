@@ -71,6 +71,7 @@ def train_with_control_plane(
     http: str | None = None,
     on_started: Callable[[str, list[subprocess.Popen[bytes]]], None] | None = None,
     before_stop: Callable[[], None] | None = None,
+    on_report: Callable[[MetricsReport], None] | None = None,
 ) -> SwarmResult:
     """Run the swarm until every step's loss is known; with `own_checkpoints`, node i keeps its
     checkpoints in workdir/peer-i/ instead of the run's shared checkpoint_dir. `faults` go to
@@ -79,7 +80,8 @@ def train_with_control_plane(
     (`join --profile`);
     `http`: the bootstrap serves its dashboard there (`bootstrap --http`); `on_started(address,
     processes)`: the bootstrap's address and every process tree (the bootstrap first), once all
-    started; `before_stop()`: after the last step, while every node still runs."""
+    started; `before_stop()`: after the last step, while every node still runs;
+    `on_report(metrics)`: every worker's every step as it reported it."""
     sites = sites or NodeSites()
     run_path = workdir / "run.toml"
     # the first plan waits for all N peers instead of re-planning as each one joins
@@ -132,7 +134,7 @@ def train_with_control_plane(
             nodes.append(_start(sites, i, args, workdir / f"peer-{i}.log", faults=faults))
         if on_started is not None:
             on_started(address, nodes)
-        result = _follow(spec, logs, nodes[1:], on_plan, on_step)
+        result = _follow(spec, logs, nodes[1:], on_plan, on_step, on_report)
         if before_stop is not None:
             before_stop()
         return result
@@ -187,6 +189,7 @@ def _follow(
     peers: list[subprocess.Popen[bytes]],
     on_plan: Callable[[Plan], None],
     on_step: Callable[[int, float, float], None],
+    on_report: Callable[[MetricsReport], None] | None = None,
 ) -> SwarmResult:
     """Read the workers' reports until every step's loss is known from its latest plan epoch."""
     started_s = time.monotonic()
@@ -216,6 +219,8 @@ def _follow(
                     on_plan(plan)
                 if not isinstance(message, MetricsReport):
                     continue
+                if on_report is not None:
+                    on_report(message)
                 averaging[message.averaging] = averaging.get(message.averaging, 0) + 1
                 if message.loss is None:
                     continue

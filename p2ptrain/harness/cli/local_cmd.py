@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import sys
@@ -24,7 +25,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from p2ptrain.errors import UserError
-from p2ptrain.records import Plan
+from p2ptrain.records import MetricsReport, Plan
 from p2ptrain.worker.faults import Faults
 
 
@@ -118,6 +119,7 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
             from p2ptrain.web.server import parse_http_address
 
             print(f"starting a bootstrap and {args.peers} nodes (logs in {workdir}) ...", file=out)
+            print(shared_cores_note(args.peers), file=out)
             if args.http is not None:
                 host, port = parse_http_address(args.http)
                 print(f"dashboard: http://{host}:{port}/", file=out, flush=True)
@@ -131,6 +133,7 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
                 own_checkpoints=own_checkpoints,
                 faults=faults,
                 http=args.http,
+                on_report=progress.on_report,
             )
             progress.finish()
         else:
@@ -239,6 +242,17 @@ def _short(peer_id: str) -> str:
     return f"…{peer_id[-6:]}"
 
 
+def shared_cores_note(num_peers: int) -> str:
+    """What a plan made on one machine means: the planner prices each peer's compute as its
+    own (each worker timed the model alone), but here the peers share this machine's cores."""
+    cores = os.cpu_count() or 1
+    return (
+        f"note: the {num_peers} peers share this machine's {cores} core(s): the plan shows how "
+        "a swarm splits the model into pipeline stages and data-parallel replicas, not the "
+        "speed-up separate machines would give (the planner prices each peer as its own machine)"
+    )
+
+
 def _describe_plan(plan: Plan) -> str:
     pipelines = " | ".join(" → ".join(_short(p) for p in pipe) for pipe in plan.pipelines)
     spares = f", spares {', '.join(_short(p) for p in plan.spares)}" if plan.spares else ""
@@ -257,8 +271,23 @@ class _Progress:
         self.layout = "?"
         self.out = out
         self.tty = out.isatty()
+        self.outer_steps: dict[int, int] = {}  # sync = "diloco": each stage's outer steps
+        self.inner_steps: int | None = None
+
+    def on_report(self, report: MetricsReport) -> None:
+        """A worker's step: under diloco, its stage's outer steps so far."""
+        if report.outer_steps is not None:
+            done = max(self.outer_steps.get(report.stage, 0), report.outer_steps)
+            self.outer_steps[report.stage], self.inner_steps = done, report.inner_steps
+
+    def outer_text(self) -> str:
+        """ "  outer 3 (H 10)": the outer rounds every stage has applied ("": not diloco)."""
+        if not self.outer_steps:
+            return ""
+        return f"  outer {min(self.outer_steps.values())} (H {self.inner_steps})"
 
     def on_plan(self, plan: Plan) -> None:
+        self.outer_steps = {}  # the new plan's stages report afresh (their counts carry over)
         self.layout = f"{plan.stages}x{plan.num_replicas}"
         if self.tty:
             self.out.write("\n")
@@ -270,7 +299,7 @@ class _Progress:
         bar = "#" * filled + "." * (width - filled)
         line = (
             f"[{bar}] step {step + 1}/{self.steps}  loss {loss:.4f}  "
-            f"{tokens_per_s:,.0f} tok/s  plan {self.layout}"
+            f"{tokens_per_s:,.0f} tok/s  plan {self.layout}{self.outer_text()}"
         )
         self.out.write(("\r" + line) if self.tty else line + "\n")
         self.out.flush()

@@ -1,0 +1,69 @@
+"""`p2ptrain local`'s progress line (issue 28): under diloco it shows the outer rounds every
+stage has applied; on one machine the run says its peers share the cores."""
+
+from __future__ import annotations
+
+import io
+
+from p2ptrain.harness.cli.local_cmd import _Progress, shared_cores_note
+from p2ptrain.records import MetricsReport, Plan
+
+
+def report(stage: int, replica: int, outer_steps: int | None) -> MetricsReport:
+    return MetricsReport(
+        step=5,
+        loss=None,
+        tokens_per_s=1.0,
+        stage=stage,
+        replica=replica,
+        samples=8,
+        averaging="solo",
+        step_s=1.0,
+        epoch=1,
+        term=1,
+        num_replicas=2,
+        outer_steps=outer_steps,
+        inner_steps=None if outer_steps is None else 10,
+    )
+
+
+def plan() -> Plan:
+    return Plan.from_dict(
+        {
+            "term": 1,
+            "epoch": 1,
+            "planner": "p",
+            "stages": 2,
+            "pipelines": [["a", "b"], ["c", "d"]],
+            "spares": [],
+            "data_addrs": {},
+            "cost_s": 1.0,
+        }
+    )
+
+
+def test_the_line_shows_the_outer_rounds_every_stage_applied() -> None:
+    out = io.StringIO()
+    progress = _Progress(20, out)
+    progress.on_plan(plan())
+    for stage, replica, outer in ((0, 0, 2), (0, 1, 2), (1, 0, 1), (1, 1, 1)):
+        progress.on_report(report(stage, replica, outer))
+    progress.on_step(5, 4.5, 300.0)
+    assert out.getvalue().splitlines()[-1].endswith("plan 2x2  outer 1 (H 10)")
+    progress.on_report(report(1, 0, 2))  # stage 1's next round: now both stages applied 2
+    progress.on_step(6, 4.4, 300.0)
+    assert out.getvalue().splitlines()[-1].endswith("outer 2 (H 10)")
+
+
+def test_every_step_averaging_shows_no_outer_rounds() -> None:
+    out = io.StringIO()
+    progress = _Progress(20, out)
+    progress.on_plan(plan())
+    progress.on_report(report(0, 0, None))
+    progress.on_step(0, 5.5, 100.0)
+    assert out.getvalue().splitlines()[-1].endswith("plan 2x2")
+
+
+def test_the_run_says_its_peers_share_the_machine() -> None:
+    note = shared_cores_note(4)
+    assert "4 peers share this machine's" in note and "not the speed-up" in note
