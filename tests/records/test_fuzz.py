@@ -122,7 +122,11 @@ def fuzz(decode: Any, sample: dict[str, Any], num_inputs: int, seed: int) -> int
 DECODERS = [(kind.from_dict, data) for kind, data in SAMPLES] + [
     (message_from_dict, data) for kind, data in SAMPLES if "type" in data
 ]
-IDS = [f"{getattr(d, '__qualname__', d)}-{i}" for i, (d, _) in enumerate(DECODERS)]
+# a declared record's from_dict is Record's: name the class it decodes
+IDS = [
+    f"{getattr(getattr(d, '__self__', None), '__name__', getattr(d, '__qualname__', d))}-{i}"
+    for i, (d, _) in enumerate(DECODERS)
+]
 
 
 @pytest.mark.parametrize("decode,sample", DECODERS, ids=IDS)
