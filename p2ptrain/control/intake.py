@@ -78,11 +78,10 @@ class Intake:
         already_applied = self.state.view.knows(env)
         # gossip arrives as it is sent; sync hands over the latest envelope it holds, which
         # may be old: it proves its author alive only as of when it was signed
-        heard_at = (
-            None
-            if via != "sync"
-            else now - min(max(0.0, time.time() - env.ts), wire.MAX_CLOCK_SKEW_S)
-        )
+        age_s = time.time() - env.ts
+        heard_at = None if via != "sync" else now - min(max(0.0, age_s), wire.MAX_CLOCK_SKEW_S)
+        if via != "sync" and env.author != self.state.peer_id:
+            self.state.view.delivery_lag.note(env.author, age_s, now)
         before = self._what_tasks_watch(env.author, now)
         drop = self.state.view.accept(env, now, heard_at)
         if drop is None:

@@ -23,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from p2ptrain.control.authority import Authority, Member
+from p2ptrain.control.delivery_lag import DeliveryLag
 from p2ptrain.control.estimate.book import EstimateBook
 from p2ptrain.control.links import LinkMeasurements, LinkSample
 from p2ptrain.control.penalties import Penalties
@@ -100,6 +101,7 @@ class SwarmView(Authority, LinkMeasurements):
     _claimed_terms: dict[str, int] = field(default_factory=dict)  # highest term each peer claimed
     _claim_seen_at: float = float("-inf")  # when the last claim (accepted or not) came in
     penalties: Penalties = field(default_factory=Penalties)
+    delivery_lag: DeliveryLag = field(default_factory=DeliveryLag)  # widens DEAD_AFTER_S
     _verified_tokens: dict[tuple[str, str, str | None], bool] = field(default_factory=dict)
 
     @property
@@ -115,9 +117,14 @@ class SwarmView(Authority, LinkMeasurements):
         member = self.members.get(peer)
         return (
             member is not None
-            and now - member.last_heard <= DEAD_AFTER_S
+            and now - member.last_heard <= self.dead_after_s(now)
             and not self.is_blocked(peer, now)
         )
+
+    def dead_after_s(self, now: float) -> float:
+        """How long a member may stay silent before we call it dead: DEAD_AFTER_S, plus how late
+        gossip reaches us now (a busy machine hears everyone late: control/delivery_lag.py)."""
+        return DEAD_AFTER_S + self.delivery_lag.extra_s(now)
 
     def is_blocked(self, peer: str, now: float) -> bool:
         return self.penalties.is_blocked(peer, now)
@@ -375,7 +382,7 @@ class SwarmView(Authority, LinkMeasurements):
             return False
         if self.planner is not None and self.is_alive(self.planner, now):
             return False
-        if self.max_seen_term > self.term and now - self._claim_seen_at < DEAD_AFTER_S:
+        if self.max_seen_term > self.term and now - self._claim_seen_at < self.dead_after_s(now):
             return False  # someone claims a term we could not follow yet: hear it out first
         candidates = [self.self_id] + [p for p in self.members if self._capable(p, now)]
         return min(candidates) == self.self_id
