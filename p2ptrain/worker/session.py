@@ -21,12 +21,10 @@ from p2ptrain.train.checkpoint import StageSnapshot, checkpoint_dir, record_step
 from p2ptrain.train.data import load_corpus
 from p2ptrain.train.model import Stage, build_layers
 from p2ptrain.train.optim import clip_grads, grads_are_finite, lr_at, make_optimizer, set_lr
-from p2ptrain.worker.averaging.outer_link import stage_exchange
 from p2ptrain.worker.averaging.outer_rounds import OuterRounds, RoundReport
-from p2ptrain.worker.averaging.robust import MOMENTS_DRIFT_BOUND, PARAMS_DRIFT_BOUND
 from p2ptrain.worker.averaging.stage_averager import StageAverager
 from p2ptrain.worker.device import precision_for
-from p2ptrain.worker.dht_helpers import bootstrap_dht, swarm_prefix
+from p2ptrain.worker.dht_helpers import bootstrap_dht
 from p2ptrain.worker.faults import NO_FAULTS, Faults
 from p2ptrain.worker.ipc import PlanInbox
 from p2ptrain.worker.pipeline import stage_step
@@ -41,8 +39,13 @@ from p2ptrain.worker.pipeline.frames import (
 from p2ptrain.worker.pipeline.link_bounds import dial_window_s
 from p2ptrain.worker.pipeline.transport import Transport
 from p2ptrain.worker.profiler import NO_PROFILE, StepProfiler
+from p2ptrain.worker.replica_rounds import (
+    average_gradients,
+    open_averager,
+    open_outer_rounds,
+    resync_replicas,
+)
 from p2ptrain.worker.resume.restore import restore_stage, start_lineage, started_line
-from p2ptrain.worker.resume.resync import Piece, resync_pieces
 from p2ptrain.worker.resume.start_step import StartPoint, agree_on_plan_start
 from p2ptrain.worker.step_metrics import SessionFacts, StepTimes, step_metrics
 
@@ -125,25 +128,9 @@ class Session:
         self.start_lineage = start_lineage(plan, start)
         needs_data = role.is_first or role.is_last
         self.corpus = load_corpus(spec) if needs_data else None
-        if role.num_replicas > 1:
-            num_params = sum(p.numel() for p in self.model.parameters())
-            self.averager = StageAverager(
-                dht,
-                num_params,
-                swarm_prefix(spec.run_id, role.stage, role.epoch, plan.term),
-                role.num_replicas,
-                spec.compression,
-                spec.averaging_timeout_s,
-                # each replica's weight is its rows of the step's data, as the plan fixes them
-                group=stage_step.replica_weights(spec, role),
-                network=plan.network,
-                stage=role.stage,
-                traffic=transport.traffic,
-                wire=profiler.wire_marks(),
-            )
-        if spec.sync == "diloco":
-            self.outer = OuterRounds(spec, role.stage, role.num_stages, self.model, self.averager)
-            self.outer.exchange = stage_exchange(spec, role, plan, transport, self.model)
+        self.averager = open_averager(spec, plan, role, dht, transport, self.model, profiler)
+        self.outer = open_outer_rounds(spec, plan, role, transport, self.model, self.averager)
+        if self.outer is not None:  # sync = "diloco"
             self.outer.take_saved(outer_state)
         self.rows = stage_step.replica_batch(spec, role)[1]
         self.start_step = self.step
@@ -316,8 +303,9 @@ class Session:
         else:  # the stage keeps its weights; a drift from its replicas is re-synced later
             log.warning("step %d: non-finite gradients: the update is skipped", self.step)
         self.optimizer.zero_grad(set_to_none=True)
-        if self._resync_params:
-            self._resync()
+        if self._resync_params:  # the replicas started this step from different parameters
+            assert self.averager is not None
+            resync_replicas(self.model, self.optimizer, self.averager, self.step)
 
     def _report_step(
         self, loss: float | None, averaging: str, times: StepTimes, timing: stage_step.StageTiming
@@ -342,41 +330,16 @@ class Session:
 
     def _average_gradients(self) -> str:
         """Replace this stage's gradients by their verified average over replicas; the outcome."""
-        assert self.model is not None
+        assert self.model is not None and self.role is not None
         self.group_size, self._wire_cpu = 1, None
         if self.averager is None or self.outer is not None:  # diloco: outer rounds instead
             return "solo"
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        # hivemind averages CPU tensors: one copy off the device each way
-        flat = torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None]).cpu()
-        assert self.role is not None
         if self.faults.before_averaging(self.step, self.role.stage, self.role.replica):
             return "local"
-        flat_params = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]).cpu()
-        averaged, outcome = self.averager.average(flat, self.step, self._should_stop, flat_params)
-        offset = 0
-        for p in params:
-            assert p.grad is not None
-            p.grad.copy_(averaged[offset : offset + p.numel()].view_as(p.grad))
-            offset += p.numel()
+        outcome = average_gradients(self.model, self.averager, self.step, self._should_stop)
         self._resync_params = outcome.diverged
         self.group_size, self._wire_cpu = outcome.group_size, outcome.wire_cpu
         return outcome.kind
-
-    def _resync(self) -> None:
-        """The group saw its replicas start a step from different parameters (a replica once
-        applied a local-only update): all of them average their parameters and AdamW moments
-        now, together, in the same order."""
-        assert self.model is not None and self.averager is not None
-        params = list(self.model.parameters())
-        pieces: list[Piece] = [("params", list(params), PARAMS_DRIFT_BOUND)]
-        for name in ("exp_avg", "exp_avg_sq"):
-            moments = [self.optimizer.state.get(p, {}).get(name) for p in params]
-            if all(isinstance(m, torch.Tensor) for m in moments):
-                tensors = [m for m in moments if m is not None]
-                pieces.append((name, tensors, MOMENTS_DRIFT_BOUND))
-        if resync_pieces(self.averager, pieces, self.step):
-            log.info("step %d: replicas had diverged: parameters re-synced", self.step)
 
     def _outer_round_if_due(self) -> None:
         """sync = "diloco": start or apply the stage's outer round (worker/averaging/outer_rounds.py)."""

@@ -1,0 +1,106 @@
+"""A stage's replicas kept together, as a session sees them: the averager a plan calls for, each
+step's gradient round over it, and the re-sync of parameters and AdamW moments that drifted apart
+(worker/averaging/ holds the rounds themselves; worker/session.py decides when to call these)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import torch
+from hivemind import DHT
+
+from p2ptrain.records import Plan, Role, RunSpec
+from p2ptrain.train.model import Stage
+from p2ptrain.worker.averaging.outer_link import stage_exchange
+from p2ptrain.worker.averaging.outer_rounds import OuterRounds
+from p2ptrain.worker.averaging.robust import MOMENTS_DRIFT_BOUND, PARAMS_DRIFT_BOUND
+from p2ptrain.worker.averaging.stage_averager import Outcome, StageAverager
+from p2ptrain.worker.dht_helpers import swarm_prefix
+from p2ptrain.worker.pipeline import stage_step
+from p2ptrain.worker.pipeline.transport import Transport
+from p2ptrain.worker.profiler import StepProfiler
+from p2ptrain.worker.resume.resync import Piece, resync_pieces
+
+log = logging.getLogger("p2ptrain.worker")
+
+
+def open_averager(
+    spec: RunSpec,
+    plan: Plan,
+    role: Role,
+    dht: DHT,
+    transport: Transport,
+    model: Stage,
+    profiler: StepProfiler,
+) -> StageAverager | None:
+    """The averager over the stage's replicas, None when the plan gives it only one."""
+    if role.num_replicas <= 1:
+        return None
+    num_params = sum(p.numel() for p in model.parameters())
+    return StageAverager(
+        dht,
+        num_params,
+        swarm_prefix(spec.run_id, role.stage, role.epoch, plan.term),
+        role.num_replicas,
+        spec.compression,
+        spec.averaging_timeout_s,
+        # each replica's weight is its rows of the step's data, as the plan fixes them
+        group=stage_step.replica_weights(spec, role),
+        network=plan.network,
+        stage=role.stage,
+        traffic=transport.traffic,
+        wire=profiler.wire_marks(),
+    )
+
+
+def open_outer_rounds(
+    spec: RunSpec,
+    plan: Plan,
+    role: Role,
+    transport: Transport,
+    model: Stage,
+    averager: StageAverager | None,
+) -> OuterRounds | None:
+    """sync = "diloco": the stage's outer rounds over its own exchange; None otherwise."""
+    if spec.sync != "diloco":
+        return None
+    outer = OuterRounds(spec, role.stage, role.num_stages, model, averager)
+    outer.exchange = stage_exchange(spec, role, plan, transport, model)
+    return outer
+
+
+def average_gradients(
+    model: Stage, averager: StageAverager, step: int, should_stop: Callable[[], bool]
+) -> Outcome:
+    """Replace the stage's gradients, in place, by their verified average over its replicas."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    # hivemind averages CPU tensors: one copy off the device each way
+    flat = torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None]).cpu()
+    flat_params = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).cpu()
+    averaged, outcome = averager.average(flat, step, should_stop, flat_params)
+    offset = 0
+    for p in params:
+        assert p.grad is not None
+        p.grad.copy_(averaged[offset : offset + p.numel()].view_as(p.grad))
+        offset += p.numel()
+    return outcome
+
+
+def resync_replicas(
+    model: Stage, optimizer: torch.optim.Optimizer, averager: StageAverager, step: int
+) -> bool:
+    """The group saw its replicas start a step from different parameters (a replica once
+    applied a local-only update): all of them average their parameters and AdamW moments
+    now, together, in the same order. False if a round failed (retried at a later step)."""
+    params = list(model.parameters())
+    pieces: list[Piece] = [("params", list(params), PARAMS_DRIFT_BOUND)]
+    for name in ("exp_avg", "exp_avg_sq"):
+        moments = [optimizer.state.get(p, {}).get(name) for p in params]
+        if all(isinstance(m, torch.Tensor) for m in moments):
+            tensors = [m for m in moments if m is not None]
+            pieces.append((name, tensors, MOMENTS_DRIFT_BOUND))
+    if not resync_pieces(averager, pieces, step):
+        return False
+    log.info("step %d: replicas had diverged: parameters re-synced", step)
+    return True
