@@ -31,7 +31,7 @@ import json
 import logging
 import multiprocessing as mp
 import typing
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -49,6 +49,7 @@ from hivemind.utils.asyncio import as_aiter, azip
 from p2ptrain.worker.averaging.checks import median_claimed_norm
 from p2ptrain.worker.averaging.robust import MOMENTS_DRIFT_BOUND
 from p2ptrain.worker.averaging.robust_allreduce import RobustAllReduceRunner, RobustPartReducer
+from p2ptrain.worker.averaging.round_router import RoundRouter
 from p2ptrain.worker.cpu_clock import WireMarks
 
 log = logging.getLogger(__name__)
@@ -115,14 +116,15 @@ class PlannedGroupAverager(DecentralizedAverager):
             raise ValueError(f"this peer ({self.peer_id}) is not in its planned group")
 
     # hivemind sets self._matchmaking once its process runs; every look_for_group goes through
-    # _RoundRouter, which sends a round's first attempt to the planned group
+    # RoundRouter (worker/averaging/round_router.py), which sends a round's first attempt to the
+    # planned group
     @property
     def _matchmaking(self) -> Any:
         return self._router
 
     @_matchmaking.setter
     def _matchmaking(self, dht_matchmaking: Any) -> None:
-        self._router = _RoundRouter(self, dht_matchmaking)
+        self._router = RoundRouter(self, dht_matchmaking)
 
     def _own_metadata(self, step: StepControl) -> dict[str, Any]:
         """What we gather for this step (worker/averaging/checks.py's Checksums.as_gather), or {}."""
@@ -374,41 +376,3 @@ def _is_later(key: str, than: str) -> bool:
         return int(key) > int(than) >= 0
     except ValueError:
         return False
-
-
-class _RoundRouter:
-    """Stands in for hivemind's Matchmaking: a round's first look_for_group goes to the planned
-    group, a retry of that round (and anything else) to the DHT matchmaking, which may take in
-    members of the planned group only."""
-
-    def __init__(self, averager: PlannedGroupAverager, dht_matchmaking: Any) -> None:
-        self._averager = averager
-        self._dht_matchmaking = dht_matchmaking
-
-    async def look_for_group(self, step: StepControl) -> GroupInfo | None:
-        averager = self._averager
-        key = averager._round_key(step)
-        if key is not None and key not in averager._rounds_seen:
-            group = await averager.gather_planned(step, key)
-        else:
-            group = await self._dht_matchmaking.look_for_group(step)
-            outsiders = averager.outsiders(group.peer_ids) if group is not None else []
-            if outsiders:
-                log.warning("round %s: refusing a group with non-members %s", key, outsiders)
-                group = None
-        if group is not None:
-            averager._found(group, step)
-        return group
-
-    async def rpc_join_group(
-        self, request: averaging_pb2.JoinRequest, context: P2PContext
-    ) -> AsyncIterator[averaging_pb2.MessageFromLeader]:
-        """A peer asks to join the group we lead: only members of the planned group may."""
-        if self._averager.outsiders([context.remote_id]):
-            yield averaging_pb2.MessageFromLeader(code=averaging_pb2.PROTOCOL_VIOLATION)
-            return
-        async for reply in self._dht_matchmaking.rpc_join_group(request, context):
-            yield reply
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._dht_matchmaking, name)

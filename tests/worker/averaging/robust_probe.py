@@ -74,7 +74,8 @@ def router() -> dict[str, Any]:
     from hivemind.p2p import P2PContext, PeerID
     from hivemind.proto import averaging_pb2
 
-    from p2ptrain.worker.averaging.planned_group import PlannedGroupAverager, _RoundRouter
+    from p2ptrain.worker.averaging.planned_group import PlannedGroupAverager
+    from p2ptrain.worker.averaging.round_router import RoundRouter
 
     member, other, stranger = (PeerID(bytes([0, 4]) + bytes([i]) * 4) for i in (1, 2, 3))
 
@@ -102,7 +103,7 @@ def router() -> dict[str, Any]:
 
     async def main() -> dict[str, Any]:
         dht = DhtMatchmaking()
-        route = _RoundRouter(Averager(), dht)  # type: ignore[arg-type]
+        route = RoundRouter(Averager(), dht)  # type: ignore[arg-type]
         codes = {}
         for name, peer in (("member", other), ("stranger", stranger)):
             context = P2PContext(handle_name="", local_id=member, remote_id=peer)
