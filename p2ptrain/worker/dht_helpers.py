@@ -11,7 +11,7 @@ from hivemind.dht.routing import DHTID
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.utils.serializer import MSGPackSerializer
 
-from p2ptrain.worker.resume.start_step import SUBKEY_PREFIX, check_announcement
+from p2ptrain.worker.resume.announcement import SUBKEY_PREFIX, check_announcement
 
 
 def swarm_prefix(run_id: str, stage: int, epoch: int, term: int = 0) -> str:

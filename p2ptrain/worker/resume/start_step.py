@@ -5,7 +5,8 @@ later stage may have applied step s while an earlier one was still waiting for i
 before training under a new plan, every member announces the stage states it holds (its
 checkpoint directory: layers key -> step -> sha256 of the file, train/checkpoint.py keeps the
 last few) in the data-plane DHT under a key of that plan, signed by its identity key, waits for
-every other member's announcement, and all compute the same start with `choose_start_step`.
+every other member's announcement (worker/resume/announcement.py), and all compute the same
+start with `choose_start_step`.
 
 The rule (docs/security.md, attack 4b), per stage (layers key) and step:
 - only announcements of the plan's members count, each signed by the member it names;
@@ -32,22 +33,27 @@ run's newest state of one earlier lineage (worker/resume/adopt.py).
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from p2ptrain import identity
 from p2ptrain.records import Plan
-from p2ptrain.records.lineage import may_adopt, parse_tag
+from p2ptrain.records.lineage import may_adopt
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train.checkpoint import SavedState, file_sha256, layers_key, list_states
 from p2ptrain.worker.resume import adopt, covers
+from p2ptrain.worker.resume.announcement import (
+    MAX_KEYS,
+    MAX_STEPS_PER_KEY,
+    SUBKEY_PREFIX,
+    Announced,
+    check_announcement,
+    sign_announcement,
+)
 from p2ptrain.worker.resume.covers import Cover
 
 if TYPE_CHECKING:  # the choice itself is pure, so tests may import it beside libp2p
@@ -58,15 +64,8 @@ log = logging.getLogger(__name__)
 RESUME_TIMEOUT_S = 120.0
 POLL_INTERVAL_S = 0.3
 ANNOUNCEMENT_TTL_S = 600.0
-MAX_KEYS = 256  # stage layer ranges one peer may announce
-MAX_STEPS_PER_KEY = 64
-MAX_KEY_CHARS = 32
-SUBKEY_PREFIX = "resume:"  # + the announcing peer id; dht_helpers.AnnouncementValidator
-_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 Held = dict[str, dict[int, str]]  # layers key -> step -> sha256 (hex) of the state file
-# as announced: layers key -> step -> (sha256, lineage tag or None for the root lineage)
-Announced = dict[str, dict[int, tuple[str, str | None]]]
 StateRank = Callable[[str | None], int | None]  # Plan.state_rank: None for another lineage's
 
 
@@ -246,63 +245,6 @@ def choose_start(
         if score > best_score:
             best, best_score = replace(start, held=held, adopted=lineage), score
     return best
-
-
-def announcement_payload(key: str, peer: str, states: Announced) -> bytes:
-    """The signed bytes of an announcement: canonical JSON of the DHT key, the peer and its
-    states (the key binds it to one plan, so it cannot be replayed under another)."""
-    body = {"key": key, "peer": peer, "states": _wire_states(states)}
-    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-
-
-def _wire_states(states: Announced) -> dict[str, list[list[Any]]]:
-    """[step, sha256, tag ("" for the root lineage)] per state, sorted."""
-    return {
-        k: sorted([s, d, t or ""] for s, (d, t) in steps.items()) for k, steps in states.items()
-    }
-
-
-def sign_announcement(seed: bytes, key: str, peer: str, states: Announced) -> dict[str, Any]:
-    """The DHT value announcing `states` under `key`, signed by `peer`'s key (`seed`)."""
-    signature = identity.sign(seed, announcement_payload(key, peer, states))
-    return {"key": key, "peer": peer, "states": _wire_states(states), "sig": signature}
-
-
-def check_announcement(value: Any, key: str, peer: str, num_steps: int | None) -> Announced | None:
-    """A member's announcement if it is well-formed, bounded, for `key`, and signed by `peer`,
-    else None (it came off the wire). Steps outside the run are refused: a state at or past the
-    run's last step would make every worker skip training as if the run were done."""
-    if not isinstance(value, dict) or value.get("key") != key or value.get("peer") != peer:
-        return None
-    states, signature = value.get("states"), value.get("sig")
-    if not isinstance(states, dict) or len(states) > MAX_KEYS or not isinstance(signature, bytes):
-        return None
-    clean: Announced = {}
-    for layers, entries in states.items():
-        if not isinstance(layers, str) or len(layers) > MAX_KEY_CHARS:
-            return None
-        if not isinstance(entries, list) or len(entries) > MAX_STEPS_PER_KEY:
-            return None
-        clean[layers] = {}
-        for entry in entries:
-            if not isinstance(entry, list | tuple) or len(entry) != 3:
-                return None
-            step, digest, tag = entry
-            if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-                return None
-            if num_steps is not None and step >= num_steps:
-                return None
-            if not isinstance(digest, str) or not _DIGEST.match(digest):
-                return None
-            if not isinstance(tag, str) or (tag and parse_tag(tag) is None):
-                return None
-            clean[layers][step] = (digest, tag or None)
-    public_key = identity.public_key_of_peer_id(peer)
-    if public_key is None or not identity.verify(
-        public_key, announcement_payload(key, peer, clean), signature
-    ):
-        return None
-    return clean
 
 
 def agree_on_start(

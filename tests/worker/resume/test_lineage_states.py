@@ -11,23 +11,22 @@ import logging
 from pathlib import Path
 
 import pytest
-from tests.worker.resume.test_resume import KEY, PEER, SEED, d
 
 from p2ptrain.records import Plan
 from p2ptrain.records.lineage import Lineage, next_lineage
 from p2ptrain.train.checkpoint import StageSnapshot, list_states, record_step, stamped_path
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
+from p2ptrain.worker.resume.announcement import check_announcement, sign_announcement
 from p2ptrain.worker.resume.start_step import (
-    check_announcement,
     choose_start_step,
     local_states,
     own_announcement,
-    sign_announcement,
     usable,
     warn_other_lineages,
 )
 from tests.train.test_checkpoint import SPEC
+from tests.worker.resume.test_resume import KEY, PEER, SEED, d
 
 
 def plan(term: int, epoch: int, planner: str, lineage: Lineage) -> Plan:

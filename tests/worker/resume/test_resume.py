@@ -6,14 +6,9 @@ import hashlib
 from dataclasses import replace
 
 from p2ptrain import identity
+from p2ptrain.worker.resume.announcement import Announced, check_announcement, sign_announcement
 from p2ptrain.worker.resume.covers import cover
-from p2ptrain.worker.resume.start_step import (
-    Announced,
-    Held,
-    check_announcement,
-    choose_start_step,
-    sign_announcement,
-)
+from p2ptrain.worker.resume.start_step import Held, choose_start_step
 
 NEEDED = ["L0-2", "L2-4"]
 KEY = "p2ptrain_r_resume_t1_e3"
