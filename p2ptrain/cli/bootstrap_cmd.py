@@ -9,34 +9,23 @@ from __future__ import annotations
 import argparse
 
 from p2ptrain.addresses import BOOTSTRAP_LISTEN
+from p2ptrain.control.settings import ANNOUNCE, HTTP, IDENTITY, LISTEN
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--listen",
+    LISTEN.add(
+        parser,
         default=BOOTSTRAP_LISTEN,
-        metavar="MADDR",
         help="multiaddr to listen on (default %(default)s: every interface; port 0: any)",
     )
-    parser.add_argument(
-        "--announce",
-        nargs="+",
-        default=[],
-        metavar="MADDR",
+    ANNOUNCE.add(
+        parser,
         help="the addresses others should dial (e.g. a public IP in front of a NAT); default: "
         "this machine's interface addresses on the --listen port",
     )
-    parser.add_argument(
-        "--identity", required=True, help="Ed25519 key file (created, mode 0600, if missing)"
-    )
+    IDENTITY.add(parser, required=True, help="Ed25519 key file (created, mode 0600, if missing)")
     parser.add_argument("--run", default=None, help="run spec TOML (default: a built-in run)")
-    parser.add_argument(
-        "--http",
-        metavar="[HOST:]PORT[,NAME...]",
-        help="serve the live dashboard (the page, /api/status, /metrics) on [HOST:]PORT; read-only; "
-        "HOST defaults to 127.0.0.1 (0.0.0.0 exposes it); NAMEs: the host names the page may be "
-        "reached by besides IP addresses and localhost (Host header, e.g. a reverse proxy's)",
-    )
+    HTTP.add(parser)
     parser.add_argument(
         "--revoked",
         default=None,

@@ -8,36 +8,28 @@ from __future__ import annotations
 import argparse
 import json
 
-from p2ptrain.addresses import JOIN_DATA_LISTEN, JOIN_LISTEN
+from p2ptrain.addresses import JOIN_LISTEN
+from p2ptrain.cli.join_cmd import CONTROL_ONLY, DATA_LISTEN
+from p2ptrain.control.settings import ANNOUNCE, BOOTSTRAP, LISTEN
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap", required=True, help="the bootstrap's full multiaddr")
-    parser.add_argument(
-        "--listen",
+    BOOTSTRAP.add(parser)
+    LISTEN.add(
+        parser,
         default=JOIN_LISTEN,
-        metavar="MADDR",
         help="the control plane's listen multiaddr, as `join --listen` (default %(default)s)",
     )
-    parser.add_argument(
-        "--data-listen",
-        default=JOIN_DATA_LISTEN,
-        metavar="MADDR",
+    DATA_LISTEN.add(
+        parser,
         help="the data plane's listen multiaddr, as `join --data-listen` (default %(default)s)",
     )
-    parser.add_argument(
-        "--announce",
-        nargs="+",
-        default=[],
-        metavar="MADDR",
+    ANNOUNCE.add(
+        parser,
         help="the control-plane addresses to be dialled back at, as `join --announce` (default: "
         "this machine's interface addresses)",
     )
-    parser.add_argument(
-        "--control-only",
-        action="store_true",
-        help="as `join --control-only`: no data plane to check",
-    )
+    CONTROL_ONLY.add(parser, help="as `join --control-only`: no data plane to check")
     parser.add_argument(
         "--json", action="store_true", help="also print one JSON object as the last line"
     )

@@ -13,31 +13,42 @@ import sys
 from typing import TYPE_CHECKING
 
 from p2ptrain.addresses import JOIN_DATA_LISTEN, JOIN_LISTEN
+from p2ptrain.control.settings import (
+    ANNOUNCE,
+    BOOTSTRAP,
+    HTTP,
+    IDENTITY,
+    LISTEN,
+    QUIET,
+    TOKEN,
+    Flag,
+)
 
 if TYPE_CHECKING:
     from p2ptrain.worker.faults import Faults
 
+# the node's own flags that `doctor` takes too (the control process's are control/settings.py's)
+DATA_LISTEN = Flag("--data-listen", {"default": JOIN_DATA_LISTEN, "metavar": "MADDR"})
+CONTROL_ONLY = Flag(
+    "--control-only",
+    {"action": "store_true", "help": "run the control plane alone (no worker)"},
+)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap", required=True, help="the bootstrap's full multiaddr")
-    parser.add_argument(
-        "--listen",
+    BOOTSTRAP.add(parser)
+    LISTEN.add(
+        parser,
         default=JOIN_LISTEN,
-        metavar="MADDR",
         help="the control plane's listen multiaddr (default %(default)s: every interface)",
     )
-    parser.add_argument(
-        "--data-listen",
-        default=JOIN_DATA_LISTEN,
-        metavar="MADDR",
+    DATA_LISTEN.add(
+        parser,
         help="the data plane's (the worker's p2pd) listen multiaddr, /ip4/HOST/tcp/PORT "
         "(default %(default)s)",
     )
-    parser.add_argument(
-        "--announce",
-        nargs="+",
-        default=[],
-        metavar="MADDR",
+    ANNOUNCE.add(
+        parser,
         help="the control-plane addresses others should dial (e.g. a public IP); the data plane "
         "announces the same hosts on its own port. Default: this machine's interface addresses",
     )
@@ -48,12 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="MADDR",
         help="the data-plane addresses others should dial (default: from --announce)",
     )
-    parser.add_argument(
-        "--identity", default="p2ptrain-identity.key", help="Ed25519 key file (created if missing)"
-    )
-    parser.add_argument(
-        "--control-only", action="store_true", help="run the control plane alone (no worker)"
-    )
+    IDENTITY.add(parser, default="p2ptrain-identity.key")
+    CONTROL_ONLY.add(parser)
     parser.add_argument(
         "--device",
         default="auto",
@@ -71,29 +78,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--checkpoint-dir",
         help="where this node keeps its stage checkpoints (default: the run spec's checkpoint_dir)",
     )
-    parser.add_argument(
-        "--token",
-        metavar="TOKEN",
-        help="the organiser's token for this peer (`p2ptrain token issue`), or a file holding "
-        "it: needed to join a run with admission = 'token', and to be elected planner",
-    )
+    TOKEN.add(parser)
     parser.add_argument(
         "--metrics-log",
         metavar="FILE",
         help="append every report of this node's worker to FILE as a JSON line",
     )
-    parser.add_argument(
-        "--http",
-        metavar="[HOST:]PORT[,NAME...]",
-        help="serve the live dashboard (the page, /api/status, /metrics) on [HOST:]PORT; read-only; "
-        "HOST defaults to 127.0.0.1 (0.0.0.0 exposes it); NAMEs: the host names the page may be "
-        "reached by besides IP addresses and localhost (Host header, e.g. a reverse proxy's)",
-    )
-    parser.add_argument(
-        "--quiet",
-        action="store_true",
-        help="print only the node's multiaddr on stdout, no progress line per training step",
-    )
+    HTTP.add(parser)
+    QUIET.add(parser)
     parser.add_argument(
         "--profile",
         action="store_true",

@@ -3,28 +3,20 @@
 python -m p2ptrain.control --role control-only --identity FILE --bootstrap MADDR [--listen MADDR]
                            [--announce MADDR...] [--ipc SOCKET] [--token TOKEN] [--quiet]
                            [--http [HOST:]PORT]
+
+The flags are ControlSettings' (control/settings.py), which the supervisor writes.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from p2ptrain.control.settings import ControlSettings
 from p2ptrain.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m p2ptrain.control")
-    parser.add_argument("--role", choices=["control-only", "trainer"], required=True)
-    parser.add_argument("--identity", required=True)
-    parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0")
-    parser.add_argument("--announce", nargs="+", default=[], metavar="MADDR")
-    parser.add_argument("--ipc", default=None)
-    parser.add_argument("--token", default=None, help="the organiser's token, or a file holding it")
-    parser.add_argument("--quiet", action="store_true", help="no progress line per worker step")
-    parser.add_argument("--http", default=None, help="serve the dashboard on [HOST:]PORT")
-    args = parser.parse_args(argv)
+    settings = ControlSettings.from_argv(argv)
     from p2ptrain.control.node import ControlNode, NodeConfig, configure_logging, run_node
     from p2ptrain.identity import load_or_create_identity
     from p2ptrain.records.token import read_token
@@ -32,15 +24,15 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging()
     try:
         config = NodeConfig(
-            seed=load_or_create_identity(args.identity),
-            role=args.role,
-            listen_addr=args.listen,
-            announce=tuple(args.announce),
-            bootstrap_addr=args.bootstrap,
-            ipc_path=args.ipc,
-            token=None if args.token is None else read_token(args.token),
-            print_progress=not args.quiet,
-            http=args.http,
+            seed=load_or_create_identity(settings.identity),
+            role=settings.role,
+            listen_addr=settings.listen,
+            announce=settings.announce,
+            bootstrap_addr=settings.bootstrap,
+            ipc_path=settings.ipc,
+            token=None if settings.token is None else read_token(settings.token),
+            print_progress=not settings.quiet,
+            http=settings.http,
         )
         node = ControlNode(config)
     except UserError as exc:

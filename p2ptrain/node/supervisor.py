@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 from p2ptrain import addresses, procs
+from p2ptrain.control.settings import ControlSettings
 from p2ptrain.identity import load_or_create_identity
 from p2ptrain.node.ipc_dir import IpcDir
 from p2ptrain.worker.faults import NO_FAULTS, Faults
@@ -152,26 +153,19 @@ class Supervisor:
             ipc_dir.remove()
 
     def _start_control(self, ipc_path: str, first: bool) -> subprocess.Popen[bytes]:
+        settings = ControlSettings(
+            role="trainer" if self.with_worker else "control-only",
+            identity=self.identity,
+            bootstrap=self.bootstrap,
+            listen=self.listen,
+            announce=self.announce,
+            ipc=ipc_path,
+            token=self.token,
+            quiet=self.quiet,
+            http=self.http,
+        )
         control = procs.spawn(
-            [
-                sys.executable,
-                "-m",
-                "p2ptrain.control",
-                "--role",
-                "trainer" if self.with_worker else "control-only",
-                "--identity",
-                self.identity,
-                "--bootstrap",
-                self.bootstrap,
-                "--listen",
-                self.listen,
-                *(["--announce", *self.announce] if self.announce else []),
-                "--ipc",
-                ipc_path,
-                *(["--token", self.token] if self.token else []),
-                *(["--quiet"] if self.quiet else []),
-                *(["--http", self.http] if self.http else []),
-            ],
+            settings.command(),
             stdout=subprocess.PIPE,
         )
         threading.Thread(target=self._relay_stdout, args=(control, first), daemon=True).start()

@@ -1,0 +1,47 @@
+"""The node commands' shared flags come from one declaration (control/settings.py), with each
+command's own defaults kept: external checks rely on them."""
+
+from __future__ import annotations
+
+import argparse
+from types import ModuleType
+
+import pytest
+
+from p2ptrain.cli import bootstrap_cmd, doctor_cmd, join_cmd
+
+
+def _parse(module: ModuleType, argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+@pytest.mark.parametrize("module", [join_cmd, doctor_cmd])
+def test_join_and_doctor_keep_their_defaults(module: ModuleType) -> None:
+    args = _parse(module, ["--bootstrap", "/ip4/127.0.0.1/tcp/7400"])
+    assert args.listen == "/ip4/0.0.0.0/tcp/7401"
+    assert args.data_listen == "/ip4/0.0.0.0/tcp/7402"
+    assert (args.announce, args.control_only) == ([], False)
+
+
+def test_join_keeps_its_defaults() -> None:
+    args = _parse(join_cmd, ["--bootstrap", "b", "--announce", "a1", "a2", "--quiet"])
+    assert (args.identity, args.token, args.http) == ("p2ptrain-identity.key", None, None)
+    assert (args.announce, args.quiet) == (["a1", "a2"], True)
+
+
+def test_bootstrap_keeps_its_defaults() -> None:
+    args = _parse(bootstrap_cmd, ["--identity", "k", "--http", "8080"])
+    assert (args.listen, args.announce, args.http) == ("/ip4/0.0.0.0/tcp/7400", [], "8080")
+    with pytest.raises(SystemExit):
+        _parse(bootstrap_cmd, [])  # --identity is required
+
+
+def test_the_shared_flags_read_the_same_everywhere() -> None:
+    helps = {}
+    for module in (join_cmd, bootstrap_cmd):
+        parser = argparse.ArgumentParser()
+        module.add_arguments(parser)
+        helps[module] = {a.dest: a.help for a in parser._actions}
+    assert helps[join_cmd]["http"] == helps[bootstrap_cmd]["http"]
