@@ -58,7 +58,7 @@ def assemble(
     sources: Sequence[tuple[range, dict[str, Any]]],
 ) -> dict[str, torch.Tensor]:
     """Load into `model` and `optimizer` their parameters' weights and AdamW state, taken from
-    `sources`: (layers, validated state: checkpoint.read_state) pairs, all of one step; each
+    `sources`: (layers, validated state: checkpoint_read.read_state) pairs, all of one step; each
     parameter from the first source that holds it. ValueError if one is in none of them.
     Returns the new stage's outer state ("outer/..." tensors, the count of outer steps the
     largest of the sources'), or {} unless the sources hold one for every parameter."""

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.checkpoint import read_file
+from p2ptrain.train.checkpoint_read import read_file
 from p2ptrain.train.reference import train_reference
 
 pytestmark = pytest.mark.integration

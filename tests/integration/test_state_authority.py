@@ -13,7 +13,8 @@ import torch
 
 from p2ptrain.harness.direct_swarm import LocalSwarm
 from p2ptrain.records import Plan, RunSpec
-from p2ptrain.train.checkpoint import StageSnapshot, checkpoint_path, read_file, record_step
+from p2ptrain.train.checkpoint import StageSnapshot, checkpoint_path, record_step
+from p2ptrain.train.checkpoint_read import read_file
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
 

@@ -9,17 +9,19 @@ from p2ptrain.errors import UserError
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train.checkpoint import (
     KEEP_STEPS,
-    PICKLED_OPTIMIZER_FORMAT,
-    PICKLED_WEIGHTS_FORMAT,
     StageSnapshot,
     checkpoint_path,
     layers_key,
-    load_stage,
-    read_file,
     record_step,
     save_stage,
     saved_steps,
     stamped_path,
+)
+from p2ptrain.train.checkpoint_read import (
+    PICKLED_OPTIMIZER_FORMAT,
+    PICKLED_WEIGHTS_FORMAT,
+    load_stage,
+    read_file,
 )
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer

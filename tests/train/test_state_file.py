@@ -18,7 +18,8 @@ from p2ptrain.errors import UserError, WireError
 from p2ptrain.records.run import RunSpec
 from p2ptrain.records.stage_state import FORMAT, StateMeta
 from p2ptrain.train import state_file
-from p2ptrain.train.checkpoint import load_stage, save_stage
+from p2ptrain.train.checkpoint import save_stage
+from p2ptrain.train.checkpoint_read import load_stage
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
 

@@ -29,13 +29,8 @@ from pathlib import Path
 
 from p2ptrain.records.lineage import id_of_tag
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.checkpoint import (
-    SavedState,
-    file_sha256,
-    list_states,
-    other_run,
-    stamped_path,
-)
+from p2ptrain.train.checkpoint import SavedState, file_sha256, list_states, stamped_path
+from p2ptrain.train.checkpoint_read import other_run
 from p2ptrain.worker.resume.covers import key_range
 
 StateRank = Callable[[str | None], int | None]

@@ -27,12 +27,10 @@ from p2ptrain.train.checkpoint import (
     expected_state_bytes,
     layers_key,
     list_states,
-    load_stage,
-    other_run,
-    read_state,
     record_step,
     stamped_path,
 )
+from p2ptrain.train.checkpoint_read import load_stage, other_run, read_state
 from p2ptrain.train.model import Stage
 from p2ptrain.train.recut import assemble
 from p2ptrain.worker.resume.adopt import link_adopted

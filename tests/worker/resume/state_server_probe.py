@@ -22,13 +22,13 @@ from hivemind.p2p import PeerID
 
 from p2ptrain.records import Plan, RunSpec
 from p2ptrain.train.checkpoint import (
-    PICKLED_OPTIMIZER_FORMAT,
     StageSnapshot,
     expected_state_bytes,
     file_sha256,
     record_step,
     stamped_path,
 )
+from p2ptrain.train.checkpoint_read import PICKLED_OPTIMIZER_FORMAT
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.worker.pipeline.frames import FrameHeader, NotReady

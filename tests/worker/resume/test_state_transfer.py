@@ -16,7 +16,7 @@ import torch
 
 from p2ptrain.errors import WireError
 from p2ptrain.records import NetworkFacts, RunSpec
-from p2ptrain.train import checkpoint
+from p2ptrain.train import checkpoint_read
 from p2ptrain.train.checkpoint import (
     StageSnapshot,
     expected_state_bytes,
@@ -122,7 +122,7 @@ def test_a_pickled_state_is_refused_by_the_fetch_path_and_never_unpickled(
     model = build_stage(SPEC, 0, 2)
     torch.save(
         {
-            "format": checkpoint.PICKLED_OPTIMIZER_FORMAT,
+            "format": checkpoint_read.PICKLED_OPTIMIZER_FORMAT,
             "run_id": SPEC.run_id,
             "layers": [0, 1],
             "step": 2,
