@@ -21,7 +21,8 @@ import numpy as np
 
 from p2ptrain.control.estimate.coordinates import settled
 from p2ptrain.control.estimate.matrix import EstimatedMatrices, build_estimated
-from p2ptrain.harness.control_sim import SimPeer, Simulation
+from p2ptrain.harness.control_sim import Simulation
+from p2ptrain.harness.control_sim_state import SimPeer
 from p2ptrain.records import Plan, RunSpec
 from p2ptrain.schedule import Topology
 from p2ptrain.schedule.cost import CostModel, plan_cost
@@ -31,7 +32,7 @@ from p2ptrain.schedule.synthetic import paper_workload
 STAGES = 8
 MIN_PEERS_SHARE = 0.9  # the run's min_peers: most of the starting swarm
 CHURN_SHARE = 0.1
-FIRST_PLAN_WAIT_S = 90.0  # as control/planning.py: plan on what there is by then
+FIRST_PLAN_WAIT_S = 90.0  # as control/planning/plan_maker.py: plan on what there is by then
 REPLAN_IF_WORSE = 1.10  # the plan's measured links cost this much more than estimated: re-plan
 MAX_CONFIRM_ROUNDS = 3
 MAX_GROUP_ALL_PAIRS = 8
@@ -42,7 +43,7 @@ MAX_PAIRS = 200_000  # error statistics on a sample of pairs
 
 @dataclass
 class PlannerState:
-    """The bench's planner duty (what control/planning.py's PlanMaker does live)."""
+    """The bench's planner duty (what control/planning/plan_maker.py's PlanMaker does live)."""
 
     first_plan_at: float | None = None
     busy_until: float = -1.0

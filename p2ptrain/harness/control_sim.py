@@ -20,18 +20,17 @@ import math
 import random
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 from p2ptrain import identity
 from p2ptrain.control import wire
 from p2ptrain.control.estimate import coordinates
-from p2ptrain.control.estimate.capacity import CapacityTracker
 from p2ptrain.control.estimate.neighbours import ROTATE_RANDOM_S, choose_neighbours
 from p2ptrain.control.links import LinkSample
 from p2ptrain.control.measuring import probe_bytes
 from p2ptrain.control.view import SwarmView
+from p2ptrain.harness.control_sim_state import Counters, SimPeer
 from p2ptrain.harness.control_truth import Truth
 from p2ptrain.records import Claim, LinkReport, PeerRecord, Plan, RunSpec, Telemetry
 from p2ptrain.records.estimate import AccessCapacity, NetCoordinate
@@ -53,37 +52,6 @@ STREAM_OVERHEAD_BYTES = 120  # a probe's stream: yamux headers, noise tags, prot
 DIGEST_BYTES = 64
 NUM_SEEN_COORDINATES = 64  # coordinates a peer remembers to pick its nearest from
 MAX_NEIGHBOUR_FAILURES = 2  # a neighbour whose probes fail this often is replaced
-
-
-@dataclass
-class SimPeer:
-    index: int
-    peer_id: str
-    joined_at: float
-    rng: random.Random
-    alive: bool = True
-    coord: NetCoordinate = field(default_factory=coordinates.origin)
-    capacity: CapacityTracker = field(default_factory=CapacityTracker)
-    links: dict[int, LinkSample] = field(default_factory=dict)
-    neighbours: tuple[int, ...] = ()
-    seen: dict[int, NetCoordinate] = field(default_factory=dict)
-    partners: tuple[int, ...] = ()
-    next_probe: int = 0
-    rotation: int = 0
-    seq: int = 0
-    view: SwarmView | None = None  # candidates only
-    seed: bytes = b""
-
-
-@dataclass
-class Counters:
-    control_bytes: dict[int, float] = field(default_factory=dict)
-    messages: dict[int, float] = field(default_factory=dict)
-    probe_bytes: dict[int, float] = field(default_factory=dict)
-
-    def charge(self, peer: int, num_bytes: float, num_messages: float = 1.0) -> None:
-        self.control_bytes[peer] = self.control_bytes.get(peer, 0.0) + num_bytes
-        self.messages[peer] = self.messages.get(peer, 0.0) + num_messages
 
 
 class Simulation:
