@@ -1,7 +1,7 @@
 """Rate limits. A fixed window per key (a remote IP) and in all, for the services that make us do
-work for strangers: dial-backs (net/dialback.py) and UDP answers (net/nat_probe.py). Sliding
-windows over stamps per key, for what a peer signs at a steady rate whatever order it reaches us
-in: gossip per author and kind (control/flood.py)."""
+work for strangers: dial-backs (traversal/dialback.py) and UDP answers (traversal/nat_probe.py).
+Sliding windows over stamps per key, for what a peer signs at a steady rate whatever order it
+reaches us in: gossip per author and kind (control/flood.py)."""
 
 from __future__ import annotations
 

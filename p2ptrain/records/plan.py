@@ -1,7 +1,8 @@
 """The plan: who trains which stage of which pipeline, and the network it was made for.
 
-Made by the elected planner (control/planning.py) or by a harness that places workers itself;
-gossiped inside a signed envelope, handed to the worker over its socket, written to metrics logs.
+Made by the elected planner (control/planning/plan_maker.py) or by a harness that places workers
+itself; gossiped inside a signed envelope, handed to the worker over its socket, written to
+metrics logs.
 A plan of term 0 was made without an election (a harness's static plan).
 """
 

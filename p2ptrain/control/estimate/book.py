@@ -4,8 +4,8 @@ simulator of `p2ptrain bench control` drives the same pieces: coordinates.py, ca
 neighbours.py).
 
 A swarm of at most FULL_MESH_PEERS members measures every link, as it always did: the neighbour
-set is everyone, and the first plan waits for every link (control/readiness.py). A bigger one
-measures a bounded neighbour set and estimates the rest.
+set is everyone, and the first plan waits for every link (control/planning/readiness.py). A
+bigger one measures a bounded neighbour set and estimates the rest.
 """
 
 from __future__ import annotations

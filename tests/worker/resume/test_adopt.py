@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.worker.resume.test_recut import SPEC, NoTransport, chain, moments, train_step, weights
 
 from p2ptrain.records import Plan
 from p2ptrain.records.lineage import Lineage, may_adopt, next_lineage
@@ -22,6 +21,7 @@ from p2ptrain.train.optim import make_optimizer
 from p2ptrain.worker.resume.adopt import link_adopted
 from p2ptrain.worker.resume.restore import restore_stage, started_line
 from p2ptrain.worker.resume.start_step import choose_start, own_announcement, placement
+from tests.worker.resume.test_recut import SPEC, NoTransport, chain, moments, train_step, weights
 
 
 def plan(stage_layers: tuple[int, ...], epoch: int, lineage: Lineage) -> Plan:
