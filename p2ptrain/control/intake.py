@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable
 
 from p2ptrain.control import wire
+from p2ptrain.control.drop import Drop
 from p2ptrain.control.events import Change
 from p2ptrain.control.flood import GossipRates
 from p2ptrain.control.penalties import BLOCK_S, PENALTIES
 from p2ptrain.control.state import NodeState
-from p2ptrain.control.view import Drop
 from p2ptrain.records import Revocations
 
 log = logging.getLogger(__name__)

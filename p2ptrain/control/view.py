@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from p2ptrain.control.authority import Authority, Member
 from p2ptrain.control.delivery_lag import DeliveryLag
+from p2ptrain.control.drop import Drop
 from p2ptrain.control.estimate.book import EstimateBook
 from p2ptrain.control.links import LinkMeasurements, LinkSample
 from p2ptrain.control.penalties import Penalties
@@ -57,14 +58,6 @@ MAX_TERM_STEP = 2
 # kinds whose messages are pages of one list that only grows (revocations): an older page is
 # not stale, it holds other entries
 PAGED_KINDS = frozenset({"revoked"})
-
-
-@dataclass
-class Drop:
-    """A refused message: `category` keys PENALTIES (None: harmless, e.g. a stale re-broadcast)."""
-
-    reason: str
-    category: str | None = None
 
 
 @dataclass
