@@ -19,6 +19,21 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that starts real processes (it asks for the `reaper`, or lives in integration/ or
+    testbed/) is an integration test, marked or not: `./dev test` runs those one at a time, after
+    the unit tests have run on two workers (two swarms at once on a 2-core box would starve each
+    other's deadlines)."""
+    for item in items:
+        parts = item.path.parts
+        if (
+            "reaper" in getattr(item, "fixturenames", ())
+            or "integration" in parts
+            or "testbed" in parts
+        ) and item.get_closest_marker("integration") is None:
+            item.add_marker(pytest.mark.integration)
+
+
 class ProcessReaper:
     """Starts commands in their own process groups and kills every group at teardown."""
 

@@ -58,7 +58,7 @@ def _start(
     return proc, reaper.read_line(proc, STARTUP_TIMEOUT_S * 3)
 
 
-@pytest.mark.timeout(SOAK_S + 600)
+@pytest.mark.timeout(SOAK_S + 900)
 def test_sixteen_control_peers_beside_a_busy_machine_stay_alive(
     reaper: ProcessReaper, tmp_path: Path
 ) -> None:
@@ -121,6 +121,7 @@ def test_sixteen_control_peers_beside_a_busy_machine_stay_alive(
     assert all(b.poll() is None for b in burners)  # the machine was busy to the end
     for burner in burners:
         burner.kill()
-    # and the swarm is whole: every peer still alive in the bootstrap's view
-    status, ok = wait_for_status(boot_addr, lambda s: alive_ids(s) >= everyone, 120)
+    # and the swarm is whole: every peer still alive in the bootstrap's view (given the time a
+    # machine that was overloaded for 10 minutes takes to drain its queues)
+    status, ok = wait_for_status(boot_addr, lambda s: alive_ids(s) >= everyone, 300)
     assert ok, status
