@@ -42,6 +42,7 @@ from p2ptrain.net import dial_gate, rpc
 from p2ptrain.net.host import parse_multiaddr, remote_ip
 from p2ptrain.net.ratelimit import WindowLimiter
 from p2ptrain.records import RunSpec, token_problem
+from p2ptrain.records.replies import RunReply
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +175,10 @@ class Discovery:
         assert self.bootstrap is not None
         view = self.state.view
         reply = await rpc.call(self.state.host, self.bootstrap.peer_id, RUN_PROTOCOL)
-        env = wire.decode(str(reply["envelope"]).encode())
+        run_reply = RunReply.from_dict(reply)
+        if run_reply.envelope is None:
+            raise wire.WireError(f"the bootstrap sends no run spec: {run_reply.error}")
+        env = wire.decode(run_reply.envelope.encode())
         if not isinstance(env.body, RunSpec) or env.author != view.bootstrap_id:
             raise wire.WireError("forged: run spec not signed by the bootstrap")
         view.run = env.body

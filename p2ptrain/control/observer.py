@@ -14,8 +14,9 @@ from p2ptrain.control.rpcs import STATUS_PROTOCOL
 from p2ptrain.errors import UserError, first_leaf
 from p2ptrain.net import rpc
 from p2ptrain.net.host import make_host, parse_multiaddr, quiet_library_logs, run_trio
-from p2ptrain.net.paging import cursor_request, next_cursor
+from p2ptrain.net.paging import checked_next, cursor_request
 from p2ptrain.records import SwarmStatus
+from p2ptrain.records.replies import StatusPage
 
 OBSERVER_TIMEOUT_S = 15.0
 MAX_STATUS_PAGES = 64  # 64 MiB of peers and links: a status past it is refused, not cut
@@ -28,17 +29,12 @@ async def fetch_status_doc(host: IHost, peer: ID) -> SwarmStatus:
     for _ in range(MAX_STATUS_PAGES):
         assert cursor is not None
         reply = await rpc.call(host, peer, STATUS_PROTOCOL, cursor_request(cursor))
-        if not isinstance(reply, dict):
-            raise ValueError("a status page is a JSON object")
-        peers, links = reply.pop("peers", None), reply.pop("links", None)
-        if not isinstance(peers, list) or not isinstance(links, list):
-            raise ValueError("a status page holds lists of peers and links")
-        next_page = next_cursor(reply, cursor)
-        reply.pop("next", None)
+        page = StatusPage.from_dict(reply)
+        next_page = checked_next(page.next, cursor)
         if cursor == 0:
-            doc = {**reply, "peers": [], "links": []}
-        doc["peers"] += peers
-        doc["links"] += links
+            doc = {**StatusPage.scalars(reply), "peers": [], "links": []}
+        doc["peers"] += page.peers
+        doc["links"] += page.links
         cursor = next_page
         if cursor is None:
             return SwarmStatus.from_dict(doc)

@@ -15,6 +15,7 @@ from p2ptrain.control.publishing import run_message
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.status import StatusPages, swarm_status
 from p2ptrain.net.paging import read_cursor
+from p2ptrain.records.replies import RunReply
 
 STATUS_PROTOCOL = TProtocol("/p2ptrain/status/1.0.0")
 RUN_PROTOCOL = TProtocol("/p2ptrain/run/1.0.0")
@@ -35,5 +36,5 @@ class RpcResponder:
 
     async def respond_run(self, request: bytes) -> dict[str, Any]:
         if self.state.role != "bootstrap" or self.state.view.run is None:
-            return {"error": "not a bootstrap"}
-        return {"envelope": run_message(self.state).decode()}
+            return RunReply(error="not a bootstrap").to_dict()
+        return RunReply(envelope=run_message(self.state).decode()).to_dict()

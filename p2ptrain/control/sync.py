@@ -26,7 +26,8 @@ from p2ptrain.control.intake import Intake
 from p2ptrain.control.publishing import authored_messages
 from p2ptrain.control.state import NodeState
 from p2ptrain.net import rpc
-from p2ptrain.net.paging import cursor_request, next_cursor, page_of, read_cursor
+from p2ptrain.net.paging import checked_next, cursor_request, page_of, read_cursor
+from p2ptrain.records.replies import SyncPage
 
 log = logging.getLogger(__name__)
 
@@ -74,31 +75,27 @@ class PullSync:
         for page in range(MAX_SYNC_PAGES):
             assert cursor is not None
             try:
-                reply = await rpc.call(
-                    self.state.host, ID.from_base58(peer), SYNC_PROTOCOL, cursor_request(cursor)
+                reply = SyncPage.from_dict(
+                    await rpc.call(
+                        self.state.host, ID.from_base58(peer), SYNC_PROTOCOL, cursor_request(cursor)
+                    )
                 )
-                envelopes = reply["envelopes"]
-                if not isinstance(envelopes, list):
-                    raise TypeError("envelopes must be a list")
-                cursor = next_cursor(reply, cursor)
-                term = reply.get("term")
-                if term is not None and (not isinstance(term, int) or not 0 <= term < 2**62):
-                    raise TypeError("term must be null or an integer")
+                cursor = checked_next(reply.next, cursor)
             except Exception as exc:
                 log.debug("sync from %s failed: %s", peer, exc)
                 return
             if page == 0:
                 view = self.state.view
-                view.learn_term(peer, term)
+                view.learn_term(peer, reply.term)
                 if peer == view.bootstrap_id:  # the organiser's word that the run is trained
-                    view.run_end.note_organiser(view.run, reply.get("finished"))
-            envelopes = envelopes[: MAX_SYNC_ENVELOPES - num_envelopes]
+                    view.run_end.note_organiser(view.run, reply.finished)
+            envelopes = reply.envelopes[: MAX_SYNC_ENVELOPES - num_envelopes]
             num_envelopes += len(envelopes)
             if not self._apply_page(peer, envelopes) or cursor is None:
                 return
         log.info("sync from %s stopped after %d pages", peer, MAX_SYNC_PAGES)
 
-    def _apply_page(self, peer: str, envelopes: list[Any]) -> bool:
+    def _apply_page(self, peer: str, envelopes: tuple[object, ...]) -> bool:
         """Apply one page's envelopes; False once `peer` is blocked (stop reading from it)."""
         state = self.state
         for text in envelopes:
@@ -125,4 +122,4 @@ class PullSync:
         own = [d.decode() for d in authored_messages(self.state)] if cursor == 0 else []
         page, nxt = page_of(held, cursor, SYNC_PAGE_BYTES)
         term = view.known_term() if view.term_anchored else None
-        return {"envelopes": own + page, "next": nxt, "term": term, "finished": view.finished}
+        return SyncPage(tuple(own + page), nxt, term, view.finished).to_dict()

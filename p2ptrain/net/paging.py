@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any, TypeVar
 
+from p2ptrain.records.replies import MAX_CURSOR, Cursor
+
 T = TypeVar("T")
 
 
@@ -14,16 +16,13 @@ def read_cursor(request: bytes) -> int:
     if not request:
         return 0
     try:
-        cursor = json.loads(request)["cursor"]
-    except (ValueError, TypeError, KeyError, RecursionError):
-        raise ValueError('a paged request is {"cursor": n}') from None
-    if not isinstance(cursor, int) or isinstance(cursor, bool) or not 0 <= cursor < 2**31:
-        raise ValueError("a cursor is an integer in [0, 2**31)")
-    return cursor
+        return Cursor.from_dict(json.loads(request)).cursor
+    except (ValueError, RecursionError) as exc:  # WireError is a ValueError too
+        raise ValueError(f'a paged request is {{"cursor": n}}: {exc}') from None
 
 
 def cursor_request(cursor: int) -> bytes:
-    return json.dumps({"cursor": cursor}).encode()
+    return json.dumps(Cursor(cursor).to_dict()).encode()
 
 
 def page_of(items: list[T], cursor: int, budget_bytes: int) -> tuple[list[T], int | None]:
@@ -43,10 +42,14 @@ def page_of(items: list[T], cursor: int, budget_bytes: int) -> tuple[list[T], in
 
 
 def next_cursor(reply: dict[str, Any], cursor: int) -> int | None:
-    """A reply's next cursor, checked: None or a cursor past this one (no loops)."""
-    nxt = reply.get("next")
+    """A raw reply's next cursor, checked (see checked_next)."""
+    return checked_next(reply.get("next"), cursor)
+
+
+def checked_next(nxt: object, cursor: int) -> int | None:
+    """A page's next cursor, checked: None or a cursor past this one (no loops)."""
     if nxt is None:
         return None
-    if not isinstance(nxt, int) or isinstance(nxt, bool) or not cursor < nxt < 2**31:
+    if not isinstance(nxt, int) or isinstance(nxt, bool) or not cursor < nxt <= MAX_CURSOR:
         raise ValueError(f"bad next cursor {nxt!r}")
     return nxt

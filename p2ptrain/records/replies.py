@@ -1,0 +1,85 @@
+"""The replies of the control processes' request/response protocols (net/rpc.py), declared once:
+the run reply (`/p2ptrain/run/1.0.0`), a sync page (`/p2ptrain/sync/1.0.0`), a status page
+(`/p2ptrain/status/1.0.0`), and the cursor a paged request names (net/paging.py). The JSON is
+what these protocols always carried; each reply is decoded once, where it arrives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from p2ptrain.records import fields as f
+from p2ptrain.records.codec import Custom, Int, Nullable, Record, Seq, Text, Wire
+
+MAX_CURSOR = 2**31 - 1
+MAX_TERM = 2**62 - 1
+MAX_PAGE_ITEMS = 1 << 20  # a page's items are bounded by its bytes (net/rpc.MAX_REPLY_BYTES)
+MAX_ERROR_CHARS = 200
+
+
+def _string(value: object, record: str, name: str) -> str:
+    if not isinstance(value, str):
+        raise f.malformed(record, f"{name} must hold strings")
+    return value
+
+
+def _item(value: object, record: str, name: str) -> object:
+    """A sync page's item, kept as sent: control/sync.py decodes each envelope on its own (and
+    blames the sender for each bad one), so one bad item does not hide the others."""
+    return value
+
+
+def _object(value: object, record: str, name: str) -> dict[str, Any]:
+    """A status entry (records/status.py's SwarmStatus checks it once the pages are joined)."""
+    if not isinstance(value, dict):
+        raise f.malformed(record, f"{name} must hold objects")
+    return value
+
+
+NextCursor = Annotated[int | None, Nullable(Int(1, MAX_CURSOR))]
+
+
+@dataclass(frozen=True)
+class Cursor(Record, name="cursor"):
+    """A paged request: the first item it asks for (an empty request asks for 0)."""
+
+    cursor: Annotated[int, Int(0, MAX_CURSOR)]
+
+
+@dataclass(frozen=True)
+class RunReply(Record, name="run reply"):
+    """The bootstrap's signed run spec (an envelope), or why there is none."""
+
+    envelope: Annotated[str | None, Nullable(Custom(_string)), Wire(omit_default=True)] = None
+    error: Annotated[str | None, Nullable(Text(MAX_ERROR_CHARS)), Wire(omit_default=True)] = None
+
+    def wire_problem(self) -> str | None:
+        if (self.envelope is None) == (self.error is None):
+            return "a run reply holds an envelope or an error"
+        return None
+
+
+@dataclass(frozen=True)
+class SyncPage(Record, name="sync page"):
+    """Whole envelopes, the next cursor (None: the last page), the responder's anchored term,
+    and whether the run is finished (the organiser's word: control/run_end.py)."""
+
+    envelopes: Annotated[tuple[object, ...], Seq(Custom(_item), MAX_PAGE_ITEMS)]
+    next: NextCursor = None
+    term: Annotated[int | None, Nullable(Int(0, MAX_TERM))] = None
+    finished: bool = False
+
+
+@dataclass(frozen=True)
+class StatusPage(Record, name="status page"):
+    """Peers and links of the status document (page 0 carries its other fields beside them)."""
+
+    peers: Annotated[tuple[dict[str, Any], ...], Seq(Custom(_object), MAX_PAGE_ITEMS)]
+    links: Annotated[tuple[dict[str, Any], ...], Seq(Custom(_object), MAX_PAGE_ITEMS)]
+    next: NextCursor = None
+
+    @staticmethod
+    def scalars(reply: dict[str, Any]) -> dict[str, Any]:
+        """Page 0's other fields: the status document's scalars."""
+        return {k: v for k, v in reply.items() if k not in ("peers", "links", "next")}
