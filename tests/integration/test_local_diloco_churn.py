@@ -93,8 +93,20 @@ def test_diloco_survives_a_killed_replica(tmp_path: Path) -> None:
     # the survivors' outer steps went on past the kill, up to the final round after the last step
     applied = [line for line in logs.splitlines() if "outer step" in line and "applied" in line]
     assert any(f"round of step {STEPS - 1}" in line for line in applied), applied[-5:]
-    counts = [int(line.split("outer step ", 1)[1].split()[0]) for line in applied]
-    assert max(counts) >= STEPS // 4, counts  # the outer state was carried, not restarted
+    # the outer state was carried, not restarted: each survivor's first outer step after its
+    # resume continues the count (a failed round applies nothing: the victim's, and the one the
+    # re-plan stopped, so the total depends on timing)
+    first_after_resume = []
+    for i in range(3):
+        lines = (workdir / f"peer-{i}.log").read_text().splitlines()
+        resumed = [n for n, line in enumerate(lines) if "resumed layers" in line]
+        if not resumed:  # the spare
+            continue
+        later = [line for line in lines[resumed[-1] :] if line in applied]
+        first_after_resume += [
+            int(line.split("outer step ", 1)[1].split()[0]) for line in later[:1]
+        ]
+    assert first_after_resume and min(first_after_resume) > 1, first_after_resume
     losses = summary["loss"]
     assert sum(losses[-3:]) < sum(losses[:3]) - 0.3, losses
     assert not processes_with(str(workdir)), "a process of the run is left"

@@ -5,8 +5,12 @@ states of other layer ranges (worker/resume/covers.py, train/recut.py), each loc
 
 Only states of the plan's lineage or its ancestors' count (records/lineage.py): a local state
 saved under another lineage (the other side of a healed partition) is never resumed from, and
-a warning says so. A stage no member holds any state of restarts from initial weights: the run
-goes on, but that stage's training is lost, so the worker says it loudly (STAGE STATE LOST).
+a warning says so. When the stages share no step (start_step.py), a stage with no state at or
+before the agreed step resumes from this machine's oldest state of it after that step: under
+diloco the replicas drift apart once a round fails, and the stage's holder may have run past the
+others' newest state and pruned its older ones (a few steps replayed, nothing lost). A stage no
+member holds any state of restarts from initial weights: the run goes on, but that stage's
+training is lost, so the worker says it loudly (STAGE STATE LOST).
 A restarted swarm's first plan may adopt an earlier lineage's states (worker/resume/adopt.py): those
 this machine holds are first linked under the plan's tag, then loaded like its own.
 """
@@ -71,6 +75,11 @@ def restore_stage(
     warn_other_lineages(directory, rank, key, start.step)
     local = local_states(directory, rank).get(key, {})
     usable = sorted(step for step in local if step <= start.step)
+    if not usable and key not in start.digests and key not in start.sources:
+        # no state of this stage at the agreed step anywhere (its holders ran ahead of the
+        # others': diloco's replicas drift apart after a failed round, further than the kept
+        # history): its own oldest newer state costs a few replayed steps, initial weights all
+        usable = sorted(step for step in local if step > start.step)[:1]
     if not usable:
         if start.step > 0:  # the run goes on, but this stage's training is lost: say it loudly
             log.warning(
