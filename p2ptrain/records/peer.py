@@ -36,7 +36,7 @@ MAX_REASON_CHARS = 160
 MAX_DEVICE_CHARS = 80
 MAX_COMPUTE_S = 3600.0
 # a pass over one row of a block, the embedding or the head takes at least a nanosecond on any
-# device (the run's model sets a higher floor: control/compute.py); 0 claimed every layer
+# device (the run's model sets a floor: control/planning/compute.py); 0 claimed every layer
 MIN_COMPUTE_S = 1e-9
 MAX_MEMORY_BYTES = 2**53  # what the wire carries exactly as a JSON number (8 PiB)
 # what a device's memory counts for: more than any GPU or a large server's RAM. A larger
