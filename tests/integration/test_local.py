@@ -136,6 +136,7 @@ lr = 3e-3
 """
 
 
+@pytest.mark.slow  # ~2 min; the default suite keeps the nanoGPT run above (CI time)
 def test_a_llama_run_on_four_peers_learns_and_equals_one_process(tmp_path: Path) -> None:
     """The Llama family through the shipped path: 2 stages x 2 replicas of the tiny preset
     (RMSNorm, rotary, SwiGLU, grouped-query attention), exact mode, 40 steps: the loss falls by
