@@ -22,6 +22,7 @@ from p2ptrain.worker.averaging import outer_wire as wire
 from p2ptrain.worker.averaging.outer_exchange import OuterExchange, exchange_timeouts
 from p2ptrain.worker.averaging.round_inbox import RoundInbox
 from p2ptrain.worker.pipeline.stage_step import replica_weights
+from p2ptrain.worker.pipeline.transport import close_after_sender
 
 if TYPE_CHECKING:
     from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
@@ -32,7 +33,6 @@ log = logging.getLogger(__name__)
 
 HEADER_TIMEOUT_S = 10.0
 MIN_RATE_BPS = 1e6  # a payload's read may take its size at this rate (plus the header's time)
-ANSWER_LINGER_S = 5.0
 RETRY_PAUSE_S = 0.3
 MAX_SENDERS = 8  # threads that push messages at once
 
@@ -117,14 +117,7 @@ class P2PRoundLink:
             log.warning("refused an outer round message from %s: %r", remote, exc)
             writer.write(wire.REJECTED)
         finally:
-            # close once the sender closed its side: p2pd may reset a stream closed with the
-            # answer in flight (as the frames' handler does)
-            with contextlib.suppress(OSError, TimeoutError, asyncio.IncompleteReadError):
-                await writer.drain()
-                async with asyncio.timeout(ANSWER_LINGER_S):
-                    while await reader.read(65536):
-                        pass
-            writer.close()
+            await close_after_sender(reader, writer)
 
 
 def stage_exchange(

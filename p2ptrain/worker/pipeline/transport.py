@@ -304,14 +304,7 @@ class Transport:
             log.warning("refused a frame from %s: %r", remote, exc)
             writer.write(frames.REJECTED)
         finally:
-            # Close only once the sender has closed its side (it does after reading our answer):
-            # p2pd may reset a stream closed with the answer still in flight.
-            with contextlib.suppress(OSError, TimeoutError, asyncio.IncompleteReadError):
-                await writer.drain()
-                async with asyncio.timeout(ANSWER_LINGER_S):
-                    while await reader.read(65536):
-                        pass
-            writer.close()
+            await close_after_sender(reader, writer)
 
     def receive(
         self,
@@ -337,3 +330,14 @@ class Transport:
         except Exception as exc:
             log.debug("p2p shutdown: %r", exc)
         self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+async def close_after_sender(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Close an inbound stream once its sender has closed its side (it does after reading our
+    answer): p2pd may reset a stream closed with the answer still in flight."""
+    with contextlib.suppress(OSError, TimeoutError, asyncio.IncompleteReadError):
+        await writer.drain()
+        async with asyncio.timeout(ANSWER_LINGER_S):
+            while await reader.read(65536):
+                pass
+    writer.close()
