@@ -31,7 +31,7 @@ LAYERS: list[set[str]] = [
     {"records"},
     {"identity"},
     {"procs"},  # processes: spawn, stop, sweep what a dead one left
-    {"errors", "__init__"},
+    {"errors", "flags", "__init__"},  # flags: stdlib-only command-line declarations
 ]
 PRODUCT = {
     "cli",

@@ -18,7 +18,8 @@ from p2ptrain.cli import join_cmd
 from p2ptrain.errors import UserError
 from p2ptrain.harness.cli import local_cmd
 from p2ptrain.harness.local_run import WITH_FAULTS as MODULE
-from p2ptrain.worker.faults import FLAG, KINDS, Faults, fault_arg
+from p2ptrain.worker.faults import KINDS, Faults
+from p2ptrain.worker.settings import FAULT
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -27,13 +28,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, module in (("join", join_cmd), ("local", local_cmd)):
         sub_parser = sub.add_parser(name)
         module.add_arguments(sub_parser)
-        sub_parser.add_argument(
-            FLAG,
+        FAULT.add(
+            sub_parser,
             dest="faults",
-            action="append",
-            default=[],
-            type=fault_arg,
-            metavar="KIND@STEP:STAGE:REPLICA",
             help=f"inject a fault into the worker(s) ({', '.join(KINDS)}); repeatable",
         )
         sub_parser.set_defaults(_run=module.run)
