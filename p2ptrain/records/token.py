@@ -18,7 +18,7 @@ import base64
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar, Self
 
 from p2ptrain import identity
 from p2ptrain.errors import WireError
@@ -65,7 +65,33 @@ Signature = Annotated[str, Custom(_signature), Wire(required=True)]
 
 
 @dataclass(frozen=True)
-class Token(Record, name="token"):
+class _SignedLine(Record):
+    """A record the organiser signs that travels as one line of text: PREFIX, then base64 of
+    its JSON. The signature covers `signed_body()` as sorted compact JSON."""
+
+    PREFIX: ClassVar[str]
+
+    def signed_body(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def signed_bytes(self) -> bytes:
+        return json.dumps(self.signed_body(), sort_keys=True, separators=(",", ":")).encode()
+
+    def encode(self) -> str:
+        """The record as one line of text (what the organiser's commands print)."""
+        return _to_line(self.PREFIX, self.to_dict())
+
+    @classmethod
+    def decode(cls, text: object) -> Self:
+        """A record from its text form; WireError for anything else."""
+        return cls.from_dict(_from_line(cls.PREFIX, text, cls.RECORD))
+
+
+@dataclass(frozen=True)
+class Token(_SignedLine, name="token"):
+    """Its text form is what `token issue` prints and `join --token` takes."""
+
+    PREFIX: ClassVar[str] = TOKEN_PREFIX
     peer: Annotated[str, PeerId()]  # the holder's peer id
     planner: bool  # may be elected planner and sign plans
     expires_at: Annotated[float, Num(0.0, 1e11)]  # seconds since the epoch
@@ -74,7 +100,7 @@ class Token(Record, name="token"):
     # the run it admits to ("": every run of the issuer's key)
     run_id: Annotated[str, Text(MAX_RUN_ID_CHARS, empty=True), Wire(omit_default=True)] = ""
 
-    def signed_bytes(self) -> bytes:
+    def signed_body(self) -> dict[str, Any]:
         body: dict[str, Any] = {
             "peer": self.peer,
             "planner": self.planner,
@@ -83,16 +109,7 @@ class Token(Record, name="token"):
         }
         if self.run_id:  # absent from run-less tokens: their old signatures still verify
             body["run_id"] = self.run_id
-        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-
-    def encode(self) -> str:
-        """The token as one line of text (what `token issue` prints and `join --token` takes)."""
-        return _to_line(TOKEN_PREFIX, self.to_dict())
-
-    @classmethod
-    def decode(cls, text: object) -> Token:
-        """A token from its text form; WireError for anything else."""
-        return cls.from_dict(_from_line(TOKEN_PREFIX, text, cls.RECORD))
+        return body
 
 
 def issue_token(
@@ -129,24 +146,17 @@ def token_problem(
 
 
 @dataclass(frozen=True)
-class Revocation(Record, name="revocation"):
+class Revocation(_SignedLine, name="revocation"):
+    """Its text form is what `token revoke` prints and `bootstrap --revoked` files hold."""
+
+    PREFIX: ClassVar[str] = REVOCATION_PREFIX
     peer: Annotated[str, PeerId()]  # whose tokens no longer count
     issuer: Annotated[str, PeerId()]  # the organiser's peer id
     sig: Signature = ""  # hex Ed25519 signature of signed_bytes() by the issuer's key
 
-    def signed_bytes(self) -> bytes:
+    def signed_body(self) -> dict[str, Any]:
         # "revoke" rather than "peer": these bytes can never be a token's signed bytes
-        body = {"revoke": self.peer, "issuer": self.issuer}
-        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-
-    def encode(self) -> str:
-        """One line of text: what `token revoke` prints and `bootstrap --revoked` files hold."""
-        return _to_line(REVOCATION_PREFIX, self.to_dict())
-
-    @classmethod
-    def decode(cls, text: object) -> Revocation:
-        """A revocation from its text form; WireError for anything else."""
-        return cls.from_dict(_from_line(REVOCATION_PREFIX, text, cls.RECORD))
+        return {"revoke": self.peer, "issuer": self.issuer}
 
 
 @dataclass(frozen=True)
