@@ -60,12 +60,8 @@ def _flags(record: Any) -> tuple[Field[Any], ...]:
     return fields(record)
 
 
-class FlagSettings:
-    """Base of a frozen dataclass of flag_fields: a child process's settings, which it reads
-    from its command line and its parent writes into one (`command()`)."""
-
-    MODULE: ClassVar[str]  # `python -m MODULE` runs the child
-    DESCRIPTION: ClassVar[str]
+class FlagRecord:
+    """Base of a frozen dataclass of flag_fields: a command's flags as one record."""
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
@@ -88,13 +84,25 @@ class FlagSettings:
         """Refuse (parser.error) what the flags allow one by one but not together."""
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> Self:
-        values = {}
+    def from_args(cls, args: object, **given: Any) -> Self:
+        """The record of a parsed command line, or of another record whose flags share these
+        fields' names (a node's flags are its children's): the fields `args` has, and `given`."""
+        values = dict(given)
         for spec in _flags(cls):
+            if spec.name in given or not hasattr(args, spec.name):
+                continue
             value = getattr(args, spec.name)
             read = spec.metadata["read"]
             values[spec.name] = read(value) if read else _plain(value)
         return cls(**values)
+
+
+class FlagSettings(FlagRecord):
+    """A child process's settings, which it reads from its command line and its parent writes
+    into one (`command()`)."""
+
+    MODULE: ClassVar[str]  # `python -m MODULE` runs the child
+    DESCRIPTION: ClassVar[str]
 
     @classmethod
     def from_argv(cls, argv: Sequence[str] | None = None) -> Self:

@@ -10,6 +10,7 @@ import pytest
 from p2ptrain import addresses
 from p2ptrain.cli import bootstrap_cmd, join_cmd
 from p2ptrain.errors import UserError
+from p2ptrain.node.settings import NodeSettings
 from p2ptrain.node.supervisor import Supervisor
 from p2ptrain.records import PeerRecord
 
@@ -103,14 +104,16 @@ def test_addresses_nobody_could_dial_are_refused(announce: list[str]) -> None:
 
 def test_join_hands_its_addresses_to_both_processes() -> None:
     supervisor = Supervisor(
-        bootstrap="b",
-        identity="k",
-        listen="/ip4/0.0.0.0/tcp/7401",
-        control_only=False,
-        data_listen="/ip4/0.0.0.0/tcp/7402",
-        announce=("/ip4/203.0.113.7/tcp/7401",),
+        NodeSettings(
+            bootstrap="b",
+            identity="k",
+            listen="/ip4/0.0.0.0/tcp/7401",
+            control_only=False,
+            data_listen="/ip4/0.0.0.0/tcp/7402",
+            announce=("/ip4/203.0.113.7/tcp/7401",),
+        )
     )
     assert (supervisor.data_host, supervisor.data_port) == ("0.0.0.0", 7402)
     assert supervisor.data_announce == ("/ip4/203.0.113.7/tcp/7402",)
     with pytest.raises(UserError, match="--data-listen"):
-        Supervisor("b", "k", "/ip4/0.0.0.0/tcp/7401", False, data_listen="/ip6/::/tcp/1")
+        Supervisor(NodeSettings("b", "/ip4/0.0.0.0/tcp/7401", data_listen="/ip6/::/tcp/1"))

@@ -8,28 +8,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from p2ptrain.addresses import JOIN_LISTEN
-from p2ptrain.cli.join_cmd import CONTROL_ONLY, DATA_LISTEN
-from p2ptrain.control.settings import ANNOUNCE, BOOTSTRAP, LISTEN
+from p2ptrain.control.settings import BOOTSTRAP
+from p2ptrain.node.settings import CONTROL_ONLY, DATA_LISTEN, NODE_ANNOUNCE, NODE_LISTEN
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # join's own declarations, each said to be join's: the flags `join` would get
     BOOTSTRAP.add(parser)
-    LISTEN.add(
-        parser,
-        default=JOIN_LISTEN,
-        help="the control plane's listen multiaddr, as `join --listen` (default %(default)s)",
-    )
-    DATA_LISTEN.add(
-        parser,
-        help="the data plane's listen multiaddr, as `join --data-listen` (default %(default)s)",
-    )
-    ANNOUNCE.add(
-        parser,
-        help="the control-plane addresses to be dialled back at, as `join --announce` (default: "
-        "this machine's interface addresses)",
-    )
-    CONTROL_ONLY.add(parser, help="as `join --control-only`: no data plane to check")
+    for flag in (NODE_LISTEN, DATA_LISTEN, NODE_ANNOUNCE, CONTROL_ONLY):
+        flag.add(parser, help=f"as `join {flag.name}`: {flag.options['help']}")
     parser.add_argument(
         "--json", action="store_true", help="also print one JSON object as the last line"
     )

@@ -32,6 +32,7 @@ from p2ptrain import addresses, procs
 from p2ptrain.control.settings import ControlSettings
 from p2ptrain.identity import load_or_create_identity
 from p2ptrain.node.ipc_dir import IpcDir
+from p2ptrain.node.settings import NodeSettings
 from p2ptrain.worker.faults import NO_FAULTS, Faults
 from p2ptrain.worker.settings import WorkerSettings
 
@@ -70,42 +71,19 @@ def worker_available() -> bool:
 class Supervisor:
     """Runs one node until a signal arrives or a child exits; returns an exit code."""
 
-    def __init__(
-        self,
-        bootstrap: str,
-        identity: str,
-        listen: str,
-        control_only: bool,
-        data_listen: str = addresses.LOOPBACK,
-        announce: tuple[str, ...] = (),
-        announce_data: tuple[str, ...] = (),
-        checkpoint_dir: str | None = None,
-        metrics_log: str | None = None,
-        token: str | None = None,
-        faults: Faults = NO_FAULTS,
-        profile: bool = False,
-        quiet: bool = False,
-        http: str | None = None,
-        device: str = "auto",
-        threads: int = 0,
-    ) -> None:
-        self.bootstrap = bootstrap
-        self.quiet = quiet  # no progress lines: the multiaddr is the only stdout line
-        self.http = http  # the control process serves the dashboard there
+    def __init__(self, node: NodeSettings, faults: Faults = NO_FAULTS) -> None:
+        self.node = node
         self.faults = faults
-        self.profile = profile  # the worker reports where each step's CPU went
-        self.device, self.threads = device, threads  # the worker's (worker/device.py)
-        self.token = token
-        self.checkpoint_dir = checkpoint_dir
-        self.metrics_log = metrics_log
-        self.identity = identity
-        self.listen = listen
-        self.announce = addresses.check_announce(announce, "--announce")
+        self.announce = addresses.check_announce(node.announce, "--announce")
         # checked now, so that a mistake stops `join` with one line before anything starts
-        self.data_host, self.data_port = addresses.listen_endpoint(data_listen, "--data-listen")
-        self.data_announce = addresses.data_announce(announce, announce_data, self.data_port)
-        self.with_worker = not control_only and worker_available()
-        if not control_only and not self.with_worker:
+        self.data_host, self.data_port = addresses.listen_endpoint(
+            node.data_listen, "--data-listen"
+        )
+        self.data_announce = addresses.data_announce(
+            node.announce, node.announce_data, self.data_port
+        )
+        self.with_worker = not node.control_only and worker_available()
+        if not node.control_only and not self.with_worker:
             log.warning(
                 "torch and hivemind are not installed (pip install 'p2ptrain[train]'): "
                 "running the control plane only"
@@ -118,10 +96,12 @@ class Supervisor:
         self._stop_signal = signum
 
     def run(self) -> int:
-        load_or_create_identity(self.identity)  # create it once, before two children race for it
+        load_or_create_identity(
+            self.node.identity
+        )  # create it once, before two children race for it
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self._on_signal)
-        ipc_dir = IpcDir(self.identity)  # beside the identity: node/ipc_dir.py
+        ipc_dir = IpcDir(self.node.identity)  # beside the identity: node/ipc_dir.py
         ipc_path = ipc_dir.path
         children: list[subprocess.Popen[bytes]] = []
         try:
@@ -132,18 +112,13 @@ class Supervisor:
                     return self._finish(children)
                 self._addr_printed.wait(POLL_S)
             if self.with_worker:
-                worker = WorkerSettings(
+                worker = WorkerSettings.from_args(
+                    self.node,
                     ipc=ipc_path,
-                    identity=self.identity,
-                    checkpoint_dir=self.checkpoint_dir,
                     listen_host=self.data_host,
                     listen_port=self.data_port,
                     announce=self.data_announce,
-                    metrics_log=self.metrics_log,
-                    device=self.device,
-                    threads=self.threads,
                     faults=self.faults,
-                    profile=self.profile,
                 )
                 children.append(procs.spawn(worker.command()))
             self._watch(children, ipc_path)
@@ -153,21 +128,13 @@ class Supervisor:
             ipc_dir.remove()
 
     def _start_control(self, ipc_path: str, first: bool) -> subprocess.Popen[bytes]:
-        settings = ControlSettings(
+        settings = ControlSettings.from_args(
+            self.node,
             role="trainer" if self.with_worker else "control-only",
-            identity=self.identity,
-            bootstrap=self.bootstrap,
-            listen=self.listen,
             announce=self.announce,
             ipc=ipc_path,
-            token=self.token,
-            quiet=self.quiet,
-            http=self.http,
         )
-        control = procs.spawn(
-            settings.command(),
-            stdout=subprocess.PIPE,
-        )
+        control = procs.spawn(settings.command(), stdout=subprocess.PIPE)
         threading.Thread(target=self._relay_stdout, args=(control, first), daemon=True).start()
         return control
 

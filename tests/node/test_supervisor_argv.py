@@ -10,6 +10,7 @@ import pytest
 
 from p2ptrain.control.settings import ControlSettings
 from p2ptrain.node import supervisor as supervisor_module
+from p2ptrain.node.settings import NodeSettings
 from p2ptrain.node.supervisor import Supervisor
 
 
@@ -28,15 +29,17 @@ def test_the_control_command_line_parses_back_to_the_nodes_flags(
 
     monkeypatch.setattr(supervisor_module.procs, "spawn", spawn)
     node = Supervisor(
-        bootstrap="/ip4/127.0.0.1/tcp/7400/p2p/QmBoot",
-        identity="peer.key",
-        listen="/ip4/127.0.0.1/tcp/7401",
-        control_only=True,
-        data_listen="/ip4/127.0.0.1/tcp/7402",
-        announce=("/ip4/127.0.0.1/tcp/7401",),
-        token="token.txt",
-        quiet=True,
-        http="127.0.0.1:8080",
+        NodeSettings(
+            bootstrap="/ip4/127.0.0.1/tcp/7400/p2p/QmBoot",
+            identity="peer.key",
+            listen="/ip4/127.0.0.1/tcp/7401",
+            control_only=True,
+            data_listen="/ip4/127.0.0.1/tcp/7402",
+            announce=("/ip4/127.0.0.1/tcp/7401",),
+            token="token.txt",
+            quiet=True,
+            http="127.0.0.1:8080",
+        )
     )
     node._start_control("/tmp/c.sock", first=True)
     (argv,) = started
