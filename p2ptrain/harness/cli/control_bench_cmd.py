@@ -5,39 +5,31 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
-from typing import Any
+
+from p2ptrain.harness.cli.bench_kind import add_output_arguments, comma_integers, write_result
+
+HELP = (
+    "the control plane (coordinates, estimates, election, planning) at 100-1,000 simulated "
+    "peers: traffic per node, time to the first plan, estimate errors, failover"
+)
 
 
-def add_kind(kinds: Any) -> None:
-    control = kinds.add_parser(
-        "control",
-        help="the control plane (coordinates, estimates, election, planning) at 100-1,000 "
-        "simulated peers: traffic per node, time to the first plan, estimate errors, failover",
-    )
+def add_arguments(control: argparse.ArgumentParser) -> None:
     control.add_argument("--peers", default="100,300,1000", help="comma-separated swarm sizes")
     control.add_argument("--seed", type=int, default=0)
     control.add_argument("--horizon", type=float, default=240.0, help="simulated seconds at most")
-    control.add_argument("--json", action="store_true", help="print one JSON object, no table")
-    control.add_argument(
-        "--out", default="bench-results/control.json", help="where to write the JSON"
-    )
+    add_output_arguments(control, "bench-results/control.json")
 
 
 def run(args: argparse.Namespace) -> int:
     from p2ptrain.errors import UserError
     from p2ptrain.harness.control_bench import render, run_benchmark
 
-    try:
-        sizes = [int(s) for s in args.peers.split(",") if s.strip()]
-    except ValueError:
-        raise UserError(f"--peers must be comma-separated integers, got {args.peers!r}") from None
+    sizes = comma_integers(args.peers, "--peers")
     if not sizes or min(sizes) < 16:
         raise UserError("--peers needs swarm sizes of at least 16")
     result = run_benchmark(sizes, args.seed, args.horizon)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    out = write_result(args.out, result)
     if not args.json:
         print(render(result))
         print(f"wrote {out}", file=sys.stderr)

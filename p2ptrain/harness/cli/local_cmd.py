@@ -115,7 +115,6 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
                 own_checkpoints,
             )
         elif not args.direct:
-            from p2ptrain.harness.local_run import train_with_control_plane
             from p2ptrain.web.server import parse_http_address
 
             print(f"starting a bootstrap and {args.peers} nodes (logs in {workdir}) ...", file=out)
@@ -123,19 +122,9 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
             if args.http is not None:
                 host, port = parse_http_address(args.http)
                 print(f"dashboard: http://{host}:{port}/", file=out, flush=True)
-            progress = _Progress(spec.steps, out)
-            result = train_with_control_plane(
-                spec,
-                args.peers,
-                workdir,
-                progress.on_plan,
-                progress.on_step,
-                own_checkpoints=own_checkpoints,
-                faults=faults,
-                http=args.http,
-                on_report=progress.on_report,
+            result = _train_with_control_plane(
+                spec, args.peers, workdir, out, own_checkpoints, faults=faults, http=args.http
             )
-            progress.finish()
         else:
             with LocalSwarm(spec, args.peers, workdir) as swarm:
                 print(f"starting {args.peers} peers (logs in {workdir}) ...", file=out, flush=True)
@@ -191,7 +180,6 @@ def _train_emulated(
         raise UserError(f"--bandwidth-scale must be > 0, got {bandwidth_scale}")
     topology = load_topology(topology_path)
     if not direct:
-        from p2ptrain.harness.local_run import train_with_control_plane
         from p2ptrain.harness.testbed_sites import TestbedSites
         from p2ptrain.testbed.nat import nat_from_topology_file
 
@@ -204,18 +192,9 @@ def _train_emulated(
                 file=out,
                 flush=True,
             )
-            progress = _Progress(spec.steps, out)
-            result = train_with_control_plane(
-                spec,
-                topology.num_peers,
-                workdir,
-                progress.on_plan,
-                progress.on_step,
-                TestbedSites(bed),
-                own_checkpoints,
+            return _train_with_control_plane(
+                spec, topology.num_peers, workdir, out, own_checkpoints, sites=TestbedSites(bed)
             )
-            progress.finish()
-            return result
     with (
         Testbed.from_topology(topology, bandwidth_scale=bandwidth_scale) as bed,
         EmulatedSwarm(spec, bed, workdir) as swarm,
@@ -232,6 +211,27 @@ def _train_emulated(
         result = swarm.train(progress.on_step)
         progress.finish()
         return result
+
+
+def _train_with_control_plane(
+    spec: Any, num_peers: int, workdir: Path, out: TextIO, own_checkpoints: bool, **options: Any
+) -> Any:
+    """A bootstrap and `num_peers` join nodes train (harness/local_run.py), a line per step."""
+    from p2ptrain.harness.local_run import train_with_control_plane
+
+    progress = _Progress(spec.steps, out)
+    result = train_with_control_plane(
+        spec,
+        num_peers,
+        workdir,
+        progress.on_plan,
+        progress.on_step,
+        own_checkpoints=own_checkpoints,
+        on_report=progress.on_report,
+        **options,
+    )
+    progress.finish()
+    return result
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

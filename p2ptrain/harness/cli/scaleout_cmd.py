@@ -5,28 +5,30 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
-from typing import Any
 
-from p2ptrain.harness.cli.wan_bench import add_emulation_arguments
+from p2ptrain.harness.cli.bench_kind import (
+    add_output_arguments,
+    add_run_arguments,
+    progress,
+    write_result,
+)
+from p2ptrain.harness.cli.wan_bench import add_emulation_arguments, emulated_links
 
 # scaleout_bench.RUN_ORDER, without importing it
 RUNS = ("step", "diloco", "diloco_fp16", "diloco_outer_int8", "diloco_int8")
 DEFAULT_RUNS = "step,diloco,diloco_fp16,diloco_int8"
 
 
-def add_kind(kinds: Any) -> None:
-    """Register the scaleout kind on bench's KIND subparsers."""
-    scale = kinds.add_parser(
-        "scaleout",
-        help="train on the emulated WAN (root): every-step averaging vs DiLoCo, tokens/s, time "
-        "to step's final loss, data-parallel bytes",
-    )
+HELP = (
+    "train on the emulated WAN (root): every-step averaging vs DiLoCo, tokens/s, time to step's "
+    "final loss, data-parallel bytes"
+)
+
+
+def add_arguments(scale: argparse.ArgumentParser) -> None:
     add_emulation_arguments(scale, default_peers=8)
-    scale.add_argument("--run", metavar="RUN.toml", help="base run spec (default: the built-in)")
-    scale.add_argument("--steps", type=int, default=80, help="training steps per run")
-    scale.add_argument("--stages", type=int, default=4, help="pipeline stages (default 4)")
+    add_run_arguments(scale, steps=80)
     scale.add_argument(
         "--inner-steps", type=int, default=10, help="DiLoCo's H of the diloco runs (default 10)"
     )
@@ -44,17 +46,13 @@ def add_kind(kinds: Any) -> None:
         "cores split equally among the peers; 0: no quota)",
     )
     scale.add_argument("--logs", metavar="DIR", help="keep every worker's log under DIR")
-    scale.add_argument("--json", action="store_true", help="print the JSON last, no table")
-    scale.add_argument(
-        "--out",
-        default="bench-results",
+    add_output_arguments(
+        scale,
+        "bench-results",
+        "print the JSON last, no table",
+        "where scaleout.json and scaleout.png (loss vs seconds and tokens) go",
         metavar="DIR",
-        help="where scaleout.json and scaleout.png (loss vs seconds and tokens) go",
     )
-
-
-def _progress(message: str) -> None:
-    print(f"... {message}", file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -85,18 +83,15 @@ def run(args: argparse.Namespace) -> int:
         result = run_scaleout_bench(
             topology,
             specs,
-            bandwidth_scale=args.bandwidth_scale,
-            delay_scale=args.delay_scale,
+            **emulated_links(args),
             seed=args.seed,
-            progress=_progress,
+            progress=progress,
             log_dir=Path(args.logs) if args.logs else None,
             compute_cores=worker_quotas(topology.num_peers, share),
         )
     except (RuntimeError, TimeoutError) as exc:
         raise UserError(f"the emulated swarm failed ({failure_summary(exc)})") from exc
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "scaleout.json").write_text(json.dumps(result, indent=1))
+    out = write_result(Path(args.out) / "scaleout.json", result).parent
     curves = {
         name: (r.get("seconds", []), r.get("tokens", []), r["loss"])
         for name, r in result["runs"].items()

@@ -1,7 +1,7 @@
 """The WAN testbed's kinds of `p2ptrain bench` (netem; e2e): arguments and runners; and the
 options that choose an emulated topology (`p2ptrain testbed up` takes them too).
 
-bench_cmd.py registers and dispatches them. Importing this module is cheap (stdlib only); the
+bench_cmd.py's table of kinds holds them (KINDS). Importing this module is cheap (stdlib only); the
 runners import what they need.
 """
 
@@ -9,10 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
+from p2ptrain.harness.cli.bench_kind import (
+    Kind,
+    add_output_arguments,
+    add_run_arguments,
+    progress,
+    write_result,
+)
 from p2ptrain.testbed.links import DEFAULT_BANDWIDTH_SCALE
 
 
@@ -50,24 +56,21 @@ def _default_cities() -> list[str]:
     return DEFAULT_CITIES
 
 
-def add_kinds(kinds: Any) -> None:
-    """Register the netem kind on bench's KIND subparsers."""
-    netem = kinds.add_parser(
-        "netem", help="emulated links (root): configured vs measured RTT and throughput"
-    )
+def emulated_links(args: argparse.Namespace) -> dict[str, float]:
+    """How the emulated links are scaled (add_emulation_arguments), as the runners take it."""
+    return {"bandwidth_scale": args.bandwidth_scale, "delay_scale": args.delay_scale}
+
+
+def _add_netem_arguments(netem: argparse.ArgumentParser) -> None:
     add_emulation_arguments(netem, default_peers=8)
-    netem.add_argument("--json", action="store_true", help="print one JSON object, no table")
     netem.add_argument("--links", type=int, default=6, help="how many links to sample")
     netem.add_argument("--seconds", type=float, default=3.0, help="bulk transfer per link (s)")
-    netem.add_argument("--out", default="bench-results/netem.json", help="where to write the JSON")
-    e2e = kinds.add_parser(
-        "e2e",
-        help="train on the emulated WAN (root): scheduled vs random placement vs hivemind DP",
-    )
+    add_output_arguments(netem, "bench-results/netem.json")
+
+
+def _add_e2e_arguments(e2e: argparse.ArgumentParser) -> None:
     add_emulation_arguments(e2e, default_peers=8)
-    e2e.add_argument("--run", metavar="RUN.toml", help="run spec (default: the built-in run)")
-    e2e.add_argument("--steps", type=int, default=10, help="training steps per run")
-    e2e.add_argument("--stages", type=int, default=4, help="pipeline stages (default %(default)s)")
+    add_run_arguments(e2e, steps=10)
     e2e.add_argument(
         "--random-seeds",
         type=int,
@@ -103,22 +106,15 @@ def add_kinds(kinds: Any) -> None:
     )
     e2e.add_argument("--logs", metavar="DIR", help="keep every worker's log under DIR")
     e2e.add_argument("--target-loss", type=float, help="default: the worst final loss of the runs")
-    e2e.add_argument("--json", action="store_true", help="print one JSON object last, no table")
-    e2e.add_argument("--out", default="bench-results/e2e.json", help="where to write the JSON")
+    add_output_arguments(e2e, "bench-results/e2e.json", "print one JSON object last, no table")
     e2e.add_argument(
         "--plot", default="bench-results/e2e.png", help="loss vs wall time (PNG; matplotlib)"
     )
-    _add_nat_kind(kinds)
 
 
-def _add_nat_kind(kinds: Any) -> None:
+def _add_nat_arguments(nat: argparse.ArgumentParser) -> None:
     from p2ptrain.harness.nat_bench import DEFAULT_CITIES, DEFAULT_NATS
 
-    nat = kinds.add_parser(
-        "nat",
-        help="a swarm with peers behind emulated cone and symmetric NATs trains (root): "
-        "reachability, hole punches, relays",
-    )
     nat.add_argument(
         "--nats",
         default=",".join(DEFAULT_NATS),
@@ -142,8 +138,7 @@ def _add_nat_kind(kinds: Any) -> None:
         "--no-baseline", action="store_true", help="skip the all-public run of the same steps"
     )
     nat.add_argument("--workdir", metavar="DIR", help="keep the nodes' logs here")
-    nat.add_argument("--json", action="store_true", help="print one JSON object last, no table")
-    nat.add_argument("--out", default="bench-results/nat.json", help="where to write the JSON")
+    add_output_arguments(nat, "bench-results/nat.json", "print one JSON object last, no table")
 
 
 def load_emulated_topology(args: argparse.Namespace) -> Any:
@@ -170,10 +165,6 @@ def run_kind(args: argparse.Namespace) -> int:
     return _run_e2e(args) if args.kind == "e2e" else _run_netem(args)
 
 
-def _progress(message: str) -> None:
-    print(f"... {message}", file=sys.stderr, flush=True)
-
-
 def _run_netem(args: argparse.Namespace) -> int:
     from p2ptrain.errors import UserError
     from p2ptrain.harness.netem_bench import render, run_netem_bench
@@ -185,13 +176,10 @@ def _run_netem(args: argparse.Namespace) -> int:
         topology,
         num_links=args.links,
         bulk_s=args.seconds,
-        bandwidth_scale=args.bandwidth_scale,
-        delay_scale=args.delay_scale,
-        progress=_progress,
+        progress=progress,
+        **emulated_links(args),
     )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    out = write_result(args.out, result)
     print(json.dumps(result) if args.json else render(result) + f"\n\nwrote {out}")
     return 0 if result["pass"] else 1
 
@@ -214,12 +202,8 @@ def _run_nat(args: argparse.Namespace) -> int:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="p2ptrain-bench-nat-"))
     cities = tuple(c.strip() for c in args.cities.split(",") if c.strip())
     swarm = NatSwarm(nats, cities, args.seed, args.bandwidth_scale)
-    result = run_nat_bench(
-        spec, swarm, workdir, args.kill_relay_at, not args.no_baseline, _progress
-    )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    result = run_nat_bench(spec, swarm, workdir, args.kill_relay_at, not args.no_baseline, progress)
+    out = write_result(args.out, result)
     if not args.json:
         print(render(result) + f"\n\nwrote {out} (logs in {workdir})")
     contract = {k: result[k] for k in ("peers", "steps", "loss", "relay_bytes")}
@@ -266,11 +250,10 @@ def _run_e2e(args: argparse.Namespace) -> int:
         result = run_e2e_bench(
             topology,
             spec,
-            bandwidth_scale=args.bandwidth_scale,
-            delay_scale=args.delay_scale,
+            **emulated_links(args),
             seed=args.seed,
             target_loss=args.target_loss,
-            progress=_progress,
+            progress=progress,
             random_seeds=args.random_seeds,
             runs=runs,
             log_dir=Path(args.logs) if args.logs else None,
@@ -285,9 +268,7 @@ def _run_e2e(args: argparse.Namespace) -> int:
         "topology": args.topology,
         "cities": None if args.topology else args.cities,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    out = write_result(args.out, result)
     curves = {k: result[k]["curve"] for k in RUN_ORDER if "curve" in result.get(k, {})}
     write_loss_plot(Path(args.plot), curves, title=f"bench e2e: {topology.num_peers} peers")
     if not args.json:
@@ -295,3 +276,23 @@ def _run_e2e(args: argparse.Namespace) -> int:
     else:
         print(json.dumps(result))
     return 0
+
+
+KINDS = {
+    "netem": Kind(
+        "emulated links (root): configured vs measured RTT and throughput",
+        _add_netem_arguments,
+        run_kind,
+    ),
+    "e2e": Kind(
+        "train on the emulated WAN (root): scheduled vs random placement vs hivemind DP",
+        _add_e2e_arguments,
+        run_kind,
+    ),
+    "nat": Kind(
+        "a swarm with peers behind emulated cone and symmetric NATs trains (root): "
+        "reachability, hole punches, relays",
+        _add_nat_arguments,
+        run_kind,
+    ),
+}
