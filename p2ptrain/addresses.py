@@ -56,7 +56,7 @@ def tcp_endpoint(maddr: str) -> tuple[str, int] | None:
 def listen_endpoint(maddr: str, flag: str) -> tuple[str, int]:
     """A listen address given by a user, as (IPv4 host, port): /ip4/H/tcp/P only."""
     endpoint = tcp_endpoint(maddr)
-    if endpoint is None or not _is_ip4(endpoint[0]) or endpoint[1] > 65535:
+    if endpoint is None or not is_ip(endpoint[0], 4) or endpoint[1] > 65535:
         raise UserError(f"{flag} must be /ip4/HOST/tcp/PORT, not {maddr!r}")
     return endpoint
 
@@ -123,12 +123,13 @@ def with_port(maddrs: Sequence[str], port: int) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def _is_ip4(text: str) -> bool:
+def is_ip(text: str, version: int | None = None) -> bool:
+    """Whether `text` is an IP address literal (of that version: 4 or 6), not a name."""
     try:
-        ipaddress.IPv4Address(text)
+        address = ipaddress.ip_address(text)
     except ValueError:
         return False
-    return True
+    return version is None or address.version == version
 
 
 def _dialable_ip4(text: str) -> bool:
@@ -140,7 +141,7 @@ def _is_loopback(maddr: str) -> bool:
     endpoint = tcp_endpoint(maddr)
     return (
         endpoint is not None
-        and _is_ip4(endpoint[0])
+        and is_ip(endpoint[0], 4)
         and ipaddress.IPv4Address(endpoint[0]).is_loopback
     )
 

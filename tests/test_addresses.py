@@ -117,3 +117,9 @@ def test_join_hands_its_addresses_to_both_processes() -> None:
     assert supervisor.data_announce == ("/ip4/203.0.113.7/tcp/7402",)
     with pytest.raises(UserError, match="--data-listen"):
         Supervisor(NodeSettings("b", "/ip4/0.0.0.0/tcp/7401", data_listen="/ip6/::/tcp/1"))
+
+
+def test_an_ip_literal_is_told_from_a_name() -> None:
+    assert addresses.is_ip("10.0.0.1") and addresses.is_ip("::1")
+    assert addresses.is_ip("10.0.0.1", 4) and not addresses.is_ip("::1", 4)
+    assert not addresses.is_ip("localhost") and not addresses.is_ip("010.0.0.1")

@@ -14,7 +14,6 @@ is finite in the JSON, whatever peers report. Stdlib http.server: no framework, 
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import json
 import logging
 import socket
@@ -26,6 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
 
+from p2ptrain.addresses import is_ip
 from p2ptrain.errors import UserError
 from p2ptrain.records import SwarmStatus
 from p2ptrain.web.history import SwarmHistory, clamped, measured_step_s
@@ -158,17 +158,9 @@ def host_allowed(header: str | None, port: int, names: frozenset[str]) -> bool:
     name, given_port = parsed
     if name in names:
         return True
-    if name != "localhost" and not _is_ip(name):
+    if name != "localhost" and not is_ip(name):
         return False
     return given_port == port or (given_port is None and port == 80)
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def parse_http_address(text: str) -> tuple[str, int]:
@@ -275,7 +267,7 @@ class _Server(ThreadingHTTPServer):
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         # a listen address given as a name is one the page is reached by
         listen = address[0].lower()
-        self.names = frozenset(names) | (frozenset() if _is_ip(listen) else {listen})
+        self.names = frozenset(names) | (frozenset() if is_ip(listen) else {listen})
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
