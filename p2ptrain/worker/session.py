@@ -208,7 +208,7 @@ class Session:
             log.info("the plan leaves this peer out: waiting as a spare")
             return SessionEnd.SPARE
         # frames a neighbour of an earlier plan sent (for steps this plan re-runs) are never ours
-        self.transport.forget(self.role.plan_key, self.step)
+        self.transport.inbox.forget(self.role.plan_key, self.step)
         while self.step < self.spec.steps:
             end = self._interrupted()
             if end is not None:
@@ -234,7 +234,7 @@ class Session:
             self._outer_round_if_due()
             self._report_step(loss, averaging, times, timing)
             self.step += 1
-            self.transport.forget(self.role.plan_key, self.step)
+            self.transport.inbox.forget(self.role.plan_key, self.step)
             self._checkpoint_if_due()
         return SessionEnd.DONE
 

@@ -21,8 +21,8 @@ from p2ptrain.records import Plan, Role, RunSpec
 from p2ptrain.worker.averaging import outer_wire as wire
 from p2ptrain.worker.averaging.outer_exchange import OuterExchange, exchange_timeouts
 from p2ptrain.worker.averaging.round_inbox import RoundInbox
+from p2ptrain.worker.inbound import answer_then_close, read_prefixed
 from p2ptrain.worker.pipeline.stage_step import replica_weights
-from p2ptrain.worker.pipeline.transport import close_after_sender
 
 if TYPE_CHECKING:
     from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
@@ -98,26 +98,31 @@ class P2PRoundLink:
         self, info: StreamInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         remote = info.peer_id.to_base58()
-        try:
-            async with asyncio.timeout(HEADER_TIMEOUT_S):
-                (length,) = wire.HEADER_LEN.unpack(await reader.readexactly(wire.HEADER_LEN.size))
-                if length > wire.MAX_HEADER_BYTES:
-                    raise WireError(f"outer round header of {length} bytes")
-                header = wire.RoundHeader.decode(await reader.readexactly(length))
-            self.transport.traffic.received(remote, wire.HEADER_LEN.size + length)
-            answer = self.inbox.screen(header, remote)
-            if answer is None:
-                async with asyncio.timeout(HEADER_TIMEOUT_S + header.num_bytes * 8 / MIN_RATE_BPS):
-                    payload = await reader.readexactly(header.num_bytes)
-                self.transport.traffic.received(remote, len(payload))
-                self.inbox.put(header, payload)
-                answer = wire.ACCEPTED
-            writer.write(answer)
-        except (WireError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
-            log.warning("refused an outer round message from %s: %r", remote, exc)
-            writer.write(wire.REJECTED)
-        finally:
-            await close_after_sender(reader, writer)
+        await answer_then_close(
+            remote,
+            reader,
+            writer,
+            lambda: self._read_message(remote, reader),
+            wire.REJECTED,
+            "an outer round message",
+        )
+
+    async def _read_message(self, remote: str, reader: asyncio.StreamReader) -> bytes:
+        """Read, screen and file one round message; the answer to send back."""
+        async with asyncio.timeout(HEADER_TIMEOUT_S):
+            raw = await read_prefixed(
+                reader, wire.HEADER_LEN, wire.MAX_HEADER_BYTES, "outer round header"
+            )
+            header = wire.RoundHeader.decode(raw)
+        self.transport.traffic.received(remote, wire.HEADER_LEN.size + len(raw))
+        answer = self.inbox.screen(header, remote)
+        if answer is not None:
+            return answer
+        async with asyncio.timeout(HEADER_TIMEOUT_S + header.num_bytes * 8 / MIN_RATE_BPS):
+            payload = await reader.readexactly(header.num_bytes)
+        self.transport.traffic.received(remote, len(payload))
+        self.inbox.put(header, payload)
+        return wire.ACCEPTED
 
 
 def stage_exchange(

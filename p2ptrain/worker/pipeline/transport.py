@@ -3,8 +3,8 @@
 hivemind's P2P client is asyncio; the trainer is plain blocking code. So the transport owns an
 asyncio loop in a background thread: a stream handler validates incoming frames and files them in
 an inbox keyed by plan (term, epoch), kind, step and micro-batch (worker/pipeline/frame_inbox.py); the
-trainer sends with `send()` (returns a future) and blocks in `receive()` until the frame it needs
-arrives, the peer is declared lost, or it stops.
+trainer sends with `send()` (returns a future) and blocks in `inbox.take()` until the frame it
+needs arrives, the peer is declared lost, or it stops.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from hivemind.p2p import P2P, PeerID
 from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
 from hivemind.utils.multiaddr import Multiaddr
 
+from p2ptrain.worker.inbound import OpenStreams, answer_then_close, read_prefixed
 from p2ptrain.worker.pipeline import frames
 from p2ptrain.worker.pipeline.frame_inbox import FrameInbox, PlanKey
 from p2ptrain.worker.pipeline.frames import Expected, FrameHeader, PeerLost
@@ -34,7 +35,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 ExpectFn = Callable[[FrameHeader], Expected | None]
 BUSY_RETRY_S = 0.2
-ANSWER_LINGER_S = 5.0
 YIELD_DIAL_S = (2.0, 3.0)  # how long the larger peer id leaves the dial to the other one
 # Inbound frame streams: only the current plan's peers get a stream read at all; a neighbour
 # has a handful open at once (a frame per micro-batch and direction), so more than this is a
@@ -52,14 +52,17 @@ class Transport:
         self._loop = loop
         self._p2p = p2p
         self._expect = expect
-        self._inbox = FrameInbox()
+        self.inbox = FrameInbox()  # what the handler accepted: the trainer takes from it
         self.peer_id = p2p.peer_id.to_base58()
         self.traffic = Traffic()  # every data-plane protocol of this worker adds to it
-        self._inbound: dict[str, int] = {}  # open inbound streams per remote peer
+        self._streams = OpenStreams("frame streams over the caps")
         self._plan_peers: frozenset[str] = frozenset()  # whose frames we read at all
-        self.num_streams_refused = 0
         self._routes: dict[str, list[Multiaddr]] = {}  # peers behind NATs: see keep_routes
         self._keeping_routes = False
+
+    @property
+    def num_streams_refused(self) -> int:
+        return self._streams.num_refused
 
     @property
     def p2p(self) -> P2P:
@@ -251,78 +254,44 @@ class Transport:
             writer.write(frames.BUSY)
             writer.close()
             return
-        open_now = self._inbound.get(remote, 0)
-        if open_now >= MAX_INBOUND_PER_PEER:
-            self.num_streams_refused += 1
-            if self.num_streams_refused % 100 == 1:  # a flood: one line per hundred refusals
-                log.warning(
-                    "refused %d frame streams over the caps (latest from %s)",
-                    self.num_streams_refused,
-                    remote,
-                )
+        if self._streams.of(remote) >= MAX_INBOUND_PER_PEER:
+            self._streams.refused(remote)
             writer.write(frames.REJECTED)
             writer.close()
             return
-        self._inbound[remote] = open_now + 1
-        try:
-            await self._read_frame(remote, reader, writer)
-        finally:
-            self._inbound[remote] -= 1
-            if not self._inbound[remote]:
-                del self._inbound[remote]
+        with self._streams.serving(remote):
+            await answer_then_close(
+                remote,
+                reader,
+                writer,
+                lambda: self._read_frame(remote, reader),
+                frames.REJECTED,
+                "a frame",
+            )
 
-    async def _read_frame(
-        self, remote: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        try:
-            async with asyncio.timeout(SEND_TIMEOUT_S):
-                async with asyncio.timeout(HEADER_TIMEOUT_S):
-                    (length,) = frames.HEADER_LEN.unpack(
-                        await reader.readexactly(frames.HEADER_LEN.size)
-                    )
-                    if length > frames.MAX_HEADER_BYTES:
-                        raise ValueError(f"header of {length} bytes")
-                    header = FrameHeader.decode(await reader.readexactly(length))
-                self.traffic.received(remote, frames.HEADER_LEN.size + length)
-                try:
-                    expected = self._expect(header)
-                except frames.NotReady:
-                    writer.write(frames.BUSY)  # before reading the payload: the sender retries
-                    return
-                except frames.AlreadyHave:
-                    writer.write(frames.ACCEPTED)  # idempotent: the first copy was used
-                    return
-                problem = frames.check_header(header, remote, expected)
-                if problem is not None:
-                    raise ValueError(problem)
-                payload = await reader.readexactly(header.num_bytes)
-                self.traffic.received(remote, len(payload))
-                # a retried frame whose first copy arrived: the first stays, answer ACCEPTED
-                self._inbox.put(header, frames.decode_tensor(header, payload))
-                writer.write(frames.ACCEPTED)
-        except (ValueError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
-            log.warning("refused a frame from %s: %r", remote, exc)
-            writer.write(frames.REJECTED)
-        finally:
-            await close_after_sender(reader, writer)
-
-    def receive(
-        self,
-        plan: PlanKey,
-        kind: str,
-        step: int,
-        micro: int,
-        timeout_s: float,
-        should_stop: Callable[[], bool],
-    ) -> torch.Tensor:
-        """Block until frame (kind, step, micro) sent under plan (term, epoch) has arrived;
-        PeerLost on timeout, Stopped once should_stop() says so."""
-        return self._inbox.take(plan, kind, step, micro, timeout_s, should_stop)
-
-    def forget(self, plan: PlanKey, before_step: int) -> None:
-        """Drop frames of other plans, and of this plan's finished steps (late duplicates from
-        a slow sender)."""
-        self._inbox.forget(plan, before_step)
+    async def _read_frame(self, remote: str, reader: asyncio.StreamReader) -> bytes:
+        """Read, check and file one frame; the answer to send back."""
+        async with asyncio.timeout(SEND_TIMEOUT_S):
+            async with asyncio.timeout(HEADER_TIMEOUT_S):
+                raw = await read_prefixed(
+                    reader, frames.HEADER_LEN, frames.MAX_HEADER_BYTES, "frame header"
+                )
+                header = FrameHeader.decode(raw)
+            self.traffic.received(remote, frames.HEADER_LEN.size + len(raw))
+            try:
+                expected = self._expect(header)
+            except frames.NotReady:
+                return frames.BUSY  # before reading the payload: the sender retries
+            except frames.AlreadyHave:
+                return frames.ACCEPTED  # idempotent: the first copy was used
+            problem = frames.check_header(header, remote, expected)
+            if problem is not None:
+                raise ValueError(problem)
+            payload = await reader.readexactly(header.num_bytes)
+            self.traffic.received(remote, len(payload))
+            # a retried frame whose first copy arrived: the first stays, answer ACCEPTED
+            self.inbox.put(header, frames.decode_tensor(header, payload))
+            return frames.ACCEPTED
 
     def close(self) -> None:
         try:
@@ -330,14 +299,3 @@ class Transport:
         except Exception as exc:
             log.debug("p2p shutdown: %r", exc)
         self._loop.call_soon_threadsafe(self._loop.stop)
-
-
-async def close_after_sender(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Close an inbound stream once its sender has closed its side (it does after reading our
-    answer): p2pd may reset a stream closed with the answer still in flight."""
-    with contextlib.suppress(OSError, TimeoutError, asyncio.IncompleteReadError):
-        await writer.drain()
-        async with asyncio.timeout(ANSWER_LINGER_S):
-            while await reader.read(65536):
-                pass
-    writer.close()

@@ -52,6 +52,7 @@ from p2ptrain.train.checkpoint import (
     list_states,
     stamped_path,
 )
+from p2ptrain.worker.inbound import OpenStreams, close_after_sender, read_prefixed
 from p2ptrain.worker.traffic import Traffic
 
 if TYPE_CHECKING:  # hivemind is imported only when used: tests of the bounds run beside libp2p
@@ -153,11 +154,15 @@ class StateServer:
         self._max_bytes: dict[str, int] = {}  # layers key -> expected_state_bytes
         self._plan: Plan | None = None
         self._peers: frozenset[str] = frozenset()  # of the current and the previous plan
-        self._serving: dict[str, int] = {}  # requests being answered, per peer
-        self.num_refused = 0  # strangers and requests over the caps
+        # requests being answered, per peer; refused: strangers and requests over the caps
+        self._streams = OpenStreams("stage state requests")
         self.traffic = Traffic() if transport is None else transport.traffic
         if transport is not None:  # None: a test drives _handle itself
             transport.call(transport.p2p.add_binary_stream_handler(PROTOCOL, self._handle))
+
+    @property
+    def num_refused(self) -> int:
+        return self._streams.num_refused
 
     def serve_run(self, spec: RunSpec, directory: Path, plan: Plan) -> None:
         """Serve `directory`'s states of `spec`'s model to the peers of `plan` and of the plan
@@ -186,36 +191,18 @@ class StateServer:
         remote = info.peer_id.to_base58()
         refusal = self._refusal(remote)
         if refusal is not None:  # nothing of the request is parsed
-            self.num_refused += 1
-            if self.num_refused % 100 == 1:  # a flood: one line per hundred refusals
-                log.warning(
-                    "refused %d stage state requests (latest from %s)", self.num_refused, remote
-                )
-            # answered before closing: p2pd may reset a stream closed with the answer in flight
-            with contextlib.suppress(OSError, TimeoutError, asyncio.IncompleteReadError):
-                writer.write(refusal)
-                await writer.drain()
-                async with asyncio.timeout(REFUSAL_LINGER_S):
-                    while await reader.read(MAX_REQUEST_BYTES):  # nothing is parsed
-                        pass
-            writer.close()
+            self._streams.refused(remote)
+            writer.write(refusal)
+            await close_after_sender(reader, writer, REFUSAL_LINGER_S)
             return
-        self._serving[remote] = self._serving.get(remote, 0) + 1
-        try:
+        with self._streams.serving(remote):
             await self._serve(remote, reader, writer)
-        finally:
-            self._serving[remote] -= 1
-            if not self._serving[remote]:
-                del self._serving[remote]
 
     def _refusal(self, remote: str) -> bytes | None:
         """The answer to a request of `remote` not to be served at all, or None."""
         if remote not in self._peers:
             return MISSING  # a stranger to our plans: told nothing about what we hold
-        if (
-            self._serving.get(remote, 0) >= MAX_SERVING_PER_PEER
-            or sum(self._serving.values()) >= MAX_SERVING
-        ):
+        if self._streams.of(remote) >= MAX_SERVING_PER_PEER or self._streams.total() >= MAX_SERVING:
             return BUSY
         return None
 
@@ -256,12 +243,7 @@ class StateServer:
         except (ValueError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             log.warning("stage state request from %s failed: %r", remote, exc)
         finally:
-            with contextlib.suppress(OSError, TimeoutError, asyncio.IncompleteReadError):
-                await writer.drain()
-                async with asyncio.timeout(5.0):  # let the client read the end before closing
-                    while await reader.read(65536):
-                        pass
-            writer.close()
+            await close_after_sender(reader, writer)  # let the client read the end first
 
     async def _find(self, layers: range, step: int, digest: str) -> tuple[Path | None, int | None]:
         """The stamped state of `layers` at `step` (of any lineage) whose sha256 is `digest`."""
@@ -279,10 +261,9 @@ class StateServer:
 
 async def read_request(reader: asyncio.StreamReader) -> StateRequest:
     """A client's request; WireError if malformed (IncompleteReadError if cut short)."""
-    (length,) = REQUEST_LEN.unpack(await reader.readexactly(REQUEST_LEN.size))
-    if length > MAX_REQUEST_BYTES:
-        raise WireError(f"oversized {_REQUEST}: {length} bytes")
-    return StateRequest.decode(await reader.readexactly(length))
+    return StateRequest.decode(
+        await read_prefixed(reader, REQUEST_LEN, MAX_REQUEST_BYTES, _REQUEST)
+    )
 
 
 def fetch_state(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, cast
 
@@ -125,17 +124,6 @@ class FakeTransport:
         done: Future[None] = Future()
         done.set_result(None)
         return done
-
-    def receive(
-        self,
-        plan: PlanKey,
-        kind: str,
-        step: int,
-        micro: int,
-        timeout_s: float,
-        should_stop: Callable[[], bool],
-    ) -> torch.Tensor:
-        return self.inbox.take(plan, kind, step, micro, timeout_s, should_stop)
 
 
 def test_the_new_plan_never_takes_a_frame_of_the_old_one() -> None:

@@ -1,0 +1,97 @@
+"""What the worker's inbound p2pd stream handlers share (pipeline frames, outer rounds, stage
+states): the count of streams each peer has open (a flood is refused before anything is read),
+a length-prefixed message read with a bound on its size, and one answer written before the
+stream closes once its sender has closed its side.
+
+Pure asyncio (no hivemind): the handlers' rules are testable over plain loopback sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from collections.abc import Awaitable, Callable, Iterator
+
+from p2ptrain.errors import WireError
+
+log = logging.getLogger(__name__)
+
+ANSWER_LINGER_S = 5.0  # for the sender to read our answer and close its side
+BAD_INPUT = (ValueError, OSError, TimeoutError, asyncio.IncompleteReadError)  # WireError too
+
+
+class OpenStreams:
+    """Inbound streams being served, per remote peer, and the streams refused unread."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what  # for the refusals' log line: "frame streams"
+        self.num_refused = 0
+        self._open: dict[str, int] = {}
+
+    def of(self, peer: str) -> int:
+        return self._open.get(peer, 0)
+
+    def total(self) -> int:
+        return sum(self._open.values())
+
+    @contextlib.contextmanager
+    def serving(self, peer: str) -> Iterator[None]:
+        """Count one stream of `peer` as open while the block runs."""
+        self._open[peer] = self.of(peer) + 1
+        try:
+            yield
+        finally:
+            self._open[peer] -= 1
+            if not self._open[peer]:
+                del self._open[peer]
+
+    def refused(self, peer: str) -> None:
+        """Count a stream refused unread; a flood logs one line per hundred refusals."""
+        self.num_refused += 1
+        if self.num_refused % 100 == 1:
+            log.warning("refused %d %s (latest from %s)", self.num_refused, self.what, peer)
+
+
+async def read_prefixed(
+    reader: asyncio.StreamReader, length: struct.Struct, max_bytes: int, what: str
+) -> bytes:
+    """One message behind its length prefix; WireError past `max_bytes`, before reading it
+    (IncompleteReadError if the stream ends first)."""
+    (size,) = length.unpack(await reader.readexactly(length.size))
+    if size > max_bytes:
+        raise WireError(f"oversized {what}: {size} bytes")
+    return await reader.readexactly(size)
+
+
+async def answer_then_close(
+    remote: str,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    serve: Callable[[], Awaitable[bytes]],
+    rejected: bytes,
+    what: str,
+) -> None:
+    """Write the answer `serve()` gives; for a message that is bad, cut short or too slow, log
+    it and write `rejected` instead. Either way the stream closes after its sender's side."""
+    try:
+        writer.write(await serve())
+    except BAD_INPUT as exc:
+        log.warning("refused %s from %s: %r", what, remote, exc)
+        writer.write(rejected)
+    finally:
+        await close_after_sender(reader, writer)
+
+
+async def close_after_sender(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, linger_s: float = ANSWER_LINGER_S
+) -> None:
+    """Close an inbound stream once its sender has closed its side (it does after reading our
+    answer), or after `linger_s`: p2pd may reset a stream closed with the answer in flight."""
+    with contextlib.suppress(OSError, TimeoutError, asyncio.IncompleteReadError):
+        await writer.drain()
+        async with asyncio.timeout(linger_s):
+            while await reader.read(65536):  # nothing is parsed
+                pass
+    writer.close()

@@ -1,0 +1,62 @@
+"""The inbound stream rules every worker protocol shares (worker/inbound.py), over real loopback
+sockets: one answer per stream, a refusal for an oversized, cut-short or slow message (its body
+never read), and the per-peer count of open streams."""
+
+import asyncio
+import struct
+
+import pytest
+
+from p2ptrain.worker.inbound import OpenStreams, answer_then_close, read_prefixed
+
+LENGTH = struct.Struct(">I")
+ACCEPTED, REJECTED = b"\x01", b"\x00"
+
+
+async def _serve_once(data: bytes, read_timeout_s: float = 2.0) -> tuple[bytes, list[bytes]]:
+    """One stream to a handler that reads one length-prefixed message (at most 16 bytes):
+    the client's answer and what the handler read."""
+    got: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        async def serve() -> bytes:
+            async with asyncio.timeout(read_timeout_s):
+                got.append(await read_prefixed(reader, LENGTH, 16, "test message"))
+            return ACCEPTED
+
+        await answer_then_close("peer", reader, writer, serve, REJECTED, "a test message")
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(data)
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(1), 5.0)
+        writer.close()
+        await writer.wait_closed()
+    return answer, got
+
+
+@pytest.mark.parametrize(
+    ("data", "answer", "read"),
+    [
+        (LENGTH.pack(5) + b"hello", ACCEPTED, [b"hello"]),
+        (LENGTH.pack(17) + b"x" * 17, REJECTED, []),  # oversized: refused before its body
+        (LENGTH.pack(5) + b"he", REJECTED, []),  # cut short: the slow read times out
+    ],
+)
+def test_one_answer_per_stream(data: bytes, answer: bytes, read: list[bytes]) -> None:
+    assert asyncio.run(_serve_once(data, read_timeout_s=0.5)) == (answer, read)
+
+
+def test_open_streams_are_counted_per_peer_while_served() -> None:
+    streams = OpenStreams("test streams")
+    with streams.serving("a"), streams.serving("a"), streams.serving("b"):
+        assert (streams.of("a"), streams.of("b"), streams.total()) == (2, 1, 3)
+    with pytest.raises(RuntimeError), streams.serving("a"):
+        raise RuntimeError("a handler failed")
+    assert (streams.of("a"), streams.total()) == (0, 0)
+    streams.refused("a")
+    streams.refused("b")
+    assert streams.num_refused == 2
