@@ -206,13 +206,20 @@ class Simulation:
 
     # ---------------------------------------------------------------- measurement
 
-    def _rtt_tick(self, peer: SimPeer) -> None:
+    def _again(
+        self, peer: SimPeer, tick: Callable[[SimPeer], None], interval_s: float, jitter: float = 0
+    ) -> bool:
+        """Schedule a live peer's next `tick` in interval_s (times 1 ± jitter, from the peer's
+        rng); False, nothing scheduled, once the peer left: its periodic work ends with it."""
         if not peer.alive:
+            return False
+        spread = peer.rng.uniform(1 - jitter, 1 + jitter) if jitter else 1.0
+        self.at(self.now + interval_s * spread, lambda: tick(peer))
+        return True
+
+    def _rtt_tick(self, peer: SimPeer) -> None:
+        if not self._again(peer, self._rtt_tick, RTT_PROBE_INTERVAL_S, jitter=0.2):
             return
-        self.at(
-            self.now + RTT_PROBE_INTERVAL_S * peer.rng.uniform(0.8, 1.2),
-            lambda: self._rtt_tick(peer),
-        )
         if not peer.neighbours or peer.rotation <= (self.now - peer.joined_at) // ROTATE_RANDOM_S:
             self.refresh_neighbours(peer)
         if not peer.neighbours:
@@ -262,8 +269,6 @@ class Simulation:
         peer.neighbours = tuple(members[p] for p in chosen)
 
     def _rate_tick(self, peer: SimPeer) -> None:
-        if not peer.alive:
-            return
         unmeasured = [
             i
             for i in peer.neighbours
@@ -273,7 +278,8 @@ class Simulation:
         # fast until a few rates place its capacity, then a neighbour now and then
         fast = num_rates < MIN_RATES_MEASURED
         interval = FIRST_RATE_PROBE_INTERVAL_S if fast else RATE_PROBE_INTERVAL_S
-        self.at(self.now + interval * peer.rng.uniform(0.8, 1.2), lambda: self._rate_tick(peer))
+        if not self._again(peer, self._rate_tick, interval, jitter=0.2):
+            return
         if not peer.neighbours:
             return
         if unmeasured:
@@ -331,12 +337,8 @@ class Simulation:
         return Telemetry(row)
 
     def _telemetry_tick(self, peer: SimPeer) -> None:
-        if not peer.alive:
+        if not self._again(peer, self._telemetry_tick, TELEMETRY_INTERVAL_S, jitter=0.1):
             return
-        self.at(
-            self.now + TELEMETRY_INTERVAL_S * peer.rng.uniform(0.9, 1.1),
-            lambda: self._telemetry_tick(peer),
-        )
         telemetry = self.telemetry_of(peer)
         size = self.sizes["telemetry_base"] + len(telemetry.links) * self.sizes["telemetry_link"]
         receivers = [c for c in self.candidates if c.alive and c is not peer]
@@ -351,9 +353,8 @@ class Simulation:
         return self.books.setdefault(candidate.index, {})
 
     def _digest_tick(self, peer: SimPeer) -> None:
-        if not peer.alive:
+        if not self._again(peer, self._digest_tick, DIGEST_INTERVAL_S):
             return
-        self.at(self.now + DIGEST_INTERVAL_S, lambda: self._digest_tick(peer))
         other = self.peers[self.rng.choice(self.alive_indices())]
         for end in (peer, other):
             self.counters.charge(end.index, 2 * (DIGEST_BYTES + STREAM_OVERHEAD_BYTES), 2)
@@ -363,9 +364,8 @@ class Simulation:
     on_planner_tick: Callable[[SimPeer], None] = staticmethod(lambda peer: None)
 
     def _election_tick(self, peer: SimPeer) -> None:
-        if not peer.alive:
+        if not self._again(peer, self._election_tick, ELECTION_TICK_S):
             return
-        self.at(self.now + ELECTION_TICK_S, lambda: self._election_tick(peer))
         view = peer.view
         assert view is not None
         if view.should_claim(self.now):
