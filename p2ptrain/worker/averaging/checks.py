@@ -2,9 +2,11 @@
 
 hivemind's DecentralizedAverager reports a round as a success even when a groupmate died mid-way
 and part of the tensor was left un-averaged (measured with hivemind 1.1.12). So each peer
-gathers, with its gradient, two linear checksums of it (the plain sum and a ±1 random projection seeded by the step)
-plus its weight and norm. A correct weighted average reproduces the weighted average of the
-checksums; a half-averaged one almost surely does not. Pure torch, so it is unit-testable.
+gathers, with its gradient, two linear checksums of it (the plain sum and a ±1 random projection
+seeded by the step) plus its weight and norm, in one `RoundGather` record that also names the
+round's kind (a step's gradient round, or a re-sync round of parameter-sized state). A correct
+weighted average reproduces the weighted average of the checksums; a half-averaged one almost
+surely does not. Pure torch, so it is unit-testable.
 
 What a groupmate gathers is only what it claims. The weights come from the plan (a claimed one
 that differs fails the round); the tolerance scales with the low median of the claimed norms,
@@ -22,12 +24,13 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 
 from p2ptrain.errors import WireError
 from p2ptrain.records import fields as f
+from p2ptrain.records.codec import Int, Nullable, Num, OneOf, Record
 
 # |checksum error| allowed, relative to the low median of the gathered gradient norms
 EXACT_TOLERANCE = 1e-4
@@ -36,48 +39,64 @@ MAX_WEIGHT = 1e9  # rows of a batch: far below this
 # a claimed norm over this × the group's low median fails the round (replicas' gradients on
 # near-equal slices of one batch differ in norm by tens of percent)
 MAX_NORM_RATIO = 4.0
+SIGNED = Num(-math.inf)  # any finite number
+
+
+GRAD, STATE = "grad", "state"  # a step's gradient round; a re-sync round of parameter-sized state
+ROUND_KINDS = (GRAD, STATE)
+MAX_DRIFT_BOUND = 1e6  # × our part's norm: far above robust.py's bounds (1 and below)
 
 
 @dataclass(frozen=True)
-class Checksums:
-    step: int
-    weight: float
-    total: float
-    projection: float
+class Checksums(Record, name="round checksums"):
+    """What a member claims of the tensor it put into a round."""
+
+    step: Annotated[int, Int(0, f.MAX_INT)]
+    weight: Annotated[float, Num(1e-12, MAX_WEIGHT)]
+    total: Annotated[float, SIGNED]
+    projection: Annotated[float, SIGNED]
     norm: float
     # a digest of the stage's parameters before this step's update (replicas must agree on it)
-    params: float = 0.0
+    params: Annotated[float, SIGNED] = 0.0
     params_norm: float = 0.0
 
-    @classmethod
-    def from_gather(cls, data: object) -> Checksums:
-        """A groupmate's round metadata as it arrived from the network: a valid record (finite
-        numbers, a positive weight) or WireError."""
-        r = "round metadata"
-        d = f.mapping(data, r)
-        f.require_keys(d, r, ("step", "weight", "total", "projection", "norm"))
-        signed = {
-            name: f.number(d.get(name, 0.0), r, name, -math.inf)
-            for name in ("total", "projection", "params")
-        }
-        return cls(
-            step=f.integer(d["step"], r, "step", -f.MAX_INT),  # re-sync rounds are negative
-            weight=f.number(d["weight"], r, "weight", 1e-12, MAX_WEIGHT),
-            norm=f.number(d["norm"], r, "norm"),
-            params_norm=f.number(d.get("params_norm", 0.0), r, "params_norm"),
-            **signed,
-        )
 
-    def as_gather(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "weight": self.weight,
-            "total": self.total,
-            "projection": self.projection,
-            "norm": self.norm,
-            "params": self.params,
-            "params_norm": self.params_norm,
-        }
+@dataclass(frozen=True)
+class RoundGather(Record, name="round metadata"):
+    """What a member gathers with a hivemind round (`DecentralizedAverager.step(gather=...)`):
+    which round it is (its kind and step: both must match across the group), its checksums,
+    and in a state round the drift bound its own reducer applies (worker/averaging/robust.py).
+    Decoded from a groupmate: a valid record or WireError."""
+
+    kind: Annotated[str, OneOf(ROUND_KINDS)]
+    checksums: Checksums
+    drift_bound: Annotated[float | None, Nullable(Num(0.0, MAX_DRIFT_BOUND))] = None
+
+    def wire_problem(self) -> str | None:
+        if (self.kind == STATE) != (self.drift_bound is not None):
+            return "a drift_bound is set in state rounds, and only there"
+        return None
+
+    @property
+    def step(self) -> int:
+        return self.checksums.step
+
+    @property
+    def round_key(self) -> str:
+        """The round's name, the same on every member of its group."""
+        return f"{self.kind}/{self.step}"
+
+    @classmethod
+    def from_hivemind(cls, data: object, serializer: Any) -> RoundGather:
+        """A member's gathered bytes as hivemind passes them on (its serialized (bandwidth,
+        mode, our bytes), our bytes serialized too): a valid record or WireError."""
+        try:
+            _bandwidth, _mode, user_bytes = serializer.loads(data)
+            user = serializer.loads(user_bytes)
+        except Exception as exc:  # whatever the codec raises on bytes that are not ours
+            problem = f"not hivemind's gathered bytes ({type(exc).__name__})"
+            raise f.malformed(cls.RECORD, problem) from None
+        return cls.from_dict(user)
 
 
 def checksums(flat: torch.Tensor, step: int, weight: float) -> Checksums:
@@ -102,15 +121,20 @@ def check_round(
     gathered: dict[Any, Any],
     tolerance: float,
     weights: Mapping[str, float],
+    kind: str = GRAD,
 ) -> str | None:
-    """Why the averaged `result` is not the weighted mean of the gathered gradients, or None.
+    """Why the averaged `result` is not the weighted mean of the gathered tensors (each
+    member's RoundGather as a dict), or None. `mine`: our checksums of a round of `kind`;
     `weights`: the plan's weight of every member (peer id in base58)."""
     parts: list[Checksums] = []
     for peer, data in gathered.items():
         try:
-            part = Checksums.from_gather(data)
+            gather = RoundGather.from_dict(data)
         except WireError as exc:
             return f"bad checksums from {peer}: {exc}"
+        if gather.kind != kind:
+            return f"{peer} gathered a {gather.kind} round, not a {kind} round"
+        part = gather.checksums
         planned = weights.get(str(peer))
         if planned is None:
             return f"{peer} is not in the plan's group"
@@ -154,7 +178,7 @@ def replicas_diverged(gathered: dict[Any, Any], tolerance: float) -> bool:
     digests = []
     for data in gathered.values():
         try:
-            digests.append(Checksums.from_gather(data))
+            digests.append(RoundGather.from_dict(data).checksums)
         except WireError:
             continue  # check_round refused the round already
     if len(digests) < 2:
@@ -166,11 +190,10 @@ def replicas_diverged(gathered: dict[Any, Any], tolerance: float) -> bool:
 
 def median_claimed_norm(gathered: Sequence[bytes], serializer: Any) -> float:
     """The median of the gradient norms a round's members claim in their gathered metadata
-    (hivemind's (bandwidth, mode, our bytes), each serialized): the liars among them cannot
-    move it far. A reducer's scale below which a part's spread or norm is not an outlier."""
+    (RoundGather.from_hivemind): the liars among them cannot move it far. A reducer's scale
+    below which a part's spread or norm is not an outlier."""
     norms = []
     for data in gathered:
-        with contextlib.suppress(Exception):  # WireError, or bytes that are not ours
-            _bandwidth, _mode, user_bytes = serializer.loads(data)
-            norms.append(Checksums.from_gather(serializer.loads(user_bytes)).norm)
+        with contextlib.suppress(WireError):
+            norms.append(RoundGather.from_hivemind(data, serializer).checksums.norm)
     return statistics.median(norms) if norms else 0.0

@@ -28,7 +28,7 @@ import torch
 from p2ptrain.errors import WireError
 from p2ptrain.records import fields as f
 from p2ptrain.train import codecs
-from p2ptrain.worker.averaging.checks import Checksums
+from p2ptrain.worker.averaging.checks import GRAD, Checksums, RoundGather
 
 PROTOCOL = "p2ptrain.outer-round.v1"
 HEADER_LEN = struct.Struct(">I")
@@ -60,8 +60,8 @@ class RoundHeader:
             "sender": self.sender,
             "shard": self.shard,
             "num_bytes": self.num_bytes,
-            "claims": self.claims.as_gather(),
-            "contributors": {p: c.as_gather() for p, c in self.contributors.items()},
+            "claims": self.claims.to_dict(),
+            "contributors": {p: c.to_dict() for p, c in self.contributors.items()},
             "notes": list(self.notes),
         }
         raw = json.dumps(body, separators=(",", ":")).encode()
@@ -90,9 +90,9 @@ class RoundHeader:
             sender=f.peer_id(d["sender"], _HEADER, "sender"),
             shard=f.integer(d["shard"], _HEADER, "shard", 0, f.MAX_PEERS),
             num_bytes=f.integer(d["num_bytes"], _HEADER, "num_bytes"),
-            claims=Checksums.from_gather(d["claims"]),
+            claims=Checksums.from_dict(d["claims"]),
             contributors={
-                f.peer_id(p, _HEADER, "contributor"): Checksums.from_gather(c)
+                f.peer_id(p, _HEADER, "contributor"): Checksums.from_dict(c)
                 for p, c in contributors.items()
             },
             notes=tuple(f.text(n, _HEADER, "note", f.MAX_FREE_FORM_CHARS) for n in notes),
@@ -146,5 +146,6 @@ def max_message_bytes(codec: str, numel: int, fraction: float) -> int:
 
 
 def as_gather_map(claims: Mapping[str, Checksums]) -> dict[str, dict[str, Any]]:
-    """Claims in the shape worker/averaging/checks.py's check_round reads."""
-    return {peer: c.as_gather() for peer, c in claims.items()}
+    """Claims in the shape worker/averaging/checks.py's check_round reads (an outer round
+    averages pseudo-gradients: a gradient round's gather)."""
+    return {peer: RoundGather(GRAD, c).to_dict() for peer, c in claims.items()}

@@ -46,8 +46,8 @@ from hivemind.proto import averaging_pb2
 from hivemind.utils import get_dht_time
 from hivemind.utils.asyncio import as_aiter, azip
 
-from p2ptrain.worker.averaging.checks import median_claimed_norm
-from p2ptrain.worker.averaging.robust import MOMENTS_DRIFT_BOUND
+from p2ptrain.errors import WireError
+from p2ptrain.worker.averaging.checks import GRAD, STATE, RoundGather, median_claimed_norm
 from p2ptrain.worker.averaging.robust_allreduce import RobustAllReduceRunner, RobustPartReducer
 from p2ptrain.worker.averaging.round_router import RoundRouter
 from p2ptrain.worker.cpu_clock import WireMarks
@@ -94,7 +94,7 @@ class PlannedGroupAverager(DecentralizedAverager):
         self._group = tuple(group)
         self._weights = dict(zip(group, (float(w) for w in weights), strict=True))
         # our own metadata of each round found (by group id): which round it is, from us
-        self._own_rounds: dict[bytes, dict[str, Any]] = {}
+        self._own_rounds: dict[bytes, RoundGather | None] = {}
         # what our reducer did to whose parts, for the worker's report (a SimpleQueue writes at
         # once: a round's note is there when its result is)
         self._notes: mp.SimpleQueue[str] = mp.SimpleQueue()
@@ -126,19 +126,17 @@ class PlannedGroupAverager(DecentralizedAverager):
     def _matchmaking(self, dht_matchmaking: Any) -> None:
         self._router = RoundRouter(self, dht_matchmaking)
 
-    def _own_metadata(self, step: StepControl) -> dict[str, Any]:
-        """What we gather for this step (worker/averaging/checks.py's Checksums.as_gather), or {}."""
+    def _own_metadata(self, step: StepControl) -> RoundGather | None:
+        """What we gather for this step (worker/averaging/checks.py's RoundGather), or None."""
         try:
-            _bandwidth, _mode, user_bytes = self.serializer.loads(step.data_for_gather)
-            user = self.serializer.loads(user_bytes)
-        except Exception:
-            return {}
-        return user if isinstance(user, dict) else {}
+            return RoundGather.from_hivemind(step.data_for_gather, self.serializer)
+        except WireError:
+            return None
 
     def _round_key(self, step: StepControl) -> str | None:
-        """The round a step is for (its gathered 'step'), or None if it names none."""
-        user = self._own_metadata(step)
-        return str(user["step"]) if isinstance(user.get("step"), int) else None
+        """The round a step is for (its gathered kind and step), or None if it names none."""
+        own = self._own_metadata(step)
+        return None if own is None else own.round_key
 
     def _found(self, group: GroupInfo, step: StepControl) -> None:
         """Remember, for the all-reduce, which round of ours `group` was found for."""
@@ -160,14 +158,13 @@ class PlannedGroupAverager(DecentralizedAverager):
         """hivemind's, with the robust runner: planned weights (equal ones in a state round,
         as StageAverager.average_state averages), checked and clipped parts."""
         group_id = group_info.group_id if group_id is None else group_id
-        own = self._own_rounds.pop(group_info.group_id, {})
+        own = self._own_rounds.pop(group_info.group_id, None)
         if self.outsiders(group_info.peer_ids):  # the router lets none through: never here
             raise AllreduceException(
                 f"not the planned group: {self.outsiders(group_info.peer_ids)}"
             )
-        state_round = isinstance(own.get("step"), int) and own["step"] < 0
+        state_round = own is not None and own.kind == STATE
         names = [p.to_base58() for p in group_info.peer_ids]
-        bound = own.get("drift_bound", MOMENTS_DRIFT_BOUND)
         runner = RobustAllReduceRunner(
             p2p=self._p2p,
             servicer_type=type(self),
@@ -176,7 +173,7 @@ class PlannedGroupAverager(DecentralizedAverager):
             group_id=group_id,
             ordered_peer_ids=group_info.peer_ids,
             weights=[1.0 if state_round else self._weights[n] for n in names],
-            drift_bound=float(bound) if state_round else None,
+            drift_bound=None if own is None else own.drift_bound,
             floor_per_element=median_claimed_norm(group_info.gathered, self.serializer)
             / max(self.total_size, 1) ** 0.5,
             count=self._count_part,
@@ -194,14 +191,15 @@ class PlannedGroupAverager(DecentralizedAverager):
                 self.last_updated = get_dht_time()
                 self._state_updated.set()
         finally:
+            name = "?" if own is None else own.round_key
             if runner.notes:
                 said = "; ".join(f"{peer}'s {what}" for peer, what in runner.notes.items())
-                self._notes.put(f"round {own.get('step')}: our reducer: {said}"[:MAX_NOTE_CHARS])
+                self._notes.put(f"round {name}: our reducer: {said}"[:MAX_NOTE_CHARS])
             for peer, why in runner.refetched.items():
-                note = f"round {own.get('step')}: {peer}'s reducer asked again ({why}): averaged"
+                note = f"round {name}: {peer}'s reducer asked again ({why}): averaged"
                 self._notes.put(note[:MAX_NOTE_CHARS])
             for peer, why in runner.reducer_failures.items():
-                note = f"round {own.get('step')}: no averaged part from {peer}'s reducer: {why}"
+                note = f"round {name}: no averaged part from {peer}'s reducer: {why}"
                 self._notes.put(note[:MAX_NOTE_CHARS])
             if self._uncounted:
                 self._traffic.put(json.dumps(self._uncounted))
@@ -370,9 +368,13 @@ class PlannedGroupAverager(DecentralizedAverager):
 
 
 def _is_later(key: str, than: str) -> bool:
-    """Is gradient round `key` (its step) past round `than`? (State rounds, tagged below 0,
-    are run by all members together and never compared.)"""
-    try:
-        return int(key) > int(than) >= 0
+    """Is gradient round `key` (RoundGather.round_key) past gradient round `than`? (State
+    rounds are run by all members together and never compared.)"""
+    kind, _, step = key.partition("/")
+    than_kind, _, than_step = than.partition("/")
+    if kind != GRAD or than_kind != GRAD:
+        return False
+    try:  # a groupmate's key: any text
+        return int(step) > int(than_step) >= 0
     except ValueError:
         return False

@@ -21,7 +21,9 @@ from p2ptrain.schedule.step_time import part_size_bytes
 from p2ptrain.worker.averaging.checks import (
     COMPRESSED_TOLERANCE,
     EXACT_TOLERANCE,
-    Checksums,
+    GRAD,
+    STATE,
+    RoundGather,
     check_round,
     checksums,
     params_digest,
@@ -197,13 +199,23 @@ class StageAverager:
         step: int,
         should_stop: Callable[[], bool] | None = None,
         flat_params: torch.Tensor | None = None,
-        drift_bound: float | None = None,
     ) -> tuple[torch.Tensor, Outcome]:
         """The verified average of `flat_grad` over the group, weighted as the plan says, or
         flat_grad itself ('local'; 'stopped' if `should_stop()` turned true while waiting: a
-        new plan is here). drift_bound: for average_state only."""
+        new plan is here)."""
+        return self._round(flat_grad, step, should_stop, flat_params, None)
+
+    def _round(
+        self,
+        flat: torch.Tensor,
+        step: int,
+        should_stop: Callable[[], bool] | None,
+        flat_params: torch.Tensor | None,
+        drift_bound: float | None,
+    ) -> tuple[torch.Tensor, Outcome]:
+        """A gradient round, or (with a drift_bound) a state round: see average_state."""
         try:
-            result, outcome = self._average(flat_grad, step, should_stop, flat_params, drift_bound)
+            result, outcome = self._average(flat, step, should_stop, flat_params, drift_bound)
         finally:
             if self.traffic is not None:
                 self.traffic.add(self._averager.traffic())
@@ -217,15 +229,15 @@ class StageAverager:
         flat_params: torch.Tensor | None,
         drift_bound: float | None,
     ) -> tuple[torch.Tensor, Outcome]:
-        weights = self.weights if step >= 0 else dict.fromkeys(self.weights, 1.0)
+        kind = GRAD if drift_bound is None else STATE
+        weights = self.weights if kind == GRAD else dict.fromkeys(self.weights, 1.0)
         weight = weights[str(self._averager.peer_id)]
         mine = checksums(flat_grad, step, weight)
         if flat_params is not None:
             digest, norm = params_digest(flat_params, self._param_signs)
             mine = dataclasses.replace(mine, params=digest, params_norm=norm)
-        gather = mine.as_gather()
-        if drift_bound is not None:  # read by our own reducer only (worker/averaging/robust.py)
-            gather["drift_bound"] = drift_bound
+        # the drift bound is read by our own reducer only (worker/averaging/robust.py)
+        gather = RoundGather(kind, mine, drift_bound).to_dict()
         problem = ""
         failed: list[str] = []
         timeout_s = self.timeout_s
@@ -255,7 +267,7 @@ class StageAverager:
             else:
                 with self._averager.get_tensors() as (buffer,):
                     result = buffer.clone()
-                problem = check_round(result, mine, gathered, self.tolerance, weights) or ""
+                problem = check_round(result, mine, gathered, self.tolerance, weights, kind) or ""
                 notes = self._averager.reducer_notes()
                 if not problem:
                     self._rounds += 1
@@ -267,7 +279,7 @@ class StageAverager:
                 # Replicas a step apart met (one kept a local gradient earlier and ran ahead).
                 # The one behind gives this step up at once and so reaches the next round soon;
                 # the one ahead waits for it with the full timeout: they are in step again.
-                steps = _gathered_steps(gathered)
+                steps = _gathered_steps(gathered, kind)
                 if steps and max(steps) > step:
                     log.warning("step %d: groupmates are ahead (%s): local gradient", step, problem)
                     return flat_grad, Outcome("local", 1, problem)
@@ -278,15 +290,15 @@ class StageAverager:
         return flat_grad, Outcome("local", 1, "; ".join(failed))
 
     def average_state(
-        self, flat: torch.Tensor, tag: int, drift_bound: float
+        self, flat: torch.Tensor, round_number: int, drift_bound: float
     ) -> torch.Tensor | None:
         """One verified round of plain averaging (equal weights) of a parameter-sized tensor
-        (parameters, optimizer moments), to bring diverged replicas back together; `tag` < 0
-        (never a gradient round's step: the checks refuse a mixed group). A groupmate's part
-        farther from ours than drift_bound × our part's norm is refused (worker/averaging/robust.py):
-        a false parameter digest cannot force crafted parameters in. None if it failed."""
-        assert tag < 0
-        averaged, outcome = self.average(flat, tag, drift_bound=drift_bound)
+        (parameters, optimizer moments), to bring diverged replicas back together: a round of
+        kind STATE (the checks refuse a group that mixes it with a gradient round), numbered
+        alike on every member. A groupmate's part farther from ours than drift_bound × our
+        part's norm is refused (worker/averaging/robust.py): a false parameter digest cannot
+        force crafted parameters in. None if it failed."""
+        averaged, outcome = self._round(flat, round_number, None, None, drift_bound)
         return averaged if outcome.kind == "averaged" else None
 
     def shutdown(self) -> None:
@@ -311,10 +323,12 @@ def _wait_unless_stopped(control: Any, should_stop: Callable[[], bool] | None) -
                 raise _Stopped() from None
 
 
-def _gathered_steps(gathered: dict[Any, Any]) -> list[int]:
-    """The steps of the groupmates whose metadata is valid."""
+def _gathered_steps(gathered: dict[Any, Any], kind: str) -> list[int]:
+    """The steps of the groupmates whose metadata is valid, in rounds of `kind`."""
     steps = []
     for data in gathered.values():
         with contextlib.suppress(WireError):
-            steps.append(Checksums.from_gather(data).step)
+            gather = RoundGather.from_dict(data)
+            if gather.kind == kind:
+                steps.append(gather.step)
     return steps

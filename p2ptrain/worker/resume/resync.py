@@ -19,11 +19,11 @@ Piece = tuple[str, list[torch.Tensor], float]  # name, tensors (averaged in plac
 
 
 def resync_pieces(averager: StageAverager, pieces: list[Piece], step: int) -> bool:
-    """Average every piece in place over the group (rounds tagged -(3·step + index + 1): never
-    a gradient round's step); False, with the rest left as it was, if a round failed."""
+    """Average every piece in place over the group (state rounds numbered 3·step + index, the
+    same on every member); False, with the rest left as it was, if a round failed."""
     for index, (name, tensors, bound) in enumerate(pieces):
         flat = torch.cat([t.detach().reshape(-1) for t in tensors]).cpu()
-        averaged = averager.average_state(flat, -(3 * step + index + 1), bound)
+        averaged = averager.average_state(flat, 3 * step + index, bound)
         if averaged is None or not bool(torch.isfinite(averaged).all()):
             log.warning("step %d: replicas diverged and re-syncing failed; retrying later", step)
             return False

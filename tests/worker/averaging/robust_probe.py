@@ -144,7 +144,7 @@ def _run_then_shut_down(threads: list[threading.Thread], averagers: Any, dhts: A
 
 def poisoned() -> dict[str, Any]:
 
-    from p2ptrain.worker.averaging.checks import checksums
+    from p2ptrain.worker.averaging.checks import GRAD, RoundGather, checksums
     from p2ptrain.worker.averaging.stage_averager import StageAverager
 
     dhts = _local_dhts(3)
@@ -187,7 +187,7 @@ def poisoned() -> dict[str, Any]:
         liar = averagers[2]._averager
         with liar.get_tensors() as (buffer,):
             buffer.copy_(grads[2] + garbage)
-        gather = checksums(grads[2], step, 1.0).as_gather()
+        gather = RoundGather(GRAD, checksums(grads[2], step, 1.0)).to_dict()
         try:
             liar.step(gather=gather, weight=1e9, timeout=6.0, allow_retries=False)
         except Exception as exc:  # its round fails: we only look at the honest ones

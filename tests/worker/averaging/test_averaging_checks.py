@@ -10,6 +10,9 @@ import torch
 from p2ptrain.worker.averaging.checks import (
     COMPRESSED_TOLERANCE,
     EXACT_TOLERANCE,
+    GRAD,
+    Checksums,
+    RoundGather,
     check_round,
     checksums,
     params_digest,
@@ -28,8 +31,13 @@ def _grads() -> tuple[torch.Tensor, torch.Tensor]:
     )
 
 
+def _gather(sums: Checksums) -> dict:
+    """What a member gathers with a gradient round, as it arrives."""
+    return RoundGather(GRAD, sums).to_dict()
+
+
 def _gathered(a: torch.Tensor, b: torch.Tensor, wa: float, wb: float, step: int = 3) -> dict:
-    return {"a": checksums(a, step, wa).as_gather(), "b": checksums(b, step, wb).as_gather()}
+    return {"a": _gather(checksums(a, step, wa)), "b": _gather(checksums(b, step, wb))}
 
 
 EQUAL = {"a": 1.0, "b": 1.0}  # the plan's weights of the two members
@@ -71,9 +79,9 @@ def test_wrong_weights_and_mixed_steps_are_caught() -> None:
     plan = {"a": 1.0, "b": 3.0}
     mine = checksums(a, 3, 1)
     assert check_round(unweighted, mine, _gathered(a, b, 1, 3), EXACT_TOLERANCE, plan)
-    gathered = {"a": checksums(a, 3, 1).as_gather(), "b": checksums(b, 4, 1).as_gather()}
+    gathered = {"a": _gather(checksums(a, 3, 1)), "b": _gather(checksums(b, 4, 1))}
     assert "steps" in (check_round(unweighted, mine, gathered, EXACT_TOLERANCE, EQUAL) or "")
-    alone = {"a": checksums(a, 3, 1).as_gather()}
+    alone = {"a": _gather(checksums(a, 3, 1))}
     assert check_round(a, mine, alone, EXACT_TOLERANCE, EQUAL) == "no groupmates"
 
 
@@ -86,10 +94,9 @@ def test_replicas_that_started_from_other_parameters_are_noticed() -> None:
     rounded = params_digest(params + 1e-9 * torch.randn(N, generator=noise), signs)
     moved = params_digest(params - 1e-3 * torch.randn(N, generator=noise).sign(), signs)
 
-    def gathered(*digests: tuple[float, float]) -> dict[str, dict[str, float]]:
-        round_of = {"step": 1, "weight": 1.0, "total": 0.0, "projection": 0.0, "norm": 1.0}
+    def gathered(*digests: tuple[float, float]) -> dict[str, dict]:
         return {
-            f"p{i}": {**round_of, "params": d[0], "params_norm": d[1]}
+            f"p{i}": _gather(Checksums(1, 1.0, 0.0, 0.0, 1.0, params=d[0], params_norm=d[1]))
             for i, d in enumerate(digests)
         }
 
@@ -100,17 +107,23 @@ def test_replicas_that_started_from_other_parameters_are_noticed() -> None:
     assert not replicas_diverged(gathered(same), 1e-6)  # alone: nothing to compare
 
 
+def _grad(sums: object) -> dict:
+    return {"kind": "grad", "checksums": sums}
+
+
 @pytest.mark.parametrize(
     "bad",
     [
-        {"step": "3", "weight": 1.0, "total": 0.0, "projection": 0.0, "norm": 1.0},
-        {"step": 3, "weight": "1", "total": 0.0, "projection": 0.0, "norm": 1.0},
-        {"step": 3, "weight": [1] * 1000, "total": 0.0, "projection": 0.0, "norm": 1.0},
-        {"step": 3, "weight": 1.0, "total": math.nan, "projection": 0.0, "norm": 1.0},
-        {"step": 3, "weight": 1e300, "total": 0.0, "projection": 0.0, "norm": 1.0},
-        {"step": 3, "weight": 1.0, "total": 0.0, "projection": 0.0, "norm": 10**400},
-        {"step": 3, "weight": 1.0, "total": 0.0, "projection": 0.0, "norm": 1.0, "params": "x"},
-        {"step": 3},
+        _grad({"step": "3", "weight": 1.0, "total": 0.0, "projection": 0.0, "norm": 1.0}),
+        _grad({"step": 3, "weight": "1", "total": 0.0, "projection": 0.0, "norm": 1.0}),
+        _grad({"step": 3, "weight": [1] * 1000, "total": 0.0, "projection": 0.0, "norm": 1.0}),
+        _grad({"step": 3, "weight": 1.0, "total": math.nan, "projection": 0.0, "norm": 1.0}),
+        _grad({"step": 3, "weight": 1e300, "total": 0.0, "projection": 0.0, "norm": 1.0}),
+        _grad({"step": 3, "weight": 1.0, "total": 0.0, "projection": 0.0, "norm": 10**400}),
+        _grad({"step": 3, "weight": 1, "total": 0, "projection": 0, "norm": 1, "params": "x"}),
+        _grad({"step": 3}),
+        _grad("not an object"),
+        {"step": 3, "weight": 1.0, "total": 0.0, "projection": 0.0, "norm": 1.0},  # no kind
         "not an object",
         None,
     ],
@@ -119,7 +132,7 @@ def test_a_groupmates_badly_typed_metadata_fails_the_round_without_raising(bad: 
     """A groupmate's gathered metadata comes from the network: the round is refused, and
     nothing raises in the checks (which run inside the training step)."""
     a = torch.randn(50)
-    gathered = {"me": checksums(a, 3, 1).as_gather(), "them": bad}
+    gathered = {"me": _gather(checksums(a, 3, 1)), "them": bad}
     plan = {"me": 1.0, "them": 1.0}
     problem = check_round(a, checksums(a, 3, 1), gathered, EXACT_TOLERANCE, plan)
     assert problem is not None and "them" in problem
@@ -147,13 +160,13 @@ def test_a_claimed_huge_norm_no_longer_widens_the_tolerance() -> None:
     made any result pass. The scale is now the low median, and such a claim fails the round."""
     a, b = _grads()
     garbage = torch.randn(N) * 100
-    liar = dataclasses.replace(checksums(b, 3, 1), norm=1e300).as_gather()
-    gathered = {"a": checksums(a, 3, 1).as_gather(), "b": liar}
+    liar = _gather(dataclasses.replace(checksums(b, 3, 1), norm=1e300))
+    gathered = {"a": _gather(checksums(a, 3, 1)), "b": liar}
     problem = check_round(garbage, checksums(a, 3, 1), gathered, COMPRESSED_TOLERANCE, EQUAL)
     assert problem is not None and "median" in problem
     # a modest lie: the norm check passes, the checksums (scaled by the median) do not
-    modest = dataclasses.replace(checksums(b, 3, 1), norm=2 * float(b.norm())).as_gather()
-    gathered = {"a": checksums(a, 3, 1).as_gather(), "b": modest}
+    modest = _gather(dataclasses.replace(checksums(b, 3, 1), norm=2 * float(b.norm())))
+    gathered = {"a": _gather(checksums(a, 3, 1)), "b": modest}
     assert check_round(garbage, checksums(a, 3, 1), gathered, COMPRESSED_TOLERANCE, EQUAL)
 
 
