@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from p2ptrain.errors import UserError
-from p2ptrain.schedule import ALGORITHMS, Plan, evaluate_groups, load_topology, plan_swarm
+from p2ptrain.schedule import ALGORITHMS, Schedule, evaluate_groups, load_topology, plan_swarm
 from p2ptrain.schedule.topology import Topology
 
 MAX_GROUPS_FILE_BYTES = 16 * 1024 * 1024
@@ -89,7 +89,7 @@ def _read_groups(path: Path) -> object:
         raise UserError(f"{path}: not valid JSON ({exc})") from None
 
 
-def render_plan(topology: Topology, plan: Plan) -> str:
+def render_plan(topology: Topology, plan: Schedule) -> str:
     """A readable plan: one line per pipeline (region/peer per stage), then the cost breakdown."""
     labels = [
         [

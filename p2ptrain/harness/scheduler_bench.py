@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,13 +36,7 @@ class Row:
     evaluations: int
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "case": self.case,
-            "algorithm": self.algorithm,
-            "cost_s": self.cost_s,
-            "wall_s": self.wall_s,
-            "evaluations": self.evaluations,
-        }
+        return dataclasses.asdict(self)
 
 
 def shuffled(topology: Topology, seed: int) -> Topology:

@@ -89,6 +89,7 @@ def plan_on_testbed(
     import numpy as np
 
     from p2ptrain.schedule import plan_swarm
+    from p2ptrain.schedule.baselines import random_pipelines
     from p2ptrain.schedule.cost import CostModel, plan_cost
 
     peers = [h.peer_id for h in hellos]
@@ -100,8 +101,8 @@ def plan_on_testbed(
         scheduled = plan_swarm(topology, stages, replicas, seed=seed, time_budget_s=1.0)
         pipelines = [list(p) for p in scheduled.pipelines]
     elif placement == "random":
-        order = np.random.default_rng(seed).permutation(len(peers)).tolist()
-        pipelines = [order[r * stages : (r + 1) * stages] for r in range(replicas)]
+        rng = np.random.default_rng(seed)
+        pipelines = random_pipelines(len(peers), stages, replicas, rng).tolist()
     else:
         raise ValueError(f"unknown placement {placement!r}")
     cost = plan_cost(CostModel.build(topology, workload), np.array(pipelines))

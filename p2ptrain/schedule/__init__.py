@@ -1,10 +1,10 @@
 """The topology-aware scheduler (pure numpy/scipy: no torch, no network).
 
 Public API: ``Topology``, ``Workload``, ``load_topology``, ``plan_swarm``, ``evaluate_groups``,
-``Plan``. See docs/scheduler.md for the model and the algorithm.
+``Schedule``. See docs/scheduler.md for the model and the algorithm.
 """
 
-from p2ptrain.schedule.planner import ALGORITHMS, Plan, evaluate_groups, plan_swarm
+from p2ptrain.schedule.planner import ALGORITHMS, Schedule, evaluate_groups, plan_swarm
 from p2ptrain.schedule.step_time import StepTime, StepTraffic  # the module: step_time
 from p2ptrain.schedule.topology import (
     PAPER_SCENARIOS,
@@ -19,7 +19,7 @@ from p2ptrain.schedule.topology import (
 __all__ = [
     "ALGORITHMS",
     "PAPER_SCENARIOS",
-    "Plan",
+    "Schedule",
     "StepTime",
     "StepTraffic",
     "Topology",

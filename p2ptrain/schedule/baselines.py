@@ -1,6 +1,8 @@
 """The paper's baselines and ablation, for comparison with the search.
 
-- ``random``: a random balanced partition, groups in a fixed order, matched by position.
+- ``random``: the peers dealt at random (``random_pipelines``, the project's one random-placement
+  rule: the scheduler's baseline, the search's random starts, the live planner's `placement =
+  "random"` and the harness's random plans all deal with it).
 - ``identity``: peers in listed order, the way Megatron places ranks by default (rank = stage x R +
   replica, so each data-parallel group is a block of consecutive peers).
 - ``kl``: the paper's Kernighan–Lin ablation: pair swaps between groups chosen by the classic gain
@@ -18,10 +20,14 @@ from p2ptrain.schedule.local_search import SearchStats
 _EPS = 1e-12
 
 
-def random_assignment(model: CostModel, rng: np.random.Generator) -> IntArray:
-    chosen = rng.permutation(model.num_peers)[: model.stages * model.replicas]
-    groups = chosen.reshape(model.stages, model.replicas)
-    return groups.T.copy()  # stage j = group j, replica i = the i-th member: positional matching
+def random_pipelines(
+    num_peers: int, stages: int, replicas: int, rng: np.random.Generator
+) -> IntArray:
+    """Peers 0..num_peers-1 dealt by one permutation drawn from `rng`: its first stages x
+    replicas fill the pipelines row by row (pipelines[i][j]: the peer at stage j of replica i),
+    the rest are spares. The same generator state gives the same placement."""
+    chosen = rng.permutation(num_peers)[: stages * replicas]
+    return chosen.reshape(replicas, stages)
 
 
 def identity_assignment(model: CostModel) -> IntArray:

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from p2ptrain.schedule.baselines import random_pipelines
 from p2ptrain.schedule.cost import CostModel, IntArray, partition_cost
 from p2ptrain.schedule.local_search import PlanState, SearchStats, descend
 from p2ptrain.schedule.regroup import cluster_labels, regroup
-from p2ptrain.schedule.seeds import groups_seed, path_groups_seeds, pipelines_seed, random_plan
+from p2ptrain.schedule.seeds import groups_seed, path_groups_seeds, pipelines_seed
 
 _EPS = 1e-9
 NUM_RANDOM_SEEDS = 2
@@ -62,7 +63,10 @@ def hybrid_search(
     """Run the search; returns the best plan state and why it stopped."""
     path_seeds = path_groups_seeds(model)
     starts = [*path_seeds, pipelines_seed(model), groups_seed(model)]
-    starts += [random_plan(model, rng) for _ in range(NUM_RANDOM_SEEDS)]
+    starts += [
+        random_pipelines(model.num_peers, model.stages, model.replicas, rng)
+        for _ in range(NUM_RANDOM_SEEDS)
+    ]
     if model.stages > 1:
         # pool-and-deal every cluster-path seed: cheap, and the seeds differ in where the
         # remainders of the clusters fall

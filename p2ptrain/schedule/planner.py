@@ -1,19 +1,22 @@
-"""The scheduler's front door: a topology in, a plan out.
+"""The scheduler's front door: a topology in, a `Schedule` out (peer indices; the live planner
+turns it into a placement of peer ids, control/planning/planner.py, then a signed
+records.Plan).
 
-Peers are put in a canonical order (by name) before any search, so the plan does not depend on the
-order the peers were listed in; indices are mapped back at the end. The reported cost is always
+Peers are put in a canonical order (by name) before any search, so the schedule does not depend
+on the order the peers were listed in; indices are mapped back at the end. The reported cost is always
 recomputed from the returned pipelines.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from p2ptrain.schedule.baselines import identity_assignment, kernighan_lin, random_assignment
+from p2ptrain.schedule.baselines import identity_assignment, kernighan_lin, random_pipelines
 from p2ptrain.schedule.cost import CostModel, IntArray, partition_cost, plan_cost
 from p2ptrain.schedule.hybrid import hybrid_search
 from p2ptrain.schedule.local_search import SearchStats
@@ -24,23 +27,24 @@ ALGORITHMS = ("hybrid", "paper", "kl", "random", "identity")
 DEFAULT_TIME_BUDGET_S = 30.0
 
 
-@dataclass(frozen=True)
-class Plan:
-    """R pipelines of S peer indices (pipelines[i][j]: peer at stage j of replica i) and its cost."""
+@dataclass(frozen=True, kw_only=True)
+class Schedule:
+    """The scheduler's result: R pipelines of S peer indices (pipelines[i][j]: peer at stage j
+    of replica i), the spares, and its cost. Fields in the order of its JSON form."""
 
-    pipelines: list[list[int]]
-    spares: list[int]
     cost_s: float
     dp_cost_s: float
     pp_cost_s: float  # already x2
-    evaluations: int
+    compute_cost_s: float = 0.0  # (M + S - 1) x the slowest stage, with measured compute
+    stage_layers: list[int] = field(default_factory=list)  # blocks per stage; []: the even cut
+    pipelines: list[list[int]]
+    spares: list[int]
     wall_s: float
+    evaluations: int
     algorithm: str
     seed: int
     stopped: str = "converged"
-    peer_names: list[str] = field(default_factory=list)
-    compute_cost_s: float = 0.0  # (M + S - 1) x the slowest stage, with measured compute
-    stage_layers: list[int] = field(default_factory=list)  # blocks per stage; []: the even cut
+    peer_names: list[str] = field(default_factory=list)  # in its JSON form as the names below
 
     @property
     def stages(self) -> int:
@@ -56,19 +60,9 @@ class Plan:
         return [list(col) for col in zip(*self.pipelines, strict=True)]
 
     def to_json(self) -> dict[str, Any]:
+        fields = (f.name for f in dataclasses.fields(self) if f.name != "peer_names")
         return {
-            "cost_s": self.cost_s,
-            "dp_cost_s": self.dp_cost_s,
-            "pp_cost_s": self.pp_cost_s,
-            "compute_cost_s": self.compute_cost_s,
-            "stage_layers": self.stage_layers,
-            "pipelines": self.pipelines,
-            "spares": self.spares,
-            "wall_s": self.wall_s,
-            "evaluations": self.evaluations,
-            "algorithm": self.algorithm,
-            "seed": self.seed,
-            "stopped": self.stopped,
+            **{name: getattr(self, name) for name in fields},
             "stages": self.stages,
             "replicas": self.replicas,
             "groups": self.groups,
@@ -105,11 +99,11 @@ def plan_swarm(
     algorithm: str = "hybrid",
     time_budget_s: float | None = None,
     max_evaluations: int | None = None,
-) -> Plan:
+) -> Schedule:
     """Plan ``stages`` x ``replicas`` tasklets on the topology's peers (extra peers become spares).
 
     The search stops when it converges, after ``max_evaluations`` cost evaluations (if given: the
-    plan then depends only on the inputs and the seed), or after ``time_budget_s`` seconds
+    schedule then depends only on the inputs and the seed), or after ``time_budget_s`` seconds
     (default 30), whichever comes first."""
     if algorithm not in ALGORITHMS:
         raise TopologyError(
@@ -130,7 +124,7 @@ def plan_swarm(
     elif algorithm == "kl":
         pipelines = kernighan_lin(model, rng, stats)
     elif algorithm == "random":
-        pipelines = random_assignment(model, rng)
+        pipelines = random_pipelines(model.num_peers, model.stages, model.replicas, rng)
     else:
         # identity is about the listed order, so it bypasses the canonical order
         model = CostModel.build(topology, workload)
@@ -138,12 +132,12 @@ def plan_swarm(
         pipelines = identity_assignment(model)
     evaluation = plan_cost(model, pipelines)
     stats.evaluations += 1
-    return _to_plan(
+    return _to_schedule(
         topology, evaluation.pipelines, order, workload, algorithm, seed, stopped, stats, started
     )
 
 
-def _to_plan(
+def _to_schedule(
     topology: Topology,
     pipelines: IntArray,
     order: IntArray,
@@ -153,11 +147,11 @@ def _to_plan(
     stopped: str,
     stats: SearchStats,
     started: float,
-) -> Plan:
+) -> Schedule:
     original = order[pipelines]
     final = plan_cost(CostModel.build(topology, workload), original)  # cost of what we return
     spares = sorted(set(range(topology.num_peers)) - set(original.ravel().tolist()))
-    return Plan(
+    return Schedule(
         pipelines=original.tolist(),
         spares=spares,
         cost_s=final.cost_s,
@@ -173,7 +167,7 @@ def _to_plan(
     )
 
 
-def evaluate_groups(topology: Topology, groups: object, stages: int | None = None) -> Plan:
+def evaluate_groups(topology: Topology, groups: object, stages: int | None = None) -> Schedule:
     """Cost of given data-parallel groups (S lists of R peer indices), the rest solved exactly."""
     if (
         not isinstance(groups, list)
@@ -199,6 +193,6 @@ def evaluate_groups(topology: Topology, groups: object, stages: int | None = Non
     stats = SearchStats(evaluations=1)
     evaluation = partition_cost(model, np.array(groups, dtype=np.intp))
     identity = np.arange(topology.num_peers, dtype=np.intp)
-    return _to_plan(
+    return _to_schedule(
         topology, evaluation.pipelines, identity, workload, "evaluate", 0, "exact", stats, started
     )

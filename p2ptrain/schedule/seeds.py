@@ -1,4 +1,5 @@
-"""Starting plans built from the link costs alone (deterministic, no randomness needed).
+"""Starting plans built from the link costs alone (deterministic, no randomness needed; the
+search's random starts are schedule/baselines.py's random_pipelines).
 
 Slow links dominate: a good plan keeps each pipeline's neighbours close (pipeline traffic crosses a
 boundary on every micro-batch) and lets data-parallel groups span the distance. These seeds encode
@@ -119,8 +120,3 @@ def path_groups_seeds(model: CostModel) -> list[IntArray]:
                 break
     plans.sort(key=lambda e: e.cost_s)
     return [e.pipelines for e in plans]
-
-
-def random_plan(model: CostModel, rng: np.random.Generator) -> IntArray:
-    chosen = rng.permutation(model.num_peers)[: model.stages * model.replicas]
-    return chosen.reshape(model.replicas, model.stages)

@@ -23,13 +23,13 @@ import numpy as np
 import numpy.typing as npt
 
 from p2ptrain.schedule.compute import PeerCompute
-from p2ptrain.schedule.planner import Plan, plan_swarm
+from p2ptrain.schedule.planner import Schedule, plan_swarm
 from p2ptrain.schedule.split import WorkloadFor, split_plan
 from p2ptrain.schedule.step_time import MeasuredCompute, StepTraffic, simulated_step_s
 from p2ptrain.schedule.topology import Topology, Workload
 
 # seconds of a plan's step on a topology: what shapes are compared by
-StepModel = Callable[[Plan, Topology], float]
+StepModel = Callable[[Schedule, Topology], float]
 # tokens a step of a plan of so many replicas trains
 TokensPerStep = Callable[[int], float]
 # forward : backward of a transformer's micro-batch (the backward computes two products per
@@ -113,7 +113,7 @@ def simulated_step_model(
     peers' measured compute: each placed peer computes its stage's micro-batches at its own
     timed speed (a third forward, two thirds backward), the links are the topology's."""
 
-    def step_s(plan: Plan, topology: Topology) -> float:
+    def step_s(plan: Schedule, topology: Topology) -> float:
         stages, replicas = plan.stages, plan.replicas
         table = compute.filled().stage_table(stages, replicas, plan.stage_layers or None)
         per_micro = [[float(table[p, j]) for j, p in enumerate(pipe)] for pipe in plan.pipelines]
@@ -139,7 +139,7 @@ def plan_best_shape(
     max_evaluations: int | None = None,
     step_model: StepModel | None = None,
     tokens_per_step: TokensPerStep | None = None,
-) -> Plan:
+) -> Schedule:
     """The plan of every shape with the fewest seconds a token (ties: the earlier shape), each
     searched with ``plan_swarm`` on its own workload (each with the whole evaluation budget: a
     smaller shape converges sooner; the time cap is shared evenly), then given the layer split
@@ -150,7 +150,7 @@ def plan_best_shape(
     if not shapes:
         raise ValueError("no shape to plan")
     budget = None if time_budget_s is None else time_budget_s / len(shapes)
-    best: Plan | None = None
+    best: Schedule | None = None
     best_cost = first_cost = 0.0
     for stages, replicas in shapes:
         shaped = dataclasses.replace(topology, workload=workload_for(stages, replicas))

@@ -22,7 +22,7 @@ import numpy as np
 
 from p2ptrain.schedule.compute import PeerCompute
 from p2ptrain.schedule.cost import CostModel, IntArray, plan_cost
-from p2ptrain.schedule.planner import Plan
+from p2ptrain.schedule.planner import Schedule
 from p2ptrain.schedule.topology import Topology, Workload
 
 
@@ -71,7 +71,7 @@ def balanced_layers(compute: PeerCompute, pipelines: IntArray) -> tuple[int, ...
     return tuple(layers)
 
 
-def split_plan(topology: Topology, plan: Plan, workload_for: WorkloadFor) -> Plan:
+def split_plan(topology: Topology, plan: Schedule, workload_for: WorkloadFor) -> Schedule:
     """`plan` with the blocks per stage that make its slowest stage fastest, repriced with the
     traffic of that cut (a bigger stage sends bigger gradients), where that is cheaper than the
     even cut; else `plan` as it is. Without measured compute, `plan` as it is."""

@@ -15,7 +15,7 @@ from p2ptrain.schedule import Topology, Workload
 from p2ptrain.schedule.compute import PeerCompute
 from p2ptrain.schedule.cost import CostModel
 from p2ptrain.schedule.outer_round import group_gather_s, overlapped_step_s, round_cpu_share_s
-from p2ptrain.schedule.planner import Plan
+from p2ptrain.schedule.planner import Schedule
 from p2ptrain.schedule.shapes import plan_best_shape
 from p2ptrain.schedule.step_time import (
     MeasuredCompute,
@@ -184,7 +184,7 @@ def test_shapes_are_compared_by_tokens_a_second() -> None:
     def workload(stages: int, replicas: int, layers: object = ()) -> Workload:
         return Workload(stages, replicas, 0.001, 0.001)
 
-    def step_model(plan: Plan, _: Topology) -> float:
+    def step_model(plan: Schedule, _: Topology) -> float:
         return {1: 1.0, 2: 1.5}[plan.replicas]
 
     shapes = [(2, 2), (2, 1)]

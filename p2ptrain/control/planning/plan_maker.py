@@ -146,14 +146,7 @@ class PlanMaker:
             and dict(current.data_addrs) != data_addrs
         ):
             reason, previous_cost_s = "addresses", current.cost_s
-            placement = planner.Placement(
-                current.stages,
-                current.pipelines,
-                current.spares,
-                current.cost_s,
-                current.stage_layers,
-                current.predicted_step_s,
-            )
+            placement = planner.Placement.of_plan(current)
         else:
             return False
         self._change_since = None
@@ -163,21 +156,15 @@ class PlanMaker:
         self._planned_members, self._planned_matrices = members, matrices
         self._confirmation.note(estimated, placement.pipelines, now)
         self._planned_measured = measured_peers(members, measured)
-        plan = Plan(
+        plan = placement.to_plan(
             term=self._term,
             epoch=self._epoch,
             planner=self.peer_id,
-            stages=placement.stages,
-            pipelines=placement.pipelines,
-            spares=placement.spares,
             data_addrs=data_addrs,
-            cost_s=placement.cost_s,
-            stage_layers=placement.stage_layers,
             network=planner.network_facts(matrices, placement.pipelines),
             lineage=plan_lineage(current, self._term, self._epoch, self.peer_id),
             reason=reason,
             previous_cost_s=previous_cost_s,
-            predicted_step_s=placement.predicted_step_s,
         )
         checked = planner.publishable(plan)  # as receivers decode it
         if checked is None:

@@ -1,5 +1,7 @@
 """Turns the measured link matrix into a plan with the scheduler (p2ptrain.schedule).
 
+One chain (placement.py): the scheduler's `Schedule` → a `Placement` → a `records.Plan`.
+
 Runs on the elected planner only. Unmeasured links get estimates (the median of measured ones) so a
 plan exists from the first seconds; re-planning happens on membership changes and measurement drift.
 """
@@ -17,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2ptrain.control.links import Link
+from p2ptrain.control.planning.placement import Placement
 from p2ptrain.errors import WireError
 from p2ptrain.records import LinkFacts, NetworkFacts, Plan, RunSpec
 from p2ptrain.records.plan import MAX_RATE_MBPS, MAX_RTT_S, MIN_RATE_MBPS
@@ -184,18 +187,6 @@ def worth_switching(new_cost_s: float, current_cost_s: float | None) -> bool:
     return current_cost_s is None or new_cost_s < SWITCH_GAIN * current_cost_s
 
 
-@dataclass(frozen=True)
-class Placement:
-    """What the scheduler decides: the plan's fields that do not depend on the election."""
-
-    stages: int
-    pipelines: tuple[tuple[str, ...], ...]
-    spares: tuple[str, ...]
-    cost_s: float
-    stage_layers: tuple[int, ...] = ()  # blocks per stage (schedule/split.py); (): even
-    predicted_step_s: float | None = None  # the step simulated on the measured compute
-
-
 def network_facts(matrices: Matrices, pipelines: Sequence[Sequence[str]]) -> NetworkFacts | None:
     """The network the plan's data-plane timeouts are scaled for (None when no two placed peers
     exchange anything): the slowest round trip and rate of each stage's data-parallel group and
@@ -334,39 +325,34 @@ def compute_plan(matrices: Matrices, run: RunSpec) -> Placement:
                 f"memory ({'; '.join(unfit[:3])}): raise the run's stages, shrink the model or "
                 "its micro-batches, or add peers with more memory"
             )
-        predicted_step_s: float | None = float(step_model(plan, topology))
-    else:
-        predicted_step_s = None
-        plan = plan_swarm(
-            topology,
-            stages=stages,
-            replicas=replicas,
-            seed=0,
-            time_budget_s=PLAN_TIME_CAP_S,
-            max_evaluations=PLAN_MAX_EVALUATIONS,
-        )
-    return Placement(
+        return Placement.from_schedule(plan, peers, float(step_model(plan, topology)))
+    plan = plan_swarm(
+        topology,
         stages=stages,
-        pipelines=tuple(tuple(peers[i] for i in pipeline) for pipeline in plan.pipelines),
-        spares=tuple(peers[i] for i in plan.spares),
-        cost_s=float(plan.cost_s),
-        stage_layers=tuple(plan.stage_layers),
-        predicted_step_s=predicted_step_s,
+        replicas=replicas,
+        seed=0,
+        time_budget_s=PLAN_TIME_CAP_S,
+        max_evaluations=PLAN_MAX_EVALUATIONS,
     )
+    return Placement.from_schedule(plan, peers)
 
 
 def random_placement(matrices: Matrices, stages: int, replicas: int, run: RunSpec) -> Placement:
     """The benchmarks' baseline through the live path: the peers, in sorted order (so the result
-    does not depend on the order they arrived in), dealt by a permutation seeded with the run's
-    placement_seed; the first stages x replicas fill the pipelines row by row, the rest wait."""
+    does not depend on the order they arrived in), dealt by the scheduler's random rule
+    (schedule/baselines.py's random_pipelines) seeded with the run's placement_seed: the same
+    placement as `p2ptrain schedule --algorithm random --seed placement_seed`."""
+    from p2ptrain.schedule.baselines import random_pipelines
+
     peers = sorted(matrices.peers)
-    order = np.random.default_rng(run.placement_seed).permutation(len(peers))
-    dealt = [peers[i] for i in order]
-    pipelines = tuple(tuple(dealt[r * stages : (r + 1) * stages]) for r in range(replicas))
+    rng = np.random.default_rng(run.placement_seed)
+    dealt = random_pipelines(len(peers), stages, replicas, rng).tolist()
+    pipelines = tuple(tuple(peers[i] for i in row) for row in dealt)
+    placed = {peer for pipeline in pipelines for peer in pipeline}
     cost_s = placement_cost(matrices, pipelines, run)
     return Placement(
         stages=stages,
         pipelines=pipelines,
-        spares=tuple(sorted(dealt[stages * replicas :])),
+        spares=tuple(peer for peer in peers if peer not in placed),
         cost_s=0.0 if cost_s is None else cost_s,
     )
