@@ -156,7 +156,7 @@ class Discovery:
         view = self.state.view
         if view.run is None or view.run.admission != "token":
             return
-        token = view.own_token
+        token = view.authority.own_token
         problem = (
             "no token (join --token)"
             if token is None

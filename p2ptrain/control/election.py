@@ -51,6 +51,6 @@ def next_deadline(view: SwarmView, now: float) -> float:
     """When the view's answers change with no message: a member's silence turns into death,
     or our start-up grace (before which we never claim) ends; ELECTION_IDLE_S at most."""
     deadlines = [now + ELECTION_IDLE_S, view.started_at + ELECTION_GRACE_S + _PAST_S]
-    dead_after_s = view.dead_after_s(now)
+    dead_after_s = view.members.dead_after_s(now)
     deadlines += [m.last_heard + dead_after_s + _PAST_S for m in view.members.values()]
     return min((d for d in deadlines if d > now), default=math.inf)

@@ -119,7 +119,7 @@ def _validate(
     sender = forwarder.to_base58()
     if sender == state.peer_id:
         return True  # our own publish
-    if state.view.is_blocked(sender, now):
+    if state.view.penalties.is_blocked(sender, now):
         return False
     try:
         header = wire.verified_header(msg.data)

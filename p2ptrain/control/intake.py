@@ -1,7 +1,7 @@
 """Verified envelopes into the SwarmView, from gossip and from sync alike: apply, keep or blame.
 
 An envelope the view accepts from another author is kept in NodeState.latest for sync clients;
-one it refuses as hostile costs its culprit a penalty (SwarmView.penalise) and a log warning.
+one it refuses as hostile costs its culprit a penalty (Penalties.penalise) and a log warning.
 Gossip screens a message by its header before its body is parsed (`screen`: the author's rate
 for the kind, its admission, its run), and forwards only what the view accepted (`apply`'s
 answer): a message the view ignores goes no further than us.
@@ -55,7 +55,7 @@ class Intake:
             if author != view.bootstrap_id:
                 return Drop(f"{kind} not signed by our bootstrap", "unauthorised")
         elif kind == "peer":
-            if not view.admits_record_token(author, header.raw_body.get("token")):
+            if not view.authority.admits_record_token(author, header.raw_body.get("token")):
                 return Drop(f"{author} holds no token for this run")
         elif author not in view.members:
             return Drop(f"{kind} before the author's peer record")
@@ -75,13 +75,13 @@ class Intake:
         if (problem := self.run_problem(env.run_id)) is not None:
             log.debug("ignored %s from %s: %s", env.kind, env.author, problem)
             return False
-        already_applied = self.state.view.knows(env)
+        already_applied = self.state.view.seqs.knows(env)
         # gossip arrives as it is sent; sync hands over the latest envelope it holds, which
         # may be old: it proves its author alive only as of when it was signed
         age_s = time.time() - env.ts
         heard_at = None if via != "sync" else now - min(max(0.0, age_s), wire.MAX_CLOCK_SKEW_S)
         if via != "sync" and env.author != self.state.peer_id:
-            self.state.view.delivery_lag.note(env.author, age_s, now)
+            self.state.view.members.delivery_lag.note(env.author, age_s, now)
         before = self._what_tasks_watch(env.author, now)
         drop = self.state.view.accept(env, now, heard_at)
         if drop is None:
@@ -125,8 +125,10 @@ class Intake:
         """Penalise `peer` for a bad message and log it (and its blocking, once per block)."""
         view = self.state.view
         # forget blocks that ran out, so a peer blocked again is logged again
-        self._blocked_logged = {p for p in self._blocked_logged if view.is_blocked(p, now)}
-        score = view.penalise(peer, category, now)
+        self._blocked_logged = {
+            p for p in self._blocked_logged if view.penalties.is_blocked(p, now)
+        }
+        score = view.penalties.penalise(peer, category, now)
         if self._on_penalty is not None:
             self._on_penalty(peer, PENALTIES[category])
         log.warning(
@@ -137,7 +139,7 @@ class Intake:
             reason,
             score,
         )
-        if view.is_blocked(peer, now) and peer not in self._blocked_logged:
+        if view.penalties.is_blocked(peer, now) and peer not in self._blocked_logged:
             # our validators drop everything it sends or writes; pubsub's own blacklist is not
             # used: its teardown can crash the pubsub service (py-libp2p 0.8.1)
             log.warning("blocking %s for %.0f s", peer, BLOCK_S)

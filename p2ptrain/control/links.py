@@ -50,7 +50,7 @@ class LinkSample:
     rtt_at: float | None = None
     bandwidth_mbps: float | None = None
     bandwidth_at: float | None = None
-    num_failures: int = 0  # RTT probes failed in a row (SwarmView.record_rtt clears it)
+    num_failures: int = 0  # RTT probes failed in a row (LinkTable.record_rtt clears it)
     rate_failures: int = 0  # bandwidth probes failed in a row
     failed_at: float | None = None  # the latest failed probe of either kind
     # a window-bound probe's rate (control/measuring.py): only a floor, for sizing the next
@@ -136,30 +136,35 @@ def freshest_links(
     return result
 
 
-class LinkMeasurements:
-    """The view's own link samples and the rows others gossiped (a part of SwarmView)."""
+@dataclass
+class LinkTable:
+    """The view's `links` part: our own samples towards others, the rows others gossiped, and
+    what both feed (coordinates, capacities, the neighbour set; our worker's outer rounds)."""
 
     self_id: str
-    own_links: dict[str, LinkSample]
-    rows: dict[str, tuple[dict[str, LinkReport], float]]
-    connections: dict[str, str]  # peer -> how we reach it, when not direct (control/traversal.py)
-    estimate: EstimateBook  # coordinates, capacities, the neighbour set (control/estimate/book.py)
-    rounds: RoundWatch  # our worker's outer rounds (control/round_watch.py)
+    samples: dict[str, LinkSample] = field(default_factory=dict)  # ours, per far end
+    # author -> (its gossiped row, when it arrived, monotonic)
+    rows: dict[str, tuple[dict[str, LinkReport], float]] = field(default_factory=dict)
+    # peer -> how we reach it, when not direct (control/traversal.py)
+    connections: dict[str, str] = field(default_factory=dict)
+    # coordinates, capacities, the neighbour set (control/estimate/book.py)
+    estimate: EstimateBook = field(default_factory=EstimateBook)
+    rounds: RoundWatch = field(default_factory=RoundWatch)  # our worker's outer rounds
 
     def note_telemetry(self, author: str, body: Telemetry, now: float) -> None:
         """An author's gossiped row and its word about its own place in the network."""
         self.rows[author] = (body.links, now)
         self.estimate.note(author, body.coordinate, body.capacity, now)
 
-    def forget_links(self, peer: str) -> None:
+    def forget(self, peer: str) -> None:
         self.rows.pop(peer, None)
-        self.own_links.pop(peer, None)
+        self.samples.pop(peer, None)
         self.estimate.forget(peer)
 
-    def add_rtt_sample(self, peer: str, rtt_ms: float, now: float) -> None:
+    def record_rtt(self, peer: str, rtt_ms: float, now: float) -> None:
         """One round trip we measured: the link's sample, and our coordinate moved by the
         sample's filtered round trip (the least recent one: queueing is not distance)."""
-        sample = self.own_links.setdefault(peer, LinkSample())
+        sample = self.samples.setdefault(peer, LinkSample())
         sample.add_rtt(rtt_ms, now)
         sample.num_failures = 0
         if sample.rtt_ms is not None:
@@ -168,7 +173,7 @@ class LinkMeasurements:
     def record_bandwidth(
         self, peer: str, mbps: float, now: float, window_bound: bool = False
     ) -> None:
-        self.own_links.setdefault(peer, LinkSample()).add_bandwidth(mbps, now, window_bound)
+        self.samples.setdefault(peer, LinkSample()).add_bandwidth(mbps, now, window_bound)
         if not window_bound:  # a floor says nothing of our uplink
             self.estimate.observe_rate(mbps, now, sending=True)
 
@@ -178,13 +183,13 @@ class LinkMeasurements:
         the link has a counted value of that kind younger than ROUND_HOLD_S."""
         if not self.rounds.disturbed(started_at, now):
             return True
-        sample = self.own_links.get(peer)
+        sample = self.samples.get(peer)
         at = None if sample is None else sample.rtt_at if kind == "rtt" else sample.bandwidth_at
         return at is None or now - at > ROUND_HOLD_S[kind]
 
     def record_probe_failure(self, peer: str, now: float, kind: str = "rtt") -> None:
         """One more failed probe of `kind` ("rtt" or "bandwidth") to `peer`."""
-        sample = self.own_links.setdefault(peer, LinkSample())
+        sample = self.samples.setdefault(peer, LinkSample())
         if kind == "bandwidth":
             sample.rate_failures += 1
         else:
@@ -196,7 +201,7 @@ class LinkMeasurements:
         swarm too big to measure in full, of our neighbour set only (O(neighbours), not O(N))."""
         row: dict[str, LinkReport] = {}
         told = set(self.estimate.neighbours) if self.estimate.sampled else None
-        for peer, s in self.own_links.items():
+        for peer, s in self.samples.items():
             if told is not None and peer not in told:
                 continue
             rtt_age = None if s.rtt_at is None else round(now - s.rtt_at, 3)
@@ -235,6 +240,6 @@ class LinkMeasurements:
                 return kind
         return "direct"
 
-    def links(self, now: float) -> dict[tuple[str, str], Link]:
+    def freshest(self, now: float) -> dict[tuple[str, str], Link]:
         """The freshest measurement of every unordered pair, from our own and gossiped rows."""
         return freshest_links({**self.rows, self.self_id: (self.own_row(now), now)}, now)

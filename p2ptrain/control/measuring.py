@@ -80,7 +80,7 @@ class LinkProber:
         """The live members to measure now (every one in a small swarm)."""
         view = self.view
         partners = plan_partners(view.plan, view.self_id)
-        return view.estimate.choose(view.self_id, view.live_members(now), partners, now)
+        return view.links.estimate.choose(view.self_id, view.live_members(now), partners, now)
 
     def _stalest_peer(
         self, kind: str, measured_at: Callable[[LinkSample], float | None]
@@ -94,7 +94,7 @@ class LinkProber:
         tried = self._tried[kind]
 
         def age_key(peer: str) -> tuple[float, float]:
-            sample = self.view.own_links.get(peer)
+            sample = self.view.links.samples.get(peer)
             at = None if sample is None else measured_at(sample)
             last = max(at if at is not None else -1.0, tried.get(peer, -1.0))
             return (last, random.random())
@@ -129,8 +129,8 @@ class LinkProber:
             self.view.record_rtt(peer, rtt_ms, time.monotonic())
         except Exception as exc:
             now = time.monotonic()
-            if self.view.counts_probe(peer, "rtt", started_at, now):
-                self.view.record_probe_failure(peer, now, "rtt")
+            if self.view.links.counts_probe(peer, "rtt", started_at, now):
+                self.view.links.record_probe_failure(peer, now, "rtt")
             log.debug("RTT probe to %s failed: %s", peer, exc)
         finally:
             running.release_on_behalf_of(token)
@@ -143,10 +143,10 @@ class LinkProber:
         neighbours = self.neighbours(time.monotonic())
 
         def rated(peer: str) -> bool:
-            sample = view.own_links.get(peer)
+            sample = view.links.samples.get(peer)
             return sample is not None and sample.bandwidth_mbps is not None
 
-        if view.estimate.sampled:
+        if view.links.estimate.sampled:
             partners = plan_partners(view.plan, view.self_id)
             few = sum(map(rated, neighbours)) < min(MIN_RATES_MEASURED, len(neighbours))
             unmeasured = few or not all(map(rated, partners))
@@ -162,7 +162,7 @@ class LinkProber:
             peer = self._stalest_peer("bandwidth", lambda s: s.bandwidth_at)
             if peer is None:
                 continue
-            sample = self.view.own_links.get(peer)
+            sample = self.view.links.samples.get(peer)
             rtt_s = (sample.rtt_ms or 0.0) / 1e3 if sample else 0.0
             seen = None if sample is None else sample.bandwidth_mbps or sample.rate_floor_mbps
             num_bytes = probe_bytes(seen, rtt_s)
@@ -173,12 +173,12 @@ class LinkProber:
                 )
                 bound = num_bytes < BANDWIDTH_PROBE_BYTES and window_bound(mbps, num_bytes, rtt_s)
                 now = time.monotonic()
-                if self.view.counts_probe(peer, "bandwidth", started_at, now):
-                    self.view.record_bandwidth(peer, mbps, now, window_bound=bound)
+                if self.view.links.counts_probe(peer, "bandwidth", started_at, now):
+                    self.view.links.record_bandwidth(peer, mbps, now, window_bound=bound)
             except Exception as exc:
                 # refused, timed out or unproven (net/probe.py: ForgedAck): the link is not
                 # measured at the other end's word (control/links.py)
                 now = time.monotonic()
-                if self.view.counts_probe(peer, "bandwidth", started_at, now):
-                    self.view.record_probe_failure(peer, now, "bandwidth")
+                if self.view.links.counts_probe(peer, "bandwidth", started_at, now):
+                    self.view.links.record_probe_failure(peer, now, "bandwidth")
                 log.debug("bandwidth probe to %s failed: %s", peer, exc)

@@ -45,7 +45,7 @@ def record_message(state: NodeState) -> bytes:
         data_addrs=tuple(state.data_addrs),
         role=state.role,
         planner_capable=state.view.may_plan(state.peer_id),  # as our token says
-        token=state.view.own_token,
+        token=state.view.authority.own_token,
         version=__version__,
         hardware=state.hardware,
         compute_gflops=state.compute_gflops,
@@ -72,7 +72,7 @@ def run_message(state: NodeState) -> bytes:
 def revocation_messages(state: NodeState) -> list[bytes]:
     """The organiser's revocations as signed pages, also kept in NodeState.latest so that sync
     serves every page (paged like any held envelope) to a node that missed some."""
-    pages = revocation_pages(tuple(state.view.revocations.values()))
+    pages = revocation_pages(tuple(state.view.authority.revocations.values()))
     messages = [_signed(state, page) for page in pages]
     for page, data in zip(pages, messages, strict=True):
         author = state.peer_id if page.page == 0 else f"{state.peer_id}/{page.page}"
@@ -95,11 +95,11 @@ def reload_revocations(state: NodeState) -> None:
 def telemetry_message(state: NodeState) -> bytes:
     view, now = state.view, state.clock()
     body = Telemetry(
-        links=view.own_row(now),
+        links=view.links.own_row(now),
         metrics=view.own_metrics,
         health=view.own_health,
-        coordinate=view.estimate.coordinate,
-        capacity=view.estimate.capacity.capacity(now),
+        coordinate=view.links.estimate.coordinate,
+        capacity=view.links.estimate.capacity.capacity(now),
     )
     return _signed(state, body)
 
@@ -199,7 +199,7 @@ class Publisher:
             if state.role == "bootstrap" and self._due_now("run", RUN_INTERVAL_S, now):
                 await self._publish(CONTROL_TOPIC, partial(run_message, state))
                 reload_revocations(state)
-                if view.revocations:
+                if view.authority.revocations:
                     await self._publish_revocations()
             if state.is_member and self._due_now("telemetry", TELEMETRY_INTERVAL_S, now):
                 await self._publish(TELEMETRY_TOPIC, partial(telemetry_message, state))

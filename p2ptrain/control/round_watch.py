@@ -6,7 +6,7 @@ are the round's own traffic, not the link: priced as the link, they re-planned a
 mid-run (bench scaleout, 2026-11-25: the current plan priced 3x its cost). So a probe result
 that overlapped one of our rounds (or its ROUND_GRACE_S tail, while the queues drain) is set
 aside, as long as the link has a recent counted value of that kind (control/links.py,
-LinkMeasurements.counts_probe): a link that really slows shows in the probes between rounds,
+LinkTable.counts_probe): a link that really slows shows in the probes between rounds,
 and where rounds leave no room for any, in the probes past the hold.
 
 The worker tells us through its step metrics (records/messages.py, `outer_round`): "started"

@@ -44,7 +44,7 @@ def swarm_status(view: SwarmView, now: float, relay_bytes: int = 0) -> SwarmStat
             hardware=member.record.hardware,
             compute_gflops=member.record.compute_gflops,
             last_seen_s=round(now - member.last_heard, 3),
-            penalty=round(view.penalty_score(peer), 2),
+            penalty=round(view.penalties.score(peer), 2),
             metrics=member.metrics,
             health=member.health,
             stage_compute=member.record.stage_compute,
@@ -60,9 +60,9 @@ def swarm_status(view: SwarmView, now: float, relay_bytes: int = 0) -> SwarmStat
             rtt_ms=None if link.rtt_ms is None else round(link.rtt_ms, 3),
             bandwidth_mbps=None if link.bandwidth_mbps is None else round(link.bandwidth_mbps, 1),
             age_s=round(link.age_s, 3),
-            connection=view.connection(a, b),
+            connection=view.links.connection(a, b),
         )
-        for (a, b), link in sorted(view.links(now).items())
+        for (a, b), link in sorted(view.links.freshest(now).items())
         if a in members and b in members
     )
     links += estimated_links(view, sorted(members), {(x.a, x.b) for x in links}, now)
@@ -77,7 +77,8 @@ def swarm_status(view: SwarmView, now: float, relay_bytes: int = 0) -> SwarmStat
         observed_by=view.self_id,
         # whose telemetry this peer holds, and how old it is: gossip reach at a glance
         telemetry_age_s={
-            author: round(now - received_at, 3) for author, (_, received_at) in view.rows.items()
+            author: round(now - received_at, 3)
+            for author, (_, received_at) in view.links.rows.items()
         },
         bootstrap=view.bootstrap_id,
         term=view.term,
@@ -96,11 +97,11 @@ def estimated_links(
     of the older of the two ends' coordinates."""
     if is_full_mesh(len(members)) or len(members) > MAX_ESTIMATED_STATUS_PEERS:
         return ()
-    coords = view.estimate.coordinates_of(view.self_id, now)
+    coords = view.links.estimate.coordinates_of(view.self_id, now)
     placed = [p for p in members if p in coords]
     rtts = estimated_rtts(placed, coords)
-    rates = estimated_rates(placed, view.estimate.capacities_of(view.self_id, now))
-    heard = {p: at for p, (_, at) in view.estimate.coordinates.items()}
+    rates = estimated_rates(placed, view.links.estimate.capacities_of(view.self_id, now))
+    heard = {p: at for p, (_, at) in view.links.estimate.coordinates.items()}
     estimated = []
     for i, a in enumerate(placed):
         for j in range(i + 1, len(placed)):

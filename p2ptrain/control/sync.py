@@ -100,7 +100,7 @@ class PullSync:
         state = self.state
         for text in envelopes:
             now = time.monotonic()
-            if state.view.is_blocked(peer, now) or not isinstance(text, str):
+            if state.view.penalties.is_blocked(peer, now) or not isinstance(text, str):
                 return False
             data = text.encode()
             try:
@@ -109,7 +109,7 @@ class PullSync:
                 if exc.category != "stale":
                     self.intake.reject(peer, exc.category, str(exc), "sync", now)
                 continue
-            if env.author != state.peer_id and not state.view.knows(env):
+            if env.author != state.peer_id and not state.view.seqs.knows(env):
                 self.intake.apply(env, data, peer, "sync", now)
         return True
 

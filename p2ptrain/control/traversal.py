@@ -387,7 +387,7 @@ class Traversal:
         if self.connections.get((peer, plane)) != kind:
             log.info("%s plane to %s: %s", plane, peer, kind)
         self.connections[(peer, plane)] = kind
-        self.state.view.connections[peer] = self.connections.get((peer, "data"), kind)
+        self.state.view.links.connections[peer] = self.connections.get((peer, "data"), kind)
 
 
 async def _close(stream: trio.SocketStream) -> None:

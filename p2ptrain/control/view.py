@@ -19,23 +19,19 @@ claims; until then it drops a too-high term quietly instead of blaming its autho
 from __future__ import annotations
 
 import logging
-from collections import deque
-from dataclasses import dataclass, field
 
-from p2ptrain.control.authority import Authority, Member
-from p2ptrain.control.delivery_lag import DeliveryLag
+from p2ptrain.control.authority import Authority
 from p2ptrain.control.drop import Drop
-from p2ptrain.control.estimate.book import EstimateBook
-from p2ptrain.control.links import LinkMeasurements, LinkSample
+from p2ptrain.control.links import LinkTable
+from p2ptrain.control.membership import DEAD_AFTER_S, Member, Membership
 from p2ptrain.control.penalties import Penalties
-from p2ptrain.control.round_watch import RoundWatch
+from p2ptrain.control.replay import SeqGuard
 from p2ptrain.control.run_end import RunEnd
 from p2ptrain.control.wire import Envelope
 from p2ptrain.records import (
     MEMBER_ROLES,
     Claim,
     Health,
-    LinkReport,
     PeerMetrics,
     PeerRecord,
     Plan,
@@ -46,94 +42,81 @@ from p2ptrain.records import (
 )
 from p2ptrain.records import Telemetry as TelemetryBody
 
+__all__ = ["DEAD_AFTER_S", "MEMBER_ROLES", "Member", "SwarmView"]
+
 log = logging.getLogger(__name__)
 
-DEAD_AFTER_S = 8.0  # members publish every 2 s: four missed rounds => dead
 ELECTION_GRACE_S = 5.0  # listen for an incumbent before claiming after start
-FORGET_DEAD_AFTER_S = 600.0
-NUM_RECENT_SEQS = 64  # per author and kind: a repeat of one of these is a replay
 # how far a claimed term may pass the highest we know: honest claims are highest seen + 1, and
 # +2 leaves room for two rivals' claims racing past a peer that missed the first
 MAX_TERM_STEP = 2
-# kinds whose messages are pages of one list that only grows (revocations): an older page is
-# not stale, it holds other entries
-PAGED_KINDS = frozenset({"revoked"})
 
 
-@dataclass
-class SwarmView(Authority, LinkMeasurements):
-    """Everything one control process believes about the swarm (who may do what: Authority;
-    its links: LinkMeasurements)."""
+class SwarmView:
+    """Everything one control process believes about the swarm. Its parts own their state:
+    `authority` (the organiser's word: run spec, tokens, revocations), `members` (the others and
+    their liveness), `links` (measurements and estimates), `seqs` (replays), `penalties`,
+    `run_end`; the view itself holds the election and the plan, and answers what needs more
+    than one part (ourselves among the members, a token in a member's record, ...)."""
 
-    self_id: str
-    role: str
-    planner_capable: bool  # our role may plan: it still takes a planner token (own_token)
-    started_at: float
-    bootstrap_id: str | None = None  # the organiser: its key signs the run spec and the tokens
-    run: RunSpec | None = None
-    own_token: Token | None = None
-    revocations: dict[str, Revocation] = field(default_factory=dict)  # peer -> the organiser's
-    members: dict[str, Member] = field(default_factory=dict)
-    own_links: dict[str, LinkSample] = field(default_factory=dict)
-    rows: dict[str, tuple[dict[str, LinkReport], float]] = field(default_factory=dict)
-    connections: dict[str, str] = field(default_factory=dict)  # peer -> holepunched / relayed
-    estimate: EstimateBook = field(default_factory=EstimateBook)  # coordinates, neighbour set
-    rounds: RoundWatch = field(default_factory=RoundWatch)  # our worker's outer rounds
-    term: int = 0
-    max_seen_term: int = 0
-    term_anchored: bool = False  # we learnt the current term from the organiser (anchor_term)
-    planner: str | None = None
-    plan: Plan | None = None
-    plan_version: int = 0  # bumped whenever `plan` changes
-    own_record: PeerRecord | None = None
-    own_metrics: PeerMetrics | None = None
-    own_health: Health = field(default_factory=lambda: Health(True))  # control/health.py
-    run_end: RunEnd = field(default_factory=RunEnd)  # is the run trained? (control/run_end.py)
-    _last_seq: dict[tuple[str, str], int] = field(default_factory=dict)
-    _recent_seqs: dict[tuple[str, str], deque[int]] = field(default_factory=dict)
-    _claimed_terms: dict[str, int] = field(default_factory=dict)  # highest term each peer claimed
-    _claim_seen_at: float = float("-inf")  # when the last claim (accepted or not) came in
-    penalties: Penalties = field(default_factory=Penalties)
-    delivery_lag: DeliveryLag = field(default_factory=DeliveryLag)  # widens DEAD_AFTER_S
-    _verified_tokens: dict[tuple[str, str, str | None], bool] = field(default_factory=dict)
+    def __init__(
+        self,
+        self_id: str,
+        role: str,
+        planner_capable: bool,  # our role may plan: it still takes a planner token (own_token)
+        started_at: float,
+        bootstrap_id: str | None = None,  # the organiser: its key signs the run and the tokens
+        run: RunSpec | None = None,
+        own_token: Token | None = None,
+    ) -> None:
+        self.self_id, self.role, self.started_at = self_id, role, started_at
+        self.authority = Authority(self_id, planner_capable, bootstrap_id, run, own_token)
+        self.links = LinkTable(self_id)  # control/links.py
+        self.seqs = SeqGuard()  # control/replay.py
+        self.penalties = Penalties()  # control/penalties.py
+        self.run_end = RunEnd()  # is the run trained? (control/run_end.py)
+        self.members = Membership()  # the others: records, liveness (control/membership.py)
+        self.term = 0
+        self.max_seen_term = 0
+        self.term_anchored = False  # we learnt the current term from the organiser (anchor_term)
+        self.planner: str | None = None
+        self.plan: Plan | None = None
+        self.plan_version = 0  # bumped whenever `plan` changes
+        self.own_record: PeerRecord | None = None
+        self.own_metrics: PeerMetrics | None = None
+        self.own_health = Health(True)  # control/health.py
+        self._claimed_terms: dict[str, int] = {}  # the highest term each peer claimed
+        self._claim_seen_at = float("-inf")  # when the last claim (accepted or not) came in
+
+    @property
+    def run(self) -> RunSpec | None:
+        """The run spec, as the organiser signed it (held by `authority`)."""
+        return self.authority.run
+
+    @run.setter
+    def run(self, run: RunSpec | None) -> None:
+        self.authority.run = run
+
+    @property
+    def bootstrap_id(self) -> str | None:
+        """The organiser's peer id (held by `authority`)."""
+        return self.authority.bootstrap_id
+
+    @bootstrap_id.setter
+    def bootstrap_id(self, peer: str | None) -> None:
+        self.authority.bootstrap_id = peer
 
     @property
     def finished(self) -> bool:
         """Is our run trained to its last step? Then nothing is planned for it any more."""
         return self.run_end.is_finished(self.run)
 
-    # ------------------------------------------------------------------ liveness and penalties
+    # ------------------------------------------------------------------ liveness
 
     def is_alive(self, peer: str, now: float) -> bool:
         if peer == self.self_id:
             return True
-        member = self.members.get(peer)
-        return (
-            member is not None
-            and now - member.last_heard <= self.dead_after_s(now)
-            and not self.is_blocked(peer, now)
-        )
-
-    def dead_after_s(self, now: float) -> float:
-        """How long a member may stay silent before we call it dead: DEAD_AFTER_S, plus how late
-        gossip reaches us now (a busy machine hears everyone late: control/delivery_lag.py)."""
-        return DEAD_AFTER_S + self.delivery_lag.extra_s(now)
-
-    def is_blocked(self, peer: str, now: float) -> bool:
-        return self.penalties.is_blocked(peer, now)
-
-    def penalise(self, peer: str, category: str, now: float) -> float:
-        """Add the category's cost to peer's score; block it past the threshold (penalties.py)."""
-        return self.penalties.penalise(peer, category, now)
-
-    def penalty_score(self, peer: str) -> float:
-        return self.penalties.score(peer)
-
-    def heard_from(self, peer: str, now: float) -> None:
-        """A direct probe answered: proof of life as good as a message."""
-        member = self.members.get(peer)
-        if member is not None:
-            member.last_heard = max(member.last_heard, now)
+        return self.members.heard_lately(peer, now) and not self.penalties.is_blocked(peer, now)
 
     def live_members(self, now: float) -> list[str]:
         """Live peers that train (or are planned like trainers), self included, sorted."""
@@ -144,10 +127,7 @@ class SwarmView(Authority, LinkMeasurements):
 
     def is_healthy(self, peer: str) -> bool:
         """Does the peer say its worker makes progress? (control/health.py)"""
-        if peer == self.self_id:
-            return self.own_health.ok
-        member = self.members.get(peer)
-        return member is not None and (member.health is None or member.health.ok)
+        return self.own_health.ok if peer == self.self_id else self.members.is_healthy(peer)
 
     def plannable_members(self, now: float) -> list[str]:
         """Live members whose workers are healthy: the ones a plan may place; an unhealthy one
@@ -160,27 +140,18 @@ class SwarmView(Authority, LinkMeasurements):
         return trainers or healthy
 
     def _role_of(self, peer: str) -> str | None:
-        if peer == self.self_id:
-            return self.role
-        member = self.members.get(peer)
-        return None if member is None else member.record.role
+        return self.role if peer == self.self_id else self.members.role_of(peer)
 
     def forget_stale(self, now: float) -> None:
         """Forget long-dead members, and every per-author table entry of authors that are not
         members (a flood of throwaway identities must not grow our memory for good)."""
-        for peer in [
-            p for p, m in self.members.items() if now - m.last_heard > FORGET_DEAD_AFTER_S
-        ]:
-            del self.members[peer]
-            self.forget_links(peer)
+        for peer in self.members.forget_dead(now):
+            self.links.forget(peer)
         known = {self.self_id, *self.members}
-        for table in (self._last_seq, self._recent_seqs):
-            for key in [key for key in table if key[0] not in known]:
-                del table[key]
+        self.seqs.forget_authors(known)
         for author in [a for a in self._claimed_terms if a not in known]:
             del self._claimed_terms[author]
-        for token_key in [k for k in self._verified_tokens if k[1] not in known]:
-            del self._verified_tokens[token_key]
+        self.authority.forget_tokens(known)
         self.penalties.prune(now)
 
     # ------------------------------------------------------------------ incoming messages
@@ -191,35 +162,20 @@ class SwarmView(Authority, LinkMeasurements):
         envelope pulled by sync may be old: it must not raise a dead peer)."""
         if env.author == self.self_id:
             return None  # our own message, echoed back by gossip
-        if self.is_blocked(env.author, now):
+        if self.penalties.is_blocked(env.author, now):
             return Drop(f"author {env.author} is blocked")
-        key = (env.author, env.kind)
-        recent = self._recent_seqs.setdefault(key, deque(maxlen=NUM_RECENT_SEQS))
-        if env.seq in recent:
-            # Already applied. Not blamed: pull sync and gossip both deliver honest envelopes,
-            # so a second copy is normal; a replay attack (another peer re-publishing it as its
-            # own gossip) is caught by the node's origin check.
-            return Drop(f"duplicate {env.kind} seq {env.seq}")
-        if env.seq < self._last_seq.get(key, -1) and env.kind not in PAGED_KINDS:
-            return Drop(f"out-of-order {env.kind} seq {env.seq}")  # gossip took another path
+        if (repeat := self.seqs.check(env)) is not None:
+            return repeat
         before = self.members[env.author].last_heard if env.author in self.members else None
         handler = getattr(self, f"_on_{env.kind}")
         drop: Drop | None = handler(env, now)
         if drop is None or drop.category is None:
-            self._last_seq[key] = env.seq
-            recent.append(env.seq)
+            self.seqs.note(env)
             member = self.members.get(env.author)
             if member is not None:  # any signed message proves the author lived when sent
                 heard = now if heard_at is None else min(heard_at, now)
                 member.last_heard = heard if before is None else max(before, heard)
         return drop
-
-    def knows(self, env: Envelope) -> bool:
-        """True if this envelope (or a newer one of its author and kind) was already applied."""
-        key = (env.author, env.kind)
-        if env.kind in PAGED_KINDS:
-            return env.seq in self._recent_seqs.get(key, ())
-        return env.seq <= self._last_seq.get(key, -1)
 
     def _on_run(self, env: Envelope, now: float) -> Drop | None:
         if env.author != self.bootstrap_id:
@@ -227,8 +183,7 @@ class SwarmView(Authority, LinkMeasurements):
         assert isinstance(env.body, RunSpec)
         self.run = env.body
         if self.run.admission == "token":  # the run's rule may arrive after some records
-            for peer in [p for p, m in self.members.items() if not self._admitted(p, m.record)]:
-                del self.members[peer]
+            self.members.keep_only(self.authority.admits)
         return None
 
     def _on_revoked(self, env: Envelope, now: float) -> Drop | None:
@@ -240,7 +195,7 @@ class SwarmView(Authority, LinkMeasurements):
 
     def _on_peer(self, env: Envelope, now: float) -> Drop | None:
         assert isinstance(env.body, PeerRecord)
-        if not self._admitted(env.author, env.body):
+        if not self.authority.admits(env.author, env.body):
             return Drop(f"{env.author} holds no token for this run")  # ignored, never dialled
         member = self.members.get(env.author)
         if member is None:
@@ -253,7 +208,7 @@ class SwarmView(Authority, LinkMeasurements):
         if env.author not in self.members:
             return Drop("telemetry before the author's peer record")
         assert isinstance(env.body, TelemetryBody)
-        self.note_telemetry(env.author, env.body, now)
+        self.links.note_telemetry(env.author, env.body, now)
         self.members[env.author].metrics = env.body.metrics
         self.members[env.author].health = env.body.health
         self.run_end.note_metrics(self.run, env.author, env.body.metrics, self.plan)
@@ -363,6 +318,46 @@ class SwarmView(Authority, LinkMeasurements):
                 return Drop(f"plan names {peer}, which is not a member we know")
         return None
 
+    # ------------------------------------------------------------------ authority and terms
+
+    def may_plan(self, peer: str) -> bool:
+        """Does `peer` hold a valid planner token (in the record we have of it)?"""
+        member = self.members.get(peer)
+        return self.authority.may_plan(peer, None if member is None else member.record)
+
+    def revoke(self, entries: tuple[Revocation, ...]) -> str | None:
+        """Apply the organiser's revocations (Authority.revoke): a revoked planner is no longer
+        followed, and a revoked member no longer admitted in a token run. Returns why the list
+        was refused, or None."""
+        before = set(self.authority.revocations)
+        problem = self.authority.revoke(entries)
+        for peer in set(self.authority.revocations) - before:
+            if self.planner == peer:
+                self.planner = None  # elect another; its plans are refused from now
+            member = self.members.get(peer)
+            if member is not None and not self.authority.admits(peer, member.record):
+                del self.members[peer]
+        return problem
+
+    def known_term(self) -> int:
+        """The highest term we accepted a claim or plan of, or learnt from the organiser."""
+        return max(self.term, self.max_seen_term)
+
+    def anchor_term(self, term: int) -> None:
+        """The organiser's view of the current term (a sync reply of the bootstrap, which applies
+        the same bound): what a fresh node measures claims against before it may claim itself."""
+        self.max_seen_term = max(self.max_seen_term, term)
+        self.term_anchored = True
+
+    def learn_term(self, peer: str, term: int | None) -> None:
+        """A sync reply's term (None: the responder has not anchored yet). A node believes only
+        the organiser's; the organiser itself, after a restart, the first planner-token holder it
+        syncs from (a fresh swarm's holders know none: then the current term is its own)."""
+        if peer == self.bootstrap_id and term is not None:
+            self.anchor_term(term)
+        elif self.self_id == self.bootstrap_id and not self.term_anchored and self.may_plan(peer):
+            self.anchor_term(self.known_term() if term is None else term)
+
     # ------------------------------------------------------------------ election
 
     def should_claim(self, now: float) -> bool:
@@ -375,7 +370,9 @@ class SwarmView(Authority, LinkMeasurements):
             return False
         if self.planner is not None and self.is_alive(self.planner, now):
             return False
-        if self.max_seen_term > self.term and now - self._claim_seen_at < self.dead_after_s(now):
+        if self.max_seen_term > self.term and now - self._claim_seen_at < self.members.dead_after_s(
+            now
+        ):
             return False  # someone claims a term we could not follow yet: hear it out first
         candidates = [self.self_id] + [p for p in self.members if self._capable(p, now)]
         return min(candidates) == self.self_id
@@ -394,5 +391,6 @@ class SwarmView(Authority, LinkMeasurements):
     # ------------------------------------------------------------------ measurements
 
     def record_rtt(self, peer: str, rtt_ms: float, now: float) -> None:
-        self.add_rtt_sample(peer, rtt_ms, now)  # control/links.py: the sample, our coordinate
-        self.heard_from(peer, now)
+        """A round trip we measured: the link's sample, and proof of life."""
+        self.links.record_rtt(peer, rtt_ms, now)
+        self.members.heard_from(peer, now)

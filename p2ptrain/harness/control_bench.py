@@ -123,7 +123,7 @@ class ControlBench:
         if peer.index in members:  # its own, fresh
             coords[peer.peer_id] = peer.coord
             caps[peer.peer_id] = peer.capacity.capacity(self.sim.now)
-        return build_estimated(ids, coords, caps, peer.view.links(self.sim.now))
+        return build_estimated(ids, coords, caps, peer.view.links.freshest(self.sim.now))
 
     def _search(self, estimate: EstimatedMatrices, replicas: int) -> tuple[list[list[int]], float]:
         m = estimate.matrices

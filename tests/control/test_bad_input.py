@@ -67,7 +67,7 @@ def test_bad_messages_are_dropped_logged_and_penalised(caplog):
                     for _ in range(10):
                         await attacker.publish(data, topic)
                         with trio.move_on_after(3):
-                            await wait_until(lambda: victim.view.penalty_score(attacker.id) > 0)
+                            await wait_until(lambda: victim.view.penalties.score(attacker.id) > 0)
                             return
 
                 await until_blamed(malformed, b"{not json")
@@ -105,7 +105,7 @@ def test_bad_messages_are_dropped_logged_and_penalised(caplog):
                     await until_blamed(rogue_planner, rogue_planner.envelope("plan", plan))
                     claims.cancel_scope.cancel()
                 with trio.move_on_after(20):  # garbage until blocked
-                    while not victim.view.is_blocked(spammer.id, time.monotonic()):
+                    while not victim.view.penalties.is_blocked(spammer.id, time.monotonic()):
                         await spammer.publish(b"\x00garbage", TELEMETRY_TOPIC)
                         await trio.sleep(0.4)
                 # pull anti-entropy: a peer serving forged and malformed envelopes is blamed too
@@ -118,9 +118,9 @@ def test_bad_messages_are_dropped_logged_and_penalised(caplog):
 
                 sync_server.host.set_stream_handler(SYNC_PROTOCOL, rpc.make_handler(serve_sync))
                 await victim.sync.sync_from(sync_server.id)
-                results["sync_penalty"] = victim.view.penalty_score(sync_server.id)
+                results["sync_penalty"] = victim.view.penalties.score(sync_server.id)
                 results["penalties"] = {
-                    name: victim.view.penalty_score(a.id)
+                    name: victim.view.penalties.score(a.id)
                     for name, a in [
                         ("malformed", malformed),
                         ("oversized", oversized),
@@ -144,7 +144,7 @@ def test_bad_messages_are_dropped_logged_and_penalised(caplog):
                 results["blocked"] = {
                     a.id
                     for a in (spammer, forger)
-                    if victim.view.is_blocked(a.id, time.monotonic())
+                    if victim.view.penalties.is_blocked(a.id, time.monotonic())
                 }
                 results["ids"] = {
                     "spammer": spammer.id,

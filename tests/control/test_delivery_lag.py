@@ -3,8 +3,8 @@ lag does not read as deaths (control/delivery_lag.py)."""
 
 from __future__ import annotations
 
-from p2ptrain.control.authority import Member
 from p2ptrain.control.delivery_lag import LAG_WINDOW_S, MAX_EXTRA_S, DeliveryLag
+from p2ptrain.control.membership import Member
 from p2ptrain.control.view import DEAD_AFTER_S, SwarmView
 from p2ptrain.records import PeerRecord
 
@@ -35,7 +35,7 @@ def test_a_member_heard_late_everywhere_is_not_called_dead() -> None:
     for view in (calm, busy):
         view.members["slow"] = _member(last_heard=100.0)
     for author in ("x", "y", "z"):  # everything reaches the busy node 10 s late now
-        busy.delivery_lag.note(author, 10.0, 101.0)
+        busy.members.delivery_lag.note(author, 10.0, 101.0)
     assert not calm.is_alive("slow", 100.0 + DEAD_AFTER_S + 5.0)
     assert busy.is_alive("slow", 100.0 + DEAD_AFTER_S + 5.0)
     assert not busy.is_alive("slow", 100.0 + DEAD_AFTER_S + 11.0)

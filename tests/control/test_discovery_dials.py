@@ -16,8 +16,8 @@ from multiaddr import Multiaddr
 
 from p2ptrain import identity
 from p2ptrain.control import discovery
-from p2ptrain.control.authority import Member
 from p2ptrain.control.discovery import DIALS_PER_WINDOW, MAX_ADDRS_PER_PEER, Discovery, make_dht
+from p2ptrain.control.membership import Member
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.view import SwarmView
 from p2ptrain.net.host import full_addrs, make_host

@@ -100,10 +100,12 @@ def test_a_node_forwards_what_it_accepted_and_nothing_it_ignored() -> None:
                 results["ids"] = (observer, holder.id, stranger.id)
                 # the holder now floods its records, past its rate: blocked
                 with trio.move_on_after(20):
-                    while not victim.view.is_blocked(holder.id, time.monotonic()):
+                    while not victim.view.penalties.is_blocked(holder.id, time.monotonic()):
                         await holder.publish(holder.record())
-                results["flooder_blocked"] = victim.view.is_blocked(holder.id, time.monotonic())
-                results["stranger_score"] = victim.view.penalty_score(stranger.id)
+                results["flooder_blocked"] = victim.view.penalties.is_blocked(
+                    holder.id, time.monotonic()
+                )
+                results["stranger_score"] = victim.view.penalties.score(stranger.id)
             nursery.cancel_scope.cancel()
 
     try:

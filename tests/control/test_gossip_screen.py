@@ -108,7 +108,7 @@ def test_messages_the_view_ignores_are_not_forwarded() -> None:
     assert validate(state, intake, member, member.telemetry())
     again = member.record()
     assert validate(state, intake, member, again)
-    assert state.view.penalty_score(stranger.id) == 0  # ignored, not blamed
+    assert state.view.penalties.score(stranger.id) == 0  # ignored, not blamed
 
 
 def test_the_token_is_checked_before_the_body_is_parsed() -> None:
@@ -117,14 +117,14 @@ def test_the_token_is_checked_before_the_body_is_parsed() -> None:
     state, intake = make_node()
     stranger, other_run = Author(), Author(token_run="another-run")
     assert not validate(state, intake, stranger, stranger.message("peer", record_body(role="king")))
-    assert state.view.penalty_score(stranger.id) == 0  # today: "malformed", from the body
+    assert state.view.penalties.score(stranger.id) == 0  # today: "malformed", from the body
     # a token the organiser signed for another of its runs admits nobody here
     assert not validate(state, intake, other_run, other_run.record())
     assert other_run.id not in state.view.members
     # an admitted author's malformed body is still parsed, and blamed
     member = Author()
     assert not validate(state, intake, member, member.record(role="king"))
-    assert state.view.penalty_score(member.id) > 0
+    assert state.view.penalties.score(member.id) > 0
 
 
 def test_envelopes_of_another_run_are_refused_by_gossip_and_sync() -> None:
@@ -148,7 +148,7 @@ def test_an_author_past_its_rate_is_refused_blamed_and_blocked(caplog: Any) -> N
     limit = GOSSIP_LIMITS["telemetry"]
     results = [validate(state, intake, member, member.telemetry()) for _ in range(limit + 20)]
     assert all(results[:limit]) and not any(results[limit + 2 :])
-    assert state.view.is_blocked(member.id, time.monotonic())
+    assert state.view.penalties.is_blocked(member.id, time.monotonic())
     assert "dropped flooding message" in caplog.text
 
 

@@ -15,20 +15,20 @@ PERFECT = {"rtt_ms": 0.01, "rtt_age_s": 0.0, "bandwidth_mbps": 1e6, "bandwidth_a
 def test_a_peer_that_refuses_our_probes_gets_no_link_at_its_own_word() -> None:
     v, feed = make_view()
     for now in (10.0, 11.0):  # our probes of A fail: it refuses them, or cannot prove the bytes
-        v.record_probe_failure(A, now, "bandwidth")
-        v.record_probe_failure(A, now, "rtt")
+        v.links.record_probe_failure(A, now, "bandwidth")
+        v.links.record_probe_failure(A, now, "rtt")
     assert v.accept(feed("telemetry", A, {"links": {ME: PERFECT}}), 11.0) is None
-    link = v.links(11.5)[(A, ME)]
+    link = v.links.freshest(11.5)[(A, ME)]
     assert (link.rtt_ms, link.bandwidth_mbps) == (None, None)
     assert link.rtt_failed and link.rate_failed
     # what we gossip says so, for every other view to apply the same rule
-    report = v.own_row(11.5)[A]
+    report = v.links.own_row(11.5)[A]
     assert (report.rtt_failures, report.bandwidth_failures) == (2, 2)
     assert LinkReport.from_dict(report.to_dict()) == report
     # a probe that succeeds again clears it: then the pessimistic end counts, as always
-    v.record_bandwidth(A, 20.0, now=12.0)
+    v.links.record_bandwidth(A, 20.0, now=12.0)
     v.record_rtt(A, 30.0, now=12.0)
-    link = v.links(12.0)[(A, ME)]
+    link = v.links.freshest(12.0)[(A, ME)]
     assert (link.rtt_ms, link.bandwidth_mbps, link.rate_failed) == (30.0, 20.0, False)
 
 
@@ -37,13 +37,13 @@ def test_the_failures_one_end_gossips_void_the_other_end_s_claim() -> None:
     failing = {"bandwidth_failures": DISTRUST_AFTER_FAILURES, "rtt_failures": 0}
     assert v.accept(feed("telemetry", A, {"links": {B: PERFECT}}), 5.0) is None
     assert v.accept(feed("telemetry", B, {"links": {A: failing}}), 5.0) is None
-    link = v.links(5.0)[(A, B)]
+    link = v.links.freshest(5.0)[(A, B)]
     assert link.rate_failed and link.bandwidth_mbps is None
     assert link.rtt_ms == 0.01 and not link.rtt_failed  # its round trip B did not dispute
     # one failure is a busy moment, not a verdict
     once = {"bandwidth_failures": DISTRUST_AFTER_FAILURES - 1}
     assert v.accept(feed("telemetry", B, {"links": {A: once}}), 6.0) is None
-    assert v.links(6.0)[(A, B)].bandwidth_mbps == 1e6
+    assert v.links.freshest(6.0)[(A, B)].bandwidth_mbps == 1e6
 
 
 def test_the_planner_prices_a_failed_link_as_the_worst_measured_one() -> None:
@@ -54,7 +54,7 @@ def test_the_planner_prices_a_failed_link_as_the_worst_measured_one() -> None:
     assert v.accept(feed("telemetry", A, {"links": {B: PERFECT, ME: honest}}), 1.0) is None
     assert v.accept(feed("telemetry", B, {"links": {A: failing, ME: slow}}), 1.0) is None
     peers = [A, B, ME]
-    m = build_matrices(peers, v.links(1.0))
+    m = build_matrices(peers, v.links.freshest(1.0))
     a, b = peers.index(A), peers.index(B)
     assert m.bandwidth_gbps[a, b] == 5.0 / 1000  # the worst rate measured, not A's 1e6
     assert m.delay_ms[a, b] == 90.0 / 2  # and the worst round trip

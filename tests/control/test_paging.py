@@ -95,8 +95,8 @@ def test_a_sync_of_more_than_4_mib_arrives_whole() -> None:
     client = nodes[0]
     got = {identity.peer_id_of(seed) for seed in authors} & set(client.view.members)
     assert len(got) == NUM_AUTHORS
-    assert all(len(client.view.rows[peer][0]) == NUM_LINKS for peer in got)
-    assert all(client.view.penalty_score(peer) == 0 for peer in got)
+    assert all(len(client.view.links.rows[peer][0]) == NUM_LINKS for peer in got)
+    assert all(client.view.penalties.score(peer) == 0 for peer in got)
     # heard when they were signed (a loaded box may take longer than DEAD_AFTER_S to sync)
     assert all(client.view.members[p].last_heard >= signed_at - 1.0 for p in got)
 
@@ -108,7 +108,10 @@ def test_a_status_of_more_than_4_mib_arrives_whole() -> None:
     for peer in members:
         view.members[peer] = Member(_record(), now)
     for peer in members:  # every pair measured: ~51,000 links
-        view.rows[peer] = ({p: LinkReport(1.0, 0.5, 900.0, 0.5) for p in members if p > peer}, now)
+        view.links.rows[peer] = (
+            {p: LinkReport(1.0, 0.5, 900.0, 0.5) for p in members if p > peer},
+            now,
+        )
     whole = swarm_status(view, now).to_dict()
     status: list[Any] = []
 

@@ -16,7 +16,7 @@ from libp2p.abc import INetStream
 from libp2p.peer.peerinfo import info_from_p2p_addr
 from multiaddr import Multiaddr
 
-from p2ptrain.control.authority import Member
+from p2ptrain.control.membership import Member
 from p2ptrain.control.reachability import (
     FIRST_RETRY_S,
     RECHECK_INTERVAL_S,

@@ -1,5 +1,5 @@
 """Issue 28: a diloco run is not re-planned on its own outer rounds' traffic, and a link that
-really slows still is (control/round_watch.py, LinkMeasurements.counts_probe)."""
+really slows still is (control/round_watch.py, LinkTable.counts_probe)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,9 @@ def cycle_rounds(view: SwarmView, t: float, period_s: float = 14.0, busy_s: floa
     """Our worker's rounds: one starts every period_s and is applied busy_s later (bench
     scaleout's H 10: a stage's round every ~14 s, applied 5 steps on); the first at busy_s."""
     phase = (t + busy_s) % period_s
-    view.rounds.note(PLAN, "started" if phase == 0 else "averaged" if phase == busy_s else "", t)
+    view.links.rounds.note(
+        PLAN, "started" if phase == 0 else "averaged" if phase == busy_s else "", t
+    )
 
 
 def run_probes(
@@ -61,25 +63,25 @@ def run_probes(
     t = start
     while t < end:
         cycle_rounds(view, t)
-        rtt, rate = probe(t, view.rounds.in_round(t))
+        rtt, rate = probe(t, view.links.rounds.in_round(t))
         since = t - 0.5
         if rtt is not None:
             view.record_rtt(A, rtt, t)
-        elif not gated or view.counts_probe(A, "rtt", since, t):
-            view.record_probe_failure(A, t, "rtt")
-        if t % 10 == 0 and (not gated or view.counts_probe(A, "bandwidth", since, t)):
+        elif not gated or view.links.counts_probe(A, "rtt", since, t):
+            view.links.record_probe_failure(A, t, "rtt")
+        if t % 10 == 0 and (not gated or view.links.counts_probe(A, "bandwidth", since, t)):
             if rate is None:
-                view.record_probe_failure(A, t, "bandwidth")
+                view.links.record_probe_failure(A, t, "bandwidth")
             else:
-                view.record_bandwidth(A, rate, t)
+                view.links.record_bandwidth(A, rate, t)
         view.record_rtt(B, 200.0, t)  # B is far, and its link stays as it is
         if t % 10 == 0:
-            view.record_bandwidth(B, 20.0, t)
+            view.links.record_bandwidth(B, 20.0, t)
         t += 1.0
 
 
 def matrices_at(view: SwarmView, now: float) -> Any:
-    return build_matrices(PEERS, view.links(now))
+    return build_matrices(PEERS, view.links.freshest(now))
 
 
 def round_traffic(t: float, in_round: bool) -> tuple[float | None, float | None]:
@@ -96,15 +98,15 @@ def test_a_round_s_own_traffic_does_not_look_like_drift() -> None:
     planned = matrices_at(view, 1.0)
     end = 292.0  # in a round
     run_probes(view, 1.0, end, round_traffic)
-    assert view.rounds.in_round(end)
-    link = view.links(end)[(A, ME)]
+    assert view.links.rounds.in_round(end)
+    link = view.links.freshest(end)[(A, ME)]
     assert (link.rtt_ms, link.bandwidth_mbps, link.rtt_failed) == (20.0, 50.0, False)
     assert not drifted(planned, matrices_at(view, end))
     # counted as before, the same probes priced the link as the swarm's worst: a re-plan
     before, _ = make_view(peers=(A, B))
     run_probes(before, 0.0, 1.0, round_traffic, gated=False)
     run_probes(before, 1.0, end, round_traffic, gated=False)
-    assert before.links(end)[(A, ME)].rtt_failed
+    assert before.links.freshest(end)[(A, ME)].rtt_failed
     assert drifted(planned, matrices_at(before, end))
 
 
@@ -127,7 +129,7 @@ def test_a_link_that_really_changes_still_drifts(kind: str) -> None:
     # better probes leave the window (control/links.py: RECENT_WINDOW_S)
     end = 100.0 + (ROUND_HOLD_S["rtt"] + 5 if kind == "cut" else 310.0)
     run_probes(view, 100.0, end, changed)
-    link = view.links(end)[(A, ME)]
+    link = view.links.freshest(end)[(A, ME)]
     if kind == "cut":
         assert link.rtt_failed
     else:
@@ -153,12 +155,15 @@ def test_the_prober_sets_aside_a_failure_during_our_round(monkeypatch: Any) -> N
             await prober._probe_rtt(A, limiter, token)
 
     view.record_rtt(A, 20.0, measuring.time.monotonic())
-    view.rounds.note(PLAN, "started", measuring.time.monotonic())
+    view.links.rounds.note(PLAN, "started", measuring.time.monotonic())
     trio.run(probe_twice)
-    assert view.own_links[A].num_failures == 0 and not view.links(now())[(A, ME)].rtt_failed
-    view.rounds.note(PLAN, "averaged", measuring.time.monotonic() - ROUND_GRACE_S - 1)
+    assert (
+        view.links.samples[A].num_failures == 0
+        and not view.links.freshest(now())[(A, ME)].rtt_failed
+    )
+    view.links.rounds.note(PLAN, "averaged", measuring.time.monotonic() - ROUND_GRACE_S - 1)
     trio.run(probe_twice)  # no round: the failures count
-    assert view.own_links[A].num_failures == 2
+    assert view.links.samples[A].num_failures == 2
 
 
 def test_the_worker_s_metrics_tell_the_view_of_its_rounds() -> None:
@@ -194,7 +199,7 @@ def test_the_worker_s_metrics_tell_the_view_of_its_rounds() -> None:
         )
 
     link._on_message(metrics(9, "started"))
-    assert view.rounds.in_round(101.0)
+    assert view.links.rounds.in_round(101.0)
     clock[0] = 105.0
     link._on_message(metrics(14, "averaged"))
-    assert not view.rounds.in_round(105.0)
+    assert not view.links.rounds.in_round(105.0)

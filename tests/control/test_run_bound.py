@@ -63,9 +63,9 @@ def test_a_token_of_another_run_of_the_organiser_admits_nobody() -> None:
     assert identity.peer_id_of(anywhere) in view.members  # a token bound to no run
     assert identity.peer_id_of(elsewhere) not in view.members
     # our own planner token for another run does not let us claim here
-    view.own_token = issue_token(ORGANISER, view.self_id, True, 2e9, "run-b")
+    view.authority.own_token = issue_token(ORGANISER, view.self_id, True, 2e9, "run-b")
     assert not view.may_plan(view.self_id)
-    view.own_token = issue_token(ORGANISER, view.self_id, True, 2e9, "run-a")
+    view.authority.own_token = issue_token(ORGANISER, view.self_id, True, 2e9, "run-a")
     assert view.may_plan(view.self_id)
 
 
@@ -73,7 +73,7 @@ def test_every_page_of_a_long_revocation_list_arrives_in_any_order() -> None:
     boot = node(ORGANISER, role="bootstrap")
     revoked = [identity.peer_id_of(os.urandom(32)) for _ in range(450)]
     for peer in revoked:
-        boot.view.revocations[peer] = issue_revocation(ORGANISER, peer)
+        boot.view.authority.revocations[peer] = issue_revocation(ORGANISER, peer)
     pages = revocation_messages(boot)
     assert len(pages) == 3 and all(len(p) <= wire.MAX_ENVELOPE_BYTES for p in pages)
     assert len([k for k in boot.latest if k[1] == "revoked"]) == 3  # sync serves every page
@@ -83,7 +83,7 @@ def test_every_page_of_a_long_revocation_list_arrives_in_any_order() -> None:
         env = wire.decode(data)
         assert env.run_id == "run-a"
         assert intake.apply(env, data, BOOT, "gossip", time.monotonic())
-    assert set(receiver.view.revocations) == set(revoked)
+    assert set(receiver.view.authority.revocations) == set(revoked)
     assert len([k for k in receiver.latest if k[1] == "revoked"]) == 3
 
 

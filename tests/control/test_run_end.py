@@ -91,7 +91,7 @@ def test_a_finished_run_gets_no_new_plan_and_no_claim() -> None:
 def test_what_a_node_waits_for() -> None:
     # no member holds a planner token: the command that issues one, for this peer
     v, feed = make_view(me=ME, peers=(A, B))
-    v.run, v.own_token = RUN, None
+    v.run, v.authority.own_token = RUN, None
     for peer in (A, B):
         assert v.accept(feed("peer", peer, {**record(), "token": None}), 1.0) is None
     wait = waiting_for(v, 1.0)

@@ -12,12 +12,12 @@ import pytest
 import trio
 from libp2p.abc import IHost
 
-from p2ptrain.control.authority import Member
 from p2ptrain.control.estimate.book import FULL_MESH_PEERS, plan_links, plan_partners
 from p2ptrain.control.estimate.matrix import live_matrices
 from p2ptrain.control.estimate.neighbours import ROTATE_RANDOM_S, NeighbourPolicy
 from p2ptrain.control.links import Link
 from p2ptrain.control.measuring import LinkProber
+from p2ptrain.control.membership import Member
 from p2ptrain.control.planning.planner import build_matrices
 from p2ptrain.control.planning.readiness import first_plan_gaps
 from p2ptrain.control.view import SwarmView
@@ -57,7 +57,7 @@ def test_a_small_swarm_measures_every_member_as_before() -> None:
     probes = prober(view)
     chosen = {probes._stalest_peer("rtt", lambda s: s.rtt_at) for _ in range(40)}
     assert chosen == set(peers(FULL_MESH_PEERS)[1:])
-    assert not view.estimate.sampled
+    assert not view.links.estimate.sampled
 
 
 def test_a_big_swarm_probes_a_bounded_neighbour_set_with_the_plan_partners() -> None:
@@ -68,13 +68,13 @@ def test_a_big_swarm_probes_a_bounded_neighbour_set_with_the_plan_partners() -> 
     )
     probes = prober(view)
     chosen = {probes._stalest_peer("rtt", lambda s: s.rtt_at) for _ in range(100)}
-    assert view.estimate.sampled
+    assert view.links.estimate.sampled
     assert len(chosen) <= MAX_NEIGHBOURS < len(members) - 1
     # the plan's partners: the next stage, and the same stage of the other pipeline
     assert {members[40], members[50]} <= chosen
     # the random part rotates: a later set differs, bounded again
-    first = set(view.estimate.neighbours)
-    later = set(view.estimate.choose(ME, members, (), time.monotonic() + ROTATE_RANDOM_S))
+    first = set(view.links.estimate.neighbours)
+    later = set(view.links.estimate.choose(ME, members, (), time.monotonic() + ROTATE_RANDOM_S))
     assert later != first and len(later) <= MAX_NEIGHBOURS
 
 
@@ -83,13 +83,13 @@ def test_telemetry_tells_only_the_neighbours_links_in_a_big_swarm() -> None:
     for peer in peers(64)[1:]:
         view.record_rtt(peer, 10.0, 1.0)
     prober(view).neighbours(1.0)
-    row = view.own_row(1.0)
-    assert set(row) == set(view.estimate.neighbours) and len(row) <= MAX_NEIGHBOURS
+    row = view.links.own_row(1.0)
+    assert set(row) == set(view.links.estimate.neighbours) and len(row) <= MAX_NEIGHBOURS
     small = swarm_view(8)
     for peer in peers(8)[1:]:
         small.record_rtt(peer, 10.0, 1.0)
     prober(small).neighbours(1.0)
-    assert set(small.own_row(1.0)) == set(peers(8)[1:])
+    assert set(small.links.own_row(1.0)) == set(peers(8)[1:])
 
 
 def test_telemetry_carries_the_coordinate_and_capacity_and_refuses_bad_ones() -> None:
@@ -106,12 +106,12 @@ def test_telemetry_carries_the_coordinate_and_capacity_and_refuses_bad_ones() ->
 
 def test_a_round_trip_moves_our_coordinate_towards_the_peer_s_distance() -> None:
     view = swarm_view(4)
-    view.estimate.note("Peer001", coordinate(0.0, error=0.05), None, 0.0)
+    view.links.estimate.note("Peer001", coordinate(0.0, error=0.05), None, 0.0)
     for t in range(30):
         view.record_rtt("Peer001", 50.0, float(t))
-    predicted = view.estimate.coordinate.distance_ms(coordinate(0.0))
+    predicted = view.links.estimate.coordinate.distance_ms(coordinate(0.0))
     assert predicted == pytest.approx(50.0, rel=0.2)
-    assert view.estimate.coordinate.error < 1.0
+    assert view.links.estimate.coordinate.error < 1.0
 
 
 def test_the_first_plan_of_a_big_swarm_waits_for_settled_coordinates_not_every_link() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from p2ptrain.cli.status_cmd import format_status
-from p2ptrain.control.authority import Member
+from p2ptrain.control.membership import Member
 from p2ptrain.control.status import swarm_status
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import PeerRecord, SwarmStatus
@@ -28,7 +28,7 @@ def view_of(n: int) -> tuple[SwarmView, list[str], float]:
     for i, peer in enumerate(ids[1:], start=1):
         view.members[peer] = Member(PeerRecord((), "control-only", True, "0", {}), now)
         coordinate = NetCoordinate((10.0 * i, 0.0, 0.0), 1.0, 0.1)
-        view.estimate.note(peer, coordinate, AccessCapacity(50.0, 80.0), now)
+        view.links.estimate.note(peer, coordinate, AccessCapacity(50.0, 80.0), now)
     view.record_rtt(ids[1], 3.0, now)
     return view, ids, now
 

@@ -213,11 +213,11 @@ def test_replays_are_dropped_and_penalties_block():
     late = v.accept(older, 1.15)  # overtaken on another gossip path: not a replay
     assert late is not None and late.category is None
     for _ in range(2):
-        v.penalise(A, "malformed", 1.2)
-    assert v.is_blocked(A, 1.3)
+        v.penalties.penalise(A, "malformed", 1.2)
+    assert v.penalties.is_blocked(A, 1.3)
     assert not v.is_alive(A, 1.3)
     assert v.accept(feed("telemetry", A, {"links": {}}), 1.4) is not None
-    assert not v.is_blocked(A, 1.3 + BLOCK_S + 1)
+    assert not v.penalties.is_blocked(A, 1.3 + BLOCK_S + 1)
 
 
 def test_links_take_the_pessimistic_end_and_age_out():
@@ -225,24 +225,24 @@ def test_links_take_the_pessimistic_end_and_age_out():
     v.record_rtt(A, 2.0, now=10.0)
     row = {ME: {"rtt_ms": 4.0, "rtt_age_s": 0.1, "bandwidth_mbps": 800.0, "bandwidth_age_s": 1.0}}
     v.accept(feed("telemetry", A, {"links": row}), 10.5)
-    links = v.links(11.0)
+    links = v.links.freshest(11.0)
     link = links[(A, ME)]
     assert link.rtt_ms == 4.0  # both ends measured it: the larger round trip counts
     assert link.bandwidth_mbps == 800.0  # only A measured the rate
     assert link.age_s == pytest.approx(0.6)
     # the round trip ages out first, then the rate
-    assert v.links(10.0 + links_mod.MAX_LINK_AGE_S + 5)[(A, ME)].rtt_ms is None
-    assert v.links(10.0 + links_mod.MAX_RATE_AGE_S + 5) == {}
+    assert v.links.freshest(10.0 + links_mod.MAX_LINK_AGE_S + 5)[(A, ME)].rtt_ms is None
+    assert v.links.freshest(10.0 + links_mod.MAX_RATE_AGE_S + 5) == {}
 
 
 def test_a_peer_cannot_make_its_own_links_look_better_than_the_other_end_measured():
     v, feed = make_view()
     v.record_rtt(A, 50.0, now=10.0)
-    v.record_bandwidth(A, 10.0, now=10.0)
+    v.links.record_bandwidth(A, 10.0, now=10.0)
     # A claims a perfect link to us, measured just now, in every row it sends
     row = {ME: {"rtt_ms": 0.01, "rtt_age_s": 0.0, "bandwidth_mbps": 1e6, "bandwidth_age_s": 0.0}}
     v.accept(feed("telemetry", A, {"links": row}), 11.0)
-    link = v.links(11.0)[(A, ME)]
+    link = v.links.freshest(11.0)[(A, ME)]
     assert (link.rtt_ms, link.bandwidth_mbps) == (50.0, 10.0)
 
 
@@ -322,10 +322,10 @@ def test_a_flood_of_throwaway_identities_leaves_nothing_behind():
     for i in range(500):
         stranger = f"Sybil{i}"
         v.accept(feed("claim", stranger, {"term": 1}), 1.0)  # no record: dropped, seq noted
-        v.penalise(stranger, "malformed", 1.0)
+        v.penalties.penalise(stranger, "malformed", 1.0)
     assert len(v.penalties) == 500
     v.forget_stale(2.0)
-    assert all(author in (A, B, C) for author, _ in v._last_seq)
+    assert v.seqs.authors() <= {A, B, C}
     v.forget_stale(1.0 + 10 * BLOCK_S)  # scores decayed, blocks over
     assert len(v.penalties) == 0
     assert v.accept(feed("peer", A, record()), 601.0) is None  # (A was silent, so forgotten)
@@ -355,7 +355,7 @@ def test_only_holders_of_the_organisers_planner_token_may_claim():
     assert v.planner == A
     # and a node without a planner token never claims itself
     w, _ = make_view(me=A, peers=(B,))
-    w.own_token = None
+    w.authority.own_token = None
     assert not w.should_claim(100.0)
 
 
@@ -434,19 +434,19 @@ def test_the_organisers_revocation_drops_a_token_before_it_expires():
 def test_a_busy_moment_is_not_drift_the_estimates_keep_the_best_recent_probes() -> None:
     v, _ = make_view(me=ME, peers=(A,))
     v.record_rtt(A, 20.0, now=1.0)
-    v.record_bandwidth(A, 40.0, now=1.0)
+    v.links.record_bandwidth(A, 40.0, now=1.0)
     # training traffic queues the next probes: a longer round trip, a share of the rate
     v.record_rtt(A, 90.0, now=2.0)
-    v.record_bandwidth(A, 8.0, now=20.0)
-    sample = v.own_links[A]
+    v.links.record_bandwidth(A, 8.0, now=20.0)
+    sample = v.links.samples[A]
     assert (sample.rtt_ms, sample.bandwidth_mbps) == (20.0, 40.0)
     assert (sample.rtt_at, sample.bandwidth_at) == (2.0, 20.0)  # the latest probe's time
     # a link that really got worse shows it once the better probes have rolled out
     for i in range(RECENT_RTTS):
         v.record_rtt(A, 60.0 + i, now=3.0 + i)
     for i in range(RECENT_RATES):
-        v.record_bandwidth(A, 9.0 + i, now=40.0 + i)
+        v.links.record_bandwidth(A, 9.0 + i, now=40.0 + i)
     assert (sample.rtt_ms, sample.bandwidth_mbps) == (60.0, 9.0 + RECENT_RATES - 1)
     # and probes older than the window do not count
-    v.record_bandwidth(A, 1.0, now=40.0 + RECENT_RATES + RECENT_WINDOW_S)
+    v.links.record_bandwidth(A, 1.0, now=40.0 + RECENT_RATES + RECENT_WINDOW_S)
     assert sample.bandwidth_mbps == 1.0

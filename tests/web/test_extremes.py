@@ -128,7 +128,7 @@ def test_the_status_built_from_a_view_of_extreme_reports_is_standard_json() -> N
         value = EXTREMES[i % len(EXTREMES)]
         metrics = PeerMetrics(step=1, loss=abs(value), tokens_per_s=abs(value), step_s=abs(value))
         view.members[peer] = Member(record, now, metrics)
-        view.rows[peer] = (
+        view.links.rows[peer] = (
             {p: LinkReport(abs(value), 0.0, abs(value), 0.0) for p in peers if p != peer},
             now,
         )

@@ -67,7 +67,7 @@ def plan_links(pipelines: Sequence[Sequence[str]]) -> set[tuple[str, str]]:
 
 @dataclass
 class EstimateBook:
-    """A node's estimate state (a part of SwarmView: `view.estimate`)."""
+    """A node's estimate state (a part of SwarmView: `view.links.estimate`)."""
 
     coordinate: NetCoordinate = field(default_factory=coordinates.origin)
     capacity: CapacityTracker = field(default_factory=CapacityTracker)

@@ -90,16 +90,18 @@ class PlanMaker:
                 )
             return False
         measured = stage_computes(self.view, members)
-        links = self.view.links(now)
+        links = self.view.links.freshest(now)
         data_addrs = data_addrs_of(self.view, members, own_data_addrs)
         private = unroutable(self.view, members, own_reachability, own_relays)
         if current is None and self._awaits_first_plan(
             now, members, data_addrs, links, measured, private
         ):
             return False
-        relayed = frozenset(pair for pair in links if self.view.connection(*pair) == "relayed")
-        coords = self.view.estimate.coordinates_of(self.view.self_id, now)
-        capacities = self.view.estimate.capacities_of(self.view.self_id, now)
+        relayed = frozenset(
+            pair for pair in links if self.view.links.connection(*pair) == "relayed"
+        )
+        coords = self.view.links.estimate.coordinates_of(self.view.self_id, now)
+        capacities = self.view.links.estimate.capacities_of(self.view.self_id, now)
         estimated = live_matrices(members, links, coords, capacities, private, relayed)
         matrices = estimated.matrices
         reported = {peer: m.metrics for peer, m in self.view.members.items()}
@@ -231,7 +233,7 @@ class PlanMaker:
         restart every session when the measurements re-plan it."""
         assert self.view.run is not None
         roles = roles_of(self.view, members)
-        coords = self.view.estimate.coordinates_of(self.view.self_id, now)
+        coords = self.view.links.estimate.coordinates_of(self.view.self_id, now)
         gaps = first_plan_gaps(
             members, roles, data_addrs, links, measured, self.view.run, private, coords
         )
@@ -329,11 +331,11 @@ def first_plan_gaps_in(view: SwarmView, members: list[str], now: float) -> list[
         members,
         roles_of(view, members),
         data_addrs_of(view, members, own_addrs),
-        view.links(now),
+        view.links.freshest(now),
         stage_computes(view, members),
         view.run,
         unroutable(view, members, reachability, relays),
-        view.estimate.coordinates_of(view.self_id, now),
+        view.links.estimate.coordinates_of(view.self_id, now),
     )
 
 

@@ -253,7 +253,7 @@ def test_a_relayed_link_is_priced_at_a_share_of_its_rate_and_kept_out_of_the_pla
 def test_natted_peers_with_relay_slots_are_routable_and_those_without_are_not() -> None:
     """The planner's `private` set (links it prices out between its members) holds the NATed
     peers with no relay slot only: two NATed peers connect if either holds one."""
-    from p2ptrain.control.authority import Member
+    from p2ptrain.control.membership import Member
     from p2ptrain.control.planning.plan_maker import unroutable
     from p2ptrain.records import PeerRecord
 

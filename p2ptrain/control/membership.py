@@ -1,0 +1,94 @@
+"""The other peers one view knows, by peer id: each one's record, when we last heard it, its
+metrics and its worker's health, and how long a silence means death. Pure, with monotonic time
+passed in; the view's `members` part (the view adds itself, tokens and penalties)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, ItemsView, Iterator, MutableMapping, ValuesView
+from dataclasses import dataclass
+
+from p2ptrain.control.delivery_lag import DeliveryLag
+from p2ptrain.records import Health, PeerMetrics, PeerRecord
+
+DEAD_AFTER_S = 8.0  # members publish every 2 s: four missed rounds => dead
+FORGET_DEAD_AFTER_S = 600.0
+
+
+@dataclass
+class Member:
+    """What we know about one other peer."""
+
+    record: PeerRecord
+    last_heard: float
+    metrics: PeerMetrics | None = None
+    health: Health | None = None  # its worker's, as it reports it (None: taken as ok)
+
+
+class Membership(MutableMapping[str, Member]):
+    """A table of members (a mapping peer -> Member) and the liveness rules over it."""
+
+    def __init__(self) -> None:
+        self._by_peer: dict[str, Member] = {}
+        self.delivery_lag = DeliveryLag()  # widens DEAD_AFTER_S (control/delivery_lag.py)
+
+    def __getitem__(self, peer: str) -> Member:
+        return self._by_peer[peer]
+
+    def __setitem__(self, peer: str, member: Member) -> None:
+        self._by_peer[peer] = member
+
+    def __delitem__(self, peer: str) -> None:
+        del self._by_peer[peer]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_peer)
+
+    def __len__(self) -> int:
+        return len(self._by_peer)
+
+    # the dict's own views and lookup: MutableMapping's generic ones go through __getitem__
+    def items(self) -> ItemsView[str, Member]:
+        return self._by_peer.items()
+
+    def values(self) -> ValuesView[Member]:
+        return self._by_peer.values()
+
+    def __contains__(self, peer: object) -> bool:
+        return peer in self._by_peer
+
+    def dead_after_s(self, now: float) -> float:
+        """How long a member may stay silent before we call it dead: DEAD_AFTER_S, plus how late
+        gossip reaches us now (a busy machine hears everyone late: control/delivery_lag.py)."""
+        return DEAD_AFTER_S + self.delivery_lag.extra_s(now)
+
+    def heard_lately(self, peer: str, now: float) -> bool:
+        """Is `peer` a member we heard from within dead_after_s?"""
+        member = self._by_peer.get(peer)
+        return member is not None and now - member.last_heard <= self.dead_after_s(now)
+
+    def heard_from(self, peer: str, at: float) -> None:
+        """Proof that `peer` lived at `at` (a signed message, a probe's answer)."""
+        member = self._by_peer.get(peer)
+        if member is not None:
+            member.last_heard = max(member.last_heard, at)
+
+    def is_healthy(self, peer: str) -> bool:
+        """Does the member say its worker makes progress? (control/health.py)"""
+        member = self._by_peer.get(peer)
+        return member is not None and (member.health is None or member.health.ok)
+
+    def role_of(self, peer: str) -> str | None:
+        member = self._by_peer.get(peer)
+        return None if member is None else member.record.role
+
+    def forget_dead(self, now: float) -> list[str]:
+        """Forget the members silent for FORGET_DEAD_AFTER_S; returns them."""
+        dead = [p for p, m in self._by_peer.items() if now - m.last_heard > FORGET_DEAD_AFTER_S]
+        for peer in dead:
+            del self._by_peer[peer]
+        return dead
+
+    def keep_only(self, admitted: Callable[[str, PeerRecord], bool]) -> None:
+        """Remove the members whose records `admitted` refuses (a run's admission rule)."""
+        for peer in [p for p, m in self._by_peer.items() if not admitted(p, m.record)]:
+            del self._by_peer[peer]
