@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,10 +69,11 @@ def restore_stage(
     if start.adopted:
         link_adopted(directory, start.adopted, start.step, start.digests, plan.state_tag)
     if start.step not in local_states(directory, rank).get(key, {}):
+        missing = _Missing(spec, plan, transport, directory, start)
         if key in start.sources:
-            _build(spec, plan, transport, directory, model, optimizer, start)
+            missing.build(model, optimizer)
         else:
-            _fetch_range(spec, plan, transport, directory, layers, start, model, optimizer)
+            missing.fetch(layers, model, optimizer)
     warn_other_lineages(directory, rank, key, start.step)
     local = local_states(directory, rank).get(key, {})
     usable = sorted(step for step in local if step <= start.step)
@@ -128,90 +130,92 @@ def started_line(spec: RunSpec, plan: Plan, start: StartPoint, directory: Path) 
     return "started from initial weights"
 
 
-def _build(
-    spec: RunSpec,
-    plan: Plan,
-    transport: Transport,
-    directory: Path,
-    model: Stage,
-    optimizer: torch.optim.Optimizer,
-    start: StartPoint,
-) -> None:
-    """Build `model`'s state at the agreed step from the agreed states of other layer ranges
-    (start.sources), fetching those this machine lacks, and save it as this stage's state
-    under the plan's lineage tag (so restore_stage loads it, and other members may fetch it)."""
-    key = layers_key(model.layers)
-    pieces = []
-    for source in start.sources[key]:
-        layers = key_range(source)
-        assert layers is not None  # covers.py names valid ranges only
-        saved = local_states(directory, plan.state_rank).get(source, {}).get(start.step)
-        found = saved.path if saved is not None else None
-        if found is None:
-            found = _fetch_range(spec, plan, transport, directory, layers, start)
-        if found is None:
-            log.warning(
-                "cannot build layers %s: no holder of %s at step %d answered",
-                key,
-                source,
-                start.step,
-            )
-            return
-        try:
-            pieces.append((layers, read_state(found, spec, layers)))
-        except Exception as exc:  # a bad file: the stage cannot be built from it
-            log.warning("cannot build layers %s from %s: %r", key, found.name, exc)
-            return
-    outer = assemble(spec, model, optimizer, pieces)
-    snapshot = StageSnapshot.take(model, optimizer, start.step, outer)
-    rank = plan.state_rank
-    record_step(directory, spec, model, snapshot, plan.state_tag, lambda t: rank(t) is not None)
-    log.info("built layers %s at step %d from %s", key, start.step, ", ".join(start.sources[key]))
+@dataclass(frozen=True)
+class _Missing:
+    """A stage state this machine lacks at the agreed step: where it comes from under `plan`."""
 
+    spec: RunSpec
+    plan: Plan
+    transport: Transport
+    directory: Path
+    start: StartPoint
 
-def _fetch_range(
-    spec: RunSpec,
-    plan: Plan,
-    transport: Transport,
-    directory: Path,
-    layers: range,
-    start: StartPoint,
-    model: Stage | None = None,
-    optimizer: torch.optim.Optimizer | None = None,
-) -> Path | None:
-    """Copy the agreed step's state of `layers` from a member that announced its agreed
-    digest, under the plan's lineage tag; bytes of another digest, or more than the stage's
-    size, are refused, and so is a file that does not load into `model` (if given: else it is
-    validated as read_state does). The path, or None if no holder gave it."""
-    key = layers_key(layers)
-    digest = start.digests.get(key)
-    if digest is None:
+    def build(self, model: Stage, optimizer: torch.optim.Optimizer) -> None:
+        """Build `model`'s state at the agreed step from the agreed states of other layer
+        ranges (start.sources), fetching those this machine lacks, and save it as this stage's
+        state under the plan's lineage tag (so restore_stage loads it, and other members may
+        fetch it)."""
+        spec, plan, directory, start = self.spec, self.plan, self.directory, self.start
+        key = layers_key(model.layers)
+        pieces = []
+        for source in start.sources[key]:
+            layers = key_range(source)
+            assert layers is not None  # covers.py names valid ranges only
+            saved = local_states(directory, plan.state_rank).get(source, {}).get(start.step)
+            found = saved.path if saved is not None else self.fetch(layers)
+            if found is None:
+                log.warning(
+                    "cannot build layers %s: no holder of %s at step %d answered",
+                    key,
+                    source,
+                    start.step,
+                )
+                return
+            try:
+                pieces.append((layers, read_state(found, spec, layers)))
+            except Exception as exc:  # a bad file: the stage cannot be built from it
+                log.warning("cannot build layers %s from %s: %r", key, found.name, exc)
+                return
+        outer = assemble(spec, model, optimizer, pieces)
+        snapshot = StageSnapshot.take(model, optimizer, start.step, outer)
+        rank = plan.state_rank
+        record_step(directory, spec, model, snapshot, plan.state_tag, lambda t: rank(t) is not None)
+        sources = ", ".join(start.sources[key])
+        log.info("built layers %s at step %d from %s", key, start.step, sources)
+
+    def fetch(
+        self,
+        layers: range,
+        model: Stage | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+    ) -> Path | None:
+        """Copy the agreed step's state of `layers` from a member that announced its agreed
+        digest, under the plan's lineage tag; bytes of another digest, or more than the stage's
+        size, are refused, and so is a file that does not load into `model` (if given: else it
+        is validated as read_state does). The path, or None if no holder gave it."""
+        spec, plan, transport, start = self.spec, self.plan, self.transport, self.start
+        key = layers_key(layers)
+        digest = start.digests.get(key)
+        if digest is None:
+            return None
+        max_bytes = expected_state_bytes(spec, layers)
+        for peer in start.holders(key, start.step):
+            if peer == transport.peer_id:
+                continue
+            started_s = time.monotonic()
+            try:
+                path = fetch_state(
+                    transport,
+                    peer,
+                    layers,
+                    start.step,
+                    self.directory,
+                    digest,
+                    max_bytes,
+                    plan.link_facts(transport.peer_id, peer),
+                    plan.state_tag,
+                )
+                if model is not None:
+                    load_stage(path, spec, model, optimizer)  # validates first
+                else:
+                    read_state(path, spec, layers)
+            except Exception as exc:  # any failure, a bad file included: try the next holder
+                log.warning("fetching layers %s from %s failed: %r", key, peer, exc)
+                stamped_path(self.directory, layers, start.step, plan.state_tag).unlink(
+                    missing_ok=True
+                )
+                continue
+            elapsed_s = time.monotonic() - started_s
+            log.info("fetched %s from %s in %.1f s", path.name, peer, elapsed_s)
+            return path
         return None
-    max_bytes = expected_state_bytes(spec, layers)
-    for peer in start.holders(key, start.step):
-        if peer == transport.peer_id:
-            continue
-        started_s = time.monotonic()
-        try:
-            path = fetch_state(
-                transport,
-                peer,
-                layers,
-                start.step,
-                directory,
-                digest,
-                max_bytes,
-                plan.link_facts(transport.peer_id, peer),
-                plan.state_tag,
-            )
-            if model is not None:
-                load_stage(path, spec, model, optimizer)  # validates first
-            else:
-                read_state(path, spec, layers)
-        except Exception as exc:  # any failure, a bad file included: try the next holder
-            log.warning("fetching layers %s from %s failed: %r", key, peer, exc)
-            stamped_path(directory, layers, start.step, plan.state_tag).unlink(missing_ok=True)
-            continue
-        log.info("fetched %s from %s in %.1f s", path.name, peer, time.monotonic() - started_s)
-        return path
-    return None
