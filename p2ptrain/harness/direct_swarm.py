@@ -12,14 +12,13 @@ from __future__ import annotations
 import contextlib
 import queue
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from p2ptrain import procs
+from p2ptrain.harness.process_swarm import ProcessSwarm
 from p2ptrain.ipc_lines import LineBuffer, decode, encode
 from p2ptrain.records import Hello, Message, MetricsReport, Plan, PlanMessage, RunSpec, Stop
 from p2ptrain.worker.settings import WorkerSettings
@@ -106,8 +105,10 @@ def plan_for(spec: RunSpec, hellos: list[Hello], epoch: int = 0) -> Plan:
     )
 
 
-class LocalSwarm:
+class LocalSwarm(ProcessSwarm):
     """Start with `with LocalSwarm(...) as swarm:`; every process group is killed on exit."""
+
+    LOG = "worker-{index}.log"
 
     def __init__(
         self,
@@ -119,13 +120,12 @@ class LocalSwarm:
     ) -> None:
         """worker_flags: extra flags of worker i (worker/settings.py); env: variables every worker
         gets on top of ours."""
+        super().__init__(workdir)
         self.spec = spec
         self.num_peers = num_peers
-        self.workdir = workdir
         self.worker_flags = worker_flags or {}
         self.env = env or {}
         self.may_die: set[int] = set()  # workers a test kills on purpose
-        self.procs: list[subprocess.Popen[bytes]] = []
         self.hellos: list[Hello] = []
         self.plan: Plan | None = None
         self._messages: queue.Queue[tuple[int, Message | None]] = queue.Queue()
@@ -139,12 +139,7 @@ class LocalSwarm:
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(path)
         self._listener.listen(self.num_peers)
-        try:
-            for i in range(self.num_peers):
-                self._start_worker(i, path)
-        except BaseException:
-            self.kill()
-            raise
+        self.start_all(self.num_peers, lambda index: self._start_worker(index, path))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -152,8 +147,7 @@ class LocalSwarm:
 
     def _start_worker(self, index: int, ipc_path: str) -> None:
         argv = [*WorkerSettings(ipc=ipc_path).command(), *self.worker_flags.get(index, [])]
-        log_path = self.workdir / f"worker-{index}.log"
-        self.procs.append(procs.spawn(self._command(index, argv), log_path=log_path, env=self.env))
+        self.spawn(index, self._command(index, argv), env=self.env)
 
     def _command(self, index: int, argv: list[str]) -> list[str]:
         """The command line that runs worker `index` (here: argv itself)."""
@@ -261,11 +255,7 @@ class LocalSwarm:
 
     def wait_exit(self, timeout_s: float = STOP_GRACE_S) -> list[int | None]:
         """Wait for the workers to exit on their own (they do after the last step)."""
-        deadline = time.monotonic() + timeout_s
-        for proc in self.procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(max(0.1, deadline - time.monotonic()))
-        return [proc.poll() for proc in self.procs]
+        return super().wait_exit(timeout_s)
 
     def stop(self) -> None:
         """Ask for a graceful stop (checkpoint), then kill whatever is left, group by group."""
@@ -275,18 +265,13 @@ class LocalSwarm:
         self.kill()
 
     def kill(self) -> None:
-        procs.kill_groups(self.procs)  # worker, watchdog, hivemind children, p2pd
+        super().kill()  # worker, watchdog, hivemind children, p2pd
         for conn in self._conns:
             conn.close()
         if self._listener is not None:
             self._listener.close()
             Path(self.workdir / "ipc.sock").unlink(missing_ok=True)
             self._listener = None
-
-    def log_tail(self, index: int, num_lines: int = 30) -> str:
-        path = self.workdir / f"worker-{index}.log"
-        lines = path.read_text(errors="replace").splitlines() if path.exists() else []
-        return "\n".join(lines[-num_lines:])
 
     def _broadcast(self, message: Message) -> None:
         line = encode(message)

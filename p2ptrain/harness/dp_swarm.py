@@ -5,73 +5,73 @@ trainers are separate processes; rendezvous and metrics go through files in a wo
 
 from __future__ import annotations
 
-import contextlib
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from p2ptrain import procs
+from p2ptrain.harness.process_swarm import ProcessSwarm
 from p2ptrain.harness.testbed_swarm import testbed_network
 from p2ptrain.records.run import RunSpec
 from p2ptrain.testbed.testbed import Testbed
 
 
-class DataParallelSwarm:
+class DataParallelSwarm(ProcessSwarm):
     """The hivemind.Optimizer baseline (p2ptrain/harness/dp_trainer.py): peer i's trainer in
     testbed peer i's namespace, or on loopback when bed is None. Stdlib only; rendezvous and
     metrics go through files in workdir. Start with `with`; every process group dies on exit."""
 
+    LOG = "dp-{index}.log"
+
     def __init__(
         self, spec: RunSpec, num_peers: int, workdir: Path, bed: Testbed | None = None
     ) -> None:
-        self.spec, self.num_peers, self.workdir, self.bed = spec, num_peers, workdir, bed
-        self.procs: list[subprocess.Popen[bytes]] = []
+        super().__init__(workdir)
+        self.spec, self.num_peers, self.bed = spec, num_peers, bed
 
     def __enter__(self) -> DataParallelSwarm:
         self.workdir.mkdir(parents=True, exist_ok=True)
         run_path = self.workdir / "run.json"
         run_path.write_text(json.dumps(self.spec.to_dict()))
-        try:
-            for i in range(self.num_peers):
-                argv = [
-                    sys.executable,
-                    "-m",
-                    "p2ptrain.harness.dp_trainer",
-                    "--run",
-                    str(run_path),
-                    "--index",
-                    str(i),
-                    "--num-peers",
-                    str(self.num_peers),
-                    "--rendezvous",
-                    str(self.workdir),
-                ]
-                if self.bed is not None:
-                    network = testbed_network(self.bed)
-                    argv = self.bed.command(
-                        i,
-                        [
-                            *argv,
-                            "--listen-host",
-                            self.bed.address(i),
-                            "--max-rtt-s",
-                            str(network.max_rtt_s),
-                            "--min-rate-mbps",
-                            str(network.min_rate_mbps),
-                        ],
-                    )
-                log_path = self.workdir / f"dp-{i}.log"
-                self.procs.append(procs.spawn(argv, log_path=log_path))
-        except BaseException:
-            self.kill()
-            raise
+        self.start_all(
+            self.num_peers, lambda index: self.spawn(index, self._command(index, run_path))
+        )
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.kill()
+
+    def _command(self, index: int, run_path: Path) -> list[str]:
+        """Trainer `index`'s command line (in its testbed namespace, with the bed's links)."""
+        argv = [
+            sys.executable,
+            "-m",
+            "p2ptrain.harness.dp_trainer",
+            "--run",
+            str(run_path),
+            "--index",
+            str(index),
+            "--num-peers",
+            str(self.num_peers),
+            "--rendezvous",
+            str(self.workdir),
+        ]
+        if self.bed is None:
+            return argv
+        network = testbed_network(self.bed)
+        return self.bed.command(
+            index,
+            [
+                *argv,
+                "--listen-host",
+                self.bed.address(index),
+                "--max-rtt-s",
+                str(network.max_rtt_s),
+                "--min-rate-mbps",
+                str(network.min_rate_mbps),
+            ],
+        )
 
     def wait_ready(self, timeout_s: float) -> None:
         """Until every trainer has its optimizer (hivemind.Optimizer takes seconds to build)."""
@@ -125,19 +125,7 @@ class DataParallelSwarm:
 
     def wait_exit(self, timeout_s: float = 20.0) -> list[int | None]:
         """Wait for the trainers to leave on their own (they do after the last step)."""
-        deadline = time.monotonic() + timeout_s
-        for proc in self.procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(max(0.1, deadline - time.monotonic()))
-        return [proc.poll() for proc in self.procs]
-
-    def kill(self) -> None:
-        procs.kill_groups(self.procs)  # trainer, watchdog, hivemind children, p2pd
-
-    def log_tail(self, index: int, num_lines: int = 30) -> str:
-        path = self.workdir / f"dp-{index}.log"
-        lines = path.read_text(errors="replace").splitlines() if path.exists() else []
-        return "\n".join(lines[-num_lines:])
+        return super().wait_exit(timeout_s)
 
     def _check_alive(self, allow_exit: bool = False) -> None:
         for index, proc in enumerate(self.procs):
