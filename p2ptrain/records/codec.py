@@ -24,6 +24,7 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar, Self
 
 from p2ptrain.errors import WireError
@@ -38,6 +39,28 @@ class Spec:
 
     def write(self, value: Any) -> Any:
         return value
+
+
+@dataclass(frozen=True)
+class Custom(Spec):
+    """A reader (and writer) of the record's own, for a shape the specs below do not cover."""
+
+    reader: Callable[[object, str, str], Any]
+    writer: Callable[[Any], Any] = lambda value: value
+
+    def read(self, value: object, record: str, name: str) -> Any:
+        return self.reader(value, record, name)
+
+    def write(self, value: Any) -> Any:
+        return self.writer(value)
+
+
+# the specs that are one reader of fields.py, with no bounds of their own
+Bool = partial(Custom, f.boolean)
+PeerId = partial(Custom, f.peer_id)
+Addr = partial(Custom, f.multiaddr)
+Addrs = partial(Custom, f.addrs, list)  # a tuple, written as a list
+FreeForm = partial(Custom, f.free_form)
 
 
 @dataclass(frozen=True)
@@ -65,39 +88,34 @@ class Num(Spec):
 
 
 @dataclass(frozen=True)
-class Bool(Spec):
-    def read(self, value: object, record: str, name: str) -> bool:
-        return f.boolean(value, record, name)
+class _Word(Spec):
+    """A string: "" passes unread where `empty` (not said), anything else is `read_word`'s."""
+
+    empty: bool = dataclasses.field(default=False, kw_only=True)
+
+    def read(self, value: object, record: str, name: str) -> str:
+        return "" if self.empty and value == "" else self.read_word(value, record, name)
+
+    def read_word(self, value: object, record: str, name: str) -> str:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
-class Text(Spec):
+class Text(_Word):
     """1..max_chars printable characters, or "" where `empty`."""
 
     max_chars: int = f.MAX_ID_CHARS
-    empty: bool = False
 
-    def read(self, value: object, record: str, name: str) -> str:
-        if self.empty and value == "":
-            return ""
+    def read_word(self, value: object, record: str, name: str) -> str:
         return f.text(value, record, name, self.max_chars)
 
 
 @dataclass(frozen=True)
-class OneOf(Spec):
+class OneOf(_Word):
     allowed: tuple[str, ...]
-    empty: bool = False  # "" also passes (not said)
 
-    def read(self, value: object, record: str, name: str) -> str:
-        if self.empty and value == "":
-            return ""
+    def read_word(self, value: object, record: str, name: str) -> str:
         return f.choice(value, record, name, self.allowed)
-
-
-@dataclass(frozen=True)
-class PeerId(Spec):
-    def read(self, value: object, record: str, name: str) -> str:
-        return f.peer_id(value, record, name)
 
 
 @dataclass(frozen=True)
@@ -109,27 +127,6 @@ class PeerIds(Spec):
 
     def write(self, value: Any) -> Any:
         return list(value)
-
-
-@dataclass(frozen=True)
-class Addr(Spec):
-    def read(self, value: object, record: str, name: str) -> str:
-        return f.multiaddr(value, record, name)
-
-
-@dataclass(frozen=True)
-class Addrs(Spec):
-    def read(self, value: object, record: str, name: str) -> tuple[str, ...]:
-        return f.addrs(value, record, name)
-
-    def write(self, value: Any) -> Any:
-        return list(value)
-
-
-@dataclass(frozen=True)
-class FreeForm(Spec):
-    def read(self, value: object, record: str, name: str) -> dict[str, Any]:
-        return f.free_form(value, record, name)
 
 
 @dataclass(frozen=True)
@@ -183,7 +180,7 @@ class Map(Spec):
 
     value: Spec
     max_items: int = f.MAX_PEERS
-    key: Spec = PeerId()
+    key: Spec = dataclasses.field(default_factory=PeerId)
 
     def read(self, value: object, record: str, name: str) -> dict[str, Any]:
         entries = f.mapping(value, record)
@@ -196,20 +193,6 @@ class Map(Spec):
 
     def write(self, value: Any) -> Any:
         return {k: self.value.write(v) for k, v in value.items()}
-
-
-@dataclass(frozen=True)
-class Custom(Spec):
-    """A reader (and writer) of the record's own, for a shape the specs above do not cover."""
-
-    reader: Callable[[object, str, str], Any]
-    writer: Callable[[Any], Any] = lambda value: value
-
-    def read(self, value: object, record: str, name: str) -> Any:
-        return self.reader(value, record, name)
-
-    def write(self, value: Any) -> Any:
-        return self.writer(value)
 
 
 _REQUIRED: Any = object()
