@@ -34,6 +34,20 @@ from p2ptrain.records import (
 )
 
 log = logging.getLogger(__name__)
+# what our status line says of our worker's last step, as the worker reported it
+AS_REPORTED = (
+    "step",
+    "loss",
+    "tokens_per_s",
+    "stage",
+    "replica",
+    "bytes_sent",
+    "bytes_received",
+    "step_s",
+    "start_step",
+    "start_lineage",
+    "resume_never",
+)
 
 
 class WorkerLink:
@@ -88,21 +102,11 @@ class WorkerLink:
             # probes during our outer round measure its traffic (control/round_watch.py)
             state.view.links.rounds.note(message.plan_key, message.outer_round, now)
             state.view.own_metrics = PeerMetrics(
-                step=message.step,
-                loss=message.loss,
-                tokens_per_s=message.tokens_per_s,
-                stage=message.stage,
-                replica=message.replica,
-                bytes_sent=message.bytes_sent,
-                bytes_received=message.bytes_received,
-                step_s=message.step_s,
-                averaging=dict(self.averaging),
+                **{name: getattr(message, name) for name in AS_REPORTED},
+                averaging=dict(self.averaging),  # the outcomes so far, not this step's
                 control_bytes_sent=TRAFFIC.sent,
                 control_bytes_received=TRAFFIC.received,
                 relay_bytes=state.relay.bytes_relayed,
-                start_step=message.start_step,
-                start_lineage=message.start_lineage,
-                resume_never=message.resume_never,
             )
             if self.print_progress:
                 print(progress_line(message), flush=True)

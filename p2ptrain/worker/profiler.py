@@ -46,6 +46,8 @@ class StepProfiler:
 
 
 NO_PROFILE = StepProfiler()
+# what a profile says of the role that trained the step, as the role says it
+PROFILED_ROLE = ("term", "epoch", "stage", "replica")
 
 
 class CpuProfiler(StepProfiler):
@@ -86,10 +88,7 @@ class CpuProfiler(StepProfiler):
         before_s, after_s = self._wire_split if tree else (None, None)
         return StepProfile(
             step=step,
-            term=role.term,
-            epoch=role.epoch,
-            stage=role.stage,
-            replica=role.replica,
+            **{name: getattr(role, name) for name in PROFILED_ROLE},
             forward_cpu_s=timing.forward_cpu_s,
             backward_cpu_s=timing.backward_cpu_s,
             update_cpu_s=self._update_cpu_s + time.thread_time() - self._averaged_thread_s,

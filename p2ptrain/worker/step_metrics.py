@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from p2ptrain.records import MetricsReport, Role
 
@@ -39,6 +39,16 @@ class SessionFacts:
     start_lineage: str  # the lineage of the state it resumed from (worker/resume/restore.py)
     resume_never: bool  # it started fresh because the run says resume = "never"
 
+    def reported(self) -> dict[str, Any]:
+        """These facts as a MetricsReport's fields (the same names)."""
+        role = {name: getattr(self.role, name) for name in REPORTED_ROLE}
+        return role | {name: getattr(self, name) for name in REPORTED_FACTS}
+
+
+# what every report of a session says alike: of its role, and of the session
+REPORTED_ROLE = ("stage", "replica", "epoch", "num_replicas")
+REPORTED_FACTS = ("term", "samples", "start_step", "start_lineage", "resume_never")
+
 
 def step_metrics(
     facts: SessionFacts,
@@ -54,19 +64,13 @@ def step_metrics(
     `traffic` counts the worker's bytes so far."""
     now = time.monotonic()
     elapsed_s = now - times.started_s
-    role = facts.role
     return MetricsReport(
         step=step,
         loss=loss,
         tokens_per_s=facts.samples * facts.block_size / elapsed_s,
-        stage=role.stage,
-        replica=role.replica,
-        samples=facts.samples,
         averaging=averaging,
         step_s=elapsed_s,
-        epoch=role.epoch,
-        term=facts.term,
-        num_replicas=role.num_replicas,
+        **facts.reported(),
         bytes_sent=traffic.bytes_sent,
         bytes_received=traffic.bytes_received,
         link_bytes=traffic.link_bytes(),
@@ -77,7 +81,4 @@ def step_metrics(
         # clipping, the snapshot for resuming, the optimizer
         update_s=(times.passes_s - times.started_s) + (now - times.update_s),
         averaging_s=times.update_s - times.averaging_s,
-        start_step=facts.start_step,
-        start_lineage=facts.start_lineage,
-        resume_never=facts.resume_never,
     )
