@@ -2,8 +2,7 @@
 JSON form (`to_dict`) and its total decoder (`from_dict`) from that declaration.
 
     @dataclass(frozen=True)
-    class Hello(Record, name="hello"):
-        TYPE: ClassVar[str] = "hello"  # written first as "type"; message_from_dict dispatches on it
+    class Hello(Record, name="hello", kind="hello"):  # kind: written first as "type"
         peer_id: Annotated[str, PeerId()]
         pid: Annotated[int, Int(0, MAX_PID)]
         reason: Annotated[str, Text(160, empty=True), Wire(omit_default=True)] = ""
@@ -223,11 +222,15 @@ class Record:
     """A record declared by its annotated fields; subclasses are frozen dataclasses."""
 
     RECORD: ClassVar[str] = "record"  # its name in error messages
+    # a message's type, written first as "type" (message_from_dict dispatches on it); "": none
+    TYPE: ClassVar[str] = ""
 
-    def __init_subclass__(cls, name: str = "", **kwargs: Any) -> None:
+    def __init_subclass__(cls, name: str = "", kind: str = "", **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if name:
             cls.RECORD = name
+        if kind:
+            cls.TYPE = kind
 
     def wire_problem(self) -> str | None:
         """What makes a decoded record invalid across its fields (None: nothing)."""
@@ -235,9 +238,8 @@ class Record:
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
-        kind = getattr(type(self), "TYPE", None)
-        if kind is not None:
-            data["type"] = kind
+        if self.TYPE:
+            data["type"] = self.TYPE
         for field in _fields_of(type(self)):
             value = getattr(self, field.name)
             if field.omit_default and value == field.default:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 from p2ptrain.records import fields as f
 from p2ptrain.records.codec import Addrs, Int, Map, Nested, OneOf, PeerId, Record, Wire
@@ -36,10 +36,9 @@ OMITTED = Wire(omit_default=True)
 
 
 @dataclass(frozen=True)
-class Hello(Record, name="hello"):
+class Hello(Record, name="hello", kind="hello"):
     """The worker is up: its peer id (the node's) and its data-plane addresses."""
 
-    TYPE: ClassVar[str] = "hello"
     peer_id: Annotated[str, PeerId()]
     data_addrs: Annotated[tuple[str, ...], Addrs()]
     pid: Annotated[int, Int(0, MAX_PID)]
@@ -57,7 +56,7 @@ class LinkBytes(Record, name="link bytes"):
 
 
 @dataclass(frozen=True)
-class MetricsReport(Record, name="metrics"):
+class MetricsReport(Record, name="metrics", kind="metrics"):
     """One step of one worker. `loss` only on a pipeline's last stage.
 
     The byte counters are cumulative since the worker started (application bytes of the data
@@ -65,7 +64,6 @@ class MetricsReport(Record, name="metrics"):
     per peer; `group_size`: how many replicas the gradient was averaged over (1: not averaged).
     Reports of older workers lack them: zeros, and `group_size` None."""
 
-    TYPE: ClassVar[str] = "metrics"
     step: int
     loss: float | None
     tokens_per_s: float
@@ -108,11 +106,10 @@ class MetricsReport(Record, name="metrics"):
 
 
 @dataclass(frozen=True)
-class Heartbeat(Record, name="heartbeat"):
+class Heartbeat(Record, name="heartbeat", kind="heartbeat"):
     """The worker lives (sent every few seconds from its own thread): its phase and step, and
     the plan it works under ((0, 0): none)."""
 
-    TYPE: ClassVar[str] = "heartbeat"
     phase: Annotated[str, OneOf(PHASES)]
     step: int
     term: int
@@ -120,27 +117,24 @@ class Heartbeat(Record, name="heartbeat"):
 
 
 @dataclass(frozen=True)
-class ComputeReport(Record, name="compute"):
+class ComputeReport(Record, name="compute", kind="compute"):
     """The worker timed a stage of the run's model on its training device (once per run spec)."""
 
-    TYPE: ClassVar[str] = "compute"
     compute: StageCompute
 
 
 @dataclass(frozen=True)
-class SessionReport(Record, name="session"):
+class SessionReport(Record, name="session", kind="session"):
     """The worker starts training under `plan` at `step` (metrics logs only)."""
 
-    TYPE: ClassVar[str] = "session"
     plan: Plan
     step: int
 
 
 @dataclass(frozen=True)
-class PlanMessage(Record, name="plan message"):
+class PlanMessage(Record, name="plan message", kind="plan"):
     """Train under this plan (control -> worker); the run spec travels with it."""
 
-    TYPE: ClassVar[str] = "plan"
     plan: Plan
     run: Annotated[RunSpec | None, Wire(absent=None)]  # None until the node learnt the run spec
     # peer -> the data-plane addresses to dial it at instead of the plan's: a local route to a
@@ -157,19 +151,16 @@ class PlanMessage(Record, name="plan message"):
 
 
 @dataclass(frozen=True)
-class RunMessage(Record, name="run message"):
+class RunMessage(Record, name="run message", kind="run"):
     """The run spec, as soon as the node learnt it (control -> worker): the worker times the run's
     model before the first plan, so that a compute-aware first plan already knows every peer."""
 
-    TYPE: ClassVar[str] = "run"
     run: RunSpec
 
 
 @dataclass(frozen=True)
-class Stop(Record, name="stop"):
+class Stop(Record, name="stop", kind="stop"):
     """Checkpoint and exit (control -> worker)."""
-
-    TYPE: ClassVar[str] = "stop"
 
 
 Message = (
