@@ -12,7 +12,7 @@ records; nobody builds or reads a bare dict of one.
 | Telemetry       | records/peer.py        | gossip (kind "telemetry"): link row, PeerMetrics, Health |
 | Claim           | records/peer.py        | gossip (kind "claim"): a planner's term             |
 | Plan            | records/plan.py        | gossip (kind "plan") -> worker socket -> metrics log|
-| NetworkFacts    | records/plan.py        | inside a Plan: the links it was made for, per group and hop |
+| NetworkFacts    | records/network.py     | inside a Plan: the links it was made for, per group and hop |
 | (lineage)       | records/lineage.py     | inside a Plan: whose stage states it may use        |
 | Hello, MetricsReport, Heartbeat, ComputeReport, SessionReport, PlanMessage, RunMessage, Stop | records/messages.py | worker socket, metrics logs |
 | StepProfile     | records/profile.py     | metrics logs only (`join --profile`)                |
@@ -43,6 +43,7 @@ from p2ptrain.records.messages import (
     Stop,
     message_from_dict,
 )
+from p2ptrain.records.network import LinkFacts, NetworkFacts
 from p2ptrain.records.peer import (
     MEMBER_ROLES,
     ROLES,
@@ -54,7 +55,7 @@ from p2ptrain.records.peer import (
     StageCompute,
     Telemetry,
 )
-from p2ptrain.records.plan import LinkFacts, NetworkFacts, Plan, Role
+from p2ptrain.records.plan import Plan, Role
 from p2ptrain.records.profile import StepProfile
 from p2ptrain.records.reachability import (
     REACHABILITY,

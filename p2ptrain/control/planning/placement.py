@@ -7,6 +7,7 @@ swarm add (term, epoch, data-plane addresses, network facts, lineage).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -45,15 +46,9 @@ class Placement:
 
     @classmethod
     def of_plan(cls, plan: Plan) -> Placement:
-        """The placement a published plan carries (re-issued as it is)."""
-        return cls(
-            plan.stages,
-            plan.pipelines,
-            plan.spares,
-            plan.cost_s,
-            plan.stage_layers,
-            plan.predicted_step_s,
-        )
+        """The placement a published plan carries (re-issued as it is): its fields of the
+        same names."""
+        return cls(**{field.name: getattr(plan, field.name) for field in dataclasses.fields(cls)})
 
     def to_plan(
         self,

@@ -22,7 +22,7 @@ from p2ptrain.control.links import Link
 from p2ptrain.control.planning.placement import Placement
 from p2ptrain.errors import WireError
 from p2ptrain.records import LinkFacts, NetworkFacts, Plan, RunSpec
-from p2ptrain.records.plan import MAX_RATE_MBPS, MAX_RTT_S, MIN_RATE_MBPS
+from p2ptrain.records.network import MAX_RATE_MBPS, MAX_RTT_S, MIN_RATE_MBPS
 
 if TYPE_CHECKING:
     from p2ptrain.schedule.compute import PeerCompute

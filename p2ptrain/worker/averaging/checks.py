@@ -78,13 +78,9 @@ class RoundGather(Record, name="round metadata"):
         return None
 
     @property
-    def step(self) -> int:
-        return self.checksums.step
-
-    @property
     def round_key(self) -> str:
-        """The round's name, the same on every member of its group."""
-        return f"{self.kind}/{self.step}"
+        """The round's name (its kind and step), the same on every member of its group."""
+        return f"{self.kind}/{self.checksums.step}"
 
     @classmethod
     def from_hivemind(cls, data: object, serializer: Any) -> RoundGather:

@@ -214,8 +214,16 @@ class StageAverager:
         drift_bound: float | None,
     ) -> tuple[torch.Tensor, Outcome]:
         """A gradient round, or (with a drift_bound) a state round: see average_state."""
+        kind = GRAD if drift_bound is None else STATE
+        weights = self.weights if kind == GRAD else dict.fromkeys(self.weights, 1.0)
+        mine = checksums(flat, step, weights[str(self._averager.peer_id)])
+        if flat_params is not None:
+            digest, norm = params_digest(flat_params, self._param_signs)
+            mine = dataclasses.replace(mine, params=digest, params_norm=norm)
+        # the drift bound is read by our own reducer only (worker/averaging/robust.py)
+        gather = RoundGather(kind, mine, drift_bound)
         try:
-            result, outcome = self._average(flat, step, should_stop, flat_params, drift_bound)
+            result, outcome = self._average(flat, gather, weights, should_stop)
         finally:
             if self.traffic is not None:
                 self.traffic.add(self._averager.traffic())
@@ -224,20 +232,13 @@ class StageAverager:
     def _average(
         self,
         flat_grad: torch.Tensor,
-        step: int,
+        gather: RoundGather,
+        weights: Mapping[str, float],
         should_stop: Callable[[], bool] | None,
-        flat_params: torch.Tensor | None,
-        drift_bound: float | None,
     ) -> tuple[torch.Tensor, Outcome]:
-        kind = GRAD if drift_bound is None else STATE
-        weights = self.weights if kind == GRAD else dict.fromkeys(self.weights, 1.0)
-        weight = weights[str(self._averager.peer_id)]
-        mine = checksums(flat_grad, step, weight)
-        if flat_params is not None:
-            digest, norm = params_digest(flat_params, self._param_signs)
-            mine = dataclasses.replace(mine, params=digest, params_norm=norm)
-        # the drift bound is read by our own reducer only (worker/averaging/robust.py)
-        gather = RoundGather(kind, mine, drift_bound).to_dict()
+        """The round's attempts (the first in the planned group, a retry through hivemind's
+        matchmaking), each checked against what the members gathered."""
+        mine, kind, step = gather.checksums, gather.kind, gather.checksums.step
         problem = ""
         failed: list[str] = []
         timeout_s = self.timeout_s
@@ -246,8 +247,8 @@ class StageAverager:
                 buffer.copy_(flat_grad)
             try:
                 control = self._averager.step(
-                    gather=gather,
-                    weight=weight,
+                    gather=gather.to_dict(),
+                    weight=mine.weight,
                     timeout=timeout_s,
                     wait=False,
                     allow_retries=attempt > 0,  # a planned round's retry is our attempt 2
@@ -330,5 +331,5 @@ def _gathered_steps(gathered: dict[Any, Any], kind: str) -> list[int]:
         with contextlib.suppress(WireError):
             gather = RoundGather.from_dict(data)
             if gather.kind == kind:
-                steps.append(gather.step)
+                steps.append(gather.checksums.step)
     return steps

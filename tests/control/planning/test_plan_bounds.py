@@ -14,7 +14,7 @@ from p2ptrain.control.links import Link
 from p2ptrain.control.planning import planner
 from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S, PlanMaker
 from p2ptrain.records import LinkFacts, Plan, RunSpec
-from p2ptrain.records.plan import MAX_RTT_S, MIN_RATE_MBPS
+from p2ptrain.records.network import MAX_RTT_S, MIN_RATE_MBPS
 from tests.control.test_view import A, B, C, make_view
 
 SEED = bytes(range(1, 33))
