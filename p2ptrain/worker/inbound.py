@@ -1,7 +1,7 @@
 """What the worker's inbound p2pd stream handlers share (pipeline frames, outer rounds, stage
 states): the count of streams each peer has open (a flood is refused before anything is read),
-a length-prefixed message read with a bound on its size, and one answer written before the
-stream closes once its sender has closed its side.
+a length-prefixed header read with a bound on its size and time, and one answer written before
+the stream closes once its sender has closed its side.
 
 Pure asyncio (no hivemind): the handlers' rules are testable over plain loopback sockets.
 """
@@ -12,7 +12,8 @@ import asyncio
 import contextlib
 import logging
 import struct
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Iterator
+from dataclasses import dataclass
 
 from p2ptrain.errors import WireError
 
@@ -65,23 +66,39 @@ async def read_prefixed(
     return await reader.readexactly(size)
 
 
-async def answer_then_close(
-    remote: str,
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    serve: Callable[[], Awaitable[bytes]],
-    rejected: bytes,
-    what: str,
-) -> None:
-    """Write the answer `serve()` gives; for a message that is bad, cut short or too slow, log
-    it and write `rejected` instead. Either way the stream closes after its sender's side."""
-    try:
-        writer.write(await serve())
-    except BAD_INPUT as exc:
-        log.warning("refused %s from %s: %r", what, remote, exc)
-        writer.write(rejected)
-    finally:
-        await close_after_sender(reader, writer)
+@dataclass(frozen=True)
+class Framing:
+    """How one protocol's inbound messages start: a header behind a length prefix, of at most
+    `max_header_bytes`; `rejected` is the answer that refuses a message."""
+
+    what: str  # "frame", "outer round message": for errors and the log
+    length: struct.Struct
+    max_header_bytes: int
+    rejected: bytes
+
+    async def read_header(self, reader: asyncio.StreamReader, timeout_s: float) -> bytes:
+        """A message's header bytes, within `timeout_s`; WireError if oversized."""
+        async with asyncio.timeout(timeout_s):
+            what = f"{self.what} header"
+            return await read_prefixed(reader, self.length, self.max_header_bytes, what)
+
+    async def answer(
+        self,
+        remote: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        serve: Awaitable[bytes],
+    ) -> None:
+        """Write the answer `serve` gives; for a message that is bad, cut short or too slow,
+        log it and write `rejected` instead. Either way the stream closes after its sender's
+        side."""
+        try:
+            writer.write(await serve)
+        except BAD_INPUT as exc:
+            log.warning("refused the %s of %s: %r", self.what, remote, exc)
+            writer.write(self.rejected)
+        finally:
+            await close_after_sender(reader, writer)
 
 
 async def close_after_sender(

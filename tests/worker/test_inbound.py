@@ -7,24 +7,24 @@ import struct
 
 import pytest
 
-from p2ptrain.worker.inbound import OpenStreams, answer_then_close, read_prefixed
+from p2ptrain.worker.inbound import Framing, OpenStreams
 
-LENGTH = struct.Struct(">I")
 ACCEPTED, REJECTED = b"\x01", b"\x00"
+FRAMING = Framing("test message", struct.Struct(">I"), 16, REJECTED)
+LENGTH = FRAMING.length
 
 
 async def _serve_once(data: bytes, read_timeout_s: float = 2.0) -> tuple[bytes, list[bytes]]:
-    """One stream to a handler that reads one length-prefixed message (at most 16 bytes):
+    """One stream to a handler that reads one length-prefixed header (at most 16 bytes):
     the client's answer and what the handler read."""
     got: list[bytes] = []
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        async def serve() -> bytes:
-            async with asyncio.timeout(read_timeout_s):
-                got.append(await read_prefixed(reader, LENGTH, 16, "test message"))
-            return ACCEPTED
+    async def serve(reader: asyncio.StreamReader) -> bytes:
+        got.append(await FRAMING.read_header(reader, read_timeout_s))
+        return ACCEPTED
 
-        await answer_then_close("peer", reader, writer, serve, REJECTED, "a test message")
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await FRAMING.answer("peer", reader, writer, serve(reader))
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]

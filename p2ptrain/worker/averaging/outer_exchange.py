@@ -84,6 +84,19 @@ def exchange_timeouts(
     return ExchangeTimeouts(join_s, links.reducer_s, max(RETRY_TIMEOUT_S, links.sender_s))
 
 
+@dataclass(frozen=True)
+class _Attempt:
+    """One attempt at a step's round: what its messages are filed under, who takes part, how
+    late their first messages may come, and the anchor every member's claims carry."""
+
+    key: str
+    members: list[str]  # sorted: member j reduces shard j
+    step: int
+    join_s: float
+    anchor: tuple[float, float]  # the anchor's digest and norm (checks.params_digest)
+    should_stop: Callable[[], bool]
+
+
 class _Failed(Exception):
     def __init__(self, problem: str, heard: set[str]) -> None:
         super().__init__(problem)
@@ -140,15 +153,12 @@ class OuterExchange:
         try:
             for attempt, join_s in enumerate((self.timeouts.join_s, self.timeouts.retry_s)):
                 key = self._round_key(step, attempt, members)
+                this = _Attempt(key, members, step, join_s, (digest, norm), should_stop)
                 try:
                     if sparse is not None:
-                        mean, gathered = self._gather(
-                            key, members, sparse, sent, step, join_s, (digest, norm), should_stop
-                        )
+                        mean, gathered = self._gather(this, sparse, sent)
                     else:
-                        mean, gathered = self._reduce_scatter(
-                            key, members, flat, step, join_s, (digest, norm), should_stop
-                        )
+                        mean, gathered = self._reduce_scatter(this, flat)
                 except _Failed as exc:
                     failures.append(f"attempt {attempt + 1}: {exc}")
                     log.warning("step %d outer round attempt %d failed: %s", step, attempt + 1, exc)
@@ -174,23 +184,46 @@ class OuterExchange:
         head, _, rest = key.rpartition("/")[0].rpartition("/")[0].rpartition("/")
         return int(rest) if head == self.prefix and rest.isdigit() else -1
 
-    def _claims(self, sent: torch.Tensor, step: int, anchor: tuple[float, float]) -> Checksums:
-        mine = checksums(sent, step, self.weights[self.link.peer_id])
-        return replace(mine, params=anchor[0], params_norm=anchor[1])
+    def _claims(self, sent: torch.Tensor, this: _Attempt) -> Checksums:
+        mine = checksums(sent, this.step, self.weights[self.link.peer_id])
+        return replace(mine, params=this.anchor[0], params_norm=this.anchor[1])
+
+    def _collect(
+        self,
+        this: _Attempt,
+        kind: str,
+        index: int,
+        deadline: float,
+        decode: Callable[[bytes], torch.Tensor],
+        into: tuple[dict[str, torch.Tensor], dict[str, Checksums]],
+    ) -> list[str]:
+        """Every other member's message of `kind` (at `index`) until `deadline`: its decoded
+        payload and its claims go `into` (parts, contributors); the problems, one a member."""
+        parts, contributors = into
+        what = {wire.PART: "part", wire.SPARSE: "payload"}.get(kind, kind)
+        problems: list[str] = []
+        for peer in this.members:
+            if peer == self.link.peer_id:
+                continue
+            got = self.link.inbox.take(this.key, kind, peer, index, deadline, this.should_stop)
+            if got is None:
+                problems.append(f"no {what} from {peer}")
+                continue
+            header, payload = got
+            try:
+                parts[peer] = decode(payload)
+            except WireError as exc:
+                problems.append(f"{peer}'s {what}: {exc}")
+                continue
+            contributors[peer] = header.claims
+        return problems
 
     # --- dense: reduce-scatter, then all-gather of the reduced shards ---
 
     def _reduce_scatter(
-        self,
-        key: str,
-        members: list[str],
-        flat: torch.Tensor,
-        step: int,
-        join_s: float,
-        anchor: tuple[float, float],
-        should_stop: Callable[[], bool],
+        self, this: _Attempt, flat: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, dict[str, float]]]:
-        me = self.link.peer_id
+        me, key, members = self.link.peer_id, this.key, this.members
         bounds = wire.shard_bounds(self.numel, len(members))
         mine_index = members.index(me)
         encoded = [wire.encode_dense(self.codec, flat[a:b]) for a, b in bounds]
@@ -200,32 +233,24 @@ class OuterExchange:
                 for e, (a, b) in zip(encoded, bounds, strict=True)
             ]
         )
-        claims = self._claims(sent, step, anchor)
-        wait_s = join_s + self.timeouts.transfer_s
+        claims = self._claims(sent, this)
+        wait_s = this.join_s + self.timeouts.transfer_s
         for j, peer in enumerate(members):
             if peer != me:
                 header = wire.RoundHeader(key, wire.PART, me, j, encoded[j].numel(), claims)
                 self.link.send(peer, header, encoded[j], wait_s)
         # our shard: every member's copy of it
         start, end = bounds[mine_index]
-        deadline = time.monotonic() + join_s
         parts: dict[str, torch.Tensor] = {me: sent[start:end]}
         contributors: dict[str, Checksums] = {me: claims}
-        problems: list[str] = []
-        for peer in members:
-            if peer == me:
-                continue
-            got = self.link.inbox.take(key, wire.PART, peer, mine_index, deadline, should_stop)
-            if got is None:
-                problems.append(f"no part from {peer}")
-                continue
-            header, payload = got
-            try:
-                parts[peer] = wire.decode_dense(self.codec, payload, end - start)
-            except WireError as exc:
-                problems.append(f"{peer}'s part: {exc}")
-                continue
-            contributors[peer] = header.claims
+        problems = self._collect(
+            this,
+            wire.PART,
+            mine_index,
+            time.monotonic() + this.join_s,
+            lambda payload: wire.decode_dense(self.codec, payload, end - start),
+            (parts, contributors),
+        )
         heard = set(parts) - {me}
         reduced, notes = self._combine(parts, contributors, end - start)
         payload_out = wire.encode_dense(self.codec, reduced)
@@ -253,7 +278,7 @@ class OuterExchange:
             if peer == me:
                 shards.append(reduced)
                 continue
-            got = self.link.inbox.take(key, wire.REDUCED, peer, j, deadline, should_stop)
+            got = self.link.inbox.take(key, wire.REDUCED, peer, j, deadline, this.should_stop)
             if got is None:
                 problems.append(f"no reduced shard from {peer}")
                 continue
@@ -279,40 +304,25 @@ class OuterExchange:
     # --- top-k: every member's payload to every member ---
 
     def _gather(
-        self,
-        key: str,
-        members: list[str],
-        payload: torch.Tensor,
-        sent: torch.Tensor,
-        step: int,
-        join_s: float,
-        anchor: tuple[float, float],
-        should_stop: Callable[[], bool],
+        self, this: _Attempt, payload: torch.Tensor, sent: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, dict[str, float]]]:
         me = self.link.peer_id
-        claims = self._claims(sent, step, anchor)
-        header = wire.RoundHeader(key, wire.SPARSE, me, 0, payload.numel(), claims)
-        for peer in members:
+        claims = self._claims(sent, this)
+        header = wire.RoundHeader(this.key, wire.SPARSE, me, 0, payload.numel(), claims)
+        wait_s = this.join_s + self.timeouts.transfer_s
+        for peer in this.members:
             if peer != me:
-                self.link.send(peer, header, payload, join_s + self.timeouts.transfer_s)
-        deadline = time.monotonic() + join_s + self.timeouts.transfer_s
+                self.link.send(peer, header, payload, wait_s)
         parts: dict[str, torch.Tensor] = {me: sent}
         contributors: dict[str, Checksums] = {me: claims}
-        problems: list[str] = []
-        for peer in members:
-            if peer == me:
-                continue
-            got = self.link.inbox.take(key, wire.SPARSE, peer, 0, deadline, should_stop)
-            if got is None:
-                problems.append(f"no payload from {peer}")
-                continue
-            theirs, data = got
-            try:
-                parts[peer] = codecs.decode_topk(data, self.numel, self.fraction)
-            except WireError as exc:
-                problems.append(f"{peer}'s payload: {exc}")
-                continue
-            contributors[peer] = theirs.claims
+        problems = self._collect(
+            this,
+            wire.SPARSE,
+            0,
+            time.monotonic() + wait_s,
+            lambda data: codecs.decode_topk(data, self.numel, self.fraction),
+            (parts, contributors),
+        )
         heard = set(parts) - {me}
         if problems:
             raise _Failed("; ".join(problems), heard)

@@ -21,7 +21,7 @@ from p2ptrain.records import Plan, Role, RunSpec
 from p2ptrain.worker.averaging import outer_wire as wire
 from p2ptrain.worker.averaging.outer_exchange import OuterExchange, exchange_timeouts
 from p2ptrain.worker.averaging.round_inbox import RoundInbox
-from p2ptrain.worker.inbound import answer_then_close, read_prefixed
+from p2ptrain.worker.inbound import Framing
 from p2ptrain.worker.pipeline.stage_step import replica_weights
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HEADER_TIMEOUT_S = 10.0
+FRAMING = Framing("outer round message", wire.HEADER_LEN, wire.MAX_HEADER_BYTES, wire.REJECTED)
 MIN_RATE_BPS = 1e6  # a payload's read may take its size at this rate (plus the header's time)
 RETRY_PAUSE_S = 0.3
 MAX_SENDERS = 8  # threads that push messages at once
@@ -98,23 +99,13 @@ class P2PRoundLink:
         self, info: StreamInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         remote = info.peer_id.to_base58()
-        await answer_then_close(
-            remote,
-            reader,
-            writer,
-            lambda: self._read_message(remote, reader),
-            wire.REJECTED,
-            "an outer round message",
-        )
+        await FRAMING.answer(remote, reader, writer, self._read_message(remote, reader))
 
     async def _read_message(self, remote: str, reader: asyncio.StreamReader) -> bytes:
         """Read, screen and file one round message; the answer to send back."""
-        async with asyncio.timeout(HEADER_TIMEOUT_S):
-            raw = await read_prefixed(
-                reader, wire.HEADER_LEN, wire.MAX_HEADER_BYTES, "outer round header"
-            )
-            header = wire.RoundHeader.decode(raw)
+        raw = await FRAMING.read_header(reader, HEADER_TIMEOUT_S)
         self.transport.traffic.received(remote, wire.HEADER_LEN.size + len(raw))
+        header = wire.RoundHeader.decode(raw)
         answer = self.inbox.screen(header, remote)
         if answer is not None:
             return answer

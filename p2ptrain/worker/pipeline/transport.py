@@ -23,7 +23,7 @@ from hivemind.p2p import P2P, PeerID
 from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
 from hivemind.utils.multiaddr import Multiaddr
 
-from p2ptrain.worker.inbound import OpenStreams, answer_then_close, read_prefixed
+from p2ptrain.worker.inbound import Framing, OpenStreams
 from p2ptrain.worker.pipeline import frames
 from p2ptrain.worker.pipeline.frame_inbox import FrameInbox, PlanKey
 from p2ptrain.worker.pipeline.frames import Expected, FrameHeader, PeerLost
@@ -42,6 +42,7 @@ YIELD_DIAL_S = (2.0, 3.0)  # how long the larger peer id leaves the dial to the 
 # opens, so idle streams cannot hold handlers.
 MAX_INBOUND_PER_PEER = 16
 HEADER_TIMEOUT_S = 10.0
+FRAMING = Framing("frame", frames.HEADER_LEN, frames.MAX_HEADER_BYTES, frames.REJECTED)
 ROUTE_CHECK_S = 2.0  # how often routed peers' connections are checked (keep_routes)
 
 
@@ -260,24 +261,14 @@ class Transport:
             writer.close()
             return
         with self._streams.serving(remote):
-            await answer_then_close(
-                remote,
-                reader,
-                writer,
-                lambda: self._read_frame(remote, reader),
-                frames.REJECTED,
-                "a frame",
-            )
+            await FRAMING.answer(remote, reader, writer, self._read_frame(remote, reader))
 
     async def _read_frame(self, remote: str, reader: asyncio.StreamReader) -> bytes:
         """Read, check and file one frame; the answer to send back."""
         async with asyncio.timeout(SEND_TIMEOUT_S):
-            async with asyncio.timeout(HEADER_TIMEOUT_S):
-                raw = await read_prefixed(
-                    reader, frames.HEADER_LEN, frames.MAX_HEADER_BYTES, "frame header"
-                )
-                header = FrameHeader.decode(raw)
+            raw = await FRAMING.read_header(reader, HEADER_TIMEOUT_S)
             self.traffic.received(remote, frames.HEADER_LEN.size + len(raw))
+            header = FrameHeader.decode(raw)
             try:
                 expected = self._expect(header)
             except frames.NotReady:
