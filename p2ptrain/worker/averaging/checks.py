@@ -193,3 +193,16 @@ def median_claimed_norm(gathered: Sequence[bytes], serializer: Any) -> float:
         with contextlib.suppress(WireError):
             norms.append(RoundGather.from_hivemind(data, serializer).checksums.norm)
     return statistics.median(norms) if norms else 0.0
+
+
+def is_later_round(key: str, than: str) -> bool:
+    """Is gradient round `key` (RoundGather.round_key) past gradient round `than`? (State
+    rounds are run by all members together and never compared.)"""
+    kind, _, step = key.partition("/")
+    than_kind, _, than_step = than.partition("/")
+    if kind != GRAD or than_kind != GRAD:
+        return False
+    try:  # a groupmate's key: any text
+        return int(step) > int(than_step) >= 0
+    except ValueError:
+        return False

@@ -47,7 +47,12 @@ from hivemind.utils import get_dht_time
 from hivemind.utils.asyncio import as_aiter, azip
 
 from p2ptrain.errors import WireError
-from p2ptrain.worker.averaging.checks import GRAD, STATE, RoundGather, median_claimed_norm
+from p2ptrain.worker.averaging.checks import (
+    STATE,
+    RoundGather,
+    is_later_round,
+    median_claimed_norm,
+)
 from p2ptrain.worker.averaging.robust_allreduce import RobustAllReduceRunner, RobustPartReducer
 from p2ptrain.worker.averaging.round_router import RoundRouter
 from p2ptrain.worker.cpu_clock import WireMarks
@@ -241,7 +246,7 @@ class PlannedGroupAverager(DecentralizedAverager):
             del self._rounds_seen[next(iter(self._rounds_seen))]
         self._waiting_for, self._given_up = key, ""
         for held, senders in self._inbox.items():  # a groupmate's later round came first
-            if _is_later(held, key) and senders:
+            if is_later_round(held, key) and senders:
                 self._given_up = f"{next(iter(senders))} is at round {held}"
         members = [PeerID.from_base58(p) for p in self._group]
         others = [p for p in members if p != self.peer_id]
@@ -322,7 +327,7 @@ class PlannedGroupAverager(DecentralizedAverager):
             oldest = next(k for k in self._inbox if k != self._waiting_for)
             del self._inbox[oldest]
         self._inbox.setdefault(key, {})[sender] = request.gather
-        if _is_later(key, self._waiting_for):
+        if is_later_round(key, self._waiting_for):
             self._give_up(self._waiting_for, f"{sender} is at round {key}")
         self._arrival_event().set()
         return averaging_pb2.MessageFromLeader(code=averaging_pb2.ACCEPTED)
@@ -365,16 +370,3 @@ class PlannedGroupAverager(DecentralizedAverager):
         if self._arrived is None:  # created in the averager's process, on its event loop
             self._arrived = asyncio.Event()
         return self._arrived
-
-
-def _is_later(key: str, than: str) -> bool:
-    """Is gradient round `key` (RoundGather.round_key) past gradient round `than`? (State
-    rounds are run by all members together and never compared.)"""
-    kind, _, step = key.partition("/")
-    than_kind, _, than_step = than.partition("/")
-    if kind != GRAD or than_kind != GRAD:
-        return False
-    try:  # a groupmate's key: any text
-        return int(step) > int(than_step) >= 0
-    except ValueError:
-        return False
