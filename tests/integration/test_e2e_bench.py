@@ -19,6 +19,7 @@ pytestmark = [
 ]
 
 
+@pytest.mark.slow  # ~1 min: a bench harness (CI time); the join path is in the default suite
 @pytest.mark.timeout(400)
 def test_bench_e2e_trains_through_join_nodes(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")

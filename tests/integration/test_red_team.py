@@ -389,8 +389,13 @@ def test_a_live_swarm_survives_a_hostile_node(
     for family in ("authority_grabs", "sybil_records"):
         assert f"message on p2ptrain/control/1 from {families[family]}" in judged, family
     # the token holder flooding valid records (13), and the stranger's Sybil records (5)
+    # (on a loaded box the token holder may be blocked for its huge telemetry before its
+    # flood: its flood is then dropped unlogged, as everything a blocked peer sends)
     for door_id in door_summary["attackers"][1:3]:
-        assert f"message on p2ptrain/control/1 from {door_id}" in judged, door_id
+        assert (
+            f"message on p2ptrain/control/1 from {door_id}" in judged
+            or f"blocking {door_id}" in judged
+        ), door_id
     members = {p["id"] for s in seen + answered for p in s["peers"]}
     strangers = (attacker_ids | door_ids | {data_attacker_id}) - set(door_summary["attackers"][:2])
     assert not strangers & members, strangers & members

@@ -157,6 +157,7 @@ def test_a_killed_owner_leaves_nothing_that_cleanup_does_not_remove() -> None:
         cleanup_stale()
 
 
+@pytest.mark.slow  # a bench's CLI (CI time); the links it measures are tested above
 def test_bench_netem_cli_json() -> None:
     done = subprocess.run(
         [

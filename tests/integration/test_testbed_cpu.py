@@ -66,6 +66,7 @@ def test_a_quarter_core_runs_a_cpu_loop_about_four_times_slower() -> None:
     assert not [ns for ns in list_netns() if ns.startswith(f"p2tb{bed.id}")]
 
 
+@pytest.mark.slow  # ~40 s (CI time); the quota itself is tested below
 def test_the_compute_probe_sees_a_peers_cpu_quota() -> None:
     # the probe's window spans several 100 ms quota periods: a short pass would run at full
     # speed inside its period's budget and call a throttled peer fast
