@@ -8,6 +8,7 @@ from collections.abc import Callable, ItemsView, Iterator, MutableMapping, Value
 from dataclasses import dataclass
 
 from p2ptrain.control.delivery_lag import DeliveryLag
+from p2ptrain.control.loop_stall import LoopStall
 from p2ptrain.records import Health, PeerMetrics, PeerRecord
 
 DEAD_AFTER_S = 8.0  # members publish every 2 s: four missed rounds => dead
@@ -30,6 +31,7 @@ class Membership(MutableMapping[str, Member]):
     def __init__(self) -> None:
         self._by_peer: dict[str, Member] = {}
         self.delivery_lag = DeliveryLag()  # widens DEAD_AFTER_S (control/delivery_lag.py)
+        self.loop_stall = LoopStall()  # ... and so do our own stalls (control/loop_stall.py)
 
     def __getitem__(self, peer: str) -> Member:
         return self._by_peer[peer]
@@ -58,8 +60,9 @@ class Membership(MutableMapping[str, Member]):
 
     def dead_after_s(self, now: float) -> float:
         """How long a member may stay silent before we call it dead: DEAD_AFTER_S, plus how late
-        gossip reaches us now (a busy machine hears everyone late: control/delivery_lag.py)."""
-        return DEAD_AFTER_S + self.delivery_lag.extra_s(now)
+        gossip reaches us now (a busy machine hears everyone late: control/delivery_lag.py),
+        plus how long our own loop stood still lately (control/loop_stall.py)."""
+        return DEAD_AFTER_S + self.delivery_lag.extra_s(now) + self.loop_stall.extra_s(now)
 
     def heard_lately(self, peer: str, now: float) -> bool:
         """Is `peer` a member we heard from within dead_after_s?"""

@@ -31,6 +31,7 @@ from p2ptrain.control.gossip import make_pubsub, serve_topics
 from p2ptrain.control.hardware import describe_hardware
 from p2ptrain.control.health import serve_health
 from p2ptrain.control.intake import Intake
+from p2ptrain.control.loop_stall import TICK_S
 from p2ptrain.control.measuring import LinkProber
 from p2ptrain.control.publishing import Publisher, measure_compute
 from p2ptrain.control.reachability import ReachabilityMonitor
@@ -208,6 +209,7 @@ class ControlNode:
                 nursery.start_soon(self.sync.serve_sync)
                 nursery.start_soon(self.reachability.serve_reachability)
                 nursery.start_soon(self.run_watch.serve)
+                nursery.start_soon(serve_heartbeat, state)
                 if self.dashboard is not None:
                     nursery.start_soon(self.dashboard.serve, state.view)
                 if state.is_member:
@@ -278,3 +280,12 @@ def run_node(node: ControlNode) -> int:
         print(f"p2ptrain: error: {refused[0]}", file=sys.stderr, flush=True)
         return 2
     return 0
+
+
+async def serve_heartbeat(state: NodeState) -> None:
+    """Note how late the loop wakes from each short sleep: our own stalls widen the members'
+    allowed silence (control/loop_stall.py)."""
+    stall = state.view.members.loop_stall
+    while True:
+        stall.beat(state.clock())
+        await trio.sleep(TICK_S)
