@@ -17,8 +17,10 @@ def run(args: argparse.Namespace) -> int:
     spec = load_run_spec(args.run)
     tokens = load_tokens(spec)
     digest = corpus_sha256(tokens)
-    print(f'data_sha256 = "{digest}"  # {spec.data!r}: {tokens.size} tokens ({spec.data_format})')
-    if spec.data_sha256 and spec.data_sha256 != digest:
-        print(f"p2ptrain digest: the run pins another digest ({spec.data_sha256})")
+    print(
+        f'data_sha256 = "{digest}"  # {spec.data.source!r}: {tokens.size} tokens ({spec.data.data_format})'
+    )
+    if spec.data.data_sha256 and spec.data.data_sha256 != digest:
+        print(f"p2ptrain digest: the run pins another digest ({spec.data.data_sha256})")
         return 1
     return 0

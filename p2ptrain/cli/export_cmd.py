@@ -33,7 +33,9 @@ def run(args: argparse.Namespace) -> int:
     for line in merged.skipped:  # another run's files in the same directory
         print(line)
     lineage = "" if merged.lineage is None else f" (lineage {merged.lineage})"
-    print(f"{args.out}: {spec.model} model of run {spec.run_id!r} at step {merged.step}{lineage}")
+    print(
+        f"{args.out}: {spec.model.family} model of run {spec.run_id!r} at step {merged.step}{lineage}"
+    )
     if merged.other_lineages:
         print(
             f"step {merged.step} was also saved under lineage "

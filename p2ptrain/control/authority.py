@@ -48,14 +48,14 @@ class Authority:
 
     def admits(self, peer: str, record: PeerRecord) -> bool:
         """May a peer with this record be a member of our run (its admission rule)?"""
-        if self.run is None or self.run.admission == "open" or peer == self.bootstrap_id:
+        if self.run is None or self.run.swarm.admission == "open" or peer == self.bootstrap_id:
             return True
         return record.token is not None and self._token_ok(record.token, peer)
 
     def admits_record_token(self, peer: str, token: object) -> bool:
         """Would a peer record of `peer` carrying `token` (its raw JSON value) be admitted? What
         gossip checks before it parses the record's body."""
-        if self.run is None or self.run.admission == "open" or peer == self.bootstrap_id:
+        if self.run is None or self.run.swarm.admission == "open" or peer == self.bootstrap_id:
             return True
         try:
             return token is not None and self._token_ok(Token.decode(token), peer)

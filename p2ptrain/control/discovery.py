@@ -154,7 +154,7 @@ class Discovery:
         """A run that admits token holders only: without a valid token of ours, we leave (the
         others would ignore us anyway) with one line saying why."""
         view = self.state.view
-        if view.run is None or view.run.admission != "token":
+        if view.run is None or view.run.swarm.admission != "token":
             return
         token = view.authority.own_token
         problem = (

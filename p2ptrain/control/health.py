@@ -6,7 +6,7 @@ sends over the socket (records/messages.py: a `heartbeat` every few seconds from
 thread, `metrics` after every step), publishes its verdict in its telemetry (records/peer.py
 `Health`), and the planner plans only healthy peers (SwarmView.plannable_members).
 
-With B = max(run.worker_stall_s, BOUND_STEPS x the current plan's predicted step time cost_s):
+With B = max(run.swarm.worker_stall_s, BOUND_STEPS x the current plan's predicted step time cost_s):
 - silent: nothing from the worker for B (counted from the node's start if it never spoke, as a
   control-only node never does) -> unhealthy, placed in a plan or not, until it speaks again;
 - stuck: placed in the plan's pipelines and speaking, but its progress (plan, phase, step) has
@@ -100,7 +100,7 @@ async def serve_health(
 ) -> None:
     """Judge our worker every HEALTH_TICK_S; a changed verdict is logged and published at once."""
     while True:
-        floor_s = view.run.worker_stall_s if view.run is not None else 0.0
+        floor_s = view.run.swarm.worker_stall_s if view.run is not None else 0.0
         health = watch.judge(clock(), view.plan, view.self_id, floor_s)
         if health.ok != view.own_health.ok:
             if health.ok:

@@ -21,7 +21,7 @@ from p2ptrain.records import PeerMetrics, Plan, RunSpec
 
 def last_step_reached(run: RunSpec, metrics: PeerMetrics | None) -> bool:
     """Do these metrics report the run's last step (steps - 1) done?"""
-    return metrics is not None and metrics.step is not None and metrics.step >= run.steps - 1
+    return metrics is not None and metrics.step is not None and metrics.step >= run.optim.steps - 1
 
 
 def placed(plan: Plan | None, peer: str) -> bool:
@@ -55,7 +55,7 @@ class RunEnd:
         assert metrics is not None and metrics.step is not None
         self.finished_run = run
         who = "our worker" if own else peer
-        self.how = f"step {metrics.step + 1} of {run.steps} trained, reported by {who}"
+        self.how = f"step {metrics.step + 1} of {run.optim.steps} trained, reported by {who}"
         return True
 
     def note_organiser(self, run: RunSpec | None, finished: object) -> bool:

@@ -182,7 +182,7 @@ class SwarmView:
             return Drop("run spec not signed by our bootstrap", "unauthorised")
         assert isinstance(env.body, RunSpec)
         self.run = env.body
-        if self.run.admission == "token":  # the run's rule may arrive after some records
+        if self.run.swarm.admission == "token":  # the run's rule may arrive after some records
             self.members.keep_only(self.authority.admits)
         return None
 
@@ -303,13 +303,13 @@ class SwarmView:
         (a shape the model cannot take is the planner's fault) and the membership (a peer we
         have no record of yet is a difference of views: dropped quietly, the planner re-sends)."""
         run = self.run
-        if run is not None and plan.stages > min(run.stages, run.n_layer):
+        if run is not None and plan.stages > min(run.swarm.stages, run.model.n_layer):
             return Drop(
-                f"plan of {plan.stages} stages for a run of {run.stages} stages and "
-                f"{run.n_layer} layers",
+                f"plan of {plan.stages} stages for a run of {run.swarm.stages} stages and "
+                f"{run.model.n_layer} layers",
                 "malformed",
             )
-        if run is not None and (problem := plan.layer_problem(run.n_layer)) is not None:
+        if run is not None and (problem := plan.layer_problem(run.model.n_layer)) is not None:
             return Drop(f"plan does not fit the run's model: {problem}", "malformed")
         for peer in plan.peers():
             member = self.members.get(peer)

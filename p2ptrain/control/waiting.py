@@ -59,14 +59,16 @@ def waiting_for(view: SwarmView, now: float, joined: bool = True) -> Wait:
         return NOT_WAITING
     members = view.plannable_members(now)
     if not members:
-        return Wait("peers", f"peers: none alive yet (the run's min_peers is {run.min_peers})")
+        return Wait(
+            "peers", f"peers: none alive yet (the run's min_peers is {run.swarm.min_peers})"
+        )
     if not any(view.may_plan(peer) for peer in members):
         return Wait("planner-token", no_planner_text(view, members))
     plan = view.plan
     if plan is None:
-        if len(members) < run.min_peers:
+        if len(members) < run.swarm.min_peers:
             return Wait(
-                "peers", f"peers: {len(members)} of the run's min_peers {run.min_peers} alive"
+                "peers", f"peers: {len(members)} of the run's min_peers {run.swarm.min_peers} alive"
             )
         if view.planner is None or not view.is_alive(view.planner, now):
             return Wait("planner", "the planner election")

@@ -68,7 +68,7 @@ def _quantiles(values: np.ndarray) -> dict[str, float]:
 
 class ControlBench:
     def __init__(self, num_peers: int, seed: int = 0, horizon_s: float = 240.0) -> None:
-        run = RunSpec(
+        run = RunSpec().replace(
             run_id="bench-control",
             stages=STAGES,
             n_layer=24,
@@ -105,7 +105,7 @@ class ControlBench:
         book = sim.book(peer)
         errors = [book[i][0].error for i in members if i in book]
         waited = sim.now >= FIRST_PLAN_WAIT_S
-        if len(members) < sim.run.min_peers or not (settled(errors) or waited):
+        if len(members) < sim.run.swarm.min_peers or not (settled(errors) or waited):
             return
         self._plan_first(peer, members)
 

@@ -67,7 +67,7 @@ class Simulation:
         self._queue: list[tuple[float, int, Callable[[], None]]] = []
         self._num_events = 0
         self.organiser = secrets.token_bytes(32)
-        self.run = run or RunSpec(
+        self.run = run or RunSpec().replace(
             run_id="bench-control", stages=8, n_layer=24, min_peers=max(1, num_peers // 2)
         )
         self.candidates: list[SimPeer] = []

@@ -104,9 +104,9 @@ class Replica:
     def __init__(self, model: nn.Module, spec: RunSpec, variant: Variant) -> None:
         self.model = model
         self.optimizer = make_optimizer(model, spec)
-        self.outer = OuterOptimizer(model, spec.outer_lr, spec.outer_momentum)
+        self.outer = OuterOptimizer(model, spec.optim.outer_lr, spec.optim.outer_momentum)
         self.topk = (
-            codecs.TopKCompressor(self.outer.numel, spec.topk_fraction)
+            codecs.TopKCompressor(self.outer.numel, spec.wire.topk_fraction)
             if variant.outer_compression == "topk"
             else None
         )
@@ -115,7 +115,7 @@ class Replica:
         set_lr(self.optimizer, lr_at(step, spec))
         loss = loss_fn(self.model(x), y)
         loss.backward()
-        clip_grads(self.model, spec.grad_clip)
+        clip_grads(self.model, spec.optim.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return float(loss.item())
@@ -156,8 +156,8 @@ def train_variant(
     held_out: tuple[torch.Tensor, torch.Tensor],
     eval_every: int,
 ) -> Curve:
-    """Train one variant for spec.steps steps on `corpus`; its loss curve and held-out losses."""
-    torch.manual_seed(spec.seed)
+    """Train one variant for spec.optim.steps steps on `corpus`; its loss curve and held-out losses."""
+    torch.manual_seed(spec.optim.seed)
     base: nn.Module = (
         BoundaryModel(spec, variant.boundary) if variant.boundary else build_model(spec)
     )
@@ -165,17 +165,19 @@ def train_variant(
     replicas = [Replica(copy.deepcopy(base), spec, variant) for _ in range(count)]
     curve = Curve()
     start = time.perf_counter()
-    for step in range(spec.steps):
+    for step in range(spec.optim.steps):
         losses = []
         for index, replica in enumerate(replicas):
-            rows = replica_rows(spec.batch_size, count, index)
+            rows = replica_rows(spec.optim.batch_size, count, index)
             x, y = get_batch(corpus, spec, step, rows)
             losses.append(replica.train_step(spec, step, x, y))
         curve.loss.append(sum(losses) / len(losses))
         done = step + 1
-        if variant.sync == "diloco" and (done % variant.inner_steps == 0 or done == spec.steps):
+        if variant.sync == "diloco" and (
+            done % variant.inner_steps == 0 or done == spec.optim.steps
+        ):
             outer_round(replicas, variant.outer_compression)
-        if done % eval_every == 0 or done == spec.steps:
+        if done % eval_every == 0 or done == spec.optim.steps:
             curve.eval.append((done, evaluate(replicas[0].model, held_out)))
     curve.wall_s = time.perf_counter() - start
     return curve
@@ -185,9 +187,11 @@ def bytes_per_value(variant: Variant, spec: RunSpec, numel: int) -> float:
     """Bytes on the wire per value per exchange: the pseudo-gradient's (diloco), the gradient's
     in fp16 (step), or the activations' at the boundary (act_*)."""
     if variant.boundary == "int8":
-        return codecs.int8_rows_bytes_per_value(spec.n_embd)
+        return codecs.int8_rows_bytes_per_value(spec.model.n_embd)
     if variant.sync == "diloco":
-        return codecs.outer_bytes_per_value(variant.outer_compression, numel, spec.topk_fraction)
+        return codecs.outer_bytes_per_value(
+            variant.outer_compression, numel, spec.wire.topk_fraction
+        )
     return 2.0
 
 
@@ -206,7 +210,7 @@ def run_benchmark(
         steps=steps,
         batch_size=num_replicas * batch_per_replica,
         micro_batches=1,
-        warmup_steps=max(base.warmup_steps, steps // 20),
+        warmup_steps=max(base.optim.warmup_steps, steps // 20),
     )
     corpus = load_corpus(spec)
     split = int(corpus.numel() * (1 - HELD_OUT_FRACTION))
@@ -240,17 +244,17 @@ def run_benchmark(
         "variants": results,
         "replicas": num_replicas,
         "steps": steps,
-        "tokens": steps * spec.batch_size * spec.block_size,
+        "tokens": steps * spec.optim.batch_size * spec.model.block_size,
         "batch_per_replica": batch_per_replica,
-        "lr": spec.lr,
-        "min_lr": spec.min_lr,
-        "warmup_steps": spec.warmup_steps,
-        "outer_lr": spec.outer_lr,
-        "outer_momentum": spec.outer_momentum,
-        "topk_fraction": spec.topk_fraction,
+        "lr": spec.optim.lr,
+        "min_lr": spec.optim.min_lr,
+        "warmup_steps": spec.optim.warmup_steps,
+        "outer_lr": spec.optim.outer_lr,
+        "outer_momentum": spec.optim.outer_momentum,
+        "topk_fraction": spec.wire.topk_fraction,
         "parameters": numel,
         "final_loss": "held-out loss of the final model",
-        "held_out_tokens": EVAL_SEQUENCES * spec.block_size,
+        "held_out_tokens": EVAL_SEQUENCES * spec.model.block_size,
     }
 
 

@@ -61,7 +61,7 @@ class SwarmResult:
 
 def plan_layout(spec: RunSpec, num_peers: int) -> tuple[int, int]:
     """(stages, replicas) for a local swarm: the run's stages, fewer if there are too few peers."""
-    stages = max(1, min(spec.stages, num_peers, spec.n_layer))
+    stages = max(1, min(spec.swarm.stages, num_peers, spec.model.n_layer))
     return stages, num_peers // stages
 
 
@@ -85,7 +85,7 @@ def plan_for(spec: RunSpec, hellos: list[Hello], epoch: int = 0) -> Plan:
             workload=planning_workload(spec, stages, replicas),
         )
         plan = plan_swarm(
-            topology, stages=stages, replicas=replicas, seed=spec.seed, time_budget_s=0.5
+            topology, stages=stages, replicas=replicas, seed=spec.optim.seed, time_budget_s=0.5
         )
         pipelines = [[peers[i] for i in pipeline] for pipeline in plan.pipelines]
         spares = [peers[i] for i in plan.spares]
@@ -201,7 +201,7 @@ class LocalSwarm(ProcessSwarm):
         finished_s: list[float] = []  # when each step's loss was complete
         next_step = None
         deadline = time.monotonic() + STALL_TIMEOUT_S
-        while next_step is None or next_step < self.spec.steps:
+        while next_step is None or next_step < self.spec.optim.steps:
             _, message = self._next_message(deadline)
             if not isinstance(message, MetricsReport):
                 continue
@@ -228,7 +228,7 @@ class LocalSwarm(ProcessSwarm):
 
     def _tokens_per_s(self, finished_s: list[float]) -> float:
         """Steady-state throughput: tokens of the steps after the first over their wall time."""
-        tokens_per_step = self.spec.batch_size * self.spec.block_size
+        tokens_per_step = self.spec.optim.batch_size * self.spec.model.block_size
         if len(finished_s) < 2 or finished_s[-1] <= finished_s[0]:
             return 0.0
         return (len(finished_s) - 1) * tokens_per_step / (finished_s[-1] - finished_s[0])

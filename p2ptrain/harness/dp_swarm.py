@@ -94,7 +94,7 @@ class DataParallelSwarm(ProcessSwarm):
         """Wait for every step of every trainer: (step, global loss, wall time it finished)."""
         done: list[tuple[int, float, float]] = []
         deadline = time.monotonic() + stall_timeout_s
-        while len(done) < self.spec.steps:
+        while len(done) < self.spec.optim.steps:
             self._check_alive(allow_exit=True)
             by_step: dict[int, list[dict[str, Any]]] = {}
             for i in range(self.num_peers):
@@ -114,7 +114,7 @@ class DataParallelSwarm(ProcessSwarm):
                 deadline = time.monotonic() + stall_timeout_s
                 if on_step is not None:
                     on_step(*done[-1])
-            if len(done) < self.spec.steps and all(p.poll() is not None for p in self.procs):
+            if len(done) < self.spec.optim.steps and all(p.poll() is not None for p in self.procs):
                 raise RuntimeError(
                     f"the trainers exited after {len(done)} steps:\n{self.log_tail(0)}"
                 )

@@ -104,7 +104,7 @@ def train(
     verbose: bool,
     network: NetworkFacts | None = None,
 ) -> None:
-    """Join the swarm, train spec.steps global steps, write one metrics line per step."""
+    """Join the swarm, train spec.optim.steps global steps, write one metrics line per step."""
     import hivemind
     from hivemind.compression import Float16Compression, NoCompression
     from hivemind.optim.grad_averager import GradientAverager
@@ -120,26 +120,29 @@ def train(
     model = build_model(spec)
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": spec.weight_decay},
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": spec.optim.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    rows = replica_rows(spec.batch_size, num_peers, index)
+    rows = replica_rows(spec.optim.batch_size, num_peers, index)
     # the network the testbed states, else a local swarm's timeouts
     timeouts = averaging_timeouts(sum(p.numel() for p in params) * 2, network)
     opt = hivemind.Optimizer(
         dht=dht,
         run_id=f"{spec.run_id}_hivemind_dp",
-        target_batch_size=spec.batch_size,
+        target_batch_size=spec.optim.batch_size,
         batch_size_per_step=len(rows),
         params=groups,
         optimizer=partial(
-            torch.optim.AdamW, lr=spec.lr, betas=(spec.beta1, spec.beta2), foreach=False
+            torch.optim.AdamW,
+            lr=spec.optim.lr,
+            betas=(spec.optim.beta1, spec.optim.beta2),
+            foreach=False,
         ),
         scheduler=partial(
-            torch.optim.lr_scheduler.LambdaLR, lr_lambda=lambda e: lr_at(e, spec) / spec.lr
+            torch.optim.lr_scheduler.LambdaLR, lr_lambda=lambda e: lr_at(e, spec) / spec.optim.lr
         ),
         matchmaking_time=timeouts.min_matchmaking_s,
-        averaging_timeout=max(spec.averaging_timeout_s, timeouts.allreduce_s),
+        averaging_timeout=max(spec.wire.averaging_timeout_s, timeouts.allreduce_s),
         # tuned in the baseline's favour: a group of everyone forms as soon as all have joined
         # (hivemind's default waits the whole matchmaking_time), and no per-epoch parameter
         # averaging (all peers start from the same weights and apply the same averaged step)
@@ -149,7 +152,9 @@ def train(
         # bias correction by a step: the loss curve would differ from every other run's
         averager_opts={"initialize_optimizer": False},
         load_state_timeout=LOAD_STATE_TIMEOUT_S,
-        grad_compression=NoCompression() if spec.compression == "none" else Float16Compression(),
+        grad_compression=(
+            NoCompression() if spec.wire.compression == "none" else Float16Compression()
+        ),
         verbose=verbose,
     )
     corpus = load_corpus(spec)
@@ -158,7 +163,7 @@ def train(
     metrics = rendezvous / f"metrics-{index}.jsonl"
     attempts = 0
     try:
-        while opt.local_epoch < spec.steps:
+        while opt.local_epoch < spec.optim.steps:
             step = opt.local_epoch
             x, y = get_batch(corpus, spec, step, rows)
             loss = loss_fn(model(x), y)

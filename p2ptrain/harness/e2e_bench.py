@@ -237,7 +237,7 @@ def train_dp(
                 steps.append((at - started, loss))
                 finished.append(at)
                 progress(
-                    f"hivemind_dp: step {step + 1}/{spec.steps} loss {loss:.3f} at {steps[-1][0]:.1f} s"
+                    f"hivemind_dp: step {step + 1}/{spec.optim.steps} loss {loss:.3f} at {steps[-1][0]:.1f} s"
                 )
 
             swarm.follow(on_step)
@@ -249,7 +249,7 @@ def train_dp(
             for log in workdir.glob("dp-*.log"):
                 shutil.copy(log, keep / log.name)
         shutil.rmtree(workdir, ignore_errors=True)
-    tokens_per_step = spec.batch_size * spec.block_size
+    tokens_per_step = spec.optim.batch_size * spec.model.block_size
     return {
         "tokens_per_s": (len(finished) - 1) * tokens_per_step / (finished[-1] - finished[0])
         if len(finished) > 1 and finished[-1] > finished[0]

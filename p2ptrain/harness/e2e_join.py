@@ -88,7 +88,9 @@ def train_join(
     def on_step(step: int, loss: float, tokens_per_s: float) -> None:
         steps.append((time.monotonic() - planned_s[0], loss))
         steps_under.append(len(plans) - 1)
-        progress(f"{label}: step {step + 1}/{spec.steps} loss {loss:.3f} at {steps[-1][0]:.1f} s")
+        progress(
+            f"{label}: step {step + 1}/{spec.optim.steps} loss {loss:.3f} at {steps[-1][0]:.1f} s"
+        )
 
     try:
         # --profile: the step simulation takes each stage's CPU from the workers' profiles
@@ -157,18 +159,20 @@ def describe_run(
         pipelines,
         traffic.stage_gradient_bytes,
         replica_rows(spec, len(pipelines)),
-        spec.block_size * activation_row_bytes(spec.compression, spec.n_embd),
+        spec.model.block_size * activation_row_bytes(spec.wire.compression, spec.model.n_embd),
         traffic.inner_steps,
         traffic.sparse_gather,
     )
     measured = measured_link_bytes(logs, peer_ids, plan.key)
-    compute = measured_compute(logs, plan.key, pipelines, spec.micro_batches, bed.compute_cores)
+    compute = measured_compute(
+        logs, plan.key, pipelines, spec.optim.micro_batches, bed.compute_cores
+    )
     simulated = None if compute is None else simulated_step(bed, spec, pipelines, layers, compute)
     return {
         "path": "join",
-        "seed": spec.placement_seed,
-        "placement": spec.placement,
-        "compute_aware": spec.compute_aware,
+        "seed": spec.swarm.placement_seed,
+        "placement": spec.swarm.placement,
+        "compute_aware": spec.swarm.compute_aware,
         "term": plan.term,
         "epoch": plan.epoch,
         "planner": plan.planner,
@@ -194,7 +198,7 @@ def describe_run(
         "stage_layers": list(layers) if layers else None,
         "worker_steps_s": swarm_step_times(logs, plan.key, pipelines),
         "averaging": result.averaging,  # outcome -> count, over all workers and steps
-        "links": link_table(predicted, measured[0] if measured else None, spec.steps),
+        "links": link_table(predicted, measured[0] if measured else None, spec.optim.steps),
         "bytes_sent_per_step": measured[1] if measured else None,
         "predicted_dp_bytes_per_step": dp_bytes(predicted, pipelines),
         "dp_bytes_per_step": dp_bytes(measured[0], pipelines) if measured else None,
@@ -220,7 +224,7 @@ def mean_step_s(times: list[float]) -> float:
 def replica_rows(spec: RunSpec, replicas: int) -> list[float]:
     """Rows each replica trains a step: `batch_size` each under diloco, else the global batch
     split as train/data.py's replica_rows splits it."""
-    if spec.sync == "diloco":
-        return [float(spec.batch_size)] * replicas
-    base, extra = divmod(spec.batch_size, replicas)
+    if spec.optim.sync == "diloco":
+        return [float(spec.optim.batch_size)] * replicas
+    base, extra = divmod(spec.optim.batch_size, replicas)
     return [float(base + (1 if r < extra else 0)) for r in range(replicas)]

@@ -9,7 +9,6 @@ nodes run is a NodeSites: loopback here; the WAN testbed puts node i in namespac
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -51,11 +50,8 @@ class NodeSites:
 
 
 def write_run_toml(spec: RunSpec, path: Path) -> None:
-    """The spec as a flat [run] table (every field is a string, int or float)."""
-    lines = ["[run]"]
-    for name, value in spec.to_dict().items():
-        lines.append(f"{name} = {json.dumps(value)}")  # JSON scalars are valid TOML scalars
-    path.write_text("\n".join(lines) + "\n")
+    """The spec as a run file ([run] and its sections)."""
+    path.write_text(spec.to_toml())
 
 
 def train_with_control_plane(
@@ -205,7 +201,7 @@ def _follow(
     deadline = time.monotonic() + STALL_TIMEOUT_S
     # a swarm that resumed a run (worker/resume/adopt.py) reports from its start step on: done when
     # the last step's loss is known
-    while spec.steps - 1 not in losses:
+    while spec.optim.steps - 1 not in losses:
         if time.monotonic() > deadline:
             raise TimeoutError("the swarm made no progress in time")
         all_exited = all(p.poll() is not None for p in peers)  # checked before the last read
@@ -238,12 +234,12 @@ def _follow(
                     if new:
                         finished_s.append(time.monotonic())
                         on_step(step, losses[step], sum(stats.tokens_per_s.values()))
-        if all_exited and spec.steps - 1 not in losses:
-            raise RuntimeError(f"every peer exited after {len(losses)} of {spec.steps} steps")
+        if all_exited and spec.optim.steps - 1 not in losses:
+            raise RuntimeError(f"every peer exited after {len(losses)} of {spec.optim.steps} steps")
         time.sleep(0.2)
     wall_s = time.monotonic() - started_s
     ordered = [losses[s] for s in sorted(losses)]
-    tokens_per_step = spec.batch_size * spec.block_size
+    tokens_per_step = spec.optim.batch_size * spec.model.block_size
     span_s = finished_s[-1] - finished_s[0] if len(finished_s) > 1 else 0.0
     tokens_per_s = (len(finished_s) - 1) * tokens_per_step / span_s if span_s > 0 else 0.0
     assert plan is not None  # every step's loss came from a session's reports

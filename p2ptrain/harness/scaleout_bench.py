@@ -160,7 +160,8 @@ def _step_spread(steps_s: Sequence[float]) -> dict[str, float | None]:
 
 def describe(name: str, raw: dict[str, Any], spec: RunSpec) -> dict[str, Any]:
     """One run's entry of the JSON (the contract's keys first, then what the table uses)."""
-    settings = {key: getattr(spec, key) for key in SETTINGS}
+    flat = spec.to_flat_dict()
+    settings = {key: flat[key] for key in SETTINGS}
     if "curve" not in raw:
         return {
             "tokens_per_s": None,

@@ -93,7 +93,7 @@ def plan_on_testbed(
     from p2ptrain.schedule.cost import CostModel, plan_cost
 
     peers = [h.peer_id for h in hellos]
-    stages = max(1, min(spec.stages, len(peers), spec.n_layer))
+    stages = max(1, min(spec.swarm.stages, len(peers), spec.model.n_layer))
     replicas = len(peers) // stages
     workload = measured_workload(spec, stages, replicas)
     topology = emulated_topology(bed, workload)

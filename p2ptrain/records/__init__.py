@@ -7,7 +7,7 @@ records; nobody builds or reads a bare dict of one.
 
 | record          | module                 | travels                                             |
 |-----------------|------------------------|-----------------------------------------------------|
-| RunSpec         | records/run.py         | organiser's TOML -> bootstrap -> gossip -> worker   |
+| RunSpec         | records/run.py (sections: run_sections.py) | organiser's TOML -> bootstrap -> gossip -> worker |
 | PeerRecord      | records/peer.py        | gossip + DHT (envelope kind "peer")                 |
 | Telemetry       | records/peer.py        | gossip (kind "telemetry"): link row, PeerMetrics, Health |
 | Claim           | records/peer.py        | gossip (kind "claim"): a planner's term             |

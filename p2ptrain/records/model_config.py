@@ -2,7 +2,7 @@
 
 Two families: "nanogpt" (GPT-2 style: learned positions, layer norm, GELU MLP, biases) and
 "llama" (rotary positions, RMSNorm, SwiGLU MLP, grouped-query attention, no biases). A preset
-names a whole shape; explicit fields override single sizes of it. `ModelConfig` is what the
+names a whole shape. `ModelConfig` is what the
 model code (train/), the memory estimate and the traffic model (schedule/) read: one value that
 says everything about the model's shape, so no two places derive a size differently.
 """
@@ -81,12 +81,13 @@ def llama_intermediate_size(n_embd: int) -> int:
     return -(-width // LLAMA_MLP_MULTIPLE) * LLAMA_MLP_MULTIPLE
 
 
-def effective_size(name: str, given: int, default: int, preset_value: int, explicit: int) -> int:
-    """One of n_layer, n_head, n_embd as the run trains it: the llama field that names it
-    (`explicit`, 0 = unset), else the preset's (0 = none), else the field itself. A field that
-    was set (not its default) and disagrees with the winner is refused, never silently dropped."""
-    chosen = explicit or preset_value or given
+def effective_size(name: str, given: int, default: int, preset_value: int) -> int:
+    """One of n_layer, n_head, n_embd as the run trains it: the preset's (0 = none), else the
+    field itself. A field that was set (not its default) and disagrees with the preset is
+    refused, never silently dropped."""
+    chosen = preset_value or given
     if given != default and given != chosen:
-        source = "its llama field" if explicit else "the preset"
-        raise UserError(f"{name} = {given} conflicts with {chosen} from {source}: set one of them")
+        raise UserError(
+            f"{name} = {given} conflicts with {chosen} from the preset: set one of them"
+        )
     return chosen

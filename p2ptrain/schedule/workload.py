@@ -27,26 +27,30 @@ __all__ = ["BYTES_PER_VALUE"]  # harness/e2e_join.py reads it from here
 def dp_exchange_bytes(spec: RunSpec, numel: int) -> float:
     """What one member of a stage's group of `numel` parameters puts in one exchange: its
     compressed pseudo-gradient under diloco, its fp16 (or exact) gradient under step."""
-    if spec.sync == "diloco":
-        return outer_payload_bytes(spec.outer_compression, numel, spec.topk_fraction)
-    return gradient_bytes(spec.compression, numel)
+    if spec.optim.sync == "diloco":
+        return outer_payload_bytes(spec.wire.outer_compression, numel, spec.wire.topk_fraction)
+    return gradient_bytes(spec.wire.compression, numel)
 
 
 def steps_per_sync(spec: RunSpec) -> int:
     """Steps between a stage group's data-parallel exchanges: H under diloco, else 1."""
-    return spec.inner_steps if spec.sync == "diloco" else 1
+    return spec.optim.inner_steps if spec.optim.sync == "diloco" else 1
 
 
 def replica_batch_rows(spec: RunSpec, replicas: int) -> float:
     """Rows one replica trains a step: `batch_size` of its own under diloco (adding replicas
     adds tokens a step), an even share of the global `batch_size` under step."""
-    return float(spec.batch_size) if spec.sync == "diloco" else spec.batch_size / replicas
+    return (
+        float(spec.optim.batch_size)
+        if spec.optim.sync == "diloco"
+        else spec.optim.batch_size / replicas
+    )
 
 
 def tokens_per_step(spec: RunSpec, replicas: int) -> int:
     """Tokens the swarm trains a step (what shapes are compared by, per second)."""
-    rows = spec.batch_size * (replicas if spec.sync == "diloco" else 1)
-    return rows * spec.block_size
+    rows = spec.optim.batch_size * (replicas if spec.optim.sync == "diloco" else 1)
+    return rows * spec.model.block_size
 
 
 def stage_parameter_counts(
@@ -56,7 +60,7 @@ def stage_parameter_counts(
     and the head on the last), for the traffic model; `layers`: blocks per stage where a plan
     splits them unevenly (default: near-equal)."""
     if not layers:  # None or empty: the even cut (a plan's stage_layers may be empty)
-        base, extra = divmod(spec.n_layer, stages)
+        base, extra = divmod(spec.model.n_layer, stages)
         layers = [base + (1 if s < extra else 0) for s in range(stages)]
     config, counts, start = spec.model_config(), [], 0
     for size in layers:
@@ -78,14 +82,14 @@ def measured_workload(
     c_dp_gb = max(dp_exchange_bytes(spec, c) for c in counts) / 1e9
     if sparse_gather(spec):
         c_dp_gb *= max(1.0, replicas / 2)
-    tokens = replica_batch_rows(spec, replicas) * spec.block_size
-    c_pp_gb = tokens * activation_row_bytes(spec.compression, spec.n_embd) / 1e9
+    tokens = replica_batch_rows(spec, replicas) * spec.model.block_size
+    c_pp_gb = tokens * activation_row_bytes(spec.wire.compression, spec.model.n_embd) / 1e9
     return Workload(stages, replicas, c_dp_gb, c_pp_gb, steps_per_sync(spec))
 
 
 def sparse_gather(spec: RunSpec) -> bool:
     """Does a group exchange by sparse gather (top-k pseudo-gradients) rather than all-reduce?"""
-    return spec.sync == "diloco" and spec.outer_compression == "topk"
+    return spec.optim.sync == "diloco" and spec.wire.outer_compression == "topk"
 
 
 def planning_workload(
@@ -98,8 +102,8 @@ def planning_workload(
     return Workload(
         stages=stages,
         replicas=replicas,
-        c_dp_gb=spec.c_dp_gb or real.c_dp_gb,
-        c_pp_gb=spec.c_pp_gb or real.c_pp_gb,
+        c_dp_gb=spec.swarm.c_dp_gb or real.c_dp_gb,
+        c_pp_gb=spec.swarm.c_pp_gb or real.c_pp_gb,
         steps_per_sync=real.steps_per_sync,
     )
 
@@ -110,14 +114,14 @@ def step_traffic(
     """What one step of the run moves, for the step-time model (schedule/step_time.py); under
     diloco each stage's exchange is its compressed pseudo-gradient, once every H steps."""
     rows = math.ceil(replica_batch_rows(spec, replicas))  # the largest replica's rows
-    micro_rows = -(-rows // min(spec.micro_batches, rows))  # ... and its largest micro-batch
-    row_bytes = activation_row_bytes(spec.compression, spec.n_embd)
+    micro_rows = -(-rows // min(spec.optim.micro_batches, rows))  # ... and its largest micro-batch
+    row_bytes = activation_row_bytes(spec.wire.compression, spec.model.n_embd)
     return StepTraffic(
         stage_gradient_bytes=tuple(
             dp_exchange_bytes(spec, c) for c in stage_parameter_counts(spec, stages, layers)
         ),
-        activation_bytes=float(micro_rows * spec.block_size * row_bytes),
-        micro_batches=min(spec.micro_batches, rows),
-        inner_steps=spec.inner_steps if spec.sync == "diloco" else 0,
+        activation_bytes=float(micro_rows * spec.model.block_size * row_bytes),
+        micro_batches=min(spec.optim.micro_batches, rows),
+        inner_steps=spec.optim.inner_steps if spec.optim.sync == "diloco" else 0,
         sparse_gather=sparse_gather(spec),
     )

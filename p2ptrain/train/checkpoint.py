@@ -51,8 +51,8 @@ _STAMPED = re.compile(r"^stage-L(\d+)-(\d+)\.step(\d+)(?:\.([0-9a-f]{16}-e\d{1,1
 
 
 def checkpoint_dir(spec: RunSpec) -> Path:
-    """Where the run's checkpoints live: spec.checkpoint_dir or runs/<run_id>/checkpoints."""
-    return Path(spec.checkpoint_dir or os.path.join("runs", spec.run_id, "checkpoints"))
+    """Where the run's checkpoints live: spec.checkpoint.checkpoint_dir or runs/<run_id>/checkpoints."""
+    return Path(spec.checkpoint.checkpoint_dir or os.path.join("runs", spec.run_id, "checkpoints"))
 
 
 def checkpoint_path(directory: Path, layers: range) -> Path:
@@ -127,9 +127,9 @@ def expected_state_bytes(spec: RunSpec, layers: range) -> int:
     moments (under diloco also the anchor and outer momentum), with a margin for the file's
     structure (what state transfer accepts at most)."""
     with torch.device("meta"):  # shapes only: no memory, no init
-        stage = Stage(spec.model_config(), layers, spec.seed)
+        stage = Stage(spec.model_config(), layers, spec.optim.seed)
     weights = sum(t.numel() * t.element_size() for t in stage.state_dict().values())
-    copies = 5 if spec.sync == "diloco" else 3
+    copies = 5 if spec.optim.sync == "diloco" else 3
     return int(copies * weights * STATE_MARGIN) + STATE_OVERHEAD_BYTES
 
 
@@ -235,7 +235,7 @@ def save_stage(
 def _write(path: Path, spec: RunSpec, model: Stage, snapshot: StageSnapshot) -> None:
     meta = state_file.describe(
         spec.run_id,
-        spec.data_sha256,
+        spec.data.data_sha256,
         dataclasses.asdict(model.config),
         model.layers,
         snapshot.step,

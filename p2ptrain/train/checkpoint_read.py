@@ -87,7 +87,7 @@ def read_state(path: Path, spec: RunSpec, layers: range) -> dict[str, Any]:
     into (train/recut.py builds another stage from it)."""
     state = read_file(path)
     with torch.device("meta"):  # shapes only: no memory, no init
-        shape = Stage(spec.model_config(), layers, spec.seed)
+        shape = Stage(spec.model_config(), layers, spec.optim.seed)
     problem = _check(state, spec, shape)
     if problem:
         raise UserError(f"checkpoint {path} does not fit layers {layers}: {problem}")
@@ -110,8 +110,8 @@ def _other_run(state: dict[str, Any], spec: RunSpec) -> str | None:
     if not _same_model(state.get("model"), spec.model_config()):
         return f"model {state.get('model')}, expected the run's model"
     data = state.get("data_sha256", "")  # older files do not say: their run id and model do
-    if data and spec.data_sha256 and data != spec.data_sha256:
-        return f"data digest {data!r}, expected {spec.data_sha256!r}"
+    if data and spec.data.data_sha256 and data != spec.data.data_sha256:
+        return f"data digest {data!r}, expected {spec.data.data_sha256!r}"
     return None
 
 
@@ -126,7 +126,7 @@ def other_run(path: Path, spec: RunSpec) -> str | None:
         stat = path.stat()
     except OSError as exc:
         return f"gone: {exc.strerror}"
-    run = f"{spec.run_id}|{spec.data_sha256}|{spec.model_config()!r}"
+    run = f"{spec.run_id}|{spec.data.data_sha256}|{spec.model_config()!r}"
     key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns, run)
     if key not in _runs:
         try:
@@ -153,7 +153,7 @@ def _check(state: Any, spec: RunSpec, model: Stage) -> str | None:
     if state.get("layers") != [model.layers.start, model.layers.stop]:
         return f"layers {state.get('layers')}, expected {[model.layers.start, model.layers.stop]}"
     step = state.get("step")
-    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= spec.steps:
+    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= spec.optim.steps:
         return f"bad step {step!r}"
     saved, expected = state.get("model_state"), model.state_dict()
     if not isinstance(saved, dict) or set(saved) != set(expected):

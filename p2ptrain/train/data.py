@@ -66,40 +66,42 @@ def corpus_sha256(tokens: np.ndarray) -> str:
 
 def check_digest(spec: RunSpec, tokens: np.ndarray) -> None:
     """Refuse, in one line naming both digests, a corpus that is not the one the run pins."""
-    if not spec.data_sha256:
+    if not spec.data.data_sha256:
         return
     mine = corpus_sha256(tokens)
-    if mine != spec.data_sha256:
+    if mine != spec.data.data_sha256:
         raise UserError(
-            f"the data on this machine ({spec.data!r}, sha256 {mine}) is not the run's "
-            f"(data_sha256 {spec.data_sha256}): this peer would train on other bytes than the "
+            f"the data on this machine ({spec.data.source!r}, sha256 {mine}) is not the run's "
+            f"(data_sha256 {spec.data.data_sha256}): this peer would train on other bytes than the "
             "others; get the run's data (docs/operations.md, 'Data')"
         )
 
 
 def load_tokens(spec: RunSpec) -> np.ndarray:
     """The run's corpus as token ids, uint8 (text) or uint16 (tokens), not checked."""
-    if spec.data == EMBEDDED:
+    if spec.data.source == EMBEDDED:
         tokens = np.frombuffer(embedded_corpus(), dtype=np.uint8)
-    elif spec.data == STDLIB:
+    elif spec.data.source == STDLIB:
         files = stdlib_files()
         if not files:
             raise UserError(f"no .py files found in the standard library at {stdlib_root()}")
         tokens = _read_bytes(files)
     else:
-        path = Path(spec.data).expanduser()
+        path = Path(spec.data.source).expanduser()
         if not path.exists():
             raise UserError(f"data path {path} does not exist")
         files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-        if spec.data_format == "tokens":
+        if spec.data.data_format == "tokens":
             tokens = np.concatenate([np.fromfile(f, dtype=np.uint16) for f in files])
-            if tokens.size and int(tokens.max()) >= spec.vocab_size:
-                raise UserError(f"token id {int(tokens.max())} >= vocab_size {spec.vocab_size}")
-        elif spec.tokenizer:
+            if tokens.size and int(tokens.max()) >= spec.model.vocab_size:
+                raise UserError(
+                    f"token id {int(tokens.max())} >= vocab_size {spec.model.vocab_size}"
+                )
+        elif spec.data.tokenizer:
             tokens = _tokenize(spec, files)
         else:
             tokens = _read_bytes(files)
-    if tokens.size < spec.block_size + 2:
+    if tokens.size < spec.model.block_size + 2:
         raise UserError(f"corpus has {tokens.size} tokens, fewer than block_size + 2")
     return tokens
 
@@ -123,12 +125,12 @@ def get_batch(
     corpus: torch.Tensor, spec: RunSpec, step: int, rows: range | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Inputs and targets, each (len(rows), block_size) int64, for `rows` of step `step`'s batch."""
-    rows = rows if rows is not None else range(spec.batch_size)
-    generator = torch.Generator().manual_seed(spec.seed * 1_000_003 + step)
+    rows = rows if rows is not None else range(spec.optim.batch_size)
+    generator = torch.Generator().manual_seed(spec.optim.seed * 1_000_003 + step)
     offsets = torch.randint(
-        0, corpus.numel() - spec.block_size - 1, (spec.batch_size,), generator=generator
+        0, corpus.numel() - spec.model.block_size - 1, (spec.optim.batch_size,), generator=generator
     )
-    window = offsets[rows.start : rows.stop, None] + torch.arange(spec.block_size + 1)
+    window = offsets[rows.start : rows.stop, None] + torch.arange(spec.model.block_size + 1)
     tokens = corpus[window].long()
     return tokens[:, :-1], tokens[:, 1:]
 
@@ -138,15 +140,15 @@ def _tokenize(spec: RunSpec, files: list[Path]) -> np.ndarray:
     each file decoded as UTF-8 (bad bytes replaced) and encoded without special tokens."""
     from tokenizers import Tokenizer  # the train extra; only a run that names one needs it
 
-    path = Path(spec.tokenizer).expanduser()
+    path = Path(spec.data.tokenizer).expanduser()
     try:
         tokenizer = Tokenizer.from_file(str(path))
     except Exception as exc:  # a missing file, or bytes that are not a tokenizer.json
         raise UserError(f"cannot load the tokenizer {path}: {exc}") from None
-    if tokenizer.get_vocab_size() > spec.vocab_size:
+    if tokenizer.get_vocab_size() > spec.model.vocab_size:
         raise UserError(
             f"the tokenizer {path} has {tokenizer.get_vocab_size()} tokens: vocab_size "
-            f"({spec.vocab_size}) must be at least that"
+            f"({spec.model.vocab_size}) must be at least that"
         )
     texts = [raw.decode("utf-8", errors="replace") for raw in _read_each(files)]
     encoded = tokenizer.encode_batch(texts, add_special_tokens=False)

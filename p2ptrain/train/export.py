@@ -37,7 +37,7 @@ _LATEST = re.compile(r"^stage-L(\d+)-(\d+)\.pt$")
 def model_wide_names(spec: RunSpec) -> list[str]:
     """Every parameter of the run's model, named model-wide ('block3.mlp.up_proj.weight')."""
     with torch.device("meta"):  # names only
-        whole = Stage(spec.model_config(), range(spec.n_layer), spec.seed)
+        whole = Stage(spec.model_config(), range(spec.model.n_layer), spec.optim.seed)
     return [model_wide(name, whole.layers) for name in whole.state_dict()]
 
 

@@ -174,13 +174,13 @@ def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 def build_stage(spec: RunSpec, stage: int, num_stages: int) -> Stage:
     """The `stage`-th of `num_stages` near-equal stages of the run's model, initialized from the
     run seed."""
-    return build_layers(spec, stage_layer_ranges(spec.n_layer, num_stages)[stage])
+    return build_layers(spec, stage_layer_ranges(spec.model.n_layer, num_stages)[stage])
 
 
 def build_layers(spec: RunSpec, layers: range) -> Stage:
     """The stage of the run's model that holds blocks `layers` (a plan's cut: Plan.layer_ranges),
     initialized from the run seed."""
-    return Stage(spec.model_config(), layers, spec.seed)
+    return Stage(spec.model_config(), layers, spec.optim.seed)
 
 
 def build_model(spec: RunSpec) -> Stage:

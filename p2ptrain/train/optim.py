@@ -18,19 +18,22 @@ def make_optimizer(model: nn.Module, spec: RunSpec) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices only (not on biases, gains or nothing else 1-D)."""
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": spec.weight_decay},
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": spec.optim.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=spec.lr, betas=(spec.beta1, spec.beta2), foreach=False)
+    return torch.optim.AdamW(
+        groups, lr=spec.optim.lr, betas=(spec.optim.beta1, spec.optim.beta2), foreach=False
+    )
 
 
 def lr_at(step: int, spec: RunSpec) -> float:
     """The learning rate of step `step` (0-based)."""
-    if step < spec.warmup_steps:
-        return spec.lr * (step + 1) / spec.warmup_steps
-    decay_steps = max(1, spec.steps - spec.warmup_steps)
-    progress = min(1.0, (step - spec.warmup_steps) / decay_steps)
-    return spec.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (spec.lr - spec.min_lr)
+    optim = spec.optim
+    if step < optim.warmup_steps:
+        return optim.lr * (step + 1) / optim.warmup_steps
+    decay_steps = max(1, optim.steps - optim.warmup_steps)
+    progress = min(1.0, (step - optim.warmup_steps) / decay_steps)
+    return optim.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (optim.lr - optim.min_lr)
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

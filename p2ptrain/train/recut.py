@@ -47,7 +47,7 @@ def optimizer_names(model: Stage, optimizer: torch.optim.Optimizer) -> list[str]
 def _source_optimizer_names(spec: RunSpec, layers: range) -> list[str]:
     """optimizer_names of a stage of `layers` as the run builds it (shapes only)."""
     with torch.device("meta"):
-        shape = Stage(spec.model_config(), layers, spec.seed)
+        shape = Stage(spec.model_config(), layers, spec.optim.seed)
     return optimizer_names(shape, make_optimizer(shape, spec))
 
 

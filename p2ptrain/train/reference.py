@@ -34,17 +34,17 @@ def forward_backward(model: Stage, x: torch.Tensor, y: torch.Tensor, micro_batch
 def train_reference(
     spec: RunSpec, steps: int | None = None, model: Stage | None = None
 ) -> list[float]:
-    """Train the whole model in this process for `steps` (default spec.steps); per-step losses."""
-    torch.manual_seed(spec.seed)
+    """Train the whole model in this process for `steps` (default spec.optim.steps); per-step losses."""
+    torch.manual_seed(spec.optim.seed)
     model = model if model is not None else build_model(spec)
     optimizer = make_optimizer(model, spec)
     corpus = load_corpus(spec)
     losses = []
-    for step in range(spec.steps if steps is None else steps):
+    for step in range(spec.optim.steps if steps is None else steps):
         set_lr(optimizer, lr_at(step, spec))
         x, y = get_batch(corpus, spec, step)
-        losses.append(forward_backward(model, x, y, spec.micro_batches))
-        clip_grads(model, spec.grad_clip)
+        losses.append(forward_backward(model, x, y, spec.optim.micro_batches))
+        clip_grads(model, spec.optim.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     return losses

@@ -35,7 +35,7 @@ MAX_ROWS = 8  # time at most this many rows: the cost is linear in rows, the pro
 
 def probe_rows(spec: RunSpec) -> int:
     """Rows of the timed micro-batch: the run's micro-batch with one replica, at most MAX_ROWS."""
-    return max(1, min(MAX_ROWS, spec.batch_size // spec.micro_batches))
+    return max(1, min(MAX_ROWS, spec.optim.batch_size // spec.optim.micro_batches))
 
 
 def measure_stage_compute(spec: RunSpec, device: torch.device | None = None) -> StageCompute:
@@ -47,7 +47,7 @@ def measure_stage_compute(spec: RunSpec, device: torch.device | None = None) -> 
     config = spec.model_config()
     rows = probe_rows(spec)
     shape = (rows, config.block_size)
-    generator = torch.Generator().manual_seed(spec.seed)
+    generator = torch.Generator().manual_seed(spec.optim.seed)
     tokens = torch.randint(0, config.vocab_size, shape, generator=generator).to(device)
     hidden = torch.randn((*shape, config.n_embd), generator=generator).to(device)
     block, embed = make_block(config).to(device), make_embedding(config).to(device)

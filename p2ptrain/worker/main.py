@@ -217,8 +217,8 @@ class Worker:
         train anything; UserError, naming both digests, if it differs."""
         from p2ptrain.train.data import check_digest, load_tokens
 
-        key = (spec.run_id, spec.data, spec.data_sha256)
-        if not spec.data_sha256 or key in self._checked_data:
+        key = (spec.run_id, spec.data.source, spec.data.data_sha256)
+        if not spec.data.data_sha256 or key in self._checked_data:
             return
         check_digest(spec, load_tokens(spec))
         self._checked_data.add(key)
@@ -332,7 +332,7 @@ def _not_actionable(message: PlanMessage, peer_id: str) -> str:
     """Why a plan message cannot be trained on yet ("" if it can)."""
     if message.run is None:
         return "no run spec"
-    problem = message.plan.layer_problem(message.run.n_layer)
+    problem = message.plan.layer_problem(message.run.model.n_layer)
     if problem is not None:  # the control plane checks too; so do we
         return f"the plan cannot cut the model: {problem}"
     addrs = message.plan.data_addrs

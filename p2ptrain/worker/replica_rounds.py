@@ -43,8 +43,8 @@ def open_averager(
         num_params,
         swarm_prefix(spec.run_id, role.stage, role.epoch, plan.term),
         role.num_replicas,
-        spec.compression,
-        spec.averaging_timeout_s,
+        spec.wire.compression,
+        spec.wire.averaging_timeout_s,
         # each replica's weight is its rows of the step's data, as the plan fixes them
         group=stage_step.replica_weights(spec, role),
         network=plan.network,
@@ -63,7 +63,7 @@ def open_outer_rounds(
     averager: StageAverager | None,
 ) -> OuterRounds | None:
     """sync = "diloco": the stage's outer rounds over its own exchange; None otherwise."""
-    if spec.sync != "diloco":
+    if spec.optim.sync != "diloco":
         return None
     outer = OuterRounds(spec, role.stage, role.num_stages, model, averager)
     outer.exchange = stage_exchange(spec, role, plan, transport, model)

@@ -113,7 +113,7 @@ class Session:
         started_s = time.monotonic()
         self._connect(plan, dht)
         log.info("connected to the plan's peers in %.1f s", time.monotonic() - started_s)
-        self.model = build_layers(spec, plan.layer_ranges(spec.n_layer)[role.stage])
+        self.model = build_layers(spec, plan.layer_ranges(spec.model.n_layer)[role.stage])
         self.model.to(self.device)  # before the optimizer: its state lives beside the weights
         self.optimizer = make_optimizer(self.model, spec)
         start = self._agree_on_start(dht)
@@ -135,8 +135,9 @@ class Session:
         self.rows = stage_step.replica_batch(spec, role)[1]
         self.start_step = self.step
         fresh = self.started_from.startswith('resume = "never"')
+        num_rows, block_size = len(self.rows), spec.model.block_size
         self.facts = SessionFacts(
-            role, plan.term, len(self.rows), spec.block_size, self.step, self.start_lineage, fresh
+            role, plan.term, num_rows, block_size, self.step, self.start_lineage, fresh
         )
         log.info(
             "plan epoch %d: stage %d/%d (layers %s) of replica %d/%d, starting at step %d",
@@ -209,7 +210,7 @@ class Session:
             return SessionEnd.SPARE
         # frames a neighbour of an earlier plan sent (for steps this plan re-runs) are never ours
         self.transport.inbox.forget(self.role.plan_key, self.step)
-        while self.step < self.spec.steps:
+        while self.step < self.spec.optim.steps:
             end = self._interrupted()
             if end is not None:
                 return end
@@ -293,7 +294,7 @@ class Session:
     def _update(self) -> None:
         """Clip and apply the (averaged) gradient; re-sync the replicas if they diverged."""
         assert self.model is not None
-        clip_grads(self.model, self.spec.grad_clip)
+        clip_grads(self.model, self.spec.optim.grad_clip)
         # kept so that close() can also save the state one step back (worker/resume/start_step.py)
         self._previous = StageSnapshot.take(
             self.model, self.optimizer, self.step, self._outer_state()
@@ -324,8 +325,8 @@ class Session:
             self.report(profile)
 
     def _checkpoint_if_due(self) -> None:
-        interval = self.spec.checkpoint_interval
-        if interval and self.step % interval == 0 and self.step < self.spec.steps:
+        interval = self.spec.checkpoint.checkpoint_interval
+        if interval and self.step % interval == 0 and self.step < self.spec.optim.steps:
             self.save()
 
     def _average_gradients(self) -> str:

@@ -25,7 +25,7 @@ from p2ptrain.control.worker_link import WorkerLink
 from p2ptrain.records import Message, PlanMessage, RunSpec
 from tests.control.test_view import A, B, C, Feed, make_view, plan, record
 
-RUN = RunSpec(stages=1, n_layer=2, min_peers=2, placement="random")  # a quick search
+RUN = RunSpec().replace(stages=1, n_layer=2, min_peers=2, placement="random")  # a quick search
 EXACT = 0.01  # a wake-up is this close to its cause (the deadlines' own margin is 1 ms)
 SEED = bytes(range(1, 33))
 

@@ -66,7 +66,7 @@ def test_a_node_forwards_what_it_accepted_and_nothing_it_ignored() -> None:
 
     async def scenario() -> None:
         organiser = os.urandom(32)
-        run = RunSpec(run_id="forwarding", admission="token")
+        run = RunSpec().replace(run_id="forwarding", admission="token")
         victim = ControlNode(
             NodeConfig(seed=organiser, role="bootstrap", run=run, print_addr=False)
         )

@@ -51,7 +51,7 @@ def make_node(admission: str = "token") -> tuple[NodeState, Intake]:
         planner_capable=True,
         started_at=time.monotonic(),
         bootstrap_id=identity.peer_id_of(ORGANISER),
-        run=RunSpec(run_id=RUN_ID, admission=admission),
+        run=RunSpec().replace(run_id=RUN_ID, admission=admission),
     )
     state = NodeState(
         seed=ME,

@@ -91,7 +91,9 @@ def test_the_check_is_off_with_a_zero_floor() -> None:
 
 def test_the_planner_plans_around_an_unhealthy_member_and_status_shows_it() -> None:
     v, feed = make_view(me=A, peers=(B, C))
-    v.run = RunSpec(stages=1, n_layer=2, min_peers=1, compute_aware=False)  # no workers to time
+    v.run = RunSpec().replace(
+        stages=1, n_layer=2, min_peers=1, compute_aware=False
+    )  # no workers to time
     for peer in (B, C):
         assert v.accept(feed("peer", peer, record()), 0.0) is None
     bad = {"ok": False, "reason": "the worker is silent for 61 s (bound 60 s)"}

@@ -39,7 +39,7 @@ def test_worker_hello_reaches_the_plan_and_status(tmp_path):
             NodeConfig(
                 seed=organiser,
                 role="bootstrap",
-                run=RunSpec(run_id="ipc-test", stages=2),
+                run=RunSpec().replace(run_id="ipc-test", stages=2),
                 print_addr=False,
             )
         )
@@ -86,7 +86,7 @@ def test_worker_hello_reaches_the_plan_and_status(tmp_path):
             nursery.cancel_scope.cancel()
 
     trio.run(scenario)
-    assert RunMessage.from_dict(got["run"]).run == RunSpec(run_id="ipc-test", stages=2)
+    assert RunMessage.from_dict(got["run"]).run == RunSpec().replace(run_id="ipc-test", stages=2)
     message = PlanMessage.from_dict(got["plan"])
     assert message.run is not None and message.run.run_id == "ipc-test"
     plan = message.plan
@@ -102,4 +102,6 @@ def test_worker_hello_reaches_the_plan_and_status(tmp_path):
     record = wire.decode(got["dht_record"], max_age_s=3600)
     assert record.kind == "peer" and record.author == got["member"]
     assert isinstance(record.body, PeerRecord) and record.body.data_addrs in ((), (DATA_ADDR,))
-    assert wire.decode(got["dht_run"], max_age_s=3600).body == RunSpec(run_id="ipc-test", stages=2)
+    assert wire.decode(got["dht_run"], max_age_s=3600).body == RunSpec().replace(
+        run_id="ipc-test", stages=2
+    )

@@ -32,7 +32,7 @@ def node(seed: bytes, run_id: str = "run-a", role: str = "control-only") -> Node
         planner_capable=True,
         started_at=time.monotonic(),
         bootstrap_id=BOOT,
-        run=RunSpec(run_id=run_id, admission="token"),
+        run=RunSpec().replace(run_id=run_id, admission="token"),
     )
     return NodeState(
         seed=seed, role=role, peer_id=view.self_id, host=cast(Any, None), view=view, hardware={}

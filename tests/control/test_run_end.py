@@ -18,7 +18,9 @@ from p2ptrain.control.waiting import waiting_for
 from p2ptrain.records import PeerMetrics, RunSpec, SwarmStatus
 from tests.control.test_view import ME, A, B, C, make_view, plan, record
 
-RUN = RunSpec(run_id="end", stages=1, n_layer=2, steps=20, min_peers=1, compute_aware=False)
+RUN = RunSpec().replace(
+    run_id="end", stages=1, n_layer=2, steps=20, min_peers=1, compute_aware=False
+)
 
 
 def step(n: int) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from p2ptrain.control.node import ControlNode, NodeConfig, run_until_signalled
 from p2ptrain.control.status import swarm_status
 from p2ptrain.records import Hello, MetricsReport, RunSpec, issue_token
 
-RUN = RunSpec(run_id="end-swarm", stages=1, n_layer=2, steps=3, compute_aware=False)
+RUN = RunSpec().replace(run_id="end-swarm", stages=1, n_layer=2, steps=3, compute_aware=False)
 
 
 class FakeWorker:
@@ -72,7 +72,7 @@ def test_a_late_joiner_of_a_finished_run_leaves_and_nobody_plans_it_again(tmp_pa
             with trio.fail_after(40):
                 plan = (await worker.wait_for("plan"))["plan"]
             # the plan places our one member: it trains the three steps, the last one reported
-            for n in range(RUN.steps):
+            for n in range(RUN.optim.steps):
                 report = MetricsReport(n, 3.0, 100.0, 0, 0, 8, "solo", 0.1, 1, plan["term"], 1)
                 await worker.send(report.to_dict())
             with trio.fail_after(20):

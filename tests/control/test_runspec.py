@@ -14,7 +14,7 @@ def test_toml_run_table(tmp_path):
     path = tmp_path / "run.toml"
     path.write_text('[run]\nrun_id = "demo"\nstages = 3\nc_dp_gb = 1\n')
     spec = load_run_spec(path)
-    assert (spec.run_id, spec.stages, spec.c_dp_gb) == ("demo", 3, 1.0)
+    assert (spec.run_id, spec.swarm.stages, spec.swarm.c_dp_gb) == ("demo", 3, 1.0)
 
 
 @pytest.mark.parametrize(

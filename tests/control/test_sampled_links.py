@@ -117,7 +117,7 @@ def test_a_round_trip_moves_our_coordinate_towards_the_peer_s_distance() -> None
 def test_the_first_plan_of_a_big_swarm_waits_for_settled_coordinates_not_every_link() -> None:
     members = peers(40)
     roles = {p: "control-only" for p in members}
-    run = RunSpec(run_id="r")
+    run = RunSpec().replace(run_id="r")
     unsettled = {p: coordinate(float(i), error=1.0) for i, p in enumerate(members)}
     gaps = first_plan_gaps(members, roles, {}, {}, {}, run, coordinates=unsettled)
     assert gaps == ["0 of 40 coordinates settled"]

@@ -58,7 +58,7 @@ def test_a_workers_resumed_step_reaches_the_organisers_status(tmp_path: Any) -> 
             NodeConfig(
                 seed=organiser,
                 role="bootstrap",
-                run=RunSpec(run_id="resume-test"),
+                run=RunSpec().replace(run_id="resume-test"),
                 print_addr=False,
             )
         )

@@ -287,7 +287,7 @@ def test_a_plan_the_run_cannot_take_is_refused_and_blamed():
     """Attack 3: a plan of more stages than the model has layers was accepted, and every worker
     in it exited."""
     v, feed = make_view(me=C, peers=(A, B))
-    v.run = RunSpec(stages=2, n_layer=2)
+    v.run = RunSpec().replace(stages=2, n_layer=2)
     assert v.accept(feed("claim", A, {"term": 1}), 0.1) is None
     bad = {**plan(A, 1, 1), "stages": 3, "pipelines": [[A, B, C]]}
     drop = v.accept(feed("plan", A, bad), 0.2)
@@ -297,7 +297,7 @@ def test_a_plan_the_run_cannot_take_is_refused_and_blamed():
 
 def test_a_plan_whose_stage_layers_miss_the_run_s_layers_is_refused_and_blamed():
     v, feed = make_view(me=C, peers=(A, B))
-    v.run = RunSpec(stages=2, n_layer=4)
+    v.run = RunSpec().replace(stages=2, n_layer=4)
     assert v.accept(feed("claim", A, {"term": 1}), 0.1) is None
     two_stages = {**plan(A, 1, 1), "stages": 2, "pipelines": [[A, B]]}
     drop = v.accept(feed("plan", A, {**two_stages, "stage_layers": [2, 3]}), 0.2)
@@ -403,7 +403,7 @@ def test_a_fresh_node_learns_the_term_from_the_organiser_before_it_claims_or_bla
 
 def test_with_token_admission_a_peer_without_a_token_is_no_member():
     v, feed = make_view(me=C, peers=(A,))
-    v.run = RunSpec(admission="token")
+    v.run = RunSpec().replace(admission="token")
     assert v.accept(feed("peer", "Stranger", {**record(), "token": None}), 0.0) is not None
     assert "Stranger" not in v.members and A in v.members
     expired = issue_token(ORGANISER, "Late", False, 1.0).encode()
@@ -416,7 +416,7 @@ def test_with_token_admission_a_peer_without_a_token_is_no_member():
 def test_the_organisers_revocation_drops_a_token_before_it_expires():
     """Issue 11: a token could not be revoked before it expired."""
     v, feed = make_view(me=C, peers=(A, B))
-    v.run = RunSpec(admission="token")
+    v.run = RunSpec().replace(admission="token")
     assert v.accept(feed("claim", A, {"term": 1}), 0.1) is None and v.planner == A
     boot = v.bootstrap_id
     assert boot is not None

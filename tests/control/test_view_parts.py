@@ -29,12 +29,12 @@ def test_the_view_inherits_from_no_part_and_each_part_is_its_own_object() -> Non
     parts = (v.authority, v.members, v.links, v.seqs)
     assert [type(part) for part in parts] == [Authority, Membership, LinkTable, SeqGuard]
     assert v.run is v.authority.run and v.bootstrap_id == v.authority.bootstrap_id == BOOT
-    v.run = RunSpec(admission="token")  # the view's run is the authority's
+    v.run = RunSpec().replace(admission="token")  # the view's run is the authority's
     assert v.authority.run is v.run
 
 
 def test_authority_alone_answers_tokens_admission_and_revocations() -> None:
-    auth = Authority(ME, True, BOOT, RunSpec(admission="token"), planner_token(ME))
+    auth = Authority(ME, True, BOOT, RunSpec().replace(admission="token"), planner_token(ME))
     assert auth.may_plan(ME, None) and not auth.may_plan(A, None)
     assert auth.may_plan(A, member_record(A)) and auth.admits(A, member_record(A))
     assert not auth.admits(B, member_record())  # a token run: no token, no member
@@ -88,7 +88,7 @@ def test_seq_guard_alone_tells_repeats_reorderings_and_pages() -> None:
 
 def test_a_revocation_through_the_view_deposes_the_planner_and_drops_the_member() -> None:
     v, feed = make_view()
-    v.run = RunSpec(admission="token")
+    v.run = RunSpec().replace(admission="token")
     assert v.accept(feed("claim", A, {"term": 1}), 0.2) is None and v.planner == A
     assert v.revoke((issue_revocation(ORGANISER, A),)) is None
     assert v.planner is None and A not in v.members and B in v.members

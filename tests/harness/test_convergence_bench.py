@@ -18,7 +18,7 @@ from p2ptrain.harness.convergence_bench import (
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train.model import build_model
 
-TINY = RunSpec(n_layer=2, n_head=2, n_embd=16, block_size=16)
+TINY = RunSpec().replace(n_layer=2, n_head=2, n_embd=16, block_size=16)
 
 
 def test_bench_json_and_table() -> None:

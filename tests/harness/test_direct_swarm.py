@@ -7,7 +7,7 @@ from p2ptrain.records import Hello, Plan, RunSpec
 
 
 def test_local_layouts_and_plans() -> None:
-    spec = RunSpec(stages=2)
+    spec = RunSpec().replace(stages=2)
     assert plan_layout(spec, 4) == (2, 2)
     assert plan_layout(spec, 5) == (2, 2)
     assert plan_layout(spec, 1) == (1, 1)

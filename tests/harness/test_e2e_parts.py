@@ -29,14 +29,14 @@ def test_stage_parameter_counts_match_the_model() -> None:
     torch = pytest.importorskip("torch")
     from p2ptrain.train.model import build_stage
 
-    spec = RunSpec(stages=2, n_layer=4)
+    spec = RunSpec().replace(stages=2, n_layer=4)
     real = [sum(p.numel() for p in build_stage(spec, s, 2).parameters()) for s in range(2)]
     assert stage_parameter_counts(spec, 2) == real
     assert torch is not None
 
 
 def test_measured_workload_units() -> None:
-    spec = RunSpec(stages=2, n_layer=4, n_embd=128, block_size=64, batch_size=16)
+    spec = RunSpec().replace(stages=2, n_layer=4, n_embd=128, block_size=64, batch_size=16)
     workload = measured_workload(spec, 2, 2)
     assert workload.c_dp_gb == pytest.approx(max(stage_parameter_counts(spec, 2)) * 2 / 1e9)
     assert workload.c_pp_gb == pytest.approx(8 * 64 * 128 * 2 / 1e9)
@@ -56,7 +56,7 @@ def test_scheduled_plan_costs_no_more_than_random_placements() -> None:
     topology = city_topology(8, 1, 8, 0, ["Oregon", "Virginia", "Frankfurt", "Tokyo"])
     bed = _FakeBed(topology)
     hellos = [Hello(f"peer{i}", (f"/ip4/10.77.0.{i + 1}/tcp/1",), i) for i in range(8)]
-    spec = RunSpec(stages=4, n_layer=4)
+    spec = RunSpec().replace(stages=4, n_layer=4)
     scheduled, pipelines = plan_on_testbed(bed, spec, hellos, "scheduled")  # type: ignore[arg-type]
     assert scheduled.stages == 4 and scheduled.num_replicas == 2
     assert sorted(p for pipe in pipelines for p in pipe) == list(range(8))
@@ -96,7 +96,7 @@ def test_predicted_link_bytes_under_diloco_spread_a_round_over_its_steps() -> No
 
 
 def test_diloco_rows_activations_and_bytes_of_a_real_spec() -> None:
-    spec = RunSpec(
+    spec = RunSpec().replace(
         stages=2, n_layer=4, batch_size=16, sync="diloco", inner_steps=10, compression="int8"
     )
     # every replica trains its own batch_size rows; step splits the global batch
@@ -105,13 +105,13 @@ def test_diloco_rows_activations_and_bytes_of_a_real_spec() -> None:
     traffic = step_traffic(spec, 2, 2)
     counts = stage_parameter_counts(spec, 2)
     # int8 activations carry a 4-byte fp32 scale a row (token)
-    assert activation_row_bytes("int8", spec.n_embd) == spec.n_embd + 4
+    assert activation_row_bytes("int8", spec.model.n_embd) == spec.model.n_embd + 4
     assert traffic.inner_steps == 10 and traffic.stage_gradient_bytes[0] == 2 * counts[0]
     links = predicted_link_bytes(
         [[0, 1], [2, 3]],
         traffic.stage_gradient_bytes,
         replica_rows(spec, 2),
-        spec.block_size * activation_row_bytes("int8", spec.n_embd),
+        spec.model.block_size * activation_row_bytes("int8", spec.model.n_embd),
         traffic.inner_steps,
     )
     assert links[(0, 2)] == pytest.approx(2 * counts[0] / 10)

@@ -92,12 +92,12 @@ def test_compute_blind_run_and_its_speedup() -> None:
 
 def test_variants_set_the_run_spec_the_live_planner_reads() -> None:
     spec = RunSpec()
-    assert run_spec_for(spec, "scheduled", 3).placement == "scheduled"
+    assert run_spec_for(spec, "scheduled", 3).swarm.placement == "scheduled"
     random = run_spec_for(spec, "random", 3)
-    assert (random.placement, random.placement_seed) == ("random", 3)
+    assert (random.swarm.placement, random.swarm.placement_seed) == ("random", 3)
     blind = run_spec_for(spec, "compute_blind", 3)
-    assert (blind.placement, blind.compute_aware) == ("scheduled", False)
-    assert not run_spec_for(spec, "ideal", 3).compute_aware  # the run's own shape
+    assert (blind.swarm.placement, blind.swarm.compute_aware) == ("scheduled", False)
+    assert not run_spec_for(spec, "ideal", 3).swarm.compute_aware  # the run's own shape
 
 
 def test_slow_peers_are_spread_and_spare_the_bootstraps_namespace() -> None:
@@ -132,7 +132,9 @@ def test_a_failed_run_is_reported_not_fatal() -> None:
 
 
 def test_step_traffic_of_the_default_run() -> None:
-    spec = RunSpec(stages=4, n_layer=4, n_embd=128, block_size=64, batch_size=16, micro_batches=2)
+    spec = RunSpec().replace(
+        stages=4, n_layer=4, n_embd=128, block_size=64, batch_size=16, micro_batches=2
+    )
     traffic = step_traffic(spec, stages=4, replicas=2)
     counts = stage_parameter_counts(spec, 4)
     assert traffic.stage_gradient_bytes == tuple(2.0 * c for c in counts)  # fp16 on the wire

@@ -61,7 +61,7 @@ def test_smoothed_loss_is_a_trailing_mean() -> None:
 
 
 def test_every_step_bytes_of_a_plan_are_fp16_all_reduce_of_each_stage() -> None:
-    spec = RunSpec(stages=4, n_layer=4, sync="diloco", compression="int8")
+    spec = RunSpec().replace(stages=4, n_layer=4, sync="diloco", compression="int8")
     counts = stage_parameter_counts(spec, 4)
     # each of R members sends 2 G / R to each of the R - 1 others: 2 G (R - 1) per stage
     two = every_step_dp_bytes(spec, [[0, 1, 2, 3], [4, 5, 6, 7]], None)
@@ -70,9 +70,11 @@ def test_every_step_bytes_of_a_plan_are_fp16_all_reduce_of_each_stage() -> None:
 
 
 def test_json_of_a_step_and_a_diloco_run() -> None:
-    specs = run_specs(RunSpec(stages=2, n_layer=4, batch_size=16, steps=8), ["step", "diloco"])
-    assert specs["diloco"].sync == "diloco" and specs["diloco"].outer_lr == 0.7
-    assert specs["step"].sync == "step" and list(specs) == ["step", "diloco"]
+    specs = run_specs(
+        RunSpec().replace(stages=2, n_layer=4, batch_size=16, steps=8), ["step", "diloco"]
+    )
+    assert specs["diloco"].optim.sync == "diloco" and specs["diloco"].optim.outer_lr == 0.7
+    assert specs["step"].optim.sync == "step" and list(specs) == ["step", "diloco"]
     step_losses = [5.0, 4.6, 4.3, 4.1, 4.0, 3.9, 3.8, 3.7]
     diloco_losses = [5.0, 4.4, 4.0, 3.8, 3.6, 3.5, 3.4, 3.3]
     every = every_step_dp_bytes(specs["diloco"], [[0, 1], [2, 3]], None)
@@ -115,8 +117,8 @@ def test_json_of_a_step_and_a_diloco_run() -> None:
 
 
 def test_a_failed_run_keeps_the_contract_and_the_others() -> None:
-    specs = run_specs(RunSpec(stages=2, n_layer=4, steps=4), ["step", "diloco_int8"])
-    assert specs["diloco_int8"].compression == "int8"
+    specs = run_specs(RunSpec().replace(stages=2, n_layer=4, steps=4), ["step", "diloco_int8"])
+    assert specs["diloco_int8"].wire.compression == "int8"
     raw = {
         "step": _raw([[0, 1]], 1.0, [5.0, 4.0, 3.0, 2.0]),
         "diloco_int8": {"error": "worker exited 1", "tokens_per_s": None},
@@ -130,8 +132,8 @@ def test_a_failed_run_keeps_the_contract_and_the_others() -> None:
     with pytest.raises(ValueError, match="unknown runs"):
         run_specs(RunSpec(), ["sync"])
     longer = run_specs(RunSpec(), ["diloco", "diloco_h50"], inner_steps=10)
-    assert longer["diloco"].inner_steps == 10 and longer["diloco_h50"].inner_steps == 50
-    assert longer["diloco_h50"].sync == "diloco"
+    assert longer["diloco"].optim.inner_steps == 10 and longer["diloco_h50"].optim.inner_steps == 50
+    assert longer["diloco_h50"].optim.sync == "diloco"
 
 
 def test_scaleout_plot_is_a_png(tmp_path: Path) -> None:
@@ -152,14 +154,14 @@ def test_the_recommended_diloco_run_is_predicted_to_meet_the_50x_bar() -> None:
     from p2ptrain.schedule.workload import step_traffic
 
     assert RUNS == RUN_ORDER and set(DEFAULT_RUNS.split(",")) <= set(RUN_ORDER)
-    base = RunSpec(steps=80)
+    base = RunSpec().replace(steps=80)
     specs = run_specs(base, RUN_ORDER)
     recommended = specs["diloco"]
-    assert (recommended.sync, recommended.inner_steps) == ("diloco", 10)
-    assert recommended.outer_compression == "topk" and recommended.compression == "fp16"
-    assert specs["diloco_fp16"].outer_compression == "fp16"
-    assert specs["diloco_outer_int8"].outer_compression == "int8"
-    assert (specs["diloco_int8"].compression, specs["diloco_int8"].outer_compression) == (
+    assert (recommended.optim.sync, recommended.optim.inner_steps) == ("diloco", 10)
+    assert recommended.wire.outer_compression == "topk" and recommended.wire.compression == "fp16"
+    assert specs["diloco_fp16"].wire.outer_compression == "fp16"
+    assert specs["diloco_outer_int8"].wire.outer_compression == "int8"
+    assert (specs["diloco_int8"].wire.compression, specs["diloco_int8"].wire.outer_compression) == (
         "int8",
         "topk",
     )

@@ -29,7 +29,7 @@ from p2ptrain.worker.faults import DIE_WHILE_AVERAGING, SKIP_AVERAGING, Fault, F
 
 pytestmark = pytest.mark.integration
 
-TINY = RunSpec(
+TINY = RunSpec().replace(
     run_id="data-plane-test",
     stages=2,
     n_layer=2,
@@ -58,7 +58,7 @@ def test_two_by_two_with_fp16_wire_formats_tracks_one_process(tmp_path: Path) ->
     reference = train_reference(spec, steps=6)
     torch.testing.assert_close(result.loss, reference, rtol=1e-2, atol=0)
     assert result.loss != reference  # the wire formats really were compressed
-    for layers in stage_layer_ranges(spec.n_layer, 2):  # both stages checkpointed on exit
+    for layers in stage_layer_ranges(spec.model.n_layer, 2):  # both stages checkpointed on exit
         assert read_file(checkpoint_path(tmp_path / "ckpt", layers))["step"] == 6
 
 
@@ -100,11 +100,11 @@ def test_killing_a_peer_mid_averaging_leaves_its_stage_intact_on_the_others(tmp_
     assert outcomes.get((1, 1), "averaged") == "averaged" or survivor_outcome == "local"
 
     # Recompute both admissible results of step 2 in one process and compare the survivor's stage.
-    stage_layers = stage_layer_ranges(spec.n_layer, 2)
-    survivor = read_file(checkpoint_path(Path(spec.checkpoint_dir), stage_layers[1]))
+    stage_layers = stage_layer_ranges(spec.model.n_layer, 2)
+    survivor = read_file(checkpoint_path(Path(spec.checkpoint.checkpoint_dir), stage_layers[1]))
     assert survivor["step"] == kill_step + 1
     averaged = _reference_state(spec, kill_step, stage1_rows=None)
-    local = _reference_state(spec, kill_step, stage1_rows=replica_rows(spec.batch_size, 2, 0))
+    local = _reference_state(spec, kill_step, stage1_rows=replica_rows(spec.optim.batch_size, 2, 0))
     first_block = stage_layers[1].start
     diffs = {"averaged": 0.0, "local": 0.0}
     for name, tensor in survivor["model_state"].items():
@@ -199,20 +199,20 @@ def _reference_state(
 ) -> dict[str, torch.Tensor]:
     """The whole model after steps 0..last_step in one process; on the last step, stage 1 uses
     the gradient of `stage1_rows` only (None: the whole batch, i.e. a complete average)."""
-    torch.manual_seed(spec.seed)
+    torch.manual_seed(spec.optim.seed)
     model = build_model(spec)
     optimizer = make_optimizer(model, spec)
     corpus = load_corpus(spec)
-    stage1_start = stage_layer_ranges(spec.n_layer, 2)[1].start
+    stage1_start = stage_layer_ranges(spec.model.n_layer, 2)[1].start
     for step in range(last_step + 1):
         set_lr(optimizer, lr_at(step, spec))
         x, y = get_batch(corpus, spec, step)
-        forward_backward(model, x, y, spec.micro_batches)
+        forward_backward(model, x, y, spec.optim.micro_batches)
         if step == last_step and stage1_rows is not None:
             full = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
             optimizer.zero_grad(set_to_none=True)
             rows = slice(stage1_rows.start, stage1_rows.stop)
-            forward_backward(model, x[rows], y[rows], spec.micro_batches)
+            forward_backward(model, x[rows], y[rows], spec.optim.micro_batches)
             for name, param in model.named_parameters():
                 if not _in_stage1(name, stage1_start):
                     param.grad = full[name]

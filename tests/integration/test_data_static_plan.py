@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_two_stage_pipeline_on_a_static_plan(tmp_path: Path) -> None:
-    spec = RunSpec(
+    spec = RunSpec().replace(
         run_id="static",
         stages=2,
         n_layer=2,

@@ -14,7 +14,7 @@ from p2ptrain.train.reference import train_reference
 
 pytestmark = pytest.mark.integration
 
-TINY = RunSpec(
+TINY = RunSpec().replace(
     run_id="dp-trainer-test",
     stages=1,
     n_layer=2,

@@ -17,7 +17,7 @@ from p2ptrain.train.reference import train_reference
 # ~80 s on this box: slow; tests/worker/pipeline/test_int8_frames.py is the default suite's part
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-SPEC = RunSpec(
+SPEC = RunSpec().replace(
     run_id="int8-pipeline-test",
     stages=2,
     n_layer=2,
@@ -45,7 +45,7 @@ def test_int8_activations_train_two_stages_within_one_percent(tmp_path: Path) ->
     first = plan.pipelines[0][0]
     reports = [m for _, m in messages if isinstance(m, MetricsReport)]
     losses = {m.step: m.loss for m in reports if m.loss is not None}
-    loss = [losses[s] for s in range(SPEC.steps)]
+    loss = [losses[s] for s in range(SPEC.optim.steps)]
     assert loss[-1] < 0.95 * loss[0], loss
     # fp32 activations in one process: fp16's wire is within 1e-4 of it (test_data_plane.py)
     reference = train_reference(SPEC.replace(compression="none"))
@@ -57,7 +57,7 @@ def test_int8_activations_train_two_stages_within_one_percent(tmp_path: Path) ->
     link = final.link_bytes[first]
     frame_bytes = step_traffic(SPEC, 2, 1).activation_bytes  # a micro-batch's, one direction
     assert frame_bytes == 4 * 16 * (32 + 4)  # rows x (a byte a value + an fp32 scale)
-    num_frames = SPEC.steps * SPEC.micro_batches
+    num_frames = SPEC.optim.steps * SPEC.optim.micro_batches
     # payloads exactly; a header adds ~210 bytes (room here for a retry of every frame)
     headers_at_most = 2 * num_frames * 300
     assert num_frames * frame_bytes <= link.received <= num_frames * frame_bytes + headers_at_most

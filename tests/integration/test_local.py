@@ -157,6 +157,6 @@ def test_a_llama_run_on_four_peers_learns_and_equals_one_process(tmp_path: Path)
     assert four["steps"] == 40
     assert four["loss"][-1] < 0.7 * four["loss"][0], four["loss"]
     spec = load_run_spec(run).replace(compression="none")
-    assert spec.model_config().n_kv_head == 2 < spec.n_head  # grouped-query attention
+    assert spec.model_config().n_kv_head == 2 < spec.model.n_head  # grouped-query attention
     torch.testing.assert_close(four["loss"], train_reference(spec), rtol=1e-3, atol=0)
     _no_leftovers(tmp_path / "four")

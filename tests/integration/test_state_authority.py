@@ -20,7 +20,7 @@ from p2ptrain.train.optim import make_optimizer
 
 pytestmark = pytest.mark.integration
 
-SPEC = RunSpec(
+SPEC = RunSpec().replace(
     run_id="state-authority-test",
     stages=2,
     n_layer=2,
@@ -74,14 +74,14 @@ def test_a_member_offering_crafted_newer_states_is_not_followed(tmp_path: Path) 
         exit_codes = swarm.wait_exit()
         logs = [swarm.log_tail(i, 400) for i in range(3)]
     # the honest start: steps 2, 3, 4 trained (the crafted step 3 would have left only 3, 4)
-    assert result.steps == SPEC.steps - HONEST_STEP, logs
+    assert result.steps == SPEC.optim.steps - HONEST_STEP, logs
     assert exit_codes[:2] == [0, 0], logs
     assert "fetched" not in logs[0] and "fetched" not in logs[1], logs
     # the honest final weights are near the honest state, far from the crafted one
     for stage, directory in ((0, dirs[0]), (1, dirs[1])):
         honest = build_stage(SPEC, stage, 2)
         final = read_file(checkpoint_path(directory, honest.layers))
-        assert final["step"] == SPEC.steps
+        assert final["step"] == SPEC.optim.steps
         for name, tensor in honest.state_dict().items():
             if tensor.abs().max() > 0.1:  # a layer-norm gain (1.0) would be 3.0 if crafted
                 ratio = final["model_state"][name].abs().max() / tensor.abs().max()

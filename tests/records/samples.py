@@ -236,21 +236,24 @@ def compute_dict() -> dict[str, Any]:
 
 
 def llama_run_dict() -> dict[str, Any]:
-    """A Llama run with every model field set: a preset, and the llama fields overriding it."""
-    return RunSpec(
-        run_id="llama",
-        stages=1,
-        model="llama",
-        preset="tiny",
-        hidden_size=128,
-        intermediate_size=384,
-        num_hidden_layers=3,
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        rms_norm_eps=1e-6,
-        rope_theta=500_000.0,
-        tie_word_embeddings=True,
-    ).to_dict()
+    """A Llama run with every model field set."""
+    return (
+        RunSpec()
+        .replace(
+            run_id="llama",
+            stages=1,
+            model="llama",
+            n_layer=3,
+            n_head=8,
+            n_embd=128,
+            intermediate_size=384,
+            num_key_value_heads=2,
+            rms_norm_eps=1e-6,
+            rope_theta=500_000.0,
+            tie_word_embeddings=True,
+        )
+        .to_dict()
+    )
 
 
 def frame_header_dict() -> dict[str, Any]:
@@ -328,9 +331,9 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (Health, {"ok": True, "reason": ""}),
     (Heartbeat, {"type": "heartbeat", "phase": "training", "step": 7, "term": 2, "epoch": 5}),
     (Claim, {"term": 3}),
-    (RunSpec, RunSpec(run_id="r", steps=7).to_dict()),
+    (RunSpec, RunSpec().replace(run_id="r", steps=7).to_dict()),
     (RunSpec, llama_run_dict()),
-    (RunSpec, RunSpec(run_id="r", resume="never").to_dict()),
+    (RunSpec, RunSpec().replace(run_id="r", resume="never").to_dict()),
     (Hello, {"type": "hello", "peer_id": A, "data_addrs": ["/ip4/127.0.0.1/tcp/1"], "pid": 42}),
     (MetricsReport, metrics_dict()),
     (SessionReport, {"type": "session", "plan": plan_dict(), "step": 4}),

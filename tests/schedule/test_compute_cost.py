@@ -185,9 +185,9 @@ def shape_by_step_model(delay: np.ndarray, bandwidth: np.ndarray, block_row_s: f
         np.full(8, block_row_s),
         np.full(8, block_row_s / 4),
         np.full(8, block_row_s / 2),
-        run.n_layer,
-        run.batch_size,
-        run.micro_batches,
+        run.model.n_layer,
+        run.optim.batch_size,
+        run.optim.micro_batches,
     )
     topology = Topology(
         [f"p{i}" for i in range(8)],
@@ -196,7 +196,7 @@ def shape_by_step_model(delay: np.ndarray, bandwidth: np.ndarray, block_row_s: f
         workload=planning_workload(run, 4, 2),
         compute=compute,
     )
-    shapes = candidate_shapes(8, 4, run.n_layer, compute.block_row_s, fewer_replicas=True)
+    shapes = candidate_shapes(8, 4, run.model.n_layer, compute.block_row_s, fewer_replicas=True)
     assert shapes[:2] == [(4, 2), (4, 1)]  # equal peers: fewer replicas offered all the same
     model = simulated_step_model(lambda s, r, layers: step_traffic(run, s, r, layers), compute)
     return plan_best_shape(

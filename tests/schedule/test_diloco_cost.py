@@ -33,7 +33,7 @@ from p2ptrain.schedule.workload import (
 )
 
 MBIT = 1e6 / 1e9  # 1 Mbit/s in the topology's Gbit/s
-DILOCO = RunSpec(sync="diloco", inner_steps=10)
+DILOCO = RunSpec().replace(sync="diloco", inner_steps=10)
 
 
 def test_outer_payloads_are_the_codecs_byte_counts() -> None:
@@ -62,12 +62,12 @@ def test_diloco_exchanges_the_compressed_pseudo_gradient_once_every_h_steps() ->
         run = DILOCO.replace(outer_compression=codec)
         work = measured_workload(run, 2, 2)
         assert work.steps_per_sync == 10
-        payload = max(outer_payload_bytes(codec, c, run.topk_fraction) for c in counts)
+        payload = max(outer_payload_bytes(codec, c, run.wire.topk_fraction) for c in counts)
         assert work.c_dp_gb == pytest.approx(payload / 1e9)  # R = 2: a gather moves as much
         traffic = step_traffic(run, 2, 2)
         assert traffic.inner_steps == 10 and traffic.sparse_gather == (codec == "topk")
         assert traffic.stage_gradient_bytes == tuple(
-            outer_payload_bytes(codec, c, run.topk_fraction) for c in counts
+            outer_payload_bytes(codec, c, run.wire.topk_fraction) for c in counts
         )
     # top-k's sparse gather: every link carries each member's whole payload, R/2 x all-reduce's
     topk = DILOCO.replace(outer_compression="topk")
@@ -81,7 +81,7 @@ def test_diloco_exchanges_the_compressed_pseudo_gradient_once_every_h_steps() ->
 
 
 def test_batch_size_is_per_replica_under_diloco_and_global_under_step() -> None:
-    step, diloco = RunSpec(batch_size=16), DILOCO.replace(batch_size=16)
+    step, diloco = RunSpec().replace(batch_size=16), DILOCO.replace(batch_size=16)
     assert tokens_per_step(step, 1) == tokens_per_step(step, 4) == 16 * 64
     assert tokens_per_step(diloco, 4) == 4 * 16 * 64
     # a replica's activations: a quarter of the global batch under step, its own under diloco
@@ -99,7 +99,7 @@ def test_batch_size_is_per_replica_under_diloco_and_global_under_step() -> None:
 
 
 def test_int8_activations_halve_the_pipeline_traffic() -> None:
-    fp16, int8 = RunSpec(), RunSpec(compression="int8")
+    fp16, int8 = RunSpec(), RunSpec().replace(compression="int8")
     # a token's 128 values: 256 bytes at fp16, 128 + a 4-byte scale at int8
     ratio = (128 + 4) / 256
     assert (

@@ -26,7 +26,7 @@ from p2ptrain.train.checkpoint_read import (
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
 
-SPEC = RunSpec(n_layer=2, n_head=2, n_embd=16, block_size=8, steps=10)
+SPEC = RunSpec().replace(n_layer=2, n_head=2, n_embd=16, block_size=8, steps=10)
 
 
 def _trained_stage(stage: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -92,7 +92,7 @@ def test_a_snapshot_does_not_follow_later_updates() -> None:
         assert torch.equal(tensor, before[name])
 
 
-LLAMA = RunSpec(model="llama", preset="tiny", block_size=8, steps=10)
+LLAMA = RunSpec().replace(model="llama", preset="tiny", block_size=8, steps=10)
 
 
 def test_a_llama_stage_round_trips_and_is_refused_by_a_nanogpt_run(tmp_path: Path) -> None:
@@ -109,7 +109,7 @@ def test_a_llama_stage_round_trips_and_is_refused_by_a_nanogpt_run(tmp_path: Pat
         assert torch.equal(a, b), name
     for a, b in zip(optimizer.state.values(), fresh_opt.state.values(), strict=True):
         assert torch.equal(a["exp_avg_sq"], b["exp_avg_sq"])
-    nanogpt = RunSpec(n_layer=2, n_head=4, n_embd=64, block_size=8, steps=10)
+    nanogpt = RunSpec().replace(n_layer=2, n_head=4, n_embd=64, block_size=8, steps=10)
     with pytest.raises(UserError, match="model"):
         load_stage(path, nanogpt, build_stage(nanogpt, 1, 2))
     with pytest.raises(UserError, match="model"):

@@ -16,7 +16,7 @@ from p2ptrain.train.data import (
     stdlib_files,
 )
 
-SPEC = RunSpec(block_size=16, batch_size=10)
+SPEC = RunSpec().replace(block_size=16, batch_size=10)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ EMBEDDED_SHA256 = "8d3088c05d7fb1251b127cfaf85214da47b0e5e660861e0dc50da008d9d75
 def test_the_default_corpus_ships_with_p2ptrain_and_is_the_same_bytes_everywhere(
     corpus: torch.Tensor,
 ) -> None:
-    assert SPEC.data == "embedded"
+    assert SPEC.data.source == "embedded"
     assert corpus_sha256(load_tokens(SPEC)) == EMBEDDED_SHA256
     assert corpus.numel() > 2_000_000
     assert b"def " in bytes(corpus[:200_000].tolist())
@@ -60,7 +60,7 @@ def test_replica_slices_concatenate_to_the_global_batch(
     corpus: torch.Tensor, num_replicas: int
 ) -> None:
     full, _ = get_batch(corpus, SPEC, step=0)
-    rows = [replica_rows(SPEC.batch_size, num_replicas, r) for r in range(num_replicas)]
+    rows = [replica_rows(SPEC.optim.batch_size, num_replicas, r) for r in range(num_replicas)]
     parts = [get_batch(corpus, SPEC, 0, r)[0] for r in rows]
     assert torch.equal(torch.cat(parts), full)
     assert max(len(r) for r in rows) - min(len(r) for r in rows) <= 1
@@ -88,7 +88,7 @@ def test_a_pinned_digest_is_checked_and_a_mismatch_names_both(tmp_path: Path) ->
     path = tmp_path / "corpus.txt"
     path.write_bytes(b"some bytes of text to train on, " * 10)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    spec = RunSpec(data=str(path), block_size=16, data_sha256=digest)
+    spec = RunSpec().replace(data=str(path), block_size=16, data_sha256=digest)
     assert corpus_sha256(load_tokens(spec)) == digest  # a one-file text corpus: its sha256sum
     assert load_corpus(spec).numel() == 320
     path.write_bytes(b"other bytes under the same name, " * 10)
@@ -103,7 +103,7 @@ def test_token_corpora_digest_their_little_endian_ids(tmp_path: Path) -> None:
 
     ids = np.arange(300, dtype="<u2")
     (tmp_path / "train.bin").write_bytes(ids.tobytes())
-    spec = RunSpec(
+    spec = RunSpec().replace(
         data=str(tmp_path / "train.bin"), data_format="tokens", vocab_size=512, block_size=16
     )
     tokens = load_tokens(spec)
@@ -116,8 +116,8 @@ def test_token_corpora_digest_their_little_endian_ids(tmp_path: Path) -> None:
 @pytest.mark.parametrize("bad", ["abc", "A" * 64, "g" * 64, "0" * 63])
 def test_data_sha256_must_be_64_lowercase_hex(bad: str) -> None:
     with pytest.raises(UserError, match="data_sha256"):
-        RunSpec(data_sha256=bad)
-    assert RunSpec(data_sha256="0" * 64).data_sha256 == "0" * 64
+        RunSpec().replace(data_sha256=bad)
+    assert RunSpec().replace(data_sha256="0" * 64).data.data_sha256 == "0" * 64
 
 
 def _train_tokenizer(path: Path, texts: list[str]) -> int:
@@ -143,7 +143,7 @@ def test_text_through_a_hugging_face_tokenizer(tmp_path: Path) -> None:
     (tmp_path / "data" / "a.txt").write_text(text[:6000])
     (tmp_path / "data" / "b.txt").write_text(text[6000:])
     vocab = _train_tokenizer(tmp_path / "tokenizer.json", [text])
-    spec = RunSpec(
+    spec = RunSpec().replace(
         data=str(tmp_path / "data"),
         tokenizer=str(tmp_path / "tokenizer.json"),
         vocab_size=vocab,
@@ -152,7 +152,7 @@ def test_text_through_a_hugging_face_tokenizer(tmp_path: Path) -> None:
     tokens = load_tokens(spec)
     assert tokens.dtype == np.uint16 and int(tokens.max()) < vocab
     assert tokens.size < 0.9 * len(text)  # merges: fewer tokens than bytes
-    decoded = Tokenizer.from_file(spec.tokenizer).decode(tokens.tolist())
+    decoded = Tokenizer.from_file(spec.data.tokenizer).decode(tokens.tolist())
     assert decoded == text  # the files in order, nothing lost
     assert load_corpus(spec).dtype == torch.int64
     # the digest covers the ids, so a different tokenizer is a different corpus
@@ -162,7 +162,7 @@ def test_text_through_a_hugging_face_tokenizer(tmp_path: Path) -> None:
 def test_a_tokenizer_larger_than_the_vocabulary_or_unreadable_is_refused(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("x = 1\n" * 500)
     vocab = _train_tokenizer(tmp_path / "tokenizer.json", ["x = 1\n" * 500])
-    spec = RunSpec(
+    spec = RunSpec().replace(
         data=str(tmp_path / "a.txt"),
         tokenizer=str(tmp_path / "tokenizer.json"),
         vocab_size=vocab - 1,
@@ -174,4 +174,4 @@ def test_a_tokenizer_larger_than_the_vocabulary_or_unreadable_is_refused(tmp_pat
     with pytest.raises(UserError, match="cannot load the tokenizer"):
         load_tokens(spec.replace(tokenizer=str(tmp_path / "bad.json"), vocab_size=vocab))
     with pytest.raises(UserError, match="tokenizer"):
-        RunSpec(tokenizer="t.json", data_format="tokens")
+        RunSpec().replace(tokenizer="t.json", data_format="tokens")

@@ -21,7 +21,7 @@ from p2ptrain.train.reference import train_reference
 
 transformers = pytest.importorskip("transformers")
 
-TINY_LLAMA = RunSpec(
+TINY_LLAMA = RunSpec().replace(
     run_id="export", model="llama", preset="tiny", block_size=16, batch_size=4, steps=3, lr=3e-3
 )
 
@@ -37,7 +37,7 @@ def cut(spec: RunSpec, whole: Stage, layers: range) -> Stage:
 def checkpoint_as_stages(spec: RunSpec, whole: Stage, directory: Path, cuts: list[range]) -> None:
     for layers in cuts:
         stage = cut(spec, whole, layers)
-        snapshot = StageSnapshot.take(stage, make_optimizer(stage, spec), spec.steps)
+        snapshot = StageSnapshot.take(stage, make_optimizer(stage, spec), spec.optim.steps)
         record_step(directory, spec, stage, snapshot)
 
 
@@ -49,9 +49,7 @@ def hf_logits(out: Path, idx: torch.Tensor) -> torch.Tensor:
 
 
 def write_run(path: Path, spec: RunSpec) -> Path:
-    defaults = RunSpec().to_dict()
-    lines = [f"{k} = {json.dumps(v)}" for k, v in spec.to_dict().items() if v != defaults[k]]
-    path.write_text("[run]\n" + "\n".join(lines) + "\n")
+    path.write_text(spec.to_toml())
     return path
 
 
@@ -68,7 +66,9 @@ def test_a_trained_two_stage_llama_exports_to_transformers_with_the_same_logits(
     assert "step 3" in capsys.readouterr().out
     config = json.loads((out / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"] and config["num_key_value_heads"] == 2
-    idx = torch.randint(0, 256, (2, spec.block_size), generator=torch.Generator().manual_seed(1))
+    idx = torch.randint(
+        0, 256, (2, spec.model.block_size), generator=torch.Generator().manual_seed(1)
+    )
     with torch.no_grad():
         ours = whole(idx)
     assert (hf_logits(out, idx) - ours).abs().max() < 1e-4
@@ -82,19 +82,21 @@ def test_a_tied_one_stage_llama_exports_its_one_embedding(tmp_path: Path) -> Non
     assert (
         export_hf(spec, tmp_path, tmp_path / "hf").step == 2
     )  # the latest file alone (no history)
-    idx = torch.randint(0, 256, (2, spec.block_size))
+    idx = torch.randint(0, 256, (2, spec.model.block_size))
     with torch.no_grad():
         ours = whole(idx)
     assert (hf_logits(tmp_path / "hf", idx) - ours).abs().max() < 1e-4
 
 
 def test_a_nanogpt_run_exports_as_gpt2(tmp_path: Path) -> None:
-    spec = RunSpec(run_id="export", n_layer=3, n_head=2, n_embd=32, block_size=16, steps=2)
+    spec = RunSpec().replace(
+        run_id="export", n_layer=3, n_head=2, n_embd=32, block_size=16, steps=2
+    )
     whole = build_model(spec)
     train_reference(spec, model=whole)
     checkpoint_as_stages(spec, whole, tmp_path, [range(0, 2), range(2, 3)])
     export_hf(spec, tmp_path, tmp_path / "hf")
-    idx = torch.randint(0, 256, (2, spec.block_size))
+    idx = torch.randint(0, 256, (2, spec.model.block_size))
     with torch.no_grad():
         ours = whole(idx)
     assert (hf_logits(tmp_path / "hf", idx) - ours).abs().max() < 1e-4
@@ -107,7 +109,7 @@ def test_an_export_needs_every_layer_at_one_step(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="cover the whole model"):
         export_hf(spec, tmp_path, tmp_path / "hf")
     checkpoint_as_stages(spec, whole, tmp_path, [range(1, 2)])
-    assert export_hf(spec, tmp_path, tmp_path / "hf").step == spec.steps
+    assert export_hf(spec, tmp_path, tmp_path / "hf").step == spec.optim.steps
     with pytest.raises(UserError, match="step 1 "):
         export_hf(spec, tmp_path, tmp_path / "hf", step=1)
 

@@ -25,7 +25,7 @@ OLDER, NEWER = "a" * 16, "b" * 16
 def save(spec: RunSpec, whole: Stage, directory: Path, cuts: list[range], tag: str) -> None:
     for layers in cuts:
         stage = cut(spec, whole, layers)
-        snapshot = StageSnapshot.take(stage, make_optimizer(stage, spec), spec.steps)
+        snapshot = StageSnapshot.take(stage, make_optimizer(stage, spec), spec.optim.steps)
         record_step(directory, spec, stage, snapshot, tag=tag)
 
 
@@ -44,26 +44,30 @@ def test_two_lineages_at_one_step_are_never_mixed_the_newest_is_exported(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     spec = TINY_LLAMA.replace(checkpoint_dir=str(tmp_path))
-    older, newer = build_model(spec), build_model(spec.replace(seed=spec.seed + 1))
+    older, newer = build_model(spec), build_model(spec.replace(seed=spec.optim.seed + 1))
     # the older swarm cut 1 + 1 blocks, the newer one holds both in one stage: merged by file
     # order, the older swarm's first stage would have filled block 0
     save(spec, older, tmp_path, [range(0, 1), range(1, 2)], f"{OLDER}-e1")
     save(spec, newer, tmp_path, [range(0, 2)], f"{NEWER}-e3")
     age(tmp_path, OLDER, 60.0)
     merged = merged_weights(spec, tmp_path)
-    assert (merged.step, merged.lineage, merged.other_lineages) == (spec.steps, NEWER, (OLDER,))
+    assert (merged.step, merged.lineage, merged.other_lineages) == (
+        spec.optim.steps,
+        NEWER,
+        (OLDER,),
+    )
     expected = model_wide_weights(newer)
     assert all(torch.equal(merged.weights[n], expected[n]) for n in expected)
     run = write_run(tmp_path / "run.toml", spec)
     assert main(["export", "--run", str(run), "--out", str(tmp_path / "hf")]) == 0
     out = capsys.readouterr().out
-    assert f"at step {spec.steps} (lineage {NEWER})" in out
+    assert f"at step {spec.optim.steps} (lineage {NEWER})" in out
     assert f"also saved under lineage {OLDER}" in out
 
 
 def test_the_newest_lineage_that_covers_the_model_wins(tmp_path: Path) -> None:
     spec = TINY_LLAMA
-    older, newer = build_model(spec), build_model(spec.replace(seed=spec.seed + 1))
+    older, newer = build_model(spec), build_model(spec.replace(seed=spec.optim.seed + 1))
     save(spec, older, tmp_path, [range(0, 1), range(1, 2)], f"{OLDER}-e1")
     save(spec, newer, tmp_path, [range(0, 1)], f"{NEWER}-e3")  # its last stage is missing
     age(tmp_path, OLDER, 60.0)
@@ -86,10 +90,10 @@ def test_another_runs_files_in_the_directory_are_skipped_with_a_line(
             tmp_path,
             spec,
             stage,
-            StageSnapshot.take(stage, make_optimizer(stage, spec), spec.steps),
+            StageSnapshot.take(stage, make_optimizer(stage, spec), spec.optim.steps),
         )
     run = write_run(tmp_path / "run.toml", spec)
     assert main(["export", "--run", str(run), "--out", str(tmp_path / "hf")]) == 0
     out = capsys.readouterr().out
     assert out.count("skipped stage-") == 2 and "'another-run'" in out
-    assert f"at step {spec.steps} (lineage root)" in out
+    assert f"at step {spec.optim.steps} (lineage root)" in out

@@ -22,15 +22,19 @@ from p2ptrain.train.recut import assemble
 from p2ptrain.train.reference import micro_batch_rows, train_reference
 from p2ptrain.worker.compute_probe import measure_stage_compute
 
-TINY = RunSpec(model="llama", preset="tiny", block_size=16, batch_size=4)  # 2 x 64, GQA 4:2
-DEEP = RunSpec(model="llama", n_layer=3, n_head=4, n_embd=32, num_key_value_heads=1, block_size=8)
+TINY = RunSpec().replace(
+    model="llama", preset="tiny", block_size=16, batch_size=4
+)  # 2 x 64, GQA 4:2
+DEEP = RunSpec().replace(
+    model="llama", n_layer=3, n_head=4, n_embd=32, num_key_value_heads=1, block_size=8
+)
 
 
 @pytest.mark.parametrize("spec", [TINY, DEEP], ids=["tiny", "3-layers-mqa"])
 def test_stages_chained_equal_the_whole_model(spec: RunSpec) -> None:
-    idx = torch.randint(0, spec.vocab_size, (2, spec.block_size))
+    idx = torch.randint(0, spec.model.vocab_size, (2, spec.model.block_size))
     whole = build_model(spec)
-    for num_stages in range(2, spec.n_layer + 1):
+    for num_stages in range(2, spec.model.n_layer + 1):
         stages = [build_stage(spec, s, num_stages) for s in range(num_stages)]
         x = idx
         for stage in stages:
@@ -63,22 +67,22 @@ def test_parameters_have_hugging_face_s_names_below_the_piece() -> None:
 
 
 def test_a_1_3b_preset_has_the_paper_s_shape() -> None:
-    config = RunSpec(model="llama", preset="1.3b").model_config()
+    config = RunSpec().replace(model="llama", preset="1.3b").model_config()
     assert (config.n_layer, config.n_embd, config.n_head, config.n_inner) == (24, 2048, 16, 5632)
     with torch.device("meta"):
-        whole = build_model(RunSpec(model="llama", preset="1.3b"))
+        whole = build_model(RunSpec().replace(model="llama", preset="1.3b"))
     assert 1.2e9 < sum(p.numel() for p in whole.parameters()) < 1.3e9
 
 
 def test_initial_loss_is_near_uniform() -> None:
-    idx = torch.randint(0, 256, (4, TINY.block_size))
+    idx = torch.randint(0, 256, (4, TINY.model.block_size))
     loss = loss_fn(build_model(TINY)(idx), idx)
     assert abs(loss.item() - math.log(256)) < 0.1
 
 
 def test_the_model_is_causal() -> None:
     model = build_model(TINY)
-    idx = torch.randint(0, 256, (1, TINY.block_size))
+    idx = torch.randint(0, 256, (1, TINY.model.block_size))
     changed = idx.clone()
     changed[0, 10:] = (changed[0, 10:] + 1) % 256
     torch.testing.assert_close(model(idx)[:, :10], model(changed)[:, :10])
@@ -121,7 +125,7 @@ def test_tied_embeddings_share_one_weight_on_a_one_stage_run() -> None:
     model = build_model(spec)
     assert "head.lm_head.weight" not in model.state_dict()
     assert model.head is not None and model.embed is not None
-    idx = torch.randint(0, 256, (2, spec.block_size))
+    idx = torch.randint(0, 256, (2, spec.model.block_size))
     loss_fn(model(idx), idx).backward()
     untied = {n for n, _ in build_model(spec.replace(tie_word_embeddings=False)).named_parameters()}
     assert {n for n, _ in model.named_parameters()} == untied - {"head.lm_head.weight"}
@@ -142,7 +146,7 @@ def train_pipeline(spec: RunSpec, stages: list[Stage], steps: int) -> list[float
             set_lr(optimizer, lr_at(step, spec))
         x, y = get_batch(corpus, spec, step)
         total = 0.0
-        for rows in micro_batch_rows(x.shape[0], spec.micro_batches):
+        for rows in micro_batch_rows(x.shape[0], spec.optim.micro_batches):
             inputs, outputs = [], []
             h = x[rows.start : rows.stop]
             for stage in stages:
@@ -156,7 +160,7 @@ def train_pipeline(spec: RunSpec, stages: list[Stage], steps: int) -> list[float
             for s in reversed(range(len(stages) - 1)):
                 outputs[s].backward(inputs[s + 1].grad)
         for stage, optimizer in zip(stages, optimizers, strict=True):
-            clip_grads(stage, spec.grad_clip)
+            clip_grads(stage, spec.optim.grad_clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         losses.append(total)
@@ -184,7 +188,7 @@ def test_the_125m_preset_trains_three_steps_as_a_two_stage_pipeline() -> None:
     """85M parameters (vocabulary 256): the pipeline's losses are the reference's, and after
     three steps the loss on the first batch is lower (each step draws another batch, so the
     per-step losses of three steps need not fall)."""
-    spec = RunSpec(
+    spec = RunSpec().replace(
         model="llama",
         preset="125m",
         block_size=32,
@@ -207,7 +211,11 @@ def test_a_llama_stage_is_recut_from_the_states_of_another_cut(tmp_path: Path) -
     sources = []
     for stage in old:
         optimizer = make_optimizer(stage, spec)
-        x = torch.randint(0, 256, (2, 8)) if stage.is_first else torch.randn(2, 8, spec.n_embd)
+        x = (
+            torch.randint(0, 256, (2, 8))
+            if stage.is_first
+            else torch.randn(2, 8, spec.model.n_embd)
+        )
         stage(x).pow(2).mean().backward()
         optimizer.step()
         record_step(tmp_path, spec, stage, StageSnapshot.take(stage, optimizer, 1))

@@ -46,10 +46,10 @@ def saved_bytes(module: torch.nn.Module, run: Callable[[], object]) -> int:
 
 
 def stage_input(spec: RunSpec, layers: range, rows: int) -> torch.Tensor:
-    shape = (rows, spec.block_size)
+    shape = (rows, spec.model.block_size)
     if layers.start == 0:
-        return torch.randint(0, spec.vocab_size, shape)
-    return torch.randn((*shape, spec.n_embd), requires_grad=True)
+        return torch.randint(0, spec.model.vocab_size, shape)
+    return torch.randn((*shape, spec.model.n_embd), requires_grad=True)
 
 
 def forward_and_loss(stage: Stage, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -60,7 +60,7 @@ def forward_and_loss(stage: Stage, x: torch.Tensor, targets: torch.Tensor) -> to
 def measured_training_state(spec: RunSpec, layers: range) -> StageMemory:
     """Weights, gradients and AdamW state of a real step of the stage, on the meta device."""
     with torch.device("meta"):
-        stage = Stage(spec.model_config(), layers, spec.seed)
+        stage = Stage(spec.model_config(), layers, spec.optim.seed)
         x = stage_input(spec, layers, rows=1)
     optimizer = make_optimizer(stage, spec)
     out = stage(x)
@@ -81,17 +81,21 @@ def measured_training_state(spec: RunSpec, layers: range) -> StageMemory:
 
 def cuts(spec: RunSpec) -> list[range]:
     """The whole model, a first, a last and (with 3 layers or more) a middle stage."""
-    n = spec.n_layer
-    if spec.tie_word_embeddings:  # one stage only
+    n = spec.model.n_layer
+    if spec.model.tie_word_embeddings:  # one stage only
         return [range(0, n)]
     return [range(0, n), range(0, 1), range(1, n)] + ([range(1, n - 1)] if n > 2 else [])
 
 
 SPECS = [
-    RunSpec(n_layer=3, n_head=2, n_embd=16, block_size=8, stages=1),
-    RunSpec(model="llama", preset="tiny", block_size=16),
-    RunSpec(model="llama", n_layer=3, n_head=4, n_embd=32, num_key_value_heads=4, block_size=8),
-    RunSpec(model="llama", preset="tiny", block_size=8, stages=1, tie_word_embeddings=True),
+    RunSpec().replace(n_layer=3, n_head=2, n_embd=16, block_size=8, stages=1),
+    RunSpec().replace(model="llama", preset="tiny", block_size=16),
+    RunSpec().replace(
+        model="llama", n_layer=3, n_head=4, n_embd=32, num_key_value_heads=4, block_size=8
+    ),
+    RunSpec().replace(
+        model="llama", preset="tiny", block_size=8, stages=1, tie_word_embeddings=True
+    ),
 ]
 SPEC_IDS = ["nanogpt", "llama-gqa", "llama-mha", "llama-tied"]
 
@@ -102,7 +106,7 @@ def test_a_stage_s_activations_are_what_autograd_saves(spec: RunSpec) -> None:
     for layers in cuts(spec):
         stage = build_layers(spec, layers)
         x = stage_input(spec, layers, rows)
-        targets = torch.randint(0, spec.vocab_size, (rows, spec.block_size))
+        targets = torch.randint(0, spec.model.vocab_size, (rows, spec.model.block_size))
         measured = saved_bytes(stage, partial(forward_and_loss, stage, x, targets))
         assert measured == stage_activation_bytes(spec.model_config(), layers, rows), layers
 
@@ -125,13 +129,15 @@ def test_a_1_3b_stage_s_estimate_is_within_10_percent_of_what_torch_allocates(st
     """Half of the 1.3b preset (12 blocks of 2048): its training state measured on the meta
     device (a real step), its activations on the CPU: one real 2048-wide block, the embedding
     and the head, each run once and counted per piece (every block saves the same)."""
-    spec = RunSpec(model="llama", preset="1.3b", block_size=128, batch_size=4, micro_batches=2)
+    spec = RunSpec().replace(
+        model="llama", preset="1.3b", block_size=128, batch_size=4, micro_batches=2
+    )
     config, rows = spec.model_config(), 2
     layers = range(0, 12) if stage == 0 else range(12, 24)
     state = measured_training_state(spec, layers)
     torch.manual_seed(0)
-    hidden = torch.randn(rows, spec.block_size, spec.n_embd, requires_grad=True)
-    tokens = torch.randint(0, spec.vocab_size, (rows, spec.block_size))
+    hidden = torch.randn(rows, spec.model.block_size, spec.model.n_embd, requires_grad=True)
+    tokens = torch.randint(0, spec.model.vocab_size, (rows, spec.model.block_size))
     block = make_block(config)
     activations = len(layers) * saved_bytes(block, lambda: block(hidden))
     if stage == 0:
@@ -151,7 +157,7 @@ def test_a_1_3b_stage_s_estimate_is_within_10_percent_of_what_torch_allocates(st
 
 
 def test_activations_grow_with_rows_and_micro_batches_in_flight() -> None:
-    config = RunSpec(model="llama", preset="125m").model_config()
+    config = RunSpec().replace(model="llama", preset="125m").model_config()
     one = block_activation_bytes(config, 1)
     assert block_activation_bytes(config, 4) == pytest.approx(4 * one, rel=0.01)
     layers = range(0, 6)

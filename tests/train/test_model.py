@@ -4,7 +4,7 @@ import torch
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train.model import build_model, build_stage, loss_fn, stage_layer_ranges
 
-TINY = RunSpec(n_layer=3, n_head=2, n_embd=16, block_size=8, batch_size=4)
+TINY = RunSpec().replace(n_layer=3, n_head=2, n_embd=16, block_size=8, batch_size=4)
 
 
 def test_layer_ranges_are_contiguous_and_cover_every_layer() -> None:
@@ -17,7 +17,7 @@ def test_layer_ranges_are_contiguous_and_cover_every_layer() -> None:
 def test_stages_chained_equal_the_whole_model() -> None:
     whole = build_model(TINY)
     stages = [build_stage(TINY, s, 3) for s in range(3)]
-    idx = torch.randint(0, 256, (2, TINY.block_size))
+    idx = torch.randint(0, 256, (2, TINY.model.block_size))
     x = idx
     for stage in stages:
         x = stage(x)
@@ -30,7 +30,7 @@ def test_stages_chained_equal_the_whole_model() -> None:
 
 
 def test_initial_loss_is_near_uniform() -> None:
-    idx = torch.randint(0, 256, (4, TINY.block_size))
+    idx = torch.randint(0, 256, (4, TINY.model.block_size))
     loss = loss_fn(build_model(TINY)(idx), idx)
     assert abs(loss.item() - torch.log(torch.tensor(256.0)).item()) < 0.1
 

@@ -11,7 +11,7 @@ def test_micro_batches_split_rows_evenly() -> None:
 
 
 def test_micro_batched_gradient_equals_full_batch_gradient() -> None:
-    spec = RunSpec(n_layer=2, n_head=2, n_embd=16, block_size=8, stages=1)
+    spec = RunSpec().replace(n_layer=2, n_head=2, n_embd=16, block_size=8, stages=1)
     x = torch.randint(0, 256, (6, 8))
     y = torch.randint(0, 256, (6, 8))
     a, b = build_model(spec), build_model(spec)

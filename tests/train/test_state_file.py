@@ -23,7 +23,7 @@ from p2ptrain.train.checkpoint_read import load_stage
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
 
-SPEC = RunSpec(n_layer=2, n_head=2, n_embd=16, block_size=8, steps=10, weight_decay=0.1)
+SPEC = RunSpec().replace(n_layer=2, n_head=2, n_embd=16, block_size=8, steps=10, weight_decay=0.1)
 
 
 def _train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, steps: int) -> None:

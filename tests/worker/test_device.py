@@ -20,7 +20,7 @@ from p2ptrain.worker.device import (
 from p2ptrain.worker.pipeline import stage_step
 from p2ptrain.worker.settings import WorkerSettings
 
-SPEC = RunSpec(
+SPEC = RunSpec().replace(
     stages=1,
     n_layer=2,
     n_head=2,
@@ -83,7 +83,9 @@ def _step(
     role = ONE_STAGE.role_of("a")
     assert role is not None
     model = build_model(spec).to(device)
-    corpus = torch.randint(0, spec.vocab_size, (4096,), generator=torch.Generator().manual_seed(1))
+    corpus = torch.randint(
+        0, spec.model.vocab_size, (4096,), generator=torch.Generator().manual_seed(1)
+    )
     loss = stage_step.run_step(
         model, spec, role, None, corpus, 3, lambda: False, precision=precision
     )

@@ -19,7 +19,7 @@ PLAN = Plan.from_dict(
 
 
 def test_each_stage_accepts_only_its_neighbours_frames() -> None:
-    spec = RunSpec(batch_size=8, micro_batches=2, block_size=16, n_embd=32, n_head=2)
+    spec = RunSpec().replace(batch_size=8, micro_batches=2, block_size=16, n_embd=32, n_head=2)
     first, last = PLAN.role_of("c"), PLAN.role_of("d")
     assert first is not None and last is not None
     act = expected_frame(spec, last, 5, ACTIVATION, 5, 1)
@@ -42,7 +42,7 @@ def test_each_stage_accepts_only_its_neighbours_frames() -> None:
 def test_a_worker_waits_instead_of_training_on_a_plan_it_cannot_take() -> None:
     from p2ptrain.worker.main import _not_actionable
 
-    spec = RunSpec(stages=2, n_layer=2)
+    spec = RunSpec().replace(stages=2, n_layer=2)
     addrs = {p: ("/ip4/127.0.0.1/tcp/1",) for p in "abcde"}
     fine = PlanMessage(PLAN.replace(data_addrs=addrs), spec)
     assert _not_actionable(fine, "a") == ""

@@ -56,7 +56,7 @@ def peer_compute(
     faster than fastest_row_s; `slowdown` (ComputeTrust.factors) multiplies a peer's times."""
     from p2ptrain.schedule.compute import PeerCompute
 
-    if not run.compute_aware:
+    if not run.swarm.compute_aware:
         return None
     floor = np.array(fastest_row_s(run))
     times = np.full((3, len(peers)), np.nan)
@@ -73,12 +73,12 @@ def peer_compute(
         times[0],
         times[1],
         times[2],
-        run.n_layer,
-        run.batch_size,
-        run.micro_batches,
+        run.model.n_layer,
+        run.optim.batch_size,
+        run.optim.micro_batches,
         memory_bytes=memory,
         stage_bytes=RunStageBytes(run),
-        batch_per_replica=run.sync == "diloco",
+        batch_per_replica=run.optim.sync == "diloco",
     )
 
 
@@ -103,12 +103,12 @@ class RunStageBytes:
         from p2ptrain.schedule.workload import replica_batch_rows
 
         run, config = self.run, self.run.model_config()
-        rows = math.ceil(math.ceil(replica_batch_rows(run, replicas)) / run.micro_batches)
+        rows = math.ceil(math.ceil(replica_batch_rows(run, replicas)) / run.optim.micro_batches)
         starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
         return [
             float(
                 stage_memory(
-                    config, range(starts[j], starts[j + 1]), rows, run.micro_batches
+                    config, range(starts[j], starts[j + 1]), rows, run.optim.micro_batches
                 ).total_bytes
             )
             for j in range(stages)

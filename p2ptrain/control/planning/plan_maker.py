@@ -80,13 +80,13 @@ class PlanMaker:
         if self._term != self.view.term:
             self._term, self._epoch, self._planned_members = self.view.term, 0, None
         current = self.view.plan
-        if current is None and len(members) < run.min_peers:
+        if current is None and len(members) < run.swarm.min_peers:
             if self._waiting_logged != len(members):
                 self._waiting_logged = len(members)
                 log.info(
                     "waiting for peers before the first plan: %d of %d alive",
                     len(members),
-                    run.min_peers,
+                    run.swarm.min_peers,
                 )
             return False
         measured = stage_computes(self.view, members)
@@ -127,7 +127,7 @@ class PlanMaker:
             placement = await self._schedule(matrices, run)
         # drift re-plans a scheduled placement only: a random one (the benchmarks' baseline)
         # stays as it is until membership changes
-        elif run.placement == "scheduled" and (
+        elif run.swarm.placement == "scheduled" and (
             self._drifted(now, matrices) or newly_measured or repriced or confirm
         ):
             reason = "compute" if newly_measured or repriced else "drift"

@@ -174,7 +174,7 @@ def placement_cost(
     stages, replicas = len(pipelines[0]), len(pipelines)
     if stages * replicas < 2:
         return 0.0
-    if layers and (len(layers) != stages or sum(layers) != run.n_layer):
+    if layers and (len(layers) != stages or sum(layers) != run.model.n_layer):
         return None
     topology = _topology(matrices, stages, replicas, run, layers)
     model = CostModel.build(topology, topology.workload, layers)
@@ -282,9 +282,9 @@ def compute_plan(matrices: Matrices, run: RunSpec) -> Placement:
     peers = matrices.peers
     if len(peers) == 1:  # nothing to search (and the scheduler wants at least two peers)
         return Placement(1, (tuple(peers),), (), 0.0)
-    stages = max(1, min(run.stages, len(peers)))
+    stages = max(1, min(run.swarm.stages, len(peers)))
     replicas = len(peers) // stages
-    if run.placement == "random":
+    if run.swarm.placement == "random":
         return random_placement(matrices, stages, replicas, run)
     topology = _topology(matrices, stages, replicas, run)
     if matrices.compute is not None:  # peers differ in speed: fewer replicas may pay
@@ -345,7 +345,7 @@ def random_placement(matrices: Matrices, stages: int, replicas: int, run: RunSpe
     from p2ptrain.schedule.baselines import random_pipelines
 
     peers = sorted(matrices.peers)
-    rng = np.random.default_rng(run.placement_seed)
+    rng = np.random.default_rng(run.swarm.placement_seed)
     dealt = random_pipelines(len(peers), stages, replicas, rng).tolist()
     pipelines = tuple(tuple(peers[i] for i in row) for row in dealt)
     placed = {peer for pipeline in pipelines for peer in pipeline}

@@ -68,7 +68,7 @@ def first_plan_gaps(
             unmeasured += 1
     if unmeasured:
         gaps.append(f"{unmeasured} of {len(pairs)} links")
-    if run.compute_aware and run.placement == "scheduled":
+    if run.swarm.compute_aware and run.swarm.placement == "scheduled":
         untimed = [
             p
             for p in trainers  # a control-only peer has no worker to time

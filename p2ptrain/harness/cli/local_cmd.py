@@ -91,7 +91,7 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
     # a fresh run must not resume whatever an earlier run left; and unless the run names a
     # shared directory, each node keeps its own, as on separate machines (stage states then move
     # between nodes over the network: worker/resume/state_transfer.py)
-    own_checkpoints = not spec.checkpoint_dir
+    own_checkpoints = not spec.checkpoint.checkpoint_dir
     if own_checkpoints:
         changes["checkpoint_dir"] = str(workdir / "checkpoints")
     spec = spec.replace(**changes)
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
         else:
             with LocalSwarm(spec, args.peers, workdir) as swarm:
                 print(f"starting {args.peers} peers (logs in {workdir}) ...", file=out, flush=True)
-                progress = _Progress(spec.steps, out)
+                progress = _Progress(spec.optim.steps, out)
                 plan = plan_for(spec, swarm.wait_hellos())
                 progress.on_plan(plan)
                 swarm.send_plan(plan)
@@ -204,7 +204,7 @@ def _train_emulated(
             file=out,
             flush=True,
         )
-        progress = _Progress(spec.steps, out)
+        progress = _Progress(spec.optim.steps, out)
         plan, _ = plan_on_testbed(bed, spec, swarm.wait_hellos())
         progress.on_plan(plan)
         swarm.send_plan(plan)
@@ -219,7 +219,7 @@ def _train_with_control_plane(
     """A bootstrap and `num_peers` join nodes train (harness/local_run.py), a line per step."""
     from p2ptrain.harness.local_run import train_with_control_plane
 
-    progress = _Progress(spec.steps, out)
+    progress = _Progress(spec.optim.steps, out)
     result = train_with_control_plane(
         spec,
         num_peers,

@@ -124,13 +124,15 @@ def stage_exchange(
     if role.num_replicas < 2:
         return None
     numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    payload_bytes = wire.max_message_bytes(spec.outer_compression, numel, spec.topk_fraction)
+    payload_bytes = wire.max_message_bytes(
+        spec.wire.outer_compression, numel, spec.wire.topk_fraction
+    )
     return OuterExchange(
         P2PRoundLink.of(transport),
         replica_weights(spec, role),
-        spec.outer_compression,
+        spec.wire.outer_compression,
         numel,
         f"{spec.run_id}/{plan.term}/{role.epoch}/{role.stage}",
-        exchange_timeouts(spec.averaging_timeout_s, payload_bytes, plan.network, role.stage),
-        spec.topk_fraction,
+        exchange_timeouts(spec.wire.averaging_timeout_s, payload_bytes, plan.network, role.stage),
+        spec.wire.topk_fraction,
     )

@@ -69,8 +69,8 @@ def stagger_offset(stage: int, num_stages: int, inner_steps: int) -> int:
 def round_due(spec: RunSpec, stage: int, num_stages: int, step: int) -> bool:
     """Does stage `stage` start an outer round after training `step`?"""
     done = step + 1
-    phase = stagger_offset(stage, num_stages, spec.inner_steps)
-    return done == spec.steps or done % spec.inner_steps == phase
+    phase = stagger_offset(stage, num_stages, spec.optim.inner_steps)
+    return done == spec.optim.steps or done % spec.optim.inner_steps == phase
 
 
 def overlap_steps(inner_steps: int) -> int:
@@ -119,11 +119,11 @@ class OuterRounds:
         self.spec, self.stage, self.num_stages = spec, stage, num_stages
         self.averager = averager
         self.exchange = exchange
-        self.outer = OuterOptimizer(model, spec.outer_lr, spec.outer_momentum)
-        self.overlap = overlap_steps(spec.inner_steps) if overlap is None else overlap
+        self.outer = OuterOptimizer(model, spec.optim.outer_lr, spec.optim.outer_momentum)
+        self.overlap = overlap_steps(spec.optim.inner_steps) if overlap is None else overlap
         self.topk = (
-            codecs.TopKCompressor(self.outer.numel, spec.topk_fraction)
-            if spec.outer_compression == "topk"
+            codecs.TopKCompressor(self.outer.numel, spec.wire.topk_fraction)
+            if spec.wire.outer_compression == "topk"
             else None
         )
         self._pending: _Pending | None = None
@@ -139,7 +139,7 @@ class OuterRounds:
         what happened (None: no round touched this step)."""
         report = None
         pending = self._pending
-        last = step + 1 == self.spec.steps
+        last = step + 1 == self.spec.optim.steps
         # a result not ready at its step: train on, apply it at the first step it is (the next
         # round's start below waits for it at the latest)
         if pending is not None and (last or (pending.apply_at <= step and pending.ready())):
@@ -183,7 +183,7 @@ class OuterRounds:
     def _encoded(self, delta: torch.Tensor) -> torch.Tensor:
         """What the codec would deliver of `delta` (a one-replica stage keeps the numerics of
         a group's rounds)."""
-        if self.spec.outer_compression == "int8":
+        if self.spec.wire.outer_compression == "int8":
             return codecs.decode_int8_blocks(codecs.encode_int8_blocks(delta), delta.shape)
         if self.topk is not None:
             return self.topk.encode(delta)[1]
@@ -263,7 +263,7 @@ class OuterRounds:
         return dataclasses.replace(
             metrics,
             outer_steps=self.outer.outer_steps,
-            inner_steps=self.spec.inner_steps,
+            inner_steps=self.spec.optim.inner_steps,
             outer_round="" if done is None else done.kind,
             group_size=metrics.group_size if done is None else done.group_size,
         )

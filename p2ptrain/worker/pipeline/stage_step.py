@@ -60,7 +60,7 @@ def _computed_since(started: float, out: torch.Tensor) -> float:
 
 def wire_type(spec: RunSpec) -> str:
     """The frames' wire type (frames.WIRE_DTYPES) of the run's `compression`."""
-    return COMPRESSION_DTYPES[spec.compression]
+    return COMPRESSION_DTYPES[spec.wire.compression]
 
 
 def replica_batch(spec: RunSpec, role: Role) -> tuple[RunSpec, range]:
@@ -68,9 +68,9 @@ def replica_batch(spec: RunSpec, role: Role) -> tuple[RunSpec, range]:
     sync = "step" the replicas split one batch of `batch_size` rows; under diloco each has
     `batch_size` rows of its own: rows r·b..(r+1)·b of a batch of R·b, so a replica's data stays
     a pure function of (seed, step, replica) and adding replicas adds tokens per step."""
-    if spec.sync == "diloco":
-        spec = spec.replace(batch_size=spec.batch_size * role.num_replicas)
-    return spec, replica_rows(spec.batch_size, role.num_replicas, role.replica)
+    if spec.optim.sync == "diloco":
+        spec = spec.replace(batch_size=spec.optim.batch_size * role.num_replicas)
+    return spec, replica_rows(spec.optim.batch_size, role.num_replicas, role.replica)
 
 
 def replica_weights(spec: RunSpec, role: Role) -> dict[str, float]:
@@ -85,8 +85,8 @@ def micro_shapes(spec: RunSpec, role: Role) -> list[tuple[int, int, int]]:
     """Shape of the activation (= gradient) tensor of each micro-batch at a stage boundary."""
     _, rows = replica_batch(spec, role)
     return [
-        (len(m), spec.block_size, spec.n_embd)
-        for m in micro_batch_rows(len(rows), spec.micro_batches)
+        (len(m), spec.model.block_size, spec.model.n_embd)
+        for m in micro_batch_rows(len(rows), spec.optim.micro_batches)
     ]
 
 
@@ -143,7 +143,7 @@ def run_step(
     timing = timing if timing is not None else StageTiming()
     device = next(model.parameters()).device
     data_spec, rows = replica_batch(spec, role)
-    micro = micro_batch_rows(len(rows), spec.micro_batches)
+    micro = micro_batch_rows(len(rows), spec.optim.micro_batches)
     x = y = None
     if corpus is not None:
         x, y = (t.to(device) for t in get_batch(corpus, data_spec, step, rows))
@@ -191,7 +191,7 @@ def run_step(
             loss_total += loss.item()
             # scaled for backward: every stage's gradients (and the frames between them) carry
             # the run's loss_scale, which each stage divides out of its own (unscale_grads)
-            out = loss * spec.loss_scale if spec.loss_scale != 1.0 else loss
+            out = loss * spec.optim.loss_scale if spec.optim.loss_scale != 1.0 else loss
         else:
             out = out.float()  # frames, and the gradient that comes back, are fp32 on our side
         timing.forward_s += _computed_since(started, out)
@@ -224,11 +224,11 @@ def run_step(
 
 def unscale_grads(model: Stage, spec: RunSpec) -> None:
     """Divide the run's loss_scale out of this stage's gradients (after run_step's backward)."""
-    if spec.loss_scale == 1.0:
+    if spec.optim.loss_scale == 1.0:
         return
     for param in model.parameters():
         if param.grad is not None:
-            param.grad.div_(spec.loss_scale)
+            param.grad.div_(spec.optim.loss_scale)
 
 
 def _raise_failed_send(sends: list[Future[None]]) -> None:

@@ -3,7 +3,7 @@
 When every peer of a run stops and a new swarm starts with the same run spec, its first plan
 is a new lineage root (records/lineage.py), so the earlier swarm's states, tagged with its
 lineages, are not the plan's. A plan whose lineage may adopt (`lineage.may_adopt`: no
-ancestor) and that has no state of its own anywhere among its members (`spec.resume` =
+ancestor) and that has no state of its own anywhere among its members (`spec.checkpoint.resume` =
 "latest", the default) then takes the newest state of the run that its members hold or can
 fetch, of one earlier lineage (states of two lineages are two trainings: never mixed):
 

@@ -120,7 +120,7 @@ def started_line(spec: RunSpec, plan: Plan, start: StartPoint, directory: Path) 
         return line
     if start.step:
         return f"resumed from step {start.step} (lineage {start_lineage(plan, start)})"
-    if spec.resume == "never" and may_adopt(plan.lineage):
+    if spec.checkpoint.resume == "never" and may_adopt(plan.lineage):
         found = [s.step for s in list_states(directory) if other_run(s.path, spec) is None]
         line = 'resume = "never": started from initial weights'
         if found:

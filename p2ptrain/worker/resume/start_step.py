@@ -316,8 +316,8 @@ def agree_on_plan_start(
     """agree_on_start for this peer under `plan`, announcing its states in `directory`; a
     restarted swarm's first lineage adopts the run's newest state (worker/resume/adopt.py) unless the
     run says resume = "never"."""
-    members, placed = placement(plan, spec.n_layer)
-    adopting = spec.resume == "latest" and may_adopt(plan.lineage)
+    members, placed = placement(plan, spec.model.n_layer)
+    adopting = spec.checkpoint.resume == "latest" and may_adopt(plan.lineage)
     rank = plan.state_rank
     mine = own_announcement(directory, rank, spec if adopting else None)
     started_s = time.monotonic()
@@ -331,7 +331,7 @@ def agree_on_plan_start(
         mine,
         rank,
         should_abort,
-        spec.steps,
+        spec.optim.steps,
         adopting=adopting,
     )
     if start is not None:

@@ -178,7 +178,7 @@ class StateServer:
     def max_bytes(self, layers: range) -> int | None:
         """The largest state of `layers` this run can have (None: not a stage of the run)."""
         spec = self.spec
-        if spec is None or layers.stop > spec.n_layer:
+        if spec is None or layers.stop > spec.model.n_layer:
             return None
         key = layers_key(layers)
         if key not in self._max_bytes:

@@ -14,7 +14,7 @@ from p2ptrain.control.view import SwarmView
 from p2ptrain.records import RunSpec, StageCompute
 from tests.control.test_view import A, B, C, make_view, record
 
-RUN = RunSpec(stages=2, n_layer=4)
+RUN = RunSpec().replace(stages=2, n_layer=4)
 
 
 def timed(block_row_s: float, run_id: str = RUN.run_id) -> StageCompute:
@@ -51,7 +51,7 @@ def test_compute_aware_planner_leaves_slow_peers_out_when_it_pays() -> None:
 def test_the_live_planner_splits_the_layers_around_slower_peers() -> None:
     # 4 peers on equal links, 2 of them 2.5x slower (within the cuts: all are placed); the
     # slow ones share a stage, which gets fewer of the 8 layers
-    run = RunSpec(stages=2, n_layer=8)
+    run = RunSpec().replace(stages=2, n_layer=8)
     peers = ["p0", "p1", "p2", "p3"]
     links = {(a, b): Link(2.0, 1000.0, 0.0) for i, a in enumerate(peers) for b in peers[i + 1 :]}
     matrices = build_matrices(peers, links)
@@ -96,7 +96,7 @@ def _ticks(maker: PlanMaker, times: list[float], alive: Callable[[float], None])
 
 def test_a_compute_aware_first_plan_waits_for_every_trainers_timed_stage() -> None:
     v, feed = make_view(me=A, peers=(B, C))
-    v.run = RunSpec(stages=1, n_layer=2, min_peers=2)
+    v.run = RunSpec().replace(stages=1, n_layer=2, min_peers=2)
     timed_b = {**trainer(B), "stage_compute": timed(0.01, v.run.run_id).to_dict()}
     records = {B: timed_b, C: trainer(C)}  # C has not timed the run's model yet
 
@@ -117,7 +117,7 @@ def test_a_compute_aware_first_plan_waits_for_every_trainers_timed_stage() -> No
 def test_the_first_plan_stops_waiting_for_a_peer_that_never_times_its_stage() -> None:
     for compute_aware in (True, False):
         v, feed = make_view(me=A, peers=(B,))
-        v.run = RunSpec(stages=1, n_layer=2, min_peers=1, compute_aware=compute_aware)
+        v.run = RunSpec().replace(stages=1, n_layer=2, min_peers=1, compute_aware=compute_aware)
 
         def alive(now: float, v: SwarmView = v, feed: Any = feed) -> None:
             assert v.accept(feed("peer", B, trainer(B)), now) is None
@@ -171,7 +171,7 @@ def test_a_swarm_whose_devices_cannot_hold_the_model_is_refused_with_a_reason() 
     stage: four 4 GiB devices cannot hold it and the planner says so; 24 GiB devices can."""
     from p2ptrain.control.planning.planner import NoPlacementFits
 
-    run = RunSpec(stages=2, preset="1.3b", batch_size=4, micro_batches=2, block_size=64)
+    run = RunSpec().replace(stages=2, preset="1.3b", batch_size=4, micro_batches=2, block_size=64)
     peers = ["p0", "p1", "p2", "p3"]
     links = _equal_links(peers)
 

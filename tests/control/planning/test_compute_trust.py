@@ -15,7 +15,7 @@ from p2ptrain.control.planning.compute import (
 )
 from p2ptrain.records import PeerMetrics, Plan, RunSpec, StageCompute
 
-RUN = RunSpec(stages=2, n_layer=4, preset="1.3b")
+RUN = RunSpec().replace(stages=2, n_layer=4, preset="1.3b")
 
 
 def claim(block_row_s: float) -> StageCompute:

@@ -11,7 +11,7 @@ from p2ptrain.records import Plan, RunSpec
 from p2ptrain.records.estimate import AccessCapacity, NetCoordinate
 
 PEERS = [f"Peer{i:03d}" for i in range(24)]
-RUN = RunSpec(run_id="r", stages=2)
+RUN = RunSpec().replace(run_id="r", stages=2)
 PIPELINES = ((PEERS[0], PEERS[1]), (PEERS[2], PEERS[3]))
 PLAN_LINKS = [
     (PEERS[0], PEERS[1]),

@@ -41,7 +41,7 @@ def plan_on_bench_network(run: RunSpec, block_row_s: float = BENCH_BLOCK_ROW_S) 
     return compute_plan(matrices, run)
 
 
-BENCH_RUN = RunSpec(stages=4, steps=10, min_peers=8)
+BENCH_RUN = RunSpec().replace(stages=4, steps=10, min_peers=8)
 
 
 def tokens_per_s(run: RunSpec, placement: Placement) -> float:

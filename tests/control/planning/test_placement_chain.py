@@ -30,7 +30,7 @@ def test_the_live_random_placement_keeps_its_seeded_placement(seed: int) -> None
     """The benchmarks compare random placements by seed: the rule's move into schedule/ must
     deal the same peers as the planner's own deal did (a permutation of the sorted peers,
     pipelines filled row by row, the rest spares)."""
-    run = RunSpec(stages=3, placement="random", placement_seed=seed)
+    run = RunSpec().replace(stages=3, placement="random", placement_seed=seed)
     got = compute_plan(build_matrices(list(reversed(PEERS)), _links(1)), run)
     dealt = [sorted(PEERS)[i] for i in np.random.default_rng(seed).permutation(len(PEERS))]
     assert got.pipelines == (tuple(dealt[0:3]), tuple(dealt[3:6]))
@@ -43,7 +43,9 @@ def test_the_schedulers_random_baseline_is_the_live_random_placement(seed: int) 
     placement_seed = s place the same peers at the same places (before, the scheduler dealt
     its groups column by column: another placement for the same seed)."""
     matrices = build_matrices(PEERS, _links(2))
-    live = compute_plan(matrices, RunSpec(stages=3, placement="random", placement_seed=seed))
+    live = compute_plan(
+        matrices, RunSpec().replace(stages=3, placement="random", placement_seed=seed)
+    )
     topology = Topology(
         peers=list(reversed(PEERS)),  # listed in another order: the scheduler sorts them
         delay_ms=matrices.delay_ms[::-1, ::-1],

@@ -33,7 +33,7 @@ def test_a_pessimistic_link_report_still_gives_a_plan_every_receiver_decodes(
 ) -> None:
     """Every link of a 3-peer swarm reported at an extreme: the one pipeline must use them."""
     v, feed = make_view(me=A, peers=(B, C))
-    v.run = RunSpec(stages=3, n_layer=3, min_peers=3, compute_aware=False)
+    v.run = RunSpec().replace(stages=3, n_layer=3, min_peers=3, compute_aware=False)
     rows = {B: {A: _report(rtt_ms, mbps), C: _report(rtt_ms, mbps)}, C: {A: _report(rtt_ms, mbps)}}
 
     maker = PlanMaker(v, A)

@@ -24,7 +24,9 @@ def planned(v: SwarmView, maker: PlanMaker, now: float) -> Plan:
 
 def test_the_planner_continues_its_lineage_and_a_new_term_forks_it() -> None:
     v, feed = make_view(me=A, peers=(B,))
-    v.run = RunSpec(stages=1, n_layer=2, min_peers=1, compute_aware=False)  # no workers to time
+    v.run = RunSpec().replace(
+        stages=1, n_layer=2, min_peers=1, compute_aware=False
+    )  # no workers to time
     assert v.accept(feed("peer", B, record()), 0.0) is None
     v.claim()
     maker = PlanMaker(v, A)
@@ -49,7 +51,9 @@ def test_two_planners_elected_apart_make_different_lineages_of_one_ancestor() ->
     halves = []
     for me, other in ((A, B), (B, A)):
         v, _ = make_view(me=me, peers=(other,))
-        v.run = RunSpec(stages=1, n_layer=2, min_peers=1, compute_aware=False)  # no workers to time
+        v.run = RunSpec().replace(
+            stages=1, n_layer=2, min_peers=1, compute_aware=False
+        )  # no workers to time
         if ancestor is None:
             v.claim()
             ancestor = planned(v, PlanMaker(v, me), 1.0)

@@ -19,7 +19,7 @@ from p2ptrain.schedule.workload import measured_workload
 
 PEERS = [f"p{i}" for i in range(8)]
 # the hand-set volumes some tests price with (the run's own are much smaller)
-SPEC = RunSpec(stages=3, c_dp_gb=0.5, c_pp_gb=0.05)
+SPEC = RunSpec().replace(stages=3, c_dp_gb=0.5, c_pp_gb=0.05)
 
 
 def test_unmeasured_links_get_the_median_of_measured_ones():
@@ -88,7 +88,7 @@ def _uniform(peers: list[str], rtt_ms: float, rate_mbps: float) -> Matrices:
 def test_plans_are_priced_with_the_run_s_real_traffic_unless_overridden() -> None:
     m = _uniform(PEERS[:4], 2.0, 1000.0)
     pipelines = [["p0", "p1"], ["p2", "p3"]]
-    run = RunSpec(stages=2)  # c_dp_gb = c_pp_gb = 0: from the model and wire format
+    run = RunSpec().replace(stages=2)  # c_dp_gb = c_pp_gb = 0: from the model and wire format
     real = measured_workload(run, 2, 2)
     assert 0 < real.c_dp_gb < 0.01 and 0 < real.c_pp_gb < 0.001  # the default model is small
     # the cost model's price with those volumes (paper cost: DP + 2 x PP, one-way delay 1 ms)
@@ -107,7 +107,7 @@ def test_random_placement_is_seeded_and_ignores_arrival_order() -> None:
         for i, a in enumerate(PEERS)
         for b in PEERS[i + 1 :]
     }
-    run = RunSpec(stages=3, placement="random", placement_seed=4)
+    run = RunSpec().replace(stages=3, placement="random", placement_seed=4)
     a = compute_plan(build_matrices(PEERS, links), run)
     b = compute_plan(build_matrices(list(reversed(PEERS)), links), run)
     assert (a.pipelines, a.spares) == (b.pipelines, b.spares)
@@ -129,7 +129,7 @@ def test_the_live_search_is_bounded_by_evaluations(monkeypatch: pytest.MonkeyPat
     from p2ptrain.schedule.synthetic import city_topology
     from p2ptrain.schedule.workload import planning_workload
 
-    run = RunSpec(stages=4)
+    run = RunSpec().replace(stages=4)
     for num_peers, budgets in ((16, (1_000, PLAN_MAX_EVALUATIONS)), (32, (1_000,))):
         cities = city_topology(num_peers, 4, num_peers // 4, seed=0)
         topology = dataclasses.replace(cities, workload=planning_workload(run, 4, num_peers // 4))
@@ -184,7 +184,7 @@ def test_the_search_runs_in_its_own_process_with_the_same_plan() -> None:
         if a < b
     }
     matrices = build_matrices(peers, links)
-    run = RunSpec(stages=2, n_layer=4)
+    run = RunSpec().replace(stages=2, n_layer=4)
     placed = trio.run(search_process.compute_plan, matrices, run)
     assert placed == compute_plan(matrices, run)
     child = search_process.pid()

@@ -43,7 +43,7 @@ def _plans() -> list[Placement]:
         topology = city_topology(num_peers, stages, num_peers // stages, seed=seed)
         n = topology.num_peers
         matrices = Matrices(list(topology.peers), topology.delay_ms, topology.bandwidth_gbps, n)
-        plans.append(compute_plan(matrices, RunSpec(stages=stages)))
+        plans.append(compute_plan(matrices, RunSpec().replace(stages=stages)))
     return plans
 
 

@@ -4,7 +4,7 @@ from p2ptrain.control.links import Link
 from p2ptrain.control.planning.readiness import first_plan_gaps
 from p2ptrain.records import RunSpec, StageCompute
 
-RUN = RunSpec(run_id="r")
+RUN = RunSpec().replace(run_id="r")
 TIMED = StageCompute(1e-3, 1e-4, 2e-4, 8, "cpu", "r")
 LINK = Link(rtt_ms=20.0, bandwidth_mbps=50.0, age_s=1.0)
 

@@ -35,7 +35,7 @@ from p2ptrain.control.planning import search_process
 from tests.control.planning.test_search_process import PEERS, LINKS
 from p2ptrain.control.planning.planner import build_matrices
 from p2ptrain.records import RunSpec
-trio.run(search_process.compute_plan, build_matrices(PEERS, LINKS), RunSpec(stages=2, n_layer=4))
+trio.run(search_process.compute_plan, build_matrices(PEERS, LINKS), RunSpec().replace(stages=2, n_layer=4))
 print(search_process.pid(), flush=True)
 if sys.argv[1] == "exit":
     sys.exit(0)
@@ -45,12 +45,14 @@ time.sleep(600)
 
 def _plan() -> object:
     return trio.run(
-        search_process.compute_plan, build_matrices(PEERS, LINKS), RunSpec(stages=2, n_layer=4)
+        search_process.compute_plan,
+        build_matrices(PEERS, LINKS),
+        RunSpec().replace(stages=2, n_layer=4),
     )
 
 
 def test_a_killed_search_process_is_replaced_and_a_stopped_one_exits() -> None:
-    expected = compute_plan(build_matrices(PEERS, LINKS), RunSpec(stages=2, n_layer=4))
+    expected = compute_plan(build_matrices(PEERS, LINKS), RunSpec().replace(stages=2, n_layer=4))
     assert _plan() == expected
     first = search_process.pid()
     assert first is not None and first != os.getpid()

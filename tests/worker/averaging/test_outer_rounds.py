@@ -21,7 +21,7 @@ from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.recut import assemble
 from p2ptrain.worker.averaging.outer_rounds import OuterRounds, round_due
 
-SPEC = RunSpec(
+SPEC = RunSpec().replace(
     n_layer=2, n_head=2, n_embd=16, block_size=8, steps=12, seed=3, sync="diloco", inner_steps=4
 )
 
@@ -29,7 +29,10 @@ SPEC = RunSpec(
 def inner_step(stage: Stage, optimizer: torch.optim.Optimizer, seed: int) -> None:
     """One AdamW step of a whole-model stage on random tokens."""
     tokens = torch.randint(
-        0, SPEC.vocab_size, (2, SPEC.block_size + 1), generator=torch.Generator().manual_seed(seed)
+        0,
+        SPEC.model.vocab_size,
+        (2, SPEC.model.block_size + 1),
+        generator=torch.Generator().manual_seed(seed),
     )
     loss_fn(stage(tokens[:, :-1]), tokens[:, 1:]).backward()
     optimizer.step()
@@ -41,7 +44,7 @@ def flat(stage: Stage) -> torch.Tensor:
 
 
 def test_stages_sync_at_staggered_steps_and_all_after_the_last() -> None:
-    due = [[s for s in range(SPEC.steps) if round_due(SPEC, stage, 2, s)] for stage in (0, 1)]
+    due = [[s for s in range(SPEC.optim.steps) if round_due(SPEC, stage, 2, s)] for stage in (0, 1)]
     assert due == [[3, 7, 11], [1, 5, 9, 11]]  # H = 4: stage 1 half a period later
     assert [s for s in range(12) if round_due(SPEC.replace(inner_steps=5), 0, 1, s)] == [4, 9, 11]
 
@@ -59,7 +62,7 @@ def test_a_one_replica_stage_applies_its_own_pseudo_gradient() -> None:
     report = rounds.after_step(3, lambda: False)
     assert report is not None and report.kind == "solo" and rounds.outer_steps == 1
     # from zero momentum: anchor - lr * (delta + momentum * delta); the parameters are the anchor
-    expected = start - SPEC.outer_lr * (1 + SPEC.outer_momentum) * delta
+    expected = start - SPEC.optim.outer_lr * (1 + SPEC.optim.outer_momentum) * delta
     torch.testing.assert_close(rounds.outer.anchor, expected)
     torch.testing.assert_close(flat(stage), expected)
 

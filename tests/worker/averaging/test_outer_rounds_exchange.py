@@ -4,7 +4,6 @@ ready at its step does not hold the step up."""
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 
 import torch
@@ -19,7 +18,7 @@ from tests.worker.averaging.test_outer_rounds import SPEC, flat, inner_step
 
 
 def test_two_replicas_end_the_run_with_identical_parameters() -> None:
-    spec = dataclasses.replace(SPEC, outer_compression="int8")
+    spec = SPEC.replace(outer_compression="int8")
     net: dict[str, MemoryLink] = {}
     for peer in PEERS[:2]:
         net[peer] = MemoryLink(peer, net)
@@ -29,12 +28,12 @@ def test_two_replicas_end_the_run_with_identical_parameters() -> None:
     outer_steps: dict[int, int] = {}
 
     def replica(i: int) -> None:
-        stage = build_layers(spec, range(0, spec.n_layer))
+        stage = build_layers(spec, range(0, spec.model.n_layer))
         optimizer = make_optimizer(stage, spec)
         numel = sum(p.numel() for p in stage.parameters())
         exchange = OuterExchange(net[PEERS[i]], group, "int8", numel, "r/1/1/0", FAST)
         rounds = OuterRounds(spec, 0, 1, stage, averager=None, exchange=exchange)
-        for step in range(spec.steps):
+        for step in range(spec.optim.steps):
             inner_step(stage, optimizer, seed=100 * i + step)  # each replica its own batches
             report = rounds.after_step(step, lambda: False)
             if report is not None:
@@ -66,8 +65,8 @@ class SlowExchange:
 
 
 def test_a_round_not_ready_at_its_step_is_applied_when_it_is() -> None:
-    spec = dataclasses.replace(SPEC, steps=40, inner_steps=8)
-    stage = build_layers(spec, range(0, spec.n_layer))
+    spec = SPEC.replace(steps=40, inner_steps=8)
+    stage = build_layers(spec, range(0, spec.model.n_layer))
     exchange = SlowExchange()
     rounds = OuterRounds(spec, 0, 1, stage, averager=None, exchange=exchange)  # type: ignore[arg-type]
     assert rounds.after_step(7, lambda: False) is not None  # started

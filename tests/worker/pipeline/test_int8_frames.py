@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from p2ptrain.errors import WireError
-from p2ptrain.records.run import COMPRESSIONS, RunSpec
+from p2ptrain.records.run import RunSpec
+from p2ptrain.records.run_sections import COMPRESSIONS
 from p2ptrain.schedule.wire_bytes import activation_row_bytes
 from p2ptrain.train import codecs
 from p2ptrain.worker.pipeline import frames
@@ -89,6 +90,8 @@ def test_an_int8_payload_of_the_wrong_length_is_a_wire_error() -> None:
 def test_frame_bytes_are_the_planners_figure(compression: str, shape: tuple[int, ...]) -> None:
     """What the transport writes for one micro-batch's activations (header aside) is exactly
     what the planner prices (schedule/wire_bytes.py) for every `compression`."""
-    header, payload = _sent(torch.randn(shape), wire_type(RunSpec(compression=compression)))
+    header, payload = _sent(
+        torch.randn(shape), wire_type(RunSpec().replace(compression=compression))
+    )
     rows = shape[0] * shape[1]
     assert header.num_bytes == len(payload) == rows * activation_row_bytes(compression, shape[2])

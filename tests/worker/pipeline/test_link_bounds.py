@@ -50,7 +50,7 @@ def test_a_slow_hop_stretches_its_frames_and_dials() -> None:
 
 
 def test_each_neighbour_s_frames_wait_for_the_hop_between_us() -> None:
-    spec = RunSpec(stages=3, n_layer=3, batch_size=2048, block_size=64, n_embd=128)
+    spec = RunSpec().replace(stages=3, n_layer=3, batch_size=2048, block_size=64, n_embd=128)
     role = PLAN.role_of("a1")  # replica 0, stage 1: FAST before, SLOW after
     assert role is not None
     waits = hop_waits_s(spec, role, NETWORK)

@@ -27,7 +27,7 @@ from p2ptrain.worker.pipeline import frames, stage_step
 from p2ptrain.worker.pipeline.frame_inbox import FrameInbox, PlanKey
 from p2ptrain.worker.pipeline.frames import ACTIVATION, GRADIENT, FrameHeader, PeerLost, Stopped
 
-SPEC = RunSpec(
+SPEC = RunSpec().replace(
     stages=4,
     n_layer=4,
     n_head=2,
@@ -164,7 +164,7 @@ def test_the_last_stage_waits_for_its_new_neighbour_instead_of_training_on_stale
     new = role(EPOCH_3, 6)
     torch.manual_seed(0)
     model = build_stage(SPEC, new.stage, new.num_stages)
-    corpus = torch.randint(0, SPEC.vocab_size, (4096,))
+    corpus = torch.randint(0, SPEC.model.vocab_size, (4096,))
     transport = FakeTransport(inbox_after_epoch_2())
     fresh = activations(2, EPOCH_3, 4, seed=3)
 
@@ -188,13 +188,13 @@ def test_the_last_stage_waits_for_its_new_neighbour_instead_of_training_on_stale
         (PEERS[2], GRADIENT, 4, 0, (1, 3)),
     ]
     # the loss is the one of peer 2's activations
-    rows = replica_rows(SPEC.batch_size, new.num_replicas, new.replica)
+    rows = replica_rows(SPEC.optim.batch_size, new.num_replicas, new.replica)
     _, targets = get_batch(corpus, SPEC, 4, rows)
     with torch.no_grad():
         expected = sum(
             float(loss_fn(model(tensor), targets[m.start : m.stop])) * len(m) / len(rows)
             for m, (_, tensor) in zip(
-                micro_batch_rows(len(rows), SPEC.micro_batches), fresh, strict=True
+                micro_batch_rows(len(rows), SPEC.optim.micro_batches), fresh, strict=True
             )
         )
     assert loss == pytest.approx(expected, rel=1e-6)
@@ -204,7 +204,7 @@ def test_with_only_the_old_plans_frames_the_step_ends_without_sending() -> None:
     new = role(EPOCH_3, 6)
     model = build_stage(SPEC, new.stage, new.num_stages)
     transport = FakeTransport(inbox_after_epoch_2())
-    corpus = torch.randint(0, SPEC.vocab_size, (4096,))
+    corpus = torch.randint(0, SPEC.model.vocab_size, (4096,))
     stop_at = time.monotonic() + 0.5
     with pytest.raises(Stopped):
         stage_step.run_step(

@@ -36,7 +36,7 @@ from p2ptrain.worker.pipeline.transport import Transport
 from p2ptrain.worker.resume import state_transfer
 from p2ptrain.worker.resume.state_transfer import StateRequest, StateServer, fetch_state
 
-SPEC = RunSpec(n_layer=2, n_head=2, n_embd=16, block_size=8, steps=10)
+SPEC = RunSpec().replace(n_layer=2, n_head=2, n_embd=16, block_size=8, steps=10)
 LAYERS = range(0, 1)
 ANSWERS = {
     state_transfer.FOUND: "found",

@@ -51,7 +51,7 @@ def save_swarm(
     pipeline: list[tuple[Stage, torch.optim.Optimizer]]
     pipeline = [
         (s, make_optimizer(s, spec))
-        for s in (build_layers(spec, r) for r in under.layer_ranges(spec.n_layer))
+        for s in (build_layers(spec, r) for r in under.layer_ranges(spec.model.n_layer))
     ]
     rank = under.state_rank
     for step in steps:
@@ -69,7 +69,7 @@ def save_swarm(
 
 
 def agree(directory: Path, new: Plan, adopting: bool, spec: RunSpec = SPEC):  # type: ignore[no-untyped-def]
-    members, placed = placement(new, spec.n_layer)
+    members, placed = placement(new, spec.model.n_layer)
     mine = own_announcement(directory, new.state_rank, spec if adopting else None)
     announced = {peer: mine for peer in members}  # every member reads the same directory
     return choose_start(placed, announced, new.state_rank, members, adopting)
@@ -88,7 +88,7 @@ def test_a_restarted_swarm_adopts_the_newest_state_on_another_cut(tmp_path: Path
     start = agree(tmp_path, new_plan, adopting=True)
     assert start.step == 5 and start.note == ""
     assert start.adopted == earlier.lineage[0][0]
-    new = chain(new_plan.layer_ranges(SPEC.n_layer))
+    new = chain(new_plan.layer_ranges(SPEC.model.n_layer))
     for stage, optimizer in new:
         restore = restore_stage(SPEC, new_plan, NoTransport(), tmp_path, stage, optimizer, start)  # type: ignore[arg-type]
         assert restore == 5
@@ -139,7 +139,7 @@ def test_resume_never_starts_from_initial_weights_and_says_so(
     new_plan = plan((), 1, root())
     start = agree(tmp_path, new_plan, adopting=False, spec=never)  # session: "never" adopts not
     assert start.step == 0 and start.adopted == ""
-    stage, optimizer = chain(new_plan.layer_ranges(SPEC.n_layer))[0]
+    stage, optimizer = chain(new_plan.layer_ranges(SPEC.model.n_layer))[0]
     initial = {n: t.clone() for n, t in stage.state_dict().items()}
     assert restore_stage(never, new_plan, NoTransport(), tmp_path, stage, optimizer, start) == 0  # type: ignore[arg-type]
     assert all(torch.equal(initial[n], t) for n, t in stage.state_dict().items())
@@ -162,7 +162,7 @@ def test_a_state_of_another_run_or_model_is_never_adopted(tmp_path: Path, other:
     ours = plan((), 3, root(3))
     save_swarm(tmp_path, ours, range(2))
     save_swarm(tmp_path, plan((), 5, root(5)), range(6), spec=other)  # newer, in the same dir
-    run = SPEC.replace(data_sha256="b" * 64) if other.data_sha256 else SPEC
+    run = SPEC.replace(data_sha256="b" * 64) if other.data.data_sha256 else SPEC
     start = agree(tmp_path, plan((), 1, root()), adopting=True, spec=run)
     assert start.step == 2 and start.adopted == ours.lineage[0][0]
     alone = tmp_path / "alone"

@@ -21,7 +21,7 @@ def test_a_stage_whose_holder_ran_ahead_resumes_from_its_oldest_newer_state(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     new_plan = plan((2, 2), 1)
-    cut = new_plan.layer_ranges(SPEC.n_layer)
+    cut = new_plan.layer_ranges(SPEC.model.n_layer)
     behind, ahead = tmp_path / "a", tmp_path / "b"  # a holds L0-2 up to step 4, b L2-4 up to 9
     pipeline = chain(cut)
     states: dict[int, dict[str, torch.Tensor]] = {}
@@ -34,7 +34,7 @@ def test_a_stage_whose_holder_ran_ahead_resumes_from_its_oldest_newer_state(
         states[step + 1] = {n: t.clone() for n, t in second[0].state_dict().items()}
     assert saved_steps(ahead) == {"L2-4": list(range(10 - KEEP_STEPS, 10))}  # 1-5 pruned
 
-    members, placed = placement(new_plan, SPEC.n_layer)
+    members, placed = placement(new_plan, SPEC.model.n_layer)
     rank = new_plan.state_rank
     held = {"a": usable(own_announcement(behind, rank), rank)}
     held["b"] = usable(own_announcement(ahead, rank), rank)

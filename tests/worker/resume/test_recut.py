@@ -18,7 +18,7 @@ from p2ptrain.train.recut import model_wide
 from p2ptrain.worker.resume.restore import restore_stage
 from p2ptrain.worker.resume.start_step import choose_start_step, own_announcement, placement, usable
 
-SPEC = RunSpec(n_layer=4, n_head=2, n_embd=16, block_size=8, steps=10, seed=3)
+SPEC = RunSpec().replace(n_layer=4, n_head=2, n_embd=16, block_size=8, steps=10, seed=3)
 
 
 def plan(stage_layers: tuple[int, ...], epoch: int) -> Plan:
@@ -43,7 +43,9 @@ def chain(cut: list[range]) -> list[tuple[Stage, torch.optim.Optimizer]]:
 def train_step(pipeline: list[tuple[Stage, torch.optim.Optimizer]], step: int) -> None:
     """One step of the whole pipeline in one process (autograd across the stages)."""
     generator = torch.Generator().manual_seed(step)
-    tokens = torch.randint(0, SPEC.vocab_size, (2, SPEC.block_size + 1), generator=generator)
+    tokens = torch.randint(
+        0, SPEC.model.vocab_size, (2, SPEC.model.block_size + 1), generator=generator
+    )
     x = tokens[:, :-1]
     for stage, _ in pipeline:
         x = stage(x)
@@ -83,19 +85,19 @@ def test_a_new_split_is_built_from_the_old_stages_states(
     tmp_path: Path, new_layers: tuple[int, ...]
 ) -> None:
     old_plan, new_plan = plan((), 1), plan(new_layers, 2)
-    old = chain(old_plan.layer_ranges(SPEC.n_layer))  # L0-2, L2-4
+    old = chain(old_plan.layer_ranges(SPEC.model.n_layer))  # L0-2, L2-4
     for step in range(2):
         train_step(old, step)
     for stage, optimizer in old:
         record_step(tmp_path, SPEC, stage, StageSnapshot.take(stage, optimizer, 2))
 
-    members, placed = placement(new_plan, SPEC.n_layer)
+    members, placed = placement(new_plan, SPEC.model.n_layer)
     held = {"a": usable(own_announcement(tmp_path, new_plan.state_rank), new_plan.state_rank)}
     start = choose_start_step(list(placed), held, placed, members)
     assert start.step == 2 and start.note == ""
     assert set(start.sources) == set(placed)  # neither new stage was ever saved
 
-    new = chain(new_plan.layer_ranges(SPEC.n_layer))
+    new = chain(new_plan.layer_ranges(SPEC.model.n_layer))
     for stage, optimizer in new:
         step = restore_stage(SPEC, new_plan, NoTransport(), tmp_path, stage, optimizer, start)  # type: ignore[arg-type]
         assert step == 2

@@ -37,7 +37,7 @@ from p2ptrain.worker.resume.state_transfer import (
     transfer_deadline_s,
 )
 
-SPEC = RunSpec(n_layer=2, n_head=2, n_embd=16, block_size=8, steps=10)
+SPEC = RunSpec().replace(n_layer=2, n_head=2, n_embd=16, block_size=8, steps=10)
 
 
 def _reply(body: bytes, claimed: int | None = None) -> asyncio.StreamReader:
@@ -60,7 +60,7 @@ def test_the_expected_size_bounds_a_real_state_of_the_stage(tmp_path: Path) -> N
     for stage in (0, 1):
         model = build_stage(SPEC, stage, 2)
         optimizer = make_optimizer(model, SPEC)
-        x = torch.randint(0, SPEC.vocab_size, (2, 8)) if stage == 0 else torch.randn(2, 8, 16)
+        x = torch.randint(0, SPEC.model.vocab_size, (2, 8)) if stage == 0 else torch.randn(2, 8, 16)
         out = model(x)
         loss = loss_fn(out, torch.zeros(2, 8, dtype=torch.long)) if stage == 1 else out.sum()
         loss.backward()
