@@ -2,14 +2,15 @@
 Frankfurt and Tokyo, rates at the bench's 0.02 scale), built as the bench builds it, without
 processes: with sync = "step" one pipeline of 4 (the other 4 spares: averaging every step
 across the WAN costs more than a second replica's share of the global batch saves), with
-sync = "diloco" all 8 as 2 x 4 (each replica adds its own batch; rounds every H steps hide
-behind the inner steps)."""
+sync = "diloco" all 8, as shallow as their devices allow (each replica adds its own batch;
+rounds every H steps hide behind the inner steps, and the run's `stages` is the deepest
+pipeline: this small model's pipeline over the WAN only slows each replica)."""
 
 from __future__ import annotations
 
 import pytest
 
-from p2ptrain.control.planning.compute import peer_compute
+from p2ptrain.control.planning.compute import RunStageBytes, peer_compute
 from p2ptrain.control.planning.planner import Matrices, Placement, compute_plan
 from p2ptrain.harness.netem_bench import DEFAULT_CITIES
 from p2ptrain.records import RunSpec, StageCompute
@@ -22,13 +23,17 @@ from p2ptrain.testbed.links import DEFAULT_BANDWIDTH_SCALE
 BENCH_BLOCK_ROW_S = 0.01
 
 
-def plan_on_bench_network(run: RunSpec, block_row_s: float = BENCH_BLOCK_ROW_S) -> Placement:
+def plan_on_bench_network(
+    run: RunSpec, block_row_s: float = BENCH_BLOCK_ROW_S, memory_bytes: int = 0
+) -> Placement:
     # bench e2e's defaults: --peers 8 --cities Oregon,Virginia,Frankfurt,Tokyo --seed 0
     # --bandwidth-scale 0.02 --stages 4, min_peers = every peer
     topology = city_topology(8, 1, 8, 0, DEFAULT_CITIES)
     peers = list(topology.peers)
     measured = {
-        p: StageCompute(block_row_s, block_row_s / 10, block_row_s / 2, 8, "cpu", run.run_id)
+        p: StageCompute(
+            block_row_s, block_row_s / 10, block_row_s / 2, 8, "cpu", run.run_id, memory_bytes
+        )
         for p in peers
     }
     matrices = Matrices(
@@ -51,13 +56,14 @@ def tokens_per_s(run: RunSpec, placement: Placement) -> float:
 
 def test_step_keeps_one_pipeline_and_diloco_places_all_eight_peers() -> None:
     step = plan_on_bench_network(BENCH_RUN)
-    assert len(step.pipelines) == 1 and len(step.spares) == 4
+    assert len(step.pipelines) == 1 and len(step.spares) == 4 and step.stages == 4
     diloco_run = BENCH_RUN.replace(sync="diloco")
     diloco = plan_on_bench_network(diloco_run)
-    assert len(diloco.pipelines) == 2 and not diloco.spares
+    assert not diloco.spares and diloco.stages <= 4
     assert {p for pipe in diloco.pipelines for p in pipe} == set(step.pipelines[0] + step.spares)
-    # predicted: more tokens a second than step's plan (each replica trains its own batch)
-    assert tokens_per_s(diloco_run, diloco) > 1.2 * tokens_per_s(BENCH_RUN, step)
+    # predicted: issue 28's bar and more (each replica trains its own batch, none waits for
+    # activations over the WAN)
+    assert tokens_per_s(diloco_run, diloco) >= 1.8 * tokens_per_s(BENCH_RUN, step)
 
 
 @pytest.mark.parametrize("block_row_s", [0.002, 0.04])
@@ -67,4 +73,13 @@ def test_diloco_places_every_peer_on_faster_or_slower_devices(
 ) -> None:
     run = BENCH_RUN.replace(sync="diloco", outer_compression=codec)
     placement = plan_on_bench_network(run, block_row_s)
-    assert len(placement.pipelines) == 2 and not placement.spares
+    assert not placement.spares and sum(map(len, placement.pipelines)) == 8
+
+
+def test_diloco_keeps_the_runs_depth_where_devices_hold_no_more() -> None:
+    """Memory sets the floor: devices that hold a quarter of the model and little more get the
+    run's 4 stages (2 x 4, all 8 placed), not the shallower pipelines that would be faster."""
+    run = BENCH_RUN.replace(sync="diloco")
+    need = max(RunStageBytes(run)(4, 2, [1, 1, 1, 1]))
+    placement = plan_on_bench_network(run, memory_bytes=int(need * 1.3))
+    assert placement.stages == 4 and len(placement.pipelines) == 2 and not placement.spares
