@@ -31,6 +31,7 @@ from p2ptrain.control.planning import planner
 from p2ptrain.records import RunSpec
 
 _LENGTH = struct.Struct("!Q")
+SEARCH_NICENESS = 10  # added to the control process's
 
 
 class SearchProcessDied(RuntimeError):
@@ -125,6 +126,10 @@ def _read_frame(stream: IO[bytes]) -> bytes | None:
 def main() -> None:
     """The child: answer requests until the control process closes the pipe (or dies)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the node to act on
+    # behind our own node: on a busy machine a search at full priority took the CPU its control
+    # loop needed to keep claiming the planner role, and the swarm deposed a live planner (bench
+    # scaleout, 2026-11-26); the evaluation budget, not the clock, decides the plan
+    os.nice(SEARCH_NICENESS)
     requests = sys.stdin.buffer
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # a stray print must not corrupt the reply stream

@@ -61,6 +61,10 @@ def test_a_killed_search_process_is_replaced_and_a_stopped_one_exits() -> None:
     assert _plan() == expected  # a fresh one
     second = search_process.pid()
     assert second not in (None, first)
+    # it searches behind its node's own loop (which keeps claiming the planner role)
+    assert os.getpriority(os.PRIO_PROCESS, second) == min(
+        19, os.getpriority(os.PRIO_PROCESS, 0) + search_process.SEARCH_NICENESS
+    )
     search_process.stop()  # closes its pipe: it exits
     assert search_process.pid() is None and wait_all_gone([second], 5) == []
 
