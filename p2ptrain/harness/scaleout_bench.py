@@ -9,6 +9,7 @@ the live compute-aware planner; harness/e2e_join.py), trained once per data-para
 - diloco_fp16: diloco with fp16 pseudo-gradients (2 bytes a value);
 - diloco_outer_int8: diloco with block-wise int8 pseudo-gradients (1.016 bytes a value);
 - diloco_int8: diloco with int8 pipeline activations and their gradients (per-row scaled);
+- diloco_fedavg: diloco with FedAvg's outer step (outer lr 1.0, no momentum);
 - diloco_hN: diloco with H = N inner steps.
 
 Per run: tokens/s, the placed peers and plan, the loss per step, data-parallel bytes per step
@@ -39,7 +40,14 @@ from p2ptrain.records.run import RunSpec
 from p2ptrain.schedule.workload import step_traffic, tokens_per_step
 from p2ptrain.testbed.testbed import Testbed
 
-RUN_ORDER = ("step", "diloco", "diloco_fp16", "diloco_outer_int8", "diloco_int8")
+RUN_ORDER = (
+    "step",
+    "diloco",
+    "diloco_fp16",
+    "diloco_outer_int8",
+    "diloco_int8",
+    "diloco_fedavg",
+)
 SMOOTH_STEPS = 5
 # the diloco runs' settings on this box: H 10 gives a run of tens of steps several rounds
 # (bench convergence's short-run range); DiLoCo's outer lr and Nesterov momentum; top-k 3%
@@ -78,6 +86,9 @@ def run_specs(
         "diloco_fp16": diloco.replace(outer_compression="fp16"),
         "diloco_outer_int8": diloco.replace(outer_compression="int8"),
         "diloco_int8": diloco.replace(compression="int8"),
+        # FedAvg's outer step (the replicas' mean, no momentum): DiLoCo's 0.7 / 0.9 are tuned
+        # for hundreds of rounds; a run of tens of steps has a handful
+        "diloco_fedavg": diloco.replace(outer_lr=1.0, outer_momentum=0.0),
     }
     for name in runs:
         other_h = re.fullmatch(r"diloco_h([1-9][0-9]{0,4})", name)

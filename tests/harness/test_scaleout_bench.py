@@ -161,6 +161,9 @@ def test_the_recommended_diloco_run_is_predicted_to_meet_the_50x_bar() -> None:
     assert recommended.wire.outer_compression == "topk" and recommended.wire.compression == "fp16"
     assert specs["diloco_fp16"].wire.outer_compression == "fp16"
     assert specs["diloco_outer_int8"].wire.outer_compression == "int8"
+    fedavg = specs["diloco_fedavg"]
+    assert (fedavg.optim.outer_lr, fedavg.optim.outer_momentum) == (1.0, 0.0)
+    assert fedavg.replace(outer_lr=0.7, outer_momentum=0.9) == recommended
     assert (specs["diloco_int8"].wire.compression, specs["diloco_int8"].wire.outer_compression) == (
         "int8",
         "topk",

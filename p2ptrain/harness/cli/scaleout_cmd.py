@@ -16,7 +16,14 @@ from p2ptrain.harness.cli.bench_kind import (
 from p2ptrain.harness.cli.wan_bench import add_emulation_arguments, emulated_links
 
 # scaleout_bench.RUN_ORDER, without importing it
-RUNS = ("step", "diloco", "diloco_fp16", "diloco_outer_int8", "diloco_int8")
+RUNS = (
+    "step",
+    "diloco",
+    "diloco_fp16",
+    "diloco_outer_int8",
+    "diloco_int8",
+    "diloco_fedavg",
+)
 DEFAULT_RUNS = "step,diloco,diloco_fp16,diloco_int8"
 
 
