@@ -36,18 +36,11 @@ from typing import Any
 from p2ptrain.harness.e2e_bench import guarded
 from p2ptrain.harness.e2e_join import train_join
 from p2ptrain.harness.e2e_traffic import dp_bytes, predicted_link_bytes
+from p2ptrain.harness.scaleout_runs import RUN_ORDER
 from p2ptrain.records.run import RunSpec
 from p2ptrain.schedule.workload import step_traffic, tokens_per_step
 from p2ptrain.testbed.testbed import Testbed
 
-RUN_ORDER = (
-    "step",
-    "diloco",
-    "diloco_fp16",
-    "diloco_outer_int8",
-    "diloco_int8",
-    "diloco_fedavg",
-)
 SMOOTH_STEPS = 5
 # the diloco runs' settings on this box: H 10 gives a run of tens of steps several rounds
 # (bench convergence's short-run range); DiLoCo's outer lr and Nesterov momentum; top-k 3%

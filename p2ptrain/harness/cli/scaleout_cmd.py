@@ -14,16 +14,9 @@ from p2ptrain.harness.cli.bench_kind import (
     write_result,
 )
 from p2ptrain.harness.cli.wan_bench import add_emulation_arguments, emulated_links
+from p2ptrain.harness.scaleout_runs import RUN_ORDER
 
-# scaleout_bench.RUN_ORDER, without importing it
-RUNS = (
-    "step",
-    "diloco",
-    "diloco_fp16",
-    "diloco_outer_int8",
-    "diloco_int8",
-    "diloco_fedavg",
-)
+RUNS = RUN_ORDER
 DEFAULT_RUNS = "step,diloco,diloco_fp16,diloco_int8"
 
 
