@@ -7,10 +7,13 @@ every NO_PLANNER_WARN_S while no live member holds a planner token (no one may p
 never trains).
 
 The run's end (control/run_end.py): when our worker reports the last step, the fact is
-gossiped at once (our telemetry), before the worker exits and takes the node down. A member
-that learns the run is finished and has no stage in the plan (a spare, a late joiner) leaves:
-its worker is stopped and the node exits 0. A placed member leaves on its own when its worker
-finishes; FINISHED_GRACE_S later at the latest. The bootstrap stays: its status says finished.
+gossiped at once (our telemetry), before the worker exits and takes the node down. Every tick
+asks whether the run is finished: every placed peer trained its last step or is gone (a live
+placed replica that still trains holds the end up: diloco replicas finish at their own pace).
+A member that learns the run is finished and has no stage in the plan (a spare, a late joiner)
+leaves: its worker is stopped and the node exits 0. A placed member leaves on its own when its
+worker finishes; FINISHED_GRACE_S after the run is finished at the latest (never while the run
+still waits for a placed replica). The bootstrap stays: its status says finished.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import trio
 from p2ptrain.control.run_end import placed
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.waiting import Wait, waiting_for
+from p2ptrain.records import PeerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +62,7 @@ class RunWatch:
         state, view = self.state, self.state.view
         if view.run_end.note_metrics(view.run, view.self_id, view.own_metrics, view.plan, True):
             state.publish_soon("telemetry")  # tell the others before our worker exits
+        view.run_end.settle(view.run, view.plan, self._metrics_of, lambda p: self._gone(p, now))
         if now - self.checked_at < WAIT_CHECK_S and not view.finished:
             return
         self.checked_at = now
@@ -72,6 +77,20 @@ class RunWatch:
             self._say(wait, now)
         if wait.kind == "finished":
             self._leave_if_done(now)
+
+    def _metrics_of(self, peer: str) -> PeerMetrics | None:
+        """A peer's latest metrics (a departed member's stay known until it is forgotten)."""
+        view = self.state.view
+        if peer == view.self_id:
+            return view.own_metrics
+        member = view.members.get(peer)
+        return None if member is None else member.metrics
+
+    def _gone(self, peer: str, now: float) -> bool:
+        """A placed peer that no longer trains: dead, or its worker unhealthy (the planner plans
+        around it alike: control/health.py); it holds the run's end up no more."""
+        view = self.state.view
+        return not (view.is_alive(peer, now) and view.is_healthy(peer))
 
     def _say(self, wait: Wait, now: float) -> None:
         self.said, self.said_at = wait, now

@@ -4,7 +4,8 @@ A node that does not train says so once, and again when the reason changes
 (control/run_watch.py: its log on stderr, a line on `join`'s stdout, the bootstrap's warning); the
 status document carries the same reason (`waiting`, `waiting_for`). The reasons, first that holds:
 - `bootstrap`: not joined yet, or no run spec from the organiser;
-- `finished`: the run's last step is trained (control/run_end.py): nothing left to wait for;
+- `finished`: every placed replica trained the run's last step, or is gone (control/run_end.py):
+  nothing left to wait for;
 - `peers`: no member alive, or fewer than the run's `min_peers` before the first plan;
 - `planner-token`: no live member holds a planner token, so no one may plan: with the command
   that issues one;

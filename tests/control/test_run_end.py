@@ -38,31 +38,81 @@ def planned_view(me: str = ME, placed: tuple[str, ...] = (A, B), spares: tuple[s
     return v, feed
 
 
-def test_only_a_placed_peers_last_step_finishes_the_run() -> None:
+def settled(v: view_mod.SwarmView, now: float) -> bool:
+    """One tick of the node's run watch at `now` (it settles the run's end): is it finished?"""
+    watch(v).tick(now)
+    return v.finished
+
+
+def test_the_run_ends_once_every_placed_replica_trained_its_last_step() -> None:
+    # diloco: each replica at its own pace. B is first to its last step; A still trains
     v, feed = planned_view(placed=(A, B), spares=(C,))
     assert v.accept(feed("telemetry", C, step(19)), 2.0) is None
-    assert not v.finished  # a spare trains nothing: its word ends nothing
+    assert not settled(v, 2.0)  # a spare trains nothing: its word ends nothing
     assert v.accept(feed("telemetry", B, step(18)), 2.0) is None
-    assert not v.finished  # one step left
+    assert not settled(v, 2.0)  # one step left
     assert v.accept(feed("telemetry", B, step(19)), 2.0) is None
-    assert v.finished and "step 20 of 20" in v.run_end.how
+    assert v.accept(feed("telemetry", A, step(15)), 3.0) is None
+    assert not settled(v, 3.0)  # A, placed and alive, still trains: the run waits for it
+    assert v.run_end.done_in(v.run, v.plan) == {B}
+    # B's node leaves after its last step; its last metrics stay known, A trains on
+    late = 3.0 + view_mod.DEAD_AFTER_S + 1.0
+    assert v.accept(feed("telemetry", A, step(18)), late) is None
+    assert not v.is_alive(B, late) and not settled(v, late)
+    assert v.accept(feed("telemetry", A, step(19)), late + 1.0) is None
+    assert settled(v, late + 1.0)
+    assert v.run_end.how == "step 20 of 20 trained by every placed peer"
     # the same run continued with more steps (a new run spec after a restart) is not finished
     v.run = RUN.replace(steps=40)
     assert not v.finished
 
 
+def test_a_placed_peer_lost_before_its_last_step_does_not_hold_the_end_up() -> None:
+    v, feed = planned_view(placed=(A, B))
+    assert v.accept(feed("telemetry", A, step(12)), 2.0) is None
+    late = 2.0 + view_mod.DEAD_AFTER_S + 1.0
+    assert not settled(v, late)  # both silent, but nobody trained the last step: no end
+    assert v.accept(feed("telemetry", B, step(19)), late) is None
+    assert settled(v, late)  # A died at step 12
+    assert "(1 reported it, 1 gone before)" in v.run_end.how
+    # a placed peer whose worker is unhealthy (planned around) holds it up no more either
+    v, feed = planned_view(placed=(A, B))
+    assert v.accept(feed("telemetry", B, step(19)), 2.0) is None
+    assert not settled(v, 2.0)
+    stuck = {**step(12), "health": {"ok": False, "reason": "stuck"}}
+    assert v.accept(feed("telemetry", A, stuck), 2.5) is None
+    assert settled(v, 2.5)
+
+
+def test_a_placed_peers_metrics_before_its_plan_count() -> None:
+    # B's last telemetry came in before the plan that places it (sync's order, a late joiner)
+    v, feed = make_view(me=ME, peers=(A, B))
+    v.run = RUN
+    assert v.accept(feed("claim", A, {"term": 1}), 1.0) is None
+    assert v.accept(feed("telemetry", B, step(19)), 1.0) is None
+    assert v.accept(feed("plan", A, plan(A, 1, 1, (B,))), 1.5) is None
+    assert settled(v, 1.5)
+
+
 def test_our_own_worker_and_the_organiser_may_say_it() -> None:
     end = RunEnd()
+    never = lambda peer: None  # noqa: E731
     assert not end.note_metrics(RUN, ME, PeerMetrics(step=19), None)  # not placed in any plan
     assert end.note_metrics(RUN, ME, PeerMetrics(step=19), None, own=True)
+    assert not end.note_metrics(RUN, ME, PeerMetrics(step=19), None, own=True)  # once
+    assert end.settle(RUN, None, never, lambda peer: False)
     assert end.is_finished(RUN) and not end.is_finished(RUN.replace(steps=21))
+    # our worker's last step, with another placed replica still training: not yet
+    v, _ = planned_view(placed=(A, ME))
+    v.own_metrics = PeerMetrics(step=19)
+    assert not settled(v, 2.0) and v.run_end.done_in(v.run, v.plan) == {ME}
     organiser = RunEnd()
     assert not organiser.note_organiser(RUN, "yes") and not organiser.note_organiser(RUN, False)
     assert organiser.note_organiser(RUN, True) and organiser.is_finished(RUN)
 
 
 def test_a_finished_run_gets_no_new_plan_and_no_claim() -> None:
-    # A plans for A, B, C; B reports the last step; then C leaves: no plan for the finished run
+    # A plans for A, B, C; all three report the last step; then C leaves: no plan
     v, feed = make_view(me=A, peers=(B, C))
     v.run = RUN
     v.claim()
@@ -77,7 +127,10 @@ def test_a_finished_run_gets_no_new_plan_and_no_claim() -> None:
     async def scenario() -> list[bool]:
         made = [await tick(1.0), await tick(1.0 + PLAN_DEBOUNCE_S + 0.1)]
         assert v.plan is not None and v.plan.peers() == {A, B, C}
-        assert v.accept(feed("telemetry", B, step(19)), 3.0) is None
+        for peer in (B, C):
+            assert v.accept(feed("telemetry", peer, step(19)), 3.0) is None
+        v.own_metrics = PeerMetrics(step=19)
+        assert settled(v, 3.0)
         alive.discard(C)
         late = 3.0 + view_mod.DEAD_AFTER_S + 1.0
         return [*made, await tick(late), await tick(late + PLAN_DEBOUNCE_S + 0.1)]
@@ -88,6 +141,39 @@ def test_a_finished_run_gets_no_new_plan_and_no_claim() -> None:
     w, _ = planned_view(me=B, placed=(A,), spares=(B,))
     w.run_end.note_organiser(w.run, True)
     assert not w.should_claim(2.0 + view_mod.DEAD_AFTER_S + view_mod.ELECTION_GRACE_S)
+
+
+def test_a_replica_done_and_gone_is_not_re_planned_a_lost_one_is() -> None:
+    # bench scaleout run 6: under diloco the fastest replica (B) trained the last step and
+    # left; the planner re-planned the others, which lost their last steps
+    v, feed = make_view(me=A, peers=(B, C, ME))
+    v.run = RUN
+    v.claim()
+    maker = PlanMaker(v, A)
+    alive = {B, C, ME}
+
+    async def tick(now: float) -> bool:
+        for peer in alive:
+            assert v.accept(feed("peer", peer, record()), now) is None
+        return await maker.tick(now, [])
+
+    async def scenario() -> list[bool]:
+        made = [await tick(1.0), await tick(1.0 + PLAN_DEBOUNCE_S + 0.1)]
+        assert v.plan is not None and v.plan.peers() == {A, B, C, ME}
+        assert v.accept(feed("telemetry", B, step(19)), 3.0) is None
+        alive.discard(B)  # done: its node leaves
+        late = 3.0 + view_mod.DEAD_AFTER_S + 1.0
+        last_heard = late + PLAN_DEBOUNCE_S + 0.1
+        made += [await tick(late), await tick(last_heard)]
+        alive.discard(C)  # C dies at step 17: lost, re-planned without B, even were it back
+        alive.add(B)
+        assert v.accept(feed("telemetry", C, step(17)), last_heard) is None
+        later = last_heard + view_mod.DEAD_AFTER_S + 1.0
+        return [*made, await tick(later), await tick(later + PLAN_DEBOUNCE_S + 0.1)]
+
+    assert trio.run(scenario) == [False, True, False, False, False, True]
+    assert v.plan is not None and v.plan.epoch == 2 and v.plan.peers() == {A, ME}
+    assert not v.finished  # A and ME still train
 
 
 def test_what_a_node_waits_for() -> None:
@@ -142,20 +228,41 @@ def test_a_spare_says_it_once_and_leaves_when_the_run_finishes(capsys) -> None:
     assert not w.state.stopping.is_set()
     assert v.accept(feed("telemetry", B, step(19)), 3.0) is None
     w.tick(3.5)
+    assert not w.state.stopping.is_set()  # A still trains its last steps
+    assert v.accept(feed("telemetry", A, step(19)), 4.0) is None
+    w.tick(4.0)
     assert w.state.stopping.is_set()
     out = capsys.readouterr().out
     assert "waiting for nothing: run end is finished" in out and "stopping" in out
 
 
 def test_a_placed_peer_gossips_its_last_step_and_leaves_after_its_worker() -> None:
-    v, _ = planned_view(placed=(A, ME))
+    v, feed = planned_view(placed=(A, ME))
     w = watch(v)
     v.own_metrics = PeerMetrics(step=19)
     w.tick(2.0)
-    assert v.finished and w.state.due["telemetry"] == 0.0  # published at the next tick
-    assert not w.state.stopping.is_set()  # our worker saves the last step and ends the node
-    w.tick(2.0 + FINISHED_GRACE_S)
+    assert not v.finished and w.state.due["telemetry"] == 0.0  # published at the next tick
+    assert v.accept(feed("telemetry", A, step(19)), 2.5) is None
+    w.tick(2.5)
+    assert v.finished and not w.state.stopping.is_set()  # our worker saves and ends the node
+    w.tick(2.5 + FINISHED_GRACE_S)
     assert w.state.stopping.is_set()  # unless it hangs
+
+
+def test_a_lagging_placed_replica_is_not_stopped_while_it_trains() -> None:
+    v, feed = planned_view(placed=(A, ME), spares=(C,))
+    w = watch(v)
+    assert v.accept(feed("telemetry", A, step(19)), 2.0) is None  # A's replica is first
+    for now in (2.0, 2.0 + FINISHED_GRACE_S, 2.0 + 3 * FINISHED_GRACE_S):
+        v.own_metrics = PeerMetrics(step=15)
+        w.tick(now)
+    assert not v.finished and not w.state.stopping.is_set()
+    assert waiting_for(v, 200.0).kind == ""  # placed: training
+    v.own_metrics = PeerMetrics(step=19)
+    w.tick(300.0)
+    assert v.finished and not w.state.stopping.is_set()
+    w.tick(300.0 + FINISHED_GRACE_S)
+    assert w.state.stopping.is_set()
 
 
 def test_the_bootstrap_warns_once_a_minute_while_no_member_may_plan(caplog) -> None:

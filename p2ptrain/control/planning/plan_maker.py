@@ -11,7 +11,11 @@ reload), so plans change only when they must or when it clearly pays:
 - the same placement is re-issued as a new epoch when a member's data-plane addresses changed;
 - when a member's first measured stage time arrives (compute-aware runs: workers time the model
   once they have the run spec, which comes with the first plan), like drift: only if it pays;
-- never once the run is finished (its last step trained: control/run_end.py), whoever is left.
+- never once the run is finished (its last step trained: control/run_end.py), whoever is left;
+- once a placed replica trained the run's last step (the run ends: each replica finishes at its
+  own pace under diloco), only when a placed peer is lost before its last step, and without the
+  done peers: a done peer that leaves is done, not lost, and nothing else (a join, drift, a new
+  planner's first tick) restarts replicas about to finish.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from p2ptrain.control.planning import planner, search_process
 from p2ptrain.control.planning.compute import ComputeTrust, measured_peers, peer_compute
 from p2ptrain.control.planning.confirm import PlanConfirmation
 from p2ptrain.control.planning.readiness import first_plan_gaps
+from p2ptrain.control.run_end import lost_before_end
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import Plan, RunSpec, StageCompute
 from p2ptrain.records.lineage import Lineage, next_lineage
@@ -80,6 +85,14 @@ class PlanMaker:
         if self._term != self.view.term:
             self._term, self._epoch, self._planned_members = self.view.term, 0, None
         current = self.view.plan
+        run_end = self.view.run_end
+        done = run_end.done_in(run, current)
+        if current is not None and done and not lost_before_end(current, members, done):
+            return False  # the run ends under this plan: no loss to re-plan
+        trained = run_end.done_of(run)  # their workers exit: never placed again
+        members = [peer for peer in members if peer not in trained]
+        if not members:
+            return False
         if current is None and len(members) < run.swarm.min_peers:
             if self._waiting_logged != len(members):
                 self._waiting_logged = len(members)
