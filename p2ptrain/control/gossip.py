@@ -39,6 +39,7 @@ TOPIC_KINDS = {
 
 Validator = Callable[[ID, rpc_pb2.Message], bool]
 HEARTBEAT_S = 1
+MESH_HIGH = 6  # a mesh past this is pruned back to degree 4 (docs/protocols.md, GossipSub)
 
 # GossipSub's peer scoring carries our penalties (Intake.reject adds each one as a behaviour
 # penalty, decaying with the same half-life): a peer our validators would block is also one
@@ -63,7 +64,9 @@ def make_pubsub(host: IHost) -> tuple[Pubsub, GossipSub]:
         protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
         degree=4,
         degree_low=3,
-        degree_high=8,
+        # every mesh peer sends us each message once: at 8, a 9-node swarm's meshes never
+        # shrank below all 8 others (8 copies of each message in, 7 out, per node)
+        degree_high=MESH_HIGH,
         heartbeat_interval=HEARTBEAT_S,
         score_params=SCORE_PARAMS,
         spam_protection_enabled=False,
