@@ -14,6 +14,9 @@
   leaves half a message that the next one would follow. Whole messages are now written under one
   lock per stream, and a stream whose write did not complete is reset, so nothing follows half a
   message.
+- The reader starts one task per message it reads, and every mesh peer forwards a copy of each
+  message: a copy of a message already seen is dropped before a task starts (that task's first
+  checks dropped it).
 """
 
 from __future__ import annotations
@@ -61,6 +64,12 @@ class SafePubsub(Pubsub):
             log.info("pubsub stream of %s reset: %s: %s", peer_id, type(exc).__name__, exc)
             await _reset(stream)
             self._handle_dead_peer(peer_id)
+
+    def _is_subscribed_to_msg(self, msg: rpc_pb2.Message) -> bool:
+        """The reader's filter before it starts a task per message: a message already seen is
+        left out too. That task's first checks would drop it (push_msg), and every mesh peer
+        forwards us a copy of each message, so most tasks were started for nothing."""
+        return super()._is_subscribed_to_msg(msg) and not self._is_msg_seen(msg)
 
     async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
         try:

@@ -12,7 +12,7 @@ from libp2p.abc import INetStream
 from libp2p.custom_types import TProtocol
 from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, GossipSub
 from libp2p.pubsub.pb import rpc_pb2
-from libp2p.pubsub.pubsub import Pubsub
+from libp2p.pubsub.pubsub import PUBSUB_SIGNING_PREFIX, Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 from libp2p.utils.varint import encode_uvarint, read_varint_prefixed_bytes
 
@@ -172,3 +172,56 @@ def test_garbage_message_is_dropped_not_fatal() -> None:
                 return bool(pubsub.manager.is_running)
 
     assert run(scenario)
+
+
+class _CountingPubsub(SafePubsub):
+    """SafePubsub that counts the per-message tasks its reader starts."""
+
+    pushed = 0
+
+    async def push_msg(self, msg_forwarder: Any, msg: rpc_pb2.Message) -> None:
+        self.pushed += 1
+        await super().push_msg(msg_forwarder, msg)
+
+
+def _signed_message(host: Any, data: bytes, seqno: int) -> rpc_pb2.Message:
+    """A gossip message `host` authored and signed, as Pubsub.publish builds one."""
+    msg = rpc_pb2.Message(
+        data=data, topicIDs=["t"], from_id=host.get_id().to_bytes(), seqno=seqno.to_bytes(8)
+    )
+    msg.signature = host.get_private_key().sign(
+        PUBSUB_SIGNING_PREFIX.encode() + msg.SerializeToString()
+    )
+    msg.key = host.get_public_key().serialize()
+    return msg
+
+
+def test_a_copy_of_a_seen_message_starts_no_task() -> None:
+    """Every mesh peer forwards a copy of each message: the reader drops a copy of a message
+    it has seen before starting a task for it (the library started one per copy); a new
+    message still gets its task and reaches the subscriber."""
+
+    async def scenario() -> tuple[int, list[bytes]]:
+        async with host_pair() as (a, b):
+            pubsub = _CountingPubsub(
+                b, GossipSub(protocols=[PROTOCOL_ID_V11], degree=4, degree_low=3, degree_high=8)
+            )
+            async with background_trio_service(pubsub):
+                await pubsub.wait_until_ready()
+                subscription = await pubsub.subscribe("t")
+                stream = await a.new_stream(b.get_id(), [PROTOCOL_ID_V11])
+                first, second = _signed_message(a, b"one", 1), _signed_message(a, b"two", 2)
+                got = []
+                for msg in (first, first, first, second):
+                    payload = rpc_pb2.RPC(publish=[msg]).SerializeToString()
+                    await stream.write(encode_uvarint(len(payload)) + payload)
+                    if msg is not first or not got:
+                        with trio.fail_after(10):
+                            got.append((await subscription.get()).data)
+                    else:
+                        await trio.sleep(0.3)
+                return pubsub.pushed, got
+
+    pushed, got = run(scenario)
+    assert got == [b"one", b"two"]
+    assert pushed == 2
