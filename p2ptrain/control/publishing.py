@@ -31,6 +31,10 @@ log = logging.getLogger(__name__)
 
 TELEMETRY_INTERVAL_S = 2.0
 RECORD_INTERVAL_S = 6.0
+# a member's record unchanged since we last published it waits this long: the member's telemetry
+# (every 2 s) proves it alive, a changed record goes out at once, and sync serves the record to
+# a node that missed it (its copy stays well inside the 30 s an envelope may age)
+UNCHANGED_RECORD_S = 12.0
 RUN_INTERVAL_S = 10.0
 CLAIM_INTERVAL_S = 2.0
 PLAN_REBROADCAST_S = 4.0
@@ -40,6 +44,11 @@ REVOCATION_PAGES_PER_ROUND = 8  # gossiped per run interval: the last page and o
 
 def record_message(state: NodeState) -> bytes:
     """Our signed peer record (also kept in the view, for our own line in the status)."""
+    return _signed(state, own_record(state))
+
+
+def own_record(state: NodeState) -> PeerRecord:
+    """Our peer record as it stands (kept in the view: the status and the planner read it)."""
     record = PeerRecord(
         addrs=tuple(state.addrs),
         data_addrs=tuple(state.data_addrs),
@@ -55,7 +64,7 @@ def record_message(state: NodeState) -> bytes:
         relays=tuple(state.relays),
     )
     state.view.own_record = record
-    return _signed(state, record)
+    return record
 
 
 def _signed(state: NodeState, body: wire.Body) -> bytes:
@@ -142,6 +151,7 @@ class Publisher:
         self.state = state
         self.pubsub = pubsub
         self._next_revocation_page = 0  # the older pages are gossiped in turn
+        self._published_record: tuple[PeerRecord, float] | None = None  # and when
 
     def _due_now(self, name: Kind, interval_s: float, now: float) -> bool:
         """True if `name` is due; then schedules its next time, jittered so peers drift apart."""
@@ -194,7 +204,7 @@ class Publisher:
         while True:
             seen = state.changes.count("publish")
             now = state.clock()
-            if self._due_now("record", RECORD_INTERVAL_S, now):
+            if self._due_now("record", RECORD_INTERVAL_S, now) and self._record_worth_it(now):
                 await self._publish(CONTROL_TOPIC, partial(record_message, state))
             if state.role == "bootstrap" and self._due_now("run", RUN_INTERVAL_S, now):
                 await self._publish(CONTROL_TOPIC, partial(run_message, state))
@@ -211,6 +221,21 @@ class Publisher:
             view.forget_stale(now)  # the view's housekeeping rides on our rounds
             now = state.clock()
             await state.changes.wait(("publish",), seen, self._next_due(now) - now)
+
+    def _record_worth_it(self, now: float) -> bool:
+        """Publish our record now? Yes if it changed, if UNCHANGED_RECORD_S passed, or if we
+        are no member (a bootstrap's record is its proof of life)."""
+        record = own_record(self.state)
+        last = self._published_record
+        if (
+            self.state.is_member
+            and last is not None
+            and last[0] == record
+            and now - last[1] < UNCHANGED_RECORD_S
+        ):
+            return False
+        self._published_record = (record, now)
+        return True
 
     def _own_plan(self) -> bool:
         """Do we hold a plan of ours for our current term (ours to re-broadcast)?"""

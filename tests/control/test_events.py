@@ -18,7 +18,7 @@ from p2ptrain.control.health import LEAVING
 from p2ptrain.control.intake import Intake
 from p2ptrain.control.planning import planner, search_process
 from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S
-from p2ptrain.control.publishing import Publisher
+from p2ptrain.control.publishing import RECORD_INTERVAL_S, UNCHANGED_RECORD_S, Publisher
 from p2ptrain.control.state import MIN_REPUBLISH_GAP_S, NodeState
 from p2ptrain.control.view import DEAD_AFTER_S, ELECTION_GRACE_S, SwarmView
 from p2ptrain.control.worker_link import WorkerLink
@@ -208,9 +208,11 @@ def test_publish_soon_wakes_the_publisher_and_keeps_the_floor() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(publisher.serve_publishing)
             await trio.sleep(3.3)
-            state.publish_soon("record")  # e.g. our worker's addresses arrived
+            state.data_addrs = ["/ip4/127.0.0.1/tcp/5001"]  # our worker's addresses arrived
+            state.publish_soon("record")
             await trio.sleep(0.2)
-            state.publish_soon("record")  # again: the 1 s floor holds it back
+            state.data_addrs = ["/ip4/127.0.0.1/tcp/5002"]  # again: the 1 s floor holds it back
+            state.publish_soon("record")
             await trio.sleep(2.0)
             await publisher.announce_leaving()
             nursery.cancel_scope.cancel()
@@ -220,5 +222,37 @@ def test_publish_soon_wakes_the_publisher_and_keeps_the_floor() -> None:
         gaps = [b - a for a, b in itertools.pairwise(telemetry)]
         assert min(gaps) >= MIN_REPUBLISH_GAP_S - 1e-9  # the leaving notice too
         assert state.view.own_health == LEAVING and state.worker.leaving
+
+    on_mock_clock(scenario)
+
+
+def test_an_unchanged_member_record_waits_and_a_changed_one_goes_at_once() -> None:
+    """A member's telemetry proves it alive: its record, unchanged, goes out every
+    UNCHANGED_RECORD_S, not every RECORD_INTERVAL_S; a changed one at the next tick. A
+    bootstrap (no member, no telemetry) keeps RECORD_INTERVAL_S: its record is its proof of
+    life."""
+
+    async def records(role: str, change_at: float | None) -> list[float]:
+        state, _, _ = node(A, (B,))
+        state.role = role
+        pubsub, started = FakePubsub(), trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(Publisher(state, cast(Any, pubsub)).serve_publishing)
+            if change_at is not None:
+                await trio.sleep(change_at)
+                state.data_addrs = ["/ip4/127.0.0.1/tcp/5001"]  # not announced: the tick finds it
+            await trio.sleep(40.0 - (change_at or 0.0))
+            nursery.cancel_scope.cancel()
+        return [at - started for at, kind in pubsub.sent if kind == "peer"]
+
+    async def scenario() -> None:
+        unchanged = await records("control-only", None)
+        gaps = [b - a for a, b in itertools.pairwise(unchanged)]
+        assert len(unchanged) >= 3 and min(gaps) >= UNCHANGED_RECORD_S
+        assert max(gaps) <= UNCHANGED_RECORD_S + 1.1 * RECORD_INTERVAL_S
+        changed = await records("control-only", 8.0)
+        assert any(8.0 < at <= 8.0 + 1.1 * RECORD_INTERVAL_S for at in changed)
+        bootstrap = await records("bootstrap", None)
+        assert max(b - a for a, b in itertools.pairwise(bootstrap)) <= 1.1 * RECORD_INTERVAL_S
 
     on_mock_clock(scenario)
