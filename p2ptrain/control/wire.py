@@ -13,7 +13,9 @@ organiser. Bodies are checked by one schema function per kind.
 
 Decoding is two steps, so that a receiver can refuse a message by its author and kind before
 it parses the body: `verified_header` (size, JSON, header fields, signature, age) and `open_body`
-(the kind's schema); `decode` does both.
+(the kind's schema); `decode` does both. The last VERIFIED_HEADERS envelopes whose header and
+signature passed are remembered by their exact bytes: a byte-identical copy (sync serves again
+what gossip brought) is not parsed and checked again, only its age is; any other bytes are.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeGuard
@@ -34,6 +37,7 @@ from p2ptrain.records.run import MAX_RUN_ID_CHARS
 WIRE_VERSION = 1
 MAX_ENVELOPE_BYTES = 64 * 1024
 MAX_CLOCK_SKEW_S = 30.0
+VERIFIED_HEADERS = 1024  # ~1.5 MB of envelopes: a few rounds of a 32-node swarm's gossip
 
 __all__ = ["WireError"]  # re-exported: the control plane's code catches it from here
 
@@ -119,11 +123,48 @@ def decode(data: bytes, now: float | None = None, max_age_s: float = MAX_CLOCK_S
     return open_body(verified_header(data, now, max_age_s))
 
 
+class VerifiedHeaders:
+    """The headers of the last `size` envelopes that passed the checks, by their exact bytes."""
+
+    def __init__(self, size: int = VERIFIED_HEADERS) -> None:
+        self._size = size
+        self._by_bytes: OrderedDict[bytes, Header] = OrderedDict()
+        self.hits = 0  # copies not checked again (tests read it)
+
+    def header(self, data: bytes) -> Header:
+        """`data`'s header, checked unless these exact bytes passed before (age aside)."""
+        header = self._by_bytes.get(data)
+        if header is not None:
+            self.hits += 1
+            self._by_bytes.move_to_end(data)
+            return header
+        header = _checked_header(data)
+        self._by_bytes[data] = header
+        if len(self._by_bytes) > self._size:
+            self._by_bytes.popitem(last=False)
+        return header
+
+
+_VERIFIED = VerifiedHeaders()
+
+
 def verified_header(
     data: bytes, now: float | None = None, max_age_s: float = MAX_CLOCK_SKEW_S
 ) -> Header:
     """Size, JSON, header fields, signature and age of a message; its body is left unparsed.
     Raises WireError."""
+    header = _VERIFIED.header(data)
+    now = time.time() if now is None else now
+    if now - header.ts > max_age_s:
+        # gossip can deliver honest messages late (queues, new joiners): drop, do not blame
+        raise WireError(f"stale: written {now - header.ts:.1f} s ago")
+    if header.ts - now > MAX_CLOCK_SKEW_S:
+        raise WireError(f"replayed or skewed: timestamp {header.ts - now:.1f} s in the future")
+    return header
+
+
+def _checked_header(data: bytes) -> Header:
+    """Size, JSON, header fields and signature of a message (not its age). Raises WireError."""
     if len(data) > MAX_ENVELOPE_BYTES:
         raise WireError(f"oversized: {len(data)} bytes > {MAX_ENVELOPE_BYTES}")
     try:
@@ -164,12 +205,6 @@ def verified_header(
         raise WireError(f"malformed: not canonical JSON ({exc.__class__.__name__})") from None
     if not identity.verify(key, signed_bytes, signature):
         raise WireError(f"forged: bad signature for author {author}")
-    now = time.time() if now is None else now
-    if now - ts > max_age_s:
-        # gossip can deliver honest messages late (queues, new joiners): drop, do not blame
-        raise WireError(f"stale: written {now - ts:.1f} s ago")
-    if ts - now > MAX_CLOCK_SKEW_S:
-        raise WireError(f"replayed or skewed: timestamp {ts - now:.1f} s in the future")
     return Header(kind, author, seq, float(ts), run_id, body)
 
 
