@@ -211,7 +211,7 @@ def test_a_copy_of_a_seen_message_starts_no_task() -> None:
                 subscription = await pubsub.subscribe("t")
                 stream = await a.new_stream(b.get_id(), [PROTOCOL_ID_V11])
                 first, second = _signed_message(a, b"one", 1), _signed_message(a, b"two", 2)
-                got = []
+                got: list[bytes] = []
                 for msg in (first, first, first, second):
                     payload = rpc_pb2.RPC(publish=[msg]).SerializeToString()
                     await stream.write(encode_uvarint(len(payload)) + payload)
