@@ -8,9 +8,12 @@ takes its rows of step s's batch), so every variant sees exactly the same tokens
     step              every-step averaging: the replicas' mean gradient is the gradient of one
                       model on the whole global batch, so it is computed as that
     diloco_hH         R models, each `H` AdamW steps on its own rows, then the outer Nesterov
-                      step on the mean pseudo-gradient (train/outer.py), fp16 on the wire
+                      step on the mean pseudo-gradient (train/outer.py), fp16 on the wire, with
+                      the recommended outer lr and momentum (harness/scaleout_runs.py); the round
+                      applied min(H/2, 5) steps later, as the product applies it
     diloco_hH_int8    the same with block-wise int8, and top-k with error feedback (train/codecs.py)
     diloco_hH_topk
+    diloco_hH_paper   the same with DiLoCo's outer step (lr 0.7, Nesterov momentum 0.9)
     act_fp16          every-step, the model cut into two stages at its middle layer, the boundary
     act_int8          quantizing activations and their gradients (fp16, or int8 per row)
 
@@ -30,12 +33,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from p2ptrain.harness.scaleout_runs import INNER_STEPS, OUTER_LR, OUTER_MOMENTUM
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train import codecs
 from p2ptrain.train.data import get_batch, load_corpus, replica_rows
 from p2ptrain.train.model import build_model, build_stage, loss_fn
 from p2ptrain.train.optim import clip_grads, lr_at, make_optimizer, set_lr
-from p2ptrain.train.outer import OuterOptimizer
+from p2ptrain.train.outer import OuterOptimizer, overlap_steps
 
 HELD_OUT_FRACTION = 0.05
 EVAL_SEQUENCES = 128
@@ -50,6 +54,11 @@ class Variant:
     inner_steps: int = 1
     outer_compression: str = "fp16"
     boundary: str = ""  # "", "fp16" or "int8": a stage boundary in the middle of the model
+    outer_lr: float = OUTER_LR
+    outer_momentum: float = OUTER_MOMENTUM
+    # steps a round runs beside the inner steps before its result is applied, as the product's
+    # rounds do (worker/averaging/outer_rounds.py); -1: the product's overlap_steps(H)
+    overlap: int = -1
     reference: str = "step"  # the variant its acceptance compares against
     limit: float = 0.0  # 0 = no acceptance target
 
@@ -77,6 +86,9 @@ def default_variants(inner_steps: list[int]) -> list[Variant]:
         )
         for codec in ("int8", "topk")
     ]
+    variants.append(
+        Variant(f"diloco_h{first}_paper", "diloco", first, outer_lr=0.7, outer_momentum=0.9)
+    )
     variants += [
         Variant("act_fp16", boundary="fp16"),
         Variant("act_int8", boundary="int8", reference="act_fp16", limit=LIMITS["act_int8"]),
@@ -104,7 +116,7 @@ class Replica:
     def __init__(self, model: nn.Module, spec: RunSpec, variant: Variant) -> None:
         self.model = model
         self.optimizer = make_optimizer(model, spec)
-        self.outer = OuterOptimizer(model, spec.optim.outer_lr, spec.optim.outer_momentum)
+        self.outer = OuterOptimizer(model, variant.outer_lr, variant.outer_momentum)
         self.topk = (
             codecs.TopKCompressor(self.outer.numel, spec.wire.topk_fraction)
             if variant.outer_compression == "topk"
@@ -132,11 +144,30 @@ class Replica:
         return codecs.decode_topk(payload, delta.numel(), self.topk.fraction)
 
 
-def outer_round(replicas: list[Replica], codec: str) -> None:
-    """Every replica sends its pseudo-gradient, all apply the same mean: identical weights."""
+@dataclass
+class PendingRound:
+    """A round started after step `step`: the group's mean pseudo-gradient and each replica's
+    parameters then (its inner progress since is kept when the result is applied)."""
+
+    step: int
+    apply_at: int
+    mean: torch.Tensor
+    started: list[torch.Tensor]
+
+
+def start_round(replicas: list[Replica], codec: str, step: int, apply_at: int) -> PendingRound:
+    """Every replica sends its pseudo-gradient through the codec; the group's mean."""
     mean = torch.stack([r.sent_pseudo_gradient(codec) for r in replicas]).mean(dim=0)
-    for replica in replicas:
-        replica.outer.step(mean)
+    return PendingRound(step, apply_at, mean, [r.outer.flat_params() for r in replicas])
+
+
+def apply_round(replicas: list[Replica], pending: PendingRound) -> None:
+    """All apply the same outer step to the same anchor, then add back their own progress
+    since the round started (none when applied at once), as worker/averaging/outer_rounds.py."""
+    for replica, started in zip(replicas, pending.started, strict=True):
+        progress = replica.outer.flat_params() - started
+        replica.outer.step(pending.mean)
+        replica.outer.load_params(replica.outer.anchor + progress)
 
 
 @torch.no_grad()
@@ -164,6 +195,8 @@ def train_variant(
     count = num_replicas if variant.sync == "diloco" else 1
     replicas = [Replica(copy.deepcopy(base), spec, variant) for _ in range(count)]
     curve = Curve()
+    overlap = overlap_steps(variant.inner_steps) if variant.overlap < 0 else variant.overlap
+    pending: PendingRound | None = None
     start = time.perf_counter()
     for step in range(spec.optim.steps):
         losses = []
@@ -173,10 +206,17 @@ def train_variant(
             losses.append(replica.train_step(spec, step, x, y))
         curve.loss.append(sum(losses) / len(losses))
         done = step + 1
-        if variant.sync == "diloco" and (
-            done % variant.inner_steps == 0 or done == spec.optim.steps
-        ):
-            outer_round(replicas, variant.outer_compression)
+        last = done == spec.optim.steps
+        if pending is not None and (last or pending.apply_at <= step):
+            apply_round(replicas, pending)
+            pending = None
+        if variant.sync == "diloco" and (done % variant.inner_steps == 0 or last):
+            pending = start_round(
+                replicas, variant.outer_compression, step, step + (0 if last else overlap)
+            )
+            if pending.apply_at == step:
+                apply_round(replicas, pending)
+                pending = None
         if done % eval_every == 0 or done == spec.optim.steps:
             curve.eval.append((done, evaluate(replicas[0].model, held_out)))
     curve.wall_s = time.perf_counter() - start
@@ -199,7 +239,7 @@ def run_benchmark(
     num_replicas: int = 4,
     steps: int = 300,
     batch_per_replica: int = 8,
-    inner_steps: tuple[int, ...] = (10, 30),
+    inner_steps: tuple[int, ...] = (INNER_STEPS, 10),
     only: tuple[str, ...] = (),
     spec: RunSpec | None = None,
     progress: Callable[[str], None] = lambda _: None,
@@ -249,8 +289,8 @@ def run_benchmark(
         "lr": spec.optim.lr,
         "min_lr": spec.optim.min_lr,
         "warmup_steps": spec.optim.warmup_steps,
-        "outer_lr": spec.optim.outer_lr,
-        "outer_momentum": spec.optim.outer_momentum,
+        "outer_lr": OUTER_LR,  # the diloco variants' (diloco_hH_paper: DiLoCo's 0.7 / 0.9)
+        "outer_momentum": OUTER_MOMENTUM,
         "topk_fraction": spec.wire.topk_fraction,
         "parameters": numel,
         "final_loss": "held-out loss of the final model",

@@ -48,9 +48,9 @@ def slow_peer_indices(num_peers: int, count: int) -> list[int]:
 WORKERS_SHARE = 0.75  # of the machine's cores, split among the workers; the rest: links, nodes
 
 
-def worker_shares(num_peers: int, cores: int | None = None) -> float:
-    """Each worker's equal share of this machine, in cores."""
-    return WORKERS_SHARE * (cores or os.cpu_count() or 1) / num_peers
+def worker_shares(num_peers: int, cores: int | None = None, share: float = WORKERS_SHARE) -> float:
+    """Each worker's equal part of `share` of this machine, in cores."""
+    return share * (cores or os.cpu_count() or 1) / num_peers
 
 
 def worker_quotas(

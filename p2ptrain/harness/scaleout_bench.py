@@ -3,11 +3,12 @@ WAN as `bench e2e` (its testbed, CPU quotas and shipped path: a bootstrap and `j
 the live compute-aware planner; harness/e2e_join.py), trained once per data-parallel mode:
 
 - step: every-step averaging (today's default run spec);
-- diloco: the recommended diloco settings (docs/operations.md): each pipeline a replica with
-  `batch_size` rows of its own, H inner steps, then each stage group's outer round (top-k 3%
-  pseudo-gradients with error feedback, outer Nesterov lr 0.7, momentum 0.9);
+- diloco: the recommended diloco settings (harness/scaleout_runs.py, docs/operations.md): each
+  pipeline a replica with `batch_size` rows of its own, H 30 inner steps, then each stage
+  group's outer round (block-wise int8 pseudo-gradients, outer lr 1.0, Nesterov momentum 0.5);
 - diloco_fp16: diloco with fp16 pseudo-gradients (2 bytes a value);
-- diloco_outer_int8: diloco with block-wise int8 pseudo-gradients (1.016 bytes a value);
+- diloco_topk: diloco with top-k 3% pseudo-gradients at 2 bits and error feedback;
+- diloco_paper: diloco with DiLoCo's outer step (lr 0.7, Nesterov momentum 0.9);
 - diloco_int8: diloco with int8 pipeline activations and their gradients (per-row scaled);
 - diloco_fedavg: diloco with FedAvg's outer step (outer lr 1.0, no momentum);
 - diloco_hN: diloco with H = N inner steps.
@@ -36,20 +37,18 @@ from typing import Any
 from p2ptrain.harness.e2e_bench import guarded
 from p2ptrain.harness.e2e_join import train_join
 from p2ptrain.harness.e2e_traffic import dp_bytes, predicted_link_bytes
-from p2ptrain.harness.scaleout_runs import RUN_ORDER
+from p2ptrain.harness.scaleout_runs import (
+    INNER_STEPS,
+    OUTER_COMPRESSION,
+    OUTER_LR,
+    OUTER_MOMENTUM,
+    RUN_ORDER,
+)
 from p2ptrain.records.run import RunSpec
 from p2ptrain.schedule.workload import step_traffic, tokens_per_step
 from p2ptrain.testbed.testbed import Testbed
 
 SMOOTH_STEPS = 5
-# the diloco runs' settings on this box: H 10 gives a run of tens of steps several rounds
-# (bench convergence's short-run range); DiLoCo's outer lr and Nesterov momentum; top-k 3%
-# (37x fewer bytes than fp16, bench convergence: within 1% of fp16 rounds' loss), without which
-# H 10 cannot move 50x fewer bytes a step than every-step averaging (fp16 rounds: ~H x)
-DEFAULT_INNER_STEPS = 10
-OUTER_LR = 0.7
-OUTER_MOMENTUM = 0.9
-OUTER_COMPRESSION = "topk"
 SETTINGS = (
     "sync",
     "batch_size",
@@ -62,7 +61,7 @@ SETTINGS = (
 
 
 def run_specs(
-    spec: RunSpec, runs: Sequence[str], inner_steps: int = DEFAULT_INNER_STEPS
+    spec: RunSpec, runs: Sequence[str], inner_steps: int = INNER_STEPS
 ) -> dict[str, RunSpec]:
     """The run spec of each named run, from the base run spec: those of RUN_ORDER, and
     `diloco_hN`, diloco with H = N (a longer H: fewer bytes a step)."""
@@ -77,10 +76,10 @@ def run_specs(
         "step": spec.replace(sync="step"),
         "diloco": diloco,
         "diloco_fp16": diloco.replace(outer_compression="fp16"),
-        "diloco_outer_int8": diloco.replace(outer_compression="int8"),
+        "diloco_topk": diloco.replace(outer_compression="topk"),
+        "diloco_paper": diloco.replace(outer_lr=0.7, outer_momentum=0.9),
         "diloco_int8": diloco.replace(compression="int8"),
-        # FedAvg's outer step (the replicas' mean, no momentum): DiLoCo's 0.7 / 0.9 are tuned
-        # for hundreds of rounds; a run of tens of steps has a handful
+        # FedAvg's outer step: the replicas' mean, no momentum
         "diloco_fedavg": diloco.replace(outer_lr=1.0, outer_momentum=0.0),
     }
     for name in runs:

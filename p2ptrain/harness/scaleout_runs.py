@@ -1,11 +1,27 @@
-"""The names of `bench scaleout`'s runs, in their order: one light module, so that the CLI can
-offer them without importing the bench (harness/scaleout_bench.py says what each one is)."""
+"""The names of `bench scaleout`'s runs, in their order, and the recommended diloco settings
+its `diloco` run (and `bench convergence`'s diloco variants) train with: one light module, so
+that the CLI can offer them without importing the benches (harness/scaleout_bench.py says what
+each run is)."""
 
 RUN_ORDER = (
     "step",
     "diloco",
     "diloco_fp16",
-    "diloco_outer_int8",
+    "diloco_topk",
+    "diloco_paper",
     "diloco_int8",
     "diloco_fedavg",
 )
+
+# The recommended diloco settings on runs of tens to hundreds of steps (docs/operations.md),
+# measured by bench convergence's short runs (2026-11-26, docs/benchmarks.md):
+# - H 30 with int8 rounds: 59x fewer data-parallel bytes a step than every-step fp16 averaging
+#   (1.016 bytes a value, a round every 30 steps); the loss at H 10, 30 differed by < 1%;
+# - outer lr 1.0, momentum 0.5: DiLoCo's 0.7 / Nesterov 0.9 are tuned for hundreds of rounds;
+#   a run of 80 steps has three, and the last one, applied at once, overshot (+3% loss);
+# - top-k 3% (0.055 bytes a value) lost 5% of loss at 80 steps: its error feedback needs many
+#   rounds to send what it held back.
+INNER_STEPS = 30
+OUTER_LR = 1.0
+OUTER_MOMENTUM = 0.5
+OUTER_COMPRESSION = "int8"

@@ -28,6 +28,13 @@ from p2ptrain.errors import WireError
 
 ANCHOR = "outer/anchor/"
 MOMENTUM = "outer/momentum/"
+MAX_OVERLAP_STEPS = 5  # a round's result is due this many steps after it started (at most)
+
+
+def overlap_steps(inner_steps: int) -> int:
+    """Inner steps a round runs beside before its result is applied: half an outer period,
+    at most MAX_OVERLAP_STEPS (a stale outer step hurts, Streaming DiLoCo's τ)."""
+    return min(inner_steps // 2, MAX_OVERLAP_STEPS)
 
 
 class OuterOptimizer:

@@ -10,10 +10,11 @@ import torch
 from p2ptrain.harness.convergence_bench import (
     Replica,
     Variant,
+    apply_round,
     default_variants,
-    outer_round,
     render,
     run_benchmark,
+    start_round,
 )
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train.model import build_model
@@ -51,7 +52,32 @@ def test_an_outer_round_leaves_replicas_identical() -> None:
     x = torch.randint(0, 256, (4, 16))
     for index, replica in enumerate(replicas):
         replica.train_step(spec, 0, x[2 * index : 2 * index + 2], x[2 * index : 2 * index + 2])
-    outer_round(replicas, "topk")
+    apply_round(replicas, start_round(replicas, "topk", 0, 0))
     first, second = (list(r.model.parameters()) for r in replicas)
     assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
     assert any(not torch.equal(a, b) for a, b in zip(first, base.parameters(), strict=True))
+
+
+def test_a_late_round_keeps_each_replicas_progress_since_it_started() -> None:
+    """The product's overlap (worker/averaging/outer_rounds.py): the outer step lands on the
+    anchor and each replica keeps the steps it trained while the round ran."""
+    spec = TINY.replace(batch_size=4)
+    variant = Variant("d", "diloco", 2, "fp16")
+    replicas = [Replica(build_model(spec), spec, variant) for _ in range(2)]
+    x = torch.randint(0, 256, (4, 16))
+    for index, replica in enumerate(replicas):
+        rows = x[2 * index : 2 * index + 2]
+        replica.train_step(spec, 0, rows, rows)
+    pending = start_round(replicas, "fp16", 0, 1)
+    progress = []
+    for index, replica in enumerate(replicas):
+        before = replica.outer.flat_params()
+        rows = x[2 * (1 - index) : 2 * (1 - index) + 2]
+        replica.train_step(spec, 1, rows, rows)
+        progress.append(replica.outer.flat_params() - before)
+    apply_round(replicas, pending)
+    anchors = [r.outer.anchor for r in replicas]
+    assert torch.equal(anchors[0], anchors[1])
+    for replica, moved in zip(replicas, progress, strict=True):
+        assert torch.allclose(replica.outer.flat_params() - replica.outer.anchor, moved, atol=1e-6)
+    assert not torch.equal(replicas[0].outer.flat_params(), replicas[1].outer.flat_params())

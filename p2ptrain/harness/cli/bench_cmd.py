@@ -49,7 +49,7 @@ def _add_convergence_arguments(conv: argparse.ArgumentParser) -> None:
     conv.add_argument("--batch", type=int, default=8, help="sequences per replica per step")
     conv.add_argument(
         "--inner-steps",
-        default="10,30",
+        default="30,10",
         help="comma-separated H values of diloco (first: the one the compressed variants use)",
     )
     conv.add_argument("--variants", default="", help="comma-separated subset of the variants")

@@ -14,10 +14,14 @@ from p2ptrain.harness.cli.bench_kind import (
     write_result,
 )
 from p2ptrain.harness.cli.wan_bench import add_emulation_arguments, emulated_links
-from p2ptrain.harness.scaleout_runs import RUN_ORDER
+from p2ptrain.harness.scaleout_runs import INNER_STEPS, RUN_ORDER
 
 RUNS = RUN_ORDER
-DEFAULT_RUNS = "step,diloco,diloco_fp16,diloco_int8"
+DEFAULT_RUNS = "step,diloco,diloco_topk"
+# of this machine's cores, split among the workers (bench e2e: 0.75): under diloco all 8 peers
+# train at once, and 0.75 left the 9 control processes and the link forwarder less than they
+# use, so the workers got less than their quota (run 5: the step model 44% under their steps)
+SCALEOUT_WORKERS_SHARE = 0.5
 
 
 HELP = (
@@ -30,7 +34,10 @@ def add_arguments(scale: argparse.ArgumentParser) -> None:
     add_emulation_arguments(scale, default_peers=8)
     add_run_arguments(scale, steps=80)
     scale.add_argument(
-        "--inner-steps", type=int, default=10, help="DiLoCo's H of the diloco runs (default 10)"
+        "--inner-steps",
+        type=int,
+        default=INNER_STEPS,
+        help=f"DiLoCo's H of the diloco runs (default {INNER_STEPS})",
     )
     scale.add_argument(
         "--runs",
@@ -42,8 +49,8 @@ def add_arguments(scale: argparse.ArgumentParser) -> None:
         "--worker-cores",
         type=float,
         metavar="CORES",
-        help="each training worker's CPU quota (default as bench e2e: 3/4 of this machine's "
-        "cores split equally among the peers; 0: no quota)",
+        help="each training worker's CPU quota (default: half of this machine's cores split "
+        "equally among the peers; 0: no quota)",
     )
     scale.add_argument("--logs", metavar="DIR", help="keep every worker's log under DIR")
     add_output_arguments(
@@ -76,7 +83,11 @@ def run(args: argparse.Namespace) -> int:
     if not specs:
         raise UserError("--runs names no run")
     topology = load_emulated_topology(args)
-    share = worker_shares(topology.num_peers) if args.worker_cores is None else args.worker_cores
+    share = (
+        worker_shares(topology.num_peers, share=SCALEOUT_WORKERS_SHARE)
+        if args.worker_cores is None
+        else args.worker_cores
+    )
     if share < 0:
         raise UserError("--worker-cores must be >= 0")
     try:

@@ -46,7 +46,7 @@ from p2ptrain.errors import WireError
 from p2ptrain.records import MetricsReport, RunSpec
 from p2ptrain.train import codecs
 from p2ptrain.train.model import Stage
-from p2ptrain.train.outer import OuterOptimizer
+from p2ptrain.train.outer import OuterOptimizer, overlap_steps
 from p2ptrain.train.recut import OUTER_STEPS
 from p2ptrain.worker.averaging.robust import MOMENTS_DRIFT_BOUND, PARAMS_DRIFT_BOUND
 from p2ptrain.worker.resume.resync import resync_pieces
@@ -57,7 +57,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("p2ptrain.worker")
 
-MAX_OVERLAP_STEPS = 5  # a round's result is due this many steps after it started (at most)
 ROUND_NICE = 10  # the round's thread yields the CPU quota to the passes (Linux: per thread)
 
 
@@ -71,12 +70,6 @@ def round_due(spec: RunSpec, stage: int, num_stages: int, step: int) -> bool:
     done = step + 1
     phase = stagger_offset(stage, num_stages, spec.optim.inner_steps)
     return done == spec.optim.steps or done % spec.optim.inner_steps == phase
-
-
-def overlap_steps(inner_steps: int) -> int:
-    """Inner steps a round runs beside before its result is applied: half an outer period,
-    at most MAX_OVERLAP_STEPS (a stale outer step hurts, Streaming DiLoCo's τ)."""
-    return min(inner_steps // 2, MAX_OVERLAP_STEPS)
 
 
 @dataclasses.dataclass
