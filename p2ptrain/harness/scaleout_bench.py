@@ -149,15 +149,25 @@ def every_step_dp_bytes(
 
 
 def _step_spread(steps_s: Sequence[float]) -> dict[str, float | None]:
-    """The longest step against the median one, the first step (warm-up) left out."""
-    steady = list(steps_s[1:]) or list(steps_s)
+    """The longest step against the median one, the first step (warm-up) and the last left
+    out: the last one closes the run (under diloco its outer round is applied at once, after
+    every replica's last step: a wait for the slowest replica, not a step's), reported apart
+    as `final_step_s`."""
+    steady = list(steps_s[1:-1]) or list(steps_s)
+    final = steps_s[-1] if steps_s else None
     if not steady:
-        return {"step_max_s": None, "step_median_s": None, "step_max_over_median": None}
+        return {
+            "step_max_s": None,
+            "step_median_s": None,
+            "step_max_over_median": None,
+            "final_step_s": final,
+        }
     median = statistics.median(steady)
     return {
         "step_max_s": max(steady),
         "step_median_s": median,
         "step_max_over_median": max(steady) / median if median > 0 else None,
+        "final_step_s": final,
     }
 
 

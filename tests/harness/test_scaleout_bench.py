@@ -47,7 +47,8 @@ def _raw(
         "curve": [(step_s * (i + 1), loss) for i, loss in enumerate(losses)],
         "predicted_step_s": step_s * 1.05,
         "worker_step_s": step_s,
-        "worker_steps_s": [3 * step_s] + [step_s] * (len(losses) - 1),  # warm-up left out
+        # the warm-up and the closing step (diloco: the last round, applied at once) left out
+        "worker_steps_s": [3 * step_s] + [step_s] * (len(losses) - 2) + [5 * step_s],
         **extra,
     }
 
@@ -102,6 +103,7 @@ def test_json_of_a_step_and_a_diloco_run() -> None:
     assert step["dp_bytes_per_step_every_step"] == 0.0
     assert diloco["dp_bytes_per_step_every_step"] == pytest.approx(every)
     assert diloco["step_max_over_median"] == pytest.approx(1.0)
+    assert diloco["final_step_s"] == pytest.approx(5 * 1.1)
     assert diloco["step_model_error"] == pytest.approx(0.05)
     vs = diloco["vs_step"]
     assert vs["tokens_per_s"] == pytest.approx(1 / 1.1)

@@ -55,6 +55,8 @@ from p2ptrain.worker.averaging.stage_averager import RETRY_TIMEOUT_S, Outcome, a
 log = logging.getLogger(__name__)
 
 DIVERGENCE_TOLERANCE = 1e-2  # anchors differ by ~1e-2 of their norm after one missed round
+PACE_TICK_S = 0.1  # a paced send still notices should_stop() this often
+_Send = tuple[str, wire.RoundHeader, torch.Tensor]  # to whom, what
 
 
 class RoundLink(Protocol):
@@ -86,8 +88,8 @@ def exchange_timeouts(
 
 @dataclass(frozen=True)
 class _Attempt:
-    """One attempt at a step's round: what its messages are filed under, who takes part, how
-    late their first messages may come, and the anchor every member's claims carry."""
+    """One attempt at a step's round: its messages' key, who takes part, how late their first
+    messages may come, the anchor every member's claims carry, how our sends are paced."""
 
     key: str
     members: list[str]  # sorted: member j reduces shard j
@@ -95,6 +97,7 @@ class _Attempt:
     join_s: float
     anchor: tuple[float, float]  # the anchor's digest and norm (checks.params_digest)
     should_stop: Callable[[], bool]
+    pace_s: float = 0.0  # between two of our sends of one kind (see OuterExchange.run)
 
 
 class _Failed(Exception):
@@ -140,9 +143,15 @@ class OuterExchange:
         step: int,
         should_stop: Callable[[], bool],
         anchor: torch.Tensor,
+        spread_s: float = 0.0,
     ) -> tuple[torch.Tensor, Outcome]:
         """The group's combined pseudo-gradient, or this replica's own ('local': the round
-        failed; 'stopped': should_stop() turned true)."""
+        failed; 'stopped': should_stop() turned true).
+
+        spread_s: how long the first attempt may spread our sends over (worker/averaging/
+        outer_rounds.py): the daemon that carries them shares the worker's CPU, and 7 parts at
+        once stalled the next steps' passes (bench scaleout: a step 2.2x the median); capped
+        well within the join and transfer timeouts."""
         flat = pseudo_gradient.detach().float().reshape(-1).cpu()
         sparse, sent = None, flat
         if self.topk is not None:  # error feedback moves once a round, whatever the attempts
@@ -150,10 +159,15 @@ class OuterExchange:
         digest, norm = params_digest(anchor.reshape(-1).cpu(), self._signs)
         members = sorted(self.weights)
         failures: list[str] = []
+        sends = 2 * (len(members) - 1)  # parts, then reduced shards (a gather: half of it)
+        bound = min(self.timeouts.join_s, self.timeouts.transfer_s) / 2
+        pace_s = max(0.0, min(spread_s, bound)) / sends
         try:
             for attempt, join_s in enumerate((self.timeouts.join_s, self.timeouts.retry_s)):
                 key = self._round_key(step, attempt, members)
-                this = _Attempt(key, members, step, join_s, (digest, norm), should_stop)
+                this = _Attempt(
+                    key, members, step, join_s, (digest, norm), should_stop, pace_s * (attempt == 0)
+                )
                 try:
                     if sparse is not None:
                         mean, gathered = self._gather(this, sparse, sent)
@@ -235,10 +249,19 @@ class OuterExchange:
         )
         claims = self._claims(sent, this)
         wait_s = this.join_s + self.timeouts.transfer_s
-        for j, peer in enumerate(members):
-            if peer != me:
-                header = wire.RoundHeader(key, wire.PART, me, j, encoded[j].numel(), claims)
-                self.link.send(peer, header, encoded[j], wait_s)
+        self._send_paced(
+            this,
+            [
+                (
+                    peer,
+                    wire.RoundHeader(key, wire.PART, me, j, encoded[j].numel(), claims),
+                    encoded[j],
+                )
+                for j, peer in enumerate(members)
+                if peer != me
+            ],
+            wait_s,
+        )
         # our shard: every member's copy of it
         start, end = bounds[mine_index]
         parts: dict[str, torch.Tensor] = {me: sent[start:end]}
@@ -265,9 +288,9 @@ class OuterExchange:
             contributors,
             tuple(notes),
         )
-        for peer in members:
-            if peer != me:
-                self.link.send(peer, header, payload_out, wait_s)
+        self._send_paced(
+            this, [(peer, header, payload_out) for peer in members if peer != me], wait_s
+        )
         if problems:
             raise _Failed("; ".join(problems), heard)
         # every reduced shard; a member that sent its part and died is left out of the retry
@@ -310,9 +333,9 @@ class OuterExchange:
         claims = self._claims(sent, this)
         header = wire.RoundHeader(this.key, wire.SPARSE, me, 0, payload.numel(), claims)
         wait_s = this.join_s + self.timeouts.transfer_s
-        for peer in this.members:
-            if peer != me:
-                self.link.send(peer, header, payload, wait_s)
+        self._send_paced(
+            this, [(peer, header, payload) for peer in this.members if peer != me], wait_s
+        )
         parts: dict[str, torch.Tensor] = {me: sent}
         contributors: dict[str, Checksums] = {me: claims}
         problems = self._collect(
@@ -332,6 +355,16 @@ class OuterExchange:
         return self._checked(mean, claims, contributors, heard)
 
     # --- shared ---
+
+    def _send_paced(self, this: _Attempt, sends: list[_Send], timeout_s: float) -> None:
+        """Each message to its peer, this.pace_s apart (0: all at once)."""
+        for index, (peer, header, payload) in enumerate(sends):
+            wake = time.monotonic() + (this.pace_s if index else 0.0)
+            while (left := wake - time.monotonic()) > 0:
+                if this.should_stop():
+                    raise RoundStopped()
+                time.sleep(min(left, PACE_TICK_S))
+            self.link.send(peer, header, payload, timeout_s)
 
     def _combine(
         self, parts: Mapping[str, torch.Tensor], claims: Mapping[str, Checksums], numel: int

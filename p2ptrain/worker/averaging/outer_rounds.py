@@ -26,8 +26,10 @@ carries (fp16 or block-wise int8 in a reduce-scatter, top-k at 2 bits with this 
 feedback in a sparse gather). The StageAverager (hivemind) serves only the anchors' re-sync.
 
 The round never holds a step up while it runs: its thread runs at a lower CPU priority than the
-passes (ROUND_NICE), and a result not ready at its step is applied at the first later step it
-is, waited for only when the stage's next round is due (H steps on) or the run ends.
+passes (ROUND_NICE), its sends are paced over half the steps before its result is due (the p2pd
+daemon that carries them shares the worker's CPU: all at once, they stalled the next passes),
+and a result not ready at its step is applied at the first later step it is, waited for only
+when the stage's next round is due (H steps on) or the run ends.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import dataclasses
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -58,6 +61,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("p2ptrain.worker")
 
 ROUND_NICE = 10  # the round's thread yields the CPU quota to the passes (Linux: per thread)
+# a round's sends spread over this part of its overlap (the steps before its result is due)
+ROUND_SPREAD = 0.5
 
 
 def stagger_offset(stage: int, num_stages: int, inner_steps: int) -> int:
@@ -120,6 +125,8 @@ class OuterRounds:
             else None
         )
         self._pending: _Pending | None = None
+        self._step_s = 0.0  # the last inner step's wall time (paces a round's sends)
+        self._stepped_at: float | None = None
 
     @property
     def outer_steps(self) -> int:
@@ -131,6 +138,10 @@ class OuterRounds:
         """After the inner update of `step`: apply a round that is due, start one that is due;
         what happened (None: no round touched this step)."""
         report = None
+        now = time.monotonic()
+        if self._stepped_at is not None:
+            self._step_s = now - self._stepped_at
+        self._stepped_at = now
         pending = self._pending
         last = step + 1 == self.spec.optim.steps
         # a result not ready at its step: train on, apply it at the first step it is (the next
@@ -160,11 +171,12 @@ class OuterRounds:
         delta, anchor = self.outer.pseudo_gradient().cpu(), self.outer.anchor.cpu()
         apply_at = step + (0 if at_once else self.overlap)
         pending = _Pending(step, apply_at, self.outer.flat_params())
+        spread_s = ROUND_SPREAD * (apply_at - step) * self._step_s
 
         def run() -> None:
             with contextlib.suppress(OSError, AttributeError):  # not Linux: normal priority
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), ROUND_NICE)
-            pending.result = exchange.run(delta, step, should_stop, anchor)
+            pending.result = exchange.run(delta, step, should_stop, anchor, spread_s)
 
         pending.thread = threading.Thread(target=run, name=f"outer-round-{step}", daemon=True)
         pending.thread.start()

@@ -69,13 +69,14 @@ def run_round(
     grads: list[torch.Tensor],
     skip: set[int] = frozenset(),  # type: ignore[assignment]
     step: int = 9,
+    spread_s: float = 0.0,
 ) -> dict[int, tuple[torch.Tensor, Outcome, float]]:
     results: dict[int, tuple[torch.Tensor, Outcome, float]] = {}
     anchor = torch.ones(NUMEL)
 
     def one(i: int) -> None:
         started = time.monotonic()
-        mean, outcome = group[i][1].run(grads[i], step, lambda: False, anchor)
+        mean, outcome = group[i][1].run(grads[i], step, lambda: False, anchor, spread_s)
         results[i] = (mean, outcome, time.monotonic() - started)
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(len(group)) if i not in skip]
@@ -106,6 +107,47 @@ def test_dense_round_gives_every_member_the_same_weighted_mean(codec: str, num: 
         assert torch.equal(mean, first)  # bit for bit: one reducer's bytes per shard
     error = float((first - want).norm() / want.norm())
     assert error < (2e-3 if codec == "fp16" else 2e-2)
+
+
+class TimedLink(MemoryLink):
+    """A MemoryLink that notes when each send left."""
+
+    def __init__(self, peer_id: str, net: dict[str, MemoryLink]) -> None:
+        super().__init__(peer_id, net)
+        self.sent_at: list[float] = []
+
+    def send(
+        self, peer: str, header: wire.RoundHeader, payload: torch.Tensor, timeout_s: float
+    ) -> Future[None]:
+        self.sent_at.append(time.monotonic())
+        return super().send(peer, header, payload, timeout_s)
+
+
+@pytest.mark.parametrize("codec", ["int8", "topk"])
+def test_a_spread_round_paces_its_sends_and_still_agrees(codec: str) -> None:
+    """spread_s: our sends go one at a time (the daemon that carries them shares the passes'
+    CPU), within the timeouts' bound, and the round's result is the same."""
+    net: dict[str, MemoryLink] = {}
+    group = {peer: 1.0 for peer in PEERS}
+    links = [TimedLink(peer, net) for peer in PEERS]
+    net.update({link.peer_id: link for link in links})
+    exchanges = [
+        (link, OuterExchange(link, group, codec, NUMEL, "run/1/1/0", FAST)) for link in links
+    ]
+    spread_s = 0.8  # within min(join_s, transfer_s) / 2 = 1.0
+    results = run_round(exchanges, grads(3), spread_s=spread_s)  # type: ignore[arg-type]
+    first = results[0][0]
+    for mean, outcome, _ in results.values():
+        assert outcome.kind == "averaged" and outcome.group_size == 3, outcome
+        assert torch.equal(mean, first)
+    sends = 2 * (len(PEERS) - 1)
+    for link in links:
+        gaps = [b - a for a, b in zip(link.sent_at, link.sent_at[1:], strict=False)]
+        # each kind's second send waits spread_s / sends (dense: parts, then reduced shards)
+        assert max(gaps) >= 0.9 * spread_s / sends
+    unpaced = members(3, codec)
+    again = run_round(unpaced, grads(3))
+    assert all(torch.equal(again[i][0], results[i][0]) for i in results)
 
 
 def test_topk_gather_applies_error_feedback_and_agrees() -> None:

@@ -59,7 +59,14 @@ class SlowExchange:
     def __init__(self) -> None:
         self.release = threading.Event()
 
-    def run(self, delta: torch.Tensor, step: int, should_stop: object, anchor: object) -> object:
+    def run(
+        self,
+        delta: torch.Tensor,
+        step: int,
+        should_stop: object,
+        anchor: object,
+        spread_s: float = 0.0,
+    ) -> object:
         self.release.wait(30)
         return torch.zeros_like(delta), Outcome("averaged", 2)
 
