@@ -26,7 +26,7 @@ carries (fp16 or block-wise int8 in a reduce-scatter, top-k at 2 bits with this 
 feedback in a sparse gather). The StageAverager (hivemind) serves only the anchors' re-sync.
 
 The round never holds a step up while it runs: its thread runs at a lower CPU priority than the
-passes (ROUND_NICE), its sends are paced over half the steps before its result is due (the p2pd
+passes (ROUND_NICE), its sends are paced over the steps before its result is due (the p2pd
 daemon that carries them shares the worker's CPU: all at once, they stalled the next passes),
 and a result not ready at its step is applied at the first later step it is, waited for only
 when the stage's next round is due (H steps on) or the run ends.
@@ -61,8 +61,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("p2ptrain.worker")
 
 ROUND_NICE = 10  # the round's thread yields the CPU quota to the passes (Linux: per thread)
-# a round's sends spread over this part of its overlap (the steps before its result is due)
-ROUND_SPREAD = 0.5
+# a round's sends spread over this part of its overlap (the steps before its result is due;
+# a result that comes later is applied at the first step it is ready, not waited for)
+ROUND_SPREAD = 1.0
 
 
 def stagger_offset(stage: int, num_stages: int, inner_steps: int) -> int:
