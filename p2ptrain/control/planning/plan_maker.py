@@ -151,7 +151,7 @@ class PlanMaker:
                     matrices, current.pipelines, run, current.stage_layers
                 )
             if placement is not None and not self._pays_to_switch(
-                placement, current, previous_cost_s
+                placement, current, previous_cost_s, run
             ):
                 self._planned_matrices = matrices  # the new baseline for drift
                 return False
@@ -214,20 +214,36 @@ class PlanMaker:
         return self._change_since + PLAN_DEBOUNCE_S
 
     def _pays_to_switch(
-        self, placement: planner.Placement, current: Plan | None, current_cost: float | None
+        self,
+        placement: planner.Placement,
+        current: Plan | None,
+        current_cost: float | None,
+        run: RunSpec,
     ) -> bool:
-        """Is `placement` worth a restart over `current`, which costs `current_cost` on the
-        same measurements?"""
+        """Is `placement` worth a restart over `current`, which costs `current_cost` a step on
+        the same measurements? Compared per token, as the search compares shapes: under diloco
+        each replica adds its own batch, so 4 replicas at 0.97 s a step are no faster than 8
+        at 2.0 s (bench scaleout run 8 restarted 8 x 1 as 4 x 1 on a per-step comparison)."""
+        from p2ptrain.schedule.workload import tokens_per_step
+
         if current is None:
             return True
         same_layers = placement.stage_layers == current.stage_layers
         if placement.pipelines == current.pipelines and same_layers:
             return False  # same placement: nothing to restart for
-        switch = planner.worth_switching(placement.cost_s, current_cost)
+        new_tokens = tokens_per_step(run, len(placement.pipelines))
+        current_tokens = tokens_per_step(run, len(current.pipelines))
+        switch = planner.worth_switching(
+            placement.cost_s / new_tokens,
+            None if current_cost is None else current_cost / current_tokens,
+        )
         log.info(
-            "measurements drifted: new placement %.3f s vs current %s s per step: %s",
+            "measurements drifted: new placement %.3f s a step for %d tokens vs current %s s "
+            "for %d: %s",
             placement.cost_s,
+            new_tokens,
             "?" if current_cost is None else f"{current_cost:.3f}",
+            current_tokens,
             "switching" if switch else "keeping the current placement",
         )
         return switch

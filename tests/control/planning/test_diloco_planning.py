@@ -83,3 +83,32 @@ def test_diloco_keeps_the_runs_depth_where_devices_hold_no_more() -> None:
     need = max(RunStageBytes(run)(4, 2, [1, 1, 1, 1]))
     placement = plan_on_bench_network(run, memory_bytes=int(need * 1.3))
     assert placement.stages == 4 and len(placement.pipelines) == 2 and not placement.spares
+
+
+def test_a_drift_switch_is_priced_per_token_under_diloco() -> None:
+    """Bench scaleout run 8: 8 x 1 at 2.0 s a step was restarted as 4 x 1 at 0.97 s, half the
+    tokens a step: per token no faster. Under step the tokens a step do not change, so the
+    per-token comparison is the per-step one."""
+    from p2ptrain.control.planning.plan_maker import PlanMaker
+    from p2ptrain.records import Plan
+    from tests.control.test_view import A, make_view
+
+    peers = [f"12D3KooWPeer{i}" for i in range(8)]
+    view, _ = make_view(me=A, peers=())
+    maker = PlanMaker(view, A)
+    current = Plan(
+        term=1,
+        epoch=1,
+        planner=A,
+        stages=1,
+        pipelines=tuple((p,) for p in peers),
+        spares=(),
+        data_addrs={},
+        cost_s=2.0,
+    )
+    four = Placement(1, tuple((p,) for p in peers[:4]), tuple(peers[4:]), 0.97)
+    diloco = RunSpec().replace(sync="diloco", stages=1)
+    assert not maker._pays_to_switch(four, current, 2.0, diloco)
+    assert maker._pays_to_switch(four, current, 2.0, diloco.replace(sync="step"))
+    faster = Placement(1, tuple((p,) for p in peers[::-1]), (), 1.2)
+    assert maker._pays_to_switch(faster, current, 2.0, diloco)  # same tokens, 1.7x sooner
