@@ -46,6 +46,14 @@ PLAN_DEBOUNCE_S = 1.5
 # then is estimated (the median of the measured)
 FIRST_PLAN_WAIT_S = 90.0  # 8 peers over 4 cities measured their 28 links' rates in 60-90 s
 DRIFT_CHECK_INTERVAL_S = 10.0
+MIN_STEPS_AFTER_SWITCH = 10  # a drift or compute re-plan needs this many steps left to pay
+
+
+def min_steps_to_switch(run: RunSpec) -> int:
+    """A new placement restarts every session (resume, state transfer): near the run's end
+    it cannot pay (bench scaleout run 8: a drift re-plan one step before the end stopped the
+    last outer round and held the run's end up for 5 minutes)."""
+    return max(MIN_STEPS_AFTER_SWITCH, run.optim.steps // 5)
 
 
 class PlanMaker:
@@ -231,6 +239,10 @@ class PlanMaker:
         same_layers = placement.stage_layers == current.stage_layers
         if placement.pipelines == current.pipelines and same_layers:
             return False  # same placement: nothing to restart for
+        left = self._steps_left(run, current)
+        if left is not None and left < min_steps_to_switch(run):
+            log.info("keeping the current placement: %d steps left of the run", left)
+            return False
         new_tokens = tokens_per_step(run, len(placement.pipelines))
         current_tokens = tokens_per_step(run, len(current.pipelines))
         switch = planner.worth_switching(
@@ -247,6 +259,18 @@ class PlanMaker:
             "switching" if switch else "keeping the current placement",
         )
         return switch
+
+    def _steps_left(self, run: RunSpec, current: Plan) -> int | None:
+        """Steps of the run after the furthest one a placed peer reported (None: none yet)."""
+        members = self.view.members
+        reported = [
+            metrics.step
+            for peer in current.peers()
+            if peer in members
+            and (metrics := members[peer].metrics) is not None
+            and metrics.step is not None
+        ]
+        return run.optim.steps - 1 - max(reported) if reported else None
 
     def _awaits_first_plan(
         self,

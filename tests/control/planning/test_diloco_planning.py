@@ -112,3 +112,26 @@ def test_a_drift_switch_is_priced_per_token_under_diloco() -> None:
     assert maker._pays_to_switch(four, current, 2.0, diloco.replace(sync="step"))
     faster = Placement(1, tuple((p,) for p in peers[::-1]), (), 1.2)
     assert maker._pays_to_switch(faster, current, 2.0, diloco)  # same tokens, 1.7x sooner
+
+
+def test_no_drift_switch_near_the_runs_end() -> None:
+    """Bench scaleout run 8: a re-plan one step before the end stopped the last outer round;
+    a restart cannot pay with fewer than min_steps_to_switch steps left."""
+    from unittest.mock import MagicMock
+
+    from p2ptrain.control.membership import Member
+    from p2ptrain.control.planning.plan_maker import PlanMaker, min_steps_to_switch
+    from p2ptrain.records import PeerMetrics, Plan
+    from tests.control.test_view import A, make_view
+
+    peers = [f"12D3KooWPeer{i}" for i in range(4)]
+    view, _ = make_view(me=A, peers=())
+    maker = PlanMaker(view, A)
+    current = Plan(1, 1, A, 1, tuple((p,) for p in peers), (), {}, 2.0)
+    faster = Placement(1, tuple((p,) for p in peers[::-1]), (), 1.0)
+    run = RunSpec().replace(sync="diloco", stages=1, steps=80)
+    assert min_steps_to_switch(run) == 16
+    assert maker._pays_to_switch(faster, current, 2.0, run)  # nobody reported a step yet
+    for step, pays in ((60, True), (70, False), (79, False)):
+        view.members[peers[2]] = Member(MagicMock(), 0.0, PeerMetrics(step=step))
+        assert maker._pays_to_switch(faster, current, 2.0, run) is pays, step
