@@ -148,10 +148,8 @@ class OuterExchange:
         """The group's combined pseudo-gradient, or this replica's own ('local': the round
         failed; 'stopped': should_stop() turned true).
 
-        spread_s: how long the first attempt may spread our sends over (worker/averaging/
-        outer_rounds.py): the daemon that carries them shares the worker's CPU, and 7 parts at
-        once stalled the next steps' passes (bench scaleout: a step 2.2x the median); capped
-        well within the join and transfer timeouts."""
+        spread_s: how long the first attempt may spread our sends over (outer_rounds.py: the
+        daemon carrying them shares the passes' CPU), capped well within the timeouts."""
         flat = pseudo_gradient.detach().float().reshape(-1).cpu()
         sparse, sent = None, flat
         if self.topk is not None:  # error feedback moves once a round, whatever the attempts
@@ -357,7 +355,11 @@ class OuterExchange:
     # --- shared ---
 
     def _send_paced(self, this: _Attempt, sends: list[_Send], timeout_s: float) -> None:
-        """Each message to its peer, this.pace_s apart (0: all at once)."""
+        """Each message to its peer, this.pace_s apart (0: all at once), starting with the
+        member after us: each member's k-th send goes to a different peer, so no one receives
+        every member's first message at once."""
+        ring, me = len(this.members), this.members.index(self.link.peer_id)
+        sends = sorted(sends, key=lambda send: (this.members.index(send[0]) - me) % ring)
         for index, (peer, header, payload) in enumerate(sends):
             wake = time.monotonic() + (this.pace_s if index else 0.0)
             while (left := wake - time.monotonic()) > 0:

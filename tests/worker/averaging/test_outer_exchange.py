@@ -115,11 +115,13 @@ class TimedLink(MemoryLink):
     def __init__(self, peer_id: str, net: dict[str, MemoryLink]) -> None:
         super().__init__(peer_id, net)
         self.sent_at: list[float] = []
+        self.sent_to: list[str] = []
 
     def send(
         self, peer: str, header: wire.RoundHeader, payload: torch.Tensor, timeout_s: float
     ) -> Future[None]:
         self.sent_at.append(time.monotonic())
+        self.sent_to.append(peer)
         return super().send(peer, header, payload, timeout_s)
 
 
@@ -145,6 +147,8 @@ def test_a_spread_round_paces_its_sends_and_still_agrees(codec: str) -> None:
         gaps = [b - a for a, b in zip(link.sent_at, link.sent_at[1:], strict=False)]
         # each kind's second send waits spread_s / sends (dense: parts, then reduced shards)
         assert max(gaps) >= 0.9 * spread_s / sends
+    # a ring: every member's first message goes to a different member
+    assert len({link.sent_to[0] for link in links}) == len(links)
     unpaced = members(3, codec)
     again = run_round(unpaced, grads(3))
     assert all(torch.equal(again[i][0], results[i][0]) for i in results)
