@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from p2ptrain.harness.control_cpu import cpu_s
 from tests.conftest import PYTHON, ProcessReaper, descendants_of
 from tests.control.swarm_helpers import (
     BOOTSTRAP_LOOPBACK,
@@ -41,17 +42,7 @@ MAX_CORES = 1.0
 MAX_RESIDENT_BYTES = 100 * 1024 * 1024
 SOFT_NOFILE = ("prlimit", "--nofile=1024:")
 RUN = f"[run]\nworker_stall_s = 0.0\nmin_peers = {NUM_PEERS}\n"
-TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of one process (0 if it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
 
 
 def resident_bytes(pid: int) -> int:
