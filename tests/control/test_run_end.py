@@ -44,6 +44,23 @@ def settled(v: view_mod.SwarmView, now: float) -> bool:
     return v.finished
 
 
+def planner_of(peers: tuple[str, ...]) -> tuple[view_mod.SwarmView, Any, set[str], Any]:
+    """A's view as the planner of `peers`; `tick(now)` hears from the peers still in `alive`
+    and runs A's plan maker once."""
+    v, feed = make_view(me=A, peers=peers)
+    v.run = RUN
+    v.claim()
+    maker = PlanMaker(v, A)
+    alive = set(peers)
+
+    async def tick(now: float) -> bool:
+        for peer in alive:
+            assert v.accept(feed("peer", peer, record()), now) is None
+        return await maker.tick(now, [])
+
+    return v, feed, alive, tick
+
+
 def test_the_run_ends_once_every_placed_replica_trained_its_last_step() -> None:
     # diloco: each replica at its own pace. B is first to its last step; A still trains
     v, feed = planned_view(placed=(A, B), spares=(C,))
@@ -113,16 +130,7 @@ def test_our_own_worker_and_the_organiser_may_say_it() -> None:
 
 def test_a_finished_run_gets_no_new_plan_and_no_claim() -> None:
     # A plans for A, B, C; all three report the last step; then C leaves: no plan
-    v, feed = make_view(me=A, peers=(B, C))
-    v.run = RUN
-    v.claim()
-    maker = PlanMaker(v, A)
-    alive = {B, C}
-
-    async def tick(now: float) -> bool:
-        for peer in alive:
-            assert v.accept(feed("peer", peer, record()), now) is None
-        return await maker.tick(now, [])
+    v, feed, alive, tick = planner_of((B, C))
 
     async def scenario() -> list[bool]:
         made = [await tick(1.0), await tick(1.0 + PLAN_DEBOUNCE_S + 0.1)]
@@ -146,16 +154,7 @@ def test_a_finished_run_gets_no_new_plan_and_no_claim() -> None:
 def test_a_replica_done_and_gone_is_not_re_planned_a_lost_one_is() -> None:
     # bench scaleout run 6: under diloco the fastest replica (B) trained the last step and
     # left; the planner re-planned the others, which lost their last steps
-    v, feed = make_view(me=A, peers=(B, C, ME))
-    v.run = RUN
-    v.claim()
-    maker = PlanMaker(v, A)
-    alive = {B, C, ME}
-
-    async def tick(now: float) -> bool:
-        for peer in alive:
-            assert v.accept(feed("peer", peer, record()), now) is None
-        return await maker.tick(now, [])
+    v, feed, alive, tick = planner_of((B, C, ME))
 
     async def scenario() -> list[bool]:
         made = [await tick(1.0), await tick(1.0 + PLAN_DEBOUNCE_S + 0.1)]

@@ -161,11 +161,11 @@ class OuterExchange:
         bound = min(self.timeouts.join_s, self.timeouts.transfer_s) / 2
         pace_s = max(0.0, min(spread_s, bound)) / sends
         try:
-            for attempt, join_s in enumerate((self.timeouts.join_s, self.timeouts.retry_s)):
+            # the retry, among the members heard from, goes at once
+            tries = ((self.timeouts.join_s, pace_s), (self.timeouts.retry_s, 0.0))
+            for attempt, (join_s, pace) in enumerate(tries):
                 key = self._round_key(step, attempt, members)
-                this = _Attempt(
-                    key, members, step, join_s, (digest, norm), should_stop, pace_s * (attempt == 0)
-                )
+                this = _Attempt(key, members, step, join_s, (digest, norm), should_stop, pace)
                 try:
                     if sparse is not None:
                         mean, gathered = self._gather(this, sparse, sent)
