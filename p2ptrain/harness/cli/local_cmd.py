@@ -25,7 +25,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from p2ptrain.errors import UserError
-from p2ptrain.records import MetricsReport, Plan
+from p2ptrain.records import MetricsReport, Plan, RunSpec
 from p2ptrain.worker.faults import Faults
 
 
@@ -123,7 +123,13 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
                 host, port = parse_http_address(args.http)
                 print(f"dashboard: http://{host}:{port}/", file=out, flush=True)
             result = _train_with_control_plane(
-                spec, args.peers, workdir, out, own_checkpoints, faults=faults, http=args.http
+                one_host_spec(spec),
+                args.peers,
+                workdir,
+                out,
+                own_checkpoints,
+                faults=faults,
+                http=args.http,
             )
         else:
             with LocalSwarm(spec, args.peers, workdir) as swarm:
@@ -242,14 +248,22 @@ def _short(peer_id: str) -> str:
     return f"…{peer_id[-6:]}"
 
 
+def one_host_spec(spec: RunSpec) -> RunSpec:
+    """The run as peers that share one machine plan it: on their links, at the run's `stages`.
+    Each worker's stage time describes a machine of its own, which these peers are not; priced
+    anyway, diloco's planner would trade the pipeline for replicas (1 x 4: no stage boundary)."""
+    return spec.replace(compute_aware=False)
+
+
 def shared_cores_note(num_peers: int) -> str:
-    """What a plan made on one machine means: the planner prices each peer's compute as its
-    own (each worker timed the model alone), but here the peers share this machine's cores."""
+    """What a plan made on one machine means: the peers share this machine's cores, so the
+    planner does not price their compute (one_host_spec)."""
     cores = os.cpu_count() or 1
     return (
         f"note: the {num_peers} peers share this machine's {cores} core(s): the plan shows how "
         "a swarm splits the model into pipeline stages and data-parallel replicas, not the "
-        "speed-up separate machines would give (the planner prices each peer as its own machine)"
+        "speed-up separate machines would give (the planner prices the links only, at the "
+        "run's stages)"
     )
 
 
