@@ -96,18 +96,19 @@ class RoundGather(Record, name="round metadata"):
 
 
 def checksums(flat: torch.Tensor, step: int, weight: float) -> Checksums:
-    """Two linear checksums of a flat gradient, in float64."""
-    values = flat.detach().double()
+    """Two linear checksums of a flat gradient, in float64. One float64 copy and one sign
+    vector, filled in place: at an outer round's start this runs on a worker's small CPU
+    quota, and every extra temporary of the stage's size there is time the passes lose."""
+    values = flat.detach().reshape(-1).double()
     generator = torch.Generator().manual_seed(1_000_003 * step + 17)
-    signs = (
-        torch.randint(0, 2, values.shape, generator=generator, dtype=torch.int8).double() * 2 - 1
-    )
+    signs = torch.randint(0, 2, values.shape, generator=generator, dtype=torch.int8)
+    signed = signs.double().mul_(2).sub_(1)
     return Checksums(
         step,
         float(weight),
         values.sum().item(),
-        (values * signs).sum().item(),
-        values.norm().item(),
+        torch.dot(values, signed).item(),
+        torch.linalg.vector_norm(values).item(),
     )
 
 
@@ -162,10 +163,18 @@ def check_round(
     return None
 
 
+def fixed_signs(numel: int) -> torch.Tensor:
+    """The ±1 float64 signs of params_digest (seeded alike on every member)."""
+    bits = torch.randint(
+        0, 2, (numel,), generator=torch.Generator().manual_seed(7), dtype=torch.int8
+    )
+    return bits.double().mul_(2).sub_(1)
+
+
 def params_digest(flat_params: torch.Tensor, signs: torch.Tensor) -> tuple[float, float]:
     """A ±1 projection of the parameters (fixed signs) and their norm, in float64."""
-    values = flat_params.detach().double()
-    return float((values * signs).sum().item()), float(values.norm().item())
+    values = flat_params.detach().reshape(-1).double()
+    return float(torch.dot(values, signs.reshape(-1)).item()), float(values.norm().item())
 
 
 def replicas_diverged(gathered: dict[Any, Any], tolerance: float) -> bool:

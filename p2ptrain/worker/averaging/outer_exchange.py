@@ -37,7 +37,6 @@ from typing import Protocol
 import torch
 
 from p2ptrain.errors import WireError
-from p2ptrain.records import NetworkFacts
 from p2ptrain.train import codecs
 from p2ptrain.worker.averaging import outer_wire as wire
 from p2ptrain.worker.averaging.checks import (
@@ -45,12 +44,13 @@ from p2ptrain.worker.averaging.checks import (
     Checksums,
     check_round,
     checksums,
+    fixed_signs,
     params_digest,
     replicas_diverged,
 )
 from p2ptrain.worker.averaging.robust import robust_mean
 from p2ptrain.worker.averaging.round_inbox import RoundInbox, RoundStopped
-from p2ptrain.worker.averaging.stage_averager import RETRY_TIMEOUT_S, Outcome, averaging_timeouts
+from p2ptrain.worker.averaging.stage_averager import Outcome
 
 log = logging.getLogger(__name__)
 
@@ -75,15 +75,6 @@ class ExchangeTimeouts:
     join_s: float  # how late a member's first message may come
     transfer_s: float  # a reduced shard's extra time after that
     retry_s: float  # the second attempt's join time
-
-
-def exchange_timeouts(
-    join_s: float, payload_bytes: int, network: NetworkFacts | None, stage: int
-) -> ExchangeTimeouts:
-    """join_s: the run's averaging_timeout_s (how far apart the replicas may reach a round);
-    the transfers' bounds from the plan's facts of the stage group's links."""
-    links = averaging_timeouts(payload_bytes, network, stage)
-    return ExchangeTimeouts(join_s, links.reducer_s, max(RETRY_TIMEOUT_S, links.sender_s))
 
 
 @dataclass(frozen=True)
@@ -128,14 +119,18 @@ class OuterExchange:
         self.prefix, self.timeouts = round_prefix, timeouts
         self.fraction = topk_fraction
         self.topk = codecs.TopKCompressor(numel, topk_fraction) if codec == "topk" else None
-        self._signs = (
-            torch.randint(
-                0, 2, (numel,), generator=torch.Generator().manual_seed(7), dtype=torch.int8
-            ).double()
-            * 2
-            - 1
-        )
+        self._signs = fixed_signs(numel)
         link.inbox.admit_group(group, wire.max_message_bytes(codec, numel, topk_fraction))
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """A round's first buffers of the stage's size cost their page faults too (bench
+        scaleout: 0.095 s of CPU at the first round stretched a small quota's step 1.8x)."""
+        zeros = torch.zeros(self.numel)
+        params_digest(zeros, self._signs)
+        checksums(zeros, 0, 1.0)
+        if self.codec != "topk":
+            wire.decode_dense(self.codec, wire.encode_dense(self.codec, zeros), self.numel)
 
     def run(
         self,

@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from p2ptrain.errors import WireError
-from p2ptrain.records import Plan, Role, RunSpec
+from p2ptrain.records import NetworkFacts, Plan, Role, RunSpec
 from p2ptrain.worker.averaging import outer_wire as wire
-from p2ptrain.worker.averaging.outer_exchange import OuterExchange, exchange_timeouts
+from p2ptrain.worker.averaging.outer_exchange import ExchangeTimeouts, OuterExchange
 from p2ptrain.worker.averaging.round_inbox import RoundInbox
+from p2ptrain.worker.averaging.stage_averager import RETRY_TIMEOUT_S, averaging_timeouts
 from p2ptrain.worker.inbound import Framing
 from p2ptrain.worker.pipeline.stage_step import replica_weights
 
@@ -136,3 +137,12 @@ def stage_exchange(
         exchange_timeouts(spec.wire.averaging_timeout_s, payload_bytes, plan.network, role.stage),
         spec.wire.topk_fraction,
     )
+
+
+def exchange_timeouts(
+    join_s: float, payload_bytes: int, network: NetworkFacts | None, stage: int
+) -> ExchangeTimeouts:
+    """join_s: the run's averaging_timeout_s (how far apart the replicas may reach a round);
+    the transfers' bounds from the plan's facts of the stage group's links."""
+    links = averaging_timeouts(payload_bytes, network, stage)
+    return ExchangeTimeouts(join_s, links.reducer_s, max(RETRY_TIMEOUT_S, links.sender_s))

@@ -26,6 +26,7 @@ from p2ptrain.worker.averaging.checks import (
     RoundGather,
     check_round,
     checksums,
+    fixed_signs,
     params_digest,
     replicas_diverged,
 )
@@ -157,13 +158,7 @@ class StageAverager:
         # own tensor; with fp16 the delta is rounded too); one local-only update moves them
         # apart by ~1e-2 of the parameter norm
         self.divergence_tolerance = 1e-6 if compression == "none" else 1e-2
-        self._param_signs = (
-            torch.randint(
-                0, 2, (num_params,), generator=torch.Generator().manual_seed(7), dtype=torch.int8
-            ).double()
-            * 2
-            - 1
-        )
+        self._param_signs = fixed_signs(num_params)
         # bf16 activations still average in fp16: hivemind has no bf16 codec, fp16 is closer anyway
         # hivemind only here: the timeout rules above stay importable beside libp2p (tests)
         from hivemind.compression import CompressionBase, Float16Compression, NoCompression

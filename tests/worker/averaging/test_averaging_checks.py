@@ -15,6 +15,7 @@ from p2ptrain.worker.averaging.checks import (
     RoundGather,
     check_round,
     checksums,
+    fixed_signs,
     params_digest,
     replicas_diverged,
 )
@@ -197,3 +198,24 @@ def test_a_result_longer_than_the_members_gradients_fails_the_round() -> None:
     assert check_round(honest, mine, gathered, COMPRESSED_TOLERANCE, EQUAL) is None
     problem = check_round(poisoned, mine, gathered, COMPRESSED_TOLERANCE, EQUAL)
     assert problem is not None and "result norm" in problem
+
+
+def test_checksums_and_digest_are_the_float64_formulas_they_name() -> None:
+    """checksums() and params_digest() fill their buffers in place (a small CPU quota pays
+    for every temporary); their values stay the plain float64 formulas, signs and all."""
+    flat = torch.randn(10_001)
+    values = flat.double()
+    generator = torch.Generator().manual_seed(1_000_003 * 29 + 17)
+    step_signs = torch.randint(0, 2, (10_001,), generator=generator, dtype=torch.int8) * 2 - 1
+    mine = checksums(flat.reshape(73, 137), 29, 0.5)
+    assert mine.step == 29 and mine.weight == 0.5
+    assert mine.total == pytest.approx(values.sum().item(), rel=1e-12)
+    assert mine.projection == pytest.approx((values * step_signs).sum().item(), rel=1e-9)
+    assert mine.norm == pytest.approx(values.norm().item(), rel=1e-12)
+    fixed = torch.randint(
+        0, 2, (10_001,), generator=torch.Generator().manual_seed(7), dtype=torch.int8
+    )
+    assert torch.equal(fixed_signs(10_001), fixed.double() * 2 - 1)
+    digest, norm = params_digest(flat, fixed_signs(10_001))
+    assert digest == pytest.approx((values * (fixed.double() * 2 - 1)).sum().item(), rel=1e-9)
+    assert norm == pytest.approx(values.norm().item(), rel=1e-12)
