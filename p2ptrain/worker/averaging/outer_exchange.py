@@ -49,13 +49,15 @@ from p2ptrain.worker.averaging.checks import (
     replicas_diverged,
 )
 from p2ptrain.worker.averaging.robust import robust_mean
-from p2ptrain.worker.averaging.round_inbox import RoundInbox, RoundStopped
+from p2ptrain.worker.averaging.round_inbox import RoundInbox, RoundStopped, wait_or_stop
 from p2ptrain.worker.averaging.stage_averager import Outcome
 
 log = logging.getLogger(__name__)
 
 DIVERGENCE_TOLERANCE = 1e-2  # anchors differ by ~1e-2 of their norm after one missed round
-PACE_TICK_S = 0.1  # a paced send still notices should_stop() this often
+# the round's own CPU (digest; shards; checksums) is paced like its sends: at a round's start it
+# came all at once and stretched a 1/8-core worker's step 1.6-1.9x (bench scaleout, run 11)
+PREP_PAUSES = 2
 _Send = tuple[str, wire.RoundHeader, torch.Tensor]  # to whom, what
 
 
@@ -154,8 +156,9 @@ class OuterExchange:
         failures: list[str] = []
         sends = 2 * (len(members) - 1)  # parts, then reduced shards (a gather: half of it)
         bound = min(self.timeouts.join_s, self.timeouts.transfer_s) / 2
-        pace_s = max(0.0, min(spread_s, bound)) / sends
+        pace_s = max(0.0, min(spread_s, bound)) / (sends + PREP_PAUSES)
         try:
+            wait_or_stop(pace_s, should_stop)
             # the retry, among the members heard from, goes at once
             tries = ((self.timeouts.join_s, pace_s), (self.timeouts.retry_s, 0.0))
             for attempt, (join_s, pace) in enumerate(tries):
@@ -240,6 +243,7 @@ class OuterExchange:
                 for e, (a, b) in zip(encoded, bounds, strict=True)
             ]
         )
+        wait_or_stop(this.pace_s, this.should_stop)
         claims = self._claims(sent, this)
         wait_s = this.join_s + self.timeouts.transfer_s
         self._send_paced(
@@ -323,6 +327,7 @@ class OuterExchange:
         self, this: _Attempt, payload: torch.Tensor, sent: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, dict[str, float]]]:
         me = self.link.peer_id
+        wait_or_stop(this.pace_s, this.should_stop)
         claims = self._claims(sent, this)
         header = wire.RoundHeader(this.key, wire.SPARSE, me, 0, payload.numel(), claims)
         wait_s = this.join_s + self.timeouts.transfer_s
@@ -356,11 +361,7 @@ class OuterExchange:
         ring, me = len(this.members), this.members.index(self.link.peer_id)
         sends = sorted(sends, key=lambda send: (this.members.index(send[0]) - me) % ring)
         for index, (peer, header, payload) in enumerate(sends):
-            wake = time.monotonic() + (this.pace_s if index else 0.0)
-            while (left := wake - time.monotonic()) > 0:
-                if this.should_stop():
-                    raise RoundStopped()
-                time.sleep(min(left, PACE_TICK_S))
+            wait_or_stop(this.pace_s if index else 0.0, this.should_stop)
             self.link.send(peer, header, payload, timeout_s)
 
     def _combine(

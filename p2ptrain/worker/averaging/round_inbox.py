@@ -17,12 +17,22 @@ from p2ptrain.worker.averaging.outer_wire import ACCEPTED, BUSY, REJECTED, Round
 
 MAX_HELD_PER_SENDER = 8
 POLL_S = 0.2  # how often a waiting round checks whether it must stop
+PACE_TICK_S = 0.1  # a paced round still notices should_stop() this often
 
 _Key = tuple[str, str, str, int]  # round, kind, sender, shard
 
 
 class RoundStopped(Exception):
     """The round's should_stop() turned true while it waited."""
+
+
+def wait_or_stop(seconds: float, should_stop: Callable[[], bool]) -> None:
+    """Sleep `seconds` (a paced round's pause), or raise RoundStopped once should_stop()."""
+    wake = time.monotonic() + seconds
+    while (left := wake - time.monotonic()) > 0:
+        if should_stop():
+            raise RoundStopped()
+        time.sleep(min(left, PACE_TICK_S))
 
 
 class RoundInbox:

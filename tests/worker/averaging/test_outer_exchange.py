@@ -17,7 +17,7 @@ from p2ptrain.errors import WireError
 from p2ptrain.train import codecs
 from p2ptrain.worker.averaging import outer_wire as wire
 from p2ptrain.worker.averaging.checks import Checksums
-from p2ptrain.worker.averaging.outer_exchange import ExchangeTimeouts, OuterExchange
+from p2ptrain.worker.averaging.outer_exchange import PREP_PAUSES, ExchangeTimeouts, OuterExchange
 from p2ptrain.worker.averaging.round_inbox import RoundInbox
 from p2ptrain.worker.averaging.stage_averager import Outcome
 
@@ -137,16 +137,19 @@ def test_a_spread_round_paces_its_sends_and_still_agrees(codec: str) -> None:
         (link, OuterExchange(link, group, codec, NUMEL, "run/1/1/0", FAST)) for link in links
     ]
     spread_s = 0.8  # within min(join_s, transfer_s) / 2 = 1.0
+    began = time.monotonic()
     results = run_round(exchanges, grads(3), spread_s=spread_s)  # type: ignore[arg-type]
     first = results[0][0]
     for mean, outcome, _ in results.values():
         assert outcome.kind == "averaged" and outcome.group_size == 3, outcome
         assert torch.equal(mean, first)
-    sends = 2 * (len(PEERS) - 1)
+    # the round's own work is paced too: PREP_PAUSES pauses before the first send
+    pace_s = spread_s / (2 * (len(PEERS) - 1) + PREP_PAUSES)
     for link in links:
         gaps = [b - a for a, b in zip(link.sent_at, link.sent_at[1:], strict=False)]
-        # each kind's second send waits spread_s / sends (dense: parts, then reduced shards)
-        assert max(gaps) >= 0.9 * spread_s / sends
+        # each kind's second send waits pace_s (dense: parts, then reduced shards)
+        assert max(gaps) >= 0.9 * pace_s
+        assert min(link.sent_at) - began >= 0.9 * PREP_PAUSES * pace_s
     # a ring: every member's first message goes to a different member
     assert len({link.sent_to[0] for link in links}) == len(links)
     unpaced = members(3, codec)
