@@ -12,7 +12,7 @@ takes its rows of step s's batch), so every variant sees exactly the same tokens
                       the recommended outer lr and momentum (harness/scaleout_runs.py); the round
                       applied min(H/2, 5) steps later, as the product applies it
     diloco_hH_int8    the same with block-wise int8, and top-k with error feedback (train/codecs.py)
-    diloco_hH_topk
+    diloco_hH_topk    at the first H, and at the recommended top-k H (5: top-k needs many rounds)
     diloco_hH_paper   the same with DiLoCo's outer step (lr 0.7, Nesterov momentum 0.9)
     act_fp16          every-step, the model cut into two stages at its middle layer, the boundary
     act_int8          quantizing activations and their gradients (fp16, or int8 per row)
@@ -27,13 +27,13 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 from torch import nn
 
-from p2ptrain.harness.scaleout_runs import INNER_STEPS, OUTER_LR, OUTER_MOMENTUM
+from p2ptrain.harness.scaleout_runs import INNER_STEPS, OUTER_LR, OUTER_MOMENTUM, TOPK_INNER_STEPS
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train import codecs
 from p2ptrain.train.data import get_batch, load_corpus, replica_rows
@@ -75,17 +75,24 @@ def default_variants(inner_steps: list[int]) -> list[Variant]:
     first = inner_steps[0]
     variants = [Variant("step")]
     variants += [Variant(f"diloco_h{h}", "diloco", h, limit=LIMITS["diloco"]) for h in inner_steps]
+    reference = f"diloco_h{first}"
     variants += [
+        Variant(f"diloco_h{first}_int8", "diloco", first, "int8", reference=reference),
+        Variant(f"diloco_h{first}_topk", "diloco", first, "topk", reference=reference),
         Variant(
-            f"diloco_h{first}_{codec}",
+            f"diloco_h{TOPK_INNER_STEPS}_topk",
             "diloco",
-            first,
-            codec,
-            reference=f"diloco_h{first}",
-            limit=LIMITS[codec],
-        )
-        for codec in ("int8", "topk")
+            TOPK_INNER_STEPS,
+            "topk",
+            reference=reference,
+        ),
     ]
+    # the acceptance: int8 at the same H; top-k at its own H (fewer bytes a step than int8's)
+    limited = {
+        f"diloco_h{first}_int8": LIMITS["int8"],
+        f"diloco_h{TOPK_INNER_STEPS}_topk": LIMITS["topk"],
+    }
+    variants = [replace(v, limit=limited.get(v.name, v.limit)) for v in variants]
     variants.append(
         Variant(f"diloco_h{first}_paper", "diloco", first, outer_lr=0.7, outer_momentum=0.9)
     )

@@ -7,7 +7,7 @@ the live compute-aware planner; harness/e2e_join.py), trained once per data-para
   pipeline a replica with `batch_size` rows of its own, H 30 inner steps, then each stage
   group's outer round (block-wise int8 pseudo-gradients, outer lr 1.0, Nesterov momentum 0.5);
 - diloco_fp16: diloco with fp16 pseudo-gradients (2 bytes a value);
-- diloco_topk: diloco with top-k 3% pseudo-gradients at 2 bits and error feedback;
+- diloco_topk: diloco with top-k 3% pseudo-gradients at 2 bits and error feedback, at H 5;
 - diloco_paper: diloco with DiLoCo's outer step (lr 0.7, Nesterov momentum 0.9);
 - diloco_int8: diloco with int8 pipeline activations and their gradients (per-row scaled);
 - diloco_fedavg: diloco with FedAvg's outer step (outer lr 1.0, no momentum);
@@ -43,6 +43,7 @@ from p2ptrain.harness.scaleout_runs import (
     OUTER_LR,
     OUTER_MOMENTUM,
     RUN_ORDER,
+    TOPK_INNER_STEPS,
 )
 from p2ptrain.records.run import RunSpec
 from p2ptrain.schedule.workload import step_traffic, tokens_per_step
@@ -76,7 +77,7 @@ def run_specs(
         "step": spec.replace(sync="step"),
         "diloco": diloco,
         "diloco_fp16": diloco.replace(outer_compression="fp16"),
-        "diloco_topk": diloco.replace(outer_compression="topk"),
+        "diloco_topk": diloco.replace(outer_compression="topk", inner_steps=TOPK_INNER_STEPS),
         "diloco_paper": diloco.replace(outer_lr=0.7, outer_momentum=0.9),
         "diloco_int8": diloco.replace(compression="int8"),
         # FedAvg's outer step: the replicas' mean, no momentum

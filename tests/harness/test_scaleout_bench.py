@@ -163,7 +163,8 @@ def test_the_recommended_diloco_run_is_predicted_to_meet_the_50x_bar() -> None:
     assert (recommended.optim.outer_lr, recommended.optim.outer_momentum) == (1.0, 0.5)
     assert recommended.wire.outer_compression == "int8" and recommended.wire.compression == "fp16"
     assert specs["diloco_fp16"] == recommended.replace(outer_compression="fp16")
-    assert specs["diloco_topk"] == recommended.replace(outer_compression="topk")
+    # top-k at its own H: it needs many rounds (harness/scaleout_runs.py)
+    assert specs["diloco_topk"] == recommended.replace(outer_compression="topk", inner_steps=5)
     assert specs["diloco_paper"] == recommended.replace(outer_lr=0.7, outer_momentum=0.9)
     assert specs["diloco_fedavg"] == recommended.replace(outer_momentum=0.0)
     assert specs["diloco_int8"] == recommended.replace(compression="int8")
