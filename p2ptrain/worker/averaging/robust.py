@@ -30,6 +30,10 @@ import torch
 
 CLIP_FACTOR = 4.0  # tau = this × the median distance to the coordinate-wise median
 CLIP_ITERATIONS = 3  # centred-clip iterations (each moves the centre toward the clipped mean)
+# up to this many rows the median is taken by a compare-exchange network of elementwise
+# min/max (n^2 / 2 of them), not torch.sort along the rows: 9x less CPU at 8 rows, and an
+# outer round's combine runs on a training worker's small CPU quota (docs/benchmarks.md)
+NETWORK_MAX_ROWS = 16
 PAIR_NORM_FACTOR = 3.0  # of two parts, one over this × the other's norm is dropped
 # a drifted replica's parameters differ by ~1e-2 of their norm, its Adam moments by up to about
 # as much as they are (a local update changes exp_avg by a tenth of a whole gradient)
@@ -81,8 +85,9 @@ def robust_mean(
             kept = [small]
     stacked = torch.stack([parts[i] for i in kept]).double()
     w = torch.tensor([float(weights[i]) for i in kept], dtype=torch.float64)
+    # the weighted mean as one product (no temporary of the stack's size)
+    mean = torch.tensordot(w, stacked, dims=1) / w.sum()
     w = w.view(-1, *([1] * (stacked.dim() - 1)))
-    mean = (w * stacked).sum(0) / w.sum()
     if len(kept) < 3 or drift_bound is not None:
         return Combined(mean.to(parts[0].dtype), dropped)
     value, clipped = _centred_clip(stacked, w, floor)
@@ -96,11 +101,9 @@ def _centred_clip(
 ) -> tuple[torch.Tensor, list[int]]:
     """Centred clip (Karimireddy et al. 2021) from the coordinate-wise median; the senders
     (rows) farther than tau from it, where tau = CLIP_FACTOR × the median distance."""
-    ordered = stacked.sort(dim=0).values
     n = len(stacked)
-    centre = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
-    flat = (stacked - centre).flatten(1)
-    distances = flat.norm(dim=1)
+    centre = coordinate_median(stacked)
+    distances = torch.stack([torch.linalg.vector_norm(row - centre) for row in stacked])
     tau = CLIP_FACTOR * max(float(distances.median()), floor)
     clipped = [i for i in range(n) if float(distances[i]) > tau]
     if not clipped:
@@ -111,3 +114,20 @@ def _centred_clip(
         scale = torch.clamp(tau / (norms + 1e-300), max=1.0).view_as(w)
         centre = centre + (w * scale * offsets).sum(0) / w.sum()
     return centre, clipped
+
+
+def coordinate_median(stacked: torch.Tensor) -> torch.Tensor:
+    """The coordinate-wise median of the rows (the mean of the middle two for an even count),
+    exactly what sorting each column gives."""
+    n = len(stacked)
+    if n > NETWORK_MAX_ROWS:
+        ordered = stacked.sort(dim=0).values
+        return (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
+    rows = list(stacked.unbind(0))
+    for sweep in range(n):  # odd-even transposition sort: n sweeps sort any n rows
+        for i in range(sweep % 2, n - 1, 2):
+            rows[i], rows[i + 1] = (
+                torch.minimum(rows[i], rows[i + 1]),
+                torch.maximum(rows[i], rows[i + 1]),
+            )
+    return (rows[(n - 1) // 2] + rows[n // 2]) / 2

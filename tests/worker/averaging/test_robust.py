@@ -10,6 +10,7 @@ import torch
 from p2ptrain.worker.averaging.robust import (
     MOMENTS_DRIFT_BOUND,
     PARAMS_DRIFT_BOUND,
+    coordinate_median,
     robust_mean,
 )
 
@@ -108,3 +109,15 @@ def test_mostly_zero_copies_of_a_part_do_not_clip_the_one_that_is_not() -> None:
     combined = robust_mean(parts, [1.0] * 3, own=0, floor=float(seen.norm()))
     assert not combined.clipped
     torch.testing.assert_close(combined.value, seen / 3)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 7, 8, 9, 16, 17])
+def test_the_coordinate_median_is_what_sorting_each_column_gives(rows: int) -> None:
+    """Small groups take the median by a min/max network (far less CPU than torch.sort along
+    the rows); its result is the sorted median exactly, ties and all."""
+    generator = torch.Generator().manual_seed(rows)
+    stacked = torch.randn(rows, 1001, generator=generator, dtype=torch.float64)
+    stacked[:, :10] = torch.randint(0, 3, (rows, 10), generator=generator).double()  # ties
+    ordered = stacked.sort(dim=0).values
+    expected = (ordered[(rows - 1) // 2] + ordered[rows // 2]) / 2
+    assert torch.equal(coordinate_median(stacked), expected)
