@@ -10,7 +10,7 @@ takes its rows of step s's batch), so every variant sees exactly the same tokens
     diloco_hH         R models, each `H` AdamW steps on its own rows, then the outer Nesterov
                       step on the mean pseudo-gradient (train/outer.py), fp16 on the wire, with
                       the recommended outer lr and momentum (harness/scaleout_runs.py); the round
-                      applied min(H/2, 5) steps later, as the product applies it
+                      applied min(H/2, 15) steps later, as the product applies it
     diloco_hH_int8    the same with block-wise int8, and top-k with error feedback (train/codecs.py)
     diloco_hH_topk    at the first H, and at the recommended top-k H (5: top-k needs many rounds)
     diloco_hH_paper   the same with DiLoCo's outer step (lr 0.7, Nesterov momentum 0.9)

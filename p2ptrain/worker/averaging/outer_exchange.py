@@ -25,7 +25,6 @@ from, so a dead member costs the others at most join_s + retry_s, never a hang.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import statistics
 import time
@@ -48,16 +47,17 @@ from p2ptrain.worker.averaging.checks import (
     params_digest,
     replicas_diverged,
 )
-from p2ptrain.worker.averaging.robust import robust_mean
-from p2ptrain.worker.averaging.round_inbox import RoundInbox, RoundStopped, wait_or_stop
+from p2ptrain.worker.averaging.robust import combine_members
+from p2ptrain.worker.averaging.round_inbox import RoundInbox, RoundStopped
+from p2ptrain.worker.averaging.round_pacing import RoundPacer
 from p2ptrain.worker.averaging.stage_averager import Outcome
 
 log = logging.getLogger(__name__)
 
 DIVERGENCE_TOLERANCE = 1e-2  # anchors differ by ~1e-2 of their norm after one missed round
-# the round's own CPU (digest; shards; checksums) is paced like its sends: at a round's start it
-# came all at once and stretched a 1/8-core worker's step 1.6-1.9x (bench scaleout, run 11)
-PREP_PAUSES = 2
+# our sends are spaced over this share of the pacing window (round_pacing.py); the rest is
+# for the round's CPU pauses and the groupmates' own pacing
+SEND_SHARE = 0.5
 _Send = tuple[str, wire.RoundHeader, torch.Tensor]  # to whom, what
 
 
@@ -82,7 +82,7 @@ class ExchangeTimeouts:
 @dataclass(frozen=True)
 class _Attempt:
     """One attempt at a step's round: its messages' key, who takes part, how late their first
-    messages may come, the anchor every member's claims carry, how our sends are paced."""
+    messages may come, the anchor every member's claims carry, how our work is paced."""
 
     key: str
     members: list[str]  # sorted: member j reduces shard j
@@ -90,7 +90,7 @@ class _Attempt:
     join_s: float
     anchor: tuple[float, float]  # the anchor's digest and norm (checks.params_digest)
     should_stop: Callable[[], bool]
-    pace_s: float = 0.0  # between two of our sends of one kind (see OuterExchange.run)
+    pacer: RoundPacer
 
 
 class _Failed(Exception):
@@ -130,7 +130,7 @@ class OuterExchange:
         took 0.079 s of CPU against 0.030 s after, one thread): paid here, before step 0."""
         zeros = torch.zeros(self.numel)
         params_digest(zeros, self._signs)
-        checksums(zeros, 0, 1.0)
+        checksums(zeros, 0, 1.0, self._signs)
         if self.codec != "topk":
             wire.decode_dense(self.codec, wire.encode_dense(self.codec, zeros), self.numel)
 
@@ -141,29 +141,40 @@ class OuterExchange:
         should_stop: Callable[[], bool],
         anchor: torch.Tensor,
         spread_s: float = 0.0,
+        cpu_rate: float = 0.0,
     ) -> tuple[torch.Tensor, Outcome]:
         """The group's combined pseudo-gradient, or this replica's own ('local': the round
         failed; 'stopped': should_stop() turned true).
 
-        spread_s: how long the first attempt may spread our sends over (outer_rounds.py: the
-        daemon carrying them shares the passes' CPU), capped well within the timeouts."""
+        spread_s: how long the first attempt may spread its work over (outer_rounds.py: the
+        passes share the worker's CPU with it), capped well within the timeouts; cpu_rate:
+        the CPU seconds a second our thread may use meanwhile (round_pacing.py; 0: no limit)."""
         flat = pseudo_gradient.detach().float().reshape(-1).cpu()
-        sparse, sent = None, flat
-        if self.topk is not None:  # error feedback moves once a round, whatever the attempts
-            sparse, sent = self.topk.encode(flat)
-        digest, norm = params_digest(anchor.reshape(-1).cpu(), self._signs)
         members = sorted(self.weights)
-        failures: list[str] = []
         sends = 2 * (len(members) - 1)  # parts, then reduced shards (a gather: half of it)
         bound = min(self.timeouts.join_s, self.timeouts.transfer_s) / 2
-        pace_s = max(0.0, min(spread_s, bound)) / (sends + PREP_PAUSES)
+        window_s = max(0.0, min(spread_s, bound))
+        pacer = RoundPacer(window_s, SEND_SHARE * window_s / sends, cpu_rate, should_stop)
+        failures: list[str] = []
         try:
-            wait_or_stop(pace_s, should_stop)
+            with pacer.work():
+                sparse, sent = None, flat
+                if self.topk is not None:  # error feedback moves once a round, not an attempt
+                    sparse, sent = self.topk.encode(flat)
+                anchor_claims = params_digest(anchor.reshape(-1).cpu(), self._signs)
             # the retry, among the members heard from, goes at once
-            tries = ((self.timeouts.join_s, pace_s), (self.timeouts.retry_s, 0.0))
-            for attempt, (join_s, pace) in enumerate(tries):
-                key = self._round_key(step, attempt, members)
-                this = _Attempt(key, members, step, join_s, (digest, norm), should_stop, pace)
+            tries = ((self.timeouts.join_s, pacer), (self.timeouts.retry_s, None))
+            for attempt, (join_s, paced) in enumerate(tries):
+                key = wire.round_key(self.prefix, step, attempt, members)
+                this = _Attempt(
+                    key,
+                    members,
+                    step,
+                    join_s,
+                    anchor_claims,
+                    should_stop,
+                    paced or RoundPacer.at_once(should_stop),
+                )
                 try:
                     if sparse is not None:
                         mean, gathered = self._gather(this, sparse, sent)
@@ -182,20 +193,11 @@ class OuterExchange:
         except RoundStopped:
             return flat, Outcome("stopped", 1, "stopped during the outer round")
         finally:  # late copies of this step's messages, and earlier steps' stragglers
-            self.link.inbox.forget(lambda k: self._round_step(k) > step)
+            self.link.inbox.forget(lambda k: wire.round_step(self.prefix, k) > step)
         return flat, Outcome("local", 1, "; ".join(failures))
 
-    def _round_key(self, step: int, attempt: int, members: list[str]) -> str:
-        group = hashlib.sha256(",".join(members).encode()).hexdigest()[:16]
-        return f"{self.prefix}/{step}/{attempt}/{group}"
-
-    def _round_step(self, key: str) -> int:
-        """The step of a round key of this stage's plan, -1 for any other key."""
-        head, _, rest = key.rpartition("/")[0].rpartition("/")[0].rpartition("/")
-        return int(rest) if head == self.prefix and rest.isdigit() else -1
-
     def _claims(self, sent: torch.Tensor, this: _Attempt) -> Checksums:
-        mine = checksums(sent, this.step, self.weights[self.link.peer_id])
+        mine = checksums(sent, this.step, self.weights[self.link.peer_id], self._signs)
         return replace(mine, params=this.anchor[0], params_norm=this.anchor[1])
 
     def _collect(
@@ -221,7 +223,8 @@ class OuterExchange:
                 continue
             header, payload = got
             try:
-                parts[peer] = decode(payload)
+                with this.pacer.work():
+                    parts[peer] = decode(payload)
             except WireError as exc:
                 problems.append(f"{peer}'s {what}: {exc}")
                 continue
@@ -236,15 +239,16 @@ class OuterExchange:
         me, key, members = self.link.peer_id, this.key, this.members
         bounds = wire.shard_bounds(self.numel, len(members))
         mine_index = members.index(me)
-        encoded = [wire.encode_dense(self.codec, flat[a:b]) for a, b in bounds]
-        sent = torch.cat(
-            [
-                wire.decode_dense(self.codec, e, b - a)
-                for e, (a, b) in zip(encoded, bounds, strict=True)
-            ]
-        )
-        wait_or_stop(this.pace_s, this.should_stop)
-        claims = self._claims(sent, this)
+        with this.pacer.work():
+            encoded = [wire.encode_dense(self.codec, flat[a:b]) for a, b in bounds]
+            sent = torch.cat(
+                [
+                    wire.decode_dense(self.codec, e, b - a)
+                    for e, (a, b) in zip(encoded, bounds, strict=True)
+                ]
+            )
+        with this.pacer.work():
+            claims = self._claims(sent, this)
         wait_s = this.join_s + self.timeouts.transfer_s
         self._send_paced(
             this,
@@ -272,9 +276,10 @@ class OuterExchange:
             (parts, contributors),
         )
         heard = set(parts) - {me}
-        reduced, notes = self._combine(parts, contributors, end - start)
-        payload_out = wire.encode_dense(self.codec, reduced)
-        reduced = wire.decode_dense(self.codec, payload_out, end - start)
+        with this.pacer.work():
+            reduced, notes = self._combine(parts, contributors, end - start)
+            payload_out = wire.encode_dense(self.codec, reduced)
+            reduced = wire.decode_dense(self.codec, payload_out, end - start)
         header = wire.RoundHeader(
             key,
             wire.REDUCED,
@@ -310,16 +315,17 @@ class OuterExchange:
                 problems.append(f"{peer}'s reducer: {'; '.join(theirs.notes)}")
             else:
                 try:
-                    shards.append(
-                        wire.decode_dense(self.codec, payload, bounds[j][1] - bounds[j][0])
-                    )
+                    with this.pacer.work():
+                        shards.append(
+                            wire.decode_dense(self.codec, payload, bounds[j][1] - bounds[j][0])
+                        )
                 except WireError as exc:
                     problems.append(f"{peer}'s reduced shard: {exc}")
         if notes:
             problems.append(f"our reducer: {'; '.join(notes)}")
         if problems:
             raise _Failed("; ".join(problems), reducers)
-        return self._checked(torch.cat(shards), claims, contributors, heard)
+        return self._checked(this, torch.cat(shards), claims, contributors, heard)
 
     # --- top-k: every member's payload to every member ---
 
@@ -327,8 +333,8 @@ class OuterExchange:
         self, this: _Attempt, payload: torch.Tensor, sent: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, dict[str, float]]]:
         me = self.link.peer_id
-        wait_or_stop(this.pace_s, this.should_stop)
-        claims = self._claims(sent, this)
+        with this.pacer.work():
+            claims = self._claims(sent, this)
         header = wire.RoundHeader(this.key, wire.SPARSE, me, 0, payload.numel(), claims)
         wait_s = this.join_s + self.timeouts.transfer_s
         self._send_paced(
@@ -347,49 +353,45 @@ class OuterExchange:
         heard = set(parts) - {me}
         if problems:
             raise _Failed("; ".join(problems), heard)
-        mean, notes = self._combine(parts, contributors, self.numel)
+        with this.pacer.work():
+            mean, notes = self._combine(parts, contributors, self.numel)
         if notes:
             raise _Failed(f"combining: {'; '.join(notes)}", heard)
-        return self._checked(mean, claims, contributors, heard)
+        return self._checked(this, mean, claims, contributors, heard)
 
     # --- shared ---
 
     def _send_paced(self, this: _Attempt, sends: list[_Send], timeout_s: float) -> None:
-        """Each message to its peer, this.pace_s apart (0: all at once), starting with the
-        member after us: each member's k-th send goes to a different peer, so no one receives
-        every member's first message at once."""
+        """Each message to its peer, the pacer's gap apart, starting with the member after
+        us: each member's k-th send goes to a different peer, so no one receives every
+        member's first message at once."""
         ring, me = len(this.members), this.members.index(self.link.peer_id)
         sends = sorted(sends, key=lambda send: (this.members.index(send[0]) - me) % ring)
         for index, (peer, header, payload) in enumerate(sends):
-            wait_or_stop(this.pace_s if index else 0.0, this.should_stop)
+            if index:
+                this.pacer.between_sends()
             self.link.send(peer, header, payload, timeout_s)
 
     def _combine(
         self, parts: Mapping[str, torch.Tensor], claims: Mapping[str, Checksums], numel: int
     ) -> tuple[torch.Tensor, list[str]]:
-        """robust_mean of the parts in member order, with the plan's weights."""
-        order = sorted(parts)
         norms = [c.norm for c in claims.values()]
         floor = statistics.median(norms) * (numel / max(self.numel, 1)) ** 0.5 if norms else 0.0
-        combined = robust_mean(
-            [parts[p] for p in order],
-            [self.weights[p] for p in order],
-            own=order.index(self.link.peer_id),
-            floor=floor,
-        )
-        notes = [f"{order[i]}: {why}" for i, why in combined.dropped.items()]
-        notes += [f"{order[i]}: clipped" for i in combined.clipped]
-        return combined.value, notes
+        return combine_members(parts, self.weights, self.link.peer_id, floor)
 
     def _checked(
         self,
+        this: _Attempt,
         result: torch.Tensor,
         claims: Checksums,
         contributors: Mapping[str, Checksums],
         heard: set[str],
     ) -> tuple[torch.Tensor, dict[str, dict[str, float]]]:
         gathered = wire.as_gather_map(contributors)
-        problem = check_round(result, claims, gathered, COMPRESSED_TOLERANCE, self.weights)
+        with this.pacer.work():
+            problem = check_round(
+                result, claims, gathered, COMPRESSED_TOLERANCE, self.weights, signs=self._signs
+            )
         if problem:
             raise _Failed(problem, heard)
         return result, gathered

@@ -26,10 +26,11 @@ carries (fp16 or block-wise int8 in a reduce-scatter, top-k at 2 bits with this 
 feedback in a sparse gather). The StageAverager (hivemind) serves only the anchors' re-sync.
 
 The round never holds a step up while it runs: its thread runs at a lower CPU priority than the
-passes (ROUND_NICE), its sends are paced over the steps before its result is due (the p2pd
-daemon that carries them shares the worker's CPU: all at once, they stalled the next passes),
-and a result not ready at its step is applied at the first later step it is, waited for only
-when the stage's next round is due (H steps on) or the run ends.
+passes (ROUND_NICE), its sends and its own CPU are paced over the steps before its result is due
+(round_pacing.py: the thread and the p2pd daemon that carries the bytes share the worker's CPU;
+all at once, they stretched the next step 1.6-2x on a small quota), and a result not ready at
+its step is applied at the first later step it is, waited for only when the stage's next round
+is due (H steps on) or the run ends.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from p2ptrain.train.model import Stage
 from p2ptrain.train.outer import OuterOptimizer, overlap_steps
 from p2ptrain.train.recut import OUTER_STEPS
 from p2ptrain.worker.averaging.robust import MOMENTS_DRIFT_BOUND, PARAMS_DRIFT_BOUND
+from p2ptrain.worker.averaging.round_pacing import ROUND_CPU_SHARE
 from p2ptrain.worker.resume.resync import resync_pieces
 
 if TYPE_CHECKING:
@@ -127,7 +129,8 @@ class OuterRounds:
         )
         self._pending: _Pending | None = None
         self._step_s = 0.0  # the last inner step's wall time (paces a round's sends)
-        self._stepped_at: float | None = None
+        self._step_cpu_s = 0.0  # and the CPU the passes' thread used in it
+        self._stepped_at: tuple[float, float] | None = None  # (wall, thread CPU) clocks
 
     @property
     def outer_steps(self) -> int:
@@ -139,9 +142,10 @@ class OuterRounds:
         """After the inner update of `step`: apply a round that is due, start one that is due;
         what happened (None: no round touched this step)."""
         report = None
-        now = time.monotonic()
+        now = (time.monotonic(), time.thread_time())  # called from the passes' thread
         if self._stepped_at is not None:
-            self._step_s = now - self._stepped_at
+            self._step_s = now[0] - self._stepped_at[0]
+            self._step_cpu_s = now[1] - self._stepped_at[1]
         self._stepped_at = now
         pending = self._pending
         last = step + 1 == self.spec.optim.steps
@@ -173,11 +177,13 @@ class OuterRounds:
         apply_at = step + (0 if at_once else self.overlap)
         pending = _Pending(step, apply_at, self.outer.flat_params())
         spread_s = ROUND_SPREAD * (apply_at - step) * self._step_s
+        passes_rate = self._step_cpu_s / self._step_s if self._step_s > 0 else 0.0
+        cpu_rate = ROUND_CPU_SHARE * passes_rate
 
         def run() -> None:
             with contextlib.suppress(OSError, AttributeError):  # not Linux: normal priority
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), ROUND_NICE)
-            pending.result = exchange.run(delta, step, should_stop, anchor, spread_s)
+            pending.result = exchange.run(delta, step, should_stop, anchor, spread_s, cpu_rate)
 
         pending.thread = threading.Thread(target=run, name=f"outer-round-{step}", daemon=True)
         pending.thread.start()

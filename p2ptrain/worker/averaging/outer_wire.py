@@ -17,6 +17,7 @@ Pure (torch only): unit-testable without a network.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 from collections.abc import Mapping
@@ -100,6 +101,18 @@ class RoundHeader:
 
 
 # --- the codecs of a round: dense shards (fp16, int8) and whole top-k payloads ---
+
+
+def round_key(prefix: str, step: int, attempt: int, members: list[str]) -> str:
+    """The messages' key of one attempt at a step's round of a stage (`prefix`: its plan)."""
+    group = hashlib.sha256(",".join(members).encode()).hexdigest()[:16]
+    return f"{prefix}/{step}/{attempt}/{group}"
+
+
+def round_step(prefix: str, key: str) -> int:
+    """The step of a round key of the stage's plan `prefix`, -1 for any other key."""
+    head, _, rest = key.rpartition("/")[0].rpartition("/")[0].rpartition("/")
+    return int(rest) if head == prefix and rest.isdigit() else -1
 
 
 def shard_bounds(numel: int, num_members: int) -> list[tuple[int, int]]:

@@ -23,7 +23,7 @@ gradient, and nothing of the liar's is applied.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -64,7 +64,7 @@ def robust_mean(
     assert len(parts) == len(weights) and parts
     dropped: dict[int, str] = {}
     for i, part in enumerate(parts):
-        if not bool(torch.isfinite(part).all()):
+        if not _all_finite(part):
             dropped[i] = "non-finite values"
     if drift_bound is not None and own is not None and own not in dropped:
         mine = parts[own].double()
@@ -90,24 +90,49 @@ def robust_mean(
     w = w.view(-1, *([1] * (stacked.dim() - 1)))
     if len(kept) < 3 or drift_bound is not None:
         return Combined(mean.to(parts[0].dtype), dropped)
-    value, clipped = _centred_clip(stacked, w, floor)
+    # who is an outlier is decided in the parts' own precision (half the memory traffic of
+    # float64: the median is most of a combine's CPU); the result stays float64 math
+    value, clipped = _centred_clip(stacked, torch.stack([parts[i] for i in kept]), w, floor)
     if not clipped:
         value = mean
     return Combined(value.to(parts[0].dtype), dropped, tuple(kept[i] for i in clipped))
 
 
+def combine_members(
+    parts: Mapping[str, torch.Tensor], weights: Mapping[str, float], me: str, floor: float
+) -> tuple[torch.Tensor, list[str]]:
+    """robust_mean of the members' parts (by peer id) in member order, with the plan's
+    weights; the problems, one line per member dropped or clipped."""
+    order = sorted(parts)
+    combined = robust_mean(
+        [parts[p] for p in order], [weights[p] for p in order], own=order.index(me), floor=floor
+    )
+    notes = [f"{order[i]}: {why}" for i, why in combined.dropped.items()]
+    notes += [f"{order[i]}: clipped" for i in combined.clipped]
+    return combined.value, notes
+
+
+def _all_finite(part: torch.Tensor) -> bool:
+    """No NaN or infinity in `part`: its float64 sum is finite exactly then (a NaN or an
+    infinity carries through a sum; finite float32 or float16 values cannot overflow float64),
+    and a sum reads the part once without a mask of its size."""
+    return bool(torch.isfinite(part.sum(dtype=torch.float64)))
+
+
 def _centred_clip(
-    stacked: torch.Tensor, w: torch.Tensor, floor: float
+    stacked: torch.Tensor, screened: torch.Tensor, w: torch.Tensor, floor: float
 ) -> tuple[torch.Tensor, list[int]]:
     """Centred clip (Karimireddy et al. 2021) from the coordinate-wise median; the senders
-    (rows) farther than tau from it, where tau = CLIP_FACTOR × the median distance."""
+    (rows) farther than tau from it, where tau = CLIP_FACTOR × the median distance.
+    `screened`: the rows in their own precision, for the outlier test; `stacked`: in float64."""
     n = len(stacked)
-    centre = coordinate_median(stacked)
-    distances = torch.stack([torch.linalg.vector_norm(row - centre) for row in stacked])
+    median = coordinate_median(screened)
+    distances = torch.stack([torch.linalg.vector_norm(row - median) for row in screened])
     tau = CLIP_FACTOR * max(float(distances.median()), floor)
     clipped = [i for i in range(n) if float(distances[i]) > tau]
     if not clipped:
-        return centre, []
+        return median, []
+    centre = median.double()
     for _ in range(CLIP_ITERATIONS):
         offsets = stacked - centre
         norms = offsets.flatten(1).norm(dim=1)

@@ -18,6 +18,7 @@ from p2ptrain.worker.averaging.checks import (
     fixed_signs,
     params_digest,
     replicas_diverged,
+    step_signs,
 )
 
 N = 50_000
@@ -219,3 +220,18 @@ def test_checksums_and_digest_are_the_float64_formulas_they_name() -> None:
     digest, norm = params_digest(flat, fixed_signs(10_001))
     assert digest == pytest.approx((values * (fixed.double() * 2 - 1)).sum().item(), rel=1e-9)
     assert norm == pytest.approx(values.norm().item(), rel=1e-12)
+
+
+def test_a_round_checked_with_given_signs_is_checked_alike() -> None:
+    """An outer round passes its stage's fixed signs to both its claims and its check (one
+    sign vector a stage, not two a round): the same verdicts as the step's own signs."""
+    a, b = _grads()
+    signs = fixed_signs(N)
+    assert checksums(a, 3, 1, step_signs(N, 3)) == checksums(a, 3, 1)
+    gathered = {"a": _gather(checksums(a, 3, 1, signs)), "b": _gather(checksums(b, 3, 1, signs))}
+    mine = checksums(a, 3, 1, signs)
+    good = check_round((a + b) / 2, mine, gathered, EXACT_TOLERANCE, EQUAL, signs=signs)
+    assert good is None
+    partial = torch.cat([((a + b) / 2)[: N // 2], a[N // 2 :]])
+    bad = check_round(partial, mine, gathered, EXACT_TOLERANCE, EQUAL, signs=signs)
+    assert bad is not None and "checksum" in bad

@@ -17,7 +17,7 @@ from p2ptrain.errors import WireError
 from p2ptrain.train import codecs
 from p2ptrain.worker.averaging import outer_wire as wire
 from p2ptrain.worker.averaging.checks import Checksums
-from p2ptrain.worker.averaging.outer_exchange import PREP_PAUSES, ExchangeTimeouts, OuterExchange
+from p2ptrain.worker.averaging.outer_exchange import SEND_SHARE, ExchangeTimeouts, OuterExchange
 from p2ptrain.worker.averaging.round_inbox import RoundInbox
 from p2ptrain.worker.averaging.stage_averager import Outcome
 
@@ -70,13 +70,15 @@ def run_round(
     skip: set[int] = frozenset(),  # type: ignore[assignment]
     step: int = 9,
     spread_s: float = 0.0,
+    cpu_rate: float = 0.0,
 ) -> dict[int, tuple[torch.Tensor, Outcome, float]]:
     results: dict[int, tuple[torch.Tensor, Outcome, float]] = {}
     anchor = torch.ones(NUMEL)
 
     def one(i: int) -> None:
         started = time.monotonic()
-        mean, outcome = group[i][1].run(grads[i], step, lambda: False, anchor, spread_s)
+        run = group[i][1].run
+        mean, outcome = run(grads[i], step, lambda: False, anchor, spread_s, cpu_rate)
         results[i] = (mean, outcome, time.monotonic() - started)
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(len(group)) if i not in skip]
@@ -125,36 +127,50 @@ class TimedLink(MemoryLink):
         return super().send(peer, header, payload, timeout_s)
 
 
-@pytest.mark.parametrize("codec", ["int8", "topk"])
-def test_a_spread_round_paces_its_sends_and_still_agrees(codec: str) -> None:
-    """spread_s: our sends go one at a time (the daemon that carries them shares the passes'
-    CPU), within the timeouts' bound, and the round's result is the same."""
+def timed_members(codec: str) -> list[tuple[TimedLink, OuterExchange]]:
     net: dict[str, MemoryLink] = {}
     group = {peer: 1.0 for peer in PEERS}
     links = [TimedLink(peer, net) for peer in PEERS]
     net.update({link.peer_id: link for link in links})
-    exchanges = [
-        (link, OuterExchange(link, group, codec, NUMEL, "run/1/1/0", FAST)) for link in links
-    ]
+    return [(link, OuterExchange(link, group, codec, NUMEL, "run/1/1/0", FAST)) for link in links]
+
+
+@pytest.mark.parametrize("codec", ["int8", "topk"])
+def test_a_spread_round_paces_its_sends_and_still_agrees(codec: str) -> None:
+    """spread_s: our sends go one at a time (the daemon that carries them shares the passes'
+    CPU), within the timeouts' bound, and the round's result is the same."""
+    exchanges = timed_members(codec)
     spread_s = 0.8  # within min(join_s, transfer_s) / 2 = 1.0
-    began = time.monotonic()
     results = run_round(exchanges, grads(3), spread_s=spread_s)  # type: ignore[arg-type]
     first = results[0][0]
     for mean, outcome, _ in results.values():
         assert outcome.kind == "averaged" and outcome.group_size == 3, outcome
         assert torch.equal(mean, first)
-    # the round's own work is paced too: PREP_PAUSES pauses before the first send
-    pace_s = spread_s / (2 * (len(PEERS) - 1) + PREP_PAUSES)
-    for link in links:
+    gap_s = SEND_SHARE * spread_s / (2 * (len(PEERS) - 1))
+    for link, _ in exchanges:
         gaps = [b - a for a, b in zip(link.sent_at, link.sent_at[1:], strict=False)]
-        # each kind's second send waits pace_s (dense: parts, then reduced shards)
-        assert max(gaps) >= 0.9 * pace_s
-        assert min(link.sent_at) - began >= 0.9 * PREP_PAUSES * pace_s
+        # each kind's second send waits the gap (dense: parts, then reduced shards)
+        assert max(gaps) >= 0.9 * gap_s
     # a ring: every member's first message goes to a different member
-    assert len({link.sent_to[0] for link in links}) == len(links)
+    assert len({link.sent_to[0] for link, _ in exchanges}) == len(exchanges)
     unpaced = members(3, codec)
     again = run_round(unpaced, grads(3))
     assert all(torch.equal(again[i][0], results[i][0]) for i in results)
+
+
+def test_a_rounds_own_cpu_is_paced_but_never_past_its_window() -> None:
+    """cpu_rate: each piece of the round's work is followed by a pause that spans its CPU at
+    that rate (round_pacing.py), cut at the window's end: at a rate far below what the work
+    needs, the first send waits until about the window's end, and the round still agrees."""
+    exchanges = timed_members("int8")
+    spread_s = 0.8
+    began = time.monotonic()
+    results = run_round(exchanges, grads(3), spread_s=spread_s, cpu_rate=1e-6)  # type: ignore[arg-type]
+    for mean, outcome, _ in results.values():
+        assert outcome.kind == "averaged" and torch.equal(mean, results[0][0]), outcome
+    for link, _ in exchanges:
+        assert min(link.sent_at) - began >= 0.9 * spread_s
+        assert max(link.sent_at) - began < spread_s + 1.0  # past the window: at once
 
 
 def test_topk_gather_applies_error_feedback_and_agrees() -> None:

@@ -66,6 +66,7 @@ class SlowExchange:
         should_stop: object,
         anchor: object,
         spread_s: float = 0.0,
+        cpu_rate: float = 0.0,
     ) -> object:
         self.release.wait(30)
         return torch.zeros_like(delta), Outcome("averaged", 2)

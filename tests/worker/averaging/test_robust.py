@@ -44,6 +44,19 @@ def test_a_non_finite_part_is_dropped() -> None:
     torch.testing.assert_close(combined.value, _mean([parts[0], parts[2]], [1.0, 1.0]))
 
 
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
+def test_only_non_finite_values_drop_a_part_never_huge_finite_ones(bad: float) -> None:
+    """The finite check is a float64 sum: one NaN or infinity anywhere drops a part, while
+    parts of values near float32's largest (whose float32 sum would overflow) are kept."""
+    huge = torch.full((N,), 3.0e38)
+    kept = robust_mean([huge, huge.clone(), huge.clone()], [1.0, 1.0, 1.0], own=0)
+    assert not kept.dropped and bool(torch.isfinite(kept.value).all())
+    parts = _honest(3)
+    parts[2] = parts[2].clone()
+    parts[2][N - 1] = bad
+    assert list(robust_mean(parts, [1.0, 1.0, 1.0], own=0).dropped) == [2]
+
+
 def test_of_two_parts_one_far_larger_is_dropped() -> None:
     """Two senders: no median can say who lies, but a part a million times longer is out."""
     honest, other = _honest(2)
