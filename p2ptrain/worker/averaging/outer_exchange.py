@@ -18,7 +18,9 @@ tampered round fails) and the digests tell whether the members started from the 
 A round whose reducer dropped or clipped a part fails on every member, as hivemind rounds do.
 
 Timeouts: a member's message may come up to `join_s` after we started (replicas run their steps
-at their own pace); a reduced shard may take `transfer_s` more. A member missing at that point
+at their own pace); a reduced shard may take `transfer_s` more. A paced first attempt spreads
+its work over a window (round_pacing.py, at most join_s / 2), and both waits grow by it (the
+members' windows are alike: the same steps' time). A member missing at that point
 fails the attempt on everyone; the second attempt, shorter, runs among the members we heard
 from, so a dead member costs the others at most join_s + retry_s, never a hang.
 """
@@ -88,6 +90,7 @@ class _Attempt:
     members: list[str]  # sorted: member j reduces shard j
     step: int
     join_s: float
+    transfer_s: float
     anchor: tuple[float, float]  # the anchor's digest and norm (checks.params_digest)
     should_stop: Callable[[], bool]
     pacer: RoundPacer
@@ -152,8 +155,7 @@ class OuterExchange:
         flat = pseudo_gradient.detach().float().reshape(-1).cpu()
         members = sorted(self.weights)
         sends = 2 * (len(members) - 1)  # parts, then reduced shards (a gather: half of it)
-        bound = min(self.timeouts.join_s, self.timeouts.transfer_s) / 2
-        window_s = max(0.0, min(spread_s, bound))
+        window_s = max(0.0, min(spread_s, self.timeouts.join_s / 2))
         pacer = RoundPacer(window_s, SEND_SHARE * window_s / sends, cpu_rate, should_stop)
         failures: list[str] = []
         try:
@@ -163,14 +165,15 @@ class OuterExchange:
                     sparse, sent = self.topk.encode(flat)
                 anchor_claims = params_digest(anchor.reshape(-1).cpu(), self._signs)
             # the retry, among the members heard from, goes at once
-            tries = ((self.timeouts.join_s, pacer), (self.timeouts.retry_s, None))
-            for attempt, (join_s, paced) in enumerate(tries):
+            tries = ((self.timeouts.join_s, window_s, pacer), (self.timeouts.retry_s, 0.0, None))
+            for attempt, (join_s, paced_s, paced) in enumerate(tries):
                 key = wire.round_key(self.prefix, step, attempt, members)
                 this = _Attempt(
                     key,
                     members,
                     step,
-                    join_s,
+                    join_s + paced_s,
+                    self.timeouts.transfer_s + paced_s,
                     anchor_claims,
                     should_stop,
                     paced or RoundPacer.at_once(should_stop),
@@ -249,7 +252,7 @@ class OuterExchange:
             )
         with this.pacer.work():
             claims = self._claims(sent, this)
-        wait_s = this.join_s + self.timeouts.transfer_s
+        wait_s = this.join_s + this.transfer_s
         self._send_paced(
             this,
             [
@@ -298,7 +301,7 @@ class OuterExchange:
         # every reduced shard; a member that sent its part and died is left out of the retry
         shards: list[torch.Tensor] = []
         reducers: set[str] = set()
-        deadline = time.monotonic() + self.timeouts.transfer_s
+        deadline = time.monotonic() + this.transfer_s
         for j, peer in enumerate(members):
             if peer == me:
                 shards.append(reduced)
@@ -336,7 +339,7 @@ class OuterExchange:
         with this.pacer.work():
             claims = self._claims(sent, this)
         header = wire.RoundHeader(this.key, wire.SPARSE, me, 0, payload.numel(), claims)
-        wait_s = this.join_s + self.timeouts.transfer_s
+        wait_s = this.join_s + this.transfer_s
         self._send_paced(
             this, [(peer, header, payload) for peer in this.members if peer != me], wait_s
         )
