@@ -133,6 +133,7 @@ class Session:
         if self.outer is not None:  # sync = "diloco"
             self.outer.take_saved(outer_state)
         self.rows = stage_step.replica_batch(spec, role)[1]
+        stage_step.warm_up(self.model, spec, role, self.precision)
         self.start_step = self.step
         fresh = self.started_from.startswith('resume = "never"')
         num_rows, block_size = len(self.rows), spec.model.block_size
