@@ -91,6 +91,9 @@ class Link:
     # priced as the worst measured one
     rtt_failed: bool = False
     rate_failed: bool = False
+    # the ends whose word the rate is (each times its own sending direction): with one, the
+    # other direction is unmeasured (control/estimate/matrix.py bounds it by the capacities)
+    rate_by: tuple[str, ...] = ()
 
 
 def freshest_links(
@@ -132,6 +135,7 @@ def freshest_links(
             age_s=min((age for age, _ in [*rtt, *bw]), default=0.0),
             rtt_failed=pair in rtt_failed,
             rate_failed=pair in rate_failed,
+            rate_by=tuple(sorted(bws.get(pair, {}))),
         )
     return result
 

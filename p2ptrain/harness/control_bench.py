@@ -21,11 +21,11 @@ import numpy as np
 
 from p2ptrain.control.estimate.coordinates import settled
 from p2ptrain.control.estimate.matrix import EstimatedMatrices, build_estimated
+from p2ptrain.harness.control_judge import judge, plan_cost_on
 from p2ptrain.harness.control_sim import Simulation
 from p2ptrain.harness.control_sim_state import SimPeer
 from p2ptrain.records import Plan, RunSpec
 from p2ptrain.schedule import Topology
-from p2ptrain.schedule.cost import CostModel, plan_cost
 from p2ptrain.schedule.planner import plan_swarm
 from p2ptrain.schedule.synthetic import paper_workload
 
@@ -38,7 +38,6 @@ MAX_CONFIRM_ROUNDS = 3
 MAX_GROUP_ALL_PAIRS = 8
 SEARCH_EVALUATIONS = 5_000
 KILL_AFTER_S = 20.0  # the planner dies this long after its first plan
-MAX_PAIRS = 200_000  # error statistics on a sample of pairs
 
 
 @dataclass
@@ -54,16 +53,8 @@ class PlannerState:
     killed: SimPeer | None = None
     failover_s: float | None = None
     search_wall_s: float = 0.0
+    estimate_s: float = 0.0
     replanned: int = 0
-
-
-def _quantiles(values: np.ndarray) -> dict[str, float]:
-    if values.size == 0:
-        return {"median": float("nan"), "p90": float("nan")}
-    return {
-        "median": round(float(np.median(values)), 4),
-        "p90": round(float(np.quantile(values, 0.9)), 4),
-    }
 
 
 class ControlBench:
@@ -143,9 +134,13 @@ class ControlBench:
     def _plan_first(self, peer: SimPeer, members: list[int]) -> None:
         state, sim = self.state, self.sim
         replicas = len(members) // STAGES
+        started = time.process_time()  # the fit of the estimate (control/estimate/fit.py)
         estimate = self._estimate(peer, members)
+        fit_s = time.process_time() - started
         pipelines, wall = self._search(estimate, replicas)
-        state.busy_until = sim.now + wall  # the search's own time passes in the simulation too
+        # the estimate's and the search's own time passes in the simulation too
+        state.busy_until = sim.now + fit_s + wall
+        state.estimate_s = fit_s
         sim.at(state.busy_until, lambda: self._confirm(peer, members, estimate, pipelines))
 
     def _plan_links(self, pipelines: list[list[int]]) -> set[tuple[int, int]]:
@@ -168,10 +163,14 @@ class ControlBench:
         estimate: EstimatedMatrices,
         pipelines: list[list[int]],
         round_: int = 1,
+        tried: tuple[list[list[int]], ...] = (),
     ) -> None:
         """Measure the plan's links directly; re-plan (and confirm again, MAX_CONFIRM_ROUNDS
-        at most) if they price it clearly worse than estimated."""
+        at most) if they price it clearly worse than estimated. Then commit the cheapest of the
+        plans `tried`, priced on every link measured so far: a re-plan is no better for being
+        the latest (as live, where it replaces the plan only if it pays: planner.SWITCH_GAIN)."""
         sim, state = self.sim, self.state
+        tried = (*tried, pipelines)
         links = self._plan_links(pipelines)
         slowest = 0.0
         for a, b in links:
@@ -195,9 +194,10 @@ class ControlBench:
             state.busy_until = sim.now + wait + wall
             sim.at(
                 state.busy_until,
-                lambda: self._confirm(peer, members, confirmed, pipelines, round_ + 1),
+                partial(self._confirm, peer, members, confirmed, pipelines, round_ + 1, tried),
             )
             return
+        pipelines = min(tried, key=lambda p: self._cost(confirmed, p, workload))
         state.estimate = confirmed
         state.busy_until = sim.now + wait
         sim.at(state.busy_until, lambda: self._commit(peer, members, pipelines))
@@ -225,10 +225,7 @@ class ControlBench:
 
     @staticmethod
     def _cost(estimate: EstimatedMatrices, pipelines: list[list[int]], workload: Any) -> float:
-        m = estimate.matrices
-        topology = Topology(list(m.peers), m.delay_ms, m.bandwidth_gbps, workload=workload)
-        model = CostModel.build(topology, workload)
-        return float(plan_cost(model, np.array(pipelines, dtype=np.intp)).cost_s)
+        return plan_cost_on(estimate, pipelines, workload)
 
     def _commit(self, peer: SimPeer, members: list[int], pipelines: list[list[int]]) -> None:
         sim, state = self.sim, self.state
@@ -292,39 +289,17 @@ class ControlBench:
 
     def _judge(self, pipelines: list[list[int]]) -> None:
         """Estimates against the truth, and the plan made on them against the plan made on it."""
-        state = self.state
-        assert state.estimate is not None
-        members = state.members
-        true_rtt, true_rate = self.sim.truth.matrices(members)
-        m = state.estimate.matrices
-        n = len(members)
-        rng = np.random.default_rng(self.seed)
-        i, j = np.triu_indices(n, k=1)
-        if i.size > MAX_PAIRS:
-            pick = rng.choice(i.size, MAX_PAIRS, replace=False)
-            i, j = i[pick], j[pick]
-        rtt_error = np.abs(2 * m.delay_ms[i, j] - true_rtt[i, j]) / true_rtt[i, j]
-        rate_error = np.abs(1e3 * m.bandwidth_gbps[i, j] - true_rate[i, j]) / true_rate[i, j]
-        workload = paper_workload(STAGES, len(pipelines))
-        truth_topology = Topology(list(m.peers), true_rtt / 2, true_rate / 1e3, workload=workload)
-        truth = EstimatedMatrices(
-            type(m)(list(m.peers), true_rtt / 2, true_rate / 1e3, 0),
-            state.estimate.rtt_measured,
-            state.estimate.rate_measured,
-        )
-        best = plan_swarm(
-            truth_topology,
-            STAGES,
-            len(pipelines),
-            seed=self.seed,
-            max_evaluations=SEARCH_EVALUATIONS,
-        )
-        ours = self._cost(truth, pipelines, workload)
+        assert self.state.estimate is not None
         self.results.update(
-            rtt_error=_quantiles(rtt_error),
-            rate_error=_quantiles(rate_error),
-            plan_cost_ratio=round(ours / best.cost_s, 4),
-            measured_links=round(float(state.estimate.measured_fraction), 4),
+            judge(
+                self.sim.truth,
+                self.state.estimate,
+                self.state.members,
+                pipelines,
+                self.seed,
+                STAGES,
+                SEARCH_EVALUATIONS,
+            )
         )
 
     def run(self) -> dict[str, Any]:
@@ -356,6 +331,8 @@ class ControlBench:
             "failover_s": None if state.failover_s is None else round(state.failover_s, 2),
             "measured_links": self.results.get("measured_links"),
             "replans_after_confirming": state.replanned,
+            "error_breakdown": self.results.get("error_breakdown"),
+            "estimate_s": round(state.estimate_s, 2),
             "neighbours_max": max(neighbour_sizes, default=0),
             "telemetry_bytes": sim.sizes["telemetry_base"] + 12 * sim.sizes["telemetry_link"],
             "plan_bytes": sim.plan_bytes(state.plan) if state.plan else None,

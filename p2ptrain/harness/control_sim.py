@@ -66,7 +66,8 @@ class Simulation:
         self.counters = Counters()
         self._queue: list[tuple[float, int, Callable[[], None]]] = []
         self._num_events = 0
-        self.organiser = secrets.token_bytes(32)
+        self._keys = random.Random(f"keys/{seed}")
+        self.organiser = self._keys.randbytes(32)
         self.run = run or RunSpec().replace(
             run_id="bench-control", stages=8, n_layer=24, min_peers=max(1, num_peers // 2)
         )
@@ -149,7 +150,8 @@ class Simulation:
 
     def add_peer(self, candidate: bool = False, at: float | None = None) -> SimPeer:
         index = self.truth.add_peer()
-        seed = secrets.token_bytes(32) if candidate else b""
+        # keys from the run's seed: a run's ids, hence its election and plan, repeat for a seed
+        seed = self._keys.randbytes(32) if candidate else b""
         peer_id = identity.peer_id_of(seed) if candidate else f"sim{index:06d}"
         when = self.now if at is None else at
         peer = SimPeer(index, peer_id, when, random.Random(self.rng.random()), seed=seed)

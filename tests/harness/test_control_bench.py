@@ -23,3 +23,38 @@ def test_control_bench_at_30_peers(monkeypatch: pytest.MonkeyPatch) -> None:
     assert run["failover_s"] is not None and run["failover_s"] <= 15.0
     assert run["neighbours_max"] <= 12  # bounded: 4 near, 4 random, 4 partners
     assert control_bench.render(result).count("\n") == 1
+
+
+def test_confirming_commits_the_cheapest_plan_tried_not_the_latest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Plan A's links measure dearer than estimated, so B is searched; B's measure dearer
+    still, and the rounds are spent: A, priced on every link measured, is the one committed
+    (the bench committed B, the latest: 2x the truth's plan cost in a 100-peer run)."""
+    monkeypatch.setattr(control_bench, "MAX_CONFIRM_ROUNDS", 2)
+    bench = control_bench.ControlBench(20, seed=0)
+    plan_a, plan_b = [[0, 1]], [[1, 0]]
+    estimates = ["estimated", "confirmed once", "confirmed twice"]
+    costs = {  # (pipelines, estimate) -> seconds a step
+        ("A", "estimated"): 1.0,
+        ("A", "confirmed once"): 2.0,
+        ("A", "confirmed twice"): 2.0,
+        ("B", "confirmed once"): 1.0,
+        ("B", "confirmed twice"): 3.0,
+    }
+    committed: list[list[list[int]]] = []
+    monkeypatch.setattr(bench, "_plan_links", lambda pipelines: set())
+    monkeypatch.setattr(
+        bench, "_with_measured", lambda est, members, links: estimates[estimates.index(est) + 1]
+    )
+    monkeypatch.setattr(
+        bench,
+        "_cost",
+        lambda est, pipelines, workload: costs[("A" if pipelines == plan_a else "B", est)],
+    )
+    monkeypatch.setattr(bench, "_search", lambda est, replicas: (plan_b, 0.0))
+    monkeypatch.setattr(bench.sim, "at", lambda when, action: action())
+    monkeypatch.setattr(bench, "_commit", lambda peer, members, pipes: committed.append(pipes))
+    bench._confirm(bench.sim.peers[0], [0, 1], "estimated", plan_a)  # type: ignore[arg-type]
+    assert bench.state.replanned == 1
+    assert committed == [plan_a]

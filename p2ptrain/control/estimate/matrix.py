@@ -11,6 +11,8 @@ import numpy as np
 import numpy.typing as npt
 
 from p2ptrain.control.estimate.book import is_full_mesh
+from p2ptrain.control.estimate.capacity import directed_rate
+from p2ptrain.control.estimate.fit import fitted_rtts
 from p2ptrain.control.links import Link
 from p2ptrain.control.planning.planner import (
     DEFAULT_BANDWIDTH_GBPS,
@@ -32,6 +34,8 @@ from p2ptrain.records.estimate import AccessCapacity, NetCoordinate
 PATH_LIMITED_SHARE = 0.7
 PATH_BIN_EDGES_MS = np.geomspace(1.0, 2000.0, 16)
 MIN_PATH_SAMPLES = 3
+# a direction of a peer's access link never seen: priced as this quantile of those seen
+UNSEEN_RATE_QUANTILE = 0.1
 
 BoolMatrix = npt.NDArray[np.bool_]
 FloatMatrix = npt.NDArray[np.float64]
@@ -67,17 +71,36 @@ def estimated_rtts(peers: Sequence[str], coords: Mapping[str, NetCoordinate]) ->
 
 
 def estimated_rates(peers: Sequence[str], capacities: Mapping[str, AccessCapacity]) -> FloatMatrix:
-    """The bottleneck of the two ends (Mbit/s), slower direction; NaN where unknown."""
+    """The bottleneck of the two ends (Mbit/s), slower direction; NaN where nothing is known.
+    A direction never seen is priced low, not as its other one: an upload as a slow one of the
+    swarm's (UNSEEN_RATE_QUANTILE) at most its download (a home link sends at a tenth of its
+    download), a download as its upload, a peer never seen at all as slow ones both ways (it was
+    priced as the other end of each of its pairs: `bench control` priced a peer that joined just
+    before the plan 3-12x too fast, and the plan put it where it held a ring back)."""
     n = len(peers)
     up = np.array([_or_nan(capacities.get(p), "up") for p in peers])
     down = np.array([_or_nan(capacities.get(p), "down") for p in peers])
-    up = np.where(np.isnan(up), down, up)
-    down = np.where(np.isnan(down), up, down)
-    forward = np.fmin(up[:, None], down[None, :])
-    rates = np.fmin(forward, forward.T)
-    if n and np.isnan(up).all():
-        rates[:] = np.nan
-    return rates
+    if n == 0 or (np.isnan(up).all() and np.isnan(down).all()):
+        return np.full((n, n), np.nan)
+    seen = up[~np.isnan(up)] if not np.isnan(up).all() else down[~np.isnan(down)]
+    typical_up = float(np.quantile(seen, UNSEEN_RATE_QUANTILE))
+    seen = down[~np.isnan(down)] if not np.isnan(down).all() else seen
+    typical_down = float(np.quantile(seen, UNSEEN_RATE_QUANTILE))
+    seen_up = ~np.isnan(up)
+    up = np.where(seen_up, up, np.fmin(down, typical_up))
+    down = np.where(np.isnan(down), np.where(seen_up, up, typical_down), down)
+    forward = np.minimum(up[:, None], down[None, :])
+    return np.minimum(forward, forward.T)
+
+
+def observed_rates(peers: Sequence[str], capacities: Mapping[str, AccessCapacity]) -> FloatMatrix:
+    """The bottleneck of the two ends' access links in both directions, from what each end was
+    seen to reach in that very direction (no direction filled from the other); NaN where any of
+    the four is unknown."""
+    up = np.array([_or_nan(capacities.get(p), "up") for p in peers])
+    down = np.array([_or_nan(capacities.get(p), "down") for p in peers])
+    forward = np.minimum(up[:, None], down[None, :])  # NaN stays NaN
+    return np.minimum(forward, forward.T)
 
 
 def _or_nan(capacity: AccessCapacity | None, which: str) -> float:
@@ -90,8 +113,10 @@ def _or_nan(capacity: AccessCapacity | None, which: str) -> float:
 def path_caps(
     rtts: FloatMatrix, rates: FloatMatrix, measured_rates: FloatMatrix, measured: BoolMatrix
 ) -> FloatMatrix:
-    """Per pair, the median rate of path-limited samples at a like round trip (inf: no cap)."""
-    limited = measured & (measured_rates < PATH_LIMITED_SHARE * np.nan_to_num(rates, nan=np.inf))
+    """Per pair, the median rate of path-limited samples at a like round trip (inf: no cap).
+    `rates`: what the ends' access links allow (observed_rates); a sample whose ends' are not
+    all known cannot be told path-limited (an upload never seen is no evidence of a fast one)."""
+    limited = measured & (measured_rates < PATH_LIMITED_SHARE * np.nan_to_num(rates, nan=0.0))
     bins = np.digitize(rtts, PATH_BIN_EDGES_MS)
     caps = np.full(rtts.shape, np.inf)
     for b in np.unique(bins[limited]):
@@ -122,10 +147,14 @@ def build_estimated(
         if link.rtt_ms is not None:
             measured_rtt[i, j] = measured_rtt[j, i] = link.rtt_ms
         if link.bandwidth_mbps is not None and link.bandwidth_mbps > 0:
-            measured_rate[i, j] = measured_rate[j, i] = link.bandwidth_mbps
+            measured_rate[i, j] = measured_rate[j, i] = _both_ways(link, a, b, capacities)
     rtt_known, rate_known = ~np.isnan(measured_rtt), ~np.isnan(measured_rate)
+    # the planner's fit to every measured sample beats the nodes' own coordinates, where it
+    # could place both ends (control/estimate/fit.py)
+    fitted = fitted_rtts(peers, measured_rtt)
+    rtt = np.where(np.isnan(fitted), rtt, fitted)
     best_rtt = np.where(rtt_known, measured_rtt, rtt)
-    caps = path_caps(best_rtt, rate, measured_rate, rate_known)
+    caps = path_caps(best_rtt, observed_rates(peers, capacities), measured_rate, rate_known)
     rate = np.fmin(rate, caps)
     rtt = best_rtt
     rate = np.where(rate_known, measured_rate, rate)
@@ -143,6 +172,21 @@ def build_estimated(
     return EstimatedMatrices(
         Matrices(list(peers), delay_ms, bandwidth, num_measured), rtt_known, rate_known
     )
+
+
+def _both_ways(link: Link, a: str, b: str, capacities: Mapping[str, AccessCapacity]) -> float:
+    """A measured pair's rate, the slower direction: an end times only its sending direction,
+    so a rate one end measured says nothing of the other way, which the capacities then bound
+    (a home link's upload is a tenth of its download: one end's word alone over-priced such a
+    pair up to 8x in `bench control`)."""
+    assert link.bandwidth_mbps is not None
+    if len(link.rate_by) != 1:
+        return link.bandwidth_mbps
+    sender = link.rate_by[0]
+    receiver = b if sender == a else a
+    ends = capacities.get(receiver), capacities.get(sender)
+    back = None if None in ends else directed_rate(*ends)  # type: ignore[arg-type]
+    return link.bandwidth_mbps if back is None else min(link.bandwidth_mbps, back)
 
 
 def measured_masks(
