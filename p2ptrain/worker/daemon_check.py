@@ -1,6 +1,7 @@
 """Does the data plane's daemon start here? `python -m p2ptrain.worker.daemon_check --listen MADDR`
 starts hivemind's p2pd on MADDR (as a worker would), prints one JSON line `{"ok": true,
-"addrs": [...], "p2pd": PATH}` or `{"ok": false, "error": ...}`, stops it and exits (0 or 1).
+"addrs": [...], "p2pd": PATH, "go_runtime": {...}}` (the daemon's Go settings, as it runs:
+worker/daemon_env.py) or `{"ok": false, "error": ...}`, stops it and exits (0 or 1).
 
 `p2ptrain doctor` runs it as a child process: hivemind and py-libp2p are never imported into one
 process.
@@ -24,15 +25,34 @@ async def start_and_stop(listen: str) -> dict[str, Any]:
     from hivemind.p2p import P2P
     from hivemind.p2p.p2p_daemon import P2PD_FILENAME
 
+    from p2ptrain.worker import daemon_env
+
+    daemon_env.use_for_daemons()  # as a worker starts its daemon
     # no UPnP port mapping and no AutoNAT: nothing but the listener is touched
     p2p = await P2P.create(
         host_maddrs=[listen], nat_port_map=False, auto_nat=False, startup_timeout=START_TIMEOUT_S
     )
     try:
         addrs = [str(a) for a in await p2p.get_visible_maddrs()]
+        go_runtime = _daemon_go_runtime()
     finally:
         await p2p.shutdown()
-    return {"ok": True, "addrs": addrs, "p2pd": str(files(cli) / P2PD_FILENAME)}
+    path = str(files(cli) / P2PD_FILENAME)
+    return {"ok": True, "addrs": addrs, "p2pd": path, "go_runtime": go_runtime}
+
+
+def _daemon_go_runtime() -> dict[str, str]:
+    """GOGC and GOMEMLIMIT in our p2pd child's environment (empty where /proc cannot say)."""
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.name() == "p2pd":
+                env = child.environ()
+                return {k: env[k] for k in ("GOGC", "GOMEMLIMIT") if k in env}
+        except psutil.Error:
+            continue
+    return {}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,7 +36,7 @@ from p2ptrain.records import (
     StepProfile,
 )
 from p2ptrain.train.checkpoint import checkpoint_dir
-from p2ptrain.worker import watchdog
+from p2ptrain.worker import daemon_env, watchdog
 from p2ptrain.worker.device import cpu_threads, precision_for, resolve_device
 from p2ptrain.worker.pipeline.frames import Expected, FrameHeader, NotReady
 from p2ptrain.worker.settings import WorkerSettings
@@ -109,6 +109,7 @@ class Worker:
 
         seed = self._seed()
         key_copy = identity.DaemonKeyCopy(seed, self.settings.identity)
+        daemon_env.use_for_daemons()
         try:
             dht = hivemind.DHT(
                 start=True,  # returns once p2pd is up: it has read the key
