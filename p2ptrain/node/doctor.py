@@ -158,7 +158,9 @@ def finish_daemon_check(proc: subprocess.Popen[bytes]) -> Check:
         result = json.loads(out.decode(errors="replace").strip().splitlines()[-1])
     if result.get("ok"):
         where = str((result.get("addrs") or ["?"])[0]).split("/p2p/")[0]
-        return Check("daemon", "ok", f"data-plane daemon starts (p2pd on {where})")
+        go = result.get("go_runtime")
+        settings = "".join(f", {k}={v}" for k, v in go.items()) if isinstance(go, dict) else ""
+        return Check("daemon", "ok", f"data-plane daemon starts (p2pd on {where}{settings})")
     error = result.get("error") or f"exit code {proc.returncode}"
     fix = (
         NO_DATA_PLANE_FIX
