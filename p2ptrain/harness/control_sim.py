@@ -259,6 +259,10 @@ class Simulation:
             if self.peers[i].alive:
                 members[self.peers[i].peer_id] = i
                 predicted[self.peers[i].peer_id] = peer.coord.distance_ms(coord)
+        for i, sample in peer.links.items():  # a measured round trip beats a predicted one
+            if sample.rtt_ms is not None and self.peers[i].alive:
+                members[self.peers[i].peer_id] = i
+                predicted[self.peers[i].peer_id] = sample.rtt_ms
         for i in peer.partners:
             members[self.peers[i].peer_id] = i
         chosen = choose_neighbours(

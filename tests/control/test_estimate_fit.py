@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from p2ptrain.control.estimate import fit as fit_module
+from p2ptrain.control.estimate.book import EstimateBook
 from p2ptrain.control.estimate.fit import fitted_rtts
 from p2ptrain.control.estimate.matrix import build_estimated, estimated_rates
 from p2ptrain.control.links import Link, freshest_links
@@ -128,3 +129,18 @@ def test_a_peer_whose_rates_were_never_seen_is_priced_slow_not_as_the_other_end(
     assert rates[0, 10] == pytest.approx(slow_up)  # was 1000
     assert rates[0, 11] == pytest.approx(slow_up)  # was 900: its download taken for its upload
     assert rates[0, 1] == 50.0  # what was seen stands
+
+
+def test_the_nearest_neighbours_are_the_nearest_measured_not_the_nearest_guessed() -> None:
+    """Coordinates a minute old put p01-p04 nearest; our probes found p10-p13 at 2 ms: those
+    stay in the neighbour set (their links pin the planner's fit where round trips are short)."""
+    book = EstimateBook()
+    peers = [f"p{i:02d}" for i in range(1, 20)]
+    for i, peer in enumerate(peers):
+        book.note(peer, NetCoordinate((10.0 * (i + 1), 0.0, 0.0), 1.0, 0.9), None, 0.0)
+    for peer in ("p10", "p11", "p12", "p13"):
+        book.observe_rtt(peer, 2.0)
+    chosen = book.choose("self", ["self", *peers], (), now=1.0)
+    assert book.sampled and {"p10", "p11", "p12", "p13"} <= set(chosen)
+    book.forget("p10")
+    assert "p10" not in book.predicted_rtts(1.0)

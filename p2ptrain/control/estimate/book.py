@@ -11,6 +11,7 @@ bigger one measures a bounded neighbour set and estimates the rest.
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -74,6 +75,8 @@ class EstimateBook:
     # what peers gossiped of themselves (control/publishing.py), as received
     coordinates: dict[str, tuple[NetCoordinate, float]] = field(default_factory=dict)
     capacities: dict[str, AccessCapacity] = field(default_factory=dict)
+    # our latest filtered round trip to each peer we measured (it beats a coordinate's guess)
+    measured_rtts: dict[str, float] = field(default_factory=dict)
     neighbours: tuple[str, ...] = ()
     sampled: bool = False  # a bounded neighbour set (not everyone): telemetry tells it only
     _rotation: int = 0
@@ -97,9 +100,12 @@ class EstimateBook:
     def forget(self, peer: str) -> None:
         self.coordinates.pop(peer, None)
         self.capacities.pop(peer, None)
+        self.measured_rtts.pop(peer, None)
 
     def observe_rtt(self, peer: str, rtt_ms: float) -> None:
         """Move our coordinate by a round trip measured to `peer` (if we know where it is)."""
+        if math.isfinite(rtt_ms) and rtt_ms > 0:
+            self.measured_rtts[peer] = rtt_ms
         known = self.coordinates.get(peer)
         if known is not None:
             self.coordinate = coordinates.update(self.coordinate, known[0], rtt_ms, self._rng)
@@ -149,9 +155,14 @@ class EstimateBook:
         return self.neighbours
 
     def predicted_rtts(self, now: float) -> Mapping[str, float]:
-        """Our coordinate's round trip to every peer whose coordinate we know."""
-        return {
+        """Our round trip to every peer we measured or whose coordinate we know: the measured
+        one where there is one. Early on the coordinates are far from settled, and the nearest
+        by them are seldom near; the nearest measured stay in the set, so a node keeps the few
+        of its own city it met, whose links pin the planner's fit there (`bench control`:
+        round trips within a city 4.4 -> 0.94 at the 90th percentile, all pairs 0.37 -> 0.23)."""
+        predicted = {
             peer: self.coordinate.distance_ms(coord)
             for peer, (coord, at) in self.coordinates.items()
             if now - at <= MAX_COORDINATE_AGE_S
         }
+        return {**predicted, **self.measured_rtts}
