@@ -3,9 +3,11 @@
 
 Per swarm size it runs: the swarm starts, measures its neighbours and settles its coordinates;
 the elected planner (real SwarmViews) makes the first plan on estimates as soon as min_peers are
-alive and settled, measures the plan's links directly and re-plans once if they disagree, then
-commits it; 10% of the peers leave and as many join during the run; the planner is killed and
-the next candidate's first plan (a repair of the current placement) ends the failover.
+alive and settled (or FIRST_PLAN_WAIT_S passed), measures the plan's links directly and re-plans
+if they price it clearly dearer (MAX_CONFIRM_ROUNDS), then commits the cheapest plan it tried;
+10% of the peers leave and as many join during the run; the planner is killed and the next
+candidate's first plan (a repair of the current placement) ends the failover. The judging is
+control_judge.py's. A run repeats for a seed, up to the search's CPU time charged to the clock.
 """
 
 from __future__ import annotations
