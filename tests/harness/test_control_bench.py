@@ -15,9 +15,10 @@ def test_control_bench_at_30_peers(monkeypatch: pytest.MonkeyPatch) -> None:
     assert set(run["bytes_per_node_s"]) == {"median", "max"}
     assert 0 < run["bytes_per_node_s"]["median"] <= 20_000
     assert run["first_plan_s"] is not None and run["first_plan_s"] <= 120.0
-    # the estimate's error is measured, not yet within the issue's target at every size (the
-    # search's CPU time moves the simulated clock, so a loaded box varies it): a sane bound
-    assert 0 <= run["rtt_error"]["median"] <= 0.5 and run["rtt_error"]["p90"] <= 3.0
+    # issue 29's bars for the round trips the planner planned on (this run: 0.04 / 0.20; the
+    # search's CPU time moves the simulated clock, so a loaded box varies it a little)
+    assert 0 <= run["rtt_error"]["median"] <= 0.15 and run["rtt_error"]["p90"] <= 0.4
+    assert set(run["error_breakdown"]) >= {"rtt_measured", "rtt_estimated", "rtt_same_city"}
     assert set(run["rate_error"]) == {"median", "p90"}
     assert run["plan_cost_ratio"] is not None and run["plan_cost_ratio"] > 0
     assert run["failover_s"] is not None and run["failover_s"] <= 15.0
