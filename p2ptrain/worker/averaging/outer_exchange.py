@@ -22,7 +22,7 @@ at their own pace); a reduced shard may take `transfer_s` more. A paced first at
 its work over a window (round_pacing.py, at most join_s / 2), and both waits grow by it (the
 members' windows are alike: the same steps' time). A member missing at that point
 fails the attempt on everyone; the second attempt, shorter, runs among the members we heard
-from, so a dead member costs the others at most join_s + retry_s, never a hang.
+from, so a dead member costs the others at most join_s + the window + retry_s, never a hang.
 """
 
 from __future__ import annotations
