@@ -18,11 +18,10 @@ tampered round fails) and the digests tell whether the members started from the 
 A round whose reducer dropped or clipped a part fails on every member, as hivemind rounds do.
 
 Timeouts: a member's message may come up to `join_s` after we started (replicas run their steps
-at their own pace); a reduced shard may take `transfer_s` more. A paced first attempt spreads
-its work over a window (round_pacing.py, at most join_s / 2), and both waits grow by it (the
-members' windows are alike: the same steps' time). A member missing at that point
-fails the attempt on everyone; the second attempt, shorter, runs among the members we heard
-from, so a dead member costs the others at most join_s + the window + retry_s, never a hang.
+at their own pace); a reduced shard may take `transfer_s` more; a paced first attempt's waits
+grow by its window (round_pacing.py, at most join_s / 2; alike on every member). A member
+missing then fails the attempt on everyone; the second, shorter attempt runs among the members
+we heard from, so a dead member costs the others at most join_s + the window + retry_s.
 """
 
 from __future__ import annotations
@@ -157,6 +156,7 @@ class OuterExchange:
         sends = 2 * (len(members) - 1)  # parts, then reduced shards (a gather: half of it)
         window_s = max(0.0, min(spread_s, self.timeouts.join_s / 2))
         pacer = RoundPacer(window_s, SEND_SHARE * window_s / sends, cpu_rate, should_stop)
+        at_once = RoundPacer.at_once(should_stop)
         failures: list[str] = []
         try:
             with pacer.work():
@@ -165,18 +165,18 @@ class OuterExchange:
                     sparse, sent = self.topk.encode(flat)
                 anchor_claims = params_digest(anchor.reshape(-1).cpu(), self._signs)
             # the retry, among the members heard from, goes at once
-            tries = ((self.timeouts.join_s, window_s, pacer), (self.timeouts.retry_s, 0.0, None))
-            for attempt, (join_s, paced_s, paced) in enumerate(tries):
+            tries = ((self.timeouts.join_s, pacer), (self.timeouts.retry_s, at_once))
+            for attempt, (join_s, paced) in enumerate(tries):
                 key = wire.round_key(self.prefix, step, attempt, members)
                 this = _Attempt(
                     key,
                     members,
                     step,
-                    join_s + paced_s,
-                    self.timeouts.transfer_s + paced_s,
+                    join_s + paced.window_s,
+                    self.timeouts.transfer_s + paced.window_s,
                     anchor_claims,
                     should_stop,
-                    paced or RoundPacer.at_once(should_stop),
+                    paced,
                 )
                 try:
                     if sparse is not None:

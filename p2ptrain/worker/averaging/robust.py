@@ -83,7 +83,8 @@ def robust_mean(
         if norms[large] > PAIR_NORM_FACTOR * max(norms[small], floor):
             dropped[large] = f"norm {norms[large]:.3g} against {norms[small]:.3g}"
             kept = [small]
-    stacked = torch.stack([parts[i] for i in kept]).double()
+    screened = torch.stack([parts[i] for i in kept])  # the parts' own precision
+    stacked = screened.double()
     w = torch.tensor([float(weights[i]) for i in kept], dtype=torch.float64)
     # the weighted mean as one product (no temporary of the stack's size)
     mean = torch.tensordot(w, stacked, dims=1) / w.sum()
@@ -92,7 +93,7 @@ def robust_mean(
         return Combined(mean.to(parts[0].dtype), dropped)
     # who is an outlier is decided in the parts' own precision (half the memory traffic of
     # float64: the median is most of a combine's CPU); the result stays float64 math
-    value, clipped = _centred_clip(stacked, torch.stack([parts[i] for i in kept]), w, floor)
+    value, clipped = _centred_clip(stacked, screened, w, floor)
     if not clipped:
         value = mean
     return Combined(value.to(parts[0].dtype), dropped, tuple(kept[i] for i in clipped))

@@ -35,7 +35,8 @@ class RoundPacer:
         """window_s: how long from now pauses may run; send_gap_s: between two sends;
         cpu_rate: the CPU seconds a second of wall time the round's thread may use (0: no
         CPU pacing)."""
-        self.deadline = clock() + max(0.0, window_s)
+        self.window_s = max(0.0, window_s)
+        self.deadline = clock() + self.window_s
         self.send_gap_s = send_gap_s
         self.cpu_rate = cpu_rate
         self.should_stop = should_stop
