@@ -32,8 +32,13 @@ log = logging.getLogger(__name__)
 
 CONTROL_TOPIC = "p2ptrain/control/1"  # run specs, revocations, peer records, claims, plans
 TELEMETRY_TOPIC = "p2ptrain/telemetry/1"  # link-matrix rows and worker metrics
+# Telemetry's audience: only the planner candidates (planner-token holders) and the bootstrap
+# subscribe to TELEMETRY_TOPIC, the others publish to it through GossipSub's fanout. So a member's
+# telemetry costs the swarm O(candidates) deliveries, not O(N), and each member receives only
+# the few candidates' telemetry, which they publish on CONTROL_TOPIC: everyone must hear the
+# candidates alive to follow an election.
 TOPIC_KINDS = {
-    CONTROL_TOPIC: {"run", "revoked", "peer", "claim", "plan"},
+    CONTROL_TOPIC: {"run", "revoked", "peer", "claim", "plan", "telemetry"},
     TELEMETRY_TOPIC: {"telemetry"},
 }
 
@@ -87,7 +92,7 @@ async def serve_topics(
     """Subscribe to our topics behind their validators (started once subscribed), then keep the
     subscription queues empty: the validators already applied every message."""
     async with trio.open_nursery() as nursery:
-        for topic in TOPIC_KINDS:
+        for topic in TOPIC_KINDS if state.view.hears_telemetry else [CONTROL_TOPIC]:
             pubsub.set_topic_validator(topic, validator_for(topic, state, intake), False)
             nursery.start_soon(_drain, await pubsub.subscribe(topic))
         task_status.started()
@@ -138,6 +143,11 @@ def _validate(
         return False
     if kind not in kinds:
         intake.reject(sender, "malformed", f"{kind} does not belong on this topic", topic, now)
+        return False
+    if topic == CONTROL_TOPIC and kind == "telemetry" and not state.view.may_plan(author):
+        # not a candidate (now): its telemetry goes to the audience only. No penalty: a planner
+        # token revoked or expired a moment ago leaves an honest member here.
+        log.debug("ignored telemetry of %s on %s: no planner token", author, topic)
         return False
     # the author signed the pubsub message (strict signing): its rate, admission and run are
     # checked before its body is parsed

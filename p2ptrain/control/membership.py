@@ -11,7 +11,11 @@ from p2ptrain.control.delivery_lag import DeliveryLag
 from p2ptrain.control.loop_stall import LoopStall
 from p2ptrain.records import Health, PeerMetrics, PeerRecord
 
-DEAD_AFTER_S = 8.0  # members publish every 2 s: four missed rounds => dead
+DEAD_AFTER_S = 8.0  # members publish telemetry every 2 s: four missed rounds => dead
+# a node outside telemetry's audience (the planner candidates and the bootstrap: control/gossip.py)
+# hears a member that may not plan by its record only, re-published unchanged every 12 s
+# (control/publishing.py): three missed => dead
+RECORD_DEAD_AFTER_S = 36.0
 FORGET_DEAD_AFTER_S = 600.0
 
 
@@ -64,10 +68,12 @@ class Membership(MutableMapping[str, Member]):
         plus how long our own loop stood still lately (control/loop_stall.py)."""
         return DEAD_AFTER_S + self.delivery_lag.extra_s(now) + self.loop_stall.extra_s(now)
 
-    def heard_lately(self, peer: str, now: float) -> bool:
-        """Is `peer` a member we heard from within dead_after_s?"""
+    def heard_lately(self, peer: str, now: float, by_record: bool = False) -> bool:
+        """Is `peer` a member we heard from within dead_after_s (`by_record`: we hear it by its
+        record only, so within RECORD_DEAD_AFTER_S and the same allowances)?"""
         member = self._by_peer.get(peer)
-        return member is not None and now - member.last_heard <= self.dead_after_s(now)
+        quiet_s = self.dead_after_s(now) + (RECORD_DEAD_AFTER_S - DEAD_AFTER_S) * by_record
+        return member is not None and now - member.last_heard <= quiet_s
 
     def heard_from(self, peer: str, at: float) -> None:
         """Proof that `peer` lived at `at` (a signed message, a probe's answer)."""

@@ -98,6 +98,9 @@ class ControlNode:
             run=config.run,
             own_token=config.token,
         )
+        # telemetry's audience (control/gossip.py): the organiser and the planner candidates
+        planner_token = config.token is not None and config.token.planner
+        view.hears_telemetry = config.role == "bootstrap" or planner_token
         self.state = NodeState(
             seed=config.seed,
             role=config.role,

@@ -113,6 +113,12 @@ def telemetry_message(state: NodeState) -> bytes:
     return _signed(state, body)
 
 
+def telemetry_topic(state: NodeState) -> str:
+    """Where our telemetry goes (control/gossip.py): a planner candidate's to everyone, a
+    member's to telemetry's audience (the candidates and the bootstrap) only."""
+    return CONTROL_TOPIC if state.view.may_plan(state.peer_id) else TELEMETRY_TOPIC
+
+
 def claim_message(state: NodeState) -> bytes:
     return _signed(state, Claim(state.view.term))
 
@@ -194,7 +200,7 @@ class Publisher:
             await trio.sleep(max(0.0, last + MIN_REPUBLISH_GAP_S - state.clock()))
         log.info("telling the others we are stopping")
         state.sent_at["telemetry"] = state.clock()
-        await self._publish(TELEMETRY_TOPIC, partial(telemetry_message, state))
+        await self._publish(telemetry_topic(state), partial(telemetry_message, state))
 
     async def serve_publishing(self) -> None:
         """Publish our state, paced; every message re-states everything we author (anti-entropy).
@@ -212,7 +218,7 @@ class Publisher:
                 if view.authority.revocations:
                     await self._publish_revocations()
             if state.is_member and self._due_now("telemetry", TELEMETRY_INTERVAL_S, now):
-                await self._publish(TELEMETRY_TOPIC, partial(telemetry_message, state))
+                await self._publish(telemetry_topic(state), partial(telemetry_message, state))
             if view.planner == state.peer_id:
                 if self._due_now("claim", CLAIM_INTERVAL_S, now):
                     await self._publish(CONTROL_TOPIC, partial(claim_message, state))

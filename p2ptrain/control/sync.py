@@ -2,7 +2,9 @@
 signed envelopes and apply those we lack. It heals what gossip lost, even for a node whose mesh
 broke. The server answers with what we author and the latest we accepted from each other author.
 
-Replies are paged, never cut: a request names a cursor (JSON `{"cursor": n}`; empty: 0), a reply
+Replies are paged, never cut: a request names a cursor (JSON `{"cursor": n}`; empty: 0) and, from
+a node outside telemetry's audience (control/gossip.py), `"telemetry": false`: then members'
+telemetry is left out, the planner candidates' kept. A reply
 holds whole envelopes up to SYNC_PAGE_BYTES and the next cursor (null on the last page), and
 the client follows at most MAX_SYNC_PAGES pages. Each reply also carries the responder's term
 (null until it learnt one): how a fresh node learns the current term from the organiser; and
@@ -12,6 +14,7 @@ only, how a spare that missed the last step's gossip, or a late joiner, learns i
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
@@ -26,8 +29,8 @@ from p2ptrain.control.intake import Intake
 from p2ptrain.control.publishing import authored_messages
 from p2ptrain.control.state import NodeState
 from p2ptrain.net import rpc
-from p2ptrain.net.paging import checked_next, cursor_request, page_of, read_cursor
-from p2ptrain.records.replies import SyncPage
+from p2ptrain.net.paging import checked_next, page_of
+from p2ptrain.records.replies import SyncPage, SyncRequest
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,16 @@ SYNC_PAGE_BYTES = 192 * 1024
 MAX_SYNC_PAGES = 128  # 24 MiB a round at most, from a peer that pages forever
 # records before what depends on them (telemetry and claims need the author's record)
 KIND_ORDER = {"run": 0, "revoked": 1, "peer": 2, "claim": 3, "plan": 4, "telemetry": 5}
+
+
+def read_request(request: bytes) -> SyncRequest:
+    """A sync request (empty: the first page, telemetry included)."""
+    if not request:
+        return SyncRequest(0)
+    try:
+        return SyncRequest.from_dict(json.loads(request))
+    except (ValueError, RecursionError) as exc:  # WireError is a ValueError too
+        raise ValueError(f'a sync request is {{"cursor": n}}: {exc}') from None
 
 
 class PullSync:
@@ -77,7 +90,7 @@ class PullSync:
             try:
                 reply = SyncPage.from_dict(
                     await rpc.call(
-                        self.state.host, ID.from_base58(peer), SYNC_PROTOCOL, cursor_request(cursor)
+                        self.state.host, ID.from_base58(peer), SYNC_PROTOCOL, self._request(cursor)
                     )
                 )
                 cursor = checked_next(reply.next, cursor)
@@ -94,6 +107,10 @@ class PullSync:
             if not self._apply_page(peer, envelopes) or cursor is None:
                 return
         log.info("sync from %s stopped after %d pages", peer, MAX_SYNC_PAGES)
+
+    def _request(self, cursor: int) -> bytes:
+        request = SyncRequest(cursor, telemetry=self.state.view.hears_telemetry)
+        return json.dumps(request.to_dict()).encode()
 
     def _apply_page(self, peer: str, envelopes: tuple[object, ...]) -> bool:
         """Apply one page's envelopes; False once `peer` is blocked (stop reading from it)."""
@@ -116,9 +133,13 @@ class PullSync:
     async def respond_sync(self, request: bytes) -> dict[str, Any]:
         """The server side, one page: a fresh copy of our own messages (page 0), then those we
         hold of others, in KIND_ORDER (the cursor indexes them)."""
-        cursor = read_cursor(request)
+        asked = read_request(request)
+        cursor = asked.cursor
         view, latest = self.state.view, self.state.latest
-        held = [latest[key].decode() for key in sorted(latest, key=lambda k: (KIND_ORDER[k[1]], k))]
+        keys = sorted(latest, key=lambda k: (KIND_ORDER[k[1]], k))
+        if not asked.telemetry:  # the candidates' telemetry only: how the asker hears them alive
+            keys = [(a, kind) for a, kind in keys if kind != "telemetry" or view.may_plan(a)]
+        held = [latest[key].decode() for key in keys]
         own = [d.decode() for d in authored_messages(self.state)] if cursor == 0 else []
         page, nxt = page_of(held, cursor, SYNC_PAGE_BYTES)
         term = view.known_term() if view.term_anchored else None

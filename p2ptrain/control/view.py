@@ -70,6 +70,7 @@ class SwarmView:
         own_token: Token | None = None,
     ) -> None:
         self.self_id, self.role, self.started_at = self_id, role, started_at
+        self.hears_telemetry = True  # every member's telemetry, or candidates' (control/gossip.py)
         self.authority = Authority(self_id, planner_capable, bootstrap_id, run, own_token)
         self.links = LinkTable(self_id)  # control/links.py
         self.seqs = SeqGuard()  # control/replay.py
@@ -116,7 +117,9 @@ class SwarmView:
     def is_alive(self, peer: str, now: float) -> bool:
         if peer == self.self_id:
             return True
-        return self.members.heard_lately(peer, now) and not self.penalties.is_blocked(peer, now)
+        by_record = not self.hears_telemetry and not self.may_plan(peer)
+        heard = self.members.heard_lately(peer, now, by_record)
+        return heard and not self.penalties.is_blocked(peer, now)
 
     def live_members(self, now: float) -> list[str]:
         """Live peers that train (or are planned like trainers), self included, sorted."""
@@ -207,6 +210,8 @@ class SwarmView:
     def _on_telemetry(self, env: Envelope, now: float) -> Drop | None:
         if env.author not in self.members:
             return Drop("telemetry before the author's peer record")
+        if not self.hears_telemetry and not self.may_plan(env.author):
+            return Drop("a member's telemetry goes to the planner candidates, not to us")
         assert isinstance(env.body, TelemetryBody)
         self.links.note_telemetry(env.author, env.body, now)
         self.members[env.author].metrics = env.body.metrics
@@ -370,9 +375,8 @@ class SwarmView:
             return False
         if self.planner is not None and self.is_alive(self.planner, now):
             return False
-        if self.max_seen_term > self.term and now - self._claim_seen_at < self.members.dead_after_s(
-            now
-        ):
+        waited_s = now - self._claim_seen_at
+        if self.max_seen_term > self.term and waited_s < self.members.dead_after_s(now):
             return False  # someone claims a term we could not follow yet: hear it out first
         candidates = [self.self_id] + [p for p in self.members if self._capable(p, now)]
         return min(candidates) == self.self_id

@@ -1,6 +1,6 @@
 """The replies of the control processes' request/response protocols (net/rpc.py), declared once:
 the run reply (`/p2ptrain/run/1.0.0`), a sync page (`/p2ptrain/sync/1.0.0`), a status page
-(`/p2ptrain/status/1.0.0`), and the cursor a paged request names (net/paging.py). The JSON is
+(`/p2ptrain/status/1.0.0`), the cursor a paged request names (net/paging.py) and a sync request. The JSON is
 what these protocols always carried; each reply is decoded once, where it arrives.
 """
 
@@ -45,6 +45,15 @@ class Cursor(Record, name="cursor"):
     """A paged request: the first item it asks for (an empty request asks for 0)."""
 
     cursor: Annotated[int, Int(0, MAX_CURSOR)]
+
+
+@dataclass(frozen=True)
+class SyncRequest(Record, name="sync request"):
+    """A sync page request: the cursor, and whether the asker is in telemetry's audience (False:
+    serve the planner candidates' telemetry only, control/gossip.py). `{"cursor": n}` asks for all."""
+
+    cursor: Annotated[int, Int(0, MAX_CURSOR)]
+    telemetry: Annotated[bool, Wire(omit_default=True)] = True
 
 
 @dataclass(frozen=True)

@@ -43,12 +43,13 @@ def start_bootstrap(
     return proc, reaper.read_line(proc, STARTUP_TIMEOUT_S)
 
 
-def planner_token(tmp: Path, name: str) -> str:
+def planner_token(tmp: Path, name: str, planner: bool = True) -> str:
     """The organiser's (the bootstrap's key's) planner token for peer `name`: what
-    `p2ptrain token issue --planner` prints (tests/integration/test_admission.py runs that CLI)."""
+    `p2ptrain token issue --planner` prints (tests/integration/test_admission.py runs that CLI);
+    `planner=False`: a member's token (it may train, not plan)."""
     peer = identity.peer_id_of(identity.load_or_create_identity(tmp / f"{name}.key"))
     organiser = identity.load_identity(tmp / "boot.key")
-    return issue_token(organiser, peer, True, time.time() + 86_400).encode()
+    return issue_token(organiser, peer, planner, time.time() + 86_400).encode()
 
 
 def start_peer(

@@ -84,6 +84,7 @@ def test_a_sync_of_more_than_4_mib_arrives_whole() -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(server.run)
             client = _node("control-only", server.addrs[0])
+            client.view.hears_telemetry = True  # a candidate's view: every member's telemetry
             nodes.append(client)
             await nursery.start(client.run)
             with trio.fail_after(30):

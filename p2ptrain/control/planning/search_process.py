@@ -2,9 +2,11 @@
 
 The search is Python and numpy under the GIL for up to tens of thousands of cost evaluations: in
 a thread it starved the control process's trio loop on a loaded machine, its gossip stopped for
-longer than DEAD_AFTER_S and the swarm deposed the planner for planning. One child process is
-kept for the node's lifetime: `python -m p2ptrain.control.planning.search_process`, started by procs.spawn
-(not multiprocessing: its spawn worker and resource tracker outlived a SIGKILLed node, reparented
+longer than DEAD_AFTER_S and the swarm deposed the planner for planning. One child process,
+`python -m p2ptrain.control.planning.search_process`, started by procs.spawn on the first search
+and again after it exited: it exits after IDLE_EXIT_S without a request (a swarm re-plans on
+changes, and an idle child's ~90 MiB are the planner's to give back); procs.spawn, not
+multiprocessing (whose spawn worker and resource tracker outlived a SIGKILLed node, reparented
 to init). It dies with the control process however that ends: the kernel kills it when the thread
 that started it (trio's, the main thread) exits (PR_SET_PDEATHSIG), it stays in the control
 process's process group, and it exits when its request pipe closes.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import select
 import signal
 import struct
 import subprocess
@@ -32,6 +35,8 @@ from p2ptrain.records import RunSpec
 
 _LENGTH = struct.Struct("!Q")
 SEARCH_NICENESS = 10  # added to the control process's
+IDLE_EXIT_S = 30.0
+IDLE_EXIT_CODE = 3  # the child exited for want of requests: a request it missed is sent again
 
 
 class SearchProcessDied(RuntimeError):
@@ -42,7 +47,7 @@ class SearchProcessDied(RuntimeError):
 class _SearchProcess:
     def __init__(self) -> None:
         self.proc = procs.spawn(
-            [sys.executable, "-m", "p2ptrain.control.planning.search_process"],
+            [sys.executable, "-m", "p2ptrain.control.planning.search_process", str(IDLE_EXIT_S)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             die_with_parent=signal.SIGKILL,
@@ -105,7 +110,13 @@ def stop() -> None:
 async def compute_plan(matrices: planner.Matrices, run: RunSpec) -> planner.Placement:
     """planner.compute_plan, in the search process (waited on from a worker thread)."""
     process = _started()
-    return await trio.to_thread.run_sync(process.compute_plan, matrices, run)
+    try:
+        return await trio.to_thread.run_sync(process.compute_plan, matrices, run)
+    except SearchProcessDied:
+        if process.proc.wait() != IDLE_EXIT_CODE:
+            raise
+    # our request crossed the idle child's exit: a fresh child answers it
+    return await trio.to_thread.run_sync(_started().compute_plan, matrices, run)
 
 
 def _write_frame(stream: IO[bytes], payload: bytes) -> None:
@@ -133,7 +144,12 @@ def main() -> None:
     requests = sys.stdin.buffer
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # a stray print must not corrupt the reply stream
-    while (request := _read_frame(requests)) is not None:
+    idle_exit_s = float(sys.argv[1]) if len(sys.argv) > 1 else IDLE_EXIT_S
+    while True:
+        if not select.select([requests], [], [], idle_exit_s)[0]:
+            sys.exit(IDLE_EXIT_CODE)
+        if (request := _read_frame(requests)) is None:
+            break
         try:
             reply: tuple[bool, object] = (True, planner.compute_plan(*pickle.loads(request)))
         except Exception as exc:  # the caller's to handle (NoPlacementFits, a scheduler bug)

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import trio
 
 from p2ptrain.control.links import Link
@@ -95,3 +96,22 @@ def test_nothing_outlives_a_parent_that_exits() -> None:
     parent, tree = _parent("exit")
     assert parent.wait(timeout=30) == 0
     assert wait_all_gone(tree, 5) == []
+
+
+def test_an_idle_search_process_exits_and_the_next_search_starts_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An idle planner gives its search process's memory back; a request that crosses the
+    child's idle exit is answered by a fresh one."""
+    monkeypatch.setattr(search_process, "IDLE_EXIT_S", 0.5)
+    search_process.stop()
+    expected = compute_plan(build_matrices(PEERS, LINKS), RunSpec().replace(stages=2, n_layer=4))
+    assert _plan() == expected
+    first = search_process.pid()
+    assert first is not None and wait_all_gone([first], 10) == []
+    assert search_process._process is not None
+    assert search_process._process.proc.wait() == search_process.IDLE_EXIT_CODE
+    assert search_process.pid() is None
+    assert _plan() == expected  # a fresh child
+    assert search_process.pid() not in (None, first)
+    search_process.stop()

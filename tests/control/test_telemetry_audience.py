@@ -1,0 +1,113 @@
+"""Issue 29: telemetry's audience. A member's telemetry goes to the planner candidates (planner
+-token holders) and the bootstrap only: a node outside that audience does not subscribe to the
+telemetry topic, ignores a member's telemetry that reaches it anyway (gossip or sync), hears
+members alive by their records (RECORD_DEAD_AFTER_S), and hears the candidates by their
+telemetry, which they publish on the control topic so that everyone can follow an election."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import trio
+
+from p2ptrain.control import wire
+from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC
+from p2ptrain.control.membership import DEAD_AFTER_S, RECORD_DEAD_AFTER_S
+from p2ptrain.control.publishing import telemetry_topic
+from p2ptrain.control.sync import PullSync, read_request
+from p2ptrain.records import issue_token
+from p2ptrain.records.replies import SyncPage, SyncRequest
+from tests.control.test_gossip_screen import ORGANISER, RUN_ID, Author, make_node, validate
+
+
+class Candidate(Author):
+    """An author holding the organiser's planner token."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.token = issue_token(ORGANISER, self.id, True, time.time() + 3600, RUN_ID)
+
+
+def audience_and_outsider() -> tuple[Any, Any]:
+    inside, outside = make_node(), make_node()
+    outside[0].view.hears_telemetry = False
+    return inside, outside
+
+
+def test_outside_the_audience_a_members_telemetry_is_ignored_a_candidates_applied() -> None:
+    (inside, inside_intake), (outside, outside_intake) = audience_and_outsider()
+    member, candidate = Author(), Candidate()
+    for state, intake in ((inside, inside_intake), (outside, outside_intake)):
+        assert validate(state, intake, member, member.record())
+        assert validate(state, intake, candidate, candidate.record())
+    assert validate(inside, inside_intake, member, member.telemetry())
+    assert inside.view.members[member.id].metrics is None  # applied: {"links": {}} has none
+    assert not validate(outside, outside_intake, member, member.telemetry())
+    assert outside.view.penalties.score(member.id) == 0  # ignored, not blamed
+    # a candidate's telemetry, on the control topic, reaches and is applied by everyone
+    on_control = candidate.message("telemetry", {"links": {}}, CONTROL_TOPIC)
+    assert validate(outside, outside_intake, candidate, on_control)
+    # a member's telemetry on the control topic is not forwarded, nor blamed
+    assert not validate(inside, inside_intake, member, member.message("telemetry", {"links": {}}))
+    assert inside.view.penalties.score(member.id) == 0
+
+
+def test_outside_the_audience_members_live_by_their_records_candidates_by_telemetry() -> None:
+    (_, _), (outside, intake) = audience_and_outsider()
+    member, candidate = Author(), Candidate()
+    assert validate(outside, intake, member, member.record())
+    assert validate(outside, intake, candidate, candidate.record())
+    view, heard = outside.view, time.monotonic()
+    later = heard + DEAD_AFTER_S + 5.0
+    assert view.is_alive(member.id, later)  # a record every 12 s is its proof of life here
+    assert not view.is_alive(candidate.id, later)  # a candidate's telemetry comes every 2 s
+    assert not view.is_alive(member.id, heard + RECORD_DEAD_AFTER_S + 5.0)
+    view.hears_telemetry = True  # in the audience, every member lives by its telemetry
+    assert not view.is_alive(member.id, later)
+
+
+def test_a_candidate_publishes_telemetry_to_everyone_a_member_to_the_audience() -> None:
+    state, _ = make_node()
+    assert telemetry_topic(state) == TELEMETRY_TOPIC  # make_node holds no token
+    state.view.authority.own_token = issue_token(
+        ORGANISER, state.peer_id, True, time.time() + 3600, RUN_ID
+    )
+    assert telemetry_topic(state) == CONTROL_TOPIC
+
+
+def test_sync_serves_an_outsider_the_candidates_telemetry_only() -> None:
+    state, intake = make_node()
+    member, candidate = Author(), Candidate()
+    for author in (member, candidate):
+        assert validate(state, intake, author, author.record())
+    assert validate(state, intake, member, member.telemetry())
+    on_control = candidate.message("telemetry", {"links": {}}, CONTROL_TOPIC)
+    assert validate(state, intake, candidate, on_control)
+    sync = PullSync(state, intake)
+
+    def served(request: SyncRequest) -> set[tuple[str, str]]:
+        body = json.dumps(request.to_dict()).encode()
+        page = SyncPage.from_dict(trio.run(sync.respond_sync, body))
+        envelopes = [wire.decode(str(e).encode()) for e in page.envelopes]
+        return {(e.author, e.kind) for e in envelopes}
+
+    everything = served(SyncRequest(0))
+    assert {(member.id, "telemetry"), (candidate.id, "telemetry")} <= everything
+    outsider = served(SyncRequest(0, telemetry=False))
+    assert (member.id, "telemetry") not in outsider
+    assert everything - outsider == {(member.id, "telemetry")}
+
+
+def test_a_sync_request_is_read_or_refused_as_one_error() -> None:
+    assert read_request(b"") == SyncRequest(0)
+    assert read_request(b'{"cursor": 3}') == SyncRequest(3)  # what older nodes send
+    assert read_request(b'{"cursor": 0, "telemetry": false}') == SyncRequest(0, telemetry=False)
+    assert json.loads(json.dumps(SyncRequest(2).to_dict())) == {"cursor": 2}
+    for bad in (b"[", b'{"cursor": -1}', b'{"cursor": 1, "telemetry": 1}', b"[" * 5000, b"{}"):
+        try:
+            read_request(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad[:20]!r} was read")
