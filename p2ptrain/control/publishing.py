@@ -38,6 +38,12 @@ UNCHANGED_RECORD_S = 12.0
 RUN_INTERVAL_S = 10.0
 CLAIM_INTERVAL_S = 2.0
 PLAN_REBROADCAST_S = 4.0
+# once our plan has stood unchanged this long, its claim and the plan itself go out less often:
+# our telemetry (every 2 s, on the control topic: a planner holds a planner token) proves us
+# alive to everyone, and sync serves both to a node that missed them
+STEADY_AFTER_S = 30.0
+STEADY_CLAIM_INTERVAL_S = 6.0
+STEADY_PLAN_REBROADCAST_S = 12.0
 PUBLISH_GAP_S = 0.02  # pace publishes: py-libp2p drops bursts past its 32-slot queues
 REVOCATION_PAGES_PER_ROUND = 8  # gossiped per run interval: the last page and others in turn
 
@@ -158,6 +164,7 @@ class Publisher:
         self.pubsub = pubsub
         self._next_revocation_page = 0  # the older pages are gossiped in turn
         self._published_record: tuple[PeerRecord, float] | None = None  # and when
+        self._plan_since: tuple[int, float] = (-1, 0.0)  # the view's plan version, since when
 
     def _due_now(self, name: Kind, interval_s: float, now: float) -> bool:
         """True if `name` is due; then schedules its next time, jittered so peers drift apart."""
@@ -220,9 +227,12 @@ class Publisher:
             if state.is_member and self._due_now("telemetry", TELEMETRY_INTERVAL_S, now):
                 await self._publish(telemetry_topic(state), partial(telemetry_message, state))
             if view.planner == state.peer_id:
-                if self._due_now("claim", CLAIM_INTERVAL_S, now):
+                steady = self._plan_steady(now)
+                claim_s = STEADY_CLAIM_INTERVAL_S if steady else CLAIM_INTERVAL_S
+                if self._due_now("claim", claim_s, now):
                     await self._publish(CONTROL_TOPIC, partial(claim_message, state))
-                if self._own_plan() and self._due_now("plan", PLAN_REBROADCAST_S, now):
+                plan_s = STEADY_PLAN_REBROADCAST_S if steady else PLAN_REBROADCAST_S
+                if self._own_plan() and self._due_now("plan", plan_s, now):
                     await self._publish(CONTROL_TOPIC, partial(plan_message, state))
             view.forget_stale(now)  # the view's housekeeping rides on our rounds
             now = state.clock()
@@ -242,6 +252,13 @@ class Publisher:
             return False
         self._published_record = (record, now)
         return True
+
+    def _plan_steady(self, now: float) -> bool:
+        """Has our own plan stood unchanged for STEADY_AFTER_S?"""
+        version = self.state.view.plan_version
+        if version != self._plan_since[0]:
+            self._plan_since = (version, now)
+        return self._own_plan() and now - self._plan_since[1] >= STEADY_AFTER_S
 
     def _own_plan(self) -> bool:
         """Do we hold a plan of ours for our current term (ours to re-broadcast)?"""

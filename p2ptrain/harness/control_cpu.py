@@ -1,10 +1,11 @@
 """How much CPU a control process uses in steady state, on loopback (issue 29).
 
-    python -m p2ptrain.harness.control_cpu [--peers 8] [--settle 20] [--measure 40]
-                                           [--tree PATH ...] [--json FILE]
+    python -m p2ptrain.harness.control_cpu [--peers 8] [--candidates N] [--settle 20]
+                                           [--measure 40] [--tree PATH ...] [--json FILE]
 
 A bootstrap and `--peers` `join --control-only` nodes, each a real process tree on 127.0.0.1
-started through the CLI (harness/membership_latency.py's swarm); once they share a plan and
+started through the CLI (harness/membership_latency.py's swarm; `--candidates N`: only the first
+N hold planner tokens, the others members' tokens, as a community run is organised); once they share a plan and
 no plan came for a few seconds, `--settle` seconds pass, then each node's process tree's CPU
 seconds (user + system, /proc/PID/stat) are read over `--measure` seconds. Prints each node's
 share of one core (median, max over the joined nodes; the bootstrap apart) and the swarm's
@@ -69,12 +70,17 @@ def measure(trees: dict[str, list[int]], seconds: float) -> dict[str, float]:
 
 
 def run_scenario(
-    tree: Path | None, num_peers: int, settle_s: float, measure_s: float, keep: Path | None
+    tree: Path | None,
+    num_peers: int,
+    settle_s: float,
+    measure_s: float,
+    keep: Path | None,
+    candidates: int | None = None,
 ) -> Any:
     with tempfile.TemporaryDirectory(prefix="p2ptrain-control-cpu-") as tmp:
         workdir = Path(tmp) if keep is None else keep
         workdir.mkdir(parents=True, exist_ok=True)
-        swarm = Swarm(workdir, tree)
+        swarm = Swarm(workdir, tree, candidates=candidates)
         try:
             swarm.start_bootstrap(num_peers)
             for _ in range(num_peers):
@@ -90,6 +96,7 @@ def run_scenario(
     return {
         "tree": str(tree) if tree is not None else "installed",
         "peers": num_peers,
+        "candidates": candidates,
         "measure_s": measure_s,
         "node_median_core": round(statistics.median(peers), 4),
         "node_max_core": round(max(peers), 4),
@@ -101,6 +108,7 @@ def run_scenario(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m p2ptrain.harness.control_cpu")
     parser.add_argument("--peers", type=int, default=8)
+    parser.add_argument("--candidates", type=int, default=None, help="planner-token holders")
     parser.add_argument("--settle", type=float, default=20.0, help="seconds after the plan")
     parser.add_argument("--measure", type=float, default=40.0, help="seconds measured")
     parser.add_argument("--tree", action="append", type=Path, default=[])
@@ -111,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for tree in args.tree or [None]:
         print(f"tree {tree or 'installed'}:", file=sys.stderr, flush=True)
-        result = run_scenario(tree, args.peers, args.settle, args.measure, args.keep)
+        result = run_scenario(
+            tree, args.peers, args.settle, args.measure, args.keep, args.candidates
+        )
         print(
             f"{result['tree']}: {args.peers} peers, per node {result['node_median_core']:.1%} "
             f"of a core (median), {result['node_max_core']:.1%} (max); bootstrap "

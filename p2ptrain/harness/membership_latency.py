@@ -86,6 +86,7 @@ class Swarm:
     workdir: Path
     tree: Path | None
     bootstrap_addr: str = ""
+    candidates: int | None = None  # the first this many joins hold planner tokens (None: all)
     members: list[Node] = field(default_factory=list)
     _all: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _count: int = 0
@@ -118,7 +119,8 @@ class Swarm:
         key_path = self.workdir / f"{name}.key"
         peer = identity.peer_id_of(identity.load_or_create_identity(key_path))
         organiser = identity.load_identity(self.workdir / "boot.key")
-        token = issue_token(organiser, peer, True, time.time() + 86_400).encode()
+        planner = self.candidates is None or self._count <= self.candidates
+        token = issue_token(organiser, peer, planner, time.time() + 86_400).encode()
         argv = ["join", "--control-only", *LOOPBACK, "--data-listen", "/ip4/127.0.0.1/tcp/0"]
         argv += ["--bootstrap", self.bootstrap_addr, "--identity", str(key_path)]
         proc, log_path, _ = self._start(name, [*argv, "--token", token])
