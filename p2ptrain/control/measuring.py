@@ -1,13 +1,15 @@
 """This peer's measurements of its links: one RTT probe per second and one bandwidth probe every
 ~20 s, each to the peer of its neighbour set measured longest ago, recorded into the SwarmView
-(which gossips them as telemetry). The neighbour set (control/estimate/book.py) is every member
-in a swarm of at most FULL_MESH_PEERS; in a bigger one, a bounded set: the nearest by coordinate,
+(which gossips them as telemetry); an RTT probe's answer also carries the far end's
+coordinate (its Vivaldi update needs it, and outside telemetry's audience nothing else brings
+it). The neighbour set (control/estimate/book.py) is every member in a swarm of at most FULL_MESH_PEERS; in a bigger one, a bounded set: the nearest by coordinate,
 a few at random, and the peers the plan makes this one exchange with (measured first). A
 failure or rate measured during our worker's outer round is set aside while the link has a
 recent value (control/round_watch.py): the round's traffic is not the link."""
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
@@ -21,6 +23,7 @@ from p2ptrain.control.estimate.book import plan_partners
 from p2ptrain.control.links import LinkSample
 from p2ptrain.control.view import SwarmView
 from p2ptrain.net import probe
+from p2ptrain.records.estimate import NetCoordinate
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +68,17 @@ def window_bound(mbps: float, num_bytes: int, rtt_s: float) -> bool:
     return rtt_s > 0 and (num_bytes / 2) * 8 / (mbps * 1e6) < 2 * rtt_s
 
 
+def far_coordinate(trailer: bytes) -> NetCoordinate | None:
+    """The coordinate a probed peer sent after its echoes; None if it sent none or garbage (the
+    round trip still counts: it is measured, the coordinate only its word)."""
+    if not trailer:
+        return None
+    try:
+        return NetCoordinate.from_dict(json.loads(trailer))
+    except (ValueError, RecursionError):  # WireError is a ValueError too
+        return None
+
+
 class LinkProber:
     """The probing loops of one control process (they start once it has joined)."""
 
@@ -75,6 +89,10 @@ class LinkProber:
         # when each kind of probe last tried each peer: a peer whose probes fail must not stay
         # the stalest and starve every other link of measurements
         self._tried: dict[str, dict[str, float]] = {"rtt": {}, "bandwidth": {}}
+
+    def coordinate_trailer(self) -> bytes:
+        """Our coordinate, as our RTT probes' server sends it after the echoes (net/probe.py)."""
+        return json.dumps(self.view.links.estimate.coordinate.to_dict()).encode()
 
     def neighbours(self, now: float) -> tuple[str, ...]:
         """The live members to measure now (every one in a small swarm)."""
@@ -124,9 +142,13 @@ class LinkProber:
     async def _probe_rtt(self, peer: str, running: trio.CapacityLimiter, token: object) -> None:
         started_at = time.monotonic()
         try:
-            rtt_ms = await probe.measure_rtt_ms(self.host, ID.from_base58(peer))
+            rtt_ms, trailer = await probe.measure_rtt(self.host, ID.from_base58(peer))
+            now = time.monotonic()
+            coordinate = far_coordinate(trailer)
+            if coordinate is not None:  # before the round trip: it moves ours against it
+                self.view.links.estimate.note(peer, coordinate, None, now)
             # a round trip queued behind our outer round is left to the window's least one
-            self.view.record_rtt(peer, rtt_ms, time.monotonic())
+            self.view.record_rtt(peer, rtt_ms, now)
         except Exception as exc:
             now = time.monotonic()
             if self.view.links.counts_probe(peer, "rtt", started_at, now):

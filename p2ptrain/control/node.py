@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import trio
@@ -170,7 +171,8 @@ class ControlNode:
         async with host.run(listen_addrs=[listen]):
             state.addrs = full_addrs(host)
             guard = self.inbound_limits.guard  # one set of caps over all our protocols
-            host.set_stream_handler(probe.PING_PROTOCOL, guard(probe.handle_ping))
+            ping = partial(probe.handle_ping, trailer=self.prober.coordinate_trailer)
+            host.set_stream_handler(probe.PING_PROTOCOL, guard(ping))
             host.set_stream_handler(probe.BANDWIDTH_PROTOCOL, guard(probe.handle_bandwidth))
             host.set_stream_handler(dialback.DIALBACK_PROTOCOL, guard(self.dial_back_server.handle))
             host.set_stream_handler(RELAY_PROTOCOL, guard(self.relay_service.handle_request))

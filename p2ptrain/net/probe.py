@@ -13,15 +13,20 @@ import hashlib
 import os
 import struct
 import time
+from collections.abc import Callable
 
 import trio
 from libp2p.abc import IHost, INetStream
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
-from p2ptrain.net.framing import read_exact, read_some, send
+from p2ptrain.net.framing import read_exact, read_frame, read_some, send, write_frame
 
-PING_PROTOCOL = TProtocol("/p2ptrain/ping/1.0.0")
+# 2: after the echoes the server sends one frame of its own word (`trailer`: the control plane's
+# network coordinate, so a node outside telemetry's audience still learns where its neighbours
+# are: control/gossip.py); 1: echoes only
+PING_PROTOCOL = TProtocol("/p2ptrain/ping/2.0.0")
+MAX_TRAILER_BYTES = 512
 # 2: the receiver acknowledges half-way and at the end (1: at the end only); 3: each
 # acknowledgement carries the SHA-256 of the bytes it acknowledges (2's bare bytes could be sent
 # before the bytes arrived: a peer forged a fast link)
@@ -47,12 +52,13 @@ class ForgedAck(ValueError):
     """A bandwidth acknowledgement that does not prove its bytes arrived: a failed probe."""
 
 
-async def handle_ping(stream: INetStream) -> None:
-    """Echo fixed-size pings until the client closes."""
+async def handle_ping(stream: INetStream, trailer: Callable[[], bytes] | None = None) -> None:
+    """Echo NUM_PINGS fixed-size pings, then send `trailer()` as one frame (none: empty)."""
     try:
-        with trio.move_on_after(PROBE_TIMEOUT_S * NUM_PINGS):
+        with trio.move_on_after(PROBE_TIMEOUT_S * (NUM_PINGS + 1)):
             for _ in range(NUM_PINGS):
                 await send(stream, await read_exact(stream, PING_BYTES))
+            await write_frame(stream, trailer()[:MAX_TRAILER_BYTES] if trailer else b"")
     except Exception:  # a vanished client is not our problem
         pass
     finally:
@@ -60,8 +66,15 @@ async def handle_ping(stream: INetStream) -> None:
 
 
 async def measure_rtt_ms(host: IHost, peer: ID) -> float:
+    """The fastest of NUM_PINGS echo round trips, in ms (see measure_rtt)."""
+    rtt_ms, _ = await measure_rtt(host, peer)
+    return rtt_ms
+
+
+async def measure_rtt(host: IHost, peer: ID) -> tuple[float, bytes]:
     """The fastest of NUM_PINGS echo round trips, in ms (the minimum, not the median: queueing
-    and scheduling only ever add to the propagation delay). Raises on failure or timeout."""
+    and scheduling only ever add to the propagation delay), and the server's trailer (its
+    word, unchecked: the caller decodes it). Raises on failure or timeout."""
     # a timeout per round trip, not for all of them: 5 pings and the stream's negotiation on a
     # 446 ms link take over 3 s, and such a link must be measured, not given up on; opening the
     # stream may dial first (TCP, noise, yamux: several round trips on a loaded machine)
@@ -77,9 +90,11 @@ async def measure_rtt_ms(host: IHost, peer: ID) -> float:
                 if await read_exact(stream, PING_BYTES) != payload:
                     raise ValueError("ping echo mismatch")
                 samples.append((time.perf_counter() - start) * 1000)
+        with trio.fail_after(PROBE_TIMEOUT_S):
+            trailer = await read_frame(stream, MAX_TRAILER_BYTES)
     finally:
         await _close_quietly(stream)
-    return min(samples)
+    return min(samples), trailer
 
 
 async def handle_bandwidth(stream: INetStream) -> None:

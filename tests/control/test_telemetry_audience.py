@@ -7,6 +7,7 @@ telemetry, which they publish on the control topic so that everyone can follow a
 from __future__ import annotations
 
 import json
+import random
 import time
 from typing import Any
 
@@ -14,10 +15,12 @@ import trio
 
 from p2ptrain.control import wire
 from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC
+from p2ptrain.control.measuring import far_coordinate
 from p2ptrain.control.membership import DEAD_AFTER_S, RECORD_DEAD_AFTER_S
 from p2ptrain.control.publishing import telemetry_topic
 from p2ptrain.control.sync import PullSync, read_request
 from p2ptrain.records import issue_token
+from p2ptrain.records.estimate import NetCoordinate
 from p2ptrain.records.replies import SyncPage, SyncRequest
 from tests.control.test_gossip_screen import ORGANISER, RUN_ID, Author, make_node, validate
 
@@ -111,3 +114,21 @@ def test_a_sync_request_is_read_or_refused_as_one_error() -> None:
         except ValueError:
             continue
         raise AssertionError(f"{bad[:20]!r} was read")
+
+
+def test_a_probes_trailer_is_a_coordinate_or_nothing() -> None:
+    """Fuzz: whatever a probed peer sends after its echoes, the prober gets a valid coordinate
+    or None (control/measuring.py's far_coordinate), never an exception."""
+    rng = random.Random(29)
+    valid = json.dumps(NetCoordinate((1.0, -2.0, 3.5), 7.25, 0.4).to_dict()).encode()
+    assert far_coordinate(valid) == NetCoordinate((1.0, -2.0, 3.5), 7.25, 0.4)
+    for _ in range(3000):
+        if rng.random() < 0.5:
+            data = rng.randbytes(rng.randrange(0, 80))
+        else:
+            mutated = bytearray(valid)
+            for _ in range(rng.randrange(1, 4)):
+                mutated[rng.randrange(len(mutated))] = rng.randrange(256)
+            data = bytes(mutated)
+        got = far_coordinate(data)
+        assert got is None or isinstance(got, NetCoordinate)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import struct
 from collections.abc import AsyncIterator
@@ -59,6 +61,32 @@ def test_rtt_and_bandwidth_probes():
     rtt_ms, mbps = run(scenario)
     assert 0 < rtt_ms < 1000
     assert mbps > 1
+
+
+def test_an_rtt_probe_brings_the_far_ends_trailer_and_survives_a_bad_one():
+    """Ping 2.0.0: the server's own word (the control plane's coordinate) follows the echoes;
+    garbage there costs the coordinate, never the round trip (control/measuring.py)."""
+    from p2ptrain.control.measuring import far_coordinate
+    from p2ptrain.records.estimate import NetCoordinate
+
+    coordinate = NetCoordinate((1.0, 2.0, 3.0), 4.0, 0.5)
+    word = json.dumps(coordinate.to_dict()).encode()
+
+    async def scenario() -> list[tuple[float, bytes]]:
+        async with host_pair() as (a, b):
+            results = []
+            for trailer in (word, b"[" * 400, b"x" * 5000):
+                handler = functools.partial(
+                    probe.handle_ping, trailer=functools.partial(bytes, trailer)
+                )
+                b.set_stream_handler(probe.PING_PROTOCOL, handler)
+                results.append(await probe.measure_rtt(a, b.get_id()))
+            return results
+
+    (rtt_ms, got), (_, nested), (_, long) = run(scenario)
+    assert 0 < rtt_ms < 1000 and far_coordinate(got) == coordinate
+    assert far_coordinate(nested) is None and far_coordinate(b"") is None
+    assert len(long) == probe.MAX_TRAILER_BYTES and far_coordinate(long) is None
 
 
 def test_bandwidth_server_refuses_oversized_requests():
