@@ -32,9 +32,11 @@ log = logging.getLogger(__name__)
 TELEMETRY_INTERVAL_S = 2.0
 RECORD_INTERVAL_S = 6.0
 # a member's record unchanged since we last published it waits this long: the member's telemetry
-# (every 2 s) proves it alive, a changed record goes out at once, and sync serves the record to
-# a node that missed it (its copy stays well inside the 30 s an envelope may age)
-UNCHANGED_RECORD_S = 12.0
+# (every 2 s) proves it alive to telemetry's audience, a changed record goes out at once, and
+# sync serves the record to a node that missed it (a pulled record may be PULLED_RECORD_MAX_AGE_S
+# old: control/sync.py). Every member's record is a flood to all: at 12 s, 32 members' records
+# were most of a member's gossip
+UNCHANGED_RECORD_S = 60.0
 RUN_INTERVAL_S = 10.0
 CLAIM_INTERVAL_S = 2.0
 PLAN_REBROADCAST_S = 4.0

@@ -41,9 +41,25 @@ MAX_SYNC_ENVELOPES = 4096
 # a page's envelopes as JSON strings (escaping included): one 64 KiB envelope always fits, and a
 # page stays well inside rpc.MAX_REPLY_BYTES
 SYNC_PAGE_BYTES = 192 * 1024
+PULLED_RECORD_MAX_AGE_S = 600.0
 MAX_SYNC_PAGES = 128  # 24 MiB a round at most, from a peer that pages forever
 # records before what depends on them (telemetry and claims need the author's record)
 KIND_ORDER = {"run": 0, "revoked": 1, "peer": 2, "claim": 3, "plan": 4, "telemetry": 5}
+
+
+def decode_pulled(data: bytes) -> wire.Envelope:
+    """A pulled envelope (wire.decode): a peer record may be PULLED_RECORD_MAX_AGE_S old (members
+    re-sign an unchanged one every minute: control/publishing.py; it proves its author alive only
+    as of its `ts`), anything else at most 30 s."""
+    try:
+        return wire.decode(data)
+    except wire.WireError as exc:
+        if exc.category != "stale":
+            raise
+        header = wire.verified_header(data, max_age_s=PULLED_RECORD_MAX_AGE_S)  # checked once
+        if header.kind != "peer":
+            raise
+        return wire.open_body(header)
 
 
 def read_request(request: bytes) -> SyncRequest:
@@ -121,7 +137,7 @@ class PullSync:
                 return False
             data = text.encode()
             try:
-                env = wire.decode(data)
+                env = decode_pulled(data)
             except wire.WireError as exc:
                 if exc.category != "stale":
                     self.intake.reject(peer, exc.category, str(exc), "sync", now)

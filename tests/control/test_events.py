@@ -241,7 +241,7 @@ def test_an_unchanged_member_record_waits_and_a_changed_one_goes_at_once() -> No
             if change_at is not None:
                 await trio.sleep(change_at)
                 state.data_addrs = ["/ip4/127.0.0.1/tcp/5001"]  # not announced: the tick finds it
-            await trio.sleep(40.0 - (change_at or 0.0))
+            await trio.sleep(3 * UNCHANGED_RECORD_S + 10.0 - (change_at or 0.0))
             nursery.cancel_scope.cancel()
         return [at - started for at, kind in pubsub.sent if kind == "peer"]
 

@@ -11,6 +11,7 @@ import random
 import time
 from typing import Any
 
+import pytest
 import trio
 
 from p2ptrain.control import wire
@@ -18,11 +19,18 @@ from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC
 from p2ptrain.control.measuring import far_coordinate
 from p2ptrain.control.membership import DEAD_AFTER_S, RECORD_DEAD_AFTER_S
 from p2ptrain.control.publishing import telemetry_topic
-from p2ptrain.control.sync import PullSync, read_request
+from p2ptrain.control.sync import PULLED_RECORD_MAX_AGE_S, PullSync, decode_pulled, read_request
 from p2ptrain.records import issue_token
 from p2ptrain.records.estimate import NetCoordinate
 from p2ptrain.records.replies import SyncPage, SyncRequest
-from tests.control.test_gossip_screen import ORGANISER, RUN_ID, Author, make_node, validate
+from tests.control.test_gossip_screen import (
+    ORGANISER,
+    RUN_ID,
+    Author,
+    make_node,
+    record_body,
+    validate,
+)
 
 
 class Candidate(Author):
@@ -64,7 +72,7 @@ def test_outside_the_audience_members_live_by_their_records_candidates_by_teleme
     assert validate(outside, intake, candidate, candidate.record())
     view, heard = outside.view, time.monotonic()
     later = heard + DEAD_AFTER_S + 5.0
-    assert view.is_alive(member.id, later)  # a record every 12 s is its proof of life here
+    assert view.is_alive(member.id, later)  # a record a minute is its proof of life here
     assert not view.is_alive(candidate.id, later)  # a candidate's telemetry comes every 2 s
     assert not view.is_alive(member.id, heard + RECORD_DEAD_AFTER_S + 5.0)
     view.hears_telemetry = True  # in the audience, every member lives by its telemetry
@@ -132,3 +140,21 @@ def test_a_probes_trailer_is_a_coordinate_or_nothing() -> None:
             data = bytes(mutated)
         got = far_coordinate(data)
         assert got is None or isinstance(got, NetCoordinate)
+
+
+def test_a_pulled_record_may_be_minutes_old_anything_else_not() -> None:
+    """Members re-sign an unchanged record once a minute: sync must still hand a newcomer the
+    record of a quiet member (its age proves it alive only as of its `ts`)."""
+    member = Author()
+    five_minutes_ago = time.time() - 300.0
+    body = record_body(member.token.encode())
+    record = wire.sign(member.seed, "peer", 1, body, ts=five_minutes_ago)
+    telemetry = wire.sign(member.seed, "telemetry", 2, {"links": {}}, ts=five_minutes_ago)
+    with pytest.raises(wire.WireError, match="stale"):
+        wire.decode(record)
+    with pytest.raises(wire.WireError, match="stale"):
+        decode_pulled(telemetry)
+    assert decode_pulled(record).kind == "peer"
+    too_old = wire.sign(member.seed, "peer", 3, body, ts=time.time() - PULLED_RECORD_MAX_AGE_S - 60)
+    with pytest.raises(wire.WireError, match="stale"):
+        decode_pulled(too_old)
