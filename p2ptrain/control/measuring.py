@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 RTT_PROBE_INTERVAL_S = 1.0  # one probe, to the stalest link
 MAX_RTT_PROBES_AT_ONCE = 3
 BANDWIDTH_PROBE_INTERVAL_S = 20.0
+# a sampled neighbour set (past FULL_MESH_PEERS) in steady state, as bench control simulates: a
+# probe moves up to 2 MiB through the node's Python stack, and 32 members probing every 20 s
+# were a good share of their CPU on one machine
+SAMPLED_BANDWIDTH_PROBE_INTERVAL_S = 60.0
 # while some live member's link has no rate yet (a new node, a newcomer), probe this often: the
 # first plan waits for every link (control/planning/readiness.py)
 FIRST_BANDWIDTH_PROBE_INTERVAL_S = 2.5
@@ -174,7 +178,10 @@ class LinkProber:
             unmeasured = few or not all(map(rated, partners))
         else:
             unmeasured = not all(map(rated, neighbours))
-        return FIRST_BANDWIDTH_PROBE_INTERVAL_S if unmeasured else BANDWIDTH_PROBE_INTERVAL_S
+        if unmeasured:
+            return FIRST_BANDWIDTH_PROBE_INTERVAL_S
+        sampled = view.links.estimate.sampled
+        return SAMPLED_BANDWIDTH_PROBE_INTERVAL_S if sampled else BANDWIDTH_PROBE_INTERVAL_S
 
     async def serve_bandwidth_probes(self) -> None:
         """One bounded transfer every few seconds, to the member measured longest ago."""
