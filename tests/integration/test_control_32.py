@@ -147,9 +147,8 @@ def test_thirty_two_control_peers_plan_and_hold_within_one_core(
     assert status is not None
     planned_s = accepted_at(tmp_path / "boot.log", status["plan"]) - started
     print(f"\nplan of all {NUM_PEERS} peers {planned_s:.1f} s after the last one started")
-    assert planned_s <= PLAN_WITHIN_S
 
-    time.sleep(SETTLE_S)
+    time.sleep(SETTLE_S)  # the steady state is measured (and reported) even if the plan was late
     pids = [pid for proc in (boot, *procs) for pid in tree(proc.pid)]
     before = {pid: cpu_s(pid) for pid in pids}
     measured_at = time.monotonic()
@@ -170,6 +169,7 @@ def test_thirty_two_control_peers_plan_and_hold_within_one_core(
     assert ok, f"the swarm did not hold (see {tmp_path}): {status}"
     assert status is not None
     assert len({p["id"] for p in status["peers"] if p["planner"]}) == 1
+    assert planned_s <= PLAN_WITHIN_S
     assert cores <= MAX_CORES, f"{cores:.2f} cores in steady state"
     assert largest <= MAX_RESIDENT_BYTES, f"a peer holds {largest / 2**20:.0f} MiB"
     # each node measured its neighbour set, not every member: some links are never measured

@@ -22,6 +22,11 @@ MIN_HEIGHT_MS = 0.01
 # a settled coordinate: its own error estimate at most this (the planner's first plan waits for
 # most members to get there: control/estimate/matrix.py settled())
 SETTLED_ERROR = 0.35
+# round trips under this are judged against it, not against themselves: a planner cannot tell
+# them apart (a hop's time is in its transfers), and the relative error of a LAN's or a loopback
+# swarm's sub-millisecond scheduling jitter kept every coordinate unsettled (32 peers on one
+# machine: 0 of 32 settled after minutes). The shipped city data's round trips are all above it.
+NEAR_RTT_MS = 5.0
 
 
 def update(
@@ -35,7 +40,7 @@ def update(
         return own
     predicted = own.distance_ms(remote)
     weight = own.error / max(own.error + remote.error, 1e-9)
-    sample_error = abs(predicted - rtt_ms) / rtt_ms
+    sample_error = abs(predicted - rtt_ms) / max(rtt_ms, NEAR_RTT_MS)
     error = sample_error * ERROR_GAIN * weight + own.error * (1 - ERROR_GAIN * weight)
     force = MOVE_GAIN * weight * (rtt_ms - predicted)  # > 0: too close, push apart
     direction, length = _unit_away(own, remote, rng or random.Random(0))
