@@ -22,7 +22,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from p2ptrain.control.planning.plan_maker import first_plan_gaps_in
+from p2ptrain.control.planning.plan_inputs import first_plan_gaps_in
 from p2ptrain.control.run_end import placed
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
 

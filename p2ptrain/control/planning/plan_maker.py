@@ -7,7 +7,9 @@ reload), so plans change only when they must or when it clearly pays:
 - on a membership change, after a short debounce (a burst of joins gives one plan);
 - on measurement drift, only if the new placement beats the current one, priced on the same new
   measurements, by planner.SWITCH_GAIN (and never for a random placement: a baseline keeps its
-  placement until membership changes);
+  placement until membership changes), and not within DRIFT_DWELL_S of the last plan: on noisy
+  links a fresh search always beats the current placement priced on the new noise (a
+  32-peer swarm on one loaded machine switched every 10 s, each switch a restart of every session);
 - the same placement is re-issued as a new epoch when a member's data-plane addresses changed;
 - when a member's first measured stage time arrives (compute-aware runs: workers time the model
   once they have the run spec, which comes with the first plan), like drift: only if it pays;
@@ -23,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -32,6 +33,12 @@ from p2ptrain.control.links import Link
 from p2ptrain.control.planning import planner, search_process
 from p2ptrain.control.planning.compute import ComputeTrust, measured_peers, peer_compute
 from p2ptrain.control.planning.confirm import PlanConfirmation
+from p2ptrain.control.planning.plan_inputs import (
+    data_addrs_of,
+    roles_of,
+    stage_computes,
+    unroutable,
+)
 from p2ptrain.control.planning.readiness import first_plan_gaps
 from p2ptrain.control.run_end import lost_before_end
 from p2ptrain.control.view import SwarmView
@@ -46,6 +53,7 @@ PLAN_DEBOUNCE_S = 1.5
 # then is estimated (the median of the measured)
 FIRST_PLAN_WAIT_S = 90.0  # 8 peers over 4 cities measured their 28 links' rates in 60-90 s
 DRIFT_CHECK_INTERVAL_S = 10.0
+DRIFT_DWELL_S = 60.0
 MIN_STEPS_AFTER_SWITCH = 10  # a drift or compute re-plan needs this many steps left to pay
 
 
@@ -69,6 +77,7 @@ class PlanMaker:
         self._planned_measured: frozenset[str] = frozenset()
         self._change_since: float | None = None
         self._last_drift_check = 0.0
+        self._planned_at = float("-inf")  # when we published our latest plan
         self._waiting_logged = 0
         self._refused = ""  # why the last search found no placement that fits (logged once)
         self._ready_wait_since: float | None = None
@@ -177,6 +186,7 @@ class PlanMaker:
             return False  # the scheduler failed, or we lost the role while it ran
         self._epoch += 1
         self._planned_members, self._planned_matrices = members, matrices
+        self._planned_at = now
         self._confirmation.note(estimated, placement.pipelines, now)
         self._planned_measured = measured_peers(members, measured)
         plan = placement.to_plan(
@@ -305,8 +315,11 @@ class PlanMaker:
         return False
 
     def _drifted(self, now: float, matrices: planner.Matrices) -> bool:
-        """Compare with the matrices of the last plan, at most every DRIFT_CHECK_INTERVAL_S."""
+        """Compare with the matrices of the last plan, at most every DRIFT_CHECK_INTERVAL_S and
+        not within DRIFT_DWELL_S of it."""
         if self._planned_matrices is None or now - self._last_drift_check < DRIFT_CHECK_INTERVAL_S:
+            return False
+        if now - self._planned_at < DRIFT_DWELL_S:
             return False
         self._last_drift_check = now
         return planner.drifted(self._planned_matrices, matrices)
@@ -324,72 +337,6 @@ class PlanMaker:
         except Exception:  # a scheduler bug must not take the control plane down
             log.exception("the scheduler failed on %d peers; retrying later", len(matrices.peers))
             return None
-
-
-def roles_of(view: SwarmView, members: list[str]) -> dict[str, str | None]:
-    """Each member's role as its record announces it (ours: our own)."""
-    roles = {p: view.members[p].record.role if p in view.members else None for p in members}
-    if view.self_id in roles:
-        roles[view.self_id] = view.role
-    return roles
-
-
-def stage_computes(view: SwarmView, members: list[str]) -> dict[str, StageCompute | None]:
-    """Each member's timed stage as its record announces it (ours from our own record)."""
-    records = {peer: view.members[peer].record for peer in members if peer in view.members}
-    if view.own_record is not None:
-        records[view.self_id] = view.own_record
-    return {peer: record.stage_compute for peer, record in records.items()}
-
-
-def data_addrs_of(
-    view: SwarmView, members: list[str], own_data_addrs: Sequence[str]
-) -> dict[str, tuple[str, ...]]:
-    """Each member's data-plane addresses as its record announces them (ours: own_data_addrs)."""
-    return {
-        peer: view.members[peer].record.data_addrs
-        if peer in view.members
-        else tuple(own_data_addrs)
-        for peer in members
-    }
-
-
-def unroutable(
-    view: SwarmView, members: list[str], own_reachability: str, own_relays: tuple[str, ...]
-) -> frozenset[str]:
-    """Peers behind a NAT that hold no relay slot: no other NATed peer can reach them (two
-    NATed peers connect if either holds a slot: control/traversal.py)."""
-    found = set()
-    for peer in members:
-        member = view.members.get(peer)
-        reachability, relays = (
-            (member.record.reachability, member.record.relays)
-            if member is not None
-            else (own_reachability, own_relays)
-        )
-        if reachability == "private" and not relays:
-            found.add(peer)
-    return frozenset(found)
-
-
-def first_plan_gaps_in(view: SwarmView, members: list[str], now: float) -> list[str]:
-    """What the first plan still lacks (control/planning/readiness.py) as `view` sees it, our own part
-    from our announced record: what a node that does not plan says it waits for."""
-    assert view.run is not None
-    own = view.own_record
-    own_addrs, reachability, relays = (
-        ((), "unknown", ()) if own is None else (own.data_addrs, own.reachability, own.relays)
-    )
-    return first_plan_gaps(
-        members,
-        roles_of(view, members),
-        data_addrs_of(view, members, own_addrs),
-        view.links.freshest(now),
-        stage_computes(view, members),
-        view.run,
-        unroutable(view, members, reachability, relays),
-        view.links.estimate.coordinates_of(view.self_id, now),
-    )
 
 
 def plan_lineage(current: Plan | None, term: int, epoch: int, peer_id: str) -> Lineage:

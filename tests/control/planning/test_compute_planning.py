@@ -254,7 +254,7 @@ def test_natted_peers_with_relay_slots_are_routable_and_those_without_are_not() 
     """The planner's `private` set (links it prices out between its members) holds the NATed
     peers with no relay slot only: two NATed peers connect if either holds one."""
     from p2ptrain.control.membership import Member
-    from p2ptrain.control.planning.plan_maker import unroutable
+    from p2ptrain.control.planning.plan_inputs import unroutable
     from p2ptrain.records import PeerRecord
 
     base = PeerRecord.from_dict(record("trainer"))

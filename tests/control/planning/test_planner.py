@@ -189,3 +189,18 @@ def test_the_search_runs_in_its_own_process_with_the_same_plan() -> None:
     assert placed == compute_plan(matrices, run)
     child = search_process.pid()
     assert child is not None and child != os.getpid()  # not this process's thread
+
+
+def test_no_drift_re_plan_within_the_dwell_of_the_last_plan() -> None:
+    """Noisy links make every fresh search beat the current placement priced on the new noise
+    (32 peers on one loaded machine switched every 10 s): a drift re-plan waits DRIFT_DWELL_S."""
+    from p2ptrain.control.planning.plan_maker import DRIFT_DWELL_S, PlanMaker
+    from p2ptrain.control.view import SwarmView
+
+    view = SwarmView(self_id="p0", role="control-only", planner_capable=True, started_at=0.0)
+    maker = PlanMaker(view, "p0")
+    before, after = _uniform(PEERS[:4], 2.0, 1000.0), _uniform(PEERS[:4], 40.0, 10.0)
+    assert drifted(before, after)
+    maker._planned_matrices, maker._planned_at = before, 100.0
+    assert not maker._drifted(100.0 + DRIFT_DWELL_S / 2, after)
+    assert maker._drifted(100.0 + DRIFT_DWELL_S + 1.0, after)

@@ -1,0 +1,79 @@
+"""What a plan is made of, as one node's view holds it: each member's role, timed stage,
+data-plane addresses and reachability as its record announces them (ours from our own), and
+what the first plan still lacks (control/planning/readiness.py) as a node that does not plan
+sees it. Read by the planner (plan_maker.py) and by what a node says it waits for (waiting.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from p2ptrain.control.planning.readiness import first_plan_gaps
+from p2ptrain.control.view import SwarmView
+from p2ptrain.records import StageCompute
+
+
+def roles_of(view: SwarmView, members: list[str]) -> dict[str, str | None]:
+    """Each member's role as its record announces it (ours: our own)."""
+    roles = {p: view.members[p].record.role if p in view.members else None for p in members}
+    if view.self_id in roles:
+        roles[view.self_id] = view.role
+    return roles
+
+
+def stage_computes(view: SwarmView, members: list[str]) -> dict[str, StageCompute | None]:
+    """Each member's timed stage as its record announces it (ours from our own record)."""
+    records = {peer: view.members[peer].record for peer in members if peer in view.members}
+    if view.own_record is not None:
+        records[view.self_id] = view.own_record
+    return {peer: record.stage_compute for peer, record in records.items()}
+
+
+def data_addrs_of(
+    view: SwarmView, members: list[str], own_data_addrs: Sequence[str]
+) -> dict[str, tuple[str, ...]]:
+    """Each member's data-plane addresses as its record announces them (ours: own_data_addrs)."""
+    return {
+        peer: view.members[peer].record.data_addrs
+        if peer in view.members
+        else tuple(own_data_addrs)
+        for peer in members
+    }
+
+
+def unroutable(
+    view: SwarmView, members: list[str], own_reachability: str, own_relays: tuple[str, ...]
+) -> frozenset[str]:
+    """Peers behind a NAT that hold no relay slot: no other NATed peer can reach them (two
+    NATed peers connect if either holds a slot: control/traversal.py)."""
+    found = set()
+    for peer in members:
+        member = view.members.get(peer)
+        reachability, relays = (
+            (member.record.reachability, member.record.relays)
+            if member is not None
+            else (own_reachability, own_relays)
+        )
+        if reachability == "private" and not relays:
+            found.add(peer)
+    return frozenset(found)
+
+
+def first_plan_gaps_in(view: SwarmView, members: list[str], now: float) -> list[str]:
+    """What the first plan still lacks (control/planning/readiness.py) as `view` sees it, our own part
+    from our announced record: what a node that does not plan says it waits for."""
+    assert view.run is not None
+    own = view.own_record
+    own_addrs, reachability, relays = (
+        ((), "unknown", ()) if own is None else (own.data_addrs, own.reachability, own.relays)
+    )
+    return first_plan_gaps(
+        members,
+        roles_of(view, members),
+        data_addrs_of(view, members, own_addrs),
+        view.links.freshest(now),
+        stage_computes(view, members),
+        view.run,
+        unroutable(view, members, reachability, relays),
+        view.links.estimate.coordinates_of(view.self_id, now),
+    )
