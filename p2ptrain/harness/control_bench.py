@@ -23,6 +23,7 @@ import numpy as np
 
 from p2ptrain.control.estimate.coordinates import settled
 from p2ptrain.control.estimate.matrix import EstimatedMatrices, build_estimated
+from p2ptrain.control.planning.confirm import MAX_CONFIRM_ROUNDS
 from p2ptrain.harness.control_judge import judge, plan_cost_on
 from p2ptrain.harness.control_sim import Simulation
 from p2ptrain.harness.control_sim_state import SimPeer
@@ -36,7 +37,6 @@ MIN_PEERS_SHARE = 0.9  # the run's min_peers: most of the starting swarm
 CHURN_SHARE = 0.1
 FIRST_PLAN_WAIT_S = 90.0  # as control/planning/plan_maker.py: plan on what there is by then
 REPLAN_IF_WORSE = 1.10  # the plan's measured links cost this much more than estimated: re-plan
-MAX_CONFIRM_ROUNDS = 3
 MAX_GROUP_ALL_PAIRS = 8
 SEARCH_EVALUATIONS = 5_000
 KILL_AFTER_S = 20.0  # the planner dies this long after its first plan

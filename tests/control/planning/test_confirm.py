@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from p2ptrain.control.estimate.matrix import EstimatedMatrices, live_matrices
 from p2ptrain.control.links import Link
-from p2ptrain.control.planning.confirm import CONFIRM_WAIT_S, PlanConfirmation
+from p2ptrain.control.planning.confirm import CONFIRM_WAIT_S, MAX_CONFIRM_ROUNDS, PlanConfirmation
 from p2ptrain.control.planning.planner import placement_cost
 from p2ptrain.records import Plan, RunSpec
 from p2ptrain.records.estimate import AccessCapacity, NetCoordinate
@@ -72,3 +72,20 @@ def test_links_never_measured_are_judged_after_the_wait_and_small_swarms_are_not
     small = live_matrices(PEERS[:8], {}, COORDS, CAPS)
     confirmation.note(small, PIPELINES, 0.0)
     assert not confirmation.unconfirmed
+
+
+def test_confirmation_re_plans_at_most_twice_in_a_row_for_one_membership() -> None:
+    """Each re-plan brings new estimated links: on links that always measure slower than
+    estimated (noise), confirmation would re-plan forever. MAX_CONFIRM_ROUNDS rounds (as bench
+    control), then the plan stands until the membership changes."""
+    confirmation = PlanConfirmation()
+    slow = {pair: Link(rtt_ms=400.0, bandwidth_mbps=5.0, age_s=1.0) for pair in PLAN_LINKS}
+    for round_ in range(1, MAX_CONFIRM_ROUNDS + 2):
+        plan = planned(confirmation)
+        confirming = bool(confirmation.unconfirmed)
+        assert confirming == (round_ < MAX_CONFIRM_ROUNDS), round_
+        assert confirmation.worse(2.0, plan, estimate(slow), RUN) == confirming
+    # another membership: confirmed again
+    fewer = live_matrices(PEERS[:-1], {}, COORDS, CAPS)
+    confirmation.note(fewer, PIPELINES, 0.0)
+    assert confirmation.unconfirmed
