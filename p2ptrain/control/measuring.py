@@ -1,11 +1,12 @@
 """This peer's measurements of its links: one RTT probe per second and one bandwidth probe every
-~20 s, each to the peer of its neighbour set measured longest ago, recorded into the SwarmView
-(which gossips them as telemetry); an RTT probe's answer also carries the far end's
-coordinate (its Vivaldi update needs it, and outside telemetry's audience nothing else brings
-it). The neighbour set (control/estimate/book.py) is every member in a swarm of at most FULL_MESH_PEERS; in a bigger one, a bounded set: the nearest by coordinate,
-a few at random, and the peers the plan makes this one exchange with (measured first). A
-failure or rate measured during our worker's outer round is set aside while the link has a
-recent value (control/round_watch.py): the round's traffic is not the link."""
+~20 s (60 s in a sampled set once measured), each to the peer of its neighbour set measured
+longest ago, recorded into the SwarmView (which gossips them as telemetry); an RTT probe's
+answer also carries the far end's coordinate (its Vivaldi update needs it, and outside
+telemetry's audience nothing else brings it). The neighbour set (control/estimate/book.py) is
+every member in a swarm of at most FULL_MESH_PEERS; in a bigger one, a bounded set: the nearest
+by coordinate, a few at random, and the peers the plan makes this one exchange with (measured
+first). A failure or rate measured during our worker's outer round is set aside while the link
+has a recent value (control/round_watch.py): the round's traffic is not the link."""
 
 from __future__ import annotations
 
