@@ -28,6 +28,7 @@ from p2ptrain.control import wire
 from p2ptrain.control.intake import Intake
 from p2ptrain.control.publishing import authored_messages
 from p2ptrain.control.state import NodeState
+from p2ptrain.control.view import SwarmView
 from p2ptrain.net import rpc
 from p2ptrain.net.paging import checked_next, page_of
 from p2ptrain.records.replies import SyncPage, SyncRequest
@@ -72,6 +73,25 @@ def read_request(request: bytes) -> SyncRequest:
         raise ValueError(f'a sync request is {{"cursor": n}}: {exc}') from None
 
 
+def sync_source(view: SwarmView, connected_live: list[str]) -> str | None:
+    """Whom to sync from next: a random connected live member, but, until we know the current
+    term (SwarmView.learn_term), whoever can tell us: the organiser, or, for the organiser
+    itself, a planner-token holder. No member may claim before it knows the organiser's term,
+    and the organiser knows none before a holder's reply: a fresh bootstrap picking at random
+    among 32 members (3 holders) on one loaded machine anchored 48 s after the start, and the
+    swarm's election waited on it."""
+    if not connected_live:
+        return None
+    if not view.term_anchored:
+        if view.bootstrap_id in connected_live:
+            return str(view.bootstrap_id)
+        if view.self_id == view.bootstrap_id:
+            holders = [p for p in connected_live if view.may_plan(p)]
+            if holders:
+                return random.choice(holders)
+    return random.choice(connected_live)
+
+
 class PullSync:
     """Both ends of the sync protocol for one node."""
 
@@ -89,10 +109,9 @@ class PullSync:
                 p for p in (c.to_base58() for c in state.host.get_connected_peers()) if p in live
             ]
             anchored = state.view.term_anchored
-            if not anchored and state.view.bootstrap_id in candidates:
-                await self.sync_from(str(state.view.bootstrap_id))  # the organiser's term first
-            elif candidates:
-                await self.sync_from(random.choice(candidates))
+            source = sync_source(state.view, candidates)
+            if source is not None:
+                await self.sync_from(source)
             interval_s = SYNC_INTERVAL_S if anchored else UNANCHORED_SYNC_INTERVAL_S
             await trio.sleep(interval_s * random.uniform(0.8, 1.2))
 

@@ -77,8 +77,7 @@ class SwarmView:
         self.penalties = Penalties()  # control/penalties.py
         self.run_end = RunEnd()  # is the run trained? (control/run_end.py)
         self.members = Membership()  # the others: records, liveness (control/membership.py)
-        self.term = 0
-        self.max_seen_term = 0
+        self.term = self.max_seen_term = 0
         self.term_anchored = False  # we learnt the current term from the organiser (anchor_term)
         self.planner: str | None = None
         self.plan: Plan | None = None
@@ -133,11 +132,10 @@ class SwarmView:
         return self.own_health.ok if peer == self.self_id else self.members.is_healthy(peer)
 
     def plannable_members(self, now: float) -> list[str]:
-        """Live members whose workers are healthy: the ones a plan may place; an unhealthy one
-        is planned around like a dead one until it is healthy again. Once any of them trains,
-        only trainers are placed: a control-only member has no data-plane address, and a plan
-        placing one stalls every worker (a swarm of control-only peers plans them all: the
-        control plane's tests and dry runs)."""
+        """Live members whose workers are healthy (an unhealthy one is planned around like a
+        dead one until it is healthy again). Once any of them trains, only trainers: a
+        control-only member has no data-plane address, and a plan placing one stalls every
+        worker (a swarm of control-only peers plans them all: tests and dry runs)."""
         healthy = [p for p in self.live_members(now) if self.is_healthy(p)]
         trainers = [p for p in healthy if self._role_of(p) == "trainer"]
         return trainers or healthy
@@ -351,6 +349,8 @@ class SwarmView:
     def anchor_term(self, term: int) -> None:
         """The organiser's view of the current term (a sync reply of the bootstrap, which applies
         the same bound): what a fresh node measures claims against before it may claim itself."""
+        if not self.term_anchored:  # waited on: no claim before it (should_claim)
+            log.info("the organiser's current term is %d", term)
         self.max_seen_term = max(self.max_seen_term, term)
         self.term_anchored = True
 

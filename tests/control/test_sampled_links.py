@@ -132,6 +132,26 @@ def test_the_first_plan_of_a_big_swarm_waits_for_settled_coordinates_not_every_l
     assert small == ["6 of 6 links"]
 
 
+def test_a_swarm_whose_measured_links_are_all_near_plans_with_unsettled_coordinates() -> None:
+    members = peers(40)
+    roles = {p: "control-only" for p in members}
+    run = RunSpec().replace(run_id="r")
+    unsettled = {p: coordinate(0.0, error=1.0) for p in members}
+
+    def ring(rtt_ms: float, hops: int) -> dict[tuple[str, str], Link]:
+        pairs = [(members[i], members[(i + h) % 40]) for i in range(40) for h in range(1, hops + 1)]
+        return {(min(a, b), max(a, b)): Link(rtt_ms, None, 1.0) for a, b in pairs}
+
+    near = ring(0.8, 2)  # 80 round trips of a loopback swarm: 2 per member
+    assert first_plan_gaps(members, roles, {}, near, {}, run, coordinates=unsettled) == []
+    few = ring(0.8, 1)  # 1 per member: too little to call it a LAN
+    assert first_plan_gaps(members, roles, {}, few, {}, run, coordinates=unsettled) != []
+    far = {**near, **dict(list(ring(40.0, 2).items())[:20])}  # a quarter of them 40 ms
+    assert first_plan_gaps(members, roles, {}, far, {}, run, coordinates=unsettled) != []
+    jitter = {**near, **dict(list(ring(40.0, 2).items())[:4])}  # 5%: a loaded moment
+    assert first_plan_gaps(members, roles, {}, jitter, {}, run, coordinates=unsettled) == []
+
+
 def test_the_planner_matrix_marks_measured_links_and_estimates_the_rest() -> None:
     members = peers(24)
     coords = {p: coordinate(10.0 * i) for i, p in enumerate(members)}

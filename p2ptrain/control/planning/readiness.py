@@ -10,7 +10,8 @@ The links: a swarm of at most FULL_MESH_PEERS (control/estimate/book.py) waits f
 round trip and rate (an unmeasured link is priced at a guess, and the measurement that follows
 re-plans). A bigger one never measures every pair: it waits until most of its members'
 coordinates have settled (control/estimate/coordinates.py), plans on the estimates, and the
-plan's own links are measured right after (control/measuring.py: plan partners first).
+plan's own links are measured right after (control/measuring.py: plan partners first). Unless
+its links are all near (a LAN, or one machine): then no coordinate has a distance to find.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from p2ptrain.control.estimate.book import is_full_mesh
-from p2ptrain.control.estimate.coordinates import SETTLED_ERROR, settled
+from p2ptrain.control.estimate.coordinates import NEAR_RTT_MS, SETTLED_ERROR, settled
 from p2ptrain.control.links import Link
 from p2ptrain.records import RunSpec, StageCompute
 from p2ptrain.records.estimate import MAX_COORDINATE_ERROR, NetCoordinate
@@ -50,7 +51,7 @@ def first_plan_gaps(
             c.error if (c := coordinates.get(p)) is not None else MAX_COORDINATE_ERROR
             for p in placed
         ]
-        if not settled(errors):
+        if not settled(errors) and not all_near(placed, links):
             num_settled = sum(e <= SETTLED_ERROR for e in errors)
             gaps.append(f"{num_settled} of {len(placed)} coordinates settled")
     else:
@@ -77,3 +78,25 @@ def first_plan_gaps(
         if untimed:
             gaps.append(f"{len(untimed)} timed stage(s)")
     return gaps
+
+
+# at least this many measured round trips per placed member, all near, make a LAN
+NEAR_EVIDENCE_PER_MEMBER = 2
+NEAR_SHARE = 0.9
+
+
+def all_near(placed: Sequence[str], links: Mapping[tuple[str, str], Link]) -> bool:
+    """Are the measured round trips among `placed` near enough to all be NEAR_RTT_MS or less
+    (NEAR_SHARE of them: one loaded moment is no distance), with NEAR_EVIDENCE_PER_MEMBER of
+    them per member? Then the coordinates have nothing to place, however unsettled their own
+    error: on one machine a 1 ms round trip's scheduling jitter kept 32 members' coordinates
+    from settling for minutes, and the first plan waited FIRST_PLAN_WAIT_S for nothing."""
+    members = set(placed)
+    rtts = [
+        link.rtt_ms
+        for (a, b), link in links.items()
+        if link.rtt_ms is not None and a in members and b in members
+    ]
+    if len(rtts) < NEAR_EVIDENCE_PER_MEMBER * len(members):
+        return False
+    return sum(rtt <= NEAR_RTT_MS for rtt in rtts) >= NEAR_SHARE * len(rtts)
