@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 SYNC_PROTOCOL = TProtocol("/p2ptrain/sync/1.0.0")
 SYNC_INTERVAL_S = 5.0
-UNANCHORED_SYNC_INTERVAL_S = 1.0  # until we learnt the current term from the organiser
+UNANCHORED_SYNC_INTERVAL_S = 1.0  # until we learnt the current term, if we wait on it
 MAX_SYNC_ENVELOPES = 4096
 # a page's envelopes as JSON strings (escaping included): one 64 KiB envelope always fits, and a
 # page stays well inside rpc.MAX_REPLY_BYTES
@@ -92,6 +92,15 @@ def sync_source(view: SwarmView, connected_live: list[str]) -> str | None:
     return random.choice(connected_live)
 
 
+def sync_interval_s(view: SwarmView) -> float:
+    """Fast until we know the current term, if we wait on it: the organiser and the planner-token
+    holders, who may not claim before. A member that may not plan syncs at the steady pace from
+    the start: 31 members asking the organiser every second for its whole table kept it too
+    busy to learn the term from a holder (32 members on one machine: 70 s to an election)."""
+    waits = view.may_plan(view.self_id) or view.self_id == view.bootstrap_id
+    return UNANCHORED_SYNC_INTERVAL_S if waits and not view.term_anchored else SYNC_INTERVAL_S
+
+
 class PullSync:
     """Both ends of the sync protocol for one node."""
 
@@ -108,12 +117,10 @@ class PullSync:
             candidates = [
                 p for p in (c.to_base58() for c in state.host.get_connected_peers()) if p in live
             ]
-            anchored = state.view.term_anchored
             source = sync_source(state.view, candidates)
             if source is not None:
                 await self.sync_from(source)
-            interval_s = SYNC_INTERVAL_S if anchored else UNANCHORED_SYNC_INTERVAL_S
-            await trio.sleep(interval_s * random.uniform(0.8, 1.2))
+            await trio.sleep(sync_interval_s(state.view) * random.uniform(0.8, 1.2))
 
     async def sync_from(self, peer: str) -> None:
         """Fetch `peer`'s envelopes, page by page, and apply the ones we lack; blame it for bad
