@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 SYNC_PROTOCOL = TProtocol("/p2ptrain/sync/1.0.0")
 SYNC_INTERVAL_S = 5.0
 UNANCHORED_SYNC_INTERVAL_S = 1.0  # until we learnt the current term, if we wait on it
+MAX_TERM_ASKS = 3  # planner-token holders an unanchored organiser syncs from at once
 MAX_SYNC_ENVELOPES = 4096
 # a page's envelopes as JSON strings (escaping included): one 64 KiB envelope always fits, and a
 # page stays well inside rpc.MAX_REPLY_BYTES
@@ -73,23 +74,24 @@ def read_request(request: bytes) -> SyncRequest:
         raise ValueError(f'a sync request is {{"cursor": n}}: {exc}') from None
 
 
-def sync_source(view: SwarmView, connected_live: list[str]) -> str | None:
+def sync_sources(view: SwarmView, connected_live: list[str]) -> list[str]:
     """Whom to sync from next: a random connected live member, but, until we know the current
     term (SwarmView.learn_term), whoever can tell us: the organiser, or, for the organiser
-    itself, a planner-token holder. No member may claim before it knows the organiser's term,
-    and the organiser knows none before a holder's reply: a fresh bootstrap picking at random
-    among 32 members (3 holders) on one loaded machine anchored 48 s after the start, and the
-    swarm's election waited on it."""
+    itself, up to MAX_TERM_ASKS planner-token holders at once. No member may claim before it
+    knows the organiser's term, and the organiser knows none before a holder's reply: a fresh
+    bootstrap picking one member at a time at random among 32 (3 holders) on one loaded
+    machine, each unanswered sync 10 s, anchored 48 s after the start, and the swarm's
+    election waited on it."""
     if not connected_live:
-        return None
+        return []
     if not view.term_anchored:
         if view.bootstrap_id in connected_live:
-            return str(view.bootstrap_id)
+            return [str(view.bootstrap_id)]
         if view.self_id == view.bootstrap_id:
             holders = [p for p in connected_live if view.may_plan(p)]
             if holders:
-                return random.choice(holders)
-    return random.choice(connected_live)
+                return random.sample(holders, min(MAX_TERM_ASKS, len(holders)))
+    return [random.choice(connected_live)]
 
 
 def sync_interval_s(view: SwarmView) -> float:
@@ -117,9 +119,9 @@ class PullSync:
             candidates = [
                 p for p in (c.to_base58() for c in state.host.get_connected_peers()) if p in live
             ]
-            source = sync_source(state.view, candidates)
-            if source is not None:
-                await self.sync_from(source)
+            async with trio.open_nursery() as nursery:
+                for source in sync_sources(state.view, candidates):
+                    nursery.start_soon(self.sync_from, source)
             await trio.sleep(sync_interval_s(state.view) * random.uniform(0.8, 1.2))
 
     async def sync_from(self, peer: str) -> None:

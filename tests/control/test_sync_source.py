@@ -1,14 +1,15 @@
-"""Whom a node syncs from (control/sync.py sync_source): until it knows the current term, whoever
+"""Whom a node syncs from (control/sync.py sync_sources): until it knows the current term, whoever
 can tell it; then a random connected live member."""
 
 from __future__ import annotations
 
 from p2ptrain import identity
 from p2ptrain.control.sync import (
+    MAX_TERM_ASKS,
     SYNC_INTERVAL_S,
     UNANCHORED_SYNC_INTERVAL_S,
     sync_interval_s,
-    sync_source,
+    sync_sources,
 )
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import issue_token
@@ -23,30 +24,36 @@ def members_token(peer: str) -> str:
 
 def test_an_unanchored_member_asks_the_organiser_then_anyone() -> None:
     v, _ = make_view(anchor=None)
-    assert sync_source(v, []) is None
-    assert all(sync_source(v, ["Aaaa", BOOT, "Bbbb"]) == BOOT for _ in range(20))
-    assert sync_source(v, ["Aaaa"]) == "Aaaa"  # not connected to it yet: anyone meanwhile
+    assert sync_sources(v, []) == []
+    assert all(sync_sources(v, ["Aaaa", BOOT, "Bbbb"]) == [BOOT] for _ in range(20))
+    assert sync_sources(v, ["Aaaa"]) == ["Aaaa"]  # not connected to it yet: anyone meanwhile
     v.learn_term(BOOT, 3)
-    assert {sync_source(v, ["Aaaa", BOOT, "Bbbb"]) for _ in range(200)} == {"Aaaa", BOOT, "Bbbb"}
+    chosen = {tuple(sync_sources(v, ["Aaaa", BOOT, "Bbbb"])) for _ in range(200)}
+    assert chosen == {("Aaaa",), (BOOT,), ("Bbbb",)}
 
 
-def test_a_fresh_organiser_asks_a_planner_token_holder_first() -> None:
+def test_a_fresh_organiser_asks_planner_token_holders_first_several_at_once() -> None:
     boot = SwarmView(
         self_id=BOOT, role="bootstrap", planner_capable=False, started_at=0.0, bootstrap_id=BOOT
     )
     feed = Feed()
-    members = [f"M{i:03d}" for i in range(30)]
+    members = [f"M{i:03d}" for i in range(28)]
+    holders = [f"H{i:03d}" for i in range(MAX_TERM_ASKS + 1)]
     for peer in members:
         assert (
             boot.accept(feed("peer", peer, {**record(), "token": members_token(peer)}), 0.0) is None
         )
-    assert boot.accept(feed("peer", "Hold", record()), 0.0) is None  # Feed gives it a planner token
-    assert not boot.may_plan("M000") and boot.may_plan("Hold")
-    assert all(sync_source(boot, [*members, "Hold"]) == "Hold" for _ in range(20))
-    assert sync_source(boot, members) in members  # no holder connected: members meanwhile
-    boot.learn_term("Hold", None)  # a fresh swarm's holder knows no term: ours is current
+    for peer in holders:  # Feed gives them planner tokens
+        assert boot.accept(feed("peer", peer, record()), 0.0) is None
+    assert not boot.may_plan("M000") and boot.may_plan("H000")
+    for _ in range(20):
+        asked = sync_sources(boot, [*members, *holders])
+        assert len(asked) == MAX_TERM_ASKS == len(set(asked)) and set(asked) <= set(holders)
+    assert sync_sources(boot, [*members, "H000"]) == ["H000"]
+    assert sync_sources(boot, members)[0] in members  # no holder connected: members meanwhile
+    boot.learn_term("H000", None)  # a fresh swarm's holder knows no term: ours is current
     assert boot.term_anchored
-    assert len({sync_source(boot, [*members, "Hold"]) for _ in range(200)}) > 10
+    assert len({sync_sources(boot, [*members, *holders])[0] for _ in range(200)}) > 10
 
 
 def test_only_who_waits_on_the_term_syncs_fast_before_it_knows_it() -> None:
