@@ -76,7 +76,7 @@ def read_request(request: bytes) -> SyncRequest:
 
 def sync_sources(view: SwarmView, connected_live: list[str]) -> list[str]:
     """Whom to sync from next: a random connected live member, but, until we know the current
-    term (SwarmView.learn_term), whoever can tell us: the organiser, or, for the organiser
+    term (SwarmView.learn_term), whoever can tell us (asked for the term only: term_only_from): the organiser, or, for the organiser
     itself, up to MAX_TERM_ASKS planner-token holders at once. No member may claim before it
     knows the organiser's term, and the organiser knows none before a holder's reply: a fresh
     bootstrap picking one member at a time at random among 32 (3 holders) on one loaded
@@ -94,11 +94,20 @@ def sync_sources(view: SwarmView, connected_live: list[str]) -> list[str]:
     return [random.choice(connected_live)]
 
 
+def term_only_from(view: SwarmView, peer: str) -> bool:
+    """Do we ask `peer` for the current term only (no envelopes)? While we do not know it, of
+    whoever can tell us: 31 members pulling the organiser's whole table every second while it
+    and the holders waited on each other's word kept a 32-member swarm on one machine from an
+    election for 70 s. The table comes from the next sync, once we know the term."""
+    if view.term_anchored:
+        return False
+    return peer == view.bootstrap_id or (view.self_id == view.bootstrap_id and view.may_plan(peer))
+
+
 def sync_interval_s(view: SwarmView) -> float:
-    """Fast until we know the current term, if we wait on it: the organiser and the planner-token
-    holders, who may not claim before. A member that may not plan syncs at the steady pace from
-    the start: 31 members asking the organiser every second for its whole table kept it too
-    busy to learn the term from a holder (32 members on one machine: 70 s to an election)."""
+    """Fast until we know the current term, if our election waits on it: the organiser's and
+    the planner-token holders' (they may not claim before); a member that may not plan never
+    claims, and asks at the steady pace."""
     waits = view.may_plan(view.self_id) or view.self_id == view.bootstrap_id
     return UNANCHORED_SYNC_INTERVAL_S if waits and not view.term_anchored else SYNC_INTERVAL_S
 
@@ -129,13 +138,13 @@ class PullSync:
         ones."""
         cursor: int | None = 0
         num_envelopes = 0
+        term_only = term_only_from(self.state.view, peer)
         for page in range(MAX_SYNC_PAGES):
             assert cursor is not None
+            request = self._request(cursor, term_only)
             try:
                 reply = SyncPage.from_dict(
-                    await rpc.call(
-                        self.state.host, ID.from_base58(peer), SYNC_PROTOCOL, self._request(cursor)
-                    )
+                    await rpc.call(self.state.host, ID.from_base58(peer), SYNC_PROTOCOL, request)
                 )
                 cursor = checked_next(reply.next, cursor)
             except Exception as exc:
@@ -152,8 +161,8 @@ class PullSync:
                 return
         log.info("sync from %s stopped after %d pages", peer, MAX_SYNC_PAGES)
 
-    def _request(self, cursor: int) -> bytes:
-        request = SyncRequest(cursor, telemetry=self.state.view.hears_telemetry)
+    def _request(self, cursor: int, term_only: bool = False) -> bytes:
+        request = SyncRequest(cursor, self.state.view.hears_telemetry, term_only)
         return json.dumps(request.to_dict()).encode()
 
     def _apply_page(self, peer: str, envelopes: tuple[object, ...]) -> bool:
@@ -180,11 +189,13 @@ class PullSync:
         asked = read_request(request)
         cursor = asked.cursor
         view, latest = self.state.view, self.state.latest
+        term = view.known_term() if view.term_anchored else None
+        if asked.term_only:
+            return SyncPage((), None, term, view.finished).to_dict()
         keys = sorted(latest, key=lambda k: (KIND_ORDER[k[1]], k))
         if not asked.telemetry:  # the candidates' telemetry only: how the asker hears them alive
             keys = [(a, kind) for a, kind in keys if kind != "telemetry" or view.may_plan(a)]
         held = [latest[key].decode() for key in keys]
         own = [d.decode() for d in authored_messages(self.state)] if cursor == 0 else []
         page, nxt = page_of(held, cursor, SYNC_PAGE_BYTES)
-        term = view.known_term() if view.term_anchored else None
         return SyncPage(tuple(own + page), nxt, term, view.finished).to_dict()

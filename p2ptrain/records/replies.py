@@ -49,11 +49,13 @@ class Cursor(Record, name="cursor"):
 
 @dataclass(frozen=True)
 class SyncRequest(Record, name="sync request"):
-    """A sync page request: the cursor, and whether the asker is in telemetry's audience (False:
-    serve the planner candidates' telemetry only, control/gossip.py). `{"cursor": n}` asks for all."""
+    """A sync page request: the cursor, whether the asker is in telemetry's audience (False:
+    serve the planner candidates' telemetry only, control/gossip.py), and whether it asks for
+    the current term only (no envelopes: control/sync.py). `{"cursor": n}` asks for all."""
 
     cursor: Annotated[int, Int(0, MAX_CURSOR)]
     telemetry: Annotated[bool, Wire(omit_default=True)] = True
+    term_only: Annotated[bool, Wire(omit_default=True)] = False
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from p2ptrain.control.sync import (
     UNANCHORED_SYNC_INTERVAL_S,
     sync_interval_s,
     sync_sources,
+    term_only_from,
 )
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import issue_token
@@ -74,3 +75,21 @@ def test_only_who_waits_on_the_term_syncs_fast_before_it_knows_it() -> None:
         self_id=BOOT, role="bootstrap", planner_capable=False, started_at=0.0, bootstrap_id=BOOT
     )
     assert sync_interval_s(boot) == UNANCHORED_SYNC_INTERVAL_S
+
+
+def test_before_it_knows_the_term_a_node_asks_for_the_term_only() -> None:
+    v, _ = make_view(anchor=None)
+    assert term_only_from(v, BOOT) and not term_only_from(v, "Aaaa")
+    v.learn_term(BOOT, 0)
+    assert not term_only_from(v, BOOT)
+    boot = SwarmView(
+        self_id=BOOT, role="bootstrap", planner_capable=False, started_at=0.0, bootstrap_id=BOOT
+    )
+    feed = Feed()
+    assert boot.accept(feed("peer", "Hold", record()), 0.0) is None
+    assert (
+        boot.accept(feed("peer", "Memb", {**record(), "token": members_token("Memb")}), 0.0) is None
+    )
+    assert term_only_from(boot, "Hold") and not term_only_from(boot, "Memb")
+    boot.learn_term("Hold", None)
+    assert not term_only_from(boot, "Hold")

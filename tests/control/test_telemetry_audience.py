@@ -109,6 +109,7 @@ def test_sync_serves_an_outsider_the_candidates_telemetry_only() -> None:
     outsider = served(SyncRequest(0, telemetry=False))
     assert (member.id, "telemetry") not in outsider
     assert everything - outsider == {(member.id, "telemetry")}
+    assert served(SyncRequest(0, term_only=True)) == set()  # the term only (control/sync.py)
 
 
 def test_a_sync_request_is_read_or_refused_as_one_error() -> None:
@@ -116,7 +117,17 @@ def test_a_sync_request_is_read_or_refused_as_one_error() -> None:
     assert read_request(b'{"cursor": 3}') == SyncRequest(3)  # what older nodes send
     assert read_request(b'{"cursor": 0, "telemetry": false}') == SyncRequest(0, telemetry=False)
     assert json.loads(json.dumps(SyncRequest(2).to_dict())) == {"cursor": 2}
-    for bad in (b"[", b'{"cursor": -1}', b'{"cursor": 1, "telemetry": 1}', b"[" * 5000, b"{}"):
+    asked = read_request(b'{"cursor": 0, "term_only": true}')
+    assert asked == SyncRequest(0, term_only=True)
+    bad_flag = b'{"cursor": 1, "term_only": "yes"}'
+    for bad in (
+        b"[",
+        b'{"cursor": -1}',
+        b'{"cursor": 1, "telemetry": 1}',
+        b"[" * 5000,
+        b"{}",
+        bad_flag,
+    ):
         try:
             read_request(bad)
         except ValueError:
