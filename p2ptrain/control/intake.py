@@ -23,6 +23,10 @@ from p2ptrain.records import Revocations
 
 log = logging.getLogger(__name__)
 
+# how old the organiser's record may be for its term to anchor ours: it re-publishes every 6 s,
+# and the swarm's term moves by at most MAX_TERM_STEP past it before a fresher copy arrives
+ORGANISER_TERM_AGE_S = 10.0
+
 _WATCHED: tuple[Change, ...] = ("plan", "run", "members")  # as _what_tasks_watch's tuple
 
 
@@ -85,6 +89,7 @@ class Intake:
         before = self._what_tasks_watch(env.author, now)
         drop = self.state.view.accept(env, now, heard_at)
         if drop is None:
+            self._learn_organiser_term(env, age_s)
             if env.author != self.state.peer_id:
                 self.state.latest[latest_key(env)] = data
             self._notify_changes(before, self._what_tasks_watch(env.author, now))
@@ -96,6 +101,14 @@ class Intake:
         self.reject(culprit, drop.category, drop.reason, via, now)
         return False
 
+    def _learn_organiser_term(self, env: wire.Envelope, age_s: float) -> None:
+        """The current term from the organiser's own record, if fresh: an older one may name a
+        term the swarm has passed, and a node anchored behind it would blame honest claims."""
+        view = self.state.view
+        term = getattr(env.body, "term", None) if env.kind == "peer" else None
+        if term is not None and env.author == view.bootstrap_id and age_s <= ORGANISER_TERM_AGE_S:
+            view.learn_term(env.author, term)
+
     def _what_tasks_watch(self, author: str, now: float) -> tuple[object, ...]:
         """What the worker link and the election act on, as far as one author's envelope can
         change it: (plan, run, the author's standing as a member, the planner and term)."""
@@ -106,7 +119,11 @@ class Intake:
             if member is None
             else (member.record, view.is_healthy(author), view.is_alive(author, now))
         )
-        return (view.plan_version, view.run, (standing, view.planner, view.term))
+        return (
+            view.plan_version,
+            view.run,
+            (standing, view.planner, view.term, view.term_anchored),
+        )
 
     def _notify_changes(self, before: tuple[object, ...], after: tuple[object, ...]) -> None:
         """Wake the tasks that wait for what changed (control/events.py)."""

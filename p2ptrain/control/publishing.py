@@ -70,9 +70,20 @@ def own_record(state: NodeState) -> PeerRecord:
         reachability=state.reachability,
         relay_addrs=tuple(state.relay_addrs),
         relays=tuple(state.relays),
+        term=organiser_term(state),
     )
     state.view.own_record = record
     return record
+
+
+def organiser_term(state: NodeState) -> int | None:
+    """The current term, in the bootstrap's record once it knows it: what the planner-token
+    holders wait on before they claim, gossiped, so they need not win an RPC of a bootstrap
+    that 32 members' joins keep busy (control/sync.py asks it too)."""
+    view = state.view
+    if state.role != "bootstrap" or not view.term_anchored:
+        return None
+    return view.known_term()
 
 
 def _signed(state: NodeState, body: wire.Body) -> bytes:

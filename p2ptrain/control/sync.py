@@ -94,22 +94,28 @@ def sync_sources(view: SwarmView, connected_live: list[str]) -> list[str]:
     return [random.choice(connected_live)]
 
 
+def waits_on_term(view: SwarmView) -> bool:
+    """Does our election wait on the organiser's term? The organiser's and the planner-token
+    holders' do (they may not claim before it); a member that may not plan never claims."""
+    return view.may_plan(view.self_id) or view.self_id == view.bootstrap_id
+
+
 def term_only_from(view: SwarmView, peer: str) -> bool:
-    """Do we ask `peer` for the current term only (no envelopes)? While we do not know it, of
-    whoever can tell us: 31 members pulling the organiser's whole table every second while it
-    and the holders waited on each other's word kept a 32-member swarm on one machine from an
-    election for 70 s. The table comes from the next sync, once we know the term."""
-    if view.term_anchored:
+    """Do we ask `peer` for the current term only (no envelopes)? While our election waits on
+    it, of whoever can tell us: holders pulling the organiser's whole table every second while
+    it and they waited on each other's word kept a 32-member swarm on one machine from an
+    election for 70 s. The table comes from the next sync, once we know the term; a member
+    that never claims pulls it at once."""
+    if view.term_anchored or not waits_on_term(view):
         return False
     return peer == view.bootstrap_id or (view.self_id == view.bootstrap_id and view.may_plan(peer))
 
 
 def sync_interval_s(view: SwarmView) -> float:
-    """Fast until we know the current term, if our election waits on it: the organiser's and
-    the planner-token holders' (they may not claim before); a member that may not plan never
-    claims, and asks at the steady pace."""
-    waits = view.may_plan(view.self_id) or view.self_id == view.bootstrap_id
-    return UNANCHORED_SYNC_INTERVAL_S if waits and not view.term_anchored else SYNC_INTERVAL_S
+    """Fast until we know the current term, if our election waits on it; a member that may not
+    plan asks at the steady pace (31 of them asking every second kept the bootstrap busy)."""
+    fast = waits_on_term(view) and not view.term_anchored
+    return UNANCHORED_SYNC_INTERVAL_S if fast else SYNC_INTERVAL_S
 
 
 class PullSync:
@@ -152,7 +158,10 @@ class PullSync:
                 return
             if page == 0:
                 view = self.state.view
+                anchored = view.term_anchored
                 view.learn_term(peer, reply.term)
+                if view.term_anchored and not anchored and self.state.role == "bootstrap":
+                    self.state.publish_soon("record")  # it carries the term (organiser_term)
                 if peer == view.bootstrap_id:  # the organiser's word that the run is trained
                     view.run_end.note_organiser(view.run, reply.finished)
             envelopes = reply.envelopes[: MAX_SYNC_ENVELOPES - num_envelopes]

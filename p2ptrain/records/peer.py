@@ -107,6 +107,9 @@ class PeerRecord(Record, name="peer"):
     relay_addrs: Annotated[tuple[str, ...], Addrs()] = ()
     # behind a NAT: the peers holding relay slots for it
     relays: Annotated[tuple[str, ...], PeerIds(MAX_RELAYS)] = ()
+    # the organiser's (the bootstrap's) current term, once it knows one: believed of the
+    # organiser only, and only fresh (control/intake.py); others leave it out
+    term: Annotated[int | None, Nullable(Int(0, MAX_TERM)), OMITTED] = None
 
 
 MAX_PROBE_FAILURES = 1_000_000

@@ -71,6 +71,7 @@ def test_only_who_waits_on_the_term_syncs_fast_before_it_knows_it() -> None:
         own_token=issue_token(ORGANISER, "Memb", False, 2e9),
     )
     assert not member.term_anchored and sync_interval_s(member) == SYNC_INTERVAL_S
+    assert not term_only_from(member, BOOT)  # it never claims: the whole table at once
     boot = SwarmView(
         self_id=BOOT, role="bootstrap", planner_capable=False, started_at=0.0, bootstrap_id=BOOT
     )
@@ -78,7 +79,7 @@ def test_only_who_waits_on_the_term_syncs_fast_before_it_knows_it() -> None:
 
 
 def test_before_it_knows_the_term_a_node_asks_for_the_term_only() -> None:
-    v, _ = make_view(anchor=None)
+    v, _ = make_view(anchor=None)  # it holds a planner token: its election waits on the term
     assert term_only_from(v, BOOT) and not term_only_from(v, "Aaaa")
     v.learn_term(BOOT, 0)
     assert not term_only_from(v, BOOT)
