@@ -124,20 +124,33 @@ class PullSync:
     def __init__(self, state: NodeState, intake: Intake) -> None:
         self.state = state
         self.intake = intake
+        self._asking: set[str] = set()  # the peers we are asking for the term right now
 
     async def serve_sync(self) -> None:
-        """Once joined, sync from a random connected live member (or the bootstrap), forever."""
+        """Once joined, sync from a random connected live member (or the bootstrap), forever.
+        A question for the term only is not waited on: on a busy machine one can take the
+        whole RPC timeout, and the next second's goes out beside it (one per peer at a time)."""
         state = self.state
         await state.joined.wait()
-        while True:
-            live = set(state.view.live_members(time.monotonic())) | {state.view.bootstrap_id}
-            candidates = [
-                p for p in (c.to_base58() for c in state.host.get_connected_peers()) if p in live
-            ]
-            async with trio.open_nursery() as nursery:
-                for source in sync_sources(state.view, candidates):
-                    nursery.start_soon(self.sync_from, source)
-            await trio.sleep(sync_interval_s(state.view) * random.uniform(0.8, 1.2))
+        async with trio.open_nursery() as asking:
+            while True:
+                live = set(state.view.live_members(time.monotonic())) | {state.view.bootstrap_id}
+                connected = (c.to_base58() for c in state.host.get_connected_peers())
+                candidates = [p for p in connected if p in live]
+                async with trio.open_nursery() as nursery:
+                    for source in sync_sources(state.view, candidates):
+                        if not term_only_from(state.view, source):
+                            nursery.start_soon(self.sync_from, source)
+                        elif source not in self._asking:
+                            self._asking.add(source)
+                            asking.start_soon(self._ask_term, source)
+                await trio.sleep(sync_interval_s(state.view) * random.uniform(0.8, 1.2))
+
+    async def _ask_term(self, peer: str) -> None:
+        try:
+            await self.sync_from(peer)
+        finally:
+            self._asking.discard(peer)
 
     async def sync_from(self, peer: str) -> None:
         """Fetch `peer`'s envelopes, page by page, and apply the ones we lack; blame it for bad

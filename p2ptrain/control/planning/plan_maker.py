@@ -126,6 +126,7 @@ class PlanMaker:
         if current is None and self._awaits_first_plan(
             now, members, data_addrs, links, measured, private
         ):
+            search_process.warm()  # its start overlaps the wait, not the first plan's search
             return False
         relayed = frozenset(
             pair for pair in links if self.view.links.connection(*pair) == "relayed"

@@ -94,6 +94,13 @@ def _started() -> _SearchProcess:
     return _process
 
 
+def warm() -> None:
+    """Start the search process ahead of the first search (the planner waits for its first
+    plan's measurements meanwhile): on a busy machine the child's start, niced, took 10-20 s.
+    Called from the thread that runs trio, as _started() requires."""
+    _started()
+
+
 def pid() -> int | None:
     """The search process's pid, if one is running."""
     return None if _process is None or _process.proc.poll() is not None else _process.proc.pid

@@ -70,6 +70,19 @@ def test_a_killed_search_process_is_replaced_and_a_stopped_one_exits() -> None:
     assert search_process.pid() is None and wait_all_gone([second], 5) == []
 
 
+def test_a_warmed_search_process_answers_the_first_search() -> None:
+    search_process.stop()
+    search_process.warm()  # what the planner does while its first plan waits
+    warmed = search_process.pid()
+    assert warmed is not None
+    search_process.warm()  # a warm one is kept, not replaced
+    assert search_process.pid() == warmed
+    expected = compute_plan(build_matrices(PEERS, LINKS), RunSpec().replace(stages=2, n_layer=4))
+    assert _plan() == expected and search_process.pid() == warmed
+    search_process.stop()
+    assert wait_all_gone([warmed], 5) == []
+
+
 def _parent(how: str) -> tuple[subprocess.Popen[bytes], list[int]]:
     parent = subprocess.Popen(
         [sys.executable, "-c", PARENT, how],
