@@ -11,7 +11,7 @@ round trip and rate (an unmeasured link is priced at a guess, and the measuremen
 re-plans). A bigger one never measures every pair: it waits until most of its members'
 coordinates have settled (control/estimate/coordinates.py), plans on the estimates, and the
 plan's own links are measured right after (control/measuring.py: plan partners first). Unless
-its links are all near (a LAN, or one machine): then no coordinate has a distance to find.
+its links are all near (one metro, a LAN, one machine): then no distance is worth the wait.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from p2ptrain.control.estimate.book import is_full_mesh
-from p2ptrain.control.estimate.coordinates import NEAR_RTT_MS, SETTLED_ERROR, settled
+from p2ptrain.control.estimate.coordinates import SETTLED_ERROR, settled
 from p2ptrain.control.links import Link
 from p2ptrain.records import RunSpec, StageCompute
 from p2ptrain.records.estimate import MAX_COORDINATE_ERROR, NetCoordinate
@@ -82,11 +82,15 @@ def first_plan_gaps(
 
 # at least this many measured round trips per placed member, all near, make a LAN
 NEAR_EVIDENCE_PER_MEMBER = 2
+# a round trip this short is near: within one metro a delay's error is worth no wait, next to
+# the activations' transfers the plan prices (and a loaded machine's probes of a 1 ms loopback
+# link read up to 17 ms after the links' min-filter)
+NEAR_LINK_RTT_MS = 20.0
 NEAR_SHARE = 0.75  # a loaded machine's jitter outlives the links' min-filter on a few
 
 
 def all_near(placed: Sequence[str], links: Mapping[tuple[str, str], Link]) -> bool:
-    """Are the measured round trips among `placed` near: NEAR_RTT_MS or less (NEAR_SHARE of
+    """Are the measured round trips among `placed` near: NEAR_LINK_RTT_MS or less (NEAR_SHARE of
     them: a loaded moment is no distance), with NEAR_EVIDENCE_PER_MEMBER of them per member?
     Then the coordinates have nothing to place, however unsettled their own error: on one
     machine a 1 ms round trip's scheduling jitter kept 32 members' coordinates from settling
@@ -99,4 +103,4 @@ def all_near(placed: Sequence[str], links: Mapping[tuple[str, str], Link]) -> bo
     ]
     if len(rtts) < NEAR_EVIDENCE_PER_MEMBER * len(members):
         return False
-    return sum(rtt <= NEAR_RTT_MS for rtt in rtts) >= NEAR_SHARE * len(rtts)
+    return sum(rtt <= NEAR_LINK_RTT_MS for rtt in rtts) >= NEAR_SHARE * len(rtts)
