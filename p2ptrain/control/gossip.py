@@ -79,13 +79,6 @@ def make_pubsub(host: IHost) -> tuple[Pubsub, GossipSub]:
         spam_protection_enabled=False,
         adaptive_gossip_enabled=False,  # its per-heartbeat health scoring, for a fixed gossip
         eclipse_protection_enabled=False,  # all loopback peers share one IP
-        # py-libp2p queues a copy of every message it publishes or forwards for each connected
-        # peer not (yet) subscribed to the topic, up to 100 a peer for 30 s, re-filtering the
-        # queue per message: for telemetry's topic, which most members never join, that was
-        # 13% of a 32-member bootstrap's samples and megabytes per node. Nothing is lost: every
-        # message of ours is re-sent or pulled by sync (docs/protocols.md)
-        max_pending_messages_per_peer=1,
-        pending_messages_ttl=0.0,
     )
     # SafePubsub: a peer's garbage frame or message, or two writers on one stream, end only
     # that stream or message (net/safe_pubsub.py)
