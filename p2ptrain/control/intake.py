@@ -19,7 +19,7 @@ from p2ptrain.control.events import Change
 from p2ptrain.control.flood import GossipRates
 from p2ptrain.control.penalties import BLOCK_S, PENALTIES
 from p2ptrain.control.state import NodeState
-from p2ptrain.records import Revocations
+from p2ptrain.records import PeerRecord, Revocations
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +105,10 @@ class Intake:
         """The current term from the organiser's own record, if fresh: an older one may name a
         term the swarm has passed, and a node anchored behind it would blame honest claims."""
         view = self.state.view
-        term = getattr(env.body, "term", None) if env.kind == "peer" else None
-        if term is not None and env.author == view.bootstrap_id and age_s <= ORGANISER_TERM_AGE_S:
-            view.learn_term(env.author, term)
+        if not isinstance(env.body, PeerRecord) or env.body.term is None:
+            return
+        if env.author == view.bootstrap_id and age_s <= ORGANISER_TERM_AGE_S:
+            view.learn_term(env.author, env.body.term)
 
     def _what_tasks_watch(self, author: str, now: float) -> tuple[object, ...]:
         """What the worker link and the election act on, as far as one author's envelope can

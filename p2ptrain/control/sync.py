@@ -76,12 +76,12 @@ def read_request(request: bytes) -> SyncRequest:
 
 def sync_sources(view: SwarmView, connected_live: list[str]) -> list[str]:
     """Whom to sync from next: a random connected live member, but, until we know the current
-    term (SwarmView.learn_term), whoever can tell us (asked for the term only: term_only_from): the organiser, or, for the organiser
-    itself, up to MAX_TERM_ASKS planner-token holders at once. No member may claim before it
-    knows the organiser's term, and the organiser knows none before a holder's reply: a fresh
-    bootstrap picking one member at a time at random among 32 (3 holders) on one loaded
-    machine, each unanswered sync 10 s, anchored 48 s after the start, and the swarm's
-    election waited on it."""
+    term (SwarmView.learn_term), whoever can tell us (term_only_from): the organiser, or, for
+    the organiser itself, up to MAX_TERM_ASKS planner-token holders at once. No holder may
+    claim before it knows the organiser's term, and the organiser knows none before a
+    holder's reply: a fresh bootstrap picking one member at a time at random among 32 (3
+    holders) on one loaded machine, each unanswered sync 10 s, knew the term 48 s after the
+    start, and the swarm's election waited on it."""
     if not connected_live:
         return []
     if not view.term_anchored:
