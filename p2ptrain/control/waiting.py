@@ -72,6 +72,9 @@ def waiting_for(view: SwarmView, now: float, joined: bool = True) -> Wait:
                 "peers", f"peers: {len(members)} of the run's min_peers {run.swarm.min_peers} alive"
             )
         if view.planner is None or not view.is_alive(view.planner, now):
+            if view.may_plan(view.self_id) and not view.term_anchored:
+                # no claim of ours before it (SwarmView.should_claim; control/sync.py)
+                return Wait("planner", "the planner election (the organiser's current term)")
             return Wait("planner", "the planner election")
         if gaps := first_plan_gaps_in(view, members, now):
             text = f"the first plan's measurements: {', '.join(gaps)} still missing"

@@ -191,6 +191,12 @@ def test_what_a_node_waits_for() -> None:
     v.run = RUN.replace(min_peers=3)
     assert waiting_for(v, 1.0).text == "peers: 2 of the run's min_peers 3 alive"
     assert waiting_for(v, 1.0).kind == "peers"
+    # a planner-token holder that does not know the organiser's term yet says so
+    v, _ = make_view(me=ME, peers=(A,), anchor=None)
+    v.run = RUN.replace(min_peers=2)
+    assert waiting_for(v, 1.0).text == "the planner election (the organiser's current term)"
+    v.learn_term(v.bootstrap_id, 0)
+    assert waiting_for(v, 1.0).text == "the planner election"
     # links still being measured, counted
     v, feed = make_view(me=ME, peers=(A, B))
     v.run, v.role = RUN.replace(min_peers=3), "trainer"
