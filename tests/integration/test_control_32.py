@@ -89,23 +89,22 @@ def join_argv(tmp: Path, bootstrap: str, name: str, planner: bool) -> list[str]:
     ]
 
 
+def accepted_plans(log: Path, said: str = "accepted plan term ") -> list[float]:
+    """When (time.time) the bootstrap accepted each plan (each whose log line holds `said`),
+    from its log."""
+    return [
+        datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        for line in log.read_text().splitlines()
+        if said in line
+    ]
+
+
 def accepted_at(log: Path, plan: dict[str, Any]) -> float:
     """When (time.time) the bootstrap accepted `plan`, from its log."""
     said = f"accepted plan term {plan['term']} epoch {plan['epoch']} "
-    for line in log.read_text().splitlines():
-        if said in line:
-            stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
-            return stamp.timestamp()
-    raise AssertionError(f"the bootstrap never logged {said!r}")
-
-
-def accepted_plans(log: Path) -> list[float]:
-    """When (time.time) the bootstrap accepted each plan, from its log."""
-    stamps = []
-    for line in log.read_text().splitlines():
-        if "accepted plan term " in line:
-            stamps.append(datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f"))
-    return [stamp.timestamp() for stamp in stamps]
+    stamps = accepted_plans(log, said)
+    assert stamps, f"the bootstrap never logged {said!r}"
+    return stamps[0]
 
 
 def wait_for_plan_to_stand(log: Path, stood_s: float, timeout_s: float) -> int:
