@@ -248,7 +248,7 @@ class ControlBench:
             cost_s=1.0,
         )
         view.adopt_own_plan(plan)
-        sim.flood(sim.plan_bytes(plan))
+        sim.flood(sim.plan_bytes(plan), "plan")
         sim.deliver_plan(peer, plan)
         state.plan, state.members = plan, members
         state.first_plan_at = sim.now + sim.flood_s()
@@ -283,7 +283,7 @@ class ControlBench:
             cost_s=view.plan.cost_s,
         )
         view.adopt_own_plan(plan)
-        sim.flood(sim.plan_bytes(plan))
+        sim.flood(sim.plan_bytes(plan), "plan")
         sim.deliver_plan(peer, plan)
         state.failover_s = sim.now + sim.flood_s() - state.kill_at
 
@@ -321,11 +321,23 @@ class ControlBench:
             messages_per_s.append(sim.counters.messages.get(peer.index, 0.0) / alive_s)
             probes_per_s.append(sim.counters.probe_bytes.get(peer.index, 0.0) / alive_s)
         neighbour_sizes = [len(p.neighbours) for p in sim.peers if p.alive]
+        by_kind = {
+            kind: _spread(
+                [
+                    per_peer.get(p.index, 0.0) / (sim.left_at.get(p.index, end) - p.joined_at)
+                    for p in sim.peers
+                    if sim.left_at.get(p.index, end) - p.joined_at >= 10.0
+                ],
+                0,
+            )["median"]
+            for kind, per_peer in sorted(sim.counters.bytes_by_kind.items())
+        }
         return {
             "peers": self.num_peers,
             "bytes_per_node_s": _spread(bytes_per_s, 0),
             "messages_per_node_s": _spread(messages_per_s, 2),
             "probe_bytes_per_node_s": _spread(probes_per_s, 0),
+            "bytes_per_node_s_by_kind": by_kind,
             "first_plan_s": None if state.first_plan_at is None else round(state.first_plan_at, 2),
             "rtt_error": self.results.get("rtt_error"),
             "rate_error": self.results.get("rate_error"),
@@ -365,5 +377,13 @@ def render(result: dict[str, Any]) -> str:
             f"{rtt.get('median', float('nan')):10.3f} {rtt.get('p90', float('nan')):5.3f}  "
             f"{rate.get('median', float('nan')):12.3f} {rate.get('p90', float('nan')):5.3f}  "
             f"{r['plan_cost_ratio']!s:>16}  {r['failover_s']!s:>10}"
+        )
+    kinds = sorted({kind for r in result["runs"] for kind in r["bytes_per_node_s_by_kind"]})
+    lines += ["", "kB/s/node median, by what was sent", "peers  " + "  ".join(kinds)]
+    for r in result["runs"]:
+        by_kind = r["bytes_per_node_s_by_kind"]
+        lines.append(
+            f"{r['peers']:5d}  "
+            + "  ".join(f"{by_kind.get(kind, 0.0) / 1e3:{len(kind)}.2f}" for kind in kinds)
         )
     return "\n".join(lines)

@@ -133,11 +133,11 @@ class Simulation:
 
     median_one_way_s = 0.06
 
-    def flood(self, num_bytes: int) -> None:
+    def flood(self, num_bytes: int, kind: str) -> None:
         for peer in self.peers:
             if peer.alive:
                 self.counters.charge(
-                    peer.index, 2 * (MESH_DEGREE - 1) * num_bytes, 2 * (MESH_DEGREE - 1)
+                    peer.index, 2 * (MESH_DEGREE - 1) * num_bytes, 2 * (MESH_DEGREE - 1), kind
                 )
 
     def num_alive(self) -> int:
@@ -162,8 +162,8 @@ class Simulation:
             if other is not peer and other.view is not None:
                 self._accept(other, peer, "peer", self._record(peer))
         if self.now > 0:  # a newcomer: its record floods, it pulls the membership in pages
-            self.flood(self.sizes["peer"])
-            self.counters.charge(index, self.num_alive() * 80, self.num_alive() / 100)
+            self.flood(self.sizes["peer"], "peer")
+            self.counters.charge(index, self.num_alive() * 80, self.num_alive() / 100, "pages")
         self.at(when + self.rng.uniform(0, 1), lambda: self._rtt_tick(peer))
         self.at(when + self.rng.uniform(1, 3), lambda: self._rate_tick(peer))
         self.at(
@@ -228,7 +228,7 @@ class Simulation:
             return
         target = self.peers[peer.neighbours[peer.next_probe % len(peer.neighbours)]]
         peer.next_probe += 1
-        self.counters.charge(peer.index, 2 * self.sizes["probe"], 2)
+        self.counters.charge(peer.index, 2 * self.sizes["probe"], 2, "probe")
         sample = peer.links.setdefault(target.index, LinkSample())
         rtt = self.truth.sample_rtt_ms(peer.index, target.index, peer.rng) if target.alive else None
         if rtt is None:
@@ -238,7 +238,7 @@ class Simulation:
                 peer.seen.pop(target.index, None)
                 self.refresh_neighbours(peer)
             return
-        self.counters.charge(target.index, 2 * self.sizes["probe"], 2)
+        self.counters.charge(target.index, 2 * self.sizes["probe"], 2, "probe")
         sample.add_rtt(rtt, self.now)
         sample.num_failures = 0
         assert sample.rtt_ms is not None
@@ -301,7 +301,7 @@ class Simulation:
         self.counters.probe_bytes[peer.index] = (
             self.counters.probe_bytes.get(peer.index, 0) + num_bytes
         )
-        self.counters.charge(peer.index, self.sizes["probe"], 2)
+        self.counters.charge(peer.index, self.sizes["probe"], 2, "probe")
         if not target.alive:
             sample.rate_failures += 1
             return
@@ -321,7 +321,7 @@ class Simulation:
     def measure_rtt(self, peer: SimPeer, target: SimPeer) -> None:
         """One round-trip probe outside the schedule (a plan's link confirmed)."""
         rtt = self.truth.sample_rtt_ms(peer.index, target.index, peer.rng)
-        self.counters.charge(peer.index, 2 * self.sizes["probe"], 2)
+        self.counters.charge(peer.index, 2 * self.sizes["probe"], 2, "probe")
         if rtt is not None and target.alive:
             peer.links.setdefault(target.index, LinkSample()).add_rtt(rtt, self.now)
 
@@ -348,9 +348,9 @@ class Simulation:
         telemetry = self.telemetry_of(peer)
         size = self.sizes["telemetry_base"] + len(telemetry.links) * self.sizes["telemetry_link"]
         receivers = [c for c in self.candidates if c.alive and c is not peer]
-        self.counters.charge(peer.index, size * len(receivers), len(receivers))
+        self.counters.charge(peer.index, size * len(receivers), len(receivers), "telemetry")
         for candidate in receivers:
-            self.counters.charge(candidate.index, size)
+            self.counters.charge(candidate.index, size, kind="telemetry")
             self._accept(candidate, peer, "telemetry", telemetry)
             self.book(candidate)[peer.index] = (peer.coord, peer.capacity.capacity(self.now))
 
@@ -363,7 +363,7 @@ class Simulation:
             return
         other = self.peers[self.rng.choice(self.alive_indices())]
         for end in (peer, other):
-            self.counters.charge(end.index, 2 * (DIGEST_BYTES + STREAM_OVERHEAD_BYTES), 2)
+            self.counters.charge(end.index, 2 * (DIGEST_BYTES + STREAM_OVERHEAD_BYTES), 2, "digest")
 
     # ---------------------------------------------------------------- election
 
@@ -376,7 +376,7 @@ class Simulation:
         assert view is not None
         if view.should_claim(self.now):
             term = view.claim()
-            self.flood(self.sizes["claim"])
+            self.flood(self.sizes["claim"], "claim")
             arrive = self.now + self.flood_s()
             for other in self.candidates:
                 if other is not peer:

@@ -38,7 +38,12 @@ class Counters:
     control_bytes: dict[int, float] = field(default_factory=dict)
     messages: dict[int, float] = field(default_factory=dict)
     probe_bytes: dict[int, float] = field(default_factory=dict)
+    bytes_by_kind: dict[str, dict[int, float]] = field(default_factory=dict)
 
-    def charge(self, peer: int, num_bytes: float, num_messages: float = 1.0) -> None:
+    def charge(
+        self, peer: int, num_bytes: float, num_messages: float = 1.0, kind: str = ""
+    ) -> None:
         self.control_bytes[peer] = self.control_bytes.get(peer, 0.0) + num_bytes
         self.messages[peer] = self.messages.get(peer, 0.0) + num_messages
+        by_peer = self.bytes_by_kind.setdefault(kind, {})
+        by_peer[peer] = by_peer.get(peer, 0.0) + num_bytes

@@ -23,7 +23,11 @@ def test_control_bench_at_30_peers(monkeypatch: pytest.MonkeyPatch) -> None:
     assert run["plan_cost_ratio"] is not None and run["plan_cost_ratio"] > 0
     assert run["failover_s"] is not None and run["failover_s"] <= 15.0
     assert run["neighbours_max"] <= 12  # bounded: 4 near, 4 random, 4 partners
-    assert control_bench.render(result).count("\n") == 1
+    by_kind = run["bytes_per_node_s_by_kind"]
+    assert {"plan", "telemetry", "probe", "peer"} <= set(by_kind)
+    # the kinds split the whole: their medians add up to about the total's median
+    assert 0.5 * run["bytes_per_node_s"]["median"] <= sum(by_kind.values())
+    assert control_bench.render(result).splitlines()[1].startswith("   30")
 
 
 def test_confirming_commits_the_cheapest_plan_tried_not_the_latest(
