@@ -15,46 +15,15 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from p2ptrain.errors import UserError
+from p2ptrain.key_file import PRIVATE_HEADER_32, PRIVATE_HEADER_64
+from p2ptrain.key_file import SEED_NUM_BYTES as SEED_NUM_BYTES  # the key file's, here too
+from p2ptrain.key_file import load_identity as load_identity
+from p2ptrain.key_file import load_or_create_identity as load_or_create_identity
 from p2ptrain.procs import sweep_pid_dirs
 
-SEED_NUM_BYTES = 32
-# protobuf header: field 1 (KeyType) = 1 (Ed25519), field 2 (Data) with length 32 / 64
-_PRIVATE_HEADER_32 = b"\x08\x01\x12\x20"
-_PRIVATE_HEADER_64 = b"\x08\x01\x12\x40"
 _PUBLIC_HEADER = b"\x08\x01\x12\x20"
 _IDENTITY_MULTIHASH = b"\x00"
 _BASE58_ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
-
-
-def load_or_create_identity(path: str | os.PathLike[str]) -> bytes:
-    """Return the node's 32-byte Ed25519 seed, creating the key file (mode 0600) if it is missing."""
-    key_path = Path(path)
-    if not key_path.exists():
-        seed = os.urandom(SEED_NUM_BYTES)
-        key_path.parent.mkdir(parents=True, exist_ok=True)
-        # O_EXCL + 0600: never widen permissions, never clobber a key another process just wrote
-        try:
-            fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return load_identity(key_path)
-        with os.fdopen(fd, "wb") as f:
-            f.write(_PRIVATE_HEADER_32 + seed)
-        return seed
-    return load_identity(key_path)
-
-
-def load_identity(path: str | os.PathLike[str]) -> bytes:
-    """Read a key file written by py-libp2p or by load_or_create_identity; return the seed."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise UserError(f"cannot read identity file {path}: {exc.strerror}") from exc
-    if len(data) == 36 and data.startswith(_PRIVATE_HEADER_32):
-        return data[4:]
-    if len(data) == 68 and data.startswith(_PRIVATE_HEADER_64):
-        return data[4:36]  # hivemind form: seed + public key
-    raise UserError(f"identity file {path} is not an Ed25519 private key (36-byte protobuf)")
 
 
 def public_key(seed: bytes) -> bytes:
@@ -104,12 +73,12 @@ def public_key_of_peer_id(peer_id: str) -> bytes | None:
 
 def hivemind_key_bytes(seed: bytes) -> bytes:
     """The key as hivemind's p2pd wants it: PrivateKey protobuf with data = seed + public key."""
-    return _PRIVATE_HEADER_64 + seed + public_key(seed)
+    return PRIVATE_HEADER_64 + seed + public_key(seed)
 
 
 def libp2p_key_bytes(seed: bytes) -> bytes:
     """The key as py-libp2p writes it: PrivateKey protobuf with data = the 32-byte seed."""
-    return _PRIVATE_HEADER_32 + seed
+    return PRIVATE_HEADER_32 + seed
 
 
 class DaemonKeyCopy:

@@ -8,6 +8,8 @@ and no module imports itself through others.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -30,6 +32,7 @@ LAYERS: list[set[str]] = [
     {"ipc_lines", "addresses"},  # the worker socket's framing; listen and announce addresses
     {"records"},
     {"identity"},
+    {"key_file"},  # the node's key file, stdlib only: what the supervisor needs of the identity
     {"procs"},  # processes: spawn, stop, sweep what a dead one left
     {"errors", "flags", "__init__"},  # flags: stdlib-only command-line declarations
 ]
@@ -219,3 +222,16 @@ def test_no_import_circles() -> None:
 def test_no_module_is_over_400_lines() -> None:
     lengths = {str(p.relative_to(PACKAGE)): len(p.read_text().splitlines()) for p in MODULES}
     assert not {p: n for p, n in lengths.items() if n > 400}, "split these by concept"
+
+
+def test_the_node_supervisor_loads_no_heavy_library() -> None:
+    """A volunteer's machine runs a supervisor per node for as long as the node runs: it holds
+    only what it needs (stdlib, flags, addresses' bounds), ~16 MiB, not the records' 18 MiB
+    (cryptography's bindings) nor a library of the control process."""
+    script = (
+        "import sys, p2ptrain.node.supervisor; "
+        "print(sorted({m.split('.')[0] for m in sys.modules}"
+        " & {'cryptography', 'numpy', 'libp2p', 'trio', 'torch', 'hivemind'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

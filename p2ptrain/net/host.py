@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
@@ -22,7 +21,7 @@ from multiaddr import Multiaddr
 
 from p2ptrain import addresses
 from p2ptrain.errors import UserError
-from p2ptrain.net import dial_gate, known_records
+from p2ptrain.net import dial_gate, known_records, yamux_credit
 from p2ptrain.net.guard import guard_inbound_streams
 
 # Loggers that report routine events (a peer closing a stream) at WARNING, 100+ times a run.
@@ -62,13 +61,6 @@ def quiet_library_logs(level: int = logging.ERROR) -> None:
     logging.getLogger("libp2p.network.swarm").addFilter(_DIAL_BACK_FILTER)  # a set: added once
 
 
-# py-libp2p's yamux sends a WINDOW_UPDATE frame after every read by default (one frame back per
-# gossip message); go-yamux's way, also the library's when this is "0", is to return credit in
-# batches of half the window: fewer frames to encrypt, send and read (docs/benchmarks.md,
-# "Control-plane CPU per node"). Read at each read; an operator's own setting wins.
-os.environ.setdefault("PY_YAMUX_RELEASE_ON_READ", "0")
-
-
 def make_host(seed: bytes, announce: Sequence[str] = (), trusted: Sequence[str] = ()) -> IHost:
     """A host for the Ed25519 seed with Noise as the only security (no plaintext) and yamux,
     whose every inbound stream runs guarded: a handler's exception, ours or the library's,
@@ -96,6 +88,7 @@ def make_host(seed: bytes, announce: Sequence[str] = (), trusted: Sequence[str] 
 
     dial_gate.install(host, dial_gate.DialGate(own_addrs, lambda: connection_ips(host), trusted))
     known_records.install(host)  # a sender's unchanged peer record is not checked per RPC
+    yamux_credit.install()  # a window update per half window read, not per message
     return host
 
 

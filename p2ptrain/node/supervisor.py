@@ -30,7 +30,7 @@ from types import FrameType
 
 from p2ptrain import addresses, procs
 from p2ptrain.control.settings import ControlSettings
-from p2ptrain.identity import load_or_create_identity
+from p2ptrain.key_file import load_or_create_identity
 from p2ptrain.node.ipc_dir import IpcDir
 from p2ptrain.node.settings import NodeSettings
 from p2ptrain.worker.faults import NO_FAULTS, Faults

@@ -29,58 +29,118 @@ The signed envelope around gossiped bodies is control/wire.py's; the data plane'
 protocols.
 """
 
-from p2ptrain.records.messages import (
-    PHASES,
-    ComputeReport,
-    Heartbeat,
-    Hello,
-    LinkBytes,
-    Message,
-    MetricsReport,
-    PlanMessage,
-    RunMessage,
-    SessionReport,
-    Stop,
-    message_from_dict,
-)
-from p2ptrain.records.network import LinkFacts, NetworkFacts
-from p2ptrain.records.peer import (
-    MEMBER_ROLES,
-    ROLES,
-    Claim,
-    Health,
-    LinkReport,
-    PeerMetrics,
-    PeerRecord,
-    StageCompute,
-    Telemetry,
-)
-from p2ptrain.records.plan import Plan, Role
-from p2ptrain.records.profile import StepProfile
-from p2ptrain.records.reachability import (
-    REACHABILITY,
-    DialBackReply,
-    DialBackRequest,
-    DialResult,
-)
-from p2ptrain.records.relay import (
-    OfferAnswer,
-    RawHello,
-    RelayOffer,
-    RelayReply,
-    RelayRequest,
-)
-from p2ptrain.records.run import RunSpec, load_run_spec
-from p2ptrain.records.status import LinkStatus, PeerStatus, PlanSummary, SwarmStatus
-from p2ptrain.records.token import (
-    Revocation,
-    Revocations,
-    Token,
-    issue_revocation,
-    issue_token,
-    revocation_problem,
-    token_problem,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from p2ptrain.records.messages import (
+        PHASES,
+        ComputeReport,
+        Heartbeat,
+        Hello,
+        LinkBytes,
+        Message,
+        MetricsReport,
+        PlanMessage,
+        RunMessage,
+        SessionReport,
+        Stop,
+        message_from_dict,
+    )
+    from p2ptrain.records.network import LinkFacts, NetworkFacts
+    from p2ptrain.records.peer import (
+        MEMBER_ROLES,
+        ROLES,
+        Claim,
+        Health,
+        LinkReport,
+        PeerMetrics,
+        PeerRecord,
+        StageCompute,
+        Telemetry,
+    )
+    from p2ptrain.records.plan import Plan, Role
+    from p2ptrain.records.profile import StepProfile
+    from p2ptrain.records.reachability import (
+        REACHABILITY,
+        DialBackReply,
+        DialBackRequest,
+        DialResult,
+    )
+    from p2ptrain.records.relay import (
+        OfferAnswer,
+        RawHello,
+        RelayOffer,
+        RelayReply,
+        RelayRequest,
+    )
+    from p2ptrain.records.run import RunSpec, load_run_spec
+    from p2ptrain.records.status import LinkStatus, PeerStatus, PlanSummary, SwarmStatus
+    from p2ptrain.records.token import (
+        Revocation,
+        Revocations,
+        Token,
+        issue_revocation,
+        issue_token,
+        revocation_problem,
+        token_problem,
+    )
+
+# name -> the module that defines it: a name is imported on first use, so that a process that
+# needs one small record (the node supervisor: records/fields.py's bounds) does not load them
+# all, nor what they import (cryptography's bindings for tokens: ~18 MiB resident in all)
+_HOMES = {
+    "Claim": "peer",
+    "ComputeReport": "messages",
+    "DialBackReply": "reachability",
+    "DialBackRequest": "reachability",
+    "DialResult": "reachability",
+    "Health": "peer",
+    "Heartbeat": "messages",
+    "Hello": "messages",
+    "LinkBytes": "messages",
+    "LinkFacts": "network",
+    "LinkReport": "peer",
+    "LinkStatus": "status",
+    "MEMBER_ROLES": "peer",
+    "Message": "messages",
+    "MetricsReport": "messages",
+    "NetworkFacts": "network",
+    "OfferAnswer": "relay",
+    "PHASES": "messages",
+    "PeerMetrics": "peer",
+    "PeerRecord": "peer",
+    "PeerStatus": "status",
+    "Plan": "plan",
+    "PlanMessage": "messages",
+    "PlanSummary": "status",
+    "REACHABILITY": "reachability",
+    "ROLES": "peer",
+    "RawHello": "relay",
+    "RelayOffer": "relay",
+    "RelayReply": "relay",
+    "RelayRequest": "relay",
+    "Revocation": "token",
+    "Revocations": "token",
+    "Role": "plan",
+    "RunMessage": "messages",
+    "RunSpec": "run",
+    "SessionReport": "messages",
+    "StageCompute": "peer",
+    "StepProfile": "profile",
+    "Stop": "messages",
+    "SwarmStatus": "status",
+    "Telemetry": "peer",
+    "Token": "token",
+    "issue_revocation": "token",
+    "issue_token": "token",
+    "load_run_spec": "run",
+    "message_from_dict": "messages",
+    "revocation_problem": "token",
+    "token_problem": "token",
+}
 
 __all__ = [
     "MEMBER_ROLES",
@@ -132,3 +192,12 @@ __all__ = [
     "revocation_problem",
     "token_problem",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
