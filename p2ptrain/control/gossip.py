@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -33,11 +33,10 @@ log = logging.getLogger(__name__)
 CONTROL_TOPIC = "p2ptrain/control/1"  # run specs, revocations, peer records, claims, plans
 TELEMETRY_TOPIC = "p2ptrain/telemetry/1"  # link-matrix rows and worker metrics
 # Telemetry's audience: only the planner candidates (planner-token holders) and the bootstrap
-# subscribe to TELEMETRY_TOPIC; a member sends its telemetry there straight to every subscriber
-# it is connected to, and nobody relays it (AudienceGossipSub). So a member's telemetry costs the
-# swarm one delivery per audience member, not O(N), and each member receives only the few
-# candidates' telemetry, which they publish on CONTROL_TOPIC: everyone must hear the candidates
-# alive to follow an election.
+# subscribe to TELEMETRY_TOPIC, the others publish to it through GossipSub's fanout. So a member's
+# telemetry costs the swarm O(candidates) deliveries, not O(N), and each member receives only
+# the few candidates' telemetry, which they publish on CONTROL_TOPIC: everyone must hear the
+# candidates alive to follow an election.
 TOPIC_KINDS = {
     CONTROL_TOPIC: {"run", "revoked", "peer", "claim", "plan", "telemetry"},
     TELEMETRY_TOPIC: {"telemetry"},
@@ -65,32 +64,9 @@ SCORE_PARAMS = ScoreParams(
 )
 
 
-class AudienceGossipSub(GossipSub):
-    """GossipSub, but a message on TELEMETRY_TOPIC goes from its author to every subscriber it
-    is connected to (GossipSub's fanout would pick 4), and no further: with GossipSub's own
-    rules each candidate forwarded every member's telemetry to the rest of the audience, which
-    already had it from the author (32 live peers: 30-35 copies a second sent by each
-    candidate, 4 of every 5 telemetry frames the swarm moved). A copy that missed one is healed
-    by sync, as any lost message is (the audience syncs members' telemetry)."""
-
-    def _get_peers_to_send(
-        self,
-        topic_ids: Iterable[str],
-        msg_forwarder: ID,
-        origin: ID,
-        msg_id: bytes | None = None,
-    ) -> Iterable[ID]:
-        topics = list(topic_ids)
-        if topics != [TELEMETRY_TOPIC] or self.pubsub is None:
-            return super()._get_peers_to_send(topics, msg_forwarder, origin, msg_id)
-        if origin != self.pubsub.my_id:
-            return ()  # its author sent it to each of us: a relayed copy is a duplicate
-        return tuple(self.pubsub.peer_topics.get(TELEMETRY_TOPIC, ()))
-
-
 def make_pubsub(host: IHost) -> tuple[Pubsub, GossipSub]:
     """Our GossipSub router and the Pubsub service over it (both still to be started)."""
-    gossipsub = AudienceGossipSub(
+    gossipsub = GossipSub(
         # v1.1: v1.2's IDONTWANT control messages cost more CPU than they save at our sizes
         protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
         degree=4,

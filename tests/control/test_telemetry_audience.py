@@ -169,26 +169,3 @@ def test_a_pulled_record_may_be_minutes_old_anything_else_not() -> None:
     too_old = wire.sign(member.seed, "peer", 3, body, ts=time.time() - PULLED_RECORD_MAX_AGE_S - 60)
     with pytest.raises(wire.WireError, match="stale"):
         decode_pulled(too_old)
-
-
-def test_telemetry_goes_from_its_author_to_the_whole_audience_and_is_never_relayed() -> None:
-    from types import SimpleNamespace
-
-    from libp2p.peer.id import ID
-
-    from p2ptrain.control.gossip import AudienceGossipSub
-
-    me, member, *audience = (ID(bytes([i]) * 34) for i in range(1, 10))
-    router = AudienceGossipSub(protocols=[], degree=4, degree_low=3, degree_high=6)
-    router.pubsub = SimpleNamespace(  # type: ignore[assignment]
-        my_id=me,
-        peer_topics={TELEMETRY_TOPIC: set(audience), CONTROL_TOPIC: {member, *audience}},
-    )
-    # our own: to every one of the audience (7, past GossipSub's fanout of 4)
-    assert set(router._get_peers_to_send([TELEMETRY_TOPIC], me, me)) == set(audience)
-    # a member's, reaching us: its author sent it to the others too
-    assert not list(router._get_peers_to_send([TELEMETRY_TOPIC], member, member))
-    assert not list(router._get_peers_to_send([TELEMETRY_TOPIC], audience[0], member))
-    # the control topic keeps GossipSub's rules: the mesh, less whoever sent it to us
-    router.mesh[CONTROL_TOPIC] = {member, audience[0], audience[1]}
-    assert set(router._get_peers_to_send([CONTROL_TOPIC], member, member)) == set(audience[:2])
