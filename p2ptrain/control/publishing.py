@@ -133,9 +133,9 @@ def telemetry_message(state: NodeState) -> bytes:
 
 
 def telemetry_topic(state: NodeState) -> str:
-    """Where our telemetry goes (control/gossip.py): a planner candidate's to everyone, a
-    member's to telemetry's audience (the candidates and the bootstrap) only."""
-    return CONTROL_TOPIC if state.view.may_plan(state.peer_id) else TELEMETRY_TOPIC
+    """Where our telemetry goes (control/gossip.py): the planner's to everyone, anyone else's
+    (a candidate's too) to telemetry's audience (the candidates and the bootstrap) only."""
+    return CONTROL_TOPIC if state.view.planner == state.peer_id else TELEMETRY_TOPIC
 
 
 def claim_message(state: NodeState) -> bytes:

@@ -116,7 +116,9 @@ class SwarmView:
     def is_alive(self, peer: str, now: float) -> bool:
         if peer == self.self_id:
             return True
-        by_record = not self.hears_telemetry and not self.may_plan(peer)
+        # outside telemetry's audience only the planner's telemetry reaches us (on the control
+        # topic: everyone follows its liveness); the others, candidates too, live by records
+        by_record = not self.hears_telemetry and peer != self.planner
         heard = self.members.heard_lately(peer, now, by_record)
         return heard and not self.penalties.is_blocked(peer, now)
 

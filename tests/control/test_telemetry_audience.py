@@ -1,8 +1,8 @@
 """Issue 29: telemetry's audience. A member's telemetry goes to the planner candidates (planner
 -token holders) and the bootstrap only: a node outside that audience does not subscribe to the
 telemetry topic, ignores a member's telemetry that reaches it anyway (gossip or sync), hears
-members alive by their records (RECORD_DEAD_AFTER_S), and hears the candidates by their
-telemetry, which they publish on the control topic so that everyone can follow an election."""
+members and candidates alive by their records (RECORD_DEAD_AFTER_S), and hears the planner by
+its telemetry, which it publishes on the control topic so that everyone follows its liveness."""
 
 from __future__ import annotations
 
@@ -65,26 +65,32 @@ def test_outside_the_audience_a_members_telemetry_is_ignored_a_candidates_applie
     assert inside.view.penalties.score(member.id) == 0
 
 
-def test_outside_the_audience_members_live_by_their_records_candidates_by_telemetry() -> None:
+def test_outside_the_audience_peers_live_by_their_records_the_planner_by_telemetry() -> None:
     (_, _), (outside, intake) = audience_and_outsider()
-    member, candidate = Author(), Candidate()
-    assert validate(outside, intake, member, member.record())
-    assert validate(outside, intake, candidate, candidate.record())
+    member, candidate, planner = Author(), Candidate(), Candidate()
+    for author in (member, candidate, planner):
+        assert validate(outside, intake, author, author.record())
+    outside.view._set_planner(planner.id, 1)
     view, heard = outside.view, time.monotonic()
     later = heard + DEAD_AFTER_S + 5.0
     assert view.is_alive(member.id, later)  # a record a minute is its proof of life here
-    assert not view.is_alive(candidate.id, later)  # a candidate's telemetry comes every 2 s
+    # a candidate's telemetry stays in the audience: its record (and its claim) speak for it
+    assert view.is_alive(candidate.id, later)
+    assert not view.is_alive(planner.id, later)  # the planner's telemetry comes every 2 s
     assert not view.is_alive(member.id, heard + RECORD_DEAD_AFTER_S + 5.0)
+    assert not view.is_alive(candidate.id, heard + RECORD_DEAD_AFTER_S + 5.0)
     view.hears_telemetry = True  # in the audience, every member lives by its telemetry
     assert not view.is_alive(member.id, later)
 
 
-def test_a_candidate_publishes_telemetry_to_everyone_a_member_to_the_audience() -> None:
+def test_the_planner_publishes_telemetry_to_everyone_the_others_to_the_audience() -> None:
     state, _ = make_node()
     assert telemetry_topic(state) == TELEMETRY_TOPIC  # make_node holds no token
     state.view.authority.own_token = issue_token(
         ORGANISER, state.peer_id, True, time.time() + 3600, RUN_ID
     )
+    assert telemetry_topic(state) == TELEMETRY_TOPIC  # a candidate, not (yet) the planner
+    state.view._set_planner(state.peer_id, 1)
     assert telemetry_topic(state) == CONTROL_TOPIC
 
 
