@@ -29,6 +29,14 @@ from p2ptrain.records.estimate import NetCoordinate
 log = logging.getLogger(__name__)
 
 RTT_PROBE_INTERVAL_S = 1.0  # one probe, to the stalest link
+# Once the plan has stood PLAN_STOOD_S, a probe goes out only to a neighbour whose round trip is
+# older than RTT_REFRESH_S (a third of MAX_LINK_AGE_S, when links are forgotten): with 12
+# neighbours, 0.6 probes a second instead of 1. A probe is a fresh stream, 5 echoes and a
+# trailer, ~20 frames each way counting the server's side: at 32 live peers on one machine,
+# probes were over half of a member's frames in steady state. Before that, and for a new
+# neighbour or plan partner (never measured: always the stalest), one a second.
+RTT_REFRESH_S = 20.0
+PLAN_STOOD_S = 30.0
 MAX_RTT_PROBES_AT_ONCE = 3
 BANDWIDTH_PROBE_INTERVAL_S = 20.0
 # a sampled neighbour set (past FULL_MESH_PEERS) in steady state, as bench control simulates: a
@@ -94,6 +102,7 @@ class LinkProber:
         # when each kind of probe last tried each peer: a peer whose probes fail must not stay
         # the stalest and starve every other link of measurements
         self._tried: dict[str, dict[str, float]] = {"rtt": {}, "bandwidth": {}}
+        self._plan_since: tuple[int, float] = (-1, 0.0)  # the view's plan version, since when
 
     def coordinate_trailer(self) -> bytes:
         """Our coordinate, as our RTT probes' server sends it after the echoes (net/probe.py)."""
@@ -138,11 +147,32 @@ class LinkProber:
                 await trio.sleep(RTT_PROBE_INTERVAL_S * random.uniform(0.8, 1.2))
                 if running.borrowed_tokens >= running.total_tokens:
                     continue
+                if not self._rtt_probe_due(time.monotonic()):
+                    continue
                 peer = self._stalest_peer("rtt", lambda s: s.rtt_at)
                 if peer is not None:
                     token = object()  # the same peer may be probed again while a probe runs
                     await running.acquire_on_behalf_of(token)
                     nursery.start_soon(self._probe_rtt, peer, running, token)
+
+    def _rtt_probe_due(self, now: float) -> bool:
+        """Is a round-trip probe due now: before the plan stood PLAN_STOOD_S always, then only
+        while some neighbour's round trip is older than RTT_REFRESH_S (or was never taken)?"""
+        version = self.view.plan_version
+        if version != self._plan_since[0]:
+            self._plan_since = (version, now)
+        if self.view.plan is None or now - self._plan_since[1] < PLAN_STOOD_S:
+            return True
+        tried = self._tried["rtt"]
+        for peer in self.neighbours(now):
+            sample = self.view.links.samples.get(peer)
+            last = max(
+                -1.0 if sample is None or sample.rtt_at is None else sample.rtt_at,
+                tried.get(peer, -1.0),
+            )
+            if now - last >= RTT_REFRESH_S:
+                return True
+        return False
 
     async def _probe_rtt(self, peer: str, running: trio.CapacityLimiter, token: object) -> None:
         started_at = time.monotonic()

@@ -13,9 +13,9 @@ from p2ptrain.records import Health, PeerMetrics, PeerRecord
 
 DEAD_AFTER_S = 8.0  # members publish telemetry every 2 s: four missed rounds => dead
 # a node outside telemetry's audience (the planner candidates and the bootstrap: control/gossip.py)
-# hears a member that may not plan by its record only, re-published unchanged every 60 s
+# hears every peer but the planner by its record only, re-published unchanged every 120 s
 # (control/publishing.py): three missed => dead
-RECORD_DEAD_AFTER_S = 180.0
+RECORD_DEAD_AFTER_S = 360.0
 FORGET_DEAD_AFTER_S = 600.0
 
 

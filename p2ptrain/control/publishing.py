@@ -35,17 +35,18 @@ RECORD_INTERVAL_S = 6.0
 # (every 2 s) proves it alive to telemetry's audience, a changed record goes out at once, and
 # sync serves the record to a node that missed it (a pulled record may be PULLED_RECORD_MAX_AGE_S
 # old: control/sync.py). Every member's record is a flood to all: at 12 s, 32 members' records
-# were most of a member's gossip
-UNCHANGED_RECORD_S = 60.0
+# were most of a member's gossip; at 60 s still a third of what a member relayed in steady state
+UNCHANGED_RECORD_S = 120.0
 RUN_INTERVAL_S = 10.0
 CLAIM_INTERVAL_S = 2.0
 PLAN_REBROADCAST_S = 4.0
 # once our plan has stood unchanged this long, its claim and the plan itself go out less often:
-# our telemetry (every 2 s, on the control topic: a planner holds a planner token) proves us
-# alive to everyone, and sync serves both to a node that missed them
+# our telemetry (every 2 s, on the control topic: the planner's goes to everyone) proves us
+# alive to everyone, and sync serves both to a node that missed them (a fresh node's first sync
+# pulls them at once); each copy is relayed by every node
 STEADY_AFTER_S = 30.0
-STEADY_CLAIM_INTERVAL_S = 6.0
-STEADY_PLAN_REBROADCAST_S = 12.0
+STEADY_CLAIM_INTERVAL_S = 30.0
+STEADY_PLAN_REBROADCAST_S = 30.0
 PUBLISH_GAP_S = 0.02  # pace publishes: py-libp2p drops bursts past its 32-slot queues
 REVOCATION_PAGES_PER_ROUND = 8  # gossiped per run interval: the last page and others in turn
 

@@ -1,8 +1,7 @@
 """One peer's view of the swarm: members, liveness, links, the elected planner and the plan.
 
-Pure logic with the clock passed in (monotonic seconds), so every rule is unit-testable without a
-network. The node feeds it verified envelopes (`wire.decode`) and its own probe results; it answers
-"drop this, and why" for everything it refuses.
+Pure logic, the clock passed in (monotonic s): every rule is unit-testable without a network. The
+node feeds it verified envelopes and its own probe results; it says why it drops what it refuses.
 
 Election: among live planner-capable members, an incumbent planner keeps its term while it lives:
 no one claims while a live planner is known, or while a claim it could not follow yet is fresh.
@@ -116,8 +115,7 @@ class SwarmView:
     def is_alive(self, peer: str, now: float) -> bool:
         if peer == self.self_id:
             return True
-        # outside telemetry's audience only the planner's telemetry reaches us (on the control
-        # topic: everyone follows its liveness); the others, candidates too, live by records
+        # outside telemetry's audience only the planner's telemetry reaches us: others, by records
         by_record = not self.hears_telemetry and peer != self.planner
         heard = self.members.heard_lately(peer, now, by_record)
         return heard and not self.penalties.is_blocked(peer, now)

@@ -1,0 +1,37 @@
+"""Round-trip probes in steady state (control/measuring.py): one a second until the plan has
+stood PLAN_STOOD_S, then only while some neighbour's round trip is RTT_REFRESH_S old."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, cast
+
+import trio
+
+from p2ptrain.control import measuring
+from p2ptrain.control.measuring import PLAN_STOOD_S, RTT_REFRESH_S
+from p2ptrain.records import Plan
+from tests.control.test_view import ME, A, B, make_view
+
+
+def test_probes_wait_for_stale_round_trips_once_the_plan_stood() -> None:
+    t = time.monotonic()
+    view, _ = make_view(peers=(A, B), now=t)
+    view.hears_telemetry = False  # members live by their records: alive for minutes here
+    prober = measuring.LinkProber(cast(Any, None), view, trio.Event())
+    assert prober._rtt_probe_due(t)  # no plan yet
+    view.plan = Plan(1, 1, ME, 1, ((A,), (B,), (ME,)), (), {}, 1.0)
+    view.plan_version += 1
+    for peer in (A, B):
+        view.record_rtt(peer, 5.0, t)
+    assert prober._rtt_probe_due(t + 1)  # the plan has not stood yet
+    later = t + PLAN_STOOD_S + 1
+    for peer in (A, B):
+        view.record_rtt(peer, 5.0, later - 1)
+    assert not prober._rtt_probe_due(later)  # every neighbour's round trip is fresh
+    assert prober._rtt_probe_due(later - 1 + RTT_REFRESH_S)  # now they are stale
+    view.record_rtt(A, 5.0, later - 1 + RTT_REFRESH_S)
+    assert prober._rtt_probe_due(later - 1 + RTT_REFRESH_S)  # B's still is
+    view.plan_version += 1  # a new plan: one a second again, whatever the ages
+    view.record_rtt(B, 5.0, later - 1 + RTT_REFRESH_S)
+    assert prober._rtt_probe_due(later + RTT_REFRESH_S)
