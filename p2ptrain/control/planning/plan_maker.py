@@ -10,6 +10,10 @@ reload), so plans change only when they must or when it clearly pays:
   placement until membership changes), and not within DRIFT_DWELL_S of the last plan: on noisy
   links a fresh search always beats the current placement priced on the new noise (a
   32-peer swarm on one loaded machine switched every 10 s, each switch a restart of every session);
+  a drift whose search found nothing worth switching to doubles the wait for the next check
+  (up to MAX_DRIFT_CHECK_INTERVAL_S, back to DRIFT_CHECK_INTERVAL_S at the next plan): on noisy
+  links every check "drifted", and each one was a search (a 32-peer planner searched every
+  10 s: 8% of a core, its search process never idle long enough to exit);
 - the same placement is re-issued as a new epoch when a member's data-plane addresses changed;
 - when a member's first measured stage time arrives (compute-aware runs: workers time the model
   once they have the run spec, which comes with the first plan), like drift: only if it pays;
@@ -53,6 +57,7 @@ PLAN_DEBOUNCE_S = 1.5
 # then is estimated (the median of the measured)
 FIRST_PLAN_WAIT_S = 90.0  # 8 peers over 4 cities measured their 28 links' rates in 60-90 s
 DRIFT_CHECK_INTERVAL_S = 10.0
+MAX_DRIFT_CHECK_INTERVAL_S = 160.0
 DRIFT_DWELL_S = 60.0
 MIN_STEPS_AFTER_SWITCH = 10  # a drift or compute re-plan needs this many steps left to pay
 
@@ -77,6 +82,7 @@ class PlanMaker:
         self._planned_measured: frozenset[str] = frozenset()
         self._change_since: float | None = None
         self._last_drift_check = 0.0
+        self._drift_check_interval_s = DRIFT_CHECK_INTERVAL_S
         self._planned_at = float("-inf")  # when we published our latest plan
         self._waiting_logged = 0
         self._refused = ""  # why the last search found no placement that fits (logged once)
@@ -172,6 +178,8 @@ class PlanMaker:
                 placement, current, previous_cost_s, run
             ):
                 self._planned_matrices = matrices  # the new baseline for drift
+                if reason == "drift":
+                    self._back_off_drift_checks()
                 return False
         elif (
             current is not None
@@ -188,6 +196,7 @@ class PlanMaker:
         self._epoch += 1
         self._planned_members, self._planned_matrices = members, matrices
         self._planned_at = now
+        self._drift_check_interval_s = DRIFT_CHECK_INTERVAL_S
         self._confirmation.note(estimated, placement.pipelines, now)
         self._planned_measured = measured_peers(members, measured)
         plan = placement.to_plan(
@@ -315,10 +324,20 @@ class PlanMaker:
             self._gaps_logged = ["expired"]
         return False
 
+    def _back_off_drift_checks(self) -> None:
+        """A drift whose search found nothing worth switching to: noise, likely; look again in
+        twice the time (reset by our next plan)."""
+        self._drift_check_interval_s = min(
+            2 * self._drift_check_interval_s, MAX_DRIFT_CHECK_INTERVAL_S
+        )
+
     def _drifted(self, now: float, matrices: planner.Matrices) -> bool:
-        """Compare with the matrices of the last plan, at most every DRIFT_CHECK_INTERVAL_S and
-        not within DRIFT_DWELL_S of it."""
-        if self._planned_matrices is None or now - self._last_drift_check < DRIFT_CHECK_INTERVAL_S:
+        """Compare with the matrices of the last plan, at most every drift check interval
+        (DRIFT_CHECK_INTERVAL_S, longer after fruitless drifts) and not within DRIFT_DWELL_S of it."""
+        if (
+            self._planned_matrices is None
+            or now - self._last_drift_check < self._drift_check_interval_s
+        ):
             return False
         if now - self._planned_at < DRIFT_DWELL_S:
             return False

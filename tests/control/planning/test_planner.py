@@ -204,3 +204,31 @@ def test_no_drift_re_plan_within_the_dwell_of_the_last_plan() -> None:
     maker._planned_matrices, maker._planned_at = before, 100.0
     assert not maker._drifted(100.0 + DRIFT_DWELL_S / 2, after)
     assert maker._drifted(100.0 + DRIFT_DWELL_S + 1.0, after)
+
+
+def test_fruitless_drift_checks_back_off_until_the_next_plan() -> None:
+    """On noisy links every check drifts and each is a search: one that found nothing worth
+    switching to doubles the wait for the next (up to MAX_DRIFT_CHECK_INTERVAL_S)."""
+    from p2ptrain.control.planning.plan_maker import (
+        DRIFT_CHECK_INTERVAL_S,
+        DRIFT_DWELL_S,
+        MAX_DRIFT_CHECK_INTERVAL_S,
+        PlanMaker,
+    )
+    from p2ptrain.control.view import SwarmView
+
+    view = SwarmView(self_id="p0", role="control-only", planner_capable=True, started_at=0.0)
+    maker = PlanMaker(view, "p0")
+    before, after = _uniform(PEERS[:4], 2.0, 1000.0), _uniform(PEERS[:4], 40.0, 10.0)
+    maker._planned_matrices, maker._planned_at = before, 0.0
+    t = DRIFT_DWELL_S + 1.0
+    assert maker._drifted(t, after)
+    assert not maker._drifted(t + DRIFT_CHECK_INTERVAL_S / 2, after)
+    assert maker._drifted(t + DRIFT_CHECK_INTERVAL_S, after)  # the usual pace
+    t += DRIFT_CHECK_INTERVAL_S
+    maker._back_off_drift_checks()
+    assert not maker._drifted(t + DRIFT_CHECK_INTERVAL_S, after)
+    assert maker._drifted(t + 2 * DRIFT_CHECK_INTERVAL_S, after)
+    for _ in range(10):
+        maker._back_off_drift_checks()
+    assert maker._drift_check_interval_s == MAX_DRIFT_CHECK_INTERVAL_S
