@@ -50,6 +50,8 @@ Validator = Callable[[ID, rpc_pb2.Message], bool]
 # heartbeats were a good part of each member's frames; lost messages are also healed by sync
 HEARTBEAT_S = 2
 MESH_HIGH = 6  # a mesh past this is pruned back to degree 4 (docs/protocols.md, GossipSub)
+PENDING_PER_PEER = 8  # messages kept for a peer whose subscription has not arrived yet
+PENDING_TTL_S = 10.0  # ... and for how long (a stream's negotiation on a loaded box: up to 10 s)
 
 # GossipSub's peer scoring carries our penalties (Intake.reject adds each one as a behaviour
 # penalty, decaying with the same half-life): a peer our validators would block is also one
@@ -82,6 +84,13 @@ def make_pubsub(host: IHost) -> tuple[Pubsub, GossipSub]:
         spam_protection_enabled=False,
         adaptive_gossip_enabled=False,  # its per-heartbeat health scoring, for a fixed gossip
         eclipse_protection_enabled=False,  # all loopback peers share one IP
+        # py-libp2p queues each message for every connected peer not (yet) known subscribed to
+        # its topic, for a subscription about to arrive, and prunes that peer's queue on every
+        # publish: every member is connected and not subscribed to TELEMETRY_TOPIC, so each
+        # telemetry message the audience forwarded was queued ~30 times and each queue of 100
+        # scanned (13% of a 32-peer bootstrap's profile). A short queue still covers the race.
+        max_pending_messages_per_peer=PENDING_PER_PEER,
+        pending_messages_ttl=PENDING_TTL_S,
     )
     # SafePubsub: a peer's garbage frame or message, or two writers on one stream, end only
     # that stream or message (net/safe_pubsub.py)
