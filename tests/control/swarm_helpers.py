@@ -80,6 +80,25 @@ def start_peer(
     return proc, reaper.read_line(proc, STARTUP_TIMEOUT_S)
 
 
+def control_join_argv(tmp: Path, bootstrap: str, name: str, planner: bool) -> list[str]:
+    """`join --control-only` for peer `name`, holding the organiser's planner token (`planner`)
+    or a member's."""
+    return [
+        PYTHON,
+        "-m",
+        "p2ptrain",
+        "join",
+        "--control-only",
+        *JOIN_LOOPBACK,
+        "--bootstrap",
+        bootstrap,
+        "--identity",
+        str(tmp / f"{name}.key"),
+        "--token",
+        planner_token(tmp, name, planner),
+    ]
+
+
 def peer_id(addr: str) -> str:
     return addr.rsplit("/p2p/", 1)[1]
 

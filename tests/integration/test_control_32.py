@@ -24,12 +24,11 @@ from p2ptrain.harness.control_cpu import cpu_s
 from tests.conftest import PYTHON, ProcessReaper, descendants_of
 from tests.control.swarm_helpers import (
     BOOTSTRAP_LOOPBACK,
-    JOIN_LOOPBACK,
     STARTUP_TIMEOUT_S,
     alive_ids,
+    control_join_argv,
     peer_id,
     plan_peers,
-    planner_token,
     wait_for_status,
 )
 
@@ -72,21 +71,7 @@ def tree(pid: int) -> list[int]:
 
 
 def join_argv(tmp: Path, bootstrap: str, name: str, planner: bool) -> list[str]:
-    return [
-        *SOFT_NOFILE,
-        PYTHON,
-        "-m",
-        "p2ptrain",
-        "join",
-        "--control-only",
-        *JOIN_LOOPBACK,
-        "--bootstrap",
-        bootstrap,
-        "--identity",
-        str(tmp / f"{name}.key"),
-        "--token",
-        planner_token(tmp, name, planner),
-    ]
+    return [*SOFT_NOFILE, *control_join_argv(tmp, bootstrap, name, planner)]
 
 
 def accepted_plans(log: Path, said: str = "accepted plan term ") -> list[float]:

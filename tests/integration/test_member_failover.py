@@ -12,14 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PYTHON, ProcessReaper
+from tests.conftest import ProcessReaper
 from tests.control.swarm_helpers import (
-    JOIN_LOOPBACK,
     STARTUP_TIMEOUT_S,
     alive_ids,
+    control_join_argv,
     peer_id,
     plan_peers,
-    planner_token,
     start_bootstrap,
     wait_for_status,
 )
@@ -34,23 +33,8 @@ FAILOVER_WITHIN_S = 60.0  # DEAD_AFTER_S, the claim, the plan, and `status` on a
 def start_join(
     reaper: ProcessReaper, tmp: Path, bootstrap: str, name: str, planner: bool
 ) -> tuple[subprocess.Popen[bytes], str]:
-    proc = reaper.start(
-        [
-            PYTHON,
-            "-m",
-            "p2ptrain",
-            "join",
-            "--control-only",
-            *JOIN_LOOPBACK,
-            "--bootstrap",
-            bootstrap,
-            "--identity",
-            str(tmp / f"{name}.key"),
-            "--token",
-            planner_token(tmp, name, planner),
-        ],
-        stderr_path=tmp / f"{name}.log",
-    )
+    argv = control_join_argv(tmp, bootstrap, name, planner)
+    proc = reaper.start(argv, stderr_path=tmp / f"{name}.log")
     return proc, reaper.read_line(proc, STARTUP_TIMEOUT_S)
 
 
