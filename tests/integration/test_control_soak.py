@@ -20,11 +20,10 @@ import pytest
 from tests.conftest import PYTHON, ProcessReaper, descendants_of
 from tests.control.swarm_helpers import (
     BOOTSTRAP_LOOPBACK,
-    JOIN_LOOPBACK,
     STARTUP_TIMEOUT_S,
     alive_ids,
+    control_join_argv,
     peer_id,
-    planner_token,
     wait_for_status,
 )
 
@@ -84,20 +83,7 @@ def test_sixteen_control_peers_beside_a_busy_machine_stay_alive(
         nodes.append(
             _start(
                 reaper,
-                [
-                    PYTHON,
-                    "-m",
-                    "p2ptrain",
-                    "join",
-                    "--control-only",
-                    *JOIN_LOOPBACK,
-                    "--bootstrap",
-                    boot_addr,
-                    "--identity",
-                    str(tmp_path / f"{name}.key"),
-                    "--token",
-                    planner_token(tmp_path, name),
-                ],
+                control_join_argv(tmp_path, boot_addr, name, planner=True),
                 tmp_path / f"{name}.log",
             )
         )
