@@ -313,6 +313,8 @@ class ControlBench:
         sim.run_until(self.horizon_s, stop=lambda: state.failover_s is not None)
         end = sim.now
         bytes_per_s, messages_per_s, probes_per_s = [], [], []
+        kinds = sorted(sim.counters.bytes_by_kind)
+        by_kind: dict[str, list[float]] = {kind: [] for kind in kinds}
         for peer in sim.peers:
             alive_s = sim.left_at.get(peer.index, end) - peer.joined_at
             if alive_s < 10.0:
@@ -320,24 +322,17 @@ class ControlBench:
             bytes_per_s.append(sim.counters.control_bytes.get(peer.index, 0.0) / alive_s)
             messages_per_s.append(sim.counters.messages.get(peer.index, 0.0) / alive_s)
             probes_per_s.append(sim.counters.probe_bytes.get(peer.index, 0.0) / alive_s)
+            for kind in kinds:
+                by_kind[kind].append(
+                    sim.counters.bytes_by_kind[kind].get(peer.index, 0.0) / alive_s
+                )
         neighbour_sizes = [len(p.neighbours) for p in sim.peers if p.alive]
-        by_kind = {
-            kind: _spread(
-                [
-                    per_peer.get(p.index, 0.0) / (sim.left_at.get(p.index, end) - p.joined_at)
-                    for p in sim.peers
-                    if sim.left_at.get(p.index, end) - p.joined_at >= 10.0
-                ],
-                0,
-            )["median"]
-            for kind, per_peer in sorted(sim.counters.bytes_by_kind.items())
-        }
         return {
             "peers": self.num_peers,
             "bytes_per_node_s": _spread(bytes_per_s, 0),
             "messages_per_node_s": _spread(messages_per_s, 2),
             "probe_bytes_per_node_s": _spread(probes_per_s, 0),
-            "bytes_per_node_s_by_kind": by_kind,
+            "bytes_per_node_s_by_kind": {k: _spread(v, 0)["median"] for k, v in by_kind.items()},
             "first_plan_s": None if state.first_plan_at is None else round(state.first_plan_at, 2),
             "rtt_error": self.results.get("rtt_error"),
             "rate_error": self.results.get("rate_error"),
