@@ -123,17 +123,17 @@ class LinkProber:
         peers = list(self.neighbours(now))
         if not peers:
             return None
-        tried = self._tried[kind]
-
-        def age_key(peer: str) -> tuple[float, float]:
-            sample = self.view.links.samples.get(peer)
-            at = None if sample is None else measured_at(sample)
-            last = max(at if at is not None else -1.0, tried.get(peer, -1.0))
-            return (last, random.random())
-
-        peer = min(peers, key=age_key)
-        tried[peer] = now
+        peer = min(peers, key=lambda p: (self._last_probed(kind, p, measured_at), random.random()))
+        self._tried[kind][peer] = now
         return peer
+
+    def _last_probed(
+        self, kind: str, peer: str, measured_at: Callable[[LinkSample], float | None]
+    ) -> float:
+        """When we last measured `peer` this way, or tried to (-1: never)."""
+        sample = self.view.links.samples.get(peer)
+        at = None if sample is None else measured_at(sample)
+        return max(at if at is not None else -1.0, self._tried[kind].get(peer, -1.0))
 
     async def serve_rtt_probes(self) -> None:
         """One RTT probe per interval, to the stalest link: the cost stays flat as N grows, and
@@ -163,16 +163,10 @@ class LinkProber:
             self._plan_since = (version, now)
         if self.view.plan is None or now - self._plan_since[1] < PLAN_STOOD_S:
             return True
-        tried = self._tried["rtt"]
-        for peer in self.neighbours(now):
-            sample = self.view.links.samples.get(peer)
-            last = max(
-                -1.0 if sample is None or sample.rtt_at is None else sample.rtt_at,
-                tried.get(peer, -1.0),
-            )
-            if now - last >= RTT_REFRESH_S:
-                return True
-        return False
+        return any(
+            now - self._last_probed("rtt", peer, lambda s: s.rtt_at) >= RTT_REFRESH_S
+            for peer in self.neighbours(now)
+        )
 
     async def _probe_rtt(self, peer: str, running: trio.CapacityLimiter, token: object) -> None:
         started_at = time.monotonic()
