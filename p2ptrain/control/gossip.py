@@ -34,12 +34,12 @@ CONTROL_TOPIC = "p2ptrain/control/1"  # run specs, revocations, peer records, cl
 TELEMETRY_TOPIC = "p2ptrain/telemetry/1"  # link-matrix rows and worker metrics
 # Telemetry's audience: only the planner candidates (planner-token holders) and the bootstrap
 # subscribe to TELEMETRY_TOPIC, the others publish to it through GossipSub's fanout. So a member's
-# telemetry costs the swarm O(candidates) deliveries, not O(N), and each member outside the
-# audience receives only the planner's telemetry, which it publishes on CONTROL_TOPIC: everyone
-# follows the planner's liveness. The other candidates' telemetry stays in the audience (the
-# candidates run the election); outside it they live by their records, and a claim's term is
-# what members follow (at 32 peers, 3 candidates' telemetry every 2 s on CONTROL_TOPIC was 60%
-# of what every member received and relayed).
+# telemetry costs the swarm O(candidates) deliveries, not O(N). Everyone's telemetry goes there,
+# the planner's included: a node outside the audience hears the planner alive by its claims
+# (re-sent every 6 s in steady state: control/publishing.py) and the others by their records
+# (at 32 peers, 3 candidates' telemetry every 2 s on CONTROL_TOPIC was 60% of what every member
+# received and relayed). A planner-token holder's telemetry is still accepted on CONTROL_TOPIC
+# (earlier planners sent theirs there).
 TOPIC_KINDS = {
     CONTROL_TOPIC: {"run", "revoked", "peer", "claim", "plan", "telemetry"},
     TELEMETRY_TOPIC: {"telemetry"},

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, ItemsView, Iterator, MutableMapping, ValuesView
 from dataclasses import dataclass
+from typing import Literal
 
 from p2ptrain.control.delivery_lag import DeliveryLag
 from p2ptrain.control.loop_stall import LoopStall
@@ -16,6 +17,15 @@ DEAD_AFTER_S = 8.0  # members publish telemetry every 2 s: four missed rounds =>
 # hears every peer but the planner by its record only, re-published unchanged every 120 s
 # (control/publishing.py): three missed => dead
 RECORD_DEAD_AFTER_S = 360.0
+# ... and the planner by its claims, re-sent every 6 s once its plan stood (every 2 s before):
+# three missed => dead
+PLANNER_DEAD_AFTER_S = 20.0
+HeardBy = Literal["telemetry", "claims", "record"]
+SILENCE_S = {
+    "telemetry": DEAD_AFTER_S,
+    "claims": PLANNER_DEAD_AFTER_S,
+    "record": RECORD_DEAD_AFTER_S,
+}
 FORGET_DEAD_AFTER_S = 600.0
 
 
@@ -68,11 +78,11 @@ class Membership(MutableMapping[str, Member]):
         plus how long our own loop stood still lately (control/loop_stall.py)."""
         return DEAD_AFTER_S + self.delivery_lag.extra_s(now) + self.loop_stall.extra_s(now)
 
-    def heard_lately(self, peer: str, now: float, by_record: bool = False) -> bool:
-        """Is `peer` a member we heard from within dead_after_s (`by_record`: we hear it by its
-        record only, so within RECORD_DEAD_AFTER_S and the same allowances)?"""
+    def heard_lately(self, peer: str, now: float, by: HeardBy = "telemetry") -> bool:
+        """Is `peer` a member we heard from lately, as we hear it (`by` its telemetry, its
+        claims or its record only: SILENCE_S), with dead_after_s's allowances?"""
         member = self._by_peer.get(peer)
-        quiet_s = self.dead_after_s(now) + (RECORD_DEAD_AFTER_S - DEAD_AFTER_S) * by_record
+        quiet_s = self.dead_after_s(now) + SILENCE_S[by] - DEAD_AFTER_S
         return member is not None and now - member.last_heard <= quiet_s
 
     def heard_from(self, peer: str, at: float) -> None:

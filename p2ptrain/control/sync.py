@@ -3,8 +3,8 @@ signed envelopes and apply those we lack. It heals what gossip lost, even for a 
 broke. The server answers with what we author and the latest we accepted from each other author.
 
 Replies are paged, never cut: a request names a cursor (JSON `{"cursor": n}`; empty: 0) and, from
-a node outside telemetry's audience (control/gossip.py), `"telemetry": false`: then members'
-telemetry is left out, the planner candidates' kept. A reply
+a node outside telemetry's audience (control/gossip.py), `"telemetry": false`: then telemetry
+is left out. A reply
 holds whole envelopes up to SYNC_PAGE_BYTES and the next cursor (null on the last page), and
 the client follows at most MAX_SYNC_PAGES pages. Each reply also carries the responder's term
 (null until it learnt one): how a fresh node learns the current term from the organiser; and
@@ -215,8 +215,8 @@ class PullSync:
         if asked.term_only:
             return SyncPage((), None, term, view.finished).to_dict()
         keys = sorted(latest, key=lambda k: (KIND_ORDER[k[1]], k))
-        if not asked.telemetry:  # the candidates' telemetry only: how the asker hears them alive
-            keys = [(a, kind) for a, kind in keys if kind != "telemetry" or view.may_plan(a)]
+        if not asked.telemetry:  # outside the audience: no telemetry (control/gossip.py)
+            keys = [key for key in keys if key[1] != "telemetry"]
         held = [latest[key].decode() for key in keys]
         own = [d.decode() for d in authored_messages(self.state)] if cursor == 0 else []
         page, nxt = page_of(held, cursor, SYNC_PAGE_BYTES)

@@ -1,8 +1,8 @@
-"""Issue 29: telemetry's audience. A member's telemetry goes to the planner candidates (planner
--token holders) and the bootstrap only: a node outside that audience does not subscribe to the
-telemetry topic, ignores a member's telemetry that reaches it anyway (gossip or sync), hears
-members and candidates alive by their records (RECORD_DEAD_AFTER_S), and hears the planner by
-its telemetry, which it publishes on the control topic so that everyone follows its liveness."""
+"""Issue 29: telemetry's audience. Every node's telemetry goes to the planner candidates
+(planner-token holders) and the bootstrap only: a node outside that audience does not subscribe
+to the telemetry topic, ignores a member's telemetry that reaches it anyway (gossip or sync),
+hears members and candidates alive by their records (RECORD_DEAD_AFTER_S), and hears the planner
+by its claims (PLANNER_DEAD_AFTER_S), which it re-sends every few seconds to everyone."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import pytest
 import trio
 
 from p2ptrain.control import wire
-from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC
+from p2ptrain.control.gossip import CONTROL_TOPIC
 from p2ptrain.control.measuring import far_coordinate
-from p2ptrain.control.membership import DEAD_AFTER_S, RECORD_DEAD_AFTER_S
-from p2ptrain.control.publishing import telemetry_topic
+from p2ptrain.control.membership import DEAD_AFTER_S, PLANNER_DEAD_AFTER_S, RECORD_DEAD_AFTER_S
+from p2ptrain.control.publishing import STEADY_CLAIM_INTERVAL_S
 from p2ptrain.control.sync import PULLED_RECORD_MAX_AGE_S, PullSync, decode_pulled, read_request
 from p2ptrain.records import issue_token
 from p2ptrain.records.estimate import NetCoordinate
@@ -65,36 +65,41 @@ def test_outside_the_audience_a_members_telemetry_is_ignored_a_candidates_applie
     assert inside.view.penalties.score(member.id) == 0
 
 
-def test_outside_the_audience_peers_live_by_their_records_the_planner_by_telemetry() -> None:
+def test_outside_the_audience_peers_live_by_their_records_the_planner_by_claims() -> None:
     (_, _), (outside, intake) = audience_and_outsider()
     member, candidate, planner = Author(), Candidate(), Candidate()
     for author in (member, candidate, planner):
         assert validate(outside, intake, author, author.record())
     outside.view._set_planner(planner.id, 1)
     view, heard = outside.view, time.monotonic()
-    later = heard + DEAD_AFTER_S + 5.0
+    later = heard + PLANNER_DEAD_AFTER_S + 5.0
     assert view.is_alive(member.id, later)  # a record a minute is its proof of life here
     # a candidate's telemetry stays in the audience: its record (and its claim) speak for it
     assert view.is_alive(candidate.id, later)
-    assert not view.is_alive(planner.id, later)  # the planner's telemetry comes every 2 s
+    # the planner's claims come every STEADY_CLAIM_INTERVAL_S: two may be lost, not three
+    assert 3 * STEADY_CLAIM_INTERVAL_S < PLANNER_DEAD_AFTER_S
+    assert view.is_alive(planner.id, heard + 2 * STEADY_CLAIM_INTERVAL_S + 1.0)
+    assert not view.is_alive(planner.id, later)
     assert not view.is_alive(member.id, heard + RECORD_DEAD_AFTER_S + 5.0)
     assert not view.is_alive(candidate.id, heard + RECORD_DEAD_AFTER_S + 5.0)
     view.hears_telemetry = True  # in the audience, every member lives by its telemetry
-    assert not view.is_alive(member.id, later)
+    assert not view.is_alive(member.id, heard + DEAD_AFTER_S + 5.0)
+    assert not view.is_alive(planner.id, heard + DEAD_AFTER_S + 5.0)
 
 
-def test_the_planner_publishes_telemetry_to_everyone_the_others_to_the_audience() -> None:
-    state, _ = make_node()
-    assert telemetry_topic(state) == TELEMETRY_TOPIC  # make_node holds no token
-    state.view.authority.own_token = issue_token(
-        ORGANISER, state.peer_id, True, time.time() + 3600, RUN_ID
-    )
-    assert telemetry_topic(state) == TELEMETRY_TOPIC  # a candidate, not (yet) the planner
-    state.view._set_planner(state.peer_id, 1)
-    assert telemetry_topic(state) == CONTROL_TOPIC
+def test_a_claim_keeps_the_planner_alive_outside_the_audience() -> None:
+    (_, _), (outside, intake) = audience_and_outsider()
+    planner = Candidate()
+    assert validate(outside, intake, planner, planner.record())
+    start = time.monotonic()
+    assert validate(outside, intake, planner, planner.message("claim", {"term": 1}))
+    view = outside.view
+    assert view.planner == planner.id
+    assert view.is_alive(planner.id, start + PLANNER_DEAD_AFTER_S - 1.0)
+    assert not view.is_alive(planner.id, start + PLANNER_DEAD_AFTER_S + 5.0)
 
 
-def test_sync_serves_an_outsider_the_candidates_telemetry_only() -> None:
+def test_sync_serves_an_outsider_no_telemetry() -> None:
     state, intake = make_node()
     member, candidate = Author(), Candidate()
     for author in (member, candidate):
@@ -113,8 +118,7 @@ def test_sync_serves_an_outsider_the_candidates_telemetry_only() -> None:
     everything = served(SyncRequest(0))
     assert {(member.id, "telemetry"), (candidate.id, "telemetry")} <= everything
     outsider = served(SyncRequest(0, telemetry=False))
-    assert (member.id, "telemetry") not in outsider
-    assert everything - outsider == {(member.id, "telemetry")}
+    assert everything - outsider == {(member.id, "telemetry"), (candidate.id, "telemetry")}
     assert served(SyncRequest(0, term_only=True)) == set()  # the term only (control/sync.py)
 
 
