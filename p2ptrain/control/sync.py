@@ -218,6 +218,7 @@ class PullSync:
         if not asked.telemetry:  # outside the audience: no telemetry (control/gossip.py)
             keys = [key for key in keys if key[1] != "telemetry"]
         held = [latest[key].decode() for key in keys]
-        own = [d.decode() for d in authored_messages(self.state)] if cursor == 0 else []
+        own = authored_messages(self.state, asked.telemetry) if cursor == 0 else []
         page, nxt = page_of(held, cursor, SYNC_PAGE_BYTES)
-        return SyncPage(tuple(own + page), nxt, term, view.finished).to_dict()
+        envelopes = tuple(d.decode() for d in own) + tuple(page)
+        return SyncPage(envelopes, nxt, term, view.finished).to_dict()

@@ -118,7 +118,9 @@ def test_sync_serves_an_outsider_no_telemetry() -> None:
     everything = served(SyncRequest(0))
     assert {(member.id, "telemetry"), (candidate.id, "telemetry")} <= everything
     outsider = served(SyncRequest(0, telemetry=False))
-    assert everything - outsider == {(member.id, "telemetry"), (candidate.id, "telemetry")}
+    own = (state.peer_id, "telemetry")  # the server's own, fresh on page 0
+    assert own in everything
+    assert everything - outsider == {(member.id, "telemetry"), (candidate.id, "telemetry"), own}
     assert served(SyncRequest(0, term_only=True)) == set()  # the term only (control/sync.py)
 
 
