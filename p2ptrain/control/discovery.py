@@ -126,6 +126,7 @@ class Discovery:
         self._last_dial: dict[str, float] = {}
         self._num_dials: dict[str, int] = {}  # peer -> dials so far: which address is next
         self._seen_ips: dict[str, set[str]] = {}  # peer -> IPs its connections came from
+        self._noted: set[str] = set()  # connected members whose connection's IP we noted
         # key = the endpoint dialled: at most once a window, however many records name it
         self.budget = WindowLimiter(1, DIALS_PER_WINDOW, DIAL_WINDOW_S)
 
@@ -242,12 +243,18 @@ class Discovery:
                     nursery.start_soon(self._dial, peer)
 
     def _note_seen(self, connected: set[str]) -> None:
-        """Remember where connected members' connections come from: their likeliest address."""
+        """Remember where connected members' connections come from: their likeliest address.
+        A member's connection is read once, when we first see it connected (a read decodes its
+        peer id: every connection every round was 3.5% of a member's CPU at 32 peers)."""
         members = self.state.view.members
-        for peer in connected:
-            ip = remote_ip(self.state.host, peer)
-            seen = self._seen_ips.setdefault(peer, set()) if peer in members else None
-            if ip is not None and seen is not None and len(seen) < MAX_ADDRS_PER_PEER:
+        self._noted &= connected  # one that reconnects is read again
+        for peer in connected - self._noted:
+            ip = remote_ip(self.state.host, peer) if peer in members else None
+            if ip is None:
+                continue
+            self._noted.add(peer)
+            seen = self._seen_ips.setdefault(peer, set())
+            if len(seen) < MAX_ADDRS_PER_PEER:
                 seen.add(ip)
         for peer in [p for p in self._seen_ips if p not in members]:
             del self._seen_ips[peer]

@@ -30,12 +30,12 @@ log = logging.getLogger(__name__)
 
 RTT_PROBE_INTERVAL_S = 1.0  # one probe, to the stalest link
 # Once the plan has stood PLAN_STOOD_S, a probe goes out only to a neighbour whose round trip is
-# older than RTT_REFRESH_S (a third of MAX_LINK_AGE_S, when links are forgotten): with 12
-# neighbours, 0.6 probes a second instead of 1. A probe is a fresh stream, 5 echoes and a
+# older than RTT_REFRESH_S (half of MAX_LINK_AGE_S, when links are forgotten): with 12
+# neighbours, 0.4 probes a second instead of 1. A probe is a fresh stream, 5 echoes and a
 # trailer, ~20 frames each way counting the server's side: at 32 live peers on one machine,
 # probes were over half of a member's frames in steady state. Before that, and for a new
 # neighbour or plan partner (never measured: always the stalest), one a second.
-RTT_REFRESH_S = 20.0
+RTT_REFRESH_S = 30.0
 PLAN_STOOD_S = 30.0
 MAX_RTT_PROBES_AT_ONCE = 3
 BANDWIDTH_PROBE_INTERVAL_S = 20.0

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, ItemsView, Iterator, MutableMapping, ValuesView
 from dataclasses import dataclass
-from typing import Literal
 
 from p2ptrain.control.delivery_lag import DeliveryLag
 from p2ptrain.control.loop_stall import LoopStall
 from p2ptrain.records import Health, PeerMetrics, PeerRecord
 
 DEAD_AFTER_S = 8.0  # members publish telemetry every 2 s: four missed rounds => dead
+# ... every 4 s in a large swarm's steady state (control/publishing.py: telemetry_pace)
+STEADY_DEAD_AFTER_S = 16.0
 # a node outside telemetry's audience (the planner candidates and the bootstrap: control/gossip.py)
 # hears every peer but the planner by its record only, re-published unchanged every 120 s
 # (control/publishing.py): three missed => dead
@@ -20,12 +21,6 @@ RECORD_DEAD_AFTER_S = 360.0
 # ... and the planner by its claims, re-sent every 6 s once its plan stood (every 2 s before):
 # three missed => dead
 PLANNER_DEAD_AFTER_S = 20.0
-HeardBy = Literal["telemetry", "claims", "record"]
-SILENCE_S = {
-    "telemetry": DEAD_AFTER_S,
-    "claims": PLANNER_DEAD_AFTER_S,
-    "record": RECORD_DEAD_AFTER_S,
-}
 FORGET_DEAD_AFTER_S = 600.0
 
 
@@ -46,6 +41,8 @@ class Membership(MutableMapping[str, Member]):
         self._by_peer: dict[str, Member] = {}
         self.delivery_lag = DeliveryLag()  # widens DEAD_AFTER_S (control/delivery_lag.py)
         self.loop_stall = LoopStall()  # ... and so do our own stalls (control/loop_stall.py)
+        # how long a peer heard by its telemetry may be silent (set by telemetry's pace)
+        self.telemetry_silence_s = DEAD_AFTER_S
 
     def __getitem__(self, peer: str) -> Member:
         return self._by_peer[peer]
@@ -78,11 +75,19 @@ class Membership(MutableMapping[str, Member]):
         plus how long our own loop stood still lately (control/loop_stall.py)."""
         return DEAD_AFTER_S + self.delivery_lag.extra_s(now) + self.loop_stall.extra_s(now)
 
-    def heard_lately(self, peer: str, now: float, by: HeardBy = "telemetry") -> bool:
-        """Is `peer` a member we heard from lately, as we hear it (`by` its telemetry, its
-        claims or its record only: SILENCE_S), with dead_after_s's allowances?"""
+    def heard_lately(
+        self, peer: str, now: float, in_audience: bool = True, planner: bool = False
+    ) -> bool:
+        """Is `peer` a member we heard from lately, with dead_after_s's allowances? In
+        telemetry's audience we hear everyone by telemetry (the planner's always at the fast
+        pace: a failover starts from its silence), outside it the planner by its claims and the
+        others by their records."""
         member = self._by_peer.get(peer)
-        quiet_s = self.dead_after_s(now) + SILENCE_S[by] - DEAD_AFTER_S
+        if in_audience:
+            silence_s = DEAD_AFTER_S if planner else self.telemetry_silence_s
+        else:
+            silence_s = PLANNER_DEAD_AFTER_S if planner else RECORD_DEAD_AFTER_S
+        quiet_s = self.dead_after_s(now) + silence_s - DEAD_AFTER_S
         return member is not None and now - member.last_heard <= quiet_s
 
     def heard_from(self, peer: str, at: float) -> None:

@@ -22,6 +22,7 @@ from p2ptrain.control import wire
 from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC
 from p2ptrain.control.hardware import measure_compute_gflops
 from p2ptrain.control.health import LEAVING
+from p2ptrain.control.membership import DEAD_AFTER_S, STEADY_DEAD_AFTER_S
 from p2ptrain.control.state import MIN_REPUBLISH_GAP_S, Kind, NodeState
 from p2ptrain.errors import WireError
 from p2ptrain.records import Claim, PeerRecord, Telemetry
@@ -30,6 +31,13 @@ from p2ptrain.records.token import read_revocations, revocation_pages
 log = logging.getLogger(__name__)
 
 TELEMETRY_INTERVAL_S = 2.0
+# a member's, the planner's excepted, in a large swarm (a sampled neighbour set:
+# control/estimate/book.py) once the plan stood STEADY_AFTER_S, as bench control simulates:
+# telemetry's audience takes every member's (at 32 peers on one machine the 3 candidates and the
+# bootstrap used 0.45 of the swarm's ~1.5 cores). The audience allows the slower pace's silence
+# (STEADY_DEAD_AFTER_S) a little sooner than members slow down; a new plan puts both back
+STEADY_TELEMETRY_INTERVAL_S = 4.0
+STEADY_SILENCE_EARLIER_S = 10.0
 RECORD_INTERVAL_S = 6.0
 # a member's record unchanged since we last published it waits this long: the member's telemetry
 # (every 2 s) proves it alive to telemetry's audience, a changed record goes out at once, and
@@ -136,6 +144,17 @@ def telemetry_message(state: NodeState) -> bytes:
     return _signed(state, body)
 
 
+def telemetry_pace(sampled: bool, plan_stood_s: float | None) -> tuple[float, float]:
+    """(how often we publish telemetry, how long a peer heard by its telemetry may be silent)
+    in a swarm that is `sampled` (large) or not, its current plan unchanged for `plan_stood_s`
+    (None: no plan)."""
+    if not sampled or plan_stood_s is None:
+        return TELEMETRY_INTERVAL_S, DEAD_AFTER_S
+    interval_s = STEADY_TELEMETRY_INTERVAL_S if plan_stood_s >= STEADY_AFTER_S else None
+    silent = plan_stood_s >= STEADY_AFTER_S - STEADY_SILENCE_EARLIER_S
+    return interval_s or TELEMETRY_INTERVAL_S, STEADY_DEAD_AFTER_S if silent else DEAD_AFTER_S
+
+
 def claim_message(state: NodeState) -> bytes:
     return _signed(state, Claim(state.view.term))
 
@@ -236,7 +255,13 @@ class Publisher:
                 reload_revocations(state)
                 if view.authority.revocations:
                     await self._publish_revocations()
-            if state.is_member and self._due_now("telemetry", TELEMETRY_INTERVAL_S, now):
+            stood_s = self._plan_stood_s(now) if view.plan is not None else None
+            telemetry_s, view.members.telemetry_silence_s = telemetry_pace(
+                view.links.estimate.sampled, stood_s
+            )
+            if view.planner == state.peer_id:  # a failover starts from our silence
+                telemetry_s = TELEMETRY_INTERVAL_S
+            if state.is_member and self._due_now("telemetry", telemetry_s, now):
                 await self._publish(TELEMETRY_TOPIC, partial(telemetry_message, state))
             if view.planner == state.peer_id:
                 steady = self._plan_steady(now)
@@ -267,10 +292,14 @@ class Publisher:
 
     def _plan_steady(self, now: float) -> bool:
         """Has our own plan stood unchanged for STEADY_AFTER_S?"""
+        return self._own_plan() and self._plan_stood_s(now) >= STEADY_AFTER_S
+
+    def _plan_stood_s(self, now: float) -> float:
+        """How long the view's plan has stood unchanged (as far as we have seen it)."""
         version = self.state.view.plan_version
         if version != self._plan_since[0]:
             self._plan_since = (version, now)
-        return self._own_plan() and now - self._plan_since[1] >= STEADY_AFTER_S
+        return now - self._plan_since[1]
 
     def _own_plan(self) -> bool:
         """Do we hold a plan of ours for our current term (ours to re-broadcast)?"""

@@ -22,7 +22,7 @@ import logging
 from p2ptrain.control.authority import Authority
 from p2ptrain.control.drop import Drop
 from p2ptrain.control.links import LinkTable
-from p2ptrain.control.membership import DEAD_AFTER_S, HeardBy, Member, Membership
+from p2ptrain.control.membership import DEAD_AFTER_S, Member, Membership
 from p2ptrain.control.penalties import Penalties
 from p2ptrain.control.replay import SeqGuard
 from p2ptrain.control.run_end import RunEnd
@@ -116,8 +116,7 @@ class SwarmView:
         if peer == self.self_id:
             return True
         # outside telemetry's audience we hear the planner by its claims, the others by records
-        by: HeardBy = "claims" if peer == self.planner else "record"
-        heard = self.members.heard_lately(peer, now, "telemetry" if self.hears_telemetry else by)
+        heard = self.members.heard_lately(peer, now, self.hears_telemetry, peer == self.planner)
         return heard and not self.penalties.is_blocked(peer, now)
 
     def live_members(self, now: float) -> list[str]:

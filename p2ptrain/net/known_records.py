@@ -29,7 +29,9 @@ from libp2p.pubsub import gossipsub, pubsub
 from libp2p.pubsub.pb.rpc_pb2 import RPC
 
 REFRESH_S = 60.0  # the library's TTL for a record's addresses is 2 hours
-OWN_RECORD_S = 1.0
+# at 1 s, a member re-issued (and signed) its record for nearly every message it forwarded (1% of
+# its CPU at 32 peers); our addresses seldom change, and our gossiped peer record carries them too
+OWN_RECORD_S = 30.0
 MAX_KNOWN = 4096  # records remembered per host; past it, the table starts over
 
 Consume = Callable[[RPC, IHost, ID], bool]

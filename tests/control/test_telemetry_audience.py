@@ -17,8 +17,20 @@ import trio
 from p2ptrain.control import wire
 from p2ptrain.control.gossip import CONTROL_TOPIC
 from p2ptrain.control.measuring import far_coordinate
-from p2ptrain.control.membership import DEAD_AFTER_S, PLANNER_DEAD_AFTER_S, RECORD_DEAD_AFTER_S
-from p2ptrain.control.publishing import STEADY_CLAIM_INTERVAL_S
+from p2ptrain.control.membership import (
+    DEAD_AFTER_S,
+    PLANNER_DEAD_AFTER_S,
+    RECORD_DEAD_AFTER_S,
+    STEADY_DEAD_AFTER_S,
+)
+from p2ptrain.control.publishing import (
+    STEADY_AFTER_S,
+    STEADY_CLAIM_INTERVAL_S,
+    STEADY_SILENCE_EARLIER_S,
+    STEADY_TELEMETRY_INTERVAL_S,
+    TELEMETRY_INTERVAL_S,
+    telemetry_pace,
+)
 from p2ptrain.control.sync import PULLED_RECORD_MAX_AGE_S, PullSync, decode_pulled, read_request
 from p2ptrain.records import issue_token
 from p2ptrain.records.estimate import NetCoordinate
@@ -181,3 +193,35 @@ def test_a_pulled_record_may_be_minutes_old_anything_else_not() -> None:
     too_old = wire.sign(member.seed, "peer", 3, body, ts=time.time() - PULLED_RECORD_MAX_AGE_S - 60)
     with pytest.raises(wire.WireError, match="stale"):
         decode_pulled(too_old)
+
+
+def test_a_large_swarm_slows_its_telemetry_once_the_plan_stood() -> None:
+    """Past the full mesh (a sampled neighbour set) members publish every
+    STEADY_TELEMETRY_INTERVAL_S once the plan stood STEADY_AFTER_S, and the audience allows the
+    slower pace's silence from a little earlier; a small swarm keeps the fast pace throughout."""
+    fast = (TELEMETRY_INTERVAL_S, DEAD_AFTER_S)
+    assert telemetry_pace(False, 1e6) == fast
+    assert telemetry_pace(True, None) == fast  # no plan yet
+    assert telemetry_pace(True, 0.0) == fast
+    early = STEADY_AFTER_S - STEADY_SILENCE_EARLIER_S
+    assert telemetry_pace(True, early) == (TELEMETRY_INTERVAL_S, STEADY_DEAD_AFTER_S)
+    assert telemetry_pace(True, STEADY_AFTER_S) == (
+        STEADY_TELEMETRY_INTERVAL_S,
+        STEADY_DEAD_AFTER_S,
+    )
+    # as many messages may be lost at the slow pace as at the fast one
+    assert STEADY_DEAD_AFTER_S / STEADY_TELEMETRY_INTERVAL_S == DEAD_AFTER_S / TELEMETRY_INTERVAL_S
+
+
+def test_in_the_audience_the_planner_is_heard_at_the_fast_pace() -> None:
+    (inside, intake), _ = audience_and_outsider()
+    member, planner = Author(), Candidate()
+    for author in (member, planner):
+        assert validate(inside, intake, author, author.record())
+    view, heard = inside.view, time.monotonic()
+    view._set_planner(planner.id, 1)
+    view.members.telemetry_silence_s = STEADY_DEAD_AFTER_S  # a large swarm's steady state
+    between = heard + DEAD_AFTER_S + 2.0
+    assert view.is_alive(member.id, between)
+    assert not view.is_alive(planner.id, between)  # its silence starts a failover as before
+    assert not view.is_alive(member.id, heard + STEADY_DEAD_AFTER_S + 2.0)
