@@ -196,6 +196,7 @@ class Publisher:
         self._next_revocation_page = 0  # the older pages are gossiped in turn
         self._published_record: tuple[PeerRecord, float] | None = None  # and when
         self._plan_since: tuple[int, float] = (-1, 0.0)  # the view's plan version, since when
+        self._slow_until = 0.0  # the slow pace's silence allowed until then (_allow_silence)
 
     def _due_now(self, name: Kind, interval_s: float, now: float) -> bool:
         """True if `name` is due; then schedules its next time, jittered so peers drift apart."""
@@ -256,9 +257,8 @@ class Publisher:
                 if view.authority.revocations:
                     await self._publish_revocations()
             stood_s = self._plan_stood_s(now) if view.plan is not None else None
-            telemetry_s, view.members.telemetry_silence_s = telemetry_pace(
-                view.links.estimate.sampled, stood_s
-            )
+            telemetry_s, silence_s = telemetry_pace(view.links.estimate.sampled, stood_s)
+            self._allow_silence(silence_s, now)
             if view.planner == state.peer_id:  # a failover starts from our silence
                 telemetry_s = TELEMETRY_INTERVAL_S
             if state.is_member and self._due_now("telemetry", telemetry_s, now):
@@ -289,6 +289,16 @@ class Publisher:
             return False
         self._published_record = (record, now)
         return True
+
+    def _allow_silence(self, silence_s: float, now: float) -> None:
+        """How long a peer heard by its telemetry may be silent: a longer allowance at once, a
+        shorter one only STEADY_DEAD_AFTER_S after the longer was last due (a member at the slow
+        pace takes a while to hear the new plan that puts it back on the fast one)."""
+        members = self.state.view.members
+        if silence_s >= members.telemetry_silence_s or now >= self._slow_until:
+            members.telemetry_silence_s = silence_s
+        if silence_s >= STEADY_DEAD_AFTER_S:
+            self._slow_until = now + STEADY_DEAD_AFTER_S
 
     def _plan_steady(self, now: float) -> bool:
         """Has our own plan stood unchanged for STEADY_AFTER_S?"""

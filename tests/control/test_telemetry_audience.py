@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import trio
@@ -29,6 +29,7 @@ from p2ptrain.control.publishing import (
     STEADY_SILENCE_EARLIER_S,
     STEADY_TELEMETRY_INTERVAL_S,
     TELEMETRY_INTERVAL_S,
+    Publisher,
     telemetry_pace,
 )
 from p2ptrain.control.sync import PULLED_RECORD_MAX_AGE_S, PullSync, decode_pulled, read_request
@@ -225,3 +226,17 @@ def test_in_the_audience_the_planner_is_heard_at_the_fast_pace() -> None:
     assert view.is_alive(member.id, between)
     assert not view.is_alive(planner.id, between)  # its silence starts a failover as before
     assert not view.is_alive(member.id, heard + STEADY_DEAD_AFTER_S + 2.0)
+
+
+def test_the_audience_keeps_the_long_silence_a_while_after_a_new_plan() -> None:
+    """Members at the slow pace hear a new plan late: the audience shortens its allowance only
+    STEADY_DEAD_AFTER_S after it last was due, and lengthens it at once."""
+    state, _ = make_node()
+    publisher = Publisher(state, cast(Any, None))
+    members = state.view.members
+    publisher._allow_silence(STEADY_DEAD_AFTER_S, 100.0)
+    assert members.telemetry_silence_s == STEADY_DEAD_AFTER_S
+    publisher._allow_silence(DEAD_AFTER_S, 101.0)  # a new plan: kept a while
+    assert members.telemetry_silence_s == STEADY_DEAD_AFTER_S
+    publisher._allow_silence(DEAD_AFTER_S, 100.0 + STEADY_DEAD_AFTER_S)
+    assert members.telemetry_silence_s == DEAD_AFTER_S
