@@ -144,15 +144,20 @@ def telemetry_message(state: NodeState) -> bytes:
     return _signed(state, body)
 
 
-def telemetry_pace(sampled: bool, plan_stood_s: float | None) -> tuple[float, float]:
+def telemetry_pace(
+    sampled: bool, plan_stood_s: float | None, planner: bool = False
+) -> tuple[float, float]:
     """(how often we publish telemetry, how long a peer heard by its telemetry may be silent)
     in a swarm that is `sampled` (large) or not, its current plan unchanged for `plan_stood_s`
-    (None: no plan)."""
+    (None: no plan); the `planner` keeps the fast pace (a failover starts from its silence)."""
     if not sampled or plan_stood_s is None:
         return TELEMETRY_INTERVAL_S, DEAD_AFTER_S
-    interval_s = STEADY_TELEMETRY_INTERVAL_S if plan_stood_s >= STEADY_AFTER_S else None
+    slow = plan_stood_s >= STEADY_AFTER_S and not planner
     silent = plan_stood_s >= STEADY_AFTER_S - STEADY_SILENCE_EARLIER_S
-    return interval_s or TELEMETRY_INTERVAL_S, STEADY_DEAD_AFTER_S if silent else DEAD_AFTER_S
+    return (
+        STEADY_TELEMETRY_INTERVAL_S if slow else TELEMETRY_INTERVAL_S,
+        STEADY_DEAD_AFTER_S if silent else DEAD_AFTER_S,
+    )
 
 
 def claim_message(state: NodeState) -> bytes:
@@ -257,13 +262,12 @@ class Publisher:
                 if view.authority.revocations:
                     await self._publish_revocations()
             stood_s = self._plan_stood_s(now) if view.plan is not None else None
-            telemetry_s, silence_s = telemetry_pace(view.links.estimate.sampled, stood_s)
+            planner = view.planner == state.peer_id
+            telemetry_s, silence_s = telemetry_pace(view.links.estimate.sampled, stood_s, planner)
             self._allow_silence(silence_s, now)
-            if view.planner == state.peer_id:  # a failover starts from our silence
-                telemetry_s = TELEMETRY_INTERVAL_S
             if state.is_member and self._due_now("telemetry", telemetry_s, now):
                 await self._publish(TELEMETRY_TOPIC, partial(telemetry_message, state))
-            if view.planner == state.peer_id:
+            if view.planner == state.peer_id:  # again: the view may change while we publish
                 steady = self._plan_steady(now)
                 claim_s = STEADY_CLAIM_INTERVAL_S if steady else CLAIM_INTERVAL_S
                 if self._due_now("claim", claim_s, now):
