@@ -18,7 +18,6 @@ from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import linear_sum_assignment
 
 from p2ptrain.schedule.topology import Topology, Workload
 
@@ -143,6 +142,10 @@ def bottleneck_matching(cost: FloatArray) -> tuple[float, IntArray]:
 
 
 def _matching_under(cost: FloatArray, threshold: float) -> IntArray | None:
+    # scipy (~40 MiB) loads on the first search only: a planner's control process prices plans
+    # (plan_cost, nothing solved) but its searches run in a child (control/planning/search_process)
+    from scipy.optimize import linear_sum_assignment
+
     over = (cost > threshold).astype(np.float64)
     rows, cols = linear_sum_assignment(over)
     if over[rows, cols].sum() > 0:

@@ -14,8 +14,6 @@ import itertools
 from collections.abc import Callable
 
 import numpy as np
-from scipy.cluster.hierarchy import fcluster, linkage
-from scipy.spatial.distance import squareform
 
 from p2ptrain.schedule.cost import (
     CostModel,
@@ -41,6 +39,9 @@ def cluster_labels(model: CostModel) -> IntArray:
     np.fill_diagonal(pair, 0.0)
     if model.num_peers < 2:
         return np.zeros(model.num_peers, dtype=np.intp)
+    from scipy.cluster.hierarchy import fcluster, linkage  # in searches only, as cost.py's
+    from scipy.spatial.distance import squareform
+
     tree = linkage(squareform(pair, checks=False), method="average")
     raw = fcluster(tree, t=min(MAX_CLUSTERS, model.num_peers), criterion="maxclust")
     names = np.unique(raw)

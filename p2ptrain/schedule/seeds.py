@@ -9,8 +9,6 @@ the two shapes: pipelines of mutually close peers, or data-parallel groups of mu
 from __future__ import annotations
 
 import numpy as np
-from scipy.cluster.hierarchy import fcluster, linkage
-from scipy.spatial.distance import squareform
 
 from p2ptrain.schedule.cost import (
     CostModel,
@@ -84,6 +82,9 @@ def cluster_path_orders(pair_cost: FloatArray, cluster_counts: tuple[int, ...]) 
         return [np.arange(num_peers, dtype=np.intp)]
     sym = (pair_cost + pair_cost.T) / 2
     np.fill_diagonal(sym, 0.0)
+    from scipy.cluster.hierarchy import fcluster, linkage  # in searches only, as cost.py's
+    from scipy.spatial.distance import squareform
+
     tree = linkage(squareform(sym, checks=False), method="average")
     orders = []
     for count in cluster_counts:

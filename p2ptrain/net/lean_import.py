@@ -1,0 +1,94 @@
+"""py-libp2p without the transports we never run: importing `libp2p` loads every transport,
+security and discovery module it ships (QUIC on aioquic and OpenSSL, TLS with its ACME client on
+httpx and requests, WebSocket, secio, mDNS on zeroconf, a Prometheus exporter for its resource
+manager): ~27 MiB of a control process's ~100 MiB, in every one of a machine's nodes.
+
+We run TCP, Noise and yamux (net/host.py), so those subpackages are replaced, before anything
+imports them, by placeholder modules: any name imported from one is a placeholder class (an
+Exception subclass, so `except` and `isinstance` against it stay valid and simply never match)
+whose instances refuse every method call. py-libp2p builds a QUIC, TLS or WebSocket transport
+only when asked for one (a listen address or an option we never give), so none is ever built.
+
+install() runs when p2ptrain.net is imported; control/ and traversal/ import p2ptrain.net first
+(their package __init__), so no module of ours imports py-libp2p before it. Pinned to the
+py-libp2p version in pyproject.toml: tests/net/test_lean_import.py checks the subpackages stay
+out and a host still works.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+# subpackages of py-libp2p we never use, and what each would load
+LEFT_OUT = (
+    "libp2p.transport.quic",  # aioquic, pyOpenSSL, service_identity
+    "libp2p.transport.websocket",  # trio-websocket, wsproto
+    "libp2p.security.tls",  # its AutoTLS ACME client: httpx, requests, rich, pygments, click
+    "libp2p.security.secio",  # fastecdsa
+    "libp2p.discovery.mdns",  # zeroconf
+    "libp2p.rcmgr.prometheus_exporter",  # prometheus_client's exposition (web/ loads it itself)
+)
+
+
+class LeftOut(Exception):
+    """A name from a left-out subpackage: constructible (py-libp2p builds some at import time),
+    but no method of it runs."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        def refuse(*args: Any, **kwargs: Any) -> NoReturn:
+            raise RuntimeError(f"{type(self).__module__}.{type(self).__name__}.{name}: {_WHY}")
+
+        return refuse
+
+
+_WHY = "p2ptrain does not load this part of py-libp2p (p2ptrain/net/lean_import.py)"
+
+
+class _LeftOutModule(types.ModuleType):
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        stand_in = type(name, (LeftOut,), {"__module__": self.__name__, "__doc__": _WHY})
+        setattr(self, name, stand_in)  # one class per name: `except X` and isinstance agree
+        return stand_in
+
+
+def left_out(name: str) -> bool:
+    return any(name == package or name.startswith(package + ".") for package in LEFT_OUT)
+
+
+class _LeftOutFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if not left_out(fullname):
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        return _LeftOutModule(spec.name, _WHY)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.__path__ = []  # a package: its submodules come from this finder too
+
+
+def install() -> None:
+    """Put the finder first on sys.meta_path (once). A subpackage already imported stays as it
+    is: the finder only answers for names not yet loaded."""
+    if not any(isinstance(finder, _LeftOutFinder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _LeftOutFinder())
+    # py-libp2p's TCP transport resolves /dns addresses (an organiser's bootstrap) with
+    # dnspython, which loads aioquic and httpx for DNS over QUIC and HTTPS when installed: we
+    # resolve over plain DNS only (dnspython's own switch for its optional features)
+    import dns._features
+
+    for feature in ("doq", "doh"):
+        dns._features.force(feature, False)

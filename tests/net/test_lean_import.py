@@ -1,0 +1,72 @@
+"""py-libp2p loads lean (p2ptrain/net/lean_import.py): a control process never imports the
+transports we do not run, the scheduler's scipy stays in searches, and what stands in for a
+left-out name fails loudly if anything ever used it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from p2ptrain.net import lean_import
+
+# what the left-out subpackages (and dnspython's optional DNS over QUIC and HTTPS) would load
+HEAVY = {"aioquic", "OpenSSL", "service_identity", "httpx", "requests", "zeroconf", "wsproto"}
+HEAVY |= {"fastecdsa", "scipy"}
+
+_REPORT = """
+import json, sys
+import p2ptrain.control.node
+from p2ptrain.control.planning import plan_maker, planner
+import p2ptrain.schedule.cost
+quic = sys.modules["libp2p.transport.quic.transport"]
+print(json.dumps({
+    "loaded": sorted(m for m in sys.modules),
+    "quic_is_left_out": type(quic).__name__ == "_LeftOutModule",
+}))
+"""
+
+
+def test_a_control_process_loads_none_of_the_left_out_libraries() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", _REPORT], capture_output=True, text=True, timeout=120, check=True
+    )
+    report = json.loads(out.stdout.splitlines()[-1])
+    roots = {name.split(".")[0] for name in report["loaded"]}
+    assert not roots & HEAVY, roots & HEAVY
+    assert report["quic_is_left_out"]
+    # what we do run is the real thing
+    assert {"libp2p.security.noise.transport", "libp2p.stream_muxer.yamux.yamux"} <= set(
+        report["loaded"]
+    )
+    assert "libp2p.transport.tcp.tcp" in report["loaded"]
+
+
+def test_only_the_named_subpackages_are_left_out() -> None:
+    assert lean_import.left_out("libp2p.transport.quic")
+    assert lean_import.left_out("libp2p.transport.quic.stream")
+    assert not lean_import.left_out("libp2p.transport.quicker")  # a prefix, not a package
+    assert not lean_import.left_out("libp2p.transport.tcp.tcp")
+    assert not lean_import.left_out("libp2p.security.noise.transport")
+
+
+def test_a_left_out_name_is_one_class_that_refuses_every_call() -> None:
+    module = lean_import._LeftOutModule("libp2p.transport.quic.example")
+    stand_in = module.QUICTransport
+    assert stand_in is module.QUICTransport  # `except X` and isinstance see one class
+    assert issubclass(stand_in, Exception)
+    instance = stand_in("key", config=None)  # py-libp2p builds some at import time
+    assert not isinstance(ValueError(), stand_in)
+    with pytest.raises(RuntimeError, match="does not load"):
+        instance.listen("/ip4/127.0.0.1/udp/0/quic-v1")
+    with pytest.raises(AttributeError):
+        module.__wrapped__  # noqa: B018  (dunder lookups stay real misses)
+
+
+def test_install_is_idempotent() -> None:
+    lean_import.install()
+    lean_import.install()
+    finders = [f for f in sys.meta_path if isinstance(f, lean_import._LeftOutFinder)]
+    assert len(finders) == 1
