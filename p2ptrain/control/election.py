@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import TYPE_CHECKING
 
-from p2ptrain.control.planning.plan_maker import PlanMaker
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.view import ELECTION_GRACE_S, SwarmView
+
+if TYPE_CHECKING:
+    from p2ptrain.control.planning.plan_maker import PlanMaker
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +31,7 @@ _PAST_S = 1e-3  # a deadline is looked at just after it passed (is_alive's bound
 async def serve_election(state: NodeState) -> None:
     """Run the election and, while we are the planner, the planning, once joined (members only)."""
     view, changes = state.view, state.changes
-    plan_maker = PlanMaker(view, state.peer_id)
+    plan_maker: PlanMaker | None = None  # made when we first plan: numpy loads with it
     await state.joined.wait()
     while True:
         seen = changes.count("members", "plan", "run")
@@ -37,14 +40,24 @@ async def serve_election(state: NodeState) -> None:
             term = view.claim()
             log.info("claiming the planner role, term %d", term)
             state.publish_soon("claim")
-        if view.planner == state.peer_id and await plan_maker.tick(
-            now, state.data_addrs, state.reachability, tuple(state.relays)
-        ):
-            state.publish_soon("plan")
-            changes.notify("plan")  # our worker link hands it over
+        if view.planner == state.peer_id:
+            plan_maker = plan_maker or _plan_maker(state)
+            if await plan_maker.tick(
+                now, state.data_addrs, state.reachability, tuple(state.relays)
+            ):
+                state.publish_soon("plan")
+                changes.notify("plan")  # our worker link hands it over
         now = state.clock()
-        wake_at = min(next_deadline(view, now), plan_maker.next_deadline(now) + _PAST_S)
+        wake_at = next_deadline(view, now)
+        if plan_maker is not None:
+            wake_at = min(wake_at, plan_maker.next_deadline(now) + _PAST_S)
         await changes.wait(("members", "plan", "run"), seen, max(wake_at - now, _PAST_S))
+
+
+def _plan_maker(state: NodeState) -> PlanMaker:
+    from p2ptrain.control.planning.plan_maker import PlanMaker
+
+    return PlanMaker(state.view, state.peer_id)
 
 
 def next_deadline(view: SwarmView, now: float) -> float:

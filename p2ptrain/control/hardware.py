@@ -1,17 +1,28 @@
-"""What a peer announces about its machine: CPU, GPU, memory and a measured compute throughput."""
+"""What a peer announces about its machine: CPU, GPU, memory and a measured compute throughput.
+
+The throughput is numpy's, measured in a child process (`python -m p2ptrain.control.hardware`)
+that prints it and exits: numpy's ~11 MiB stay out of a control process that needs it for
+nothing else unless it plans (control/planning/) or serves a large swarm's estimated links.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import trio
+
+log = logging.getLogger(__name__)
 
 BENCH_MATRIX_SIZE = 256
 BENCH_DURATION_S = 0.2
+CHILD_TIMEOUT_S = 60.0  # a child's start on a machine busy starting a swarm takes seconds
 
 
 def describe_hardware() -> dict[str, Any]:
@@ -25,8 +36,23 @@ def describe_hardware() -> dict[str, Any]:
     }
 
 
+async def measure_compute_gflops_apart() -> float | None:
+    """measure_compute_gflops() in a child process; None if it failed or took too long."""
+    command = [sys.executable, "-m", "p2ptrain.control.hardware"]
+    try:
+        with trio.fail_after(CHILD_TIMEOUT_S):
+            done = await trio.run_process(command, capture_stdout=True, stderr=subprocess.DEVNULL)
+        gflops = float(done.stdout)
+    except (OSError, ValueError, subprocess.CalledProcessError, trio.TooSlowError) as exc:
+        log.warning("could not measure this machine's compute: %r", exc)
+        return None
+    return gflops if gflops > 0 else None
+
+
 def measure_compute_gflops() -> float:
-    """float32 matmul throughput of this process, measured for ~0.2 s (blocking: run in a thread)."""
+    """float32 matmul throughput of this process, measured for ~0.2 s (blocking)."""
+    import numpy as np
+
     rng = np.random.default_rng(0)
     a = rng.standard_normal((BENCH_MATRIX_SIZE, BENCH_MATRIX_SIZE), dtype=np.float32)
     b = rng.standard_normal((BENCH_MATRIX_SIZE, BENCH_MATRIX_SIZE), dtype=np.float32)
@@ -65,3 +91,7 @@ def _nvidia_gpus() -> list[str]:
         except OSError:
             continue
     return models[:16]
+
+
+if __name__ == "__main__":
+    print(measure_compute_gflops())

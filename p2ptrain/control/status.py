@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 from p2ptrain.control.estimate.book import is_full_mesh
-from p2ptrain.control.estimate.matrix import estimated_rates, estimated_rtts
 from p2ptrain.control.view import MEMBER_ROLES, Member, SwarmView
 from p2ptrain.control.waiting import waiting_for
 from p2ptrain.net.paging import page_of
@@ -97,6 +96,10 @@ def estimated_links(
     of the older of the two ends' coordinates."""
     if is_full_mesh(len(members)) or len(members) > MAX_ESTIMATED_STATUS_PEERS:
         return ()
+    # numpy and the planner's modules load when a status first needs estimates: a member that
+    # never serves one holds neither (control/hardware.py)
+    from p2ptrain.control.estimate.matrix import estimated_rates, estimated_rtts
+
     coords = view.links.estimate.coordinates_of(view.self_id, now)
     placed = [p for p in members if p in coords]
     rtts = estimated_rtts(placed, coords)

@@ -69,6 +69,8 @@ class _LeftOutFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
+        if fullname == "libp2p":
+            _plain_dns_only()  # then py-libp2p loads as usual
         if not left_out(fullname):
             return None
         return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
@@ -85,9 +87,13 @@ def install() -> None:
     is: the finder only answers for names not yet loaded."""
     if not any(isinstance(finder, _LeftOutFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, _LeftOutFinder())
-    # py-libp2p's TCP transport resolves /dns addresses (an organiser's bootstrap) with
-    # dnspython, which loads aioquic and httpx for DNS over QUIC and HTTPS when installed: we
-    # resolve over plain DNS only (dnspython's own switch for its optional features)
+
+
+def _plain_dns_only() -> None:
+    """py-libp2p's TCP transport resolves /dns addresses (an organiser's bootstrap) with
+    dnspython, which loads aioquic and httpx for DNS over QUIC and HTTPS when installed: we
+    resolve over plain DNS only (dnspython's own switch for its optional features). Done when
+    py-libp2p is first imported, not at install(): the node's supervisor never loads either."""
     import dns._features
 
     for feature in ("doq", "doh"):
