@@ -54,6 +54,9 @@ class _SearchProcess:
             new_session=False,  # a signal to the control process's group reaches it too
         )
         self.lock = threading.Lock()  # one request at a time on the pipe
+        # reaped as soon as it exits (idle, killed): a candidate that planned for a moment never
+        # looks at it again, and its exited child stayed a zombie for the node's life
+        threading.Thread(target=self.proc.wait, name="search-reaper", daemon=True).start()
 
     def compute_plan(self, matrices: planner.Matrices, run: RunSpec) -> planner.Placement:
         assert self.proc.stdin is not None and self.proc.stdout is not None

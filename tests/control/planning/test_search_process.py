@@ -128,3 +128,20 @@ def test_an_idle_search_process_exits_and_the_next_search_starts_another(
     assert _plan() == expected  # a fresh child
     assert search_process.pid() not in (None, first)
     search_process.stop()
+
+
+def test_an_exited_search_process_is_reaped_without_anyone_asking(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A candidate that planned for a moment never looks at its search process again: the child
+    that exited idle must not stay a zombie for the node's life."""
+    monkeypatch.setattr(search_process, "IDLE_EXIT_S", 0.5)
+    search_process.stop()
+    _plan()
+    assert search_process._process is not None
+    child = search_process._process.proc.pid
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)  # a zombie keeps its /proc entry until its parent waits for it
+    assert not Path(f"/proc/{child}").exists()
+    search_process.stop()
