@@ -37,7 +37,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 NUM_PEERS = 32
 NUM_CANDIDATES = 3
 PLAN_WITHIN_S = 60.0
-SETTLE_S = 30.0  # the plan stood this long: the starts', plans' and confirmations' bursts pass
+# the plan stood this long: the starts' bursts, and the re-plans that follow a first plan made on
+# estimated links (its confirmation, then drift re-plans on what was measured meanwhile, each with
+# a confirmation round of probes: control/planning/confirm.py), came within ~55 s of each plan
+SETTLE_S = 60.0
 MAX_SETTLE_S = 240.0
 MEASURE_S = 60.0
 MAX_CORES = 1.0
@@ -163,6 +166,7 @@ def test_thirty_two_control_peers_plan_and_hold_within_one_core(
     time.sleep(MEASURE_S)
     elapsed = time.monotonic() - measured_at
     cores = sum(cpu_s(pid) - before[pid] for pid in pids) / elapsed
+    replans = len(accepted_plans(tmp_path / "boot.log")) - plans
     resident = {proc.pid: sum(resident_bytes(pid) for pid in tree(proc.pid)) for proc in procs}
     shares = {proc.pid: sum(proportional_bytes(pid) for pid in tree(proc.pid)) for proc in procs}
     largest = max(resident.values())
@@ -170,7 +174,8 @@ def test_thirty_two_control_peers_plan_and_hold_within_one_core(
         f"steady state over {elapsed:.0f} s: {cores:.2f} cores for the swarm "
         f"({NUM_PEERS} peers + bootstrap); per peer (supervisor + control) resident "
         f"{min(resident.values()) / 2**20:.0f}-{largest / 2**20:.0f} MiB, proportional "
-        f"{min(shares.values()) / 2**20:.0f}-{max(shares.values()) / 2**20:.0f} MiB"
+        f"{min(shares.values()) / 2**20:.0f}-{max(shares.values()) / 2**20:.0f} MiB; "
+        f"{replans} plan(s) accepted meanwhile"
     )
 
     status, ok = wait_for_status(boot_addr, one_plan_of_everyone(everyone), 30)

@@ -174,8 +174,9 @@ class PlanMaker:
                 previous_cost_s = planner.placement_cost(
                     matrices, current.pipelines, run, current.stage_layers
                 )
+            optimism = self._confirmation.optimism(now)
             if placement is not None and not self._pays_to_switch(
-                placement, current, previous_cost_s, run
+                placement, current, previous_cost_s, run, optimism
             ):
                 self._planned_matrices = matrices  # the new baseline for drift
                 if reason == "drift":
@@ -247,11 +248,14 @@ class PlanMaker:
         current: Plan | None,
         current_cost: float | None,
         run: RunSpec,
+        optimism: float = 1.0,
     ) -> bool:
         """Is `placement` worth a restart over `current`, which costs `current_cost` a step on
         the same measurements? Compared per token, as the search compares shapes: under diloco
         each replica adds its own batch, so 4 replicas at 0.97 s a step are no faster than 8
-        at 2.0 s (bench scaleout run 8 restarted 8 x 1 as 4 x 1 on a per-step comparison)."""
+        at 2.0 s (bench scaleout run 8 restarted 8 x 1 as 4 x 1 on a per-step comparison).
+        The new placement's predicted cost counts `optimism` times (control/planning/confirm.py:
+        how much dearer than predicted our last confirmed plan proved)."""
         from p2ptrain.schedule.workload import tokens_per_step
 
         if current is None:
@@ -266,14 +270,15 @@ class PlanMaker:
         new_tokens = tokens_per_step(run, len(placement.pipelines))
         current_tokens = tokens_per_step(run, len(current.pipelines))
         switch = planner.worth_switching(
-            placement.cost_s / new_tokens,
+            placement.cost_s * optimism / new_tokens,
             None if current_cost is None else current_cost / current_tokens,
         )
         log.info(
-            "measurements drifted: new placement %.3f s a step for %d tokens vs current %s s "
+            "measurements drifted: new placement %.3f s a step for %d tokens%s vs current %s s "
             "for %d: %s",
             placement.cost_s,
             new_tokens,
+            f" (x{optimism:.2f}: our last plan proved that much dearer)" if optimism > 1 else "",
             "?" if current_cost is None else f"{current_cost:.3f}",
             current_tokens,
             "switching" if switch else "keeping the current placement",

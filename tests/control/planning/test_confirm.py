@@ -3,9 +3,16 @@ they make it clearly dearer (issue 29, control/planning/confirm.py)."""
 
 from __future__ import annotations
 
+import pytest
+
 from p2ptrain.control.estimate.matrix import EstimatedMatrices, live_matrices
 from p2ptrain.control.links import Link
-from p2ptrain.control.planning.confirm import CONFIRM_WAIT_S, MAX_CONFIRM_ROUNDS, PlanConfirmation
+from p2ptrain.control.planning.confirm import (
+    CONFIRM_WAIT_S,
+    MAX_CONFIRM_ROUNDS,
+    OPTIMISM_HALF_LIFE_S,
+    PlanConfirmation,
+)
 from p2ptrain.control.planning.planner import placement_cost
 from p2ptrain.records import Plan, RunSpec
 from p2ptrain.records.estimate import AccessCapacity, NetCoordinate
@@ -89,3 +96,74 @@ def test_confirmation_re_plans_at_most_twice_in_a_row_for_one_membership() -> No
     fewer = live_matrices(PEERS[:-1], {}, COORDS, CAPS)
     confirmation.note(fewer, PIPELINES, 0.0)
     assert confirmation.unconfirmed
+
+
+def measured_as_planned(scale: float) -> dict[tuple[str, str], Link]:
+    """PLAN_LINKS measured at `scale` times the estimates' delay and 1/`scale` their rate."""
+    before = estimate({}).matrices
+    return {
+        (a, b): Link(
+            rtt_ms=2 * scale * float(before.delay_ms[PEERS.index(a), PEERS.index(b)]),
+            bandwidth_mbps=1e3
+            * float(before.bandwidth_gbps[PEERS.index(a), PEERS.index(b)])
+            / scale,
+            age_s=1.0,
+        )
+        for a, b in PLAN_LINKS
+    }
+
+
+def test_a_plan_on_measured_links_that_proved_dearer_teaches_the_optimism() -> None:
+    """The winner's curse: a placement picked as cheapest on noisy measurements is priced on
+    the links that happened to measure fast. Once they measure slower again, the ratio is how
+    much to discount the next search's prediction by; it fades with OPTIMISM_HALF_LIFE_S."""
+    confirmation = PlanConfirmation()
+    assert confirmation.optimism(0.0) == 1.0
+    made_on = estimate(measured_as_planned(1.0))
+    confirmation.note(made_on, PIPELINES, 0.0)
+    assert not confirmation.unconfirmed  # nothing estimated: nothing to confirm ...
+    cost_s = placement_cost(made_on.matrices, PIPELINES, RUN)
+    assert cost_s is not None
+    plan = Plan(1, 1, PEERS[0], 2, PIPELINES, (), {}, cost_s)
+    slower = estimate(measured_as_planned(4.0))
+    assert not confirmation.worse(CONFIRM_WAIT_S - 1, plan, slower, RUN)  # ... but priced
+    assert not confirmation.worse(CONFIRM_WAIT_S, plan, slower, RUN)  # no re-plan for it
+    priced = placement_cost(slower.matrices, PIPELINES, RUN)
+    assert priced is not None and priced > 2 * cost_s
+    learnt = confirmation.optimism(CONFIRM_WAIT_S)
+    assert learnt == pytest.approx(priced / cost_s)
+    faded = confirmation.optimism(CONFIRM_WAIT_S + OPTIMISM_HALF_LIFE_S)
+    assert faded == pytest.approx(1 + (learnt - 1) / 2)
+    assert not confirmation.worse(CONFIRM_WAIT_S + 1, plan, slower, RUN)  # priced once
+
+
+def test_a_plan_made_on_estimates_teaches_no_optimism() -> None:
+    """A first plan made on estimates is dearer for the estimates' errors, which measuring the
+    links corrects: a search on those measurements deserves its prediction."""
+    confirmation = PlanConfirmation()
+    plan = planned(confirmation)  # every plan link estimated
+    slow = {pair: Link(rtt_ms=400.0, bandwidth_mbps=5.0, age_s=1.0) for pair in PLAN_LINKS}
+    assert confirmation.worse(2.0, plan, estimate(slow), RUN)  # re-planned ...
+    assert confirmation.optimism(2.0) == 1.0  # ... with its prediction taken as it is
+
+
+def test_a_full_mesh_swarm_learns_no_optimism() -> None:
+    confirmation = PlanConfirmation()
+    small = live_matrices(PEERS[:8], measured_as_planned(1.0), COORDS, CAPS)
+    confirmation.note(small, PIPELINES, 0.0)
+    plan = Plan(1, 1, PEERS[0], 2, PIPELINES, (), {}, 1e-3)
+    assert not confirmation.worse(CONFIRM_WAIT_S + 1, plan, small, RUN)
+    assert confirmation.optimism(CONFIRM_WAIT_S + 1) == 1.0
+
+
+def test_a_drift_switch_counts_the_fresh_prediction_optimism_times() -> None:
+    from p2ptrain.control.planning.plan_maker import PlanMaker
+    from p2ptrain.control.planning.planner import Placement
+    from tests.control.test_view import A, make_view
+
+    view, _ = make_view(me=A, peers=())
+    maker = PlanMaker(view, A)
+    current = Plan(1, 1, A, 2, PIPELINES, (), {}, 2.0)
+    reordered = Placement(2, ((PEERS[1], PEERS[0]), (PEERS[3], PEERS[2])), (), 1.2)
+    assert maker._pays_to_switch(reordered, current, 2.0, RUN)  # 1.2 < SWITCH_GAIN x 2.0
+    assert not maker._pays_to_switch(reordered, current, 2.0, RUN, optimism=1.5)  # 1.8
