@@ -34,11 +34,12 @@ def test_backoff_doubles_to_its_cap_and_resets_after_a_stable_run() -> None:
 
 
 def control_processes(supervisor: int) -> list[int]:
-    """The supervisor's control processes (not the planner's helpers below them)."""
+    """The supervisor's control processes (`-m p2ptrain.control`), not the helpers below them
+    (the planner's search process, the compute measurement: `-m p2ptrain.control.<module>`)."""
     found = []
     for pid in descendants_of(supervisor):
         with contextlib.suppress(OSError):
-            if b"p2ptrain.control" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if b"p2ptrain.control" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
                 found.append(pid)
     return found
 
