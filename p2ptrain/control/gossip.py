@@ -26,7 +26,6 @@ from p2ptrain.control import wire
 from p2ptrain.control.intake import Intake
 from p2ptrain.control.penalties import PENALTY_BLOCK_SCORE, PENALTY_HALF_LIFE_S
 from p2ptrain.control.state import NodeState
-from p2ptrain.net.first_hand import FirstHandGossipSub
 from p2ptrain.net.safe_pubsub import SafePubsub
 
 log = logging.getLogger(__name__)
@@ -72,10 +71,7 @@ SCORE_PARAMS = ScoreParams(
 
 def make_pubsub(host: IHost) -> tuple[Pubsub, GossipSub]:
     """Our GossipSub router and the Pubsub service over it (both still to be started)."""
-    gossipsub = FirstHandGossipSub(
-        # telemetry's audience (the candidates and the bootstrap) is small: its publishers reach
-        # all of it, and the audience does not relay to itself what each got first-hand
-        first_hand_topics=(TELEMETRY_TOPIC,),
+    gossipsub = GossipSub(
         # v1.1: v1.2's IDONTWANT control messages cost more CPU than they save at our sizes
         protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
         degree=4,
