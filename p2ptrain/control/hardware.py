@@ -36,7 +36,7 @@ def describe_hardware() -> dict[str, Any]:
     }
 
 
-async def measure_compute_gflops_apart() -> float | None:
+async def measure_compute_gflops_in_child() -> float | None:
     """measure_compute_gflops() in a child process; None if it failed or took too long."""
     command = [sys.executable, "-m", "p2ptrain.control.hardware"]
     try:

@@ -20,7 +20,7 @@ from libp2p.pubsub.pubsub import Pubsub
 from p2ptrain import __version__
 from p2ptrain.control import wire
 from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC
-from p2ptrain.control.hardware import measure_compute_gflops_apart
+from p2ptrain.control.hardware import measure_compute_gflops_in_child
 from p2ptrain.control.health import LEAVING
 from p2ptrain.control.membership import DEAD_AFTER_S, STEADY_DEAD_AFTER_S
 from p2ptrain.control.state import MIN_REPUBLISH_GAP_S, Kind, NodeState
@@ -189,7 +189,7 @@ def authored_messages(state: NodeState, telemetry: bool = True) -> list[bytes]:
 async def measure_compute(state: NodeState) -> None:
     """Measure our compute once (in a child process: control/hardware.py) and announce it in
     our record."""
-    state.compute_gflops = await measure_compute_gflops_apart()
+    state.compute_gflops = await measure_compute_gflops_in_child()
     state.publish_soon("record")
 
 

@@ -1,7 +1,7 @@
 """py-libp2p without the transports we never run: importing `libp2p` loads every transport,
 security and discovery module it ships (QUIC on aioquic and OpenSSL, TLS with its ACME client on
 httpx and requests, WebSocket, secio, mDNS on zeroconf, a Prometheus exporter for its resource
-manager): ~27 MiB of a control process's ~100 MiB, in every one of a machine's nodes.
+manager): ~23 MiB of a control process's ~100 MiB, in every one of a machine's nodes.
 
 We run TCP, Noise and yamux (net/host.py), so those subpackages are replaced, before anything
 imports them, by placeholder modules: any name imported from one is a placeholder class (an
@@ -12,7 +12,7 @@ only when asked for one (a listen address or an option we never give), so none i
 install() runs when p2ptrain.net is imported; control/ and traversal/ import p2ptrain.net first
 (their package __init__), so no module of ours imports py-libp2p before it. Pinned to the
 py-libp2p version in pyproject.toml: tests/net/test_lean_import.py checks the subpackages stay
-out and a host still works.
+out, and every loopback test runs hosts built this way.
 """
 
 from __future__ import annotations

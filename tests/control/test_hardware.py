@@ -11,13 +11,13 @@ from p2ptrain.control import hardware
 
 
 def test_compute_is_measured_in_a_child_process() -> None:
-    gflops = trio.run(hardware.measure_compute_gflops_apart)
+    gflops = trio.run(hardware.measure_compute_gflops_in_child)
     assert gflops is not None and gflops > 0.1
 
 
 def test_a_failed_child_gives_no_figure(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "executable", "/nonexistent/python")
-    assert trio.run(hardware.measure_compute_gflops_apart) is None
+    assert trio.run(hardware.measure_compute_gflops_in_child) is None
 
 
 def test_the_hardware_description_is_plain_data() -> None:
