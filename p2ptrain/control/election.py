@@ -41,7 +41,8 @@ async def serve_election(state: NodeState) -> None:
             log.info("claiming the planner role, term %d", term)
             state.publish_soon("claim")
         if view.planner == state.peer_id:
-            plan_maker = plan_maker or _plan_maker(state)
+            if plan_maker is None:
+                plan_maker = _plan_maker(state)
             if await plan_maker.tick(
                 now, state.data_addrs, state.reachability, tuple(state.relays)
             ):
