@@ -25,6 +25,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ELECTION_IDLE_S = 1.0
+# A first plan is made only once our claim stood this long: at start every planner-token holder
+# claims term 1 at once, and the losers hear the winner's claim within a second or two. Making
+# the PlanMaker loads numpy and the estimate (~20 MB a control process, for good: 32 live peers'
+# 2 losing candidates stayed at 116 MiB against a member's 95). A first plan waits for its
+# readiness far longer anyway; a planner replacing a dead one (a plan stands) plans at once.
+CLAIM_SETTLE_S = 5.0
 _PAST_S = 1e-3  # a deadline is looked at just after it passed (is_alive's bound is inclusive)
 
 
@@ -32,15 +38,18 @@ async def serve_election(state: NodeState) -> None:
     """Run the election and, while we are the planner, the planning, once joined (members only)."""
     view, changes = state.view, state.changes
     plan_maker: PlanMaker | None = None  # made when we first plan: numpy loads with it
+    claimed_at = -math.inf
     await state.joined.wait()
     while True:
         seen = changes.count("members", "plan", "run")
         now = state.clock()
         if view.run is not None and view.should_claim(now):
             term = view.claim()
+            claimed_at = now
             log.info("claiming the planner role, term %d", term)
             state.publish_soon("claim")
-        if view.planner == state.peer_id:
+        settling = view.plan is None and now - claimed_at < CLAIM_SETTLE_S
+        if view.planner == state.peer_id and (plan_maker is not None or not settling):
             if plan_maker is None:
                 plan_maker = _plan_maker(state)
             if await plan_maker.tick(
@@ -50,6 +59,12 @@ async def serve_election(state: NodeState) -> None:
                 changes.notify("plan")  # our worker link hands it over
         now = state.clock()
         wake_at = next_deadline(view, now)
+        if (
+            view.planner == state.peer_id
+            and plan_maker is None
+            and claimed_at + CLAIM_SETTLE_S > now
+        ):
+            wake_at = min(wake_at, claimed_at + CLAIM_SETTLE_S + _PAST_S)
         if plan_maker is not None:
             wake_at = min(wake_at, plan_maker.next_deadline(now) + _PAST_S)
         await changes.wait(("members", "plan", "run"), seen, max(wake_at - now, _PAST_S))

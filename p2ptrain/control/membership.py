@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from p2ptrain.control.delivery_lag import DeliveryLag
 from p2ptrain.control.loop_stall import LoopStall
 from p2ptrain.records import Health, PeerMetrics, PeerRecord
+from p2ptrain.records.peer import MEMBER_ROLES
 
 DEAD_AFTER_S = 8.0  # members publish telemetry every 2 s: four missed rounds => dead
 # ... every 4 s in a large swarm's steady state (control/publishing.py: telemetry_pace)
@@ -21,6 +22,9 @@ RECORD_DEAD_AFTER_S = 360.0
 # ... and the planner by its claims, re-sent every 6 s once its plan stood (every 2 s before):
 # three missed => dead
 PLANNER_DEAD_AFTER_S = 20.0
+# a non-member (the bootstrap, an observer) by its record, every 30 s once the plan stood
+# (control/publishing.py: STEADY_RUN_INTERVAL_S): three missed => dead
+NON_MEMBER_DEAD_AFTER_S = 90.0
 FORGET_DEAD_AFTER_S = 600.0
 
 
@@ -83,7 +87,9 @@ class Membership(MutableMapping[str, Member]):
         pace: a failover starts from its silence), outside it the planner by its claims and the
         others by their records."""
         member = self._by_peer.get(peer)
-        if in_audience:
+        if member is not None and member.record.role not in MEMBER_ROLES:
+            silence_s = NON_MEMBER_DEAD_AFTER_S
+        elif in_audience:
             silence_s = DEAD_AFTER_S if planner else self.telemetry_silence_s
         else:
             silence_s = PLANNER_DEAD_AFTER_S if planner else RECORD_DEAD_AFTER_S

@@ -10,6 +10,7 @@ publisher sleeps until the next message is due, and other pieces call NodeState.
 from __future__ import annotations
 
 import logging
+import math
 import random
 from collections.abc import Callable
 from functools import partial
@@ -46,6 +47,12 @@ RECORD_INTERVAL_S = 6.0
 # were most of a member's gossip; at 60 s still a third of what a member relayed in steady state
 UNCHANGED_RECORD_S = 120.0
 RUN_INTERVAL_S = 10.0
+# the organiser's run spec and a non-member's record (its proof of life: it sends no telemetry),
+# once the plan stood STEADY_AFTER_S: each is a flood every node receives and relays, and at 32
+# peers the bootstrap's record (every 6 s) and run (every 10 s) were over a third of a member's
+# floods in steady state. Sync serves both to a node that missed them; a changed record or newly
+# revoked peers still go out at once (control/membership.py: NON_MEMBER_DEAD_AFTER_S)
+STEADY_RUN_INTERVAL_S = 30.0
 CLAIM_INTERVAL_S = 2.0
 PLAN_REBROADCAST_S = 4.0
 # once our plan has stood unchanged this long, its claim and the plan itself go out less often:
@@ -202,6 +209,7 @@ class Publisher:
         self._next_revocation_page = 0  # the older pages are gossiped in turn
         self._published_record: tuple[PeerRecord, float] | None = None  # and when
         self._plan_since: tuple[int, float] = (-1, 0.0)  # the view's plan version, since when
+        self._run_published_at = -math.inf  # the organiser's run spec, last sent
         self._slow_until = 0.0  # the slow pace's silence allowed until then (_allow_silence)
 
     def _due_now(self, name: Kind, interval_s: float, now: float) -> bool:
@@ -258,10 +266,14 @@ class Publisher:
             if self._due_now("record", RECORD_INTERVAL_S, now) and self._record_worth_it(now):
                 await self._publish(CONTROL_TOPIC, partial(record_message, state))
             if state.role == "bootstrap" and self._due_now("run", RUN_INTERVAL_S, now):
-                await self._publish(CONTROL_TOPIC, partial(run_message, state))
+                known = set(view.authority.revocations)
                 reload_revocations(state)
-                if view.authority.revocations:
-                    await self._publish_revocations()
+                revoked = set(view.authority.revocations) != known
+                if revoked or self._run_worth_it(now):
+                    self._run_published_at = now
+                    await self._publish(CONTROL_TOPIC, partial(run_message, state))
+                    if view.authority.revocations:
+                        await self._publish_revocations()
             stood_s = self._plan_stood_s(now) if view.plan is not None else None
             planner = view.planner == state.peer_id
             telemetry_s, silence_s = telemetry_pace(view.links.estimate.sampled, stood_s, planner)
@@ -281,19 +293,29 @@ class Publisher:
             await state.changes.wait(("publish",), seen, self._next_due(now) - now)
 
     def _record_worth_it(self, now: float) -> bool:
-        """Publish our record now? Yes if it changed, if UNCHANGED_RECORD_S passed, or if we
-        are no member (a bootstrap's record is its proof of life)."""
+        """Publish our record now? Yes if it changed or if UNCHANGED_RECORD_S passed; a
+        non-member's (its proof of life) every RECORD_INTERVAL_S, STEADY_RUN_INTERVAL_S once
+        the plan stood."""
         record = own_record(self.state)
         last = self._published_record
-        if (
-            self.state.is_member
-            and last is not None
-            and last[0] == record
-            and now - last[1] < UNCHANGED_RECORD_S
-        ):
+        if self.state.is_member:
+            wait_s = UNCHANGED_RECORD_S
+        else:
+            wait_s = STEADY_RUN_INTERVAL_S if self._swarm_steady(now) else 0.0
+        if last is not None and last[0] == record and now - last[1] < wait_s:
             return False
         self._published_record = (record, now)
         return True
+
+    def _run_worth_it(self, now: float) -> bool:
+        """Re-state the run spec now? Every RUN_INTERVAL_S, STEADY_RUN_INTERVAL_S once the
+        plan stood."""
+        wait_s = STEADY_RUN_INTERVAL_S if self._swarm_steady(now) else 0.0
+        return now - self._run_published_at >= wait_s
+
+    def _swarm_steady(self, now: float) -> bool:
+        """Has the view's plan (anyone's) stood unchanged for STEADY_AFTER_S?"""
+        return self.state.view.plan is not None and self._plan_stood_s(now) >= STEADY_AFTER_S
 
     def _allow_silence(self, silence_s: float, now: float) -> None:
         """How long a peer heard by its telemetry may be silent: a longer allowance at once, a

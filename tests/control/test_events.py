@@ -12,13 +12,20 @@ import trio
 import trio.testing
 
 from p2ptrain.control import wire
-from p2ptrain.control.election import serve_election
+from p2ptrain.control.election import CLAIM_SETTLE_S, serve_election
 from p2ptrain.control.events import Changes
 from p2ptrain.control.health import LEAVING
 from p2ptrain.control.intake import Intake
 from p2ptrain.control.planning import planner, search_process
 from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S
-from p2ptrain.control.publishing import RECORD_INTERVAL_S, UNCHANGED_RECORD_S, Publisher
+from p2ptrain.control.publishing import (
+    RECORD_INTERVAL_S,
+    RUN_INTERVAL_S,
+    STEADY_AFTER_S,
+    STEADY_RUN_INTERVAL_S,
+    UNCHANGED_RECORD_S,
+    Publisher,
+)
 from p2ptrain.control.state import MIN_REPUBLISH_GAP_S, NodeState
 from p2ptrain.control.view import DEAD_AFTER_S, ELECTION_GRACE_S, SwarmView
 from p2ptrain.control.worker_link import WorkerLink
@@ -99,8 +106,9 @@ def test_changes_wake_their_waiters_and_none_is_missed() -> None:
 
 @pytest.mark.usefixtures("search_in_process")
 def test_the_planner_plans_a_join_and_a_death_one_debounce_after_it_knows() -> None:
-    """Claim when the grace ends, first plan, a join, a death: each plan comes PLAN_DEBOUNCE_S
-    after the change is known (a record arrives; DEAD_AFTER_S of silence), to the millisecond."""
+    """Claim when the grace ends, first plan once the claim stood CLAIM_SETTLE_S, a join, a
+    death: each plan comes PLAN_DEBOUNCE_S after the change is known (a record arrives;
+    DEAD_AFTER_S of silence), to the millisecond."""
 
     async def scenario() -> None:
         state, intake, feed = node(A, (B,))
@@ -117,19 +125,52 @@ def test_the_planner_plans_a_join_and_a_death_one_debounce_after_it_knows() -> N
             nursery.start_soon(serve_election, state)
             nursery.start_soon(peers_speak)
             nursery.start_soon(watch_plans, state.view, state.changes, plans)
-            await trio.sleep(10.3)
+            await trio.sleep(14.3)
             hear(intake, feed, C)  # C joins
             await trio.sleep(3.0)
-            silent.add(C)  # C dies: last heard at 12.0 (peers_speak)
+            silent.add(C)  # C dies: last heard at 16.0 (peers_speak)
             await trio.sleep(20.0)
             nursery.cancel_scope.cancel()
         assert state.view.planner == A
-        first = ELECTION_GRACE_S + PLAN_DEBOUNCE_S
-        death = 12.0 + DEAD_AFTER_S + PLAN_DEBOUNCE_S
-        expected = [(first, {A, B}), (10.3 + PLAN_DEBOUNCE_S, {A, B, C}), (death, {A, B})]
+        first = ELECTION_GRACE_S + CLAIM_SETTLE_S + PLAN_DEBOUNCE_S
+        death = 16.0 + DEAD_AFTER_S + PLAN_DEBOUNCE_S
+        expected = [(first, {A, B}), (14.3 + PLAN_DEBOUNCE_S, {A, B, C}), (death, {A, B})]
         assert [peers for _, peers in plans] == [peers for _, peers in expected]
         for (at, _), (want, _) in zip(plans, expected, strict=True):
             assert want <= at < want + EXACT
+
+    on_mock_clock(scenario)
+
+
+def test_a_candidate_that_loses_the_start_up_race_never_loads_the_planner(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every candidate claims when its grace ends; one whose claim a rival's beats within
+    CLAIM_SETTLE_S never makes a PlanMaker (numpy and the estimate: ~20 MB for good)."""
+    from p2ptrain.control import election
+
+    made: list[float] = []
+    real = election._plan_maker
+
+    def counted(state: NodeState) -> Any:
+        made.append(trio.current_time())
+        return real(state)
+
+    monkeypatch.setattr(election, "_plan_maker", counted)
+
+    async def scenario() -> None:
+        state, intake, feed = node(A, (B,))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_election, state)
+            await trio.sleep(ELECTION_GRACE_S + 1.0)
+            assert state.view.planner == A and not made  # claimed, still settling
+            env = feed("claim", B, {"term": state.view.term + 1})
+            assert intake.apply(env, b"", B, "gossip", trio.current_time())
+            hear(intake, feed, B)
+            await trio.sleep(CLAIM_SETTLE_S + 1.0)  # past our claim's settling, B alive
+            nursery.cancel_scope.cancel()
+        assert state.view.planner == B
+        assert not made
 
     on_mock_clock(scenario)
 
@@ -146,9 +187,11 @@ def test_a_member_back_within_the_debounce_is_no_change() -> None:
             nursery.start_soon(serve_election, state)
             nursery.start_soon(watch_plans, state.view, state.changes, plans)
             hear(intake, feed, B)
-            await trio.sleep(7.0)  # first plan at ~6.5
+            await trio.sleep(7.0)
+            hear(intake, feed, B)
+            await trio.sleep(5.0)  # first plan at ~11.5
             assert len(plans) == 1
-            await trio.sleep(DEAD_AFTER_S + 0.5 - 7.0)  # B dead since 8.0
+            await trio.sleep(DEAD_AFTER_S + 0.5 - 5.0)  # B dead since 15.0
             hear(intake, feed, B)
             await trio.sleep(5.0)
             assert len(plans) == 1
@@ -256,3 +299,39 @@ def test_an_unchanged_member_record_waits_and_a_changed_one_goes_at_once() -> No
         assert max(b - a for a, b in itertools.pairwise(bootstrap)) <= 1.1 * RECORD_INTERVAL_S
 
     on_mock_clock(scenario)
+
+
+def test_the_organisers_record_and_run_slow_down_once_the_plan_stood() -> None:
+    """A bootstrap's record (its proof of life) and run spec go out every RECORD_INTERVAL_S /
+    RUN_INTERVAL_S until a plan stood STEADY_AFTER_S, then every STEADY_RUN_INTERVAL_S (each
+    is a flood every node relays); the others then allow it NON_MEMBER_DEAD_AFTER_S."""
+    from p2ptrain.control.membership import NON_MEMBER_DEAD_AFTER_S
+
+    async def scenario() -> None:
+        state, intake, feed = node(A, (B,))
+        state.role = "bootstrap"
+        pubsub = FakePubsub()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(Publisher(state, cast(Any, pubsub)).serve_publishing)
+            await trio.sleep(20.0)
+            hear(intake, feed, B)
+            assert intake.apply(feed("claim", B, {"term": 1}), b"", B, "gossip", 20.0)
+            assert intake.apply(feed("plan", B, plan(B, 1, 1)), b"", B, "gossip", 20.0)
+            assert state.view.plan is not None
+            await trio.sleep(260.0)
+            nursery.cancel_scope.cancel()
+        steady_from = 20.0 + STEADY_AFTER_S + RUN_INTERVAL_S
+        for kind, early_s in (("peer", RECORD_INTERVAL_S), ("run", RUN_INTERVAL_S)):
+            sent = [at for at, k in pubsub.sent if k == kind]
+            early = [b - a for a, b in itertools.pairwise(sent) if b <= 20.0]
+            late = [b - a for a, b in itertools.pairwise(sent) if a >= steady_from]
+            assert early and max(early) <= 1.1 * early_s, (kind, sent)
+            assert len(late) >= 4 and min(late) >= STEADY_RUN_INTERVAL_S - 1e-6, (kind, sent)
+            assert max(late) <= STEADY_RUN_INTERVAL_S + 1.1 * early_s, (kind, sent)
+
+    on_mock_clock(scenario)
+
+    view, feed = make_view(me=A, peers=(B,))
+    assert view.accept(feed("peer", C, record("bootstrap")), 0.0) is None
+    assert view.is_alive(C, NON_MEMBER_DEAD_AFTER_S - 1.0)
+    assert not view.is_alive(C, NON_MEMBER_DEAD_AFTER_S + 1.0)
