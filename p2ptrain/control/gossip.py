@@ -26,6 +26,7 @@ from p2ptrain.control import wire
 from p2ptrain.control.intake import Intake
 from p2ptrain.control.penalties import PENALTY_BLOCK_SCORE, PENALTY_HALF_LIFE_S
 from p2ptrain.control.state import NodeState
+from p2ptrain.net.lazy_gossip import LazyGossipSub
 from p2ptrain.net.safe_pubsub import SafePubsub
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ SCORE_PARAMS = ScoreParams(
 
 def make_pubsub(host: IHost) -> tuple[Pubsub, GossipSub]:
     """Our GossipSub router and the Pubsub service over it (both still to be started)."""
-    gossipsub = GossipSub(
+    gossipsub = LazyGossipSub(  # IHAVE to fewer peers (net/lazy_gossip.py)
         # v1.1: v1.2's IDONTWANT control messages cost more CPU than they save at our sizes
         protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
         degree=4,

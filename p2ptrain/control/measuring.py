@@ -36,6 +36,11 @@ RTT_PROBE_INTERVAL_S = 1.0  # one probe, to the stalest link
 # probes were over half of a member's frames in steady state. Before that, and for a new
 # neighbour or plan partner (never measured: always the stalest), one a second.
 RTT_REFRESH_S = 30.0
+# ... in a sampled neighbour set (past FULL_MESH_PEERS), whose coordinates settled before the
+# first plan: still inside MAX_LINK_AGE_S (control/links.py), so no measured link goes missing
+# from the planner's matrix between two probes (at 32 live peers a member still sent 0.65
+# probes a second at 30 s, its largest source of frames in steady state)
+SAMPLED_RTT_REFRESH_S = 45.0
 PLAN_STOOD_S = 30.0
 MAX_RTT_PROBES_AT_ONCE = 3
 BANDWIDTH_PROBE_INTERVAL_S = 20.0
@@ -157,14 +162,16 @@ class LinkProber:
 
     def _rtt_probe_due(self, now: float) -> bool:
         """Is a round-trip probe due now: before the plan stood PLAN_STOOD_S always, then only
-        while some neighbour's round trip is older than RTT_REFRESH_S (or was never taken)?"""
+        while some neighbour's round trip is older than RTT_REFRESH_S (SAMPLED_RTT_REFRESH_S in
+        a sampled set), or was never taken?"""
         version = self.view.plan_version
         if version != self._plan_since[0]:
             self._plan_since = (version, now)
         if self.view.plan is None or now - self._plan_since[1] < PLAN_STOOD_S:
             return True
+        refresh_s = SAMPLED_RTT_REFRESH_S if self.view.links.estimate.sampled else RTT_REFRESH_S
         return any(
-            now - self._last_probed("rtt", peer, lambda s: s.rtt_at) >= RTT_REFRESH_S
+            now - self._last_probed("rtt", peer, lambda s: s.rtt_at) >= refresh_s
             for peer in self.neighbours(now)
         )
 

@@ -35,3 +35,23 @@ def test_probes_wait_for_stale_round_trips_once_the_plan_stood() -> None:
     view.plan_version += 1  # a new plan: one a second again, whatever the ages
     view.record_rtt(B, 5.0, later - 1 + RTT_REFRESH_S)
     assert prober._rtt_probe_due(later + RTT_REFRESH_S)
+
+
+def test_a_sampled_set_refreshes_round_trips_less_often_within_their_lifetime() -> None:
+    from p2ptrain.control.links import MAX_LINK_AGE_S
+    from p2ptrain.control.measuring import SAMPLED_RTT_REFRESH_S
+
+    assert RTT_REFRESH_S < SAMPLED_RTT_REFRESH_S < MAX_LINK_AGE_S
+    t = time.monotonic()
+    view, _ = make_view(peers=(A, B), now=t)
+    view.hears_telemetry = False
+    prober = measuring.LinkProber(cast(Any, None), view, trio.Event())
+    view.plan = Plan(1, 1, ME, 1, ((A,), (B,), (ME,)), (), {}, 1.0)
+    view.plan_version += 1
+    prober._rtt_probe_due(t)  # the plan's version noted at t
+    later = t + PLAN_STOOD_S + 1
+    for peer in (A, B):
+        view.record_rtt(peer, 5.0, later)
+    view.links.estimate.sampled = True  # past FULL_MESH_PEERS members
+    assert not prober._rtt_probe_due(later + RTT_REFRESH_S + 1)
+    assert prober._rtt_probe_due(later + SAMPLED_RTT_REFRESH_S)
