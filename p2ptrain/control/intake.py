@@ -89,7 +89,7 @@ class Intake:
         before = self._what_tasks_watch(env.author, now)
         drop = self.state.view.accept(env, now, heard_at)
         if drop is None:
-            self._learn_organiser_term(env, age_s)
+            self._learn_organiser_term(env, age_s, now)
             if env.author != self.state.peer_id:
                 self.state.latest[latest_key(env)] = data
             self._notify_changes(before, self._what_tasks_watch(env.author, now))
@@ -101,14 +101,14 @@ class Intake:
         self.reject(culprit, drop.category, drop.reason, via, now)
         return False
 
-    def _learn_organiser_term(self, env: wire.Envelope, age_s: float) -> None:
+    def _learn_organiser_term(self, env: wire.Envelope, age_s: float, now: float) -> None:
         """The current term from the organiser's own record, if fresh: an older one may name a
         term the swarm has passed, and a node anchored behind it would blame honest claims."""
         view = self.state.view
         if not isinstance(env.body, PeerRecord) or env.body.term is None:
             return
         if env.author == view.bootstrap_id and age_s <= ORGANISER_TERM_AGE_S:
-            view.learn_term(env.author, env.body.term)
+            view.learn_term(env.author, env.body.term, now)
 
     def _what_tasks_watch(self, author: str, now: float) -> tuple[object, ...]:
         """What the worker link and the election act on, as far as one author's envelope can

@@ -172,7 +172,7 @@ class PullSync:
             if page == 0:
                 view = self.state.view
                 anchored = view.term_anchored
-                view.learn_term(peer, reply.term)
+                view.learn_term(peer, reply.term, time.monotonic())
                 if view.term_anchored and not anchored and self.state.role == "bootstrap":
                     self.state.publish_soon("record")  # it carries the term (organiser_term)
                 if peer == view.bootstrap_id:  # the organiser's word that the run is trained

@@ -345,22 +345,23 @@ class SwarmView:
         """The highest term we accepted a claim or plan of, or learnt from the organiser."""
         return max(self.term, self.max_seen_term)
 
-    def anchor_term(self, term: int) -> None:
-        """The organiser's view of the current term (a sync reply of the bootstrap, which applies
-        the same bound): what a fresh node measures claims against before it may claim itself."""
+    def anchor_term(self, term: int, now: float | None = None) -> None:
+        """The organiser's current term (a bootstrap's sync reply, bound alike), which a fresh node
+        measures claims against; a term new to us, learnt at `now`, counts as a claim heard then."""
         if not self.term_anchored:  # waited on: no claim before it (should_claim)
             log.info("the organiser's current term is %d", term)
+        if now is not None and term > self.max_seen_term and term > self.term:
+            self._claim_seen_at = max(self._claim_seen_at, now)
         self.max_seen_term = max(self.max_seen_term, term)
         self.term_anchored = True
 
-    def learn_term(self, peer: str, term: int | None) -> None:
-        """A sync reply's term (None: the responder has not anchored yet). A node believes only
-        the organiser's; the organiser itself, after a restart, the first planner-token holder it
-        syncs from (a fresh swarm's holders know none: then the current term is its own)."""
+    def learn_term(self, peer: str, term: int | None, now: float | None = None) -> None:
+        """A sync reply's term (None: not anchored yet), at `now`: the organiser's only, or for the
+        organiser itself, after a restart, its first planner-token holder's (none: its own)."""
         if peer == self.bootstrap_id and term is not None:
-            self.anchor_term(term)
+            self.anchor_term(term, now)
         elif self.self_id == self.bootstrap_id and not self.term_anchored and self.may_plan(peer):
-            self.anchor_term(self.known_term() if term is None else term)
+            self.anchor_term(self.known_term() if term is None else term, now)
 
     # ------------------------------------------------------------------ election
 

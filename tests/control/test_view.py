@@ -450,3 +450,24 @@ def test_a_busy_moment_is_not_drift_the_estimates_keep_the_best_recent_probes() 
     # and probes older than the window do not count
     v.links.record_bandwidth(A, 1.0, now=40.0 + RECENT_RATES + RECENT_WINDOW_S)
     assert sample.bandwidth_mbps == 1.0
+
+
+def test_a_late_candidate_hears_the_organisers_term_out_before_it_claims():
+    """The organiser says term 4 stands: a candidate that joined a running swarm waits up to
+    DEAD_AFTER_S for that term's planner before it claims (at 5 s, on a loaded machine, one
+    claimed before gossip or sync brought it the incumbent's claim); a fresh swarm's term 0
+    does not hold it up."""
+    v, feed = make_view(me=A, peers=(B,), anchor=None)
+    v.learn_term(v.bootstrap_id, 4, 1.0)
+    grace = view_mod.ELECTION_GRACE_S + 0.1
+    assert not v.should_claim(grace)
+    assert not v.should_claim(1.0 + view_mod.DEAD_AFTER_S - 0.1)
+    assert v.should_claim(1.0 + view_mod.DEAD_AFTER_S + 0.1)  # nobody planning: claim
+    w, feed = make_view(me=A, peers=(B,), anchor=None)
+    w.learn_term(w.bootstrap_id, 4, 1.0)
+    assert w.accept(feed("peer", B, record()), 3.0) is None
+    assert w.accept(feed("claim", B, {"term": 4}), 3.0) is None and w.planner == B
+    assert not w.should_claim(1.0 + view_mod.DEAD_AFTER_S + 0.1)  # the incumbent, heard
+    fresh, _ = make_view(me=A, peers=(B,), anchor=None)
+    fresh.learn_term(fresh.bootstrap_id, 0, 1.0)
+    assert fresh.should_claim(grace)
