@@ -32,6 +32,7 @@ import math
 
 import numpy as np
 
+from p2ptrain.control.estimate.book import is_full_mesh
 from p2ptrain.control.estimate.matrix import EstimatedMatrices, live_matrices
 from p2ptrain.control.links import Link
 from p2ptrain.control.planning import planner, search_process
@@ -59,6 +60,10 @@ FIRST_PLAN_WAIT_S = 90.0  # 8 peers over 4 cities measured their 28 links' rates
 DRIFT_CHECK_INTERVAL_S = 10.0
 MAX_DRIFT_CHECK_INTERVAL_S = 160.0
 DRIFT_DWELL_S = 60.0
+# ... past FULL_MESH_PEERS: each plan there is already confirmed on its own links ~30 s after
+# it, a switch restarts more sessions, and 32 peers on one machine, their rates swinging 4x
+# between probes, still drift-switched 60 s after each plan (twice in one measured minute)
+SAMPLED_DRIFT_DWELL_S = 180.0
 MIN_STEPS_AFTER_SWITCH = 10  # a drift or compute re-plan needs this many steps left to pay
 
 
@@ -338,13 +343,15 @@ class PlanMaker:
 
     def _drifted(self, now: float, matrices: planner.Matrices) -> bool:
         """Compare with the matrices of the last plan, at most every drift check interval
-        (DRIFT_CHECK_INTERVAL_S, longer after fruitless drifts) and not within DRIFT_DWELL_S of it."""
+        (DRIFT_CHECK_INTERVAL_S, longer after fruitless drifts) and not within DRIFT_DWELL_S of it
+        (SAMPLED_DRIFT_DWELL_S in a swarm past the full mesh)."""
         if (
             self._planned_matrices is None
             or now - self._last_drift_check < self._drift_check_interval_s
         ):
             return False
-        if now - self._planned_at < DRIFT_DWELL_S:
+        dwell_s = DRIFT_DWELL_S if is_full_mesh(len(matrices.peers)) else SAMPLED_DRIFT_DWELL_S
+        if now - self._planned_at < dwell_s:
             return False
         self._last_drift_check = now
         return planner.drifted(self._planned_matrices, matrices)

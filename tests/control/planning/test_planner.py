@@ -206,6 +206,21 @@ def test_no_drift_re_plan_within_the_dwell_of_the_last_plan() -> None:
     assert maker._drifted(100.0 + DRIFT_DWELL_S + 1.0, after)
 
 
+def test_a_swarm_past_the_full_mesh_dwells_longer_after_a_plan() -> None:
+    """Its plans are confirmed on their own links, and a switch restarts more sessions."""
+    from p2ptrain.control.estimate.book import FULL_MESH_PEERS
+    from p2ptrain.control.planning.plan_maker import SAMPLED_DRIFT_DWELL_S, PlanMaker
+    from p2ptrain.control.view import SwarmView
+
+    peers = [f"Peer{i:03d}" for i in range(FULL_MESH_PEERS + 1)]
+    view = SwarmView(self_id="p0", role="control-only", planner_capable=True, started_at=0.0)
+    maker = PlanMaker(view, "p0")
+    before, after = _uniform(peers, 2.0, 1000.0), _uniform(peers, 40.0, 10.0)
+    maker._planned_matrices, maker._planned_at = before, 100.0
+    assert not maker._drifted(100.0 + SAMPLED_DRIFT_DWELL_S - 1.0, after)
+    assert maker._drifted(100.0 + SAMPLED_DRIFT_DWELL_S + 1.0, after)
+
+
 def test_fruitless_drift_checks_back_off_until_the_next_plan() -> None:
     """On noisy links every check drifts and each is a search: one that found nothing worth
     switching to doubles the wait for the next (up to MAX_DRIFT_CHECK_INTERVAL_S)."""
