@@ -350,7 +350,7 @@ class SwarmView:
         measures claims against; a term new to us, learnt at `now`, counts as a claim heard then."""
         if not self.term_anchored:  # waited on: no claim before it (should_claim)
             log.info("the organiser's current term is %d", term)
-        if now is not None and term > self.max_seen_term and term > self.term:
+        if now is not None and term > self.known_term():
             self._claim_seen_at = max(self._claim_seen_at, now)
         self.max_seen_term = max(self.max_seen_term, term)
         self.term_anchored = True
