@@ -48,8 +48,9 @@ async def serve_election(state: NodeState) -> None:
             claimed_at = now
             log.info("claiming the planner role, term %d", term)
             state.publish_soon("claim")
-        settling = view.plan is None and now - claimed_at < CLAIM_SETTLE_S
-        if view.planner == state.peer_id and (plan_maker is not None or not settling):
+        # a first plan (none stands) waits until our claim settled
+        settled_at = claimed_at + CLAIM_SETTLE_S if view.plan is None else -math.inf
+        if view.planner == state.peer_id and (plan_maker is not None or now >= settled_at):
             if plan_maker is None:
                 plan_maker = _plan_maker(state)
             if await plan_maker.tick(
@@ -59,12 +60,8 @@ async def serve_election(state: NodeState) -> None:
                 changes.notify("plan")  # our worker link hands it over
         now = state.clock()
         wake_at = next_deadline(view, now)
-        if (
-            view.planner == state.peer_id
-            and plan_maker is None
-            and claimed_at + CLAIM_SETTLE_S > now
-        ):
-            wake_at = min(wake_at, claimed_at + CLAIM_SETTLE_S + _PAST_S)
+        if view.planner == state.peer_id and plan_maker is None and settled_at > now:
+            wake_at = min(wake_at, settled_at + _PAST_S)
         if plan_maker is not None:
             wake_at = min(wake_at, plan_maker.next_deadline(now) + _PAST_S)
         await changes.wait(("members", "plan", "run"), seen, max(wake_at - now, _PAST_S))

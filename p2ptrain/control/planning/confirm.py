@@ -54,13 +54,13 @@ class PlanConfirmation:
         self._planned_at = 0.0
         self._members: frozenset[str] = frozenset()
         self._rounds = 0  # confirmation re-plans in a row for these members
-        self._optimism = 1.0  # the last confirmation's measured price / predicted, at least 1
+        self._optimism = 1.0  # the worst recent measured price / predicted (faded), at least 1
         self._optimism_at = 0.0
         self._price_pending = False  # the latest plan is still to be priced on its measured links
 
     def optimism(self, now: float) -> float:
-        """How much dearer than predicted our last confirmed plan proved (1: as predicted, or
-        never confirmed), its excess halved every OPTIMISM_HALF_LIFE_S since."""
+        """How much dearer than predicted our recent plans proved (1: as predicted, or never
+        confirmed): the worst ratio, its excess halved every OPTIMISM_HALF_LIFE_S since."""
         fade = 0.5 ** (max(now - self._optimism_at, 0.0) / OPTIMISM_HALF_LIFE_S)
         return 1.0 + (self._optimism - 1.0) * fade
 

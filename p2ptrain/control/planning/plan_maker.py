@@ -283,7 +283,7 @@ class PlanMaker:
             "for %d: %s",
             placement.cost_s,
             new_tokens,
-            f" (x{optimism:.2f}: our last plan proved that much dearer)" if optimism > 1 else "",
+            f" (x{optimism:.2f}: our recent plans proved that much dearer)" if optimism > 1 else "",
             "?" if current_cost is None else f"{current_cost:.3f}",
             current_tokens,
             "switching" if switch else "keeping the current placement",
