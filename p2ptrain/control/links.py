@@ -12,6 +12,7 @@ the planner prices it at the swarm's worst (control/planning/planner.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from p2ptrain.control.estimate.book import EstimateBook
@@ -94,6 +95,19 @@ class Link:
     # the ends whose word the rate is (each times its own sending direction): with one, the
     # other direction is unmeasured (control/estimate/matrix.py bounds it by the capacities)
     rate_by: tuple[str, ...] = ()
+
+    @property
+    def rtt_measured(self) -> bool:
+        return self.rtt_ms is not None
+
+    @property
+    def rate_measured(self) -> bool:
+        return bool(self.bandwidth_mbps)
+
+
+def link_between(links: Mapping[tuple[str, str], Link], a: str, b: str) -> Link | None:
+    """The unordered pair's link, whichever way round it is keyed."""
+    return links.get((a, b)) or links.get((b, a))
 
 
 def freshest_links(

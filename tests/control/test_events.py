@@ -16,7 +16,7 @@ from p2ptrain.control.election import CLAIM_SETTLE_S, serve_election
 from p2ptrain.control.events import Changes
 from p2ptrain.control.health import LEAVING
 from p2ptrain.control.intake import Intake
-from p2ptrain.control.planning import planner, search_process
+from p2ptrain.control.planning import search_process
 from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S
 from p2ptrain.control.publishing import (
     RECORD_INTERVAL_S,
@@ -78,10 +78,10 @@ async def watch_plans(
 def search_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """The scheduler in this process: no child process whose run time moves the mock clock."""
 
-    async def compute_plan(matrices: planner.Matrices, run: RunSpec) -> planner.Placement:
-        return planner.compute_plan(matrices, run)
+    async def call(kind: str, *args: Any) -> Any:
+        return search_process._work()[kind](*args)
 
-    monkeypatch.setattr(search_process, "compute_plan", compute_plan)
+    monkeypatch.setattr(search_process, "_call", call)
 
 
 def test_changes_wake_their_waiters_and_none_is_missed() -> None:

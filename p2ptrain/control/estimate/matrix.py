@@ -201,8 +201,8 @@ def measured_masks(
         i, j = index.get(a), index.get(b)
         if i is None or j is None or i == j:
             continue
-        rtt_known[i, j] = rtt_known[j, i] = link.rtt_ms is not None
-        rate_known[i, j] = rate_known[j, i] = bool(link.bandwidth_mbps)
+        rtt_known[i, j] = rtt_known[j, i] = link.rtt_measured
+        rate_known[i, j] = rate_known[j, i] = link.rate_measured
     return rtt_known, rate_known
 
 

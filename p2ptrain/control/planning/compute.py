@@ -6,7 +6,8 @@ not measured yet gets the median of those that did (schedule/compute.py), like a
 
 A peer's word on its speed is evidence, not authority (issue 26.9): no claim counts for less
 than the run's model takes on a device of MAX_DEVICE_FLOPS, and a peer whose pipeline steps run
-REPRICE_AFTER times slower than its plan predicted is priced that much slower (ComputeTrust).
+slower than its plan predicted is priced that much slower (trust.py: ComputeTrust). Runs in the
+planning child (numbers_work.py), as numpy does.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from p2ptrain.records import PeerMetrics, Plan, RunSpec, StageCompute
+from p2ptrain.records import RunSpec, StageCompute
 
 if TYPE_CHECKING:
     from p2ptrain.schedule.compute import PeerCompute
@@ -27,11 +28,6 @@ if TYPE_CHECKING:
 # dense FLOP/s no single device reaches (the fastest GPUs of 2025 do ~2-5e15 in 16 or 8 bits):
 # a claim faster than this on the run's model is a lie, priced at this speed
 MAX_DEVICE_FLOPS = 1e16
-# a pipeline whose steps run this many times slower than its plan predicted re-prices its peers
-REPRICE_AFTER = 1.5
-MAX_REPRICE = 1e3  # the most a peer's claimed times are multiplied by
-# a plan is judged this long after it was first seen: the steps reported before are older plans'
-JUDGE_AFTER_S = 60.0
 
 
 def fastest_row_s(run: RunSpec) -> tuple[float, float, float]:
@@ -113,52 +109,3 @@ class RunStageBytes:
             )
             for j in range(stages)
         ]
-
-
-def measured_peers(peers: list[str], measured: Mapping[str, StageCompute | None]) -> frozenset[str]:
-    """Which of `peers` have a measurement: a new one is worth a re-plan."""
-    return frozenset(p for p in peers if measured.get(p) is not None)
-
-
-class ComputeTrust:
-    """Per-peer factors on claimed compute, learnt from the step times the plan's trainers
-    report (telemetry): where a pipeline's slowest reported step is REPRICE_AFTER times the
-    plan's predicted step or more, each of its peers' times are multiplied by that ratio, once
-    per plan. The next plan's prediction then holds the factor, so it does not compound while
-    that plan runs as predicted. The slowest report counts: a peer cannot hide its pipeline's
-    pace by reporting fast steps of its own."""
-
-    def __init__(self) -> None:
-        self.factors: dict[str, float] = {}
-        self._judged: set[tuple[int, int]] = set()
-        self._first_seen: tuple[tuple[int, int], float] | None = None
-
-    def observe(
-        self, plan: Plan | None, metrics: Mapping[str, PeerMetrics | None], now: float
-    ) -> bool:
-        """Judge `plan` on the latest step each of its trainers reported (as placed by it),
-        JUDGE_AFTER_S after it was first seen; True if some peer was re-priced (once a plan)."""
-        if plan is None or not plan.predicted_step_s or plan.key in self._judged:
-            return False
-        if self._first_seen is None or self._first_seen[0] != plan.key:
-            self._first_seen = (plan.key, now)
-        if now - self._first_seen[1] < JUDGE_AFTER_S:
-            return False
-        slow: dict[str, float] = {}
-        for replica, pipeline in enumerate(plan.pipelines):
-            steps = [
-                m.step_s
-                for stage, peer in enumerate(pipeline)
-                if (m := metrics.get(peer)) is not None
-                and m.step_s is not None
-                and (m.stage, m.replica) == (stage, replica)
-            ]
-            if len(steps) < len(pipeline):
-                return False  # judged once every trainer of the plan has stepped under it
-            ratio = max(steps) / plan.predicted_step_s
-            if ratio >= REPRICE_AFTER:
-                slow.update((peer, ratio) for peer in pipeline)
-        self._judged.add(plan.key)
-        for peer, ratio in slow.items():
-            self.factors[peer] = min(MAX_REPRICE, self.factors.get(peer, 1.0) * ratio)
-        return bool(slow)

@@ -25,18 +25,18 @@ the current plan, which is priced on its own measured links. On 32 peers on one 
 plan's links, probed all at once right after it, priced it ~10x its prediction, and a fresh search
 always "beat" it: a drift re-plan every minute, for ever (each a restart of every session). Where
 predictions hold (the WAN testbed, a swarm that measures every link) the ratio is ~1 or never
-measured, and nothing changes. Pure.
+measured, and nothing changes. Pure, and plain Python: the price itself is the planning child's
+(numbers.py); this decides when to ask for it and what it says.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from p2ptrain.control.estimate.book import is_full_mesh, plan_links
-from p2ptrain.control.estimate.matrix import EstimatedMatrices
-from p2ptrain.control.planning import planner
-from p2ptrain.records import Plan, RunSpec
+from p2ptrain.control.links import Link, link_between
+from p2ptrain.records import Plan
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,7 @@ class PlanConfirmation:
         self._optimism = 1.0  # the worst recent measured price / predicted (faded), at least 1
         self._optimism_at = 0.0
         self._price_pending = False  # the latest plan is still to be priced on its measured links
+        self._still_estimated = 0  # of its links, when it was priced (for the log)
 
     def optimism(self, now: float) -> float:
         """How much dearer than predicted our recent plans proved (1: as predicted, or never
@@ -65,48 +66,58 @@ class PlanConfirmation:
         return 1.0 + (self._optimism - 1.0) * fade
 
     def note(
-        self, estimated: EstimatedMatrices, pipelines: Sequence[Sequence[str]], now: float
+        self,
+        members: Sequence[str],
+        pipelines: Sequence[Sequence[str]],
+        links: Mapping[tuple[str, str], Link],
+        now: float,
     ) -> None:
-        """A new plan of `pipelines`, made on `estimated`: remember its estimated links, to
-        confirm (none in a swarm that measures every link: its plans are re-made on drift, as
-        before), and price it once on its measured links (past the confirmation rounds too: what
-        `optimism` learns from)."""
-        index = {p: i for i, p in enumerate(estimated.matrices.peers)}
+        """A new plan of `pipelines` for `members`, made when `links` were measured: remember its
+        estimated links, to confirm (none in a swarm that measures every link: its plans are
+        re-made on drift, as before), and price it once on its measured links (past the
+        confirmation rounds too: what `optimism` learns from)."""
         self._planned_at, self.unconfirmed, self._price_pending = now, set(), False
-        if frozenset(index) != self._members:
-            self._members, self._rounds = frozenset(index), 0
-        if is_full_mesh(len(index)):
+        if frozenset(members) != self._members:
+            self._members, self._rounds = frozenset(members), 0
+        if is_full_mesh(len(members)):
             return
-        links = [(a, b) for a, b in plan_links(pipelines) if a in index and b in index]
-        guessed = {(a, b) for a, b in links if not estimated.rtt_measured[index[a], index[b]]}
-        self._price_pending = bool(links)
+        placed = [(a, b) for a, b in plan_links(pipelines) if a in members and b in members]
+        guessed = {(a, b) for a, b in placed if not _measured(links, a, b, rate=False)}
+        self._price_pending = bool(placed)
         if self._rounds < MAX_CONFIRM_ROUNDS - 1:
             self.unconfirmed = guessed
 
-    def worse(
-        self, now: float, plan: Plan | None, estimated: EstimatedMatrices, run: RunSpec
+    def pricing_due(
+        self,
+        now: float,
+        plan: Plan | None,
+        links: Mapping[tuple[str, str], Link],
+        members: Sequence[str],
     ) -> bool:
-        """Once the plan's estimated links are measured in `estimated` (or CONFIRM_WAIT_S
-        passed: also for a plan with none to confirm, its links probed again meanwhile): does
-        `plan`, priced on them, cost over REPLAN_IF_WORSE times its prediction? Answered once
-        per plan (False while waiting); True only for a plan with estimated links to confirm."""
+        """Is `plan` to be priced now? Once its estimated links are measured in `links` (or
+        CONFIRM_WAIT_S passed: also for a plan with none to confirm, its links probed again
+        meanwhile); once per plan. judge() takes the price."""
         if not self._price_pending or plan is None:
             return False
-        index = {p: i for i, p in enumerate(estimated.matrices.peers)}
+        present = frozenset(members)
 
         def measured(a: str, b: str) -> bool:
-            i, j = index.get(a), index.get(b)
-            if i is None or j is None:
+            if a not in present or b not in present:
                 return True  # a member left: the membership re-plans it
-            return bool(estimated.rtt_measured[i, j] and estimated.rate_measured[i, j])
+            return _measured(links, a, b, rate=True)
 
         waiting = [pair for pair in self.unconfirmed if not measured(*pair)]
-        confirming = bool(self.unconfirmed)
-        if (waiting or not confirming) and now - self._planned_at < CONFIRM_WAIT_S:
+        if (waiting or not self.unconfirmed) and now - self._planned_at < CONFIRM_WAIT_S:
             return False
+        self._still_estimated = len(waiting)
+        return True
+
+    def judge(self, now: float, plan: Plan, cost_s: float | None) -> bool:
+        """`plan` priced on its measured links at `cost_s` (None: it did not fit them): does it
+        cost over REPLAN_IF_WORSE times its prediction? True only for a plan with estimated
+        links to confirm; learns the optimism either way."""
+        confirming = bool(self.unconfirmed)
         self.unconfirmed, self._price_pending = set(), False
-        layers = plan.stage_layers
-        cost_s = planner.placement_cost(estimated.matrices, plan.pipelines, run, layers)
         if cost_s is None:
             return False
         worse = confirming and cost_s > REPLAN_IF_WORSE * plan.cost_s
@@ -122,9 +133,15 @@ class PlanConfirmation:
             "per step vs %.3f s predicted%s",
             plan.term,
             plan.epoch,
-            len(waiting),
+            self._still_estimated,
             cost_s,
             plan.cost_s,
             ": re-planning" if worse else "",
         )
         return worse
+
+
+def _measured(links: Mapping[tuple[str, str], Link], a: str, b: str, rate: bool) -> bool:
+    """Did an end measure the pair's round trip (and, if `rate`, its rate)?"""
+    link = link_between(links, a, b)
+    return link is not None and link.rtt_measured and (link.rate_measured or not rate)

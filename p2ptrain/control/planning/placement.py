@@ -2,21 +2,38 @@
 
 The scheduler's `Schedule` (schedule/planner.py: peer indices) becomes a `Placement` (peer ids),
 which the plan maker (plan_maker.py) turns into a `records.Plan` with what the election and the
-swarm add (term, epoch, data-plane addresses, network facts, lineage).
+swarm add (term, epoch, data-plane addresses, network facts, lineage), checked as receivers will
+read it (`publishable`). Plain Python: the planner's control process holds no numpy (its numeric
+work runs in the planning child: numbers.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from p2ptrain.errors import WireError
 from p2ptrain.records import NetworkFacts, Plan
-from p2ptrain.records.lineage import Lineage
+from p2ptrain.records.lineage import Lineage, next_lineage
 
 if TYPE_CHECKING:
     from p2ptrain.schedule import Schedule
+
+log = logging.getLogger(__name__)
+
+# a drift re-plan is published only if it beats the current placement, priced on the same new
+# measurements, by this factor: every new placement costs the swarm a restart of its sessions
+SWITCH_GAIN = 0.8
+MAX_PLAN_COST_S = 1e15  # a plan's costs are finite on the wire (records/plan.py)
+
+
+class NoPlacementFits(Exception):
+    """Every placement the search found gives some peer a stage its device cannot hold."""
 
 
 @dataclass(frozen=True)
@@ -36,12 +53,14 @@ class Placement:
     ) -> Placement:
         """The scheduler's result, its peer indices read in `peers` (the matrices' order)."""
         return cls(
-            stages=schedule.stages,
+            stages=int(schedule.stages),
             pipelines=tuple(tuple(peers[i] for i in pipeline) for pipeline in schedule.pipelines),
             spares=tuple(peers[i] for i in schedule.spares),
             cost_s=float(schedule.cost_s),
-            stage_layers=tuple(schedule.stage_layers),
-            predicted_step_s=predicted_step_s,
+            # plain ints and floats: a placement crosses to the control process, which must
+            # not load numpy to read it
+            stage_layers=tuple(int(blocks) for blocks in schedule.stage_layers),
+            predicted_step_s=None if predicted_step_s is None else float(predicted_step_s),
         )
 
     @classmethod
@@ -79,3 +98,50 @@ class Placement:
             previous_cost_s=previous_cost_s,
             predicted_step_s=self.predicted_step_s,
         )
+
+
+def worth_switching(new_cost_s: float, current_cost_s: float | None) -> bool:
+    """Is a new placement enough cheaper than the current one to restart the swarm for it?"""
+    return current_cost_s is None or new_cost_s < SWITCH_GAIN * current_cost_s
+
+
+def clamp(value: float, low: float, high: float) -> float:
+    """`value` within [low, high]; NaN stays NaN (a bug the plan's round trip catches)."""
+    return value if math.isnan(value) else min(max(value, low), high)
+
+
+def publishable(plan: Plan) -> Plan | None:
+    """`plan` as receivers will read it: its costs clamped to the record's bounds, then encoded
+    and decoded with the receivers' own decoder (JSON without NaN or Infinity, Plan.from_dict).
+    None, logged loudly, if it does not survive that: a plan receivers refuse blocks its planner
+    everywhere (they blame the planner for a malformed plan), so it must never leave."""
+
+    def bounded(cost_s: float | None) -> float | None:
+        return None if cost_s is None else clamp(cost_s, 0.0, MAX_PLAN_COST_S)
+
+    cost_s = bounded(plan.cost_s)
+    assert cost_s is not None
+    clamped = plan.replace(
+        cost_s=cost_s,
+        previous_cost_s=bounded(plan.previous_cost_s),
+        predicted_step_s=bounded(plan.predicted_step_s),
+    )
+    try:
+        return Plan.from_dict(json.loads(json.dumps(clamped.to_dict(), allow_nan=False)))
+    except (WireError, ValueError, TypeError) as exc:
+        log.error(
+            "BUG: plan term %d epoch %d does not decode (%s); not publishing it: %r",
+            plan.term,
+            plan.epoch,
+            exc,
+            clamped.to_dict(),
+        )
+        return None
+
+
+def plan_lineage(current: Plan | None, term: int, epoch: int, peer_id: str) -> Lineage:
+    """The lineage of our plan `term`/`epoch` replacing `current` (records/lineage.py): our own
+    id continued within our term, a new one after `current`'s in a new term."""
+    previous = () if current is None else current.lineage
+    continues = current is not None and current.term == term and current.planner == peer_id
+    return next_lineage(previous, continues, term, epoch, peer_id)

@@ -6,14 +6,12 @@ reload), so plans change only when they must or when it clearly pays:
 - only peers that are alive and healthy (control/health.py): an unhealthy one counts as gone;
 - on a membership change, after a short debounce (a burst of joins gives one plan);
 - on measurement drift, only if the new placement beats the current one, priced on the same new
-  measurements, by planner.SWITCH_GAIN (and never for a random placement: a baseline keeps its
+  measurements, by placement.SWITCH_GAIN (and never for a random placement: a baseline keeps its
   placement until membership changes), and not within DRIFT_DWELL_S of the last plan: on noisy
-  links a fresh search always beats the current placement priced on the new noise (a
-  32-peer swarm on one loaded machine switched every 10 s, each switch a restart of every session);
-  a drift whose search found nothing worth switching to doubles the wait for the next check
-  (up to MAX_DRIFT_CHECK_INTERVAL_S, back to DRIFT_CHECK_INTERVAL_S at the next plan): on noisy
-  links every check "drifted", and each one was a search (a 32-peer planner searched every
-  10 s: 8% of a core, its search process never idle long enough to exit);
+  links a fresh search always beats the current placement priced on the new noise (32 peers
+  on one machine switched every 10 s); a drift whose search found nothing worth switching to
+  doubles the wait for the next check (up to MAX_DRIFT_CHECK_INTERVAL_S, reset by a plan): on
+  noisy links every check "drifted", each a search (8% of a core at 32 peers);
 - the same placement is re-issued as a new epoch when a member's data-plane addresses changed;
 - when a member's first measured stage time arrives (compute-aware runs: workers time the model
   once they have the run spec, which comes with the first plan), like drift: only if it pays;
@@ -22,22 +20,26 @@ reload), so plans change only when they must or when it clearly pays:
   own pace under diloco), only when a placed peer is lost before its last step, and without the
   done peers: a done peer that leaves is done, not lost, and nothing else (a join, drift, a new
   planner's first tick) restarts replicas about to finish.
+The numbers (the live matrices, their drift, a plan's price) and the search are the planning
+child's, asked for only when a decision is due (numbers.py): this process never loads numpy.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 
-import numpy as np
-
 from p2ptrain.control.estimate.book import is_full_mesh
-from p2ptrain.control.estimate.matrix import EstimatedMatrices, live_matrices
 from p2ptrain.control.links import Link
-from p2ptrain.control.planning import planner, search_process
-from p2ptrain.control.planning.compute import ComputeTrust, measured_peers, peer_compute
+from p2ptrain.control.planning import search_process
 from p2ptrain.control.planning.confirm import PlanConfirmation
+from p2ptrain.control.planning.numbers import PlanInputs, Searched
+from p2ptrain.control.planning.placement import (
+    Placement,
+    plan_lineage,
+    publishable,
+    worth_switching,
+)
 from p2ptrain.control.planning.plan_inputs import (
     data_addrs_of,
     roles_of,
@@ -45,10 +47,10 @@ from p2ptrain.control.planning.plan_inputs import (
     unroutable,
 )
 from p2ptrain.control.planning.readiness import first_plan_gaps
+from p2ptrain.control.planning.trust import ComputeTrust, compute_known, measured_peers
 from p2ptrain.control.run_end import lost_before_end
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import Plan, RunSpec, StageCompute
-from p2ptrain.records.lineage import Lineage, next_lineage
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +85,7 @@ class PlanMaker:
         self._term = 0
         self._epoch = 0
         self._planned_members: list[str] | None = None
-        self._planned_matrices: planner.Matrices | None = None
+        self._planned_matrices: bytes | None = None  # pickled, opaque: numbers.py
         self._planned_measured: frozenset[str] = frozenset()
         self._change_since: float | None = None
         self._last_drift_check = 0.0
@@ -94,7 +96,6 @@ class PlanMaker:
         self._ready_wait_since: float | None = None
         self._gaps_logged: list[str] = []
         self._trust = ComputeTrust()  # claimed compute checked against observed steps
-        self.estimated: EstimatedMatrices | None = None  # the latest matrices, marked
         self._confirmation = PlanConfirmation()  # a plan made on estimated links
 
     async def tick(
@@ -142,21 +143,25 @@ class PlanMaker:
         relayed = frozenset(
             pair for pair in links if self.view.links.connection(*pair) == "relayed"
         )
-        coords = self.view.links.estimate.coordinates_of(self.view.self_id, now)
-        capacities = self.view.links.estimate.capacities_of(self.view.self_id, now)
-        estimated = live_matrices(members, links, coords, capacities, private, relayed)
-        matrices = estimated.matrices
         reported = {peer: m.metrics for peer, m in self.view.members.items()}
         reported[self.view.self_id] = self.view.own_metrics
         repriced = self._trust.observe(current, reported, now)
-        compute = peer_compute(members, measured, run, self._trust.factors)
-        matrices = dataclasses.replace(matrices, compute=compute)
-        self.estimated = estimated = dataclasses.replace(estimated, matrices=matrices)
-        confirm = self._confirmation.worse(now, current, estimated, run)
-        newly_measured = compute is not None and not measured_peers(members, measured) <= (
-            self._planned_measured
+        inputs = PlanInputs(
+            members=tuple(members),
+            links=links,
+            coords=self.view.links.estimate.coordinates_of(self.view.self_id, now),
+            capacities=self.view.links.estimate.capacities_of(self.view.self_id, now),
+            private=private,
+            relayed=relayed,
+            measured=measured,
+            slowdown=dict(self._trust.factors),
+            run=run,
         )
-        placement: planner.Placement | None
+        newly_measured = compute_known(members, measured, run) and not (
+            measured_peers(members, measured) <= self._planned_measured
+        )
+        price_due = self._confirmation.pricing_due(now, current, links, members)
+        searched: Searched | None = None
         previous_cost_s: float | None = None  # the current plan on the same measurements
         if members == self._planned_members:
             self._change_since = None  # a flap back within the debounce: nothing to re-plan
@@ -166,24 +171,46 @@ class PlanMaker:
             if now - self._change_since < PLAN_DEBOUNCE_S:
                 return False
             reason = "first" if current is None else "members"
-            placement = await self._schedule(matrices, run)
+            searched = await self._search(inputs, None, current)
+            if price_due and current is not None and searched is not None:
+                self._confirmation.judge(now, current, searched.plan_cost_s)  # learns optimism
         # drift re-plans a scheduled placement only: a random one (the benchmarks' baseline)
         # stays as it is until membership changes
         elif run.swarm.placement == "scheduled" and (
-            self._drifted(now, matrices) or newly_measured or repriced or confirm
+            (drift_due := self._drift_due(now, len(members)))
+            or newly_measured
+            or repriced
+            or price_due
         ):
+            # the numbers first (the planning child): has the network drifted, and what does the
+            # current plan cost on it; a search only if either calls for one
+            try:
+                assessment = await search_process.assess(
+                    inputs, self._planned_matrices if drift_due else None, current
+                )
+            except Exception:  # a bug in the child's numbers must not take the control plane down
+                log.exception("assessing the network of %d peers failed", len(members))
+                return False
+            confirm = (
+                price_due
+                and current is not None
+                and (self._confirmation.judge(now, current, assessment.plan_cost_s))
+            )
+            if not (assessment.drifted or newly_measured or repriced or confirm):
+                return False
             reason = "compute" if newly_measured or repriced else "drift"
             self._planned_measured = measured_peers(members, measured)
-            placement = await self._schedule(matrices, run)
-            if current is not None:
-                previous_cost_s = planner.placement_cost(
-                    matrices, current.pipelines, run, current.stage_layers
-                )
+            searched = await self._search(inputs, assessment.matrices, current)
+            previous_cost_s = assessment.plan_cost_s if current is not None else None
             optimism = self._confirmation.optimism(now)
-            if placement is not None and not self._pays_to_switch(
-                placement, current, previous_cost_s, run, optimism
+            if (
+                searched is not None
+                and searched.placement is not None
+                and not self._pays_to_switch(
+                    searched.placement, current, previous_cost_s, run, optimism
+                )
             ):
-                self._planned_matrices = matrices  # the new baseline for drift
+                self._planned_matrices = searched.matrices  # the new baseline for drift
                 if reason == "drift":
                     self._back_off_drift_checks()
                 return False
@@ -193,50 +220,49 @@ class PlanMaker:
             and dict(current.data_addrs) != data_addrs
         ):
             reason, previous_cost_s = "addresses", current.cost_s
-            placement = planner.Placement.of_plan(current)
         else:
             return False
         self._change_since = None
+        if searched is not None:
+            placement, network = searched.placement, searched.network
+        elif current is not None and reason == "addresses":
+            # the same placement re-issued keeps the network it was timed for
+            placement, network = Placement.of_plan(current), current.network
+        else:
+            return False  # the scheduler failed (logged)
         if placement is None or self.view.planner != self.peer_id or self.view.term != self._term:
-            return False  # the scheduler failed, or we lost the role while it ran
+            return False  # no placement fits, or we lost the role while the search ran
         self._epoch += 1
-        self._planned_members, self._planned_matrices = members, matrices
+        self._planned_members = members
+        if searched is not None:
+            self._planned_matrices = searched.matrices
         self._planned_at = now
         self._drift_check_interval_s = DRIFT_CHECK_INTERVAL_S
-        self._confirmation.note(estimated, placement.pipelines, now)
+        self._confirmation.note(members, placement.pipelines, links, now)
         self._planned_measured = measured_peers(members, measured)
         plan = placement.to_plan(
             term=self._term,
             epoch=self._epoch,
             planner=self.peer_id,
             data_addrs=data_addrs,
-            network=planner.network_facts(matrices, placement.pipelines),
+            network=network,
             lineage=plan_lineage(current, self._term, self._epoch, self.peer_id),
             reason=reason,
             previous_cost_s=previous_cost_s,
         )
-        checked = planner.publishable(plan)  # as receivers decode it
+        checked = publishable(plan)  # as receivers decode it
         if checked is None:
             return False  # a bug (logged): every receiver would refuse it and blame us
         self.view.adopt_own_plan(checked)
-        upper = np.triu_indices(len(members), k=1)
-        delays = matrices.delay_ms[upper] if upper[0].size else np.zeros(1)
-        rates = matrices.bandwidth_gbps[upper] * 1e3 if upper[0].size else np.zeros(1)
         log.info(
-            "published plan term %d epoch %d: %d peers, %d pipelines x %d stages, cost %.3f s "
-            "(%d of %d links measured; one-way delay %.1f-%.1f ms, %.1f-%.1f Mbit/s)",
+            "published plan term %d epoch %d: %d peers, %d pipelines x %d stages, cost %.3f s%s",
             self._term,
             self._epoch,
             len(members),
             plan.num_replicas,
             plan.stages,
             plan.cost_s,
-            matrices.num_measured_delays,
-            len(upper[0]),
-            delays.min(),
-            delays.max(),
-            rates.min(),
-            rates.max(),
+            f" ({searched.summary})" if searched is not None else "",
         )
         return True
 
@@ -249,7 +275,7 @@ class PlanMaker:
 
     def _pays_to_switch(
         self,
-        placement: planner.Placement,
+        placement: Placement,
         current: Plan | None,
         current_cost: float | None,
         run: RunSpec,
@@ -274,7 +300,7 @@ class PlanMaker:
             return False
         new_tokens = tokens_per_step(run, len(placement.pipelines))
         current_tokens = tokens_per_step(run, len(current.pipelines))
-        switch = planner.worth_switching(
+        switch = worth_switching(
             placement.cost_s * optimism / new_tokens,
             None if current_cost is None else current_cost / current_tokens,
         )
@@ -341,39 +367,34 @@ class PlanMaker:
             2 * self._drift_check_interval_s, MAX_DRIFT_CHECK_INTERVAL_S
         )
 
-    def _drifted(self, now: float, matrices: planner.Matrices) -> bool:
-        """Compare with the matrices of the last plan, at most every drift check interval
-        (DRIFT_CHECK_INTERVAL_S, longer after fruitless drifts) and not within DRIFT_DWELL_S of it
-        (SAMPLED_DRIFT_DWELL_S in a swarm past the full mesh)."""
+    def _drift_due(self, now: float, num_members: int) -> bool:
+        """Is a drift check due: compare the live matrices with the last plan's (the planning
+        child: numbers.py), at most every drift check interval (DRIFT_CHECK_INTERVAL_S, longer
+        after fruitless drifts) and not within DRIFT_DWELL_S of it (SAMPLED_DRIFT_DWELL_S in a
+        swarm past the full mesh)?"""
         if (
             self._planned_matrices is None
             or now - self._last_drift_check < self._drift_check_interval_s
         ):
             return False
-        dwell_s = DRIFT_DWELL_S if is_full_mesh(len(matrices.peers)) else SAMPLED_DRIFT_DWELL_S
+        dwell_s = DRIFT_DWELL_S if is_full_mesh(num_members) else SAMPLED_DRIFT_DWELL_S
         if now - self._planned_at < dwell_s:
             return False
         self._last_drift_check = now
-        return planner.drifted(self._planned_matrices, matrices)
+        return True
 
-    async def _schedule(self, matrices: planner.Matrices, run: RunSpec) -> planner.Placement | None:
-        """Run the scheduler in its own process (control/planning/search_process.py); None (logged) if
-        it fails."""
+    async def _search(
+        self, inputs: PlanInputs, matrices: bytes | None, current: Plan | None
+    ) -> Searched | None:
+        """Run the scheduler in the planning child (control/planning/search_process.py) on the
+        live matrices (or on `matrices`, an assessment's); None (logged) if it fails. A search
+        that found no placement that fits says why, once per reason."""
         try:
-            return await search_process.compute_plan(matrices, run)
-        except planner.NoPlacementFits as exc:
-            if str(exc) != self._refused:  # once per reason: it stands until the swarm changes
-                self._refused = str(exc)
-                log.warning("%s", exc)
-            return None
+            searched = await search_process.search(inputs, matrices, current)
         except Exception:  # a scheduler bug must not take the control plane down
-            log.exception("the scheduler failed on %d peers; retrying later", len(matrices.peers))
+            log.exception("the scheduler failed on %d peers; retrying later", len(inputs.members))
             return None
-
-
-def plan_lineage(current: Plan | None, term: int, epoch: int, peer_id: str) -> Lineage:
-    """The lineage of our plan `term`/`epoch` replacing `current` (records/lineage.py): our own
-    id continued within our term, a new one after `current`'s in a new term."""
-    previous = () if current is None else current.lineage
-    continues = current is not None and current.term == term and current.planner == peer_id
-    return next_lineage(previous, continues, term, epoch, peer_id)
+        if searched.refused and searched.refused != self._refused:
+            self._refused = searched.refused  # it stands until the swarm changes
+            log.warning("%s", searched.refused)
+        return searched

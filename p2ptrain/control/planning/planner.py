@@ -8,7 +8,6 @@ plan exists from the first seconds; re-planning happens on membership changes an
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Sequence
@@ -19,9 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from p2ptrain.control.links import Link
-from p2ptrain.control.planning.placement import Placement
-from p2ptrain.errors import WireError
-from p2ptrain.records import LinkFacts, NetworkFacts, Plan, RunSpec
+from p2ptrain.control.planning.placement import NoPlacementFits, Placement, clamp
+from p2ptrain.records import LinkFacts, NetworkFacts, RunSpec
 from p2ptrain.records.network import MAX_RATE_MBPS, MAX_RTT_S, MIN_RATE_MBPS
 
 if TYPE_CHECKING:
@@ -40,9 +38,6 @@ DEFAULT_DELAY_MS = 1.0  # used only when nothing at all is measured yet
 DEFAULT_BANDWIDTH_GBPS = 1.0
 DRIFT_FACTOR = 2.0  # a link whose delay or bandwidth changed by this factor counts as drift
 DRIFT_FRACTION = 0.25  # ... and this fraction of drifted links triggers a re-plan
-# a drift re-plan is published only if it beats the current placement, priced on the same new
-# measurements, by this factor: every new placement costs the swarm a restart of its sessions
-SWITCH_GAIN = 0.8
 # a link between two peers that cannot reach each other: priced so no plan that can do without
 # it uses it (100 s one way, 1 kbit/s), yet finite (the cost model stays arithmetic)
 UNREACHABLE_DELAY_MS = 1e5
@@ -58,7 +53,6 @@ RELAYED_RATE_SHARE = 0.5
 MAX_MEASURED_DELAY_MS = UNREACHABLE_DELAY_MS / 2
 MIN_MEASURED_BANDWIDTH_GBPS = UNREACHABLE_BANDWIDTH_GBPS
 MAX_MEASURED_BANDWIDTH_GBPS = 1e4
-MAX_PLAN_COST_S = 1e15  # a plan's costs are finite on the wire (records/plan.py)
 
 
 @dataclass(frozen=True)
@@ -103,7 +97,7 @@ def build_matrices(
                 delay[i, j] = delay[j, i] = min(link.rtt_ms / 2, MAX_MEASURED_DELAY_MS)
             if link.bandwidth_mbps is not None and link.bandwidth_mbps > 0:
                 share = RELAYED_RATE_SHARE if (min(a, peers[j]), max(a, peers[j])) in relayed else 1
-                bandwidth[i, j] = bandwidth[j, i] = _clamp(
+                bandwidth[i, j] = bandwidth[j, i] = clamp(
                     share * link.bandwidth_mbps / 1000,
                     MIN_MEASURED_BANDWIDTH_GBPS,
                     MAX_MEASURED_BANDWIDTH_GBPS,
@@ -183,11 +177,6 @@ def placement_cost(
     return float(plan_cost(model, placed).cost_s)
 
 
-def worth_switching(new_cost_s: float, current_cost_s: float | None) -> bool:
-    """Is a new placement enough cheaper than the current one to restart the swarm for it?"""
-    return current_cost_s is None or new_cost_s < SWITCH_GAIN * current_cost_s
-
-
 def network_facts(matrices: Matrices, pipelines: Sequence[Sequence[str]]) -> NetworkFacts | None:
     """The network the plan's data-plane timeouts are scaled for (None when no two placed peers
     exchange anything): the slowest round trip and rate of each stage's data-parallel group and
@@ -229,51 +218,13 @@ def _worst(matrices: Matrices, members: Sequence[int]) -> LinkFacts:
     rate_mbps = float(matrices.bandwidth_gbps[pairs][usable].min()) * 1e3
     # six significant digits, not decimals: a 0.0001 Mbit/s link must not round to 0
     return LinkFacts(
-        rtt_s=_clamp(_significant(rtt_s), 0.0, MAX_RTT_S),
-        rate_mbps=_clamp(_significant(rate_mbps), MIN_RATE_MBPS, MAX_RATE_MBPS),
+        rtt_s=clamp(_significant(rtt_s), 0.0, MAX_RTT_S),
+        rate_mbps=clamp(_significant(rate_mbps), MIN_RATE_MBPS, MAX_RATE_MBPS),
     )
 
 
 def _significant(value: float, digits: int = 6) -> float:
     return float(f"{value:.{digits}g}")
-
-
-def _clamp(value: float, low: float, high: float) -> float:
-    """`value` within [low, high]; NaN stays NaN (a bug the plan's round trip catches)."""
-    return value if math.isnan(value) else min(max(value, low), high)
-
-
-def publishable(plan: Plan) -> Plan | None:
-    """`plan` as receivers will read it: its costs clamped to the record's bounds, then encoded
-    and decoded with the receivers' own decoder (JSON without NaN or Infinity, Plan.from_dict).
-    None, logged loudly, if it does not survive that: a plan receivers refuse blocks its planner
-    everywhere (they blame the planner for a malformed plan), so it must never leave."""
-
-    def bounded(cost_s: float | None) -> float | None:
-        return None if cost_s is None else _clamp(cost_s, 0.0, MAX_PLAN_COST_S)
-
-    cost_s = bounded(plan.cost_s)
-    assert cost_s is not None
-    clamped = plan.replace(
-        cost_s=cost_s,
-        previous_cost_s=bounded(plan.previous_cost_s),
-        predicted_step_s=bounded(plan.predicted_step_s),
-    )
-    try:
-        return Plan.from_dict(json.loads(json.dumps(clamped.to_dict(), allow_nan=False)))
-    except (WireError, ValueError, TypeError) as exc:
-        log.error(
-            "BUG: plan term %d epoch %d does not decode (%s); not publishing it: %r",
-            plan.term,
-            plan.epoch,
-            exc,
-            clamped.to_dict(),
-        )
-        return None
-
-
-class NoPlacementFits(Exception):
-    """Every placement the search found gives some peer a stage its device cannot hold."""
 
 
 def compute_plan(matrices: Matrices, run: RunSpec) -> Placement:

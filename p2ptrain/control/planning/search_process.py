@@ -11,8 +11,12 @@ to init). It dies with the control process however that ends: the kernel kills i
 that started it (trio's, the main thread) exits (PR_SET_PDEATHSIG), it stays in the control
 process's process group, and it exits when its request pipe closes.
 
+It does all of the planner's numeric work, not just searches (numbers.py: the live matrices,
+their drift, a plan's price), so that the control process never loads numpy or the scheduler.
 Requests and replies are length-prefixed pickles over the child's stdin and stdout: the two ends
-are the same program, and nothing from the network reaches the pipe but the matrices we built.
+are the same program, and nothing from the network reaches the pipe but the records and
+matrices we built. A reply holds plain Python only (an error the caller does not handle by type
+comes back as SearchFailed, its text and the child's traceback).
 """
 
 from __future__ import annotations
@@ -25,13 +29,19 @@ import struct
 import subprocess
 import sys
 import threading
-from typing import IO
+import traceback
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any
 
 import trio
 
 from p2ptrain import procs
-from p2ptrain.control.planning import planner
-from p2ptrain.records import RunSpec
+from p2ptrain.control.planning.numbers import Assessment, PlanInputs, Searched, SearchFailed
+from p2ptrain.control.planning.placement import NoPlacementFits, Placement
+from p2ptrain.records import Plan, RunSpec
+
+if TYPE_CHECKING:
+    from p2ptrain.control.planning.planner import Matrices
 
 _LENGTH = struct.Struct("!Q")
 SEARCH_NICENESS = 10  # added to the control process's
@@ -58,11 +68,11 @@ class _SearchProcess:
         # looks at it again, and its exited child stayed a zombie for the node's life
         threading.Thread(target=self.proc.wait, name="search-reaper", daemon=True).start()
 
-    def compute_plan(self, matrices: planner.Matrices, run: RunSpec) -> planner.Placement:
+    def call(self, kind: str, args: tuple[Any, ...]) -> Any:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         with self.lock:
             try:
-                _write_frame(self.proc.stdin, pickle.dumps((matrices, run)))
+                _write_frame(self.proc.stdin, pickle.dumps((kind, args)))
                 reply = _read_frame(self.proc.stdout)
             except OSError:
                 reply = None
@@ -71,8 +81,7 @@ class _SearchProcess:
             ok, value = pickle.loads(reply)
         if not ok:
             raise value
-        result: planner.Placement = value
-        return result
+        return value
 
     def close(self) -> None:
         if self.proc.stdin is not None:
@@ -117,16 +126,35 @@ def stop() -> None:
         _process = None
 
 
-async def compute_plan(matrices: planner.Matrices, run: RunSpec) -> planner.Placement:
-    """planner.compute_plan, in the search process (waited on from a worker thread)."""
+async def _call(kind: str, *args: Any) -> Any:
+    """The child's answer to `kind` (a name in _WORK) on `args`, waited on from a worker
+    thread."""
     process = _started()
     try:
-        return await trio.to_thread.run_sync(process.compute_plan, matrices, run)
+        return await trio.to_thread.run_sync(process.call, kind, args)
     except SearchProcessDied:
         if process.proc.wait() != IDLE_EXIT_CODE:
             raise
     # our request crossed the idle child's exit: a fresh child answers it
-    return await trio.to_thread.run_sync(_started().compute_plan, matrices, run)
+    return await trio.to_thread.run_sync(_started().call, kind, args)
+
+
+async def compute_plan(matrices: Matrices, run: RunSpec) -> Placement:
+    """planner.compute_plan, in the search process."""
+    placement: Placement = await _call("compute_plan", matrices, run)
+    return placement
+
+
+async def assess(inputs: PlanInputs, baseline: bytes | None, plan: Plan | None) -> Assessment:
+    """numbers_work.assess, in the search process."""
+    assessment: Assessment = await _call("assess", inputs, baseline, plan)
+    return assessment
+
+
+async def search(inputs: PlanInputs, matrices: bytes | None, plan: Plan | None) -> Searched:
+    """numbers_work.search, in the search process."""
+    searched: Searched = await _call("search", inputs, matrices, plan)
+    return searched
 
 
 def _write_frame(stream: IO[bytes], payload: bytes) -> None:
@@ -160,15 +188,25 @@ def main() -> None:
             sys.exit(IDLE_EXIT_CODE)
         if (request := _read_frame(requests)) is None:
             break
+        kind, args = pickle.loads(request)
         try:
-            reply: tuple[bool, object] = (True, planner.compute_plan(*pickle.loads(request)))
-        except Exception as exc:  # the caller's to handle (NoPlacementFits, a scheduler bug)
+            reply: tuple[bool, object] = (True, _work()[kind](*args))
+        except NoPlacementFits as exc:  # the caller's to handle
             reply = (False, exc)
-        try:
-            payload = pickle.dumps(reply)
-        except Exception as exc:  # an exception that does not pickle
-            payload = pickle.dumps((False, RuntimeError(f"{type(exc).__name__}: {reply[1]!r}")))
-        _write_frame(replies, payload)
+        except Exception as exc:  # a scheduler bug: as text (its arguments may hold numpy)
+            reply = (False, SearchFailed(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        _write_frame(replies, pickle.dumps(reply))
+
+
+def _work() -> dict[str, Callable[..., object]]:
+    """What the child answers, by request kind (loaded in the child only: numpy, the scheduler)."""
+    from p2ptrain.control.planning import numbers_work, planner
+
+    return {
+        "compute_plan": planner.compute_plan,
+        "assess": numbers_work.assess,
+        "search": numbers_work.search,
+    }
 
 
 if __name__ == "__main__":

@@ -7,9 +7,10 @@ import pytest
 import trio
 
 from p2ptrain.control.links import Link
-from p2ptrain.control.planning.compute import measured_peers, peer_compute
+from p2ptrain.control.planning.compute import peer_compute
 from p2ptrain.control.planning.plan_maker import FIRST_PLAN_WAIT_S, PLAN_DEBOUNCE_S, PlanMaker
 from p2ptrain.control.planning.planner import build_matrices, compute_plan, placement_cost
+from p2ptrain.control.planning.trust import measured_peers
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import RunSpec, StageCompute
 from tests.control.test_view import A, B, C, make_view, record
@@ -169,7 +170,7 @@ def test_a_peer_never_gets_a_stage_its_device_cannot_hold() -> None:
 def test_a_swarm_whose_devices_cannot_hold_the_model_is_refused_with_a_reason() -> None:
     """The 1.3b preset in 2 stages needs about 9 GiB of weights, gradients and AdamW state a
     stage: four 4 GiB devices cannot hold it and the planner says so; 24 GiB devices can."""
-    from p2ptrain.control.planning.planner import NoPlacementFits
+    from p2ptrain.control.planning.placement import NoPlacementFits
 
     run = RunSpec().replace(stages=2, preset="1.3b", batch_size=4, micro_batches=2, block_size=64)
     peers = ["p0", "p1", "p2", "p3"]

@@ -6,13 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from p2ptrain.control.planning.compute import (
-    JUDGE_AFTER_S,
-    REPRICE_AFTER,
-    ComputeTrust,
-    fastest_row_s,
-    peer_compute,
-)
+from p2ptrain.control.planning.compute import fastest_row_s, peer_compute
+from p2ptrain.control.planning.trust import JUDGE_AFTER_S, REPRICE_AFTER, ComputeTrust
 from p2ptrain.records import PeerMetrics, Plan, RunSpec, StageCompute
 
 RUN = RunSpec().replace(stages=2, n_layer=4, preset="1.3b")

@@ -11,7 +11,7 @@ import trio
 
 from p2ptrain.control import wire
 from p2ptrain.control.links import Link
-from p2ptrain.control.planning import planner
+from p2ptrain.control.planning import placement, planner
 from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S, PlanMaker
 from p2ptrain.records import LinkFacts, Plan, RunSpec
 from p2ptrain.records.network import MAX_RTT_S, MIN_RATE_MBPS
@@ -86,9 +86,9 @@ def test_a_plan_that_cannot_round_trip_is_logged_and_not_published(
         cost_s=math.nan,
     )
     with caplog.at_level(logging.ERROR):
-        assert planner.publishable(plan) is None
+        assert placement.publishable(plan) is None
     assert "BUG" in caplog.text
     huge = plan.replace(cost_s=math.inf, predicted_step_s=-1.0)
-    checked = planner.publishable(huge)
-    assert checked is not None and checked.cost_s == planner.MAX_PLAN_COST_S
+    checked = placement.publishable(huge)
+    assert checked is not None and checked.cost_s == placement.MAX_PLAN_COST_S
     assert checked.predicted_step_s == 0.0

@@ -1,9 +1,11 @@
 import dataclasses
+import pickle
 
 import numpy as np
 import pytest
 
 from p2ptrain.control.links import Link
+from p2ptrain.control.planning.placement import worth_switching
 from p2ptrain.control.planning.planner import (
     PLAN_MAX_EVALUATIONS,
     Matrices,
@@ -12,7 +14,6 @@ from p2ptrain.control.planning.planner import (
     drifted,
     network_facts,
     placement_cost,
-    worth_switching,
 )
 from p2ptrain.records import LinkFacts, RunSpec
 from p2ptrain.schedule.workload import measured_workload
@@ -201,9 +202,9 @@ def test_no_drift_re_plan_within_the_dwell_of_the_last_plan() -> None:
     maker = PlanMaker(view, "p0")
     before, after = _uniform(PEERS[:4], 2.0, 1000.0), _uniform(PEERS[:4], 40.0, 10.0)
     assert drifted(before, after)
-    maker._planned_matrices, maker._planned_at = before, 100.0
-    assert not maker._drifted(100.0 + DRIFT_DWELL_S / 2, after)
-    assert maker._drifted(100.0 + DRIFT_DWELL_S + 1.0, after)
+    maker._planned_matrices, maker._planned_at = pickle.dumps(before), 100.0
+    assert not maker._drift_due(100.0 + DRIFT_DWELL_S / 2, len(after.peers))
+    assert maker._drift_due(100.0 + DRIFT_DWELL_S + 1.0, len(after.peers))
 
 
 def test_a_swarm_past_the_full_mesh_dwells_longer_after_a_plan() -> None:
@@ -216,9 +217,10 @@ def test_a_swarm_past_the_full_mesh_dwells_longer_after_a_plan() -> None:
     view = SwarmView(self_id="p0", role="control-only", planner_capable=True, started_at=0.0)
     maker = PlanMaker(view, "p0")
     before, after = _uniform(peers, 2.0, 1000.0), _uniform(peers, 40.0, 10.0)
-    maker._planned_matrices, maker._planned_at = before, 100.0
-    assert not maker._drifted(100.0 + SAMPLED_DRIFT_DWELL_S - 1.0, after)
-    assert maker._drifted(100.0 + SAMPLED_DRIFT_DWELL_S + 1.0, after)
+    assert drifted(before, after)
+    maker._planned_matrices, maker._planned_at = pickle.dumps(before), 100.0
+    assert not maker._drift_due(100.0 + SAMPLED_DRIFT_DWELL_S - 1.0, len(after.peers))
+    assert maker._drift_due(100.0 + SAMPLED_DRIFT_DWELL_S + 1.0, len(after.peers))
 
 
 def test_fruitless_drift_checks_back_off_until_the_next_plan() -> None:
@@ -235,15 +237,16 @@ def test_fruitless_drift_checks_back_off_until_the_next_plan() -> None:
     view = SwarmView(self_id="p0", role="control-only", planner_capable=True, started_at=0.0)
     maker = PlanMaker(view, "p0")
     before, after = _uniform(PEERS[:4], 2.0, 1000.0), _uniform(PEERS[:4], 40.0, 10.0)
-    maker._planned_matrices, maker._planned_at = before, 0.0
-    t = DRIFT_DWELL_S + 1.0
-    assert maker._drifted(t, after)
-    assert not maker._drifted(t + DRIFT_CHECK_INTERVAL_S / 2, after)
-    assert maker._drifted(t + DRIFT_CHECK_INTERVAL_S, after)  # the usual pace
+    assert drifted(before, after)
+    maker._planned_matrices, maker._planned_at = pickle.dumps(before), 0.0
+    n, t = len(after.peers), DRIFT_DWELL_S + 1.0
+    assert maker._drift_due(t, n)
+    assert not maker._drift_due(t + DRIFT_CHECK_INTERVAL_S / 2, n)
+    assert maker._drift_due(t + DRIFT_CHECK_INTERVAL_S, n)  # the usual pace
     t += DRIFT_CHECK_INTERVAL_S
     maker._back_off_drift_checks()
-    assert not maker._drifted(t + DRIFT_CHECK_INTERVAL_S, after)
-    assert maker._drifted(t + 2 * DRIFT_CHECK_INTERVAL_S, after)
+    assert not maker._drift_due(t + DRIFT_CHECK_INTERVAL_S, n)
+    assert maker._drift_due(t + 2 * DRIFT_CHECK_INTERVAL_S, n)
     for _ in range(10):
         maker._back_off_drift_checks()
     assert maker._drift_check_interval_s == MAX_DRIFT_CHECK_INTERVAL_S
