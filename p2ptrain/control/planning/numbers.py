@@ -1,11 +1,12 @@
 """The planner's numeric work as its control process asks for it and gets it back: plain records.
 
-The live matrices (and their fitted embedding), their drift from the last plan's, the standing
-plan's price on them, and the search all run in the planning child (search_process.py), which
+The live matrices (and their fitted embedding), the standing plan's price on them and the search
+all run in the planning child (search_process.py), which
 exits when idle: numpy (10 MiB resident, more with the matrices) never loads in the control
 process, and a 32-peer swarm's planner fits the 100 MB a volunteer's node may hold. So these
 records carry only plain Python; matrices travel back as opaque pickled bytes, which the control
-process keeps (the drift baseline) and hands back, never reads. See numbers_work.py for the
+process hands back (to search on what it assessed), never reads. Drift is judged on the measured
+links in the control process itself (drift.py): the child is asked only when a decision is due. See numbers_work.py for the
 child's side.
 """
 
@@ -37,11 +38,9 @@ class PlanInputs:
 
 @dataclass(frozen=True)
 class Assessment:
-    """The live matrices against the last plan's: has the network drifted, what does the
-    standing plan cost on them."""
+    """What the standing plan costs on the live matrices (its confirmation: confirm.py)."""
 
-    matrices: bytes  # pickled planner.Matrices: the next drift baseline, opaque here
-    drifted: bool  # False when no baseline was given
+    matrices: bytes  # pickled planner.Matrices, for a search that follows: opaque here
     plan_cost_s: float | None  # the standing plan priced on them (None: none, or it does not fit)
 
 

@@ -31,11 +31,10 @@ def matrices_of(inputs: PlanInputs) -> planner.Matrices:
     return dataclasses.replace(estimated.matrices, compute=compute)
 
 
-def assess(inputs: PlanInputs, baseline: bytes | None, plan: Plan | None) -> Assessment:
-    """The live matrices against `baseline` (the last plan's, pickled) and `plan` priced on them."""
+def assess(inputs: PlanInputs, plan: Plan | None) -> Assessment:
+    """`plan` priced on the live matrices."""
     matrices = matrices_of(inputs)
-    drifted = baseline is not None and planner.drifted(pickle.loads(baseline), matrices)
-    return Assessment(pickle.dumps(matrices), drifted, _plan_cost(matrices, plan, inputs))
+    return Assessment(pickle.dumps(matrices), _plan_cost(matrices, plan, inputs))
 
 
 def search(inputs: PlanInputs, matrices_pickled: bytes | None, plan: Plan | None) -> Searched:

@@ -20,8 +20,8 @@ reload), so plans change only when they must or when it clearly pays:
   own pace under diloco), only when a placed peer is lost before its last step, and without the
   done peers: a done peer that leaves is done, not lost, and nothing else (a join, drift, a new
   planner's first tick) restarts replicas about to finish.
-The numbers (the live matrices, their drift, a plan's price) and the search are the planning
-child's, asked for only when a decision is due (numbers.py): this process never loads numpy.
+The numbers (the live matrices, a plan's price) and the search are the planning child's, asked
+for only when a decision is due (numbers.py; drift is judged on the links: drift.py).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from p2ptrain.control.estimate.book import is_full_mesh
 from p2ptrain.control.links import Link
 from p2ptrain.control.planning import search_process
 from p2ptrain.control.planning.confirm import PlanConfirmation
+from p2ptrain.control.planning.drift import links_drifted
 from p2ptrain.control.planning.numbers import PlanInputs, Searched
 from p2ptrain.control.planning.placement import (
     Placement,
@@ -85,7 +86,7 @@ class PlanMaker:
         self._term = 0
         self._epoch = 0
         self._planned_members: list[str] | None = None
-        self._planned_matrices: bytes | None = None  # pickled, opaque: numbers.py
+        self._planned_links: dict[tuple[str, str], Link] | None = None  # drift's baseline
         self._planned_measured: frozenset[str] = frozenset()
         self._change_since: float | None = None
         self._last_drift_check = 0.0
@@ -177,31 +178,24 @@ class PlanMaker:
         # drift re-plans a scheduled placement only: a random one (the benchmarks' baseline)
         # stays as it is until membership changes
         elif run.swarm.placement == "scheduled" and (
-            (drift_due := self._drift_due(now, len(members)))
-            or newly_measured
-            or repriced
-            or price_due
+            (drifted := self._drifted(now, links)) or newly_measured or repriced or price_due
         ):
-            # the numbers first (the planning child): has the network drifted, and what does the
-            # current plan cost on it; a search only if either calls for one
-            try:
-                assessment = await search_process.assess(
-                    inputs, self._planned_matrices if drift_due else None, current
-                )
-            except Exception:  # a bug in the child's numbers must not take the control plane down
-                log.exception("assessing the network of %d peers failed", len(members))
-                return False
-            confirm = (
-                price_due
-                and current is not None
-                and (self._confirmation.judge(now, current, assessment.plan_cost_s))
-            )
-            if not (assessment.drifted or newly_measured or repriced or confirm):
+            matrices, confirm = None, False
+            if price_due and current is not None:  # the plan priced on its measured links
+                try:
+                    assessment = await search_process.assess(inputs, current)
+                except Exception:  # a bug in the child's numbers must not take the node down
+                    log.exception("pricing the plan on %d peers failed", len(members))
+                    self._confirmation.judge(now, current, None)  # not again for this plan
+                    return False
+                confirm = self._confirmation.judge(now, current, assessment.plan_cost_s)
+                matrices = assessment.matrices
+            if not (drifted or newly_measured or repriced or confirm):
                 return False
             reason = "compute" if newly_measured or repriced else "drift"
             self._planned_measured = measured_peers(members, measured)
-            searched = await self._search(inputs, assessment.matrices, current)
-            previous_cost_s = assessment.plan_cost_s if current is not None else None
+            searched = await self._search(inputs, matrices, current)
+            previous_cost_s = None if searched is None or current is None else searched.plan_cost_s
             optimism = self._confirmation.optimism(now)
             if (
                 searched is not None
@@ -210,7 +204,7 @@ class PlanMaker:
                     searched.placement, current, previous_cost_s, run, optimism
                 )
             ):
-                self._planned_matrices = searched.matrices  # the new baseline for drift
+                self._planned_links = links  # the new baseline for drift
                 if reason == "drift":
                     self._back_off_drift_checks()
                 return False
@@ -234,8 +228,7 @@ class PlanMaker:
             return False  # no placement fits, or we lost the role while the search ran
         self._epoch += 1
         self._planned_members = members
-        if searched is not None:
-            self._planned_matrices = searched.matrices
+        self._planned_links = links
         self._planned_at = now
         self._drift_check_interval_s = DRIFT_CHECK_INTERVAL_S
         self._confirmation.note(members, placement.pipelines, links, now)
@@ -367,21 +360,19 @@ class PlanMaker:
             2 * self._drift_check_interval_s, MAX_DRIFT_CHECK_INTERVAL_S
         )
 
-    def _drift_due(self, now: float, num_members: int) -> bool:
-        """Is a drift check due: compare the live matrices with the last plan's (the planning
-        child: numbers.py), at most every drift check interval (DRIFT_CHECK_INTERVAL_S, longer
-        after fruitless drifts) and not within DRIFT_DWELL_S of it (SAMPLED_DRIFT_DWELL_S in a
-        swarm past the full mesh)?"""
-        if (
-            self._planned_matrices is None
-            or now - self._last_drift_check < self._drift_check_interval_s
-        ):
+    def _drifted(self, now: float, links: dict[tuple[str, str], Link]) -> bool:
+        """Compare with the links of the last plan (drift.py), at most every drift check
+        interval (DRIFT_CHECK_INTERVAL_S, longer after fruitless drifts) and not within
+        DRIFT_DWELL_S of it (SAMPLED_DRIFT_DWELL_S in a swarm past the full mesh)."""
+        if self._planned_links is None or self._planned_members is None:
             return False
-        dwell_s = DRIFT_DWELL_S if is_full_mesh(num_members) else SAMPLED_DRIFT_DWELL_S
-        if now - self._planned_at < dwell_s:
+        if now - self._last_drift_check < self._drift_check_interval_s:
+            return False
+        sampled = not is_full_mesh(len(self._planned_members))
+        if now - self._planned_at < (SAMPLED_DRIFT_DWELL_S if sampled else DRIFT_DWELL_S):
             return False
         self._last_drift_check = now
-        return True
+        return links_drifted(self._planned_links, links)
 
     async def _search(
         self, inputs: PlanInputs, matrices: bytes | None, current: Plan | None

@@ -3,13 +3,12 @@
 One chain (placement.py): the scheduler's `Schedule` → a `Placement` → a `records.Plan`.
 
 Runs on the elected planner only. Unmeasured links get estimates (the median of measured ones) so a
-plan exists from the first seconds; re-planning happens on membership changes and measurement drift.
+plan exists from the first seconds; re-planning happens on membership changes and measurement drift (drift.py).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,8 +35,6 @@ PLAN_MAX_EVALUATIONS = 50_000
 PLAN_TIME_CAP_S = 20.0
 DEFAULT_DELAY_MS = 1.0  # used only when nothing at all is measured yet
 DEFAULT_BANDWIDTH_GBPS = 1.0
-DRIFT_FACTOR = 2.0  # a link whose delay or bandwidth changed by this factor counts as drift
-DRIFT_FRACTION = 0.25  # ... and this fraction of drifted links triggers a re-plan
 # a link between two peers that cannot reach each other: priced so no plan that can do without
 # it uses it (100 s one way, 1 kbit/s), yet finite (the cost model stays arithmetic)
 UNREACHABLE_DELAY_MS = 1e5
@@ -121,18 +118,6 @@ def build_matrices(
     np.fill_diagonal(bandwidth, np.inf)
     bandwidth[np.isinf(bandwidth)] = 1e6  # "local": effectively free
     return Matrices(peers, delay, bandwidth, num_measured)
-
-
-def drifted(old: Matrices, new: Matrices) -> bool:
-    """True when enough links moved by DRIFT_FACTOR (same peers only) to justify a re-plan."""
-    if old.peers != new.peers or len(new.peers) < 2:
-        return False
-    upper = np.triu_indices(len(new.peers), k=1)
-    num_drifted = 0
-    for a, b in ((old.delay_ms, new.delay_ms), (old.bandwidth_gbps, new.bandwidth_gbps)):
-        ratio = (np.maximum(a[upper], 1e-3)) / np.maximum(b[upper], 1e-3)
-        num_drifted += int(np.count_nonzero(np.abs(np.log(ratio)) > math.log(DRIFT_FACTOR)))
-    return num_drifted > DRIFT_FRACTION * len(upper[0])
 
 
 def _topology(

@@ -12,7 +12,7 @@ that started it (trio's, the main thread) exits (PR_SET_PDEATHSIG), it stays in 
 process's process group, and it exits when its request pipe closes.
 
 It does all of the planner's numeric work, not just searches (numbers.py: the live matrices,
-their drift, a plan's price), so that the control process never loads numpy or the scheduler.
+a plan's price), so that the control process never loads numpy or the scheduler.
 Requests and replies are length-prefixed pickles over the child's stdin and stdout: the two ends
 are the same program, and nothing from the network reaches the pipe but the records and
 matrices we built. A reply holds plain Python only (an error the caller does not handle by type
@@ -145,9 +145,9 @@ async def compute_plan(matrices: Matrices, run: RunSpec) -> Placement:
     return placement
 
 
-async def assess(inputs: PlanInputs, baseline: bytes | None, plan: Plan | None) -> Assessment:
+async def assess(inputs: PlanInputs, plan: Plan | None) -> Assessment:
     """numbers_work.assess, in the search process."""
-    assessment: Assessment = await _call("assess", inputs, baseline, plan)
+    assessment: Assessment = await _call("assess", inputs, plan)
     return assessment
 
 

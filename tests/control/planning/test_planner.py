@@ -1,17 +1,16 @@
 import dataclasses
-import pickle
 
 import numpy as np
 import pytest
 
 from p2ptrain.control.links import Link
+from p2ptrain.control.planning.drift import links_drifted
 from p2ptrain.control.planning.placement import worth_switching
 from p2ptrain.control.planning.planner import (
     PLAN_MAX_EVALUATIONS,
     Matrices,
     build_matrices,
     compute_plan,
-    drifted,
     network_facts,
     placement_cost,
 )
@@ -54,12 +53,22 @@ def test_fewer_peers_than_stages_shrinks_the_pipeline():
 
 def test_drift_needs_many_links_to_move():
     base = {(a, b): Link(1.0, 1000.0, 0.0) for i, a in enumerate(PEERS) for b in PEERS[i + 1 :]}
-    old = build_matrices(PEERS, base)
     one_moved = dict(base)
     one_moved[("p0", "p1")] = Link(50.0, 1000.0, 0.0)
-    assert not drifted(old, build_matrices(PEERS, one_moved))
+    assert not links_drifted(base, one_moved)
     all_moved = {k: Link(10.0, 1000.0, 0.0) for k in base}
-    assert drifted(old, build_matrices(PEERS, all_moved))
+    assert links_drifted(base, all_moved)
+    slower = {k: Link(1.0, 100.0, 0.0) for k in base}  # rates count as much
+    assert links_drifted(base, slower)
+    # keyed the other way round, the same pairs
+    assert links_drifted({(b, a): link for (a, b), link in base.items()}, all_moved)
+    # links measured only now (a sampled swarm's fresh probes) are nothing to compare
+    assert not links_drifted({}, all_moved)
+    # a probe that now fails is a move; a rate never measured before is not
+    failing = {k: Link(None, None, 0.0, rtt_failed=True, rate_failed=True) for k in base}
+    assert links_drifted(base, failing)
+    unrated = {k: Link(1.0, None, 0.0) for k in base}
+    assert not links_drifted(unrated, base)
 
 
 def test_placement_cost_prices_a_given_placement_on_new_measurements():
@@ -79,11 +88,16 @@ def test_a_drift_re_plan_must_clearly_beat_the_current_placement():
     assert worth_switching(3.0, None)  # nothing to compare with
 
 
-def _uniform(peers: list[str], rtt_ms: float, rate_mbps: float) -> Matrices:
-    links = {
+def _uniform_links(
+    peers: list[str], rtt_ms: float, rate_mbps: float
+) -> dict[tuple[str, str], Link]:
+    return {
         (a, b): Link(rtt_ms, rate_mbps, 0.0) for i, a in enumerate(peers) for b in peers[i + 1 :]
     }
-    return build_matrices(peers, links)
+
+
+def _uniform(peers: list[str], rtt_ms: float, rate_mbps: float) -> Matrices:
+    return build_matrices(peers, _uniform_links(peers, rtt_ms, rate_mbps))
 
 
 def test_plans_are_priced_with_the_run_s_real_traffic_unless_overridden() -> None:
@@ -200,11 +214,10 @@ def test_no_drift_re_plan_within_the_dwell_of_the_last_plan() -> None:
 
     view = SwarmView(self_id="p0", role="control-only", planner_capable=True, started_at=0.0)
     maker = PlanMaker(view, "p0")
-    before, after = _uniform(PEERS[:4], 2.0, 1000.0), _uniform(PEERS[:4], 40.0, 10.0)
-    assert drifted(before, after)
-    maker._planned_matrices, maker._planned_at = pickle.dumps(before), 100.0
-    assert not maker._drift_due(100.0 + DRIFT_DWELL_S / 2, len(after.peers))
-    assert maker._drift_due(100.0 + DRIFT_DWELL_S + 1.0, len(after.peers))
+    before, after = _uniform_links(PEERS[:4], 2.0, 1000.0), _uniform_links(PEERS[:4], 40.0, 10.0)
+    maker._planned_links, maker._planned_members, maker._planned_at = before, PEERS[:4], 100.0
+    assert not maker._drifted(100.0 + DRIFT_DWELL_S / 2, after)
+    assert maker._drifted(100.0 + DRIFT_DWELL_S + 1.0, after)
 
 
 def test_a_swarm_past_the_full_mesh_dwells_longer_after_a_plan() -> None:
@@ -216,11 +229,10 @@ def test_a_swarm_past_the_full_mesh_dwells_longer_after_a_plan() -> None:
     peers = [f"Peer{i:03d}" for i in range(FULL_MESH_PEERS + 1)]
     view = SwarmView(self_id="p0", role="control-only", planner_capable=True, started_at=0.0)
     maker = PlanMaker(view, "p0")
-    before, after = _uniform(peers, 2.0, 1000.0), _uniform(peers, 40.0, 10.0)
-    assert drifted(before, after)
-    maker._planned_matrices, maker._planned_at = pickle.dumps(before), 100.0
-    assert not maker._drift_due(100.0 + SAMPLED_DRIFT_DWELL_S - 1.0, len(after.peers))
-    assert maker._drift_due(100.0 + SAMPLED_DRIFT_DWELL_S + 1.0, len(after.peers))
+    before, after = _uniform_links(peers, 2.0, 1000.0), _uniform_links(peers, 40.0, 10.0)
+    maker._planned_links, maker._planned_members, maker._planned_at = before, peers, 100.0
+    assert not maker._drifted(100.0 + SAMPLED_DRIFT_DWELL_S - 1.0, after)
+    assert maker._drifted(100.0 + SAMPLED_DRIFT_DWELL_S + 1.0, after)
 
 
 def test_fruitless_drift_checks_back_off_until_the_next_plan() -> None:
@@ -236,17 +248,17 @@ def test_fruitless_drift_checks_back_off_until_the_next_plan() -> None:
 
     view = SwarmView(self_id="p0", role="control-only", planner_capable=True, started_at=0.0)
     maker = PlanMaker(view, "p0")
-    before, after = _uniform(PEERS[:4], 2.0, 1000.0), _uniform(PEERS[:4], 40.0, 10.0)
-    assert drifted(before, after)
-    maker._planned_matrices, maker._planned_at = pickle.dumps(before), 0.0
-    n, t = len(after.peers), DRIFT_DWELL_S + 1.0
-    assert maker._drift_due(t, n)
-    assert not maker._drift_due(t + DRIFT_CHECK_INTERVAL_S / 2, n)
-    assert maker._drift_due(t + DRIFT_CHECK_INTERVAL_S, n)  # the usual pace
-    t += DRIFT_CHECK_INTERVAL_S
+    before, after = _uniform_links(PEERS[:4], 2.0, 1000.0), _uniform_links(PEERS[:4], 40.0, 10.0)
+    maker._planned_links, maker._planned_members, maker._planned_at = before, PEERS[:4], 0.0
+    t = DRIFT_DWELL_S + 1.0
+    assert maker._drifted(t, after)
+    assert not maker._drifted(t + DRIFT_CHECK_INTERVAL_S / 2, after)
+    assert maker._drifted(t + DRIFT_CHECK_INTERVAL_S, after)  # the usual pace
+    assert not maker._drifted(t + 2 * DRIFT_CHECK_INTERVAL_S, before)  # checked: no drift
+    t += 2 * DRIFT_CHECK_INTERVAL_S
     maker._back_off_drift_checks()
-    assert not maker._drift_due(t + DRIFT_CHECK_INTERVAL_S, n)
-    assert maker._drift_due(t + 2 * DRIFT_CHECK_INTERVAL_S, n)
+    assert not maker._drifted(t + DRIFT_CHECK_INTERVAL_S, after)
+    assert maker._drifted(t + 2 * DRIFT_CHECK_INTERVAL_S, after)
     for _ in range(10):
         maker._back_off_drift_checks()
     assert maker._drift_check_interval_s == MAX_DRIFT_CHECK_INTERVAL_S
