@@ -170,7 +170,7 @@ class ControlBench:
         """Measure the plan's links directly; re-plan (and confirm again, MAX_CONFIRM_ROUNDS
         at most) if they price it clearly worse than estimated. Then commit the cheapest of the
         plans `tried`, priced on every link measured so far: a re-plan is no better for being
-        the latest (as live, where it replaces the plan only if it pays: planner.SWITCH_GAIN)."""
+        the latest (as live, where it replaces the plan only if it pays: placement.SWITCH_GAIN)."""
         sim, state = self.sim, self.state
         tried = (*tried, pipelines)
         links = self._plan_links(pipelines)

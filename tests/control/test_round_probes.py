@@ -11,7 +11,7 @@ import trio
 
 from p2ptrain.control import measuring
 from p2ptrain.control.links import ROUND_HOLD_S
-from p2ptrain.control.planning.planner import build_matrices, drifted
+from p2ptrain.control.planning.drift import links_drifted
 from p2ptrain.control.round_watch import MAX_ROUND_S, ROUND_GRACE_S, RoundWatch
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.view import SwarmView
@@ -20,7 +20,6 @@ from p2ptrain.records import MetricsReport
 from tests.control.test_view import ME, A, B, make_view
 
 PLAN = (1, 1)
-PEERS = [A, B, ME]
 
 
 def test_the_watch_follows_the_worker_s_rounds() -> None:
@@ -80,8 +79,8 @@ def run_probes(
         t += 1.0
 
 
-def matrices_at(view: SwarmView, now: float) -> Any:
-    return build_matrices(PEERS, view.links.freshest(now))
+def links_at(view: SwarmView, now: float) -> Any:
+    return view.links.freshest(now)
 
 
 def round_traffic(t: float, in_round: bool) -> tuple[float | None, float | None]:
@@ -95,19 +94,19 @@ def round_traffic(t: float, in_round: bool) -> tuple[float | None, float | None]
 def test_a_round_s_own_traffic_does_not_look_like_drift() -> None:
     view, _ = make_view(peers=(A, B))
     run_probes(view, 0.0, 1.0, round_traffic)  # measured before the first round
-    planned = matrices_at(view, 1.0)
+    planned = links_at(view, 1.0)
     end = 292.0  # in a round
     run_probes(view, 1.0, end, round_traffic)
     assert view.links.rounds.in_round(end)
     link = view.links.freshest(end)[(A, ME)]
     assert (link.rtt_ms, link.bandwidth_mbps, link.rtt_failed) == (20.0, 50.0, False)
-    assert not drifted(planned, matrices_at(view, end))
+    assert not links_drifted(planned, links_at(view, end))
     # counted as before, the same probes priced the link as the swarm's worst: a re-plan
     before, _ = make_view(peers=(A, B))
     run_probes(before, 0.0, 1.0, round_traffic, gated=False)
     run_probes(before, 1.0, end, round_traffic, gated=False)
     assert before.links.freshest(end)[(A, ME)].rtt_failed
-    assert drifted(planned, matrices_at(before, end))
+    assert links_drifted(planned, links_at(before, end))
 
 
 @pytest.mark.parametrize("kind", ["cut", "slow"])
@@ -122,9 +121,9 @@ def test_a_link_that_really_changes_still_drifts(kind: str) -> None:
 
     view, _ = make_view(peers=(A, B))
     run_probes(view, 0.0, 1.0, changed)
-    planned = matrices_at(view, 1.0)
+    planned = links_at(view, 1.0)
     run_probes(view, 1.0, 100.0, changed)
-    assert not drifted(planned, matrices_at(view, 100.0))
+    assert not links_drifted(planned, links_at(view, 100.0))
     # a cut shows once the last round trip is older than the hold; a slower link once its
     # better probes leave the window (control/links.py: RECENT_WINDOW_S)
     end = 100.0 + (ROUND_HOLD_S["rtt"] + 5 if kind == "cut" else 310.0)
@@ -134,7 +133,7 @@ def test_a_link_that_really_changes_still_drifts(kind: str) -> None:
         assert link.rtt_failed
     else:
         assert (link.rtt_ms, link.bandwidth_mbps) == (200.0, 5.0)
-    assert drifted(planned, matrices_at(view, end))
+    assert links_drifted(planned, links_at(view, end))
 
 
 def test_the_prober_sets_aside_a_failure_during_our_round(monkeypatch: Any) -> None:

@@ -4,7 +4,7 @@ matrix is mostly predicted, control/estimate/matrix.py).
 The plan's own links are then measured first by their ends (plan partners lead the neighbour set:
 control/measuring.py). Once they are, or after CONFIRM_WAIT_S, the plan is priced on what was
 measured; a plan REPLAN_IF_WORSE dearer than predicted is re-made, on the measured links (the
-planner's drift path: it switches only if the new placement pays, planner.SWITCH_GAIN). At most
+planner's drift path: it switches only if the new placement pays, placement.SWITCH_GAIN). At most
 MAX_CONFIRM_ROUNDS confirmations (so one re-plan fewer) in a row for one membership, as bench
 control confirms: each new plan brings newly estimated links to confirm, and on noisy
 measurements (32 peers on one loaded machine) every confirmation priced the plan dearer, a
