@@ -27,9 +27,11 @@ log = logging.getLogger(__name__)
 ELECTION_IDLE_S = 1.0
 # A first plan is made only once our claim stood this long: at start every planner-token holder
 # claims term 1 at once, and the losers hear the winner's claim within a second or two. Making
-# the PlanMaker loads numpy and the estimate (~20 MB a control process, for good: 32 live peers'
-# 2 losing candidates stayed at 116 MiB against a member's 95). A first plan waits for its
-# readiness far longer anyway; a planner replacing a dead one (a plan stands) plans at once.
+# the PlanMaker starts the planning child ahead of the first search (numpy and the scheduler,
+# 50-90 MiB while it lives; before the planner's numbers moved there, it loaded numpy into the
+# control process for good: 32 live peers' 2 losing candidates stayed at 116 MiB against a
+# member's 95). A first plan waits for its readiness far longer anyway; a planner replacing a
+# dead one (a plan stands) plans at once.
 CLAIM_SETTLE_S = 5.0
 _PAST_S = 1e-3  # a deadline is looked at just after it passed (is_alive's bound is inclusive)
 
@@ -37,7 +39,7 @@ _PAST_S = 1e-3  # a deadline is looked at just after it passed (is_alive's bound
 async def serve_election(state: NodeState) -> None:
     """Run the election and, while we are the planner, the planning, once joined (members only)."""
     view, changes = state.view, state.changes
-    plan_maker: PlanMaker | None = None  # made when we first plan: numpy loads with it
+    plan_maker: PlanMaker | None = None  # made when we first plan
     claimed_at = -math.inf
     await state.joined.wait()
     while True:
