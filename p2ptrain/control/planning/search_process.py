@@ -127,7 +127,7 @@ def stop() -> None:
 
 
 async def _call(kind: str, *args: Any) -> Any:
-    """The child's answer to `kind` (a name in _WORK) on `args`, waited on from a worker
+    """The child's answer to `kind` (a name in _work()) on `args`, waited on from a worker
     thread."""
     process = _started()
     try:
