@@ -94,6 +94,12 @@ class RunSpec:
         """Every size of the run's model (the one place they are derived)."""
         return model_config(self.model)
 
+    def tokens_per_step(self, replicas: int) -> int:
+        """Tokens the swarm trains a step with `replicas` pipelines (what shapes are compared
+        by, per second): under diloco each replica trains its own batch."""
+        rows = self.optim.batch_size * (replicas if self.optim.sync == "diloco" else 1)
+        return rows * self.model.block_size
+
     def replace(self, **changes: Any) -> RunSpec:
         """A copy with some fields changed, each by its flat name (`replace(stages=4, n_layer=8,
         model="llama")`); validated like any spec."""

@@ -48,9 +48,9 @@ def replica_batch_rows(spec: RunSpec, replicas: int) -> float:
 
 
 def tokens_per_step(spec: RunSpec, replicas: int) -> int:
-    """Tokens the swarm trains a step (what shapes are compared by, per second)."""
-    rows = spec.optim.batch_size * (replicas if spec.optim.sync == "diloco" else 1)
-    return rows * spec.model.block_size
+    """Tokens the swarm trains a step (what shapes are compared by, per second): the run
+    spec's rule (RunSpec.tokens_per_step), as the scheduler's callers pass it."""
+    return spec.tokens_per_step(replicas)
 
 
 def stage_parameter_counts(

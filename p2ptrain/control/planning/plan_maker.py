@@ -207,6 +207,9 @@ class PlanMaker:
                 self._planned_links = links  # the new baseline for drift
                 if reason == "drift":
                     self._back_off_drift_checks()
+                    # the next check is twice the interval away: the child (93 MiB with scipy)
+                    # need not idle until then; a change meanwhile starts another
+                    await search_process.release()
                 return False
         elif (
             current is not None
@@ -280,8 +283,6 @@ class PlanMaker:
         at 2.0 s (bench scaleout run 8 restarted 8 x 1 as 4 x 1 on a per-step comparison).
         The new placement's predicted cost counts `optimism` times (control/planning/confirm.py:
         how much dearer than predicted our last confirmed plan proved)."""
-        from p2ptrain.schedule.workload import tokens_per_step
-
         if current is None:
             return True
         same_layers = placement.stage_layers == current.stage_layers
@@ -291,8 +292,8 @@ class PlanMaker:
         if left is not None and left < min_steps_to_switch(run):
             log.info("keeping the current placement: %d steps left of the run", left)
             return False
-        new_tokens = tokens_per_step(run, len(placement.pipelines))
-        current_tokens = tokens_per_step(run, len(current.pipelines))
+        new_tokens = run.tokens_per_step(len(placement.pipelines))
+        current_tokens = run.tokens_per_step(len(current.pipelines))
         switch = worth_switching(
             placement.cost_s * optimism / new_tokens,
             None if current_cost is None else current_cost / current_tokens,

@@ -126,6 +126,13 @@ def stop() -> None:
         _process = None
 
 
+async def release() -> None:
+    """End the search process now, rather than after IDLE_EXIT_S, when nothing is due for it
+    soon (its exit is waited on from a worker thread)."""
+    if pid() is not None:
+        await trio.to_thread.run_sync(stop)
+
+
 async def _call(kind: str, *args: Any) -> Any:
     """The child's answer to `kind` (a name in _work()) on `args`, waited on from a worker
     thread."""

@@ -23,28 +23,36 @@ view.run = RunSpec().replace(stages=3, n_layer=3, min_peers=3, compute_aware=Fal
 report = {"rtt_ms": 20.0, "rtt_age_s": 0.5, "bandwidth_mbps": 50.0, "bandwidth_age_s": 0.5}
 maker = PlanMaker(view, A)
 
+slower = {**report, "rtt_ms": 200.0, "bandwidth_mbps": 5.0}
+
 async def ticks():
+    from p2ptrain.control.planning import search_process
     published = []
-    for now in (1.0, 1.0 + PLAN_DEBOUNCE_S + 0.1, 300.0):
-        for author, row in {B: {A: report, C: report}, C: {A: report}}.items():
+    # the first plan, a drift check that finds none, then every link 10x slower: a drift whose
+    # search (uniform links: no placement beats this one) keeps the plan and ends the child
+    for now, links in ((1.0, report), (1.0 + PLAN_DEBOUNCE_S + 0.1, report), (300.0, report),
+                       (400.0, slower)):
+        for author, row in {B: {A: links, C: links}, C: {A: links}}.items():
             assert view.accept(feed("telemetry", author, {"links": row}), now) is None
         published.append(await maker.tick(now, []))
+    released = search_process.pid() is None
     assessment = await maker_assess()
-    return published, assessment
+    return published, assessment, released
 
 async def maker_assess():
     from p2ptrain.control.planning import search_process
     from p2ptrain.control.planning.numbers import PlanInputs
-    inputs = PlanInputs((A, B, C), view.links.freshest(300.0), {}, {}, frozenset(), frozenset(),
+    inputs = PlanInputs((A, B, C), view.links.freshest(400.0), {}, {}, frozenset(), frozenset(),
                         {}, {}, view.run)
     return await search_process.assess(inputs, view.plan)
 
 view.claim()
-published, assessment = trio.run(ticks)
+published, assessment, released = trio.run(ticks)
 print(json.dumps({
     "published": published,
     "plan": view.plan is not None and view.plan.network is not None,
     "priced": assessment.plan_cost_s,
+    "released": released,
     "heavy": sorted(m for m in sys.modules if m.split(".")[0] in ("numpy", "scipy")
                     or m.startswith("p2ptrain.schedule")),
 }))
@@ -60,7 +68,8 @@ def test_a_planning_control_process_never_loads_numpy() -> None:
         check=True,
     )
     report = json.loads(out.stdout.splitlines()[-1])
-    assert report["published"] == [False, True, False]  # the first plan, then nothing drifted
+    assert report["published"] == [False, True, False, False]  # a plan, then none worth it
+    assert report["released"]  # a fruitless drift search does not leave the child idling
     assert report["plan"]  # with the network facts the child worked out
     assert report["priced"] is not None and report["priced"] >= 0.0
     assert report["heavy"] == []
