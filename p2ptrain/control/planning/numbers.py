@@ -48,7 +48,6 @@ class Assessment:
 class Searched:
     """A search's result on the live matrices, and what the plan made of it needs."""
 
-    matrices: bytes  # pickled planner.Matrices it searched on
     placement: Placement | None
     refused: str  # why no placement fits the peers' devices ("" if one does)
     network: NetworkFacts | None  # the placement's links, for the data plane's timeouts

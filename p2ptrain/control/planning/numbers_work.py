@@ -41,14 +41,13 @@ def search(inputs: PlanInputs, matrices_pickled: bytes | None, plan: Plan | None
     """A placement on the live matrices (or on `matrices_pickled`, an assessment's), with the
     network facts its plan carries and `plan`, the standing one, priced on the same."""
     matrices = matrices_of(inputs) if matrices_pickled is None else pickle.loads(matrices_pickled)
-    pickled = pickle.dumps(matrices) if matrices_pickled is None else matrices_pickled
     cost_s = _plan_cost(matrices, plan, inputs)
     try:
         placement = planner.compute_plan(matrices, inputs.run)
     except NoPlacementFits as exc:
-        return Searched(pickled, None, str(exc), None, cost_s, summary(matrices))
+        return Searched(None, str(exc), None, cost_s, summary(matrices))
     network = planner.network_facts(matrices, placement.pipelines)
-    return Searched(pickled, placement, "", network, cost_s, summary(matrices))
+    return Searched(placement, "", network, cost_s, summary(matrices))
 
 
 def _plan_cost(matrices: planner.Matrices, plan: Plan | None, inputs: PlanInputs) -> float | None:
