@@ -50,6 +50,7 @@ Validator = Callable[[ID, rpc_pb2.Message], bool]
 # each heartbeat sends IHAVE to max(6, N/4) peers per topic: at 1 s, a 32-member swarm's
 # heartbeats were a good part of each member's frames; lost messages are also healed by sync
 HEARTBEAT_S = 2
+MESH_DEGREE = 4  # each node relays a message to ~3 mesh peers and hears it from ~3 (bench control)
 MESH_HIGH = 6  # a mesh past this is pruned back to degree 4 (docs/protocols.md, GossipSub)
 PENDING_PER_PEER = 8  # messages kept for a peer whose subscription has not arrived yet
 PENDING_TTL_S = 10.0  # ... and for how long (a stream's negotiation on a loaded box: up to 10 s)
@@ -75,8 +76,8 @@ def make_pubsub(host: IHost) -> tuple[Pubsub, GossipSub]:
     gossipsub = LazyGossipSub(  # IHAVE to fewer peers (net/lazy_gossip.py)
         # v1.1: v1.2's IDONTWANT control messages cost more CPU than they save at our sizes
         protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
-        degree=4,
-        degree_low=3,
+        degree=MESH_DEGREE,
+        degree_low=MESH_DEGREE - 1,
         # every mesh peer sends us each message once: at 8, a 9-node swarm's meshes never
         # shrank below all 8 others (8 copies of each message in, 7 out, per node)
         degree_high=MESH_HIGH,

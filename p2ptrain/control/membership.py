@@ -15,17 +15,34 @@ from p2ptrain.records.peer import MEMBER_ROLES
 DEAD_AFTER_S = 8.0  # members publish telemetry every 2 s: four missed rounds => dead
 # ... every 4 s in a large swarm's steady state (control/publishing.py: telemetry_pace)
 STEADY_DEAD_AFTER_S = 16.0
+# a member re-states its unchanged record this often (control/publishing.py), and slower in a
+# swarm so large that this would flood more than SWARM_RECORDS_PER_S records a second: each is
+# a flood every node relays, so at a fixed pace their bytes per node would grow with the swarm
+# (1,000 members: 8 records a second, ~33 kB/s a node with their copies; bench control)
+UNCHANGED_RECORD_S = 120.0
+SWARM_RECORDS_PER_S = 1.0
 # a node outside telemetry's audience (the planner candidates and the bootstrap: control/gossip.py)
-# hears every peer but the planner by its record only, re-published unchanged every 120 s
-# (control/publishing.py): three missed => dead
-RECORD_DEAD_AFTER_S = 360.0
+# hears every peer but the planner by its record only: three missed => dead (360 s up to 120
+# members, record_renew_s beyond)
+RECORD_DEAD_AFTER_S = 3 * UNCHANGED_RECORD_S
 # ... and the planner by its claims, re-sent every 6 s once its plan stood (every 2 s before):
 # three missed => dead
 PLANNER_DEAD_AFTER_S = 20.0
 # a non-member (the bootstrap, an observer) by its record, every 30 s once the plan stood
 # (control/publishing.py: STEADY_RUN_INTERVAL_S): three missed => dead
 NON_MEMBER_DEAD_AFTER_S = 90.0
-FORGET_DEAD_AFTER_S = 600.0
+FORGET_DEAD_AFTER_S = 600.0  # times record_pace in a large swarm
+
+
+def record_renew_s(num_members: int) -> float:
+    """How often a member re-states its unchanged record in a swarm of `num_members`."""
+    return max(UNCHANGED_RECORD_S, num_members / SWARM_RECORDS_PER_S)
+
+
+def record_pace(num_members: int) -> float:
+    """How much slower than UNCHANGED_RECORD_S records are re-stated (1 up to 120 members): the
+    allowances that count in re-statements (dead, forgotten, a pulled record's age) scale by it."""
+    return record_renew_s(num_members) / UNCHANGED_RECORD_S
 
 
 @dataclass
@@ -92,7 +109,9 @@ class Membership(MutableMapping[str, Member]):
         elif in_audience:
             silence_s = DEAD_AFTER_S if planner else self.telemetry_silence_s
         else:
-            silence_s = PLANNER_DEAD_AFTER_S if planner else RECORD_DEAD_AFTER_S
+            silence_s = (
+                PLANNER_DEAD_AFTER_S if planner else RECORD_DEAD_AFTER_S * record_pace(len(self))
+            )
         quiet_s = self.dead_after_s(now) + silence_s - DEAD_AFTER_S
         return member is not None and now - member.last_heard <= quiet_s
 
@@ -112,8 +131,9 @@ class Membership(MutableMapping[str, Member]):
         return None if member is None else member.record.role
 
     def forget_dead(self, now: float) -> list[str]:
-        """Forget the members silent for FORGET_DEAD_AFTER_S; returns them."""
-        dead = [p for p, m in self._by_peer.items() if now - m.last_heard > FORGET_DEAD_AFTER_S]
+        """Forget the members silent for FORGET_DEAD_AFTER_S (times record_pace); returns them."""
+        after_s = FORGET_DEAD_AFTER_S * record_pace(len(self))
+        dead = [p for p, m in self._by_peer.items() if now - m.last_heard > after_s]
         for peer in dead:
             del self._by_peer[peer]
         return dead

@@ -23,7 +23,11 @@ from p2ptrain.control import wire
 from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC
 from p2ptrain.control.hardware import measure_compute_gflops_in_child
 from p2ptrain.control.health import LEAVING
-from p2ptrain.control.membership import DEAD_AFTER_S, STEADY_DEAD_AFTER_S
+from p2ptrain.control.membership import (
+    DEAD_AFTER_S,
+    STEADY_DEAD_AFTER_S,
+    record_renew_s,
+)
 from p2ptrain.control.state import MIN_REPUBLISH_GAP_S, Kind, NodeState
 from p2ptrain.errors import WireError
 from p2ptrain.records import Claim, PeerRecord, Telemetry
@@ -40,12 +44,12 @@ TELEMETRY_INTERVAL_S = 2.0
 STEADY_TELEMETRY_INTERVAL_S = 4.0
 STEADY_SILENCE_EARLIER_S = 10.0
 RECORD_INTERVAL_S = 6.0
-# a member's record unchanged since we last published it waits this long: the member's telemetry
-# (every 2 s) proves it alive to telemetry's audience, a changed record goes out at once, and
-# sync serves the record to a node that missed it (a pulled record may be PULLED_RECORD_MAX_AGE_S
+# a member's record unchanged since we last published it waits record_renew_s (control/
+# membership.py: UNCHANGED_RECORD_S, slower past 120 members): the member's telemetry (every
+# 2 s) proves it alive to telemetry's audience, a changed record goes out at once, and sync
+# serves the record to a node that missed it (a pulled record may be PULLED_RECORD_MAX_AGE_S
 # old: control/sync.py). Every member's record is a flood to all: at 12 s, 32 members' records
 # were most of a member's gossip; at 60 s still a third of what a member relayed in steady state
-UNCHANGED_RECORD_S = 120.0
 RUN_INTERVAL_S = 10.0
 # the organiser's run spec and a non-member's record (its proof of life: it sends no telemetry),
 # once the plan stood STEADY_AFTER_S: each is a flood every node receives and relays, and at 32
@@ -65,6 +69,12 @@ PLAN_REBROADCAST_S = 4.0
 STEADY_AFTER_S = 30.0
 STEADY_CLAIM_INTERVAL_S = 6.0
 STEADY_PLAN_REBROADCAST_S = 30.0
+# a large plan (O(N) bytes: 70 kB at 1,000 peers) is re-sent no faster than PLAN_RESEND_BYTES_PER_S
+# of its bytes a second (each copy is relayed by every node: re-sent every 4 s, 1,000 peers'
+# plan was ~100 kB/s a node; bench control), and at least every MAX_PLAN_REBROADCAST_S; sync
+# serves it to a node that missed it (a pulled plan may be PULLED_PLAN_MAX_AGE_S old: sync.py)
+PLAN_RESEND_BYTES_PER_S = 500.0
+MAX_PLAN_REBROADCAST_S = 200.0
 PUBLISH_GAP_S = 0.02  # pace publishes: py-libp2p drops bursts past its 32-slot queues
 REVOCATION_PAGES_PER_ROUND = 8  # gossiped per run interval: the last page and others in turn
 
@@ -169,6 +179,12 @@ def telemetry_pace(
 
 def claim_message(state: NodeState) -> bytes:
     return _signed(state, Claim(state.view.term))
+
+
+def plan_resend_s(pace_s: float, plan_bytes: int) -> float:
+    """How long until our plan of `plan_bytes` goes out again, at a pace of `pace_s` for a
+    small one."""
+    return min(MAX_PLAN_REBROADCAST_S, max(pace_s, plan_bytes / PLAN_RESEND_BYTES_PER_S))
 
 
 def plan_message(state: NodeState) -> bytes:
@@ -287,19 +303,22 @@ class Publisher:
                     await self._publish(CONTROL_TOPIC, partial(claim_message, state))
                 plan_s = STEADY_PLAN_REBROADCAST_S if steady else PLAN_REBROADCAST_S
                 if self._own_plan() and self._due_now("plan", plan_s, now):
-                    await self._publish(CONTROL_TOPIC, partial(plan_message, state))
+                    message = plan_message(state)
+                    await self._publish(CONTROL_TOPIC, partial(bytes, message))
+                    resend_at = now + plan_resend_s(plan_s, len(message))
+                    state.due["plan"] = max(state.due["plan"], resend_at)
             view.forget_stale(now)  # the view's housekeeping rides on our rounds
             now = state.clock()
             await state.changes.wait(("publish",), seen, self._next_due(now) - now)
 
     def _record_worth_it(self, now: float) -> bool:
-        """Publish our record now? Yes if it changed or if UNCHANGED_RECORD_S passed; a
+        """Publish our record now? Yes if it changed or if record_renew_s passed; a
         non-member's (its proof of life) every RECORD_INTERVAL_S, STEADY_RUN_INTERVAL_S once
         the plan stood."""
         record = own_record(self.state)
         last = self._published_record
         if self.state.is_member:
-            wait_s = UNCHANGED_RECORD_S
+            wait_s = record_renew_s(len(self.state.view.members) + 1)
         else:
             wait_s = STEADY_RUN_INTERVAL_S if self._swarm_steady(now) else 0.0
         if last is not None and last[0] == record and now - last[1] < wait_s:

@@ -18,6 +18,7 @@ from libp2p.abc import IHost
 from p2ptrain.control import wire
 from p2ptrain.control.events import Changes
 from p2ptrain.control.health import WorkerWatch
+from p2ptrain.control.held import HeldEnvelopes
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
 from p2ptrain.records import StageCompute
 from p2ptrain.traversal.relay import RelayCounters
@@ -52,7 +53,7 @@ class NodeState:
     due: dict[Kind, float] = field(default_factory=dict)
     sent_at: dict[Kind, float] = field(default_factory=dict)
     # (author, kind) -> the latest envelope we accepted from another peer: served to sync clients
-    latest: dict[tuple[str, str], bytes] = field(default_factory=dict)
+    latest: HeldEnvelopes = field(default_factory=HeldEnvelopes)
     joined: trio.Event = field(default_factory=trio.Event)  # set once we are in the swarm
     # set to stop the node: a signal, or nothing left to do (control/run_watch.py)
     stopping: trio.Event = field(default_factory=trio.Event)

@@ -1,6 +1,9 @@
 """Pull anti-entropy over SYNC_PROTOCOL: every few seconds, fetch a random live peer's latest
 signed envelopes and apply those we lack. It heals what gossip lost, even for a node whose mesh
-broke. The server answers with what we author and the latest we accepted from each other author.
+broke. The server answers with what we author and the latest we accepted from each other author
+in the buckets where the client's digests differ from ours (control/held.py: a request carries
+them, and the asker's id they leave out): two nodes that agree exchange ~1 kB, whatever the
+swarm's size.
 
 Replies are paged, never cut: a request names a cursor (JSON `{"cursor": n}`; empty: 0) and, from
 a node outside telemetry's audience (control/gossip.py), `"telemetry": false`: then telemetry
@@ -25,7 +28,9 @@ from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
 from p2ptrain.control import wire
+from p2ptrain.control.held import NUM_BUCKETS
 from p2ptrain.control.intake import Intake
+from p2ptrain.control.membership import record_pace
 from p2ptrain.control.publishing import authored_messages
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.view import SwarmView
@@ -44,22 +49,29 @@ MAX_SYNC_ENVELOPES = 4096
 # page stays well inside rpc.MAX_REPLY_BYTES
 SYNC_PAGE_BYTES = 192 * 1024
 PULLED_RECORD_MAX_AGE_S = 600.0
+# a large plan is re-sent every few minutes at most (publishing.py: MAX_PLAN_REBROADCAST_S)
+PULLED_PLAN_MAX_AGE_S = 600.0
 MAX_SYNC_PAGES = 128  # 24 MiB a round at most, from a peer that pages forever
 # records before what depends on them (telemetry and claims need the author's record)
 KIND_ORDER = {"run": 0, "revoked": 1, "peer": 2, "claim": 3, "plan": 4, "telemetry": 5}
 
 
-def decode_pulled(data: bytes) -> wire.Envelope:
-    """A pulled envelope (wire.decode): a peer record may be PULLED_RECORD_MAX_AGE_S old (members
-    re-sign an unchanged one every minute: control/publishing.py; it proves its author alive only
-    as of its `ts`), anything else at most 30 s."""
+def decode_pulled(data: bytes, pace: float = 1.0) -> wire.Envelope:
+    """A pulled envelope (wire.decode): a peer record may be PULLED_RECORD_MAX_AGE_S old, times
+    the swarm's record `pace` (membership.record_pace: members re-sign an unchanged one every
+    record_renew_s; it proves its author alive only as of its `ts`), a plan PULLED_PLAN_MAX_AGE_S
+    (a large one is re-sent seldom: publishing.plan_resend_s; the view takes no plan older than
+    the one it holds), anything else at most 30 s."""
     try:
         return wire.decode(data)
     except wire.WireError as exc:
         if exc.category != "stale":
             raise
-        header = wire.verified_header(data, max_age_s=PULLED_RECORD_MAX_AGE_S)  # checked once
-        if header.kind != "peer":
+        max_age_s = max(PULLED_RECORD_MAX_AGE_S * pace, PULLED_PLAN_MAX_AGE_S)
+        header = wire.verified_header(data, max_age_s=max_age_s)  # checked once
+        if header.kind == "plan" and time.time() - header.ts > PULLED_PLAN_MAX_AGE_S:
+            raise
+        if header.kind not in ("peer", "plan"):
             raise
         return wire.open_body(header)
 
@@ -158,9 +170,11 @@ class PullSync:
         cursor: int | None = 0
         num_envelopes = 0
         term_only = term_only_from(self.state.view, peer)
+        # as of the first page: the cursor indexes what these digests select
+        digests = () if term_only else self.state.latest.digests((self.state.peer_id, peer))
         for page in range(MAX_SYNC_PAGES):
             assert cursor is not None
-            request = self._request(cursor, term_only)
+            request = self._request(cursor, digests, term_only)
             try:
                 reply = SyncPage.from_dict(
                     await rpc.call(self.state.host, ID.from_base58(peer), SYNC_PROTOCOL, request)
@@ -183,9 +197,11 @@ class PullSync:
                 return
         log.info("sync from %s stopped after %d pages", peer, MAX_SYNC_PAGES)
 
-    def _request(self, cursor: int, term_only: bool = False) -> bytes:
-        request = SyncRequest(cursor, self.state.view.hears_telemetry, term_only)
-        return json.dumps(request.to_dict()).encode()
+    def _request(self, cursor: int, digests: tuple[str, ...], term_only: bool = False) -> bytes:
+        """Page `cursor` of the envelopes of the buckets where `digests` differ."""
+        view = self.state.view
+        asked = SyncRequest(cursor, view.hears_telemetry, term_only, digests, self.state.peer_id)
+        return json.dumps(asked.to_dict()).encode()
 
     def _apply_page(self, peer: str, envelopes: tuple[object, ...]) -> bool:
         """Apply one page's envelopes; False once `peer` is blocked (stop reading from it)."""
@@ -196,7 +212,7 @@ class PullSync:
                 return False
             data = text.encode()
             try:
-                env = decode_pulled(data)
+                env = decode_pulled(data, record_pace(len(state.view.members)))
             except wire.WireError as exc:
                 if exc.category != "stale":
                     self.intake.reject(peer, exc.category, str(exc), "sync", now)
@@ -207,16 +223,24 @@ class PullSync:
 
     async def respond_sync(self, request: bytes) -> dict[str, Any]:
         """The server side, one page: a fresh copy of our own messages (page 0), then those we
-        hold of others, in KIND_ORDER (the cursor indexes them)."""
+        hold of others, in KIND_ORDER (the cursor indexes them): all of them, or, where the
+        asker sent its digests (control/held.py), those of the buckets where we differ, and all
+        telemetry if it is in telemetry's audience."""
         asked = read_request(request)
         cursor = asked.cursor
         view, latest = self.state.view, self.state.latest
         term = view.known_term() if view.term_anchored else None
         if asked.term_only:
             return SyncPage((), None, term, view.finished).to_dict()
-        keys = sorted(latest, key=lambda k: (KIND_ORDER[k[1]], k))
+        if len(asked.digests) == NUM_BUCKETS:
+            chosen = latest.differing(asked.digests, (asked.asker, self.state.peer_id))
+            if asked.telemetry:
+                chosen += [key for key in latest if key[1] == "telemetry"]
+        else:  # an older peer's request: everything
+            chosen = list(latest)
         if not asked.telemetry:  # outside the audience: no telemetry (control/gossip.py)
-            keys = [key for key in keys if key[1] != "telemetry"]
+            chosen = [key for key in chosen if key[1] != "telemetry"]
+        keys = sorted(chosen, key=lambda k: (KIND_ORDER[k[1]], k))
         held = [latest[key].decode() for key in keys]
         own = authored_messages(self.state, asked.telemetry) if cursor == 0 else []
         page, nxt = page_of(held, cursor, SYNC_PAGE_BYTES)

@@ -4,13 +4,18 @@ Every peer runs the bounded measurement of control/estimate/: one round-trip pro
 a rate probe now and then to a peer of its neighbour set (nearest by coordinate, random, plan
 partners), a Vivaldi update per round trip, a capacity estimate from its transfers. Every few
 seconds it sends its telemetry (coordinate, capacity, its neighbours' measurements: records
-of records/) to the planner candidates only, not to the swarm. The candidates are real
+of records/) to the planner candidates only, not to the swarm. Every SYNC_INTERVAL_S it syncs
+with a random peer as control/sync.py does: a request with its digests (control/held.py), the
+responder's own record, and the buckets that differ (those of the changes still in flight). The candidates are real
 SwarmViews (control/view.py, clock injected), holding real tokens: the election (claims, terms,
 liveness) and plan acceptance are the product's own code. Message sizes are those of the real
 records, signed as the wire signs them (control/wire.py).
 
-Flooded messages (plans, claims, peer records of joins) are charged as GossipSub charges them:
-each peer sends and receives about MESH_DEGREE - 1 copies, and a flood crosses log(N) hops.
+Flooded messages are charged as GossipSub charges them: each peer sends and receives about
+MESH_DEGREE - 1 copies, and a flood crosses log(N) hops. They come at the live cadences of
+control/publishing.py: a joiner's record, every member's unchanged record every record_renew_s,
+the planner's claim and plan (faster until the plan stood STEADY_AFTER_S), the organiser's run
+spec and record. The starting swarm's own records are not charged: a swarm forms once.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ from __future__ import annotations
 import heapq
 import math
 import random
-import secrets
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -27,9 +31,12 @@ from p2ptrain import identity
 from p2ptrain.control import wire
 from p2ptrain.control.estimate import coordinates
 from p2ptrain.control.estimate.neighbours import ROTATE_RANDOM_S, choose_neighbours
+from p2ptrain.control.gossip import MESH_DEGREE
 from p2ptrain.control.links import LinkSample
 from p2ptrain.control.measuring import probe_bytes
+from p2ptrain.control.sync import SYNC_INTERVAL_S
 from p2ptrain.control.view import SwarmView
+from p2ptrain.harness.control_sim_cadences import Cadences, measured_sizes
 from p2ptrain.harness.control_sim_state import Counters, SimPeer
 from p2ptrain.harness.control_truth import Truth
 from p2ptrain.records import Claim, LinkReport, PeerRecord, Plan, RunSpec, Telemetry
@@ -41,15 +48,9 @@ RATE_PROBE_INTERVAL_S = 60.0  # steady state; a neighbour without a rate is prob
 FIRST_RATE_PROBE_INTERVAL_S = 3.0
 MIN_RATES_MEASURED = 4
 TELEMETRY_INTERVAL_S = 4.0  # to the candidates only: also their proof that the peer lives
-DIGEST_INTERVAL_S = (
-    10.0  # membership anti-entropy with one random peer: a digest, pages if it differs
-)
 ELECTION_TICK_S = 0.5
 NUM_CANDIDATES = 5  # planner-token holders
-MESH_DEGREE = 6
 HOP_PROCESSING_S = 0.005
-STREAM_OVERHEAD_BYTES = 120  # a probe's stream: yamux headers, noise tags, protocol negotiation
-DIGEST_BYTES = 64
 NUM_SEEN_COORDINATES = 64  # coordinates a peer remembers to pick its nearest from
 MAX_NEIGHBOUR_FAILURES = 2  # a neighbour whose probes fail this often is replaced
 
@@ -74,40 +75,15 @@ class Simulation:
         self.candidates: list[SimPeer] = []
         self.books: dict[int, dict[int, tuple[NetCoordinate, AccessCapacity]]] = {}
         self.left_at: dict[int, float] = {}
-        self.sizes = self._measured_sizes()
+        self.sizes = measured_sizes(self.run)
+        self.cadences = Cadences(self)  # the live protocol's periodic messages
+        self.at(0.0, self.cadences.organiser_tick)
         for i in range(num_peers):
             self.add_peer(i < NUM_CANDIDATES, at=self.rng.uniform(0.0, 5.0))
+        for peer in self.peers:
+            self.cadences.schedule_renewals(peer)
 
     # ---------------------------------------------------------------- sizes of real records
-
-    def _measured_sizes(self) -> dict[str, int]:
-        """Bytes of each message, encoded and signed as the wire does it."""
-        seed = secrets.token_bytes(32)
-        author = identity.peer_id_of(seed)
-        coord = NetCoordinate((123.45, -67.89, 12.34), 8.5, 0.123).to_dict()
-        empty = len(
-            wire.sign(seed, "telemetry", 1, Telemetry({}).to_dict(), run_id=self.run.run_id)
-        )
-        report = LinkReport(123.4, 1.5, 456.7, 12.3)
-        one_link = len(wire._canonical({"links": {author: report.to_dict()}})) - len(
-            wire._canonical({"links": {}})
-        )
-        record = PeerRecord(
-            (f"/ip4/203.0.113.7/tcp/4001/p2p/{author}",),
-            "trainer",
-            False,
-            "0.1.0",
-            {},
-            data_addrs=(f"/ip4/203.0.113.7/tcp/4002/p2p/{author}",),
-        )
-        own = {"coord": coord, "cap": {"up_mbps": 123.45, "down_mbps": 678.9}}
-        return {
-            "telemetry_base": empty + len(wire._canonical(own)),
-            "telemetry_link": one_link,
-            "claim": len(wire.encode(seed, 1, Claim(3), run_id=self.run.run_id)),
-            "peer": len(wire.encode(seed, 1, record, run_id=self.run.run_id)),
-            "probe": len(wire._canonical({"coord": coord})) + STREAM_OVERHEAD_BYTES,
-        }
 
     def plan_bytes(self, plan: Plan) -> int:
         return len(wire._canonical(plan.to_dict())) + 200  # header and signature
@@ -133,7 +109,7 @@ class Simulation:
 
     median_one_way_s = 0.06
 
-    def flood(self, num_bytes: int, kind: str) -> None:
+    def flood(self, num_bytes: float, kind: str) -> None:
         for peer in self.peers:
             if peer.alive:
                 self.counters.charge(
@@ -161,15 +137,21 @@ class Simulation:
         for other in self.candidates:
             if other is not peer and other.view is not None:
                 self._accept(other, peer, "peer", self._record(peer))
-        if self.now > 0:  # a newcomer: its record floods, it pulls the membership in pages
+        if self.now > 0:  # a newcomer: its record floods, its first sync pulls every bucket
             self.flood(self.sizes["peer"], "peer")
-            self.counters.charge(index, self.num_alive() * 80, self.num_alive() / 100, "pages")
+            self.cadences.changed(self.sizes["peer"])
+            pulled = self.num_alive() * self.sizes["peer"] + self.cadences.plan_bytes_now()
+            responder = self.rng.choice(self.alive_indices())
+            for end in (index, responder):
+                self.counters.charge(end, pulled, 1 + pulled / (192 * 1024), "sync")
         self.at(when + self.rng.uniform(0, 1), lambda: self._rtt_tick(peer))
         self.at(when + self.rng.uniform(1, 3), lambda: self._rate_tick(peer))
         self.at(
             when + self.rng.uniform(0, TELEMETRY_INTERVAL_S), lambda: self._telemetry_tick(peer)
         )
-        self.at(when + self.rng.uniform(0, DIGEST_INTERVAL_S), lambda: self._digest_tick(peer))
+        self.at(when + self.rng.uniform(0, SYNC_INTERVAL_S), lambda: self.cadences.sync_tick(peer))
+        if self.now > 0:
+            self.cadences.schedule_renewals(peer)
         return peer
 
     def _record(self, peer: SimPeer) -> PeerRecord:
@@ -208,7 +190,7 @@ class Simulation:
 
     # ---------------------------------------------------------------- measurement
 
-    def _again(
+    def again(
         self, peer: SimPeer, tick: Callable[[SimPeer], None], interval_s: float, jitter: float = 0
     ) -> bool:
         """Schedule a live peer's next `tick` in interval_s (times 1 ± jitter, from the peer's
@@ -220,7 +202,7 @@ class Simulation:
         return True
 
     def _rtt_tick(self, peer: SimPeer) -> None:
-        if not self._again(peer, self._rtt_tick, RTT_PROBE_INTERVAL_S, jitter=0.2):
+        if not self.again(peer, self._rtt_tick, RTT_PROBE_INTERVAL_S, jitter=0.2):
             return
         if not peer.neighbours or peer.rotation <= (self.now - peer.joined_at) // ROTATE_RANDOM_S:
             self.refresh_neighbours(peer)
@@ -284,7 +266,7 @@ class Simulation:
         # fast until a few rates place its capacity, then a neighbour now and then
         fast = num_rates < MIN_RATES_MEASURED
         interval = FIRST_RATE_PROBE_INTERVAL_S if fast else RATE_PROBE_INTERVAL_S
-        if not self._again(peer, self._rate_tick, interval, jitter=0.2):
+        if not self.again(peer, self._rate_tick, interval, jitter=0.2):
             return
         if not peer.neighbours:
             return
@@ -343,7 +325,7 @@ class Simulation:
         return Telemetry(row)
 
     def _telemetry_tick(self, peer: SimPeer) -> None:
-        if not self._again(peer, self._telemetry_tick, TELEMETRY_INTERVAL_S, jitter=0.1):
+        if not self.again(peer, self._telemetry_tick, TELEMETRY_INTERVAL_S, jitter=0.1):
             return
         telemetry = self.telemetry_of(peer)
         size = self.sizes["telemetry_base"] + len(telemetry.links) * self.sizes["telemetry_link"]
@@ -358,30 +340,25 @@ class Simulation:
         """What a candidate heard of every peer's coordinate and capacity."""
         return self.books.setdefault(candidate.index, {})
 
-    def _digest_tick(self, peer: SimPeer) -> None:
-        if not self._again(peer, self._digest_tick, DIGEST_INTERVAL_S):
-            return
-        other = self.peers[self.rng.choice(self.alive_indices())]
-        for end in (peer, other):
-            self.counters.charge(end.index, 2 * (DIGEST_BYTES + STREAM_OVERHEAD_BYTES), 2, "digest")
-
     # ---------------------------------------------------------------- election
 
     on_planner_tick: Callable[[SimPeer], None] = staticmethod(lambda peer: None)
 
     def _election_tick(self, peer: SimPeer) -> None:
-        if not self._again(peer, self._election_tick, ELECTION_TICK_S):
+        if not self.again(peer, self._election_tick, ELECTION_TICK_S):
             return
         view = peer.view
         assert view is not None
         if view.should_claim(self.now):
             term = view.claim()
             self.flood(self.sizes["claim"], "claim")
+            self.cadences.changed(self.sizes["claim"])
             arrive = self.now + self.flood_s()
             for other in self.candidates:
                 if other is not peer:
                     self.at(arrive, partial(self._deliver_claim, other, peer, term))
         if view.planner == peer.peer_id:
+            self.cadences.planner_resends(peer)
             self.on_planner_tick(peer)
 
     def _deliver_claim(self, receiver: SimPeer, author: SimPeer, term: int) -> None:
@@ -389,6 +366,8 @@ class Simulation:
             self._accept(receiver, author, "claim", Claim(term))
 
     def deliver_plan(self, author: SimPeer, plan: Plan) -> None:
+        """A new plan, flooded by the caller: it stands from now, re-sent by its author."""
+        self.cadences.new_plan(author, self.plan_bytes(plan))
         for other in self.candidates:
             if other is not author and other.alive:
                 self._accept(other, author, "plan", plan)

@@ -6,6 +6,7 @@ what these protocols always carried; each reply is decoded once, where it arrive
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -16,6 +17,9 @@ MAX_CURSOR = 2**31 - 1
 MAX_TERM = 2**62 - 1
 MAX_PAGE_ITEMS = 1 << 20  # a page's items are bounded by its bytes (net/rpc.MAX_REPLY_BYTES)
 MAX_ERROR_CHARS = 200
+DIGEST_HEX_CHARS = 16  # a sync bucket's digest: 64 bits (control/held.py)
+MAX_DIGESTS = 256
+_HEX_DIGEST = re.compile(f"[0-9a-f]{{{DIGEST_HEX_CHARS}}}")
 
 
 def _string(value: object, record: str, name: str) -> str:
@@ -37,6 +41,13 @@ def _object(value: object, record: str, name: str) -> dict[str, Any]:
     return value
 
 
+def _digest(value: object, record: str, name: str) -> str:
+    """A sync bucket's digest (control/held.py): DIGEST_HEX_CHARS lowercase hex digits."""
+    if not isinstance(value, str) or not _HEX_DIGEST.fullmatch(value):
+        raise f.malformed(record, f"{name} must hold {DIGEST_HEX_CHARS} hex digits each")
+    return value
+
+
 NextCursor = Annotated[int | None, Nullable(Int(1, MAX_CURSOR))]
 
 
@@ -50,12 +61,18 @@ class Cursor(Record, name="cursor"):
 @dataclass(frozen=True)
 class SyncRequest(Record, name="sync request"):
     """A sync page request: the cursor, whether the asker is in telemetry's audience (False:
-    serve the planner candidates' telemetry only, control/gossip.py), and whether it asks for
-    the current term only (no envelopes: control/sync.py). `{"cursor": n}` asks for all."""
+    serve the planner candidates' telemetry only, control/gossip.py), whether it asks for
+    the current term only (no envelopes: control/sync.py), and the digests of what it holds,
+    by bucket, with the asker's id that they leave out (control/held.py: serve only the
+    buckets that differ). `{"cursor": n}` asks for all."""
 
     cursor: Annotated[int, Int(0, MAX_CURSOR)]
     telemetry: Annotated[bool, Wire(omit_default=True)] = True
     term_only: Annotated[bool, Wire(omit_default=True)] = False
+    digests: Annotated[
+        tuple[str, ...], Seq(Custom(_digest), MAX_DIGESTS), Wire(omit_default=True)
+    ] = ()
+    asker: Annotated[str, Text(f.MAX_ID_CHARS, empty=True), Wire(omit_default=True)] = ""
 
 
 @dataclass(frozen=True)

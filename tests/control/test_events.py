@@ -16,6 +16,7 @@ from p2ptrain.control.election import CLAIM_SETTLE_S, serve_election
 from p2ptrain.control.events import Changes
 from p2ptrain.control.health import LEAVING
 from p2ptrain.control.intake import Intake
+from p2ptrain.control.membership import UNCHANGED_RECORD_S
 from p2ptrain.control.planning import search_process
 from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S
 from p2ptrain.control.publishing import (
@@ -23,7 +24,6 @@ from p2ptrain.control.publishing import (
     RUN_INTERVAL_S,
     STEADY_AFTER_S,
     STEADY_RUN_INTERVAL_S,
-    UNCHANGED_RECORD_S,
     Publisher,
 )
 from p2ptrain.control.state import MIN_REPUBLISH_GAP_S, NodeState

@@ -24,15 +24,23 @@ from p2ptrain.control.membership import (
     STEADY_DEAD_AFTER_S,
 )
 from p2ptrain.control.publishing import (
+    MAX_PLAN_REBROADCAST_S,
     STEADY_AFTER_S,
     STEADY_CLAIM_INTERVAL_S,
     STEADY_SILENCE_EARLIER_S,
     STEADY_TELEMETRY_INTERVAL_S,
     TELEMETRY_INTERVAL_S,
     Publisher,
+    plan_resend_s,
     telemetry_pace,
 )
-from p2ptrain.control.sync import PULLED_RECORD_MAX_AGE_S, PullSync, decode_pulled, read_request
+from p2ptrain.control.sync import (
+    PULLED_PLAN_MAX_AGE_S,
+    PULLED_RECORD_MAX_AGE_S,
+    PullSync,
+    decode_pulled,
+    read_request,
+)
 from p2ptrain.records import issue_token
 from p2ptrain.records.estimate import NetCoordinate
 from p2ptrain.records.replies import SyncPage, SyncRequest
@@ -44,6 +52,7 @@ from tests.control.test_gossip_screen import (
     record_body,
     validate,
 )
+from tests.records.samples import plan_dict
 
 
 class Candidate(Author):
@@ -194,6 +203,22 @@ def test_a_pulled_record_may_be_minutes_old_anything_else_not() -> None:
     too_old = wire.sign(member.seed, "peer", 3, body, ts=time.time() - PULLED_RECORD_MAX_AGE_S - 60)
     with pytest.raises(wire.WireError, match="stale"):
         decode_pulled(too_old)
+    # a large swarm re-states records less often (membership.record_pace): they may be older
+    assert decode_pulled(too_old, pace=2.0).kind == "peer"
+
+
+def test_a_pulled_plan_may_be_minutes_old() -> None:
+    """A large plan is re-sent every few minutes at most (publishing.plan_resend_s): sync
+    hands a newcomer the planner's plan as a peer last heard it."""
+    planner = Author()
+    plan = {**plan_dict(), "planner": planner.id}
+    minutes_ago = wire.sign(planner.seed, "plan", 1, plan, ts=time.time() - 300.0)
+    assert decode_pulled(minutes_ago).kind == "plan"
+    too_old = wire.sign(planner.seed, "plan", 2, plan, ts=time.time() - PULLED_PLAN_MAX_AGE_S - 60)
+    with pytest.raises(wire.WireError, match="stale"):
+        decode_pulled(too_old, pace=5.0)
+    assert plan_resend_s(4.0, 2_000) == 4.0  # a small swarm's plan: as before
+    assert 100.0 < plan_resend_s(30.0, 70_000) <= MAX_PLAN_REBROADCAST_S  # 1,000 peers'
 
 
 def test_a_large_swarm_slows_its_telemetry_once_the_plan_stood() -> None:

@@ -35,6 +35,7 @@ from p2ptrain.records import (
     issue_revocation,
     issue_token,
 )
+from p2ptrain.records.replies import SyncRequest
 from p2ptrain.records.stage_state import StateMeta
 from p2ptrain.worker.pipeline.frames import FrameHeader
 from p2ptrain.worker.resume.state_transfer import StateRequest
@@ -361,4 +362,5 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (FrameHeader, {**frame_header_dict(), "dtype": "int8_rows", "num_bytes": 4 * 64 * (4 + 768)}),
     (StateRequest, {"layers": "L0-2", "step": 7, "digest": "0f" * 32}),
     (StateMeta, stage_state_dict()),
+    (SyncRequest, {"cursor": 0, "telemetry": False, "digests": ["0f" * 8] * 32, "asker": A}),
 ]

@@ -1,0 +1,170 @@
+"""The sizes of the control plane's messages, and the live protocol's periodic messages in bench control's simulation (control_sim.py), at
+control/publishing.py's and control/sync.py's cadences: every member's unchanged record every
+record_renew_s, the planner's claim and its plan (re-sent by plan_resend_s), the organiser's run
+spec and record, and each peer's digest sync with a random peer: a request with its digests
+(control/held.py), the responder's own messages, and the buckets where the two differ, those of
+the changes still in flight (a flood that has not reached everyone yet)."""
+
+from __future__ import annotations
+
+import random
+import secrets
+from collections.abc import Callable
+from typing import Protocol
+
+from p2ptrain import identity
+from p2ptrain.control import wire
+from p2ptrain.control.held import NUM_BUCKETS
+from p2ptrain.control.membership import record_renew_s
+from p2ptrain.control.publishing import (
+    CLAIM_INTERVAL_S,
+    PLAN_REBROADCAST_S,
+    RUN_INTERVAL_S,
+    STEADY_AFTER_S,
+    STEADY_CLAIM_INTERVAL_S,
+    STEADY_PLAN_REBROADCAST_S,
+    STEADY_RUN_INTERVAL_S,
+    plan_resend_s,
+)
+from p2ptrain.control.sync import SYNC_INTERVAL_S
+from p2ptrain.harness.control_sim_state import Counters, SimPeer
+from p2ptrain.records import Claim, LinkReport, PeerRecord, RunSpec, Telemetry
+from p2ptrain.records.estimate import NetCoordinate
+from p2ptrain.records.replies import SyncRequest
+
+STREAM_OVERHEAD_BYTES = 120  # a probe's stream: yamux headers, noise tags, protocol negotiation
+
+
+class Swarm(Protocol):
+    """What Cadences uses of the simulation (control_sim.py's Simulation)."""
+
+    now: float
+    sizes: dict[str, int]
+    rng: random.Random
+    peers: list[SimPeer]
+    counters: Counters
+
+    def at(self, when: float, action: Callable[[], None]) -> None: ...
+    def again(
+        self, peer: SimPeer, tick: Callable[[SimPeer], None], interval_s: float, jitter: float = 0
+    ) -> bool: ...
+    def flood(self, num_bytes: float, kind: str) -> None: ...
+    def flood_s(self) -> float: ...
+    def num_alive(self) -> int: ...
+    def alive_indices(self) -> list[int]: ...
+
+
+def measured_sizes(run: RunSpec) -> dict[str, int]:
+    """Bytes of each message, encoded and signed as the wire does it."""
+    seed = secrets.token_bytes(32)
+    author = identity.peer_id_of(seed)
+    coord = NetCoordinate((123.45, -67.89, 12.34), 8.5, 0.123).to_dict()
+    empty = len(wire.sign(seed, "telemetry", 1, Telemetry({}).to_dict(), run_id=run.run_id))
+    report = LinkReport(123.4, 1.5, 456.7, 12.3)
+    one_link = len(wire._canonical({"links": {author: report.to_dict()}})) - len(
+        wire._canonical({"links": {}})
+    )
+    record = PeerRecord(
+        (f"/ip4/203.0.113.7/tcp/4001/p2p/{author}",),
+        "trainer",
+        False,
+        "0.1.0",
+        {},
+        data_addrs=(f"/ip4/203.0.113.7/tcp/4002/p2p/{author}",),
+    )
+    own = {"coord": coord, "cap": {"up_mbps": 123.45, "down_mbps": 678.9}}
+    asked = SyncRequest(0, False, digests=("0" * 16,) * NUM_BUCKETS, asker=author)
+    return {
+        "sync_request": len(wire._canonical(asked.to_dict())) + STREAM_OVERHEAD_BYTES,
+        "run": len(wire.encode(seed, 1, run, run_id=run.run_id)),
+        "telemetry_base": empty + len(wire._canonical(own)),
+        "telemetry_link": one_link,
+        "claim": len(wire.encode(seed, 1, Claim(3), run_id=run.run_id)),
+        "peer": len(wire.encode(seed, 1, record, run_id=run.run_id)),
+        "probe": len(wire._canonical({"coord": coord})) + STREAM_OVERHEAD_BYTES,
+    }
+
+
+class Cadences:
+    """What the swarm re-sends, and the sync's differences, charged to the simulation."""
+
+    def __init__(self, sim: Swarm) -> None:
+        self.sim = sim
+        self.in_flight: list[tuple[float, float]] = []  # (when, its bucket's bytes): sync's diffs
+        self.standing_plan: tuple[float, float, int] | None = None  # bytes, since, the author
+        self._due: dict[tuple[int, str], float] = {}  # (peer, kind) -> when it re-sends next
+
+    def new_plan(self, author: SimPeer, num_bytes: float) -> None:
+        """A plan flooded now: it stands from now, re-sent by its author."""
+        self.standing_plan = (num_bytes, self.sim.now, author.index)
+        self._due[(author.index, "plan")] = self.sim.now + PLAN_REBROADCAST_S
+        self.changed(num_bytes)
+
+    def changed(self, num_bytes: float) -> None:
+        """Something new floods now: until it reached everyone, a sync between a peer that has
+        it and one that has not sends its bucket (its neighbours in the bucket too)."""
+        bucket = self.sim.num_alive() / NUM_BUCKETS * self.sim.sizes["peer"]
+        self.in_flight.append((self.sim.now, num_bytes + bucket))
+
+    def plan_bytes_now(self) -> float:
+        return 0.0 if self.standing_plan is None else self.standing_plan[0]
+
+    def sync_tick(self, peer: SimPeer) -> None:
+        """control/sync.py: a request with our digests; the responder's own messages, and the
+        buckets where we differ: those of the changes still in flight."""
+        if not self.sim.again(peer, self.sync_tick, SYNC_INTERVAL_S, jitter=0.2):
+            return
+        other = self.sim.peers[self.sim.rng.choice(self.sim.alive_indices())]
+        since = self.sim.now - self.sim.flood_s()
+        self.in_flight = [(t, b) for t, b in self.in_flight if t >= since]
+        reply = self.sim.sizes["peer"] + sum(b for _, b in self.in_flight)
+        if self.standing_plan is not None and self.standing_plan[2] == other.index:
+            reply += self.sim.sizes["claim"] + self.standing_plan[0]  # the planner's own
+        for end in (peer, other):
+            self.sim.counters.charge(end.index, self.sim.sizes["sync_request"] + reply, 2, "sync")
+
+    def schedule_renewals(self, peer: SimPeer) -> None:
+        """Its unchanged record's re-statements, at a steady phase (a swarm that ran a while)."""
+        renew_s = record_renew_s(self.sim.num_alive())
+        self.sim.at(
+            peer.joined_at + self.sim.rng.uniform(0, renew_s), lambda: self.record_tick(peer)
+        )
+
+    def record_tick(self, peer: SimPeer) -> None:
+        """An unchanged record re-stated (control/publishing.py: record_renew_s)."""
+        if self.sim.again(
+            peer, self.record_tick, record_renew_s(self.sim.num_alive()), jitter=0.05
+        ):
+            self.sim.flood(self.sim.sizes["peer"], "record")
+
+    def steady(self) -> bool:
+        """Has the plan stood STEADY_AFTER_S (control/publishing.py's slower pace)?"""
+        return (
+            self.standing_plan is not None
+            and self.sim.now - self.standing_plan[1] >= STEADY_AFTER_S
+        )
+
+    def due_now(self, index: int, kind: str, interval_s: float) -> bool:
+        if self.sim.now < self._due.get((index, kind), 0.0):
+            return False
+        self._due[(index, kind)] = self.sim.now + interval_s
+        return True
+
+    def organiser_tick(self) -> None:
+        """The organiser's run spec and its record (a non-member's proof of life)."""
+        interval_s = STEADY_RUN_INTERVAL_S if self.steady() else RUN_INTERVAL_S
+        self.sim.flood(self.sim.sizes["run"] + self.sim.sizes["peer"], "run")
+        self.sim.at(self.sim.now + interval_s, self.organiser_tick)
+
+    def planner_resends(self, peer: SimPeer) -> None:
+        """The planner's claim and its own plan, re-sent (control/publishing.py)."""
+        steady = self.steady()
+        claim_s = STEADY_CLAIM_INTERVAL_S if steady else CLAIM_INTERVAL_S
+        if self.due_now(peer.index, "claim", claim_s):
+            self.sim.flood(self.sim.sizes["claim"], "claim")
+        plan = self.standing_plan
+        plan_s = STEADY_PLAN_REBROADCAST_S if steady else PLAN_REBROADCAST_S
+        if plan is None or plan[2] != peer.index:
+            return
+        if self.due_now(peer.index, "plan", plan_resend_s(plan_s, int(plan[0]))):
+            self.sim.flood(plan[0], "plan")
