@@ -2,7 +2,8 @@
 (NodeState.latest), with a digest of what they say, in buckets by author.
 
 A sync client sends its buckets' digests and is served only the envelopes of the buckets whose
-digests differ (control/sync.py): two nodes that agree move a request and their own messages,
+digests differ, a large bucket's as a list of its entries' fingerprints, from which the client
+asks for the envelopes it lacks by name (control/sync.py): two nodes that agree move a request and their own messages,
 whatever the swarm's size, where pulling every held envelope was O(N) bytes every few seconds
 (1,000 peers' records: ~650 kB a sync).
 
@@ -23,6 +24,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from p2ptrain.records.replies import DIGEST_HEX_CHARS
 
 NUM_BUCKETS = 32  # 64 bits each (DIGEST_HEX_CHARS): ~600 bytes of request
+# a differing bucket of more entries is listed by fingerprint (~90 bytes an entry), not sent
+# whole (a record is ~650 bytes): at 1,000 peers a bucket is ~31 records
+SMALL_BUCKET = 4
+LIST_BUCKETS_UP_TO = NUM_BUCKETS // 4  # more differ (a newcomer): send them all at once
 
 Key = tuple[str, str]  # (author, kind); a revocation page's author is "organiser/page"
 
@@ -81,12 +86,32 @@ class HeldEnvelopes(Mapping[Key, bytes]):
         """Each bucket's digest (hex), over the entries `digested` between `leave_out`."""
         return tuple(f"{s:0{DIGEST_HEX_CHARS}x}" for s in self._bucket_sums(leave_out))
 
-    def differing(self, theirs: Sequence[str], leave_out: tuple[str, ...]) -> list[Key]:
-        """Our digested entries in the buckets whose digests differ from `theirs`."""
+    def fingerprint(self, author: str, kind: str) -> str | None:
+        """The entry's fingerprint (hex), None if we hold none (or telemetry)."""
+        held = self._fingerprints.get((author, kind))
+        return None if held is None else f"{held[1]:0{DIGEST_HEX_CHARS}x}"
+
+    def differing(
+        self, theirs: Sequence[str], leave_out: tuple[str, ...]
+    ) -> tuple[list[Key], list[tuple[str, str, str]]]:
+        """What to serve of the buckets whose digests differ from `theirs`: the keys to send,
+        and the (author, kind, fingerprint) of each entry of a bucket of more than
+        SMALL_BUCKET entries, where few buckets differ (the asker names what it lacks). Where
+        many differ (a newcomer's empty digests) all their entries are sent."""
         ours = self.digests(leave_out)
-        buckets = {b for b in range(NUM_BUCKETS) if ours[b] != theirs[b]}
-        return [
-            key
-            for key, (bucket, _) in self._fingerprints.items()
-            if bucket in buckets and digested(key, leave_out)
-        ]
+        buckets: dict[int, list[Key]] = {b: [] for b in range(NUM_BUCKETS) if ours[b] != theirs[b]}
+        for key, (bucket, _) in self._fingerprints.items():
+            if bucket in buckets and digested(key, leave_out):
+                buckets[bucket].append(key)
+        if len(buckets) > LIST_BUCKETS_UP_TO:
+            return [key for keys in buckets.values() for key in keys], []
+        sent: list[Key] = []
+        listed: list[tuple[str, str, str]] = []
+        for keys in buckets.values():
+            if len(keys) <= SMALL_BUCKET:
+                sent += keys
+            else:
+                listed += [
+                    (a, k, f"{self._fingerprints[(a, k)][1]:0{DIGEST_HEX_CHARS}x}") for a, k in keys
+                ]
+        return sent, listed

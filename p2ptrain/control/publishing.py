@@ -73,8 +73,8 @@ STEADY_PLAN_REBROADCAST_S = 30.0
 # of its bytes a second (each copy is relayed by every node: re-sent every 4 s, 1,000 peers'
 # plan was ~100 kB/s a node; bench control), and at least every MAX_PLAN_REBROADCAST_S; sync
 # serves it to a node that missed it (a pulled plan may be PULLED_PLAN_MAX_AGE_S old: sync.py)
-PLAN_RESEND_BYTES_PER_S = 500.0
-MAX_PLAN_REBROADCAST_S = 200.0
+PLAN_RESEND_BYTES_PER_S = 200.0
+MAX_PLAN_REBROADCAST_S = 600.0
 PUBLISH_GAP_S = 0.02  # pace publishes: py-libp2p drops bursts past its 32-slot queues
 REVOCATION_PAGES_PER_ROUND = 8  # gossiped per run interval: the last page and others in turn
 

@@ -17,6 +17,7 @@ only, how a spare that missed the last step's gossip, or a late joiner, learns i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
@@ -50,7 +51,7 @@ MAX_SYNC_ENVELOPES = 4096
 SYNC_PAGE_BYTES = 192 * 1024
 PULLED_RECORD_MAX_AGE_S = 600.0
 # a large plan is re-sent every few minutes at most (publishing.py: MAX_PLAN_REBROADCAST_S)
-PULLED_PLAN_MAX_AGE_S = 600.0
+PULLED_PLAN_MAX_AGE_S = 3 * 600.0  # three re-sends missed
 MAX_SYNC_PAGES = 128  # 24 MiB a round at most, from a peer that pages forever
 # records before what depends on them (telemetry and claims need the author's record)
 KIND_ORDER = {"run": 0, "revoked": 1, "peer": 2, "claim": 3, "plan": 4, "telemetry": 5}
@@ -67,11 +68,9 @@ def decode_pulled(data: bytes, pace: float = 1.0) -> wire.Envelope:
     except wire.WireError as exc:
         if exc.category != "stale":
             raise
-        max_age_s = max(PULLED_RECORD_MAX_AGE_S * pace, PULLED_PLAN_MAX_AGE_S)
-        header = wire.verified_header(data, max_age_s=max_age_s)  # checked once
-        if header.kind == "plan" and time.time() - header.ts > PULLED_PLAN_MAX_AGE_S:
-            raise
-        if header.kind not in ("peer", "plan"):
+        allowed_s = {"peer": PULLED_RECORD_MAX_AGE_S * pace, "plan": PULLED_PLAN_MAX_AGE_S}
+        header = wire.verified_header(data, max_age_s=max(allowed_s.values()))  # checked once
+        if time.time() - header.ts > allowed_s.get(header.kind, 0.0):
             raise
         return wire.open_body(header)
 
@@ -165,16 +164,30 @@ class PullSync:
             self._asking.discard(peer)
 
     async def sync_from(self, peer: str) -> None:
-        """Fetch `peer`'s envelopes, page by page, and apply the ones we lack; blame it for bad
-        ones."""
-        cursor: int | None = 0
-        num_envelopes = 0
-        term_only = term_only_from(self.state.view, peer)
+        """Fetch `peer`'s envelopes where we differ, page by page, and apply the ones we lack;
+        then those it listed by fingerprint that we lack, by name; blame it for bad ones."""
+        state = self.state
+        term_only = term_only_from(state.view, peer)
         # as of the first page: the cursor indexes what these digests select
-        digests = () if term_only else self.state.latest.digests((self.state.peer_id, peer))
+        digests = () if term_only else state.latest.digests((state.peer_id, peer))
+        asked = SyncRequest(0, state.view.hears_telemetry, term_only, digests, state.peer_id)
+        listed = await self._pull(peer, asked)
+        wanted = tuple(
+            (author, kind)
+            for author, kind, said in listed
+            if author != state.peer_id and state.latest.fingerprint(author, kind) != said
+        )[:MAX_SYNC_ENVELOPES]
+        if wanted:
+            await self._pull(peer, SyncRequest(0, state.view.hears_telemetry, keys=wanted))
+
+    async def _pull(self, peer: str, asked: SyncRequest) -> list[tuple[str, str, str]]:
+        """Apply the pages `asked` names, from its cursor on; the entries page 0 listed."""
+        cursor: int | None = asked.cursor
+        num_envelopes = 0
+        listed: list[tuple[str, str, str]] = []
         for page in range(MAX_SYNC_PAGES):
             assert cursor is not None
-            request = self._request(cursor, digests, term_only)
+            request = json.dumps(dataclasses.replace(asked, cursor=cursor).to_dict()).encode()
             try:
                 reply = SyncPage.from_dict(
                     await rpc.call(self.state.host, ID.from_base58(peer), SYNC_PROTOCOL, request)
@@ -182,26 +195,28 @@ class PullSync:
                 cursor = checked_next(reply.next, cursor)
             except Exception as exc:
                 log.debug("sync from %s failed: %s", peer, exc)
-                return
+                return []
             if page == 0:
-                view = self.state.view
-                anchored = view.term_anchored
-                view.learn_term(peer, reply.term, time.monotonic())
-                if view.term_anchored and not anchored and self.state.role == "bootstrap":
-                    self.state.publish_soon("record")  # it carries the term (organiser_term)
-                if peer == view.bootstrap_id:  # the organiser's word that the run is trained
-                    view.run_end.note_organiser(view.run, reply.finished)
+                self._note_first_page(peer, reply)
+                listed = list(reply.entries)
             envelopes = reply.envelopes[: MAX_SYNC_ENVELOPES - num_envelopes]
             num_envelopes += len(envelopes)
-            if not self._apply_page(peer, envelopes) or cursor is None:
-                return
+            if not self._apply_page(peer, envelopes):
+                return []
+            if cursor is None:
+                return listed
         log.info("sync from %s stopped after %d pages", peer, MAX_SYNC_PAGES)
+        return listed
 
-    def _request(self, cursor: int, digests: tuple[str, ...], term_only: bool = False) -> bytes:
-        """Page `cursor` of the envelopes of the buckets where `digests` differ."""
+    def _note_first_page(self, peer: str, reply: SyncPage) -> None:
+        """What a first page tells besides envelopes: the responder's term, the run's end."""
         view = self.state.view
-        asked = SyncRequest(cursor, view.hears_telemetry, term_only, digests, self.state.peer_id)
-        return json.dumps(asked.to_dict()).encode()
+        anchored = view.term_anchored
+        view.learn_term(peer, reply.term, time.monotonic())
+        if view.term_anchored and not anchored and self.state.role == "bootstrap":
+            self.state.publish_soon("record")  # it carries the term (organiser_term)
+        if peer == view.bootstrap_id:  # the organiser's word that the run is trained
+            view.run_end.note_organiser(view.run, reply.finished)
 
     def _apply_page(self, peer: str, envelopes: tuple[object, ...]) -> bool:
         """Apply one page's envelopes; False once `peer` is blocked (stop reading from it)."""
@@ -232,17 +247,23 @@ class PullSync:
         term = view.known_term() if view.term_anchored else None
         if asked.term_only:
             return SyncPage((), None, term, view.finished).to_dict()
+        listed: list[tuple[str, str, str]] = []
         if len(asked.digests) == NUM_BUCKETS:
-            chosen = latest.differing(asked.digests, (asked.asker, self.state.peer_id))
+            ends = (asked.asker, self.state.peer_id)
+            chosen, listed = latest.differing(asked.digests, ends)
             if asked.telemetry:
                 chosen += [key for key in latest if key[1] == "telemetry"]
+        elif asked.keys:  # named after a page listed them
+            chosen = [key for key in set(asked.keys) if key in latest]
         else:  # an older peer's request: everything
             chosen = list(latest)
         if not asked.telemetry:  # outside the audience: no telemetry (control/gossip.py)
             chosen = [key for key in chosen if key[1] != "telemetry"]
         keys = sorted(chosen, key=lambda k: (KIND_ORDER[k[1]], k))
         held = [latest[key].decode() for key in keys]
-        own = authored_messages(self.state, asked.telemetry) if cursor == 0 else []
+        first = cursor == 0 and not asked.keys
+        own = authored_messages(self.state, asked.telemetry) if first else []
         page, nxt = page_of(held, cursor, SYNC_PAGE_BYTES)
         envelopes = tuple(d.decode() for d in own) + tuple(page)
-        return SyncPage(envelopes, nxt, term, view.finished).to_dict()
+        entries = tuple(listed) if cursor == 0 else ()
+        return SyncPage(envelopes, nxt, term, view.finished, entries).to_dict()

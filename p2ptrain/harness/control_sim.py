@@ -52,6 +52,7 @@ ELECTION_TICK_S = 0.5
 NUM_CANDIDATES = 5  # planner-token holders
 HOP_PROCESSING_S = 0.005
 NUM_SEEN_COORDINATES = 64  # coordinates a peer remembers to pick its nearest from
+REAL_ID_CHARS = 52  # identity.peer_id_of's, for an Ed25519 key
 MAX_NEIGHBOUR_FAILURES = 2  # a neighbour whose probes fail this often is replaced
 
 
@@ -86,7 +87,11 @@ class Simulation:
     # ---------------------------------------------------------------- sizes of real records
 
     def plan_bytes(self, plan: Plan) -> int:
-        return len(wire._canonical(plan.to_dict())) + 200  # header and signature
+        """The plan's envelope as the wire would carry it, every simulated peer's short id
+        ("sim000123") counted at a real peer id's length (an Ed25519 peer id: 52 characters)."""
+        text = wire._canonical(plan.to_dict())
+        short = text.count(b'"sim') + text.count(b"/p2p/sim")
+        return len(text) + short * (REAL_ID_CHARS - len("sim000000")) + 200  # header, signature
 
     # ---------------------------------------------------------------- events
 

@@ -3,10 +3,12 @@ control/publishing.py's and control/sync.py's cadences: every member's unchanged
 record_renew_s, the planner's claim and its plan (re-sent by plan_resend_s), the organiser's run
 spec and record, and each peer's digest sync with a random peer: a request with its digests
 (control/held.py), the responder's own messages, and the buckets where the two differ, those of
-the changes still in flight (a flood that has not reached everyone yet)."""
+the changes still in flight (a flood that has not reached everyone yet): a large bucket listed
+by its entries' fingerprints, then the changed entry asked for by name."""
 
 from __future__ import annotations
 
+import json
 import random
 import secrets
 from collections.abc import Callable
@@ -14,7 +16,7 @@ from typing import Protocol
 
 from p2ptrain import identity
 from p2ptrain.control import wire
-from p2ptrain.control.held import NUM_BUCKETS
+from p2ptrain.control.held import NUM_BUCKETS, SMALL_BUCKET
 from p2ptrain.control.membership import record_renew_s
 from p2ptrain.control.publishing import (
     CLAIM_INTERVAL_S,
@@ -73,9 +75,12 @@ def measured_sizes(run: RunSpec) -> dict[str, int]:
         data_addrs=(f"/ip4/203.0.113.7/tcp/4002/p2p/{author}",),
     )
     own = {"coord": coord, "cap": {"up_mbps": 123.45, "down_mbps": 678.9}}
+    named = SyncRequest(0, False, keys=((author, "peer"),))
     asked = SyncRequest(0, False, digests=("0" * 16,) * NUM_BUCKETS, asker=author)
     return {
         "sync_request": len(wire._canonical(asked.to_dict())) + STREAM_OVERHEAD_BYTES,
+        "keys_request": len(wire._canonical(named.to_dict())) + STREAM_OVERHEAD_BYTES,
+        "entry": len(json.dumps([author, "peer", "0" * 16])) + 2,
         "run": len(wire.encode(seed, 1, run, run_id=run.run_id)),
         "telemetry_base": empty + len(wire._canonical(own)),
         "telemetry_link": one_link,
@@ -97,14 +102,23 @@ class Cadences:
     def new_plan(self, author: SimPeer, num_bytes: float) -> None:
         """A plan flooded now: it stands from now, re-sent by its author."""
         self.standing_plan = (num_bytes, self.sim.now, author.index)
-        self._due[(author.index, "plan")] = self.sim.now + PLAN_REBROADCAST_S
+        resend_s = plan_resend_s(PLAN_REBROADCAST_S, int(num_bytes))
+        self._due[(author.index, "plan")] = self.sim.now + resend_s
         self.changed(num_bytes)
 
     def changed(self, num_bytes: float) -> None:
         """Something new floods now: until it reached everyone, a sync between a peer that has
-        it and one that has not sends its bucket (its neighbours in the bucket too)."""
-        bucket = self.sim.num_alive() / NUM_BUCKETS * self.sim.sizes["peer"]
-        self.in_flight.append((self.sim.now, num_bytes + bucket))
+        it and one that has not serves its bucket."""
+        self.in_flight.append((self.sim.now, num_bytes))
+
+    def bucket_bytes(self, num_bytes: float) -> tuple[float, int]:
+        """What a sync moves for one changed entry of `num_bytes` (control/held.py), and in how
+        many messages: a small bucket's envelopes; a larger one's entries listed, the entry
+        asked for by name and sent."""
+        sizes, entries = self.sim.sizes, self.sim.num_alive() / NUM_BUCKETS
+        if entries <= SMALL_BUCKET:
+            return num_bytes + (entries - 1) * sizes["peer"], 0
+        return entries * sizes["entry"] + sizes["keys_request"] + num_bytes, 2
 
     def plan_bytes_now(self) -> float:
         return 0.0 if self.standing_plan is None else self.standing_plan[0]
@@ -117,11 +131,15 @@ class Cadences:
         other = self.sim.peers[self.sim.rng.choice(self.sim.alive_indices())]
         since = self.sim.now - self.sim.flood_s()
         self.in_flight = [(t, b) for t, b in self.in_flight if t >= since]
-        reply = self.sim.sizes["peer"] + sum(b for _, b in self.in_flight)
+        reply, messages = float(self.sim.sizes["peer"]), 2
+        for _, num_bytes in self.in_flight:
+            moved, more = self.bucket_bytes(num_bytes)
+            reply, messages = reply + moved, messages + more
         if self.standing_plan is not None and self.standing_plan[2] == other.index:
             reply += self.sim.sizes["claim"] + self.standing_plan[0]  # the planner's own
         for end in (peer, other):
-            self.sim.counters.charge(end.index, self.sim.sizes["sync_request"] + reply, 2, "sync")
+            charged = self.sim.sizes["sync_request"] + reply
+            self.sim.counters.charge(end.index, charged, messages, "sync")
 
     def schedule_renewals(self, peer: SimPeer) -> None:
         """Its unchanged record's re-statements, at a steady phase (a swarm that ran a while)."""

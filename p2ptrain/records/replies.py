@@ -19,6 +19,7 @@ MAX_PAGE_ITEMS = 1 << 20  # a page's items are bounded by its bytes (net/rpc.MAX
 MAX_ERROR_CHARS = 200
 DIGEST_HEX_CHARS = 16  # a sync bucket's digest: 64 bits (control/held.py)
 MAX_DIGESTS = 256
+MAX_KEY_CHARS = 80  # an author (a revocation page's: "organiser/page") or a kind
 _HEX_DIGEST = re.compile(f"[0-9a-f]{{{DIGEST_HEX_CHARS}}}")
 
 
@@ -48,6 +49,25 @@ def _digest(value: object, record: str, name: str) -> str:
     return value
 
 
+def _key(value: object, record: str, name: str) -> tuple[str, str]:
+    """An (author, kind) of a held envelope: [author, kind]."""
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not all(isinstance(v, str) and 0 < len(v) <= MAX_KEY_CHARS for v in value)
+    ):
+        raise f.malformed(record, f"{name} must hold [author, kind] pairs")
+    return (value[0], value[1])
+
+
+def _entry(value: object, record: str, name: str) -> tuple[str, str, str]:
+    """A held envelope's (author, kind, fingerprint): [author, kind, 16 hex digits]."""
+    if not isinstance(value, list) or len(value) != 3:
+        raise f.malformed(record, f"{name} must hold [author, kind, fingerprint] triples")
+    author, kind = _key(value[:2], record, name)
+    return (author, kind, _digest(value[2], record, name))
+
+
 NextCursor = Annotated[int | None, Nullable(Int(1, MAX_CURSOR))]
 
 
@@ -73,6 +93,12 @@ class SyncRequest(Record, name="sync request"):
         tuple[str, ...], Seq(Custom(_digest), MAX_DIGESTS), Wire(omit_default=True)
     ] = ()
     asker: Annotated[str, Text(f.MAX_ID_CHARS, empty=True), Wire(omit_default=True)] = ""
+    # the envelopes asked for by name, after a page listed a bucket's entries (control/sync.py)
+    keys: Annotated[
+        tuple[tuple[str, str], ...],
+        Seq(Custom(_key, list), MAX_PAGE_ITEMS),
+        Wire(omit_default=True),
+    ] = ()
 
 
 @dataclass(frozen=True)
@@ -91,12 +117,19 @@ class RunReply(Record, name="run reply"):
 @dataclass(frozen=True)
 class SyncPage(Record, name="sync page"):
     """Whole envelopes, the next cursor (None: the last page), the responder's anchored term,
-    and whether the run is finished (the organiser's word: control/run_end.py)."""
+    whether the run is finished (the organiser's word: control/run_end.py), and, on page 0, the
+    (author, kind, fingerprint) of each entry of the large buckets that differ from the
+    asker's digests: it asks for the envelopes it lacks by name (control/held.py)."""
 
     envelopes: Annotated[tuple[object, ...], Seq(Custom(_item), MAX_PAGE_ITEMS)]
     next: NextCursor = None
     term: Annotated[int | None, Nullable(Int(0, MAX_TERM))] = None
     finished: bool = False
+    entries: Annotated[
+        tuple[tuple[str, str, str], ...],
+        Seq(Custom(_entry, list), MAX_PAGE_ITEMS),
+        Wire(omit_default=True),
+    ] = ()
 
 
 @dataclass(frozen=True)

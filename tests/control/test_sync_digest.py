@@ -6,15 +6,29 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from collections import Counter
+from typing import Any, cast
 
+import pytest
 import trio
+from libp2p.pubsub.pb import rpc_pb2
 
 from p2ptrain import identity
 from p2ptrain.control import wire
-from p2ptrain.control.held import NUM_BUCKETS, HeldEnvelopes, bucket_of, fingerprint
+from p2ptrain.control.held import (
+    NUM_BUCKETS,
+    SMALL_BUCKET,
+    HeldEnvelopes,
+    bucket_of,
+    fingerprint,
+)
+from p2ptrain.control.intake import Intake
+from p2ptrain.control.state import NodeState
 from p2ptrain.control.sync import PullSync, read_request
+from p2ptrain.control.view import SwarmView
 from p2ptrain.records.replies import SyncPage, SyncRequest
-from tests.control.test_gossip_screen import Author, make_node, validate
+from tests.control.test_gossip_screen import Author, make_node, record_body, validate
 
 CLIENT = identity.peer_id_of(os.urandom(32))
 
@@ -77,7 +91,8 @@ def test_a_client_that_agrees_is_served_the_responders_own_messages_only() -> No
 def test_a_client_that_lacks_a_record_is_served_that_records_bucket_only() -> None:
     authors = [Author() for _ in range(40)]
     sync, records = server_with(authors)
-    missing = authors[7]
+    sizes = Counter(bucket_of(a.id) for a in authors)
+    missing = next(a for a in authors if sizes[bucket_of(a.id)] <= SMALL_BUCKET)  # sent whole
     client = HeldEnvelopes()
     for author, data in zip(authors, records, strict=True):
         if author is not missing:
@@ -118,3 +133,77 @@ def test_a_request_with_digests_is_read_or_refused_as_one_error() -> None:
         except ValueError:
             continue
         raise AssertionError(f"{bad!r} was read")
+
+
+def client_node() -> tuple[NodeState, Intake]:
+    """A node of the same run as make_node's, with an identity of its own."""
+    server, _ = make_node()
+    seed = os.urandom(32)
+    view = SwarmView(
+        self_id=identity.peer_id_of(seed),
+        role="control-only",
+        planner_capable=True,
+        started_at=time.monotonic(),
+        bootstrap_id=server.view.bootstrap_id,
+        run=server.view.run,
+    )
+    state = NodeState(
+        seed=seed,
+        role="control-only",
+        peer_id=view.self_id,
+        host=cast(Any, None),
+        view=view,
+        hardware={},
+    )
+    state.view.hears_telemetry = False
+    return state, Intake(state)
+
+
+def test_a_large_differing_bucket_is_listed_and_the_client_asks_for_what_it_lacks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """200 authors: ~6 a bucket. A client that missed one record (and holds another's older
+    body) is listed those buckets' entries, asks for the two by name, and holds what the
+    server holds afterwards, moving a fraction of the server's records."""
+    authors = [Author() for _ in range(200)]
+    sizes = Counter(bucket_of(a.id) for a in authors)
+    missing, changed = [a for a in authors if sizes[bucket_of(a.id)] > SMALL_BUCKET][:2]
+    older = changed.message("peer", {**record_body(changed.token.encode()), "version": "9"})
+    sync, records = server_with(authors)  # the server holds `changed`'s newer record
+    client, client_intake = client_node()
+    for author, data in zip(authors, records, strict=True):
+        if author is missing:
+            continue
+        if author is changed:
+            assert validate(client, client_intake, author, older)
+            continue
+        assert validate(client, client_intake, author, author_message(author, data))
+    moved: list[int] = []
+
+    async def call(host: Any, peer: Any, protocol: Any, request: bytes = b"") -> Any:
+        reply = await sync.respond_sync(request)
+        moved.append(len(json.dumps(reply)))
+        return reply
+
+    monkeypatch.setattr("p2ptrain.control.sync.rpc.call", call)
+    trio.run(PullSync(client, client_intake).sync_from, sync.state.peer_id)
+    server_id = sync.state.peer_id
+    ends = (client.peer_id, server_id)
+    assert client.latest.digests(ends) == sync.state.latest.digests(ends)
+    assert len(moved) == 2  # the digests' page, then the two records by name
+    assert sum(moved) < sum(len(r) for r in records) / 4
+
+
+def test_a_request_for_keys_is_served_exactly_those() -> None:
+    authors = [Author() for _ in range(10)]
+    sync, _ = server_with(authors)
+    named = ((authors[2].id, "peer"), (authors[5].id, "peer"), ("nobody", "peer"))
+    got = served(sync, SyncRequest(0, False, keys=named))
+    assert sorted(got) == sorted(named[:2])  # not the responder's own, not what it lacks
+
+
+def author_message(author: Author, data: bytes) -> rpc_pb2.Message:
+    """`data`, an envelope `author` signed, as a gossip message from it."""
+    message = author.record()
+    message.data = data
+    return message
