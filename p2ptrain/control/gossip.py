@@ -146,6 +146,9 @@ def _validate(
         return True  # our own publish
     if state.view.penalties.is_blocked(sender, now):
         return False
+    if len(msg.data) > wire.MAX_ENVELOPE_BYTES:  # a larger plan is pulled, never gossiped
+        intake.reject(sender, "oversized", f"{len(msg.data)} bytes of gossip", topic, now)
+        return False
     try:
         header = wire.verified_header(msg.data)
     except wire.WireError as exc:

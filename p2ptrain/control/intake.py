@@ -19,7 +19,7 @@ from p2ptrain.control.events import Change
 from p2ptrain.control.flood import GossipRates
 from p2ptrain.control.penalties import BLOCK_S, PENALTIES
 from p2ptrain.control.state import NodeState
-from p2ptrain.records import PeerRecord, Revocations
+from p2ptrain.records import Claim, PeerRecord, Revocations
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,8 @@ class Intake:
         self._on_penalty = on_penalty
         self._blocked_logged: set[str] = set()  # blocked peers whose blocking was logged
         self.rates = GossipRates()
+        # a claim names a plan too large to gossip: (key, who sent it) (control/plan_pull.py)
+        self.wants_plan: Callable[[tuple[int, int], str], None] = lambda key, sender: None
 
     def screen(self, header: wire.Header, now: float) -> Drop | None:
         """Refuse a gossip message by its verified header, before its body is parsed: past its
@@ -90,6 +92,8 @@ class Intake:
         drop = self.state.view.accept(env, now, heard_at)
         if drop is None:
             self._learn_organiser_term(env, age_s, now)
+            if isinstance(env.body, Claim) and env.body.plan is not None:
+                self.wants_plan(env.body.plan, sender)  # too large to gossip: pull it
             if env.author != self.state.peer_id:
                 self.state.latest[latest_key(env)] = data
             self._notify_changes(before, self._what_tasks_watch(env.author, now))

@@ -34,7 +34,8 @@ from p2ptrain.control.health import serve_health
 from p2ptrain.control.intake import Intake
 from p2ptrain.control.loop_stall import TICK_S
 from p2ptrain.control.measuring import LinkProber
-from p2ptrain.control.publishing import Publisher, measure_compute
+from p2ptrain.control.plan_pull import PLAN_PROTOCOL, PlanPull
+from p2ptrain.control.publishing import Publisher, measure_compute, plan_message
 from p2ptrain.control.reachability import ReachabilityMonitor
 from p2ptrain.control.relay_service import OFFER_PROTOCOL, RELAY_PROTOCOL, RelayService
 from p2ptrain.control.rpcs import RUN_PROTOCOL, STATUS_PROTOCOL, RpcResponder
@@ -121,6 +122,8 @@ class ControlNode:
         self.pubsub, self.gossipsub = make_pubsub(self.host)
         self.intake = Intake(self.state, self._score_penalty)
         self.sync = PullSync(self.state, self.intake)
+        self.plan_pull = PlanPull(self.state, partial(plan_message, self.state), self.intake.apply)
+        self.intake.wants_plan = self.plan_pull.want
         self.publisher = Publisher(self.state, self.pubsub)
         self.rpcs = RpcResponder(self.state)
         # members of the run (admitted records, the organiser) keep room strangers cannot take
@@ -181,6 +184,7 @@ class ControlNode:
                 (STATUS_PROTOCOL, self.rpcs.respond_status),
                 (RUN_PROTOCOL, self.rpcs.respond_run),
                 (SYNC_PROTOCOL, self.sync.respond_sync),
+                (PLAN_PROTOCOL, self.plan_pull.respond),
             ):
                 host.set_stream_handler(protocol, guard(rpc.make_handler(respond)))
             async with (
@@ -212,6 +216,7 @@ class ControlNode:
                 nursery.start_soon(self.publisher.serve_publishing)
                 nursery.start_soon(self.discovery.serve_discovery)
                 nursery.start_soon(self.sync.serve_sync)
+                nursery.start_soon(self.plan_pull.serve)
                 nursery.start_soon(self.reachability.serve_reachability)
                 nursery.start_soon(self.run_watch.serve)
                 nursery.start_soon(serve_heartbeat, state)

@@ -74,6 +74,9 @@ STEADY_PLAN_REBROADCAST_S = 30.0
 # plan was ~100 kB/s a node; bench control), and at least every MAX_PLAN_REBROADCAST_S; sync
 # serves it to a node that missed it (a pulled plan may be PULLED_PLAN_MAX_AGE_S old: sync.py)
 PLAN_RESEND_BYTES_PER_S = 200.0
+# a plan's envelope over this is not gossiped: our claims name it and nodes pull it hop by hop
+# (control/plan_pull.py); 1,000 peers' is ~200 kB, over gossip's 64 KiB envelope
+INLINE_PLAN_BYTES = 48 * 1024
 MAX_PLAN_REBROADCAST_S = 600.0
 PUBLISH_GAP_S = 0.02  # pace publishes: py-libp2p drops bursts past its 32-slot queues
 REVOCATION_PAGES_PER_ROUND = 8  # gossiped per run interval: the last page and others in turn
@@ -178,7 +181,23 @@ def telemetry_pace(
 
 
 def claim_message(state: NodeState) -> bytes:
-    return _signed(state, Claim(state.view.term))
+    """Our claim of the term, naming our plan if it is too large to gossip (plan_pull.py)."""
+    plan = state.view.plan
+    pulled = plan is not None and own_plan_bytes(state) > INLINE_PLAN_BYTES
+    return _signed(state, Claim(state.view.term, plan.key if pulled and plan else None))
+
+
+def own_plan_bytes(state: NodeState) -> int:
+    """Our current plan's envelope size (0: the plan is not ours to publish), once a version."""
+    view = state.view
+    plan = view.plan
+    if plan is None or plan.planner != state.peer_id or plan.term != view.term:
+        return 0
+    version, size = state.plan_bytes
+    if version != view.plan_version:
+        size = len(plan_message(state))
+        state.plan_bytes = (view.plan_version, size)
+    return size
 
 
 def plan_resend_s(pace_s: float, plan_bytes: int) -> float:
@@ -303,10 +322,14 @@ class Publisher:
                     await self._publish(CONTROL_TOPIC, partial(claim_message, state))
                 plan_s = STEADY_PLAN_REBROADCAST_S if steady else PLAN_REBROADCAST_S
                 if self._own_plan() and self._due_now("plan", plan_s, now):
-                    message = plan_message(state)
-                    await self._publish(CONTROL_TOPIC, partial(bytes, message))
-                    resend_at = now + plan_resend_s(plan_s, len(message))
-                    state.due["plan"] = max(state.due["plan"], resend_at)
+                    size = own_plan_bytes(state)
+                    if size > INLINE_PLAN_BYTES:  # our claim names it instead
+                        await self._publish(CONTROL_TOPIC, partial(claim_message, state))
+                        state.due["plan"] = now + MAX_PLAN_REBROADCAST_S
+                    else:
+                        await self._publish(CONTROL_TOPIC, partial(plan_message, state))
+                        resend_at = now + plan_resend_s(plan_s, size)
+                        state.due["plan"] = max(state.due["plan"], resend_at)
             view.forget_stale(now)  # the view's housekeeping rides on our rounds
             now = state.clock()
             await state.changes.wait(("publish",), seen, self._next_due(now) - now)

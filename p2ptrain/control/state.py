@@ -54,6 +54,7 @@ class NodeState:
     sent_at: dict[Kind, float] = field(default_factory=dict)
     # (author, kind) -> the latest envelope we accepted from another peer: served to sync clients
     latest: HeldEnvelopes = field(default_factory=HeldEnvelopes)
+    plan_bytes: tuple[int, int] = (-1, 0)  # our own plan's envelope size, by view.plan_version
     joined: trio.Event = field(default_factory=trio.Event)  # set once we are in the swarm
     # set to stop the node: a signal, or nothing left to do (control/run_watch.py)
     stopping: trio.Event = field(default_factory=trio.Event)

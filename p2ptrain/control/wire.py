@@ -36,6 +36,8 @@ from p2ptrain.records.run import MAX_RUN_ID_CHARS
 
 WIRE_VERSION = 1
 MAX_ENVELOPE_BYTES = 64 * 1024
+# a plan too large to gossip whole is pulled (control/plan_pull.py): 1,024 peers' is ~200 kB
+MAX_PLAN_ENVELOPE_BYTES = 1024 * 1024
 MAX_CLOCK_SKEW_S = 30.0
 # a gossip message's copies come within seconds, and a sync re-delivers a 32-peer swarm's ~70
 # held envelopes every 5 s; each entry keeps the bytes and the parsed body: at 1,024 a planner
@@ -113,9 +115,14 @@ def sign(
     payload = _canonical(unsigned)
     signed = dict(unsigned, sig=identity.sign(seed, payload).hex())
     data = _canonical(signed)
-    if len(data) > MAX_ENVELOPE_BYTES:
-        raise WireError(f"oversized: {kind} message of {len(data)} bytes > {MAX_ENVELOPE_BYTES}")
+    if len(data) > max_bytes(kind):
+        raise WireError(f"oversized: {kind} message of {len(data)} bytes > {max_bytes(kind)}")
     return data
+
+
+def max_bytes(kind: str) -> int:
+    """The largest envelope of `kind`: a plan may be pulled larger than gossip carries."""
+    return MAX_PLAN_ENVELOPE_BYTES if kind == "plan" else MAX_ENVELOPE_BYTES
 
 
 def decode(data: bytes, now: float | None = None, max_age_s: float = MAX_CLOCK_SKEW_S) -> Envelope:
@@ -168,7 +175,10 @@ def verified_header(
 
 def _checked_header(data: bytes) -> Header:
     """Size, JSON, header fields and signature of a message (not its age). Raises WireError."""
-    if len(data) > MAX_ENVELOPE_BYTES:
+    # past gossip's size only a plan (pulled: control/plan_pull.py), checked before parsing
+    if len(data) > MAX_ENVELOPE_BYTES and (
+        len(data) > MAX_PLAN_ENVELOPE_BYTES or b'"kind":"plan"' not in data
+    ):
         raise WireError(f"oversized: {len(data)} bytes > {MAX_ENVELOPE_BYTES}")
     try:
         obj = json.loads(data)
@@ -184,6 +194,8 @@ def _checked_header(data: bytes) -> Header:
     kind, author, seq, ts, body = (obj.get(k) for k in ("kind", "author", "seq", "ts", "body"))
     if not isinstance(kind, str) or kind not in BODY_RECORDS:
         raise WireError(f"malformed: unknown kind {kind!r}")
+    if len(data) > max_bytes(kind):  # only a plan may be larger than gossip carries
+        raise WireError(f"oversized: {kind} message of {len(data)} bytes > {max_bytes(kind)}")
     if not isinstance(author, str) or len(author) > MAX_ID_CHARS:
         raise WireError("malformed: bad author")
     if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq < 2**63:

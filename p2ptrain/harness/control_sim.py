@@ -34,6 +34,7 @@ from p2ptrain.control.estimate.neighbours import ROTATE_RANDOM_S, choose_neighbo
 from p2ptrain.control.gossip import MESH_DEGREE
 from p2ptrain.control.links import LinkSample
 from p2ptrain.control.measuring import probe_bytes
+from p2ptrain.control.publishing import INLINE_PLAN_BYTES
 from p2ptrain.control.sync import SYNC_INTERVAL_S
 from p2ptrain.control.view import SwarmView
 from p2ptrain.harness.control_sim_cadences import Cadences, measured_sizes
@@ -109,10 +110,30 @@ class Simulation:
 
     def flood_s(self) -> float:
         """How long a flood takes to reach every peer: log(N) mesh hops of a median one-way delay."""
-        hops = math.ceil(math.log(max(2, self.num_alive())) / math.log(MESH_DEGREE - 1))
-        return hops * (self.median_one_way_s + HOP_PROCESSING_S)
+        return self.hops() * (self.median_one_way_s + HOP_PROCESSING_S)
+
+    def hops(self) -> int:
+        """How many mesh hops a flood crosses to reach every peer."""
+        return math.ceil(math.log(max(2, self.num_alive())) / math.log(MESH_DEGREE - 1))
 
     median_one_way_s = 0.06
+    median_rate_mbps = 20.0
+
+    def send_plan(self, plan: Plan) -> float:
+        """Charge a new plan's delivery, as the planner sends it; how long until all hold it.
+        Small: flooded whole. Too large to gossip (control/plan_pull.py): its claim floods, and
+        each peer pulls it once from the peer it heard the claim from and serves it about once,
+        a hop taking a round trip and the transfer."""
+        num_bytes = self.plan_bytes(plan)
+        if num_bytes <= INLINE_PLAN_BYTES:
+            self.flood(num_bytes, "plan")
+            return self.flood_s()
+        self.flood(self.sizes["claim"] + 16, "claim")
+        for peer in self.peers:
+            if peer.alive:
+                self.counters.charge(peer.index, 2 * num_bytes, 4, "plan")
+        transfer_s = num_bytes * 8 / (self.median_rate_mbps * 1e6)
+        return self.flood_s() + self.hops() * (2 * self.median_one_way_s + transfer_s)
 
     def flood(self, num_bytes: float, kind: str) -> None:
         for peer in self.peers:

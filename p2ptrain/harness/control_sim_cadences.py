@@ -20,6 +20,7 @@ from p2ptrain.control.held import NUM_BUCKETS, SMALL_BUCKET
 from p2ptrain.control.membership import record_renew_s
 from p2ptrain.control.publishing import (
     CLAIM_INTERVAL_S,
+    INLINE_PLAN_BYTES,
     PLAN_REBROADCAST_S,
     RUN_INTERVAL_S,
     STEADY_AFTER_S,
@@ -182,7 +183,7 @@ class Cadences:
             self.sim.flood(self.sim.sizes["claim"], "claim")
         plan = self.standing_plan
         plan_s = STEADY_PLAN_REBROADCAST_S if steady else PLAN_REBROADCAST_S
-        if plan is None or plan[2] != peer.index:
-            return
+        if plan is None or plan[2] != peer.index or plan[0] > INLINE_PLAN_BYTES:
+            return  # a large plan is named by the claims and pulled (control/plan_pull.py)
         if self.due_now(peer.index, "plan", plan_resend_s(plan_s, int(plan[0]))):
             self.sim.flood(plan[0], "plan")

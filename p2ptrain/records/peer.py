@@ -207,8 +207,20 @@ class Telemetry(Record, name="telemetry"):
     capacity: Annotated[AccessCapacity | None, Wire(key="cap", omit_default=True)] = None
 
 
+def _plan_key(value: object, record: str, name: str) -> tuple[int, int]:
+    """A plan's (term, epoch), written [term, epoch]."""
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        raise f.malformed(record, f"{name} must be [term, epoch]")
+    return (f.integer(value[0], record, name, 1, MAX_TERM), f.integer(value[1], record, name, 0))
+
+
 @dataclass(frozen=True)
 class Claim(Record, name="claim"):
-    """A planner claims (and, re-broadcast, keeps) a term."""
+    """A planner claims (and, re-broadcast, keeps) a term; `plan`: the key of its plan when
+    that is too large to gossip whole, which a node lacking it pulls from whoever sent it
+    this claim (control/plan_pull.py)."""
 
     term: Annotated[int, Int(1, MAX_TERM)]
+    plan: Annotated[
+        tuple[int, int] | None, Nullable(Custom(_plan_key, list)), Wire(omit_default=True)
+    ] = None

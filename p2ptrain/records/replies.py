@@ -144,3 +144,24 @@ class StatusPage(Record, name="status page"):
     def scalars(reply: dict[str, Any]) -> dict[str, Any]:
         """Page 0's other fields: the status document's scalars."""
         return {k: v for k, v in reply.items() if k not in ("peers", "links", "next")}
+
+
+@dataclass(frozen=True)
+class PlanRequest(Record, name="plan request"):
+    """Ask for the current plan, if it is at least (term, epoch) (control/plan_pull.py)."""
+
+    term: Annotated[int, Int(1, MAX_TERM)]
+    epoch: Annotated[int, Int(0, MAX_CURSOR)]
+
+
+@dataclass(frozen=True)
+class PlanReply(Record, name="plan reply"):
+    """The planner's signed plan (an envelope too large to gossip), or why there is none."""
+
+    envelope: Annotated[str | None, Nullable(Custom(_string)), Wire(omit_default=True)] = None
+    error: Annotated[str | None, Nullable(Text(MAX_ERROR_CHARS)), Wire(omit_default=True)] = None
+
+    def wire_problem(self) -> str | None:
+        if (self.envelope is None) == (self.error is None):
+            return "a plan reply holds an envelope or an error"
+        return None

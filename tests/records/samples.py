@@ -35,7 +35,7 @@ from p2ptrain.records import (
     issue_revocation,
     issue_token,
 )
-from p2ptrain.records.replies import SyncRequest
+from p2ptrain.records.replies import PlanReply, PlanRequest, SyncPage, SyncRequest
 from p2ptrain.records.stage_state import StateMeta
 from p2ptrain.worker.pipeline.frames import FrameHeader
 from p2ptrain.worker.resume.state_transfer import StateRequest
@@ -363,4 +363,18 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (StateRequest, {"layers": "L0-2", "step": 7, "digest": "0f" * 32}),
     (StateMeta, stage_state_dict()),
     (SyncRequest, {"cursor": 0, "telemetry": False, "digests": ["0f" * 8] * 32, "asker": A}),
+    (SyncRequest, {"cursor": 0, "keys": [[A, "peer"], [f"{A}/2", "revoked"]]}),
+    (
+        SyncPage,
+        {
+            "envelopes": [],
+            "next": None,
+            "term": None,
+            "finished": False,
+            "entries": [[A, "peer", "0f" * 8]],
+        },
+    ),
+    (PlanRequest, {"term": 3, "epoch": 7}),
+    (PlanReply, {"envelope": "{}"}),
+    (Claim, {"term": 3, "plan": [3, 7]}),
 ]
