@@ -79,6 +79,10 @@ class PlanPull:
         async for key, source in self._receive:
             if key > self._held():
                 await self._pull(key, source)
+            if self._receive.statistics().current_buffer_used == 0:
+                # a key nobody could serve (a token holder's claim may name any) stops no
+                # later claim from asking again
+                self._asked = self._held()
 
     async def _pull(self, key: PlanKey, source: str) -> None:
         """From `source` (retrying while it has not got the plan yet), else from the planner."""

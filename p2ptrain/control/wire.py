@@ -149,6 +149,8 @@ class VerifiedHeaders:
             self._by_bytes.move_to_end(data)
             return header
         header = _checked_header(data)
+        if len(data) > MAX_ENVELOPE_BYTES:  # a pulled plan: not kept (256 of 1 MiB each)
+            return header
         self._by_bytes[data] = header
         if len(self._by_bytes) > self._size:
             self._by_bytes.popitem(last=False)

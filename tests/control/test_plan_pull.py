@@ -178,3 +178,44 @@ def test_the_planners_claim_names_its_plan_only_when_it_is_too_large_to_gossip()
     own_plan(900)
     assert own_plan_bytes(state) > INLINE_PLAN_BYTES
     assert claimed() == Claim(2, state.view.plan.key if state.view.plan else None)
+
+
+def test_a_key_nobody_serves_does_not_stop_later_claims_from_asking(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A token holder's claim may name any key: once its pull gave up, a later claim asks again."""
+    planner = Planner()
+    node = node_following(planner)
+    puller = PlanPull(node[0], lambda: b"", node[1].apply)
+    asked: list[str] = []
+
+    async def call(host: Any, peer: Any, protocol: Any, request: bytes = b"") -> Any:
+        asked.append(peer.to_base58())
+        return {"error": "no such plan here"}
+
+    monkeypatch.setattr("p2ptrain.control.plan_pull.rpc.call", call)
+    monkeypatch.setattr("p2ptrain.control.plan_pull.PULL_RETRY_S", 0.01)
+    sender = identity.peer_id_of(os.urandom(32))
+
+    async def run() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(puller.serve)
+            for _ in range(2):
+                before = len(asked)
+                puller.want((7, 7), sender)
+                with trio.fail_after(5):
+                    while len(asked) < before + 2 or puller._asked != (0, 0):  # noqa: ASYNC110
+                        await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+
+    trio.run(run)
+    assert asked == [sender, planner.id] * 2  # the sender, then the planner, each time
+
+
+def test_a_pulled_plan_over_the_gossip_envelope_is_not_kept_in_the_header_cache() -> None:
+    planner = Planner()
+    large = planner.plan(1, 1, others=900)
+    hits = wire._VERIFIED.hits
+    for _ in range(2):
+        assert wire.decode(large).kind == "plan"
+    assert wire._VERIFIED.hits == hits and large not in wire._VERIFIED._by_bytes
