@@ -110,7 +110,7 @@ class RunReply(Record, name="run reply"):
 
     def wire_problem(self) -> str | None:
         if (self.envelope is None) == (self.error is None):
-            return "a run reply holds an envelope or an error"
+            return "a reply holds an envelope or an error"
         return None
 
 
@@ -155,13 +155,5 @@ class PlanRequest(Record, name="plan request"):
 
 
 @dataclass(frozen=True)
-class PlanReply(Record, name="plan reply"):
+class PlanReply(RunReply, name="plan reply"):
     """The planner's signed plan (an envelope too large to gossip), or why there is none."""
-
-    envelope: Annotated[str | None, Nullable(Custom(_string)), Wire(omit_default=True)] = None
-    error: Annotated[str | None, Nullable(Text(MAX_ERROR_CHARS)), Wire(omit_default=True)] = None
-
-    def wire_problem(self) -> str | None:
-        if (self.envelope is None) == (self.error is None):
-            return "a plan reply holds an envelope or an error"
-        return None

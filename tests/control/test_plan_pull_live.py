@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, cast
+from typing import Any
 
 import trio
 from libp2p.peer.peerinfo import info_from_p2p_addr
@@ -14,15 +14,13 @@ from multiaddr import Multiaddr
 
 from p2ptrain import identity
 from p2ptrain.control import wire
-from p2ptrain.control.intake import Intake
 from p2ptrain.control.node import ControlNode, NodeConfig
 from p2ptrain.control.plan_pull import PlanPull
-from p2ptrain.control.state import NodeState
-from p2ptrain.control.view import SwarmView
 from p2ptrain.net.host import make_host
 from p2ptrain.records import RunSpec, issue_token
 from tests.control.test_gossip_screen import record_body
 from tests.control.test_paging import _run
+from tests.control.test_sync_digest import client_node
 
 
 def test_a_plan_over_the_gossip_envelope_is_pulled_over_a_live_stream() -> None:
@@ -60,23 +58,8 @@ def test_a_plan_over_the_gossip_envelope_is_pulled_over_a_live_stream() -> None:
 
     seed = os.urandom(32)
     client_host = make_host(seed)
-    view = SwarmView(
-        self_id=identity.peer_id_of(seed),
-        role="control-only",
-        planner_capable=False,
-        started_at=time.monotonic(),
-        bootstrap_id=server.peer_id,
-        run=run,
-    )
-    state = NodeState(
-        seed=seed,
-        role="control-only",
-        peer_id=view.self_id,
-        host=cast(Any, client_host),
-        view=view,
-        hardware={},
-    )
-    intake = Intake(state)
+    state, intake = client_node(seed, server.peer_id, run, client_host)
+    view = state.view
     for node_intake in (server.intake, intake):
         for data in messages:
             env = wire.decode(data)

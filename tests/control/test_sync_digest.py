@@ -27,6 +27,7 @@ from p2ptrain.control.intake import Intake
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.sync import PullSync, read_request
 from p2ptrain.control.view import SwarmView
+from p2ptrain.records import RunSpec
 from p2ptrain.records.replies import SyncPage, SyncRequest
 from tests.control.test_gossip_screen import Author, make_node, record_body, validate
 
@@ -135,23 +136,26 @@ def test_a_request_with_digests_is_read_or_refused_as_one_error() -> None:
         raise AssertionError(f"{bad!r} was read")
 
 
-def client_node() -> tuple[NodeState, Intake]:
-    """A node of the same run as make_node's, with an identity of its own."""
+def client_node(
+    seed: bytes | None = None, bootstrap_id: str = "", run: RunSpec | None = None, host: Any = None
+) -> tuple[NodeState, Intake]:
+    """A node outside telemetry's audience, of make_node's run unless told another (a bootstrap
+    and its run spec), with an identity of its own (`seed`: its host's)."""
     server, _ = make_node()
-    seed = os.urandom(32)
+    seed = os.urandom(32) if seed is None else seed
     view = SwarmView(
         self_id=identity.peer_id_of(seed),
         role="control-only",
         planner_capable=True,
         started_at=time.monotonic(),
-        bootstrap_id=server.view.bootstrap_id,
-        run=server.view.run,
+        bootstrap_id=bootstrap_id or server.view.bootstrap_id,
+        run=run or server.view.run,
     )
     state = NodeState(
         seed=seed,
         role="control-only",
         peer_id=view.self_id,
-        host=cast(Any, None),
+        host=cast(Any, host),
         view=view,
         hardware={},
     )
