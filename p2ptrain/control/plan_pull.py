@@ -10,7 +10,9 @@ the claim, which heard the claim a hop earlier and is pulling the same plan from
 asked too early, it answers "not yet", and the asker tries again (PULL_TRIES, PULL_RETRY_S),
 then asks the planner. Each node receives the plan once and serves it about once, and the pulled
 envelope, signed by the planner, passes the same checks as a gossiped one (control/intake.py).
-Digest sync (control/sync.py) heals a node that missed the claims. A copy older than
+A node that holds an earlier plan asks for the changes against it (control/plan_delta.py): a
+re-plan keeps most of the placement. Digest sync (control/sync.py) heals a node that missed the
+claims. A copy older than
 PULLED_PLAN_MAX_AGE_S is refused; the planner signs its own afresh for each asker.
 """
 
@@ -26,10 +28,9 @@ import trio
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
-from p2ptrain.control import wire
+from p2ptrain.control import plan_delta, wire
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.sync import PULLED_PLAN_MAX_AGE_S
-from p2ptrain.errors import WireError
 from p2ptrain.net import rpc
 from p2ptrain.records.replies import PlanReply, PlanRequest
 
@@ -40,6 +41,7 @@ PULL_TRIES = 8  # ... of the claim's sender, which may still be pulling the plan
 PULL_RETRY_S = 0.5
 NOT_YET = "not yet"
 MAX_QUEUED = 16
+MAX_BASES = 4  # plans remembered as bases for deltas
 
 PlanKey = tuple[int, int]
 
@@ -58,6 +60,8 @@ class PlanPull:
         self._apply = apply
         self._send, self._receive = trio.open_memory_channel[tuple[PlanKey, str]](MAX_QUEUED)
         self._asked: PlanKey = (0, 0)  # the newest key a pull was queued for
+        # the bodies of the last few plans we held, by key: a delta's bases (plan_delta.py)
+        self._bodies: dict[PlanKey, dict[str, Any]] = {}
 
     def _held(self) -> PlanKey:
         plan = self.state.view.plan
@@ -99,42 +103,75 @@ class PlanPull:
                 await trio.sleep(PULL_RETRY_S)
         log.info("could not pull plan %s (sync will bring it)", key)
 
-    async def _pull_from(self, peer: str, key: PlanKey) -> str | None:
-        """Pull plan `key` from `peer` and apply it; None, or why not."""
-        request = json.dumps(PlanRequest(*key).to_dict()).encode()
-        try:
-            reply = PlanReply.from_dict(
-                await rpc.call(self.state.host, ID.from_base58(peer), PLAN_PROTOCOL, request)
-            )
-        except Exception as exc:
-            return str(exc)
-        if reply.envelope is None:
-            return reply.error
-        data = reply.envelope.encode()
-        now = time.monotonic()
-        try:
-            env = wire.decode(data, max_age_s=PULLED_PLAN_MAX_AGE_S)
-        except WireError as exc:
-            return str(exc)
-        if env.kind != "plan":
-            return f"a {env.kind}, not a plan"
-        self._apply(env, data, peer, "sync", now)
-        return None
+    def _remember(self, key: PlanKey, data: bytes) -> None:
+        """Keep plan `key`'s body (of its envelope `data`) as a base for deltas."""
+        if key not in self._bodies:
+            self._bodies[key] = json.loads(data)["body"]
+            for old in sorted(self._bodies)[:-MAX_BASES]:
+                del self._bodies[old]
 
-    async def respond(self, request: bytes) -> dict[str, Any]:
-        """The server side: our current plan if it is at least the asked key."""
-        try:
-            asked = PlanRequest.from_dict(json.loads(request))
-        except (ValueError, RecursionError) as exc:
-            return PlanReply(error=f"bad request: {exc}"[:200]).to_dict()
+    def _held_envelope(self) -> tuple[PlanKey, bytes] | None:
+        """The plan we hold and its envelope (ours signed now, if we are its planner)."""
         plan = self.state.view.plan
-        if plan is None or plan.key < (asked.term, asked.epoch):
-            return PlanReply(error=NOT_YET).to_dict()
+        if plan is None:
+            return None
         if plan.planner == self.state.peer_id:
             data = self._own_plan()
         else:
             held = self.state.latest.get((plan.planner, "plan"))
             if held is None:
-                return PlanReply(error=NOT_YET).to_dict()
+                return None
             data = held
+        self._remember(plan.key, data)
+        return plan.key, data
+
+    async def _pull_from(self, peer: str, key: PlanKey) -> str | None:
+        """Pull plan `key` from `peer` (as a delta against ours, if it has it) and apply it;
+        None, or why not."""
+        held = self._held_envelope()
+        have = held[0] if held is not None and held[0] != (0, 0) else None
+        for base in (have, None) if have is not None else (None,):
+            error = await self._pull_once(peer, key, base)
+            if error is None or error == NOT_YET:
+                return error
+            log.debug("plan %s from %s against %s: %s", key, peer, base, error)
+        return error
+
+    async def _pull_once(self, peer: str, key: PlanKey, base: PlanKey | None) -> str | None:
+        request = json.dumps(PlanRequest(*key, have=base).to_dict()).encode()
+        try:
+            reply = PlanReply.from_dict(
+                await rpc.call(self.state.host, ID.from_base58(peer), PLAN_PROTOCOL, request)
+            )
+            if reply.error is not None:
+                return reply.error
+            if reply.delta is not None:
+                if base is None or base not in self._bodies:
+                    return "a delta we did not ask for"
+                data = plan_delta.rebuild(self._bodies[base], reply.delta)
+            else:
+                data = (reply.envelope or "").encode()
+            env = wire.decode(data, max_age_s=PULLED_PLAN_MAX_AGE_S)
+        except Exception as exc:
+            return str(exc)
+        if env.kind != "plan":
+            return f"a {env.kind}, not a plan"
+        if self._apply(env, data, peer, "sync", time.monotonic()):
+            self._remember(self._held(), data)
+        return None
+
+    async def respond(self, request: bytes) -> dict[str, Any]:
+        """The server side: our current plan if it is at least the asked key, as a delta if
+        we know the plan the asker holds."""
+        try:
+            asked = PlanRequest.from_dict(json.loads(request))
+        except (ValueError, RecursionError) as exc:
+            return PlanReply(error=f"bad request: {exc}"[:200]).to_dict()
+        held = self._held_envelope()
+        if held is None or held[0] < (asked.term, asked.epoch):
+            return PlanReply(error=NOT_YET).to_dict()
+        key, data = held
+        base = self._bodies.get(asked.have) if asked.have is not None else None
+        if base is not None and asked.have != key:
+            return PlanReply(delta=plan_delta.delta(base, data)).to_dict()
         return PlanReply(envelope=data.decode()).to_dict()

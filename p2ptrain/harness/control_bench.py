@@ -284,8 +284,9 @@ class ControlBench:
             data_addrs=view.plan.data_addrs,
             cost_s=view.plan.cost_s,
         )
+        previous = view.plan
         view.adopt_own_plan(plan)
-        arrives_s = sim.send_plan(plan)
+        arrives_s = sim.send_plan(plan, previous)  # every peer holds the last plan
         sim.deliver_plan(peer, plan)
         state.failover_s = sim.now + arrives_s - state.kill_at
 

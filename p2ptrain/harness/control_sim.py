@@ -37,7 +37,12 @@ from p2ptrain.control.measuring import probe_bytes
 from p2ptrain.control.publishing import INLINE_PLAN_BYTES
 from p2ptrain.control.sync import SYNC_INTERVAL_S
 from p2ptrain.control.view import SwarmView
-from p2ptrain.harness.control_sim_cadences import Cadences, measured_sizes
+from p2ptrain.harness.control_sim_cadences import (
+    Cadences,
+    measured_sizes,
+    plan_changes,
+    wire_bytes,
+)
 from p2ptrain.harness.control_sim_state import Counters, SimPeer
 from p2ptrain.harness.control_truth import Truth
 from p2ptrain.records import Claim, LinkReport, PeerRecord, Plan, RunSpec, Telemetry
@@ -53,7 +58,6 @@ ELECTION_TICK_S = 0.5
 NUM_CANDIDATES = 5  # planner-token holders
 HOP_PROCESSING_S = 0.005
 NUM_SEEN_COORDINATES = 64  # coordinates a peer remembers to pick its nearest from
-REAL_ID_CHARS = 52  # identity.peer_id_of's, for an Ed25519 key
 MAX_NEIGHBOUR_FAILURES = 2  # a neighbour whose probes fail this often is replaced
 
 
@@ -85,14 +89,9 @@ class Simulation:
         for peer in self.peers:
             self.cadences.schedule_renewals(peer)
 
-    # ---------------------------------------------------------------- sizes of real records
-
     def plan_bytes(self, plan: Plan) -> int:
-        """The plan's envelope as the wire would carry it, every simulated peer's short id
-        ("sim000123") counted at a real peer id's length (an Ed25519 peer id: 52 characters)."""
-        text = wire._canonical(plan.to_dict())
-        short = text.count(b'"sim') + text.count(b"/p2p/sim")
-        return len(text) + short * (REAL_ID_CHARS - len("sim000000")) + 200  # header, signature
+        """The plan's envelope as the wire would carry it."""
+        return wire_bytes(plan.to_dict()) + 200  # header, signature
 
     # ---------------------------------------------------------------- events
 
@@ -119,15 +118,17 @@ class Simulation:
     median_one_way_s = 0.06
     median_rate_mbps = 20.0
 
-    def send_plan(self, plan: Plan) -> float:
-        """Charge a new plan's delivery, as the planner sends it; how long until all hold it.
-        Small: flooded whole. Too large to gossip (control/plan_pull.py): its claim floods, and
-        each peer pulls it once from the peer it heard the claim from and serves it about once,
-        a hop taking a round trip and the transfer."""
+    def send_plan(self, plan: Plan, previous: Plan | None = None) -> float:
+        """Charge a new plan's delivery; how long until all hold it. Small: flooded. Too large
+        to gossip: its claim floods, each peer pulls it once (as its changes against the
+        `previous` plan, if any: control/plan_delta.py) and serves it about once, a hop a round
+        trip and the transfer (control/plan_pull.py)."""
         num_bytes = self.plan_bytes(plan)
         if num_bytes <= INLINE_PLAN_BYTES:
             self.flood(num_bytes, "plan")
             return self.flood_s()
+        if previous is not None:
+            num_bytes = wire_bytes(plan_changes(previous.to_dict(), plan.to_dict())) + 400
         self.flood(self.sizes["claim"] + 16, "claim")
         for peer in self.peers:
             if peer.alive:

@@ -12,7 +12,7 @@ import json
 import random
 import secrets
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from p2ptrain import identity
 from p2ptrain.control import wire
@@ -35,6 +35,7 @@ from p2ptrain.records import Claim, LinkReport, PeerRecord, RunSpec, Telemetry
 from p2ptrain.records.estimate import NetCoordinate
 from p2ptrain.records.replies import SyncRequest
 
+REAL_ID_CHARS = 52  # identity.peer_id_of's, for an Ed25519 key
 STREAM_OVERHEAD_BYTES = 120  # a probe's stream: yamux headers, noise tags, protocol negotiation
 
 
@@ -55,6 +56,25 @@ class Swarm(Protocol):
     def flood_s(self) -> float: ...
     def num_alive(self) -> int: ...
     def alive_indices(self) -> list[int]: ...
+
+
+def wire_bytes(obj: dict[str, Any]) -> int:
+    """`obj` as canonical JSON, every simulated peer's short id ("sim000123") counted at a real
+    peer id's length (an Ed25519 peer id: 52 characters)."""
+    text = wire._canonical(obj)
+    short = text.count(b'"sim') + text.count(b"/p2p/sim")
+    return len(text) + short * (REAL_ID_CHARS - len("sim000000"))
+
+
+def plan_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """What a plan delta carries of `new` against `old` (control/plan_delta.py), its header
+    aside."""
+    old_addrs, new_addrs = old.get("data_addrs", {}), new.get("data_addrs", {})
+    return {
+        "changed": {k: v for k, v in new.items() if k != "data_addrs" and old.get(k) != v},
+        "addrs_set": {p: a for p, a in new_addrs.items() if old_addrs.get(p) != a},
+        "addrs_dropped": sorted(p for p in old_addrs if p not in new_addrs),
+    }
 
 
 def measured_sizes(run: RunSpec) -> dict[str, int]:

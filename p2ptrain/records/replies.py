@@ -68,6 +68,12 @@ def _entry(value: object, record: str, name: str) -> tuple[str, str, str]:
     return (author, kind, _digest(value[2], record, name))
 
 
+def _plan_key(value: object, record: str, name: str) -> tuple[int, int]:
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        raise f.malformed(record, f"{name} must be [term, epoch]")
+    return (f.integer(value[0], record, name, 1, MAX_TERM), f.integer(value[1], record, name, 0))
+
+
 NextCursor = Annotated[int | None, Nullable(Int(1, MAX_CURSOR))]
 
 
@@ -148,12 +154,27 @@ class StatusPage(Record, name="status page"):
 
 @dataclass(frozen=True)
 class PlanRequest(Record, name="plan request"):
-    """Ask for the current plan, if it is at least (term, epoch) (control/plan_pull.py)."""
+    """Ask for the current plan, if it is at least (term, epoch) (control/plan_pull.py), as its
+    changes against the plan `have` the asker holds (control/plan_delta.py) if the responder
+    knows that one."""
 
     term: Annotated[int, Int(1, MAX_TERM)]
     epoch: Annotated[int, Int(0, MAX_CURSOR)]
+    have: Annotated[
+        tuple[int, int] | None, Nullable(Custom(_plan_key, list)), Wire(omit_default=True)
+    ] = None
 
 
 @dataclass(frozen=True)
 class PlanReply(RunReply, name="plan reply"):
-    """The planner's signed plan (an envelope too large to gossip), or why there is none."""
+    """The planner's signed plan (an envelope too large to gossip), its `delta` against the plan
+    the asker holds, or why there is none."""
+
+    delta: Annotated[dict[str, Any] | None, Nullable(Custom(_object)), Wire(omit_default=True)] = (
+        None
+    )
+
+    def wire_problem(self) -> str | None:
+        if sum(x is not None for x in (self.envelope, self.error, self.delta)) != 1:
+            return "a plan reply holds an envelope, a delta or an error"
+        return None

@@ -219,3 +219,30 @@ def test_a_pulled_plan_over_the_gossip_envelope_is_not_kept_in_the_header_cache(
     for _ in range(2):
         assert wire.decode(large).kind == "plan"
     assert wire._VERIFIED.hits == hits and large not in wire._VERIFIED._by_bytes
+
+
+def test_a_node_holding_the_last_plan_pulls_the_next_as_its_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    planner = Planner()
+    first = planner.plan(1, 1, others=900)
+    next_body = {**json.loads(first)["body"], "epoch": 2, "cost_s": 0.5}
+    second = wire.sign(planner.seed, "plan", planner.seq.next(), next_body, run_id=RUN_ID)
+    server, asker = node_following(planner), node_following(planner)
+    for node in (server, asker):
+        assert node[1].apply(wire.decode(first), first, planner.id, "sync", time.monotonic())
+    serving = PlanPull(server[0], lambda: b"", server[1].apply)
+    puller = PlanPull(asker[0], lambda: b"", asker[1].apply)
+    assert trio.run(serving.respond, json.dumps({"term": 1, "epoch": 1}).encode())["envelope"]
+    assert server[1].apply(wire.decode(second), second, planner.id, "sync", time.monotonic())
+    replies: list[dict[str, Any]] = []
+
+    async def call(host: Any, peer: Any, protocol: Any, request: bytes = b"") -> Any:
+        replies.append(await serving.respond(request))
+        return replies[-1]
+
+    monkeypatch.setattr("p2ptrain.control.plan_pull.rpc.call", call)
+    assert trio.run(puller._pull_from, server[0].peer_id, (1, 2)) is None
+    assert asker[0].view.plan is not None and asker[0].view.plan.key == (1, 2)
+    assert asker[0].latest[(planner.id, "plan")] == second  # the planner's exact bytes
+    assert list(replies[0]) == ["delta"] and len(json.dumps(replies[0])) < len(first) / 4

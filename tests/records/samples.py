@@ -375,6 +375,8 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
         },
     ),
     (PlanRequest, {"term": 3, "epoch": 7}),
+    (PlanRequest, {"term": 3, "epoch": 7, "have": [3, 6]}),
     (PlanReply, {"envelope": "{}"}),
+    (PlanReply, {"delta": {"envelope": {}, "changed": {"epoch": 7}, "dropped": []}}),
     (Claim, {"term": 3, "plan": [3, 7]}),
 ]

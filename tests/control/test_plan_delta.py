@@ -1,0 +1,65 @@
+"""Issue 29: a re-plan pulled as its changes against the plan the asker holds
+(control/plan_delta.py): the asker rebuilds the planner's exact signed bytes, and a delta
+that is wrong cannot forge a plan, only fail to rebuild one."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+
+from p2ptrain import identity
+from p2ptrain.control import plan_delta, wire
+
+SEED = os.urandom(32)
+PLANNER = identity.peer_id_of(SEED)
+PEERS = [identity.peer_id_of(os.urandom(32)) for _ in range(300)]
+
+
+def body(epoch: int, pipelines: list[list[str]], spares: list[str]) -> dict[str, Any]:
+    placed = [p for pipe in pipelines for p in pipe] + spares
+    return {
+        "term": 1,
+        "epoch": epoch,
+        "planner": PLANNER,
+        "stages": 2,
+        "pipelines": pipelines,
+        "spares": spares,
+        "data_addrs": {p: [f"/ip4/198.51.100.{PEERS.index(p) % 250}/tcp/4002"] for p in placed},
+        "cost_s": 1.0 + epoch,
+    }
+
+
+def signed(b: dict[str, Any], seq: int = 1) -> bytes:
+    return wire.sign(SEED, "plan", seq, b, run_id="r")
+
+
+def test_a_repair_rebuilds_the_exact_signed_bytes_from_a_small_delta() -> None:
+    pairs = [PEERS[i : i + 2] for i in range(0, 280, 2)]
+    old = body(1, pairs, PEERS[280:])
+    repaired = [list(p) for p in pairs]
+    repaired[3][1] = PEERS[280]  # a dead peer replaced by a spare: its address dropped
+    new_body = body(2, repaired, PEERS[281:])
+    new = signed(new_body, seq=2)
+    change = plan_delta.delta(old, new)
+    assert plan_delta.rebuild(old, change) == new
+    assert wire.decode(plan_delta.rebuild(old, change)).body.epoch == 2
+    assert len(json.dumps(change)) < len(new) / 2
+    assert change["addrs_dropped"] == [PEERS[7]] and "data_addrs" not in change["changed"]
+
+
+def test_a_wrong_delta_cannot_forge_a_plan() -> None:
+    old = body(1, [PEERS[0:2]], [])
+    new = signed(body(2, [PEERS[2:4]], []))
+    change = plan_delta.delta(old, new)
+    forged = dict(change, changed={**change["changed"], "pipelines": [PEERS[4:6]]})
+    with pytest.raises(wire.WireError, match="signature"):
+        wire.decode(plan_delta.rebuild(old, forged))
+    other_base = body(1, [PEERS[6:8]], [])  # not the base the delta was made against
+    with pytest.raises(wire.WireError):
+        wire.decode(plan_delta.rebuild(other_base, change))
+    for bad in ({}, {"envelope": 1}, dict(change, dropped=5), dict(change, changed=[1])):
+        with pytest.raises(wire.WireError, match="malformed plan delta"):
+            plan_delta.rebuild(old, bad)
