@@ -3,17 +3,16 @@
 A plan's envelope is O(N) bytes (1,000 peers: ~200 kB), over gossip's 64 KiB envelope past ~320
 peers, and a flood sends and receives each message ~3 times a node (control/gossip.py:
 MESH_DEGREE). A planner whose plan's envelope is over INLINE_PLAN_BYTES (control/publishing.py)
-therefore does not
-gossip it: its claim, re-sent every few seconds anyway, names the plan's key (records.Claim's
-`plan`). A node whose plan is older pulls the plan over PLAN_PROTOCOL from the peer that sent it
-the claim, which heard the claim a hop earlier and is pulling the same plan from its own sender:
-asked too early, it answers "not yet", and the asker tries again (PULL_TRIES, PULL_RETRY_S),
-then asks the planner. Each node receives the plan once and serves it about once, and the pulled
-envelope, signed by the planner, passes the same checks as a gossiped one (control/intake.py).
-A node that holds an earlier plan asks for the changes against it (control/plan_delta.py): a
-re-plan keeps most of the placement. Digest sync (control/sync.py) heals a node that missed the
-claims. A copy older than
-PULLED_PLAN_MAX_AGE_S is refused; the planner signs its own afresh for each asker.
+therefore does not gossip it: its claim, re-sent every few seconds anyway, names the plan's key
+(records.Claim's `plan`). A node whose plan is older pulls the plan over PLAN_PROTOCOL from the
+peer that sent it the claim, which heard the claim a hop earlier and is pulling the same plan
+from its own sender: asked too early, it answers "not yet", and the asker tries again
+(PULL_TRIES, PULL_RETRY_S), then asks the planner. Each node receives the plan once and serves
+it about once, and the pulled envelope, signed by the planner, passes the same checks as a
+gossiped one (control/intake.py). A node that holds an earlier plan asks for the changes against
+it (control/plan_delta.py): a re-plan keeps most of the placement. Digest sync (control/sync.py)
+heals a node that missed the claims. A copy older than PULLED_PLAN_MAX_AGE_S is refused; the
+planner signs its own afresh for each asker.
 """
 
 from __future__ import annotations
