@@ -52,6 +52,7 @@ SYNC_PAGE_BYTES = 192 * 1024
 PULLED_RECORD_MAX_AGE_S = 600.0
 # a large plan is re-sent every few minutes at most (publishing.py: MAX_PLAN_REBROADCAST_S)
 PULLED_PLAN_MAX_AGE_S = 3 * 600.0  # three re-sends missed
+KEYS_PER_REQUEST = 40  # [author, kind] pairs, ~70 bytes each: inside rpc.MAX_REQUEST_BYTES
 MAX_SYNC_PAGES = 128  # 24 MiB a round at most, from a peer that pages forever
 # records before what depends on them (telemetry and claims need the author's record)
 KIND_ORDER = {"run": 0, "revoked": 1, "peer": 2, "claim": 3, "plan": 4, "telemetry": 5}
@@ -177,8 +178,9 @@ class PullSync:
             for author, kind, said in listed
             if author != state.peer_id and state.latest.fingerprint(author, kind) != said
         )[:MAX_SYNC_ENVELOPES]
-        if wanted:
-            await self._pull(peer, SyncRequest(0, state.view.hears_telemetry, keys=wanted))
+        for at in range(0, len(wanted), KEYS_PER_REQUEST):  # a request is at most 4 KiB
+            named = wanted[at : at + KEYS_PER_REQUEST]
+            await self._pull(peer, SyncRequest(0, state.view.hears_telemetry, keys=named))
 
     async def _pull(self, peer: str, asked: SyncRequest) -> list[tuple[str, str, str]]:
         """Apply the pages `asked` names, from its cursor on; the entries page 0 listed."""

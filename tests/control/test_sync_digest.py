@@ -27,6 +27,7 @@ from p2ptrain.control.intake import Intake
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.sync import PullSync, read_request
 from p2ptrain.control.view import SwarmView
+from p2ptrain.net import rpc
 from p2ptrain.records import RunSpec
 from p2ptrain.records.replies import SyncPage, SyncRequest
 from tests.control.test_gossip_screen import Author, make_node, record_body, validate
@@ -211,3 +212,26 @@ def author_message(author: Author, data: bytes) -> rpc_pb2.Message:
     message = author.record()
     message.data = data
     return message
+
+
+def test_many_records_lacked_are_named_in_requests_that_fit_the_rpc_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    authors = [Author() for _ in range(400)]  # ~12 a bucket
+    sync, records = server_with(authors)
+    client, client_intake = client_node()
+    lacked = {b for b in range(NUM_BUCKETS) if b % 7 == 0}  # 5 buckets: ~60 records
+    for author, data in zip(authors, records, strict=True):
+        if bucket_of(author.id) not in lacked:
+            assert validate(client, client_intake, author, author_message(author, data))
+    requests: list[bytes] = []
+
+    async def call(host: Any, peer: Any, protocol: Any, request: bytes = b"") -> Any:
+        requests.append(request)
+        return await sync.respond_sync(request)
+
+    monkeypatch.setattr("p2ptrain.control.sync.rpc.call", call)
+    trio.run(PullSync(client, client_intake).sync_from, sync.state.peer_id)
+    ends = (client.peer_id, sync.state.peer_id)
+    assert client.latest.digests(ends) == sync.state.latest.digests(ends)
+    assert len(requests) >= 3 and all(len(r) <= rpc.MAX_REQUEST_BYTES for r in requests)
