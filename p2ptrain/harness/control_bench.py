@@ -250,7 +250,7 @@ class ControlBench:
             cost_s=1.0,
         )
         view.adopt_own_plan(plan)
-        arrives_s = sim.send_plan(plan)
+        arrives_s = sim.cadences.send_plan(plan)
         sim.deliver_plan(peer, plan)
         state.plan, state.members = plan, members
         state.first_plan_at = sim.now + arrives_s
@@ -286,7 +286,7 @@ class ControlBench:
         )
         previous = view.plan
         view.adopt_own_plan(plan)
-        arrives_s = sim.send_plan(plan, previous)  # every peer holds the last plan
+        arrives_s = sim.cadences.send_plan(plan, previous)  # every peer holds the last plan
         sim.deliver_plan(peer, plan)
         state.failover_s = sim.now + arrives_s - state.kill_at
 

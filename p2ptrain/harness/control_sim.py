@@ -34,15 +34,9 @@ from p2ptrain.control.estimate.neighbours import ROTATE_RANDOM_S, choose_neighbo
 from p2ptrain.control.gossip import MESH_DEGREE
 from p2ptrain.control.links import LinkSample
 from p2ptrain.control.measuring import probe_bytes
-from p2ptrain.control.publishing import INLINE_PLAN_BYTES
 from p2ptrain.control.sync import SYNC_INTERVAL_S
 from p2ptrain.control.view import SwarmView
-from p2ptrain.harness.control_sim_cadences import (
-    Cadences,
-    measured_sizes,
-    plan_changes,
-    wire_bytes,
-)
+from p2ptrain.harness.control_sim_cadences import Cadences, measured_sizes, wire_bytes
 from p2ptrain.harness.control_sim_state import Counters, SimPeer
 from p2ptrain.harness.control_truth import Truth
 from p2ptrain.records import Claim, LinkReport, PeerRecord, Plan, RunSpec, Telemetry
@@ -117,24 +111,6 @@ class Simulation:
 
     median_one_way_s = 0.06
     median_rate_mbps = 20.0
-
-    def send_plan(self, plan: Plan, previous: Plan | None = None) -> float:
-        """Charge a new plan's delivery; how long until all hold it. Small: flooded. Too large
-        to gossip: its claim floods, each peer pulls it once (as its changes against the
-        `previous` plan, if any: control/plan_delta.py) and serves it about once, a hop a round
-        trip and the transfer (control/plan_pull.py)."""
-        num_bytes = self.plan_bytes(plan)
-        if num_bytes <= INLINE_PLAN_BYTES:
-            self.flood(num_bytes, "plan")
-            return self.flood_s()
-        if previous is not None:
-            num_bytes = wire_bytes(plan_changes(previous.to_dict(), plan.to_dict())) + 400
-        self.flood(self.sizes["claim"] + 16, "claim")
-        for peer in self.peers:
-            if peer.alive:
-                self.counters.charge(peer.index, 2 * num_bytes, 4, "plan")
-        transfer_s = num_bytes * 8 / (self.median_rate_mbps * 1e6)
-        return self.flood_s() + self.hops() * (2 * self.median_one_way_s + transfer_s)
 
     def flood(self, num_bytes: float, kind: str) -> None:
         for peer in self.peers:

@@ -31,7 +31,7 @@ from p2ptrain.control.publishing import (
 )
 from p2ptrain.control.sync import SYNC_INTERVAL_S
 from p2ptrain.harness.control_sim_state import Counters, SimPeer
-from p2ptrain.records import Claim, LinkReport, PeerRecord, RunSpec, Telemetry
+from p2ptrain.records import Claim, LinkReport, PeerRecord, Plan, RunSpec, Telemetry
 from p2ptrain.records.estimate import NetCoordinate
 from p2ptrain.records.replies import SyncRequest
 
@@ -47,6 +47,8 @@ class Swarm(Protocol):
     rng: random.Random
     peers: list[SimPeer]
     counters: Counters
+    median_one_way_s: float
+    median_rate_mbps: float
 
     def at(self, when: float, action: Callable[[], None]) -> None: ...
     def again(
@@ -54,6 +56,8 @@ class Swarm(Protocol):
     ) -> bool: ...
     def flood(self, num_bytes: float, kind: str) -> None: ...
     def flood_s(self) -> float: ...
+    def hops(self) -> int: ...
+    def plan_bytes(self, plan: Plan) -> int: ...
     def num_alive(self) -> int: ...
     def alive_indices(self) -> list[int]: ...
 
@@ -119,6 +123,24 @@ class Cadences:
         self.in_flight: list[tuple[float, float]] = []  # (when, its bucket's bytes): sync's diffs
         self.standing_plan: tuple[float, float, int] | None = None  # bytes, since, the author
         self._due: dict[tuple[int, str], float] = {}  # (peer, kind) -> when it re-sends next
+
+    def send_plan(self, plan: Plan, previous: Plan | None = None) -> float:
+        """Charge a new plan's delivery; how long until all hold it. Small: flooded. Too large
+        to gossip: its claim floods, each peer pulls it once (as its changes against the
+        `previous` plan, if any: control/plan_delta.py) and serves it about once, a hop a round
+        trip and the transfer (control/plan_pull.py)."""
+        num_bytes = self.sim.plan_bytes(plan)
+        if num_bytes <= INLINE_PLAN_BYTES:
+            self.sim.flood(num_bytes, "plan")
+            return self.sim.flood_s()
+        if previous is not None:
+            num_bytes = wire_bytes(plan_changes(previous.to_dict(), plan.to_dict())) + 400
+        self.sim.flood(self.sim.sizes["claim"] + 16, "claim")
+        for peer in self.sim.peers:
+            if peer.alive:
+                self.sim.counters.charge(peer.index, 2 * num_bytes, 4, "plan")
+        transfer_s = num_bytes * 8 / (self.sim.median_rate_mbps * 1e6)
+        return self.sim.flood_s() + self.sim.hops() * (2 * self.sim.median_one_way_s + transfer_s)
 
     def new_plan(self, author: SimPeer, num_bytes: float) -> None:
         """A plan flooded now: it stands from now, re-sent by its author."""

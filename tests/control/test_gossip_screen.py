@@ -44,20 +44,28 @@ def record_body(token: str | None = None, role: str = "control-only") -> dict[st
     return body
 
 
-def make_node(admission: str = "token") -> tuple[NodeState, Intake]:
+def make_node(
+    admission: str = "token",
+    seed: bytes = ME,
+    bootstrap_id: str = "",
+    run: RunSpec | None = None,
+    host: Any = None,
+) -> tuple[NodeState, Intake]:
+    """A control-only node of RUN_ID's run and ORGANISER's swarm, unless told another (a
+    bootstrap and its run spec); `seed`: its identity (and its host's)."""
     view = SwarmView(
-        self_id=identity.peer_id_of(ME),
+        self_id=identity.peer_id_of(seed),
         role="control-only",
         planner_capable=True,
         started_at=time.monotonic(),
-        bootstrap_id=identity.peer_id_of(ORGANISER),
-        run=RunSpec().replace(run_id=RUN_ID, admission=admission),
+        bootstrap_id=bootstrap_id or identity.peer_id_of(ORGANISER),
+        run=run or RunSpec().replace(run_id=RUN_ID, admission=admission),
     )
     state = NodeState(
-        seed=ME,
+        seed=seed,
         role="control-only",
         peer_id=view.self_id,
-        host=cast(Any, None),
+        host=cast(Any, host),
         view=view,
         hardware={},
     )

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections import Counter
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import trio
@@ -26,7 +25,6 @@ from p2ptrain.control.held import (
 from p2ptrain.control.intake import Intake
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.sync import PullSync, read_request
-from p2ptrain.control.view import SwarmView
 from p2ptrain.net import rpc
 from p2ptrain.records import RunSpec
 from p2ptrain.records.replies import SyncPage, SyncRequest
@@ -142,26 +140,10 @@ def client_node(
 ) -> tuple[NodeState, Intake]:
     """A node outside telemetry's audience, of make_node's run unless told another (a bootstrap
     and its run spec), with an identity of its own (`seed`: its host's)."""
-    server, _ = make_node()
     seed = os.urandom(32) if seed is None else seed
-    view = SwarmView(
-        self_id=identity.peer_id_of(seed),
-        role="control-only",
-        planner_capable=True,
-        started_at=time.monotonic(),
-        bootstrap_id=bootstrap_id or server.view.bootstrap_id,
-        run=run or server.view.run,
-    )
-    state = NodeState(
-        seed=seed,
-        role="control-only",
-        peer_id=view.self_id,
-        host=cast(Any, host),
-        view=view,
-        hardware={},
-    )
+    state, intake = make_node(seed=seed, bootstrap_id=bootstrap_id, run=run, host=host)
     state.view.hears_telemetry = False
-    return state, Intake(state)
+    return state, intake
 
 
 def test_a_large_differing_bucket_is_listed_and_the_client_asks_for_what_it_lacks(
