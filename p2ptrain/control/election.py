@@ -16,6 +16,7 @@ import logging
 import math
 from typing import TYPE_CHECKING
 
+from p2ptrain.control.planner_sight import PlannerSight
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.view import ELECTION_GRACE_S, SwarmView
 
@@ -41,11 +42,12 @@ async def serve_election(state: NodeState) -> None:
     view, changes = state.view, state.changes
     plan_maker: PlanMaker | None = None  # made when we first plan
     claimed_at = -math.inf
+    sight = PlannerSight(view)  # is a live planner blind to most of the swarm we see?
     await state.joined.wait()
     while True:
         seen = changes.count("members", "plan", "run")
         now = state.clock()
-        if view.run is not None and view.should_claim(now):
+        if view.run is not None and (view.should_claim(now) or sight.takes_over(now)):
             term = view.claim()
             claimed_at = now
             log.info("claiming the planner role, term %d", term)

@@ -28,6 +28,7 @@ from p2ptrain.control.membership import (
     STEADY_DEAD_AFTER_S,
     record_renew_s,
 )
+from p2ptrain.control.planner_sight import pool_size
 from p2ptrain.control.state import MIN_REPUBLISH_GAP_S, Kind, NodeState
 from p2ptrain.errors import WireError
 from p2ptrain.records import Claim, PeerRecord, Telemetry
@@ -69,10 +70,9 @@ PLAN_REBROADCAST_S = 4.0
 STEADY_AFTER_S = 30.0
 STEADY_CLAIM_INTERVAL_S = 6.0
 STEADY_PLAN_REBROADCAST_S = 30.0
-# a large plan (O(N) bytes: 70 kB at 1,000 peers) is re-sent no faster than PLAN_RESEND_BYTES_PER_S
-# of its bytes a second (each copy is relayed by every node: re-sent every 4 s, 1,000 peers'
-# plan was ~100 kB/s a node; bench control), and at least every MAX_PLAN_REBROADCAST_S; sync
-# serves it to a node that missed it (a pulled plan may be PULLED_PLAN_MAX_AGE_S old: sync.py)
+# a large plan (O(N) bytes) is re-sent no faster than PLAN_RESEND_BYTES_PER_S of its bytes a
+# second (every node relays each copy), at least every MAX_PLAN_REBROADCAST_S; sync serves it
+# to a node that missed it (a pulled plan may be PULLED_PLAN_MAX_AGE_S old: sync.py)
 PLAN_RESEND_BYTES_PER_S = 200.0
 # a plan's envelope over this is not gossiped: our claims name it and nodes pull it hop by hop
 # (control/plan_pull.py); 1,000 peers' is ~200 kB, over gossip's 64 KiB envelope
@@ -110,8 +110,7 @@ def own_record(state: NodeState) -> PeerRecord:
 
 def organiser_term(state: NodeState) -> int | None:
     """The current term, in the bootstrap's record once it knows it: what the planner-token
-    holders wait on before they claim, gossiped, so they need not win an RPC of a bootstrap
-    that 32 members' joins keep busy (control/sync.py asks it too)."""
+    holders wait on before they claim, gossiped, so they need not win a busy bootstrap's RPC."""
     view = state.view
     if state.role != "bootstrap" or not view.term_anchored:
         return None
@@ -184,7 +183,8 @@ def claim_message(state: NodeState) -> bytes:
     """Our claim of the term, naming our plan if it is too large to gossip (plan_pull.py)."""
     plan = state.view.plan
     pulled = plan is not None and own_plan_bytes(state) > INLINE_PLAN_BYTES
-    return _signed(state, Claim(state.view.term, plan.key if pulled and plan else None))
+    sees = pool_size(state.view, state.clock())
+    return _signed(state, Claim(state.view.term, plan.key if pulled and plan else None, sees))
 
 
 def own_plan_bytes(state: NodeState) -> int:

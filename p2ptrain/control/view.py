@@ -3,11 +3,12 @@
 Pure logic, the clock passed in (monotonic s): every rule is unit-testable without a network. The
 node feeds it verified envelopes and its own probe results; it says why it drops what it refuses.
 
-Election: among live planner-capable members, an incumbent planner keeps its term while it lives:
-no one claims while a live planner is known, or while a claim it could not follow yet is fresh.
-When none is alive, the live candidate with the smallest peer id claims term = highest seen + 1.
-A higher term wins in every view; at equal terms the smaller peer id wins. A planner that sees a
-winning claim steps down. Plans are accepted only from the recognised planner with a newer (term, epoch).
+Election: among live planner-capable members, an incumbent planner keeps its term while it lives
+(unless it sees far fewer peers than a candidate: planner_sight.py): no one claims while a live
+planner is known, or while a claim it could not follow yet is fresh. When none is alive, the live
+candidate with the smallest peer id claims term = highest seen + 1. A higher term wins in every
+view; at equal terms the smaller peer id wins. A planner that sees a winning claim steps down.
+Plans are accepted only from the recognised planner with a newer (term, epoch).
 
 Terms advance by bounded steps: a claim or plan may exceed the highest term we know by at most
 MAX_TERM_STEP, so a planner-token holder cannot win every view with a huge term. A node learns
@@ -79,6 +80,7 @@ class SwarmView:
         self.term = self.max_seen_term = 0
         self.term_anchored = False  # we learnt the current term from the organiser (anchor_term)
         self.planner: str | None = None
+        self.planner_sees = 0  # the peers the planner's last claim said it could plan for
         self.plan: Plan | None = None
         self.plan_version = 0  # bumped whenever `plan` changes
         self.own_record: PeerRecord | None = None
@@ -216,9 +218,6 @@ class SwarmView:
         self.run_end.note_metrics(self.run, env.author, env.body.metrics, self.plan)
         return None
 
-    def _capable(self, peer: str, now: float) -> bool:
-        return self.may_plan(peer) and self.is_alive(peer, now)
-
     def _term_jump(self, what: str, term: int) -> Drop | None:
         """A term past known_term() + MAX_TERM_STEP: blamed once we know the current term,
         dropped quietly before (it may be honest and we the one behind)."""
@@ -251,19 +250,19 @@ class SwarmView:
                 or not self.is_alive(incumbent, now)
                 or author < incumbent
             ):
-                self._set_planner(author, term)
+                self._set_planner(author, term, env.body.sees)
                 return None
             return Drop(f"claim for term {term} loses the tie-break to {incumbent}")
         # A higher term wins in every view, a live incumbent's included: were the incumbent to
         # step down while others kept it, views would split (a rejoining peer that claimed
         # before it heard the incumbent did exactly that). should_claim() keeps such claims rare.
-        self._set_planner(author, term)
+        self._set_planner(author, term, env.body.sees)
         return None
 
-    def _set_planner(self, planner: str, term: int) -> None:
+    def _set_planner(self, planner: str, term: int, sees: int = 0) -> None:
         if (planner, term) != (self.planner, self.term):
             log.info("planner is now %s (term %d)", planner, term)
-        self.planner, self.term = planner, term
+        self.planner, self.term, self.planner_sees = planner, term, sees
 
     def _on_plan(self, env: Envelope, now: float) -> Drop | None:
         plan = env.body
@@ -378,7 +377,8 @@ class SwarmView:
         waited_s = now - self._claim_seen_at
         if self.max_seen_term > self.term and waited_s < self.members.dead_after_s(now):
             return False  # someone claims a term we could not follow yet: hear it out first
-        candidates = [self.self_id] + [p for p in self.members if self._capable(p, now)]
+        capable = [p for p in self.members if self.may_plan(p) and self.is_alive(p, now)]
+        candidates = [self.self_id, *capable]
         return min(candidates) == self.self_id
 
     def claim(self) -> int:

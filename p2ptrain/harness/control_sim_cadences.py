@@ -109,7 +109,7 @@ def measured_sizes(run: RunSpec) -> dict[str, int]:
         "run": len(wire.encode(seed, 1, run, run_id=run.run_id)),
         "telemetry_base": empty + len(wire._canonical(own)),
         "telemetry_link": one_link,
-        "claim": len(wire.encode(seed, 1, Claim(3), run_id=run.run_id)),
+        "claim": len(wire.encode(seed, 1, Claim(3, sees=1000), run_id=run.run_id)),
         "peer": len(wire.encode(seed, 1, record, run_id=run.run_id)),
         "probe": len(wire._canonical({"coord": coord})) + STREAM_OVERHEAD_BYTES,
     }

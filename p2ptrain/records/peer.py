@@ -32,6 +32,7 @@ ROLES = ("trainer", "control-only", "bootstrap", "observer")
 MEMBER_ROLES = ("trainer", "control-only")  # the roles a plan may place
 MAX_VERSION_CHARS = 32
 MAX_TERM = 2**53
+MAX_SEES = 1_000_000  # peers a planner may say it sees (a claim's `sees`)
 MAX_REASON_CHARS = 160
 MAX_DEVICE_CHARS = 80
 MAX_COMPUTE_S = 3600.0
@@ -218,9 +219,11 @@ def _plan_key(value: object, record: str, name: str) -> tuple[int, int]:
 class Claim(Record, name="claim"):
     """A planner claims (and, re-broadcast, keeps) a term; `plan`: the key of its plan when
     that is too large to gossip whole, which a node lacking it pulls from whoever sent it
-    this claim (control/plan_pull.py)."""
+    this claim (control/plan_pull.py); `sees`: how many peers the planner could plan for (0:
+    not said), by which candidates judge its sight (control/planner_sight.py)."""
 
     term: Annotated[int, Int(1, MAX_TERM)]
     plan: Annotated[
         tuple[int, int] | None, Nullable(Custom(_plan_key, list)), Wire(omit_default=True)
     ] = None
+    sees: Annotated[int, Int(0, MAX_SEES), Wire(omit_default=True)] = 0

@@ -18,6 +18,7 @@ from p2ptrain.control import wire
 from p2ptrain.control.gossip import CONTROL_TOPIC
 from p2ptrain.control.intake import Intake
 from p2ptrain.control.plan_pull import NOT_YET, PlanPull
+from p2ptrain.control.planner_sight import pool_size
 from p2ptrain.control.publishing import INLINE_PLAN_BYTES, claim_message, own_plan_bytes
 from p2ptrain.control.state import NodeState
 from p2ptrain.records import Claim, Plan, issue_token
@@ -173,11 +174,12 @@ def test_the_planners_claim_names_its_plan_only_when_it_is_too_large_to_gossip()
         assert isinstance(body, Claim)
         return body
 
+    sees = pool_size(state.view, state.clock())  # how many peers we could plan for
     own_plan(0)
-    assert own_plan_bytes(state) < INLINE_PLAN_BYTES and claimed() == Claim(2)
+    assert own_plan_bytes(state) < INLINE_PLAN_BYTES and claimed() == Claim(2, sees=sees)
     own_plan(900)
     assert own_plan_bytes(state) > INLINE_PLAN_BYTES
-    assert claimed() == Claim(2, state.view.plan.key if state.view.plan else None)
+    assert claimed() == Claim(2, state.view.plan.key if state.view.plan else None, sees)
 
 
 def test_a_key_nobody_serves_does_not_stop_later_claims_from_asking(

@@ -379,4 +379,5 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (PlanReply, {"envelope": "{}"}),
     (PlanReply, {"delta": {"envelope": {}, "changed": {"epoch": 7}, "dropped": []}}),
     (Claim, {"term": 3, "plan": [3, 7]}),
+    (Claim, {"term": 3, "sees": 12}),
 ]
