@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
@@ -56,6 +58,21 @@ def _run(scenario: Any) -> None:
     except* RuntimeError as group:  # py-libp2p's teardown race, after the results are in
         if not all("Nursery is closed" in str(e) for e in group.exceptions):
             raise
+
+
+@asynccontextmanager
+async def serving(server: ControlNode, client: Any) -> AsyncIterator[None]:
+    """`server` running and the `client` host connected to it, both on loopback; the body
+    runs within 30 s, then both stop."""
+    async with (
+        trio.open_nursery() as nursery,
+        client.run(listen_addrs=[Multiaddr("/ip4/127.0.0.1/tcp/0")]),
+    ):
+        await nursery.start(server.run)
+        with trio.fail_after(30):
+            await client.connect(info_from_p2p_addr(Multiaddr(server.addrs[0])))
+            yield
+        nursery.cancel_scope.cancel()
 
 
 def test_page_of_keeps_items_whole_and_always_makes_progress() -> None:
@@ -118,17 +135,10 @@ def test_a_status_of_more_than_4_mib_arrives_whole() -> None:
 
     async def scenario() -> None:
         observer = make_host(os.urandom(32))
-        async with (
-            trio.open_nursery() as nursery,
-            observer.run(listen_addrs=[Multiaddr("/ip4/127.0.0.1/tcp/0")]),
-        ):
-            await nursery.start(server.run)
-            with trio.fail_after(30):
-                await observer.connect(info_from_p2p_addr(Multiaddr(server.addrs[0])))
-                first = await rpc.call(observer, ID.from_base58(server.peer_id), STATUS_PROTOCOL)
-                status.append(first)
-                status.append(await fetch_status_doc(observer, ID.from_base58(server.peer_id)))
-            nursery.cancel_scope.cancel()
+        async with serving(server, observer):
+            first = await rpc.call(observer, ID.from_base58(server.peer_id), STATUS_PROTOCOL)
+            status.append(first)
+            status.append(await fetch_status_doc(observer, ID.from_base58(server.peer_id)))
 
     _run(scenario)
     first_page, doc = status

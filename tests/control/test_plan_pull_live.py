@@ -8,10 +8,6 @@ import os
 import time
 from typing import Any
 
-import trio
-from libp2p.peer.peerinfo import info_from_p2p_addr
-from multiaddr import Multiaddr
-
 from p2ptrain import identity
 from p2ptrain.control import wire
 from p2ptrain.control.node import ControlNode, NodeConfig
@@ -19,7 +15,7 @@ from p2ptrain.control.plan_pull import PlanPull
 from p2ptrain.net.host import make_host
 from p2ptrain.records import RunSpec, issue_token
 from tests.control.test_gossip_screen import record_body
-from tests.control.test_paging import _run
+from tests.control.test_paging import _run, serving
 from tests.control.test_sync_digest import client_node
 
 
@@ -70,15 +66,8 @@ def test_a_plan_over_the_gossip_envelope_is_pulled_over_a_live_stream() -> None:
     outcome: list[str | None] = []
 
     async def scenario() -> None:
-        async with (
-            trio.open_nursery() as nursery,
-            client_host.run(listen_addrs=[Multiaddr("/ip4/127.0.0.1/tcp/0")]),
-        ):
-            await nursery.start(server.run)
-            with trio.fail_after(30):
-                await client_host.connect(info_from_p2p_addr(Multiaddr(server.addrs[0])))
-                outcome.append(await puller._pull_from(server.peer_id, (1, 1)))
-            nursery.cancel_scope.cancel()
+        async with serving(server, client_host):
+            outcome.append(await puller._pull_from(server.peer_id, (1, 1)))
 
     _run(scenario)
     assert outcome == [None]
