@@ -36,7 +36,7 @@ from p2ptrain.records import (
     StepProfile,
 )
 from p2ptrain.train.checkpoint import checkpoint_dir
-from p2ptrain.worker import daemon_env, watchdog
+from p2ptrain.worker import collector, daemon_env, watchdog
 from p2ptrain.worker.device import cpu_threads, precision_for, resolve_device
 from p2ptrain.worker.pipeline.frames import Expected, FrameHeader, NotReady
 from p2ptrain.worker.settings import WorkerSettings
@@ -167,6 +167,7 @@ class Worker:
                     self._profiler(),
                 )
                 self.current = session  # from now on its frames are accepted
+                collector.freeze_setup()
                 self._report(SessionReport(message.plan, session.step))
                 self.phase = "spare" if session.role is None else "training"
                 try:
@@ -177,6 +178,7 @@ class Worker:
                     # answered ACCEPTED and never used
                     self.current, self.phase = None, "waiting"
                     session.close()
+                    collector.thaw()
                 if end is SessionEnd.DONE or self.inbox.stopped:
                     return 0
                 if end is SessionEnd.PEER_LOST and not self.ipc:

@@ -35,6 +35,7 @@ from p2ptrain.records.codec import Int, Nullable, Num, OneOf, Record
 # |checksum error| allowed, relative to the low median of the gathered gradient norms
 EXACT_TOLERANCE = 1e-4
 COMPRESSED_TOLERANCE = 3e-2
+SUM_CHUNK = 1 << 16  # values a float64 pass holds at once: 512 KiB, within a core's L2
 MAX_WEIGHT = 1e9  # rows of a batch: far below this
 # a claimed norm over this × the group's low median fails the round (replicas' gradients on
 # near-equal slices of one batch differ in norm by tens of percent)
@@ -99,22 +100,29 @@ def checksums(
     flat: torch.Tensor, step: int, weight: float, signs: torch.Tensor | None = None
 ) -> Checksums:
     """Two linear checksums of a flat gradient, in float64. `signs`: the projection's ±1
-    float64 vector, the same on every member of the round (default: seeded by the step). An
-    outer round passes its stage's fixed_signs: drawing a stage-sized sign vector is most of
-    the cost (7.6 of 16.6 ms at 1.78 M values), on a worker's small CPU quota."""
-    values = flat.detach().reshape(-1).double()
+    vector, the same on every member of the round (default: seeded by the step). An outer
+    round passes its stage's fixed_signs: drawing a stage-sized sign vector is most of the cost
+    (7.6 of 16.6 ms at 1.78 M values), on a worker's small CPU quota."""
+    values = flat.detach().reshape(-1)
     signed = step_signs(values.numel(), step) if signs is None else signs.reshape(-1)
-    return Checksums(
-        step,
-        float(weight),
-        values.sum().item(),
-        torch.dot(values, signed).item(),
-        torch.linalg.vector_norm(values).item(),
-    )
+    total, projection, squares = _float64_sums(values, signed)
+    return Checksums(step, float(weight), total, projection, math.sqrt(squares))
+
+
+def _float64_sums(values: torch.Tensor, signs: torch.Tensor) -> tuple[float, float, float]:
+    """The sum, the ±1 projection and the sum of squares of `values`, in float64, a chunk at a
+    time: no stage-sized float64 copy to stream through the cache the training thread shares."""
+    total = projection = squares = 0.0
+    for start in range(0, values.numel(), SUM_CHUNK):
+        chunk = values[start : start + SUM_CHUNK].double()
+        total += chunk.sum().item()
+        projection += torch.dot(chunk, signs[start : start + SUM_CHUNK].double()).item()
+        squares += torch.dot(chunk, chunk).item()
+    return total, projection, squares
 
 
 def step_signs(numel: int, step: int) -> torch.Tensor:
-    """The ±1 float64 projection a step's checksums use by default (seeded by the step)."""
+    """The ±1 (int8) projection a step's checksums use by default (seeded by the step)."""
     return _seeded_signs(numel, 1_000_003 * step + 17)
 
 
@@ -122,7 +130,7 @@ def _seeded_signs(numel: int, seed: int) -> torch.Tensor:
     bits = torch.randint(
         0, 2, (numel,), generator=torch.Generator().manual_seed(seed), dtype=torch.int8
     )
-    return bits.double().mul_(2).sub_(1)
+    return bits.mul_(2).sub_(1)  # int8: an eighth of float64's bytes to stream
 
 
 def check_round(
@@ -179,14 +187,15 @@ def check_round(
 
 
 def fixed_signs(numel: int) -> torch.Tensor:
-    """The ±1 float64 signs of params_digest (seeded alike on every member)."""
+    """The ±1 (int8) signs of params_digest (seeded alike on every member)."""
     return _seeded_signs(numel, 7)
 
 
 def params_digest(flat_params: torch.Tensor, signs: torch.Tensor) -> tuple[float, float]:
     """A ±1 projection of the parameters (fixed signs) and their norm, in float64."""
-    values = flat_params.detach().reshape(-1).double()
-    return float(torch.dot(values, signs.reshape(-1)).item()), float(values.norm().item())
+    values = flat_params.detach().reshape(-1)
+    _total, projection, squares = _float64_sums(values, signs.reshape(-1))
+    return projection, math.sqrt(squares)
 
 
 def replicas_diverged(gathered: dict[Any, Any], tolerance: float) -> bool:

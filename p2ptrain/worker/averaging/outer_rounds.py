@@ -173,9 +173,11 @@ class OuterRounds:
             return RoundReport("solo")
         exchange = self.exchange
         # the exchange works on CPU tensors; the anchor's digest shows the group started alike
-        delta, anchor = self.outer.pseudo_gradient().cpu(), self.outer.anchor.cpu()
+        # one stage-sized copy of the parameters on the training thread, not two
+        started = self.outer.flat_params()
+        delta, anchor = (self.outer.anchor - started).cpu(), self.outer.anchor.cpu()
         apply_at = step + (0 if at_once else self.overlap)
-        pending = _Pending(step, apply_at, self.outer.flat_params())
+        pending = _Pending(step, apply_at, started)
         spread_s = ROUND_SPREAD * (apply_at - step) * self._step_s
         passes_rate = self._step_cpu_s / self._step_s if self._step_s > 0 else 0.0
         cpu_rate = ROUND_CPU_SHARE * passes_rate

@@ -11,6 +11,7 @@ from p2ptrain.worker.averaging.checks import (
     COMPRESSED_TOLERANCE,
     EXACT_TOLERANCE,
     GRAD,
+    SUM_CHUNK,
     Checksums,
     RoundGather,
     check_round,
@@ -235,3 +236,25 @@ def test_a_round_checked_with_given_signs_is_checked_alike() -> None:
     partial = torch.cat([((a + b) / 2)[: N // 2], a[N // 2 :]])
     bad = check_round(partial, mine, gathered, EXACT_TOLERANCE, EQUAL, signs=signs)
     assert bad is not None and "checksum" in bad
+
+
+def test_chunked_checksums_equal_one_float64_pass_across_chunk_edges() -> None:
+    """The sums go a chunk at a time (no stage-sized float64 copy); across chunk edges and a
+    ragged last chunk they are the float64 sums of the whole vector."""
+    n = 3 * SUM_CHUNK + 12_345
+    values = torch.randn(n, generator=torch.Generator().manual_seed(4))
+    signs = fixed_signs(n)
+    assert signs.dtype == torch.int8 and set(signs.unique().tolist()) == {-1, 1}
+    exact = values.double()
+    sums = checksums(values, 7, 2.0, signs)
+    assert math.isclose(sums.total, exact.sum().item(), rel_tol=1e-9, abs_tol=1e-9)
+    assert math.isclose(
+        sums.projection, (exact @ signs.double()).item(), rel_tol=1e-9, abs_tol=1e-9
+    )
+    assert math.isclose(sums.norm, exact.norm().item(), rel_tol=1e-12)
+    projection, norm = params_digest(values, signs)
+    assert (projection, norm) == (sums.projection, sums.norm)
+    default = checksums(values, 7, 2.0)  # the step's own signs
+    assert math.isclose(
+        default.projection, (exact @ step_signs(n, 7).double()).item(), rel_tol=1e-9, abs_tol=1e-9
+    )
