@@ -242,14 +242,13 @@ class OuterExchange:
         me, key, members = self.link.peer_id, this.key, this.members
         bounds = wire.shard_bounds(self.numel, len(members))
         mine_index = members.index(me)
-        with this.pacer.work():
-            encoded = [wire.encode_dense(self.codec, flat[a:b]) for a, b in bounds]
-            sent = torch.cat(
-                [
-                    wire.decode_dense(self.codec, e, b - a)
-                    for e, (a, b) in zip(encoded, bounds, strict=True)
-                ]
-            )
+        encoded: list[torch.Tensor] = []
+        decoded: list[torch.Tensor] = []
+        for a, b in bounds:  # a shard a piece: the round's first CPU is paced as the rest is
+            with this.pacer.work():
+                encoded.append(wire.encode_dense(self.codec, flat[a:b]))
+                decoded.append(wire.decode_dense(self.codec, encoded[-1], b - a))
+        sent = torch.cat(decoded)
         with this.pacer.work():
             claims = self._claims(sent, this)
         wait_s = this.join_s + this.transfer_s

@@ -220,11 +220,12 @@ class OuterRounds:
                 outcome.detail,
             )
             return RoundReport(outcome.kind)
-        progress = self.outer.flat_params() - pending.started_params  # zero if applied at once
+        # in place: no more stage-sized buffers on the training thread than needed
+        progress = self.outer.flat_params().sub_(pending.started_params)  # 0 if applied at once
         self.outer.step(mean.to(self.outer.anchor.device))
         if outcome.diverged:
             self._resync(step)
-        self.outer.load_params(self.outer.anchor + progress)
+        self.outer.load_params(progress.add_(self.outer.anchor))
         log.info(
             "step %d: outer step %d applied (round of step %d, %d replicas)",
             step,
