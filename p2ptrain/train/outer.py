@@ -59,9 +59,10 @@ class OuterOptimizer:
     def numel(self) -> int:
         return self.anchor.numel()
 
-    def flat_params(self) -> torch.Tensor:
-        """The stage's parameters now, as one flat fp32 vector (a copy, in the anchor's order)."""
-        return torch.cat([p.detach().float().reshape(-1) for _, p in self.named])
+    def flat_params(self, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The stage's parameters now, as one flat fp32 vector (a copy, in the anchor's order;
+        into `out` if given)."""
+        return torch.cat([p.detach().float().reshape(-1) for _, p in self.named], out=out)
 
     def load_params(self, flat: torch.Tensor) -> None:
         """Set the stage's parameters from a flat vector in the anchor's order."""

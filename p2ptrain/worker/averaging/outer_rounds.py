@@ -127,6 +127,11 @@ class OuterRounds:
             if spec.wire.outer_compression == "topk"
             else None
         )
+        # a round's start copies the parameters and their pseudo-gradient into these, held by
+        # the round until it is applied, whichever round: touched now, before step 0, the
+        # pages are not faulted in by the training thread at every round's start
+        self._started = torch.zeros_like(self.outer.anchor)
+        self._delta = torch.zeros_like(self.outer.anchor)
         self._pending: _Pending | None = None
         self._step_s = 0.0  # the last inner step's wall time (paces a round's sends)
         self._step_cpu_s = 0.0  # and the CPU the passes' thread used in it
@@ -173,9 +178,10 @@ class OuterRounds:
             return RoundReport("solo")
         exchange = self.exchange
         # the exchange works on CPU tensors; the anchor's digest shows the group started alike
-        # one stage-sized copy of the parameters on the training thread, not two
-        started = self.outer.flat_params()
-        delta, anchor = (self.outer.anchor - started).cpu(), self.outer.anchor.cpu()
+        # the previous round was applied (or waited for) before this one starts
+        started = self.outer.flat_params(out=self._started)
+        delta = torch.sub(self.outer.anchor, started, out=self._delta).cpu()
+        anchor = self.outer.anchor.cpu()
         apply_at = step + (0 if at_once else self.overlap)
         pending = _Pending(step, apply_at, started)
         spread_s = ROUND_SPREAD * (apply_at - step) * self._step_s
