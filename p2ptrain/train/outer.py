@@ -75,9 +75,12 @@ class OuterOptimizer:
                 param.copy_(flat[offset : offset + size].view_as(param))
                 offset += size
 
-    def pseudo_gradient(self) -> torch.Tensor:
-        """anchor - now: what this replica's inner steps moved, as one flat fp32 vector."""
-        return self.anchor - self.flat_params()
+    def pseudo_gradient(
+        self, now: torch.Tensor | None = None, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """anchor - now: what this replica's inner steps moved, as one flat fp32 vector (`now`:
+        the parameters as flat_params() gave them, default read afresh; into `out` if given)."""
+        return torch.sub(self.anchor, self.flat_params() if now is None else now, out=out)
 
     def step(self, mean_pseudo_gradient: torch.Tensor) -> None:
         """Apply the outer Nesterov step with the group's mean pseudo-gradient; the parameters

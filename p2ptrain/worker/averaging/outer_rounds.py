@@ -180,7 +180,7 @@ class OuterRounds:
         # the exchange works on CPU tensors; the anchor's digest shows the group started alike
         # the previous round was applied (or waited for) before this one starts
         started = self.outer.flat_params(out=self._started)
-        delta = torch.sub(self.outer.anchor, started, out=self._delta).cpu()
+        delta = self.outer.pseudo_gradient(started, out=self._delta).cpu()
         anchor = self.outer.anchor.cpu()
         apply_at = step + (0 if at_once else self.overlap)
         pending = _Pending(step, apply_at, started)
