@@ -33,13 +33,19 @@ from typing import Any
 import torch
 from torch import nn
 
-from p2ptrain.harness.scaleout_runs import INNER_STEPS, OUTER_LR, OUTER_MOMENTUM, TOPK_INNER_STEPS
+from p2ptrain.harness.scaleout_runs import (
+    INNER_STEPS,
+    OUTER_FRAGMENTS,
+    OUTER_LR,
+    OUTER_MOMENTUM,
+    TOPK_INNER_STEPS,
+)
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train import codecs
 from p2ptrain.train.data import get_batch, load_corpus, replica_rows
 from p2ptrain.train.model import build_model, build_stage, loss_fn
 from p2ptrain.train.optim import clip_grads, lr_at, make_optimizer, set_lr
-from p2ptrain.train.outer import OuterOptimizer, overlap_steps
+from p2ptrain.train.outer import OuterOptimizer, fragment_spans, fragments_due, overlap_steps
 
 HELD_OUT_FRACTION = 0.05
 EVAL_SEQUENCES = 128
@@ -59,6 +65,8 @@ class Variant:
     # steps a round runs beside the inner steps before its result is applied, as the product's
     # rounds do (worker/averaging/outer_rounds.py); -1: the product's overlap_steps(H)
     overlap: int = -1
+    # Streaming DiLoCo's fragments: slices of the model whose rounds are staggered over H
+    fragments: int = 1
     reference: str = "step"  # the variant its acceptance compares against
     limit: float = 0.0  # 0 = no acceptance target
 
@@ -94,6 +102,16 @@ def default_variants(inner_steps: list[int]) -> list[Variant]:
     }
     variants = [replace(v, limit=limited.get(v.name, v.limit)) for v in variants]
     variants.append(
+        Variant(
+            f"diloco_h{first}_int8_f{OUTER_FRAGMENTS}",
+            "diloco",
+            first,
+            "int8",
+            fragments=OUTER_FRAGMENTS,
+            reference=f"diloco_h{first}_int8",
+        )
+    )
+    variants.append(
         Variant(f"diloco_h{first}_paper", "diloco", first, outer_lr=0.7, outer_momentum=0.9)
     )
     variants += [
@@ -124,11 +142,13 @@ class Replica:
         self.model = model
         self.optimizer = make_optimizer(model, spec)
         self.outer = OuterOptimizer(model, variant.outer_lr, variant.outer_momentum)
-        self.topk = (
-            codecs.TopKCompressor(self.outer.numel, spec.wire.topk_fraction)
+        self.spans = fragment_spans(self.outer.numel, variant.fragments)
+        # error feedback per fragment, as each fragment's exchange keeps its own
+        self.topk = [
+            codecs.TopKCompressor(end - start, spec.wire.topk_fraction)
+            for start, end in self.spans
             if variant.outer_compression == "topk"
-            else None
-        )
+        ]
 
     def train_step(self, spec: RunSpec, step: int, x: torch.Tensor, y: torch.Tensor) -> float:
         set_lr(self.optimizer, lr_at(step, spec))
@@ -139,42 +159,48 @@ class Replica:
         self.optimizer.zero_grad(set_to_none=True)
         return float(loss.item())
 
-    def sent_pseudo_gradient(self, codec: str) -> torch.Tensor:
-        """What the group receives of this replica's pseudo-gradient, through the wire codec."""
-        delta = self.outer.pseudo_gradient()
+    def sent_pseudo_gradient(self, codec: str, fragment: int) -> torch.Tensor:
+        """What the group receives of this replica's pseudo-gradient of `fragment`, through
+        the wire codec."""
+        delta = self.outer.pseudo_gradient(span=self.spans[fragment])
         if codec == "fp16":
             return codecs.decode_fp16(codecs.encode_fp16(delta), delta.shape)
         if codec == "int8":
             return codecs.decode_int8_blocks(codecs.encode_int8_blocks(delta), delta.shape)
-        assert self.topk is not None
-        payload, _ = self.topk.encode(delta)
-        return codecs.decode_topk(payload, delta.numel(), self.topk.fraction)
+        topk = self.topk[fragment]
+        payload, _ = topk.encode(delta)
+        return codecs.decode_topk(payload, delta.numel(), topk.fraction)
 
 
 @dataclass
 class PendingRound:
-    """A round started after step `step`: the group's mean pseudo-gradient and each replica's
-    parameters then (its inner progress since is kept when the result is applied)."""
+    """A fragment's round started after step `step`: the group's mean pseudo-gradient and each
+    replica's parameters then (its inner progress since is kept when the result is applied)."""
 
+    fragment: int
     step: int
     apply_at: int
     mean: torch.Tensor
     started: list[torch.Tensor]
 
 
-def start_round(replicas: list[Replica], codec: str, step: int, apply_at: int) -> PendingRound:
-    """Every replica sends its pseudo-gradient through the codec; the group's mean."""
-    mean = torch.stack([r.sent_pseudo_gradient(codec) for r in replicas]).mean(dim=0)
-    return PendingRound(step, apply_at, mean, [r.outer.flat_params() for r in replicas])
+def start_round(
+    replicas: list[Replica], codec: str, fragment: int, step: int, apply_at: int
+) -> PendingRound:
+    """Every replica sends its pseudo-gradient of `fragment` through the codec; their mean."""
+    mean = torch.stack([r.sent_pseudo_gradient(codec, fragment) for r in replicas]).mean(dim=0)
+    started = [r.outer.flat_params(span=r.spans[fragment]) for r in replicas]
+    return PendingRound(fragment, step, apply_at, mean, started)
 
 
 def apply_round(replicas: list[Replica], pending: PendingRound) -> None:
     """All apply the same outer step to the same anchor, then add back their own progress
     since the round started (none when applied at once), as worker/averaging/outer_rounds.py."""
     for replica, started in zip(replicas, pending.started, strict=True):
-        progress = replica.outer.flat_params() - started
-        replica.outer.step(pending.mean)
-        replica.outer.load_params(replica.outer.anchor + progress)
+        span = replica.spans[pending.fragment]
+        progress = replica.outer.flat_params(span=span) - started
+        replica.outer.step(pending.mean, span)
+        replica.outer.load_params(replica.outer.anchor[span[0] : span[1]] + progress, span)
 
 
 @torch.no_grad()
@@ -203,7 +229,8 @@ def train_variant(
     replicas = [Replica(copy.deepcopy(base), spec, variant) for _ in range(count)]
     curve = Curve()
     overlap = overlap_steps(variant.inner_steps) if variant.overlap < 0 else variant.overlap
-    pending: PendingRound | None = None
+    pending: dict[int, PendingRound] = {}  # by fragment
+    fragments = len(replicas[0].spans)
     start = time.perf_counter()
     for step in range(spec.optim.steps):
         losses = []
@@ -214,16 +241,19 @@ def train_variant(
         curve.loss.append(sum(losses) / len(losses))
         done = step + 1
         last = done == spec.optim.steps
-        if pending is not None and (last or pending.apply_at <= step):
-            apply_round(replicas, pending)
-            pending = None
-        if variant.sync == "diloco" and (done % variant.inner_steps == 0 or last):
-            pending = start_round(
-                replicas, variant.outer_compression, step, step + (0 if last else overlap)
-            )
-            if pending.apply_at == step:
-                apply_round(replicas, pending)
-                pending = None
+        for fragment, started in list(pending.items()):
+            if last or started.apply_at <= step:
+                apply_round(replicas, pending.pop(fragment))
+        due = fragments_due(step, spec.optim.steps, variant.inner_steps, 0, 1, fragments)
+        for fragment in due if variant.sync == "diloco" else []:
+            if fragment in pending:  # its previous round is due before its next one starts
+                apply_round(replicas, pending.pop(fragment))
+            apply_at = step + (0 if last else overlap)
+            round_ = start_round(replicas, variant.outer_compression, fragment, step, apply_at)
+            if apply_at == step:
+                apply_round(replicas, round_)
+            else:
+                pending[fragment] = round_
         if done % eval_every == 0 or done == spec.optim.steps:
             curve.eval.append((done, evaluate(replicas[0].model, held_out)))
     curve.wall_s = time.perf_counter() - start

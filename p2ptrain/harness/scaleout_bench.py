@@ -40,6 +40,7 @@ from p2ptrain.harness.e2e_traffic import dp_bytes, predicted_link_bytes
 from p2ptrain.harness.scaleout_runs import (
     INNER_STEPS,
     OUTER_COMPRESSION,
+    OUTER_FRAGMENTS,
     OUTER_LR,
     OUTER_MOMENTUM,
     RUN_ORDER,
@@ -57,6 +58,7 @@ SETTINGS = (
     "outer_lr",
     "outer_momentum",
     "outer_compression",
+    "outer_fragments",
     "compression",
 )
 
@@ -72,11 +74,14 @@ def run_specs(
         outer_lr=OUTER_LR,
         outer_momentum=OUTER_MOMENTUM,
         outer_compression=OUTER_COMPRESSION,
+        outer_fragments=OUTER_FRAGMENTS,
     )
     every = {
         "step": spec.replace(sync="step"),
         "diloco": diloco,
         "diloco_fp16": diloco.replace(outer_compression="fp16"),
+        # the whole stage in one round, not staggered fragments
+        "diloco_f1": diloco.replace(outer_fragments=1),
         "diloco_topk": diloco.replace(outer_compression="topk", inner_steps=TOPK_INNER_STEPS),
         "diloco_paper": diloco.replace(outer_lr=0.7, outer_momentum=0.9),
         "diloco_int8": diloco.replace(compression="int8"),

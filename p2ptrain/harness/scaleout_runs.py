@@ -7,6 +7,7 @@ RUN_ORDER = (
     "step",
     "diloco",
     "diloco_fp16",
+    "diloco_f1",
     "diloco_topk",
     "diloco_paper",
     "diloco_int8",
@@ -27,3 +28,4 @@ TOPK_INNER_STEPS = 5
 OUTER_LR = 1.0
 OUTER_MOMENTUM = 0.5
 OUTER_COMPRESSION = "int8"
+OUTER_FRAGMENTS = 2

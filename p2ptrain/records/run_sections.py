@@ -26,6 +26,7 @@ RESUME_MODES = ("latest", "never")
 COMPRESSIONS = ("fp16", "bf16", "int8", "none")
 SYNC_MODES = ("step", "diloco")
 OUTER_COMPRESSIONS = ("fp16", "int8", "topk")
+MAX_OUTER_FRAGMENTS = 64
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,9 @@ class OptimSpec:
     inner_steps: int = 20
     outer_lr: float = 0.7
     outer_momentum: float = 0.9
+    # Streaming DiLoCo: the stage's parameters sync in this many fragments, each at its own
+    # offset within H, so a replica's round traffic and CPU are spread over H, not one burst
+    outer_fragments: int = 1
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "micro_batches"):
@@ -247,6 +251,11 @@ class OptimSpec:
             raise UserError(f"outer_lr must be in (0, 10], got {self.outer_lr}")
         if not 0 <= self.outer_momentum < 1:
             raise UserError(f"outer_momentum must be in [0, 1), got {self.outer_momentum}")
+        if not 1 <= self.outer_fragments <= min(self.inner_steps, MAX_OUTER_FRAGMENTS):
+            raise UserError(
+                f"outer_fragments must be in [1, min(inner_steps, {MAX_OUTER_FRAGMENTS})], "
+                f"got {self.outer_fragments}"
+            )
 
 
 @dataclass(frozen=True)

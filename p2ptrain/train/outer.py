@@ -35,6 +35,37 @@ MOMENTUM = "outer/momentum/"
 MAX_OVERLAP_STEPS = 15
 
 
+def fragment_spans(numel: int, fragments: int) -> list[tuple[int, int]]:
+    """Streaming DiLoCo's fragments: the [start, end) slices of a stage's flat vector that
+    sync at their own offsets within H (`outer_fragments`; one for the whole stage)."""
+    count = max(1, min(fragments, numel))
+    return [(f * numel // count, (f + 1) * numel // count) for f in range(count)]
+
+
+def round_phase(
+    stage: int, num_stages: int, fragment: int, fragments: int, inner_steps: int
+) -> int:
+    """The step phase within H of a stage's fragment's rounds: every (stage, fragment) slot
+    evenly staggered over H, a stage's own fragments H / fragments apart (fragments <= H)."""
+    return (fragment * num_stages + stage) * inner_steps // (num_stages * fragments)
+
+
+def fragments_due(
+    step: int, steps: int, inner_steps: int, stage: int, num_stages: int, fragments: int
+) -> list[int]:
+    """The fragments of stage `stage` whose round starts after training `step` (all of them
+    after the run's last step, so every stage ends with its replicas in agreement)."""
+    done = step + 1
+    if done == steps:
+        return list(range(fragments))
+    phase = done % inner_steps
+    return [
+        f
+        for f in range(fragments)
+        if round_phase(stage, num_stages, f, fragments, inner_steps) == phase
+    ]
+
+
 def overlap_steps(inner_steps: int) -> int:
     """Inner steps a round runs beside before its result is applied: half an outer period,
     at most MAX_OVERLAP_STEPS (a stale outer step hurts, Streaming DiLoCo's τ)."""
@@ -59,39 +90,69 @@ class OuterOptimizer:
     def numel(self) -> int:
         return self.anchor.numel()
 
-    def flat_params(self, out: torch.Tensor | None = None) -> torch.Tensor:
+    def flat_params(
+        self, out: torch.Tensor | None = None, span: tuple[int, int] | None = None
+    ) -> torch.Tensor:
         """The stage's parameters now, as one flat fp32 vector (a copy, in the anchor's order;
-        into `out` if given)."""
-        return torch.cat([p.detach().float().reshape(-1) for _, p in self.named], out=out)
+        into `out` if given); `span`: only that [start, end) slice of it (a fragment)."""
+        if span is None:
+            return torch.cat([p.detach().float().reshape(-1) for _, p in self.named], out=out)
+        pieces = [p.detach().reshape(-1)[lo:hi].float() for p, lo, hi in self._overlaps(span)]
+        return torch.cat(pieces, out=out)
 
-    def load_params(self, flat: torch.Tensor) -> None:
-        """Set the stage's parameters from a flat vector in the anchor's order."""
-        if flat.numel() != self.numel:
-            raise ValueError(f"{flat.numel()} values for a stage of {self.numel}")
+    def _overlaps(self, span: tuple[int, int]) -> list[tuple[nn.Parameter, int, int]]:
+        """Each parameter that `span` of the flat vector covers, with the covered [lo, hi)
+        of its own flat values."""
+        start, end = span
+        found, offset = [], 0
+        for _, param in self.named:
+            size = param.numel()
+            lo, hi = max(start - offset, 0), min(end - offset, size)
+            if lo < hi:
+                found.append((param, lo, hi))
+            offset += size
+        return found
+
+    def load_params(self, flat: torch.Tensor, span: tuple[int, int] | None = None) -> None:
+        """Set the stage's parameters from a flat vector in the anchor's order (`span`: set
+        only that slice, from a vector of its length)."""
+        start, end = (0, self.numel) if span is None else span
+        if flat.numel() != end - start or not 0 <= start <= end <= self.numel:
+            raise ValueError(f"{flat.numel()} values for [{start}, {end}) of {self.numel}")
         offset = 0
         with torch.no_grad():
-            for _, param in self.named:
-                size = param.numel()
-                param.copy_(flat[offset : offset + size].view_as(param))
-                offset += size
+            for param, lo, hi in self._overlaps((start, end)):
+                param.view(-1)[lo:hi].copy_(flat[offset : offset + hi - lo])
+                offset += hi - lo
 
     def pseudo_gradient(
-        self, now: torch.Tensor | None = None, out: torch.Tensor | None = None
+        self,
+        now: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
+        span: tuple[int, int] | None = None,
     ) -> torch.Tensor:
         """anchor - now: what this replica's inner steps moved, as one flat fp32 vector (`now`:
-        the parameters as flat_params() gave them, default read afresh; into `out` if given)."""
-        return torch.sub(self.anchor, self.flat_params() if now is None else now, out=out)
+        the parameters as flat_params() gave them, default read afresh; into `out` if given;
+        `span`: of that slice only, `now` then of its length)."""
+        anchor = self.anchor if span is None else self.anchor[span[0] : span[1]]
+        now = self.flat_params(span=span) if now is None else now
+        return torch.sub(anchor, now, out=out)
 
-    def step(self, mean_pseudo_gradient: torch.Tensor) -> None:
+    def step(self, mean_pseudo_gradient: torch.Tensor, span: tuple[int, int] | None = None) -> None:
         """Apply the outer Nesterov step with the group's mean pseudo-gradient; the parameters
-        become the new anchor."""
+        become the new anchor. `span`: a fragment's step, of that slice only; the count of
+        outer steps moves with the stage's first fragment's (the stage's once a period)."""
+        start, end = (0, self.numel) if span is None else span
         delta = mean_pseudo_gradient.detach().float().reshape(-1)
-        if delta.numel() != self.numel:
-            raise ValueError(f"pseudo-gradient of {delta.numel()} values, stage has {self.numel}")
-        self.momentum_buffer.mul_(self.momentum).add_(delta)
-        self.anchor.sub_(self.lr * (delta + self.momentum * self.momentum_buffer))
-        self.outer_steps += 1
-        self.load_params(self.anchor)
+        if delta.numel() != end - start:
+            raise ValueError(f"pseudo-gradient of {delta.numel()} values for [{start}, {end})")
+        momentum = self.momentum_buffer[start:end]
+        momentum.mul_(self.momentum).add_(delta)
+        anchor = self.anchor[start:end]
+        anchor.sub_(self.lr * (delta + self.momentum * momentum))
+        if start == 0:
+            self.outer_steps += 1
+        self.load_params(anchor, span)
 
     # --- state: plain tensors + JSON-able scalars (a stage's state file carries them) ---
 

@@ -12,7 +12,7 @@ from hivemind import DHT
 
 from p2ptrain.records import Plan, Role, RunSpec
 from p2ptrain.train.model import Stage
-from p2ptrain.worker.averaging.outer_link import stage_exchange
+from p2ptrain.worker.averaging.outer_link import stage_exchanges
 from p2ptrain.worker.averaging.outer_rounds import OuterRounds
 from p2ptrain.worker.averaging.robust import MOMENTS_DRIFT_BOUND, PARAMS_DRIFT_BOUND
 from p2ptrain.worker.averaging.stage_averager import Outcome, StageAverager
@@ -66,7 +66,7 @@ def open_outer_rounds(
     if spec.optim.sync != "diloco":
         return None
     outer = OuterRounds(spec, role.stage, role.num_stages, model, averager)
-    outer.exchange = stage_exchange(spec, role, plan, transport, model)
+    outer.exchanges = stage_exchanges(spec, role, plan, transport, model)
     return outer
 
 

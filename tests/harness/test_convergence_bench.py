@@ -57,7 +57,7 @@ def test_an_outer_round_leaves_replicas_identical() -> None:
     x = torch.randint(0, 256, (4, 16))
     for index, replica in enumerate(replicas):
         replica.train_step(spec, 0, x[2 * index : 2 * index + 2], x[2 * index : 2 * index + 2])
-    apply_round(replicas, start_round(replicas, "topk", 0, 0))
+    apply_round(replicas, start_round(replicas, "topk", 0, 0, 0))
     first, second = (list(r.model.parameters()) for r in replicas)
     assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
     assert any(not torch.equal(a, b) for a, b in zip(first, base.parameters(), strict=True))
@@ -73,7 +73,7 @@ def test_a_late_round_keeps_each_replicas_progress_since_it_started() -> None:
     for index, replica in enumerate(replicas):
         rows = x[2 * index : 2 * index + 2]
         replica.train_step(spec, 0, rows, rows)
-    pending = start_round(replicas, "fp16", 0, 1)
+    pending = start_round(replicas, "fp16", 0, 0, 1)
     progress = []
     for index, replica in enumerate(replicas):
         before = replica.outer.flat_params()

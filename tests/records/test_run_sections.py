@@ -76,6 +76,12 @@ def test_sections_are_frozen_defaulted_and_check_their_own_fields() -> None:
         WireSpec(topk_fraction=0.0)
     with pytest.raises(AttributeError):
         SwarmSpec().stages = 3  # type: ignore[misc]
+    # each fragment needs its own phase within H
+    assert OptimSpec(inner_steps=4, outer_fragments=4).outer_fragments == 4
+    with pytest.raises(UserError, match="outer_fragments"):
+        OptimSpec(inner_steps=4, outer_fragments=5)
+    with pytest.raises(UserError, match="outer_fragments"):
+        OptimSpec(outer_fragments=0)
 
 
 def test_replace_routes_each_flat_name_to_its_section() -> None:

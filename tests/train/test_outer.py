@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from p2ptrain.errors import WireError
-from p2ptrain.train.outer import OuterOptimizer
+from p2ptrain.train.outer import OuterOptimizer, fragment_spans, fragments_due, round_phase
 
 
 class TwoParams(nn.Module):
@@ -130,3 +130,48 @@ def test_flat_params_load_params_and_keep_params() -> None:
     assert torch.equal(outer.pseudo_gradient(), torch.tensor([-3.0, -3.0, -3.0]))
     outer.load_state_tensors(donor.state_tensors(), donor.state_scalars())
     assert torch.equal(outer.flat_params(), outer.anchor)  # the default: params = anchor
+
+
+def test_fragment_steps_equal_the_whole_step_slice_by_slice() -> None:
+    """Streaming DiLoCo's fragments: spans that cut through parameters, stepped one at a time,
+    end where one whole-stage step ends; each step touches its own slice only."""
+    torch.manual_seed(1)
+    whole, parts = nn.Linear(5, 3), nn.Linear(5, 3)
+    parts.load_state_dict(whole.state_dict())
+    outer_whole, outer_parts = OuterOptimizer(whole, 0.7, 0.9), OuterOptimizer(parts, 0.7, 0.9)
+    spans = fragment_spans(outer_whole.numel, 3)
+    assert spans == [(0, 6), (6, 12), (12, 18)]  # 15 weights + 3 biases: the 3rd cuts both
+    for _ in range(2):
+        moved = [torch.randn_like(p) * 0.1 for p in whole.parameters()]
+        with torch.no_grad():
+            for module in (whole, parts):
+                for param, move in zip(module.parameters(), moved, strict=True):
+                    param.add_(move)
+        outer_whole.step(outer_whole.pseudo_gradient())
+        for span in spans:
+            before = outer_parts.flat_params()
+            outer_parts.step(outer_parts.pseudo_gradient(span=span), span)
+            after = outer_parts.flat_params()
+            outside = torch.ones_like(before, dtype=torch.bool)
+            outside[span[0] : span[1]] = False
+            assert torch.equal(before[outside], after[outside])
+            assert torch.equal(after[span[0] : span[1]], outer_parts.flat_params(span=span))
+    torch.testing.assert_close(outer_parts.flat_params(), outer_whole.flat_params())
+    torch.testing.assert_close(outer_parts.momentum_buffer, outer_whole.momentum_buffer)
+    assert outer_parts.outer_steps == outer_whole.outer_steps == 2  # the first fragment's count
+
+
+def test_a_stages_fragments_are_staggered_over_h() -> None:
+    # 2 stages x 2 fragments at H 8: the four slots 2 steps apart, a stage's own 4 apart
+    phases = [[round_phase(s, 2, f, 2, 8) for f in range(2)] for s in range(2)]
+    assert phases == [[0, 4], [2, 6]]
+    due = {step: fragments_due(step, 20, 8, 1, 2, 2) for step in range(20)}
+    assert {step: f for step, f in due.items() if f} == {
+        1: [0],
+        5: [1],
+        9: [0],
+        13: [1],
+        17: [0],
+        19: [0, 1],
+    }
+    assert fragment_spans(3, 5) == [(0, 1), (1, 2), (2, 3)]  # never an empty fragment

@@ -121,6 +121,7 @@ class OuterExchange:
         self.link, self.codec, self.numel = link, codec, numel
         self.weights = dict(group)
         self.prefix, self.timeouts = round_prefix, timeouts
+        self.siblings: tuple[str, ...] = ()  # the stage's other fragments' round prefixes
         self.fraction = topk_fraction
         self.topk = codecs.TopKCompressor(numel, topk_fraction) if codec == "topk" else None
         self._signs = fixed_signs(numel)
@@ -196,7 +197,7 @@ class OuterExchange:
         except RoundStopped:
             return flat, Outcome("stopped", 1, "stopped during the outer round")
         finally:  # late copies of this step's messages, and earlier steps' stragglers
-            self.link.inbox.forget(lambda k: wire.round_step(self.prefix, k) > step)
+            self.link.inbox.forget(wire.kept_after(self.prefix, step, self.siblings))
         return flat, Outcome("local", 1, "; ".join(failures))
 
     def _claims(self, sent: torch.Tensor, this: _Attempt) -> Checksums:

@@ -18,6 +18,7 @@ import torch
 
 from p2ptrain.errors import WireError
 from p2ptrain.records import NetworkFacts, Plan, Role, RunSpec
+from p2ptrain.train.outer import fragment_spans
 from p2ptrain.worker.averaging import outer_wire as wire
 from p2ptrain.worker.averaging.outer_exchange import ExchangeTimeouts, OuterExchange
 from p2ptrain.worker.averaging.round_inbox import RoundInbox
@@ -117,26 +118,32 @@ class P2PRoundLink:
         return wire.ACCEPTED
 
 
-def stage_exchange(
+def stage_exchanges(
     spec: RunSpec, role: Role, plan: Plan, transport: Transport, model: torch.nn.Module
-) -> OuterExchange | None:
-    """The outer exchange of `role`'s stage group under `plan`, over the worker's transport
-    (None for a one-replica stage)."""
+) -> list[OuterExchange] | None:
+    """The outer exchanges of `role`'s stage group under `plan`, one a fragment of the stage
+    (`outer_fragments`), over the worker's transport (None for a one-replica stage)."""
     if role.num_replicas < 2:
         return None
     numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    payload_bytes = wire.max_message_bytes(
-        spec.wire.outer_compression, numel, spec.wire.topk_fraction
-    )
-    return OuterExchange(
-        P2PRoundLink.of(transport),
-        replica_weights(spec, role),
-        spec.wire.outer_compression,
-        numel,
-        f"{spec.run_id}/{plan.term}/{role.epoch}/{role.stage}",
-        exchange_timeouts(spec.wire.averaging_timeout_s, payload_bytes, plan.network, role.stage),
-        spec.wire.topk_fraction,
-    )
+    spans = fragment_spans(numel, spec.optim.outer_fragments)
+    codec, fraction = spec.wire.outer_compression, spec.wire.topk_fraction
+    stage_prefix = f"{spec.run_id}/{plan.term}/{role.epoch}/{role.stage}"
+    prefixes = [stage_prefix if f == 0 else f"{stage_prefix}.{f}" for f in range(len(spans))]
+    # the inbox admits the largest fragment's messages (the last exchange made sets it)
+    order = sorted(range(len(spans)), key=lambda f: spans[f][1] - spans[f][0])
+    exchanges: dict[int, OuterExchange] = {}
+    for f in order:
+        size = spans[f][1] - spans[f][0]
+        payload_bytes = wire.max_message_bytes(codec, size, fraction)
+        timeouts = exchange_timeouts(
+            spec.wire.averaging_timeout_s, payload_bytes, plan.network, role.stage
+        )
+        link = P2PRoundLink.of(transport)
+        weights = replica_weights(spec, role)
+        exchanges[f] = OuterExchange(link, weights, codec, size, prefixes[f], timeouts, fraction)
+        exchanges[f].siblings = tuple(p for p in prefixes if p != prefixes[f])
+    return [exchanges[f] for f in range(len(spans))]
 
 
 def exchange_timeouts(

@@ -1,12 +1,15 @@
 """DiLoCo's outer rounds for one replica of one stage (`sync = "diloco"`, train/outer.py).
 
 Each pipeline is a replica: it trains its own batches with its own AdamW, and no gradient is
-averaged per step. Stage i of S meets its group after the steps s with
-(s + 1) ≡ ⌊i·H/S⌋ (mod H), H = inner_steps (Streaming DiLoCo's staggering: a pipeline's stages
-do not all send at once; stage 0's first round comes after H steps, a later stage's first one
-sooner), and after the run's last step, so every stage ends with its replicas in agreement.
+averaged per step. A stage's flat parameter vector is cut into F = outer_fragments equal slices
+(train/outer.py's fragment_spans); fragment f of stage i of S meets its group after the steps s
+with (s + 1) ≡ ⌊(f·S + i)·H/(S·F)⌋ (mod H), H = inner_steps (Streaming DiLoCo's staggering:
+neither a pipeline's stages nor a stage's fragments send at once, so a replica's round traffic
+and CPU are spread over H, not one burst; stage 0's fragment 0 first meets after H steps), and
+all after the run's last step, so every stage ends with its replicas in agreement. Each fragment
+has its own exchange, anchor slice and error feedback; the outer momentum is per value.
 
-A round: the pseudo-gradient (anchor − now) goes to the stage's outer exchange (the plan's
+A round: the fragment's pseudo-gradient (anchor − now) goes to its outer exchange (the plan's
 group and weights, finite checks, centred clip, checksums: worker/averaging/outer_exchange.py)
 in a background thread while the replica trains on. From `overlap_steps(H)` steps later (at
 once after the run's last step) the replica applies the result: the outer Nesterov step
@@ -50,7 +53,7 @@ from p2ptrain.errors import WireError
 from p2ptrain.records import MetricsReport, RunSpec
 from p2ptrain.train import codecs
 from p2ptrain.train.model import Stage
-from p2ptrain.train.outer import OuterOptimizer, overlap_steps
+from p2ptrain.train.outer import OuterOptimizer, fragment_spans, fragments_due, overlap_steps
 from p2ptrain.train.recut import OUTER_STEPS
 from p2ptrain.worker.averaging.robust import MOMENTS_DRIFT_BOUND, PARAMS_DRIFT_BOUND
 from p2ptrain.worker.averaging.round_pacing import ROUND_CPU_SHARE
@@ -68,22 +71,26 @@ ROUND_NICE = 10  # the round's thread yields the CPU quota to the passes (Linux:
 ROUND_SPREAD = 1.0
 
 
-def stagger_offset(stage: int, num_stages: int, inner_steps: int) -> int:
-    """The step phase of stage `stage`'s rounds within H."""
-    return stage * inner_steps // num_stages
+def due(spec: RunSpec, stage: int, num_stages: int, step: int) -> list[int]:
+    """The fragments of stage `stage` that start an outer round after training `step`."""
+    optim = spec.optim
+    return fragments_due(
+        step, optim.steps, optim.inner_steps, stage, num_stages, optim.outer_fragments
+    )
 
 
 def round_due(spec: RunSpec, stage: int, num_stages: int, step: int) -> bool:
-    """Does stage `stage` start an outer round after training `step`?"""
-    done = step + 1
-    phase = stagger_offset(stage, num_stages, spec.optim.inner_steps)
-    return done == spec.optim.steps or done % spec.optim.inner_steps == phase
+    """Does stage `stage` start an outer round (of any fragment) after training `step`?"""
+    return bool(due(spec, stage, num_stages, step))
 
 
 @dataclasses.dataclass
 class _Pending:
-    """A round started after step `step`, running in `thread`."""
+    """A round of fragment `fragment` (the [start, end) `span` of the stage's flat vector)
+    started after step `step`, running in `thread`."""
 
+    fragment: int
+    span: tuple[int, int]
     step: int
     apply_at: int  # applied after training this step
     started_params: torch.Tensor  # the flat parameters when the round started
@@ -113,26 +120,28 @@ class OuterRounds:
         model: Stage,
         averager: StageAverager | None,
         overlap: int | None = None,
-        exchange: OuterExchange | None = None,
+        exchanges: list[OuterExchange] | None = None,
     ) -> None:
-        """exchange: the group's outer rounds (None: a one-replica stage); averager: the
-        anchors' re-sync when the group's anchors differ."""
+        """exchanges: the group's outer rounds, one a fragment (None: a one-replica stage);
+        averager: the anchors' re-sync when the group's anchors differ."""
         self.spec, self.stage, self.num_stages = spec, stage, num_stages
         self.averager = averager
-        self.exchange = exchange
+        self.exchanges = exchanges
         self.outer = OuterOptimizer(model, spec.optim.outer_lr, spec.optim.outer_momentum)
+        self.spans = fragment_spans(self.outer.numel, spec.optim.outer_fragments)
         self.overlap = overlap_steps(spec.optim.inner_steps) if overlap is None else overlap
-        self.topk = (
-            codecs.TopKCompressor(self.outer.numel, spec.wire.topk_fraction)
+        # a one-replica stage's rounds keep a group's numerics: error feedback per fragment
+        self.topk = [
+            codecs.TopKCompressor(end - start, spec.wire.topk_fraction)
+            for start, end in self.spans
             if spec.wire.outer_compression == "topk"
-            else None
-        )
+        ]
         # a round's start copies the parameters and their pseudo-gradient into these, held by
         # the round until it is applied, whichever round: touched now, before step 0, the
         # pages are not faulted in by the training thread at every round's start
         self._started = torch.zeros_like(self.outer.anchor)
         self._delta = torch.zeros_like(self.outer.anchor)
-        self._pending: _Pending | None = None
+        self._pending: dict[int, _Pending] = {}  # by fragment
         self._step_s = 0.0  # the last inner step's wall time (paces a round's sends)
         self._step_cpu_s = 0.0  # and the CPU the passes' thread used in it
         self._stepped_at: tuple[float, float] | None = None  # (wall, thread CPU) clocks
@@ -152,38 +161,41 @@ class OuterRounds:
             self._step_s = now[0] - self._stepped_at[0]
             self._step_cpu_s = now[1] - self._stepped_at[1]
         self._stepped_at = now
-        pending = self._pending
         last = step + 1 == self.spec.optim.steps
-        # a result not ready at its step: train on, apply it at the first step it is (the next
-        # round's start below waits for it at the latest)
-        if pending is not None and (last or (pending.apply_at <= step and pending.ready())):
-            report = self._finish(pending, step)
-        if round_due(self.spec, self.stage, self.num_stages, step):
-            if self._pending is not None:  # a round still running: finish it first
-                report = self._finish(self._pending, step)
-            report = self._start(step, should_stop, at_once=last) or report
+        # a result not ready at its step: train on, apply it at the first step it is (the
+        # fragment's next round's start below waits for it at the latest)
+        for pending in list(self._pending.values()):
+            if last or (pending.apply_at <= step and pending.ready()):
+                report = self._finish(pending, step)
+        for fragment in due(self.spec, self.stage, self.num_stages, step):
+            if fragment in self._pending:  # its round still running: finish it first
+                report = self._finish(self._pending[fragment], step)
+            report = self._start(fragment, step, should_stop, at_once=last) or report
         return report
 
     def _start(
-        self, step: int, should_stop: Callable[[], bool], at_once: bool
+        self, fragment: int, step: int, should_stop: Callable[[], bool], at_once: bool
     ) -> RoundReport | None:
-        if self.exchange is None:  # one replica: its own pseudo-gradient is the mean
-            self.outer.step(self._encoded(self.outer.pseudo_gradient()))
+        span = start, end = self.spans[fragment]
+        if self.exchanges is None:  # one replica: its own pseudo-gradient is the mean
+            own = self.outer.pseudo_gradient(span=span)
+            self.outer.step(self._encoded(own, fragment), span)
             log.info(
-                "step %d: outer step %d applied (round of step %d, 1 replica)",
+                "step %d: outer step %d applied (round of step %d, %s, 1 replica)",
                 step,
                 self.outer.outer_steps,
                 step,
+                self._fragment_name(fragment),
             )
             return RoundReport("solo")
-        exchange = self.exchange
+        exchange = self.exchanges[fragment]
         # the exchange works on CPU tensors; the anchor's digest shows the group started alike
-        # the previous round was applied (or waited for) before this one starts
-        started = self.outer.flat_params(out=self._started)
-        delta = self.outer.pseudo_gradient(started, out=self._delta).cpu()
-        anchor = self.outer.anchor.cpu()
+        # the fragment's previous round was applied (or waited for) before this one starts
+        started = self.outer.flat_params(out=self._started[start:end], span=span)
+        delta = self.outer.pseudo_gradient(started, out=self._delta[start:end], span=span).cpu()
+        anchor = self.outer.anchor[start:end].cpu()
         apply_at = step + (0 if at_once else self.overlap)
-        pending = _Pending(step, apply_at, started)
+        pending = _Pending(fragment, span, step, apply_at, started)
         spread_s = ROUND_SPREAD * (apply_at - step) * self._step_s
         passes_rate = self._step_cpu_s / self._step_s if self._step_s > 0 else 0.0
         cpu_rate = ROUND_CPU_SHARE * passes_rate
@@ -193,50 +205,57 @@ class OuterRounds:
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), ROUND_NICE)
             pending.result = exchange.run(delta, step, should_stop, anchor, spread_s, cpu_rate)
 
-        pending.thread = threading.Thread(target=run, name=f"outer-round-{step}", daemon=True)
+        name = f"outer-round-{step}-{fragment}"
+        pending.thread = threading.Thread(target=run, name=name, daemon=True)
         pending.thread.start()
-        self._pending = pending
+        self._pending[fragment] = pending
         if pending.apply_at == step:
             return self._finish(pending, step)
         return RoundReport("started")
 
-    def _encoded(self, delta: torch.Tensor) -> torch.Tensor:
+    def _encoded(self, delta: torch.Tensor, fragment: int) -> torch.Tensor:
         """What the codec would deliver of `delta` (a one-replica stage keeps the numerics of
         a group's rounds)."""
         if self.spec.wire.outer_compression == "int8":
             return codecs.decode_int8_blocks(codecs.encode_int8_blocks(delta), delta.shape)
-        if self.topk is not None:
-            return self.topk.encode(delta)[1]
+        if self.topk:
+            return self.topk[fragment].encode(delta)[1]
         return delta
+
+    def _fragment_name(self, fragment: int) -> str:
+        return f"fragment {fragment + 1}/{len(self.spans)}"
 
     def _finish(self, pending: _Pending, step: int) -> RoundReport:
         """Wait for the round (its own timeouts bound it) and apply what it gave."""
         if pending.thread is not None:
             pending.thread.join()
-        self._pending = None
+        self._pending.pop(pending.fragment, None)
         if pending.result is None:  # the thread raised: logged by threading
             return RoundReport("local")
         mean, outcome = pending.result
         if outcome.kind != "averaged":
             log.warning(
-                "step %d: outer round of step %d %s: not applied (%s)",
+                "step %d: outer round of step %d (%s) %s: not applied (%s)",
                 step,
                 pending.step,
+                self._fragment_name(pending.fragment),
                 outcome.kind,
                 outcome.detail,
             )
             return RoundReport(outcome.kind)
         # in place: no more stage-sized buffers on the training thread than needed
-        progress = self.outer.flat_params().sub_(pending.started_params)  # 0 if applied at once
-        self.outer.step(mean.to(self.outer.anchor.device))
+        span = start, end = pending.span
+        progress = self.outer.flat_params(span=span).sub_(pending.started_params)  # 0: at once
+        self.outer.step(mean.to(self.outer.anchor.device), span)
         if outcome.diverged:
             self._resync(step)
-        self.outer.load_params(progress.add_(self.outer.anchor))
+        self.outer.load_params(progress.add_(self.outer.anchor[start:end]), span)
         log.info(
-            "step %d: outer step %d applied (round of step %d, %d replicas)",
+            "step %d: outer step %d applied (round of step %d, %s, %d replicas)",
             step,
             self.outer.outer_steps,
             pending.step,
+            self._fragment_name(pending.fragment),
             outcome.group_size,
         )
         return RoundReport("averaged", outcome.group_size)
@@ -254,9 +273,10 @@ class OuterRounds:
 
     def close(self) -> None:
         """The session ends: a round still running is left to its own stop and timeouts."""
-        pending, self._pending = self._pending, None
-        if pending is not None and pending.thread is not None:
-            pending.thread.join()
+        pendings, self._pending = self._pending, {}
+        for pending in pendings.values():
+            if pending.thread is not None:
+                pending.thread.join()
 
     # --- state: the anchor, outer momentum and count travel with the stage's state ---
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,6 +113,15 @@ def round_step(prefix: str, key: str) -> int:
     """The step of a round key of the stage's plan `prefix`, -1 for any other key."""
     head, _, rest = key.rpartition("/")[0].rpartition("/")[0].rpartition("/")
     return int(rest) if head == prefix and rest.isdigit() else -1
+
+
+def kept_after(prefix: str, step: int, siblings: Iterable[str]) -> Callable[[str], bool]:
+    """Which round keys an inbox keeps once the round of `step` under `prefix` ends: its later
+    rounds' and those of its sibling fragments (their own rounds forget them), no other."""
+    others = tuple(siblings)
+    return lambda key: (
+        round_step(prefix, key) > step or any(round_step(other, key) >= 0 for other in others)
+    )
 
 
 def shard_bounds(numel: int, num_members: int) -> list[tuple[int, int]]:

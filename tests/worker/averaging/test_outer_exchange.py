@@ -277,3 +277,18 @@ def test_messages_from_strangers_or_oversized_are_not_read() -> None:
 def test_hostile_headers_raise_wire_error(raw: bytes) -> None:
     with pytest.raises(WireError):
         wire.RoundHeader.decode(raw)
+
+
+def test_a_round_forgets_its_own_and_strangers_keys_not_its_sibling_fragments() -> None:
+    """After the round of step 9 of fragment `s/0`, the inbox keeps later rounds' messages
+    and every round of the stage's other fragment (the last step runs them one after the
+    other, and a faster groupmate's may already be in), nothing of older plans."""
+    members = ["a", "b"]
+    keep = wire.kept_after("run/1/1/0", 9, ["run/1/1/0.1"])
+    assert keep(wire.round_key("run/1/1/0", 10, 0, members))
+    assert not keep(wire.round_key("run/1/1/0", 9, 1, members))
+    assert not keep(wire.round_key("run/1/1/0", 3, 0, members))
+    assert keep(wire.round_key("run/1/1/0.1", 9, 0, members))
+    assert keep(wire.round_key("run/1/1/0.1", 4, 0, members))
+    assert not keep(wire.round_key("run/0/1/0", 12, 0, members))  # an older plan's
+    assert not keep(wire.round_key("run/1/1/0.10", 12, 0, members))  # not a sibling

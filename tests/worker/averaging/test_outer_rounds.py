@@ -67,6 +67,31 @@ def test_a_one_replica_stage_applies_its_own_pseudo_gradient() -> None:
     torch.testing.assert_close(flat(stage), expected)
 
 
+def test_a_one_replica_stages_fragments_step_their_own_slices_at_their_own_phases() -> None:
+    spec = SPEC.replace(outer_fragments=2)  # H 4: fragment 1's rounds after steps 1, 5, 9
+    stage = build_layers(spec, range(0, 2))
+    optimizer = make_optimizer(stage, spec)
+    rounds = OuterRounds(spec, 0, 1, stage, averager=None)
+    (a, b), (c, d) = rounds.spans
+    assert (a, d) == (0, rounds.outer.numel) and b == c
+    start = flat(stage).clone()
+    for step in range(2):
+        inner_step(stage, optimizer, step)
+        before = flat(stage).clone()
+        report = rounds.after_step(step, lambda: False)
+    assert report is not None and report.kind == "solo"
+    after = flat(stage)
+    assert torch.equal(after[a:b], before[a:b])  # fragment 0: not its turn, inner progress kept
+    delta = start[c:d] - before[c:d]
+    factor = spec.optim.outer_lr * (1 + spec.optim.outer_momentum)
+    torch.testing.assert_close(after[c:d], start[c:d] - factor * delta)
+    assert rounds.outer_steps == 0  # the count follows fragment 0, whose first round is at 3
+    for step in range(2, 4):
+        inner_step(stage, optimizer, step)
+        rounds.after_step(step, lambda: False)
+    assert rounds.outer_steps == 1
+
+
 def _trained_stage(layers: range, steps: int) -> tuple[Stage, torch.optim.Optimizer, OuterRounds]:
     stage = build_layers(SPEC, layers)
     optimizer = make_optimizer(stage, SPEC)
