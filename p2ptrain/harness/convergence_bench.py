@@ -13,6 +13,8 @@ takes its rows of step s's batch), so every variant sees exactly the same tokens
                       applied min(H/2, 15) steps later, as the product applies it
     diloco_hH_int8    the same with block-wise int8, and top-k with error feedback (train/codecs.py)
     diloco_hH_topk    at the first H, and at the recommended top-k H (5: top-k needs many rounds)
+    diloco_hH_int8_fF int8 rounds in F staggered fragments (Streaming DiLoCo; F the recommended
+                      outer_fragments): each slice of the model syncs at its own offset in H
     diloco_hH_paper   the same with DiLoCo's outer step (lr 0.7, Nesterov momentum 0.9)
     act_fp16          every-step, the model cut into two stages at its middle layer, the boundary
     act_int8          quantizing activations and their gradients (fp16, or int8 per row)

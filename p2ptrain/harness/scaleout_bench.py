@@ -5,8 +5,10 @@ the live compute-aware planner; harness/e2e_join.py), trained once per data-para
 - step: every-step averaging (today's default run spec);
 - diloco: the recommended diloco settings (harness/scaleout_runs.py, docs/operations.md): each
   pipeline a replica with `batch_size` rows of its own, H 30 inner steps, then each stage
-  group's outer round (block-wise int8 pseudo-gradients, outer lr 1.0, Nesterov momentum 0.5);
+  group's outer round (block-wise int8 pseudo-gradients, outer lr 1.0, Nesterov momentum 0.5)
+  in 2 fragments, staggered by H/2 (Streaming DiLoCo: half the stage's bytes a round);
 - diloco_fp16: diloco with fp16 pseudo-gradients (2 bytes a value);
+- diloco_f1: diloco with the whole stage in one round every H steps (one fragment);
 - diloco_topk: diloco with top-k 3% pseudo-gradients at 2 bits and error feedback, at H 5;
 - diloco_paper: diloco with DiLoCo's outer step (lr 0.7, Nesterov momentum 0.9);
 - diloco_int8: diloco with int8 pipeline activations and their gradients (per-row scaled);

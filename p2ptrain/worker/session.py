@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import threading
 import time
 from collections.abc import Callable
 
@@ -41,8 +40,7 @@ from p2ptrain.worker.pipeline.transport import Transport
 from p2ptrain.worker.profiler import NO_PROFILE, StepProfiler
 from p2ptrain.worker.replica_rounds import (
     average_gradients,
-    open_averager,
-    open_outer_rounds,
+    open_replicas,
     resync_replicas,
 )
 from p2ptrain.worker.resume.restore import restore_stage, start_lineage, started_line
@@ -50,9 +48,6 @@ from p2ptrain.worker.resume.start_step import StartPoint, agree_on_plan_start
 from p2ptrain.worker.step_metrics import SessionFacts, StepTimes, step_metrics
 
 log = logging.getLogger("p2ptrain.worker")
-
-
-AVERAGER_SHUTDOWN_S = 3.0
 
 
 class SessionEnd(enum.Enum):
@@ -128,8 +123,9 @@ class Session:
         self.start_lineage = start_lineage(plan, start)
         needs_data = role.is_first or role.is_last
         self.corpus = load_corpus(spec) if needs_data else None
-        self.averager = open_averager(spec, plan, role, dht, transport, self.model, profiler)
-        self.outer = open_outer_rounds(spec, plan, role, transport, self.model, self.averager)
+        self.averager, self.outer = open_replicas(
+            spec, plan, role, dht, transport, self.model, profiler
+        )
         if self.outer is not None:  # sync = "diloco"
             self.outer.take_saved(outer_state)
         self.rows = stage_step.replica_batch(spec, role)[1]
@@ -391,10 +387,6 @@ class Session:
             self.outer.close()  # a round still running ends (stop or timeout) before the save
         self.save()
         if self.averager is not None:
-            # hivemind's shutdown may wait for long on a dead groupmate: bound it (a leftover
-            # averager process is killed with the worker's process group by the watchdog)
-            done = threading.Thread(target=self.averager.shutdown, daemon=True)
-            done.start()
-            done.join(AVERAGER_SHUTDOWN_S)
+            self.averager.close()
             self.averager = None
         self.model = None

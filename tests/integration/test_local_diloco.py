@@ -1,7 +1,8 @@
 """`sync = "diloco"` end to end: `p2ptrain local` with 4 join nodes on 127.0.0.1 (2 stages x 2
-replicas), each replica training its own batches, the stages' groups meeting every H = 4 steps
-at staggered offsets (worker/averaging/outer_rounds.py); the loss falls and the replicas of each stage
-end with the same parameters and outer state (up to the fp16 rounding of the exchange)."""
+replicas), each replica training its own batches, each stage's two fragments (Streaming DiLoCo's
+`outer_fragments = 2`) meeting their groups every H = 4 steps at staggered offsets
+(worker/averaging/outer_rounds.py); the loss falls and the replicas of each stage end with the
+same parameters and outer state (up to the fp16 rounding of the exchange)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ block_size = 16
 batch_size = 8
 sync = "diloco"
 inner_steps = 4
+outer_fragments = 2
 """
 STEPS = 12
 
@@ -69,11 +71,13 @@ def test_two_diloco_replicas_train_and_agree_after_their_outer_rounds(tmp_path: 
     assert [len(p) for p in summary["plan"]["pipelines"]] == [2, 2]
     losses = summary["loss"]
     assert len(losses) == STEPS and sum(losses[-3:]) < sum(losses[:3]) - 0.3, losses
-    # every stage's rounds were averaged over both replicas: stage 0 after steps 3, 7, 11,
-    # stage 1 after steps 1, 5, 9 and 11 (staggered by H/2), each applied by both replicas
+    # every fragment's rounds were averaged over both replicas, the four (stage, fragment)
+    # slots a step apart: stage 0's fragments after steps 3, 7 and 1, 5, 9; stage 1's after
+    # 0, 4, 8 and 2, 6, 10; every fragment after 11. Each applied by both replicas
     logs = {i: (workdir / f"peer-{i}.log").read_text() for i in range(4)}
     applied = {i: log.count("applied (round of step") for i, log in logs.items()}
-    assert sorted(applied.values()) == [3, 3, 4, 4], applied
+    assert sorted(applied.values()) == [7, 7, 8, 8], applied
+    assert "fragment 2/2, 2 replicas)" in "".join(logs.values())
     assert "2 replicas)" in logs[0] and "not applied" not in "".join(logs.values())
     assert "outer 3 (H 4) avg ok" in "".join(logs.values())  # the progress line
     # both replicas of each stage end with the same parameters and outer state

@@ -118,14 +118,16 @@ class OuterRounds:
         stage: int,
         num_stages: int,
         model: Stage,
-        averager: StageAverager | None,
+        open_averager: Callable[[], StageAverager | None] | None,
         overlap: int | None = None,
         exchanges: list[OuterExchange] | None = None,
     ) -> None:
         """exchanges: the group's outer rounds, one a fragment (None: a one-replica stage);
-        averager: the anchors' re-sync when the group's anchors differ."""
+        open_averager: opens the anchors' re-sync (hivemind), the first time the group's
+        anchors differ."""
         self.spec, self.stage, self.num_stages = spec, stage, num_stages
-        self.averager = averager
+        self._open_averager = open_averager
+        self.averager: StageAverager | None = None
         self.exchanges = exchanges
         self.outer = OuterOptimizer(model, spec.optim.outer_lr, spec.optim.outer_momentum)
         self.spans = fragment_spans(self.outer.numel, spec.optim.outer_fragments)
@@ -261,7 +263,10 @@ class OuterRounds:
         return RoundReport("averaged", outcome.group_size)
 
     def _resync(self, step: int) -> None:
-        """The group's anchors differed at the round's start: average anchors and momenta."""
+        """The group's anchors differed at the round's start: average anchors and momenta
+        (every member saw the same digests, so all open their averagers now)."""
+        if self.averager is None and self._open_averager is not None:
+            self.averager = self._open_averager()
         if self.averager is None:
             return
         pieces = [
@@ -277,6 +282,9 @@ class OuterRounds:
         for pending in pendings.values():
             if pending.thread is not None:
                 pending.thread.join()
+        if self.averager is not None:
+            self.averager.close()
+            self.averager = None
 
     # --- state: the anchor, outer momentum and count travel with the stage's state ---
 

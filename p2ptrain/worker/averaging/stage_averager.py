@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 
 RETRY_TIMEOUT_S = 5.0
 STOP_POLL_S = 0.2  # how often a waiting round checks whether the session must end
+SHUTDOWN_S = 3.0  # how long a session's end waits for hivemind's averager to shut down
 
 # On shutdown, our last reduced parts may still be on their way to a groupmate: if the process
 # left at once, the groupmate's last round would come out partial. Stay this long at most.
@@ -302,6 +304,14 @@ class StageAverager:
         if self._rounds:
             time.sleep(self.timeouts.linger_s)
         self._averager.shutdown()
+
+    def close(self) -> None:
+        """shutdown(), waited for at most SHUTDOWN_S: hivemind's may wait for long on a dead
+        groupmate (a leftover averager process is killed with the worker's process group by
+        the watchdog)."""
+        done = threading.Thread(target=self.shutdown, daemon=True)
+        done.start()
+        done.join(SHUTDOWN_S)
 
 
 class _Stopped(Exception):

@@ -52,7 +52,7 @@ def test_stages_sync_at_staggered_steps_and_all_after_the_last() -> None:
 def test_a_one_replica_stage_applies_its_own_pseudo_gradient() -> None:
     stage = build_layers(SPEC, range(0, 2))
     optimizer = make_optimizer(stage, SPEC)
-    rounds = OuterRounds(SPEC, 0, 1, stage, averager=None)
+    rounds = OuterRounds(SPEC, 0, 1, stage, open_averager=None)
     start = flat(stage).clone()
     for step in range(3):
         inner_step(stage, optimizer, step)
@@ -71,7 +71,7 @@ def test_a_one_replica_stages_fragments_step_their_own_slices_at_their_own_phase
     spec = SPEC.replace(outer_fragments=2)  # H 4: fragment 1's rounds after steps 1, 5, 9
     stage = build_layers(spec, range(0, 2))
     optimizer = make_optimizer(stage, spec)
-    rounds = OuterRounds(spec, 0, 1, stage, averager=None)
+    rounds = OuterRounds(spec, 0, 1, stage, open_averager=None)
     (a, b), (c, d) = rounds.spans
     assert (a, d) == (0, rounds.outer.numel) and b == c
     start = flat(stage).clone()
@@ -95,7 +95,7 @@ def test_a_one_replica_stages_fragments_step_their_own_slices_at_their_own_phase
 def _trained_stage(layers: range, steps: int) -> tuple[Stage, torch.optim.Optimizer, OuterRounds]:
     stage = build_layers(SPEC, layers)
     optimizer = make_optimizer(stage, SPEC)
-    rounds = OuterRounds(SPEC, 0, 1, stage, averager=None)
+    rounds = OuterRounds(SPEC, 0, 1, stage, open_averager=None)
     for step in range(steps):  # one outer step (after step 3), then inner progress past it
         _partial_step(stage, optimizer, step)
         rounds.after_step(step, lambda: False)
@@ -123,7 +123,7 @@ def test_the_outer_state_survives_a_checkpoint_round_trip(tmp_path: Path) -> Non
     other_optimizer = make_optimizer(other, SPEC)
     saved: dict[str, torch.Tensor] = {}
     assert load_stage(path, SPEC, other, other_optimizer, saved) == 6
-    other_rounds = OuterRounds(SPEC, 0, 1, other, averager=None)
+    other_rounds = OuterRounds(SPEC, 0, 1, other, open_averager=None)
     other_rounds.take_saved(saved)
     torch.testing.assert_close(other_rounds.outer.anchor, rounds.outer.anchor, rtol=0, atol=0)
     torch.testing.assert_close(
@@ -153,7 +153,7 @@ def test_a_recut_carries_the_outer_state(tmp_path: Path) -> None:
         sources.append((stage.layers, read_state(path, SPEC, stage.layers)))
     whole = build_layers(SPEC, range(0, 2))
     outer = assemble(SPEC, whole, make_optimizer(whole, SPEC), sources)
-    rounds = OuterRounds(SPEC, 0, 1, whole, averager=None)
+    rounds = OuterRounds(SPEC, 0, 1, whole, open_averager=None)
     rounds.take_saved(outer)
     anchors = torch.cat([r.outer.anchor for _, _, r in parts])
     momenta = torch.cat([r.outer.momentum_buffer for _, _, r in parts])

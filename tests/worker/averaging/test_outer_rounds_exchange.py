@@ -41,7 +41,7 @@ def test_two_replicas_end_the_run_with_identical_parameters(fragments: int) -> N
             exchange = OuterExchange(net[PEERS[i]], group, "int8", end - start, prefix, FAST)
             exchange.siblings = tuple(p for p in prefixes if p != prefix)
             exchanges.append(exchange)
-        rounds = OuterRounds(spec, 0, 1, stage, averager=None, exchanges=exchanges)
+        rounds = OuterRounds(spec, 0, 1, stage, open_averager=None, exchanges=exchanges)
         for step in range(spec.optim.steps):
             inner_step(stage, optimizer, seed=100 * i + step)  # each replica its own batches
             report = rounds.after_step(step, lambda: False)
@@ -86,7 +86,7 @@ def test_a_round_not_ready_at_its_step_is_applied_when_it_is() -> None:
     spec = SPEC.replace(steps=40, inner_steps=8)
     stage = build_layers(spec, range(0, spec.model.n_layer))
     exchange = SlowExchange()
-    rounds = OuterRounds(spec, 0, 1, stage, averager=None, exchanges=[exchange])  # type: ignore[list-item]
+    rounds = OuterRounds(spec, 0, 1, stage, open_averager=None, exchanges=[exchange])  # type: ignore[list-item]
     assert rounds.after_step(7, lambda: False) is not None  # started
     apply_at = 7 + rounds.overlap
     for step in range(8, apply_at + 2):  # past its step: nothing waits, nothing applied
