@@ -53,11 +53,15 @@ def round_phase(
 def fragments_due(
     step: int, steps: int, inner_steps: int, stage: int, num_stages: int, fragments: int
 ) -> list[int]:
-    """The fragments of stage `stage` whose round starts after training `step` (all of them
-    after the run's last step, so every stage ends with its replicas in agreement)."""
+    """The fragments of stage `stage` whose round starts after training `step`: each at its
+    phase, from the first period's end on (a slot's first round covers at least H steps, so
+    staggering adds no round: a run moves the bytes of one round a stage every H steps), and
+    all of them after the run's last step, so every stage ends with its replicas in agreement."""
     done = step + 1
     if done == steps:
         return list(range(fragments))
+    if done < inner_steps:
+        return []
     phase = done % inner_steps
     return [
         f

@@ -5,9 +5,10 @@ averaged per step. A stage's flat parameter vector is cut into F = outer_fragmen
 (train/outer.py's fragment_spans); fragment f of stage i of S meets its group after the steps s
 with (s + 1) ≡ ⌊(f·S + i)·H/(S·F)⌋ (mod H), H = inner_steps (Streaming DiLoCo's staggering:
 neither a pipeline's stages nor a stage's fragments send at once, so a replica's round traffic
-and CPU are spread over H, not one burst; stage 0's fragment 0 first meets after H steps), and
-all after the run's last step, so every stage ends with its replicas in agreement. Each fragment
-has its own exchange, anchor slice and error feedback; the outer momentum is per value.
+and CPU are spread over H, not one burst), from the first period's end on (every slot's first
+round covers at least H steps, so staggering adds no round), and all after the run's last step,
+so every stage ends with its replicas in agreement. Each fragment has its own exchange, anchor
+slice and error feedback; the outer momentum is per value.
 
 A round: the fragment's pseudo-gradient (anchor − now) goes to its outer exchange (the plan's
 group and weights, finite checks, centred clip, checksums: worker/averaging/outer_exchange.py)
@@ -26,7 +27,8 @@ for the replicas a later plan adds.
 
 The exchange is ours (worker/averaging/outer_exchange.py): `outer_compression` is what the wire
 carries (fp16 or block-wise int8 in a reduce-scatter, top-k at 2 bits with this replica's error
-feedback in a sparse gather). The StageAverager (hivemind) serves only the anchors' re-sync.
+feedback in a sparse gather). The StageAverager (hivemind) serves only the anchors' re-sync, and
+is opened the first time one is needed (worker/replica_rounds.py says why).
 
 The round never holds a step up while it runs: its thread runs at a lower CPU priority than the
 passes (ROUND_NICE), its sends and its own CPU are paced over the steps before its result is due
