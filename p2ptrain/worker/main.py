@@ -36,7 +36,7 @@ from p2ptrain.records import (
     StepProfile,
 )
 from p2ptrain.train.checkpoint import checkpoint_dir
-from p2ptrain.worker import collector, daemon_env, watchdog
+from p2ptrain.worker import allocator, collector, daemon_env, watchdog
 from p2ptrain.worker.device import cpu_threads, precision_for, resolve_device
 from p2ptrain.worker.pipeline.frames import Expected, FrameHeader, NotReady
 from p2ptrain.worker.settings import WorkerSettings
@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     settings = WorkerSettings.from_argv(argv)
     watchdog.install()  # first, while the process has a single thread
     procs.raise_open_file_limit()  # hivemind's p2pd and its peers' connections cost descriptors
+    allocator.keep_freed_memory()  # before the first tensor: its pages are the heap's
     logging.basicConfig(
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s worker %(process)d: %(message)s",
