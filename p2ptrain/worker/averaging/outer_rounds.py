@@ -81,11 +81,6 @@ def due(spec: RunSpec, stage: int, num_stages: int, step: int) -> list[int]:
     )
 
 
-def round_due(spec: RunSpec, stage: int, num_stages: int, step: int) -> bool:
-    """Does stage `stage` start an outer round (of any fragment) after training `step`?"""
-    return bool(due(spec, stage, num_stages, step))
-
-
 @dataclasses.dataclass
 class _Pending:
     """A round of fragment `fragment` (the [start, end) `span` of the stage's flat vector)

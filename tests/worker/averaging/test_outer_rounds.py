@@ -19,7 +19,7 @@ from p2ptrain.train.checkpoint_read import load_stage, read_state
 from p2ptrain.train.model import Stage, build_layers, loss_fn
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.recut import assemble
-from p2ptrain.worker.averaging.outer_rounds import OuterRounds, round_due
+from p2ptrain.worker.averaging.outer_rounds import OuterRounds, due
 
 SPEC = RunSpec().replace(
     n_layer=2, n_head=2, n_embd=16, block_size=8, steps=12, seed=3, sync="diloco", inner_steps=4
@@ -44,10 +44,10 @@ def flat(stage: Stage) -> torch.Tensor:
 
 
 def test_stages_sync_at_staggered_steps_and_all_after_the_last() -> None:
-    due = [[s for s in range(SPEC.optim.steps) if round_due(SPEC, stage, 2, s)] for stage in (0, 1)]
+    starts = [[s for s in range(SPEC.optim.steps) if due(SPEC, stage, 2, s)] for stage in (0, 1)]
     # H = 4: stage 1 half a period later, its first round after the first period too
-    assert due == [[3, 7, 11], [5, 9, 11]]
-    assert [s for s in range(12) if round_due(SPEC.replace(inner_steps=5), 0, 1, s)] == [4, 9, 11]
+    assert starts == [[3, 7, 11], [5, 9, 11]]
+    assert [s for s in range(12) if due(SPEC.replace(inner_steps=5), 0, 1, s)] == [4, 9, 11]
 
 
 def test_a_one_replica_stage_applies_its_own_pseudo_gradient() -> None:
