@@ -128,22 +128,22 @@ def stage_exchanges(
     numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
     spans = fragment_spans(numel, spec.optim.outer_fragments)
     codec, fraction = spec.wire.outer_compression, spec.wire.topk_fraction
+    link, weights = P2PRoundLink.of(transport), replica_weights(spec, role)
     stage_prefix = f"{spec.run_id}/{plan.term}/{role.epoch}/{role.stage}"
     prefixes = [stage_prefix if f == 0 else f"{stage_prefix}.{f}" for f in range(len(spans))]
-    # the inbox admits the largest fragment's messages (the last exchange made sets it)
-    order = sorted(range(len(spans)), key=lambda f: spans[f][1] - spans[f][0])
-    exchanges: dict[int, OuterExchange] = {}
-    for f in order:
-        size = spans[f][1] - spans[f][0]
-        payload_bytes = wire.max_message_bytes(codec, size, fraction)
+    exchanges, largest = [], 0
+    for (start, end), prefix in zip(spans, prefixes, strict=True):
+        payload_bytes = wire.max_message_bytes(codec, end - start, fraction)
+        largest = max(largest, payload_bytes)
         timeouts = exchange_timeouts(
             spec.wire.averaging_timeout_s, payload_bytes, plan.network, role.stage
         )
-        link = P2PRoundLink.of(transport)
-        weights = replica_weights(spec, role)
-        exchanges[f] = OuterExchange(link, weights, codec, size, prefixes[f], timeouts, fraction)
-        exchanges[f].siblings = tuple(p for p in prefixes if p != prefixes[f])
-    return [exchanges[f] for f in range(len(spans))]
+        exchange = OuterExchange(link, weights, codec, end - start, prefix, timeouts, fraction)
+        exchange.siblings = tuple(p for p in prefixes if p != prefix)
+        exchanges.append(exchange)
+    # each exchange admitted the group with its own fragment's size: the inbox takes the largest
+    link.inbox.admit_group(weights, largest)
+    return exchanges
 
 
 def exchange_timeouts(
