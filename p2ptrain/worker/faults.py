@@ -5,10 +5,11 @@ A fault names its kind and the role and step it fires at, `KIND@STEP:STAGE:REPLI
 `die-while-averaging@2:1:1`; the worker takes them as repeatable `--fault` flags
 (worker/settings.py), given by the harness (harness/with_faults.py wraps `join` and `local`;
 the product's commands have no such flag), and its session calls `before_averaging` at the
-averaging point:
+averaging point (sync = "diloco": as an outer round starts after that step):
 - die-while-averaging: SIGKILL the worker's whole process group (worker, hivemind children,
   p2pd) a few ms into that step's averaging round;
-- skip-averaging: keep the local gradient at that step;
+- skip-averaging: keep the local gradient at that step (diloco: join the outer round that
+  starts there but do not apply its mean, so the replicas' anchors diverge);
 - freeze: SIGSTOP the worker's whole process group there (a hung worker behind a live control
   process, issue 11 attack 7); SIGCONT or SIGKILL the group to end it.
 """

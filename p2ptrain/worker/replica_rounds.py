@@ -62,6 +62,7 @@ def open_replicas(
     transport: Transport,
     model: Stage,
     profiler: StepProfiler,
+    skips_round: Callable[[int], bool] | None = None,
 ) -> tuple[StageAverager | None, OuterRounds | None]:
     """What keeps the stage's replicas together: sync = "step", the averager of every step's
     gradients; sync = "diloco", the outer rounds over our own exchange, with an averager
@@ -74,7 +75,7 @@ def open_replicas(
 
     if spec.optim.sync != "diloco":
         return opened(), None
-    outer = OuterRounds(spec, role.stage, role.num_stages, model, opened)
+    outer = OuterRounds(spec, role.stage, role.num_stages, model, opened, skips_round=skips_round)
     outer.exchanges = stage_exchanges(spec, role, plan, transport, model)
     return None, outer
 

@@ -225,3 +225,36 @@ def _in_stage1(name: str, stage1_start: int) -> bool:
     if name.startswith("head."):
         return True
     return name.startswith("blocks.") and int(name.split(".")[1]) >= stage1_start
+
+
+def test_diloco_replicas_whose_anchors_diverged_are_re_synced(tmp_path: Path) -> None:
+    """sync = "diloco", 1 stage x 2 replicas, H 2: replica 1 takes part in the round of step
+    `skip_step` but does not apply its mean (skip-averaging), so the anchors differ. The next
+    round carries both anchors' digests: each replica sees the divergence, opens hivemind's
+    averager (only now: replica_rounds.open_replicas) and averages anchors and outer momenta
+    once; the rounds after it find them agreeing again."""
+    skip_step = 3
+    spec = TINY.replace(
+        stages=1,
+        steps=10,
+        sync="diloco",
+        inner_steps=2,
+        averaging_timeout_s=5.0,
+        checkpoint_dir=str(tmp_path / "c"),
+    )
+    flags = {i: Faults((Fault(SKIP_AVERAGING, skip_step, 0, 1),)).to_argv() for i in range(2)}
+    with LocalSwarm(spec, 2, tmp_path, worker_flags=flags) as swarm:
+        swarm.send_plan(plan_for(spec, swarm.wait_hellos()))
+        result = swarm.train()
+        assert swarm.wait_exit() == [0, 0]
+    assert [len(p) for p in result.plan.pipelines] == [1, 1]
+    logs = [(tmp_path / f"worker-{i}.log").read_text() for i in range(2)]
+    skipped = [i for i, log in enumerate(logs) if f"outer round of step {skip_step} skipped" in log]
+    assert len(skipped) == 1, skipped  # the replica-1 role's worker, whichever peer holds it
+    for i, log in enumerate(logs):  # rounds of steps 1, 3, 5, 7 and 9, all over both replicas
+        applied = 4 if i in skipped else 5
+        assert log.count("2 replicas)") == applied, log
+        assert "re-syncing failed" not in log and "not applied" not in log
+        synced = [line for line in log.splitlines() if "anchors had diverged: re-synced" in line]
+        # the round of step 5 (applied at step 6, or at 7 as the next round is due); once
+        assert len(synced) == 1 and ("step 6:" in synced[0] or "step 7:" in synced[0]), synced

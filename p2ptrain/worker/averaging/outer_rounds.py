@@ -93,6 +93,7 @@ class _Pending:
     started_params: torch.Tensor  # the flat parameters when the round started
     thread: threading.Thread | None = None
     result: tuple[torch.Tensor, Outcome] | None = None
+    skipped: bool = False  # a fault's: the group's mean is not applied here
 
     def ready(self) -> bool:
         return self.thread is None or not self.thread.is_alive()
@@ -118,11 +119,15 @@ class OuterRounds:
         open_averager: Callable[[], StageAverager | None] | None,
         overlap: int | None = None,
         exchanges: list[OuterExchange] | None = None,
+        skips_round: Callable[[int], bool] | None = None,
     ) -> None:
         """exchanges: the group's outer rounds, one a fragment (None: a one-replica stage);
         open_averager: opens the anchors' re-sync (hivemind), the first time the group's
-        anchors differ."""
+        anchors differ; skips_round: fault injection (worker/faults.py's skip-averaging), True
+        for a step whose round this replica joins but whose mean it then does not apply (its
+        anchor leaves the group's, as a missed round's would)."""
         self.spec, self.stage, self.num_stages = spec, stage, num_stages
+        self._skips_round = skips_round
         self._open_averager = open_averager
         self.averager: StageAverager | None = None
         self.exchanges = exchanges
@@ -195,6 +200,7 @@ class OuterRounds:
         anchor = self.outer.anchor[start:end].cpu()
         apply_at = step + (0 if at_once else self.overlap)
         pending = _Pending(fragment, span, step, apply_at, started)
+        pending.skipped = self._skips_round is not None and self._skips_round(step)
         spread_s = ROUND_SPREAD * (apply_at - step) * self._step_s
         passes_rate = self._step_cpu_s / self._step_s if self._step_s > 0 else 0.0
         cpu_rate = ROUND_CPU_SHARE * passes_rate
@@ -232,6 +238,9 @@ class OuterRounds:
         if pending.result is None:  # the thread raised: logged by threading
             return RoundReport("local")
         mean, outcome = pending.result
+        if pending.skipped and outcome.kind == "averaged":
+            log.warning("step %d: fault: outer round of step %d skipped", step, pending.step)
+            return RoundReport("local")
         if outcome.kind != "averaged":
             log.warning(
                 "step %d: outer round of step %d (%s) %s: not applied (%s)",
