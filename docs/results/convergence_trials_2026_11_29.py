@@ -1,13 +1,16 @@
 """The trials behind docs/benchmarks.md's 2026-11-29 bullet under "`bench convergence`": bench
 convergence's trainer (p2ptrain/harness/convergence_bench.py: 4 replicas x 16 rows, 300 steps,
-the held-out final loss) with settings the product does not ship. Kept as the record of what was
+the held-out final loss) with settings the product does not ship. The afternoon's rows (beta2,
+top-k fractions, inner lr x2 at small H, every-step at a larger lr) are in
+convergence-trials-2026-11-29-pm.jsonl. Kept as the record of what was
 run; not part of the package, its tests or its lint.
 
     .venv/bin/python docs/results/convergence_trials_2026_11_29.py OUT.jsonl SPEC [SPEC ...]
 
-SPEC = name,H,codec,outer_lr,outer_momentum,overlap[,inner_lr_x[,beta1[,pooled]]]
+SPEC = name,H,codec,outer_lr,outer_momentum,overlap[,inner_lr_x[,beta1[,pooled[,beta2[,topk]]]]]
   name "step..." is every-step averaging (H and the outer fields are then ignored);
-  pooled (an int M) swaps the inner AdamW for PooledAdam below (M = 1: plain Adam, no decay);
+  pooled (an int M) swaps the inner AdamW for PooledAdam below (M = 1: plain Adam, no decay;
+  0: AdamW); beta2 (0: the run spec's) is AdamW's; topk is the run spec's topk_fraction;
   --agree scales each coordinate of the group's mean pseudo-gradient by (2 - a),
   a = |mean| / mean(|delta_i|) (1 where the replicas agree, up to 2 where they cancel);
   --big trains a 6-layer, n_embd 256 model (4.9M parameters) instead of the default.
@@ -106,7 +109,11 @@ def main() -> None:
         if len(fields) > 7:
             run = run.replace(beta1=float(fields[7]))
         bench.make_optimizer = product_optimizer
-        if len(fields) > 8:
+        if len(fields) > 9 and float(fields[9]) > 0:
+            run = run.replace(beta2=float(fields[9]))
+        if len(fields) > 10:
+            run = run.replace(topk_fraction=float(fields[10]))
+        if len(fields) > 8 and int(fields[8]) > 0:
             pooled = int(fields[8])
             bench.make_optimizer = lambda model, s, m=pooled: PooledAdam(  # type: ignore[misc]
                 [p for p in model.parameters() if p.requires_grad],
