@@ -17,6 +17,7 @@ from p2ptrain.worker.averaging.outer_rounds import OuterRounds
 from p2ptrain.worker.averaging.robust import MOMENTS_DRIFT_BOUND, PARAMS_DRIFT_BOUND
 from p2ptrain.worker.averaging.stage_averager import Outcome, StageAverager
 from p2ptrain.worker.dht_helpers import swarm_prefix
+from p2ptrain.worker.faults import NO_FAULTS, Faults
 from p2ptrain.worker.pipeline import stage_step
 from p2ptrain.worker.pipeline.transport import Transport
 from p2ptrain.worker.profiler import StepProfiler
@@ -62,7 +63,7 @@ def open_replicas(
     transport: Transport,
     model: Stage,
     profiler: StepProfiler,
-    skips_round: Callable[[int], bool] | None = None,
+    faults: Faults = NO_FAULTS,
 ) -> tuple[StageAverager | None, OuterRounds | None]:
     """What keeps the stage's replicas together: sync = "step", the averager of every step's
     gradients; sync = "diloco", the outer rounds over our own exchange, with an averager
@@ -75,6 +76,10 @@ def open_replicas(
 
     if spec.optim.sync != "diloco":
         return opened(), None
+
+    def skips_round(step: int) -> bool:  # the faults' hook as a round starts (tests only)
+        return faults.before_averaging(step, role.stage, role.replica)
+
     outer = OuterRounds(spec, role.stage, role.num_stages, model, opened, skips_round=skips_round)
     outer.exchanges = stage_exchanges(spec, role, plan, transport, model)
     return None, outer

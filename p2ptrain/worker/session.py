@@ -124,7 +124,7 @@ class Session:
         needs_data = role.is_first or role.is_last
         self.corpus = load_corpus(spec) if needs_data else None
         self.averager, self.outer = open_replicas(
-            spec, plan, role, dht, transport, self.model, profiler, self._skips_round
+            spec, plan, role, dht, transport, self.model, profiler, self.faults
         )
         if self.outer is not None:  # sync = "diloco"
             self.outer.take_saved(outer_state)
@@ -338,11 +338,6 @@ class Session:
         self._resync_params = outcome.diverged
         self.group_size, self._wire_cpu = outcome.group_size, outcome.wire_cpu
         return outcome.kind
-
-    def _skips_round(self, step: int) -> bool:
-        """diloco: the faults' hook at a round's start (skip-averaging: apply nothing)."""
-        assert self.role is not None
-        return self.faults.before_averaging(step, self.role.stage, self.role.replica)
 
     def _outer_round_if_due(self) -> None:
         """sync = "diloco": start or apply the stage's outer round (worker/averaging/outer_rounds.py)."""
