@@ -68,7 +68,8 @@ def restore_stage(
     key = layers_key(layers)
     if start.adopted:
         link_adopted(directory, start.adopted, start.step, start.digests, plan.state_tag)
-    if start.step not in local_states(directory, rank).get(key, {}):
+    state_step = start.state_step(key)
+    if state_step not in local_states(directory, rank).get(key, {}):
         missing = _Missing(spec, plan, transport, directory, start)
         if key in start.sources:
             missing.build(model, optimizer)
@@ -77,6 +78,8 @@ def restore_stage(
     warn_other_lineages(directory, rank, key, start.step)
     local = local_states(directory, rank).get(key, {})
     usable = sorted(step for step in local if step <= start.step)
+    if key in start.steps and state_step in local:  # the state agreed for this stage
+        usable = [state_step]
     if not usable and key not in start.digests and key not in start.sources:
         # no state of this stage at the agreed step anywhere (its holders ran ahead of the
         # others': diloco's replicas drift apart after a failed round, further than the kept
@@ -179,8 +182,9 @@ class _Missing:
         model: Stage | None = None,
         optimizer: torch.optim.Optimizer | None = None,
     ) -> Path | None:
-        """Copy the agreed step's state of `layers` from a member that announced its agreed
-        digest, under the plan's lineage tag; bytes of another digest, or more than the stage's
+        """Copy the agreed state of `layers` (at the agreed step, or the stage's own agreed step:
+        StartPoint.steps) from a member that announced its agreed digest, under the plan's
+        lineage tag; bytes of another digest, or more than the stage's
         size, are refused, and so is a file that does not load into `model` (if given: else it
         is validated as read_state does). The path, or None if no holder gave it."""
         spec, plan, transport, start = self.spec, self.plan, self.transport, self.start
@@ -189,7 +193,8 @@ class _Missing:
         if digest is None:
             return None
         max_bytes = expected_state_bytes(spec, layers)
-        for peer in start.holders(key, start.step):
+        step = start.state_step(key)
+        for peer in start.holders(key, step):
             if peer == transport.peer_id:
                 continue
             started_s = time.monotonic()
@@ -198,7 +203,7 @@ class _Missing:
                     transport,
                     peer,
                     layers,
-                    start.step,
+                    step,
                     self.directory,
                     digest,
                     max_bytes,
@@ -211,9 +216,7 @@ class _Missing:
                     read_state(path, spec, layers)
             except Exception as exc:  # any failure, a bad file included: try the next holder
                 log.warning("fetching layers %s from %s failed: %r", key, peer, exc)
-                stamped_path(self.directory, layers, start.step, plan.state_tag).unlink(
-                    missing_ok=True
-                )
+                stamped_path(self.directory, layers, step, plan.state_tag).unlink(missing_ok=True)
                 continue
             elapsed_s = time.monotonic() - started_s
             log.info("fetched %s from %s in %.1f s", path.name, peer, elapsed_s)

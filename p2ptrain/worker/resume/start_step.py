@@ -83,11 +83,19 @@ class StartPoint:
     sources: dict[str, Cover] = field(default_factory=dict)
     # the id of the earlier lineage whose states the plan adopts (worker/resume/adopt.py); "" if none
     adopted: str = ""
+    # stages with no usable state at `step` when the stages share no step -> the step of the
+    # state each resumes from instead (its digest is in `digests`): the newest usable before
+    # `step`, else the oldest after it (its holders ran ahead and pruned older ones)
+    steps: dict[str, int] = field(default_factory=dict)
+
+    def state_step(self, key: str) -> int:
+        """The step of the state layers `key` resume from."""
+        return self.steps.get(key, self.step)
 
     def holders(self, key: str, step: int) -> list[str]:
         """The members that announced the agreed state of layers `key` at `step` (any state of
         it if none was agreed), sorted."""
-        agreed = self.digests.get(key) if step == self.step else None
+        agreed = self.digests.get(key) if step == self.state_step(key) else None
         return sorted(
             peer
             for peer, held in self.held.items()
@@ -124,7 +132,11 @@ def choose_start_step(
     other layer ranges hold all of its blocks (worker/resume/covers.py); its own state, where usable,
     comes first. If no step is common (a stage has no state at all, e.g. its only holder left, or
     the states are further apart than the history), the newest step common to the stages that
-    do have states is used, and the rest start fresh there: said in `note`, never silent.
+    do have states is used, and the rest start fresh there: said in `note`, never silent. If
+    no step is common to those either, the start is the earliest of their newest steps, and
+    a stage without a usable state there resumes from its newest usable one before it, else
+    its oldest after it (`steps`), agreed by digest like the others, so that a member placed
+    at the stage fetches it from whichever member holds it (a spare's too).
     """
     placed = placed or {}
     own, built = covers.available(needed, held, placed)
@@ -139,9 +151,12 @@ def choose_start_step(
         note = f"no saved state for {', '.join(missing)}: started fresh" if missing else ""
     else:
         step = min(max(steps) for steps in with_state)
-        note = f"stage states share no step: each resumes from its newest <= {step}"
+        note = (
+            f"stage states share no step: each resumes from its newest <= {step} "
+            "(or its oldest after it)"
+        )
     rank = {peer: index for index, peer in enumerate(order)}
-    digests, sources = {}, {}
+    digests, sources, steps = {}, {}, {}
     for key in needed:
         if step in own[key]:
             digests[key] = _agreed_digest(key, step, held, placed.get(key, ()), rank)
@@ -149,7 +164,11 @@ def choose_start_step(
             sources[key] = built[key][step]
             for source in sources[key]:
                 digests[source] = _agreed_digest(source, step, held, (), rank)
-    return StartPoint(step, note, digests=digests, sources=sources)
+        elif own[key] and not common:  # agreed too, so that any member may fetch it
+            earlier = [s for s in own[key] if s < step]
+            steps[key] = max(earlier) if earlier else min(own[key])
+            digests[key] = _agreed_digest(key, steps[key], held, placed.get(key, ()), rank)
+    return StartPoint(step, note, digests=digests, sources=sources, steps=steps)
 
 
 def _agreed_digest(
