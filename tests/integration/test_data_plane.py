@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from p2ptrain.harness.direct_swarm import LocalSwarm, plan_for
+from p2ptrain.harness.direct_swarm import LocalSwarm, SwarmResult, plan_for
 from p2ptrain.records import MetricsReport, RunSpec
 from p2ptrain.train.checkpoint import checkpoint_path
 from p2ptrain.train.checkpoint_read import read_file
@@ -124,12 +124,7 @@ def test_replicas_that_diverged_are_re_synced(tmp_path: Path) -> None:
     spec = TINY.replace(
         stages=1, steps=6, averaging_timeout_s=3.0, checkpoint_dir=str(tmp_path / "c")
     )
-    flags = {i: Faults((Fault(SKIP_AVERAGING, skip_step, 0, 1),)).to_argv() for i in range(2)}
-    with LocalSwarm(spec, 2, tmp_path, worker_flags=flags) as swarm:
-        swarm.send_plan(plan_for(spec, swarm.wait_hellos()))
-        result = swarm.train()
-        assert swarm.wait_exit() == [0, 0]
-    assert [len(p) for p in result.plan.pipelines] == [1, 1]
+    result = _two_replicas_with_a_skip(spec, skip_step, tmp_path)
     assert result.averaging == {"averaged": 2 * 5, "local": 2}, result.averaging
     logs = [(tmp_path / f"worker-{i}.log").read_text() for i in range(2)]
     for log in logs:  # once each, right after the divergence; not again: back in sync
@@ -242,12 +237,7 @@ def test_diloco_replicas_whose_anchors_diverged_are_re_synced(tmp_path: Path) ->
         averaging_timeout_s=5.0,
         checkpoint_dir=str(tmp_path / "c"),
     )
-    flags = {i: Faults((Fault(SKIP_AVERAGING, skip_step, 0, 1),)).to_argv() for i in range(2)}
-    with LocalSwarm(spec, 2, tmp_path, worker_flags=flags) as swarm:
-        swarm.send_plan(plan_for(spec, swarm.wait_hellos()))
-        result = swarm.train()
-        assert swarm.wait_exit() == [0, 0]
-    assert [len(p) for p in result.plan.pipelines] == [1, 1]
+    _two_replicas_with_a_skip(spec, skip_step, tmp_path)
     logs = [(tmp_path / f"worker-{i}.log").read_text() for i in range(2)]
     skipped = [i for i, log in enumerate(logs) if f"outer round of step {skip_step} skipped" in log]
     assert len(skipped) == 1, skipped  # the replica-1 role's worker, whichever peer holds it
@@ -258,3 +248,15 @@ def test_diloco_replicas_whose_anchors_diverged_are_re_synced(tmp_path: Path) ->
         synced = [line for line in log.splitlines() if "anchors had diverged: re-synced" in line]
         # the round of step 5 (applied at step 6, or at 7 as the next round is due); once
         assert len(synced) == 1 and ("step 6:" in synced[0] or "step 7:" in synced[0]), synced
+
+
+def _two_replicas_with_a_skip(spec: RunSpec, skip_step: int, tmp_path: Path) -> SwarmResult:
+    """Train 1 stage x 2 replicas over real processes, replica 1 skipping its round of
+    `skip_step` (skip-averaging); the swarm's result (workers' logs in tmp_path)."""
+    flags = {i: Faults((Fault(SKIP_AVERAGING, skip_step, 0, 1),)).to_argv() for i in range(2)}
+    with LocalSwarm(spec, 2, tmp_path, worker_flags=flags) as swarm:
+        swarm.send_plan(plan_for(spec, swarm.wait_hellos()))
+        result = swarm.train()
+        assert swarm.wait_exit() == [0, 0]
+    assert [len(p) for p in result.plan.pipelines] == [1, 1]
+    return result

@@ -30,12 +30,9 @@ from tests.worker.resume.test_recut import SPEC, NoTransport, chain, plan, train
 from tests.worker.resume.test_resume import d, steps
 
 
-def test_a_stage_whose_holder_ran_ahead_resumes_from_its_oldest_newer_state(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    new_plan = plan((2, 2), 1)
-    cut = new_plan.layer_ranges(SPEC.model.n_layer)
-    behind, ahead = tmp_path / "a", tmp_path / "b"  # a holds L0-2 up to step 4, b L2-4 up to 9
+def drift(cut: list[range], behind: Path, ahead: Path) -> dict[int, dict[str, torch.Tensor]]:
+    """Train the two stages of `cut` 9 steps; `behind` saves the first up to step 4, `ahead`
+    the second at every step (pruned to its newest). The second stage's weights by step."""
     pipeline = chain(cut)
     states: dict[int, dict[str, torch.Tensor]] = {}
     for step in range(9):
@@ -45,6 +42,16 @@ def test_a_stage_whose_holder_ran_ahead_resumes_from_its_oldest_newer_state(
             record_step(behind, SPEC, first[0], StageSnapshot.take(*first, step + 1))
         record_step(ahead, SPEC, second[0], StageSnapshot.take(*second, step + 1))
         states[step + 1] = {n: t.clone() for n, t in second[0].state_dict().items()}
+    return states
+
+
+def test_a_stage_whose_holder_ran_ahead_resumes_from_its_oldest_newer_state(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    new_plan = plan((2, 2), 1)
+    cut = new_plan.layer_ranges(SPEC.model.n_layer)
+    behind, ahead = tmp_path / "a", tmp_path / "b"  # a holds L0-2 up to step 4, b L2-4 up to 9
+    states = drift(cut, behind, ahead)
     assert saved_steps(ahead) == {"L2-4": list(range(10 - KEEP_STEPS, 10))}  # 1-5 pruned
 
     members, placed = placement(new_plan, SPEC.model.n_layer)
@@ -96,15 +103,7 @@ def test_a_member_fetches_its_stage_s_later_state_from_the_spare_that_holds_it(
     new_plan = dataclasses.replace(plan((2, 2), 2), pipelines=(("a", "c"),), spares=("s",))
     cut = new_plan.layer_ranges(SPEC.model.n_layer)
     behind, spare, empty = tmp_path / "a", tmp_path / "s", tmp_path / "c"
-    pipeline = chain(cut)
-    states: dict[int, dict[str, torch.Tensor]] = {}
-    for step in range(9):
-        train_step(pipeline, step)
-        first, second = pipeline
-        if step + 1 <= 4:
-            record_step(behind, SPEC, first[0], StageSnapshot.take(*first, step + 1))
-        record_step(spare, SPEC, second[0], StageSnapshot.take(*second, step + 1))
-        states[step + 1] = {n: t.clone() for n, t in second[0].state_dict().items()}
+    states = drift(cut, behind, spare)
     members, placed = placement(new_plan, SPEC.model.n_layer)
     rank = new_plan.state_rank
     held = {"a": usable(own_announcement(behind, rank), rank)}
