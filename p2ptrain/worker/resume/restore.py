@@ -5,11 +5,12 @@ states of other layer ranges (worker/resume/covers.py, train/recut.py), each loc
 
 Only states of the plan's lineage or its ancestors' count (records/lineage.py): a local state
 saved under another lineage (the other side of a healed partition) is never resumed from, and
-a warning says so. When the stages share no step (start_step.py), a stage with no state at or
-before the agreed step resumes from this machine's oldest state of it after that step: under
-diloco the replicas drift apart once a round fails, and the stage's holder may have run past the
-others' newest state and pruned its older ones (a few steps replayed, nothing lost). A stage no
-member holds any state of restarts from initial weights: the run goes on, but that stage's
+a warning says so. When the stages share no step (start_step.py), a stage with no state at
+the agreed step resumes from the state agreed for it instead (StartPoint.steps: its newest
+before, else its oldest after; under diloco the replicas drift apart once a round fails, and the
+stage's holder may have run past the others' newest state and pruned its older ones), local or
+fetched from whoever holds it, a spare included (a few steps replayed, nothing lost). A stage
+no member holds any state of restarts from initial weights: the run goes on, but that stage's
 training is lost, so the worker says it loudly (STAGE STATE LOST).
 A restarted swarm's first plan may adopt an earlier lineage's states (worker/resume/adopt.py): those
 this machine holds are first linked under the plan's tag, then loaded like its own.

@@ -164,7 +164,7 @@ def choose_start_step(
             sources[key] = built[key][step]
             for source in sources[key]:
                 digests[source] = _agreed_digest(source, step, held, (), rank)
-        elif own[key] and not common:  # agreed too, so that any member may fetch it
+        elif own[key]:  # the stages share no step: agreed too, so that any member may fetch it
             earlier = [s for s in own[key] if s < step]
             steps[key] = max(earlier) if earlier else min(own[key])
             digests[key] = _agreed_digest(key, steps[key], held, placed.get(key, ()), rank)
