@@ -4,12 +4,13 @@ again."""
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
 
 import pytest
 
-# steps of the default model at 16 rows; prints the minor page faults of the last 10 steps
+# steps of the default model at 16 rows; prints the minor page faults of each of the last 10
 STEPS = """
 import resource, sys, torch
 torch.set_num_threads(1)
@@ -30,23 +31,26 @@ def step(seed):
     optimizer.zero_grad(set_to_none=True)
 for seed in range(5):
     step(seed)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for seed in range(5, 15):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     step(seed)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
-def _faults_a_step(mode: str) -> float:
+def _faults_by_step(mode: str) -> list[int]:
     out = subprocess.run(
         [sys.executable, "-c", STEPS, mode], capture_output=True, text=True, check=True
     )
-    return int(out.stdout.split()[-1]) / 10
+    return [int(n) for n in out.stdout.split()]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_a_steps_freed_buffers_are_reused_without_page_faults() -> None:
-    default, kept = _faults_a_step("default"), _faults_a_step("keep")
+    default, kept = _faults_by_step("default"), _faults_by_step("keep")
     # glibc's defaults trimmed and re-faulted thousands of pages a step (2,300-5,300 measured)
-    assert default > 500, default
-    assert kept < 100, kept
+    assert statistics.mean(default) > 500, default
+    # kept: most steps fault nothing; the odd step that grows an interpreter arena or collects
+    # garbage (more of them on a busy machine: a mean of 141 once under CI's two workers) does
+    # not decide it
+    assert statistics.median(kept) < 100, kept
