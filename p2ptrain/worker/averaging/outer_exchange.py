@@ -50,8 +50,6 @@ from p2ptrain.worker.averaging.round_inbox import RoundStopped
 from p2ptrain.worker.averaging.round_pacing import RoundPacer
 from p2ptrain.worker.averaging.stage_averager import Outcome
 
-__all__ = ["SEND_SHARE", "ExchangeTimeouts", "OuterExchange", "RoundLink"]
-
 log = logging.getLogger(__name__)
 
 DIVERGENCE_TOLERANCE = 1e-2  # anchors differ by ~1e-2 of their norm after one missed round
@@ -89,8 +87,8 @@ class OuterExchange:
         self.prefix, self.timeouts = round_prefix, timeouts
         self.siblings: tuple[str, ...] = ()  # the stage's other fragments' round prefixes
         self.topk = codecs.TopKCompressor(numel, topk_fraction) if codec == "topk" else None
-        self._signs = fixed_signs(numel)
-        self.shapes = AttemptShapes(link, self.weights, codec, numel, self._signs, topk_fraction)
+        signs = fixed_signs(numel)
+        self.shapes = AttemptShapes(link, self.weights, codec, numel, signs, topk_fraction)
         link.inbox.admit_group(group, wire.max_message_bytes(codec, numel, topk_fraction))
         self._warm_up()
 
@@ -98,8 +96,8 @@ class OuterExchange:
         """A round's first stage-sized buffers cost their page faults too (a first round's prep
         took 0.079 s of CPU against 0.030 s after, one thread): paid here, before step 0."""
         zeros = torch.zeros(self.numel)
-        params_digest(zeros, self._signs)
-        checksums(zeros, 0, 1.0, self._signs)
+        params_digest(zeros, self.shapes.signs)
+        checksums(zeros, 0, 1.0, self.shapes.signs)
         if self.codec != "topk":
             wire.decode_dense(self.codec, wire.encode_dense(self.codec, zeros), self.numel)
 
@@ -130,7 +128,7 @@ class OuterExchange:
                 sparse, sent = None, flat
                 if self.topk is not None:  # error feedback moves once a round, not an attempt
                     sparse, sent = self.topk.encode(flat)
-                anchor_claims = params_digest(anchor.reshape(-1).cpu(), self._signs)
+                anchor_claims = params_digest(anchor.reshape(-1).cpu(), self.shapes.signs)
             # the retry, among the members heard from, goes at once
             tries = ((self.timeouts.join_s, pacer), (self.timeouts.retry_s, at_once))
             for attempt, (join_s, paced) in enumerate(tries):

@@ -43,7 +43,7 @@ _LINKS: dict[int, P2PRoundLink] = {}
 
 
 class P2PRoundLink:
-    """RoundLink (worker/averaging/outer_exchange.py) over p2pd binary streams."""
+    """RoundLink (worker/averaging/outer_attempt.py) over p2pd binary streams."""
 
     def __init__(self, transport: Transport) -> None:
         self.transport = transport

@@ -18,7 +18,8 @@ import torch
 from hivemind.p2p import P2P
 
 from p2ptrain.worker.averaging import outer_wire as wire
-from p2ptrain.worker.averaging.outer_exchange import ExchangeTimeouts, OuterExchange, RoundLink
+from p2ptrain.worker.averaging.outer_attempt import RoundLink
+from p2ptrain.worker.averaging.outer_exchange import ExchangeTimeouts, OuterExchange
 from p2ptrain.worker.averaging.outer_link import P2PRoundLink
 from p2ptrain.worker.pipeline.frames import FrameHeader, NotReady
 from p2ptrain.worker.pipeline.transport import Transport
