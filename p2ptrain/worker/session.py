@@ -16,7 +16,7 @@ import torch
 from hivemind import DHT
 
 from p2ptrain.records import MetricsReport, Plan, Role, RunSpec, StepProfile
-from p2ptrain.train.checkpoint import StageSnapshot, checkpoint_dir, record_step
+from p2ptrain.train.checkpoint import StageSnapshot, checkpoint_dir
 from p2ptrain.train.data import load_corpus
 from p2ptrain.train.model import Stage, build_layers
 from p2ptrain.train.optim import clip_grads, grads_are_finite, lr_at, make_optimizer, set_lr
@@ -45,6 +45,7 @@ from p2ptrain.worker.replica_rounds import (
 )
 from p2ptrain.worker.resume.restore import restore_stage, start_lineage, started_line
 from p2ptrain.worker.resume.start_step import StartPoint, agree_on_plan_start
+from p2ptrain.worker.state_writer import StateWrite, StateWriter
 from p2ptrain.worker.step_metrics import SessionFacts, StepTimes, step_metrics
 
 log = logging.getLogger("p2ptrain.worker")
@@ -97,6 +98,7 @@ class Session:
         self.outer: OuterRounds | None = None  # sync = "diloco": the stage's outer rounds
         self.outer_round: RoundReport | None = None  # what the step's outer round did
         self.directory = checkpoint_dir(spec)
+        self.writer = StateWriter(self.directory, spec)  # checkpoints, beside the training
         if self.role is None:
             if transport.peer_id in plan.spares:
                 # a spare may hold the only copy of a stage's state: it takes part in the
@@ -358,34 +360,36 @@ class Session:
             return False
         return not latest.plan.same_placement(self.plan)
 
-    def save(self) -> None:
-        """The stage's state at the current step boundary, and the one before it if known."""
+    def save(self, wait: bool = False) -> None:
+        """The stage's state at the current step boundary, and the one before it if known:
+        written beside the next steps (worker/state_writer.py), or before returning if `wait`."""
+        if wait:
+            self.writer.wait()  # a periodic save still being written lands first
         if self.model is None or self.failed:
             return
         previous = self._previous
+        current = StageSnapshot.take(self.model, self.optimizer, self.step, self._outer_state())
+        snapshots = (
+            (previous, current)
+            if previous is not None and previous.step == self.step - 1
+            else (current,)
+        )
         # tagged with the plan's lineage; pruning keeps the newest of this lineage's and its
         # ancestors' states (train/checkpoint.py)
-        tag, rank = self.plan.state_tag, self.plan.state_rank
-        if previous is not None and previous.step == self.step - 1:
-            record_step(
-                self.directory, self.spec, self.model, previous, tag, lambda t: rank(t) is not None
-            )
-        current = StageSnapshot(
-            self.step,
-            self.model.state_dict(),
-            self.optimizer.state_dict(),
-            self._outer_state() or {},
+        rank = self.plan.state_rank
+        write = StateWrite(
+            self.model, snapshots, self.plan.state_tag, lambda t: rank(t) is not None
         )
-        record_step(
-            self.directory, self.spec, self.model, current, tag, lambda t: rank(t) is not None
-        )
-        log.info("checkpoint: step %d -> %s", self.step, self.directory)
+        if wait:
+            self.writer.write_now(write)
+        else:
+            self.writer.submit(write)
 
     def close(self) -> None:
         """Checkpoint (weights are always those of the last completed step) and leave the swarm."""
         if self.outer is not None:
             self.outer.close()  # a round still running ends (stop or timeout) before the save
-        self.save()
+        self.save(wait=True)
         if self.averager is not None:
             self.averager.close()
             self.averager = None

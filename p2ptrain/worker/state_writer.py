@@ -1,0 +1,94 @@
+"""A stage's checkpoints written beside its training: a step never waits for the disk.
+
+A periodic save (Session.save) hands host copies of the stage's state (train/checkpoint.py's
+StageSnapshot: what every step already takes of the state one step back) to a thread that
+serializes and writes them while the next steps train. Serializing and writing two states of a
+large model takes seconds, and on a GPU node the CPU that does it is otherwise idle.
+
+At most one write is in flight: a save that finds the previous write unfinished waits for it
+(saves are `checkpoint_interval` steps apart, so it rarely does), which keeps the states landing
+in step order and at most one set of copies in memory. A session's last save (close) waits for
+the write in flight and then writes in the calling thread, so everything it saved is on disk
+before the worker announces its states to a new plan's start agreement
+(worker/resume/start_step.py). A failed periodic write (disk full, directory gone) is logged and
+training goes on: the next save tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from p2ptrain.records import RunSpec
+from p2ptrain.train.checkpoint import StageSnapshot, record_step
+from p2ptrain.train.model import Stage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StateWrite:
+    """What one save writes: the stage's states, oldest first, under lineage `tag` (`usable`:
+    which lineages' states the stage's latest file may point at; train/checkpoint.py)."""
+
+    model: Stage  # read for its layers and config only
+    snapshots: tuple[StageSnapshot, ...]
+    tag: str | None
+    usable: Callable[[str | None], bool]
+
+    def run(self, directory: Path, spec: RunSpec) -> None:
+        for snapshot in self.snapshots:
+            record_step(directory, spec, self.model, snapshot, self.tag, self.usable)
+
+
+class StateWriter:
+    """The checkpoint writes of one session's stage into `directory`, one at a time."""
+
+    def __init__(self, directory: Path, spec: RunSpec) -> None:
+        self.directory = directory
+        self.spec = spec
+        self._thread: threading.Thread | None = None
+
+    def submit(self, write: StateWrite) -> None:
+        """Start writing in the background (after the previous write, if still running)."""
+        self.wait()
+        step = write.snapshots[-1].step
+        self._thread = threading.Thread(
+            target=self._run, args=(write,), name=f"state-writer-{step}", daemon=True
+        )
+        self._thread.start()
+
+    def write_now(self, write: StateWrite) -> None:
+        """Write in the calling thread, after the write in flight: on disk when this returns."""
+        self.wait()
+        write.run(self.directory, self.spec)
+        log.info("checkpoint: step %d -> %s", write.snapshots[-1].step, self.directory)
+
+    def wait(self) -> None:
+        """Until the write in flight (if any) has ended."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+
+    @property
+    def writing(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self, write: StateWrite) -> None:
+        step = write.snapshots[-1].step
+        started = time.monotonic()
+        try:
+            write.run(self.directory, self.spec)
+        except Exception:  # a lost checkpoint must not end training
+            log.exception("checkpoint: step %d not written (training goes on)", step)
+            return
+        log.info(
+            "checkpoint: step %d -> %s (written in %.2f s beside training)",
+            step,
+            self.directory,
+            time.monotonic() - started,
+        )

@@ -1,0 +1,107 @@
+"""Checkpoints written beside training (worker/state_writer.py): a save returns before its
+write ends, writes what the stage held when it was saved (not what it holds when the disk gets
+to it), lands in step order, and a failed write is logged, not raised."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from p2ptrain.records import RunSpec
+from p2ptrain.train import state_file
+from p2ptrain.train.checkpoint import StageSnapshot, list_states, record_step
+from p2ptrain.train.model import build_stage
+from p2ptrain.train.optim import make_optimizer
+from p2ptrain.worker import state_writer
+from p2ptrain.worker.state_writer import StateWrite, StateWriter
+
+SPEC = RunSpec().replace(n_layer=2, n_head=2, n_embd=16, block_size=8, steps=10)
+
+
+def _write_of(model: Any, optimizer: Any, *steps: int) -> StateWrite:
+    snapshots = tuple(StageSnapshot.take(model, optimizer, step) for step in steps)
+    return StateWrite(model, snapshots, None, lambda tag: True)
+
+
+class HeldDisk:
+    """record_step, held at the door until released: what a slow disk looks like to the writer."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.entered = threading.Event()
+        self.steps: list[int] = []
+
+    def __call__(self, directory: Path, spec: RunSpec, model: Any, snapshot: Any, *rest: Any):
+        self.entered.set()
+        assert self.release.wait(10)
+        self.steps.append(snapshot.step)
+        record_step(directory, spec, model, snapshot, *rest)
+
+
+@pytest.fixture
+def stage() -> tuple[Any, Any]:
+    model = build_stage(SPEC, 0, 1)
+    return model, make_optimizer(model, SPEC)
+
+
+def test_a_save_returns_before_its_write_and_writes_the_state_it_was_given(
+    tmp_path: Path, stage: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, optimizer = stage
+    disk = HeldDisk()
+    monkeypatch.setattr(state_writer, "record_step", disk)
+    writer = StateWriter(tmp_path, SPEC)
+    saved = {name: t.clone() for name, t in model.state_dict().items()}
+    writer.submit(_write_of(model, optimizer, 4))
+    assert disk.entered.wait(10)
+    assert writer.writing and list_states(tmp_path) == []  # the step goes on meanwhile
+    with torch.no_grad():  # ...and changes the weights in place
+        for parameter in model.parameters():
+            parameter.add_(1.0)
+    disk.release.set()
+    writer.wait()
+    assert not writer.writing
+    [state] = list_states(tmp_path)
+    assert state.step == 4
+    written = state_file.read(state.path)["model_state"]
+    assert written.keys() == saved.keys()
+    for name, tensor in saved.items():
+        assert torch.equal(written[name], tensor), name
+
+
+def test_writes_land_in_step_order_and_a_last_save_is_on_disk_when_it_returns(
+    tmp_path: Path, stage: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, optimizer = stage
+    disk = HeldDisk()
+    monkeypatch.setattr(state_writer, "record_step", disk)
+    writer = StateWriter(tmp_path, SPEC)
+    writer.submit(_write_of(model, optimizer, 19, 20))
+    assert disk.entered.wait(10)
+    threading.Timer(0.2, disk.release.set).start()
+    writer.write_now(_write_of(model, optimizer, 25))  # waits for 19 and 20, then writes 25
+    assert disk.steps == [19, 20, 25]
+    assert [s.step for s in list_states(tmp_path)] == [19, 20, 25]
+    assert not writer.writing
+
+
+def test_a_failed_write_is_logged_and_the_next_save_still_writes(
+    tmp_path: Path, stage: tuple[Any, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    model, optimizer = stage
+    blocked = tmp_path / "checkpoints"
+    blocked.write_text("a file where the directory should be")
+    writer = StateWriter(blocked, SPEC)
+    with caplog.at_level(logging.ERROR, logger=state_writer.__name__):
+        writer.submit(_write_of(model, optimizer, 3))
+        writer.wait()
+    assert "checkpoint: step 3 not written" in caplog.text
+    blocked.unlink()
+    writer.submit(_write_of(model, optimizer, 6))
+    writer.wait()
+    assert [s.step for s in list_states(blocked)] == [6]
