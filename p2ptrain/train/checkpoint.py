@@ -23,6 +23,7 @@ plan without a lineage, or before lineages existed) has none: `stage-L{a}-{b}.st
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -31,6 +32,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +40,7 @@ from typing import Any
 
 import torch
 
+from p2ptrain.procs import pid_alive
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train import state_file
 from p2ptrain.train.model import Stage
@@ -47,6 +50,15 @@ log = logging.getLogger(__name__)
 KEEP_STEPS = 4  # stamped files kept per stage
 STATE_MARGIN = 1.25  # a saved state over its tensors' bytes: its header, alignment
 STATE_OVERHEAD_BYTES = 4 * 1024**2
+# a state being written (or fetched) under its final name plus ".{pid}.{random}.tmp|part"
+# (before pids were in the name, plus "{random}.tmp|part"), and a latest link being made
+_UNFINISHED = re.compile(
+    r"^stage-L\d+-\d+(?:\.step\d+(?:\.[0-9a-f]{16}-e\d{1,16})?)?\.pt"
+    r"(?:\.(\d{1,10})\.)?[a-z0-9_]*\.(?:tmp|part)$"
+    r"|^\.stage-L\d+-\d+\.pt\.(\d{1,10})\.link$"
+)
+DEAD_WRITER_AGE_S = 60.0  # an unfinished file of a dead writer untouched this long is torn
+STALE_AGE_S = 3600.0  # any unfinished file untouched this long is (a writer writes all along)
 _STAMPED = re.compile(r"^stage-L(\d+)-(\d+)\.step(\d+)(?:\.([0-9a-f]{16}-e\d{1,16}))?\.pt$")
 
 
@@ -57,6 +69,41 @@ def checkpoint_dir(spec: RunSpec) -> Path:
 
 def checkpoint_path(directory: Path, layers: range) -> Path:
     return directory / f"stage-L{layers.start}-{layers.stop}.pt"
+
+
+def unfinished_prefix(path: Path) -> str:
+    """The start of the temporary name a state is written (or fetched) under before its rename
+    to `path`: the writer's pid in it tells a crashed writer's torn file from one being written."""
+    return f"{path.name}.{os.getpid()}."
+
+
+def sweep_unfinished(directory: Path, now: float | None = None) -> int:
+    """Delete the torn writes crashed writers left in `directory` (a SIGKILL between a state's
+    first byte and its rename leaves a file as large as the state): those of a writer that is
+    gone, and any untouched for an hour. The bytes freed."""
+    now = time.time() if now is None else now
+    freed = 0
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        match = _UNFINISHED.match(name)
+        if match is None:
+            continue
+        path = directory / name
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        age = now - stat.st_mtime
+        pid = match[1] or match[2]
+        writer_gone = pid is not None and not pid_alive(int(pid))
+        if age >= STALE_AGE_S or (writer_gone and age >= DEAD_WRITER_AGE_S):
+            with contextlib.suppress(OSError):
+                path.unlink()
+                freed += stat.st_size
+    return freed
 
 
 def layers_key(layers: range) -> str:
@@ -242,7 +289,7 @@ def _write(path: Path, spec: RunSpec, model: Stage, snapshot: StageSnapshot) -> 
         snapshot.optimizer_state,
     )
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=unfinished_prefix(path), suffix=".tmp")
     try:
         os.close(fd)
         state_file.write(

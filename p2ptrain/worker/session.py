@@ -98,7 +98,9 @@ class Session:
         self.outer: OuterRounds | None = None  # sync = "diloco": the stage's outer rounds
         self.outer_round: RoundReport | None = None  # what the step's outer round did
         self.directory = checkpoint_dir(spec)
-        self.writer = StateWriter(self.directory, spec)  # checkpoints, beside the training
+        # an accelerator's host CPU writes checkpoints beside the steps; a CPU device's would
+        # take that CPU from the steps themselves (worker/state_writer.py)
+        self.writer = StateWriter(self.directory, spec, beside=self.device.type != "cpu")
         if self.role is None:
             if transport.peer_id in plan.spares:
                 # a spare may hold the only copy of a stage's state: it takes part in the
@@ -360,27 +362,27 @@ class Session:
             return False
         return not latest.plan.same_placement(self.plan)
 
-    def save(self, wait: bool = False) -> None:
-        """The stage's state at the current step boundary, and the one before it if known:
-        written beside the next steps (worker/state_writer.py), or before returning if `wait`."""
-        if wait:
+    def save(self, at_end: bool = False) -> None:
+        """The stage's state at the current step boundary (worker/state_writer.py). A session's
+        last save (`at_end`) also writes the state one step back, if kept (the stages of a
+        pipeline stop up to a step apart), and is on disk when this returns; the interval's
+        saves land at one boundary on every stage, so the current state is enough."""
+        if at_end:
             self.writer.wait()  # a periodic save still being written lands first
         if self.model is None or self.failed:
             return
         previous = self._previous
         current = StageSnapshot.take(self.model, self.optimizer, self.step, self._outer_state())
-        snapshots = (
-            (previous, current)
-            if previous is not None and previous.step == self.step - 1
-            else (current,)
-        )
+        snapshots: tuple[StageSnapshot, ...] = (current,)
+        if at_end and previous is not None and previous.step == self.step - 1:
+            snapshots = (previous, current)
         # tagged with the plan's lineage; pruning keeps the newest of this lineage's and its
         # ancestors' states (train/checkpoint.py)
         rank = self.plan.state_rank
         write = StateWrite(
             self.model, snapshots, self.plan.state_tag, lambda t: rank(t) is not None
         )
-        if wait:
+        if at_end:
             self.writer.write_now(write)
         else:
             self.writer.submit(write)
@@ -389,7 +391,7 @@ class Session:
         """Checkpoint (weights are always those of the last completed step) and leave the swarm."""
         if self.outer is not None:
             self.outer.close()  # a round still running ends (stop or timeout) before the save
-        self.save(wait=True)
+        self.save(at_end=True)
         if self.averager is not None:
             self.averager.close()
             self.averager = None

@@ -94,19 +94,28 @@ def test_diloco_survives_a_killed_replica(tmp_path: Path) -> None:
     applied = [line for line in logs.splitlines() if "outer step" in line and "applied" in line]
     assert any(f"round of step {STEPS - 1}" in line for line in applied), applied[-5:]
     # the outer state was carried, not restarted: each survivor's first outer step after its
-    # resume continues the count (a failed round applies nothing: the victim's, and the one the
-    # re-plan stopped, so the total depends on timing)
-    first_after_resume = []
+    # resume continues the count its resumed state held (a failed round applies nothing: the
+    # victim's, and the one the re-plan stopped, so the counts depend on timing), and at least
+    # one carried count was not 0
+    carried, first_after_resume = [], []
     for i in range(3):
         lines = (workdir / f"peer-{i}.log").read_text().splitlines()
         resumed = [n for n, line in enumerate(lines) if "resumed layers" in line]
         if not resumed:  # the spare
             continue
-        later = [line for line in lines[resumed[-1] :] if line in applied]
-        first_after_resume += [
-            int(line.split("outer step ", 1)[1].split()[0]) for line in later[:1]
+        after = lines[resumed[-1] :]
+        [count] = [
+            int(line.split("outer state carried: ", 1)[1].split()[0])
+            for line in after
+            if "outer state carried: " in line
+        ][:1]
+        first = [
+            int(line.split("outer step ", 1)[1].split()[0]) for line in after if line in applied
         ]
-    assert first_after_resume and min(first_after_resume) > 1, first_after_resume
+        carried.append(count)
+        first_after_resume.append(first[0] if first else None)
+    assert first_after_resume == [count + 1 for count in carried], (carried, first_after_resume)
+    assert max(carried) >= 1, carried
     losses = summary["loss"]
     assert sum(losses[-3:]) < sum(losses[:3]) - 0.3, losses
     assert not processes_with(str(workdir)), "a process of the run is left"

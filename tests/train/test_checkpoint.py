@@ -1,4 +1,7 @@
 import dataclasses
+import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -8,7 +11,9 @@ import torch
 from p2ptrain.errors import UserError
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train.checkpoint import (
+    DEAD_WRITER_AGE_S,
     KEEP_STEPS,
+    STALE_AGE_S,
     StageSnapshot,
     checkpoint_path,
     layers_key,
@@ -16,6 +21,7 @@ from p2ptrain.train.checkpoint import (
     save_stage,
     saved_steps,
     stamped_path,
+    sweep_unfinished,
 )
 from p2ptrain.train.checkpoint_read import (
     PICKLED_OPTIMIZER_FORMAT,
@@ -170,3 +176,36 @@ def test_a_checkpoint_of_the_pickled_weights_format_still_loads(tmp_path: Path) 
     llama = SPEC.replace(model="llama")
     with pytest.raises(UserError, match="model"):  # the old format names nanoGPT sizes only
         load_stage(path, llama, build_stage(llama, 1, 2))
+
+
+def test_torn_writes_of_gone_writers_are_swept_and_live_ones_are_kept(tmp_path: Path) -> None:
+    """A SIGKILL between a state's first byte and its rename leaves a state-sized temporary
+    file; the next writer of the directory deletes those whose writer is gone (after a minute
+    untouched) and any untouched for an hour, never one a live writer is writing."""
+    finished = subprocess.Popen(["true"])
+    finished.wait()  # reaped: its pid no longer runs
+    dead_pid = finished.pid
+    now = time.time()
+
+    def file(name: str, age_s: float, size: int = 100) -> Path:
+        path = tmp_path / name
+        path.write_bytes(b"x" * size)
+        os.utime(path, (now - age_s, now - age_s))
+        return path
+
+    dead = file(f"stage-L0-2.step20.pt.{dead_pid}.ab_c1.tmp", DEAD_WRITER_AGE_S + 5, 1000)
+    dead_fetch = file(f"stage-L0-2.step8.0123456789abcdef-e2.pt.{dead_pid}.q9.part", 120)
+    dead_link = file(f".stage-L0-2.pt.{dead_pid}.link", 120)
+    dead_but_fresh = file(f"stage-L0-2.step21.pt.{dead_pid}.zz.tmp", 5)
+    ours = file(f"stage-L2-4.step20.pt.{os.getpid()}.xy.tmp", STALE_AGE_S - 60)
+    ours_stale = file(f"stage-L2-4.step16.pt.{os.getpid()}.xy.tmp", STALE_AGE_S + 60)
+    old_format = file("stage-L2-4.step12.ptk3j2_x.tmp", STALE_AGE_S + 60)
+    old_format_fresh = file("stage-L2-4.step13.ptk3j2_x.tmp", 120)
+    state = file("stage-L0-2.step20.pt", STALE_AGE_S + 60)
+    other = file("notes.tmp", STALE_AGE_S + 60)
+    assert sweep_unfinished(tmp_path, now) == 1000 + 100 * 4
+    for path in (dead, dead_fetch, dead_link, ours_stale, old_format):
+        assert not path.exists(), path.name
+    for path in (dead_but_fresh, ours, old_format_fresh, state, other):
+        assert path.exists(), path.name
+    assert sweep_unfinished(tmp_path / "missing", now) == 0

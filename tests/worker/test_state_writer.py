@@ -5,7 +5,10 @@ to it), lands in step order, and a failed write is logged, not raised."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +108,25 @@ def test_a_failed_write_is_logged_and_the_next_save_still_writes(
     writer.submit(_write_of(model, optimizer, 6))
     writer.wait()
     assert [s.step for s in list_states(blocked)] == [6]
+
+
+def test_a_new_writer_deletes_what_a_writer_killed_mid_write_left(tmp_path: Path) -> None:
+    finished = subprocess.Popen(["true"])
+    finished.wait()  # the killed writer: its pid no longer runs
+    torn = tmp_path / f"stage-L0-2.step20.pt.{finished.pid}.k2_x.tmp"
+    torn.write_bytes(b"half a state")
+    long_ago = time.time() - 600
+    os.utime(torn, (long_ago, long_ago))
+    StateWriter(tmp_path, SPEC)
+    assert not torn.exists()
+
+
+def test_on_a_cpu_device_a_save_is_written_before_it_returns(
+    tmp_path: Path, stage: tuple[Any, Any]
+) -> None:
+    """There a thread would take its CPU from the steps (the module's docstring)."""
+    model, optimizer = stage
+    writer = StateWriter(tmp_path, SPEC, beside=False)
+    writer.submit(_write_of(model, optimizer, 20))
+    assert not writer.writing
+    assert [s.step for s in list_states(tmp_path)] == [20]

@@ -312,6 +312,8 @@ class OuterRounds:
             self.outer.load_state_tensors(saved, {"outer_steps": count}, keep_params=True)
         except WireError as exc:
             log.warning("the saved outer state is not usable (%s): anchor = parameters", exc)
+            return
+        log.info("outer state carried: %d outer steps, the anchor and outer momentum", count)
 
     def reported(self, metrics: MetricsReport, done: RoundReport | None) -> MetricsReport:
         """The step's metrics with the outer rounds in them (the progress line shows them)."""

@@ -51,6 +51,7 @@ from p2ptrain.train.checkpoint import (
     layers_key,
     list_states,
     stamped_path,
+    unfinished_prefix,
 )
 from p2ptrain.worker.inbound import OpenStreams, close_after_sender, read_prefixed
 from p2ptrain.worker.traffic import Traffic
@@ -346,7 +347,9 @@ async def receive_state(
     if size > max_bytes:
         raise ValueError(f"{what}: {size} bytes offered, the stage's states are <= {max_bytes}")
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".part")
+    fd, tmp_name = tempfile.mkstemp(
+        dir=target.parent, prefix=unfinished_prefix(target), suffix=".part"
+    )
     try:
         sha256 = hashlib.sha256()
         with os.fdopen(fd, "wb") as f:
