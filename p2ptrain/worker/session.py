@@ -28,10 +28,8 @@ from p2ptrain.worker.faults import NO_FAULTS, Faults
 from p2ptrain.worker.ipc import PlanInbox
 from p2ptrain.worker.pipeline import stage_step
 from p2ptrain.worker.pipeline.frames import (
-    AlreadyHave,
     Expected,
     FrameHeader,
-    NotReady,
     PeerLost,
     Stopped,
 )
@@ -84,6 +82,7 @@ class Session:
         self.plan_version = plan_version
         self.failed = ""  # why this session cannot train (then train() ends it at once)
         self._previous: StageSnapshot | None = None  # the state one step back, see close()
+        self._keeps_one_back = False
         self._resync_params = False
         self.group_size = 1  # how many replicas the last step's gradient was averaged over
         self._wire_cpu: tuple[float, float] | None = None  # its round's parts' CPU marks
@@ -135,6 +134,11 @@ class Session:
         self.rows = stage_step.replica_batch(spec, role)[1]
         stage_step.warm_up(self.model, spec, role, self.precision)
         self.start_step = self.step
+        # a session's end can leave a plan's stages (or its lockstep replicas) a step apart; a
+        # lone stage's diloco replicas are never in lockstep: no copy of the state each step
+        self._keeps_one_back = role.num_stages > 1 or (
+            spec.optim.sync == "step" and role.num_replicas > 1
+        )
         fresh = self.started_from.startswith('resume = "never"')
         num_rows, block_size = len(self.rows), spec.model.block_size
         self.facts = SessionFacts(
@@ -181,24 +185,7 @@ class Session:
         """Called from the transport thread for every incoming frame."""
         if self.role is None:
             return None
-        if header.step > self.step + 1:
-            raise NotReady()  # a neighbour resumed from a later checkpoint, or we are slow
-        expected = stage_step.expected_frame(
-            self.spec, self.role, self.step, header.kind, header.step, header.micro
-        )
-        if expected is None and header.step < self.step:
-            # from the right neighbour for an earlier step of this session: a retried copy
-            earlier = stage_step.expected_frame(
-                self.spec, self.role, header.step, header.kind, header.step, header.micro
-            )
-            if (
-                earlier is not None
-                and earlier.sender == header.sender
-                and (header.term, header.epoch) == self.role.plan_key
-                and self.start_step <= header.step
-            ):
-                raise AlreadyHave()
-        return expected
+        return stage_step.accepted_frame(self.spec, self.role, self.step, self.start_step, header)
 
     def train(self, plan_version: int) -> SessionEnd:
         """Train step by step until the run's last step, a stop, a new placement or a lost peer."""
@@ -296,10 +283,10 @@ class Session:
         """Clip and apply the (averaged) gradient; re-sync the replicas if they diverged."""
         assert self.model is not None
         clip_grads(self.model, self.spec.optim.grad_clip)
-        # kept so that close() can also save the state one step back (worker/resume/start_step.py)
-        self._previous = StageSnapshot.take(
-            self.model, self.optimizer, self.step, self._outer_state()
-        )
+        if self._keeps_one_back:  # close() saves it too (worker/resume/start_step.py)
+            self._previous = StageSnapshot.take(
+                self.model, self.optimizer, self.step, self._outer_state()
+            )
         if grads_are_finite(self.model):
             self.optimizer.step()
         else:  # the stage keeps its weights; a drift from its replicas is re-synced later

@@ -31,7 +31,10 @@ from p2ptrain.worker.pipeline.frames import (
     ACTIVATION,
     COMPRESSION_DTYPES,
     GRADIENT,
+    AlreadyHave,
     Expected,
+    FrameHeader,
+    NotReady,
     PeerLost,
     payload_bytes,
 )
@@ -122,6 +125,28 @@ def expected_frame(
         return None
     wire = wire_type(spec)
     return Expected(kind, spec.run_id, role.term, role.epoch, sender, wire, shapes[micro])
+
+
+def accepted_frame(
+    spec: RunSpec, role: Role, current_step: int, start_step: int, header: FrameHeader
+) -> Expected | None:
+    """What an incoming frame is to a stage working on `current_step` of a session that
+    started at `start_step`: Expected, None (not ours), NotReady (a step ahead: a neighbour
+    resumed from a later checkpoint, or we are slow) or AlreadyHave (a retried copy)."""
+    if header.step > current_step + 1:
+        raise NotReady()
+    expected = expected_frame(spec, role, current_step, header.kind, header.step, header.micro)
+    if expected is None and header.step < current_step:
+        # from the right neighbour for an earlier step of this session: a retried copy
+        earlier = expected_frame(spec, role, header.step, header.kind, header.step, header.micro)
+        if (
+            earlier is not None
+            and earlier.sender == header.sender
+            and (header.term, header.epoch) == role.plan_key
+            and start_step <= header.step
+        ):
+            raise AlreadyHave()
+    return expected
 
 
 def run_step(
