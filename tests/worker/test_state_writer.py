@@ -39,7 +39,9 @@ class HeldDisk:
         self.entered = threading.Event()
         self.steps: list[int] = []
 
-    def __call__(self, directory: Path, spec: RunSpec, model: Any, snapshot: Any, *rest: Any):
+    def __call__(
+        self, directory: Path, spec: RunSpec, model: Any, snapshot: Any, *rest: Any
+    ) -> None:
         self.entered.set()
         assert self.release.wait(10)
         self.steps.append(snapshot.step)
@@ -52,13 +54,19 @@ def stage() -> tuple[Any, Any]:
     return model, make_optimizer(model, SPEC)
 
 
-def test_a_save_returns_before_its_write_and_writes_the_state_it_was_given(
-    tmp_path: Path, stage: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    model, optimizer = stage
+@pytest.fixture
+def held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[StateWriter, HeldDisk]:
+    """A writer of tmp_path whose disk holds every write until released."""
     disk = HeldDisk()
     monkeypatch.setattr(state_writer, "record_step", disk)
-    writer = StateWriter(tmp_path, SPEC)
+    return StateWriter(tmp_path, SPEC), disk
+
+
+def test_a_save_returns_before_its_write_and_writes_the_state_it_was_given(
+    tmp_path: Path, stage: tuple[Any, Any], held: tuple[StateWriter, HeldDisk]
+) -> None:
+    model, optimizer = stage
+    writer, disk = held
     saved = {name: t.clone() for name, t in model.state_dict().items()}
     writer.submit(_write_of(model, optimizer, 4))
     assert disk.entered.wait(10)
@@ -78,12 +86,10 @@ def test_a_save_returns_before_its_write_and_writes_the_state_it_was_given(
 
 
 def test_writes_land_in_step_order_and_a_last_save_is_on_disk_when_it_returns(
-    tmp_path: Path, stage: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, stage: tuple[Any, Any], held: tuple[StateWriter, HeldDisk]
 ) -> None:
     model, optimizer = stage
-    disk = HeldDisk()
-    monkeypatch.setattr(state_writer, "record_step", disk)
-    writer = StateWriter(tmp_path, SPEC)
+    writer, disk = held
     writer.submit(_write_of(model, optimizer, 19, 20))
     assert disk.entered.wait(10)
     threading.Timer(0.2, disk.release.set).start()
