@@ -58,7 +58,7 @@ _UNFINISHED = re.compile(
     r"|^\.stage-L\d+-\d+\.pt\.(\d{1,10})\.link$"
 )
 DEAD_WRITER_AGE_S = 60.0  # an unfinished file of a dead writer untouched this long is torn
-STALE_AGE_S = 3600.0  # any unfinished file untouched this long is (a writer writes all along)
+STALE_AGE_S = 3600.0  # any unfinished file untouched this long is torn (writers keep writing)
 _STAMPED = re.compile(r"^stage-L(\d+)-(\d+)\.step(\d+)(?:\.([0-9a-f]{16}-e\d{1,16}))?\.pt$")
 
 
