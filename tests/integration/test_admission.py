@@ -66,6 +66,37 @@ def planner_token(tmp: Path, peer: str) -> str:
     )
 
 
+def start_trainer(
+    reaper: ProcessReaper, tmp: Path, boot_addr: str, home: Path
+) -> subprocess.Popen[bytes]:
+    """A `p2ptrain join` node that trains, with a planner token of tmp's organiser, its key,
+    checkpoints, metrics (metrics.jsonl) and log (node.log) in `home`, its working directory."""
+    home.mkdir(exist_ok=True)
+    peer = cli("id", "--identity", str(home / "node.key"))
+    return reaper.start(
+        [
+            PYTHON,
+            "-m",
+            "p2ptrain",
+            "join",
+            "--bootstrap",
+            boot_addr,
+            *JOIN_LOOPBACK,
+            "--identity",
+            str(home / "node.key"),
+            "--checkpoint-dir",
+            str(home / "ckpt"),
+            "--metrics-log",
+            str(home / "metrics.jsonl"),
+            "--token",
+            planner_token(tmp, peer),
+            "--quiet",
+        ],
+        stderr_path=home / "node.log",
+        cwd=home,
+    )
+
+
 def test_only_token_holders_join_and_plan_a_token_run(reaper: ProcessReaper, tmp_path: Path):
     run = tmp_path / "run.toml"
     run.write_text('[run]\nrun_id = "closed"\nadmission = "token"\n')

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PYTHON, ProcessReaper
-from tests.control.swarm_helpers import BOOTSTRAP_LOOPBACK, JOIN_LOOPBACK, STARTUP_TIMEOUT_S
-from tests.integration.test_admission import cli, planner_token
+from tests.conftest import ProcessReaper
+from tests.integration.test_admission import start_bootstrap, start_trainer
 
 pytestmark = pytest.mark.integration
 
@@ -39,50 +38,13 @@ def test_a_peer_with_other_data_is_refused_naming_both_digests(
         "stages = 1\nn_layer = 1\nn_head = 2\nn_embd = 32\nblock_size = 16\nbatch_size = 4\n"
         "steps = 6\ncompute_aware = false\n"
     )
-    boot = reaper.start(
-        [
-            PYTHON,
-            "-m",
-            "p2ptrain",
-            "bootstrap",
-            "--identity",
-            str(tmp_path / "boot.key"),
-            "--run",
-            str(run),
-            *BOOTSTRAP_LOOPBACK,
-        ],
-        stderr_path=tmp_path / "boot.log",
-    )
-    boot_addr = reaper.read_line(boot, STARTUP_TIMEOUT_S)
+    boot_addr = start_bootstrap(reaper, tmp_path, "--run", str(run))
     nodes = {}
     for name, corpus in (("good", GOOD), ("other", OTHER)):
         home = tmp_path / name
         home.mkdir()
         (home / "corpus.txt").write_bytes(corpus)
-        peer = cli("id", "--identity", str(home / "node.key"))
-        token = planner_token(tmp_path, peer)  # the organiser's word that it may plan
-        nodes[name] = reaper.start(
-            [
-                PYTHON,
-                "-m",
-                "p2ptrain",
-                "join",
-                "--bootstrap",
-                boot_addr,
-                *JOIN_LOOPBACK,
-                "--identity",
-                str(home / "node.key"),
-                "--checkpoint-dir",
-                str(home / "ckpt"),
-                "--metrics-log",
-                str(home / "metrics.jsonl"),
-                "--token",
-                token,
-                "--quiet",
-            ],
-            stderr_path=home / "node.log",
-            cwd=home,
-        )
+        nodes[name] = start_trainer(reaper, tmp_path, boot_addr, home)
     refused = nodes["other"]
     deadline = time.monotonic() + 180
     while refused.poll() is None and time.monotonic() < deadline:

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PYTHON, ProcessReaper
-from tests.control.swarm_helpers import BOOTSTRAP_LOOPBACK, JOIN_LOOPBACK, STARTUP_TIMEOUT_S
-from tests.integration.test_admission import cli, planner_token
+from tests.conftest import ProcessReaper
+from tests.integration.test_admission import start_bootstrap, start_trainer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # about 1 min
 
@@ -47,48 +46,10 @@ def _steps(metrics: Path) -> set[int]:
 def test_a_joiner_takes_the_stages_outer_state(reaper: ProcessReaper, tmp_path: Path) -> None:
     run = tmp_path / "run.toml"
     run.write_text(RUN)
-    boot = reaper.start(
-        [
-            PYTHON,
-            "-m",
-            "p2ptrain",
-            "bootstrap",
-            "--identity",
-            str(tmp_path / "boot.key"),
-            "--run",
-            str(run),
-            *BOOTSTRAP_LOOPBACK,
-        ],
-        stderr_path=tmp_path / "boot.log",
-    )
-    boot_addr = reaper.read_line(boot, STARTUP_TIMEOUT_S)
+    boot_addr = start_bootstrap(reaper, tmp_path, "--run", str(run))
 
     def join(name: str) -> None:
-        home = tmp_path / name
-        home.mkdir()
-        peer = cli("id", "--identity", str(home / "node.key"))
-        reaper.start(
-            [
-                PYTHON,
-                "-m",
-                "p2ptrain",
-                "join",
-                "--bootstrap",
-                boot_addr,
-                *JOIN_LOOPBACK,
-                "--identity",
-                str(home / "node.key"),
-                "--checkpoint-dir",
-                str(home / "ckpt"),
-                "--metrics-log",
-                str(home / "metrics.jsonl"),
-                "--token",
-                planner_token(tmp_path, peer),
-                "--quiet",
-            ],
-            stderr_path=home / "node.log",
-            cwd=home,
-        )
+        start_trainer(reaper, tmp_path, boot_addr, tmp_path / name)
 
     join("a")
     join("b")
