@@ -14,9 +14,9 @@ At most one write is in flight: a save that finds the previous write unfinished 
 in step order and at most one set of copies in memory. A session's last save (close) waits for
 the write in flight and then writes in the calling thread, so everything it saved is on disk
 before the worker announces its states to a new plan's start agreement
-(worker/resume/start_step.py). A failed periodic write (disk full, directory gone) is logged and
-training goes on: the next save tries again. A writer killed mid-write leaves its temporary
-file; the next session's writer deletes those of writers that are gone
+(worker/resume/start_step.py). A failed periodic write (disk full, directory gone), beside or
+in place, is logged and training goes on: the next save tries again. A writer killed mid-write
+leaves its temporary file; the next session's writer deletes those of writers that are gone
 (train/checkpoint.py's sweep_unfinished).
 """
 
@@ -64,11 +64,12 @@ class StateWriter:
             log.info("checkpoint: removed %.1f MB of torn writes of crashed writers", freed / 1e6)
 
     def submit(self, write: StateWrite) -> None:
-        """Start writing in the background (after the previous write, if still running)."""
-        if not self.beside:
-            self.write_now(write)
-            return
+        """A periodic save: written in the background (after the previous write, if still
+        running), or here if not `beside`; either way a failure is logged, not raised."""
         self.wait()
+        if not self.beside:
+            self._run(write)
+            return
         step = write.snapshots[-1].step
         self._thread = threading.Thread(
             target=self._run, args=(write,), name=f"state-writer-{step}", daemon=True
@@ -100,8 +101,9 @@ class StateWriter:
             log.exception("checkpoint: step %d not written (training goes on)", step)
             return
         log.info(
-            "checkpoint: step %d -> %s (written in %.2f s beside training)",
+            "checkpoint: step %d -> %s (written in %.2f s%s)",
             step,
             self.directory,
             time.monotonic() - started,
+            " beside training" if self.beside else "",
         )

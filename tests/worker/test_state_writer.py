@@ -99,13 +99,14 @@ def test_writes_land_in_step_order_and_a_last_save_is_on_disk_when_it_returns(
     assert not writer.writing
 
 
+@pytest.mark.parametrize("beside", [True, False])
 def test_a_failed_write_is_logged_and_the_next_save_still_writes(
-    tmp_path: Path, stage: tuple[Any, Any], caplog: pytest.LogCaptureFixture
+    tmp_path: Path, stage: tuple[Any, Any], caplog: pytest.LogCaptureFixture, beside: bool
 ) -> None:
     model, optimizer = stage
     blocked = tmp_path / "checkpoints"
     blocked.write_text("a file where the directory should be")
-    writer = StateWriter(blocked, SPEC)
+    writer = StateWriter(blocked, SPEC, beside)
     with caplog.at_level(logging.ERROR, logger=state_writer.__name__):
         writer.submit(_write_of(model, optimizer, 3))
         writer.wait()
