@@ -175,10 +175,6 @@ class OuterRounds:
             if fragment in self._pending:  # its round still running: finish it first
                 report = self._finish(self._pending[fragment], step)
             report = self._start(fragment, step, should_stop, at_once=last) or report
-        # rounds due at once (after the run's last step: every fragment's) run side by side,
-        # then each is applied: one wait for the group, not one a fragment
-        for pending in [p for p in self._pending.values() if p.step == p.apply_at == step]:
-            report = self._finish(pending, step)
         return report
 
     def _start(
@@ -218,6 +214,8 @@ class OuterRounds:
         pending.thread = threading.Thread(target=run, name=name, daemon=True)
         pending.thread.start()
         self._pending[fragment] = pending
+        if pending.apply_at == step:
+            return self._finish(pending, step)
         return RoundReport("started")
 
     def _encoded(self, delta: torch.Tensor, fragment: int) -> torch.Tensor:
