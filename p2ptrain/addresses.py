@@ -48,9 +48,13 @@ def tcp_endpoint(maddr: str) -> tuple[str, int] | None:
     parts = maddr.split("/")
     if len(parts) < 5 or parts[0] != "" or parts[1] != "ip4" or parts[3] != "tcp":
         return None
-    if not parts[4].isdigit() or (len(parts) > 5 and parts[5] != "p2p"):
+    port = parts[4]
+    # 1-5 ASCII digits: str.isdigit() alone takes "²", which int() refuses
+    if not (port.isascii() and port.isdigit() and len(port) <= 5):
         return None
-    return parts[2], int(parts[4])
+    if len(parts) > 5 and parts[5] != "p2p":
+        return None
+    return parts[2], int(port)
 
 
 def listen_endpoint(maddr: str, flag: str) -> tuple[str, int]:

@@ -119,7 +119,7 @@ def count_matching(text: str) -> int:
     """Processes (other than ours) whose command line contains `text`: what a run left behind."""
     count = 0
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        if not (entry.name.isascii() and entry.name.isdigit()) or int(entry.name) == os.getpid():
             continue
         with contextlib.suppress(OSError):
             if text.encode() in (entry / "cmdline").read_bytes():
@@ -158,13 +158,24 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def make_pid_dir(parent: Path, prefix: str) -> Path:
+    """Create the 0700 folder `prefix` + our PID under `parent`, for `sweep_pid_dirs` to remove
+    once we are gone; a dead namesake's (PIDs are reused) is removed first."""
+    directory = parent / f"{prefix}{os.getpid()}"
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(mode=0o700)
+    directory.chmod(0o700)  # whatever the umask
+    return directory
+
+
 def sweep_pid_dirs(parent: Path, prefix: str) -> list[Path]:
     """Remove the folders under `parent` named `prefix` + PID whose process is gone (what a
     SIGKILLed process left: a key copy, a socket folder); those removed."""
     removed = []
     for directory in parent.glob(f"{prefix}*"):
         pid_text = directory.name.removeprefix(prefix)
-        if pid_text.isdigit() and not pid_alive(int(pid_text)):
+        # ASCII digits: str.isdigit() takes "²", which int() refuses
+        if pid_text.isascii() and pid_text.isdigit() and not pid_alive(int(pid_text)):
             shutil.rmtree(directory, ignore_errors=True)
             removed.append(directory)
     return removed

@@ -76,6 +76,16 @@ def _known_addrs(peerstore: IPeerStore, peer_id: ID) -> list[str]:
         return []
 
 
+def _parsed(addr: str) -> Multiaddr | None:
+    """`addr` as py-libp2p dials it, or None: a record's addresses are checked on arrival
+    (records/multiaddrs.py), but one the parser refuses must cost a dial, not the process."""
+    try:
+        return Multiaddr(addr)
+    except Exception as exc:  # multiaddr raises several unrelated types
+        log.debug("not dialling %r: %s", addr[:100], exc)
+        return None
+
+
 class _SignedRecordValidator(Validator):
     """DHT values under /p2ptrain/ are signed envelopes; the newest seq wins."""
 
@@ -285,13 +295,17 @@ class Discovery:
             return
         num = self._num_dials.get(peer, 0)
         addr = addrs[num % len(addrs)]
+        maddr = _parsed(addr)
+        if maddr is None:
+            self._num_dials[peer] = num + 1  # the next round tries its next address
+            return
         if not self.budget.allow(addr, time.monotonic()):
             return
         self._num_dials[peer] = num + 1
         # the peerstore is what py-libp2p dials, from here and from any other caller: leave only
         # the address we chose there
         peerstore.clear_addrs(peer_id)
-        peerstore.add_addrs(peer_id, [Multiaddr(addr)], PEERSTORE_TTL_S)
+        peerstore.add_addrs(peer_id, [maddr], PEERSTORE_TTL_S)
         cache = getattr(self.state.host.get_network(), "_negative_peer_cache", None)
         if cache is not None and len(addrs) > 1:
             cache.evict(
@@ -299,7 +313,7 @@ class Discovery:
             )  # py-libp2p blocks a peer 60 s after a failed dial: not its other address
         with trio.move_on_after(CONNECT_TIMEOUT_S):
             try:
-                await self.state.host.connect(PeerInfo(peer_id, [Multiaddr(addr)]))
+                await self.state.host.connect(PeerInfo(peer_id, [maddr]))
             except Exception as exc:
                 log.debug("dial %s failed: %s", peer, exc)
 

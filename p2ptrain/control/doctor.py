@@ -179,10 +179,10 @@ async def _public_peers(host: IHost, bootstrap: ID) -> list[Server]:
     for peer in status.peers:
         if peer.reachability != "public" or not peer.alive or len(found) >= MAX_OTHER_SERVERS:
             continue
-        peer_id = ID.from_base58(peer.id)
         targets = [t for t in map(tcp_target, peer.addrs) if t is not None]
         with trio.move_on_after(CONNECT_TIMEOUT_S / 2):
-            try:
+            try:  # what the status lists is the bootstrap's word: any of it may be bad
+                peer_id = ID.from_base58(peer.id)
                 await host.connect(PeerInfo(peer_id, [Multiaddr(a) for a in peer.addrs]))
                 found.append(Server(peer_id, targets[0] if targets else None))
             except Exception:
@@ -193,7 +193,7 @@ async def _public_peers(host: IHost, bootstrap: ID) -> list[Server]:
 async def _endpoint(maddr: str) -> tuple[str, int] | None:
     """The IPv4 (ip, port) of a bootstrap multiaddr, a DNS name resolved."""
     parts = maddr.split("/")
-    if len(parts) < 5 or parts[3] != "tcp" or not parts[4].isdigit():
+    if len(parts) < 5 or parts[3] != "tcp" or not (parts[4].isascii() and parts[4].isdigit()):
         return None
     if parts[1] == "ip4":
         return parts[2], int(parts[4])

@@ -54,6 +54,9 @@ PULLED_RECORD_MAX_AGE_S = 600.0
 PULLED_PLAN_MAX_AGE_S = 3 * 600.0  # three re-sends missed
 KEYS_PER_REQUEST = 40  # [author, kind] pairs, ~70 bytes each: inside rpc.MAX_REQUEST_BYTES
 MAX_SYNC_PAGES = 128  # 24 MiB a round at most, from a peer that pages forever
+# one partner's whole sync, every page and named key: a responder answering each page just
+# inside the RPC timeout would otherwise hold the round (and the next) for hours
+SYNC_PARTNER_DEADLINE_S = 60.0
 # records before what depends on them (telemetry and claims need the author's record)
 KIND_ORDER = {"run": 0, "revoked": 1, "peer": 2, "claim": 3, "plan": 4, "telemetry": 5}
 
@@ -166,7 +169,14 @@ class PullSync:
 
     async def sync_from(self, peer: str) -> None:
         """Fetch `peer`'s envelopes where we differ, page by page, and apply the ones we lack;
-        then those it listed by fingerprint that we lack, by name; blame it for bad ones."""
+        then those it listed by fingerprint that we lack, by name; blame it for bad ones. All
+        within SYNC_PARTNER_DEADLINE_S: what arrived by then is kept."""
+        with trio.move_on_after(SYNC_PARTNER_DEADLINE_S) as deadline:
+            await self._sync_from(peer)
+        if deadline.cancelled_caught:
+            log.info("sync from %s cut off after %.0f s", peer, SYNC_PARTNER_DEADLINE_S)
+
+    async def _sync_from(self, peer: str) -> None:
         state = self.state
         term_only = term_only_from(state.view, peer)
         # as of the first page: the cursor indexes what these digests select

@@ -65,6 +65,8 @@ PEERSTORE_TTL_S = 3600
 # others reported, so a flood of offers must not make us a SYN source. One per peer and plane.
 MAX_PUNCHES = 8
 MAX_ROUTE_CONNECTIONS = 32  # on one route's 127.0.0.1 listener: a peer's plane dials it a few times
+# circuits our relays splice into us at once: each holds two sockets, and a relay is a member
+MAX_RELAYED_IN = 64
 _, HOLEPUNCHED, RELAYED = CONNECTIONS  # records/peer.py: how a link's bytes travel
 
 
@@ -78,6 +80,7 @@ class Traversal:
         self.punch_failed: dict[str, float] = {}  # peer -> when a punch to it last failed
         self.punching_in: set[tuple[str, str]] = set()  # (source, plane) offers we punch for
         self.punching_out: set[tuple[str, str]] = set()  # (peer, plane) we punch to
+        self.relayed_in = 0  # circuits our relays carry into us, open now
         self._nursery: trio.Nursery | None = None
 
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -99,7 +102,10 @@ class Traversal:
         nursery, why = self._nursery, ""
         if relay_id not in self.state.relays or local is None or raw is None or nursery is None:
             why = "not our relay" if relay_id not in self.state.relays else "not ready"
+        elif not offer.endpoint and self.relayed_in >= MAX_RELAYED_IN:
+            why = "relaying in as much as we may"
         elif not offer.endpoint:
+            self.relayed_in += 1  # given back when the circuit ends, however it ends
             token = bytes.fromhex(offer.token)
             start_contained(nursery, "relayed in", self._relayed_in, offer, raw, token, local)
             return OfferAnswer(accept=True)
@@ -120,7 +126,6 @@ class Traversal:
         return OfferAnswer(accept=False)
 
     def _may_punch(self, punching: set[tuple[str, str]], key: tuple[str, str]) -> bool:
-        """Room for one more punch: none yet for this peer and plane, under MAX_PUNCHES."""
         return key not in punching and len(punching) < MAX_PUNCHES
 
     async def _punched_in(self, offer: RelayOffer, port: int, token: bytes, local: int) -> None:
@@ -148,18 +153,20 @@ class Traversal:
     async def _relayed_in(
         self, offer: RelayOffer, raw: tuple[str, int], token: bytes, local: int
     ) -> None:
-        """Runs under the guard, as _punched_in."""
-        remote = await relay.open_raw(raw, RAW_CIRCUIT, token)
+        """Runs under the guard, as _punched_in; closed when idle, as the relay closes it."""
         try:
-            inner = await trio.open_tcp_stream("127.0.0.1", local)
-        except BaseException:
-            await _close(remote)
-            raise
-        self._note(offer.source, offer.plane, RELAYED)
-        await relay.splice(remote, inner)
+            remote = await relay.open_raw(raw, RAW_CIRCUIT, token)
+            try:
+                inner = await trio.open_tcp_stream("127.0.0.1", local)
+            except BaseException:
+                await _close(remote)
+                raise
+            self._note(offer.source, offer.plane, RELAYED)
+            await relay.splice(remote, inner, idle_s=relay.CIRCUIT_IDLE_S)
+        finally:
+            self.relayed_in -= 1
 
-    def _local_port(self, plane: str) -> int | None:
-        """Where our own plane listens (the punched or relayed bytes go there)."""
+    def _local_port(self, plane: str) -> int | None:  # the punched or relayed bytes go there
         addrs = self.state.addrs if plane == "control" else self.state.data_addrs
         for addr in addrs:
             endpoint = tcp_endpoint(addr)
@@ -182,8 +189,7 @@ class Traversal:
         return None
 
     async def _dialled_relay(self, peer: str) -> tuple[str, int] | None:
-        """`_relay_endpoint`, connecting to the relay first (at the addresses discovery keeps
-        for it) if we have no connection to check its relay port against."""
+        """`_relay_endpoint`, connecting to the relay first if we have no connection to it."""
         host = self.state.host
         if not connection_ips(host, peer):
             with contextlib.suppress(Exception), trio.move_on_after(SIGNAL_TIMEOUT_S):
@@ -382,8 +388,7 @@ class Traversal:
             cache.evict(str(peer_id))
 
     def _note(self, peer: str, plane: str, kind: str) -> None:
-        """A connection to `peer` now goes this way; the view reports the data plane's kind
-        (the control plane's until the data plane has connected through a route)."""
+        """A connection to `peer` now goes this way (the view shows the data plane's, if any)."""
         if self.connections.get((peer, plane)) != kind:
             log.info("%s plane to %s: %s", plane, peer, kind)
         self.connections[(peer, plane)] = kind

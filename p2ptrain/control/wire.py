@@ -31,6 +31,7 @@ from typing import Any, TypeGuard
 from p2ptrain import identity
 from p2ptrain.errors import WireError
 from p2ptrain.records import Claim, PeerRecord, Plan, Revocations, RunSpec, Telemetry
+from p2ptrain.records.codec import UNREADABLE
 from p2ptrain.records.fields import MAX_ID_CHARS
 from p2ptrain.records.run import MAX_RUN_ID_CHARS
 
@@ -231,6 +232,8 @@ def open_body(header: Header) -> Envelope:
         record = BODY_RECORDS[header.kind](header.raw_body)
     except WireError as exc:
         raise WireError(f"malformed {header.kind}: {exc}") from None
+    except Exception as exc:  # a decoder's slip must not escape: gossip and sync catch WireError
+        raise WireError(f"malformed {header.kind}: {UNREADABLE} ({type(exc).__name__})") from None
     return Envelope(header.kind, header.author, header.seq, header.ts, record, header.run_id)
 
 

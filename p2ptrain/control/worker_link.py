@@ -5,6 +5,10 @@ From the worker: `hello` (its data-plane addresses, announced in our peer record
 `heartbeat`; each one feeds the worker's health watch
 (control/health.py). To the worker: every plan the view accepts (with the run spec), and
 `stop` on shutdown. The messages are records/messages.py's.
+
+A plan's data-plane addresses are the planner's copy of each peer's: the worker is handed, for
+each peer, only those its own signed record declares, so no planner can aim every worker at
+endpoints no peer announced.
 """
 
 from __future__ import annotations
@@ -127,15 +131,38 @@ class WorkerLink:
         state, view = self.state, self.state.view
         sent_version = 0
         sent_run: RunSpec | None = None
+        sent_plan: Plan | None = None
         await state.joined.wait()
         while True:
-            seen = state.changes.count("plan", "run")
+            seen = state.changes.count("plan", "run", "members")
             if view.run is not None and view.run != sent_run:
                 # before any plan: the worker times the run's model for the planner
                 sent_run = view.run
                 await self.ipc.send(RunMessage(view.run))
-            if view.plan_version != sent_version and view.plan is not None:
-                sent_version = view.plan_version
-                routes = {} if self.routes is None else await self.routes(view.plan)
-                await self.ipc.send(PlanMessage(view.plan, view.run, routes))
-            await state.changes.wait(("plan", "run"), seen)
+            new = view.plan_version != sent_version
+            # a plan sent with addresses cut (a record we had not yet seen) is sent again, as
+            # the records arrive, until every address is there
+            if view.plan is not None and (new or sent_plan is not view.plan):
+                plan = declared_data_addrs(view.plan, state)
+                if new or plan != sent_plan:
+                    sent_version, sent_plan = view.plan_version, plan
+                    routes = {} if self.routes is None else await self.routes(view.plan)
+                    await self.ipc.send(PlanMessage(plan, view.run, routes))
+            await state.changes.wait(("plan", "run", "members"), seen)
+
+
+def declared_data_addrs(plan: Plan, state: NodeState) -> Plan:
+    """`plan` with each other peer's data addresses cut to those its own record declares."""
+    kept: dict[str, tuple[str, ...]] = {}
+    for peer, addrs in plan.data_addrs.items():
+        member = state.view.members.get(peer)
+        if peer == state.peer_id:
+            kept[peer] = tuple(addrs)
+        else:
+            declared = set(member.record.data_addrs) if member is not None else set()
+            kept[peer] = tuple(a for a in addrs if a in declared)
+    dropped = sorted(p for p in kept if kept[p] != tuple(plan.data_addrs[p]))
+    if not dropped:
+        return plan
+    log.warning("plan data addresses %s's record does not declare: dropped", ", ".join(dropped))
+    return plan.replace(data_addrs=kept)

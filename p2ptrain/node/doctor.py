@@ -3,7 +3,9 @@ the data plane's daemon starts), the network checks (control/doctor.py, run in t
 py-libp2p), and the verdict: joining works unless a check FAILed.
 
 The daemon check runs in a child process (p2ptrain.worker.daemon_check: hivemind must not meet
-py-libp2p in one process), started first and read last, so that it overlaps the network checks.
+py-libp2p in one process), started first and read last, so that it overlaps the network checks;
+its process group is killed if the checks raise (Ctrl-C), and dies with it (its watchdog) if the
+doctor is killed.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from p2ptrain.control.doctor import Check, run_network_checks
 from p2ptrain.errors import UserError
 from p2ptrain.node.supervisor import worker_available
 from p2ptrain.records import fields
+from p2ptrain.worker import private_tmp
 
 DAEMON_TIMEOUT_S = 90.0  # hivemind's import (torch) and p2pd's start on a slow machine
 ORDER = ("bootstrap", "reachability", "nat", "ports", "daemon", "clock", "bandwidth")
@@ -70,17 +73,21 @@ def diagnose(settings: DoctorSettings) -> Diagnosis:
     daemon = None
     if not settings.control_only and ports.status == "ok" and worker_available():
         daemon = start_daemon_check(settings.data_listen)
-    # a taken control port: the network checks listen elsewhere, reachability means nothing
-    listen = f"/ip4/{control_host}/tcp/0" if control_port in taken else settings.listen
-    report = run_network_checks(
-        settings.bootstrap, listen, settings.announce, (control_port, data_port)
-    )
-    checks = {check.name: check for check in report.checks}
-    if control_port in taken and "reachability" in checks:
-        text = f"reachability: not checked (port {control_port} is taken)"
-        checks["reachability"] = Check("reachability", "skip", text)
-    checks["ports"] = ports
-    checks["daemon"] = daemon_check(daemon, settings.control_only, ports.status == "ok")
+    try:
+        # a taken control port: the network checks listen elsewhere, reachability means nothing
+        listen = f"/ip4/{control_host}/tcp/0" if control_port in taken else settings.listen
+        report = run_network_checks(
+            settings.bootstrap, listen, settings.announce, (control_port, data_port)
+        )
+        checks = {check.name: check for check in report.checks}
+        if control_port in taken and "reachability" in checks:
+            text = f"reachability: not checked (port {control_port} is taken)"
+            checks["reachability"] = Check("reachability", "skip", text)
+        checks["ports"] = ports
+        checks["daemon"] = daemon_check(daemon, settings.control_only, ports.status == "ok")
+    finally:
+        if daemon is not None and daemon.poll() is None:  # the checks raised (Ctrl-C)
+            stop_daemon_check(daemon)
     ordered = tuple(checks[name] for name in ORDER if name in checks)
     return Diagnosis(ordered, report.facts)
 
@@ -142,11 +149,18 @@ def start_daemon_check(data_listen: str) -> subprocess.Popen[bytes]:
     return procs.spawn(argv, log_path=os.devnull, stdout=subprocess.PIPE)
 
 
+def stop_daemon_check(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the check's process group (its p2pd too), and the temp folder it had no time to
+    remove (worker/private_tmp.py)."""
+    procs.kill_groups([proc])
+    private_tmp.sweep_temp()
+
+
 def finish_daemon_check(proc: subprocess.Popen[bytes]) -> Check:
     try:
         out, _ = proc.communicate(timeout=DAEMON_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        procs.stop_groups([proc], grace_s=2.0)
+        stop_daemon_check(proc)
         return Check(
             "daemon",
             "FAIL",

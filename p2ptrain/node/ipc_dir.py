@@ -5,9 +5,12 @@ system temp directory, where every SIGKILLed node used to leave one behind (issu
 exit, and one a SIGKILL left is swept by the next start with the same identity (its PID is dead),
 as identity.py does for p2pd's key copy. Where that path is too long for a Unix socket, the
 folder goes to the temp directory under a name with our uid and PID (`p2ptrain-ipc-UID-PID`),
-swept there the same way. A folder, not an abstract socket: an abstract name has no permissions,
-so any local user could connect, or bind the name while the control process restarts and hand
-our worker plans.
+swept there the same way. The worker keeps its temp files and hivemind's sockets in a folder
+inside, or in the temp directory where their paths would be too long here
+(worker/private_tmp.py): a supervisor sweeps those of dead workers as it starts and stops, so
+that one a SIGKILLed worker left goes with its node. A folder, not an abstract socket: an
+abstract name has no permissions, so any local user could connect, or bind the name while the
+control process restarts and hand our worker plans.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from p2ptrain.procs import sweep_pid_dirs
+from p2ptrain.procs import make_pid_dir, sweep_pid_dirs
+from p2ptrain.worker import private_tmp
 
 SOCKET_NAME = "control.sock"
 MAX_SOCKET_PATH_BYTES = 107  # Linux's sun_path holds 108 bytes, its NUL included
@@ -30,18 +34,18 @@ class IpcDir:
         places = _places(Path(identity_path))
         for parent, prefix in places:
             sweep_pid_dirs(parent, prefix)
+        private_tmp.sweep_temp()
         parent, prefix = next(
             ((parent, prefix) for parent, prefix in places if _fits(parent / prefix)),
             places[-1],
         )
-        self.directory = parent / f"{prefix}{os.getpid()}"
-        shutil.rmtree(self.directory, ignore_errors=True)  # a dead namesake's (pid reuse)
-        self.directory.mkdir(mode=0o700)
-        self.directory.chmod(0o700)  # whatever the umask
+        self.directory = make_pid_dir(parent, prefix)
         self.path = str(self.directory / SOCKET_NAME)
 
     def remove(self) -> None:
+        """At exit, once the worker is gone: its temp folder goes too, wherever it was."""
         shutil.rmtree(self.directory, ignore_errors=True)
+        private_tmp.sweep_temp()
 
 
 def _places(identity_path: Path) -> list[tuple[Path, str]]:

@@ -20,13 +20,16 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import FrameType
+from typing import TextIO
 
 from p2ptrain import addresses, procs
 from p2ptrain.control.settings import ControlSettings
@@ -185,14 +188,38 @@ class Supervisor:
 
     def _relay_stdout(self, control: subprocess.Popen[bytes], first: bool) -> None:
         assert control.stdout is not None
-        for number, line in enumerate(control.stdout):
-            text = line.decode(errors="replace")
-            if number == 0 and not first:
-                log.info("the control process is back, listening on %s", text.strip())
-                continue
-            sys.stdout.write(text)
-            sys.stdout.flush()
-            self._addr_printed.set()
+        relay_lines(control.stdout, sys.stdout, first, self._addr_printed.set)
+
+
+def relay_lines(
+    source: Iterable[bytes], out: TextIO, first: bool, on_line: Callable[[], None]
+) -> None:
+    """Copy a control process's stdout lines to `out` (a restarted one's address line to the
+    log) until it closes, calling `on_line` after each. Once `out` is gone (`join | head -1`),
+    the lines are dropped, but still read: a full pipe would block the control process's next
+    print, and with it its loop, while the supervisor sees it alive."""
+    target: TextIO | None = out
+    for number, line in enumerate(source):
+        text = line.decode(errors="replace")
+        if number == 0 and not first:
+            log.info("the control process is back, listening on %s", text.strip())
+            continue
+        if target is not None:
+            try:
+                target.write(text)
+                target.flush()
+            except (OSError, ValueError) as exc:  # ValueError: closed in this process
+                log.warning("stdout is gone (%s): dropping the progress lines", exc)
+                _point_at_devnull(target)  # else the flush at exit fails again
+                target = None
+        on_line()
+
+
+def _point_at_devnull(out: TextIO) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, out.fileno())
+        os.close(devnull)
 
 
 def _exit_reason(code: int) -> str:

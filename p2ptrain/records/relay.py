@@ -41,7 +41,8 @@ def endpoint(value: object, record: str, name: str) -> str:
         return ""
     text = f.text(value, record, name, MAX_ENDPOINT_CHARS)
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    # ASCII digits: str.isdigit() takes "²", which int() refuses
+    if not sep or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise f.malformed(record, f"{name} must be IPv4:port")
     try:
         ip = ipaddress.IPv4Address(host)

@@ -203,7 +203,8 @@ def read_revocations(path: str) -> tuple[Revocation, ...]:
     """The revocations in a file, one `token revoke` line each (blank and # lines skipped), any
     number of them; WireError for a bad line, OSError for an unreadable file."""
     entries = []
-    with open(path, encoding="utf-8") as f_in:
+    # a byte that is no UTF-8 makes its line bad (a WireError), not the whole read a crash
+    with open(path, encoding="utf-8", errors="replace") as f_in:
         while line := f_in.readline(MAX_TOKEN_CHARS + 2):  # a line's length is bounded
             text = line.strip()
             if text and not text.startswith("#"):

@@ -73,7 +73,7 @@ class TestbedHandle:
 
     def index(self, peer: PeerRef) -> int:
         """A peer's index from its index, its name, its address or its NAT's address."""
-        if isinstance(peer, int) or (isinstance(peer, str) and peer.isdigit()):
+        if isinstance(peer, int) or (isinstance(peer, str) and peer.isascii() and peer.isdigit()):
             index = int(peer)
             if 0 <= index < self.num_peers:
                 return index

@@ -46,7 +46,7 @@ def list_netns() -> list[str]:
 def netns_pids(netns: str) -> list[int]:
     """PIDs of the processes inside netns."""
     done = subprocess.run([IP, "netns", "pids", netns], capture_output=True, text=True, check=False)
-    return [int(p) for p in done.stdout.split() if p.isdigit()]
+    return [int(p) for p in done.stdout.split() if p.isascii() and p.isdigit()]
 
 
 def delete_netns(netns: str) -> None:

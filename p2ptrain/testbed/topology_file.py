@@ -31,7 +31,7 @@ def per_peer(
     for key, value in raw.items():
         if key in names:
             index = list(names).index(key)
-        elif key.isdigit() and int(key) < len(names):
+        elif key.isascii() and key.isdigit() and int(key) < len(names):
             index = int(key)
         else:
             raise UserError(f"{path}: {field} names no peer {key!r}")

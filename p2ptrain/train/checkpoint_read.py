@@ -5,7 +5,8 @@ Format /3 (train/state_file.py) is read without unpickling anything. Files of th
 (torch.save pickles: /1 with the weights pickled, /2 with the optimizer state pickled) still load
 from this machine's own disk, with a warning; a peer never receives one (worker/resume/
 state_transfer.py refuses them on both sides). Loading validates the format, run, model shape,
-layer range and every tensor's shape before touching the model.
+layer range and every tensor's shape before touching the model; of the optimizer state only
+each parameter's AdamW state is taken, never a hyperparameter (train/state_checks.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from p2ptrain.records.run import RunSpec
 from p2ptrain.records.stage_state import FORMAT
 from p2ptrain.train import state_file
 from p2ptrain.train.model import Stage
+from p2ptrain.train.optim import make_optimizer
+from p2ptrain.train.state_checks import load_optimizer, optimizer_problem, outer_problem
 
 log = logging.getLogger(__name__)
 
@@ -66,16 +69,17 @@ def load_stage(
     optimizer: torch.optim.Optimizer | None = None,
     outer_state: dict[str, torch.Tensor] | None = None,
 ) -> int:
-    """Validate a checkpoint and load it into `model` (and `optimizer`); return its step.
-    `outer_state`, if given, gets the file's DiLoCo tensors (none: the file has no outer
-    state); worker/averaging/outer_rounds.py checks them against the stage when it takes them."""
+    """Validate a checkpoint and load it into `model` (and `optimizer`: the AdamW state of each
+    parameter, its hyperparameters stay the run's); return its step. `outer_state`, if given,
+    gets the file's DiLoCo tensors (none: the file has no outer state)."""
     state = read_file(path)
-    problem = _check(state, spec, model)
+    reference = optimizer if optimizer is not None else make_optimizer(model, spec)
+    problem = _check(state, spec, model, reference)
     if problem:
         raise UserError(f"checkpoint {path} does not fit this stage: {problem}")
     model.load_state_dict(state["model_state"])
     if optimizer is not None:
-        optimizer.load_state_dict(state["optimizer_state"])
+        load_optimizer(optimizer, state["optimizer_state"])
     if outer_state is not None:
         outer_state.clear()
         outer_state.update(state.get("outer_state", {}))
@@ -88,7 +92,7 @@ def read_state(path: Path, spec: RunSpec, layers: range) -> dict[str, Any]:
     state = read_file(path)
     with torch.device("meta"):  # shapes only: no memory, no init
         shape = Stage(spec.model_config(), layers, spec.optim.seed)
-    problem = _check(state, spec, shape)
+    problem = _check(state, spec, shape, make_optimizer(shape, spec))
     if problem:
         raise UserError(f"checkpoint {path} does not fit layers {layers}: {problem}")
     return dict(state)
@@ -144,7 +148,7 @@ def other_run(path: Path, spec: RunSpec) -> str | None:
     return _runs[key]
 
 
-def _check(state: Any, spec: RunSpec, model: Stage) -> str | None:
+def _check(state: Any, spec: RunSpec, model: Stage, optimizer: torch.optim.Optimizer) -> str | None:
     if not isinstance(state, dict) or state.get("format") not in KNOWN_FORMATS:
         return "not a p2ptrain stage checkpoint"
     problem = _other_run(state, spec)
@@ -168,6 +172,6 @@ def _check(state: Any, spec: RunSpec, model: Stage) -> str | None:
             return f"tensor {name} has the wrong shape or dtype"
         if not torch.isfinite(other).all():
             return f"tensor {name} holds NaN or inf"
-    if not isinstance(state.get("optimizer_state"), dict):
-        return "optimizer state missing"
-    return None
+    return optimizer_problem(state.get("optimizer_state"), optimizer) or outer_problem(
+        state.get("outer_state", {}), model
+    )

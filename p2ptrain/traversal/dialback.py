@@ -72,7 +72,7 @@ def tcp_target(maddr: str) -> tuple[str, int] | None:
     parts = maddr.split("/")
     if len(parts) < 5 or parts[0] != "" or parts[1] not in ("ip4", "ip6") or parts[3] != "tcp":
         return None
-    if not parts[4].isdigit() or (len(parts) > 5 and parts[5] != "p2p"):
+    if not _is_port(parts[4]) or (len(parts) > 5 and parts[5] != "p2p"):
         return None
     try:
         ip = str(ipaddress.ip_address(parts[2]))
@@ -92,7 +92,12 @@ def tcp_port(maddr: str) -> int | None:
     if "tcp" not in parts[:-1]:
         return None
     port = parts[parts.index("tcp") + 1]
-    return int(port) if port.isdigit() and len(port) <= 5 else None
+    return int(port) if _is_port(port) else None
+
+
+def _is_port(text: str) -> bool:
+    """1-5 ASCII digits: str.isdigit() alone takes "²", which int() refuses."""
+    return text.isascii() and text.isdigit() and len(text) <= 5
 
 
 def dial_candidates(addrs: Sequence[str], observed_ip: str) -> list[tuple[str, int]]:

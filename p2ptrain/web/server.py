@@ -144,7 +144,8 @@ def split_host_header(value: str) -> tuple[str, int | None] | None:
         return None
     if port_text is None:
         return name, None
-    if not port_text.isdigit() or len(port_text) > 5:
+    # ASCII digits: str.isdigit() takes "²", which int() refuses
+    if not (port_text.isascii() and port_text.isdigit()) or len(port_text) > 5:
         return None
     return name, int(port_text)
 

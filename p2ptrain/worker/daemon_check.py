@@ -4,7 +4,9 @@ starts hivemind's p2pd on MADDR (as a worker would), prints one JSON line `{"ok"
 worker/daemon_env.py) or `{"ok": false, "error": ...}`, stops it and exits (0 or 1).
 
 `p2ptrain doctor` runs it as a child process: hivemind and py-libp2p are never imported into one
-process.
+process. As a worker does, it installs the watchdog first (p2pd, which has no parent-death signal,
+dies with the check however the check ends: a Ctrl-C or SIGKILL of the doctor) and keeps
+hivemind's sockets in a private temp folder (worker/private_tmp.py).
 """
 
 from __future__ import annotations
@@ -12,8 +14,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
 from typing import Any
+
+from p2ptrain.worker import watchdog
+from p2ptrain.worker.private_tmp import PrivateTmp
 
 START_TIMEOUT_S = 30.0
 
@@ -59,12 +65,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m p2ptrain.worker.daemon_check")
     parser.add_argument("--listen", required=True, metavar="MADDR", help="/ip4/HOST/tcp/PORT")
     args = parser.parse_args(argv)
+    watchdog.install(signal.SIGKILL)  # before any thread; nothing to save on the parent's death
+    private = PrivateTmp()
     try:
+        private.use()
         result = asyncio.run(start_and_stop(args.listen))
     except ImportError as exc:
         result = {"ok": False, "error": f"the data plane is not installed ({exc.name} missing)"}
     except Exception as exc:
         result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    finally:
+        private.remove()
     print(json.dumps(result), flush=True)
     return 0 if result["ok"] else 1
 

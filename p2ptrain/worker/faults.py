@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import threading
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ DIE_WHILE_AVERAGING = "die-while-averaging"
 SKIP_AVERAGING = "skip-averaging"
 FREEZE = "freeze"
 KINDS = (DIE_WHILE_AVERAGING, SKIP_AVERAGING, FREEZE)
+_NUMBER = re.compile(r"[0-9]{1,15}")
 # after our metadata left, before the round (a loopback one takes ~10 ms) can finish
 DIE_DELAY_S = 0.003
 
@@ -43,7 +45,9 @@ class Fault:
         """A fault from `KIND@STEP:STAGE:REPLICA`; ValueError if it is not one."""
         kind, _, where = text.partition("@")
         numbers = where.split(":")
-        if kind not in KINDS or len(numbers) != 3 or not all(n.isdigit() for n in numbers):
+        # ASCII digits: str.isdigit() takes "²", which int() refuses
+        valid = len(numbers) == 3 and all(_NUMBER.fullmatch(n) for n in numbers)
+        if kind not in KINDS or not valid:
             raise ValueError(
                 f"a fault is KIND@STEP:STAGE:REPLICA with KIND one of {', '.join(KINDS)}, "
                 f"got {text!r}"

@@ -20,7 +20,9 @@ from p2ptrain.errors import WireError
 log = logging.getLogger(__name__)
 
 ANSWER_LINGER_S = 5.0  # for the sender to read our answer and close its side
-BAD_INPUT = (ValueError, OSError, TimeoutError, asyncio.IncompleteReadError)  # WireError too
+# WireError is a ValueError; RecursionError: a decoder that let deep nesting through still
+# costs its sender one refused message, not a handler's traceback
+BAD_INPUT = (ValueError, RecursionError, OSError, TimeoutError, asyncio.IncompleteReadError)
 
 
 class OpenStreams:

@@ -3,9 +3,9 @@
     python -m p2ptrain.worker --ipc SOCKET [--identity KEY]       # beside a control process
     python -m p2ptrain.worker --plan PLAN.json --name NAME        # static plan, for tests
 
-Life of the process: watchdog -> hivemind DHT + p2pd (the node's data-plane address) -> hello ->
-wait for a plan -> build this peer's stage -> train step by step (pipeline, then verified
-gradient averaging, then the optimizer) -> checkpoint on interval, on a new plan and on exit.
+Life of the process: watchdog -> temp folder -> hivemind DHT + p2pd (the data-plane address) ->
+hello -> wait for a plan -> build this peer's stage -> train step by step (pipeline, then verified
+averaging, then the optimizer) -> checkpoint on interval, on a new plan and on exit.
 """
 
 from __future__ import annotations
@@ -39,9 +39,12 @@ from p2ptrain.train.checkpoint import checkpoint_dir
 from p2ptrain.worker import allocator, collector, daemon_env, watchdog
 from p2ptrain.worker.device import cpu_threads, precision_for, resolve_device
 from p2ptrain.worker.pipeline.frames import Expected, FrameHeader, NotReady
+from p2ptrain.worker.private_tmp import PrivateTmp
 from p2ptrain.worker.settings import WorkerSettings
 
 if TYPE_CHECKING:
+    import hivemind
+
     from p2ptrain.worker.profiler import StepProfiler
 
 log = logging.getLogger("p2ptrain.worker")
@@ -50,6 +53,8 @@ SHUTDOWN_GRACE_S = 3.0
 # a heartbeat every few seconds, from its own thread: the control process judges the worker's
 # health from them (control/health.py), so they must flow while the trainer waits or computes
 HEARTBEAT_INTERVAL_S = 2.0
+# after hivemind's DHT process died: as long as a supervisor gives a stopping worker
+DHT_LOST_EXIT_S = 10.0
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -57,6 +62,8 @@ def main(argv: list[str] | None = None) -> None:
     watchdog.install()  # first, while the process has a single thread
     procs.raise_open_file_limit()  # hivemind's p2pd and its peers' connections cost descriptors
     allocator.keep_freed_memory()  # before the first tensor: its pages are the heap's
+    private = PrivateTmp(settings.ipc)  # before any temp file or socket: they go with it
+    private.use()
     logging.basicConfig(
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s worker %(process)d: %(message)s",
@@ -66,26 +73,37 @@ def main(argv: list[str] | None = None) -> None:
             logging.ERROR if settings.log_level.upper() != "DEBUG" else "DEBUG"
         )
     torch.set_num_threads(cpu_threads(settings.threads))
+
+    def leave(code: int) -> None:
+        private.remove()
+        logging.shutdown()
+        os._exit(code)  # not sys.exit: hivemind's non-daemon threads must not keep us alive
+
     try:
-        code = Worker(settings).run()
+        code = Worker(settings, leave).run()
     except UserError as exc:
         log.error("%s", exc)
         code = 2
-    logging.shutdown()
-    os._exit(code)  # not sys.exit: hivemind's non-daemon threads must not keep us alive
+    except Exception:  # a bug: exit all the same (sys.exit would wait for hivemind's threads)
+        log.exception("the worker failed")
+        code = 1
+    leave(code)
 
 
 class Worker:
-    def __init__(self, settings: WorkerSettings) -> None:
+    def __init__(self, settings: WorkerSettings, leave: Callable[[int], None] = os._exit) -> None:
         from p2ptrain.worker.ipc import IpcClient, PlanInbox
 
         self.settings = settings
+        self._leave = leave  # ends the process with an exit code, from any thread
         self.device = resolve_device(settings.device)  # UserError if it is not here
         log.info("training on %s (%s)", self.device, precision_for(self.device).name)
         self.inbox = PlanInbox()
         self._timed_runs: set[str] = set()
         self._checked_data: set[tuple[str, str, str]] = set()  # (run, data, digest) found right
         self.refused = ""  # why this worker will not train the run (its data is not the run's)
+        self.dht: hivemind.DHT | None = None  # while it should be alive (_check_dht)
+        self.failure = ""  # why the worker stopped on its own (its DHT process died)
         self._timing = threading.Lock()
         # the compute probe waits until this worker is up (p2pd, hello, torch warm): timed
         # during our own start, a peer would look slower than it is
@@ -122,6 +140,7 @@ class Worker:
             )
         finally:
             key_copy.remove()
+        self.dht = dht
         self.current: Session | None = None
         transport = Transport.start(dht.replicate_p2p, self._expect)
         state_server = StateServer(transport)
@@ -137,7 +156,7 @@ class Worker:
             version = 0
             while True:
                 if not self.inbox.wait_newer(version):
-                    return 2 if self.refused else 0  # stopped before any (new) plan
+                    return 2 if self.refused else self._stop_code()  # before any (new) plan
                 version = self.inbox.version
                 message = self.inbox.latest
                 assert message is not None
@@ -180,12 +199,16 @@ class Worker:
                     self.current, self.phase = None, "waiting"
                     session.close()
                     collector.thaw()
-                if end is SessionEnd.DONE or self.inbox.stopped:
+                if end is SessionEnd.DONE:
                     return 0
+                if self.inbox.stopped:
+                    return self._stop_code()
                 if end is SessionEnd.PEER_LOST and not self.ipc:
                     return 3  # a static plan cannot heal; a control plane re-plans
                 # otherwise a new plan arrived, or we wait for the control plane's next one
         finally:
+            self.dht = None  # before its shutdown: see _check_dht
+
             # hivemind's own shutdown can hang for long; give it a moment, then leave: the
             # watchdog kills whatever of the process group is left when we exit
             def shut_down() -> None:
@@ -242,9 +265,27 @@ class Worker:
         log.info("timed the run's model: %.3g ms per row and block", compute.block_row_s * 1e3)
         self.ipc.send(ComputeReport(compute))
 
+    def _stop_code(self) -> int:
+        return 1 if self.failure else 0
+
+    def _check_dht(self) -> None:
+        """hivemind's DHT process died: the data plane is gone, but its p2pd (no parent-death
+        signal) lives on. Stop as on SIGTERM (checkpoint, exit 1), or, should the trainer hang
+        on the dead DHT, leave anyway: the watchdog then kills p2pd and the rest of the group."""
+        dht = self.dht  # None again before run() shuts it down: that end is no failure
+        if dht is None or dht.is_alive() or self.dht is None or self.failure:
+            return
+        self.failure = f"hivemind's DHT process died (exit code {dht.exitcode})"
+        log.error("%s: stopping the worker", self.failure)
+        self.inbox.stop()
+        timer = threading.Timer(DHT_LOST_EXIT_S, self._leave, args=(1,))
+        timer.daemon = True
+        timer.start()
+
     def _beat_forever(self) -> None:
         assert self.ipc is not None
         while not self.inbox.stopped:
+            self._check_dht()  # here: this thread runs whatever the trainer is doing
             session, plan = getattr(self, "current", None), self.phase_plan
             step = session.step if session is not None else 0
             term, epoch = (0, 0) if plan is None else plan.key

@@ -31,7 +31,8 @@ def _device(text: str) -> str:
 
 
 def _threads(text: str) -> int:
-    if not text.isdigit() or int(text) > 4096:
+    # ASCII digits: str.isdigit() takes "²", which int() refuses
+    if not re.fullmatch(r"[0-9]{1,4}", text) or int(text) > 4096:
         raise argparse.ArgumentTypeError(f"a number of threads (0: all), got {text!r}")
     return int(text)
 

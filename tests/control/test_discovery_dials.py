@@ -5,6 +5,7 @@ never an address of a kind we refuse (a DNS name; loopback for a node that is no
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -127,3 +128,20 @@ def test_candidates_are_few_allowed_and_where_we_saw_the_peer_first() -> None:
     assert len(first) == MAX_ADDRS_PER_PEER
     assert seen_first == ["/ip4/8.8.4.4/tcp/7401", "/ip4/8.8.8.8/tcp/7401"]
     assert discovery.DIAL_WINDOW_S >= discovery.REDIAL_BACKOFF_S
+
+
+def test_an_address_the_dialler_cannot_parse_is_skipped_and_the_next_one_dialled() -> None:
+    """A signed record with `/ipfs/1` passed the records' check once, and the dial's
+    Multiaddr() ended every control process that tried it; now that address costs one round
+    and the next round dials the record's next one."""
+
+    async def scenario() -> int:
+        async with open_victim() as victim, node() as disco:
+            peer, member = sybil([victim.addr])
+            unparsable = "/ip4/8.8.8.8/tcp/4001/ipfs/1"  # refused by py-multiaddr
+            record = dataclasses.replace(member.record, addrs=(unparsable, victim.addr))
+            assert disco.candidates(peer, list(record.addrs))[0] == unparsable
+            await dial_rounds(disco, {peer: Member(record, 0.0)})
+            return victim.connections
+
+    assert run(scenario) >= 1

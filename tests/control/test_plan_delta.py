@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from typing import Any
 
 import pytest
 
 from p2ptrain import identity
 from p2ptrain.control import plan_delta, wire
+from tests.records.test_fuzz import _mutate, assert_no_slip
 
 SEED = os.urandom(32)
 PLANNER = identity.peer_id_of(SEED)
@@ -63,3 +65,17 @@ def test_a_wrong_delta_cannot_forge_a_plan() -> None:
     for bad in ({}, {"envelope": 1}, dict(change, dropped=5), dict(change, changed=[1])):
         with pytest.raises(wire.WireError, match="malformed plan delta"):
             plan_delta.rebuild(old, bad)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_mutated_delta_rebuilds_bytes_or_is_the_wire_error(seed: int) -> None:
+    """The delta comes off the wire: rebuilding from any mutation of it, and decoding what it
+    rebuilds, gives a plan or the one wire error, never another exception."""
+    rng = random.Random(seed)
+    old = body(1, [PEERS[0:2]], [PEERS[2]])
+    change = plan_delta.delta(old, signed(body(2, [PEERS[2:4]], [PEERS[0]])))
+    for _ in range(1500):
+        try:
+            wire.decode(plan_delta.rebuild(old, _mutate(rng, change)))
+        except wire.WireError as exc:
+            assert_no_slip(exc)

@@ -15,7 +15,7 @@ from typing import Any
 import trio
 
 from p2ptrain.control import relay_service
-from p2ptrain.control.traversal import MAX_PUNCHES, Traversal
+from p2ptrain.control.traversal import MAX_PUNCHES, MAX_RELAYED_IN, Traversal
 from p2ptrain.records.relay import OfferAnswer, RelayOffer, RelayReply, RelayRequest
 from p2ptrain.traversal import relay
 from tests.net.trio_run import run
@@ -238,3 +238,28 @@ def test_a_real_hosts_connection_and_stream_show_where_the_peer_is() -> None:
 
     a_sees, b_sees, seen = run(main)
     assert a_sees == b_sees == {"127.0.0.1"} and seen == ["127.0.0.1"]
+
+
+def test_relayed_in_offers_past_the_cap_are_refused_and_ended_circuits_give_back() -> None:
+    """A relay of ours offering circuits in a loop: each held two sockets and a task, unbounded.
+    Past MAX_RELAYED_IN the offers are refused; a circuit that ends (here the relay port refuses
+    the unknown token) gives its place back."""
+
+    async def main() -> tuple[bool, bool, int]:
+        async with trio.open_nursery() as nursery:
+            traversal = nated_node(await relay_port(nursery))
+            await nursery.start(traversal.serve)
+            traversal.relayed_in = MAX_RELAYED_IN
+            over_cap = bool((await offer(traversal, ""))["accept"])
+            traversal.relayed_in = 0
+            under_cap = bool((await offer(traversal, ""))["accept"])
+            for _ in range(100):  # the relay port refuses the token at once: well under 5 s
+                if not traversal.relayed_in:
+                    break
+                await trio.sleep(0.05)
+            left = traversal.relayed_in
+            nursery.cancel_scope.cancel()
+        return over_cap, under_cap, left
+
+    over_cap, under_cap, left = run(main)
+    assert not over_cap and under_cap and left == 0

@@ -13,7 +13,7 @@ OTHER = bytes(range(1, 33))
 
 def record_body() -> dict:
     return {
-        "addrs": ["/ip4/127.0.0.1/tcp/1/p2p/x"],
+        "addrs": [f"/ip4/127.0.0.1/tcp/1/p2p/{identity.peer_id_of(SEED)}"],
         "data_addrs": [],
         "role": "control-only",
         "planner_capable": True,
@@ -135,3 +135,15 @@ def test_seq_clock_is_strictly_increasing():
     values = [clock.next() for _ in range(1000)]
     assert values == sorted(set(values))
     assert wire.SeqClock().next() > values[0]  # a restarted peer keeps counting up
+
+
+def test_a_body_decoder_that_slips_is_still_the_wire_error(monkeypatch):
+    """The backstop behind every decoder: gossip and sync catch WireError only, so whatever a
+    body's decoder raises must reach them as one."""
+
+    def slips(body: object) -> PeerRecord:
+        raise TypeError("a slip")
+
+    monkeypatch.setitem(wire.BODY_RECORDS, "peer", slips)
+    with pytest.raises(wire.WireError, match=r"^malformed peer"):
+        wire.decode(wire.sign(SEED, "peer", 7, record_body()))

@@ -70,10 +70,32 @@ def _cmdline(pid: int) -> str:
     return ""
 
 
-def _node_folders_in_temp() -> set[str]:
-    """The nodes' IPC socket folders in the temp directory (of this and older versions)."""
+def _in_temp(*patterns: str) -> set[str]:
     temp = Path(tempfile.gettempdir())
-    return {p.name for pattern in ("p2ptrain-node-*", "p2ptrain-ipc-*") for p in temp.glob(pattern)}
+    return {p.name for pattern in patterns for p in temp.glob(pattern)}
+
+
+def _node_folders_in_temp() -> set[str]:
+    """The nodes' IPC socket folders in the temp directory (of this and older versions), and the
+    workers' temp folders (worker/private_tmp.py)."""
+    return _in_temp("p2ptrain-node-*", "p2ptrain-ipc-*", "p2ptrain-worker-*")
+
+
+def _loose_in_temp() -> set[str]:
+    """What hivemind, multiprocessing and torch put in the temp directory itself: multiprocessing's
+    listener folder, hivemind's Unix sockets, torch's shared-memory folder (a worker keeps them in
+    its own folder; other runs on this machine may leave some: compare sets)."""
+    return _in_temp("pymp-*", "hivemind-*", "torch-shm-dir-*")
+
+
+def _p2pd_socket_folders(pids: list[int]) -> set[Path]:
+    """Where the p2pd processes among `pids` have their control socket (`-listen=/unix/PATH`)."""
+    folders = set()
+    for args in (_cmdline(pid).split() for pid in pids):
+        for arg in args[1:] if args and args[0].endswith("p2pd") else []:
+            if arg.startswith("-listen=/unix/"):
+                folders.add(Path(arg.removeprefix("-listen=/unix")).parent)
+    return folders
 
 
 @pytest.mark.timeout(240)
@@ -82,8 +104,10 @@ def test_a_crash_leaves_nothing_behind(tmp_path: Path, reaper: ProcessReaper) ->
     while its planner runs searches. The search process, its helpers, the worker, hivemind's
     children and p2pd all die with it (the planner's multiprocessing worker and resource tracker
     used to survive, reparented to init), and no socket folder stays in the temp directory (the
-    one beside the identity goes at the next start)."""
-    temp_before = _node_folders_in_temp()
+    one beside the identity goes at the next start), nor any of hivemind's sockets or
+    multiprocessing's folders: those were in the worker's own folder, beside the identity or
+    (a path too long for a socket) in the temp directory until the next start."""
+    temp_before, loose_before = _node_folders_in_temp(), _loose_in_temp()
     boot, boot_addr = start_bootstrap(reaper, tmp_path)
     trainer, trainer_addr = start_peer(reaper, tmp_path, boot_addr, "trainer", trainer=True)
     control, control_addr = start_peer(reaper, tmp_path, boot_addr, "control")
@@ -104,15 +128,22 @@ def test_a_crash_leaves_nothing_behind(tmp_path: Path, reaper: ProcessReaper) ->
     trees = {proc.pid: descendants_of(proc.pid) for proc in nodes.values()}
     everything = [pid for tree in trees.values() for pid in tree]
     assert any("p2pd" in _cmdline(p) for p in trees[trainer.pid]), "the worker has no p2pd"
+    sockets_in = _p2pd_socket_folders(trees[trainer.pid])
+    assert sockets_in, "no p2pd socket found"
+    assert Path(tempfile.gettempdir()) not in sockets_in, "hivemind's sockets in the temp dir"
+    worker_folders = {p.name for p in sockets_in if p.name.startswith("p2ptrain-worker-")}
     for proc in nodes.values():
         os.killpg(proc.pid, signal.SIGKILL)  # the supervisor's process group
     left = wait_all_gone(everything, 10)
     assert left == [], f"outlived their node: {[_cmdline(p)[:120] for p in left]}"
-    assert _node_folders_in_temp() - temp_before == set(), "a socket folder in the temp dir"
+    # the worker's own temp folder, if there, stays until the next start: nothing else does
+    assert _node_folders_in_temp() - temp_before <= worker_folders, "a socket folder in temp"
+    assert _loose_in_temp() - loose_before == set(), "hivemind's or multiprocessing's leftovers"
     stale = tmp_path / f".control.key.ipc-{control.pid}"
     assert stale.is_dir()  # beside the identity, until the next start with it sweeps it
     again, _ = start_peer(reaper, tmp_path, boot_addr, "control")
     assert not stale.exists(), "the next start left the crashed node's socket folder"
+    assert _node_folders_in_temp() - temp_before == set(), "the next start left a worker's folder"
     assert (tmp_path / f".control.key.ipc-{again.pid}").is_dir()
     os.kill(again.pid, signal.SIGTERM)
     assert again.wait(timeout=20) == 0

@@ -35,7 +35,15 @@ from p2ptrain.records import (
     issue_revocation,
     issue_token,
 )
-from p2ptrain.records.replies import PlanReply, PlanRequest, SyncPage, SyncRequest
+from p2ptrain.records.replies import (
+    Cursor,
+    PlanReply,
+    PlanRequest,
+    RunReply,
+    StatusPage,
+    SyncPage,
+    SyncRequest,
+)
 from p2ptrain.records.stage_state import StateMeta
 from p2ptrain.worker.pipeline.frames import FrameHeader
 from p2ptrain.worker.resume.state_transfer import StateRequest
@@ -380,4 +388,16 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (PlanReply, {"delta": {"envelope": {}, "changed": {"epoch": 7}, "dropped": []}}),
     (Claim, {"term": 3, "plan": [3, 7]}),
     (Claim, {"term": 3, "sees": 12}),
+    (
+        Telemetry,
+        {
+            **telemetry_dict(),
+            "coord": {"v": [1.0, -2.5, 3.0], "h": 4.2, "e": 0.5},
+            "cap": {"up_mbps": 90.0, "down_mbps": None},
+        },
+    ),
+    (RunReply, {"envelope": "{}"}),
+    (RunReply, {"error": "no run yet"}),
+    (StatusPage, {"peers": status_dict()["peers"], "links": status_dict()["links"], "next": 3}),
+    (Cursor, {"cursor": 5}),
 ]

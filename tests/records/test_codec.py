@@ -10,7 +10,17 @@ import pytest
 
 from p2ptrain import records
 from p2ptrain.errors import WireError
-from p2ptrain.records.codec import Int, Nullable, OneOf, Record, Seq, Text, Wire, _fields_of
+from p2ptrain.records.codec import (
+    Custom,
+    Int,
+    Nullable,
+    OneOf,
+    Record,
+    Seq,
+    Text,
+    Wire,
+    _fields_of,
+)
 
 
 def _record_classes() -> list[type[Record]]:
@@ -76,3 +86,35 @@ def test_to_dict_writes_type_first_keys_and_omits_defaults() -> None:
 def test_bad_input_is_the_one_wire_error(data: object) -> None:
     with pytest.raises(WireError, match=r"^malformed sample"):
         Sample.from_dict(data)
+
+
+def _int_of_text(value: object, record: str, name: str) -> int:
+    """A reader with a slip: int("²") raises ValueError, as "²".isdigit() is true."""
+    return int(str(value))
+
+
+def _inverse(value: object, record: str, name: str) -> float:
+    """A reader with another slip: 1 / 0, 1 / "x"."""
+    return 1 / value  # type: ignore[operator]
+
+
+@dataclass(frozen=True)
+class Sloppy(Record, name="sloppy"):
+    number: Annotated[int, Custom(_int_of_text)]
+    inverse: Annotated[float, Custom(_inverse)]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"number": "²", "inverse": 1},  # ValueError
+        {"number": 1, "inverse": 0},  # ZeroDivisionError
+        {"number": 1, "inverse": "x"},  # TypeError
+    ],
+)
+def test_whatever_a_reader_raises_is_the_wire_error(data: object) -> None:
+    """The backstop: a field reader's slip (such as "²".isdigit() then int()) escaped
+    `from_dict`, which callers guard with `except WireError` only, and ended the process."""
+    assert Sloppy.from_dict({"number": "12", "inverse": 4}) == Sloppy(12, 0.25)
+    with pytest.raises(WireError, match=r"^malformed sloppy"):
+        Sloppy.from_dict(data)

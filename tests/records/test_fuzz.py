@@ -15,6 +15,7 @@ import pytest
 
 from p2ptrain.errors import WireError
 from p2ptrain.records import message_from_dict
+from p2ptrain.records.codec import UNREADABLE
 from p2ptrain.records.stage_state import StateMeta
 from p2ptrain.worker.pipeline.frames import FrameHeader
 from p2ptrain.worker.resume.state_transfer import StateRequest
@@ -50,6 +51,19 @@ NASTY: list[Any] = [
     "\x00",
     "/ip4/1.2.3.4/tcp/1",
     "12D3KooWA",
+    # digits that str.isdigit() takes and int() refuses ("²") or reads ("٣")
+    "²",
+    "٣",
+    "1.2.3.4:²",
+    "/ip4/1.2.3.4/tcp/²",
+    "/ip4/1.2.3.4/tcp/٣",
+    # multiaddrs a dialer's parser refuses (records/multiaddrs.py)
+    "/ip6/::::/tcp/1",
+    "/ip4/8.8.8.8/tcp/4001/ipfs/1",
+    "/ip4/8.8.8.8/tcp/4001/p2p/1",
+    "/dns4/ws/tcp/1",
+    ["/ip6/::::/tcp/1"],
+    ["/ip4/8.8.8.8/tcp/4001/ipfs/1"],
     [],
     {},
     [None],
@@ -114,9 +128,15 @@ def fuzz(decode: Any, sample: dict[str, Any], num_inputs: int, seed: int) -> int
         try:
             decode(data)
             num_valid += 1
-        except WireError:
-            pass
+        except WireError as exc:
+            assert_no_slip(exc)
     return num_valid
+
+
+def assert_no_slip(error: WireError) -> None:
+    """A refusal, not the backstop's catch of a reader's slip (records/codec.py), which keeps
+    a node up but is still a bug: "²".isdigit() then int() was one."""
+    assert UNREADABLE not in str(error), error
 
 
 DECODERS = [(kind.from_dict, data) for kind, data in SAMPLES] + [
@@ -202,8 +222,8 @@ def fuzz_bytes(decode: Any, sample: bytes, num_inputs: int, seed: int) -> int:
         try:
             decode(body)
             num_valid += 1
-        except WireError:
-            pass
+        except WireError as exc:
+            assert_no_slip(exc)
     return num_valid
 
 

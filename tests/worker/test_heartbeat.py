@@ -1,5 +1,6 @@
 """The worker's side of its health (issue 11, attack 7): heartbeats flow from its own thread
-before any plan, and the freeze fault stops its whole process group."""
+before any plan, the freeze fault stops its whole process group, and a worker whose hivemind DHT
+process died stops (its p2pd would live on)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from p2ptrain.ipc_lines import LineBuffer, decode
 from p2ptrain.records import Heartbeat
+from p2ptrain.worker import main
 from p2ptrain.worker.faults import FREEZE, Fault, Faults
 from p2ptrain.worker.main import HEARTBEAT_INTERVAL_S, Worker
 from p2ptrain.worker.settings import WorkerSettings
@@ -42,6 +47,41 @@ def test_a_worker_heartbeats_from_its_own_thread_before_any_plan(tmp_path: Path)
     server.close()
     assert len(beats) >= 2
     assert beats[0] == Heartbeat("starting", 0, 0, 0)
+
+
+class FakeDht:
+    def __init__(self, exitcode: int | None) -> None:
+        self.exitcode = exitcode
+
+    def is_alive(self) -> bool:
+        return self.exitcode is None
+
+
+def test_a_worker_whose_dht_process_died_stops_and_leaves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(main, "DHT_LOST_EXIT_S", 0.05)
+    left: list[int] = []
+    done = threading.Event()
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    settings = WorkerSettings(plan=str(tmp_path / "plan.json"), name="w0")
+
+    def leave(code: int) -> None:
+        left.append(code)
+        done.set()
+
+    worker = Worker(settings, leave)
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+    worker._check_dht()  # no DHT yet, or shut down by run(): nothing to judge
+    worker.dht = FakeDht(None)
+    worker._check_dht()
+    assert not worker.inbox.stopped and not worker.failure
+    worker.dht = FakeDht(-9)
+    worker._check_dht()
+    assert worker.inbox.stopped and "exit code -9" in worker.failure
+    assert worker._stop_code() == 1  # the node sees a failure, not a finished worker
+    assert done.wait(5) and left == [1]  # the trainer did not return in time: it leaves
 
 
 def test_the_freeze_fault_parses_and_stops_the_process_group() -> None:

@@ -41,12 +41,19 @@ def test_defaults_stay_off_the_command_line() -> None:
         ["--plan", "p.json"],
         ["--ipc", "s", "--fault", "explode@1:0:0"],
         ["--ipc", "s", "--fault", "skip-averaging@1:0"],
+        ["--ipc", "s", "--fault", "skip-averaging@²:0:1"],  # "²".isdigit(); int("²") raises
+        ["--ipc", "s", "--threads", "²"],
     ],
 )
 def test_bad_command_lines_exit_2(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         WorkerSettings.from_argv(argv)
     assert exc.value.code == 2
+
+
+def test_a_fault_with_non_ascii_digits_gets_the_usage_error() -> None:
+    with pytest.raises(ValueError, match="a fault is KIND@STEP:STAGE:REPLICA"):
+        Fault.parse("skip-averaging@²:0:1")
 
 
 def test_a_fault_fires_only_at_its_step_and_role() -> None:

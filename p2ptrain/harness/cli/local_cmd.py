@@ -24,9 +24,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
+from p2ptrain import procs
 from p2ptrain.errors import UserError
 from p2ptrain.records import MetricsReport, Plan, RunSpec
 from p2ptrain.worker.faults import Faults
+
+TEMP_PREFIX = "p2ptrain-local-"  # then UID-PID
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -86,7 +89,7 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
         changes["seed"] = args.seed
     if args.no_compression:
         changes["compression"] = "none"
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="p2ptrain-local-"))
+    workdir = Path(args.workdir) if args.workdir else temp_workdir()
     workdir.mkdir(parents=True, exist_ok=True)
     # a fresh run must not resume whatever an earlier run left; and unless the run names a
     # shared directory, each node keeps its own, as on separate machines (stage states then move
@@ -238,6 +241,14 @@ def _train_with_control_plane(
     )
     progress.finish()
     return result
+
+
+def temp_workdir() -> Path:
+    """A fresh work directory in the temp directory, named with our uid and PID; those a killed
+    `local` left (checkpoints and all: its `finally` never ran) are removed first."""
+    parent, prefix = Path(tempfile.gettempdir()), f"{TEMP_PREFIX}{os.getuid()}-"
+    procs.sweep_pid_dirs(parent, prefix)
+    return procs.make_pid_dir(parent, prefix)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

@@ -199,7 +199,7 @@ def _nat_flags(flags: list[str], names: list[str]) -> dict[int, str]:
             raise UserError(f"--nat takes PEER=TYPE (e.g. 1=cone), got {flag!r}")
         if peer in names:
             index = names.index(peer)
-        elif peer.isdigit() and int(peer) < len(names):
+        elif peer.isascii() and peer.isdigit() and int(peer) < len(names):
             index = int(peer)
         else:
             raise UserError(f"--nat {flag}: no peer {peer!r}")

@@ -77,7 +77,11 @@ class OuterExchange:
         round_prefix: str,
         timeouts: ExchangeTimeouts,
         topk_fraction: float = 0.03,
+        *,
+        inner_steps: int,
     ) -> None:
+        """inner_steps: the steps between two rounds of this exchange (the run's outer period):
+        the inbox reads a groupmate's rounds at most MAX_ROUNDS_AHEAD periods past ours."""
         if len(group) < 2 or link.peer_id not in group:
             raise ValueError(f"an outer round needs >= 2 members, this peer among them: {group}")
         if codec not in codecs.OUTER_CODECS:
@@ -86,6 +90,7 @@ class OuterExchange:
         self.weights = dict(group)
         self.prefix, self.timeouts = round_prefix, timeouts
         self.siblings: tuple[str, ...] = ()  # the stage's other fragments' round prefixes
+        self.steps_ahead = wire.MAX_ROUNDS_AHEAD * inner_steps
         self.topk = codecs.TopKCompressor(numel, topk_fraction) if codec == "topk" else None
         signs = fixed_signs(numel)
         self.shapes = AttemptShapes(link, self.weights, codec, numel, signs, topk_fraction)
@@ -123,6 +128,7 @@ class OuterExchange:
         pacer = RoundPacer(window_s, SEND_SHARE * window_s / sends, cpu_rate, should_stop)
         at_once = RoundPacer.at_once(should_stop)
         failures: list[str] = []
+        self.link.inbox.admit_steps(step + self.steps_ahead)
         try:
             with pacer.work():
                 sparse, sent = None, flat
@@ -161,5 +167,6 @@ class OuterExchange:
         except RoundStopped:
             return flat, Outcome("stopped", 1, "stopped during the outer round")
         finally:  # late copies of this step's messages, and earlier steps' stragglers
-            self.link.inbox.forget(wire.kept_after(self.prefix, step, self.siblings))
+            keep = wire.kept_after(self.prefix, step, self.siblings, self.steps_ahead)
+            self.link.inbox.forget(keep)
         return flat, Outcome("local", 1, "; ".join(failures))

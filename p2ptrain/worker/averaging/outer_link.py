@@ -4,6 +4,9 @@ worker/averaging/outer_wire.py), beside the pipeline's frames on the same Transp
 One link per Transport (the handler is registered once, for the worker's life); each session
 tells its inbox which group to read. Every byte in and out is added to the transport's traffic
 counters, so the workers' `link_bytes` (and bench scaleout's DP bytes) count the rounds.
+
+A stream is read only from a member of the inbox's current group, at most MAX_INBOUND_PER_PEER
+at once a peer; anyone else is answered BUSY before a byte is read (as pipeline frames are).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from p2ptrain.worker.averaging import outer_wire as wire
 from p2ptrain.worker.averaging.outer_exchange import ExchangeTimeouts, OuterExchange
 from p2ptrain.worker.averaging.round_inbox import RoundInbox
 from p2ptrain.worker.averaging.stage_averager import RETRY_TIMEOUT_S, averaging_timeouts
-from p2ptrain.worker.inbound import Framing
+from p2ptrain.worker.inbound import Framing, OpenStreams
 from p2ptrain.worker.pipeline.stage_step import replica_weights
 
 if TYPE_CHECKING:
@@ -38,6 +41,8 @@ FRAMING = Framing("outer round message", wire.HEADER_LEN, wire.MAX_HEADER_BYTES,
 MIN_RATE_BPS = 1e6  # a payload's read may take its size at this rate (plus the header's time)
 RETRY_PAUSE_S = 0.3
 MAX_SENDERS = 8  # threads that push messages at once
+# a groupmate pushes at most MAX_SENDERS messages at once; room for as many streams closing
+MAX_INBOUND_PER_PEER = 2 * MAX_SENDERS
 
 _LINKS: dict[int, P2PRoundLink] = {}
 
@@ -49,6 +54,7 @@ class P2PRoundLink:
         self.transport = transport
         self.peer_id = transport.peer_id
         self.inbox = RoundInbox()
+        self._streams = OpenStreams("outer round streams")  # strangers' and over the cap
         self._pool = ThreadPoolExecutor(MAX_SENDERS, thread_name_prefix="outer-send")
         transport.call(transport.p2p.add_binary_stream_handler(wire.PROTOCOL, self._handle))
 
@@ -101,7 +107,22 @@ class P2PRoundLink:
         self, info: StreamInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         remote = info.peer_id.to_base58()
-        await FRAMING.answer(remote, reader, writer, self._read_message(remote, reader))
+        refusal = self._refusal(remote)
+        if refusal is not None:  # nothing of the stream is read
+            self._streams.refused(remote)
+            writer.write(refusal)
+            writer.close()
+            return
+        with self._streams.serving(remote):
+            await FRAMING.answer(remote, reader, writer, self._read_message(remote, reader))
+
+    def _refusal(self, remote: str) -> bytes | None:
+        """The answer to a stream of `remote` not to be read at all, or None."""
+        if not self.inbox.is_member(remote):
+            return wire.BUSY  # a groupmate of a newer plan retries; anyone else gets nothing
+        if self._streams.of(remote) >= MAX_INBOUND_PER_PEER:
+            return wire.BUSY  # an honest groupmate never gets here; it would retry
+        return None
 
     async def _read_message(self, remote: str, reader: asyncio.StreamReader) -> bytes:
         """Read, screen and file one round message; the answer to send back."""
@@ -111,10 +132,13 @@ class P2PRoundLink:
         answer = self.inbox.screen(header, remote)
         if answer is not None:
             return answer
-        async with asyncio.timeout(HEADER_TIMEOUT_S + header.num_bytes * 8 / MIN_RATE_BPS):
-            payload = await reader.readexactly(header.num_bytes)
-        self.transport.traffic.received(remote, len(payload))
-        self.inbox.put(header, payload)
+        try:  # the screen reserved the sender's place: a failed read gives it back
+            async with asyncio.timeout(HEADER_TIMEOUT_S + header.num_bytes * 8 / MIN_RATE_BPS):
+                payload = await reader.readexactly(header.num_bytes)
+            self.transport.traffic.received(remote, len(payload))
+            self.inbox.put(header, payload)
+        finally:
+            self.inbox.release(header)  # after put: nothing left to release
         return wire.ACCEPTED
 
 
@@ -138,7 +162,16 @@ def stage_exchanges(
         timeouts = exchange_timeouts(
             spec.wire.averaging_timeout_s, payload_bytes, plan.network, role.stage
         )
-        exchange = OuterExchange(link, weights, codec, end - start, prefix, timeouts, fraction)
+        exchange = OuterExchange(
+            link,
+            weights,
+            codec,
+            end - start,
+            prefix,
+            timeouts,
+            fraction,
+            inner_steps=spec.optim.inner_steps,
+        )
         exchange.siblings = tuple(p for p in prefixes if p != prefix)
         exchanges.append(exchange)
     # each exchange admitted the group with its own fragment's size: the inbox takes the largest

@@ -256,7 +256,7 @@ class OuterRounds:
         progress = self.outer.flat_params(span=span).sub_(pending.started_params)  # 0: at once
         self.outer.step(mean.to(self.outer.anchor.device), span)
         if outcome.diverged:
-            self._resync(step)
+            self._resync(step, pending.step)
         self.outer.load_params(progress.add_(self.outer.anchor[start:end]), span)
         log.info(
             "step %d: outer step %d applied (round of step %d, %s, %d replicas)",
@@ -268,9 +268,11 @@ class OuterRounds:
         )
         return RoundReport("averaged", outcome.group_size)
 
-    def _resync(self, step: int) -> None:
+    def _resync(self, step: int, round_step: int) -> None:
         """The group's anchors differed at the round's start: average anchors and momenta
-        (every member saw the same digests, so all open their averagers now)."""
+        (every member saw the same digests, so all open their averagers now). The state rounds
+        are numbered by the round's step, the same on every member: the step it is applied at
+        is not (a member whose result came late applies it a step later)."""
         if self.averager is None and self._open_averager is not None:
             self.averager = self._open_averager()
         if self.averager is None:
@@ -279,7 +281,7 @@ class OuterRounds:
             ("anchor", [self.outer.anchor], PARAMS_DRIFT_BOUND),
             ("momentum", [self.outer.momentum_buffer], MOMENTS_DRIFT_BOUND),
         ]
-        if resync_pieces(self.averager, pieces, step):
+        if resync_pieces(self.averager, pieces, step, round_step):
             log.info("step %d: the replicas' anchors had diverged: re-synced", step)
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,9 @@ HEADER_LEN = struct.Struct(">I")
 MAX_HEADER_BYTES = 64 * 1024  # a reduced shard's header carries every member's claims
 MAX_ROUND_KEY_CHARS = 256
 MAX_NOTES = 16
+# a round key's step may be this many outer periods (inner_steps) past our latest round: an
+# honest groupmate is a round or two ahead at most; a key farther out would be held for ever
+MAX_ROUNDS_AHEAD = 3
 PART, REDUCED, SPARSE = "part", "reduced", "sparse"
 KINDS = (PART, REDUCED, SPARSE)
 ACCEPTED, REJECTED, BUSY = b"\x01", b"\x00", b"\x02"
@@ -75,7 +79,7 @@ class RoundHeader:
         """A header as it arrived: a valid record or WireError."""
         try:
             data = json.loads(raw)
-        except (UnicodeDecodeError, ValueError) as exc:
+        except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, deep nesting
             raise WireError(f"malformed {_HEADER}: not JSON") from exc
         d = f.mapping(data, _HEADER)
         f.require_keys(d, _HEADER, ("round", "kind", "sender", "shard", "num_bytes", "claims"))
@@ -109,19 +113,45 @@ def round_key(prefix: str, step: int, attempt: int, members: list[str]) -> str:
     return f"{prefix}/{step}/{attempt}/{group}"
 
 
+# ASCII decimal as round_key writes it, below 10**16 (> records' MAX_INT): str.isdigit() takes
+# "²", which int() refuses, and a 5000-digit number is a ValueError too
+_COUNT = re.compile(r"0|[1-9][0-9]{0,15}")
+_GROUP = re.compile(r"[0-9a-f]{16}")
+
+
+def parse_round_key(key: str) -> tuple[str, int] | None:
+    """The prefix and step of a key round_key wrote; None for any other string (total)."""
+    parts = key.rsplit("/", 3)
+    if len(parts) != 4:
+        return None
+    prefix, step, attempt, group = parts
+    if not (_COUNT.fullmatch(step) and _COUNT.fullmatch(attempt) and _GROUP.fullmatch(group)):
+        return None
+    return prefix, int(step)
+
+
 def round_step(prefix: str, key: str) -> int:
     """The step of a round key of the stage's plan `prefix`, -1 for any other key."""
-    head, _, rest = key.rpartition("/")[0].rpartition("/")[0].rpartition("/")
-    return int(rest) if head == prefix and rest.isdigit() else -1
+    parsed = parse_round_key(key)
+    return parsed[1] if parsed is not None and parsed[0] == prefix else -1
 
 
-def kept_after(prefix: str, step: int, siblings: Iterable[str]) -> Callable[[str], bool]:
+def kept_after(
+    prefix: str, step: int, siblings: Iterable[str], max_ahead: int
+) -> Callable[[str], bool]:
     """Which round keys an inbox keeps once the round of `step` under `prefix` ends: its later
-    rounds' and those of its sibling fragments (their own rounds forget them), no other."""
+    rounds' and those of its sibling fragments (their own rounds forget them), up to
+    `max_ahead` steps on; no other (a key that is not a round key is dropped)."""
     others = tuple(siblings)
-    return lambda key: (
-        round_step(prefix, key) > step or any(round_step(other, key) >= 0 for other in others)
-    )
+    last = step + max_ahead
+
+    def keep(key: str) -> bool:
+        parsed = parse_round_key(key)
+        if parsed is None or parsed[1] > last:
+            return False
+        return parsed[0] in others or (parsed[0] == prefix and parsed[1] > step)
+
+    return keep
 
 
 def shard_bounds(numel: int, num_members: int) -> list[tuple[int, int]]:

@@ -46,6 +46,19 @@ FRAMING = Framing("frame", frames.HEADER_LEN, frames.MAX_HEADER_BYTES, frames.RE
 ROUTE_CHECK_S = 2.0  # how often routed peers' connections are checked (keep_routes)
 
 
+def transport_addrs(maddrs: Sequence[str]) -> list[Multiaddr]:
+    """The addresses p2pd dials for a peer's multiaddrs: each without its trailing /p2p/<id>.
+    One the parser refuses is left out: records check every address (records/multiaddrs.py),
+    but a dial must never be where a bad one ends the worker."""
+    addrs = []
+    for text in maddrs:
+        try:
+            addrs.append(Multiaddr(text.split("/p2p/")[0]))
+        except Exception as exc:  # multiaddr raises several unrelated types
+            log.warning("not dialling %r: %s", text[:100], exc)
+    return addrs
+
+
 class Transport:
     """Frames in and out of one worker; `expect` says what is acceptable right now."""
 
@@ -105,8 +118,10 @@ class Transport:
         return [peer for peer, ok in zip(peers, results, strict=True) if not ok]
 
     async def _connect(self, peer_id: str, maddrs: Sequence[str], window_s: float) -> bool:
-        # p2pd wants transport addresses: drop the trailing /p2p/<id> of a full multiaddr
-        addrs = [Multiaddr(a.split("/p2p/")[0]) for a in maddrs]
+        addrs = transport_addrs(maddrs)
+        if not addrs:
+            log.warning("no address of %s to dial: %s", peer_id, list(maddrs)[:4])
+            return False
         deadline = self._loop.time() + window_s
         problem = ""
         # Two peers of a new plan dial each other at once; over long round trips both Noise
@@ -131,9 +146,8 @@ class Transport:
         relay: control/traversal.py). p2pd forgets the route once identify hands it the peer's
         own signed addresses (which no one can dial: it is behind a NAT), so a route whose
         connection dropped (a relay that died) is re-dialled from here, every ROUTE_CHECK_S."""
-        dialled = {
-            peer: [Multiaddr(a.split("/p2p/")[0]) for a in addrs] for peer, addrs in routes.items()
-        }
+        parsed = {peer: transport_addrs(addrs) for peer, addrs in routes.items()}
+        dialled = {peer: addrs for peer, addrs in parsed.items() if addrs}
         self._loop.call_soon_threadsafe(self._set_routes, dialled)
 
     def _set_routes(self, routes: dict[str, list[Multiaddr]]) -> None:

@@ -18,12 +18,16 @@ log = logging.getLogger("p2ptrain.worker")
 Piece = tuple[str, list[torch.Tensor], float]  # name, tensors (averaged in place), drift bound
 
 
-def resync_pieces(averager: StageAverager, pieces: list[Piece], step: int) -> bool:
-    """Average every piece in place over the group (state rounds numbered 3·step + index, the
-    same on every member); False, with the rest left as it was, if a round failed."""
+def resync_pieces(
+    averager: StageAverager, pieces: list[Piece], step: int, round_step: int | None = None
+) -> bool:
+    """Average every piece in place over the group (state rounds numbered 3·round_step + index,
+    round_step the same on every member; `step` by default); False, with the rest left as it
+    was, if a round failed."""
+    number = step if round_step is None else round_step
     for index, (name, tensors, bound) in enumerate(pieces):
         flat = torch.cat([t.detach().reshape(-1) for t in tensors]).cpu()
-        averaged = averager.average_state(flat, 3 * step + index, bound)
+        averaged = averager.average_state(flat, 3 * number + index, bound)
         if averaged is None or not bool(torch.isfinite(averaged).all()):
             log.warning("step %d: replicas diverged and re-syncing failed; retrying later", step)
             return False

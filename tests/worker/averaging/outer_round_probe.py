@@ -91,14 +91,18 @@ def main() -> None:
     result: dict[str, Any] = {"members": [t.peer_id for t in transports], "numel": NUMEL}
     for codec in ("fp16", "int8", "topk"):
         exchanges = [
-            OuterExchange(k, group, codec, NUMEL, f"run/1/1/0/{codec}", TIMEOUTS) for k in links
+            OuterExchange(k, group, codec, NUMEL, f"run/1/1/0/{codec}", TIMEOUTS, inner_steps=10)
+            for k in links
         ]
         before = sum(t.traffic.bytes_sent for t in transports)
         result[codec] = one_round(exchanges, 10)
         result[codec + "_bytes"] = sum(t.traffic.bytes_sent for t in transports) - before
     # the third member dies mid-round: after its parts left, before its reduced shard did
     dying: list[RoundLink] = [links[0], links[1], DyingLink(links[2])]
-    exchanges = [OuterExchange(k, group, "int8", NUMEL, "run/1/1/0/mid", TIMEOUTS) for k in dying]
+    exchanges = [
+        OuterExchange(k, group, "int8", NUMEL, "run/1/1/0/mid", TIMEOUTS, inner_steps=10)
+        for k in dying
+    ]
     result["killed"] = transports[2].peer_id
     result["killed_mid_round"] = one_round(exchanges, 20)
     # the next round: it is gone from the start

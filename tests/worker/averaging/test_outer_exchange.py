@@ -24,6 +24,7 @@ from p2ptrain.worker.averaging.stage_averager import Outcome
 PEERS = [f"12D3KooWPeer{c}" for c in "ABC"]
 NUMEL = 10_000
 FAST = ExchangeTimeouts(join_s=2.0, transfer_s=2.0, retry_s=1.0)
+PREFIX = "run/1/1/0"
 
 
 class MemoryLink:
@@ -60,7 +61,9 @@ def members(
     for peer in PEERS[:num]:
         net[peer] = MemoryLink(peer, net)
     for peer in PEERS[:num]:
-        out.append((net[peer], OuterExchange(net[peer], group, codec, NUMEL, "run/1/1/0", FAST)))
+        out.append(
+            (net[peer], OuterExchange(net[peer], group, codec, NUMEL, PREFIX, FAST, inner_steps=1))
+        )
     return out
 
 
@@ -132,7 +135,10 @@ def timed_members(codec: str) -> list[tuple[TimedLink, OuterExchange]]:
     group = {peer: 1.0 for peer in PEERS}
     links = [TimedLink(peer, net) for peer in PEERS]
     net.update({link.peer_id: link for link in links})
-    return [(link, OuterExchange(link, group, codec, NUMEL, "run/1/1/0", FAST)) for link in links]
+    return [
+        (link, OuterExchange(link, group, codec, NUMEL, PREFIX, FAST, inner_steps=1))
+        for link in links
+    ]
 
 
 @pytest.mark.parametrize("codec", ["int8", "topk"])
@@ -259,13 +265,15 @@ def test_diverged_anchors_are_reported() -> None:
 def test_messages_from_strangers_or_oversized_are_not_read() -> None:
     inbox = RoundInbox()
     inbox.admit_group(PEERS[:2], 1000)
-    sent = wire.RoundHeader("k", wire.PART, PEERS[0], 1, 10, Checksums(1, 1.0, 0.0, 0.0, 1.0))
+    key = wire.round_key(PREFIX, 9, 0, PEERS[:2])
+    sent = wire.RoundHeader(key, wire.PART, PEERS[0], 1, 10, Checksums(1, 1.0, 0.0, 0.0, 1.0))
     header = wire.RoundHeader.decode(sent.encode()[wire.HEADER_LEN.size :])
     assert header == sent
     assert inbox.screen(header, PEERS[0]) is None
     assert inbox.screen(header, PEERS[1]) == wire.BUSY  # not the sender the header names
     assert inbox.screen(replace(header, num_bytes=10_000), PEERS[0]) == wire.REJECTED
     assert inbox.screen(replace(header, sender=PEERS[2]), PEERS[2]) == wire.BUSY  # a stranger
+    assert inbox.screen(header, PEERS[0]) == wire.BUSY  # a copy is being read: retry later
     inbox.put(header, b"x" * 10)
     assert inbox.screen(header, PEERS[0]) == wire.ACCEPTED  # a retried copy: the first stays
 
@@ -284,7 +292,7 @@ def test_a_round_forgets_its_own_and_strangers_keys_not_its_sibling_fragments() 
     and every round of the stage's other fragment (the last step runs them one after the
     other, and a faster groupmate's may already be in), nothing of older plans."""
     members = ["a", "b"]
-    keep = wire.kept_after("run/1/1/0", 9, ["run/1/1/0.1"])
+    keep = wire.kept_after("run/1/1/0", 9, ["run/1/1/0.1"], max_ahead=30)
     assert keep(wire.round_key("run/1/1/0", 10, 0, members))
     assert not keep(wire.round_key("run/1/1/0", 9, 1, members))
     assert not keep(wire.round_key("run/1/1/0", 3, 0, members))
@@ -292,3 +300,6 @@ def test_a_round_forgets_its_own_and_strangers_keys_not_its_sibling_fragments() 
     assert keep(wire.round_key("run/1/1/0.1", 4, 0, members))
     assert not keep(wire.round_key("run/0/1/0", 12, 0, members))  # an older plan's
     assert not keep(wire.round_key("run/1/1/0.10", 12, 0, members))  # not a sibling
+    assert keep(wire.round_key("run/1/1/0", 39, 0, members))
+    assert not keep(wire.round_key("run/1/1/0", 40, 0, members))  # past the window: never run
+    assert not keep(wire.round_key("run/1/1/0.1", 40, 0, members))

@@ -50,7 +50,15 @@ def run_pair(spec: RunSpec, skip: int | None = None) -> Pair:
         prefixes = [f"r/1/1/0.{f}" for f in range(fragments)]
         exchanges = []
         for (start, end), prefix in zip(spans, prefixes, strict=True):
-            exchange = OuterExchange(net[PEERS[i]], group, "int8", end - start, prefix, FAST)
+            exchange = OuterExchange(
+                net[PEERS[i]],
+                group,
+                "int8",
+                end - start,
+                prefix,
+                FAST,
+                inner_steps=spec.optim.inner_steps,
+            )
             exchange.siblings = tuple(p for p in prefixes if p != prefix)
             exchanges.append(exchange)
 

@@ -1,0 +1,42 @@
+"""The supervisor relays the control process's stdout: once its own stdout is gone (`join | head
+-1`), it keeps reading and drops the lines, so that the control process never blocks on a full
+pipe."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+
+from p2ptrain.node.supervisor import relay_lines
+
+# a control process's address, then far more progress than a pipe holds (64 KiB)
+PRINTER = "print('/ip4/127.0.0.1/tcp/1', flush=True)\nfor i in range(20000): print('x' * 40, i)"
+
+
+def test_a_closed_stdout_does_not_stop_the_relay_nor_block_the_child() -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone: every write is a broken pipe
+    out = open(write_end, "w")  # noqa: SIM115
+    child = subprocess.Popen([sys.executable, "-c", PRINTER], stdout=subprocess.PIPE)
+    assert child.stdout is not None
+    lines = []
+    try:
+        relay_lines(child.stdout, out, True, lambda: lines.append(1))
+        assert child.wait(timeout=30) == 0  # it printed everything: nothing blocked it
+    finally:
+        child.kill()
+        child.wait()
+    assert len(lines) == 20001  # every line was read, the first one (the address) too
+    assert os.readlink(f"/proc/self/fd/{out.fileno()}") == os.devnull  # no error at exit
+    out.write("more\n")
+    out.close()  # the flush of what the failed write left: no error either
+
+
+def test_lines_reach_stdout_and_a_restarted_control_process_address_goes_to_the_log() -> None:
+    out = io.StringIO()
+    relay_lines(iter([b"/ip4/1/tcp/2\n", b"step 1\n"]), out, False, lambda: None)
+    assert out.getvalue() == "step 1\n"
+    relay_lines(iter([b"/ip4/1/tcp/2\n", b"step 1\n"]), out, True, lambda: None)
+    assert out.getvalue() == "step 1\n/ip4/1/tcp/2\nstep 1\n"
