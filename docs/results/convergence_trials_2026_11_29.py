@@ -13,6 +13,7 @@ SPEC = name,H,codec,outer_lr,outer_momentum,overlap[,inner_lr_x[,beta1[,pooled[,
   0: AdamW); beta2 (0: the run spec's) is AdamW's; topk is the run spec's topk_fraction;
   --agree scales each coordinate of the group's mean pseudo-gradient by (2 - a),
   a = |mean| / mean(|delta_i|) (1 where the replicas agree, up to 2 where they cancel);
+  --denoised (with pooled): PooledAdam's numerator denoised as well (2026-11-29 evening);
   --big trains a 6-layer, n_embd 256 model (4.9M parameters) instead of the default.
 """
 
@@ -33,9 +34,19 @@ class PooledAdam(torch.optim.Optimizer):
     """Adam whose normalizer estimates what the M replicas' pooled batch would see: the noise part
     of v over M, v_pooled = a^2 + (v - a^2) / M with a the gradient's EMA at beta2."""
 
-    def __init__(self, params: list[torch.Tensor], lr: float, betas: tuple[float, float], m: int):
+    def __init__(
+        self,
+        params: list[torch.Tensor],
+        lr: float,
+        betas: tuple[float, float],
+        m: int,
+        denoised: bool = False,
+    ):
         super().__init__(params, {"lr": lr, "betas": betas, "eps": 1e-8})
         self.replicas = m
+        # --denoised: the numerator too, m_pooled = a + (m - a) / sqrt(M) (the pooled batch's
+        # gradient noise is sqrt(M) smaller), so the step is the pooled batch's in expectation
+        self.denoised = denoised
 
     @torch.no_grad()
     def step(self, closure: object = None) -> None:  # type: ignore[override]
@@ -58,6 +69,9 @@ class PooledAdam(torch.optim.Optimizer):
                 a_sq = (state["a"] / (1 - beta2**t)) ** 2
                 pooled = a_sq + (v_hat - a_sq).clamp_min(0) / self.replicas
                 pooled = torch.maximum(pooled, v_hat / self.replicas)
+                if self.denoised:
+                    a_hat = state["a"] / (1 - beta2**t)
+                    m_hat = a_hat + (m_hat - a_hat) / self.replicas**0.5
                 param.addcdiv_(m_hat, pooled.sqrt().add_(group["eps"]), value=-group["lr"])
 
 
@@ -76,6 +90,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--agree", action="store_true")
     parser.add_argument("--big", action="store_true")
+    parser.add_argument("--denoised", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
     base = RunSpec()
@@ -120,6 +135,7 @@ def main() -> None:
                 s.optim.lr,
                 (s.optim.beta1, s.optim.beta2),
                 m,
+                args.denoised,
             )
         start = time.time()
         curve = bench.train_variant(variant, run, 4, corpus[:split], held_out, 30)
