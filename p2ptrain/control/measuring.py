@@ -110,8 +110,10 @@ class LinkProber:
         self._plan_since: tuple[int, float] = (-1, 0.0)  # the view's plan version, since when
 
     def coordinate_trailer(self) -> bytes:
-        """Our coordinate, as our RTT probes' server sends it after the echoes (net/probe.py)."""
-        return json.dumps(self.view.links.estimate.coordinate.to_dict()).encode()
+        """Our coordinate, as our RTT probes' server sends it after the echoes (net/probe.py);
+        empty if it would not decode."""
+        coordinate = self.view.links.estimate.published_coordinate()
+        return b"" if coordinate is None else json.dumps(coordinate.to_dict()).encode()
 
     def neighbours(self, now: float) -> tuple[str, ...]:
         """The live members to measure now (every one in a small swarm)."""

@@ -157,7 +157,7 @@ def telemetry_message(state: NodeState) -> bytes:
         links=view.links.own_row(now),
         metrics=view.own_metrics,
         health=view.own_health,
-        coordinate=view.links.estimate.coordinate,
+        coordinate=view.links.estimate.published_coordinate(),
         capacity=view.links.estimate.capacity.capacity(now),
     )
     return _signed(state, body)

@@ -11,6 +11,8 @@ bigger one measures a bounded neighbour set and estimates the rest.
 from __future__ import annotations
 
 import itertools
+import json
+import logging
 import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,6 +23,8 @@ from p2ptrain.control.estimate.capacity import CapacityTracker
 from p2ptrain.control.estimate.neighbours import MAX_PARTNERS, ROTATE_RANDOM_S, choose_neighbours
 from p2ptrain.records import Plan
 from p2ptrain.records.estimate import AccessCapacity, NetCoordinate
+
+log = logging.getLogger(__name__)
 
 # at most this many members (self included): every link is measured, none estimated
 FULL_MESH_PEERS = 16
@@ -83,6 +87,7 @@ class EstimateBook:
     _rotated_at: float = float("-inf")
     _partners: tuple[str, ...] = ()
     _rng: random.Random = field(default_factory=random.Random)
+    _unpublishable_logged: bool = False
 
     def note(
         self,
@@ -109,6 +114,24 @@ class EstimateBook:
         known = self.coordinates.get(peer)
         if known is not None:
             self.coordinate = coordinates.update(self.coordinate, known[0], rtt_ms, self._rng)
+
+    def published_coordinate(self) -> NetCoordinate | None:
+        """Our coordinate as receivers read it (their decoder, on the JSON we send), or None if
+        it does not decode (logged once): a bad one in our telemetry would get every message of
+        ours refused as malformed and us blocked swarm-wide, for our coordinate's sake alone.
+        coordinates.update keeps it in bounds; this is the backstop."""
+        try:
+            sent = json.dumps(self.coordinate.to_dict(), allow_nan=False)
+            return NetCoordinate.from_dict(json.loads(sent))
+        except (ValueError, TypeError) as exc:  # WireError is a ValueError too
+            if not self._unpublishable_logged:
+                self._unpublishable_logged = True
+                log.error(
+                    "BUG: our coordinate %r does not decode (%s); not sending it",
+                    self.coordinate,
+                    exc,
+                )
+            return None
 
     def observe_rate(self, mbps: float, now: float, sending: bool = True) -> None:
         self.capacity.observe(mbps, now, sending)

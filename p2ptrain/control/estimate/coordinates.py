@@ -14,11 +14,22 @@ import math
 import random
 from collections.abc import Sequence
 
-from p2ptrain.records.estimate import COORDINATE_DIMENSIONS, MAX_COORDINATE_ERROR, NetCoordinate
+from p2ptrain.records.estimate import (
+    COORDINATE_DIMENSIONS,
+    MAX_COORDINATE_ERROR,
+    MAX_COORDINATE_MS,
+    NetCoordinate,
+)
 
 ERROR_GAIN = 0.25  # ce: how fast the error estimate follows the latest samples
 MOVE_GAIN = 0.25  # cc: how far one sample moves the coordinate
 MIN_HEIGHT_MS = 0.01
+# the far end's error is its own word: one claiming 0 would take full weight and move us as far
+# as it likes, so it is read as at least this (a well-settled node's own estimate)
+MIN_REMOTE_ERROR = 0.1
+# a longer round trip is no distance but a stalled or stalling peer (serf's maxRTT); our probes
+# give up on an echo after 3 s
+MAX_RTT_MS = 10_000.0
 # a settled coordinate: its own error estimate at most this (the planner's first plan waits for
 # most members to get there: control/estimate/matrix.py settled())
 SETTLED_ERROR = 0.35
@@ -35,20 +46,33 @@ def update(
     rtt_ms: float,
     rng: random.Random | None = None,
 ) -> NetCoordinate:
-    """`own` moved by one round trip `rtt_ms` measured to the node at `remote`."""
-    if not (math.isfinite(rtt_ms) and rtt_ms > 0):
+    """`own` moved by one round trip `rtt_ms` measured to the node at `remote`, kept within the
+    record's bounds (a coordinate out of them would make our own telemetry malformed)."""
+    if not (math.isfinite(rtt_ms) and 0 < rtt_ms <= MAX_RTT_MS):
         return own
     predicted = own.distance_ms(remote)
-    weight = own.error / max(own.error + remote.error, 1e-9)
+    weight = own.error / (own.error + max(remote.error, MIN_REMOTE_ERROR))
     sample_error = abs(predicted - rtt_ms) / max(rtt_ms, NEAR_RTT_MS)
     error = sample_error * ERROR_GAIN * weight + own.error * (1 - ERROR_GAIN * weight)
-    force = MOVE_GAIN * weight * (rtt_ms - predicted)  # > 0: too close, push apart
+    gap = rtt_ms - predicted  # > 0: too close, push apart
+    force = MOVE_GAIN * weight * gap
     direction, length = _unit_away(own, remote, rng or random.Random(0))
-    vector = tuple(x + force * d for x, d in zip(own.vector, direction, strict=True))
+    vector = tuple(
+        _clamp(x + force * d, -MAX_COORDINATE_MS, MAX_COORDINATE_MS)
+        for x, d in zip(own.vector, direction, strict=True)
+    )
     height = own.height_ms
     if length > 1e-9:  # the height takes its share of the push (serf's ApplyForce)
-        height += force * (own.height_ms + remote.height_ms) / length
-    return NetCoordinate(vector, max(MIN_HEIGHT_MS, height), min(error, MAX_COORDINATE_ERROR))
+        # serf divides by the vectors' distance alone: a peer claiming a point next to ours
+        # and a tall height multiplied one sample's push ~1e5-fold. No step past the whole gap
+        share = force * (own.height_ms + remote.height_ms) / length
+        height += _clamp(share, -abs(gap), abs(gap))
+    height = _clamp(height, MIN_HEIGHT_MS, MAX_COORDINATE_MS)
+    return NetCoordinate(vector, height, _clamp(error, 0.0, MAX_COORDINATE_ERROR))
+
+
+def _clamp(value: float, low: float, high: float) -> float:
+    return min(high, max(low, value))
 
 
 def _unit_away(

@@ -12,7 +12,9 @@ fetch, of one earlier lineage (states of two lineages are two trainings: never m
   another run in the same directory is never offered), the newest MAX steps of each stage;
 - every member forms the same candidates (the plan's own usable states, then each other
   lineage's) and keeps the one with the newest complete start step (worker/resume/start_step.py's
-  `choose_start`), with the usual rules on whose announcements count;
+  `choose_start`), with the usual rules on whose announcements count, applied across lineages:
+  a lone announcer's state counts only where no other member holds those blocks in any
+  lineage (or the plan places it there), so a made-up lineage tag wins a member nothing;
 - each member links the agreed states it holds under the plan's own tag (fetched ones arrive
   under it): from then on the plan's lineage has states, descends from the adopted one, and
   adopts nothing more. The other lineage's files stay where they were.
@@ -92,6 +94,18 @@ def candidates(
                     held = other.setdefault(lineage, {p: {} for p in announced})
                     held[peer].setdefault(key, {})[step] = digest
     return [("", own), *sorted(other.items())]
+
+
+def every_lineage(announced: Mapping[str, Announced]) -> dict[str, Held]:
+    """What each member says it holds, whatever the lineage: peer -> Held. A tag is only the
+    announcer's word, so whose blocks a lone voice contests is judged on this (covers.py)."""
+    found: dict[str, Held] = {}
+    for peer, states in announced.items():
+        held = found.setdefault(peer, {})
+        for key, steps in states.items():
+            for step, (digest, _) in steps.items():
+                held.setdefault(key, {})[step] = digest
+    return found
 
 
 def link_adopted(

@@ -14,7 +14,10 @@ shares with J if two or more members announce it, or if no other member holds an
 blocks now (at its own newest announced step), or if its one announcer is the only one of
 them placed at J, or (none of them placed at J) the only one the plan places at all. A member's
 older states do not count against another's: the blocks it trained before a re-cut are someone
-else's now. So a member cannot push a newer step of
+else's now. A plan that adopts (worker/resume/adopt.py) weighs each candidate lineage against
+what the members hold in every lineage (`holding`): a lineage tag is the announcer's word, so
+a lone member's made-up lineage counts only for blocks nobody else holds at all (attack 29.11).
+So a member cannot push a newer step of
 blocks that someone the plan places there holds, whether it names them as a stage or in pieces;
 the planner's placement is the authority a lone voice needs (with one replica, the member placed
 at a stage may always resume it from its own states).
@@ -111,12 +114,14 @@ def available(
     needed: Collection[str],
     held: Mapping[str, Held],
     placed: Mapping[str, Collection[str]],
+    holding: Mapping[str, Held] | None = None,
 ) -> tuple[dict[str, set[int]], dict[str, dict[int, Cover]]]:
     """For each stage of the plan (layers key): the steps of its own usable states, and step ->
     the usable states of other ranges that build it there (where it has none of its own).
-    Ranges past the model's last block (the stages end at it) are ignored."""
+    Ranges past the model's last block (the stages end at it) are ignored. `holding`: what each
+    member holds in any lineage, whose blocks count against a lone announcer (`held` if None)."""
     n_layer = max((r.stop for k in needed if (r := key_range(k)) is not None), default=0)
-    newest = _newest_ranges(held, n_layer)
+    newest = _newest_ranges(held if holding is None else holding, n_layer)
     planned = {peer for members in placed.values() for peer in members}
     keys = sorted(
         k

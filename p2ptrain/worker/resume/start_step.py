@@ -11,7 +11,8 @@ start with `choose_start_step`.
 The rule (docs/security.md, attack 4b), per stage (layers key) and step:
 - only announcements of the plan's members count, each signed by the member it names;
 - a state at a step is usable if two or more members announce it, or if no other member holds
-  any of its blocks now (at its own newest announced step), or if its one announcer is the
+  any of its blocks now (at its own newest announced step; of any lineage when the plan
+  adopts: a lineage tag is the announcer's word), or if its one announcer is the
   only one of them placed at that stage (or, none being, the only one placed at all: the
   planner's placement is the authority a lone voice needs: a member cannot push a newer step of a stage it neither holds alone nor
   trains, and a replica cannot push one its stage-mates do not hold);
@@ -122,11 +123,14 @@ def choose_start_step(
     held: Mapping[str, Held],
     placed: Mapping[str, Collection[str]] | None = None,
     order: Sequence[str] = (),
+    holding: Mapping[str, Held] | None = None,
 ) -> StartPoint:
     """The newest step at which every needed stage (layers key) has a usable state (the rule in
     the module's docstring), and the digest agreed for each stage there. `placed`: layers key ->
-    the members the plan puts at that stage; `order`: the plan's members in its order. Pure:
-    every member computes the same answer from the same announcements.
+    the members the plan puts at that stage; `order`: the plan's members in its order;
+    `holding`: what each member holds in any lineage (an adopting plan's candidates: whose
+    blocks count against a lone announcer; `held` if None). Pure: every member computes the
+    same answer from the same announcements.
 
     A stage nobody saved (the plan cuts the model anew) is available at a step where states of
     other layer ranges hold all of its blocks (worker/resume/covers.py); its own state, where usable,
@@ -139,7 +143,7 @@ def choose_start_step(
     at the stage fetches it from whichever member holds it (a spare's too).
     """
     placed = placed or {}
-    own, built = covers.available(needed, held, placed)
+    own, built = covers.available(needed, held, placed, holding)
     available = {key: own[key] | set(built[key]) for key in needed}
     if not any(available.values()):
         return StartPoint(0, "")  # a fresh run
@@ -251,19 +255,37 @@ def choose_start(
     """The start of a plan from its members' announcements: `choose_start_step` on the states
     the plan may use; if `adopting` and no member holds a state of the plan's own lineage, on
     the candidate (the plan's states, or one earlier lineage's: worker/resume/adopt.py) with the
-    newest start where every stage has a state (ties: the plan's own, more holders, the id)."""
+    newest start where every stage has a state (ties: the plan's own, more holders, the id).
+
+    Every candidate is judged against what the members hold in every lineage, so a lone
+    member's state (a tag is its word) counts only where nobody else holds those blocks (or the
+    plan places it there); and among candidates that lack a stage, the one backed by more
+    members comes first, so a lone member cannot outbid the others' lineage by filling a gap
+    in its own at a higher step (docs/security.md, attack 29.11)."""
     needed = list(placed)
     strict = {peer: usable(states, rank) for peer, states in announced.items()}
     if not adopting or adopt.has_own_state(announced, rank):
         return replace(choose_start_step(needed, strict, placed, order), held=strict)
-    best, best_score = StartPoint(0, "", held=strict), (False, False, 0, 0, 0)
+    holding = adopt.every_lineage(announced)
+    best, best_score = StartPoint(0, "", held=strict), None
     for index, (lineage, held) in enumerate(adopt.candidates(announced, rank)):
-        start = choose_start_step(needed, held, placed, order)
+        start = replace(choose_start_step(needed, held, placed, order, holding), held=held)
+        # nothing usable (all of it contested): no candidate, or its empty note would outrank
+        # a lineage that lacks a stage and the swarm would start from initial weights
+        if not start.digests:
+            continue
         holders = sum(1 for states in held.values() if states)
-        score = (holders > 0, not start.note, start.step, holders, -index)
-        if score > best_score:
-            best, best_score = replace(start, held=held, adopted=lineage), score
+        complete = all(key in start.digests or key in start.sources for key in needed)
+        backers = 0 if complete else len(_backers(start))
+        score = (not start.note, complete, backers, start.step, holders, -index)
+        if best_score is None or score > best_score:
+            best, best_score = replace(start, adopted=lineage), score
     return best
+
+
+def _backers(start: StartPoint) -> set[str]:
+    """The members that announced a state the start agreed on."""
+    return {peer for key in start.digests for peer in start.holders(key, start.state_step(key))}
 
 
 def agree_on_start(
