@@ -26,6 +26,8 @@ from p2ptrain.train.llama import LlamaBlock, LlamaEmbedding, LlamaHead
 
 # the output projections of the residual branches: their init is scaled down by depth
 RESIDUAL_PROJECTIONS = ("c_proj", "o_proj", "down_proj")
+# the weights with a row per token of the vocabulary (both families' token embedding and head)
+TOKEN_ROW_WEIGHTS = ("wte.weight", "embed_tokens.weight", "lm_head.weight")
 
 
 class CausalSelfAttention(nn.Module):
@@ -169,6 +171,19 @@ class Stage(nn.Module):
 def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over every token of the batch."""
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def token_row_spans(model: nn.Module) -> list[tuple[int, int]]:
+    """Where the weights with a row per token lie in the flat vector of `model.parameters()`
+    (in that order): a batch's gradient there has rows only for the tokens it holds, and far
+    larger ones for tokens it repeats (worker/averaging/robust.py bounds them apart)."""
+    spans, offset = [], 0
+    names = {id(param): name for name, param in model.named_parameters()}
+    for param in model.parameters():
+        if names[id(param)].endswith(TOKEN_ROW_WEIGHTS):
+            spans.append((offset, offset + param.numel()))
+        offset += param.numel()
+    return spans
 
 
 def build_stage(spec: RunSpec, stage: int, num_stages: int) -> Stage:

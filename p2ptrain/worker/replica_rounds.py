@@ -11,7 +11,7 @@ import torch
 from hivemind import DHT
 
 from p2ptrain.records import Plan, Role, RunSpec
-from p2ptrain.train.model import Stage
+from p2ptrain.train.model import Stage, token_row_spans
 from p2ptrain.worker.averaging.outer_link import stage_exchanges
 from p2ptrain.worker.averaging.outer_rounds import OuterRounds
 from p2ptrain.worker.averaging.robust import MOMENTS_DRIFT_BOUND, PARAMS_DRIFT_BOUND
@@ -52,6 +52,7 @@ def open_averager(
         stage=role.stage,
         traffic=transport.traffic,
         wire=profiler.wire_marks(),
+        token_rows=token_row_spans(model),
     )
 
 

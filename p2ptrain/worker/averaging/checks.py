@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -165,10 +164,10 @@ def check_round(
         return "no groupmates"
     if any(p.step != mine.step for p in parts):
         return f"groupmates at steps {sorted(p.step for p in parts)}, not {mine.step}"
-    norms = sorted(p.norm for p in parts)
-    median = norms[(len(norms) - 1) // 2]  # the low median: of two, the smaller
-    if norms[-1] > MAX_NORM_RATIO * median:
-        return f"a claimed gradient norm {norms[-1]:.3g} is over {MAX_NORM_RATIO:g}x the median"
+    norms = [p.norm for p in parts]
+    median = low_median(norms)
+    if max(norms) > MAX_NORM_RATIO * median:
+        return f"a claimed gradient norm {max(norms):.3g} is over {MAX_NORM_RATIO:g}x the median"
     scale = median + 1e-12
     total_weight = sum(p.weight for p in parts)
     got = checksums(result, mine.step, mine.weight, signs)
@@ -199,8 +198,16 @@ def params_digest(flat_params: torch.Tensor, signs: torch.Tensor) -> tuple[float
 
 
 def replicas_diverged(gathered: dict[Any, Any], tolerance: float) -> bool:
-    """Did the group's members start this step from different parameters? Every member sees
-    the same gathered data, so all of them reach the same answer."""
+    """Did the group's members start this step from different parameters: do their parameter
+    digests, or their parameter norms, spread by more than `tolerance` × the low median of the
+    claimed norms? Every member sees the same gathered data, so all of them reach the same
+    answer (our own norm as the scale would not: a member alone in a re-sync waits it out).
+
+    The scale is a median, never the largest claim: a claimed norm of 1e300 made every spread
+    look small, and replicas that a failed round had set apart were never re-synced. A claimed
+    norm far from the others' is itself a spread (honest norms differ by less than the
+    parameters do, |‖a‖ - ‖b‖| ≤ ‖a - b‖): a re-sync, as a false digest already forces, whose
+    crafted state the drift bound refuses (worker/averaging/robust.py)."""
     digests = []
     for data in gathered.values():
         try:
@@ -210,19 +217,28 @@ def replicas_diverged(gathered: dict[Any, Any], tolerance: float) -> bool:
     if len(digests) < 2:
         return False
     values = [d.params for d in digests]
-    scale = max(d.params_norm for d in digests) + 1e-12
-    return (max(values) - min(values)) / scale > tolerance
+    norms = [d.params_norm for d in digests]
+    scale = low_median(norms) + 1e-12
+    spread = max(max(values) - min(values), max(norms) - min(norms))
+    return not spread <= tolerance * scale  # an overflowing spread (inf) counts too
+
+
+def low_median(values: Sequence[float]) -> float:
+    """The lower of the middle two of `values` (of two, the smaller; 0 for none): one liar
+    among 2 members cannot raise it, where the mean of the middle two moves with its claim."""
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2] if ordered else 0.0
 
 
 def median_claimed_norm(gathered: Sequence[bytes], serializer: Any) -> float:
-    """The median of the gradient norms a round's members claim in their gathered metadata
-    (RoundGather.from_hivemind): the liars among them cannot move it far. A reducer's scale
-    below which a part's spread or norm is not an outlier."""
+    """The low median of the gradient norms a round's members claim in their gathered metadata
+    (RoundGather.from_hivemind): the liars among them cannot raise it past an honest claim. A
+    reducer's scale floor (worker/averaging/robust.py)."""
     norms = []
     for data in gathered:
         with contextlib.suppress(WireError):
             norms.append(RoundGather.from_hivemind(data, serializer).checksums.norm)
-    return statistics.median(norms) if norms else 0.0
+    return low_median(norms)
 
 
 def is_later_round(key: str, than: str) -> bool:

@@ -15,7 +15,6 @@ undecodable or refused fails the attempt (AttemptFailed) on every member alike.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -32,6 +31,7 @@ from p2ptrain.worker.averaging.checks import (
     Checksums,
     check_round,
     checksums,
+    low_median,
 )
 from p2ptrain.worker.averaging.robust import combine_members
 from p2ptrain.worker.averaging.round_inbox import RoundInbox
@@ -268,8 +268,8 @@ class AttemptShapes:
     def combine(
         self, parts: Mapping[str, torch.Tensor], claims: Mapping[str, Checksums], numel: int
     ) -> tuple[torch.Tensor, list[str]]:
-        norms = [c.norm for c in claims.values()]
-        floor = statistics.median(norms) * (numel / max(self.numel, 1)) ** 0.5 if norms else 0.0
+        # the claims' low median: one liar of 2 cannot raise the scale the rules floor at
+        floor = low_median([c.norm for c in claims.values()]) * (numel / max(self.numel, 1)) ** 0.5
         return combine_members(parts, self.weights, self.link.peer_id, floor)
 
     def checked(

@@ -78,7 +78,8 @@ class GroupmatesAhead(MatchmakingException):
 class PlannedGroupAverager(DecentralizedAverager):
     """A DecentralizedAverager whose rounds run in a fixed group (`group`: base58 peer ids, the
     same list in the same order on every member) instead of a group found through the DHT.
-    `weights`: each member's planned weight (its rows of the batch), in the group's order."""
+    `weights`: each member's planned weight (its rows of the batch), in the group's order;
+    `token_rows`: the spans of the flat tensor that are rows of the token embedding or head."""
 
     # hivemind's servicer caches the rpc_ handlers per class: this class has one more
     _rpc_handlers = None
@@ -90,6 +91,7 @@ class PlannedGroupAverager(DecentralizedAverager):
         group: Sequence[str],
         weights: Sequence[float],
         wire: WireMarks | None = None,
+        token_rows: Sequence[tuple[int, int]] = (),
         **kwargs: Any,
     ) -> None:
         if len(set(group)) != len(group) or len(group) < 2:
@@ -107,6 +109,7 @@ class PlannedGroupAverager(DecentralizedAverager):
         self._traffic: mp.SimpleQueue[str] = mp.SimpleQueue()
         self._uncounted: dict[str, list[int]] = {}
         self.wire = wire or WireMarks(None)  # the CPU clock as a round's parts come and go
+        self._token_rows = tuple(token_rows)  # of the flat tensor: worker/averaging/robust.py
         # the rest lives in the averager's own process (it is forked by super().__init__)
         self._inbox: dict[str, dict[PeerID, bytes]] = {}
         self._rounds_seen: dict[str, None] = {}  # insertion-ordered: the oldest go first
@@ -181,6 +184,7 @@ class PlannedGroupAverager(DecentralizedAverager):
             drift_bound=None if own is None else own.drift_bound,
             floor_per_element=median_claimed_norm(group_info.gathered, self.serializer)
             / max(self.total_size, 1) ** 0.5,
+            token_rows=self._token_rows,
             count=self._count_part,
             **kwargs,
         )

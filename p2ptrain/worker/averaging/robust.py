@@ -8,7 +8,11 @@ it claims), so the checks live here (worker/averaging/robust_allreduce.py feeds 
 - a part holding a NaN or an infinity is dropped;
 - each sender counts with its planned weight (its rows of the batch), never the weight it sends;
 - with 3 or more senders, a centred clip around the coordinate-wise median: no sender moves the
-  result by more than CLIP_FACTOR times the median distance of the parts to their median;
+  result by more than CLIP_FACTOR times the median distance of the parts to their median. In
+  the rows of the token embedding and the head (the stage's `token_rows`) the bound is at
+  least CLIP_FACTOR times the scale the members' claimed norms give them: there honest copies
+  are outliers by nature (a batch has rows only for its own tokens, far larger for those it
+  repeats), while everywhere else a gradient sums over every token of the batch;
 - with 2 senders a median cannot tell who lies: a part whose norm is over PAIR_NORM_FACTOR times
   the other's is dropped;
 - in a state re-sync round (parameters, optimizer moments: replicas that differ only by a few
@@ -23,12 +27,18 @@ gradient, and nothing of the liar's is applied.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
 CLIP_FACTOR = 4.0  # tau = this × the median distance to the coordinate-wise median
+# outside the token rows tau is at least this × CLIP_FACTOR × the floor (the claims' scale of
+# the part): a guard against a zero median distance (identical copies), not the clip radius.
+# At the full floor a part 4x an honest part's norm away passed: -2.4x a member's own gradient
+# turned a 3-member round's mean against the true gradient (docs/security.md, 29.9)
+SPREAD_FLOOR = 1e-2
 CLIP_ITERATIONS = 3  # centred-clip iterations (each moves the centre toward the clipped mean)
 # up to this many rows the median is taken by a compare-exchange network of elementwise
 # min/max (n^2 / 2 of them), not torch.sort along the rows: 9x less CPU at 8 rows, and an
@@ -56,11 +66,13 @@ def robust_mean(
     own: int | None = None,
     drift_bound: float | None = None,
     floor: float = 0.0,
+    token_rows: Sequence[tuple[int, int]] = (),
 ) -> Combined:
     """Combine one part from every sender (`weights` from the plan; `own`: our index, if we
-    sent; `drift_bound`: set in state rounds; `floor`: the smallest spread or norm the rules
-    treat as the parts' scale, so a part that is all zeros in most copies does not make every
-    other copy an outlier)."""
+    sent; `drift_bound`: set in state rounds; `floor`: the part's scale from the members'
+    claimed norms, the smallest norm the pair and drift rules use, so a part that is all zeros
+    in most copies does not make every other copy an outlier; `token_rows`: the [start, stop)
+    spans of the flattened part that are rows of the token embedding or the head)."""
     assert len(parts) == len(weights) and parts
     dropped: dict[int, str] = {}
     for i, part in enumerate(parts):
@@ -93,7 +105,7 @@ def robust_mean(
         return Combined(mean.to(parts[0].dtype), dropped)
     # who is an outlier is decided in the parts' own precision (half the memory traffic of
     # float64: the median is most of a combine's CPU); the result stays float64 math
-    value, clipped = _centred_clip(stacked, screened, w, floor)
+    value, clipped = _centred_clip(stacked, screened, w, floor, token_rows)
     if not clipped:
         value = mean
     return Combined(value.to(parts[0].dtype), dropped, tuple(kept[i] for i in clipped))
@@ -121,25 +133,75 @@ def _all_finite(part: torch.Tensor) -> bool:
 
 
 def _centred_clip(
-    stacked: torch.Tensor, screened: torch.Tensor, w: torch.Tensor, floor: float
+    stacked: torch.Tensor,
+    screened: torch.Tensor,
+    w: torch.Tensor,
+    floor: float,
+    token_rows: Sequence[tuple[int, int]],
 ) -> tuple[torch.Tensor, list[int]]:
     """Centred clip (Karimireddy et al. 2021) from the coordinate-wise median; the senders
-    (rows) farther than tau from it, where tau = CLIP_FACTOR × the median distance.
-    `screened`: the rows in their own precision, for the outlier test; `stacked`: in float64."""
-    n = len(stacked)
+    (rows) farther than tau from it, where tau = CLIP_FACTOR × the median distance: at least
+    SPREAD_FLOOR of the floor's share of the coordinates outside `token_rows`, and the whole
+    floor's share of those inside, each measured apart. `screened`: the rows in their own
+    precision, for the outlier test; `stacked`: in float64."""
     median = coordinate_median(screened)
-    distances = torch.stack([torch.linalg.vector_norm(row - median) for row in screened])
-    tau = CLIP_FACTOR * max(float(distances.median()), floor)
-    clipped = [i for i in range(n) if float(distances[i]) > tau]
+    numel = median.numel()
+    outside = _complement(token_rows, numel)
+    inside = _complement(outside, numel)  # the token rows, sorted, merged and in range
+    split = [_norms((row - median).reshape(-1), outside, inside) for row in screened]
+    per_value = floor / math.sqrt(max(numel, 1))  # a span's floor: this × its size's root
+    tau = CLIP_FACTOR * max(
+        _low_median([d for d, _ in split]), SPREAD_FLOOR * per_value * math.sqrt(_size(outside))
+    )
+    tau_rows = CLIP_FACTOR * max(
+        _low_median([d for _, d in split]), per_value * math.sqrt(_size(inside))
+    )
+    clipped = [i for i, (d, d_rows) in enumerate(split) if d > tau or d_rows > tau_rows]
     if not clipped:
         return median, []
+    radius = math.hypot(tau, tau_rows)
     centre = median.double()
     for _ in range(CLIP_ITERATIONS):
         offsets = stacked - centre
         norms = offsets.flatten(1).norm(dim=1)
-        scale = torch.clamp(tau / (norms + 1e-300), max=1.0).view_as(w)
+        scale = torch.clamp(radius / (norms + 1e-300), max=1.0).view_as(w)
         centre = centre + (w * scale * offsets).sum(0) / w.sum()
     return centre, clipped
+
+
+def _norms(
+    offset: torch.Tensor, outside: list[tuple[int, int]], inside: list[tuple[int, int]]
+) -> tuple[float, float]:
+    """The norm of the flat `offset` over the `outside` spans and over the `inside` ones."""
+    if not inside:  # the usual part: no token rows, one pass
+        return float(torch.linalg.vector_norm(offset)), 0.0
+    return _span_norm(offset, outside), _span_norm(offset, inside)
+
+
+def _span_norm(flat: torch.Tensor, spans: list[tuple[int, int]]) -> float:
+    """The norm of `flat` over `spans` (slices: no mask of the part's size)."""
+    return math.sqrt(sum(float(torch.linalg.vector_norm(flat[a:b])) ** 2 for a, b in spans))
+
+
+def _complement(spans: Sequence[tuple[int, int]], numel: int) -> list[tuple[int, int]]:
+    """The spans of range(numel) outside `spans` (sorted or not, clipped to the range)."""
+    gaps, at = [], 0
+    for a, b in sorted(spans):
+        if a > at:
+            gaps.append((at, min(a, numel)))
+        at = max(at, b)
+    if at < numel:
+        gaps.append((at, numel))
+    return [(a, b) for a, b in gaps if b > a]
+
+
+def _size(spans: list[tuple[int, int]]) -> int:
+    return sum(b - a for a, b in spans)
+
+
+def _low_median(values: list[float]) -> float:
+    """torch.median's choice: of an even count, the lower of the middle two."""
+    return sorted(values)[(len(values) - 1) // 2]
 
 
 def coordinate_median(stacked: torch.Tensor) -> torch.Tensor:

@@ -40,7 +40,8 @@ class RobustPartReducer(TensorPartReducer):
 
     weights: each sender's planned weight (by sender index); own: our sender index, if we send;
     drift_bound: set in state rounds; floor_per_element: the parts' scale floor is this times
-    the square root of a part's size; names: how the log calls each sender."""
+    the square root of a part's size; names: how the log calls each sender; token_rows: for
+    each part, its spans that are rows of the token embedding or the head."""
 
     def __init__(
         self,
@@ -52,8 +53,11 @@ class RobustPartReducer(TensorPartReducer):
         drift_bound: float | None,
         floor_per_element: float,
         names: Sequence[str],
+        token_rows: Sequence[Sequence[tuple[int, int]]] = (),
     ) -> None:
         assert len(weights) == len(names) == num_senders
+        assert not token_rows or len(token_rows) == len(part_shapes)
+        self._token_rows = tuple(token_rows) or tuple(() for _ in part_shapes)
         self._weights, self._own, self._drift_bound = tuple(weights), own, drift_bound
         self._floor_per_element, self._names = floor_per_element, tuple(names)
         self._held: dict[int, torch.Tensor] = {}
@@ -127,6 +131,7 @@ class RobustPartReducer(TensorPartReducer):
             own,
             self._drift_bound,
             floor=self._floor_per_element * numel**0.5,
+            token_rows=self._token_rows[self.current_part_index],
         )
         for position, why in combined.dropped.items():
             self._note(senders[position], f"part dropped: {why}")
@@ -157,7 +162,8 @@ CountFn = Callable[[str, int, int], None]  # (peer id, bytes sent to it, bytes r
 class RobustAllReduceRunner(AllReduceRunner):
     """hivemind's AllReduceRunner with a RobustPartReducer (see RobustPartReducer for the
     keyword arguments) and an even split of the tensor among the members; `count` is told the
-    bytes of every message to and from each peer (serialised parts, as hivemind sends them)."""
+    bytes of every message to and from each peer (serialised parts, as hivemind sends them);
+    `token_rows`: the spans of the (one, flat) tensor that are token embedding or head rows."""
 
     tensor_part_reducer: TensorPartReducer
 
@@ -168,6 +174,7 @@ class RobustAllReduceRunner(AllReduceRunner):
         drift_bound: float | None,
         floor_per_element: float,
         count: CountFn = lambda peer, sent, received: None,
+        token_rows: Sequence[tuple[int, int]] = (),
         **kwargs: Any,
     ) -> None:
         self._count = count
@@ -195,6 +202,7 @@ class RobustAllReduceRunner(AllReduceRunner):
             drift_bound=drift_bound,
             floor_per_element=floor_per_element,
             names=names,
+            token_rows=_part_rows(kwargs["tensors"], self.parts_for_local_averaging, token_rows),
         )
         self.tensor_part_reducer = self._robust_reducer
         self.reducer_failures: dict[str, str] = {}  # peer -> why its averaged part never came
@@ -323,6 +331,30 @@ class RobustAllReduceRunner(AllReduceRunner):
 
     def _get_peer_stub(self, peer: PeerID) -> Any:
         return _CountingStub(super()._get_peer_stub(peer), peer.to_base58(), self._count)
+
+
+def _part_rows(
+    tensors: Sequence[torch.Tensor], parts: Sequence[torch.Tensor], rows: Sequence[tuple[int, int]]
+) -> list[tuple[tuple[int, int], ...]]:
+    """Each of our parts' token-row spans, relative to the part. hivemind's parts are views of
+    the tensor's flat storage (split in order), so a part's place is its storage offset."""
+    if not rows:
+        return [() for _ in parts]
+    assert len(tensors) == 1, "token rows index one flat tensor"
+    storage, base = tensors[0].untyped_storage().data_ptr(), int(tensors[0].storage_offset())
+    spans = []
+    for part in parts:
+        assert part.untyped_storage().data_ptr() == storage, "a part is not a view of the tensor"
+        start = int(part.storage_offset()) - base
+        stop = start + int(part.numel())
+        spans.append(
+            tuple(
+                (max(a, start) - start, min(b, stop) - start)
+                for a, b in rows
+                if a < stop and b > start
+            )
+        )
+    return spans
 
 
 class _CountingStub:

@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -135,6 +135,7 @@ class StageAverager:
         stage: int | None = None,
         traffic: Traffic | None = None,
         wire: WireMarks | None = None,
+        token_rows: Sequence[tuple[int, int]] = (),
     ) -> None:
         """network: what the plan says of its links, to scale the timeouts for (those of
         `stage`'s group when given).
@@ -144,7 +145,9 @@ class StageAverager:
         matchmaking. Every reducer uses these weights, never the ones senders claim.
         traffic: the worker's byte counters, which every round's bytes are added to.
         wire: marks the process tree's CPU clock as a round's parts come and go (a profiling
-        worker's, worker/profiler.py); None: no marks."""
+        worker's, worker/profiler.py); None: no marks.
+        token_rows: the spans of the flat tensor that are rows of the token embedding or the
+        head (train/model.py: token_row_spans), which the reducers bound apart."""
         self.traffic = traffic
         if len(group) < 2:
             raise ValueError(f"averaging needs a group of >= 2 replicas, got {dict(group)}")
@@ -188,6 +191,7 @@ class StageAverager:
             # an even share for each member, in parts (schedule/step_time.py's part_size_bytes)
             part_size_bytes=part_size_bytes(num_params * wire_bytes, num_replicas, wire_bytes),
             wire=wire,
+            token_rows=token_rows,
         )
 
     def average(

@@ -5,6 +5,8 @@ usage: robust_probe.py CASE
   reducer:  a RobustPartReducer fed three senders' parts directly (one claims a weight of 1e9,
             one sends an infinity)
   router:   the retry matchmaking of a planned group, asked by and offered non-members
+  part_rows: hivemind's split of a flat tensor among 3 reducers, each part's token-row spans
+            found from its place in the tensor
   poisoned: three StageAverager peers on 127.0.0.1, one of which puts garbage orthogonal to
             the checksum directions into its gradient while gathering honest checksums
   lost_reply: two StageAverager peers on 127.0.0.1; the first's reducer takes the second's
@@ -67,6 +69,27 @@ def reducer() -> dict[str, Any]:
         want = sum(weights[i] * parts[i][j] for i in kept) / sum(weights[i] for i in kept)
         errors += [float((r[j] - want).abs().max()) for r in results]
     return {"max_error": max(errors), "notes": notes}
+
+
+def part_rows() -> dict[str, Any]:
+    from hivemind.averaging.partition import TensorPartContainer
+
+    from p2ptrain.worker.averaging.robust_allreduce import _part_rows
+
+    tensor = torch.zeros(10_003)[3:]  # a view that does not start its storage
+    rows = [(0, 1500), (7000, 10_000)]
+    container = TensorPartContainer([tensor], (3334, 3333, 3333), part_size_bytes=4 * 700)
+    num_parts = []
+    for peer in range(3):
+        parts = container.get_raw_input_parts(peer)
+        num_parts.append(len(parts))
+        for part, spans in zip(parts, _part_rows([tensor], parts, rows), strict=True):
+            for a, b in spans:
+                part[a:b] += 1.0  # a view: marks the tensor where the part says its rows are
+    want = torch.zeros(10_000)
+    for a, b in rows:
+        want[a:b] = 1.0
+    return {"num_parts": num_parts, "exact": bool(torch.equal(tensor, want))}
 
 
 def router() -> dict[str, Any]:
@@ -241,5 +264,11 @@ def lost_reply() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    cases = {"reducer": reducer, "router": router, "poisoned": poisoned, "lost_reply": lost_reply}
+    cases = {
+        "reducer": reducer,
+        "part_rows": part_rows,
+        "router": router,
+        "poisoned": poisoned,
+        "lost_reply": lost_reply,
+    }
     print(json.dumps(cases[sys.argv[1]]()))

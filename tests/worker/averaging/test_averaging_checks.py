@@ -110,6 +110,32 @@ def test_replicas_that_started_from_other_parameters_are_noticed() -> None:
     assert not replicas_diverged(gathered(same), 1e-6)  # alone: nothing to compare
 
 
+def test_a_claimed_parameter_norm_cannot_hide_replicas_that_diverged() -> None:
+    """Row 29.10: the digests' spread was scaled by the largest claimed parameter norm, so one
+    member claiming 1e300 hid every divergence, and replicas a failed round had set apart were
+    never re-synced. The scale is the claims' low median; a claim far from the others is a
+    spread itself (a re-sync, as a false digest forces, whose crafted state is refused)."""
+    params = torch.randn(N, generator=torch.Generator().manual_seed(2))
+    signs = fixed_signs(N)
+    same = params_digest(params, signs)
+    rounded = params_digest(params * (1 + 1e-9), signs)  # honest norms differ in the last bits
+    moved = params_digest(params - 1e-3 * torch.randn(N).sign(), signs)
+
+    def gathered(*claims: tuple[float, float]) -> dict[str, dict]:
+        return {
+            f"p{i}": _gather(Checksums(1, 1.0, 0.0, 0.0, 1.0, params=c[0], params_norm=c[1]))
+            for i, c in enumerate(claims)
+        }
+
+    assert replicas_diverged(gathered(same, moved, (same[0], 1e300)), 1e-6)
+    assert replicas_diverged(gathered(same, moved, (moved[0], 1e300)), 1e-6)
+    assert replicas_diverged(gathered(same, (same[0], 1e300)), 1e-6)
+    assert replicas_diverged(gathered(same, same, (same[0], 2 * same[1])), 1e-2)
+    assert replicas_diverged(gathered(same, (-1.7e308, 1.7e308), (1.7e308, 0.0)), 1e-2)
+    assert not replicas_diverged(gathered(same, rounded, same), 1e-6)
+    assert not replicas_diverged(gathered(same, same, (same[0], same[1] * (1 + 1e-3))), 1e-2)
+
+
 def _grad(sums: object) -> dict:
     return {"kind": "grad", "checksums": sums}
 

@@ -114,14 +114,16 @@ def test_a_state_round_refuses_a_part_far_from_ours() -> None:
     assert not moments.dropped
 
 
-def test_mostly_zero_copies_of_a_part_do_not_clip_the_one_that_is_not() -> None:
-    """Embedding rows of tokens only one replica saw: zero in the others' copies. The floor
-    (from the members' median claimed norm) keeps the honest copy from being an outlier."""
+def test_mostly_zero_copies_of_token_rows_do_not_clip_the_one_that_is_not() -> None:
+    """Embedding rows of tokens only one replica saw: zero in the others' copies. In the token
+    rows the floor (from the members' median claimed norm) keeps the honest copy from being an
+    outlier; the same copies outside them are one sender against two that agree exactly."""
     seen = torch.randn(N)
     parts = [seen, torch.zeros(N), torch.zeros(N)]
-    combined = robust_mean(parts, [1.0] * 3, own=0, floor=float(seen.norm()))
+    combined = robust_mean(parts, [1.0] * 3, own=0, floor=float(seen.norm()), token_rows=[(0, N)])
     assert not combined.clipped
     torch.testing.assert_close(combined.value, seen / 3)
+    assert robust_mean(parts, [1.0] * 3, own=0, floor=float(seen.norm())).clipped == (0,)
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 7, 8, 9, 16, 17])

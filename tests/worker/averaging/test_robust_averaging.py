@@ -33,6 +33,14 @@ def test_the_reducer_uses_planned_weights_and_drops_a_non_finite_part() -> None:
     assert list(result["notes"]) == ["s2"] and "non-finite" in result["notes"]["s2"]
 
 
+def test_each_part_of_a_reducer_knows_its_token_rows() -> None:
+    """hivemind splits the flat tensor into parts for each reducer; every part's token-row
+    spans (train/model.py: token_row_spans, made relative to the part) mark exactly the
+    tensor's token rows, across part and reducer boundaries."""
+    result = _probe("part_rows")
+    assert result["exact"] and min(result["num_parts"]) >= 4
+
+
 def test_a_planned_groups_retry_admits_members_only() -> None:
     result = _probe("router")
     assert result["join_codes"] == {"member": ["ACCEPTED"], "stranger": ["PROTOCOL_VIOLATION"]}
