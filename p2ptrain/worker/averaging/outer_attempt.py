@@ -15,6 +15,7 @@ undecodable or refused fails the attempt (AttemptFailed) on every member alike.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -31,7 +32,6 @@ from p2ptrain.worker.averaging.checks import (
     Checksums,
     check_round,
     checksums,
-    low_median,
 )
 from p2ptrain.worker.averaging.robust import combine_members
 from p2ptrain.worker.averaging.round_inbox import RoundInbox
@@ -268,8 +268,9 @@ class AttemptShapes:
     def combine(
         self, parts: Mapping[str, torch.Tensor], claims: Mapping[str, Checksums], numel: int
     ) -> tuple[torch.Tensor, list[str]]:
-        # the claims' low median: one liar of 2 cannot raise the scale the rules floor at
-        floor = low_median([c.norm for c in claims.values()]) * (numel / max(self.numel, 1)) ** 0.5
+        # the claims' median, as a hivemind round's reducer takes it (checks.median_claimed_norm)
+        norms = [c.norm for c in claims.values()]
+        floor = statistics.median(norms) * (numel / max(self.numel, 1)) ** 0.5 if norms else 0.0
         return combine_members(parts, self.weights, self.link.peer_id, floor)
 
     def checked(
