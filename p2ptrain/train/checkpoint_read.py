@@ -26,7 +26,12 @@ from p2ptrain.records.stage_state import FORMAT
 from p2ptrain.train import state_file
 from p2ptrain.train.model import Stage
 from p2ptrain.train.optim import make_optimizer
-from p2ptrain.train.state_checks import load_optimizer, optimizer_problem, outer_problem
+from p2ptrain.train.state_checks import (
+    load_optimizer,
+    optimizer_problem,
+    outer_problem,
+    tensor_problem,
+)
 
 log = logging.getLogger(__name__)
 
@@ -163,15 +168,8 @@ def _check(state: Any, spec: RunSpec, model: Stage, optimizer: torch.optim.Optim
     if not isinstance(saved, dict) or set(saved) != set(expected):
         return "parameter names differ"
     for name, tensor in expected.items():
-        other = saved[name]
-        if (
-            not isinstance(other, torch.Tensor)
-            or other.shape != tensor.shape
-            or other.dtype != tensor.dtype
-        ):
-            return f"tensor {name} has the wrong shape or dtype"
-        if not torch.isfinite(other).all():
-            return f"tensor {name} holds NaN or inf"
+        if problem := tensor_problem(f"tensor {name}", saved[name], tensor.shape, tensor.dtype):
+            return problem
     return optimizer_problem(state.get("optimizer_state"), optimizer) or outer_problem(
         state.get("outer_state", {}), model
     )

@@ -44,6 +44,15 @@ def optimizer_problem(saved: object, optimizer: torch.optim.Optimizer) -> str | 
     return None
 
 
+def tensor_problem(name: str, tensor: object, shape: torch.Size, dtype: torch.dtype) -> str | None:
+    """Why a tensor read from a state file cannot stand where one of `shape` and `dtype` goes."""
+    if not isinstance(tensor, torch.Tensor) or tensor.shape != shape or tensor.dtype != dtype:
+        return f"{name} has the wrong shape or dtype"
+    if not bool(torch.isfinite(tensor).all()):
+        return f"{name} holds NaN or inf"
+    return None
+
+
 def _adam_problem(values: object, param: torch.Tensor, group: dict[str, Any]) -> str | None:
     moments = MOMENTS + (("max_exp_avg_sq",) if group.get("amsgrad") else ())
     # exactly AdamW's fields: with one missing, its first step raises a KeyError
@@ -51,14 +60,8 @@ def _adam_problem(values: object, param: torch.Tensor, group: dict[str, Any]) ->
         return "not AdamW's fields"
     for name in moments:
         tensor = values[name]
-        if (
-            not isinstance(tensor, torch.Tensor)
-            or tensor.shape != param.shape
-            or tensor.dtype != param.dtype
-        ):
-            return f"{name} has the wrong shape or dtype"
-        if not bool(torch.isfinite(tensor).all()):
-            return f"{name} holds NaN or inf"
+        if problem := tensor_problem(name, tensor, param.shape, param.dtype):
+            return problem
         if name in NON_NEGATIVE and bool((tensor < 0).any()):
             return f"{name} is negative"
     step = values["step"]
@@ -92,15 +95,8 @@ def outer_problem(saved: object, model: nn.Module) -> str | None:
     if set(saved) != {*expected, OUTER_STEPS}:
         return "outer state is not of this stage's parameters"
     for name, param in expected.items():
-        tensor = saved[name]
-        if (
-            not isinstance(tensor, torch.Tensor)
-            or tensor.shape != param.shape
-            or tensor.dtype != torch.float32
-        ):
-            return f"{name} has the wrong shape or dtype"
-        if not bool(torch.isfinite(tensor).all()):
-            return f"{name} holds NaN or inf"
+        if problem := tensor_problem(name, saved[name], param.shape, torch.float32):
+            return problem
     steps = saved[OUTER_STEPS]
     # read with int(steps.item()): a float NaN there would raise, not be refused
     if not isinstance(steps, torch.Tensor) or steps.shape != () or steps.dtype != torch.int64:
