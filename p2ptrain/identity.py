@@ -15,7 +15,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from p2ptrain.key_file import PRIVATE_HEADER_32, PRIVATE_HEADER_64
+from p2ptrain.key_file import PRIVATE_HEADER_32, PRIVATE_HEADER_64, base58_decode, base58_encode
 from p2ptrain.key_file import SEED_NUM_BYTES as SEED_NUM_BYTES  # the key file's, here too
 from p2ptrain.key_file import load_identity as load_identity
 from p2ptrain.key_file import load_or_create_identity as load_or_create_identity
@@ -23,7 +23,6 @@ from p2ptrain.procs import sweep_pid_dirs
 
 _PUBLIC_HEADER = b"\x08\x01\x12\x20"
 _IDENTITY_MULTIHASH = b"\x00"
-_BASE58_ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 
 
 def public_key(seed: bytes) -> bytes:
@@ -57,13 +56,13 @@ def peer_id_of(seed: bytes) -> str:
 def peer_id_of_public_key(public_key_bytes: bytes) -> str:
     """The libp2p peer id of a raw 32-byte Ed25519 public key."""
     encoded = _PUBLIC_HEADER + public_key_bytes
-    return _base58_encode(_IDENTITY_MULTIHASH + bytes([len(encoded)]) + encoded)
+    return base58_encode(_IDENTITY_MULTIHASH + bytes([len(encoded)]) + encoded)
 
 
 def public_key_of_peer_id(peer_id: str) -> bytes | None:
     """The Ed25519 public key embedded in an identity-multihash peer id, or None if it has none."""
     try:
-        raw = _base58_decode(peer_id)
+        raw = base58_decode(peer_id)
     except ValueError:
         return None
     if len(raw) != 38 or raw[:2] != b"\x00\x24" or raw[2:6] != _PUBLIC_HEADER:
@@ -118,25 +117,3 @@ def sweep_daemon_key_copies(identity_path: str | os.PathLike[str]) -> list[Path]
 
 def _copy_prefix(key: Path) -> str:
     return f".{key.name}.p2pd-"
-
-
-def _base58_encode(data: bytes) -> str:
-    number = int.from_bytes(data, "big")
-    digits = []
-    while number:
-        number, rest = divmod(number, 58)
-        digits.append(_BASE58_ALPHABET[rest])
-    num_leading_zeros = len(data) - len(data.lstrip(b"\x00"))
-    return "1" * num_leading_zeros + "".join(reversed(digits))
-
-
-def _base58_decode(text: str) -> bytes:
-    number = 0
-    for char in text:
-        index = _BASE58_ALPHABET.find(char)
-        if index < 0:
-            raise ValueError(f"not base58: {char!r}")
-        number = number * 58 + index
-    num_leading_zeros = len(text) - len(text.lstrip("1"))
-    body = number.to_bytes((number.bit_length() + 7) // 8, "big") if number else b""
-    return b"\x00" * num_leading_zeros + body

@@ -47,3 +47,30 @@ def load_identity(path: str | os.PathLike[str]) -> bytes:
     if len(data) == 68 and data.startswith(PRIVATE_HEADER_64):
         return data[4:36]  # hivemind form: seed + public key
     raise UserError(f"identity file {path} is not an Ed25519 private key (36-byte protobuf)")
+
+
+# peer ids are base58 text (Bitcoin's alphabet): the identity's, and those records name
+BASE58_ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+
+
+def base58_encode(data: bytes) -> str:
+    number = int.from_bytes(data, "big")
+    digits = []
+    while number:
+        number, rest = divmod(number, 58)
+        digits.append(BASE58_ALPHABET[rest])
+    num_leading_zeros = len(data) - len(data.lstrip(b"\x00"))
+    return "1" * num_leading_zeros + "".join(reversed(digits))
+
+
+def base58_decode(text: str) -> bytes:
+    """ValueError for a character outside the alphabet."""
+    number = 0
+    for char in text:
+        index = BASE58_ALPHABET.find(char)
+        if index < 0:
+            raise ValueError(f"not base58: {char!r}")
+        number = number * 58 + index
+    num_leading_zeros = len(text) - len(text.lstrip("1"))
+    body = number.to_bytes((number.bit_length() + 7) // 8, "big") if number else b""
+    return b"\x00" * num_leading_zeros + body

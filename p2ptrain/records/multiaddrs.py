@@ -10,6 +10,8 @@ from __future__ import annotations
 import ipaddress
 import re
 
+from p2ptrain.key_file import base58_decode, base58_encode
+
 # protocol -> the kind of its value (None: the protocol takes none). Left out: `ipfs` (an old
 # name of p2p that py-multiaddr refuses), `webtransport` (hivemind's copy refuses it), and every
 # protocol no transport of ours dials.
@@ -52,7 +54,6 @@ _PORT = re.compile(r"[0-9]{1,5}")
 # ASCII letters, digits and inner hyphens; a hyphen at both places 3 and 4 ("xn--") names an IDN
 # label, which the parsers' IDNA check may refuse
 _HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
-_BASE58_ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 _BASE58 = re.compile(r"[1-9A-HJ-NP-Za-km-z]+")
 
 
@@ -112,29 +113,10 @@ def valid_peer_id(text: str) -> bool:
     identity one ("12D3KooW…", an inlined Ed25519 key), canonically encoded."""
     if not 0 < len(text) <= MAX_PEER_ID_CHARS or _BASE58.fullmatch(text) is None:
         return False
-    digest = _base58_decode(text)
-    if len(digest) < 2 or _base58_encode(digest) != text:
+    digest = base58_decode(text)
+    if len(digest) < 2 or base58_encode(digest) != text:
         return False
     code, length, rest = digest[0], digest[1], digest[2:]
     if code == SHA256_CODE:
         return length == SHA256_BYTES == len(rest)
     return code == IDENTITY_CODE and 0 < length == len(rest) <= MAX_IDENTITY_DIGEST_BYTES
-
-
-def _base58_decode(text: str) -> bytes:
-    number = 0
-    for char in text:
-        number = number * 58 + _BASE58_ALPHABET.index(char)
-    num_leading_zeros = len(text) - len(text.lstrip("1"))
-    body = number.to_bytes((number.bit_length() + 7) // 8, "big") if number else b""
-    return b"\x00" * num_leading_zeros + body
-
-
-def _base58_encode(data: bytes) -> str:
-    number = int.from_bytes(data, "big")
-    digits = []
-    while number:
-        number, rest = divmod(number, 58)
-        digits.append(_BASE58_ALPHABET[rest])
-    num_leading_zeros = len(data) - len(data.lstrip(b"\x00"))
-    return "1" * num_leading_zeros + "".join(reversed(digits))
