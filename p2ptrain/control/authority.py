@@ -32,8 +32,10 @@ class Authority:
     run: RunSpec | None = None
     own_token: Token | None = None
     revocations: dict[str, Revocation] = field(default_factory=dict)  # peer -> the organiser's
-    # (signature, peer, organiser) -> whether the token verified: one Ed25519 check per token
-    _verified_tokens: dict[tuple[str, str, str | None], bool] = field(default_factory=dict)
+    # (token, peer, organiser) -> whether the token verified: one Ed25519 check per token. The
+    # whole token is the key, not its signature: a signature checked once must not vouch for
+    # the same `sig` beside another planner flag, expiry or run id
+    _verified_tokens: dict[tuple[Token, str, str | None], bool] = field(default_factory=dict)
 
     def may_plan(self, peer: str, record: PeerRecord | None) -> bool:
         """Only holders of a planner token signed by the organiser may claim or plan: a peer's
@@ -67,7 +69,7 @@ class Authority:
             return False
         if token.run_id and self.run is not None and token.run_id != self.run.run_id:
             return False  # a token of another run of the organiser's
-        key = (token.sig, peer, self.bootstrap_id)
+        key = (token, peer, self.bootstrap_id)
         if key not in self._verified_tokens:  # an Ed25519 check per token, not per message
             problem = token_problem(token, self.bootstrap_id, peer, now=0.0)
             self._verified_tokens[key] = problem is None

@@ -4,6 +4,7 @@ its own small interface, and the view inherits behaviour from none of them."""
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from p2ptrain import identity
 from p2ptrain.control.authority import Authority
@@ -12,7 +13,7 @@ from p2ptrain.control.membership import DEAD_AFTER_S, FORGET_DEAD_AFTER_S, Membe
 from p2ptrain.control.replay import SeqGuard
 from p2ptrain.control.view import SwarmView
 from p2ptrain.control.wire import Envelope
-from p2ptrain.records import PeerRecord, Revocation, RunSpec, issue_revocation
+from p2ptrain.records import PeerRecord, Revocation, RunSpec, Token, issue_revocation, issue_token
 from tests.control.test_view import ME, ORGANISER, A, B, make_view, planner_token
 
 BOOT = identity.peer_id_of(ORGANISER)
@@ -45,6 +46,30 @@ def test_authority_alone_answers_tokens_admission_and_revocations() -> None:
     assert not auth.may_plan(A, member_record(A)) and not auth.admits(A, member_record(A))
     auth.forget_tokens(set())
     assert not auth.may_plan(A, member_record(A))  # still revoked, only the cache went
+
+
+def test_a_checked_signature_vouches_for_its_own_token_only() -> None:
+    """A volunteer's real token, seen once, must not make the same signature beside
+    `planner=true`, a far expiry or another run id pass: the cache keys on the whole token."""
+    auth = Authority(ME, True, BOOT, RunSpec().replace(admission="token"), None)
+    volunteer = issue_token(ORGANISER, A, False, time.time() + 60, run_id=auth.run.run_id)
+    assert auth.admits(A, member_record_with(volunteer)) and not auth.may_plan(
+        A, member_record_with(volunteer)
+    )
+    for altered in (
+        dataclasses.replace(volunteer, planner=True),
+        dataclasses.replace(volunteer, expires_at=1e11),
+        dataclasses.replace(volunteer, planner=True, expires_at=1e11, run_id=""),
+    ):
+        assert not auth.may_plan(A, member_record_with(altered))
+        assert not auth.admits(A, member_record_with(altered))
+    expired = issue_token(ORGANISER, B, True, time.time() - 1)
+    assert not auth.may_plan(B, member_record_with(expired))
+    assert not auth.may_plan(B, member_record_with(dataclasses.replace(expired, expires_at=1e11)))
+
+
+def member_record_with(token: Token) -> PeerRecord:
+    return PeerRecord((), "control-only", True, "0", {}, token=token)
 
 
 def test_membership_alone_keeps_liveness_and_forgets_the_long_dead() -> None:
