@@ -229,15 +229,17 @@ def record_step(
 ) -> None:
     """Write `snapshot` as the stamped state of its step under lineage `tag`, point the stage's
     latest file at the newest state `usable` accepts (the writer's lineage and its ancestors'),
-    and keep the KEEP_STEPS newest steps of the writer's own lineage: its older files go, files
-    of every other lineage stay (another swarm's or another half's progress is not ours to
-    delete: `p2ptrain checkpoints prune` removes them)."""
+    and keep the KEEP_STEPS newest steps of that history: the writer's own lineage and its
+    ancestors are one history (a new term's lineage goes on from its parent's states), so their
+    older files go; files of every other lineage stay (another swarm's or another half's progress
+    is not ours to delete: `p2ptrain checkpoints prune` removes them). Without the ancestors in
+    the count, every planner change left KEEP_STEPS files a stage behind for good."""
     layers = model.layers
     _write(stamped_path(directory, layers, snapshot.step, tag), spec, model, snapshot)
     key = layers_key(layers)
     states = [s for s in list_states(directory) if s.key == key]
-    own = [s for s in states if same_lineage(s.tag, tag)]
-    for old in prunable(own):
+    history = [s for s in states if same_lineage(s.tag, tag) or usable(s.tag)]
+    for old in prunable(history):
         old.path.unlink(missing_ok=True)
     steps = sorted({s.step for s in states if usable(s.tag)})
     if steps and steps[-1] == snapshot.step:

@@ -17,6 +17,7 @@ from p2ptrain.train.checkpoint import (
     StageSnapshot,
     checkpoint_path,
     layers_key,
+    list_states,
     record_step,
     save_stage,
     saved_steps,
@@ -85,6 +86,36 @@ def test_history_keeps_the_newest_steps_and_links_the_latest(tmp_path: Path) -> 
     fresh = build_stage(SPEC, 0, 2)
     path = stamped_path(tmp_path, model.layers, 4)  # type: ignore[arg-type]
     assert load_stage(path, SPEC, fresh, make_optimizer(fresh, SPEC)) == 4
+
+
+def test_a_new_lineage_prunes_its_ancestors_old_states_and_keeps_other_lineages(
+    tmp_path: Path,
+) -> None:
+    """A new term's lineage goes on from its parent's states: together they keep KEEP_STEPS
+    steps (every planner change used to leave the parent's files behind for good); another
+    lineage (an earlier swarm's, a partition's other half) is not the writer's to delete."""
+    model, optimizer = _trained_stage(0)
+    parent, child, other = (f"{c * 16}-e1" for c in "abc")
+
+    def write(step: int, tag: str, usable: tuple[str, ...]) -> None:
+        snapshot = StageSnapshot.take(model, optimizer, step)  # type: ignore[arg-type]
+        record_step(tmp_path, SPEC, model, snapshot, tag, lambda t: t in usable)  # type: ignore[arg-type]
+
+    for step in range(1, 5):
+        write(step, parent, (parent,))
+        write(step, other, (other,))
+    write(5, child, (parent, child))
+    assert _steps_by_tag(tmp_path) == {parent: [2, 3, 4], other: [1, 2, 3, 4], child: [5]}
+    for step in range(6, 9):
+        write(step, child, (parent, child))
+    assert _steps_by_tag(tmp_path) == {other: [1, 2, 3, 4], child: [5, 6, 7, 8]}
+
+
+def _steps_by_tag(directory: Path) -> dict[str | None, list[int]]:
+    found: dict[str | None, list[int]] = {}
+    for state in sorted(list_states(directory), key=lambda s: s.step):
+        found.setdefault(state.tag, []).append(state.step)
+    return found
 
 
 def test_a_snapshot_does_not_follow_later_updates() -> None:
