@@ -172,7 +172,7 @@ def _validate(
     # the author signed the pubsub message (strict signing): its rate, admission and run are
     # checked before its body is parsed
     if (drop := intake.screen(header, now)) is not None:
-        intake.refuse(header, drop, topic, now)
+        intake.refuse(header, drop, sender, topic, now)
         return False
     try:
         env = wire.open_body(header)

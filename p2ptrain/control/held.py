@@ -60,12 +60,14 @@ class HeldEnvelopes(Mapping[Key, bytes]):
     def __init__(self) -> None:
         self._data: dict[Key, bytes] = {}
         self._fingerprints: dict[Key, tuple[int, int]] = {}  # key -> (bucket, fingerprint)
+        self._kinds: dict[str, set[str]] = {}  # author -> the kinds held of it
 
     def __getitem__(self, key: Key) -> bytes:
         return self._data[key]
 
     def __setitem__(self, key: Key, data: bytes) -> None:
         self._data[key] = data
+        self._kinds.setdefault(key[0], set()).add(key[1])
         if key[1] != "telemetry":
             self._fingerprints[key] = (bucket_of(key[0]), fingerprint(key, data))
 
@@ -74,6 +76,14 @@ class HeldEnvelopes(Mapping[Key, bytes]):
 
     def __len__(self) -> int:
         return len(self._data)
+
+    def forget_author(self, author: str) -> None:
+        """Drop every entry of `author` (no longer a member): kept, a dead or throwaway
+        identity's envelopes would be served on every sync for good, and resent for good once
+        the clients drop them as stale (their digests would never agree again)."""
+        for kind in self._kinds.pop(author, set()):
+            del self._data[(author, kind)]
+            self._fingerprints.pop((author, kind), None)
 
     def _bucket_sums(self, leave_out: tuple[str, ...]) -> list[int]:
         sums = [0] * NUM_BUCKETS

@@ -1,7 +1,8 @@
 """Verified envelopes into the SwarmView, from gossip and from sync alike: apply, keep or blame.
 
-An envelope the view accepts from another author is kept in NodeState.latest for sync clients;
-one it refuses as hostile costs its culprit a penalty (Penalties.penalise) and a log warning.
+An envelope the view accepts from another author is kept in NodeState.latest for sync clients
+while its author is a member; one it refuses as hostile costs its culprit a penalty
+(Penalties.penalise) and a log warning (sampled where the culprit is a remote author: free keys).
 Gossip screens a message by its header before its body is parsed (`screen`: the author's rate
 for the kind, its admission, its run), and forwards only what the view accepted (`apply`'s
 answer): a message the view ignores goes no further than us.
@@ -29,6 +30,16 @@ ORGANISER_TERM_AGE_S = 10.0
 
 _WATCHED: tuple[Change, ...] = ("plan", "run", "members")  # as _what_tasks_watch's tuple
 
+# refusals on the header alone that every honest node makes alike (the organiser is the same
+# everywhere): an honest forwarder refuses such a message and never forwards it, so the peer
+# that sent it to us is to blame too. Not a rate: an honest forwarder may have missed some of
+# the author's messages that reached us by other paths.
+FORWARDER_BLAMED = frozenset({"unauthorised"})
+# a remote author's blame is logged the 1st time, then every 100th: each message of a flood
+# may be signed by a fresh key, and the log must not grow with it
+AUTHOR_LOG_EVERY = 100
+_DROPPED = "dropped %s message on %s from %s: %s (penalty %.1f)"
+
 
 class Intake:
     """The one way a decoded envelope reaches the view; `via` names the topic or "sync"."""
@@ -40,9 +51,11 @@ class Intake:
         self.state = state
         self._on_penalty = on_penalty
         self._blocked_logged: set[str] = set()  # blocked peers whose blocking was logged
+        self._authors_blamed = 0  # remote authors blamed (their warnings are sampled)
         self.rates = GossipRates()
         # a claim names a plan too large to gossip: (key, who sent it) (control/plan_pull.py)
         self.wants_plan: Callable[[tuple[int, int], str], None] = lambda key, sender: None
+        state.view.members.on_forget = self._forget_held
 
     def screen(self, header: wire.Header, now: float) -> Drop | None:
         """Refuse a gossip message by its verified header, before its body is parsed: past its
@@ -101,9 +114,18 @@ class Intake:
         if drop.category is None:
             log.debug("ignored %s from %s: %s", env.kind, env.author, drop.reason)
             return already_applied
-        culprit = sender if drop.category == "replayed" else env.author
-        self.reject(culprit, drop.category, drop.reason, via, now)
+        if drop.category == "replayed" or env.author == sender:
+            self.reject(sender, drop.category, drop.reason, via, now)
+        else:
+            self._blame_author(env.author, drop.category, drop.reason, via, now)
         return False
+
+    def _forget_held(self, peer: str) -> None:
+        """`peer` is no longer a member (forgotten, revoked, not admitted): what we held of it is
+        not served any more. The organiser's run spec and revocations stay: a newcomer needs
+        them whether the organiser is heard or not."""
+        if peer != self.state.view.bootstrap_id:
+            self.state.latest.forget_author(peer)
 
     def _learn_organiser_term(self, env: wire.Envelope, age_s: float, now: float) -> None:
         """The current term from the organiser's own record, if fresh: an older one may name a
@@ -136,31 +158,48 @@ class Intake:
             if was != now_is:
                 self.state.changes.notify(kind)
 
-    def refuse(self, header: wire.Header, drop: Drop, via: str, now: float) -> None:
-        """A message `screen` refused: blame its author if hostile, else only note it."""
-        if drop.category is None:
-            log.debug("ignored %s from %s: %s", header.kind, header.author, drop.reason)
+    def refuse(self, header: wire.Header, drop: Drop, forwarder: str, via: str, now: float) -> None:
+        """A message `screen` refused: blame its author if hostile, and its forwarder where an
+        honest one would have refused it too (FORWARDER_BLAMED), else only note it."""
+        author, category = header.author, drop.category
+        if category is None:
+            log.debug("ignored %s from %s: %s", header.kind, author, drop.reason)
+        elif author == forwarder:
+            self.reject(author, category, drop.reason, via, now)
         else:
-            self.reject(header.author, drop.category, drop.reason, via, now)
+            if category in FORWARDER_BLAMED:
+                self.reject(forwarder, category, f"forwarded {author}'s {drop.reason}", via, now)
+            self._blame_author(author, category, drop.reason, via, now)
 
     def reject(self, peer: str, category: str, reason: str, via: str, now: float) -> None:
         """Penalise `peer` for a bad message and log it (and its blocking, once per block)."""
+        score = self._penalise(peer, category, now)
+        log.warning(_DROPPED, category, via, peer, reason, score)
+        self._log_blocking(peer, now)
+
+    def _blame_author(self, author: str, category: str, reason: str, via: str, now: float) -> None:
+        """`reject` for the author of a message another peer sent us: logged 1 time in
+        AUTHOR_LOG_EVERY (a key made afresh for each message of a flood costs nothing)."""
+        score = self._penalise(author, category, now)
+        self._authors_blamed += 1
+        if self._authors_blamed % AUTHOR_LOG_EVERY == 1:
+            sampled = f"{reason} [author {self._authors_blamed}; 1 in {AUTHOR_LOG_EVERY} logged]"
+            log.warning(_DROPPED, category, via, author, sampled, score)
+        self._log_blocking(author, now)
+
+    def _penalise(self, peer: str, category: str, now: float) -> float:
+        """Add the category's penalty to `peer`'s score (and GossipSub's); its new score."""
+        if self._on_penalty is not None:
+            self._on_penalty(peer, PENALTIES[category])
+        return self.state.view.penalties.penalise(peer, category, now)
+
+    def _log_blocking(self, peer: str, now: float) -> None:
+        """Log `peer`'s blocking, once per block."""
         view = self.state.view
         # forget blocks that ran out, so a peer blocked again is logged again
         self._blocked_logged = {
             p for p in self._blocked_logged if view.penalties.is_blocked(p, now)
         }
-        score = view.penalties.penalise(peer, category, now)
-        if self._on_penalty is not None:
-            self._on_penalty(peer, PENALTIES[category])
-        log.warning(
-            "dropped %s message on %s from %s: %s (penalty %.1f)",
-            category,
-            via,
-            peer,
-            reason,
-            score,
-        )
         if view.penalties.is_blocked(peer, now) and peer not in self._blocked_logged:
             # our validators drop everything it sends or writes; pubsub's own blacklist is not
             # used: its teardown can crash the pubsub service (py-libp2p 0.8.1)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from p2ptrain.control.delivery_lag import DeliveryLag
 from p2ptrain.control.loop_stall import LoopStall
 from p2ptrain.records import Health, PeerMetrics, PeerRecord
+from p2ptrain.records.fields import MAX_PEERS
 from p2ptrain.records.peer import MEMBER_ROLES
 
 DEAD_AFTER_S = 8.0  # members publish telemetry every 2 s: four missed rounds => dead
@@ -32,11 +33,17 @@ PLANNER_DEAD_AFTER_S = 20.0
 # (control/publishing.py: STEADY_RUN_INTERVAL_S): three missed => dead
 NON_MEMBER_DEAD_AFTER_S = 90.0
 FORGET_DEAD_AFTER_S = 600.0  # times record_pace in a large swarm
+# the most members the record pace counts: a plan names at most MAX_PEERS peers, so no run
+# plans a larger swarm, and records from throwaway identities (free in an open run) must not
+# stretch every allowance that counts in re-statements (forgetting the dead: 600 s times
+# N / 120) without bound. Renewal is capped alike, so that live members still re-state their
+# records well inside the capped allowances (every 1,024 s at most, forgotten after 5,120 s).
+PACED_MEMBERS_CAP = MAX_PEERS
 
 
 def record_renew_s(num_members: int) -> float:
     """How often a member re-states its unchanged record in a swarm of `num_members`."""
-    return max(UNCHANGED_RECORD_S, num_members / SWARM_RECORDS_PER_S)
+    return max(UNCHANGED_RECORD_S, min(num_members, PACED_MEMBERS_CAP) / SWARM_RECORDS_PER_S)
 
 
 def record_pace(num_members: int) -> float:
@@ -60,6 +67,9 @@ class Membership(MutableMapping[str, Member]):
 
     def __init__(self) -> None:
         self._by_peer: dict[str, Member] = {}
+        # told of each peer removed (forgotten, revoked, not admitted): what others hold of it
+        # goes too (control/intake.py: what we keep for sync)
+        self.on_forget: Callable[[str], None] = lambda peer: None
         self.delivery_lag = DeliveryLag()  # widens DEAD_AFTER_S (control/delivery_lag.py)
         self.loop_stall = LoopStall()  # ... and so do our own stalls (control/loop_stall.py)
         # how long a peer heard by its telemetry may be silent (set by telemetry's pace)
@@ -73,6 +83,7 @@ class Membership(MutableMapping[str, Member]):
 
     def __delitem__(self, peer: str) -> None:
         del self._by_peer[peer]
+        self.on_forget(peer)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._by_peer)
@@ -135,10 +146,10 @@ class Membership(MutableMapping[str, Member]):
         after_s = FORGET_DEAD_AFTER_S * record_pace(len(self))
         dead = [p for p, m in self._by_peer.items() if now - m.last_heard > after_s]
         for peer in dead:
-            del self._by_peer[peer]
+            del self[peer]
         return dead
 
     def keep_only(self, admitted: Callable[[str, PeerRecord], bool]) -> None:
         """Remove the members whose records `admitted` refuses (a run's admission rule)."""
         for peer in [p for p, m in self._by_peer.items() if not admitted(p, m.record)]:
-            del self._by_peer[peer]
+            del self[peer]

@@ -156,10 +156,13 @@ class ControlNode:
         return self.state.view
 
     def _score_penalty(self, peer: str, amount: float) -> None:
-        """Our penalty, as a GossipSub behaviour penalty (control/gossip.py: SCORE_PARAMS)."""
-        scorer = self.gossipsub.scorer
-        if scorer is not None:
-            scorer.penalize_behavior(ID.from_base58(peer), amount)
+        """Our penalty, as a GossipSub behaviour penalty (control/gossip.py: SCORE_PARAMS), for a
+        peer GossipSub talks to only: py-libp2p drops a peer's entry only when that peer leaves
+        (GossipSub.remove_peer) and walks them all every heartbeat, so an author that never
+        connected (a throwaway key) would stay there for good, and it scores only its peers."""
+        scorer, peer_id = self.gossipsub.scorer, ID.from_base58(peer)
+        if scorer is not None and peer_id in self.pubsub.peers:
+            scorer.penalize_behavior(peer_id, amount)
 
     @property
     def addrs(self) -> list[str]:
