@@ -5,7 +5,8 @@ What a peer sends may make such a task fail in any way (a reset mid-read raises
 may reach a node-lifetime nursery, whose failure ends the process: a per-connection task runs
 under `contained`, which logs and drops any `Exception` and lets cancellation through. Nurseries
 that live as long as the node hold only services; what they start per connection goes through
-`start_contained`.
+`start_contained`. A peer can make such failures at will: they are logged 1 line in 100 per
+kind (net/sampled_log.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ from typing import Any, Protocol
 
 import trio
 
+from p2ptrain.net.sampled_log import SampledLog
+
 log = logging.getLogger(__name__)
+# keyed by the `what` of the code that starts the task, never by anything of the peer's
+_failures = SampledLog(log)
 
 Task = Callable[..., Awaitable[Any]]
 
@@ -28,12 +33,12 @@ class _Resettable(Protocol):
 
 async def contained(what: str, task: Task, *args: Any) -> None:
     """Run `task(*args)`; an `Exception` it raises (an exception group included) is logged at
-    INFO and dropped. Cancellation and `KeyboardInterrupt` are not exceptions of the peer's
-    making and pass through."""
+    INFO (1 line in 100 per `what`) and dropped. Cancellation and `KeyboardInterrupt` are not
+    exceptions of the peer's making and pass through."""
     try:
         await task(*args)
     except Exception as exc:
-        log.info("%s failed and was dropped: %s: %s", what, type(exc).__name__, exc)
+        _failures.event(what, "%s failed and was dropped: %s: %s", what, type(exc).__name__, exc)
 
 
 def start_contained(nursery: trio.Nursery, what: str, task: Task, *args: Any) -> None:
@@ -44,14 +49,17 @@ def start_contained(nursery: trio.Nursery, what: str, task: Task, *args: Any) ->
 def guard_stream_handler(
     what: str, handler: Callable[[Any], Awaitable[None]]
 ) -> Callable[[Any], Awaitable[None]]:
-    """A stream handler that turns any `Exception` of `handler` into resetting that stream."""
+    """A stream handler that turns any `Exception` of `handler` into resetting that stream
+    (logged 1 line in 100)."""
+    failures = SampledLog(log)
 
     async def guarded(stream: Any) -> None:
         try:
             await handler(stream)
         except Exception as exc:
             protocol = getattr(stream, "get_protocol", lambda: None)()
-            log.info(
+            failures.event(
+                "failed",
                 "%s stream (%s) failed and was reset: %s: %s",
                 what,
                 protocol,

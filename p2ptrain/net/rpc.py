@@ -4,7 +4,8 @@ Inbound streams are capped (InboundLimits): at most MAX_INBOUND_STREAMS_PER_PEER
 one peer and MAX_INBOUND_STREAMS in all, across every protocol guarded by one limiter, of which
 peers that are not members of the run share at most a quarter: strangers holding streams open
 cannot lock members out. A stream past a cap is reset unread; one still open after
-STREAM_DEADLINE_S (idle or not) is reset. A reply larger than MAX_REPLY_BYTES is never cut into invalid JSON:
+STREAM_DEADLINE_S (idle or not) is reset; both, and bad requests, are logged 1 line in 100
+(net/sampled_log.py). A reply larger than MAX_REPLY_BYTES is never cut into invalid JSON:
 the client gets `{"error": ...}` instead (paged protocols keep their pages far below it).
 """
 
@@ -23,6 +24,7 @@ from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
 from p2ptrain.net.framing import read_frame, write_frame
+from p2ptrain.net.sampled_log import SampledLog
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,7 @@ class InboundLimits:
         self._num_open = 0
         self._num_strangers_open = 0
         self.num_refused = 0
+        self._log = SampledLog(log)  # a peer opening streams in a loop is no log flood
 
     def _refusal(self, peer: str, stranger: bool) -> str | None:
         if self._open[peer] >= self.per_peer:
@@ -87,7 +90,9 @@ class InboundLimits:
             stranger = self.is_member is not None and not self.is_member(peer)
             if (why := self._refusal(peer, stranger)) is not None:
                 self.num_refused += 1
-                log.info("refused a %s stream from %s: %s", stream.get_protocol(), peer, why)
+                self._log.event(
+                    "refused", "refused a %s stream from %s: %s", stream.get_protocol(), peer, why
+                )
                 with contextlib.suppress(Exception):
                     await stream.reset()
                 return
@@ -98,7 +103,8 @@ class InboundLimits:
                 with trio.move_on_after(self.deadline_s) as deadline:
                     await handler(stream)
                 if deadline.cancelled_caught:
-                    log.info(
+                    self._log.event(
+                        "overdue",
                         "reset a %s stream from %s: open past %.0f s",
                         stream.get_protocol(),
                         peer,
@@ -118,6 +124,7 @@ class InboundLimits:
 
 def make_handler(respond: Responder) -> Handler:
     """A stream handler that reads one request (<= 4 KiB), answers with respond()'s JSON."""
+    bad_requests = SampledLog(log)  # any peer can send garbage in a loop
 
     async def handle(stream: INetStream) -> None:
         try:
@@ -131,7 +138,7 @@ def make_handler(respond: Responder) -> Handler:
                     reply = json.dumps({"error": "reply too large"}).encode()
                 await write_frame(stream, reply)
         except Exception as exc:
-            log.info("dropped a bad %s request: %s", stream.get_protocol(), exc)
+            bad_requests.event("bad", "dropped a bad %s request: %s", stream.get_protocol(), exc)
         finally:
             with contextlib.suppress(Exception):
                 await stream.close()

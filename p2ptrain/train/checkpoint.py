@@ -169,6 +169,14 @@ def file_sha256(path: Path) -> str:
     return _digests[key]
 
 
+def expected_state_tensors(spec: RunSpec, layers: range) -> int:
+    """The most tensors a saved state of `layers` holds (a fetched state's header is bounded by
+    it: train/state_file.py, `max_header_bytes`)."""
+    with torch.device("meta"):
+        stage = Stage(spec.model_config(), layers, spec.optim.seed)
+    return state_file.max_state_tensors(len(stage.state_dict()))
+
+
 def expected_state_bytes(spec: RunSpec, layers: range) -> int:
     """An upper bound on the size of a saved state of `layers`: the weights and AdamW's two
     moments (under diloco also the anchor and outer momentum), with a margin for the file's

@@ -12,7 +12,8 @@ file comes from other peers).
                                         param groups' hyperparameters, non-tensor values
 
 Reading parses the safetensors header (safetensors' own parser, no code from the file) and
-decodes the metadata with a total decoder: anything malformed is a WireError. Files of the
+decodes the metadata with a total decoder: anything malformed is a WireError. A header longer
+than the receiver's expected tensors need (`max_header_bytes`) is refused unread. Files of the
 formats before (/1, /2: torch.save pickles) are told apart by their zip magic; only
 train/checkpoint.py reads those, from our own disk.
 """
@@ -39,6 +40,12 @@ _OPTIM = re.compile(r"^optim/(\d{1,7})/([A-Za-z_][A-Za-z0-9_]{0,63})$")
 # a parameter's name is checked against the stage's when the outer state is loaded
 _OUTER = re.compile(r"^outer/(?:(?:anchor|momentum)/[A-Za-z0-9_.]{1,256}|steps)$")
 _MAX_HEADER_BYTES = 100 * 1024**2 + MAX_METADATA_BYTES  # safetensors' own limit, and ours
+# a tensor's entry in the header, `"name":{"dtype":"F32","shape":[..],"data_offsets":[a,b]},`, is
+# ~100 bytes for ours; a 256-character outer name, 8 dimensions and 20-digit offsets stay below
+HEADER_BYTES_PER_TENSOR = 512
+# per weight: itself, AdamW's exp_avg, exp_avg_sq and step (max_exp_avg_sq under amsgrad), and
+# DiLoCo's anchor and outer momentum
+TENSORS_PER_WEIGHT = 7
 
 
 def is_pickled(path: Path) -> bool:
@@ -100,16 +107,33 @@ def describe(
     )
 
 
-def check(path: Path) -> StateMeta:
+def max_state_tensors(num_weights: int) -> int:
+    """The most tensors a state of a stage with `num_weights` state_dict entries holds."""
+    return num_weights * TENSORS_PER_WEIGHT + 1  # + DiLoCo's "outer/steps"
+
+
+def max_header_bytes(max_tensors: int | None) -> int:
+    """The longest safetensors header of a state of at most `max_tensors` tensors (None: of any
+    state): its metadata and an entry per tensor. A longer one is never parsed: json.loads of
+    100 MiB of `{},` builds GBs of Python objects."""
+    if max_tensors is None:
+        return _MAX_HEADER_BYTES
+    return min(_MAX_HEADER_BYTES, MAX_METADATA_BYTES + HEADER_BYTES_PER_TENSOR * max_tensors)
+
+
+def check(path: Path, max_tensors: int | None = None) -> StateMeta:
     """The file's metadata if it is a state file of format /3 (tensors not read); WireError
-    otherwise. What a fetched file must pass before it is kept (worker/resume/state_transfer.py)."""
+    otherwise. What a fetched file must pass before it is kept (worker/resume/state_transfer.py).
+    `max_tensors`: the most the receiver expects (`max_state_tensors` of its stage); a header
+    longer than such a state's is refused unread."""
+    limit = max_header_bytes(max_tensors)
     with open(path, "rb") as f:
         head = f.read(_HEADER_SIZE.size)
         if len(head) < _HEADER_SIZE.size:
             raise WireError("malformed stage state: shorter than a safetensors header")
         (size,) = _HEADER_SIZE.unpack(head)
-        if size > _MAX_HEADER_BYTES:
-            raise WireError(f"oversized stage state: a header of {size} bytes")
+        if size > limit:
+            raise WireError(f"oversized stage state: a header of {size} bytes, over {limit}")
         header = f.read(size)
     try:
         parsed = json.loads(header)

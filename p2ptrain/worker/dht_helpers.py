@@ -1,5 +1,13 @@
 """The worker's hivemind DHT for one plan: the names its averaging swarms use, seeding its
-routing table with the plan's peers, and the validator of start-step announcements."""
+routing table with the plan's peers, and the validator of every record it stores or reads.
+
+Anyone can reach a worker's DHT (its p2pd address is published) and ask it to store records,
+which hivemind keeps, in storage without a size limit, until they expire. The validator bounds
+what a stranger can park there: records lasting at most MAX_EXPIRATION_S, of at most
+MAX_RECORD_BYTES each. hivemind offers no setting for its storage's size (DHTProtocol.create
+makes it unbounded; only its cache has one), and its `maxsize` would bound keys, not the
+subkeys under one key, and evict the soonest to expire first: our own short-lived records.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +18,16 @@ from typing import Any
 from hivemind.dht.routing import DHTID
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.utils.serializer import MSGPackSerializer
+from hivemind.utils.timed_storage import get_dht_time
 
 from p2ptrain.worker.resume.announcement import SUBKEY_PREFIX, check_announcement
+from p2ptrain.worker.resume.start_step import ANNOUNCEMENT_TTL_S
+
+# our longest-lived records are the resume announcements (hivemind's matchmaking and state
+# declarations last seconds to a minute); twice that leaves room for the storer's clock to be ahead
+MAX_EXPIRATION_S = 2 * ANNOUNCEMENT_TTL_S
+# the largest announcement check_announcement accepts (256 stages x 64 steps) is ~1.85 MB
+MAX_RECORD_BYTES = 2 * 1024**2
 
 
 def swarm_prefix(run_id: str, stage: int, epoch: int, term: int = 0) -> str:
@@ -31,14 +47,23 @@ def bootstrap_dht(dht: Any, peer_ids: list[str]) -> None:
     dht.run_coroutine(partial(ping_peers, peer_ids))
 
 
+def within_bounds(record: DHTRecord) -> bool:
+    """Whether `record` expires within MAX_EXPIRATION_S from now (NaN does not) and is at most
+    MAX_RECORD_BYTES: the bounds on what anyone may park in our DHT's storage."""
+    size = len(record.key) + len(record.subkey) + len(record.value)
+    return size <= MAX_RECORD_BYTES and record.expiration_time <= get_dht_time() + MAX_EXPIRATION_S
+
+
 class AnnouncementValidator(RecordValidatorBase):
     """Runs in every worker's DHT, on every record it is asked to store and every record it
-    reads: a record under a resume announcement's subkey (`resume:` + peer id) is kept only if
-    it is that peer's signed announcement for that very key (worker/resume/start_step.py), so no one can
-    store one under another peer's id, and honest DHT nodes do not keep forged ones. Other
-    records (averaging matchmaking) pass as before."""
+    reads: any record must be `within_bounds`; a record under a resume announcement's subkey
+    (`resume:` + peer id) is kept only if it is that peer's signed announcement for that very
+    key (worker/resume/start_step.py), so no one can store one under another peer's id, and
+    honest DHT nodes do not keep forged ones. Other records (averaging matchmaking) pass."""
 
     def validate(self, record: DHTRecord) -> bool:
+        if not within_bounds(record):
+            return False
         try:
             subkey = MSGPackSerializer.loads(record.subkey)
         except Exception:  # not ours to judge: hivemind's own records are checked by hivemind

@@ -161,3 +161,38 @@ def test_random_bytes_and_torn_files_are_wire_errors(tmp_path: Path) -> None:
         except WireError:  # anything else fails the test
             refused += 1
     assert refused > 100
+
+
+def _padded_state(num_bytes: int) -> bytes:
+    """A state file whose header is padded with `{},` to `num_bytes`: what parses into GBs."""
+    valid = _safetensors({"model/w": torch.ones(2)}, {"p2ptrain": _meta()})
+    (size,) = struct.unpack("<Q", valid[:8])
+    header, body = valid[8 : 8 + size].rstrip(), valid[8 + size :]
+    fill = num_bytes - len(header) - len(',"pad":[]')
+    padded = header[:-1] + b',"pad":[' + (b"{}," * (fill // 3))[:-1] + b"]}"
+    return struct.pack("<Q", len(padded)) + padded + body
+
+
+def test_a_header_longer_than_the_expected_tensors_need_is_refused_unparsed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, model, _ = _saved(tmp_path)
+    with safetensors.safe_open(str(path), "pt") as opened:
+        num_tensors = len(opened.keys())
+    bound = state_file.max_state_tensors(len(model.state_dict()))
+    assert num_tensors <= bound
+    assert state_file.check(path, max_tensors=bound).step == 3  # our own state passes
+    limit = state_file.max_header_bytes(bound)
+    assert limit < 20 * 1024**2  # the metadata's cap and a little: not safetensors' 100 MiB
+
+    crafted = tmp_path / "crafted.pt"
+    crafted.write_bytes(_padded_state(limit - 64))
+    assert state_file.check(crafted, max_tensors=bound).step == 1  # within the bound: parsed
+    crafted.write_bytes(_padded_state(limit + 64))
+
+    def no_parsing(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("an oversized header was parsed")
+
+    monkeypatch.setattr(state_file.json, "loads", no_parsing)
+    with pytest.raises(WireError, match="oversized stage state"):
+        state_file.check(crafted, max_tensors=bound)

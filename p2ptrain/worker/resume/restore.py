@@ -31,6 +31,7 @@ from p2ptrain.records.lineage import may_adopt
 from p2ptrain.train.checkpoint import (
     StageSnapshot,
     expected_state_bytes,
+    expected_state_tensors,
     layers_key,
     list_states,
     record_step,
@@ -194,6 +195,7 @@ class _Missing:
         if digest is None:
             return None
         max_bytes = expected_state_bytes(spec, layers)
+        max_tensors = expected_state_tensors(spec, layers)
         step = start.state_step(key)
         for peer in start.holders(key, step):
             if peer == transport.peer_id:
@@ -210,6 +212,7 @@ class _Missing:
                     max_bytes,
                     plan.link_facts(transport.peer_id, peer),
                     plan.state_tag,
+                    max_tensors,
                 )
                 if model is not None:
                     load_stage(path, spec, model, optimizer)  # validates first

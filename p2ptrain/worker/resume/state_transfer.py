@@ -277,16 +277,18 @@ def fetch_state(
     max_bytes: int,
     network: NetworkFacts | LinkFacts | None,
     tag: str | None = None,
+    max_tensors: int | None = None,
 ) -> Path:
     """Fetch `peer_id`'s stamped state of `layers` at `step` whose sha256 is `digest` into
     `directory`, under lineage `tag` (the fetching plan's: the state it agreed on); its path.
-    Kept only if the bytes' sha256 is `digest` and they are at most `max_bytes`, moved before
+    Kept only if the bytes' sha256 is `digest` and they are at most `max_bytes` (and a header
+    for at most `max_tensors` tensors: `expected_state_tensors`), moved before
     the deadline for that size on `network`. Raises (OSError, ValueError, TimeoutError...) if
     the peer does not have it, offers more, sends other bytes, or is too slow."""
     target = stamped_path(directory, layers, step, tag)
     deadline_s = transfer_deadline_s(max_bytes, network)
     request = StateRequest(layers, step, digest)
-    coroutine = _fetch(transport, peer_id, request, target, max_bytes, deadline_s)
+    coroutine = _fetch(transport, peer_id, request, target, max_bytes, deadline_s, max_tensors)
     transport.call(coroutine, timeout_s=deadline_s + 10)
     return target
 
@@ -298,6 +300,7 @@ async def _fetch(
     target: Path,
     max_bytes: int,
     deadline_s: float,
+    max_tensors: int | None,
 ) -> None:
     from hivemind.p2p import PeerID
 
@@ -318,6 +321,7 @@ async def _fetch(
                     max_bytes,
                     what,
                     on_bytes=lambda n: transport.traffic.received(peer_id, n),
+                    max_tensors=max_tensors,
                 )
                 return
             except Busy:  # the holder serves others now: again after a pause
@@ -333,11 +337,13 @@ async def receive_state(
     max_bytes: int,
     what: str,
     on_bytes: Callable[[int], None] | None = None,
+    max_tensors: int | None = None,
 ) -> None:
     """Read a reply (status, size, bytes) into `target`: only a state file of format /3 (no
     pickle: train/state_file.py) of at most `max_bytes` whose sha256 is `digest`; nothing is
     left on disk otherwise. `on_bytes` is told how many bytes of the file each chunk brought
-    (the worker's traffic counters). Busy if the holder is serving as many as it will."""
+    (the worker's traffic counters); `max_tensors` bounds the file's header before it is parsed.
+    Busy if the holder is serving as many as it will."""
     status = await reader.readexactly(1)
     if status == BUSY:
         raise Busy(f"{what}: busy")
@@ -368,7 +374,7 @@ async def receive_state(
         # the agreed bytes may still be a lone holder's: never keep what would be unpickled
         if state_file.is_pickled(Path(tmp_name)):
             raise WireError(f"malformed stage state: {what} is a torch pickle (an older format)")
-        state_file.check(Path(tmp_name))
+        state_file.check(Path(tmp_name), max_tensors)
         os.replace(tmp_name, target)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)  # noqa: ASYNC240 (a local unlink)

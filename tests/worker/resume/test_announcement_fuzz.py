@@ -42,6 +42,7 @@ import json, random, sys
 from hivemind.dht.routing import DHTID
 from hivemind.dht.validation import DHTRecord
 from hivemind.utils.serializer import MSGPackSerializer
+from hivemind.utils.timed_storage import get_dht_time
 
 from p2ptrain.worker.dht_helpers import AnnouncementValidator
 
@@ -64,7 +65,7 @@ for index, value in enumerate(values):
         except (OverflowError, ValueError):  # 10**400, too deep: no DHT value carries it
             pass
     sub = subkey if index % 5 else rng.randbytes(rng.randint(0, 16))
-    verdicts.append(validator.validate(DHTRecord(dht_key, sub, raw, 2e9)))
+    verdicts.append(validator.validate(DHTRecord(dht_key, sub, raw, get_dht_time() + 60)))
 print(json.dumps({"verdicts": verdicts}))
 """
 

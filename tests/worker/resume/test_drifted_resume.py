@@ -114,11 +114,13 @@ def test_a_member_fetches_its_stage_s_later_state_from_the_spare_that_holds_it(
 
     asked = []
 
-    def fetch_state(transport, peer, layers, step, directory, digest, *rest):  # type: ignore[no-untyped-def]
+    def fetch_state(
+        transport, peer, layers, step, directory, digest, max_bytes, network, tag, *rest
+    ):  # type: ignore[no-untyped-def]
         asked.append((peer, step))
         source = stamped_path(spare, layers, step, None)
         assert file_sha256(source) == digest
-        target = stamped_path(directory, layers, step, rest[-1])
+        target = stamped_path(directory, layers, step, tag)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
         return target

@@ -62,9 +62,11 @@ def _restore(
 ) -> tuple[int, torch.nn.Module, torch.optim.Optimizer, list[str]]:
     asked: list[str] = []
 
-    def fetch_state(transport, peer, layers, step, directory, digest, *rest):  # type: ignore[no-untyped-def]
+    def fetch_state(
+        transport, peer, layers, step, directory, digest, max_bytes, network, tag, *rest
+    ):  # type: ignore[no-untyped-def]
         asked.append(peer)
-        target = stamped_path(directory, layers, step, rest[-1])
+        target = stamped_path(directory, layers, step, tag)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(served[peer], target)
         return target

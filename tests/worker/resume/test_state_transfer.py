@@ -8,18 +8,21 @@ import asyncio
 import builtins
 import functools
 import hashlib
+import struct
 from pathlib import Path
 from typing import Any
 
 import pytest
+import safetensors
 import torch
 
 from p2ptrain.errors import WireError
 from p2ptrain.records import NetworkFacts, RunSpec
-from p2ptrain.train import checkpoint_read
+from p2ptrain.train import checkpoint_read, state_file
 from p2ptrain.train.checkpoint import (
     StageSnapshot,
     expected_state_bytes,
+    expected_state_tensors,
     file_sha256,
     list_states,
     record_step,
@@ -48,10 +51,16 @@ def _reply(body: bytes, claimed: int | None = None) -> asyncio.StreamReader:
 
 
 def _receive(
-    body: bytes, digest: str, max_bytes: int, target: Path, claimed: int | None = None
+    body: bytes,
+    digest: str,
+    max_bytes: int,
+    target: Path,
+    claimed: int | None = None,
+    max_tensors: int | None = None,
 ) -> None:
     async def run() -> None:
-        await receive_state(_reply(body, claimed), target, digest, max_bytes, "test")
+        reply = _reply(body, claimed)
+        await receive_state(reply, target, digest, max_bytes, "test", max_tensors=max_tensors)
 
     asyncio.run(run())
 
@@ -69,6 +78,41 @@ def test_the_expected_size_bounds_a_real_state_of_the_stage(tmp_path: Path) -> N
         size = next(tmp_path.glob(f"stage-L{model.layers.start}-*.step1.pt")).stat().st_size
         expected = expected_state_bytes(SPEC, model.layers)
         assert size <= expected < size + 8 * 1024**2
+
+
+def test_a_fetched_header_past_the_stages_tensors_is_refused_unparsed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A holder's file within the size bound but with a header far longer than the stage's
+    tensors need (`{},` by the megabyte: GBs once parsed) is refused before json.loads."""
+    max_tensors = expected_state_tensors(SPEC, range(0, 1))
+    limit = state_file.max_header_bytes(max_tensors)
+    header = b"[" + b"{}," * ((limit + 64) // 3) + b"{}]"
+    body = struct.pack("<Q", len(header)) + header
+
+    def no_parsing(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("an oversized header was parsed")
+
+    monkeypatch.setattr(state_file.json, "loads", no_parsing)
+    target = tmp_path / "stage-L0-1.step1.pt"
+    digest = hashlib.sha256(body).hexdigest()
+    with pytest.raises(WireError, match="oversized stage state"):
+        _receive(body, digest, len(body), target, max_tensors=max_tensors)
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_the_expected_tensors_bound_real_states_of_either_sync(tmp_path: Path) -> None:
+    for spec in (SPEC, SPEC.replace(sync="diloco")):
+        model = build_stage(spec, 0, 2)
+        optimizer = make_optimizer(model, spec)
+        model(torch.randint(0, spec.model.vocab_size, (2, 8))).sum().backward()
+        optimizer.step()  # the moments exist
+        path = tmp_path / spec.optim.sync / "state.pt"
+        path.parent.mkdir()
+        save_stage(path, spec, model, optimizer, 1)
+        with safetensors.safe_open(str(path), "pt") as opened:
+            assert len(opened.keys()) <= expected_state_tensors(spec, model.layers)
+        state_file.check(path, expected_state_tensors(spec, model.layers))
 
 
 def test_the_deadline_grows_with_the_size_and_the_slowness_of_the_plan() -> None:

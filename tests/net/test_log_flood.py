@@ -1,0 +1,122 @@
+"""A peer opening streams in a loop cannot flood the log: refused, overdue and failed streams and
+bad requests log the 1st, then every 100th, with the count (net/rpc.py, net/guard.py, through
+net/sampled_log.py)."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import trio
+
+from p2ptrain.net import guard, rpc
+from p2ptrain.net.sampled_log import SampledLog
+from tests.net.trio_run import run
+
+FLOOD = 250  # lines on the old code; 3 now (the 1st, the 101st, the 201st)
+
+
+class HostileStream:
+    """What the handlers see of a stream whose peer sends garbage and hangs up."""
+
+    def __init__(self, peer: str = "QmFlooder") -> None:
+        self.muxed_conn = SimpleNamespace(peer_id=SimpleNamespace(to_base58=lambda: peer))
+
+    def get_protocol(self) -> str:
+        return "/test/flood/1.0.0"
+
+    async def read(self, n: int | None = None) -> bytes:
+        raise ConnectionResetError("reset by peer")
+
+    async def reset(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+
+def _lines(caplog: pytest.LogCaptureFixture, logger: str, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == logger and text in r.getMessage()]
+
+
+def _flood(handler: Any) -> None:
+    async def scenario() -> None:
+        for _ in range(FLOOD):
+            await handler(HostileStream())
+
+    run(scenario)
+
+
+def test_refused_streams_log_one_line_in_a_hundred(caplog: pytest.LogCaptureFixture) -> None:
+    limits = rpc.InboundLimits(per_peer=0)  # every stream refused
+
+    async def never_called(stream: Any) -> None:
+        raise AssertionError("a refused stream was handled")
+
+    with caplog.at_level(logging.INFO, logger=rpc.__name__):
+        _flood(limits.guard(never_called))
+    lines = _lines(caplog, rpc.__name__, "refused a")
+    assert limits.num_refused == FLOOD
+    assert len(lines) == 3 and lines[-1].endswith("(201 so far)")
+
+
+def test_overdue_streams_log_one_line_in_a_hundred(caplog: pytest.LogCaptureFixture) -> None:
+    limits = rpc.InboundLimits(deadline_s=0)
+
+    async def idle(stream: Any) -> None:
+        await trio.sleep_forever()
+
+    with caplog.at_level(logging.INFO, logger=rpc.__name__):
+        _flood(limits.guard(idle))
+    assert len(_lines(caplog, rpc.__name__, "open past")) == 3
+
+
+def test_bad_requests_log_one_line_in_a_hundred(caplog: pytest.LogCaptureFixture) -> None:
+    async def respond(request: bytes) -> dict[str, Any]:
+        raise AssertionError("a request that never arrived was answered")
+
+    with caplog.at_level(logging.INFO, logger=rpc.__name__):
+        _flood(rpc.make_handler(respond))
+    assert len(_lines(caplog, rpc.__name__, "dropped a bad")) == 3
+
+
+def test_failed_streams_log_one_line_in_a_hundred(caplog: pytest.LogCaptureFixture) -> None:
+    async def failing(stream: Any) -> None:
+        await stream.read(4)
+
+    with caplog.at_level(logging.INFO, logger=guard.__name__):
+        _flood(guard.guard_stream_handler("flood test", failing))
+    assert len(_lines(caplog, guard.__name__, "flood test stream")) == 3
+
+
+def test_failed_tasks_log_one_line_in_a_hundred_per_kind(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def failing(stream: Any) -> None:
+        await stream.read(4)
+
+    async def scenario() -> None:
+        for _ in range(FLOOD):
+            await guard.contained("flood test task", failing, HostileStream())
+        await guard.contained("other test task", failing, HostileStream())
+
+    with caplog.at_level(logging.INFO, logger=guard.__name__):
+        run(scenario)
+    assert len(_lines(caplog, guard.__name__, "flood test task failed")) == 3
+    assert len(_lines(caplog, guard.__name__, "other test task failed")) == 1  # its own count
+
+
+def test_a_sampled_log_counts_each_kind_apart(caplog: pytest.LogCaptureFixture) -> None:
+    sampled = SampledLog(logging.getLogger("test.sampled"), logging.WARNING)
+    with caplog.at_level(logging.WARNING, logger="test.sampled"):
+        for index in range(201):
+            sampled.event("a", "event a %d", index)
+        sampled.event("b", "event b")
+    assert [r.getMessage() for r in caplog.records] == [
+        "event a 0 (1 so far)",
+        "event a 100 (101 so far)",
+        "event a 200 (201 so far)",
+        "event b (1 so far)",
+    ]
