@@ -12,7 +12,8 @@ it about once, and the pulled envelope, signed by the planner, passes the same c
 gossiped one (control/intake.py). A node that holds an earlier plan asks for the changes against
 it (control/plan_delta.py): a re-plan keeps most of the placement. Digest sync (control/sync.py)
 heals a node that missed the claims. A copy older than PULLED_PLAN_MAX_AGE_S is refused; the
-planner signs its own afresh for each asker.
+planner signs its own afresh at most once a second, and a delta is made once per base and plan
+copy (control/recent.py): anyone may ask, as often as its streams allow.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
 from p2ptrain.control import plan_delta, wire
+from p2ptrain.control.recent import Recent
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.sync import PULLED_PLAN_MAX_AGE_S
 from p2ptrain.net import rpc
@@ -56,6 +58,10 @@ class PlanPull:
     ) -> None:
         self.state = state
         self._own_plan = own_plan  # our plan, signed now (publishing.plan_message)
+        # what respond served lately: our plan signed, by its key and the view's plan version;
+        # the deltas of a plan copy against our bases (each was up to 1 MiB of work a request)
+        self.own_signed: Recent[tuple[PlanKey, int], bytes] = Recent(lambda _: own_plan(), 1)
+        self.deltas = Recent(self._delta, size=MAX_BASES)
         self._apply = apply
         self._send, self._receive = trio.open_memory_channel[tuple[PlanKey, str]](MAX_QUEUED)
         self._asked: PlanKey = (0, 0)  # the newest key a pull was queued for
@@ -115,7 +121,7 @@ class PlanPull:
         if plan is None:
             return None
         if plan.planner == self.state.peer_id:
-            data = self._own_plan()
+            data = self.own_signed.get((plan.key, self.state.view.plan_version))
         else:
             held = self.state.latest.get((plan.planner, "plan"))
             if held is None:
@@ -170,7 +176,12 @@ class PlanPull:
         if held is None or held[0] < (asked.term, asked.epoch):
             return PlanReply(error=NOT_YET).to_dict()
         key, data = held
-        base = self._bodies.get(asked.have) if asked.have is not None else None
-        if base is not None and asked.have != key:
-            return PlanReply(delta=plan_delta.delta(base, data)).to_dict()
+        if asked.have is not None and asked.have in self._bodies and asked.have != key:
+            return PlanReply(delta=self.deltas.get((asked.have, data))).to_dict()
         return PlanReply(envelope=data.decode()).to_dict()
+
+    def _delta(self, key: tuple[PlanKey, bytes]) -> dict[str, Any]:
+        """Plan envelope key[1] as its changes against base key[0] (one we hold the body of);
+        hashing the envelope for the key is done once: bytes objects keep their hash."""
+        base, data = key
+        return plan_delta.delta(self._bodies[base], data)

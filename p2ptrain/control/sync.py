@@ -13,6 +13,11 @@ the client follows at most MAX_SYNC_PAGES pages. Each reply also carries the res
 (null until it learnt one): how a fresh node learns the current term from the organiser; and
 whether the responder knows the run finished (control/run_end.py): believed of the organiser
 only, how a spare that missed the last step's gossip, or a late joiner, learns it.
+
+What one partner may cost us is bounded per round, all its pulls together (SyncRound): pages,
+envelopes, and MAX_UNUSABLE envelopes we cannot use; the client yields to the event loop between
+a few envelopes. What a server builds for a request (its own messages signed, the envelopes it
+selects) is reused for a second (control/recent.py): strangers may ask, as often as they like.
 """
 
 from __future__ import annotations
@@ -25,14 +30,16 @@ import time
 from typing import Any
 
 import trio
+import trio.lowlevel
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
 from p2ptrain.control import wire
 from p2ptrain.control.held import NUM_BUCKETS
-from p2ptrain.control.intake import Intake
+from p2ptrain.control.intake import Intake, latest_key
 from p2ptrain.control.membership import record_pace
 from p2ptrain.control.publishing import authored_messages
+from p2ptrain.control.recent import Recent
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.view import SwarmView
 from p2ptrain.net import rpc
@@ -54,6 +61,12 @@ PULLED_RECORD_MAX_AGE_S = 600.0
 PULLED_PLAN_MAX_AGE_S = 3 * 600.0  # three re-sends missed
 KEYS_PER_REQUEST = 40  # [author, kind] pairs, ~70 bytes each: inside rpc.MAX_REQUEST_BYTES
 MAX_SYNC_PAGES = 128  # 24 MiB a round at most, from a peer that pages forever
+# envelopes of one round we cannot use (stale, refused, a second of one author and kind): each
+# cost a parse and a signature check (~0.1 ms; up to ~1 ms at 64 KiB) and stale ones no blame.
+# An honest partner serves a few: members' telemetry and claims from after they left (served
+# last, KIND_ORDER), records past their age; 256 bounds a hostile one to ~30 ms a round
+MAX_UNUSABLE = 256
+YIELD_EVERY = 8  # envelopes applied between yields to the loop (a 4 MiB page held it ~1 s)
 # one partner's whole sync, every page and named key: a responder answering each page just
 # inside the RPC timeout would otherwise hold the round (and the next) for hours
 SYNC_PARTNER_DEADLINE_S = 60.0
@@ -133,6 +146,30 @@ def sync_interval_s(view: SwarmView) -> float:
     return UNANCHORED_SYNC_INTERVAL_S if fast else SYNC_INTERVAL_S
 
 
+@dataclasses.dataclass
+class SyncRound:
+    """What one partner's sync may still cost us, its every pull together: a hostile partner
+    listing 4,096 keys had ~103 named pulls of 4,096 envelopes and 128 pages each."""
+
+    envelopes_left: int = MAX_SYNC_ENVELOPES
+    pages_left: int = MAX_SYNC_PAGES
+    unusable: int = 0
+    applied: set[tuple[str, str]] = dataclasses.field(default_factory=set)  # latest_key's
+    stopped: str | None = None  # why we read no more from the partner
+
+    def stop(self, why: str) -> None:
+        if self.stopped is None:
+            self.stopped = why
+
+    def take_page(self) -> bool:
+        """Count one more page read; False (the round stops) past MAX_SYNC_PAGES."""
+        if self.pages_left == 0:
+            self.stop(f"after {MAX_SYNC_PAGES} pages")
+            return False
+        self.pages_left -= 1
+        return True
+
+
 class PullSync:
     """Both ends of the sync protocol for one node."""
 
@@ -140,6 +177,10 @@ class PullSync:
         self.state = state
         self.intake = intake
         self._asking: set[str] = set()  # the peers we are asking for the term right now
+        # what respond_sync built lately (control/recent.py): our own messages signed, by what
+        # they state; the envelopes a request selects, by the request (its cursor aside)
+        self.own_messages = Recent(self._own_messages, size=4)
+        self.selections = Recent(self._selection, size=8)
 
     async def serve_sync(self) -> None:
         """Once joined, sync from a random connected live member (or the bootstrap), forever.
@@ -182,23 +223,30 @@ class PullSync:
         # as of the first page: the cursor indexes what these digests select
         digests = () if term_only else state.latest.digests((state.peer_id, peer))
         asked = SyncRequest(0, state.view.hears_telemetry, term_only, digests, state.peer_id)
-        listed = await self._pull(peer, asked)
+        spent = SyncRound()
+        listed = await self._pull(peer, asked, spent)
         wanted = tuple(
             (author, kind)
             for author, kind, said in listed
             if author != state.peer_id and state.latest.fingerprint(author, kind) != said
         )[:MAX_SYNC_ENVELOPES]
         for at in range(0, len(wanted), KEYS_PER_REQUEST):  # a request is at most 4 KiB
+            if spent.stopped is not None:
+                break
             named = wanted[at : at + KEYS_PER_REQUEST]
-            await self._pull(peer, SyncRequest(0, state.view.hears_telemetry, keys=named))
+            await self._pull(peer, SyncRequest(0, state.view.hears_telemetry, keys=named), spent)
+        if spent.stopped is not None:
+            log.info("sync from %s stopped: %s", peer, spent.stopped)
 
-    async def _pull(self, peer: str, asked: SyncRequest) -> list[tuple[str, str, str]]:
-        """Apply the pages `asked` names, from its cursor on; the entries page 0 listed."""
+    async def _pull(
+        self, peer: str, asked: SyncRequest, spent: SyncRound
+    ) -> list[tuple[str, str, str]]:
+        """Apply the pages `asked` names, from its cursor on, while the round lasts; the
+        entries page 0 listed."""
         cursor: int | None = asked.cursor
-        num_envelopes = 0
         listed: list[tuple[str, str, str]] = []
-        for page in range(MAX_SYNC_PAGES):
-            assert cursor is not None
+        first_page = True
+        while cursor is not None and spent.stopped is None and spent.take_page():
             request = json.dumps(dataclasses.replace(asked, cursor=cursor).to_dict()).encode()
             try:
                 reply = SyncPage.from_dict(
@@ -208,16 +256,11 @@ class PullSync:
             except Exception as exc:
                 log.debug("sync from %s failed: %s", peer, exc)
                 return []
-            if page == 0:
+            if first_page:
                 self._note_first_page(peer, reply)
                 listed = list(reply.entries)
-            envelopes = reply.envelopes[: MAX_SYNC_ENVELOPES - num_envelopes]
-            num_envelopes += len(envelopes)
-            if not self._apply_page(peer, envelopes):
-                return []
-            if cursor is None:
-                return listed
-        log.info("sync from %s stopped after %d pages", peer, MAX_SYNC_PAGES)
+                first_page = False
+            await self._apply_page(peer, reply.envelopes, spent)
         return listed
 
     def _note_first_page(self, peer: str, reply: SyncPage) -> None:
@@ -230,35 +273,74 @@ class PullSync:
         if peer == view.bootstrap_id:  # the organiser's word that the run is trained
             view.run_end.note_organiser(view.run, reply.finished)
 
-    def _apply_page(self, peer: str, envelopes: tuple[object, ...]) -> bool:
-        """Apply one page's envelopes; False once `peer` is blocked (stop reading from it)."""
-        state = self.state
-        for text in envelopes:
+    async def _apply_page(self, peer: str, envelopes: tuple[object, ...], spent: SyncRound) -> None:
+        """Apply one page's envelopes, yielding to the loop every YIELD_EVERY; the round stops
+        once `peer` is blocked or sends a non-envelope, or its envelopes or MAX_UNUSABLE run
+        out (what was applied is kept)."""
+        for index, text in enumerate(envelopes):
+            if index and index % YIELD_EVERY == 0:
+                await trio.lowlevel.checkpoint()  # trio.sleep(0): others may run
             now = time.monotonic()
-            if state.view.penalties.is_blocked(peer, now) or not isinstance(text, str):
-                return False
-            data = text.encode()
-            try:
-                env = decode_pulled(data, record_pace(len(state.view.members)))
-            except wire.WireError as exc:
-                if exc.category != "stale":
-                    self.intake.reject(peer, exc.category, str(exc), "sync", now)
-                continue
-            if env.author != state.peer_id and not state.view.seqs.knows(env):
-                self.intake.apply(env, data, peer, "sync", now)
-        return True
+            if self.state.view.penalties.is_blocked(peer, now) or not isinstance(text, str):
+                spent.stop("blocked, or it sent a non-envelope")
+                return
+            spent.envelopes_left -= 1
+            if not self._apply_one(peer, text.encode(), spent, now):
+                spent.unusable += 1
+            if spent.envelopes_left == 0:
+                spent.stop(f"after {MAX_SYNC_ENVELOPES} envelopes")
+            elif spent.unusable >= MAX_UNUSABLE:
+                spent.stop(f"{MAX_UNUSABLE} envelopes we could not use")
+            if spent.stopped is not None:
+                return
+
+    def _apply_one(self, peer: str, data: bytes, spent: SyncRound, now: float) -> bool:
+        """Apply one pulled envelope; False if it is of no use: stale (no blame: an honest
+        partner holds envelopes that aged), bad (blamed), refused by the view, or a second
+        new one of an author and kind this round (a partner serves the latest of each)."""
+        state = self.state
+        try:
+            env = decode_pulled(data, record_pace(len(state.view.members)))
+        except wire.WireError as exc:
+            if exc.category != "stale":
+                self.intake.reject(peer, exc.category, str(exc), "sync", now)
+            return False
+        if env.author == state.peer_id or state.view.seqs.knows(env):
+            return True  # what gossip brought too: a partner serves it in good faith
+        key = latest_key(env)
+        if key in spent.applied:
+            return False
+        spent.applied.add(key)
+        return self.intake.apply(env, data, peer, "sync", now)
 
     async def respond_sync(self, request: bytes) -> dict[str, Any]:
-        """The server side, one page: a fresh copy of our own messages (page 0), then those we
-        hold of others, in KIND_ORDER (the cursor indexes them): all of them, or, where the
-        asker sent its digests (control/held.py), those of the buckets where we differ, and all
-        telemetry if it is in telemetry's audience."""
+        """The server side, one page: our own messages (page 0), then the held envelopes the
+        request selects (`_selection`), each built at most once a second (control/recent.py)."""
         asked = read_request(request)
         cursor = asked.cursor
-        view, latest = self.state.view, self.state.latest
+        view = self.state.view
         term = view.known_term() if view.term_anchored else None
         if asked.term_only:
             return SyncPage((), None, term, view.finished).to_dict()
+        held, listed = self.selections.get(dataclasses.replace(asked, cursor=0))
+        first = cursor == 0 and not asked.keys
+        own_key = (asked.telemetry, view.plan_version, view.planner, view.term)
+        own = self.own_messages.get(own_key) if first else ()
+        page, nxt = page_of(held, cursor, SYNC_PAGE_BYTES)
+        entries = listed if cursor == 0 else ()
+        return SyncPage(own + tuple(page), nxt, term, view.finished, entries).to_dict()
+
+    def _own_messages(self, key: tuple[bool, int, str | None, int]) -> tuple[str, ...]:
+        """Our own messages, signed now: telemetry too if key[0]; the rest of the key names
+        what they state that must not wait a second (a new plan, planner or term)."""
+        return tuple(d.decode() for d in authored_messages(self.state, key[0]))
+
+    def _selection(self, asked: SyncRequest) -> tuple[list[str], tuple[tuple[str, str, str], ...]]:
+        """The held envelopes `asked` selects, in KIND_ORDER (the cursor indexes them), and the
+        entries page 0 lists: all of them, or, where the asker sent its digests
+        (control/held.py), those of the buckets where we differ, and all telemetry if it is in
+        telemetry's audience."""
+        latest = self.state.latest
         listed: list[tuple[str, str, str]] = []
         if len(asked.digests) == NUM_BUCKETS:
             ends = (asked.asker, self.state.peer_id)
@@ -272,10 +354,4 @@ class PullSync:
         if not asked.telemetry:  # outside the audience: no telemetry (control/gossip.py)
             chosen = [key for key in chosen if key[1] != "telemetry"]
         keys = sorted(chosen, key=lambda k: (KIND_ORDER[k[1]], k))
-        held = [latest[key].decode() for key in keys]
-        first = cursor == 0 and not asked.keys
-        own = authored_messages(self.state, asked.telemetry) if first else []
-        page, nxt = page_of(held, cursor, SYNC_PAGE_BYTES)
-        envelopes = tuple(d.decode() for d in own) + tuple(page)
-        entries = tuple(listed) if cursor == 0 else ()
-        return SyncPage(envelopes, nxt, term, view.finished, entries).to_dict()
+        return [latest[key].decode() for key in keys], tuple(listed)

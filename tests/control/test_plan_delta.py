@@ -79,3 +79,45 @@ def test_a_mutated_delta_rebuilds_bytes_or_is_the_wire_error(seed: int) -> None:
             wire.decode(plan_delta.rebuild(old, _mutate(rng, change)))
         except wire.WireError as exc:
             assert_no_slip(exc)
+
+
+def test_a_delta_dropping_more_than_its_base_holds_is_refused() -> None:
+    """A 4 MiB delta could list ~1.4M short ids to drop: refused past the base's own size (an
+    honest one drops at most all of it), even where it would rebuild the signed bytes."""
+    pairs = [PEERS[i : i + 2] for i in range(0, 100, 2)]
+    old = body(1, pairs, [])
+    new = signed(body(2, pairs[1:], []), seq=2)
+    change = plan_delta.delta(old, new)
+    assert plan_delta.rebuild(old, change) == new
+    padding = [identity.peer_id_of(os.urandom(32)) for _ in range(100)]
+    for name, padded in (
+        ("addrs_dropped", change["addrs_dropped"] + padding),
+        ("dropped", change["dropped"] + padding[: len(old) + 1]),
+    ):
+        with pytest.raises(wire.WireError, match=f"malformed plan delta: {name} lists"):
+            plan_delta.rebuild(old, dict(change, **{name: padded}))
+
+
+class CountedId(str):
+    """A peer id that counts the comparisons made with it."""
+
+    comparisons = 0
+
+    def __eq__(self, other: object) -> bool:
+        CountedId.comparisons += 1
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def test_rebuilding_matches_each_peer_against_the_dropped_ones_as_a_set() -> None:
+    """Each of the base's peers was looked for in the dropped list: N^2 comparisons, ~10^9 on
+    the event loop for a 1,000-peer base and a delta of the longest lists allowed."""
+    old = body(1, [PEERS[i : i + 2] for i in range(0, 300, 2)], [])
+    new = signed(body(2, [PEERS[0:2]], []), seq=2)
+    change = plan_delta.delta(old, new)
+    dropped = [CountedId(p) for p in change["addrs_dropped"]]
+    assert len(dropped) == 298
+    CountedId.comparisons = 0
+    assert plan_delta.rebuild(old, dict(change, addrs_dropped=dropped)) == new
+    assert CountedId.comparisons < 2 * len(dropped)  # the list's: ~len(dropped)^2 / 2
