@@ -3,7 +3,9 @@
 Inbound streams are capped (InboundLimits): at most MAX_INBOUND_STREAMS_PER_PEER at once from
 one peer and MAX_INBOUND_STREAMS in all, across every protocol guarded by one limiter, of which
 peers that are not members of the run share at most a quarter: strangers holding streams open
-cannot lock members out. A stream past a cap is reset unread; one still open after
+cannot lock members out; and a peer, and all strangers together, may open only so many a second
+(net/stream_rate.py: a loop of requests would have had our loop build its replies as fast as it
+could). A stream past a cap or a rate is reset unread; one still open after
 STREAM_DEADLINE_S (idle or not) is reset; both, and bad requests, are logged 1 line in 100
 (net/sampled_log.py). A reply larger than MAX_REPLY_BYTES is never cut into invalid JSON:
 the client gets `{"error": ...}` instead (paged protocols keep their pages far below it).
@@ -25,6 +27,7 @@ from libp2p.peer.id import ID
 
 from p2ptrain.net.framing import read_frame, write_frame
 from p2ptrain.net.sampled_log import SampledLog
+from p2ptrain.net.stream_rate import StreamRates
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,7 @@ class InboundLimits:
         is_member: Callable[[str], bool] | None = None,
         strangers_total: int | None = None,
         deadline_s: float = STREAM_DEADLINE_S,
+        rates: StreamRates | None = None,
     ) -> None:
         self.per_peer = per_peer
         self.total = total
@@ -66,6 +70,7 @@ class InboundLimits:
             max(1, int(total * STRANGERS_SHARE)) if strangers_total is None else strangers_total
         )
         self.deadline_s = deadline_s
+        self.rates = StreamRates() if rates is None else rates
         self._open: Counter[str] = Counter()
         self._num_open = 0
         self._num_strangers_open = 0
@@ -79,6 +84,8 @@ class InboundLimits:
             return "too many open"
         if stranger and self._num_strangers_open >= self.strangers_total:
             return "too many open from non-members"
+        if not self.rates.allows(peer, stranger):
+            return "opened too fast"
         return None
 
     def guard(self, handler: Handler) -> Handler:

@@ -13,6 +13,7 @@ import trio
 
 from p2ptrain.net import guard, rpc
 from p2ptrain.net.sampled_log import SampledLog
+from p2ptrain.net.stream_rate import StreamRates
 from tests.net.trio_run import run
 
 FLOOD = 250  # lines on the old code; 3 now (the 1st, the 101st, the 201st)
@@ -63,7 +64,7 @@ def test_refused_streams_log_one_line_in_a_hundred(caplog: pytest.LogCaptureFixt
 
 
 def test_overdue_streams_log_one_line_in_a_hundred(caplog: pytest.LogCaptureFixture) -> None:
-    limits = rpc.InboundLimits(deadline_s=0)
+    limits = rpc.InboundLimits(deadline_s=0, rates=StreamRates(burst=FLOOD))  # one peer's flood
 
     async def idle(stream: Any) -> None:
         await trio.sleep_forever()
