@@ -16,8 +16,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-PEER_RATE_PER_S = 10.0
-PEER_BURST = 40.0
+PEER_RATE_PER_S = 20.0
+# a status of a large swarm is up to 64 pages read back to back (control/observer.py)
+PEER_BURST = 100.0
 STRANGERS_RATE_PER_S = 100.0  # every non-member together
 STRANGERS_BURST = 200.0
 MAX_TRACKED_PEERS = 4096  # buckets kept; an idle one is full again, the same as none
