@@ -34,7 +34,7 @@ LAYERS: list[set[str]] = [
     {"identity"},
     {"key_file"},  # the node's key file, stdlib only: what the supervisor needs of the identity
     {"procs"},  # processes: spawn, stop, sweep what a dead one left
-    {"errors", "flags", "__init__"},  # flags: stdlib-only command-line declarations
+    {"errors", "flags", "sampled_log", "__init__"},  # stdlib only: flags, sampled log lines
 ]
 PRODUCT = {
     "cli",

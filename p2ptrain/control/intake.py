@@ -21,6 +21,7 @@ from p2ptrain.control.flood import GossipRates
 from p2ptrain.control.penalties import BLOCK_S, PENALTIES
 from p2ptrain.control.state import NodeState
 from p2ptrain.records import Claim, PeerRecord, Revocations
+from p2ptrain.sampled_log import LOG_ONE_IN, SampledLog
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +36,10 @@ _WATCHED: tuple[Change, ...] = ("plan", "run", "members")  # as _what_tasks_watc
 # that sent it to us is to blame too. Not a rate: an honest forwarder may have missed some of
 # the author's messages that reached us by other paths.
 FORWARDER_BLAMED = frozenset({"unauthorised"})
+_DROPPED = "dropped %s message on %s from %s: %s (penalty %.1f)"
 # a remote author's blame is logged the 1st time, then every 100th: each message of a flood
 # may be signed by a fresh key, and the log must not grow with it
-AUTHOR_LOG_EVERY = 100
-_DROPPED = "dropped %s message on %s from %s: %s (penalty %.1f)"
+_DROPPED_AUTHOR = _DROPPED + f"; remote authors blamed: 1 in {LOG_ONE_IN} logged"
 
 
 class Intake:
@@ -51,7 +52,7 @@ class Intake:
         self.state = state
         self._on_penalty = on_penalty
         self._blocked_logged: set[str] = set()  # blocked peers whose blocking was logged
-        self._authors_blamed = 0  # remote authors blamed (their warnings are sampled)
+        self._authors_blamed = SampledLog(log, logging.WARNING)  # remote authors blamed
         self.rates = GossipRates()
         # a claim names a plan too large to gossip: (key, who sent it) (control/plan_pull.py)
         self.wants_plan: Callable[[tuple[int, int], str], None] = lambda key, sender: None
@@ -179,12 +180,9 @@ class Intake:
 
     def _blame_author(self, author: str, category: str, reason: str, via: str, now: float) -> None:
         """`reject` for the author of a message another peer sent us: logged 1 time in
-        AUTHOR_LOG_EVERY (a key made afresh for each message of a flood costs nothing)."""
+        LOG_ONE_IN (a key made afresh for each message of a flood costs nothing)."""
         score = self._penalise(author, category, now)
-        self._authors_blamed += 1
-        if self._authors_blamed % AUTHOR_LOG_EVERY == 1:
-            sampled = f"{reason} [author {self._authors_blamed}; 1 in {AUTHOR_LOG_EVERY} logged]"
-            log.warning(_DROPPED, category, via, author, sampled, score)
+        self._authors_blamed.event("blamed", _DROPPED_AUTHOR, category, via, author, reason, score)
         self._log_blocking(author, now)
 
     def _penalise(self, peer: str, category: str, now: float) -> float:

@@ -17,6 +17,7 @@ from typing import Any
 import trio
 
 from p2ptrain.net.guard import start_contained
+from p2ptrain.sampled_log import SampledLog
 
 log = logging.getLogger(__name__)
 
@@ -76,27 +77,20 @@ async def serve_accepting(
     """Accept connections until cancelled, each served by `handle` within `caps`."""
     async with trio.open_nursery() as nursery:
         task_status.started()
-        failures = 0
+        sampled = SampledLog(log, logging.WARNING)  # a flood is not a log flood
         while True:
             try:
                 stream = await listener.accept()
             except OSError as exc:
                 if exc.errno not in TRANSIENT_ACCEPT_ERRNOS:
                     raise
-                failures += 1
-                if failures % 100 == 1:  # the 1st, then every 100th: a flood is not a log flood
-                    log.warning(
-                        "%s: accept failed (%d so far), backing off: %s", what, failures, exc
-                    )
+                sampled.event("failed", "%s: accept failed, backing off: %s", what, exc)
                 await trio.sleep(ACCEPT_BACKOFF_S)
                 continue
             source = _source_of(stream)
             if not caps.admit(source):
                 stream.socket.close()  # at once: a flood holds nothing
-                if caps.refused % 100 == 1:
-                    log.warning(
-                        "%s: refused connections over the caps (%d so far)", what, caps.refused
-                    )
+                sampled.event("refused", "%s: refused connections over the caps", what)
                 continue
             start_contained(nursery, what, _served, handle, stream, caps, source)
 

@@ -32,6 +32,7 @@ from multiaddr import Multiaddr
 
 from p2ptrain.addresses import LOOPBACK_KIND, ip_of, may_dial, network_kind, own_ips
 from p2ptrain.net.ratelimit import WindowLimiter
+from p2ptrain.sampled_log import SampledLog
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class DialGate:
         self.trusted = {endpoint_key(addr) for addr in trusted}
         self.limiter = WindowLimiter(ATTEMPTS_PER_ENDPOINT, ATTEMPTS_PER_WINDOW, GATE_WINDOW_S)
         self.num_refused = 0
+        self._log = SampledLog(log)  # the 1st refusal, then every 100th: no log flood
 
     def trust(self, maddr: str) -> None:
         """Let `maddr`'s endpoint through, unrated: an address the operator or we chose."""
@@ -88,8 +90,7 @@ class DialGate:
             why = "over the outbound dial rate"
         if why:
             self.num_refused += 1
-            if self.num_refused % 100 == 1:  # the 1st, then every 100th: no log flood
-                log.info("refused a dial to %s (%d so far): %s", key, self.num_refused, why)
+            self._log.event("refused", "refused a dial to %s: %s", key, why)
         return why
 
 

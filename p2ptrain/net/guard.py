@@ -6,7 +6,7 @@ may reach a node-lifetime nursery, whose failure ends the process: a per-connect
 under `contained`, which logs and drops any `Exception` and lets cancellation through. Nurseries
 that live as long as the node hold only services; what they start per connection goes through
 `start_contained`. A peer can make such failures at will: they are logged 1 line in 100 per
-kind (net/sampled_log.py).
+kind (sampled_log.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import trio
 
-from p2ptrain.net.sampled_log import SampledLog
+from p2ptrain.sampled_log import SampledLog
 
 log = logging.getLogger(__name__)
 # keyed by the `what` of the code that starts the task, never by anything of the peer's

@@ -7,7 +7,7 @@ cannot lock members out; and a peer, and all strangers together, may open only s
 (net/stream_rate.py: a loop of requests would have had our loop build its replies as fast as it
 could). A stream past a cap or a rate is reset unread; one still open after
 STREAM_DEADLINE_S (idle or not) is reset; both, and bad requests, are logged 1 line in 100
-(net/sampled_log.py). A reply larger than MAX_REPLY_BYTES is never cut into invalid JSON:
+(sampled_log.py). A reply larger than MAX_REPLY_BYTES is never cut into invalid JSON:
 the client gets `{"error": ...}` instead (paged protocols keep their pages far below it).
 """
 
@@ -26,8 +26,8 @@ from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
 from p2ptrain.net.framing import read_frame, write_frame
-from p2ptrain.net.sampled_log import SampledLog
 from p2ptrain.net.stream_rate import StreamRates
+from p2ptrain.sampled_log import SampledLog
 
 log = logging.getLogger(__name__)
 

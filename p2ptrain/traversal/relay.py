@@ -48,6 +48,7 @@ from p2ptrain.records.relay import (
     RawHello,
     split_endpoint,
 )
+from p2ptrain.sampled_log import SampledLog
 from p2ptrain.traversal.relay_client import PUNCH_TIMEOUT_S as PUNCH_TIMEOUT_S
 from p2ptrain.traversal.relay_client import RAW_HELLO_TIMEOUT_S as RAW_HELLO_TIMEOUT_S
 from p2ptrain.traversal.relay_client import Observation as Observation
@@ -122,6 +123,7 @@ class RelayServer:
         self.spliced: list[_Circuit] = []
         self.counters = counters if counters is not None else RelayCounters()
         self.caps = ConnectionCaps(MAX_RAW_PER_SOURCE, MAX_RAW_CONNECTIONS)
+        self._refusals = SampledLog(log, logging.WARNING)
         self.observed: dict[tuple[str, int], float] = {}  # (ip, port) seen at the raw port
         self.first_seen: dict[str, float] = {}
         self.started: float | None = None
@@ -212,8 +214,7 @@ class RelayServer:
         """Count a refusal for capacity and say so (the 1st, then every 100th): a relay at its
         limits is not oversubscribed silently."""
         self.counters.refused += 1
-        if self.counters.refused % 100 == 1:
-            log.warning("relay refused a request (%d so far): %s", self.counters.refused, why)
+        self._refusals.event("refused", "relay refused a request: %s", why)
         return why
 
     def _expire(self, now: float) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
 
 from p2ptrain.errors import WireError
+from p2ptrain.sampled_log import SampledLog
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,7 @@ class OpenStreams:
     def __init__(self, what: str) -> None:
         self.what = what  # for the refusals' log line: "frame streams"
         self.num_refused = 0
+        self._log = SampledLog(log, logging.WARNING)
         self._open: dict[str, int] = {}
 
     def of(self, peer: str) -> int:
@@ -53,8 +55,7 @@ class OpenStreams:
     def refused(self, peer: str) -> None:
         """Count a stream refused unread; a flood logs one line per hundred refusals."""
         self.num_refused += 1
-        if self.num_refused % 100 == 1:
-            log.warning("refused %d %s (latest from %s)", self.num_refused, self.what, peer)
+        self._log.event("refused", "refused %s, the latest from %s", self.what, peer)
 
 
 async def read_prefixed(

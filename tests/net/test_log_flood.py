@@ -1,6 +1,6 @@
 """A peer opening streams in a loop cannot flood the log: refused, overdue and failed streams and
 bad requests log the 1st, then every 100th, with the count (net/rpc.py, net/guard.py, through
-net/sampled_log.py)."""
+sampled_log.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 import trio
 
 from p2ptrain.net import guard, rpc
-from p2ptrain.net.sampled_log import SampledLog
 from p2ptrain.net.stream_rate import StreamRates
+from p2ptrain.sampled_log import SampledLog
 from tests.net.trio_run import run
 
 FLOOD = 250  # lines on the old code; 3 now (the 1st, the 101st, the 201st)

@@ -4,6 +4,7 @@ loopback a SYN meets a reset, not a NAT that drops it): tests/integration/test_l
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 
@@ -99,6 +100,19 @@ def test_reservations_and_grants_follow_the_limits() -> None:
     # ungranted circuits expire, and so free their places
     assert relay_server.grant(A, B, 200.0 + relay.CIRCUIT_PAIRING_S + 1)[0] == ""
     assert relay_server.counters.refused == 1
+
+
+def test_a_flood_of_refused_requests_logs_one_line_in_a_hundred(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    relay_server = server()
+    assert relay_server.reserve(B, 0.0) == ""
+    with caplog.at_level(logging.WARNING, logger=relay.__name__):
+        for _ in range(relay.MAX_CIRCUITS_PER_PAIR + 250):
+            relay_server.grant(A, B, 0.0)
+    lines = [r.getMessage() for r in caplog.records if "relay refused" in r.getMessage()]
+    assert relay_server.counters.refused == 250
+    assert len(lines) == 3 and lines[-1].endswith(" per pair (201 so far)")
 
 
 def test_no_source_cuts_a_target_off_and_nobody_relays_to_itself() -> None:

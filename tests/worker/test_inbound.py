@@ -3,10 +3,12 @@ sockets: one answer per stream, a refusal for an oversized, cut-short or slow me
 never read), and the per-peer count of open streams."""
 
 import asyncio
+import logging
 import struct
 
 import pytest
 
+from p2ptrain.worker import inbound
 from p2ptrain.worker.inbound import Framing, OpenStreams
 
 ACCEPTED, REJECTED = b"\x01", b"\x00"
@@ -60,3 +62,18 @@ def test_open_streams_are_counted_per_peer_while_served() -> None:
     streams.refused("a")
     streams.refused("b")
     assert streams.num_refused == 2
+
+
+def test_a_flood_of_refused_streams_logs_one_line_in_a_hundred(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    streams = OpenStreams("test streams")
+    with caplog.at_level(logging.WARNING, logger=inbound.__name__):
+        for index in range(250):
+            streams.refused(f"peer{index}")
+    assert streams.num_refused == 250
+    assert [r.getMessage() for r in caplog.records if r.name == inbound.__name__] == [
+        "refused test streams, the latest from peer0 (1 so far)",
+        "refused test streams, the latest from peer100 (101 so far)",
+        "refused test streams, the latest from peer200 (201 so far)",
+    ]

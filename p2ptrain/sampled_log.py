@@ -1,7 +1,8 @@
-"""Log lines for what a peer can make happen at will (a refused stream, a bad request, a failed
-stream): the 1st of each kind, then every 100th with the count so far, as OpenStreams
-(worker/inbound.py), the dial gate and the relay do, so a peer opening streams in a loop cannot
-flood the log."""
+"""Log lines for what a peer can make happen at will (a refused stream, dial or connection, a bad
+request, a failed stream, a blamed throwaway author): the 1st of each kind, then every 100th
+with the count so far, so a peer opening streams in a loop cannot flood the log. Used by
+net/rpc.py, net/guard.py, net/dial_gate.py, net/accepting.py, worker/inbound.py,
+traversal/relay.py and control/intake.py."""
 
 from __future__ import annotations
 
