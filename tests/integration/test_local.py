@@ -4,10 +4,7 @@ worker, hivemind, p2pd) driven by the CLI; and the same data plane without the c
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +12,7 @@ import torch
 
 from p2ptrain.records.run import load_run_spec
 from p2ptrain.train.reference import train_reference
+from tests.integration.local_runs import run_local
 from tests.key_copies import copies_beside, key_copies_outside
 
 pytestmark = pytest.mark.integration
@@ -32,24 +30,6 @@ n_embd = 32
 block_size = 16
 batch_size = 8
 """
-
-
-def _local(*args: str, timeout_s: float = 240) -> dict:
-    """Run the CLI in its own process group; return its JSON summary (its last stdout line)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "p2ptrain", "local", "--json", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-    assert proc.returncode == 0, err.decode()[-3000:]
-    return json.loads(out.decode().strip().splitlines()[-1])
 
 
 def _no_leftovers(workdir: Path) -> None:
@@ -77,7 +57,7 @@ def test_four_peers_over_the_network_equal_one_process(tmp_path: Path) -> None:
     vs the in-process reference."""
     run = tmp_path / "run.toml"
     run.write_text(TINY_RUN)
-    four = _local(
+    four = run_local(
         "--peers",
         "4",
         "--run",
@@ -104,8 +84,8 @@ def test_one_peer_and_four_peers_give_the_same_losses(tmp_path: Path) -> None:
     run = tmp_path / "run.toml"
     run.write_text(TINY_RUN)
     common = ["--run", str(run), "--steps", "8", "--seed", "3", "--no-compression"]
-    one = _local("--peers", "1", "--workdir", str(tmp_path / "one"), *common)
-    four = _local("--peers", "4", "--workdir", str(tmp_path / "four"), *common)
+    one = run_local("--peers", "1", "--workdir", str(tmp_path / "one"), *common)
+    four = run_local("--peers", "4", "--workdir", str(tmp_path / "four"), *common)
     assert [len(p) for p in one["plan"]["pipelines"]] == [1]
     assert [len(p) for p in four["plan"]["pipelines"]] == [2, 2]
     torch.testing.assert_close(four["loss"], one["loss"], rtol=1e-3, atol=0)
@@ -116,7 +96,7 @@ def test_default_run_on_four_peers_learns_within_four_minutes(tmp_path: Path) ->
     import time
 
     started_s = time.monotonic()
-    summary = _local("--peers", "4", "--steps", "40", "--workdir", str(tmp_path), timeout_s=240)
+    summary = run_local("--peers", "4", "--steps", "40", "--workdir", str(tmp_path), timeout_s=240)
     assert time.monotonic() - started_s < 240
     assert [len(p) for p in summary["plan"]["pipelines"]] == [2, 2]
     assert summary["loss"][-1] < 0.7 * summary["loss"][0], summary["loss"]
@@ -143,7 +123,7 @@ def test_a_llama_run_on_four_peers_learns_and_equals_one_process(tmp_path: Path)
     more than 30% and every step's loss is the one-process reference's."""
     run = tmp_path / "run.toml"
     run.write_text(LLAMA_RUN)
-    four = _local(
+    four = run_local(
         "--peers",
         "4",
         "--run",

@@ -6,12 +6,6 @@ update), where a restart from scratch would jump back to the initial loss."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +14,13 @@ import torch
 from p2ptrain.records.run import load_run_spec
 from p2ptrain.train.reference import train_reference
 from tests.conftest import processes_with
+from tests.integration.local_runs import (
+    finish_local,
+    kill_peer,
+    local_run,
+    peer_logs,
+    wait_for_steps,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # 1-2 min; load-sensitive
 
@@ -40,58 +41,27 @@ STEPS = 40
 KILL_AFTER_STEP = 8
 
 
-def _steps_reported(workdir: Path) -> int:
-    done = set()
-    for path in workdir.glob("metrics-*.jsonl"):
-        for line in path.read_text().splitlines():
-            if '"metrics"' in line:
-                done.add(json.loads(line)["step"])
-    return len(done)
-
-
 def test_training_survives_a_crashed_peer_without_losing_state(tmp_path: Path) -> None:
     run = tmp_path / "run.toml"
     run.write_text(RUN)
     workdir = tmp_path / "swarm"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "p2ptrain",
-            "local",
-            "--json",
-            "--peers",
-            "4",
-            "--run",
-            str(run),
-            "--steps",
-            str(STEPS),
-            "--no-compression",
-            "--workdir",
-            str(workdir),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 150
-        while _steps_reported(workdir) < KILL_AFTER_STEP:
-            assert proc.poll() is None and time.monotonic() < deadline, "no progress before kill"
-            time.sleep(0.2)
-        victim = processes_with(str(workdir / "peer-3.key"))
-        assert victim, "peer 3 is not running"
-        os.killpg(os.getpgid(min(victim)), signal.SIGKILL)  # the join node's whole tree
-        out, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 0, err.decode()[-3000:]
-    summary = json.loads(out.decode().strip().splitlines()[-1])
+    with local_run(
+        "--peers",
+        "4",
+        "--run",
+        str(run),
+        "--steps",
+        str(STEPS),
+        "--no-compression",
+        "--workdir",
+        str(workdir),
+    ) as proc:
+        wait_for_steps(proc, workdir, KILL_AFTER_STEP, timeout_s=150)
+        kill_peer(workdir, 3)
+        summary = finish_local(proc, timeout_s=300)
     assert summary["steps"] == STEPS
     assert [len(p) for p in summary["plan"]["pipelines"]] == [2]  # 3 survivors: 1 x 2 + a spare
-    logs = "".join(p.read_text() for p in workdir.glob("peer-*.log"))
+    logs = peer_logs(workdir)
     resumed_at = [
         int(line.rsplit("start at step ", 1)[1].split()[0])
         for line in logs.splitlines()

@@ -6,16 +6,13 @@ same parameters and outer state (up to the fp16 rounding of the exchange)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from p2ptrain.train import state_file
+from tests.integration.local_runs import run_local
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~45 s
 
@@ -40,34 +37,17 @@ def test_two_diloco_replicas_train_and_agree_after_their_outer_rounds(tmp_path: 
     run = tmp_path / "run.toml"
     run.write_text(RUN)
     workdir = tmp_path / "swarm"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "p2ptrain",
-            "local",
-            "--json",
-            "--peers",
-            "4",
-            "--run",
-            str(run),
-            "--steps",
-            str(STEPS),
-            "--workdir",
-            str(workdir),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
+    summary = run_local(
+        "--peers",
+        "4",
+        "--run",
+        str(run),
+        "--steps",
+        str(STEPS),
+        "--workdir",
+        str(workdir),
+        timeout_s=240,
     )
-    try:
-        out, err = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-    assert proc.returncode == 0, err.decode()[-3000:]
-    summary = json.loads(out.decode().strip().splitlines()[-1])
     assert [len(p) for p in summary["plan"]["pipelines"]] == [2, 2]
     losses = summary["loss"]
     assert len(losses) == STEPS and sum(losses[-3:]) < sum(losses[:3]) - 0.3, losses

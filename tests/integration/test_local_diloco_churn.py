@@ -5,18 +5,12 @@ stage's state is lost (its inner progress at most)."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import processes_with
-from tests.integration.test_local_churn import _steps_reported
+from tests.integration.local_runs import finish_local, kill_peer, local_run, wait_for_steps
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # 1-2 min; load-sensitive
 
@@ -48,41 +42,12 @@ def test_diloco_survives_a_killed_replica(
     run = tmp_path / "run.toml"
     run.write_text(RUN.format(stages=stages))
     workdir = tmp_path / "swarm"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "p2ptrain",
-            "local",
-            "--json",
-            "--peers",
-            "4",
-            "--run",
-            str(run),
-            "--steps",
-            str(STEPS),
-            "--workdir",
-            str(workdir),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 150
-        while _steps_reported(workdir) < KILL_AFTER_STEP:
-            assert proc.poll() is None and time.monotonic() < deadline, "no progress before kill"
-            time.sleep(0.2)
-        victim = processes_with(str(workdir / "peer-3.key"))
-        assert victim, "peer 3 is not running"
-        os.killpg(os.getpgid(min(victim)), signal.SIGKILL)  # the join node's whole tree
-        out, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 0, err.decode()[-3000:]
-    summary = json.loads(out.decode().strip().splitlines()[-1])
+    with local_run(
+        "--peers", "4", "--run", str(run), "--steps", str(STEPS), "--workdir", str(workdir)
+    ) as proc:
+        wait_for_steps(proc, workdir, KILL_AFTER_STEP, timeout_s=150)
+        kill_peer(workdir, 3)
+        summary = finish_local(proc, timeout_s=300)
     # `local` exits 0 only once the last step's loss is in; diloco's replicas do not step in
     # lockstep, so a few steps before the kill may lack the dead replica's loss (and are left
     # out of the summary): not steps lost

@@ -14,6 +14,7 @@ import pytest
 
 from p2ptrain.schedule.synthetic import city_topology
 from p2ptrain.testbed.netns import list_netns
+from tests.integration.local_runs import emulated, run_local, start_local, summary_of, wait_local
 
 pytestmark = [
     pytest.mark.integration,
@@ -38,29 +39,10 @@ def test_join_nodes_on_their_own_addresses_train_with_every_round_averaged(
     run = tmp_path / "run.toml"
     run.write_text("[run]\ncompute_aware = false\n")
     before = set(list_netns())
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "p2ptrain",
-            "local",
-            "--emulate",
-            str(path),
-            "--steps",
-            str(steps),
-            "--json",
-            "--workdir",
-            str(workdir),
-            "--run",
-            str(run),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = start_local(*emulated(path, steps, workdir, run))
+    out, err = wait_local(proc, timeout_s=300)
     assert set(list_netns()) <= before  # the testbed is gone
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    summary = summary_of(proc, out, err)
     assert summary["steps"] == steps and len(summary["loss"]) == steps
     assert summary["loss"][-1] < summary["loss"][0]
     pipelines = summary["plan"]["pipelines"]
@@ -101,28 +83,7 @@ def test_volunteers_behind_nats_reach_each_other_by_hole_punch_and_relay(tmp_pat
     workdir = tmp_path / "swarm"
     run = tmp_path / "run.toml"
     run.write_text("[run]\ncompute_aware = false\n")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "p2ptrain",
-            "local",
-            "--emulate",
-            str(path),
-            "--steps",
-            str(steps),
-            "--json",
-            "--workdir",
-            str(workdir),
-            "--run",
-            str(run),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    summary = run_local(*emulated(path, steps, workdir, run), timeout_s=300)
     assert summary["steps"] == steps
     logs = [(workdir / f"peer-{i}.log").read_text() for i in range(4)]
     ids = [

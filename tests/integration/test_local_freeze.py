@@ -9,8 +9,6 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from p2ptrain.records import Plan
 from p2ptrain.records.run import load_run_spec
 from p2ptrain.train.reference import train_reference
 from tests.conftest import processes_with
+from tests.integration.local_runs import peer_logs, start_local, stop_local, summary_of, wait_local
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~1.5 min; load-sensitive
 
@@ -62,29 +61,20 @@ def test_a_frozen_worker_is_planned_around_and_training_goes_on(tmp_path: Path) 
     run = tmp_path / "run.toml"
     run.write_text(RUN)
     workdir = tmp_path / "swarm"
-    proc = subprocess.Popen(
+    proc = start_local(
+        "--peers",
+        "4",
+        "--run",
+        str(run),
+        "--steps",
+        str(STEPS),
+        "--no-compression",
+        "--workdir",
+        str(workdir),
+        "--fault",
+        f"freeze@{FREEZE_STEP}:1:1",
         # faults come through the harness's entry point: `p2ptrain local` has no such flag
-        [
-            sys.executable,
-            "-m",
-            "p2ptrain.harness.with_faults",
-            "local",
-            "--json",
-            "--peers",
-            "4",
-            "--run",
-            str(run),
-            "--steps",
-            str(STEPS),
-            "--no-compression",
-            "--workdir",
-            str(workdir),
-            "--fault",
-            f"freeze@{FREEZE_STEP}:1:1",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
+        module="p2ptrain.harness.with_faults",
     )
     frozen_pids: list[int] = []
     try:
@@ -108,24 +98,21 @@ def test_a_frozen_worker_is_planned_around_and_training_goes_on(tmp_path: Path) 
                 replanned_s = time.monotonic() - frozen_at
             assert time.monotonic() - frozen_at < bound_s + 2 * SLACK_S, "no re-plan"
             time.sleep(0.2)
-        out, err = proc.communicate(timeout=240)
+        out, err = wait_local(proc, timeout_s=240)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_local(proc)
         for pid in frozen_pids:  # only if `local` could not stop it
             for sig in (signal.SIGKILL, signal.SIGCONT):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
-    assert proc.returncode == 0, err.decode()[-3000:]
+    summary = summary_of(proc, out, err)
     print(f"re-planned {replanned_s:.1f} s after the freeze (bound {bound_s:.0f} s)")
     assert replanned_s <= bound_s + SLACK_S
-    summary = json.loads(out.decode().strip().splitlines()[-1])
     assert summary["steps"] == STEPS
     final = summary["plan"]
     assert frozen_peer not in [p for pipe in final["pipelines"] for p in pipe] + final["spares"]
     assert [len(p) for p in final["pipelines"]] == [2]  # 3 healthy peers: 1 x 2 + a spare
-    logs = "".join(p.read_text() for p in workdir.glob("peer-*.log"))
+    logs = peer_logs(workdir)
     assert "our worker is unhealthy: the worker is silent" in logs
     spec = load_run_spec(run).replace(steps=STEPS, compression="none")
     reference = train_reference(spec)

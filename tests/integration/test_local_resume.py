@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_local import _local
+from tests.integration.local_runs import peer_logs, run_local
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -34,14 +34,14 @@ def test_a_restarted_swarm_resumes_the_run_and_keeps_the_first_swarms_states(
     checkpoints = tmp_path / "checkpoints"
     run = tmp_path / "run.toml"
     run.write_text(RUN.format(directory=checkpoints))
-    first = _local(
+    first = run_local(
         "--peers", "2", "--run", str(run), "--steps", "10", "--workdir", str(tmp_path / "first")
     )
     assert first["first_step"] == 0 and first["steps"] == 10
     stamped = {p.name for p in checkpoints.glob("stage-*.step*.pt")}
     assert any(".step10." in name for name in stamped), stamped
 
-    second = _local(
+    second = run_local(
         "--peers", "2", "--run", str(run), "--steps", "20", "--workdir", str(tmp_path / "second")
     )
     # its first reported step is 11 (0-based 10): it started at the first swarm's last state
@@ -50,5 +50,5 @@ def test_a_restarted_swarm_resumes_the_run_and_keeps_the_first_swarms_states(
     initial, last = first["loss"][0], first["loss"][-1]
     assert abs(second["loss"][0] - last) < abs(second["loss"][0] - initial), (first, second)
     assert stamped <= {p.name for p in checkpoints.glob("stage-*.step*.pt")}
-    logs = "".join(p.read_text() for p in (tmp_path / "second").glob("peer-*.log"))
+    logs = peer_logs(tmp_path / "second")
     assert "resumed from step 10 (lineage " in logs

@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from p2ptrain import identity
 from p2ptrain.schedule.synthetic import city_topology
+from tests.integration.local_runs import emulated, run_local
 
 pytestmark = [
     pytest.mark.integration,
@@ -46,28 +45,7 @@ def _emulated(tmp_path: Path, name: str, num_peers: int, stages: int, steps: int
     topology.write_text(json.dumps(peers.to_json()))
     run = tmp_path / f"{name}.toml"
     run.write_text(RUN.format(stages=stages))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "p2ptrain",
-            "local",
-            "--emulate",
-            str(topology),
-            "--steps",
-            str(steps),
-            "--json",
-            "--workdir",
-            str(tmp_path / name),
-            "--run",
-            str(run),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return run_local(*emulated(topology, steps, tmp_path / name, run), timeout_s=400)
 
 
 def test_a_swarm_restarted_with_other_peers_resumes_through_state_transfer(
