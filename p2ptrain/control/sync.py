@@ -63,9 +63,11 @@ KEYS_PER_REQUEST = 40  # [author, kind] pairs, ~70 bytes each: inside rpc.MAX_RE
 MAX_SYNC_PAGES = 128  # 24 MiB a round at most, from a peer that pages forever
 # envelopes of one round we cannot use (stale, refused, a second of one author and kind): each
 # cost a parse and a signature check (~0.1 ms; up to ~1 ms at 64 KiB) and stale ones no blame.
-# An honest partner serves a few: members' telemetry and claims from after they left (served
-# last, KIND_ORDER), records past their age; 256 bounds a hostile one to ~30 ms a round
-MAX_UNUSABLE = 256
+# An honest partner serves a few hundred at most: members' telemetry from after they left
+# (served last, KIND_ORDER; held until the dead are forgotten), and to a newcomer that counts
+# few members yet, records older than its record pace allows (~220 at 1,024 members, 302 at
+# most, simulated); 1,024 bounds a hostile one to ~0.1-1 s a round, where it had 60 s
+MAX_UNUSABLE = 1024
 YIELD_EVERY = 8  # envelopes applied between yields to the loop (a 4 MiB page held it ~1 s)
 # one partner's whole sync, every page and named key: a responder answering each page just
 # inside the RPC timeout would otherwise hold the round (and the next) for hours
@@ -310,8 +312,10 @@ class PullSync:
         key = latest_key(env)
         if key in spent.applied:
             return False
-        spent.applied.add(key)
-        return self.intake.apply(env, data, peer, "sync", now)
+        applied = self.intake.apply(env, data, peer, "sync", now)
+        if applied:  # a refused first copy leaves room for a newer one later in the round
+            spent.applied.add(key)
+        return applied
 
     async def respond_sync(self, request: bytes) -> dict[str, Any]:
         """The server side, one page: our own messages (page 0), then the held envelopes the

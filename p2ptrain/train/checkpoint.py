@@ -246,7 +246,11 @@ def record_step(
     _write(stamped_path(directory, layers, snapshot.step, tag), spec, model, snapshot)
     key = layers_key(layers)
     states = [s for s in list_states(directory) if s.key == key]
-    history = [s for s in states if same_lineage(s.tag, tag) or usable(s.tag)]
+    # an ancestor's states past the step just written stay: a lineage that restarted below them
+    # (stages that shared no step: worker/resume/start_step.py) would prune what it just wrote
+    history = [
+        s for s in states if same_lineage(s.tag, tag) or (usable(s.tag) and s.step <= snapshot.step)
+    ]
     for old in prunable(history):
         old.path.unlink(missing_ok=True)
     steps = sorted({s.step for s in states if usable(s.tag)})

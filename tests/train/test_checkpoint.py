@@ -111,6 +111,26 @@ def test_a_new_lineage_prunes_its_ancestors_old_states_and_keeps_other_lineages(
     assert _steps_by_tag(tmp_path) == {other: [1, 2, 3, 4], child: [5, 6, 7, 8]}
 
 
+def test_a_lineage_that_restarted_below_its_ancestors_states_keeps_what_it_writes(
+    tmp_path: Path,
+) -> None:
+    """Stages that shared no step restart at the older one (worker/resume/start_step.py): the
+    new lineage writes steps below its parent's newest, which stay until it passes them, and
+    never prune the state just written."""
+    model, optimizer = _trained_stage(0)
+    parent, child = (f"{c * 16}-e1" for c in "ab")
+
+    def write(step: int, tag: str, usable: tuple[str, ...]) -> None:
+        snapshot = StageSnapshot.take(model, optimizer, step)  # type: ignore[arg-type]
+        record_step(tmp_path, SPEC, model, snapshot, tag, lambda t: t in usable)  # type: ignore[arg-type]
+
+    for step in range(95, 101):
+        write(step, parent, (parent,))
+    for step in range(81, 84):
+        write(step, child, (parent, child))
+    assert _steps_by_tag(tmp_path) == {parent: [97, 98, 99, 100], child: [81, 82, 83]}
+
+
 def _steps_by_tag(directory: Path) -> dict[str | None, list[int]]:
     found: dict[str | None, list[int]] = {}
     for state in sorted(list_states(directory), key=lambda s: s.step):
