@@ -37,6 +37,7 @@ from p2ptrain.records.status import SwarmStatus
 from p2ptrain.train.model import build_stage
 from p2ptrain.worker.dht_helpers import swarm_prefix
 from p2ptrain.worker.pipeline import frames
+from p2ptrain.worker.private_tmp import PrivateTmp
 from p2ptrain.worker.resume import state_transfer
 
 STREAMS_PER_ROUND = 24
@@ -135,6 +136,7 @@ def averaging_intruders(dht: DHT, spec: Any, plan: Any) -> list[DecentralizedAve
 
 
 def main(argv: list[str] | None = None) -> int:
+    PrivateTmp().use()  # hivemind's sockets and multiprocessing's folders go with us
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=60.0)
     parser.add_argument("--run", type=Path, required=True)

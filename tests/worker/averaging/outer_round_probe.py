@@ -23,6 +23,7 @@ from p2ptrain.worker.averaging.outer_exchange import ExchangeTimeouts, OuterExch
 from p2ptrain.worker.averaging.outer_link import P2PRoundLink
 from p2ptrain.worker.pipeline.frames import FrameHeader, NotReady
 from p2ptrain.worker.pipeline.transport import Transport
+from p2ptrain.worker.private_tmp import PrivateTmp
 
 NUMEL = 200_000
 TIMEOUTS = ExchangeTimeouts(join_s=4.0, transfer_s=4.0, retry_s=3.0)
@@ -82,6 +83,7 @@ def one_round(exchanges: list[OuterExchange], step: int) -> dict[str, Any]:
 
 
 def main() -> None:
+    PrivateTmp().use()  # hivemind's sockets and multiprocessing's folders go with us
     transports = [Transport.start(open_p2p, never_ready) for _ in range(3)]
     addrs = {t.peer_id: [str(a) for a in t.call(t.p2p.get_visible_maddrs())] for t in transports}
     for t in transports:

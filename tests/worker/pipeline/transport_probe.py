@@ -16,6 +16,7 @@ from hivemind.p2p import PeerID
 from p2ptrain.worker.pipeline import frames
 from p2ptrain.worker.pipeline.frames import FrameHeader, NotReady
 from p2ptrain.worker.pipeline.transport import HEADER_TIMEOUT_S, MAX_INBOUND_PER_PEER, Transport
+from p2ptrain.worker.private_tmp import PrivateTmp
 
 FLOOD = MAX_INBOUND_PER_PEER + 8
 
@@ -59,6 +60,7 @@ async def flood(transport: Transport, victim: str, count: int) -> list[asyncio.S
 
 
 def main() -> None:
+    PrivateTmp().use()  # hivemind's sockets and multiprocessing's folders go with us
     dhts: list[DHT] = []
     for _ in range(3):
         known = [str(a) for d in dhts for a in d.get_visible_maddrs()]

@@ -33,6 +33,7 @@ from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.worker.pipeline.frames import FrameHeader, NotReady
 from p2ptrain.worker.pipeline.transport import Transport
+from p2ptrain.worker.private_tmp import PrivateTmp
 from p2ptrain.worker.resume import state_transfer
 from p2ptrain.worker.resume.state_transfer import StateRequest, StateServer, fetch_state
 
@@ -107,6 +108,7 @@ def fetch(transport: Transport, victim: str, directory: Path, digest: str, step:
 
 
 def main() -> None:
+    PrivateTmp().use()  # hivemind's sockets and multiprocessing's folders go with us
     directory = Path(sys.argv[1])
     dhts: list[DHT] = []
     for _ in range(5):
