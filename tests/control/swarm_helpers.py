@@ -1,11 +1,16 @@
-"""Helpers for control-plane integration tests: start a bootstrap and peers, poll status."""
+"""Helpers for control-plane integration tests: start a bootstrap and peers through the shipped
+CLI, poll status.
+
+The argv builders (bootstrap_argv, join_argv) give the command lines; start_node starts one and
+reads its multiaddr; start_bootstrap_with, start_bootstrap and start_peer are the usual ways to
+call them on loopback, with keys, logs and tokens in a test's tmp directory."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,86 +22,117 @@ STARTUP_TIMEOUT_S = 60.0
 # many nodes on one machine: loopback, any port (the defaults are fixed ports on every interface)
 BOOTSTRAP_LOOPBACK = ("--listen", "/ip4/127.0.0.1/tcp/0")
 JOIN_LOOPBACK = (*BOOTSTRAP_LOOPBACK, "--data-listen", "/ip4/127.0.0.1/tcp/0")
+# the command that runs p2ptrain; a test prepends e.g. SOFT_NOFILE to it to limit a node
+P2PTRAIN = (PYTHON, "-m", "p2ptrain")
+# a soft open-file limit of 1024 (the usual default of a service), the hard one unchanged
+SOFT_NOFILE = ("prlimit", "--nofile=1024:")
+CONTROL_RUN = "[run]\nworker_stall_s = 0.0\n"
+
+
+def bootstrap_argv(
+    tmp: Path,
+    *flags: str,
+    cli: Sequence[str] = P2PTRAIN,
+    listen: Sequence[str] = BOOTSTRAP_LOOPBACK,
+) -> list[str]:
+    """`p2ptrain bootstrap FLAGS` with the organiser's key (tmp/boot.key), listening on `listen`
+    (loopback, any port; () for the defaults, as in a testbed's namespace)."""
+    return [*cli, "bootstrap", "--identity", str(tmp / "boot.key"), *flags, *listen]
+
+
+def join_argv(
+    bootstrap: str,
+    key: Path,
+    *flags: str,
+    token: str | None = None,
+    control_only: bool = False,
+    cli: Sequence[str] = P2PTRAIN,
+    listen: Sequence[str] = JOIN_LOOPBACK,
+) -> list[str]:
+    """`p2ptrain join` to `bootstrap` as the identity in `key`, listening on `listen` (as in
+    bootstrap_argv), holding `token` (a token, or a file of one; None: none), then `flags`
+    (a worker's: --checkpoint-dir, --metrics-log; --quiet)."""
+    return [
+        *cli,
+        "join",
+        *(["--control-only"] if control_only else []),
+        *listen,
+        "--bootstrap",
+        bootstrap,
+        "--identity",
+        str(key),
+        *([] if token is None else ["--token", token]),
+        *flags,
+    ]
+
+
+def start_node(
+    reaper: ProcessReaper, argv: Sequence[str], log: Path, timeout_s: float = STARTUP_TIMEOUT_S
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start a node's `argv` (its stderr to `log`) and wait for its first stdout line, its
+    multiaddr (reaper.read_line reads the rest): the process and that line."""
+    proc = reaper.start(argv, stderr_path=log)
+    return proc, reaper.read_line(proc, timeout_s)
+
+
+def start_bootstrap_with(
+    reaper: ProcessReaper,
+    tmp: Path,
+    *flags: str,
+    cli: Sequence[str] = P2PTRAIN,
+    timeout_s: float = STARTUP_TIMEOUT_S,
+) -> tuple[subprocess.Popen[bytes], str]:
+    """A loopback bootstrap of `flags` (bootstrap_argv), its log tmp/boot.log: the process and
+    its multiaddr."""
+    return start_node(reaper, bootstrap_argv(tmp, *flags, cli=cli), tmp / "boot.log", timeout_s)
 
 
 def start_bootstrap(
-    reaper: ProcessReaper, tmp: Path, run_toml: str = "[run]\nworker_stall_s = 0.0\n"
+    reaper: ProcessReaper, tmp: Path, run_toml: str = CONTROL_RUN
 ) -> tuple[subprocess.Popen[bytes], str]:
     """A bootstrap of `run_toml`. By default control-only peers stand in for trainers: the
     worker health check, which would plan them out (they have no worker), is off in that run."""
     run = tmp / "control-run.toml"
     run.write_text(run_toml)
-    proc = reaper.start(
-        [
-            PYTHON,
-            "-m",
-            "p2ptrain",
-            "bootstrap",
-            "--identity",
-            str(tmp / "boot.key"),
-            "--run",
-            str(run),
-            *BOOTSTRAP_LOOPBACK,
-        ],
-        stderr_path=tmp / "boot.log",
-    )
-    return proc, reaper.read_line(proc, STARTUP_TIMEOUT_S)
+    return start_bootstrap_with(reaper, tmp, "--run", str(run))
 
 
-def planner_token(tmp: Path, name: str, planner: bool = True) -> str:
-    """The organiser's (the bootstrap's key's) planner token for peer `name`: what
-    `p2ptrain token issue --planner` prints (tests/integration/test_admission.py runs that CLI);
-    `planner=False`: a member's token (it may train, not plan)."""
+def planner_token(tmp: Path, name: str, planner: bool = True, valid_s: float = 86_400) -> str:
+    """The organiser's (the bootstrap's key's) planner token for peer `name` (its key
+    tmp/NAME.key, created if missing), valid for `valid_s`: what `p2ptrain token issue --planner`
+    prints (tests/integration/test_admission.py runs that CLI); `planner=False`: a member's token
+    (it may train, not plan)."""
     peer = identity.peer_id_of(identity.load_or_create_identity(tmp / f"{name}.key"))
     organiser = identity.load_identity(tmp / "boot.key")
-    return issue_token(organiser, peer, planner, time.time() + 86_400).encode()
+    return issue_token(organiser, peer, planner, time.time() + valid_s).encode()
 
 
 def start_peer(
-    reaper: ProcessReaper, tmp: Path, bootstrap: str, name: str, trainer: bool = False
+    reaper: ProcessReaper,
+    tmp: Path,
+    bootstrap: str,
+    name: str,
+    trainer: bool = False,
+    planner: bool = True,
+    cli: Sequence[str] = P2PTRAIN,
+    timeout_s: float = STARTUP_TIMEOUT_S,
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """A `join` node (control-only, or with its worker if `trainer`) and its multiaddr (its
-    first stdout line; reaper.read_line reads the rest)."""
-    worker = (
-        ["--checkpoint-dir", str(tmp / name / "checkpoints")] if trainer else ["--control-only"]
+    """A loopback `join` node `name` (control-only, or with its worker if `trainer`), holding a
+    planner token (`planner`) or a member's, its log tmp/NAME.log: the process and its
+    multiaddr."""
+    worker = ("--checkpoint-dir", str(tmp / name / "checkpoints")) if trainer else ()
+    token = planner_token(tmp, name, planner)
+    argv = join_argv(
+        bootstrap, tmp / f"{name}.key", *worker, token=token, control_only=not trainer, cli=cli
     )
-    proc = reaper.start(
-        [
-            PYTHON,
-            "-m",
-            "p2ptrain",
-            "join",
-            *worker,
-            *JOIN_LOOPBACK,
-            "--bootstrap",
-            bootstrap,
-            "--identity",
-            str(tmp / f"{name}.key"),
-            "--token",
-            planner_token(tmp, name),
-        ],
-        stderr_path=tmp / f"{name}.log",
-    )
-    return proc, reaper.read_line(proc, STARTUP_TIMEOUT_S)
+    return start_node(reaper, argv, tmp / f"{name}.log", timeout_s)
 
 
 def control_join_argv(tmp: Path, bootstrap: str, name: str, planner: bool) -> list[str]:
     """`join --control-only` for peer `name`, holding the organiser's planner token (`planner`)
     or a member's."""
-    return [
-        PYTHON,
-        "-m",
-        "p2ptrain",
-        "join",
-        "--control-only",
-        *JOIN_LOOPBACK,
-        "--bootstrap",
-        bootstrap,
-        "--identity",
-        str(tmp / f"{name}.key"),
-        "--token",
-        planner_token(tmp, name, planner),
-    ]
+    token = planner_token(tmp, name, planner)
+    return join_argv(bootstrap, tmp / f"{name}.key", token=token, control_only=True)
 
 
 def peer_id(addr: str) -> str:
@@ -107,7 +143,7 @@ def get_status(addr: str) -> dict[str, Any] | None:
     """`p2ptrain status --json` as a user runs it; None if it failed."""
     try:
         out = subprocess.run(
-            [PYTHON, "-m", "p2ptrain", "status", "--bootstrap", addr, "--json"],
+            [*P2PTRAIN, "status", "--bootstrap", addr, "--json"],
             capture_output=True,
             timeout=30,
             cwd=REPO_ROOT,

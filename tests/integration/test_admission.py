@@ -10,11 +10,11 @@ import pytest
 
 from tests.conftest import PYTHON, REPO_ROOT, ProcessReaper
 from tests.control.swarm_helpers import (
-    BOOTSTRAP_LOOPBACK,
-    JOIN_LOOPBACK,
-    STARTUP_TIMEOUT_S,
     alive_ids,
+    join_argv,
     peer_id,
+    start_bootstrap_with,
+    start_node,
     wait_for_status,
 )
 
@@ -35,20 +35,7 @@ def cli(*args: str) -> str:
 
 def start_bootstrap(reaper: ProcessReaper, tmp: Path, *flags: str) -> str:
     """`p2ptrain bootstrap` with the organiser's key in tmp; its address."""
-    boot = reaper.start(
-        [
-            PYTHON,
-            "-m",
-            "p2ptrain",
-            "bootstrap",
-            "--identity",
-            str(tmp / "boot.key"),
-            *flags,
-            *BOOTSTRAP_LOOPBACK,
-        ],
-        stderr_path=tmp / "boot.log",
-    )
-    return reaper.read_line(boot, STARTUP_TIMEOUT_S)
+    return start_bootstrap_with(reaper, tmp, *flags)[1]
 
 
 def planner_token(tmp: Path, peer: str) -> str:
@@ -73,28 +60,17 @@ def start_trainer(
     checkpoints, metrics (metrics.jsonl) and log (node.log) in `home`, its working directory."""
     home.mkdir(exist_ok=True)
     peer = cli("id", "--identity", str(home / "node.key"))
-    return reaper.start(
-        [
-            PYTHON,
-            "-m",
-            "p2ptrain",
-            "join",
-            "--bootstrap",
-            boot_addr,
-            *JOIN_LOOPBACK,
-            "--identity",
-            str(home / "node.key"),
-            "--checkpoint-dir",
-            str(home / "ckpt"),
-            "--metrics-log",
-            str(home / "metrics.jsonl"),
-            "--token",
-            planner_token(tmp, peer),
-            "--quiet",
-        ],
-        stderr_path=home / "node.log",
-        cwd=home,
+    argv = join_argv(
+        boot_addr,
+        home / "node.key",
+        "--checkpoint-dir",
+        str(home / "ckpt"),
+        "--metrics-log",
+        str(home / "metrics.jsonl"),
+        "--quiet",
+        token=planner_token(tmp, peer),
     )
+    return reaper.start(argv, stderr_path=home / "node.log", cwd=home)
 
 
 def test_only_token_holders_join_and_plan_a_token_run(reaper: ProcessReaper, tmp_path: Path):
@@ -105,38 +81,20 @@ def test_only_token_holders_join_and_plan_a_token_run(reaper: ProcessReaper, tmp
     volunteer = cli("id", "--identity", str(tmp_path / "volunteer.key"))
     token = planner_token(tmp_path, volunteer)
     (tmp_path / "volunteer.token").write_text(token + "\n")
-    member = reaper.start(
-        [
-            PYTHON,
-            "-m",
-            "p2ptrain",
-            "join",
-            "--control-only",
-            *JOIN_LOOPBACK,
-            "--bootstrap",
+    _, member_addr = start_node(
+        reaper,
+        join_argv(
             boot_addr,
-            "--identity",
-            str(tmp_path / "volunteer.key"),
-            "--token",
-            str(tmp_path / "volunteer.token"),
-        ],
-        stderr_path=tmp_path / "volunteer.log",
+            tmp_path / "volunteer.key",
+            token=str(tmp_path / "volunteer.token"),
+            control_only=True,
+        ),
+        tmp_path / "volunteer.log",
     )
-    assert peer_id(reaper.read_line(member, STARTUP_TIMEOUT_S)) == volunteer
+    assert peer_id(member_addr) == volunteer
     # a stranger without a token is refused on its side: one clear line, exit code 2
     stranger = subprocess.run(
-        [
-            PYTHON,
-            "-m",
-            "p2ptrain",
-            "join",
-            "--control-only",
-            *JOIN_LOOPBACK,
-            "--bootstrap",
-            boot_addr,
-            "--identity",
-            str(tmp_path / "stranger.key"),
-        ],
+        join_argv(boot_addr, tmp_path / "stranger.key", control_only=True),
         capture_output=True,
         text=True,
         cwd=REPO_ROOT,
@@ -168,24 +126,12 @@ def test_a_revoked_planner_token_stops_counting_before_it_expires(
     for name in ("first", "second"):
         peer = cli("id", "--identity", str(tmp_path / f"{name}.key"))
         token = planner_token(tmp_path, peer)
-        proc = reaper.start(
-            [
-                PYTHON,
-                "-m",
-                "p2ptrain",
-                "join",
-                "--control-only",
-                *JOIN_LOOPBACK,
-                "--bootstrap",
-                boot_addr,
-                "--identity",
-                str(tmp_path / f"{name}.key"),
-                "--token",
-                token,
-            ],
-            stderr_path=tmp_path / f"{name}.log",
+        _, addr = start_node(
+            reaper,
+            join_argv(boot_addr, tmp_path / f"{name}.key", token=token, control_only=True),
+            tmp_path / f"{name}.log",
         )
-        assert peer_id(reaper.read_line(proc, STARTUP_TIMEOUT_S)) == peer
+        assert peer_id(addr) == peer
         planners.append(peer)
     status, ok = wait_for_status(
         boot_addr, lambda s: alive_ids(s) == set(planners) and s["planner"] in planners, 60

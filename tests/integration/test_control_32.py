@@ -21,14 +21,16 @@ from typing import Any
 import pytest
 
 from p2ptrain.harness.control_cpu import cpu_s
-from tests.conftest import PYTHON, ProcessReaper, descendants_of
+from tests.conftest import ProcessReaper, descendants_of
 from tests.control.swarm_helpers import (
-    BOOTSTRAP_LOOPBACK,
+    P2PTRAIN,
+    SOFT_NOFILE,
     STARTUP_TIMEOUT_S,
     alive_ids,
     control_join_argv,
     peer_id,
     plan_peers,
+    start_bootstrap_with,
     wait_for_status,
 )
 
@@ -45,7 +47,7 @@ MAX_SETTLE_S = 240.0
 MEASURE_S = 60.0
 MAX_CORES = 1.0
 MAX_RESIDENT_BYTES = 100 * 1024 * 1024
-SOFT_NOFILE = ("prlimit", "--nofile=1024:")
+CLI = (*SOFT_NOFILE, *P2PTRAIN)
 RUN = f"[run]\nworker_stall_s = 0.0\nmin_peers = {NUM_PEERS}\n"
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
@@ -71,10 +73,6 @@ def proportional_bytes(pid: int) -> int:
 
 def tree(pid: int) -> list[int]:
     return [pid, *descendants_of(pid)]
-
-
-def join_argv(tmp: Path, bootstrap: str, name: str, planner: bool) -> list[str]:
-    return [*SOFT_NOFILE, *control_join_argv(tmp, bootstrap, name, planner)]
 
 
 def accepted_plans(log: Path, said: str = "accepted plan term ") -> list[float]:
@@ -124,26 +122,13 @@ def test_thirty_two_control_peers_plan_and_hold_within_one_core(
     reaper: ProcessReaper, tmp_path: Path
 ) -> None:
     (tmp_path / "run.toml").write_text(RUN)
-    boot = reaper.start(
-        [
-            *SOFT_NOFILE,
-            PYTHON,
-            "-m",
-            "p2ptrain",
-            "bootstrap",
-            "--identity",
-            str(tmp_path / "boot.key"),
-            "--run",
-            str(tmp_path / "run.toml"),
-            *BOOTSTRAP_LOOPBACK,
-        ],
-        stderr_path=tmp_path / "boot.log",
+    boot, boot_addr = start_bootstrap_with(
+        reaper, tmp_path, "--run", str(tmp_path / "run.toml"), cli=CLI
     )
-    boot_addr = reaper.read_line(boot, STARTUP_TIMEOUT_S)
     procs: list[subprocess.Popen[bytes]] = []
     for i in range(NUM_PEERS):
         name = f"peer{i}"
-        argv = join_argv(tmp_path, boot_addr, name, planner=i < NUM_CANDIDATES)
+        argv = [*SOFT_NOFILE, *control_join_argv(tmp_path, boot_addr, name, i < NUM_CANDIDATES)]
         procs.append(reaper.start(argv, stderr_path=tmp_path / f"{name}.log"))
     everyone = {peer_id(reaper.read_line(p, STARTUP_TIMEOUT_S * 4)) for p in procs}
     started = time.time()

@@ -11,7 +11,6 @@ that restarted its control process would hide an exit from a liveness check)."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 
@@ -19,11 +18,13 @@ import pytest
 
 from tests.conftest import PYTHON, ProcessReaper, descendants_of
 from tests.control.swarm_helpers import (
-    BOOTSTRAP_LOOPBACK,
+    P2PTRAIN,
+    SOFT_NOFILE,
     STARTUP_TIMEOUT_S,
     alive_ids,
-    control_join_argv,
     peer_id,
+    start_bootstrap_with,
+    start_peer,
     wait_for_status,
 )
 
@@ -32,7 +33,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 NUM_PEERS = 16
 SOAK_S = 600.0
 BURNERS = 3  # more busy loops than cores: the control processes get what is left
-SOFT_NOFILE = ("prlimit", "--nofile=1024:")  # soft 1024, hard unchanged
+CLI = (*SOFT_NOFILE, *P2PTRAIN)
+STARTUP_S = STARTUP_TIMEOUT_S * 3
 RUN = "[run]\nworker_stall_s = 0.0\n"
 
 
@@ -50,43 +52,18 @@ def _control_pid(supervisor_pid: int) -> int | None:
     return None
 
 
-def _start(
-    reaper: ProcessReaper, argv: list[str], log: Path
-) -> tuple[subprocess.Popen[bytes], str]:
-    proc = reaper.start([*SOFT_NOFILE, *argv], stderr_path=log)
-    return proc, reaper.read_line(proc, STARTUP_TIMEOUT_S * 3)
-
-
 @pytest.mark.timeout(SOAK_S + 900)
 def test_sixteen_control_peers_beside_a_busy_machine_stay_alive(
     reaper: ProcessReaper, tmp_path: Path
 ) -> None:
     (tmp_path / "run.toml").write_text(RUN)
-    boot, boot_addr = _start(
-        reaper,
-        [
-            PYTHON,
-            "-m",
-            "p2ptrain",
-            "bootstrap",
-            "--identity",
-            str(tmp_path / "boot.key"),
-            "--run",
-            str(tmp_path / "run.toml"),
-            *BOOTSTRAP_LOOPBACK,
-        ],
-        tmp_path / "boot.log",
+    boot, boot_addr = start_bootstrap_with(
+        reaper, tmp_path, "--run", str(tmp_path / "run.toml"), cli=CLI, timeout_s=STARTUP_S
     )
-    nodes = []
-    for i in range(NUM_PEERS):
-        name = f"peer{i}"
-        nodes.append(
-            _start(
-                reaper,
-                control_join_argv(tmp_path, boot_addr, name, planner=True),
-                tmp_path / f"{name}.log",
-            )
-        )
+    nodes = [
+        start_peer(reaper, tmp_path, boot_addr, f"peer{i}", cli=CLI, timeout_s=STARTUP_S)
+        for i in range(NUM_PEERS)
+    ]
     everyone = {peer_id(addr) for _, addr in nodes}
     status, ok = wait_for_status(boot_addr, lambda s: alive_ids(s) >= everyone, 300)
     assert ok, status

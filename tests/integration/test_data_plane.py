@@ -26,22 +26,11 @@ from p2ptrain.train.model import build_model, stage_layer_ranges
 from p2ptrain.train.optim import lr_at, make_optimizer, set_lr
 from p2ptrain.train.reference import forward_backward, train_reference
 from p2ptrain.worker.faults import DIE_WHILE_AVERAGING, SKIP_AVERAGING, Fault, Faults
+from tests.integration.tiny_specs import TINY_TWO_STAGES
 
 pytestmark = pytest.mark.integration
 
-TINY = RunSpec().replace(
-    run_id="data-plane-test",
-    stages=2,
-    n_layer=2,
-    n_head=2,
-    n_embd=32,
-    block_size=16,
-    batch_size=8,
-    micro_batches=2,
-    compression="none",
-    checkpoint_interval=0,
-    averaging_timeout_s=10.0,
-)
+TINY = TINY_TWO_STAGES.replace(run_id="data-plane-test", averaging_timeout_s=10.0)
 
 
 def test_two_by_two_with_fp16_wire_formats_tracks_one_process(tmp_path: Path) -> None:

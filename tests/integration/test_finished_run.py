@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from p2ptrain import identity
-from p2ptrain.records import issue_token
-from tests.conftest import PYTHON, ProcessReaper
+from tests.conftest import ProcessReaper
 from tests.control.swarm_helpers import (
-    BOOTSTRAP_LOOPBACK,
-    JOIN_LOOPBACK,
-    STARTUP_TIMEOUT_S,
     get_status,
+    join_argv,
+    planner_token,
+    start_bootstrap_with,
+    start_node,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -44,28 +43,11 @@ ALL_LEAVE_S = 30.0  # from the first node's exit to the last one's
 def _start_node(
     reaper: ProcessReaper, tmp: Path, boot_addr: str, name: str
 ) -> subprocess.Popen[bytes]:
-    key = tmp / f"{name}.key"
-    peer = identity.peer_id_of(identity.load_or_create_identity(key))
-    token = issue_token(identity.load_identity(tmp / "boot.key"), peer, True, time.time() + 3600)
-    proc = reaper.start(
-        [
-            PYTHON,
-            "-m",
-            "p2ptrain",
-            "join",
-            *JOIN_LOOPBACK,
-            "--bootstrap",
-            boot_addr,
-            "--identity",
-            str(key),
-            "--token",
-            token.encode(),
-            "--checkpoint-dir",
-            str(tmp / name),
-        ],
-        stderr_path=tmp / f"{name}.log",
+    token = planner_token(tmp, name, valid_s=3600)
+    argv = join_argv(
+        boot_addr, tmp / f"{name}.key", "--checkpoint-dir", str(tmp / name), token=token
     )
-    reaper.read_line(proc, STARTUP_TIMEOUT_S)  # its multiaddr
+    proc, _ = start_node(reaper, argv, tmp / f"{name}.log")  # and its multiaddr
     return proc
 
 
@@ -80,21 +62,7 @@ def _stdout(reaper: ProcessReaper, proc: subprocess.Popen[bytes]) -> list[str]:
 
 def test_every_node_leaves_a_finished_run(reaper: ProcessReaper, tmp_path: Path) -> None:
     (tmp_path / "run.toml").write_text(RUN)
-    boot = reaper.start(
-        [
-            PYTHON,
-            "-m",
-            "p2ptrain",
-            "bootstrap",
-            "--identity",
-            str(tmp_path / "boot.key"),
-            "--run",
-            str(tmp_path / "run.toml"),
-            *BOOTSTRAP_LOOPBACK,
-        ],
-        stderr_path=tmp_path / "boot.log",
-    )
-    boot_addr = reaper.read_line(boot, STARTUP_TIMEOUT_S)
+    _, boot_addr = start_bootstrap_with(reaper, tmp_path, "--run", str(tmp_path / "run.toml"))
     nodes = [_start_node(reaper, tmp_path, boot_addr, f"node{i}") for i in range(3)]
     exits: dict[int, float] = {}
     deadline = time.monotonic() + TRAIN_TIMEOUT_S

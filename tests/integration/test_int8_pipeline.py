@@ -10,27 +10,15 @@ import pytest
 import torch
 
 from p2ptrain.harness.direct_swarm import LocalSwarm, plan_for
-from p2ptrain.records import MetricsReport, RunSpec
+from p2ptrain.records import MetricsReport
 from p2ptrain.schedule.workload import step_traffic
 from p2ptrain.train.reference import train_reference
+from tests.integration.tiny_specs import TINY_TWO_STAGES
 
 # ~80 s on this box: slow; tests/worker/pipeline/test_int8_frames.py is the default suite's part
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-SPEC = RunSpec().replace(
-    run_id="int8-pipeline-test",
-    stages=2,
-    n_layer=2,
-    n_head=2,
-    n_embd=32,
-    block_size=16,
-    batch_size=8,
-    micro_batches=2,
-    compression="int8",
-    checkpoint_interval=0,
-    steps=8,
-    lr=3e-3,
-)
+SPEC = TINY_TWO_STAGES.replace(run_id="int8-pipeline-test", compression="int8", steps=8, lr=3e-3)
 
 
 def test_int8_activations_train_two_stages_within_one_percent(tmp_path: Path) -> None:

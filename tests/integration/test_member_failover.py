@@ -7,19 +7,17 @@ without the dead one."""
 from __future__ import annotations
 
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ProcessReaper
 from tests.control.swarm_helpers import (
-    STARTUP_TIMEOUT_S,
     alive_ids,
-    control_join_argv,
     peer_id,
     plan_peers,
     start_bootstrap,
+    start_peer,
     wait_for_status,
 )
 
@@ -30,24 +28,18 @@ NUM_MEMBERS = 2
 FAILOVER_WITHIN_S = 60.0  # DEAD_AFTER_S, the claim, the plan, and `status` on a shared box
 
 
-def start_join(
-    reaper: ProcessReaper, tmp: Path, bootstrap: str, name: str, planner: bool
-) -> tuple[subprocess.Popen[bytes], str]:
-    argv = control_join_argv(tmp, bootstrap, name, planner)
-    proc = reaper.start(argv, stderr_path=tmp / f"{name}.log")
-    return proc, reaper.read_line(proc, STARTUP_TIMEOUT_S)
-
-
 @pytest.mark.timeout(300)
 def test_a_member_follows_the_next_planner_when_the_planner_dies(
     reaper: ProcessReaper, tmp_path: Path
 ) -> None:
     _, boot_addr = start_bootstrap(reaper, tmp_path)
     candidates = [
-        start_join(reaper, tmp_path, boot_addr, f"cand{i}", True) for i in range(NUM_CANDIDATES)
+        start_peer(reaper, tmp_path, boot_addr, f"cand{i}", planner=True)
+        for i in range(NUM_CANDIDATES)
     ]
     members = [
-        start_join(reaper, tmp_path, boot_addr, f"member{i}", False) for i in range(NUM_MEMBERS)
+        start_peer(reaper, tmp_path, boot_addr, f"member{i}", planner=False)
+        for i in range(NUM_MEMBERS)
     ]
     candidate_ids = {peer_id(addr) for _, addr in candidates}
     everyone = candidate_ids | {peer_id(addr) for _, addr in members}

@@ -18,6 +18,7 @@ import pytest
 
 from p2ptrain.testbed import LinkSpec, Testbed
 from tests.conftest import PYTHON, ProcessReaper
+from tests.control.swarm_helpers import bootstrap_argv, join_argv
 
 pytestmark = [
     pytest.mark.integration,
@@ -77,40 +78,21 @@ def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Swarm]:
     with Testbed(links, nat=NAT) as bed:
         try:
             (tmp / "run.toml").write_text("[run]\nworker_stall_s = 0.0\n")
-            boot = reaper.start(
-                bed.command(
-                    0,
-                    [
-                        *CLI,
-                        "bootstrap",
-                        "--identity",
-                        str(tmp / "boot.key"),
-                        "--run",
-                        str(tmp / "run.toml"),
-                    ],
-                ),
-                stderr_path=tmp / "boot.log",
-            )
+            boot_argv = bootstrap_argv(tmp, "--run", str(tmp / "run.toml"), cli=CLI, listen=())
+            boot = reaper.start(bed.command(0, boot_argv), stderr_path=tmp / "boot.log")
             bootstrap = reaper.read_line(boot, STARTUP_TIMEOUT_S)
             assert bootstrap.startswith(f"/ip4/{bed.address(0)}/tcp/7400/p2p/")
             joined = {}
             for peer in (1, 2):
-                node = reaper.start(
-                    bed.command(
-                        peer,
-                        [
-                            *CLI,
-                            "join",
-                            "--control-only",
-                            "--quiet",
-                            "--bootstrap",
-                            bootstrap,
-                            "--identity",
-                            str(tmp / f"peer{peer}.key"),
-                        ],
-                    ),
-                    stderr_path=tmp / f"peer{peer}.log",
+                argv = join_argv(
+                    bootstrap,
+                    tmp / f"peer{peer}.key",
+                    "--quiet",
+                    control_only=True,
+                    cli=CLI,
+                    listen=(),
                 )
+                node = reaper.start(bed.command(peer, argv), stderr_path=tmp / f"peer{peer}.log")
                 joined[peer] = reaper.read_line(node, STARTUP_TIMEOUT_S).rsplit("/p2p/", 1)[1]
             yield Swarm(bed, bootstrap, joined)
         finally:

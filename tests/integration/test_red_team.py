@@ -24,23 +24,24 @@ from typing import Any
 
 import pytest
 
-from p2ptrain import identity
-from p2ptrain.records import issue_token
 from tests.conftest import PYTHON, ProcessReaper
 from tests.control.swarm_helpers import (
-    BOOTSTRAP_LOOPBACK,
-    JOIN_LOOPBACK,
+    P2PTRAIN,
+    SOFT_NOFILE,
     STARTUP_TIMEOUT_S,
     get_status,
+    join_argv,
     plan_peers,
+    planner_token,
+    start_bootstrap_with,
+    start_node,
     wait_for_status,
 )
 
 pytestmark = pytest.mark.integration
 
 ATTACK_S = 60.0
-NOFILE = "--nofile=1024:"  # prlimit: a soft limit of 1024, the usual default of services
-BOOTSTRAP_NOFILE = "--nofile=1024:1024"
+BOOTSTRAP_NOFILE = ("prlimit", "--nofile=1024:1024")  # its hard limit too: it cannot raise it
 # outside the swarm and on another loopback address than every node and attacker (127.0.0.1):
 # discovery would dial it only on a member's word, dial-back only at the requester's own IP,
 # punches only at endpoints the relay observed
@@ -148,41 +149,23 @@ def _newest_state(directory: Path) -> str | None:
 def _member_token(tmp: Path, name: str) -> str:
     """KEY:TOKEN of an identity the organiser issued a (non-planner) token to."""
     key = tmp / f"{name}.key"
-    peer = identity.peer_id_of(identity.load_or_create_identity(key))
-    organiser = identity.load_identity(tmp / "boot.key")
-    return f"{key}:{issue_token(organiser, peer, False, time.time() + 86_400).encode()}"
+    return f"{key}:{planner_token(tmp, name, planner=False)}"
 
 
 def _start_node(
     reaper: ProcessReaper, tmp: Path, boot_addr: str, name: str
 ) -> tuple[subprocess.Popen[bytes], str]:
-    key = tmp / f"{name}.key"
-    peer = identity.peer_id_of(identity.load_or_create_identity(key))
-    organiser = identity.load_identity(tmp / "boot.key")
-    token = issue_token(organiser, peer, True, time.time() + 86_400).encode()
-    proc = reaper.start(
-        [
-            "prlimit",
-            NOFILE,
-            PYTHON,
-            "-m",
-            "p2ptrain",
-            "join",
-            *JOIN_LOOPBACK,
-            "--bootstrap",
-            boot_addr,
-            "--identity",
-            str(key),
-            "--token",
-            token,
-            "--metrics-log",
-            str(tmp / f"{name}.metrics.jsonl"),
-            "--checkpoint-dir",
-            str(tmp / name),
-        ],
-        stderr_path=tmp / f"{name}.log",
+    argv = join_argv(
+        boot_addr,
+        tmp / f"{name}.key",
+        "--metrics-log",
+        str(tmp / f"{name}.metrics.jsonl"),
+        "--checkpoint-dir",
+        str(tmp / name),
+        token=planner_token(tmp, name),
+        cli=(*SOFT_NOFILE, *P2PTRAIN),
     )
-    return proc, reaper.read_line(proc, STARTUP_TIMEOUT_S)
+    return start_node(reaper, argv, tmp / f"{name}.log")
 
 
 def _planned_and_training(status: dict[str, Any], honest: set[str]) -> bool:
@@ -196,25 +179,15 @@ def test_a_live_swarm_survives_a_hostile_node(
 ) -> None:
     (tmp_path / "run.toml").write_text(RUN)
     http_port = _free_port()
-    boot = reaper.start(
-        [
-            "prlimit",
-            BOOTSTRAP_NOFILE,
-            PYTHON,
-            "-m",
-            "p2ptrain",
-            "bootstrap",
-            "--identity",
-            str(tmp_path / "boot.key"),
-            "--run",
-            str(tmp_path / "run.toml"),
-            "--http",
-            f"127.0.0.1:{http_port}",
-            *BOOTSTRAP_LOOPBACK,
-        ],
-        stderr_path=tmp_path / "boot.log",
+    boot, boot_addr = start_bootstrap_with(
+        reaper,
+        tmp_path,
+        "--run",
+        str(tmp_path / "run.toml"),
+        "--http",
+        f"127.0.0.1:{http_port}",
+        cli=(*BOOTSTRAP_NOFILE, *P2PTRAIN),
     )
-    boot_addr = reaper.read_line(boot, STARTUP_TIMEOUT_S)
     nodes = [_start_node(reaper, tmp_path, boot_addr, f"node{i}") for i in range(3)]
     honest = {addr.rsplit("/p2p/", 1)[1] for _, addr in nodes}
     logs = [tmp_path / f"node{i}.metrics.jsonl" for i in range(3)]

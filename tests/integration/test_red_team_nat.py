@@ -18,6 +18,7 @@ import pytest
 
 from p2ptrain.testbed import LinkSpec, Testbed
 from tests.conftest import PYTHON, ProcessReaper
+from tests.control.swarm_helpers import P2PTRAIN, SOFT_NOFILE, bootstrap_argv, join_argv
 
 pytestmark = [
     pytest.mark.integration,
@@ -28,7 +29,7 @@ pytestmark = [
 
 ATTACK_S = 30.0
 STARTUP_TIMEOUT_S = 60.0
-CLI = ["prlimit", "--nofile=1024:", PYTHON, "-m", "p2ptrain"]
+CLI = [*SOFT_NOFILE, *P2PTRAIN]
 RUN = '[run]\nrun_id = "red-team-nat"\nworker_stall_s = 0.0\n'
 VICTIM_PORT = 9999
 VICTIM = """
@@ -79,37 +80,15 @@ def test_a_nated_node_survives_resets_of_its_punched_and_relayed_connections(
                 stderr_path=tmp_path / "victim.log",
             )
             assert reaper.read_line(victim, STARTUP_TIMEOUT_S) == "ready"
-            boot = reaper.start(
-                bed.command(
-                    0,
-                    [
-                        *CLI,
-                        "bootstrap",
-                        "--identity",
-                        str(tmp_path / "boot.key"),
-                        "--run",
-                        str(tmp_path / "run.toml"),
-                    ],
-                ),
-                stderr_path=tmp_path / "boot.log",
+            boot_argv = bootstrap_argv(
+                tmp_path, "--run", str(tmp_path / "run.toml"), cli=CLI, listen=()
             )
+            boot = reaper.start(bed.command(0, boot_argv), stderr_path=tmp_path / "boot.log")
             bootstrap = reaper.read_line(boot, STARTUP_TIMEOUT_S)
-            node = reaper.start(
-                bed.command(
-                    1,
-                    [
-                        *CLI,
-                        "join",
-                        "--control-only",
-                        "--quiet",
-                        "--bootstrap",
-                        bootstrap,
-                        "--identity",
-                        str(tmp_path / "nated.key"),
-                    ],
-                ),
-                stderr_path=tmp_path / "nated.log",
+            node_argv = join_argv(
+                bootstrap, tmp_path / "nated.key", "--quiet", control_only=True, cli=CLI, listen=()
             )
+            node = reaper.start(bed.command(1, node_argv), stderr_path=tmp_path / "nated.log")
             target = reaper.read_line(node, STARTUP_TIMEOUT_S).rsplit("/p2p/", 1)[1]
             boot_id = bootstrap.rsplit("/p2p/", 1)[1]
 

@@ -12,27 +12,16 @@ import pytest
 import torch
 
 from p2ptrain.harness.direct_swarm import LocalSwarm
-from p2ptrain.records import Plan, RunSpec
+from p2ptrain.records import Plan
 from p2ptrain.train.checkpoint import StageSnapshot, checkpoint_path, record_step
 from p2ptrain.train.checkpoint_read import read_file
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
+from tests.integration.tiny_specs import TINY_TWO_STAGES
 
 pytestmark = pytest.mark.integration
 
-SPEC = RunSpec().replace(
-    run_id="state-authority-test",
-    stages=2,
-    n_layer=2,
-    n_head=2,
-    n_embd=32,
-    block_size=16,
-    batch_size=8,
-    micro_batches=2,
-    compression="none",
-    checkpoint_interval=0,
-    steps=5,
-)
+SPEC = TINY_TWO_STAGES.replace(run_id="state-authority-test", steps=5)
 HONEST_STEP, CRAFTED_STEP = 2, 3
 CRAFTED_SCALE = 3.0
 

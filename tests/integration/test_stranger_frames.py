@@ -26,10 +26,9 @@ from p2ptrain.control.gossip import CONTROL_TOPIC
 from p2ptrain.control.rpcs import STATUS_PROTOCOL
 from p2ptrain.control.sync import SYNC_PROTOCOL
 from p2ptrain.net.host import make_host
-from tests.conftest import PYTHON
 from tests.control.swarm_helpers import (
-    BOOTSTRAP_LOOPBACK,
     STARTUP_TIMEOUT_S,
+    bootstrap_argv,
     get_status,
     start_bootstrap,
 )
@@ -110,17 +109,7 @@ def test_a_node_raises_its_open_file_limit(tmp_path, reaper):
     """Started as services usually are, with a low soft limit, the control process lifts it."""
     run = tmp_path / "control-run.toml"
     run.write_text("[run]\n")
-    command = [
-        PYTHON,
-        "-m",
-        "p2ptrain",
-        "bootstrap",
-        "--identity",
-        str(tmp_path / "boot.key"),
-        "--run",
-        str(run),
-        *BOOTSTRAP_LOOPBACK,
-    ]
+    command = bootstrap_argv(tmp_path, "--run", str(run))
     boot = reaper.start(["sh", "-c", f"ulimit -Sn 256 && exec {shlex.join(command)}"])
     reaper.read_line(boot, STARTUP_TIMEOUT_S)
     soft, hard = open_file_limits(boot.pid)
