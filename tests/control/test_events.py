@@ -20,6 +20,7 @@ from p2ptrain.control.membership import UNCHANGED_RECORD_S
 from p2ptrain.control.planning import search_process
 from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S
 from p2ptrain.control.publishing import (
+    PUBLISH_GAP_S,
     RECORD_INTERVAL_S,
     RUN_INTERVAL_S,
     STEADY_AFTER_S,
@@ -288,15 +289,20 @@ def test_an_unchanged_member_record_waits_and_a_changed_one_goes_at_once() -> No
             nursery.cancel_scope.cancel()
         return [at - started for at, kind in pubsub.sent if kind == "peer"]
 
+    # a record due while the loop publishes its other messages (the run spec, each followed by
+    # PUBLISH_GAP_S) goes out right after them: at the interval's 1.1 jitter, a gap or two late
+    late_s = 3 * PUBLISH_GAP_S
+
     async def scenario() -> None:
         unchanged = await records("control-only", None)
         gaps = [b - a for a, b in itertools.pairwise(unchanged)]
         assert len(unchanged) >= 3 and min(gaps) >= UNCHANGED_RECORD_S
-        assert max(gaps) <= UNCHANGED_RECORD_S + 1.1 * RECORD_INTERVAL_S
+        assert max(gaps) <= UNCHANGED_RECORD_S + 1.1 * RECORD_INTERVAL_S + late_s
         changed = await records("control-only", 8.0)
-        assert any(8.0 < at <= 8.0 + 1.1 * RECORD_INTERVAL_S for at in changed)
+        assert any(8.0 < at <= 8.0 + 1.1 * RECORD_INTERVAL_S + late_s for at in changed)
         bootstrap = await records("bootstrap", None)
-        assert max(b - a for a, b in itertools.pairwise(bootstrap)) <= 1.1 * RECORD_INTERVAL_S
+        gaps = [b - a for a, b in itertools.pairwise(bootstrap)]
+        assert max(gaps) <= 1.1 * RECORD_INTERVAL_S + late_s
 
     on_mock_clock(scenario)
 
