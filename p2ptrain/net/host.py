@@ -21,7 +21,7 @@ from multiaddr import Multiaddr
 
 from p2ptrain import addresses
 from p2ptrain.errors import UserError
-from p2ptrain.net import dial_gate, known_records, yamux_credit
+from p2ptrain.net import dial_gate, inbound_gate, known_records, yamux_credit
 from p2ptrain.net.guard import guard_inbound_streams
 
 # Loggers that report routine events (a peer closing a stream) at WARNING, 100+ times a run.
@@ -87,6 +87,7 @@ def make_host(seed: bytes, announce: Sequence[str] = (), trusted: Sequence[str] 
         return list(announce) or addresses.expand(listening, interfaces)
 
     dial_gate.install(host, dial_gate.DialGate(own_addrs, lambda: connection_ips(host), trusted))
+    inbound_gate.install(host)  # an inbound connection's slot ends with it; PER_SOURCE each
     known_records.install(host)  # a sender's unchanged peer record is not checked per RPC
     yamux_credit.install()  # a window update per half window read, not per message
     return host
