@@ -30,7 +30,7 @@ from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.peer.peerstore import PeerStoreError
-from libp2p.records.validator import Validator
+from libp2p.records.validator import NamespacedValidator, Validator
 from multiaddr import Multiaddr
 
 from p2ptrain.addresses import ip_of, may_dial, own_ips
@@ -49,6 +49,8 @@ from p2ptrain.records.replies import RunReply
 log = logging.getLogger(__name__)
 
 DHT_NAMESPACE = "p2ptrain"
+RUN_KEY = f"/{DHT_NAMESPACE}/run"  # the organiser's run spec
+PEER_KEY_PREFIX = f"/{DHT_NAMESPACE}/peer/"  # + an author's peer id: its signed record
 DHT_RECORD_MAX_AGE_S = 3600.0
 DHT_TIMEOUT_S = 10.0  # one routing-table refresh or one put
 # members come from gossip, not the routing table: the refresh only keeps the DHT answering, and
@@ -87,11 +89,16 @@ def _parsed(addr: str) -> Multiaddr | None:
 
 
 class _SignedRecordValidator(Validator):
-    """DHT values under /p2ptrain/ are signed envelopes; the newest seq wins."""
+    """DHT values under /p2ptrain/ are signed envelopes; the newest seq wins. Only the two keys
+    we put are taken: an author's peer record under /p2ptrain/peer/<author>, and a run spec under
+    /p2ptrain/run (any other key in our namespace would let one author store without limit)."""
 
     def validate(self, key: str, value: bytes) -> None:
+        if key != RUN_KEY and not key.startswith(PEER_KEY_PREFIX):
+            raise wire.WireError(f"not a key of ours: {key[:100]!r}")  # before any signature
         env = wire.decode(value, max_age_s=DHT_RECORD_MAX_AGE_S)  # raises WireError (ValueError)
-        if not key.endswith(f"/{env.author}") and not (key.endswith("/run") and env.kind == "run"):
+        expected = {"run": RUN_KEY, "peer": peer_key(env.author)}.get(env.kind)
+        if key != expected:
             raise wire.WireError(f"forged: {env.kind} by {env.author} stored under {key}")
 
     def select(self, key: str, values: list[bytes]) -> int:
@@ -104,10 +111,34 @@ class _SignedRecordValidator(Validator):
         return max(range(len(values)), key=lambda i: seq(values[i]))
 
 
+def peer_key(peer: str) -> str:
+    """Where `peer`'s signed record lives in the DHT."""
+    return f"{PEER_KEY_PREFIX}{peer}"
+
+
+def _refuse_provider(key: bytes, provider: PeerInfo) -> None:
+    """We never provide nor look providers up: an ADD_PROVIDER (any key, any number of
+    addresses, kept 48 h) stores nothing. py-libp2p ignores enable_providers on requests."""
+
+
 def make_dht(host: IHost) -> KadDHT:
-    """A DHT server that accepts only signed records in our namespace (still to be started)."""
-    dht = KadDHT(host, DHTMode.SERVER, max_peers_per_subnet=0)
-    dht.register_validator(DHT_NAMESPACE, _SignedRecordValidator())
+    """A DHT server that stores only signed records under our two keys, and no provider records
+    (still to be started)."""
+    # strict: a key in no registered namespace is refused (lax, py-libp2p keeps it unchecked);
+    # validator_changed: not the library's /pk and /ipns either, which any identity may fill
+    validator = NamespacedValidator(
+        {DHT_NAMESPACE: _SignedRecordValidator()}, strict_validation=True
+    )
+    dht = KadDHT(
+        host,
+        DHTMode.SERVER,
+        validator=validator,
+        validator_changed=True,
+        strict_validation=True,
+        enable_providers=False,
+        max_peers_per_subnet=0,
+    )
+    dht.provider_store.add_provider = _refuse_provider  # type: ignore[method-assign]
     return dht
 
 
@@ -320,9 +351,9 @@ class Discovery:
     async def _put_record_in_dht(self) -> None:
         """Our signed record under /p2ptrain/peer/<id>; the bootstrap also puts /p2ptrain/run."""
         state = self.state
-        puts = [(f"/{DHT_NAMESPACE}/peer/{state.peer_id}", record_message(state))]
+        puts = [(peer_key(state.peer_id), record_message(state))]
         if state.role == "bootstrap" and state.view.run is not None:
-            puts.append((f"/{DHT_NAMESPACE}/run", run_message(state)))
+            puts.append((RUN_KEY, run_message(state)))
         for key, value in puts:
             with trio.move_on_after(DHT_TIMEOUT_S):
                 try:
