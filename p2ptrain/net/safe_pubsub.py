@@ -17,6 +17,9 @@
 - The reader starts one task per message it reads, and every mesh peer forwards a copy of each
   message: a copy of a message already seen is dropped before a task starts (that task's first
   checks dropped it).
+- A peer that never registered (its inbound stream read, our outbound one never opened) was
+  forgotten by the library's subscriptions only, not by the router: it stayed in the mesh and
+  scorer it got into. Its router state now goes once it is no longer connected.
 """
 
 from __future__ import annotations
@@ -64,6 +67,14 @@ class SafePubsub(Pubsub):
             log.info("pubsub stream of %s reset: %s: %s", peer_id, type(exc).__name__, exc)
             await _reset(stream)
             self._handle_dead_peer(peer_id)
+
+    def _handle_dead_peer(self, peer_id: ID) -> None:
+        registered = peer_id in self.peers
+        super()._handle_dead_peer(peer_id)
+        # the library calls router.remove_peer only for registered peers; one still connected
+        # is retried, and the heartbeat drops it from the mesh (net/lazy_gossip.py)
+        if not registered and not self._peer_is_connected(peer_id):
+            self.router.remove_peer(peer_id)
 
     def _is_subscribed_to_msg(self, msg: rpc_pb2.Message) -> bool:
         """The reader's filter before it starts a task per message: a message already seen is
