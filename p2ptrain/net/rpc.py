@@ -4,7 +4,7 @@ Inbound streams are capped (InboundLimits): at most MAX_INBOUND_STREAMS_PER_PEER
 one peer and MAX_INBOUND_STREAMS in all, across every protocol guarded by one limiter, of which
 peers that are not members of the run share at most a quarter: strangers holding streams open
 cannot lock members out; and a peer, and all strangers together, may open only so many a second
-(net/stream_rate.py: a loop of requests would have had our loop build its replies as fast as it
+(net/ratelimit.py: a loop of requests would have had our loop build its replies as fast as it
 could). A stream past a cap or a rate is reset unread; one still open after
 STREAM_DEADLINE_S (idle or not) is reset; both, and bad requests, are logged 1 line in 100
 (sampled_log.py). A reply larger than MAX_REPLY_BYTES is never cut into invalid JSON:
@@ -26,7 +26,7 @@ from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
 from p2ptrain.net.framing import read_frame, write_frame
-from p2ptrain.net.stream_rate import StreamRates
+from p2ptrain.net.ratelimit import StreamRates
 from p2ptrain.sampled_log import SampledLog
 
 log = logging.getLogger(__name__)

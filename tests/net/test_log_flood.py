@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from p2ptrain.net import guard, rpc
-from p2ptrain.net.stream_rate import StreamRates
+from p2ptrain.net.ratelimit import StreamRates
 from p2ptrain.sampled_log import SampledLog
 from tests.net.trio_run import run
 

@@ -1,4 +1,4 @@
-"""How fast a peer, and all strangers together, may open inbound streams (net/stream_rate.py):
+"""How fast a peer, and all strangers together, may open inbound streams (net/ratelimit.py):
 a loop of requests is refused past its burst while others are still answered."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from p2ptrain.net import rpc
 from p2ptrain.net.host import make_host
-from p2ptrain.net.stream_rate import MAX_TRACKED_PEERS, StreamRates
+from p2ptrain.net.ratelimit import MAX_TRACKED_PEERS, StreamRates
 from tests.net.test_inbound_share import HELLO, LISTEN, hello, hosts_connected_to
 from tests.net.trio_run import run
 
