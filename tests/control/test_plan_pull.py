@@ -223,13 +223,18 @@ def test_a_pulled_plan_over_the_gossip_envelope_is_not_kept_in_the_header_cache(
     assert wire._VERIFIED.hits == hits and large not in wire._VERIFIED._by_bytes
 
 
+def consecutive_plans(planner: Planner) -> tuple[bytes, bytes]:
+    """A 900-peer plan of term 1 and the re-plan after it (epoch 2): a delta's base and plan."""
+    first = planner.plan(1, 1, others=900)
+    next_body = {**json.loads(first)["body"], "epoch": 2, "cost_s": 0.5}
+    return first, wire.sign(planner.seed, "plan", planner.seq.next(), next_body, run_id=RUN_ID)
+
+
 def test_a_node_holding_the_last_plan_pulls_the_next_as_its_changes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     planner = Planner()
-    first = planner.plan(1, 1, others=900)
-    next_body = {**json.loads(first)["body"], "epoch": 2, "cost_s": 0.5}
-    second = wire.sign(planner.seed, "plan", planner.seq.next(), next_body, run_id=RUN_ID)
+    first, second = consecutive_plans(planner)
     server, asker = node_following(planner), node_following(planner)
     for node in (server, asker):
         assert node[1].apply(wire.decode(first), first, planner.id, "sync", time.monotonic())

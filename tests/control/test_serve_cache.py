@@ -18,8 +18,8 @@ from p2ptrain.control.held import HeldEnvelopes, Key
 from p2ptrain.control.plan_pull import PlanPull
 from p2ptrain.control.recent import Recent
 from p2ptrain.records import Plan
-from tests.control.test_gossip_screen import RUN_ID, Author, make_node, validate
-from tests.control.test_plan_pull import Planner, node_following
+from tests.control.test_gossip_screen import Author, make_node, validate
+from tests.control.test_plan_pull import Planner, consecutive_plans, node_following
 from tests.control.test_sync_digest import client_node
 
 
@@ -125,9 +125,7 @@ def test_a_delta_is_made_once_for_many_askers_holding_one_base(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     planner = Planner()
-    first = planner.plan(1, 1, others=900)
-    next_body = {**json.loads(first)["body"], "epoch": 2, "cost_s": 0.5}
-    second = wire.sign(planner.seed, "plan", planner.seq.next(), next_body, run_id=RUN_ID)
+    first, second = consecutive_plans(planner)
     state, intake = node_following(planner)
     server = PlanPull(state, lambda: b"", intake.apply)
     for data in (first, second):
