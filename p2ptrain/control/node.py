@@ -103,11 +103,17 @@ class ControlNode:
         # telemetry's audience (control/gossip.py): the organiser and the planner candidates
         planner_token = config.token is not None and config.token.planner
         view.hears_telemetry = config.role == "bootstrap" or planner_token
+
+        # the run's members (admitted records, the organiser): they keep room strangers cannot
+        # take, in the inbound stream limits and in a full peerstore
+        def is_member(peer: str) -> bool:
+            return peer in view.members or peer == view.bootstrap_id
+
         self.state = NodeState(
             seed=config.seed,
             role=config.role,
             peer_id=peer_id,
-            host=make_host(config.seed, config.announce),
+            host=make_host(config.seed, config.announce, keeps=is_member),
             view=view,
             hardware=describe_hardware(),
             revocations_path=config.revocations_path,
@@ -126,10 +132,7 @@ class ControlNode:
         self.intake.wants_plan = self.plan_pull.want
         self.publisher = Publisher(self.state, self.pubsub)
         self.rpcs = RpcResponder(self.state)
-        # members of the run (admitted records, the organiser) keep room strangers cannot take
-        self.inbound_limits = rpc.InboundLimits(
-            is_member=lambda peer: peer in view.members or peer == view.bootstrap_id
-        )
+        self.inbound_limits = rpc.InboundLimits(is_member=is_member)
         self.prober = LinkProber(self.host, view, self.state.joined)
         self.dial_back_server = dialback.DialBackServer(lambda: self.state.addrs)
         self.reachability = ReachabilityMonitor(self.state)

@@ -21,7 +21,7 @@ from multiaddr import Multiaddr
 
 from p2ptrain import addresses
 from p2ptrain.errors import UserError
-from p2ptrain.net import dial_gate, inbound_gate, known_records, yamux_credit
+from p2ptrain.net import dial_gate, inbound_gate, known_records, peer_book, yamux_credit
 from p2ptrain.net.guard import guard_inbound_streams
 
 # Loggers that report routine events (a peer closing a stream) at WARNING, 100+ times a run.
@@ -61,14 +61,20 @@ def quiet_library_logs(level: int = logging.ERROR) -> None:
     logging.getLogger("libp2p.network.swarm").addFilter(_DIAL_BACK_FILTER)  # a set: added once
 
 
-def make_host(seed: bytes, announce: Sequence[str] = (), trusted: Sequence[str] = ()) -> IHost:
+def make_host(
+    seed: bytes,
+    announce: Sequence[str] = (),
+    trusted: Sequence[str] = (),
+    keeps: Callable[[str], bool] = lambda _: False,
+) -> IHost:
     """A host for the Ed25519 seed with Noise as the only security (no plaintext) and yamux,
     whose every inbound stream runs guarded: a handler's exception, ours or the library's,
     resets that stream only (net/guard.py), and whose every outbound connection passes the dial
     gate (net/dial_gate.py; `trusted`: the addresses the operator gave, let through). It
     advertises `announce` if given, else its listen addresses with 0.0.0.0 replaced by this
     machine's interface addresses (p2ptrain/addresses.py): identify, the DHT and our peer record
-    all hand out get_addrs(), and nobody can dial 0.0.0.0."""
+    all hand out get_addrs(), and nobody can dial 0.0.0.0. A full peerstore forgets strangers
+    only, never `keeps` (base58 ids: the run's members) nor connected peers (net/peer_book.py)."""
     key_pair = create_new_key_pair(seed)
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
     interfaces = [] if announce else addresses.interface_ip4s()  # once, not per identify
@@ -88,6 +94,7 @@ def make_host(seed: bytes, announce: Sequence[str] = (), trusted: Sequence[str] 
 
     dial_gate.install(host, dial_gate.DialGate(own_addrs, lambda: connection_ips(host), trusted))
     inbound_gate.install(host)  # an inbound connection's slot ends with it; PER_SOURCE each
+    peer_book.install(host, keeps)  # a full peerstore forgets strangers, never our own keys
     known_records.install(host)  # a sender's unchanged peer record is not checked per RPC
     yamux_credit.install()  # a window update per half window read, not per message
     return host

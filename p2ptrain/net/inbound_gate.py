@@ -13,8 +13,9 @@ we wait for the connection to end and then raise, and the handler's own `except`
 (closed) raw connection and returns, releasing the slot; other callers (DCUtR's and circuit
 relay v2's upgrades, which we do not run) get the connection back as before. The
 same wrapper refuses, before any byte is read, a connection from a source (an IPv4 address, an
-IPv6 /64) that already holds PER_SOURCE connections or handshakes: one host cannot take the
-slots. Loopback is exempt: a machine's own peers (tests, `local`) and traversal's relayed and
+IPv6 /64) that already holds PER_SOURCE connections or handshakes, or from an IPv6 site (a /48,
+what one customer is routinely given: 65,536 /64s) that holds PER_SITE: one host, or one
+network of addresses that cost nothing, cannot take the slots. Loopback is exempt: a machine's own peers (tests, `local`) and traversal's relayed and
 punched circuits (control/traversal.py, capped there) arrive from 127.0.0.1.
 """
 
@@ -35,6 +36,7 @@ from p2ptrain.sampled_log import SampledLog
 log = logging.getLogger(__name__)
 
 PER_SOURCE = 8  # connections held or being upgraded per source; a peer keeps 1-3 (NATs share)
+PER_SITE = 32  # per IPv6 /48: a site's many volunteers fit, a /48's free /64s do not
 Upgrade = Callable[[Any, Any], Awaitable[Any]]
 # set in the task of the library's inbound-connection handler (each trio task has its context)
 _IN_HANDLER: ContextVar[bool] = ContextVar("p2ptrain_inbound_handler", default=False)
@@ -60,17 +62,30 @@ def source_of(ip: str | None) -> str | None:
     return str(address)
 
 
+def site_of(ip: str | None) -> str | None:
+    """The IPv6 /48 an inbound connection also counts against; None for IPv4 (an address is
+    scarce there, and its source already the address), loopback or an unreadable address."""
+    source = source_of(ip)
+    if source is None or "/" not in source:
+        return None
+    return str(ipaddress.IPv6Network(source).supernet(new_prefix=48))
+
+
 class InboundGate:
-    """Counts each source's inbound connections from the upgrade's start to the connection's
-    end; `source`: how a remote IP is counted (source_of)."""
+    """Counts each source's (and IPv6 site's) inbound connections from the upgrade's start to
+    the connection's end; `source`, `site`: how a remote IP is counted (source_of, site_of)."""
 
     def __init__(
         self,
         per_source: int = PER_SOURCE,
         source: Callable[[str | None], str | None] = source_of,
+        per_site: int = PER_SITE,
+        site: Callable[[str | None], str | None] = site_of,
     ) -> None:
         self.per_source = per_source
         self.source = source
+        self.per_site = per_site
+        self.site = site
         self.held: Counter[str] = Counter()
         self.num_refused = 0
         self._log = SampledLog(log)
@@ -80,15 +95,19 @@ class InboundGate:
             remote = (
                 raw_conn.get_remote_address() if hasattr(raw_conn, "get_remote_address") else None
             )
-            key = self.source(remote[0] if remote else None)
-            if key is not None and self.held[key] >= self.per_source:
+            ip = remote[0] if remote else None
+            counted = [
+                (key, cap)
+                for key, cap in ((self.source(ip), self.per_source), (self.site(ip), self.per_site))
+                if key is not None
+            ]
+            full = next(((key, cap) for key, cap in counted if self.held[key] >= cap), None)
+            if full is not None:
                 self.num_refused += 1
-                self._log.event(
-                    "refused", "refused an inbound connection from %s: %d held", key, self.held[key]
-                )
+                self._log.event("refused", "refused an inbound connection from %s: %d held", *full)
                 await raw_conn.close()
-                raise SwarmException(f"{key} holds {self.held[key]} inbound connections")
-            if key is not None:
+                raise SwarmException(f"{full[0]} holds {full[1]} inbound connections")
+            for key, _ in counted:
                 self.held[key] += 1
             try:
                 muxed = await upgrade(raw_conn, maddr)
@@ -97,7 +116,7 @@ class InboundGate:
                     return muxed
                 await ending.wait()
             finally:
-                if key is not None:
+                for key, _ in counted:
                     self.held[key] -= 1
                     if not self.held[key]:
                         del self.held[key]

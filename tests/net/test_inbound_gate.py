@@ -5,8 +5,10 @@ refused every inbound connection after 250 in its life), and one source holds at
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 
+import pytest
 import trio
 from libp2p.abc import IHost
 from libp2p.peer.peerinfo import info_from_p2p_addr
@@ -14,7 +16,7 @@ from multiaddr import Multiaddr
 
 from p2ptrain.net import inbound_gate
 from p2ptrain.net.host import full_addrs, make_host
-from p2ptrain.net.inbound_gate import InboundGate, source_of
+from p2ptrain.net.inbound_gate import InboundGate, site_of, source_of
 from tests.net.trio_run import run
 
 LISTEN = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
@@ -62,8 +64,20 @@ def test_an_inbound_connection_gives_its_slot_back_when_it_ends() -> None:
     assert borrowed == 0
 
 
-def test_a_source_holds_at_most_its_share_and_gets_room_back_as_one_ends() -> None:
-    gate = InboundGate(per_source=2, source=lambda ip: "one host")  # loopback counted here
+def _gate_for(counted: str) -> tuple[InboundGate, str]:
+    """A gate with room for 2 connections from one host, or from one site of many hosts (each
+    connection a fresh /64 of one /48); loopback is counted here."""
+    if counted == "host":
+        return InboundGate(per_source=2, source=lambda ip: "one host"), "one host"
+    fresh = itertools.count()
+    return InboundGate(
+        source=lambda ip: f"2001:db8:1:{next(fresh)}::/64", per_site=2, site=lambda ip: "one site"
+    ), "one site"
+
+
+@pytest.mark.parametrize("counted", ["host", "site"])
+def test_a_source_holds_at_most_its_share_and_gets_room_back_as_one_ends(counted: str) -> None:
+    gate, key = _gate_for(counted)
 
     async def scenario() -> tuple[int, bool, bool]:
         server = make_host(os.urandom(32))
@@ -75,7 +89,7 @@ def test_a_source_holds_at_most_its_share_and_gets_room_back_as_one_ends() -> No
                 await stack.enter_async_context(client.run(listen_addrs=LISTEN))
             for client in clients[:2]:
                 await client.connect(info)
-            await _wait_for(lambda: gate.held["one host"] == 2)
+            await _wait_for(lambda: gate.held[key] == 2)
             try:
                 with trio.fail_after(10):
                     await clients[2].connect(info)
@@ -85,7 +99,7 @@ def test_a_source_holds_at_most_its_share_and_gets_room_back_as_one_ends() -> No
             refused = gate.num_refused
             for connection in list(clients[0].get_network().get_connections()):
                 await connection.close()
-            await _wait_for(lambda: gate.held["one host"] == 1)
+            await _wait_for(lambda: gate.held[key] == 1)
             return refused, third, await _connect_and_close(server)
 
     refused, third, after = run(scenario)
@@ -101,3 +115,10 @@ def test_sources_are_hosts_and_ipv6_networks_and_loopback_is_not_counted() -> No
     assert source_of("::ffff:203.0.113.7") == "203.0.113.7"
     assert source_of("127.0.0.1") is None and source_of("::1") is None
     assert source_of(None) is None and source_of("not an ip") is None
+
+
+def test_ipv6_sites_are_48s_and_ipv4_has_none() -> None:
+    assert site_of("2001:db8:1:2::1") == site_of("2001:db8:1:ffff::9") == "2001:db8:1::/48"
+    assert site_of("2001:db8:2:2::1") != site_of("2001:db8:1:2::1")
+    assert site_of("203.0.113.7") is None and site_of("::ffff:203.0.113.7") is None
+    assert site_of("::1") is None and site_of(None) is None
