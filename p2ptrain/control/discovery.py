@@ -311,10 +311,19 @@ class Discovery:
         allowed.sort(key=lambda addr: ip_of(addr) not in seen)  # stable: the record's order
         return list(dict.fromkeys(a.split("/p2p/")[0] for a in allowed))[:MAX_ADDRS_PER_PEER]
 
+    async def _pinned(self, peer: str) -> bool:
+        """pin_route, whose failure costs this dial only, never discovery."""
+        assert self.pin_route is not None
+        try:
+            return await self.pin_route(peer)
+        except Exception as exc:
+            log.info("no route to %s: %s", peer, exc)
+            return False
+
     async def _dial(self, peer: str) -> None:
         peer_id = ID.from_base58(peer)
         peerstore = self.state.host.get_peerstore()
-        if self.pin_route is not None and await self.pin_route(peer):
+        if self.pin_route is not None and await self._pinned(peer):
             # behind NATs both: a local route of ours (control/traversal.py) stands in for it
             addrs = _known_addrs(peerstore, peer_id)
         else:

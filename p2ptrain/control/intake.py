@@ -56,7 +56,7 @@ class Intake:
         self.rates = GossipRates()
         # a claim names a plan too large to gossip: (key, who sent it) (control/plan_pull.py)
         self.wants_plan: Callable[[tuple[int, int], str], None] = lambda key, sender: None
-        state.view.members.on_forget = self._forget_held
+        state.view.members.when_forgotten(self._forget_held)
 
     def screen(self, header: wire.Header, now: float) -> Drop | None:
         """Refuse a gossip message by its verified header, before its body is parsed: past its

@@ -68,8 +68,8 @@ class Membership(MutableMapping[str, Member]):
     def __init__(self) -> None:
         self._by_peer: dict[str, Member] = {}
         # told of each peer removed (forgotten, revoked, not admitted): what others hold of it
-        # goes too (control/intake.py: what we keep for sync)
-        self.on_forget: Callable[[str], None] = lambda peer: None
+        # goes too (control/intake.py: what we keep for sync; control/traversal.py: its routes)
+        self._forget_hooks: list[Callable[[str], None]] = []
         self.delivery_lag = DeliveryLag()  # widens DEAD_AFTER_S (control/delivery_lag.py)
         self.loop_stall = LoopStall()  # ... and so do our own stalls (control/loop_stall.py)
         # how long a peer heard by its telemetry may be silent (set by telemetry's pace)
@@ -83,7 +83,12 @@ class Membership(MutableMapping[str, Member]):
 
     def __delitem__(self, peer: str) -> None:
         del self._by_peer[peer]
-        self.on_forget(peer)
+        for hook in self._forget_hooks:
+            hook(peer)
+
+    def when_forgotten(self, hook: Callable[[str], None]) -> None:
+        """Call `hook(peer)` each time a peer is removed."""
+        self._forget_hooks.append(hook)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._by_peer)

@@ -122,6 +122,7 @@ class ControlNode:
         # relays serve admitted members only (their records passed the organiser's token)
         self.relay_service = RelayService(self.state, lambda peer: peer in view.members)
         self.traversal = Traversal(self.state)
+        view.members.when_forgotten(self.traversal.forget)  # a member's routes go with it
         self.discovery = Discovery(
             self.state, self.dht, config.bootstrap_addr, self.traversal.pin_if_routed
         )

@@ -2,14 +2,14 @@
 
 - A node whose dial-back verdict is `private` keeps slots at up to WANTED_RELAYS public peers
   (the bootstrap first) and names them in its peer record (`relays`).
-- Two private peers reach each other through a route: a local listener (127.0.0.1, one per
-  peer and plane) that each plane dials instead of the peer's own (unreachable) addresses. Each
-  connection accepted there is carried by a hole punch (TCP simultaneous open, signalled through
-  the target's relays, up to PUNCH_ATTEMPTS times) or, when a punch times out (a symmetric NAT),
-  relayed through one of them. A peer a punch timed out to is relayed for PUNCH_RETRY_S.
+- Two private peers reach each other through a route (control/routes.py: a 127.0.0.1 listener
+  per peer and plane, closed when the peer leaves) that each plane dials instead of the peer's
+  own addresses. Its connections are carried by a hole punch (TCP simultaneous open, signalled
+  through the target's relays, up to PUNCH_ATTEMPTS times) or, when a punch times out (a
+  symmetric NAT), relayed; a peer a punch timed out to is relayed for PUNCH_RETRY_S.
 - The relay a public node serves is control/relay_service.py's.
-- A public peer needs no route to a private one: the private peer dials it (both planes keep a
-  connection either side may open streams on).
+- A public peer needs no route to a private one: the private peer dials it (both planes keep
+  a connection either side may open streams on).
 
 The kind of each peer's connection ("direct", "holepunched", "relayed") goes out with our link
 measurements (LinkReport.connection), so the status document (`status`, the dashboard's JSON)
@@ -19,7 +19,6 @@ and `bench nat` see it.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import time
 from typing import Any
@@ -32,10 +31,10 @@ from multiaddr import Multiaddr
 
 from p2ptrain.addresses import may_dial, tcp_endpoint
 from p2ptrain.control.relay_service import RELAY_PROTOCOL, SIGNAL_TIMEOUT_S, answer_one, exchange
+from p2ptrain.control.routes import Routes
 from p2ptrain.control.state import NodeState
 from p2ptrain.errors import WireError
 from p2ptrain.net import dial_gate
-from p2ptrain.net.accepting import ConnectionCaps, serve_accepting
 from p2ptrain.net.guard import start_contained
 from p2ptrain.net.host import connection_ips
 from p2ptrain.records import Plan
@@ -64,7 +63,6 @@ PEERSTORE_TTL_S = 3600
 # punches at once, each way (taking offers; our own dials): a punch sends SYNs at an endpoint
 # others reported, so a flood of offers must not make us a SYN source. One per peer and plane.
 MAX_PUNCHES = 8
-MAX_ROUTE_CONNECTIONS = 32  # on one route's 127.0.0.1 listener: a peer's plane dials it a few times
 # circuits our relays splice into us at once: each holds two sockets, and a relay is a member
 MAX_RELAYED_IN = 64
 _, HOLEPUNCHED, RELAYED = CONNECTIONS  # records/peer.py: how a link's bytes travel
@@ -75,7 +73,8 @@ class Traversal:
 
     def __init__(self, state: NodeState) -> None:
         self.state = state
-        self.routes: dict[tuple[str, str], int] = {}  # (peer, plane) -> local route port
+        # (peer, plane) -> a local listener carried to it (control/routes.py)
+        self.routes = Routes(lambda peer, plane: self.reach(peer, plane), self._planned, self._shut)
         self.connections: dict[tuple[str, str], str] = {}  # (peer, plane) -> HOLEPUNCHED/RELAYED
         self.punch_failed: dict[str, float] = {}  # peer -> when a punch to it last failed
         self.punching_in: set[tuple[str, str]] = set()  # (source, plane) offers we punch for
@@ -87,8 +86,22 @@ class Traversal:
         """Keep our relay slots, and carry our routes' connections, while the node runs."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            await nursery.start(self.routes.serve)
             nursery.start_soon(self._keep_reservations)
             task_status.started()
+
+    def forget(self, peer: str) -> None:
+        """`peer` left the membership: its routes close and what we noted of it goes."""
+        self.routes.close(peer)
+        self.punch_failed.pop(peer, None)
+        self.connections = {key: kind for key, kind in self.connections.items() if key[0] != peer}
+        self.state.view.links.connections.pop(peer, None)
+
+    def _shut(self, port: int) -> None:  # a closed route's port is no longer ours to dial
+        dial_gate.distrust(self.state.host, f"/ip4/127.0.0.1/tcp/{port}")
+
+    def _planned(self) -> set[str]:  # their routes are never taken over
+        return set(self.state.view.plan.peers()) if self.state.view.plan else set()
 
     # -- offers from our relays ---------------------------------------------------------------
 
@@ -262,28 +275,10 @@ class Traversal:
             and bool(member.record.relays)
         )
 
-    async def route(self, peer: str, plane: str) -> str:
-        """The local multiaddr (with /p2p/) that reaches `peer`'s plane; opened on first use."""
-        key = (peer, plane)
-        if key not in self.routes:
-            assert self._nursery is not None, "routes exist once serve() has started"
-            listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-            self.routes[key] = listeners[0].socket.getsockname()[1]
-            self._nursery.start_soon(self._serve_route, listeners[0], peer, plane)
-        return f"/ip4/127.0.0.1/tcp/{self.routes[key]}/p2p/{peer}"
-
-    async def _serve_route(self, listener: trio.SocketListener, peer: str, plane: str) -> None:
-        """A route's listener: each connection carried under the guard (net/accepting.py)."""
-        carry = functools.partial(self._carry, peer=peer, plane=plane)
-        caps = ConnectionCaps(MAX_ROUTE_CONNECTIONS, MAX_ROUTE_CONNECTIONS)
-        await serve_accepting(listener, carry, caps, f"route to {peer} ({plane})")
-
-    async def _carry(self, local: trio.SocketStream, peer: str, plane: str) -> None:
-        remote = await self.reach(peer, plane)
-        if remote is None:
-            await local.aclose()
-            return
-        await relay.splice(local, remote)
+    async def route(self, peer: str, plane: str) -> str | None:
+        """The local multiaddr (with /p2p/) reaching `peer`'s plane; None: none can open now."""
+        port = await self.routes.port(peer, plane)
+        return None if port is None else f"/ip4/127.0.0.1/tcp/{port}/p2p/{peer}"
 
     async def reach(self, peer: str, plane: str) -> trio.SocketStream | None:
         """A connection to `peer`'s plane: punched if we can, else relayed; None if neither."""
@@ -359,26 +354,30 @@ class Traversal:
             return None
 
     async def pin_if_routed(self, peer: str) -> bool:
-        """Discovery's hook: dial `peer` through its route if it needs one."""
+        """Discovery's hook: dial `peer` through its route if it needs one (and one is open)."""
         if not self.needs_route(peer):
             return False
-        await self.pin_control_route(peer)
-        return True
+        return await self.pin_control_route(peer)
 
     async def data_routes(self, plan: Plan) -> dict[str, tuple[str, ...]]:
         """The worker's routes to the plan's peers that need one."""
-        return {
-            peer: (await self.route(peer, "data"),)
-            for peer in sorted(plan.peers())
-            if peer != self.state.peer_id and self.needs_route(peer)
-        }
+        routes: dict[str, tuple[str, ...]] = {}
+        for peer in sorted(plan.peers()):
+            if peer != self.state.peer_id and self.needs_route(peer):
+                route = await self.route(peer, "data")
+                if route is not None:
+                    routes[peer] = (route,)
+        return routes
 
-    async def pin_control_route(self, peer: str) -> None:
+    async def pin_control_route(self, peer: str) -> bool:
         """Make our control host dial `peer` through its route only (py-libp2p drops loopback
         addresses when any other is known, and blocks a peer for 60 s after failed dials; the
-        dial gate, net/dial_gate.py, lets a node off loopback dial there only to our routes)."""
+        dial gate, net/dial_gate.py, lets a node off loopback dial there only to our routes);
+        False if no route could be opened."""
         peer_id = ID.from_base58(peer)
         addr = await self.route(peer, "control")
+        if addr is None:
+            return False
         dial_gate.trust(self.state.host, addr)
         peerstore = self.state.host.get_peerstore()
         peerstore.clear_addrs(peer_id)
@@ -386,6 +385,7 @@ class Traversal:
         cache = getattr(self.state.host.get_network(), "_negative_peer_cache", None)
         if cache is not None:
             cache.evict(str(peer_id))
+        return True
 
     def _note(self, peer: str, plane: str, kind: str) -> None:
         """A connection to `peer` now goes this way (the view shows the data plane's, if any)."""

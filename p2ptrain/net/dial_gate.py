@@ -66,6 +66,10 @@ class DialGate:
         """Let `maddr`'s endpoint through, unrated: an address the operator or we chose."""
         self.trusted.add(endpoint_key(maddr))
 
+    def distrust(self, maddr: str) -> None:
+        """Trust `maddr`'s endpoint no more (a route of ours that closed)."""
+        self.trusted.discard(endpoint_key(maddr))
+
     def may_dial(self, maddr: str) -> bool:
         """The rule alone: a trusted endpoint, or an IP we may dial or are connected from."""
         if endpoint_key(maddr) in self.trusted:
@@ -136,6 +140,13 @@ def trust(host: IHost, maddr: str) -> None:
     gate = _GATES.get(host)
     if gate is not None:
         gate.trust(maddr)
+
+
+def distrust(host: IHost, maddr: str) -> None:
+    """DialGate.distrust on the host's gate, if it has one."""
+    gate = _GATES.get(host)
+    if gate is not None:
+        gate.distrust(maddr)
 
 
 def _gated(gate: DialGate, dial: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
