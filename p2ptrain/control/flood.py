@@ -39,8 +39,18 @@ class GossipRates:
             for kind, limit in GOSSIP_LIMITS.items()
         }
 
-    def allow(self, author: str, kind: str, now: float, signed_at: float | None = None) -> bool:
-        """Count one message of `kind` by `author` at `now`; False past its limit.
+    def allow(
+        self,
+        author: str,
+        kind: str,
+        now: float,
+        signed_at: float | None = None,
+        seq: int | None = None,
+    ) -> bool:
+        """Count one message of `kind` by `author` at `now`; False past its limit. A message
+        (its signed `seq`) counts once: a copy of it replayed by any number of peers, after we
+        refused it quietly (its author's record not here yet, a plan we do not follow), costs
+        its author nothing more.
 
         signed_at: the message's signed timestamp (`now` on the same clock: time.time()). The
         pace is the author's, whatever the order of arrival: a node or forwarder stalled on a
@@ -48,4 +58,4 @@ class GossipRates:
         messages after newer ones; neither is a flood (counted by arrival, both were: the soak of
         16 control-only peers beside CPU burners blocked honest authors)."""
         windows = self._windows.get(kind)
-        return windows is None or windows.allow(author, now, signed_at)
+        return windows is None or windows.allow(author, now, signed_at, seq)

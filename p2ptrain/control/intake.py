@@ -67,7 +67,7 @@ class Intake:
         view, author, kind = self.state.view, header.author, header.kind
         if author == self.state.peer_id:
             return None  # our own message, echoed back
-        if not self.rates.allow(author, kind, time.time(), header.ts):
+        if not self.rates.allow(author, kind, time.time(), header.ts, header.seq):
             return Drop(f"{kind} messages from {author} past their rate", "flooding")
         if (problem := self.run_problem(header.run_id)) is not None:
             return Drop(problem)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 
@@ -56,30 +56,46 @@ class StampWindows:
     forwarder, or older messages arriving after newer ones by another path, pass as long as
     their author made them at an honest pace. Stamps count only up to `now` (stamping ahead
     of our clock earns nothing) and an event stamped before the window is refused (callers drop
-    such stale events before anyway). At most `max_keys` keys are kept, the idle longest first
-    to go; memory is at most limit floats a key."""
+    such stale events before anyway). An event named (`event`: e.g. a message's signed sequence
+    number) counts once: its copies, however many peers replay it, pass uncounted. At most
+    `max_keys` keys are kept, the idle longest first to go; memory is at most limit stamps and
+    events a key."""
 
     def __init__(self, limit: int, window_s: float, max_keys: int = 4096) -> None:
         self.limit = limit
         self.window_s = window_s
         self.max_keys = max_keys
         self._stamps: dict[str, list[float]] = {}  # key -> stamps within the window, sorted
+        self._events: dict[str, dict[Hashable, float]] = {}  # key -> named events counted
         self.num_refused = 0
 
-    def allow(self, key: str, now: float, stamp: float | None = None) -> bool:
+    def allow(
+        self, key: str, now: float, stamp: float | None = None, event: Hashable | None = None
+    ) -> bool:
         """Count one event of `key` stamped `stamp` (default `now`) at `now`; False past the
-        limit."""
+        limit. A named `event` counted already within the window passes uncounted."""
         stamp = now if stamp is None else min(stamp, now)
-        stamps = [t for t in self._stamps.pop(key, []) if t > now - self.window_s]
-        allowed = stamp > now - self.window_s and len(stamps) < self.limit
-        if allowed:
-            bisect.insort(stamps, stamp)
+        start = now - self.window_s
+        stamps = [t for t in self._stamps.pop(key, []) if t > start]
+        events = {e: t for e, t in self._events.pop(key, {}).items() if t > start}
+        if event is not None and event in events:
+            allowed = True
         else:
-            self.num_refused += 1
+            allowed = stamp > start and len(stamps) < self.limit
+            if allowed:
+                bisect.insort(stamps, stamp)
+                if event is not None:
+                    events[event] = stamp
+            else:
+                self.num_refused += 1
         if stamps:
             self._stamps[key] = stamps  # re-inserted: the dict's order is by last use
+        if events:
+            self._events[key] = events
         while len(self._stamps) > self.max_keys:
-            del self._stamps[next(iter(self._stamps))]
+            oldest = next(iter(self._stamps))
+            del self._stamps[oldest]
+            self._events.pop(oldest, None)
         return allowed
 
     def __len__(self) -> int:

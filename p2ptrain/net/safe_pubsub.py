@@ -20,6 +20,10 @@
 - A peer that never registered (its inbound stream read, our outbound one never opened) was
   forgotten by the library's subscriptions only, not by the router: it stayed in the mesh and
   scorer it got into. Its router state now goes once it is no longer connected.
+- The library caches a refused message by its id for 300 s, whoever forwarded it. Our
+  validator's refusals depend on the forwarder (a blocked one's copies are refused) and on the
+  view (an author whose record is a moment away): a blocked peer relaying honest messages first
+  made every later copy, the author's own too, refused from the cache. Refusals are not cached.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import trio
 from libp2p.abc import INetStream
 from libp2p.peer.id import ID
 from libp2p.pubsub.pb import rpc_pb2
-from libp2p.pubsub.pubsub import Pubsub
+from libp2p.pubsub.pubsub import Pubsub, ValidationError
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +79,13 @@ class SafePubsub(Pubsub):
         # is retried, and the heartbeat drops it from the mesh (net/lazy_gossip.py)
         if not registered and not self._peer_is_connected(peer_id):
             self.router.remove_peer(peer_id)
+
+    async def validate_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
+        try:
+            await super().validate_msg(msg_forwarder, msg)
+        except ValidationError:  # the next copy, from another forwarder or later, is judged anew
+            self.validation_cache._remove(self._msg_id_constructor(msg))
+            raise
 
     def _is_subscribed_to_msg(self, msg: rpc_pb2.Message) -> bool:
         """The reader's filter before it starts a task per message: a message already seen is
