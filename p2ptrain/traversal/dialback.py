@@ -45,6 +45,7 @@ from libp2p.transport.upgrader import TransportUpgrader
 from p2ptrain.addresses import LOOPBACK_KIND, all_loopback, network_kind
 from p2ptrain.errors import WireError
 from p2ptrain.net.framing import read_frame, write_frame
+from p2ptrain.net.inbound_gate import source_of
 from p2ptrain.net.ratelimit import WindowLimiter
 from p2ptrain.records import DialBackReply, DialBackRequest, DialResult
 
@@ -59,7 +60,8 @@ MAX_REPLY_BYTES = 16 * 1024
 MAX_DIALS_PER_REQUEST = 4
 MIN_DIAL_PORT = 1024  # no dial-back to a well-known service port
 # An honest node asks every few minutes, a `doctor` once; nodes behind one NAT (or a loopback
-# swarm of many nodes) share an IP, hence 8 a minute per IP and 64 in all.
+# swarm of many nodes) share an IP, hence 8 a minute per IP (per IPv6 /64: one host has a /64's
+# addresses for free) and 64 in all.
 REQUESTS_PER_IP = 8
 REQUESTS_TOTAL = 64
 RATE_WINDOW_S = 60.0
@@ -181,7 +183,7 @@ class DialBackServer:
             return DialBackReply(observed, (), time.time(), NOT_DIRECT)
         if self.num_dialling >= MAX_CONCURRENT_REQUESTS:
             return DialBackReply(observed, (), time.time(), "busy")
-        if not self.limiter.allow(ip, time.monotonic()):
+        if not self.limiter.allow(source_of(ip) or ip, time.monotonic()):
             return DialBackReply(observed, (), time.time(), "rate limited")
         candidates = dial_candidates(request.addrs, ip)
         errors = [""] * len(candidates)

@@ -11,6 +11,7 @@ from typing import Any
 
 import trio
 from libp2p.abc import IHost
+from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
 from multiaddr import Multiaddr
 
@@ -18,6 +19,7 @@ from p2ptrain.net import probe
 from p2ptrain.net.framing import FrameError, read_frame, write_frame
 from p2ptrain.net.host import full_addrs, make_host
 from p2ptrain.net.ratelimit import WindowLimiter
+from p2ptrain.records import DialBackRequest
 from p2ptrain.traversal import dialback
 from p2ptrain.traversal.dialback import (
     DialBackServer,
@@ -161,3 +163,26 @@ def test_a_bad_request_gets_no_reply_and_the_server_goes_on() -> None:
 
     answers, reply = run(scenario)
     assert answers == [] and reply.reached
+
+
+def test_an_ipv6_host_is_limited_per_64_not_per_address() -> None:
+    """One host has a /64's addresses for free: each request from a fresh one of them was a
+    fresh key, so one connected peer could spend the whole minute's 64. No address is dialled
+    here (the requests name none)."""
+    server = dialback.DialBackServer(lambda: ["/ip4/203.0.113.1/tcp/7400"])
+    peer = ID.from_base58("12D3KooWA1111111111111111111111111111111111111111111")
+
+    async def ask(ip: str) -> str:
+        reply = await server.answer(DialBackRequest(()), (ip, 40000), peer)
+        return reply.error
+
+    async def scenario() -> tuple[list[str], str]:
+        same_64 = [
+            await ask(f"2001:db8:1:2::{n + 1:x}") for n in range(dialback.REQUESTS_PER_IP + 1)
+        ]
+        return same_64, await ask("2001:db8:1:3::1")
+
+    same_64, next_64 = run(scenario)
+    assert same_64[:-1] == [""] * dialback.REQUESTS_PER_IP
+    assert same_64[-1] == "rate limited"
+    assert next_64 == ""
