@@ -20,6 +20,7 @@ from p2ptrain.train.checkpoint import StageSnapshot, checkpoint_dir
 from p2ptrain.train.data import load_corpus
 from p2ptrain.train.model import Stage, build_layers
 from p2ptrain.train.optim import clip_grads, grads_are_finite, lr_at, make_optimizer, set_lr
+from p2ptrain.worker.averaging.outer_link import close_rounds
 from p2ptrain.worker.averaging.outer_rounds import OuterRounds, RoundReport
 from p2ptrain.worker.averaging.stage_averager import StageAverager
 from p2ptrain.worker.device import precision_for
@@ -378,6 +379,7 @@ class Session:
         """Checkpoint (weights are always those of the last completed step) and leave the swarm."""
         if self.outer is not None:
             self.outer.close()  # a round still running ends (stop or timeout) before the save
+        close_rounds(self.transport)  # this group's members park outer messages no more
         self.save(at_end=True)
         if self.averager is not None:
             self.averager.close()

@@ -142,6 +142,16 @@ class P2PRoundLink:
         return wire.ACCEPTED
 
 
+def close_rounds(transport: Transport) -> None:
+    """A session ends: its group's messages are refused from now on (a groupmate of the next
+    plan is busy-refused until that session admits it, and retries), and what they parked
+    goes. A former groupmate kept parking messages, 8 of its largest payload each, for as long
+    as no later DiLoCo session admitted another group."""
+    link = _LINKS.get(id(transport))
+    if link is not None and link.transport is transport:
+        link.inbox.admit_group((), 0)
+
+
 def stage_exchanges(
     spec: RunSpec, role: Role, plan: Plan, transport: Transport, model: torch.nn.Module
 ) -> list[OuterExchange] | None:

@@ -119,7 +119,10 @@ class PlannedGroupAverager(DecentralizedAverager):
         self._arrived: asyncio.Event | None = None
         # group id -> our reducer of that round and how long a groupmate may wait for it
         self._reductions: dict[bytes, tuple[RobustPartReducer, float]] = {}
-        super().__init__(*args, **kwargs)
+        # hivemind served the averaged buffer (a round's gradient, a re-sync's weights) to any
+        # peer that asked (rpc_download_state); a stage's state goes to the plan's members only,
+        # through worker/resume/
+        super().__init__(*args, **{**kwargs, "allow_state_sharing": False})
         if self.peer_id.to_base58() not in self._group:
             raise ValueError(f"this peer ({self.peer_id}) is not in its planned group")
 
@@ -363,6 +366,14 @@ class PlannedGroupAverager(DecentralizedAverager):
                 code=averaging_pb2.AVERAGED_PART, tensor_part=tensor
             )
             self._count(sender, reply.ByteSize(), 0)
+            yield reply
+
+    async def rpc_download_state(
+        self, request: averaging_pb2.DownloadRequest, context: P2PContext
+    ) -> typing.AsyncIterator[averaging_pb2.DownloadData]:
+        """Nothing, to anyone, whatever allow_state_sharing says (see __init__)."""
+        nothing: tuple[averaging_pb2.DownloadData, ...] = ()
+        for reply in nothing:
             yield reply
 
     def _give_up(self, key: str, why: str) -> None:

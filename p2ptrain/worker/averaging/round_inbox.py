@@ -57,12 +57,15 @@ class RoundInbox:
         self._horizon: int | None = None  # the highest step read (None: no round yet)
 
     def admit_group(self, members: Iterable[str], max_payload_bytes: int) -> None:
-        """The members whose messages are read from now on, and the largest payload allowed.
-        A new group's first round may be at any step: no horizon until it starts."""
+        """The members whose messages are read from now on, and the largest payload allowed;
+        what others parked goes. A new group's first round may be at any step: no horizon
+        until it starts."""
         with self._cond:
             self._members = frozenset(members)
             self._max_bytes = max_payload_bytes
             self._horizon = None
+            for key in [k for k in self._held if k[2] not in self._members]:
+                del self._held[key]
 
     def admit_steps(self, horizon: int) -> None:
         """Read rounds of steps up to `horizon` only (a round starts: our step + the window)."""

@@ -8,6 +8,7 @@ three peers but only two of them average)
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -16,13 +17,22 @@ from typing import Any
 
 import torch
 from hivemind import DHT
+from hivemind.proto import averaging_pb2
 
+from p2ptrain.worker.averaging.planned_group import PlannedGroupAverager
 from p2ptrain.worker.averaging.stage_averager import StageAverager
 from p2ptrain.worker.cpu_clock import WireMarks
 from p2ptrain.worker.traffic import Traffic
 
 NUM_PARAMS = 1000
 PREFIX = "planned-probe"
+
+
+async def _download(member: Any, _: Any, node: Any) -> int:
+    """What `member`'s averager serves a stranger's rpc_download_state, in tensor bytes."""
+    stub = PlannedGroupAverager.get_stub(node.p2p, member, namespace=PREFIX)
+    replies = await stub.rpc_download_state(averaging_pb2.DownloadRequest())
+    return sum([len(reply.tensor_part.buffer) async for reply in replies])
 
 
 def main(case: str) -> None:
@@ -73,7 +83,21 @@ def main(case: str) -> None:
         t.join(timeout=60)
     # hivemind's matchmaking declares its group key in the DHT; the planned group does not
     declared = first.get(f"{PREFIX}.0b", latest=True)
-    print(json.dumps({"results": results, "dht_matchmaking_used": declared is not None}))
+    # a stranger (outside the group) asks the first member for its averager's state: hivemind
+    # served the whole buffer (the round's gradient) to anyone who asked
+    stranger = DHT(start=True, initial_peers=[str(a) for a in first.get_visible_maddrs()])
+    downloaded = stranger.run_coroutine(functools.partial(_download, first.peer_id))
+    stranger.shutdown()
+    print(
+        json.dumps(
+            {
+                "results": results,
+                "dht_matchmaking_used": declared is not None,
+                "stranger_downloaded_bytes": downloaded,
+                "state_sharing": averagers[0]._averager.allow_state_sharing,
+            }
+        )
+    )
     for averager in averagers:
         averager.shutdown()
     for d in dhts:

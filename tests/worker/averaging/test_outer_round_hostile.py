@@ -133,6 +133,33 @@ def test_messages_being_read_count_against_the_senders_bound() -> None:
     assert inbox.screen(part(key(9), sender=PEERS[1]), PEERS[1]) is None  # per sender
 
 
+def test_a_former_groupmate_parks_nothing_once_the_session_closed() -> None:
+    """A session's end closes its group: a former member's messages are refused and what it
+    parked goes (they stayed for as long as no later DiLoCo session admitted another group);
+    a member of the next group keeps what it parked."""
+    inbox = _inbox()
+    former, staying = part(key(9), sender=PEERS[0]), part(key(9), sender=PEERS[1])
+    for header in (former, staying):
+        assert inbox.screen(header, header.sender) is None
+        inbox.put(header, b"x")
+    transport = types.SimpleNamespace()
+    link = types.SimpleNamespace(transport=transport, inbox=inbox)
+    outer_link._LINKS[id(transport)] = link  # type: ignore[assignment]
+    try:
+        outer_link.close_rounds(transport)  # type: ignore[arg-type]
+    finally:
+        del outer_link._LINKS[id(transport)]
+    assert inbox.screen(part(key(10), sender=PEERS[0]), PEERS[0]) == wire.BUSY
+    assert inbox.take(key(9), wire.PART, PEERS[0], 1, 0.0, lambda: False) is None
+    inbox2 = _inbox()
+    for header in (former, staying):
+        inbox2.screen(header, header.sender)
+        inbox2.put(header, b"x")
+    inbox2.admit_group([PEERS[1]], 1 << 20)  # the next plan's group: PEERS[1] stays
+    assert inbox2.take(key(9), wire.PART, PEERS[0], 1, 0.0, lambda: False) is None
+    assert inbox2.take(key(9), wire.PART, PEERS[1], 1, 0.0, lambda: False) is not None
+
+
 def test_rounds_far_past_ours_are_refused_and_forgotten() -> None:
     inbox, steps_ahead = _inbox(), 30
     far = part(key(10**12))

@@ -34,6 +34,9 @@ def test_the_planned_group_averages_without_dht_matchmaking() -> None:
     assert [r["group_size"] for r in result["results"]] == [3] * 3
     assert [r["mean"] for r in result["results"]] == pytest.approx([2.0] * 3)
     assert result["dht_matchmaking_used"] is False
+    # a peer outside the group downloads nothing of the averager's buffer (it got all 4,000
+    # bytes of the round's gradient)
+    assert result["stranger_downloaded_bytes"] == 0 and result["state_sharing"] is False
     # the worker's byte counters: every member swapped metadata with each groupmate and got at
     # least its whole float32 gradient's worth (each member reduces a third in parts: it gets
     # the others' pieces of its third and sends each the average back, and gets the others'
