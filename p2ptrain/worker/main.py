@@ -121,6 +121,7 @@ class Worker:
     def run(self) -> int:
         import hivemind
 
+        from p2ptrain.worker.dht_gate import serve_plan_peers_only
         from p2ptrain.worker.dht_helpers import AnnouncementValidator
         from p2ptrain.worker.pipeline.transport import Transport
         from p2ptrain.worker.resume.state_transfer import StateServer
@@ -140,6 +141,7 @@ class Worker:
             )
         finally:
             key_copy.remove()
+        serve_plan_peers_only(dht)  # nobody until a plan names its peers (worker/dht_gate.py)
         self.dht = dht
         self.current: Session | None = None
         transport = Transport.start(dht.replicate_p2p, self._expect)

@@ -24,6 +24,7 @@ from p2ptrain.worker.averaging.outer_link import close_rounds
 from p2ptrain.worker.averaging.outer_rounds import OuterRounds, RoundReport
 from p2ptrain.worker.averaging.stage_averager import StageAverager
 from p2ptrain.worker.device import precision_for
+from p2ptrain.worker.dht_gate import admit_plan_peers
 from p2ptrain.worker.dht_helpers import bootstrap_dht
 from p2ptrain.worker.faults import NO_FAULTS, Faults
 from p2ptrain.worker.ipc import PlanInbox
@@ -166,6 +167,7 @@ class Session:
         )
         if unreachable:
             log.warning("not connected to %s yet: going on (they may dial us)", unreachable)
+        admit_plan_peers(dht, plan.peers())  # the DHT serves them only (worker/dht_gate.py)
         if others:  # the DHT carries resume announcements and averaging matchmaking
             bootstrap_dht(dht, sorted(others))
 

@@ -1,0 +1,95 @@
+"""The worker's hivemind DHT serves, and keeps in its routing table, the plan's peers only.
+
+A worker's DHT carries one plan's business: its members' resume announcements
+(worker/resume/start_step.py) and averaging matchmaking. hivemind answers anyone who reaches the
+worker's p2pd, adds any caller to its routing table under the node id the caller chose, and
+stores a key on the nodes nearest to it. So a stranger running 5 DHT nodes with ids next to a
+plan's announcement key (`p2ptrain_<run>_resume_t<term>_e<epoch>`, predictable) became the nodes
+every member stored its announcement on: they answered "stored", kept nothing, every `get`
+found nothing, and no plan could start (every member waited 120 s, then gave up).
+
+`install` stands a gate in front of the DHT's three handlers: a caller outside the plan's peers
+gets an empty refusal (nothing stored, nothing found, no routing entry) and is never added to
+the routing table, whichever way we met it; `admit` sets the plan's peers at each session's
+start and drops any other peer from the table. Both run inside hivemind's DHT process.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from hivemind.proto import dht_pb2
+from hivemind.utils.timed_storage import get_dht_time
+
+_GATE = "_p2ptrain_plan_peers_only"  # the gate's attribute on the DHT's protocol
+
+
+class PlanPeersOnly:
+    """The handlers hivemind registers for a DHTProtocol, each passing the plan's peers on."""
+
+    def __init__(self, protocol: Any) -> None:
+        self._protocol = protocol
+        self.members: frozenset[str] = frozenset()  # none before the first plan
+        self.num_refused = 0
+
+    def admits(self, peer_id: Any) -> bool:
+        return bool(peer_id is not None and peer_id.to_base58() in self.members)
+
+    async def rpc_ping(self, request: Any, context: Any) -> Any:
+        if not self.admits(context.remote_id):
+            self.num_refused += 1
+            return dht_pb2.PingResponse(dht_time=get_dht_time(), available=False)
+        return await self._protocol.rpc_ping(request, context)
+
+    async def rpc_store(self, request: Any, context: Any) -> Any:
+        if not self.admits(context.remote_id):
+            self.num_refused += 1
+            return dht_pb2.StoreResponse(store_ok=[False] * len(request.keys))
+        return await self._protocol.rpc_store(request, context)
+
+    async def rpc_find(self, request: Any, context: Any) -> Any:
+        if not self.admits(context.remote_id):
+            self.num_refused += 1
+            return dht_pb2.FindResponse()
+        return await self._protocol.rpc_find(request, context)
+
+
+async def install(_dht: Any, node: Any) -> None:
+    """Put the gate in front of `node`'s DHT handlers and its routing table (run once, in the
+    DHT process, before any plan)."""
+    protocol = node.protocol
+    gate = PlanPeersOnly(protocol)
+    await protocol.remove_p2p_handlers(protocol.p2p)
+    await protocol.add_p2p_handlers(protocol.p2p, gate)
+    update = protocol.update_routing_table
+
+    async def update_members_only(node_id: Any, peer_id: Any, responded: bool = True) -> None:
+        if gate.admits(peer_id):  # a non-member that answered a lookup is not kept either
+            await update(node_id, peer_id, responded)
+
+    protocol.update_routing_table = update_members_only
+    setattr(protocol, _GATE, gate)
+
+
+async def admit(members: frozenset[str], _dht: Any, node: Any) -> int:
+    """The plan's peers are served from now on; every other peer leaves the routing table.
+    How many requests of non-members were refused so far."""
+    gate: PlanPeersOnly = getattr(node.protocol, _GATE)
+    gate.members = members
+    table = node.protocol.routing_table
+    for node_id, peer_id in list(table.uid_to_peer_id.items()):
+        if not gate.admits(peer_id):
+            del table[node_id]
+    return gate.num_refused
+
+
+def serve_plan_peers_only(dht: Any) -> None:
+    """Gate `dht` (a started hivemind.DHT): nobody is served until `admit_plan_peers`."""
+    dht.run_coroutine(install)
+
+
+def admit_plan_peers(dht: Any, peers: set[str]) -> int:
+    """A session's plan: its peers (spares too) are served; the refusals so far."""
+    refused: int = dht.run_coroutine(partial(admit, frozenset(peers)))
+    return refused
