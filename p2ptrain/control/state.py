@@ -60,6 +60,7 @@ class NodeState:
     stopping: trio.Event = field(default_factory=trio.Event)
     worker: WorkerWatch = field(default_factory=lambda: WorkerWatch(time.monotonic()))
     revocations_path: str | None = None  # the bootstrap's --revoked file, re-read periodically
+    revocations_warned: str = ""  # what the last reload of that file skipped (warned once)
     # the node's one clock (monotonic seconds; tests pass trio.current_time to run on MockClock)
     clock: Callable[[], float] = time.monotonic
     changes: Changes = field(default_factory=Changes)  # what the tasks wait for (events.py)

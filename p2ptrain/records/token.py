@@ -199,16 +199,25 @@ def revocation_problem(revocation: Revocation, organiser: str | None) -> str | N
     return None
 
 
-def read_revocations(path: str) -> tuple[Revocation, ...]:
+def read_revocations(path: str, bad: list[str] | None = None) -> tuple[Revocation, ...]:
     """The revocations in a file, one `token revoke` line each (blank and # lines skipped), any
-    number of them; WireError for a bad line, OSError for an unreadable file."""
+    number of them; OSError for an unreadable file. A bad line is a WireError, or, given `bad`,
+    skipped and described there ("line N: why"): one torn append must not hide the rest."""
     entries = []
     # a byte that is no UTF-8 makes its line bad (a WireError), not the whole read a crash
     with open(path, encoding="utf-8", errors="replace") as f_in:
+        number = 0
         while line := f_in.readline(MAX_TOKEN_CHARS + 2):  # a line's length is bounded
+            number += 1
             text = line.strip()
-            if text and not text.startswith("#"):
+            if not text or text.startswith("#"):
+                continue
+            try:
                 entries.append(Revocation.decode(text))
+            except WireError as exc:
+                if bad is None:
+                    raise
+                bad.append(f"line {number}: {exc}")
     return tuple(entries)
 
 
