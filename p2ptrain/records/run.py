@@ -232,7 +232,9 @@ def load_run_spec(path: str | Path | None) -> RunSpec:
             data = tomllib.load(f)
     except OSError as exc:
         raise UserError(f"cannot read run spec {path}: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"run spec {path} is not valid TOML: {exc}") from exc
+    except RecursionError:  # arrays nested past Python's stack: no run spec nests at all
+        raise UserError(f"run spec {path} is not valid TOML: nested too deep") from None
     table = data.get("run", data)
     return _from_dict(table)  # the user's own file: its errors without a wire category

@@ -228,6 +228,6 @@ def read_token(text_or_path: str) -> Token:
         try:
             with open(text, encoding="utf-8") as f_in:
                 text = f_in.read(MAX_TOKEN_CHARS + 1).strip()
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: UnicodeDecodeError, a NUL in the name
             raise WireError(f"malformed token: not a token, nor a readable file ({exc})") from None
     return Token.decode(text)

@@ -56,6 +56,8 @@ _UNFINISHED = re.compile(
     r"^stage-L\d+-\d+(?:\.step\d+(?:\.[0-9a-f]{16}-e\d{1,16})?)?\.pt"
     r"(?:\.(\d{1,10})\.)?[a-z0-9_]*\.(?:tmp|part)$"
     r"|^\.stage-L\d+-\d+\.pt\.(\d{1,10})\.link$"
+    # an adopted state's link or copy (worker/resume/adopt.py: _link): a full copy without hard links
+    r"|^\.stage-L\d+-\d+\.step\d+(?:\.[0-9a-f]{16}-e\d{1,16})?\.pt\.(\d{1,10})\.adopt$"
 )
 DEAD_WRITER_AGE_S = 60.0  # an unfinished file of a dead writer untouched this long is torn
 STALE_AGE_S = 3600.0  # any unfinished file untouched this long is torn (writers keep writing)
@@ -97,7 +99,7 @@ def sweep_unfinished(directory: Path, now: float | None = None) -> int:
         except OSError:
             continue
         age = now - stat.st_mtime
-        pid = match[1] or match[2]
+        pid = match[1] or match[2] or match[3]
         writer_gone = pid is not None and not pid_alive(int(pid))
         if age >= STALE_AGE_S or (writer_gone and age >= DEAD_WRITER_AGE_S):
             with contextlib.suppress(OSError):

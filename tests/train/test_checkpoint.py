@@ -247,6 +247,8 @@ def test_torn_writes_of_gone_writers_are_swept_and_live_ones_are_kept(tmp_path: 
     dead = file(f"stage-L0-2.step20.pt.{dead_pid}.ab_c1.tmp", DEAD_WRITER_AGE_S + 5, 1000)
     dead_fetch = file(f"stage-L0-2.step8.0123456789abcdef-e2.pt.{dead_pid}.q9.part", 120)
     dead_link = file(f".stage-L0-2.pt.{dead_pid}.link", 120)
+    dead_adopt = file(f".stage-L0-2.step5.0123456789abcdef-e1.pt.{dead_pid}.adopt", 120)
+    live_adopt = file(f".stage-L0-2.step5.pt.{os.getpid()}.adopt", 120)
     dead_but_fresh = file(f"stage-L0-2.step21.pt.{dead_pid}.zz.tmp", 5)
     ours = file(f"stage-L2-4.step20.pt.{os.getpid()}.xy.tmp", STALE_AGE_S - 60)
     ours_stale = file(f"stage-L2-4.step16.pt.{os.getpid()}.xy.tmp", STALE_AGE_S + 60)
@@ -254,9 +256,9 @@ def test_torn_writes_of_gone_writers_are_swept_and_live_ones_are_kept(tmp_path: 
     old_format_fresh = file("stage-L2-4.step13.ptk3j2_x.tmp", 120)
     state = file("stage-L0-2.step20.pt", STALE_AGE_S + 60)
     other = file("notes.tmp", STALE_AGE_S + 60)
-    assert sweep_unfinished(tmp_path, now) == 1000 + 100 * 4
-    for path in (dead, dead_fetch, dead_link, ours_stale, old_format):
+    assert sweep_unfinished(tmp_path, now) == 1000 + 100 * 5
+    for path in (dead, dead_fetch, dead_link, dead_adopt, ours_stale, old_format):
         assert not path.exists(), path.name
-    for path in (dead_but_fresh, ours, old_format_fresh, state, other):
+    for path in (dead_but_fresh, ours, live_adopt, old_format_fresh, state, other):
         assert path.exists(), path.name
     assert sweep_unfinished(tmp_path / "missing", now) == 0
