@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from p2ptrain.procs import pid_alive
+from p2ptrain.records import lineage as lin
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train import state_file
 from p2ptrain.train.model import Stage
@@ -253,7 +254,10 @@ def record_step(
     history = [
         s for s in states if same_lineage(s.tag, tag) or (usable(s.tag) and s.step <= snapshot.step)
     ]
-    for old in prunable(history):
+    # newest by the plans they were written under, then by step: a lineage that restarted
+    # below its own earlier epochs' steps (a rejoining replica's common step) keeps what it
+    # writes now, and the earlier epochs' higher steps go first
+    for old in prunable(history, newer=lambda s: (same_lineage(s.tag, tag), *written(s))):
         old.path.unlink(missing_ok=True)
     steps = sorted({s.step for s in states if usable(s.tag)})
     if steps and steps[-1] == snapshot.step:
@@ -267,12 +271,28 @@ def same_lineage(a: str | None, b: str | None) -> bool:
     return (a or "").partition("-e")[0] == (b or "").partition("-e")[0]
 
 
-def prunable(states: list[SavedState], keep_steps: int = KEEP_STEPS) -> list[SavedState]:
-    """Of one stage's states of one lineage, those older than its `keep_steps` newest steps."""
-    steps = sorted({s.step for s in states})
-    if len(steps) <= keep_steps:
+def written(state: SavedState) -> tuple[int, int]:
+    """When a state of one lineage was written, as an order: its plan's epoch, then its step
+    (an untagged state: epoch -1)."""
+    parsed = lin.parse_tag(state.tag) if state.tag is not None else None
+    return (-1 if parsed is None else parsed[1], state.step)
+
+
+def prunable(
+    states: list[SavedState],
+    keep_steps: int = KEEP_STEPS,
+    newer: Callable[[SavedState], tuple[Any, ...]] = written,
+) -> list[SavedState]:
+    """Of one stage's states of one lineage, those of steps older than its `keep_steps`
+    newest, newest by `newer` (a later epoch's step before an earlier epoch's higher one)."""
+    newest: dict[int, tuple[Any, ...]] = {}
+    for state in states:
+        order = newer(state)
+        newest[state.step] = max(newest.get(state.step, order), order)
+    if len(newest) <= keep_steps:
         return []
-    return [s for s in states if s.step < steps[-keep_steps]]
+    kept = set(sorted(newest, key=lambda step: newest[step])[-keep_steps:])
+    return [s for s in states if s.step not in kept]
 
 
 def _link_latest(target: Path, latest: Path) -> None:

@@ -131,6 +131,28 @@ def test_a_lineage_that_restarted_below_its_ancestors_states_keeps_what_it_write
     assert _steps_by_tag(tmp_path) == {parent: [97, 98, 99, 100], child: [81, 82, 83]}
 
 
+
+def test_a_later_epoch_below_its_lineages_earlier_steps_keeps_what_it_writes(
+    tmp_path: Path,
+) -> None:
+    """One lineage, a later plan that starts below the steps an earlier one reached (a replica
+    that rejoined: the stage-mates' common step): each new state stays, the earlier epoch's
+    higher steps go first (pruned by step alone, every new state was deleted as written)."""
+    model, optimizer = _trained_stage(0)
+    earlier, later = "a" * 16 + "-e2", "a" * 16 + "-e4"
+
+    def write(step: int, tag: str) -> None:
+        snapshot = StageSnapshot.take(model, optimizer, step)  # type: ignore[arg-type]
+        record_step(tmp_path, SPEC, model, snapshot, tag)  # type: ignore[arg-type]
+
+    for step in (40, 45, 50, 54):
+        write(step, earlier)
+    write(25, later)
+    assert _steps_by_tag(tmp_path) == {earlier: [45, 50, 54], later: [25]}
+    for step in (30, 35, 40):
+        write(step, later)
+    assert _steps_by_tag(tmp_path) == {later: [25, 30, 35, 40]}
+
 def _steps_by_tag(directory: Path) -> dict[str | None, list[int]]:
     found: dict[str | None, list[int]] = {}
     for state in sorted(list_states(directory), key=lambda s: s.step):

@@ -42,15 +42,24 @@ FOREIGN = 1 << 20  # the rank of another lineage's state: after every state the 
 
 
 def announceable(
-    directory: Path, rank: StateRank, spec: RunSpec | None, max_steps: int
+    directory: Path,
+    rank: StateRank,
+    spec: RunSpec | None,
+    max_steps: int,
+    run: RunSpec | None = None,
 ) -> dict[str, dict[int, SavedState]]:
     """The states of `directory` a member announces, one per stage and step, the newest
     `max_steps` steps of each stage: those the plan may use (`rank`), the closest lineage
     first; with `spec` (the plan may adopt), also other lineages' states of `spec`'s run,
-    after those (the highest epoch, then the tag, decides between two of them)."""
+    after those (the highest epoch, then the tag, decides between two of them). With `run`,
+    an untagged state (the root's, usable by every plan) counts only if it is of that run:
+    another run's or version's files in the directory were announced, agreed on, and then
+    refused by the loader, which ended every worker."""
     best: dict[str, dict[int, tuple[tuple[int, int, str], SavedState]]] = {}
     for state in list_states(directory):
         position = rank(state.tag)
+        if state.tag is None and run is not None and other_run(state.path, run) is not None:
+            continue
         if position is None:
             if spec is None or state.tag is None or other_run(state.path, spec) is not None:
                 continue

@@ -18,6 +18,7 @@ this machine holds are first linked under the plan's tag, then loaded like its o
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -100,11 +101,36 @@ def restore_stage(
             )
         return start.step
     path = local[usable[-1]].path
-    loaded = load_stage(path, spec, model, optimizer, outer_state)
+    try:
+        loaded = load_stage(path, spec, model, optimizer, outer_state)
+    except Exception as exc:  # torn, corrupt or foreign: the worker goes on without it
+        fetched = _unloadable(path, exc, _Missing(spec, plan, transport, directory, start), model)
+        if fetched is None:
+            return start.step
+        loaded = load_stage(fetched, spec, model, optimizer, outer_state)
+        path = fetched
     if loaded != start.step:
         log.warning("layers %s resumed from step %d for step %d", key, loaded, start.step)
     log.info("resumed layers %s at step %d from %s", key, start.step, path)
     return start.step
+
+
+def _unloadable(path: Path, exc: Exception, missing: _Missing, model: Stage) -> Path | None:
+    """Our own state file at `path` did not load (a torn write, another run's or version's
+    file): set it aside (`.unloadable`, for the operator) and fetch the agreed state from
+    another holder; None, said loudly, if none gives it (the stage starts from initial
+    weights). It used to end the worker, at every restart."""
+    aside = path.with_name(path.name + ".unloadable")
+    log.warning("cannot load %s (%s): set aside as %s", path.name, exc, aside.name)
+    with contextlib.suppress(OSError):
+        path.replace(aside)
+    fetched = missing.fetch(model.layers)
+    if fetched is None:
+        log.warning(
+            "STAGE STATE LOST: no other member gave layers %s: they start from initial weights",
+            layers_key(model.layers),
+        )
+    return fetched
 
 
 def start_lineage(plan: Plan, start: StartPoint) -> str:

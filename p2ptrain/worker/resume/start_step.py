@@ -18,7 +18,8 @@ The rule (docs/security.md, attack 4b), per stage (layers key) and step:
   trains, and a replica cannot push one its stage-mates do not hold);
 - a stage nobody saved (the plan cuts the model anew) may be built from usable states of other
   layer ranges that hold all of its blocks at one step (worker/resume/covers.py, the same rule);
-- the start step is the newest step at which every stage has a usable state;
+- the start step is the newest step at which every stage has a usable state (stage-mates that
+  share no step: worker/resume/recency.py);
 - the digest to fetch is the one the most members announce for that step; a tie goes to the
   digest of the best-placed announcer (placed at that stage first, then the plan's order), never
   to the lowest digest or peer id, which an attacker could grind.
@@ -46,7 +47,7 @@ from p2ptrain.records import Plan
 from p2ptrain.records.lineage import may_adopt
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train.checkpoint import SavedState, file_sha256, layers_key, list_states
-from p2ptrain.worker.resume import adopt, covers
+from p2ptrain.worker.resume import adopt, covers, recency
 from p2ptrain.worker.resume.announcement import (
     MAX_KEYS,
     MAX_STEPS_PER_KEY,
@@ -221,11 +222,14 @@ def warn_other_lineages(directory: Path, rank: StateRank, key: str, step: int) -
         )
 
 
-def own_announcement(directory: Path, rank: StateRank, spec: RunSpec | None = None) -> Announced:
+def own_announcement(
+    directory: Path, rank: StateRank, spec: RunSpec | None = None, run: RunSpec | None = None
+) -> Announced:
     """What this member announces: its usable states with their digests and lineage tags; with
-    `spec` (the plan may adopt: worker/resume/adopt.py), its other lineages' states of that run too."""
+    `spec` (the plan may adopt: worker/resume/adopt.py), its other lineages' states of that run
+    too; with `run`, untagged states of that run only (adopt.announceable)."""
     found: Announced = {}
-    states = adopt.announceable(directory, rank, spec, MAX_STEPS_PER_KEY)
+    states = adopt.announceable(directory, rank, spec, MAX_STEPS_PER_KEY, run)
     for key, steps in sorted(states.items())[:MAX_KEYS]:
         for step, state in steps.items():
             try:
@@ -265,7 +269,18 @@ def choose_start(
     needed = list(placed)
     strict = {peer: usable(states, rank) for peer, states in announced.items()}
     if not adopting or adopt.has_own_state(announced, rank):
-        return replace(choose_start_step(needed, strict, placed, order), held=strict)
+        start = choose_start_step(needed, strict, placed, order)
+        if lost := recency.lacking(needed, {*start.digests, *start.sources}, strict):
+            # stage-mates that share no step (a volunteer back after a while): the latest
+            # plan's states decide, loudly (worker/resume/recency.py)
+            latest = recency.latest_history(announced, rank)
+            retry = choose_start_step(needed, latest, placed, order)
+            left = recency.lacking(needed, {*retry.digests, *retry.sources}, strict)
+            if len(left) < len(lost):
+                taken = ", ".join(k for k in lost if k not in left)
+                note = f"the holders of {taken} share no step: the latest plan's state is taken"
+                start = replace(retry, note="; ".join(n for n in (note, retry.note) if n))
+        return replace(start, held=strict)
     holding = adopt.every_lineage(announced)
     best, best_score = StartPoint(0, "", held=strict), None
     for index, (lineage, held) in enumerate(adopt.candidates(announced, rank)):
@@ -360,7 +375,7 @@ def agree_on_plan_start(
     members, placed = placement(plan, spec.model.n_layer)
     adopting = spec.checkpoint.resume == "latest" and may_adopt(plan.lineage)
     rank = plan.state_rank
-    mine = own_announcement(directory, rank, spec if adopting else None)
+    mine = own_announcement(directory, rank, spec if adopting else None, run=spec)
     started_s = time.monotonic()
     start = agree_on_start(
         dht,

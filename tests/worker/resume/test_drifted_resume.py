@@ -137,3 +137,41 @@ def test_a_member_fetches_its_stage_s_later_state_from_the_spare_that_holds_it(
     assert "STAGE STATE LOST" not in caplog.text
     assert "resumed from step 6 for step 4" in caplog.text
     assert all(torch.equal(states[6][n], t) for n, t in stage.state_dict().items())
+
+
+def test_an_unloadable_own_state_is_set_aside_not_the_end_of_the_worker(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Our own agreed state does not load (torn, or another run's): it is set aside and the
+    agreed state fetched from another holder; with none, the stage starts over, loudly. It used
+    to end the worker (exit 2), at every restart."""
+    new_plan = plan((2, 2), 1)
+    cut = new_plan.layer_ranges(SPEC.model.n_layer)
+    behind, ahead = tmp_path / "a", tmp_path / "b"
+    drift(cut, behind, ahead)
+    members, placed = placement(new_plan, SPEC.model.n_layer)
+    rank = new_plan.state_rank
+    held = {"b": usable(own_announcement(ahead, rank), rank)}
+    start = choose_start_step(["L2-4"], held, {"L2-4": placed["L2-4"]}, members)
+    torn = stamped_path(ahead, cut[1], start.step)
+    torn.write_bytes(torn.read_bytes()[:1000])  # a write cut short by a power loss
+
+    stage, optimizer = chain(cut)[1]
+    with caplog.at_level(logging.WARNING):
+        step = restore_stage(SPEC, new_plan, NoTransport(), ahead, stage, optimizer, start)  # type: ignore[arg-type]
+    assert step == start.step
+    assert not torn.exists() and torn.with_name(torn.name + ".unloadable").exists()
+    assert "STAGE STATE LOST" in caplog.text  # no other holder: said, not a crash
+
+
+def test_untagged_states_of_another_run_are_not_announced(tmp_path: Path) -> None:
+    """An untagged state (the root's: usable by every plan) in the directory that belongs to
+    another run (copied in, an older version's) was announced, agreed, and refused by the
+    loader, which ended every worker."""
+    new_plan = plan((2, 2), 1)
+    cut = new_plan.layer_ranges(SPEC.model.n_layer)
+    drift(cut, tmp_path / "a", tmp_path / "b")
+    rank = new_plan.state_rank
+    assert own_announcement(tmp_path / "b", rank, run=SPEC)  # our run's: announced
+    other = SPEC.replace(run_id="second-run")
+    assert own_announcement(tmp_path / "b", rank, run=other) == {}

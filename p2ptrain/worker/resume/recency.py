@@ -1,0 +1,83 @@
+"""When a stage's holders contest each other and share no step: the latest plan's states decide.
+
+The start rule (worker/resume/start_step.py) lets a lone announcer's state count only where no
+other member holds those blocks, or where the plan places it alone. So when two replicas of a
+stage hold states that share no step, neither counts. That is how an honest swarm looks when a
+volunteer comes back: it stopped at step 21, its stage-mate trained on alone to step 54 and
+kept only steps 40-54. The stage had no usable state, the plan started at step 0, each replica
+loaded its own, different state, and ~50 steps of schedule were lost, without a word.
+
+Then, and only then (`lacking`: a stage without an agreed state although members hold states
+of its blocks), the choice is made again on each member's states less those of blocks another
+member holds under a later plan (`latest_history`): a plan is later if its lineage is closer to
+the starting plan's (Plan.state_rank), or, in one lineage, its epoch is higher. The returning
+volunteer's states were saved under earlier plans than its stage-mate's, so the stage-mate's
+newest state is agreed, and the volunteer fetches it. The lineage tag is its announcer's word
+(docs/security.md, "Stage states (4b)"): a member lying about it can win only here, where the
+stage would otherwise restart from step 0, and a tie (two members claiming one plan) changes
+nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+
+from p2ptrain.records.lineage import parse_tag
+from p2ptrain.worker.resume.announcement import Announced
+from p2ptrain.worker.resume.covers import key_range
+
+Held = dict[str, dict[int, str]]  # layers key -> step -> sha256 (start_step.Held)
+
+
+def written_under(tag: str | None, position: int) -> tuple[int, int]:
+    """How late a state's plan is, as an order (larger: later): its lineage's closeness to the
+    starting plan (`position`: Plan.state_rank of its tag), then its epoch (untagged: -1)."""
+    parsed = None if tag is None else parse_tag(tag)
+    return (-position, -1 if parsed is None else parsed[1])
+
+
+def lacking(
+    needed: Collection[str], agreed: Collection[str], held: Mapping[str, Held]
+) -> list[str]:
+    """The needed stages without an agreed state (`agreed`: keys with a digest or a build)
+    although some member holds a state of their blocks."""
+    held_ranges = [r for states in held.values() for k in states if (r := key_range(k))]
+    return [
+        key
+        for key in needed
+        if key not in agreed
+        and (target := key_range(key)) is not None
+        and any(r.start < target.stop and target.start < r.stop for r in held_ranges)
+    ]
+
+
+def latest_history(
+    announced: Mapping[str, Announced], rank: Callable[[str | None], int | None]
+) -> dict[str, Held]:
+    """Each member's states the plan may use (`rank`: Plan.state_rank), less those of blocks
+    that another member holds a state of under a later plan."""
+    states = [
+        (peer, key, step, digest, written_under(tag, position))
+        for peer, announcement in announced.items()
+        for key, steps in announcement.items()
+        for step, (digest, tag) in steps.items()
+        if (position := rank(tag)) is not None
+    ]
+    latest: dict[str, list[tuple[range, tuple[int, int]]]] = {}
+    for peer, key, _, _, order in states:
+        if (blocks := key_range(key)) is not None:
+            latest.setdefault(peer, []).append((blocks, order))
+    kept: dict[str, Held] = {}
+    for peer, key, step, digest, order in states:
+        blocks = key_range(key)
+        if blocks is None:
+            continue
+        overtaken = any(
+            other > order and r.start < blocks.stop and blocks.start < r.stop
+            for q, orders in latest.items()
+            if q != peer
+            for r, other in orders
+        )
+        if not overtaken:
+            kept.setdefault(peer, {}).setdefault(key, {})[step] = digest
+    return kept
