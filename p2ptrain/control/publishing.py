@@ -29,9 +29,10 @@ from p2ptrain.control.membership import (
     record_renew_s,
 )
 from p2ptrain.control.planner_sight import pool_size
+from p2ptrain.control.revocation_file import reload_revocations
 from p2ptrain.control.state import MIN_REPUBLISH_GAP_S, Kind, NodeState
 from p2ptrain.records import Claim, PeerRecord, Telemetry
-from p2ptrain.records.token import read_revocations, revocation_pages, revocation_problem
+from p2ptrain.records.token import revocation_pages
 
 log = logging.getLogger(__name__)
 
@@ -136,32 +137,6 @@ def revocation_messages(state: NodeState) -> list[bytes]:
         author = state.peer_id if page.page == 0 else f"{state.peer_id}/{page.page}"
         state.latest[(author, "revoked")] = data  # the key of intake.latest_key
     return messages
-
-
-def reload_revocations(state: NodeState) -> None:
-    """Apply the revocations in the bootstrap's --revoked file (appended to while it runs). Each
-    line counts on its own: a torn append or another key's line is skipped and named, and the
-    organiser's revocations before and after it still apply (all or nothing, one bad line
-    dropped every revocation, at a restart the earlier ones too). Warned once per change."""
-    if state.revocations_path is None:
-        return
-    problems: list[str] = []
-    try:
-        entries = read_revocations(state.revocations_path, problems)
-    except OSError as exc:
-        entries, problems = (), [str(exc)]
-    organiser, good = state.view.bootstrap_id, []
-    for revocation in entries:
-        if (problem := revocation_problem(revocation, organiser)) is not None:
-            problems.append(f"revocation of {revocation.peer}: {problem}")
-        else:
-            good.append(revocation)
-    if (problem := state.view.revoke(tuple(good))) is not None:
-        problems.append(problem)
-    said = "; ".join(problems)
-    if said and said != state.revocations_warned:
-        log.warning("skipped in %s: %s", state.revocations_path, said)
-    state.revocations_warned = said
 
 
 def telemetry_message(state: NodeState) -> bytes:

@@ -1,4 +1,4 @@
-"""The bootstrap's --revoked file, re-read while it runs (control/publishing.py:
+"""The bootstrap's --revoked file, re-read while it runs (control/revocation_file.py:
 reload_revocations): each line counts on its own. One torn append or a line revoked with
 another key made the whole file refused, every revocation in it with it (at a restart the
 earlier ones too: a revoked planner got its rights back)."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from p2ptrain import identity
-from p2ptrain.control.publishing import reload_revocations
+from p2ptrain.control.revocation_file import reload_revocations
 from p2ptrain.records import issue_revocation
 from tests.control.test_gossip_screen import ORGANISER, make_node
 
