@@ -49,9 +49,15 @@ class PrivateTmp:
         atexit.register(self.remove)  # an exit through Python's (os._exit calls `remove`)
 
     def use(self) -> None:
-        """Point this process and its children there: TMPDIR (p2pd, torch's shared-memory
-        manager), `tempfile` (multiprocessing's listener) and hivemind's Unix sockets (the DHT
-        and averager processes fork from us and keep the prefix)."""
+        """Point this process and its children there: TMPDIR (p2pd), `tempfile`
+        (multiprocessing's listener) and hivemind's Unix sockets (the DHT and averager
+        processes fork from us and keep the prefix); and keep shared tensors out of /dev/shm.
+        Before hivemind is imported."""
+        # hivemind shares tensors through named files in /dev/shm (its default strategy,
+        # set as it is imported), which only torch's shared-memory manager unlinks: a killed
+        # worker's process group left them, one as large as the stage's gradient buffer, for
+        # good. Shared through descriptors, nothing is named: a crash leaves nothing.
+        os.environ["HIVEMIND_MEMORY_SHARING_STRATEGY"] = "file_descriptor"
         from hivemind.p2p import P2P
 
         os.environ["TMPDIR"] = str(self.path)

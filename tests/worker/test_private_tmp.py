@@ -105,3 +105,29 @@ def test_what_a_killed_worker_left_is_swept_by_the_next_start_and_by_its_node(
     dead_in_temp.mkdir()  # the worker was SIGKILLed: its supervisor stops
     ipc.remove()
     assert not dead_in_temp.exists()
+
+
+# as the worker: PrivateTmp.use() first, then hivemind; a shared tensor as hivemind's
+# averager shares its buffer, then a SIGKILL's kind of exit
+SHARED = """
+import json, os, sys
+from p2ptrain.worker.private_tmp import PrivateTmp
+PrivateTmp(None).use()
+import hivemind, torch
+buffer = torch.zeros(1 << 16).share_memory_()
+named = [n for n in os.listdir("/dev/shm") if n.startswith(f"torch_{os.getpid()}_")]
+print(json.dumps({"strategy": torch.multiprocessing.get_sharing_strategy(), "named": named}))
+os._exit(0)
+"""
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm here")
+def test_a_workers_shared_tensors_leave_no_named_file_in_dev_shm() -> None:
+    """hivemind's default (file_system) named each shared tensor in /dev/shm, and a killed
+    worker's process group left them there for good (no restart removed them)."""
+    out = subprocess.run(
+        [sys.executable, "-c", SHARED], capture_output=True, check=True, timeout=60
+    )
+    seen = json.loads(out.stdout.decode().strip().splitlines()[-1])
+    assert seen["strategy"] == "file_descriptor"
+    assert seen["named"] == []
