@@ -34,6 +34,7 @@ from typing import TextIO
 from p2ptrain import addresses, procs
 from p2ptrain.control.settings import ControlSettings
 from p2ptrain.key_file import load_or_create_identity
+from p2ptrain.node.identity_lock import IdentityLock
 from p2ptrain.node.ipc_dir import IpcDir
 from p2ptrain.node.settings import NodeSettings
 from p2ptrain.worker.faults import NO_FAULTS, Faults
@@ -102,6 +103,7 @@ class Supervisor:
         load_or_create_identity(
             self.node.identity
         )  # create it once, before two children race for it
+        lock = IdentityLock(self.node.identity)  # one node per identity: node/identity_lock.py
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self._on_signal)
         ipc_dir = IpcDir(self.node.identity)  # beside the identity: node/ipc_dir.py
@@ -129,6 +131,7 @@ class Supervisor:
         finally:
             procs.stop_groups(children, STOP_GRACE_S)
             ipc_dir.remove()
+            lock.release()
 
     def _start_control(self, ipc_path: str, first: bool) -> subprocess.Popen[bytes]:
         settings = ControlSettings.from_args(

@@ -1,0 +1,46 @@
+"""One node per identity: a second `join` or `bootstrap` with an identity a live node uses is
+refused at its start.
+
+Two nodes with one identity announce one peer id from two places, and their workers write one
+checkpoint directory (each prunes and links the other's files). A script started a second one
+by mistake, and both ran fully. The supervisor holds an exclusive `flock` on `.NAME.lock`
+beside the identity file for its life; the kernel releases it when the process ends, however
+it ends (a SIGKILL too), so a crash never leaves a stale lock. The file holds the holder's PID,
+for the refusal's message. Not inherited by the children: it goes with the supervisor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+
+from p2ptrain.errors import UserError
+
+
+class IdentityLock:
+    """Held from construction until `release` (or the process's end)."""
+
+    def __init__(self, identity_path: str | os.PathLike[str]) -> None:
+        key = Path(identity_path).resolve()
+        self.path = key.parent / f".{key.name}.lock"
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: another live node
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise UserError(
+                f"another node runs with identity {identity_path} (process {holder}): one "
+                "identity, one node (they would share a peer id and a checkpoint directory)"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,61 @@
+"""One node per identity (node/identity_lock.py): a second node with a live node's identity is
+refused at its start (both used to run fully, announcing one peer id and writing one
+checkpoint directory); the lock goes with its process, however it ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from p2ptrain.errors import UserError
+from p2ptrain.node.identity_lock import IdentityLock
+
+HOLD = """
+import sys, time
+from p2ptrain.node.identity_lock import IdentityLock
+IdentityLock(sys.argv[1])
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_second_node_with_one_identity_is_refused_until_the_first_releases(
+    tmp_path: Path,
+) -> None:
+    key = tmp_path / "node.key"
+    first = IdentityLock(key)
+    with pytest.raises(UserError, match=f"process {os.getpid()}"):
+        IdentityLock(key)
+    IdentityLock(tmp_path / "other.key").release()  # another identity: no conflict
+    first.release()
+    IdentityLock(key).release()
+
+
+def test_a_killed_nodes_lock_goes_with_it(tmp_path: Path) -> None:
+    key = tmp_path / "node.key"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(key)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(UserError, match=f"process {holder.pid}"):
+            IdentityLock(key)
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                IdentityLock(key).release()
+                break
+            except UserError:
+                assert time.monotonic() < deadline, "the dead node's lock stayed"
+                time.sleep(0.05)
+    finally:
+        holder.kill()
+        holder.wait()
