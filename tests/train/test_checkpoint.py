@@ -131,7 +131,6 @@ def test_a_lineage_that_restarted_below_its_ancestors_states_keeps_what_it_write
     assert _steps_by_tag(tmp_path) == {parent: [97, 98, 99, 100], child: [81, 82, 83]}
 
 
-
 def test_a_later_epoch_below_its_lineages_earlier_steps_keeps_what_it_writes(
     tmp_path: Path,
 ) -> None:
@@ -152,6 +151,7 @@ def test_a_later_epoch_below_its_lineages_earlier_steps_keeps_what_it_writes(
     for step in (30, 35, 40):
         write(step, later)
     assert _steps_by_tag(tmp_path) == {later: [25, 30, 35, 40]}
+
 
 def _steps_by_tag(directory: Path) -> dict[str | None, list[int]]:
     found: dict[str | None, list[int]] = {}
