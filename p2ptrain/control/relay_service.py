@@ -9,7 +9,6 @@ connection the peer opened to us) and hands both sides the circuit's token (docs
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import time
@@ -26,6 +25,7 @@ from p2ptrain.control.state import NodeState
 from p2ptrain.errors import WireError
 from p2ptrain.net.framing import read_frame, write_frame
 from p2ptrain.net.host import connection_ips
+from p2ptrain.net.stream_end import end, ending
 from p2ptrain.records.relay import OfferAnswer, RelayOffer, RelayReply, RelayRequest
 from p2ptrain.traversal import relay
 
@@ -51,12 +51,9 @@ async def exchange(
 ) -> dict[str, Any] | Any:
     """One request frame and one reply frame on a fresh stream to `peer` (JSON, undecoded)."""
     stream = await host.new_stream(ID.from_base58(peer), [protocol])
-    try:
+    async with ending(stream):  # reset when the caller's deadline ends it: net/stream_end.py
         await write_frame(stream, json.dumps(message).encode())
         return json.loads(await read_frame(stream, MAX_MESSAGE_BYTES))
-    finally:
-        with contextlib.suppress(Exception):
-            await stream.close()
 
 
 async def answer_one(
@@ -79,8 +76,7 @@ async def answer_one(
     except Exception as exc:  # a vanished peer is not our problem
         log.debug("%s failed: %s", what, exc)
     finally:
-        with contextlib.suppress(Exception):
-            await stream.close()
+        await end(stream, clean=True)  # bounded, whatever cancelled us
 
 
 def stream_ip(stream: INetStream) -> str:

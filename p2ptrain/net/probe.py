@@ -8,7 +8,6 @@ bandwidth acknowledgement carries the hash of the random bytes it acknowledges (
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import struct
@@ -21,6 +20,7 @@ from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
 from p2ptrain.net.framing import read_exact, read_frame, read_some, send, write_frame
+from p2ptrain.net.stream_end import end, ending
 
 # 2: after the echoes the server sends one frame of its own word (`trailer`: the control plane's
 # network coordinate, so a node outside telemetry's audience still learns where its neighbours
@@ -80,7 +80,7 @@ async def measure_rtt(host: IHost, peer: ID) -> tuple[float, bytes]:
     # stream may dial first (TCP, noise, yamux: several round trips on a loaded machine)
     with trio.fail_after(OPEN_TIMEOUT_S):
         stream = await host.new_stream(peer, [PING_PROTOCOL])
-    try:
+    async with ending(stream):  # reset on a failure or timeout: net/stream_end.py
         samples = []
         for _ in range(NUM_PINGS):
             payload = os.urandom(PING_BYTES)
@@ -92,8 +92,6 @@ async def measure_rtt(host: IHost, peer: ID) -> tuple[float, bytes]:
                 samples.append((time.perf_counter() - start) * 1000)
         with trio.fail_after(PROBE_TIMEOUT_S):
             trailer = await read_frame(stream, MAX_TRAILER_BYTES)
-    finally:
-        await _close_quietly(stream)
     return min(samples), trailer
 
 
@@ -155,7 +153,7 @@ async def measure_bandwidth_mbps(
     with trio.fail_after(BANDWIDTH_TIMEOUT_S):
         stream = await host.new_stream(peer, [BANDWIDTH_PROTOCOL])
         started = time.perf_counter()
-        try:
+        async with ending(stream):  # reset on a failure or timeout: net/stream_end.py
 
             async def send_probe() -> None:
                 await send(stream, _SIZE.pack(num_bytes))
@@ -171,8 +169,6 @@ async def measure_bandwidth_mbps(
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(send_probe)
                 nursery.start_soon(read_acks)
-        finally:
-            await _close_quietly(stream)
     second_half_bytes = num_bytes - half
     second_half = second_half_bytes * 8 / max(acks[1] - acks[0], 1e-6) / 1e6
     whole = num_bytes * 8 / max(acks[1] - started - rtt_s, 1e-6) / 1e6
@@ -180,5 +176,4 @@ async def measure_bandwidth_mbps(
 
 
 async def _close_quietly(stream: INetStream) -> None:
-    with contextlib.suppress(Exception):
-        await stream.close()
+    await end(stream, clean=True)  # a server's end of a probe: shielded and bounded

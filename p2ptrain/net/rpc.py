@@ -27,6 +27,7 @@ from libp2p.peer.id import ID
 
 from p2ptrain.net.framing import read_frame, write_frame
 from p2ptrain.net.ratelimit import StreamRates
+from p2ptrain.net.stream_end import end, ending
 from p2ptrain.sampled_log import SampledLog
 
 log = logging.getLogger(__name__)
@@ -147,8 +148,7 @@ def make_handler(respond: Responder) -> Handler:
         except Exception as exc:
             bad_requests.event("bad", "dropped a bad %s request: %s", stream.get_protocol(), exc)
         finally:
-            with contextlib.suppress(Exception):
-                await stream.close()
+            await end(stream, clean=True)  # bounded, whatever cancelled us
 
     return handle
 
@@ -157,9 +157,6 @@ async def call(host: IHost, peer: ID, protocol: TProtocol, request: bytes = b"")
     """Send one request and return the decoded JSON reply; raises on timeout or bad reply."""
     with trio.fail_after(RPC_TIMEOUT_S):
         stream = await host.new_stream(peer, [protocol])
-        try:
+        async with ending(stream):  # reset on a timeout: net/stream_end.py
             await write_frame(stream, request)
             return json.loads(await read_frame(stream, MAX_REPLY_BYTES))
-        finally:
-            with contextlib.suppress(Exception):
-                await stream.close()

@@ -28,7 +28,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -39,9 +38,9 @@ from libp2p.peer.id import ID
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub, ValidationError
 
-log = logging.getLogger(__name__)
+from p2ptrain.net.stream_end import end
 
-RESET_TIMEOUT_S = 1.0  # resetting a stream sends one frame; a stuck connection is not waited for
+log = logging.getLogger(__name__)
 
 
 class SafePubsub(Pubsub):
@@ -106,6 +105,4 @@ class SafePubsub(Pubsub):
 
 
 async def _reset(stream: INetStream) -> None:
-    with trio.move_on_after(RESET_TIMEOUT_S) as scope, contextlib.suppress(Exception):
-        scope.shield = True  # a cancelled write still resets its stream
-        await stream.reset()
+    await end(stream, clean=False)  # a cancelled write still resets its stream

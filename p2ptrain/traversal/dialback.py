@@ -47,6 +47,7 @@ from p2ptrain.errors import WireError
 from p2ptrain.net.framing import read_frame, write_frame
 from p2ptrain.net.inbound_gate import source_of
 from p2ptrain.net.ratelimit import WindowLimiter
+from p2ptrain.net.stream_end import end, ending
 from p2ptrain.records import DialBackReply, DialBackRequest, DialResult
 
 log = logging.getLogger(__name__)
@@ -170,8 +171,7 @@ class DialBackServer:
         except Exception as exc:  # a vanished client is not our problem
             log.debug("dial-back request failed: %s", exc)
         finally:
-            with contextlib.suppress(Exception):
-                await stream.close()
+            await end(stream, clean=True)  # bounded, whatever cancelled us
 
     async def answer(
         self, request: DialBackRequest, remote: tuple[str, int], peer: ID
@@ -219,11 +219,8 @@ async def ask_dial_back(
     request = json.dumps(DialBackRequest(tuple(addrs)).to_dict()).encode()
     with trio.fail_after(REQUEST_TIMEOUT_S):
         stream = await host.new_stream(peer, [DIALBACK_PROTOCOL])
-        try:
+        async with ending(stream):  # reset on a timeout: net/stream_end.py
             remote = stream.get_remote_address()
             await write_frame(stream, request)
             reply = DialBackReply.from_dict(json.loads(await read_frame(stream, MAX_REPLY_BYTES)))
             return reply, None if remote is None else str(remote[0])
-        finally:
-            with contextlib.suppress(Exception):
-                await stream.close()
