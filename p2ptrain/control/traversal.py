@@ -1,7 +1,7 @@
 """NAT traversal for one node: its relay slots and its local routes to other NATed peers.
 
-- A node whose dial-back verdict is `private` keeps slots at up to WANTED_RELAYS public peers
-  (the bootstrap first) and names them in its peer record (`relays`).
+- A node whose dial-back verdict is `private` keeps slots at up to 2 public peers (the
+  bootstrap first) and names them in its peer record (`relays`): control/relay_slots.py.
 - Two private peers reach each other through a route (control/routes.py: a 127.0.0.1 listener
   per peer and plane, closed when the peer leaves) that each plane dials instead of the peer's
   own addresses. Its connections are carried by a hole punch (TCP simultaneous open, signalled
@@ -26,17 +26,16 @@ from typing import Any
 import trio
 from libp2p.abc import INetStream
 from libp2p.peer.id import ID
-from libp2p.peer.peerinfo import PeerInfo
 from multiaddr import Multiaddr
 
 from p2ptrain.addresses import may_dial, tcp_endpoint
-from p2ptrain.control.relay_service import RELAY_PROTOCOL, SIGNAL_TIMEOUT_S, answer_one, exchange
+from p2ptrain.control import relay_slots
+from p2ptrain.control.relay_service import answer_one
 from p2ptrain.control.routes import Routes
 from p2ptrain.control.state import NodeState
 from p2ptrain.errors import WireError
 from p2ptrain.net import dial_gate
 from p2ptrain.net.guard import start_contained
-from p2ptrain.net.host import connection_ips
 from p2ptrain.records import Plan
 from p2ptrain.records.peer import CONNECTIONS
 from p2ptrain.records.relay import (
@@ -46,7 +45,6 @@ from p2ptrain.records.relay import (
     OfferAnswer,
     RawHello,
     RelayOffer,
-    RelayReply,
     RelayRequest,
 )
 from p2ptrain.records.relay import split_endpoint as relay_split
@@ -54,17 +52,15 @@ from p2ptrain.traversal import relay
 
 log = logging.getLogger(__name__)
 
-WANTED_RELAYS = 2  # slots a private node keeps: one relay may vanish mid-run
-RENEW_INTERVAL_S = 45.0  # well inside relay.RESERVATION_TTL_S
-RESERVE_RETRY_S = 5.0  # while we hold fewer slots than wanted
 PUNCH_RETRY_S = 300.0  # after a failed punch, relay that peer for this long
 PUNCH_ATTEMPTS = 3  # signalled punches per connection before relaying (see reach)
 PEERSTORE_TTL_S = 3600
 # punches at once, each way (taking offers; our own dials): a punch sends SYNs at an endpoint
 # others reported, so a flood of offers must not make us a SYN source. One per peer and plane.
 MAX_PUNCHES = 8
-# circuits our relays splice into us at once: each holds two sockets, and a relay is a member
-MAX_RELAYED_IN = 64
+# circuits spliced into us at once, relayed or punched (each holds two sockets and a loopback
+# connection to our own port, which the inbound gate does not count): a relay is a member
+MAX_CIRCUITS_IN = 64
 _, HOLEPUNCHED, RELAYED = CONNECTIONS  # records/peer.py: how a link's bytes travel
 
 
@@ -79,7 +75,7 @@ class Traversal:
         self.punch_failed: dict[str, float] = {}  # peer -> when a punch to it last failed
         self.punching_in: set[tuple[str, str]] = set()  # (source, plane) offers we punch for
         self.punching_out: set[tuple[str, str]] = set()  # (peer, plane) we punch to
-        self.relayed_in = 0  # circuits our relays carry into us, open now
+        self.circuits_in = 0  # punched and relayed circuits into us, open now
         self._nursery: trio.Nursery | None = None
 
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -87,7 +83,7 @@ class Traversal:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.routes.serve)
-            nursery.start_soon(self._keep_reservations)
+            nursery.start_soon(relay_slots.keep_reservations, self.state)
             task_status.started()
 
     def forget(self, peer: str) -> None:
@@ -111,14 +107,14 @@ class Traversal:
 
     async def _take_offer(self, relay_id: str, _: str, offer: RelayOffer) -> OfferAnswer:
         local = self._local_port(offer.plane)
-        raw = self._relay_endpoint(relay_id)
+        raw = relay_slots.relay_endpoint(self.state, relay_id)
         nursery, why = self._nursery, ""
         if relay_id not in self.state.relays or local is None or raw is None or nursery is None:
             why = "not our relay" if relay_id not in self.state.relays else "not ready"
-        elif not offer.endpoint and self.relayed_in >= MAX_RELAYED_IN:
-            why = "relaying in as much as we may"
+        elif self.circuits_in >= MAX_CIRCUITS_IN:
+            why = "taking in as many circuits as we may"
         elif not offer.endpoint:
-            self.relayed_in += 1  # given back when the circuit ends, however it ends
+            self.circuits_in += 1  # given back when the circuit ends, however it ends
             token = bytes.fromhex(offer.token)
             start_contained(nursery, "relayed in", self._relayed_in, offer, raw, token, local)
             return OfferAnswer(accept=True)
@@ -131,6 +127,7 @@ class Traversal:
                 why = f"{offer.endpoint} is not an address we dial"
             else:
                 self.punching_in.add(key)
+                self.circuits_in += 1  # given back when the circuit ends, however it ends
                 token = bytes.fromhex(offer.token)
                 args = (offer, seen.port, token, local)
                 start_contained(nursery, "punched in", self._punched_in, *args)
@@ -143,7 +140,14 @@ class Traversal:
 
     async def _punched_in(self, offer: RelayOffer, port: int, token: bytes, local: int) -> None:
         """Runs under the guard (net/guard.py): whatever the far end does ends only this. The
-        punch holds its place in the caps until the connection has shown the offer's token."""
+        punch holds its place among the punches until the connection has shown the offer's
+        token, and among the circuits in until it ends; closed when idle, as a relayed one."""
+        try:
+            await self._punch_in(offer, port, token, local)
+        finally:
+            self.circuits_in -= 1
+
+    async def _punch_in(self, offer: RelayOffer, port: int, token: bytes, local: int) -> None:
         try:
             # not marked as a failed punch when it fails: the dialer may have given up on the
             # signalling and never punched; only the dialer, whose punch timed out, learns the
@@ -161,7 +165,7 @@ class Traversal:
         finally:
             self.punching_in.discard((offer.source, offer.plane))
         self._note(offer.source, offer.plane, HOLEPUNCHED)
-        await relay.splice(remote, inner)
+        await relay.splice(remote, inner, idle_s=relay.CIRCUIT_IDLE_S)
 
     async def _relayed_in(
         self, offer: RelayOffer, raw: tuple[str, int], token: bytes, local: int
@@ -177,7 +181,7 @@ class Traversal:
             self._note(offer.source, offer.plane, RELAYED)
             await relay.splice(remote, inner, idle_s=relay.CIRCUIT_IDLE_S)
         finally:
-            self.relayed_in -= 1
+            self.circuits_in -= 1
 
     def _local_port(self, plane: str) -> int | None:  # the punched or relayed bytes go there
         addrs = self.state.addrs if plane == "control" else self.state.data_addrs
@@ -186,82 +190,6 @@ class Traversal:
             if endpoint is not None:
                 return endpoint[1]
         return None
-
-    def _relay_endpoint(self, peer: str) -> tuple[str, int] | None:
-        """A relay's raw port, from its peer record: only at an address our connection to that
-        peer comes from. A record's relay_addrs are its word; we never connect (and observe,
-        and punch from) an address a member named unless it is where the member is."""
-        member = self.state.view.members.get(peer)
-        if member is None:
-            return None
-        ips = connection_ips(self.state.host, peer)
-        for addr in member.record.relay_addrs:
-            endpoint = tcp_endpoint(addr)
-            if endpoint is not None and endpoint[0] in ips:
-                return endpoint
-        return None
-
-    async def _dialled_relay(self, peer: str) -> tuple[str, int] | None:
-        """`_relay_endpoint`, connecting to the relay first if we have no connection to it."""
-        host = self.state.host
-        if not connection_ips(host, peer):
-            with contextlib.suppress(Exception), trio.move_on_after(SIGNAL_TIMEOUT_S):
-                peer_id = ID.from_base58(peer)
-                await host.connect(PeerInfo(peer_id, host.get_peerstore().addrs(peer_id)))
-        return self._relay_endpoint(peer)
-
-    # -- slots ------------------------------------------------------------------------------
-
-    def relay_candidates(self) -> list[str]:
-        """Public members with a relay port that we are connected to, the bootstrap first."""
-        state, view = self.state, self.state.view
-        connected = {peer.to_base58() for peer in state.host.get_connected_peers()}
-        found = [
-            peer
-            for peer, member in list(view.members.items())
-            if peer in connected
-            and peer != state.peer_id
-            and member.record.relay_addrs
-            and (member.record.reachability == "public" or peer == view.bootstrap_id)
-        ]
-        return sorted(found, key=lambda peer: peer != view.bootstrap_id)
-
-    async def _keep_reservations(self) -> None:
-        state = self.state
-        await state.joined.wait()
-        while True:
-            if state.reachability != "private":
-                if state.relays:
-                    state.relays = []
-                    state.publish_soon("record")
-                await trio.sleep(RESERVE_RETRY_S)
-                continue
-            held: list[str] = []
-            for peer in self.relay_candidates():
-                if len(held) >= WANTED_RELAYS:
-                    break
-                if await self._reserve(peer):
-                    held.append(peer)
-            if held != state.relays:
-                log.info("relay slots held at %s", ", ".join(held) or "no peer")
-                state.relays = held
-                state.publish_soon("record")
-            await trio.sleep(RENEW_INTERVAL_S if len(held) >= WANTED_RELAYS else RESERVE_RETRY_S)
-
-    async def _reserve(self, peer: str) -> bool:
-        try:
-            reply = await self._request(peer, RelayRequest("reserve"))
-        except Exception as exc:
-            log.debug("reservation at %s failed: %s", peer, exc)
-            return False
-        if reply.error:
-            log.info("reservation at %s refused: %s", peer, reply.error)
-        return not reply.error
-
-    async def _request(self, peer: str, request: RelayRequest) -> RelayReply:
-        with trio.fail_after(SIGNAL_TIMEOUT_S):
-            reply = await exchange(self.state.host, peer, RELAY_PROTOCOL, request.to_dict())
-        return RelayReply.from_dict(reply)
 
     # -- routes -----------------------------------------------------------------------------
 
@@ -286,7 +214,11 @@ class Traversal:
         connected = {p.to_base58() for p in self.state.host.get_connected_peers()}
         # relays we are connected to first: a vanished relay costs a dial timeout
         relays = sorted(member.record.relays if member else (), key=lambda r: r not in connected)
-        usable = [(r, raw) for r in relays if (raw := await self._dialled_relay(r)) is not None]
+        usable = [
+            (r, raw)
+            for r in relays
+            if (raw := await relay_slots.dialled_relay(self.state, r)) is not None
+        ]
         # punch first, signalled through each relay in turn (one attempt each, at most
         # PUNCH_ATTEMPTS): a relay that fails the signalling says nothing about the NATs, a
         # punch that times out does, and then we relay at once
@@ -299,7 +231,9 @@ class Traversal:
                 return stream
         for relay_id, raw in usable:
             try:
-                reply = await self._request(relay_id, RelayRequest("connect", peer, plane))
+                reply = await relay_slots.request(
+                    self.state, relay_id, RelayRequest("connect", peer, plane)
+                )
                 if reply.error:
                     log.info("relay %s refused a circuit to %s: %s", relay_id, peer, reply.error)
                     continue
@@ -331,7 +265,7 @@ class Traversal:
         try:  # the signalling: a relay that fails it says nothing about the peer's NAT
             seen = await relay.observe_from(raw)
             request = RelayRequest("connect", peer, plane, seen.endpoint)
-            reply = await self._request(relay_id, request)
+            reply = await relay_slots.request(self.state, relay_id, request)
         except Exception as exc:
             log.info("no punch signalled to %s through %s: %s", peer, relay_id, exc)
             return None

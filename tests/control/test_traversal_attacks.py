@@ -15,8 +15,16 @@ from typing import Any
 import trio
 
 from p2ptrain.control import relay_service
-from p2ptrain.control.traversal import MAX_PUNCHES, MAX_RELAYED_IN, Traversal
-from p2ptrain.records.relay import OfferAnswer, RelayOffer, RelayReply, RelayRequest
+from p2ptrain.control import traversal as traversal_module
+from p2ptrain.control.traversal import MAX_CIRCUITS_IN, MAX_PUNCHES, Traversal
+from p2ptrain.records.relay import (
+    RAW_PUNCHED,
+    OfferAnswer,
+    RawHello,
+    RelayOffer,
+    RelayReply,
+    RelayRequest,
+)
 from p2ptrain.traversal import relay
 from tests.net.trio_run import run
 
@@ -242,24 +250,74 @@ def test_a_real_hosts_connection_and_stream_show_where_the_peer_is() -> None:
 
 def test_relayed_in_offers_past_the_cap_are_refused_and_ended_circuits_give_back() -> None:
     """A relay of ours offering circuits in a loop: each held two sockets and a task, unbounded.
-    Past MAX_RELAYED_IN the offers are refused; a circuit that ends (here the relay port refuses
+    Past MAX_CIRCUITS_IN the offers are refused; a circuit that ends (here the relay port refuses
     the unknown token) gives its place back."""
 
     async def main() -> tuple[bool, bool, int]:
         async with trio.open_nursery() as nursery:
             traversal = nated_node(await relay_port(nursery))
             await nursery.start(traversal.serve)
-            traversal.relayed_in = MAX_RELAYED_IN
+            traversal.circuits_in = MAX_CIRCUITS_IN
             over_cap = bool((await offer(traversal, ""))["accept"])
-            traversal.relayed_in = 0
+            traversal.circuits_in = 0
             under_cap = bool((await offer(traversal, ""))["accept"])
             for _ in range(100):  # the relay port refuses the token at once: well under 5 s
-                if not traversal.relayed_in:
+                if not traversal.circuits_in:
                     break
                 await trio.sleep(0.05)
-            left = traversal.relayed_in
+            left = traversal.circuits_in
             nursery.cancel_scope.cancel()
         return over_cap, under_cap, left
 
     over_cap, under_cap, left = run(main)
     assert not over_cap and under_cap and left == 0
+
+
+def test_a_punched_circuit_counts_until_it_ends(monkeypatch: Any) -> None:
+    """A member whose punches complete (its hello shows the offer's token) and then holds
+    them: each circuit splices into our own port from 127.0.0.1 (the inbound gate exempts it).
+    They counted only while punching: 40 offers, 40 circuits held. Now they share the circuits'
+    cap for their life, and an idle one is closed."""
+    monkeypatch.setattr(relay, "CIRCUIT_IDLE_S", 6.0)  # past the offers below, however slow
+    cap = 4
+    monkeypatch.setattr(traversal_module, "MAX_CIRCUITS_IN", cap)
+
+    async def punch_and_hold(listener: trio.SocketListener) -> None:
+        held = []
+        while True:
+            stream = await listener.accept()
+            await stream.send_all(RawHello(RAW_PUNCHED, bytes.fromhex(TOKEN)).encode())
+            held.append(stream)  # and never a byte more
+
+    async def main() -> tuple[int, int, int]:
+        async with trio.open_nursery() as nursery:
+            traversal = nated_node(await relay_port(nursery))
+            traversal.state.view.links = SimpleNamespace(connections={})  # where _note writes
+            own = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+            port = own.socket.getsockname()[1]
+            traversal.state.addrs = traversal.state.data_addrs = [f"/ip4/127.0.0.1/tcp/{port}"]
+            reached: list[trio.SocketStream] = []
+
+            async def our_port() -> None:
+                while True:
+                    reached.append(await own.accept())
+
+            nursery.start_soon(our_port)
+            await nursery.start(traversal.serve)
+            endpoint = await attacker(nursery, punch_and_hold)
+            accepted = 0
+            for _ in range(3 * cap):
+                accepted += bool((await offer(traversal, endpoint))["accept"])
+                await trio.sleep(0.05)  # the punch completes and leaves the punches' cap
+            held = traversal.circuits_in
+            for _ in range(200):  # idle for CIRCUIT_IDLE_S: closed, the count given back
+                if not traversal.circuits_in:
+                    break
+                await trio.sleep(0.1)
+            left = traversal.circuits_in
+            nursery.cancel_scope.cancel()
+        return accepted, held, left
+
+    accepted, held, left = run(main)
+    assert (accepted, held) == (cap, cap), (accepted, held, left)
+    assert left == 0
