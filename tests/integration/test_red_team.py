@@ -310,6 +310,7 @@ def test_a_live_swarm_survives_a_hostile_node(
     # and the loss stayed finite and went on falling
     assert data_summary["rounds"] >= 3, data_summary
     assert data_summary.get("rounds_joined", 0) == 0, data_summary
+    assert data_summary.get("dht_peers", 0) == 0, data_summary  # the workers' DHTs refused it
     assert data_summary.get("frames_busy", 0) > 0, data_summary
     # 12: a stranger asking for a state that exists is told nothing, and sent nothing
     assert data_summary.get("state_missing", 0) > 0, data_summary

@@ -12,7 +12,8 @@ addresses, which every member can see), joins the workers' DHT, and for S second
   gradient (1e6 everywhere) and a huge weight, round after round.
 Its last stdout line is a JSON summary: streams opened and how they were answered, and how
 many averaging rounds it got into (`rounds_joined`: must stay 0), how its state requests were
-answered (`state_found`: must stay 0).
+answered (`state_found`: must stay 0), and how many workers' DHTs took it in (`dht_peers`:
+must stay 0).
 """
 
 from __future__ import annotations
@@ -135,6 +136,10 @@ def averaging_intruders(dht: DHT, spec: Any, plan: Any) -> list[DecentralizedAve
     return intruders
 
 
+async def routing_table_size(_: DHT, node: Any) -> int:
+    return len(node.protocol.routing_table.uid_to_peer_id)
+
+
 def main(argv: list[str] | None = None) -> int:
     PrivateTmp().use()  # hivemind's sockets and multiprocessing's folders go with us
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -149,7 +154,14 @@ def main(argv: list[str] | None = None) -> int:
     assert plan is not None
     peers = sorted({p for pipeline in plan.pipelines for p in pipeline} | set(plan.spares))
     addrs = [a for p in status.peers if p.id in peers for a in p.data_addrs]
-    dht = DHT(start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"], initial_peers=addrs)
+    # the workers' DHTs answer their plan's peers only (worker/dht_gate.py): its bootstrap
+    # pings are refused, but p2pd still connects to them, for the streams below
+    dht = DHT(
+        start=True,
+        host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+        initial_peers=addrs,
+        ensure_bootstrap_success=False,
+    )
     print(dht.peer_id.to_base58(), flush=True)
     counts: Counter[str] = Counter()
     intruders = averaging_intruders(dht, spec, plan)
@@ -171,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                 gathered = None
             counts["rounds_joined" if gathered else "rounds_refused"] += 1
         counts["rounds"] += 1
+    counts["dht_peers"] = dht.run_coroutine(routing_table_size)  # workers that took us in
     for averager in intruders:
         averager.shutdown()
     dht.shutdown()
