@@ -82,7 +82,7 @@ class WorkerLink:
 
     async def stop_worker(self) -> None:
         """Ask a connected worker to checkpoint and exit."""
-        await self.ipc.send(Stop())
+        await self.ipc.send(Stop(), wait=True)
 
     def _on_message(self, message: Message) -> None:
         """One message from the worker (decoded and validated by the IPC server)."""

@@ -56,3 +56,78 @@ def test_messages_flow_both_ways_and_bad_lines_are_skipped(tmp_path, caplog):
     assert [r["type"] for r in replies] == ["plan", "stop"]  # a late worker still gets the plan
     assert PlanMessage.from_dict(replies[0]) == plan
     assert caplog.text.count("ipc: dropping") == 3
+
+
+def test_a_worker_that_reads_nothing_delays_nobody_and_is_dropped(tmp_path, monkeypatch):
+    """`send` used to write to each worker in turn, without a deadline: one connected client
+    that read nothing (a frozen worker, any local process of ours) blocked plan delivery for
+    good. Each client has a writer of its own now, and one that reads nothing is dropped."""
+    from p2ptrain.control import ipc
+
+    monkeypatch.setattr(ipc, "SEND_TIMEOUT_S", 0.5)
+    path = str(tmp_path / "control.sock")
+    big = PlanMessage(Plan.from_dict(plan_dict()), RunSpec())
+    monkeypatch.setattr(ipc, "encode", lambda message: b"x" * (4 << 20) + b"\n")  # past any buffer
+
+    async def scenario() -> tuple[float, int, bytes]:
+        server = IpcServer(path, lambda message: None)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve)
+            stuck = await trio.open_unix_socket(path)  # connects, never reads
+            await trio.sleep(0.1)
+            started = trio.current_time()
+            await server.send(big)
+            await server.send(big)
+            returned_s = trio.current_time() - started
+            with trio.fail_after(5):
+                while server._clients:  # noqa: ASYNC110 - no event to wait on
+                    await trio.sleep(0.05)
+            left = len(server._clients)
+            got = await stuck.receive_some(1)  # its connection was closed: reads end
+            with trio.fail_after(5):
+                while got:
+                    got = await stuck.receive_some(1 << 20)
+            nursery.cancel_scope.cancel()
+        return returned_s, left, got
+
+    returned_s, left, got = trio.run(scenario)
+    assert returned_s < 0.2  # send never waited on it
+    assert left == 0 and got == b""
+
+
+def test_a_plan_sent_while_another_is_being_written_is_not_lost(tmp_path, monkeypatch):
+    """A plan sent while a reconnecting worker was still being replayed the last one was
+    dropped (BusyResourceError, suppressed) and the worker trained under the old plan; now the
+    newest plan always arrives, after the older ones."""
+    from p2ptrain.control import ipc
+
+    padded = ipc.encode
+    # 1 MiB of JSON whitespace a line: the replay outlasts the next send
+    monkeypatch.setattr(ipc, "encode", lambda m: padded(m)[:-1] + b" " * (1 << 20) + b"\n")
+    path = str(tmp_path / "control.sock")
+    base = Plan.from_dict(plan_dict())
+    plans = [
+        PlanMessage(base.replace(epoch=e, lineage=((base.lineage[0][0], e),)), RunSpec())
+        for e in (1, 2)
+    ]
+
+    async def scenario() -> list[int]:
+        server = IpcServer(path, lambda message: None)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve)
+            await server.send(plans[0])  # replayed to the worker that connects next
+            client = await trio.open_unix_socket(path)
+            with trio.fail_after(5):
+                while not server._clients:  # noqa: ASYNC110 - no event to wait on
+                    await trio.sleep(0.01)
+            await trio.sleep(0.1)  # the replay is being written: the socket's buffer is full
+            await server.send(plans[1])
+            buffer = b""
+            with trio.move_on_after(3):
+                while buffer.count(b"\n") < 2:
+                    buffer += await client.receive_some(1 << 20)
+            await client.aclose()
+            nursery.cancel_scope.cancel()
+        return [PlanMessage.from_dict(json.loads(line)).plan.epoch for line in buffer.splitlines()]
+
+    assert trio.run(scenario) == [1, 2]
