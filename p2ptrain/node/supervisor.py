@@ -20,16 +20,13 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
-import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import FrameType
-from typing import TextIO
 
 from p2ptrain import addresses, procs
 from p2ptrain.control.settings import ControlSettings
@@ -37,6 +34,7 @@ from p2ptrain.key_file import load_or_create_identity
 from p2ptrain.node.identity_lock import IdentityLock
 from p2ptrain.node.ipc_dir import IpcDir
 from p2ptrain.node.settings import NodeSettings
+from p2ptrain.node.stdout_relay import relay_lines
 from p2ptrain.worker.faults import NO_FAULTS, Faults
 from p2ptrain.worker.settings import WorkerSettings
 
@@ -192,37 +190,6 @@ class Supervisor:
     def _relay_stdout(self, control: subprocess.Popen[bytes], first: bool) -> None:
         assert control.stdout is not None
         relay_lines(control.stdout, sys.stdout, first, self._addr_printed.set)
-
-
-def relay_lines(
-    source: Iterable[bytes], out: TextIO, first: bool, on_line: Callable[[], None]
-) -> None:
-    """Copy a control process's stdout lines to `out` (a restarted one's address line to the
-    log) until it closes, calling `on_line` after each. Once `out` is gone (`join | head -1`),
-    the lines are dropped, but still read: a full pipe would block the control process's next
-    print, and with it its loop, while the supervisor sees it alive."""
-    target: TextIO | None = out
-    for number, line in enumerate(source):
-        text = line.decode(errors="replace")
-        if number == 0 and not first:
-            log.info("the control process is back, listening on %s", text.strip())
-            continue
-        if target is not None:
-            try:
-                target.write(text)
-                target.flush()
-            except (OSError, ValueError) as exc:  # ValueError: closed in this process
-                log.warning("stdout is gone (%s): dropping the progress lines", exc)
-                _point_at_devnull(target)  # else the flush at exit fails again
-                target = None
-        on_line()
-
-
-def _point_at_devnull(out: TextIO) -> None:
-    with contextlib.suppress(OSError, ValueError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, out.fileno())
-        os.close(devnull)
 
 
 def _exit_reason(code: int) -> str:

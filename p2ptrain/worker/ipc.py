@@ -7,7 +7,9 @@ compute report) to the new control process.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import select
 import socket
 import threading
 import time
@@ -28,6 +30,9 @@ log = logging.getLogger(__name__)
 
 # longer than the supervisor's longest back-off (node/supervisor.py) plus a control start
 RECONNECT_TIMEOUT_S = 300.0
+# a control process that reads nothing this long is stuck: the connection is dropped, and the
+# reader's reconnect takes over (a blocking send held the trainer and heartbeat threads for good)
+SEND_TIMEOUT_S = 30.0
 RECONNECT_POLL_S = 0.2
 # what a restarted control process must hear again: who this worker is and what it computes
 SAID_ONCE = (Hello, ComputeReport)
@@ -95,7 +100,11 @@ class IpcClient:
             if self._sock is None:
                 return  # the control process is restarting; it hears SAID_ONCE on reconnect
             try:
-                self._sock.sendall(line)
+                _send_all(self._sock, line, SEND_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("ipc: the control process read nothing for %.0f s", SEND_TIMEOUT_S)
+                with contextlib.suppress(OSError):
+                    self._sock.shutdown(socket.SHUT_RDWR)  # the reader sees the end: reconnects
             except OSError as exc:
                 log.warning("ipc send failed: %s", exc)
 
@@ -129,8 +138,8 @@ class IpcClient:
         with self._lock:
             try:
                 for line in self._said_once.values():  # in the order first said: hello first
-                    sock.sendall(line)
-            except OSError as exc:
+                    _send_all(sock, line, SEND_TIMEOUT_S)
+            except OSError as exc:  # TimeoutError too: the next send finds out again
                 log.warning("ipc send failed: %s", exc)
             self._sock = sock
         log.info("ipc: the control process is back")
@@ -164,6 +173,21 @@ def _connect(path: str, timeout_s: float, give_up: Callable[[], bool]) -> socket
             return None
         time.sleep(RECONNECT_POLL_S)
     return None
+
+
+def _send_all(sock: socket.socket, data: bytes, timeout_s: float) -> None:
+    """sendall, within `timeout_s` (TimeoutError past it); the socket stays blocking for its
+    reader thread."""
+    deadline = time.monotonic() + timeout_s
+    view = memoryview(data)
+    while view:
+        left_s = deadline - time.monotonic()
+        if left_s <= 0 or not select.select([], [sock], [], left_s)[1]:
+            raise TimeoutError(f"{len(view)} bytes unsent after {timeout_s:.0f} s")
+        try:
+            view = view[sock.send(view, socket.MSG_DONTWAIT) :]
+        except BlockingIOError:
+            continue
 
 
 def _receive(sock: socket.socket) -> bytes:

@@ -8,8 +8,9 @@ import io
 import os
 import subprocess
 import sys
+import threading
 
-from p2ptrain.node.supervisor import relay_lines
+from p2ptrain.node.stdout_relay import relay_lines
 
 # a control process's address, then far more progress than a pipe holds (64 KiB)
 PRINTER = "print('/ip4/127.0.0.1/tcp/1', flush=True)\nfor i in range(20000): print('x' * 40, i)"
@@ -40,3 +41,26 @@ def test_lines_reach_stdout_and_a_restarted_control_process_address_goes_to_the_
     assert out.getvalue() == "step 1\n"
     relay_lines(iter([b"/ip4/1/tcp/2\n", b"step 1\n"]), out, True, lambda: None)
     assert out.getvalue() == "step 1\n/ip4/1/tcp/2\nstep 1\n"
+
+
+def test_a_stdout_nobody_reads_does_not_block_the_child() -> None:
+    """`join | less` left alone: our stdout's pipe is full and every write would block. The
+    relay used to write in the reading loop, so the control process's pipe filled, its next
+    print blocked and its whole loop stopped; now the lines past the backlog are dropped."""
+    read_end, write_end = os.pipe()  # kept open, never read
+    out = open(write_end, "w")  # noqa: SIM115
+    child = subprocess.Popen([sys.executable, "-c", PRINTER], stdout=subprocess.PIPE)
+    assert child.stdout is not None
+    lines = []
+    relay = threading.Thread(
+        target=relay_lines, args=(child.stdout, out, True, lambda: lines.append(1)), daemon=True
+    )
+    try:
+        relay.start()
+        assert child.wait(timeout=30) == 0  # it printed everything: nothing blocked it
+        relay.join(timeout=10)
+        assert not relay.is_alive() and len(lines) == 20001
+    finally:
+        child.kill()
+        child.wait()
+        os.close(read_end)  # the writer's blocked write ends (a broken pipe)

@@ -64,3 +64,32 @@ def test_worker_waits_for_a_restarted_control_and_says_hello_again(tmp_path: Pat
     assert inbox.stopped
     conn.close()
     second.close()
+
+
+def test_a_control_that_reads_nothing_does_not_hold_the_worker(
+    tmp_path: Path, monkeypatch: object
+) -> None:
+    """A control process stalled (its stdout pipe full, its loop stopped) read nothing: the
+    worker's blocking sends then held its trainer and heartbeat threads for good. A send now
+    gives up after SEND_TIMEOUT_S and drops the connection, and the worker reconnects."""
+    from p2ptrain.worker import ipc
+
+    monkeypatch.setattr(ipc, "SEND_TIMEOUT_S", 0.5)  # type: ignore[attr-defined]
+    path = tmp_path / "control.sock"
+    server = listen_at(path)
+    client = IpcClient(str(path), PlanInbox(), connect_timeout_s=5)
+    stalled, _ = server.accept()  # accepts, never reads
+    hello = Hello(identity.peer_id_of(os.urandom(32)), ("/ip4/127.0.0.1/tcp/1",), os.getpid())
+    client.send(hello)
+    big = Heartbeat("training" + " " * (1 << 20), 1, 1, 1)  # past the socket's buffers
+    started = time.monotonic()
+    for _ in range(4):
+        client.send(big)
+    assert time.monotonic() - started < 5.0  # each send gave up within its deadline
+    again, _ = server.accept()  # the worker dropped the stalled connection and came back
+    again.settimeout(10)
+    first = b""
+    while b"\n" not in first:
+        first += again.recv(65536)
+    assert json.loads(first.split(b"\n")[0])["type"] == "hello"
+    stalled.close()

@@ -1,0 +1,71 @@
+"""The node's stdout: the control process's lines (its address first, then progress), relayed
+by the supervisor, which reads them from the control's pipe.
+
+Whoever reads the node's stdout may stop (`join | head -1`) or stall (`join | less`, a
+suspended job, a blocking log driver). A full pipe would block the control process's next
+print, and with it its whole loop, while the supervisor saw it alive: the node neither worked
+nor exited. So the pipe is always read: lines go through a bounded backlog to a writer thread,
+and past it they are dropped (counted, warned); once stdout is gone they are dropped for good.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterable
+from typing import TextIO
+
+log = logging.getLogger("p2ptrain.node.supervisor")
+
+BACKLOG_LINES = 1024  # progress lines held for a slow reader of our stdout
+WRITER_DRAIN_S = 1.0  # at the end, how long the writer may take to write what is held
+
+
+def relay_lines(
+    source: Iterable[bytes], out: TextIO, first: bool, on_line: Callable[[], None]
+) -> None:
+    """Copy a control process's stdout lines to `out` (a restarted one's address line to the
+    log) until it closes, calling `on_line` after each; never blocked by `out`."""
+    backlog: queue.Queue[str | None] = queue.Queue(BACKLOG_LINES)
+    writer = threading.Thread(target=_write_lines, args=(backlog, out), daemon=True)
+    writer.start()
+    dropped = 0
+    for number, line in enumerate(source):
+        text = line.decode(errors="replace")
+        if number == 0 and not first:
+            log.info("the control process is back, listening on %s", text.strip())
+            continue
+        try:
+            backlog.put_nowait(text)
+        except queue.Full:
+            dropped += 1
+            if dropped == 1 or dropped % 1000 == 0:
+                log.warning("stdout is not being read: %d progress lines dropped", dropped)
+        on_line()
+    with contextlib.suppress(queue.Full):
+        backlog.put_nowait(None)
+    writer.join(WRITER_DRAIN_S)
+
+
+def _write_lines(backlog: queue.Queue[str | None], out: TextIO) -> None:
+    target: TextIO | None = out
+    while (text := backlog.get()) is not None:
+        if target is None:
+            continue
+        try:
+            target.write(text)
+            target.flush()
+        except (OSError, ValueError) as exc:  # ValueError: closed in this process
+            log.warning("stdout is gone (%s): dropping the progress lines", exc)
+            _point_at_devnull(target)  # else the flush at exit fails again
+            target = None
+
+
+def _point_at_devnull(out: TextIO) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, out.fileno())
+        os.close(devnull)
