@@ -108,10 +108,29 @@ async def close_after_sender(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, linger_s: float = ANSWER_LINGER_S
 ) -> None:
     """Close an inbound stream once its sender has closed its side (it does after reading our
-    answer), or after `linger_s`: p2pd may reset a stream closed with the answer in flight."""
+    answer), or after `linger_s`: p2pd may reset a stream closed with the answer in flight.
+    What is still unsent then is dropped (abort): a sender that stopped reading held the
+    drain, and with it the stream's serving slot, for the worker's life."""
+    flushed = False
     with contextlib.suppress(OSError, TimeoutError, asyncio.IncompleteReadError):
-        await writer.drain()
         async with asyncio.timeout(linger_s):
+            await writer.drain()
+            flushed = True
             while await reader.read(65536):  # nothing is parsed
                 pass
-    writer.close()
+    end_stream(writer, flushed)
+
+
+def completed(task: asyncio.Future[None]) -> bool:
+    """Did `task` (a write and its drain) run to its end, without an error?"""
+    return task.done() and not task.cancelled() and task.exception() is None
+
+
+def end_stream(writer: asyncio.StreamWriter, flushed: bool) -> None:
+    """Close a stream whose bytes all went out (`flushed`), else abort it: a closed transport
+    with bytes still buffered stays open, holding them and its descriptor, until the far end
+    reads, which a hostile one never does."""
+    if flushed:
+        writer.close()
+    else:
+        writer.transport.abort()

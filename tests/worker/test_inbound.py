@@ -77,3 +77,48 @@ def test_a_flood_of_refused_streams_logs_one_line_in_a_hundred(
         "refused test streams, the latest from peer100 (101 so far)",
         "refused test streams, the latest from peer200 (201 so far)",
     ]
+
+
+def test_a_client_that_stops_reading_holds_no_stream_past_the_linger() -> None:
+    """A member asked for a stage state and never read it: the answer's drain waited for good
+    (only the read after it had a deadline), and the stream's serving slot with it. Now the
+    whole close is bounded, and what is unsent is dropped with the connection (aborted)."""
+
+    async def scenario() -> tuple[float, bool]:
+        ended = asyncio.Event()
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.write(b"x" * (32 << 20))  # far past the sockets' buffers
+            await inbound.close_after_sender(reader, writer, linger_s=0.3)
+            ended.set()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)  # never reads
+            started = asyncio.get_running_loop().time()
+            await asyncio.wait_for(ended.wait(), 10.0)
+            took = asyncio.get_running_loop().time() - started
+            writer.transport.abort()
+        return took, ended.is_set()
+
+    took, ended = asyncio.run(scenario())
+    assert ended and took < 3.0
+
+
+def test_an_unflushed_stream_is_aborted_and_a_flushed_one_closed() -> None:
+    calls: list[str] = []
+
+    class Transport:
+        def abort(self) -> None:
+            calls.append("abort")
+
+    class Writer:
+        transport = Transport()
+
+        def close(self) -> None:
+            calls.append("close")
+
+    inbound.end_stream(Writer(), flushed=True)  # type: ignore[arg-type]
+    inbound.end_stream(Writer(), flushed=False)  # type: ignore[arg-type]
+    assert calls == ["close", "abort"]

@@ -26,7 +26,7 @@ from p2ptrain.worker.averaging import outer_wire as wire
 from p2ptrain.worker.averaging.outer_exchange import ExchangeTimeouts, OuterExchange
 from p2ptrain.worker.averaging.round_inbox import RoundInbox
 from p2ptrain.worker.averaging.stage_averager import RETRY_TIMEOUT_S, averaging_timeouts
-from p2ptrain.worker.inbound import Framing, OpenStreams
+from p2ptrain.worker.inbound import Framing, OpenStreams, end_stream
 from p2ptrain.worker.pipeline.stage_step import replica_weights
 
 if TYPE_CHECKING:
@@ -95,13 +95,15 @@ class P2PRoundLink:
         _, reader, writer = await self.transport.p2p.call_binary_stream_handler(
             PeerID.from_base58(peer), wire.PROTOCOL
         )
+        flushed = False
         try:
             writer.write(data)
             await writer.drain()
+            flushed = True
             self.transport.traffic.sent(peer, len(data))  # every copy crossed the link
             return await reader.readexactly(1)
         finally:
-            writer.close()
+            end_stream(writer, flushed)  # an untaken payload goes with its stream
 
     async def _handle(
         self, info: StreamInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter

@@ -33,12 +33,20 @@ class FrameInbox:
         self._frames: dict[Key, torch.Tensor] = {}
         self._arrived = threading.Condition()
 
+    @staticmethod
+    def key_of(header: FrameHeader) -> Key:
+        return (header.term, header.epoch, header.kind, header.step, header.micro)
+
+    def holds(self, header: FrameHeader) -> bool:
+        """Is a copy of this frame here already (filed, not yet taken)?"""
+        with self._arrived:
+            return self.key_of(header) in self._frames
+
     def put(self, header: FrameHeader, tensor: torch.Tensor) -> None:
         """File an accepted frame. A retried copy of one already here (its first answer got
         lost) leaves the first in place."""
-        key = (header.term, header.epoch, header.kind, header.step, header.micro)
         with self._arrived:
-            self._frames.setdefault(key, tensor)
+            self._frames.setdefault(self.key_of(header), tensor)
             self._arrived.notify_all()
 
     def take(

@@ -23,9 +23,9 @@ from hivemind.p2p import P2P, PeerID
 from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
 from hivemind.utils.multiaddr import Multiaddr
 
-from p2ptrain.worker.inbound import Framing, OpenStreams
+from p2ptrain.worker.inbound import Framing, OpenStreams, completed, end_stream
 from p2ptrain.worker.pipeline import frames
-from p2ptrain.worker.pipeline.frame_inbox import FrameInbox, PlanKey
+from p2ptrain.worker.pipeline.frame_inbox import FrameInbox, Key, PlanKey
 from p2ptrain.worker.pipeline.frames import Expected, FrameHeader, PeerLost
 from p2ptrain.worker.pipeline.link_bounds import CONNECT_WINDOW_S, SEND_TIMEOUT_S
 from p2ptrain.worker.traffic import Traffic
@@ -42,6 +42,7 @@ YIELD_DIAL_S = (2.0, 3.0)  # how long the larger peer id leaves the dial to the 
 # opens, so idle streams cannot hold handlers.
 MAX_INBOUND_PER_PEER = 16
 HEADER_TIMEOUT_S = 10.0
+MIN_RATE_BPS = 1e6  # a payload's read may take its size at this rate (a minute at least)
 FRAMING = Framing("frame", frames.HEADER_LEN, frames.MAX_HEADER_BYTES, frames.REJECTED)
 ROUTE_CHECK_S = 2.0  # how often routed peers' connections are checked (keep_routes)
 
@@ -67,6 +68,7 @@ class Transport:
         self._p2p = p2p
         self._expect = expect
         self.inbox = FrameInbox()  # what the handler accepted: the trainer takes from it
+        self._reading: set[Key] = set()  # frames whose payload a stream is reading now
         self.peer_id = p2p.peer_id.to_base58()
         self.traffic = Traffic()  # every data-plane protocol of this worker adds to it
         self._streams = OpenStreams("frame streams over the caps")
@@ -243,7 +245,9 @@ class Transport:
             writing.cancel()  # finished already, unless the receiver answered before the payload
             with contextlib.suppress(asyncio.CancelledError, OSError):
                 await writing
-            writer.close()
+            # a payload the receiver did not take is dropped with its stream: closed, it stayed
+            # buffered (a copy per retry) while a neighbour that answers and never reads lived
+            end_stream(writer, flushed=completed(writing))
 
     async def _write_frame(
         self,
@@ -279,24 +283,36 @@ class Transport:
 
     async def _read_frame(self, remote: str, reader: asyncio.StreamReader) -> bytes:
         """Read, check and file one frame; the answer to send back."""
-        async with asyncio.timeout(SEND_TIMEOUT_S):
-            raw = await FRAMING.read_header(reader, HEADER_TIMEOUT_S)
-            self.traffic.received(remote, frames.HEADER_LEN.size + len(raw))
-            header = FrameHeader.decode(raw)
-            try:
-                expected = self._expect(header)
-            except frames.NotReady:
-                return frames.BUSY  # before reading the payload: the sender retries
-            except frames.AlreadyHave:
-                return frames.ACCEPTED  # idempotent: the first copy was used
-            problem = frames.check_header(header, remote, expected)
-            if problem is not None:
-                raise ValueError(problem)
-            payload = await reader.readexactly(header.num_bytes)
-            self.traffic.received(remote, len(payload))
-            # a retried frame whose first copy arrived: the first stays, answer ACCEPTED
-            self.inbox.put(header, frames.decode_tensor(header, payload))
-            return frames.ACCEPTED
+        raw = await FRAMING.read_header(reader, HEADER_TIMEOUT_S)
+        self.traffic.received(remote, frames.HEADER_LEN.size + len(raw))
+        header = FrameHeader.decode(raw)
+        try:
+            expected = self._expect(header)
+        except frames.NotReady:
+            return frames.BUSY  # before reading the payload: the sender retries
+        except frames.AlreadyHave:
+            return frames.ACCEPTED  # idempotent: the first copy was used
+        problem = frames.check_header(header, remote, expected)
+        if problem is not None:
+            raise ValueError(problem)
+        # a copy of a frame here already, or being read: nothing more is read (16 copies of
+        # one frame on a neighbour's streams each took the frame's size three times over)
+        key = FrameInbox.key_of(header)
+        if self.inbox.holds(header):
+            return frames.ACCEPTED  # a retry whose first copy arrived: the first stays
+        if key in self._reading:
+            return frames.BUSY  # the sender retries once the first copy is in (or failed)
+        self._reading.add(key)
+        try:
+            # the payload at the slowest rate a hop may have: a slow link's large frame took
+            # longer than a fixed minute, and every copy was cut short
+            async with asyncio.timeout(max(SEND_TIMEOUT_S, header.num_bytes * 8 / MIN_RATE_BPS)):
+                payload = await reader.readexactly(header.num_bytes)
+        finally:
+            self._reading.discard(key)
+        self.traffic.received(remote, len(payload))
+        self.inbox.put(header, frames.decode_tensor(header, payload))
+        return frames.ACCEPTED
 
     def close(self) -> None:
         try:

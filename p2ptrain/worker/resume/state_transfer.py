@@ -78,6 +78,8 @@ MAX_SERVING_PER_PEER = 2
 MAX_SERVING = 4
 BUSY_RETRY_S = (0.5, 1.5)
 REFUSAL_LINGER_S = 2.0  # for the client to read a refusal and close its end
+# refused streams kept for that at once: each a task and a descriptor, from anyone
+MAX_LINGERING = 32
 _LAYERS = re.compile(r"^L(\d{1,6})-(\d{1,6})$")
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 _REQUEST = "stage-state request"
@@ -157,6 +159,7 @@ class StateServer:
         self._peers: frozenset[str] = frozenset()  # of the current and the previous plan
         # requests being answered, per peer; refused: strangers and requests over the caps
         self._streams = OpenStreams("stage state requests")
+        self._lingering = 0  # refused streams waiting for their client to close
         self.traffic = Traffic() if transport is None else transport.traffic
         if transport is not None:  # None: a test drives _handle itself
             transport.call(transport.p2p.add_binary_stream_handler(PROTOCOL, self._handle))
@@ -194,7 +197,14 @@ class StateServer:
         if refusal is not None:  # nothing of the request is parsed
             self._streams.refused(remote)
             writer.write(refusal)
-            await close_after_sender(reader, writer, REFUSAL_LINGER_S)
+            if self._lingering >= MAX_LINGERING:  # a flood of refusals: closed at once
+                writer.close()
+                return
+            self._lingering += 1
+            try:
+                await close_after_sender(reader, writer, REFUSAL_LINGER_S)
+            finally:
+                self._lingering -= 1
             return
         with self._streams.serving(remote):
             await self._serve(remote, reader, writer)
