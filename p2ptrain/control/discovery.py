@@ -19,10 +19,13 @@ DIALS_PER_WINDOW in all (py-libp2p retries a failed dial up to 3 times: 4 connec
 
 from __future__ import annotations
 
+import itertools
 import logging
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import trio
 from libp2p.abc import IHost, IPeerStore
@@ -34,7 +37,7 @@ from libp2p.records.validator import NamespacedValidator, Validator
 from multiaddr import Multiaddr
 
 from p2ptrain.addresses import ip_of, may_dial, own_ips
-from p2ptrain.control import wire
+from p2ptrain.control import rejoin, wire
 from p2ptrain.control.publishing import record_message, run_message
 from p2ptrain.control.rpcs import RUN_PROTOCOL
 from p2ptrain.control.state import NodeState
@@ -151,10 +154,14 @@ class Discovery:
         dht: KadDHT,
         bootstrap_addr: str | None,
         pin_route: Callable[[str], Awaitable[bool]] | None = None,
+        rejoin_path: Path | None = None,
     ) -> None:
         """pin_route(peer): leave only a local route to `peer` in the peerstore, if it is
-        reached through one (control/traversal.py); True if so."""
+        reached through one (control/traversal.py); True if so. rejoin_path: where this node
+        keeps what a restarted control process rejoins from (control/rejoin.py)."""
         self.state = state
+        self.rejoin_path = rejoin_path
+        self._run_envelope: bytes | None = None  # the organiser's, as the bootstrap sent it
         self.dht = dht
         self.pin_route = pin_route
         self.bootstrap: PeerInfo | None = None  # None on the bootstrap itself
@@ -179,7 +186,7 @@ class Discovery:
             return
         info = self.bootstrap
         delay_s = JOIN_RETRY_FIRST_S
-        while True:
+        for attempt in itertools.count(1):
             try:
                 with trio.fail_after(CONNECT_TIMEOUT_S):
                     await self.state.host.connect(info)
@@ -187,6 +194,12 @@ class Discovery:
                 break
             except Exception as exc:
                 log.warning("cannot reach bootstrap %s yet: %s", info.peer_id, exc or type(exc))
+                if attempt >= rejoin.JOIN_ATTEMPTS and await rejoin.from_kept(
+                    self.state, self.rejoin_path
+                ):
+                    self._check_admission()
+                    self.state.joined.set()
+                    return
                 await trio.sleep(delay_s)
                 delay_s = min(delay_s * 2, JOIN_RETRY_MAX_S)
         self._check_admission()
@@ -230,6 +243,7 @@ class Discovery:
         if not isinstance(env.body, RunSpec) or env.author != view.bootstrap_id:
             raise wire.WireError("forged: run spec not signed by the bootstrap")
         view.run = env.body
+        self._run_envelope = run_reply.envelope.encode()
 
     async def _refresh_dht(self) -> None:
         with trio.move_on_after(DHT_TIMEOUT_S):
@@ -245,10 +259,14 @@ class Discovery:
         last_put = time.monotonic()
         next_refresh = last_put + DHT_REFRESH_INTERVAL_S * random.random()
         await self._put_record_in_dht()
+        last_kept = -math.inf
         while True:
             await trio.sleep(DISCOVERY_INTERVAL_S)
             await self.dial_round()
             now = time.monotonic()
+            if now - last_kept >= rejoin.SAVE_INTERVAL_S:
+                last_kept = now
+                rejoin.keep(self.state, self.rejoin_path, self._run_envelope)
             if now >= next_refresh:
                 next_refresh = now + DHT_REFRESH_INTERVAL_S * random.uniform(0.5, 1.5)
                 await self._refresh_dht()

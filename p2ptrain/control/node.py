@@ -25,6 +25,7 @@ from libp2p.peer.id import ID
 from libp2p.tools.anyio_service import background_trio_service
 
 from p2ptrain import addresses, identity, procs
+from p2ptrain.control import rejoin
 from p2ptrain.control.dashboard import DashboardFeed
 from p2ptrain.control.discovery import Discovery, make_dht
 from p2ptrain.control.election import serve_election
@@ -124,7 +125,11 @@ class ControlNode:
         self.traversal = Traversal(self.state)
         view.members.when_forgotten(self.traversal.forget)  # a member's routes go with it
         self.discovery = Discovery(
-            self.state, self.dht, config.bootstrap_addr, self.traversal.pin_if_routed
+            self.state,
+            self.dht,
+            config.bootstrap_addr,
+            self.traversal.pin_if_routed,
+            rejoin.path_beside(config.ipc_path),  # a restart rejoins without the bootstrap
         )
         self.pubsub, self.gossipsub = make_pubsub(self.host)
         self.intake = Intake(self.state, self._score_penalty)

@@ -1,0 +1,119 @@
+"""What a restarted control process needs to rejoin while the bootstrap is down.
+
+The supervisor restarts a control process that died, and the worker reconnects to it and keeps
+training. But a control process joins through the bootstrap: the run spec comes from it and
+every loop of the node waits for the join. A bootstrap has no supervisor: while it was down
+(until its operator restarted it) a member whose control process had crashed neither worked
+nor exited, and the members it had been talking to kept hearing it.
+
+So a joined control process keeps, in the node's IPC folder (0700; it lives as long as the
+supervisor, and a new node starts without it), the organiser-signed run envelope and the full
+addresses of up to MAX_PEERS members it is connected to. A restarted one that cannot reach the
+bootstrap after JOIN_ATTEMPTS tries takes the run from that envelope, checked like the
+bootstrap's reply (signed by the organiser the operator named), and dials those members;
+discovery and sync do the rest, and the bootstrap is reached again whenever it is back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+from libp2p.peer.peerinfo import info_from_p2p_addr
+
+from p2ptrain.control import wire
+from p2ptrain.control.state import NodeState
+from p2ptrain.errors import WireError
+from p2ptrain.net.host import parse_multiaddr
+from p2ptrain.records import RunSpec
+
+log = logging.getLogger("p2ptrain.control.discovery")  # a step of the join, as it logs
+
+FILE_NAME = "rejoin.json"
+MAX_PEERS = 16
+MAX_FILE_BYTES = 1 << 20
+JOIN_ATTEMPTS = 3  # tries at the bootstrap (about 1.5 s) before a restart rejoins without it
+SAVE_INTERVAL_S = 60.0  # how fresh the peers kept are
+MAX_RUN_AGE_S = 30 * 86400.0  # the kept run envelope was signed when we joined: days ago, maybe
+
+
+@dataclass(frozen=True)
+class Rejoin:
+    run_envelope: bytes  # the organiser-signed run spec, as the bootstrap sent it
+    peers: tuple[str, ...]  # full multiaddrs (with /p2p/) of members we were connected to
+
+
+def path_beside(ipc_path: str | None) -> Path | None:
+    """Where a node keeps its rejoin file: beside its IPC socket (None: a node without one)."""
+    return None if ipc_path is None else Path(ipc_path).parent / FILE_NAME
+
+
+def save(path: Path, rejoin: Rejoin) -> None:
+    """Write atomically (a reader never sees half a file); failures are logged, not raised."""
+    data = {"run": rejoin.run_envelope.decode(), "peers": list(rejoin.peers[:MAX_PEERS])}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.debug("cannot keep the rejoin file: %s", exc)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def load(path: Path, organiser: str | None) -> tuple[RunSpec, tuple[str, ...]] | None:
+    """The run spec (checked: signed by `organiser`) and peers of the file; None if there is
+    none, or it is not a valid one."""
+    try:
+        with open(path, "rb") as f_in:
+            raw = f_in.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise WireError("oversized")
+        data = json.loads(raw)
+        env = wire.decode(str(data["run"]).encode(), max_age_s=MAX_RUN_AGE_S)
+        peers = tuple(p for p in data["peers"] if isinstance(p, str))[:MAX_PEERS]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+        if not isinstance(exc, FileNotFoundError):
+            log.warning("the rejoin file %s is not usable: %s", path, exc)
+        return None
+    if not isinstance(env.body, RunSpec) or env.author != organiser:
+        log.warning("the rejoin file %s holds no run spec of our organiser", path)
+        return None
+    return env.body, peers
+
+
+async def from_kept(state: NodeState, path: Path | None, connect_timeout_s: float = 10.0) -> bool:
+    """A restarted control process that cannot reach the bootstrap: the run and the members
+    this node kept, if any (state.view.run set, the members dialled); True if so."""
+    kept = None if path is None else load(path, state.view.bootstrap_id)
+    if kept is None:
+        return False
+    state.view.run, peers = kept
+    for addr in peers:
+        with contextlib.suppress(Exception), trio.move_on_after(connect_timeout_s):
+            await state.host.connect(info_from_p2p_addr(parse_multiaddr(addr, need_peer_id=True)))
+    log.warning(
+        "rejoined run %s without the bootstrap (unreachable), from what this node kept: %d "
+        "member(s) to start from",
+        state.view.run.run_id,
+        len(peers),
+    )
+    return True
+
+
+def keep(state: NodeState, path: Path | None, run_envelope: bytes | None) -> None:
+    """Write what a restarted control process rejoins from: the organiser's run envelope and
+    the full addresses of members we are connected to."""
+    if path is None or run_envelope is None:
+        return
+    members, peers = state.view.members, []
+    for peer_id in state.host.get_connected_peers():
+        member = members.get(peer := peer_id.to_base58())
+        if member is not None and peer != state.view.bootstrap_id:
+            peers += [f"{a.split('/p2p/')[0]}/p2p/{peer}" for a in member.record.addrs[:2]]
+    save(path, Rejoin(run_envelope, tuple(peers)))
