@@ -301,6 +301,11 @@ def run_node(node: ControlNode) -> int:
     if refused:
         print(f"p2ptrain: error: {refused[0]}", file=sys.stderr, flush=True)
         return 2
+    if not node.state.stopping.is_set():
+        # ended unasked (run_trio passed py-libp2p's teardown race mid-run): 0 would read as
+        # "finished" and the supervisor would stop the node, its worker too; 1 restarts us
+        log.warning("the control process ended without being asked to: exiting 1")
+        return 1
     return 0
 
 
