@@ -104,6 +104,14 @@ async def hold_silently(listener: trio.SocketListener) -> None:
         held.append(await listener.accept())
 
 
+async def circuits_left(traversal: Traversal, within_s: float) -> int:
+    """The circuits still counted in once they all ended, or after `within_s`."""
+    with trio.move_on_after(within_s):
+        while traversal.circuits_in:  # noqa: ASYNC110 - no event to wait on
+            await trio.sleep(0.05)
+    return traversal.circuits_in
+
+
 async def relay_port(nursery: trio.Nursery) -> int:
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     await nursery.start(relay.RelayServer(lambda peer: True).serve_raw, listeners[0])
@@ -261,11 +269,7 @@ def test_relayed_in_offers_past_the_cap_are_refused_and_ended_circuits_give_back
             over_cap = bool((await offer(traversal, ""))["accept"])
             traversal.circuits_in = 0
             under_cap = bool((await offer(traversal, ""))["accept"])
-            for _ in range(100):  # the relay port refuses the token at once: well under 5 s
-                if not traversal.circuits_in:
-                    break
-                await trio.sleep(0.05)
-            left = traversal.circuits_in
+            left = await circuits_left(traversal, 5.0)  # the relay port refuses the token at once
             nursery.cancel_scope.cancel()
         return over_cap, under_cap, left
 
@@ -310,11 +314,7 @@ def test_a_punched_circuit_counts_until_it_ends(monkeypatch: Any) -> None:
                 accepted += bool((await offer(traversal, endpoint))["accept"])
                 await trio.sleep(0.05)  # the punch completes and leaves the punches' cap
             held = traversal.circuits_in
-            for _ in range(200):  # idle for CIRCUIT_IDLE_S: closed, the count given back
-                if not traversal.circuits_in:
-                    break
-                await trio.sleep(0.1)
-            left = traversal.circuits_in
+            left = await circuits_left(traversal, 20.0)  # idle for CIRCUIT_IDLE_S: closed
             nursery.cancel_scope.cancel()
         return accepted, held, left
 
