@@ -93,6 +93,7 @@ class Session:
         self.report = report
         self.role: Role | None = plan.role_of(transport.peer_id)
         self.step = 0
+        self.start_step: int | None = None  # the agreed start, once the members agreed
         self.started_from = ""  # where the plan started: "resumed from step N (lineage ...)"
         self.model: Stage | None = None
         self.averager: StageAverager | None = None
@@ -186,8 +187,8 @@ class Session:
 
     def expect(self, header: FrameHeader) -> Expected | None:
         """Called from the transport thread for every incoming frame."""
-        if self.role is None:
-            return None
+        if self.role is None or self.start_step is None:
+            return None  # a session that failed to start expects nothing: refused, not a crash
         return stage_step.accepted_frame(self.spec, self.role, self.step, self.start_step, header)
 
     def train(self, plan_version: int) -> SessionEnd:
