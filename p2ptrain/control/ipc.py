@@ -87,12 +87,12 @@ class IpcServer:
                 client.put(kind, replay)
         self._clients.append(client)
         try:
+            # each side ends the connection on its own failure (a worker gone, a reset): caught
+            # inside, as a nursery would raise it grouped
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._write, client, nursery.cancel_scope)
                 await self._read(stream)
                 nursery.cancel_scope.cancel()
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return
         finally:
             self._clients.remove(client)
             for _, _, sent in client.pending:
@@ -102,12 +102,10 @@ class IpcServer:
 
     async def _read(self, stream: trio.SocketStream) -> None:
         lines = LineBuffer()
-        while True:
-            data = await stream.receive_some(65536)
-            if not data:
-                return
-            for line in lines.feed(data):
-                self._handle_line(line)
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            while data := await stream.receive_some(65536):
+                for line in lines.feed(data):
+                    self._handle_line(line)
 
     async def _write(self, client: _Client, scope: trio.CancelScope) -> None:
         while True:
@@ -116,7 +114,12 @@ class IpcServer:
             while client.pending:
                 _, line, sent = client.pending.pop(0)
                 with trio.move_on_after(SEND_TIMEOUT_S) as timer:
-                    await client.stream.send_all(line)
+                    try:
+                        await client.stream.send_all(line)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        sent.set()
+                        scope.cancel()  # the worker is gone: the reader ends too
+                        return
                 sent.set()
                 if timer.cancelled_caught:
                     log.warning(

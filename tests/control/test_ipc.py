@@ -131,3 +131,41 @@ def test_a_plan_sent_while_another_is_being_written_is_not_lost(tmp_path, monkey
         return [PlanMessage.from_dict(json.loads(line)).plan.epoch for line in buffer.splitlines()]
 
     assert trio.run(scenario) == [1, 2]
+
+
+def test_a_worker_that_resets_mid_write_ends_only_its_connection(tmp_path, monkeypatch):
+    """A worker gone in the middle of a write (a reset): its writer's failure ends its own
+    connection, never the IPC server, and the next worker still gets the plan replayed."""
+    import socket
+    import struct
+
+    from p2ptrain.control import ipc
+
+    padded = ipc.encode
+    monkeypatch.setattr(ipc, "encode", lambda m: padded(m)[:-1] + b" " * (4 << 20) + b"\\n")
+    path = str(tmp_path / "control.sock")
+    plan = PlanMessage(Plan.from_dict(plan_dict()), RunSpec())
+
+    async def scenario() -> int:
+        server = IpcServer(path, lambda message: None)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve)
+            await server.send(plan)
+            gone = await trio.open_unix_socket(path)
+            with trio.fail_after(5):
+                while not server._clients:  # noqa: ASYNC110 - no event to wait on
+                    await trio.sleep(0.01)
+            await trio.sleep(0.1)  # the replay is being written
+            gone.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            gone.socket.close()  # a reset, mid-write
+            await trio.sleep(0.3)
+            late = await trio.open_unix_socket(path)  # the server still serves
+            got = 0
+            with trio.fail_after(10):
+                while got < (4 << 20):
+                    got += len(await late.receive_some(1 << 20))
+            await late.aclose()
+            nursery.cancel_scope.cancel()
+        return got
+
+    assert trio.run(scenario) >= 4 << 20
