@@ -327,7 +327,8 @@ class PullSync:
         if asked.term_only:
             return SyncPage((), None, term, view.finished).to_dict()
         held, listed = self.selections.get(dataclasses.replace(asked, cursor=0))
-        first = cursor == 0 and not asked.keys
+        # before we joined, what we would sign states a node the swarm does not know yet
+        first = cursor == 0 and not asked.keys and self.state.joined.is_set()
         own_key = (asked.telemetry, view.plan_version, view.planner, view.term)
         own = self.own_messages.get(own_key) if first else ()
         page, nxt = page_of(held, cursor, SYNC_PAGE_BYTES)

@@ -50,9 +50,11 @@ def make_node(
     bootstrap_id: str = "",
     run: RunSpec | None = None,
     host: Any = None,
+    joined: bool = False,
 ) -> tuple[NodeState, Intake]:
     """A control-only node of RUN_ID's run and ORGANISER's swarm, unless told another (a
-    bootstrap and its run spec); `seed`: its identity (and its host's)."""
+    bootstrap and its run spec); `seed`: its identity (and its host's); `joined`: in the swarm
+    already (it then serves its own messages)."""
     view = SwarmView(
         self_id=identity.peer_id_of(seed),
         role="control-only",
@@ -69,6 +71,8 @@ def make_node(
         view=view,
         hardware={},
     )
+    if joined:
+        state.joined.set()
     return state, Intake(state)
 
 

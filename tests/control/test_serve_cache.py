@@ -51,7 +51,7 @@ def counted(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[obje
 def test_a_repeated_request_for_everything_is_built_once_a_second(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    state, intake = make_node()
+    state, intake = make_node(joined=True)
     state.latest = held = CountedHeld()
     authors = [Author() for _ in range(20)]
     for author in authors:
@@ -73,7 +73,7 @@ def test_a_repeated_request_for_everything_is_built_once_a_second(
 def test_our_messages_are_signed_afresh_at_once_when_our_plan_changes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    state, intake = make_node()
+    state, intake = make_node(joined=True)
     signed = counted(monkeypatch, sync, "authored_messages")
     server = sync.PullSync(state, intake)
     trio.run(server.respond_sync, b"")
@@ -141,3 +141,21 @@ def test_a_delta_is_made_once_for_many_askers_holding_one_base(
     assert len(made) == 1  # was 10
     rebuilt = plan_delta.rebuild(json.loads(first)["body"], replies[-1]["delta"])
     assert rebuilt == second
+
+
+def test_a_node_that_has_not_joined_serves_only_what_it_holds() -> None:
+    """Before joining, what we would sign states a node the swarm does not know yet (its
+    telemetry and record went out to any stranger who asked); once joined, both are served."""
+    state, intake = make_node()
+    author = Author()
+    assert validate(state, intake, author, author.record())
+    server = sync.PullSync(state, intake)
+
+    def served_authors() -> list[str]:
+        page = trio.run(server.respond_sync, b"")
+        return [wire.decode(str(text).encode()).author for text in page["envelopes"]]
+
+    assert served_authors() == [author.id]
+    state.joined.set()
+    state.view.plan_version += 1  # a new key: not the reply built a moment ago
+    assert served_authors().count(state.peer_id) == 2

@@ -42,7 +42,7 @@ def served(sync: PullSync, request: SyncRequest) -> list[tuple[str, str]]:
 
 
 def server_with(authors: list[Author]) -> tuple[PullSync, list[bytes]]:
-    state, intake = make_node()
+    state, intake = make_node(joined=True)
     records = []
     for author in authors:
         message = author.record()

@@ -122,7 +122,7 @@ def test_a_claim_keeps_the_planner_alive_outside_the_audience() -> None:
 
 
 def test_sync_serves_an_outsider_no_telemetry() -> None:
-    state, intake = make_node()
+    state, intake = make_node(joined=True)
     member, candidate = Author(), Candidate()
     for author in (member, candidate):
         assert validate(state, intake, author, author.record())
