@@ -1,6 +1,7 @@
 """Entry point of the control process that the node supervisor starts.
 
-python -m p2ptrain.control --role control-only --identity FILE --bootstrap MADDR [--listen MADDR]
+python -m p2ptrain.control --role control-only --identity FILE --bootstrap MADDR [--via MADDR...]
+                           [--listen MADDR]
                            [--announce MADDR...] [--ipc SOCKET] [--token TOKEN] [--quiet]
                            [--http [HOST:]PORT]
 
@@ -29,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
             listen_addr=settings.listen,
             announce=settings.announce,
             bootstrap_addr=settings.bootstrap,
+            via=settings.via,
             ipc_path=settings.ipc,
             token=None if settings.token is None else read_token(settings.token),
             print_progress=not settings.quiet,

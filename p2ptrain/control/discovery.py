@@ -46,8 +46,7 @@ from p2ptrain.errors import UserError
 from p2ptrain.net import dial_gate, rpc
 from p2ptrain.net.host import parse_multiaddr, remote_ip
 from p2ptrain.net.ratelimit import WindowLimiter
-from p2ptrain.records import RunSpec, token_problem
-from p2ptrain.records.replies import RunReply
+from p2ptrain.records import token_problem
 
 log = logging.getLogger(__name__)
 
@@ -155,13 +154,17 @@ class Discovery:
         bootstrap_addr: str | None,
         pin_route: Callable[[str], Awaitable[bool]] | None = None,
         rejoin_path: Path | None = None,
+        via: tuple[str, ...] = (),
     ) -> None:
         """pin_route(peer): leave only a local route to `peer` in the peerstore, if it is
         reached through one (control/traversal.py); True if so. rejoin_path: where this node
-        keeps what a restarted control process rejoins from (control/rejoin.py)."""
+        keeps what a restarted control process rejoins from (control/rejoin.py). via: members'
+        full multiaddrs (the operator's `--via`) to join through while the bootstrap is down."""
         self.state = state
         self.rejoin_path = rejoin_path
-        self._run_envelope: bytes | None = None  # the organiser's, as the bootstrap sent it
+        self.via = tuple(info_from_p2p_addr(parse_multiaddr(a, need_peer_id=True)) for a in via)
+        for addr in via:
+            dial_gate.trust(state.host, addr)  # the operator's word, as the bootstrap's is
         self.dht = dht
         self.pin_route = pin_route
         self.bootstrap: PeerInfo | None = None  # None on the bootstrap itself
@@ -194,11 +197,7 @@ class Discovery:
                 break
             except Exception as exc:
                 log.warning("cannot reach bootstrap %s yet: %s", info.peer_id, exc or type(exc))
-                if attempt >= rejoin.JOIN_ATTEMPTS and await rejoin.from_kept(
-                    self.state, self.rejoin_path
-                ):
-                    self._check_admission()
-                    self.state.joined.set()
+                if attempt >= rejoin.JOIN_ATTEMPTS and await self._join_without_bootstrap():
                     return
                 await trio.sleep(delay_s)
                 delay_s = min(delay_s * 2, JOIN_RETRY_MAX_S)
@@ -210,6 +209,18 @@ class Discovery:
             self.state.view.run.run_id if self.state.view.run else None,
         )
         self.state.joined.set()
+
+    async def _join_without_bootstrap(self) -> bool:
+        """The bootstrap is unreachable: rejoin from what this node kept (a restarted control
+        process), else join through a member the operator named (`--via`); True if joined."""
+        if not await rejoin.from_kept(self.state, self.rejoin_path):
+            member = await rejoin.through_members(self.state, self.via)
+            if member is None:
+                return False
+            await self.dht.add_peer(member)
+        self._check_admission()
+        self.state.joined.set()
+        return True
 
     def _check_admission(self) -> None:
         """A run that admits token holders only: without a valid token of ours, we leave (the
@@ -236,14 +247,7 @@ class Discovery:
         assert self.bootstrap is not None
         view = self.state.view
         reply = await rpc.call(self.state.host, self.bootstrap.peer_id, RUN_PROTOCOL)
-        run_reply = RunReply.from_dict(reply)
-        if run_reply.envelope is None:
-            raise wire.WireError(f"the bootstrap sends no run spec: {run_reply.error}")
-        env = wire.decode(run_reply.envelope.encode())
-        if not isinstance(env.body, RunSpec) or env.author != view.bootstrap_id:
-            raise wire.WireError("forged: run spec not signed by the bootstrap")
-        view.run = env.body
-        self._run_envelope = run_reply.envelope.encode()
+        view.run, self.state.run_envelope = rejoin.checked_run(reply, view.bootstrap_id)
 
     async def _refresh_dht(self) -> None:
         with trio.move_on_after(DHT_TIMEOUT_S):
@@ -266,7 +270,7 @@ class Discovery:
             now = time.monotonic()
             if now - last_kept >= rejoin.SAVE_INTERVAL_S:
                 last_kept = now
-                rejoin.keep(self.state, self.rejoin_path, self._run_envelope)
+                rejoin.keep(self.state, self.rejoin_path)
             if now >= next_refresh:
                 next_refresh = now + DHT_REFRESH_INTERVAL_S * random.uniform(0.5, 1.5)
                 await self._refresh_dht()

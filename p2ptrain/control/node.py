@@ -75,6 +75,7 @@ class NodeConfig:
     listen_addr: str = "/ip4/127.0.0.1/tcp/0"
     announce: tuple[str, ...] = ()  # what others dial (default: derived from listen_addr)
     bootstrap_addr: str | None = None  # None only for the bootstrap itself
+    via: tuple[str, ...] = ()  # members' full multiaddrs, to join through while it is down
     run: RunSpec | None = None  # the bootstrap publishes it; others learn it when joining
     ipc_path: str | None = None
     print_addr: bool = True
@@ -130,6 +131,7 @@ class ControlNode:
             config.bootstrap_addr,
             self.traversal.pin_if_routed,
             rejoin.path_beside(config.ipc_path),  # a restart rejoins without the bootstrap
+            config.via,
         )
         self.pubsub, self.gossipsub = make_pubsub(self.host)
         self.intake = Intake(self.state, self._score_penalty)

@@ -12,6 +12,11 @@ addresses of up to MAX_PEERS members it is connected to. A restarted one that ca
 bootstrap after JOIN_ATTEMPTS tries takes the run from that envelope, checked like the
 bootstrap's reply (signed by the organiser the operator named), and dials those members;
 discovery and sync do the rest, and the bootstrap is reached again whenever it is back.
+
+A new node has kept nothing: its operator names members to join through instead (`join --via
+MADDR...`). Every member answers RUN_PROTOCOL with the latest run envelope the organiser signed
+that it holds (control/rpcs.py), and the joiner takes it only if the bootstrap's key, the one in
+its `--bootstrap` address, signed it: a member can refuse to help, not change the run.
 """
 
 from __future__ import annotations
@@ -24,13 +29,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import trio
-from libp2p.peer.peerinfo import info_from_p2p_addr
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 
 from p2ptrain.control import wire
+from p2ptrain.control.rpcs import RUN_PROTOCOL
 from p2ptrain.control.state import NodeState
 from p2ptrain.errors import WireError
+from p2ptrain.net import rpc
 from p2ptrain.net.host import parse_multiaddr
 from p2ptrain.records import RunSpec
+from p2ptrain.records.replies import RunReply
 
 log = logging.getLogger("p2ptrain.control.discovery")  # a step of the join, as it logs
 
@@ -66,8 +75,8 @@ def save(path: Path, rejoin: Rejoin) -> None:
             tmp.unlink()
 
 
-def load(path: Path, organiser: str | None) -> tuple[RunSpec, tuple[str, ...]] | None:
-    """The run spec (checked: signed by `organiser`) and peers of the file; None if there is
+def load(path: Path, organiser: str | None) -> tuple[RunSpec, Rejoin] | None:
+    """The run spec (checked: signed by `organiser`) and what the file holds; None if there is
     none, or it is not a valid one."""
     try:
         with open(path, "rb") as f_in:
@@ -75,7 +84,8 @@ def load(path: Path, organiser: str | None) -> tuple[RunSpec, tuple[str, ...]] |
         if len(raw) > MAX_FILE_BYTES:
             raise WireError("oversized")
         data = json.loads(raw)
-        env = wire.decode(str(data["run"]).encode(), max_age_s=MAX_RUN_AGE_S)
+        envelope = str(data["run"]).encode()
+        env = wire.decode(envelope, max_age_s=MAX_RUN_AGE_S)
         peers = tuple(p for p in data["peers"] if isinstance(p, str))[:MAX_PEERS]
     except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         if not isinstance(exc, FileNotFoundError):
@@ -84,7 +94,7 @@ def load(path: Path, organiser: str | None) -> tuple[RunSpec, tuple[str, ...]] |
     if not isinstance(env.body, RunSpec) or env.author != organiser:
         log.warning("the rejoin file %s holds no run spec of our organiser", path)
         return None
-    return env.body, peers
+    return env.body, Rejoin(envelope, peers)
 
 
 async def from_kept(state: NodeState, path: Path | None, connect_timeout_s: float = 10.0) -> bool:
@@ -93,7 +103,8 @@ async def from_kept(state: NodeState, path: Path | None, connect_timeout_s: floa
     kept = None if path is None else load(path, state.view.bootstrap_id)
     if kept is None:
         return False
-    state.view.run, peers = kept
+    state.view.run, held = kept
+    state.run_envelope, peers = held.run_envelope, held.peers
     for addr in peers:
         with contextlib.suppress(Exception), trio.move_on_after(connect_timeout_s):
             await state.host.connect(info_from_p2p_addr(parse_multiaddr(addr, need_peer_id=True)))
@@ -106,9 +117,10 @@ async def from_kept(state: NodeState, path: Path | None, connect_timeout_s: floa
     return True
 
 
-def keep(state: NodeState, path: Path | None, run_envelope: bytes | None) -> None:
-    """Write what a restarted control process rejoins from: the organiser's run envelope and
-    the full addresses of members we are connected to."""
+def keep(state: NodeState, path: Path | None) -> None:
+    """Write what a restarted control process rejoins from: the organiser's run envelope we
+    joined with and the full addresses of members we are connected to."""
+    run_envelope = state.run_envelope
     if path is None or run_envelope is None:
         return
     members, peers = state.view.members, []
@@ -117,3 +129,43 @@ def keep(state: NodeState, path: Path | None, run_envelope: bytes | None) -> Non
         if member is not None and peer != state.view.bootstrap_id:
             peers += [f"{a.split('/p2p/')[0]}/p2p/{peer}" for a in member.record.addrs[:2]]
     save(path, Rejoin(run_envelope, tuple(peers)))
+
+
+def checked_run(
+    reply: object, organiser: str | None, max_age_s: float = wire.MAX_CLOCK_SKEW_S
+) -> tuple[RunSpec, bytes]:
+    """The run spec of a RUN_PROTOCOL reply and its envelope, signed by `organiser` at most
+    `max_age_s` ago; WireError if it is not one."""
+    run_reply = RunReply.from_dict(reply)
+    if run_reply.envelope is None:
+        raise WireError(f"no run spec sent: {run_reply.error}")
+    envelope = run_reply.envelope.encode()
+    env = wire.decode(envelope, max_age_s=max_age_s)
+    if not isinstance(env.body, RunSpec) or env.author != organiser:
+        raise WireError("forged: run spec not signed by the bootstrap")
+    return env.body, envelope
+
+
+async def through_members(
+    state: NodeState, via: tuple[PeerInfo, ...], connect_timeout_s: float = 10.0
+) -> ID | None:
+    """A new node that cannot reach the bootstrap: the run from the first of the members `via`
+    (the operator's) that sends one the organiser signed (state.view.run and run_envelope
+    set); that member, or None."""
+    for info in via:
+        try:
+            with trio.fail_after(connect_timeout_s):
+                await state.host.connect(info)
+            reply = await rpc.call(state.host, info.peer_id, RUN_PROTOCOL)
+            run, envelope = checked_run(reply, state.view.bootstrap_id, MAX_RUN_AGE_S)
+        except Exception as exc:
+            log.warning("cannot join through %s: %s", info.peer_id, exc or type(exc))
+            continue
+        state.view.run, state.run_envelope = run, envelope
+        log.warning(
+            "joined run %s through member %s: the bootstrap is unreachable",
+            run.run_id,
+            info.peer_id,
+        )
+        return info.peer_id
+    return None

@@ -1,5 +1,7 @@
 """The one-shot request/response protocols a control node answers: STATUS_PROTOCOL (the status
-document, for observers) and RUN_PROTOCOL (the bootstrap's signed run spec, for joining peers).
+document, for observers) and RUN_PROTOCOL (the organiser's signed run spec, for joining peers:
+the bootstrap signs it afresh; a joined member sends the latest one it holds, so a new node can
+join through it while the bootstrap is down, control/rejoin.py).
 
 The status document is paged (control/status.StatusPages, built at most once a second): page 0
 holds its scalar fields and the first peers and links, each later page more of them; the observer
@@ -35,6 +37,14 @@ class RpcResponder:
         return self.status_pages.page(read_cursor(request))
 
     async def respond_run(self, request: bytes) -> dict[str, Any]:
-        if self.state.role != "bootstrap" or self.state.view.run is None:
-            return RunReply(error="not a bootstrap").to_dict()
-        return RunReply(envelope=run_message(self.state).decode()).to_dict()
+        state = self.state
+        if state.view.run is None or not state.joined.is_set():
+            return RunReply(error="not in a run yet").to_dict()
+        if state.role == "bootstrap":
+            return RunReply(envelope=run_message(state).decode()).to_dict()
+        # the latest the organiser published that we accepted, else the one we joined with
+        organiser = state.view.bootstrap_id or ""
+        held = state.latest.get((organiser, "run")) or state.run_envelope
+        if held is None:
+            return RunReply(error="no run spec of the organiser held").to_dict()
+        return RunReply(envelope=held.decode()).to_dict()

@@ -32,6 +32,16 @@ ANNOUNCE = Flag(
         "this machine's interface addresses",
     },
 )
+VIA = Flag(
+    "--via",
+    {
+        "nargs": "+",
+        "default": [],
+        "metavar": "MADDR",
+        "help": "members' full multiaddrs to join through while the bootstrap is unreachable: "
+        "the run spec they hold counts only if the bootstrap's key signed it",
+    },
+)
 IDENTITY = Flag("--identity", {"help": "Ed25519 key file (created if missing)"})
 TOKEN = Flag(
     "--token",
@@ -68,6 +78,7 @@ class ControlSettings(FlagSettings):
     role: str = flag_field(Flag("--role", {"choices": ROLES}), required=True)
     identity: str = flag_field(IDENTITY, required=True)  # the node's key file
     bootstrap: str = flag_field(BOOTSTRAP, required=True)
+    via: tuple[str, ...] = flag_field(VIA, ())  # members to join through, the bootstrap down
     listen: str = flag_field(LISTEN, LOOPBACK)
     announce: tuple[str, ...] = flag_field(ANNOUNCE, ())  # what others dial (default: listen)
     ipc: str | None = flag_field(

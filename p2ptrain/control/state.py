@@ -56,6 +56,9 @@ class NodeState:
     latest: HeldEnvelopes = field(default_factory=HeldEnvelopes)
     plan_bytes: tuple[int, int] = (-1, 0)  # our own plan's envelope size, by view.plan_version
     joined: trio.Event = field(default_factory=trio.Event)  # set once we are in the swarm
+    # the organiser-signed run envelope we joined with (from the bootstrap, a member or our
+    # kept file): what we keep to rejoin, and serve a joiner while no fresher one is held
+    run_envelope: bytes | None = None
     # set to stop the node: a signal, or nothing left to do (control/run_watch.py)
     stopping: trio.Event = field(default_factory=trio.Event)
     worker: WorkerWatch = field(default_factory=lambda: WorkerWatch(time.monotonic()))

@@ -10,7 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from p2ptrain.addresses import JOIN_DATA_LISTEN, JOIN_LISTEN
-from p2ptrain.control.settings import ANNOUNCE, BOOTSTRAP, HTTP, IDENTITY, LISTEN, QUIET, TOKEN
+from p2ptrain.control.settings import (
+    ANNOUNCE,
+    BOOTSTRAP,
+    HTTP,
+    IDENTITY,
+    LISTEN,
+    QUIET,
+    TOKEN,
+    VIA,
+)
 from p2ptrain.flags import Flag, FlagRecord, flag_field
 
 DEFAULT_IDENTITY = "p2ptrain-identity.key"
@@ -42,6 +51,7 @@ CONTROL_ONLY = Flag(
 @dataclass(frozen=True)
 class NodeSettings(FlagRecord):
     bootstrap: str = flag_field(BOOTSTRAP, required=True)
+    via: tuple[str, ...] = flag_field(VIA, ())  # the control process's: members to join through
     listen: str = flag_field(NODE_LISTEN, JOIN_LISTEN)
     data_listen: str = flag_field(DATA_LISTEN, JOIN_DATA_LISTEN)
     announce: tuple[str, ...] = flag_field(NODE_ANNOUNCE, ())

@@ -94,3 +94,54 @@ def test_a_restarted_control_rejoins_while_the_bootstrap_is_down(tmp_path: Path)
     assert joined and run_ok  # the organiser's run, from what the node kept
     assert connected
     assert json.loads(kept.read_text())["peers"]
+
+
+def test_a_new_node_joins_through_a_member_while_the_bootstrap_is_down() -> None:
+    """A brand-new node keeps nothing: with `--via` it takes the organiser-signed run from a
+    member and meets the swarm through it; it used to retry the bootstrap for ever."""
+
+    def quiet(**fields: object) -> NodeConfig:
+        return NodeConfig(print_addr=False, print_progress=False, **fields)  # type: ignore[arg-type]
+
+    async def scenario() -> tuple[bool, bool, bool, bool]:
+        boot = ControlNode(
+            quiet(seed=os.urandom(32), role="bootstrap", run=RunSpec().replace(run_id="via"))
+        )
+        async with trio.open_nursery() as nursery:
+            boot_scope = await _start(nursery, boot)
+            member = ControlNode(
+                quiet(seed=os.urandom(32), role="control-only", bootstrap_addr=boot.addrs[0])
+            )
+            await _start(nursery, member)
+            with trio.fail_after(30):
+                await member.state.joined.wait()
+            boot_scope.cancel()
+            await trio.sleep(1.0)
+            newcomer = ControlNode(
+                quiet(
+                    seed=os.urandom(32),
+                    role="control-only",
+                    bootstrap_addr=boot.addrs[0],
+                    via=(member.addrs[0],),
+                )
+            )
+            await _start(nursery, newcomer)
+            with trio.move_on_after(30):
+                await newcomer.state.joined.wait()
+            joined = newcomer.state.joined.is_set()
+            view = newcomer.state.view
+            run_ok = view.run is not None and view.run.run_id == "via"
+            met = False
+            with trio.move_on_after(30):  # each hears the other's record
+                while not met:
+                    met = newcomer.peer_id in member.state.view.members and (
+                        member.peer_id in view.members
+                    )
+                    await trio.sleep(0.5)
+            kept = newcomer.state.run_envelope is not None  # a restart rejoins from it
+            nursery.cancel_scope.cancel()
+        return joined, run_ok, met, kept
+
+    joined, run_ok, met, kept = trio.run(scenario)
+    assert joined and run_ok  # the organiser's run, through the member
+    assert met and kept

@@ -31,6 +31,7 @@ def test_the_control_command_line_parses_back_to_the_nodes_flags(
     node = Supervisor(
         NodeSettings(
             bootstrap="/ip4/127.0.0.1/tcp/7400/p2p/QmBoot",
+            via=("/ip4/127.0.0.1/tcp/7500/p2p/QmMember",),
             identity="peer.key",
             listen="/ip4/127.0.0.1/tcp/7401",
             control_only=True,
@@ -48,6 +49,7 @@ def test_the_control_command_line_parses_back_to_the_nodes_flags(
         role="control-only",
         identity="peer.key",
         bootstrap="/ip4/127.0.0.1/tcp/7400/p2p/QmBoot",
+        via=("/ip4/127.0.0.1/tcp/7500/p2p/QmMember",),
         listen="/ip4/127.0.0.1/tcp/7401",
         announce=("/ip4/127.0.0.1/tcp/7401",),
         ipc="/tmp/c.sock",
