@@ -55,6 +55,8 @@ class Routes:
         self.closed = closed
         self.max_routes = max_routes
         self.open: dict[tuple[str, str], Route] = {}  # in the order they were opened
+        # routes whose listener is being opened -> closed meanwhile (`close` came during it)
+        self._opening: dict[tuple[str, str], bool] = {}
         self.num_refused = 0
         self._nursery: trio.Nursery | None = None
         self._log = SampledLog(log)
@@ -71,18 +73,27 @@ class Routes:
         key = (peer, plane)
         if key in self.open:
             return self.open[key].port
+        if key in self._opening:
+            return None  # another dial is opening it: this one goes without
         assert self._nursery is not None, "routes exist once serve() has started"
-        if len(self.open) >= self.max_routes and not self._make_room():
+        # the routes being opened count too: dials run side by side, and each awaits its listen
+        busy = len(self.open) + len(self._opening)
+        if busy >= self.max_routes and not self._make_room():
             self.num_refused += 1
-            self._log.event(
-                "full", "no route to %s (%s): %d routes busy", peer, plane, len(self.open)
-            )
+            self._log.event("full", "no route to %s (%s): %d routes busy", peer, plane, busy)
             return None
+        self._opening[key] = False
         try:
             listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
         except OSError as exc:  # out of descriptors or ports: this peer goes without
             self.num_refused += 1
             self._log.event("listen", "no route to %s (%s): %s", peer, plane, exc)
+            return None
+        finally:
+            closed_meanwhile = self._opening.pop(key)
+        if closed_meanwhile:  # its member went while we listened: no route for it
+            for listener in listeners:
+                listener.socket.close()
             return None
         caps = ConnectionCaps(MAX_ROUTE_CONNECTIONS, MAX_ROUTE_CONNECTIONS)
         route = Route(listeners[0].socket.getsockname()[1], caps)
@@ -91,9 +102,12 @@ class Routes:
         return route.port
 
     def close(self, peer: str) -> None:
-        """Close `peer`'s routes (every plane), with what they carry."""
+        """Close `peer`'s routes (every plane), with what they carry, and any being opened."""
         for key in [key for key in self.open if key[0] == peer]:
             self._close(key)
+        for key in self._opening:
+            if key[0] == peer:
+                self._opening[key] = True
 
     def _make_room(self) -> bool:
         planned = set(self.planned())

@@ -6,6 +6,9 @@ suspended job, a blocking log driver). A full pipe would block the control proce
 print, and with it its whole loop, while the supervisor saw it alive: the node neither worked
 nor exited. So the pipe is always read: lines go through a bounded backlog to a writer thread,
 and past it they are dropped (counted, warned); once stdout is gone they are dropped for good.
+One backlog and one writer serve the node's life, every restarted control process's lines
+included: a writer each, each blocked on a stalled stdout, piled up one thread and 1,024 lines
+per restart, and wrote over each other once the reader came back.
 """
 
 from __future__ import annotations
@@ -24,30 +27,53 @@ BACKLOG_LINES = 1024  # progress lines held for a slow reader of our stdout
 WRITER_DRAIN_S = 1.0  # at the end, how long the writer may take to write what is held
 
 
+class StdoutRelay:
+    """The node's stdout, fed by its control processes one after another (`relay`), written by
+    one thread until `close`."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.backlog: queue.Queue[str | None] = queue.Queue(BACKLOG_LINES)
+        self.writer = threading.Thread(target=_write_lines, args=(self.backlog, out), daemon=True)
+        self._starting = threading.Lock()
+        self.dropped = 0
+
+    def relay(self, source: Iterable[bytes], first: bool, on_line: Callable[[], None]) -> None:
+        """Copy a control process's stdout lines (a restarted one's address line to the log)
+        until it closes, calling `on_line` after each; never blocked by the node's stdout."""
+        with self._starting:  # by the first control process's relay
+            if not self.writer.is_alive() and self.writer.ident is None:
+                self.writer.start()
+        for number, line in enumerate(source):
+            text = line.decode(errors="replace")
+            if number == 0 and not first:
+                log.info("the control process is back, listening on %s", text.strip())
+                continue
+            try:
+                self.backlog.put_nowait(text)
+            except queue.Full:
+                self.dropped += 1
+                if self.dropped == 1 or self.dropped % 1000 == 0:
+                    log.warning("stdout is not being read: %d progress lines dropped", self.dropped)
+            on_line()
+
+    def close(self) -> None:
+        """Let the writer write what is held and end, WRITER_DRAIN_S at most to wait for room
+        for the end mark and as long again for the writer (a full backlog dropped the mark: its
+        writer outlived the relay for good)."""
+        if self.writer.ident is None:
+            return
+        with contextlib.suppress(queue.Full):
+            self.backlog.put(None, timeout=WRITER_DRAIN_S)
+        self.writer.join(WRITER_DRAIN_S)
+
+
 def relay_lines(
     source: Iterable[bytes], out: TextIO, first: bool, on_line: Callable[[], None]
 ) -> None:
-    """Copy a control process's stdout lines to `out` (a restarted one's address line to the
-    log) until it closes, calling `on_line` after each; never blocked by `out`."""
-    backlog: queue.Queue[str | None] = queue.Queue(BACKLOG_LINES)
-    writer = threading.Thread(target=_write_lines, args=(backlog, out), daemon=True)
-    writer.start()
-    dropped = 0
-    for number, line in enumerate(source):
-        text = line.decode(errors="replace")
-        if number == 0 and not first:
-            log.info("the control process is back, listening on %s", text.strip())
-            continue
-        try:
-            backlog.put_nowait(text)
-        except queue.Full:
-            dropped += 1
-            if dropped == 1 or dropped % 1000 == 0:
-                log.warning("stdout is not being read: %d progress lines dropped", dropped)
-        on_line()
-    with contextlib.suppress(queue.Full):
-        backlog.put_nowait(None)
-    writer.join(WRITER_DRAIN_S)
+    """One control process's lines relayed to `out` on a writer of their own (tests)."""
+    relay = StdoutRelay(out)
+    relay.relay(source, first, on_line)
+    relay.close()
 
 
 def _write_lines(backlog: queue.Queue[str | None], out: TextIO) -> None:

@@ -34,7 +34,7 @@ from p2ptrain.key_file import load_or_create_identity
 from p2ptrain.node.identity_lock import IdentityLock
 from p2ptrain.node.ipc_dir import IpcDir
 from p2ptrain.node.settings import NodeSettings
-from p2ptrain.node.stdout_relay import relay_lines
+from p2ptrain.node.stdout_relay import StdoutRelay
 from p2ptrain.worker.faults import NO_FAULTS, Faults
 from p2ptrain.worker.settings import WorkerSettings
 
@@ -92,6 +92,7 @@ class Supervisor:
             )
         self._stop_signal: int | None = None
         self._addr_printed = threading.Event()
+        self.stdout = StdoutRelay(sys.stdout)  # one writer for every control process's lines
         self.control_backoff = Backoff()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -128,6 +129,7 @@ class Supervisor:
             return self._finish(children)
         finally:
             procs.stop_groups(children, STOP_GRACE_S)
+            self.stdout.close()
             ipc_dir.remove()
             lock.release()
 
@@ -189,7 +191,7 @@ class Supervisor:
 
     def _relay_stdout(self, control: subprocess.Popen[bytes], first: bool) -> None:
         assert control.stdout is not None
-        relay_lines(control.stdout, sys.stdout, first, self._addr_printed.set)
+        self.stdout.relay(control.stdout, first, self._addr_printed.set)
 
 
 def _exit_reason(code: int) -> str:

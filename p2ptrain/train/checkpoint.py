@@ -254,16 +254,21 @@ def record_step(
     history = [
         s for s in states if same_lineage(s.tag, tag) or (usable(s.tag) and s.step <= snapshot.step)
     ]
+
     # newest by the plans they were written under, then by step: a lineage that restarted
     # below its own earlier epochs' steps (a rejoining replica's common step) keeps what it
     # writes now, and the earlier epochs' higher steps go first
-    for old in prunable(history, newer=lambda s: (same_lineage(s.tag, tag), *written(s))):
+    def newer(state: SavedState) -> tuple[bool, int, int]:
+        return (same_lineage(state.tag, tag), *written(state))
+
+    for old in prunable(history, newer=newer):
         old.path.unlink(missing_ok=True)
-    steps = sorted({s.step for s in states if usable(s.tag)})
-    if steps and steps[-1] == snapshot.step:
-        _link_latest(
-            stamped_path(directory, layers, snapshot.step, tag), checkpoint_path(directory, layers)
-        )
+    # newest by the same order: by step alone, a restart below the earlier epochs' steps left
+    # the latest file on a state its own pruning then deleted
+    path = stamped_path(directory, layers, snapshot.step, tag)
+    mine = max((newer(s) for s in states if s.path == path), default=None)
+    if mine is not None and all(newer(s) <= mine for s in states if usable(s.tag)):
+        _link_latest(path, checkpoint_path(directory, layers))
 
 
 def same_lineage(a: str | None, b: str | None) -> bool:

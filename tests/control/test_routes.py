@@ -118,3 +118,49 @@ def test_a_failed_listen_costs_that_route_only(monkeypatch: pytest.MonkeyPatch) 
     failed, later, refused = run(main)
     assert failed is None and refused == 1
     assert later is not None  # descriptors back: the route opens
+
+
+def test_dials_side_by_side_stay_within_the_cap_and_a_member_gone_meanwhile_gets_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cap was checked before the listen's await and the route added after it: dials
+    running side by side each passed it, and a `close` during the await missed the route,
+    which then opened for a forgotten member."""
+    real_listen = trio.open_tcp_listeners
+
+    async def slow_listen(*args: Any, **kwargs: Any) -> Any:
+        await trio.sleep(0.2)  # getaddrinfo and bind yield: others run meanwhile
+        return await real_listen(*args, **kwargs)
+
+    async def main() -> tuple[list[int | None], int, int | None, int]:
+        async with trio.open_nursery() as nursery:
+            routes = Routes(
+                await _silent_peer(nursery), lambda: {f"p{n}" for n in range(8)}, max_routes=4
+            )
+            await nursery.start(routes.serve)
+            monkeypatch.setattr(routes_module.trio, "open_tcp_listeners", slow_listen)
+            ports: list[int | None] = []
+
+            async def dial(peer: str) -> None:
+                ports.append(await routes.port(peer, "control"))
+
+            async with trio.open_nursery() as dials:
+                for n in range(8):
+                    dials.start_soon(dial, f"p{n}")
+            num_open = len(routes.open)
+            gone: list[int | None] = []
+
+            async def dial_gone() -> None:
+                gone.append(await routes.port("gone", "control"))
+
+            routes.close(next(iter(routes.open))[0])  # room for one more
+            async with trio.open_nursery() as dials:
+                dials.start_soon(dial_gone)
+                await trio.sleep(0.05)
+                routes.close("gone")  # its member is forgotten while the listen runs
+            nursery.cancel_scope.cancel()
+        return ports, num_open, gone[0], len(routes.open)
+
+    ports, num_open, gone, open_after = run(main)
+    assert num_open == 4 and sum(p is not None for p in ports) == 4  # was 8 open
+    assert gone is None and open_after == 3

@@ -122,3 +122,51 @@ def test_a_failing_keeps_predicate_keeps_the_peer() -> None:
     peers = _fill(store, 12)
     assert all(peer in store.peer_data_map for peer in peers)
     assert book.num_evicted == 0
+
+
+def test_what_identify_says_is_kept_bounded() -> None:
+    """A stranger's identify of 1 MiB of protocol names kept a ~15 MB entry; repeated pushes
+    grew it further (the library extends the list)."""
+    host = make_host(os.urandom(32))
+    store: Any = host.get_peerstore()
+    stranger = _identity()
+    flood = [f"/{n % 36}{n}" for n in range(255_000)] + ["/x" * 200]
+    store.add_protocols(stranger, flood)
+    store.add_protocols(stranger, [*flood[:10], "/meshsub/1.1.0"])
+    kept = store.get_protocols(stranger)
+    assert len(kept) == peer_book.MAX_PROTOCOLS and len(set(kept)) == len(kept)
+    assert all(len(name) <= peer_book.MAX_PROTOCOL_CHARS for name in kept)
+    honest = _identity()
+    for _ in range(3):  # identify, then two pushes: no duplicates pile up
+        store.add_protocols(honest, ["/meshsub/1.1.0", "/ipfs/id/1.0.0"])
+    assert store.get_protocols(honest) == ["/meshsub/1.1.0", "/ipfs/id/1.0.0"]
+    store.set_protocols(honest, flood)
+    assert len(store.get_protocols(honest)) == peer_book.MAX_PROTOCOLS
+
+
+def test_entries_made_without_addresses_count_against_the_limit() -> None:
+    """The library checked its limit in `add_addrs` only: 200 strangers with keys and
+    protocols but no dialable address (the dial gate stores none) all stayed."""
+    host = make_host(os.urandom(32))
+    store: Any = host.get_peerstore()
+    book = peer_book.install(host, max_peers=64)
+    for _ in range(200):
+        pair = create_new_key_pair(os.urandom(32))
+        peer = ID.from_pubkey(pair.public_key)
+        store.add_pubkey(peer, pair.public_key)
+        store.add_protocols(peer, ["/meshsub/1.1.0"])
+    assert len(store.peer_data_map) <= 64
+    assert book.num_evicted >= 136
+    assert host.get_public_key() is not None
+
+
+class _Envelope:
+    def __init__(self, size: int) -> None:
+        self.raw_payload = b"\0" * size
+
+
+def test_an_oversized_signed_peer_record_is_refused_unread() -> None:
+    host = make_host(os.urandom(32))
+    store: Any = host.get_peerstore()
+    assert store.consume_peer_record(_Envelope(peer_book.MAX_PEER_RECORD_BYTES + 1), 7200) is False
+    assert not store.peer_record_map

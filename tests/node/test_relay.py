@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 
-from p2ptrain.node.stdout_relay import relay_lines
+from p2ptrain.node.stdout_relay import StdoutRelay, relay_lines
 
 # a control process's address, then far more progress than a pipe holds (64 KiB)
 PRINTER = "print('/ip4/127.0.0.1/tcp/1', flush=True)\nfor i in range(20000): print('x' * 40, i)"
@@ -64,3 +64,22 @@ def test_a_stdout_nobody_reads_does_not_block_the_child() -> None:
         child.kill()
         child.wait()
         os.close(read_end)  # the writer's blocked write ends (a broken pipe)
+
+
+def test_restarted_control_processes_share_one_writer() -> None:
+    """A writer a control process, each blocked on a stalled stdout, piled up a thread and
+    1,024 lines per restart; now the node has one."""
+    read_end, write_end = os.pipe()  # kept open, never read
+    out = open(write_end, "w")  # noqa: SIM115
+    relay = StdoutRelay(out)
+    before = threading.active_count()
+    try:
+        for restart in range(5):
+            lines = [f"/ip4/1/tcp/{restart}\n".encode()] + [b"x" * 4000 + b"\n"] * 300
+            relay.relay(iter(lines), restart == 0, lambda: None)
+        assert threading.active_count() <= before + 1  # the one writer (was 5)
+        assert relay.dropped > 0  # the stalled stdout's backlog filled: the rest dropped
+    finally:
+        os.close(read_end)  # the writer's blocked write ends (a broken pipe)
+        relay.close()
+    assert not relay.writer.is_alive()

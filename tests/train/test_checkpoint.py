@@ -151,6 +151,10 @@ def test_a_later_epoch_below_its_lineages_earlier_steps_keeps_what_it_writes(
     for step in (30, 35, 40):
         write(step, later)
     assert _steps_by_tag(tmp_path) == {later: [25, 30, 35, 40]}
+    # the latest file follows what is written (it stayed on the earlier epoch's step 54, which
+    # pruning deleted)
+    latest = checkpoint_path(tmp_path, model.layers)
+    assert latest.samefile(stamped_path(tmp_path, model.layers, 40, later))
 
 
 def _steps_by_tag(directory: Path) -> dict[str | None, list[int]]:
