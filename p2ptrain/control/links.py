@@ -95,6 +95,8 @@ class Link:
     # the ends whose word the rate is (each times its own sending direction): with one, the
     # other direction is unmeasured (control/estimate/matrix.py bounds it by the capacities)
     rate_by: tuple[str, ...] = ()
+    rtt_by: tuple[str, ...] = ()  # the ends whose word the round trip is (one: that end's alone)
+    rate_from: str = ""  # the end whose word the rate is (the lower of two)
 
     @property
     def rtt_measured(self) -> bool:
@@ -143,6 +145,8 @@ def freshest_links(
     result = {}
     for pair in set(rtts) | set(bws) | rtt_failed | rate_failed:
         rtt, bw = rtts.get(pair, {}).values(), bws.get(pair, {}).values()
+        rate_ends = bws.get(pair, {})
+        rate_from = min(rate_ends, key=lambda end: (rate_ends[end][1], end), default="")
         result[pair] = Link(
             rtt_ms=None if pair in rtt_failed else max((v for _, v in rtt), default=None),
             bandwidth_mbps=None if pair in rate_failed else min((v for _, v in bw), default=None),
@@ -150,6 +154,8 @@ def freshest_links(
             rtt_failed=pair in rtt_failed,
             rate_failed=pair in rate_failed,
             rate_by=tuple(sorted(bws.get(pair, {}))),
+            rtt_by=tuple(sorted(rtts.get(pair, {}))),
+            rate_from="" if pair in rate_failed else rate_from,
         )
     return result
 

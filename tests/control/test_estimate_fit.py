@@ -85,7 +85,9 @@ def test_a_sample_from_an_end_of_unknown_upload_does_not_cap_other_paths() -> No
     for p in peers[:3]:
         caps[p] = AccessCapacity(None, 1000.0)  # only received so far
     links = {
-        (peers[k], peers[k + 3]): Link(rtt_ms=52.0, bandwidth_mbps=50.0, age_s=1.0)
+        (peers[k], peers[k + 3]): Link(
+            rtt_ms=52.0, bandwidth_mbps=50.0, age_s=1.0, rate_from=peers[k], rate_by=(peers[k],)
+        )
         for k in range(3)
     }
     est = build_estimated(peers, coords, caps, links)
@@ -144,3 +146,37 @@ def test_the_nearest_neighbours_are_the_nearest_measured_not_the_nearest_guessed
     assert book.sampled and {"p10", "p11", "p12", "p13"} <= set(chosen)
     book.forget("p10")
     assert "p10" not in book.predicted_rtts(1.0)
+
+
+def test_one_reporters_slow_samples_cap_no_other_path() -> None:
+    """A member claiming a vast capacity and 0.001 Mbit/s on its own links, at round trips
+    across every bin, capped every unmeasured pair of those bins at 0.001 Mbit/s: each
+    reporter is now one voice, and a cap needs three."""
+    peers = [f"q{i}" for i in range(8)] + ["liar"]
+    coords = {p: NetCoordinate((50.0 * (i % 2), 0.0, 0.0), 1.0, 0.1) for i, p in enumerate(peers)}
+    caps = {p: AccessCapacity(1000.0, 1000.0) for p in peers}
+    caps["liar"] = AccessCapacity(1e7, 1e7)
+    lies = {
+        ("liar", peers[k]): Link(52.0, 0.001, 1.0, rate_by=("liar",), rate_from="liar")
+        for k in range(6)
+    }
+    est = build_estimated(peers, coords, caps, lies)
+    assert est.matrices.bandwidth_gbps[6, 7] == 1.0  # was 1e-6 (the record's floor)
+    honest = {  # three reporters of slow paths at that round trip still cap it
+        (peers[k], peers[k + 3]): Link(52.0, 50.0, 1.0, rate_by=(peers[k],), rate_from=peers[k])
+        for k in range(3)
+    }
+    assert build_estimated(peers, coords, caps, {**lies, **honest}).matrices.bandwidth_gbps[
+        6, 7
+    ] == pytest.approx(0.05)
+
+
+def test_a_few_members_claiming_slow_links_do_not_set_a_joiners_price() -> None:
+    """The unseen direction was the 10% quantile of what peers say of themselves: 5 liars of 41
+    set it (0.01 Mbit/s for every joiner); it stays within a tenth of the median now."""
+    peers = [*(f"h{i:02d}" for i in range(36)), *(f"liar{i}" for i in range(5)), "new"]
+    caps = {p: AccessCapacity(100.0, 100.0) for p in peers[:36]}
+    caps.update({p: AccessCapacity(0.01, 0.01) for p in peers[36:41]})
+    rates = estimated_rates(peers, caps)
+    assert rates[0, 41] == pytest.approx(10.0)  # was 0.01
+    assert rates[0, 1] == pytest.approx(100.0)

@@ -36,6 +36,13 @@ NUM_REMEMBERED = 4
 FIRST_STEP_MS = 20.0  # Adam's step size, decaying geometrically to LAST_STEP_MS
 LAST_STEP_MS = 0.1
 ADAM_BETAS = (0.9, 0.999)
+# a sample's relative error counts as at most this factor: a member claiming 0.05 ms to every
+# peer (its own word stands where the other end did not probe it) pulled the fit ~10^5 times
+# harder than an honest sample per link, and folded two cities into one
+MAX_ERROR_FACTOR = 3.0
+# the least round trip the model can predict (two heights): a claim of 1e-160 ms overflowed the
+# weights to infinity, the fit became NaN and every pair fell back to the nodes' coordinates
+MIN_FIT_RTT_MS = 2 * MIN_HEIGHT_MS
 # a peer the fit places: one with at least this many measured links (fewer leave it free to
 # turn about the peers it measured; its pairs keep the Vivaldi estimate)
 MIN_LINKS_PLACED = COORDINATE_DIMENSIONS + 1
@@ -92,19 +99,24 @@ def _descend(
     second: npt.NDArray[np.intp],
     rtts: npt.NDArray[np.float64],
 ) -> tuple[FloatMatrix, npt.NDArray[np.float64]]:
-    """Adam on sum((predicted - measured)^2 / measured^2) over the measured pairs."""
+    """Adam on the squared relative error of the measured pairs, bounded per sample: the
+    error counts as at most MAX_ERROR_FACTOR, and its pull is divided by the larger of the
+    measured and the predicted round trip (the measured alone: a tiny claim pulled hardest)."""
     n, dims = vectors.shape
     params = np.concatenate([vectors, heights[:, None]], axis=1)
     mean, square = np.zeros_like(params), np.zeros_like(params)
     beta1, beta2 = ADAM_BETAS
-    weights = 2.0 / rtts**2
+    rtts = np.maximum(rtts, MIN_FIT_RTT_MS)
+    clip = MAX_ERROR_FACTOR - 1.0
     decay = (LAST_STEP_MS / FIRST_STEP_MS) ** (1.0 / FIT_ITERATIONS)
     step = FIRST_STEP_MS
     gradient = np.empty_like(params)
     for t in range(1, FIT_ITERATIONS + 1):
         apart = params[first, :dims] - params[second, :dims]
         length = np.sqrt(np.einsum("ij,ij->i", apart, apart)) + 1e-9
-        residual = (length + params[first, dims] + params[second, dims] - rtts) * weights
+        predicted = length + params[first, dims] + params[second, dims]
+        error = np.clip((predicted - rtts) / rtts, -clip, clip)
+        residual = 2.0 * error / np.maximum(rtts, predicted)
         pull = apart * (residual / length)[:, None]
         for k in range(dims):
             gradient[:, k] = np.bincount(first, pull[:, k], n) - np.bincount(second, pull[:, k], n)

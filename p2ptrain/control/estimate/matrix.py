@@ -12,6 +12,7 @@ import numpy.typing as npt
 
 from p2ptrain.control.estimate.book import is_full_mesh
 from p2ptrain.control.estimate.capacity import directed_rate
+from p2ptrain.control.estimate.consistency import doubted_links, doubted_reporters
 from p2ptrain.control.estimate.fit import fitted_rtts
 from p2ptrain.control.links import Link
 from p2ptrain.control.planning.planner import (
@@ -34,8 +35,11 @@ from p2ptrain.records.estimate import AccessCapacity, NetCoordinate
 PATH_LIMITED_SHARE = 0.7
 PATH_BIN_EDGES_MS = np.geomspace(1.0, 2000.0, 16)
 MIN_PATH_SAMPLES = 3
-# a direction of a peer's access link never seen: priced as this quantile of those seen
+# a direction of a peer's access link never seen: priced as this quantile of those seen, but
+# not below the median's UNSEEN_RATE_FLOOR share: 5 of 41 members reporting 0.01 Mbit/s of
+# themselves priced every joiner at 0.01 Mbit/s on its unmeasured pairs
 UNSEEN_RATE_QUANTILE = 0.1
+UNSEEN_RATE_FLOOR = 0.1
 
 BoolMatrix = npt.NDArray[np.bool_]
 FloatMatrix = npt.NDArray[np.float64]
@@ -83,14 +87,20 @@ def estimated_rates(peers: Sequence[str], capacities: Mapping[str, AccessCapacit
     if n == 0 or (np.isnan(up).all() and np.isnan(down).all()):
         return np.full((n, n), np.nan)
     seen = up[~np.isnan(up)] if not np.isnan(up).all() else down[~np.isnan(down)]
-    typical_up = float(np.quantile(seen, UNSEEN_RATE_QUANTILE))
+    typical_up = _typical(seen)
     seen = down[~np.isnan(down)] if not np.isnan(down).all() else seen
-    typical_down = float(np.quantile(seen, UNSEEN_RATE_QUANTILE))
+    typical_down = _typical(seen)
     seen_up = ~np.isnan(up)
     up = np.where(seen_up, up, np.fmin(down, typical_up))
     down = np.where(np.isnan(down), np.where(seen_up, up, typical_down), down)
     forward = np.minimum(up[:, None], down[None, :])
     return np.minimum(forward, forward.T)
+
+
+def _typical(seen: FloatMatrix) -> float:
+    """What an unseen direction is priced at: a slow one of those seen, robust to a few liars."""
+    low = float(np.quantile(seen, UNSEEN_RATE_QUANTILE))
+    return max(low, UNSEEN_RATE_FLOOR * float(np.median(seen)))
 
 
 def observed_rates(peers: Sequence[str], capacities: Mapping[str, AccessCapacity]) -> FloatMatrix:
@@ -111,18 +121,31 @@ def _or_nan(capacity: AccessCapacity | None, which: str) -> float:
 
 
 def path_caps(
-    rtts: FloatMatrix, rates: FloatMatrix, measured_rates: FloatMatrix, measured: BoolMatrix
+    rtts: FloatMatrix,
+    rates: FloatMatrix,
+    measured_rates: FloatMatrix,
+    measured: BoolMatrix,
+    reporters: npt.NDArray[np.int_] | None = None,
 ) -> FloatMatrix:
-    """Per pair, the median rate of path-limited samples at a like round trip (inf: no cap).
+    """Per pair, the median rate of path-limited samples at a like round trip (inf: no cap),
+    each reporter one voice (`reporters`: whose word each sample is; its samples' median) and
+    MIN_PATH_SAMPLES voices needed: one member claiming a vast capacity and 0.001 Mbit/s on its
+    own links at round trips in every bin capped every unmeasured pair of the swarm at 0.001.
     `rates`: what the ends' access links allow (observed_rates); a sample whose ends' are not
     all known cannot be told path-limited (an upload never seen is no evidence of a fast one)."""
+    if reporters is None:
+        reporters = np.arange(rtts.size).reshape(rtts.shape)  # every sample its own voice
     limited = measured & (measured_rates < PATH_LIMITED_SHARE * np.nan_to_num(rates, nan=0.0))
     bins = np.digitize(rtts, PATH_BIN_EDGES_MS)
     caps = np.full(rtts.shape, np.inf)
     for b in np.unique(bins[limited]):
-        samples = measured_rates[limited & (bins == b)]
-        if samples.size >= MIN_PATH_SAMPLES:
-            caps[bins == b] = float(np.median(samples))
+        in_bin = limited & (bins == b)
+        voices = [
+            float(np.median(measured_rates[in_bin & (reporters == who)]))
+            for who in np.unique(reporters[in_bin])
+        ]
+        if len(voices) >= MIN_PATH_SAMPLES:
+            caps[bins == b] = float(np.median(voices))
     return caps
 
 
@@ -140,6 +163,8 @@ def build_estimated(
     rate = estimated_rates(peers, capacities)
     measured_rtt = np.full((n, n), np.nan)
     measured_rate = np.full((n, n), np.nan)
+    rate_reporter = np.full((n, n), -1)  # whose word each measured rate is (path_caps)
+    reporters: dict[str, int] = {}
     for (a, b), link in links.items():
         i, j = index.get(a), index.get(b)
         if i is None or j is None:
@@ -148,13 +173,17 @@ def build_estimated(
             measured_rtt[i, j] = measured_rtt[j, i] = link.rtt_ms
         if link.bandwidth_mbps is not None and link.bandwidth_mbps > 0:
             measured_rate[i, j] = measured_rate[j, i] = _both_ways(link, a, b, capacities)
+            reporter = reporters.setdefault(link.rate_from, len(reporters))
+            rate_reporter[i, j] = rate_reporter[j, i] = reporter
     rtt_known, rate_known = ~np.isnan(measured_rtt), ~np.isnan(measured_rate)
     # the planner's fit to every measured sample beats the nodes' own coordinates, where it
     # could place both ends (control/estimate/fit.py)
     fitted = fitted_rtts(peers, measured_rtt)
     rtt = np.where(np.isnan(fitted), rtt, fitted)
     best_rtt = np.where(rtt_known, measured_rtt, rtt)
-    caps = path_caps(best_rtt, observed_rates(peers, capacities), measured_rate, rate_known)
+    caps = path_caps(
+        best_rtt, observed_rates(peers, capacities), measured_rate, rate_known, rate_reporter
+    )
     rate = np.fmin(rate, caps)
     rtt = best_rtt
     rate = np.where(rate_known, measured_rate, rate)
@@ -219,6 +248,8 @@ def live_matrices(
     end measured them, coordinates and capacities elsewhere (build_estimated), with
     build_matrices' pricing of relayed links (a share of their rate), of links whose probes fail
     (the worst measured) and of two `private` peers (unreachable)."""
+    if not is_full_mesh(len(peers)) and coords:  # where one end's word alone stands
+        links = doubted_links(links, doubted_reporters(links))
     rtt_known, rate_known = measured_masks(peers, links)
     if is_full_mesh(len(peers)) or not coords:
         matrices = build_matrices(list(peers), dict(links), private, relayed)

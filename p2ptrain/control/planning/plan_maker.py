@@ -373,7 +373,7 @@ class PlanMaker:
         if now - self._planned_at < (SAMPLED_DRIFT_DWELL_S if sampled else DRIFT_DWELL_S):
             return False
         self._last_drift_check = now
-        return links_drifted(self._planned_links, links)
+        return links_drifted(self._planned_links, links, self._planned_members)
 
     async def _search(
         self, inputs: PlanInputs, matrices: bytes | None, current: Plan | None

@@ -17,6 +17,8 @@ REPRICE_AFTER = 1.5
 MAX_REPRICE = 1e3  # the most a peer's claimed times are multiplied by
 # a plan is judged this long after it was first seen: the steps reported before are older plans'
 JUDGE_AFTER_S = 60.0
+# a member whose step reports contradicted this many different pipeline-mates' is the liar
+CONTRADICTING_MATES = 2
 
 
 def compute_known(
@@ -37,14 +39,24 @@ def measured_peers(peers: list[str], measured: Mapping[str, StageCompute | None]
 
 class ComputeTrust:
     """Per-peer factors on claimed compute, learnt from the step times the plan's trainers
-    report (telemetry): where a pipeline's slowest reported step is REPRICE_AFTER times the
-    plan's predicted step or more, each of its peers' times are multiplied by that ratio, once
-    per plan. The next plan's prediction then holds the factor, so it does not compound while
-    that plan runs as predicted. The slowest report counts: a peer cannot hide its pipeline's
-    pace by reporting fast steps of its own."""
+    report (telemetry), once per plan. A pipeline's members step together, so honest ones
+    report one pace: where they agree, or where most of them do (the low median of their
+    reports), and that pace is REPRICE_AFTER times the plan's predicted step or more, each of
+    its peers' times are multiplied by the ratio. The next plan's prediction then holds the
+    factor, so it does not compound while that plan runs as predicted.
+
+    A report that contradicts its mates' by REPRICE_AFTER is one member's word against
+    another's: the slowest report used to count, and one member reporting 1e9 s steps priced
+    its honest mates 1,000 times slower, every plan it shared with them; the fastest would let
+    a slow member hide its pipeline's pace. So a contradiction re-prices no one at once; it is
+    noted on both sides, and a member that contradicted CONTRADICTING_MATES different mates
+    (a liar contradicts every honest one; an honest member only a liar) is re-priced by its
+    pipeline's slowest report over the prediction, alone."""
 
     def __init__(self) -> None:
         self.factors: dict[str, float] = {}
+        # member -> the mates whose step reports its own contradicted
+        self.contradicted: dict[str, set[str]] = {}
         self._judged: set[tuple[int, int]] = set()
         self._first_seen: tuple[tuple[int, int], float] | None = None
 
@@ -59,21 +71,42 @@ class ComputeTrust:
             self._first_seen = (plan.key, now)
         if now - self._first_seen[1] < JUDGE_AFTER_S:
             return False
-        slow: dict[str, float] = {}
+        reports: list[dict[str, float]] = []
         for replica, pipeline in enumerate(plan.pipelines):
-            steps = [
-                m.step_s
+            steps = {
+                peer: m.step_s
                 for stage, peer in enumerate(pipeline)
                 if (m := metrics.get(peer)) is not None
                 and m.step_s is not None
                 and (m.stage, m.replica) == (stage, replica)
-            ]
+            }
             if len(steps) < len(pipeline):
                 return False  # judged once every trainer of the plan has stepped under it
-            ratio = max(steps) / plan.predicted_step_s
-            if ratio >= REPRICE_AFTER:
-                slow.update((peer, ratio) for peer in pipeline)
+            reports.append(steps)
         self._judged.add(plan.key)
+        slow: dict[str, float] = {}
+        for steps in reports:
+            slow.update(self._judge_pipeline(steps, plan.predicted_step_s))
         for peer, ratio in slow.items():
             self.factors[peer] = min(MAX_REPRICE, self.factors.get(peer, 1.0) * ratio)
         return bool(slow)
+
+    def _judge_pipeline(self, steps: dict[str, float], predicted_s: float) -> dict[str, float]:
+        """The ratios one pipeline's reports re-price its members by (see the class)."""
+        ordered = sorted(steps.values())
+        pace = ordered[(len(ordered) - 1) // 2]  # the low median: most members' word
+        slow = {}
+        if pace / predicted_s >= REPRICE_AFTER:
+            slow = dict.fromkeys(steps, pace / predicted_s)
+        for peer, step_s in steps.items():
+            for mate, mate_s in steps.items():
+                if mate != peer and max(step_s, mate_s) >= REPRICE_AFTER * min(step_s, mate_s):
+                    self.contradicted.setdefault(peer, set()).add(mate)
+        worst = ordered[-1] / predicted_s
+        for peer in steps:
+            if (
+                len(self.contradicted.get(peer, ())) >= CONTRADICTING_MATES
+                and worst >= REPRICE_AFTER
+            ):
+                slow[peer] = max(slow.get(peer, 1.0), worst)
+        return slow

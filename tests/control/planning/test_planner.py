@@ -262,3 +262,13 @@ def test_fruitless_drift_checks_back_off_until_the_next_plan() -> None:
     for _ in range(10):
         maker._back_off_drift_checks()
     assert maker._drift_check_interval_s == MAX_DRIFT_CHECK_INTERVAL_S
+
+
+def test_made_up_peers_in_a_members_row_cannot_hide_a_drift():
+    """A row may name up to 1,024 peers: a member's steady links to made-up ones diluted every
+    honest link's drift below the fraction; only the planned members' links count."""
+    base = {(a, b): Link(1.0, 1000.0, 0.0) for i, a in enumerate(PEERS) for b in PEERS[i + 1 :]}
+    fake = {("p0", f"fake{n}"): Link(1.0, 1000.0, 0.0) for n in range(1000)}
+    worse = {k: Link(6.0, 100.0, 0.0) for k in base}
+    assert not links_drifted({**base, **fake}, {**worse, **fake})  # what the planner saw
+    assert links_drifted({**base, **fake}, {**worse, **fake}, among=PEERS)
