@@ -44,7 +44,7 @@ def test_a_member_claiming_to_be_next_to_everyone_is_doubted(claim_ms: float) ->
     pos, rows = _two_cities()
     rows["liar"] = ({q: LinkReport(claim_ms, 1.0, None, None) for q in HONEST}, 0.0)
     links = freshest_links(rows, now=0.5)
-    assert doubted_reporters(links) == {"liar"}
+    assert doubted_reporters(links, [*HONEST, "liar"]) == {"liar"}
     peers = [*HONEST, "liar"]
     coords = {p: NetCoordinate(pos[p], 1.0, 0.2) for p in HONEST}
     coords["liar"] = NetCoordinate((40.0, 0.0, 0.0), 1.0, 0.2)
@@ -75,7 +75,7 @@ def test_honest_reporters_are_not_doubted() -> None:
             },
             0.0,
         )
-    assert doubted_reporters(freshest_links(rows, now=0.5)) == frozenset()
+    assert doubted_reporters(freshest_links(rows, now=0.5), peers) == frozenset()
 
 
 def test_only_a_doubted_reporters_lone_words_go() -> None:
@@ -88,3 +88,13 @@ def test_only_a_doubted_reporters_lone_words_go() -> None:
     assert screened[("a", "liar")].rtt_ms is None and screened[("a", "liar")].bandwidth_mbps is None
     assert screened[("b", "liar")] == links[("b", "liar")]  # b's word too: the pessimistic stands
     assert screened[("a", "b")] == links[("a", "b")]
+
+
+def test_made_up_far_ends_do_not_hide_a_liar() -> None:
+    """Its legs were drawn from every peer it named: with 1,000 made-up ones beside 40 real,
+    too few triangles were left to judge it."""
+    _, rows = _two_cities()
+    claims = {q: LinkReport(0.05, 1.0, None, None) for q in HONEST}
+    claims.update({f"fake{n:04d}": LinkReport(0.05, 1.0, None, None) for n in range(1000)})
+    rows["liar"] = (claims, 0.0)
+    assert doubted_reporters(freshest_links(rows, now=0.5), [*HONEST, "liar"]) == {"liar"}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from p2ptrain.control.links import Link, link_between
 
@@ -30,10 +30,17 @@ CONTRADICTED_SHARE = 0.5
 MAX_LEGS = 128  # a reporter's legs checked (a row may name 1,024 peers): drawn, not chosen
 
 
-def doubted_reporters(links: Mapping[tuple[str, str], Link]) -> frozenset[str]:
-    """The reporters whose lone round trips contradict most triangles the others measured."""
+def doubted_reporters(
+    links: Mapping[tuple[str, str], Link], among: Collection[str]
+) -> frozenset[str]:
+    """The reporters whose lone round trips contradict most triangles the others measured,
+    legs between `among` (the members) only: a thousand made-up far ends left a liar's draw
+    with too few triangles to judge."""
+    members = set(among)
     legs: dict[str, dict[str, float]] = {}
     for (a, b), link in links.items():
+        if a not in members or b not in members:
+            continue
         if link.rtt_ms is not None and len(link.rtt_by) == 1:
             reporter = link.rtt_by[0]
             legs.setdefault(reporter, {})[b if reporter == a else a] = link.rtt_ms

@@ -249,7 +249,7 @@ def live_matrices(
     build_matrices' pricing of relayed links (a share of their rate), of links whose probes fail
     (the worst measured) and of two `private` peers (unreachable)."""
     if not is_full_mesh(len(peers)) and coords:  # where one end's word alone stands
-        links = doubted_links(links, doubted_reporters(links))
+        links = doubted_links(links, doubted_reporters(links, peers))
     rtt_known, rate_known = measured_masks(peers, links)
     if is_full_mesh(len(peers)) or not coords:
         matrices = build_matrices(list(peers), dict(links), private, relayed)

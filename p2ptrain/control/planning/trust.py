@@ -17,8 +17,11 @@ REPRICE_AFTER = 1.5
 MAX_REPRICE = 1e3  # the most a peer's claimed times are multiplied by
 # a plan is judged this long after it was first seen: the steps reported before are older plans'
 JUDGE_AFTER_S = 60.0
-# a member whose step reports contradicted this many different pipeline-mates' is the liar
+# a member whose step reports contradicted this many different pipeline-mates' is the liar,
+# within the last CONTRADICTION_PLANS plans judged (an honest member two liars contradicted
+# long apart is not re-priced, and what is remembered stays bounded)
 CONTRADICTING_MATES = 2
+CONTRADICTION_PLANS = 8
 
 
 def compute_known(
@@ -50,13 +53,17 @@ class ComputeTrust:
     its honest mates 1,000 times slower, every plan it shared with them; the fastest would let
     a slow member hide its pipeline's pace. So a contradiction re-prices no one at once; it is
     noted on both sides, and a member that contradicted CONTRADICTING_MATES different mates
-    (a liar contradicts every honest one; an honest member only a liar) is re-priced by its
-    pipeline's slowest report over the prediction, alone."""
+    within CONTRADICTION_PLANS judged plans (a liar contradicts every honest one; an honest
+    member only a liar) is re-priced by its pipeline's slowest report over the prediction,
+    alone. Left: a slow member that reports fast steps in a pipeline of two hides its pace
+    until a second mate contradicts it; two liars taking turns beside one honest member within
+    those plans re-price it."""
 
     def __init__(self) -> None:
         self.factors: dict[str, float] = {}
-        # member -> the mates whose step reports its own contradicted
-        self.contradicted: dict[str, set[str]] = {}
+        # member -> mate whose step reports its own contradicted -> in which judgement
+        self.contradicted: dict[str, dict[str, int]] = {}
+        self._num_judged = 0
         self._judged: set[tuple[int, int]] = set()
         self._first_seen: tuple[tuple[int, int], float] | None = None
 
@@ -84,6 +91,8 @@ class ComputeTrust:
                 return False  # judged once every trainer of the plan has stepped under it
             reports.append(steps)
         self._judged.add(plan.key)
+        self._num_judged += 1
+        self._forget_old_contradictions()
         slow: dict[str, float] = {}
         for steps in reports:
             slow.update(self._judge_pipeline(steps, plan.predicted_step_s))
@@ -101,7 +110,7 @@ class ComputeTrust:
         for peer, step_s in steps.items():
             for mate, mate_s in steps.items():
                 if mate != peer and max(step_s, mate_s) >= REPRICE_AFTER * min(step_s, mate_s):
-                    self.contradicted.setdefault(peer, set()).add(mate)
+                    self.contradicted.setdefault(peer, {})[mate] = self._num_judged
         worst = ordered[-1] / predicted_s
         for peer in steps:
             if (
@@ -110,3 +119,12 @@ class ComputeTrust:
             ):
                 slow[peer] = max(slow.get(peer, 1.0), worst)
         return slow
+
+    def _forget_old_contradictions(self) -> None:
+        oldest = self._num_judged - CONTRADICTION_PLANS
+        for peer in list(self.contradicted):
+            mates = {m: at for m, at in self.contradicted[peer].items() if at > oldest}
+            if mates:
+                self.contradicted[peer] = mates
+            else:
+                del self.contradicted[peer]

@@ -51,18 +51,30 @@ def lacking(
     ]
 
 
+def span(keys: Collection[str]) -> range:
+    """The blocks the keys cover together, first to last (the plan's stages: the model's)."""
+    ranges = [r for key in keys if (r := key_range(key)) is not None]
+    return range(
+        min((r.start for r in ranges), default=0), max((r.stop for r in ranges), default=0)
+    )
+
+
 def latest_history(
-    announced: Mapping[str, Announced], rank: Callable[[str | None], int | None]
+    announced: Mapping[str, Announced],
+    rank: Callable[[str | None], int | None],
+    within: range | None = None,
 ) -> dict[str, Held]:
     """Each member's states the plan may use (`rank`: Plan.state_rank), less those of blocks
     that another member holds a state of under a later plan. Linear in the states announced:
     each block's two latest holders are found once (comparing every state with every other
-    member's cost two members announcing 256 keys × 64 steps each ~17 s of a worker's CPU)."""
+    member's cost two members announcing 256 keys × 64 steps each ~17 s of a worker's CPU),
+    and a key's blocks are taken `within` the plan's (an announced "L0-999999" is a key's
+    format: a million blocks a step, ~80 s a key)."""
     states = [
         (peer, key, blocks, step, digest, written_under(tag, position))
         for peer, announcement in announced.items()
         for key, steps in announcement.items()
-        if (blocks := key_range(key)) is not None
+        if (blocks := _clipped(key_range(key), within))
         for step, (digest, tag) in steps.items()
         if (position := rank(tag)) is not None
     ]
@@ -94,3 +106,11 @@ def _note_holder(
     holders.append((order, peer))
     holders.sort(reverse=True)
     del holders[2:]
+
+
+def _clipped(blocks: range | None, within: range | None) -> range | None:
+    """`blocks` within `within` (None: as they are); None if nothing is left."""
+    if blocks is None or within is None:
+        return blocks
+    clipped = range(max(blocks.start, within.start), min(blocks.stop, within.stop))
+    return clipped or None

@@ -273,7 +273,7 @@ def choose_start(
         if lost := recency.lacking(needed, {*start.digests, *start.sources}, strict):
             # stage-mates that share no step (a volunteer back after a while): the latest
             # plan's states decide, loudly (worker/resume/recency.py)
-            latest = recency.latest_history(announced, rank)
+            latest = recency.latest_history(announced, rank, recency.span(needed))
             retry = choose_start_step(needed, latest, placed, order)
             left = recency.lacking(needed, {*retry.digests, *retry.sources}, strict)
             if len(left) < len(lost):

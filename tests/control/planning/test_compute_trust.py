@@ -10,6 +10,7 @@ import numpy as np
 
 from p2ptrain.control.planning.compute import fastest_row_s, peer_compute
 from p2ptrain.control.planning.trust import (
+    CONTRADICTION_PLANS,
     JUDGE_AFTER_S,
     MAX_REPRICE,
     REPRICE_AFTER,
@@ -121,3 +122,19 @@ def test_a_slow_member_cannot_hide_its_pipelines_pace_for_long() -> None:
     trust = ComputeTrust()
     judged(trust, (("h1", "slow", "h2"),), {"slow": 1.0, "h1": 4.0, "h2": 4.0}, 1)
     assert trust.factors == {"h1": 4.0, "slow": 4.0, "h2": 4.0}  # most members' word: at once
+
+
+def test_contradictions_long_apart_re_price_no_one() -> None:
+    """An honest member contradicted by one liar, then by another many plans later, is not the
+    liar: contradictions count within CONTRADICTION_PLANS judged plans (they were kept for
+    good)."""
+    trust = ComputeTrust()
+    judged(trust, (("l1", "h1"), ("h2", "h3")), {"l1": 1e9, "h1": 1.0, "h2": 1.0, "h3": 1.0}, 1)
+    for epoch in range(2, 2 + CONTRADICTION_PLANS):  # plans that run as predicted
+        judged(
+            trust, (("h1", "h2"), ("h3", "h4")), dict.fromkeys(("h1", "h2", "h3", "h4"), 1.0), epoch
+        )
+    epoch = 2 + CONTRADICTION_PLANS
+    judged(trust, (("l2", "h1"), ("h2", "h3")), {"l2": 1e9, "h1": 1.0, "h2": 1.0, "h3": 1.0}, epoch)
+    assert "h1" not in trust.factors
+    assert len(trust.contradicted) <= 3  # what is remembered stays bounded

@@ -8,7 +8,7 @@ import random
 
 from p2ptrain.worker.resume.announcement import Announced
 from p2ptrain.worker.resume.covers import key_range
-from p2ptrain.worker.resume.recency import Held, latest_history, written_under
+from p2ptrain.worker.resume.recency import Held, latest_history, span, written_under
 
 RANKS = {None: 2, "a": 0, "b": 1}
 
@@ -67,3 +67,16 @@ def test_a_block_held_latest_by_two_others_overtakes_each_of_theirs_only_once() 
         "late": {"L1-2": {3: ("l", "a")}},
     }
     assert latest_history(announced, rank) == {"late": {"L1-2": {3: "l"}}}
+
+
+def test_a_keys_blocks_count_within_the_plans_only() -> None:
+    """A key's format allowed "L0-999999": every block of it was walked, a million a state
+    (~80 s of a worker's CPU a key of 64 steps); blocks past the plan's are not looked at."""
+    announced: dict[str, Announced] = {
+        "huge": {"L0-999999": {step: ("h", "b") for step in range(64)}},
+        "honest": {"L0-2": {5: ("d", "a")}, "L2-4": {5: ("e", "a")}},
+    }
+    within = span(["L0-2", "L2-4"])
+    assert within == range(0, 4)
+    kept = latest_history(announced, rank, within)  # in ms: 64 states of 4 blocks
+    assert kept == {"honest": {"L0-2": {5: "d"}, "L2-4": {5: "e"}}}  # its plan is the later
