@@ -16,7 +16,8 @@ discovery and sync do the rest, and the bootstrap is reached again whenever it i
 A new node has kept nothing: its operator names members to join through instead (`join --via
 MADDR...`). Every member answers RUN_PROTOCOL with the latest run envelope the organiser signed
 that it holds (control/rpcs.py), and the joiner takes it only if the bootstrap's key, the one in
-its `--bootstrap` address, signed it: a member can refuse to help, not change the run.
+its `--bootstrap` address, signed it, up to MAX_RUN_AGE_S ago: a member can refuse to help, or
+hand over an older run of the same organiser (the joiner is then alone in it), not forge one.
 """
 
 from __future__ import annotations
@@ -118,9 +119,11 @@ async def from_kept(state: NodeState, path: Path | None, connect_timeout_s: floa
 
 
 def keep(state: NodeState, path: Path | None) -> None:
-    """Write what a restarted control process rejoins from: the organiser's run envelope we
-    joined with and the full addresses of members we are connected to."""
-    run_envelope = state.run_envelope
+    """Write what a restarted control process rejoins from: the organiser's newest run envelope
+    we hold (gossip re-signs it; else the one we joined with, which ages towards MAX_RUN_AGE_S)
+    and the full addresses of members we are connected to."""
+    organiser = state.view.bootstrap_id or ""
+    run_envelope = state.latest.get((organiser, "run")) or state.run_envelope
     if path is None or run_envelope is None:
         return
     members, peers = state.view.members, []

@@ -57,6 +57,7 @@ class Routes:
         self.open: dict[tuple[str, str], Route] = {}  # in the order they were opened
         # routes whose listener is being opened -> closed meanwhile (`close` came during it)
         self._opening: dict[tuple[str, str], bool] = {}
+        self._opened: dict[tuple[str, str], trio.Event] = {}  # set when that listen is done
         self.num_refused = 0
         self._nursery: trio.Nursery | None = None
         self._log = SampledLog(log)
@@ -73,8 +74,9 @@ class Routes:
         key = (peer, plane)
         if key in self.open:
             return self.open[key].port
-        if key in self._opening:
-            return None  # another dial is opening it: this one goes without
+        if key in self._opening:  # another dial is opening it: its outcome is ours
+            await self._opened[key].wait()
+            return self.open[key].port if key in self.open else None
         assert self._nursery is not None, "routes exist once serve() has started"
         # the routes being opened count too: dials run side by side, and each awaits its listen
         busy = len(self.open) + len(self._opening)
@@ -82,7 +84,7 @@ class Routes:
             self.num_refused += 1
             self._log.event("full", "no route to %s (%s): %d routes busy", peer, plane, busy)
             return None
-        self._opening[key] = False
+        self._opening[key], self._opened[key] = False, trio.Event()
         try:
             listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
         except OSError as exc:  # out of descriptors or ports: this peer goes without
@@ -91,6 +93,7 @@ class Routes:
             return None
         finally:
             closed_meanwhile = self._opening.pop(key)
+            self._opened.pop(key).set()  # the route is in `open` (below) before a waiter runs
         if closed_meanwhile:  # its member went while we listened: no route for it
             for listener in listeners:
                 listener.socket.close()

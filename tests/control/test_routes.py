@@ -164,3 +164,34 @@ def test_dials_side_by_side_stay_within_the_cap_and_a_member_gone_meanwhile_gets
     ports, num_open, gone, open_after = run(main)
     assert num_open == 4 and sum(p is not None for p in ports) == 4  # was 8 open
     assert gone is None and open_after == 3
+
+
+def test_a_second_dial_of_a_route_being_opened_gets_its_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It got None (no route: a dial without the pinned local route) while the first dial's
+    listen ran."""
+    real_listen = trio.open_tcp_listeners
+
+    async def slow_listen(*args: Any, **kwargs: Any) -> Any:
+        await trio.sleep(0.2)
+        return await real_listen(*args, **kwargs)
+
+    async def main() -> list[int | None]:
+        async with trio.open_nursery() as nursery:
+            routes = Routes(await _silent_peer(nursery), lambda: ())
+            await nursery.start(routes.serve)
+            monkeypatch.setattr(routes_module.trio, "open_tcp_listeners", slow_listen)
+            ports: list[int | None] = []
+
+            async def dial() -> None:
+                ports.append(await routes.port("x", "control"))
+
+            async with trio.open_nursery() as dials:
+                dials.start_soon(dial)
+                dials.start_soon(dial)
+            nursery.cancel_scope.cancel()
+        return ports
+
+    first, second = run(main)
+    assert first is not None and first == second

@@ -5,6 +5,8 @@ so a new node can join through it while the bootstrap is down (control/rejoin.py
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
 
 import pytest
 import trio
@@ -45,3 +47,22 @@ def test_what_a_member_forges_is_refused_by_the_joiner() -> None:
     organiser = identity.peer_id_of(ORGANISER)
     with pytest.raises(wire.WireError, match="forged"):
         rejoin.checked_run(reply.to_dict(), organiser, rejoin.MAX_RUN_AGE_S)
+
+
+class _NoPeers:
+    def get_connected_peers(self) -> list[object]:
+        return []
+
+
+def test_the_kept_file_holds_the_newest_run_envelope(tmp_path: Path) -> None:
+    """It held the envelope the node joined with, which aged towards the kept file's 30-day
+    limit though gossip brought a fresh one every few seconds."""
+    state, _ = make_node(joined=True, host=_NoPeers())
+    run = RunSpec().replace(run_id=RUN_ID)
+    state.run_envelope = wire.encode(ORGANISER, 1, run, run_id=RUN_ID, ts=time.time() - 86400)
+    fresh = wire.encode(ORGANISER, 2, run, run_id=RUN_ID)
+    state.latest[(identity.peer_id_of(ORGANISER), "run")] = fresh
+    path = tmp_path / rejoin.FILE_NAME
+    rejoin.keep(state, path)
+    loaded = rejoin.load(path, identity.peer_id_of(ORGANISER))
+    assert loaded is not None and loaded[1].run_envelope == fresh
