@@ -1,8 +1,10 @@
 """Says what this node waits for, and leaves once the run is finished.
 
 Every WAIT_CHECK_S it asks control/waiting.py what the node waits for and says it when the
-reason changes (the same reason with new counts: at most every RESAY_S): a log line on stderr,
-and for members a line on `join`'s stdout beside the progress lines. The bootstrap warns again
+reason changes (the same reason with new counts: at most every RESAY_S), and again every
+STILL_WAITING_S while it lasts, with how long (a planner that never plans left one line on the
+terminal for good): a log line on stderr, and for members a line on `join`'s stdout beside the
+progress lines. The bootstrap warns again
 every NO_PLANNER_WARN_S while no live member holds a planner token (no one may plan: the swarm
 never trains).
 
@@ -35,6 +37,7 @@ WATCH_TICK_S = 0.25  # our worker's last step must be gossiped before the worker
 # view holds thousands)
 WAIT_CHECK_S = 1.0
 RESAY_S = 30.0
+STILL_WAITING_S = 60.0
 NO_PLANNER_WARN_S = 60.0
 FINISHED_GRACE_S = 60.0
 
@@ -48,6 +51,7 @@ class RunWatch:
         self.print_lines = print_lines and state.is_member
         self.said = Wait("", "")
         self.said_at = -float("inf")
+        self.waiting_since = 0.0  # when the current kind of wait began
         self.finished_at: float | None = None
         self.checked_at = -float("inf")
 
@@ -73,7 +77,8 @@ class RunWatch:
         )
         # the organiser's reminder: without a planner-token holder the swarm never trains
         remind = wait.kind == "planner-token" and state.role == "bootstrap"
-        if changed or (remind and since_s >= NO_PLANNER_WARN_S):
+        still = wait.kind not in ("", "finished") and since_s >= STILL_WAITING_S
+        if changed or (remind and since_s >= NO_PLANNER_WARN_S) or still:
             self._say(wait, now)
         if wait.kind == "finished":
             self._leave_if_done(now)
@@ -93,9 +98,14 @@ class RunWatch:
         return not (view.is_alive(peer, now) and view.is_healthy(peer))
 
     def _say(self, wait: Wait, now: float) -> None:
+        if wait.kind != self.said.kind:
+            self.waiting_since = now
         self.said, self.said_at = wait, now
+        waited_s = now - self.waiting_since
         if not wait.kind:
             line = "placed in the plan: training" if self.state.is_member else "the swarm trains"
+        elif waited_s >= STILL_WAITING_S:
+            line = f"still waiting ({waited_s / 60:.0f} min) for {wait.text}"
         else:
             line = f"waiting for {wait.text}"
         level = logging.WARNING if wait.kind == "planner-token" else logging.INFO

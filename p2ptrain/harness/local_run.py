@@ -26,6 +26,7 @@ from p2ptrain.worker.faults import NO_FAULTS, Faults
 
 START_TIMEOUT_S = 60.0
 STALL_TIMEOUT_S = 240.0
+WAIT_NOTE_S = 20.0  # before the first step, a line this often says what the start waits for
 STOP_GRACE_S = 15.0
 WITH_FAULTS = "p2ptrain.harness.with_faults"  # `join` and `local` with faults, for tests
 TOKEN_LIFETIME_S = 7 * 86_400.0
@@ -179,6 +180,16 @@ def _first_line(proc: subprocess.Popen[bytes], timeout_s: float) -> str:
     return lines[0].strip()
 
 
+def _note_start(plan: Plan | None, waited_s: float, workdir: Path) -> None:
+    """A line on stderr while the swarm has trained no step yet: what it waits for."""
+    what = (
+        "the first plan (the nodes join, measure their links and elect a planner)"
+        if plan is None
+        else "the first step (the placed peers connect, agree on a start and fetch states)"
+    )
+    print(f"waiting {waited_s:.0f} s for {what}; logs in {workdir}", file=sys.stderr, flush=True)
+
+
 def _follow(
     spec: RunSpec,
     logs: list[Path],
@@ -199,11 +210,15 @@ def _follow(
     losses: dict[int, float] = {}
     finished_s: list[float] = []
     deadline = time.monotonic() + STALL_TIMEOUT_S
+    note_at = started_s + WAIT_NOTE_S
     # a swarm that resumed a run (worker/resume/adopt.py) reports from its start step on: done when
     # the last step's loss is known
     while spec.optim.steps - 1 not in losses:
         if time.monotonic() > deadline:
             raise TimeoutError("the swarm made no progress in time")
+        if not losses and time.monotonic() >= note_at:  # say what the start waits for
+            note_at += WAIT_NOTE_S
+            _note_start(plan, time.monotonic() - started_s, logs[0].parent)
         all_exited = all(p.poll() is not None for p in peers)  # checked before the last read
         for i, path in enumerate(logs):
             for message in _new_lines(path, offsets, i):

@@ -207,7 +207,8 @@ class Worker:
                     return self._stop_code()
                 if end is SessionEnd.PEER_LOST and not self.ipc:
                     return 3  # a static plan cannot heal; a control plane re-plans
-                # otherwise a new plan arrived, or we wait for the control plane's next one
+                if self.inbox.version == version:  # else a new plan is here already
+                    log.info("session ended (%s): waiting for the planner's next plan", end.value)
         finally:
             self.dht = None  # before its shutdown: see _check_dht
 

@@ -44,7 +44,7 @@ from p2ptrain.worker.replica_rounds import (
     resync_replicas,
 )
 from p2ptrain.worker.resume.restore import restore_stage, start_lineage, started_line
-from p2ptrain.worker.resume.start_step import StartPoint, agree_on_plan_start
+from p2ptrain.worker.resume.start_step import RESUME_TIMEOUT_S, StartPoint, agree_on_plan_start
 from p2ptrain.worker.state_writer import StateWrite, StateWriter
 from p2ptrain.worker.step_metrics import SessionFacts, StepTimes, step_metrics
 
@@ -162,9 +162,15 @@ class Session:
         addrs = plan.data_addrs
         others = plan.peers() - {self.transport.peer_id}
         me = self.transport.peer_id
+        windows = {p: dial_window_s(plan.link_facts(me, p)) for p in others}
+        if others:
+            log.info(
+                "connecting to the plan's %d other peers (up to %.0f s)",
+                len(others),
+                max(windows.values()),
+            )
         unreachable = self.transport.connect_all(
-            {p: addrs[p] for p in sorted(others) if addrs.get(p)},
-            {p: dial_window_s(plan.link_facts(me, p)) for p in others},
+            {p: addrs[p] for p in sorted(others) if addrs.get(p)}, windows
         )
         if unreachable:
             log.warning("not connected to %s yet: going on (they may dial us)", unreachable)
@@ -175,6 +181,7 @@ class Session:
     def _agree_on_start(self, dht: DHT) -> StartPoint | None:
         """Every peer of the plan (spares too) announces its saved stage states; all pick one
         step, and the digest of each stage's state there (worker/resume/start_step.py)."""
+        log.info("agreeing with the plan's peers on a start step (up to %.0f s)", RESUME_TIMEOUT_S)
         return agree_on_plan_start(
             dht,
             self.spec,

@@ -121,7 +121,7 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
             from p2ptrain.web.server import parse_http_address
 
             print(f"starting a bootstrap and {args.peers} nodes (logs in {workdir}) ...", file=out)
-            print(shared_cores_note(args.peers), file=out)
+            print(shared_cores_note(args.peers), file=out, flush=True)
             if args.http is not None:
                 host, port = parse_http_address(args.http)
                 print(f"dashboard: http://{host}:{port}/", file=out, flush=True)

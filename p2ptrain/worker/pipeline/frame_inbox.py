@@ -13,6 +13,7 @@ Pure (torch and threading only), so the rules are unit-testable without a networ
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -21,9 +22,12 @@ import torch
 
 from p2ptrain.worker.pipeline.frames import FrameHeader, PeerLost, Stopped
 
+log = logging.getLogger(__name__)
+
 PlanKey = tuple[int, int]  # (term, epoch)
 Key = tuple[int, int, str, int, int]  # (term, epoch, kind, step, micro)
 POLL_S = 0.2  # how often a waiting trainer looks at should_stop
+WAIT_NOTE_S = 15.0  # a trainer waiting this long for a frame says so, and again as often
 
 
 class FrameInbox:
@@ -57,21 +61,37 @@ class FrameInbox:
         micro: int,
         timeout_s: float,
         should_stop: Callable[[], bool],
+        sender: str = "",
     ) -> torch.Tensor:
         """Block until frame (kind, step, micro) sent under `plan` is here, and hand it over;
-        PeerLost after timeout_s, Stopped as soon as should_stop() says so."""
+        PeerLost after timeout_s, Stopped as soon as should_stop() says so. A wait past
+        WAIT_NOTE_S is logged (what, from whom, until when), and again every WAIT_NOTE_S."""
         key = (*plan, kind, step, micro)
-        deadline = time.monotonic() + timeout_s
+        started = time.monotonic()
+        deadline, note_at = started + timeout_s, started + WAIT_NOTE_S
+        source = f" from {sender}" if sender else ""
         with self._arrived:
             while key not in self._frames:
                 if should_stop():
                     raise Stopped()
-                left_s = deadline - time.monotonic()
-                if left_s <= 0:
+                now = time.monotonic()
+                if now >= deadline:
                     raise PeerLost(
-                        f"no {kind} for step {step} micro-batch {micro} in {timeout_s:.0f} s"
+                        f"no {kind} for step {step} micro-batch {micro}{source} in "
+                        f"{timeout_s:.0f} s"
                     )
-                self._arrived.wait(min(left_s, POLL_S))
+                if now >= note_at:
+                    note_at += WAIT_NOTE_S
+                    log.info(
+                        "step %d: waiting %.0f s so far for %s %d%s (gives up at %.0f s)",
+                        step,
+                        now - started,
+                        kind,
+                        micro,
+                        source,
+                        timeout_s,
+                    )
+                self._arrived.wait(min(deadline - now, POLL_S))
             return self._frames.pop(key)
 
     def forget(self, plan: PlanKey, before_step: int) -> None:

@@ -193,7 +193,9 @@ def run_step(
         assert transport is not None
         sender = role.prev_peer if kind == ACTIVATION else role.next_peer
         wait_s = waits[sender][0] if sender in waits else RECEIVE_TIMEOUT_S
-        frame = transport.inbox.take(role.plan_key, kind, step, m, wait_s, stop_waiting)
+        frame = transport.inbox.take(
+            role.plan_key, kind, step, m, wait_s, stop_waiting, sender or ""
+        )
         timing.frames += 1
         return frame.to(device, torch.float32)
 

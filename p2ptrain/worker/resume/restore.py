@@ -227,6 +227,13 @@ class _Missing:
             if peer == transport.peer_id:
                 continue
             started_s = time.monotonic()
+            log.info(
+                "fetching layers %s (step %d, up to %.0f MB) from %s",
+                key,
+                step,
+                max_bytes / 1e6,
+                peer,
+            )
             try:
                 path = fetch_state(
                     transport,
