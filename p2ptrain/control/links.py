@@ -97,6 +97,10 @@ class Link:
     rate_by: tuple[str, ...] = ()
     rtt_by: tuple[str, ...] = ()  # the ends whose word the round trip is (one: that end's alone)
     rate_from: str = ""  # the end whose word the rate is (the lower of two)
+    # the other end's word where both spoke (the optimistic of two): what the worst measured
+    # link is judged on, so that one end's pessimism about its own links prices no other pair
+    rtt_low_ms: float | None = None
+    rate_high_mbps: float | None = None
 
     @property
     def rtt_measured(self) -> bool:
@@ -156,6 +160,8 @@ def freshest_links(
             rate_by=tuple(sorted(bws.get(pair, {}))),
             rtt_by=tuple(sorted(rtts.get(pair, {}))),
             rate_from="" if pair in rate_failed else rate_from,
+            rtt_low_ms=None if pair in rtt_failed else min((v for _, v in rtt), default=None),
+            rate_high_mbps=None if pair in rate_failed else max((v for _, v in bw), default=None),
         )
     return result
 

@@ -58,3 +58,33 @@ def test_the_planner_prices_a_failed_link_as_the_worst_measured_one() -> None:
     a, b = peers.index(A), peers.index(B)
     assert m.bandwidth_gbps[a, b] == 5.0 / 1000  # the worst rate measured, not A's 1e6
     assert m.delay_ms[a, b] == 90.0 / 2  # and the worst round trip
+
+
+def test_one_members_pessimism_about_its_own_links_prices_no_other_pair() -> None:
+    """A failed link is priced as the worst measured one: a member reporting its own links at
+    1e5 ms (a pessimistic word wins its own pairs) set that price for an honest pair whose
+    probes failed. The worst is judged on each link's optimistic end now."""
+    from p2ptrain.control.links import freshest_links
+
+    peers = ["h1", "h2", "h3", "liar"]
+    rows = {
+        "h1": (
+            {
+                "h2": LinkReport(None, None, None, None, rtt_failures=3),
+                "h3": LinkReport(40.0, 0.5, 100.0, 0.5),
+                "liar": LinkReport(40.0, 0.5, 100.0, 0.5),
+            },
+            0.0,
+        ),
+        "h2": (
+            {"h3": LinkReport(60.0, 0.5, 100.0, 0.5), "liar": LinkReport(40.0, 0.5, 100.0, 0.5)},
+            0.0,
+        ),
+        "h3": ({"liar": LinkReport(40.0, 0.5, 100.0, 0.5)}, 0.0),
+        "liar": ({p: LinkReport(1e5, 0.5, 0.001, 0.5) for p in ("h1", "h2", "h3")}, 0.0),
+    }
+    links = freshest_links(rows, now=0.5)
+    assert links[("h1", "liar")].rtt_ms == 1e5  # its own pairs: its pessimistic word stands
+    matrices = build_matrices(peers, links)
+    assert links[("h1", "h2")].rtt_failed
+    assert matrices.delay_ms[0, 1] == 30.0  # the honest worst (60 ms), not 5e4

@@ -26,6 +26,7 @@ from p2ptrain.control.planning.planner import (
     UNREACHABLE_DELAY_MS,
     Matrices,
     build_matrices,
+    worst_measured,
 )
 from p2ptrain.records.estimate import AccessCapacity, NetCoordinate
 
@@ -258,8 +259,7 @@ def live_matrices(
     m = estimated.matrices
     delay, rate = np.minimum(m.delay_ms, MAX_MEASURED_DELAY_MS), m.bandwidth_gbps.copy()
     index = {p: i for i, p in enumerate(peers)}
-    measured_delays = delay[rtt_known]
-    measured_rates = rate[rate_known]
+    worst_delay_ms, worst_gbps = worst_measured(links.values())
     for (a, b), link in links.items():
         i, j = index.get(a), index.get(b)
         if i is None or j is None or i == j:
@@ -268,10 +268,10 @@ def live_matrices(
             rate[i, j] = rate[j, i] = max(
                 RELAYED_RATE_SHARE * rate[i, j], MIN_MEASURED_BANDWIDTH_GBPS
             )
-        if link.rtt_failed and measured_delays.size:
-            delay[i, j] = delay[j, i] = float(measured_delays.max())
-        if link.rate_failed and measured_rates.size:
-            rate[i, j] = rate[j, i] = float(measured_rates.min())
+        if link.rtt_failed and worst_delay_ms is not None:
+            delay[i, j] = delay[j, i] = worst_delay_ms
+        if link.rate_failed and worst_gbps is not None:
+            rate[i, j] = rate[j, i] = worst_gbps
     apart = [index[p] for p in peers if p in private]
     for i in apart:
         for j in apart:

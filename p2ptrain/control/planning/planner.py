@@ -9,7 +9,7 @@ plan exists from the first seconds; re-planning happens on membership changes an
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +63,22 @@ class Matrices:
     compute: PeerCompute | None = None  # the peers' measured stage times (planning/compute.py)
 
 
+def worst_measured(links: Collection[Link]) -> tuple[float | None, float | None]:
+    """The worst one-way delay (ms) and rate (Gbit/s) measured, each link on its optimistic
+    end's word (a link one end measured: that end's), within the measured bounds."""
+    delays = [rtt / 2 for link in links if (rtt := link.rtt_low_ms or link.rtt_ms) is not None]
+    rates = [
+        rate / 1000 for link in links if (rate := link.rate_high_mbps or link.bandwidth_mbps)
+    ]
+    worst_delay = min(max(delays), MAX_MEASURED_DELAY_MS) if delays else None
+    worst_rate = (
+        clamp(min(rates), MIN_MEASURED_BANDWIDTH_GBPS, MAX_MEASURED_BANDWIDTH_GBPS)
+        if rates
+        else None
+    )
+    return worst_delay, worst_rate
+
+
 def build_matrices(
     peers: list[str],
     links: dict[tuple[str, str], Link],
@@ -77,7 +93,9 @@ def build_matrices(
     hole punch (control/traversal.py) and priced like any other, a `relayed` pair (a, b)
     sorted) at RELAYED_RATE_SHARE of its measured rate. A link whose probes fail at one end
     (control/links.py: `rtt_failed`, `rate_failed`) is priced as the worst measured one: a peer
-    that refuses probes gains nothing over one measured slow."""
+    that refuses probes gains nothing over one measured slow (worst_measured: judged on the
+    optimistic end's word, or a member reporting its own links at 1e5 ms set that price for
+    honest pairs whose probes failed)."""
     n = len(peers)
     delay = np.full((n, n), np.nan)
     bandwidth = np.full((n, n), np.nan)
@@ -101,13 +119,14 @@ def build_matrices(
                 )
     off_diagonal = ~np.eye(n, dtype=bool)
     num_measured = int(np.count_nonzero(~np.isnan(delay[off_diagonal]))) // 2
+    worst_delay_ms, worst_gbps = worst_measured(links.values())
     for matrix, fallback, failed, worst in (
-        (delay, DEFAULT_DELAY_MS, failed_delay, np.max),
-        (bandwidth, DEFAULT_BANDWIDTH_GBPS, failed_rate, np.min),
+        (delay, DEFAULT_DELAY_MS, failed_delay, worst_delay_ms),
+        (bandwidth, DEFAULT_BANDWIDTH_GBPS, failed_rate, worst_gbps),
     ):
         measured = matrix[off_diagonal & ~np.isnan(matrix)]
         estimate = float(np.median(measured)) if measured.size else fallback
-        matrix[failed] = float(worst(measured)) if measured.size else fallback
+        matrix[failed] = worst if worst is not None else fallback
         matrix[np.isnan(matrix)] = estimate
     apart = [i for i, peer in enumerate(peers) if peer in private]
     for i in apart:
