@@ -85,8 +85,10 @@ def _read_groups(path: Path) -> object:
         return json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: not valid JSON ({exc})") from None
+    except UserError:
+        raise
+    except (ValueError, RecursionError) as exc:  # not UTF-8 JSON, or nested past the stack
+        raise UserError(f"{path}: not valid JSON ({str(exc)[:80]})") from None
 
 
 def render_plan(topology: Topology, plan: Schedule) -> str:

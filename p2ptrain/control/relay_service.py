@@ -26,6 +26,7 @@ from p2ptrain.errors import WireError
 from p2ptrain.net.framing import read_frame, write_frame
 from p2ptrain.net.host import connection_ips
 from p2ptrain.net.stream_end import end, ending
+from p2ptrain.records.fields import json_value
 from p2ptrain.records.relay import OfferAnswer, RelayOffer, RelayReply, RelayRequest
 from p2ptrain.traversal import relay
 
@@ -53,7 +54,7 @@ async def exchange(
     stream = await host.new_stream(ID.from_base58(peer), [protocol])
     async with ending(stream):  # reset when the caller's deadline ends it: net/stream_end.py
         await write_frame(stream, json.dumps(message).encode())
-        return json.loads(await read_frame(stream, MAX_MESSAGE_BYTES))
+        return json_value(await read_frame(stream, MAX_MESSAGE_BYTES), "relay reply")
 
 
 async def answer_one(
@@ -67,7 +68,7 @@ async def answer_one(
     SIGNAL_TIMEOUT_S; bad input is logged and dropped, and the stream closed either way."""
     try:
         with trio.fail_after(SIGNAL_TIMEOUT_S):
-            request = decode(json.loads(await read_frame(stream, MAX_MESSAGE_BYTES)))
+            request = decode(json_value(await read_frame(stream, MAX_MESSAGE_BYTES), what))
             sender = stream.muxed_conn.peer_id.to_base58()
             reply = await answer(sender, stream_ip(stream), request)
             await write_frame(stream, json.dumps(reply.to_dict()).encode())

@@ -44,6 +44,7 @@ from p2ptrain.control.state import NodeState
 from p2ptrain.control.view import SwarmView
 from p2ptrain.net import rpc
 from p2ptrain.net.paging import checked_next, page_of
+from p2ptrain.records.fields import json_value
 from p2ptrain.records.replies import SyncPage, SyncRequest
 
 log = logging.getLogger(__name__)
@@ -99,9 +100,9 @@ def read_request(request: bytes) -> SyncRequest:
     if not request:
         return SyncRequest(0)
     try:
-        return SyncRequest.from_dict(json.loads(request))
-    except (ValueError, RecursionError) as exc:  # WireError is a ValueError too
-        raise ValueError(f'a sync request is {{"cursor": n}}: {exc}') from None
+        return SyncRequest.from_dict(json_value(request, "sync request"))
+    except wire.WireError as exc:
+        raise wire.WireError(f'{exc} (a sync request is {{"cursor": n}})') from None
 
 
 def sync_sources(view: SwarmView, connected_live: list[str]) -> list[str]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any, TypeVar
 
+from p2ptrain.errors import WireError
+from p2ptrain.records.fields import json_value
 from p2ptrain.records.replies import MAX_CURSOR, Cursor
 
 T = TypeVar("T")
@@ -16,9 +18,9 @@ def read_cursor(request: bytes) -> int:
     if not request:
         return 0
     try:
-        return Cursor.from_dict(json.loads(request)).cursor
-    except (ValueError, RecursionError) as exc:  # WireError is a ValueError too
-        raise ValueError(f'a paged request is {{"cursor": n}}: {exc}') from None
+        return Cursor.from_dict(json_value(request, "paged request")).cursor
+    except WireError as exc:
+        raise WireError(f'{exc} (a paged request is {{"cursor": n}})') from None
 
 
 def cursor_request(cursor: int) -> bytes:

@@ -28,6 +28,7 @@ from libp2p.peer.id import ID
 from p2ptrain.net.framing import read_frame, write_frame
 from p2ptrain.net.ratelimit import StreamRates
 from p2ptrain.net.stream_end import end, ending
+from p2ptrain.records.fields import json_value
 from p2ptrain.sampled_log import SampledLog
 
 log = logging.getLogger(__name__)
@@ -154,9 +155,10 @@ def make_handler(respond: Responder) -> Handler:
 
 
 async def call(host: IHost, peer: ID, protocol: TProtocol, request: bytes = b"") -> Any:
-    """Send one request and return the decoded JSON reply; raises on timeout or bad reply."""
+    """Send one request and return the decoded JSON reply; raises on timeout, WireError on a
+    reply that is not JSON."""
     with trio.fail_after(RPC_TIMEOUT_S):
         stream = await host.new_stream(peer, [protocol])
         async with ending(stream):  # reset on a timeout: net/stream_end.py
             await write_frame(stream, request)
-            return json.loads(await read_frame(stream, MAX_REPLY_BYTES))
+            return json_value(await read_frame(stream, MAX_REPLY_BYTES), "RPC reply")

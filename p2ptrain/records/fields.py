@@ -7,6 +7,7 @@ wire error, never another exception.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -21,6 +22,15 @@ MAX_ADDR_CHARS = 256
 MAX_PEERS = 1024  # peers named in one record
 MAX_FREE_FORM_CHARS = 2048  # small free-form objects (hardware descriptions)
 MAX_FREE_FORM_DEPTH = 4
+
+
+def json_value(data: bytes | str, record: str) -> Any:
+    """The JSON value of bytes off the wire; WireError if they are not UTF-8 JSON (nesting past
+    Python's stack included)."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError too
+        raise malformed(record, f"not JSON: {str(exc)[:80]}") from None
 
 
 def malformed(record: str, problem: str) -> WireError:

@@ -103,8 +103,9 @@ class Topology:
             i, j = np.argwhere(bad_bw)[0]
             raise TopologyError(f"bandwidth_gbps[{i}][{j}] must be > 0, got {bandwidth[i, j]}")
         # The graph is treated as symmetric (the paper averages the two directions).
-        object.__setattr__(self, "delay_ms", (delay + delay.T) / 2)
-        object.__setattr__(self, "bandwidth_gbps", (bandwidth + bandwidth.T) / 2)
+        # halves first: two finite values near the float's limit overflow as a sum
+        object.__setattr__(self, "delay_ms", delay / 2 + delay.T / 2)
+        object.__setattr__(self, "bandwidth_gbps", bandwidth / 2 + bandwidth.T / 2)
         if self.regions is not None and (
             not isinstance(self.regions, list)
             or len(self.regions) != num_peers
@@ -185,6 +186,13 @@ def _square_matrix(name: str, value: object, num_peers: int) -> FloatMatrix:
 
 def topology_from_json(doc: object, *, origin: str = "topology") -> Topology:
     """Build a Topology from a parsed p2ptrain.topology/1 document."""
+    try:
+        return _topology_from_json(doc, origin)
+    except OverflowError:  # a JSON integer past any float (10**400)
+        raise TopologyError(f"{origin}: a number is too large for a float") from None
+
+
+def _topology_from_json(doc: object, origin: str) -> Topology:
     if not isinstance(doc, dict):
         raise TopologyError(f"{origin}: expected a JSON object")
     fmt = doc.get("format")
@@ -234,8 +242,8 @@ def load_topology(path: str | Path) -> Topology:
         raise TopologyError(f"{path}: {size} bytes is over the {MAX_TOPOLOGY_BYTES}-byte limit")
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TopologyError(f"{path}: not valid JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:  # not UTF-8 JSON, or nested past the stack
+        raise TopologyError(f"{path}: not valid JSON ({str(exc)[:80]})") from None
     return topology_from_json(doc, origin=str(path))
 
 

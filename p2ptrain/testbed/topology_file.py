@@ -20,7 +20,7 @@ def per_peer(
     what the object should look like in the error of one that is not an object."""
     try:
         doc: Any = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, ValueError, RecursionError):  # not UTF-8 JSON, or nested past the stack
         return {}  # load_topology reports what is wrong with the file
     raw = doc.get(field) if isinstance(doc, dict) else None
     if raw is None:

@@ -117,7 +117,9 @@ def decode_int8_blocks(
     _expect_size(data, num_blocks * (_F32 + block), "int8 payload")
     scales = _finite(_view(data[: num_blocks * _F32], torch.float32), "int8 payload")
     codes = _view(data[num_blocks * _F32 :], torch.int8).view(num_blocks, block).float()
-    return (codes * scales[:, None]).reshape(-1)[:numel].reshape(tuple(shape))
+    # a finite scale times 127 may not be (3e38 x 127): the product is checked too
+    values = (codes * scales[:, None]).reshape(-1)[:numel].reshape(tuple(shape))
+    return _finite(values, "int8 payload")
 
 
 def int8_bytes_per_value(block: int = INT8_BLOCK) -> float:
@@ -141,7 +143,7 @@ def decode_int8_rows(payload: torch.Tensor | bytes, shape: Sequence[int]) -> tor
     _expect_size(data, num_rows * (_F32 + row), "int8 activation payload")
     scales = _finite(_view(data[: num_rows * _F32], torch.float32), "int8 activation payload")
     codes = _view(data[num_rows * _F32 :], torch.int8).view(num_rows, row).float()
-    return (codes * scales[:, None]).reshape(tuple(shape))
+    return _finite((codes * scales[:, None]).reshape(tuple(shape)), "int8 activation payload")
 
 
 def int8_rows_roundtrip(x: torch.Tensor) -> torch.Tensor:

@@ -332,7 +332,7 @@ class Worker:
         try:
             static = json.loads(plan_path.read_text())
             names = Plan.from_dict(_static_plan_fields(static["plan"], {})).peers()
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
             log.error("cannot read plan %s: %s", plan_path, exc)
             self.inbox.stop()
             return
@@ -345,7 +345,7 @@ class Worker:
             hellos = {n: Hello.from_dict(json.loads(p.read_text())) for n, p in hello_paths.items()}
             plan = Plan.from_dict(_static_plan_fields(static["plan"], hellos))
             self.inbox.put_plan(PlanMessage(plan, RunSpec.from_dict(static["run"])))
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, RecursionError) as exc:
             log.error("cannot use plan %s: %s", plan_path, exc)
             self.inbox.stop()
 

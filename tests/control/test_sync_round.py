@@ -161,3 +161,9 @@ def test_a_page_is_applied_in_slices_between_which_other_tasks_run(
     trio.run(scenario)
     assert len(decoded) == 64
     assert any(0 < n < 64 for n in seen_mid_page)  # was: only before and after the page
+
+
+@pytest.mark.parametrize("request_bytes", [b"\xff", b"[" * 100_000, b"{", b'{"cursor": "x"}', b"7"])
+def test_a_bad_sync_request_is_the_wire_error(request_bytes: bytes) -> None:
+    with pytest.raises(wire.WireError):  # was a plain ValueError
+        sync.read_request(request_bytes)

@@ -18,6 +18,7 @@ from libp2p.network.stream.exceptions import StreamEOF
 from libp2p.peer.peerinfo import info_from_p2p_addr
 from multiaddr import Multiaddr
 
+from p2ptrain.errors import WireError
 from p2ptrain.net import probe, rpc
 from p2ptrain.net.framing import FrameError, read_frame, write_frame
 from p2ptrain.net.host import full_addrs, make_host
@@ -161,3 +162,24 @@ def test_inbound_streams_past_the_per_peer_cap_are_refused() -> None:
 
     refused, num_peers_open = run(scenario)
     assert refused == 2 and num_peers_open <= 1
+
+
+@pytest.mark.parametrize("reply", [b"\xff\xfe", b"[" * 100_000, b"{not json"])
+def test_an_rpc_reply_that_is_not_json_is_the_wire_error(reply: bytes) -> None:
+    """A peer's garbage reply was a bare JSONDecodeError, UnicodeDecodeError or RecursionError."""
+
+    async def garbage(stream: Any) -> None:
+        await read_frame(stream, 1024)
+        await write_frame(stream, reply)
+        await stream.close()
+
+    async def scenario() -> str:
+        async with host_pair() as (a, b):
+            b.set_stream_handler(ECHO, garbage)
+            try:
+                await rpc.call(a, b.get_id(), ECHO, b"hello")
+            except WireError as exc:
+                return str(exc)
+            return "decoded"
+
+    assert run(scenario).startswith("malformed")

@@ -51,5 +51,6 @@ def test_a_status_page_keeps_page_zeros_scalars() -> None:
     assert checked_next(page.next, 0) == 1
     with pytest.raises(ValueError):
         checked_next(1, 1)  # no loops
-    with pytest.raises(ValueError):
-        read_cursor(b'{"cursor": -1}')
+    for request in (b'{"cursor": -1}', b"\xff", b"[" * 100_000, b"{", b'{"cursor": 1e999}'):
+        with pytest.raises(WireError):  # the one wire error (was a plain ValueError)
+            read_cursor(request)

@@ -55,6 +55,9 @@ CASES = {
     "bad format": (broken(lambda d: d.update(format="other/2")), "format must be"),
     "missing field": (broken(lambda d: d.pop("delay_ms")), "missing field 'delay_ms'"),
     "string in matrix": (broken(lambda d: d["delay_ms"][0].__setitem__(1, "x")), "not a number"),
+    # an OverflowError escaped for a JSON integer past any float
+    "huge integer delay": (broken(lambda d: d["delay_ms"][0].__setitem__(1, 10**400)), "too large"),
+    "huge integer workload": (broken(lambda d: d["workload"].update(c_dp_gb=10**400)), "too large"),
 }
 
 
@@ -65,6 +68,24 @@ def test_bad_topology_is_one_clear_error(case: str, tmp_path: Path) -> None:
     path.write_text(json.dumps(doc))
     with pytest.raises(TopologyError, match=expected.replace("(", r"\(")):
         load_topology(path)
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"a":' * 100_000, "\udcff"])
+def test_a_file_nested_past_the_stack_or_not_utf8_is_one_clear_error(
+    text: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "t.json"
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
+    with pytest.raises(TopologyError, match="not valid JSON"):  # was a RecursionError
+        load_topology(path)
+
+
+def test_values_near_the_floats_limit_do_not_overflow_when_averaged(tmp_path: Path) -> None:
+    doc = good_doc()
+    doc["delay_ms"][0][1] = doc["delay_ms"][1][0] = 1e308
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    assert load_topology(path).delay_ms[0, 1] == 1e308  # the sum was inf
 
 
 def test_good_topology_loads(tmp_path: Path) -> None:
@@ -108,3 +129,16 @@ def test_cli_json_contract() -> None:
     assert len(out["pipelines"]) == 8 and all(len(p) == 8 for p in out["pipelines"])
     assert out["cost_s"] <= 16.0868 + 1e-4
     assert out["dp_cost_s"] + out["pp_cost_s"] == pytest.approx(out["cost_s"])
+
+
+def test_the_other_readers_of_topology_files_refuse_deep_nesting(tmp_path: Path) -> None:
+    """`schedule --groups` and the testbed's per-peer fields raised RecursionError."""
+    from p2ptrain.cli.schedule_cmd import _read_groups
+    from p2ptrain.errors import UserError
+    from p2ptrain.testbed.topology_file import per_peer
+
+    path = tmp_path / "t.json"
+    path.write_text("[" * 100_000)
+    with pytest.raises(UserError, match="not valid JSON"):
+        _read_groups(path)
+    assert per_peer(path, ["a"], "nat", "of peers", str) == {}  # load_topology says why

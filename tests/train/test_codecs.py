@@ -4,6 +4,7 @@ and decoders that are total on hostile bytes (a small fuzz)."""
 from __future__ import annotations
 
 import random
+import struct
 
 import pytest
 import torch
@@ -158,3 +159,13 @@ def test_topk_decoder_refuses_unordered_indices() -> None:
         codecs.decode_topk(bytes(raw), 150, 0.1)
     with pytest.raises(WireError):
         codecs.decode_fp16(torch.zeros(4, dtype=torch.int32), (2,))
+
+
+def test_a_finite_scale_whose_product_is_not_is_refused() -> None:
+    """Each scale was checked, not scale x code: 3e38 x 127 decoded to inf, and an outer
+    round's shard went on with it."""
+    huge = struct.pack("<f", 3e38)
+    with pytest.raises(WireError):
+        codecs.decode_int8_blocks(huge + bytes([127]) * codecs.INT8_BLOCK, (codecs.INT8_BLOCK,))
+    with pytest.raises(WireError):
+        codecs.decode_int8_rows(huge + bytes([127]) * 4, (1, 4))

@@ -67,9 +67,7 @@ def worst_measured(links: Collection[Link]) -> tuple[float | None, float | None]
     """The worst one-way delay (ms) and rate (Gbit/s) measured, each link on its optimistic
     end's word (a link one end measured: that end's), within the measured bounds."""
     delays = [rtt / 2 for link in links if (rtt := link.rtt_low_ms or link.rtt_ms) is not None]
-    rates = [
-        rate / 1000 for link in links if (rate := link.rate_high_mbps or link.bandwidth_mbps)
-    ]
+    rates = [rate / 1000 for link in links if (rate := link.rate_high_mbps or link.bandwidth_mbps)]
     worst_delay = min(max(delays), MAX_MEASURED_DELAY_MS) if delays else None
     worst_rate = (
         clamp(min(rates), MIN_MEASURED_BANDWIDTH_GBPS, MAX_MEASURED_BANDWIDTH_GBPS)
