@@ -1,4 +1,7 @@
-"""Feeds this node's web dashboard (p2ptrain/web): the status document once a second.
+"""Feeds this node's web dashboard (p2ptrain/web): the status document once a second, or less
+often where building it takes long: the build runs on the trio loop, and past a thousand peers
+(or a flood of identities, each naming links) it took a second itself, every second, watched
+or not; the loop now gives it at most a share (BUILD_SHARE, as the status RPC's pages).
 
 The page and /metrics are served from the dashboard's own threads (web/server.py) and read only
 what this task hands them, so serving them never touches the SwarmView.
@@ -11,7 +14,7 @@ import time
 
 import trio
 
-from p2ptrain.control.status import swarm_status
+from p2ptrain.control.status import BUILD_SHARE, swarm_status
 from p2ptrain.control.view import SwarmView
 from p2ptrain.web.server import Dashboard, DashboardServer, parse_http_option
 
@@ -35,13 +38,15 @@ class DashboardFeed:
         try:
             failing = False
             while True:
+                started = time.monotonic()
                 try:
-                    self.dashboard.update(swarm_status(view, time.monotonic()), time.time())
+                    self.dashboard.update(swarm_status(view, started), time.time())
                     failing = False
                 except Exception:  # the page shows the last good snapshot; the node goes on
                     if not failing:  # once per run of failures, not once a second
                         log.exception("the dashboard could not show this status")
                     failing = True
-                await trio.sleep(REFRESH_S)
+                built_s = time.monotonic() - started
+                await trio.sleep(max(REFRESH_S, BUILD_SHARE * built_s))
         finally:
             self.server.stop()

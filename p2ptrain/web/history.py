@@ -149,7 +149,7 @@ class SwarmHistory:
             and p.metrics.step is not None
             and p.metrics.loss is not None
         ]
-        if len(reports) < len(last):
+        if not reports or len(reports) < len(last):  # a plan of no pipeline too
             return
         step = min(m.step for m in reports if m.step is not None)
         if self.points and step <= self.points[-1].step:

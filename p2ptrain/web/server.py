@@ -218,6 +218,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)  # wakes the handler's recv or send
 
     def _answer(self, with_body: bool) -> None:
+        if self.headers.get("Content-Length", "0").strip() != "0" or self.headers.get(
+            "Transfer-Encoding"
+        ):
+            # a GET with a body: never read, it would be parsed as the connection's next
+            # request (a smuggled one, behind a proxy that pools connections): the last one
+            self.close_connection = True
         if not self.server.host_allowed(self.headers.get("Host")):
             self.send_error(HTTPStatus.MISDIRECTED_REQUEST, "unknown Host")
             return

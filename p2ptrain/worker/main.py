@@ -195,11 +195,11 @@ class Worker:
                 try:
                     end = session.train(version)
                 finally:
-                    # a session that stopped training takes no more frames (the sender retries
-                    # until our next session, or gives up): one it accepted now would be
-                    # answered ACCEPTED and never used
+                    # a stopped session takes no more frames (the sender retries until our next
+                    # session, or gives up): one accepted now would be ACCEPTED and never used
                     self.current, self.phase = None, "waiting"
                     session.close()
+                    del session  # what it held is not kept through the wait for the next plan
                     collector.thaw()
                 if end is SessionEnd.DONE:
                     return 0

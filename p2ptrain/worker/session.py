@@ -179,8 +179,7 @@ class Session:
             bootstrap_dht(dht, sorted(others))
 
     def _agree_on_start(self, dht: DHT) -> StartPoint | None:
-        """Every peer of the plan (spares too) announces its saved stage states; all pick one
-        step, and the digest of each stage's state there (worker/resume/start_step.py)."""
+        """Every peer of the plan, spares too, announces its states; all pick one (start_step.py)."""
         log.info("agreeing with the plan's peers on a start step (up to %.0f s)", RESUME_TIMEOUT_S)
         return agree_on_plan_start(
             dht,
@@ -239,8 +238,7 @@ class Session:
         return SessionEnd.DONE
 
     def _interrupted(self) -> SessionEnd | None:
-        """Before a step: a stop, or a newer plan that places peers differently, ends the
-        session; a newer plan with the same placement (new addresses) is taken as ours."""
+        """A stop, or a newer plan placing peers differently, ends the session before a step."""
         if self.inbox.stopped:
             return SessionEnd.STOPPED
         if self.inbox.version != self.plan_version:
@@ -386,12 +384,16 @@ class Session:
             self.writer.submit(write)
 
     def close(self) -> None:
-        """Checkpoint (weights are always those of the last completed step) and leave the swarm."""
-        if self.outer is not None:
-            self.outer.close()  # a round still running ends (stop or timeout) before the save
-        close_rounds(self.transport)  # this group's members park outer messages no more
-        self.save(at_end=True)
-        if self.averager is not None:
-            self.averager.close()
-            self.averager = None
-        self.model = None
+        """Checkpoint (weights are always those of the last completed step) and leave the swarm;
+        what the session held goes whatever happens, so the next one is built beside none of it."""
+        try:
+            if self.outer is not None:
+                self.outer.close()  # a round still running ends (stop or timeout) before the save
+            close_rounds(self.transport)  # this group's members park outer messages no more
+            self.save(at_end=True)  # a failed write is logged (state_writer.py), not raised
+        finally:
+            if self.averager is not None:
+                self.averager.close()
+            self.averager = self.model = self.outer = self.corpus = self._previous = None
+            if hasattr(self, "optimizer"):  # a spare's session has none
+                self.optimizer.state.clear()  # the moments: twice the stage's weights

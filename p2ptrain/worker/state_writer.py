@@ -77,10 +77,11 @@ class StateWriter:
         self._thread.start()
 
     def write_now(self, write: StateWrite) -> None:
-        """Write in the calling thread, after the write in flight: on disk when this returns."""
+        """Write in the calling thread, after the write in flight: on disk when this returns,
+        unless it failed (logged, as a write beside training: a full disk at a session's end
+        ended the worker, and the next session never started)."""
         self.wait()
-        write.run(self.directory, self.spec)
-        log.info("checkpoint: step %d -> %s", write.snapshots[-1].step, self.directory)
+        self._run(write)
 
     def wait(self) -> None:
         """Until the write in flight (if any) has ended."""

@@ -235,3 +235,28 @@ def test_slow_clients_are_reset_and_never_hold_a_slot() -> None:
             conn.close()
     finally:
         server.stop()
+
+
+def test_a_get_with_a_body_ends_its_connection() -> None:
+    """The body was never read, and on a kept-alive connection it was parsed as the next
+    request: one request, two answers (a smuggled one, behind a proxy pooling connections)."""
+    dashboard = Dashboard()
+    dashboard.update(swarm(2), 1.0)
+    server = DashboardServer(dashboard, "127.0.0.1", 0)
+    server.start()
+    host = f"127.0.0.1:{server.address[1]}"
+    try:
+        smuggled = f"GET /metrics HTTP/1.1\r\nHost: {host}\r\n\r\n"
+        request = (
+            f"GET /api/status HTTP/1.1\r\nHost: {host}\r\n"
+            f"Content-Length: {len(smuggled)}\r\n\r\n{smuggled}"
+        )
+        with socket.create_connection(server.address, timeout=5) as conn:
+            conn.sendall(request.encode())
+            received = b""
+            with contextlib.suppress(OSError):
+                while chunk := conn.recv(65536):
+                    received += chunk
+        assert received.count(b"HTTP/1.1 200") == 1  # was 2
+    finally:
+        server.stop()

@@ -137,3 +137,17 @@ def test_on_a_cpu_device_a_save_is_written_before_it_returns(
     writer.submit(_write_of(model, optimizer, 20))
     assert not writer.writing
     assert [s.step for s in list_states(tmp_path)] == [20]
+
+
+def test_a_failed_write_at_a_sessions_end_is_logged_not_raised(
+    tmp_path: Path, stage: tuple[Any, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """write_now (a session's last save) raised: a full disk at a re-plan ended the worker,
+    and the next session never started."""
+    model, optimizer = stage
+    blocked = tmp_path / "checkpoints"
+    blocked.write_text("a file where the directory should be")
+    writer = StateWriter(blocked, SPEC)
+    with caplog.at_level(logging.ERROR, logger=state_writer.__name__):
+        writer.write_now(_write_of(model, optimizer, 4))
+    assert "checkpoint: step 4 not written" in caplog.text

@@ -5,6 +5,18 @@
 const POLL_MS = 1000;
 const state = { status: null, history: null, metric: "rtt", cells: null };
 
+
+// the smallest and largest of many numbers: Math.min(...values) passes each as an argument,
+// and past ~120k (a large swarm's links) the call overflows the stack and the page stops
+function extent(values) {
+  let lo = Infinity, hi = -Infinity;
+  for (const v of values) {
+    if (v < lo) lo = v;
+    if (v > hi) hi = v;
+  }
+  return [lo, hi];
+}
+
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
@@ -130,7 +142,7 @@ function renderHeat(s) {
     const v = state.metric === "rtt" ? link.rtt_ms : link.bandwidth_mbps;
     if (v !== null && index.has(link.a) && index.has(link.b)) values.push(v);
   }
-  const lo = Math.min(...values), hi = Math.max(...values);
+  const [lo, hi] = extent(values);
   const unit = state.metric === "rtt" ? "ms" : "Mbit/s";
   const [good, bad] = state.metric === "rtt" ? [lo, hi] : [hi, lo];
   const scale = document.getElementById("heat-scale");
@@ -215,8 +227,8 @@ function chart(id, points, key, label, cls) {
   if (points.length) {
     const t0 = points[0].t;
     const ys = points.map((p) => p[key]), xs = points.map((p) => p.t - t0);
-    const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);
-    const y0 = Math.min(...ys), y1 = Math.max(...ys, y0 + 1e-9);
+    const [x0, xHi] = extent(xs), [y0, yHi] = extent(ys);
+    const x1 = Math.max(xHi, x0 + 1), y1 = Math.max(yHi, y0 + 1e-9);
     const X = (v) => pad + (v - x0) / (x1 - x0) * (w - pad - 8);
     const Y = (v) => h - pad - (v - y0) / (y1 - y0) * (h - pad - 16);
     const line = document.createElementNS(svg.namespaceURI, "polyline");
