@@ -81,7 +81,7 @@ class StateWriter:
         unless it failed (logged, as a write beside training: a full disk at a session's end
         ended the worker, and the next session never started)."""
         self.wait()
-        self._run(write)
+        self._run(write, beside=False)
 
     def wait(self) -> None:
         """Until the write in flight (if any) has ended."""
@@ -93,7 +93,7 @@ class StateWriter:
     def writing(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def _run(self, write: StateWrite) -> None:
+    def _run(self, write: StateWrite, beside: bool | None = None) -> None:
         step = write.snapshots[-1].step
         started = time.monotonic()
         try:
@@ -106,5 +106,5 @@ class StateWriter:
             step,
             self.directory,
             time.monotonic() - started,
-            " beside training" if self.beside else "",
+            " beside training" if (self.beside if beside is None else beside) else "",
         )
