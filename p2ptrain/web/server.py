@@ -14,6 +14,7 @@ is finite in the JSON, whatever peers report. Stdlib http.server: no framework, 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import logging
 import socket
@@ -35,6 +36,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 MAX_CONNECTIONS = 32  # open at once; more are closed at once
+# from one address other than loopback (an exposed dashboard: one client polling on kept-alive
+# connections held every slot); local viewers all come from loopback
+MAX_CONNECTIONS_PER_SOURCE = 8
 SOCKET_TIMEOUT_S = 10.0  # a client that sends nothing for this long is dropped
 
 
@@ -272,6 +276,8 @@ class _Server(ThreadingHTTPServer):
         self.dashboard = dashboard
         self.limits = limits
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._per_source: dict[str, int] = {}
+        self._sources = threading.Lock()
         # a listen address given as a name is one the page is reached by
         listen = address[0].lower()
         self.names = frozenset(names) | (frozenset() if is_ip(listen) else {listen})
@@ -280,7 +286,11 @@ class _Server(ThreadingHTTPServer):
         super().__init__(address, _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._take_source(client_address):
+            self.shutdown_request(request)  # this source holds its share: refused
+            return
         if not self.slots.acquire(blocking=False):
+            self._give_source(client_address)
             self.shutdown_request(request)  # full: refuse rather than queue
             return
         super().process_request(request, client_address)
@@ -290,6 +300,26 @@ class _Server(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self.slots.release()
+            self._give_source(client_address)
+
+    def _take_source(self, client_address: Any) -> bool:
+        source = str(client_address[0])
+        if is_loopback(source):
+            return True
+        with self._sources:
+            if self._per_source.get(source, 0) >= MAX_CONNECTIONS_PER_SOURCE:
+                return False
+            self._per_source[source] = self._per_source.get(source, 0) + 1
+            return True
+
+    def _give_source(self, client_address: Any) -> None:
+        source = str(client_address[0])
+        with self._sources:
+            left = self._per_source.get(source, 0) - 1
+            if left > 0:
+                self._per_source[source] = left
+            else:
+                self._per_source.pop(source, None)
 
     def host_allowed(self, header: str | None) -> bool:
         return host_allowed(header, int(self.server_address[1]), self.names)
@@ -332,3 +362,11 @@ class DashboardServer:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def is_loopback(address: str) -> bool:
+    """Is a client's address a loopback one (this machine's viewers)?"""
+    try:
+        return ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False

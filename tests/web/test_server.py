@@ -260,3 +260,19 @@ def test_a_get_with_a_body_ends_its_connection() -> None:
         assert received.count(b"HTTP/1.1 200") == 1  # was 2
     finally:
         server.stop()
+
+
+def test_one_source_other_than_loopback_holds_at_most_its_share_of_the_slots() -> None:
+    """An exposed dashboard's 32 connections had no cap per source: one client polling on
+    kept-alive connections held them all. Loopback (this machine's viewers) is exempt."""
+    from p2ptrain.web import server as module
+
+    server = DashboardServer(Dashboard(), "127.0.0.1", 0)
+    inner = server._server  # noqa: SLF001: the socketserver itself
+    remote = ("198.51.100.7", 4000)
+    taken = [inner._take_source(remote) for _ in range(module.MAX_CONNECTIONS_PER_SOURCE + 2)]
+    assert taken.count(True) == module.MAX_CONNECTIONS_PER_SOURCE
+    assert inner._take_source(("198.51.100.8", 4000))  # another source has its own share
+    inner._give_source(remote)
+    assert inner._take_source(remote)  # one ended: room for one more
+    assert all(inner._take_source(("127.0.0.1", 5000)) for _ in range(40))
