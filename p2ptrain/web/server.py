@@ -222,9 +222,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)  # wakes the handler's recv or send
 
     def _answer(self, with_body: bool) -> None:
-        if self.headers.get("Content-Length", "0").strip() != "0" or self.headers.get(
-            "Transfer-Encoding"
-        ):
+        lengths = self.headers.get_all("Content-Length") or ["0"]
+        if [n.strip() for n in lengths] != ["0"] or self.headers.get("Transfer-Encoding"):
             # a GET with a body: never read, it would be parsed as the connection's next
             # request (a smuggled one, behind a proxy that pools connections): the last one
             self.close_connection = True
@@ -367,6 +366,8 @@ class DashboardServer:
 def is_loopback(address: str) -> bool:
     """Is a client's address a loopback one (this machine's viewers)?"""
     try:
-        return ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return False
+    mapped = getattr(ip, "ipv4_mapped", None)  # an IPv4 viewer of a dual-stack listen
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)

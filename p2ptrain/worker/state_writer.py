@@ -14,8 +14,9 @@ At most one write is in flight: a save that finds the previous write unfinished 
 in step order and at most one set of copies in memory. A session's last save (close) waits for
 the write in flight and then writes in the calling thread, so everything it saved is on disk
 before the worker announces its states to a new plan's start agreement
-(worker/resume/start_step.py). A failed periodic write (disk full, directory gone), beside or
-in place, is logged and training goes on: the next save tries again. A writer killed mid-write
+(worker/resume/start_step.py). A failed write (disk full, directory gone), beside, in place or
+a session's last, is logged and training goes on: the next save tries again, and the agreement
+announces what is on disk. A writer killed mid-write
 leaves its temporary file; the next session's writer deletes those of writers that are gone
 (train/checkpoint.py's sweep_unfinished).
 """

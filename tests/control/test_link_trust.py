@@ -88,3 +88,29 @@ def test_one_members_pessimism_about_its_own_links_prices_no_other_pair() -> Non
     matrices = build_matrices(peers, links)
     assert links[("h1", "h2")].rtt_failed
     assert matrices.delay_ms[0, 1] == 30.0  # the honest worst (60 ms), not 5e4
+
+
+def test_the_worst_price_counts_planned_peers_links_at_their_relayed_share_only() -> None:
+    """worst_measured took every link: one member's slow link to a peer outside the plan set
+    the price of the plan's failed pairs, and a failed link was priced above a measured relayed
+    one (its rate at full, the relayed one's at its share)."""
+    from p2ptrain.control.links import Link
+    from p2ptrain.control.planning.planner import RELAYED_RATE_SHARE, worst_measured
+
+    links = {
+        ("a", "b"): Link(20.0, 100.0, 1.0),
+        ("a", "c"): Link(30.0, 100.0, 1.0),
+        ("a", "outsider"): Link(1e5, 0.001, 1.0),
+    }
+    delay_ms, gbps = worst_measured(links, ["a", "b", "c"], frozenset({("a", "c")}))
+    assert delay_ms == 15.0 and gbps == RELAYED_RATE_SHARE * 0.1
+
+
+def test_a_doubted_members_lone_word_prices_no_failed_link() -> None:
+    from p2ptrain.control.estimate.consistency import doubted_links
+    from p2ptrain.control.links import Link
+    from p2ptrain.control.planning.planner import worst_measured
+
+    lie = Link(1e5, 0.001, 1.0, rtt_by=("m",), rate_by=("m",), rtt_low_ms=1e5, rate_high_mbps=0.001)
+    links = doubted_links({("a", "m"): lie, ("a", "b"): Link(20.0, 100.0, 1.0)}, frozenset({"m"}))
+    assert worst_measured(links, ["a", "b", "m"]) == (10.0, 0.1)

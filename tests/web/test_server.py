@@ -247,17 +247,18 @@ def test_a_get_with_a_body_ends_its_connection() -> None:
     host = f"127.0.0.1:{server.address[1]}"
     try:
         smuggled = f"GET /metrics HTTP/1.1\r\nHost: {host}\r\n\r\n"
-        request = (
-            f"GET /api/status HTTP/1.1\r\nHost: {host}\r\n"
-            f"Content-Length: {len(smuggled)}\r\n\r\n{smuggled}"
-        )
-        with socket.create_connection(server.address, timeout=5) as conn:
-            conn.sendall(request.encode())
-            received = b""
-            with contextlib.suppress(OSError):
-                while chunk := conn.recv(65536):
-                    received += chunk
-        assert received.count(b"HTTP/1.1 200") == 1  # was 2
+        for lengths in (f"{len(smuggled)}", f"0\r\nContent-Length: {len(smuggled)}"):
+            request = (
+                f"GET /api/status HTTP/1.1\r\nHost: {host}\r\n"
+                f"Content-Length: {lengths}\r\n\r\n{smuggled}"
+            )
+            with socket.create_connection(server.address, timeout=5) as conn:
+                conn.sendall(request.encode())
+                received = b""
+                with contextlib.suppress(OSError):
+                    while chunk := conn.recv(65536):
+                        received += chunk
+            assert received.count(b"HTTP/1.1 200") == 1  # was 2
     finally:
         server.stop()
 
@@ -276,3 +277,11 @@ def test_one_source_other_than_loopback_holds_at_most_its_share_of_the_slots() -
     inner._give_source(remote)
     assert inner._take_source(remote)  # one ended: room for one more
     assert all(inner._take_source(("127.0.0.1", 5000)) for _ in range(40))
+
+
+def test_a_loopback_viewer_of_a_dual_stack_listen_is_loopback() -> None:
+    from p2ptrain.web.server import is_loopback
+
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("::ffff:127.0.0.1")
+    assert not is_loopback("198.51.100.7") and not is_loopback("::ffff:198.51.100.7")
+    assert not is_loopback("not an address")

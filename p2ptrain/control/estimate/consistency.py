@@ -79,8 +79,10 @@ def doubted_links(
         lone_rtt = len(link.rtt_by) == 1 and link.rtt_by[0] in doubted
         lone_rate = len(link.rate_by) == 1 and link.rate_by[0] in doubted
         if lone_rtt:
-            link = dataclasses.replace(link, rtt_ms=None, rtt_by=())
+            link = dataclasses.replace(link, rtt_ms=None, rtt_by=(), rtt_low_ms=None)
         if lone_rate:
-            link = dataclasses.replace(link, bandwidth_mbps=None, rate_by=())
+            link = dataclasses.replace(
+                link, bandwidth_mbps=None, rate_by=(), rate_from="", rate_high_mbps=None
+            )
         screened[pair] = link
     return screened

@@ -259,7 +259,7 @@ def live_matrices(
     m = estimated.matrices
     delay, rate = np.minimum(m.delay_ms, MAX_MEASURED_DELAY_MS), m.bandwidth_gbps.copy()
     index = {p: i for i, p in enumerate(peers)}
-    worst_delay_ms, worst_gbps = worst_measured(links.values())
+    worst_delay_ms, worst_gbps = worst_measured(links, peers, relayed)
     for (a, b), link in links.items():
         i, j = index.get(a), index.get(b)
         if i is None or j is None or i == j:

@@ -9,7 +9,7 @@ plan exists from the first seconds; re-planning happens on membership changes an
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -63,11 +63,24 @@ class Matrices:
     compute: PeerCompute | None = None  # the peers' measured stage times (planning/compute.py)
 
 
-def worst_measured(links: Collection[Link]) -> tuple[float | None, float | None]:
-    """The worst one-way delay (ms) and rate (Gbit/s) measured, each link on its optimistic
-    end's word (a link one end measured: that end's), within the measured bounds."""
-    delays = [rtt / 2 for link in links if (rtt := link.rtt_low_ms or link.rtt_ms) is not None]
-    rates = [rate / 1000 for link in links if (rate := link.rate_high_mbps or link.bandwidth_mbps)]
+def worst_measured(
+    links: Mapping[tuple[str, str], Link],
+    among: Collection[str],
+    relayed: frozenset[tuple[str, str]] = frozenset(),
+) -> tuple[float | None, float | None]:
+    """The worst one-way delay (ms) and rate (Gbit/s) measured between `among` (the peers
+    planned), each link on its optimistic end's word (a link one end measured: that end's), a
+    `relayed` one at its share, within the measured bounds."""
+    peers = set(among)
+    kept = [(p, link) for p, link in links.items() if p[0] in peers and p[1] in peers]
+    delays = [(link.rtt_low_ms or link.rtt_ms) / 2 for _, link in kept if link.rtt_ms is not None]
+    rates = [
+        (RELAYED_RATE_SHARE if pair in relayed else 1.0)
+        * (link.rate_high_mbps or link.bandwidth_mbps)
+        / 1000
+        for pair, link in kept
+        if link.bandwidth_mbps
+    ]
     worst_delay = min(max(delays), MAX_MEASURED_DELAY_MS) if delays else None
     worst_rate = (
         clamp(min(rates), MIN_MEASURED_BANDWIDTH_GBPS, MAX_MEASURED_BANDWIDTH_GBPS)
@@ -117,7 +130,7 @@ def build_matrices(
                 )
     off_diagonal = ~np.eye(n, dtype=bool)
     num_measured = int(np.count_nonzero(~np.isnan(delay[off_diagonal]))) // 2
-    worst_delay_ms, worst_gbps = worst_measured(links.values())
+    worst_delay_ms, worst_gbps = worst_measured(links, peers, relayed)
     for matrix, fallback, failed, worst in (
         (delay, DEFAULT_DELAY_MS, failed_delay, worst_delay_ms),
         (bandwidth, DEFAULT_BANDWIDTH_GBPS, failed_rate, worst_gbps),
