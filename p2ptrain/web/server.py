@@ -40,6 +40,9 @@ MAX_CONNECTIONS = 32  # open at once; more are closed at once
 # connections held every slot); local viewers all come from loopback
 MAX_CONNECTIONS_PER_SOURCE = 8
 SOCKET_TIMEOUT_S = 10.0  # a client that sends nothing for this long is dropped
+# a request line and headers together (a browser's are ~1 kB): the standard library reads up to
+# 100 lines of 64 KiB and parses them whole, ~6 MB a connection; past this it reads end of file
+MAX_REQUEST_HEAD_BYTES = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -181,6 +184,27 @@ def parse_http_address(text: str) -> tuple[str, int]:
     return (host.strip("[]") or DEFAULT_HOST), number
 
 
+class _BoundedLines:
+    """A request's reader that gives out `left` bytes of lines, then end of file: a head past
+    MAX_REQUEST_HEAD_BYTES ends as a request whose headers stop there (refused, unless what
+    came was whole), and the connection with it."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.left = MAX_REQUEST_HEAD_BYTES
+
+    def readline(self, limit: int = -1) -> bytes:
+        allowed = self.left if limit < 0 else min(limit, self.left)
+        if allowed <= 0:
+            return b""
+        line: bytes = self.raw.readline(allowed)
+        self.left -= len(line)
+        return line
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     timeout = SOCKET_TIMEOUT_S
@@ -195,11 +219,13 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         self._deadline: threading.Timer | None = None
         super().setup()
+        self.rfile = self._head = _BoundedLines(self.rfile)  # type: ignore[assignment]
 
     def handle_one_request(self) -> None:
         # a deadline for the whole exchange: a trickled request or a reply read a byte at a
         # time would otherwise hold this thread and its slot for as long as the client likes
         self._arm(self.server.limits.request_deadline_s)
+        self._head.left = MAX_REQUEST_HEAD_BYTES
         try:
             super().handle_one_request()
         finally:

@@ -285,3 +285,31 @@ def test_a_loopback_viewer_of_a_dual_stack_listen_is_loopback() -> None:
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("::ffff:127.0.0.1")
     assert not is_loopback("198.51.100.7") and not is_loopback("::ffff:198.51.100.7")
     assert not is_loopback("not an address")
+
+
+def test_a_request_head_past_its_bound_is_not_read_on() -> None:
+    """The standard library reads up to 100 header lines of 64 KiB and parses them whole (~6 MB
+    a connection, 32 connections); the head's bytes are bounded now, and the answer comes at
+    once instead of at the request's deadline."""
+    from p2ptrain.web import server as module
+
+    dashboard = Dashboard()
+    dashboard.update(swarm(2), 1.0)
+    server = DashboardServer(dashboard, "127.0.0.1", 0)
+    server.start()
+    try:
+        with socket.create_connection(server.address, timeout=5) as conn:
+            started = time.monotonic()
+            reply = b""
+            with contextlib.suppress(OSError):  # a reset, the unread rest discarded: as good
+                conn.sendall(b"GET /api/status HTTP/1.1\r\n")
+                for n in range(4):  # 4 x 16 KiB of headers, and no end to them
+                    filler = b"a" * module.MAX_REQUEST_HEAD_BYTES
+                    conn.sendall(f"X-Filler-{n}: ".encode() + filler + b"\r\n")
+                reply = conn.recv(4096) or b"closed"
+            waited_s = time.monotonic() - started
+        assert reply in (b"", b"closed") or reply.startswith(b"HTTP/1.1 4"), reply[:40]
+        assert waited_s < 2.0  # was the request's 5 s deadline, the bytes parsed whole
+        assert _get(server.url + "api/status")[0] == 200  # an honest request is still answered
+    finally:
+        server.stop()
