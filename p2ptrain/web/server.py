@@ -14,7 +14,6 @@ is finite in the JSON, whatever peers report. Stdlib http.server: no framework, 
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import json
 import logging
 import socket
@@ -29,32 +28,22 @@ from typing import Any
 from p2ptrain.addresses import is_ip
 from p2ptrain.errors import UserError
 from p2ptrain.records import SwarmStatus
+from p2ptrain.web.client_limits import (
+    MAX_CONNECTIONS,
+    MAX_REQUEST_HEAD_BYTES,
+    SOCKET_TIMEOUT_S,
+    BoundedLines,
+    Limits,
+    SourceShares,
+)
 from p2ptrain.web.history import SwarmHistory, clamped, measured_step_s
 from p2ptrain.web.metrics import metrics_text
 
 log = logging.getLogger(__name__)
 
+DEFAULT_LIMITS = Limits()
+
 DEFAULT_HOST = "127.0.0.1"
-MAX_CONNECTIONS = 32  # open at once; more are closed at once
-# from one address other than loopback (an exposed dashboard: one client polling on kept-alive
-# connections held every slot); local viewers all come from loopback
-MAX_CONNECTIONS_PER_SOURCE = 8
-SOCKET_TIMEOUT_S = 10.0  # a client that sends nothing for this long is dropped
-# a request line and headers together (a browser's are ~1 kB): the standard library reads up to
-# 100 lines of 64 KiB and parses them whole, ~6 MB a connection; past this it reads end of file
-MAX_REQUEST_HEAD_BYTES = 16 * 1024
-
-
-@dataclass(frozen=True)
-class Limits:
-    """How slow a client may be before it is reset."""
-
-    # a request must arrive (and a reply start) within this: the page polls once a second
-    request_deadline_s: float = 5.0
-    # and a reply be read at least this fast (a large swarm's status is tens of MB)
-    min_read_bytes_per_s: float = 256 * 1024
-
-
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 STATIC = {  # path -> (file in p2ptrain/web/static, content type)
     "/": ("index.html", "text/html; charset=utf-8"),
@@ -184,27 +173,6 @@ def parse_http_address(text: str) -> tuple[str, int]:
     return (host.strip("[]") or DEFAULT_HOST), number
 
 
-class _BoundedLines:
-    """A request's reader that gives out `left` bytes of lines, then end of file: a head past
-    MAX_REQUEST_HEAD_BYTES ends as a request whose headers stop there (refused, unless what
-    came was whole), and the connection with it."""
-
-    def __init__(self, raw: Any) -> None:
-        self.raw = raw
-        self.left = MAX_REQUEST_HEAD_BYTES
-
-    def readline(self, limit: int = -1) -> bytes:
-        allowed = self.left if limit < 0 else min(limit, self.left)
-        if allowed <= 0:
-            return b""
-        line: bytes = self.raw.readline(allowed)
-        self.left -= len(line)
-        return line
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.raw, name)
-
-
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     timeout = SOCKET_TIMEOUT_S
@@ -219,7 +187,7 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         self._deadline: threading.Timer | None = None
         super().setup()
-        self.rfile = self._head = _BoundedLines(self.rfile)  # type: ignore[assignment]
+        self.rfile = self._head = BoundedLines(self.rfile)  # type: ignore[assignment]
 
     def handle_one_request(self) -> None:
         # a deadline for the whole exchange: a trickled request or a reply read a byte at a
@@ -301,8 +269,7 @@ class _Server(ThreadingHTTPServer):
         self.dashboard = dashboard
         self.limits = limits
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        self._per_source: dict[str, int] = {}
-        self._sources = threading.Lock()
+        self.sources = SourceShares()
         # a listen address given as a name is one the page is reached by
         listen = address[0].lower()
         self.names = frozenset(names) | (frozenset() if is_ip(listen) else {listen})
@@ -311,11 +278,11 @@ class _Server(ThreadingHTTPServer):
         super().__init__(address, _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._take_source(client_address):
+        if not self.sources.take(client_address):
             self.shutdown_request(request)  # this source holds its share: refused
             return
         if not self.slots.acquire(blocking=False):
-            self._give_source(client_address)
+            self.sources.give(client_address)
             self.shutdown_request(request)  # full: refuse rather than queue
             return
         super().process_request(request, client_address)
@@ -325,26 +292,7 @@ class _Server(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self.slots.release()
-            self._give_source(client_address)
-
-    def _take_source(self, client_address: Any) -> bool:
-        source = str(client_address[0])
-        if is_loopback(source):
-            return True
-        with self._sources:
-            if self._per_source.get(source, 0) >= MAX_CONNECTIONS_PER_SOURCE:
-                return False
-            self._per_source[source] = self._per_source.get(source, 0) + 1
-            return True
-
-    def _give_source(self, client_address: Any) -> None:
-        source = str(client_address[0])
-        with self._sources:
-            left = self._per_source.get(source, 0) - 1
-            if left > 0:
-                self._per_source[source] = left
-            else:
-                self._per_source.pop(source, None)
+            self.sources.give(client_address)
 
     def host_allowed(self, header: str | None) -> bool:
         return host_allowed(header, int(self.server_address[1]), self.names)
@@ -363,7 +311,7 @@ class DashboardServer:
         host: str,
         port: int,
         names: tuple[str, ...] = (),
-        limits: Limits = Limits(),
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         try:
             self._server = _Server((host, port), dashboard, names, limits)
@@ -387,13 +335,3 @@ class DashboardServer:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
-
-
-def is_loopback(address: str) -> bool:
-    """Is a client's address a loopback one (this machine's viewers)?"""
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return False
-    mapped = getattr(ip, "ipv4_mapped", None)  # an IPv4 viewer of a dual-stack listen
-    return ip.is_loopback or (mapped is not None and mapped.is_loopback)

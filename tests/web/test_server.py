@@ -266,21 +266,21 @@ def test_a_get_with_a_body_ends_its_connection() -> None:
 def test_one_source_other_than_loopback_holds_at_most_its_share_of_the_slots() -> None:
     """An exposed dashboard's 32 connections had no cap per source: one client polling on
     kept-alive connections held them all. Loopback (this machine's viewers) is exempt."""
-    from p2ptrain.web import server as module
+    from p2ptrain.web import client_limits as module
 
     server = DashboardServer(Dashboard(), "127.0.0.1", 0)
-    inner = server._server  # noqa: SLF001: the socketserver itself
+    sources = server._server.sources  # noqa: SLF001: the socketserver's own shares
     remote = ("198.51.100.7", 4000)
-    taken = [inner._take_source(remote) for _ in range(module.MAX_CONNECTIONS_PER_SOURCE + 2)]
+    taken = [sources.take(remote) for _ in range(module.MAX_CONNECTIONS_PER_SOURCE + 2)]
     assert taken.count(True) == module.MAX_CONNECTIONS_PER_SOURCE
-    assert inner._take_source(("198.51.100.8", 4000))  # another source has its own share
-    inner._give_source(remote)
-    assert inner._take_source(remote)  # one ended: room for one more
-    assert all(inner._take_source(("127.0.0.1", 5000)) for _ in range(40))
+    assert sources.take(("198.51.100.8", 4000))  # another source has its own share
+    sources.give(remote)
+    assert sources.take(remote)  # one ended: room for one more
+    assert all(sources.take(("127.0.0.1", 5000)) for _ in range(40))
 
 
 def test_a_loopback_viewer_of_a_dual_stack_listen_is_loopback() -> None:
-    from p2ptrain.web.server import is_loopback
+    from p2ptrain.web.client_limits import is_loopback
 
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("::ffff:127.0.0.1")
     assert not is_loopback("198.51.100.7") and not is_loopback("::ffff:198.51.100.7")
@@ -291,7 +291,7 @@ def test_a_request_head_past_its_bound_is_not_read_on() -> None:
     """The standard library reads up to 100 header lines of 64 KiB and parses them whole (~6 MB
     a connection, 32 connections); the head's bytes are bounded now, and the answer comes at
     once instead of at the request's deadline."""
-    from p2ptrain.web import server as module
+    from p2ptrain.web import client_limits as module
 
     dashboard = Dashboard()
     dashboard.update(swarm(2), 1.0)
