@@ -122,8 +122,7 @@ def keep(state: NodeState, path: Path | None) -> None:
     """Write what a restarted control process rejoins from: the organiser's newest run envelope
     we hold (gossip re-signs it; else the one we joined with, which ages towards MAX_RUN_AGE_S)
     and the full addresses of members we are connected to."""
-    organiser = state.view.bootstrap_id or ""
-    run_envelope = state.latest.get((organiser, "run")) or state.run_envelope
+    run_envelope = state.newest_run_envelope()
     if path is None or run_envelope is None:
         return
     members, peers = state.view.members, []

@@ -42,9 +42,7 @@ class RpcResponder:
             return RunReply(error="not in a run yet").to_dict()
         if state.role == "bootstrap":
             return RunReply(envelope=run_message(state).decode()).to_dict()
-        # the latest the organiser published that we accepted, else the one we joined with
-        organiser = state.view.bootstrap_id or ""
-        held = state.latest.get((organiser, "run")) or state.run_envelope
+        held = state.newest_run_envelope()
         if held is None:
             return RunReply(error="no run spec of the organiser held").to_dict()
         return RunReply(envelope=held.decode()).to_dict()

@@ -68,6 +68,11 @@ class NodeState:
     clock: Callable[[], float] = time.monotonic
     changes: Changes = field(default_factory=Changes)  # what the tasks wait for (events.py)
 
+    def newest_run_envelope(self) -> bytes | None:
+        """The organiser's run envelope: the latest it published that we accepted (gossip
+        re-signs it), else the one we joined with (it ages), else None."""
+        return self.latest.get((self.view.bootstrap_id or "", "run")) or self.run_envelope
+
     @property
     def is_member(self) -> bool:
         """Trainers and control-only peers: probed, planned, and candidates for planner."""
