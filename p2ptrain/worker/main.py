@@ -37,6 +37,7 @@ from p2ptrain.records import (
 )
 from p2ptrain.train.checkpoint import checkpoint_dir
 from p2ptrain.worker import allocator, collector, daemon_env, watchdog
+from p2ptrain.worker.averaging.outer_link import finish_sends
 from p2ptrain.worker.device import cpu_threads, precision_for, resolve_device
 from p2ptrain.worker.pipeline.frames import Expected, FrameHeader, NotReady
 from p2ptrain.worker.private_tmp import PrivateTmp
@@ -211,10 +212,9 @@ class Worker:
                     log.info("session ended (%s): waiting for the planner's next plan", end.value)
         finally:
             self.dht = None  # before its shutdown: see _check_dht
+            finish_sends(transport)  # a groupmate's last outer round may wait for our shard
 
-            # hivemind's own shutdown can hang for long; give it a moment, then leave: the
-            # watchdog kills whatever of the process group is left when we exit
-            def shut_down() -> None:
+            def shut_down() -> None:  # hivemind's may hang: the watchdog kills what is left
                 transport.close()
                 dht.shutdown()
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
 import torch
@@ -43,6 +43,9 @@ RETRY_PAUSE_S = 0.3
 MAX_SENDERS = 8  # threads that push messages at once
 # a groupmate pushes at most MAX_SENDERS messages at once; room for as many streams closing
 MAX_INBOUND_PER_PEER = 2 * MAX_SENDERS
+# a leaving worker waits this long at most for its messages still on their way (a groupmate's
+# last round may need our reduced shard: our own round can be done before it is delivered)
+LEAVING_SENDS_S = 10.0
 
 _LINKS: dict[int, P2PRoundLink] = {}
 
@@ -56,6 +59,7 @@ class P2PRoundLink:
         self.inbox = RoundInbox()
         self._streams = OpenStreams("outer round streams")  # strangers' and over the cap
         self._pool = ThreadPoolExecutor(MAX_SENDERS, thread_name_prefix="outer-send")
+        self._in_flight: set[Future[None]] = set()
         transport.call(transport.p2p.add_binary_stream_handler(wire.PROTOCOL, self._handle))
 
     @classmethod
@@ -72,7 +76,18 @@ class P2PRoundLink:
         """Deliver one message, retried while the peer is busy or unreachable, until
         timeout_s; the future fails then (the round notices the missing message itself)."""
         data = header.encode() + payload.numpy().tobytes()
-        return self._pool.submit(self._send_until, peer, data, timeout_s)
+        sent = self._pool.submit(self._send_until, peer, data, timeout_s)
+        self._in_flight.add(sent)
+        sent.add_done_callback(self._in_flight.discard)
+        return sent
+
+    def finish_sends(self, timeout_s: float) -> None:
+        """Wait up to timeout_s for the messages still on their way (each ends delivered or
+        timed out on its own)."""
+        pending = set(self._in_flight)
+        if pending:
+            log.info("leaving: %d outer round messages still on their way", len(pending))
+            wait(pending, timeout_s)
 
     def _send_until(self, peer: str, data: bytes, timeout_s: float) -> None:
         async def deliver() -> None:
@@ -152,6 +167,13 @@ def close_rounds(transport: Transport) -> None:
     link = _LINKS.get(id(transport))
     if link is not None and link.transport is transport:
         link.inbox.admit_group((), 0)
+
+
+def finish_sends(transport: Transport) -> None:
+    """The worker leaves: our round messages still on their way get LEAVING_SENDS_S at most."""
+    link = _LINKS.get(id(transport))
+    if link is not None and link.transport is transport:
+        link.finish_sends(LEAVING_SENDS_S)
 
 
 def stage_exchanges(

@@ -119,6 +119,9 @@ class PlannedGroupAverager(DecentralizedAverager):
         self._arrived: asyncio.Event | None = None
         # group id -> our reducer of that round and how long a groupmate may wait for it
         self._reductions: dict[bytes, tuple[RobustPartReducer, float]] = {}
+        # our reducer's reply streams still open (shared with the worker's process, which reads
+        # it before leaving: a groupmate's last round may still wait for them)
+        self._replying = mp.Value("i", 0)
         # hivemind served the averaged buffer (a round's gradient, a re-sync's weights) to any
         # peer that asked (rpc_download_state); a stage's state goes to the plan's members only,
         # through worker/resume/
@@ -339,14 +342,44 @@ class PlannedGroupAverager(DecentralizedAverager):
         self._arrival_event().set()
         return averaging_pb2.MessageFromLeader(code=averaging_pb2.ACCEPTED)
 
+    def replies_in_flight(self) -> int:
+        """How many of our reducer's reply streams are open (any process may ask)."""
+        return int(self._replying.value)
+
+    @contextlib.contextmanager
+    def _replying_stream(self) -> typing.Iterator[None]:
+        with self._replying.get_lock():
+            self._replying.value += 1
+        try:
+            yield
+        finally:
+            with self._replying.get_lock():
+                self._replying.value -= 1
+
     # typing's AsyncIterator, not collections.abc's: hivemind's servicer tells a streaming
     # reply by the hint's _name, which only typing's generics have
+    async def rpc_aggregate_part(
+        self, stream: typing.AsyncIterator[averaging_pb2.AveragingData], context: P2PContext
+    ) -> typing.AsyncIterator[averaging_pb2.AveragingData]:
+        """hivemind's (a groupmate's parts of our share in, their averages back), counted among
+        the replies in flight while it runs."""
+        with self._replying_stream():
+            async for reply in super().rpc_aggregate_part(stream, context):
+                yield reply
+
     async def rpc_reduced_parts(
         self, request: averaging_pb2.AveragingData, context: P2PContext
     ) -> typing.AsyncIterator[averaging_pb2.AveragingData]:
         """A groupmate's reply stream from our reducer broke: what our reducer computed for
         round `request.group_id` once it is done, uncompressed, part by part; a refusal if the
         round is not kept here or the groupmate's own parts are not in every average."""
+        with self._replying_stream():
+            async for reply in self._reduced_parts(request, context):
+                yield reply
+
+    async def _reduced_parts(
+        self, request: averaging_pb2.AveragingData, context: P2PContext
+    ) -> typing.AsyncIterator[averaging_pb2.AveragingData]:
         sender = context.remote_id.to_base58()
         kept = self._reductions.get(request.group_id) if sender in self._group else None
         if kept is None:

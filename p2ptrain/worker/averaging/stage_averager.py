@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 RETRY_TIMEOUT_S = 5.0
 STOP_POLL_S = 0.2  # how often a waiting round checks whether the session must end
 SHUTDOWN_S = 3.0  # how long a session's end waits for hivemind's averager to shut down
+DRAIN_POLL_S = 0.02  # how often a leaving averager looks whether its replies are out
 
 # On shutdown, our last reduced parts may still be on their way to a groupmate: if the process
 # left at once, the groupmate's last round would come out partial. Stay this long at most.
@@ -304,18 +305,25 @@ class StageAverager:
         return averaged if outcome.kind == "averaged" else None
 
     def shutdown(self) -> None:
-        """Leave the swarm (after a last round, once our parts had time to arrive)."""
+        """Leave the swarm once our reducer's replies are out, and after a last round linger_s
+        more, for those bytes to arrive. Our own round can be done while a groupmate still waits
+        for the averages of our share (a loaded machine, at a run's last step): leaving then
+        broke its round, and the stage's replicas ended the run apart. A groupmate that never
+        reads holds us at most reducer_s, the longest it may wait for a part anyway."""
+        deadline = time.monotonic() + self.timeouts.reducer_s
+        while self._averager.replies_in_flight() > 0 and time.monotonic() < deadline:
+            time.sleep(DRAIN_POLL_S)
         if self._rounds:
             time.sleep(self.timeouts.linger_s)
         self._averager.shutdown()
 
     def close(self) -> None:
-        """shutdown(), waited for at most SHUTDOWN_S: hivemind's may wait for long on a dead
-        groupmate (a leftover averager process is killed with the worker's process group by
-        the watchdog)."""
+        """shutdown(), waited for at most its replies' bound and SHUTDOWN_S more: hivemind's
+        may wait for long on a dead groupmate (a leftover averager process is killed with the
+        worker's process group by the watchdog)."""
         done = threading.Thread(target=self.shutdown, daemon=True)
         done.start()
-        done.join(SHUTDOWN_S)
+        done.join(self.timeouts.reducer_s + self.timeouts.linger_s + SHUTDOWN_S)
 
 
 class _Stopped(Exception):

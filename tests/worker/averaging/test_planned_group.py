@@ -66,3 +66,15 @@ def test_a_missing_member_leaves_the_others_to_average_on_the_retry() -> None:
     assert [r["group_size"] for r in result["results"]] == [2] * 2
     assert [r["mean"] for r in result["results"]] == pytest.approx([1.5] * 2)
     assert result["dht_matchmaking_used"] is True
+
+
+def test_a_member_leaving_after_its_last_round_first_serves_its_late_replies() -> None:
+    """At a run's last step a member's own round can be done while its reducer's averages are
+    still on their way to a groupmate (a loaded machine). Leaving at once broke that groupmate's
+    round: it kept its local gradient, and the stage's replicas ended the run apart."""
+    result = _probe("late_reply")
+    assert [r["kind"] for r in result["results"]] == ["averaged"] * 2, result["results"]
+    assert [r["mean"] for r in result["results"]] == pytest.approx([1.5] * 2)
+    # it stayed for its replies (held 1.5 s), and no longer than its bound
+    (left_after_s,) = result["left_after_s"]
+    assert 1.0 < left_after_s < 10.0, left_after_s
