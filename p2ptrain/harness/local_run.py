@@ -28,6 +28,8 @@ START_TIMEOUT_S = 60.0
 STALL_TIMEOUT_S = 240.0
 WAIT_NOTE_S = 20.0  # before the first step, a line this often says what the start waits for
 STOP_GRACE_S = 15.0
+# after the last step's loss, how long the nodes get to finish and leave on their own
+FINISH_S = 60.0
 WITH_FAULTS = "p2ptrain.harness.with_faults"  # `join` and `local` with faults, for tests
 TOKEN_LIFETIME_S = 7 * 86_400.0
 
@@ -134,6 +136,7 @@ def train_with_control_plane(
         result = _follow(spec, logs, nodes[1:], on_plan, on_step, on_report)
         if before_stop is not None:
             before_stop()
+        _wait_for_exits(nodes[1:], FINISH_S)
         return result
     finally:
         _stop(nodes)
@@ -271,6 +274,23 @@ def _new_lines(path: Path, offsets: list[int], index: int) -> list[Message]:
     complete = data[: data.rfind(b"\n") + 1]
     offsets[index] += len(complete)
     return [m for m in map(decode, complete.splitlines()) if m is not None]
+
+
+def _wait_for_exits(peers: list[subprocess.Popen[bytes]], timeout_s: float) -> None:
+    """The last step's loss is known once the last stages reported it, before the first ones
+    ran their backward, their round and their save: a placed node leaves once its worker has
+    saved the last step, a spare once the run is finished. Stopping them all at once cut the
+    first stages' last step (a stage checkpointed a step behind, a last round not applied)."""
+    deadline = time.monotonic() + timeout_s
+    while any(p.poll() is None for p in peers):
+        if time.monotonic() > deadline:
+            print(
+                f"the nodes did not all leave {timeout_s:.0f} s after the last step: stopping them",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
+        time.sleep(0.2)
 
 
 def _stop(nodes: list[subprocess.Popen[bytes]]) -> None:

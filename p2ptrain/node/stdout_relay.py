@@ -35,6 +35,8 @@ class StdoutRelay:
         self.backlog: queue.Queue[str | None] = queue.Queue(BACKLOG_LINES)
         self.writer = threading.Thread(target=_write_lines, args=(self.backlog, out), daemon=True)
         self._starting = threading.Lock()
+        self._relaying = threading.Condition()  # how many sources are still being read
+        self._sources = 0
         self.dropped = 0
 
     def relay(self, source: Iterable[bytes], first: bool, on_line: Callable[[], None]) -> None:
@@ -43,6 +45,16 @@ class StdoutRelay:
         with self._starting:  # by the first control process's relay
             if not self.writer.is_alive() and self.writer.ident is None:
                 self.writer.start()
+        with self._relaying:
+            self._sources += 1
+        try:
+            self._copy(source, first, on_line)
+        finally:
+            with self._relaying:
+                self._sources -= 1
+                self._relaying.notify_all()
+
+    def _copy(self, source: Iterable[bytes], first: bool, on_line: Callable[[], None]) -> None:
         for number, line in enumerate(source):
             text = line.decode(errors="replace")
             if number == 0 and not first:
@@ -57,11 +69,15 @@ class StdoutRelay:
             on_line()
 
     def close(self) -> None:
-        """Let the writer write what is held and end, WRITER_DRAIN_S at most to wait for room
-        for the end mark and as long again for the writer (a full backlog dropped the mark: its
-        writer outlived the relay for good)."""
+        """Let the relays read their sources to the end, and the writer write what is held and
+        end: WRITER_DRAIN_S at most for the relays, as long for room for the end mark, and as
+        long again for the writer (a full backlog dropped the mark: its writer outlived the
+        relay for good)."""
         if self.writer.ident is None:
             return
+        # a control process's last lines may still be in its pipe (it has exited): read first
+        with self._relaying:
+            self._relaying.wait_for(lambda: self._sources == 0, WRITER_DRAIN_S)
         with contextlib.suppress(queue.Full):
             self.backlog.put(None, timeout=WRITER_DRAIN_S)
         self.writer.join(WRITER_DRAIN_S)

@@ -5,6 +5,7 @@ worker, hivemind, p2pd) driven by the CLI; and the same data plane without the c
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -33,14 +34,25 @@ batch_size = 8
 
 
 def _no_leftovers(workdir: Path) -> None:
-    """No process of the run is left: none has the run's workdir on its command line."""
+    """No process of the run is left: none has the run's workdir on its command line (a
+    group's members other than its leader, SIGKILLed, may take a moment to go)."""
+    deadline = time.monotonic() + 5.0
+    while (left := _with_on_command_line(str(workdir).encode())) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left == [], left
+
+
+def _with_on_command_line(text: bytes) -> list[bytes]:
+    found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
             except OSError:
                 continue
-            assert str(workdir).encode() not in cmdline, cmdline
+            if text in cmdline:
+                found.append(cmdline)
+    return found
 
 
 def _no_key_copies(workdir: Path) -> None:

@@ -4,6 +4,7 @@ whose soft open-file limit is lowered, as a service's usual 1,024 is, only small
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
@@ -56,19 +57,22 @@ def test_connections_past_a_sources_cap_are_closed_at_once_and_idle_ones_soon(
             listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
             await nursery.start(relay_server.serve_raw, listeners[0])
             address = ("127.0.0.1", int(listeners[0].socket.getsockname()[1]))
+            opened = trio.current_time()
             streams = [await trio.open_tcp_stream(*address) for _ in range(6)]
-            await trio.sleep(0.3)
-            closed_at_once = []
-            for stream in streams:
-                with trio.move_on_after(0.05):
-                    closed_at_once.append(await stream.receive_some(1) == b"")
-                    continue
-                closed_at_once.append(False)
-            started = trio.current_time()
-            with trio.fail_after(5):  # the held ones: dropped for want of a hello
-                for stream in streams:
-                    await stream.receive_some(1)
-            idle_s = trio.current_time() - started
+            closed_after = [0.0] * len(streams)
+
+            async def watch(index: int, stream: trio.SocketStream) -> None:
+                with contextlib.suppress(trio.BrokenResourceError):
+                    await stream.receive_some(1)  # the end (the relay never writes to them)
+                closed_after[index] = trio.current_time() - opened
+
+            # past the cap: closed at once; the held ones: dropped for want of a hello
+            with trio.fail_after(5):
+                async with trio.open_nursery() as watchers:
+                    for index, stream in enumerate(streams):
+                        watchers.start_soon(watch, index, stream)
+            closed_at_once = [after < 0.5 for after in closed_after]
+            idle_s = max(closed_after)
             seen, _ = await relay.observe(address)  # and an honest client is served
             for stream in streams:
                 await stream.aclose()
@@ -77,7 +81,7 @@ def test_connections_past_a_sources_cap_are_closed_at_once_and_idle_ones_soon(
 
     closed_at_once, idle_s, seen = run(main)
     assert closed_at_once.count(True) == 2 and closed_at_once[:4] == [False] * 4
-    assert idle_s < 2.0 and seen.startswith("127.0.0.1:")
+    assert idle_s < 3.0 and seen.startswith("127.0.0.1:")
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_NOFILE as Linux has it")

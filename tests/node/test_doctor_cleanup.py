@@ -16,7 +16,10 @@ from p2ptrain.node.doctor import DoctorSettings, diagnose
 from tests.records.samples import A
 
 # a daemon check that never answers, with a child of its own in its group (as p2pd is)
-CHECK = "import subprocess, time; subprocess.Popen(['sleep', '60']); time.sleep(60)"
+CHECK = (
+    "import subprocess, time; subprocess.Popen(['sleep', '60']); print('started', flush=True); "
+    "time.sleep(60)"
+)
 
 
 def group_gone(pgid: int, timeout_s: float) -> bool:
@@ -32,11 +35,13 @@ def test_an_interrupted_doctor_kills_the_daemon_check(monkeypatch: pytest.Monkey
     started: list[subprocess.Popen[bytes]] = []
 
     def start(data_listen: str) -> subprocess.Popen[bytes]:
-        started.append(procs.spawn([sys.executable, "-c", CHECK]))
+        started.append(procs.spawn([sys.executable, "-c", CHECK], stdout=subprocess.PIPE))
         return started[-1]
 
     def interrupted(*args: object) -> NetworkReport:
-        time.sleep(0.5)  # the check has started its child
+        check_stdout = started[-1].stdout
+        assert check_stdout is not None
+        assert check_stdout.readline() == b"started\n"  # the check has started its child
         raise KeyboardInterrupt
 
     monkeypatch.setattr(doctor, "worker_available", lambda: True)

@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Iterator
 
 from p2ptrain.node.stdout_relay import StdoutRelay, relay_lines
 
@@ -83,3 +85,25 @@ def test_restarted_control_processes_share_one_writer() -> None:
         os.close(read_end)  # the writer's blocked write ends (a broken pipe)
         relay.close()
     assert not relay.writer.is_alive()
+
+
+def test_a_control_process_s_last_lines_still_in_its_pipe_reach_stdout() -> None:
+    """The node stops once its control process exited: the relay may not have read the
+    process's last lines yet ("the run is finished: stopping"). close() used to put its end
+    mark in the backlog first, and those lines went nowhere."""
+    out = io.StringIO()
+    relay = StdoutRelay(out)
+    reading = threading.Event()
+
+    def source() -> Iterator[bytes]:
+        yield b"/ip4/1/tcp/2\n"
+        reading.set()
+        time.sleep(0.3)  # the relay thread is slow to read the pipe's rest
+        yield b"the run is finished: stopping\n"
+
+    thread = threading.Thread(target=relay.relay, args=(source(), True, lambda: None))
+    thread.start()
+    assert reading.wait(5)
+    relay.close()
+    thread.join(5)
+    assert out.getvalue().splitlines() == ["/ip4/1/tcp/2", "the run is finished: stopping"]

@@ -196,7 +196,7 @@ def test_an_idle_circuit_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
         return data, trio.current_time() - started
 
     data, waited_s = run(main)
-    assert data == b"" and 0.4 < waited_s < 3
+    assert data == b"" and 0.25 < waited_s < 3  # not at once; the idle timer began at the forward
     assert relay_server.counters.active == 0 and relay_server.spliced == []
 
 

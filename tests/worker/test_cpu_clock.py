@@ -16,16 +16,21 @@ from p2ptrain.worker.cpu_clock import TreeCpuClock, WireMarks, round_cpu_split
 def test_the_clock_counts_a_childs_cpu_and_not_its_sleep() -> None:
     clock = TreeCpuClock()
     burn = (
-        "import sys, time\nend = time.process_time() + 0.4\n"
+        "import sys, time\nprint('ready', flush=True)\nsys.stdin.readline()\n"
+        "end = time.process_time() + 0.4\n"
         "while time.process_time() < end: pass\nprint('burnt', flush=True)\n"
     )
     child = subprocess.Popen(
-        [sys.executable, "-c", burn + "time.sleep(30)"], stdout=subprocess.PIPE
+        [sys.executable, "-c", burn + "time.sleep(30)"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
     )
     try:
-        time.sleep(0.05)  # the child exists: the tree is found with it in
+        assert child.stdin is not None and child.stdout is not None
+        child.stdout.readline()  # the child exists (and has not burnt yet): the tree has it
         before = clock.split()
-        assert child.stdout is not None
+        child.stdin.write(b"go\n")
+        child.stdin.flush()
         child.stdout.readline()  # the child burnt 0.4 s of CPU (however loaded the box), and sleeps
         after = clock.split()
         spent = after.total - before.total

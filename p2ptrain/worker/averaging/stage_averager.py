@@ -311,7 +311,13 @@ class StageAverager:
         broke its round, and the stage's replicas ended the run apart. A groupmate that never
         reads holds us at most reducer_s, the longest it may wait for a part anyway."""
         deadline = time.monotonic() + self.timeouts.reducer_s
-        while self._averager.replies_in_flight() > 0 and time.monotonic() < deadline:
+        # a killed averager (a node's whole process group is stopped at once) serves nothing,
+        # and its count stays where it was
+        while (
+            self._averager.is_alive()
+            and self._averager.replies_in_flight() > 0
+            and time.monotonic() < deadline
+        ):
             time.sleep(DRAIN_POLL_S)
         if self._rounds:
             time.sleep(self.timeouts.linger_s)

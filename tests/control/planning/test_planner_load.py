@@ -8,11 +8,17 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
+
 from p2ptrain.control.planning.planner import Matrices, Placement, compute_plan
 from p2ptrain.records import RunSpec
 from p2ptrain.schedule.synthetic import city_topology
 
 NUM_BUSY = 4
+
+# real processes spinning on every core: run alone (the serial stage), not beside the unit
+# tests, whose timing it would steal
+pytestmark = pytest.mark.integration
 
 
 def _spin() -> None:

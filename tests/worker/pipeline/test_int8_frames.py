@@ -28,7 +28,8 @@ def _sent(tensor: torch.Tensor, wire: str, kind: str = ACTIVATION) -> tuple[Fram
 
 
 def test_int8_frame_round_trip() -> None:
-    x = torch.randn(SHAPE) * torch.logspace(-6, 2, 8)[:, None, None].view(2, 4, 1)
+    noise = torch.randn(SHAPE, generator=torch.Generator().manual_seed(0))
+    x = noise * torch.logspace(-6, 2, 8)[:, None, None].view(2, 4, 1)
     header, payload = _sent(x, INT8_ROWS, GRADIENT)
     assert header.dtype == INT8_ROWS and header.shape == SHAPE
     assert header.num_bytes == len(payload) == 8 * (4 + 8)  # an fp32 scale and 8 bytes a row
@@ -40,7 +41,7 @@ def test_int8_frame_round_trip() -> None:
     assert decoded.dtype == torch.float32 and torch.equal(decoded, codecs.int8_rows_roundtrip(x))
     # within half a quantisation step of each row, tiny rows (gradients) included
     step = x.abs().amax(dim=-1, keepdim=True) / 127
-    assert bool(((decoded - x).abs() <= step / 2 + 1e-12).all())
+    assert bool(((decoded - x).abs() <= step / 2 * (1 + 1e-5) + 1e-12).all())  # fp32 rounding
 
 
 def test_an_int8_frame_of_the_wrong_size_or_type_is_refused() -> None:
