@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -36,7 +36,7 @@ from p2ptrain.records import (
     StepProfile,
 )
 from p2ptrain.train.checkpoint import checkpoint_dir
-from p2ptrain.worker import allocator, collector, daemon_env, watchdog
+from p2ptrain.worker import allocator, collector, daemon_env, static_plan, watchdog
 from p2ptrain.worker.averaging.outer_link import finish_sends
 from p2ptrain.worker.device import cpu_threads, precision_for, resolve_device
 from p2ptrain.worker.pipeline.frames import Expected, FrameHeader, NotReady
@@ -318,36 +318,10 @@ class Worker:
         if self.ipc is not None:
             self.ipc.send(hello)
             return
-        # static plan: rendezvous through files next to the plan (NAME.hello.json)
-        assert self.settings.plan is not None
-        plan_path = Path(self.settings.plan)
-        tmp = plan_path.with_name(f".{self.settings.name}.hello.tmp")
-        tmp.write_text(json.dumps(hello.to_dict()))
-        tmp.replace(plan_path.with_name(f"{self.settings.name}.hello.json"))
-        threading.Thread(target=self._wait_static_plan, args=(plan_path,), daemon=True).start()
-
-    def _wait_static_plan(self, plan_path: Path) -> None:
-        """A static plan names workers; once every one of them said hello (a file next to the
-        plan), the plan with their peer ids and addresses is the one to train on."""
-        try:
-            static = json.loads(plan_path.read_text())
-            names = Plan.from_dict(_static_plan_fields(static["plan"], {})).peers()
-        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
-            log.error("cannot read plan %s: %s", plan_path, exc)
-            self.inbox.stop()
-            return
-        hello_paths = {name: plan_path.with_name(f"{name}.hello.json") for name in names}
-        while not all(path.exists() for path in hello_paths.values()):
-            if self.inbox.stopped:
-                return
-            time.sleep(0.1)
-        try:
-            hellos = {n: Hello.from_dict(json.loads(p.read_text())) for n, p in hello_paths.items()}
-            plan = Plan.from_dict(_static_plan_fields(static["plan"], hellos))
-            self.inbox.put_plan(PlanMessage(plan, RunSpec.from_dict(static["run"])))
-        except (OSError, ValueError, KeyError, RecursionError) as exc:
-            log.error("cannot use plan %s: %s", plan_path, exc)
-            self.inbox.stop()
+        # a static plan (settings checked: --plan needs --name): hellos are files beside it
+        plan, name = self.settings.plan, self.settings.name
+        assert plan is not None and name is not None
+        static_plan.rendezvous(Path(plan), name, hello, self.inbox)
 
     def _seed(self) -> bytes:
         """The node's Ed25519 seed (p2pd gets it as identity.DaemonKeyCopy: same peer id).
@@ -355,25 +329,6 @@ class Worker:
         if self.settings.identity:
             return identity.load_or_create_identity(self.settings.identity)
         return os.urandom(identity.SEED_NUM_BYTES)
-
-
-def _static_plan_fields(plan: dict[str, Any], hellos: dict[str, Hello]) -> dict[str, Any]:
-    """A static plan file's plan (pipelines of worker names, optionally epoch, spares and
-    stage_layers), with each name replaced by the peer id it said hello with (if known) and the
-    data addresses."""
-    peer_of = {name: hello.peer_id for name, hello in hellos.items()}
-    pipelines = [[peer_of.get(n, n) for n in pipeline] for pipeline in plan["pipelines"]]
-    return {
-        "term": 0,
-        "epoch": plan.get("epoch", 0),
-        "planner": "static",
-        "stages": plan.get("stages", len(pipelines[0]) if pipelines else 0),
-        "pipelines": pipelines,
-        "spares": [peer_of.get(n, n) for n in plan.get("spares", [])],
-        "data_addrs": {h.peer_id: list(h.data_addrs) for h in hellos.values()},
-        "cost_s": 0.0,
-        "stage_layers": plan.get("stage_layers", []),
-    }
 
 
 def _not_actionable(message: PlanMessage, peer_id: str) -> str:

@@ -27,9 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
-import multiprocessing as mp
 import typing
 from collections.abc import Sequence
 from typing import Any
@@ -47,6 +45,7 @@ from hivemind.utils import get_dht_time
 from hivemind.utils.asyncio import as_aiter, azip
 
 from p2ptrain.errors import WireError
+from p2ptrain.worker.averaging.averager_reports import AveragerReports
 from p2ptrain.worker.averaging.checks import (
     STATE,
     RoundGather,
@@ -67,7 +66,6 @@ REMEMBERED_ROUNDS = 1024  # rounds already run here: their metadata arrives too 
 # a groupmate may not serve the round's protocol yet: after a re-plan it may still be fetching
 # its stage's state (seconds); we retry until our own wait for the round would end
 SEND_RETRY_S = 0.5
-MAX_NOTE_CHARS = 2000  # one round's reducer report (a few peer ids and reasons)
 
 
 class GroupmatesAhead(MatchmakingException):
@@ -102,12 +100,8 @@ class PlannedGroupAverager(DecentralizedAverager):
         self._weights = dict(zip(group, (float(w) for w in weights), strict=True))
         # our own metadata of each round found (by group id): which round it is, from us
         self._own_rounds: dict[bytes, RoundGather | None] = {}
-        # what our reducer did to whose parts, for the worker's report (a SimpleQueue writes at
-        # once: a round's note is there when its result is)
-        self._notes: mp.SimpleQueue[str] = mp.SimpleQueue()
-        # the bytes each round moved (worker/traffic.py), sent after it as {peer: [sent, received]}
-        self._traffic: mp.SimpleQueue[str] = mp.SimpleQueue()
-        self._uncounted: dict[str, list[int]] = {}
+        # the bytes, reducer notes and open replies, for the worker's process
+        self.reports = AveragerReports()
         self.wire = wire or WireMarks(None)  # the CPU clock as a round's parts come and go
         self._token_rows = tuple(token_rows)  # of the flat tensor: worker/averaging/robust.py
         # the rest lives in the averager's own process (it is forked by super().__init__)
@@ -119,9 +113,6 @@ class PlannedGroupAverager(DecentralizedAverager):
         self._arrived: asyncio.Event | None = None
         # group id -> our reducer of that round and how long a groupmate may wait for it
         self._reductions: dict[bytes, tuple[RobustPartReducer, float]] = {}
-        # our reducer's reply streams still open (shared with the worker's process, which reads
-        # it before leaving: a groupmate's last round may still wait for them)
-        self._replying = mp.Value("i", 0)
         # hivemind served the averaged buffer (a round's gradient, a re-sync's weights) to any
         # peer that asked (rpc_download_state); a stage's state goes to the plan's members only,
         # through worker/resume/
@@ -209,44 +200,17 @@ class PlannedGroupAverager(DecentralizedAverager):
             name = "?" if own is None else own.round_key
             if runner.notes:
                 said = "; ".join(f"{peer}'s {what}" for peer, what in runner.notes.items())
-                self._notes.put(f"round {name}: our reducer: {said}"[:MAX_NOTE_CHARS])
+                self.reports.note(f"round {name}: our reducer: {said}")
             for peer, why in runner.refetched.items():
-                note = f"round {name}: {peer}'s reducer asked again ({why}): averaged"
-                self._notes.put(note[:MAX_NOTE_CHARS])
+                self.reports.note(f"round {name}: {peer}'s reducer asked again ({why}): averaged")
             for peer, why in runner.reducer_failures.items():
-                note = f"round {name}: no averaged part from {peer}'s reducer: {why}"
-                self._notes.put(note[:MAX_NOTE_CHARS])
-            if self._uncounted:
-                self._traffic.put(json.dumps(self._uncounted))
-                self._uncounted = {}
+                self.reports.note(f"round {name}: no averaged part from {peer}'s reducer: {why}")
+            self.reports.round_done()
             self.wire.finish()
 
     def _count_part(self, peer: str, sent: int, received: int) -> None:
         self.wire.mark(sent, received)  # the all-reduce's parts only: not the metadata swap
-        self._count(peer, sent, received)
-
-    def _count(self, peer: str, sent: int, received: int) -> None:
-        counts = self._uncounted.setdefault(peer, [0, 0])
-        counts[0] += sent
-        counts[1] += received
-
-    def traffic(self) -> dict[str, tuple[int, int]]:
-        """The bytes sent to and received from each peer since the last call (read by the
-        worker after each round, so the queue's pipe never fills)."""
-        total: dict[str, tuple[int, int]] = {}
-        while not self._traffic.empty():
-            for peer, (sent, received) in json.loads(self._traffic.get()).items():
-                old_sent, old_received = total.get(peer, (0, 0))
-                total[peer] = (old_sent + sent, old_received + received)
-        return total
-
-    def reducer_notes(self) -> list[str]:
-        """What our reducer dropped or clipped since the last call (read by the worker after
-        each round, so the queue's pipe never fills)."""
-        notes = []
-        while not self._notes.empty():
-            notes.append(self._notes.get())
-        return notes
+        self.reports.count(peer, sent, received)
 
     async def gather_planned(self, step: StepControl, key: str) -> GroupInfo | None:
         """Swap metadata with every groupmate for round `key`; the round's group, or None if
@@ -296,7 +260,7 @@ class PlannedGroupAverager(DecentralizedAverager):
         while True:
             try:
                 reply = await stub.rpc_planned_gather(request, timeout=step.get_timeout())
-                self._count(peer.to_base58(), request.ByteSize(), reply.ByteSize())
+                self.reports.count(peer.to_base58(), request.ByteSize(), reply.ByteSize())
                 if reply.code == averaging_pb2.BAD_GROUP_KEY:
                     self._give_up(request.group_key, f"{peer} is past this round")
                 elif reply.code != averaging_pb2.ACCEPTED:
@@ -328,7 +292,7 @@ class PlannedGroupAverager(DecentralizedAverager):
             return averaging_pb2.MessageFromLeader(code=averaging_pb2.BAD_SCHEMA_HASH)
         if len(request.gather) > MAX_GATHER_BYTES or not request.group_key:
             return averaging_pb2.MessageFromLeader(code=averaging_pb2.PROTOCOL_VIOLATION)
-        self._count(sender.to_base58(), 0, request.ByteSize())
+        self.reports.count(sender.to_base58(), 0, request.ByteSize())
         key = request.group_key
         if key in self._rounds_seen and key not in self._inbox:
             return averaging_pb2.MessageFromLeader(code=averaging_pb2.BAD_GROUP_KEY)  # too late
@@ -342,20 +306,6 @@ class PlannedGroupAverager(DecentralizedAverager):
         self._arrival_event().set()
         return averaging_pb2.MessageFromLeader(code=averaging_pb2.ACCEPTED)
 
-    def replies_in_flight(self) -> int:
-        """How many of our reducer's reply streams are open (any process may ask)."""
-        return int(self._replying.value)
-
-    @contextlib.contextmanager
-    def _replying_stream(self) -> typing.Iterator[None]:
-        with self._replying.get_lock():
-            self._replying.value += 1
-        try:
-            yield
-        finally:
-            with self._replying.get_lock():
-                self._replying.value -= 1
-
     # typing's AsyncIterator, not collections.abc's: hivemind's servicer tells a streaming
     # reply by the hint's _name, which only typing's generics have
     async def rpc_aggregate_part(
@@ -363,7 +313,7 @@ class PlannedGroupAverager(DecentralizedAverager):
     ) -> typing.AsyncIterator[averaging_pb2.AveragingData]:
         """hivemind's (a groupmate's parts of our share in, their averages back), counted among
         the replies in flight while it runs."""
-        with self._replying_stream():
+        with self.reports.replying():
             async for reply in super().rpc_aggregate_part(stream, context):
                 yield reply
 
@@ -373,7 +323,7 @@ class PlannedGroupAverager(DecentralizedAverager):
         """A groupmate's reply stream from our reducer broke: what our reducer computed for
         round `request.group_id` once it is done, uncompressed, part by part; a refusal if the
         round is not kept here or the groupmate's own parts are not in every average."""
-        with self._replying_stream():
+        with self.reports.replying():
             async for reply in self._reduced_parts(request, context):
                 yield reply
 
@@ -398,7 +348,7 @@ class PlannedGroupAverager(DecentralizedAverager):
             reply = averaging_pb2.AveragingData(
                 code=averaging_pb2.AVERAGED_PART, tensor_part=tensor
             )
-            self._count(sender, reply.ByteSize(), 0)
+            self.reports.count(sender, reply.ByteSize(), 0)
             yield reply
 
     async def rpc_download_state(

@@ -228,7 +228,7 @@ class StageAverager:
             result, outcome = self._average(flat, gather, weights, should_stop)
         finally:
             if self.traffic is not None:
-                self.traffic.add(self._averager.traffic())
+                self.traffic.add(self._averager.reports.traffic())
         return result, dataclasses.replace(outcome, wire_cpu=self._averager.wire.last())
 
     def _average(
@@ -271,7 +271,7 @@ class StageAverager:
                 with self._averager.get_tensors() as (buffer,):
                     result = buffer.clone()
                 problem = check_round(result, mine, gathered, self.tolerance, weights, kind) or ""
-                notes = self._averager.reducer_notes()
+                notes = self._averager.reports.notes()
                 if not problem:
                     self._rounds += 1
                     diverged = replicas_diverged(gathered, self.divergence_tolerance)
@@ -315,7 +315,7 @@ class StageAverager:
         # and its count stays where it was
         while (
             self._averager.is_alive()
-            and self._averager.replies_in_flight() > 0
+            and self._averager.reports.replies_in_flight() > 0
             and time.monotonic() < deadline
         ):
             time.sleep(DRAIN_POLL_S)
