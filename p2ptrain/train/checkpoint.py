@@ -263,12 +263,49 @@ def record_step(
 
     for old in prunable(history, newer=newer):
         old.path.unlink(missing_ok=True)
+    _prune_earlier_cuts(directory, layers, lambda s: same_lineage(s.tag, tag) or usable(s.tag))
     # newest by the same order: by step alone, a restart below the earlier epochs' steps left
     # the latest file on a state its own pruning then deleted
     path = stamped_path(directory, layers, snapshot.step, tag)
     mine = max((newer(s) for s in states if s.path == path), default=None)
     if mine is not None and all(newer(s) <= mine for s in states if usable(s.tag)):
         _link_latest(path, checkpoint_path(directory, layers))
+
+
+def _prune_earlier_cuts(
+    directory: Path, layers: range, in_history: Callable[[SavedState], bool]
+) -> None:
+    """States of this history's earlier cuts (another layer range) whose blocks all lie in
+    `layers`, once `layers` holds KEEP_STEPS steps and they are older than all it holds: the
+    stage holds their blocks at later steps, as many steps back as it keeps of its own. Ranges
+    with blocks outside `layers` stay (they may be the only copy of those blocks: a re-cut
+    builds from them), as do other lineages' states. Each re-cut used to leave KEEP_STEPS full
+    states behind for good."""
+    states = [s for s in list_states(directory) if in_history(s)]
+    own = sorted({s.step for s in states if s.key == layers_key(layers)})
+    if len(own) < KEEP_STEPS:
+        return
+    oldest_kept = own[0]  # (more than KEEP_STEPS: a lineage restarted below its ancestors')
+    emptied = set()
+    for state in states:
+        covered = _key_layers(state.key)
+        if (
+            state.key != layers_key(layers)
+            and covered.start >= layers.start
+            and covered.stop <= layers.stop
+            and state.step < oldest_kept
+        ):
+            state.path.unlink(missing_ok=True)
+            emptied.add(covered)
+    held = {s.key for s in list_states(directory)}
+    for covered in emptied:  # its latest link would hold a pruned state's bytes for good
+        if layers_key(covered) not in held:
+            checkpoint_path(directory, covered).unlink(missing_ok=True)
+
+
+def _key_layers(key: str) -> range:
+    start, _, stop = key[1:].partition("-")
+    return range(int(start), int(stop))
 
 
 def same_lineage(a: str | None, b: str | None) -> bool:

@@ -288,3 +288,50 @@ def test_torn_writes_of_gone_writers_are_swept_and_live_ones_are_kept(tmp_path: 
     for path in (dead_but_fresh, ours, live_adopt, old_format_fresh, state, other):
         assert path.exists(), path.name
     assert sweep_unfinished(tmp_path / "missing", now) == 0
+
+
+def test_an_earlier_cuts_states_go_once_the_new_range_holds_its_steps(tmp_path: Path) -> None:
+    """A re-plan moved the cut (4 stages of one layer, then 2 of two): the old ranges inside
+    the new one go once it holds KEEP_STEPS newer steps (each re-cut left KEEP_STEPS full states
+    behind for good); a range with blocks outside it, and another lineage's states, stay."""
+    spec = SPEC.replace(n_layer=4)
+    lineage, other = (f"{c * 16}-e1" for c in "ab")
+
+    def write(stage: int, stages: int, step: int, tag: str) -> range:
+        model = build_stage(spec, stage, stages)
+        snapshot = StageSnapshot.take(model, make_optimizer(model, spec), step)
+        record_step(tmp_path, spec, model, snapshot, tag, lambda t: t == tag)  # type: ignore[arg-type]
+        return model.layers  # type: ignore[return-value]
+
+    for step in range(1, 5):
+        write(0, 4, step, lineage)  # L0-1
+        write(2, 4, step, lineage)  # L2-3: not inside the new first stage
+        write(0, 4, step, other)
+    for step in range(5, 8):
+        new = write(0, 2, step, lineage)  # L0-2, after the re-cut
+    assert saved_steps(tmp_path)["L0-1"] == [1, 2, 3, 4]  # the new range is not 4 steps deep
+    write(0, 2, 8, lineage)
+    assert _steps_by_tag(tmp_path) == {lineage: [1, 2, 3, 4, 5, 6, 7, 8], other: [1, 2, 3, 4]}
+    kept = {(s.key, s.tag) for s in list_states(tmp_path)}
+    assert kept == {("L0-1", other), ("L2-3", lineage), ("L0-2", lineage)}
+    assert (
+        checkpoint_path(tmp_path, new).exists() and checkpoint_path(tmp_path, range(2, 3)).exists()
+    )
+    # the old range's latest link stays while another lineage's states of it do
+    assert checkpoint_path(tmp_path, range(0, 1)).exists()
+
+
+def test_an_earlier_cuts_latest_link_goes_with_its_last_state(tmp_path: Path) -> None:
+    spec = SPEC.replace(n_layer=4)
+
+    def write(stage: int, stages: int, step: int) -> None:
+        model = build_stage(spec, stage, stages)
+        snapshot = StageSnapshot.take(model, make_optimizer(model, spec), step)
+        record_step(tmp_path, spec, model, snapshot)  # type: ignore[arg-type]
+
+    for step in range(1, 3):
+        write(0, 4, step)
+    for step in range(3, 3 + KEEP_STEPS):
+        write(0, 2, step)
+    assert set(saved_steps(tmp_path)) == {"L0-2"}
+    assert not checkpoint_path(tmp_path, range(0, 1)).exists()  # its bytes are freed too
