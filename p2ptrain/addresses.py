@@ -16,6 +16,7 @@ peers' addresses count as two opinions, `public_prefix` which peers share a rela
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import socket
 from collections.abc import Sequence
@@ -63,6 +64,42 @@ def listen_endpoint(maddr: str, flag: str) -> tuple[str, int]:
     if endpoint is None or not is_ip(endpoint[0], 4) or endpoint[1] > 65535:
         raise UserError(f"{flag} must be /ip4/HOST/tcp/PORT, not {maddr!r}")
     return endpoint
+
+
+def listen_problem(host: str, port: int) -> str | None:
+    """Why nothing can listen on (host, port) now, or None (port 0: any, never taken). py-libp2p
+    and p2pd listen with SO_REUSEPORT, so a second node on a taken port would start beside the
+    first, each getting some of its connections: a plain bind (TIME_WAIT allowed, as listeners
+    have it) tells."""
+    if port == 0:
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"port {port} is in use (another node on this machine?)"
+            if exc.errno == errno.EADDRNOTAVAIL:
+                return f"{host} is not an address of this machine"
+            return exc.strerror or repr(exc)
+    return None
+
+
+def check_can_listen(maddr: str, flag: str) -> None:
+    """UserError, in one line with what to do, if /ip4/HOST/tcp/PORT `maddr` cannot be listened
+    on now (other forms are left to the listener)."""
+    endpoint = tcp_endpoint(maddr)
+    if endpoint is None or not is_ip(endpoint[0], 4) or endpoint[1] > 65535:
+        return
+    problem = listen_problem(*endpoint)
+    if problem is None:
+        return
+    if "in use" in problem:
+        advice = "give each node on one machine its own port (or tcp/0: any free one)"
+    else:
+        advice = "listen on 0.0.0.0 and give a public address with --announce"
+    raise UserError(f"{flag} {maddr}: cannot listen there: {problem}; {advice}")
 
 
 def check_announce(maddrs: Sequence[str], flag: str) -> tuple[str, ...]:

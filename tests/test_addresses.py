@@ -4,6 +4,7 @@ tells others to dial, and what `--announce` / `--announce-data` make of the data
 from __future__ import annotations
 
 import argparse
+import socket
 
 import pytest
 
@@ -102,7 +103,8 @@ def test_addresses_nobody_could_dial_are_refused(announce: list[str]) -> None:
         addresses.check_announce(announce, "--announce")
 
 
-def test_join_hands_its_addresses_to_both_processes() -> None:
+def test_join_hands_its_addresses_to_both_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(addresses, "listen_problem", lambda host, port: None)  # whatever holds them
     supervisor = Supervisor(
         NodeSettings(
             bootstrap="b",
@@ -123,3 +125,19 @@ def test_an_ip_literal_is_told_from_a_name() -> None:
     assert addresses.is_ip("10.0.0.1") and addresses.is_ip("::1")
     assert addresses.is_ip("10.0.0.1", 4) and not addresses.is_ip("::1", 4)
     assert not addresses.is_ip("localhost") and not addresses.is_ip("010.0.0.1")
+
+
+def test_a_port_another_node_listens_on_is_refused_in_one_line() -> None:
+    """py-libp2p and p2pd listen with SO_REUSEPORT: a second node on a taken port started
+    beside the first, each getting some of its connections, and nothing said so."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as first:
+        first.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # as py-libp2p's listener
+        first.bind(("127.0.0.1", 0))
+        first.listen()
+        port = first.getsockname()[1]
+        with pytest.raises(UserError, match=f"port {port} is in use.*its own port"):
+            addresses.check_can_listen(f"/ip4/127.0.0.1/tcp/{port}", "--listen")
+    addresses.check_can_listen(f"/ip4/127.0.0.1/tcp/{port}", "--listen")  # free again
+    addresses.check_can_listen("/ip4/0.0.0.0/tcp/0", "--listen")  # any port: never taken
+    with pytest.raises(UserError, match=r"192\.0\.2\.7 is not an address of this machine"):
+        addresses.check_can_listen("/ip4/192.0.2.7/tcp/17500", "--listen")

@@ -35,12 +35,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from p2ptrain.addresses import check_can_listen
     from p2ptrain.control.node import ControlNode, NodeConfig, configure_logging, run_node
     from p2ptrain.identity import load_or_create_identity
     from p2ptrain.node.identity_lock import IdentityLock
     from p2ptrain.records.run import load_run_spec
 
     spec = load_run_spec(args.run)
+    check_can_listen(args.listen, "--listen")
     configure_logging()
     seed = load_or_create_identity(args.identity)
     IdentityLock(args.identity)  # held for the process's life: one node per identity

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -94,18 +93,7 @@ def diagnose(settings: DoctorSettings) -> Diagnosis:
 
 def taken_ports(endpoints: Sequence[tuple[str, int]]) -> set[int]:
     """The ports among `endpoints` that cannot be listened on now (port 0: any, never taken)."""
-    taken = set()
-    for host, port in endpoints:
-        if port == 0:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            # as listeners do: a connection of a previous run in TIME_WAIT does not count
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((host, port))
-            except OSError:
-                taken.add(port)
-    return taken
+    return {port for host, port in endpoints if addresses.listen_problem(host, port) is not None}
 
 
 def ports_check(control_port: int, data_port: int, taken: set[int], control_only: bool) -> Check:

@@ -84,6 +84,9 @@ class Supervisor:
         self.data_announce = addresses.data_announce(
             node.announce, node.announce_data, self.data_port
         )
+        addresses.check_can_listen(node.listen, "--listen")  # before a child takes a port
+        if not node.control_only:
+            addresses.check_can_listen(node.data_listen, "--data-listen")
         self.with_worker = not node.control_only and worker_available()
         if not node.control_only and not self.with_worker:
             log.warning(

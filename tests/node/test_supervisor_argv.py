@@ -28,6 +28,8 @@ def test_the_control_command_line_parses_back_to_the_nodes_flags(
         return _Started()
 
     monkeypatch.setattr(supervisor_module.procs, "spawn", spawn)
+    # the node's ports as given, whatever on this machine holds them now
+    monkeypatch.setattr(supervisor_module.addresses, "listen_problem", lambda host, port: None)
     node = Supervisor(
         NodeSettings(
             bootstrap="/ip4/127.0.0.1/tcp/7400/p2p/QmBoot",
