@@ -28,6 +28,10 @@ START_TIMEOUT_S = 60.0
 STALL_TIMEOUT_S = 240.0
 WAIT_NOTE_S = 20.0  # before the first step, a line this often says what the start waits for
 STOP_GRACE_S = 15.0
+# the swarm's rate is read off when steps' reports were read (every POLL_S): over a shorter span
+# than this, the workers' own measure of their steps
+POLL_S = 0.2
+MIN_RATE_SPAN_S = 20 * POLL_S
 # after the last step's loss, how long the nodes get to finish and leave on their own
 FINISH_S = 60.0
 WITH_FAULTS = "p2ptrain.harness.with_faults"  # `join` and `local` with faults, for tests
@@ -254,12 +258,16 @@ def _follow(
                         on_step(step, losses[step], sum(stats.tokens_per_s.values()))
         if all_exited and spec.optim.steps - 1 not in losses:
             raise RuntimeError(f"every peer exited after {len(losses)} of {spec.optim.steps} steps")
-        time.sleep(0.2)
+        time.sleep(POLL_S)
     wall_s = time.monotonic() - started_s
     ordered = [losses[s] for s in sorted(losses)]
     tokens_per_step = spec.optim.batch_size * spec.model.block_size
     span_s = finished_s[-1] - finished_s[0] if len(finished_s) > 1 else 0.0
-    tokens_per_s = (len(finished_s) - 1) * tokens_per_step / span_s if span_s > 0 else 0.0
+    if span_s >= MIN_RATE_SPAN_S:
+        tokens_per_s = (len(finished_s) - 1) * tokens_per_step / span_s
+    else:  # a few steps read in one or two polls: their stamps say nothing; the workers' own rate
+        rates = sorted(sum(stats.tokens_per_s.values()) for stats in by_step.values())
+        tokens_per_s = rates[len(rates) // 2] if rates else 0.0
     assert plan is not None  # every step's loss came from a session's reports
     return SwarmResult(len(ordered), ordered, tokens_per_s, plan, averaging, wall_s, min(losses))
 
@@ -290,7 +298,7 @@ def _wait_for_exits(peers: list[subprocess.Popen[bytes]], timeout_s: float) -> N
                 flush=True,
             )
             return
-        time.sleep(0.2)
+        time.sleep(POLL_S)
 
 
 def _stop(nodes: list[subprocess.Popen[bytes]]) -> None:
