@@ -51,7 +51,18 @@ def run(args: argparse.Namespace) -> int:
 
     spec = load_run_spec(args.run)
     directory = Path(args.checkpoint_dir) if args.checkpoint_dir else checkpoint_dir(spec)
-    states = list_states(directory)
+    if not directory.is_dir():
+        what = "not a directory" if directory.exists() else "no such directory"
+        raise UserError(f"{directory}: {what} (give the stage checkpoints with --checkpoint-dir)")
+    states, broken = [], []
+    for state in list_states(directory):
+        problem = unreadable(state.path)
+        if problem is None:
+            states.append(state)
+        else:
+            broken.append((state, problem))
+    for state, problem in broken:  # neither listed nor counted among the kept: never prune for them
+        print(f"not a stage state (left as it is): {state.path}: {problem}")
     by_lineage: dict[str, list[SavedState]] = {}
     for state in states:
         by_lineage.setdefault(lineage_name(state.tag), []).append(state)
@@ -87,6 +98,21 @@ def run(args: argparse.Namespace) -> int:
         f"newest {keep} steps of each of {len(by_lineage)} lineages"
     )
     return 0
+
+
+def unreadable(path: Path) -> str | None:
+    """Why the file cannot be a stage state, from its header (its tensors are not read), or None.
+    A state of the older pickled formats is taken as it is (only loading reads it)."""
+    from p2ptrain.errors import WireError
+    from p2ptrain.train import state_file
+
+    try:
+        if state_file.is_pickled(path):
+            return None
+        state_file.check(path)
+    except (WireError, OSError) as exc:
+        return str(exc)
+    return None
 
 
 def lineage_name(tag: str | None) -> str:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from p2ptrain.errors import UserError
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", metavar="RUN.toml", help="run spec (default: the built-in run)")
@@ -29,7 +31,13 @@ def run(args: argparse.Namespace) -> int:
 
     spec = load_run_spec(args.run)
     directory = Path(args.checkpoint_dir) if args.checkpoint_dir else checkpoint_dir(spec)
-    merged = export_hf(spec, directory, Path(args.out), args.step)
+    if not directory.is_dir():
+        what = "not a directory" if directory.exists() else "no such directory"
+        raise UserError(f"{directory}: {what} (give the stage checkpoints with --checkpoint-dir)")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: a file is there; give a directory (made if missing)")
+    merged = export_hf(spec, directory, out, args.step)
     for line in merged.skipped:  # another run's files in the same directory
         print(line)
     lineage = "" if merged.lineage is None else f" (lineage {merged.lineage})"

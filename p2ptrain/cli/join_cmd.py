@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from p2ptrain.errors import UserError
 from p2ptrain.node.settings import NodeSettings
 
 if TYPE_CHECKING:
@@ -24,7 +27,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
     """Run the node; `faults` are the harness's (harness/with_faults.py), for tests only."""
-    from p2ptrain.errors import UserError
     from p2ptrain.node.supervisor import Supervisor
     from p2ptrain.worker.faults import NO_FAULTS
     from p2ptrain.worker.settings import DEVICE_PATTERN
@@ -35,6 +37,15 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
         raise UserError(f"--device must be auto, cpu, mps, cuda or cuda:I, got {args.device!r}")
     if not 0 <= args.threads <= 4096:
         raise UserError(f"--threads must be between 0 and 4096, got {args.threads}")
+    # before joining: a worker finding out after its first plan either crashed (the metrics
+    # log) or trained the whole run saving nothing (the checkpoint directory)
+    if args.checkpoint_dir:
+        _check_writable_dir(Path(args.checkpoint_dir), "--checkpoint-dir")
+    if args.metrics_log:
+        log_path = Path(args.metrics_log)
+        if log_path.is_dir():
+            raise UserError(f"--metrics-log {log_path}: a directory; give a file in one")
+        _check_writable_dir(log_path.parent, "--metrics-log's folder")
 
     logging.basicConfig(
         level=logging.INFO,
@@ -43,3 +54,15 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
     )
     supervisor = Supervisor(NodeSettings.from_args(args), faults or NO_FAULTS)
     return supervisor.run()
+
+
+def _check_writable_dir(path: Path, what: str) -> None:
+    """UserError unless `path` is (or can be made) a directory this user may write in."""
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{what} {path}: not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{what} {path}: cannot be made ({exc.strerror})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UserError(f"{what} {path}: not writable by this user")

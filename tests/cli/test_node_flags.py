@@ -4,11 +4,13 @@ command's own defaults kept: external checks rely on them."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from p2ptrain.cli import bootstrap_cmd, doctor_cmd, join_cmd
+from tests.records.samples import A
 
 
 def _parse(module: ModuleType, argv: list[str]) -> argparse.Namespace:
@@ -45,3 +47,16 @@ def test_the_shared_flags_read_the_same_everywhere() -> None:
         module.add_arguments(parser)
         helps[module] = {a.dest: a.help for a in parser._actions}
     assert helps[join_cmd]["http"] == helps[bootstrap_cmd]["http"]
+
+
+def test_join_refuses_a_checkpoint_dir_or_metrics_log_it_could_not_use(tmp_path: Path) -> None:
+    """Found out after the first plan, a checkpoint directory that is a file trained the whole
+    run saving nothing (exit 0), and a metrics log in a missing folder crashed the worker."""
+    from p2ptrain.app import main
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    join = ["join", "--bootstrap", f"/ip4/127.0.0.1/tcp/1/p2p/{A}"]
+    assert main([*join, "--checkpoint-dir", str(a_file)]) == 2
+    assert main([*join, "--metrics-log", str(a_file / "m.jsonl")]) == 2
+    assert main([*join, "--metrics-log", str(tmp_path)]) == 2  # a directory, not a file
