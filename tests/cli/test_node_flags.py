@@ -60,3 +60,33 @@ def test_join_refuses_a_checkpoint_dir_or_metrics_log_it_could_not_use(tmp_path:
     assert main([*join, "--checkpoint-dir", str(a_file)]) == 2
     assert main([*join, "--metrics-log", str(a_file / "m.jsonl")]) == 2
     assert main([*join, "--metrics-log", str(tmp_path)]) == 2  # a directory, not a file
+
+
+def test_join_refuses_a_token_that_cannot_admit_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A token for another node (a wrong --identity) or of another organiser was ignored: the
+    node joined and said no member held a planner token, though it was given one."""
+    import time
+
+    from p2ptrain.app import main
+    from p2ptrain.identity import load_or_create_identity, peer_id_of
+    from p2ptrain.records.token import issue_token
+
+    organiser = load_or_create_identity(str(tmp_path / "organiser.key"))
+    bootstrap = f"/ip4/127.0.0.1/tcp/1/p2p/{peer_id_of(organiser)}"
+    own = str(tmp_path / "own.key")
+    other = peer_id_of(load_or_create_identity(str(tmp_path / "other.key")))
+    later = time.time() + 3600
+    for token, says in (
+        (issue_token(organiser, other, True, later), "issued to"),
+        (
+            issue_token(load_or_create_identity(str(tmp_path / "x.key")), other, True, later),
+            "not by the organiser",
+        ),
+        (issue_token(organiser, peer_id_of(load_or_create_identity(own)), True, 1.0), "expired"),
+        ("p2ptrain-token:nonsense", "malformed"),
+    ):
+        text = token if isinstance(token, str) else token.encode()
+        assert main(["join", "--bootstrap", bootstrap, "--identity", own, "--token", text]) == 2
+        assert says in capsys.readouterr().err
