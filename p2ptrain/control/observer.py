@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -44,13 +45,22 @@ async def fetch_status_doc(host: IHost, peer: ID) -> SwarmStatus:
 async def fetch_status(node_addr: str) -> SwarmStatus:
     """Connect to the node at node_addr (a bootstrap or any peer) and return its status document
     (validated: a node's reply is network input like any other)."""
-    quiet_library_logs()
+    quiet_library_logs(logging.CRITICAL)  # a failed dial is said once, below, in our words
     info = info_from_p2p_addr(parse_multiaddr(node_addr, need_peer_id=True))
     host = make_host(os.urandom(32), trusted=[node_addr])
     async with host.run(listen_addrs=[parse_multiaddr("/ip4/127.0.0.1/tcp/0")]):
+        with trio.move_on_after(OBSERVER_TIMEOUT_S) as connecting:
+            try:
+                await host.connect(info)
+            except Exception:  # py-libp2p's words for it: "no addresses established ..."
+                raise UserError(
+                    f"cannot reach {node_addr}: nothing there answered as that peer id (is the "
+                    "node running, at that address and port, with that identity?)"
+                ) from None
+        if connecting.cancelled_caught:
+            raise UserError(f"cannot reach {node_addr}: no answer in {OBSERVER_TIMEOUT_S:.0f} s")
         try:
             with trio.fail_after(OBSERVER_TIMEOUT_S):
-                await host.connect(info)
                 status = await fetch_status_doc(host, info.peer_id)
         except (OSError, trio.TooSlowError, Exception) as exc:
             raise UserError(
@@ -61,7 +71,7 @@ async def fetch_status(node_addr: str) -> SwarmStatus:
 
 async def fetch_statuses(node_addrs: list[str]) -> list[SwarmStatus | None]:
     """Ask many nodes at once from one throwaway host; None for a node that did not answer."""
-    quiet_library_logs()
+    quiet_library_logs(logging.CRITICAL)
     results: list[SwarmStatus | None] = [None] * len(node_addrs)
     host = make_host(os.urandom(32), trusted=node_addrs)
 
