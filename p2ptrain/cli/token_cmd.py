@@ -34,12 +34,17 @@ def run(args: argparse.Namespace) -> int:
     import sys
     import time
 
+    from p2ptrain import identity
     from p2ptrain.errors import UserError
     from p2ptrain.identity import load_identity
     from p2ptrain.records import fields
     from p2ptrain.records.run import MAX_RUN_ID_CHARS, load_run_spec
     from p2ptrain.records.token import issue_revocation, issue_token
 
+    if identity.public_key_of_peer_id(args.peer) is None:
+        raise UserError(
+            f"--peer {args.peer!r}: not a peer id (`p2ptrain id` prints one: 12D3KooW…)"
+        )
     if args.action == "revoke":
         peer = fields.peer_id(args.peer, "revocation", "--peer")
         print(issue_revocation(load_identity(args.identity), peer).encode())

@@ -242,6 +242,8 @@ def load_topology(path: str | Path) -> Topology:
         raise TopologyError(f"{path}: {size} bytes is over the {MAX_TOPOLOGY_BYTES}-byte limit")
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:  # a directory, a file gone meanwhile
+        raise TopologyError(f"{path}: cannot read ({exc.strerror})") from None
     except (ValueError, RecursionError) as exc:  # not UTF-8 JSON, or nested past the stack
         raise TopologyError(f"{path}: not valid JSON ({str(exc)[:80]})") from None
     return topology_from_json(doc, origin=str(path))

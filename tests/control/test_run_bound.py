@@ -19,6 +19,7 @@ from p2ptrain.control.intake import Intake
 from p2ptrain.control.publishing import revocation_messages
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.view import SwarmView
+from p2ptrain.errors import UserError
 from p2ptrain.records import PeerRecord, RunSpec, Token, issue_revocation, issue_token
 
 ORGANISER = os.urandom(32)
@@ -110,3 +111,15 @@ def test_token_issue_binds_the_run_it_is_told(
     assert token.run_id == "from-spec"
     token, err = issue(capsys, tmp_path)  # as before: valid in every run, and says so
     assert token.run_id == "" and "every run" in err
+
+
+def test_token_issue_and_revoke_refuse_what_is_no_peer_id(tmp_path: Path) -> None:
+    """`--peer notapeer` printed a token nobody could ever use, exit code 0."""
+    key = tmp_path / "boot.key"
+    identity.load_or_create_identity(key)
+    parser = argparse.ArgumentParser()
+    token_cmd.add_arguments(parser)
+    for action in ("issue", "revoke"):
+        args = parser.parse_args([action, "--identity", str(key), "--peer", "notapeer"])
+        with pytest.raises(UserError, match="not a peer id"):
+            token_cmd.run(args)

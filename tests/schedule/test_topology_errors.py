@@ -142,3 +142,8 @@ def test_the_other_readers_of_topology_files_refuse_deep_nesting(tmp_path: Path)
     with pytest.raises(UserError, match="not valid JSON"):
         _read_groups(path)
     assert per_peer(path, ["a"], "nat", "of peers", str) == {}  # load_topology says why
+
+
+def test_a_directory_given_as_the_topology_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(TopologyError, match="cannot read"):  # an IsADirectoryError traceback
+        load_topology(tmp_path)
