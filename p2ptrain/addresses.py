@@ -102,6 +102,17 @@ def check_can_listen(maddr: str, flag: str) -> None:
     raise UserError(f"{flag} {maddr}: cannot listen there: {problem}; {advice}")
 
 
+def check_peer_address(maddr: str, flag: str) -> None:
+    """UserError unless `maddr` is a multiaddr a peer record accepts, ending in /p2p/<peer id>
+    (a node is dialled by its identity: any other peer there is refused)."""
+    try:
+        fields.multiaddr(maddr, flag, "address")
+    except WireError as exc:
+        raise UserError(f"{flag} {maddr!r}: {exc}") from None
+    if "/p2p/" not in maddr:
+        raise UserError(f"{flag} must end in /p2p/<peer id>: {maddr!r}")
+
+
 def check_announce(maddrs: Sequence[str], flag: str) -> tuple[str, ...]:
     """Addresses given to announce: each one a peer record accepts (records/fields.py), with
     a fixed port (nobody can dial port 0), at most MAX_ADDRS of them."""

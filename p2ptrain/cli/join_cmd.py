@@ -38,6 +38,10 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
         raise UserError(f"--device must be auto, cpu, mps, cuda or cuda:I, got {args.device!r}")
     if not 0 <= args.threads <= 4096:
         raise UserError(f"--threads must be between 0 and 4096, got {args.threads}")
+    from p2ptrain.addresses import check_peer_address
+
+    for flag, maddr in (("--bootstrap", args.bootstrap), *(("--via", m) for m in args.via)):
+        check_peer_address(maddr, flag)  # here, not in the control process: one line
     if args.token:
         _check_token(args.token, args.bootstrap, args.identity)
     # before joining: a worker finding out after its first plan either crashed (the metrics

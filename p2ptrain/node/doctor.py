@@ -21,9 +21,7 @@ from typing import Any
 
 from p2ptrain import addresses, procs
 from p2ptrain.control.doctor import Check, run_network_checks
-from p2ptrain.errors import UserError
 from p2ptrain.node.supervisor import worker_available
-from p2ptrain.records import fields
 from p2ptrain.worker import private_tmp
 
 DAEMON_TIMEOUT_S = 90.0  # hivemind's import (torch) and p2pd's start on a slow machine
@@ -61,9 +59,7 @@ def diagnose(settings: DoctorSettings) -> Diagnosis:
     control_host, control_port = addresses.listen_endpoint(settings.listen, "--listen")
     data_host, data_port = addresses.listen_endpoint(settings.data_listen, "--data-listen")
     addresses.check_announce(settings.announce, "--announce")
-    fields.multiaddr(settings.bootstrap, "--bootstrap", "address")  # before a child starts
-    if "/p2p/" not in settings.bootstrap:
-        raise UserError(f"--bootstrap must end in /p2p/<peer id>: {settings.bootstrap!r}")
+    addresses.check_peer_address(settings.bootstrap, "--bootstrap")  # before a child starts
     endpoints = [(control_host, control_port)]
     if not settings.control_only:
         endpoints.append((data_host, data_port))

@@ -90,3 +90,16 @@ def test_join_refuses_a_token_that_cannot_admit_it(
         text = token if isinstance(token, str) else token.encode()
         assert main(["join", "--bootstrap", bootstrap, "--identity", own, "--token", text]) == 2
         assert says in capsys.readouterr().err
+
+
+def test_join_refuses_a_peer_address_without_its_id_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The control process found out: its error line, then the supervisor's second one."""
+    from p2ptrain.app import main
+
+    assert main(["join", "--bootstrap", "/ip4/127.0.0.1/tcp/7400"]) == 2
+    ok = f"/ip4/127.0.0.1/tcp/1/p2p/{A}"
+    assert main(["join", "--bootstrap", ok, "--via", "/ip4/127.0.0.1/tcp/7401"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "--bootstrap must end in /p2p/" in err[0] and "--via" in err[1]
