@@ -49,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
         prunable,
     )
 
+    if args.action == "list" and (args.keep is not None or args.dry_run):
+        raise UserError("--keep and --dry-run are prune's: `checkpoints prune ... --dry-run`")
     spec = load_run_spec(args.run)
     directory = Path(args.checkpoint_dir) if args.checkpoint_dir else checkpoint_dir(spec)
     if not directory.is_dir():

@@ -31,3 +31,13 @@ def test_a_short_runs_rate_is_the_workers_own(tmp_path: Path) -> None:
     result = local_run._follow(spec, [log], [], lambda p: None, lambda s, loss, r: steps.append(s))
     assert steps == [0, 1, 2] and result.steps == 3
     assert result.tokens_per_s == pytest.approx(1000.0)  # the median step's
+
+
+def test_local_refuses_flags_it_would_ignore_before_making_anything(tmp_path: Path) -> None:
+    from p2ptrain.app import main
+
+    workdir = tmp_path / "work"
+    argv = ["local", "--workdir", str(workdir), "--peers", "1", "--steps", "1"]
+    assert main([*argv, "--bandwidth-scale", "0.1"]) == 2  # scales nothing without --emulate
+    assert main([*argv, "--direct", "--control-plane"]) == 2
+    assert not workdir.exists()

@@ -62,3 +62,8 @@ def test_a_missing_or_wrong_directory_is_an_error(tmp_path: Path) -> None:
     assert main(["checkpoints", "list", "--checkpoint-dir", str(tmp_path / "nope")]) == 2
     (tmp_path / "a.json").write_text("{}")
     assert main(["checkpoints", "prune", "--checkpoint-dir", str(tmp_path / "a.json")]) == 2
+
+
+def test_prunes_flags_given_to_list_are_an_error(tmp_path: Path) -> None:
+    """`list --keep 1 --dry-run` listed, and an operator may have thought it pruned."""
+    assert main(["checkpoints", "list", "--checkpoint-dir", str(tmp_path), "--keep", "1"]) == 2

@@ -30,6 +30,7 @@ from p2ptrain.records import MetricsReport, Plan, RunSpec
 from p2ptrain.worker.faults import Faults
 
 TEMP_PREFIX = "p2ptrain-local-"  # then UID-PID
+DEFAULT_BANDWIDTH_SCALE = 0.02  # --emulate: the topology's links, scaled to what this box can carry
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,8 +70,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bandwidth-scale",
         type=float,
-        default=0.02,
-        help="with --emulate: multiply the topology's bandwidths by this (default 0.02)",
+        default=None,
+        help=f"with --emulate: multiply the topology's bandwidths by this "
+        f"(default {DEFAULT_BANDWIDTH_SCALE})",
     )
 
 
@@ -81,6 +83,13 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
 
     if not 1 <= args.peers <= 64:
         raise UserError(f"--peers must be between 1 and 64, got {args.peers}")
+    # before anything is made (the work directory)
+    if args.direct and args.control_plane:
+        raise UserError("--direct and --control-plane exclude each other")
+    if args.http is not None and (args.direct or args.emulate):
+        raise UserError("--http serves the bootstrap's dashboard: not with --direct or --emulate")
+    if args.bandwidth_scale is not None and not args.emulate:
+        raise UserError("--bandwidth-scale scales an emulated topology's links: give --emulate")
     spec = load_run_spec(args.run)
     changes: dict[str, Any] = {}
     if args.steps is not None:
@@ -102,16 +111,12 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):  # SIGINT too: a script may have ignored it
         signal.signal(signum, _interrupt)
     started_s = time.monotonic()
-    if args.direct and args.control_plane:
-        raise UserError("--direct and --control-plane exclude each other")
-    if args.http is not None and (args.direct or args.emulate):
-        raise UserError("--http serves the bootstrap's dashboard: not with --direct or --emulate")
     try:
         if args.emulate:
             result = _train_emulated(
                 spec,
                 Path(args.emulate),
-                args.bandwidth_scale,
+                DEFAULT_BANDWIDTH_SCALE if args.bandwidth_scale is None else args.bandwidth_scale,
                 workdir,
                 out,
                 args.direct,
