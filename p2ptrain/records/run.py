@@ -201,7 +201,9 @@ def _place(
         home, name = section, key
     cls = SECTIONS.get(home)
     if cls is None or name not in _FIELDS[home]:
-        unknown.append(shown)
+        elsewhere = [other for other in SECTIONS if key in _FIELDS[other]] if section else []
+        hint = f" (a field of [run.{elsewhere[0]}])" if elsewhere else ""
+        unknown.append(shown + hint)
         return
     if name in tables[home]:
         raise UserError(f"run spec field {shown!r} is given twice (flat and in [{home}])")

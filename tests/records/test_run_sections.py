@@ -143,7 +143,7 @@ def test_an_old_size_name_that_repeats_the_size_or_says_derived_still_loads(
     ("text", "message"),
     [
         ("[run]\ncolour = 1\n", "unknown run spec field\\(s\\): colour"),
-        ("[run.model]\nstages = 2\n", "unknown run spec field\\(s\\): model.stages"),
+        ("[run.model]\nstages = 2\n", "model.stages \\(a field of \\[run.swarm\\]\\)"),
         ("[run.modle]\nn_layer = 2\n", "unknown run spec field\\(s\\): modle"),
         ("[run.model]\nmodel = 'llama'\n", "model.model"),  # in its table it is `family`
         ("[run]\nsteps = 3\n[run.optim]\nsteps = 4\n", "given twice"),
