@@ -268,6 +268,12 @@ class Worker:
         log.info("timed the run's model: %.3g ms per row and block", compute.block_row_s * 1e3)
         self.ipc.send(ComputeReport(compute))
 
+    def _fail(self, why: str) -> None:
+        """Stop on our own (exit code 1), saying why."""
+        self.failure = why
+        log.error("%s: stopping the worker", why)
+        self.inbox.stop()
+
     def _stop_code(self) -> int:
         return 1 if self.failure else 0
 
@@ -321,7 +327,7 @@ class Worker:
         # a static plan (settings checked: --plan needs --name): hellos are files beside it
         plan, name = self.settings.plan, self.settings.name
         assert plan is not None and name is not None
-        static_plan.rendezvous(Path(plan), name, hello, self.inbox)
+        static_plan.rendezvous(Path(plan), name, hello, self.inbox, self._fail)
 
     def _seed(self) -> bytes:
         """The node's Ed25519 seed (p2pd gets it as identity.DaemonKeyCopy: same peer id).

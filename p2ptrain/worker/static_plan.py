@@ -6,37 +6,43 @@ addresses is the one to train on."""
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from p2ptrain.records import Hello, Plan, PlanMessage, RunSpec
 from p2ptrain.worker.ipc import PlanInbox
 
-log = logging.getLogger("p2ptrain.worker")
-
 HELLO_POLL_S = 0.1
 
 
-def rendezvous(plan_path: Path, name: str, hello: Hello, inbox: PlanInbox) -> None:
+def rendezvous(
+    plan_path: Path, name: str, hello: Hello, inbox: PlanInbox, fail: Callable[[str], None]
+) -> None:
     """Say hello beside the plan (written whole, then renamed), and put the plan in `inbox`
     once every worker it names has said hello (a thread of its own); a plan that cannot be
-    read or used stops the worker."""
+    read or used is `fail`ed with why (the worker stops, exit code 1)."""
     tmp = plan_path.with_name(f".{name}.hello.tmp")
     tmp.write_text(json.dumps(hello.to_dict()))
     tmp.replace(plan_path.with_name(f"{name}.hello.json"))
-    threading.Thread(target=_wait_for_plan, args=(plan_path, inbox), daemon=True).start()
+    args = (plan_path, name, inbox, fail)
+    threading.Thread(target=_wait_for_plan, args=args, daemon=True).start()
 
 
-def _wait_for_plan(plan_path: Path, inbox: PlanInbox) -> None:
+def _wait_for_plan(
+    plan_path: Path, name: str, inbox: PlanInbox, fail: Callable[[str], None]
+) -> None:
     try:
         static = json.loads(plan_path.read_text())
         names = Plan.from_dict(plan_fields(static["plan"], {})).peers()
     except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
-        log.error("cannot read plan %s: %s", plan_path, exc)
-        inbox.stop()
+        why = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+        fail(f"cannot read plan {plan_path}: {why}")
+        return
+    if name not in names:
+        fail(f"plan {plan_path} names no worker {name!r} (it names {', '.join(sorted(names))})")
         return
     hello_paths = {name: plan_path.with_name(f"{name}.hello.json") for name in names}
     while not all(path.exists() for path in hello_paths.values()):
@@ -48,8 +54,7 @@ def _wait_for_plan(plan_path: Path, inbox: PlanInbox) -> None:
         plan = Plan.from_dict(plan_fields(static["plan"], hellos))
         inbox.put_plan(PlanMessage(plan, RunSpec.from_dict(static["run"])))
     except (OSError, ValueError, KeyError, RecursionError) as exc:
-        log.error("cannot use plan %s: %s", plan_path, exc)
-        inbox.stop()
+        fail(f"cannot use plan {plan_path}: {exc}")
 
 
 def plan_fields(plan: dict[str, Any], hellos: dict[str, Hello]) -> dict[str, Any]:
