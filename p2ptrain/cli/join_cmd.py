@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from p2ptrain.addresses import check_peer_address
 from p2ptrain.errors import UserError
 from p2ptrain.node.settings import NodeSettings
 
@@ -30,6 +31,22 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
     """Run the node; `faults` are the harness's (harness/with_faults.py), for tests only."""
     from p2ptrain.node.supervisor import Supervisor
     from p2ptrain.worker.faults import NO_FAULTS
+
+    _check_flags(args)
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    supervisor = Supervisor(NodeSettings.from_args(args), faults or NO_FAULTS)
+    return supervisor.run()
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """The flags judged before anything starts: a mistake is one line and exit code 2. Found
+    out later it was two lines (the control process's and the supervisor's), a worker's crash
+    after the first plan (the metrics log), a run that saved nothing (the checkpoint
+    directory), or a node that waited for a planner for good (the token)."""
     from p2ptrain.worker.settings import DEVICE_PATTERN
 
     if args.profile and not args.metrics_log:
@@ -38,14 +55,10 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
         raise UserError(f"--device must be auto, cpu, mps, cuda or cuda:I, got {args.device!r}")
     if not 0 <= args.threads <= 4096:
         raise UserError(f"--threads must be between 0 and 4096, got {args.threads}")
-    from p2ptrain.addresses import check_peer_address
-
     for flag, maddr in (("--bootstrap", args.bootstrap), *(("--via", m) for m in args.via)):
-        check_peer_address(maddr, flag)  # here, not in the control process: one line
+        check_peer_address(maddr, flag)
     if args.token:
         _check_token(args.token, args.bootstrap, args.identity)
-    # before joining: a worker finding out after its first plan either crashed (the metrics
-    # log) or trained the whole run saving nothing (the checkpoint directory)
     if args.checkpoint_dir:
         _check_writable_dir(Path(args.checkpoint_dir), "--checkpoint-dir")
     if args.metrics_log:
@@ -53,14 +66,6 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
         if log_path.is_dir():
             raise UserError(f"--metrics-log {log_path}: a directory; give a file in one")
         _check_writable_dir(log_path.parent, "--metrics-log's folder")
-
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    supervisor = Supervisor(NodeSettings.from_args(args), faults or NO_FAULTS)
-    return supervisor.run()
 
 
 def _check_writable_dir(path: Path, what: str) -> None:
