@@ -55,9 +55,13 @@ _DIAL_BACK_FILTER = _DialBackFilter()
 
 
 def quiet_library_logs(level: int = logging.ERROR) -> None:
-    """Silence py-libp2p's noisy loggers below `level`; our own messages stay at INFO."""
+    """Silence py-libp2p's noisy loggers below `level`; our own messages stay at INFO. A failed
+    dial (a peer that left) is ours to report, sampled: py-libp2p's TCP transport logged each
+    attempt at ERROR, four bare lines a dial (its loggers do not propagate: Python's last-resort
+    handler printed them without time or name)."""
     for name in _NOISY_LOGGERS:
         logging.getLogger(name).setLevel(level)
+    logging.getLogger("libp2p.transport.tcp").setLevel(max(level, logging.CRITICAL))
     logging.getLogger("libp2p.network.swarm").addFilter(_DIAL_BACK_FILTER)  # a set: added once
 
 

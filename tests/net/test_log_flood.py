@@ -121,3 +121,15 @@ def test_a_sampled_log_counts_each_kind_apart(caplog: pytest.LogCaptureFixture) 
         "event a 200 (201 so far)",
         "event b (1 so far)",
     ]
+
+
+def test_a_failed_dial_is_not_four_bare_library_lines() -> None:
+    """py-libp2p's TCP transport logged every failed attempt at ERROR (four a dial of a peer
+    that left), printed bare by Python's last-resort handler on every node's console."""
+    import logging
+
+    from p2ptrain.net.host import quiet_library_logs
+
+    quiet_library_logs()
+    assert not logging.getLogger("libp2p.transport.tcp.tcp").isEnabledFor(logging.ERROR)
+    assert logging.getLogger("p2ptrain.control.node").isEnabledFor(logging.ERROR)
