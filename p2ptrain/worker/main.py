@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger(noisy).setLevel(
             logging.ERROR if settings.log_level.upper() != "DEBUG" else "DEBUG"
         )
+    daemon_env.quiet_routine_daemon_errors()
     torch.set_num_threads(cpu_threads(settings.threads))
 
     def leave(code: int) -> None:
