@@ -285,7 +285,9 @@ def _prune_earlier_cuts(
     own = sorted({s.step for s in states if s.key == layers_key(layers)})
     if len(own) < KEEP_STEPS:
         return
-    oldest_kept = own[0]  # (more than KEEP_STEPS: a lineage restarted below its ancestors')
+    # the oldest step it holds (past KEEP_STEPS only when a lineage restarted below its
+    # ancestors' steps, which stay until it passes them)
+    oldest_kept = own[0]
     emptied = set()
     for state in states:
         covered = _key_layers(state.key)

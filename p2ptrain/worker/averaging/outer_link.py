@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
@@ -59,7 +60,8 @@ class P2PRoundLink:
         self.inbox = RoundInbox()
         self._streams = OpenStreams("outer round streams")  # strangers' and over the cap
         self._pool = ThreadPoolExecutor(MAX_SENDERS, thread_name_prefix="outer-send")
-        self._in_flight: set[Future[None]] = set()
+        self._in_flight: set[Future[None]] = set()  # added here, discarded by the senders
+        self._in_flight_lock = threading.Lock()
         transport.call(transport.p2p.add_binary_stream_handler(wire.PROTOCOL, self._handle))
 
     @classmethod
@@ -77,14 +79,20 @@ class P2PRoundLink:
         timeout_s; the future fails then (the round notices the missing message itself)."""
         data = header.encode() + payload.numpy().tobytes()
         sent = self._pool.submit(self._send_until, peer, data, timeout_s)
-        self._in_flight.add(sent)
-        sent.add_done_callback(self._in_flight.discard)
+        with self._in_flight_lock:
+            self._in_flight.add(sent)
+        sent.add_done_callback(self._sent)
         return sent
+
+    def _sent(self, sent: Future[None]) -> None:
+        with self._in_flight_lock:
+            self._in_flight.discard(sent)
 
     def finish_sends(self, timeout_s: float) -> None:
         """Wait up to timeout_s for the messages still on their way (each ends delivered or
         timed out on its own)."""
-        pending = set(self._in_flight)
+        with self._in_flight_lock:
+            pending = set(self._in_flight)
         if pending:
             log.info("leaving: %d outer round messages still on their way", len(pending))
             wait(pending, timeout_s)
