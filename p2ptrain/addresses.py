@@ -71,19 +71,8 @@ def listen_problem(host: str, port: int) -> str | None:
     and p2pd listen with SO_REUSEPORT, so a second node on a taken port would start beside the
     first, each getting some of its connections: a plain bind (TIME_WAIT allowed, as listeners
     have it) tells."""
-    if port == 0:
-        return None
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                return f"port {port} is in use (another node on this machine?)"
-            if exc.errno == errno.EADDRNOTAVAIL:
-                return f"{host} is not an address of this machine"
-            return exc.strerror or repr(exc)
-    return None
+    error = _bind_error(host, port)
+    return None if error is None else _described(error, host, port)
 
 
 def check_can_listen(maddr: str, flag: str) -> None:
@@ -92,14 +81,38 @@ def check_can_listen(maddr: str, flag: str) -> None:
     endpoint = tcp_endpoint(maddr)
     if endpoint is None or not is_ip(endpoint[0], 4) or endpoint[1] > 65535:
         return
-    problem = listen_problem(*endpoint)
-    if problem is None:
+    error = _bind_error(*endpoint)
+    if error is None:
         return
-    if "in use" in problem:
-        advice = "give each node on one machine its own port (or tcp/0: any free one)"
-    else:
-        advice = "listen on 0.0.0.0 and give a public address with --announce"
-    raise UserError(f"{flag} {maddr}: cannot listen there: {problem}; {advice}")
+    advice = _LISTEN_ADVICE.get(error.errno or 0)
+    tail = f"; {advice}" if advice else ""
+    raise UserError(f"{flag} {maddr}: cannot listen there: {_described(error, *endpoint)}{tail}")
+
+
+_LISTEN_ADVICE = {
+    errno.EADDRINUSE: "give each node on one machine its own port (or tcp/0: any free one)",
+    errno.EADDRNOTAVAIL: "listen on 0.0.0.0 and give a public address with --announce",
+}
+
+
+def _bind_error(host: str, port: int) -> OSError | None:
+    if port == 0:
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            return exc
+    return None
+
+
+def _described(error: OSError, host: str, port: int) -> str:
+    if error.errno == errno.EADDRINUSE:
+        return f"port {port} is in use (another node on this machine?)"
+    if error.errno == errno.EADDRNOTAVAIL:
+        return f"{host} is not an address of this machine"
+    return error.strerror or repr(error)
 
 
 def check_peer_address(maddr: str, flag: str) -> None:
