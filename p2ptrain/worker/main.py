@@ -215,7 +215,9 @@ class Worker:
             self.dht = None  # before its shutdown: see _check_dht
             finish_sends(transport)  # a groupmate's last outer round may wait for our shard
 
-            def shut_down() -> None:  # hivemind's may hang: the watchdog kills what is left
+            # hivemind's own shutdown can hang for long; give it a moment, then leave: the
+            # watchdog kills whatever of the process group is left when we exit
+            def shut_down() -> None:
                 transport.close()
                 dht.shutdown()
 
@@ -285,9 +287,7 @@ class Worker:
         dht = self.dht  # None again before run() shuts it down: that end is no failure
         if dht is None or dht.is_alive() or self.dht is None or self.failure:
             return
-        self.failure = f"hivemind's DHT process died (exit code {dht.exitcode})"
-        log.error("%s: stopping the worker", self.failure)
-        self.inbox.stop()
+        self._fail(f"hivemind's DHT process died (exit code {dht.exitcode})")
         timer = threading.Timer(DHT_LOST_EXIT_S, self._leave, args=(1,))
         timer.daemon = True
         timer.start()
