@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from p2ptrain.errors import UserError
 
 if TYPE_CHECKING:  # torch: imported when the command runs
+    from p2ptrain.records.run import RunSpec
     from p2ptrain.train.checkpoint import SavedState
 
 
@@ -44,7 +45,6 @@ def run(args: argparse.Namespace) -> int:
     from p2ptrain.records.run import load_run_spec
     from p2ptrain.train.checkpoint import (  # torch: the train extra
         KEEP_STEPS,
-        checkpoint_dir,
         list_states,
         prunable,
     )
@@ -52,10 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "list" and (args.keep is not None or args.dry_run):
         raise UserError("--keep and --dry-run are prune's: `checkpoints prune ... --dry-run`")
     spec = load_run_spec(args.run)
-    directory = Path(args.checkpoint_dir) if args.checkpoint_dir else checkpoint_dir(spec)
-    if not directory.is_dir():
-        what = "not a directory" if directory.exists() else "no such directory"
-        raise UserError(f"{directory}: {what} (give the stage checkpoints with --checkpoint-dir)")
+    directory = states_directory(args.checkpoint_dir, spec)
     states, broken = [], []
     for state in list_states(directory):
         problem = unreadable(state.path)
@@ -100,6 +97,18 @@ def run(args: argparse.Namespace) -> int:
         f"newest {keep} steps of each of {len(by_lineage)} lineages"
     )
     return 0
+
+
+def states_directory(given: str | None, spec: RunSpec) -> Path:
+    """Where the run's stage states are (`--checkpoint-dir`, else the run spec's), or UserError
+    if that is no directory (a silent "no stage states" told a typo from an empty one)."""
+    from p2ptrain.train.checkpoint import checkpoint_dir  # torch: the train extra
+
+    directory = Path(given) if given else checkpoint_dir(spec)
+    if not directory.is_dir():
+        what = "not a directory" if directory.exists() else "no such directory"
+        raise UserError(f"{directory}: {what} (give the stage checkpoints with --checkpoint-dir)")
+    return directory
 
 
 def unreadable(path: Path) -> str | None:

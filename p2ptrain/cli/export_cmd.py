@@ -25,15 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from p2ptrain.cli.checkpoints_cmd import states_directory
     from p2ptrain.records.run import load_run_spec
-    from p2ptrain.train.checkpoint import checkpoint_dir  # torch: the train extra
     from p2ptrain.train.export import export_hf
 
     spec = load_run_spec(args.run)
-    directory = Path(args.checkpoint_dir) if args.checkpoint_dir else checkpoint_dir(spec)
-    if not directory.is_dir():
-        what = "not a directory" if directory.exists() else "no such directory"
-        raise UserError(f"{directory}: {what} (give the stage checkpoints with --checkpoint-dir)")
+    directory = states_directory(args.checkpoint_dir, spec)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: a file is there; give a directory (made if missing)")

@@ -44,7 +44,7 @@ def _wait_for_plan(
     if name not in names:
         fail(f"plan {plan_path} names no worker {name!r} (it names {', '.join(sorted(names))})")
         return
-    hello_paths = {name: plan_path.with_name(f"{name}.hello.json") for name in names}
+    hello_paths = {worker: plan_path.with_name(f"{worker}.hello.json") for worker in names}
     while not all(path.exists() for path in hello_paths.values()):
         if inbox.stopped:
             return
