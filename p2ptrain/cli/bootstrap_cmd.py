@@ -43,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
 
     spec = load_run_spec(args.run)
     check_can_listen(args.listen, "--listen")
+    if args.revoked is not None:
+        _check_revocations_file(args.revoked)
     configure_logging()
     seed = load_or_create_identity(args.identity)
     IdentityLock(args.identity)  # held for the process's life: one node per identity
@@ -56,3 +58,19 @@ def run(args: argparse.Namespace) -> int:
         http=args.http,
     )
     return run_node(ControlNode(config))
+
+
+def _check_revocations_file(path: str) -> None:
+    """UserError unless the --revoked file can be read now. A missing one only warned: a typo
+    in its name left every revoked token admitted, the organiser told by one log line."""
+    from p2ptrain.errors import UserError
+    from p2ptrain.records.token import read_revocations
+
+    try:
+        read_revocations(path, [])
+    except FileNotFoundError:
+        raise UserError(
+            f"--revoked {path}: no such file (to start with none revoked: touch {path})"
+        ) from None
+    except OSError as exc:
+        raise UserError(f"--revoked {path}: cannot be read ({exc.strerror})") from None

@@ -30,6 +30,7 @@ from types import FrameType
 
 from p2ptrain import addresses, procs
 from p2ptrain.control.settings import ControlSettings
+from p2ptrain.errors import UserError
 from p2ptrain.key_file import load_or_create_identity
 from p2ptrain.node.identity_lock import IdentityLock
 from p2ptrain.node.ipc_dir import IpcDir
@@ -41,6 +42,7 @@ from p2ptrain.worker.settings import WorkerSettings
 log = logging.getLogger(__name__)
 
 STOP_GRACE_S = 10.0
+DEVICE_CHECK_TIMEOUT_S = 120.0  # importing torch and asking the driver: seconds, cold minutes
 POLL_S = 0.2
 # control exit codes that stop the node: finished, and refused by the run (control/node.py)
 FINAL_CONTROL_CODES = (0, 2)
@@ -70,6 +72,26 @@ def worker_available() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("torch", "hivemind"))
 
 
+def check_device_here(name: str) -> None:
+    """UserError unless the worker could train on `--device name` here. Judged before the node
+    joins (found by the worker, it stopped a node that had joined), in a short child process:
+    importing torch here would keep it in the supervisor's memory for the whole run."""
+    if name in ("auto", "cpu"):
+        return  # always here
+    probe = subprocess.run(
+        [sys.executable, "-m", "p2ptrain.worker.device", name],
+        capture_output=True,
+        text=True,
+        timeout=DEVICE_CHECK_TIMEOUT_S,
+        check=False,
+    )
+    if probe.returncode == 2:
+        raise UserError(probe.stdout.strip())
+    if probe.returncode != 0:  # the worker would fail the same way: say so now
+        last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"--device {name}: cannot be checked here ({last})")
+
+
 class Supervisor:
     """Runs one node until a signal arrives or a child exits; returns an exit code."""
 
@@ -88,6 +110,8 @@ class Supervisor:
         if not node.control_only:
             addresses.check_can_listen(node.data_listen, "--data-listen")
         self.with_worker = not node.control_only and worker_available()
+        if self.with_worker:
+            check_device_here(node.device)
         if not node.control_only and not self.with_worker:
             log.warning(
                 "torch and hivemind are not installed (pip install 'p2ptrain[train]'): "

@@ -167,9 +167,9 @@ def parse_http_address(text: str) -> tuple[str, int]:
     try:
         number = int(port)
     except ValueError:
-        number = -1
+        raise UserError(f"--http {text!r}: expected PORT or HOST:PORT") from None
     if not 0 <= number <= 65535:
-        raise UserError(f"--http {text!r}: expected PORT or HOST:PORT")
+        raise UserError(f"--http {text!r}: port {number} is out of range (0-65535)")
     return (host.strip("[]") or DEFAULT_HOST), number
 
 

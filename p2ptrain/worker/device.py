@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -49,6 +50,17 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "mps" and not _mps_available():
         raise UserError("--device mps: this machine has no MPS device torch can use")
     return device
+
+
+def device_problem(name: str) -> str | None:
+    """Why `--device name` cannot train here, or None: `python -m p2ptrain.worker.device NAME`
+    prints it, so that `join` refuses before the node joins (node/supervisor.py), without torch
+    in the supervisor's memory for the whole run."""
+    try:
+        resolve_device(name)
+    except UserError as exc:
+        return str(exc)
+    return None
 
 
 def _mps_available() -> bool:
@@ -122,3 +134,9 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
+
+
+if __name__ == "__main__":
+    if (problem := device_problem(sys.argv[1])) is not None:
+        print(problem)
+        sys.exit(2)

@@ -103,3 +103,18 @@ def test_join_refuses_a_peer_address_without_its_id_in_one_line(
     assert main(["join", "--bootstrap", ok, "--via", "/ip4/127.0.0.1/tcp/7401"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "--bootstrap must end in /p2p/" in err[0] and "--via" in err[1]
+
+
+def test_bootstrap_refuses_a_revoked_file_it_cannot_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A missing --revoked file only warned: a typo in its name left every revoked token
+    admitted. The port is never reached: the file is judged first."""
+    from p2ptrain.app import main
+
+    boot = ["bootstrap", "--identity", str(tmp_path / "k"), "--listen", "/ip4/127.0.0.1/tcp/0"]
+    missing = tmp_path / "revoked.txt"
+    assert main([*boot, "--revoked", str(missing)]) == 2
+    assert f"touch {missing}" in capsys.readouterr().err
+    assert main([*boot, "--revoked", str(tmp_path)]) == 2  # a directory
+    assert "cannot be read" in capsys.readouterr().err

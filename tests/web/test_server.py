@@ -132,8 +132,11 @@ def test_http_addresses() -> None:
     assert parse_http_address("8080") == ("127.0.0.1", 8080)
     assert parse_http_address("0.0.0.0:80") == ("0.0.0.0", 80)
     assert parse_http_address("[::1]:9000") == ("::1", 9000)
-    for bad in ("", "x", "1:99999", "host:"):
-        with pytest.raises(UserError):
+    for bad in ("", "x", "host:", "8o80"):
+        with pytest.raises(UserError, match="expected PORT or HOST:PORT"):
+            parse_http_address(bad)
+    for bad in ("99999", "1:99999", "-1"):
+        with pytest.raises(UserError, match="out of range"):
             parse_http_address(bad)
 
 
