@@ -46,6 +46,7 @@ from p2ptrain.errors import UserError
 from p2ptrain.net import dial_gate, rpc
 from p2ptrain.net.host import parse_multiaddr, remote_ip
 from p2ptrain.net.ratelimit import WindowLimiter
+from p2ptrain.net.resolve import connect_operator_peer
 from p2ptrain.records import token_problem
 
 log = logging.getLogger(__name__)
@@ -192,7 +193,7 @@ class Discovery:
         for attempt in itertools.count(1):
             try:
                 with trio.fail_after(CONNECT_TIMEOUT_S):
-                    await self.state.host.connect(info)
+                    await connect_operator_peer(self.state.host, info)
                 await self._fetch_run()
                 break
             except Exception as exc:

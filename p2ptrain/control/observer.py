@@ -16,6 +16,7 @@ from p2ptrain.errors import UserError, first_leaf
 from p2ptrain.net import rpc
 from p2ptrain.net.host import make_host, parse_multiaddr, quiet_library_logs, run_trio
 from p2ptrain.net.paging import checked_next, cursor_request
+from p2ptrain.net.resolve import CannotResolve, connect_operator_peer
 from p2ptrain.records import SwarmStatus
 from p2ptrain.records.replies import StatusPage
 
@@ -51,7 +52,9 @@ async def fetch_status(node_addr: str) -> SwarmStatus:
     async with host.run(listen_addrs=[parse_multiaddr("/ip4/127.0.0.1/tcp/0")]):
         with trio.move_on_after(OBSERVER_TIMEOUT_S) as connecting:
             try:
-                await host.connect(info)
+                await connect_operator_peer(host, info)
+            except CannotResolve as exc:
+                raise UserError(f"cannot reach {node_addr}: {exc}") from None
             except Exception:  # py-libp2p's words for it: "no addresses established ..."
                 raise UserError(
                     f"cannot reach {node_addr}: nothing there answered as that peer id (is the "
@@ -79,7 +82,7 @@ async def fetch_statuses(node_addrs: list[str]) -> list[SwarmStatus | None]:
         info = info_from_p2p_addr(parse_multiaddr(node_addrs[index], need_peer_id=True))
         with trio.move_on_after(OBSERVER_TIMEOUT_S):
             try:
-                await host.connect(info)
+                await connect_operator_peer(host, info)
                 results[index] = await fetch_status_doc(host, info.peer_id)
             except Exception:
                 results[index] = None

@@ -39,6 +39,7 @@ from p2ptrain.control.state import NodeState
 from p2ptrain.errors import WireError
 from p2ptrain.net import rpc
 from p2ptrain.net.host import parse_multiaddr
+from p2ptrain.net.resolve import connect_operator_peer
 from p2ptrain.records import RunSpec
 from p2ptrain.records.replies import RunReply
 
@@ -157,7 +158,7 @@ async def through_members(
     for info in via:
         try:
             with trio.fail_after(connect_timeout_s):
-                await state.host.connect(info)
+                await connect_operator_peer(state.host, info)
             reply = await rpc.call(state.host, info.peer_id, RUN_PROTOCOL)
             run, envelope = checked_run(reply, state.view.bootstrap_id, MAX_RUN_AGE_S)
         except Exception as exc:
