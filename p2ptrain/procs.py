@@ -97,12 +97,22 @@ def kill_groups(procs: Sequence[subprocess.Popen[bytes]]) -> None:
         proc.wait()
 
 
-def stop_groups(procs: Sequence[subprocess.Popen[bytes]], grace_s: float) -> None:
+def stop_groups(
+    procs: Sequence[subprocess.Popen[bytes]],
+    grace_s: float,
+    leaders_only: Sequence[subprocess.Popen[bytes]] = (),
+) -> None:
     """SIGTERM every child's process group (in the order given), wait up to grace_s for the
     children to exit, then SIGKILL the groups (what ignored SIGTERM, and whatever a child left
-    behind in its group) and reap the children."""
+    behind in its group) and reap the children. A child in `leaders_only` is sent SIGTERM
+    itself, not its group: it stops its own children in order (a worker's averager serves its
+    groupmates' round until the worker closes it)."""
     for proc in procs:
-        kill_group(proc, signal.SIGTERM)
+        if proc in leaders_only:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+        else:
+            kill_group(proc, signal.SIGTERM)
         kill_group(proc, signal.SIGCONT)  # a stopped (frozen) group acts on SIGTERM only then
     deadline = time.monotonic() + grace_s
     for proc in procs:
@@ -110,7 +120,9 @@ def stop_groups(procs: Sequence[subprocess.Popen[bytes]], grace_s: float) -> Non
             proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             log.warning(
-                "process %d ignored SIGTERM for %.0f s: killing its group", proc.pid, grace_s
+                "process %d did not stop in %.0f s after SIGTERM: killing its group",
+                proc.pid,
+                grace_s,
             )
     kill_groups(procs)
 

@@ -28,16 +28,16 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import trio
-from libp2p.abc import IHost, IPeerStore
-from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
+from libp2p.abc import IPeerStore
+from libp2p.kad_dht.kad_dht import KadDHT
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.peer.peerstore import PeerStoreError
-from libp2p.records.validator import NamespacedValidator, Validator
 from multiaddr import Multiaddr
 
 from p2ptrain.addresses import ip_of, may_dial, own_ips
-from p2ptrain.control import rejoin, wire
+from p2ptrain.control import rejoin
+from p2ptrain.control.dht_store import RUN_KEY, peer_key
 from p2ptrain.control.publishing import record_message, run_message
 from p2ptrain.control.rpcs import RUN_PROTOCOL
 from p2ptrain.control.state import NodeState
@@ -51,10 +51,6 @@ from p2ptrain.records import token_problem
 
 log = logging.getLogger(__name__)
 
-DHT_NAMESPACE = "p2ptrain"
-RUN_KEY = f"/{DHT_NAMESPACE}/run"  # the organiser's run spec
-PEER_KEY_PREFIX = f"/{DHT_NAMESPACE}/peer/"  # + an author's peer id: its signed record
-DHT_RECORD_MAX_AGE_S = 3600.0
 DHT_TIMEOUT_S = 10.0  # one routing-table refresh or one put
 # members come from gossip, not the routing table: the refresh only keeps the DHT answering, and
 # each one queries a dozen peers (py-spy, 12 control-only peers: ~12% of a member's CPU at 30 s).
@@ -89,60 +85,6 @@ def _parsed(addr: str) -> Multiaddr | None:
     except Exception as exc:  # multiaddr raises several unrelated types
         log.debug("not dialling %r: %s", addr[:100], exc)
         return None
-
-
-class _SignedRecordValidator(Validator):
-    """DHT values under /p2ptrain/ are signed envelopes; the newest seq wins. Only the two keys
-    we put are taken: an author's peer record under /p2ptrain/peer/<author>, and a run spec under
-    /p2ptrain/run (any other key in our namespace would let one author store without limit)."""
-
-    def validate(self, key: str, value: bytes) -> None:
-        if key != RUN_KEY and not key.startswith(PEER_KEY_PREFIX):
-            raise wire.WireError(f"not a key of ours: {key[:100]!r}")  # before any signature
-        env = wire.decode(value, max_age_s=DHT_RECORD_MAX_AGE_S)  # raises WireError (ValueError)
-        expected = {"run": RUN_KEY, "peer": peer_key(env.author)}.get(env.kind)
-        if key != expected:
-            raise wire.WireError(f"forged: {env.kind} by {env.author} stored under {key}")
-
-    def select(self, key: str, values: list[bytes]) -> int:
-        def seq(value: bytes) -> int:
-            try:
-                return wire.decode(value, max_age_s=DHT_RECORD_MAX_AGE_S).seq
-            except wire.WireError:
-                return -1
-
-        return max(range(len(values)), key=lambda i: seq(values[i]))
-
-
-def peer_key(peer: str) -> str:
-    """Where `peer`'s signed record lives in the DHT."""
-    return f"{PEER_KEY_PREFIX}{peer}"
-
-
-def _refuse_provider(key: bytes, provider: PeerInfo) -> None:
-    """We never provide nor look providers up: an ADD_PROVIDER (any key, any number of
-    addresses, kept 48 h) stores nothing. py-libp2p ignores enable_providers on requests."""
-
-
-def make_dht(host: IHost) -> KadDHT:
-    """A DHT server that stores only signed records under our two keys, and no provider records
-    (still to be started)."""
-    # strict: a key in no registered namespace is refused (lax, py-libp2p keeps it unchecked);
-    # validator_changed: not the library's /pk and /ipns either, which any identity may fill
-    validator = NamespacedValidator(
-        {DHT_NAMESPACE: _SignedRecordValidator()}, strict_validation=True
-    )
-    dht = KadDHT(
-        host,
-        DHTMode.SERVER,
-        validator=validator,
-        validator_changed=True,
-        strict_validation=True,
-        enable_providers=False,
-        max_peers_per_subnet=0,
-    )
-    dht.provider_store.add_provider = _refuse_provider  # type: ignore[method-assign]
-    return dht
 
 
 class Discovery:
@@ -325,9 +267,8 @@ class Discovery:
 
     def candidates(self, peer: str, declared: list[str]) -> list[str]:
         """The addresses of `peer` we may dial (module docstring), at most MAX_ADDRS_PER_PEER,
-        those on an IP we saw it on first; the operator's bootstrap address as it is."""
-        if self.bootstrap is not None and peer == self.bootstrap.peer_id.to_base58():
-            return [str(addr) for addr in self.bootstrap.addrs][:MAX_ADDRS_PER_PEER]
+        those on an IP we saw it on first (the bootstrap is dialled at the operator's address:
+        _dial_bootstrap)."""
         ours = own_ips(self.state.addrs)
         allowed = [a for a in declared if (ip := ip_of(a)) is not None and may_dial(ip, ours)]
         seen = self._seen_ips.get(peer, set())
@@ -349,6 +290,9 @@ class Discovery:
         if self.pin_route is not None and await self._pinned(peer):
             # behind NATs both: a local route of ours (control/traversal.py) stands in for it
             addrs = _known_addrs(peerstore, peer_id)
+        elif self.bootstrap is not None and peer_id == self.bootstrap.peer_id:
+            await self._dial_bootstrap()
+            return
         else:
             member = self.state.view.members.get(peer)
             declared = list(member.record.addrs) if member is not None else []
@@ -379,6 +323,17 @@ class Discovery:
                 await self.state.host.connect(PeerInfo(peer_id, [maddr]))
             except Exception as exc:
                 log.debug("dial %s failed: %s", peer, exc)
+
+    async def _dial_bootstrap(self) -> None:
+        """The operator's address, its name resolved again (net/resolve.py), within the budget."""
+        assert self.bootstrap is not None
+        if not self.budget.allow(self.bootstrap.peer_id.to_base58(), time.monotonic()):
+            return
+        with trio.move_on_after(CONNECT_TIMEOUT_S):
+            try:
+                await connect_operator_peer(self.state.host, self.bootstrap)
+            except Exception as exc:
+                log.debug("dial of the bootstrap failed: %s", exc)
 
     async def _put_record_in_dht(self) -> None:
         """Our signed record under /p2ptrain/peer/<id>; the bootstrap also puts /p2ptrain/run."""

@@ -31,6 +31,7 @@ from p2ptrain.control.reachability import Opinion, server_network, verdict_of
 from p2ptrain.control.rpcs import RUN_PROTOCOL
 from p2ptrain.net import probe, rpc
 from p2ptrain.net.host import full_addrs, make_host, parse_multiaddr, quiet_library_logs, run_trio
+from p2ptrain.net.resolve import connect_operator_peer
 from p2ptrain.records import DialBackReply, RunSpec
 from p2ptrain.traversal import nat_probe
 from p2ptrain.traversal.dialback import ask_dial_back, tcp_target
@@ -132,7 +133,7 @@ async def _check_bootstrap(
     short = f"{str(info.peer_id)[:8]}…{str(info.peer_id)[-4:]}"
     try:
         with trio.fail_after(CONNECT_TIMEOUT_S):
-            await host.connect(info)
+            await connect_operator_peer(host, info)
         reply = await rpc.call(host, info.peer_id, RUN_PROTOCOL)
         rtt_ms = await probe.measure_rtt_ms(host, info.peer_id)
     except Exception as exc:

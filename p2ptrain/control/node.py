@@ -27,7 +27,8 @@ from libp2p.tools.anyio_service import background_trio_service
 from p2ptrain import addresses, identity, procs
 from p2ptrain.control import rejoin
 from p2ptrain.control.dashboard import DashboardFeed
-from p2ptrain.control.discovery import Discovery, make_dht
+from p2ptrain.control.dht_store import make_dht
+from p2ptrain.control.discovery import Discovery
 from p2ptrain.control.election import serve_election
 from p2ptrain.control.gossip import make_pubsub, serve_topics
 from p2ptrain.control.hardware import describe_hardware

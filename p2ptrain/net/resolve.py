@@ -12,6 +12,10 @@ declares is never dialled (net/dial_gate.py).
 from __future__ import annotations
 
 import socket
+import weakref
+from collections.abc import Sequence
+from itertools import chain, zip_longest
+from typing import Any
 
 import trio
 from libp2p.abc import IHost
@@ -44,29 +48,53 @@ async def resolve_address(maddr: str) -> list[str]:
     except (OSError, UnicodeError) as exc:  # gaierror; a name no IDNA codec takes
         why = getattr(exc, "strerror", None) or str(exc)
         raise CannotResolve(f"cannot resolve {name!r} ({why})") from None
-    resolved: list[str] = []
-    for family, _, _, _, sockaddr in infos:
-        protocol = "ip4" if family == socket.AF_INET else "ip6"
-        address = f"/{protocol}/{sockaddr[0]}" + (f"/{rest}" if rest else "")
-        if address not in resolved:
-            resolved.append(address)
+    resolved = addresses_of(infos, rest)
     if not resolved:
         raise CannotResolve(f"cannot resolve {name!r} (no address of that family)")
+    return resolved
+
+
+def addresses_of(infos: Sequence[tuple[Any, ...]], rest: str) -> list[str]:
+    """getaddrinfo's answers as multiaddrs ending in `rest`, at most MAX_RESOLVED."""
+    by_family: dict[int, list[str]] = {socket.AF_INET: [], socket.AF_INET6: []}
+    for family, _, _, _, sockaddr in infos:
+        ip = str(sockaddr[0])
+        if family not in by_family or "%" in ip:  # a link-local scope: no multiaddr has one
+            continue
+        protocol = "ip4" if family == socket.AF_INET else "ip6"
+        address = f"/{protocol}/{ip}" + (f"/{rest}" if rest else "")
+        if address not in by_family[family]:
+            by_family[family].append(address)
+    # both families taken in turn: a name with many IPv6 addresses keeps its IPv4 ones, which
+    # an IPv4-only machine needs
+    pairs = zip_longest(by_family[socket.AF_INET], by_family[socket.AF_INET6])
+    resolved = [address for address in chain.from_iterable(pairs) if address is not None]
     return resolved[:MAX_RESOLVED]
+
+
+# per host, what each operator's address resolved to last: trusted by its dial gate until a
+# later resolution no longer gives it (a name that moves does not grow the trusted set)
+_RESOLVED: weakref.WeakKeyDictionary[IHost, dict[str, set[str]]] = weakref.WeakKeyDictionary()
 
 
 async def connect_operator_peer(host: IHost, info: PeerInfo) -> None:
     """host.connect to a peer the operator named, its /dns addresses resolved first (and let
     through the host's dial gate: the operator's word, as the name was)."""
-    resolved: list[str] = []
+    resolved: list[Multiaddr] = []
     problems: list[str] = []
-    for addr in info.addrs:
+    last = _RESOLVED.setdefault(host, {})
+    for addr in map(str, info.addrs):
         try:
-            resolved += await resolve_address(str(addr))
+            now = await resolve_address(addr)
         except CannotResolve as exc:
             problems.append(str(exc))
+            continue
+        for gone in last.get(addr, set()) - set(now):
+            dial_gate.distrust(host, gone)
+        last[addr] = set(now)
+        for address in now:
+            dial_gate.trust(host, address)
+            resolved.append(Multiaddr(address))
     if not resolved:
         raise CannotResolve("; ".join(problems))
-    for addr in resolved:
-        dial_gate.trust(host, addr)
-    await host.connect(PeerInfo(info.peer_id, [Multiaddr(addr) for addr in resolved]))
+    await host.connect(PeerInfo(info.peer_id, resolved))

@@ -42,11 +42,32 @@ class StdoutRelay:
     def relay(self, source: Iterable[bytes], first: bool, on_line: Callable[[], None]) -> None:
         """Copy a control process's stdout lines (a restarted one's address line to the log)
         until it closes, calling `on_line` after each; never blocked by the node's stdout."""
+        self._count_source()
+        self._relay_counted(source, first, on_line)
+
+    def start(
+        self, source: Iterable[bytes], first: bool, on_line: Callable[[], None]
+    ) -> threading.Thread:
+        """`relay` on a thread of its own, counted before the thread runs: a `close` right
+        after (a control process that died at once) waits for its lines. Counted in the
+        thread, a close before it was scheduled returned at once and lost them."""
+        self._count_source()
+        thread = threading.Thread(
+            target=self._relay_counted, args=(source, first, on_line), daemon=True
+        )
+        thread.start()
+        return thread
+
+    def _count_source(self) -> None:
         with self._starting:  # by the first control process's relay
-            if not self.writer.is_alive() and self.writer.ident is None:
+            if self.writer.ident is None:
                 self.writer.start()
         with self._relaying:
             self._sources += 1
+
+    def _relay_counted(
+        self, source: Iterable[bytes], first: bool, on_line: Callable[[], None]
+    ) -> None:
         try:
             self._copy(source, first, on_line)
         finally:

@@ -3,8 +3,9 @@
 No orphans, whatever happens:
 - each child runs in its own session/process group (so its whole subtree can be signalled) and
   gets PR_SET_PDEATHSIG=SIGKILL, so it dies even if the supervisor is SIGKILLed;
-- SIGTERM/SIGINT/SIGHUP to the supervisor stop both children (SIGTERM to their groups, then
-  SIGKILL after a grace period).
+- SIGTERM/SIGINT/SIGHUP to the supervisor stop both children (SIGTERM to the control
+  process's group and to the worker, which saves and then closes its own children in order;
+  SIGKILL to both groups after a grace period).
 A control process that dies (a crash, a kill) is started again after a back-off (1 s, doubling,
 at most 30 s, back to 1 s once one stayed up a minute), one log line per restart saying why; the
 worker keeps its state and training meanwhile and reconnects (worker/ipc.py). The node stops when
@@ -41,7 +42,10 @@ from p2ptrain.worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 
-STOP_GRACE_S = 10.0
+# a stopping worker saves first, then serves its groupmates' replies still open (at most the
+# plan's reducer timeout: 10 s on a LAN) and its outer round's last sends (10 s); past this it
+# is killed, its checkpoint written
+STOP_GRACE_S = 30.0
 DEVICE_CHECK_TIMEOUT_S = 120.0  # importing torch and asking the driver: seconds, cold minutes
 POLL_S = 0.2
 # control exit codes that stop the node: finished, and refused by the run (control/node.py)
@@ -78,13 +82,19 @@ def check_device_here(name: str) -> None:
     importing torch here would keep it in the supervisor's memory for the whole run."""
     if name in ("auto", "cpu"):
         return  # always here
-    probe = subprocess.run(
-        [sys.executable, "-m", "p2ptrain.worker.device", name],
-        capture_output=True,
-        text=True,
-        timeout=DEVICE_CHECK_TIMEOUT_S,
-        check=False,
-    )
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-m", "p2ptrain.worker.device", name],
+            capture_output=True,
+            text=True,
+            timeout=DEVICE_CHECK_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise UserError(
+            f"--device {name}: torch did not answer in {DEVICE_CHECK_TIMEOUT_S:.0f} s "
+            "(a driver that hangs?)"
+        ) from None
     if probe.returncode == 2:
         raise UserError(probe.stdout.strip())
     if probe.returncode != 0:  # the worker would fail the same way: say so now
@@ -155,7 +165,9 @@ class Supervisor:
             self._watch(children, ipc_path)
             return self._finish(children)
         finally:
-            procs.stop_groups(children, STOP_GRACE_S)
+            # the worker closes its averager, DHT and p2pd itself, after its last save: signalled
+            # as a group they died at once, and a groupmate's round under way failed with them
+            procs.stop_groups(children, STOP_GRACE_S, leaders_only=children[1:])
             self.stdout.close()
             ipc_dir.remove()
             lock.release()
@@ -168,7 +180,8 @@ class Supervisor:
             ipc=ipc_path,
         )
         control = procs.spawn(settings.command(), stdout=subprocess.PIPE)
-        threading.Thread(target=self._relay_stdout, args=(control, first), daemon=True).start()
+        assert control.stdout is not None
+        self.stdout.start(control.stdout, first, self._addr_printed.set)
         return control
 
     def _watch(self, children: list[subprocess.Popen[bytes]], ipc_path: str) -> None:
@@ -215,10 +228,6 @@ class Supervisor:
                 log.error("%s exited with %d: stopping the node", child.args[2], code)  # type: ignore[index]
                 return code
         return 0
-
-    def _relay_stdout(self, control: subprocess.Popen[bytes], first: bool) -> None:
-        assert control.stdout is not None
-        self.stdout.relay(control.stdout, first, self._addr_printed.set)
 
 
 def _exit_reason(code: int) -> str:

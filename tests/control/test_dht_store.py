@@ -19,7 +19,7 @@ from multiaddr import Multiaddr
 
 from p2ptrain import identity
 from p2ptrain.control import wire
-from p2ptrain.control.discovery import make_dht
+from p2ptrain.control.dht_store import make_dht
 from p2ptrain.net.host import make_host
 from p2ptrain.records import RunSpec
 from tests.net.trio_run import run

@@ -17,7 +17,8 @@ from multiaddr import Multiaddr
 
 from p2ptrain import identity
 from p2ptrain.control import discovery
-from p2ptrain.control.discovery import DIALS_PER_WINDOW, MAX_ADDRS_PER_PEER, Discovery, make_dht
+from p2ptrain.control.dht_store import make_dht
+from p2ptrain.control.discovery import DIALS_PER_WINDOW, MAX_ADDRS_PER_PEER, Discovery
 from p2ptrain.control.membership import Member
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.view import SwarmView
@@ -39,7 +40,9 @@ def sybil(addrs: Sequence[str]) -> tuple[str, Member]:
 
 
 @asynccontextmanager
-async def node(own_addrs: Sequence[str] | None = None) -> AsyncIterator[Discovery]:
+async def node(
+    own_addrs: Sequence[str] | None = None, bootstrap: str | None = None
+) -> AsyncIterator[Discovery]:
     """A discovery on a live loopback host; its own addresses are its listener's unless
     `own_addrs` says otherwise (a node on a LAN, say)."""
     seed = os.urandom(32)
@@ -49,7 +52,7 @@ async def node(own_addrs: Sequence[str] | None = None) -> AsyncIterator[Discover
         view = SwarmView(self_id=me, role="control-only", planner_capable=False, started_at=0.0)
         state = NodeState(seed, "control-only", me, host, view, {})
         state.addrs = full_addrs(host) if own_addrs is None else list(own_addrs)
-        yield Discovery(state, make_dht(host), None)
+        yield Discovery(state, make_dht(host), bootstrap)
 
 
 async def dial_rounds(disco: Discovery, members: dict[str, Member]) -> None:
@@ -145,3 +148,21 @@ def test_an_address_the_dialler_cannot_parse_is_skipped_and_the_next_one_dialled
             return victim.connections
 
     assert run(scenario) >= 1
+
+
+def test_the_bootstrap_is_redialled_at_the_operators_name_resolved_again() -> None:
+    """Joined once, a node redialled its bootstrap at the operator's /dns4 address through
+    py-libp2p's resolver, which never reads /etc/hosts: after any disconnection a bootstrap
+    named there was out of reach for good. `localhost` is in /etc/hosts: no DNS query."""
+
+    async def scenario() -> bool:
+        server = make_host(os.urandom(32))
+        async with server.run(listen_addrs=[Multiaddr("/ip4/127.0.0.1/tcp/0")]):
+            port = full_addrs(server)[0].split("/")[4]
+            server_id = server.get_id().to_base58()
+            named = f"/dns4/localhost/tcp/{port}/p2p/{server_id}"
+            async with node(bootstrap=named) as disco:
+                await disco._dial(server_id)
+                return server.get_id() in disco.state.host.get_network().connections
+
+    assert run(scenario)

@@ -32,7 +32,7 @@ from libp2p.utils.varint import read_varint_prefixed_bytes_limited
 from multiaddr import Multiaddr
 
 from p2ptrain import identity
-from p2ptrain.control.discovery import make_dht
+from p2ptrain.control.dht_store import make_dht
 from p2ptrain.net import dial_gate
 from p2ptrain.net.dial_gate import ATTEMPTS_PER_ENDPOINT, ATTEMPTS_PER_WINDOW, GATE_WINDOW_S
 from p2ptrain.net.host import make_host

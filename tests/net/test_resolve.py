@@ -5,6 +5,7 @@ it, so no DNS query leaves the machine."""
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 import trio
@@ -12,7 +13,12 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 from multiaddr import Multiaddr
 
 from p2ptrain.net.host import full_addrs, make_host
-from p2ptrain.net.resolve import CannotResolve, connect_operator_peer, resolve_address
+from p2ptrain.net.resolve import (
+    CannotResolve,
+    addresses_of,
+    connect_operator_peer,
+    resolve_address,
+)
 from tests.net.trio_run import run
 
 PEER = "12D3KooWGRUVh7mYxoGnY4ZyURVi7brDTbQpyXQ2emsyeUyyULQY"
@@ -43,3 +49,19 @@ def test_a_peer_named_by_a_hosts_file_name_is_reached() -> None:
             return server.get_id() in client.get_network().connections
 
     assert run(scenario)
+
+
+def test_both_families_are_kept_and_a_scoped_address_is_skipped() -> None:
+    v4, v6 = socket.AF_INET, socket.AF_INET6
+    infos = [
+        *((v6, 1, 6, "", (f"2001:db8::{i}", 7400, 0, 0)) for i in range(1, 6)),
+        (v6, 1, 6, "", ("fe80::1%eth0", 7400, 0, 2)),  # link-local: no multiaddr has a scope
+        (v4, 1, 6, "", ("192.0.2.1", 7400)),
+        (v4, 1, 6, "", ("192.0.2.1", 7400)),  # once
+    ]
+    assert addresses_of(infos, "tcp/7400") == [
+        "/ip4/192.0.2.1/tcp/7400",
+        "/ip6/2001:db8::1/tcp/7400",
+        "/ip6/2001:db8::2/tcp/7400",
+        "/ip6/2001:db8::3/tcp/7400",
+    ]

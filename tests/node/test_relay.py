@@ -107,3 +107,21 @@ def test_a_control_process_s_last_lines_still_in_its_pipe_reach_stdout() -> None
     relay.close()
     thread.join(5)
     assert out.getvalue().splitlines() == ["/ip4/1/tcp/2", "the run is finished: stopping"]
+
+
+def test_a_relay_started_just_before_close_is_waited_for() -> None:
+    """A control process that died at once: close() ran before its relay thread was scheduled
+    and returned (writer not started) or saw no source, and its lines were lost."""
+    out = io.StringIO()
+    relay = StdoutRelay(out)
+
+    def slow_to_start() -> Iterator[bytes]:
+        time.sleep(0.2)  # the relay thread's first read comes after close() began
+        yield b"/ip4/1/tcp/2\n"
+        yield b"last line\n"
+
+    thread = relay.start(slow_to_start(), True, lambda: None)
+    relay.close()
+    thread.join(5)
+    assert out.getvalue().splitlines() == ["/ip4/1/tcp/2", "last line"]
+    assert not relay.writer.is_alive()
