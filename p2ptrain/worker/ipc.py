@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from p2ptrain.errors import UserError
 from p2ptrain.ipc_lines import LineBuffer, decode, encode
 from p2ptrain.records import (
     ComputeReport,
@@ -86,9 +87,11 @@ class IpcClient:
         self._path = path
         self._lock = threading.Lock()
         self._said_once: dict[type, bytes] = {}  # SAID_ONCE messages, the latest of each kind
-        sock = _connect(path, connect_timeout_s, lambda: False)
+        sock = _connect(path, connect_timeout_s, lambda: False, waiting="the control process")
         if sock is None:
-            raise ConnectionRefusedError(f"no control process at {path}")
+            raise UserError(
+                f"--ipc {path}: no control process listened there in {connect_timeout_s:.0f} s"
+            )
         self._sock: socket.socket | None = sock
         threading.Thread(target=self._read_forever, args=(sock,), daemon=True).start()
 
@@ -158,9 +161,12 @@ class IpcClient:
             log.warning("ipc: ignoring message of type %r", message.TYPE)
 
 
-def _connect(path: str, timeout_s: float, give_up: Callable[[], bool]) -> socket.socket | None:
+def _connect(
+    path: str, timeout_s: float, give_up: Callable[[], bool], waiting: str = ""
+) -> socket.socket | None:
     """A connection to the control process's socket once it listens (it may be starting or
-    restarting); None after timeout_s or once give_up() holds."""
+    restarting); None after timeout_s or once give_up() holds. Given `waiting`, a wait past
+    the first try says what it waits for (a worker started by hand waited without a word)."""
     deadline = time.monotonic() + timeout_s
     while not give_up():
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -169,6 +175,9 @@ def _connect(path: str, timeout_s: float, give_up: Callable[[], bool]) -> socket
             return sock
         except (FileNotFoundError, ConnectionRefusedError):
             sock.close()
+        if waiting:
+            log.info("waiting up to %.0f s for %s at %s", timeout_s, waiting, path)
+            waiting = ""
         if time.monotonic() > deadline:
             return None
         time.sleep(RECONNECT_POLL_S)

@@ -10,7 +10,10 @@ import socket
 import time
 from pathlib import Path
 
+import pytest
+
 from p2ptrain import identity
+from p2ptrain.errors import UserError
 from p2ptrain.ipc_lines import encode
 from p2ptrain.records import Heartbeat, Hello, Stop
 from p2ptrain.worker.ipc import IpcClient, PlanInbox
@@ -93,3 +96,15 @@ def test_a_control_that_reads_nothing_does_not_hold_the_worker(
         first += again.recv(65536)
     assert json.loads(first.split(b"\n")[0])["type"] == "hello"
     stalled.close()
+
+
+def test_a_worker_with_no_control_process_says_what_it_waits_for_then_stops(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker started by hand on a socket nobody serves waited without a word, then ended
+    in a ConnectionRefusedError traceback."""
+    path = tmp_path / "nobody.sock"
+    caplog.set_level("INFO", logger="p2ptrain.worker.ipc")
+    with pytest.raises(UserError, match="no control process listened there in 1 s"):
+        IpcClient(str(path), PlanInbox(), connect_timeout_s=1.0)
+    assert f"waiting up to 1 s for the control process at {path}" in caplog.text
