@@ -41,6 +41,7 @@ from p2ptrain.control.membership import record_pace
 from p2ptrain.control.publishing import authored_messages
 from p2ptrain.control.recent import Recent
 from p2ptrain.control.state import NodeState
+from p2ptrain.control.term_votes import MAX_TERM_ASKS
 from p2ptrain.control.view import SwarmView
 from p2ptrain.net import rpc
 from p2ptrain.net.paging import checked_next, page_of
@@ -52,7 +53,6 @@ log = logging.getLogger(__name__)
 SYNC_PROTOCOL = TProtocol("/p2ptrain/sync/1.0.0")
 SYNC_INTERVAL_S = 5.0
 UNANCHORED_SYNC_INTERVAL_S = 1.0  # until we learnt the current term, if we wait on it
-MAX_TERM_ASKS = 3  # planner-token holders an unanchored organiser syncs from at once
 MAX_SYNC_ENVELOPES = 4096
 # a page's envelopes as JSON strings (escaping included): one 64 KiB envelope always fits, and a
 # page stays well inside rpc.MAX_REPLY_BYTES

@@ -25,8 +25,10 @@ from p2ptrain.control.drop import Drop
 from p2ptrain.control.links import LinkTable
 from p2ptrain.control.membership import DEAD_AFTER_S, Member, Membership
 from p2ptrain.control.penalties import Penalties
+from p2ptrain.control.plan_checks import plan_problem
 from p2ptrain.control.replay import SeqGuard
 from p2ptrain.control.run_end import RunEnd
+from p2ptrain.control.term_votes import TermVotes
 from p2ptrain.control.wire import Envelope
 from p2ptrain.records import (
     MEMBER_ROLES,
@@ -79,6 +81,7 @@ class SwarmView:
         self.members = Membership()  # the others: records, liveness (control/membership.py)
         self.term = self.max_seen_term = 0
         self.term_anchored = False  # we learnt the current term from the organiser (anchor_term)
+        self._term_votes = TermVotes()  # the organiser's own, after a restart: from the holders
         self.planner: str | None = None
         self.planner_sees = 0  # the peers the planner's last claim said it could plan for
         self.plan: Plan | None = None
@@ -290,33 +293,14 @@ class SwarmView:
             return Drop(f"stale plan {key} < {current}")
         if (jump := self._term_jump(f"plan from {env.author}", plan.term)) is not None:
             return jump
-        if key > current and (refused := self._plan_problem(plan)) is not None:
+        own = self.self_id if self.role in MEMBER_ROLES else None  # we may be in the plan
+        if key > current and (refused := plan_problem(plan, self.run, self.members, own)):
             return refused
         if key > current:
             self.term = max(self.term, plan.term)
             self.plan = plan
             self.plan_version += 1
             log.info("accepted plan term %d epoch %d from %s", *key, env.author)
-        return None
-
-    def _plan_problem(self, plan: Plan) -> Drop | None:
-        """A plan from our planner is checked before any worker sees it: against the run spec
-        (a shape the model cannot take is the planner's fault) and the membership (a peer we
-        have no record of yet is a difference of views: dropped quietly, the planner re-sends)."""
-        run = self.run
-        if run is not None and plan.stages > min(run.swarm.stages, run.model.n_layer):
-            return Drop(
-                f"plan of {plan.stages} stages for a run of {run.swarm.stages} stages and "
-                f"{run.model.n_layer} layers",
-                "malformed",
-            )
-        if run is not None and (problem := plan.layer_problem(run.model.n_layer)) is not None:
-            return Drop(f"plan does not fit the run's model: {problem}", "malformed")
-        for peer in plan.peers():
-            member = self.members.get(peer)
-            known = peer == self.self_id and self.role in MEMBER_ROLES
-            if not known and (member is None or member.record.role not in MEMBER_ROLES):
-                return Drop(f"plan names {peer}, which is not a member we know")
         return None
 
     # ------------------------------------------------------------------ authority and terms
@@ -356,11 +340,16 @@ class SwarmView:
 
     def learn_term(self, peer: str, term: int | None, now: float | None = None) -> None:
         """A sync reply's term (None: not anchored yet), at `now`: the organiser's only, or for the
-        organiser itself, after a restart, its first planner-token holder's (none: its own)."""
+        organiser itself, after a restart, its planner-token holders' (none: its own) low median
+        (term_votes.py)."""
         if peer == self.bootstrap_id and term is not None:
             self.anchor_term(term, now)
         elif self.self_id == self.bootstrap_id and not self.term_anchored and self.may_plan(peer):
-            self.anchor_term(self.known_term() if term is None else term, now)
+            at = self.started_at if now is None else now
+            holders = sum(self.may_plan(p) for p in self.live_members(at))
+            said = self.known_term() if term is None else term
+            if (voted := self._term_votes.vote(peer, said, at, holders)) is not None:
+                self.anchor_term(voted, now)
 
     # ------------------------------------------------------------------ election
 
