@@ -44,6 +44,7 @@ RENDEZVOUS_TIMEOUT_S = 300.0
 MAX_RESYNC_ATTEMPTS = 3
 LOAD_STATE_TIMEOUT_S = 30.0
 POLL_S = 0.02
+FULL_BATCH_PATIENCE_S = 30.0  # waited for the swarm's whole batch before the tracker's estimate
 SHUTDOWN_GRACE_S = 5.0
 log = logging.getLogger("p2ptrain.dp_trainer")
 
@@ -170,7 +171,8 @@ def train(
             loss.backward()
             # say we have our rows, wait for the swarm's whole batch, then take the global step
             opt.tracker.report_local_progress(step, len(rows))
-            _wait_until(partial(_swarm_ready, opt, step))
+            patience_s = max(FULL_BATCH_PATIENCE_S, timeouts.allreduce_s)
+            _wait_until(partial(_swarm_ready, opt, step, time.monotonic(), patience_s))
             opt.step(batch_size=len(rows))
             opt.zero_grad()
             if opt.local_epoch == step:
@@ -215,9 +217,18 @@ def _write_step(metrics: Path, step: int, loss: float, samples: int) -> None:
         f.write(json.dumps(record) + "\n")
 
 
-def _swarm_ready(opt: Any, step: int) -> bool:
-    """The swarm has the whole batch of this step (or has moved past it)."""
-    return bool(opt.tracker.ready_to_update_epoch or opt.local_epoch != step)
+def _swarm_ready(opt: Any, step: int, since: float, patience_s: float) -> bool:
+    """The swarm has the whole batch of this step (or has moved past it); after patience_s,
+    whenever hivemind's tracker says so. The tracker alone also said so once its estimated end
+    of the step passed: on a loaded machine, before the other peers' rows were counted, and a
+    peer then stepped on part of the batch (a test of the baseline failed once so)."""
+    tracker = opt.tracker
+    if opt.local_epoch != step or tracker.global_epoch > step:
+        return True
+    if tracker.global_progress.samples_accumulated >= tracker.target_batch_size:
+        return True
+    # a peer that died must not stop the others for good: the tracker's estimate then decides
+    return time.monotonic() - since > patience_s and bool(tracker.ready_to_update_epoch)
 
 
 def _wait_until(condition: Callable[[], object]) -> None:
