@@ -4,20 +4,13 @@ holder answering first set any term the bootstrap believed and handed to fresh n
 
 from __future__ import annotations
 
-from p2ptrain import identity
 from p2ptrain.control.term_votes import MAX_TERM_ASKS, TERM_VOTE_WAIT_S, TermVotes
 from p2ptrain.control.view import SwarmView
-from tests.control.test_view import ORGANISER, Feed, record
+from tests.control.test_view import Feed, organiser_view, record
 
 
 def restarted_organiser(holders: tuple[str, ...]) -> SwarmView:
-    boot = SwarmView(
-        self_id=identity.peer_id_of(ORGANISER),
-        role="bootstrap",
-        planner_capable=False,
-        started_at=0.0,
-        bootstrap_id=identity.peer_id_of(ORGANISER),
-    )
+    boot = organiser_view()
     feed = Feed()  # its records hold planner tokens
     for holder in holders:
         assert boot.accept(feed("peer", holder, record()), 0.0) is None

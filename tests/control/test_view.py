@@ -74,6 +74,17 @@ def make_view(
     return v, feed
 
 
+def organiser_view() -> SwarmView:
+    """The bootstrap's own view, fresh or restarted: no term known yet."""
+    return SwarmView(
+        self_id=identity.peer_id_of(ORGANISER),
+        role="bootstrap",
+        planner_capable=False,
+        started_at=0.0,
+        bootstrap_id=identity.peer_id_of(ORGANISER),
+    )
+
+
 def plan(planner: str, term: int, epoch: int, peers=(A, B)) -> dict:
     return {
         "term": term,
@@ -385,14 +396,8 @@ def test_a_fresh_node_learns_the_term_from_the_organiser_before_it_claims_or_bla
     v.learn_term(v.bootstrap_id, 8)  # the organiser's sync reply
     assert v.term_anchored
     assert v.accept(feed("claim", B, {"term": 9}), 0.2) is None and v.planner == B
-    # the organiser itself, restarted, learns the term from its first planner-token holder
-    boot = SwarmView(
-        self_id=identity.peer_id_of(ORGANISER),
-        role="bootstrap",
-        planner_capable=False,
-        started_at=0.0,
-        bootstrap_id=identity.peer_id_of(ORGANISER),
-    )
+    # the organiser itself, restarted, learns the term from its planner-token holder
+    boot = organiser_view()
     boot.accept(feed("peer", B, record()), 0.0)
     boot.learn_term("Stranger", 50)  # no member, no token: ignored
     assert not boot.term_anchored
