@@ -97,4 +97,7 @@ async def connect_operator_peer(host: IHost, info: PeerInfo) -> None:
             resolved.append(Multiaddr(address))
     if not resolved:
         raise CannotResolve("; ".join(problems))
+    # py-libp2p dials every address its peerstore holds for the peer (identify's too): only the
+    # operator's, as discovery leaves only the one it chose for any other peer
+    host.get_peerstore().clear_addrs(info.peer_id)
     await host.connect(PeerInfo(info.peer_id, resolved))
