@@ -62,6 +62,10 @@ def quiet_library_logs(level: int = logging.ERROR) -> None:
     for name in _NOISY_LOGGERS:
         logging.getLogger(name).setLevel(level)
     logging.getLogger("libp2p.transport.tcp").setLevel(max(level, logging.CRITICAL))
+    # a stream a peer will not open is its caller's to handle (StreamFailure): the library also
+    # logged each as a 7-line ERROR, one on the bootstrap per `p2ptrain status` (GossipSub tries
+    # the observer, which speaks no /meshsub)
+    logging.getLogger("libp2p.host.basic_host").setLevel(max(level, logging.CRITICAL))
     logging.getLogger("libp2p.network.swarm").addFilter(_DIAL_BACK_FILTER)  # a set: added once
 
 

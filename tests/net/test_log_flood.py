@@ -133,3 +133,45 @@ def test_a_failed_dial_is_not_four_bare_library_lines() -> None:
     quiet_library_logs()
     assert not logging.getLogger("libp2p.transport.tcp.tcp").isEnabledFor(logging.ERROR)
     assert logging.getLogger("p2ptrain.control.node").isEnabledFor(logging.ERROR)
+
+
+def test_a_stream_a_peer_will_not_open_logs_no_library_error() -> None:
+    """GossipSub opens /meshsub to every peer that connects: on a bootstrap, each `p2ptrain
+    status` observer refused it, and py-libp2p logged a 7-line ERROR for each one. The caller
+    gets StreamFailure and handles it; the library's own line is now below the level."""
+    import logging
+    import os
+
+    import trio
+    from libp2p.custom_types import TProtocol
+    from libp2p.peer.peerinfo import info_from_p2p_addr
+    from multiaddr import Multiaddr
+
+    from p2ptrain.net.host import full_addrs, make_host, quiet_library_logs
+    from tests.net.trio_run import run
+
+    quiet_library_logs()
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    library = logging.getLogger("libp2p.host.basic_host")
+    library.addHandler(handler)
+    listen = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
+
+    async def scenario() -> bool:
+        a, b = make_host(os.urandom(32)), make_host(os.urandom(32))
+        async with a.run(listen_addrs=listen), b.run(listen_addrs=listen):
+            with trio.fail_after(10):
+                await a.connect(info_from_p2p_addr(Multiaddr(full_addrs(b)[0])))
+            try:
+                with trio.fail_after(30):
+                    await a.new_stream(b.get_id(), [TProtocol("/not-spoken/1.0.0")])
+            except Exception:
+                return True
+            return False
+
+    try:
+        assert run(scenario), "the stream opened"
+    finally:
+        library.removeHandler(handler)
+    assert [r for r in records if r.levelno >= logging.ERROR] == []
