@@ -28,6 +28,7 @@ import trio
 from p2ptrain.control.run_end import placed
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.waiting import Wait, waiting_for
+from p2ptrain.errors import UserError
 from p2ptrain.records import PeerMetrics
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class RunWatch:
         self.waiting_since = 0.0  # when the current kind of wait began
         self.finished_at: float | None = None
         self.checked_at = -float("inf")
+        self.revoked_said = False
 
     async def serve(self) -> None:
         """Run until the node stops (or sets NodeState.stopping once the run is finished)."""
@@ -64,6 +66,7 @@ class RunWatch:
 
     def tick(self, now: float) -> None:
         state, view = self.state, self.state.view
+        self._check_revoked()
         if view.run_end.note_metrics(view.run, view.self_id, view.own_metrics, view.plan, True):
             state.publish_soon("telemetry")  # tell the others before our worker exits
         view.run_end.settle(view.run, view.plan, self._metrics_of, lambda p: self._gone(p, now))
@@ -82,6 +85,24 @@ class RunWatch:
             self._say(wait, now)
         if wait.kind == "finished":
             self._leave_if_done(now)
+
+    def _check_revoked(self) -> None:
+        """The organiser revoked our tokens: in a token run we may not stay (UserError: the
+        node exits 2 with the reason; it waited for a plan for good, never told), in an open
+        run we train on but never plan (said once)."""
+        state, view = self.state, self.state.view
+        if self.revoked_said or view.self_id not in view.authority.revocations:
+            return
+        self.revoked_said = True
+        if view.run is not None and view.run.swarm.admission == "token":
+            raise UserError(
+                f"the organiser revoked this peer's tokens ({view.self_id}): run "
+                f"{view.run.run_id} admits token holders only, so this node leaves"
+            )
+        line = "the organiser revoked this peer's tokens: it trains as a member, never plans"
+        log.warning("%s", line)
+        if self.print_lines and state.is_member:
+            print(line, flush=True)
 
     def _metrics_of(self, peer: str) -> PeerMetrics | None:
         """A peer's latest metrics (a departed member's stay known until it is forgotten)."""

@@ -8,7 +8,8 @@ status document carries the same reason (`waiting`, `waiting_for`). The reasons,
   nothing left to wait for;
 - `peers`: no member alive, or fewer than the run's `min_peers` before the first plan;
 - `planner-token`: no live member holds a planner token, so no one may plan: with the command
-  that issues one;
+  that issues one (for a peer not revoked; in a joiner's first TOKENS_HEARD_S, while the
+  members' records are still arriving, `planner` instead);
 - `planner`: the election has not settled on a live planner yet;
 - `measurements`: the first plan waits for links, data-plane addresses or timed stages
   (control/planning/readiness.py), counted;
@@ -46,6 +47,7 @@ class Wait:
 
 
 NOT_WAITING = Wait("", "")
+TOKENS_HEARD_S = 10.0  # a joiner's first seconds: the members' records are on their way
 
 
 def waiting_for(view: SwarmView, now: float, joined: bool = True) -> Wait:
@@ -64,6 +66,10 @@ def waiting_for(view: SwarmView, now: float, joined: bool = True) -> Wait:
             "peers", f"peers: none alive yet (the run's min_peers is {run.swarm.min_peers})"
         )
     if not any(view.may_plan(peer) for peer in members):
+        if view.role != "bootstrap" and now - view.started_at < TOKENS_HEARD_S:
+            # a joiner hears the members' records (their tokens) a moment after the run: it
+            # told the organiser to issue a token a member held already
+            return Wait("planner", "the planner election")
         return Wait("planner-token", no_planner_text(view, members))
     plan = view.plan
     if plan is None:
@@ -95,7 +101,9 @@ def waiting_for(view: SwarmView, now: float, joined: bool = True) -> Wait:
 def no_planner_text(view: SwarmView, members: list[str]) -> str:
     """No live member may plan: what the organiser runs to change that."""
     assert view.run is not None
-    peer = view.self_id if view.self_id in members else members[0]
+    revoked = view.authority.revocations  # no token for them: "there is no un-revoke"
+    candidates = [p for p in (view.self_id, *members) if p in members and p not in revoked]
+    peer = candidates[0] if candidates else "PEER_ID"
     command = (
         f"p2ptrain token issue --identity BOOTSTRAP.key --peer {peer} "
         f"--run-id {shlex.quote(view.run.run_id)} --planner"

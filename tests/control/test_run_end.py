@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import pytest
 import trio
 
 from p2ptrain.control import view as view_mod
@@ -14,9 +15,10 @@ from p2ptrain.control.run_end import RunEnd
 from p2ptrain.control.run_watch import FINISHED_GRACE_S, NO_PLANNER_WARN_S, RunWatch
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.status import swarm_status
-from p2ptrain.control.waiting import waiting_for
-from p2ptrain.records import PeerMetrics, RunSpec, SwarmStatus
-from tests.control.test_view import ME, A, B, C, make_view, plan, record
+from p2ptrain.control.waiting import TOKENS_HEARD_S, waiting_for
+from p2ptrain.errors import UserError
+from p2ptrain.records import PeerMetrics, RunSpec, SwarmStatus, issue_revocation
+from tests.control.test_view import ME, ORGANISER, A, B, C, make_view, plan, record
 
 RUN = RunSpec().replace(
     run_id="end", stages=1, n_layer=2, steps=20, min_peers=1, compute_aware=False
@@ -176,8 +178,9 @@ def test_a_replica_done_and_gone_is_not_re_planned_a_lost_one_is() -> None:
 
 
 def test_what_a_node_waits_for() -> None:
-    # no member holds a planner token: the command that issues one, for this peer
-    v, feed = make_view(me=ME, peers=(A, B))
+    # no member holds a planner token: the command that issues one, for this peer (once the
+    # members' records had time to arrive: a joiner's first seconds are the election's)
+    v, feed = make_view(me=ME, peers=(A, B), now=-TOKENS_HEARD_S)
     v.run, v.authority.own_token = RUN, None
     for peer in (A, B):
         assert v.accept(feed("peer", peer, {**record(), "token": None}), 1.0) is None
@@ -186,6 +189,10 @@ def test_what_a_node_waits_for() -> None:
     assert f"p2ptrain token issue --identity BOOTSTRAP.key --peer {ME} --run-id end --planner" in (
         wait.text
     )
+    assert waiting_for(v, -TOKENS_HEARD_S + 1.0).kind == "planner"  # just joined
+    # a revoked peer is never the one to issue a token to: "there is no un-revoke"
+    v.authority.revocations[ME] = issue_revocation(ORGANISER, ME)
+    assert f"--peer {A} " in waiting_for(v, 1.0).text
     # fewer than min_peers alive
     v, _ = make_view(me=ME, peers=(A,))
     v.run = RUN.replace(min_peers=3)
@@ -293,3 +300,24 @@ def test_status_text_says_finished_and_what_it_waits_for() -> None:
     done = {**status_dict(), "finished": True, "waiting": "finished", "waiting_for": "nothing"}
     text = format_status(SwarmStatus.from_dict(done))
     assert text.splitlines()[0].endswith("   finished")
+
+
+def test_a_revoked_peer_leaves_a_token_run_and_is_told_in_an_open_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A node whose tokens the organiser revoked was never told: in a token run it waited for
+    a plan naming it for good (every other view had dropped it)."""
+    revocation = issue_revocation(ORGANISER, ME)
+    v, _ = make_view(me=ME, peers=(A, B))
+    v.run = RUN.replace(admission="token")
+    v.authority.revocations[ME] = revocation
+    with pytest.raises(UserError, match="the organiser revoked this peer's tokens"):
+        watch(v).tick(1.0)
+    v, _ = make_view(me=ME, peers=(A, B))
+    v.run = RUN
+    v.authority.revocations[ME] = revocation
+    watching = watch(v)
+    watching.tick(1.0)
+    watching.tick(2.0)  # said once
+    said = capsys.readouterr().out
+    assert said.count("the organiser revoked this peer's tokens: it trains as a member") == 1
