@@ -206,6 +206,7 @@ class Transport:
         # transient failure, or a BUSY neighbour that has no plan yet, is simply retried.
         deadline = self._loop.time() + timeout_s
         problem = ""
+        failures = 0
         while self._loop.time() < deadline:
             try:
                 async with asyncio.timeout(max(0.1, deadline - self._loop.time())):
@@ -214,13 +215,17 @@ class Transport:
                 problem = "timed out"
                 break
             except Exception as exc:  # p2pd reports failures as several exception types
-                problem = repr(exc)
-                log.info(
-                    "retrying %s %d/%d to %s: %s",
+                problem, failures = repr(exc), failures + 1
+                # the first failure said, the rest counted: a neighbour gone fails every
+                # BUSY_RETRY_S until the deadline (583 lines in a minute on one console)
+                log.log(
+                    logging.INFO if failures == 1 else logging.DEBUG,
+                    "retrying %s %d/%d to %s until %.0f s have passed: %s",
                     header.kind,
                     header.step,
                     header.micro,
                     peer_id,
+                    timeout_s,
                     problem,
                 )
             else:
@@ -230,8 +235,9 @@ class Transport:
                     raise PeerLost(f"{peer_id} refused {header.kind} {header.step}/{header.micro}")
                 problem = "the neighbour stayed busy"
             await asyncio.sleep(BUSY_RETRY_S)
+        tries = f" ({failures} failed tries)" if failures > 1 else ""
         raise PeerLost(
-            f"sending {header.kind} {header.step}/{header.micro} to {peer_id}: {problem}"
+            f"sending {header.kind} {header.step}/{header.micro} to {peer_id}: {problem}{tries}"
         )
 
     async def _send_once(self, peer_id: str, header: FrameHeader, tensor: torch.Tensor) -> bytes:
