@@ -28,6 +28,7 @@ import trio
 
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import Health, Plan
+from p2ptrain.records.peer import LEAVING_REASON
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ BOUND_STEPS = 10  # the bound is at least this many predicted steps
 STUCK_FACTOR = 3
 HEALTH_TICK_S = 1.0
 HEALTHY = Health(True)
-LEAVING = Health(False, "the node is stopping")
+LEAVING = Health(False, LEAVING_REASON)
 
 Progress = tuple[int, int, str, int]  # (term, epoch, phase, step)
 

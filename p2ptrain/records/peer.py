@@ -193,6 +193,14 @@ class Health(Record, name="health"):
     ok: bool
     reason: Annotated[str, Text(MAX_REASON_CHARS, empty=True)] = ""
 
+    @property
+    def leaving(self) -> bool:
+        """The node said it is stopping (a signal, a finished run): a leave, not a death."""
+        return not self.ok and self.reason == LEAVING_REASON
+
+
+LEAVING_REASON = "the node is stopping"
+
 
 @dataclass(frozen=True)
 class Telemetry(Record, name="telemetry"):

@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from p2ptrain.records import PlanSummary, SwarmStatus
+from p2ptrain.records import PeerStatus, PlanSummary, SwarmStatus
 
 MAX_POINTS = 5000
 MAX_EVENTS = 500
@@ -109,6 +109,7 @@ class SwarmHistory:
         self.points: deque[Point] = deque(maxlen=max_points)
         self.events: deque[Event] = deque(maxlen=max_events)
         self._alive: dict[str, bool] = {}
+        self._leaving: set[str] = set()  # peers whose last status said they are stopping
         self._planner: str | None = None
         self._term = 0
         self._plan_key: tuple[int, int] | None = None
@@ -163,10 +164,16 @@ class SwarmHistory:
             was = self._alive.get(peer.id)
             if was is None:
                 self._add(wall, "join", f"{short(peer.id)} joined ({peer.role})", peer.id)
+            elif was and not peer.alive and (peer.id in self._leaving or said_leaving(peer)):
+                self._add(
+                    wall, "leave", f"{short(peer.id)} left (it said it was stopping)", peer.id
+                )
             elif was and not peer.alive:
                 self._add(wall, "death", f"{short(peer.id)} stopped answering", peer.id)
             elif peer.alive and not was:
                 self._add(wall, "back", f"{short(peer.id)} is back", peer.id)
+        # a node that said it is stopping and then falls silent left; one silent unsaid died
+        self._leaving = {p.id for p in status.peers if said_leaving(p)}
         now_alive = {p.id: p.alive for p in status.peers}
         for peer_id in self._alive.keys() - now_alive.keys():
             self._add(wall, "leave", f"{short(peer_id)} left the swarm", peer_id)
@@ -180,3 +187,8 @@ class SwarmHistory:
             "points": [asdict(p) for p in self.points],
             "events": [asdict(e) for e in self.events],
         }
+
+
+def said_leaving(peer: PeerStatus) -> bool:
+    """Did the peer's last word say it is stopping (records/peer.py: Health.leaving)?"""
+    return peer.health is not None and peer.health.leaving

@@ -89,3 +89,24 @@ def test_replicas_at_different_steps_give_the_slowest_step_and_their_mean_loss()
     history = SwarmHistory()
     history.observe(_with_step(_with_step(swarm(8, ids=ids), ids[3], 7, 4.0), ids[7], 6, 3.0), 1.0)
     assert [(p.step, p.loss) for p in history.points] == [(6, 3.5)]
+
+
+def test_a_node_that_said_it_was_stopping_left_it_did_not_die() -> None:
+    """Every graceful stop, and every node's exit at a run's end, was a "death: stopped
+    answering" on the page; the node had told the swarm it was stopping (control/publishing.py)."""
+    from p2ptrain.records import Health
+    from p2ptrain.records.peer import LEAVING_REASON
+
+    ids = peer_ids(8)
+    history = SwarmHistory()
+    history.observe(swarm(8, ids=ids), 1.0)
+    stopping = swarm(8, ids=ids)
+    peers = tuple(
+        dataclasses.replace(p, health=Health(False, LEAVING_REASON)) if p.id == ids[2] else p
+        for p in stopping.peers
+    )
+    history.observe(dataclasses.replace(stopping, peers=peers), 2.0)
+    history.observe(swarm(8, ids=ids, dead=frozenset({ids[2], ids[5]})), 3.0)
+    late = list(history.events)[-2:]
+    assert [(e.kind, e.peer) for e in late] == [("leave", ids[2]), ("death", ids[5])]
+    assert "said it was stopping" in late[0].text
