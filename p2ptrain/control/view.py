@@ -361,14 +361,21 @@ class SwarmView:
             return False  # a claim from behind the current term would only be refused
         if now - self.started_at < ELECTION_GRACE_S:
             return False
-        if self.planner is not None and self.is_alive(self.planner, now):
+        if self.planner is not None and self._stays(self.planner, now):
             return False
         waited_s = now - self._claim_seen_at
         if self.max_seen_term > self.term and waited_s < self.members.dead_after_s(now):
             return False  # someone claims a term we could not follow yet: hear it out first
-        capable = [p for p in self.members if self.may_plan(p) and self.is_alive(p, now)]
+        capable = [p for p in self.members if self.may_plan(p) and self._stays(p, now)]
         candidates = [self.self_id, *capable]
         return min(candidates) == self.self_id
+
+    def _stays(self, peer: str, now: float) -> bool:
+        """Alive, and not stopping: a planner that said it stops is replaced at once, not after
+        DEAD_AFTER_S of silence (its last word: control/publishing.py, health `leaving`)."""
+        member = self.members.get(peer)
+        leaving = member is not None and member.health is not None and member.health.leaving
+        return self.is_alive(peer, now) and not leaving
 
     def claim(self) -> int:
         """Become planner with a fresh term; returns the term."""

@@ -21,6 +21,7 @@ from p2ptrain.records import (
     issue_revocation,
     issue_token,
 )
+from p2ptrain.records.peer import LEAVING_REASON
 
 A, B, C, ME = "Aaaa", "Bbbb", "Cccc", "Mmmm"  # sorted: A < B < C < M
 ORGANISER = bytes(range(32))  # the bootstrap's key: it signs the planner tokens
@@ -117,6 +118,18 @@ def test_failover_after_the_planner_goes_silent():
     assert v.should_claim(t)
     assert v.claim() == 2
     assert swarm_status(v, t).planner == B
+
+
+def test_failover_at_once_when_the_planner_says_it_is_stopping():
+    """A planner stopped with Ctrl-C tells the swarm (health: the node is stopping); a new one
+    was still elected only after DEAD_AFTER_S of its silence (8 s in a walk-through)."""
+    v, feed = make_view(me=B, peers=(A, C))
+    assert v.accept(feed("claim", A, {"term": 1}), 1.0) is None
+    t = view_mod.ELECTION_GRACE_S + 0.1
+    assert not v.should_claim(t)  # A plans
+    stopping = {"links": {}, "health": {"ok": False, "reason": LEAVING_REASON}}
+    assert v.accept(feed("telemetry", A, stopping), t) is None
+    assert v.is_alive(A, t) and v.should_claim(t)  # B, the smallest that stays
 
 
 def test_an_old_envelope_pulled_by_sync_does_not_raise_a_dead_peer():
