@@ -142,6 +142,12 @@ class Membership(MutableMapping[str, Member]):
         member = self._by_peer.get(peer)
         return member is not None and (member.health is None or member.health.ok)
 
+    def run_under_way(self) -> bool:
+        """Has a member reported a trained step? Then the run's `min_peers`, which gates its
+        first plan, gates no new planner's (a restarted one holds no plan and waited for the
+        full swarm again, hundreds of steps in)."""
+        return any(m.metrics is not None and m.metrics.step is not None for m in self.values())
+
     def role_of(self, peer: str) -> str | None:
         member = self._by_peer.get(peer)
         return None if member is None else member.record.role

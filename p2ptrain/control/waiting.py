@@ -6,7 +6,8 @@ status document carries the same reason (`waiting`, `waiting_for`). The reasons,
 - `bootstrap`: not joined yet, or no run spec from the organiser;
 - `finished`: every placed replica trained the run's last step, or is gone (control/run_end.py):
   nothing left to wait for;
-- `peers`: no member alive, or fewer than the run's `min_peers` before the first plan;
+- `peers`: no member alive, or fewer than the run's `min_peers` before the first plan (of a
+  run not under way: Membership.run_under_way);
 - `planner-token`: no live member holds a planner token, so no one may plan: with the command
   that issues one (for a peer not revoked; in a joiner's first TOKENS_HEARD_S, while the
   members' records are still arriving, `planner` instead);
@@ -73,7 +74,7 @@ def waiting_for(view: SwarmView, now: float, joined: bool = True) -> Wait:
         return Wait("planner-token", no_planner_text(view, members))
     plan = view.plan
     if plan is None:
-        if len(members) < run.swarm.min_peers:
+        if len(members) < run.swarm.min_peers and not view.members.run_under_way():
             return Wait(
                 "peers", f"peers: {len(members)} of the run's min_peers {run.swarm.min_peers} alive"
             )

@@ -198,6 +198,10 @@ def test_what_a_node_waits_for() -> None:
     v.run = RUN.replace(min_peers=3)
     assert waiting_for(v, 1.0).text == "peers: 2 of the run's min_peers 3 alive"
     assert waiting_for(v, 1.0).kind == "peers"
+    # a run under way (a member reports a trained step): min_peers gated its first plan only,
+    # not a new planner's (a restarted planner waited for the full swarm again, 1,320 steps in)
+    v.members[A].metrics = PeerMetrics(step=1320)
+    assert waiting_for(v, 1.0).kind != "peers"
     # a planner-token holder that does not know the organiser's term yet says so
     v, _ = make_view(me=ME, peers=(A,), anchor=None)
     v.run = RUN.replace(min_peers=2)
@@ -321,3 +325,19 @@ def test_a_revoked_peer_leaves_a_token_run_and_is_told_in_an_open_one(
     watching.tick(2.0)  # said once
     said = capsys.readouterr().out
     assert said.count("the organiser revoked this peer's tokens: it trains as a member") == 1
+
+
+def test_a_new_planner_of_a_run_under_way_does_not_wait_for_min_peers() -> None:
+    """A planner restarted mid-run holds no plan: it waited for the run's min_peers, which
+    gates the first plan only, and the swarm stood still until a third peer came."""
+    v, feed, _, tick = planner_of((B,))
+    v.run = RUN.replace(min_peers=3)
+
+    async def scenario() -> list[bool]:
+        waited = await tick(1.0)  # a fresh run: 2 of 3
+        assert v.accept(feed("telemetry", B, step(1320)), 1.1) is None
+        seen = await tick(1.2)  # the members' change, debounced
+        return [waited, seen, await tick(1.2 + PLAN_DEBOUNCE_S + 0.1)]
+
+    assert trio.run(scenario) == [False, False, True]
+    assert v.plan is not None and v.plan.peers() == {A, B}

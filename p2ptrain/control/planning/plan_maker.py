@@ -2,7 +2,8 @@
 
 A new placement restarts every training session in the swarm (checkpoint, agree on a step,
 reload), so plans change only when they must or when it clearly pays:
-- never before the run's `min_peers` are alive (the first plan waits for the expected swarm);
+- never before the run's `min_peers` are alive (the first plan waits for the expected swarm;
+  a planner that takes over a run under way, whose members report trained steps, does not);
 - only peers that are alive and healthy (control/health.py): an unhealthy one counts as gone;
 - on a membership change, after a short debounce (a burst of joins gives one plan);
 - on measurement drift, only if the new placement beats the current one, priced on the same new
@@ -123,7 +124,8 @@ class PlanMaker:
         members = [peer for peer in members if peer not in trained]
         if not members:
             return False
-        if current is None and len(members) < run.swarm.min_peers:
+        under_way = self.view.members.run_under_way()
+        if current is None and len(members) < run.swarm.min_peers and not under_way:
             if self._waiting_logged != len(members):
                 self._waiting_logged = len(members)
                 log.info(
