@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -61,10 +62,12 @@ def restore_stage(
     optimizer: torch.optim.Optimizer,
     start: StartPoint,
     outer_state: dict[str, torch.Tensor] | None = None,
+    lost: list[str] | None = None,
 ) -> int:
     """Load `model`'s state at the agreed step (fetching it from a member that holds it if this
     machine does not); return the step to train next. `outer_state` gets the state's DiLoCo
-    tensors, if it has them (worker/averaging/outer_rounds.py)."""
+    tensors, if it has them (worker/averaging/outer_rounds.py); `lost` the stage's layers key
+    if they restart from initial weights in a run under way (STAGE STATE LOST)."""
     if start.note:
         log.warning("resuming at step %d: %s", start.step, start.note)
     layers, rank = model.layers, plan.state_rank
@@ -99,6 +102,8 @@ def restore_stage(
                 key,
                 start.step,
             )
+            if lost is not None:
+                lost.append(key)
         return start.step
     path = local[usable[-1]].path
     try:
@@ -106,6 +111,8 @@ def restore_stage(
     except Exception as exc:  # torn, corrupt or foreign: the worker goes on without it
         fetched = _unloadable(path, exc, _Missing(spec, plan, transport, directory, start), model)
         if fetched is None:
+            if lost is not None and start.step > 0:
+                lost.append(key)
             return start.step
         loaded = load_stage(fetched, spec, model, optimizer, outer_state)
         path = fetched
@@ -113,6 +120,26 @@ def restore_stage(
         log.warning("layers %s resumed from step %d for step %d", key, loaded, start.step)
     log.info("resumed layers %s at step %d from %s", key, start.step, path)
     return start.step
+
+
+def restore_and_say(
+    spec: RunSpec,
+    plan: Plan,
+    transport: Transport,
+    directory: Path,
+    model: Stage,
+    optimizer: torch.optim.Optimizer,
+    start: StartPoint,
+    outer_state: dict[str, torch.Tensor],
+) -> tuple[int, str, str]:
+    """restore_stage, and where the session started: (the step to train next, the line the
+    organiser reads, the lineage its metrics carry: "" when the stage's state was lost)."""
+    lost: list[str] = []
+    step = restore_stage(
+        spec, plan, transport, directory, model, optimizer, start, outer_state, lost
+    )
+    said = started_line(spec, plan, start, directory, lost)
+    return step, said, "" if lost else start_lineage(plan, start)
 
 
 def _unloadable(path: Path, exc: Exception, missing: _Missing, model: Stage) -> Path | None:
@@ -141,10 +168,15 @@ def start_lineage(plan: Plan, start: StartPoint) -> str:
     return plan.lineage[0][0] if plan.lineage else "root"
 
 
-def started_line(spec: RunSpec, plan: Plan, start: StartPoint, directory: Path) -> str:
+def started_line(
+    spec: RunSpec, plan: Plan, start: StartPoint, directory: Path, lost: Sequence[str] = ()
+) -> str:
     """Where the plan started, as the organiser reads it (every node's log, `status`): which
     step of which lineage it resumed from, and a restarted swarm that adopted an earlier
-    swarm's state, or did not because the run says resume = "never", says so loudly."""
+    swarm's state, or did not because the run says resume = "never", says so loudly; a stage
+    whose state was lost (`lost`: restore_stage's) says that, not "resumed"."""
+    if lost:
+        return f"started from initial weights at step {start.step}: layers {lost[0]} were lost"
     if start.adopted:
         line = f"resumed from step {start.step} (lineage {start.adopted})"
         log.warning("%s: the newest state of run %s, saved by an earlier swarm", line, spec.run_id)

@@ -175,3 +175,36 @@ def test_untagged_states_of_another_run_are_not_announced(tmp_path: Path) -> Non
     assert own_announcement(tmp_path / "b", rank, run=SPEC)  # our run's: announced
     other = SPEC.replace(run_id="second-run")
     assert own_announcement(tmp_path / "b", rank, run=other) == {}
+
+
+def test_a_stage_no_member_holds_says_it_restarted_not_that_it_resumed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A walk-through: a stage's only holder stopped, its spare took the stage from initial
+    weights, and its progress line, `status` and metrics said "resumed from step 2244"."""
+    new_plan = plan((2, 2), 1)
+    cut = new_plan.layer_ranges(SPEC.model.n_layer)
+    behind, ahead, empty = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    drift(cut, behind, ahead)
+    shutil.rmtree(ahead)  # L2-4's only holder is gone
+    members, placed = placement(new_plan, SPEC.model.n_layer)
+    rank = new_plan.state_rank
+    start = choose_start_step(
+        list(placed), {"a": usable(own_announcement(behind, rank), rank)}, placed, members
+    )
+    assert start.step == 4
+    stage, optimizer = chain(cut)[1]
+    with caplog.at_level(logging.WARNING):
+        step, said, lineage = restore.restore_and_say(
+            SPEC,
+            new_plan,
+            NoTransport(),
+            empty,
+            stage,
+            optimizer,
+            start,
+            {},  # type: ignore[arg-type]
+        )
+    assert "STAGE STATE LOST" in caplog.text
+    assert (step, lineage) == (4, "")  # metrics: "started from initial weights at step 4"
+    assert said == "started from initial weights at step 4: layers L2-4 were lost"
