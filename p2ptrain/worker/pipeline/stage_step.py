@@ -36,9 +36,12 @@ from p2ptrain.worker.pipeline.frames import (
     FrameHeader,
     NotReady,
     PeerLost,
+    Stopped,
     payload_bytes,
 )
 from p2ptrain.worker.pipeline.link_bounds import RECEIVE_TIMEOUT_S, frame_waits_s
+
+SEND_POLL_S = 0.1  # how often a wait for the step's sent frames asks whether to stop
 
 if TYPE_CHECKING:  # the transport imports hivemind; this module stays importable without it
     from p2ptrain.worker.pipeline.transport import Transport
@@ -239,14 +242,31 @@ def run_step(
             assert grad is not None
             send(role.prev_peer, grad, GRADIENT, m)
 
-    for future in sends:
-        try:
-            future.result(timeout=max([RECEIVE_TIMEOUT_S, *(w[0] for w in waits.values())]))
-        except PeerLost:
-            raise
-        except Exception as exc:  # a timeout of the future itself
-            raise PeerLost(f"send did not finish: {exc!r}") from exc
+    wait_sends(sends, max([RECEIVE_TIMEOUT_S, *(w[0] for w in waits.values())]), should_stop)
     return loss_total if role.is_last else None
+
+
+def wait_sends(
+    sends: list[Future[None]], timeout_s: float, should_stop: Callable[[], bool]
+) -> None:
+    """Until the step's frames are accepted: PeerLost if one is not within timeout_s, Stopped
+    as soon as should_stop() holds. A worker re-planned (or stopped) while its last frame waited
+    on a busy neighbour sat out the whole send deadline, a minute, and held up the next plan."""
+    deadline = time.monotonic() + timeout_s
+    for future in sends:
+        while True:
+            try:
+                future.result(timeout=SEND_POLL_S)
+                break
+            except PeerLost:
+                raise
+            except TimeoutError:
+                if should_stop():
+                    raise Stopped() from None
+                if time.monotonic() > deadline:
+                    raise PeerLost(f"send did not finish in {timeout_s:.0f} s") from None
+            except Exception as exc:  # p2pd's own failures
+                raise PeerLost(f"send did not finish: {exc!r}") from exc
 
 
 def warm_up(model: Stage, spec: RunSpec, role: Role, precision: Precision = FP32) -> None:
