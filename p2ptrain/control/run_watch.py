@@ -74,6 +74,8 @@ class RunWatch:
             return
         self.checked_at = now
         wait = waiting_for(view, now)
+        if not wait.kind and state.is_member:
+            wait = self._session_ended(now) or wait
         since_s = now - self.said_at
         changed = wait.kind != self.said.kind or (
             wait.text != self.said.text and since_s >= RESAY_S
@@ -85,6 +87,21 @@ class RunWatch:
             self._say(wait, now)
         if wait.kind == "finished":
             self._leave_if_done(now)
+
+    def _session_ended(self, now: float) -> Wait | None:
+        """Placed in the plan, but our worker's session under it ended (a neighbour lost): we
+        wait for the next plan, and said nothing (a node's last line stayed `step 1320` for
+        minutes while its planner was gone)."""
+        view, progress = self.state.view, self.state.worker.progress
+        plan = view.plan
+        if plan is None or progress is None or progress[2] != "waiting":
+            return None
+        if (progress[0], progress[1]) != (plan.term, plan.epoch):
+            return None  # not started on this plan yet
+        key = f"t{plan.term}/e{plan.epoch}"
+        if view.planner is not None and view.stays(view.planner, now):
+            return Wait("plan", f"a new plan: our pipeline under plan {key} lost a peer")
+        return Wait("planner", f"a new planner: plan {key}'s planner is gone, and so is a peer")
 
     def _check_revoked(self) -> None:
         """The organiser revoked our tokens: in a token run we may not stay (UserError: the

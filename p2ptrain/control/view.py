@@ -361,16 +361,16 @@ class SwarmView:
             return False  # a claim from behind the current term would only be refused
         if now - self.started_at < ELECTION_GRACE_S:
             return False
-        if self.planner is not None and self._stays(self.planner, now):
+        if self.planner is not None and self.stays(self.planner, now):
             return False
         waited_s = now - self._claim_seen_at
         if self.max_seen_term > self.term and waited_s < self.members.dead_after_s(now):
             return False  # someone claims a term we could not follow yet: hear it out first
-        capable = [p for p in self.members if self.may_plan(p) and self._stays(p, now)]
+        capable = [p for p in self.members if self.may_plan(p) and self.stays(p, now)]
         candidates = [self.self_id, *capable]
         return min(candidates) == self.self_id
 
-    def _stays(self, peer: str, now: float) -> bool:
+    def stays(self, peer: str, now: float) -> bool:
         """Alive, and not stopping: a planner that said it stops is replaced at once, not after
         DEAD_AFTER_S of silence (its last word: control/publishing.py, health `leaving`)."""
         member = self.members.get(peer)

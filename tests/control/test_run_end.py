@@ -341,3 +341,22 @@ def test_a_new_planner_of_a_run_under_way_does_not_wait_for_min_peers() -> None:
 
     assert trio.run(scenario) == [False, False, True]
     assert v.plan is not None and v.plan.peers() == {A, B}
+
+
+def test_a_placed_member_whose_session_ended_says_it_waits_for_a_new_plan(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Its pipeline lost a peer: the worker waits for the next plan, and the node's last
+    stdout line stayed a step line for minutes (a walk-through)."""
+    v, _ = planned_view(placed=(ME, B))
+    assert v.plan is not None
+    watching = watch(v)
+    watching.state.worker.heard(1.0, (v.plan.term, v.plan.epoch, "training", 40))
+    watching.tick(1.0)
+    assert "waiting" not in capsys.readouterr().out  # training: nothing to say
+    watching.state.worker.heard(2.0, (v.plan.term, v.plan.epoch, "waiting", 41))
+    watching.tick(2.0)
+    said = capsys.readouterr().out
+    key = f"t{v.plan.term}/e{v.plan.epoch}"
+    assert "waiting for a new planner" in said or "waiting for a new plan" in said
+    assert key in said
