@@ -86,6 +86,8 @@ def waiting_for(view: SwarmView, now: float, joined: bool = True) -> Wait:
         if gaps := first_plan_gaps_in(view, members, now):
             text = f"the first plan's measurements: {', '.join(gaps)} still missing"
             return Wait("measurements", text)
+        if view.members.run_under_way():  # a newcomer to a run that trains: no "first" plan
+            return Wait("plan", f"a plan that places this peer ({view.planner} is making it)")
         return Wait("plan", f"the first plan ({view.planner} is making it)")
     if not member:
         return NOT_WAITING  # the bootstrap: a plan is out, the swarm trains

@@ -224,6 +224,9 @@ class Supervisor:
             if code == 0:
                 log.info("%s finished: stopping the node", child.args[2])  # type: ignore[index]
                 return 0
+            if code == 2:  # refused: the child said why in one line; a third line adds nothing
+                log.info("%s exited with 2: stopping the node", child.args[2])  # type: ignore[index]
+                return code
             if code is not None:
                 log.error("%s exited with %d: stopping the node", child.args[2], code)  # type: ignore[index]
                 return code

@@ -123,7 +123,24 @@ def merged_weights(spec: RunSpec, directory: Path, step: int | None = None) -> M
     which = f"step {step}" if step is not None else "any step"
     raise UserError(
         f"{directory} holds no stage states of {which} of one lineage that cover the whole model"
+        + _what_is_held(by_step, steps, spec.model.n_layer)
         + "".join(f"; {line}" for line in skipped.values())
+    )
+
+
+def _what_is_held(by_step: dict[int, list[Source]], steps: list[int], n_layer: int) -> str:
+    """Which layers the newest step asked for holds, and which it lacks: a node's directory
+    holds its own stages only (an export named none of what was missing)."""
+    if not steps or not by_step.get(steps[0]):
+        return ""
+    held = sorted({(s.layers.start, s.layers.stop) for s in by_step[steps[0]]})
+    covered = {layer for start, stop in held for layer in range(start, stop)}
+    missing = [layer for layer in range(n_layer) if layer not in covered]
+    names = ", ".join(f"L{start}-{stop}" for start, stop in held)
+    lacks = f"; it lacks layer(s) {', '.join(map(str, missing))}" if missing else ""
+    return (
+        f" (step {steps[0]} holds {names}{lacks}: copy every node's stamped stage files, "
+        "stage-L*.step*.pt, not the stage-L*.pt links, into one directory)"
     )
 
 

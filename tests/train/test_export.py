@@ -106,8 +106,9 @@ def test_an_export_needs_every_layer_at_one_step(tmp_path: Path) -> None:
     spec = TINY_LLAMA
     whole = build_model(spec)
     checkpoint_as_stages(spec, whole, tmp_path, [range(0, 1)])  # the last stage is missing
-    with pytest.raises(UserError, match="cover the whole model"):
+    with pytest.raises(UserError, match="cover the whole model") as refused:
         export_hf(spec, tmp_path, tmp_path / "hf")
+    assert "holds L0-1; it lacks layer(s) 1: copy every node's" in str(refused.value)
     checkpoint_as_stages(spec, whole, tmp_path, [range(1, 2)])
     assert export_hf(spec, tmp_path, tmp_path / "hf").step == spec.optim.steps
     with pytest.raises(UserError, match="step 1 "):
