@@ -74,7 +74,8 @@ def waiting_for(view: SwarmView, now: float, joined: bool = True) -> Wait:
         return Wait("planner-token", no_planner_text(view, members))
     plan = view.plan
     if plan is None:
-        if len(members) < run.swarm.min_peers and not view.members.run_under_way():
+        under_way = view.members.run_under_way()  # a member reports a trained step
+        if len(members) < run.swarm.min_peers and not under_way:
             return Wait(
                 "peers", f"peers: {len(members)} of the run's min_peers {run.swarm.min_peers} alive"
             )
@@ -83,11 +84,12 @@ def waiting_for(view: SwarmView, now: float, joined: bool = True) -> Wait:
                 # no claim of ours before it (SwarmView.should_claim; control/sync.py)
                 return Wait("planner", "the planner election (the organiser's current term)")
             return Wait("planner", "the planner election")
+        if under_way:  # a newcomer to a run that trains: no "first" plan to measure for
+            which = "a plan that places this peer" if member else "the planner's current plan"
+            return Wait("plan", f"{which} ({view.planner} is making it)")
         if gaps := first_plan_gaps_in(view, members, now):
             text = f"the first plan's measurements: {', '.join(gaps)} still missing"
             return Wait("measurements", text)
-        if view.members.run_under_way():  # a newcomer to a run that trains: no "first" plan
-            return Wait("plan", f"a plan that places this peer ({view.planner} is making it)")
         return Wait("plan", f"the first plan ({view.planner} is making it)")
     if not member:
         return NOT_WAITING  # the bootstrap: a plan is out, the swarm trains
