@@ -52,15 +52,17 @@ def format_status(status: SwarmStatus) -> str:
         f"term {status.term}   {sum(p.alive for p in peers)}/{len(peers)} peers alive"
         + ("   finished" if status.finished else ""),
         "",
-        f"{'peer':<12}{'alive':<7}{'role':<14}{'GFLOP/s':>9}  {'seen':>6}  {'step':>6}"
+        f"{'peer':<12}{'alive':<7}{'role':<16}{'GFLOP/s':>9}  {'seen':>6}  {'step':>6}"
         f"{'loss':>8}{'tok/s':>8}{'sent':>10}{'recv':>10}  {'reach':<9}address",
     ]
+    spares = set(status.plan.spares) if status.plan is not None else set()
     for peer in peers:
         star = "*" if peer.planner else " "
+        role = f"{peer.role} (spare)" if peer.id in spares else peer.role  # the plan's word
         gflops = peer.compute_gflops
         m = peer.metrics or PeerMetrics()  # every field None: nothing known
         lines.append(
-            f"{star}{_short(peer.id):<11}{'yes' if peer.alive else 'NO':<7}{peer.role:<14}"
+            f"{star}{_short(peer.id):<11}{'yes' if peer.alive else 'NO':<7}{role:<16}"
             f"{_cell(gflops, '.1f'):>9}  {peer.last_seen_s:>5.1f}s  "
             f"{_cell(m.step, 'd'):>6}{_cell(m.loss, '.3f'):>8}"
             f"{_cell(m.tokens_per_s, '.0f'):>8}"

@@ -35,6 +35,11 @@ class StatusCollector(Collector):
         yield GaugeMetricFamily(
             "p2ptrain_planner_term", "The planner's election term", value=status.term
         )
+        yield GaugeMetricFamily(
+            "p2ptrain_finished",
+            "1 once every placed replica trained the run's last step (status: finished)",
+            value=1.0 if status.finished else 0.0,
+        )
         epoch = GaugeMetricFamily("p2ptrain_plan_epoch", "The current plan's epoch in its term")
         shape = GaugeMetricFamily(
             "p2ptrain_plan_shape", "The current plan's pipelines and stages", labels=["dimension"]
@@ -63,7 +68,8 @@ class StatusCollector(Collector):
     def _run(self) -> Iterator[Metric]:
         point = self.point
         names = (
-            ("p2ptrain_step", "The run's newest step every replica finished", "step"),
+            # a step's index, from 0: a run of N steps ends at N - 1 ("step N of N" in words)
+            ("p2ptrain_step", "The run's newest step every replica finished (from 0)", "step"),
             ("p2ptrain_loss", "The run's loss at that step (mean over replicas)", "loss"),
             ("p2ptrain_tokens_per_second", "The swarm's training throughput", "tokens_per_s"),
         )

@@ -69,3 +69,12 @@ def test_the_status_table_of_a_peer_without_metrics_has_dashes() -> None:
     data["peers"][0]["metrics"] = None
     row = format_status(SwarmStatus.from_dict(data)).splitlines()[3]
     assert row.split()[5:10] == ["-"] * 5
+
+
+def test_a_spare_is_shown_as_one_in_the_status_table() -> None:
+    """Every peer showed its record's role, `trainer`, spares too (a walk-through)."""
+    data = status_dict()
+    data["peers"].append({**data["peers"][0], "id": B, "planner": False})
+    data["plan"]["spares"] = [B]
+    rows = format_status(SwarmStatus.from_dict(data)).splitlines()[3:5]
+    assert "(spare)" not in rows[0] and "trainer (spare)" in rows[1]

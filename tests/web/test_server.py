@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import socket
 import time
@@ -81,6 +82,7 @@ def test_metrics_parse_with_prometheus_own_parser(
     }
     assert value["p2ptrain_peers"][(("state", "alive"),)] == 8
     assert value["p2ptrain_planner_term"][()] == 1 and value["p2ptrain_plan_epoch"][()] == 1
+    assert value["p2ptrain_finished"][()] == 0  # the run trains
     assert value["p2ptrain_step"][()] == 10 and value["p2ptrain_loss"][()] == pytest.approx(4.9)
     assert value["p2ptrain_plan_step_seconds"] == {
         (("kind", "measured"),): 0.5,
@@ -97,6 +99,9 @@ def test_metrics_parse_with_prometheus_own_parser(
     }
     assert sent[(peer, "data")] == 5000 and sent[(peer, "control")] == 50
     assert len(families["p2ptrain_link_rtt_seconds"].samples) == 28
+    dashboard.update(dataclasses.replace(status, finished=True), 1001.0)
+    finished = _get(server.url + "metrics")[2].decode()
+    assert "\np2ptrain_finished 1.0\n" in finished
     assert len(families["p2ptrain_link_rate_bits_per_second"].samples) == 28
 
 
