@@ -43,7 +43,7 @@ from p2ptrain.worker.replica_rounds import (
     open_replicas,
     resync_replicas,
 )
-from p2ptrain.worker.resume.restore import restore_and_say
+from p2ptrain.worker.resume.restore import restore_stage, start_lineage, started_line
 from p2ptrain.worker.resume.start_step import RESUME_TIMEOUT_S, StartPoint, agree_on_plan_start
 from p2ptrain.worker.state_writer import StateWrite, StateWriter
 from p2ptrain.worker.step_metrics import SessionFacts, StepTimes, step_metrics
@@ -122,9 +122,12 @@ class Session:
             self.failed = "the plan's members did not agree on a start step"
             return
         outer_state: dict[str, torch.Tensor] = {}
-        self.step, self.started_from, self.start_lineage = restore_and_say(
+        restored = restore_stage(
             spec, plan, transport, self.directory, self.model, self.optimizer, start, outer_state
         )
+        self.step, lost = restored.step, restored.lost  # lost: said, not "resumed"
+        self.started_from = started_line(spec, plan, start, self.directory, lost)
+        self.start_lineage = "" if lost else start_lineage(plan, start)
         needs_data = role.is_first or role.is_last
         self.corpus = load_corpus(spec) if needs_data else None
         self.averager, self.outer = open_replicas(

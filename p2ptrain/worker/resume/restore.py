@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,6 +52,15 @@ if TYPE_CHECKING:  # hivemind is imported only by the worker: tests of restoring
 log = logging.getLogger("p2ptrain.worker")
 
 
+@dataclass(frozen=True)
+class Restored:
+    """Where a stage starts: the step to train next, and, when no member held its state in a
+    run under way (STAGE STATE LOST: it restarts from initial weights), its layers key."""
+
+    step: int
+    lost: str | None = None
+
+
 def restore_stage(
     spec: RunSpec,
     plan: Plan,
@@ -62,12 +70,11 @@ def restore_stage(
     optimizer: torch.optim.Optimizer,
     start: StartPoint,
     outer_state: dict[str, torch.Tensor] | None = None,
-    lost: list[str] | None = None,
-) -> int:
+) -> Restored:
     """Load `model`'s state at the agreed step (fetching it from a member that holds it if this
-    machine does not); return the step to train next. `outer_state` gets the state's DiLoCo
-    tensors, if it has them (worker/averaging/outer_rounds.py); `lost` the stage's layers key
-    if they restart from initial weights in a run under way (STAGE STATE LOST)."""
+    machine does not): the step to train next, and whether the stage's state was lost.
+    `outer_state` gets the state's DiLoCo tensors, if it has them
+    (worker/averaging/outer_rounds.py)."""
     if start.note:
         log.warning("resuming at step %d: %s", start.step, start.note)
     layers, rank = model.layers, plan.state_rank
@@ -102,44 +109,20 @@ def restore_stage(
                 key,
                 start.step,
             )
-            if lost is not None:
-                lost.append(key)
-        return start.step
+        return Restored(start.step, key if start.step > 0 else None)
     path = local[usable[-1]].path
     try:
         loaded = load_stage(path, spec, model, optimizer, outer_state)
     except Exception as exc:  # torn, corrupt or foreign: the worker goes on without it
         fetched = _unloadable(path, exc, _Missing(spec, plan, transport, directory, start), model)
         if fetched is None:
-            if lost is not None and start.step > 0:
-                lost.append(key)
-            return start.step
+            return Restored(start.step, key if start.step > 0 else None)
         loaded = load_stage(fetched, spec, model, optimizer, outer_state)
         path = fetched
     if loaded != start.step:
         log.warning("layers %s resumed from step %d for step %d", key, loaded, start.step)
     log.info("resumed layers %s at step %d from %s", key, start.step, path)
-    return start.step
-
-
-def restore_and_say(
-    spec: RunSpec,
-    plan: Plan,
-    transport: Transport,
-    directory: Path,
-    model: Stage,
-    optimizer: torch.optim.Optimizer,
-    start: StartPoint,
-    outer_state: dict[str, torch.Tensor],
-) -> tuple[int, str, str]:
-    """restore_stage, and where the session started: (the step to train next, the line the
-    organiser reads, the lineage its metrics carry: "" when the stage's state was lost)."""
-    lost: list[str] = []
-    step = restore_stage(
-        spec, plan, transport, directory, model, optimizer, start, outer_state, lost
-    )
-    said = started_line(spec, plan, start, directory, lost)
-    return step, said, "" if lost else start_lineage(plan, start)
+    return Restored(start.step)
 
 
 def _unloadable(path: Path, exc: Exception, missing: _Missing, model: Stage) -> Path | None:
@@ -169,14 +152,14 @@ def start_lineage(plan: Plan, start: StartPoint) -> str:
 
 
 def started_line(
-    spec: RunSpec, plan: Plan, start: StartPoint, directory: Path, lost: Sequence[str] = ()
+    spec: RunSpec, plan: Plan, start: StartPoint, directory: Path, lost: str | None = None
 ) -> str:
     """Where the plan started, as the organiser reads it (every node's log, `status`): which
     step of which lineage it resumed from, and a restarted swarm that adopted an earlier
     swarm's state, or did not because the run says resume = "never", says so loudly; a stage
-    whose state was lost (`lost`: restore_stage's) says that, not "resumed"."""
+    whose state was lost (`lost`: Restored's) says that, not "resumed"."""
     if lost:
-        return f"started from initial weights at step {start.step}: layers {lost[0]} were lost"
+        return f"started from initial weights at step {start.step}: layers {lost} were lost"
     if start.adopted:
         line = f"resumed from step {start.step} (lineage {start.adopted})"
         log.warning("%s: the newest state of run %s, saved by an earlier swarm", line, spec.run_id)

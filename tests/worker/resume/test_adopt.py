@@ -18,6 +18,7 @@ from p2ptrain.records.run import RunSpec
 from p2ptrain.train.checkpoint import StageSnapshot, list_states, record_step
 from p2ptrain.train.model import Stage, build_layers
 from p2ptrain.train.optim import make_optimizer
+from p2ptrain.worker.resume import restore
 from p2ptrain.worker.resume.adopt import link_adopted
 from p2ptrain.worker.resume.restore import restore_stage, started_line
 from p2ptrain.worker.resume.start_step import choose_start, own_announcement, placement
@@ -90,8 +91,8 @@ def test_a_restarted_swarm_adopts_the_newest_state_on_another_cut(tmp_path: Path
     assert start.adopted == earlier.lineage[0][0]
     new = chain(new_plan.layer_ranges(SPEC.model.n_layer))
     for stage, optimizer in new:
-        restore = restore_stage(SPEC, new_plan, NoTransport(), tmp_path, stage, optimizer, start)  # type: ignore[arg-type]
-        assert restore == 5
+        restored = restore_stage(SPEC, new_plan, NoTransport(), tmp_path, stage, optimizer, start)  # type: ignore[arg-type]
+        assert restored == restore.Restored(5)
     assert all(torch.equal(weights(old)[n], w) for n, w in weights(new).items())
     assert all(torch.equal(moments(old)[n], m) for n, m in moments(new).items())
     assert moments(old).keys() == moments(new).keys()
@@ -141,7 +142,9 @@ def test_resume_never_starts_from_initial_weights_and_says_so(
     assert start.step == 0 and start.adopted == ""
     stage, optimizer = chain(new_plan.layer_ranges(SPEC.model.n_layer))[0]
     initial = {n: t.clone() for n, t in stage.state_dict().items()}
-    assert restore_stage(never, new_plan, NoTransport(), tmp_path, stage, optimizer, start) == 0  # type: ignore[arg-type]
+    assert (
+        restore_stage(never, new_plan, NoTransport(), tmp_path, stage, optimizer, start).step == 0
+    )  # type: ignore[arg-type]
     assert all(torch.equal(initial[n], t) for n, t in stage.state_dict().items())
     with caplog.at_level(logging.WARNING):
         line = started_line(never, new_plan, start, tmp_path)

@@ -63,7 +63,7 @@ def test_a_stage_whose_holder_ran_ahead_resumes_from_its_oldest_newer_state(
 
     stage, optimizer = chain(cut)[1]
     with caplog.at_level(logging.WARNING):
-        step = restore_stage(SPEC, new_plan, NoTransport(), ahead, stage, optimizer, start)  # type: ignore[arg-type]
+        step = restore_stage(SPEC, new_plan, NoTransport(), ahead, stage, optimizer, start).step  # type: ignore[arg-type]
     assert step == 4
     assert "STAGE STATE LOST" not in caplog.text
     assert "resumed from step 6 for step 4" in caplog.text
@@ -132,7 +132,7 @@ def test_a_member_fetches_its_stage_s_later_state_from_the_spare_that_holds_it(
 
     stage, optimizer = chain(cut)[1]
     with caplog.at_level(logging.WARNING):
-        step = restore_stage(SPEC, new_plan, Transport(), empty, stage, optimizer, start)  # type: ignore[arg-type]
+        step = restore_stage(SPEC, new_plan, Transport(), empty, stage, optimizer, start).step  # type: ignore[arg-type]
     assert step == 4 and asked == [("s", 6)]
     assert "STAGE STATE LOST" not in caplog.text
     assert "resumed from step 6 for step 4" in caplog.text
@@ -158,7 +158,7 @@ def test_an_unloadable_own_state_is_set_aside_not_the_end_of_the_worker(
 
     stage, optimizer = chain(cut)[1]
     with caplog.at_level(logging.WARNING):
-        step = restore_stage(SPEC, new_plan, NoTransport(), ahead, stage, optimizer, start)  # type: ignore[arg-type]
+        step = restore_stage(SPEC, new_plan, NoTransport(), ahead, stage, optimizer, start).step  # type: ignore[arg-type]
     assert step == start.step
     assert not torn.exists() and torn.with_name(torn.name + ".unloadable").exists()
     assert "STAGE STATE LOST" in caplog.text  # no other holder: said, not a crash
@@ -195,16 +195,8 @@ def test_a_stage_no_member_holds_says_it_restarted_not_that_it_resumed(
     assert start.step == 4
     stage, optimizer = chain(cut)[1]
     with caplog.at_level(logging.WARNING):
-        step, said, lineage = restore.restore_and_say(
-            SPEC,
-            new_plan,
-            NoTransport(),
-            empty,
-            stage,
-            optimizer,
-            start,
-            {},  # type: ignore[arg-type]
-        )
+        restored = restore_stage(SPEC, new_plan, NoTransport(), empty, stage, optimizer, start)  # type: ignore[arg-type]
     assert "STAGE STATE LOST" in caplog.text
-    assert (step, lineage) == (4, "")  # metrics: "started from initial weights at step 4"
+    assert restored == restore.Restored(4, "L2-4")  # the session's metrics: lineage ""
+    said = restore.started_line(SPEC, new_plan, start, empty, restored.lost)
     assert said == "started from initial weights at step 4: layers L2-4 were lost"

@@ -99,7 +99,7 @@ def test_a_new_split_is_built_from_the_old_stages_states(
 
     new = chain(new_plan.layer_ranges(SPEC.model.n_layer))
     for stage, optimizer in new:
-        step = restore_stage(SPEC, new_plan, NoTransport(), tmp_path, stage, optimizer, start)  # type: ignore[arg-type]
+        step = restore_stage(SPEC, new_plan, NoTransport(), tmp_path, stage, optimizer, start).step  # type: ignore[arg-type]
         assert step == 2
     old_weights, new_weights = weights(old), weights(new)
     assert old_weights.keys() == new_weights.keys()

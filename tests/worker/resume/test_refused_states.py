@@ -77,7 +77,7 @@ def _restore(
     start = StartPoint(3, "", held=held, digests={KEY: "agreed"})
     stage, optimizer = chain(new_plan.layer_ranges(SPEC.model.n_layer))[1]
     directory = tmp_path / "b"
-    step = restore_stage(SPEC, new_plan, Transport(), directory, stage, optimizer, start)  # type: ignore[arg-type]
+    step = restore_stage(SPEC, new_plan, Transport(), directory, stage, optimizer, start).step  # type: ignore[arg-type]
     return step, stage, optimizer, asked
 
 
