@@ -163,6 +163,7 @@ def train(
     _wait_path(rendezvous / "go")
     metrics = rendezvous / f"metrics-{index}.jsonl"
     attempts = 0
+    patience_s = max(FULL_BATCH_PATIENCE_S, timeouts.allreduce_s)  # for the whole batch
     try:
         while opt.local_epoch < spec.optim.steps:
             step = opt.local_epoch
@@ -171,7 +172,6 @@ def train(
             loss.backward()
             # say we have our rows, wait for the swarm's whole batch, then take the global step
             opt.tracker.report_local_progress(step, len(rows))
-            patience_s = max(FULL_BATCH_PATIENCE_S, timeouts.allreduce_s)
             _wait_until(partial(_swarm_ready, opt, step, time.monotonic(), patience_s))
             opt.step(batch_size=len(rows))
             opt.zero_grad()

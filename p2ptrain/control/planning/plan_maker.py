@@ -124,8 +124,8 @@ class PlanMaker:
         members = [peer for peer in members if peer not in trained]
         if not members:
             return False
-        under_way = self.view.members.run_under_way()
-        if current is None and len(members) < run.swarm.min_peers and not under_way:
+        first = current is None and not self.view.members.run_under_way()  # asked only then
+        if first and len(members) < run.swarm.min_peers:
             if self._waiting_logged != len(members):
                 self._waiting_logged = len(members)
                 log.info(
