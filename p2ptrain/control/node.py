@@ -31,6 +31,7 @@ from p2ptrain.control.dht_store import make_dht
 from p2ptrain.control.discovery import Discovery
 from p2ptrain.control.election import serve_election
 from p2ptrain.control.gossip import make_pubsub, serve_topics
+from p2ptrain.control.handover import hand_over
 from p2ptrain.control.hardware import describe_hardware
 from p2ptrain.control.health import serve_health
 from p2ptrain.control.intake import Intake
@@ -269,13 +270,14 @@ async def run_until_signalled(
     the run is finished), then stop cleanly."""
     import signal
 
-    stopping = node.state.stopping
+    stopping, hurry = node.state.stopping, trio.Event()
 
     async def stop_on_signal(signals: AsyncIterator[int]) -> None:
-        async for signum in signals:
+        async for signum in signals:  # the first stops the node; another cuts a hand-over short
             log.info("received signal %d: stopping", signum)
+            if stopping.is_set():
+                hurry.set()
             stopping.set()
-            return
 
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -286,6 +288,7 @@ async def run_until_signalled(
                 await node.publisher.announce_leaving()
             if notice.cancelled_caught:
                 log.info("could not tell the others we stop within %.0f s", LEAVE_NOTICE_S)
+            await hand_over(node.state, hurry)  # a stage only we hold: control/handover.py
             if on_stop is not None:
                 with trio.move_on_after(2):
                     await on_stop()

@@ -25,10 +25,14 @@ stranger's metrics end nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from p2ptrain.records import PeerMetrics, Plan, RunSpec
+
+if TYPE_CHECKING:
+    from p2ptrain.control.membership import Member
 
 
 def last_step_reached(run: RunSpec, metrics: PeerMetrics | None) -> bool:
@@ -129,3 +133,16 @@ def lost_before_end(plan: Plan, live: Collection[str], done: Collection[str]) ->
     """The peers `plan` places that are neither live (`live`: the members a plan may place) nor
     done: lost before their last step. A done peer that left is not lost."""
     return sorted(p for p in placed_peers(plan) if p not in done and p not in live)
+
+
+def steps_left(members: Mapping[str, Member], run: RunSpec, plan: Plan) -> int | None:
+    """Steps of the run after the furthest one a peer of `plan` reported (`members`: the view's
+    Members, each with its latest metrics); None: none reported yet."""
+    reported = [
+        metrics.step
+        for peer in plan.peers()
+        if peer in members
+        and (metrics := members[peer].metrics) is not None
+        and metrics.step is not None
+    ]
+    return run.optim.steps - 1 - max(reported) if reported else None

@@ -16,6 +16,10 @@ from p2ptrain.addresses import LOOPBACK
 from p2ptrain.flags import Flag, FlagSettings, flag_field
 
 ROLES = ("control-only", "trainer")  # a bootstrap runs in its own command's process
+# how long a stopping node may stay to hand a stage only it holds over (control/handover.py):
+# the next plan (debounce and search: seconds), its start agreement and the state's transfer
+# at the plan's slowest link (tens of seconds over a WAN); the supervisor waits this long too
+HANDOVER_LIMIT_S = 120.0
 
 BOOTSTRAP = Flag("--bootstrap", {"required": True, "help": "the bootstrap's full multiaddr"})
 LISTEN = Flag(

@@ -3,9 +3,11 @@
 No orphans, whatever happens:
 - each child runs in its own session/process group (so its whole subtree can be signalled) and
   gets PR_SET_PDEATHSIG=SIGKILL, so it dies even if the supervisor is SIGKILLed;
-- SIGTERM/SIGINT/SIGHUP to the supervisor stop both children (SIGTERM to the control
-  process's group and to the worker, which saves and then closes its own children in order;
-  SIGKILL to both groups after a grace period).
+- SIGTERM/SIGINT/SIGHUP to the supervisor stop both children: SIGTERM to the control process
+  first (a node whose worker alone holds a stage stays until the next plan's peers have its
+  state, at most HANDOVER_LIMIT_S, and a second signal cuts that short: control/handover.py),
+  then SIGTERM to the control process's group and to the worker, which saves and then closes
+  its own children in order; SIGKILL to both groups after a grace period.
 A control process that dies (a crash, a kill) is started again after a back-off (1 s, doubling,
 at most 30 s, back to 1 s once one stayed up a minute), one log line per restart saying why; the
 worker keeps its state and training meanwhile and reconnects (worker/ipc.py). The node stops when
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 from p2ptrain import addresses, procs
-from p2ptrain.control.settings import ControlSettings
+from p2ptrain.control.settings import HANDOVER_LIMIT_S, ControlSettings
 from p2ptrain.errors import UserError
 from p2ptrain.key_file import load_or_create_identity
 from p2ptrain.node.identity_lock import IdentityLock
@@ -128,12 +130,14 @@ class Supervisor:
                 "running the control plane only"
             )
         self._stop_signal: int | None = None
+        self._signals = 0  # how many stop signals came: a second one cuts a hand-over short
         self._addr_printed = threading.Event()
         self.stdout = StdoutRelay(sys.stdout)  # one writer for every control process's lines
         self.control_backoff = Backoff()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stop_signal = signum
+        self._signals += 1
 
     def run(self) -> int:
         load_or_create_identity(
@@ -163,6 +167,7 @@ class Supervisor:
                 )
                 children.append(procs.spawn(worker.command()))
             self._watch(children, ipc_path)
+            self._let_control_leave(children)
             return self._finish(children)
         finally:
             # the worker closes its averager, DHT and p2pd itself, after its last save: signalled
@@ -214,6 +219,25 @@ class Supervisor:
                 return
             children[0] = self._start_control(ipc_path, first=False)
             started = time.monotonic()
+
+    def _let_control_leave(self, children: list[subprocess.Popen[bytes]]) -> None:
+        """On a stop signal, the control process stops first: while its worker alone holds a
+        stage it keeps the node up until the next plan's peers have that stage's state
+        (control/handover.py), then asks the worker to stop. Another signal is passed on (it
+        stops at once then); a third stops waiting for it."""
+        control = children[0]
+        if self._stop_signal is None or len(children) < 2 or control.poll() is not None:
+            return
+        first, passed = self._signals, self._signals
+        control.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + HANDOVER_LIMIT_S + STOP_GRACE_S
+        while control.poll() is None and time.monotonic() < deadline:
+            if self._signals > passed:
+                if self._signals > first + 1:
+                    return
+                passed = self._signals
+                control.send_signal(signal.SIGTERM)
+            time.sleep(POLL_S)
 
     def _finish(self, children: list[subprocess.Popen[bytes]]) -> int:
         if self._stop_signal is not None:

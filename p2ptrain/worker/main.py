@@ -10,6 +10,7 @@ averaging, then the optimizer) -> checkpoint on interval, on a new plan and on e
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -126,6 +127,7 @@ class Worker:
         from p2ptrain.worker.dht_gate import serve_plan_peers_only
         from p2ptrain.worker.dht_helpers import AnnouncementValidator
         from p2ptrain.worker.pipeline.transport import Transport
+        from p2ptrain.worker.resume.handover import wait_until_fetched
         from p2ptrain.worker.resume.state_transfer import StateServer
         from p2ptrain.worker.session import Session, SessionEnd
 
@@ -193,6 +195,15 @@ class Worker:
                 self.current = session  # from now on its frames are accepted
                 collector.freeze_setup()
                 self._report(SessionReport(message.plan, session.step))
+                if session.spare_start is not None:  # "spare" once its only states are fetched
+                    wait_until_fetched(
+                        session.spare_start,
+                        message.plan,
+                        transport.peer_id,
+                        spec.model.n_layer,
+                        state_server.served,
+                        functools.partial(self._superseded, version),
+                    )
                 self.phase = "spare" if session.role is None else "training"
                 try:
                     end = session.train(version)
@@ -222,6 +233,10 @@ class Worker:
                 dht.shutdown()
 
             _run_bounded(shut_down, SHUTDOWN_GRACE_S)
+
+    def _superseded(self, version: int) -> bool:
+        """Is the session of plan `version` over: the worker stopped, or a newer plan here?"""
+        return self.inbox.stopped or self.inbox.version != version
 
     def _expect(self, header: FrameHeader) -> Expected | None:
         session = self.current

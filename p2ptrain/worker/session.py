@@ -103,12 +103,11 @@ class Session:
         # an accelerator's host CPU writes checkpoints beside the steps; a CPU device's would
         # take that CPU from the steps themselves (worker/state_writer.py)
         self.writer = StateWriter(self.directory, spec, beside=self.device.type != "cpu")
+        self.spare_start: StartPoint | None = None  # what a spare may owe: resume/handover.py
         if self.role is None:
-            if transport.peer_id in plan.spares:
-                # a spare may hold the only copy of a stage's state: it takes part in the
-                # agreement (and serves states, worker/resume/state_transfer.py), then idles
-                self._connect(plan, dht)
-                self._agree_on_start(dht)
+            if transport.peer_id in plan.spares:  # it may hold a stage's only state: it agrees
+                self._connect(plan, dht)  # and serves (resume/state_transfer.py), then idles
+                self.spare_start = self._agree_on_start(dht)
             return
         role = self.role
         started_s = time.monotonic()

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -68,6 +68,17 @@ class Placement:
         """The placement a published plan carries (re-issued as it is): its fields of the
         same names."""
         return cls(**{field.name: getattr(plan, field.name) for field in dataclasses.fields(cls)})
+
+    def with_spares(self, extra: Sequence[str]) -> Placement:
+        """This placement with `extra` peers (donors: control/handover.py) among its spares."""
+        named = {p for pipeline in self.pipelines for p in pipeline} | set(self.spares)
+        return dataclasses.replace(
+            self, spares=self.spares + tuple(p for p in extra if p not in named)
+        )
+
+    def without(self, spares: Collection[str]) -> Placement:
+        """This placement without these spares (donors gone: control/handover.py)."""
+        return dataclasses.replace(self, spares=tuple(p for p in self.spares if p not in spares))
 
     def to_plan(
         self,

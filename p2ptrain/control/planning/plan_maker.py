@@ -5,6 +5,8 @@ reload), so plans change only when they must or when it clearly pays:
 - never before the run's `min_peers` are alive (the first plan waits for the expected swarm;
   a planner that takes over a run under way, whose members report trained steps, does not);
 - only peers that are alive and healthy (control/health.py): an unhealthy one counts as gone;
+  a peer that says it stops while it alone holds a stage stays one plan longer as a spare, a
+  donor of its state (control/handover.py);
 - on a membership change, after a short debounce (a burst of joins gives one plan);
 - on measurement drift, only if the new placement beats the current one, priced on the same new
   measurements, by placement.SWITCH_GAIN (and never for a random placement: a baseline keeps its
@@ -13,7 +15,8 @@ reload), so plans change only when they must or when it clearly pays:
   on one machine switched every 10 s); a drift whose search found nothing worth switching to
   doubles the wait for the next check (up to MAX_DRIFT_CHECK_INTERVAL_S, reset by a plan): on
   noisy links every check "drifted", each a search (8% of a core at 32 peers);
-- the same placement is re-issued as a new epoch when a member's data-plane addresses changed;
+- the same placement is re-issued as a new epoch when a member's data-plane addresses changed,
+  or without a donor once it is gone or past its time (its announcement is not waited for);
 - when a member's first measured stage time arrives (compute-aware runs: workers time the model
   once they have the run spec, which comes with the first plan), like drift: only if it pays;
 - never once the run is finished (its last step trained: control/run_end.py), whoever is left;
@@ -31,6 +34,7 @@ import logging
 import math
 
 from p2ptrain.control.estimate.book import is_full_mesh
+from p2ptrain.control.handover import Donors
 from p2ptrain.control.links import Link
 from p2ptrain.control.planning import search_process
 from p2ptrain.control.planning.confirm import PlanConfirmation
@@ -50,7 +54,7 @@ from p2ptrain.control.planning.plan_inputs import (
 )
 from p2ptrain.control.planning.readiness import first_plan_gaps
 from p2ptrain.control.planning.trust import ComputeTrust, compute_known, measured_peers
-from p2ptrain.control.run_end import lost_before_end
+from p2ptrain.control.run_end import lost_before_end, steps_left
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import Plan, RunSpec, StageCompute
 
@@ -87,6 +91,7 @@ class PlanMaker:
         self._term = 0
         self._epoch = 0
         self._planned_members: list[str] | None = None
+        self._donors = Donors()  # stopping peers our plans keep as spares: control/handover.py
         self._planned_links: dict[tuple[str, str], Link] | None = None  # drift's baseline
         self._planned_measured: frozenset[str] = frozenset()
         self._change_since: float | None = None
@@ -124,6 +129,7 @@ class PlanMaker:
         members = [peer for peer in members if peer not in trained]
         if not members:
             return False
+        donors, gone = self._donors.review(self.view, current, members, now)
         first = current is None and not self.view.members.run_under_way()  # asked only then
         if first and len(members) < run.swarm.min_peers:
             if self._waiting_logged != len(members):
@@ -136,7 +142,7 @@ class PlanMaker:
             return False
         measured = stage_computes(self.view, members)
         links = self.view.links.freshest(now)
-        data_addrs = data_addrs_of(self.view, members, own_data_addrs)
+        data_addrs = data_addrs_of(self.view, members + donors, own_data_addrs)
         private = unroutable(self.view, members, own_reachability, own_relays)
         if current is None and self._awaits_first_plan(
             now, members, data_addrs, links, measured, private
@@ -165,6 +171,7 @@ class PlanMaker:
         )
         price_due = self._confirmation.pricing_due(now, current, links, members)
         searched: Searched | None = None
+        reissued = False  # the current placement published again (addresses, a donor gone)
         previous_cost_s: float | None = None  # the current plan on the same measurements
         if members == self._planned_members:
             self._change_since = None  # a flap back within the debounce: nothing to re-plan
@@ -216,23 +223,26 @@ class PlanMaker:
         elif (
             current is not None
             and current.planner == self.peer_id
-            and dict(current.data_addrs) != data_addrs
+            and ({p: dict(current.data_addrs).get(p) for p in data_addrs} != data_addrs or gone)
         ):
-            reason, previous_cost_s = "addresses", current.cost_s
+            reason = "members" if gone else "addresses"  # a donor gone: the plan's members
+            previous_cost_s, reissued = current.cost_s, True
         else:
             return False
         self._change_since = None
         if searched is not None:
             placement, network = searched.placement, searched.network
-        elif current is not None and reason == "addresses":
+        elif current is not None and reissued:
             # the same placement re-issued keeps the network it was timed for
-            placement, network = Placement.of_plan(current), current.network
+            placement, network = Placement.of_plan(current).without(gone), current.network
         else:
             return False  # the scheduler failed (logged)
         if placement is None or self.view.planner != self.peer_id or self.view.term != self._term:
             return False  # no placement fits, or we lost the role while the search ran
+        placement = placement.with_spares(donors)
         self._epoch += 1
         self._planned_members = members
+        self._donors.kept(donors, now)
         self._planned_links = links
         self._planned_at = now
         self._drift_check_interval_s = DRIFT_CHECK_INTERVAL_S
@@ -290,7 +300,7 @@ class PlanMaker:
         same_layers = placement.stage_layers == current.stage_layers
         if placement.pipelines == current.pipelines and same_layers:
             return False  # same placement: nothing to restart for
-        left = self._steps_left(run, current)
+        left = steps_left(self.view.members, run, current)
         if left is not None and left < min_steps_to_switch(run):
             log.info("keeping the current placement: %d steps left of the run", left)
             return False
@@ -311,18 +321,6 @@ class PlanMaker:
             "switching" if switch else "keeping the current placement",
         )
         return switch
-
-    def _steps_left(self, run: RunSpec, current: Plan) -> int | None:
-        """Steps of the run after the furthest one a placed peer reported (None: none yet)."""
-        members = self.view.members
-        reported = [
-            metrics.step
-            for peer in current.peers()
-            if peer in members
-            and (metrics := members[peer].metrics) is not None
-            and metrics.step is not None
-        ]
-        return run.optim.steps - 1 - max(reported) if reported else None
 
     def _awaits_first_plan(
         self,

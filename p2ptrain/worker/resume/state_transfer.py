@@ -54,6 +54,7 @@ from p2ptrain.train.checkpoint import (
     unfinished_prefix,
 )
 from p2ptrain.worker.inbound import OpenStreams, close_after_sender, read_prefixed
+from p2ptrain.worker.resume.handover import Served
 from p2ptrain.worker.traffic import Traffic
 
 if TYPE_CHECKING:  # hivemind is imported only when used: tests of the bounds run beside libp2p
@@ -160,6 +161,7 @@ class StateServer:
         # requests being answered, per peer; refused: strangers and requests over the caps
         self._streams = OpenStreams("stage state requests")
         self._lingering = 0  # refused streams waiting for their client to close
+        self.served = Served()  # what was sent in full: a donor's hand-over waits on it
         self.traffic = Traffic() if transport is None else transport.traffic
         if transport is not None:  # None: a test drives _handle itself
             transport.call(transport.p2p.add_binary_stream_handler(PROTOCOL, self._handle))
@@ -251,6 +253,7 @@ class StateServer:
                         await writer.drain()
                         self.traffic.sent(remote, len(chunk))
             log.info("sent %s (%d bytes) to %s", path.name, size, remote)
+            self.served.add(remote, request.digest)
         except (ValueError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             log.warning("stage state request from %s failed: %r", remote, exc)
         finally:

@@ -1,0 +1,157 @@
+"""A stopping node that alone holds a stage hands that stage's state over before it leaves.
+
+A graceful stop (Ctrl-C, SIGTERM) of the only peer placed at a stage used to lose the stage's
+training: the node saved its state and left, and the next plan's members agree on a start among
+their own states only (worker/resume/start_step.py), so whoever took the stage started it from
+initial weights. Now:
+- the leaving node says it stops (health `leaving`: control/publishing.py) but stays up;
+- the planner keeps it in the next plan as a *donor*: a spare, never placed (`donors_of`), so
+  its worker announces its states in that plan's start agreement and serves them to the plan's
+  peers like any spare's (worker/resume/state_transfer.py);
+- its worker reports "spare" under that plan once the peers that needed a state only it holds
+  have fetched it (worker/resume/handover.py), and the node stops then (`hand_over`): at most
+  HANDOVER_LIMIT_S after the signal, at once on a second one, or as soon as no peer is left
+  that could take the stage.
+No new door: a donor is one more spare of the plan, serving the plan's peers only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection
+
+import trio
+
+from p2ptrain.control.settings import HANDOVER_LIMIT_S
+from p2ptrain.control.state import NodeState
+from p2ptrain.control.view import SwarmView
+from p2ptrain.records import Plan
+
+log = logging.getLogger(__name__)
+
+RECHECK_S = 1.0  # our worker's progress is not a change the view notifies: looked at this often
+
+IDLE_PHASES = ("spare", "waiting")  # a worker's phase once its spare's session is over
+Progress = tuple[int, int, str, int]  # the worker's (term, epoch, phase, step): control/health.py
+
+
+def holds_alone(plan: Plan, peer: str, staying: Callable[[str], bool]) -> bool:
+    """Does `plan` place `peer` at a stage where no other peer that stays is placed?"""
+    for pipeline in plan.pipelines:
+        if peer in pipeline:
+            stage = pipeline.index(peer)
+            return not any(staying(p[stage]) for p in plan.pipelines if p[stage] != peer)
+    return False
+
+
+def donors_of(
+    view: SwarmView, plan: Plan | None, members: Collection[str], now: float
+) -> list[str]:
+    """The planner's donors for the plan after `plan`: live peers that said they are stopping and
+    that `plan` placed at a stage none of `members` (the peers planned now) holds."""
+    if plan is None:
+        return []
+    staying = set(members)
+    return sorted(
+        peer
+        for pipeline in plan.pipelines
+        for peer in pipeline
+        if peer not in staying
+        and peer != view.self_id
+        and (member := view.members.get(peer)) is not None
+        and member.health is not None
+        and member.health.leaving
+        and view.is_alive(peer, now)
+        and holds_alone(plan, peer, staying.__contains__)
+    )
+
+
+class Donors:
+    """The donors the planner's plans keep, each since the plan that first kept it: one is
+    dropped once it is gone, or HANDOVER_LIMIT_S after that plan (a peer that says it stops but
+    stays is a spare no longer than its hand-over may take)."""
+
+    def __init__(self) -> None:
+        self._since: dict[str, float] = {}
+
+    def review(
+        self, view: SwarmView, plan: Plan | None, members: Collection[str], now: float
+    ) -> tuple[list[str], list[str]]:
+        """(the donors the next plan keeps, the donors it drops) as of `now`."""
+        gone = sorted(
+            peer
+            for peer, since in self._since.items()
+            if not view.is_alive(peer, now) or now - since > HANDOVER_LIMIT_S
+        )
+        kept = {peer for peer in self._since if peer not in gone}
+        return sorted(kept | set(donors_of(view, plan, members, now))), gone
+
+    def kept(self, donors: Collection[str], now: float) -> None:
+        """A plan keeping `donors` is published at `now`."""
+        self._since = {peer: self._since.get(peer, now) for peer in donors}
+
+
+def successor_possible(view: SwarmView, now: float) -> bool:
+    """Could the stage still pass to someone: a staying member to take it, and a staying
+    planner or candidate (not us) to plan it?"""
+    me = view.self_id
+    takers = [p for p in view.plannable_members(now) if p != me]
+    planners = [p for p in view.members if p != me and view.may_plan(p) and view.stays(p, now)]
+    return bool(takers and planners)
+
+
+def handed_over(view: SwarmView, placed_key: tuple[int, int], progress: Progress | None) -> bool:
+    """Is the hand-over done? A newer plan than the one that placed us either leaves us out
+    (nothing to hand over) or keeps us as a spare, and our worker is done with its spare's
+    session under it ("spare", then "waiting" again): the peers that needed our states have
+    them (worker/resume/handover.py)."""
+    plan = view.plan
+    if plan is None or plan.key == placed_key:
+        return False
+    if view.self_id not in plan.spares:
+        return True
+    return progress is not None and progress[:2] == plan.key and progress[2] in IDLE_PHASES
+
+
+async def hand_over(state: NodeState, hurry: trio.Event) -> None:
+    """If our worker alone holds its stage, stay until the next plan's peers have its state
+    (the module's docstring); `hurry` (a second signal) ends the wait."""
+    view, me = state.view, state.view.self_id
+    plan = view.plan
+    staying = set(view.plannable_members(state.clock())) - {me}
+    if (
+        plan is None
+        or view.finished
+        or not state.worker.heard_at
+        or not holds_alone(plan, me, staying.__contains__)
+        or not successor_possible(view, state.clock())
+    ):
+        return
+    log.info(
+        "stopping: this node alone holds its stage of plan t%d/e%d: handing the stage's state "
+        "to the next plan first (up to %.0f s; signal again to stop now)",
+        plan.term,
+        plan.epoch,
+        HANDOVER_LIMIT_S,
+    )
+    seen = state.changes.count("plan", "members")
+    with trio.move_on_after(HANDOVER_LIMIT_S) as limit:
+        while not hurry.is_set():
+            if handed_over(view, plan.key, state.worker.progress):
+                log.info("the stage's state is handed over: stopping")
+                return
+            if view.finished:
+                log.info("the run is finished: stopping")
+                return
+            still = view.plan is not None and view.plan.key == plan.key  # no next plan yet
+            if still and not successor_possible(view, state.clock()):
+                log.info("no peer is left to take the stage: stopping")
+                return
+            seen = await state.changes.wait(("plan", "members"), seen, RECHECK_S)
+        log.info("signalled again: stopping without handing the stage over")
+    if limit.cancelled_caught:
+        log.warning(
+            "the stage's state was not handed over within %.0f s: stopping (its checkpoint stays "
+            "in this node's checkpoint directory)",
+            HANDOVER_LIMIT_S,
+        )

@@ -1,0 +1,94 @@
+"""A spare's part in a hand-over: before it idles, it waits until the plan's peers that need a
+state only it holds have fetched it.
+
+A node stopping while it alone holds a stage stays in the next plan as a spare, a donor
+(control/handover.py). Its control process stops it once the worker reports "spare" under that
+plan, and the worker reports it only after this wait (worker/main.py): so the node leaves once
+its states are where the plan needs them, not when its signal came. Any spare waits alike: a
+spare that holds a stage's only state is where that state is fetched from (state_transfer.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from p2ptrain.records import Plan
+from p2ptrain.worker.resume.start_step import StartPoint, placement
+
+log = logging.getLogger(__name__)
+
+# the fetchers' own retries end well within this (state_transfer.py), and the control process's
+# HANDOVER_LIMIT_S (120 s from the signal) bounds the whole hand-over
+FETCH_WAIT_S = 90.0
+STOP_CHECK_S = 0.5  # how often the wait looks whether the worker is stopped or re-planned
+
+Owed = set[tuple[str, str]]  # (peer, sha256 of the state file it needs from us)
+
+
+class Served:
+    """The states this worker's server sent in full, as (peer, sha256) pairs: written on the
+    transport's event loop, waited on from the worker's thread."""
+
+    def __init__(self) -> None:
+        self._sent: Owed = set()
+        self._changed = threading.Condition()
+
+    def add(self, peer: str, digest: str) -> None:
+        with self._changed:
+            self._sent.add((peer, digest))
+            self._changed.notify_all()
+
+    def wait_for(self, owed: Owed, timeout_s: float, should_stop: Callable[[], bool]) -> bool:
+        """Until every pair of `owed` was sent (True), `timeout_s` passed or `should_stop()`."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while not owed <= self._sent:
+                left = deadline - time.monotonic()
+                if left <= 0 or should_stop():
+                    return False
+                self._changed.wait(min(left, STOP_CHECK_S))
+        return True
+
+
+def owed(start: StartPoint, plan: Plan, me: str, n_layer: int) -> Owed:
+    """The (peer, digest) pairs only `me` can serve: each state the start agreed on that `me`
+    alone announced, for each peer placed where it is needed (at its stage, or at a stage the
+    plan cuts anew and builds from it: worker/resume/covers.py)."""
+    _, placed = placement(plan, n_layer)
+    needers = {key: set(peers) for key, peers in placed.items()}
+    for stage, sources in start.sources.items():
+        for source in sources:
+            needers.setdefault(source, set()).update(placed.get(stage, ()))
+    return {
+        (peer, digest)
+        for key, digest in start.digests.items()
+        if start.holders(key, start.state_step(key)) == [me]
+        for peer in needers.get(key, ())
+        if peer != me
+    }
+
+
+def wait_until_fetched(
+    start: StartPoint,
+    plan: Plan,
+    me: str,
+    n_layer: int,
+    served: Served,
+    should_stop: Callable[[], bool],
+) -> None:
+    """Wait (at most FETCH_WAIT_S) until the states only we hold reached the peers that need
+    them; said in the log either way."""
+    needed = owed(start, plan, me, n_layer)
+    if not needed:
+        return
+    peers = ", ".join(sorted({peer for peer, _ in needed}))
+    log.info("waiting for %s to fetch the stage states only this peer holds", peers)
+    if served.wait_for(needed, FETCH_WAIT_S, should_stop):
+        log.info("handed over: %s fetched the stage states only this peer held", peers)
+    elif not should_stop():
+        log.warning(
+            "%s did not fetch the states only this peer holds within %.0f s", peers, FETCH_WAIT_S
+        )

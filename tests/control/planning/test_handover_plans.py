@@ -1,0 +1,130 @@
+"""A stopping peer that alone holds a stage stays one plan longer as a spare, a donor of its
+state (control/handover.py), and the plan drops it, its placement unchanged, once it is gone."""
+
+from __future__ import annotations
+
+import trio
+
+from p2ptrain.control.handover import (
+    Donors,
+    donors_of,
+    handed_over,
+    holds_alone,
+    successor_possible,
+)
+from p2ptrain.control.membership import DEAD_AFTER_S
+from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S, PlanMaker
+from p2ptrain.control.settings import HANDOVER_LIMIT_S
+from p2ptrain.records import Plan, RunSpec
+from p2ptrain.records.peer import LEAVING_REASON
+from tests.control.test_view import A, B, C, make_view
+
+LEAVING = {"ok": False, "reason": LEAVING_REASON}
+
+
+def plan_after(maker: PlanMaker, now: float) -> bool:
+    async def tick() -> bool:
+        await maker.tick(now, [])  # a membership change: debounced
+        return await maker.tick(now + PLAN_DEBOUNCE_S + 0.1, [])
+
+    return trio.run(tick)
+
+
+def test_a_leaving_lone_holder_is_kept_as_a_spare_until_it_is_gone() -> None:
+    v, feed = make_view(me=A, peers=(B, C))
+    v.run = RunSpec().replace(stages=2, n_layer=2, min_peers=1, compute_aware=False)
+    v.claim()
+    maker = PlanMaker(v, A)
+    assert plan_after(maker, 1.0)
+    first = v.plan
+    assert first is not None and len(first.pipelines) == 1 and len(first.spares) == 1
+    leaver = next(p for p in first.pipelines[0] if p != A)
+    others = sorted({A, B, C} - {leaver})
+    assert holds_alone(first, leaver, lambda p: p in others)
+
+    # it says it stops: planned around, but kept as a spare of the next plan
+    assert v.accept(feed("telemetry", leaver, {"links": {}, "health": LEAVING}), 3.0) is None
+    assert v.plannable_members(3.0) == others
+    assert donors_of(v, first, others, 3.0) == [leaver]
+    assert plan_after(maker, 3.0)
+    second = v.plan
+    assert second is not None and second.key != first.key
+    assert leaver in second.spares and all(leaver not in p for p in second.pipelines)
+    assert sorted(p for pipeline in second.pipelines for p in pipeline) == others
+    assert leaver in dict(second.data_addrs)
+    # a tick with nothing new publishes nothing: the donor is no membership change
+    heard = 3.0 + DEAD_AFTER_S - 1
+    for peer in others:
+        if peer != A:
+            assert v.accept(feed("telemetry", peer, {"links": {}}), heard) is None
+    assert not trio.run(maker.tick, heard, [])
+
+    # gone: the same placement again, without it
+    gone = 3.0 + DEAD_AFTER_S + 1
+    assert not v.is_alive(leaver, gone)
+    assert trio.run(maker.tick, gone, [])
+    third = v.plan
+    assert third is not None and third.key != second.key
+    assert third.pipelines == second.pipelines and leaver not in third.peers()
+    assert third.reason == "members"
+
+
+def test_a_leaving_peer_whose_stage_another_replica_holds_is_no_donor() -> None:
+    v, feed = make_view(me=A, peers=(B, C))
+    v.run = RunSpec().replace(stages=1, n_layer=2, min_peers=1, compute_aware=False)
+    v.claim()
+    maker = PlanMaker(v, A)
+    assert plan_after(maker, 1.0)
+    first = v.plan
+    assert first is not None and len(first.pipelines) == 3  # three replicas of one stage
+    assert v.accept(feed("telemetry", B, {"links": {}, "health": LEAVING}), 3.0) is None
+    assert donors_of(v, first, [A, C], 3.0) == []
+    assert plan_after(maker, 3.0)
+    assert v.plan is not None and B not in v.plan.peers()
+
+
+def test_the_leaving_node_waits_for_a_later_plan_and_its_worker_s_spare_session() -> None:
+    v, feed = make_view(me=B, peers=(A, C))
+    v.run = RunSpec().replace(stages=2, n_layer=2, min_peers=1, compute_aware=False)
+    placed = {"term": 1, "epoch": 1, "planner": A, "stages": 2, "pipelines": [[A, B]]}
+    body = {**placed, "spares": [C], "data_addrs": {}, "cost_s": 1.0}
+    assert v.accept(feed("claim", A, {"term": 1}), 1.0) is None
+    assert v.accept(feed("plan", A, body), 1.0) is None
+    assert v.plan is not None
+    first = v.plan.key
+    assert successor_possible(v, 1.0)  # C may take the stage, A may plan it
+    assert not handed_over(v, first, (1, 1, "training", 9))  # no later plan yet
+    later = {**body, "epoch": 2, "pipelines": [[A, C]], "spares": [B]}
+    assert v.accept(feed("plan", A, later), 2.0) is None
+    assert not handed_over(v, first, (1, 2, "joining", 9))  # agreeing, or serving its state
+    assert handed_over(v, first, (1, 2, "spare", 9))
+    assert handed_over(v, first, (1, 2, "waiting", 9))  # its spare's session is over
+    dropped = {**body, "epoch": 3, "pipelines": [[A, C]], "spares": []}
+    assert v.accept(feed("plan", A, dropped), 3.0) is None
+    assert handed_over(v, first, (1, 1, "training", 9))  # not kept: nothing to hand over
+
+
+def test_no_successor_when_every_other_peer_is_leaving_too() -> None:
+    v, feed = make_view(me=B, peers=(A, C))
+    for peer in (A, C):
+        assert v.accept(feed("telemetry", peer, {"links": {}, "health": LEAVING}), 1.0) is None
+    assert not successor_possible(v, 1.0)
+
+
+def test_a_donor_that_stays_is_dropped_after_the_hand_over_s_limit() -> None:
+    v, feed = make_view(me=A, peers=(B, C))
+    placed = {"term": 1, "epoch": 1, "planner": A, "stages": 2, "pipelines": [[A, B]]}
+    body = {**placed, "spares": [C], "data_addrs": {}, "cost_s": 1.0}
+    v.claim()
+    assert v.accept(feed("telemetry", B, {"links": {}, "health": LEAVING}), 1.0) is None
+    current = Plan.from_dict({**body, "term": v.term})
+    donors = Donors()
+    assert donors.review(v, current, [A, C], 1.0) == ([B], [])
+    donors.kept([B], 1.0)
+    # it keeps talking (alive) but never leaves: kept until the limit, then dropped
+    late = 1.0 + HANDOVER_LIMIT_S + 1
+    assert v.accept(feed("telemetry", B, {"links": {}, "health": LEAVING}), late) is None
+    assert donors.review(v, None, [A, C], late - 2) == ([B], [])
+    assert donors.review(v, None, [A, C], late) == ([], [B])
+    donors.kept([], late)
+    assert donors.review(v, None, [A, C], late) == ([], [])
