@@ -30,6 +30,10 @@ from p2ptrain.records import Plan
 log = logging.getLogger(__name__)
 
 RECHECK_S = 1.0  # our worker's progress is not a change the view notifies: looked at this often
+# a planner re-plans within seconds of a leave (debounce, search); one that has not in this
+# long is gone or stopping too (a member outside the telemetry audience cannot tell)
+NEXT_PLAN_WAIT_S = 30.0
+WORKER_GONE_S = 10.0  # our worker's heartbeats come every 2 s: silent this long, it is gone
 
 IDLE_PHASES = ("spare", "waiting")  # a worker's phase once its spare's session is over
 Progress = tuple[int, int, str, int]  # the worker's (term, epoch, phase, step): control/health.py
@@ -91,24 +95,28 @@ class Donors:
         self._since = {peer: self._since.get(peer, now) for peer in donors}
 
 
-def successor_possible(view: SwarmView, now: float) -> bool:
-    """Could the stage still pass to someone: a staying member to take it, and a staying
-    planner or candidate (not us) to plan it?"""
-    me = view.self_id
+def successor_possible(view: SwarmView, placed_key: tuple[int, int], now: float) -> bool:
+    """Could the stage still pass to someone? Before a later plan: a staying member to take
+    it and a staying candidate (not us) to plan it; once one is here, a staying peer it places
+    (every other peer stopping at once, as `p2ptrain local` stops a swarm, leaves none)."""
+    me, plan = view.self_id, view.plan
+    if plan is not None and plan.key != placed_key:
+        return any(p != me and view.stays(p, now) for pipe in plan.pipelines for p in pipe)
     takers = [p for p in view.plannable_members(now) if p != me]
     planners = [p for p in view.members if p != me and view.may_plan(p) and view.stays(p, now)]
     return bool(takers and planners)
 
 
 def handed_over(view: SwarmView, placed_key: tuple[int, int], progress: Progress | None) -> bool:
-    """Is the hand-over done? A newer plan than the one that placed us either leaves us out
+    """Is the hand-over done? A later plan than the one that placed us either leaves us out
     (nothing to hand over) or keeps us as a spare, and our worker is done with its spare's
     session under it ("spare", then "waiting" again): the peers that needed our states have
-    them (worker/resume/handover.py)."""
-    plan = view.plan
-    if plan is None or plan.key == placed_key:
+    them (worker/resume/handover.py). A later plan that places us again was made before our
+    word arrived: the next one decides."""
+    plan, me = view.plan, view.self_id
+    if plan is None or plan.key == placed_key or any(me in pipe for pipe in plan.pipelines):
         return False
-    if view.self_id not in plan.spares:
+    if me not in plan.spares:
         return True
     return progress is not None and progress[:2] == plan.key and progress[2] in IDLE_PHASES
 
@@ -116,15 +124,15 @@ def handed_over(view: SwarmView, placed_key: tuple[int, int], progress: Progress
 async def hand_over(state: NodeState, hurry: trio.Event) -> None:
     """If our worker alone holds its stage, stay until the next plan's peers have its state
     (the module's docstring); `hurry` (a second signal) ends the wait."""
-    view, me = state.view, state.view.self_id
+    view, me, started = state.view, state.view.self_id, state.clock()
     plan = view.plan
-    staying = set(view.plannable_members(state.clock())) - {me}
+    staying = set(view.plannable_members(started)) - {me}
     if (
         plan is None
         or view.finished
         or not state.worker.heard_at
         or not holds_alone(plan, me, staying.__contains__)
-        or not successor_possible(view, state.clock())
+        or not successor_possible(view, plan.key, started)
     ):
         return
     log.info(
@@ -137,15 +145,12 @@ async def hand_over(state: NodeState, hurry: trio.Event) -> None:
     seen = state.changes.count("plan", "members")
     with trio.move_on_after(HANDOVER_LIMIT_S) as limit:
         while not hurry.is_set():
+            now = state.clock()
             if handed_over(view, plan.key, state.worker.progress):
                 log.info("the stage's state is handed over: stopping")
                 return
-            if view.finished:
-                log.info("the run is finished: stopping")
-                return
-            still = view.plan is not None and view.plan.key == plan.key  # no next plan yet
-            if still and not successor_possible(view, state.clock()):
-                log.info("no peer is left to take the stage: stopping")
+            if (why := _not_worth_waiting(state, plan.key, started, now)) is not None:
+                log.info("%s: stopping without handing the stage over", why)
                 return
             seen = await state.changes.wait(("plan", "members"), seen, RECHECK_S)
         log.info("signalled again: stopping without handing the stage over")
@@ -155,3 +160,20 @@ async def hand_over(state: NodeState, hurry: trio.Event) -> None:
             "in this node's checkpoint directory)",
             HANDOVER_LIMIT_S,
         )
+
+
+def _not_worth_waiting(
+    state: NodeState, placed_key: tuple[int, int], started: float, now: float
+) -> str | None:
+    """Why the hand-over cannot happen any more, or None while it still may."""
+    view = state.view
+    if view.finished:
+        return "the run is finished"
+    if not successor_possible(view, placed_key, now):
+        return "no peer is left to take the stage"
+    if view.plan is not None and view.plan.key == placed_key and now - started > NEXT_PLAN_WAIT_S:
+        return f"no plan came within {NEXT_PLAN_WAIT_S:.0f} s"
+    heard = state.worker.heard_at
+    if heard is None or now - heard > WORKER_GONE_S:
+        return "our worker is gone"
+    return None

@@ -357,6 +357,8 @@ class SwarmView:
         """True when this peer must claim the planner role now."""
         if not self.may_plan(self.self_id) or self.planner == self.self_id or self.finished:
             return False
+        if self.own_health.leaving:
+            return False  # we stop (control/handover.py may keep us up a while): no role to take
         if not self.term_anchored:
             return False  # a claim from behind the current term would only be refused
         if now - self.started_at < ELECTION_GRACE_S:

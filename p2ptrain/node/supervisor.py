@@ -232,6 +232,8 @@ class Supervisor:
         control.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + HANDOVER_LIMIT_S + STOP_GRACE_S
         while control.poll() is None and time.monotonic() < deadline:
+            if any(child.poll() is not None for child in children[1:]):
+                return  # the worker is gone: nothing left to hand over
             if self._signals > passed:
                 if self._signals > first + 1:
                     return

@@ -75,8 +75,9 @@ def test_a_stopped_lone_holder_hands_its_stage_over(tmp_path: Path) -> None:
 
 
 def _placed_non_planner(workdir: Path) -> int:
-    """A peer that the first plan places and that did not make it (its planner's re-plan is
-    another test's: a planner that leaves is replaced at once, control/view.py `stays`)."""
+    """A peer that the first plan places and that did not make it (a stopping planner is
+    replaced by an election first: a longer path, covered here only by its unit tests,
+    tests/control/planning/test_handover_plans.py)."""
     for index in range(3):
         log = (workdir / f"peer-{index}.log").read_text()
         if "plan epoch 1: stage" in log and "published plan" not in log:

@@ -117,6 +117,8 @@ class PlanMaker:
         members = self.view.plannable_members(now)
         if not members or self.view.run is None or self.view.finished:
             return False  # nothing to plan for: no peer, no run, or a run trained to its end
+        if self.view.own_health.leaving:
+            return False  # we stop, and a planner that stays is elected (view.stays)
         run = self.view.run
         if self._term != self.view.term:
             self._term, self._epoch, self._planned_members = self.view.term, 0, None

@@ -54,21 +54,23 @@ class Served:
 
 
 def owed(start: StartPoint, plan: Plan, me: str, n_layer: int) -> Owed:
-    """The (peer, digest) pairs only `me` can serve: each state the start agreed on that `me`
-    alone announced, for each peer placed where it is needed (at its stage, or at a stage the
-    plan cuts anew and builds from it: worker/resume/covers.py)."""
+    """The (peer, digest) pairs a peer fetches from `me`: each state the start agreed on, for
+    each peer placed where it is needed (at its stage, or at a stage the plan cuts anew and
+    builds from it: worker/resume/covers.py) that lacks it and asks its holders in their
+    order (worker/resume/restore.py: `fetch`) with `me` first. So of two donors that hold one
+    state, the first waits for the fetch and the other need not."""
     _, placed = placement(plan, n_layer)
     needers = {key: set(peers) for key, peers in placed.items()}
     for stage, sources in start.sources.items():
         for source in sources:
             needers.setdefault(source, set()).update(placed.get(stage, ()))
-    return {
-        (peer, digest)
-        for key, digest in start.digests.items()
-        if start.holders(key, start.state_step(key)) == [me]
-        for peer in needers.get(key, ())
-        if peer != me
-    }
+    pairs: Owed = set()
+    for key, digest in start.digests.items():
+        holders = start.holders(key, start.state_step(key))
+        for peer in needers.get(key, set()) - set(holders):
+            if holders and holders[0] == me:
+                pairs.add((peer, digest))
+    return pairs
 
 
 def wait_until_fetched(

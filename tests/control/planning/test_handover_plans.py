@@ -15,7 +15,7 @@ from p2ptrain.control.handover import (
 from p2ptrain.control.membership import DEAD_AFTER_S
 from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S, PlanMaker
 from p2ptrain.control.settings import HANDOVER_LIMIT_S
-from p2ptrain.records import Plan, RunSpec
+from p2ptrain.records import Health, Plan, RunSpec
 from p2ptrain.records.peer import LEAVING_REASON
 from tests.control.test_view import A, B, C, make_view
 
@@ -92,14 +92,22 @@ def test_the_leaving_node_waits_for_a_later_plan_and_its_worker_s_spare_session(
     assert v.accept(feed("plan", A, body), 1.0) is None
     assert v.plan is not None
     first = v.plan.key
-    assert successor_possible(v, 1.0)  # C may take the stage, A may plan it
+    assert successor_possible(v, first, 1.0)  # C may take the stage, A may plan it
     assert not handed_over(v, first, (1, 1, "training", 9))  # no later plan yet
     later = {**body, "epoch": 2, "pipelines": [[A, C]], "spares": [B]}
     assert v.accept(feed("plan", A, later), 2.0) is None
     assert not handed_over(v, first, (1, 2, "joining", 9))  # agreeing, or serving its state
     assert handed_over(v, first, (1, 2, "spare", 9))
+    assert successor_possible(v, first, 2.0)  # A and C, placed by it, stay
+    assert v.accept(feed("telemetry", C, {"links": {}, "health": LEAVING}), 2.5) is None
+    assert successor_possible(v, first, 2.5)  # A still does
+    assert v.accept(feed("telemetry", A, {"links": {}, "health": LEAVING}), 2.5) is None
+    assert not successor_possible(v, first, 2.5)  # every peer it places is stopping too
     assert handed_over(v, first, (1, 2, "waiting", 9))  # its spare's session is over
-    dropped = {**body, "epoch": 3, "pipelines": [[A, C]], "spares": []}
+    placed_again = {**body, "epoch": 3, "pipelines": [[B, C]], "spares": [A]}
+    assert v.accept(feed("plan", A, placed_again), 3.0) is None
+    assert not handed_over(v, first, (1, 3, "waiting", 9))  # made before our word arrived
+    dropped = {**body, "epoch": 4, "pipelines": [[A, C]], "spares": []}
     assert v.accept(feed("plan", A, dropped), 3.0) is None
     assert handed_over(v, first, (1, 1, "training", 9))  # not kept: nothing to hand over
 
@@ -108,7 +116,7 @@ def test_no_successor_when_every_other_peer_is_leaving_too() -> None:
     v, feed = make_view(me=B, peers=(A, C))
     for peer in (A, C):
         assert v.accept(feed("telemetry", peer, {"links": {}, "health": LEAVING}), 1.0) is None
-    assert not successor_possible(v, 1.0)
+    assert not successor_possible(v, (1, 1), 1.0)
 
 
 def test_a_donor_that_stays_is_dropped_after_the_hand_over_s_limit() -> None:
@@ -128,3 +136,15 @@ def test_a_donor_that_stays_is_dropped_after_the_hand_over_s_limit() -> None:
     assert donors.review(v, None, [A, C], late) == ([], [B])
     donors.kept([], late)
     assert donors.review(v, None, [A, C], late) == ([], [])
+
+
+def test_a_stopping_node_neither_claims_the_planner_role_nor_plans() -> None:
+    """A node kept up by a hand-over would otherwise publish a plan without itself, which its
+    own hand-over would read as "nothing to hand over"."""
+    v, _ = make_view(me=A, peers=(B, C))
+    v.run = RunSpec().replace(stages=2, n_layer=2, min_peers=1, compute_aware=False)
+    v.own_health = Health(False, LEAVING_REASON)
+    assert not v.should_claim(100.0)  # A has the smallest id: it would claim otherwise
+    v.claim()  # it held the role when it was signalled
+    maker = PlanMaker(v, A)
+    assert not plan_after(maker, 1.0) and v.plan is None

@@ -39,13 +39,22 @@ def test_a_donor_owes_its_stage_to_the_peer_now_placed_there_and_to_no_one_else(
     assert owed(start, new, "a", N_LAYER) == set()  # a holds stage 0 and trains it itself
 
 
-def test_a_state_two_members_hold_is_owed_by_neither() -> None:
+def test_of_two_donors_holding_one_state_the_first_its_fetcher_asks_waits() -> None:
     new = plan([["a", "s"]], spares=("d", "e"))
     _, placed = placement(new, N_LAYER)
     held = {"a": {"L0-2": {7: "aa"}}, "s": {}, "d": {"L2-4": {7: "dd"}}, "e": {"L2-4": {7: "dd"}}}
     start = choose_start_step(list(placed), held, placed, ["a", "s", "d", "e"])
     start = replace(start, held=held)  # as choose_start fills it in
-    assert owed(start, new, "d", N_LAYER) == set() == owed(start, new, "e", N_LAYER)
+    assert owed(start, new, "d", N_LAYER) == {("s", "dd")}  # s asks d first (holders sorted)
+    assert owed(start, new, "e", N_LAYER) == set()
+
+
+def test_a_state_the_placed_peer_holds_itself_is_owed_by_nobody() -> None:
+    new = plan([["a", "s"]], spares=("d",))
+    _, placed = placement(new, N_LAYER)
+    held = {"a": {"L0-2": {7: "aa"}}, "s": {"L2-4": {7: "dd"}}, "d": {"L2-4": {7: "dd"}}}
+    start = replace(choose_start_step(list(placed), held, placed, ["a", "s", "d"]), held=held)
+    assert owed(start, new, "d", N_LAYER) == set()
 
 
 def test_the_wait_ends_when_every_owed_state_was_sent() -> None:
