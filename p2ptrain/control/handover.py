@@ -52,22 +52,22 @@ def donors_of(
     view: SwarmView, plan: Plan | None, members: Collection[str], now: float
 ) -> list[str]:
     """The planner's donors for the plan after `plan`: live peers that said they are stopping and
-    that `plan` placed at a stage none of `members` (the peers planned now) holds."""
+    that `plan` placed at a stage none of `members` (the peers planned now) holds; and, when
+    `plan` is another planner's (we took the role from it), its stopping spares, which may be
+    its donors still handing over (their own hand-over ends them when it is done)."""
     if plan is None:
         return []
     staying = set(members)
-    return sorted(
-        peer
-        for pipeline in plan.pipelines
-        for peer in pipeline
-        if peer not in staying
-        and peer != view.self_id
-        and (member := view.members.get(peer)) is not None
-        and member.health is not None
-        and member.health.leaving
-        and view.is_alive(peer, now)
-        and holds_alone(plan, peer, staying.__contains__)
-    )
+
+    def stopping(peer: str) -> bool:
+        member = view.members.get(peer)
+        leaving = member is not None and member.health is not None and member.health.leaving
+        return leaving and peer != view.self_id and view.is_alive(peer, now)
+
+    placed = [peer for pipeline in plan.pipelines for peer in pipeline]
+    alone = [p for p in placed if p not in staying and holds_alone(plan, p, staying.__contains__)]
+    inherited = list(plan.spares) if plan.planner != view.self_id else []
+    return sorted({peer for peer in alone + inherited if stopping(peer)})
 
 
 class Donors:

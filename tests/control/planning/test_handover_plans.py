@@ -148,3 +148,13 @@ def test_a_stopping_node_neither_claims_the_planner_role_nor_plans() -> None:
     v.claim()  # it held the role when it was signalled
     maker = PlanMaker(v, A)
     assert not plan_after(maker, 1.0) and v.plan is None
+
+
+def test_a_planner_taking_over_mid_hand_over_keeps_its_predecessor_s_donor() -> None:
+    v, feed = make_view(me=A, peers=(B, C))
+    kept = {"term": 1, "epoch": 2, "planner": B, "stages": 2, "pipelines": [[A, C]]}
+    plan = Plan.from_dict({**kept, "spares": [B], "data_addrs": {}, "cost_s": 1.0})
+    assert v.accept(feed("telemetry", B, {"links": {}, "health": LEAVING}), 1.0) is None
+    assert donors_of(v, plan, [A, C], 1.0) == [B]  # B's own donor: still handing over
+    ours = Plan.from_dict({**kept, "planner": A, "spares": [B], "data_addrs": {}, "cost_s": 1.0})
+    assert donors_of(v, ours, [A, C], 1.0) == []  # our own plan's donors are Donors' to keep
