@@ -8,10 +8,10 @@ initial weights. Now:
 - the planner keeps it in the next plan as a *donor*: a spare, never placed (`donors_of`), so
   its worker announces its states in that plan's start agreement and serves them to the plan's
   peers like any spare's (worker/resume/state_transfer.py);
-- its worker reports "spare" under that plan once the peers that needed a state only it holds
-  have fetched it (worker/resume/handover.py), and the node stops then (`hand_over`): at most
-  HANDOVER_LIMIT_S after the signal, at once on a second one, or as soon as no peer is left
-  that could take the stage.
+- its worker reports "spare" under that plan once the peers that needed a state from it have
+  fetched it (worker/resume/handover.py), and the node stops then (`hand_over`): at most
+  HANDOVER_LIMIT_S after the signal, at once on a second one, or as soon as the hand-over
+  cannot happen any more (`_not_worth_waiting`).
 No new door: a donor is one more spare of the plan, serving the plan's peers only.
 """
 

@@ -1,11 +1,12 @@
 """A spare's part in a hand-over: before it idles, it waits until the plan's peers that need a
-state only it holds have fetched it.
+state from it (it is the first holder they ask) have fetched it.
 
 A node stopping while it alone holds a stage stays in the next plan as a spare, a donor
 (control/handover.py). Its control process stops it once the worker reports "spare" under that
 plan, and the worker reports it only after this wait (worker/main.py): so the node leaves once
 its states are where the plan needs them, not when its signal came. Any spare waits alike: a
-spare that holds a stage's only state is where that state is fetched from (state_transfer.py).
+spare that holds a stage's state no placed peer holds is where that state is fetched from
+(state_transfer.py).
 """
 
 from __future__ import annotations
@@ -81,16 +82,18 @@ def wait_until_fetched(
     served: Served,
     should_stop: Callable[[], bool],
 ) -> None:
-    """Wait (at most FETCH_WAIT_S) until the states only we hold reached the peers that need
+    """Wait (at most FETCH_WAIT_S) until the states the plan's peers ask us for first reached
     them; said in the log either way."""
     needed = owed(start, plan, me, n_layer)
     if not needed:
         return
     peers = ", ".join(sorted({peer for peer, _ in needed}))
-    log.info("waiting for %s to fetch the stage states only this peer holds", peers)
+    log.info("waiting for %s to fetch the stage states they need from this peer", peers)
     if served.wait_for(needed, FETCH_WAIT_S, should_stop):
-        log.info("handed over: %s fetched the stage states only this peer held", peers)
+        log.info("handed over: %s fetched the stage states they needed from this peer", peers)
     elif not should_stop():
         log.warning(
-            "%s did not fetch the states only this peer holds within %.0f s", peers, FETCH_WAIT_S
+            "%s did not fetch the states they need from this peer within %.0f s",
+            peers,
+            FETCH_WAIT_S,
         )
