@@ -51,23 +51,25 @@ def holds_alone(plan: Plan, peer: str, staying: Callable[[str], bool]) -> bool:
 def donors_of(
     view: SwarmView, plan: Plan | None, members: Collection[str], now: float
 ) -> list[str]:
-    """The planner's donors for the plan after `plan`: live peers that said they are stopping and
-    that `plan` placed at a stage none of `members` (the peers planned now) holds; and, when
-    `plan` is another planner's (we took the role from it), its stopping spares, which may be
-    its donors still handing over (their own hand-over ends them when it is done)."""
+    """The planner's donors for the plan after `plan`: live peers that said they are stopping,
+    not yet that they exit, and that `plan` placed at a stage none of `members` (the peers
+    planned now) holds. A planner that takes the role over mid-hand-over keeps none of its
+    predecessor's donors (a donor that has just left still looks alive for DEAD_AFTER_S, and a
+    plan naming a dead peer holds every worker's connect up for its dial window): such a donor
+    stops, its hand-over perhaps cut short."""
     if plan is None:
         return []
     staying = set(members)
 
     def stopping(peer: str) -> bool:
         member = view.members.get(peer)
-        leaving = member is not None and member.health is not None and member.health.leaving
+        health = None if member is None else member.health
+        leaving = health is not None and health.leaving and not health.left
         return leaving and peer != view.self_id and view.is_alive(peer, now)
 
     placed = [peer for pipeline in plan.pipelines for peer in pipeline]
     alone = [p for p in placed if p not in staying and holds_alone(plan, p, staying.__contains__)]
-    inherited = list(plan.spares) if plan.planner != view.self_id else []
-    return sorted({peer for peer in alone + inherited if stopping(peer)})
+    return sorted(peer for peer in alone if stopping(peer))
 
 
 class Donors:
@@ -85,7 +87,7 @@ class Donors:
         gone = sorted(
             peer
             for peer, since in self._since.items()
-            if not view.is_alive(peer, now) or now - since > HANDOVER_LIMIT_S
+            if not view.is_alive(peer, now) or now - since > HANDOVER_LIMIT_S or _left(view, peer)
         )
         kept = {peer for peer in self._since if peer not in gone}
         return sorted(kept | set(donors_of(view, plan, members, now))), gone
@@ -93,6 +95,12 @@ class Donors:
     def kept(self, donors: Collection[str], now: float) -> None:
         """A plan keeping `donors` is published at `now`."""
         self._since = {peer: self._since.get(peer, now) for peer in donors}
+
+
+def _left(view: SwarmView, peer: str) -> bool:
+    """Did `peer` say it exits now (Publisher.announce_left)?"""
+    member = view.members.get(peer)
+    return member is not None and member.health is not None and member.health.left
 
 
 def successor_possible(view: SwarmView, placed_key: tuple[int, int], now: float) -> bool:
@@ -121,9 +129,10 @@ def handed_over(view: SwarmView, placed_key: tuple[int, int], progress: Progress
     return progress is not None and progress[:2] == plan.key and progress[2] in IDLE_PHASES
 
 
-async def hand_over(state: NodeState, hurry: trio.Event) -> None:
+async def hand_over(state: NodeState, hurry: trio.Event) -> bool:
     """If our worker alone holds its stage, stay until the next plan's peers have its state
-    (the module's docstring); `hurry` (a second signal) ends the wait."""
+    (the module's docstring); `hurry` (a second signal) ends the wait. True if we were kept
+    as a donor and handed the state over (then we say we exit: Publisher.announce_left)."""
     view, me, started = state.view, state.view.self_id, state.clock()
     plan = view.plan
     staying = set(view.plannable_members(started)) - {me}
@@ -134,7 +143,7 @@ async def hand_over(state: NodeState, hurry: trio.Event) -> None:
         or not holds_alone(plan, me, staying.__contains__)
         or not successor_possible(view, plan.key, started)
     ):
-        return
+        return False
     log.info(
         "stopping: this node alone holds its stage of plan t%d/e%d: handing the stage's state "
         "to the next plan first (up to %.0f s; signal again to stop now)",
@@ -148,10 +157,10 @@ async def hand_over(state: NodeState, hurry: trio.Event) -> None:
             now = state.clock()
             if handed_over(view, plan.key, state.worker.progress):
                 log.info("the stage's state is handed over: stopping")
-                return
+                return view.plan is not None and me in view.plan.spares
             if (why := _not_worth_waiting(state, plan.key, started, now)) is not None:
                 log.info("%s: stopping without handing the stage over", why)
-                return
+                return False
             seen = await state.changes.wait(("plan", "members"), seen, RECHECK_S)
         log.info("signalled again: stopping without handing the stage over")
     if limit.cancelled_caught:
@@ -160,6 +169,7 @@ async def hand_over(state: NodeState, hurry: trio.Event) -> None:
             "in this node's checkpoint directory)",
             HANDOVER_LIMIT_S,
         )
+    return False
 
 
 def _not_worth_waiting(

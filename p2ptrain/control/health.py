@@ -28,7 +28,7 @@ import trio
 
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import Health, Plan
-from p2ptrain.records.peer import LEAVING_REASON
+from p2ptrain.records.peer import LEAVING_REASON, LEFT_REASON
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,7 @@ STUCK_FACTOR = 3
 HEALTH_TICK_S = 1.0
 HEALTHY = Health(True)
 LEAVING = Health(False, LEAVING_REASON)
+LEFT = Health(False, LEFT_REASON)  # after a hand-over: its donor is dropped at once
 
 Progress = tuple[int, int, str, int]  # (term, epoch, phase, step)
 

@@ -22,7 +22,7 @@ from p2ptrain import __version__
 from p2ptrain.control import wire
 from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC
 from p2ptrain.control.hardware import measure_compute_gflops_in_child
-from p2ptrain.control.health import LEAVING
+from p2ptrain.control.health import LEAVING, LEFT
 from p2ptrain.control.membership import (
     DEAD_AFTER_S,
     STEADY_DEAD_AFTER_S,
@@ -275,6 +275,17 @@ class Publisher:
         if last is not None:
             await trio.sleep(max(0.0, last + MIN_REPUBLISH_GAP_S - state.clock()))
         log.info("telling the others we are stopping")
+        state.sent_at["telemetry"] = state.clock()
+        await self._publish(TELEMETRY_TOPIC, partial(telemetry_message, state))
+
+    async def announce_left(self) -> None:
+        """After a hand-over (control/handover.py): our last telemetry says we exit now, so the
+        planner drops us from its plan at once, not after DEAD_AFTER_S of silence."""
+        state = self.state
+        state.view.own_health = LEFT
+        last = state.sent_at.get("telemetry")
+        if last is not None:
+            await trio.sleep(max(0.0, last + MIN_REPUBLISH_GAP_S - state.clock()))
         state.sent_at["telemetry"] = state.clock()
         await self._publish(TELEMETRY_TOPIC, partial(telemetry_message, state))
 

@@ -196,10 +196,16 @@ class Health(Record, name="health"):
     @property
     def leaving(self) -> bool:
         """The node said it is stopping (a signal, a finished run): a leave, not a death."""
-        return not self.ok and self.reason == LEAVING_REASON
+        return not self.ok and self.reason in (LEAVING_REASON, LEFT_REASON)
+
+    @property
+    def left(self) -> bool:
+        """The node's last word after a hand-over (control/handover.py): it exits now."""
+        return not self.ok and self.reason == LEFT_REASON
 
 
 LEAVING_REASON = "the node is stopping"
+LEFT_REASON = "the node has handed its stage over and exits"
 
 
 @dataclass(frozen=True)

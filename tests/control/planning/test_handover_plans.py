@@ -16,7 +16,7 @@ from p2ptrain.control.membership import DEAD_AFTER_S
 from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S, PlanMaker
 from p2ptrain.control.settings import HANDOVER_LIMIT_S
 from p2ptrain.records import Health, Plan, RunSpec
-from p2ptrain.records.peer import LEAVING_REASON
+from p2ptrain.records.peer import LEAVING_REASON, LEFT_REASON
 from tests.control.test_view import A, B, C, make_view
 
 LEAVING = {"ok": False, "reason": LEAVING_REASON}
@@ -150,11 +150,18 @@ def test_a_stopping_node_neither_claims_the_planner_role_nor_plans() -> None:
     assert not plan_after(maker, 1.0) and v.plan is None
 
 
-def test_a_planner_taking_over_mid_hand_over_keeps_its_predecessor_s_donor() -> None:
+def test_a_donor_that_says_it_exits_is_dropped_at_once_and_none_is_inherited() -> None:
     v, feed = make_view(me=A, peers=(B, C))
-    kept = {"term": 1, "epoch": 2, "planner": B, "stages": 2, "pipelines": [[A, C]]}
+    kept = {"term": 1, "epoch": 2, "planner": A, "stages": 2, "pipelines": [[A, C]]}
     plan = Plan.from_dict({**kept, "spares": [B], "data_addrs": {}, "cost_s": 1.0})
     assert v.accept(feed("telemetry", B, {"links": {}, "health": LEAVING}), 1.0) is None
-    assert donors_of(v, plan, [A, C], 1.0) == [B]  # B's own donor: still handing over
-    ours = Plan.from_dict({**kept, "planner": A, "spares": [B], "data_addrs": {}, "cost_s": 1.0})
-    assert donors_of(v, ours, [A, C], 1.0) == []  # our own plan's donors are Donors' to keep
+    donors = Donors()
+    donors.kept([B], 1.0)
+    assert donors.review(v, plan, [A, C], 2.0) == ([B], [])
+    left = {"ok": False, "reason": LEFT_REASON}
+    assert v.accept(feed("telemetry", B, {"links": {}, "health": left}), 2.0) is None
+    assert v.is_alive(B, 2.5)  # alive still, by its silence: its word decides
+    assert donors.review(v, plan, [A, C], 2.5) == ([], [B])
+    # a predecessor's plan keeping B: a new planner does not inherit its donor
+    theirs = Plan.from_dict({**kept, "planner": C, "spares": [B], "data_addrs": {}, "cost_s": 1.0})
+    assert donors_of(v, theirs, [A, C], 2.5) == []
