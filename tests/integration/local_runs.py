@@ -18,6 +18,16 @@ from tests.conftest import processes_with
 LocalProc = subprocess.Popen[bytes]
 
 
+def tiny_run_toml(run_id: str, *extra: str) -> str:
+    """The run spec file of the tiny two-stage model the `local` tests train: `run_id`, then
+    `extra` lines. Its shape is fixed (compute_aware = false): timing noise on a loaded box
+    must not shrink the plan, which these tests are about (compute-aware shapes are tested in
+    tests/schedule/test_compute_cost.py)."""
+    lines = ["[run]", f'run_id = "{run_id}"', "compute_aware = false", "stages = 2", "n_layer = 2"]
+    lines += ["n_head = 2", "n_embd = 32", "block_size = 16", "batch_size = 8", *extra]
+    return "\n".join(lines) + "\n"
+
+
 def start_local(*args: str, module: str = "p2ptrain") -> LocalProc:
     """`python -m <module> local --json ARGS` in a session of its own (so that its whole group can
     be killed), stdout and stderr piped. `module` is another entry point with a `local` command

@@ -13,24 +13,12 @@ import torch
 
 from p2ptrain.records.run import load_run_spec
 from p2ptrain.train.reference import train_reference
-from tests.integration.local_runs import run_local
+from tests.integration.local_runs import run_local, tiny_run_toml
 from tests.key_copies import copies_beside, key_copies_outside
 
 pytestmark = pytest.mark.integration
 
-TINY_RUN = """
-[run]
-run_id = "local-test"
-# the plan's shape is what this test is about: timing noise on a loaded box must not
-# shrink it (compute-aware shapes are tested in tests/schedule/test_compute_cost.py)
-compute_aware = false
-stages = 2
-n_layer = 2
-n_head = 2
-n_embd = 32
-block_size = 16
-batch_size = 8
-"""
+TINY_RUN = tiny_run_toml("local-test")
 
 
 def _no_leftovers(workdir: Path) -> None:

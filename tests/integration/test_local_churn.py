@@ -19,24 +19,13 @@ from tests.integration.local_runs import (
     kill_peer,
     local_run,
     peer_logs,
+    tiny_run_toml,
     wait_for_steps,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # 1-2 min; load-sensitive
 
-RUN = """
-[run]
-run_id = "churn-test"
-# the plan's shape is what this test is about: timing noise on a loaded box must not
-# shrink it (compute-aware shapes are tested in tests/schedule/test_compute_cost.py)
-compute_aware = false
-stages = 2
-n_layer = 2
-n_head = 2
-n_embd = 32
-block_size = 16
-batch_size = 8
-"""
+RUN = tiny_run_toml("churn-test")
 STEPS = 40
 KILL_AFTER_STEP = 8
 

@@ -12,24 +12,11 @@ import pytest
 import torch
 
 from p2ptrain.train import state_file
-from tests.integration.local_runs import run_local
+from tests.integration.local_runs import run_local, tiny_run_toml
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~45 s
 
-RUN = """
-[run]
-run_id = "diloco-test"
-compute_aware = false
-stages = 2
-n_layer = 2
-n_head = 2
-n_embd = 32
-block_size = 16
-batch_size = 8
-sync = "diloco"
-inner_steps = 4
-outer_fragments = 2
-"""
+RUN = tiny_run_toml("diloco-test", 'sync = "diloco"', "inner_steps = 4", "outer_fragments = 2")
 STEPS = 12
 
 

@@ -16,22 +16,17 @@ import pytest
 
 from p2ptrain.control.settings import HANDOVER_LIMIT_S
 from tests.conftest import processes_with
-from tests.integration.local_runs import finish_local, local_run, peer_logs, wait_for_steps
+from tests.integration.local_runs import (
+    finish_local,
+    local_run,
+    peer_logs,
+    tiny_run_toml,
+    wait_for_steps,
+)
 
 pytestmark = [pytest.mark.integration]
 
-RUN = """
-[run]
-run_id = "handover-test"
-# the plan's shape is what this test is about: 1 x 2 and a spare
-compute_aware = false
-stages = 2
-n_layer = 2
-n_head = 2
-n_embd = 32
-block_size = 16
-batch_size = 8
-"""
+RUN = tiny_run_toml("handover-test")  # 1 x 2 and a spare
 STEPS = 1200
 STOP_AFTER_STEP = 60
 THEN_AFTER_STEPS = 60  # trained under the plan after the first hand-over

@@ -15,9 +15,10 @@ from p2ptrain.control.handover import (
 from p2ptrain.control.membership import DEAD_AFTER_S
 from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S, PlanMaker
 from p2ptrain.control.settings import HANDOVER_LIMIT_S
+from p2ptrain.control.view import SwarmView
 from p2ptrain.records import Health, Plan, RunSpec
 from p2ptrain.records.peer import LEAVING_REASON, LEFT_REASON
-from tests.control.test_view import A, B, C, make_view
+from tests.control.test_view import A, B, C, Feed, make_view
 
 LEAVING = {"ok": False, "reason": LEAVING_REASON}
 
@@ -30,13 +31,18 @@ def plan_after(maker: PlanMaker, now: float) -> bool:
     return trio.run(tick)
 
 
-def test_a_leaving_lone_holder_is_kept_as_a_spare_until_it_is_gone() -> None:
+def planned_by_a(stages: int) -> tuple[SwarmView, Feed, PlanMaker, Plan]:
+    """A, B and C, a run of `stages` stages, and A's first plan as their planner."""
     v, feed = make_view(me=A, peers=(B, C))
-    v.run = RunSpec().replace(stages=2, n_layer=2, min_peers=1, compute_aware=False)
+    v.run = RunSpec().replace(stages=stages, n_layer=2, min_peers=1, compute_aware=False)
     v.claim()
     maker = PlanMaker(v, A)
-    assert plan_after(maker, 1.0)
-    first = v.plan
+    assert plan_after(maker, 1.0) and v.plan is not None
+    return v, feed, maker, v.plan
+
+
+def test_a_leaving_lone_holder_is_kept_as_a_spare_until_it_is_gone() -> None:
+    v, feed, maker, first = planned_by_a(stages=2)
     assert first is not None and len(first.pipelines) == 1 and len(first.spares) == 1
     leaver = next(p for p in first.pipelines[0] if p != A)
     others = sorted({A, B, C} - {leaver})
@@ -70,12 +76,7 @@ def test_a_leaving_lone_holder_is_kept_as_a_spare_until_it_is_gone() -> None:
 
 
 def test_a_leaving_peer_whose_stage_another_replica_holds_is_no_donor() -> None:
-    v, feed = make_view(me=A, peers=(B, C))
-    v.run = RunSpec().replace(stages=1, n_layer=2, min_peers=1, compute_aware=False)
-    v.claim()
-    maker = PlanMaker(v, A)
-    assert plan_after(maker, 1.0)
-    first = v.plan
+    v, feed, maker, first = planned_by_a(stages=1)
     assert first is not None and len(first.pipelines) == 3  # three replicas of one stage
     assert v.accept(feed("telemetry", B, {"links": {}, "health": LEAVING}), 3.0) is None
     assert donors_of(v, first, [A, C], 3.0) == []
