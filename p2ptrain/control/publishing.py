@@ -31,7 +31,7 @@ from p2ptrain.control.membership import (
 from p2ptrain.control.planner_sight import pool_size
 from p2ptrain.control.revocation_file import reload_revocations
 from p2ptrain.control.state import MIN_REPUBLISH_GAP_S, Kind, NodeState
-from p2ptrain.records import Claim, PeerRecord, Telemetry
+from p2ptrain.records import Claim, Health, PeerRecord, Telemetry
 from p2ptrain.records.token import revocation_pages
 
 log = logging.getLogger(__name__)
@@ -264,28 +264,27 @@ class Publisher:
 
     async def announce_leaving(self) -> None:
         """Tell the others we are stopping (a signal, a finished run): our telemetry says we
-        are unhealthy, so the planner plans around us now, not after DEAD_AFTER_S of silence.
-        Kept to the 1 s floor between two telemetry messages (MIN_REPUBLISH_GAP_S)."""
+        are unhealthy, so the planner plans around us now, not after DEAD_AFTER_S of silence."""
         state = self.state
         if not state.is_member or not state.joined.is_set():
             return
         state.worker.leaving = True
-        state.view.own_health = LEAVING
-        last = state.sent_at.get("telemetry")
-        if last is not None:
-            await trio.sleep(max(0.0, last + MIN_REPUBLISH_GAP_S - state.clock()))
-        log.info("telling the others we are stopping")
-        state.sent_at["telemetry"] = state.clock()
-        await self._publish(TELEMETRY_TOPIC, partial(telemetry_message, state))
+        await self._publish_health(LEAVING)
 
     async def announce_left(self) -> None:
         """After a hand-over (control/handover.py): our last telemetry says we exit now, so the
         planner drops us from its plan at once, not after DEAD_AFTER_S of silence."""
+        await self._publish_health(LEFT)
+
+    async def _publish_health(self, health: Health) -> None:
+        """Our telemetry saying `health`, now: kept to the 1 s floor between two telemetry
+        messages (MIN_REPUBLISH_GAP_S)."""
         state = self.state
-        state.view.own_health = LEFT
+        state.view.own_health = health
         last = state.sent_at.get("telemetry")
         if last is not None:
             await trio.sleep(max(0.0, last + MIN_REPUBLISH_GAP_S - state.clock()))
+        log.info("telling the others: %s", health.reason)
         state.sent_at["telemetry"] = state.clock()
         await self._publish(TELEMETRY_TOPIC, partial(telemetry_message, state))
 
