@@ -73,9 +73,11 @@ def donors_of(
 
 
 class Donors:
-    """The donors the planner's plans keep, each since the plan that first kept it: one is
-    dropped once it is gone, or HANDOVER_LIMIT_S after that plan (a peer that says it stops but
-    stays is a spare no longer than its hand-over may take)."""
+    """The donors the planner's plans keep, each since the plan that first kept it. One that
+    says it exits (its hand-over done) is forgotten: the plan may name it until the next one,
+    which no worker waits on. One gone without a word, or kept HANDOVER_LIMIT_S (a peer that
+    says it stops but stays is a spare no longer than its hand-over may take), is dropped by a
+    re-issue of the plan: a donor that never announced would hold the start agreement up."""
 
     def __init__(self) -> None:
         self._since: dict[str, float] = {}
@@ -83,11 +85,12 @@ class Donors:
     def review(
         self, view: SwarmView, plan: Plan | None, members: Collection[str], now: float
     ) -> tuple[list[str], list[str]]:
-        """(the donors the next plan keeps, the donors it drops) as of `now`."""
+        """(the donors the next plan keeps, those to re-issue the plan without) as of `now`."""
+        self._since = {peer: t for peer, t in self._since.items() if not _left(view, peer)}
         gone = sorted(
             peer
             for peer, since in self._since.items()
-            if not view.is_alive(peer, now) or now - since > HANDOVER_LIMIT_S or _left(view, peer)
+            if not view.is_alive(peer, now) or now - since > HANDOVER_LIMIT_S
         )
         kept = {peer for peer in self._since if peer not in gone}
         return sorted(kept | set(donors_of(view, plan, members, now))), gone

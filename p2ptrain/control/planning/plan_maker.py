@@ -16,7 +16,8 @@ reload), so plans change only when they must or when it clearly pays:
   doubles the wait for the next check (up to MAX_DRIFT_CHECK_INTERVAL_S, reset by a plan): on
   noisy links every check "drifted", each a search (8% of a core at 32 peers);
 - the same placement is re-issued as a new epoch when a member's data-plane addresses changed,
-  or without a donor once it is gone or past its time (its announcement is not waited for);
+  or without a donor gone without a word or past its time (its announcement is not waited
+  for; one that says it exits, its hand-over done, is left for the next plan to drop);
 - when a member's first measured stage time arrives (compute-aware runs: workers time the model
   once they have the run spec, which comes with the first plan), like drift: only if it pays;
 - never once the run is finished (its last step trained: control/run_end.py), whoever is left;
@@ -236,7 +237,9 @@ class PlanMaker:
             placement, network = searched.placement, searched.network
         elif current is not None and reissued:
             # the same placement re-issued keeps the network it was timed for
-            placement, network = Placement.of_plan(current).without(gone), current.network
+            # without the spares that are neither members nor donors: donors gone or done
+            dropped = set(current.spares) - set(members) - set(donors)
+            placement, network = Placement.of_plan(current).without(dropped), current.network
         else:
             return False  # the scheduler failed (logged)
         if placement is None or self.view.planner != self.peer_id or self.view.term != self._term:

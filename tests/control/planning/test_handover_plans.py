@@ -151,7 +151,7 @@ def test_a_stopping_node_neither_claims_the_planner_role_nor_plans() -> None:
     assert not plan_after(maker, 1.0) and v.plan is None
 
 
-def test_a_donor_that_says_it_exits_is_dropped_at_once_and_none_is_inherited() -> None:
+def test_a_donor_that_says_it_exits_is_forgotten_at_once_and_none_is_inherited() -> None:
     v, feed = make_view(me=A, peers=(B, C))
     kept = {"term": 1, "epoch": 2, "planner": A, "stages": 2, "pipelines": [[A, C]]}
     plan = Plan.from_dict({**kept, "spares": [B], "data_addrs": {}, "cost_s": 1.0})
@@ -162,7 +162,8 @@ def test_a_donor_that_says_it_exits_is_dropped_at_once_and_none_is_inherited() -
     left = {"ok": False, "reason": LEFT_REASON}
     assert v.accept(feed("telemetry", B, {"links": {}, "health": left}), 2.0) is None
     assert v.is_alive(B, 2.5)  # alive still, by its silence: its word decides
-    assert donors.review(v, plan, [A, C], 2.5) == ([], [B])
+    # forgotten, no re-issue for it: it is done, and no worker waits on it any more
+    assert donors.review(v, plan, [A, C], 2.5) == ([], [])
     # a predecessor's plan keeping B: a new planner does not inherit its donor
     theirs = Plan.from_dict({**kept, "planner": C, "spares": [B], "data_addrs": {}, "cost_s": 1.0})
     assert donors_of(v, theirs, [A, C], 2.5) == []
