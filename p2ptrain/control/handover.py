@@ -25,7 +25,7 @@ import trio
 from p2ptrain.control.settings import HANDOVER_LIMIT_S
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.view import SwarmView
-from p2ptrain.records import Plan
+from p2ptrain.records import Health, Plan
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +62,7 @@ def donors_of(
     staying = set(members)
 
     def stopping(peer: str) -> bool:
-        member = view.members.get(peer)
-        health = None if member is None else member.health
+        health = _health(view, peer)
         leaving = health is not None and health.leaving and not health.left
         return leaving and peer != view.self_id and view.is_alive(peer, now)
 
@@ -86,7 +85,11 @@ class Donors:
         self, view: SwarmView, plan: Plan | None, members: Collection[str], now: float
     ) -> tuple[list[str], list[str]]:
         """(the donors the next plan keeps, those to re-issue the plan without) as of `now`."""
-        self._since = {peer: t for peer, t in self._since.items() if not _left(view, peer)}
+        self._since = {
+            peer: t
+            for peer, t in self._since.items()
+            if not ((health := _health(view, peer)) is not None and health.left)
+        }
         gone = sorted(
             peer
             for peer, since in self._since.items()
@@ -100,10 +103,10 @@ class Donors:
         self._since = {peer: self._since.get(peer, now) for peer in donors}
 
 
-def _left(view: SwarmView, peer: str) -> bool:
-    """Did `peer` say it exits now (Publisher.announce_left)?"""
+def _health(view: SwarmView, peer: str) -> Health | None:
+    """What `peer` last said of its worker (leaving, left: Publisher), None if nothing."""
     member = view.members.get(peer)
-    return member is not None and member.health is not None and member.health.left
+    return None if member is None else member.health
 
 
 def successor_possible(view: SwarmView, placed_key: tuple[int, int], now: float) -> bool:
