@@ -248,28 +248,37 @@ def record_step(
     layers = model.layers
     _write(stamped_path(directory, layers, snapshot.step, tag), spec, model, snapshot)
     key = layers_key(layers)
-    states = [s for s in list_states(directory) if s.key == key]
-    # an ancestor's states past the step just written stay: a lineage that restarted below them
-    # (stages that shared no step: worker/resume/start_step.py) would prune what it just wrote
-    history = [
-        s for s in states if same_lineage(s.tag, tag) or (usable(s.tag) and s.step <= snapshot.step)
-    ]
-
-    # newest by the plans they were written under, then by step: a lineage that restarted
-    # below its own earlier epochs' steps (a rejoining replica's common step) keeps what it
-    # writes now, and the earlier epochs' higher steps go first
-    def newer(state: SavedState) -> tuple[bool, int, int]:
-        return (same_lineage(state.tag, tag), *written(state))
-
-    for old in prunable(history, newer=newer):
-        old.path.unlink(missing_ok=True)
+    states = prune_history(directory, key, snapshot.step, tag, usable)
     _prune_earlier_cuts(directory, layers, lambda s: same_lineage(s.tag, tag) or usable(s.tag))
     # newest by the same order: by step alone, a restart below the earlier epochs' steps left
     # the latest file on a state its own pruning then deleted
     path = stamped_path(directory, layers, snapshot.step, tag)
+    newer = _newer_in(tag)
     mine = max((newer(s) for s in states if s.path == path), default=None)
     if mine is not None and all(newer(s) <= mine for s in states if usable(s.tag)):
         _link_latest(path, checkpoint_path(directory, layers))
+
+
+def prune_history(
+    directory: Path, key: str, step: int, tag: str | None, usable: Callable[[str | None], bool]
+) -> list[SavedState]:
+    """After a state of stage `key` at `step` was stored under lineage `tag`: keep the
+    KEEP_STEPS newest of its history (the lineage and its ancestors, `usable`); the stage's
+    states as they were before, for the caller's latest link."""
+    states = [s for s in list_states(directory) if s.key == key]
+    # an ancestor's states past the step just written stay: a lineage that restarted below them
+    # (stages that shared no step: worker/resume/start_step.py) would prune what it just wrote
+    history = [s for s in states if same_lineage(s.tag, tag) or (usable(s.tag) and s.step <= step)]
+    for old in prunable(history, newer=_newer_in(tag)):
+        old.path.unlink(missing_ok=True)
+    return states
+
+
+def _newer_in(tag: str | None) -> Callable[[SavedState], tuple[bool, int, int]]:
+    """Newest by the plans states were written under, then by step, lineage `tag`'s first: a
+    lineage that restarted below its own earlier epochs' steps (a rejoining replica's common
+    step) keeps what it writes now, and the earlier epochs' higher steps go first."""
+    return lambda state: (same_lineage(state.tag, tag), *written(state))
 
 
 def _prune_earlier_cuts(

@@ -127,6 +127,7 @@ class Worker:
         from p2ptrain.worker.dht_gate import serve_plan_peers_only
         from p2ptrain.worker.dht_helpers import AnnouncementValidator
         from p2ptrain.worker.pipeline.transport import Transport
+        from p2ptrain.worker.resume.copies import CopyServer, keep_copies
         from p2ptrain.worker.resume.handover import wait_until_fetched
         from p2ptrain.worker.resume.state_transfer import StateServer
         from p2ptrain.worker.session import Session, SessionEnd
@@ -150,6 +151,7 @@ class Worker:
         self.current: Session | None = None
         transport = Transport.start(dht.replicate_p2p, self._expect)
         state_server = StateServer(transport)
+        CopyServer(state_server, transport.peer_id, transport)  # spares' copies of our stage
         try:
             # p2pd reports every interface of a 0.0.0.0 listener, loopback included
             reported = [str(a) for a in dht.get_visible_maddrs()]
@@ -207,6 +209,14 @@ class Worker:
                 self.phase = "spare" if session.role is None else "training"
                 try:
                     end = session.train(version)
+                    if end is SessionEnd.SPARE:  # a lone holder's crash then costs steps only
+                        keep_copies(
+                            spec,
+                            message.plan,
+                            transport,
+                            checkpoint_dir(spec),
+                            functools.partial(self._waited_superseded, version),
+                        )
                 finally:
                     # a stopped session takes no more frames (the sender retries until our next
                     # session, or gives up): one accepted now would be ACCEPTED and never used
@@ -233,6 +243,11 @@ class Worker:
                 dht.shutdown()
 
             _run_bounded(shut_down, SHUTDOWN_GRACE_S)
+
+    def _waited_superseded(self, version: int, wait_s: float) -> bool:
+        """`_superseded`, after waiting up to `wait_s` for a newer plan or a stop."""
+        self.inbox.wait_newer(version, wait_s)
+        return self._superseded(version)
 
     def _superseded(self, version: int) -> bool:
         """Is the session of plan `version` over: the worker stopped, or a newer plan here?"""

@@ -46,6 +46,7 @@ from p2ptrain.records.replies import (
 )
 from p2ptrain.records.stage_state import StateMeta
 from p2ptrain.worker.pipeline.frames import FrameHeader
+from p2ptrain.worker.resume.copies import CopyRequest
 from p2ptrain.worker.resume.state_transfer import StateRequest
 
 A = "12D3KooWA1111111111111111111111111111111111111111111"
@@ -369,6 +370,7 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (FrameHeader, frame_header_dict()),
     (FrameHeader, {**frame_header_dict(), "dtype": "int8_rows", "num_bytes": 4 * 64 * (4 + 768)}),
     (StateRequest, {"layers": "L0-2", "step": 7, "digest": "0f" * 32}),
+    (CopyRequest, {"layers": "L0-2", "min_step": 40}),
     (StateMeta, stage_state_dict()),
     (SyncRequest, {"cursor": 0, "telemetry": False, "digests": ["0f" * 8] * 32, "asker": A}),
     (SyncRequest, {"cursor": 0, "keys": [[A, "peer"], [f"{A}/2", "revoked"]]}),

@@ -43,13 +43,31 @@ from p2ptrain.train.model import Stage
 from p2ptrain.train.recut import assemble
 from p2ptrain.worker.resume.adopt import link_adopted
 from p2ptrain.worker.resume.covers import key_range
-from p2ptrain.worker.resume.start_step import StartPoint, local_states, warn_other_lineages
-from p2ptrain.worker.resume.state_transfer import fetch_state
+from p2ptrain.worker.resume.start_step import StartPoint, StateRank, local_states
+from p2ptrain.worker.resume.state_fetch import fetch_state
 
 if TYPE_CHECKING:  # hivemind is imported only by the worker: tests of restoring run beside libp2p
     from p2ptrain.worker.pipeline.transport import Transport
 
 log = logging.getLogger("p2ptrain.worker")
+
+
+def warn_other_lineages(directory: Path, rank: StateRank, key: str, step: int) -> None:
+    """Say why local states of stage `key` newer than `step`, saved under another lineage, are
+    not resumed from."""
+    other = [
+        s for s in list_states(directory) if s.key == key and s.step > step and rank(s.tag) is None
+    ]
+    if other:
+        log.warning(
+            "not resuming layers %s from local states at steps %s: they were saved under plan "
+            "lineage %s, which the current plan does not descend from (the other side of a "
+            "partition, or an earlier swarm's while this one has its own): their training is "
+            "dropped; the files stay",
+            key,
+            sorted({s.step for s in other}),
+            ", ".join(sorted({s.tag or "root" for s in other})),
+        )
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,12 @@ The rule (docs/security.md, attack 4b), per stage (layers key) and step:
 - only announcements of the plan's members count, each signed by the member it names;
 - a state at a step is usable if two or more members announce it, or if no other member holds
   any of its blocks now (at its own newest announced step; of any lineage when the plan
-  adopts: a lineage tag is the announcer's word), or if its one announcer is the
-  only one of them placed at that stage (or, none being, the only one placed at all: the
-  planner's placement is the authority a lone voice needs: a member cannot push a newer step of a stage it neither holds alone nor
-  trains, and a replica cannot push one its stage-mates do not hold);
+  adopts: a lineage tag is the announcer's word), or if its one announcer is the only one of
+  them placed at that stage (or, none being, the only one placed at all: the planner's
+  placement is the authority a lone voice needs: a member cannot push a newer step of a stage
+  it neither holds alone nor trains, and a replica cannot push one its stage-mates do not
+  hold); a spare's copies of a stage are announced only once their holder is gone
+  (worker/resume/copy_sources.py);
 - a stage nobody saved (the plan cuts the model anew) may be built from usable states of other
   layer ranges that hold all of its blocks at one step (worker/resume/covers.py, the same rule);
 - the start step is the newest step at which every stage has a usable state (stage-mates that
@@ -56,6 +58,7 @@ from p2ptrain.worker.resume.announcement import (
     check_announcement,
     sign_announcement,
 )
+from p2ptrain.worker.resume.copy_sources import without_live_sources
 from p2ptrain.worker.resume.covers import Cover
 
 if TYPE_CHECKING:  # the choice itself is pure, so tests may import it beside libp2p
@@ -204,24 +207,6 @@ def local_states(directory: Path, rank: StateRank) -> dict[str, dict[int, SavedS
     }
 
 
-def warn_other_lineages(directory: Path, rank: StateRank, key: str, step: int) -> None:
-    """Say why local states of stage `key` newer than `step`, saved under another lineage, are
-    not resumed from."""
-    other = [
-        s for s in list_states(directory) if s.key == key and s.step > step and rank(s.tag) is None
-    ]
-    if other:
-        log.warning(
-            "not resuming layers %s from local states at steps %s: they were saved under plan "
-            "lineage %s, which the current plan does not descend from (the other side of a "
-            "partition, or an earlier swarm's while this one has its own): their training is "
-            "dropped; the files stay",
-            key,
-            sorted({s.step for s in other}),
-            ", ".join(sorted({s.tag or "root" for s in other})),
-        )
-
-
 def own_announcement(
     directory: Path, rank: StateRank, spec: RunSpec | None = None, run: RunSpec | None = None
 ) -> Announced:
@@ -321,8 +306,7 @@ def agree_on_start(
     member's announcement (`members`: the plan's peers in its order), choose the start for the
     stages of `placed` (layers key -> the members placed there) among the states of the plan's
     lineage (`rank`: its Plan.state_rank), or, `adopting`, an earlier lineage's (choose_start).
-    None if `should_abort()` turned true or a member
-    stayed silent for `timeout_s`."""
+    None if `should_abort()` turned true or a member stayed silent for `timeout_s`."""
     from hivemind.utils import get_dht_time
 
     others = sorted(set(members) - {peer_id})
@@ -376,6 +360,7 @@ def agree_on_plan_start(
     adopting = spec.checkpoint.resume == "latest" and may_adopt(plan.lineage)
     rank = plan.state_rank
     mine = own_announcement(directory, rank, spec if adopting else None, run=spec)
+    mine = without_live_sources(mine, directory, plan.peers())
     started_s = time.monotonic()
     start = agree_on_start(
         dht,

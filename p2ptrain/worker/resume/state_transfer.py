@@ -18,7 +18,7 @@ client retries until its deadline.
 Bounds (docs/security.md, attack 8): both sides refuse a state larger than the stage's expected
 size (its weights and AdamW's two moments, with a margin: train/checkpoint.py
 `expected_state_bytes`), and both give up after a deadline derived from that size and the plan's
-network facts (`transfer_deadline_s`). The client writes to a temporary file, hashes the bytes as
+network facts (`transfer_deadline_s`). The client (worker/resume/state_fetch.py) writes to a temporary file, hashes the bytes as
 they arrive and renames the file into place only if their sha256 is the digest the plan's
 members agreed on (worker/resume/start_step.py), never a digest the server names. The file is then
 validated like any checkpoint when loaded (format, run, model shape, layers, every tensor).
@@ -28,15 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import os
-import random
 import re
 import struct
-import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,8 +46,6 @@ from p2ptrain.train.checkpoint import (
     file_sha256,
     layers_key,
     list_states,
-    stamped_path,
-    unfinished_prefix,
 )
 from p2ptrain.worker.inbound import OpenStreams, close_after_sender, read_prefixed
 from p2ptrain.worker.resume.handover import Served
@@ -91,10 +85,6 @@ def parse_layers(key: object) -> range | None:
     if not match or int(match[1]) >= int(match[2]):
         return None
     return range(int(match[1]), int(match[2]))
-
-
-class Busy(Exception):
-    """The holder serves as many transfers as it will: ask again a little later."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +149,7 @@ class StateServer:
         self._plan: Plan | None = None
         self._peers: frozenset[str] = frozenset()  # of the current and the previous plan
         # requests being answered, per peer; refused: strangers and requests over the caps
-        self._streams = OpenStreams("stage state requests")
+        self.streams = OpenStreams("stage state requests")
         self._lingering = 0  # refused streams waiting for their client to close
         self.served = Served()  # what was sent in full: a donor's hand-over waits on it
         self.traffic = Traffic() if transport is None else transport.traffic
@@ -167,8 +157,13 @@ class StateServer:
             transport.call(transport.p2p.add_binary_stream_handler(PROTOCOL, self._handle))
 
     @property
+    def plan(self) -> Plan | None:
+        """The current plan (None before the first)."""
+        return self._plan
+
+    @property
     def num_refused(self) -> int:
-        return self._streams.num_refused
+        return self.streams.num_refused
 
     def serve_run(self, spec: RunSpec, directory: Path, plan: Plan) -> None:
         """Serve `directory`'s states of `spec`'s model to the peers of `plan` and of the plan
@@ -197,32 +192,41 @@ class StateServer:
         remote = info.peer_id.to_base58()
         refusal = self._refusal(remote)
         if refusal is not None:  # nothing of the request is parsed
-            self._streams.refused(remote)
-            writer.write(refusal)
-            if self._lingering >= MAX_LINGERING:  # a flood of refusals: closed at once
-                writer.close()
-                return
-            self._lingering += 1
-            try:
-                await close_after_sender(reader, writer, REFUSAL_LINGER_S)
-            finally:
-                self._lingering -= 1
+            await self.refuse(remote, refusal, reader, writer)
             return
-        with self._streams.serving(remote):
+        with self.streams.serving(remote):
             await self._serve(remote, reader, writer)
+
+    async def refuse(
+        self,
+        remote: str,
+        answer: bytes,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        """Answer `remote` with `answer` (MISSING, BUSY) alone, and let it read that first."""
+        self.streams.refused(remote)
+        writer.write(answer)
+        if self._lingering >= MAX_LINGERING:  # a flood of refusals: closed at once
+            writer.close()
+            return
+        self._lingering += 1
+        try:
+            await close_after_sender(reader, writer, REFUSAL_LINGER_S)
+        finally:
+            self._lingering -= 1
 
     def _refusal(self, remote: str) -> bytes | None:
         """The answer to a request of `remote` not to be served at all, or None."""
         if remote not in self._peers:
             return MISSING  # a stranger to our plans: told nothing about what we hold
-        if self._streams.of(remote) >= MAX_SERVING_PER_PEER or self._streams.total() >= MAX_SERVING:
+        if self.streams.of(remote) >= MAX_SERVING_PER_PEER or self.streams.total() >= MAX_SERVING:
             return BUSY
         return None
 
     async def _serve(
         self, remote: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        network = self.network
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT_S + 4 * LOCAL_RTT_S):
                 request = await read_request(reader)
@@ -230,34 +234,44 @@ class StateServer:
             if path is None or max_bytes is None or not path.is_file():
                 writer.write(MISSING)
                 return
-            # local disk reads of <= 1 MiB are short next to the network writes between them;
-            # open once, so a concurrent prune of the history cannot tear the file
-            with open(path, "rb") as f:  # noqa: ASYNC230
-                size = os.fstat(f.fileno()).st_size
-                pickled = f.read(len(state_file.ZIP_MAGIC)) == state_file.ZIP_MAGIC
-                f.seek(0)
-                if size > max_bytes or pickled:  # not a state a peer may take: never send it
-                    log.warning(
-                        "%s (%d bytes, the stage's states <= %d%s) is not served",
-                        path.name,
-                        size,
-                        max_bytes,
-                        ", an older format: a torch pickle" if pickled else "",
-                    )
-                    writer.write(MISSING)
-                    return
-                async with asyncio.timeout(transfer_deadline_s(size, network)):
-                    writer.write(FOUND + SIZE.pack(size))
-                    while chunk := f.read(CHUNK_BYTES):
-                        writer.write(chunk)
-                        await writer.drain()
-                        self.traffic.sent(remote, len(chunk))
-            log.info("sent %s (%d bytes) to %s", path.name, size, remote)
+            if not await self.send_file(remote, writer, path, max_bytes, FOUND):
+                writer.write(MISSING)
+                return
             self.served.add(remote, request.digest)
         except (ValueError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             log.warning("stage state request from %s failed: %r", remote, exc)
         finally:
             await close_after_sender(reader, writer)  # let the client read the end first
+
+    async def send_file(
+        self, remote: str, writer: asyncio.StreamWriter, path: Path, max_bytes: int, head: bytes
+    ) -> bool:
+        """Send `head`, the size of the state file at `path` and its bytes to `remote`, within
+        the deadline for that size; False (nothing sent) if the file is no state a peer may take:
+        larger than `max_bytes` or of an older format (a torch pickle)."""
+        # local disk reads of <= 1 MiB are short next to the network writes between them;
+        # open once, so a concurrent prune of the history cannot tear the file
+        with open(path, "rb") as f:  # noqa: ASYNC230
+            size = os.fstat(f.fileno()).st_size
+            pickled = f.read(len(state_file.ZIP_MAGIC)) == state_file.ZIP_MAGIC
+            f.seek(0)
+            if size > max_bytes or pickled:
+                log.warning(
+                    "%s (%d bytes, the stage's states <= %d%s) is not served",
+                    path.name,
+                    size,
+                    max_bytes,
+                    ", an older format: a torch pickle" if pickled else "",
+                )
+                return False
+            async with asyncio.timeout(transfer_deadline_s(size, self.network)):
+                writer.write(head + SIZE.pack(size))
+                while chunk := f.read(CHUNK_BYTES):
+                    writer.write(chunk)
+                    await writer.drain()
+                    self.traffic.sent(remote, len(chunk))
+        log.info("sent %s (%d bytes) to %s", path.name, size, remote)
+        return True
 
     async def _find(self, layers: range, step: int, digest: str) -> tuple[Path | None, int | None]:
         """The stamped state of `layers` at `step` (of any lineage) whose sha256 is `digest`."""
@@ -278,117 +292,3 @@ async def read_request(reader: asyncio.StreamReader) -> StateRequest:
     return StateRequest.decode(
         await read_prefixed(reader, REQUEST_LEN, MAX_REQUEST_BYTES, _REQUEST)
     )
-
-
-def fetch_state(
-    transport: Transport,
-    peer_id: str,
-    layers: range,
-    step: int,
-    directory: Path,
-    digest: str,
-    max_bytes: int,
-    network: NetworkFacts | LinkFacts | None,
-    tag: str | None = None,
-    max_tensors: int | None = None,
-) -> Path:
-    """Fetch `peer_id`'s stamped state of `layers` at `step` whose sha256 is `digest` into
-    `directory`, under lineage `tag` (the fetching plan's: the state it agreed on); its path.
-    Kept only if the bytes' sha256 is `digest` and they are at most `max_bytes` (and a header
-    for at most `max_tensors` tensors: `expected_state_tensors`), moved before
-    the deadline for that size on `network`. Raises (OSError, ValueError, TimeoutError...) if
-    the peer does not have it, offers more, sends other bytes, or is too slow."""
-    target = stamped_path(directory, layers, step, tag)
-    deadline_s = transfer_deadline_s(max_bytes, network)
-    request = StateRequest(layers, step, digest)
-    coroutine = _fetch(transport, peer_id, request, target, max_bytes, deadline_s, max_tensors)
-    transport.call(coroutine, timeout_s=deadline_s + 10)
-    return target
-
-
-async def _fetch(
-    transport: Transport,
-    peer_id: str,
-    request: StateRequest,
-    target: Path,
-    max_bytes: int,
-    deadline_s: float,
-    max_tensors: int | None,
-) -> None:
-    from hivemind.p2p import PeerID
-
-    body, what = request.encode(), f"{peer_id}'s {layers_key(request.layers)}@{request.step}"
-    async with asyncio.timeout(deadline_s):
-        while True:
-            _, reader, writer = await transport.p2p.call_binary_stream_handler(
-                PeerID.from_base58(peer_id), PROTOCOL
-            )
-            try:
-                writer.write(body)
-                await writer.drain()
-                transport.traffic.sent(peer_id, len(body))
-                await receive_state(
-                    reader,
-                    target,
-                    request.digest,
-                    max_bytes,
-                    what,
-                    on_bytes=lambda n: transport.traffic.received(peer_id, n),
-                    max_tensors=max_tensors,
-                )
-                return
-            except Busy:  # the holder serves others now: again after a pause
-                await asyncio.sleep(random.uniform(*BUSY_RETRY_S))
-            finally:
-                writer.close()
-
-
-async def receive_state(
-    reader: asyncio.StreamReader,
-    target: Path,
-    digest: str,
-    max_bytes: int,
-    what: str,
-    on_bytes: Callable[[int], None] | None = None,
-    max_tensors: int | None = None,
-) -> None:
-    """Read a reply (status, size, bytes) into `target`: only a state file of format /3 (no
-    pickle: train/state_file.py) of at most `max_bytes` whose sha256 is `digest`; nothing is
-    left on disk otherwise. `on_bytes` is told how many bytes of the file each chunk brought
-    (the worker's traffic counters); `max_tensors` bounds the file's header before it is parsed.
-    Busy if the holder is serving as many as it will."""
-    status = await reader.readexactly(1)
-    if status == BUSY:
-        raise Busy(f"{what}: busy")
-    if status != FOUND:
-        raise FileNotFoundError(f"{what}: not found")
-    (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
-    if size > max_bytes:
-        raise ValueError(f"{what}: {size} bytes offered, the stage's states are <= {max_bytes}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(
-        dir=target.parent, prefix=unfinished_prefix(target), suffix=".part"
-    )
-    try:
-        sha256 = hashlib.sha256()
-        with os.fdopen(fd, "wb") as f:
-            left = size
-            while left:
-                chunk = await reader.read(min(left, CHUNK_BYTES))
-                if not chunk:
-                    raise asyncio.IncompleteReadError(b"", left)
-                sha256.update(chunk)
-                f.write(chunk)
-                left -= len(chunk)
-                if on_bytes is not None:
-                    on_bytes(len(chunk))
-        if sha256.hexdigest() != digest:
-            raise ValueError(f"{what}: sha256 {sha256.hexdigest()}, agreed {digest}")
-        # the agreed bytes may still be a lone holder's: never keep what would be unpickled
-        if state_file.is_pickled(Path(tmp_name)):
-            raise WireError(f"malformed stage state: {what} is a torch pickle (an older format)")
-        state_file.check(Path(tmp_name), max_tensors)
-        os.replace(tmp_name, target)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)  # noqa: ASYNC240 (a local unlink)
-        raise

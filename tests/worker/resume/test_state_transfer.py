@@ -30,13 +30,13 @@ from p2ptrain.train.checkpoint import (
 )
 from p2ptrain.train.model import build_stage, loss_fn
 from p2ptrain.train.optim import make_optimizer
+from p2ptrain.worker.resume.state_fetch import receive_state
 from p2ptrain.worker.resume.state_transfer import (
     FOUND,
     REQUEST_LEN,
     SIZE,
     StateServer,
     read_request,
-    receive_state,
     transfer_deadline_s,
 )
 
