@@ -299,15 +299,16 @@ class CheckpointSpec:
     resume: str = "latest"
     # seconds between a spare's copies of a lone holder's newest saved state (a plan of one
     # pipeline): its crash then costs the steps since, not the stage (worker/resume/copies.py);
-    # each copy takes at most a tenth of the link; 0 = no copies
+    # each copy takes at most a tenth of the link; 0 = no copies (nor without interval saves)
     spare_copy_interval_s: float = 60.0
 
     def __post_init__(self) -> None:
         if self.checkpoint_interval < 0:
             raise UserError("checkpoint_interval must be >= 0 (0 = only on exit)")
-        if not 0 <= self.spare_copy_interval_s <= 86_400:
+        interval = self.spare_copy_interval_s
+        if not (interval == 0 or 1 <= interval <= 86_400):
             raise UserError(
-                f"spare_copy_interval_s must be in [0, 86400], got {self.spare_copy_interval_s}"
+                f"spare_copy_interval_s must be 0 (off) or in [1, 86400], got {interval}"
             )
         if self.resume not in RESUME_MODES:
             raise UserError(f"resume must be 'latest' or 'never', got {self.resume!r}")

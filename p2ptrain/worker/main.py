@@ -127,7 +127,8 @@ class Worker:
         from p2ptrain.worker.dht_gate import serve_plan_peers_only
         from p2ptrain.worker.dht_helpers import AnnouncementValidator
         from p2ptrain.worker.pipeline.transport import Transport
-        from p2ptrain.worker.resume.copies import CopyServer, keep_copies
+        from p2ptrain.worker.resume.copies import keep_copies
+        from p2ptrain.worker.resume.copy_server import CopyServer
         from p2ptrain.worker.resume.handover import wait_until_fetched
         from p2ptrain.worker.resume.state_transfer import StateServer
         from p2ptrain.worker.session import Session, SessionEnd
@@ -151,7 +152,7 @@ class Worker:
         self.current: Session | None = None
         transport = Transport.start(dht.replicate_p2p, self._expect)
         state_server = StateServer(transport)
-        CopyServer(state_server, transport.peer_id, transport)  # spares' copies of our stage
+        CopyServer(state_server, transport.peer_id, transport, self._latest_plan)
         try:
             # p2pd reports every interface of a 0.0.0.0 listener, loopback included
             reported = [str(a) for a in dht.get_visible_maddrs()]
@@ -197,8 +198,9 @@ class Worker:
                 self.current = session  # from now on its frames are accepted
                 collector.freeze_setup()
                 self._report(SessionReport(message.plan, session.step))
+                handed_over = False  # what a spare's copies were needed for is done
                 if session.spare_start is not None:  # "spare" once its only states are fetched
-                    wait_until_fetched(
+                    handed_over = wait_until_fetched(
                         session.spare_start,
                         message.plan,
                         transport.peer_id,
@@ -216,6 +218,7 @@ class Worker:
                             transport,
                             checkpoint_dir(spec),
                             functools.partial(self._waited_superseded, version),
+                            drop_others=handed_over,
                         )
                 finally:
                     # a stopped session takes no more frames (the sender retries until our next
@@ -243,6 +246,10 @@ class Worker:
                 dht.shutdown()
 
             _run_bounded(shut_down, SHUTDOWN_GRACE_S)
+
+    def _latest_plan(self) -> Plan | None:
+        latest = self.inbox.latest
+        return None if latest is None else latest.plan
 
     def _waited_superseded(self, version: int, wait_s: float) -> bool:
         """`_superseded`, after waiting up to `wait_s` for a newer plan or a stop."""

@@ -97,7 +97,11 @@ class Transport:
 
     def call(self, coroutine: Coroutine[Any, Any, T], timeout_s: float = 60.0) -> T:
         """Run a coroutine on the transport's loop and wait for its result."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=timeout_s)
+        return self.submit(coroutine).result(timeout=timeout_s)
+
+    def submit(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
+        """Run a coroutine on the transport's loop; cancelling the future cancels it there."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     def connect_all(
         self, peers: Mapping[str, Sequence[str]], windows_s: Mapping[str, float] | None = None

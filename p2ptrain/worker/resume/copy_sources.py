@@ -19,7 +19,7 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from p2ptrain.train.checkpoint import list_states, stamped_path
@@ -48,11 +48,35 @@ def read_sources(directory: Path) -> dict[str, str]:
     }
 
 
-def record_copy(directory: Path, path: Path, holder: str) -> None:
-    """Note that the state at `path` was copied from `holder`; entries whose file is gone go."""
-    present = {state.path.name for state in list_states(directory)}
-    sources = {name: peer for name, peer in read_sources(directory).items() if name in present}
-    sources[path.name] = holder
+def record_copy(directory: Path, name: str, holder: str) -> None:
+    """Note that the state file `name` is (about to be) a copy of `holder`'s: written before the
+    file, so a crash between the two never leaves a copy taken for our own. Entries whose file
+    is gone go, but this one."""
+    present = {state.path.name for state in list_states(directory)} | {name}
+    sources = {n: peer for n, peer in read_sources(directory).items() if n in present}
+    sources[name] = holder
+    _write(directory, sources)
+
+
+def drop_copies(directory: Path, keep: Callable[[str, str], bool]) -> int:
+    """Delete the copies whose (layers key, holder) `keep` refuses, and forget those whose file
+    is gone: how many files went."""
+    sources = read_sources(directory)
+    present = {state.path.name: state for state in list_states(directory)}
+    gone = [
+        state
+        for name, state in present.items()
+        if name in sources and not keep(state.key, sources[name])
+    ]
+    for state in gone:
+        state.path.unlink(missing_ok=True)
+    kept = {n: p for n, p in sources.items() if n in present and present[n] not in gone}
+    if kept != sources:
+        _write(directory, kept)
+    return len(gone)
+
+
+def _write(directory: Path, sources: dict[str, str]) -> None:
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{FILE_NAME}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:

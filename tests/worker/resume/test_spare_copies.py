@@ -1,5 +1,5 @@
-"""Spares' copies of a lone holder's stage (worker/resume/copies.py): who copies what, what the
-holder serves and to whom, and what the spare keeps, over real loopback sockets."""
+"""Spares' copies of a lone holder's stage (worker/resume/copies.py, copy_server.py): who copies
+what, what the holder serves and to whom, and what the spare keeps, over real loopback sockets."""
 
 from __future__ import annotations
 
@@ -10,90 +10,104 @@ from pathlib import Path
 import pytest
 import torch
 
-from p2ptrain.errors import WireError
+from p2ptrain.errors import UserError, WireError
 from p2ptrain.records import LinkFacts, Plan, RunSpec
 from p2ptrain.records.lineage import next_lineage
-from p2ptrain.train.checkpoint import StageSnapshot, list_states, record_step, stamped_path
+from p2ptrain.train.checkpoint import (
+    SavedState,
+    StageSnapshot,
+    list_states,
+    record_step,
+    stamped_path,
+)
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
-from p2ptrain.worker.resume.copies import (
+from p2ptrain.worker.resume.copies import next_step, receive_copy
+from p2ptrain.worker.resume.copy_server import (
     HEAD,
     CopyRequest,
     CopyServer,
-    copy_duty,
+    copies_on,
+    copy_duties,
     copy_gap_s,
-    newest_step,
-    receive_copy,
 )
-from p2ptrain.worker.resume.copy_sources import read_sources, record_copy, without_live_sources
+from p2ptrain.worker.resume.copy_sources import (
+    drop_copies,
+    read_sources,
+    record_copy,
+    without_live_sources,
+)
 from p2ptrain.worker.resume.start_step import choose_start_step, own_announcement, placement
 from p2ptrain.worker.resume.state_transfer import BUSY, FOUND, MISSING, SIZE, StateServer
 
 SPEC = RunSpec().replace(
     n_layer=2, n_head=2, n_embd=16, block_size=8, steps=100, spare_copy_interval_s=30.0
 )
-SPARES = ("s0", "s1", "s2", "s3", "s4")
+SPARES = ("s0", "s1", "s2")
+OTHER_TAG = "0123456789abcdef-e9"  # a lineage PLAN does not descend from
 
 
-def one_pipeline(spares: tuple[str, ...] = SPARES, epoch: int = 1) -> Plan:
+def one_pipeline(spares: tuple[str, ...] = SPARES) -> Plan:
     return Plan(
         term=1,
-        epoch=epoch,
+        epoch=1,
         planner="h",
         stages=2,
         pipelines=(("h", "g"),),
         spares=spares,
         data_addrs={},
         cost_s=1.0,
-        lineage=next_lineage((), False, 1, epoch, "h"),
+        lineage=next_lineage((), False, 1, 1, "h"),
     )
 
 
 PLAN = one_pipeline()
+TAG = PLAN.state_tag
 
 
-def test_each_lone_stage_is_copied_by_two_spares_at_most() -> None:
-    duties = {spare: copy_duty(PLAN, spare, 2) for spare in SPARES}
-    assert duties == {
-        "s0": (range(0, 1), "h"),
-        "s1": (range(1, 2), "g"),
-        "s2": (range(0, 1), "h"),
-        "s3": (range(1, 2), "g"),
-        "s4": None,  # a fifth spare would only cost the holders' uplinks
-    }
-    assert copy_duty(PLAN, "h", 2) is None  # a holder copies nobody
+def test_each_lone_stage_has_one_copier_and_a_lone_spare_copies_every_stage() -> None:
+    duties = {spare: copy_duties(PLAN, spare, 2) for spare in SPARES}
+    # one copier a stage: two copies at different steps would contest each other at a restart
+    assert duties == {"s0": [(range(0, 1), "h")], "s1": [(range(1, 2), "g")], "s2": []}
+    alone = one_pipeline(spares=("s0",))
+    assert copy_duties(alone, "s0", 2) == [(range(0, 1), "h"), (range(1, 2), "g")]
+    assert copy_duties(PLAN, "h", 2) == []  # a holder copies nobody
     replicas = PLAN.replace(pipelines=(("h", "g"), ("i", "j")))
-    assert all(copy_duty(replicas, s, 2) is None for s in SPARES)  # replicas are the copies
+    assert all(copy_duties(replicas, s, 2) == [] for s in SPARES)  # replicas are the copies
 
 
-def test_a_copy_takes_a_tenth_of_the_link_at_most() -> None:
+def test_copies_need_interval_saves_and_take_a_tenth_of_the_link_at_most() -> None:
     slow = LinkFacts(rtt_s=0.1, rate_mbps=8.0)  # 1 MB a second
     assert copy_gap_s(SPEC, 1_000_000, None) == 30.0  # the run's interval on a LAN
     assert copy_gap_s(SPEC, 100_000_000, slow) == pytest.approx(1000.0)  # 100 s of moving
+    assert copies_on(SPEC) and not copies_on(SPEC.replace(checkpoint_interval=0))
+    assert not copies_on(SPEC.replace(spare_copy_interval_s=0.0))
+    with pytest.raises(UserError, match="spare_copy_interval_s"):
+        SPEC.replace(spare_copy_interval_s=0.01)  # a busy loop, not an interval
 
 
 def _holder_dir(tmp_path: Path) -> Path:
-    """The holder of stage 0: states at steps 20 and 40 under PLAN, and one under another plan
-    (another lineage) at 60."""
+    """The holder of stage 0: states at steps 20 and 40 under PLAN, one under another lineage
+    at 60, and one at the run's last step, 100."""
     directory = tmp_path / "holder"
     model = build_stage(SPEC, 0, 2)
     optimizer = make_optimizer(model, SPEC)
-    for step, tag in ((20, PLAN.state_tag), (40, PLAN.state_tag), (60, "0123456789abcdef-e9")):
+    for step, tag in ((20, TAG), (40, TAG), (60, OTHER_TAG), (100, TAG)):
         with torch.no_grad():
             next(model.parameters()).add_(0.5)
         record_step(directory, SPEC, model, StageSnapshot.take(model, optimizer, step), tag)
     return directory
 
 
-def _server(tmp_path: Path) -> CopyServer:
+def _server(tmp_path: Path, latest: Plan = PLAN) -> CopyServer:
     states = StateServer(None)
     states.serve_run(SPEC, _holder_dir(tmp_path), PLAN)
-    return CopyServer(states, "h", None)
+    return CopyServer(states, "h", None, lambda: latest)
 
 
-def _exchange(server: CopyServer, remote: str, request: bytes, spare_dir: Path) -> object:
+def _exchange(server: CopyServer, remote: str, request: CopyRequest, spare_dir: Path) -> object:
     """`request` sent to `server` as `remote` over a loopback socket: what `receive_copy` made
-    of the reply, or the exception it raised."""
+    of the reply."""
 
     async def run() -> object:
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -102,13 +116,10 @@ def _exchange(server: CopyServer, remote: str, request: bytes, spare_dir: Path) 
         listener = await asyncio.start_server(handle, "127.0.0.1", 0)
         port = listener.sockets[0].getsockname()[1]
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(request)
+        writer.write(request.encode())
         await writer.drain()
         try:
-            asked = CopyRequest.decode(request[4:])
-            return await receive_copy(reader, asked, SPEC, PLAN, spare_dir, "test")
-        except Exception as exc:
-            return exc
+            return await receive_copy(reader, request, SPEC, PLAN, spare_dir, "h")
         finally:
             writer.close()
             listener.close()
@@ -116,45 +127,51 @@ def _exchange(server: CopyServer, remote: str, request: bytes, spare_dir: Path) 
     return asyncio.run(run())
 
 
-def test_a_spare_gets_the_holders_newest_state_of_the_plan_then_waits_its_gap(
+def _copy(directory: Path, step: int) -> SavedState:
+    path = stamped_path(directory, range(0, 1), step, TAG)
+    return SavedState("L0-1", step, TAG, path)
+
+
+def test_the_copier_gets_the_holders_newest_state_before_the_last_then_waits_its_gap(
     tmp_path: Path,
 ) -> None:
     server = _server(tmp_path)
     spare_dir = tmp_path / "spare"
     assert server.refusal("s0") is None
-    got = _exchange(server, "s0", CopyRequest(range(0, 1), 0).encode(), spare_dir)
-    # step 40: the step-60 state was saved under another lineage, not this plan
-    assert got == (40, stamped_path(spare_dir, range(0, 1), 40, PLAN.state_tag))
-    assert isinstance(got, tuple)
-    held = stamped_path(tmp_path / "holder", range(0, 1), 40, PLAN.state_tag)
-    assert got[1].read_bytes() == held.read_bytes()
-    assert newest_step(spare_dir, range(0, 1), PLAN) == 40
-    # another spare has a gap of its own
-    assert _exchange(server, "s2", CopyRequest(range(0, 1), 0).encode(), spare_dir / "b") == (
-        40,
-        stamped_path(spare_dir / "b", range(0, 1), 40, PLAN.state_tag),
-    )
-    # the first asking again at once is told BUSY (a copy costs the holder's uplink)
-    assert _exchange(server, "s0", CopyRequest(range(0, 1), 0).encode(), spare_dir / "c") is None
-    assert list_states(spare_dir / "c") == []
+    # step 40: 60 was saved under another lineage, and a state at the run's last step would
+    # make every start agreement refuse the spare's announcement
+    assert _exchange(server, "s0", CopyRequest(range(0, 1), 0), spare_dir) == _copy(spare_dir, 40)
+    held = stamped_path(tmp_path / "holder", range(0, 1), 40, TAG)
+    assert _copy(spare_dir, 40).path.read_bytes() == held.read_bytes()
+    assert read_sources(spare_dir) == {_copy(spare_dir, 40).path.name: "h"}
+    assert next_step(spare_dir, (range(0, 1), "h"), PLAN) == 41
+    assert next_step(spare_dir, (range(0, 1), "x"), PLAN) == 0  # only that holder's copies
+    # asked again at once: BUSY (a copy costs the holder's uplink), nothing kept
+    again = tmp_path / "again"
+    assert _exchange(server, "s0", CopyRequest(range(0, 1), 0), again) is None
+    assert list_states(again) == []
 
 
-def test_nothing_newer_other_layers_and_strangers_get_no_copy(tmp_path: Path) -> None:
+def test_only_the_copier_of_our_stage_is_served_and_only_what_it_lacks(tmp_path: Path) -> None:
     server = _server(tmp_path)
     spare_dir = tmp_path / "spare"
-    assert _exchange(server, "s0", CopyRequest(range(0, 1), 41).encode(), spare_dir) is None
-    assert _exchange(server, "s1", CopyRequest(range(1, 2), 0).encode(), spare_dir) is None
-    assert server.refusal("g") == MISSING  # a holder, not a spare: nothing parsed
-    assert server.refusal("stranger") == MISSING
+    assert _exchange(server, "s0", CopyRequest(range(0, 1), 41), spare_dir) is None
+    assert _exchange(server, "s0", CopyRequest(range(1, 2), 0), spare_dir) is None
+    for remote in ("s1", "s2", "g", "stranger"):  # another stage's copier, no duty, no spare
+        assert server.refusal(remote) == MISSING, remote
     assert list_states(spare_dir) == []
+    # a plan of the same placement adds a spare: the session goes on, and the newcomer (the
+    # only spare now) copies both stages
+    assert _server(tmp_path / "b", latest=one_pipeline(("new",))).refusal("new") is None
     off = StateServer(None)
     off.serve_run(SPEC.replace(spare_copy_interval_s=0.0), tmp_path / "holder", PLAN)
-    assert CopyServer(off, "h", None).refusal("s0") == MISSING
+    assert CopyServer(off, "h", None, lambda: PLAN).refusal("s0") == MISSING
 
 
-def _reply(step: int, body: bytes, digest: bytes | None = None) -> bytes:
-    head = HEAD.pack(step, digest if digest is not None else hashlib.sha256(body).digest())
-    return FOUND + head + SIZE.pack(len(body)) + body
+def _reply(step: int, body: bytes, tag: str | None = TAG, digest: bytes | None = None) -> bytes:
+    raw_tag = (tag or "").encode()
+    sha = digest if digest is not None else hashlib.sha256(body).digest()
+    return FOUND + HEAD.pack(step, sha, len(raw_tag)) + raw_tag + SIZE.pack(len(body)) + body
 
 
 def _receive(reply: bytes, min_step: int, directory: Path) -> object:
@@ -163,27 +180,28 @@ def _receive(reply: bytes, min_step: int, directory: Path) -> object:
         reader.feed_data(reply)
         reader.feed_eof()
         request = CopyRequest(range(0, 1), min_step)
-        return await receive_copy(reader, request, SPEC, PLAN, directory, "test")
+        return await receive_copy(reader, request, SPEC, PLAN, directory, "h")
 
     return asyncio.run(run())
 
 
-def test_a_copy_before_the_step_asked_past_the_run_or_of_other_bytes_is_refused(
+def test_a_copy_out_of_range_of_another_lineage_or_of_other_bytes_is_refused(
     tmp_path: Path,
 ) -> None:
-    body = stamped_path(_holder_dir(tmp_path), range(0, 1), 40, PLAN.state_tag).read_bytes()
+    body = stamped_path(_holder_dir(tmp_path), range(0, 1), 40, TAG).read_bytes()
     spare_dir = tmp_path / "spare"
     with pytest.raises(WireError, match="asked for one from 41"):
         _receive(_reply(40, body), 41, spare_dir)
-    with pytest.raises(WireError, match="step 101"):
-        _receive(_reply(101, body), 0, spare_dir)  # the run has 100 steps
+    with pytest.raises(WireError, match="step 100"):
+        _receive(_reply(100, body), 0, spare_dir)  # the run's last: no announcement holds it
+    with pytest.raises(WireError, match="lineage"):
+        _receive(_reply(40, body, tag=OTHER_TAG), 0, spare_dir)
+    with pytest.raises(WireError, match="lineage"):
+        _receive(_reply(40, body, tag="../../etc"), 0, spare_dir)
     with pytest.raises(ValueError, match="sha256"):
         _receive(_reply(40, body, digest=b"\0" * 32), 0, spare_dir)
-    assert list(spare_dir.glob("*")) == []  # nothing of a refused copy is left
-    assert _receive(_reply(40, body), 0, spare_dir) == (
-        40,
-        stamped_path(spare_dir, range(0, 1), 40, PLAN.state_tag),
-    )
+    assert list_states(spare_dir) == []  # nothing of a refused copy is kept
+    assert _receive(_reply(40, body), 0, spare_dir) == _copy(spare_dir, 40)
     with pytest.raises(WireError, match="held here already"):
         _receive(_reply(40, body), 0, spare_dir)  # never overwritten
     for status in (MISSING, BUSY):
@@ -192,9 +210,8 @@ def test_a_copy_before_the_step_asked_past_the_run_or_of_other_bytes_is_refused(
 
 def test_copies_are_announced_only_once_their_holder_is_gone(tmp_path: Path) -> None:
     spare_dir = tmp_path / "spare"
-    body = stamped_path(_holder_dir(tmp_path), range(0, 1), 40, PLAN.state_tag).read_bytes()
-    _, path = _receive(_reply(40, body), 0, spare_dir)  # type: ignore[misc]
-    record_copy(spare_dir, path, "h")
+    body = stamped_path(_holder_dir(tmp_path), range(0, 1), 40, TAG).read_bytes()
+    _receive(_reply(40, body), 0, spare_dir)
     mine = own_announcement(spare_dir, PLAN.state_rank)
     assert set(mine["L0-1"]) == {40}
     assert without_live_sources(mine, spare_dir, PLAN.peers()) == {}  # h is a member
@@ -203,6 +220,16 @@ def test_copies_are_announced_only_once_their_holder_is_gone(tmp_path: Path) -> 
     assert read_sources(spare_dir) == {}
     (spare_dir / "copies.json").write_text('[["stage-L0-1.step40.pt", "h"]]')  # not a mapping
     assert without_live_sources(mine, spare_dir, PLAN.peers()) == mine
+
+
+def test_a_spare_drops_the_copies_it_no_longer_keeps(tmp_path: Path) -> None:
+    spare_dir = tmp_path / "spare"
+    body = stamped_path(_holder_dir(tmp_path), range(0, 1), 40, TAG).read_bytes()
+    _receive(_reply(40, body), 0, spare_dir)
+    record_copy(spare_dir, "stage-L0-1.step99.pt", "h")  # a copy that never landed
+    assert drop_copies(spare_dir, lambda key, holder: (key, holder) == ("L0-1", "h")) == 0
+    assert drop_copies(spare_dir, lambda key, holder: holder == "n") == 1  # n holds it now
+    assert list_states(spare_dir) == [] and read_sources(spare_dir) == {}
 
 
 def test_a_copy_does_not_hold_a_hand_over_back_to_its_step() -> None:
