@@ -65,7 +65,7 @@ def tag_of(lineage: Lineage) -> str | None:
 
 
 def parse_tag(tag: str) -> tuple[str, int] | None:
-    match = _TAG.match(tag)
+    match = _TAG.fullmatch(tag)  # `$` alone lets a trailing newline through
     return None if match is None else (match[1], int(match[2]))
 
 

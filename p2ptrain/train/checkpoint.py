@@ -138,7 +138,7 @@ def list_states(directory: Path) -> list[SavedState]:
         return []
     found = []
     for name in names:
-        match = _STAMPED.match(name)
+        match = _STAMPED.fullmatch(name)
         if match:
             key = f"L{int(match[1])}-{int(match[2])}"
             found.append(SavedState(key, int(match[3]), match[4], directory / name))

@@ -198,9 +198,8 @@ class Worker:
                 self.current = session  # from now on its frames are accepted
                 collector.freeze_setup()
                 self._report(SessionReport(message.plan, session.step))
-                handed_over = False  # what a spare's copies were needed for is done
                 if session.spare_start is not None:  # "spare" once its only states are fetched
-                    handed_over = wait_until_fetched(
+                    wait_until_fetched(
                         session.spare_start,
                         message.plan,
                         transport.peer_id,
@@ -218,7 +217,7 @@ class Worker:
                             transport,
                             checkpoint_dir(spec),
                             functools.partial(self._waited_superseded, version),
-                            drop_others=handed_over,
+                            session.spare_start,
                         )
                 finally:
                     # a stopped session takes no more frames (the sender retries until our next

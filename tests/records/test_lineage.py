@@ -6,7 +6,7 @@ import pytest
 
 from p2ptrain.errors import WireError
 from p2ptrain.records import Plan
-from p2ptrain.records.lineage import MAX_LINEAGE, Lineage, next_lineage
+from p2ptrain.records.lineage import MAX_LINEAGE, Lineage, next_lineage, parse_tag
 from tests.records.samples import plan_dict
 
 
@@ -99,3 +99,9 @@ def test_a_plan_without_a_lineage_uses_only_root_states() -> None:
 def test_a_malformed_lineage_is_a_wire_error(lineage: object) -> None:
     with pytest.raises(WireError):
         Plan.from_dict({**plan_dict(), "lineage": lineage})
+
+
+def test_a_tag_parses_only_whole() -> None:
+    assert parse_tag("0123456789abcdef-e5") == ("0123456789abcdef", 5)
+    for bad in ("0123456789abcdef-e5\n", "0123456789abcdef-e5 ", "x0123456789abcdef-e5", ""):
+        assert parse_tag(bad) is None, repr(bad)

@@ -33,6 +33,7 @@ from p2ptrain.train.checkpoint import (
     SavedState,
     expected_state_bytes,
     expected_state_tensors,
+    file_sha256,
     layers_key,
     list_states,
     prune_history,
@@ -50,6 +51,7 @@ from p2ptrain.worker.resume.copy_server import (
     copy_gap_s,
 )
 from p2ptrain.worker.resume.copy_sources import drop_copies, read_sources, record_copy
+from p2ptrain.worker.resume.start_step import StartPoint
 from p2ptrain.worker.resume.state_fetch import receive_file
 from p2ptrain.worker.resume.state_transfer import FOUND, transfer_deadline_s
 
@@ -82,23 +84,17 @@ def keep_copies(
     transport: Transport,
     directory: Path,
     superseded: Callable[[float], bool],
-    drop_others: bool,
+    start: StartPoint | None,
 ) -> None:
     """A spare's copies for as long as its plan stands: `superseded(s)` waits up to `s` seconds
-    and says whether the plan is over (a newer one, or a stop). `drop_others`: the plan's start
-    was agreed and what it needed of our copies fetched, so copies of other stages or holders
-    go (announced later, a stale copy held by a spare would outvote the stage's newer states)."""
+    and says whether the plan is over (a newer one, or a stop). `start`: what the plan's start
+    agreement chose (None: it failed). A spare's copies are its newest states, so a stale one,
+    announced once its holder is gone, would contest the stage's newer states at a restart
+    (covers.py): copies of other stages or holders go, those of a holder gone from the plan
+    that the start did not take at once, the rest once the stage's copier had time for its
+    own (`drop_stale`)."""
     me = transport.peer_id
     duties = copy_duties(plan, me, spec.model.n_layer) if copies_on(spec) else []
-    if drop_others:
-        keep = {(layers_key(layers), holder) for layers, holder in duties}
-        try:
-            gone = drop_copies(directory, lambda key, holder: (key, holder) in keep)
-        except OSError as exc:
-            log.warning("dropping old copies failed: %r", exc)
-        else:
-            if gone:
-                log.info("dropped %d copies of stages this spare no longer copies", gone)
     gaps = {
         duty: copy_gap_s(spec, expected_state_bytes(spec, duty[0]), plan.link_facts(me, duty[1]))
         for duty in duties
@@ -110,10 +106,19 @@ def keep_copies(
             holder,
             gap_s,
         )
+    if start is None:  # the plan never started: what we hold may be all the swarm has
+        drop_at = None
+    else:
+        drop_stale(directory, plan, start, duties, spec, at_once=True)
+        drop_at = time.monotonic() + stale_after_s(spec, plan)
     due = dict.fromkeys(duties, time.monotonic())
     copied_once: set[Duty] = set()
     failures = dict.fromkeys(duties, 0)
-    while due:
+    while due or drop_at is not None:
+        if drop_at is not None and drop_at <= time.monotonic():
+            assert start is not None
+            drop_stale(directory, plan, start, duties, spec, at_once=False)
+            drop_at = None
         for duty in [d for d, at in due.items() if at <= time.monotonic()]:
             if superseded(0.0):
                 return
@@ -123,8 +128,55 @@ def keep_copies(
                 copied_once.add(duty)
             wait_s = gaps[duty] if duty in copied_once else min(gaps[duty], FIRST_TRY_S)
             due[duty] = time.monotonic() + wait_s
-        if superseded(max(0.0, min(due.values()) - time.monotonic())):
+        wake_at = min([*due.values(), *([drop_at] if drop_at is not None else [])], default=0.0)
+        if superseded(max(0.0, wake_at - time.monotonic())):
             return
+
+
+def stale_after_s(spec: RunSpec, plan: Plan) -> float:
+    """How long into a plan a spare keeps copies it no longer keeps up: the stage's new copier
+    has had two gaps and a transfer for its own by then."""
+    ranges = plan.layer_ranges(spec.model.n_layer)
+    biggest = max(expected_state_bytes(spec, r) for r in ranges)
+    slowest = plan.network.swarm if plan.network is not None else None
+    return 2 * copy_gap_s(spec, biggest, slowest) + transfer_deadline_s(biggest, plan.network)
+
+
+def drop_stale(
+    directory: Path,
+    plan: Plan,
+    start: StartPoint,
+    duties: list[Duty],
+    spec: RunSpec,
+    at_once: bool,
+) -> None:
+    """Delete our copies other than our duties': `at_once`, only those of a holder gone from
+    the plan that the plan's start did not take (others hold newer states of those layers);
+    later, every one of them."""
+    keep = {(layers_key(layers), holder) for layers, holder in duties}
+    members = plan.peers()
+
+    def stays(state: SavedState, holder: str) -> bool:
+        if (state.key, holder) in keep:
+            return True
+        if not at_once:
+            return False
+        return holder in members or start.digests.get(state.key) == _sha(state)  # taken
+
+    try:
+        gone = drop_copies(directory, stays)
+    except OSError as exc:
+        log.warning("dropping old copies failed: %r", exc)
+        return
+    if gone:
+        log.info("dropped %d copies of stages this spare no longer copies", gone)
+
+
+def _sha(state: SavedState) -> str | None:
+    try:
+        return file_sha256(state.path)
+    except OSError:
+        return None
 
 
 def copy_once(
@@ -153,16 +205,14 @@ def copy_once(
                 break
             except FutureTimeout:
                 if superseded(0.0) or time.monotonic() > deadline_s:
-                    future.cancel()
+                    future.cancel()  # a file being validated never lands (receive_file)
                     return None
         if copied is None:
             return False
-        try:
-            read_state(copied.path, spec, layers)  # validated as a resume would load it
-        except Exception:
-            copied.path.unlink(missing_ok=True)
-            raise
         prune_history(directory, copied.key, copied.step, copied.tag, _usable(plan))
+        if not copied.path.exists():  # older than the history this spare keeps of it
+            raise WireError(f"step {copied.step} is older than the states kept of it")
+        size_kb = copied.path.stat().st_size // 1000
     except Exception as exc:  # the holder gone or slow, what it sent refused, a full disk
         if failures % 10 == 0:
             log.warning("copying layers %s from %s failed: %r", layers_key(layers), holder, exc)
@@ -172,7 +222,7 @@ def copy_once(
         copied.key,
         copied.step,
         holder,
-        copied.path.stat().st_size // 1000,
+        size_kb,
         time.monotonic() - started_s,
     )
     return True
@@ -235,7 +285,10 @@ async def receive_copy(
     if tag_len > MAX_TAG:
         raise WireError(f"{what}: a tag of {tag_len} bytes")
     tag = (await reader.readexactly(tag_len)).decode("ascii", "replace") or None
-    if tag is not None and (parse_tag(tag) is None or plan.state_rank(tag) is None):
+    parsed = None if tag is None else parse_tag(tag)
+    if tag is not None and (
+        parsed is None or tag != f"{parsed[0]}-e{parsed[1]}" or plan.state_rank(tag) is None
+    ):  # one name per tag: "-e05" beside "-e5" would be a second file of one step
         raise WireError(f"{what}: tag {tag!r} is not of this plan's lineage")
     if not request.min_step <= step < spec.optim.steps:
         raise WireError(f"{what}: step {step}, asked for one from {request.min_step}")
@@ -247,7 +300,20 @@ async def receive_copy(
     record_copy(directory, target.name, holder)  # before the file: never taken for our own
     max_bytes = expected_state_bytes(spec, layers)
     tensors = expected_state_tensors(spec, layers)
-    await receive_file(reader, target, digest.hex(), max_bytes, what, on_bytes, tensors)
+    try:
+        await receive_file(
+            reader,
+            target,
+            digest.hex(),
+            max_bytes,
+            what,
+            on_bytes,
+            tensors,
+            validate=lambda path: read_state(path, spec, layers),  # as a resume would load it
+        )
+    except BaseException:  # refused, cut short or cancelled: nothing landed
+        record_copy(directory, target.name, None)
+        raise
     return SavedState(layers_key(layers), step, tag, target)
 
 

@@ -19,14 +19,16 @@ import contextlib
 import json
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from p2ptrain.train.checkpoint import list_states, stamped_path
+from p2ptrain.train.checkpoint import SavedState, list_states, stamped_path
 from p2ptrain.worker.resume.announcement import Announced
 from p2ptrain.worker.resume.covers import key_range
 
 FILE_NAME = "copies.json"
+_LOCK = threading.Lock()  # written from the transport's loop (a copy) and the worker's thread
 MAX_BYTES = 64 * 1024  # a few entries: a spare keeps copies of one stage, 4 steps of it
 MAX_NAME = 200
 
@@ -48,32 +50,37 @@ def read_sources(directory: Path) -> dict[str, str]:
     }
 
 
-def record_copy(directory: Path, name: str, holder: str) -> None:
-    """Note that the state file `name` is (about to be) a copy of `holder`'s: written before the
-    file, so a crash between the two never leaves a copy taken for our own. Entries whose file
-    is gone go, but this one."""
-    present = {state.path.name for state in list_states(directory)} | {name}
-    sources = {n: peer for n, peer in read_sources(directory).items() if n in present}
-    sources[name] = holder
-    _write(directory, sources)
+def record_copy(directory: Path, name: str, holder: str | None) -> None:
+    """Note that the state file `name` is (about to be) a copy of `holder`'s (None: forget it, a
+    copy that did not land): written before the file, so a crash between the two never leaves
+    a copy taken for our own. Entries whose file is gone go, but this one."""
+    with _LOCK:
+        present = {state.path.name for state in list_states(directory)} | {name}
+        sources = {n: peer for n, peer in read_sources(directory).items() if n in present}
+        if holder is None:
+            sources.pop(name, None)
+        else:
+            sources[name] = holder
+        _write(directory, sources)
 
 
-def drop_copies(directory: Path, keep: Callable[[str, str], bool]) -> int:
-    """Delete the copies whose (layers key, holder) `keep` refuses, and forget those whose file
-    is gone: how many files went."""
-    sources = read_sources(directory)
-    present = {state.path.name: state for state in list_states(directory)}
-    gone = [
-        state
-        for name, state in present.items()
-        if name in sources and not keep(state.key, sources[name])
-    ]
-    for state in gone:
-        state.path.unlink(missing_ok=True)
-    kept = {n: p for n, p in sources.items() if n in present and present[n] not in gone}
-    if kept != sources:
-        _write(directory, kept)
-    return len(gone)
+def drop_copies(directory: Path, keep: Callable[[SavedState, str], bool]) -> int:
+    """Delete the copies `keep` refuses (given the state and its holder), and forget those
+    whose file is gone: how many files went."""
+    with _LOCK:
+        sources = read_sources(directory)
+        present = {state.path.name: state for state in list_states(directory)}
+        gone = [
+            state
+            for name, state in present.items()
+            if name in sources and not keep(state, sources[name])
+        ]
+        for state in gone:
+            state.path.unlink(missing_ok=True)
+        kept = {n: p for n, p in sources.items() if n in present and present[n] not in gone}
+        if kept != sources:
+            _write(directory, kept)
+        return len(gone)
 
 
 def _write(directory: Path, sources: dict[str, str]) -> None:

@@ -81,21 +81,19 @@ def wait_until_fetched(
     n_layer: int,
     served: Served,
     should_stop: Callable[[], bool],
-) -> bool:
+) -> None:
     """Wait (at most FETCH_WAIT_S) until the states the plan's peers ask us for first reached
-    them; said in the log either way. Did they (or did nobody need any)?"""
+    them; said in the log either way."""
     needed = owed(start, plan, me, n_layer)
     if not needed:
-        return True
+        return
     peers = ", ".join(sorted({peer for peer, _ in needed}))
     log.info("waiting for %s to fetch the stage states they need from this peer", peers)
     if served.wait_for(needed, FETCH_WAIT_S, should_stop):
         log.info("handed over: %s fetched the stage states they needed from this peer", peers)
-        return True
-    if not should_stop():
+    elif not should_stop():
         log.warning(
             "%s did not fetch the states they need from this peer within %.0f s",
             peers,
             FETCH_WAIT_S,
         )
-    return False

@@ -131,8 +131,11 @@ async def receive_file(
     what: str,
     on_bytes: Callable[[int], None] | None = None,
     max_tensors: int | None = None,
+    validate: Callable[[Path], object] | None = None,
 ) -> None:
-    """Read a state file (its size, then its bytes) into `target`, as `receive_state` keeps it."""
+    """Read a state file (its size, then its bytes) into `target`, as `receive_state` keeps it;
+    `validate` (raising if the file is refused) runs on a thread before the file takes its
+    name, so a file refused, or a transfer cancelled, never lands."""
     (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
     if size > max_bytes:
         raise ValueError(f"{what}: {size} bytes offered, the stage's states are <= {max_bytes}")
@@ -159,6 +162,8 @@ async def receive_file(
         if state_file.is_pickled(Path(tmp_name)):
             raise WireError(f"malformed stage state: {what} is a torch pickle (an older format)")
         state_file.check(Path(tmp_name), max_tensors)
+        if validate is not None:
+            await asyncio.to_thread(validate, Path(tmp_name))
         os.replace(tmp_name, target)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)  # noqa: ASYNC240 (a local unlink)

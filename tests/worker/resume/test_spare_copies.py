@@ -16,13 +16,15 @@ from p2ptrain.records.lineage import next_lineage
 from p2ptrain.train.checkpoint import (
     SavedState,
     StageSnapshot,
+    file_sha256,
     list_states,
     record_step,
+    save_stage,
     stamped_path,
 )
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
-from p2ptrain.worker.resume.copies import next_step, receive_copy
+from p2ptrain.worker.resume.copies import drop_stale, next_step, receive_copy, stale_after_s
 from p2ptrain.worker.resume.copy_server import (
     HEAD,
     CopyRequest,
@@ -37,7 +39,12 @@ from p2ptrain.worker.resume.copy_sources import (
     record_copy,
     without_live_sources,
 )
-from p2ptrain.worker.resume.start_step import choose_start_step, own_announcement, placement
+from p2ptrain.worker.resume.start_step import (
+    StartPoint,
+    choose_start_step,
+    own_announcement,
+    placement,
+)
 from p2ptrain.worker.resume.state_transfer import BUSY, FOUND, MISSING, SIZE, StateServer
 
 SPEC = RunSpec().replace(
@@ -227,9 +234,58 @@ def test_a_spare_drops_the_copies_it_no_longer_keeps(tmp_path: Path) -> None:
     body = stamped_path(_holder_dir(tmp_path), range(0, 1), 40, TAG).read_bytes()
     _receive(_reply(40, body), 0, spare_dir)
     record_copy(spare_dir, "stage-L0-1.step99.pt", "h")  # a copy that never landed
-    assert drop_copies(spare_dir, lambda key, holder: (key, holder) == ("L0-1", "h")) == 0
-    assert drop_copies(spare_dir, lambda key, holder: holder == "n") == 1  # n holds it now
+    assert drop_copies(spare_dir, lambda state, holder: (state.key, holder) == ("L0-1", "h")) == 0
+    assert drop_copies(spare_dir, lambda state, holder: holder == "n") == 1  # n holds it now
     assert list_states(spare_dir) == [] and read_sources(spare_dir) == {}
+
+
+def _spare_with_copy(tmp_path: Path) -> Path:
+    spare_dir = tmp_path / "spare"
+    body = stamped_path(_holder_dir(tmp_path), range(0, 1), 40, TAG).read_bytes()
+    _receive(_reply(40, body), 0, spare_dir)
+    return spare_dir
+
+
+def test_a_stale_copy_goes_at_once_only_if_its_holder_is_gone_and_the_start_did_not_take_it(
+    tmp_path: Path,
+) -> None:
+    # h crashed: the next plan has s0 as its spare, n holds stage 0
+    after = PLAN.replace(pipelines=(("n", "g"),), spares=("s0",), epoch=2)
+    duties = copy_duties(after, "s0", 2)  # n's and g's stages now
+    spare_dir = _spare_with_copy(tmp_path / "a")
+    taken = StartPoint(40, "", digests={"L0-1": file_sha256(_copy(spare_dir, 40).path)})
+    drop_stale(spare_dir, after, taken, duties, SPEC, at_once=True)
+    assert list_states(spare_dir) != []  # n fetches it from us: kept for this plan
+    drop_stale(spare_dir, after, taken, duties, SPEC, at_once=False)
+    assert list_states(spare_dir) == []  # n has it, and trains on
+    spare_dir = _spare_with_copy(tmp_path / "b")
+    drop_stale(spare_dir, after, StartPoint(50, "", digests={"L0-1": "0" * 64}), [], SPEC, True)
+    assert list_states(spare_dir) == []  # the start took a newer state: this one is stale
+    spare_dir = _spare_with_copy(tmp_path / "c")
+    drop_stale(spare_dir, PLAN, StartPoint(50, ""), copy_duties(PLAN, "s1", 2), SPEC, True)
+    assert list_states(spare_dir) != []  # h lives: the new copier gets its first copy first
+    assert stale_after_s(SPEC, PLAN) > 2 * SPEC.checkpoint.spare_copy_interval_s
+
+
+def test_a_copy_that_does_not_load_or_names_a_tag_twice_never_lands(
+    tmp_path: Path,
+) -> None:
+    holder_dir = _holder_dir(tmp_path)
+    body = stamped_path(holder_dir, range(0, 1), 40, TAG).read_bytes()
+    spare_dir = tmp_path / "spare"
+    other_run = SPEC.replace(run_id="another-run")
+    model = build_stage(other_run, 0, 2)
+    foreign = tmp_path / "foreign.pt"
+    save_stage(foreign, other_run, model, make_optimizer(model, other_run), 40)
+    with pytest.raises(UserError, match="does not fit"):
+        _receive(_reply(40, foreign.read_bytes()), 0, spare_dir)  # another run's state
+    assert list(spare_dir.iterdir()) == [spare_dir / "copies.json"]
+    assert read_sources(spare_dir) == {}  # and no copy is recorded
+    lineage_id = TAG.partition("-e")[0]
+    for tag in (f"{lineage_id}-e01", f"{TAG}\n"):  # another name of the same tag; a newline
+        with pytest.raises(WireError, match="lineage"):
+            _receive(_reply(40, body, tag=tag), 0, spare_dir)
+    assert list_states(spare_dir) == []
 
 
 def test_a_copy_does_not_hold_a_hand_over_back_to_its_step() -> None:
