@@ -28,6 +28,16 @@ def tiny_run_toml(run_id: str, *extra: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def tiny_swarm(tmp_path: Path, run_toml: str, peers: int, steps: int) -> tuple[list[str], Path]:
+    """`local`'s arguments for `peers` nodes training `run_toml` (written into `tmp_path`) for
+    `steps` steps in fp32 exchange, and the work directory they will use."""
+    run = tmp_path / "run.toml"
+    run.write_text(run_toml)
+    workdir = tmp_path / "swarm"
+    args = ["--peers", str(peers), "--run", str(run), "--steps", str(steps), "--no-compression"]
+    return [*args, "--workdir", str(workdir)], workdir
+
+
 def start_local(*args: str, module: str = "p2ptrain") -> LocalProc:
     """`python -m <module> local --json ARGS` in a session of its own (so that its whole group can
     be killed), stdout and stderr piped. `module` is another entry point with a `local` command

@@ -19,6 +19,7 @@ from tests.integration.local_runs import (
     local_run,
     peer_logs,
     tiny_run_toml,
+    tiny_swarm,
     wait_for_steps,
 )
 
@@ -31,13 +32,8 @@ COPIED = re.compile(r"copied layers L\d+-\d+ at step (\d+) from (\w+)")
 
 
 def test_a_crashed_lone_holders_stage_resumes_from_the_spares_copy(tmp_path: Path) -> None:
-    run = tmp_path / "run.toml"
-    run.write_text(RUN)
-    workdir = tmp_path / "swarm"
-    with local_run(
-        "--peers", "3", "--run", str(run), "--steps", str(STEPS), "--no-compression",
-        "--workdir", str(workdir),
-    ) as proc:  # fmt: skip
+    args, workdir = tiny_swarm(tmp_path, RUN, peers=3, steps=STEPS)
+    with local_run(*args) as proc:
         wait_for_steps(proc, workdir, KILL_AFTER_STEP, timeout_s=150)
         copied_step, holder = _a_copy(workdir, timeout_s=60)
         kill_peer(workdir, _index_of(workdir, holder))

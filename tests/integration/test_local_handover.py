@@ -21,6 +21,7 @@ from tests.integration.local_runs import (
     local_run,
     peer_logs,
     tiny_run_toml,
+    tiny_swarm,
     wait_for_steps,
 )
 
@@ -36,13 +37,8 @@ def test_stopped_lone_holders_hand_their_stages_over(tmp_path: Path) -> None:
     """First a stage holder that is not the planner (its spare takes the stage), then the
     planner itself, now one of the two peers left (an election first; the last peer then
     trains the whole model, built from its own stage and the one fetched from the planner)."""
-    run = tmp_path / "run.toml"
-    run.write_text(RUN)
-    workdir = tmp_path / "swarm"
-    with local_run(
-        "--peers", "3", "--run", str(run), "--steps", str(STEPS), "--no-compression",
-        "--workdir", str(workdir),
-    ) as proc:  # fmt: skip
+    args, workdir = tiny_swarm(tmp_path, RUN, peers=3, steps=STEPS)
+    with local_run(*args) as proc:
         wait_for_steps(proc, workdir, STOP_AFTER_STEP, timeout_s=150)
         holder = _placed_non_planner(workdir)
         holder_left_s = _stop(workdir, holder)

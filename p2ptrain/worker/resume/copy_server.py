@@ -21,7 +21,6 @@ defended yet", 4b), nothing more.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import struct
 import time
@@ -30,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from p2ptrain.errors import WireError
 from p2ptrain.records import LinkFacts, Plan, RunSpec
 from p2ptrain.records import fields as f
 from p2ptrain.train.checkpoint import file_sha256, layers_key, list_states
@@ -46,7 +44,9 @@ from p2ptrain.worker.resume.state_transfer import (
     REQUEST_LEN,
     REQUEST_TIMEOUT_S,
     StateServer,
+    encode_request,
     parse_layers,
+    request_json,
 )
 
 if TYPE_CHECKING:  # hivemind is imported only when used: tests of the rules run beside libp2p
@@ -76,8 +76,7 @@ class CopyRequest:
         return {"layers": layers_key(self.layers), "min_step": self.min_step}
 
     def encode(self) -> bytes:
-        data = json.dumps(self.to_dict(), separators=(",", ":")).encode()
-        return REQUEST_LEN.pack(len(data)) + data
+        return encode_request(self.to_dict())
 
     @classmethod
     def from_dict(cls, data: object) -> CopyRequest:
@@ -91,13 +90,7 @@ class CopyRequest:
     @classmethod
     def decode(cls, body: bytes) -> CopyRequest:
         """A request's JSON body (after its length): a valid request, or WireError."""
-        if len(body) > MAX_REQUEST_BYTES:
-            raise WireError(f"oversized {_REQUEST}: {len(body)} bytes")
-        try:
-            data = json.loads(body)
-        except (ValueError, RecursionError):  # not UTF-8, not JSON, a 5000-digit integer
-            raise f.malformed(_REQUEST, "not JSON") from None
-        return cls.from_dict(data)
+        return cls.from_dict(request_json(body, _REQUEST))
 
 
 def copies_on(spec: RunSpec) -> bool:

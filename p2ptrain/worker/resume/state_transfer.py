@@ -99,8 +99,7 @@ class StateRequest:
         return {"layers": layers_key(self.layers), "step": self.step, "digest": self.digest}
 
     def encode(self) -> bytes:
-        body = json.dumps(self.to_dict(), separators=(",", ":")).encode()
-        return REQUEST_LEN.pack(len(body)) + body
+        return encode_request(self.to_dict())
 
     @classmethod
     def from_dict(cls, data: object) -> StateRequest:
@@ -110,20 +109,31 @@ class StateRequest:
         if layers is None:
             raise f.malformed(_REQUEST, "layers must be L<start>-<stop>, start < stop")
         digest = raw["digest"]
-        if not isinstance(digest, str) or not _DIGEST.match(digest):
+        if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
             raise f.malformed(_REQUEST, "digest must be 64 lowercase hex digits")
         return cls(layers, f.integer(raw["step"], _REQUEST, "step"), digest)
 
     @classmethod
     def decode(cls, body: bytes) -> StateRequest:
         """A request's JSON body (after its length): a valid request, or WireError."""
-        if len(body) > MAX_REQUEST_BYTES:
-            raise WireError(f"oversized {_REQUEST}: {len(body)} bytes")
-        try:
-            data = json.loads(body)
-        except (ValueError, RecursionError):  # not UTF-8, not JSON, a 5000-digit integer
-            raise f.malformed(_REQUEST, "not JSON") from None
-        return cls.from_dict(data)
+        return cls.from_dict(request_json(body, _REQUEST))
+
+
+def encode_request(data: dict[str, Any]) -> bytes:
+    """A request of these protocols on the wire: its length, then its compact JSON."""
+    body = json.dumps(data, separators=(",", ":")).encode()
+    return REQUEST_LEN.pack(len(body)) + body
+
+
+def request_json(body: bytes, what: str) -> object:
+    """A request's JSON body (after its length), parsed: WireError past MAX_REQUEST_BYTES or if
+    it is not JSON."""
+    if len(body) > MAX_REQUEST_BYTES:
+        raise WireError(f"oversized {what}: {len(body)} bytes")
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, a 5000-digit integer
+        raise f.malformed(what, "not JSON") from None
 
 
 def transfer_deadline_s(size_bytes: int, links: NetworkFacts | LinkFacts | None) -> float:
