@@ -21,7 +21,7 @@ from pathlib import Path
 from p2ptrain.harness.process_swarm import ProcessSwarm
 from p2ptrain.ipc_lines import LineBuffer, decode, encode
 from p2ptrain.records import Hello, Message, MetricsReport, Plan, PlanMessage, RunSpec, Stop
-from p2ptrain.worker.settings import WorkerSettings
+from p2ptrain.worker.settings import DEFAULT_DEVICE, WorkerSettings
 
 STALL_TIMEOUT_S = 180.0  # no progress for this long: the swarm is broken
 STOP_GRACE_S = 20.0
@@ -117,14 +117,16 @@ class LocalSwarm(ProcessSwarm):
         workdir: Path,
         worker_flags: dict[int, list[str]] | None = None,
         env: dict[str, str] | None = None,
+        device: str = DEFAULT_DEVICE,
     ) -> None:
         """worker_flags: extra flags of worker i (worker/settings.py); env: variables every worker
-        gets on top of ours."""
+        gets on top of ours; device: every worker's `--device` (they share it)."""
         super().__init__(workdir)
         self.spec = spec
         self.num_peers = num_peers
         self.worker_flags = worker_flags or {}
         self.env = env or {}
+        self.device = device
         self.may_die: set[int] = set()  # workers a test kills on purpose
         self.hellos: list[Hello] = []
         self.plan: Plan | None = None
@@ -146,7 +148,8 @@ class LocalSwarm(ProcessSwarm):
         self.stop()
 
     def _start_worker(self, index: int, ipc_path: str) -> None:
-        argv = [*WorkerSettings(ipc=ipc_path).command(), *self.worker_flags.get(index, [])]
+        settings = WorkerSettings(ipc=ipc_path, device=self.device)
+        argv = [*settings.command(), *self.worker_flags.get(index, [])]
         self.spawn(index, self._command(index, argv), env=self.env)
 
     def _command(self, index: int, argv: list[str]) -> list[str]:

@@ -23,6 +23,7 @@ from p2ptrain.harness.direct_swarm import StepStats, SwarmResult
 from p2ptrain.ipc_lines import decode
 from p2ptrain.records import Message, MetricsReport, Plan, RunSpec, SessionReport, issue_token
 from p2ptrain.worker.faults import NO_FAULTS, Faults
+from p2ptrain.worker.settings import DEFAULT_DEVICE
 
 START_TIMEOUT_S = 60.0
 STALL_TIMEOUT_S = 240.0
@@ -75,6 +76,7 @@ def train_with_control_plane(
     on_started: Callable[[str, list[subprocess.Popen[bytes]]], None] | None = None,
     before_stop: Callable[[], None] | None = None,
     on_report: Callable[[MetricsReport], None] | None = None,
+    device: str = DEFAULT_DEVICE,
 ) -> SwarmResult:
     """Run the swarm until every step's loss is known; with `own_checkpoints`, node i keeps its
     checkpoints in workdir/peer-i/ instead of the run's shared checkpoint_dir. `faults` go to
@@ -84,7 +86,8 @@ def train_with_control_plane(
     `http`: the bootstrap serves its dashboard there (`bootstrap --http`); `on_started(address,
     processes)`: the bootstrap's address and every process tree (the bootstrap first), once all
     started; `before_stop()`: after the last step, while every node still runs;
-    `on_report(metrics)`: every worker's every step as it reported it."""
+    `on_report(metrics)`: every worker's every step as it reported it; `device`: every node's
+    `--device` (they share it)."""
     sites = sites or NodeSites()
     run_path = workdir / "run.toml"
     # the first plan waits for all N peers instead of re-planning as each one joins
@@ -129,6 +132,8 @@ def train_with_control_plane(
                 str(logs[i]),
                 "--threads",
                 "1",
+                "--device",
+                device,
             ]
             if own_checkpoints:
                 args += ["--checkpoint-dir", str(workdir / f"peer-{i}" / "checkpoints")]

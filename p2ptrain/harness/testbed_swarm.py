@@ -15,7 +15,7 @@ from p2ptrain.harness.direct_swarm import LocalSwarm
 from p2ptrain.records import Hello, NetworkFacts, Plan, RunSpec
 from p2ptrain.schedule.workload import measured_workload, step_traffic
 from p2ptrain.testbed.testbed import Testbed
-from p2ptrain.worker.settings import WorkerSettings
+from p2ptrain.worker.settings import DEFAULT_DEVICE, WorkerSettings
 
 
 def testbed_network(bed: Testbed) -> NetworkFacts:
@@ -124,11 +124,13 @@ def plan_on_testbed(
 class EmulatedSwarm(LocalSwarm):
     """LocalSwarm with worker i inside testbed peer i's namespace, listening on its address."""
 
-    def __init__(self, spec: RunSpec, bed: Testbed, workdir: Path) -> None:
+    def __init__(
+        self, spec: RunSpec, bed: Testbed, workdir: Path, device: str = DEFAULT_DEVICE
+    ) -> None:
         flags = {
             i: WorkerSettings(listen_host=bed.address(i)).to_argv() for i in range(bed.num_peers)
         }
-        super().__init__(spec, bed.num_peers, workdir, flags)
+        super().__init__(spec, bed.num_peers, workdir, flags, device=device)
         self.bed = bed
 
     def _command(self, index: int, argv: list[str]) -> list[str]:

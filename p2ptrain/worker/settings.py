@@ -24,7 +24,8 @@ DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d{1,3})?")
 DEFAULT_THREADS = 1
 
 
-def _device(text: str) -> str:
+def device_arg(text: str) -> str:
+    """argparse's type for a `--device` (the names worker/device.py resolves)."""
     if not DEVICE_PATTERN.fullmatch(text):
         raise argparse.ArgumentTypeError(f"auto, cpu, mps, cuda or cuda:I, got {text!r}")
     return text
@@ -129,7 +130,7 @@ class WorkerSettings(FlagSettings):
         Flag(
             "--device",
             {
-                "type": _device,
+                "type": device_arg,
                 "help": "where the stage trains: auto (the first CUDA GPU, else MPS, else the CPU), "
                 "cpu, mps, cuda or cuda:I (default %(default)s)",
             },

@@ -25,16 +25,18 @@ def test_probes_wait_for_stale_round_trips_once_the_plan_stood() -> None:
     for peer in (A, B):
         view.record_rtt(peer, 5.0, t)
     assert prober._rtt_probe_due(t + 1)  # the plan has not stood yet
-    later = t + PLAN_STOOD_S + 1
+    later = t + PLAN_STOOD_S + 2  # a second past every boundary: float sums round
     for peer in (A, B):
         view.record_rtt(peer, 5.0, later - 1)
     assert not prober._rtt_probe_due(later)  # every neighbour's round trip is fresh
-    assert prober._rtt_probe_due(later - 1 + RTT_REFRESH_S)  # now they are stale
-    view.record_rtt(A, 5.0, later - 1 + RTT_REFRESH_S)
-    assert prober._rtt_probe_due(later - 1 + RTT_REFRESH_S)  # B's still is
+    # a second past the boundary: (t + 30) + 30 - (t + 30) can round below 30 for some t
+    stale = later + RTT_REFRESH_S
+    assert prober._rtt_probe_due(stale)  # now they are stale
+    view.record_rtt(A, 5.0, stale)
+    assert prober._rtt_probe_due(stale)  # B's still is
     view.plan_version += 1  # a new plan: one a second again, whatever the ages
-    view.record_rtt(B, 5.0, later - 1 + RTT_REFRESH_S)
-    assert prober._rtt_probe_due(later + RTT_REFRESH_S)
+    view.record_rtt(B, 5.0, stale)
+    assert prober._rtt_probe_due(stale + 1)
 
 
 def test_a_sampled_set_refreshes_round_trips_less_often_within_their_lifetime() -> None:
@@ -54,4 +56,4 @@ def test_a_sampled_set_refreshes_round_trips_less_often_within_their_lifetime() 
         view.record_rtt(peer, 5.0, later)
     view.links.estimate.sampled = True  # past FULL_MESH_PEERS members
     assert not prober._rtt_probe_due(later + RTT_REFRESH_S + 1)
-    assert prober._rtt_probe_due(later + SAMPLED_RTT_REFRESH_S)
+    assert prober._rtt_probe_due(later + SAMPLED_RTT_REFRESH_S + 1)  # past the boundary

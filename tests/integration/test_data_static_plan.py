@@ -19,6 +19,7 @@ from p2ptrain.train.checkpoint_read import read_file
 from p2ptrain.train.reference import train_reference
 
 pytestmark = pytest.mark.integration
+WORKER = [sys.executable, "-m", "p2ptrain.worker"]
 
 
 def test_two_stage_pipeline_on_a_static_plan(tmp_path: Path) -> None:
@@ -39,7 +40,8 @@ def test_two_stage_pipeline_on_a_static_plan(tmp_path: Path) -> None:
     plan_path.write_text(json.dumps(plan))
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "p2ptrain.worker", "--plan", str(plan_path), "--name", name],
+            # on the CPU, as the one-process reference: a GPU's bf16 passes are not exact
+            [*WORKER, "--plan", str(plan_path), "--name", name, "--device", "cpu"],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             start_new_session=True,

@@ -28,6 +28,7 @@ from p2ptrain import procs
 from p2ptrain.errors import UserError
 from p2ptrain.records import MetricsReport, Plan, RunSpec
 from p2ptrain.worker.faults import Faults
+from p2ptrain.worker.settings import DEFAULT_DEVICE, device_arg
 
 TEMP_PREFIX = "p2ptrain-local-"  # then UID-PID
 DEFAULT_BANDWIDTH_SCALE = 0.02  # --emulate: the topology's links, scaled to what this box can carry
@@ -40,6 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="seed (overrides the run spec)")
     parser.add_argument(
         "--no-compression", action="store_true", help="exact fp32 activations and averaging"
+    )
+    parser.add_argument(
+        "--device",
+        type=device_arg,
+        default=DEFAULT_DEVICE,
+        help="where every peer trains: auto (the first CUDA GPU, else MPS, else the CPU), cpu, "
+        "mps, cuda or cuda:I; the peers share it (default %(default)s)",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     parser.add_argument("--workdir", help="keep logs and checkpoints here (default: a temp dir)")
@@ -79,6 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
     """Train; `faults` go to every node's worker (tests: harness/with_faults.py)."""
     from p2ptrain.harness.direct_swarm import LocalSwarm, plan_for
+    from p2ptrain.node.supervisor import check_device_here
     from p2ptrain.records.run import load_run_spec
 
     if not 1 <= args.peers <= 64:
@@ -91,6 +100,7 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
     if args.bandwidth_scale is not None and not args.emulate:
         raise UserError("--bandwidth-scale scales an emulated topology's links: give --emulate")
     spec = load_run_spec(args.run)
+    check_device_here(args.device)
     changes: dict[str, Any] = {}
     if args.steps is not None:
         changes["steps"] = args.steps
@@ -121,6 +131,7 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
                 out,
                 args.direct,
                 own_checkpoints,
+                args.device,
             )
         elif not args.direct:
             from p2ptrain.web.server import parse_http_address
@@ -138,9 +149,10 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
                 own_checkpoints,
                 faults=faults,
                 http=args.http,
+                device=args.device,
             )
         else:
-            with LocalSwarm(spec, args.peers, workdir) as swarm:
+            with LocalSwarm(spec, args.peers, workdir, device=args.device) as swarm:
                 print(f"starting {args.peers} peers (logs in {workdir}) ...", file=out, flush=True)
                 progress = _Progress(spec.optim.steps, out)
                 plan = plan_for(spec, swarm.wait_hellos())
@@ -180,6 +192,7 @@ def _train_emulated(
     out: TextIO,
     direct: bool,
     own_checkpoints: bool,
+    device: str,
 ) -> Any:
     """The local swarm inside the WAN testbed: node i in peer i's namespace; the control plane
     measures the emulated links and plans on them (with `direct`: bare workers, planned once on
@@ -207,11 +220,17 @@ def _train_emulated(
                 flush=True,
             )
             return _train_with_control_plane(
-                spec, topology.num_peers, workdir, out, own_checkpoints, sites=TestbedSites(bed)
+                spec,
+                topology.num_peers,
+                workdir,
+                out,
+                own_checkpoints,
+                sites=TestbedSites(bed),
+                device=device,
             )
     with (
         Testbed.from_topology(topology, bandwidth_scale=bandwidth_scale) as bed,
-        EmulatedSwarm(spec, bed, workdir) as swarm,
+        EmulatedSwarm(spec, bed, workdir, device) as swarm,
     ):
         print(
             f"starting {topology.num_peers} emulated peers (logs in {workdir}) ...",
