@@ -43,7 +43,7 @@ def measure_stage_compute(spec: RunSpec, device: torch.device | None = None) -> 
     `device` (default: the CPU) in the precision training will use there; with the device's
     memory, which the planner checks stages against."""
     device = device or torch.device("cpu")
-    precision = precision_for(device)
+    precision = precision_for(device, spec.optim.loss_scale)
     config = spec.model_config()
     rows = probe_rows(spec)
     shape = (rows, config.block_size)

@@ -1,10 +1,13 @@
 """Where a worker's stage trains: the device, its memory, and the precision it computes in.
 
 `--device auto` takes the best the machine has: the first CUDA GPU, else Apple's MPS, else the
-CPU. On a GPU the passes run under autocast in bf16 where the GPU supports it, else in fp16
-(the run's `loss_scale` keeps fp16 gradients from underflowing); weights, gradients, optimizer
-state and everything that leaves the device (frames, averaging, checkpoints) stay fp32. On the
-CPU everything is fp32, on as many threads as the node is given.
+CPU. On a GPU with bf16 arithmetic (compute capability 8.0 and later: Ampere, Ada, Hopper) the
+passes run under autocast in bf16. An older GPU (Turing's T4 and RTX 20xx, Volta, Pascal) has
+none: torch's `is_bf16_supported()` still says yes there, by emulation, no faster than fp32 and
+less precise. There the passes run in fp16 if the run scales its loss (`loss_scale` > 1, else
+fp16 gradients underflow), else in fp32. Weights, gradients, optimizer state and everything
+that leaves the device (frames, averaging, checkpoints) stay fp32. On the CPU everything is
+fp32, on as many threads as the node is given.
 """
 
 from __future__ import annotations
@@ -92,12 +95,23 @@ class Precision:
 FP32 = Precision()
 
 
-def precision_for(device: torch.device) -> Precision:
-    """bf16 autocast on a GPU that has it, fp16 on an older GPU, fp32 elsewhere."""
+BF16_CAPABILITY = 8  # the first CUDA compute capability with bf16 arithmetic (Ampere)
+
+
+def precision_for(device: torch.device, loss_scale: float = 1.0) -> Precision:
+    """bf16 autocast on a GPU with bf16 arithmetic; on an older GPU fp16 where the run scales
+    its loss (`loss_scale` > 1), else fp32; fp32 off the GPU."""
     if device.type != "cuda":
         return Precision(device.type, None)
-    bf16 = torch.cuda.is_bf16_supported()
-    return Precision("cuda", torch.bfloat16 if bf16 else torch.float16)
+    if torch.version.hip or torch.cuda.get_device_capability(device)[0] >= BF16_CAPABILITY:
+        return Precision("cuda", torch.bfloat16)  # (every GPU ROCm runs has bf16)
+    return Precision("cuda", torch.float16 if loss_scale > 1.0 else None)
+
+
+def precision_note(device: torch.device) -> str:
+    """What `device` computes the passes in, before the run (and its `loss_scale`) is known."""
+    scaled, plain = precision_for(device, 2.0).name, precision_for(device).name
+    return plain if scaled == plain else f"{scaled} if the run sets loss_scale, else {plain}"
 
 
 def memory_bytes(device: torch.device) -> int:

@@ -39,7 +39,7 @@ from p2ptrain.records import (
 from p2ptrain.train.checkpoint import checkpoint_dir
 from p2ptrain.worker import allocator, collector, daemon_env, static_plan, watchdog
 from p2ptrain.worker.averaging.outer_link import finish_sends
-from p2ptrain.worker.device import cpu_threads, precision_for, resolve_device
+from p2ptrain.worker.device import cpu_threads, precision_note, resolve_device
 from p2ptrain.worker.pipeline.frames import Expected, FrameHeader, NotReady
 from p2ptrain.worker.private_tmp import PrivateTmp
 from p2ptrain.worker.settings import WorkerSettings
@@ -100,7 +100,7 @@ class Worker:
         self.settings = settings
         self._leave = leave  # ends the process with an exit code, from any thread
         self.device = resolve_device(settings.device)  # UserError if it is not here
-        log.info("training on %s (%s)", self.device, precision_for(self.device).name)
+        log.info("training on %s (%s)", self.device, precision_note(self.device))
         self.inbox = PlanInbox()
         self._timed_runs: set[str] = set()
         self._checked_data: set[tuple[str, str, str]] = set()  # (run, data, digest) found right

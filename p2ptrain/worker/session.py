@@ -76,7 +76,7 @@ class Session:
     ) -> None:
         self.spec = spec
         self.device = device or torch.device("cpu")
-        self.precision = precision_for(self.device)
+        self.precision = precision_for(self.device, spec.optim.loss_scale)
         self.identity_seed = identity_seed  # signs this peer's start-step announcements
         self.faults = faults
         self.profiler = profiler  # where each step's CPU went: a no-op unless --profile

@@ -15,6 +15,7 @@ from p2ptrain.worker.device import (
     cpu_threads,
     memory_bytes,
     precision_for,
+    precision_note,
     resolve_device,
 )
 from p2ptrain.worker.pipeline import stage_step
@@ -76,6 +77,33 @@ def test_device_and_threads_travel_on_the_worker_command_line() -> None:
     assert cpu_threads(3) == 3 and cpu_threads(0) >= 1
 
 
+@pytest.mark.parametrize(
+    ("capability", "plain", "scaled", "note"),
+    [
+        ((9, 0), torch.bfloat16, torch.bfloat16, "bfloat16"),  # Hopper
+        ((8, 6), torch.bfloat16, torch.bfloat16, "bfloat16"),  # RTX 30xx
+        ((7, 5), None, torch.float16, "float16 if the run sets loss_scale, else fp32"),  # T4
+        ((6, 1), None, torch.float16, "float16 if the run sets loss_scale, else fp32"),
+    ],
+)
+def test_a_gpu_without_bf16_arithmetic_computes_in_fp16_only_where_the_run_scales_its_loss(
+    monkeypatch: pytest.MonkeyPatch,
+    capability: tuple[int, int],
+    plain: torch.dtype | None,
+    scaled: torch.dtype,
+    note: str,
+) -> None:
+    """torch's is_bf16_supported() says yes on a T4 (bf16 emulated: no faster than fp32, less
+    precise); fp16 there underflows small gradients unless the run scales its loss."""
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    gpu = torch.device("cuda", 0)
+    assert precision_for(gpu) == Precision("cuda", plain)
+    assert precision_for(gpu, loss_scale=1024.0) == Precision("cuda", scaled)
+    assert precision_note(gpu) == note
+    assert precision_note(torch.device("cpu")) == "fp32"
+
+
 def _step(
     device: torch.device, precision: Precision, spec: RunSpec = SPEC
 ) -> tuple[float, torch.Tensor]:
@@ -126,6 +154,23 @@ def test_a_step_on_the_gpu_matches_the_cpu() -> None:
     assert gpu_loss == pytest.approx(loss, rel=2e-2)
     cosine = float(gpu_grads @ grads / (gpu_grads.norm() * grads.norm()))
     assert cosine > 0.99
+    assert precision_for(gpu).autocast == (
+        torch.bfloat16 if torch.cuda.get_device_capability(gpu)[0] >= 8 else None
+    )
     exact_loss, exact_grads = _step(gpu, Precision("cuda", None))  # fp32 on the GPU
     assert exact_loss == pytest.approx(loss, rel=1e-4)
     torch.testing.assert_close(exact_grads, grads, rtol=1e-3, atol=1e-5)
+
+
+@needs_cuda
+def test_fp16_passes_with_the_runs_loss_scale_match_the_cpu() -> None:
+    """What a GPU without bf16 runs when the run sets loss_scale (checked on any GPU: fp16
+    autocast is everywhere)."""
+    gpu = resolve_device("cuda")
+    scaled = SPEC.replace(loss_scale=1024.0)
+    loss, grads = _step(torch.device("cpu"), FP32)
+    half_loss, half_grads = _step(gpu, Precision("cuda", torch.float16), scaled)
+    assert half_loss == pytest.approx(loss, rel=2e-2)
+    assert torch.isfinite(half_grads).all()
+    cosine = float(half_grads @ grads / (half_grads.norm() * grads.norm()))
+    assert cosine > 0.99
