@@ -98,9 +98,24 @@ def format_status(status: SwarmStatus) -> str:
             lines.append(f"  pipeline {i}: " + " -> ".join(_short(p) for p in pipeline))
         if plan.spares:
             lines.append("  spares: " + ", ".join(_short(p) for p in plan.spares))
+        lines += _copy_lines(peers, set(plan.spares))
     if status.waiting_for:  # last: the lines above keep their places for readers
         lines += ["", f"waiting for {status.waiting_for}"]
     return "\n".join(lines)
+
+
+def _copy_lines(peers: tuple[PeerStatus, ...], spares: set[str]) -> list[str]:
+    """The plan's spares' copies of the stages one peer alone holds (worker/resume/copies.py):
+    what a crash of that peer would cost."""
+    lines = []
+    for peer in peers:
+        if peer.id in spares and peer.metrics is not None:
+            for c in peer.metrics.copies:
+                at = "no copy yet" if c.step is None else f"copied at step {c.step}"
+                lines.append(
+                    f"  copy of {c.layers} ({_short(c.holder)}): {at} on {_short(peer.id)}"
+                )
+    return lines
 
 
 def _started_lines(peers: tuple[PeerStatus, ...]) -> list[str]:

@@ -13,6 +13,7 @@ endpoints no peer announced.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,6 +26,7 @@ from p2ptrain.control.state import NodeState
 from p2ptrain.net.framing import TRAFFIC
 from p2ptrain.records import (
     ComputeReport,
+    CopyReport,
     Heartbeat,
     Hello,
     Message,
@@ -114,6 +116,10 @@ class WorkerLink:
             )
             if self.print_progress:
                 print(progress_line(message), flush=True)
+        elif isinstance(message, CopyReport):
+            # a spare's copy duties: on its metrics (a trainer's next report has none)
+            metrics = state.view.own_metrics or PeerMetrics()
+            state.view.own_metrics = dataclasses.replace(metrics, copies=message.copies)
         elif isinstance(message, ComputeReport):
             state.stage_compute = message.compute
             state.publish_soon("record")  # the planner prices our stages from it

@@ -14,7 +14,8 @@ records; nobody builds or reads a bare dict of one.
 | Plan            | records/plan.py        | gossip (kind "plan") -> worker socket -> metrics log|
 | NetworkFacts    | records/network.py     | inside a Plan: the links it was made for, per group and hop |
 | (lineage)       | records/lineage.py     | inside a Plan: whose stage states it may use        |
-| Hello, MetricsReport, Heartbeat, ComputeReport, SessionReport, PlanMessage, RunMessage, Stop | records/messages.py | worker socket, metrics logs |
+| Hello, MetricsReport, Heartbeat, ComputeReport, CopyReport, SessionReport, PlanMessage, RunMessage, Stop | records/messages.py | worker socket, metrics logs |
+| StageCopy       | records/peer.py        | worker socket (CopyReport) -> PeerMetrics -> status |
 | StepProfile     | records/profile.py     | metrics logs only (`join --profile`)                |
 | StageCompute    | records/peer.py        | worker socket (ComputeReport) -> PeerRecord -> status |
 | SwarmStatus     | records/status.py      | the status RPC, `status --json`                     |
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from p2ptrain.records.messages import (
         PHASES,
         ComputeReport,
+        CopyReport,
         Heartbeat,
         Hello,
         LinkBytes,
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
         PeerMetrics,
         PeerRecord,
         StageCompute,
+        StageCopy,
         Telemetry,
     )
     from p2ptrain.records.plan import Plan, Role
@@ -94,6 +97,7 @@ if TYPE_CHECKING:
 _HOMES = {
     "Claim": "peer",
     "ComputeReport": "messages",
+    "CopyReport": "messages",
     "DialBackReply": "reachability",
     "DialBackRequest": "reachability",
     "DialResult": "reachability",
@@ -129,6 +133,7 @@ _HOMES = {
     "RunSpec": "run",
     "SessionReport": "messages",
     "StageCompute": "peer",
+    "StageCopy": "peer",
     "StepProfile": "profile",
     "Stop": "messages",
     "SwarmStatus": "status",
@@ -149,6 +154,7 @@ __all__ = [
     "ROLES",
     "Claim",
     "ComputeReport",
+    "CopyReport",
     "DialBackReply",
     "DialBackRequest",
     "DialResult",
@@ -180,6 +186,7 @@ __all__ = [
     "RunSpec",
     "SessionReport",
     "StageCompute",
+    "StageCopy",
     "StepProfile",
     "Stop",
     "SwarmStatus",

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from p2ptrain.records import fields as f
-from p2ptrain.records.codec import Addrs, Int, Map, Nested, OneOf, PeerId, Record, Wire
-from p2ptrain.records.peer import StageCompute, StartLineage
+from p2ptrain.records.codec import Addrs, Int, Map, Nested, OneOf, PeerId, Record, Seq, Wire
+from p2ptrain.records.peer import MAX_COPIES, StageCompute, StageCopy, StartLineage
 from p2ptrain.records.plan import Plan
 from p2ptrain.records.profile import StepProfile
 from p2ptrain.records.run import RunSpec
@@ -124,6 +124,16 @@ class ComputeReport(Record, name="compute", kind="compute"):
 
 
 @dataclass(frozen=True)
+class CopyReport(Record, name="copies", kind="copies"):
+    """A spare's copy duties under the plan (term, epoch) and how far each copy is: sent when
+    its plan starts and after each copy (worker/resume/copies.py)."""
+
+    copies: Annotated[tuple[StageCopy, ...], Seq(Nested(StageCopy), MAX_COPIES)]
+    term: int
+    epoch: int
+
+
+@dataclass(frozen=True)
 class SessionReport(Record, name="session", kind="session"):
     """The worker starts training under `plan` at `step` (metrics logs only)."""
 
@@ -168,6 +178,7 @@ Message = (
     | MetricsReport
     | Heartbeat
     | ComputeReport
+    | CopyReport
     | SessionReport
     | StepProfile
     | PlanMessage
@@ -181,6 +192,7 @@ MESSAGE_TYPES: dict[str, Any] = {
         MetricsReport,
         Heartbeat,
         ComputeReport,
+        CopyReport,
         SessionReport,
         StepProfile,
         PlanMessage,

@@ -18,8 +18,10 @@ from p2ptrain.records.codec import (
     Nullable,
     Num,
     OneOf,
+    PeerId,
     PeerIds,
     Record,
+    Seq,
     Text,
     Wire,
 )
@@ -44,6 +46,10 @@ MAX_MEMORY_BYTES = 2**53  # what the wire carries exactly as a JSON number (8 Pi
 # claim reads as this much (an honest machine with more RAM still joins)
 MAX_DEVICE_MEMORY_BYTES = 4 * 2**40
 MAX_PRECISION_CHARS = 16
+MAX_BLOCK = 1_000_000  # a model's blocks, as stage states count them (records/stage_state.py)
+# the copy duties a spare reports (a 64-stage pipeline's, with one spare): ~7 kB of the 64 kB a
+# telemetry envelope may take
+MAX_COPIES = 64
 
 
 def _memory_bytes(value: object, record: str, name: str) -> int:
@@ -152,6 +158,26 @@ StartLineage = Annotated[str, Custom(parse_start_lineage)]
 
 
 @dataclass(frozen=True)
+class StageCopy(Record, name="stage copy"):
+    """One copy duty of a spare (worker/resume/copies.py): the blocks [first, end) that `holder`
+    alone trains, and the step of the spare's newest copy of them (None: none yet)."""
+
+    first: Annotated[int, Int(0, MAX_BLOCK)]
+    end: Annotated[int, Int(1, MAX_BLOCK + 1)]
+    holder: Annotated[str, PeerId()]
+    step: Annotated[int | None, Nullable(Int())] = None
+
+    def __post_init__(self) -> None:
+        if self.end <= self.first:
+            raise ValueError(f"blocks [{self.first}, {self.end}) hold none")
+
+    @property
+    def layers(self) -> str:
+        """ "L0-2", as checkpoint files and logs name them."""
+        return f"L{self.first}-{self.end}"
+
+
+@dataclass(frozen=True)
 class PeerMetrics(Record, name="metrics"):
     """A trainer's latest step as its control process gossips it (from the worker's reports),
     with its worker's data-plane byte counters (cumulative; None from an older peer)."""
@@ -178,6 +204,9 @@ class PeerMetrics(Record, name="metrics"):
     start_step: int | None = None
     start_lineage: StartLineage = ""
     resume_never: bool = False
+    # a spare's copy duties in a plan of one pipeline, and how far each copy is (from the
+    # worker's CopyReport; a trainer has none)
+    copies: Annotated[tuple[StageCopy, ...], Seq(Nested(StageCopy), MAX_COPIES), OMITTED] = ()
 
     @property
     def started(self) -> str:

@@ -27,6 +27,7 @@ from p2ptrain import addresses, identity, procs
 from p2ptrain.errors import UserError
 from p2ptrain.records import (
     ComputeReport,
+    CopyReport,
     Heartbeat,
     Hello,
     MetricsReport,
@@ -218,6 +219,7 @@ class Worker:
                             checkpoint_dir(spec),
                             functools.partial(self._waited_superseded, version),
                             session.spare_start,
+                            self._report,
                         )
                 finally:
                     # a stopped session takes no more frames (the sender retries until our next
@@ -344,12 +346,12 @@ class Worker:
 
         return CpuProfiler() if self.settings.profile else NO_PROFILE
 
-    def _report(self, message: MetricsReport | SessionReport | StepProfile) -> None:
+    def _report(self, message: MetricsReport | SessionReport | StepProfile | CopyReport) -> None:
         line = json.dumps(message.to_dict())
         if self.settings.metrics_log:  # what `p2ptrain local` follows, step by step
             with open(self.settings.metrics_log, "a") as f:
                 f.write(line + "\n")
-        if not isinstance(message, MetricsReport):
+        if not isinstance(message, MetricsReport | CopyReport):
             return  # the IPC contract has no other worker -> control message to carry them
         if self.ipc is not None:
             self.ipc.send(message)

@@ -6,7 +6,10 @@ used to restart from initial weights (STAGE STATE LOST)."""
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -29,6 +32,7 @@ RUN = tiny_run_toml("copies-test", "spare_copy_interval_s = 1")  # 1 x 2 and a s
 STEPS = 500
 KILL_AFTER_STEP = 100
 COPIED = re.compile(r"copied layers L\d+-\d+ at step (\d+) from (\w+)")
+BOOTSTRAP = re.compile(r"/ip4/127\.0\.0\.1/tcp/\d+/p2p/\w+")
 
 
 def test_a_crashed_lone_holders_stage_resumes_from_the_spares_copy(tmp_path: Path) -> None:
@@ -36,6 +40,8 @@ def test_a_crashed_lone_holders_stage_resumes_from_the_spares_copy(tmp_path: Pat
     with local_run(*args) as proc:
         wait_for_steps(proc, workdir, KILL_AFTER_STEP, timeout_s=150)
         copied_step, holder = _a_copy(workdir, timeout_s=60)
+        # the organiser sees it: `status` names the spare's copy of that holder's stage
+        assert _copy_in_status(workdir, holder, timeout_s=30) >= copied_step
         kill_peer(workdir, _index_of(workdir, holder))
         summary = finish_local(proc, timeout_s=300)
     assert summary["steps"] == STEPS
@@ -61,6 +67,31 @@ def _a_copy(workdir: Path, timeout_s: float) -> tuple[int, str]:
         time.sleep(0.2)
     step, holder = max((int(step), holder) for step, holder in found)
     return step, holder
+
+
+def _copy_in_status(workdir: Path, holder: str, timeout_s: float) -> int:
+    """The step of a spare's copy of `holder`'s stage in the bootstrap's `status --json`."""
+    address = BOOTSTRAP.search((workdir / "bootstrap.log").read_text())
+    assert address is not None
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = subprocess.run(
+            [sys.executable, "-m", "p2ptrain", "status", "--bootstrap", address[0], "--json"],
+            capture_output=True,
+            timeout=30,
+            check=True,
+        )
+        peers = json.loads(status.stdout)["peers"]
+        steps = [
+            c["step"]
+            for p in peers
+            for c in (p["metrics"] or {}).get("copies", [])
+            if c["holder"] == holder and c["step"] is not None
+        ]
+        if steps:
+            return int(max(steps))
+        assert time.monotonic() < deadline, "status shows no copy"
+        time.sleep(1.0)
 
 
 def _index_of(workdir: Path, peer_id: str) -> int:

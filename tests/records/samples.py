@@ -7,6 +7,7 @@ from typing import Any
 from p2ptrain.records import (
     Claim,
     ComputeReport,
+    CopyReport,
     DialBackReply,
     DialBackRequest,
     DialResult,
@@ -15,6 +16,7 @@ from p2ptrain.records import (
     Hello,
     MetricsReport,
     OfferAnswer,
+    PeerMetrics,
     PeerRecord,
     Plan,
     PlanMessage,
@@ -27,6 +29,7 @@ from p2ptrain.records import (
     RunSpec,
     SessionReport,
     StageCompute,
+    StageCopy,
     StepProfile,
     Stop,
     SwarmStatus,
@@ -122,6 +125,10 @@ def telemetry_dict() -> dict[str, Any]:
             "resume_never": False,
         },
     }
+
+
+def copy_dict() -> dict[str, Any]:
+    return {"first": 0, "end": 2, "holder": A, "step": 1320}
 
 
 def metrics_dict() -> dict[str, Any]:
@@ -347,6 +354,17 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (Hello, {"type": "hello", "peer_id": A, "data_addrs": ["/ip4/127.0.0.1/tcp/1"], "pid": 42}),
     (MetricsReport, metrics_dict()),
     (SessionReport, {"type": "session", "plan": plan_dict(), "step": 4}),
+    (
+        CopyReport,
+        {
+            "type": "copies",
+            "copies": [copy_dict(), {**copy_dict(), "step": None}],
+            "term": 2,
+            "epoch": 5,
+        },
+    ),
+    (StageCopy, copy_dict()),
+    (PeerMetrics, PeerMetrics(copies=(StageCopy.from_dict(copy_dict()),)).to_dict()),
     (PlanMessage, {"type": "plan", "plan": plan_dict(), "run": RunSpec().to_dict()}),
     (StepProfile, profile_dict()),
     (StepProfile, {**profile_dict(), "averaging_cpu_before_s": None, "frames_cpu_s": None}),

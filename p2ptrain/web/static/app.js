@@ -104,8 +104,16 @@ function renderPlan(s, h) {
     `${plan.pipelines.length} × ${plan.stages}, cost ${num(plan.cost_s, 3)} s; ` +
     `step predicted ${num(predicted, 2)} s, measured ${num(measured, 2)} s` +
     (plan.reason ? `; reason: ${plan.reason}` : "");
+  // the spares' copies of the stages one peer alone holds: what a crash of that peer costs
+  const spares = new Set(plan.spares);
+  const copies = s.peers
+    .filter((p) => spares.has(p.id) && p.metrics && p.metrics.copies)
+    .flatMap((p) => p.metrics.copies.map((c) =>
+      `L${c.first}-${c.end} of ${short(c.holder)} ` +
+      (c.step === null ? "none yet" : `at step ${c.step}`) + ` on ${short(p.id)}`));
   document.getElementById("spares").textContent =
-    plan.spares.length ? "spares: " + plan.spares.map(short).join(", ") : "";
+    (plan.spares.length ? "spares: " + plan.spares.map(short).join(", ") : "") +
+    (copies.length ? "; copies: " + copies.join("; ") : "");
 }
 
 function planLinks(plan) {

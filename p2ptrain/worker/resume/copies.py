@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from p2ptrain.errors import WireError
-from p2ptrain.records import Plan, RunSpec
+from p2ptrain.records import CopyReport, Plan, RunSpec, StageCopy
 from p2ptrain.records.lineage import parse_tag
+from p2ptrain.records.peer import MAX_COPIES
 from p2ptrain.train.checkpoint import (
     SavedState,
     expected_state_bytes,
@@ -78,6 +79,16 @@ def next_step(directory: Path, duty: Duty, plan: Plan) -> int:
     return max(steps, default=-1) + 1
 
 
+def copy_notes(directory: Path, duties: list[Duty], plan: Plan) -> tuple[StageCopy, ...]:
+    """Each duty with the step of our newest copy of it (None: none yet), MAX_COPIES at most."""
+    notes = []
+    for duty in duties[:MAX_COPIES]:
+        layers, holder = duty
+        newest = next_step(directory, duty, plan) - 1
+        notes.append(StageCopy(layers.start, layers.stop, holder, newest if newest >= 0 else None))
+    return tuple(notes)
+
+
 def keep_copies(
     spec: RunSpec,
     plan: Plan,
@@ -85,10 +96,12 @@ def keep_copies(
     directory: Path,
     superseded: Callable[[float], bool],
     start: StartPoint | None,
+    report: Callable[[CopyReport], None],
 ) -> None:
     """A spare's copies for as long as its plan stands: `superseded(s)` waits up to `s` seconds
     and says whether the plan is over (a newer one, or a stop). `start`: what the plan's start
-    agreement chose (None: it failed). A spare's copies are its newest states, so a stale one,
+    agreement chose (None: it failed). `report` gets the duties and their newest copies' steps
+    (`status` shows them), at the start and after each copy. A spare's copies are its newest states, so a stale one,
     announced once its holder is gone, would contest the stage's newer states at a restart
     (covers.py): copies of other stages or holders go, those of a holder gone from the plan
     that the start did not take at once, the rest once the stage's copier had time for its
@@ -112,6 +125,11 @@ def keep_copies(
         drop_stale(directory, plan, start, duties, spec, at_once=True)
         drop_at = time.monotonic() + stale_after_s(spec, plan)
     due = dict.fromkeys(duties, time.monotonic())
+
+    def report_copies() -> None:
+        report(CopyReport(copy_notes(directory, duties, plan), plan.term, plan.epoch))
+
+    report_copies()
     copied_once: set[Duty] = set()
     failures = dict.fromkeys(duties, 0)
     while due or drop_at is not None:
@@ -126,6 +144,7 @@ def keep_copies(
             failures[duty] = 0 if copied is not None else failures[duty] + 1
             if copied:
                 copied_once.add(duty)
+                report_copies()
             wait_s = gaps[duty] if duty in copied_once else min(gaps[duty], FIRST_TRY_S)
             due[duty] = time.monotonic() + wait_s
         wake_at = min([*due.values(), *([drop_at] if drop_at is not None else [])], default=0.0)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from p2ptrain.errors import UserError, WireError
-from p2ptrain.records import LinkFacts, Plan, RunSpec
+from p2ptrain.records import LinkFacts, Plan, RunSpec, StageCopy
 from p2ptrain.records.lineage import next_lineage
 from p2ptrain.train.checkpoint import (
     SavedState,
@@ -24,7 +24,13 @@ from p2ptrain.train.checkpoint import (
 )
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
-from p2ptrain.worker.resume.copies import drop_stale, next_step, receive_copy, stale_after_s
+from p2ptrain.worker.resume.copies import (
+    copy_notes,
+    drop_stale,
+    next_step,
+    receive_copy,
+    stale_after_s,
+)
 from p2ptrain.worker.resume.copy_server import (
     HEAD,
     CopyRequest,
@@ -157,6 +163,16 @@ def test_the_copier_gets_the_holders_newest_state_before_the_last_then_waits_its
     again = tmp_path / "again"
     assert _exchange(server, "s0", CopyRequest(range(0, 1), 0), again) is None
     assert list_states(again) == []
+
+
+def test_a_spares_report_names_each_duty_and_its_newest_copy(tmp_path: Path) -> None:
+    """What `status` shows of a spare (control/worker_link.py puts it on its metrics)."""
+    spare_dir = tmp_path / "spare"
+    duties = [(range(0, 1), "h"), (range(1, 2), "g")]
+    assert copy_notes(spare_dir, duties, PLAN) == (StageCopy(0, 1, "h"), StageCopy(1, 2, "g"))
+    _exchange(_server(tmp_path), "s0", CopyRequest(range(0, 1), 0), spare_dir)
+    assert copy_notes(spare_dir, duties, PLAN) == (StageCopy(0, 1, "h", 40), StageCopy(1, 2, "g"))
+    assert StageCopy(0, 1, "h", 40).layers == "L0-1"  # as the logs and files name them
 
 
 def test_only_the_copier_of_our_stage_is_served_and_only_what_it_lacks(tmp_path: Path) -> None:
