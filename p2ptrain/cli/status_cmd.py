@@ -98,19 +98,21 @@ def format_status(status: SwarmStatus) -> str:
             lines.append(f"  pipeline {i}: " + " -> ".join(_short(p) for p in pipeline))
         if plan.spares:
             lines.append("  spares: " + ", ".join(_short(p) for p in plan.spares))
-        lines += _copy_lines(peers, set(plan.spares))
+        lines += _copy_lines(peers, set(plan.spares), (plan.term, plan.epoch))
     if status.waiting_for:  # last: the lines above keep their places for readers
         lines += ["", f"waiting for {status.waiting_for}"]
     return "\n".join(lines)
 
 
-def _copy_lines(peers: tuple[PeerStatus, ...], spares: set[str]) -> list[str]:
+def _copy_lines(
+    peers: tuple[PeerStatus, ...], spares: set[str], plan: tuple[int, int]
+) -> list[str]:
     """The plan's spares' copies of the stages one peer alone holds (worker/resume/copies.py):
-    what a crash of that peer would cost."""
+    what a crash of that peer would cost. Only those made under this plan."""
     lines = []
     for peer in peers:
         if peer.id in spares and peer.metrics is not None:
-            for c in peer.metrics.copies:
+            for c in peer.metrics.copies_under(plan):
                 at = "no copy yet" if c.step is None else f"copied at step {c.step}"
                 lines.append(
                     f"  copy of {c.layers} ({_short(c.holder)}): {at} on {_short(peer.id)}"

@@ -119,14 +119,17 @@ class WorkerLink:
         elif isinstance(message, CopyReport):
             # a spare's copy duties: on its metrics (a trainer's next report has none)
             metrics = state.view.own_metrics or PeerMetrics()
-            state.view.own_metrics = dataclasses.replace(metrics, copies=message.copies)
+            state.view.own_metrics = dataclasses.replace(
+                metrics, copies=message.copies, copies_plan=(message.term, message.epoch)
+            )
         elif isinstance(message, ComputeReport):
             state.stage_compute = message.compute
             state.publish_soon("record")  # the planner prices our stages from it
             log.info(
-                "worker timed the run's model: %.3g ms per row and block on %s",
+                "worker timed the run's model: %.3g ms per row and block on %s (%s)",
                 message.compute.block_row_s * 1e3,
                 message.compute.device,
+                message.compute.precision or "?",  # what its passes compute in for this run
             )
         else:
             log.warning("ipc: ignoring a %s message from the worker", message.TYPE)

@@ -3,10 +3,12 @@ per line, ipc_lines.py), and the worker's reports that `p2ptrain local` follows 
 
 worker -> control: `hello` once its data plane is up, `metrics` after every step, `heartbeat`
 every few seconds from its own thread (what it is doing and the step it is at: its control process
-judges its health from them, control/health.py), `compute` once it timed the run's model.
-control -> worker: `plan` (the accepted plan and the run spec), `stop`.
-Metrics logs (`join --metrics-log`) also carry `session`: a plan the worker started training on,
-and with `join --profile` a `profile` (records/profile.py) after each step's metrics.
+judges its health from them, control/health.py), `compute` once it timed the run's model,
+`copies` on a spare when its plan starts and after each copy (worker/resume/copies.py).
+control -> worker: `run` (the run spec), `plan` (the accepted plan and the run spec), `stop`.
+Metrics logs (`join --metrics-log`) carry `metrics` and `copies`, and also `session`: a plan the
+worker started training on, and with `join --profile` a `profile` (records/profile.py) after
+each step's metrics.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ envelope (control/wire.py) and is what the envelope's `kind` names."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -157,6 +158,22 @@ def _outcome_counts(value: object, record: str, name: str) -> dict[str, int]:
 StartLineage = Annotated[str, Custom(parse_start_lineage)]
 
 
+def _plan_key_reader(low_term: int) -> Callable[[object, str, str], tuple[int, int]]:
+    """A reader of a plan's (term, epoch), written [term, epoch], its term at least `low_term`."""
+
+    def read(value: object, record: str, name: str) -> tuple[int, int]:
+        if not isinstance(value, list | tuple) or len(value) != 2:
+            raise f.malformed(record, f"{name} must be [term, epoch]")
+        term = f.integer(value[0], record, name, low_term, MAX_TERM)
+        return (term, f.integer(value[1], record, name, 0))
+
+    return read
+
+
+_plan_key = _plan_key_reader(1)  # an elected planner's
+_any_plan_key = _plan_key_reader(0)  # term 0 too: a plan made without an election
+
+
 @dataclass(frozen=True)
 class StageCopy(Record, name="stage copy"):
     """One copy duty of a spare (worker/resume/copies.py): the blocks [first, end) that `holder`
@@ -204,9 +221,15 @@ class PeerMetrics(Record, name="metrics"):
     start_step: int | None = None
     start_lineage: StartLineage = ""
     resume_never: bool = False
-    # a spare's copy duties in a plan of one pipeline, and how far each copy is (from the
-    # worker's CopyReport; a trainer has none)
+    # a spare's copy duties in a plan of one pipeline, how far each copy is, and that plan's
+    # (term, epoch): shown only under that plan (from the worker's CopyReport; a trainer has none)
     copies: Annotated[tuple[StageCopy, ...], Seq(Nested(StageCopy), MAX_COPIES), OMITTED] = ()
+    copies_plan: Annotated[tuple[int, int] | None, Nullable(Custom(_any_plan_key)), OMITTED] = None
+
+    def copies_under(self, plan: tuple[int, int] | None) -> tuple[StageCopy, ...]:
+        """The copies this spare reported under `plan` (a plan's (term, epoch)): none if they
+        were another plan's (a spare keeps them until its next report)."""
+        return self.copies if plan is not None and self.copies_plan == plan else ()
 
     @property
     def started(self) -> str:
@@ -249,13 +272,6 @@ class Telemetry(Record, name="telemetry"):
     health: Annotated[Health | None, OMITTED] = None
     coordinate: Annotated[NetCoordinate | None, Wire(key="coord", omit_default=True)] = None
     capacity: Annotated[AccessCapacity | None, Wire(key="cap", omit_default=True)] = None
-
-
-def _plan_key(value: object, record: str, name: str) -> tuple[int, int]:
-    """A plan's (term, epoch), written [term, epoch]."""
-    if not isinstance(value, list | tuple) or len(value) != 2:
-        raise f.malformed(record, f"{name} must be [term, epoch]")
-    return (f.integer(value[0], record, name, 1, MAX_TERM), f.integer(value[1], record, name, 0))
 
 
 @dataclass(frozen=True)

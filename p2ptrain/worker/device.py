@@ -1,11 +1,12 @@
 """Where a worker's stage trains: the device, its memory, and the precision it computes in.
 
 `--device auto` takes the best the machine has: the first CUDA GPU, else Apple's MPS, else the
-CPU. On a GPU with bf16 arithmetic (compute capability 8.0 and later: Ampere, Ada, Hopper) the
-passes run under autocast in bf16. An older GPU (Turing's T4 and RTX 20xx, Volta, Pascal) has
-none: torch's `is_bf16_supported()` still says yes there, by emulation, no faster than fp32 and
-less precise. There the passes run in fp16 if the run scales its loss (`loss_scale` > 1, else
-fp16 gradients underflow), else in fp32. Weights, gradients, optimizer state and everything
+CPU. On a GPU with bf16 arithmetic (compute capability 8.0 and later: Ampere, Ada, Hopper;
+AMD's MI100 and later, RDNA 3) the passes run under autocast in bf16. An older GPU (Turing's T4
+and RTX 20xx, Volta, the P100) has none: torch's `is_bf16_supported()` still says yes there, by
+emulation, no faster than fp32 and less precise. There the passes run in fp16 if the run scales
+its loss (`loss_scale` > 1, else fp16 gradients underflow), else in fp32; on a GTX 10xx (slow
+fp16) in fp32. Weights, gradients, optimizer state and everything
 that leaves the device (frames, averaging, checkpoints) stay fp32. On the CPU everything is
 fp32, on as many threads as the node is given.
 """
@@ -95,17 +96,31 @@ class Precision:
 FP32 = Precision()
 
 
-BF16_CAPABILITY = 8  # the first CUDA compute capability with bf16 arithmetic (Ampere)
+BF16_CAPABILITY = (8, 0)  # the first CUDA compute capability with bf16 arithmetic (Ampere)
+# fp16 at full rate or better: Volta on, and the P100 (6.0); Pascal's other parts (6.1, 6.2:
+# the GTX 10xx) compute fp16 at 1/64 of fp32's rate
+FP16_CAPABILITY, P100 = (7, 0), (6, 0)
+# AMD GPUs with bf16 matrix instructions (CDNA 1-3: MI100, MI200, MI300; RDNA 3 and 4); older
+# ones (MI50, RDNA 1-2) have none, and torch's is_bf16_supported() says yes there as well
+ROCM_BF16_ARCHS = ("gfx908", "gfx90a", "gfx94", "gfx95", "gfx11", "gfx12")
 
 
 def precision_for(device: torch.device, loss_scale: float = 1.0) -> Precision:
     """bf16 autocast on a GPU with bf16 arithmetic; on an older GPU fp16 where the run scales
-    its loss (`loss_scale` > 1), else fp32; fp32 off the GPU."""
+    its loss (`loss_scale` > 1) and the GPU computes fp16 at full rate, else fp32; fp32 off
+    the GPU."""
     if device.type != "cuda":
         return Precision(device.type, None)
-    if torch.version.hip or torch.cuda.get_device_capability(device)[0] >= BF16_CAPABILITY:
-        return Precision("cuda", torch.bfloat16)  # (every GPU ROCm runs has bf16)
-    return Precision("cuda", torch.float16 if loss_scale > 1.0 else None)
+    if torch.version.hip:  # ROCm's GPUs are "cuda" devices to torch
+        arch = str(getattr(torch.cuda.get_device_properties(device), "gcnArchName", ""))
+        bf16, fast_fp16 = arch.startswith(ROCM_BF16_ARCHS), True
+    else:
+        capability = torch.cuda.get_device_capability(device)
+        bf16 = capability >= BF16_CAPABILITY
+        fast_fp16 = capability >= FP16_CAPABILITY or capability == P100
+    if bf16:
+        return Precision("cuda", torch.bfloat16)
+    return Precision("cuda", torch.float16 if loss_scale > 1.0 and fast_fp16 else None)
 
 
 def precision_note(device: torch.device) -> str:

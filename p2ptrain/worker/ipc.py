@@ -19,6 +19,7 @@ from p2ptrain.errors import UserError
 from p2ptrain.ipc_lines import LineBuffer, decode, encode
 from p2ptrain.records import (
     ComputeReport,
+    CopyReport,
     Hello,
     Message,
     PlanMessage,
@@ -35,8 +36,9 @@ RECONNECT_TIMEOUT_S = 300.0
 # reader's reconnect takes over (a blocking send held the trainer and heartbeat threads for good)
 SEND_TIMEOUT_S = 30.0
 RECONNECT_POLL_S = 0.2
-# what a restarted control process must hear again: who this worker is and what it computes
-SAID_ONCE = (Hello, ComputeReport)
+# what a restarted control process must hear again: who this worker is, what it computes and,
+# on a spare, what it copies (its latest report: the next may be a copy gap away)
+SAID_ONCE = (Hello, ComputeReport, CopyReport)
 
 
 class PlanInbox:

@@ -26,7 +26,8 @@ def test_a_spares_copy_report_is_its_metrics_until_it_trains() -> None:
     link._on_message(CopyReport(_copies(None), 1, 2))
     assert view.own_metrics is not None and view.own_metrics.copies == _copies(None)
     link._on_message(CopyReport(_copies(1320), 1, 2))
-    assert view.own_metrics.copies == _copies(1320)
+    assert view.own_metrics.copies_under((1, 2)) == _copies(1320)
+    assert view.own_metrics.copies_under((1, 3)) == ()  # another plan's: not shown under it
     link._on_message(MetricsReport.from_dict(metrics_dict()))  # placed at a stage: no duties
     assert view.own_metrics.copies == () and view.own_metrics.step == 3
 
@@ -34,7 +35,8 @@ def test_a_spares_copy_report_is_its_metrics_until_it_trains() -> None:
 def test_status_shows_what_each_spare_of_the_plan_holds_of_the_lone_holders() -> None:
     v, feed = make_view()
     copies = [c.to_dict() for c in _copies(1320)]
-    v.accept(feed("telemetry", C, {"links": {}, "metrics": {"step": None, "copies": copies}}), 0.1)
+    metrics = {"step": None, "copies": copies, "copies_plan": [1, 2]}
+    v.accept(feed("telemetry", C, {"links": {}, "metrics": metrics}), 0.1)
     v.plan = Plan(1, 2, A, 2, ((A, B),), (C,), {}, 1.0)
     document = swarm_status(v, 0.2).to_dict()
     assert SwarmStatus.from_dict(document).to_dict() == document  # what --json prints
@@ -43,6 +45,9 @@ def test_status_shows_what_each_spare_of_the_plan_holds_of_the_lone_holders() ->
     table = format_status(SwarmStatus.from_dict(document))
     assert f"copy of L0-2 (…{A[-8:]}): copied at step 1320 on …{C[-8:]}" in table
     assert f"copy of L2-4 (…{B[-8:]}): no copy yet on …{C[-8:]}" in table
-    # no longer a spare of the plan: its duties were the last plan's
-    v.plan = Plan(1, 3, A, 2, ((A, B), (C, ME)), (), {}, 1.0)
+    # a spare still, of the next plan: what it reported was the last plan's until it reports again
+    v.plan = Plan(1, 3, A, 2, ((A, B),), (C,), {}, 1.0)
+    assert "copy of" not in format_status(swarm_status(v, 0.3))
+    # no longer a spare of the plan
+    v.plan = Plan(1, 2, A, 2, ((A, B), (C, ME)), (), {}, 1.0)
     assert "copy of" not in format_status(swarm_status(v, 0.3))

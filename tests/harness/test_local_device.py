@@ -1,5 +1,7 @@
-"""`p2ptrain local --device`: every node's `join --device`, the direct workers' too; a name it
-does not know, or a device that is not here, is refused before anything starts."""
+"""`p2ptrain local --device`: a name it does not know, or a device that is not here, is refused
+before anything starts, and the direct workers are started on it. (Through the control plane,
+every node's `join --device`: the integration tests that compare with the CPU reference pass
+`--device cpu`, and on a GPU machine fail without it.)"""
 
 from __future__ import annotations
 

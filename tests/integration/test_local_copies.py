@@ -81,11 +81,14 @@ def _copy_in_status(workdir: Path, holder: str, timeout_s: float) -> int:
             timeout=30,
             check=True,
         )
-        peers = json.loads(status.stdout)["peers"]
+        document = json.loads(status.stdout)
+        plan = document["plan"] or {"spares": []}
         steps = [
             c["step"]
-            for p in peers
-            for c in (p["metrics"] or {}).get("copies", [])
+            for p in document["peers"]
+            if p["id"] in plan["spares"]
+            and (p["metrics"] or {}).get("copies_plan") == [plan.get("term"), plan.get("epoch")]
+            for c in p["metrics"]["copies"]
             if c["holder"] == holder and c["step"] is not None
         ]
         if steps:

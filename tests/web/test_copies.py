@@ -16,13 +16,17 @@ def copying_swarm() -> SwarmStatus:
     """One pipeline of 4 and 2 spares: the first copies stages 0 and 2 (one copy so far), the
     second stages 1 and 3."""
     status = swarm(6, stages=4)
+    assert status.plan is not None
+    plan = (status.plan.term, status.plan.epoch)  # made under the plan shown
     holders = [p.id for p in status.peers[:4]]
     duties = {
         status.peers[4].id: (StageCopy(0, 1, holders[0], 40), StageCopy(2, 3, holders[2])),
         status.peers[5].id: (StageCopy(1, 2, holders[1], 38), StageCopy(3, 4, holders[3], 39)),
     }
     peers = tuple(
-        dataclasses.replace(p, metrics=PeerMetrics(copies=duties[p.id])) if p.id in duties else p
+        dataclasses.replace(p, metrics=PeerMetrics(copies=duties[p.id], copies_plan=plan))
+        if p.id in duties
+        else p
         for p in status.peers
     )
     return dataclasses.replace(status, peers=peers)

@@ -77,31 +77,67 @@ def test_device_and_threads_travel_on_the_worker_command_line() -> None:
     assert cpu_threads(3) == 3 and cpu_threads(0) >= 1
 
 
+OLD_GPU_NOTE = "float16 if the run sets loss_scale, else fp32"
+
+
 @pytest.mark.parametrize(
     ("capability", "plain", "scaled", "note"),
     [
         ((9, 0), torch.bfloat16, torch.bfloat16, "bfloat16"),  # Hopper
         ((8, 6), torch.bfloat16, torch.bfloat16, "bfloat16"),  # RTX 30xx
-        ((7, 5), None, torch.float16, "float16 if the run sets loss_scale, else fp32"),  # T4
-        ((6, 1), None, torch.float16, "float16 if the run sets loss_scale, else fp32"),
+        ((7, 5), None, torch.float16, OLD_GPU_NOTE),  # T4, RTX 20xx
+        ((7, 0), None, torch.float16, OLD_GPU_NOTE),  # V100
+        ((6, 0), None, torch.float16, OLD_GPU_NOTE),  # P100
+        ((6, 1), None, None, "fp32"),  # GTX 10xx: fp16 at 1/64 of fp32's rate
     ],
 )
 def test_a_gpu_without_bf16_arithmetic_computes_in_fp16_only_where_the_run_scales_its_loss(
     monkeypatch: pytest.MonkeyPatch,
     capability: tuple[int, int],
     plain: torch.dtype | None,
-    scaled: torch.dtype,
+    scaled: torch.dtype | None,
     note: str,
 ) -> None:
     """torch's is_bf16_supported() says yes on a T4 (bf16 emulated: no faster than fp32, less
-    precise); fp16 there underflows small gradients unless the run scales its loss."""
+    precise); fp16 there underflows small gradients unless the run scales its loss. The GPU
+    asked about is the node's own (cuda:1 here), not the first."""
+
+    def capability_of(device: torch.device) -> tuple[int, int]:
+        return capability if device == torch.device("cuda", 1) else (9, 0)
+
     monkeypatch.setattr(torch.version, "hip", None)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
-    gpu = torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", capability_of)
+    gpu = torch.device("cuda", 1)
     assert precision_for(gpu) == Precision("cuda", plain)
     assert precision_for(gpu, loss_scale=1024.0) == Precision("cuda", scaled)
     assert precision_note(gpu) == note
     assert precision_note(torch.device("cpu")) == "fp32"
+
+
+@pytest.mark.parametrize(
+    ("arch", "plain", "scaled"),
+    [
+        ("gfx90a:sramecc+:xnack-", torch.bfloat16, torch.bfloat16),  # MI200
+        ("gfx942", torch.bfloat16, torch.bfloat16),  # MI300
+        ("gfx1100", torch.bfloat16, torch.bfloat16),  # RX 7900
+        ("gfx1030", None, torch.float16),  # RX 6800: no bf16
+        ("gfx906", None, torch.float16),  # MI50
+    ],
+)
+def test_on_rocm_bf16_is_judged_by_the_gpus_architecture(
+    monkeypatch: pytest.MonkeyPatch, arch: str, plain: torch.dtype | None, scaled: torch.dtype
+) -> None:
+    """ROCm's torch says bf16 is supported on every AMD GPU, and reports an architecture, not
+    a CUDA compute capability."""
+
+    class Properties:
+        gcnArchName = arch
+
+    monkeypatch.setattr(torch.version, "hip", "6.2")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: Properties())
+    gpu = torch.device("cuda", 0)
+    assert precision_for(gpu) == Precision("cuda", plain)
+    assert precision_for(gpu, loss_scale=1024.0) == Precision("cuda", scaled)
 
 
 def _step(

@@ -1,6 +1,6 @@
 """The worker outlives its control process: when the IPC socket closes (the supervisor restarts a
 control process that died), the worker waits for the socket to come back, connects again and
-repeats its hello, instead of stopping (issue 26: no per-connection failure ends a node)."""
+repeats its hello (and its latest compute and copies reports), instead of stopping (issue 26: no per-connection failure ends a node)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from p2ptrain import identity
 from p2ptrain.errors import UserError
 from p2ptrain.ipc_lines import encode
-from p2ptrain.records import Heartbeat, Hello, Stop
+from p2ptrain.records import CopyReport, Heartbeat, Hello, StageCopy, Stop
 from p2ptrain.worker.ipc import IpcClient, PlanInbox
 
 
@@ -46,7 +46,9 @@ def test_worker_waits_for_a_restarted_control_and_says_hello_again(tmp_path: Pat
     hello = Hello(identity.peer_id_of(os.urandom(32)), ("/ip4/127.0.0.1/tcp/1",), os.getpid())
     client.send(hello)
     client.send(Heartbeat("training", 7, 1, 1))
-    assert [m["type"] for m in read_lines(conn, 2)] == ["hello", "heartbeat"]
+    copies = CopyReport((StageCopy(0, 2, hello.peer_id, None),), 1, 1)
+    client.send(copies)  # a spare's duties: the next report may be a copy gap away
+    assert [m["type"] for m in read_lines(conn, 3)] == ["hello", "heartbeat", "copies"]
 
     conn.close()  # the control process dies: its socket goes with it
     first.close()
@@ -57,7 +59,8 @@ def test_worker_waits_for_a_restarted_control_and_says_hello_again(tmp_path: Pat
 
     second = listen_at(path)  # the restarted control process
     conn, _ = second.accept()
-    assert read_lines(conn, 1) == [hello.to_dict()]  # only who it is, not stale heartbeats
+    # who it is and what it copies, not stale heartbeats
+    assert read_lines(conn, 2) == [hello.to_dict(), copies.to_dict()]
     client.send(Heartbeat("training", 9, 1, 1))
     assert read_lines(conn, 1)[0]["step"] == 9
     conn.sendall(encode(Stop()))  # and the new control process's orders reach it

@@ -105,9 +105,12 @@ function renderPlan(s, h) {
     `step predicted ${num(predicted, 2)} s, measured ${num(measured, 2)} s` +
     (plan.reason ? `; reason: ${plan.reason}` : "");
   // the spares' copies of the stages one peer alone holds: what a crash of that peer costs
+  // (those made under this plan: a spare keeps its last plan's until it reports again)
   const spares = new Set(plan.spares);
+  const underPlan = (m) => m && m.copies && m.copies_plan &&
+    m.copies_plan[0] === plan.term && m.copies_plan[1] === plan.epoch;
   const copies = s.peers
-    .filter((p) => spares.has(p.id) && p.metrics && p.metrics.copies)
+    .filter((p) => spares.has(p.id) && underPlan(p.metrics))
     .flatMap((p) => p.metrics.copies.map((c) =>
       `L${c.first}-${c.end} of ${short(c.holder)} ` +
       (c.step === null ? "none yet" : `at step ${c.step}`) + ` on ${short(p.id)}`));
