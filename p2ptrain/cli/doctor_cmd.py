@@ -9,7 +9,13 @@ import argparse
 import json
 
 from p2ptrain.control.settings import BOOTSTRAP
-from p2ptrain.node.settings import CONTROL_ONLY, DATA_LISTEN, NODE_ANNOUNCE, NODE_LISTEN
+from p2ptrain.node.settings import (
+    CONTROL_ONLY,
+    DATA_LISTEN,
+    NODE_ANNOUNCE,
+    NODE_DEVICE,
+    NODE_LISTEN,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     BOOTSTRAP.add(parser)
     for flag in (NODE_LISTEN, DATA_LISTEN, NODE_ANNOUNCE, CONTROL_ONLY):
         flag.add(parser, help=f"as `join {flag.name}`: {flag.options['help']}")
+    NODE_DEVICE.add(
+        parser, default="auto", help=f"as `join --device`: {NODE_DEVICE.options['help']}"
+    )
     parser.add_argument(
         "--json", action="store_true", help="also print one JSON object as the last line"
     )
@@ -32,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
             data_listen=args.data_listen,
             announce=tuple(args.announce),
             control_only=args.control_only,
+            device=args.device,
         )
     )
     for check in diagnosis.checks:

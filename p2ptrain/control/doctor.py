@@ -72,6 +72,7 @@ class NetworkReport:
 
     checks: list[Check] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
+    loss_scale: float | None = None  # the run's (None: the run spec did not arrive)
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,8 @@ async def _check_bootstrap(
     run_id = "?"
     try:  # a skewed clock refuses the envelope as stale: the clock line says so
         body = wire.decode(str(reply["envelope"]).encode(), max_age_s=float("inf")).body
-        run_id = body.run_id if isinstance(body, RunSpec) else "?"
+        if isinstance(body, RunSpec):
+            run_id, report.loss_scale = body.run_id, body.optim.loss_scale
     except wire.WireError:
         pass
     report.facts.update(rtt_ms=round(rtt_ms, 2), run=run_id, bootstrap_peer=str(info.peer_id))

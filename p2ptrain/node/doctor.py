@@ -25,7 +25,8 @@ from p2ptrain.node.supervisor import worker_available
 from p2ptrain.worker import private_tmp
 
 DAEMON_TIMEOUT_S = 90.0  # hivemind's import (torch) and p2pd's start on a slow machine
-ORDER = ("bootstrap", "reachability", "nat", "ports", "daemon", "clock", "bandwidth")
+ORDER = ("bootstrap", "reachability", "nat", "ports", "daemon", "device", "clock", "bandwidth")
+NO_DEVICE_FIX = "join with --device auto, or name a device this machine has (cpu, cuda:I, mps)"
 NO_DATA_PLANE_FIX = (
     "install the train extra (pip install 'p2ptrain[train]'), or join --control-only"
 )
@@ -38,6 +39,7 @@ class DoctorSettings:
     data_listen: str = addresses.JOIN_DATA_LISTEN
     announce: tuple[str, ...] = ()
     control_only: bool = False
+    device: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ def diagnose(settings: DoctorSettings) -> Diagnosis:
     ports = ports_check(control_port, data_port, taken, settings.control_only)
     daemon = None
     if not settings.control_only and ports.status == "ok" and worker_available():
-        daemon = start_daemon_check(settings.data_listen)
+        daemon = start_daemon_check(settings.data_listen, settings.device)
     try:
         # a taken control port: the network checks listen elsewhere, reachability means nothing
         listen = f"/ip4/{control_host}/tcp/0" if control_port in taken else settings.listen
@@ -79,12 +81,16 @@ def diagnose(settings: DoctorSettings) -> Diagnosis:
             text = f"reachability: not checked (port {control_port} is taken)"
             checks["reachability"] = Check("reachability", "skip", text)
         checks["ports"] = ports
-        checks["daemon"] = daemon_check(daemon, settings.control_only, ports.status == "ok")
+        checks["daemon"], device = daemon_check(daemon, settings.control_only, ports.status == "ok")
+        checks["device"] = device_check(device, report.loss_scale, settings.control_only)
     finally:
         if daemon is not None and daemon.poll() is None:  # the checks raised (Ctrl-C)
             stop_daemon_check(daemon)
     ordered = tuple(checks[name] for name in ORDER if name in checks)
-    return Diagnosis(ordered, report.facts)
+    facts = dict(report.facts)
+    if checks["device"].status == "ok" and device is not None:
+        facts.update(device=device.get("name"), precision=run_precision(device, report.loss_scale))
+    return Diagnosis(ordered, facts)
 
 
 def taken_ports(endpoints: Sequence[tuple[str, int]]) -> set[int]:
@@ -116,20 +122,47 @@ def ports_check(control_port: int, data_port: int, taken: set[int], control_only
     return Check("ports", "ok", f"ports {names} free")
 
 
-def daemon_check(proc: subprocess.Popen[bytes] | None, control_only: bool, ports_ok: bool) -> Check:
-    """The daemon's line: from its child process, or why there was none."""
+def daemon_check(
+    proc: subprocess.Popen[bytes] | None, control_only: bool, ports_ok: bool
+) -> tuple[Check, dict[str, Any] | None]:
+    """The daemon's line and the device facts: from its child process, or why there was none."""
     if control_only:
-        return Check("daemon", "skip", "data-plane daemon: not checked (--control-only)")
+        return Check("daemon", "skip", "data-plane daemon: not checked (--control-only)"), None
     if not ports_ok:
-        return Check("daemon", "skip", "data-plane daemon: not started (see ports)")
+        return Check("daemon", "skip", "data-plane daemon: not started (see ports)"), None
     if proc is None:
         text = "data-plane daemon: hivemind and torch are not installed"
-        return Check("daemon", "FAIL", text, NO_DATA_PLANE_FIX)
+        return Check("daemon", "FAIL", text, NO_DATA_PLANE_FIX), None
     return finish_daemon_check(proc)
 
 
-def start_daemon_check(data_listen: str) -> subprocess.Popen[bytes]:
+def device_check(
+    facts: dict[str, Any] | None, loss_scale: float | None, control_only: bool
+) -> Check:
+    """Where the stage would train, and in what precision under this run (its `loss_scale`:
+    worker/device.py), from the daemon check's child; FAIL if `--device` is not here."""
+    if control_only:
+        return Check("device", "skip", "device: not checked (--control-only)")
+    if not facts or "installed" in str(facts.get("error", "")):
+        return Check("device", "skip", "device: not checked (see the daemon's line)")
+    if "error" in facts:
+        return Check("device", "FAIL", f"device: {facts['error']}", NO_DEVICE_FIX)
+    memory = f"{int(facts.get('memory_bytes') or 0) / 2**30:.0f} GiB"
+    precision = run_precision(facts, loss_scale)
+    return Check("device", "ok", f"device {facts.get('name')} ({memory}): passes in {precision}")
+
+
+def run_precision(facts: dict[str, Any], loss_scale: float | None) -> str:
+    """What the passes compute in under a run of `loss_scale` (None: not known, both said)."""
+    plain, scaled = str(facts.get("precision")), str(facts.get("precision_scaled"))
+    if loss_scale is None:
+        return plain if plain == scaled else f"{plain} ({scaled} if the run sets loss_scale)"
+    return scaled if loss_scale > 1.0 else plain
+
+
+def start_daemon_check(data_listen: str, device: str = "auto") -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "p2ptrain.worker.daemon_check", "--listen", data_listen]
+    argv += ["--device", device]
     return procs.spawn(argv, log_path=os.devnull, stdout=subprocess.PIPE)
 
 
@@ -140,29 +173,28 @@ def stop_daemon_check(proc: subprocess.Popen[bytes]) -> None:
     private_tmp.sweep_temp()
 
 
-def finish_daemon_check(proc: subprocess.Popen[bytes]) -> Check:
+def finish_daemon_check(proc: subprocess.Popen[bytes]) -> tuple[Check, dict[str, Any] | None]:
+    """The daemon's line, and the device facts the child found (None: it said nothing)."""
     try:
         out, _ = proc.communicate(timeout=DAEMON_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         stop_daemon_check(proc)
-        return Check(
-            "daemon",
-            "FAIL",
-            f"data-plane daemon: no answer in {DAEMON_TIMEOUT_S:.0f} s",
-            NO_DATA_PLANE_FIX,
-        )
+        text = f"data-plane daemon: no answer in {DAEMON_TIMEOUT_S:.0f} s"
+        return Check("daemon", "FAIL", text, NO_DATA_PLANE_FIX), None
     result: dict[str, Any] = {}
     with contextlib.suppress(ValueError, IndexError):
         result = json.loads(out.decode(errors="replace").strip().splitlines()[-1])
+    device = result.get("device") if isinstance(result.get("device"), dict) else None
     if result.get("ok"):
         where = str((result.get("addrs") or ["?"])[0]).split("/p2p/")[0]
         go = result.get("go_runtime")
         settings = "".join(f", {k}={v}" for k, v in go.items()) if isinstance(go, dict) else ""
-        return Check("daemon", "ok", f"data-plane daemon starts (p2pd on {where}{settings})")
+        text = f"data-plane daemon starts (p2pd on {where}{settings})"
+        return Check("daemon", "ok", text), device
     error = result.get("error") or f"exit code {proc.returncode}"
     fix = (
         NO_DATA_PLANE_FIX
         if "not installed" in error
         else "see the error; a free --data-listen port?"
     )
-    return Check("daemon", "FAIL", f"data-plane daemon does not start: {error}", fix)
+    return Check("daemon", "FAIL", f"data-plane daemon does not start: {error}", fix), device

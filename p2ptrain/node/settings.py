@@ -46,6 +46,13 @@ CONTROL_ONLY = Flag(
     "--control-only",
     {"action": "store_true", "help": "run the control plane alone (no worker)"},
 )
+NODE_DEVICE = Flag(
+    "--device",
+    {
+        "help": "where this node's stage trains: auto (the first CUDA GPU, else Apple's MPS, "
+        "else the CPU), cpu, mps, cuda or cuda:I (default %(default)s)"
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -68,16 +75,7 @@ class NodeSettings(FlagRecord):
     )
     identity: str = flag_field(IDENTITY, DEFAULT_IDENTITY)
     control_only: bool = flag_field(CONTROL_ONLY, False)
-    device: str = flag_field(
-        Flag(
-            "--device",
-            {
-                "help": "where this node's stage trains: auto (the first CUDA GPU, else Apple's "
-                "MPS, else the CPU), cpu, mps, cuda or cuda:I (default %(default)s)"
-            },
-        ),
-        "auto",
-    )
+    device: str = flag_field(NODE_DEVICE, "auto")
     threads: int = flag_field(
         Flag(
             "--threads",

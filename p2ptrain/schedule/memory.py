@@ -19,6 +19,7 @@ from p2ptrain.records.model_config import ModelConfig
 VALUE_BYTES = 4  # fp32: weights, gradients, moments and activations
 TOKEN_ID_BYTES = 8  # int64 ids (the embedding's input, the loss's targets)
 ADAM_MOMENTS = 2  # exp_avg and exp_avg_sq, one value each per weight
+OUTER_VECTORS = 4  # DiLoCo: anchor, outer momentum, a round's parameters and pseudo-gradient
 ADAM_STEP_BYTES = 4  # AdamW's step counter: one fp32 scalar per parameter tensor
 
 
@@ -30,11 +31,18 @@ class StageMemory:
     gradient_bytes: int
     optimizer_bytes: int
     activation_bytes: int
+    # sync = "diloco": the anchor, the outer momentum and a round's two buffers (the parameters
+    # it started from, their pseudo-gradient), fp32 on the stage's device (train/outer.py)
+    outer_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
         return (
-            self.weight_bytes + self.gradient_bytes + self.optimizer_bytes + self.activation_bytes
+            self.weight_bytes
+            + self.gradient_bytes
+            + self.optimizer_bytes
+            + self.activation_bytes
+            + self.outer_bytes
         )
 
 
@@ -125,10 +133,11 @@ def stage_activation_bytes(config: ModelConfig, layers: range, rows: int) -> int
 
 
 def stage_memory(
-    config: ModelConfig, layers: range, rows: int, micro_batches: int = 1
+    config: ModelConfig, layers: range, rows: int, micro_batches: int = 1, diloco: bool = False
 ) -> StageMemory:
     """Bytes the stage holding blocks `layers` needs to train: weights, gradients, AdamW state,
-    and the activations of `micro_batches` in-flight micro-batches of `rows` sequences each."""
+    the activations of `micro_batches` in-flight micro-batches of `rows` sequences each, and
+    under `diloco` the outer step's state and buffers."""
     params = stage_parameters(config, layers)
     return StageMemory(
         weight_bytes=params * VALUE_BYTES,
@@ -136,4 +145,5 @@ def stage_memory(
         optimizer_bytes=params * ADAM_MOMENTS * VALUE_BYTES
         + _stage_tensors(config, layers) * ADAM_STEP_BYTES,
         activation_bytes=micro_batches * stage_activation_bytes(config, layers, rows),
+        outer_bytes=OUTER_VECTORS * params * VALUE_BYTES if diloco else 0,
     )

@@ -195,6 +195,7 @@ class OuterOptimizer:
         if {k for k in tensors if k.startswith((ANCHOR, MOMENTUM))} != expected:
             raise WireError("malformed outer state: not this stage's parameters")
         flats = []
+        device = self.anchor.device  # the stage's: a state is read onto the CPU
         for prefix in (ANCHOR, MOMENTUM):
             parts = []
             for name, param in self.named:
@@ -205,7 +206,7 @@ class OuterOptimizer:
             flat = torch.cat(parts) if parts else torch.zeros(0)
             if not bool(torch.isfinite(flat).all()):
                 raise WireError("malformed outer state: a value is not finite")
-            flats.append(flat)
+            flats.append(flat.to(device))
         self.anchor, self.momentum_buffer = flats
         self.outer_steps = steps
         if not keep_params:

@@ -83,7 +83,7 @@ def measure_stage_compute(spec: RunSpec, device: torch.device | None = None) -> 
         embed_row_s=seconds[1],
         head_row_s=seconds[2],
         rows=rows,
-        device=_device_name(device),
+        device=device_name(device),
         run_id=spec.run_id,
         memory_bytes=memory_bytes(device),
         precision=precision.name,
@@ -102,7 +102,8 @@ def _mean_s(run: Callable[[], None], device: torch.device, window_s: float) -> f
     return (time.perf_counter() - start) / count
 
 
-def _device_name(device: torch.device) -> str:
+def device_name(device: torch.device) -> str:
+    """The device as the planner and `doctor` name it: `cuda NVIDIA H200`, `cpu`."""
     if device.type == "cuda":
         return f"cuda {torch.cuda.get_device_name(device)}"[:80]
     return str(device)

@@ -1,7 +1,10 @@
-"""Does the data plane's daemon start here? `python -m p2ptrain.worker.daemon_check --listen MADDR`
-starts hivemind's p2pd on MADDR (as a worker would), prints one JSON line `{"ok": true,
-"addrs": [...], "p2pd": PATH, "go_runtime": {...}}` (the daemon's Go settings, as it runs:
-worker/daemon_env.py) or `{"ok": false, "error": ...}`, stops it and exits (0 or 1).
+"""Does the data plane's daemon start here, and where would the stage train? `python -m
+p2ptrain.worker.daemon_check --listen MADDR [--device NAME]` starts hivemind's p2pd on MADDR (as a
+worker would), prints one JSON line `{"ok": true, "addrs": [...], "p2pd": PATH, "go_runtime":
+{...}, "device": {...}}` (the daemon's Go settings, as it runs: worker/daemon_env.py) or `{"ok":
+false, "error": ..., "device": {...}}`, stops it and exits (0 or 1). `device` (device_facts):
+`{"name", "memory_bytes", "precision", "precision_scaled"}` (what the passes compute in, without
+and with the run's `loss_scale`: worker/device.py) or `{"error"}` (the device is not here).
 
 `p2ptrain doctor` runs it as a child process: hivemind and py-libp2p are never imported into one
 process. As a worker does, it installs the watchdog first (p2pd, which has no parent-death signal,
@@ -61,9 +64,31 @@ def _daemon_go_runtime() -> dict[str, str]:
     return {}
 
 
+def device_facts(name: str) -> dict[str, Any]:
+    """Where `--device name` trains here, and in what precision; or why it cannot."""
+    try:
+        import torch  # noqa: F401  (the train extra: its absence is the daemon's error too)
+
+        from p2ptrain.worker.compute_probe import device_name
+        from p2ptrain.worker.device import memory_bytes, precision_for, resolve_device
+
+        device = resolve_device(name)
+        return {
+            "name": device_name(device),
+            "memory_bytes": memory_bytes(device),
+            "precision": precision_for(device).name,
+            "precision_scaled": precision_for(device, loss_scale=2.0).name,
+        }
+    except ImportError as exc:
+        return {"error": f"the train extra is not installed ({exc.name} missing)"}
+    except Exception as exc:  # a UserError (not here), or a driver's
+        return {"error": str(exc)[:300] or type(exc).__name__}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m p2ptrain.worker.daemon_check")
     parser.add_argument("--listen", required=True, metavar="MADDR", help="/ip4/HOST/tcp/PORT")
+    parser.add_argument("--device", default="auto", help="as `join --device` (default auto)")
     args = parser.parse_args(argv)
     watchdog.install(signal.SIGKILL)  # before any thread; nothing to save on the parent's death
     private = PrivateTmp()
@@ -76,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
     finally:
         private.remove()
+    result["device"] = device_facts(args.device)
     print(json.dumps(result), flush=True)
     return 0 if result["ok"] else 1
 

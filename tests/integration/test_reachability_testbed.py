@@ -119,9 +119,11 @@ def test_doctor_on_a_public_peer(swarm: Swarm) -> None:
         "nat": "ok",
         "ports": "ok",
         "daemon": "ok",
+        "device": "ok",
         "clock": "ok",
         "bandwidth": "ok",
     }, text
+    assert report["device"] and report["precision"]  # where and how it would train
     assert report["observed"].startswith(f"/ip4/{swarm.bed.address(3)}/tcp/")
     assert abs(report["clock_skew_s"]) < 1.0 and report["bandwidth_mbps"] > 1.0
 

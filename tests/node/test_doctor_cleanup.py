@@ -34,7 +34,7 @@ def group_gone(pgid: int, timeout_s: float) -> bool:
 def test_an_interrupted_doctor_kills_the_daemon_check(monkeypatch: pytest.MonkeyPatch) -> None:
     started: list[subprocess.Popen[bytes]] = []
 
-    def start(data_listen: str) -> subprocess.Popen[bytes]:
+    def start(data_listen: str, device: str) -> subprocess.Popen[bytes]:
         started.append(procs.spawn([sys.executable, "-c", CHECK], stdout=subprocess.PIPE))
         return started[-1]
 

@@ -165,3 +165,20 @@ def test_activations_grow_with_rows_and_micro_batches_in_flight() -> None:
         6 * block_activation_bytes(config, 2) + embedding_activation_bytes(config, 2)
     )
     assert head_activation_bytes(config, 1) > config.vocab_size * config.block_size * 4
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
+def test_diloco_s_outer_state_and_round_buffers_are_counted(spec: RunSpec) -> None:
+    """Under sync = "diloco" a stage also holds, on its device, the anchor and the outer
+    momentum (train/outer.py) and a round's parameters and pseudo-gradient (outer_rounds.py):
+    four fp32 vectors of its parameters, which a plan that just fits must leave room for."""
+    from p2ptrain.train.outer import OuterOptimizer
+
+    config = spec.model_config()
+    for layers in cuts(spec):
+        outer = OuterOptimizer(build_layers(spec, layers), 1.0, 0.5)
+        held = (outer.anchor.numel() + outer.momentum_buffer.numel()) * 4
+        step = stage_memory(config, layers, rows=1)
+        diloco = stage_memory(config, layers, rows=1, diloco=True)
+        assert diloco.outer_bytes == 2 * held and step.outer_bytes == 0
+        assert diloco.total_bytes - step.total_bytes == diloco.outer_bytes

@@ -174,3 +174,13 @@ def test_a_stages_fragments_are_staggered_over_h() -> None:
         19: [0, 1],
     }
     assert fragment_spans(3, 5) == [(0, 1), (1, 2), (2, 3)]  # never an empty fragment
+
+
+def test_a_state_read_onto_the_cpu_lands_on_the_stages_device() -> None:
+    """A saved or fetched state is read onto the CPU; a stage on a GPU must hold its anchor and
+    momentum there, or its first outer round mixes devices (`meta` stands in for the GPU)."""
+    saved = OuterOptimizer(nn.Linear(3, 2), 1.0, 0.5)
+    on_gpu = OuterOptimizer(nn.Linear(3, 2, device="meta"), 1.0, 0.5)
+    on_gpu.load_state_tensors(saved.state_tensors(), saved.state_scalars())
+    assert on_gpu.anchor.device.type == on_gpu.momentum_buffer.device.type == "meta"
+    assert on_gpu.pseudo_gradient().device.type == "meta"  # it raised: "the same device"

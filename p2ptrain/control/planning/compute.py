@@ -88,8 +88,8 @@ def _memory(compute: StageCompute | None, run: RunSpec) -> float:
 @dataclass(frozen=True)
 class RunStageBytes:
     """What each stage of a (stages, replicas, blocks per stage) plan of `run` needs to train
-    (schedule/memory.py): its weights, gradients, AdamW state and the activations of its
-    replica's micro-batches (the largest replica's, rounded up). A class, not a closure: it
+    (schedule/memory.py): its weights, gradients, AdamW state, the activations of its
+    replica's micro-batches (the largest replica's, rounded up) and DiLoCo's outer state. A class, not a closure: it
     travels to the search process (control/planning/search_process.py) pickled."""
 
     run: RunSpec
@@ -104,7 +104,11 @@ class RunStageBytes:
         return [
             float(
                 stage_memory(
-                    config, range(starts[j], starts[j + 1]), rows, run.optim.micro_batches
+                    config,
+                    range(starts[j], starts[j + 1]),
+                    rows,
+                    run.optim.micro_batches,
+                    diloco=run.optim.sync == "diloco",
                 ).total_bytes
             )
             for j in range(stages)

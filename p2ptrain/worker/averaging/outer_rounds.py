@@ -223,8 +223,8 @@ class OuterRounds:
         a group's rounds)."""
         if self.spec.wire.outer_compression == "int8":
             return codecs.decode_int8_blocks(codecs.encode_int8_blocks(delta), delta.shape)
-        if self.topk:
-            return self.topk[fragment].encode(delta)[1]
+        if self.topk:  # its residual on the CPU, as a group's exchange keeps it
+            return self.topk[fragment].encode(delta.cpu())[1].to(delta.device)
         return delta
 
     def _fragment_name(self, fragment: int) -> str:
