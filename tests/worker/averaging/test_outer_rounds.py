@@ -211,3 +211,47 @@ def test_the_progress_line_shows_outer_rounds() -> None:
     assert "outer 2 (H 20)  plan" in progress_line(between)
     with pytest.raises(WireError):
         MetricsReport.from_dict({**report.to_dict(), "outer_round": "evil"})
+
+
+ON_THE_GPU = pytest.param(
+    "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here")
+)
+
+
+@pytest.mark.parametrize("device", ["cpu", ON_THE_GPU])
+@pytest.mark.parametrize("codec", ["fp16", "int8", "topk"])
+def test_a_stage_resumed_from_its_file_runs_its_outer_rounds_on_its_device(
+    tmp_path: Path, device: str, codec: str
+) -> None:
+    """A file is read onto the CPU; a stage on a GPU resumed from it must still run its rounds
+    (its anchor and momentum once stayed on the CPU, and a lone replica's top-k residual
+    was on the CPU: the first round raised there)."""
+    spec = SPEC.replace(outer_compression=codec)
+    stage, optimizer, rounds = _trained_stage(range(0, 2), 6)
+    record_step(
+        tmp_path, spec, stage, StageSnapshot.take(stage, optimizer, 6, rounds.state_tensors())
+    )
+    resumed = build_layers(spec, range(0, 2)).to(device)
+    resumed_optimizer = make_optimizer(resumed, spec)
+    saved: dict[str, torch.Tensor] = {}
+    assert (
+        load_stage(tmp_path / "stage-L0-2.step6.pt", spec, resumed, resumed_optimizer, saved) == 6
+    )
+    resumed_rounds = OuterRounds(spec, 0, 1, resumed, open_averager=None)
+    resumed_rounds.take_saved(saved)
+    assert resumed_rounds.outer.anchor.device == next(resumed.parameters()).device
+    reports = []
+    for step in (6, 7):  # the round after step 7 (H 4)
+        generator = torch.Generator().manual_seed(step)
+        loss = sum(
+            (p * torch.randn(p.shape, generator=generator).to(device)).sum()
+            for p in resumed.parameters()
+        )
+        assert isinstance(loss, torch.Tensor)
+        loss.backward()
+        resumed_optimizer.step()
+        resumed_optimizer.zero_grad()
+        reports.append(resumed_rounds.after_step(step, lambda: False))
+    assert reports[0] is None and reports[1] is not None and reports[1].kind == "solo"
+    assert resumed_rounds.outer_steps == 2
+    assert bool(torch.isfinite(resumed_rounds.outer.anchor).all())
