@@ -60,6 +60,7 @@ class WorkerWatch:
     leaving: bool = (
         False  # the node is stopping: planned around at once (Publisher.announce_leaving)
     )
+    left: bool = False  # it handed its stage over and exits (Publisher.announce_left)
 
     def heard(self, now: float, progress: Progress) -> None:
         """A message from the worker, with the progress it shows."""
@@ -69,6 +70,8 @@ class WorkerWatch:
 
     def judge(self, now: float, plan: Plan | None, self_id: str, floor_s: float) -> Health:
         """This node's health now, under `plan` (floor_s <= 0: the check is off)."""
+        if self.left:  # its last word stays: the planner forgets a donor on it, no re-issue
+            return LEFT
         if self.leaving:
             return LEAVING
         if floor_s <= 0:

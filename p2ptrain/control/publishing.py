@@ -274,6 +274,7 @@ class Publisher:
     async def announce_left(self) -> None:
         """After a hand-over (control/handover.py): our last telemetry says we exit now, so the
         planner drops us from its plan at once, not after DEAD_AFTER_S of silence."""
+        self.state.worker.left = True  # the health check repeats it from now on
         await self._publish_health(LEFT)
 
     async def _publish_health(self, health: Health) -> None:

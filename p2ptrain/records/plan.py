@@ -99,11 +99,16 @@ class Plan(Record, name="plan"):
     reason: Annotated[Reason, OMITTED] = ""
     previous_cost_s: Annotated[float | None, OMITTED] = None
     predicted_step_s: Annotated[float | None, OMITTED] = None
+    # the spares that stay only to hand their stage over (control/handover.py): no copy duty
+    # is theirs (worker/resume/copy_server.py), they leave once their state is fetched
+    donors: Annotated[tuple[str, ...], PeerIds(), OMITTED] = ()
 
     def __post_init__(self) -> None:
         layers = self.stage_layers
         if layers and (len(layers) != self.stages or min(layers) < 1):
             raise ValueError(f"stage_layers {layers} must list >= 1 block for each stage")
+        if not set(self.donors) <= set(self.spares):
+            raise ValueError("every donor must be one of the plan's spares")
 
     @property
     def key(self) -> tuple[int, int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import trio
 
-from p2ptrain.control.health import STUCK_FACTOR, WorkerWatch, health_bound_s
+from p2ptrain.control.health import LEAVING, LEFT, STUCK_FACTOR, WorkerWatch, health_bound_s
 from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S, PlanMaker
 from p2ptrain.control.status import swarm_status
 from p2ptrain.records import Plan, RunSpec
@@ -40,6 +40,17 @@ def test_a_worker_that_never_spoke_is_unhealthy_after_the_bound() -> None:
     health = watch.judge(FLOOR_S + 1, placed, ME, FLOOR_S)
     assert not health.ok and "no worker spoke" in health.reason
     assert not watch.judge(FLOOR_S + 1, None, ME, FLOOR_S).ok  # planned out: still unhealthy
+
+
+def test_a_node_that_handed_its_stage_over_keeps_saying_it_exits() -> None:
+    """Its last word (LEFT) stays until it is gone: the health check's next tick once put
+    LEAVING back, and a planner that heard that kept it as a donor, re-issuing its plan when it
+    went."""
+    watch = WorkerWatch(started_at=0.0, leaving=True)
+    assert watch.judge(1.0, None, ME, FLOOR_S) == LEAVING
+    watch.left = True  # Publisher.announce_left
+    assert watch.judge(2.0, None, ME, FLOOR_S) == LEFT
+    assert watch.judge(2.0, None, ME, FLOOR_S).left
 
 
 def test_a_frozen_worker_is_unhealthy_until_it_speaks_again() -> None:

@@ -330,6 +330,7 @@ def stage_state_dict() -> dict[str, Any]:
 # (record class, a valid dict of it)
 SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (Plan, plan_dict()),
+    (Plan, {**plan_dict(), "donors": [C]}),
     (PeerRecord, peer_dict()),
     (PeerRecord, {**peer_dict(), "token": Token.from_dict(token_dict()).encode()}),
     (PeerRecord, {**peer_dict(), "stage_compute": compute_dict()}),

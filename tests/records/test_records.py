@@ -81,6 +81,8 @@ def _plan_with(**changes: Any) -> dict[str, Any]:
         {"stage_layers": [2, 1.5]},
         {"stage_layers": "3,1"},
         {"stage_layers": [1, 10**7]},
+        {"donors": [B]},  # placed at a stage: a donor is one of the spares
+        {"donors": "C"},
     ],
 )
 def test_bad_plans_are_refused(changes: dict[str, Any]) -> None:

@@ -46,6 +46,7 @@ class Placement:
     cost_s: float
     stage_layers: tuple[int, ...] = ()  # blocks per stage (schedule/split.py); (): even
     predicted_step_s: float | None = None  # the step simulated on the measured compute
+    donors: tuple[str, ...] = ()  # spares kept to hand their stage over (control/handover.py)
 
     @classmethod
     def from_schedule(
@@ -69,16 +70,24 @@ class Placement:
         same names."""
         return cls(**{field.name: getattr(plan, field.name) for field in dataclasses.fields(cls)})
 
-    def with_spares(self, extra: Sequence[str]) -> Placement:
-        """This placement with `extra` peers (donors: control/handover.py) among its spares."""
-        named = {p for pipeline in self.pipelines for p in pipeline} | set(self.spares)
+    def with_spares(self, donors: Sequence[str]) -> Placement:
+        """This placement with `donors` (control/handover.py) among its spares, marked donors
+        (none placed at a stage: a stopping peer is no member the search places)."""
+        placed = {p for pipeline in self.pipelines for p in pipeline}
+        kept = tuple(p for p in dict.fromkeys(donors) if p not in placed)
         return dataclasses.replace(
-            self, spares=self.spares + tuple(p for p in extra if p not in named)
+            self,
+            spares=self.spares + tuple(p for p in kept if p not in self.spares),
+            donors=tuple(dict.fromkeys(self.donors + kept)),
         )
 
     def without(self, spares: Collection[str]) -> Placement:
         """This placement without these spares (donors gone: control/handover.py)."""
-        return dataclasses.replace(self, spares=tuple(p for p in self.spares if p not in spares))
+        return dataclasses.replace(
+            self,
+            spares=tuple(p for p in self.spares if p not in spares),
+            donors=tuple(p for p in self.donors if p not in spares),
+        )
 
     def to_plan(
         self,
@@ -108,6 +117,7 @@ class Placement:
             reason=reason,
             previous_cost_s=previous_cost_s,
             predicted_step_s=self.predicted_step_s,
+            donors=self.donors,
         )
 
 

@@ -100,12 +100,14 @@ def copies_on(spec: RunSpec) -> bool:
 
 def copy_duties(plan: Plan, me: str, n_layer: int) -> list[Duty]:
     """The stages this spare keeps copies of, with their holders: none unless the plan is one
-    pipeline (a stage with replicas has its copies) and `me` is one of its spares."""
-    if len(plan.pipelines) != 1 or me not in plan.spares:
+    pipeline (a stage with replicas has its copies) and `me` is one of its spares that stays (a
+    donor leaves once its own stage is fetched: control/handover.py)."""
+    copiers = [spare for spare in plan.spares if spare not in plan.donors]
+    if len(plan.pipelines) != 1 or me not in copiers:
         return []
     holders, ranges = plan.pipelines[0], plan.layer_ranges(n_layer)
-    position, spares = plan.spares.index(me), len(plan.spares)
-    return [(ranges[j], holders[j]) for j in range(len(holders)) if j % spares == position]
+    position, count = copiers.index(me), len(copiers)
+    return [(ranges[j], holders[j]) for j in range(len(holders)) if j % count == position]
 
 
 def copy_gap_s(spec: RunSpec, size_bytes: int, links: LinkFacts | None) -> float:

@@ -21,8 +21,10 @@ from p2ptrain.worker.resume.start_step import StartPoint, placement
 
 log = logging.getLogger(__name__)
 
-# the fetchers' own retries end well within this (state_transfer.py), and the control process's
-# HANDOVER_LIMIT_S (120 s from the signal) bounds the whole hand-over
+# a stage of up to about 0.5 GB moves within this over a 100 Mbit/s link (a fetch may take 10 s
+# plus twice the transfer: state_transfer.py); a larger stage's hand-over is cut off here, or by
+# the control process's HANDOVER_LIMIT_S (120 s from its "stopping" word), and the stage is
+# lost unless a spare holds a copy (docs/operations.md, "Stopping and restarting a run")
 FETCH_WAIT_S = 90.0
 STOP_CHECK_S = 0.5  # how often the wait looks whether the worker is stopped or re-planned
 

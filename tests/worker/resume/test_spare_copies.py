@@ -87,6 +87,10 @@ def test_each_lone_stage_has_one_copier_and_a_lone_spare_copies_every_stage() ->
     assert copy_duties(PLAN, "h", 2) == []  # a holder copies nobody
     replicas = PLAN.replace(pipelines=(("h", "g"), ("i", "j")))
     assert all(copy_duties(replicas, s, 2) == [] for s in SPARES)  # replicas are the copies
+    # a donor (a spare only until its own stage is fetched) copies nothing: the others do all
+    handing_over = one_pipeline(spares=("s0", "d")).replace(donors=("d",))
+    assert copy_duties(handing_over, "s0", 2) == [(range(0, 1), "h"), (range(1, 2), "g")]
+    assert copy_duties(handing_over, "d", 2) == []
 
 
 def test_copies_need_interval_saves_and_take_a_tenth_of_the_link_at_most() -> None:
