@@ -63,7 +63,7 @@ def donors_of(
 
     def stopping(peer: str) -> bool:
         health = _health(view, peer)
-        leaving = health is not None and health.leaving and not health.left
+        leaving = health is not None and health.leaving and not (health.left or health.quits)
         return leaving and peer != view.self_id and view.is_alive(peer, now)
 
     placed = [peer for pipeline in plan.pipelines for peer in pipeline]
@@ -76,7 +76,9 @@ class Donors:
     says it exits (its hand-over done) is forgotten: the plan may name it until the next one,
     which no worker waits on. One gone without a word, or kept HANDOVER_LIMIT_S (a peer that
     says it stops but stays is a spare no longer than its hand-over may take), is dropped by a
-    re-issue of the plan: a donor that never announced would hold the start agreement up."""
+    re-issue of the plan: a donor that never announced would hold the start agreement up; so
+    is one that says it exits without handing its stage over (a second signal, its time
+    limit), at once."""
 
     def __init__(self) -> None:
         self._since: dict[str, float] = {}
@@ -93,7 +95,9 @@ class Donors:
         gone = sorted(
             peer
             for peer, since in self._since.items()
-            if not view.is_alive(peer, now) or now - since > HANDOVER_LIMIT_S
+            if not view.is_alive(peer, now)
+            or now - since > HANDOVER_LIMIT_S
+            or ((health := _health(view, peer)) is not None and health.quits)
         )
         kept = {peer for peer in self._since if peer not in gone}
         return sorted(kept | set(donors_of(view, plan, members, now))), gone
@@ -138,7 +142,7 @@ def handed_over(view: SwarmView, placed_key: tuple[int, int], progress: Progress
 async def hand_over(state: NodeState, hurry: trio.Event) -> bool:
     """If our worker alone holds its stage, stay until the next plan's peers have its state
     (the module's docstring); `hurry` (a second signal) ends the wait. True if we were kept
-    as a donor and handed the state over (then we say we exit: Publisher.announce_left)."""
+    as a donor and handed the state over (our last word then: Publisher.announce_exit)."""
     view, me, started = state.view, state.view.self_id, state.clock()
     plan = view.plan
     staying = set(view.plannable_members(started)) - {me}

@@ -28,7 +28,7 @@ import trio
 
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import Health, Plan
-from p2ptrain.records.peer import LEAVING_REASON, LEFT_REASON
+from p2ptrain.records.peer import LEAVING_REASON, LEFT_REASON, QUIT_REASON
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ HEALTH_TICK_S = 1.0
 HEALTHY = Health(True)
 LEAVING = Health(False, LEAVING_REASON)
 LEFT = Health(False, LEFT_REASON)  # after a hand-over: its donor is dropped at once
+QUIT = Health(False, QUIT_REASON)  # exits, no hand-over done: a donor's plan is re-issued
 
 Progress = tuple[int, int, str, int]  # (term, epoch, phase, step)
 
@@ -60,7 +61,7 @@ class WorkerWatch:
     leaving: bool = (
         False  # the node is stopping: planned around at once (Publisher.announce_leaving)
     )
-    left: bool = False  # it handed its stage over and exits (Publisher.announce_left)
+    last_word: Health | None = None  # LEFT or QUIT, as it exits (Publisher.announce_exit)
 
     def heard(self, now: float, progress: Progress) -> None:
         """A message from the worker, with the progress it shows."""
@@ -70,8 +71,8 @@ class WorkerWatch:
 
     def judge(self, now: float, plan: Plan | None, self_id: str, floor_s: float) -> Health:
         """This node's health now, under `plan` (floor_s <= 0: the check is off)."""
-        if self.left:  # its last word stays: the planner forgets a donor on it, no re-issue
-            return LEFT
+        if self.last_word is not None:  # it stays: the planner acts on it until we are gone
+            return self.last_word
         if self.leaving:
             return LEAVING
         if floor_s <= 0:

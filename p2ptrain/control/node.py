@@ -288,9 +288,9 @@ async def run_until_signalled(
                 await node.publisher.announce_leaving()
             if notice.cancelled_caught:
                 log.info("could not tell the others we stop within %.0f s", LEAVE_NOTICE_S)
-            if await hand_over(node.state, hurry):  # a stage only we held: control/handover.py
-                with trio.move_on_after(LEAVE_NOTICE_S):
-                    await node.publisher.announce_left()
+            handed_over = await hand_over(node.state, hurry)  # control/handover.py
+            with trio.move_on_after(LEAVE_NOTICE_S):
+                await node.publisher.announce_exit(handed_over)
             if on_stop is not None:
                 with trio.move_on_after(2):
                     await on_stop()

@@ -22,7 +22,7 @@ from p2ptrain import __version__
 from p2ptrain.control import wire
 from p2ptrain.control.gossip import CONTROL_TOPIC, TELEMETRY_TOPIC
 from p2ptrain.control.hardware import measure_compute_gflops_in_child
-from p2ptrain.control.health import LEAVING, LEFT
+from p2ptrain.control.health import LEAVING, LEFT, QUIT
 from p2ptrain.control.membership import (
     DEAD_AFTER_S,
     STEADY_DEAD_AFTER_S,
@@ -271,11 +271,16 @@ class Publisher:
         state.worker.leaving = True
         await self._publish_health(LEAVING)
 
-    async def announce_left(self) -> None:
-        """After a hand-over (control/handover.py): our last telemetry says we exit now, so the
-        planner drops us from its plan at once, not after DEAD_AFTER_S of silence."""
-        self.state.worker.left = True  # the health check repeats it from now on
-        await self._publish_health(LEFT)
+    async def announce_exit(self, handed_over: bool) -> None:
+        """Our last telemetry as the node exits, so the planner acts at once, not after
+        DEAD_AFTER_S of silence: after a hand-over (control/handover.py) LEFT (a planner that
+        kept us as a donor forgets us), else QUIT (it re-issues its plan without us)."""
+        state = self.state
+        if not state.is_member or not state.joined.is_set():
+            return
+        word = LEFT if handed_over else QUIT
+        state.worker.last_word = word  # the health check repeats it from now on
+        await self._publish_health(word)
 
     async def _publish_health(self, health: Health) -> None:
         """Our telemetry saying `health`, now: kept to the 1 s floor between two telemetry

@@ -248,16 +248,24 @@ class Health(Record, name="health"):
     @property
     def leaving(self) -> bool:
         """The node said it is stopping (a signal, a finished run): a leave, not a death."""
-        return not self.ok and self.reason in (LEAVING_REASON, LEFT_REASON)
+        return not self.ok and self.reason in (LEAVING_REASON, LEFT_REASON, QUIT_REASON)
 
     @property
     def left(self) -> bool:
         """The node's last word after a hand-over (control/handover.py): it exits now."""
         return not self.ok and self.reason == LEFT_REASON
 
+    @property
+    def quits(self) -> bool:
+        """The node's last word when it exits without handing its stage over (a second
+        signal, the hand-over's time limit): a planner keeping it as a donor re-issues its plan
+        without it at once, instead of waiting for its silence."""
+        return not self.ok and self.reason == QUIT_REASON
+
 
 LEAVING_REASON = "the node is stopping"
 LEFT_REASON = "the node has handed its stage over and exits"
+QUIT_REASON = "the node exits without handing a stage over"
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,20 @@ planner planning around an unhealthy member."""
 
 from __future__ import annotations
 
+import pytest
 import trio
 
-from p2ptrain.control.health import LEAVING, LEFT, STUCK_FACTOR, WorkerWatch, health_bound_s
+from p2ptrain.control.health import (
+    LEAVING,
+    LEFT,
+    QUIT,
+    STUCK_FACTOR,
+    WorkerWatch,
+    health_bound_s,
+)
 from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S, PlanMaker
 from p2ptrain.control.status import swarm_status
-from p2ptrain.records import Plan, RunSpec
+from p2ptrain.records import Health, Plan, RunSpec
 from tests.control.test_view import ME, A, B, C, make_view, record
 
 FLOOR_S = 60.0
@@ -42,15 +50,16 @@ def test_a_worker_that_never_spoke_is_unhealthy_after_the_bound() -> None:
     assert not watch.judge(FLOOR_S + 1, None, ME, FLOOR_S).ok  # planned out: still unhealthy
 
 
-def test_a_node_that_handed_its_stage_over_keeps_saying_it_exits() -> None:
-    """Its last word (LEFT) stays until it is gone: the health check's next tick once put
-    LEAVING back, and a planner that heard that kept it as a donor, re-issuing its plan when it
-    went."""
+@pytest.mark.parametrize("word", [LEFT, QUIT])
+def test_a_node_that_exits_keeps_saying_so(word: Health) -> None:
+    """Its last word (LEFT after a hand-over, QUIT without one) stays until it is gone: the
+    health check's next tick once put LEAVING back, and a planner that heard that kept it as a
+    donor, re-issuing its plan only when it went silent."""
     watch = WorkerWatch(started_at=0.0, leaving=True)
     assert watch.judge(1.0, None, ME, FLOOR_S) == LEAVING
-    watch.left = True  # Publisher.announce_left
-    assert watch.judge(2.0, None, ME, FLOOR_S) == LEFT
-    assert watch.judge(2.0, None, ME, FLOOR_S).left
+    watch.last_word = word  # Publisher.announce_exit
+    assert watch.judge(2.0, None, ME, FLOOR_S) == word
+    assert word.leaving and (word.left, word.quits) == (word is LEFT, word is QUIT)
 
 
 def test_a_frozen_worker_is_unhealthy_until_it_speaks_again() -> None:

@@ -17,7 +17,7 @@ from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S, PlanMaker
 from p2ptrain.control.settings import HANDOVER_LIMIT_S
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import Health, Plan, RunSpec
-from p2ptrain.records.peer import LEAVING_REASON, LEFT_REASON
+from p2ptrain.records.peer import LEAVING_REASON, LEFT_REASON, QUIT_REASON
 from tests.control.test_view import A, B, C, Feed, make_view
 
 LEAVING = {"ok": False, "reason": LEAVING_REASON}
@@ -168,3 +168,20 @@ def test_a_donor_that_says_it_exits_is_forgotten_at_once_and_none_is_inherited()
     # a predecessor's plan keeping B: a new planner does not inherit its donor
     theirs = Plan.from_dict({**kept, "planner": C, "spares": [B], "data_addrs": {}, "cost_s": 1.0})
     assert donors_of(v, theirs, [A, C], 2.5) == []
+
+
+def test_a_donor_that_exits_without_handing_over_is_re_issued_out_at_once() -> None:
+    """A second signal or the time limit: its last word says it quits, and the planner's next
+    plan drops it now instead of after its silence (a plan naming a dead spare holds every
+    worker's start agreement up)."""
+    v, feed = make_view(me=A, peers=(B, C))
+    kept = {"term": 1, "epoch": 2, "planner": A, "stages": 2, "pipelines": [[A, C]]}
+    plan = Plan.from_dict({**kept, "spares": [B], "data_addrs": {}, "cost_s": 1.0})
+    assert v.accept(feed("telemetry", B, {"links": {}, "health": LEAVING}), 1.0) is None
+    donors = Donors()
+    donors.kept([B], 1.0)
+    quits = {"ok": False, "reason": QUIT_REASON}
+    assert v.accept(feed("telemetry", B, {"links": {}, "health": quits}), 2.0) is None
+    assert v.is_alive(B, 2.5)
+    assert donors.review(v, plan, [A, C], 2.5) == ([], [B])  # re-issued without it
+    assert donors_of(v, plan, [A, C], 2.5) == []  # and no donor again
