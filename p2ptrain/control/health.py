@@ -58,10 +58,9 @@ class WorkerWatch:
     moved_at: float = float("-inf")  # when `progress` last changed
     placed_key: tuple[int, int] | None = None  # the plan that places us, since placed_at
     placed_at: float = float("-inf")
-    leaving: bool = (
-        False  # the node is stopping: planned around at once (Publisher.announce_leaving)
-    )
-    last_word: Health | None = None  # LEFT or QUIT, as it exits (Publisher.announce_exit)
+    # what the node says as it stops, repeated until it is gone (the planner acts on it):
+    # LEAVING (Publisher.announce_leaving), then LEFT or QUIT (Publisher.announce_exit)
+    last_word: Health | None = None
 
     def heard(self, now: float, progress: Progress) -> None:
         """A message from the worker, with the progress it shows."""
@@ -71,10 +70,8 @@ class WorkerWatch:
 
     def judge(self, now: float, plan: Plan | None, self_id: str, floor_s: float) -> Health:
         """This node's health now, under `plan` (floor_s <= 0: the check is off)."""
-        if self.last_word is not None:  # it stays: the planner acts on it until we are gone
+        if self.last_word is not None:
             return self.last_word
-        if self.leaving:
-            return LEAVING
         if floor_s <= 0:
             return HEALTHY
         bound_s = health_bound_s(floor_s, plan.cost_s if plan is not None else 0.0)

@@ -265,28 +265,20 @@ class Publisher:
     async def announce_leaving(self) -> None:
         """Tell the others we are stopping (a signal, a finished run): our telemetry says we
         are unhealthy, so the planner plans around us now, not after DEAD_AFTER_S of silence."""
-        state = self.state
-        if not state.is_member or not state.joined.is_set():
-            return
-        state.worker.leaving = True
-        await self._publish_health(LEAVING)
+        await self._last_word(LEAVING)
 
     async def announce_exit(self, handed_over: bool) -> None:
-        """Our last telemetry as the node exits, so the planner acts at once, not after
-        DEAD_AFTER_S of silence: after a hand-over (control/handover.py) LEFT (a planner that
-        kept us as a donor forgets us), else QUIT (it re-issues its plan without us)."""
+        """Our last telemetry as the node exits: after a hand-over (control/handover.py) LEFT
+        (a planner that kept us as a donor forgets us), else QUIT (it re-issues without us)."""
+        await self._last_word(LEFT if handed_over else QUIT)
+
+    async def _last_word(self, health: Health) -> None:
+        """Our telemetry saying `health`, now (a member's only), kept to the 1 s floor between
+        two telemetry messages (MIN_REPUBLISH_GAP_S); the health check repeats it from now on."""
         state = self.state
         if not state.is_member or not state.joined.is_set():
             return
-        word = LEFT if handed_over else QUIT
-        state.worker.last_word = word  # the health check repeats it from now on
-        await self._publish_health(word)
-
-    async def _publish_health(self, health: Health) -> None:
-        """Our telemetry saying `health`, now: kept to the 1 s floor between two telemetry
-        messages (MIN_REPUBLISH_GAP_S)."""
-        state = self.state
-        state.view.own_health = health
+        state.view.own_health = state.worker.last_word = health
         last = state.sent_at.get("telemetry")
         if last is not None:
             await trio.sleep(max(0.0, last + MIN_REPUBLISH_GAP_S - state.clock()))

@@ -265,7 +265,7 @@ def test_publish_soon_wakes_the_publisher_and_keeps_the_floor() -> None:
         telemetry = [at for at, kind in pubsub.sent if kind == "telemetry"]
         gaps = [b - a for a, b in itertools.pairwise(telemetry)]
         assert min(gaps) >= MIN_REPUBLISH_GAP_S - 1e-9  # the leaving notice too
-        assert state.view.own_health == LEAVING and state.worker.leaving
+        assert state.view.own_health == state.worker.last_word == LEAVING
 
     on_mock_clock(scenario)
 

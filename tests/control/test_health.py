@@ -55,7 +55,7 @@ def test_a_node_that_exits_keeps_saying_so(word: Health) -> None:
     """Its last word (LEFT after a hand-over, QUIT without one) stays until it is gone: the
     health check's next tick once put LEAVING back, and a planner that heard that kept it as a
     donor, re-issuing its plan only when it went silent."""
-    watch = WorkerWatch(started_at=0.0, leaving=True)
+    watch = WorkerWatch(started_at=0.0, last_word=LEAVING)
     assert watch.judge(1.0, None, ME, FLOOR_S) == LEAVING
     watch.last_word = word  # Publisher.announce_exit
     assert watch.judge(2.0, None, ME, FLOOR_S) == word
