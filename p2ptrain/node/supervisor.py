@@ -228,7 +228,9 @@ class Supervisor:
         control = children[0]
         if self._stop_signal is None or len(children) < 2 or control.poll() is not None:
             return
-        first, passed = self._signals, self._signals
+        # the first signal's SIGTERM now; one that came before we got here (a fast double
+        # Ctrl-C) is passed on at the loop's first look, a poll later (two at once may merge)
+        first = passed = 1
         control.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + HANDOVER_LIMIT_S + STOP_GRACE_S
         while control.poll() is None and time.monotonic() < deadline:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import signal
 import sys
 from typing import Any
 
@@ -59,3 +60,38 @@ def test_the_control_command_line_parses_back_to_the_nodes_flags(
         quiet=True,
         http="127.0.0.1:8080",
     )
+
+
+class _Control:
+    """A control process that counts the SIGTERMs it is sent, and exits at the second."""
+
+    def __init__(self) -> None:
+        self.terms = 0
+
+    def send_signal(self, signum: int) -> None:
+        self.terms += signum == signal.SIGTERM
+
+    def poll(self) -> int | None:
+        return 0 if self.terms >= 2 else None
+
+
+class _Worker:
+    def poll(self) -> int | None:
+        return None
+
+
+@pytest.mark.timeout(10)  # it waited for a third signal: the hand-over's 150 s
+def test_a_fast_double_ctrl_c_reaches_the_control_process_as_two_signals(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both signals came before the supervisor passed the first on: the second still cuts
+    the hand-over short (it used to count as one, and a third Ctrl-C was needed)."""
+    monkeypatch.setattr(supervisor_module.addresses, "listen_problem", lambda host, port: None)
+    node = Supervisor(
+        NodeSettings(bootstrap="/ip4/127.0.0.1/tcp/7400/p2p/QmBoot", control_only=True)
+    )
+    node._on_signal(signal.SIGINT, None)
+    node._on_signal(signal.SIGINT, None)
+    control = _Control()
+    node._let_control_leave([control, _Worker()])  # type: ignore[list-item]
+    assert control.terms == 2
