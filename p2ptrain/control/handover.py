@@ -87,17 +87,26 @@ class Donors:
         self, view: SwarmView, plan: Plan | None, members: Collection[str], now: float
     ) -> tuple[list[str], list[str]]:
         """(the donors the next plan keeps, those to re-issue the plan without) as of `now`."""
+        current = None if plan is None else plan.key
+
+        def last_word(peer: str) -> Health:
+            return _health(view, peer) or Health(True)
+
+        # done under the plan that names it now (or it does not say: an older peer)
         self._since = {
             peer: t
             for peer, t in self._since.items()
-            if not ((health := _health(view, peer)) is not None and health.left)
+            if not (last_word(peer).left and last_word(peer).plan in (None, current))
         }
+        # a donor that said it handed over under another plan than this one, which names it
+        # still (made before its word came), is re-issued out: no worker may wait on it
         gone = sorted(
             peer
             for peer, since in self._since.items()
             if not view.is_alive(peer, now)
             or now - since > HANDOVER_LIMIT_S
-            or ((health := _health(view, peer)) is not None and health.quits)
+            or last_word(peer).quits
+            or last_word(peer).left
         )
         kept = {peer for peer in self._since if peer not in gone}
         return sorted(kept | set(donors_of(view, plan, members, now))), gone
@@ -139,10 +148,11 @@ def handed_over(view: SwarmView, placed_key: tuple[int, int], progress: Progress
     return progress is not None and progress[:2] == plan.key and progress[2] in IDLE_PHASES
 
 
-async def hand_over(state: NodeState, hurry: trio.Event) -> bool:
+async def hand_over(state: NodeState, hurry: trio.Event) -> tuple[int, int] | None:
     """If our worker alone holds its stage, stay until the next plan's peers have its state
-    (the module's docstring); `hurry` (a second signal) ends the wait. True if we were kept
-    as a donor and handed the state over (our last word then: Publisher.announce_exit)."""
+    (the module's docstring); `hurry` (a second signal) ends the wait. The plan that kept us as
+    a donor, if we handed the state over under it (our last word names it:
+    Publisher.announce_exit); None otherwise."""
     view, me, started = state.view, state.view.self_id, state.clock()
     plan = view.plan
     staying = set(view.plannable_members(started)) - {me}
@@ -153,7 +163,7 @@ async def hand_over(state: NodeState, hurry: trio.Event) -> bool:
         or not holds_alone(plan, me, staying.__contains__)
         or not successor_possible(view, plan.key, started)
     ):
-        return False
+        return None
     log.info(
         "stopping: this node alone holds its stage of plan t%d/e%d: handing the stage's state "
         "to the next plan first (up to %.0f s; signal again to stop now)",
@@ -167,10 +177,11 @@ async def hand_over(state: NodeState, hurry: trio.Event) -> bool:
             now = state.clock()
             if handed_over(view, plan.key, state.worker.progress):
                 log.info("the stage's state is handed over: stopping")
-                return view.plan is not None and me in view.plan.spares
+                kept = view.plan is not None and me in view.plan.spares
+                return view.plan.key if kept and view.plan is not None else None
             if (why := _not_worth_waiting(state, plan.key, started, now)) is not None:
                 log.info("%s: stopping without handing the stage over", why)
-                return False
+                return None
             seen = await state.changes.wait(("plan", "members"), seen, RECHECK_S)
         log.info("signalled again: stopping without handing the stage over")
     if limit.cancelled_caught:
@@ -179,7 +190,7 @@ async def hand_over(state: NodeState, hurry: trio.Event) -> bool:
             "in this node's checkpoint directory)",
             HANDOVER_LIMIT_S,
         )
-    return False
+    return None
 
 
 def _not_worth_waiting(

@@ -288,9 +288,9 @@ async def run_until_signalled(
                 await node.publisher.announce_leaving()
             if notice.cancelled_caught:
                 log.info("could not tell the others we stop within %.0f s", LEAVE_NOTICE_S)
-            handed_over = await hand_over(node.state, hurry)  # control/handover.py
+            handed_over_under = await hand_over(node.state, hurry)  # control/handover.py
             with trio.move_on_after(LEAVE_NOTICE_S):
-                await node.publisher.announce_exit(handed_over)
+                await node.publisher.announce_exit(handed_over_under)
             if on_stop is not None:
                 with trio.move_on_after(2):
                     await on_stop()

@@ -267,10 +267,12 @@ class Publisher:
         are unhealthy, so the planner plans around us now, not after DEAD_AFTER_S of silence."""
         await self._last_word(LEAVING)
 
-    async def announce_exit(self, handed_over: bool) -> None:
-        """Our last telemetry as the node exits: after a hand-over (control/handover.py) LEFT
-        (a planner that kept us as a donor forgets us), else QUIT (it re-issues without us)."""
-        await self._last_word(LEFT if handed_over else QUIT)
+    async def announce_exit(self, handed_over_under: tuple[int, int] | None) -> None:
+        """Our last telemetry as the node exits: after a hand-over under a plan (control/
+        handover.py) LEFT naming it (a planner that kept us as a donor forgets us), else QUIT
+        (it re-issues its plan without us)."""
+        word = QUIT if handed_over_under is None else Health(False, LEFT.reason, handed_over_under)
+        await self._last_word(word)
 
     async def _last_word(self, health: Health) -> None:
         """Our telemetry saying `health`, now (a member's only), kept to the 1 s floor between

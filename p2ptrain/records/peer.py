@@ -224,7 +224,9 @@ class PeerMetrics(Record, name="metrics"):
     # a spare's copy duties in a plan of one pipeline, how far each copy is, and that plan's
     # (term, epoch): shown only under that plan (from the worker's CopyReport; a trainer has none)
     copies: Annotated[tuple[StageCopy, ...], Seq(Nested(StageCopy), MAX_COPIES), OMITTED] = ()
-    copies_plan: Annotated[tuple[int, int] | None, Nullable(Custom(_any_plan_key)), OMITTED] = None
+    copies_plan: Annotated[
+        tuple[int, int] | None, Nullable(Custom(_any_plan_key, list)), OMITTED
+    ] = None
 
     def copies_under(self, plan: tuple[int, int] | None) -> tuple[StageCopy, ...]:
         """The copies this spare reported under `plan` (a plan's (term, epoch)): none if they
@@ -244,6 +246,9 @@ class Health(Record, name="health"):
 
     ok: bool
     reason: Annotated[str, Text(MAX_REASON_CHARS, empty=True)] = ""
+    # with `left`: the plan (term, epoch) under which the node handed its stage over (None from
+    # a peer of before 2026-11-30)
+    plan: Annotated[tuple[int, int] | None, Nullable(Custom(_any_plan_key, list)), OMITTED] = None
 
     @property
     def leaving(self) -> bool:

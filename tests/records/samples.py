@@ -347,6 +347,10 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (Telemetry, telemetry_dict()),
     (Telemetry, {**telemetry_dict(), "health": {"ok": False, "reason": "worker silent for 61 s"}}),
     (Health, {"ok": True, "reason": ""}),
+    (
+        Health,
+        {"ok": False, "reason": "the node has handed its stage over and exits", "plan": [1, 2]},
+    ),
     (Heartbeat, {"type": "heartbeat", "phase": "training", "step": 7, "term": 2, "epoch": 5}),
     (Claim, {"term": 3}),
     (RunSpec, RunSpec().replace(run_id="r", steps=7).to_dict()),

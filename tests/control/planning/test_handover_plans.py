@@ -185,3 +185,22 @@ def test_a_donor_that_exits_without_handing_over_is_re_issued_out_at_once() -> N
     assert v.is_alive(B, 2.5)
     assert donors.review(v, plan, [A, C], 2.5) == ([], [B])  # re-issued without it
     assert donors_of(v, plan, [A, C], 2.5) == []  # and no donor again
+
+
+def test_a_donor_that_handed_over_under_an_older_plan_is_re_issued_out_of_the_newer() -> None:
+    """Its word names the plan it handed over under; a newer plan (made before the word came)
+    names it still, and a worker of that plan would wait on it: re-issued without it, not
+    forgotten."""
+    v, feed = make_view(me=A, peers=(B, C))
+    kept = {"term": 1, "epoch": 3, "planner": A, "stages": 2, "pipelines": [[A, C]]}
+    newer = Plan.from_dict({**kept, "spares": [B], "data_addrs": {}, "cost_s": 1.0})
+    assert v.accept(feed("telemetry", B, {"links": {}, "health": LEAVING}), 1.0) is None
+    donors = Donors()
+    donors.kept([B], 1.0)
+    under_older = {"ok": False, "reason": LEFT_REASON, "plan": [1, 2]}
+    assert v.accept(feed("telemetry", B, {"links": {}, "health": under_older}), 2.0) is None
+    assert donors.review(v, newer, [A, C], 2.5) == ([], [B])
+    under_this = {"ok": False, "reason": LEFT_REASON, "plan": [1, 3]}
+    donors.kept([B], 1.0)
+    assert v.accept(feed("telemetry", B, {"links": {}, "health": under_this}), 3.0) is None
+    assert donors.review(v, newer, [A, C], 3.5) == ([], [])  # done: forgotten, no re-issue
