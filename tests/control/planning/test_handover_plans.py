@@ -152,13 +152,21 @@ def test_a_stopping_node_neither_claims_the_planner_role_nor_plans() -> None:
     assert not plan_after(maker, 1.0) and v.plan is None
 
 
-def test_a_donor_that_says_it_exits_is_forgotten_at_once_and_none_is_inherited() -> None:
+KEPT = {"term": 1, "epoch": 2, "planner": A, "stages": 2, "pipelines": [[A, C]]}
+
+
+def kept_donor(epoch: int = 2) -> tuple[SwarmView, Feed, Plan, Donors]:
+    """A's plan (epoch `epoch`) keeps B, which said it stops, as a donor since 1.0."""
     v, feed = make_view(me=A, peers=(B, C))
-    kept = {"term": 1, "epoch": 2, "planner": A, "stages": 2, "pipelines": [[A, C]]}
-    plan = Plan.from_dict({**kept, "spares": [B], "data_addrs": {}, "cost_s": 1.0})
+    plan = Plan.from_dict({**KEPT, "epoch": epoch, "spares": [B], "data_addrs": {}, "cost_s": 1.0})
     assert v.accept(feed("telemetry", B, {"links": {}, "health": LEAVING}), 1.0) is None
     donors = Donors()
     donors.kept([B], 1.0)
+    return v, feed, plan, donors
+
+
+def test_a_donor_that_says_it_exits_is_forgotten_at_once_and_none_is_inherited() -> None:
+    v, feed, plan, donors = kept_donor()
     assert donors.review(v, plan, [A, C], 2.0) == ([B], [])
     left = {"ok": False, "reason": LEFT_REASON}
     assert v.accept(feed("telemetry", B, {"links": {}, "health": left}), 2.0) is None
@@ -166,7 +174,7 @@ def test_a_donor_that_says_it_exits_is_forgotten_at_once_and_none_is_inherited()
     # forgotten, no re-issue for it: it is done, and no worker waits on it any more
     assert donors.review(v, plan, [A, C], 2.5) == ([], [])
     # a predecessor's plan keeping B: a new planner does not inherit its donor
-    theirs = Plan.from_dict({**kept, "planner": C, "spares": [B], "data_addrs": {}, "cost_s": 1.0})
+    theirs = Plan.from_dict({**KEPT, "planner": C, "spares": [B], "data_addrs": {}, "cost_s": 1.0})
     assert donors_of(v, theirs, [A, C], 2.5) == []
 
 
@@ -174,12 +182,7 @@ def test_a_donor_that_exits_without_handing_over_is_re_issued_out_at_once() -> N
     """A second signal or the time limit: its last word says it quits, and the planner's next
     plan drops it now instead of after its silence (a plan naming a dead spare holds every
     worker's start agreement up)."""
-    v, feed = make_view(me=A, peers=(B, C))
-    kept = {"term": 1, "epoch": 2, "planner": A, "stages": 2, "pipelines": [[A, C]]}
-    plan = Plan.from_dict({**kept, "spares": [B], "data_addrs": {}, "cost_s": 1.0})
-    assert v.accept(feed("telemetry", B, {"links": {}, "health": LEAVING}), 1.0) is None
-    donors = Donors()
-    donors.kept([B], 1.0)
+    v, feed, plan, donors = kept_donor()
     quits = {"ok": False, "reason": QUIT_REASON}
     assert v.accept(feed("telemetry", B, {"links": {}, "health": quits}), 2.0) is None
     assert v.is_alive(B, 2.5)
@@ -191,12 +194,7 @@ def test_a_donor_that_handed_over_under_an_older_plan_is_re_issued_out_of_the_ne
     """Its word names the plan it handed over under; a newer plan (made before the word came)
     names it still, and a worker of that plan would wait on it: re-issued without it, not
     forgotten."""
-    v, feed = make_view(me=A, peers=(B, C))
-    kept = {"term": 1, "epoch": 3, "planner": A, "stages": 2, "pipelines": [[A, C]]}
-    newer = Plan.from_dict({**kept, "spares": [B], "data_addrs": {}, "cost_s": 1.0})
-    assert v.accept(feed("telemetry", B, {"links": {}, "health": LEAVING}), 1.0) is None
-    donors = Donors()
-    donors.kept([B], 1.0)
+    v, feed, newer, donors = kept_donor(epoch=3)
     under_older = {"ok": False, "reason": LEFT_REASON, "plan": [1, 2]}
     assert v.accept(feed("telemetry", B, {"links": {}, "health": under_older}), 2.0) is None
     assert donors.review(v, newer, [A, C], 2.5) == ([], [B])
