@@ -97,7 +97,9 @@ def format_status(status: SwarmStatus) -> str:
         for i, pipeline in enumerate(plan.pipelines):
             lines.append(f"  pipeline {i}: " + " -> ".join(_short(p) for p in pipeline))
         if plan.spares:
-            lines.append("  spares: " + ", ".join(_short(p) for p in plan.spares))
+            donor = {p: " (handing its stage over)" for p in plan.donors}
+            listed = ", ".join(_short(p) + donor.get(p, "") for p in plan.spares)
+            lines.append("  spares: " + listed)
         lines += _copy_lines(peers, set(plan.spares), (plan.term, plan.epoch))
     if status.waiting_for:  # last: the lines above keep their places for readers
         lines += ["", f"waiting for {status.waiting_for}"]

@@ -103,6 +103,8 @@ class PlanSummary(Record, name="status plan"):
     reason: Reason = ""  # why it was made (records/plan.py: PLAN_REASONS)
     previous_cost_s: float | None = None  # the plan it replaced, priced on the same links
     predicted_step_s: float | None = None  # the planner's simulated step
+    # the spares that stay only to hand their stage over (control/handover.py)
+    donors: Annotated[tuple[str, ...], PeerIds(), OMITTED] = ()
 
     def wire_problem(self) -> str | None:
         if self.stage_layers and len(self.stage_layers) != self.stages:
@@ -123,6 +125,7 @@ class PlanSummary(Record, name="status plan"):
             plan.reason,
             plan.previous_cost_s,
             plan.predicted_step_s,
+            plan.donors,
         )
 
 

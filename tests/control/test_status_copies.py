@@ -51,3 +51,13 @@ def test_status_shows_what_each_spare_of_the_plan_holds_of_the_lone_holders() ->
     # no longer a spare of the plan
     v.plan = Plan(1, 2, A, 2, ((A, B), (C, ME)), (), {}, 1.0)
     assert "copy of" not in format_status(swarm_status(v, 0.3))
+
+
+def test_status_marks_the_spare_that_stays_only_to_hand_its_stage_over() -> None:
+    v, _ = make_view()
+    v.plan = Plan(1, 2, A, 2, ((A, B),), (C, ME), {}, 1.0, donors=(ME,))
+    document = swarm_status(v, 0.2).to_dict()
+    assert document["plan"]["donors"] == [ME]
+    assert SwarmStatus.from_dict(document).to_dict() == document
+    table = format_status(SwarmStatus.from_dict(document))
+    assert f"spares: …{C[-8:]}, …{ME[-8:]} (handing its stage over)" in table
