@@ -24,7 +24,6 @@ plan without a lineage, or before lineages existed) has none: `stage-L{a}-{b}.st
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import hashlib
 import logging
@@ -45,6 +44,7 @@ from p2ptrain.records import lineage as lin
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train import state_file
 from p2ptrain.train.model import Stage
+from p2ptrain.train.snapshot import StageSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -191,45 +191,6 @@ def expected_state_bytes(spec: RunSpec, layers: range) -> int:
     return int(copies * weights * STATE_MARGIN) + STATE_OVERHEAD_BYTES
 
 
-@dataclass(frozen=True)
-class StageSnapshot:
-    """A stage's state at one step boundary, copied out of the live model and optimizer (and
-    under diloco the outer state, worker/averaging/outer_rounds.py's "outer/..." tensors)."""
-
-    step: int
-    model_state: dict[str, Any]
-    optimizer_state: dict[str, Any]
-    outer_state: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
-
-    @classmethod
-    def take(
-        cls,
-        model: Stage,
-        optimizer: torch.optim.Optimizer,
-        step: int,
-        outer_state: dict[str, torch.Tensor] | None = None,
-    ) -> StageSnapshot:
-        """Copies in host memory: on a GPU the snapshot would otherwise double the device memory
-        of the weights and AdamW state (the planner's memory estimate counts them once)."""
-        return cls(
-            step,
-            _host_copy(model.state_dict()),
-            _host_copy(optimizer.state_dict()),
-            _host_copy(outer_state or {}),
-        )
-
-
-def _host_copy(value: Any) -> Any:
-    """`value` with every tensor copied to the CPU (nested dicts, lists, tuples)."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
-    if isinstance(value, dict):
-        return {key: _host_copy(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_host_copy(item) for item in value)
-    return copy.deepcopy(value)
-
-
 def record_step(
     directory: Path,
     spec: RunSpec,
@@ -369,6 +330,7 @@ def save_stage(
 
 
 def _write(path: Path, spec: RunSpec, model: Stage, snapshot: StageSnapshot) -> None:
+    snapshot = snapshot.settled()  # a GPU's copies into it have landed
     meta = state_file.describe(
         spec.run_id,
         spec.data.data_sha256,

@@ -16,10 +16,11 @@ import torch
 from hivemind import DHT
 
 from p2ptrain.records import MetricsReport, Plan, Role, RunSpec, StepProfile
-from p2ptrain.train.checkpoint import StageSnapshot, checkpoint_dir
+from p2ptrain.train.checkpoint import checkpoint_dir
 from p2ptrain.train.data import load_corpus
 from p2ptrain.train.model import Stage, build_layers
 from p2ptrain.train.optim import clip_grads, grads_are_finite, lr_at, make_optimizer, set_lr
+from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.averaging.outer_link import close_rounds
 from p2ptrain.worker.averaging.outer_rounds import OuterRounds, RoundReport
 from p2ptrain.worker.averaging.stage_averager import StageAverager
@@ -84,8 +85,7 @@ class Session:
         self.plan_version = plan_version
         self.failed = ""  # why this session cannot train (then train() ends it at once)
         self._previous: StageSnapshot | None = None  # the state one step back, see close()
-        self._keeps_one_back = False
-        self._resync_params = False
+        self._keeps_one_back = self._resync_params = False
         self.group_size = 1  # how many replicas the last step's gradient was averaged over
         self._wire_cpu: tuple[float, float] | None = None  # its round's parts' CPU marks
         self.transport = transport
@@ -293,8 +293,9 @@ class Session:
         assert self.model is not None
         clip_grads(self.model, self.spec.optim.grad_clip)
         if self._keeps_one_back:  # close() saves it too (worker/resume/start_step.py)
+            previous, outer = self._previous, self._outer_state()  # reused: no allocation
             self._previous = StageSnapshot.take(
-                self.model, self.optimizer, self.step, self._outer_state()
+                self.model, self.optimizer, self.step, outer, reuse=previous, lasting=True
             )
         if grads_are_finite(self.model):
             self.optimizer.step()

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from p2ptrain.records import RunSpec
-from p2ptrain.train.checkpoint import StageSnapshot, record_step, sweep_unfinished
+from p2ptrain.train.checkpoint import record_step, sweep_unfinished
 from p2ptrain.train.model import Stage
+from p2ptrain.train.snapshot import StageSnapshot
 
 log = logging.getLogger(__name__)
 

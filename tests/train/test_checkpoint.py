@@ -14,7 +14,6 @@ from p2ptrain.train.checkpoint import (
     DEAD_WRITER_AGE_S,
     KEEP_STEPS,
     STALE_AGE_S,
-    StageSnapshot,
     checkpoint_path,
     layers_key,
     list_states,
@@ -32,6 +31,7 @@ from p2ptrain.train.checkpoint_read import (
 )
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
+from p2ptrain.train.snapshot import StageSnapshot
 
 SPEC = RunSpec().replace(n_layer=2, n_head=2, n_embd=16, block_size=8, steps=10)
 

@@ -12,12 +12,13 @@ import torch
 from p2ptrain.app import main
 from p2ptrain.errors import UserError
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.checkpoint import StageSnapshot, checkpoint_path, record_step, save_stage
+from p2ptrain.train.checkpoint import checkpoint_path, record_step, save_stage
 from p2ptrain.train.export import export_hf, hf_name
 from p2ptrain.train.model import Stage, build_layers, build_model
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.recut import model_wide
 from p2ptrain.train.reference import train_reference
+from p2ptrain.train.snapshot import StageSnapshot
 
 transformers = pytest.importorskip("transformers")
 

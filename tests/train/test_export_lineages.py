@@ -12,11 +12,12 @@ import torch
 
 from p2ptrain.app import main
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.checkpoint import StageSnapshot, list_states, record_step
+from p2ptrain.train.checkpoint import list_states, record_step
 from p2ptrain.train.export import merged_weights
 from p2ptrain.train.model import Stage, build_model
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.recut import model_wide
+from p2ptrain.train.snapshot import StageSnapshot
 from tests.train.test_export import TINY_LLAMA, cut, write_run
 
 OLDER, NEWER = "a" * 16, "b" * 16

@@ -12,7 +12,7 @@ import torch
 from p2ptrain.errors import UserError
 from p2ptrain.records.run import RunSpec
 from p2ptrain.schedule.workload import stage_parameter_counts
-from p2ptrain.train.checkpoint import StageSnapshot, record_step, stamped_path
+from p2ptrain.train.checkpoint import record_step, stamped_path
 from p2ptrain.train.checkpoint_read import read_state
 from p2ptrain.train.data import get_batch, load_corpus
 from p2ptrain.train.llama import LlamaAttention, apply_rotary, rotary_tables
@@ -20,6 +20,7 @@ from p2ptrain.train.model import Stage, build_layers, build_model, build_stage, 
 from p2ptrain.train.optim import clip_grads, lr_at, make_optimizer, set_lr
 from p2ptrain.train.recut import assemble
 from p2ptrain.train.reference import micro_batch_rows, train_reference
+from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.compute_probe import measure_stage_compute
 
 TINY = RunSpec().replace(

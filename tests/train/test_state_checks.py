@@ -19,12 +19,13 @@ import torch
 from p2ptrain.errors import UserError
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train import state_file
-from p2ptrain.train.checkpoint import StageSnapshot, record_step, stamped_path
+from p2ptrain.train.checkpoint import record_step, stamped_path
 from p2ptrain.train.checkpoint_read import load_stage, read_state
 from p2ptrain.train.model import Stage, build_stage
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.outer import OuterOptimizer
 from p2ptrain.train.recut import OUTER_STEPS
+from p2ptrain.train.snapshot import StageSnapshot
 
 SPEC = RunSpec().replace(n_layer=2, n_head=2, n_embd=16, block_size=8, steps=10, weight_decay=0.1)
 HOSTILE_HYPERPARAMETERS = {

@@ -17,9 +17,10 @@ import torch
 
 from p2ptrain.records import RunSpec
 from p2ptrain.train import state_file
-from p2ptrain.train.checkpoint import StageSnapshot, list_states, record_step
+from p2ptrain.train.checkpoint import list_states, record_step
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
+from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker import state_writer
 from p2ptrain.worker.state_writer import StateWrite, StateWriter
 

@@ -30,7 +30,6 @@ import torch
 from p2ptrain.records import Plan, RunSpec
 from p2ptrain.records.lineage import may_adopt
 from p2ptrain.train.checkpoint import (
-    StageSnapshot,
     expected_state_bytes,
     expected_state_tensors,
     layers_key,
@@ -41,6 +40,7 @@ from p2ptrain.train.checkpoint import (
 from p2ptrain.train.checkpoint_read import load_stage, other_run, read_state
 from p2ptrain.train.model import Stage
 from p2ptrain.train.recut import assemble
+from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.resume.adopt import link_adopted
 from p2ptrain.worker.resume.covers import key_range
 from p2ptrain.worker.resume.start_step import StartPoint, StateRank, local_states

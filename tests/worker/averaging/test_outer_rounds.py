@@ -14,11 +14,12 @@ from p2ptrain.errors import WireError
 from p2ptrain.records import MetricsReport
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train import state_file
-from p2ptrain.train.checkpoint import StageSnapshot, record_step
+from p2ptrain.train.checkpoint import record_step
 from p2ptrain.train.checkpoint_read import load_stage, read_state
 from p2ptrain.train.model import Stage, build_layers, loss_fn
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.recut import assemble
+from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.averaging.outer_rounds import OuterRounds, due
 
 SPEC = RunSpec().replace(

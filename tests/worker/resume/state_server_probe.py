@@ -22,7 +22,6 @@ from hivemind.p2p import PeerID
 
 from p2ptrain.records import Plan, RunSpec
 from p2ptrain.train.checkpoint import (
-    StageSnapshot,
     expected_state_bytes,
     file_sha256,
     record_step,
@@ -31,6 +30,7 @@ from p2ptrain.train.checkpoint import (
 from p2ptrain.train.checkpoint_read import PICKLED_OPTIMIZER_FORMAT
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
+from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.pipeline.frames import FrameHeader, NotReady
 from p2ptrain.worker.pipeline.transport import Transport
 from p2ptrain.worker.private_tmp import PrivateTmp

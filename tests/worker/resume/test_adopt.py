@@ -15,9 +15,10 @@ import torch
 from p2ptrain.records import Plan
 from p2ptrain.records.lineage import Lineage, may_adopt, next_lineage
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.checkpoint import StageSnapshot, list_states, record_step
+from p2ptrain.train.checkpoint import list_states, record_step
 from p2ptrain.train.model import Stage, build_layers
 from p2ptrain.train.optim import make_optimizer
+from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.resume import restore
 from p2ptrain.worker.resume.adopt import link_adopted
 from p2ptrain.worker.resume.restore import restore_stage, started_line

@@ -17,12 +17,12 @@ import torch
 
 from p2ptrain.train.checkpoint import (
     KEEP_STEPS,
-    StageSnapshot,
     file_sha256,
     record_step,
     saved_steps,
     stamped_path,
 )
+from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.resume import restore
 from p2ptrain.worker.resume.restore import restore_stage
 from p2ptrain.worker.resume.start_step import choose_start_step, own_announcement, placement, usable

@@ -14,9 +14,10 @@ import pytest
 
 from p2ptrain.records import Plan
 from p2ptrain.records.lineage import Lineage, next_lineage
-from p2ptrain.train.checkpoint import StageSnapshot, list_states, record_step, stamped_path
+from p2ptrain.train.checkpoint import list_states, record_step, stamped_path
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
+from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.resume.announcement import check_announcement, sign_announcement
 from p2ptrain.worker.resume.restore import warn_other_lineages
 from p2ptrain.worker.resume.start_step import (

@@ -11,10 +11,11 @@ import torch
 
 from p2ptrain.records import Plan
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.checkpoint import StageSnapshot, list_states, record_step
+from p2ptrain.train.checkpoint import list_states, record_step
 from p2ptrain.train.model import Stage, build_layers, loss_fn
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.recut import model_wide
+from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.resume.restore import restore_stage
 from p2ptrain.worker.resume.start_step import choose_start_step, own_announcement, placement, usable
 

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 import torch
 
-from p2ptrain.train.checkpoint import StageSnapshot, list_states, record_step, stamped_path
+from p2ptrain.train.checkpoint import list_states, record_step, stamped_path
 from p2ptrain.train.optim import make_optimizer
+from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.resume import restore
 from p2ptrain.worker.resume.restore import restore_stage
 from p2ptrain.worker.resume.start_step import StartPoint

@@ -15,7 +15,6 @@ from p2ptrain.records import LinkFacts, Plan, RunSpec, StageCopy
 from p2ptrain.records.lineage import next_lineage
 from p2ptrain.train.checkpoint import (
     SavedState,
-    StageSnapshot,
     file_sha256,
     list_states,
     record_step,
@@ -24,6 +23,7 @@ from p2ptrain.train.checkpoint import (
 )
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
+from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.resume.copies import (
     copy_notes,
     drop_stale,

@@ -20,7 +20,6 @@ from p2ptrain.errors import WireError
 from p2ptrain.records import NetworkFacts, RunSpec
 from p2ptrain.train import checkpoint_read, state_file
 from p2ptrain.train.checkpoint import (
-    StageSnapshot,
     expected_state_bytes,
     expected_state_tensors,
     file_sha256,
@@ -30,6 +29,7 @@ from p2ptrain.train.checkpoint import (
 )
 from p2ptrain.train.model import build_stage, loss_fn
 from p2ptrain.train.optim import make_optimizer
+from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.resume.state_fetch import receive_state
 from p2ptrain.worker.resume.state_transfer import (
     FOUND,
