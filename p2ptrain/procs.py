@@ -18,7 +18,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -47,6 +47,7 @@ def spawn(
     cwd: Path | str | None = None,
     stdin: int | None = None,
     new_session: bool = True,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen[bytes]:
     """Start argv as the leader of a new session (and process group), unless `new_session` is
     False (then it stays in ours); stdin is /dev/null unless given (e.g. subprocess.PIPE).
@@ -55,10 +56,9 @@ def spawn(
     (e.g. subprocess.PIPE); without either, the child writes where this process does.
     env: variables on top of this process's environment (PYTHONUNBUFFERED is set, so that logs
     arrive as they are written). die_with_parent: the signal the kernel sends the child when the
-    calling thread exits (None: none), so spawn from a thread that lives as long as the child."""
-    preexec = None
-    if die_with_parent is not None:
-        preexec = partial(_die_with_parent, die_with_parent, os.getpid())
+    calling thread exits (None: none), so spawn from a thread that lives as long as the child.
+    pass_fds: descriptors the child keeps open (a lock it must hold as long as it lives)."""
+    preexec = None if die_with_parent is None else parent_death(die_with_parent)
     log_file = open(log_path, "wb") if log_path is not None else None  # noqa: SIM115
     try:
         return subprocess.Popen(
@@ -70,10 +70,17 @@ def spawn(
             cwd=cwd,
             start_new_session=new_session,
             preexec_fn=preexec,
+            pass_fds=tuple(pass_fds),
         )
     finally:
         if log_file is not None:
             log_file.close()  # the child has its own copy
+
+
+def parent_death(sig: int) -> Callable[[], None]:
+    """A Popen `preexec_fn`: the child gets `sig` when the calling thread (of this process)
+    exits, or at once if this process died before the child could ask the kernel."""
+    return partial(_die_with_parent, sig, os.getpid())
 
 
 def _die_with_parent(sig: int, parent_pid: int) -> None:

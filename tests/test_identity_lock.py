@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from p2ptrain import procs
 from p2ptrain.errors import UserError
 from p2ptrain.node.identity_lock import IdentityLock
 
@@ -59,3 +60,35 @@ def test_a_killed_nodes_lock_goes_with_it(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait()
+
+
+def _wait_acquired(key: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            IdentityLock(key).release()
+            return
+        except UserError:
+            assert time.monotonic() < deadline, "the lock stayed"
+            time.sleep(0.05)
+
+
+def test_a_child_given_the_lock_holds_it_after_its_parent_is_gone(tmp_path: Path) -> None:
+    """A supervisor SIGKILLed leaves its worker saving its stage for a while: the lock, passed
+    to the worker (procs.spawn pass_fds), refuses a restarted node until the worker is gone."""
+    key = tmp_path / "node.key"
+    lock = IdentityLock(key)
+    child = procs.spawn(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        pass_fds=(lock.fd,),
+        die_with_parent=None,
+    )
+    try:
+        lock.release()  # the supervisor's end
+        with pytest.raises(UserError, match="or its worker, still stopping"):
+            IdentityLock(key)
+        child.kill()
+        child.wait(timeout=10)
+        _wait_acquired(key, 5)
+    finally:
+        child.kill()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import trio
+
+from p2ptrain import procs
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +44,12 @@ async def measure_compute_gflops_in_child() -> float | None:
     command = [sys.executable, "-m", "p2ptrain.control.hardware"]
     try:
         with trio.fail_after(CHILD_TIMEOUT_S):
-            done = await trio.run_process(command, capture_stdout=True, stderr=subprocess.DEVNULL)
+            done = await trio.run_process(
+                command,
+                capture_stdout=True,
+                stderr=subprocess.DEVNULL,
+                preexec_fn=procs.parent_death(signal.SIGKILL),  # not past the control process
+            )
         gflops = float(done.stdout)
     except (OSError, ValueError, subprocess.CalledProcessError, trio.TooSlowError) as exc:
         log.warning("could not measure this machine's compute: %r", exc)

@@ -10,8 +10,6 @@ doctor is killed.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -21,7 +19,9 @@ from typing import Any
 
 from p2ptrain import addresses, procs
 from p2ptrain.control.doctor import Check, run_network_checks
+from p2ptrain.errors import WireError
 from p2ptrain.node.supervisor import worker_available
+from p2ptrain.records.messages import DaemonCheckReply, DeviceFacts
 from p2ptrain.worker import private_tmp
 
 DAEMON_TIMEOUT_S = 90.0  # hivemind's import (torch) and p2pd's start on a slow machine
@@ -89,7 +89,7 @@ def diagnose(settings: DoctorSettings) -> Diagnosis:
     ordered = tuple(checks[name] for name in ORDER if name in checks)
     facts = dict(report.facts)
     if checks["device"].status == "ok" and device is not None:
-        facts.update(device=device.get("name"), precision=run_precision(device, report.loss_scale))
+        facts.update(device=device.name, precision=run_precision(device, report.loss_scale))
     return Diagnosis(ordered, facts)
 
 
@@ -124,7 +124,7 @@ def ports_check(control_port: int, data_port: int, taken: set[int], control_only
 
 def daemon_check(
     proc: subprocess.Popen[bytes] | None, control_only: bool, ports_ok: bool
-) -> tuple[Check, dict[str, Any] | None]:
+) -> tuple[Check, DeviceFacts | None]:
     """The daemon's line and the device facts: from its child process, or why there was none."""
     if control_only:
         return Check("daemon", "skip", "data-plane daemon: not checked (--control-only)"), None
@@ -136,25 +136,23 @@ def daemon_check(
     return finish_daemon_check(proc)
 
 
-def device_check(
-    facts: dict[str, Any] | None, loss_scale: float | None, control_only: bool
-) -> Check:
+def device_check(facts: DeviceFacts | None, loss_scale: float | None, control_only: bool) -> Check:
     """Where the stage would train, and in what precision under this run (its `loss_scale`:
     worker/device.py), from the daemon check's child; FAIL if `--device` is not here."""
     if control_only:
         return Check("device", "skip", "device: not checked (--control-only)")
-    if not facts or "installed" in str(facts.get("error", "")):
+    if facts is None or "installed" in facts.error:
         return Check("device", "skip", "device: not checked (see the daemon's line)")
-    if "error" in facts:
-        return Check("device", "FAIL", f"device: {facts['error']}", NO_DEVICE_FIX)
-    memory = f"{int(facts.get('memory_bytes') or 0) / 2**30:.0f} GiB"
+    if facts.error:
+        return Check("device", "FAIL", f"device: {facts.error}", NO_DEVICE_FIX)
+    memory = f"{facts.memory_bytes / 2**30:.0f} GiB"
     precision = run_precision(facts, loss_scale)
-    return Check("device", "ok", f"device {facts.get('name')} ({memory}): passes in {precision}")
+    return Check("device", "ok", f"device {facts.name} ({memory}): passes in {precision}")
 
 
-def run_precision(facts: dict[str, Any], loss_scale: float | None) -> str:
+def run_precision(facts: DeviceFacts, loss_scale: float | None) -> str:
     """What the passes compute in under a run of `loss_scale` (None: not known, both said)."""
-    plain, scaled = str(facts.get("precision")), str(facts.get("precision_scaled"))
+    plain, scaled = facts.precision, facts.precision_scaled
     if loss_scale is None:
         return plain if plain == scaled else f"{plain} ({scaled} if the run sets loss_scale)"
     return scaled if loss_scale > 1.0 else plain
@@ -173,28 +171,28 @@ def stop_daemon_check(proc: subprocess.Popen[bytes]) -> None:
     private_tmp.sweep_temp()
 
 
-def finish_daemon_check(proc: subprocess.Popen[bytes]) -> tuple[Check, dict[str, Any] | None]:
-    """The daemon's line, and the device facts the child found (None: it said nothing)."""
+def finish_daemon_check(proc: subprocess.Popen[bytes]) -> tuple[Check, DeviceFacts | None]:
+    """The daemon's line, and the device facts the child found (None: it said nothing that
+    decodes: records/messages.py DaemonCheckReply)."""
     try:
         out, _ = proc.communicate(timeout=DAEMON_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         stop_daemon_check(proc)
         text = f"data-plane daemon: no answer in {DAEMON_TIMEOUT_S:.0f} s"
         return Check("daemon", "FAIL", text, NO_DATA_PLANE_FIX), None
-    result: dict[str, Any] = {}
-    with contextlib.suppress(ValueError, IndexError):
-        result = json.loads(out.decode(errors="replace").strip().splitlines()[-1])
-    device = result.get("device") if isinstance(result.get("device"), dict) else None
-    if result.get("ok"):
-        where = str((result.get("addrs") or ["?"])[0]).split("/p2p/")[0]
-        go = result.get("go_runtime")
-        settings = "".join(f", {k}={v}" for k, v in go.items()) if isinstance(go, dict) else ""
+    try:
+        reply = DaemonCheckReply.decode(out)
+    except WireError:
+        reply = DaemonCheckReply(False)
+    if reply.ok:
+        where = (reply.addrs or ("?",))[0].split("/p2p/")[0]
+        settings = "".join(f", {k}={v}" for k, v in reply.go_runtime.items())
         text = f"data-plane daemon starts (p2pd on {where}{settings})"
-        return Check("daemon", "ok", text), device
-    error = result.get("error") or f"exit code {proc.returncode}"
+        return Check("daemon", "ok", text), reply.device
+    error = reply.error or f"exit code {proc.returncode}"
     fix = (
         NO_DATA_PLANE_FIX
         if "not installed" in error
         else "see the error; a free --data-listen port?"
     )
-    return Check("daemon", "FAIL", f"data-plane daemon does not start: {error}", fix), device
+    return Check("daemon", "FAIL", f"data-plane daemon does not start: {error}", fix), reply.device

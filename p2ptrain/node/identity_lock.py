@@ -6,7 +6,9 @@ checkpoint directory (each prunes and links the other's files). A script started
 by mistake, and both ran fully. The supervisor holds an exclusive `flock` on `.NAME.lock`
 beside the identity file for its life; the kernel releases it when the process ends, however
 it ends (a SIGKILL too), so a crash never leaves a stale lock. The file holds the holder's PID,
-for the refusal's message. Not inherited by the children: it goes with the supervisor.
+for the refusal's message. The worker holds it too (`fd`, passed to it): a supervisor killed
+hard leaves its worker saving its stage for up to 30 s (worker/watchdog.py), and a node
+restarted meanwhile would share its peer id and checkpoints.
 """
 
 from __future__ import annotations
@@ -32,12 +34,19 @@ class IdentityLock:
             holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
             os.close(fd)
             raise UserError(
-                f"another node runs with identity {identity_path} (process {holder}): one "
-                "identity, one node (they would share a peer id and a checkpoint directory)"
+                f"another node runs with identity {identity_path} (process {holder}, or its "
+                "worker, still stopping): one identity, one node (they would share a peer id "
+                "and a checkpoint directory)"
             ) from None
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._fd: int | None = fd
+
+    @property
+    def fd(self) -> int:
+        """The locked descriptor: a child that keeps it open holds the lock as long as it lives."""
+        assert self._fd is not None, "released"
+        return self._fd
 
     def release(self) -> None:
         if self._fd is not None:

@@ -91,6 +91,7 @@ def check_device_here(name: str) -> None:
             text=True,
             timeout=DEVICE_CHECK_TIMEOUT_S,
             check=False,
+            preexec_fn=procs.parent_death(signal.SIGKILL),  # a hung driver's probe goes with us
         )
     except subprocess.TimeoutExpired:
         raise UserError(
@@ -165,7 +166,8 @@ class Supervisor:
                     announce=self.data_announce,
                     faults=self.faults,
                 )
-                children.append(procs.spawn(worker.command()))
+                # the worker holds the identity's lock too, until it is gone
+                children.append(procs.spawn(worker.command(), pass_fds=(lock.fd,)))
             self._watch(children, ipc_path)
             self._let_control_leave(children)
             return self._finish(children)

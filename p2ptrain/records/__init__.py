@@ -14,6 +14,7 @@ records; nobody builds or reads a bare dict of one.
 | Plan            | records/plan.py        | gossip (kind "plan") -> worker socket -> metrics log|
 | NetworkFacts    | records/network.py     | inside a Plan: the links it was made for, per group and hop |
 | (lineage)       | records/lineage.py     | inside a Plan: whose stage states it may use        |
+| DaemonCheckReply, DeviceFacts | records/messages.py | `doctor`'s daemon-check child -> doctor (one stdout line) |
 | Hello, MetricsReport, Heartbeat, ComputeReport, CopyReport, SessionReport, PlanMessage, RunMessage, Stop | records/messages.py | worker socket, metrics logs |
 | StageCopy       | records/peer.py        | worker socket (CopyReport) -> PeerMetrics -> status |
 | StepProfile     | records/profile.py     | metrics logs only (`join --profile`)                |
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
         PHASES,
         ComputeReport,
         CopyReport,
+        DaemonCheckReply,
+        DeviceFacts,
         Heartbeat,
         Hello,
         LinkBytes,
@@ -103,6 +106,8 @@ _HOMES = {
     "DialResult": "reachability",
     "Health": "peer",
     "Heartbeat": "messages",
+    "DaemonCheckReply": "messages",
+    "DeviceFacts": "messages",
     "Hello": "messages",
     "LinkBytes": "messages",
     "LinkFacts": "network",
@@ -155,6 +160,8 @@ __all__ = [
     "Claim",
     "ComputeReport",
     "CopyReport",
+    "DaemonCheckReply",
+    "DeviceFacts",
     "DialBackReply",
     "DialBackRequest",
     "DialResult",

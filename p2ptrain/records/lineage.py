@@ -107,7 +107,7 @@ def parse(value: object, record: str, name: str = "lineage") -> Lineage:
     for entry in value:
         if not isinstance(entry, list) or len(entry) != 2:
             raise f.malformed(record, "a lineage entry must be [id, epoch]")
-        if not isinstance(entry[0], str) or not _ID.match(entry[0]):
+        if not isinstance(entry[0], str) or not _ID.fullmatch(entry[0]):
             raise f.malformed(record, f"a lineage id must be {ID_CHARS} lowercase hex digits")
         entries.append((entry[0], f.integer(entry[1], record, "a lineage epoch")))
     if len({entry_id for entry_id, _ in entries}) != len(entries):

@@ -19,7 +19,18 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from p2ptrain.records import fields as f
-from p2ptrain.records.codec import Addrs, Int, Map, Nested, OneOf, PeerId, Record, Seq, Wire
+from p2ptrain.records.codec import (
+    Addrs,
+    Int,
+    Map,
+    Nested,
+    OneOf,
+    PeerId,
+    Record,
+    Seq,
+    Text,
+    Wire,
+)
 from p2ptrain.records.peer import MAX_COPIES, StageCompute, StageCopy, StartLineage
 from p2ptrain.records.plan import Plan
 from p2ptrain.records.profile import StepProfile
@@ -213,3 +224,46 @@ def message_from_dict(data: object) -> Message:
         raise f.malformed("message", "unknown or missing type")
     message: Message = kind.from_dict(d)
     return message
+
+
+PRECISIONS = ("fp32", "bfloat16", "float16")  # worker/device.py: Precision.name
+MAX_CHECK_ERROR_CHARS = 400
+
+
+@dataclass(frozen=True)
+class DeviceFacts(Record, name="device facts"):
+    """Where `--device` trains on this machine and in what precision, without and with a loss
+    scale (worker/daemon_check.py: device_facts), or why it cannot (`error`)."""
+
+    name: Annotated[str, Text(200, empty=True), OMITTED] = ""
+    memory_bytes: Annotated[int, Int(0, 2**62), OMITTED] = 0
+    precision: Annotated[str, OneOf(PRECISIONS, empty=True), OMITTED] = ""
+    precision_scaled: Annotated[str, OneOf(PRECISIONS, empty=True), OMITTED] = ""
+    error: Annotated[str, Text(MAX_CHECK_ERROR_CHARS, empty=True), OMITTED] = ""
+
+
+@dataclass(frozen=True)
+class DaemonCheckReply(Record, name="daemon check"):
+    """The last line `python -m p2ptrain.worker.daemon_check` prints for `doctor`: did p2pd start
+    (its addresses, its Go settings) or why not, and the device facts."""
+
+    ok: bool
+    addrs: Annotated[tuple[str, ...], Seq(Text(f.MAX_ADDR_CHARS), f.MAX_ADDRS), OMITTED] = ()
+    p2pd: Annotated[str, Text(4096, empty=True), OMITTED] = ""
+    go_runtime: Annotated[dict[str, str], Map(Text(64), 8, key=Text(64)), OMITTED] = (
+        dataclasses.field(default_factory=dict)
+    )
+    error: Annotated[str, Text(MAX_CHECK_ERROR_CHARS, empty=True), OMITTED] = ""
+    device: Annotated[DeviceFacts | None, OMITTED] = None
+
+    @classmethod
+    def decode(cls, output: bytes) -> DaemonCheckReply:
+        """The child's last line of output: a valid reply, or WireError."""
+        lines = output.decode(errors="replace").strip().splitlines()
+        return cls.from_dict(f.json_value(lines[-1] if lines else "", cls.__name__))
+
+
+def one_line(text: str) -> str:
+    """An error's text as one printable line of a check's reply (tracebacks have newlines)."""
+    flat = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return flat[:MAX_CHECK_ERROR_CHARS] or "?"

@@ -250,6 +250,11 @@ class Health(Record, name="health"):
     # a peer of before 2026-11-30)
     plan: Annotated[tuple[int, int] | None, Nullable(Custom(_any_plan_key, list)), OMITTED] = None
 
+    def wire_problem(self) -> str | None:
+        if self.plan is not None and not self.left:
+            return "only the word after a hand-over names a plan"
+        return None
+
     @property
     def leaving(self) -> bool:
         """The node said it is stopping (a signal, a finished run): a leave, not a death."""

@@ -205,13 +205,9 @@ class Plan(Record, name="plan"):
         return dataclasses.replace(self, **changes)
 
     def wire_problem(self) -> str | None:
-        if any(len(p) != self.stages for p in self.pipelines):
-            return "every pipeline must list exactly `stages` peers"
-        named = [p for pipeline in self.pipelines for p in pipeline] + list(self.spares)
-        if len(named) > f.MAX_PEERS:
-            return f"more than {f.MAX_PEERS} peers"
-        if len(set(named)) != len(named):
-            return "a peer appears more than once"
+        problem = placement_problem(self.stages, self.pipelines, self.spares, self.donors)
+        if problem:
+            return problem
         network = self.network
         if network is not None and network.groups and len(network.groups) != self.stages:
             return "network.groups must list one pair per stage"
@@ -227,6 +223,25 @@ class Plan(Record, name="plan"):
         if self.lineage and self.lineage[0][1] != self.epoch:
             return "the lineage's first entry must be at the plan's epoch"
         return None
+
+
+def placement_problem(
+    stages: int,
+    pipelines: tuple[tuple[str, ...], ...],
+    spares: tuple[str, ...],
+    donors: tuple[str, ...],
+) -> str | None:
+    """What is wrong with a placement as a peer sent it (a plan, or status's summary of one)."""
+    if any(len(p) != stages for p in pipelines):
+        return "every pipeline must list exactly `stages` peers"
+    named = [p for pipeline in pipelines for p in pipeline] + list(spares)
+    if len(named) > f.MAX_PEERS:
+        return f"more than {f.MAX_PEERS} peers"
+    if len(set(named)) != len(named):
+        return "a peer appears more than once"
+    if len(set(donors)) != len(donors) or not set(donors) <= set(spares):
+        return "every donor must be one of the plan's spares, once"
+    return None
 
 
 def even_layers(n_layer: int, stages: int) -> tuple[int, ...]:

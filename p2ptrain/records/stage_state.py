@@ -129,13 +129,13 @@ def _refuse_constant(name: str) -> float:
 
 
 def _digest(value: object) -> str:
-    if not isinstance(value, str) or (value and not _SHA256.match(value)):
+    if not isinstance(value, str) or (value and not _SHA256.fullmatch(value)):
         raise f.malformed(_RECORD, "data_sha256 must be empty or 64 lowercase hex digits")
     return value
 
 
 def _name(value: object, what: str) -> str:
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
         raise f.malformed(_RECORD, f"{what} must be an identifier of <= 64 characters")
     return value
 

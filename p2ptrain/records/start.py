@@ -14,7 +14,7 @@ _START_LINEAGE = re.compile(r"^([0-9a-f]{16}|root)?$")
 
 def parse_start_lineage(value: object, record: str, name: str = "start_lineage") -> str:
     """The lineage a session resumed from, as a report carries it, or the wire error."""
-    if not isinstance(value, str) or not _START_LINEAGE.match(value):
+    if not isinstance(value, str) or not _START_LINEAGE.fullmatch(value):
         raise f.malformed(record, "start_lineage must be a lineage id, 'root' or ''")
     return value
 

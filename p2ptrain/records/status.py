@@ -32,7 +32,7 @@ from p2ptrain.records.peer import (
     PeerMetrics,
     StageCompute,
 )
-from p2ptrain.records.plan import MAX_STAGES, Plan, Reason, StageLayers
+from p2ptrain.records.plan import MAX_STAGES, Plan, Reason, StageLayers, placement_problem
 from p2ptrain.records.reachability import REACHABILITY
 
 MAX_STATUS_PEERS = 10_000
@@ -109,7 +109,7 @@ class PlanSummary(Record, name="status plan"):
     def wire_problem(self) -> str | None:
         if self.stage_layers and len(self.stage_layers) != self.stages:
             return "stage_layers must be empty or list one count per stage"
-        return None
+        return placement_problem(self.stages, self.pipelines, self.spares, self.donors)
 
     @classmethod
     def of(cls, plan: Plan) -> PlanSummary:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from p2ptrain import procs
 from p2ptrain.errors import UserError
 from p2ptrain.procs import pid_alive
 from p2ptrain.testbed import cpu, netns
@@ -113,8 +114,10 @@ class TestbedHandle:
     def spawn(
         self, peer: PeerRef, argv: Sequence[str], **popen_kwargs: Any
     ) -> subprocess.Popen[Any]:
-        """Start argv inside the peer's namespace, in a new session (killed as a group on close)."""
+        """Start argv inside the peer's namespace, in a new session (killed as a group on close),
+        killed with this thread if it dies first (`ip netns exec` and `sh -c 'exec'` keep it)."""
         popen_kwargs.setdefault("start_new_session", True)
+        popen_kwargs.setdefault("preexec_fn", procs.parent_death(signal.SIGKILL))
         proc = subprocess.Popen(self.command(peer, argv), **popen_kwargs)
         self._spawned.append(proc)
         return proc

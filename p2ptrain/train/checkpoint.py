@@ -91,7 +91,7 @@ def sweep_unfinished(directory: Path, now: float | None = None) -> int:
     except OSError:
         return 0
     for name in names:
-        match = _UNFINISHED.match(name)
+        match = _UNFINISHED.fullmatch(name)
         if match is None:
             continue
         path = directory / name

@@ -62,7 +62,7 @@ def _states_by_step(directory: Path) -> dict[int, list[Source]]:
     if found or not directory.is_dir():
         return found
     for name in sorted(os.listdir(directory)):
-        match = _LATEST.match(name)
+        match = _LATEST.fullmatch(name)
         if match and int(match[1]) < int(match[2]):
             step = read_file(directory / name).get("step")
             if isinstance(step, int):

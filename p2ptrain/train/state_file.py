@@ -66,7 +66,7 @@ def write(
     `outer_state`: DiLoCo's tensors, named "outer/..." (worker/averaging/outer_rounds.py)."""
     tensors = {f"model/{name}": t.detach().contiguous() for name, t in model_state.items()}
     for name, value in (outer_state or {}).items():
-        assert _OUTER.match(name), name
+        assert _OUTER.fullmatch(name), name
         tensors[name] = value.detach().contiguous()
     for index, values in optimizer_state.items():
         for name, value in values.items():
@@ -163,10 +163,10 @@ def read(path: Path) -> dict[str, Any]:
         if name.startswith("model/") and len(name) > len("model/"):
             model_state[name.removeprefix("model/")] = tensor
             continue
-        if _OUTER.match(name):
+        if _OUTER.fullmatch(name):
             outer_state[name] = tensor
             continue
-        match = _OPTIM.match(name)
+        match = _OPTIM.fullmatch(name)
         if match is None or int(match[1]) not in indices:
             raise WireError(f"malformed stage state: unexpected tensor {name[:80]!r}")
         moments.setdefault(int(match[1]), {})[match[2]] = tensor

@@ -21,6 +21,8 @@ import signal
 import sys
 from typing import Any
 
+from p2ptrain.records.fields import MAX_ADDRS
+from p2ptrain.records.messages import DaemonCheckReply, one_line
 from p2ptrain.worker import watchdog
 from p2ptrain.worker.private_tmp import PrivateTmp
 
@@ -47,7 +49,7 @@ async def start_and_stop(listen: str) -> dict[str, Any]:
     finally:
         await p2p.shutdown()
     path = str(files(cli) / P2PD_FILENAME)
-    return {"ok": True, "addrs": addrs, "p2pd": path, "go_runtime": go_runtime}
+    return {"ok": True, "addrs": addrs[:MAX_ADDRS], "p2pd": path, "go_runtime": go_runtime}
 
 
 def _daemon_go_runtime() -> dict[str, str]:
@@ -82,7 +84,7 @@ def device_facts(name: str) -> dict[str, Any]:
     except ImportError as exc:
         return {"error": f"the train extra is not installed ({exc.name} missing)"}
     except Exception as exc:  # a UserError (not here), or a driver's
-        return {"error": str(exc)[:300] or type(exc).__name__}
+        return {"error": one_line(str(exc) or type(exc).__name__)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,11 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         result = {"ok": False, "error": f"the data plane is not installed ({exc.name} missing)"}
     except Exception as exc:
-        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+        result = {"ok": False, "error": one_line(f"{type(exc).__name__}: {exc}")}
     finally:
         private.remove()
     result["device"] = device_facts(args.device)
-    print(json.dumps(result), flush=True)
+    print(
+        json.dumps(DaemonCheckReply.from_dict(result).to_dict()), flush=True
+    )  # as doctor reads it
     return 0 if result["ok"] else 1
 
 

@@ -116,7 +116,7 @@ class Worker:
             IpcClient(settings.ipc, self.inbox, on_run=self._on_run) if settings.ipc else None
         )
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self.inbox.stop())
+            signal.signal(sig, watchdog.stop_handler(self.inbox.stop, self._leave))
         self.phase = "starting"  # records/messages.py PHASES; with the plan it concerns
         self.phase_plan: Plan | None = None
         if self.ipc is not None:

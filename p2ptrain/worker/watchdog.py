@@ -5,25 +5,36 @@ in the worker's process group, and all survive a SIGKILL of the worker (measured
 So the worker (1) leads its own process group, (2) asks the kernel to signal it when its parent
 dies (PR_SET_PDEATHSIG), and (3) forks a tiny watchdog child, before any thread exists, whose only
 job is to SIGKILL the whole group the moment the worker dies, however it dies.
+
+The parent's death is a SIGTERM, a graceful stop: the worker saves its stage first. Its
+supervisor bounds such a stop with a SIGKILL after its grace; when the supervisor is the one that
+died (a SIGKILL, the OOM killer), nobody would, so an orphaned worker bounds its own stop
+(`stop_handler`).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
+from collections.abc import Callable
+from typing import Any
 
 from p2ptrain.procs import set_parent_death_signal
 
 # the watchdog's parent-death signal: not SIGTERM, which a supervisor may send the whole group
 # for a graceful stop (the worker must be free to checkpoint first)
 WATCHDOG_SIGNAL = signal.SIGUSR2
+# an orphaned worker's stop, at most: the supervisor's own grace (node/supervisor.py STOP_GRACE_S)
+ORPHAN_STOP_S = 30.0
+_parent = [0]  # the process that started this one (install), to tell when it is gone
 
 
 def install(parent_death_signal: int = signal.SIGTERM) -> int:
     """Lead a process group, die with the parent, start the group-killing watchdog; its pid."""
     if os.getpgid(0) != os.getpid():
         os.setpgid(0, 0)
-    parent = os.getppid()
+    parent = _parent[0] = os.getppid()
     set_parent_death_signal(parent_death_signal)
     if os.getppid() != parent:  # the parent died before prctl took effect
         os.kill(os.getpid(), parent_death_signal)
@@ -32,6 +43,24 @@ def install(parent_death_signal: int = signal.SIGTERM) -> int:
     if watchdog_pid == 0:
         _watch(worker_pid)  # never returns
     return watchdog_pid
+
+
+def stop_handler(
+    stop: Callable[[], None], leave: Callable[[int], None], bound_s: float = ORPHAN_STOP_S
+) -> Callable[..., None]:
+    """A SIGTERM / SIGINT handler: `stop` (the graceful stop); and if the parent is gone (its
+    death sent this signal), `leave(1)` after `bound_s` unless the stop ended first."""
+    armed: list[threading.Timer] = []
+
+    def handler(*_: Any) -> None:
+        stop()
+        if os.getppid() != _parent[0] and not armed:
+            timer = threading.Timer(bound_s, leave, args=(1,))
+            timer.daemon = True
+            timer.start()
+            armed.append(timer)
+
+    return handler
 
 
 def _watch(worker_pid: int) -> None:

@@ -8,7 +8,7 @@ import dataclasses
 from p2ptrain.cli.status_cmd import format_status
 from p2ptrain.control.progress import progress_line, size_text
 from p2ptrain.records import MetricsReport, SwarmStatus
-from tests.records.samples import A, B, metrics_dict, status_dict
+from tests.records.samples import A, B, C, metrics_dict, status_dict
 
 
 def _report(**changes: object) -> MetricsReport:
@@ -74,7 +74,7 @@ def test_the_status_table_of_a_peer_without_metrics_has_dashes() -> None:
 def test_a_spare_is_shown_as_one_in_the_status_table() -> None:
     """Every peer showed its record's role, `trainer`, spares too (a walk-through)."""
     data = status_dict()
-    data["peers"].append({**data["peers"][0], "id": B, "planner": False})
-    data["plan"]["spares"] = [B]
+    data["peers"].append({**data["peers"][0], "id": C, "planner": False})
+    data["plan"]["spares"] = [C]
     rows = format_status(SwarmStatus.from_dict(data)).splitlines()[3:5]
     assert "(spare)" not in rows[0] and "trainer (spare)" in rows[1]

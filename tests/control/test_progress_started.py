@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from p2ptrain.control.progress import progress_line, started_text
+from p2ptrain.errors import WireError
 from p2ptrain.records import MetricsReport
 from tests.records.samples import metrics_dict
 
@@ -18,3 +21,9 @@ def test_the_first_line_of_a_resumed_session_names_its_step_and_lineage() -> Non
     assert progress_line(fresh).endswith('started from initial weights (resume = "never")')
     older = {k: v for k, v in metrics_dict().items() if not k.startswith(("start", "resume"))}
     assert started_text(MetricsReport.from_dict(older)) == ""  # an older worker says nothing
+
+
+def test_a_start_lineage_with_a_trailing_newline_is_refused() -> None:
+    for bad in ("root\n", "0123456789abcdef\n", "\n"):
+        with pytest.raises(WireError):
+            MetricsReport.from_dict({**metrics_dict(), "start_step": 3, "start_lineage": bad})

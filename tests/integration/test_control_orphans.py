@@ -35,20 +35,29 @@ def wait_all_gone(pids: list[int], timeout_s: float) -> list[int]:
     return [p for p in pids if is_running(p)]
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_no_process_survives_its_node(tmp_path: Path, reaper: ProcessReaper) -> None:
     boot, boot_addr = start_bootstrap(reaper, tmp_path)
     nodes = {}
     for name in ("killed", "terminated", "interrupted"):
-        proc, _ = start_peer(reaper, tmp_path, boot_addr, name)
+        # the killed one trains: its worker, hivemind's children and p2pd must go too
+        proc, _ = start_peer(reaper, tmp_path, boot_addr, name, trainer=name == "killed")
         tree = descendants_of(proc.pid)
         assert tree, f"{name}: the supervisor has no control process"
         nodes[name] = (proc, tree)
 
-    # SIGKILL of the supervisor alone: the kernel kills its children (PR_SET_PDEATHSIG)
-    proc, tree = nodes["killed"]
+    # SIGKILL of the supervisor alone: the kernel kills the control process (PR_SET_PDEATHSIG)
+    # and stops the worker, which saves and exits (within 30 s: worker/watchdog.py), its
+    # watchdog taking hivemind's children and p2pd with it
+    proc, _ = nodes["killed"]
+    deadline = time.monotonic() + 60
+    while not any("p2pd" in _cmdline(p) for p in descendants_of(proc.pid)):
+        assert time.monotonic() < deadline, "the trainer's worker never started p2pd"
+        time.sleep(0.2)
+    tree = descendants_of(proc.pid)
     os.kill(proc.pid, signal.SIGKILL)
-    assert wait_all_gone(tree, 10) == [], "children outlived a SIGKILLed supervisor"
+    left = wait_all_gone(tree, 40)
+    assert left == [], f"outlived a SIGKILLed supervisor: {[_cmdline(p)[:100] for p in left]}"
 
     # SIGTERM and Ctrl-C (SIGINT): a clean stop of the whole tree, exit code 0
     for name, signum in (("terminated", signal.SIGTERM), ("interrupted", signal.SIGINT)):

@@ -7,13 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from p2ptrain.node.doctor import device_check, run_precision
+from p2ptrain.node.doctor import device_check, finish_daemon_check, run_precision
+from p2ptrain.records import DeviceFacts
 from p2ptrain.worker.daemon_check import device_facts
 
-T4 = {"name": "cuda Tesla T4", "memory_bytes": 15 * 2**30, "precision": "fp32"}
-T4["precision_scaled"] = "float16"
-H200 = {"name": "cuda NVIDIA H200", "memory_bytes": 140 * 2**30}
-H200 |= {"precision": "bfloat16", "precision_scaled": "bfloat16"}
+T4 = DeviceFacts("cuda Tesla T4", 15 * 2**30, "fp32", "float16")
+H200 = DeviceFacts("cuda NVIDIA H200", 140 * 2**30, "bfloat16", "bfloat16")
 
 
 def test_the_line_names_the_device_and_the_runs_precision() -> None:
@@ -30,12 +29,12 @@ def test_the_line_names_the_device_and_the_runs_precision() -> None:
 
 
 def test_a_device_not_here_fails_and_no_worker_means_no_check() -> None:
-    missing = {"error": "--device cuda: this machine has no CUDA GPU torch can use"}
+    missing = DeviceFacts(error="--device cuda: this machine has no CUDA GPU torch can use")
     check = device_check(missing, 1.0, False)
     assert check.status == "FAIL" and "no CUDA GPU" in check.text and "--device auto" in check.fix
     assert device_check(T4, 1.0, True).status == "skip"  # --control-only: no worker
     assert device_check(None, 1.0, False).status == "skip"  # the child said nothing
-    no_torch = {"error": "the train extra is not installed (torch missing)"}
+    no_torch = DeviceFacts(error="the train extra is not installed (torch missing)")
     assert device_check(no_torch, 1.0, False).status == "skip"  # the daemon's line FAILs
 
 
@@ -45,3 +44,32 @@ def test_the_child_reports_this_machines_cpu_or_why_a_device_is_not_here() -> No
     assert cpu["name"] == "cpu" and cpu["precision"] == cpu["precision_scaled"] == "fp32"
     assert "no CUDA GPU" in device_facts("cuda")["error"]
     assert "auto, cpu, mps, cuda or cuda:I" in device_facts("gpu")["error"]
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        b"[1]",
+        b'{"ok": true, "addrs": {"a": 1}}',
+        b'{"ok": false, "error": 5}',
+        b"[" * 100_000,
+        b'{"ok": true, "device": {"memory_bytes": "x"}}',
+        b'{"ok": true, "device": {"memory_bytes": 1e400}}',
+        b"",
+    ],
+)
+def test_a_child_s_reply_that_does_not_decode_is_a_failed_check(output: bytes) -> None:
+    check, device = finish_daemon_check(_Said(output))  # type: ignore[arg-type]
+    assert check.status == "FAIL" and "exit code 1" in check.text and device is None
+
+
+class _Said:
+    """A finished child process that printed `output`."""
+
+    returncode = 1
+
+    def __init__(self, output: bytes) -> None:
+        self.output = output
+
+    def communicate(self, timeout: float) -> tuple[bytes, bytes]:
+        return self.output, b""

@@ -8,6 +8,7 @@ from p2ptrain.records import (
     Claim,
     ComputeReport,
     CopyReport,
+    DaemonCheckReply,
     DialBackReply,
     DialBackRequest,
     DialResult,
@@ -235,6 +236,17 @@ def dial_back_reply_dict() -> dict[str, Any]:
     }
 
 
+def daemon_check_dict() -> dict[str, Any]:
+    device = {"name": "cuda NVIDIA H200", "memory_bytes": 2**37, "precision": "bfloat16"}
+    return {
+        "ok": True,
+        "addrs": ["/ip4/127.0.0.1/tcp/4001"],
+        "p2pd": "/venv/hivemind/hivemind_cli/p2pd",
+        "go_runtime": {"GOGC": "off", "GOMEMLIMIT": "256MiB"},
+        "device": {**device, "precision_scaled": "bfloat16"},
+    }
+
+
 def token_dict() -> dict[str, Any]:
     return issue_token(bytes(range(32)), A, True, 2e9).to_dict()
 
@@ -347,6 +359,8 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (Telemetry, telemetry_dict()),
     (Telemetry, {**telemetry_dict(), "health": {"ok": False, "reason": "worker silent for 61 s"}}),
     (Health, {"ok": True, "reason": ""}),
+    (DaemonCheckReply, daemon_check_dict()),
+    (DaemonCheckReply, {"ok": False, "error": "OSError: port taken", "device": {"error": "no"}}),
     (
         Health,
         {"ok": False, "reason": "the node has handed its stage over and exits", "plan": [1, 2]},
@@ -369,7 +383,10 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
         },
     ),
     (StageCopy, copy_dict()),
-    (PeerMetrics, PeerMetrics(copies=(StageCopy.from_dict(copy_dict()),)).to_dict()),
+    (
+        PeerMetrics,
+        PeerMetrics(copies=(StageCopy.from_dict(copy_dict()),), copies_plan=(2, 5)).to_dict(),
+    ),
     (PlanMessage, {"type": "plan", "plan": plan_dict(), "run": RunSpec().to_dict()}),
     (StepProfile, profile_dict()),
     (StepProfile, {**profile_dict(), "averaging_cpu_before_s": None, "frames_cpu_s": None}),

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 
 from p2ptrain.errors import WireError
-from p2ptrain.records import message_from_dict
+from p2ptrain.records import DaemonCheckReply, message_from_dict
 from p2ptrain.records.codec import UNREADABLE
 from p2ptrain.records.stage_state import StateMeta
 from p2ptrain.worker.pipeline.frames import FrameHeader
 from p2ptrain.worker.resume.copies import CopyRequest
 from p2ptrain.worker.resume.state_transfer import StateRequest
-from tests.records.samples import SAMPLES, frame_header_dict, stage_state_dict
+from tests.records.samples import SAMPLES, daemon_check_dict, frame_header_dict, stage_state_dict
 
 
 def _deep(depth: int) -> Any:
@@ -171,6 +171,7 @@ BYTE_DECODERS = [
     (StateRequest.decode, json.dumps({"layers": "L0-2", "step": 7, "digest": "0f" * 32}).encode()),
     (CopyRequest.decode, json.dumps({"layers": "L2-4", "min_step": 0}).encode()),
     (_meta_from_bytes, json.dumps(stage_state_dict()).encode()),
+    (DaemonCheckReply.decode, json.dumps(daemon_check_dict()).encode()),
 ]
 BYTE_IDS = [getattr(d, "__qualname__", "") for d, _ in BYTE_DECODERS]
 SNIPPETS = [

@@ -91,6 +91,7 @@ def test_a_plan_without_a_lineage_uses_only_root_states() -> None:
         [["0123456789abcdef", 4]],  # the first entry must be at the plan's epoch (5)
         [["0123456789abcdef", 5], ["0123456789abcdef", 3]],  # an id twice
         [["0123456789ABCDEF", 5]],
+        [["0123456789abcdef\n", 5]],  # `$` alone would take it: a tag no listing finds
         [["0123456789abcdef", 5, 1]],
         [["0123456789abcdef", -1]],
         [["0123456789abcdef", 5]] + [[f"{i:016x}", 1] for i in range(1, MAX_LINEAGE + 1)],

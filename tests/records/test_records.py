@@ -13,6 +13,7 @@ from p2ptrain import identity
 from p2ptrain.errors import UserError, WireError
 from p2ptrain.records import (
     Claim,
+    Health,
     Hello,
     LinkFacts,
     MetricsReport,
@@ -21,13 +22,24 @@ from p2ptrain.records import (
     PlanMessage,
     RunSpec,
     Stop,
+    SwarmStatus,
     Telemetry,
     Token,
     issue_token,
     message_from_dict,
     token_problem,
 )
-from tests.records.samples import SAMPLES, A, B, C, metrics_dict, peer_dict, plan_dict
+from p2ptrain.records.peer import LEFT_REASON, QUIT_REASON
+from tests.records.samples import (
+    SAMPLES,
+    A,
+    B,
+    C,
+    metrics_dict,
+    peer_dict,
+    plan_dict,
+    status_dict,
+)
 
 
 @pytest.mark.parametrize("kind,data", SAMPLES, ids=lambda x: getattr(x, "__name__", ""))
@@ -83,6 +95,7 @@ def _plan_with(**changes: Any) -> dict[str, Any]:
         {"stage_layers": [1, 10**7]},
         {"donors": [B]},  # placed at a stage: a donor is one of the spares
         {"donors": "C"},
+        {"donors": [C, C]},
     ],
 )
 def test_bad_plans_are_refused(changes: dict[str, Any]) -> None:
@@ -260,3 +273,31 @@ def test_a_plan_s_network_facts_per_group_and_hop() -> None:
     old = Plan.from_dict(_plan_with(network={"max_rtt_s": 0.3, "min_rate_mbps": 10.0}))
     assert old.network is not None and old.network.group(0) == LinkFacts(0.3, 10.0)
     assert "groups" not in old.to_dict()["network"]
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        {"stages": 3},  # pipelines of 2
+        {"pipelines": [[A, B], [A, C]]},  # a peer twice
+        {"spares": [A]},  # placed and spare
+        {"donors": [A]},  # not a spare
+        {"donors": [C, C]},
+    ],
+)
+def test_status_refuses_a_plan_summary_no_plan_could_have(plan: dict[str, Any]) -> None:
+    status = status_dict()
+    with pytest.raises(WireError):
+        SwarmStatus.from_dict({**status, "plan": {**status["plan"], **plan}})
+    assert SwarmStatus.from_dict(status).plan is not None
+
+
+def test_only_the_word_after_a_hand_over_names_a_plan() -> None:
+    left = {"ok": False, "reason": LEFT_REASON, "plan": [1, 2]}
+    assert Health.from_dict(left).left
+    for word in (
+        {"ok": True, "plan": [0, 0]},
+        {"ok": False, "reason": QUIT_REASON, "plan": [1, 2]},
+    ):
+        with pytest.raises(WireError):
+            Health.from_dict(word)

@@ -17,6 +17,6 @@ def test_the_started_daemon_runs_with_the_go_settings() -> None:
     assert check.status == "ok", check
     assert "GOGC=off" in check.text and "GOMEMLIMIT=256MiB" in check.text, check.text
     # and where the stage would train (the doctor's device line)
-    assert device is not None and device["name"] == "cpu", device
-    assert device["precision"] == device["precision_scaled"] == "fp32"
-    assert device["memory_bytes"] > 2**28
+    assert device is not None and device.name == "cpu", device
+    assert device.precision == device.precision_scaled == "fp32"
+    assert device.memory_bytes > 2**28

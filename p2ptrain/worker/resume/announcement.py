@@ -69,7 +69,7 @@ def check_announcement(value: Any, key: str, peer: str, num_steps: int | None) -
                 return None
             if num_steps is not None and step >= num_steps:
                 return None
-            if not isinstance(digest, str) or not _DIGEST.match(digest):
+            if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
                 return None
             if not isinstance(tag, str) or (tag and parse_tag(tag) is None):
                 return None

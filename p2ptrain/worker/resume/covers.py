@@ -37,7 +37,7 @@ _KEY = re.compile(r"^L(\d{1,6})-(\d{1,6})$")
 def key_range(key: str) -> range | None:
     """'L0-2' -> range(0, 2); None for anything else, 'L00-2' included (keys come off the
     wire, and one range must have one name)."""
-    match = _KEY.match(key)
+    match = _KEY.fullmatch(key)
     if not match or int(match[1]) >= int(match[2]):
         return None
     blocks = range(int(match[1]), int(match[2]))

@@ -81,7 +81,7 @@ _REQUEST = "stage-state request"
 
 
 def parse_layers(key: object) -> range | None:
-    match = _LAYERS.match(key) if isinstance(key, str) else None
+    match = _LAYERS.fullmatch(key) if isinstance(key, str) else None
     if not match or int(match[1]) >= int(match[2]):
         return None
     return range(int(match[1]), int(match[2]))
