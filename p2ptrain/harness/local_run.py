@@ -9,6 +9,7 @@ nodes run is a NodeSites: loopback here; the WAN testbed puts node i in namespac
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -28,7 +29,9 @@ from p2ptrain.worker.settings import DEFAULT_DEVICE
 START_TIMEOUT_S = 60.0
 STALL_TIMEOUT_S = 240.0
 WAIT_NOTE_S = 20.0  # before the first step, a line this often says what the start waits for
-STOP_GRACE_S = 15.0
+# a supervisor's own stop: its worker saves within 30 s (node/supervisor.py STOP_GRACE_S); a
+# SIGKILL before that orphans the worker, which then saves and exits on its own, after `local`
+STOP_GRACE_S = 40.0
 # the swarm's rate is read off when steps' reports were read (every POLL_S): over a shorter span
 # than this, the workers' own measure of their steps
 POLL_S = 0.2
@@ -307,5 +310,12 @@ def _wait_for_exits(peers: list[subprocess.Popen[bytes]], timeout_s: float) -> N
 
 
 def _stop(nodes: list[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM every node (supervisors stop their children), then SIGKILL what is left."""
+    """SIGTERM every node twice (supervisors stop their children; the whole swarm stops, so the
+    second signal cuts short a hand-over that would wait for a successor), then SIGKILL what is
+    left."""
+    for node in nodes:
+        if node.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                node.send_signal(signal.SIGTERM)
+    time.sleep(0.2)  # two signals, not one: a signal pending twice is handled once
     procs.stop_groups(nodes[::-1], STOP_GRACE_S)  # peers first, the bootstrap last
