@@ -114,7 +114,8 @@ class WorkerSettings(FlagSettings):
             {
                 "nargs": "+",
                 "metavar": "MADDR",
-                "help": "the data-plane addresses others should dial (default: the listen addresses)",
+                "help": "the data-plane addresses others should dial (default: those p2pd reports, "
+                "wildcards expanded, loopback left out)",
             },
         ),
         (),
