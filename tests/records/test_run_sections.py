@@ -199,4 +199,4 @@ def test_run_spec_decoding_is_total(sample: dict[str, Any]) -> None:
 def test_the_shipped_example_reads() -> None:
     example = Path(__file__).parents[2] / "bootstrap" / "run.example.toml"
     spec = load_run_spec(example)
-    assert (spec.run_id, spec.swarm.stages, spec.swarm.c_dp_gb) == ("my-first-run", 2, 0.5)
+    assert (spec.run_id, spec.swarm.stages, spec.swarm.c_dp_gb) == ("my-first-run", 2, 0.0)
