@@ -56,10 +56,13 @@ def assemble(
     model: Stage,
     optimizer: torch.optim.Optimizer,
     sources: Sequence[tuple[range, dict[str, Any]]],
+    partial: bool = False,
 ) -> dict[str, torch.Tensor]:
     """Load into `model` and `optimizer` their parameters' weights and AdamW state, taken from
     `sources`: (layers, validated state: checkpoint_read.read_state) pairs, all of one step; each
-    parameter from the first source that holds it. ValueError if one is in none of them.
+    parameter from the first source that holds it. ValueError if one is in none of them, unless
+    `partial` (worker/resume/covers.py: best_partial): those keep the model's initial weights
+    and get no moments (AdamW starts them afresh).
     Returns the new stage's outer state ("outer/..." tensors, the count of outer steps the
     largest of the sources'), or {} unless the sources hold one for every parameter."""
     weights: dict[str, torch.Tensor] = {}
@@ -83,10 +86,13 @@ def assemble(
                 for prefix in OUTER_PREFIXES:
                     if prefix + name in saved_outer:
                         outer[prefix + wide] = saved_outer[prefix + name]
-    missing = [n for n in model.state_dict() if model_wide(n, model.layers) not in weights]
-    if missing:
+    current = model.state_dict()
+    missing = [n for n in current if model_wide(n, model.layers) not in weights]
+    if missing and not partial:
         raise ValueError(f"no source holds {', '.join(missing[:3])} of layers {model.layers}")
-    model.load_state_dict({n: weights[model_wide(n, model.layers)] for n in model.state_dict()})
+    model.load_state_dict(
+        {n: weights.get(model_wide(n, model.layers), t) for n, t in current.items()}
+    )
     target = optimizer.state_dict()
     target["state"] = {
         i: moments[name]

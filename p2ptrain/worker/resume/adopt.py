@@ -118,19 +118,24 @@ def every_lineage(announced: Mapping[str, Announced]) -> dict[str, Held]:
 
 
 def link_adopted(
-    directory: Path, adopted: str, step: int, digests: Mapping[str, str], tag: str | None
+    directory: Path,
+    adopted: str,
+    step_of: Callable[[str], int],
+    digests: Mapping[str, str],
+    tag: str | None,
 ) -> list[Path]:
-    """Link each agreed state (layers key -> sha256) of lineage `adopted` at `step` that this
-    machine holds under the plan's tag `tag`: the plan's lineage then has it. The links made."""
+    """Link each agreed state (layers key -> sha256) of lineage `adopted` that this machine
+    holds, at its agreed step (`step_of`: StartPoint.state_step, the stages may share no step),
+    under the plan's tag `tag`: the plan's lineage then has it. The links made."""
     made = []
     for state in list_states(directory):
         digest = digests.get(state.key)
         layers = key_range(state.key)
-        if digest is None or layers is None or state.step != step:
+        if digest is None or layers is None or state.step != step_of(state.key):
             continue
         if id_of_tag(state.tag) != adopted:
             continue
-        target = stamped_path(directory, layers, step, tag)
+        target = stamped_path(directory, layers, state.step, tag)
         try:
             if target.exists() or file_sha256(state.path) != digest:
                 continue

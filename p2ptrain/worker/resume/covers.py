@@ -97,17 +97,40 @@ def cover(blocks: range, keys: Collection[str]) -> Cover | None:
     """The fewest of `keys` whose ranges hold every block of `blocks`, in block order: from the
     first block on, each time the range that reaches furthest (ties: the one starting later).
     None if some block is in none of them."""
+    chosen, uncovered = partial_cover(blocks, keys)
+    return None if uncovered else chosen
+
+
+def partial_cover(blocks: range, keys: Collection[str]) -> tuple[Cover, tuple[int, ...]]:
+    """`cover`'s ranges for the blocks `keys` hold, and the blocks none of them holds."""
     ranges = [(r, key) for key in keys if (r := key_range(key)) is not None]
     chosen: list[str] = []
+    uncovered: list[int] = []
     position = blocks.start
     while position < blocks.stop:
         holding = [(r.stop, r.start, key) for r, key in ranges if position in r]
         if not holding:
-            return None
+            uncovered.append(position)
+            position += 1
+            continue
         stop, _, key = max(holding)  # one name per range: (stop, start) decides
         chosen.append(key)
         position = stop
-    return tuple(chosen)
+    return tuple(chosen), tuple(uncovered)
+
+
+def best_partial(
+    blocks: range, sources: Mapping[str, set[int]]
+) -> tuple[int, Cover, tuple[int, ...]] | None:
+    """For a stage nothing covers at any step: the step whose usable states (`sources`: layers
+    key -> steps) hold the most of its blocks (ties: the newest), their cover and the blocks
+    left without a state (they start from initial weights); None if no state holds any."""
+    best = None
+    for step in {s for steps in sources.values() for s in steps}:
+        chosen, uncovered = partial_cover(blocks, [k for k, s in sources.items() if step in s])
+        if chosen and (best is None or (-len(uncovered), step) > (-len(best[2]), best[0])):
+            best = (step, chosen, uncovered)
+    return best
 
 
 def available(
@@ -115,11 +138,16 @@ def available(
     held: Mapping[str, Held],
     placed: Mapping[str, Collection[str]],
     holding: Mapping[str, Held] | None = None,
+    fresh: dict[str, tuple[int, ...]] | None = None,
 ) -> tuple[dict[str, set[int]], dict[str, dict[int, Cover]]]:
     """For each stage of the plan (layers key): the steps of its own usable states, and step ->
     the usable states of other ranges that build it there (where it has none of its own).
     Ranges past the model's last block (the stages end at it) are ignored. `holding`: what each
-    member holds in any lineage, whose blocks count against a lone announcer (`held` if None)."""
+    member holds in any lineage, whose blocks count against a lone announcer (`held` if None).
+    A stage no states cover at any step is built at the step whose states hold the most of its
+    blocks (`best_partial`): `fresh` gets the blocks it lacks, which start from initial weights
+    (a peer killed with the only state of its stage: its survivors keep theirs, where starting
+    the whole run over would lose every stage's training)."""
     n_layer = max((r.stop for k in needed if (r := key_range(k)) is not None), default=0)
     newest = _newest_ranges(held if holding is None else holding, n_layer)
     planned = {peer for members in placed.values() for peer in members}
@@ -145,4 +173,9 @@ def available(
             )
             if found is not None:
                 built[stage][step] = found
+        partial = (
+            None if own[stage] or built[stage] or blocks is None else best_partial(blocks, sources)
+        )
+        if partial is not None and fresh is not None:
+            step, built[stage][step], fresh[stage] = partial
     return own, built

@@ -98,7 +98,7 @@ def restore_stage(
     layers, rank = model.layers, plan.state_rank
     key = layers_key(layers)
     if start.adopted:
-        link_adopted(directory, start.adopted, start.step, start.digests, plan.state_tag)
+        link_adopted(directory, start.adopted, start.state_step, start.digests, plan.state_tag)
     state_step = start.state_step(key)
     if state_step not in local_states(directory, rank).get(key, {}):
         missing = _Missing(spec, plan, transport, directory, start)
@@ -230,12 +230,14 @@ class _Missing:
             except Exception as exc:  # a bad file: the stage cannot be built from it
                 log.warning("cannot build layers %s from %s: %r", key, found.name, exc)
                 return
-        outer = assemble(spec, model, optimizer, pieces)
+        outer = assemble(spec, model, optimizer, pieces, partial=key in start.fresh)
         snapshot = StageSnapshot.take(model, optimizer, start.step, outer)
         rank = plan.state_rank
         record_step(directory, spec, model, snapshot, plan.state_tag, lambda t: rank(t) is not None)
         sources = ", ".join(start.sources[key])
-        log.info("built layers %s at step %d from %s", key, start.step, sources)
+        fresh = start.fresh.get(key)
+        lacking = f" (blocks {', '.join(map(str, fresh))} from initial weights)" if fresh else ""
+        log.info("built layers %s at step %d from %s%s", key, start.step, sources, lacking)
 
     def fetch(
         self,

@@ -92,6 +92,9 @@ class StartPoint:
     # state each resumes from instead (its digest is in `digests`): the newest usable before
     # `step`, else the oldest after it (its holders ran ahead and pruned older ones)
     steps: dict[str, int] = field(default_factory=dict)
+    # a stage built from states that hold only some of its blocks -> the blocks none holds,
+    # which start from initial weights (covers.best_partial)
+    fresh: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     def state_step(self, key: str) -> int:
         """The step of the state layers `key` resume from."""
@@ -147,7 +150,8 @@ def choose_start_step(
     at the stage fetches it from whichever member holds it (a spare's too).
     """
     placed = placed or {}
-    own, built = covers.available(needed, held, placed, holding)
+    fresh: dict[str, tuple[int, ...]] = {}
+    own, built = covers.available(needed, held, placed, holding, fresh)
     available = {key: own[key] | set(built[key]) for key in needed}
     if not any(available.values()):
         return StartPoint(0, "")  # a fresh run
@@ -156,7 +160,14 @@ def choose_start_step(
     missing = sorted(key for key, steps in available.items() if not steps)
     if common:
         step = max(common)
-        note = f"no saved state for {', '.join(missing)}: started fresh" if missing else ""
+        notes = [f"no saved state for {', '.join(missing)}: started fresh"] if missing else []
+        notes += [
+            f"no saved state for block{'s' * (len(b) > 1)} {', '.join(map(str, b))} of {key}: "
+            "started fresh, its other blocks resumed"
+            for key, b in sorted(fresh.items())
+            if step in built[key]
+        ]
+        note = "; ".join(notes)
     else:
         step = min(max(steps) for steps in with_state)
         note = (
@@ -176,7 +187,8 @@ def choose_start_step(
             earlier = [s for s in own[key] if s < step]
             steps[key] = max(earlier) if earlier else min(own[key])
             digests[key] = _agreed_digest(key, steps[key], held, placed.get(key, ()), rank)
-    return StartPoint(step, note, digests=digests, sources=sources, steps=steps)
+    fresh = {key: blocks for key, blocks in fresh.items() if key in sources}
+    return StartPoint(step, note, digests=digests, sources=sources, steps=steps, fresh=fresh)
 
 
 def _agreed_digest(
@@ -275,7 +287,10 @@ def choose_start(
         if not start.digests:
             continue
         holders = sum(1 for states in held.values() if states)
-        complete = all(key in start.digests or key in start.sources for key in needed)
+        complete = all(
+            (key in start.digests or key in start.sources) and key not in start.fresh
+            for key in needed
+        )
         backers = 0 if complete else len(_backers(start))
         score = (not start.note, complete, backers, start.step, holders, -index)
         if best_score is None or score > best_score:

@@ -15,7 +15,7 @@ import torch
 from p2ptrain.records import Plan
 from p2ptrain.records.lineage import Lineage, may_adopt, next_lineage
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.checkpoint import list_states, record_step
+from p2ptrain.train.checkpoint import file_sha256, list_states, record_step
 from p2ptrain.train.model import Stage, build_layers
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.snapshot import StageSnapshot
@@ -124,11 +124,33 @@ def test_states_a_member_holds_elsewhere_are_linked_only_with_the_agreed_digest(
     new_plan = plan((), 1, root())
     start = agree(tmp_path, new_plan, adopting=True)
     wrong = {key: "0" * 64 for key in start.digests}
-    assert link_adopted(tmp_path, start.adopted, 2, wrong, new_plan.state_tag) == []
-    made = link_adopted(tmp_path, start.adopted, 2, start.digests, new_plan.state_tag)
+    assert link_adopted(tmp_path, start.adopted, start.state_step, wrong, new_plan.state_tag) == []
+    made = link_adopted(
+        tmp_path, start.adopted, start.state_step, start.digests, new_plan.state_tag
+    )
     assert sorted(p.name for p in made) == [
         f"stage-L0-2.step2.{new_plan.state_tag}.pt",
         f"stage-L2-4.step2.{new_plan.state_tag}.pt",
+    ]
+
+
+def test_stages_that_share_no_step_are_linked_each_at_its_own(tmp_path: Path) -> None:
+    """A restarted swarm whose stages stopped at different steps resumes each from its own
+    (StartPoint.state_step): its file here is linked at that step, not fetched from nobody."""
+    earlier = plan((), 3, root(3))
+    save_swarm(tmp_path, earlier, range(3))
+    new_plan = plan((), 1, root())
+    at = {"L0-2": 2, "L2-4": 1}
+    digests = {
+        s.key: file_sha256(s.path)
+        for s in list_states(tmp_path)
+        if s.key in at and s.step == at[s.key]
+    }
+    start = agree(tmp_path, new_plan, adopting=True)
+    made = link_adopted(tmp_path, start.adopted, at.__getitem__, digests, new_plan.state_tag)
+    assert sorted(p.name for p in made) == [
+        f"stage-L0-2.step2.{new_plan.state_tag}.pt",
+        f"stage-L2-4.step1.{new_plan.state_tag}.pt",
     ]
 
 

@@ -117,3 +117,38 @@ def test_a_new_split_is_built_from_the_old_stages_states(
     train_step(new, 2)
     old_weights, new_weights = weights(old), weights(new)
     assert all(torch.equal(old_weights[n], new_weights[n]) for n in old_weights)
+
+
+def test_a_stage_whose_other_blocks_were_lost_keeps_the_blocks_that_were_saved(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The one holder of L2-4 was killed, no copy: its survivor alone gets the whole model
+    (one stage, L0-4). It resumes at its own step with its trained blocks and the lost ones
+    from initial weights, loudly; it used to restart the whole run from step 0, and its saves
+    from 0 on then pruned the trained L0-2 away."""
+    old = chain(plan((), 1).layer_ranges(SPEC.model.n_layer))  # L0-2, L2-4
+    for step in range(3):
+        train_step(old, step)
+    first, _ = old[0]
+    record_step(tmp_path, SPEC, first, StageSnapshot.take(first, old[0][1], 3))  # L0-2 only
+
+    alone = Plan(term=1, epoch=2, planner="P", stages=1, pipelines=(("a",),), spares=(),
+                 data_addrs={}, cost_s=0.0)  # fmt: skip
+    members, placed = placement(alone, SPEC.model.n_layer)
+    held = {"a": usable(own_announcement(tmp_path, alone.state_rank), alone.state_rank)}
+    start = choose_start_step(list(placed), held, placed, members)
+    assert (start.step, start.sources, start.fresh) == (3, {"L0-4": ("L0-2",)}, {"L0-4": (2, 3)})
+    assert "blocks 2, 3 of L0-4" in start.note
+
+    (stage, optimizer), initial = chain([range(4)])[0], weights(chain([range(4)]))
+    with caplog.at_level("INFO"):
+        restored = restore_stage(SPEC, alone, NoTransport(), tmp_path, stage, optimizer, start)  # type: ignore[arg-type]
+    assert restored.step == 3 and not restored.lost
+    assert "from initial weights" in caplog.text
+    trained, now = weights(old), weights([(stage, optimizer)])
+    for name, tensor in now.items():
+        kept = name.startswith(("embed", "block0.", "block1."))
+        assert torch.equal(tensor, trained[name] if kept else initial[name]), name
+    assert set(moments([(stage, optimizer)])) == {
+        n for n in now if n.startswith(("embed", "block0.", "block1."))
+    }

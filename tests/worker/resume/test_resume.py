@@ -204,7 +204,10 @@ def test_with_one_replica_a_cut_and_its_reverse_lose_nothing() -> None:
 def test_a_cover_needs_every_block_and_the_model_s_ranges_only() -> None:
     held = {"a": steps("L0-1", 4) | steps("L2-4", 4), "b": steps("L1-2", 3) | steps("L3-9", 4)}
     start = choose_start_step(RECUT, held, {"L0-3": {"a"}, "L3-4": {"b"}})
-    assert "L0-3" not in start.sources  # block 1 only at step 3: L0-3 is not built at 4
+    # block 1 only at step 3: L0-3 is not covered at 4, but built there from what holds its
+    # other blocks, block 1 from initial weights (it used to start wholly fresh), and said
+    assert start.step == 4 and start.sources.get("L0-3") == ("L0-1", "L2-4")
+    assert start.fresh == {"L0-3": (1,)} and "block 1 of L0-3" in start.note
     assert start.sources.get("L3-4") == ("L2-4",)  # never from L3-9, past the last block
 
 
