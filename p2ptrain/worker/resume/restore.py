@@ -43,7 +43,8 @@ from p2ptrain.train.recut import assemble
 from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.resume.adopt import link_adopted
 from p2ptrain.worker.resume.covers import key_range
-from p2ptrain.worker.resume.start_step import StartPoint, StateRank, local_states
+from p2ptrain.worker.resume.own_states import StateRank, local_states
+from p2ptrain.worker.resume.start_step import StartPoint
 from p2ptrain.worker.resume.state_fetch import fetch_state
 
 if TYPE_CHECKING:  # hivemind is imported only by the worker: tests of restoring run beside libp2p

@@ -48,11 +48,9 @@ from typing import TYPE_CHECKING
 from p2ptrain.records import Plan
 from p2ptrain.records.lineage import may_adopt
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.checkpoint import SavedState, file_sha256, layers_key, list_states
+from p2ptrain.train.checkpoint import layers_key
 from p2ptrain.worker.resume import adopt, covers, recency
 from p2ptrain.worker.resume.announcement import (
-    MAX_KEYS,
-    MAX_STEPS_PER_KEY,
     SUBKEY_PREFIX,
     Announced,
     check_announcement,
@@ -60,6 +58,12 @@ from p2ptrain.worker.resume.announcement import (
 )
 from p2ptrain.worker.resume.copy_sources import without_live_sources
 from p2ptrain.worker.resume.covers import Cover
+from p2ptrain.worker.resume.own_states import (
+    Held,
+    StateRank,
+    own_announcement,
+    usable,
+)
 
 if TYPE_CHECKING:  # the choice itself is pure, so tests may import it beside libp2p
     from hivemind import DHT
@@ -69,9 +73,6 @@ log = logging.getLogger(__name__)
 RESUME_TIMEOUT_S = 120.0
 POLL_INTERVAL_S = 0.3
 ANNOUNCEMENT_TTL_S = 600.0
-
-Held = dict[str, dict[int, str]]  # layers key -> step -> sha256 (hex) of the state file
-StateRank = Callable[[str | None], int | None]  # Plan.state_rank: None for another lineage's
 
 
 @dataclass(frozen=True)
@@ -203,47 +204,6 @@ def _agreed_digest(
         key=lambda peer: (peer not in placed, rank.get(peer, len(rank)), peer),
     )
     return held[best][key][step]
-
-
-def local_states(directory: Path, rank: StateRank) -> dict[str, dict[int, SavedState]]:
-    """The stamped states of `directory` a plan may use (`rank`: its Plan.state_rank), one per
-    stage and step: the one of the lineage closest to the plan's."""
-    best: dict[str, dict[int, tuple[int, SavedState]]] = {}
-    for state in list_states(directory):
-        position = rank(state.tag)
-        current = best.setdefault(state.key, {}).get(state.step)
-        if position is not None and (current is None or position < current[0]):
-            best[state.key][state.step] = (position, state)
-    return {
-        key: {step: s for step, (_, s) in steps.items()} for key, steps in best.items() if steps
-    }
-
-
-def own_announcement(
-    directory: Path, rank: StateRank, spec: RunSpec | None = None, run: RunSpec | None = None
-) -> Announced:
-    """What this member announces: its usable states with their digests and lineage tags; with
-    `spec` (the plan may adopt: worker/resume/adopt.py), its other lineages' states of that run
-    too; with `run`, untagged states of that run only (adopt.announceable)."""
-    found: Announced = {}
-    states = adopt.announceable(directory, rank, spec, MAX_STEPS_PER_KEY, run)
-    for key, steps in sorted(states.items())[:MAX_KEYS]:
-        for step, state in steps.items():
-            try:
-                found.setdefault(key, {})[step] = (file_sha256(state.path), state.tag)
-            except OSError:  # pruned meanwhile
-                continue
-    return found
-
-
-def usable(announced: Announced, rank: StateRank) -> Held:
-    """The states of an announcement a plan may use (`rank`: its Plan.state_rank)."""
-    held: Held = {}
-    for key, steps in announced.items():
-        kept = {step: digest for step, (digest, tag) in steps.items() if rank(tag) is not None}
-        if kept:
-            held[key] = kept
-    return held
 
 
 def choose_start(

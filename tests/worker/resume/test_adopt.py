@@ -21,8 +21,9 @@ from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.resume import restore
 from p2ptrain.worker.resume.adopt import link_adopted
+from p2ptrain.worker.resume.own_states import own_announcement
 from p2ptrain.worker.resume.restore import restore_stage, started_line
-from p2ptrain.worker.resume.start_step import choose_start, own_announcement, placement
+from p2ptrain.worker.resume.start_step import choose_start, placement
 from tests.worker.resume.test_recut import SPEC, NoTransport, chain, moments, train_step, weights
 
 

@@ -19,13 +19,9 @@ from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.resume.announcement import check_announcement, sign_announcement
+from p2ptrain.worker.resume.own_states import local_states, own_announcement, usable
 from p2ptrain.worker.resume.restore import warn_other_lineages
-from p2ptrain.worker.resume.start_step import (
-    choose_start_step,
-    local_states,
-    own_announcement,
-    usable,
-)
+from p2ptrain.worker.resume.start_step import choose_start_step
 from tests.train.test_checkpoint import SPEC
 from tests.worker.resume.test_resume import KEY, PEER, SEED, d
 

@@ -45,12 +45,8 @@ from p2ptrain.worker.resume.copy_sources import (
     record_copy,
     without_live_sources,
 )
-from p2ptrain.worker.resume.start_step import (
-    StartPoint,
-    choose_start_step,
-    own_announcement,
-    placement,
-)
+from p2ptrain.worker.resume.own_states import own_announcement
+from p2ptrain.worker.resume.start_step import StartPoint, choose_start_step, placement
 from p2ptrain.worker.resume.state_transfer import BUSY, FOUND, MISSING, SIZE, StateServer
 
 SPEC = RunSpec().replace(
