@@ -12,7 +12,10 @@ Which announcements count (docs/security.md, attack 4b), for a stage's own state
 other ranges alike, per stage J of the plan: a state of range K at step s may give the blocks K
 shares with J if two or more members announce it, or if no other member holds any of those
 blocks now (at its own newest announced step), or if its one announcer is the only one of
-them placed at J, or (none of them placed at J) the only one the plan places at all. A member's
+them placed at J, or (none of them placed at J) the only one the plan places at all; a donor
+of the plan (a stopping peer the planner kept to hand its stage over: Plan.donors) is heard
+first, before those placed at J: it holds the stage's newest state by the plan's own making, and
+the peer placed there to take it over may hold an older one of those blocks. A member's
 older states do not count against another's: the blocks it trained before a re-cut are someone
 else's now. A plan that adopts (worker/resume/adopt.py) weighs each candidate lineage against
 what the members hold in every lineage (`holding`): a lineage tag is the announcer's word, so
@@ -68,10 +71,11 @@ def usable_steps(
     placed: Collection[str],
     planned: Collection[str],
     newest: Mapping[str, list[range]],
+    donors: Collection[str] = (),
 ) -> set[int]:
     """The steps at which range `key`'s state may give the blocks it shares with the plan's
     stage `stage` (the module's rule). `placed`: the members placed at that stage; `planned`:
-    those placed at any; `newest`: _newest_ranges."""
+    those placed at any; `newest`: _newest_ranges; `donors`: the plan's."""
     blocks, target = key_range(key), key_range(stage)
     if blocks is None or target is None or not _overlap(blocks, target):
         return set()
@@ -87,8 +91,8 @@ def usable_steps(
         }
         if voices == {peer}:
             return True
-        at_stage = voices & set(placed)
-        return (at_stage or voices & set(planned)) == {peer}
+        heard = voices & set(donors) or voices & set(placed) or voices & set(planned)
+        return heard == {peer}
 
     return {step for step, peers in announced.items() if len(peers) >= 2 or trusted(peers[0])}
 
@@ -139,6 +143,7 @@ def available(
     placed: Mapping[str, Collection[str]],
     holding: Mapping[str, Held] | None = None,
     fresh: dict[str, tuple[int, ...]] | None = None,
+    donors: Collection[str] = (),
 ) -> tuple[dict[str, set[int]], dict[str, dict[int, Cover]]]:
     """For each stage of the plan (layers key): the steps of its own usable states, and step ->
     the usable states of other ranges that build it there (where it has none of its own).
@@ -160,8 +165,8 @@ def available(
     built: dict[str, dict[int, Cover]] = {}
     for stage in needed:
         members = placed.get(stage, ())
-        own[stage] = usable_steps(stage, stage, held, members, planned, newest)
-        sources = {k: usable_steps(k, stage, held, members, planned, newest) for k in keys}
+        own[stage] = usable_steps(stage, stage, held, members, planned, newest, donors)
+        sources = {k: usable_steps(k, stage, held, members, planned, newest, donors) for k in keys}
         sources = {k: steps for k, steps in sources.items() if steps}
         built[stage] = {}
         blocks = key_range(stage)

@@ -16,7 +16,7 @@ The rule (docs/security.md, attack 4b), per stage (layers key) and step:
   them placed at that stage (or, none being, the only one placed at all: the planner's
   placement is the authority a lone voice needs: a member cannot push a newer step of a stage
   it neither holds alone nor trains, and a replica cannot push one its stage-mates do not
-  hold); a spare's copies of a stage are announced only once their holder is gone
+  hold; the plan's donors, stopping peers kept to hand their stage over, are heard first); a spare's copies of a stage are announced only once their holder is gone
   (worker/resume/copy_sources.py);
 - a stage nobody saved (the plan cuts the model anew) may be built from usable states of other
   layer ranges that hold all of its blocks at one step (worker/resume/covers.py, the same rule);
@@ -132,6 +132,7 @@ def choose_start_step(
     placed: Mapping[str, Collection[str]] | None = None,
     order: Sequence[str] = (),
     holding: Mapping[str, Held] | None = None,
+    donors: Collection[str] = (),
 ) -> StartPoint:
     """The newest step at which every needed stage (layers key) has a usable state (the rule in
     the module's docstring), and the digest agreed for each stage there. `placed`: layers key ->
@@ -152,7 +153,7 @@ def choose_start_step(
     """
     placed = placed or {}
     fresh: dict[str, tuple[int, ...]] = {}
-    own, built = covers.available(needed, held, placed, holding, fresh)
+    own, built = covers.available(needed, held, placed, holding, fresh, donors)
     available = {key: own[key] | set(built[key]) for key in needed}
     if not any(available.values()):
         return StartPoint(0, "")  # a fresh run
@@ -212,6 +213,7 @@ def choose_start(
     rank: StateRank,
     order: Sequence[str],
     adopting: bool,
+    donors: Collection[str] = (),
 ) -> StartPoint:
     """The start of a plan from its members' announcements: `choose_start_step` on the states
     the plan may use; if `adopting` and no member holds a state of the plan's own lineage, on
@@ -226,12 +228,12 @@ def choose_start(
     needed = list(placed)
     strict = {peer: usable(states, rank) for peer, states in announced.items()}
     if not adopting or adopt.has_own_state(announced, rank):
-        start = choose_start_step(needed, strict, placed, order)
+        start = choose_start_step(needed, strict, placed, order, donors=donors)
         if lost := recency.lacking(needed, {*start.digests, *start.sources}, strict):
             # stage-mates that share no step (a volunteer back after a while): the latest
             # plan's states decide, loudly (worker/resume/recency.py)
             latest = recency.latest_history(announced, rank, recency.span(needed))
-            retry = choose_start_step(needed, latest, placed, order)
+            retry = choose_start_step(needed, latest, placed, order, donors=donors)
             left = recency.lacking(needed, {*retry.digests, *retry.sources}, strict)
             if len(left) < len(lost):
                 taken = ", ".join(k for k in lost if k not in left)
@@ -241,7 +243,8 @@ def choose_start(
     holding = adopt.every_lineage(announced)
     best, best_score = StartPoint(0, "", held=strict), None
     for index, (lineage, held) in enumerate(adopt.candidates(announced, rank)):
-        start = replace(choose_start_step(needed, held, placed, order, holding), held=held)
+        chosen = choose_start_step(needed, held, placed, order, holding, donors)
+        start = replace(chosen, held=held)
         # nothing usable (all of it contested): no candidate, or its empty note would outrank
         # a lineage that lacks a stage and the swarm would start from initial weights
         if not start.digests:
@@ -276,6 +279,7 @@ def agree_on_start(
     num_steps: int,
     timeout_s: float = RESUME_TIMEOUT_S,
     adopting: bool = False,
+    donors: Collection[str] = (),
 ) -> StartPoint | None:
     """Announce `mine` under `key` (signed with `seed`, this peer's identity key), wait for every
     member's announcement (`members`: the plan's peers in its order), choose the start for the
@@ -316,7 +320,7 @@ def agree_on_start(
                 dht.store(key, value, get_dht_time() + ANNOUNCEMENT_TTL_S, subkey=subkey)
                 stored_again = time.monotonic()
             time.sleep(POLL_INTERVAL_S)
-    return choose_start(placed, held, rank, members, adopting)
+    return choose_start(placed, held, rank, members, adopting, donors)
 
 
 def agree_on_plan_start(
@@ -349,6 +353,7 @@ def agree_on_plan_start(
         should_abort,
         spec.optim.steps,
         adopting=adopting,
+        donors=plan.donors,  # heard first on the stage they hand over (covers.py)
     )
     if start is not None:
         log.info(

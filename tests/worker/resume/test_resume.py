@@ -226,3 +226,20 @@ def test_a_member_cannot_push_newer_blocks_of_someone_else_s_stage_in_pieces() -
     # the blocks' one holder may: the only voice about them is not contradicted
     start = choose_start_step(RECUT, {"x": crafted}, {"L0-3": {"a"}, "L3-4": {"b"}})
     assert start.step == 10
+
+
+def test_a_donor_s_newer_state_outranks_the_older_one_its_taker_holds() -> None:
+    """A stopping peer kept as the plan's donor (Plan.donors) holds its stage at 8-9; the peer
+    placed there to take it over once held that stage at 5-6. Heard as a spare, the donor lost
+    to the placed taker and the start took the taker's step 6: three steps of the stage lost."""
+    held = {
+        "a": steps("L0-2", 8, 9),
+        "taker": steps("L2-4", 5, 6, tag="old"),
+        "donor": steps("L2-4", 8, 9),
+    }
+    placed = {"L0-2": {"a"}, "L2-4": {"taker"}}
+    before = choose_start_step(NEEDED, held, placed, ["a", "taker", "donor"])
+    assert before.state_step("L2-4") == 6  # what a plain spare's word is worth
+    start = choose_start_step(NEEDED, held, placed, ["a", "taker", "donor"], donors=("donor",))
+    assert start.step == 9 and start.note == ""
+    assert start.digests["L2-4"] == d("L2-4@9")  # the donor's: only it announced it
