@@ -10,22 +10,24 @@ initial weights. Now:
   peers like any spare's (worker/resume/state_transfer.py);
 - its worker reports "spare" under that plan once the peers that needed a state from it have
   fetched it (worker/resume/handover.py), and the node stops then (`hand_over`): at most
-  HANDOVER_LIMIT_S after the signal, at once on a second one, or as soon as the hand-over
-  cannot happen any more (`_not_worth_waiting`).
+  `limit_s` after the signal (HANDOVER_LIMIT_S, and the time the plan's largest stage state
+  takes over its slowest link: schedule/handover_time.py), at once on a second one, or as soon
+  as the hand-over cannot happen any more (`_not_worth_waiting`).
 No new door: a donor is one more spare of the plan, serving the plan's peers only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Collection
+from pathlib import Path
 
 import trio
 
-from p2ptrain.control.settings import HANDOVER_LIMIT_S
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.view import SwarmView
-from p2ptrain.records import Health, Plan
+from p2ptrain.records import Health, Plan, RunSpec
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +73,26 @@ def donors_of(
     return sorted(peer for peer in alone if stopping(peer))
 
 
+def limit_s(run: RunSpec | None, plan: Plan | None) -> float:
+    """How long a hand-over under `plan` may take (schedule/handover_time.py; imported here, not
+    at the module's start: the scheduler's package loads numpy, which a node that never plans
+    nor stops does without)."""
+    from p2ptrain.schedule.handover_time import handover_limit_s
+
+    return handover_limit_s(run, plan)
+
+
+def tell_supervisor(limit_file: Path | None, seconds: float) -> None:
+    """The supervisor bounds the node's stop by the hand-over's limit: it reads it here."""
+    if limit_file is not None:
+        with contextlib.suppress(OSError):
+            limit_file.write_text(f"{seconds:.1f}")
+
+
 class Donors:
     """The donors the planner's plans keep, each since the plan that first kept it. One that
     says it exits (its hand-over done) is forgotten: the plan may name it until the next one,
-    which no worker waits on. One gone without a word, or kept HANDOVER_LIMIT_S (a peer that
+    which no worker waits on. One gone without a word, or kept its hand-over's limit (a peer that
     says it stops but stays is a spare no longer than its hand-over may take), is dropped by a
     re-issue of the plan: a donor that never announced would hold the start agreement up; so
     is one that says it exits without handing its stage over (a second signal, its time
@@ -104,7 +122,7 @@ class Donors:
             peer
             for peer, since in self._since.items()
             if not view.is_alive(peer, now)
-            or now - since > HANDOVER_LIMIT_S
+            or now - since > limit_s(view.run, plan)
             or last_word(peer).quits
             or last_word(peer).left
         )
@@ -148,11 +166,14 @@ def handed_over(view: SwarmView, placed_key: tuple[int, int], progress: Progress
     return progress is not None and progress[:2] == plan.key and progress[2] in IDLE_PHASES
 
 
-async def hand_over(state: NodeState, hurry: trio.Event) -> tuple[int, int] | None:
+async def hand_over(
+    state: NodeState, hurry: trio.Event, limit_file: Path | None = None
+) -> tuple[int, int] | None:
     """If our worker alone holds its stage, stay until the next plan's peers have its state
     (the module's docstring); `hurry` (a second signal) ends the wait. The plan that kept us as
     a donor, if we handed the state over under it (our last word names it:
-    Publisher.announce_exit); None otherwise."""
+    Publisher.announce_exit); None otherwise. `limit_file`: where the supervisor reads the
+    wait's limit."""
     view, me, started = state.view, state.view.self_id, state.clock()
     plan = view.plan
     staying = set(view.plannable_members(started)) - {me}
@@ -164,15 +185,17 @@ async def hand_over(state: NodeState, hurry: trio.Event) -> tuple[int, int] | No
         or not successor_possible(view, plan.key, started)
     ):
         return None
+    limit_s_here = limit_s(view.run, plan)
+    tell_supervisor(limit_file, limit_s_here)
     log.info(
         "stopping: this node alone holds its stage of plan t%d/e%d: handing the stage's state "
         "to the next plan first (up to %.0f s; signal again to stop now)",
         plan.term,
         plan.epoch,
-        HANDOVER_LIMIT_S,
+        limit_s_here,
     )
     seen = state.changes.count("plan", "members")
-    with trio.move_on_after(HANDOVER_LIMIT_S) as limit:
+    with trio.move_on_after(limit_s_here) as limit:
         while not hurry.is_set():
             now = state.clock()
             if handed_over(view, plan.key, state.worker.progress):
@@ -188,7 +211,7 @@ async def hand_over(state: NodeState, hurry: trio.Event) -> tuple[int, int] | No
         log.warning(
             "the stage's state was not handed over within %.0f s: stopping (its checkpoint stays "
             "in this node's checkpoint directory)",
-            HANDOVER_LIMIT_S,
+            limit_s_here,
         )
     return None
 

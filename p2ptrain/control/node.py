@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -43,6 +44,7 @@ from p2ptrain.control.reachability import ReachabilityMonitor
 from p2ptrain.control.relay_service import OFFER_PROTOCOL, RELAY_PROTOCOL, RelayService
 from p2ptrain.control.rpcs import RUN_PROTOCOL, STATUS_PROTOCOL, RpcResponder
 from p2ptrain.control.run_watch import RunWatch
+from p2ptrain.control.settings import HANDOVER_LIMIT_FILE
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.sync import SYNC_PROTOCOL, PullSync
 from p2ptrain.control.traversal import Traversal
@@ -288,7 +290,9 @@ async def run_until_signalled(
                 await node.publisher.announce_leaving()
             if notice.cancelled_caught:
                 log.info("could not tell the others we stop within %.0f s", LEAVE_NOTICE_S)
-            handed_over_under = await hand_over(node.state, hurry)  # control/handover.py
+            ipc = node.config.ipc_path  # the supervisor reads the hand-over's limit beside it
+            limit_file = None if ipc is None else Path(ipc).parent / HANDOVER_LIMIT_FILE
+            handed_over_under = await hand_over(node.state, hurry, limit_file)
             with trio.move_on_after(LEAVE_NOTICE_S):
                 await node.publisher.announce_exit(handed_over_under)
             if on_stop is not None:

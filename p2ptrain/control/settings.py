@@ -16,10 +16,14 @@ from p2ptrain.addresses import LOOPBACK
 from p2ptrain.flags import Flag, FlagSettings, flag_field
 
 ROLES = ("control-only", "trainer")  # a bootstrap runs in its own command's process
-# how long a stopping node may stay to hand a stage only it holds over (control/handover.py):
-# the next plan (debounce and search: seconds), its start agreement and the state's transfer
-# at the plan's slowest link (tens of seconds over a WAN); the supervisor waits this long too
+# how long a stopping node may stay to hand a stage only it holds over (control/handover.py),
+# at least: the next plan (debounce and search: seconds), its start agreement and a small
+# state's transfer; a large state adds its time over the plan's slowest link, up to an hour
+# (schedule/handover_time.py: HANDOVER_BASE_S, MAX_HANDOVER_S). The control process writes its
+# limit to HANDOVER_LIMIT_FILE beside its IPC socket, and the supervisor waits that long too
 HANDOVER_LIMIT_S = 120.0
+MAX_HANDOVER_S = 3600.0
+HANDOVER_LIMIT_FILE = "handover-limit"
 
 BOOTSTRAP = Flag("--bootstrap", {"required": True, "help": "the bootstrap's full multiaddr"})
 LISTEN = Flag(

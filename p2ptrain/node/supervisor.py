@@ -29,10 +29,16 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 
 from p2ptrain import addresses, procs
-from p2ptrain.control.settings import HANDOVER_LIMIT_S, ControlSettings
+from p2ptrain.control.settings import (
+    HANDOVER_LIMIT_FILE,
+    HANDOVER_LIMIT_S,
+    MAX_HANDOVER_S,
+    ControlSettings,
+)
 from p2ptrain.errors import UserError
 from p2ptrain.key_file import load_or_create_identity
 from p2ptrain.node.identity_lock import IdentityLock
@@ -169,7 +175,7 @@ class Supervisor:
                 # the worker holds the identity's lock too, until it is gone
                 children.append(procs.spawn(worker.command(), pass_fds=(lock.fd,)))
             self._watch(children, ipc_path)
-            self._let_control_leave(children)
+            self._let_control_leave(children, Path(ipc_path).parent / HANDOVER_LIMIT_FILE)
             return self._finish(children)
         finally:
             # the worker closes its averager, DHT and p2pd itself, after its last save: signalled
@@ -222,11 +228,12 @@ class Supervisor:
             children[0] = self._start_control(ipc_path, first=False)
             started = time.monotonic()
 
-    def _let_control_leave(self, children: list[subprocess.Popen[bytes]]) -> None:
+    def _let_control_leave(self, children: list[subprocess.Popen[bytes]], limit_file: Path) -> None:
         """On a stop signal, the control process stops first: while its worker alone holds a
         stage it keeps the node up until the next plan's peers have that stage's state
-        (control/handover.py), then asks the worker to stop. Another signal is passed on (it
-        stops at once then); a third stops waiting for it."""
+        (control/handover.py: its limit, which it writes to `limit_file`, grows with the
+        stage's size), then asks the worker to stop. Another signal is passed on (it stops at
+        once then); a third stops waiting for it."""
         control = children[0]
         if self._stop_signal is None or len(children) < 2 or control.poll() is not None:
             return
@@ -234,8 +241,8 @@ class Supervisor:
         # Ctrl-C) is passed on at the loop's first look, a poll later (two at once may merge)
         first = passed = 1
         control.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + HANDOVER_LIMIT_S + STOP_GRACE_S
-        while control.poll() is None and time.monotonic() < deadline:
+        started = time.monotonic()
+        while control.poll() is None and time.monotonic() < started + _limit(limit_file):
             if any(child.poll() is not None for child in children[1:]):
                 return  # the worker is gone: nothing left to hand over
             if self._signals > passed:
@@ -261,6 +268,18 @@ class Supervisor:
                 log.error("%s exited with %d: stopping the node", child.args[2], code)  # type: ignore[index]
                 return code
         return 0
+
+
+def _limit(limit_file: Path) -> float:
+    """How long the control process may take to leave: the hand-over's limit it wrote (at least
+    HANDOVER_LIMIT_S, at most MAX_HANDOVER_S) and the grace of a stop."""
+    try:
+        written = float(limit_file.read_text())
+    except (OSError, ValueError):
+        written = HANDOVER_LIMIT_S
+    if written != written:  # NaN
+        written = HANDOVER_LIMIT_S
+    return min(max(written, HANDOVER_LIMIT_S), MAX_HANDOVER_S) + STOP_GRACE_S
 
 
 def _exit_reason(code: int) -> str:

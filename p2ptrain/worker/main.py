@@ -204,7 +204,7 @@ class Worker:
                         session.spare_start,
                         message.plan,
                         transport.peer_id,
-                        spec.model.n_layer,
+                        spec,
                         state_server.served,
                         functools.partial(self._superseded, version),
                     )

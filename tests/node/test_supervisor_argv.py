@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -82,7 +83,7 @@ class _Worker:
 
 @pytest.mark.timeout(10)  # it waited for a third signal: the hand-over's 150 s
 def test_a_fast_double_ctrl_c_reaches_the_control_process_as_two_signals(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Both signals came before the supervisor passed the first on: the second still cuts
     the hand-over short (it used to count as one, and a third Ctrl-C was needed)."""
@@ -93,5 +94,5 @@ def test_a_fast_double_ctrl_c_reaches_the_control_process_as_two_signals(
     node._on_signal(signal.SIGINT, None)
     node._on_signal(signal.SIGINT, None)
     control = _Control()
-    node._let_control_leave([control, _Worker()])  # type: ignore[list-item]
+    node._let_control_leave([control, _Worker()], tmp_path / "handover-limit")  # type: ignore[list-item]
     assert control.terms == 2

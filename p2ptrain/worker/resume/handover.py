@@ -16,16 +16,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from p2ptrain.records import Plan
+from p2ptrain.records import Plan, RunSpec
+from p2ptrain.schedule.handover_time import fetch_wait_s
 from p2ptrain.worker.resume.start_step import StartPoint, placement
 
 log = logging.getLogger(__name__)
 
-# a stage of up to about 0.5 GB moves within this over a 100 Mbit/s link (a fetch may take 10 s
-# plus twice the transfer: state_transfer.py); a larger stage's hand-over is cut off here, or by
-# the control process's HANDOVER_LIMIT_S (120 s from its "stopping" word), and the stage is
-# lost unless a spare holds a copy (docs/operations.md, "Stopping and restarting a run")
-FETCH_WAIT_S = 90.0
 STOP_CHECK_S = 0.5  # how often the wait looks whether the worker is stopped or re-planned
 
 Owed = set[tuple[str, str]]  # (peer, sha256 of the state file it needs from us)
@@ -80,22 +76,25 @@ def wait_until_fetched(
     start: StartPoint,
     plan: Plan,
     me: str,
-    n_layer: int,
+    spec: RunSpec,
     served: Served,
     should_stop: Callable[[], bool],
 ) -> None:
-    """Wait (at most FETCH_WAIT_S) until the states the plan's peers ask us for first reached
-    them; said in the log either way."""
-    needed = owed(start, plan, me, n_layer)
+    """Wait until the states the plan's peers ask us for first reached them, at most 90 s and
+    twice the plan's largest stage state's time over its slowest link
+    (schedule/handover_time.py: as long as the control process's own limit allows); said in
+    the log either way."""
+    wait_s = fetch_wait_s(spec, plan)
+    needed = owed(start, plan, me, spec.model.n_layer)
     if not needed:
         return
     peers = ", ".join(sorted({peer for peer, _ in needed}))
     log.info("waiting for %s to fetch the stage states they need from this peer", peers)
-    if served.wait_for(needed, FETCH_WAIT_S, should_stop):
+    if served.wait_for(needed, wait_s, should_stop):
         log.info("handed over: %s fetched the stage states they needed from this peer", peers)
     elif not should_stop():
         log.warning(
             "%s did not fetch the states they need from this peer within %.0f s",
             peers,
-            FETCH_WAIT_S,
+            wait_s,
         )

@@ -1,0 +1,47 @@
+"""How long a hand-over may take (schedule/handover_time.py): the fixed 120 s (90 s for the
+donor's fetch wait) for a small stage or a local network, more for a large state over the plan's
+slowest link, an hour at most; the supervisor's twin constants agree."""
+
+from __future__ import annotations
+
+import pytest
+
+from p2ptrain.control import settings
+from p2ptrain.records import Plan, RunSpec
+from p2ptrain.records.network import NetworkFacts
+from p2ptrain.schedule import handover_time as ht
+
+BIG = RunSpec().replace(n_layer=24, n_embd=2048, n_head=16)  # ~1.2B parameters
+
+
+def _plan(stages: int, rate_mbps: float | None) -> Plan:
+    network = None if rate_mbps is None else NetworkFacts(0.1, rate_mbps)
+    peers = tuple(f"p{i}" for i in range(stages))
+    return Plan(term=1, epoch=1, planner="p0", stages=stages, pipelines=(peers,), spares=(),
+                data_addrs={}, cost_s=0.0, network=network)  # fmt: skip
+
+
+def test_a_small_stage_keeps_the_fixed_limits() -> None:
+    plan = _plan(2, 50.0)
+    assert ht.handover_limit_s(RunSpec(), plan) == pytest.approx(120, abs=2)
+    assert ht.fetch_wait_s(RunSpec(), plan) == pytest.approx(90, abs=2)
+    assert ht.handover_limit_s(BIG, _plan(4, None)) == 120  # a local network: no transfer time
+    assert ht.handover_limit_s(None, plan) == 120  # the run spec not here yet
+
+
+def test_a_large_state_over_a_slow_link_gets_the_time_its_transfer_takes() -> None:
+    plan = _plan(4, 50.0)
+    stage_bytes = ht.stage_state_bytes(BIG, range(0, 6))  # the first stage: the embedding too
+    assert 3e9 < stage_bytes < 4e9
+    transfer = 2 * stage_bytes * 8 / 50e6
+    assert ht.handover_limit_s(BIG, plan) == pytest.approx(120 + transfer, rel=0.01)
+    assert ht.fetch_wait_s(BIG, plan) == pytest.approx(90 + transfer, rel=0.01)
+    diloco = BIG.replace(sync="diloco")  # anchor and outer momentum travel too
+    assert ht.stage_state_bytes(diloco, range(0, 6)) == stage_bytes * 5 // 3
+    assert ht.handover_limit_s(BIG, _plan(4, 1.0)) == ht.MAX_HANDOVER_S  # an hour at most
+    assert ht.fetch_wait_s(BIG, _plan(4, 1.0)) == ht.MAX_HANDOVER_S - 30
+
+
+def test_the_supervisor_s_twin_constants_agree() -> None:
+    assert settings.HANDOVER_LIMIT_S == ht.HANDOVER_BASE_S
+    assert settings.MAX_HANDOVER_S == ht.MAX_HANDOVER_S
