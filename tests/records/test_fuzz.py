@@ -169,6 +169,10 @@ def _meta_from_bytes(body: bytes) -> StateMeta:
 BYTE_DECODERS = [
     (FrameHeader.decode, FrameHeader.from_dict(frame_header_dict()).encode()[4:]),
     (StateRequest.decode, json.dumps({"layers": "L0-2", "step": 7, "digest": "0f" * 32}).encode()),
+    (
+        StateRequest.decode,
+        json.dumps({"layers": "L0-2", "step": 7, "digest": "0f" * 32, "have": True}).encode(),
+    ),
     (CopyRequest.decode, json.dumps({"layers": "L2-4", "min_step": 0}).encode()),
     (_meta_from_bytes, json.dumps(stage_state_dict()).encode()),
     (DaemonCheckReply.decode, json.dumps(daemon_check_dict()).encode()),

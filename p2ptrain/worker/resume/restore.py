@@ -45,7 +45,7 @@ from p2ptrain.worker.resume.adopt import link_adopted
 from p2ptrain.worker.resume.covers import key_range
 from p2ptrain.worker.resume.own_states import StateRank, local_states
 from p2ptrain.worker.resume.start_step import StartPoint
-from p2ptrain.worker.resume.state_fetch import fetch_state
+from p2ptrain.worker.resume.state_fetch import fetch_state, tell_held
 
 if TYPE_CHECKING:  # hivemind is imported only by the worker: tests of restoring run beside libp2p
     from p2ptrain.worker.pipeline.transport import Transport
@@ -107,6 +107,7 @@ def restore_stage(
             missing.build(model, optimizer)
         else:
             missing.fetch(layers, model, optimizer)
+    release_donors(plan, transport, start, (key, *start.sources.get(key, ())))
     warn_other_lineages(directory, rank, key, start.step)
     local = local_states(directory, rank).get(key, {})
     usable = sorted(step for step in local if step <= start.step)
@@ -193,6 +194,26 @@ def started_line(
         log.warning("%s", line)
         return line
     return "started from initial weights"
+
+
+def release_donors(
+    plan: Plan, transport: Transport, start: StartPoint, keys: tuple[str, ...]
+) -> None:
+    """A spare that holds a state we need first of its holders waits for us to fetch it (a
+    donor: worker/resume/handover.py, `owed`), up to the hand-over's limit. We have it by now,
+    from it or locally (a copy, an older file of the same bytes), or will not fetch it: it is
+    told, so that it stops as soon as its other takers have theirs."""
+    me = transport.peer_id
+    for key in keys:
+        step, digest, layers = start.state_step(key), start.digests.get(key), key_range(key)
+        holders = start.holders(key, step)
+        if digest is None or layers is None or not holders or me in holders:
+            continue
+        if holders[0] in plan.spares:
+            try:
+                tell_held(transport, holders[0], layers, step, digest)
+            except Exception as exc:  # it waits its limit out: slower, nothing lost
+                log.info("could not tell %s this peer holds %s: %r", holders[0], key, exc)
 
 
 @dataclass(frozen=True)

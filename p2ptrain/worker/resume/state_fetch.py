@@ -34,6 +34,9 @@ if TYPE_CHECKING:  # hivemind is imported only when used: tests of the bounds ru
     from p2ptrain.worker.pipeline.transport import Transport
 
 
+TELL_TIMEOUT_S = 10.0
+
+
 class Busy(Exception):
     """The holder serves as many transfers as it will: ask again a little later."""
 
@@ -62,6 +65,27 @@ def fetch_state(
     coroutine = _fetch(transport, peer_id, request, target, max_bytes, deadline_s, max_tensors)
     transport.call(coroutine, timeout_s=deadline_s + 10)
     return target
+
+
+def tell_held(transport: Transport, peer_id: str, layers: range, step: int, digest: str) -> None:
+    """Tell `peer_id` (a donor that waits for us to fetch it) that we hold that state already:
+    one request with `have`, its answer read. Raises if the peer cannot be reached in time."""
+    request = StateRequest(layers, step, digest, have=True)
+    transport.call(_tell(transport, peer_id, request), timeout_s=TELL_TIMEOUT_S)
+
+
+async def _tell(transport: Transport, peer_id: str, request: StateRequest) -> None:
+    from hivemind.p2p import PeerID
+
+    _, reader, writer = await transport.p2p.call_binary_stream_handler(
+        PeerID.from_base58(peer_id), PROTOCOL
+    )
+    try:
+        writer.write(request.encode())
+        await writer.drain()
+        await reader.read(1)  # its answer: the request has arrived
+    finally:
+        writer.close()
 
 
 async def _fetch(

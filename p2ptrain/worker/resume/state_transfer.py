@@ -89,14 +89,18 @@ def parse_layers(key: object) -> range | None:
 
 @dataclass(frozen=True)
 class StateRequest:
-    """What a client asks for: the state of `layers` at `step` whose sha256 is `digest`."""
+    """What a client asks for: the state of `layers` at `step` whose sha256 is `digest`; with
+    `have`, nothing: it says it holds that state now (a donor waiting for it to fetch the
+    state need not wait: worker/resume/handover.py)."""
 
     layers: range
     step: int
     digest: str
+    have: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"layers": layers_key(self.layers), "step": self.step, "digest": self.digest}
+        data = {"layers": layers_key(self.layers), "step": self.step, "digest": self.digest}
+        return data | ({"have": True} if self.have else {})
 
     def encode(self) -> bytes:
         return encode_request(self.to_dict())
@@ -111,7 +115,8 @@ class StateRequest:
         digest = raw["digest"]
         if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
             raise f.malformed(_REQUEST, "digest must be 64 lowercase hex digits")
-        return cls(layers, f.integer(raw["step"], _REQUEST, "step"), digest)
+        have = f.boolean(raw.get("have", False), _REQUEST, "have")
+        return cls(layers, f.integer(raw["step"], _REQUEST, "step"), digest, have)
 
     @classmethod
     def decode(cls, body: bytes) -> StateRequest:
@@ -240,6 +245,10 @@ class StateServer:
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT_S + 4 * LOCAL_RTT_S):
                 request = await read_request(reader)
+            if request.have:  # a peer of the plan holds it: our hand-over need not wait for it
+                self.served.add(remote, request.digest)
+                writer.write(MISSING)
+                return
             path, max_bytes = await self._find(request.layers, request.step, request.digest)
             if path is None or max_bytes is None or not path.is_file():
                 writer.write(MISSING)

@@ -9,6 +9,7 @@ stranger ask for them, idle or at once; prints one JSON line with what each got.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -35,7 +36,7 @@ from p2ptrain.worker.pipeline.frames import FrameHeader, NotReady
 from p2ptrain.worker.pipeline.transport import Transport
 from p2ptrain.worker.private_tmp import PrivateTmp
 from p2ptrain.worker.resume import state_transfer
-from p2ptrain.worker.resume.state_fetch import fetch_state
+from p2ptrain.worker.resume.state_fetch import fetch_state, tell_held
 from p2ptrain.worker.resume.state_transfer import StateRequest, StateServer
 
 SPEC = RunSpec().replace(n_layer=2, n_head=2, n_embd=16, block_size=8, steps=10)
@@ -169,6 +170,13 @@ def main() -> None:
     started = time.monotonic()
     result["m1_fetch_after_busy"] = fetch(m1, ids[0], directory / "m1", digest, 2)
     result["m1_fetch_after_busy_s"] = time.monotonic() - started
+    # a member that holds the state says so: a donor's hand-over stops waiting for it; a
+    # stranger's word is not heard
+    tell_held(m2, ids[0], LAYERS, 2, digest)
+    result["m2_told"] = server.served.wait_for({(ids[2], digest)}, 5.0, lambda: False)
+    with contextlib.suppress(Exception):
+        tell_held(stranger, ids[0], LAYERS, 2, digest)
+    result["stranger_told"] = server.served.wait_for({(ids[4], digest)}, 0.5, lambda: False)
     # plans move on: a peer of the previous plan is still served, not one of the plan before
     server.serve_run(SPEC, held, plan(2, [ids[0], ids[2]]))
     result["m1_previous_plan"] = fetch(m1, ids[0], directory / "m1b", digest, 2)

@@ -7,7 +7,10 @@ import threading
 import time
 from dataclasses import replace
 
+import pytest
+
 from p2ptrain.records import Plan
+from p2ptrain.worker.resume import restore
 from p2ptrain.worker.resume.handover import Served, owed
 from p2ptrain.worker.resume.start_step import choose_start_step, placement
 
@@ -74,3 +77,30 @@ def test_the_wait_gives_up_at_its_bound_or_when_the_worker_stops() -> None:
     started = time.monotonic()
     assert not served.wait_for({("s", "dd")}, 30.0, lambda: True)
     assert time.monotonic() - started < 1.0
+
+
+class _Peer:
+    def __init__(self, peer_id: str) -> None:
+        self.peer_id = peer_id
+
+
+def test_the_taker_tells_the_donor_it_waits_for_that_it_holds_the_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The donor owes s its stage (above) and waits up to the hand-over's limit for s to fetch
+    it; s restored it (fetched, or from a file of its own: a spare's copy) and tells it, so the
+    donor stops at once; nobody else tells anyone."""
+    new = plan([["a", "s"]], spares=("d",))
+    _, placed = placement(new, N_LAYER)
+    held = {"a": {"L0-2": {7: "aa"}}, "s": {}, "d": {"L2-4": {7: "dd"}}}
+    start = replace(choose_start_step(list(placed), held, placed, ["a", "s", "d"]), held=held)
+    told: list[tuple[str, str, range, int, str]] = []
+    monkeypatch.setattr(
+        restore, "tell_held", lambda t, peer, *rest: told.append((t.peer_id, peer, *rest))
+    )
+    restore.release_donors(new, _Peer("s"), start, ("L2-4",))  # type: ignore[arg-type]
+    assert told == [("s", "d", range(2, 4), 7, "dd")]
+    restore.release_donors(new, _Peer("a"), start, ("L0-2",))  # type: ignore[arg-type]
+    as_placed = plan([["a", "s"], ["d", "t"]], spares=())  # d placed, not a donor: never waits
+    restore.release_donors(as_placed, _Peer("s"), start, ("L2-4",))  # type: ignore[arg-type]
+    assert len(told) == 1

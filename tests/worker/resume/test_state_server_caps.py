@@ -38,6 +38,9 @@ def test_stage_states_go_only_to_the_plans_peers_within_the_caps(tmp_path: Path)
     # a member told busy retries until a slot is free (freed after 2 s)
     assert result["m1_fetch_after_busy"] == result["digest"]
     assert result["m1_fetch_after_busy_s"] >= 1.5
+    # a member's word that it holds the state counts as fetched (a donor stops waiting for
+    # it); a stranger's does not
+    assert result["m2_told"] is True and result["stranger_told"] is False
     # the previous plan's peers are still served (they may be fetching), not those before
     assert result["m1_previous_plan"] == result["digest"]
     assert result["m1_two_plans_ago"].startswith("FileNotFoundError")
