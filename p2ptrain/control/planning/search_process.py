@@ -121,9 +121,11 @@ def pid() -> int | None:
 def stop() -> None:
     """End the search process (if any); the next request starts another."""
     global _process
-    if _process is not None:
-        _process.close()
-        _process = None
+    process = _process
+    if process is not None:
+        process.close()  # from a worker thread (release): trio's thread may start another now
+        if _process is process:
+            _process = None
 
 
 async def release() -> None:
