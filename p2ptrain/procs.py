@@ -78,8 +78,9 @@ def spawn(
 
 
 def parent_death(sig: int) -> Callable[[], None]:
-    """A Popen `preexec_fn`: the child gets `sig` when the calling thread (of this process)
-    exits, or at once if this process died before the child could ask the kernel."""
+    """A Popen `preexec_fn`: the child gets `sig` when the thread that forks it exits (so fork
+    from one that lives as long as the child: the main thread, not a pool's worker), or at once
+    if this process died before the child could ask the kernel."""
     return partial(_die_with_parent, sig, os.getpid())
 
 

@@ -50,6 +50,19 @@ def holds_alone(plan: Plan, peer: str, staying: Callable[[str], bool]) -> bool:
     return False
 
 
+def blocks_of(plan: Plan, peer: str, run: RunSpec) -> tuple[int, int] | None:
+    """The blocks [first, end) of the stage `plan` places `peer` at (None: not placed, or a
+    plan that does not fit the run's model)."""
+    for pipeline in plan.pipelines:
+        if peer in pipeline:
+            try:
+                blocks = plan.layer_ranges(run.model.n_layer)[pipeline.index(peer)]
+            except ValueError:
+                return None
+            return blocks.start, blocks.stop
+    return None
+
+
 def donors_of(
     view: SwarmView, plan: Plan | None, members: Collection[str], now: float
 ) -> list[str]:
@@ -74,9 +87,9 @@ def donors_of(
 
 
 def limit_s(run: RunSpec | None, plan: Plan | None) -> float:
-    """How long a hand-over under `plan` may take (schedule/handover_time.py; imported here, not
-    at the module's start: the scheduler's package loads numpy, which a node that never plans
-    nor stops does without)."""
+    """How long a hand-over under `plan` may take (schedule/handover_time.py: pure Python, its
+    package loads numpy only for the names that need it; imported when a hand-over needs it,
+    so a control process that never plans nor stops holds none of the scheduler)."""
     from p2ptrain.schedule.handover_time import handover_limit_s
 
     return handover_limit_s(run, plan)
@@ -100,6 +113,7 @@ class Donors:
 
     def __init__(self) -> None:
         self._since: dict[str, float] = {}
+        self._blocks: dict[str, tuple[int, int]] = {}  # the stage each hands over: its blocks
 
     def review(
         self, view: SwarmView, plan: Plan | None, members: Collection[str], now: float
@@ -127,11 +141,21 @@ class Donors:
             or last_word(peer).left
         )
         kept = {peer for peer in self._since if peer not in gone}
-        return sorted(kept | set(donors_of(view, plan, members, now))), gone
+        new = [peer for peer in donors_of(view, plan, members, now) if peer not in kept]
+        for peer in new:  # the plan that placed it says which blocks it hands over
+            blocks = None if plan is None or view.run is None else blocks_of(plan, peer, view.run)
+            if blocks is not None:
+                self._blocks[peer] = blocks
+        return sorted(kept | set(new)), gone
+
+    def blocks_of(self, donors: Collection[str]) -> dict[str, tuple[int, int]]:
+        """The blocks each of `donors` hands over (Plan.donor_blocks), where known."""
+        return {peer: self._blocks[peer] for peer in donors if peer in self._blocks}
 
     def kept(self, donors: Collection[str], now: float) -> None:
         """A plan keeping `donors` is published at `now`."""
         self._since = {peer: self._since.get(peer, now) for peer in donors}
+        self._blocks = {peer: b for peer, b in self._blocks.items() if peer in self._since}
 
 
 def _health(view: SwarmView, peer: str) -> Health | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import platform
-import signal
 import subprocess
 import sys
 import time
@@ -18,8 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import trio
-
-from p2ptrain import procs
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +41,9 @@ async def measure_compute_gflops_in_child() -> float | None:
     command = [sys.executable, "-m", "p2ptrain.control.hardware"]
     try:
         with trio.fail_after(CHILD_TIMEOUT_S):
-            done = await trio.run_process(
-                command,
-                capture_stdout=True,
-                stderr=subprocess.DEVNULL,
-                preexec_fn=procs.parent_death(signal.SIGKILL),  # not past the control process
-            )
+            # no parent-death signal: trio forks it on a worker thread, which exits when idle
+            # (the signal would kill the measurement); it ends on its own within CHILD_TIMEOUT_S
+            done = await trio.run_process(command, capture_stdout=True, stderr=subprocess.DEVNULL)
         gflops = float(done.stdout)
     except (OSError, ValueError, subprocess.CalledProcessError, trio.TooSlowError) as exc:
         log.warning("could not measure this machine's compute: %r", exc)

@@ -313,7 +313,7 @@ def _stop(nodes: list[subprocess.Popen[bytes]]) -> None:
     """SIGTERM every node twice (supervisors stop their children; the whole swarm stops, so the
     second signal cuts short a hand-over that would wait for a successor), then SIGKILL what is
     left."""
-    for node in nodes:
+    for node in nodes[::-1]:  # peers first, the bootstrap last
         if node.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 node.send_signal(signal.SIGTERM)

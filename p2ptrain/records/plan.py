@@ -45,6 +45,15 @@ StageLayers = Annotated[tuple[int, ...], Seq(Int(1, MAX_STAGE_LAYERS), MAX_STAGE
 Reason = Annotated[str, OneOf(PLAN_REASONS, empty=True)]  # "": not said
 
 
+def _blocks(value: object, record: str, name: str) -> tuple[int, int]:
+    """[first, end): the blocks a donor trained, 0 <= first < end <= MAX_STAGE_LAYERS."""
+    if not isinstance(value, list) or len(value) != 2:
+        raise f.malformed(record, f"{name} must be [first, end]")
+    first = f.integer(value[0], record, name, 0, MAX_STAGE_LAYERS - 1)
+    end = f.integer(value[1], record, name, first + 1, MAX_STAGE_LAYERS)
+    return first, end
+
+
 @dataclass(frozen=True)
 class Role:
     """What a plan asks of one peer: which stage of which replica, and its neighbours."""
@@ -102,6 +111,12 @@ class Plan(Record, name="plan"):
     # the spares that stay only to hand their stage over (control/handover.py): no copy duty
     # is theirs (worker/resume/copy_server.py), they leave once their state is fetched
     donors: Annotated[tuple[str, ...], PeerIds(), OMITTED] = ()
+    # donor -> the blocks [first, end) of the stage it hands over (the plan that placed it
+    # says): the start agreement hears it first on those blocks, and only on those
+    # (worker/resume/covers.py); absent from older plans: a donor is then one more spare
+    donor_blocks: Annotated[Mapping[str, tuple[int, int]], Map(Custom(_blocks, list)), OMITTED] = (
+        dataclasses.field(default_factory=dict)
+    )
 
     def __post_init__(self) -> None:
         layers = self.stage_layers
@@ -109,6 +124,12 @@ class Plan(Record, name="plan"):
             raise ValueError(f"stage_layers {layers} must list >= 1 block for each stage")
         if not set(self.donors) <= set(self.spares):
             raise ValueError("every donor must be one of the plan's spares")
+        if not set(self.donor_blocks) <= set(self.donors):
+            raise ValueError("donor_blocks names a peer that is no donor")
+
+    def donor_ranges(self) -> dict[str, range]:
+        """Each donor's blocks, as ranges (what the start agreement hears it first on)."""
+        return {peer: range(first, end) for peer, (first, end) in self.donor_blocks.items()}
 
     @property
     def key(self) -> tuple[int, int]:

@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,8 @@ class TestbedHandle:
         """Start argv inside the peer's namespace, in a new session (killed as a group on close),
         killed with this thread if it dies first (`ip netns exec` and `sh -c 'exec'` keep it)."""
         popen_kwargs.setdefault("start_new_session", True)
-        popen_kwargs.setdefault("preexec_fn", procs.parent_death(signal.SIGKILL))
+        if threading.current_thread() is threading.main_thread():  # the signal follows the thread
+            popen_kwargs.setdefault("preexec_fn", procs.parent_death(signal.SIGKILL))
         proc = subprocess.Popen(self.command(peer, argv), **popen_kwargs)
         self._spawned.append(proc)
         return proc

@@ -3,10 +3,12 @@
 A worker in a multi-stage pipeline (or a lockstep replica) takes one every step: the state one
 step back, which the session's end saves beside the current one (worker/resume/start_step.py).
 That copy is three times the stage's weights (weights and AdamW's two moments). Made afresh each
-step, a multi-GB stage would allocate and fault in its whole copy every step, so the step's copy
-reuses the buffers of the one before (`reuse`): 2-5x faster on a CPU at 1.2 GB, measured in
-docs/benchmarks.md. On a GPU those buffers are pinned and filled without blocking the step; the
-copy is waited for only when the snapshot is read (`settled`).
+step, a multi-GB stage allocates and faults in its whole copy now and then (steps slower than the
+others), so the step's copy reuses the buffers of the one before (`reuse`): the worker's mean
+`update_s` 13-25% lower at 50M-101M parameters on a CPU, medians within noise
+(docs/benchmarks.md). On a GPU those buffers are pinned and filled without blocking the step;
+the copy is waited for when the snapshot is read (`settled`) or its buffers are reused (the next
+step's copy).
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def stop_handler(
 
     def handler(*_: Any) -> None:
         stop()
-        if os.getppid() != _parent[0] and not armed:
+        if _parent[0] and os.getppid() != _parent[0] and not armed:  # 0: install() never ran
             timer = threading.Timer(bound_s, leave, args=(1,))
             timer.daemon = True
             timer.start()

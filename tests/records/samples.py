@@ -343,6 +343,7 @@ def stage_state_dict() -> dict[str, Any]:
 SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (Plan, plan_dict()),
     (Plan, {**plan_dict(), "donors": [C]}),
+    (Plan, {**plan_dict(), "donors": [C], "donor_blocks": {C: [2, 4]}}),
     (PeerRecord, peer_dict()),
     (PeerRecord, {**peer_dict(), "token": Token.from_dict(token_dict()).encode()}),
     (PeerRecord, {**peer_dict(), "stage_compute": compute_dict()}),

@@ -96,6 +96,11 @@ def _plan_with(**changes: Any) -> dict[str, Any]:
         {"donors": [B]},  # placed at a stage: a donor is one of the spares
         {"donors": "C"},
         {"donors": [C, C]},
+        {"donors": [C], "donor_blocks": {B: [0, 2]}},  # blocks of a peer that is no donor
+        {"donors": [C], "donor_blocks": {C: [2, 2]}},
+        {"donors": [C], "donor_blocks": {C: [2]}},
+        {"donors": [C], "donor_blocks": {C: [-1, 2]}},
+        {"donors": [C], "donor_blocks": {C: "L2-4"}},
     ],
 )
 def test_bad_plans_are_refused(changes: dict[str, Any]) -> None:

@@ -4,6 +4,9 @@ slowest link, an hour at most; the supervisor's twin constants agree."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from p2ptrain.control import settings
@@ -45,3 +48,17 @@ def test_a_large_state_over_a_slow_link_gets_the_time_its_transfer_takes() -> No
 def test_the_supervisor_s_twin_constants_agree() -> None:
     assert settings.HANDOVER_LIMIT_S == ht.HANDOVER_BASE_S
     assert settings.MAX_HANDOVER_S == ht.MAX_HANDOVER_S
+
+
+def test_a_control_process_works_out_the_limit_without_numpy() -> None:
+    """A stopping node (control/handover.py: limit_s) and a planner keeping a donor work the
+    limit out in the control process, which holds no numpy (control/planning/numbers.py)."""
+    code = (
+        "import sys\n"
+        "from p2ptrain.control.handover import limit_s\n"
+        "from p2ptrain.records import RunSpec\n"
+        "assert limit_s(RunSpec(), None) == 120.0\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'scipy')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import logging
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -47,6 +47,8 @@ class Placement:
     stage_layers: tuple[int, ...] = ()  # blocks per stage (schedule/split.py); (): even
     predicted_step_s: float | None = None  # the step simulated on the measured compute
     donors: tuple[str, ...] = ()  # spares kept to hand their stage over (control/handover.py)
+    # each donor's blocks [first, end), where known (Plan.donor_blocks)
+    donor_blocks: Mapping[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_schedule(
@@ -70,15 +72,21 @@ class Placement:
         same names."""
         return cls(**{field.name: getattr(plan, field.name) for field in dataclasses.fields(cls)})
 
-    def with_spares(self, donors: Sequence[str]) -> Placement:
+    def with_spares(
+        self, donors: Sequence[str], blocks: Mapping[str, tuple[int, int]] | None = None
+    ) -> Placement:
         """This placement with `donors` (control/handover.py) among its spares, marked donors
-        (none placed at a stage: a stopping peer is no member the search places)."""
+        (none placed at a stage: a stopping peer is no member the search places), with the
+        blocks each hands over where `blocks` says."""
         placed = {p for pipeline in self.pipelines for p in pipeline}
         kept = tuple(p for p in dict.fromkeys(donors) if p not in placed)
+        marked = tuple(dict.fromkeys(self.donors + kept))
+        known = {**self.donor_blocks, **(blocks or {})}
         return dataclasses.replace(
             self,
             spares=self.spares + tuple(p for p in kept if p not in self.spares),
-            donors=tuple(dict.fromkeys(self.donors + kept)),
+            donors=marked,
+            donor_blocks={p: known[p] for p in marked if p in known},
         )
 
     def without(self, spares: Collection[str]) -> Placement:
@@ -87,6 +95,7 @@ class Placement:
             self,
             spares=tuple(p for p in self.spares if p not in spares),
             donors=tuple(p for p in self.donors if p not in spares),
+            donor_blocks={p: b for p, b in self.donor_blocks.items() if p not in spares},
         )
 
     def to_plan(
@@ -118,6 +127,7 @@ class Placement:
             previous_cost_s=previous_cost_s,
             predicted_step_s=self.predicted_step_s,
             donors=self.donors,
+            donor_blocks=dict(self.donor_blocks),
         )
 
 

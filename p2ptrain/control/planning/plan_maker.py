@@ -244,7 +244,7 @@ class PlanMaker:
             return False  # the scheduler failed (logged)
         if placement is None or self.view.planner != self.peer_id or self.view.term != self._term:
             return False  # no placement fits, or we lost the role while the search ran
-        placement = placement.with_spares(donors)
+        placement = placement.with_spares(donors, self._donors.blocks_of(donors))
         self._epoch += 1
         self._planned_members = members
         self._donors.kept(donors, now)

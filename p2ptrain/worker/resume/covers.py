@@ -13,9 +13,10 @@ other ranges alike, per stage J of the plan: a state of range K at step s may gi
 shares with J if two or more members announce it, or if no other member holds any of those
 blocks now (at its own newest announced step), or if its one announcer is the only one of
 them placed at J, or (none of them placed at J) the only one the plan places at all; a donor
-of the plan (a stopping peer the planner kept to hand its stage over: Plan.donors) is heard
-first, before those placed at J: it holds the stage's newest state by the plan's own making, and
-the peer placed there to take it over may hold an older one of those blocks. A member's
+of the plan (a stopping peer the planner kept to hand its stage over) is heard first, before
+those placed at J, on the blocks of the stage it hands over (Plan.donor_blocks, the planner's
+word) and on no others: it holds their newest state by the plan's own making, and the peer
+placed there to take them over may hold an older one. A member's
 older states do not count against another's: the blocks it trained before a re-cut are someone
 else's now. A plan that adopts (worker/resume/adopt.py) weighs each candidate lineage against
 what the members hold in every lineage (`holding`): a lineage tag is the announcer's word, so
@@ -71,11 +72,11 @@ def usable_steps(
     placed: Collection[str],
     planned: Collection[str],
     newest: Mapping[str, list[range]],
-    donors: Collection[str] = (),
+    donors: Mapping[str, range] | None = None,
 ) -> set[int]:
     """The steps at which range `key`'s state may give the blocks it shares with the plan's
     stage `stage` (the module's rule). `placed`: the members placed at that stage; `planned`:
-    those placed at any; `newest`: _newest_ranges; `donors`: the plan's."""
+    those placed at any; `newest`: _newest_ranges; `donors`: the plan's, with their blocks."""
     blocks, target = key_range(key), key_range(stage)
     if blocks is None or target is None or not _overlap(blocks, target):
         return set()
@@ -91,7 +92,10 @@ def usable_steps(
         }
         if voices == {peer}:
             return True
-        heard = voices & set(donors) or voices & set(placed) or voices & set(planned)
+        first = {
+            d for d, r in (donors or {}).items() if r.start <= part.start < part.stop <= r.stop
+        }
+        heard = voices & first or voices & set(placed) or voices & set(planned)
         return heard == {peer}
 
     return {step for step, peers in announced.items() if len(peers) >= 2 or trusted(peers[0])}
@@ -143,16 +147,18 @@ def available(
     placed: Mapping[str, Collection[str]],
     holding: Mapping[str, Held] | None = None,
     fresh: dict[str, tuple[int, ...]] | None = None,
-    donors: Collection[str] = (),
+    donors: Mapping[str, range] | None = None,
+    partial_at: Collection[int] | None = None,
 ) -> tuple[dict[str, set[int]], dict[str, dict[int, Cover]]]:
     """For each stage of the plan (layers key): the steps of its own usable states, and step ->
     the usable states of other ranges that build it there (where it has none of its own).
     Ranges past the model's last block (the stages end at it) are ignored. `holding`: what each
     member holds in any lineage, whose blocks count against a lone announcer (`held` if None).
-    A stage no states cover at any step is built at the step whose states hold the most of its
-    blocks (`best_partial`): `fresh` gets the blocks it lacks, which start from initial weights
-    (a peer killed with the only state of its stage: its survivors keep theirs, where starting
-    the whole run over would lose every stage's training)."""
+    With `fresh`, a stage no states cover at any step is built at the step (among `partial_at`,
+    if given) whose states hold the most of its blocks (`best_partial`): `fresh` gets the blocks
+    it lacks, which start from initial weights (a peer killed with the only state of its stage:
+    its survivors keep theirs, where starting the whole run over would lose every stage's
+    training)."""
     n_layer = max((r.stop for k in needed if (r := key_range(k)) is not None), default=0)
     newest = _newest_ranges(held if holding is None else holding, n_layer)
     planned = {peer for members in placed.values() for peer in members}
@@ -178,8 +184,12 @@ def available(
             )
             if found is not None:
                 built[stage][step] = found
+        if partial_at is not None:
+            sources = {k: steps & set(partial_at) for k, steps in sources.items()}
         partial = (
-            None if own[stage] or built[stage] or blocks is None else best_partial(blocks, sources)
+            None
+            if own[stage] or built[stage] or blocks is None or fresh is None
+            else best_partial(blocks, sources)
         )
         if partial is not None and fresh is not None:
             step, built[stage][step], fresh[stage] = partial

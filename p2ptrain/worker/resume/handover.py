@@ -11,6 +11,7 @@ spare that holds a stage's state no placed peer holds is where that state is fet
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -22,17 +23,20 @@ from p2ptrain.worker.resume.start_step import StartPoint, placement
 
 log = logging.getLogger(__name__)
 
-STOP_CHECK_S = 0.5  # how often the wait looks whether the worker is stopped or re-planned
+STOP_CHECK_S = 0.5
+MAX_CLAIMS = 16  # states one peer said it holds, remembered (a taker needs one per stage)  # how often the wait looks whether the worker is stopped or re-planned
 
 Owed = set[tuple[str, str]]  # (peer, sha256 of the state file it needs from us)
 
 
 class Served:
-    """The states this worker's server sent in full, as (peer, sha256) pairs: written on the
-    transport's event loop, waited on from the worker's thread."""
+    """The states this worker's server sent in full, as (peer, sha256) pairs, and those a peer
+    said it holds already (`claim`: the last MAX_CLAIMS of each peer, a word that costs it
+    nothing): written on the transport's event loop, waited on from the worker's thread."""
 
     def __init__(self) -> None:
         self._sent: Owed = set()
+        self._claimed: dict[str, collections.deque[str]] = {}
         self._changed = threading.Condition()
 
     def add(self, peer: str, digest: str) -> None:
@@ -40,11 +44,19 @@ class Served:
             self._sent.add((peer, digest))
             self._changed.notify_all()
 
+    def claim(self, peer: str, digest: str) -> None:
+        with self._changed:
+            self._claimed.setdefault(peer, collections.deque(maxlen=MAX_CLAIMS)).append(digest)
+            self._changed.notify_all()
+
+    def _done(self, owed: Owed) -> bool:
+        return all(pair in self._sent or pair[1] in self._claimed.get(pair[0], ()) for pair in owed)
+
     def wait_for(self, owed: Owed, timeout_s: float, should_stop: Callable[[], bool]) -> bool:
         """Until every pair of `owed` was sent (True), `timeout_s` passed or `should_stop()`."""
         deadline = time.monotonic() + timeout_s
         with self._changed:
-            while not owed <= self._sent:
+            while not self._done(owed):
                 left = deadline - time.monotonic()
                 if left <= 0 or should_stop():
                     return False

@@ -211,7 +211,7 @@ def release_donors(
             continue
         if holders[0] in plan.spares:
             try:
-                tell_held(transport, holders[0], layers, step, digest)
+                tell_held(transport, holders[0], layers, step, digest)  # not waited for
             except Exception as exc:  # it waits its limit out: slower, nothing lost
                 log.info("could not tell %s this peer holds %s: %r", holders[0], key, exc)
 

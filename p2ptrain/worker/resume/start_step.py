@@ -132,7 +132,7 @@ def choose_start_step(
     placed: Mapping[str, Collection[str]] | None = None,
     order: Sequence[str] = (),
     holding: Mapping[str, Held] | None = None,
-    donors: Collection[str] = (),
+    donors: Mapping[str, range] | None = None,
 ) -> StartPoint:
     """The newest step at which every needed stage (layers key) has a usable state (the rule in
     the module's docstring), and the digest agreed for each stage there. `placed`: layers key ->
@@ -153,8 +153,15 @@ def choose_start_step(
     """
     placed = placed or {}
     fresh: dict[str, tuple[int, ...]] = {}
-    own, built = covers.available(needed, held, placed, holding, fresh, donors)
+    own, built = covers.available(needed, held, placed, holding, None, donors)
     available = {key: own[key] | set(built[key]) for key in needed}
+    # a stage no states cover: built from those that hold some of its blocks (covers.py:
+    # best_partial), at the step the covered stages start from, or at its best if none is
+    agreed = set.intersection(*[s for s in available.values() if s] or [set()])
+    partial_at = {max(agreed)} if agreed else None
+    if partial_at is not None or not any(available.values()):
+        own, built = covers.available(needed, held, placed, holding, fresh, donors, partial_at)
+        available = {key: own[key] | set(built[key]) for key in needed}
     if not any(available.values()):
         return StartPoint(0, "")  # a fresh run
     with_state = [steps for steps in available.values() if steps]
@@ -213,7 +220,7 @@ def choose_start(
     rank: StateRank,
     order: Sequence[str],
     adopting: bool,
-    donors: Collection[str] = (),
+    donors: Mapping[str, range] | None = None,
 ) -> StartPoint:
     """The start of a plan from its members' announcements: `choose_start_step` on the states
     the plan may use; if `adopting` and no member holds a state of the plan's own lineage, on
@@ -279,7 +286,7 @@ def agree_on_start(
     num_steps: int,
     timeout_s: float = RESUME_TIMEOUT_S,
     adopting: bool = False,
-    donors: Collection[str] = (),
+    donors: Mapping[str, range] | None = None,
 ) -> StartPoint | None:
     """Announce `mine` under `key` (signed with `seed`, this peer's identity key), wait for every
     member's announcement (`members`: the plan's peers in its order), choose the start for the
@@ -353,7 +360,7 @@ def agree_on_plan_start(
         should_abort,
         spec.optim.steps,
         adopting=adopting,
-        donors=plan.donors,  # heard first on the stage they hand over (covers.py)
+        donors=plan.donor_ranges(),  # heard first on the blocks they hand over (covers.py)
     )
     if start is not None:
         log.info(

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import random
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,6 +35,8 @@ from p2ptrain.worker.resume.state_transfer import (
 if TYPE_CHECKING:  # hivemind is imported only when used: tests of the bounds run beside libp2p
     from p2ptrain.worker.pipeline.transport import Transport
 
+
+log = logging.getLogger(__name__)
 
 TELL_TIMEOUT_S = 10.0
 
@@ -68,24 +72,32 @@ def fetch_state(
 
 
 def tell_held(transport: Transport, peer_id: str, layers: range, step: int, digest: str) -> None:
-    """Tell `peer_id` (a donor that waits for us to fetch it) that we hold that state already:
-    one request with `have`, its answer read. Raises if the peer cannot be reached in time."""
+    """Tell `peer_id` (a spare that waits for us to fetch it) that we hold that state already:
+    one request with `have`, its answer read, on the transport's loop while we go on training
+    (a spare we cannot reach costs nobody a wait: it waits its limit out, as before)."""
     request = StateRequest(layers, step, digest, have=True)
-    transport.call(_tell(transport, peer_id, request), timeout_s=TELL_TIMEOUT_S)
+    told = transport.submit(_tell(transport, peer_id, request))
+    told.add_done_callback(lambda done: _log_untold(done, peer_id))
+
+
+def _log_untold(done: Future[None], peer_id: str) -> None:
+    if not done.cancelled() and (exc := done.exception()) is not None:
+        log.info("could not tell %s this peer holds the state it offers: %r", peer_id, exc)
 
 
 async def _tell(transport: Transport, peer_id: str, request: StateRequest) -> None:
     from hivemind.p2p import PeerID
 
-    _, reader, writer = await transport.p2p.call_binary_stream_handler(
-        PeerID.from_base58(peer_id), PROTOCOL
-    )
-    try:
-        writer.write(request.encode())
-        await writer.drain()
-        await reader.read(1)  # its answer: the request has arrived
-    finally:
-        writer.close()
+    async with asyncio.timeout(TELL_TIMEOUT_S):  # the caller stops waiting: this ends too
+        _, reader, writer = await transport.p2p.call_binary_stream_handler(
+            PeerID.from_base58(peer_id), PROTOCOL
+        )
+        try:
+            writer.write(request.encode())
+            await writer.drain()
+            await reader.read(1)  # its answer: the request has arrived
+        finally:
+            writer.close()
 
 
 async def _fetch(

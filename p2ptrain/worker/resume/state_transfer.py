@@ -246,7 +246,7 @@ class StateServer:
             async with asyncio.timeout(REQUEST_TIMEOUT_S + 4 * LOCAL_RTT_S):
                 request = await read_request(reader)
             if request.have:  # a peer of the plan holds it: our hand-over need not wait for it
-                self.served.add(remote, request.digest)
+                self.served.claim(remote, request.digest)
                 writer.write(MISSING)
                 return
             path, max_bytes = await self._find(request.layers, request.step, request.digest)

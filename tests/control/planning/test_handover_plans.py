@@ -57,6 +57,11 @@ def test_a_leaving_lone_holder_is_kept_as_a_spare_until_it_is_gone() -> None:
     assert second is not None and second.key != first.key
     assert leaver in second.spares and all(leaver not in p for p in second.pipelines)
     assert second.donors == (leaver,)  # no copy duty is its (worker/resume/copy_server.py)
+    # the blocks it hands over: its stage of the first plan, where the start agreement hears
+    # it first (worker/resume/covers.py), and nowhere else
+    stage = first.pipelines[0].index(leaver)
+    held = first.layer_ranges(2)[stage]
+    assert second.donor_ranges() == {leaver: held}
     assert sorted(p for pipeline in second.pipelines for p in pipeline) == others
     assert leaver in dict(second.data_addrs)
     # a tick with nothing new publishes nothing: the donor is no membership change
@@ -73,7 +78,7 @@ def test_a_leaving_lone_holder_is_kept_as_a_spare_until_it_is_gone() -> None:
     third = v.plan
     assert third is not None and third.key != second.key
     assert third.pipelines == second.pipelines and leaver not in third.peers()
-    assert third.reason == "members" and third.donors == ()
+    assert third.reason == "members" and third.donors == () and third.donor_blocks == {}
 
 
 def test_a_leaving_peer_whose_stage_another_replica_holds_is_no_donor() -> None:

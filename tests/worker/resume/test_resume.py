@@ -240,6 +240,39 @@ def test_a_donor_s_newer_state_outranks_the_older_one_its_taker_holds() -> None:
     placed = {"L0-2": {"a"}, "L2-4": {"taker"}}
     before = choose_start_step(NEEDED, held, placed, ["a", "taker", "donor"])
     assert before.state_step("L2-4") == 6  # what a plain spare's word is worth
-    start = choose_start_step(NEEDED, held, placed, ["a", "taker", "donor"], donors=("donor",))
+    donors = {"donor": range(2, 4)}  # the plan's word: the blocks it hands over
+    start = choose_start_step(NEEDED, held, placed, ["a", "taker", "donor"], donors=donors)
     assert start.step == 9 and start.note == ""
     assert start.digests["L2-4"] == d("L2-4@9")  # the donor's: only it announced it
+
+
+def test_a_donor_is_heard_first_on_the_blocks_it_hands_over_only() -> None:
+    """A hostile stopping peer kept as a donor of L2-4 announces the whole model newer: heard
+    first on every block, it would have replaced every stage's state."""
+    held = {"a": steps("L0-2", 99, 100), "b": steps("L2-4", 99, 100), "donor": steps("L0-4", 150)}
+    placed = {"L0-2": {"a"}, "L2-4": {"b"}}
+    donors = {"donor": range(2, 4)}
+    start = choose_start_step(NEEDED, held, placed, ["a", "b", "donor"], donors=donors)
+    # L0-2 stays a's: the donor's word on blocks 0-1 counts for nothing; blocks 2-3 are its to
+    # decide, as they were while it trained them alone (docs/security.md, 4b)
+    assert start.step == 100 and start.digests["L0-2"] == d("L0-2@100")
+    assert "L0-2" not in start.sources and d("L0-4@150") not in start.digests.values()
+    without = choose_start_step(NEEDED, held, placed, ["a", "b", "donor"])
+    assert without.step == 100 and without.digests == {"L0-2": d("L0-2@100"), "L2-4": d("L2-4@100")}
+
+
+def test_a_partly_covered_stage_never_drags_the_start_back() -> None:
+    """L4-6 is new and only an old L3-5 at step 40 holds any of it: it is built at the step the
+    other stages start from (100) or not at all, never at 40, which made every stage go back."""
+    held = {"a": steps("L0-2", 90, 100), "b": steps("L2-4", 90, 100), "d": steps("L3-5", 40)}
+    needed = ["L0-2", "L2-4", "L4-6"]
+    placed = {"L0-2": {"a"}, "L2-4": {"b"}, "L4-6": {"d"}}
+    start = choose_start_step(needed, held, placed, ["a", "b", "d"])
+    assert start.step == 100 and start.state_step("L0-2") == 100
+    assert "L4-6" not in start.sources and "no saved state for L4-6" in start.note
+    # held at the start's step, it builds the blocks it holds
+    held["d"] = steps("L3-5", 40, 100)
+    start = choose_start_step(needed, held, placed, ["a", "b", "d"])
+    assert (
+        start.step == 100 and start.sources["L4-6"] == ("L3-5",) and start.fresh == {"L4-6": (5,)}
+    )
