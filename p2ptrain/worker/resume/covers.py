@@ -15,8 +15,10 @@ blocks now (at its own newest announced step), or if its one announcer is the on
 them placed at J, or (none of them placed at J) the only one the plan places at all; a donor
 of the plan (a stopping peer the planner kept to hand its stage over) is heard first, before
 those placed at J, on the blocks of the stage it hands over (Plan.donor_blocks, the planner's
-word) and on no others: it holds their newest state by the plan's own making, and the peer
-placed there to take them over may hold an older one. A member's
+word) and on no others, unless one placed at J holds a newer step of them (a donor kept into a
+later plan, after its taker trained on: it would roll every stage back); its state is the
+newest of those blocks by the plan's own making, and the peer placed there to take them over
+may hold an older one. A member's
 older states do not count against another's: the blocks it trained before a re-cut are someone
 else's now. A plan that adopts (worker/resume/adopt.py) weighs each candidate lineage against
 what the members hold in every lineage (`holding`): a lineage tag is the announcer's word, so
@@ -92,13 +94,21 @@ def usable_steps(
         }
         if voices == {peer}:
             return True
+        at_stage = max((_newest_step(held, q) for q in voices & set(placed)), default=-1)
         first = {
-            d for d, r in (donors or {}).items() if r.start <= part.start < part.stop <= r.stop
+            d
+            for d, r in (donors or {}).items()
+            if r.start <= part.start < part.stop <= r.stop and _newest_step(held, d) >= at_stage
         }
         heard = voices & first or voices & set(placed) or voices & set(planned)
         return heard == {peer}
 
     return {step for step, peers in announced.items() if len(peers) >= 2 or trusted(peers[0])}
+
+
+def _newest_step(held: Mapping[str, Held], peer: str) -> int:
+    """The newest step `peer` announced (-1: none)."""
+    return max((s for steps in held.get(peer, {}).values() for s in steps), default=-1)
 
 
 def cover(blocks: range, keys: Collection[str]) -> Cover | None:

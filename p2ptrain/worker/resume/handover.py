@@ -23,8 +23,8 @@ from p2ptrain.worker.resume.start_step import StartPoint, placement
 
 log = logging.getLogger(__name__)
 
-STOP_CHECK_S = 0.5
-MAX_CLAIMS = 16  # states one peer said it holds, remembered (a taker needs one per stage)  # how often the wait looks whether the worker is stopped or re-planned
+STOP_CHECK_S = 0.5  # how often the wait looks whether the worker is stopped or re-planned
+MAX_CLAIMS = 16  # states one peer said it holds, remembered (a taker needs one per stage)
 
 Owed = set[tuple[str, str]]  # (peer, sha256 of the state file it needs from us)
 

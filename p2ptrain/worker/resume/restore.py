@@ -204,16 +204,19 @@ def release_donors(
     from it or locally (a copy, an older file of the same bytes), or will not fetch it: it is
     told, so that it stops as soon as its other takers have theirs."""
     me = transport.peer_id
+    told: dict[str, list[tuple[range, int, str]]] = {}
     for key in keys:
         step, digest, layers = start.state_step(key), start.digests.get(key), key_range(key)
         holders = start.holders(key, step)
         if digest is None or layers is None or not holders or me in holders:
             continue
         if holders[0] in plan.spares:
-            try:
-                tell_held(transport, holders[0], layers, step, digest)  # not waited for
-            except Exception as exc:  # it waits its limit out: slower, nothing lost
-                log.info("could not tell %s this peer holds %s: %r", holders[0], key, exc)
+            told.setdefault(holders[0], []).append((layers, step, digest))
+    for spare, states in told.items():
+        try:
+            tell_held(transport, spare, states)  # not waited for
+        except Exception as exc:  # it waits its limit out: slower, nothing lost
+            log.info("could not tell %s this peer holds its states: %r", spare, exc)
 
 
 @dataclass(frozen=True)

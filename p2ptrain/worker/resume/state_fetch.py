@@ -71,12 +71,13 @@ def fetch_state(
     return target
 
 
-def tell_held(transport: Transport, peer_id: str, layers: range, step: int, digest: str) -> None:
-    """Tell `peer_id` (a spare that waits for us to fetch it) that we hold that state already:
-    one request with `have`, its answer read, on the transport's loop while we go on training
-    (a spare we cannot reach costs nobody a wait: it waits its limit out, as before)."""
-    request = StateRequest(layers, step, digest, have=True)
-    told = transport.submit(_tell(transport, peer_id, request))
+def tell_held(transport: Transport, peer_id: str, states: list[tuple[range, int, str]]) -> None:
+    """Tell `peer_id` (a spare that waits for us to fetch them) that we hold these states
+    (layers, step, sha256) already: a request with `have` each, one after another (the server
+    serves 2 streams of a peer at once: more would be busy), on the transport's loop while we
+    go on training (a spare we cannot reach costs nobody a wait: it waits its limit out)."""
+    requests = [StateRequest(layers, step, digest, have=True) for layers, step, digest in states]
+    told = transport.submit(_tell(transport, peer_id, requests))
     told.add_done_callback(lambda done: _log_untold(done, peer_id))
 
 
@@ -85,19 +86,24 @@ def _log_untold(done: Future[None], peer_id: str) -> None:
         log.info("could not tell %s this peer holds the state it offers: %r", peer_id, exc)
 
 
-async def _tell(transport: Transport, peer_id: str, request: StateRequest) -> None:
+async def _tell(transport: Transport, peer_id: str, requests: list[StateRequest]) -> None:
     from hivemind.p2p import PeerID
 
-    async with asyncio.timeout(TELL_TIMEOUT_S):  # the caller stops waiting: this ends too
-        _, reader, writer = await transport.p2p.call_binary_stream_handler(
-            PeerID.from_base58(peer_id), PROTOCOL
-        )
-        try:
-            writer.write(request.encode())
-            await writer.drain()
-            await reader.read(1)  # its answer: the request has arrived
-        finally:
-            writer.close()
+    async with asyncio.timeout(TELL_TIMEOUT_S):
+        for request in requests:
+            while True:
+                _, reader, writer = await transport.p2p.call_binary_stream_handler(
+                    PeerID.from_base58(peer_id), PROTOCOL
+                )
+                try:
+                    writer.write(request.encode())
+                    await writer.drain()
+                    answer = await reader.read(1)  # the request has arrived, unless busy
+                finally:
+                    writer.close()
+                if answer != BUSY:
+                    break
+                await asyncio.sleep(random.uniform(*BUSY_RETRY_S))
 
 
 async def _fetch(

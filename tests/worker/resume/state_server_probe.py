@@ -172,10 +172,10 @@ def main() -> None:
     result["m1_fetch_after_busy_s"] = time.monotonic() - started
     # a member that holds the state says so: a donor's hand-over stops waiting for it; a
     # stranger's word is not heard
-    tell_held(m2, ids[0], LAYERS, 2, digest)
+    tell_held(m2, ids[0], [(LAYERS, 2, digest)])
     result["m2_told"] = server.served.wait_for({(ids[2], digest)}, 5.0, lambda: False)
     with contextlib.suppress(Exception):
-        tell_held(stranger, ids[0], LAYERS, 2, digest)
+        tell_held(stranger, ids[0], [(LAYERS, 2, digest)])
     result["stranger_told"] = server.served.wait_for({(ids[4], digest)}, 0.5, lambda: False)
     # plans move on: a peer of the previous plan is still served, not one of the plan before
     server.serve_run(SPEC, held, plan(2, [ids[0], ids[2]]))

@@ -94,12 +94,12 @@ def test_the_taker_tells_the_donor_it_waits_for_that_it_holds_the_state(
     _, placed = placement(new, N_LAYER)
     held = {"a": {"L0-2": {7: "aa"}}, "s": {}, "d": {"L2-4": {7: "dd"}}}
     start = replace(choose_start_step(list(placed), held, placed, ["a", "s", "d"]), held=held)
-    told: list[tuple[str, str, range, int, str]] = []
+    told: list[tuple[str, str, list[tuple[range, int, str]]]] = []
     monkeypatch.setattr(
-        restore, "tell_held", lambda t, peer, *rest: told.append((t.peer_id, peer, *rest))
+        restore, "tell_held", lambda t, peer, states: told.append((t.peer_id, peer, states))
     )
     restore.release_donors(new, _Peer("s"), start, ("L2-4",))  # type: ignore[arg-type]
-    assert told == [("s", "d", range(2, 4), 7, "dd")]
+    assert told == [("s", "d", [(range(2, 4), 7, "dd")])]
     restore.release_donors(new, _Peer("a"), start, ("L0-2",))  # type: ignore[arg-type]
     as_placed = plan([["a", "s"], ["d", "t"]], spares=())  # d placed, not a donor: never waits
     restore.release_donors(as_placed, _Peer("s"), start, ("L2-4",))  # type: ignore[arg-type]

@@ -276,3 +276,13 @@ def test_a_partly_covered_stage_never_drags_the_start_back() -> None:
     assert (
         start.step == 100 and start.sources["L4-6"] == ("L3-5",) and start.fresh == {"L4-6": (5,)}
     )
+
+
+def test_a_donor_kept_after_its_taker_trained_on_rolls_nothing_back() -> None:
+    """A later plan keeps the donor (re-issued before it said it left): its taker trained from
+    its step 10 to 20, and the donor's 10 must not outrank that."""
+    held = {"a": steps("L0-2", 19, 20), "taker": steps("L2-4", 19, 20), "donor": steps("L2-4", 10)}
+    placed = {"L0-2": {"a"}, "L2-4": {"taker"}}
+    order = ["a", "taker", "donor"]
+    start = choose_start_step(NEEDED, held, placed, order, donors={"donor": range(2, 4)})
+    assert start.step == 20 and start.note == "" and start.digests["L2-4"] == d("L2-4@20")
