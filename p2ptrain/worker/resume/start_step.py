@@ -16,8 +16,9 @@ The rule (docs/security.md, attack 4b), per stage (layers key) and step:
   them placed at that stage (or, none being, the only one placed at all: the planner's
   placement is the authority a lone voice needs: a member cannot push a newer step of a stage
   it neither holds alone nor trains, and a replica cannot push one its stage-mates do not
-  hold; the plan's donors, stopping peers kept to hand their stage over, are heard first); a spare's copies of a stage are announced only once their holder is gone
-  (worker/resume/copy_sources.py);
+  hold; the plan's donors, stopping peers kept to hand their stage over, are heard first on
+  the blocks they hand over: worker/resume/covers.py); a spare's copies of a stage are
+  announced only once their holder is gone (worker/resume/copy_sources.py);
 - a stage nobody saved (the plan cuts the model anew) may be built from usable states of other
   layer ranges that hold all of its blocks at one step (worker/resume/covers.py, the same rule);
 - the start step is the newest step at which every stage has a usable state (stage-mates that
@@ -159,7 +160,8 @@ def choose_start_step(
     # best_partial), at the step the covered stages start from, or at its best if none is
     agreed = set.intersection(*[s for s in available.values() if s] or [set()])
     partial_at = {max(agreed)} if agreed else None
-    if partial_at is not None or not any(available.values()):
+    lacking = not all(available.values())
+    if lacking and (partial_at is not None or not any(available.values())):
         own, built = covers.available(needed, held, placed, holding, fresh, donors, partial_at)
         available = {key: own[key] | set(built[key]) for key in needed}
     if not any(available.values()):
