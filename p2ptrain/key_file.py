@@ -8,7 +8,9 @@ The file holds py-libp2p's serialized protobuf PrivateKey: b"\\x08\\x01\\x12\\x2
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from pathlib import Path
 
 from p2ptrain.errors import UserError
@@ -20,20 +22,70 @@ PRIVATE_HEADER_64 = b"\x08\x01\x12\x40"
 
 
 def load_or_create_identity(path: str | os.PathLike[str]) -> bytes:
-    """Return the node's 32-byte Ed25519 seed, creating the key file (mode 0600) if it is missing."""
+    """Return the node's 32-byte Ed25519 seed, creating the key file (mode 0600) if it is
+    missing. UserError (one line) if it cannot be created: a missing or read-only directory."""
     key_path = Path(path)
     if not key_path.exists():
         seed = os.urandom(SEED_NUM_BYTES)
-        key_path.parent.mkdir(parents=True, exist_ok=True)
-        # O_EXCL + 0600: never widen permissions, never clobber a key another process just wrote
         try:
-            fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return load_identity(key_path)
-        with os.fdopen(fd, "wb") as f:
-            f.write(PRIVATE_HEADER_32 + seed)
+            if not _create(key_path, PRIVATE_HEADER_32 + seed):
+                return load_identity(key_path)  # another process created it first
+        except OSError as exc:
+            raise UserError(
+                f"cannot create identity file {key_path}: {exc.strerror or exc}"
+            ) from None
         return seed
     return load_identity(key_path)
+
+
+def _create(path: Path, data: bytes) -> bool:
+    """Write `data` as a new file at `path` (mode 0600), whole or not at all: written and synced
+    under a temporary name, then linked to `path`, never clobbering a key another process just
+    wrote (False then). A crash between creating and writing a key left an empty one: an
+    unreadable identity at every start."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # 0600
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:  # a file system without hard links (FAT, some FUSE ones)
+            return _create_in_place(path, data)
+        _sync_directory(path.parent)
+        return True
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _create_in_place(path: Path, data: bytes) -> bool:
+    """O_EXCL + 0600: never widen permissions, never clobber a key another process just wrote
+    (False then); a crash before the sync may leave it empty, where no hard link avoids it."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    _sync_directory(path.parent)
+    return True
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make the new name durable (where a directory can be opened and synced)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def load_identity(path: str | os.PathLike[str]) -> bytes:

@@ -4,7 +4,9 @@ and the operator's way to remove old ones.
 A node prunes only its own plan lineage's old steps (train/checkpoint.py): states saved by an
 earlier swarm, or by the other half of a partition, stay until an operator removes them here.
 `prune` keeps the `--keep` newest steps of every lineage (never fewer than one: the newest state
-of each lineage always stays); `--dry-run` lists what it would delete and deletes nothing.
+of each lineage always stays); `--dry-run` lists what it would delete and deletes nothing. Only
+states of the run given (run id, model shape, data digest, read from each file) are listed or
+pruned: another run's files in a shared directory are left as they are, said in one line.
 """
 
 from __future__ import annotations
@@ -48,20 +50,26 @@ def run(args: argparse.Namespace) -> int:
         list_states,
         prunable,
     )
+    from p2ptrain.train.checkpoint_read import other_run
 
     if args.action == "list" and (args.keep is not None or args.dry_run):
         raise UserError("--keep and --dry-run are prune's: `checkpoints prune ... --dry-run`")
     spec = load_run_spec(args.run)
     directory = states_directory(args.checkpoint_dir, spec)
-    states, broken = [], []
+    states, broken, foreign = [], [], []
     for state in list_states(directory):
         problem = unreadable(state.path)
-        if problem is None:
-            states.append(state)
-        else:
+        if problem is not None:
             broken.append((state, problem))
+        elif (other := other_run(state.path, spec)) is None:
+            states.append(state)
+        else:  # a shared directory: another run's lineages are not ours to count or prune
+            foreign.append((state, other))
     for state, problem in broken:  # neither listed nor counted among the kept: never prune for them
         print(f"not a stage state (left as it is): {state.path}: {problem}")
+    if foreign:
+        first, why = foreign[0]
+        print(f"left {len(foreign)} files of another run as they are ({first.path.name}: {why})")
     by_lineage: dict[str, list[SavedState]] = {}
     for state in states:
         by_lineage.setdefault(lineage_name(state.tag), []).append(state)
@@ -89,7 +97,10 @@ def run(args: argparse.Namespace) -> int:
     for old in sorted(doomed, key=lambda s: s.path.name):
         print(f"{'would remove' if args.dry_run else 'removing'} {old.path}")
         if not args.dry_run:
-            old.path.unlink(missing_ok=True)
+            try:
+                old.path.unlink(missing_ok=True)
+            except OSError as exc:  # a read-only directory: one line, not a traceback
+                raise UserError(f"cannot remove {old.path}: {exc.strerror or exc}") from None
     freed = sum(_size(s.path) for s in doomed) if args.dry_run else 0
     tail = f" ({freed / 1e6:.1f} MB)" if args.dry_run else ""
     print(

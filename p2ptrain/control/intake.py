@@ -36,6 +36,11 @@ _WATCHED: tuple[Change, ...] = ("plan", "run", "members")  # as _what_tasks_watc
 # that sent it to us is to blame too. Not a rate: an honest forwarder may have missed some of
 # the author's messages that reached us by other paths.
 FORWARDER_BLAMED = frozenset({"unauthorised"})
+# refusals that rest on what this node happened to hear (a claim it missed): its author is
+# blamed only when it delivered the envelope itself. A copy another peer relayed, synced or
+# answered a plan pull with may be an honest author's old envelope, replayed to a node that
+# never heard the claim it followed; and no one else is to blame for holding it.
+SEEN_DEPENDENT = frozenset({"non-planner"})
 _DROPPED = "dropped %s message on %s from %s: %s (penalty %.1f)"
 # a remote author's blame is logged the 1st time, then every 100th: each message of a flood
 # may be signed by a fresh key, and the log must not grow with it
@@ -112,7 +117,7 @@ class Intake:
                 self.state.latest[latest_key(env)] = data
             self._notify_changes(before, self._what_tasks_watch(env.author, now))
             return True
-        if drop.category is None:
+        if drop.category is None or (drop.category in SEEN_DEPENDENT and env.author != sender):
             log.debug("ignored %s from %s: %s", env.kind, env.author, drop.reason)
             return already_applied
         if drop.category == "replayed" or env.author == sender:

@@ -33,6 +33,7 @@ from p2ptrain.control.recent import Recent
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.sync import PULLED_PLAN_MAX_AGE_S
 from p2ptrain.net import rpc
+from p2ptrain.records import Plan
 from p2ptrain.records.replies import PlanReply, PlanRequest
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,8 @@ class PlanPull:
         return error
 
     async def _pull_once(self, peer: str, key: PlanKey, base: PlanKey | None) -> str | None:
+        """None once the view took a plan of at least `key` from `peer`; else why not (an older
+        plan, or one the view refused, fails this source like an error)."""
         request = json.dumps(PlanRequest(*key, have=base).to_dict()).encode()
         try:
             reply = PlanReply.from_dict(
@@ -159,10 +162,14 @@ class PlanPull:
             env = wire.decode(data, max_age_s=PULLED_PLAN_MAX_AGE_S)
         except Exception as exc:
             return str(exc)
-        if env.kind != "plan":
+        if not isinstance(env.body, Plan):
             return f"a {env.kind}, not a plan"
-        if self._apply(env, data, peer, "sync", time.monotonic()):
-            self._remember(self._held(), data)
+        got = env.body.key
+        if got < key:  # an older plan answers nothing: ask the next source
+            return f"plan {got}, older than {key}"
+        if not self._apply(env, data, peer, "sync", time.monotonic()):
+            return f"plan {got} refused"
+        self._remember(got, data)
         return None
 
     async def respond(self, request: bytes) -> dict[str, Any]:

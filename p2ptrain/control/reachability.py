@@ -9,8 +9,11 @@ members, those that are public themselves first, all at once (`verdict_of`):
   would otherwise flip a NATed node to public, and it would drop its relay slots. The bootstrap
   itself needs two such others. On a swarm on one machine (all our addresses loopback) there is
   no second network: the bootstrap's word (for the bootstrap, any one server's) is enough.
-- "private" when the bootstrap answered that it could not reach us, or every server answered
-  and none did.
+- "private" when the bootstrap answered that it could not reach us, or, without its word, every
+  server answered and none did, and they were two on independent networks (any two on one
+  machine): one member's "no" (a stranger's, in an open run) would otherwise flip the bootstrap,
+  or a node whose bootstrap is not connected, to private, and it would take relay slots (perhaps
+  at that stranger's relay) and be dialled through them.
 Any other round is inconclusive: the previous verdict stays ("unknown" before the first) and the
 next round comes sooner. Rounds repeat every RECHECK_INTERVAL_S: a router's forwarding or a
 firewall may change under a running node. (Our addresses do not: they are fixed when the node
@@ -65,7 +68,9 @@ def verdict_of(opinions: Sequence[Opinion], *, am_bootstrap: bool, one_machine: 
     if any(o.is_bootstrap and o.reached is False for o in opinions):
         return "private"
     if opinions and all(o.reached is False for o in opinions):
-        return "private"
+        networks = {o.network for o in opinions if o.network is not None}
+        if len(opinions) >= 2 and (one_machine or len(networks) >= 2):
+            return "private"
     return "unknown"
 
 

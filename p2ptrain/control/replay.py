@@ -17,10 +17,13 @@ PAGED_KINDS = frozenset({"revoked"})
 
 @dataclass
 class SeqGuard:
-    """The latest and the recent sequence numbers applied, per (author, kind)."""
+    """The latest and the recent sequence numbers applied, per (author, kind), and the recent
+    ones refused as hostile: a copy of one is a duplicate too, never blamed again, and never
+    counts as known (gossip does not forward it, sync counts it of no use)."""
 
     _last: dict[tuple[str, str], int] = field(default_factory=dict)
     _recent: dict[tuple[str, str], deque[int]] = field(default_factory=dict)
+    _refused: dict[tuple[str, str], deque[int]] = field(default_factory=dict)
 
     def check(self, env: Envelope) -> Drop | None:
         """Why `env` must not be applied again (a harmless Drop), or None."""
@@ -34,15 +37,19 @@ class SeqGuard:
             return Drop(f"out-of-order {env.kind} seq {env.seq}")  # gossip took another path
         return None
 
-    def note(self, env: Envelope) -> None:
-        """`env` was applied (or dropped without blame): its seq is now known."""
+    def note(self, env: Envelope, refused: bool = False) -> None:
+        """`env` was applied or dropped (`refused`: as hostile): its seq is now known."""
         key = (env.author, env.kind)
         self._last[key] = env.seq
         self._recent.setdefault(key, deque(maxlen=NUM_RECENT_SEQS)).append(env.seq)
+        if refused:
+            self._refused.setdefault(key, deque(maxlen=NUM_RECENT_SEQS)).append(env.seq)
 
     def knows(self, env: Envelope) -> bool:
         """True if this envelope (or a newer one of its author and kind) was already applied."""
         key = (env.author, env.kind)
+        if env.seq in self._refused.get(key, ()):
+            return False
         if env.kind in PAGED_KINDS:
             return env.seq in self._recent.get(key, ())
         return env.seq <= self._last.get(key, -1)
@@ -52,6 +59,6 @@ class SeqGuard:
 
     def forget_authors(self, keep: set[str]) -> None:
         """Drop the entries of every author not in `keep` (throwaway identities)."""
-        for table in (self._last, self._recent):
+        for table in (self._last, self._recent, self._refused):
             for key in [key for key in table if key[0] not in keep]:
                 del table[key]

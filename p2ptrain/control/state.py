@@ -20,7 +20,7 @@ from p2ptrain.control.events import Changes
 from p2ptrain.control.health import WorkerWatch
 from p2ptrain.control.held import HeldEnvelopes
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
-from p2ptrain.records import StageCompute
+from p2ptrain.records import SavedStage, StageCompute
 from p2ptrain.traversal.relay import RelayCounters
 
 MIN_REPUBLISH_GAP_S = 1.0  # the least time between two messages of one kind we publish
@@ -43,6 +43,7 @@ class NodeState:
     data_addrs: list[str] = field(default_factory=list)  # our worker's, from its hello
     compute_gflops: float | None = None  # measured once, soon after start
     stage_compute: StageCompute | None = None  # our worker's timed stage (ComputeReport)
+    saved: tuple[SavedStage, ...] | None = None  # our worker's states of the run (SavedReport)
     reachability: str = "unknown"  # can others dial us? (control/reachability.py)
     relay_addrs: list[str] = field(default_factory=list)  # our relay port (control/traversal.py)
     relays: list[str] = field(default_factory=list)  # behind a NAT: who holds slots for us

@@ -111,6 +111,10 @@ class Traversal:
         nursery, why = self._nursery, ""
         if relay_id not in self.state.relays or local is None or raw is None or nursery is None:
             why = "not our relay" if relay_id not in self.state.relays else "not ready"
+        elif offer.source not in self.state.view.members:
+            # a relay may name anyone: a stranger is refused, and nothing is noted of it
+            log.debug("refused an offer through %s from a non-member", relay_id)
+            return OfferAnswer(accept=False)
         elif self.circuits_in >= MAX_CIRCUITS_IN:
             why = "taking in as many circuits as we may"
         elif not offer.endpoint:
@@ -322,7 +326,10 @@ class Traversal:
         return True
 
     def _note(self, peer: str, plane: str, kind: str) -> None:
-        """A connection to `peer` now goes this way (the view shows the data plane's, if any)."""
+        """A connection to `peer` now goes this way (the view shows the data plane's, if any).
+        Members only: `forget` takes a member's entries when it leaves, and nobody else's stay."""
+        if peer not in self.state.view.members:
+            return
         if self.connections.get((peer, plane)) != kind:
             log.info("%s plane to %s: %s", plane, peer, kind)
         self.connections[(peer, plane)] = kind

@@ -174,8 +174,9 @@ class SwarmView:
         before = self.members[env.author].last_heard if env.author in self.members else None
         handler = getattr(self, f"_on_{env.kind}")
         drop: Drop | None = handler(env, now)
+        # a refused one too: one envelope served again and again is never blamed twice
+        self.seqs.note(env, refused=drop is not None and drop.category is not None)
         if drop is None or drop.category is None:
-            self.seqs.note(env)
             member = self.members.get(env.author)
             if member is not None:  # any signed message proves the author lived when sent
                 heard = now if heard_at is None else min(heard_at, now)
@@ -276,8 +277,8 @@ class SwarmView:
             return Drop("plan's planner field differs from its signer", "forged")
         if env.author != self.planner or plan.term < self.term:
             # Blame only a plan for a term we already follow another live planner in, from a
-            # peer that never claimed that term. Anything else is an honest difference of
-            # views (a claim still in flight, a deposed planner) and is dropped quietly.
+            # peer we never heard claim it (Intake: only if it sent the plan itself). Anything
+            # else is an honest difference of views (a claim in flight, a deposed planner).
             hostile = (
                 plan.term <= self.term
                 and self.planner is not None

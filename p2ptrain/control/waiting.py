@@ -12,8 +12,8 @@ status document carries the same reason (`waiting`, `waiting_for`). The reasons,
   that issues one (for a peer not revoked; in a joiner's first TOKENS_HEARD_S, while the
   members' records are still arriving, `planner` instead);
 - `planner`: the election has not settled on a live planner yet;
-- `measurements`: the first plan waits for links, data-plane addresses or timed stages
-  (control/planning/readiness.py), counted;
+- `measurements`: the first plan waits for links, data-plane addresses, timed stages or, in a
+  restart, the holders of the run's saved states (control/planning/readiness.py), counted;
 - `plan`: the first plan is being made, or a plan that names this peer is due;
 - `place`: the plan leaves this peer out as a spare.
 Not waiting (kind ""): this peer is placed in the plan, or (the bootstrap) the swarm trains. Pure.

@@ -2,7 +2,7 @@
 
 From the worker: `hello` (its data-plane addresses, announced in our peer record), `metrics`
 (gossiped in our telemetry, and printed as a progress line on stdout: control/progress.py) and
-`heartbeat`; each one feeds the worker's health watch
+`heartbeat`, `saved` (the run's states it holds: named in our record); each one feeds the worker's health watch
 (control/health.py). To the worker: every plan the view accepts (with the run spec), and
 `stop` on shutdown. The messages are records/messages.py's.
 
@@ -36,6 +36,7 @@ from p2ptrain.records import (
     PlanMessage,
     RunMessage,
     RunSpec,
+    SavedReport,
     Stop,
 )
 
@@ -122,6 +123,10 @@ class WorkerLink:
             state.view.own_metrics = dataclasses.replace(
                 metrics, copies=message.copies, copies_plan=(message.term, message.epoch)
             )
+        elif isinstance(message, SavedReport):
+            if state.view.run is not None and message.run_id == state.view.run.run_id:
+                state.saved = message.saved  # a restart's first plan waits for the rest
+                state.publish_soon("record")
         elif isinstance(message, ComputeReport):
             state.stage_compute = message.compute
             state.publish_soon("record")  # the planner prices our stages from it

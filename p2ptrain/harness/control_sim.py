@@ -161,7 +161,8 @@ class Simulation:
         token = None
         if peer.view is not None:
             token = issue_token(self.organiser, peer.peer_id, True, 4e9, self.run.run_id)
-        return PeerRecord((), "trainer", peer.view is not None, "0.1.0", {}, token=token)
+        # a fresh run's trainer: its worker holds no saved state of the run
+        return PeerRecord((), "trainer", peer.view is not None, "0.1.0", {}, token=token, saved=())
 
     def _make_candidate(self, peer: SimPeer) -> None:
         view = SwarmView(

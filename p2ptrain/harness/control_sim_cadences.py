@@ -98,6 +98,7 @@ def measured_sizes(run: RunSpec) -> dict[str, int]:
         "0.1.0",
         {},
         data_addrs=(f"/ip4/203.0.113.7/tcp/4002/p2p/{author}",),
+        saved=(),
     )
     own = {"coord": coord, "cap": {"up_mbps": 123.45, "down_mbps": 678.9}}
     named = SyncRequest(0, False, keys=((author, "peer"),))

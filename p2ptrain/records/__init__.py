@@ -15,7 +15,8 @@ records; nobody builds or reads a bare dict of one.
 | NetworkFacts    | records/network.py     | inside a Plan: the links it was made for, per group and hop |
 | (lineage)       | records/lineage.py     | inside a Plan: whose stage states it may use        |
 | DaemonCheckReply, DeviceFacts | records/messages.py | `doctor`'s daemon-check child -> doctor (one stdout line) |
-| Hello, MetricsReport, Heartbeat, ComputeReport, CopyReport, SessionReport, PlanMessage, RunMessage, Stop | records/messages.py | worker socket, metrics logs |
+| Hello, MetricsReport, Heartbeat, ComputeReport, SavedReport, CopyReport, SessionReport, PlanMessage, RunMessage, Stop | records/messages.py | worker socket, metrics logs |
+| SavedStage      | records/peer.py        | worker socket (SavedReport) -> PeerRecord -> the first plan |
 | StageCopy       | records/peer.py        | worker socket (CopyReport) -> PeerMetrics -> status |
 | StepProfile     | records/profile.py     | metrics logs only (`join --profile`)                |
 | StageCompute    | records/peer.py        | worker socket (ComputeReport) -> PeerRecord -> status |
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
         MetricsReport,
         PlanMessage,
         RunMessage,
+        SavedReport,
         SessionReport,
         Stop,
         message_from_dict,
@@ -63,6 +65,7 @@ if TYPE_CHECKING:
         LinkReport,
         PeerMetrics,
         PeerRecord,
+        SavedStage,
         StageCompute,
         StageCopy,
         Telemetry,
@@ -136,6 +139,8 @@ _HOMES = {
     "Role": "plan",
     "RunMessage": "messages",
     "RunSpec": "run",
+    "SavedReport": "messages",
+    "SavedStage": "peer",
     "SessionReport": "messages",
     "StageCompute": "peer",
     "StageCopy": "peer",
@@ -191,6 +196,8 @@ __all__ = [
     "Role",
     "RunMessage",
     "RunSpec",
+    "SavedReport",
+    "SavedStage",
     "SessionReport",
     "StageCompute",
     "StageCopy",

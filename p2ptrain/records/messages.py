@@ -4,7 +4,8 @@ per line, ipc_lines.py), and the worker's reports that `p2ptrain local` follows 
 worker -> control: `hello` once its data plane is up, `metrics` after every step, `heartbeat`
 every few seconds from its own thread (what it is doing and the step it is at: its control process
 judges its health from them, control/health.py), `compute` once it timed the run's model,
-`copies` on a spare when its plan starts and after each copy (worker/resume/copies.py).
+`copies` on a spare when its plan starts and after each copy (worker/resume/copies.py), `saved`
+once it read its checkpoint directory for a run spec (worker/resume/saved_report.py).
 control -> worker: `run` (the run spec), `plan` (the accepted plan and the run spec), `stop`.
 Metrics logs (`join --metrics-log`) carry `metrics` and `copies`, and also `session`: a plan the
 worker started training on, and with `join --profile` a `profile` (records/profile.py) after
@@ -31,7 +32,14 @@ from p2ptrain.records.codec import (
     Text,
     Wire,
 )
-from p2ptrain.records.peer import MAX_COPIES, StageCompute, StageCopy, StartLineage
+from p2ptrain.records.peer import (
+    MAX_COPIES,
+    MAX_SAVED,
+    SavedStage,
+    StageCompute,
+    StageCopy,
+    StartLineage,
+)
 from p2ptrain.records.plan import Plan
 from p2ptrain.records.profile import StepProfile
 from p2ptrain.records.run import RunSpec
@@ -137,6 +145,15 @@ class ComputeReport(Record, name="compute", kind="compute"):
 
 
 @dataclass(frozen=True)
+class SavedReport(Record, name="saved", kind="saved"):
+    """The stage states of run `run_id` the worker's checkpoint directory holds (once per run
+    spec, before any plan): its control process names them in its peer record."""
+
+    run_id: Annotated[str, Text(f.MAX_ID_CHARS)]
+    saved: Annotated[tuple[SavedStage, ...], Seq(Nested(SavedStage), MAX_SAVED)]
+
+
+@dataclass(frozen=True)
 class CopyReport(Record, name="copies", kind="copies"):
     """A spare's copy duties under the plan (term, epoch) and how far each copy is: sent when
     its plan starts and after each copy (worker/resume/copies.py)."""
@@ -191,6 +208,7 @@ Message = (
     | MetricsReport
     | Heartbeat
     | ComputeReport
+    | SavedReport
     | CopyReport
     | SessionReport
     | StepProfile
@@ -205,6 +223,7 @@ MESSAGE_TYPES: dict[str, Any] = {
         MetricsReport,
         Heartbeat,
         ComputeReport,
+        SavedReport,
         CopyReport,
         SessionReport,
         StepProfile,

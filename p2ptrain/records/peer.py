@@ -4,6 +4,7 @@ envelope (control/wire.py) and is what the envelope's `kind` names."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -87,6 +88,35 @@ MAX_RELAYS = 4  # relay slots a peer names
 CONNECTIONS = ("direct", "holepunched", "relayed")  # how a link's bytes travel
 
 
+# the saved states a member names (records of its checkpoint directory, the newest first): a
+# 64-stage model's, one lineage; ~3 kB of the 64 kB a record's envelope may take
+MAX_SAVED = 64
+_SAVED_LINEAGE = re.compile(r"[0-9a-f]{16}|root")
+
+
+def _saved_lineage(value: object, record: str, name: str) -> str:
+    if not isinstance(value, str) or not _SAVED_LINEAGE.fullmatch(value):
+        raise f.malformed(record, "a saved state's lineage must be a lineage id or 'root'")
+    return value
+
+
+@dataclass(frozen=True)
+class SavedStage(Record, name="saved stage"):
+    """A stage state this peer's checkpoint directory holds for the run: blocks [first, end),
+    the newest step of them saved under `lineage` (a lineage id, "root" for untagged states).
+    A restarted swarm's first plan waits, bounded, for the blocks the run's newest lineage saved
+    that no member names yet (control/planning/readiness.py): their holder has not joined."""
+
+    first: Annotated[int, Int(0, MAX_BLOCK)]
+    end: Annotated[int, Int(1, MAX_BLOCK + 1)]
+    step: Annotated[int, Int()]
+    lineage: Annotated[str, Custom(_saved_lineage)]
+
+    def __post_init__(self) -> None:
+        if self.end <= self.first:
+            raise ValueError(f"blocks [{self.first}, {self.end}) hold none")
+
+
 def _token(value: object, record: str, name: str) -> Token:
     return Token.decode(value)
 
@@ -118,6 +148,11 @@ class PeerRecord(Record, name="peer"):
     # the organiser's (the bootstrap's) current term, once it knows one: believed of the
     # organiser only, and only fresh (control/intake.py); others leave it out
     term: Annotated[int | None, Nullable(Int(0, MAX_TERM)), OMITTED] = None
+    # a trainer's saved states of the run (SavedStage), once its worker read its directory;
+    # None: not yet, or a peer of before this field
+    saved: Annotated[
+        tuple[SavedStage, ...] | None, Nullable(Seq(Nested(SavedStage), MAX_SAVED)), OMITTED
+    ] = None
 
 
 MAX_PROBE_FAILURES = 1_000_000

@@ -10,7 +10,8 @@ model are train/checkpoint_read.py's.
 
 A file is named by its layer range, not by the peer that wrote it, so any peer later assigned the
 same stage can load it. Writes are atomic (temp file + rename) because replicas of a stage on one
-machine may write the same file.
+machine may write the same file, and durable (the file fsynced before its rename, the directory
+after: `durable_replace`), so that a power cut cannot leave a renamed state empty or zeroed.
 
 History: `stage-L{a}-{b}.step{N}.{tag}.pt` keeps the stage's state at the last few step
 boundaries (KEEP_STEPS), and `stage-L{a}-{b}.pt` is a hard link to the newest. A swarm switching
@@ -43,6 +44,7 @@ from p2ptrain.procs import pid_alive
 from p2ptrain.records import lineage as lin
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train import state_file
+from p2ptrain.train.checkpoint_read import other_run
 from p2ptrain.train.model import Stage
 from p2ptrain.train.snapshot import StageSnapshot
 
@@ -161,15 +163,15 @@ def file_sha256(path: Path) -> str:
     once, by rename, and announced at every plan)."""
     stat = path.stat()
     key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
-    if key not in _digests:
+    if (known := _digests.get(key)) is None:  # one lookup: another thread may clear it
         digest = hashlib.sha256()
         with open(path, "rb") as f:
             while chunk := f.read(1024 * 1024):
                 digest.update(chunk)
         if len(_digests) > 1024:
             _digests.clear()
-        _digests[key] = digest.hexdigest()
-    return _digests[key]
+        known = _digests[key] = digest.hexdigest()
+    return known
 
 
 def expected_state_tensors(spec: RunSpec, layers: range) -> int:
@@ -209,8 +211,12 @@ def record_step(
     layers = model.layers
     _write(stamped_path(directory, layers, snapshot.step, tag), spec, model, snapshot)
     key = layers_key(layers)
-    states = prune_history(directory, key, snapshot.step, tag, usable)
-    _prune_earlier_cuts(directory, layers, lambda s: same_lineage(s.tag, tag) or usable(s.tag))
+    states = prune_history(directory, key, snapshot.step, tag, usable, spec)
+    _prune_earlier_cuts(
+        directory,
+        layers,
+        lambda s: (same_lineage(s.tag, tag) or usable(s.tag)) and of_run(s, spec),
+    )
     # newest by the same order: by step alone, a restart below the earlier epochs' steps left
     # the latest file on a state its own pruning then deleted
     path = stamped_path(directory, layers, snapshot.step, tag)
@@ -221,15 +227,24 @@ def record_step(
 
 
 def prune_history(
-    directory: Path, key: str, step: int, tag: str | None, usable: Callable[[str | None], bool]
+    directory: Path,
+    key: str,
+    step: int,
+    tag: str | None,
+    usable: Callable[[str | None], bool],
+    spec: RunSpec | None = None,
 ) -> list[SavedState]:
     """After a state of stage `key` at `step` was stored under lineage `tag`: keep the
-    KEEP_STEPS newest of its history (the lineage and its ancestors, `usable`); the stage's
-    states as they were before, for the caller's latest link."""
+    KEEP_STEPS newest of its history (the lineage and its ancestors, `usable`, of `spec`'s run:
+    `of_run`); the stage's states as they were before, for the caller's latest link."""
     states = [s for s in list_states(directory) if s.key == key]
     # an ancestor's states past the step just written stay: a lineage that restarted below them
     # (stages that shared no step: worker/resume/start_step.py) would prune what it just wrote
-    history = [s for s in states if same_lineage(s.tag, tag) or (usable(s.tag) and s.step <= step)]
+    history = [
+        s
+        for s in states
+        if (same_lineage(s.tag, tag) or (usable(s.tag) and s.step <= step)) and of_run(s, spec)
+    ]
     for old in prunable(history, newer=_newer_in(tag)):
         old.path.unlink(missing_ok=True)
     return states
@@ -273,6 +288,12 @@ def _prune_earlier_cuts(
     for covered in emptied:  # its latest link would hold a pruned state's bytes for good
         if layers_key(covered) not in held:
             checkpoint_path(directory, covered).unlink(missing_ok=True)
+
+
+def of_run(state: SavedState, spec: RunSpec | None) -> bool:
+    """May a writer of `spec`'s run count `state` in its history? An untagged state (the root's,
+    which every plan descends from) in a shared directory may be another run's: never ours."""
+    return spec is None or state.tag is not None or other_run(state.path, spec) is None
 
 
 def _key_layers(key: str) -> range:
@@ -319,7 +340,28 @@ def _link_latest(target: Path, latest: Path) -> None:
             shutil.copyfile(target, tmp)
         except OSError:
             return
-    os.replace(tmp, latest)
+    durable_replace(tmp, latest)
+
+
+def durable_replace(tmp: str | Path, path: Path) -> None:
+    """Rename the written file `tmp` to `path` so that a power cut leaves one or the other,
+    never an empty or zeroed `path`: its bytes reach the disk before the rename, and the
+    rename before the caller goes on (a state's name is announced as a promise of its bytes)."""
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    sync_directory(path.parent)
+
+
+def sync_directory(directory: Path) -> None:
+    """Make the renames and links made in `directory` durable (where a directory can be
+    opened and synced: not on Windows, nor on some network file systems)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def save_stage(
@@ -350,7 +392,7 @@ def _write(path: Path, spec: RunSpec, model: Stage, snapshot: StageSnapshot) -> 
             snapshot.optimizer_state.get("state", {}),
             snapshot.outer_state,
         )
-        os.replace(tmp_name, path)
+        durable_replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise

@@ -5,8 +5,11 @@
 and which computes our model's logits. The states merged are those of one step and one lineage: the
 newest step (or the one asked for) whose saved stages hold every parameter of the model, whatever
 cuts the plans used (a parameter is named model-wide, as in train/recut.py); where two lineages
-saved that step (a restarted swarm, a partition's halves), the one saved last. Files of another
-run in the directory are left out, each with a line saying why.
+saved that step (a restarted swarm, a partition's halves), the one saved last; where two epochs of
+one lineage did (a plan restarted a stage below steps it saved), the later epoch's. Files of
+another run in the directory are left out, each with a line saying why. Each output file is
+written under a temporary name and renamed into place: an export that fails (a full disk, a
+read-only directory: said in one line) leaves no torn model.safetensors beside a config.json.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import contextlib
 import json
 import os
 import re
+import tempfile
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +31,7 @@ import torch
 from p2ptrain.errors import UserError
 from p2ptrain.records.model_config import ModelConfig
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.checkpoint import list_states
+from p2ptrain.train.checkpoint import list_states, written
 from p2ptrain.train.checkpoint_read import other_run, read_file, read_state
 from p2ptrain.train.model import Stage
 from p2ptrain.train.recut import model_wide
@@ -44,11 +49,12 @@ def model_wide_names(spec: RunSpec) -> list[str]:
 @dataclass(frozen=True)
 class Source:
     """A stage state file the export may read: its layers and lineage id ("root": untagged;
-    None: a latest file, whose name does not say)."""
+    None: a latest file, whose name does not say), and the epoch of its tag (-1: none)."""
 
     layers: range
     path: Path
     lineage: str | None
+    epoch: int = -1
 
 
 def _states_by_step(directory: Path) -> dict[int, list[Source]]:
@@ -58,7 +64,7 @@ def _states_by_step(directory: Path) -> dict[int, list[Source]]:
     for state in list_states(directory):
         a, b = (int(n) for n in state.key[1:].split("-"))
         lineage = "root" if state.tag is None else state.tag.partition("-e")[0]
-        found[state.step].append(Source(range(a, b), state.path, lineage))
+        found[state.step].append(Source(range(a, b), state.path, lineage, written(state)[0]))
     if found or not directory.is_dir():
         return found
     for name in sorted(os.listdir(directory)):
@@ -107,7 +113,8 @@ def merged_weights(spec: RunSpec, directory: Path, step: int | None = None) -> M
         # two swarms that saved one step (a partition's halves, a restart): never mix them
         for lineage in sorted(groups, key=lambda g: _newest_mtime(groups[g]), reverse=True):
             weights: dict[str, torch.Tensor] = {}
-            for source in groups[lineage]:
+            # of one lineage's epochs that saved one stage's step, the later one, as its writer
+            for source in sorted(groups[lineage], key=lambda s: -s.epoch):
                 state = read_state(source.path, spec, source.layers)
                 for name, tensor in state["model_state"].items():
                     weights.setdefault(model_wide(name, source.layers), tensor)
@@ -228,8 +235,29 @@ def export_hf(spec: RunSpec, directory: Path, out: Path, step: int | None = None
     Hugging Face model directory; what was merged (its step and lineage)."""
     merged = merged_weights(spec, directory, step)
     config = spec.model_config()
-    out.mkdir(parents=True, exist_ok=True)
     tensors = hf_weights(merged.weights, config.family)
-    safetensors.torch.save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(hf_config(config), indent=2) + "\n")
+    text = json.dumps(hf_config(config), indent=2) + "\n"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        _write_new(
+            out / "model.safetensors",
+            lambda tmp: safetensors.torch.save_file(tensors, tmp, metadata={"format": "pt"}),
+        )
+        _write_new(out / "config.json", lambda tmp: Path(tmp).write_text(text))
+    except (OSError, safetensors.SafetensorError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UserError(f"cannot write the export to {out}: {reason}") from None
     return merged
+
+
+def _write_new(path: Path, write: Callable[[str], object]) -> None:
+    """Write `path` by `write` under a temporary name beside it, then rename it into place."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep a shared model from its readers
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

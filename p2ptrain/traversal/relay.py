@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,7 +83,10 @@ MAX_RAW_CONNECTIONS = 2 * MAX_CIRCUITS + 128
 MAX_RAW_PER_SOURCE = MAX_CIRCUITS_PER_PEER + 16
 RESERVATION_TTL_S = 120.0
 OBSERVED_TTL_S = 30.0  # a punch endpoint must have been observed this recently
-MAX_OBSERVED = 4096
+MAX_OBSERVED = 4096  # source addresses whose observed ports are kept
+# ports kept per source address: a few peers behind one NAT address punching at once. A stranger
+# observing from fresh ports churns only its own address's entries.
+MAX_OBSERVED_PORTS = 8
 MAX_FIRST_SEEN = 4096
 _CHUNK = 64 * 1024
 
@@ -124,7 +128,8 @@ class RelayServer:
         self.counters = counters if counters is not None else RelayCounters()
         self.caps = ConnectionCaps(MAX_RAW_PER_SOURCE, MAX_RAW_CONNECTIONS)
         self._refusals = SampledLog(log, logging.WARNING)
-        self.observed: dict[tuple[str, int], float] = {}  # (ip, port) seen at the raw port
+        # ip -> port -> when the raw port saw (ip, port); both least recently seen first
+        self.observed: OrderedDict[str, OrderedDict[int, float]] = OrderedDict()
         self.first_seen: dict[str, float] = {}
         self.started: float | None = None
 
@@ -196,19 +201,26 @@ class RelayServer:
         if not endpoint:
             return ""
         port = split_endpoint(endpoint)[1]
-        seen = self.observed.get((ip, port))
+        ports = self.observed.get(ip)
+        seen = None if ports is None else ports.get(port)
         if seen is None or now - seen > OBSERVED_TTL_S:
             return ""
         return f"{ip}:{port}"
 
     def _note_observed(self, ip: str, port: int, now: float) -> None:
-        if len(self.observed) >= MAX_OBSERVED:
-            for key in [k for k, t in self.observed.items() if now - t > OBSERVED_TTL_S]:
-                del self.observed[key]
+        """The raw port saw (ip, port) now. O(1): an address past MAX_OBSERVED_PORTS forgets its
+        own oldest port, and past MAX_OBSERVED addresses the least recently seen one goes."""
+        ports = self.observed.get(ip)
+        if ports is None:
             if len(self.observed) >= MAX_OBSERVED:
-                del self.observed[next(iter(self.observed))]  # the oldest
-        self.observed.pop((ip, port), None)
-        self.observed[(ip, port)] = now
+                self.observed.popitem(last=False)
+            ports = self.observed[ip] = OrderedDict()
+        else:
+            self.observed.move_to_end(ip)
+        ports.pop(port, None)
+        ports[port] = now
+        if len(ports) > MAX_OBSERVED_PORTS:
+            ports.popitem(last=False)
 
     def _refuse(self, why: str) -> str:
         """Count a refusal for capacity and say so (the 1st, then every 100th): a relay at its

@@ -1,8 +1,8 @@
 """The worker side of the control <-> worker IPC (records/messages.py): newline-delimited JSON over a
 Unix socket. The worker connects, says hello, then receives plans and a stop; it sends metrics.
 When the control process goes away (the supervisor restarts one that died), the worker keeps its
-state and training, connects again when the socket is back, and repeats who it is (its hello and
-compute report) to the new control process.
+state and training, connects again when the socket is back, and repeats who it is (its hello, compute
+and saved reports) to the new control process.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from p2ptrain.records import (
     PlanMessage,
     RunMessage,
     RunSpec,
+    SavedReport,
     Stop,
 )
 
@@ -36,9 +37,10 @@ RECONNECT_TIMEOUT_S = 300.0
 # reader's reconnect takes over (a blocking send held the trainer and heartbeat threads for good)
 SEND_TIMEOUT_S = 30.0
 RECONNECT_POLL_S = 0.2
-# what a restarted control process must hear again: who this worker is, what it computes and,
-# on a spare, what it copies (its latest report: the next may be a copy gap away)
-SAID_ONCE = (Hello, ComputeReport, CopyReport)
+# what a restarted control process must hear again: who this worker is, what it computes, the
+# run's states it holds and, on a spare, what it copies (its latest report: the next may be a
+# copy gap away)
+SAID_ONCE = (Hello, ComputeReport, SavedReport, CopyReport)
 
 
 class PlanInbox:

@@ -43,6 +43,7 @@ from p2ptrain.worker.averaging.outer_link import finish_sends
 from p2ptrain.worker.device import cpu_threads, precision_note, resolve_device
 from p2ptrain.worker.pipeline.frames import Expected, FrameHeader, NotReady
 from p2ptrain.worker.private_tmp import PrivateTmp
+from p2ptrain.worker.resume.saved_report import saved_report
 from p2ptrain.worker.settings import WorkerSettings
 
 if TYPE_CHECKING:
@@ -71,10 +72,9 @@ def main(argv: list[str] | None = None) -> None:
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s worker %(process)d: %(message)s",
     )
+    quiet = logging.ERROR if settings.log_level.upper() != "DEBUG" else logging.DEBUG
     for noisy in ("hivemind", "hivemind.averaging", "hivemind.dht"):
-        logging.getLogger(noisy).setLevel(
-            logging.ERROR if settings.log_level.upper() != "DEBUG" else "DEBUG"
-        )
+        logging.getLogger(noisy).setLevel(quiet)
     daemon_env.quiet_routine_daemon_errors()
     torch.set_num_threads(cpu_threads(settings.threads))
 
@@ -109,8 +109,7 @@ class Worker:
         self.dht: hivemind.DHT | None = None  # while it should be alive (_check_dht)
         self.failure = ""  # why the worker stopped on its own (its DHT process died)
         self._timing = threading.Lock()
-        # the compute probe waits until this worker is up (p2pd, hello, torch warm): timed
-        # during our own start, a peer would look slower than it is
+        # the compute probe waits for our start (p2pd, hello, torch warm): it would time us slow
         self._ready = threading.Event()
         self.ipc: IpcClient | None = (
             IpcClient(settings.ipc, self.inbox, on_run=self._on_run) if settings.ipc else None
@@ -295,8 +294,8 @@ class Worker:
         self._checked_data.add(key)
 
     def _time_compute(self, spec: RunSpec) -> None:
-        """Time the run's model here once per run (a few hundred ms at most) and tell the
-        control process: the planner prices this peer's stages from it."""
+        """Once per run: tell the control process the run's states we hold (saved_report.py), then
+        time the run's model (a few hundred ms at most): the planner prices our stages from it."""
         from p2ptrain.worker.compute_probe import measure_stage_compute
 
         if self.ipc is None:
@@ -305,6 +304,7 @@ class Worker:
             if spec.run_id in self._timed_runs:
                 return
             self._timed_runs.add(spec.run_id)
+            self.ipc.send(saved_report(spec, self.settings.checkpoint_dir))
             compute = measure_stage_compute(spec, self.device)
         log.info("timed the run's model: %.3g ms per row and block", compute.block_row_s * 1e3)
         self.ipc.send(ComputeReport(compute))

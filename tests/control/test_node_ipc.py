@@ -21,11 +21,17 @@ from p2ptrain.records import (
     PlanMessage,
     RunMessage,
     RunSpec,
+    SavedReport,
+    SavedStage,
     StageCompute,
     issue_token,
 )
 
 DATA_ADDR = "/ip4/127.0.0.1/tcp/4242/p2p/12D3KooWdata"
+
+
+# the one member's saved state of the whole model: nothing for the first plan to wait for
+WHOLE_MODEL_SAVED = SavedStage(0, RunSpec().model.n_layer, 40, "root")
 
 
 def test_worker_hello_reaches_the_plan_and_status(tmp_path):
@@ -67,9 +73,11 @@ def test_worker_hello_reaches_the_plan_and_status(tmp_path):
                     runs = [m for m in lines if m["type"] == "run"]
                     if runs and not timed:  # the run spec comes ahead of any plan: time it
                         got["run"], timed = runs[0], True
+                        saved = SavedReport("ipc-test", (WHOLE_MODEL_SAVED,))
                         compute = StageCompute(1e-3, 1e-4, 2e-4, 8, "cpu", "ipc-test")
-                        line = json.dumps(ComputeReport(compute).to_dict()) + "\n"
-                        await worker.send_all(line.encode())
+                        for report in (saved, ComputeReport(compute)):  # as a worker sends them
+                            line = json.dumps(report.to_dict()) + "\n"
+                            await worker.send_all(line.encode())
                     plans = [m for m in lines if m["type"] == "plan"]
                     if plans and plans[-1]["plan"]["data_addrs"].get(member.peer_id):
                         got["plan"] = plans[-1]
@@ -77,6 +85,7 @@ def test_worker_hello_reaches_the_plan_and_status(tmp_path):
             got["status"] = swarm_status(boot.view, time.monotonic()).to_dict()
             assert member.view.own_record is not None
             got["own_compute"] = member.view.own_record.stage_compute
+            got["own_saved"] = member.view.own_record.saved
             # the member's signed record is in the DHT, and so is the bootstrap's run spec
             with trio.fail_after(10):
                 got["dht_record"] = await member.dht.get_value(f"/p2ptrain/peer/{member.peer_id}")
@@ -99,6 +108,7 @@ def test_worker_hello_reaches_the_plan_and_status(tmp_path):
     assert peer["role"] == "trainer" and peer["alive"]
     # the first plan waited for what the worker timed, which the member's record carries
     assert got["own_compute"] == StageCompute(1e-3, 1e-4, 2e-4, 8, "cpu", "ipc-test")
+    assert got["own_saved"] == (WHOLE_MODEL_SAVED,)  # named in the member's record
     record = wire.decode(got["dht_record"], max_age_s=3600)
     assert record.kind == "peer" and record.author == got["member"]
     assert isinstance(record.body, PeerRecord) and record.body.data_addrs in ((), (DATA_ADDR,))

@@ -43,6 +43,7 @@ SAME_NET = Opinion("neighbour", "198.51.0.0/24", True)  # the bootstrap's /24
 SPLICED = Opinion("routed", None, True)  # seen through one of our routes: whose, unknown
 HOSTILE = Opinion("hostile", "9.9.9.0/24", True)
 NO = Opinion("no", "8.8.8.0/24", False)
+NO_ELSEWHERE = Opinion("no-elsewhere", "9.9.9.0/24", False)
 
 
 @pytest.mark.parametrize(
@@ -59,7 +60,10 @@ NO = Opinion("no", "8.8.8.0/24", False)
         ([BOOT_NO, HOSTILE, OTHER], "private"),
         ([BOOT_SILENT, HOSTILE], "unknown"),
         ([BOOT_NO], "private"),
-        ([NO], "private"),
+        ([NO], "unknown"),  # one member's "no" without the bootstrap's: it may lie
+        ([NO, NO_ELSEWHERE], "private"),  # two on independent networks, and none reached us
+        ([NO, dataclasses.replace(NO, peer="no2")], "unknown"),  # two on one network
+        ([NO, dataclasses.replace(NO_ELSEWHERE, network=None)], "unknown"),  # whose, unknown
         ([], "unknown"),
     ],
 )
@@ -75,6 +79,12 @@ def test_verdicts_on_one_machine_and_of_the_bootstrap() -> None:
     assert verdict_of([OTHER], am_bootstrap=True, one_machine=False) == "unknown"
     assert verdict_of([OTHER, HOSTILE], am_bootstrap=True, one_machine=False) == "public"
     assert verdict_of([OTHER], am_bootstrap=True, one_machine=True) == "public"
+    # and no member alone makes it private: two on independent networks (any two on one machine)
+    assert verdict_of([NO], am_bootstrap=True, one_machine=False) == "unknown"
+    assert verdict_of([NO, NO_ELSEWHERE], am_bootstrap=True, one_machine=False) == "private"
+    two = [NO, dataclasses.replace(NO, peer="no2", network="127.0.0.1")]
+    assert verdict_of(two, am_bootstrap=True, one_machine=True) == "private"
+    assert verdict_of([NO], am_bootstrap=True, one_machine=True) == "unknown"
 
 
 def test_inconclusive_rounds_come_back_sooner_then_every_thirty_seconds() -> None:

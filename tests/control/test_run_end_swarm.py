@@ -14,7 +14,7 @@ import trio
 from p2ptrain import identity
 from p2ptrain.control.node import ControlNode, NodeConfig, run_until_signalled
 from p2ptrain.control.status import swarm_status
-from p2ptrain.records import Hello, MetricsReport, RunSpec, issue_token
+from p2ptrain.records import Hello, MetricsReport, RunSpec, SavedReport, issue_token
 
 RUN = RunSpec().replace(run_id="end-swarm", stages=1, n_layer=2, steps=3, compute_aware=False)
 
@@ -31,6 +31,11 @@ class FakeWorker:
         worker = cls(await trio.open_unix_socket(path))
         await worker.send(Hello(peer, (f"/ip4/127.0.0.1/tcp/{port}/p2p/{peer}",), port).to_dict())
         return worker
+
+    async def say_saved(self) -> None:
+        """Once the run spec came, say we hold no state of it (the first plan waits for it)."""
+        run = (await self.wait_for("run"))["run"]
+        await self.send(SavedReport(run["run_id"], ()).to_dict())
 
     async def send(self, message: dict[str, Any]) -> None:
         await self.stream.send_all((json.dumps(message) + "\n").encode())
@@ -69,6 +74,7 @@ def test_a_late_joiner_of_a_finished_run_leaves_and_nobody_plans_it_again(tmp_pa
             first = member("first")
             await nursery.start(first.run)
             worker = await FakeWorker.connect(str(tmp_path / "first.sock"), first.peer_id, 4001)
+            await worker.say_saved()
             with trio.fail_after(40):
                 plan = (await worker.wait_for("plan"))["plan"]
             # the plan places our one member: it trains the three steps, the last one reported

@@ -71,7 +71,8 @@ def loopback_host() -> Any:
 
 def nated_node(relay_port: int) -> Traversal:
     record = SimpleNamespace(relay_addrs=(f"/ip4/127.0.0.1/tcp/{relay_port}",))
-    view = SimpleNamespace(members={RELAY: SimpleNamespace(record=record)}, connections={})
+    members = {RELAY: SimpleNamespace(record=record), SOURCE: SimpleNamespace(record=None)}
+    view = SimpleNamespace(members=members, connections={})
     state = SimpleNamespace(
         relays=[RELAY],
         addrs=["/ip4/127.0.0.1/tcp/9"],
@@ -83,8 +84,10 @@ def nated_node(relay_port: int) -> Traversal:
     return Traversal(state)  # type: ignore[arg-type]
 
 
-async def offer(traversal: Traversal, endpoint: str, plane: str = "data") -> dict[str, Any]:
-    stream = OneFrameStream(RelayOffer(SOURCE, plane, TOKEN, endpoint).to_dict(), RELAY)
+async def offer(
+    traversal: Traversal, endpoint: str, plane: str = "data", source: str = SOURCE
+) -> dict[str, Any]:
+    stream = OneFrameStream(RelayOffer(source, plane, TOKEN, endpoint).to_dict(), RELAY)
     await traversal.handle_offer(stream)  # type: ignore[arg-type]
     return stream.reply()
 
@@ -321,3 +324,33 @@ def test_a_punched_circuit_counts_until_it_ends(monkeypatch: Any) -> None:
     accepted, held, left = run(main)
     assert (accepted, held) == (cap, cap), (accepted, held, left)
     assert left == 0
+
+
+def test_offers_from_non_members_are_refused_and_leave_nothing_behind() -> None:
+    """A relay of ours offering circuits, each from a fresh made-up source: each was taken, and
+    the source noted (in our connections and the links we gossip) for good. Now a source must
+    be a member, only members are noted, and a member's entries go when it leaves."""
+    stranger = "12D3KooWD4444444444444444444444444444444444444444444"
+
+    async def main() -> tuple[bool, bool, Traversal]:
+        async with trio.open_nursery() as nursery:
+            traversal = nated_node(await relay_port(nursery))
+            links = SimpleNamespace(connections={})  # where _note writes
+            traversal.state.view.links = links  # type: ignore[assignment]
+            await nursery.start(traversal.serve)
+            stranger_taken = bool((await offer(traversal, "", source=stranger))["accept"])
+            member_taken = bool((await offer(traversal, ""))["accept"])
+            await circuits_left(traversal, 5.0)  # the relay port refuses the token at once
+            nursery.cancel_scope.cancel()
+        return stranger_taken, member_taken, traversal
+
+    stranger_taken, member_taken, traversal = run(main)
+    assert not stranger_taken and member_taken
+    links = traversal.state.view.links
+    traversal._note(stranger, "data", "relayed")  # a circuit from one: nothing noted
+    assert traversal.connections == {} and links.connections == {}
+    traversal._note(SOURCE, "data", "relayed")
+    assert links.connections == {SOURCE: "relayed"}
+    traversal.routes = SimpleNamespace(close=lambda peer: None)
+    traversal.forget(SOURCE)  # it left the membership
+    assert traversal.connections == {} and links.connections == {}

@@ -28,6 +28,8 @@ from p2ptrain.records import (
     Revocations,
     RunMessage,
     RunSpec,
+    SavedReport,
+    SavedStage,
     SessionReport,
     StageCompute,
     StageCopy,
@@ -384,6 +386,20 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
         },
     ),
     (StageCopy, copy_dict()),
+    (SavedStage, {"first": 0, "end": 4, "step": 120, "lineage": "0123456789abcdef"}),
+    (
+        SavedReport,
+        {
+            "type": "saved",
+            "run_id": "r",
+            "saved": [
+                {"first": 0, "end": 4, "step": 120, "lineage": "0123456789abcdef"},
+                {"first": 4, "end": 8, "step": 7, "lineage": "root"},
+            ],
+        },
+    ),
+    (SavedReport, {"type": "saved", "run_id": "r", "saved": []}),
+    (PeerRecord, {**peer_dict(), "saved": [{"first": 2, "end": 3, "step": 0, "lineage": "root"}]}),
     (
         PeerMetrics,
         PeerMetrics(copies=(StageCopy.from_dict(copy_dict()),), copies_plan=(2, 5)).to_dict(),

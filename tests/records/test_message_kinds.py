@@ -17,6 +17,7 @@ def test_the_wire_names_of_the_messages_stay() -> None:
         "metrics": "MetricsReport",
         "heartbeat": "Heartbeat",
         "compute": "ComputeReport",
+        "saved": "SavedReport",
         "copies": "CopyReport",
         "session": "SessionReport",
         "profile": "StepProfile",

@@ -175,6 +175,25 @@ def test_a_punch_endpoint_is_forwarded_only_as_the_relay_observed_it() -> None:
     assert vouched.startswith("127.0.0.1:") and other_port == other_ip == stale == ""
 
 
+def test_a_stranger_observing_from_fresh_ports_evicts_only_its_own_entries() -> None:
+    """Observes from a stranger's fresh source ports filled the table (MAX_OBSERVED entries,
+    each scanned on every observe), evicting members' observations; now a source address keeps
+    its last MAX_OBSERVED_PORTS ports, and a full table forgets the least recent address."""
+    relay_server = server()
+    relay_server._note_observed("203.0.113.7", 40001, 0.0)  # a member, about to punch
+    for port in range(10_000, 10_000 + relay.MAX_OBSERVED + 100):
+        relay_server._note_observed("198.51.100.9", port, 1.0)
+    assert relay_server.vouch("203.0.113.7", "203.0.113.7:40001", 2.0) == "203.0.113.7:40001"
+    ports = relay_server.observed["198.51.100.9"]
+    assert len(ports) == relay.MAX_OBSERVED_PORTS and len(relay_server.observed) == 2
+    last = 10_000 + relay.MAX_OBSERVED + 99
+    assert relay_server.vouch("198.51.100.9", f"198.51.100.9:{last}", 2.0)
+    for number in range(relay.MAX_OBSERVED):  # as many addresses: the least recent goes first
+        relay_server._note_observed(f"10.{number // 256}.{number % 256}.1", 1, 3.0)
+    assert len(relay_server.observed) == relay.MAX_OBSERVED
+    assert "203.0.113.7" not in relay_server.observed
+
+
 def test_an_idle_circuit_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
     """Finding 11 of issue 26: a spliced circuit lived forever, bytes or not."""
     monkeypatch.setattr(relay, "CIRCUIT_IDLE_S", 0.5)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from p2ptrain.control.planning.readiness import first_plan_gaps
 from p2ptrain.control.view import SwarmView
-from p2ptrain.records import StageCompute
+from p2ptrain.records import PeerRecord, SavedStage, StageCompute
 
 
 def roles_of(view: SwarmView, members: list[str]) -> dict[str, str | None]:
@@ -21,12 +21,22 @@ def roles_of(view: SwarmView, members: list[str]) -> dict[str, str | None]:
     return roles
 
 
-def stage_computes(view: SwarmView, members: list[str]) -> dict[str, StageCompute | None]:
-    """Each member's timed stage as its record announces it (ours from our own record)."""
+def _records(view: SwarmView, members: list[str]) -> dict[str, PeerRecord]:
+    """Each member's record (ours: our own, once made)."""
     records = {peer: view.members[peer].record for peer in members if peer in view.members}
     if view.own_record is not None:
         records[view.self_id] = view.own_record
-    return {peer: record.stage_compute for peer, record in records.items()}
+    return records
+
+
+def stage_computes(view: SwarmView, members: list[str]) -> dict[str, StageCompute | None]:
+    """Each member's timed stage as its record announces it (ours from our own record)."""
+    return {peer: record.stage_compute for peer, record in _records(view, members).items()}
+
+
+def saved_states(view: SwarmView, members: list[str]) -> dict[str, tuple[SavedStage, ...] | None]:
+    """The run's saved states each member's record names (None: its worker has not said)."""
+    return {peer: record.saved for peer, record in _records(view, members).items()}
 
 
 def data_addrs_of(
@@ -76,4 +86,5 @@ def first_plan_gaps_in(view: SwarmView, members: list[str], now: float) -> list[
         view.run,
         unroutable(view, members, reachability, relays),
         view.links.estimate.coordinates_of(view.self_id, now),
+        saved_states(view, members),
     )

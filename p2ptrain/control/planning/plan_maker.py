@@ -50,6 +50,7 @@ from p2ptrain.control.planning.placement import (
 from p2ptrain.control.planning.plan_inputs import (
     data_addrs_of,
     roles_of,
+    saved_states,
     stage_computes,
     unroutable,
 )
@@ -342,8 +343,9 @@ class PlanMaker:
         assert self.view.run is not None
         roles = roles_of(self.view, members)
         coords = self.view.links.estimate.coordinates_of(self.view.self_id, now)
+        saved = saved_states(self.view, members)
         gaps = first_plan_gaps(
-            members, roles, data_addrs, links, measured, self.view.run, private, coords
+            members, roles, data_addrs, links, measured, self.view.run, private, coords, saved
         )
         if not gaps:
             return False

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from p2ptrain.control.estimate.book import is_full_mesh
 from p2ptrain.control.estimate.coordinates import SETTLED_ERROR, settled
 from p2ptrain.control.links import Link
-from p2ptrain.records import RunSpec, StageCompute
+from p2ptrain.records import RunSpec, SavedStage, StageCompute
 from p2ptrain.records.estimate import MAX_COORDINATE_ERROR, NetCoordinate
 
 
@@ -34,11 +34,13 @@ def first_plan_gaps(
     run: RunSpec,
     private: frozenset[str] = frozenset(),
     coordinates: Mapping[str, NetCoordinate] | None = None,
+    saved: Mapping[str, tuple[SavedStage, ...] | None] | None = None,
 ) -> list[str]:
     """What the first plan still lacks, one short phrase each (empty: ready). Two `private`
     peers (behind NATs with no relay slot: neither can reach the other) have no link to wait
     for. `coordinates`: the members' gossiped ones (ours included), for a swarm too big to
-    measure in full (without them, every link is waited for)."""
+    measure in full (without them, every link is waited for). `saved`: the run's states each
+    member's record names (`saved_gaps`; None: not judged)."""
     trainers = [p for p in members if roles.get(p) == "trainer"]
     gaps = []
     no_address = [p for p in trainers if not data_addrs.get(p)]
@@ -69,6 +71,8 @@ def first_plan_gaps(
             unmeasured += 1
     if unmeasured:
         gaps.append(f"{unmeasured} of {len(pairs)} links")
+    if saved is not None:
+        gaps += saved_gaps(trainers, saved, run)
     if run.swarm.compute_aware and run.swarm.placement == "scheduled":
         untimed = [
             p
@@ -78,6 +82,52 @@ def first_plan_gaps(
         if untimed:
             gaps.append(f"{len(untimed)} timed stage(s)")
     return gaps
+
+
+# a stage's newest state counts as the newest lineage's when it is at most this many checkpoint
+# intervals older than that lineage's newest: a stage killed mid-interval saved an interval
+# before the others, while a stage of the lineage's earlier cut, not trained since, is older
+RECENT_INTERVALS = 2
+
+
+def saved_gaps(
+    trainers: Sequence[str], saved: Mapping[str, tuple[SavedStage, ...] | None], run: RunSpec
+) -> list[str]:
+    """What a restarted swarm's first plan (resume = "latest") still lacks of the run's saved
+    states: every trainer's word on the states it holds, then the holders of the blocks that
+    the run's newest lineage saved (its recent states) and no member names: a first plan made
+    without them starts those blocks from initial weights, and the holder's state, once it
+    joins, is not used (worker/resume/adopt.py adopts once). Empty for a run that saved none."""
+    if run.checkpoint.resume != "latest":
+        return []
+    unsaid = [peer for peer in trainers if saved.get(peer) is None]
+    if unsaid:
+        return [f"{len(unsaid)} trainer(s)' saved states"]
+    states = [state for peer in trainers for state in saved.get(peer) or ()]
+    if not states:
+        return []
+    newest = max(states, key=lambda state: state.step)
+    interval = run.checkpoint.checkpoint_interval
+    oldest = newest.step - RECENT_INTERVALS * interval if interval else 0
+    covered: set[int] = set()
+    for state in states:
+        if state.lineage == newest.lineage and state.step >= oldest:
+            covered.update(range(state.first, state.end))
+    missing = [block for block in range(run.model.n_layer) if block not in covered]
+    if not missing:
+        return []
+    return [f"the holder of blocks {_spans(missing)} (the run's states reach step {newest.step})"]
+
+
+def _spans(blocks: Sequence[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2, 5"."""
+    spans: list[list[int]] = []
+    for block in blocks:
+        if spans and block == spans[-1][1] + 1:
+            spans[-1][1] = block
+        else:
+            spans.append([block, block])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans)
 
 
 # at least this many measured round trips per placed member, all near, make a LAN

@@ -65,6 +65,16 @@ class ExchangeTimeouts:
     retry_s: float  # the second attempt's join time
 
 
+def inbox_payload_bytes(codec: str, numel: int, fraction: float) -> int:
+    """The largest payload a groupmate's message of an exchange of `numel` values carries:
+    top-k, a member's whole payload; dense, one shard (PART, REDUCED) of the smallest group an
+    attempt can have, two members (a retry runs among the members heard from). The whole
+    vector's bytes let a groupmate park R times more than a round needs, 8 messages of it."""
+    if codec == "topk":
+        return wire.max_message_bytes(codec, numel, fraction)
+    return wire.dense_bytes(codec, -(-numel // 2))
+
+
 class OuterExchange:
     """One replica's side of its stage's outer rounds."""
 
@@ -94,7 +104,7 @@ class OuterExchange:
         self.topk = codecs.TopKCompressor(numel, topk_fraction) if codec == "topk" else None
         signs = fixed_signs(numel)
         self.shapes = AttemptShapes(link, self.weights, codec, numel, signs, topk_fraction)
-        link.inbox.admit_group(group, wire.max_message_bytes(codec, numel, topk_fraction))
+        link.inbox.admit_group(group, inbox_payload_bytes(codec, numel, topk_fraction))
         self._warm_up()
 
     def _warm_up(self) -> None:

@@ -24,7 +24,11 @@ from p2ptrain.errors import WireError
 from p2ptrain.records import NetworkFacts, Plan, Role, RunSpec
 from p2ptrain.train.outer import fragment_spans
 from p2ptrain.worker.averaging import outer_wire as wire
-from p2ptrain.worker.averaging.outer_exchange import ExchangeTimeouts, OuterExchange
+from p2ptrain.worker.averaging.outer_exchange import (
+    ExchangeTimeouts,
+    OuterExchange,
+    inbox_payload_bytes,
+)
 from p2ptrain.worker.averaging.round_inbox import RoundInbox
 from p2ptrain.worker.averaging.stage_averager import RETRY_TIMEOUT_S, averaging_timeouts
 from p2ptrain.worker.inbound import Framing, OpenStreams, end_stream
@@ -200,7 +204,7 @@ def stage_exchanges(
     exchanges, largest = [], 0
     for (start, end), prefix in zip(spans, prefixes, strict=True):
         payload_bytes = wire.max_message_bytes(codec, end - start, fraction)
-        largest = max(largest, payload_bytes)
+        largest = max(largest, inbox_payload_bytes(codec, end - start, fraction))
         timeouts = exchange_timeouts(
             spec.wire.averaging_timeout_s, payload_bytes, plan.network, role.stage
         )

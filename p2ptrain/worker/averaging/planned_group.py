@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import re
 import typing
 from collections.abc import Sequence
 from typing import Any
@@ -47,6 +48,7 @@ from hivemind.utils.asyncio import as_aiter, azip
 from p2ptrain.errors import WireError
 from p2ptrain.worker.averaging.averager_reports import AveragerReports
 from p2ptrain.worker.averaging.checks import (
+    GRAD,
     STATE,
     RoundGather,
     is_later_round,
@@ -66,11 +68,18 @@ REMEMBERED_ROUNDS = 1024  # rounds already run here: their metadata arrives too 
 # a groupmate may not serve the round's protocol yet: after a re-plan it may still be fetching
 # its stage's state (seconds); we retry until our own wait for the round would end
 SEND_RETRY_S = 0.5
+# a groupmate's round key as RoundGather.round_key writes it; a gradient round's step may be up
+# to MAX_STEPS_AHEAD past our latest (a member that kept a local gradient runs a step ahead):
+# a key farther out was held, and "ahead", for ever
+ROUND_KEY = re.compile(rf"({GRAD}|{STATE})/(0|[1-9][0-9]{{0,15}})")
+MAX_STEPS_AHEAD = 2
 
 
 class GroupmatesAhead(MatchmakingException):
     """A groupmate is past the round we wait in (it kept a local gradient once): waiting on
-    cannot complete the round; we give it up at once and meet the groupmate in the next one."""
+    cannot complete the round; we give it up at once and meet the groupmate in the next one.
+    Only a round at most MAX_STEPS_AHEAD past ours counts (a liar in the group can still make
+    its rounds local: docs/security.md)."""
 
 
 class PlannedGroupAverager(DecentralizedAverager):
@@ -108,6 +117,7 @@ class PlannedGroupAverager(DecentralizedAverager):
         self._inbox: dict[str, dict[PeerID, bytes]] = {}
         self._rounds_seen: dict[str, None] = {}  # insertion-ordered: the oldest go first
         self._waiting_for = ""
+        self._latest_step = -1  # of our latest gradient round (-1: none yet)
         self._given_up = ""  # why the round waited for cannot complete, if it cannot
         self._sending: set[asyncio.Task[None]] = set()
         self._arrived: asyncio.Event | None = None
@@ -219,6 +229,10 @@ class PlannedGroupAverager(DecentralizedAverager):
         if len(self._rounds_seen) > REMEMBERED_ROUNDS:
             del self._rounds_seen[next(iter(self._rounds_seen))]
         self._waiting_for, self._given_up = key, ""
+        if (own := ROUND_KEY.fullmatch(key)) is not None and own[1] == GRAD:
+            self._latest_step = int(own[2])
+        for held in [k for k in self._inbox if not self._in_window(k)]:
+            del self._inbox[held]  # past rounds, and rounds too far ahead to be real
         for held, senders in self._inbox.items():  # a groupmate's later round came first
             if is_later_round(held, key) and senders:
                 self._given_up = f"{next(iter(senders))} is at round {held}"
@@ -290,12 +304,14 @@ class PlannedGroupAverager(DecentralizedAverager):
             return averaging_pb2.MessageFromLeader(code=averaging_pb2.NOT_A_LEADER)
         if request.schema_hash != self.schema_hash:
             return averaging_pb2.MessageFromLeader(code=averaging_pb2.BAD_SCHEMA_HASH)
-        if len(request.gather) > MAX_GATHER_BYTES or not request.group_key:
+        if len(request.gather) > MAX_GATHER_BYTES or not ROUND_KEY.fullmatch(request.group_key):
             return averaging_pb2.MessageFromLeader(code=averaging_pb2.PROTOCOL_VIOLATION)
         self.reports.count(sender.to_base58(), 0, request.ByteSize())
-        key = request.group_key
-        if key in self._rounds_seen and key not in self._inbox:
+        key, window = request.group_key, self._in_window(request.group_key)
+        if (key in self._rounds_seen or window is None) and key not in self._inbox:
             return averaging_pb2.MessageFromLeader(code=averaging_pb2.BAD_GROUP_KEY)  # too late
+        if not window:  # farther ahead than an honest groupmate gets
+            return averaging_pb2.MessageFromLeader(code=averaging_pb2.NOT_LOOKING_FOR_GROUP)
         if key not in self._inbox and len(self._inbox) >= KEPT_ROUNDS:
             # make room: drop the oldest round held, never the one being waited for
             oldest = next(k for k in self._inbox if k != self._waiting_for)
@@ -358,6 +374,15 @@ class PlannedGroupAverager(DecentralizedAverager):
         nothing: tuple[averaging_pb2.DownloadData, ...] = ()
         for reply in nothing:
             yield reply
+
+    def _in_window(self, key: str) -> bool | None:
+        """Whether a groupmate's round `key` is one we may still run (None: we are past it).
+        Re-sync rounds are numbered from a step (worker/resume/resync.py): any may come."""
+        parsed = ROUND_KEY.fullmatch(key)
+        if parsed is None or parsed[1] != GRAD or self._latest_step < 0:
+            return parsed is not None
+        step = int(parsed[2])
+        return None if step < self._latest_step else step <= self._latest_step + MAX_STEPS_AHEAD
 
     def _give_up(self, key: str, why: str) -> None:
         if key and key == self._waiting_for:

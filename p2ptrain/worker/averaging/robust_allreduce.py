@@ -60,7 +60,8 @@ class RobustPartReducer(TensorPartReducer):
         self._token_rows = tuple(token_rows) or tuple(() for _ in part_shapes)
         self._weights, self._own, self._drift_bound = tuple(weights), own, drift_bound
         self._floor_per_element, self._names = floor_per_element, tuple(names)
-        self._held: dict[int, torch.Tensor] = {}
+        # the current part's copies by sender; None: a copy left out (wrong shape or dtype)
+        self._held: dict[int, torch.Tensor | None] = {}
         self.notes: dict[str, str] = {}  # sender -> what was done to its parts (first reason)
         # every part's combination and the senders whose copy is in it, kept for a sender whose
         # reply stream broke (see the module doc); `done` is set once every part is combined
@@ -90,7 +91,9 @@ class RobustPartReducer(TensorPartReducer):
         self, sender_index: int, part_index: int, tensor_part: torch.Tensor, weight: float = 1.0
     ) -> torch.Tensor:
         """Hold this sender's copy (its own `weight` is ignored), wait for the others' and the
-        combination, and return it."""
+        combination, and return it. A copy not of the part's shape, or not floating point, is
+        left out of the combination (as a non-finite one is): holding it failed the whole
+        combination, and every member waited for the part until its timeout."""
         assert 0 <= sender_index < self.num_senders, "invalid sender index"
         assert 0 <= part_index < self.num_parts, "invalid part index"
         self.num_parts_received[sender_index] += 1
@@ -106,7 +109,10 @@ class RobustPartReducer(TensorPartReducer):
         if part_index != self.current_part_index or sender_index in self._held:
             raise AllreduceException(f"sender {sender_index} sent part {part_index} out of turn")
         current_part_future = self.current_part_future
-        self._held[sender_index] = tensor_part
+        problem = _part_problem(tensor_part, self.part_shapes[part_index])
+        if problem is not None:
+            self._note(sender_index, f"part dropped: {problem}")
+        self._held[sender_index] = None if problem is not None else tensor_part
         self.current_part_accumulated_from += 1
         self.check_current_part_finished()
         result: torch.Tensor = await current_part_future
@@ -119,10 +125,11 @@ class RobustPartReducer(TensorPartReducer):
             self.reset_accumulators()
 
     def _combine(self) -> torch.Tensor:
-        senders = sorted(self._held)
+        held = {i: part for i, part in self._held.items() if part is not None}
+        senders = sorted(held)
         if not senders:  # every sender failed: hivemind's round fails on its own
             return self._kept(torch.zeros(self.part_shapes[self.current_part_index]), ())
-        parts = [self._held[i] for i in senders]
+        parts = [held[i] for i in senders]
         own = senders.index(self._own) if self._own in senders else None
         numel = parts[0].numel()
         combined = robust_mean(
@@ -154,6 +161,15 @@ class RobustPartReducer(TensorPartReducer):
         if name not in self.notes:  # once per sender and round: the log stays readable
             self.notes[name] = what
             log.warning("reducer part %d: %s's %s", self.current_part_index, name, what)
+
+
+def _part_problem(part: torch.Tensor, shape: torch.Size) -> str | None:
+    """Why a sender's copy of a part cannot be combined with the others', or None."""
+    if part.shape != shape:
+        return f"shape {tuple(part.shape)}, not {tuple(shape)}"
+    if not part.is_floating_point():
+        return f"dtype {part.dtype}"
+    return None
 
 
 CountFn = Callable[[str, int, int], None]  # (peer id, bytes sent to it, bytes received from it)

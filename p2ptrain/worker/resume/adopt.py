@@ -24,20 +24,34 @@ fetch, of one earlier lineage (states of two lineages are two trainings: never m
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import struct
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from p2ptrain.errors import WireError
 from p2ptrain.records.lineage import id_of_tag
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.checkpoint import SavedState, file_sha256, list_states, stamped_path
+from p2ptrain.train import state_file
+from p2ptrain.train.checkpoint import (
+    SavedState,
+    durable_replace,
+    file_sha256,
+    list_states,
+    stamped_path,
+    written,
+)
 from p2ptrain.train.checkpoint_read import other_run
 from p2ptrain.worker.resume.covers import key_range
 
 StateRank = Callable[[str | None], int | None]
 Held = dict[str, dict[int, str]]  # layers key -> step -> sha256
 Announced = dict[str, dict[int, tuple[str, str | None]]]  # key -> step -> (sha256, tag)
+# the other lineages a member's announcement may put up for adoption: its newest few (an
+# honest directory holds the run's last swarm's and perhaps a few before)
+LINEAGES_PER_MEMBER = 4
 FOREIGN = 1 << 20  # the rank of another lineage's state: after every state the plan may use
 
 
@@ -51,22 +65,26 @@ def announceable(
     """The states of `directory` a member announces, one per stage and step, the newest
     `max_steps` steps of each stage: those the plan may use (`rank`), the closest lineage
     first; with `spec` (the plan may adopt), also other lineages' states of `spec`'s run,
-    after those (the highest epoch, then the tag, decides between two of them). With `run`,
-    an untagged state (the root's, usable by every plan) counts only if it is of that run:
-    another run's or version's files in the directory were announced, agreed on, and then
-    refused by the loader, which ended every worker."""
+    after those (the highest epoch, then the tag, decides between two of them). Of two of one
+    lineage at one step (a plan restarted the stage below steps it saved), the later epoch's,
+    as the writer orders them. With `run`, an untagged state (the root's, usable by every plan)
+    counts only if it is of that run: another run's or version's files in the directory were
+    announced, agreed on, and then refused by the loader, which ended every worker. A file
+    that is not `intact` is never announced."""
     best: dict[str, dict[int, tuple[tuple[int, int, str], SavedState]]] = {}
     for state in list_states(directory):
         position = rank(state.tag)
         if state.tag is None and run is not None and other_run(state.path, run) is not None:
             continue
+        epoch = written(state)[0]
         if position is None:
             if spec is None or state.tag is None or other_run(state.path, spec) is not None:
                 continue
-            epoch = int(state.tag.rpartition("-e")[2])
             order = (FOREIGN, -epoch, state.tag)
         else:
-            order = (position, 0, "")
+            order = (position, -epoch, "")
+        if not intact(state.path):
+            continue
         current = best.setdefault(state.key, {}).get(state.step)
         if current is None or order < current[0]:
             best[state.key][state.step] = (order, state)
@@ -75,6 +93,41 @@ def announceable(
         for key, steps in best.items()
         if steps
     }
+
+
+_intact: dict[tuple[str, int, int, int], bool] = {}
+
+
+def intact(path: Path) -> bool:
+    """Does our state file at `path` look whole, from its header alone (remembered while the
+    file is unchanged)? A state of format /3 whose size is what its header's tensors need, or
+    one of the older pickled formats (only loading reads those). A power cut could leave a
+    just-renamed state empty, zeroed or short: announced, it was agreed on, failed to load
+    and was fetched from nobody, and the stage restarted from initial weights."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return False
+    key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if key not in _intact:
+        if len(_intact) > 1024:
+            _intact.clear()
+        _intact[key] = _whole(path, stat.st_size)
+    return _intact[key]
+
+
+def _whole(path: Path, size: int) -> bool:
+    try:
+        if state_file.is_pickled(path):
+            return True
+        state_file.check(path)  # its header is bounded, JSON, with our metadata
+        with open(path, "rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(length))
+        ends = [t["data_offsets"][1] for n, t in header.items() if n != "__metadata__"]
+        return all(isinstance(e, int) for e in ends) and size == 8 + length + max(ends, default=0)
+    except (OSError, WireError, ValueError, TypeError, KeyError, IndexError, RecursionError):
+        return False
 
 
 def has_own_state(announced: Mapping[str, Announced], rank: StateRank) -> bool:
@@ -91,9 +144,13 @@ def candidates(
     announced: Mapping[str, Announced], rank: StateRank
 ) -> list[tuple[str, dict[str, Held]]]:
     """What a plan may start from: ("", the states it may use), then (lineage id, that
-    lineage's states) for every other lineage announced, sorted by id. Each: peer -> Held."""
+    lineage's states) for the other lineages announced, sorted by id: each member's
+    LINEAGES_PER_MEMBER with its newest steps (each candidate is judged against every announced
+    state: one member's 16,384 made-up lineages cost every member minutes of CPU). Each: peer ->
+    Held."""
     own: dict[str, Held] = {peer: {} for peer in announced}
     other: dict[str, dict[str, Held]] = {}
+    newest: dict[str, dict[str, int]] = {}  # peer -> lineage -> its newest step in it
     for peer, states in announced.items():
         for key, steps in states.items():
             for step, (digest, tag) in steps.items():
@@ -102,7 +159,14 @@ def candidates(
                 elif (lineage := id_of_tag(tag)) is not None:
                     held = other.setdefault(lineage, {p: {} for p in announced})
                     held[peer].setdefault(key, {})[step] = digest
-    return [("", own), *sorted(other.items())]
+                    mine = newest.setdefault(peer, {})
+                    mine[lineage] = max(step, mine.get(lineage, step))
+    kept = {
+        lineage
+        for steps in newest.values()
+        for lineage in sorted(steps, key=lambda n: (-steps[n], n))[:LINEAGES_PER_MEMBER]
+    }
+    return [("", own), *sorted((n, held) for n, held in other.items() if n in kept)]
 
 
 def every_lineage(announced: Mapping[str, Announced]) -> dict[str, Held]:
@@ -155,4 +219,4 @@ def _link(source: Path, target: Path) -> None:
         os.link(source, tmp)
     except OSError:
         shutil.copyfile(source, tmp)
-    os.replace(tmp, target)
+    durable_replace(tmp, target)  # a copy's bytes, the new name: on disk before it is announced

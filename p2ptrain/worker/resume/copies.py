@@ -228,7 +228,7 @@ def copy_once(
                     return None
         if copied is None:
             return False
-        prune_history(directory, copied.key, copied.step, copied.tag, _usable(plan))
+        prune_history(directory, copied.key, copied.step, copied.tag, _usable(plan), spec)
         if not copied.path.exists():  # older than the history this spare keeps of it
             raise WireError(f"step {copied.step} is older than the states kept of it")
         size_kb = copied.path.stat().st_size // 1000

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from p2ptrain.records import LinkFacts, Plan, RunSpec
 from p2ptrain.records import fields as f
-from p2ptrain.train.checkpoint import file_sha256, layers_key, list_states
+from p2ptrain.train.checkpoint import file_sha256, layers_key, list_states, written
 from p2ptrain.worker.inbound import BAD_INPUT, close_after_sender, read_prefixed
 from p2ptrain.worker.resume.state_transfer import (
     BUSY,
@@ -208,7 +208,7 @@ class CopyServer:
             return None
         key = layers_key(request.layers)
         usable = [
-            (s.step, -rank, s)
+            (s.step, -rank, written(s)[0], s)
             for s in list_states(directory)
             if s.key == key
             and request.min_step <= s.step < spec.optim.steps
@@ -216,5 +216,6 @@ class CopyServer:
         ]
         if not usable:
             return None
-        _, _, newest = max(usable, key=lambda found: found[:2])  # the plan's own tag first
+        # the plan's own tag first, then the later epoch (as the writer orders them)
+        _, _, _, newest = max(usable, key=lambda found: found[:3])
         return newest.step, newest.tag, newest.path

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.checkpoint import SavedState, file_sha256, list_states
+from p2ptrain.train.checkpoint import SavedState, file_sha256, list_states, written
 from p2ptrain.worker.resume import adopt
 from p2ptrain.worker.resume.announcement import MAX_KEYS, MAX_STEPS_PER_KEY, Announced
 
@@ -18,13 +18,16 @@ StateRank = Callable[[str | None], int | None]  # Plan.state_rank: None for anot
 
 def local_states(directory: Path, rank: StateRank) -> dict[str, dict[int, SavedState]]:
     """The stamped states of `directory` a plan may use (`rank`: its Plan.state_rank), one per
-    stage and step: the one of the lineage closest to the plan's."""
-    best: dict[str, dict[int, tuple[int, SavedState]]] = {}
+    stage and step: the one of the lineage closest to the plan's; of two of one lineage (a plan
+    restarted the stage below steps it saved), the later epoch's, as the writer orders them
+    (by tag, "X-e10" sorted before "X-e9")."""
+    best: dict[str, dict[int, tuple[tuple[int, int], SavedState]]] = {}
     for state in list_states(directory):
         position = rank(state.tag)
+        order = (position or 0, -written(state)[0])
         current = best.setdefault(state.key, {}).get(state.step)
-        if position is not None and (current is None or position < current[0]):
-            best[state.key][state.step] = (position, state)
+        if position is not None and (current is None or order < current[0]):
+            best[state.key][state.step] = (order, state)
     return {
         key: {step: s for step, (_, s) in steps.items()} for key, steps in best.items() if steps
     }

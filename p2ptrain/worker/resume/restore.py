@@ -11,7 +11,9 @@ before, else its oldest after; under diloco the replicas drift apart once a roun
 stage's holder may have run past the others' newest state and pruned its older ones), local or
 fetched from whoever holds it, a spare included (a few steps replayed, nothing lost). A stage
 no member holds any state of restarts from initial weights: the run goes on, but that stage's
-training is lost, so the worker says it loudly (STAGE STATE LOST).
+training is lost, so the worker says it loudly (STAGE STATE LOST). Our own state that does not
+load (a torn write) is set aside; the agreed state is fetched from another holder, else our next
+older state is loaded (this stage loses the steps between, not all of them).
 A restarted swarm's first plan may adopt an earlier lineage's states (worker/resume/adopt.py): those
 this machine holds are first linked under the plan's tag, then loaded like its own.
 """
@@ -134,33 +136,56 @@ def restore_stage(
     try:
         loaded = load_stage(path, spec, model, optimizer, outer_state)
     except Exception as exc:  # torn, corrupt or foreign: the worker goes on without it
-        fetched = _unloadable(path, exc, _Missing(spec, plan, transport, directory, start), model)
-        if fetched is None:
+        older = [local[step].path for step in sorted(local, reverse=True) if step < usable[-1]]
+        missing = _Missing(spec, plan, transport, directory, start)
+        found = _unloadable(path, exc, missing, older, model, optimizer, outer_state)
+        if found is None:
             return Restored(start.step, key if start.step > 0 else None)
-        loaded = load_stage(fetched, spec, model, optimizer, outer_state)
-        path = fetched
+        loaded, path = found
     if loaded != start.step:
         log.warning("layers %s resumed from step %d for step %d", key, loaded, start.step)
     log.info("resumed layers %s at step %d from %s", key, start.step, path)
     return Restored(start.step)
 
 
-def _unloadable(path: Path, exc: Exception, missing: _Missing, model: Stage) -> Path | None:
+def _unloadable(
+    path: Path,
+    exc: Exception,
+    missing: _Missing,
+    older: list[Path],
+    model: Stage,
+    optimizer: torch.optim.Optimizer,
+    outer_state: dict[str, torch.Tensor] | None,
+) -> tuple[int, Path] | None:
     """Our own state file at `path` did not load (a torn write, another run's or version's
     file): set it aside (`.unloadable`, for the operator) and fetch the agreed state from
-    another holder; None, said loudly, if none gives it (the stage starts from initial
-    weights). It used to end the worker, at every restart."""
+    another holder, else load the first of our `older` states (newest first) that loads, each
+    that does not set aside too: the step loaded and its file. None, said loudly, if neither
+    (the stage starts from initial weights). It used to end the worker, at every restart, and
+    then to drop the stage's training though older states of it lay on disk."""
+    _set_aside(path, exc)
+    spec = missing.spec
+    fetched = missing.fetch(model.layers)
+    if fetched is not None:
+        return load_stage(fetched, spec, model, optimizer, outer_state), fetched
+    for candidate in older:
+        try:
+            return load_stage(candidate, spec, model, optimizer, outer_state), candidate
+        except Exception as again:  # as torn: the next older one
+            _set_aside(candidate, again)
+    log.warning(
+        "STAGE STATE LOST: no other member gave layers %s and no older state of them here "
+        "loads: they start from initial weights",
+        layers_key(model.layers),
+    )
+    return None
+
+
+def _set_aside(path: Path, exc: Exception) -> None:
     aside = path.with_name(path.name + ".unloadable")
     log.warning("cannot load %s (%s): set aside as %s", path.name, exc, aside.name)
     with contextlib.suppress(OSError):
         path.replace(aside)
-    fetched = missing.fetch(model.layers)
-    if fetched is None:
-        log.warning(
-            "STAGE STATE LOST: no other member gave layers %s: they start from initial weights",
-            layers_key(model.layers),
-        )
-    return fetched
 
 
 def start_lineage(plan: Plan, start: StartPoint) -> str:

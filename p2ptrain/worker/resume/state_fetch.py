@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from p2ptrain.errors import WireError
 from p2ptrain.records import LinkFacts, NetworkFacts
 from p2ptrain.train import state_file
-from p2ptrain.train.checkpoint import layers_key, stamped_path, unfinished_prefix
+from p2ptrain.train.checkpoint import layers_key, stamped_path, sync_directory, unfinished_prefix
 from p2ptrain.worker.resume.state_transfer import (
     BUSY,
     BUSY_RETRY_S,
@@ -198,6 +198,8 @@ async def receive_file(
                 left -= len(chunk)
                 if on_bytes is not None:
                     on_bytes(len(chunk))
+            f.flush()  # its bytes on disk before its name: a power cut leaves no torn state
+            await asyncio.to_thread(os.fsync, f.fileno())
         if sha256.hexdigest() != digest:
             raise ValueError(f"{what}: sha256 {sha256.hexdigest()}, agreed {digest}")
         # the agreed bytes may still be a lone holder's: never keep what would be unpickled
@@ -207,6 +209,7 @@ async def receive_file(
         if validate is not None:
             await asyncio.to_thread(validate, Path(tmp_name))
         os.replace(tmp_name, target)
+        await asyncio.to_thread(sync_directory, target.parent)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)  # noqa: ASYNC240 (a local unlink)
         raise

@@ -73,7 +73,8 @@ def test_the_live_planner_splits_the_layers_around_slower_peers() -> None:
 
 def trainer(peer: str) -> dict[str, Any]:
     """A trainer's record with its data-plane address (a first plan waits for it)."""
-    return {**record("trainer"), "data_addrs": [f"/ip4/10.0.0.{ord(peer[-1]) % 200}/tcp/7402"]}
+    address = f"/ip4/10.0.0.{ord(peer[-1]) % 200}/tcp/7402"  # and no saved state of the run
+    return {**record("trainer"), "data_addrs": [address], "saved": []}
 
 
 def measured_link(peer: str) -> dict[str, Any]:

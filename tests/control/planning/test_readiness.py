@@ -1,8 +1,8 @@
 """What the first plan waits for (control/planning/readiness.py)."""
 
 from p2ptrain.control.links import Link
-from p2ptrain.control.planning.readiness import first_plan_gaps
-from p2ptrain.records import RunSpec, StageCompute
+from p2ptrain.control.planning.readiness import first_plan_gaps, saved_gaps
+from p2ptrain.records import RunSpec, SavedStage, StageCompute
 
 RUN = RunSpec().replace(run_id="r")
 TIMED = StageCompute(1e-3, 1e-4, 2e-4, 8, "cpu", "r")
@@ -34,3 +34,50 @@ def test_timed_stages_matter_only_to_a_compute_aware_scheduled_run() -> None:
     for run in (RUN.replace(compute_aware=False), RUN.replace(placement="random")):
         assert first_plan_gaps(["a"], roles, addrs, {}, {}, run) == []
     assert first_plan_gaps(["a"], roles, addrs, {}, {}, RUN) == ["1 timed stage(s)"]
+
+
+def _saved(first: int, end: int, step: int, lineage: str = "0123456789abcdef") -> SavedStage:
+    return SavedStage(first, end, step, lineage)
+
+
+def test_a_restart_waits_for_the_holder_of_blocks_no_member_saved() -> None:
+    run = RUN.replace(n_layer=8, stages=2, checkpoint_interval=20, compute_aware=False)
+    roles = {"a": "trainer", "b": "trainer", "c": "control-only"}
+    addrs = {"a": ["/ip4/10.0.0.1/tcp/7402"], "b": ["/ip4/10.0.0.2/tcp/7402"]}
+    links = {("a", "b"): LINK}
+
+    def gaps(saved: dict[str, tuple[SavedStage, ...] | None]) -> list[str]:
+        return first_plan_gaps(["a", "b", "c"], roles, addrs, links, {}, run, saved=saved)
+
+    # a trainer whose worker has not said what it holds is waited for (the control-only not)
+    assert gaps({"a": (), "b": None}) == ["1 trainer(s)' saved states"]
+    assert gaps({"a": (), "b": ()}) == []  # a fresh run: nothing saved, nothing to wait for
+    # a holds L0-4 at step 100; nobody names blocks 4-7: their holder has not joined
+    assert gaps({"a": (_saved(0, 4, 100),), "b": ()}) == [
+        "the holder of blocks 4-7 (the run's states reach step 100)"
+    ]
+    # b saved its stage an interval earlier (killed mid-interval): the run is covered
+    assert gaps({"a": (_saved(0, 4, 100),), "b": (_saved(4, 8, 80),)}) == []
+    # a state of an earlier cut, not trained for many intervals, is no cover of the newest
+    assert gaps({"a": (_saved(0, 4, 100),), "b": (_saved(0, 8, 20),)}) == [
+        "the holder of blocks 4-7 (the run's states reach step 100)"
+    ]
+    # nor is another lineage's state
+    other = _saved(4, 8, 100, "fedcba9876543210")
+    assert gaps({"a": (_saved(0, 4, 100),), "b": (other,)}) == [
+        "the holder of blocks 4-7 (the run's states reach step 100)"
+    ]
+    # resume = "never" starts from initial weights: nothing to wait for
+    never = run.replace(resume="never")
+    saved: dict[str, tuple[SavedStage, ...] | None] = {"a": (_saved(0, 4, 100),), "b": None}
+    assert first_plan_gaps(["a", "b"], roles, addrs, links, {}, never, saved=saved) == []
+
+
+def test_saved_gaps_name_the_missing_blocks_as_spans() -> None:
+    run = RUN.replace(n_layer=8, stages=2, checkpoint_interval=0)  # only on exit: no window
+    saved: dict[str, tuple[SavedStage, ...] | None] = {
+        "a": (_saved(1, 3, 50), _saved(5, 6, 7)),
+    }
+    assert saved_gaps(["a"], saved, run) == [
+        "the holder of blocks 0, 3-4, 6-7 (the run's states reach step 50)"
+    ]

@@ -13,6 +13,7 @@ import pytest
 
 from p2ptrain.records import Plan
 from p2ptrain.records.lineage import next_lineage
+from p2ptrain.worker.resume.adopt import LINEAGES_PER_MEMBER, candidates
 from p2ptrain.worker.resume.announcement import Announced
 from p2ptrain.worker.resume.restore import started_line
 from p2ptrain.worker.resume.start_step import StartPoint, choose_start, placement
@@ -134,3 +135,18 @@ def test_a_partition_s_two_halves_still_compare_by_step() -> None:
     plan = new_plan((("a", "b"), ("c", "e")))
     start = start_of(plan, {"a": left, "b": left, "c": right, "e": right})
     assert (start.step, start.adopted) == (8, Y)
+
+
+def test_a_member_s_thousands_of_made_up_lineages_cost_a_few_candidates() -> None:
+    """Each candidate lineage is judged against every announced state: a spare announcing 4,096
+    lineages made the agreement quadratic (minutes of CPU on every member). Only each member's
+    LINEAGES_PER_MEMBER newest count, and the members' real lineage still wins."""
+    honest = states(X, 5, *BOTH)
+    flood = merged(*(states(f"{n:016x}", 1000 + n, "L0-2", who="c") for n in range(4096)))
+    announced = {"a": honest, "b": honest, "c": flood}
+    rank = A_B_SPARE_C.state_rank
+    lineages = [lineage for lineage, _ in candidates(announced, rank)]
+    assert lineages[0] == "" and X in lineages
+    assert len(lineages) == 1 + 1 + LINEAGES_PER_MEMBER  # ours, X, and c's newest four
+    start = start_of(A_B_SPARE_C, announced)
+    assert (start.step, start.adopted) == (5, X)

@@ -144,25 +144,41 @@ def test_an_unloadable_own_state_is_set_aside_not_the_end_of_the_worker(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Our own agreed state does not load (torn, or another run's): it is set aside and the
-    agreed state fetched from another holder; with none, the stage starts over, loudly. It used
-    to end the worker (exit 2), at every restart."""
+    agreed state fetched from another holder, else our next older state loaded; with none, the
+    stage starts over, loudly. It used to end the worker (exit 2), at every restart, and then
+    to restart the stage from initial weights though its older states lay on disk."""
     new_plan = plan((2, 2), 1)
     cut = new_plan.layer_ranges(SPEC.model.n_layer)
     behind, ahead = tmp_path / "a", tmp_path / "b"
-    drift(cut, behind, ahead)
+    states = drift(cut, behind, ahead)
     members, placed = placement(new_plan, SPEC.model.n_layer)
     rank = new_plan.state_rank
     held = {"b": usable(own_announcement(ahead, rank), rank)}
     start = choose_start_step(["L2-4"], held, {"L2-4": placed["L2-4"]}, members)
+    assert start.step == 9
     torn = stamped_path(ahead, cut[1], start.step)
     torn.write_bytes(torn.read_bytes()[:1000])  # a write cut short by a power loss
+    older = stamped_path(ahead, cut[1], 8)
+    older.write_bytes(b"\0" * older.stat().st_size)  # zeroed as well: the next older one loads
 
     stage, optimizer = chain(cut)[1]
     with caplog.at_level(logging.WARNING):
         step = restore_stage(SPEC, new_plan, NoTransport(), ahead, stage, optimizer, start).step  # type: ignore[arg-type]
     assert step == start.step
-    assert not torn.exists() and torn.with_name(torn.name + ".unloadable").exists()
-    assert "STAGE STATE LOST" in caplog.text  # no other holder: said, not a crash
+    for bad in (torn, older):
+        assert not bad.exists() and bad.with_name(bad.name + ".unloadable").exists()
+    assert "STAGE STATE LOST" not in caplog.text
+    assert "layers L2-4 resumed from step 7 for step 9" in caplog.text
+    assert all(torch.equal(states[7][n], t) for n, t in stage.state_dict().items())
+
+    for state in (6, 7):  # no state of the stage here loads, and no other holder: said, no crash
+        stamped_path(ahead, cut[1], state).write_bytes(b"")
+    caplog.clear()
+    stage, optimizer = chain(cut)[1]
+    with caplog.at_level(logging.WARNING):
+        restored = restore_stage(SPEC, new_plan, NoTransport(), ahead, stage, optimizer, start)  # type: ignore[arg-type]
+    assert restored.step == start.step and restored.lost == "L2-4"
+    assert "STAGE STATE LOST" in caplog.text
 
 
 def test_untagged_states_of_another_run_are_not_announced(tmp_path: Path) -> None:
