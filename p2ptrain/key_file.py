@@ -13,6 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from p2ptrain.durable import sync_directory
 from p2ptrain.errors import UserError
 
 SEED_NUM_BYTES = 32
@@ -56,7 +57,7 @@ def _create(path: Path, data: bytes) -> bool:
             return False
         except OSError:  # a file system without hard links (FAT, some FUSE ones)
             return _create_in_place(path, data)
-        _sync_directory(path.parent)
+        sync_directory(path.parent)
         return True
     finally:
         with contextlib.suppress(OSError):
@@ -74,18 +75,8 @@ def _create_in_place(path: Path, data: bytes) -> bool:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    _sync_directory(path.parent)
+    sync_directory(path.parent)
     return True
-
-
-def _sync_directory(directory: Path) -> None:
-    """Make the new name durable (where a directory can be opened and synced)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def load_identity(path: str | os.PathLike[str]) -> bytes:

@@ -34,7 +34,13 @@ LAYERS: list[set[str]] = [
     {"identity"},
     {"key_file"},  # the node's key file, stdlib only: what the supervisor needs of the identity
     {"procs"},  # processes: spawn, stop, sweep what a dead one left
-    {"errors", "flags", "sampled_log", "__init__"},  # stdlib only: flags, sampled log lines
+    {
+        "errors",
+        "flags",
+        "sampled_log",
+        "durable",
+        "__init__",
+    },  # stdlib only: flags, log lines, fsync
 ]
 PRODUCT = {
     "cli",

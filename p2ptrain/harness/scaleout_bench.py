@@ -20,10 +20,12 @@ as the workers counted them on the links between members of a stage group, what 
 fp16 averaging of the same plan would move there, the simulated step against the workers'
 median step, and the longest step against the median one.
 
-Time to target: the target is `step`'s final loss, smoothed; a run reaches it at the first step
-whose smoothed loss is at most the target, in seconds since the workers reported the first
-plan. Smoothed: the mean of the last SMOOTH_STEPS steps' losses (fewer at the start): a step's
-loss is one batch's, and under diloco each replica's own model between rounds.
+Time to target (issue 28's contract): the target is `step`'s final loss; a run reaches it at the
+first step whose loss is at most the target, in seconds since the workers reported the first
+plan. A step's loss is one batch's (under diloco each replica's own model between rounds), so
+the JSON also has the same on smoothed losses (`target_loss_smoothed`, each run's
+`time_to_smoothed_target_s`): the mean of the last SMOOTH_STEPS steps' losses (fewer at the
+start), which one lucky batch does not move.
 """
 
 from __future__ import annotations
@@ -135,12 +137,10 @@ def smoothed(losses: Sequence[float], window: int = SMOOTH_STEPS) -> list[float]
 def time_to_target(
     seconds: Sequence[float], losses: Sequence[float], target: float | None
 ) -> float | None:
-    """Seconds at the first step whose smoothed loss is at most `target`; None if never."""
+    """Seconds at the first step whose loss is at most `target`; None if never."""
     if target is None:
         return None
-    return next(
-        (t for t, loss in zip(seconds, smoothed(losses), strict=True) if loss <= target), None
-    )
+    return next((t for t, loss in zip(seconds, losses, strict=True) if loss <= target), None)
 
 
 def every_step_dp_bytes(
@@ -233,17 +233,21 @@ def describe(name: str, raw: dict[str, Any], spec: RunSpec) -> dict[str, Any]:
 
 def assemble(raw: dict[str, dict[str, Any]], specs: dict[str, RunSpec]) -> dict[str, Any]:
     """The bench's JSON from each run's bench-e2e-style dict: the runs, the target (`step`'s
-    smoothed final loss) and each run's time to it; every other run's ratios against step."""
+    final loss; and smoothed) and each run's time to it; every other run's ratios against step."""
     runs = {name: describe(name, raw[name], specs[name]) for name in raw}
     step = runs.get("step", {})
-    target = smoothed(step["loss"])[-1] if step.get("loss") else None
+    target = step["loss"][-1] if step.get("loss") else None
+    target_smoothed = smoothed(step["loss"])[-1] if step.get("loss") else None
     for run in runs.values():
         if run["loss"]:
             run["time_to_target_s"] = time_to_target(run["seconds"], run["loss"], target)
+            run["time_to_smoothed_target_s"] = time_to_target(
+                run["seconds"], smoothed(run["loss"]), target_smoothed
+            )
     for name, run in runs.items():
         if name != "step" and step:
             run["vs_step"] = versus(run, step)
-    return {"runs": runs, "target_loss": target}
+    return {"runs": runs, "target_loss": target, "target_loss_smoothed": target_smoothed}
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -256,6 +260,9 @@ def versus(run: dict[str, Any], step: dict[str, Any]) -> dict[str, float | None]
     return {
         "tokens_per_s": _ratio(run["tokens_per_s"], step["tokens_per_s"]),
         "time_to_target_shorter": _ratio(step["time_to_target_s"], run["time_to_target_s"]),
+        "time_to_smoothed_target_shorter": _ratio(
+            step.get("time_to_smoothed_target_s"), run.get("time_to_smoothed_target_s")
+        ),
         "dp_bytes_fewer": _ratio(run["dp_bytes_per_step_every_step"], run["dp_bytes_per_step"]),
     }
 
@@ -321,7 +328,8 @@ def render(result: dict[str, Any], num_peers: int) -> str:
         if vs:
             lines.append(
                 f"{name} / step: tokens/s {_fmt(vs['tokens_per_s'], '.2f', 'x')}, time to "
-                f"target {_fmt(vs['time_to_target_shorter'], '.2f', 'x')} shorter, DP bytes "
+                f"target {_fmt(vs['time_to_target_shorter'], '.2f', 'x')} shorter (smoothed "
+                f"{_fmt(vs.get('time_to_smoothed_target_shorter'), '.2f', 'x')}), DP bytes "
                 f"{_fmt(vs['dp_bytes_fewer'], '.0f', 'x')} fewer than every-step fp16"
             )
     for name in (n for n in result["runs"] if n.startswith("diloco")):

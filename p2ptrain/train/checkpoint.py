@@ -11,7 +11,7 @@ model are train/checkpoint_read.py's.
 A file is named by its layer range, not by the peer that wrote it, so any peer later assigned the
 same stage can load it. Writes are atomic (temp file + rename) because replicas of a stage on one
 machine may write the same file, and durable (the file fsynced before its rename, the directory
-after: `durable_replace`), so that a power cut cannot leave a renamed state empty or zeroed.
+after: durable.py), so that a power cut cannot leave a renamed state empty or zeroed.
 
 History: `stage-L{a}-{b}.step{N}.{tag}.pt` keeps the stage's state at the last few step
 boundaries (KEEP_STEPS), and `stage-L{a}-{b}.pt` is a hard link to the newest. A swarm switching
@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from p2ptrain.durable import durable_replace
 from p2ptrain.procs import pid_alive
 from p2ptrain.records import lineage as lin
 from p2ptrain.records.run import RunSpec
@@ -341,27 +342,6 @@ def _link_latest(target: Path, latest: Path) -> None:
         except OSError:
             return
     durable_replace(tmp, latest)
-
-
-def durable_replace(tmp: str | Path, path: Path) -> None:
-    """Rename the written file `tmp` to `path` so that a power cut leaves one or the other,
-    never an empty or zeroed `path`: its bytes reach the disk before the rename, and the
-    rename before the caller goes on (a state's name is announced as a promise of its bytes)."""
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    sync_directory(path.parent)
-
-
-def sync_directory(directory: Path) -> None:
-    """Make the renames and links made in `directory` durable (where a directory can be
-    opened and synced: not on Windows, nor on some network file systems)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def save_stage(

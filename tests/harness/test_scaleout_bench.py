@@ -55,9 +55,11 @@ def _raw(
 
 def test_smoothed_loss_is_a_trailing_mean() -> None:
     assert smoothed([4.0, 2.0, 6.0], window=2) == [4.0, 3.0, 4.0]
-    # a single lucky batch does not reach the target; the smoothed curve must
-    assert time_to_target([1.0, 2.0, 3.0, 4.0], [5.0, 1.0, 4.0, 0.5], 2.5) is None
-    assert time_to_target([1.0, 2.0, 3.0], [3.0, 2.0, 1.0], 2.5) == 2.0
+    # the first loss at or below the target; on the smoothed curve a single lucky batch does
+    # not reach it
+    assert time_to_target([1.0, 2.0, 3.0, 4.0], [5.0, 1.0, 4.0, 0.5], 2.5) == 2.0
+    assert time_to_target([1.0, 2.0, 3.0, 4.0], smoothed([5.0, 1.0, 4.0, 0.5]), 2.5) is None
+    assert time_to_target([1.0, 2.0, 3.0], smoothed([3.0, 2.0, 1.0]), 2.5) == 2.0
     assert time_to_target([1.0], [1.0], None) is None
 
 
@@ -84,14 +86,19 @@ def test_json_of_a_step_and_a_diloco_run() -> None:
         "diloco": _raw([[0, 1], [2, 3]], 1.1, diloco_losses, dp_bytes_per_step=every / 100),
     }
     result = assemble(raw, specs)
-    assert set(result) == {"runs", "target_loss"}
+    assert set(result) == {"runs", "target_loss", "target_loss_smoothed"}
     step, diloco = result["runs"]["step"], result["runs"]["diloco"]
     assert set(step) >= CONTRACT and set(diloco) >= CONTRACT
-    # the target: step's last 5 losses' mean; step reaches it at its last step
-    assert result["target_loss"] == pytest.approx(sum(step_losses[-5:]) / 5)
+    # the target: step's final loss (issue 28's contract); step reaches it at its last step,
+    # diloco at its 5th (3.6)
+    assert result["target_loss"] == step_losses[-1] == step["loss"][-1]
     assert step["time_to_target_s"] == pytest.approx(8.0)
-    # diloco's smoothed loss first reaches 3.9 at its 6th step (4.16 at the 5th, then 3.86)
-    assert diloco["time_to_target_s"] == pytest.approx(1.1 * 6)
+    assert diloco["time_to_target_s"] == pytest.approx(1.1 * 5)
+    # and smoothed: step's last 5 losses' mean, 3.9, which diloco's smoothed loss first reaches
+    # at its 6th step (4.16 at the 5th, then 3.86)
+    assert result["target_loss_smoothed"] == pytest.approx(sum(step_losses[-5:]) / 5)
+    assert step["time_to_smoothed_target_s"] == pytest.approx(8.0)
+    assert diloco["time_to_smoothed_target_s"] == pytest.approx(1.1 * 6)
     assert diloco["placed_peers"] == 4 and step["placed_peers"] == 2
     assert diloco["plan"]["shape"] == "2 x 2" and diloco["loss"] == diloco_losses
     # tokens: batch_size rows each replica under diloco, the global batch under step
@@ -107,7 +114,8 @@ def test_json_of_a_step_and_a_diloco_run() -> None:
     assert diloco["step_model_error"] == pytest.approx(0.05)
     vs = diloco["vs_step"]
     assert vs["tokens_per_s"] == pytest.approx(1 / 1.1)
-    assert vs["time_to_target_shorter"] == pytest.approx(8.0 / 6.6)
+    assert vs["time_to_target_shorter"] == pytest.approx(8.0 / 5.5)
+    assert vs["time_to_smoothed_target_shorter"] == pytest.approx(8.0 / 6.6)
     assert vs["dp_bytes_fewer"] == pytest.approx(100.0)
     bars = dict(acceptance(result, num_peers=4))
     assert bars["places all 4 peers"] is True

@@ -1,4 +1,4 @@
-"""A saved state is durable before its name is (train/checkpoint.py `durable_replace`): a power
+"""A saved state is durable before its name is (p2ptrain/durable.py `durable_replace`): a power
 cut right after the rename left an empty or zeroed file under a stamped name. And a writer's
 pruning counts only its own run's untagged states (`of_run`): a shared directory's other run
 lost its states, its newest included."""

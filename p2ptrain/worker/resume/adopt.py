@@ -31,13 +31,13 @@ import struct
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from p2ptrain.durable import durable_replace
 from p2ptrain.errors import WireError
 from p2ptrain.records.lineage import id_of_tag
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train import state_file
 from p2ptrain.train.checkpoint import (
     SavedState,
-    durable_replace,
     file_sha256,
     list_states,
     stamped_path,

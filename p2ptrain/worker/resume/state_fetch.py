@@ -17,10 +17,11 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from p2ptrain.durable import sync_directory
 from p2ptrain.errors import WireError
 from p2ptrain.records import LinkFacts, NetworkFacts
 from p2ptrain.train import state_file
-from p2ptrain.train.checkpoint import layers_key, stamped_path, sync_directory, unfinished_prefix
+from p2ptrain.train.checkpoint import layers_key, stamped_path, unfinished_prefix
 from p2ptrain.worker.resume.state_transfer import (
     BUSY,
     BUSY_RETRY_S,

@@ -5,22 +5,16 @@ reducer."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
+
+from tests.worker.averaging.probe_run import run_probe
 
 PROBE = Path(__file__).with_name("hostile_groupmate_probe.py")
 
 
 def _probe(case: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, str(PROBE), case], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return run_probe(PROBE, case)
 
 
 def test_one_far_future_round_key_does_not_make_later_rounds_local() -> None:

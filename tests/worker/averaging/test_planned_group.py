@@ -5,13 +5,12 @@ came, through hivemind's matchmaking on the retry."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.worker.averaging.probe_run import run_probe
 
 pytestmark = pytest.mark.integration
 
@@ -19,12 +18,7 @@ PROBE = Path(__file__).with_name("planned_group_probe.py")
 
 
 def _probe(case: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, str(PROBE), case], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return run_probe(PROBE, case)
 
 
 def test_the_planned_group_averages_without_dht_matchmaking() -> None:

@@ -5,24 +5,18 @@ from the checksums cannot get it into the honest members' gradients."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.worker.averaging.probe_run import run_probe
+
 PROBE = Path(__file__).with_name("robust_probe.py")
 
 
 def _probe(case: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, str(PROBE), case], capture_output=True, text=True, timeout=150
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return run_probe(PROBE, case)
 
 
 def test_the_reducer_uses_planned_weights_and_drops_a_non_finite_part() -> None:
