@@ -99,7 +99,7 @@ def own_record(state: NodeState) -> PeerRecord:
         hardware=state.hardware,
         compute_gflops=state.compute_gflops,
         stage_compute=state.stage_compute,
-        saved=state.saved,
+        saved=state.saved_states(),
         reachability=state.reachability,
         relay_addrs=tuple(state.relay_addrs),
         relays=tuple(state.relays),

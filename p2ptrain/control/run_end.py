@@ -136,13 +136,18 @@ def lost_before_end(plan: Plan, live: Collection[str], done: Collection[str]) ->
 
 
 def steps_left(members: Mapping[str, Member], run: RunSpec, plan: Plan) -> int | None:
-    """Steps of the run after the furthest one a peer of `plan` reported (`members`: the view's
-    Members, each with its latest metrics); None: none reported yet."""
-    reported = [
+    """Steps of the run after the one the peers `plan` places reported, their low median
+    (`members`: the view's Members, each with its latest metrics); None: none reported yet.
+    The planner switches no placement near the run's end (control/planning/plan_maker.py), so
+    one peer's word must not say the end is near: a spare's, or a step past the run's last,
+    does not count, and a placed liar moves the low median only with a majority behind it."""
+    last = run.optim.steps - 1
+    reported = sorted(
         metrics.step
-        for peer in plan.peers()
+        for peer in placed_peers(plan)
         if peer in members
         and (metrics := members[peer].metrics) is not None
         and metrics.step is not None
-    ]
-    return run.optim.steps - 1 - max(reported) if reported else None
+        and metrics.step <= last
+    )
+    return last - reported[(len(reported) - 1) // 2] if reported else None

@@ -20,7 +20,7 @@ from p2ptrain.control.events import Changes
 from p2ptrain.control.health import WorkerWatch
 from p2ptrain.control.held import HeldEnvelopes
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
-from p2ptrain.records import SavedStage, StageCompute
+from p2ptrain.records import SavedReport, SavedStage, StageCompute
 from p2ptrain.traversal.relay import RelayCounters
 
 MIN_REPUBLISH_GAP_S = 1.0  # the least time between two messages of one kind we publish
@@ -43,7 +43,7 @@ class NodeState:
     data_addrs: list[str] = field(default_factory=list)  # our worker's, from its hello
     compute_gflops: float | None = None  # measured once, soon after start
     stage_compute: StageCompute | None = None  # our worker's timed stage (ComputeReport)
-    saved: tuple[SavedStage, ...] | None = None  # our worker's states of the run (SavedReport)
+    saved: SavedReport | None = None  # our worker's states of a run (saved_states)
     reachability: str = "unknown"  # can others dial us? (control/reachability.py)
     relay_addrs: list[str] = field(default_factory=list)  # our relay port (control/traversal.py)
     relays: list[str] = field(default_factory=list)  # behind a NAT: who holds slots for us
@@ -73,6 +73,14 @@ class NodeState:
         """The organiser's run envelope: the latest it published that we accepted (gossip
         re-signs it), else the one we joined with (it ages), else None."""
         return self.latest.get((self.view.bootstrap_id or "", "run")) or self.run_envelope
+
+    def saved_states(self) -> tuple[SavedStage, ...] | None:
+        """The run's states our worker said it holds, for our record: once we know the run is
+        the one it meant (a restarted control process hears the report before the run)."""
+        report, run = self.saved, self.view.run
+        if report is None or run is None or report.run_id != run.run_id:
+            return None
+        return report.saved
 
     @property
     def is_member(self) -> bool:

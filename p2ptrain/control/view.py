@@ -22,6 +22,7 @@ import logging
 
 from p2ptrain.control.authority import Authority
 from p2ptrain.control.drop import Drop
+from p2ptrain.control.flapping import Flapping
 from p2ptrain.control.links import LinkTable
 from p2ptrain.control.membership import DEAD_AFTER_S, Member, Membership
 from p2ptrain.control.penalties import Penalties
@@ -79,6 +80,7 @@ class SwarmView:
         self.penalties = Penalties()  # control/penalties.py
         self.run_end = RunEnd()  # is the run trained? (control/run_end.py)
         self.members = Membership()  # the others: records, liveness (control/membership.py)
+        self.flapping = Flapping(self_id)  # who is back, but not planned yet: control/flapping.py
         self.term = self.max_seen_term = 0
         self.term_anchored = False  # we learnt the current term from the organiser (anchor_term)
         self._term_votes = TermVotes()  # the organiser's own, after a restart: from the holders
@@ -136,13 +138,12 @@ class SwarmView:
         return self.own_health.ok if peer == self.self_id else self.members.is_healthy(peer)
 
     def plannable_members(self, now: float) -> list[str]:
-        """Live members whose workers are healthy (an unhealthy one is planned around like a
-        dead one until it is healthy again). Once any of them trains, only trainers: a
-        control-only member has no data-plane address, and a plan placing one stalls every
-        worker (a swarm of control-only peers plans them all: tests and dry runs)."""
+        """Live members whose workers are healthy, one back after leaving only past its back-off
+        (control/flapping.py). Once any trains, only trainers: a control-only member has no
+        data-plane address, and a plan placing one stalls every worker."""
         healthy = [p for p in self.live_members(now) if self.is_healthy(p)]
         trainers = [p for p in healthy if self._role_of(p) == "trainer"]
-        return trainers or healthy
+        return self.flapping.admit(trainers or healthy, now, self.members)
 
     def _role_of(self, peer: str) -> str | None:
         return self.role if peer == self.self_id else self.members.role_of(peer)

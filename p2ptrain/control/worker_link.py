@@ -124,9 +124,10 @@ class WorkerLink:
                 metrics, copies=message.copies, copies_plan=(message.term, message.epoch)
             )
         elif isinstance(message, SavedReport):
-            if state.view.run is not None and message.run_id == state.view.run.run_id:
-                state.saved = message.saved  # a restart's first plan waits for the rest
-                state.publish_soon("record")
+            # named in our record once we know its run is ours (a restarted control process
+            # hears it before it knows the run): a restart's first plan waits for the rest
+            state.saved = message
+            state.publish_soon("record")
         elif isinstance(message, ComputeReport):
             state.stage_compute = message.compute
             state.publish_soon("record")  # the planner prices our stages from it
@@ -153,6 +154,8 @@ class WorkerLink:
                 # before any plan: the worker times the run's model for the planner
                 sent_run = view.run
                 await self.ipc.send(RunMessage(view.run))
+                if state.saved is not None:  # heard before the run: our record may name it now
+                    state.publish_soon("record")
             new = view.plan_version != sent_version
             # a plan sent with addresses cut (a record we had not yet seen) is sent again, as
             # the records arrive, until every address is there

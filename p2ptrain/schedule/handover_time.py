@@ -30,7 +30,8 @@ def stage_state_bytes(spec: RunSpec, layers: range) -> int:
 
 def transfer_s(spec: RunSpec, plan: Plan) -> float:
     """Twice the largest stage state's time over the plan's slowest link (0: a plan made for a
-    local network, or one that does not fit the model)."""
+    local network, or one that does not fit the model), MAX_HANDOVER_S at most: that link is
+    whatever one member's link reports made it (rates down to 1 bit/s)."""
     if plan.network is None:
         return 0.0
     try:
@@ -38,7 +39,7 @@ def transfer_s(spec: RunSpec, plan: Plan) -> float:
     except ValueError:
         return 0.0
     largest = max((stage_state_bytes(spec, r) for r in ranges), default=0)
-    return 2 * largest * 8 / (plan.network.min_rate_mbps * 1e6)
+    return min(MAX_HANDOVER_S, 2 * largest * 8 / (plan.network.min_rate_mbps * 1e6))
 
 
 def handover_limit_s(spec: RunSpec | None, plan: Plan | None) -> float:

@@ -127,6 +127,15 @@ def _other_run(state: dict[str, Any], spec: RunSpec) -> str | None:
 _runs: dict[tuple[str, int, int, int, str], str | None] = {}
 
 
+def _run_facts(path: Path) -> dict[str, Any]:
+    """What `_other_run` compares (run id, model, data digest): a format /3 file's from its
+    header, once its size shows it whole (a restart's report and every prune ask this of states
+    that can be gigabytes), an older pickled one's from the whole file."""
+    if state_file.is_pickled(path):
+        return read_file(path)
+    return state_file.check_whole(path).to_dict()
+
+
 def other_run(path: Path, spec: RunSpec) -> str | None:
     """Why the state file at `path` is not of `spec`'s run (another run id, model shape or data
     digest, or unreadable), None if it is; remembered while the file is unchanged. A swarm
@@ -139,7 +148,7 @@ def other_run(path: Path, spec: RunSpec) -> str | None:
     key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns, run)
     if key not in _runs:
         try:
-            state = read_file(path)
+            state = _run_facts(path)
             problem = (
                 "not a p2ptrain stage checkpoint"
                 if state.get("format") not in KNOWN_FORMATS
@@ -147,6 +156,8 @@ def other_run(path: Path, spec: RunSpec) -> str | None:
             )
         except UserError as exc:
             problem = str(exc)
+        except OSError as exc:
+            problem = f"unreadable: {exc.strerror}"
         if len(_runs) > 1024:
             _runs.clear()
         _runs[key] = problem

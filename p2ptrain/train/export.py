@@ -250,13 +250,20 @@ def export_hf(spec: RunSpec, directory: Path, out: Path, step: int | None = None
     return merged
 
 
+def _umask() -> int:
+    """This process's umask (read by setting it back: the export is a CLI's one thread)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _write_new(path: Path, write: Callable[[str], object]) -> None:
     """Write `path` by `write` under a temporary name beside it, then rename it into place."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
         write(tmp)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep a shared model from its readers
+        os.chmod(tmp, 0o666 & ~_umask())  # as a plain new file's: mkstemp makes it 0600
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -21,6 +21,7 @@ train/checkpoint.py reads those, from our own disk.
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
 from pathlib import Path
@@ -143,6 +144,24 @@ def check(path: Path, max_tensors: int | None = None) -> StateMeta:
     if not isinstance(metadata, dict):
         raise WireError("malformed stage state: no metadata")
     return StateMeta.from_json(metadata.get(METADATA_KEY))
+
+
+def check_whole(path: Path) -> StateMeta:
+    """`check`, and the file's size is what its header's tensors need: the metadata of a state
+    that is whole as far as its length tells (a power cut's file is empty, zeroed or short),
+    without reading its tensors (a stage's state can be gigabytes); WireError otherwise."""
+    meta = check(path)
+    with open(path, "rb") as f:
+        (length,) = _HEADER_SIZE.unpack(f.read(_HEADER_SIZE.size))
+        header = json.loads(f.read(length))
+        size = os.fstat(f.fileno()).st_size
+    try:
+        ends = [t["data_offsets"][1] for n, t in header.items() if n != "__metadata__"]
+    except (TypeError, KeyError, IndexError):
+        raise WireError("malformed stage state: a tensor without its offsets") from None
+    if not all(type(end) is int for end in ends) or size != 8 + length + max(ends, default=0):
+        raise WireError(f"torn stage state: {size} bytes, not what its header's tensors need")
+    return meta
 
 
 def read(path: Path) -> dict[str, Any]:

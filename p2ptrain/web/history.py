@@ -113,6 +113,7 @@ class SwarmHistory:
         self._planner: str | None = None
         self._term = 0
         self._plan_key: tuple[int, int] | None = None
+        self._points_plan: tuple[int, int] | None = None  # the plan of the latest point
 
     def observe(self, status: SwarmStatus, wall: float) -> None:
         self._peer_events(status, wall)
@@ -137,7 +138,11 @@ class SwarmHistory:
         """A point each time the slowest replica's last stage reports a newer step: that step,
         the mean of the replicas' latest losses (peers gossip only their latest step, a second
         or so apart, so the replicas' reports are rarely of one step) and their summed
-        tokens/s. Nothing until every replica has reported."""
+        tokens/s. Nothing until every replica has reported.
+        Steps only grow within one plan: a lower one under a new plan starts afresh (steps
+        re-run after a re-plan), or one replica's lie of a huge step, its own word, would stop
+        the chart for the node's life (the run's `steps`, which would bound it, is not in the
+        status)."""
         plan = status.plan
         if plan is None:
             return
@@ -153,11 +158,16 @@ class SwarmHistory:
         if not reports or len(reports) < len(last):  # a plan of no pipeline too
             return
         step = min(m.step for m in reports if m.step is not None)
-        if self.points and step <= self.points[-1].step:
-            return  # nothing newer (or steps re-run after a re-plan)
+        key = (plan.term, plan.epoch)
+        if self.points and (
+            step == self.points[-1].step
+            or (step < self.points[-1].step and key == self._points_plan)
+        ):
+            return  # nothing newer
         loss = mean([m.loss for m in reports if m.loss is not None])
         tokens = clamped(sum(m.tokens_per_s or 0.0 for m in reports))
         self.points.append(Point(round(wall, 3), step, loss, tokens))
+        self._points_plan = key
 
     def _peer_events(self, status: SwarmStatus, wall: float) -> None:
         for peer in status.peers:

@@ -217,8 +217,11 @@ def test_what_a_node_waits_for() -> None:
     assert v.accept(feed("claim", A, {"term": 1}), 1.0) is None
     wait = waiting_for(v, 1.0)
     assert wait.kind == "measurements" and "3 of 3 links" in wait.text
-    # a newcomer to a run under way waits for a plan that places it, not for "the first plan"
+    # a newcomer to a run under way waits for a plan that places it, not for "the first plan";
+    # under way: most members report a step (one member's own word is not enough)
     v.members[B].metrics = PeerMetrics(step=1321)
+    assert waiting_for(v, 1.0).kind == "measurements"
+    v.members[A].metrics = PeerMetrics(step=1321)
     assert waiting_for(v, 1.0).text == f"a plan that places this peer ({A} is making it)"
     # a spare, a placed peer, a finished run
     v, _ = planned_view(placed=(A, B), spares=(ME,))

@@ -45,6 +45,16 @@ def test_a_large_state_over_a_slow_link_gets_the_time_its_transfer_takes() -> No
     assert ht.fetch_wait_s(BIG, _plan(4, 1.0)) == ht.MAX_HANDOVER_S - 30
 
 
+def test_a_members_crawling_links_do_not_stretch_the_transfer_time_unbounded() -> None:
+    """The plan's slowest link is whatever one member's link reports made it (1 bit/s at
+    least): the transfer time itself stays within the hour, not only the limits made of it."""
+    crawl = _plan(4, 1e-6)
+    assert ht.transfer_s(BIG, crawl) == ht.MAX_HANDOVER_S
+    assert ht.handover_limit_s(BIG, crawl) == ht.MAX_HANDOVER_S
+    assert ht.fetch_wait_s(BIG, crawl) == ht.MAX_HANDOVER_S - 30
+    assert ht.transfer_s(BIG, _plan(4, 50.0)) < ht.MAX_HANDOVER_S  # as before
+
+
 def test_the_supervisor_s_twin_constants_agree() -> None:
     assert settings.HANDOVER_LIMIT_S == ht.HANDOVER_BASE_S
     assert settings.MAX_HANDOVER_S == ht.MAX_HANDOVER_S

@@ -69,6 +69,23 @@ def test_a_point_when_the_slowest_replica_reports_a_newer_step() -> None:
     assert len(history.points) == 2
 
 
+def test_a_liars_huge_step_stops_the_chart_only_until_the_next_plan() -> None:
+    """Steps only grew: one replica's last stage saying step 10**15 dropped every later point
+    for the node's life."""
+    ids = peer_ids(4)  # one replica: its last stage, ids[3], is the step's only source
+    history = SwarmHistory()
+    history.observe(swarm(4, ids=ids, step=4), 1.0)
+    history.observe(_with_step(swarm(4, ids=ids, step=5), ids[3], 10**15, 4.0), 2.0)
+    history.observe(swarm(4, ids=ids, step=6), 3.0)  # the same plan: below the lie, dropped
+    assert [p.step for p in history.points] == [4, 10**15]
+    history.observe(swarm(4, ids=ids, step=7, epoch=2, reason="members"), 4.0)  # a new plan
+    history.observe(swarm(4, ids=ids, step=7, epoch=2, reason="members"), 5.0)  # nothing new
+    history.observe(swarm(4, ids=ids, step=8, epoch=2, reason="members"), 6.0)
+    assert [p.step for p in history.points] == [4, 10**15, 7, 8]
+    history.observe(swarm(4, ids=ids, step=6, epoch=2, reason="members"), 7.0)  # re-run, same plan
+    assert [p.step for p in history.points][-1] == 8
+
+
 def test_history_is_bounded() -> None:
     ids = peer_ids(4)
     history = SwarmHistory(max_points=3, max_events=5)

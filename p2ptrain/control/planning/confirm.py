@@ -10,23 +10,22 @@ control confirms: each new plan brings newly estimated links to confirm, and on 
 measurements (32 peers on one loaded machine) every confirmation priced the plan dearer, a
 re-plan every ~20 s.
 
-A confirmation also says how optimistic the planner's prediction was: a placement the search
-picked as the cheapest on noisy measurements is, by that choice, priced on the links that
-happened to measure fast (the winner's curse). `optimism` is the ratio the last confirmation
-found (measured price / predicted, at least 1; its excess halves every OPTIMISM_HALF_LIFE_S; a
-milder confirmation does not erase a worse one's faded ratio), whether the plan's links were
-measured or estimated when it was made: an estimated rate is the bottleneck of its ends' access
-capacities, each the fastest transfer its end saw, so estimates err fast, and a search favours
-the links that err most, as it favours links that measured fast by chance (counted only as far
-as the plan's links were measured, successive ratios of 3.9, 7.2 and 5.9 taught 2.4, 4.0 and
-3.8, and the 32 peers still switched every minute). And
-the planner's drift path discounts a fresh placement's predicted cost by it before it may replace
-the current plan, which is priced on its own measured links. On 32 peers on one loaded machine a
-plan's links, probed all at once right after it, priced it ~10x its prediction, and a fresh search
-always "beat" it: a drift re-plan every minute, for ever (each a restart of every session). Where
-predictions hold (the WAN testbed, a swarm that measures every link) the ratio is ~1 or never
-measured, and nothing changes. Pure, and plain Python: the price itself is the planning child's
-(numbers.py); this decides when to ask for it and what it says.
+A confirmation also says how optimistic the planner's prediction was: a placement the search picked
+as the cheapest on noisy measurements is, by that choice, priced on the links that happened to
+measure fast (the winner's curse). `optimism` is the ratio the last confirmation found (measured
+price / predicted, within [1, MAX_OPTIMISM]; its excess halves every OPTIMISM_HALF_LIFE_S; a milder
+confirmation does not erase a worse one's faded ratio), whether the plan's links were measured or
+estimated when it was made: an estimated rate is the bottleneck of its ends' access capacities,
+each the fastest transfer its end saw, so estimates err fast, and a search favours the links that
+err most, as it favours links that measured fast by chance (counted only as far as the plan's links
+were measured, successive ratios of 3.9, 7.2 and 5.9 taught 2.4, 4.0 and 3.8, and the 32 peers
+still switched every minute). And the planner's drift path discounts a fresh placement's predicted
+cost by it before it may replace the current plan, which is priced on its own measured links. On 32
+peers on one loaded machine a plan's links, probed all at once right after it, priced it ~10x its
+prediction, and a fresh search always "beat" it: a drift re-plan every minute, for ever (each a
+restart of every session). Where predictions hold (the WAN testbed, a swarm that measures every
+link) the ratio is ~1 or never measured, and nothing changes. Pure, and plain Python: the price
+itself is the planning child's (numbers.py); this decides when to ask for it and what it says.
 """
 
 from __future__ import annotations
@@ -44,6 +43,10 @@ CONFIRM_WAIT_S = 30.0
 REPLAN_IF_WORSE = 1.10
 MAX_CONFIRM_ROUNDS = 3
 OPTIMISM_HALF_LIFE_S = 600.0  # evidence fades: a quieter network lets fresh searches win again
+# the most one confirmation may teach: above the worst honest ratio seen (10.8, 32 peers on one
+# loaded machine), and a plan member's pessimistic link reports (a ratio of 1e6, which would
+# discount every drift candidate for hours) fade from it to under 2 in four half-lives
+MAX_OPTIMISM = 16.0
 
 
 class PlanConfirmation:
@@ -126,7 +129,10 @@ class PlanConfirmation:
             # the worst miss still counts, fading: on 32 peers on one machine the ratios of
             # successive plans ran 10.8, 1.9, 2.2, and each milder one, had it replaced the
             # worse, let the next fresh search "beat" the standing plan again (a switch a minute)
-            self._optimism = max(self.optimism(now), cost_s / plan.cost_s)
+            # within [1, MAX_OPTIMISM] (a NaN teaches nothing): the ratio rests on the links
+            # the plan's members report, a liar's among them
+            ratio = min(MAX_OPTIMISM, max(1.0, cost_s / plan.cost_s))
+            self._optimism = max(self.optimism(now), ratio)
             self._optimism_at = now
         log.info(
             "plan term %d epoch %d priced on its measured links (%d still estimated): %.3f s "

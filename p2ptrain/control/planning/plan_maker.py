@@ -343,7 +343,8 @@ class PlanMaker:
         assert self.view.run is not None
         roles = roles_of(self.view, members)
         coords = self.view.links.estimate.coordinates_of(self.view.self_id, now)
-        saved = saved_states(self.view, members)
+        # the states' holders matter to a swarm's first plan only (stale once the run trains)
+        saved = None if self.view.members.run_under_way() else saved_states(self.view, members)
         gaps = first_plan_gaps(
             members, roles, data_addrs, links, measured, self.view.run, private, coords, saved
         )

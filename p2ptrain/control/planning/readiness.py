@@ -94,40 +94,41 @@ def saved_gaps(
     trainers: Sequence[str], saved: Mapping[str, tuple[SavedStage, ...] | None], run: RunSpec
 ) -> list[str]:
     """What a restarted swarm's first plan (resume = "latest") still lacks of the run's saved
-    states: every trainer's word on the states it holds, then the holders of the blocks that
-    the run's newest lineage saved (its recent states) and no member names: a first plan made
-    without them starts those blocks from initial weights, and the holder's state, once it
-    joins, is not used (worker/resume/adopt.py adopts once). Empty for a run that saved none."""
+    states: every trainer's word on the states it holds, then the holders of the blocks that no
+    member's recent state holds (within RECENT_INTERVALS checkpoint intervals of the newest, of
+    any lineage): a first plan made without them starts those blocks from initial weights, and
+    the holder's state, once it joins, is not used (worker/resume/adopt.py adopts once). Empty
+    for a run that saved none."""
     if run.checkpoint.resume != "latest":
         return []
     unsaid = [peer for peer in trainers if saved.get(peer) is None]
     if unsaid:
         return [f"{len(unsaid)} trainer(s)' saved states"]
-    states = [state for peer in trainers for state in saved.get(peer) or ()]
+    n_layer = run.model.n_layer  # a state past the model is no state of this run
+    states = [s for peer in trainers for s in saved.get(peer) or () if s.end <= n_layer]
     if not states:
         return []
     newest = max(states, key=lambda state: state.step)
     interval = run.checkpoint.checkpoint_interval
     oldest = newest.step - RECENT_INTERVALS * interval if interval else 0
-    covered: set[int] = set()
-    for state in states:
-        if state.lineage == newest.lineage and state.step >= oldest:
-            covered.update(range(state.first, state.end))
-    missing = [block for block in range(run.model.n_layer) if block not in covered]
+    # any lineage's recent state counts: a new term starts a new lineage id, and a stage killed
+    # before its first save under it holds its ancestor's (an older swarm's are older still)
+    covered = sorted((state.first, state.end) for state in states if state.step >= oldest)
+    missing = _gaps(covered, n_layer)  # intervals, not blocks: a record names 64 of up to 10^6
     if not missing:
         return []
-    return [f"the holder of blocks {_spans(missing)} (the run's states reach step {newest.step})"]
+    spans = ", ".join(f"{a}-{b - 1}" if b - a > 1 else f"{a}" for a, b in missing)
+    return [f"the holder of blocks {spans} (the run's states reach step {newest.step})"]
 
 
-def _spans(blocks: Sequence[int]) -> str:
-    """[0, 1, 2, 5] -> "0-2, 5"."""
-    spans: list[list[int]] = []
-    for block in blocks:
-        if spans and block == spans[-1][1] + 1:
-            spans[-1][1] = block
-        else:
-            spans.append([block, block])
-    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans)
+def _gaps(covered: Sequence[tuple[int, int]], n_layer: int) -> list[tuple[int, int]]:
+    """The block ranges [a, b) of [0, n_layer) that the sorted ranges `covered` leave out."""
+    gaps, reached = [], 0
+    for first, end in covered:
+        if first > reached:
+            gaps.append((reached, first))
+        reached = max(reached, end)
+    return gaps + ([(reached, n_layer)] if reached < n_layer else [])
 
 
 # at least this many measured round trips per placed member, all near, make a LAN

@@ -24,10 +24,8 @@ fetch, of one earlier lineage (states of two lineages are two trainings: never m
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import struct
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -112,21 +110,16 @@ def intact(path: Path) -> bool:
     if key not in _intact:
         if len(_intact) > 1024:
             _intact.clear()
-        _intact[key] = _whole(path, stat.st_size)
+        _intact[key] = _whole(path)
     return _intact[key]
 
 
-def _whole(path: Path, size: int) -> bool:
+def _whole(path: Path) -> bool:
     try:
-        if state_file.is_pickled(path):
-            return True
-        state_file.check(path)  # its header is bounded, JSON, with our metadata
-        with open(path, "rb") as f:
-            (length,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(length))
-        ends = [t["data_offsets"][1] for n, t in header.items() if n != "__metadata__"]
-        return all(isinstance(e, int) for e in ends) and size == 8 + length + max(ends, default=0)
-    except (OSError, WireError, ValueError, TypeError, KeyError, IndexError, RecursionError):
+        if not state_file.is_pickled(path):  # only loading reads those
+            state_file.check_whole(path)
+        return True
+    except (OSError, WireError):
         return False
 
 

@@ -18,10 +18,11 @@ client retries until its deadline.
 Bounds (docs/security.md, attack 8): both sides refuse a state larger than the stage's expected
 size (its weights and AdamW's two moments, with a margin: train/checkpoint.py
 `expected_state_bytes`), and both give up after a deadline derived from that size and the plan's
-network facts (`transfer_deadline_s`). The client (worker/resume/state_fetch.py) writes to a temporary file, hashes the bytes as
-they arrive and renames the file into place only if their sha256 is the digest the plan's
-members agreed on (worker/resume/start_step.py), never a digest the server names. The file is then
-validated like any checkpoint when loaded (format, run, model shape, layers, every tensor).
+network facts (`transfer_deadline_s`, MAX_TRANSFER_S at most). The client
+(worker/resume/state_fetch.py) writes to a temporary file, hashes the bytes as they arrive and
+renames the file into place only if their sha256 is the digest the plan's members agreed on
+(worker/resume/start_step.py), never a digest the server names. The file is then validated like any
+checkpoint when loaded (format, run, model shape, layers, every tensor).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from p2ptrain.errors import WireError
 from p2ptrain.records import LinkFacts, NetworkFacts, Plan, RunSpec
 from p2ptrain.records import fields as f
+from p2ptrain.schedule.handover_time import MAX_HANDOVER_S
 from p2ptrain.train import state_file
 from p2ptrain.train.checkpoint import (
     expected_state_bytes,
@@ -67,6 +69,11 @@ CHUNK_BYTES = 1024 * 1024
 REQUEST_TIMEOUT_S = 10.0  # for the few bytes of a request, on top of the plan's round trip
 LOCAL_RATE_MBPS = 100.0  # a plan without network facts was made for a LAN (or loopback)
 LOCAL_RTT_S = 0.05
+# the longest a transfer may take, whatever the plan says of its links: a plan's slowest link is
+# whatever one member's link reports made it (rates down to 1 bit/s: a 100 MB state would get
+# weeks, a stream slot and a fetch held all along), and a stage that cannot move within the
+# hand-over's hour is lost at a hand-over anyway (schedule/handover_time.py)
+MAX_TRANSFER_S = MAX_HANDOVER_S
 # a state is a few files per plan change per peer: more at once is a flood (each costs a full
 # upload), so the server holds few; a client told BUSY retries after a pause until its deadline
 MAX_SERVING_PER_PEER = 2
@@ -145,12 +152,13 @@ def transfer_deadline_s(size_bytes: int, links: NetworkFacts | LinkFacts | None)
     """How long moving `size_bytes` may take over `links`: the link to the peer as the plan
     states it (`Plan.link_facts`: its stage group's when the peer holds our stage), or the
     plan's slowest link (NetworkFacts: any peer); twice the time at the rate, a few round
-    trips and a constant for the disk (cf. worker/averaging/stage_averager.py)."""
+    trips and a constant for the disk (cf. worker/averaging/stage_averager.py); MAX_TRANSFER_S
+    at most."""
     if isinstance(links, NetworkFacts):
         links = links.swarm
     rate_mbps = LOCAL_RATE_MBPS if links is None else links.rate_mbps
     rtt_s = LOCAL_RTT_S if links is None else links.rtt_s
-    return 10.0 + 4 * rtt_s + 2 * size_bytes * 8 / (rate_mbps * 1e6)
+    return min(MAX_TRANSFER_S, 10.0 + 4 * rtt_s + 2 * size_bytes * 8 / (rate_mbps * 1e6))
 
 
 class StateServer:

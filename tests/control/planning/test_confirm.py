@@ -10,6 +10,7 @@ from p2ptrain.control.links import Link
 from p2ptrain.control.planning.confirm import (
     CONFIRM_WAIT_S,
     MAX_CONFIRM_ROUNDS,
+    MAX_OPTIMISM,
     OPTIMISM_HALF_LIFE_S,
     PlanConfirmation,
 )
@@ -183,7 +184,25 @@ def test_a_plan_made_on_estimates_teaches_optimism_too() -> None:
     assert worse(confirmation, 2.0, plan, slow)  # re-planned ...
     priced = placement_cost(estimate(slow).matrices, PIPELINES, RUN)
     assert priced is not None
-    assert confirmation.optimism(2.0) == pytest.approx(priced / plan.cost_s)  # ... discounted
+    assert priced / plan.cost_s > MAX_OPTIMISM  # 400 ms and 5 Mbit/s links: ~160 times
+    assert confirmation.optimism(2.0) == MAX_OPTIMISM  # ... discounted, within bounds
+
+
+def test_a_members_pessimistic_links_teach_at_most_max_optimism() -> None:
+    """A plan member's links reported a million times slower priced the plan 1e6 times its
+    prediction: every drift candidate counted that many times, for hours of fading."""
+    confirmation = PlanConfirmation()
+    plan = Plan(1, 1, PEERS[0], 2, PIPELINES, (), {}, 2.0)
+    confirmation.judge(0.0, plan, 2e6)
+    assert confirmation.optimism(0.0) == MAX_OPTIMISM
+    assert confirmation.optimism(4 * OPTIMISM_HALF_LIFE_S) < 2.0
+    for nonsense in (float("nan"), 0.0, 1e-9):  # nothing, or cheaper than predicted: 1
+        fresh = PlanConfirmation()
+        fresh.judge(0.0, plan, nonsense)
+        assert fresh.optimism(0.0) == 1.0
+    fresh = PlanConfirmation()
+    fresh.judge(0.0, plan, float("inf"))
+    assert fresh.optimism(0.0) == MAX_OPTIMISM
 
 
 def test_a_full_mesh_swarm_learns_no_optimism() -> None:

@@ -62,9 +62,12 @@ def test_a_restart_waits_for_the_holder_of_blocks_no_member_saved() -> None:
     assert gaps({"a": (_saved(0, 4, 100),), "b": (_saved(0, 8, 20),)}) == [
         "the holder of blocks 4-7 (the run's states reach step 100)"
     ]
-    # nor is another lineage's state
-    other = _saved(4, 8, 100, "fedcba9876543210")
-    assert gaps({"a": (_saved(0, 4, 100),), "b": (other,)}) == [
+    # another lineage's recent state counts (a new term is a new lineage id: a stage killed
+    # before its first save under it holds the one before); an old one does not
+    ancestor = _saved(4, 8, 85, "fedcba9876543210")
+    assert gaps({"a": (_saved(0, 4, 100),), "b": (ancestor,)}) == []
+    old = _saved(4, 8, 50, "fedcba9876543210")
+    assert gaps({"a": (_saved(0, 4, 100),), "b": (old,)}) == [
         "the holder of blocks 4-7 (the run's states reach step 100)"
     ]
     # resume = "never" starts from initial weights: nothing to wait for
@@ -81,3 +84,15 @@ def test_saved_gaps_name_the_missing_blocks_as_spans() -> None:
     assert saved_gaps(["a"], saved, run) == [
         "the holder of blocks 0, 3-4, 6-7 (the run's states reach step 50)"
     ]
+
+
+def test_saved_states_past_the_model_count_for_nothing() -> None:
+    """A record may name 64 states of up to 10^6 blocks: those past the run's model are no
+    state of it (and the gaps are worked out on ranges, never block by block)."""
+    run = RUN.replace(n_layer=8, stages=2, checkpoint_interval=20)
+    huge = tuple(_saved(0, 10**6, 10**9 + n, f"{n:016x}") for n in range(64))
+    saved: dict[str, tuple[SavedStage, ...] | None] = {"a": (_saved(0, 4, 100),), "liar": huge}
+    assert saved_gaps(["a", "liar"], saved, run) == [
+        "the holder of blocks 4-7 (the run's states reach step 100)"
+    ]
+    assert saved_gaps(["liar"], {"liar": huge}, run) == []  # nothing of this run saved

@@ -18,6 +18,7 @@ import torch
 
 from p2ptrain.errors import WireError
 from p2ptrain.records import NetworkFacts, RunSpec
+from p2ptrain.schedule.handover_time import MAX_HANDOVER_S
 from p2ptrain.train import checkpoint_read, state_file
 from p2ptrain.train.checkpoint import (
     expected_state_bytes,
@@ -33,6 +34,7 @@ from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.resume.state_fetch import receive_state
 from p2ptrain.worker.resume.state_transfer import (
     FOUND,
+    MAX_TRANSFER_S,
     REQUEST_LEN,
     SIZE,
     StateServer,
@@ -121,6 +123,16 @@ def test_the_deadline_grows_with_the_size_and_the_slowness_of_the_plan() -> None
     assert transfer_deadline_s(10**9, slow) > transfer_deadline_s(10**9, fast)
     assert transfer_deadline_s(10**9, slow) > transfer_deadline_s(10**6, slow)
     assert transfer_deadline_s(10**9, slow) >= 2 * 10**9 * 8 / 10e6  # twice the time at rate
+
+
+def test_the_deadline_is_capped_whatever_a_members_links_say() -> None:
+    """A plan's slowest link is whatever one member's reports made it: at 1 kbit/s a 100 MB
+    state got ~18 days, a stream slot and a fetch held all along."""
+    crawl = NetworkFacts(max_rtt_s=600.0, min_rate_mbps=1e-3)
+    assert transfer_deadline_s(10**8, crawl) == MAX_TRANSFER_S == MAX_HANDOVER_S
+    assert transfer_deadline_s(10**8, NetworkFacts(600.0, 1e-6)) == MAX_TRANSFER_S
+    assert transfer_deadline_s(10**8, crawl.swarm) == MAX_TRANSFER_S  # one link's facts alike
+    assert transfer_deadline_s(10**6, None) < MAX_TRANSFER_S  # a LAN's: as before
 
 
 def _state_bytes(tmp_path: Path) -> bytes:

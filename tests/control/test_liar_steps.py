@@ -1,0 +1,90 @@
+"""A member's step is its own word: one liar's step neither freezes the planner's switching near
+a run's end it made up (control/run_end.py: steps_left) nor skips the first plan's min_peers
+gate (control/membership.py: run_under_way). Pure rules, a fake clock."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import trio
+
+from p2ptrain.control.membership import Member, Membership
+from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S, PlanMaker, min_steps_to_switch
+from p2ptrain.control.run_end import steps_left
+from p2ptrain.records import PeerMetrics, PeerRecord, Plan, RunSpec
+from tests.control.test_run_end import RUN, planner_of, step
+from tests.control.test_view import ME, A, B, C, make_view
+
+LIAR = "Llll"
+SPARE = "Ssss"
+PLAN = Plan(1, 1, A, 1, ((A,), (B,), (C,)), (SPARE,), {}, 1.0)
+
+
+def member(reported: int | None, role: str = "trainer") -> Member:
+    metrics = None if reported is None else PeerMetrics(step=reported)
+    return Member(PeerRecord((), role, True, "0", {}), 0.0, metrics)
+
+
+def members(steps: Mapping[str, int | None]) -> Membership:
+    table = Membership()
+    for peer, reported in steps.items():
+        table[peer] = member(reported)
+    return table
+
+
+def test_steps_left_counts_the_placed_peers_low_median_within_the_run() -> None:
+    run = RUN.replace(steps=1000)  # last step 999
+    honest = {A: 100, B: 101, C: 99}
+    assert steps_left(members(honest), run, PLAN) == 999 - 100
+    assert steps_left(members({}), run, PLAN) is None
+    assert steps_left(members({A: None, SPARE: 500}), run, PLAN) is None  # a spare's word: none
+    # a spare's huge step, one placed liar near the end, another past it: the honest median
+    lying = {**honest, SPARE: 10**15, B: 998}
+    assert steps_left(members(lying), run, PLAN) == 999 - 100
+    assert steps_left(members({**honest, C: 10**15}), run, PLAN) == 999 - 100
+    assert steps_left(members({A: 100, B: 998}), run, PLAN) == 999 - 100  # low median of two
+    assert steps_left(members({A: 999, B: 998, C: 100}), run, PLAN) == 1  # most say the end
+
+
+def test_a_liars_step_keeps_the_planners_switching_open() -> None:
+    """A spare's step 10**15 (or a placed peer's steps - 2) made every drift, compute or
+    confirmation switch of the plan "too near the run's end"."""
+    from p2ptrain.control.planning.placement import Placement
+
+    run = RUN.replace(steps=1000)
+    view, _ = make_view(me=ME, peers=())
+    for peer, reported in {A: 100, B: 998, C: 101, SPARE: 10**15}.items():
+        view.members[peer] = member(reported)
+    maker = PlanMaker(view, ME)
+    left = steps_left(view.members, run, PLAN)
+    assert left is not None and left > min_steps_to_switch(run)
+    faster = Placement(1, ((A,), (C,), (B,)), (SPARE,), 0.1)
+    assert maker._pays_to_switch(faster, PLAN, 1.0, run)
+
+
+def test_one_members_step_does_not_put_the_run_under_way() -> None:
+    table = members({A: None, B: None, LIAR: 0})
+    assert not table.run_under_way()  # one of three
+    table[B] = member(1320)
+    assert table.run_under_way()  # most members train
+    table["Oooo"] = member(None, role="bootstrap")  # not a member a plan may place
+    assert table.run_under_way()
+    assert members({B: 1320}).run_under_way()  # a restarted planner among trainers
+    assert not Membership().run_under_way()
+
+
+def test_a_liars_step_0_does_not_skip_the_first_plans_min_peers() -> None:
+    """One member's "step 0" before any plan let the planner plan 3 peers of min_peers 4."""
+    v, feed, _, tick = planner_of((B, C))
+    v.run = RunSpec.replace(RUN, min_peers=4)
+
+    async def scenario() -> list[bool]:
+        waited = await tick(1.0)  # a fresh run: 3 of 4
+        assert v.accept(feed("telemetry", B, step(0)), 1.1) is None
+        lied = await tick(1.2 + PLAN_DEBOUNCE_S + 0.1)
+        assert v.accept(feed("telemetry", C, step(1320)), 5.0) is None  # both train: under way
+        await tick(5.1)
+        return [waited, lied, await tick(5.2 + PLAN_DEBOUNCE_S + 0.1)]
+
+    assert trio.run(scenario) == [False, False, True]
+    assert v.plan is not None and v.plan.peers() == {A, B, C}
