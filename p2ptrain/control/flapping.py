@@ -11,7 +11,8 @@ with its recent leaves (`rejoin_s`):
 - the n-th return within the member's memory waits REJOIN_S x 2^(n - 2), at most MAX_REJOIN_S;
 - its count of leaves drops by one for each FLAP_DECAY_S since its last leave, so an honest
   member's past is forgotten, and a flapper at the cap makes two plans per MAX_REJOIN_S at most.
-A member never in the set before (a join) counts at once; our own node is never damped: its
+A member never in the set before (a join) counts at once, and so does one the current plan still
+names (a blip within the debounce changed no plan); our own node is never damped: its
 health is this node's own verdict (control/health.py), not a claim. Leaves are seen when the set
 is asked for (the planner's tick, among others): a flip between two asks changed no plan either.
 Pure, the clock passed in.
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Container
 from dataclasses import dataclass
+
+from p2ptrain.records import Plan
 
 REJOIN_S = 15.0  # the back-off of a second return within FLAP_DECAY_S
 MAX_DOUBLINGS = 5
@@ -60,9 +63,13 @@ class Flapping:
         self._present: set[str] = set()  # the set as last seen, before the back-offs
         self._now = float("-inf")
 
-    def admit(self, peers: list[str], now: float, known: Container[str]) -> list[str]:
+    def admit(
+        self, peers: list[str], now: float, known: Container[str], plan: Plan | None = None
+    ) -> list[str]:
         """`peers` (the live, healthy members now) less those still in their back-off, in
-        order. `known`: the members; what is kept of any other is forgotten."""
+        order. `known`: the members; what is kept of any other is forgotten. A member `plan`
+        names is never held back: back within the debounce, it costs no plan at all (held
+        back, a blip cost two, and a lone holder's steps since its last save)."""
         now = self._now = max(now, self._now)  # callers' clocks may be a moment apart
         present = set(peers) - {self.self_id}
         for peer in self._present - present:  # gone: at once, one more leave
@@ -78,7 +85,8 @@ class Flapping:
             for peer, flaps in self.flaps.items()
             if peer in known and flaps.count_at(now) > 0
         }
-        return [peer for peer in peers if self.counts(peer, now)]
+        named = plan.peers() if plan is not None else set()
+        return [peer for peer in peers if peer in named or self.counts(peer, now)]
 
     def counts(self, peer: str, now: float) -> bool:
         """Is `peer`, in the set when last seen, past its back-off at `now`?"""

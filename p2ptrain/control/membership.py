@@ -143,17 +143,16 @@ class Membership(MutableMapping[str, Member]):
         return member is not None and (member.health is None or member.health.ok)
 
     def run_under_way(self) -> bool:
-        """Do most members that may be placed report a trained step? Then the run's
-        `min_peers`, which gates its first plan, gates no new planner's (a restarted one holds
-        no plan and waited for the full swarm again, hundreds of steps in).
-        Most, not one: a step is a member's own word (its metrics carry no plan it was placed
-        in), and one member's "step 0" skipped the gate before any plan. Liars skip it only as
-        a majority of the others. Spares and newcomers count against it: among more of them
-        than trainers a restarted planner waits for `min_peers` as before (they count towards
-        it, so it seldom waits long)."""
+        """Do two members report a trained step (the only one, in a swarm of one)? Then the
+        run's `min_peers`, which gates its first plan, gates no new planner's (a restarted one
+        holds no plan and waited for the full swarm again, hundreds of steps in). Two, not
+        one: a step is a member's own word (its metrics carry no plan it was placed in), and
+        one member's "step 0" skipped the gate before any plan. Not most of the members:
+        control-only ones and spares never report a step, and a swarm that churned below
+        `min_peers` would never be planned again."""
         placeable = [m for m in self.values() if m.record.role in MEMBER_ROLES]
         reporting = sum(m.metrics is not None and m.metrics.step is not None for m in placeable)
-        return 2 * reporting > len(placeable)
+        return reporting >= min(2, len(placeable)) > 0
 
     def role_of(self, peer: str) -> str | None:
         member = self._by_peer.get(peer)

@@ -139,15 +139,22 @@ def steps_left(members: Mapping[str, Member], run: RunSpec, plan: Plan) -> int |
     """Steps of the run after the one the peers `plan` places reported, their low median
     (`members`: the view's Members, each with its latest metrics); None: none reported yet.
     The planner switches no placement near the run's end (control/planning/plan_maker.py), so
-    one peer's word must not say the end is near: a spare's, or a step past the run's last,
-    does not count, and a placed liar moves the low median only with a majority behind it."""
+    one peer's word must not say the end is near: a spare's, a step past the run's last, or one
+    reported at another place (a stale report of an earlier plan) does not count, and a placed
+    liar moves the low median only with a majority behind it."""
     last = run.optim.steps - 1
+    places = {
+        peer: (stage, replica)
+        for replica, pipeline in enumerate(plan.pipelines)
+        for stage, peer in enumerate(pipeline)
+    }
     reported = sorted(
         metrics.step
-        for peer in placed_peers(plan)
+        for peer, place in places.items()
         if peer in members
         and (metrics := members[peer].metrics) is not None
         and metrics.step is not None
         and metrics.step <= last
+        and (metrics.stage is None or (metrics.stage, metrics.replica) == place)
     )
     return last - reported[(len(reported) - 1) // 2] if reported else None

@@ -143,7 +143,7 @@ class SwarmView:
         data-plane address, and a plan placing one stalls every worker."""
         healthy = [p for p in self.live_members(now) if self.is_healthy(p)]
         trainers = [p for p in healthy if self._role_of(p) == "trainer"]
-        return self.flapping.admit(trainers or healthy, now, self.members)
+        return self.flapping.admit(trainers or healthy, now, self.members, self.plan)
 
     def _role_of(self, peer: str) -> str | None:
         return self.role if peer == self.self_id else self.members.role_of(peer)

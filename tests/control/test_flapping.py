@@ -16,7 +16,7 @@ from p2ptrain.control.flapping import (
     rejoin_s,
 )
 from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S, PlanMaker
-from p2ptrain.records import RunSpec
+from p2ptrain.records import Plan, RunSpec
 from tests.control.test_view import ME, A, B, C, make_view, record
 
 SICK = {"links": {}, "health": {"ok": False, "reason": "the worker is silent for 61 s"}}
@@ -44,6 +44,18 @@ def test_a_join_and_a_first_return_count_at_once_a_second_after_its_back_off() -
     assert damper.admit([A, B, ME], 5.0, known) == [A, ME]  # back again: it waits
     assert damper.admit([A, B, ME], 5.0 + REJOIN_S - 0.1, known) == [A, ME]
     assert damper.admit([A, B, ME], 5.0 + REJOIN_S, known) == [A, B, ME]
+
+
+def test_a_member_the_plan_names_is_never_held_back() -> None:
+    """A placed member that misses its liveness window for a second, a second time: back within
+    the debounce it must change no plan (held back 15 s, it cost two re-plans)."""
+    damper, known = Flapping(ME), {A, B}
+    plan = Plan(1, 1, ME, 1, ((ME,), (B,)), (A,), {}, 1.0)
+    damper.admit([A, B, ME], 0.0, known, plan)
+    for t in (10.0, 20.0, 30.0):
+        assert damper.admit([A, ME], t, known, plan) == [A, ME]  # gone: at once
+        assert damper.admit([A, B, ME], t + 1, known, plan) == [A, B, ME]  # named: back at once
+    assert damper.admit([A, B, ME], 32.0, known) == [A, ME]  # a plan without it: the back-off
 
 
 def test_a_member_back_after_a_long_absence_counts_at_once() -> None:

@@ -44,6 +44,15 @@ def test_steps_left_counts_the_placed_peers_low_median_within_the_run() -> None:
     assert steps_left(members({**honest, C: 10**15}), run, PLAN) == 999 - 100
     assert steps_left(members({A: 100, B: 998}), run, PLAN) == 999 - 100  # low median of two
     assert steps_left(members({A: 999, B: 998, C: 100}), run, PLAN) == 1  # most say the end
+    # a report made at another place (an earlier plan's: a spare since placed) does not count
+    stale = members(honest)
+    stale[C] = Member(PeerRecord((), "trainer", True, "0", {}), 0.0, PeerMetrics(step=990, stage=1))
+    assert steps_left(stale, run, PLAN) == 999 - 100  # of A's 100 and B's 101 (with it: 101)
+    placed = members(honest)
+    placed[C] = Member(
+        PeerRecord((), "trainer", True, "0", {}), 0.0, PeerMetrics(step=990, stage=0, replica=2)
+    )
+    assert steps_left(placed, run, PLAN) == 999 - 101  # at its place: it counts
 
 
 def test_a_liars_step_keeps_the_planners_switching_open() -> None:
@@ -70,6 +79,11 @@ def test_one_members_step_does_not_put_the_run_under_way() -> None:
     table["Oooo"] = member(None, role="bootstrap")  # not a member a plan may place
     assert table.run_under_way()
     assert members({B: 1320}).run_under_way()  # a restarted planner among trainers
+    # members that never report a step (control-only ones, spares) do not hold it back
+    table = members({A: 500, B: 500})
+    for quiet in ("Cccc", "Dddd", "Eeee", "Ffff"):
+        table[quiet] = member(None, role="control-only")
+    assert table.run_under_way()
     assert not Membership().run_under_way()
 
 

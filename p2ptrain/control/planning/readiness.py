@@ -94,11 +94,12 @@ def saved_gaps(
     trainers: Sequence[str], saved: Mapping[str, tuple[SavedStage, ...] | None], run: RunSpec
 ) -> list[str]:
     """What a restarted swarm's first plan (resume = "latest") still lacks of the run's saved
-    states: every trainer's word on the states it holds, then the holders of the blocks that no
-    member's recent state holds (within RECENT_INTERVALS checkpoint intervals of the newest, of
-    any lineage): a first plan made without them starts those blocks from initial weights, and
-    the holder's state, once it joins, is not used (worker/resume/adopt.py adopts once). Empty
-    for a run that saved none."""
+    states: every trainer's word on the states it holds, then, unless one lineage's recent
+    states (within RECENT_INTERVALS checkpoint intervals of the newest) hold every block, the
+    holders of the blocks the newest lineage's lack: a restarted swarm adopts one lineage
+    (worker/resume/adopt.py), once, so a plan made without them starts those blocks from
+    initial weights, and the holder's state, once it joins, is not used. Empty for a run that
+    saved none."""
     if run.checkpoint.resume != "latest":
         return []
     unsaid = [peer for peer in trainers if saved.get(peer) is None]
@@ -111,12 +112,16 @@ def saved_gaps(
     newest = max(states, key=lambda state: state.step)
     interval = run.checkpoint.checkpoint_interval
     oldest = newest.step - RECENT_INTERVALS * interval if interval else 0
-    # any lineage's recent state counts: a new term starts a new lineage id, and a stage killed
-    # before its first save under it holds its ancestor's (an older swarm's are older still)
-    covered = sorted((state.first, state.end) for state in states if state.step >= oldest)
-    missing = _gaps(covered, n_layer)  # intervals, not blocks: a record names 64 of up to 10^6
-    if not missing:
+    # any lineage complete in its recent states will do: a new term starts a new lineage id,
+    # and a stage killed before its first save under it holds only its ancestor's
+    recent: dict[str, list[tuple[int, int]]] = {}
+    for state in states:
+        if state.step >= oldest:
+            recent.setdefault(state.lineage, []).append((state.first, state.end))
+    # ranges, not blocks: a record names 64 of up to 10^6
+    if any(not _gaps(sorted(ranges), n_layer) for ranges in recent.values()):
         return []
+    missing = _gaps(sorted(recent[newest.lineage]), n_layer)
     spans = ", ".join(f"{a}-{b - 1}" if b - a > 1 else f"{a}" for a, b in missing)
     return [f"the holder of blocks {spans} (the run's states reach step {newest.step})"]
 

@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any
 from p2ptrain.errors import WireError
 from p2ptrain.records import LinkFacts, NetworkFacts, Plan, RunSpec
 from p2ptrain.records import fields as f
-from p2ptrain.schedule.handover_time import MAX_HANDOVER_S
 from p2ptrain.train import state_file
 from p2ptrain.train.checkpoint import (
     expected_state_bytes,
@@ -69,11 +68,13 @@ CHUNK_BYTES = 1024 * 1024
 REQUEST_TIMEOUT_S = 10.0  # for the few bytes of a request, on top of the plan's round trip
 LOCAL_RATE_MBPS = 100.0  # a plan without network facts was made for a LAN (or loopback)
 LOCAL_RTT_S = 0.05
-# the longest a transfer may take, whatever the plan says of its links: a plan's slowest link is
-# whatever one member's link reports made it (rates down to 1 bit/s: a 100 MB state would get
-# weeks, a stream slot and a fetch held all along), and a stage that cannot move within the
-# hand-over's hour is lost at a hand-over anyway (schedule/handover_time.py)
-MAX_TRANSFER_S = MAX_HANDOVER_S
+# what a transfer's deadline takes of the plan's links at worst: a plan's slowest link is
+# whatever one member's link reports made it (rates down to 1 bit/s: a 100 MB state got weeks,
+# a stream slot and a fetch held all along); the floor is a slow volunteer uplink's, so an
+# honest state still gets the time it needs, up to MAX_TRANSFER_S (10 GB at 4 Mbit/s)
+MIN_TRANSFER_RATE_MBPS = 1.0
+MAX_TRANSFER_RTT_S = 5.0
+MAX_TRANSFER_S = 12 * 3600.0
 # a state is a few files per plan change per peer: more at once is a flood (each costs a full
 # upload), so the server holds few; a client told BUSY retries after a pause until its deadline
 MAX_SERVING_PER_PEER = 2
@@ -152,12 +153,13 @@ def transfer_deadline_s(size_bytes: int, links: NetworkFacts | LinkFacts | None)
     """How long moving `size_bytes` may take over `links`: the link to the peer as the plan
     states it (`Plan.link_facts`: its stage group's when the peer holds our stage), or the
     plan's slowest link (NetworkFacts: any peer); twice the time at the rate, a few round
-    trips and a constant for the disk (cf. worker/averaging/stage_averager.py); MAX_TRANSFER_S
-    at most."""
+    trips and a constant for the disk (cf. worker/averaging/stage_averager.py); the rate taken
+    at MIN_TRANSFER_RATE_MBPS at least, the round trip at MAX_TRANSFER_RTT_S at most, the whole
+    at MAX_TRANSFER_S at most."""
     if isinstance(links, NetworkFacts):
         links = links.swarm
-    rate_mbps = LOCAL_RATE_MBPS if links is None else links.rate_mbps
-    rtt_s = LOCAL_RTT_S if links is None else links.rtt_s
+    rate_mbps = LOCAL_RATE_MBPS if links is None else max(links.rate_mbps, MIN_TRANSFER_RATE_MBPS)
+    rtt_s = LOCAL_RTT_S if links is None else min(links.rtt_s, MAX_TRANSFER_RTT_S)
     return min(MAX_TRANSFER_S, 10.0 + 4 * rtt_s + 2 * size_bytes * 8 / (rate_mbps * 1e6))
 
 

@@ -62,14 +62,16 @@ def test_a_restart_waits_for_the_holder_of_blocks_no_member_saved() -> None:
     assert gaps({"a": (_saved(0, 4, 100),), "b": (_saved(0, 8, 20),)}) == [
         "the holder of blocks 4-7 (the run's states reach step 100)"
     ]
-    # another lineage's recent state counts (a new term is a new lineage id: a stage killed
-    # before its first save under it holds the one before); an old one does not
-    ancestor = _saved(4, 8, 85, "fedcba9876543210")
-    assert gaps({"a": (_saved(0, 4, 100),), "b": (ancestor,)}) == []
-    old = _saved(4, 8, 50, "fedcba9876543210")
-    assert gaps({"a": (_saved(0, 4, 100),), "b": (old,)}) == [
-        "the holder of blocks 4-7 (the run's states reach step 100)"
-    ]
+    # another lineage complete in its recent states will do (a new term is a new lineage id:
+    # a stage killed before its first save under it holds only the one before), not a mix of
+    # two (a restarted swarm adopts one lineage), nor an old one
+    before = "fedcba9876543210"
+    ancestor = (_saved(0, 4, 80, before), _saved(4, 8, 85, before))
+    assert gaps({"a": (_saved(0, 4, 100), ancestor[0]), "b": (ancestor[1],)}) == []
+    mixed = {"a": (_saved(0, 4, 100),), "b": (_saved(4, 8, 85, before),)}
+    assert gaps(mixed) == ["the holder of blocks 4-7 (the run's states reach step 100)"]
+    old = {"a": (_saved(0, 4, 100), _saved(0, 4, 50, before)), "b": (_saved(4, 8, 50, before),)}
+    assert gaps(old) == ["the holder of blocks 4-7 (the run's states reach step 100)"]
     # resume = "never" starts from initial weights: nothing to wait for
     never = run.replace(resume="never")
     saved: dict[str, tuple[SavedStage, ...] | None] = {"a": (_saved(0, 4, 100),), "b": None}
