@@ -37,7 +37,7 @@ from p2ptrain.schedule.synthetic import paper_workload
 STAGES = 8
 MIN_PEERS_SHARE = 0.9  # the run's min_peers: most of the starting swarm
 CHURN_SHARE = 0.1
-FIRST_PLAN_WAIT_S = 90.0  # as control/planning/plan_maker.py: plan on what there is by then
+FIRST_PLAN_WAIT_S = 90.0  # as control/planning/first_wait.py: plan on what there is by then
 REPLAN_IF_WORSE = 1.10  # the plan's measured links cost this much more than estimated: re-plan
 MAX_GROUP_ALL_PAIRS = 8
 SEARCH_EVALUATIONS = 5_000

@@ -301,6 +301,9 @@ class CheckpointSpec:
     # pipeline): its crash then costs the steps since, not the stage (worker/resume/copies.py);
     # each copy takes at most a tenth of the link; 0 = no copies (nor without interval saves)
     spare_copy_interval_s: float = 60.0
+    # how long a restarted swarm's first plan waits for the holders of saved states that no
+    # node present holds (control/planning/readiness.py): volunteers come back at their pace
+    resume_wait_s: float = 90.0
 
     def __post_init__(self) -> None:
         if self.checkpoint_interval < 0:
@@ -310,5 +313,7 @@ class CheckpointSpec:
             raise UserError(
                 f"spare_copy_interval_s must be 0 (off) or in [1, 86400], got {interval}"
             )
+        if not 0 <= self.resume_wait_s <= 86_400:
+            raise UserError(f"resume_wait_s must be in [0, 86400], got {self.resume_wait_s}")
         if self.resume not in RESUME_MODES:
             raise UserError(f"resume must be 'latest' or 'never', got {self.resume!r}")

@@ -2,7 +2,7 @@
 residual): a first swarm of 2 nodes (one stage each, each in its own checkpoint directory)
 trains steps 0..9 and stops; then the bootstrap and one node restart with `min_peers = 1`, and
 the other node only STAGGER_S later. The first plan waits for the holder of the blocks nobody
-present saved (control/planning/readiness.py: saved_gaps), so both stages resume at step 10,
+present saved (control/planning/readiness.py: holder_gaps), so both stages resume at step 10,
 where the lone node used to be planned alone at once and the absent stage started from initial
 weights for good."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from p2ptrain.control.planning.readiness import first_plan_gaps
+from p2ptrain.control.planning.readiness import first_plan_gaps, holder_gaps
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import PeerRecord, SavedStage, StageCompute
 
@@ -71,20 +71,23 @@ def unroutable(
 
 def first_plan_gaps_in(view: SwarmView, members: list[str], now: float) -> list[str]:
     """What the first plan still lacks (control/planning/readiness.py) as `view` sees it, our own part
-    from our announced record: what a node that does not plan says it waits for."""
+    from our announced record: what a node that does not plan says it waits for (the holders of
+    saved states included; the planner's bounds are its own: first_wait.py)."""
     assert view.run is not None
     own = view.own_record
     own_addrs, reachability, relays = (
         ((), "unknown", ()) if own is None else (own.data_addrs, own.reachability, own.relays)
     )
+    roles, saved = roles_of(view, members), saved_states(view, members)
+    trainers = [peer for peer in members if roles.get(peer) == "trainer"]
     return first_plan_gaps(
         members,
-        roles_of(view, members),
+        roles,
         data_addrs_of(view, members, own_addrs),
         view.links.freshest(now),
         stage_computes(view, members),
         view.run,
         unroutable(view, members, reachability, relays),
         view.links.estimate.coordinates_of(view.self_id, now),
-        saved_states(view, members),
-    )
+        saved,
+    ) + holder_gaps(trainers, saved, view.run)

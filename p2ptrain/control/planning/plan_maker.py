@@ -40,6 +40,7 @@ from p2ptrain.control.links import Link
 from p2ptrain.control.planning import search_process
 from p2ptrain.control.planning.confirm import PlanConfirmation
 from p2ptrain.control.planning.drift import links_drifted
+from p2ptrain.control.planning.first_wait import FirstPlanWait
 from p2ptrain.control.planning.numbers import PlanInputs, Searched
 from p2ptrain.control.planning.placement import (
     Placement,
@@ -54,7 +55,7 @@ from p2ptrain.control.planning.plan_inputs import (
     stage_computes,
     unroutable,
 )
-from p2ptrain.control.planning.readiness import first_plan_gaps
+from p2ptrain.control.planning.readiness import first_plan_gaps, holder_gaps
 from p2ptrain.control.planning.trust import ComputeTrust, compute_known, measured_peers
 from p2ptrain.control.run_end import lost_before_end, steps_left
 from p2ptrain.control.view import SwarmView
@@ -66,7 +67,6 @@ PLAN_DEBOUNCE_S = 1.5
 # the first plan waits this long at most for what it should be made on (control/planning/readiness.py:
 # data-plane addresses, every link measured, every trainer's timed stage); what is missing by
 # then is estimated (the median of the measured)
-FIRST_PLAN_WAIT_S = 90.0  # 8 peers over 4 cities measured their 28 links' rates in 60-90 s
 DRIFT_CHECK_INTERVAL_S = 10.0
 MAX_DRIFT_CHECK_INTERVAL_S = 160.0
 DRIFT_DWELL_S = 60.0
@@ -102,8 +102,7 @@ class PlanMaker:
         self._planned_at = float("-inf")  # when we published our latest plan
         self._waiting_logged = 0
         self._refused = ""  # why the last search found no placement that fits (logged once)
-        self._ready_wait_since: float | None = None
-        self._gaps_logged: list[str] = []
+        self._first_wait = FirstPlanWait()
         self._trust = ComputeTrust()  # claimed compute checked against observed steps
         self._confirmation = PlanConfirmation()  # a plan made on estimated links
 
@@ -337,30 +336,20 @@ class PlanMaker:
         measured: dict[str, StageCompute | None],
         private: frozenset[str] = frozenset(),
     ) -> bool:
-        """Should the first plan wait for more of what it should be made on? Until nothing is
-        missing (control/planning/readiness.py) or FIRST_PLAN_WAIT_S passed: a plan made before would
-        restart every session when the measurements re-plan it."""
-        assert self.view.run is not None
+        """Should the first plan wait for more of what it should be made on
+        (control/planning/readiness.py), each within its bound (first_wait.py)?"""
+        run = self.view.run
+        assert run is not None
         roles = roles_of(self.view, members)
         coords = self.view.links.estimate.coordinates_of(self.view.self_id, now)
         # the states' holders matter to a swarm's first plan only (stale once the run trains)
         saved = None if self.view.members.run_under_way() else saved_states(self.view, members)
         gaps = first_plan_gaps(
-            members, roles, data_addrs, links, measured, self.view.run, private, coords, saved
+            members, roles, data_addrs, links, measured, run, private, coords, saved
         )
-        if not gaps:
-            return False
-        if self._ready_wait_since is None:
-            self._ready_wait_since = now
-        if gaps != self._gaps_logged and self._gaps_logged != ["expired"]:
-            self._gaps_logged = gaps
-            log.info("the first plan waits for %s", ", ".join(gaps))
-        if now - self._ready_wait_since < FIRST_PLAN_WAIT_S:
-            return True
-        if gaps != ["expired"] and self._gaps_logged != ["expired"]:
-            log.info("planning without %s after %.0f s", ", ".join(gaps), FIRST_PLAN_WAIT_S)
-            self._gaps_logged = ["expired"]
-        return False
+        trainers = [peer for peer in members if roles.get(peer) == "trainer"]
+        holders = [] if saved is None else holder_gaps(trainers, saved, run)
+        return self._first_wait.awaits(now, gaps, holders, run)
 
     def _back_off_drift_checks(self) -> None:
         """A drift whose search found nothing worth switching to: noise, likely; look again in

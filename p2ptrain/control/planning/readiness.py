@@ -40,7 +40,8 @@ def first_plan_gaps(
     peers (behind NATs with no relay slot: neither can reach the other) have no link to wait
     for. `coordinates`: the members' gossiped ones (ours included), for a swarm too big to
     measure in full (without them, every link is waited for). `saved`: the run's states each
-    member's record names (`saved_gaps`; None: not judged)."""
+    member's record names (None: not judged): each trainer's word on them; what their holders
+    lack is `holder_gaps`'s, waited for up to the run's `resume_wait_s`."""
     trainers = [p for p in members if roles.get(p) == "trainer"]
     gaps = []
     no_address = [p for p in trainers if not data_addrs.get(p)]
@@ -71,8 +72,9 @@ def first_plan_gaps(
             unmeasured += 1
     if unmeasured:
         gaps.append(f"{unmeasured} of {len(pairs)} links")
-    if saved is not None:
-        gaps += saved_gaps(trainers, saved, run)
+    if saved is not None and run.checkpoint.resume == "latest":
+        unsaid = [peer for peer in trainers if saved.get(peer) is None]
+        gaps += [f"{len(unsaid)} trainer(s)' saved states"] if unsaid else []
     if run.swarm.compute_aware and run.swarm.placement == "scheduled":
         untimed = [
             p
@@ -90,21 +92,18 @@ def first_plan_gaps(
 RECENT_INTERVALS = 2
 
 
-def saved_gaps(
+def holder_gaps(
     trainers: Sequence[str], saved: Mapping[str, tuple[SavedStage, ...] | None], run: RunSpec
 ) -> list[str]:
     """What a restarted swarm's first plan (resume = "latest") still lacks of the run's saved
-    states: every trainer's word on the states it holds, then, unless one lineage's recent
-    states (within RECENT_INTERVALS checkpoint intervals of the newest) hold every block, the
-    holders of the blocks the newest lineage's lack: a restarted swarm adopts one lineage
+    states once every trainer said which it holds: unless one lineage's recent states (within
+    RECENT_INTERVALS checkpoint intervals of the newest) hold every block, the holders of the
+    blocks the newest lineage's lack: a restarted swarm adopts one lineage
     (worker/resume/adopt.py), once, so a plan made without them starts those blocks from
     initial weights, and the holder's state, once it joins, is not used. Empty for a run that
-    saved none."""
-    if run.checkpoint.resume != "latest":
+    saved none, and while a trainer has not said (first_plan_gaps waits for its word)."""
+    if run.checkpoint.resume != "latest" or any(saved.get(peer) is None for peer in trainers):
         return []
-    unsaid = [peer for peer in trainers if saved.get(peer) is None]
-    if unsaid:
-        return [f"{len(unsaid)} trainer(s)' saved states"]
     n_layer = run.model.n_layer  # a state past the model is no state of this run
     states = [s for peer in trainers for s in saved.get(peer) or () if s.end <= n_layer]
     if not states:

@@ -8,7 +8,8 @@ import trio
 
 from p2ptrain.control.links import Link
 from p2ptrain.control.planning.compute import peer_compute
-from p2ptrain.control.planning.plan_maker import FIRST_PLAN_WAIT_S, PLAN_DEBOUNCE_S, PlanMaker
+from p2ptrain.control.planning.first_wait import FIRST_PLAN_WAIT_S
+from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S, PlanMaker
 from p2ptrain.control.planning.planner import build_matrices, compute_plan, placement_cost
 from p2ptrain.control.planning.trust import measured_peers
 from p2ptrain.control.view import SwarmView

@@ -1,7 +1,8 @@
 """What the first plan waits for (control/planning/readiness.py)."""
 
 from p2ptrain.control.links import Link
-from p2ptrain.control.planning.readiness import first_plan_gaps, saved_gaps
+from p2ptrain.control.planning.first_wait import FIRST_PLAN_WAIT_S, FirstPlanWait
+from p2ptrain.control.planning.readiness import first_plan_gaps, holder_gaps
 from p2ptrain.records import RunSpec, SavedStage, StageCompute
 
 RUN = RunSpec().replace(run_id="r")
@@ -47,7 +48,9 @@ def test_a_restart_waits_for_the_holder_of_blocks_no_member_saved() -> None:
     links = {("a", "b"): LINK}
 
     def gaps(saved: dict[str, tuple[SavedStage, ...] | None]) -> list[str]:
-        return first_plan_gaps(["a", "b", "c"], roles, addrs, links, {}, run, saved=saved)
+        """The measurements' gaps (a trainer's word) and then the holders' (holder_gaps)."""
+        measured = first_plan_gaps(["a", "b", "c"], roles, addrs, links, {}, run, saved=saved)
+        return measured + holder_gaps(["a", "b"], saved, run)
 
     # a trainer whose worker has not said what it holds is waited for (the control-only not)
     assert gaps({"a": (), "b": None}) == ["1 trainer(s)' saved states"]
@@ -76,14 +79,32 @@ def test_a_restart_waits_for_the_holder_of_blocks_no_member_saved() -> None:
     never = run.replace(resume="never")
     saved: dict[str, tuple[SavedStage, ...] | None] = {"a": (_saved(0, 4, 100),), "b": None}
     assert first_plan_gaps(["a", "b"], roles, addrs, links, {}, never, saved=saved) == []
+    assert holder_gaps(["a", "b"], {"a": (_saved(0, 4, 100),), "b": ()}, never) == []
 
 
-def test_saved_gaps_name_the_missing_blocks_as_spans() -> None:
+def test_the_holders_are_waited_for_within_the_runs_resume_wait() -> None:
+    """The measurements within FIRST_PLAN_WAIT_S of their first gap, the saved states' holders
+    within the run's resume_wait_s of theirs: volunteers come back at their own pace."""
+    run = RUN.replace(resume_wait_s=600.0)
+    holder = ["the holder of blocks 4-7 (the run's states reach step 100)"]
+    wait = FirstPlanWait()
+    assert wait.awaits(0.0, ["1 of 1 links"], holder, run)
+    assert wait.awaits(FIRST_PLAN_WAIT_S + 1, ["1 of 1 links"], holder, run)  # holders: 600 s
+    assert wait.awaits(599.0, [], holder, run)
+    assert not wait.awaits(600.0, [], holder, run)  # planned without the holder
+    fresh = FirstPlanWait()  # a fresh run: the measurements alone, within FIRST_PLAN_WAIT_S
+    assert fresh.awaits(0.0, ["1 of 1 links"], [], run)
+    assert not fresh.awaits(FIRST_PLAN_WAIT_S, ["1 of 1 links"], [], run)
+    assert not FirstPlanWait().awaits(0.0, [], holder, run.replace(resume_wait_s=0.0))
+    assert not FirstPlanWait().awaits(0.0, [], [], run)
+
+
+def test_holder_gaps_name_the_missing_blocks_as_spans() -> None:
     run = RUN.replace(n_layer=8, stages=2, checkpoint_interval=0)  # only on exit: no window
     saved: dict[str, tuple[SavedStage, ...] | None] = {
         "a": (_saved(1, 3, 50), _saved(5, 6, 7)),
     }
-    assert saved_gaps(["a"], saved, run) == [
+    assert holder_gaps(["a"], saved, run) == [
         "the holder of blocks 0, 3-4, 6-7 (the run's states reach step 50)"
     ]
 
@@ -94,7 +115,7 @@ def test_saved_states_past_the_model_count_for_nothing() -> None:
     run = RUN.replace(n_layer=8, stages=2, checkpoint_interval=20)
     huge = tuple(_saved(0, 10**6, 10**9 + n, f"{n:016x}") for n in range(64))
     saved: dict[str, tuple[SavedStage, ...] | None] = {"a": (_saved(0, 4, 100),), "liar": huge}
-    assert saved_gaps(["a", "liar"], saved, run) == [
+    assert holder_gaps(["a", "liar"], saved, run) == [
         "the holder of blocks 4-7 (the run's states reach step 100)"
     ]
-    assert saved_gaps(["liar"], {"liar": huge}, run) == []  # nothing of this run saved
+    assert holder_gaps(["liar"], {"liar": huge}, run) == []  # nothing of this run saved
