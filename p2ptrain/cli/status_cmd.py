@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 from p2ptrain.records import PeerMetrics
 
+MAX_MATRIX_PEERS = 32  # past it, a matrix is more text than anyone reads (and N x N to build)
+
 if TYPE_CHECKING:
     from p2ptrain.records import PeerStatus, SwarmStatus
 
@@ -70,18 +72,7 @@ def format_status(status: SwarmStatus) -> str:
             f"{peer.reachability:<9}{(peer.addrs or ('-',))[0]}"
         )
     lines += _started_lines(peers)
-    ids = [p.id for p in peers]
-    rtt = {(link.a, link.b): link.rtt_ms for link in status.links}
-    rate = {(link.a, link.b): link.bandwidth_mbps for link in status.links}
-    if ids:
-        guessed = {(link.a, link.b) for link in status.links if link.estimated}
-        lines += _matrix("RTT ms", ids, rtt, ".2f", guessed)
-        lines += _matrix("Mbit/s", ids, rate, ".1f", guessed)
-        if guessed:
-            lines.append("~ estimated from coordinates and capacities, not measured")
-        kinds = {(link.a, link.b): link.connection for link in status.links}
-        if any(kind != "direct" for kind in kinds.values()):  # someone is behind a NAT
-            lines += _kind_matrix(ids, kinds)
+    lines += _link_lines(status)
     plan = status.plan
     lines.append("")
     if plan is None:
@@ -104,6 +95,35 @@ def format_status(status: SwarmStatus) -> str:
     if status.waiting_for:  # last: the lines above keep their places for readers
         lines += ["", f"waiting for {status.waiting_for}"]
     return "\n".join(lines)
+
+
+def _link_lines(status: SwarmStatus) -> list[str]:
+    """The link matrices (RTT, rate, connection kinds), each N x N: for at most
+    MAX_MATRIX_PEERS peers (the plan's, if the swarm is larger but the plan is not), else one
+    line; the status comes from a node we do not trust, which may list 10,000 peers."""
+    ids = [p.id for p in status.peers]
+    if len(ids) > MAX_MATRIX_PEERS and status.plan is not None:
+        planned = {p for pipeline in status.plan.pipelines for p in pipeline}
+        planned |= set(status.plan.spares)
+        if len(planned) <= MAX_MATRIX_PEERS:
+            ids = [p for p in ids if p in planned]
+    if not ids:
+        return []
+    if len(ids) > MAX_MATRIX_PEERS:
+        return ["", f"{len(ids)} peers: link matrices left out (see --json)"]
+    shown = set(ids)
+    links = [link for link in status.links if link.a in shown and link.b in shown]
+    rtt = {(link.a, link.b): link.rtt_ms for link in links}
+    rate = {(link.a, link.b): link.bandwidth_mbps for link in links}
+    guessed = {(link.a, link.b) for link in links if link.estimated}
+    lines = _matrix("RTT ms", ids, rtt, ".2f", guessed)
+    lines += _matrix("Mbit/s", ids, rate, ".1f", guessed)
+    if guessed:
+        lines.append("~ estimated from coordinates and capacities, not measured")
+    kinds = {(link.a, link.b): link.connection for link in links}
+    if any(kind != "direct" for kind in kinds.values()):  # someone is behind a NAT
+        lines += _kind_matrix(ids, kinds)
+    return lines
 
 
 def _copy_lines(

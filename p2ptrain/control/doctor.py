@@ -26,18 +26,21 @@ from multiaddr import Multiaddr
 from p2ptrain import addresses
 from p2ptrain.addresses import all_loopback
 from p2ptrain.control import wire
-from p2ptrain.control.observer import fetch_status_doc
+from p2ptrain.control.observer import OBSERVER_TIMEOUT_S, fetch_status_doc
 from p2ptrain.control.reachability import Opinion, server_network, verdict_of
+from p2ptrain.control.rejoin import checked_run
 from p2ptrain.control.rpcs import RUN_PROTOCOL
 from p2ptrain.net import probe, rpc
 from p2ptrain.net.host import full_addrs, make_host, parse_multiaddr, quiet_library_logs, run_trio
 from p2ptrain.net.resolve import connect_operator_peer
-from p2ptrain.records import DialBackReply, RunSpec
+from p2ptrain.records import DialBackReply
 from p2ptrain.traversal import nat_probe
 from p2ptrain.traversal.dialback import ask_dial_back, tcp_target
 
 CONNECT_TIMEOUT_S = 10.0
 MAX_OTHER_SERVERS = 2  # public peers asked besides the bootstrap (dial-back and UDP)
+MAX_PEER_DIALS = 8  # of the peers the bootstrap's status calls public, tried or not
+PEER_SEARCH_S = 30.0  # the status fetch and those dials, all together
 CLOCK_WARN_S = 2.0
 CLOCK_FAIL_S = wire.MAX_CLOCK_SKEW_S / 2  # our messages would arrive half-stale, or worse
 SLOW_MBPS = 1.0
@@ -160,12 +163,21 @@ async def _check_bootstrap(
         )
         return None
     run_id = "?"
-    try:  # a skewed clock refuses the envelope as stale: the clock line says so
-        body = wire.decode(str(reply["envelope"]).encode(), max_age_s=float("inf")).body
-        if isinstance(body, RunSpec):
-            run_id, report.loss_scale = body.run_id, body.optim.loss_scale
-    except wire.WireError:
-        pass
+    try:  # signed by the bootstrap itself, as join checks it (rejoin.checked_run); any age
+        run, _ = checked_run(reply, str(info.peer_id), max_age_s=float("inf"))
+        run_id, report.loss_scale = run.run_id, run.optim.loss_scale
+    except wire.WireError as exc:
+        if not str(exc).startswith("replayed or skewed"):  # that one, the clock line says
+            report.checks.append(
+                Check(
+                    "bootstrap",
+                    "FAIL",
+                    f"the peer at {bootstrap} sent a run spec it did not sign ({exc})",
+                    "give the bootstrap's multiaddr, the one the organiser published; a node "
+                    "would refuse this run",
+                )
+            )
+            return None
     report.facts.update(rtt_ms=round(rtt_ms, 2), run=run_id, bootstrap_peer=str(info.peer_id))
     text = f"bootstrap answers (run {run_id}, RTT {rtt_ms:.0f} ms, peer {short})"
     report.checks.append(Check("bootstrap", "ok", text))
@@ -173,24 +185,39 @@ async def _check_bootstrap(
 
 
 async def _public_peers(host: IHost, bootstrap: ID) -> list[Server]:
-    """Up to MAX_OTHER_SERVERS public members the bootstrap knows of, connected."""
-    try:
-        status = await fetch_status_doc(host, bootstrap)
-    except Exception:
-        return []
+    """Up to MAX_OTHER_SERVERS public members the bootstrap knows of, connected: what its status
+    lists is the bootstrap's word, so at most MAX_PEER_DIALS of them are dialled, and the whole
+    search (status included) ends within PEER_SEARCH_S."""
     found: list[Server] = []
-    for peer in status.peers:
-        if peer.reachability != "public" or not peer.alive or len(found) >= MAX_OTHER_SERVERS:
-            continue
-        targets = [t for t in map(tcp_target, peer.addrs) if t is not None]
-        with trio.move_on_after(CONNECT_TIMEOUT_S / 2):
-            try:  # what the status lists is the bootstrap's word: any of it may be bad
-                peer_id = ID.from_base58(peer.id)
-                await host.connect(PeerInfo(peer_id, [Multiaddr(a) for a in peer.addrs]))
-                found.append(Server(peer_id, targets[0] if targets else None))
-            except Exception:
-                continue
+    with trio.move_on_after(PEER_SEARCH_S):
+        try:
+            with trio.fail_after(OBSERVER_TIMEOUT_S):
+                status = await fetch_status_doc(host, bootstrap)
+        except Exception:
+            return []
+        candidates = [p for p in status.peers if p.reachability == "public" and p.alive]
+        for peer in candidates[:MAX_PEER_DIALS]:
+            with trio.move_on_after(CONNECT_TIMEOUT_S / 2):
+                try:  # any of it may be bad
+                    peer_id = ID.from_base58(peer.id)
+                    await host.connect(PeerInfo(peer_id, [Multiaddr(a) for a in peer.addrs]))
+                    found.append(Server(peer_id, _remote_endpoint(host, peer_id)))
+                except Exception:
+                    continue
+            if len(found) >= MAX_OTHER_SERVERS:
+                break
     return found
+
+
+def _remote_endpoint(host: IHost, peer: ID) -> tuple[str, int] | None:
+    """The (ip, port) our connection to `peer` reached: where its UDP observer listens (its TCP
+    endpoint), whichever of the addresses it lists that is."""
+    with contextlib.suppress(Exception):
+        for connection in host.get_network().get_connections(peer):
+            address = getattr(connection.muxed_conn, "get_remote_address", lambda: None)()
+            if address:
+                return str(address[0]), int(address[1])
+    return None
 
 
 async def _endpoint(maddr: str) -> tuple[str, int] | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import os
 from typing import Any
@@ -11,35 +13,56 @@ from libp2p.abc import IHost
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
-from p2ptrain.control.rpcs import STATUS_PROTOCOL
-from p2ptrain.errors import UserError, first_leaf
+from p2ptrain.control.rpcs import STATUS_PAGE_BYTES, STATUS_PROTOCOL
+from p2ptrain.errors import UserError, WireError, first_leaf
 from p2ptrain.net import rpc
 from p2ptrain.net.host import make_host, parse_multiaddr, quiet_library_logs, run_trio
 from p2ptrain.net.paging import checked_next, cursor_request
 from p2ptrain.net.resolve import CannotResolve, connect_operator_peer
-from p2ptrain.records import SwarmStatus
+from p2ptrain.records import LinkStatus, PeerStatus, SwarmStatus
 from p2ptrain.records.replies import StatusPage
+from p2ptrain.records.status import MAX_STATUS_LINKS, MAX_STATUS_PEERS
 
 OBSERVER_TIMEOUT_S = 15.0
 MAX_STATUS_PAGES = 64  # 64 MiB of peers and links: a status past it is refused, not cut
+# what a server that pages as ours does (rpcs.STATUS_PAGE_BYTES) sends in MAX_STATUS_PAGES pages,
+# and one whole reply of slack (a page holds at least one item, whatever its size)
+MAX_STATUS_BYTES = MAX_STATUS_PAGES * STATUS_PAGE_BYTES + rpc.MAX_REPLY_BYTES
 
 
 async def fetch_status_doc(host: IHost, peer: ID) -> SwarmStatus:
-    """The node's status document, page by page (rpcs.respond_status), validated whole."""
-    doc: dict[str, Any] = {}
+    """The node's status document, page by page (rpcs.respond_status). Each page's items are
+    validated as they arrive and the running totals bounded (MAX_STATUS_PEERS peers,
+    MAX_STATUS_LINKS links, MAX_STATUS_BYTES of JSON), so a hostile node cannot make us hold 64
+    pages of unchecked objects; ValueError (WireError) for a status past any of them."""
+    scalars: dict[str, Any] = {}
+    peers: list[PeerStatus] = []
+    links: list[LinkStatus] = []
+    used = 0
     cursor: int | None = 0
     for _ in range(MAX_STATUS_PAGES):
         assert cursor is not None
         reply = await rpc.call(host, peer, STATUS_PROTOCOL, cursor_request(cursor))
         page = StatusPage.from_dict(reply)
         next_page = checked_next(page.next, cursor)
+        used += len(json.dumps(reply, separators=(",", ":")))
+        if used > MAX_STATUS_BYTES:
+            raise ValueError(f"status of more than {MAX_STATUS_BYTES} bytes")
+        if len(peers) + len(page.peers) > MAX_STATUS_PEERS:
+            raise ValueError(f"status of more than {MAX_STATUS_PEERS} peers")
+        if len(links) + len(page.links) > MAX_STATUS_LINKS:
+            raise ValueError(f"status of more than {MAX_STATUS_LINKS} links")
         if cursor == 0:
-            doc = {**StatusPage.scalars(reply), "peers": [], "links": []}
-        doc["peers"] += page.peers
-        doc["links"] += page.links
+            scalars = StatusPage.scalars(reply)
+        peers += [PeerStatus.from_dict(item) for item in page.peers]
+        links += [LinkStatus.from_dict(item) for item in page.links]
         cursor = next_page
-        if cursor is None:
-            return SwarmStatus.from_dict(doc)
+        if cursor is None:  # the scalars validated alone, then the checked items put in
+            empty = SwarmStatus.from_dict({**scalars, "peers": [], "links": []})
+            status = dataclasses.replace(empty, peers=tuple(peers), links=tuple(links))
+            if (problem := status.wire_problem()) is not None:
+                raise WireError(f"malformed status: {problem}")
+            return status
     raise ValueError(f"status of more than {MAX_STATUS_PAGES} pages")
 
 

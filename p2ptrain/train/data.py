@@ -11,13 +11,19 @@ A step's global batch is `batch_size` windows at offsets drawn from a generator 
 (seed, step); replica r of R takes a contiguous slice of those rows. So the first stage (inputs) and
 the last stage (targets) of a pipeline read the same rows locally, and any number of replicas
 together see exactly the batch a single process sees.
+
+A local source comes from the organiser's signed run spec, so a volunteer reads it with care: only
+regular files (no devices, FIFOs or sockets; a directory is walked without following symlinks), at
+most MAX_DATA_BYTES in all, never the filesystem root, the home directory itself or a path with "..".
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import lzma
 import os
+import stat
 import sysconfig
 from importlib import resources
 from pathlib import Path
@@ -31,6 +37,12 @@ from p2ptrain.records.run import RunSpec
 STDLIB = "stdlib"
 EMBEDDED = "embedded"
 EMBEDDED_FILE = "corpus.txt.xz"  # in the package's data folder, beside its licence
+# a local corpus past this is refused, not read: far above any corpus a volunteer trains on
+MAX_DATA_BYTES = 64 * 1024**3
+MAX_TOKENIZER_BYTES = 1024**3  # a tokenizer.json is megabytes
+READ_CHUNK_BYTES = 64 * 1024**2
+
+log = logging.getLogger(__name__)
 
 
 def stdlib_root() -> Path:
@@ -87,12 +99,16 @@ def load_tokens(spec: RunSpec) -> np.ndarray:
             raise UserError(f"no .py files found in the standard library at {stdlib_root()}")
         tokens = _read_bytes(files)
     else:
-        path = Path(spec.data.source).expanduser()
-        if not path.exists():
-            raise UserError(f"data path {path} does not exist")
-        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        path = _local_source(spec.data.source)
+        if not spec.data.data_sha256:
+            log.warning(
+                "the run does not pin its data (data_sha256 is empty): this peer trains on "
+                "whatever %s holds here; `p2ptrain digest --run RUN.toml` prints the line to pin it",
+                path,
+            )
+        files = _data_files(path)
         if spec.data.data_format == "tokens":
-            tokens = np.concatenate([np.fromfile(f, dtype=np.uint16) for f in files])
+            tokens = np.concatenate([_token_ids(raw) for raw in _read_each(files)])
             if tokens.size and int(tokens.max()) >= spec.model.vocab_size:
                 raise UserError(
                     f"token id {int(tokens.max())} >= vocab_size {spec.model.vocab_size}"
@@ -140,7 +156,8 @@ def _tokenize(spec: RunSpec, files: list[Path]) -> np.ndarray:
     each file decoded as UTF-8 (bad bytes replaced) and encoded without special tokens."""
     from tokenizers import Tokenizer  # the train extra; only a run that names one needs it
 
-    path = Path(spec.data.tokenizer).expanduser()
+    path = _local_source(spec.data.tokenizer, what="tokenizer")
+    _read_regular(path, MAX_TOKENIZER_BYTES)  # a regular file of sane size, before the library
     try:
         tokenizer = Tokenizer.from_file(str(path))
     except Exception as exc:  # a missing file, or bytes that are not a tokenizer.json
@@ -156,12 +173,83 @@ def _tokenize(spec: RunSpec, files: list[Path]) -> np.ndarray:
     return np.concatenate(ids) if ids else np.zeros(0, dtype=np.uint16)
 
 
-def _read_each(files: list[Path]) -> list[bytes]:
+def _local_source(source: str, what: str = "data") -> Path:
+    """The run's local path, expanded: UserError for "..", a missing path, "/" or the home
+    directory itself (a spec must name its data, not everything this volunteer holds)."""
+    if ".." in Path(source).parts:
+        raise UserError(f"{what} path {source!r} has a '..' component: name the path itself")
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise UserError(f"{what} path {path} does not exist")
+    real = path.resolve()
+    if real == Path(real.anchor) or real == Path(os.path.expanduser("~")).resolve():
+        raise UserError(f"{what} path {source!r} is the filesystem root or the home directory")
+    return path
+
+
+def _data_files(path: Path) -> list[Path]:
+    """`path` itself, or a directory's regular files in a stable order (symlinks not followed)."""
+    if not path.is_dir():
+        return [path]
+
+    def refuse(exc: OSError) -> None:
+        raise UserError(f"cannot read data directory: {exc}")
+
+    files = []
+    for folder, _, names in os.walk(path, onerror=refuse, followlinks=False):
+        for name in names:
+            file = Path(folder, name)
+            try:
+                regular = stat.S_ISREG(file.lstat().st_mode)
+            except OSError as exc:
+                raise UserError(f"cannot read data file: {exc}") from None
+            if regular:
+                files.append(file)
+    if not files:
+        raise UserError(f"data directory {path} holds no regular files")
+    return sorted(files)
+
+
+def _read_regular(path: Path, max_bytes: int, cap_bytes: int = 0) -> bytes:
+    """A regular file's bytes, at most `max_bytes` of them (of a cap of `cap_bytes`, for the
+    message); UserError for anything else (a device, FIFO or socket would never end or start)."""
     try:
-        return [f.read_bytes() for f in files]
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise UserError(f"{path} is not a regular file")
+        # O_NONBLOCK: a FIFO swapped in after the check opens at once, then fails the fstat
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with open(fd, "rb") as file:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise UserError(f"{path} is not a regular file")
+            # chunks, and the size first: read(max_bytes + 1) alone would allocate the whole cap
+            chunks, size_bytes = [], 0
+            while info.st_size <= max_bytes and size_bytes <= max_bytes:
+                if not (chunk := file.read(READ_CHUNK_BYTES)):
+                    break
+                chunks.append(chunk)
+                size_bytes += len(chunk)
     except OSError as exc:
-        raise UserError(f"cannot read data file: {exc}") from exc
+        raise UserError(f"cannot read data file: {exc}") from None
+    if max(size_bytes, info.st_size) > max_bytes:
+        raise UserError(f"{path}: larger than the {cap_bytes or max_bytes} bytes a peer will read")
+    return b"".join(chunks)
+
+
+def _read_each(files: list[Path]) -> list[bytes]:
+    """Each file's bytes, all of them together at most MAX_DATA_BYTES."""
+    chunks: list[bytes] = []
+    left_bytes = MAX_DATA_BYTES
+    for path in files:
+        chunks.append(_read_regular(path, left_bytes, MAX_DATA_BYTES))
+        left_bytes -= len(chunks[-1])
+    return chunks
 
 
 def _read_bytes(files: list[Path]) -> np.ndarray:
     return np.frombuffer(b"".join(_read_each(files)), dtype=np.uint8)
+
+
+def _token_ids(raw: bytes) -> np.ndarray:
+    """A token file's uint16 ids (a trailing odd byte dropped, as np.fromfile does)."""
+    return np.frombuffer(raw[: len(raw) - len(raw) % 2], dtype=np.uint16)
