@@ -11,11 +11,11 @@ import argparse
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from p2ptrain.addresses import check_peer_address
+from p2ptrain.cli.token_check import check_token
 from p2ptrain.errors import UserError
 from p2ptrain.node.settings import NodeSettings
 
@@ -58,7 +58,7 @@ def _check_flags(args: argparse.Namespace) -> None:
     for flag, maddr in (("--bootstrap", args.bootstrap), *(("--via", m) for m in args.via)):
         check_peer_address(maddr, flag)
     if args.token:
-        _check_token(args.token, args.bootstrap, args.identity)
+        check_token(args.token, args.bootstrap, args.identity)  # in a child: see token_check
     if args.checkpoint_dir:
         _check_writable_dir(Path(args.checkpoint_dir), "--checkpoint-dir")
     if args.metrics_log:
@@ -78,27 +78,3 @@ def _check_writable_dir(path: Path, what: str) -> None:
         raise UserError(f"{what} {path}: cannot be made ({exc.strerror})") from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise UserError(f"{what} {path}: not writable by this user")
-
-
-def _check_token(token_arg: str, bootstrap: str, identity_path: str) -> None:
-    """UserError if the token cannot admit this node to the bootstrap's run: another node's
-    (a wrong --identity: the default key file is per working directory), another organiser's,
-    expired, or forged. Found out later, the node joined and waited for a planner for good."""
-    from p2ptrain.errors import WireError
-    from p2ptrain.identity import load_or_create_identity, peer_id_of
-    from p2ptrain.records.token import read_token, token_problem
-
-    try:
-        token = read_token(token_arg)
-    except WireError as exc:
-        raise UserError(f"--token: {exc}") from None
-    organiser = bootstrap.rpartition("/p2p/")[2]
-    if not organiser:
-        return  # the bootstrap address is refused on its own
-    own = peer_id_of(load_or_create_identity(identity_path))
-    problem = token_problem(token, organiser, own, now=time.time())
-    if problem is None:
-        return
-    if token.peer != own and token.issuer == organiser:
-        problem += f" (this node's identity: {identity_path}; another node's token, or --identity?)"
-    raise UserError(f"--token: {problem}")
