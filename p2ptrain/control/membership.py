@@ -4,6 +4,7 @@ passed in; the view's `members` part (the view adds itself, tokens and penalties
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, ItemsView, Iterator, MutableMapping, ValuesView
 from dataclasses import dataclass
 
@@ -11,7 +12,10 @@ from p2ptrain.control.delivery_lag import DeliveryLag
 from p2ptrain.control.loop_stall import LoopStall
 from p2ptrain.records import Health, PeerMetrics, PeerRecord
 from p2ptrain.records.fields import MAX_PEERS
-from p2ptrain.records.peer import MEMBER_ROLES
+from p2ptrain.records.peer import MEMBER_ROLES, PROTOCOL_LEVEL
+from p2ptrain.sampled_log import SampledLog
+
+_other_levels = SampledLog(logging.getLogger(__name__), logging.WARNING)
 
 DEAD_AFTER_S = 8.0  # members publish telemetry every 2 s: four missed rounds => dead
 # ... every 4 s in a large swarm's steady state (control/publishing.py: telemetry_pace)
@@ -39,6 +43,10 @@ FORGET_DEAD_AFTER_S = 600.0  # times record_pace in a large swarm
 # N / 120) without bound. Renewal is capped alike, so that live members still re-state their
 # records well inside the capped allowances (every 1,024 s at most, forgotten after 5,120 s).
 PACED_MEMBERS_CAP = MAX_PEERS
+
+
+def _same_level(record: PeerRecord) -> bool:
+    return record.protocol is None or record.protocol == PROTOCOL_LEVEL
 
 
 def record_renew_s(num_members: int) -> float:
@@ -79,6 +87,16 @@ class Membership(MutableMapping[str, Member]):
         return self._by_peer[peer]
 
     def __setitem__(self, peer: str, member: Member) -> None:
+        if peer not in self._by_peer and not _same_level(member.record):
+            _other_levels.event(
+                "level",
+                "member %s runs p2ptrain %s at protocol level %d, ours %d: never planned with "
+                'members of ours (docs/operations.md, "Upgrades")',
+                peer,
+                member.record.version,
+                member.record.protocol,
+                PROTOCOL_LEVEL,
+            )
         self._by_peer[peer] = member
 
     def __delitem__(self, peer: str) -> None:
@@ -141,6 +159,13 @@ class Membership(MutableMapping[str, Member]):
         """Does the member say its worker makes progress? (control/health.py)"""
         member = self._by_peer.get(peer)
         return member is not None and (member.health is None or member.health.ok)
+
+    def speaks_ours(self, peer: str) -> bool:
+        """Is the member of our protocol level, or of none (a peer of before the field), or not a
+        member (ourselves)? Nodes of two levels would train one plan differently (records/peer.py
+        PROTOCOL_LEVEL)."""
+        member = self._by_peer.get(peer)
+        return member is None or _same_level(member.record)
 
     def run_under_way(self) -> bool:
         """Do two members report a trained step (the only one, in a swarm of one)? Then the

@@ -31,7 +31,7 @@ from p2ptrain.control.membership import (
 from p2ptrain.control.planner_sight import pool_size
 from p2ptrain.control.revocation_file import reload_revocations
 from p2ptrain.control.state import MIN_REPUBLISH_GAP_S, Kind, NodeState
-from p2ptrain.records import Claim, Health, PeerRecord, Telemetry
+from p2ptrain.records import PROTOCOL_LEVEL, Claim, Health, PeerRecord, Telemetry
 from p2ptrain.records.token import revocation_pages
 
 log = logging.getLogger(__name__)
@@ -96,6 +96,7 @@ def own_record(state: NodeState) -> PeerRecord:
         planner_capable=state.view.may_plan(state.peer_id),  # as our token says
         token=state.view.authority.own_token,
         version=__version__,
+        protocol=PROTOCOL_LEVEL,
         hardware=state.hardware,
         compute_gflops=state.compute_gflops,
         stage_compute=state.stage_compute,

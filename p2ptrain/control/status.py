@@ -49,6 +49,7 @@ def swarm_status(view: SwarmView, now: float, relay_bytes: int = 0) -> SwarmStat
             stage_compute=member.record.stage_compute,
             reachability=member.record.reachability,
             relays=member.record.relays,
+            protocol=member.record.protocol,
         )
         for peer, member in sorted(members.items())
     )

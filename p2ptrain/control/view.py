@@ -138,12 +138,13 @@ class SwarmView:
         return self.own_health.ok if peer == self.self_id else self.members.is_healthy(peer)
 
     def plannable_members(self, now: float) -> list[str]:
-        """Live members whose workers are healthy, one back after leaving only past its back-off
-        (control/flapping.py). Once any trains, only trainers: a control-only member has no
-        data-plane address, and a plan placing one stalls every worker."""
-        healthy = [p for p in self.live_members(now) if self.is_healthy(p)]
-        trainers = [p for p in healthy if self._role_of(p) == "trainer"]
-        return self.flapping.admit(trainers or healthy, now, self.members, self.plan)
+        """Live members of our protocol level whose workers are healthy, one back after leaving
+        only past its back-off (control/flapping.py). Once any trains, only trainers: a
+        control-only member has no data-plane address, and a plan placing one stalls all."""
+        members = self.members
+        ours = [p for p in self.live_members(now) if self.is_healthy(p) and members.speaks_ours(p)]
+        trainers = [p for p in ours if self._role_of(p) == "trainer"]
+        return self.flapping.admit(trainers or ours, now, members, self.plan)
 
     def _role_of(self, peer: str) -> str | None:
         return self.role if peer == self.self_id else self.members.role_of(peer)
@@ -371,8 +372,7 @@ class SwarmView:
         if self.max_seen_term > self.term and waited_s < self.members.dead_after_s(now):
             return False  # someone claims a term we could not follow yet: hear it out first
         capable = [p for p in self.members if self.may_plan(p) and self.stays(p, now)]
-        candidates = [self.self_id, *capable]
-        return min(candidates) == self.self_id
+        return min([self.self_id, *capable]) == self.self_id
 
     def stays(self, peer: str, now: float) -> bool:
         """Alive, and not stopping: a planner that said it stops is replaced at once, not after

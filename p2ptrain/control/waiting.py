@@ -15,7 +15,9 @@ status document carries the same reason (`waiting`, `waiting_for`). The reasons,
 - `measurements`: the first plan waits for links, data-plane addresses, timed stages or, in a
   restart, the holders of the run's saved states (control/planning/readiness.py), counted;
 - `plan`: the first plan is being made, or a plan that names this peer is due;
-- `place`: the plan leaves this peer out as a spare.
+- `place`: the plan leaves this peer out as a spare;
+- `version`: the live planner speaks another protocol level (records/peer.py PROTOCOL_LEVEL),
+  so it never places this member (SwarmView.plannable_members): install the run's version.
 Not waiting (kind ""): this peer is placed in the plan, or (the bootstrap) the swarm trains. Pure.
 """
 
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from p2ptrain.control.planning.plan_inputs import first_plan_gaps_in
 from p2ptrain.control.run_end import placed
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
+from p2ptrain.records import PROTOCOL_LEVEL
 
 WAIT_KINDS = (
     "",
@@ -38,6 +41,7 @@ WAIT_KINDS = (
     "measurements",
     "plan",
     "place",
+    "version",
 )
 
 
@@ -61,6 +65,8 @@ def waiting_for(view: SwarmView, now: float, joined: bool = True) -> Wait:
     member = view.role in MEMBER_ROLES
     if member and placed(view.plan, view.self_id):
         return NOT_WAITING
+    if member and (level_text := other_level_text(view, now)):
+        return Wait("version", level_text)
     members = view.plannable_members(now)
     if not members:
         return Wait(
@@ -101,6 +107,21 @@ def waiting_for(view: SwarmView, now: float, joined: bool = True) -> Wait:
             "and leaves this one out as a spare (it trains when a plan places it)",
         )
     return Wait("plan", "a plan that names this peer (the planner re-plans after a join)")
+
+
+def other_level_text(view: SwarmView, now: float) -> str:
+    """The live planner's protocol level where it is not ours, in words; else ""."""
+    planner = view.planner
+    leader = None if planner is None else view.members.get(planner)
+    if leader is None or leader.record.protocol in (None, PROTOCOL_LEVEL):
+        return ""
+    if planner is None or not view.is_alive(planner, now):
+        return ""
+    return (
+        f"a planner of this node's protocol level {PROTOCOL_LEVEL}: the planner {planner} runs "
+        f"p2ptrain {leader.record.version} at level {leader.record.protocol} and plans only "
+        "members of its own; install the version the run's organiser names"
+    )
 
 
 def no_planner_text(view: SwarmView, members: list[str]) -> str:

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from p2ptrain.records.network import LinkFacts, NetworkFacts
     from p2ptrain.records.peer import (
         MEMBER_ROLES,
+        PROTOCOL_LEVEL,
         ROLES,
         Claim,
         Health,
@@ -117,6 +118,7 @@ _HOMES = {
     "LinkReport": "peer",
     "LinkStatus": "status",
     "MEMBER_ROLES": "peer",
+    "PROTOCOL_LEVEL": "peer",
     "Message": "messages",
     "MetricsReport": "messages",
     "NetworkFacts": "network",
@@ -160,6 +162,7 @@ _HOMES = {
 __all__ = [
     "MEMBER_ROLES",
     "PHASES",
+    "PROTOCOL_LEVEL",
     "REACHABILITY",
     "ROLES",
     "Claim",

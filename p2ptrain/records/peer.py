@@ -35,6 +35,12 @@ from p2ptrain.records.token import Token
 ROLES = ("trainer", "control-only", "bootstrap", "observer")
 MEMBER_ROLES = ("trainer", "control-only")  # the roles a plan may place
 MAX_VERSION_CHARS = 32
+# What peers must share to be planned together: raised by any change after which nodes of the
+# two levels would train one plan differently (choose other start steps, read other frames).
+# Peers of before the field state none and are planned with any (docs/protocols.md, "Protocol
+# levels").
+PROTOCOL_LEVEL = 2
+MAX_PROTOCOL_LEVEL = 1_000_000
 MAX_TERM = 2**53
 MAX_SEES = 1_000_000  # peers a planner may say it sees (a claim's `sees`)
 MAX_REASON_CHARS = 160
@@ -153,6 +159,9 @@ class PeerRecord(Record, name="peer"):
     saved: Annotated[
         tuple[SavedStage, ...] | None, Nullable(Seq(Nested(SavedStage), MAX_SAVED)), OMITTED
     ] = None
+    # its PROTOCOL_LEVEL: a planner plans only members of its own level, or of none (peers of
+    # before the field: SwarmView.plannable_members)
+    protocol: Annotated[int | None, Nullable(Int(1, MAX_PROTOCOL_LEVEL)), OMITTED] = None
 
 
 MAX_PROBE_FAILURES = 1_000_000

@@ -26,6 +26,7 @@ from p2ptrain.records.codec import (
 )
 from p2ptrain.records.peer import (
     CONNECTIONS,
+    MAX_PROTOCOL_LEVEL,
     MAX_RELAYS,
     ROLES,
     Health,
@@ -65,6 +66,10 @@ class PeerStatus(Record, name="status peer"):
     reachability: Annotated[str, OneOf(REACHABILITY)] = "unknown"
     # behind a NAT: the peers holding relay slots for it
     relays: Annotated[tuple[str, ...], PeerIds(MAX_RELAYS)] = ()
+    # its protocol level (records/peer.py PROTOCOL_LEVEL; None: a peer of before the field)
+    protocol: Annotated[
+        int | None, Nullable(Int(1, MAX_PROTOCOL_LEVEL)), Wire(omit_default=True)
+    ] = None
 
     def to_dict(self) -> dict[str, Any]:
         items = list(super().to_dict().items())

@@ -13,8 +13,9 @@ import pytest
 import trio
 
 from p2ptrain.control import routes as routes_module
-from p2ptrain.control.membership import Membership
+from p2ptrain.control.membership import Member, Membership
 from p2ptrain.control.routes import Routes
+from p2ptrain.records import PeerRecord
 from tests.net.trio_run import run
 
 
@@ -53,7 +54,7 @@ def test_a_members_routes_close_when_membership_forgets_it() -> None:
             await nursery.start(routes.serve)
             members = Membership()
             members.when_forgotten(routes.close)
-            members["sybil"] = None  # type: ignore[assignment]  # only its removal matters here
+            members["sybil"] = Member(PeerRecord((), "trainer", False, "0.1.0", {}), 0.0)
             ports = [await routes.port("sybil", plane) for plane in ("control", "data")]
             before = all([await _accepts(port) for port in ports if port])
             del members["sybil"]
