@@ -9,11 +9,13 @@ refusal: the child prints the problem on stdout and exits 2.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
 
 from p2ptrain.errors import UserError
+from p2ptrain.procs import parent_death
 
 CHECK_TIMEOUT_S = 60.0  # a key file on a hung network mount must not hang `join` for good
 REFUSED = 2
@@ -30,6 +32,7 @@ def check_token(token_arg: str, bootstrap: str, identity_path: str) -> None:
             text=True,
             timeout=CHECK_TIMEOUT_S,
             check=False,
+            preexec_fn=parent_death(signal.SIGKILL),  # killed with us, even on a hung key file
         )
     except subprocess.TimeoutExpired:
         raise UserError(f"--token: not checked in {CHECK_TIMEOUT_S:.0f} s") from None

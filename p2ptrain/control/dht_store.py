@@ -5,6 +5,9 @@ outside our namespace, other keys inside it, a record stored under another autho
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from libp2p.abc import IHost
 from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
 from libp2p.peer.peerinfo import PeerInfo
@@ -16,6 +19,9 @@ DHT_NAMESPACE = "p2ptrain"
 RUN_KEY = f"/{DHT_NAMESPACE}/run"  # the organiser's run spec
 PEER_KEY_PREFIX = f"/{DHT_NAMESPACE}/peer/"  # + an author's peer id: its signed record
 DHT_RECORD_MAX_AGE_S = 3600.0
+# what values others store with us may cost in parsing and signature checks (~0.2 ms a kB)
+VALIDATE_BYTES_PER_S = 256 * 1024
+VALIDATE_BURST_BYTES = 2 * 1024 * 1024
 
 
 class _SignedRecordValidator(Validator):
@@ -23,13 +29,38 @@ class _SignedRecordValidator(Validator):
     we put are taken: an author's peer record under /p2ptrain/peer/<author>, and a run spec under
     /p2ptrain/run (any other key in our namespace would let one author store without limit)."""
 
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._budget = float(VALIDATE_BURST_BYTES)
+        self._at = clock()
+
     def validate(self, key: str, value: bytes) -> None:
         if key != RUN_KEY and not key.startswith(PEER_KEY_PREFIX):
             raise wire.WireError(f"not a key of ours: {key[:100]!r}")  # before any signature
+        # before parsing: a peer record or run spec is a gossip-sized envelope of its key's
+        # kind (a 1 MiB value of kind "plan" was parsed and verified whole: 125 ms a PUT)
+        if len(value) > wire.MAX_ENVELOPE_BYTES:
+            raise wire.WireError(f"oversized: {len(value)} bytes")
+        if (b'"kind":"run"' if key == RUN_KEY else b'"kind":"peer"') not in value:
+            raise wire.WireError(f"not a record of the kind {key[:100]!r} holds")
+        self._spend(len(value))
         env = wire.decode(value, max_age_s=DHT_RECORD_MAX_AGE_S)  # raises WireError (ValueError)
         expected = {"run": RUN_KEY, "peer": peer_key(env.author)}.get(env.kind)
         if key != expected:
             raise wire.WireError(f"forged: {env.kind} by {env.author} stored under {key}")
+
+    def _spend(self, num_bytes: int) -> None:
+        """The library's handler reads PUT_VALUEs one after another on a stream, past our stream
+        caps: the bytes we parse and verify for others are budgeted (honest records are a few
+        kB each, re-put every few minutes), so a flood costs a bounded share of the loop."""
+        now = self.clock()
+        self._budget = min(
+            VALIDATE_BURST_BYTES, self._budget + (now - self._at) * VALIDATE_BYTES_PER_S
+        )
+        self._at = now
+        if self._budget < num_bytes:
+            raise wire.WireError("refused: the DHT's validation budget is spent")
+        self._budget -= num_bytes
 
     def select(self, key: str, values: list[bytes]) -> int:
         def seq(value: bytes) -> int:

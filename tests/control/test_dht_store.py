@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+import pytest
 import trio
 from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
 from libp2p.peer.peerinfo import PeerInfo
@@ -110,3 +111,31 @@ def test_add_provider_stores_nothing() -> None:
             return server.provider_store.get_providers(key)
 
     assert run(scenario) == []
+
+
+def test_a_value_is_refused_before_parsing_when_too_large_of_another_kind_or_past_budget() -> None:
+    """A 1 MiB value of kind "plan" under a peer key was parsed and verified whole (125 ms of
+    the loop a PUT, from one stream the library reads in a loop, past our stream caps)."""
+    from p2ptrain.control.dht_store import (
+        VALIDATE_BURST_BYTES,
+        VALIDATE_BYTES_PER_S,
+        _SignedRecordValidator,
+    )
+
+    now = [0.0]
+    validator = _SignedRecordValidator(clock=lambda: now[0])
+    record = signed("peer", peer_dict())
+    validator.validate(peer_key(AUTHOR), record)  # honest: kept
+    padded = record[:-1] + b"," + b'"pad":"' + b"x" * (wire.MAX_ENVELOPE_BYTES) + b'"}'
+    with pytest.raises(wire.WireError, match="oversized"):
+        validator.validate(peer_key(AUTHOR), padded)
+    with pytest.raises(wire.WireError, match="kind"):
+        validator.validate(RUN_KEY, record)  # a peer record under the run's key
+    spent = len(record)  # the honest one above
+    while spent + len(record) <= VALIDATE_BURST_BYTES:  # no time passes: the burst runs out
+        validator.validate(peer_key(AUTHOR), record)
+        spent += len(record)
+    with pytest.raises(wire.WireError, match="budget"):
+        validator.validate(peer_key(AUTHOR), record)
+    now[0] += 2 * len(record) / VALIDATE_BYTES_PER_S  # refilled at the budget's rate
+    validator.validate(peer_key(AUTHOR), record)

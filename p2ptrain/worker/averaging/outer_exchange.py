@@ -102,6 +102,7 @@ class OuterExchange:
         self.siblings: tuple[str, ...] = ()  # the stage's other fragments' round prefixes
         self.steps_ahead = wire.MAX_ROUNDS_AHEAD * inner_steps
         self.topk = codecs.TopKCompressor(numel, topk_fraction) if codec == "topk" else None
+        self._residual_before: torch.Tensor | None = None  # the last round's, until applied
         signs = fixed_signs(numel)
         self.shapes = AttemptShapes(link, self.weights, codec, numel, signs, topk_fraction)
         link.inbox.admit_group(group, inbox_payload_bytes(codec, numel, topk_fraction))
@@ -143,6 +144,7 @@ class OuterExchange:
             with pacer.work():
                 sparse, sent = None, flat
                 if self.topk is not None:  # error feedback moves once a round, not an attempt
+                    self._residual_before = self.topk.residual.clone()
                     sparse, sent = self.topk.encode(flat)
                 anchor_claims = params_digest(anchor.reshape(-1).cpu(), self.shapes.signs)
             # the retry, among the members heard from, goes at once
@@ -175,8 +177,19 @@ class OuterExchange:
                 detail = "; ".join(failures)
                 return mean, Outcome("averaged", len(gathered), detail, diverged)
         except RoundStopped:
+            self.undo_feedback()
             return flat, Outcome("stopped", 1, "stopped during the outer round")
         finally:  # late copies of this step's messages, and earlier steps' stragglers
             keep = wire.kept_after(self.prefix, step, self.siblings, self.steps_ahead)
             self.link.inbox.forget(keep)
+        self.undo_feedback()
         return flat, Outcome("local", 1, "; ".join(failures))
+
+    def undo_feedback(self) -> None:
+        """The last round is not applied here (failed, stopped, or dropped by the caller): the
+        anchor stays, so the next pseudo-gradient holds this round's movement again, and the
+        error feedback goes back to before it (kept, it counted that movement twice: ten failed
+        rounds left the anchor 3.8x its target's length off once one passed)."""
+        if self.topk is not None and self._residual_before is not None:
+            self.topk.residual = self._residual_before
+        self._residual_before = None

@@ -227,6 +227,10 @@ class OuterRounds:
             return self.topk[fragment].encode(delta.cpu())[1].to(delta.device)
         return delta
 
+    def _exchange(self, pending: _Pending) -> OuterExchange:
+        assert self.exchanges is not None  # a round of a group's
+        return self.exchanges[pending.fragment]
+
     def _fragment_name(self, fragment: int) -> str:
         return f"fragment {fragment + 1}/{len(self.spans)}"
 
@@ -236,10 +240,12 @@ class OuterRounds:
             pending.thread.join()
         self._pending.pop(pending.fragment, None)
         if pending.result is None:  # the thread raised: logged by threading
+            self._exchange(pending).undo_feedback()
             return RoundReport("local")
         mean, outcome = pending.result
         if pending.skipped and outcome.kind == "averaged":
             log.warning("step %d: fault: outer round of step %d skipped", step, pending.step)
+            self._exchange(pending).undo_feedback()
             return RoundReport("local")
         if outcome.kind != "averaged":
             log.warning(

@@ -303,3 +303,19 @@ def test_a_round_forgets_its_own_and_strangers_keys_not_its_sibling_fragments() 
     assert keep(wire.round_key("run/1/1/0", 39, 0, members))
     assert not keep(wire.round_key("run/1/1/0", 40, 0, members))  # past the window: never run
     assert not keep(wire.round_key("run/1/1/0.1", 40, 0, members))
+
+
+def test_a_failed_topk_round_leaves_the_error_feedback_as_it_was() -> None:
+    """The anchor stays after a failed round, so the next pseudo-gradient holds its movement
+    again: a residual moved by the failed round counted it twice (ten failures, then a round
+    that passed, left the anchor 3.8x its target's length off)."""
+    group = members(2, "topk")
+    exchange = group[0][1]
+    assert exchange.topk is not None
+    exchange.topk.residual += 0.25  # what earlier rounds left out
+    before = exchange.topk.residual.clone()
+    group[1][0].dead = True
+    for _ in range(2):
+        results = run_round(group, grads(2), skip={1})
+        assert results[0][1].kind == "local"
+        assert torch.equal(exchange.topk.residual, before)
