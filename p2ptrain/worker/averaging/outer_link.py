@@ -7,6 +7,11 @@ counters, so the workers' `link_bytes` (and bench scaleout's DP bytes) count the
 
 A stream is read only from a member of the inbox's current group, at most MAX_INBOUND_PER_PEER
 at once a peer; anyone else is answered BUSY before a byte is read (as pipeline frames are).
+
+Our sends share MAX_SENDERS threads; a peer holds at most MAX_SENDS_PER_PEER of them (its other
+messages wait in its own queue), and a send's timeout runs from when it was handed to us: a
+groupmate that reads every message but never answers holds 2 threads, not the pool, and its
+queued messages go once their time is up instead of piling up round after round.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
@@ -46,6 +53,9 @@ FRAMING = Framing("outer round message", wire.HEADER_LEN, wire.MAX_HEADER_BYTES,
 MIN_RATE_BPS = 1e6  # a payload's read may take its size at this rate (plus the header's time)
 RETRY_PAUSE_S = 0.3
 MAX_SENDERS = 8  # threads that push messages at once
+# threads one peer's messages may hold: a groupmate that never answers (each send waits for its
+# answer up to the round's whole join_s + transfer_s) held all 8 and stalled the honest ones
+MAX_SENDS_PER_PEER = 2
 # a groupmate pushes at most MAX_SENDERS messages at once; room for as many streams closing
 MAX_INBOUND_PER_PEER = 2 * MAX_SENDERS
 # a leaving worker waits this long at most for its messages still on their way (a groupmate's
@@ -53,6 +63,7 @@ MAX_INBOUND_PER_PEER = 2 * MAX_SENDERS
 LEAVING_SENDS_S = 10.0
 
 _LINKS: dict[int, P2PRoundLink] = {}
+_Queued = tuple[Future[None], bytes, float]  # a message's future, its bytes, its deadline
 
 
 class P2PRoundLink:
@@ -66,6 +77,10 @@ class P2PRoundLink:
         self._pool = ThreadPoolExecutor(MAX_SENDERS, thread_name_prefix="outer-send")
         self._in_flight: set[Future[None]] = set()  # added here, discarded by the senders
         self._in_flight_lock = threading.Lock()
+        # by peer: its messages not handed to the pool yet, and how many the pool holds
+        self._waiting: dict[str, deque[_Queued]] = {}
+        self._sending: dict[str, int] = {}
+        self._queue_lock = threading.Lock()
         transport.call(transport.p2p.add_binary_stream_handler(wire.PROTOCOL, self._handle))
 
     @classmethod
@@ -80,13 +95,55 @@ class P2PRoundLink:
         self, peer: str, header: wire.RoundHeader, payload: torch.Tensor, timeout_s: float
     ) -> Future[None]:
         """Deliver one message, retried while the peer is busy or unreachable, until
-        timeout_s; the future fails then (the round notices the missing message itself)."""
+        timeout_s from now; the future fails then (the round notices the missing message
+        itself)."""
         data = header.encode() + payload.numpy().tobytes()
-        sent = self._pool.submit(self._send_until, peer, data, timeout_s)
+        sent: Future[None] = Future()
         with self._in_flight_lock:
             self._in_flight.add(sent)
         sent.add_done_callback(self._sent)
+        with self._queue_lock:
+            self._waiting.setdefault(peer, deque()).append(
+                (sent, data, time.monotonic() + timeout_s)
+            )
+        self._dispatch(peer)
         return sent
+
+    def _dispatch(self, peer: str) -> None:
+        """Hand `peer`'s next messages to the pool while it holds under MAX_SENDS_PER_PEER;
+        those whose time is up go unsent (their payload with them)."""
+        with self._queue_lock:
+            now, queued = time.monotonic(), self._waiting.get(peer, deque())
+            expired = [sent for sent, _, deadline in queued if deadline <= now]
+            queue = deque(item for item in queued if item[2] > now)
+            self._waiting[peer] = queue
+            while queue and self._sending.get(peer, 0) < MAX_SENDS_PER_PEER:
+                sent, data, deadline = queue.popleft()
+                if sent.set_running_or_notify_cancel():
+                    self._sending[peer] = self._sending.get(peer, 0) + 1
+                    self._pool.submit(self._run, peer, sent, data, deadline)
+            if not queue:
+                self._waiting.pop(peer, None)
+        for sent in expired:  # outside the lock: done callbacks run here
+            if sent.set_running_or_notify_cancel():
+                sent.set_exception(TimeoutError(f"an outer round message to {peer} timed out"))
+
+    def _run(self, peer: str, sent: Future[None], data: bytes, deadline: float) -> None:
+        try:
+            left_s = deadline - time.monotonic()  # time spent in the pool's queue counts
+            if left_s <= 0:
+                raise TimeoutError(f"an outer round message to {peer} timed out")
+            self._send_until(peer, data, left_s)
+        except BaseException as exc:  # the caller reads the outcome from the future
+            sent.set_exception(exc)
+        else:
+            sent.set_result(None)
+        finally:
+            with self._queue_lock:
+                self._sending[peer] -= 1
+                if not self._sending[peer]:
+                    del self._sending[peer]
+            self._dispatch(peer)
 
     def _sent(self, sent: Future[None]) -> None:
         with self._in_flight_lock:
