@@ -8,6 +8,10 @@ plan's announcement key (`p2ptrain_<run>_resume_t<term>_e<epoch>`, predictable) 
 every member stored its announcement on: they answered "stored", kept nothing, every `get`
 found nothing, and no plan could start (every member waited 120 s, then gave up).
 
+p2pd's own services are off for the same reason (`start_gated_dht`): its Kademlia as a server
+(ADD_PROVIDER for any key from anyone, kept 48 h) and AutoNAT (dials back on a caller's
+request); hivemind's DHT runs its own protocol over p2pd streams and needs neither.
+
 `install` stands a gate in front of the DHT's three handlers: a caller outside the plan's peers
 gets an empty refusal (nothing stored, nothing found, no routing entry) and is never added to
 the routing table, whichever way we met it; `admit` sets the plan's peers at each session's
@@ -82,6 +86,27 @@ async def admit(members: frozenset[str], _dht: Any, node: Any) -> int:
         if not gate.admits(peer_id):
             del table[node_id]
     return gate.num_refused
+
+
+def start_gated_dht(
+    listen_maddr: str, announce: list[str], identity_path: str, validators: list[Any]
+) -> Any:
+    """A started hivemind.DHT on `listen_maddr` (returns once p2pd is up: it has read the key at
+    `identity_path`), serving nobody until `admit_plan_peers`."""
+    import hivemind
+
+    dht = hivemind.DHT(
+        start=True,
+        host_maddrs=[listen_maddr],
+        announce_maddrs=announce or None,
+        nat_port_map=False,
+        dht_mode="client",
+        auto_nat=False,
+        identity_path=identity_path,
+        record_validators=validators,
+    )
+    serve_plan_peers_only(dht)
+    return dht
 
 
 def serve_plan_peers_only(dht: Any) -> None:

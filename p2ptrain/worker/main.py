@@ -122,9 +122,7 @@ class Worker:
             threading.Thread(target=self._beat_forever, name="heartbeat", daemon=True).start()
 
     def run(self) -> int:
-        import hivemind
-
-        from p2ptrain.worker.dht_gate import serve_plan_peers_only
+        from p2ptrain.worker.dht_gate import start_gated_dht
         from p2ptrain.worker.dht_helpers import AnnouncementValidator
         from p2ptrain.worker.pipeline.transport import Transport
         from p2ptrain.worker.resume.copies import keep_copies
@@ -136,18 +134,14 @@ class Worker:
         seed = self._seed()
         key_copy = identity.DaemonKeyCopy(seed, self.settings.identity)
         daemon_env.use_for_daemons()
-        try:
-            dht = hivemind.DHT(
-                start=True,  # returns once p2pd is up: it has read the key
-                host_maddrs=[self.settings.listen_maddr],
-                announce_maddrs=list(self.settings.announce) or None,
-                nat_port_map=False,
-                identity_path=str(key_copy.path),
-                record_validators=[AnnouncementValidator()],
+        try:  # nobody served until a plan names its peers (worker/dht_gate.py)
+            settings = self.settings
+            validators = [AnnouncementValidator()]
+            dht = start_gated_dht(
+                settings.listen_maddr, list(settings.announce), str(key_copy.path), validators
             )
         finally:
             key_copy.remove()
-        serve_plan_peers_only(dht)  # nobody until a plan names its peers (worker/dht_gate.py)
         self.dht = dht
         self.current: Session | None = None
         transport = Transport.start(dht.replicate_p2p, self._expect)

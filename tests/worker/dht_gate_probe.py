@@ -8,33 +8,62 @@ how many requests the members refused.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import tempfile
 import time
+from pathlib import Path
 
 import hivemind
 from hivemind.dht.routing import DHTID
 from hivemind.utils import get_dht_time
 from hivemind.utils.timed_storage import TimedStorage
 
-from p2ptrain.worker.dht_gate import admit_plan_peers, serve_plan_peers_only
+from p2ptrain.worker.dht_gate import admit_plan_peers, serve_plan_peers_only, start_gated_dht
 from p2ptrain.worker.dht_helpers import AnnouncementValidator, bootstrap_dht
 
 KEY = "p2ptrain_probe_run_resume_t3_e7"  # resume_key(): predictable from a plan's term, epoch
 NUM_STRANGERS = 5  # hivemind's num_replicas: the nodes a key is stored on
+KEY_DIR = Path(tempfile.mkdtemp())
+
+
+def _p2pd_args() -> list[str]:
+    """The command line of the one p2pd running so far (a's)."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            args = cmdline.read_bytes().decode().split("\0")
+            if args and Path(args[0]).name == "p2pd" and str(os.getpid()) in _ancestors(cmdline):
+                return args
+    return []
+
+
+def _ancestors(cmdline: Path) -> list[str]:
+    pids, pid = [], cmdline.parent.name
+    while pid not in ("0", "1"):
+        stat = (Path("/proc") / pid / "stat").read_text()
+        pid = stat.rpartition(")")[2].split()[1]  # the parent's pid
+        pids.append(pid)
+    return pids
 
 
 def main() -> None:
     listen = ["/ip4/127.0.0.1/tcp/0"]
     validators = [AnnouncementValidator()]
-    a = hivemind.DHT(start=True, host_maddrs=listen, record_validators=validators)
+    a = start_gated_dht(listen[0], [], str(KEY_DIR / "a.key"), validators)  # as a worker starts
+    p2pd_args = _p2pd_args()
     entry = [str(addr) for addr in a.get_visible_maddrs()]
     # connected, as a session's transport connects the plan's peers before the DHT is used
     b = hivemind.DHT(
-        start=True, host_maddrs=listen, initial_peers=entry, record_validators=validators
+        start=True,
+        host_maddrs=listen,
+        initial_peers=entry,
+        record_validators=validators,
+        ensure_bootstrap_success=False,  # a's gate admits b once both are up
     )
     members = {a.peer_id.to_base58(), b.peer_id.to_base58()}
+    serve_plan_peers_only(b)
     for dht in (a, b):
-        serve_plan_peers_only(dht)
         admit_plan_peers(dht, members)
     bootstrap_dht(b, [a.peer_id.to_base58()])
     # the strangers: forked with a storage that keeps nothing, node ids next to the key
@@ -71,6 +100,7 @@ def main() -> None:
                 "found": value,
                 "stranger_stored": stranger_stored,
                 "refused": refused,
+                "p2pd_args": p2pd_args,
             }
         )
     )

@@ -26,3 +26,7 @@ def test_strangers_next_to_a_key_cannot_hide_a_members_record() -> None:
     assert result["found"] == {"a-record": "A's announcement"}
     assert result["stranger_stored"] is False
     assert sum(result["refused"]) >= 5  # each stranger's bootstrap ping, at least
+    # p2pd's own Kademlia served anyone (providers for any key), its AutoNAT dialled back
+    args = result["p2pd_args"]
+    assert "-dhtClient=1" in args and "-autonat=0" in args, args
+    assert not any(a.startswith("-dhtServer") for a in args)
