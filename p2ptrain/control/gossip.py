@@ -152,8 +152,8 @@ def _validate(
     try:
         header = wire.verified_header(msg.data)
     except wire.WireError as exc:
-        if exc.category == "stale":
-            log.debug("ignored a late message on %s: %s", topic, exc)
+        if exc.category == "stale":  # no author to blame: counted against its forwarder
+            intake.drop_quietly(sender, f"a late message: {exc}", topic, now)
         else:
             intake.reject(sender, exc.category, str(exc), topic, now)
         return False
@@ -167,7 +167,7 @@ def _validate(
     if topic == CONTROL_TOPIC and kind == "telemetry" and not state.view.may_plan(author):
         # not a candidate (now): its telemetry goes to the audience only. No penalty: a planner
         # token revoked or expired a moment ago leaves an honest member here.
-        log.debug("ignored telemetry of %s on %s: no planner token", author, topic)
+        intake.drop_quietly(sender, f"telemetry of {author}: no planner token", topic, now, author)
         return False
     # the author signed the pubsub message (strict signing): its rate, admission and run are
     # checked before its body is parsed

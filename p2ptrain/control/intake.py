@@ -20,6 +20,7 @@ from p2ptrain.control.events import Change
 from p2ptrain.control.flood import GossipRates
 from p2ptrain.control.penalties import BLOCK_S, PENALTIES
 from p2ptrain.control.state import NodeState
+from p2ptrain.net.ratelimit import StampWindows
 from p2ptrain.records import Claim, PeerRecord, Revocations
 from p2ptrain.sampled_log import LOG_ONE_IN, SampledLog
 
@@ -41,6 +42,22 @@ FORWARDER_BLAMED = frozenset({"unauthorised"})
 # answered a plan pull with may be an honest author's old envelope, replayed to a node that
 # never heard the claim it followed; and no one else is to blame for holding it.
 SEEN_DEPENDENT = frozenset({"non-planner"})
+# Gossip dropped without blame (stale, of another run, from an author the run does not admit or
+# whose record is not here) still cost a parse and a signature check, and a fresh key per
+# message escapes every author's rate: the peer that delivered them may cause QUIET_DROPS per
+# QUIET_WINDOW_S, and each one past that costs it "flooding" (ten more block it). An honest
+# forwarder passes on only what it accepted, so we drop its messages only where our clock or
+# view differs from its: a message over 30 s in flight (a reconnect replays only ~6 s of a
+# topic, py-libp2p's mcache window), a newcomer's telemetry before its record, a token revoked
+# a moment ago: a handful in 30 s. Before our records can be here (`_settled`), a forwarder
+# relays every member's telemetry and claims we cannot place yet: those are not counted.
+QUIET_DROPS = 40
+QUIET_WINDOW_S = wire.MAX_CLOCK_SKEW_S
+MAX_TRACKED_FORWARDERS = 4096  # the one idle longest is forgotten first
+# settled this long after our first synced envelope (a sync is cut off after 60 s, sync.py), or
+# after this long without one (a lone organiser: every member re-sends its record every 120 s)
+SETTLE_AFTER_SYNC_S = 60.0
+SETTLE_UNSYNCED_S = 300.0
 _DROPPED = "dropped %s message on %s from %s: %s (penalty %.1f)"
 # a remote author's blame is logged the 1st time, then every 100th: each message of a flood
 # may be signed by a fresh key, and the log must not grow with it
@@ -56,7 +73,11 @@ class Intake:
         """on_penalty(peer, amount): told of every penalty too (GossipSub's peer scoring)."""
         self.state = state
         self._on_penalty = on_penalty
-        self._blocked_logged: set[str] = set()  # blocked peers whose blocking was logged
+        # blocked peer -> when the block we logged ends; swept once a block's length
+        self._blocked_logged: dict[str, float] = {}
+        self._next_sweep = float("-inf")
+        self.quiet_drops = StampWindows(QUIET_DROPS, QUIET_WINDOW_S, MAX_TRACKED_FORWARDERS)
+        self._synced_at: float | None = None  # our first envelope applied from sync
         self._authors_blamed = SampledLog(log, logging.WARNING)  # remote authors blamed
         self.rates = GossipRates()
         # a claim names a plan too large to gossip: (key, who sent it) (control/plan_pull.py)
@@ -97,6 +118,8 @@ class Intake:
     def apply(self, env: wire.Envelope, data: bytes, sender: str, via: str, now: float) -> bool:
         """Feed a verified envelope to the view; keep it for sync if accepted; blame if hostile.
         True: gossip may forward it (accepted, or a copy of one already applied)."""
+        if via == "sync" and self._synced_at is None:
+            self._synced_at = now
         if (problem := self.run_problem(env.run_id)) is not None:
             log.debug("ignored %s from %s: %s", env.kind, env.author, problem)
             return False
@@ -169,13 +192,36 @@ class Intake:
         honest one would have refused it too (FORWARDER_BLAMED), else only note it."""
         author, category = header.author, drop.category
         if category is None:
-            log.debug("ignored %s from %s: %s", header.kind, author, drop.reason)
+            what = f"{header.kind} from {author}: {drop.reason}"
+            self.drop_quietly(forwarder, what, via, now, author)
         elif author == forwarder:
             self.reject(author, category, drop.reason, via, now)
         else:
             if category in FORWARDER_BLAMED:
                 self.reject(forwarder, category, f"forwarded {author}'s {drop.reason}", via, now)
             self._blame_author(author, category, drop.reason, via, now)
+
+    def drop_quietly(
+        self, forwarder: str, what: str, via: str, now: float, author: str | None = None
+    ) -> None:
+        """A gossip message dropped without blame: counted against the `forwarder` that
+        delivered it, which is blamed ("flooding") past QUIET_DROPS in QUIET_WINDOW_S. A
+        message of an `author` we do not know is counted only once `_settled`; one without an
+        author (stale: refused before its header was read) always."""
+        log.debug("ignored %s on %s: %s", what, via, forwarder)
+        if author is not None and author not in self.state.view.members and not self._settled(now):
+            return
+        if not self.quiet_drops.allow(forwarder, now):
+            reason = f"past {QUIET_DROPS} dropped messages in {QUIET_WINDOW_S:.0f} s: {what}"
+            self.reject(forwarder, "flooding", reason, via, now)
+
+    def _settled(self, now: float) -> bool:
+        """Whether the members' records can be here by now (after our first sync, or long
+        after our start without one), so that what we refuse for want of one is no view of
+        ours still forming."""
+        if self._synced_at is not None:
+            return now - self._synced_at >= SETTLE_AFTER_SYNC_S
+        return now - self.state.view.started_at >= SETTLE_UNSYNCED_S
 
     def reject(self, peer: str, category: str, reason: str, via: str, now: float) -> None:
         """Penalise `peer` for a bad message and log it (and its blocking, once per block)."""
@@ -197,17 +243,17 @@ class Intake:
         return self.state.view.penalties.penalise(peer, category, now)
 
     def _log_blocking(self, peer: str, now: float) -> None:
-        """Log `peer`'s blocking, once per block."""
-        view = self.state.view
-        # forget blocks that ran out, so a peer blocked again is logged again
-        self._blocked_logged = {
-            p for p in self._blocked_logged if view.penalties.is_blocked(p, now)
-        }
-        if view.penalties.is_blocked(peer, now) and peer not in self._blocked_logged:
+        """Log `peer`'s blocking, once per block (a block extended past the one logged may be
+        logged again)."""
+        if now >= self._next_sweep:  # blocks that ran out go, each once: O(1) a call, amortized
+            self._blocked_logged = {p: t for p, t in self._blocked_logged.items() if t > now}
+            self._next_sweep = now + BLOCK_S
+        logged_until = self._blocked_logged.get(peer, float("-inf"))
+        if logged_until <= now and self.state.view.penalties.is_blocked(peer, now):
             # our validators drop everything it sends or writes; pubsub's own blacklist is not
             # used: its teardown can crash the pubsub service (py-libp2p 0.8.1)
             log.warning("blocking %s for %.0f s", peer, BLOCK_S)
-            self._blocked_logged.add(peer)
+            self._blocked_logged[peer] = now + BLOCK_S
 
 
 def latest_key(env: wire.Envelope) -> tuple[str, str]:

@@ -44,6 +44,12 @@ PULL_RETRY_S = 0.5
 NOT_YET = "not yet"
 MAX_QUEUED = 16
 MAX_BASES = 4  # plans remembered as bases for deltas
+# the largest reply, both ends (rpc.cap_replies: a client refuses a larger one unread): a plan's
+# envelope, canonical JSON (ASCII) of at most wire.MAX_PLAN_ENVELOPE_BYTES, as a JSON string (it
+# at most doubles), and the reply's braces; a larger delta becomes an error, and the asker then
+# asks for the whole plan
+PLAN_REPLY_BYTES = 2 * wire.MAX_PLAN_ENVELOPE_BYTES + 4 * 1024
+rpc.cap_replies(PLAN_PROTOCOL, PLAN_REPLY_BYTES)
 
 PlanKey = tuple[int, int]
 
@@ -100,6 +106,8 @@ class PlanPull:
             for _ in range(tries):
                 if peer is None or peer == self.state.peer_id or key <= self._held():
                     return
+                if self.state.view.penalties.is_blocked(peer, time.monotonic()):
+                    break  # it sent us garbage (a bad reply is blamed: _pull_once)
                 error = await self._pull_from(peer, key)
                 if error is None:
                     return
@@ -151,6 +159,12 @@ class PlanPull:
             reply = PlanReply.from_dict(
                 await rpc.call(self.state.host, ID.from_base58(peer), PLAN_PROTOCOL, request)
             )
+        except wire.WireError as exc:  # no plan reply (oversized, not JSON): the peer's own
+            self.state.view.penalties.penalise(peer, exc.category, time.monotonic())
+            return str(exc)
+        except Exception as exc:  # a timeout, a reset: no blame
+            return str(exc)
+        try:
             if reply.error is not None:
                 return reply.error
             if reply.delta is not None:

@@ -13,15 +13,22 @@ from typing import Any
 
 from libp2p.custom_types import TProtocol
 
+from p2ptrain.control import wire
 from p2ptrain.control.publishing import run_message
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.status import StatusPages, swarm_status
+from p2ptrain.net import rpc
 from p2ptrain.net.paging import read_cursor
 from p2ptrain.records.replies import RunReply
 
 STATUS_PROTOCOL = TProtocol("/p2ptrain/status/1.0.0")
 RUN_PROTOCOL = TProtocol("/p2ptrain/run/1.0.0")
 STATUS_PAGE_BYTES = 1024 * 1024  # of peers and links as JSON; far inside rpc.MAX_REPLY_BYTES
+# the largest run reply, both ends (rpc.cap_replies: a client refuses a larger one unread): a
+# run envelope of at most wire.MAX_ENVELOPE_BYTES as a JSON string (escaping at most triples
+# it, even a non-ASCII one), and the reply's braces; status pages keep rpc.MAX_REPLY_BYTES
+RUN_REPLY_BYTES = 3 * wire.MAX_ENVELOPE_BYTES + 1024
+rpc.cap_replies(RUN_PROTOCOL, RUN_REPLY_BYTES)
 
 
 class RpcResponder:

@@ -14,9 +14,9 @@ the client follows at most MAX_SYNC_PAGES pages. Each reply also carries the res
 whether the responder knows the run finished (control/run_end.py): believed of the organiser
 only, how a spare that missed the last step's gossip, or a late joiner, learns it.
 
-What one partner may cost us is bounded per round, all its pulls together (SyncRound): pages,
-envelopes, and MAX_UNUSABLE envelopes we cannot use; the client yields to the event loop between
-a few envelopes. What a server builds for a request (its own messages signed, the envelopes it
+What one partner may cost us is bounded per round, all its pulls together (SyncRound): pages
+(each at most SYNC_REPLY_BYTES, refused unread past it), envelopes, and MAX_UNUSABLE envelopes
+(MAX_UNUSABLE_BYTES) we cannot use; the client yields to the event loop between a few envelopes. What a server builds for a request (its own messages signed, the envelopes it
 selects) is reused for a second (control/recent.py): strangers may ask, as often as they like.
 """
 
@@ -57,6 +57,12 @@ MAX_SYNC_ENVELOPES = 4096
 # a page's envelopes as JSON strings (escaping included): one 64 KiB envelope always fits, and a
 # page stays well inside rpc.MAX_REPLY_BYTES
 SYNC_PAGE_BYTES = 192 * 1024
+# the largest page a server sends, and a client reads (rpc.cap_replies: refused unread past it):
+# one held envelope alone (a plan, up to wire.MAX_PLAN_ENVELOPE_BYTES; canonical JSON is ASCII,
+# so as a JSON string it at most doubles) or SYNC_PAGE_BYTES of them, page 0's own messages and
+# entries beside (~70 kB at 1,024 members), and the page's other fields
+SYNC_REPLY_BYTES = 2 * wire.MAX_PLAN_ENVELOPE_BYTES + 2 * SYNC_PAGE_BYTES + 64 * 1024
+rpc.cap_replies(SYNC_PROTOCOL, SYNC_REPLY_BYTES)
 PULLED_RECORD_MAX_AGE_S = 600.0
 # a large plan is re-sent every few minutes at most (publishing.py: MAX_PLAN_REBROADCAST_S)
 PULLED_PLAN_MAX_AGE_S = 3 * 600.0  # three re-sends missed
@@ -67,8 +73,11 @@ MAX_SYNC_PAGES = 128  # 24 MiB a round at most, from a peer that pages forever
 # An honest partner serves a few hundred at most: members' telemetry from after they left
 # (served last, KIND_ORDER; held until the dead are forgotten), and to a newcomer that counts
 # few members yet, records older than its record pace allows (~220 at 1,024 members, 302 at
-# most, simulated); 1,024 bounds a hostile one to ~0.1-1 s a round, where it had 60 s
+# most, simulated). Their bytes are budgeted too: a stale envelope of 64 KiB of `[[],...]` took
+# ~7.85 ms to refuse, 1,024 of them ~8 s a round; 2 MiB of them take ~0.25 s (an honest
+# partner's stale ones are small, or a former planner's plan or two)
 MAX_UNUSABLE = 1024
+MAX_UNUSABLE_BYTES = 2 * 1024 * 1024
 YIELD_EVERY = 8  # envelopes applied between yields to the loop (a 4 MiB page held it ~1 s)
 # one partner's whole sync, every page and named key: a responder answering each page just
 # inside the RPC timeout would otherwise hold the round (and the next) for hours
@@ -157,6 +166,7 @@ class SyncRound:
     envelopes_left: int = MAX_SYNC_ENVELOPES
     pages_left: int = MAX_SYNC_PAGES
     unusable: int = 0
+    unusable_bytes: int = 0
     applied: set[tuple[str, str]] = dataclasses.field(default_factory=set)  # latest_key's
     stopped: str | None = None  # why we read no more from the partner
 
@@ -278,8 +288,8 @@ class PullSync:
 
     async def _apply_page(self, peer: str, envelopes: tuple[object, ...], spent: SyncRound) -> None:
         """Apply one page's envelopes, yielding to the loop every YIELD_EVERY; the round stops
-        once `peer` is blocked or sends a non-envelope, or its envelopes or MAX_UNUSABLE run
-        out (what was applied is kept)."""
+        once `peer` is blocked or sends a non-envelope, or its envelopes, MAX_UNUSABLE or
+        MAX_UNUSABLE_BYTES run out (what was applied is kept)."""
         for index, text in enumerate(envelopes):
             if index and index % YIELD_EVERY == 0:
                 await trio.lowlevel.checkpoint()  # trio.sleep(0): others may run
@@ -288,12 +298,16 @@ class PullSync:
                 spent.stop("blocked, or it sent a non-envelope")
                 return
             spent.envelopes_left -= 1
-            if not self._apply_one(peer, text.encode(), spent, now):
+            data = text.encode()
+            if not self._apply_one(peer, data, spent, now):
                 spent.unusable += 1
+                spent.unusable_bytes += len(data)
             if spent.envelopes_left == 0:
                 spent.stop(f"after {MAX_SYNC_ENVELOPES} envelopes")
             elif spent.unusable >= MAX_UNUSABLE:
                 spent.stop(f"{MAX_UNUSABLE} envelopes we could not use")
+            elif spent.unusable_bytes >= MAX_UNUSABLE_BYTES:
+                spent.stop(f"{spent.unusable_bytes} bytes of envelopes we could not use")
             if spent.stopped is not None:
                 return
 

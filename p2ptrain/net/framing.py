@@ -28,6 +28,10 @@ class FrameError(ValueError):
     """The peer sent a frame we refuse (too large) or closed the stream mid-frame."""
 
 
+class FrameTooLarge(FrameError):
+    """The peer announced a frame larger than we read: its fault, not the network's."""
+
+
 async def read_exact(stream: INetStream, num_bytes: int) -> bytes:
     """Read exactly num_bytes (stream.read returns *up to* n bytes)."""
     chunks = []
@@ -66,5 +70,5 @@ async def read_frame(stream: INetStream, max_bytes: int) -> bytes:
     """Read one frame; FrameError if it announces more than max_bytes."""
     (length,) = _LENGTH.unpack(await read_exact(stream, _LENGTH.size))
     if length > max_bytes:
-        raise FrameError(f"frame of {length} bytes exceeds {max_bytes}")
+        raise FrameTooLarge(f"frame of {length} bytes exceeds {max_bytes}")
     return await read_exact(stream, length)

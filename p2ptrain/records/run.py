@@ -31,6 +31,7 @@ from p2ptrain.records.run_sections import (
     OptimSpec,
     SwarmSpec,
     WireSpec,
+    frame_problem,
     model_config,
 )
 
@@ -89,6 +90,9 @@ class RunSpec:
             )
         if self.data.data_format == "text" and not self.data.tokenizer and model.vocab_size < 256:
             raise UserError("text data is byte-level: vocab_size must be >= 256")
+        problem = frame_problem(model, self.optim, self.wire)
+        if problem:
+            raise UserError(problem)
 
     def model_config(self) -> ModelConfig:
         """Every size of the run's model (the one place they are derived)."""
@@ -234,7 +238,7 @@ def load_run_spec(path: str | Path | None) -> RunSpec:
             data = tomllib.load(f)
     except OSError as exc:
         raise UserError(f"cannot read run spec {path}: {exc.strerror}") from exc
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # TOMLDecodeError, UnicodeDecodeError, an int past 4300 digits
         raise UserError(f"run spec {path} is not valid TOML: {exc}") from exc
     except RecursionError:  # arrays nested past Python's stack: no run spec nests at all
         raise UserError(f"run spec {path} is not valid TOML: nested too deep") from None

@@ -27,6 +27,9 @@ COMPRESSIONS = ("fp16", "bf16", "int8", "none")
 SYNC_MODES = ("step", "diloco")
 OUTER_COMPRESSIONS = ("fp16", "int8", "topk")
 MAX_OUTER_FRAGMENTS = 64
+# the largest pipeline frame payload a receiver reads (worker/pipeline/frames.py imports it):
+# the run spec refuses a run whose honest frames would be larger (frame_problem)
+MAX_PAYLOAD_BYTES = 512 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -317,3 +320,24 @@ class CheckpointSpec:
             raise UserError(f"resume_wait_s must be in [0, 86400], got {self.resume_wait_s}")
         if self.resume not in RESUME_MODES:
             raise UserError(f"resume must be 'latest' or 'never', got {self.resume!r}")
+
+
+def frame_problem(model: ModelSpec, optim: OptimSpec, wire: WireSpec) -> str | None:
+    """Why the run's largest pipeline frame (a micro-batch's activations or their gradient)
+    exceeds MAX_PAYLOAD_BYTES, or None. Checked at load: a receiver refuses such a frame, so
+    every step of the run would fail. The largest micro-batch is that of a lone replica (under
+    diloco every replica's): ceil(batch_size / micro_batches) rows."""
+    rows = -(-optim.batch_size // optim.micro_batches)
+    # a row of n_embd values as frames.py lays it out: int8_rows an fp32 scale and the int8
+    # values; the others the raw floats
+    width = {"int8": 4 + model.n_embd, "none": 4 * model.n_embd}.get(
+        wire.compression, 2 * model.n_embd
+    )
+    frame_bytes = rows * model.block_size * width
+    if frame_bytes <= MAX_PAYLOAD_BYTES:
+        return None
+    return (
+        f"a pipeline frame would hold {frame_bytes} bytes (batch_size / micro_batches = {rows} "
+        f"rows x block_size {model.block_size} x n_embd {model.n_embd} as {wire.compression}), "
+        f"over the {MAX_PAYLOAD_BYTES} a receiver reads: raise micro_batches or lower batch_size"
+    )

@@ -67,8 +67,9 @@ def _finite(values: torch.Tensor, what: str) -> torch.Tensor:
 
 
 def _numel(shape: Sequence[int]) -> int:
-    if any(d < 0 for d in shape):
-        raise ValueError(f"negative dimension in {tuple(shape)}")
+    # torch refuses (RuntimeError) sizes whose product overflows int64, even beside a 0
+    if any(d < 0 for d in shape) or math.prod(d for d in shape if d) >= 2**63:
+        raise WireError(f"malformed shape: {tuple(shape)}")
     return math.prod(shape)
 
 

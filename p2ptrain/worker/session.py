@@ -163,14 +163,8 @@ class Session:
         others = plan.peers() - {self.transport.peer_id}
         me = self.transport.peer_id
         windows = {p: dial_window_s(plan.link_facts(me, p)) for p in others}
-        if others:
-            log.info(
-                "connecting to the plan's %d other peers (up to %.0f s)",
-                len(others),
-                max(windows.values()),
-            )
-        unreachable = self.transport.connect_all(
-            {p: addrs[p] for p in sorted(others) if addrs.get(p)}, windows
+        unreachable = self.transport.connect_all(  # a newer plan or a stop ends the dials
+            {p: addrs[p] for p in sorted(others) if addrs.get(p)}, windows, self._superseded
         )
         if unreachable:
             log.warning("not connected to %s yet: going on (they may dial us)", unreachable)
@@ -188,8 +182,11 @@ class Session:
             self.directory,
             self.identity_seed,
             self.transport.peer_id,
-            lambda: self.inbox.stopped or self.inbox.version != self.plan_version,
+            self._superseded,
         )
+
+    def _superseded(self) -> bool:
+        return self.inbox.stopped or self.inbox.version != self.plan_version
 
     def expect(self, header: FrameHeader) -> Expected | None:
         """Called from the transport thread for every incoming frame."""

@@ -8,6 +8,7 @@ import logging
 
 import pytest
 
+from p2ptrain.control import membership
 from p2ptrain.control import view as view_mod
 from p2ptrain.control.status import swarm_status
 from p2ptrain.control.waiting import waiting_for
@@ -17,6 +18,7 @@ from tests.control.test_view import A, B, C, make_view, record
 
 def test_members_of_another_level_are_never_planned(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
+    membership._other_levels.counts.clear()  # sampled: an earlier test's member was the 1st
     v, feed = make_view(peers=())
     assert v.accept(feed("peer", A, record("trainer")), 0.0) is None
     ours = {**record("trainer"), "protocol": PROTOCOL_LEVEL}

@@ -1,7 +1,8 @@
 """Fuzzing every record decoder: mutated valid records and random JSON values give a record or
 the one wire error, never another exception. The default run tries a few thousand inputs per
 decoder; `-m slow` tries 100,000. The decoders that read bytes off a stream (frame headers,
-stage-state requests, a state file's metadata) are also fed mutated bytes and JSON texts."""
+stage-state requests, a state file's metadata) are also fed mutated bytes and JSON texts, and
+the tensor decoder mutated payloads under mutated headers."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import random
 from typing import Any
 
 import pytest
+import torch
 
 from p2ptrain.errors import WireError
 from p2ptrain.records import DaemonCheckReply, message_from_dict
 from p2ptrain.records.codec import UNREADABLE
 from p2ptrain.records.stage_state import StateMeta
-from p2ptrain.worker.pipeline.frames import FrameHeader
+from p2ptrain.worker.pipeline import frames
+from p2ptrain.worker.pipeline.frames import GRADIENT, FrameHeader
 from p2ptrain.worker.resume.copies import CopyRequest
 from p2ptrain.worker.resume.state_transfer import StateRequest
 from tests.records.samples import SAMPLES, daemon_check_dict, frame_header_dict, stage_state_dict
@@ -245,3 +248,72 @@ def test_byte_decoders_are_total(decode: Any, sample: bytes) -> None:
 @pytest.mark.parametrize("decode,sample", BYTE_DECODERS, ids=BYTE_IDS)
 def test_byte_decoders_are_total_over_100k_inputs(decode: Any, sample: bytes) -> None:
     fuzz_bytes(decode, sample, 100_000, seed=2)
+
+
+def _tensor_frames() -> list[tuple[FrameHeader, bytes]]:
+    """An honest frame of each wire type (what Transport.send writes)."""
+    values = torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(0))
+    found = []
+    for wire in frames.WIRE_DTYPES:
+        header = frames.header_for(values, GRADIENT, "run", (1, 0), 5, 1, "peer", wire)
+        found.append((header, bytes(frames.tensor_bytes(frames.encode_payload(values, wire)))))
+    return found
+
+
+def _mutate_header(rng: random.Random, header: FrameHeader, payload: bytes) -> FrameHeader:
+    shape = list(header.shape)
+    for _ in range(rng.randint(0, 2)):
+        roll, at = rng.random(), rng.randrange(len(shape) + 1)
+        size = rng.choice([0, 1, -1, 3, 8, 2**31, 2**53, rng.randint(-4, 64)])
+        if roll < 0.4 and shape:
+            shape[min(at, len(shape) - 1)] = size
+        elif roll < 0.7:
+            shape.insert(at, size)
+        elif shape:
+            del shape[min(at, len(shape) - 1)]
+    dtype = rng.choice([header.dtype] * 6 + [*frames.WIRE_DTYPES, "float64", ""])
+    # the payload's own length half the time, so the checks past the length are reached
+    num_bytes = len(payload) if rng.random() < 0.5 else rng.choice([0, header.num_bytes, 2**60])
+    changes = {"shape": tuple(shape), "dtype": dtype, "num_bytes": num_bytes}
+    return FrameHeader(**{**header.__dict__, **changes})  # type: ignore[arg-type]
+
+
+def fuzz_tensors(num_inputs: int, seed: int) -> int:
+    """decode_tensor of num_inputs honest frames' payloads, mutated (bytes flipped, cut, grown),
+    under their headers or mutated ones (shape, dtype, byte count); the number that decoded."""
+    rng = random.Random(seed)
+    samples = _tensor_frames()
+    num_valid = 0
+    for index in range(num_inputs):
+        header, payload = rng.choice(samples)
+        data = bytearray(payload)
+        for _ in range(rng.randint(0, 3)):
+            at = rng.randrange(len(data)) if data else 0
+            roll = rng.random()
+            if roll < 0.6 and data:
+                data[at] = rng.randrange(256)  # the length kept: the values' checks run
+            elif roll < 0.8:
+                del data[at : at + rng.randint(1, 16)]
+            else:
+                data[at:at] = rng.randbytes(rng.randint(1, 16))
+        if index % 2:
+            header = _mutate_header(rng, header, bytes(data))
+        max_abs = rng.choice([frames.MAX_ABS_VALUE, frames.MAX_ABS_VALUE * 2.0**24])
+        try:
+            frames.decode_tensor(header, bytes(data), max_abs)
+            num_valid += 1
+        except WireError as exc:
+            assert_no_slip(exc)
+    return num_valid
+
+
+def test_the_tensor_decoder_is_total() -> None:
+    for header, payload in _tensor_frames():  # the samples themselves are valid
+        assert frames.decode_tensor(header, payload).shape == header.shape
+    num_valid = fuzz_tensors(3000, seed=1)
+    assert 0 < num_valid < 3000  # the mutations do reach the checks
+
+
+@pytest.mark.slow
+def test_the_tensor_decoder_is_total_over_100k_inputs() -> None:
+    fuzz_tensors(100_000, seed=2)

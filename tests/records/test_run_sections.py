@@ -200,3 +200,16 @@ def test_the_shipped_example_reads() -> None:
     example = Path(__file__).parents[2] / "bootstrap" / "run.example.toml"
     spec = load_run_spec(example)
     assert (spec.run_id, spec.swarm.stages, spec.swarm.c_dp_gb) == ("my-first-run", 2, 0.0)
+
+
+def test_a_run_whose_frames_a_receiver_refuses_fails_at_load(tmp_path: Path) -> None:
+    """7b at block_size 4096 and 32 rows in one micro-batch: honest fp16 frames of 1 GiB, over
+    the 512 MiB a receiver reads (worker/pipeline/frames.py), so every step failed."""
+    path = tmp_path / "run.toml"
+    path.write_text('[run]\npreset = "7b"\nblock_size = 4096\nbatch_size = 32\nmicro_batches = 1\n')
+    with pytest.raises(UserError, match="pipeline frame would hold 1073741824 bytes"):
+        load_run_spec(path)
+    halves = RunSpec().replace(preset="7b", block_size=4096, batch_size=32, micro_batches=2)
+    assert halves.optim.micro_batches == 2  # 512 MiB exactly: what a receiver still reads
+    with pytest.raises(WireError, match="pipeline frame"):
+        RunSpec.from_dict({**halves.to_dict(), "optim": {"batch_size": 33, "micro_batches": 2}})

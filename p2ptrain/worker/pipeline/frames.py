@@ -9,7 +9,8 @@ from that neighbour right now.
 Wire types: float32, float16, bfloat16 (the tensor's raw bytes), and int8_rows (compression =
 "int8": each row of the last dimension as an fp32 scale, then the int8 values, all scales first;
 train/codecs.py). A payload is decoded to a tensor of the header's shape before its values are
-checked (finite, within MAX_ABS_VALUE).
+checked (finite, within MAX_ABS_VALUE; a gradient within MAX_ABS_VALUE x the run's loss_scale).
+Every refusal of a frame's bytes is a WireError.
 
 Pure (torch only), so the rules are unit-testable without a network.
 """
@@ -27,21 +28,22 @@ import torch
 from p2ptrain.errors import WireError
 from p2ptrain.records import fields as f
 from p2ptrain.records.run import MAX_RUN_ID_CHARS
+from p2ptrain.records.run_sections import MAX_PAYLOAD_BYTES  # the run spec refuses larger runs
 from p2ptrain.train import codecs
 
 # the p2pd stream handler name; v2: the header names the plan's term (v1 had the epoch alone,
 # which restarts at 1 under a new term)
 PROTOCOL = "p2ptrain.pipe.v2"
 MAX_HEADER_BYTES = 4096
-MAX_PAYLOAD_BYTES = 512 * 1024 * 1024
-# |value| above this in an activation or a gradient is refused like a malformed frame: a small
-# GPT's hidden states stay within ~1e2 and their gradients far below 1, so only a broken or
-# hostile neighbour sends more (fp16's own limit, 65504, would let far more through)
+# |value| above this in an activation or an (unscaled) gradient is refused like a malformed
+# frame: a small GPT's hidden states stay within ~1e2 and their gradients far below 1, so only a
+# broken or hostile neighbour sends more (fp16's own limit, 65504, would let far more through).
+# Gradient frames carry the run's loss_scale (stage_step.py): their bound is this times it.
 MAX_ABS_VALUE = 1e4
 ACCEPTED, REJECTED, BUSY = b"\x01", b"\x00", b"\x02"  # BUSY: not ready yet, retry
 HEADER_LEN = struct.Struct(">I")
 MAX_DIMS = 8
-_HEADER = "frame header"
+_HEADER, _FRAME = "frame header", "frame"
 
 ACTIVATION, GRADIENT = "act", "grad"
 FLOAT_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -134,6 +136,13 @@ class Expected:
     sender: str
     dtype: str
     shape: tuple[int, ...]
+    max_abs: float = MAX_ABS_VALUE  # the largest |value| accepted (gradients: x loss_scale)
+
+
+def max_abs_of(kind: str, loss_scale: float) -> float:
+    """The bound on a frame's values: a gradient carries the loss_scale the stages divide out
+    later, so it is held to the same bound once unscaled."""
+    return MAX_ABS_VALUE * loss_scale if kind == GRADIENT else MAX_ABS_VALUE
 
 
 def header_for(
@@ -201,19 +210,40 @@ def tensor_bytes(tensor: torch.Tensor) -> memoryview:
     return memoryview(flat.view(torch.uint8).numpy())  # type: ignore[arg-type]
 
 
-def decode_tensor(header: FrameHeader, payload: bytes | bytearray) -> torch.Tensor:
+def decode_tensor(
+    header: FrameHeader, payload: bytes | bytearray, max_abs: float = MAX_ABS_VALUE
+) -> torch.Tensor:
     """The payload as a tensor of the header's shape (its float dtype, or float32 decoded from
-    int8_rows); ValueError (WireError is one) if the bytes do not fit, or the values hold
-    NaN/inf or a value over MAX_ABS_VALUE."""
+    int8_rows); WireError for any bytes that do not fit the header, or values that hold NaN/inf
+    or a magnitude over max_abs (Expected.max_abs). Total: no other exception, whatever the
+    header and bytes (check_header has vetted the header in the transport; tests fuzz both)."""
     if len(payload) != header.num_bytes:
-        raise ValueError(f"payload has {len(payload)} bytes, header says {header.num_bytes}")
+        raise f.malformed(
+            _FRAME, f"payload has {len(payload)} bytes, header says {header.num_bytes}"
+        )
+    # torch refuses (RuntimeError) negative sizes and ones whose product overflows int64, even
+    # beside a 0 dimension; no honest frame has more values than MAX_PAYLOAD_BYTES
+    sizes = [d for d in header.shape if d != 0]
+    if (
+        header.dtype not in WIRE_DTYPES
+        or any(d < 0 for d in sizes)
+        or math.prod(sizes) > MAX_PAYLOAD_BYTES
+    ):
+        raise f.malformed(_FRAME, f"no tensor of dtype {header.dtype!r} and shape {header.shape}")
+    if header.num_bytes != payload_bytes(header.dtype, header.shape):
+        raise f.malformed(_FRAME, f"{header.num_bytes} bytes do not make a {header.shape} tensor")
     if header.dtype == INT8_ROWS:
         tensor = codecs.decode_int8_rows(bytes(payload), header.shape)
     else:
-        raw = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+        # frombuffer refuses (ValueError) an empty buffer: a tensor with a 0 dimension
+        raw = (
+            torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+            if payload
+            else torch.zeros(0, dtype=torch.uint8)
+        )
         tensor = raw.view(FLOAT_DTYPES[header.dtype]).view(header.shape)
     if not torch.isfinite(tensor).all():
-        raise ValueError("tensor holds NaN or inf")
-    if tensor.numel() and float(tensor.abs().max()) > MAX_ABS_VALUE:
-        raise ValueError(f"tensor holds a value over {MAX_ABS_VALUE:g} in magnitude")
+        raise f.malformed(_FRAME, "tensor holds NaN or inf")
+    if tensor.numel() and float(tensor.abs().max()) > max_abs:
+        raise f.malformed(_FRAME, f"tensor holds a value over {max_abs:g} in magnitude")
     return tensor

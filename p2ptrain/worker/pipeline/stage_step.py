@@ -37,6 +37,7 @@ from p2ptrain.worker.pipeline.frames import (
     NotReady,
     PeerLost,
     Stopped,
+    max_abs_of,
     payload_bytes,
 )
 from p2ptrain.worker.pipeline.link_bounds import RECEIVE_TIMEOUT_S, frame_waits_s
@@ -126,8 +127,8 @@ def expected_frame(
         sender = role.next_peer
     else:
         return None
-    wire = wire_type(spec)
-    return Expected(kind, spec.run_id, role.term, role.epoch, sender, wire, shapes[micro])
+    wire, max_abs = wire_type(spec), max_abs_of(kind, spec.optim.loss_scale)
+    return Expected(kind, spec.run_id, role.term, role.epoch, sender, wire, shapes[micro], max_abs)
 
 
 def accepted_frame(

@@ -16,6 +16,7 @@ import random
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
 from typing import Any, TypeVar
 
 import torch
@@ -23,11 +24,16 @@ from hivemind.p2p import P2P, PeerID
 from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
 from hivemind.utils.multiaddr import Multiaddr
 
+from p2ptrain.errors import WireError
 from p2ptrain.worker.inbound import Framing, OpenStreams, completed, end_stream
 from p2ptrain.worker.pipeline import frames
 from p2ptrain.worker.pipeline.frame_inbox import FrameInbox, Key, PlanKey
 from p2ptrain.worker.pipeline.frames import Expected, FrameHeader, PeerLost
-from p2ptrain.worker.pipeline.link_bounds import CONNECT_WINDOW_S, SEND_TIMEOUT_S
+from p2ptrain.worker.pipeline.link_bounds import (
+    CONNECT_WINDOW_S,
+    MIN_LINK_RATE_MBPS,
+    SEND_TIMEOUT_S,
+)
 from p2ptrain.worker.traffic import Traffic
 
 log = logging.getLogger(__name__)
@@ -42,9 +48,12 @@ YIELD_DIAL_S = (2.0, 3.0)  # how long the larger peer id leaves the dial to the 
 # opens, so idle streams cannot hold handlers.
 MAX_INBOUND_PER_PEER = 16
 HEADER_TIMEOUT_S = 10.0
-MIN_RATE_BPS = 1e6  # a payload's read may take its size at this rate (a minute at least)
+# a payload's read may take its size at this rate (a minute at least): a hop's frame waits
+# assume no slower link either (link_bounds.py)
+MIN_RATE_BPS = MIN_LINK_RATE_MBPS * 1e6
 FRAMING = Framing("frame", frames.HEADER_LEN, frames.MAX_HEADER_BYTES, frames.REJECTED)
 ROUTE_CHECK_S = 2.0  # how often routed peers' connections are checked (keep_routes)
+DIAL_POLL_S = 0.2  # how often connect_all asks whether to stop dialling
 
 
 def transport_addrs(maddrs: Sequence[str]) -> list[Multiaddr]:
@@ -104,23 +113,37 @@ class Transport:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     def connect_all(
-        self, peers: Mapping[str, Sequence[str]], windows_s: Mapping[str, float] | None = None
+        self,
+        peers: Mapping[str, Sequence[str]],
+        windows_s: Mapping[str, float] | None = None,
+        should_stop: Callable[[], bool] = lambda: False,
     ) -> list[str]:
         """Tell p2pd where the plan's peers listen and dial them, all at once; the peers that
         could not be reached within their window (`windows_s`, default CONNECT_WINDOW_S: their
         address stays known to p2pd, and a peer that dials us connects us too, so the session
-        goes on; a frame that cannot be delivered is what declares a peer lost)."""
+        goes on; a frame that cannot be delivered is what declares a peer lost). Every peer,
+        its dials cancelled, as soon as should_stop() holds (a newer plan, a stop): a long
+        window held up the session that would take the next plan."""
 
         self._plan_peers = frozenset(peers)
         windows = {p: (windows_s or {}).get(p, CONNECT_WINDOW_S) for p in peers}
+        if peers:
+            longest_s = max(windows.values())
+            log.info("connecting to the plan's %d peers (up to %.0f s)", len(peers), longest_s)
 
         async def dial_all() -> list[bool]:
             return list(
                 await asyncio.gather(*(self._connect(p, a, windows[p]) for p, a in peers.items()))
             )
 
-        longest_s = max(windows.values(), default=CONNECT_WINDOW_S)
-        results = self.call(dial_all(), timeout_s=longest_s + 30.0)
+        dialling = self.submit(dial_all())
+        give_up = self._loop.time() + max(windows.values(), default=CONNECT_WINDOW_S) + 30.0
+        while not wait_futures([dialling], timeout=DIAL_POLL_S).done:
+            if should_stop() or self._loop.time() > give_up:
+                dialling.cancel()  # cancels the dials on the loop
+                log.info("stopped dialling the plan's peers")
+                return list(peers)
+        results = dialling.result()
         return [peer for peer, ok in zip(peers, results, strict=True) if not ok]
 
     async def _connect(self, peer_id: str, maddrs: Sequence[str], window_s: float) -> bool:
@@ -303,8 +326,8 @@ class Transport:
         except frames.AlreadyHave:
             return frames.ACCEPTED  # idempotent: the first copy was used
         problem = frames.check_header(header, remote, expected)
-        if problem is not None:
-            raise ValueError(problem)
+        if problem is not None or expected is None:
+            raise WireError(f"malformed frame: {problem}")  # a BAD_INPUT: answered REJECTED
         # a copy of a frame here already, or being read: nothing more is read (16 copies of
         # one frame on a neighbour's streams each took the frame's size three times over)
         key = FrameInbox.key_of(header)
@@ -321,7 +344,7 @@ class Transport:
         finally:
             self._reading.discard(key)
         self.traffic.received(remote, len(payload))
-        self.inbox.put(header, frames.decode_tensor(header, payload))
+        self.inbox.put(header, frames.decode_tensor(header, payload, expected.max_abs))
         return frames.ACCEPTED
 
     def close(self) -> None:

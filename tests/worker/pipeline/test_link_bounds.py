@@ -4,8 +4,13 @@ state transfers the link to the peer (worker/pipeline/link_bounds.py, pipeline.p
 from __future__ import annotations
 
 from p2ptrain.records import LinkFacts, NetworkFacts, Plan, RunSpec
+from p2ptrain.worker.pipeline.frames import MAX_PAYLOAD_BYTES
 from p2ptrain.worker.pipeline.link_bounds import (
     CONNECT_WINDOW_S,
+    DIAL_ROUND_TRIPS,
+    MAX_FRAME_WAIT_S,
+    MAX_LINK_RTT_S,
+    MIN_LINK_RATE_MBPS,
     RECEIVE_TIMEOUT_S,
     SEND_TIMEOUT_S,
     dial_window_s,
@@ -42,11 +47,24 @@ def test_local_links_keep_the_local_bounds() -> None:
 
 
 def test_a_slow_hop_stretches_its_frames_and_dials() -> None:
-    frame_bytes = 4 * 10**6  # 64 s at 0.5 Mbit/s
+    frame_bytes = 4 * 10**6  # 32 s at 1 Mbit/s: SLOW's 0.5 is taken at the floor rate
     receive_s, send_s = frame_waits_s(SLOW, frame_bytes)
-    assert send_s >= 4 * 2.0 + 2 * frame_bytes * 8 / 0.5e6 > SEND_TIMEOUT_S
+    assert send_s >= 4 * 2.0 + 2 * frame_bytes * 8 / (MIN_LINK_RATE_MBPS * 1e6) > SEND_TIMEOUT_S
     assert receive_s >= 2 * send_s > RECEIVE_TIMEOUT_S
     assert dial_window_s(LinkFacts(3.0, 10.0)) > CONNECT_WINDOW_S
+
+
+def test_absurd_link_facts_are_clamped() -> None:
+    """A member's report can make a link 1e-6 Mbit/s with 600 s round trips (records allow
+    them): frame waits of 1,000+ hours and dial windows of 6.7 h, a dead neighbour never lost."""
+    absurd = LinkFacts(600.0, 1e-6)
+    largest = frame_waits_s(absurd, MAX_PAYLOAD_BYTES)
+    assert max(largest) <= MAX_FRAME_WAIT_S
+    # the clamps are those of the worst honest link, not lower
+    floor = LinkFacts(MAX_LINK_RTT_S, MIN_LINK_RATE_MBPS)
+    assert largest == frame_waits_s(floor, MAX_PAYLOAD_BYTES)
+    assert frame_waits_s(absurd, 10**6) == frame_waits_s(floor, 10**6)
+    assert dial_window_s(absurd) == DIAL_ROUND_TRIPS * MAX_LINK_RTT_S == dial_window_s(floor)
 
 
 def test_each_neighbour_s_frames_wait_for_the_hop_between_us() -> None:
