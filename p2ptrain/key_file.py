@@ -9,12 +9,14 @@ The file holds py-libp2p's serialized protobuf PrivateKey: b"\\x08\\x01\\x12\\x2
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import tempfile
 from pathlib import Path
 
 from p2ptrain.durable import sync_directory
 from p2ptrain.errors import UserError
+from p2ptrain.procs import pid_alive
 
 SEED_NUM_BYTES = 32
 # protobuf header: field 1 (KeyType) = 1 (Ed25519), field 2 (Data) with length 32 / 64
@@ -26,6 +28,7 @@ def load_or_create_identity(path: str | os.PathLike[str]) -> bytes:
     """Return the node's 32-byte Ed25519 seed, creating the key file (mode 0600) if it is
     missing. UserError (one line) if it cannot be created: a missing or read-only directory."""
     key_path = Path(path)
+    _sweep_temp_files(key_path)
     if not key_path.exists():
         seed = os.urandom(SEED_NUM_BYTES)
         try:
@@ -45,7 +48,11 @@ def _create(path: Path, data: bytes) -> bool:
     wrote (False then). A crash between creating and writing a key left an empty one: an
     unreadable identity at every start."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # 0600
+    # named with our PID, so that what a SIGKILL left here (a private seed) is swept once we
+    # are gone (_sweep_temp_files); the rest random, for two threads of ours
+    fd, tmp = tempfile.mkstemp(
+        dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp"
+    )  # 0600
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -62,6 +69,25 @@ def _create(path: Path, data: bytes) -> bool:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+
+
+def _sweep_temp_files(path: Path) -> list[Path]:
+    """Remove the temporary files `_create` left beside `path` (`.NAME.PID.XXXX.tmp`) whose
+    process is gone: a SIGKILL between writing one and unlinking it left the private seed
+    there for good. Those removed."""
+    removed = []
+    with contextlib.suppress(OSError):  # a missing folder: nothing to sweep
+        for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+            # PID.XXXX exactly (mkstemp's part has no dot): `.NAME.5.PID.XXXX.tmp` is NAME.5's
+            pid_text, _, rest = tmp.name[len(path.name) + 2 : -len(".tmp")].partition(".")
+            if not rest or "." in rest:
+                continue
+            # ASCII digits: str.isdigit() takes "²", which int() refuses
+            if pid_text.isascii() and pid_text.isdigit() and not pid_alive(int(pid_text)):
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                    removed.append(tmp)
+    return removed
 
 
 def _create_in_place(path: Path, data: bytes) -> bool:

@@ -18,7 +18,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -42,6 +42,7 @@ def spawn(
     *,
     log_path: Path | str | None = None,
     stdout: int | None = None,
+    stderr: int | None = None,
     env: Mapping[str, str] | None = None,
     die_with_parent: int | None = signal.SIGKILL,
     cwd: Path | str | None = None,
@@ -53,7 +54,9 @@ def spawn(
     False (then it stays in ours); stdin is /dev/null unless given (e.g. subprocess.PIPE).
 
     log_path: stderr goes to this file (truncated), and stdout too unless `stdout` is given
-    (e.g. subprocess.PIPE); without either, the child writes where this process does.
+    (e.g. subprocess.PIPE); without either, the child writes where this process does. `stderr`
+    (e.g. subprocess.PIPE, for a relay that never lets a stalled reader block the child) wins
+    over log_path for stderr.
     env: variables on top of this process's environment (PYTHONUNBUFFERED is set, so that logs
     arrive as they are written). die_with_parent: the signal the kernel sends the child when the
     calling thread exits (None: none), so spawn from a thread that lives as long as the child.
@@ -65,7 +68,7 @@ def spawn(
             list(argv),
             stdin=subprocess.DEVNULL if stdin is None else stdin,
             stdout=stdout if stdout is not None else log_file,
-            stderr=log_file,
+            stderr=stderr if stderr is not None else log_file,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
             cwd=cwd,
             start_new_session=new_session,
@@ -92,13 +95,36 @@ def _die_with_parent(sig: int, parent_pid: int) -> None:
 
 
 def kill_group(proc: subprocess.Popen[bytes], signum: int = signal.SIGKILL) -> None:
-    """Send signum to the child's whole process group (if anything of it is left)."""
+    """Send signum to the child's whole process group (if anything of it is left). Once the
+    child was reaped, its PID (the group's id) may be another's: the group is signalled only
+    while members of it live (`_group_outlived_leader`)."""
+    if proc.returncode is not None and not _group_outlived_leader(proc.pid):
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signum)
 
 
+def _group_outlived_leader(pgid: int) -> bool:
+    """Does process group `pgid`, whose leader was reaped, still have members? While one lives,
+    the kernel keeps the number from reuse (it names a group); a process whose own PID is the
+    number is a newcomer that got it once the group was empty."""
+    found = False
+    for entry in Path("/proc").iterdir():
+        if not (entry.name.isascii() and entry.name.isdigit()):
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            # after the command's last ")": state, ppid, pgrp
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid:
+                if int(entry.name) == pgid:
+                    return False
+                found = True
+    return found
+
+
 def kill_groups(procs: Sequence[subprocess.Popen[bytes]]) -> None:
-    """SIGKILL every child's process group, then reap the children."""
+    """SIGKILL every child's process group, then reap the children: signalled before they are
+    reaped, their groups' ids are still theirs."""
     for proc in procs:
         kill_group(proc)
     for proc in procs:
@@ -124,15 +150,49 @@ def stop_groups(
         kill_group(proc, signal.SIGCONT)  # a stopped (frozen) group acts on SIGTERM only then
     deadline = time.monotonic() + grace_s
     for proc in procs:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
+        if not _exited(proc, max(0.0, deadline - time.monotonic())):
             log.warning(
                 "process %d did not stop in %.0f s after SIGTERM: killing its group",
                 proc.pid,
                 grace_s,
             )
     kill_groups(procs)
+
+
+def _exited(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Wait up to timeout_s for the child to exit, leaving it unreaped: its zombie keeps its
+    PID, the group's id, from reuse until kill_groups has signalled the group (reaped at once,
+    the id could be another's by the SIGKILL, up to grace_s later)."""
+    deadline = time.monotonic() + timeout_s
+    pause_s = 0.001
+    while proc.returncode is None:
+        try:
+            if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:  # reaped elsewhere (Popen.poll sets returncode then)
+            return True
+        left_s = deadline - time.monotonic()
+        if left_s <= 0:
+            return False
+        time.sleep(min(pause_s, left_s))
+        pause_s = min(pause_s * 2, 0.05)
+    return True
+
+
+def reap_orphans(keep: Iterable[int]) -> list[int]:
+    """Reap this process's exited children but those in `keep` (whose exit status their Popen
+    reads): what PID 1 must do for the orphans the kernel hands it (a container without
+    --init). Only zombies, each by its PID: never a child still running, never one of keep's."""
+    ours, kept = os.getpid(), set(keep)
+    reaped = []
+    for entry in Path("/proc").iterdir():
+        if not (entry.name.isascii() and entry.name.isdigit()) or int(entry.name) in kept:
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+            if state == "Z" and int(ppid) == ours and os.waitpid(int(entry.name), os.WNOHANG)[0]:
+                reaped.append(int(entry.name))
+    return reaped
 
 
 def count_matching(text: str) -> int:

@@ -15,7 +15,10 @@ the worker exits, when the control process finishes (exit 0) or the run refuses 
 when the first control process dies before printing its address (a start that cannot work).
 The control process prints the node's multiaddr first, then a progress line per training step
 (control/progress.py); the supervisor relays them as its own stdout (a restarted control
-process's address goes to the log: stdout's first line stays the node's first address).
+process's address goes to the log: stdout's first line stays the node's first address). Where
+stderr can stall (a pipe, a terminal: not a file), the children's log lines and the supervisor's
+own reach it through a relay too, which drops lines rather than let a stalled reader block a
+loop (node/stdout_relay.py).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -44,7 +48,7 @@ from p2ptrain.key_file import load_or_create_identity
 from p2ptrain.node.identity_lock import IdentityLock
 from p2ptrain.node.ipc_dir import IpcDir
 from p2ptrain.node.settings import NodeSettings
-from p2ptrain.node.stdout_relay import StdoutRelay
+from p2ptrain.node.stdout_relay import WRITER_DRAIN_S, StderrRelay, StdoutRelay, stderr_relay
 from p2ptrain.worker.faults import NO_FAULTS, Faults
 from p2ptrain.worker.settings import WorkerSettings
 
@@ -140,6 +144,8 @@ class Supervisor:
         self._signals = 0  # how many stop signals came: a second one cuts a hand-over short
         self._addr_printed = threading.Event()
         self.stdout = StdoutRelay(sys.stdout)  # one writer for every control process's lines
+        self.stderr: StderrRelay | None = None  # while run() runs, where stderr can stall
+        self._stderr_reads: dict[int, threading.Thread] = {}  # a child's PID: its relay
         self.control_backoff = Backoff()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -147,6 +153,17 @@ class Supervisor:
         self._signals += 1
 
     def run(self) -> int:
+        # the children's log lines and ours through a relay: a stalled stderr blocked them all
+        self.stderr = stderr_relay()
+        if self.stderr is not None:
+            self.stderr.take_over_logging()
+        try:
+            return self._run()
+        finally:
+            if self.stderr is not None:
+                self.stderr.close()  # what is held is written (a healthy stderr gets it all)
+
+    def _run(self) -> int:
         load_or_create_identity(
             self.node.identity
         )  # create it once, before two children race for it
@@ -173,7 +190,13 @@ class Supervisor:
                     faults=self.faults,
                 )
                 # the worker holds the identity's lock too, until it is gone
-                children.append(procs.spawn(worker.command(), pass_fds=(lock.fd,)))
+                children.append(
+                    self._relay_stderr(
+                        procs.spawn(
+                            worker.command(), stderr=self._child_stderr(), pass_fds=(lock.fd,)
+                        )
+                    )
+                )
             self._watch(children, ipc_path)
             self._let_control_leave(children, Path(ipc_path).parent / HANDOVER_LIMIT_FILE)
             return self._finish(children)
@@ -192,10 +215,29 @@ class Supervisor:
             announce=self.announce,
             ipc=ipc_path,
         )
-        control = procs.spawn(settings.command(), stdout=subprocess.PIPE)
+        control = procs.spawn(
+            settings.command(), stdout=subprocess.PIPE, stderr=self._child_stderr()
+        )
         assert control.stdout is not None
         self.stdout.start(control.stdout, first, self._addr_printed.set)
-        return control
+        return self._relay_stderr(control)
+
+    def _child_stderr(self) -> int | None:
+        """A pipe for the relay where our stderr can stall; else (a file) the child's is ours."""
+        return subprocess.PIPE if self.stderr is not None else None
+
+    def _relay_stderr(self, child: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
+        if self.stderr is not None and child.stderr is not None:
+            self._stderr_reads[child.pid] = self.stderr.start(child.stderr)
+        return child
+
+    def _read_last_lines(self, child: subprocess.Popen[bytes]) -> None:
+        """Let the relay read an exited child's last log lines (a moment at most: a grandchild
+        may hold its pipe), so that ours about its exit follow them, as they did when the child
+        wrote to our stderr itself."""
+        thread = self._stderr_reads.pop(child.pid, None)
+        if thread is not None:
+            thread.join(WRITER_DRAIN_S)
 
     def _watch(self, children: list[subprocess.Popen[bytes]], ipc_path: str) -> None:
         """Until a signal, or a child's exit that stops the node: restart a control process
@@ -207,10 +249,12 @@ class Supervisor:
             if any(c.poll() is not None for c in others) or code in FINAL_CONTROL_CODES:
                 return
             if code is None:
+                _reap_orphans_as_init(children)
                 time.sleep(POLL_S)
                 continue
             uptime_s = time.monotonic() - started
             delay_s = self.control_backoff.after_exit(uptime_s)
+            self._read_last_lines(control)  # its traceback, then our line
             log.warning(
                 "the control process %s after %.0f s: restarting it in %.0f s",
                 _exit_reason(code),
@@ -258,6 +302,8 @@ class Supervisor:
             return 0
         for child in children:
             code = child.poll()
+            if code is not None:
+                self._read_last_lines(child)  # its last words (a refusal's line) come first
             if code == 0:
                 log.info("%s finished: stopping the node", child.args[2])  # type: ignore[index]
                 return 0
@@ -280,6 +326,14 @@ def _limit(limit_file: Path) -> float:
     if written != written:  # NaN
         written = HANDOVER_LIMIT_S
     return min(max(written, HANDOVER_LIMIT_S), MAX_HANDOVER_S) + STOP_GRACE_S
+
+
+def _reap_orphans_as_init(children: list[subprocess.Popen[bytes]]) -> None:
+    """As PID 1 (a container without --init) the kernel hands us every orphan in the container
+    (a child's escaped grandchild): reap the exited ones, or they stay zombies for good. Never
+    our children's: their Popen reads their exit status (a control restart, a node's exit)."""
+    if os.getpid() == 1:
+        procs.reap_orphans(child.pid for child in children)
 
 
 def _exit_reason(code: int) -> str:

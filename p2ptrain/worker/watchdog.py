@@ -9,7 +9,8 @@ job is to SIGKILL the whole group the moment the worker dies, however it dies.
 The parent's death is a SIGTERM, a graceful stop: the worker saves its stage first. Its
 supervisor bounds such a stop with a SIGKILL after its grace; when the supervisor is the one that
 died (a SIGKILL, the OOM killer), nobody would, so an orphaned worker bounds its own stop
-(`stop_handler`).
+(`stop_handler`). The bound is armed by the SIGTERM handler, and by a thread that watches for
+the parent's death itself: a main thread stuck in a C call never runs a Python signal handler.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +30,7 @@ WATCHDOG_SIGNAL = signal.SIGUSR2
 # an orphaned worker's stop, at most: the supervisor's own grace (node/supervisor.py STOP_GRACE_S)
 ORPHAN_STOP_S = 30.0
 _parent = [0]  # the process that started this one (install), to tell when it is gone
+PARENT_POLL_S = 1.0  # how often the bound's thread looks for the parent
 
 
 def install(parent_death_signal: int = signal.SIGTERM) -> int:
@@ -49,18 +52,46 @@ def stop_handler(
     stop: Callable[[], None], leave: Callable[[int], None], bound_s: float = ORPHAN_STOP_S
 ) -> Callable[..., None]:
     """A SIGTERM / SIGINT handler: `stop` (the graceful stop); and if the parent is gone (its
-    death sent this signal), `leave(1)` after `bound_s` unless the stop ended first."""
-    armed: list[threading.Timer] = []
+    death sent this signal), `leave(1)` after `bound_s` unless the stop ended first. The
+    handlers made with one `leave` share one bound, also armed by a thread once the parent is
+    gone, whether or not a handler ever runs."""
+    bound = _bounds.get(leave) or _bounds.setdefault(leave, _OrphanBound(leave, bound_s))
 
     def handler(*_: Any) -> None:
         stop()
-        if _parent[0] and os.getppid() != _parent[0] and not armed:  # 0: install() never ran
-            timer = threading.Timer(bound_s, leave, args=(1,))
-            timer.daemon = True
-            timer.start()
-            armed.append(timer)
+        bound.arm()
 
     return handler
+
+
+class _OrphanBound:
+    """`leave(1)` after bound_s, armed once, from the first to see the parent gone."""
+
+    def __init__(self, leave: Callable[[int], None], bound_s: float) -> None:
+        self.leave = leave
+        self.bound_s = bound_s
+        self.timer: threading.Timer | None = None
+        self._arming = threading.Lock()
+        if _parent[0]:  # 0: install() never ran (forks first: no thread before it)
+            threading.Thread(
+                target=self._watch_parent, args=(_parent[0],), name="orphan-bound", daemon=True
+            ).start()
+
+    def arm(self) -> None:
+        with self._arming:
+            if self.timer is None and _parent[0] and os.getppid() != _parent[0]:
+                self.timer = threading.Timer(self.bound_s, self.leave, args=(1,))
+                self.timer.daemon = True
+                self.timer.start()
+
+    def _watch_parent(self, parent: int) -> None:
+        while _parent[0] == parent and os.getppid() == parent:  # (tests change _parent)
+            time.sleep(PARENT_POLL_S)
+        self.arm()
+
+
+# one bound per `leave`: the SIGTERM and SIGINT handlers of a worker share it, and its thread
+_bounds: dict[Callable[[int], None], _OrphanBound] = {}
 
 
 def _watch(worker_pid: int) -> None:
