@@ -21,6 +21,7 @@ defended yet", 4b), nothing more.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import struct
 import time
@@ -39,7 +40,6 @@ from p2ptrain.worker.resume.state_transfer import (
     LOCAL_RATE_MBPS,
     LOCAL_RTT_S,
     MAX_REQUEST_BYTES,
-    MAX_SERVING,
     MISSING,
     REQUEST_LEN,
     REQUEST_TIMEOUT_S,
@@ -143,8 +143,9 @@ class CopyServer:
         if refusal is not None:  # nothing of the request is parsed
             await self._states.refuse(remote, refusal, reader, writer)
             return
-        with self._states.streams.serving(remote):
-            await self.serve(remote, reader, writer)
+        with contextlib.ExitStack() as slot:  # pending until its request is to be served
+            slot.enter_context(self._states.pending.serving(remote))
+            await self.serve(remote, reader, writer, slot)
 
     def _duty_of(self, remote: str) -> range | None:
         """The layers `remote` copies from us under the newest plan, if any."""
@@ -160,22 +161,28 @@ class CopyServer:
             return MISSING  # only the spare that copies our stage is served
         if len(self._last_s) > 1024:  # spares of many plans: forget the oldest
             self._last_s = dict(sorted(self._last_s.items(), key=lambda i: i[1])[-512:])
-        states = self._states.streams
-        if states.of(remote) or states.total() >= MAX_SERVING:
+        # one stream of the copier at once, of either protocol
+        if self._states.streams.of(remote) or self._states.pending_refusal(remote, 1):
             return BUSY
         return None
 
     async def serve(
-        self, remote: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        remote: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        slot: contextlib.ExitStack | None = None,
     ) -> None:
-        """Read `remote`'s request and send it the newest state it asks for, if it may have it."""
+        """Read `remote`'s request and send it the newest state it asks for, if it may have it;
+        `slot` holds the stream's place in the state server's counts (None: not counted)."""
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT_S + 4 * LOCAL_RTT_S):
                 request = CopyRequest.decode(
                     await read_prefixed(reader, REQUEST_LEN, MAX_REQUEST_BYTES, _REQUEST)
                 )
+            # the duty first: the bound of other layers would build a stage on our loop
             found = self._newest(request) if request.layers == self._duty_of(remote) else None
-            max_bytes = self._states.max_bytes(request.layers)
+            max_bytes = None if found is None else self._states.max_bytes(request.layers)
             if found is None or max_bytes is None:
                 writer.write(MISSING)
                 return
@@ -185,6 +192,9 @@ class CopyServer:
             gap_s = copy_gap_s(spec, path.stat().st_size, plan.link_facts(self._me, remote))
             if time.monotonic() - self._last_s.get(remote, -gap_s) < gap_s / 2:
                 writer.write(BUSY)  # it asked again too soon: a copy costs our uplink
+                return
+            if slot is not None and not self._states.take_slot(remote, slot, 1):
+                writer.write(BUSY)  # the state server's slots are full
                 return
             digest = await asyncio.to_thread(file_sha256, path)  # usually cached
             raw_tag = (tag or "").encode()

@@ -10,10 +10,15 @@ asks only for the agreed digest, so the lineage is the one the plan's members ag
 worker/resume/start_step.py). v3: the file is a safetensors state (train/state_file.py, format /3); a file
 of an older format (a torch pickle) is neither served nor kept (docs/security.md, 26.7).
 
-Who is served (docs/security.md, 26.12): only peers of this worker's current or previous plan
-(a stranger gets MISSING, nothing of the request parsed), at most MAX_SERVING_PER_PEER requests
-of one peer and MAX_SERVING in all at once: past that the answer is BUSY, nothing sent, and the
-client retries until its deadline.
+Who is served (docs/security.md, 26.12): only peers of this worker's current or previous
+plan (a stranger gets MISSING, nothing of the request parsed). A stream waits for its request
+in a pending count (MAX_PENDING_PER_PEER a peer, MAX_PENDING in all; past that: BUSY, nothing
+parsed); only a request for a state held here, of layers a plan we serve places the peer at
+(its stage's, or a stage it builds from them), takes one of the serving slots
+(MAX_SERVING_PER_PEER a peer, MAX_SERVING in all; past that: BUSY, and the client retries
+until its deadline). One peer gets one state in full once a plan: a repeat is MISSING (the
+client asks the next holder); a send that failed may be retried, MAX_SENDS times in all. A
+send whose reader takes no chunk for CHUNK_STALL_S is cut.
 
 Bounds (docs/security.md, attack 8): both sides refuse a state larger than the stage's expected
 size (its weights and AdamW's two moments, with a margin: train/checkpoint.py
@@ -28,6 +33,7 @@ checkpoint when loaded (format, run, model shape, layers, every tensor).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -75,15 +81,22 @@ LOCAL_RTT_S = 0.05
 MIN_TRANSFER_RATE_MBPS = 1.0
 MAX_TRANSFER_RTT_S = 5.0
 MAX_TRANSFER_S = 12 * 3600.0
-# a state is a few files per plan change per peer: more at once is a flood (each costs a full
-# upload), so the server holds few; a client told BUSY retries after a pause until its deadline
-MAX_SERVING_PER_PEER = 2
+# a state is a few files per plan change per peer, fetched one by one: more is a flood (each a
+# full upload). Only a request for a state held here takes a serving slot: idle openers (two
+# spares held all 4) take pending places. A client told BUSY retries until its deadline
+MAX_SERVING_PER_PEER = 1
 MAX_SERVING = 4
+MAX_PENDING_PER_PEER = 2
+MAX_PENDING = 16
+MAX_SENDS = 3  # sends of one state to one peer begun under one plan: a failed one is retried
+# a send whose reader stalls is cut after one chunk's time at the floor rate (46.8 s), long
+# before a large state's deadline; an honest reader at MIN_TRANSFER_RATE_MBPS takes 8.4 s
+CHUNK_STALL_S = 10.0 + 4 * MAX_TRANSFER_RTT_S + 2 * CHUNK_BYTES * 8 / (MIN_TRANSFER_RATE_MBPS * 1e6)
 BUSY_RETRY_S = (0.5, 1.5)
 REFUSAL_LINGER_S = 2.0  # for the client to read a refusal and close its end
 # refused streams kept for that at once: each a task and a descriptor, from anyone
 MAX_LINGERING = 32
-_LAYERS = re.compile(r"^L(\d{1,6})-(\d{1,6})$")
+_LAYERS = re.compile(r"L([0-9]{1,6})-([0-9]{1,6})")  # not \d: "L٠-٣" is no range
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 _REQUEST = "stage-state request"
 
@@ -172,9 +185,14 @@ class StateServer:
         self.network: NetworkFacts | None = None
         self._max_bytes: dict[str, int] = {}  # layers key -> expected_state_bytes
         self._plan: Plan | None = None
+        self._previous: Plan | None = None  # its peers may still fetch under it
         self._peers: frozenset[str] = frozenset()  # of the current and the previous plan
-        # requests being answered, per peer; refused: strangers and requests over the caps
+        # streams being sent a state, per peer; refused: strangers, over the caps, repeats
         self.streams = OpenStreams("stage state requests")
+        self.pending = OpenStreams("stage state requests")  # not read yet, or answered
+        self._tries: collections.Counter[tuple[str, str]] = collections.Counter()  # this plan's
+        self._sent: set[tuple[str, str]] = set()  # (peer, sha256) sent in full under this plan
+        self._sending: set[tuple[str, str]] = set()
         self._lingering = 0  # refused streams waiting for their client to close
         self.served = Served()  # what was sent in full: a donor's hand-over waits on it
         self.traffic = Traffic() if transport is None else transport.traffic
@@ -198,7 +216,8 @@ class StateServer:
         if self._plan is None or plan.key != self._plan.key:
             before = self._plan.peers() if self._plan is not None else set()
             self._peers = frozenset(plan.peers() | before)
-            self._plan = plan
+            self._plan, self._previous = plan, self._plan
+            self._tries, self._sent = collections.Counter(), set()
         self.spec, self.directory, self.network = spec, directory, plan.network
 
     def max_bytes(self, layers: range) -> int | None:
@@ -219,8 +238,19 @@ class StateServer:
         if refusal is not None:  # nothing of the request is parsed
             await self.refuse(remote, refusal, reader, writer)
             return
-        with self.streams.serving(remote):
-            await self._serve(remote, reader, writer)
+        with contextlib.ExitStack() as slot:
+            slot.enter_context(self.pending.serving(remote))
+            await self._serve(remote, reader, writer, slot)
+
+    def take_slot(self, remote: str, slot: contextlib.ExitStack, per_peer: int) -> bool:
+        """Move a stream whose request is to be served from the pending count to the serving
+        one, for the rest of its life; False (it is to be answered BUSY) if they are full."""
+        if self.streams.of(remote) >= per_peer or self.streams.total() >= MAX_SERVING:
+            self.streams.refused(remote)
+            return False
+        slot.close()  # out of the pending count
+        slot.enter_context(self.streams.serving(remote))
+        return True
 
     async def refuse(
         self,
@@ -241,16 +271,22 @@ class StateServer:
         finally:
             self._lingering -= 1
 
+    def pending_refusal(self, remote: str, per_peer: int = MAX_PENDING_PER_PEER) -> bool:
+        """Is a new stream of `remote` over the caps on streams not yet served (BUSY)?"""
+        return self.pending.of(remote) >= per_peer or self.pending.total() >= MAX_PENDING
+
     def _refusal(self, remote: str) -> bytes | None:
-        """The answer to a request of `remote` not to be served at all, or None."""
+        """The answer to a stream of `remote` not to be read at all, or None."""
         if remote not in self._peers:
             return MISSING  # a stranger to our plans: told nothing about what we hold
-        if self.streams.of(remote) >= MAX_SERVING_PER_PEER or self.streams.total() >= MAX_SERVING:
-            return BUSY
-        return None
+        return BUSY if self.pending_refusal(remote) else None
 
     async def _serve(
-        self, remote: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        remote: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        slot: contextlib.ExitStack,
     ) -> None:
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT_S + 4 * LOCAL_RTT_S):
@@ -259,18 +295,53 @@ class StateServer:
                 self.served.claim(remote, request.digest)
                 writer.write(MISSING)
                 return
-            path, max_bytes = await self._find(request.layers, request.step, request.digest)
-            if path is None or max_bytes is None or not path.is_file():
-                writer.write(MISSING)
-                return
-            if not await self.send_file(remote, writer, path, max_bytes, FOUND):
-                writer.write(MISSING)
-                return
-            self.served.add(remote, request.digest)
+            writer.write(await self._send(remote, request, writer, slot))
         except (ValueError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             log.warning("stage state request from %s failed: %r", remote, exc)
         finally:
             await close_after_sender(reader, writer)  # let the client read the end first
+
+    async def _send(
+        self,
+        remote: str,
+        request: StateRequest,
+        writer: asyncio.StreamWriter,
+        slot: contextlib.ExitStack,
+    ) -> bytes:
+        """Send the state `request` names if `remote` may have it now: what is left to write
+        (b"" once it is sent, MISSING or BUSY otherwise)."""
+        pair = (remote, request.digest)
+        if pair in self._sent or self._tries[pair] >= MAX_SENDS or not self._needs(remote, request):
+            self.streams.refused(remote)  # each send is a full upload of ours
+            return MISSING
+        path, max_bytes = await self._find(request.layers, request.step, request.digest)
+        if path is None or max_bytes is None or not path.is_file():
+            return MISSING
+        if pair in self._sending or not self.take_slot(remote, slot, MAX_SERVING_PER_PEER):
+            return BUSY
+        self._tries[pair] += 1
+        self._sending.add(pair)
+        try:
+            if not await self.send_file(remote, writer, path, max_bytes, FOUND):
+                return MISSING
+        finally:
+            self._sending.discard(pair)
+        self._sent.add(pair)
+        self.served.add(remote, request.digest)
+        return b""
+
+    def _needs(self, remote: str, request: StateRequest) -> bool:
+        """Does a plan we serve (the current or the previous) place `remote` at a stage that
+        shares blocks with the request's (its own, or one it builds from them anew)?"""
+        spec, layers = self.spec, request.layers
+        for plan in filter(None, (self._plan, self._previous)):
+            if spec is None or (role := plan.role_of(remote)) is None:
+                continue
+            with contextlib.suppress(ValueError):  # a plan that does not cut this model
+                stage = plan.layer_ranges(spec.model.n_layer)[role.stage]
+                if stage.start < layers.stop and layers.start < stage.stop:
+                    return True
+        return False
 
     async def send_file(
         self, remote: str, writer: asyncio.StreamWriter, path: Path, max_bytes: int, head: bytes
@@ -297,7 +368,8 @@ class StateServer:
                 writer.write(head + SIZE.pack(size))
                 while chunk := f.read(CHUNK_BYTES):
                     writer.write(chunk)
-                    await writer.drain()
+                    async with asyncio.timeout(CHUNK_STALL_S):  # a stalled reader frees its slot
+                        await writer.drain()
                     self.traffic.sent(remote, len(chunk))
         log.info("sent %s (%d bytes) to %s", path.name, size, remote)
         return True

@@ -145,26 +145,27 @@ def main() -> None:
     server.serve_run(SPEC, held, plan(1, ids[:4]))
     request = StateRequest(LAYERS, 2, digest).encode()
     result: dict[str, Any] = {
-        "per_peer": state_transfer.MAX_SERVING_PER_PEER,
-        "in_all": state_transfer.MAX_SERVING,
+        "per_peer": state_transfer.MAX_PENDING_PER_PEER,
         "digest": digest,
     }
     call: Callable[..., Any] = lambda t, coroutine: t.call(coroutine, timeout_s=60)  # noqa: E731
 
     # a stranger who knows the digest gets nothing, however often it asks
     result["stranger"] = [call(stranger, ask(stranger, ids[0], request, 5.0)) for _ in range(3)]
-    # a member holds two idle streams: its third is busy; a second member fills the server
+    # a member holds two idle streams: its third is busy; a second member holds two more (all
+    # 4 serving slots, before streams waited for their request apart): a third member's
+    # request is served all the same
     result["m1_idle"] = call(m1, ask_in_turn(m1, ids[0], 3, 2.0))
     result["m2_idle"] = call(m2, ask_in_turn(m2, ids[0], 2, 2.0))
-    result["m3_when_full"] = call(m3, ask(m3, ids[0], request, 3.0))
+    result["m3_fetch"] = fetch(m3, ids[0], directory / "m3", digest, 2)
     result["refused"] = server.num_refused
+    # the same state again, under the same plan: a full upload each, refused
+    result["m3_fetch_again"] = fetch(m3, ids[0], directory / "m3again", digest, 2)
     call(m1, close_kept(ids[1]))
     call(m2, close_kept(ids[2]))
-    call(m3, close_kept(ids[3]))
-    # free again: a member fetches the state; the pickled one is not served
-    result["m3_fetch"] = fetch(m3, ids[0], directory / "m3", digest, 2)
+    # the pickled state is not served
     result["m3_fetch_pickled"] = fetch(m3, ids[0], directory / "m3", legacy_digest, 1)
-    # a member told busy retries until a slot frees (2 s later)
+    # a member told busy (its two idle streams) retries until they close (2 s later)
     call(m1, ask_in_turn(m1, ids[0], 2, 0.5))
     m1.call(start_closing_later(ids[1], 2.0))
     started = time.monotonic()

@@ -191,6 +191,24 @@ def test_only_the_copier_of_our_stage_is_served_and_only_what_it_lacks(tmp_path:
     assert CopyServer(off, "h", None, lambda: PLAN).refusal("s0") == MISSING
 
 
+def test_the_copiers_duty_is_checked_before_any_stage_bound_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stage's size bound builds the stage on the meta device, on the transport's loop: only
+    for the layers the copier copies from us."""
+    states = StateServer(None)
+    states.serve_run(SPEC, _holder_dir(tmp_path), PLAN)
+    asked: list[range] = []
+    bound = states.max_bytes
+    monkeypatch.setattr(states, "max_bytes", lambda layers: asked.append(layers) or bound(layers))
+    server = CopyServer(states, "h", None, lambda: PLAN)
+    for layers in (range(0, 2), range(1, 2)):  # the whole model, another holder's stage
+        assert _exchange(server, "s0", CopyRequest(layers, 0), tmp_path / "spare") is None
+    assert asked == []
+    assert _exchange(server, "s0", CopyRequest(range(0, 1), 0), tmp_path / "spare") is not None
+    assert asked == [range(0, 1)]
+
+
 def _reply(step: int, body: bytes, tag: str | None = TAG, digest: bytes | None = None) -> bytes:
     raw_tag = (tag or "").encode()
     sha = digest if digest is not None else hashlib.sha256(body).digest()
