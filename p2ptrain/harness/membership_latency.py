@@ -45,8 +45,8 @@ CHANGES = ("sigkill", "join", "sigterm", "join")
 # the log lines of control/view.py ("accepted plan term 3 epoch 2 from ...") and of the
 # planner ("published plan term 3 epoch 2: 5 peers, ...")
 _PLAN_LINE = re.compile(
-    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \S+ \S+: "
-    r"(?:accepted|published) plan term (\d+) epoch (\d+)(?:: (\d+) peers)?"
+    r"^([0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2},[0-9]{3}) \S+ \S+: "
+    r"(?:accepted|published) plan term ([0-9]+) epoch ([0-9]+)(?:: ([0-9]+) peers)?"
 )
 
 

@@ -36,7 +36,7 @@ from p2ptrain.records import fields as f
 MAX_LINEAGE = 32
 ID_CHARS = 16
 _ID = re.compile(r"^[0-9a-f]{16}$")
-_TAG = re.compile(r"^([0-9a-f]{16})-e(\d{1,16})$")
+_TAG = re.compile(r"^([0-9a-f]{16})-e([0-9]{1,16})$")
 
 Lineage = tuple[tuple[str, int], ...]
 

@@ -57,15 +57,18 @@ STATE_OVERHEAD_BYTES = 4 * 1024**2
 # a state being written (or fetched) under its final name plus ".{pid}.{random}.tmp|part"
 # (before pids were in the name, plus "{random}.tmp|part"), and a latest link being made
 _UNFINISHED = re.compile(
-    r"^stage-L\d+-\d+(?:\.step\d+(?:\.[0-9a-f]{16}-e\d{1,16})?)?\.pt"
-    r"(?:\.(\d{1,10})\.)?[a-z0-9_]*\.(?:tmp|part)$"
-    r"|^\.stage-L\d+-\d+\.pt\.(\d{1,10})\.link$"
+    r"^stage-L[0-9]+-[0-9]+(?:\.step[0-9]+(?:\.[0-9a-f]{16}-e[0-9]{1,16})?)?\.pt"
+    r"(?:\.([0-9]{1,10})\.)?[a-z0-9_]*\.(?:tmp|part)$"
+    r"|^\.stage-L[0-9]+-[0-9]+\.pt\.([0-9]{1,10})\.link$"
     # an adopted state's link or copy (worker/resume/adopt.py: _link): a full copy without hard links
-    r"|^\.stage-L\d+-\d+\.step\d+(?:\.[0-9a-f]{16}-e\d{1,16})?\.pt\.(\d{1,10})\.adopt$"
+    r"|^\.stage-L[0-9]+-[0-9]+\.step[0-9]+(?:\.[0-9a-f]{16}-e[0-9]{1,16})?\.pt"
+    r"\.([0-9]{1,10})\.adopt$"
 )
 DEAD_WRITER_AGE_S = 60.0  # an unfinished file of a dead writer untouched this long is torn
 STALE_AGE_S = 3600.0  # any unfinished file untouched this long is torn (writers keep writing)
-_STAMPED = re.compile(r"^stage-L(\d+)-(\d+)\.step(\d+)(?:\.([0-9a-f]{16}-e\d{1,16}))?\.pt$")
+_STAMPED = re.compile(
+    r"^stage-L([0-9]+)-([0-9]+)\.step([0-9]+)(?:\.([0-9a-f]{16}-e[0-9]{1,16}))?\.pt$"
+)
 
 
 def checkpoint_dir(spec: RunSpec) -> Path:

@@ -153,7 +153,8 @@ def get_batch(
 
 def _tokenize(spec: RunSpec, files: list[Path]) -> np.ndarray:
     """Text files through the run's Hugging Face tokenizer (its tokenizer.json), as uint16 ids:
-    each file decoded as UTF-8 (bad bytes replaced) and encoded without special tokens."""
+    each file decoded as UTF-8 (bad bytes replaced) and encoded without special tokens;
+    UserError if an id is not below vocab_size (a sparse vocab's count says nothing of its ids)."""
     from tokenizers import Tokenizer  # the train extra; only a run that names one needs it
 
     path = _local_source(spec.data.tokenizer, what="tokenizer")
@@ -168,9 +169,17 @@ def _tokenize(spec: RunSpec, files: list[Path]) -> np.ndarray:
             f"({spec.model.vocab_size}) must be at least that"
         )
     texts = [raw.decode("utf-8", errors="replace") for raw in _read_each(files)]
-    encoded = tokenizer.encode_batch(texts, add_special_tokens=False)
-    ids = [np.asarray(e.ids, dtype=np.uint16) for e in encoded]
-    return np.concatenate(ids) if ids else np.zeros(0, dtype=np.uint16)
+    try:
+        encoded = tokenizer.encode_batch(texts, add_special_tokens=False)
+    except Exception as exc:  # a tokenizer that loads and cannot encode (no [UNK] in its vocab)
+        raise UserError(f"the tokenizer {path} cannot encode the data: {exc}") from None
+    ids = np.concatenate([np.zeros(0, np.int64)] + [np.asarray(e.ids, np.int64) for e in encoded])
+    if ids.size and int(ids.max()) >= spec.model.vocab_size:  # a sparse vocab's id past its count
+        raise UserError(
+            f"the tokenizer {path} gave token id {int(ids.max())}: vocab_size "
+            f"({spec.model.vocab_size}) must be above every id it gives"
+        )
+    return ids.astype(np.uint16)  # ids are >= 0 and vocab_size <= 65536: each one fits
 
 
 def _local_source(source: str, what: str = "data") -> Path:

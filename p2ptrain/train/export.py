@@ -36,7 +36,7 @@ from p2ptrain.train.checkpoint_read import other_run, read_file, read_state
 from p2ptrain.train.model import Stage
 from p2ptrain.train.recut import model_wide
 
-_LATEST = re.compile(r"^stage-L(\d+)-(\d+)\.pt$")
+_LATEST = re.compile(r"^stage-L([0-9]+)-([0-9]+)\.pt$")
 
 
 def model_wide_names(spec: RunSpec) -> list[str]:

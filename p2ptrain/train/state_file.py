@@ -37,7 +37,7 @@ from p2ptrain.records.stage_state import FORMAT, MAX_METADATA_BYTES, StateMeta
 METADATA_KEY = "p2ptrain"
 ZIP_MAGIC = b"PK\x03\x04"  # torch.save's files (formats /1 and /2)
 _HEADER_SIZE = struct.Struct("<Q")
-_OPTIM = re.compile(r"^optim/(\d{1,7})/([A-Za-z_][A-Za-z0-9_]{0,63})$")
+_OPTIM = re.compile(r"^optim/([0-9]{1,7})/([A-Za-z_][A-Za-z0-9_]{0,63})$")
 # a parameter's name is checked against the stage's when the outer state is loaded
 _OUTER = re.compile(r"^outer/(?:(?:anchor|momentum)/[A-Za-z0-9_.]{1,256}|steps)$")
 _MAX_HEADER_BYTES = 100 * 1024**2 + MAX_METADATA_BYTES  # safetensors' own limit, and ours

@@ -43,12 +43,12 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.transport.upgrader import TransportUpgrader
 
 from p2ptrain.addresses import LOOPBACK_KIND, all_loopback, network_kind
-from p2ptrain.errors import WireError
 from p2ptrain.net.framing import read_frame, write_frame
 from p2ptrain.net.inbound_gate import source_of
 from p2ptrain.net.ratelimit import WindowLimiter
 from p2ptrain.net.stream_end import end, ending
 from p2ptrain.records import DialBackReply, DialBackRequest, DialResult
+from p2ptrain.records.fields import json_value
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +144,16 @@ async def dial_back(upgrader: TransportUpgrader, ip: str, port: int, peer: ID) -
     return "timed out"
 
 
+def decode_request(data: bytes) -> DialBackRequest:
+    """A request frame's record; WireError for anything else (bytes that are not JSON too)."""
+    return DialBackRequest.from_dict(json_value(data, "DialBackRequest"))
+
+
+def decode_reply(data: bytes) -> DialBackReply:
+    """A reply frame's record; WireError for anything else (bytes that are not JSON too)."""
+    return DialBackReply.from_dict(json_value(data, "DialBackReply"))
+
+
 class DialBackServer:
     """Answers dial-back requests within the limits above. `own_addrs()`: our own listen
     addresses (all loopback: a swarm on one machine, where loopback requests are direct)."""
@@ -158,15 +168,13 @@ class DialBackServer:
         """A stream handler: one request frame, one reply frame."""
         try:
             with trio.move_on_after(HANDLER_TIMEOUT_S):
-                request = DialBackRequest.from_dict(
-                    json.loads(await read_frame(stream, MAX_REQUEST_BYTES))
-                )
+                request = decode_request(await read_frame(stream, MAX_REQUEST_BYTES))
                 remote = stream.get_remote_address()
                 if remote is None:
                     return
                 reply = await self.answer(request, remote, stream.muxed_conn.peer_id)
                 await write_frame(stream, json.dumps(reply.to_dict()).encode())
-        except (WireError, ValueError, RecursionError) as exc:
+        except ValueError as exc:  # WireError (not a request), FrameError (not a frame)
             log.info("dropped a bad dial-back request: %s", exc)
         except Exception as exc:  # a vanished client is not our problem
             log.debug("dial-back request failed: %s", exc)
@@ -222,5 +230,5 @@ async def ask_dial_back(
         async with ending(stream):  # reset on a timeout: net/stream_end.py
             remote = stream.get_remote_address()
             await write_frame(stream, request)
-            reply = DialBackReply.from_dict(json.loads(await read_frame(stream, MAX_REPLY_BYTES)))
+            reply = decode_reply(await read_frame(stream, MAX_REPLY_BYTES))
             return reply, None if remote is None else str(remote[0])

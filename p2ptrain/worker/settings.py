@@ -18,7 +18,7 @@ DEFAULT_LISTEN_HOST = "127.0.0.1"
 DEFAULT_LOG_LEVEL = "INFO"
 DEFAULT_DEVICE = "auto"
 # the names worker/device.py resolves (kept here too: this module must not import torch)
-DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d{1,3})?")
+DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:[0-9]{1,3})?")
 # a harness starts several workers on one machine: one torch thread each unless told otherwise
 # (`join` gives its one worker every core: 0)
 DEFAULT_THREADS = 1

@@ -275,7 +275,7 @@ def _mutate_header(rng: random.Random, header: FrameHeader, payload: bytes) -> F
     # the payload's own length half the time, so the checks past the length are reached
     num_bytes = len(payload) if rng.random() < 0.5 else rng.choice([0, header.num_bytes, 2**60])
     changes = {"shape": tuple(shape), "dtype": dtype, "num_bytes": num_bytes}
-    return FrameHeader(**{**header.__dict__, **changes})  # type: ignore[arg-type]
+    return FrameHeader(**{**header.__dict__, **changes})
 
 
 def fuzz_tensors(num_inputs: int, seed: int) -> int:

@@ -37,7 +37,7 @@ from collections.abc import Collection, Mapping
 Held = Mapping[str, Mapping[int, str]]  # one member's: layers key -> step -> sha256
 Cover = tuple[str, ...]  # the layers keys whose states build one stage, in block order
 
-_KEY = re.compile(r"^L(\d{1,6})-(\d{1,6})$")
+_KEY = re.compile(r"^L([0-9]{1,6})-([0-9]{1,6})$")
 
 
 def key_range(key: str) -> range | None:
