@@ -72,6 +72,11 @@ def format_status(status: SwarmStatus) -> str:
             f"{peer.reachability:<9}{(peer.addrs or ('-',))[0]}"
         )
     lines += _started_lines(peers)
+    if status.peers_left_out or status.links_left_out:  # the node's document is capped
+        lines.append(
+            f"left out by {_short(status.observed_by)}: {status.peers_left_out} peers, "
+            f"{status.links_left_out} links (the plan's are all in)"
+        )
     lines += _link_lines(status)
     plan = status.plan
     lines.append("")

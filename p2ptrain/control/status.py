@@ -10,11 +10,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from p2ptrain.control.estimate.book import is_full_mesh
+from p2ptrain.control.estimate.book import is_full_mesh, plan_links
 from p2ptrain.control.view import MEMBER_ROLES, Member, SwarmView
 from p2ptrain.control.waiting import waiting_for
 from p2ptrain.net.paging import page_of
 from p2ptrain.records import LinkStatus, PeerStatus, PlanSummary, SwarmStatus
+from p2ptrain.records.status import MAX_STATUS_LINKS, MAX_STATUS_PEERS
 
 # how long one built document answers the status RPC: anyone may ask, page after page, and a
 # document of a large swarm costs a walk of the whole view (seconds, in the trio loop, at 50k
@@ -66,8 +67,11 @@ def swarm_status(view: SwarmView, now: float, relay_bytes: int = 0) -> SwarmStat
         if a in members and b in members
     )
     links += estimated_links(view, sorted(members), {(x.a, x.b) for x in links}, now)
+    peers, peers_left_out = _within_cap(view, peers)
+    links, links_left_out = _links_within_cap(view, {p.id for p in peers}, links)
     summary = None if view.plan is None else PlanSummary.of(view.plan)
     wait = waiting_for(view, now)
+    kept = {p.id for p in peers}
     return SwarmStatus(
         run=view.run.run_id if view.run else "",
         planner=planner,
@@ -79,6 +83,7 @@ def swarm_status(view: SwarmView, now: float, relay_bytes: int = 0) -> SwarmStat
         telemetry_age_s={
             author: round(now - received_at, 3)
             for author, (_, received_at) in view.links.rows.items()
+            if author in kept
         },
         bootstrap=view.bootstrap_id,
         term=view.term,
@@ -86,7 +91,40 @@ def swarm_status(view: SwarmView, now: float, relay_bytes: int = 0) -> SwarmStat
         waiting=wait.kind,
         waiting_for=wait.text,
         finished=view.finished,
+        peers_left_out=peers_left_out,
+        links_left_out=links_left_out,
     )
+
+
+def _within_cap(
+    view: SwarmView, peers: tuple[PeerStatus, ...]
+) -> tuple[tuple[PeerStatus, ...], int]:
+    """At most MAX_STATUS_PEERS peers, and how many were left out: the plan's, the planner and
+    ourselves always, then those heard from last (a reader refuses a larger document: a flood
+    of identities made every node's status unreadable)."""
+    if len(peers) <= MAX_STATUS_PEERS:
+        return peers, 0
+    named = set() if view.plan is None else set(view.plan.peers())
+    first = {view.self_id, view.planner, *named}
+    ranked = sorted(peers, key=lambda p: (p.id not in first, p.last_seen_s, p.id))
+    kept = tuple(sorted(ranked[:MAX_STATUS_PEERS], key=lambda p: p.id))
+    return kept, len(peers) - len(kept)
+
+
+def _links_within_cap(
+    view: SwarmView, kept: set[str], links: tuple[LinkStatus, ...]
+) -> tuple[tuple[LinkStatus, ...], int]:
+    """The links between kept peers, at most MAX_STATUS_LINKS: the plan's first, then measured
+    before estimated, the freshest first; and how many were left out."""
+    among = tuple(link for link in links if link.a in kept and link.b in kept)
+    if len(among) <= MAX_STATUS_LINKS:
+        return among, len(links) - len(among)
+    plan_pairs = set() if view.plan is None else plan_links(view.plan.pipelines)
+    ranked = sorted(
+        among, key=lambda x: ((x.a, x.b) not in plan_pairs, x.estimated, x.age_s)
+    )
+    chosen = tuple(sorted(ranked[:MAX_STATUS_LINKS], key=lambda x: (x.a, x.b)))
+    return chosen, len(links) - len(chosen)
 
 
 def estimated_links(

@@ -153,3 +153,7 @@ class SwarmStatus(Record, name="status"):
     waiting: Annotated[str, Text(MAX_WAIT_KIND_CHARS, empty=True)] = ""
     waiting_for: Annotated[str, Text(MAX_WAIT_CHARS, empty=True)] = ""
     finished: bool = False
+    # what the document leaves out to stay within MAX_STATUS_PEERS and MAX_STATUS_LINKS (the
+    # plan's peers and links are always in): a flood of identities, or members naming others
+    peers_left_out: Annotated[int, Int(0, 2**53), Wire(omit_default=True)] = 0
+    links_left_out: Annotated[int, Int(0, 2**53), Wire(omit_default=True)] = 0
