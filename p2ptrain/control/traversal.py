@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -36,9 +37,11 @@ from p2ptrain.control.state import NodeState
 from p2ptrain.errors import WireError
 from p2ptrain.net import dial_gate
 from p2ptrain.net.guard import start_contained
+from p2ptrain.net.ratelimit import WindowLimiter
 from p2ptrain.records import Plan
 from p2ptrain.records.peer import CONNECTIONS
 from p2ptrain.records.relay import (
+    MIN_PUNCH_PORT,
     RAW_CIRCUIT,
     RAW_HELLO_BYTES,
     RAW_PUNCHED,
@@ -61,7 +64,50 @@ MAX_PUNCHES = 8
 # circuits spliced into us at once, relayed or punched (each holds two sockets and a loopback
 # connection to our own port, which the inbound gate does not count): a relay is a member
 MAX_CIRCUITS_IN = 64
+# A punch's endpoint is a relay's word (the dialer asks the relays a target's own record names;
+# `vouch` is all that ties it to the peer): a hostile one aims punches anywhere. So, each way:
+# no port below MIN_PUNCH_PORT, a rate per peer and in all, and an endpoint punched once per
+# ENDPOINT_BACKOFF_S unless its far end proved to be the peer. Honest rates: a route connection
+# punches at most once (a punch that connected carries it, one that failed stops punches to
+# that peer for PUNCH_RETRY_S), a plane redials a member every 10 s at most (discovery's
+# REDIAL_BACKOFF_S, py-libp2p's 3 tries): 2 a peer while connections hold (one a plane), ~36 a
+# minute in a storm of dropped ones; and each punch observes a fresh port, so an honest
+# endpoint is never punched twice
+PUNCH_WINDOW_S = 60.0
+PUNCHES_PER_PEER = 60  # a window, each way
+PUNCHES_IN_ALL = 256  # a window, each way: every route (routes.py: MAX_ROUTES) once a minute
+ENDPOINT_BACKOFF_S = 600.0
+MAX_BACKED_OFF = 4096  # endpoints remembered each way, the oldest out first
 _, HOLEPUNCHED, RELAYED = CONNECTIONS  # records/peer.py: how a link's bytes travel
+
+
+class PunchLimits:
+    """One direction's punches: the rate per peer and in all, and endpoints backed off."""
+
+    def __init__(self) -> None:
+        self.rate = WindowLimiter(PUNCHES_PER_PEER, PUNCHES_IN_ALL, PUNCH_WINDOW_S)
+        self.unproven: dict[str, float] = {}  # endpoint -> when punched, oldest first
+
+    def refusal(self, peer: str, endpoint: str, now: float) -> str:
+        """'' if we may punch `endpoint` for `peer` now (counted, and backed off until
+        `proven`), else why not."""
+        if relay_split(endpoint)[1] < MIN_PUNCH_PORT:
+            return f"{endpoint} is below port {MIN_PUNCH_PORT}"
+        if now - self.unproven.get(endpoint, -ENDPOINT_BACKOFF_S) < ENDPOINT_BACKOFF_S:
+            return f"{endpoint} was punched lately and never proved to be the peer"
+        if not self.rate.allow(peer, now):
+            return "punching as often as we may"
+        self.unproven.pop(endpoint, None)
+        self.unproven[endpoint] = now
+        while self.unproven and (
+            len(self.unproven) > MAX_BACKED_OFF
+            or now - next(iter(self.unproven.values())) >= ENDPOINT_BACKOFF_S
+        ):
+            del self.unproven[next(iter(self.unproven))]
+        return ""
+
+    def proven(self, endpoint: str) -> None:  # its far end showed the offer's token
+        self.unproven.pop(endpoint, None)
 
 
 class Traversal:
@@ -76,6 +122,8 @@ class Traversal:
         self.punching_in: set[tuple[str, str]] = set()  # (source, plane) offers we punch for
         self.punching_out: set[tuple[str, str]] = set()  # (peer, plane) we punch to
         self.circuits_in = 0  # punched and relayed circuits into us, open now
+        self.limits_in, self.limits_out = PunchLimits(), PunchLimits()
+        self.clock: Callable[[], float] = time.monotonic
         self._nursery: trio.Nursery | None = None
 
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -129,7 +177,7 @@ class Traversal:
                 why = "punching as much as we may"
             elif not may_dial(relay_split(offer.endpoint)[0], [seen.local_ip]):
                 why = f"{offer.endpoint} is not an address we dial"
-            else:
+            elif not (why := self.limits_in.refusal(offer.source, offer.endpoint, self.clock())):
                 self.punching_in.add(key)
                 self.circuits_in += 1  # given back when the circuit ends, however it ends
                 token = bytes.fromhex(offer.token)
@@ -162,6 +210,7 @@ class Traversal:
                     hello = RawHello.decode(await relay.receive_exact(remote, RAW_HELLO_BYTES))
                 if hello.kind != RAW_PUNCHED or hello.token != token:
                     raise WireError("a punched connection without the offer's token")
+                self.limits_in.proven(offer.endpoint)
                 inner = await trio.open_tcp_stream("127.0.0.1", local)
             except BaseException:
                 await _close(remote)
@@ -227,7 +276,7 @@ class Traversal:
         # PUNCH_ATTEMPTS): a relay that fails the signalling says nothing about the NATs, a
         # punch that times out does, and then we relay at once
         for relay_id, raw in (usable * PUNCH_ATTEMPTS)[:PUNCH_ATTEMPTS]:
-            if time.monotonic() - self.punch_failed.get(peer, -1e9) <= PUNCH_RETRY_S:
+            if self.clock() - self.punch_failed.get(peer, -1e9) <= PUNCH_RETRY_S:
                 break
             stream = await self._try_punch(relay_id, raw, peer, plane)
             if stream is not None:
@@ -279,6 +328,10 @@ class Traversal:
         if not may_dial(relay_split(reply.endpoint)[0], [seen.local_ip]):
             log.info("no punch to %s: %s is not an address we dial", peer, reply.endpoint)
             return None
+        # never `proven` here: the proof is the plane's Noise handshake, past the splice
+        if why := self.limits_out.refusal(peer, reply.endpoint, self.clock()):
+            log.info("no punch to %s through %s: %s", peer, relay_id, why)
+            return None
         stream = None
         try:
             stream = await relay.punch(seen.port, reply.endpoint)
@@ -286,7 +339,7 @@ class Traversal:
             return stream
         except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
             log.info("no hole punched to %s (%s): relaying", peer, type(exc).__name__)
-            self.punch_failed[peer] = time.monotonic()
+            self.punch_failed[peer] = self.clock()
             if stream is not None:
                 await _close(stream)
             return None

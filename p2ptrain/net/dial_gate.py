@@ -11,7 +11,8 @@ lookups at a victim. So, at two places of py-libp2p's path:
   in all per GATE_WINDOW_S (a refused dial raises before any packet).
 "We may dial" is addresses.may_dial against our own advertised addresses (a global address, or
 loopback / a private network of our own kind; never link-local, multicast, reserved or a DNS
-name), or an IP a peer is connected to us from (what the network shows, not what a peer says).
+name), or an IP a peer is connected to us from (what the network shows, not what a peer says);
+never port 0.
 Trusted endpoints pass without a rate: the bootstrap address the operator gave, our own local
 routes (control/traversal.py).
 """
@@ -74,6 +75,8 @@ class DialGate:
         """The rule alone: a trusted endpoint, or an IP we may dial or are connected from."""
         if endpoint_key(maddr) in self.trusted:
             return True
+        if _port_of(maddr) == 0:
+            return False  # nothing listens at port 0: the OS would pick a port, or refuse
         ip = ip_of(maddr)
         if ip is None:
             return False  # a DNS name (not the operator's), or no IP address at all
@@ -101,6 +104,15 @@ class DialGate:
 def endpoint_key(maddr: str) -> str:
     """/ip4|ip6|dns*/HOST/tcp|udp/PORT of a multiaddr (its /p2p/ and anything after cut)."""
     return "/".join(str(maddr).split("/")[:5])
+
+
+def _port_of(maddr: str) -> int | None:
+    """The TCP or UDP port of /ip4|ip6|dns*/HOST/tcp|udp/PORT..., else None."""
+    parts = str(maddr).split("/")
+    if len(parts) < 5 or parts[3] not in ("tcp", "udp"):
+        return None
+    port = parts[4]
+    return int(port) if port.isascii() and port.isdigit() else None
 
 
 def install(host: IHost, gate: DialGate) -> None:

@@ -33,6 +33,9 @@ RAW_CIRCUIT, RAW_OBSERVE, RAW_PUNCHED = 1, 2, 3
 RAW_KINDS = (RAW_CIRCUIT, RAW_OBSERVE, RAW_PUNCHED)
 RAW_HELLO_BYTES = 1 + TOKEN_BYTES
 MAX_ENDPOINT_CHARS = 21  # 255.255.255.255:65535
+# no end punches to a port below this (control/traversal.py): a relay names the endpoint, and
+# NATs map ephemeral ports to ports >= 1024 (RFC 4787, 4.2.1); the decoders still take any port
+MIN_PUNCH_PORT = 1024
 
 
 def endpoint(value: object, record: str, name: str) -> str:

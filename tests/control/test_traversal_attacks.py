@@ -134,9 +134,9 @@ def test_a_punched_connection_reset_mid_hello_ends_only_itself() -> None:
         async with trio.open_nursery() as nursery:
             traversal = nated_node(await relay_port(nursery))
             await nursery.start(traversal.serve)
-            endpoint = await attacker(nursery, reset_mid_hello)
             accepted = []
-            for _ in range(3):
+            for _ in range(3):  # each from a fresh endpoint: one that never proved is backed off
+                endpoint = await attacker(nursery, reset_mid_hello)
                 accepted.append(bool((await offer(traversal, endpoint))["accept"]))
                 await trio.sleep(0.5)  # the punch connects, then the far side resets it
             still_serving = traversal._nursery is not None and not traversal.punching_in
@@ -187,9 +187,12 @@ def test_offers_to_punch_where_we_never_dial_or_past_the_caps_are_refused() -> N
             endpoint = await attacker(nursery, hold_silently)
             first = (await offer(traversal, endpoint, "data"))["accept"]
             again = (await offer(traversal, endpoint, "data"))["accept"]  # same source, plane
-            other_plane = (await offer(traversal, endpoint, "control"))["accept"]
+            # fresh endpoints below, as an honest dialer's: a punched one is backed off
+            other_plane = (
+                await offer(traversal, await attacker(nursery, hold_silently), "control")
+            )["accept"]
             traversal.punching_in.update((f"p{i}", "data") for i in range(MAX_PUNCHES))
-            over_cap = (await offer(traversal, endpoint, "data"))["accept"]
+            over_cap = (await offer(traversal, await attacker(nursery, hold_silently)))["accept"]
             nursery.cancel_scope.cancel()
         return elsewhere, [first, again, other_plane], over_cap
 
