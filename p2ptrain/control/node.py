@@ -53,6 +53,7 @@ from p2ptrain.control.worker_link import WorkerLink
 from p2ptrain.errors import UserError, first_leaf
 from p2ptrain.net import probe, rpc
 from p2ptrain.net.host import (
+    connection_ips,
     full_addrs,
     listen_endpoint,
     make_host,
@@ -111,7 +112,7 @@ class ControlNode:
         view.hears_telemetry = config.role == "bootstrap" or planner_token
 
         # the run's members (admitted records, the organiser): they keep room strangers cannot
-        # take, in the inbound stream limits and in a full peerstore
+        # take, in the inbound stream limits, in a full peerstore and in dial-back budgets
         def is_member(peer: str) -> bool:
             return peer in view.members or peer == view.bootstrap_id
 
@@ -146,7 +147,7 @@ class ControlNode:
         self.rpcs = RpcResponder(self.state)
         self.inbound_limits = rpc.InboundLimits(is_member=is_member)
         self.prober = LinkProber(self.host, view, self.state.joined)
-        self.dial_back_server = dialback.DialBackServer(lambda: self.state.addrs)
+        self.dial_back_server = dialback.DialBackServer(lambda: self.state.addrs, is_member)
         self.reachability = ReachabilityMonitor(self.state)
         self.dashboard = None if config.http is None else DashboardFeed(config.http)
         self.run_watch = RunWatch(self.state, config.print_progress)
@@ -215,7 +216,9 @@ class ControlNode:
                 await nursery.start(serve_topics, self.pubsub, state, self.intake)
                 endpoint = listen_endpoint(host)
                 if endpoint is not None:  # UDP on our TCP port number: no new port to open
-                    await nursery.start(nat_probe.serve_udp_observer, *endpoint)
+                    # connected peers (a doctor) keep answers spoofed floods cannot spend
+                    connected = partial(connection_ips, host)
+                    await nursery.start(nat_probe.serve_udp_observer, *endpoint, connected)
                 # the relay port: on our control host's interfaces, its own port
                 # the relay port: beside the configured control port (none beside port 0)
                 configured = addresses.tcp_endpoint(self.config.listen_addr)

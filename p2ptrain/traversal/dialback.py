@@ -13,10 +13,13 @@ and that IP at each requested port), at most MAX_DIALS_PER_REQUEST of them, neve
 from 127.0.0.1 (control/traversal.py), so a request seen from loopback is refused unless all our
 own addresses are loopback (a swarm on one machine, as in the tests); otherwise the requester
 could make us probe our own machine's loopback ports. What it can still learn is whether some
-port of its own IP completes a handshake with its own key. Requests are rate-limited per
-requester IP and in all, and at most MAX_CONCURRENT_REQUESTS are dialling at once; a request past
-a limit is answered with `error` and no dial. The dial uses a throwaway key and stops after the
-Noise handshake, so the requester never registers it as a connection (no muxer, no identify).
+port of its own IP completes a handshake with its own key. Requests that make us dial are
+rate-limited per requester IP (an IPv6 /64), per public /24 (IPv6 /48) and in all, members of the
+run (and the organiser) and strangers on budgets of their own, strangers' small; one request per
+IP dials at a time, at most MAX_CONCURRENT_REQUESTS in all, strangers' fewer; a request past a
+limit is answered with `error` and no dial. A request with nothing to dial costs nothing and is
+not counted. The dial uses a throwaway key and stops after the Noise handshake, so the requester
+never registers it as a connection (no muxer, no identify).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import json
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -42,10 +46,9 @@ from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.transport.upgrader import TransportUpgrader
 
-from p2ptrain.addresses import LOOPBACK_KIND, all_loopback, network_kind
+from p2ptrain.addresses import LOOPBACK_KIND, all_loopback, network_kind, public_prefix
 from p2ptrain.net.framing import read_frame, write_frame
 from p2ptrain.net.inbound_gate import source_of
-from p2ptrain.net.ratelimit import WindowLimiter
 from p2ptrain.net.stream_end import end, ending
 from p2ptrain.records import DialBackReply, DialBackRequest, DialResult
 from p2ptrain.records.fields import json_value
@@ -62,11 +65,18 @@ MAX_DIALS_PER_REQUEST = 4
 MIN_DIAL_PORT = 1024  # no dial-back to a well-known service port
 # An honest node asks every few minutes, a `doctor` once; nodes behind one NAT (or a loopback
 # swarm of many nodes) share an IP, hence 8 a minute per IP (per IPv6 /64: one host has a /64's
-# addresses for free) and 64 in all.
+# addresses for free) and 64 in all. A /24 (IPv6 /48) of addresses is cheap to hold, hence a cap
+# per prefix too. Members (and the organiser) have their budget; strangers (a `doctor`, a joiner
+# not yet admitted) share a small one of their own, so that they cannot spend the members'.
 REQUESTS_PER_IP = 8
+REQUESTS_PER_PREFIX = 32
 REQUESTS_TOTAL = 64
+STRANGER_REQUESTS_PER_IP = 4
+STRANGER_REQUESTS_PER_PREFIX = 8
+STRANGER_REQUESTS_TOTAL = 16
 RATE_WINDOW_S = 60.0
 MAX_CONCURRENT_REQUESTS = 4
+MAX_CONCURRENT_STRANGERS = 2  # of the 4: slow strangers' dials never hold the members' last 2
 NOT_DIRECT = "not a direct connection"  # the refusal of a request seen from loopback
 
 
@@ -154,14 +164,61 @@ def decode_reply(data: bytes) -> DialBackReply:
     return DialBackReply.from_dict(json_value(data, "DialBackReply"))
 
 
+class RequestBudget:
+    """At most `per_source` requests per source (source_of: an IPv4 address, an IPv6 /64),
+    `per_prefix` per public prefix (public_prefix: a /24, an IPv6 /48; none on loopback or a
+    private network) and `total` in all per window of `window_s`. A refused request counts
+    nowhere; the counters restart with each window, so memory stays within 2 * `total` keys."""
+
+    def __init__(
+        self, per_source: int, per_prefix: int, total: int, window_s: float = RATE_WINDOW_S
+    ) -> None:
+        self.per_source, self.per_prefix, self.total = per_source, per_prefix, total
+        self.window_s = window_s
+        self._window_start = float("-inf")
+        self._sources: Counter[str] = Counter()
+        self._prefixes: Counter[str] = Counter()
+        self.num_refused = 0
+
+    def allow(self, source: str, prefix: str, now: float) -> bool:
+        """Count one request from `source` in `prefix` ('' : none) at `now` if all limits allow."""
+        if now - self._window_start >= self.window_s:
+            self._window_start = now
+            self._sources.clear()
+            self._prefixes.clear()
+        if (
+            self._sources.total() >= self.total
+            or self._sources[source] >= self.per_source
+            or (prefix and self._prefixes[prefix] >= self.per_prefix)
+        ):
+            self.num_refused += 1
+            return False
+        self._sources[source] += 1
+        if prefix:
+            self._prefixes[prefix] += 1
+        return True
+
+
 class DialBackServer:
     """Answers dial-back requests within the limits above. `own_addrs()`: our own listen
-    addresses (all loopback: a swarm on one machine, where loopback requests are direct)."""
+    addresses (all loopback: a swarm on one machine, where loopback requests are direct);
+    `is_member(peer)`: whether a requester is a member of the run or the organiser (None:
+    everyone is, one budget)."""
 
-    def __init__(self, own_addrs: Callable[[], Sequence[str]]) -> None:
+    def __init__(
+        self,
+        own_addrs: Callable[[], Sequence[str]],
+        is_member: Callable[[str], bool] | None = None,
+    ) -> None:
         self.own_addrs = own_addrs
-        self.limiter = WindowLimiter(REQUESTS_PER_IP, REQUESTS_TOTAL, RATE_WINDOW_S)
+        self.is_member = is_member
+        self.members = RequestBudget(REQUESTS_PER_IP, REQUESTS_PER_PREFIX, REQUESTS_TOTAL)
+        self.strangers = RequestBudget(
+            STRANGER_REQUESTS_PER_IP, STRANGER_REQUESTS_PER_PREFIX, STRANGER_REQUESTS_TOTAL
+        )
         self.num_dialling = 0
+        self.num_strangers_dialling = 0
+        self.dialling_from: set[str] = set()  # sources with a request dialling now
         self._upgrader = _throwaway_upgrader()
 
     async def handle(self, stream: INetStream) -> None:
@@ -189,23 +246,38 @@ class DialBackServer:
         observed = tcp_maddr(ip, port)
         if network_kind(ip) == LOOPBACK_KIND and not all_loopback(self.own_addrs()):
             return DialBackReply(observed, (), time.time(), NOT_DIRECT)
-        if self.num_dialling >= MAX_CONCURRENT_REQUESTS:
-            return DialBackReply(observed, (), time.time(), "busy")
-        if not self.limiter.allow(source_of(ip) or ip, time.monotonic()):
-            return DialBackReply(observed, (), time.time(), "rate limited")
         candidates = dial_candidates(request.addrs, ip)
+        if not candidates:  # nothing to dial costs us nothing: no budget spent, nobody's slot
+            return DialBackReply(observed, (), time.time())
+        stranger = self.is_member is not None and not self.is_member(peer.to_base58())
+        # loopback (a swarm on one machine: every node is 127.0.0.1) is one source per node
+        source = source_of(ip)
+        if (
+            self.num_dialling >= MAX_CONCURRENT_REQUESTS
+            or (stranger and self.num_strangers_dialling >= MAX_CONCURRENT_STRANGERS)
+            or (source is not None and source in self.dialling_from)
+        ):
+            return DialBackReply(observed, (), time.time(), "busy")
+        budget = self.strangers if stranger else self.members
+        if not budget.allow(source or ip, public_prefix(ip), time.monotonic()):
+            return DialBackReply(observed, (), time.time(), "rate limited")
         errors = [""] * len(candidates)
 
         async def dial(index: int) -> None:
             errors[index] = await dial_back(self._upgrader, *candidates[index], peer)
 
         self.num_dialling += 1
+        self.num_strangers_dialling += stranger
+        if source is not None:
+            self.dialling_from.add(source)
         try:
             async with trio.open_nursery() as nursery:
                 for index in range(len(candidates)):
                     nursery.start_soon(dial, index)
         finally:
             self.num_dialling -= 1
+            self.num_strangers_dialling -= stranger
+            self.dialling_from.discard(source or "")
         # one bit: the address that reached the requester (its own listener, proven by its key),
         # else nothing: which ports were closed or held by someone else is not ours to tell
         reached = [target for target, error in zip(candidates, errors, strict=True) if not error]

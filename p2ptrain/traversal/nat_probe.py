@@ -5,6 +5,8 @@ The responder listens on the port number of the node's control-plane TCP listene
 to open). It answers only a well-formed 32-byte query (records/reachability.py), with an answer
 of the same size to the query's source, at most UDP_ANSWERS_PER_IP per source IP and
 UDP_ANSWERS_TOTAL in all per window: a spoofed source gets no more bytes than it sent, and few.
+Sources that hold a TCP connection to us (a `doctor` is connected to the servers it asks) have a
+budget of their own beyond that: spoofed sources from anywhere cannot spend it.
 
 The client sends from ONE socket to two servers: the same public (ip, port) seen by both is an
 endpoint-independent mapping ("cone": hole punching can work), different ports a new mapping per
@@ -19,7 +21,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import trio
@@ -40,29 +42,62 @@ log = logging.getLogger(__name__)
 UDP_ANSWERS_PER_IP = 16
 UDP_ANSWERS_TOTAL = 512
 UDP_WINDOW_S = 10.0
+CONNECTED_ANSWERS_TOTAL = 256  # per window, to sources with a TCP connection to us
+CONNECTED_REFRESH_S = 1.0  # how old our list of connected IPs may be (read only under a flood)
 QUERY_TIMEOUT_S = 1.0  # per attempt: UDP may be lost, so a few attempts
 QUERY_ATTEMPTS = 3
 Endpoint = tuple[str, int]
 
 
-def answer_for(data: bytes, source: Endpoint, limiter: WindowLimiter, now: float) -> bytes | None:
+def answer_for(
+    data: bytes,
+    source: Endpoint,
+    limiter: WindowLimiter,
+    now: float,
+    connected: tuple[WindowLimiter, Callable[[str], bool]] | None = None,
+) -> bytes | None:
     """The answer to a datagram `data` from `source`, or None: malformed, not IPv4, or past
-    the rate limits (checked last, so that garbage does not use up a source's allowance)."""
+    the rate limits (checked last, so that garbage does not use up a source's allowance).
+    `connected`: the budget of sources with a TCP connection to us, and who they are, asked
+    only once `limiter` says no."""
     try:
         nonce = parse_udp_query(data)
     except WireError:
         return None
     ip, port = source
-    if ":" in ip or not limiter.allow(ip, now):
+    if ":" in ip:
+        return None
+    if not limiter.allow(ip, now) and (
+        connected is None or not connected[1](ip) or not connected[0].allow(ip, now)
+    ):
         return None
     return udp_answer(nonce, ip, port)
 
 
+def cached(ips: Callable[[], Collection[str]]) -> Callable[[str], bool]:
+    """Whether an IP is among `ips()`, read at most once per CONNECTED_REFRESH_S."""
+    read_at, known = float("-inf"), frozenset[str]()
+
+    def has(ip: str) -> bool:
+        nonlocal read_at, known
+        now = time.monotonic()
+        if now - read_at >= CONNECTED_REFRESH_S:
+            read_at, known = now, frozenset(ips())
+        return ip in known
+
+    return has
+
+
 async def serve_udp_observer(
-    host: str, port: int, *, task_status: Any = trio.TASK_STATUS_IGNORED
+    host: str,
+    port: int,
+    connected_ips: Callable[[], Collection[str]] | None = None,
+    *,
+    task_status: Any = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Answer queries on UDP host:port until cancelled; started() with the port, or with None
-    (and return) when it cannot be bound: a node works without it."""
+    (and return) when it cannot be bound: a node works without it. `connected_ips()`: the
+    remote IPs of our TCP connections, whose queries have a budget of their own."""
     sock = trio.socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     with sock:
         try:
@@ -73,13 +108,17 @@ async def serve_udp_observer(
             return
         task_status.started(sock.getsockname()[1])
         limiter = WindowLimiter(UDP_ANSWERS_PER_IP, UDP_ANSWERS_TOTAL, UDP_WINDOW_S)
+        connected = None
+        if connected_ips is not None:
+            budget = WindowLimiter(UDP_ANSWERS_PER_IP, CONNECTED_ANSWERS_TOTAL, UDP_WINDOW_S)
+            connected = (budget, cached(connected_ips))
         while True:
             try:
                 # one byte more than a query: a longer datagram arrives cut, and is refused
                 data, source = await sock.recvfrom(UDP_DATAGRAM_BYTES + 1)
             except OSError:
                 continue
-            answer = answer_for(data, source[:2], limiter, time.monotonic())
+            answer = answer_for(data, source[:2], limiter, time.monotonic(), connected)
             if answer is not None:
                 with contextlib.suppress(OSError):
                     await sock.sendto(answer, source)

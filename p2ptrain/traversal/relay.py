@@ -13,9 +13,11 @@ NATs the crossing SYNs open both mappings; a symmetric NAT maps the punch to ano
 connect times out and the caller relays instead. The relay forwards an endpoint only as its raw
 port observed it from that peer's address (`vouch`): nobody can aim a punch's SYNs elsewhere.
 
-Strangers reach the raw port without any membership: connections are capped per source address
-and in all, dropped after RAW_IDLE_S without a hello, and the accept loop outlives running out
-of descriptors (net/accepting.py). Capacity is shared out: per pair and per requesting peer, per
+Strangers reach the raw port without any membership: a connection waits for its hello in a small
+pool, capped per source address, per public /24 (IPv6 /48) and in all, and is dropped after
+RAW_IDLE_S without one; only a half whose token matches a granted circuit moves to the circuits'
+pool, which idle strangers therefore cannot fill. The accept loop outlives running out of
+descriptors (net/accepting.py). Capacity is shared out: per pair and per requesting peer, per
 public /24 (addresses.py: public_prefix), and identities new to the relay share a few slots; idle circuits close.
 The client side (observe, punch, open_raw) is traversal/relay_client.py.
 
@@ -39,7 +41,7 @@ import trio
 
 from p2ptrain.addresses import public_prefix
 from p2ptrain.errors import WireError
-from p2ptrain.net.accepting import ConnectionCaps, serve_accepting
+from p2ptrain.net.accepting import ConnectionCaps, current_seat, serve_accepting
 from p2ptrain.net.guard import start_contained
 from p2ptrain.records.relay import (
     RAW_CIRCUIT,
@@ -77,10 +79,16 @@ MAX_CIRCUITS_PER_PAIR = 8  # from one source to one target: nobody can use up a 
 MAX_CIRCUITS_PER_PREFIX = 64  # asked for from one /24 of public addresses
 MAX_CIRCUIT_BYTES = 4 * 1024**3  # each way; then the circuit is reset
 MAX_PENDING = 128
-# raw connections at once: both halves of every circuit, and room for hellos; per source
-# address, a peer's share of circuits and its observes
-MAX_RAW_CONNECTIONS = 2 * MAX_CIRCUITS + 128
+# raw connections at once, waiting for their hello (or answering an observe): a few per source
+# address (halves and observes of peers behind one NAT), a few more per public /24 (IPv6 /48)
+MAX_RAW_HELLOS = 128
+MAX_RAW_HELLOS_PER_SOURCE = 16
+MAX_RAW_HELLOS_PER_PREFIX = 32
+# and halves of granted circuits: both halves of every circuit; per source address, a peer's
+# share of circuits and some as a target
+MAX_RAW_CIRCUIT_HALVES = 2 * MAX_CIRCUITS
 MAX_RAW_PER_SOURCE = MAX_CIRCUITS_PER_PEER + 16
+MAX_RAW_CONNECTIONS = MAX_RAW_CIRCUIT_HALVES + MAX_RAW_HELLOS
 RESERVATION_TTL_S = 120.0
 OBSERVED_TTL_S = 30.0  # a punch endpoint must have been observed this recently
 MAX_OBSERVED = 4096  # source addresses whose observed ports are kept
@@ -126,7 +134,11 @@ class RelayServer:
         self.pending: dict[bytes, _Circuit] = {}
         self.spliced: list[_Circuit] = []
         self.counters = counters if counters is not None else RelayCounters()
-        self.caps = ConnectionCaps(MAX_RAW_PER_SOURCE, MAX_RAW_CONNECTIONS)
+        # where the raw port admits a connection; a granted circuit's half moves to the other
+        self.caps = ConnectionCaps(
+            MAX_RAW_HELLOS_PER_SOURCE, MAX_RAW_HELLOS, MAX_RAW_HELLOS_PER_PREFIX
+        )
+        self.circuit_caps = ConnectionCaps(MAX_RAW_PER_SOURCE, MAX_RAW_CIRCUIT_HALVES)
         self._refusals = SampledLog(log, logging.WARNING)
         # ip -> port -> when the raw port saw (ip, port); both least recently seen first
         self.observed: OrderedDict[str, OrderedDict[int, float]] = OrderedDict()
@@ -266,6 +278,10 @@ class RelayServer:
         the second one splices."""
         circuit = self.pending.get(token)
         if circuit is None:
+            return
+        seat = current_seat()  # None: called outside serve_raw (tests)
+        if seat is not None and not seat.move(self.circuit_caps):
+            self._refuse("raw port full (circuit halves)")
             return
         circuit.halves.append(stream)
         if len(circuit.halves) == 1:
