@@ -20,7 +20,7 @@ from p2ptrain.net import paging
 from p2ptrain.records import RunSpec
 from p2ptrain.records.replies import SyncRequest
 from tests.records.samples import SAMPLES
-from tests.records.test_fuzz import _mutate, _mutate_bytes, assert_no_slip
+from tests.records.test_fuzz import _mutate, _mutate_bytes, assert_no_slip, json_texts
 
 SEED = bytes(range(32))
 AUTHOR = identity.peer_id_of(SEED)
@@ -84,25 +84,9 @@ def test_envelope_header_fields_of_any_value_are_a_wire_error() -> None:
         _decodes(data)
 
 
-def _json_texts(rng: random.Random, sample: bytes, count: int) -> list[bytes]:
-    value = json.loads(sample)
-    texts = []
-    for index in range(count):
-        if index % 3 == 0:
-            texts.append(_mutate_bytes(rng, sample))
-        elif index % 3 == 1:
-            try:
-                texts.append(json.dumps(_mutate(rng, value)).encode())
-            except (ValueError, RecursionError):
-                texts.append(sample)
-        else:
-            texts.append(rng.randbytes(rng.randint(0, 64)))
-    return [*texts, b"[" * 3000, b"\xff", b"9" * 5000, b'{"cursor": ' + b"9" * 5000 + b"}"]
-
-
 def test_a_mutated_paged_request_is_a_cursor_or_a_wire_error() -> None:
     assert paging.read_cursor(b'{"cursor": 3}') == 3
-    for text in _json_texts(random.Random(29), b'{"cursor": 3}', 400):
+    for text in json_texts(random.Random(29), b'{"cursor": 3}', 400):
         try:
             cursor = paging.read_cursor(text)
             assert isinstance(cursor, int) and cursor >= 0
@@ -113,7 +97,7 @@ def test_a_mutated_paged_request_is_a_cursor_or_a_wire_error() -> None:
 def test_a_mutated_sync_request_is_a_request_or_a_wire_error() -> None:
     sample = b'{"cursor": 0, "digest": null}'
     assert sync.read_request(sample).cursor == 0
-    for text in _json_texts(random.Random(31), sample, 400):
+    for text in json_texts(random.Random(31), sample, 400):
         try:
             assert isinstance(sync.read_request(text), SyncRequest)
         except WireError as exc:
@@ -128,7 +112,7 @@ def test_a_mutated_rejoin_file_is_a_rejoin_or_none(tmp_path: Path) -> None:
     path.write_bytes(sample)
     assert rejoin.load(path, AUTHOR) is not None
     num_valid = 0
-    for text in _json_texts(random.Random(37), sample, 300):
+    for text in json_texts(random.Random(37), sample, 300):
         path.write_bytes(text)
         loaded = rejoin.load(path, AUTHOR)
         if loaded is not None:

@@ -317,3 +317,20 @@ def test_the_tensor_decoder_is_total() -> None:
 @pytest.mark.slow
 def test_the_tensor_decoder_is_total_over_100k_inputs() -> None:
     fuzz_tensors(100_000, seed=2)
+
+
+def json_texts(rng: random.Random, sample: bytes, count: int) -> list[bytes]:
+    """Mutated bytes of `sample`, the JSON of mutations of its value, and random bytes."""
+    value = json.loads(sample)
+    texts = []
+    for index in range(count):
+        if index % 3 == 0:
+            texts.append(_mutate_bytes(rng, sample))
+        elif index % 3 == 1:
+            try:
+                texts.append(json.dumps(_mutate(rng, value)).encode())
+            except ValueError:  # a value json.dumps refuses (a 400-digit float's repr is fine)
+                texts.append(sample)
+        else:
+            texts.append(rng.randbytes(rng.randint(0, 64)))
+    return texts

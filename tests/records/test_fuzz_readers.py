@@ -19,7 +19,7 @@ from p2ptrain.records import RunSpec, issue_token, load_run_spec
 from p2ptrain.records.token import Token, read_token
 from p2ptrain.worker.resume.copy_sources import FILE_NAME, read_sources
 from tests.records.samples import SAMPLES, A
-from tests.records.test_fuzz import _mutate, _mutate_bytes, assert_no_slip
+from tests.records.test_fuzz import _mutate_bytes, assert_no_slip, json_texts
 
 # what a TOML value can be that a run spec's field never is, or is only at its edge
 TOML_VALUES = [
@@ -142,28 +142,11 @@ def test_a_key_file_of_any_bytes_is_a_seed_or_a_user_error(tmp_path: Path) -> No
             load_identity(directory_or_absent)
 
 
-def _json_texts(rng: random.Random, sample: bytes, count: int) -> list[bytes]:
-    """Mutated bytes of `sample`, the JSON of mutations of its value, and random bytes."""
-    value = json.loads(sample)
-    texts = []
-    for index in range(count):
-        if index % 3 == 0:
-            texts.append(_mutate_bytes(rng, sample))
-        elif index % 3 == 1:
-            try:
-                texts.append(json.dumps(_mutate(rng, value)).encode())
-            except ValueError:  # a value json.dumps refuses (a 400-digit float's repr is fine)
-                texts.append(sample)
-        else:
-            texts.append(rng.randbytes(rng.randint(0, 64)))
-    return texts
-
-
 def test_a_mutated_copies_file_is_a_mapping_or_empty(tmp_path: Path) -> None:
     sample = json.dumps({"stage-L0-2.step3.pt": A}).encode()
     (tmp_path / FILE_NAME).write_bytes(sample)
     assert len(read_sources(tmp_path)) == 1
-    for text in [*_json_texts(random.Random(9), sample, 400), b"[" * 3000, b"\xff"]:
+    for text in [*json_texts(random.Random(9), sample, 400), b"[" * 3000, b"\xff"]:
         (tmp_path / FILE_NAME).write_bytes(text)
         sources = read_sources(tmp_path)
         assert isinstance(sources, dict)
@@ -174,7 +157,7 @@ def test_a_mutated_ipc_line_is_a_message_or_none() -> None:
     rng = random.Random(13)
     messages = [data for _, data in SAMPLES if "type" in data]
     for data in messages:
-        for text in _json_texts(rng, json.dumps(data).encode(), 60):
+        for text in json_texts(rng, json.dumps(data).encode(), 60):
             message = ipc_lines.decode(text)
             assert message is None or hasattr(message, "to_dict")
     for text in (b"", b"\n", b"[" * 3000, b"\xff", b"9" * 5000, b"null"):
