@@ -16,6 +16,7 @@ from multiaddr import Multiaddr
 
 from p2ptrain import identity
 from p2ptrain.control import wire
+from p2ptrain.control.links import MAX_ROW_ENTRIES
 from p2ptrain.control.node import ControlNode, NodeConfig
 from p2ptrain.control.observer import fetch_status_doc
 from p2ptrain.control.rpcs import STATUS_PROTOCOL
@@ -113,7 +114,10 @@ def test_a_sync_of_more_than_4_mib_arrives_whole() -> None:
     client = nodes[0]
     got = {identity.peer_id_of(seed) for seed in authors} & set(client.view.members)
     assert len(got) == NUM_AUTHORS
-    assert all(len(client.view.links.rows[peer][0]) == NUM_LINKS for peer in got)
+    # every row arrived: whole while the swarm seemed a full mesh, else kept to MAX_ROW_ENTRIES
+    # (control/links.py)
+    kept = (NUM_LINKS, MAX_ROW_ENTRIES)
+    assert all(len(client.view.links.rows[peer][0]) in kept for peer in got)
     assert all(client.view.penalties.score(peer) == 0 for peer in got)
     # heard when they were signed (a loaded box may take longer than DEAD_AFTER_S to sync)
     assert all(client.view.members[p].last_heard >= signed_at - 1.0 for p in got)

@@ -138,16 +138,32 @@ def path_caps(
         reporters = np.arange(rtts.size).reshape(rtts.shape)  # every sample its own voice
     limited = measured & (measured_rates < PATH_LIMITED_SHARE * np.nan_to_num(rates, nan=0.0))
     bins = np.digitize(rtts, PATH_BIN_EDGES_MS)
-    caps = np.full(rtts.shape, np.inf)
-    for b in np.unique(bins[limited]):
-        in_bin = limited & (bins == b)
-        voices = [
-            float(np.median(measured_rates[in_bin & (reporters == who)]))
-            for who in np.unique(reporters[in_bin])
-        ]
+    # the limited samples grouped by bin and reporter: two N x N masks per bin and reporter
+    # took 3.6 s at 1,000 honest peers; grouping the few samples, linear in them
+    first, second = np.nonzero(limited)
+    grouped: dict[int, dict[int, list[float]]] = {}
+    for b, who, value in zip(
+        bins[first, second].tolist(),
+        reporters[first, second].tolist(),
+        measured_rates[first, second].tolist(),
+        strict=True,
+    ):
+        grouped.setdefault(b, {}).setdefault(who, []).append(value)
+    per_bin = np.full(len(PATH_BIN_EDGES_MS) + 1, np.inf)  # digitize's bins: 0..len(edges)
+    for b, by in grouped.items():
+        voices = [_median(samples) for samples in by.values()]
         if len(voices) >= MIN_PATH_SAMPLES:
-            caps[bins == b] = float(np.median(voices))
+            per_bin[b] = _median(voices)
+    caps: FloatMatrix = per_bin[bins]
     return caps
+
+
+def _median(values: list[float]) -> float:
+    """np.median's value of a few finite floats (the two middle ones' sum halved), without its
+    ~30 us a call: a bin's voices are thousands of short lists at 1,000 peers."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def build_estimated(

@@ -21,15 +21,22 @@ def links_drifted(
     before: Mapping[tuple[str, str], Link],
     now: Mapping[tuple[str, str], Link],
     among: Collection[str] | None = None,
+    pairs: Collection[tuple[str, str]] | None = None,
 ) -> bool:
     """True when more than DRIFT_FRACTION of the links measured in `before` moved by
     DRIFT_FACTOR in round trip or rate (each kind counts; a probe that now fails counts as
     moved); only links between `among` (the planned members) count: a member's row may name
-    up to 1,024 made-up peers, whose steady links diluted every real drift below the fraction."""
+    up to 1,024 made-up peers, whose steady links diluted every real drift below the fraction.
+    With `pairs` (sorted pairs: the plan's links, which both ends measure), only those count:
+    past the full mesh most links are one end's word, and members each naming steady links
+    to real members hid a drift of every honest one (20% of them, 450 links each)."""
     members = None if among is None else set(among)
+    wanted = None if pairs is None else set(pairs)
     compared = moved = 0
     for (a, b), link in now.items():
         if members is not None and (a not in members or b not in members):
+            continue
+        if wanted is not None and (min(a, b), max(a, b)) not in wanted:
             continue
         old = link_between(before, a, b)
         if old is None:

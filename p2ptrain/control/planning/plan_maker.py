@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import math
 
-from p2ptrain.control.estimate.book import is_full_mesh
+from p2ptrain.control.estimate.book import is_full_mesh, plan_links
 from p2ptrain.control.handover import Donors
 from p2ptrain.control.links import Link
 from p2ptrain.control.planning import search_process
@@ -370,7 +370,11 @@ class PlanMaker:
         if now - self._planned_at < (SAMPLED_DRIFT_DWELL_S if sampled else DRIFT_DWELL_S):
             return False
         self._last_drift_check = now
-        return links_drifted(self._planned_links, links, self._planned_members)
+        # past the full mesh, the plan's links only: both ends measure them, so no member's
+        # steady word about its other links dilutes their drift (drift.py)
+        plan = self.view.plan
+        pairs = plan_links(plan.pipelines) if sampled and plan is not None else None
+        return links_drifted(self._planned_links, links, self._planned_members, pairs or None)
 
     async def _search(
         self, inputs: PlanInputs, matrices: bytes | None, current: Plan | None
