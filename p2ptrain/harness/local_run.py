@@ -140,6 +140,8 @@ def train_with_control_plane(
             ]
             if own_checkpoints:
                 args += ["--checkpoint-dir", str(workdir / f"peer-{i}" / "checkpoints")]
+            elif spec.checkpoint.checkpoint_dir:  # ours to name: a worker takes only a relative
+                args += ["--checkpoint-dir", spec.checkpoint.checkpoint_dir]  # one from a spec
             if profile:
                 args.append("--profile")
             nodes.append(_start(sites, i, args, workdir / f"peer-{i}.log", faults=faults))

@@ -79,6 +79,10 @@ class RunSpec:
     def __post_init__(self) -> None:
         if not self.run_id or len(self.run_id) > MAX_RUN_ID_CHARS or not self.run_id.isprintable():
             raise UserError(f"run_id must be 1..{MAX_RUN_ID_CHARS} printable characters")
+        # a folder's name on every volunteer's disk (runs/<run_id>/checkpoints) and a field of
+        # round keys split on "/": "../../x" or "/dev/shm" left the working directory
+        if any(c in self.run_id for c in "/\\") or self.run_id.startswith("."):
+            raise UserError(f"run_id must not hold / or \\ nor start with '.', got {self.run_id!r}")
         # what ties two sections together; each section checked its own fields
         stages, model = self.swarm.stages, self.model
         if stages > model.n_layer:

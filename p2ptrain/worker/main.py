@@ -122,6 +122,7 @@ class Worker:
             threading.Thread(target=self._beat_forever, name="heartbeat", daemon=True).start()
 
     def run(self) -> int:
+        from p2ptrain.worker.checkpoint_place import place_checkpoints
         from p2ptrain.worker.dht_gate import start_gated_dht
         from p2ptrain.worker.dht_helpers import AnnouncementValidator
         from p2ptrain.worker.pipeline.transport import Transport
@@ -172,8 +173,7 @@ class Worker:
                     continue
                 spec = message.run
                 transport.keep_routes(message.routes)
-                if self.settings.checkpoint_dir:  # a node-local setting beats the run's default
-                    spec = spec.replace(checkpoint_dir=self.settings.checkpoint_dir)
+                spec = place_checkpoints(spec, self.settings.checkpoint_dir)
                 state_server.serve_run(spec, checkpoint_dir(spec), message.plan)
                 self.phase, self.phase_plan = "joining", message.plan
                 session = Session(
@@ -290,6 +290,7 @@ class Worker:
     def _time_compute(self, spec: RunSpec) -> None:
         """Once per run: tell the control process the run's states we hold (saved_report.py), then
         time the run's model (a few hundred ms at most): the planner prices our stages from it."""
+        from p2ptrain.worker.checkpoint_place import place_checkpoints
         from p2ptrain.worker.compute_probe import measure_stage_compute
 
         if self.ipc is None:
@@ -298,7 +299,8 @@ class Worker:
             if spec.run_id in self._timed_runs:
                 return
             self._timed_runs.add(spec.run_id)
-            self.ipc.send(saved_report(spec, self.settings.checkpoint_dir))
+            own = self.settings.checkpoint_dir
+            self.ipc.send(saved_report(place_checkpoints(spec, own), own))
             compute = measure_stage_compute(spec, self.device)
         log.info("timed the run's model: %.3g ms per row and block", compute.block_row_s * 1e3)
         self.ipc.send(ComputeReport(compute))
