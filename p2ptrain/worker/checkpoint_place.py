@@ -18,12 +18,14 @@ log = logging.getLogger("p2ptrain.worker")
 _warned: set[tuple[str, str]] = set()  # (run id, folder): said once, not at every plan
 
 
-def place_checkpoints(spec: RunSpec, own_dir: str | None) -> RunSpec:
-    """`spec` with the folder this node saves in (see the module's docstring)."""
+def place_checkpoints(spec: RunSpec, own_dir: str | None, from_organiser: bool = True) -> RunSpec:
+    """`spec` with the folder this node saves in (see the module's docstring); a spec that is
+    not the organiser's word (`from_organiser` false: a static plan's local file) is taken as
+    it is."""
     if own_dir:  # a node-local setting beats the run's
         return spec.replace(checkpoint_dir=own_dir)
     named = spec.checkpoint.checkpoint_dir
-    if not named or stays_inside(named):
+    if not named or stays_inside(named) or not from_organiser:
         return spec
     if (spec.run_id, named) not in _warned:
         _warned.add((spec.run_id, named))

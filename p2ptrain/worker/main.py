@@ -173,7 +173,8 @@ class Worker:
                     continue
                 spec = message.run
                 transport.keep_routes(message.routes)
-                spec = place_checkpoints(spec, self.settings.checkpoint_dir)
+                # a static plan's spec is a local file; the control process's, the organiser's
+                spec = place_checkpoints(spec, self.settings.checkpoint_dir, self.ipc is not None)
                 state_server.serve_run(spec, checkpoint_dir(spec), message.plan)
                 self.phase, self.phase_plan = "joining", message.plan
                 session = Session(

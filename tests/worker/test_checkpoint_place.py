@@ -43,3 +43,9 @@ def test_the_nodes_own_folder_beats_the_specs() -> None:
 def test_a_run_id_that_is_no_plain_folder_name_is_refused(run_id: str) -> None:
     with pytest.raises(UserError, match="run_id"):
         RunSpec().replace(run_id=run_id)
+
+
+def test_a_static_plans_own_spec_file_is_taken_as_it_is() -> None:
+    spec = RunSpec().replace(run_id="r", checkpoint_dir="/srv/test-states")
+    placed = place_checkpoints(spec, None, from_organiser=False)
+    assert placed.checkpoint.checkpoint_dir == "/srv/test-states"
