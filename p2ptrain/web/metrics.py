@@ -13,6 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from p2ptrain.records import SwarmStatus
+from p2ptrain.records.messages import AVERAGING_OUTCOMES
 from p2ptrain.web.history import Point, clamped, measured_step_s
 
 
@@ -105,7 +106,8 @@ class StatusCollector(Collector):
                 if value is not None:
                     family.add_metric([peer.id], value)
             for outcome, count in sorted((m.averaging or {}).items()):
-                rounds.add_metric([peer.id, outcome], count)
+                if outcome in AVERAGING_OUTCOMES:  # a name a peer made up mints a series
+                    rounds.add_metric([peer.id, outcome], count)
             for plane, out, into in (
                 ("data", m.bytes_sent, m.bytes_received),
                 ("control", m.control_bytes_sent, m.control_bytes_received),

@@ -139,3 +139,30 @@ def test_the_status_built_from_a_view_of_extreme_reports_is_standard_json() -> N
     dashboard = Dashboard()
     dashboard.update(status, 1.0)
     _standard(dashboard.snapshot.status)
+
+
+def test_an_averaging_outcome_a_peer_made_up_is_no_metrics_series() -> None:
+    """A peer's metrics may name up to 8 outcomes of any 16 characters: exported as labels, one
+    identity renaming them every report minted series without bound in the scraper."""
+    import dataclasses
+
+    from p2ptrain.web.metrics import StatusCollector
+    from tests.web.synthetic import swarm
+
+    status = swarm(8)
+    peer = next(p for p in status.peers if p.metrics is not None)
+    made_up = dataclasses.replace(peer.metrics, averaging={"averaged": 3, "x1f9q": 7})
+    status = dataclasses.replace(
+        status,
+        peers=tuple(
+            dataclasses.replace(p, metrics=made_up) if p is peer else p for p in status.peers
+        ),
+    )
+    families = {f.name: f for f in StatusCollector(status, None).collect()}
+    outcomes = {s.labels["outcome"] for s in families["p2ptrain_averaging_rounds"].samples}
+    ours = {
+        s.labels["outcome"]
+        for s in families["p2ptrain_averaging_rounds"].samples
+        if s.labels["peer"] == peer.id
+    }
+    assert outcomes == {"averaged"} and ours == {"averaged"}
