@@ -15,7 +15,8 @@ Reading parses the safetensors header (safetensors' own parser, no code from the
 decodes the metadata with a total decoder: anything malformed is a WireError. A header longer
 than the receiver's expected tensors need (`max_header_bytes`) is refused unread. Files of the
 formats before (/1, /2: torch.save pickles) are told apart by their zip magic; only
-train/checkpoint.py reads those, from our own disk.
+train/checkpoint.py reads those, from our own disk. A name that holds no regular file (a FIFO,
+a device, a symlink: never followed) is a WireError, found without blocking (`open_state`).
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ import os
 import re
 import struct
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import safetensors
 import safetensors.torch
 import torch
 
+from p2ptrain.durable import NotRegularFile, fd_path, open_regular
 from p2ptrain.errors import WireError
 from p2ptrain.records.stage_state import FORMAT, MAX_METADATA_BYTES, StateMeta
 
@@ -49,9 +51,19 @@ HEADER_BYTES_PER_TENSOR = 512
 TENSORS_PER_WEIGHT = 7
 
 
+def open_state(path: Path) -> BinaryIO:
+    """The state file at `path` opened for reading; WireError if the name holds no regular file
+    (a FIFO blocked the worker and the CLI forever, a symlink is not followed), OSError if it
+    cannot be opened (gone, unreadable). Every read of a state file opens it here."""
+    try:
+        return open_regular(path)
+    except NotRegularFile as exc:
+        raise WireError(f"malformed stage state: {exc.strerror}") from None
+
+
 def is_pickled(path: Path) -> bool:
     """Whether the file is a torch.save zip (an old format): never to be read from a peer."""
-    with open(path, "rb") as f:
+    with open_state(path) as f:
         return f.read(len(ZIP_MAGIC)) == ZIP_MAGIC
 
 
@@ -127,19 +139,26 @@ def check(path: Path, max_tensors: int | None = None) -> StateMeta:
     otherwise. What a fetched file must pass before it is kept (worker/resume/state_transfer.py).
     `max_tensors`: the most the receiver expects (`max_state_tensors` of its stage); a header
     longer than such a state's is refused unread."""
-    limit = max_header_bytes(max_tensors)
-    with open(path, "rb") as f:
-        head = f.read(_HEADER_SIZE.size)
-        if len(head) < _HEADER_SIZE.size:
-            raise WireError("malformed stage state: shorter than a safetensors header")
-        (size,) = _HEADER_SIZE.unpack(head)
-        if size > limit:
-            raise WireError(f"oversized stage state: a header of {size} bytes, over {limit}")
-        header = f.read(size)
+    with open_state(path) as f:
+        return _metadata(_header(f, max_header_bytes(max_tensors))[1])
+
+
+def _header(f: BinaryIO, limit: int) -> tuple[int, Any]:
+    """The length and the parsed JSON of the safetensors header `f` starts with."""
+    head = f.read(_HEADER_SIZE.size)
+    if len(head) < _HEADER_SIZE.size:
+        raise WireError("malformed stage state: shorter than a safetensors header")
+    (size,) = _HEADER_SIZE.unpack(head)
+    if size > limit:
+        raise WireError(f"oversized stage state: a header of {size} bytes, over {limit}")
+    header = f.read(size)
     try:
-        parsed = json.loads(header)
+        return size, json.loads(header)
     except (ValueError, RecursionError):
         raise WireError("malformed stage state: the safetensors header is not JSON") from None
+
+
+def _metadata(parsed: Any) -> StateMeta:
     metadata = parsed.get("__metadata__") if isinstance(parsed, dict) else None
     if not isinstance(metadata, dict):
         raise WireError("malformed stage state: no metadata")
@@ -150,11 +169,10 @@ def check_whole(path: Path) -> StateMeta:
     """`check`, and the file's size is what its header's tensors need: the metadata of a state
     that is whole as far as its length tells (a power cut's file is empty, zeroed or short),
     without reading its tensors (a stage's state can be gigabytes); WireError otherwise."""
-    meta = check(path)
-    with open(path, "rb") as f:
-        (length,) = _HEADER_SIZE.unpack(f.read(_HEADER_SIZE.size))
-        header = json.loads(f.read(length))
+    with open_state(path) as f:
+        length, header = _header(f, _MAX_HEADER_BYTES)
         size = os.fstat(f.fileno()).st_size
+    meta = _metadata(header)
     try:
         ends = [t["data_offsets"][1] for n, t in header.items() if n != "__metadata__"]
     except (TypeError, KeyError, IndexError):
@@ -169,11 +187,15 @@ def read(path: Path) -> dict[str, Any]:
     model_state, optimizer_state (torch's Optimizer.state_dict() layout), outer_state (DiLoCo's
     "outer/..." tensors, empty under sync = "step"). WireError if it is
     not a well-formed file of format /3 (its tensors' shapes are checked by the caller)."""
-    meta = check(path)
-    try:
-        tensors = safetensors.torch.load_file(str(path), device="cpu")
-    except Exception as exc:  # safetensors' own errors: a torn or crafted body
-        raise WireError(f"malformed stage state: {str(exc)[:120]}") from None
+    with open_state(path) as f:
+        meta = _metadata(_header(f, _MAX_HEADER_BYTES)[1])
+        # safetensors opens by name: the descriptor's own (Linux), so the file it maps is the
+        # regular file checked here; elsewhere `path` again, a check-then-open
+        name = fd_path(f.fileno()) or str(path)
+        try:
+            tensors = safetensors.torch.load_file(name, device="cpu")
+        except Exception as exc:  # safetensors' own errors: a torn or crafted body
+            raise WireError(f"malformed stage state: {str(exc)[:120]}") from None
     model_state: dict[str, torch.Tensor] = {}
     outer_state: dict[str, torch.Tensor] = {}
     moments: dict[int, dict[str, torch.Tensor]] = {}

@@ -151,6 +151,7 @@ def test_an_averaging_outcome_a_peer_made_up_is_no_metrics_series() -> None:
 
     status = swarm(8)
     peer = next(p for p in status.peers if p.metrics is not None)
+    assert peer.metrics is not None
     made_up = dataclasses.replace(peer.metrics, averaging={"averaged": 3, "x1f9q": 7})
     status = dataclasses.replace(
         status,
