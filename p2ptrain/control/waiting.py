@@ -72,7 +72,9 @@ def waiting_for(view: SwarmView, now: float, joined: bool = True) -> Wait:
         return Wait(
             "peers", f"peers: none alive yet (the run's min_peers is {run.swarm.min_peers})"
         )
-    if not any(view.may_plan(peer) for peer in members):
+    # holders among all live members (a control-only one, or one of another level, plans too)
+    planning = view.planner is not None and view.is_alive(view.planner, now)
+    if not planning and not any(view.may_plan(peer) for peer in view.live_members(now)):
         if view.role != "bootstrap" and now - view.started_at < TOKENS_HEARD_S:
             # a joiner hears the members' records (their tokens) a moment after the run: it
             # told the organiser to issue a token a member held already
