@@ -30,7 +30,6 @@ import hashlib
 import logging
 import os
 import re
-import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -40,7 +39,7 @@ from typing import Any
 
 import torch
 
-from p2ptrain.durable import durable_replace
+from p2ptrain.durable import durable_replace, fd_path, link_into_place, open_regular
 from p2ptrain.procs import pid_alive
 from p2ptrain.records import lineage as lin
 from p2ptrain.records.run import RunSpec
@@ -56,13 +55,14 @@ STATE_MARGIN = 1.25  # a saved state over its tensors' bytes: its header, alignm
 STATE_OVERHEAD_BYTES = 4 * 1024**2
 # a state being written (or fetched) under its final name plus ".{pid}.{random}.tmp|part"
 # (before pids were in the name, plus "{random}.tmp|part"), and a latest link being made
+# (".{name}.{pid}.{random}.link"; before the random part, ".{name}.{pid}.link")
 _UNFINISHED = re.compile(
     r"^stage-L[0-9]+-[0-9]+(?:\.step[0-9]+(?:\.[0-9a-f]{16}-e[0-9]{1,16})?)?\.pt"
     r"(?:\.([0-9]{1,10})\.)?[a-z0-9_]*\.(?:tmp|part)$"
-    r"|^\.stage-L[0-9]+-[0-9]+\.pt\.([0-9]{1,10})\.link$"
+    r"|^\.stage-L[0-9]+-[0-9]+\.pt\.([0-9]{1,10})\.(?:[a-z0-9_]{1,16}\.)?link$"
     # an adopted state's link or copy (worker/resume/adopt.py: _link): a full copy without hard links
     r"|^\.stage-L[0-9]+-[0-9]+\.step[0-9]+(?:\.[0-9a-f]{16}-e[0-9]{1,16})?\.pt"
-    r"\.([0-9]{1,10})\.adopt$"
+    r"\.([0-9]{1,10})\.(?:[a-z0-9_]{1,16}\.)?adopt$"
 )
 DEAD_WRITER_AGE_S = 60.0  # an unfinished file of a dead writer untouched this long is torn
 STALE_AGE_S = 3600.0  # any unfinished file untouched this long is torn (writers keep writing)
@@ -164,17 +164,18 @@ _digests: dict[tuple[str, int, int, int], str] = {}
 
 def file_sha256(path: Path) -> str:
     """The sha256 (hex) of a file, remembered while the file is unchanged (states are written
-    once, by rename, and announced at every plan)."""
-    stat = path.stat()
-    key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
-    if (known := _digests.get(key)) is None:  # one lookup: another thread may clear it
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
+    once, by rename, and announced at every plan). OSError if `path` holds no regular file
+    (durable.NotRegularFile: a FIFO there hung the worker)."""
+    with open_regular(path) as f:
+        stat = os.fstat(f.fileno())  # of the file hashed, not of whatever the name holds later
+        key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        if (known := _digests.get(key)) is None:  # one lookup: another thread may clear it
+            digest = hashlib.sha256()
             while chunk := f.read(1024 * 1024):
                 digest.update(chunk)
-        if len(_digests) > 1024:
-            _digests.clear()
-        known = _digests[key] = digest.hexdigest()
+            if len(_digests) > 1024:
+                _digests.clear()
+            known = _digests[key] = digest.hexdigest()
     return known
 
 
@@ -335,16 +336,12 @@ def prunable(
 
 
 def _link_latest(target: Path, latest: Path) -> None:
-    tmp = latest.with_name(f".{latest.name}.{os.getpid()}.link")
-    tmp.unlink(missing_ok=True)
+    # a fresh temporary name (a copy into mkstemp's file where there are no hard links): a
+    # symlink planted at the fixed name it had was written through
     try:
-        os.link(target, tmp)
-    except OSError:  # no hard links here (or the target was pruned meanwhile): a copy
-        try:
-            shutil.copyfile(target, tmp)
-        except OSError:
-            return
-    durable_replace(tmp, latest)
+        link_into_place(target, latest, f".{latest.name}.{os.getpid()}.", ".link")
+    except OSError as exc:  # the target pruned meanwhile, or no room for a copy
+        log.debug("%s not linked to %s: %s", latest.name, target.name, exc)
 
 
 def save_stage(
@@ -367,15 +364,17 @@ def _write(path: Path, spec: RunSpec, model: Stage, snapshot: StageSnapshot) -> 
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=unfinished_prefix(path), suffix=".tmp")
     try:
-        os.close(fd)
+        # safetensors writes by name: the descriptor's own (Linux), never a symlink swapped in
         state_file.write(
-            Path(tmp_name),
+            Path(fd_path(fd) or tmp_name),
             meta,
             snapshot.model_state,
             snapshot.optimizer_state.get("state", {}),
             snapshot.outer_state,
         )
-        durable_replace(tmp_name, path)
+        durable_replace(tmp_name, path, fd)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
+    finally:
+        os.close(fd)

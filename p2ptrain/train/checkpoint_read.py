@@ -56,7 +56,8 @@ def read_file(path: Path) -> dict[str, Any]:
             "machine's disk only, never sent to peers; the next save writes format /3",
             path,
         )
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with state_file.open_state(path) as f:  # the regular file is_pickled checked, no FIFO
+            state = torch.load(f, map_location="cpu", weights_only=True)
         if isinstance(state, dict) and state.get("format") == PICKLED_OPTIMIZER_FORMAT:
             blob = state.pop("weights")
             if not isinstance(blob, torch.Tensor) or blob.dtype != torch.uint8:

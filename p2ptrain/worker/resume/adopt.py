@@ -25,11 +25,10 @@ fetch, of one earlier lineage (states of two lineages are two trainings: never m
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from p2ptrain.durable import durable_replace
+from p2ptrain.durable import link_into_place
 from p2ptrain.errors import WireError
 from p2ptrain.records.lineage import id_of_tag
 from p2ptrain.records.run import RunSpec
@@ -205,11 +204,7 @@ def link_adopted(
 
 def _link(source: Path, target: Path) -> None:
     """A hard link (a copy where there are none), made atomically: replicas of a stage on
-    one machine may link the same state at once."""
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.adopt")
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(source, tmp)
-    except OSError:
-        shutil.copyfile(source, tmp)
-    durable_replace(tmp, target)  # a copy's bytes, the new name: on disk before it is announced
+    one machine may link the same state at once. Under a fresh temporary name (a copy into
+    mkstemp's own file): a symlink planted at the fixed name it had was written through. A
+    copy's bytes, then the new name, are on disk before it is announced (durable.py)."""
+    link_into_place(source, target, f".{target.name}.{os.getpid()}.", ".adopt")

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Collection
 from pathlib import Path
 
+from p2ptrain.durable import open_regular
 from p2ptrain.train.checkpoint import SavedState, list_states, stamped_path
 from p2ptrain.worker.resume.announcement import Announced
 from p2ptrain.worker.resume.covers import key_range
@@ -34,9 +35,10 @@ MAX_NAME = 200
 
 
 def read_sources(directory: Path) -> dict[str, str]:
-    """State file name -> the peer it was copied from ({} if none, or unreadable)."""
+    """State file name -> the peer it was copied from ({} if none, unreadable, or no regular
+    file: a FIFO or symlink under its name)."""
     try:
-        with open(directory / FILE_NAME, "rb") as f:
+        with open_regular(directory / FILE_NAME) as f:  # a FIFO there hung the worker's start
             raw = f.read(MAX_BYTES + 1)
         data = json.loads(raw) if len(raw) <= MAX_BYTES else None
     except (OSError, ValueError, RecursionError):
