@@ -85,3 +85,39 @@ def test_a_child_given_the_lock_holds_it_after_its_parent_is_gone(tmp_path: Path
         _wait_acquired(key, 5)
     finally:
         child.kill()
+
+
+def test_a_symlink_planted_as_the_lock_is_refused_and_its_target_kept(tmp_path: Path) -> None:
+    """A symlink under the lock's name had its target truncated to our PID."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("private\n")
+    (tmp_path / ".node.key.lock").symlink_to(victim)
+    with pytest.raises(UserError, match=r"identity lock .*: a symbolic link"):
+        IdentityLock(tmp_path / "node.key")
+    assert victim.read_text() == "private\n"
+
+
+def test_a_fifo_as_the_lock_is_refused_without_hanging(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / ".node.key.lock")
+    code = (
+        "import sys\nfrom p2ptrain.errors import UserError\n"
+        "from p2ptrain.node.identity_lock import IdentityLock\n"
+        "try:\n    IdentityLock(sys.argv[1])\nexcept UserError as exc:\n    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "node.key")],
+        capture_output=True,
+        text=True,
+        timeout=120,  # a hang's bound only
+    )
+    assert "not a regular file" in done.stdout, done.stderr
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="makes a file of another user")
+def test_another_users_lock_file_is_refused(tmp_path: Path) -> None:
+    lock = tmp_path / ".node.key.lock"
+    lock.write_text("123")
+    os.chown(lock, 65534, 65534)
+    with pytest.raises(UserError, match="another user's file"):
+        IdentityLock(tmp_path / "node.key")
+    assert lock.read_text() == "123"

@@ -16,9 +16,32 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 from pathlib import Path
 
 from p2ptrain.errors import UserError
+
+# O_NOFOLLOW: a symlink planted under the lock's name had its target truncated to our PID;
+# O_NONBLOCK: a FIFO there opens at once, then fails the fstat
+_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+
+
+def _open_own(path: Path) -> int:
+    """The lock file opened for writing: a regular file of ours, else a one-line UserError."""
+    try:
+        fd = os.open(path, _FLAGS, 0o600)
+    except OSError as exc:
+        what = "a symbolic link" if path.is_symlink() else exc.strerror or exc
+        raise UserError(f"cannot open the identity lock {path}: {what}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+        os.close(fd)
+        what = "not a regular file" if not stat.S_ISREG(info.st_mode) else "another user's file"
+        raise UserError(
+            f"cannot use the identity lock {path}: {what} (remove it; the node makes its own)"
+        )
+    os.set_blocking(fd, True)
+    return fd
 
 
 class IdentityLock:
@@ -27,7 +50,7 @@ class IdentityLock:
     def __init__(self, identity_path: str | os.PathLike[str]) -> None:
         key = Path(identity_path).resolve()
         self.path = key.parent / f".{key.name}.lock"
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = _open_own(self.path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:  # held: another live node

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from p2ptrain.durable import durable_replace, fd_path, link_into_place, open_regular
+from p2ptrain.durable import durable_replace, link_into_place, open_regular
 from p2ptrain.procs import pid_alive
 from p2ptrain.records import lineage as lin
 from p2ptrain.records.run import RunSpec
@@ -364,17 +364,15 @@ def _write(path: Path, spec: RunSpec, model: Stage, snapshot: StageSnapshot) -> 
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=unfinished_prefix(path), suffix=".tmp")
     try:
-        # safetensors writes by name: the descriptor's own (Linux), never a symlink swapped in
+        os.close(fd)
         state_file.write(
-            Path(fd_path(fd) or tmp_name),
+            Path(tmp_name),
             meta,
             snapshot.model_state,
             snapshot.optimizer_state.get("state", {}),
             snapshot.outer_state,
         )
-        durable_replace(tmp_name, path, fd)
+        durable_replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
-    finally:
-        os.close(fd)

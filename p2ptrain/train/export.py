@@ -8,8 +8,11 @@ cuts the plans used (a parameter is named model-wide, as in train/recut.py); whe
 saved that step (a restarted swarm, a partition's halves), the one saved last; where two epochs of
 one lineage did (a plan restarted a stage below steps it saved), the later epoch's. Files of
 another run in the directory are left out, each with a line saying why. Each output file is
-written under a temporary name and renamed into place: an export that fails (a full disk, a
-read-only directory: said in one line) leaves no torn model.safetensors beside a config.json.
+written under a temporary name, through its own descriptor (never a name someone could swap
+for a symlink), and synced; both are renamed into place only once both are written: an export
+that fails (a full disk, a read-only directory: said in one line) leaves no torn
+model.safetensors, nor a new one beside the old config.json. An `--out` folder of another user
+that anyone may write to (no sticky bit) is refused: its files could be swapped under us.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import contextlib
 import json
 import os
 import re
+import stat
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable
@@ -28,6 +32,7 @@ from typing import Any
 import safetensors.torch
 import torch
 
+from p2ptrain.durable import sync_directory
 from p2ptrain.errors import UserError
 from p2ptrain.records.model_config import ModelConfig
 from p2ptrain.records.run import RunSpec
@@ -239,11 +244,14 @@ def export_hf(spec: RunSpec, directory: Path, out: Path, step: int | None = None
     text = json.dumps(hf_config(config), indent=2) + "\n"
     try:
         out.mkdir(parents=True, exist_ok=True)
+        _check_out(out)
         _write_new(
-            out / "model.safetensors",
-            lambda tmp: safetensors.torch.save_file(tensors, tmp, metadata={"format": "pt"}),
+            out,
+            {
+                "model.safetensors": lambda fd: _save_tensors(tensors, fd),
+                "config.json": lambda fd: _write_bytes(fd, text.encode()),
+            },
         )
-        _write_new(out / "config.json", lambda tmp: Path(tmp).write_text(text))
     except (OSError, safetensors.SafetensorError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise UserError(f"cannot write the export to {out}: {reason}") from None
@@ -257,14 +265,51 @@ def _umask() -> int:
     return mask
 
 
-def _write_new(path: Path, write: Callable[[str], object]) -> None:
-    """Write `path` by `write` under a temporary name beside it, then rename it into place."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+def _check_out(out: Path) -> None:
+    """Refuse a folder of another user that anyone may write to without the sticky bit: anyone
+    could rename our files in it, or swap our temporary ones for symlinks."""
+    info = out.stat()
+    mode = info.st_mode
+    if info.st_uid != os.getuid() and mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+        raise UserError(
+            f"cannot write the export to {out}: another user's folder that anyone may write to "
+            "(no sticky bit); give a folder of your own"
+        )
+
+
+def _save_tensors(tensors: dict[str, torch.Tensor], fd: int) -> None:
+    # bytes, not save_file(name): that reopens by name (safetensors 0.8 renames its own temporary
+    # file over it, older ones follow a symlink there); the model's bytes are in memory once more
+    _write_bytes(fd, safetensors.torch.save(tensors, metadata={"format": "pt"}))
+
+
+def _write_bytes(fd: int, data: bytes) -> None:
+    with open(fd, "wb", closefd=False) as f:
+        f.write(data)
+
+
+def _write_new(out: Path, files: dict[str, Callable[[int], object]]) -> None:
+    """Write each file of `files` (name -> a writer given the descriptor) under a temporary name
+    in `out` (mkstemp's: ours alone), give it a plain new file's mode and sync it; then rename
+    them all into place, and sync the folder."""
+    made: list[tuple[int, str, Path]] = []
     try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())  # as a plain new file's: mkstemp makes it 0600
-        os.replace(tmp, path)
+        for name, write in files.items():
+            fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".tmp")
+            made.append((fd, tmp, out / name))
+            write(fd)
+            os.fchmod(fd, 0o666 & ~_umask())  # as a plain new file's: mkstemp makes it 0600
+            os.fsync(fd)
+        for fd, tmp, _ in made:
+            if not os.path.samestat(os.lstat(tmp), os.fstat(fd)):  # swapped meanwhile
+                raise UserError(f"cannot write the export to {out}: {tmp} was replaced meanwhile")
+        for _, tmp, path in made:
+            os.replace(tmp, path)
+        sync_directory(out)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        for _, tmp, _ in made:
+            Path(tmp).unlink(missing_ok=True)
         raise
+    finally:
+        for fd, _, _ in made:
+            os.close(fd)

@@ -8,12 +8,12 @@ import errno
 from pathlib import Path
 
 import pytest
-import safetensors.torch
 import torch
 
 from p2ptrain.app import main
 from p2ptrain.errors import UserError
 from p2ptrain.records.run import RunSpec
+from p2ptrain.train import export
 from p2ptrain.train.checkpoint import record_step
 from p2ptrain.train.export import export_hf, merged_weights
 from p2ptrain.train.model import build_model
@@ -50,11 +50,13 @@ def test_a_full_disk_leaves_the_earlier_export_whole_and_says_so_in_one_line(
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert sorted(before) == ["config.json", "model.safetensors"]
 
-    def full(tensors: object, path: str, metadata: object = None) -> None:
-        Path(path).write_bytes(b"\0" * 10)  # cut short
+    write_bytes = export._write_bytes
+
+    def full(fd: int, data: bytes) -> None:
+        write_bytes(fd, b"\0" * 10)  # cut short
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    monkeypatch.setattr(export, "_write_bytes", full)
     with pytest.raises(UserError) as refused:
         export_hf(SPEC, tmp_path, out)
     assert str(refused.value) == f"cannot write the export to {out}: No space left on device"
