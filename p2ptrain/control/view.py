@@ -6,14 +6,10 @@ node feeds it verified envelopes and its own probe results; it says why it drops
 Election: among live planner-capable members, an incumbent planner keeps its term while it lives
 (unless it sees far fewer peers than a candidate: planner_sight.py): no one claims while a live
 planner is known, or while a claim it could not follow yet is fresh. When none is alive, the live
-candidate with the smallest peer id claims term = highest seen + 1. A higher term wins in every
-view; at equal terms the smaller peer id wins. A planner that sees a winning claim steps down.
-Plans are accepted only from the recognised planner with a newer (term, epoch).
-
-Terms advance by bounded steps: a claim or plan may exceed the highest term we know by at most
-MAX_TERM_STEP, so a planner-token holder cannot win every view with a huge term. A node learns
-the current term from the organiser (the bootstrap's sync replies: `anchor_term`) before it
-claims; until then it drops a too-high term quietly instead of blaming its author.
+candidate with the smallest peer id claims term = highest seen + 1 (the others back off by rank:
+control/terms.py). A higher term wins in every view; at equal terms the smaller peer id wins. A
+planner that sees a winning claim steps down. Plans are accepted only from the recognised
+planner, while its planner token counts, with a newer (term, epoch). Terms: control/terms.py.
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ from p2ptrain.control.penalties import Penalties
 from p2ptrain.control.plan_checks import plan_problem
 from p2ptrain.control.replay import SeqGuard
 from p2ptrain.control.run_end import RunEnd
-from p2ptrain.control.term_votes import TermVotes
+from p2ptrain.control.terms import MAX_TERM_STEP, Terms
 from p2ptrain.control.wire import Envelope
 from p2ptrain.records import (
     MEMBER_ROLES,
@@ -45,14 +41,11 @@ from p2ptrain.records import (
 )
 from p2ptrain.records import Telemetry as TelemetryBody
 
-__all__ = ["DEAD_AFTER_S", "MEMBER_ROLES", "Member", "SwarmView"]
+__all__ = ["DEAD_AFTER_S", "MAX_TERM_STEP", "MEMBER_ROLES", "Member", "SwarmView"]
 
 log = logging.getLogger(__name__)
 
 ELECTION_GRACE_S = 5.0  # listen for an incumbent before claiming after start
-# how far a claimed term may pass the highest we know: honest claims are highest seen + 1, and
-# +2 leaves room for two rivals' claims racing past a peer that missed the first
-MAX_TERM_STEP = 2
 
 
 class SwarmView:
@@ -81,9 +74,8 @@ class SwarmView:
         self.run_end = RunEnd()  # is the run trained? (control/run_end.py)
         self.members = Membership()  # the others: records, liveness (control/membership.py)
         self.flapping = Flapping(self_id)  # who is back, but not planned yet: control/flapping.py
-        self.term = self.max_seen_term = 0
-        self.term_anchored = False  # we learnt the current term from the organiser (anchor_term)
-        self._term_votes = TermVotes()  # the organiser's own, after a restart: from the holders
+        self.term = 0  # the planner's term (known_term: with what `terms` knows)
+        self.terms = Terms()  # the highest term claimed or learnt, the anchor, claim clocks
         self.planner: str | None = None
         self.planner_sees = 0  # the peers the planner's last claim said it could plan for
         self.plan: Plan | None = None
@@ -91,8 +83,7 @@ class SwarmView:
         self.own_record: PeerRecord | None = None
         self.own_metrics: PeerMetrics | None = None
         self.own_health = Health(True)  # control/health.py
-        self._claimed_terms: dict[str, int] = {}  # the highest term each peer claimed
-        self._claim_seen_at = float("-inf")  # when the last claim (accepted or not) came in
+        self._heard = started_at  # when the envelope being accepted proves its author alive
 
     @property
     def run(self) -> RunSpec | None:
@@ -102,6 +93,11 @@ class SwarmView:
     @run.setter
     def run(self, run: RunSpec | None) -> None:
         self.authority.run = run
+
+    @property
+    def term_anchored(self) -> bool:
+        """Do we know the current term from the organiser (for the organiser: its holders')?"""
+        return self.terms.anchored
 
     @property
     def bootstrap_id(self) -> str | None:
@@ -150,14 +146,14 @@ class SwarmView:
         return self.role if peer == self.self_id else self.members.role_of(peer)
 
     def forget_stale(self, now: float) -> None:
-        """Forget long-dead members, and every per-author table entry of authors that are not
-        members (a flood of throwaway identities must not grow our memory for good)."""
+        """Forget long-dead members and those whose token expired, and every per-author table
+        entry of authors that are not members (throwaway identities must not grow our memory)."""
         for peer in self.members.forget_dead(now):
             self.links.forget(peer)
+        self._drop_unentitled()  # a token is checked as a message comes: expiry, only here
         known = {self.self_id, *self.members}
         self.seqs.forget_authors(known)
-        for author in [a for a in self._claimed_terms if a not in known]:
-            del self._claimed_terms[author]
+        self.terms.forget(known)
         self.authority.forget_tokens(known)
         self.penalties.prune(now)
 
@@ -174,6 +170,7 @@ class SwarmView:
         if (repeat := self.seqs.check(env)) is not None:
             return repeat
         before = self.members[env.author].last_heard if env.author in self.members else None
+        self._heard = heard = now if heard_at is None else min(heard_at, now)
         handler = getattr(self, f"_on_{env.kind}")
         drop: Drop | None = handler(env, now)
         # a refused one too: one envelope served again and again is never blamed twice
@@ -181,7 +178,6 @@ class SwarmView:
         if drop is None or drop.category is None:
             member = self.members.get(env.author)
             if member is not None:  # any signed message proves the author lived when sent
-                heard = now if heard_at is None else min(heard_at, now)
                 member.last_heard = heard if before is None else max(before, heard)
         return drop
 
@@ -204,6 +200,9 @@ class SwarmView:
     def _on_peer(self, env: Envelope, now: float) -> Drop | None:
         assert isinstance(env.body, PeerRecord)
         if not self.authority.admits(env.author, env.body):
+            if env.author in self.members:  # its token expired: no longer a member
+                del self.members[env.author]
+                self.links.forget(env.author)
             return Drop(f"{env.author} holds no token for this run")  # ignored, never dialled
         member = self.members.get(env.author)
         if member is None:
@@ -224,14 +223,11 @@ class SwarmView:
         self.run_end.note_metrics(self.run, env.author, env.body.metrics, self.plan)
         return None
 
-    def _term_jump(self, what: str, term: int) -> Drop | None:
-        """A term past known_term() + MAX_TERM_STEP: blamed once we know the current term,
-        dropped quietly before (it may be honest and we the one behind)."""
-        bound = self.known_term() + MAX_TERM_STEP
-        if term <= bound:
-            return None
-        category = "unauthorised" if self.term_anchored else None
-        return Drop(f"{what} for term {term} jumps past {bound}", category)
+    def _term_jump(self, author: str, what: str, term: int, now: float) -> Drop | None:
+        """A term past known_term() + MAX_TERM_STEP: Terms.jump (the organiser votes again)."""
+        live = self.may_plan(author) and self.is_alive(author, now)
+        ours = self.self_id == self.bootstrap_id  # we are the organiser
+        return self.terms.jump(f"{what} from {author}", term, self.known_term(), now, ours, live)
 
     def _on_claim(self, env: Envelope, now: float) -> Drop | None:
         assert isinstance(env.body, Claim)
@@ -240,15 +236,14 @@ class SwarmView:
             return Drop("claim before the author's peer record")
         if not self.may_plan(author):
             return Drop(f"claim from {author}, which holds no planner token", "unauthorised")
-        if (jump := self._term_jump(f"claim from {author}", term)) is not None:
+        if (jump := self._term_jump(author, "claim", term, now)) is not None:
             return jump
-        self._claimed_terms[author] = max(self._claimed_terms.get(author, 0), term)
-        self.max_seen_term = max(self.max_seen_term, term)
-        self._claim_seen_at = now
-        if not self.is_alive(author, now):
+        live = self.is_alive(author, now)
+        self.terms.note_claim(author, term, self._heard, live)  # an old one holds up no election
+        if not live:
             return Drop(f"claim from {author}, which we believe dead")
-        if term < self.term:
-            return Drop(f"stale claim for term {term} < {self.term}")
+        if term < self.known_term():  # the organiser's word too: a newcomer's term is 0
+            return Drop(f"stale claim for term {term} < {self.known_term()}")
         if term == self.term:
             incumbent = self.planner
             if (
@@ -269,6 +264,7 @@ class SwarmView:
         if (planner, term) != (self.planner, self.term):
             log.info("planner is now %s (term %d)", planner, term)
         self.planner, self.term, self.planner_sees = planner, term, sees
+        self.terms.lost_at = None  # a planner stands: the back-off starts when it goes
 
     def _on_plan(self, env: Envelope, now: float) -> Drop | None:
         plan = env.body
@@ -277,7 +273,7 @@ class SwarmView:
         current = self.plan.key if self.plan else (0, 0)
         if plan.planner != env.author:
             return Drop("plan's planner field differs from its signer", "forged")
-        if env.author != self.planner or plan.term < self.term:
+        if env.author != self.planner or plan.term < self.term or not self.may_plan(env.author):
             # Blame only a plan for a term we already follow another live planner in, from a
             # peer we never heard claim it (Intake: only if it sent the plan itself). Anything
             # else is an honest difference of views (a claim in flight, a deposed planner).
@@ -285,7 +281,7 @@ class SwarmView:
                 plan.term <= self.term
                 and self.planner is not None
                 and self.is_alive(self.planner, now)
-                and self._claimed_terms.get(env.author, 0) < plan.term
+                and self.terms.claimed.get(env.author, 0) < plan.term
             )
             if hostile:
                 return Drop(
@@ -294,7 +290,7 @@ class SwarmView:
             return Drop(f"plan {key} from {env.author}, which we do not follow")
         if key < current:
             return Drop(f"stale plan {key} < {current}")
-        if (jump := self._term_jump(f"plan from {env.author}", plan.term)) is not None:
+        if (jump := self._term_jump(env.author, "plan", plan.term, now)) is not None:
             return jump
         own = self.self_id if self.role in MEMBER_ROLES else None  # we may be in the plan
         if key > current and (refused := plan_problem(plan, self.run, self.members, own)):
@@ -317,41 +313,39 @@ class SwarmView:
         """Apply the organiser's revocations (Authority.revoke): a revoked planner is no longer
         followed, and a revoked member no longer admitted in a token run. Returns why the list
         was refused, or None."""
-        before = set(self.authority.revocations)
         problem = self.authority.revoke(entries)
-        for peer in set(self.authority.revocations) - before:
-            if self.planner == peer:
-                self.planner = None  # elect another; its plans are refused from now
-            member = self.members.get(peer)
-            if member is not None and not self.authority.admits(peer, member.record):
-                del self.members[peer]
+        self._drop_unentitled()
         return problem
+
+    def _drop_unentitled(self) -> None:
+        """Remove the members whose token no longer admits them (revoked, expired), and a
+        planner whose planner token no longer counts: elect another, refuse its plans."""
+        for peer in [p for p, m in self.members.items() if not self.authority.admits(p, m.record)]:
+            del self.members[peer]
+            self.links.forget(peer)
+        if self.planner is not None and not self.may_plan(self.planner):
+            self.planner = None
 
     def known_term(self) -> int:
         """The highest term we accepted a claim or plan of, or learnt from the organiser."""
-        return max(self.term, self.max_seen_term)
+        return max(self.term, self.terms.max_seen)
 
     def anchor_term(self, term: int, now: float | None = None) -> None:
         """The organiser's current term (a bootstrap's sync reply, bound alike), which a fresh node
         measures claims against; a term new to us, learnt at `now`, counts as a claim heard then."""
-        if not self.term_anchored:  # waited on: no claim before it (should_claim)
-            log.info("the organiser's current term is %d", term)
-        if now is not None and term > self.known_term():
-            self._claim_seen_at = max(self._claim_seen_at, now)
-        self.max_seen_term = max(self.max_seen_term, term)
-        self.term_anchored = True
+        self.terms.anchor(term, self.known_term(), now)  # waited on: no claim before it
 
     def learn_term(self, peer: str, term: int | None, now: float | None = None) -> None:
         """A sync reply's term (None: not anchored yet), at `now`: the organiser's only, or for the
-        organiser itself, after a restart, its planner-token holders' (none: its own) low median
-        (term_votes.py)."""
+        organiser itself, after a restart or a live holder's jump (terms.py), its planner-token
+        holders' (none: its own) low median (term_votes.py)."""
         if peer == self.bootstrap_id and term is not None:
             self.anchor_term(term, now)
         elif self.self_id == self.bootstrap_id and not self.term_anchored and self.may_plan(peer):
             at = self.started_at if now is None else now
             holders = sum(self.may_plan(p) for p in self.live_members(at))
             said = self.known_term() if term is None else term
-            if (voted := self._term_votes.vote(peer, said, at, holders)) is not None:
+            if (voted := self.terms.vote(peer, said, at, holders)) is not None:
                 self.anchor_term(voted, now)
 
     # ------------------------------------------------------------------ election
@@ -366,13 +360,17 @@ class SwarmView:
             return False  # a claim from behind the current term would only be refused
         if now - self.started_at < ELECTION_GRACE_S:
             return False
-        if self.planner is not None and self.stays(self.planner, now):
+        planner = self.planner  # one whose planner token expired is none
+        if planner is not None and self.may_plan(planner) and self.stays(planner, now):
+            self.terms.lost_at = None
             return False
-        waited_s = now - self._claim_seen_at
-        if self.max_seen_term > self.term and waited_s < self.members.dead_after_s(now):
-            return False  # someone claims a term we could not follow yet: hear it out first
+        dead_after_s = self.members.dead_after_s(now)
         capable = [p for p in self.members if self.may_plan(p) and self.stays(p, now)]
-        return min([self.self_id, *capable]) == self.self_id
+        rank = sorted({self.self_id, *capable}).index(self.self_id)
+        if not self.terms.turn_came(rank, now, dead_after_s):
+            return False  # a smaller candidate's turn first: it may never claim, so not for ever
+        # someone claims a term we could not follow yet: hear it out first
+        return not self.terms.hearing_out(self.term, now, dead_after_s)
 
     def stays(self, peer: str, now: float) -> bool:
         """Alive, and not stopping: a planner that said it stops is replaced at once, not after
@@ -383,8 +381,8 @@ class SwarmView:
 
     def claim(self) -> int:
         """Become planner with a fresh term; returns the term."""
-        self._set_planner(self.self_id, max(self.term, self.max_seen_term) + 1)
-        self.max_seen_term = self.term
+        self._set_planner(self.self_id, max(self.known_term(), self.terms.unfollowed) + 1)
+        self.terms.max_seen = self.term
         return self.term
 
     def adopt_own_plan(self, plan: Plan) -> None:
