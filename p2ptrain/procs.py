@@ -109,7 +109,11 @@ def _group_outlived_leader(pgid: int) -> bool:
     the kernel keeps the number from reuse (it names a group); a process whose own PID is the
     number is a newcomer that got it once the group was empty."""
     found = False
-    for entry in Path("/proc").iterdir():
+    try:
+        entries = list(Path("/proc").iterdir())
+    except OSError:  # no /proc to judge by: signal it, as before
+        return True
+    for entry in entries:
         if not (entry.name.isascii() and entry.name.isdigit()):
             continue
         with contextlib.suppress(OSError, IndexError, ValueError):

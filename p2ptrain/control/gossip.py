@@ -165,8 +165,9 @@ def _validate(
         intake.reject(sender, "malformed", f"{kind} does not belong on this topic", topic, now)
         return False
     if topic == CONTROL_TOPIC and kind == "telemetry" and not state.view.may_plan(author):
-        # not a candidate (now): its telemetry goes to the audience only. No penalty: a planner
-        # token revoked or expired a moment ago leaves an honest member here.
+        # not a candidate (now): its telemetry goes to the audience only. No penalty to the
+        # author (a planner token revoked or expired a moment ago leaves an honest member here);
+        # counted in its forwarder's budget of quiet drops
         intake.drop_quietly(sender, f"telemetry of {author}: no planner token", topic, now, author)
         return False
     # the author signed the pubsub message (strict signing): its rate, admission and run are

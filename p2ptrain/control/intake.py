@@ -18,6 +18,7 @@ from p2ptrain.control import wire
 from p2ptrain.control.drop import Drop
 from p2ptrain.control.events import Change
 from p2ptrain.control.flood import GossipRates
+from p2ptrain.control.membership import DEAD_AFTER_S
 from p2ptrain.control.penalties import BLOCK_S, PENALTIES
 from p2ptrain.control.state import NodeState
 from p2ptrain.net.ratelimit import StampWindows
@@ -58,6 +59,9 @@ MAX_TRACKED_FORWARDERS = 4096  # the one idle longest is forgotten first
 # after this long without one (a lone organiser: every member re-sends its record every 120 s)
 SETTLE_AFTER_SYNC_S = 60.0
 SETTLE_UNSYNCED_S = 300.0
+# a node that hears gossip this much late, or whose loop stood still lately (the extra it gives
+# silences: membership.dead_after_s), finds its whole backlog stale: no forwarder's doing
+BEHIND_S = 5.0
 _DROPPED = "dropped %s message on %s from %s: %s (penalty %.1f)"
 # a remote author's blame is logged the 1st time, then every 100th: each message of a flood
 # may be signed by a fresh key, and the log must not grow with it
@@ -211,6 +215,9 @@ class Intake:
         log.debug("ignored %s on %s: %s", what, via, forwarder)
         if author is not None and author not in self.state.view.members and not self._settled(now):
             return
+        members = self.state.view.members
+        if author is None and members.dead_after_s(now) - DEAD_AFTER_S > BEHIND_S:
+            return  # we are the late one (our loop stood still, or we hear everyone late)
         if not self.quiet_drops.allow(forwarder, now):
             reason = f"past {QUIET_DROPS} dropped messages in {QUIET_WINDOW_S:.0f} s: {what}"
             self.reject(forwarder, "flooding", reason, via, now)

@@ -160,7 +160,8 @@ class PlanPull:
                 await rpc.call(self.state.host, ID.from_base58(peer), PLAN_PROTOCOL, request)
             )
         except wire.WireError as exc:  # no plan reply (oversized, not JSON): the peer's own
-            self.state.view.penalties.penalise(peer, exc.category, time.monotonic())
+            score = self.state.view.penalties.penalise(peer, exc.category, time.monotonic())
+            log.info("plan pull from %s: %s (penalty %.1f)", peer, exc, score)
             return str(exc)
         except Exception as exc:  # a timeout, a reset: no blame
             return str(exc)

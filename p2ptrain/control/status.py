@@ -120,9 +120,7 @@ def _links_within_cap(
     if len(among) <= MAX_STATUS_LINKS:
         return among, len(links) - len(among)
     plan_pairs = set() if view.plan is None else plan_links(view.plan.pipelines)
-    ranked = sorted(
-        among, key=lambda x: ((x.a, x.b) not in plan_pairs, x.estimated, x.age_s)
-    )
+    ranked = sorted(among, key=lambda x: ((x.a, x.b) not in plan_pairs, x.estimated, x.age_s))
     chosen = tuple(sorted(ranked[:MAX_STATUS_LINKS], key=lambda x: (x.a, x.b)))
     return chosen, len(links) - len(chosen)
 

@@ -15,9 +15,11 @@ whether the responder knows the run finished (control/run_end.py): believed of t
 only, how a spare that missed the last step's gossip, or a late joiner, learns it.
 
 What one partner may cost us is bounded per round, all its pulls together (SyncRound): pages
-(each at most SYNC_REPLY_BYTES, refused unread past it), envelopes, and MAX_UNUSABLE envelopes
-(MAX_UNUSABLE_BYTES) we cannot use; the client yields to the event loop between a few envelopes. What a server builds for a request (its own messages signed, the envelopes it
-selects) is reused for a second (control/recent.py): strangers may ask, as often as they like.
+(each at most rpc.MAX_REPLY_BYTES, refused unread past it), envelopes, and MAX_UNUSABLE
+envelopes (MAX_UNUSABLE_BYTES of them, plans aside) we cannot use; the client yields to the
+event loop between a few envelopes. What a server builds for a request (its own messages
+signed, the envelopes it selects) is reused for a second (control/recent.py): strangers may
+ask, as often as they like.
 """
 
 from __future__ import annotations
@@ -57,12 +59,8 @@ MAX_SYNC_ENVELOPES = 4096
 # a page's envelopes as JSON strings (escaping included): one 64 KiB envelope always fits, and a
 # page stays well inside rpc.MAX_REPLY_BYTES
 SYNC_PAGE_BYTES = 192 * 1024
-# the largest page a server sends, and a client reads (rpc.cap_replies: refused unread past it):
-# one held envelope alone (a plan, up to wire.MAX_PLAN_ENVELOPE_BYTES; canonical JSON is ASCII,
-# so as a JSON string it at most doubles) or SYNC_PAGE_BYTES of them, page 0's own messages and
-# entries beside (~70 kB at 1,024 members), and the page's other fields
-SYNC_REPLY_BYTES = 2 * wire.MAX_PLAN_ENVELOPE_BYTES + 2 * SYNC_PAGE_BYTES + 64 * 1024
-rpc.cap_replies(SYNC_PROTOCOL, SYNC_REPLY_BYTES)
+# a page is read up to rpc.MAX_REPLY_BYTES: one held plan (up to wire.MAX_PLAN_ENVELOPE_BYTES,
+# twice that as a JSON string) beside a planner's own on page 0 needs about that much
 PULLED_RECORD_MAX_AGE_S = 600.0
 # a large plan is re-sent every few minutes at most (publishing.py: MAX_PLAN_REBROADCAST_S)
 PULLED_PLAN_MAX_AGE_S = 3 * 600.0  # three re-sends missed
@@ -301,7 +299,8 @@ class PullSync:
             data = text.encode()
             if not self._apply_one(peer, data, spent, now):
                 spent.unusable += 1
-                spent.unusable_bytes += len(data)
+                if b'"kind":"plan"' not in data:  # a former planner's: honest, and few
+                    spent.unusable_bytes += len(data)
             if spent.envelopes_left == 0:
                 spent.stop(f"after {MAX_SYNC_ENVELOPES} envelopes")
             elif spent.unusable >= MAX_UNUSABLE:

@@ -94,7 +94,7 @@ class RunSpec:
             )
         if self.data.data_format == "text" and not self.data.tokenizer and model.vocab_size < 256:
             raise UserError("text data is byte-level: vocab_size must be >= 256")
-        problem = frame_problem(model, self.optim, self.wire)
+        problem = frame_problem(model, self.optim, self.wire, self.swarm.stages)
         if problem:
             raise UserError(problem)
 

@@ -322,11 +322,16 @@ class CheckpointSpec:
             raise UserError(f"resume must be 'latest' or 'never', got {self.resume!r}")
 
 
-def frame_problem(model: ModelSpec, optim: OptimSpec, wire: WireSpec) -> str | None:
+def frame_problem(
+    model: ModelSpec, optim: OptimSpec, wire: WireSpec, stages: int = 2
+) -> str | None:
     """Why the run's largest pipeline frame (a micro-batch's activations or their gradient)
     exceeds MAX_PAYLOAD_BYTES, or None. Checked at load: a receiver refuses such a frame, so
-    every step of the run would fail. The largest micro-batch is that of a lone replica (under
-    diloco every replica's): ceil(batch_size / micro_batches) rows."""
+    every step of the run would fail; a run of one stage sends none. The largest micro-batch is
+    that of a lone replica (under diloco every replica's): ceil(batch_size / micro_batches)
+    rows."""
+    if stages < 2:
+        return None
     rows = -(-optim.batch_size // optim.micro_batches)
     # a row of n_embd values as frames.py lays it out: int8_rows an fp32 scale and the int8
     # values; the others the raw floats

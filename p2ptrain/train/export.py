@@ -11,7 +11,8 @@ another run in the directory are left out, each with a line saying why. Each out
 written under a temporary name, through its own descriptor (never a name someone could swap
 for a symlink), and synced; both are renamed into place only once both are written: an export
 that fails (a full disk, a read-only directory: said in one line) leaves no torn
-model.safetensors, nor a new one beside the old config.json. An `--out` folder of another user
+model.safetensors, nor a new one beside the old config.json (only a failed rename between the
+two, in one folder, could). An `--out` folder of another user
 that anyone may write to (no sticky bit) is refused: its files could be swapped under us.
 """
 

@@ -250,7 +250,8 @@ class DialBackServer:
         if not candidates:  # nothing to dial costs us nothing: no budget spent, nobody's slot
             return DialBackReply(observed, (), time.time())
         stranger = self.is_member is not None and not self.is_member(peer.to_base58())
-        # loopback (a swarm on one machine: every node is 127.0.0.1) is one source per node
+        # loopback (a swarm on one machine: every node is 127.0.0.1) has no source: it shares
+        # the one budget and skips the one-per-IP rule
         source = source_of(ip)
         if (
             self.num_dialling >= MAX_CONCURRENT_REQUESTS

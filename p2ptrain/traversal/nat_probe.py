@@ -6,7 +6,8 @@ to open). It answers only a well-formed 32-byte query (records/reachability.py),
 of the same size to the query's source, at most UDP_ANSWERS_PER_IP per source IP and
 UDP_ANSWERS_TOTAL in all per window: a spoofed source gets no more bytes than it sent, and few.
 Sources that hold a TCP connection to us (a `doctor` is connected to the servers it asks) have a
-budget of their own beyond that: spoofed sources from anywhere cannot spend it.
+budget of their own beyond that: a spoofer must name a connected IP to spend it (members' IPs
+are in their records), and then spends that IP's share only.
 
 The client sends from ONE socket to two servers: the same public (ip, port) seen by both is an
 endpoint-independent mapping ("cone": hole punching can work), different ports a new mapping per

@@ -150,3 +150,18 @@ def test_blocking_is_logged_once_per_block_and_forgotten_after(
     blocking = [r for r in caplog.records if r.getMessage().startswith("blocking")]
     assert len(blocking) == len(peers) + 1
     assert set(intake._blocked_logged) == {peers[0]}
+
+
+def test_a_node_that_is_itself_behind_charges_no_forwarder_for_its_stale_backlog() -> None:
+    """Our loop stood still (or we hear everyone late): the whole backlog reads stale, and
+    blaming each mesh peer that delivered it cut the node off from all of them."""
+    state, intake = make_node()
+    now = time.monotonic()
+    stall = state.view.members.loop_stall
+    stall.beat(now - 60.0)
+    stall.beat(now)  # a minute between two beats: our loop stood still
+    validate = validator_for(CONTROL_TOPIC, state, intake)
+    forwarder = Author().id
+    for _ in range(QUIET_DROPS + _TO_BLOCK):
+        assert not validate(ID.from_base58(forwarder), stale_message())
+    assert state.view.penalties.score(forwarder) == 0

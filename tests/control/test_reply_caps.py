@@ -31,7 +31,6 @@ from tests.net.test_protocols import host_pair
 from tests.net.trio_run import run
 
 CAPPED = {
-    sync.SYNC_PROTOCOL: sync.SYNC_REPLY_BYTES,
     plan_pull.PLAN_PROTOCOL: plan_pull.PLAN_REPLY_BYTES,
     rpcs.RUN_PROTOCOL: rpcs.RUN_REPLY_BYTES,
 }
@@ -117,7 +116,7 @@ def test_the_largest_honest_sync_pages_fit_the_cap() -> None:
     while cursor is not None:
         request = json.dumps(SyncRequest(cursor).to_dict()).encode()
         reply = trio.run(server.respond_sync, request)
-        assert reply_size(reply) <= sync.SYNC_REPLY_BYTES
+        assert reply_size(reply) <= rpc.MAX_REPLY_BYTES
         page = SyncPage.from_dict(reply)
         served += len(page.envelopes)
         cursor = page.next

@@ -213,3 +213,8 @@ def test_a_run_whose_frames_a_receiver_refuses_fails_at_load(tmp_path: Path) -> 
     assert halves.optim.micro_batches == 2  # 512 MiB exactly: what a receiver still reads
     with pytest.raises(WireError, match="pipeline frame"):
         RunSpec.from_dict({**halves.to_dict(), "optim": {"batch_size": 33, "micro_batches": 2}})
+
+
+def test_a_run_of_one_stage_sends_no_frames_and_loads_whatever_its_batch() -> None:
+    one = RunSpec().replace(preset="7b", block_size=4096, batch_size=32, micro_batches=1, stages=1)
+    assert one.swarm.stages == 1  # no pipeline frame ever travels

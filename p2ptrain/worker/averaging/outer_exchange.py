@@ -132,6 +132,7 @@ class OuterExchange:
         spread_s: how long the first attempt may spread its work over (outer_rounds.py: the
         passes share the worker's CPU with it), capped well within the timeouts; cpu_rate:
         the CPU seconds a second our thread may use meanwhile (round_pacing.py; 0: no limit)."""
+        self._residual_before = None  # the last round's was applied (or put back)
         flat = pseudo_gradient.detach().float().reshape(-1).cpu()
         members = sorted(self.weights)
         sends = 2 * (len(members) - 1)  # parts, then reduced shards (a gather: half of it)
@@ -184,6 +185,11 @@ class OuterExchange:
             self.link.inbox.forget(keep)
         self.undo_feedback()
         return flat, Outcome("local", 1, "; ".join(failures))
+
+    def keep_feedback(self) -> None:
+        """The last round was applied: its error feedback stands (the copy kept to put it back
+        goes)."""
+        self._residual_before = None
 
     def undo_feedback(self) -> None:
         """The last round is not applied here (failed, stopped, or dropped by the caller): the

@@ -257,6 +257,7 @@ class OuterRounds:
                 outcome.detail,
             )
             return RoundReport(outcome.kind)
+        self._exchange(pending).keep_feedback()
         # in place: no more stage-sized buffers on the training thread than needed
         span = start, end = pending.span
         progress = self.outer.flat_params(span=span).sub_(pending.started_params)  # 0: at once

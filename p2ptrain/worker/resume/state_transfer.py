@@ -16,9 +16,9 @@ in a pending count (MAX_PENDING_PER_PEER a peer, MAX_PENDING in all; past that: 
 parsed); only a request for a state held here, of layers a plan we serve places the peer at
 (its stage's, or a stage it builds from them), takes one of the serving slots
 (MAX_SERVING_PER_PEER a peer, MAX_SERVING in all; past that: BUSY, and the client retries
-until its deadline). One peer gets one state in full once a plan: a repeat is MISSING (the
-client asks the next holder); a send that failed may be retried, MAX_SENDS times in all. A
-send whose reader takes no chunk for CHUNK_STALL_S is cut.
+until its deadline). One peer gets one state at most MAX_SENDS times a plan, sent in full or
+not (a client may lose what it read: its tail, its disk), then MISSING (the client asks the
+next holder). A send whose reader takes no chunk for CHUNK_STALL_S is cut.
 
 Bounds (docs/security.md, attack 8): both sides refuse a state larger than the stage's expected
 size (its weights and AdamW's two moments, with a margin: train/checkpoint.py
@@ -88,7 +88,7 @@ MAX_SERVING_PER_PEER = 1
 MAX_SERVING = 4
 MAX_PENDING_PER_PEER = 2
 MAX_PENDING = 16
-MAX_SENDS = 3  # sends of one state to one peer begun under one plan: a failed one is retried
+MAX_SENDS = 3  # sends of one state to one peer begun under one plan, whole or failed
 # a send whose reader stalls is cut after one chunk's time at the floor rate (46.8 s), long
 # before a large state's deadline; an honest reader at MIN_TRANSFER_RATE_MBPS takes 8.4 s
 CHUNK_STALL_S = 10.0 + 4 * MAX_TRANSFER_RTT_S + 2 * CHUNK_BYTES * 8 / (MIN_TRANSFER_RATE_MBPS * 1e6)
@@ -191,7 +191,6 @@ class StateServer:
         self.streams = OpenStreams("stage state requests")
         self.pending = OpenStreams("stage state requests")  # not read yet, or answered
         self._tries: collections.Counter[tuple[str, str]] = collections.Counter()  # this plan's
-        self._sent: set[tuple[str, str]] = set()  # (peer, sha256) sent in full under this plan
         self._sending: set[tuple[str, str]] = set()
         self._lingering = 0  # refused streams waiting for their client to close
         self.served = Served()  # what was sent in full: a donor's hand-over waits on it
@@ -217,7 +216,7 @@ class StateServer:
             before = self._plan.peers() if self._plan is not None else set()
             self._peers = frozenset(plan.peers() | before)
             self._plan, self._previous = plan, self._plan
-            self._tries, self._sent = collections.Counter(), set()
+            self._tries = collections.Counter()
         self.spec, self.directory, self.network = spec, directory, plan.network
 
     def max_bytes(self, layers: range) -> int | None:
@@ -311,7 +310,7 @@ class StateServer:
         """Send the state `request` names if `remote` may have it now: what is left to write
         (b"" once it is sent, MISSING or BUSY otherwise)."""
         pair = (remote, request.digest)
-        if pair in self._sent or self._tries[pair] >= MAX_SENDS or not self._needs(remote, request):
+        if self._tries[pair] >= MAX_SENDS or not self._needs(remote, request):
             self.streams.refused(remote)  # each send is a full upload of ours
             return MISSING
         path, max_bytes = await self._find(request.layers, request.step, request.digest)
@@ -326,7 +325,6 @@ class StateServer:
                 return MISSING
         finally:
             self._sending.discard(pair)
-        self._sent.add(pair)
         self.served.add(remote, request.digest)
         return b""
 

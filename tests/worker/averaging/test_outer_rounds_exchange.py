@@ -135,6 +135,12 @@ class SlowExchange:
         self.release.wait(30)
         return torch.zeros_like(delta), Outcome("averaged", 2)
 
+    def keep_feedback(self) -> None:  # no error feedback here
+        pass
+
+    def undo_feedback(self) -> None:
+        pass
+
 
 def test_a_round_not_ready_at_its_step_is_applied_when_it_is() -> None:
     spec = SPEC.replace(steps=40, inner_steps=8)
