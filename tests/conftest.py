@@ -104,6 +104,19 @@ def processes_in_session(session_id: int) -> list[int]:
     return pids
 
 
+def live_group_members(pgid: int) -> list[int]:
+    """PIDs of process group `pgid` that are not zombies."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not (entry.name.isascii() and entry.name.isdigit()):
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                members.append(int(entry.name))
+    return members
+
+
 def descendants_of(pid: int) -> list[int]:
     """All live descendants of pid (from /proc parent links)."""
     children: dict[int, list[int]] = {}

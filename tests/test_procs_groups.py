@@ -15,6 +15,7 @@ import threading
 import pytest
 
 from p2ptrain import procs
+from tests.conftest import live_group_members
 
 # a leader that leaves a member behind in its group, ignoring SIGTERM, and exits on SIGTERM
 LEAVES_A_MEMBER = (
@@ -24,20 +25,6 @@ LEAVES_A_MEMBER = (
     "print('ready', flush=True)\n"
     "time.sleep(600)\n"
 )
-
-
-def _group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isascii() and entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                members.append(int(entry))
-    return members
 
 
 def _start_leaving_a_member() -> subprocess.Popen[bytes]:
@@ -61,11 +48,11 @@ def test_a_reaped_leader_s_group_with_members_is_still_killed() -> None:
     try:
         proc.kill()
         proc.wait()  # reaped: its member lives on in the group
-        assert _group_members(proc.pid)
+        assert live_group_members(proc.pid)
         procs.kill_group(proc)
-        assert _wait(lambda: not _group_members(proc.pid))
+        assert _wait(lambda: not live_group_members(proc.pid))
     finally:
-        if _group_members(proc.pid):
+        if live_group_members(proc.pid):
             os.killpg(proc.pid, signal.SIGKILL)
 
 
@@ -73,7 +60,7 @@ def test_stop_groups_kills_what_a_stopped_leader_left_in_its_group() -> None:
     proc = _start_leaving_a_member()
     procs.stop_groups([proc], grace_s=5.0)
     assert proc.returncode == -signal.SIGTERM  # the leader stopped on SIGTERM, then was reaped
-    assert _wait(lambda: not _group_members(proc.pid))  # its member ignored SIGTERM: SIGKILLed
+    assert _wait(lambda: not live_group_members(proc.pid))  # its member ignored SIGTERM: SIGKILLed
 
 
 def test_reap_orphans_leaves_the_kept_children_s_exit_status() -> None:

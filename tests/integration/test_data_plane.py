@@ -26,6 +26,7 @@ from p2ptrain.train.model import build_model, stage_layer_ranges
 from p2ptrain.train.optim import lr_at, make_optimizer, set_lr
 from p2ptrain.train.reference import forward_backward, train_reference
 from p2ptrain.worker.faults import DIE_WHILE_AVERAGING, SKIP_AVERAGING, Fault, Faults
+from tests.conftest import live_group_members
 from tests.integration.tiny_specs import TINY_TWO_STAGES
 
 pytestmark = pytest.mark.integration
@@ -75,7 +76,7 @@ def test_killing_a_peer_mid_averaging_leaves_its_stage_intact_on_the_others(tmp_
     assert exit_codes[victim_index] == -signal.SIGKILL
     assert all(code == 0 for i, code in enumerate(exit_codes) if i != victim_index), exit_codes
     # nothing of the victim's tree survived (zombies wait for init to reap them: they are dead)
-    assert _group_members(victim_pgid) == []
+    assert live_group_members(victim_pgid) == []
 
     outcomes = {
         (m.stage, m.replica): m.averaging
@@ -143,33 +144,19 @@ def test_worker_process_tree_dies_with_the_worker(tmp_path: Path) -> None:
             chunk = conn.recv(65536)
             assert chunk, received
             received += chunk
-        members = _group_members(proc.pid)
+        members = live_group_members(proc.pid)
         assert len(members) >= 4, members  # worker, watchdog, DHT process, p2pd
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         deadline = time.monotonic() + 10
-        while _group_members(proc.pid) and time.monotonic() < deadline:
+        while live_group_members(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert _group_members(proc.pid) == []
+        assert live_group_members(proc.pid) == []
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         listener.close()
-
-
-def _group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                members.append(int(entry))
-    return members
 
 
 def _whole_model_name(stage_name: str, first_block: int) -> str:
