@@ -33,9 +33,9 @@ def test_stage_states_go_only_to_the_plans_peers_within_the_caps(tmp_path: Path)
     assert result["m2_idle"] == ["held", "held"]
     assert result["m3_fetch"] == result["digest"]
     assert result["refused"] == 3 + 1
-    # a second full download of that state under the same plan is refused (missing: the client
-    # asks the next holder); a state in the pickled format is not served
-    assert result["m3_fetch_again"].startswith("FileNotFoundError")
+    # a second full download of that state under the same plan is served (a client may lose
+    # what it read: at most MAX_SENDS a plan); a state in the pickled format is not served
+    assert result["m3_fetch_again"] == result["digest"]
     assert result["m3_fetch_pickled"].startswith("FileNotFoundError")
     # a member told busy retries until a slot is free (freed after 2 s)
     assert result["m1_fetch_after_busy"] == result["digest"]
