@@ -29,11 +29,13 @@ class NotRegularFile(OSError):
     covers it."""
 
 
-def open_regular(path: str | Path) -> BinaryIO:
+def open_regular(path: str | Path, follow_symlinks: bool = False) -> BinaryIO:
     """`path` opened for reading if it is a regular file; NotRegularFile otherwise (OSError
-    for a missing or unreadable one). Never blocks: the data files' rule (train/data.py)."""
+    for a missing or unreadable one). Never blocks. A symlink is refused unless
+    `follow_symlinks` (a run's data file named directly: train/data.py)."""
+    nofollow = 0 if follow_symlinks else _NOFOLLOW
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | _NONBLOCK | _NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | _NONBLOCK | nofollow)
     except OSError as exc:
         if exc.errno == errno.ELOOP and os.path.islink(path):  # O_NOFOLLOW's refusal
             raise NotRegularFile(errno.ELOOP, "a symbolic link, not followed", str(path)) from None

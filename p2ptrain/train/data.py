@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from p2ptrain.durable import NotRegularFile, open_regular
 from p2ptrain.errors import UserError
 from p2ptrain.records.run import RunSpec
 
@@ -223,14 +224,10 @@ def _read_regular(path: Path, max_bytes: int, cap_bytes: int = 0) -> bytes:
     """A regular file's bytes, at most `max_bytes` of them (of a cap of `cap_bytes`, for the
     message); UserError for anything else (a device, FIFO or socket would never end or start)."""
     try:
-        if not stat.S_ISREG(path.stat().st_mode):
-            raise UserError(f"{path} is not a regular file")
-        # O_NONBLOCK: a FIFO swapped in after the check opens at once, then fails the fstat
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        with open(fd, "rb") as file:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise UserError(f"{path} is not a regular file")
+        if not stat.S_ISREG(path.stat().st_mode):  # a socket cannot even be opened
+            raise NotRegularFile(0, "not a regular file", str(path))
+        with open_regular(path, follow_symlinks=True) as file:  # never blocks on a FIFO
+            info = os.fstat(file.fileno())
             # chunks, and the size first: read(max_bytes + 1) alone would allocate the whole cap
             chunks, size_bytes = [], 0
             while info.st_size <= max_bytes and size_bytes <= max_bytes:
@@ -238,6 +235,8 @@ def _read_regular(path: Path, max_bytes: int, cap_bytes: int = 0) -> bytes:
                     break
                 chunks.append(chunk)
                 size_bytes += len(chunk)
+    except NotRegularFile:
+        raise UserError(f"{path} is not a regular file") from None
     except OSError as exc:
         raise UserError(f"cannot read data file: {exc}") from None
     if max(size_bytes, info.st_size) > max_bytes:
