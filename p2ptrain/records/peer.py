@@ -38,8 +38,8 @@ MAX_VERSION_CHARS = 32
 # What peers must share to be planned together: raised by any change after which nodes of the
 # two levels would train one plan differently (choose other start steps, read other frames).
 # Peers of before the field state none and are planned with any (docs/protocols.md, "Protocol
-# levels").
-PROTOCOL_LEVEL = 2
+# levels": what each level changed).
+PROTOCOL_LEVEL = 3
 MAX_PROTOCOL_LEVEL = 1_000_000
 MAX_TERM = 2**53
 MAX_SEES = 1_000_000  # peers a planner may say it sees (a claim's `sees`)

@@ -11,13 +11,25 @@ the attempts and their retry): the two shapes its messages take and the checks o
 Each message carries its sender's claims (checksums of what it sent, the anchor's digest);
 `checked` holds the result against them (worker/averaging/checks.py). Anything missing, late,
 undecodable or refused fails the attempt (AttemptFailed) on every member alike.
+
+Then, in a group of three or more, the members confirm that they combined the same messages:
+a member that equivocates (one top-k payload to one groupmate and another to the next, a
+reducer's shard or a member's claims differing by receiver) passes every check each receiver
+makes alone, and honest members would apply different means. Each member sends every other
+the digest of every message its result combined (outer_wire.combined_digest), or FAILED_DIGEST
+if its attempt failed; a digest unlike ours fails the attempt with no retry (someone
+equivocated: which one, a third member cannot tell), a failed one fails it with a retry among
+those who answered. A confirmation that does not come is no reason to drop the result (a
+member that withholds it changes nothing; one that died after its messages left is not
+needed); we wait for it transfer_s at most. Two members need no confirmation: no third one
+could be told a different story.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -38,6 +50,9 @@ from p2ptrain.worker.averaging.round_inbox import RoundInbox
 from p2ptrain.worker.averaging.round_pacing import RoundPacer
 
 _Send = tuple[str, wire.RoundHeader, torch.Tensor]  # to whom, what
+# a result, the claims it was checked against, and the digest of each message it combined
+_Combined = tuple[torch.Tensor, dict[str, dict[str, float]], dict[str, bytes]]
+_Result = tuple[torch.Tensor, dict[str, dict[str, float]]]
 
 
 class RoundLink(Protocol):
@@ -102,9 +117,11 @@ class AttemptShapes:
         deadline: float,
         decode: Callable[[bytes], torch.Tensor],
         into: tuple[dict[str, torch.Tensor], dict[str, Checksums]],
+        digests: MutableMapping[str, bytes] | None = None,
     ) -> list[str]:
         """Every other member's message of `kind` (at `index`) until `deadline`: its decoded
-        payload and its claims go `into` (parts, contributors); the problems, one a member."""
+        payload and its claims go `into` (parts, contributors), its digest into `digests`;
+        the problems, one a member."""
         parts, contributors = into
         what = {wire.PART: "part", wire.SPARSE: "payload"}.get(kind, kind)
         problems: list[str] = []
@@ -123,13 +140,13 @@ class AttemptShapes:
                 problems.append(f"{peer}'s {what}: {exc}")
                 continue
             contributors[peer] = header.claims
+            if digests is not None:
+                digests[peer] = wire.message_digest(header, payload)
         return problems
 
     # --- dense: reduce-scatter, then all-gather of the reduced shards ---
 
-    def reduce_scatter(
-        self, this: Attempt, flat: torch.Tensor
-    ) -> tuple[torch.Tensor, dict[str, dict[str, float]]]:
+    def reduce_scatter(self, this: Attempt, flat: torch.Tensor) -> _Combined:
         me, key, members = self.link.peer_id, this.key, this.members
         bounds = wire.shard_bounds(self.numel, len(members))
         mine_index = members.index(me)
@@ -191,6 +208,10 @@ class AttemptShapes:
         # every reduced shard; a member that sent its part and died is left out of the retry
         shards: list[torch.Tensor] = []
         reducers: set[str] = set()
+        combined = {me: wire.message_digest(header, payload_out.numpy().tobytes())}
+        said: list[Mapping[str, Checksums]] = [
+            contributors
+        ]  # each reducer's account of the members' claims
         deadline = time.monotonic() + this.transfer_s
         for j, peer in enumerate(members):
             if peer == me:
@@ -202,6 +223,8 @@ class AttemptShapes:
                 continue
             reducers.add(peer)
             theirs, payload = got
+            combined[peer] = wire.message_digest(theirs, payload)
+            said.append(theirs.contributors)
             if set(theirs.contributors) != set(contributors):
                 problems.append(f"{peer} reduced over {sorted(theirs.contributors)}")
             elif theirs.notes:
@@ -218,13 +241,14 @@ class AttemptShapes:
             problems.append(f"our reducer: {'; '.join(notes)}")
         if problems:
             raise AttemptFailed("; ".join(problems), reducers)
-        return self.checked(this, torch.cat(shards), claims, contributors, heard)
+        if (two_faced := wire.claims_disagree(said)) is not None:
+            raise AttemptFailed(two_faced, set())  # the member or a reducer lies: no retry
+        result, gathered = self.checked(this, torch.cat(shards), claims, contributors, heard)
+        return result, gathered, combined
 
     # --- top-k: every member's payload to every member ---
 
-    def gather(
-        self, this: Attempt, payload: torch.Tensor, sent: torch.Tensor
-    ) -> tuple[torch.Tensor, dict[str, dict[str, float]]]:
+    def gather(self, this: Attempt, payload: torch.Tensor, sent: torch.Tensor) -> _Combined:
         me = self.link.peer_id
         with this.pacer.work():
             claims = self.claims(sent, this)
@@ -235,6 +259,7 @@ class AttemptShapes:
         )
         parts: dict[str, torch.Tensor] = {me: sent}
         contributors: dict[str, Checksums] = {me: claims}
+        combined = {me: wire.message_digest(header, payload.numpy().tobytes())}
         problems = self.collect(
             this,
             wire.SPARSE,
@@ -242,6 +267,7 @@ class AttemptShapes:
             time.monotonic() + wait_s,
             lambda data: codecs.decode_topk(data, self.numel, self.fraction),
             (parts, contributors),
+            combined,
         )
         heard = set(parts) - {me}
         if problems:
@@ -250,7 +276,51 @@ class AttemptShapes:
             mean, notes = self.combine(parts, contributors, self.numel)
         if notes:
             raise AttemptFailed(f"combining: {'; '.join(notes)}", heard)
-        return self.checked(this, mean, claims, contributors, heard)
+        result, gathered = self.checked(this, mean, claims, contributors, heard)
+        return result, gathered, combined
+
+    # --- every shape: the members confirm they combined the same messages ---
+
+    def confirmed(self, this: Attempt, exchange: Callable[[], _Combined]) -> _Result:
+        """`exchange`'s result once the groupmates confirmed it (groups of three or more);
+        AttemptFailed, having told them, if it failed here."""
+        if len(this.members) < 3:
+            result, gathered, _ = exchange()
+            return result, gathered
+        try:
+            result, gathered, combined = exchange()
+        except AttemptFailed:
+            self.send_confirmations(this, wire.FAILED_DIGEST)
+            raise
+        ours = wire.combined_digest(combined)
+        self.send_confirmations(this, ours)
+        deadline = time.monotonic() + this.transfer_s
+        answered: set[str] = set()
+        failed: list[str] = []
+        for peer in this.members:
+            if peer == self.link.peer_id:
+                continue
+            got = self.link.inbox.take(this.key, wire.CONFIRM, peer, 0, deadline, this.should_stop)
+            if got is None:
+                continue  # withheld or dead: no third story reached us through it
+            answered.add(peer)
+            if got[1] == wire.FAILED_DIGEST:
+                failed.append(peer)
+            elif got[1] != ours:  # someone told two stories: retrying asks it again
+                raise AttemptFailed(f"{peer} combined other messages than we did", set())
+        if failed:
+            raise AttemptFailed(f"{', '.join(failed)} failed the attempt", answered)
+        return result, gathered
+
+    def send_confirmations(self, this: Attempt, digest: bytes) -> None:
+        me = self.link.peer_id
+        # a header's claims are required; a confirmation claims only the round and anchor
+        claims = Checksums(this.step, self.weights[me], 0.0, 0.0, 0.0, *this.anchor)
+        header = wire.RoundHeader(this.key, wire.CONFIRM, me, 0, len(digest), claims)
+        payload = torch.frombuffer(bytearray(digest), dtype=torch.uint8)
+        for peer in this.members:
+            if peer != me:
+                self.link.send(peer, header, payload, this.transfer_s)
 
     # --- shared ---
 
@@ -280,7 +350,7 @@ class AttemptShapes:
         claims: Checksums,
         contributors: Mapping[str, Checksums],
         heard: set[str],
-    ) -> tuple[torch.Tensor, dict[str, dict[str, float]]]:
+    ) -> _Result:
         gathered = wire.as_gather_map(contributors)
         with this.pacer.work():
             problem = check_round(

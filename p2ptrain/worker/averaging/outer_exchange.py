@@ -16,6 +16,8 @@ Every message carries the sender's checksums of what it sent (its decoded vector
 anchor's digest; the result is checked against them (worker/averaging/checks.py: a partial or
 tampered round fails) and the digests tell whether the members started from the same anchor.
 A round whose reducer dropped or clipped a part fails on every member, as hivemind rounds do.
+In groups of three or more the members then confirm they combined the same messages (a member
+telling groupmates different things fails the round: outer_attempt.py).
 
 Timeouts: a member's message may come up to `join_s` after we started (replicas run their steps
 at their own pace); a reduced shard may take `transfer_s` more; a paced first attempt's waits
@@ -26,6 +28,7 @@ we heard from, so a dead member costs the others at most join_s + the window + r
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -164,9 +167,10 @@ class OuterExchange:
                 )
                 try:
                     if sparse is not None:
-                        mean, gathered = self.shapes.gather(this, sparse, sent)
+                        shape = functools.partial(self.shapes.gather, this, sparse, sent)
                     else:
-                        mean, gathered = self.shapes.reduce_scatter(this, flat)
+                        shape = functools.partial(self.shapes.reduce_scatter, this, flat)
+                    mean, gathered = self.shapes.confirmed(this, shape)
                 except AttemptFailed as exc:
                     failures.append(f"attempt {attempt + 1}: {exc}")
                     log.warning("step %d outer round attempt %d failed: %s", step, attempt + 1, exc)

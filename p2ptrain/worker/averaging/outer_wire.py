@@ -8,8 +8,10 @@ checksums (worker/averaging/checks.py), or, in a reduced shard, the claims of ev
 reducer combined and why it dropped or clipped any.
 
 Kinds: PART (a member's slice `shard` of its encoded pseudo-gradient, to that shard's reducer),
-REDUCED (a reducer's combined shard, to every member) and SPARSE (a member's whole top-k
-payload, to every member). Payloads are train/codecs.py's bytes; a receiver decodes them with
+REDUCED (a reducer's combined shard, to every member), SPARSE (a member's whole top-k
+payload, to every member) and CONFIRM (32 bytes: the sha256 of every message a member's checked
+result combined, `combined_digest`, or FAILED_DIGEST, zeros: its attempt failed; to every
+member, in groups of three or more: worker/averaging/outer_attempt.py says why). Payloads are train/codecs.py's bytes; a receiver decodes them with
 the size it computes from the plan (never the sender's), so a wrong size is a WireError.
 
 Pure (torch only): unit-testable without a network.
@@ -40,8 +42,10 @@ MAX_NOTES = 16
 # a round key's step may be this many outer periods (inner_steps) past our latest round: an
 # honest groupmate is a round or two ahead at most; a key farther out would be held for ever
 MAX_ROUNDS_AHEAD = 3
-PART, REDUCED, SPARSE = "part", "reduced", "sparse"
-KINDS = (PART, REDUCED, SPARSE)
+PART, REDUCED, SPARSE, CONFIRM = "part", "reduced", "sparse", "confirm"
+KINDS = (PART, REDUCED, SPARSE, CONFIRM)
+DIGEST_BYTES = 32  # a CONFIRM's payload: a sha256
+FAILED_DIGEST = bytes(DIGEST_BYTES)  # a CONFIRM of a member whose attempt failed
 ACCEPTED, REJECTED, BUSY = b"\x01", b"\x00", b"\x02"
 _HEADER = "outer round header"
 
@@ -58,8 +62,8 @@ class RoundHeader:
     contributors: Mapping[str, Checksums] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
-    def encode(self) -> bytes:
-        body = {
+    def body(self) -> dict[str, Any]:
+        return {
             "round": self.round,
             "kind": self.kind,
             "sender": self.sender,
@@ -69,7 +73,9 @@ class RoundHeader:
             "contributors": {p: c.to_dict() for p, c in self.contributors.items()},
             "notes": list(self.notes),
         }
-        raw = json.dumps(body, separators=(",", ":")).encode()
+
+    def encode(self) -> bytes:
+        raw = json.dumps(self.body(), separators=(",", ":")).encode()
         if len(raw) > MAX_HEADER_BYTES:
             raise ValueError(f"outer round header of {len(raw)} bytes")
         return HEADER_LEN.pack(len(raw)) + raw
@@ -102,6 +108,32 @@ class RoundHeader:
             },
             notes=tuple(f.text(n, _HEADER, "note", f.MAX_FREE_FORM_CHARS) for n in notes),
         )
+
+
+def message_digest(header: RoundHeader, payload: bytes) -> bytes:
+    """The sha256 of a message as its sender meant it: the header's fields (keys sorted, so
+    the sender's own copy and a receiver's decoded one agree) and the payload's bytes."""
+    body = json.dumps(header.body(), sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(HEADER_LEN.pack(len(body)) + body + payload).digest()
+
+
+def combined_digest(messages: Mapping[str, bytes]) -> bytes:
+    """What a CONFIRM carries: the digest of every message a result combined, by sender."""
+    h = hashlib.sha256()
+    for sender in sorted(messages):
+        h.update(sender.encode() + b"\0" + messages[sender])
+    return h.digest()
+
+
+def claims_disagree(maps: Iterable[Mapping[str, Checksums]]) -> str | None:
+    """A member whose claims differ between reducers' headers (each member sends every reducer
+    the same claims: it said different things to different ones), else None."""
+    seen: dict[str, Checksums] = {}
+    for claims in maps:
+        for peer, said in claims.items():
+            if seen.setdefault(peer, said) != said:
+                return f"{peer} sent different claims to different reducers"
+    return None
 
 
 # --- the codecs of a round: dense shards (fp16, int8) and whole top-k payloads ---

@@ -6,7 +6,8 @@ inbox decides: only the current group's members are read at all, a payload may b
 the stage's largest message, its round key must be one round_key writes, of a step at most the
 exchange's horizon (a few rounds past our latest one), and a sender holds at most
 MAX_HELD_PER_SENDER messages at once, counting those being read (a round needs one or two of
-each: more is a flood; concurrent streams must not each see room for one more).
+each: more is a flood; concurrent streams must not each see room for one more), and as many
+confirmations (32 bytes each) apart, so they never take a payload's place.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections.abc import Callable, Iterable
 from p2ptrain.worker.averaging.outer_wire import (
     ACCEPTED,
     BUSY,
+    CONFIRM,
+    DIGEST_BYTES,
     REJECTED,
     RoundHeader,
     parse_round_key,
@@ -82,7 +85,9 @@ class RoundInbox:
         with self._cond:
             if header.sender != remote or remote not in self._members:
                 return BUSY  # not (yet) in our group: a groupmate of a newer plan retries
-            if header.num_bytes > self._max_bytes:
+            if header.num_bytes > self._max_bytes or (
+                header.kind == CONFIRM and header.num_bytes != DIGEST_BYTES
+            ):
                 return REJECTED
             parsed = parse_round_key(header.round)
             if parsed is None or (self._horizon is not None and parsed[1] > self._horizon):
@@ -92,14 +97,20 @@ class RoundInbox:
                 return ACCEPTED  # a retried copy: the first one stays
             if key in self._reading:
                 return BUSY  # a copy is being read: retry once it is in (or failed)
-            if self._num_of(remote) >= MAX_HELD_PER_SENDER:
+            if self._num_of(remote, header.kind == CONFIRM) >= MAX_HELD_PER_SENDER:
                 return BUSY
             self._reading.add(key)
             return None
 
-    def _num_of(self, sender: str) -> int:
-        """The sender's messages held or being read (the caller holds the lock)."""
-        return sum(1 for keys in (self._held, self._reading) for k in keys if k[2] == sender)
+    def _num_of(self, sender: str, confirmations: bool) -> int:
+        """The sender's messages held or being read, confirmations or the others (the caller
+        holds the lock)."""
+        return sum(
+            1
+            for keys in (self._held, self._reading)
+            for k in keys
+            if k[2] == sender and (k[1] == CONFIRM) == confirmations
+        )
 
     def put(self, header: RoundHeader, payload: bytes) -> None:
         """File a screened message (its reservation ends)."""
