@@ -10,7 +10,8 @@ The addresses a member declares are its word, not a target: otherwise free ident
 make the whole swarm a reflector aimed at anyone. So a dial goes to one of at most
 MAX_ADDRS_PER_PEER addresses of a peer, those we saw it connect from first; only to addresses
 addresses.may_dial accepts (global ones, or loopback / a private network only when one of ours is
-of the same kind; never link-local, multicast, unspecified or reserved); never to a DNS name a
+of the same kind, and within it only a subnet or route of this machine: net/own_networks.py;
+never link-local, multicast, unspecified or reserved); never to a DNS name a
 peer declares (its resolution may point anywhere, and change: a node that wants to be dialled
 announces its IPs; the bootstrap's address, the operator's, may be a name). And all dials share
 one budget: each endpoint at most once per DIAL_WINDOW_S whichever peers name it, and at most
@@ -37,7 +38,7 @@ from multiaddr import Multiaddr
 
 from p2ptrain.addresses import ip_of, may_dial, own_ips
 from p2ptrain.control import rejoin
-from p2ptrain.control.dht_store import RUN_KEY, peer_key
+from p2ptrain.control.dht_store import RUN_KEY, own_operation, peer_key
 from p2ptrain.control.publishing import record_message, run_message
 from p2ptrain.control.rpcs import RUN_PROTOCOL
 from p2ptrain.control.state import NodeState
@@ -45,6 +46,7 @@ from p2ptrain.control.view import MEMBER_ROLES
 from p2ptrain.errors import UserError
 from p2ptrain.net import dial_gate, rpc
 from p2ptrain.net.host import parse_multiaddr, remote_ip
+from p2ptrain.net.own_networks import machine_networks
 from p2ptrain.net.ratelimit import WindowLimiter
 from p2ptrain.net.resolve import connect_operator_peer
 from p2ptrain.records import token_problem
@@ -269,8 +271,8 @@ class Discovery:
         """The addresses of `peer` we may dial (module docstring), at most MAX_ADDRS_PER_PEER,
         those on an IP we saw it on first (the bootstrap is dialled at the operator's address:
         _dial_bootstrap)."""
-        ours = own_ips(self.state.addrs)
-        allowed = [a for a in declared if (ip := ip_of(a)) is not None and may_dial(ip, ours)]
+        ours, nets = own_ips(self.state.addrs), machine_networks()
+        allowed = [a for a in declared if (ip := ip_of(a)) is not None and may_dial(ip, ours, nets)]
         seen = self._seen_ips.get(peer, set())
         allowed.sort(key=lambda addr: ip_of(addr) not in seen)  # stable: the record's order
         return list(dict.fromkeys(a.split("/p2p/")[0] for a in allowed))[:MAX_ADDRS_PER_PEER]
@@ -344,6 +346,7 @@ class Discovery:
         for key, value in puts:
             with trio.move_on_after(DHT_TIMEOUT_S):
                 try:
-                    await self.dht.put_value(key, value)
+                    with own_operation():
+                        await self.dht.put_value(key, value)
                 except Exception as exc:
                     log.info("DHT put of %s failed: %s", key, exc)

@@ -139,3 +139,25 @@ def test_a_value_is_refused_before_parsing_when_too_large_of_another_kind_or_pas
         validator.validate(peer_key(AUTHOR), record)
     now[0] += 2 * len(record) / VALIDATE_BYTES_PER_S  # refilled at the budget's rate
     validator.validate(peer_key(AUTHOR), record)
+
+
+def test_our_own_puts_are_not_charged_to_a_spent_budget() -> None:
+    """A flood that spent the budget failed our own puts too (the library validates them)."""
+    from p2ptrain.control.dht_store import (
+        VALIDATE_BURST_BYTES,
+        _SignedRecordValidator,
+        own_operation,
+    )
+
+    validator = _SignedRecordValidator(clock=lambda: 0.0)
+    record = signed("peer", peer_dict())
+    for _ in range(VALIDATE_BURST_BYTES // len(record)):  # a stranger's flood spends it all
+        validator.validate(peer_key(AUTHOR), record)
+    with pytest.raises(wire.WireError, match="budget"):
+        validator.validate(peer_key(AUTHOR), record)
+    with own_operation():
+        validator.validate(peer_key(AUTHOR), record)  # ours: validated, not charged
+    with pytest.raises(wire.WireError, match="budget"):  # outside it, charged again
+        validator.validate(peer_key(AUTHOR), record)
+    with own_operation(), pytest.raises(wire.WireError, match="forged"):
+        validator.validate(RUN_KEY.replace("run", "peer/x"), record)  # still checked whole
