@@ -9,8 +9,9 @@ hosts on its own port unless it is given its own list (`--announce-data`).
 
 Address classes (`network_kind`) are the one rule for what a node dials on someone else's word
 (a member's record, the DHT's answers, a dial-back request, a punch endpoint): a global address,
-or a loopback or private one only when one of our own addresses is of the same kind (`may_dial`);
-never link-local, multicast, unspecified or reserved ones. An IPv6 address that a translator or
+or a loopback or private one only when one of our own addresses is of the same kind, and a
+private one only inside a network this machine is on (`may_dial`, net/own_networks.py); never
+link-local, multicast, unspecified or reserved ones. An IPv6 address that a translator or
 tunnel delivers to an IPv4 one (NAT64, 6to4, IPv4-compatible, SIIT) is that IPv4 address, and
 passes only if it is global; Teredo, site-local and local-use NAT64 addresses never do.
 `independence_key` says when two peers' addresses count as two opinions, `public_prefix` which
@@ -55,6 +56,7 @@ REFUSED_IP6 = tuple(
     ipaddress.IPv6Network(net)
     for net in ("64:ff9b:1::/48", "2001::/32", "fec0::/10", "3fff::/20", "5f00::/16", "::/8")
 )
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 LOOPBACK_KIND = "loopback"
 GLOBAL_KIND = "global"
 INDEPENDENT_PREFIX_IP4 = 24  # two global addresses in one /24 (IPv6: /48) are one opinion
@@ -267,12 +269,9 @@ def network_kind(ip: str) -> str | None:
     what nobody should make us dial: link-local, multicast, unspecified, reserved and
     documentation addresses, IPv6 forms carrying a non-global IPv4 address (NAT64's
     64:ff9b::10.0.0.5 reaches 10.0.0.5), REFUSED_IP6, and anything that is no IP."""
-    try:
-        address = ipaddress.ip_address(ip)
-    except ValueError:
+    address = _unmapped(ip)  # ::ffff:127.0.0.1 is loopback too
+    if address is None:
         return None
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped  # ::ffff:127.0.0.1 is loopback too
     if address.is_loopback:
         return LOOPBACK_KIND
     if isinstance(address, ipaddress.IPv6Address):
@@ -311,13 +310,38 @@ def _unwrapped(
     return address
 
 
-def may_dial(ip: str, own_ips: Sequence[str]) -> bool:
-    """May we dial `ip` on someone else's word? A global address, or one of the same kind as
-    one of ours (a loopback swarm dials loopback, a LAN its own private network)."""
+def may_dial(ip: str, own_ips: Sequence[str], networks: Sequence[IPNetwork] | None) -> bool:
+    """May we dial `ip` on someone else's word? A global address; a loopback one when one of
+    ours is loopback (a swarm on one machine); a private one when one of ours is in the same
+    range and `ip` is one of ours or inside one of `networks`, this machine's interface subnets
+    and routes (net/own_networks.py): a LAN, never the rest of the range (a VPC's other
+    subnets, the ISP's CGNAT block). `networks` None: unknown here, the range alone decides."""
     kind = network_kind(ip)
-    return kind == GLOBAL_KIND or (
-        kind is not None and kind in {network_kind(own) for own in own_ips}
+    if kind == GLOBAL_KIND:
+        return True
+    if kind is None or kind not in {network_kind(own) for own in own_ips}:
+        return False
+    if kind == LOOPBACK_KIND or networks is None:
+        return True
+    address = _unmapped(ip)
+    if address is None:
+        return False
+    span = ipaddress.ip_network(kind)  # a network wider than the range (0.0.0.0/1) says nothing
+    return any(_unmapped(own) == address for own in own_ips) or any(
+        net.version == address.version and address in net and net.prefixlen >= span.prefixlen
+        for net in networks
     )
+
+
+def _unmapped(ip: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address `ip` names (::ffff:10.0.0.5 is 10.0.0.5), None for no IP."""
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
 
 
 def own_ips(maddrs: Sequence[str]) -> list[str]:

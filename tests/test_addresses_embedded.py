@@ -5,6 +5,8 @@ rest of ::/8 never pass. On a network with NAT64 (a cloud's NAT gateway, 464XLAT
 
 from __future__ import annotations
 
+import ipaddress
+
 import pytest
 
 from p2ptrain.addresses import independence_key, may_dial, network_kind, public_prefix
@@ -12,6 +14,11 @@ from p2ptrain.addresses import independence_key, may_dial, network_kind, public_
 PUBLIC_NODE = ["8.8.4.4"]
 LAN_NODE = ["10.0.0.9"]  # a node on the very network the embedded address names
 LOOPBACK_NODE = ["127.0.0.1"]
+# a machine on every private network there is: a refused form is refused all the same
+EVERY_NETWORK = [
+    ipaddress.ip_network(net)
+    for net in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7")
+]
 
 WRAPPED_PRIVATE = [
     "64:ff9b::a00:5",  # NAT64 well-known prefix (RFC 6052): 10.0.0.5
@@ -50,7 +57,7 @@ REFUSED_RANGES = [
 def test_embedded_non_global_and_refused_ranges_are_never_dialled(ip: str) -> None:
     assert network_kind(ip) is None
     for own in (PUBLIC_NODE, LAN_NODE, LOOPBACK_NODE, ["fd00::1"], [ip]):
-        assert not may_dial(ip, own)
+        assert not may_dial(ip, own, EVERY_NETWORK) and not may_dial(ip, own, None)
     assert public_prefix(ip) == ""
 
 
@@ -66,7 +73,7 @@ def test_embedded_non_global_and_refused_ranges_are_never_dialled(ip: str) -> No
 )
 def test_embedded_global_addresses_are_their_ip4s(ip: str, prefix: str) -> None:
     assert network_kind(ip) == "global"
-    assert may_dial(ip, PUBLIC_NODE)
+    assert may_dial(ip, PUBLIC_NODE, [])
     # one host under another spelling is one opinion and one relay quota, not a new /48
     assert public_prefix(ip) == public_prefix("8.8.8.9") == prefix
     assert independence_key(ip) == independence_key("8.8.8.8")
@@ -75,9 +82,10 @@ def test_embedded_global_addresses_are_their_ip4s(ip: str, prefix: str) -> None:
 def test_loopback_and_the_plain_forms_keep_their_kinds() -> None:
     assert network_kind("::1") == network_kind("::ffff:127.0.0.1") == "loopback"
     assert network_kind("127.0.0.1") == "loopback"
-    assert may_dial("::1", LOOPBACK_NODE) and may_dial("127.0.0.1", ["::1"])
+    assert may_dial("::1", LOOPBACK_NODE, []) and may_dial("127.0.0.1", ["::1"], [])
     assert network_kind("::ffff:10.0.0.5") == "10.0.0.0/8"  # a dual-stack socket's IPv4 peer
-    assert may_dial("10.0.0.5", LAN_NODE) and not may_dial("10.0.0.5", PUBLIC_NODE)
+    assert may_dial("10.0.0.5", LAN_NODE, EVERY_NETWORK)
+    assert not may_dial("10.0.0.5", PUBLIC_NODE, EVERY_NETWORK)
     assert network_kind("2606:4700::1") == "global"
     # next to the refused ranges: 2001:4860::/32 is no Teredo, 2003::/16 no 6to4
     assert network_kind("2001:4860::8888") == network_kind("2003::1") == "global"

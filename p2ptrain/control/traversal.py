@@ -37,6 +37,7 @@ from p2ptrain.control.state import NodeState
 from p2ptrain.errors import WireError
 from p2ptrain.net import dial_gate
 from p2ptrain.net.guard import start_contained
+from p2ptrain.net.own_networks import machine_networks
 from p2ptrain.net.ratelimit import WindowLimiter
 from p2ptrain.records import Plan
 from p2ptrain.records.peer import CONNECTIONS
@@ -175,7 +176,7 @@ class Traversal:
             key = (offer.source, offer.plane)
             if not self._may_punch(self.punching_in, key):
                 why = "punching as much as we may"
-            elif not may_dial(relay_split(offer.endpoint)[0], [seen.local_ip]):
+            elif not may_dial(relay_split(offer.endpoint)[0], [seen.local_ip], machine_networks()):
                 why = f"{offer.endpoint} is not an address we dial"
             elif not (why := self.limits_in.refusal(offer.source, offer.endpoint, self.clock())):
                 self.punching_in.add(key)
@@ -325,7 +326,7 @@ class Traversal:
         if reply.error or not reply.endpoint:
             log.info("no punch to %s through %s: %s", peer, relay_id, reply.error or "no endpoint")
             return None
-        if not may_dial(relay_split(reply.endpoint)[0], [seen.local_ip]):
+        if not may_dial(relay_split(reply.endpoint)[0], [seen.local_ip], machine_networks()):
             log.info("no punch to %s: %s is not an address we dial", peer, reply.endpoint)
             return None
         # never `proven` here: the proof is the plane's Noise handshake, past the splice

@@ -9,10 +9,11 @@ lookups at a victim. So, at two places of py-libp2p's path:
 - each transport's dial, the last step before a socket, opens a connection only to an address
   we may dial, and within one rate: ATTEMPTS_PER_ENDPOINT per endpoint and ATTEMPTS_PER_WINDOW
   in all per GATE_WINDOW_S (a refused dial raises before any packet).
-"We may dial" is addresses.may_dial against our own advertised addresses (a global address, or
-loopback / a private network of our own kind; never link-local, multicast, reserved or a DNS
-name), or an IP a peer is connected to us from (what the network shows, not what a peer says);
-never port 0.
+"We may dial" is addresses.may_dial against our own advertised addresses and this machine's
+networks (a global address, or loopback / a private network of our own kind, a private address
+only inside a network this machine is on: net/own_networks.py; never link-local, multicast,
+reserved or a DNS name), or an IP a peer is connected to us from (what the network shows, not
+what a peer says); never port 0.
 Trusted endpoints pass without a rate: the bootstrap address the operator gave, our own local
 routes (control/traversal.py).
 """
@@ -31,7 +32,8 @@ from libp2p.peer.peerstore import PeerStoreError
 from libp2p.transport.exceptions import OpenConnectionError
 from multiaddr import Multiaddr
 
-from p2ptrain.addresses import LOOPBACK_KIND, ip_of, may_dial, network_kind, own_ips
+from p2ptrain.addresses import LOOPBACK_KIND, IPNetwork, ip_of, may_dial, network_kind, own_ips
+from p2ptrain.net.own_networks import machine_networks
 from p2ptrain.net.ratelimit import WindowLimiter
 from p2ptrain.sampled_log import SampledLog
 
@@ -55,8 +57,10 @@ class DialGate:
         own_addrs: Callable[[], Sequence[str]],
         seen_ips: Callable[[], Iterable[str]] = lambda: (),
         trusted: Iterable[str] = (),
+        networks: Callable[[], Sequence[IPNetwork] | None] = machine_networks,
     ) -> None:
         self.own_addrs = own_addrs
+        self.networks = networks  # this machine's (tests give their own)
         self.seen_ips = seen_ips
         self.trusted = {endpoint_key(addr) for addr in trusted}
         self.limiter = WindowLimiter(ATTEMPTS_PER_ENDPOINT, ATTEMPTS_PER_WINDOW, GATE_WINDOW_S)
@@ -80,7 +84,7 @@ class DialGate:
         ip = ip_of(maddr)
         if ip is None:
             return False  # a DNS name (not the operator's), or no IP address at all
-        if may_dial(ip, own_ips(self.own_addrs())):
+        if may_dial(ip, own_ips(self.own_addrs()), self.networks()):
             return True
         # loopback is where relayed and punched connections come spliced from: no evidence
         return network_kind(ip) not in (None, LOOPBACK_KIND) and ip in set(self.seen_ips())

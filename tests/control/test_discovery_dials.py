@@ -6,6 +6,7 @@ never an address of a kind we refuse (a DNS name; loopback for a node that is no
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -110,7 +111,10 @@ def test_addresses_of_a_refused_kind_are_never_dialled(
     assert run(scenario) == 0
 
 
-def test_candidates_are_few_allowed_and_where_we_saw_the_peer_first() -> None:
+def test_candidates_are_few_allowed_and_where_we_saw_the_peer_first(monkeypatch: Any) -> None:
+    lan = (ipaddress.IPv4Network("192.168.1.0/24"),)  # this machine's network, not the real one's
+    monkeypatch.setattr(discovery, "machine_networks", lambda: lan)
+
     async def scenario() -> Any:
         async with node(["/ip4/192.168.1.20/tcp/7401"]) as disco:
             declared = [
@@ -118,6 +122,7 @@ def test_candidates_are_few_allowed_and_where_we_saw_the_peer_first() -> None:
                 "/ip4/169.254.169.254/tcp/80",  # link-local
                 "/dns4/example.org/tcp/7401",
                 "/ip4/10.0.0.5/tcp/7401",  # another private network than ours
+                "/ip4/192.168.9.9/tcp/7401",  # our range, but no network this machine is on
                 "/ip4/8.8.8.8/tcp/7401/p2p/12D3KooWX",
                 "/ip4/192.168.1.7/tcp/7401",
                 "/ip4/8.8.4.4/tcp/7401",
