@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 from p2ptrain.records import LinkFacts, Plan, RunSpec
 from p2ptrain.records import fields as f
-from p2ptrain.train.checkpoint import file_sha256, layers_key, list_states, written
+from p2ptrain.train.checkpoint import layers_key, list_states, written
 from p2ptrain.worker.inbound import BAD_INPUT, close_after_sender, read_prefixed
+from p2ptrain.worker.resume.served_state import open_state
 from p2ptrain.worker.resume.state_transfer import (
     BUSY,
     FOUND,
@@ -196,12 +197,15 @@ class CopyServer:
             if slot is not None and not self._states.take_slot(remote, slot, 1):
                 writer.write(BUSY)  # the state server's slots are full
                 return
-            digest = await asyncio.to_thread(file_sha256, path)  # usually cached
-            raw_tag = (tag or "").encode()
-            head = FOUND + HEAD.pack(step, bytes.fromhex(digest), len(raw_tag)) + raw_tag
-            self._last_s[remote] = time.monotonic()
-            if not await self._states.send_file(remote, writer, path, max_bytes, head):
-                writer.write(MISSING)
+            # opened once: the digest named is that of the bytes sent, whatever the name holds
+            opened = await asyncio.to_thread(open_state, path)  # hashed on a thread, remembered
+            with contextlib.closing(opened):
+                raw_tag = (tag or "").encode()
+                digest = bytes.fromhex(opened.digest)
+                head = FOUND + HEAD.pack(step, digest, len(raw_tag)) + raw_tag
+                self._last_s[remote] = time.monotonic()
+                if not await self._states.send_file(remote, writer, opened, max_bytes, head):
+                    writer.write(MISSING)
         except BAD_INPUT as exc:
             log.warning("stage copy request from %s failed: %r", remote, exc)
         finally:

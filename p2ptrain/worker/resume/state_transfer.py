@@ -18,7 +18,8 @@ parsed); only a request for a state held here, of layers a plan we serve places 
 (MAX_SERVING_PER_PEER a peer, MAX_SERVING in all; past that: BUSY, and the client retries
 until its deadline). One peer gets one state at most MAX_SENDS times a plan, sent in full or
 not (a client may lose what it read: its tail, its disk), then MISSING (the client asks the
-next holder). A send whose reader takes no chunk for CHUNK_STALL_S is cut.
+next holder). A send whose reader takes no chunk for CHUNK_STALL_S, or is under a floor rate, is
+cut; the file is checked and sent through one descriptor (worker/resume/served_state.py).
 
 Bounds (docs/security.md, attack 8): both sides refuse a state larger than the stage's expected
 size (its weights and AdamW's two moments, with a margin: train/checkpoint.py
@@ -37,9 +38,10 @@ import collections
 import contextlib
 import json
 import logging
-import os
 import re
 import struct
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,15 +49,10 @@ from typing import TYPE_CHECKING, Any
 from p2ptrain.errors import WireError
 from p2ptrain.records import LinkFacts, NetworkFacts, Plan, RunSpec
 from p2ptrain.records import fields as f
-from p2ptrain.train import state_file
-from p2ptrain.train.checkpoint import (
-    expected_state_bytes,
-    file_sha256,
-    layers_key,
-    list_states,
-)
+from p2ptrain.train.checkpoint import expected_state_bytes, layers_key
 from p2ptrain.worker.inbound import OpenStreams, close_after_sender, read_prefixed
 from p2ptrain.worker.resume.handover import Served
+from p2ptrain.worker.resume.served_state import OpenedState, Pace, find_state
 from p2ptrain.worker.traffic import Traffic
 
 if TYPE_CHECKING:  # hivemind is imported only when used: tests of the bounds run beside libp2p
@@ -179,7 +176,10 @@ def transfer_deadline_s(size_bytes: int, links: NetworkFacts | LinkFacts | None)
 class StateServer:
     """Serves this worker's stamped stage checkpoints; `serve_run` follows the current plan."""
 
-    def __init__(self, transport: Transport | None) -> None:
+    def __init__(
+        self, transport: Transport | None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.clock = clock  # a send's pace is measured by it
         self.directory: Path | None = None
         self.spec: RunSpec | None = None
         self.network: NetworkFacts | None = None
@@ -313,18 +313,20 @@ class StateServer:
         if self._tries[pair] >= MAX_SENDS or not self._needs(remote, request):
             self.streams.refused(remote)  # each send is a full upload of ours
             return MISSING
-        path, max_bytes = await self._find(request.layers, request.step, request.digest)
-        if path is None or max_bytes is None or not path.is_file():
+        max_bytes = self.max_bytes(request.layers)
+        opened = None if max_bytes is None else await self._find(request)
+        if opened is None or max_bytes is None:
             return MISSING
-        if pair in self._sending or not self.take_slot(remote, slot, MAX_SERVING_PER_PEER):
-            return BUSY
-        self._tries[pair] += 1
-        self._sending.add(pair)
-        try:
-            if not await self.send_file(remote, writer, path, max_bytes, FOUND):
-                return MISSING
-        finally:
-            self._sending.discard(pair)
+        with contextlib.closing(opened):  # the very file whose digest was checked is sent
+            if pair in self._sending or not self.take_slot(remote, slot, MAX_SERVING_PER_PEER):
+                return BUSY
+            self._tries[pair] += 1
+            self._sending.add(pair)
+            try:
+                if not await self.send_file(remote, writer, opened, max_bytes, FOUND):
+                    return MISSING
+            finally:
+                self._sending.discard(pair)
         self.served.add(remote, request.digest)
         return b""
 
@@ -342,48 +344,50 @@ class StateServer:
         return False
 
     async def send_file(
-        self, remote: str, writer: asyncio.StreamWriter, path: Path, max_bytes: int, head: bytes
+        self,
+        remote: str,
+        writer: asyncio.StreamWriter,
+        opened: OpenedState,
+        max_bytes: int,
+        head: bytes,
     ) -> bool:
-        """Send `head`, the size of the state file at `path` and its bytes to `remote`, within
-        the deadline for that size; False (nothing sent) if the file is no state a peer may take:
-        larger than `max_bytes` or of an older format (a torch pickle)."""
-        # local disk reads of <= 1 MiB are short next to the network writes between them;
-        # open once, so a concurrent prune of the history cannot tear the file
-        with open(path, "rb") as f:  # noqa: ASYNC230
-            size = os.fstat(f.fileno()).st_size
-            pickled = f.read(len(state_file.ZIP_MAGIC)) == state_file.ZIP_MAGIC
-            f.seek(0)
-            if size > max_bytes or pickled:
-                log.warning(
-                    "%s (%d bytes, the stage's states <= %d%s) is not served",
-                    path.name,
-                    size,
-                    max_bytes,
-                    ", an older format: a torch pickle" if pickled else "",
-                )
-                return False
-            async with asyncio.timeout(transfer_deadline_s(size, self.network)):
-                writer.write(head + SIZE.pack(size))
-                while chunk := f.read(CHUNK_BYTES):
-                    writer.write(chunk)
-                    async with asyncio.timeout(CHUNK_STALL_S):  # a stalled reader frees its slot
-                        await writer.drain()
-                    self.traffic.sent(remote, len(chunk))
-        log.info("sent %s (%d bytes) to %s", path.name, size, remote)
+        """Send `head`, the size of the `opened` state file and its bytes to `remote`, from its
+        descriptor, within the deadline for that size and at the floor rate at least (TooSlow);
+        False (nothing sent) if the file is no state a peer may take: larger than `max_bytes` or
+        of an older format (a torch pickle)."""
+        # local disk reads of <= 1 MiB are short next to the network writes between them
+        f, size, name = opened.file, opened.size, opened.path.name
+        if size > max_bytes or opened.pickled:
+            log.warning(
+                "%s (%d bytes, the stage's states <= %d%s) is not served",
+                name,
+                size,
+                max_bytes,
+                ", an older format: a torch pickle" if opened.pickled else "",
+            )
+            return False
+        f.seek(0)
+        deadline_s = transfer_deadline_s(size, self.network)
+        async with asyncio.timeout(deadline_s):
+            writer.write(head + SIZE.pack(size))
+            pace = Pace(self.clock, size / (deadline_s * MAX_SERVING))  # served_state.py
+            while chunk := f.read(CHUNK_BYTES):
+                writer.write(chunk)
+                async with asyncio.timeout(CHUNK_STALL_S):  # a stalled reader frees its slot
+                    await writer.drain()
+                self.traffic.sent(remote, len(chunk))
+                pace.took(len(chunk))  # and so does a slow-but-steady one
+        log.info("sent %s (%d bytes) to %s", name, size, remote)
         return True
 
-    async def _find(self, layers: range, step: int, digest: str) -> tuple[Path | None, int | None]:
-        """The stamped state of `layers` at `step` (of any lineage) whose sha256 is `digest`."""
+    async def _find(self, request: StateRequest) -> OpenedState | None:
+        """The stamped state of the request's layers at its step (of any lineage) whose sha256
+        is its digest, open (the caller closes it)."""
         if self.directory is None:
-            return None, None
-        key = layers_key(layers)
-        for state in list_states(self.directory):
-            if state.key == key and state.step == step:
-                # usually cached by the announcement; hashing a large state is slow: a thread
-                with contextlib.suppress(OSError):
-                    if await asyncio.to_thread(file_sha256, state.path) == digest:
-                        return state.path, self.max_bytes(layers)
-        return None, None
+            return None
+        # hashing a large state is slow: a thread (remembered while the file is unchanged)
+        found = (self.directory, request.layers, request.step, request.digest)
+        return await asyncio.to_thread(find_state, *found)
 
 
 async def read_request(reader: asyncio.StreamReader) -> StateRequest:

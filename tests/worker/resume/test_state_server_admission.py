@@ -19,6 +19,7 @@ from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.resume import state_transfer
+from p2ptrain.worker.resume.served_state import open_state
 from p2ptrain.worker.resume.state_transfer import (
     BUSY,
     FOUND,
@@ -186,8 +187,8 @@ def test_a_send_whose_reader_stalls_is_cut(tmp_path: Path, monkeypatch: pytest.M
 
     async def run() -> bool:
         async with asyncio.timeout(GUARD_S) as guard:
-            with pytest.raises(TimeoutError):
-                await server.send_file("g", Stalled(), state.path, 10**9, FOUND)  # type: ignore[arg-type]
+            with pytest.raises(TimeoutError), contextlib.closing(open_state(state.path)) as opened:
+                await server.send_file("g", Stalled(), opened, 10**9, FOUND)  # type: ignore[arg-type]
         return guard.expired()
 
     assert asyncio.run(run()) is False  # cut by the stall bound, long before the deadline

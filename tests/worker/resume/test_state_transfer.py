@@ -252,20 +252,23 @@ def test_a_request_names_the_digest_and_the_server_finds_that_state_of_any_linea
     server = StateServer(None)  # no transport: only the lookup is exercised
     server.spec, server.directory = SPEC, tmp_path
 
-    def ask(body: bytes) -> tuple[Path | None, int | None]:
-        async def run() -> tuple[Path | None, int | None]:
+    def ask(body: bytes) -> Path | None:
+        async def run() -> Path | None:
             reader = asyncio.StreamReader()
             reader.feed_data(REQUEST_LEN.pack(len(body)) + body)
             reader.feed_eof()
-            request = await read_request(reader)
-            return await server._find(request.layers, request.step, request.digest)
+            opened = await server._find(await read_request(reader))
+            if opened is None:
+                return None
+            opened.close()
+            return opened.path
 
         return asyncio.run(run())
 
     for tag, path in paths.items():
         body = f'{{"layers": "L0-1", "step": 3, "digest": "{file_sha256(path)}"}}'.encode()
-        assert ask(body)[0] == path, tag
-    assert ask(b'{"layers": "L0-1", "step": 3, "digest": "' + b"0" * 64 + b'"}') == (None, None)
+        assert ask(body) == path, tag
+    assert ask(b'{"layers": "L0-1", "step": 3, "digest": "' + b"0" * 64 + b'"}') is None
     with pytest.raises(WireError, match="missing field"):
         ask(b'{"layers": "L0-1", "step": 3}')  # a v1 request: no digest
     with pytest.raises(WireError, match="layers"):
