@@ -8,9 +8,13 @@ from that neighbour right now.
 
 Wire types: float32, float16, bfloat16 (the tensor's raw bytes), and int8_rows (compression =
 "int8": each row of the last dimension as an fp32 scale, then the int8 values, all scales first;
-train/codecs.py). A payload is decoded to a tensor of the header's shape before its values are
-checked (finite, within MAX_ABS_VALUE; a gradient within MAX_ABS_VALUE x the run's loss_scale).
-Every refusal of a frame's bytes is a WireError.
+train/codecs.py). A float16 payload holds the values times 2^-scale_exp (a header field, 0 for
+every other type): the sender picks it per frame so the largest magnitude lands in [2^14, 2^15).
+Gradient frames carry the run's loss_scale (up to 2^24): cast as they were, an ordinary
+gradient passed fp16's 65504, became inf and was refused. A power of two is exact both ways.
+A payload is decoded (float16: to float32, times 2^scale_exp) to a tensor of the header's shape
+before its values are checked (finite, within MAX_ABS_VALUE; a gradient within MAX_ABS_VALUE x
+the run's loss_scale). Every refusal of a frame's bytes is a WireError.
 
 Pure (torch only), so the rules are unit-testable without a network.
 """
@@ -32,8 +36,9 @@ from p2ptrain.records.run_sections import MAX_PAYLOAD_BYTES  # the run spec refu
 from p2ptrain.train import codecs
 
 # the p2pd stream handler name; v2: the header names the plan's term (v1 had the epoch alone,
-# which restarts at 1 under a new term)
-PROTOCOL = "p2ptrain.pipe.v2"
+# which restarts at 1 under a new term); v3: the header's scale_exp (a v2 float16 payload is
+# unscaled: read as v3 it would be off by 2^scale_exp, so the two never talk)
+PROTOCOL = "p2ptrain.pipe.v3"
 MAX_HEADER_BYTES = 4096
 # |value| above this in an activation or an (unscaled) gradient is refused like a malformed
 # frame: a small GPT's hidden states stay within ~1e2 and their gradients far below 1, so only a
@@ -51,6 +56,10 @@ INT8_ROWS = "int8_rows"
 WIRE_DTYPES = (*FLOAT_DTYPES, INT8_ROWS)
 COMPRESSION_DTYPES = {"none": "float32", "fp16": "float16", "bf16": "bfloat16", "int8": INT8_ROWS}
 _SCALE_BYTES = 4  # int8_rows: an fp32 scale a row
+# float16 frames: |scale_exp| <= this keeps every decoded value a normal fp32 (65504 x 2^64 and
+# 2^-24 x 2^-64 are), exact; an honest gradient at loss_scale 2^24 needs at most 2^23
+MAX_SCALE_EXP = 64
+_FP16_TOP_EXP = 15  # the largest magnitude is scaled into [2^14, 2^15): no rounding reaches inf
 
 
 @dataclass(frozen=True)
@@ -65,13 +74,17 @@ class FrameHeader:
     dtype: str  # a wire type (WIRE_DTYPES)
     shape: tuple[int, ...]  # of the tensor the payload decodes to
     num_bytes: int
+    scale_exp: int = 0  # float16: the payload holds the values times 2^-scale_exp; else 0
 
     def encode(self) -> bytes:
-        body = json.dumps(asdict(self), separators=(",", ":")).encode()
+        body = json.dumps(self.to_dict(), separators=(",", ":")).encode()
         return HEADER_LEN.pack(len(body)) + body
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "shape": list(self.shape)}
+        data = {**asdict(self), "shape": list(self.shape)}
+        if not self.scale_exp:
+            del data["scale_exp"]  # absent = 0: an unscaled frame's header is v2's, byte for byte
+        return data
 
     @classmethod
     def decode(cls, body: bytes) -> FrameHeader:
@@ -87,10 +100,11 @@ class FrameHeader:
 
     @classmethod
     def from_dict(cls, data: object) -> FrameHeader:
-        """A header from its JSON value: every field present and within bounds, or WireError.
-        Whether it is the frame expected from that neighbour is check_header's question."""
+        """A header from its JSON value: every field present (scale_exp may be left out: 0) and
+        within bounds, or WireError. Whether it is the frame expected from that neighbour is
+        check_header's question."""
         raw = f.mapping(data, _HEADER)
-        if set(raw) != set(cls.__dataclass_fields__):
+        if set(raw) - {"scale_exp"} != set(cls.__dataclass_fields__) - {"scale_exp"}:
             raise f.malformed(_HEADER, "fields are wrong")
         shape = raw["shape"]
         if not isinstance(shape, list) or len(shape) > MAX_DIMS:
@@ -106,6 +120,9 @@ class FrameHeader:
             dtype=f.choice(raw["dtype"], _HEADER, "dtype", WIRE_DTYPES),
             shape=tuple(f.integer(d, _HEADER, "a dimension") for d in shape),
             num_bytes=f.integer(raw["num_bytes"], _HEADER, "num_bytes"),
+            scale_exp=f.integer(
+                raw.get("scale_exp", 0), _HEADER, "scale_exp", -MAX_SCALE_EXP, MAX_SCALE_EXP
+            ),
         )
 
 
@@ -156,13 +173,27 @@ def header_for(
     wire: str | None = None,
 ) -> FrameHeader:
     """The header of `tensor` sent under plan (term, epoch) as wire type `wire` (by default
-    the tensor's own dtype, sent as it is)."""
+    the tensor's own dtype); float16 with the tensor's scale_exp."""
     dtype = wire or str(tensor.dtype).removeprefix("torch.")
     shape = tuple(tensor.shape)
     term, epoch = plan
-    return FrameHeader(
-        kind, run_id, term, epoch, step, micro, sender, dtype, shape, payload_bytes(dtype, shape)
-    )
+    num_bytes = payload_bytes(dtype, shape)
+    exp = scale_exp_of(tensor, dtype)
+    return FrameHeader(kind, run_id, term, epoch, step, micro, sender, dtype, shape, num_bytes, exp)
+
+
+def scale_exp_of(tensor: torch.Tensor, wire: str) -> int:
+    """The frame's scale_exp: for float16, the power of two that brings the tensor's largest
+    magnitude into [2^14, 2^15) (within +-MAX_SCALE_EXP), so neither a loss-scaled gradient
+    overflows nor a small one underflows; 0 for other wire types, and for a tensor of zeros,
+    none or non-finite values (the receiver refuses the latter as before)."""
+    if wire != "float16" or not tensor.numel():
+        return 0
+    peak = float(tensor.detach().abs().amax())  # one sync where the tensor is on a GPU
+    if not math.isfinite(peak) or peak == 0.0:
+        return 0
+    _, exponent = math.frexp(peak)  # peak = m x 2^exponent, m in [0.5, 1)
+    return max(-MAX_SCALE_EXP, min(MAX_SCALE_EXP, exponent - _FP16_TOP_EXP))
 
 
 def payload_bytes(wire: str, shape: tuple[int, ...]) -> int:
@@ -175,11 +206,15 @@ def payload_bytes(wire: str, shape: tuple[int, ...]) -> int:
     return numel * torch.empty((), dtype=FLOAT_DTYPES[wire]).element_size()
 
 
-def encode_payload(tensor: torch.Tensor, wire: str) -> torch.Tensor:
+def encode_payload(tensor: torch.Tensor, wire: str, scale_exp: int | None = None) -> torch.Tensor:
     """The tensor as wire type `wire`, on the CPU and contiguous (int8_rows: flat uint8 bytes);
-    quantised or cast where the tensor lives, so a GPU moves the smaller payload."""
+    quantised or cast where the tensor lives, so a GPU moves the smaller payload. scale_exp:
+    the header's (by default scale_exp_of the tensor)."""
+    exp = scale_exp_of(tensor, wire) if scale_exp is None else scale_exp
     if wire == INT8_ROWS:
         encoded = codecs.encode_int8_rows(tensor.detach().float())
+    elif exp:  # in fp32, where times a power of two is exact
+        encoded = (tensor.detach().float() * 2.0**-exp).to(FLOAT_DTYPES[wire])
     else:
         encoded = tensor.detach().to(FLOAT_DTYPES[wire])
     return encoded.to("cpu").contiguous()
@@ -196,6 +231,8 @@ def check_header(header: FrameHeader, remote_peer: str, expected: Expected | Non
             return f"{name} {getattr(header, name)!r} != expected {getattr(expected, name)!r}"
     if header.dtype not in WIRE_DTYPES:
         return f"dtype {header.dtype} not allowed"
+    if header.scale_exp and header.dtype != "float16":
+        return f"scale_exp {header.scale_exp} on a {header.dtype} frame (float16 only)"
     if (
         header.num_bytes != payload_bytes(header.dtype, header.shape)
         or header.num_bytes > MAX_PAYLOAD_BYTES
@@ -214,9 +251,10 @@ def decode_tensor(
     header: FrameHeader, payload: bytes | bytearray, max_abs: float = MAX_ABS_VALUE
 ) -> torch.Tensor:
     """The payload as a tensor of the header's shape (its float dtype, or float32 decoded from
-    int8_rows); WireError for any bytes that do not fit the header, or values that hold NaN/inf
-    or a magnitude over max_abs (Expected.max_abs). Total: no other exception, whatever the
-    header and bytes (check_header has vetted the header in the transport; tests fuzz both)."""
+    int8_rows, or from float16 times 2^scale_exp); WireError for any bytes that do not fit the
+    header, or values that hold NaN/inf or a magnitude over max_abs (Expected.max_abs). Total:
+    no other exception, whatever the header and bytes (check_header has vetted the header in the
+    transport; tests fuzz both)."""
     if len(payload) != header.num_bytes:
         raise f.malformed(
             _FRAME, f"payload has {len(payload)} bytes, header says {header.num_bytes}"
@@ -232,6 +270,8 @@ def decode_tensor(
         raise f.malformed(_FRAME, f"no tensor of dtype {header.dtype!r} and shape {header.shape}")
     if header.num_bytes != payload_bytes(header.dtype, header.shape):
         raise f.malformed(_FRAME, f"{header.num_bytes} bytes do not make a {header.shape} tensor")
+    if (header.scale_exp and header.dtype != "float16") or abs(header.scale_exp) > MAX_SCALE_EXP:
+        raise f.malformed(_FRAME, f"scale_exp {header.scale_exp} on a {header.dtype} frame")
     if header.dtype == INT8_ROWS:
         tensor = codecs.decode_int8_rows(bytes(payload), header.shape)
     else:
@@ -242,6 +282,8 @@ def decode_tensor(
             else torch.zeros(0, dtype=torch.uint8)
         )
         tensor = raw.view(FLOAT_DTYPES[header.dtype]).view(header.shape)
+        if header.dtype == "float16":  # fp32 holds every value exactly (MAX_SCALE_EXP)
+            tensor = tensor.float() * 2.0**header.scale_exp
     if not torch.isfinite(tensor).all():
         raise f.malformed(_FRAME, "tensor holds NaN or inf")
     if tensor.numel() and float(tensor.abs().max()) > max_abs:

@@ -222,7 +222,7 @@ class Transport:
         default the tensor's dtype) without blocking; the future fails with PeerLost if it is
         not accepted within timeout_s. The tensor is encoded here, in the caller's thread."""
         header = frames.header_for(tensor, kind, run_id, plan, step, micro, self.peer_id, wire)
-        payload = frames.encode_payload(tensor, header.dtype)
+        payload = frames.encode_payload(tensor, header.dtype, header.scale_exp)
         coroutine = self._send(peer_id, header, payload, timeout_s)
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 

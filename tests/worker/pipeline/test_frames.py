@@ -21,7 +21,8 @@ PEER, OTHER = "12D3KooWpeer", "12D3KooWother"
 def _header(**changes: object) -> FrameHeader:
     tensor = torch.randn(2, 4, 8).half()
     base = frames.header_for(tensor, ACTIVATION, "run", (1, 0), 5, 1, PEER)
-    return FrameHeader(**{**base.__dict__, **changes})  # type: ignore[arg-type]
+    # unscaled (scale_exp 0): the tests pair it with raw fp16 bytes of other tensors
+    return FrameHeader(**{**base.__dict__, "scale_exp": 0, **changes})  # type: ignore[arg-type]
 
 
 EXPECTED = Expected(ACTIVATION, "run", 1, 0, PEER, "float16", (2, 4, 8))
