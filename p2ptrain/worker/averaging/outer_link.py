@@ -10,8 +10,9 @@ at once a peer; anyone else is answered BUSY before a byte is read (as pipeline 
 
 Our sends share MAX_SENDERS threads; a peer holds at most MAX_SENDS_PER_PEER of them (its other
 messages wait in its own queue), and a send's timeout runs from when it was handed to us: a
-groupmate that reads every message but never answers holds 2 threads, not the pool, and its
-queued messages go once their time is up instead of piling up round after round.
+groupmate that reads every message but never answers holds 2 threads, not the pool (which has
+2 for each of 64 groupmates), and its queued messages go once their time is up instead of
+piling up round after round.
 """
 
 from __future__ import annotations
@@ -52,12 +53,17 @@ HEADER_TIMEOUT_S = 10.0
 FRAMING = Framing("outer round message", wire.HEADER_LEN, wire.MAX_HEADER_BYTES, wire.REJECTED)
 MIN_RATE_BPS = 1e6  # a payload's read may take its size at this rate (plus the header's time)
 RETRY_PAUSE_S = 0.3
-MAX_SENDERS = 8  # threads that push messages at once
 # threads one peer's messages may hold: a groupmate that never answers (each send waits for its
-# answer up to the round's whole join_s + transfer_s) held all 8 and stalled the honest ones
+# answer up to the round's whole join_s + transfer_s) held all 8 of a shared pool and stalled
+# the honest ones
 MAX_SENDS_PER_PEER = 2
-# a groupmate pushes at most MAX_SENDERS messages at once; room for as many streams closing
-MAX_INBOUND_PER_PEER = 2 * MAX_SENDERS
+# threads that push messages at once: 2 for each of up to 64 groupmates (threads start only
+# when used; the pacer, not the pool, spaces a round's sends), so withholders hold only their
+# own (a pool of 8 was held by 4 colluding ones)
+MAX_SENDERS = MAX_SENDS_PER_PEER * 64
+# a groupmate (of this version or the last, whose pool was 8) pushes at most 8 messages at
+# once; room for as many streams closing
+MAX_INBOUND_PER_PEER = 16
 # a leaving worker waits this long at most for its messages still on their way (a groupmate's
 # last round may need our reduced shard: our own round can be done before it is delivered)
 LEAVING_SENDS_S = 10.0

@@ -99,3 +99,13 @@ def test_a_messages_time_counts_from_its_send_not_from_when_a_sender_took_it(
     assert isinstance(late.exception(), TimeoutError)
     assert HONEST not in mates.calls  # dropped when a sender took it, not sent then
     assert mates.send(HONEST, HANG_S).result(HANG_S) is None  # the pool is free again
+
+
+def test_four_colluding_withholders_do_not_hold_back_an_honest_message(
+    mates: _Groupmates,
+) -> None:
+    """4 withholders, 2 senders each, held the whole pool of 8 that every send shared."""
+    per_peer = outer_link.MAX_SENDS_PER_PEER
+    held = [mates.send(peer, HANG_S) for peer in WITHHOLDERS[:4] for _ in range(2 * per_peer)]
+    mates.send(HONEST, HANG_S).result(HANG_S)  # was: queued until their senders timed out
+    assert not any(sent.done() for sent in held)
