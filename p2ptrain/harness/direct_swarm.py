@@ -149,7 +149,7 @@ class LocalSwarm(ProcessSwarm):
 
     def _start_worker(self, index: int, ipc_path: str) -> None:
         # the spec is the test's own: its folder, as a node's flag (a spec's absolute folder
-        # is not taken from the organiser: worker/checkpoint_place.py)
+        # is not taken from the organiser: worker/node_paths.py)
         folder = self.spec.checkpoint.checkpoint_dir or None
         settings = WorkerSettings(ipc=ipc_path, device=self.device, checkpoint_dir=folder)
         argv = [*settings.command(), *self.worker_flags.get(index, [])]

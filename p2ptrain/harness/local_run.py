@@ -10,6 +10,7 @@ nodes run is a NodeSites: loopback here; the WAN testbed puts node i in namespac
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from p2ptrain.harness.direct_swarm import StepStats, SwarmResult
 from p2ptrain.ipc_lines import decode
 from p2ptrain.records import Message, MetricsReport, Plan, RunSpec, SessionReport, issue_token
 from p2ptrain.worker.faults import NO_FAULTS, Faults
+from p2ptrain.worker.node_paths import BUILT_IN
 from p2ptrain.worker.settings import DEFAULT_DEVICE
 
 START_TIMEOUT_S = 60.0
@@ -142,6 +144,7 @@ def train_with_control_plane(
                 args += ["--checkpoint-dir", str(workdir / f"peer-{i}" / "checkpoints")]
             elif spec.checkpoint.checkpoint_dir:  # ours to name: a worker takes only a relative
                 args += ["--checkpoint-dir", spec.checkpoint.checkpoint_dir]  # one from a spec
+            args += _own_data(spec)
             if profile:
                 args.append("--profile")
             nodes.append(_start(sites, i, args, workdir / f"peer-{i}.log", faults=faults))
@@ -166,6 +169,19 @@ def command(subcommand: str, args: Sequence[str], faults: Faults) -> list[str]:
 
 def _flag(flag: str, value: str | None) -> list[str]:
     return [] if value is None else [flag, value]
+
+
+def _own_data(spec: RunSpec) -> list[str]:
+    """The data and tokenizer the user's own run spec names, as its nodes' own copies: a node
+    reads a spec's unpinned path only inside its working directory (worker/node_paths.py)."""
+    source = "" if spec.data.source in BUILT_IN else spec.data.source
+    paths = (("--corpus", source), ("--tokenizer", spec.data.tokenizer))
+    return [
+        arg
+        for flag, path in paths
+        if path
+        for arg in (flag, os.path.abspath(os.path.expanduser(path)))
+    ]
 
 
 def _start(

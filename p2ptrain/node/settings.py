@@ -21,6 +21,7 @@ from p2ptrain.control.settings import (
     VIA,
 )
 from p2ptrain.flags import Flag, FlagRecord, flag_field
+from p2ptrain.worker.settings import CORPUS, TOKENIZER
 
 DEFAULT_IDENTITY = "p2ptrain-identity.key"
 
@@ -97,6 +98,8 @@ class NodeSettings(FlagRecord):
             },
         )
     )
+    corpus: str | None = flag_field(CORPUS)
+    tokenizer: str | None = flag_field(TOKENIZER)
     token: str | None = flag_field(TOKEN)
     metrics_log: str | None = flag_field(
         Flag(

@@ -122,9 +122,9 @@ class Worker:
             threading.Thread(target=self._beat_forever, name="heartbeat", daemon=True).start()
 
     def run(self) -> int:
-        from p2ptrain.worker.checkpoint_place import place_checkpoints
         from p2ptrain.worker.dht_gate import start_gated_dht
         from p2ptrain.worker.dht_helpers import AnnouncementValidator
+        from p2ptrain.worker.node_paths import node_spec
         from p2ptrain.worker.pipeline.transport import Transport
         from p2ptrain.worker.resume.copies import keep_copies
         from p2ptrain.worker.resume.copy_server import CopyServer
@@ -174,7 +174,7 @@ class Worker:
                 spec = message.run
                 transport.keep_routes(message.routes)
                 # a static plan's spec is a local file; the control process's, the organiser's
-                spec = place_checkpoints(spec, self.settings.checkpoint_dir, self.ipc is not None)
+                spec = node_spec(spec, self.settings, self.ipc is not None)
                 state_server.serve_run(spec, checkpoint_dir(spec), message.plan)
                 self.phase, self.phase_plan = "joining", message.plan
                 session = Session(
@@ -279,9 +279,12 @@ class Worker:
 
     def _check_data(self, spec: RunSpec) -> None:
         """The run pins its data (data_sha256): check ours once per run, before we time or
-        train anything; UserError, naming both digests, if it differs."""
+        train anything; UserError, naming both digests, if it differs, or if the data is not
+        ours to read (worker/node_paths.py)."""
         from p2ptrain.train.data import check_digest, load_tokens
+        from p2ptrain.worker.node_paths import node_spec
 
+        spec = node_spec(spec, self.settings, self.ipc is not None)
         key = (spec.run_id, spec.data.source, spec.data.data_sha256)
         if not spec.data.data_sha256 or key in self._checked_data:
             return
@@ -291,8 +294,8 @@ class Worker:
     def _time_compute(self, spec: RunSpec) -> None:
         """Once per run: tell the control process the run's states we hold (saved_report.py), then
         time the run's model (a few hundred ms at most): the planner prices our stages from it."""
-        from p2ptrain.worker.checkpoint_place import place_checkpoints
         from p2ptrain.worker.compute_probe import measure_stage_compute
+        from p2ptrain.worker.node_paths import place_checkpoints
 
         if self.ipc is None:
             return  # a static plan has no planner to tell

@@ -50,6 +50,24 @@ FAULT = Flag(
     },
 )
 
+# this node's copies of the run's files, wherever the volunteer keeps them (`join` passes them
+# on): read instead of the run spec's paths (worker/node_paths.py)
+CORPUS = Flag(
+    "--corpus",
+    {
+        "metavar": "PATH",
+        "help": "this node's copy of the run's data, a file or folder read instead of the run "
+        "spec's data (a run that pins its data still checks the bytes)",
+    },
+)
+TOKENIZER = Flag(
+    "--tokenizer",
+    {
+        "metavar": "PATH",
+        "help": "this node's copy of the run's tokenizer.json, read instead of the run spec's",
+    },
+)
+
 
 @dataclass(frozen=True)
 class WorkerSettings(FlagSettings):
@@ -87,6 +105,8 @@ class WorkerSettings(FlagSettings):
             {"help": "this node's checkpoint directory (default: the run spec's)"},
         )
     )
+    corpus: str | None = flag_field(CORPUS)  # this node's copy of the run's data
+    tokenizer: str | None = flag_field(TOKENIZER)
     listen_host: str = flag_field(  # where p2pd listens (/ip4/HOST/tcp/PORT)...
         Flag(
             "--listen-host",
