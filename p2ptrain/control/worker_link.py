@@ -37,6 +37,7 @@ from p2ptrain.records import (
     RunMessage,
     RunSpec,
     SavedReport,
+    StartReport,
     Stop,
 )
 
@@ -123,6 +124,14 @@ class WorkerLink:
             state.view.own_metrics = dataclasses.replace(
                 metrics, copies=message.copies, copies_plan=(message.term, message.epoch)
             )
+        elif isinstance(message, StartReport):
+            # members our worker's start agreement never heard: gossiped with our metrics for
+            # that plan (a trainer's next step report has none), the planner judges them
+            metrics = state.view.own_metrics or PeerMetrics()
+            state.view.own_metrics = dataclasses.replace(
+                metrics, silent=message.silent, silent_plan=(message.term, message.epoch)
+            )
+            state.publish_soon("telemetry")
         elif isinstance(message, SavedReport):
             # named in our record once we know its run is ours (a restarted control process
             # hears it before it knows the run): a restart's first plan waits for the rest

@@ -15,7 +15,7 @@ records; nobody builds or reads a bare dict of one.
 | NetworkFacts    | records/network.py     | inside a Plan: the links it was made for, per group and hop |
 | (lineage)       | records/lineage.py     | inside a Plan: whose stage states it may use        |
 | DaemonCheckReply, DeviceFacts | records/messages.py | `doctor`'s daemon-check child -> doctor (one stdout line) |
-| Hello, MetricsReport, Heartbeat, ComputeReport, SavedReport, CopyReport, SessionReport, PlanMessage, RunMessage, Stop | records/messages.py | worker socket, metrics logs |
+| Hello, MetricsReport, Heartbeat, ComputeReport, SavedReport, CopyReport, SessionReport, StartReport, PlanMessage, RunMessage, Stop | records/messages.py | worker socket, metrics logs |
 | SavedStage      | records/peer.py        | worker socket (SavedReport) -> PeerRecord -> the first plan |
 | StageCopy       | records/peer.py        | worker socket (CopyReport) -> PeerMetrics -> status |
 | StepProfile     | records/profile.py     | metrics logs only (`join --profile`)                |
@@ -53,7 +53,9 @@ if TYPE_CHECKING:
         RunMessage,
         SavedReport,
         SessionReport,
+        StartReport,
         Stop,
+        WorkerReport,
         message_from_dict,
     )
     from p2ptrain.records.network import LinkFacts, NetworkFacts
@@ -144,6 +146,8 @@ _HOMES = {
     "SavedReport": "messages",
     "SavedStage": "peer",
     "SessionReport": "messages",
+    "StartReport": "messages",
+    "WorkerReport": "messages",
     "StageCompute": "peer",
     "StageCopy": "peer",
     "StepProfile": "profile",
@@ -204,11 +208,13 @@ __all__ = [
     "SessionReport",
     "StageCompute",
     "StageCopy",
+    "StartReport",
     "StepProfile",
     "Stop",
     "SwarmStatus",
     "Telemetry",
     "Token",
+    "WorkerReport",
     "issue_revocation",
     "issue_token",
     "load_run_spec",

@@ -27,6 +27,7 @@ from p2ptrain.records.codec import (
     Nested,
     OneOf,
     PeerId,
+    PeerIds,
     Record,
     Seq,
     Text,
@@ -35,6 +36,7 @@ from p2ptrain.records.codec import (
 from p2ptrain.records.peer import (
     MAX_COPIES,
     MAX_SAVED,
+    MAX_SILENT,
     SavedStage,
     StageCompute,
     StageCopy,
@@ -172,6 +174,22 @@ class SessionReport(Record, name="session", kind="session"):
 
 
 @dataclass(frozen=True)
+class StartReport(Record, name="start report", kind="start"):
+    """The worker's start agreement under plan (term, epoch) heard no announcement from these
+    members in its time (worker/resume/start_step.py): the control process gossips them with
+    its metrics, and the planner plans around a member most of the others name
+    (control/planning/silent_start.py)."""
+
+    term: int
+    epoch: int
+    silent: Annotated[tuple[str, ...], PeerIds(MAX_SILENT)]
+
+
+# what a session reports to its worker, which passes it on (the metrics log, the IPC)
+WorkerReport = MetricsReport | StepProfile | StartReport
+
+
+@dataclass(frozen=True)
 class PlanMessage(Record, name="plan message", kind="plan"):
     """Train under this plan (control -> worker); the run spec travels with it."""
 
@@ -211,6 +229,7 @@ Message = (
     | SavedReport
     | CopyReport
     | SessionReport
+    | StartReport
     | StepProfile
     | PlanMessage
     | RunMessage
@@ -226,6 +245,7 @@ MESSAGE_TYPES: dict[str, Any] = {
         SavedReport,
         CopyReport,
         SessionReport,
+        StartReport,
         StepProfile,
         PlanMessage,
         RunMessage,

@@ -238,6 +238,9 @@ class StageCopy(Record, name="stage copy"):
         return f"L{self.first}-{self.end}"
 
 
+MAX_SILENT = 64  # silent members one report names (a telemetry envelope is <= 64 KiB)
+
+
 @dataclass(frozen=True)
 class PeerMetrics(Record, name="metrics"):
     """A trainer's latest step as its control process gossips it (from the worker's reports),
@@ -269,6 +272,12 @@ class PeerMetrics(Record, name="metrics"):
     # (term, epoch): shown only under that plan (from the worker's CopyReport; a trainer has none)
     copies: Annotated[tuple[StageCopy, ...], Seq(Nested(StageCopy), MAX_COPIES), OMITTED] = ()
     copies_plan: Annotated[
+        tuple[int, int] | None, Nullable(Custom(_any_plan_key, list)), OMITTED
+    ] = None
+    # the plan members its worker's start agreement under `silent_plan` heard nothing from
+    # (records/messages.py: StartReport; control/planning/silent_start.py judges them)
+    silent: Annotated[tuple[str, ...], PeerIds(MAX_SILENT), OMITTED] = ()
+    silent_plan: Annotated[
         tuple[int, int] | None, Nullable(Custom(_any_plan_key, list)), OMITTED
     ] = None
 

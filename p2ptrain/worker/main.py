@@ -35,7 +35,8 @@ from p2ptrain.records import (
     PlanMessage,
     RunSpec,
     SessionReport,
-    StepProfile,
+    StartReport,
+    WorkerReport,
 )
 from p2ptrain.train.checkpoint import checkpoint_dir
 from p2ptrain.worker import allocator, collector, daemon_env, static_plan, watchdog
@@ -54,8 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("p2ptrain.worker")
 
 SHUTDOWN_GRACE_S = 3.0
-# a heartbeat every few seconds, from its own thread: the control process judges the worker's
-# health from them (control/health.py), so they must flow while the trainer waits or computes
+# from its own thread: the control process judges our health by them (control/health.py)
 HEARTBEAT_INTERVAL_S = 2.0
 # after hivemind's DHT process died: as long as a supervisor gives a stopping worker
 DHT_LOST_EXIT_S = 10.0
@@ -346,12 +346,12 @@ class Worker:
 
         return CpuProfiler() if self.settings.profile else NO_PROFILE
 
-    def _report(self, message: MetricsReport | SessionReport | StepProfile | CopyReport) -> None:
+    def _report(self, message: WorkerReport | SessionReport | CopyReport) -> None:
         line = json.dumps(message.to_dict())
         if self.settings.metrics_log:  # what `p2ptrain local` follows, step by step
             with open(self.settings.metrics_log, "a") as f:
                 f.write(line + "\n")
-        if not isinstance(message, MetricsReport | CopyReport):
+        if not isinstance(message, MetricsReport | CopyReport | StartReport):
             return  # the IPC contract has no other worker -> control message to carry them
         if self.ipc is not None:
             self.ipc.send(message)

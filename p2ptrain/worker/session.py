@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 from hivemind import DHT
 
-from p2ptrain.records import MetricsReport, Plan, Role, RunSpec, StepProfile
+from p2ptrain.records import Plan, Role, RunSpec, WorkerReport
 from p2ptrain.train.checkpoint import checkpoint_dir
 from p2ptrain.train.data import load_corpus
 from p2ptrain.train.model import Stage, build_layers
@@ -68,7 +68,7 @@ class Session:
         dht: DHT,
         transport: Transport,
         inbox: PlanInbox,
-        report: Callable[[MetricsReport | StepProfile], None],
+        report: Callable[[WorkerReport], None],
         plan_version: int = 0,
         faults: Faults = NO_FAULTS,
         identity_seed: bytes = b"",
@@ -183,6 +183,7 @@ class Session:
             self.identity_seed,
             self.transport.peer_id,
             self._superseded,
+            self.report,  # members silent in it: the planner plans around them
         )
 
     def _superseded(self) -> bool:

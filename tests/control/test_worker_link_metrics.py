@@ -26,3 +26,19 @@ def test_our_metrics_are_the_workers_report_as_it_stands() -> None:
     }
     assert metrics.averaging == {"averaged": 2}  # the outcomes so far
     assert (metrics.step, metrics.start_lineage) == (3, "0123456789abcdef")
+
+
+def test_members_our_start_agreement_never_heard_go_out_with_our_metrics() -> None:
+    """The planner judges them (control/planning/silent_start.py); our next step's report,
+    under a plan that started, names none."""
+    from p2ptrain.records import StartReport
+
+    view, _ = make_view(peers=(A, B))
+    state = NodeState(bytes(range(1, 33)), "control-only", ME, cast(Any, None), view, {})
+    link = WorkerLink(state, "/nonexistent/ipc.sock", print_progress=False)
+    link._on_message(StartReport(3, 7, (A,)))
+    metrics = view.own_metrics
+    assert metrics is not None and (metrics.silent, metrics.silent_plan) == ((A,), (3, 7))
+    assert PeerMetrics.from_dict(metrics.to_dict()) == metrics  # as it is gossiped
+    link._on_message(MetricsReport.from_dict(metrics_dict()))
+    assert view.own_metrics is not None and view.own_metrics.silent == ()

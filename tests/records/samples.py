@@ -33,6 +33,7 @@ from p2ptrain.records import (
     SessionReport,
     StageCompute,
     StageCopy,
+    StartReport,
     StepProfile,
     Stop,
     SwarmStatus,
@@ -376,6 +377,7 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
     (Hello, {"type": "hello", "peer_id": A, "data_addrs": ["/ip4/127.0.0.1/tcp/1"], "pid": 42}),
     (MetricsReport, metrics_dict()),
     (SessionReport, {"type": "session", "plan": plan_dict(), "step": 4}),
+    (StartReport, {"type": "start", "term": 2, "epoch": 3, "silent": [A]}),
     (
         CopyReport,
         {
@@ -404,6 +406,7 @@ SAMPLES: list[tuple[Any, dict[str, Any]]] = [
         PeerMetrics,
         PeerMetrics(copies=(StageCopy.from_dict(copy_dict()),), copies_plan=(2, 5)).to_dict(),
     ),
+    (PeerMetrics, PeerMetrics(silent=(A, B), silent_plan=(2, 5)).to_dict()),
     (PlanMessage, {"type": "plan", "plan": plan_dict(), "run": RunSpec().to_dict()}),
     (StepProfile, profile_dict()),
     (StepProfile, {**profile_dict(), "averaging_cpu_before_s": None, "frames_cpu_s": None}),

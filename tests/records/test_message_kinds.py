@@ -20,6 +20,7 @@ def test_the_wire_names_of_the_messages_stay() -> None:
         "saved": "SavedReport",
         "copies": "CopyReport",
         "session": "SessionReport",
+        "start": "StartReport",
         "profile": "StepProfile",
         "plan": "PlanMessage",
         "run": "RunMessage",

@@ -56,6 +56,7 @@ from p2ptrain.control.planning.plan_inputs import (
     unroutable,
 )
 from p2ptrain.control.planning.readiness import first_plan_gaps, holder_gaps
+from p2ptrain.control.planning.silent_start import SilentStart
 from p2ptrain.control.planning.trust import ComputeTrust, compute_known, measured_peers
 from p2ptrain.control.run_end import lost_before_end, steps_left
 from p2ptrain.control.view import SwarmView
@@ -104,6 +105,7 @@ class PlanMaker:
         self._refused = ""  # why the last search found no placement that fits (logged once)
         self._first_wait = FirstPlanWait()
         self._trust = ComputeTrust()  # claimed compute checked against observed steps
+        self._silent = SilentStart()  # members the others never heard in a start agreement
         self._confirmation = PlanConfirmation()  # a plan made on estimated links
 
     async def tick(
@@ -129,7 +131,10 @@ class PlanMaker:
         if current is not None and done and not lost_before_end(current, members, done):
             return False  # the run ends under this plan: no loss to re-plan
         trained = run_end.done_of(run)  # their workers exit: never placed again
+        reported = {peer: m.metrics for peer, m in self.view.members.items()}
+        reported[self.view.self_id] = self.view.own_metrics
         members = [peer for peer in members if peer not in trained]
+        members = self._silent.admit(current, members, reported, now)  # silent in its start
         if not members:
             return False
         donors, gone = self._donors.review(self.view, current, members, now)
@@ -155,8 +160,6 @@ class PlanMaker:
         relayed = frozenset(
             pair for pair in links if self.view.links.connection(*pair) == "relayed"
         )
-        reported = {peer: m.metrics for peer, m in self.view.members.items()}
-        reported[self.view.self_id] = self.view.own_metrics
         repriced = self._trust.observe(current, reported, now)
         inputs = PlanInputs(
             members=tuple(members),

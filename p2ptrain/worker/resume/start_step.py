@@ -46,8 +46,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from p2ptrain.records import Plan
+from p2ptrain.records import Plan, StartReport
 from p2ptrain.records.lineage import may_adopt
+from p2ptrain.records.peer import MAX_SILENT
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train.checkpoint import layers_key
 from p2ptrain.worker.resume import adopt, covers, recency
@@ -289,12 +290,14 @@ def agree_on_start(
     timeout_s: float = RESUME_TIMEOUT_S,
     adopting: bool = False,
     donors: Mapping[str, range] | None = None,
+    on_silent: Callable[[list[str]], None] | None = None,
 ) -> StartPoint | None:
     """Announce `mine` under `key` (signed with `seed`, this peer's identity key), wait for every
     member's announcement (`members`: the plan's peers in its order), choose the start for the
     stages of `placed` (layers key -> the members placed there) among the states of the plan's
     lineage (`rank`: its Plan.state_rank), or, `adopting`, an earlier lineage's (choose_start).
-    None if `should_abort()` turned true or a member stayed silent for `timeout_s`."""
+    None if `should_abort()` turned true or a member stayed silent for `timeout_s` (then told to
+    `on_silent`, those members)."""
     from hivemind.utils import get_dht_time
 
     others = sorted(set(members) - {peer_id})
@@ -324,6 +327,8 @@ def agree_on_start(
                 log.warning(
                     "no resume announcement from %s in %.0f s", ", ".join(silent), timeout_s
                 )
+                if on_silent is not None:
+                    on_silent(silent)
                 return None
             if time.monotonic() - stored_again > 5.0:  # in case the first store missed a peer
                 dht.store(key, value, get_dht_time() + ANNOUNCEMENT_TTL_S, subkey=subkey)
@@ -340,10 +345,16 @@ def agree_on_plan_start(
     seed: bytes,
     peer_id: str,
     should_abort: Callable[[], bool],
+    report: Callable[[StartReport], None] | None = None,
 ) -> StartPoint | None:
     """agree_on_start for this peer under `plan`, announcing its states in `directory`; a
     restarted swarm's first lineage adopts the run's newest state (worker/resume/adopt.py) unless the
-    run says resume = "never"."""
+    run says resume = "never". Members silent past its time are told to `report`."""
+
+    def silent(peers: list[str]) -> None:
+        if report is not None:
+            report(StartReport(plan.term, plan.epoch, tuple(peers[:MAX_SILENT])))
+
     members, placed = placement(plan, spec.model.n_layer)
     adopting = spec.checkpoint.resume == "latest" and may_adopt(plan.lineage)
     rank = plan.state_rank
@@ -363,6 +374,7 @@ def agree_on_plan_start(
         spec.optim.steps,
         adopting=adopting,
         donors=plan.donor_ranges(),  # heard first on the blocks they hand over (covers.py)
+        on_silent=silent,
     )
     if start is not None:
         log.info(

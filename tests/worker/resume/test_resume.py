@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import replace
 
+import pytest
+
 from p2ptrain import identity
 from p2ptrain.worker.resume.announcement import Announced, check_announcement, sign_announcement
 from p2ptrain.worker.resume.covers import cover
@@ -286,3 +288,51 @@ def test_a_donor_kept_after_its_taker_trained_on_rolls_nothing_back() -> None:
     order = ["a", "taker", "donor"]
     start = choose_start_step(NEEDED, held, placed, order, donors={"donor": range(2, 4)})
     assert start.step == 20 and start.note == "" and start.digests["L2-4"] == d("L2-4@20")
+
+
+def test_members_silent_past_the_agreements_time_are_told_to_the_caller(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A member that never announces held every plan's start up (120 s, then the sessions
+    failed) and stayed in every plan; its silence is now said, so the planner can judge it."""
+    import sys
+    from types import ModuleType, SimpleNamespace
+    from typing import Any
+
+    from p2ptrain.worker.resume.start_step import agree_on_start
+
+    # the DHT's clock only: hivemind and libp2p cannot share a unit-test process
+    fake = ModuleType("hivemind.utils")
+    fake.get_dht_time = lambda: 0.0  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "hivemind", ModuleType("hivemind"))
+    monkeypatch.setitem(sys.modules, "hivemind.utils", fake)
+
+    class Dht:  # a DHT where only our own announcement is ever stored
+        def __init__(self) -> None:
+            self.values: dict[str, Any] = {}
+
+        def store(self, key: str, value: bytes, expiry: float, subkey: str) -> None:
+            self.values[subkey] = SimpleNamespace(value=value)
+
+        def get(self, key: str, latest: bool) -> Any:
+            return SimpleNamespace(value=dict(self.values))
+
+    seed = bytes(range(32))
+    me = identity.peer_id_of(seed)
+    told: list[list[str]] = []
+    start = agree_on_start(
+        Dht(),  # type: ignore[arg-type]
+        KEY,
+        seed,
+        me,
+        [me, "12D3KooWSilentA", "12D3KooWSilentB"],
+        {"L0-2": {me}},
+        root(steps("L0-2", 4)),
+        lambda tag: 0,  # every lineage's state ranks alike
+        lambda: False,
+        num_steps=100,
+        timeout_s=0.0,  # the wait is over at its first look
+        on_silent=told.append,
+    )
+    assert start is None
+    assert told == [["12D3KooWSilentA", "12D3KooWSilentB"]]

@@ -1,0 +1,70 @@
+"""Members silent in a plan's start agreement (control/planning/silent_start.py): one that never
+announced held every plan's start up, and the planner kept it in every plan; now a strict
+majority of the plan's other members (two at least) naming it under that plan leaves it out of
+the next plans for a while, and a lone or minority accuser, or another plan's reports, do not."""
+
+from __future__ import annotations
+
+import pytest
+
+from p2ptrain.control.planning.silent_start import MAX_OUT_S, SILENT_OUT_S, SilentStart
+from p2ptrain.records import PeerMetrics, Plan
+
+PEERS = ["p0", "p1", "p2", "p3", "p4"]
+
+
+def plan(epoch: int = 1, peers: list[str] = PEERS) -> Plan:
+    return Plan(
+        term=1,
+        epoch=epoch,
+        planner="p0",
+        stages=1,
+        pipelines=tuple((p,) for p in peers[:-1]),
+        spares=(peers[-1],),  # a spare announces too: it may be the silent one
+        data_addrs={},
+        cost_s=1.0,
+    )
+
+
+def said(silent: dict[str, tuple[str, ...]], key: tuple[int, int] = (1, 1)) -> dict:
+    return {p: PeerMetrics(silent=s, silent_plan=key) for p, s in silent.items()}
+
+
+def test_a_member_most_others_never_heard_is_left_out_then_planned_again() -> None:
+    judge = SilentStart()
+    reports = said({p: ("p4",) for p in ("p0", "p1", "p2")})  # 3 of its 4 mates
+    assert judge.admit(plan(), PEERS, reports, now=0.0) == PEERS[:4]
+    assert judge.admit(plan(), PEERS, reports, now=SILENT_OUT_S - 1) == PEERS[:4]  # judged once
+    assert judge.admit(plan(2), PEERS, {}, now=SILENT_OUT_S) == PEERS  # its time is up
+    # silent again under a later plan: out twice as long, at most MAX_OUT_S
+    for n, epoch in enumerate((3, 4, 5, 6), start=2):
+        now = 10 * MAX_OUT_S * epoch
+        judge.admit(plan(epoch), PEERS, said({p: ("p4",) for p in PEERS[:3]}, (1, epoch)), now)
+        assert judge.until["p4"] - now == min(MAX_OUT_S, SILENT_OUT_S * 2 ** (n - 1))
+
+
+@pytest.mark.parametrize(
+    "silent",
+    [
+        {"p0": ("p4",)},  # a lone accuser
+        {"p0": ("p4",), "p1": ("p4",)},  # two of its four mates: no strict majority
+        {"p4": ("p0", "p1", "p2", "p3")},  # the silent one naming everyone
+        {"p0": ("p0",), "p1": ("p0",)},  # one naming itself counts for nothing
+    ],
+)
+def test_a_minority_of_accusers_leaves_nobody_out(silent: dict[str, tuple[str, ...]]) -> None:
+    assert SilentStart().admit(plan(), PEERS, said(silent), now=0.0) == PEERS
+
+
+def test_only_the_current_plans_reports_count_and_only_its_members_accuse() -> None:
+    judge = SilentStart()
+    stale = said({p: ("p4",) for p in ("p0", "p1", "p2")}, key=(1, 0))
+    assert judge.admit(plan(), PEERS, stale, now=0.0) == PEERS
+    strangers = {f"s{i}": PeerMetrics(silent=("p4",), silent_plan=(1, 1)) for i in range(9)}
+    assert judge.admit(plan(), PEERS, strangers, now=0.0) == PEERS
+
+
+def test_in_a_plan_of_two_nobody_can_tell_who_is_silent() -> None:
+    two = plan(peers=["p0", "p1"])
+    reports = said({"p0": ("p1",), "p1": ("p0",)})
+    assert SilentStart().admit(two, ["p0", "p1"], reports, now=0.0) == ["p0", "p1"]
