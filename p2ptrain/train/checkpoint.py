@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -159,7 +159,7 @@ def saved_steps(directory: Path) -> dict[str, list[int]]:
     return {key: sorted(steps) for key, steps in found.items()}
 
 
-_digests: dict[tuple[str, int, int, int], str] = {}
+_digests: dict[tuple[int, ...], str] = {}
 
 
 def file_sha256(path: Path) -> str:
@@ -167,15 +167,22 @@ def file_sha256(path: Path) -> str:
     once, by rename, and announced at every plan). OSError if `path` holds no regular file
     (durable.NotRegularFile: a FIFO there hung the worker)."""
     with open_regular(path) as f:
-        stat = os.fstat(f.fileno())  # of the file hashed, not of whatever the name holds later
-        key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
-        if (known := _digests.get(key)) is None:  # one lookup: another thread may clear it
-            digest = hashlib.sha256()
-            while chunk := f.read(1024 * 1024):
-                digest.update(chunk)
-            if len(_digests) > 1024:
-                _digests.clear()
-            known = _digests[key] = digest.hexdigest()
+        return open_sha256(f)
+
+
+def open_sha256(f: BinaryIO) -> str:
+    """The sha256 (hex) of an open file's bytes, read from its current position (its start),
+    remembered by the file's identity and times (of the file hashed, not of whatever a name
+    holds later; ctime too: it moves on any write, also one that set the mtime back)."""
+    stat = os.fstat(f.fileno())
+    key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    if (known := _digests.get(key)) is None:  # one lookup: another thread may clear it
+        digest = hashlib.sha256()
+        while chunk := f.read(1024 * 1024):
+            digest.update(chunk)
+        if len(_digests) > 1024:
+            _digests.clear()
+        known = _digests[key] = digest.hexdigest()
     return known
 
 

@@ -8,7 +8,6 @@ No hivemind; the state server imports it, never the other way."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from p2ptrain.durable import open_regular
-from p2ptrain.train.checkpoint import layers_key, list_states
+from p2ptrain.train.checkpoint import layers_key, list_states, open_sha256
 from p2ptrain.train.state_file import ZIP_MAGIC
 
 # A reader must take the state at a floor rate on average, with SEND_GRACE_S of its first
@@ -27,8 +26,6 @@ from p2ptrain.train.state_file import ZIP_MAGIC
 # reader sharing our uplink gets twice the floor); the grace covers a relayed stream's start
 # and TCP's slow start
 SEND_GRACE_S = 15.0
-
-_DIGESTS: dict[tuple[int, ...], str] = {}  # a file's identity and times -> its sha256
 
 
 class TooSlow(TimeoutError):
@@ -52,24 +49,16 @@ class OpenedState:
 
 def open_state(path: Path) -> OpenedState:
     """`path` opened once (a regular file only: durable.NotRegularFile, an OSError, otherwise),
-    its sha256 read from that descriptor (remembered while the file is unchanged: hashing a
-    large state is slow), and the descriptor back at its start. Blocking: run on a thread."""
+    its sha256 read from that descriptor (train/checkpoint.py: remembered while the file is
+    unchanged: hashing a large state is slow), and the descriptor back at its start. Blocking:
+    run on a thread."""
     f = open_regular(path)
     try:
-        st = os.fstat(f.fileno())
-        # ctime too: it moves on any write, also one that set the mtime back
-        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        if (digest := _DIGESTS.get(key)) is None:
-            sha256 = hashlib.sha256()
-            while chunk := f.read(1024 * 1024):
-                sha256.update(chunk)
-            if len(_DIGESTS) > 1024:
-                _DIGESTS.clear()
-            digest = _DIGESTS[key] = sha256.hexdigest()
+        digest = open_sha256(f)
         f.seek(0)
         pickled = f.read(len(ZIP_MAGIC)) == ZIP_MAGIC
         f.seek(0)
-        return OpenedState(path, f, st.st_size, digest, pickled)
+        return OpenedState(path, f, os.fstat(f.fileno()).st_size, digest, pickled)
     except BaseException:
         f.close()
         raise
