@@ -10,6 +10,7 @@ import contextvars
 import time
 from collections.abc import Callable, Iterator
 
+import trio
 from libp2p.abc import IHost
 from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
 from libp2p.peer.peerinfo import PeerInfo
@@ -24,16 +25,25 @@ DHT_RECORD_MAX_AGE_S = 3600.0
 # what values others store with us may cost in parsing and signature checks (~0.2 ms a kB)
 VALIDATE_BYTES_PER_S = 256 * 1024
 VALIDATE_BURST_BYTES = 2 * 1024 * 1024
-# set while our own code puts a value: the library validates our own record too, and a flood
-# that spent the budget must not fail our puts (trio tasks inherit it: a stranger's PUT, read
-# by the host's handler tasks, never has it)
-_OURS = contextvars.ContextVar("p2ptrain_own_dht_operation", default=False)
+# the task that puts a value of ours, while it does: the library validates our own record in
+# that task, and a flood that spent the budget must not fail our puts. The task, not a flag:
+# trio tasks inherit their spawner's context, and a connection our put dials starts its stream
+# handlers (a stranger's PUTs among them) from our task
+_OURS: contextvars.ContextVar[object] = contextvars.ContextVar("p2ptrain_own_dht_put", default=None)
+
+
+def _ours() -> bool:
+    try:
+        return _OURS.get() is trio.lowlevel.current_task()
+    except RuntimeError:  # not in a trio task: not our put
+        return False
 
 
 @contextlib.contextmanager
 def own_operation() -> Iterator[None]:
-    """Around our own DHT puts: what they validate is not charged to the strangers' budget."""
-    token = _OURS.set(True)
+    """Around our own DHT puts: what they validate in this task is not charged to the
+    strangers' budget."""
+    token = _OURS.set(trio.lowlevel.current_task())
     try:
         yield
     finally:
@@ -59,7 +69,7 @@ class _SignedRecordValidator(Validator):
             raise wire.WireError(f"oversized: {len(value)} bytes")
         if (b'"kind":"run"' if key == RUN_KEY else b'"kind":"peer"') not in value:
             raise wire.WireError(f"not a record of the kind {key[:100]!r} holds")
-        if not _OURS.get():
+        if not _ours():
             self._spend(len(value))
         env = wire.decode(value, max_age_s=DHT_RECORD_MAX_AGE_S)  # raises WireError (ValueError)
         expected = {"run": RUN_KEY, "peer": peer_key(env.author)}.get(env.kind)

@@ -21,6 +21,7 @@ from pathlib import Path
 from p2ptrain.harness.process_swarm import ProcessSwarm
 from p2ptrain.ipc_lines import LineBuffer, decode, encode
 from p2ptrain.records import Hello, Message, MetricsReport, Plan, PlanMessage, RunSpec, Stop
+from p2ptrain.worker.node_paths import own_copies
 from p2ptrain.worker.settings import DEFAULT_DEVICE, WorkerSettings
 
 STALL_TIMEOUT_S = 180.0  # no progress for this long: the swarm is broken
@@ -148,10 +149,17 @@ class LocalSwarm(ProcessSwarm):
         self.stop()
 
     def _start_worker(self, index: int, ipc_path: str) -> None:
-        # the spec is the test's own: its folder, as a node's flag (a spec's absolute folder
-        # is not taken from the organiser: worker/node_paths.py)
+        # the spec is the test's own: its folder and data, as a node's flags (a spec's
+        # absolute paths are not taken from the organiser: worker/node_paths.py)
         folder = self.spec.checkpoint.checkpoint_dir or None
-        settings = WorkerSettings(ipc=ipc_path, device=self.device, checkpoint_dir=folder)
+        corpus, tokenizer = own_copies(self.spec)
+        settings = WorkerSettings(
+            ipc=ipc_path,
+            device=self.device,
+            checkpoint_dir=folder,
+            corpus=corpus,
+            tokenizer=tokenizer,
+        )
         argv = [*settings.command(), *self.worker_flags.get(index, [])]
         self.spawn(index, self._command(index, argv), env=self.env)
 

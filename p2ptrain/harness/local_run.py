@@ -10,7 +10,6 @@ nodes run is a NodeSites: loopback here; the WAN testbed puts node i in namespac
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from p2ptrain.harness.direct_swarm import StepStats, SwarmResult
 from p2ptrain.ipc_lines import decode
 from p2ptrain.records import Message, MetricsReport, Plan, RunSpec, SessionReport, issue_token
 from p2ptrain.worker.faults import NO_FAULTS, Faults
-from p2ptrain.worker.node_paths import BUILT_IN
+from p2ptrain.worker.node_paths import own_copies
 from p2ptrain.worker.settings import DEFAULT_DEVICE
 
 START_TIMEOUT_S = 60.0
@@ -174,14 +173,8 @@ def _flag(flag: str, value: str | None) -> list[str]:
 def _own_data(spec: RunSpec) -> list[str]:
     """The data and tokenizer the user's own run spec names, as its nodes' own copies: a node
     reads a spec's unpinned path only inside its working directory (worker/node_paths.py)."""
-    source = "" if spec.data.source in BUILT_IN else spec.data.source
-    paths = (("--corpus", source), ("--tokenizer", spec.data.tokenizer))
-    return [
-        arg
-        for flag, path in paths
-        if path
-        for arg in (flag, os.path.abspath(os.path.expanduser(path)))
-    ]
+    corpus, tokenizer = own_copies(spec)
+    return [*_flag("--corpus", corpus), *_flag("--tokenizer", tokenizer)]
 
 
 def _start(

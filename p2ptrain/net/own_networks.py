@@ -102,7 +102,10 @@ def ip4_interfaces() -> list[ipaddress.IPv4Interface]:
         for offset in range(0, used - IFREQ_SIZE + 1, IFREQ_SIZE):
             request = data[offset : offset + IFREQ_SIZE]  # name and AF_INET address: that one's
             address = socket.inet_ntoa(request[_SIN_ADDR : _SIN_ADDR + 4])
-            reply = fcntl.ioctl(sock.fileno(), SIOCGIFNETMASK, request)
+            try:
+                reply = fcntl.ioctl(sock.fileno(), SIOCGIFNETMASK, request)
+            except OSError:  # gone since SIOCGIFCONF: the others still bound us
+                continue
             mask = socket.inet_ntoa(reply[_SIN_ADDR : _SIN_ADDR + 4])
             found.append(ipaddress.IPv4Interface(f"{address}/{mask}"))
         return found

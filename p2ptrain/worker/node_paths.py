@@ -18,6 +18,7 @@ node did not name is taken only inside the node's working directory.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import PurePath
 
 from p2ptrain.errors import UserError
@@ -42,7 +43,12 @@ def place_data(
     spec: RunSpec, own_corpus: str | None, own_tokenizer: str | None, from_organiser: bool = True
 ) -> RunSpec:
     """`spec` reading this node's own copies where it names them; UserError if, unpinned, the
-    organiser's spec names a local data or tokenizer path outside the working directory."""
+    organiser's spec names a local data or tokenizer path outside the working directory. A
+    built-in corpus (embedded, stdlib) is no path: a node's --corpus does not replace it (a
+    leftover flag would train this peer on other bytes than the run's)."""
+    if own_corpus and spec.data.source in BUILT_IN:
+        log.warning("the run trains on the %s corpus: --corpus is not used", spec.data.source)
+        own_corpus = None
     changes = {"data": own_corpus, "tokenizer": own_tokenizer}
     spec = spec.replace(**{name: path for name, path in changes.items() if path})
     if from_organiser and not spec.data.data_sha256:
@@ -59,6 +65,18 @@ def place_data(
                     "p2ptrain digest)"
                 )
     return spec
+
+
+def own_copies(spec: RunSpec) -> tuple[str | None, str | None]:
+    """The data and tokenizer paths a run spec of one's own names, absolute: what a harness
+    passes its nodes as their own copies (--corpus, --tokenizer), since a node reads a spec's
+    unpinned path only inside its working directory."""
+    source = "" if spec.data.source in BUILT_IN else spec.data.source
+    return _absolute(source), _absolute(spec.data.tokenizer)
+
+
+def _absolute(path: str) -> str | None:
+    return os.path.abspath(os.path.expanduser(path)) if path else None
 
 
 def place_checkpoints(spec: RunSpec, own_dir: str | None, from_organiser: bool = True) -> RunSpec:

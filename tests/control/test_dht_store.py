@@ -7,7 +7,7 @@ storage (24 h values of up to 1 MiB, 48 h provider records with any number of ad
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
@@ -142,7 +142,10 @@ def test_a_value_is_refused_before_parsing_when_too_large_of_another_kind_or_pas
 
 
 def test_our_own_puts_are_not_charged_to_a_spent_budget() -> None:
-    """A flood that spent the budget failed our own puts too (the library validates them)."""
+    """A flood that spent the budget failed our own puts too (the library validates them in the
+    putting task); a task spawned meanwhile (a connection our put dialled starts its stream
+    handlers, a stranger's PUTs among them, from our task) is charged as any stranger is."""
+
     from p2ptrain.control.dht_store import (
         VALIDATE_BURST_BYTES,
         _SignedRecordValidator,
@@ -153,11 +156,30 @@ def test_our_own_puts_are_not_charged_to_a_spent_budget() -> None:
     record = signed("peer", peer_dict())
     for _ in range(VALIDATE_BURST_BYTES // len(record)):  # a stranger's flood spends it all
         validator.validate(peer_key(AUTHOR), record)
-    with pytest.raises(wire.WireError, match="budget"):
-        validator.validate(peer_key(AUTHOR), record)
-    with own_operation():
-        validator.validate(peer_key(AUTHOR), record)  # ours: validated, not charged
-    with pytest.raises(wire.WireError, match="budget"):  # outside it, charged again
-        validator.validate(peer_key(AUTHOR), record)
-    with own_operation(), pytest.raises(wire.WireError, match="forged"):
-        validator.validate(RUN_KEY.replace("run", "peer/x"), record)  # still checked whole
+    refused: list[str] = []
+
+    def strangers_put() -> None:
+        try:
+            validator.validate(peer_key(AUTHOR), record)
+        except wire.WireError as exc:
+            refused.append(str(exc))
+
+    async def main() -> None:
+        with pytest.raises(wire.WireError, match="budget"):
+            validator.validate(peer_key(AUTHOR), record)
+        async with trio.open_nursery() as nursery:
+            with own_operation():
+                validator.validate(peer_key(AUTHOR), record)  # ours: validated, not charged
+                nursery.start_soon(trio.to_thread.run_sync, strangers_put)
+                nursery.start_soon(_as_task, strangers_put)
+                with pytest.raises(wire.WireError, match="forged"):  # still checked whole
+                    validator.validate(RUN_KEY.replace("run", "peer/x"), record)
+        with pytest.raises(wire.WireError, match="budget"):  # outside it, charged again
+            validator.validate(peer_key(AUTHOR), record)
+
+    trio.run(main)
+    assert len(refused) == 2 and all("budget" in why for why in refused)
+
+
+async def _as_task(call: Callable[[], None]) -> None:
+    call()

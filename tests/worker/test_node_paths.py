@@ -85,3 +85,27 @@ def test_the_nodes_own_copies_beat_the_specs_paths() -> None:
     # one named, the other still the spec's, outside: refused for that one
     with pytest.raises(UserError, match=r"tokenizer '/data/tok\.json'"):
         place_data(spec, "/srv/my-copy", None)
+
+
+@pytest.mark.parametrize("built_in", ["embedded", "stdlib"])
+def test_a_leftover_corpus_flag_does_not_replace_a_built_in_corpus(built_in: str) -> None:
+    """It would train this peer on other bytes than the run's, unpinned: silently."""
+    spec = RunSpec().replace(run_id="r", data=built_in)
+    assert place_data(spec, "/srv/my-copy", None).data.source == built_in
+
+
+def test_a_harness_passes_its_own_specs_paths_as_its_nodes_copies() -> None:
+    """`p2ptrain local` (through join, or --direct) starts nodes on the user's own spec: its
+    paths become the nodes' --corpus and --tokenizer, absolute."""
+    import os
+
+    from p2ptrain.worker.node_paths import own_copies
+
+    spec = RunSpec().replace(run_id="r", data="corpus", tokenizer="~/tok.json")
+    corpus, tokenizer = own_copies(spec)
+    assert corpus == os.path.abspath("corpus")
+    assert tokenizer == os.path.expanduser("~/tok.json")
+    assert own_copies(RunSpec()) == (None, None)  # the embedded corpus: no path
+    # a node given them reads them, wherever they are, unpinned
+    placed = place_data(RunSpec().replace(data="/abs/corpus"), corpus, tokenizer)
+    assert (placed.data.source, placed.data.tokenizer) == (corpus, tokenizer)

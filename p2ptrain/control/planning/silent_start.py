@@ -12,9 +12,11 @@ So each worker says whom its start agreement never heard (records/messages.py St
 its metrics' `silent` under `silent_plan`), and the planner leaves a member out of its next
 plans when a strict majority of the current plan's other members, two at least, name it under
 that plan: a lone liar (or a minority) cannot push an honest member out, and in a plan of two
-nobody can tell who is silent. It stays out SILENT_OUT_S, doubled each time again, at most
-MAX_OUT_S, then is planned again. The judgement lives in the planner's memory: a new planner
-starts afresh.
+nobody can tell who is silent. It stays out SILENT_OUT_S, doubled each time again within
+FORGIVE_S of the last, at most MAX_OUT_S, then is planned again. Never so many that under half
+the plan's peers would be left (a data-plane DHT that fails for everyone makes every member
+name every other: no one is singled out then; a split's larger side goes on). The judgement
+lives in the planner's memory: a new planner starts afresh.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ log = logging.getLogger(__name__)
 
 SILENT_OUT_S = 600.0
 MAX_OUT_S = 4 * SILENT_OUT_S
+FORGIVE_S = 2 * MAX_OUT_S  # silent again only this long after the last time: as the first
 
 
 @dataclass
@@ -37,6 +40,7 @@ class SilentStart:
 
     until: dict[str, float] = field(default_factory=dict)
     times: dict[str, int] = field(default_factory=dict)  # how often each was left out
+    last: dict[str, float] = field(default_factory=dict)  # when each was last left out
     _judged: set[tuple[tuple[int, int], str]] = field(default_factory=set)
 
     def admit(
@@ -62,12 +66,28 @@ class SilentStart:
                 continue
             for peer in set(metrics.silent) & peers - {accuser}:
                 named.setdefault(peer, set()).add(accuser)
-        for peer, accusers in named.items():
-            others = len(peers) - 1
-            if len(accusers) < 2 or 2 * len(accusers) <= others or (plan.key, peer) in self._judged:
-                continue
+        others = len(peers) - 1
+        silent = {
+            peer: accusers
+            for peer, accusers in named.items()
+            if len(accusers) >= 2
+            and 2 * len(accusers) > others
+            and (plan.key, peer) not in self._judged
+        }
+        left = peers - set(self.until) - set(silent)
+        if silent and 2 * len(left) < len(peers):  # everyone names everyone: no one singled out
+            log.warning(
+                "the members of plan t%d/e%d never heard each other in its start agreement: "
+                "planning around none of them",
+                *plan.key,
+            )
+            silent = {}
+        for peer, accusers in silent.items():
             self._judged.add((plan.key, peer))  # one judgement a plan
+            if now - self.last.get(peer, -FORGIVE_S) >= FORGIVE_S:
+                self.times[peer] = 0
             self.times[peer] = self.times.get(peer, 0) + 1
+            self.last[peer] = now
             out_s = min(MAX_OUT_S, SILENT_OUT_S * 2 ** (self.times[peer] - 1))
             self.until[peer] = now + out_s
             log.warning(

@@ -17,12 +17,14 @@ a member that equivocates (one top-k payload to one groupmate and another to the
 reducer's shard or a member's claims differing by receiver) passes every check each receiver
 makes alone, and honest members would apply different means. Each member sends every other
 the digest of every message its result combined (outer_wire.combined_digest), or FAILED_DIGEST
-if its attempt failed; a digest unlike ours fails the attempt with no retry (someone
-equivocated: which one, a third member cannot tell), a failed one fails it with a retry among
-those who answered. A confirmation that does not come is no reason to drop the result (a
-member that withholds it changes nothing; one that died after its messages left is not
-needed); we wait for it transfer_s at most. Two members need no confirmation: no third one
-could be told a different story.
+if its attempt failed; a digest unlike ours fails the attempt (someone equivocated: which
+one, a third member cannot tell), and so does a failed one (a member that missed a message:
+all stay local rather than it alone), both with no retry (a retry's group is the members each
+heard from, not alike here). A confirmation that does not come is no reason to drop the result
+(a member that withholds it changes nothing; one that died after its messages left is not
+needed); we wait for it until a groupmate that missed a message would have failed (our
+attempt's start + join_s + transfer_s) and transfer_s more. Two members need no confirmation:
+no third one could be told a different story.
 """
 
 from __future__ import annotations
@@ -287,6 +289,7 @@ class AttemptShapes:
         if len(this.members) < 3:
             result, gathered, _ = exchange()
             return result, gathered
+        began = time.monotonic()
         try:
             result, gathered, combined = exchange()
         except AttemptFailed:
@@ -294,8 +297,9 @@ class AttemptShapes:
             raise
         ours = wire.combined_digest(combined)
         self.send_confirmations(this, ours)
-        deadline = time.monotonic() + this.transfer_s
-        answered: set[str] = set()
+        # a groupmate that misses a message fails once its own waits are over (join_s, then
+        # transfer_s: as ours were): its word must still reach us, whenever we finished
+        deadline = max(time.monotonic(), began + this.join_s + this.transfer_s) + this.transfer_s
         failed: list[str] = []
         for peer in this.members:
             if peer == self.link.peer_id:
@@ -303,13 +307,12 @@ class AttemptShapes:
             got = self.link.inbox.take(this.key, wire.CONFIRM, peer, 0, deadline, this.should_stop)
             if got is None:
                 continue  # withheld or dead: no third story reached us through it
-            answered.add(peer)
             if got[1] == wire.FAILED_DIGEST:
                 failed.append(peer)
             elif got[1] != ours:  # someone told two stories: retrying asks it again
                 raise AttemptFailed(f"{peer} combined other messages than we did", set())
-        if failed:
-            raise AttemptFailed(f"{', '.join(failed)} failed the attempt", answered)
+        if failed:  # no retry: its group, of those it heard, would not be ours
+            raise AttemptFailed(f"{', '.join(failed)} failed the attempt", set())
         return result, gathered
 
     def send_confirmations(self, this: Attempt, digest: bytes) -> None:

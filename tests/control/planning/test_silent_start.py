@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from p2ptrain.control.planning.silent_start import MAX_OUT_S, SILENT_OUT_S, SilentStart
+from p2ptrain.control.planning.silent_start import (
+    FORGIVE_S,
+    MAX_OUT_S,
+    SILENT_OUT_S,
+    SilentStart,
+)
 from p2ptrain.records import PeerMetrics, Plan
 
 PEERS = ["p0", "p1", "p2", "p3", "p4"]
@@ -36,11 +41,28 @@ def test_a_member_most_others_never_heard_is_left_out_then_planned_again() -> No
     assert judge.admit(plan(), PEERS, reports, now=0.0) == PEERS[:4]
     assert judge.admit(plan(), PEERS, reports, now=SILENT_OUT_S - 1) == PEERS[:4]  # judged once
     assert judge.admit(plan(2), PEERS, {}, now=SILENT_OUT_S) == PEERS  # its time is up
-    # silent again under a later plan: out twice as long, at most MAX_OUT_S
+    # silent again under later plans: out twice as long each time, at most MAX_OUT_S
+    now = 0.0
     for n, epoch in enumerate((3, 4, 5, 6), start=2):
-        now = 10 * MAX_OUT_S * epoch
+        now += MAX_OUT_S + 1  # its last time is up, and it is not yet forgiven
         judge.admit(plan(epoch), PEERS, said({p: ("p4",) for p in PEERS[:3]}, (1, epoch)), now)
         assert judge.until["p4"] - now == min(MAX_OUT_S, SILENT_OUT_S * 2 ** (n - 1))
+    # silent once more long after: as the first time
+    now += MAX_OUT_S + FORGIVE_S
+    judge.admit(plan(7), PEERS, said({p: ("p4",) for p in PEERS[:3]}, (1, 7)), now)
+    assert judge.until["p4"] - now == SILENT_OUT_S
+
+
+def test_when_everyone_names_everyone_no_one_is_singled_out() -> None:
+    """A data-plane DHT that fails for all: leaving them all out would plan nobody."""
+    reports = said({p: tuple(q for q in PEERS if q != p) for p in PEERS})
+    assert SilentStart().admit(plan(), PEERS, reports, now=0.0) == PEERS
+
+
+def test_a_splits_larger_side_goes_on_without_the_smaller() -> None:
+    left, right = PEERS[:3], PEERS[3:]
+    reports = said({p: tuple(right) for p in left} | {p: tuple(left) for p in right})
+    assert SilentStart().admit(plan(), PEERS, reports, now=0.0) == left
 
 
 @pytest.mark.parametrize(

@@ -179,3 +179,26 @@ def test_a_confirmation_of_another_size_is_refused_unread() -> None:
         assert inbox.screen(part, PEERS[1]) is None
     confirm = wire.RoundHeader(key, wire.CONFIRM, PEERS[1], 0, wire.DIGEST_BYTES, claims)
     assert inbox.screen(confirm, PEERS[1]) is None
+
+
+class DroppingLink(MemoryLink):
+    """Loses its payload to VICTIM (one lost message; everything else arrives)."""
+
+    def send(
+        self, peer: str, header: wire.RoundHeader, payload: torch.Tensor, timeout_s: float
+    ) -> Future[None]:
+        if peer == VICTIM and header.kind == wire.SPARSE:
+            done: Future[None] = Future()
+            done.set_result(None)
+            return done
+        return super().send(peer, header, payload, timeout_s)
+
+
+def test_a_member_that_missed_a_message_makes_the_round_local_for_all_not_for_it_alone() -> None:
+    """It fails only once its own waits are over, after the others had their result: its
+    word (a confirmation of zeros) must still reach them, or they average and it stays local,
+    and the replicas' anchors part until a re-sync."""
+    results = _round(_group("topk", DroppingLink), _grads())
+    outcomes = {i: outcome for i, (_, outcome) in results.items()}
+    assert all(outcome.kind == "local" for outcome in outcomes.values()), outcomes
+    assert "failed the attempt" in outcomes[1].detail

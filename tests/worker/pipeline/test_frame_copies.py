@@ -22,7 +22,7 @@ from p2ptrain.worker.traffic import Traffic
 PEER = "12D3KooWpeer"
 TENSOR = torch.randn(2, 4, 8).half()
 HEADER = frames.header_for(TENSOR, ACTIVATION, "run", (1, 0), 5, 1, PEER)
-PAYLOAD = bytes(frames.tensor_bytes(TENSOR))
+PAYLOAD = bytes(frames.tensor_bytes(frames.encode_payload(TENSOR, "float16", HEADER.scale_exp)))
 receiver = object.__new__(Transport)  # the handler's state only, no p2pd
 receiver.inbox, receiver.traffic, receiver._reading = FrameInbox(), Traffic(), set()
 receiver._expect = lambda header: Expected(ACTIVATION, "run", 1, 0, PEER, "float16", (2, 4, 8))

@@ -75,7 +75,8 @@ def accept(
         SPEC, receiver, step_now, header.kind, header.step, header.micro
     )
     assert frames.check_header(header, header.sender, expected) is None
-    inbox.put(header, frames.decode_tensor(header, bytes(frames.tensor_bytes(tensor))))
+    payload = frames.encode_payload(tensor, header.dtype, header.scale_exp)  # as sent
+    inbox.put(header, frames.decode_tensor(header, bytes(frames.tensor_bytes(payload))))
 
 
 def activations(
