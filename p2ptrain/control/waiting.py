@@ -108,6 +108,15 @@ def waiting_for(view: SwarmView, now: float, joined: bool = True) -> Wait:
             f"a place in the plan: plan t{plan.term}/e{plan.epoch} places {num_placed} peers "
             "and leaves this one out as a spare (it trains when a plan places it)",
         )
+    metrics = view.own_metrics
+    if metrics is not None and metrics.silent and metrics.silent_plan is not None:
+        term, epoch = metrics.silent_plan  # our start agreement failed: were we the silent one?
+        return Wait(
+            "plan",
+            f"a plan that names this peer: our start agreement under plan t{term}/e{epoch} "
+            f"never heard {len(metrics.silent)} of its members (a member most of a plan never "
+            "heard, perhaps this one, is left out of plans for 10-40 min)",
+        )
     return Wait("plan", "a plan that names this peer (the planner re-plans after a join)")
 
 
