@@ -5,6 +5,7 @@ Its JSON fields and values are a contract relied on outside this project: keep t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -14,7 +15,14 @@ from p2ptrain.control.estimate.book import is_full_mesh, plan_links
 from p2ptrain.control.view import MEMBER_ROLES, Member, SwarmView
 from p2ptrain.control.waiting import waiting_for
 from p2ptrain.net.paging import page_of
-from p2ptrain.records import LinkStatus, PeerStatus, PlanSummary, SwarmStatus
+from p2ptrain.records import (
+    LinkStatus,
+    PeerMetrics,
+    PeerStatus,
+    Plan,
+    PlanSummary,
+    SwarmStatus,
+)
 from p2ptrain.records.status import MAX_STATUS_LINKS, MAX_STATUS_PEERS
 
 # how long one built document answers the status RPC: anyone may ask, page after page, and a
@@ -24,6 +32,17 @@ STATUS_CACHE_S = 1.0
 BUILD_SHARE = 5.0
 # the links nobody measured are shown as estimated up to this many members (a square of them)
 MAX_ESTIMATED_STATUS_PEERS = 256
+
+
+def _shown(peer: str, metrics: PeerMetrics | None, plan: Plan | None) -> PeerMetrics | None:
+    """A peer's metrics as the status shows them: the members its start agreement never heard
+    only from a peer of the current plan, under it (up to 64 ids from each of 10,000 peers
+    would pass the readers' 64 MiB)."""
+    if not (metrics and metrics.silent) or (
+        plan is not None and metrics.silent_plan == plan.key and peer in plan.peers()
+    ):
+        return metrics
+    return dataclasses.replace(metrics, silent=(), silent_plan=None)
 
 
 def swarm_status(view: SwarmView, now: float, relay_bytes: int = 0) -> SwarmStatus:
@@ -45,7 +64,7 @@ def swarm_status(view: SwarmView, now: float, relay_bytes: int = 0) -> SwarmStat
             compute_gflops=member.record.compute_gflops,
             last_seen_s=round(now - member.last_heard, 3),
             penalty=round(view.penalties.score(peer), 2),
-            metrics=member.metrics,
+            metrics=_shown(peer, member.metrics, view.plan),
             health=member.health,
             stage_compute=member.record.stage_compute,
             reachability=member.record.reachability,

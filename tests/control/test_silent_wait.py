@@ -31,3 +31,29 @@ def test_a_member_left_out_after_a_failed_start_agreement_says_why_it_may_be() -
     wait = waiting_for(v, now)
     assert wait.kind == "plan"
     assert "plan t1/e1 never heard 2 of its members" in wait.text and "10-40 min" in wait.text
+
+
+def test_the_status_shows_whom_a_plan_member_never_heard_under_that_plan_only() -> None:
+    """Up to 64 ids from each of 10,000 peers would pass the status readers' 64 MiB."""
+    from p2ptrain.control.status import swarm_status
+    from p2ptrain.control.view import Member
+
+    v, _ = make_view(peers=(A, B))
+    v.run = RunSpec()
+    v.plan = Plan(
+        term=1,
+        epoch=2,
+        planner=A,
+        stages=1,
+        pipelines=((A,),),
+        spares=(),
+        data_addrs={},
+        cost_s=1.0,
+    )
+    said = PeerMetrics(silent=(B,), silent_plan=(1, 2))
+    for peer in (A, B):
+        member = v.members[peer]
+        v.members[peer] = Member(member.record, member.last_heard, said, member.health)
+    shown = {p.id: p.metrics for p in swarm_status(v, 1.0).peers}
+    assert shown[A] is not None and shown[A].silent == (B,)  # the plan's, under it
+    assert shown[B] is not None and shown[B].silent == ()  # not a peer of the plan
