@@ -15,7 +15,9 @@ request); hivemind's DHT runs its own protocol over p2pd streams and needs neith
 `install` stands a gate in front of the DHT's three handlers: a caller outside the plan's peers
 gets an empty refusal (nothing stored, nothing found, no routing entry) and is never added to
 the routing table, whichever way we met it; `admit` sets the plan's peers at each session's
-start and drops any other peer from the table. Both run inside hivemind's DHT process.
+start and drops any other peer from the table. Both run inside hivemind's DHT process. A
+member's records are bounded in number and bytes (worker/dht_quota.py): past that a store is
+refused record by record.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from typing import Any
 
 from hivemind.proto import dht_pb2
 from hivemind.utils.timed_storage import get_dht_time
+
+from p2ptrain.worker.dht_quota import StoreQuota
 
 _GATE = "_p2ptrain_plan_peers_only"  # the gate's attribute on the DHT's protocol
 
@@ -36,6 +40,8 @@ class PlanPeersOnly:
         self._protocol = protocol
         self.members: frozenset[str] = frozenset()  # none before the first plan
         self.num_refused = 0
+        self.quota = StoreQuota()  # the members' records: bounded in number and bytes
+        self.num_over_quota = 0
 
     def admits(self, peer_id: Any) -> bool:
         return bool(peer_id is not None and peer_id.to_base58() in self.members)
@@ -47,10 +53,33 @@ class PlanPeersOnly:
         return await self._protocol.rpc_ping(request, context)
 
     async def rpc_store(self, request: Any, context: Any) -> Any:
-        if not self.admits(context.remote_id):
+        fields = ("keys", "subkeys", "values", "expiration_time", "in_cache")
+        lengths = {len(getattr(request, name)) for name in fields}
+        if not self.admits(context.remote_id) or len(lengths) != 1:  # (hivemind asserts them)
             self.num_refused += 1
             return dht_pb2.StoreResponse(store_ok=[False] * len(request.keys))
-        return await self._protocol.rpc_store(request, context)
+        items = zip(
+            request.keys, request.subkeys, request.values, request.expiration_time, strict=True
+        )
+        fits = self.quota.admit(
+            context.remote_id.to_base58(),
+            [(key, subkey, len(value), expiry) for key, subkey, value, expiry in items],
+            get_dht_time(),
+        )
+        if all(fits):
+            return await self._protocol.rpc_store(request, context)
+        self.num_over_quota += fits.count(False)
+        kept = dht_pb2.StoreRequest()  # the records within the quota only
+        if request.HasField("peer"):
+            kept.peer.CopyFrom(request.peer)
+        for name in fields:
+            getattr(kept, name).extend(
+                v for v, ok in zip(getattr(request, name), fits, strict=True) if ok
+            )
+        stored = iter((await self._protocol.rpc_store(kept, context)).store_ok)
+        return dht_pb2.StoreResponse(
+            store_ok=[ok and next(stored, False) for ok in fits], peer=self._protocol.node_info
+        )
 
     async def rpc_find(self, request: Any, context: Any) -> Any:
         if not self.admits(context.remote_id):

@@ -13,6 +13,7 @@ import json
 import os
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import hivemind
@@ -20,8 +21,14 @@ from hivemind.dht.routing import DHTID
 from hivemind.utils import get_dht_time
 from hivemind.utils.timed_storage import TimedStorage
 
-from p2ptrain.worker.dht_gate import admit_plan_peers, serve_plan_peers_only, start_gated_dht
+from p2ptrain.worker.dht_gate import (
+    _GATE,
+    admit_plan_peers,
+    serve_plan_peers_only,
+    start_gated_dht,
+)
 from p2ptrain.worker.dht_helpers import AnnouncementValidator, bootstrap_dht
+from p2ptrain.worker.dht_quota import MAX_ENTRIES_PER_PEER
 
 KEY = "p2ptrain_probe_run_resume_t3_e7"  # resume_key(): predictable from a plan's term, epoch
 NUM_STRANGERS = 5  # hivemind's num_replicas: the nodes a key is stored on
@@ -45,6 +52,16 @@ def _ancestors(cmdline: Path) -> list[str]:
         pid = stat.rpartition(")")[2].split()[1]  # the parent's pid
         pids.append(pid)
     return pids
+
+
+async def _store_many(keys: list[str], expiry: float, _dht: object, node: object) -> None:
+    """`node` stores every key at once (in its DHT process): on its nearest peers."""
+    await node.store_many(keys, ["x"] * len(keys), expiry)  # type: ignore[attr-defined]
+
+
+async def _over_quota(_dht: object, node: object) -> int:
+    """How many records the gate of `node` (in its DHT process) refused for its quota."""
+    return int(getattr(node.protocol, _GATE).num_over_quota)  # type: ignore[attr-defined]
 
 
 def main() -> None:
@@ -91,6 +108,10 @@ def main() -> None:
             time.sleep(0.3)
     strangers[0].store("stranger-key", "x", get_dht_time() + 60)
     stranger_stored = a.get("stranger-key") is not None or b.get("stranger-key") is not None
+    # a member storing fresh keys without end: held to its quota of records on a
+    flood = [f"flood-{i}" for i in range(MAX_ENTRIES_PER_PEER + 20)]
+    b.run_coroutine(partial(_store_many, flood, get_dht_time() + 600))
+    over_quota = a.run_coroutine(_over_quota)
     refused = [admit_plan_peers(dht, members) for dht in (a, b)]
     value = None if found is None else {k: v.value for k, v in found.value.items()}
     print(
@@ -100,6 +121,7 @@ def main() -> None:
                 "found": value,
                 "stranger_stored": stranger_stored,
                 "refused": refused,
+                "over_quota": over_quota,
                 "p2pd_args": p2pd_args,
             }
         )

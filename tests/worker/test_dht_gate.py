@@ -26,6 +26,8 @@ def test_strangers_next_to_a_key_cannot_hide_a_members_record() -> None:
     assert result["found"] == {"a-record": "A's announcement"}
     assert result["stranger_stored"] is False
     assert sum(result["refused"]) >= 5  # each stranger's bootstrap ping, at least
+    # a member's fresh keys past its quota of records: refused, record by record
+    assert result["over_quota"] >= 20
     # p2pd's own Kademlia served anyone (providers for any key), its AutoNAT dialled back
     args = result["p2pd_args"]
     assert "-dhtClient=1" in args and "-autonat=0" in args, args
