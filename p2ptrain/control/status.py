@@ -34,12 +34,14 @@ BUILD_SHARE = 5.0
 MAX_ESTIMATED_STATUS_PEERS = 256
 
 
-def _shown(peer: str, metrics: PeerMetrics | None, plan: Plan | None) -> PeerMetrics | None:
+def _shown(
+    peer: str, metrics: PeerMetrics | None, plan: Plan | None, plan_peers: set[str]
+) -> PeerMetrics | None:
     """A peer's metrics as the status shows them: the members its start agreement never heard
     only from a peer of the current plan, under it (up to 64 ids from each of 10,000 peers
     would pass the readers' 64 MiB)."""
     if not (metrics and metrics.silent) or (
-        plan is not None and metrics.silent_plan == plan.key and peer in plan.peers()
+        plan is not None and metrics.silent_plan == plan.key and peer in plan_peers
     ):
         return metrics
     return dataclasses.replace(metrics, silent=(), silent_plan=None)
@@ -51,6 +53,7 @@ def swarm_status(view: SwarmView, now: float, relay_bytes: int = 0) -> SwarmStat
     if view.own_record is not None and view.role in MEMBER_ROLES:
         members[view.self_id] = Member(view.own_record, now, view.own_metrics, view.own_health)
     planner = view.planner if view.planner and view.is_alive(view.planner, now) else None
+    plan_peers = set() if view.plan is None else view.plan.peers()
     peers = tuple(
         PeerStatus(
             id=peer,
@@ -64,7 +67,7 @@ def swarm_status(view: SwarmView, now: float, relay_bytes: int = 0) -> SwarmStat
             compute_gflops=member.record.compute_gflops,
             last_seen_s=round(now - member.last_heard, 3),
             penalty=round(view.penalties.score(peer), 2),
-            metrics=_shown(peer, member.metrics, view.plan),
+            metrics=_shown(peer, member.metrics, view.plan, plan_peers),
             health=member.health,
             stage_compute=member.record.stage_compute,
             reachability=member.record.reachability,

@@ -28,7 +28,7 @@ from typing import Any
 from hivemind.proto import dht_pb2
 from hivemind.utils.timed_storage import get_dht_time
 
-from p2ptrain.worker.dht_quota import StoreQuota
+from p2ptrain.worker.dht_quota import MAX_BYTES, Record, StoreQuota
 
 _GATE = "_p2ptrain_plan_peers_only"  # the gate's attribute on the DHT's protocol
 
@@ -58,14 +58,16 @@ class PlanPeersOnly:
         if not self.admits(context.remote_id) or len(lengths) != 1:  # (hivemind asserts them)
             self.num_refused += 1
             return dht_pb2.StoreResponse(store_ok=[False] * len(request.keys))
+        peer, now = context.remote_id.to_base58(), get_dht_time()
         items = zip(
-            request.keys, request.subkeys, request.values, request.expiration_time, strict=True
+            request.keys,
+            request.subkeys,
+            request.values,
+            request.expiration_time,
+            request.in_cache,
+            strict=True,
         )
-        fits = self.quota.admit(
-            context.remote_id.to_base58(),
-            [(key, subkey, len(value), expiry) for key, subkey, value, expiry in items],
-            get_dht_time(),
-        )
+        fits = [self.quota.admit(peer, self._records(*item), now) for item in items]
         if all(fits):
             return await self._protocol.rpc_store(request, context)
         self.num_over_quota += fits.count(False)
@@ -80,6 +82,29 @@ class PlanPeersOnly:
         return dht_pb2.StoreResponse(
             store_ok=[ok and next(stored, False) for ok in fits], peer=self._protocol.node_info
         )
+
+    def _records(
+        self, key: bytes, subkey: bytes, value: bytes, expiry: float, in_cache: bool
+    ) -> list[Record]:
+        """One stored item as hivemind keeps it (worker/dht_quota.py): a value, or each item of
+        a whole dictionary (stored under the items' own expiries, the item's is ignored);
+        bytes that are no dictionary make a record that never fits (hivemind refuses them)."""
+        if subkey != self._protocol.IS_DICTIONARY:
+            return [(key, subkey, in_cache, len(value), expiry)]
+        try:
+            dictionary = self._protocol.serializer.loads(value)
+            return [
+                (
+                    key,
+                    self._protocol.serializer.dumps(sub),
+                    in_cache,
+                    len(item.value),
+                    item.expiration_time,
+                )
+                for sub, item in dictionary.items()
+            ]
+        except Exception:  # whatever the bytes decode to, if they decode at all
+            return [(key, subkey, in_cache, MAX_BYTES + 1, float("inf"))]
 
     async def rpc_find(self, request: Any, context: Any) -> Any:
         if not self.admits(context.remote_id):

@@ -113,13 +113,14 @@ class Session:
         started_s = time.monotonic()
         self._connect(plan, dht)
         log.info("connected to the plan's peers in %.1f s", time.monotonic() - started_s)
-        self.model = build_layers(spec, plan.layer_ranges(spec.model.n_layer)[role.stage])
-        self.model.to(self.device)  # before the optimizer: its state lives beside the weights
-        self.optimizer = make_optimizer(self.model, spec)
+        # before the model is built: a slow machine's build ran into its mates' wait for it
         start = self._agree_on_start(dht)
         if start is None:
             self.failed = "the plan's members did not agree on a start step"
             return
+        self.model = build_layers(spec, plan.layer_ranges(spec.model.n_layer)[role.stage])
+        self.model.to(self.device)  # before the optimizer: its state lives beside the weights
+        self.optimizer = make_optimizer(self.model, spec)
         outer_state: dict[str, torch.Tensor] = {}
         restored = restore_stage(
             spec, plan, transport, self.directory, self.model, self.optimizer, start, outer_state

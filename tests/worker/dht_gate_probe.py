@@ -59,6 +59,23 @@ async def _store_many(keys: list[str], expiry: float, _dht: object, node: object
     await node.store_many(keys, ["x"] * len(keys), expiry)  # type: ignore[attr-defined]
 
 
+async def _store_dictionary(
+    target: object, num_items: int, expiry: float, _dht: object, node: object
+) -> bool:
+    """`node` asks `target` to store one dictionary of `num_items` fresh items."""
+    from hivemind.dht.storage import DictionaryDHTValue
+
+    dictionary = DictionaryDHTValue()
+    for i in range(num_items):
+        dictionary.store(f"sub-{i}", b"x" * 10, expiry)
+    key = DHTID.generate(source="dictionary-key")
+    # into the cache: b's storage slot is full after its flood, its cache slot is empty
+    stored = await node.protocol.call_store(  # type: ignore[attr-defined]
+        target, [key], [dictionary], get_dht_time() - 1, in_cache=True
+    )
+    return bool(stored and stored[0])
+
+
 async def _over_quota(_dht: object, node: object) -> int:
     """How many records the gate of `node` (in its DHT process) refused for its quota."""
     return int(getattr(node.protocol, _GATE).num_over_quota)  # type: ignore[attr-defined]
@@ -112,6 +129,12 @@ def main() -> None:
     flood = [f"flood-{i}" for i in range(MAX_ENTRIES_PER_PEER + 20)]
     b.run_coroutine(partial(_store_many, flood, get_dht_time() + 600))
     over_quota = a.run_coroutine(_over_quota)
+    # a whole dictionary of fresh items under one key, its own expiry already past (hivemind
+    # stores the items under theirs): the items count, one by one
+    dictionary_stored = b.run_coroutine(
+        partial(_store_dictionary, a.peer_id, MAX_ENTRIES_PER_PEER + 1, get_dht_time() + 600)
+    )
+    over_quota_after = a.run_coroutine(_over_quota)
     refused = [admit_plan_peers(dht, members) for dht in (a, b)]
     value = None if found is None else {k: v.value for k, v in found.value.items()}
     print(
@@ -122,6 +145,8 @@ def main() -> None:
                 "stranger_stored": stranger_stored,
                 "refused": refused,
                 "over_quota": over_quota,
+                "dictionary_stored": dictionary_stored,
+                "dictionary_over_quota": over_quota_after - over_quota,
                 "p2pd_args": p2pd_args,
             }
         )

@@ -28,6 +28,8 @@ def test_strangers_next_to_a_key_cannot_hide_a_members_record() -> None:
     assert sum(result["refused"]) >= 5  # each stranger's bootstrap ping, at least
     # a member's fresh keys past its quota of records: refused, record by record
     assert result["over_quota"] >= 20
+    # its dictionary of 257 fresh items under one key, the dictionary's own expiry in the past
+    assert result["dictionary_stored"] is False and result["dictionary_over_quota"] == 1
     # p2pd's own Kademlia served anyone (providers for any key), its AutoNAT dialled back
     args = result["p2pd_args"]
     assert "-dhtClient=1" in args and "-autonat=0" in args, args

@@ -138,6 +138,7 @@ class PlanMaker:
         if not members:
             return False
         donors, gone = self._donors.review(self.view, current, members, now)
+        donors = [peer for peer in donors if not self._silent.is_out(peer)]  # no donor either
         first = current is None and not self.view.members.run_under_way()  # asked only then
         if first and len(members) < run.swarm.min_peers:
             if self._waiting_logged != len(members):

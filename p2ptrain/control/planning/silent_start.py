@@ -11,7 +11,8 @@ without meaning to.
 So each worker says whom its start agreement never heard (records/messages.py StartReport, then
 its metrics' `silent` under `silent_plan`), and the planner leaves a member out of its next
 plans when a strict majority of the current plan's other members, two at least, name it under
-that plan: a lone liar (or a minority) cannot push an honest member out, and in a plan of two
+that plan (judged once a plan: when all its peers reported, or JUDGE_AFTER_S after the first
+did): a lone liar (or a minority) cannot push an honest member out, and in a plan of two
 nobody can tell who is silent. It stays out SILENT_OUT_S, doubled each time again within
 FORGIVE_S of the last, at most MAX_OUT_S, then is planned again. Never so many that under half
 the plan's peers would be left (a data-plane DHT that fails for everyone makes every member
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 SILENT_OUT_S = 600.0
 MAX_OUT_S = 4 * SILENT_OUT_S
 FORGIVE_S = 2 * MAX_OUT_S  # silent again only this long after the last time: as the first
+JUDGE_AFTER_S = 30.0  # a plan's reports are judged this long after its first came in
 
 
 @dataclass
@@ -41,7 +43,8 @@ class SilentStart:
     until: dict[str, float] = field(default_factory=dict)
     times: dict[str, int] = field(default_factory=dict)  # how often each was left out
     last: dict[str, float] = field(default_factory=dict)  # when each was last left out
-    _judged: set[tuple[tuple[int, int], str]] = field(default_factory=set)
+    _judged: set[tuple[int, int]] = field(default_factory=set)  # plans judged (keys)
+    _first_report: dict[tuple[int, int], float] = field(default_factory=dict)
 
     def admit(
         self,
@@ -53,26 +56,39 @@ class SilentStart:
         """`members` less those left out now, having judged the reports under `plan`."""
         if plan is not None:
             self._judge(plan, reported, now)
+            if len(self._first_report) > 64:  # earlier plans' first reports: judged or moot
+                self._first_report = {plan.key: self._first_report.get(plan.key, now)}
         for peer in [p for p, t in self.until.items() if t <= now]:
             del self.until[peer]
         return [peer for peer in members if peer not in self.until]
 
     def _judge(self, plan: Plan, reported: Mapping[str, PeerMetrics | None], now: float) -> None:
+        """Once a plan: when every peer of it reported under it, or JUDGE_AFTER_S after the
+        first did (reports arrive a tick apart: judged on the first few, a plan whose members
+        all named each other lost half of them before the rest came in)."""
+        if plan.key in self._judged:
+            return
         peers = plan.peers()
         named: dict[str, set[str]] = {}
+        accusers = set()
         for accuser in peers:
             metrics = reported.get(accuser)
             if metrics is None or metrics.silent_plan != plan.key:
                 continue
+            accusers.add(accuser)
             for peer in set(metrics.silent) & peers - {accuser}:
                 named.setdefault(peer, set()).add(accuser)
+        if not accusers:
+            return
+        first = self._first_report.setdefault(plan.key, now)
+        if accusers != peers and now - first < JUDGE_AFTER_S:
+            return
+        self._judged.add(plan.key)
         others = len(peers) - 1
         silent = {
-            peer: accusers
-            for peer, accusers in named.items()
-            if len(accusers) >= 2
-            and 2 * len(accusers) > others
-            and (plan.key, peer) not in self._judged
+            peer: names
+            for peer, names in named.items()
+            if len(names) >= 2 and 2 * len(names) > others
         }
         left = peers - set(self.until) - set(silent)
         if silent and 2 * len(left) < len(peers):  # everyone names everyone: no one singled out
@@ -81,9 +97,8 @@ class SilentStart:
                 "planning around none of them",
                 *plan.key,
             )
-            silent = {}
-        for peer, accusers in silent.items():
-            self._judged.add((plan.key, peer))  # one judgement a plan
+            return
+        for peer, names in silent.items():
             if now - self.last.get(peer, -FORGIVE_S) >= FORGIVE_S:
                 self.times[peer] = 0
             self.times[peer] = self.times.get(peer, 0) + 1
@@ -95,9 +110,11 @@ class SilentStart:
                 "never heard it in the start agreement",
                 peer,
                 out_s,
-                len(accusers),
+                len(names),
                 others,
                 *plan.key,
             )
-        if len(self._judged) > 4096:  # old plans' judgements: each is judged once anyway
-            self._judged = {k for k in self._judged if k[0] == plan.key}
+
+    def is_out(self, peer: str) -> bool:
+        """Is `peer` left out of plans now (a donor too: it would hold the next start up)?"""
+        return peer in self.until

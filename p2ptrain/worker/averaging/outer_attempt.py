@@ -22,8 +22,10 @@ one, a third member cannot tell), and so does a failed one (a member that missed
 all stay local rather than it alone), both with no retry (a retry's group is the members each
 heard from, not alike here). A confirmation that does not come is no reason to drop the result
 (a member that withholds it changes nothing; one that died after its messages left is not
-needed); we wait for it until a groupmate that missed a message would have failed (our
-attempt's start + join_s + transfer_s) and transfer_s more. Two members need no confirmation:
+needed); we wait for it until a groupmate that missed a message would have failed (it may
+start join_s after us: our attempt's start + 2 join_s + transfer_s) and transfer_s more, so a
+member that withholds its confirmation delays the round's result by that much (not its steps:
+the round runs beside them). Two members need no confirmation:
 no third one could be told a different story.
 """
 
@@ -298,8 +300,10 @@ class AttemptShapes:
         ours = wire.combined_digest(combined)
         self.send_confirmations(this, ours)
         # a groupmate that misses a message fails once its own waits are over (join_s, then
-        # transfer_s: as ours were): its word must still reach us, whenever we finished
-        deadline = max(time.monotonic(), began + this.join_s + this.transfer_s) + this.transfer_s
+        # transfer_s), and it may have started up to join_s after us: its word must still
+        # reach us, whenever we finished
+        last_fail = began + 2 * this.join_s + this.transfer_s
+        deadline = max(time.monotonic(), last_fail) + this.transfer_s
         failed: list[str] = []
         for peer in this.members:
             if peer == self.link.peer_id:
