@@ -121,9 +121,14 @@ def parse_route(text: str) -> list[IPNetwork]:
             network = ipaddress.IPv4Network(f"{_ip4(destination)}/{_ip4(mask)}", strict=False)
         except (ValueError, struct.error):
             continue  # the header, or a line that is no route
-        if flags & RTF_UP and not flags & RTF_REJECT and network.prefixlen > 0:
+        if _usable(network, flags):
             found.append(network)
     return found
+
+
+def _usable(network: IPNetwork, flags: int) -> bool:
+    """A route that is up, not a reject one (no way there), and not the default."""
+    return bool(flags & RTF_UP) and not flags & RTF_REJECT and network.prefixlen > 0
 
 
 def parse_route6(text: str) -> list[IPNetwork]:
@@ -135,7 +140,7 @@ def parse_route6(text: str) -> list[IPNetwork]:
             flags = int(fields[8], 16)
         except ValueError:
             continue
-        if flags & RTF_UP and not flags & RTF_REJECT and network.prefixlen > 0:
+        if _usable(network, flags):
             found.append(network)
     return found
 
