@@ -20,6 +20,7 @@ TICK_S = 0.5  # the heartbeat's sleep
 STALL_WINDOW_S = 60.0  # a stall widens liveness for this long after it
 MAX_EXTRA_S = 30.0  # past this, a silence is a death whoever stalled
 MIN_STALL_S = 0.2  # oversleeping by less is ordinary scheduling
+LOGGED_STALL_S = 2.0  # a stall this long is worth a line: the others may have missed us
 
 
 class LoopStall:
@@ -29,13 +30,16 @@ class LoopStall:
         self._last_beat: float | None = None
         self._stalls: deque[tuple[float, float]] = deque()  # (ended at, seconds)
 
-    def beat(self, now: float) -> None:
-        """The heartbeat woke at `now` (it asked to sleep TICK_S after its last beat)."""
+    def beat(self, now: float) -> float:
+        """The heartbeat woke at `now` (it asked to sleep TICK_S after its last beat); returns
+        the stall it ended (0: none)."""
+        stall = 0.0
         if self._last_beat is not None:
             stall = now - self._last_beat - TICK_S
             if stall >= MIN_STALL_S:
                 self._stalls.append((now, stall))
         self._last_beat = now
+        return stall if stall >= MIN_STALL_S else 0.0
 
     def extra_s(self, now: float) -> float:
         """The longest stall within STALL_WINDOW_S, or the one in progress (0 without beats)."""

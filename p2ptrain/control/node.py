@@ -36,7 +36,7 @@ from p2ptrain.control.handover import hand_over
 from p2ptrain.control.hardware import describe_hardware
 from p2ptrain.control.health import serve_health
 from p2ptrain.control.intake import Intake
-from p2ptrain.control.loop_stall import TICK_S
+from p2ptrain.control.loop_stall import LOGGED_STALL_S, TICK_S
 from p2ptrain.control.measuring import LinkProber
 from p2ptrain.control.plan_pull import PLAN_PROTOCOL, PlanPull
 from p2ptrain.control.publishing import Publisher, measure_compute, plan_message
@@ -62,9 +62,11 @@ from p2ptrain.net.host import (
     run_trio,
 )
 from p2ptrain.records import RunSpec, Token
+from p2ptrain.sampled_log import SampledLog
 from p2ptrain.traversal import dialback, nat_probe
 
 log = logging.getLogger(__name__)
+_stalls = SampledLog(log, logging.WARNING)  # our loop's long stalls (serve_heartbeat)
 
 # at most this long to tell the others we stop (the 1 s floor, then one publish), well within
 # the supervisor's grace (node/supervisor.py: STOP_GRACE_S)
@@ -326,8 +328,10 @@ def run_node(node: ControlNode) -> int:
 
 async def serve_heartbeat(state: NodeState) -> None:
     """Note how late the loop wakes from each short sleep: our own stalls widen the members'
-    allowed silence (control/loop_stall.py)."""
+    allowed silence (control/loop_stall.py), and a long one is logged (sampled): a node the
+    others called dead says why."""
     stall = state.view.members.loop_stall
     while True:
-        stall.beat(state.clock())
+        if (stalled_s := stall.beat(state.clock())) >= LOGGED_STALL_S:
+            _stalls.event("stall", "this node's event loop stood still for %.1f s", stalled_s)
         await trio.sleep(TICK_S)

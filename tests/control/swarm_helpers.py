@@ -186,3 +186,13 @@ def rtt_pairs(status: dict[str, Any], ids: set[str]) -> set[tuple[str, str]]:
 
 def plan_peers(plan: dict[str, Any]) -> list[str]:
     return [p for pipeline in plan["pipelines"] for p in pipeline] + plan["spares"]
+
+
+def log_tails(tmp: Path, names: Sequence[str], num_lines: int = 12) -> str:
+    """The last lines of each named node's log (tmp/NAME.log): what a failed check shows."""
+    tails = []
+    for name in names:
+        path = tmp / f"{name}.log"
+        lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+        tails.append(f"--- {name}.log\n" + "\n".join(lines[-num_lines:]))
+    return "\n".join(tails)

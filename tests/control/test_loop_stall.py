@@ -24,7 +24,7 @@ def test_punctual_beats_add_nothing() -> None:
     assert stall.extra_s(0.0) == 0.0
     last = _beats(stall, 0.0, 20)
     assert stall.extra_s(last) == 0.0
-    stall.beat(last + TICK_S + 0.1)  # ordinary scheduling jitter
+    assert stall.beat(last + TICK_S + 0.1) == 0.0  # ordinary scheduling jitter
     assert stall.extra_s(last + TICK_S + 0.1) == 0.0
 
 
@@ -34,7 +34,7 @@ def test_a_stall_counts_while_in_progress_and_for_a_window_after() -> None:
     # the loop stood still 12 s: a check that runs before the heartbeat already sees it
     resumed = last + TICK_S + 12.0
     assert stall.extra_s(resumed) == pytest.approx(12.0)
-    stall.beat(resumed)
+    assert stall.beat(resumed) == pytest.approx(12.0)  # the heartbeat logs what it ended
     assert stall.extra_s(resumed + 1.0) == pytest.approx(12.0)  # remembered after the beat
     later = _beats(stall, resumed + TICK_S, int(STALL_WINDOW_S / TICK_S) + 4)
     assert stall.extra_s(later) == 0.0  # forgotten a window later
