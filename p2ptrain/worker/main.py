@@ -26,7 +26,6 @@ import torch
 from p2ptrain import addresses, identity, procs
 from p2ptrain.errors import UserError
 from p2ptrain.records import (
-    ComputeReport,
     CopyReport,
     Heartbeat,
     Hello,
@@ -44,13 +43,16 @@ from p2ptrain.worker.averaging.outer_link import finish_sends
 from p2ptrain.worker.device import cpu_threads, precision_note, resolve_device
 from p2ptrain.worker.pipeline.frames import Expected, FrameHeader, NotReady
 from p2ptrain.worker.private_tmp import PrivateTmp
-from p2ptrain.worker.resume.saved_report import saved_report
+from p2ptrain.worker.run_intake import RunIntake
 from p2ptrain.worker.settings import WorkerSettings
 
 if TYPE_CHECKING:
     import hivemind
 
+    from p2ptrain.worker.pipeline.transport import Transport
     from p2ptrain.worker.profiler import StepProfiler
+    from p2ptrain.worker.resume.state_transfer import StateServer
+    from p2ptrain.worker.session import SessionEnd
 
 log = logging.getLogger("p2ptrain.worker")
 
@@ -103,17 +105,13 @@ class Worker:
         self.device = resolve_device(settings.device)  # UserError if it is not here
         log.info("training on %s (%s)", self.device, precision_note(self.device))
         self.inbox = PlanInbox()
-        self._timed_runs: set[str] = set()
-        self._checked_data: set[tuple[str, str, str]] = set()  # (run, data, digest) found right
-        self.refused = ""  # why this worker will not train the run (its data is not the run's)
+        self.runs = RunIntake(settings, self.device, self.inbox)
         self.dht: hivemind.DHT | None = None  # while it should be alive (_check_dht)
         self.failure = ""  # why the worker stopped on its own (its DHT process died)
-        self._timing = threading.Lock()
-        # the compute probe waits for our start (p2pd, hello, torch warm): it would time us slow
-        self._ready = threading.Event()
         self.ipc: IpcClient | None = (
-            IpcClient(settings.ipc, self.inbox, on_run=self._on_run) if settings.ipc else None
+            IpcClient(settings.ipc, self.inbox, on_run=self.runs.on_run) if settings.ipc else None
         )
+        self.runs.ipc = self.ipc  # its probes wait for our start: it is set by then
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, watchdog.stop_handler(self.inbox.stop, self._leave))
         self.phase = "starting"  # records/messages.py PHASES; with the plan it concerns
@@ -126,9 +124,7 @@ class Worker:
         from p2ptrain.worker.dht_helpers import AnnouncementValidator
         from p2ptrain.worker.node_paths import node_spec
         from p2ptrain.worker.pipeline.transport import Transport
-        from p2ptrain.worker.resume.copies import keep_copies
         from p2ptrain.worker.resume.copy_server import CopyServer
-        from p2ptrain.worker.resume.handover import wait_until_fetched
         from p2ptrain.worker.resume.state_transfer import StateServer
         from p2ptrain.worker.session import Session, SessionEnd
 
@@ -156,17 +152,17 @@ class Worker:
             self._hello(transport.peer_id, data_addrs)
             self.phase = "waiting"
             _warm_up_torch()
-            self._ready.set()
+            self.runs.worker_is_up()
             version = 0
             while True:
                 if not self.inbox.wait_newer(version):
-                    return 2 if self.refused else self._stop_code()  # before any (new) plan
+                    return 2 if self.runs.refused else self._stop_code()  # before any (new) plan
                 version = self.inbox.version
                 message = self.inbox.latest
                 assert message is not None
                 if message.run is not None:
-                    self._check_data(message.run)  # before any step: UserError if not the run's
-                    self._time_compute(message.run)  # at once if the run came ahead of it
+                    self.runs.check_data(message.run)  # before any step: UserError if not the run's
+                    self.runs.time_compute(message.run)  # at once if the run came ahead of it
                 problem = _not_actionable(message, transport.peer_id)
                 if problem or message.run is None:
                     log.info("waiting for a better plan: %s", problem)
@@ -175,53 +171,7 @@ class Worker:
                 transport.keep_routes(message.routes)
                 # a static plan's spec is a local file; the control process's, the organiser's
                 spec = node_spec(spec, self.settings, self.ipc is not None)
-                state_server.serve_run(spec, checkpoint_dir(spec), message.plan)
-                self.phase, self.phase_plan = "joining", message.plan
-                session = Session(
-                    spec,
-                    message.routed_plan(),
-                    dht,
-                    transport,
-                    self.inbox,
-                    self._report,
-                    version,
-                    self.settings.faults,
-                    seed,
-                    self.device,
-                    self._profiler(),
-                )
-                self.current = session  # from now on its frames are accepted
-                collector.freeze_setup()
-                self._report(SessionReport(message.plan, session.step))
-                if session.spare_start is not None:  # "spare" once its only states are fetched
-                    wait_until_fetched(
-                        session.spare_start,
-                        message.plan,
-                        transport.peer_id,
-                        spec,
-                        state_server.served,
-                        functools.partial(self._superseded, version),
-                    )
-                self.phase = "spare" if session.role is None else "training"
-                try:
-                    end = session.train(version)
-                    if end is SessionEnd.SPARE:  # a lone holder's crash then costs steps only
-                        keep_copies(
-                            spec,
-                            message.plan,
-                            transport,
-                            checkpoint_dir(spec),
-                            functools.partial(self._waited_superseded, version),
-                            session.spare_start,
-                            self._report,
-                        )
-                finally:
-                    # a stopped session takes no more frames (the sender retries until our next
-                    # session, or gives up): one accepted now would be ACCEPTED and never used
-                    self.current, self.phase = None, "waiting"
-                    session.close()
-                    del session  # what it held is not kept through the wait for the next plan
-                    collector.thaw()
+                end = self._run_session(message, spec, version, seed, dht, transport, state_server)
                 if end is SessionEnd.DONE:
                     return 0
                 if self.inbox.stopped:
@@ -231,16 +181,83 @@ class Worker:
                 if self.inbox.version == version:  # else a new plan is here already
                     log.info("session ended (%s): waiting for the planner's next plan", end.value)
         finally:
-            self.dht = None  # before its shutdown: see _check_dht
-            finish_sends(transport)  # a groupmate's last outer round may wait for our shard
+            self._shut_down(transport, dht)
 
-            # hivemind's own shutdown can hang for long; give it a moment, then leave: the
-            # watchdog kills whatever of the process group is left when we exit
-            def shut_down() -> None:
-                transport.close()
-                dht.shutdown()
+    def _run_session(
+        self,
+        message: PlanMessage,
+        spec: RunSpec,
+        version: int,
+        seed: bytes,
+        dht: hivemind.DHT,
+        transport: Transport,
+        state_server: StateServer,
+    ) -> SessionEnd:
+        """One session under plan `version`: built, trained (or a spare's wait), then closed."""
+        from p2ptrain.worker.resume.copies import keep_copies
+        from p2ptrain.worker.resume.handover import wait_until_fetched
+        from p2ptrain.worker.session import Session, SessionEnd
 
-            _run_bounded(shut_down, SHUTDOWN_GRACE_S)
+        state_server.serve_run(spec, checkpoint_dir(spec), message.plan)
+        self.phase, self.phase_plan = "joining", message.plan
+        session = Session(
+            spec,
+            message.routed_plan(),
+            dht,
+            transport,
+            self.inbox,
+            self._report,
+            version,
+            self.settings.faults,
+            seed,
+            self.device,
+            self._profiler(),
+        )
+        self.current = session  # from now on its frames are accepted
+        collector.freeze_setup()
+        self._report(SessionReport(message.plan, session.step))
+        if session.spare_start is not None:  # "spare" once its only states are fetched
+            wait_until_fetched(
+                session.spare_start,
+                message.plan,
+                transport.peer_id,
+                spec,
+                state_server.served,
+                functools.partial(self._superseded, version),
+            )
+        self.phase = "spare" if session.role is None else "training"
+        try:
+            end = session.train(version)
+            if end is SessionEnd.SPARE:  # a lone holder's crash then costs steps only
+                keep_copies(
+                    spec,
+                    message.plan,
+                    transport,
+                    checkpoint_dir(spec),
+                    functools.partial(self._waited_superseded, version),
+                    session.spare_start,
+                    self._report,
+                )
+        finally:
+            # a stopped session takes no more frames (the sender retries until our next
+            # session, or gives up): one accepted now would be ACCEPTED and never used
+            self.current, self.phase = None, "waiting"
+            session.close()
+            del session  # what it held is not kept through the wait for the next plan
+            collector.thaw()
+        return end
+
+    def _shut_down(self, transport: Transport, dht: hivemind.DHT) -> None:
+        self.dht = None  # before its shutdown: see _check_dht
+        finish_sends(transport)  # a groupmate's last outer round may wait for our shard
+
+        # hivemind's own shutdown can hang for long; give it a moment, then leave: the
+        # watchdog kills whatever of the process group is left when we exit
+        def shut_down() -> None:
+            transport.close()
+            dht.shutdown()
+
+        _run_bounded(shut_down, SHUTDOWN_GRACE_S)
 
     def _latest_plan(self) -> Plan | None:
         latest = self.inbox.latest
@@ -260,54 +277,6 @@ class Worker:
         if session is None:
             raise NotReady()  # between plans: the sender retries
         return session.expect(header)
-
-    def _on_run(self, spec: RunSpec) -> None:
-        """The run spec ahead of any plan: time its model now, off the IPC reader's thread."""
-
-        def probe() -> None:
-            self._ready.wait()
-            try:
-                self._check_data(spec)
-            except UserError as exc:  # refused: the worker stops before any plan
-                self.refused = str(exc)
-                log.error("%s", exc)
-                self.inbox.stop()
-                return
-            self._time_compute(spec)
-
-        threading.Thread(target=probe, name="compute-probe", daemon=True).start()
-
-    def _check_data(self, spec: RunSpec) -> None:
-        """The run pins its data (data_sha256): check ours once per run, before we time or
-        train anything; UserError, naming both digests, if it differs, or if the data is not
-        ours to read (worker/node_paths.py)."""
-        from p2ptrain.train.data import check_digest, load_tokens
-        from p2ptrain.worker.node_paths import node_spec
-
-        spec = node_spec(spec, self.settings, self.ipc is not None)
-        key = (spec.run_id, spec.data.source, spec.data.data_sha256)
-        if not spec.data.data_sha256 or key in self._checked_data:
-            return
-        check_digest(spec, load_tokens(spec))
-        self._checked_data.add(key)
-
-    def _time_compute(self, spec: RunSpec) -> None:
-        """Once per run: tell the control process the run's states we hold (saved_report.py), then
-        time the run's model (a few hundred ms at most): the planner prices our stages from it."""
-        from p2ptrain.worker.compute_probe import measure_stage_compute
-        from p2ptrain.worker.node_paths import place_checkpoints
-
-        if self.ipc is None:
-            return  # a static plan has no planner to tell
-        with self._timing:
-            if spec.run_id in self._timed_runs:
-                return
-            self._timed_runs.add(spec.run_id)
-            own = self.settings.checkpoint_dir
-            self.ipc.send(saved_report(place_checkpoints(spec, own), own))
-            compute = measure_stage_compute(spec, self.device)
-        log.info("timed the run's model: %.3g ms per row and block", compute.block_row_s * 1e3)
-        self.ipc.send(ComputeReport(compute))
 
     def _fail(self, why: str) -> None:
         """Stop on our own (exit code 1), saying why."""

@@ -1,6 +1,7 @@
 """A stage's replicas kept together, as a session sees them: the averager a plan calls for, each
-step's gradient round over it, and the re-sync of parameters and AdamW moments that drifted apart
-(worker/averaging/ holds the rounds themselves; worker/session.py decides when to call these)."""
+step's gradient round over it or DiLoCo's outer rounds, and the re-sync of parameters and AdamW
+moments that drifted apart (worker/averaging/ holds the rounds themselves; StageReplicas is what
+a session holds of them, worker/session.py decides when to call it)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from collections.abc import Callable
 import torch
 from hivemind import DHT
 
-from p2ptrain.records import Plan, Role, RunSpec
+from p2ptrain.records import MetricsReport, Plan, Role, RunSpec
 from p2ptrain.train.model import Stage, token_row_spans
 from p2ptrain.worker.averaging.outer_link import stage_exchanges
-from p2ptrain.worker.averaging.outer_rounds import OuterRounds
+from p2ptrain.worker.averaging.outer_rounds import OuterRounds, RoundReport
 from p2ptrain.worker.averaging.robust import MOMENTS_DRIFT_BOUND, PARAMS_DRIFT_BOUND
 from p2ptrain.worker.averaging.stage_averager import Outcome, StageAverager
 from p2ptrain.worker.dht_helpers import swarm_prefix
@@ -24,6 +25,72 @@ from p2ptrain.worker.profiler import StepProfiler
 from p2ptrain.worker.resume.resync import Piece, resync_pieces
 
 log = logging.getLogger("p2ptrain.worker")
+
+
+class StageReplicas:
+    """What one session holds of its stage's replicas (open_replicas): the averager of every
+    step's gradients, or the outer rounds of sync = "diloco", and what the last step's round did.
+    Without either (a lone replica, a spare) every step is "solo"."""
+
+    def __init__(
+        self,
+        averager: StageAverager | None = None,
+        outer: OuterRounds | None = None,
+        faults: Faults = NO_FAULTS,
+    ) -> None:
+        self.averager = averager
+        self.outer = outer
+        self.faults = faults
+        self.group_size = 1  # how many replicas the last step's gradient was averaged over
+        self.wire_cpu: tuple[float, float] | None = None  # its round's parts' CPU marks
+        self._resync_params = False  # the last step's replicas started it apart
+        self.outer_round: RoundReport | None = None  # what the step's outer round did
+
+    def average_gradients(
+        self, model: Stage, role: Role, step: int, should_stop: Callable[[], bool]
+    ) -> str:
+        """Replace this stage's gradients by their verified average over replicas; the outcome."""
+        self.group_size, self.wire_cpu = 1, None
+        if self.averager is None or self.outer is not None:  # diloco: outer rounds instead
+            return "solo"
+        if self.faults.before_averaging(step, role.stage, role.replica):
+            return "local"
+        outcome = average_gradients(model, self.averager, step, should_stop)
+        self._resync_params = outcome.diverged
+        self.group_size, self.wire_cpu = outcome.group_size, outcome.wire_cpu
+        return outcome.kind
+
+    def resync_if_diverged(self, model: Stage, optimizer: torch.optim.Optimizer, step: int) -> None:
+        """After the update: the replicas started this step from different parameters."""
+        if self._resync_params:
+            assert self.averager is not None
+            resync_replicas(model, optimizer, self.averager, step)
+
+    def outer_round_if_due(self, step: int, should_stop: Callable[[], bool]) -> None:
+        """sync = "diloco": start or apply the stage's outer round (worker/averaging/outer_rounds.py)."""
+        self.outer_round = None
+        if self.outer is not None:
+            self.outer_round = self.outer.after_step(step, should_stop)
+
+    def outer_state(self) -> dict[str, torch.Tensor] | None:
+        return None if self.outer is None else self.outer.state_tensors()
+
+    def reported(self, metrics: MetricsReport) -> MetricsReport:
+        """The step's metrics, with the outer rounds for the progress line if there are any."""
+        if self.outer is None:
+            return metrics
+        return self.outer.reported(metrics, self.outer_round)
+
+    def end_rounds(self) -> None:
+        """A round still running ends (stop or timeout): before the session's last save."""
+        if self.outer is not None:
+            self.outer.close()
+
+    def close(self) -> None:
+        """Leave the averaging swarm; nothing of the replicas is held after this."""
+        if self.averager is not None:
+            self.averager.close()
+        self.averager = self.outer = None
 
 
 def open_averager(
@@ -65,7 +132,7 @@ def open_replicas(
     model: Stage,
     profiler: StepProfiler,
     faults: Faults = NO_FAULTS,
-) -> tuple[StageAverager | None, OuterRounds | None]:
+) -> StageReplicas:
     """What keeps the stage's replicas together: sync = "step", the averager of every step's
     gradients; sync = "diloco", the outer rounds over our own exchange, with an averager
     opened only if the group's anchors ever need a re-sync. hivemind forks the averager's
@@ -76,14 +143,14 @@ def open_replicas(
         return open_averager(spec, plan, role, dht, transport, model, profiler)
 
     if spec.optim.sync != "diloco":
-        return opened(), None
+        return StageReplicas(opened(), faults=faults)
 
     def skips_round(step: int) -> bool:  # the faults' hook as a round starts (tests only)
         return faults.before_averaging(step, role.stage, role.replica)
 
     outer = OuterRounds(spec, role.stage, role.num_stages, model, opened, skips_round=skips_round)
     outer.exchanges = stage_exchanges(spec, role, plan, transport, model)
-    return None, outer
+    return StageReplicas(outer=outer, faults=faults)
 
 
 def average_gradients(

@@ -22,8 +22,6 @@ from p2ptrain.train.model import Stage, build_layers
 from p2ptrain.train.optim import clip_grads, grads_are_finite, lr_at, make_optimizer, set_lr
 from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.averaging.outer_link import close_rounds
-from p2ptrain.worker.averaging.outer_rounds import OuterRounds, RoundReport
-from p2ptrain.worker.averaging.stage_averager import StageAverager
 from p2ptrain.worker.device import precision_for
 from p2ptrain.worker.dht_gate import admit_plan_peers
 from p2ptrain.worker.dht_helpers import bootstrap_dht
@@ -39,11 +37,7 @@ from p2ptrain.worker.pipeline.frames import (
 from p2ptrain.worker.pipeline.link_bounds import dial_window_s
 from p2ptrain.worker.pipeline.transport import Transport
 from p2ptrain.worker.profiler import NO_PROFILE, StepProfiler
-from p2ptrain.worker.replica_rounds import (
-    average_gradients,
-    open_replicas,
-    resync_replicas,
-)
+from p2ptrain.worker.replica_rounds import StageReplicas, open_replicas
 from p2ptrain.worker.resume.restore import restore_stage, start_lineage, started_line
 from p2ptrain.worker.resume.start_step import RESUME_TIMEOUT_S, StartPoint, agree_on_plan_start
 from p2ptrain.worker.state_writer import StateWrite, StateWriter
@@ -85,9 +79,7 @@ class Session:
         self.plan_version = plan_version
         self.failed = ""  # why this session cannot train (then train() ends it at once)
         self._previous: StageSnapshot | None = None  # the state one step back, see close()
-        self._keeps_one_back = self._resync_params = False
-        self.group_size = 1  # how many replicas the last step's gradient was averaged over
-        self._wire_cpu: tuple[float, float] | None = None  # its round's parts' CPU marks
+        self._keeps_one_back = False
         self.transport = transport
         self.inbox = inbox
         self.report = report
@@ -96,9 +88,7 @@ class Session:
         self.start_step: int | None = None  # the agreed start, once the members agreed
         self.started_from = ""  # where the plan started: "resumed from step N (lineage ...)"
         self.model: Stage | None = None
-        self.averager: StageAverager | None = None
-        self.outer: OuterRounds | None = None  # sync = "diloco": the stage's outer rounds
-        self.outer_round: RoundReport | None = None  # what the step's outer round did
+        self.replicas = StageReplicas()  # until the stage's are opened: every step "solo"
         self.directory = checkpoint_dir(spec)
         # an accelerator's host CPU writes checkpoints beside the steps; a CPU device's would
         # take that CPU from the steps themselves (worker/state_writer.py)
@@ -130,11 +120,11 @@ class Session:
         self.start_lineage = "" if lost else start_lineage(plan, start)
         needs_data = role.is_first or role.is_last
         self.corpus = load_corpus(spec) if needs_data else None
-        self.averager, self.outer = open_replicas(
+        self.replicas = open_replicas(
             spec, plan, role, dht, transport, self.model, profiler, self.faults
         )
-        if self.outer is not None:  # sync = "diloco"
-            self.outer.take_saved(outer_state)
+        if self.replicas.outer is not None:  # sync = "diloco"
+            self.replicas.outer.take_saved(outer_state)
         self.rows = stage_step.replica_batch(spec, role)[1]
         stage_step.warm_up(self.model, spec, role, self.precision)
         self.start_step = self.step
@@ -222,14 +212,16 @@ class Session:
                 return self._abandon_step(exc)
             times.averaging_s = time.monotonic()
             self.profiler.round_started(timing)
-            averaging = self._average_gradients()
+            averaging = self.replicas.average_gradients(
+                self.model, self.role, self.step, self._should_stop
+            )
             times.update_s = time.monotonic()
-            self.profiler.round_ended(self._wire_cpu)
+            self.profiler.round_ended(self.replicas.wire_cpu)
             end = self._unappliable(averaging)
             if end is not None:
                 return end
             self._update()
-            self._outer_round_if_due()
+            self.replicas.outer_round_if_due(self.step, self._should_stop)
             self._report_step(loss, averaging, times, timing)
             self.step += 1
             self.transport.inbox.forget(self.role.plan_key, self.step)
@@ -292,7 +284,7 @@ class Session:
         assert self.model is not None
         clip_grads(self.model, self.spec.optim.grad_clip)
         if self._keeps_one_back:  # close() saves it too (worker/resume/start_step.py)
-            previous, outer = self._previous, self._outer_state()  # reused: no allocation
+            previous, outer = self._previous, self.replicas.outer_state()  # reused: no allocation
             self._previous = StageSnapshot.take(
                 self.model, self.optimizer, self.step, outer, reuse=previous, lasting=True
             )
@@ -301,9 +293,7 @@ class Session:
         else:  # the stage keeps its weights; a drift from its replicas is re-synced later
             log.warning("step %d: non-finite gradients: the update is skipped", self.step)
         self.optimizer.zero_grad(set_to_none=True)
-        if self._resync_params:  # the replicas started this step from different parameters
-            assert self.averager is not None
-            resync_replicas(self.model, self.optimizer, self.averager, self.step)
+        self.replicas.resync_if_diverged(self.model, self.optimizer, self.step)
 
     def _report_step(
         self, loss: float | None, averaging: str, times: StepTimes, timing: stage_step.StageTiming
@@ -313,10 +303,9 @@ class Session:
         profile = self.profiler.step_ended(self.step, self.role, timing)
         traffic = self.transport.traffic
         metrics = step_metrics(
-            self.facts, self.step, loss, averaging, self.group_size, traffic, times, timing
+            self.facts, self.step, loss, averaging, self.replicas.group_size, traffic, times, timing
         )
-        if self.outer is not None:  # the progress line shows the outer rounds
-            metrics = self.outer.reported(metrics, self.outer_round)
+        metrics = self.replicas.reported(metrics)  # the progress line shows any outer rounds
         self.report(metrics)
         if profile is not None:
             self.report(profile)
@@ -325,28 +314,6 @@ class Session:
         interval = self.spec.checkpoint.checkpoint_interval
         if interval and self.step % interval == 0 and self.step < self.spec.optim.steps:
             self.save()
-
-    def _average_gradients(self) -> str:
-        """Replace this stage's gradients by their verified average over replicas; the outcome."""
-        assert self.model is not None and self.role is not None
-        self.group_size, self._wire_cpu = 1, None
-        if self.averager is None or self.outer is not None:  # diloco: outer rounds instead
-            return "solo"
-        if self.faults.before_averaging(self.step, self.role.stage, self.role.replica):
-            return "local"
-        outcome = average_gradients(self.model, self.averager, self.step, self._should_stop)
-        self._resync_params = outcome.diverged
-        self.group_size, self._wire_cpu = outcome.group_size, outcome.wire_cpu
-        return outcome.kind
-
-    def _outer_round_if_due(self) -> None:
-        """sync = "diloco": start or apply the stage's outer round (worker/averaging/outer_rounds.py)."""
-        self.outer_round = None
-        if self.outer is not None:
-            self.outer_round = self.outer.after_step(self.step, self._should_stop)
-
-    def _outer_state(self) -> dict[str, torch.Tensor] | None:
-        return None if self.outer is None else self.outer.state_tensors()
 
     def _should_stop(self) -> bool:
         return self.inbox.stopped or self._placement_changed()
@@ -368,7 +335,8 @@ class Session:
         if self.model is None or self.failed:
             return
         previous = self._previous
-        current = StageSnapshot.take(self.model, self.optimizer, self.step, self._outer_state())
+        outer = self.replicas.outer_state()
+        current = StageSnapshot.take(self.model, self.optimizer, self.step, outer)
         snapshots: tuple[StageSnapshot, ...] = (current,)
         if at_end and previous is not None and previous.step == self.step - 1:
             snapshots = (previous, current)
@@ -387,13 +355,11 @@ class Session:
         """Checkpoint (weights are always those of the last completed step) and leave the swarm;
         what the session held goes whatever happens, so the next one is built beside none of it."""
         try:
-            if self.outer is not None:
-                self.outer.close()  # a round still running ends (stop or timeout) before the save
+            self.replicas.end_rounds()  # a round still running ends (stop or timeout) first
             close_rounds(self.transport)  # this group's members park outer messages no more
             self.save(at_end=True)  # a failed write is logged (state_writer.py), not raised
         finally:
-            if self.averager is not None:
-                self.averager.close()
-            self.averager = self.model = self.outer = self.corpus = self._previous = None
+            self.replicas.close()  # its averager and outer rounds go with it
+            self.model = self.corpus = self._previous = None
             if hasattr(self, "optimizer"):  # a spare's session has none
                 self.optimizer.state.clear()  # the moments: twice the stage's weights

@@ -13,7 +13,7 @@ import pytest
 from p2ptrain.control import links as links_mod
 from p2ptrain.control.estimate.book import FULL_MESH_PEERS, plan_links
 from p2ptrain.control.links import MAX_ROW_ENTRIES, Link, LinkTable
-from p2ptrain.control.planning.drift import links_drifted
+from p2ptrain.control.planning.drift import SAMPLED_DRIFT_DWELL_S, DriftWatch, links_drifted
 from p2ptrain.records import LinkReport, Plan, Telemetry
 
 ME = "Peer000"
@@ -136,19 +136,15 @@ def test_steady_links_of_many_members_do_not_hide_the_plans_drift() -> None:
 
 
 def test_the_planner_judges_drift_past_the_full_mesh_on_its_plans_links() -> None:
-    from p2ptrain.control.planning.plan_maker import SAMPLED_DRIFT_DWELL_S, PlanMaker
-    from p2ptrain.control.view import SwarmView
-
     members = peers(40)
     pipelines = (tuple(members[0:4]), tuple(members[4:8]))
-    view = SwarmView(self_id=ME, role="control-only", planner_capable=True, started_at=0.0)
-    view.plan = Plan(1, 1, ME, 4, pipelines, (), {}, 1.0)
-    maker = PlanMaker(view, ME)
+    plan = Plan(1, 1, ME, 4, pipelines, (), {}, 1.0)
+    watch = DriftWatch()
     steady = {
         (a, b): Link(10.0, 100.0, 1.0) for i, a in enumerate(members) for b in members[i + 1 :]
     }
     placed = plan_links(pipelines)
     worse = {**steady, **{pair: Link(60.0, 10.0, 1.0) for pair in placed}}
-    maker._planned_links, maker._planned_members, maker._planned_at = steady, members, 0.0
+    watch.planned(steady, 0.0)
     assert len(placed) < 0.25 * len(steady)  # a minority of the members' links
-    assert maker._drifted(SAMPLED_DRIFT_DWELL_S + 1.0, worse)
+    assert watch.drifted(SAMPLED_DRIFT_DWELL_S + 1.0, worse, members, plan)

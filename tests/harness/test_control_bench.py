@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from p2ptrain.harness import control_bench
+from p2ptrain.harness.control_bench_report import render
 
 
 def test_control_bench_at_30_peers(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -27,7 +28,7 @@ def test_control_bench_at_30_peers(monkeypatch: pytest.MonkeyPatch) -> None:
     assert {"plan", "telemetry", "probe", "peer"} <= set(by_kind)
     # the kinds split the whole: their medians add up to about the total's median
     assert 0.5 * run["bytes_per_node_s"]["median"] <= sum(by_kind.values())
-    assert control_bench.render(result).splitlines()[1].startswith("   30")
+    assert render(result).splitlines()[1].startswith("   30")
 
 
 def test_confirming_commits_the_cheapest_plan_tried_not_the_latest(

@@ -54,7 +54,7 @@ from p2ptrain.records.replies import (
 from p2ptrain.records.stage_state import StateMeta
 from p2ptrain.worker.pipeline.frames import FrameHeader
 from p2ptrain.worker.resume.copies import CopyRequest
-from p2ptrain.worker.resume.state_transfer import StateRequest
+from p2ptrain.worker.resume.state_request import StateRequest
 
 A = "12D3KooWA1111111111111111111111111111111111111111111"
 B = "12D3KooWB2222222222222222222222222222222222222222222"

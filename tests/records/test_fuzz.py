@@ -22,7 +22,7 @@ from p2ptrain.records.stage_state import StateMeta
 from p2ptrain.worker.pipeline import frames
 from p2ptrain.worker.pipeline.frames import GRADIENT, FrameHeader
 from p2ptrain.worker.resume.copies import CopyRequest
-from p2ptrain.worker.resume.state_transfer import StateRequest
+from p2ptrain.worker.resume.state_request import StateRequest
 from tests.records.samples import SAMPLES, daemon_check_dict, frame_header_dict, stage_state_dict
 
 

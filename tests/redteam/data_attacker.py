@@ -40,6 +40,7 @@ from p2ptrain.worker.dht_helpers import swarm_prefix
 from p2ptrain.worker.pipeline import frames
 from p2ptrain.worker.private_tmp import PrivateTmp
 from p2ptrain.worker.resume import state_transfer
+from p2ptrain.worker.resume.state_request import StateRequest, parse_layers
 
 STREAMS_PER_ROUND = 24
 POISON = 1e6
@@ -88,7 +89,7 @@ STATE_REQUESTS_PER_ROUND = 12  # per worker: past the 2-per-peer and 4-in-all ca
 
 
 async def ask_for_state(
-    dht: DHT, peers: list[str], request: state_transfer.StateRequest, counts: Counter[str]
+    dht: DHT, peers: list[str], request: StateRequest, counts: Counter[str]
 ) -> None:
     """A non-member's stage-state requests: each answered MISSING, BUSY or (never) FOUND."""
     p2p = await dht.replicate_p2p()
@@ -168,9 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     state_request = None
     if args.state:
         key, step, digest = args.state.split(":")
-        layers = state_transfer.parse_layers(key)
+        layers = parse_layers(key)
         assert layers is not None, key
-        state_request = state_transfer.StateRequest(layers, int(step), digest)
+        state_request = StateRequest(layers, int(step), digest)
     deadline = time.monotonic() + args.duration
     while time.monotonic() < deadline:
         asyncio.run(flood_frames(dht, peers, counts))

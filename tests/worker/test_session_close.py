@@ -14,6 +14,7 @@ import json
 from types import SimpleNamespace
 import torch
 from p2ptrain.worker import session as session_module
+from p2ptrain.worker.replica_rounds import StageReplicas
 from p2ptrain.worker.session import Session
 
 session_module.close_rounds = lambda transport: None
@@ -27,10 +28,10 @@ def failing_save(at_end=False):
     raise OSError(28, "No space left on device")
 
 ended = Session.__new__(Session)
+replicas = StageReplicas(averager=SimpleNamespace(close=lambda: closed.append("averager")))
 ended.__dict__.update(
-    outer=None, transport=None, save=failing_save, model=model, optimizer=optimizer,
-    averager=SimpleNamespace(close=lambda: closed.append("averager")), corpus=object(),
-    _previous=object(),
+    transport=None, save=failing_save, model=model, optimizer=optimizer,
+    replicas=replicas, corpus=object(), _previous=object(),
 )
 try:
     ended.close()
@@ -39,8 +40,8 @@ except OSError as exc:
     raised = exc.errno
 print(json.dumps({
     "raised": raised, "closed": closed, "moments": len(optimizer.state),
-    "held": [name for name in ("model", "averager", "corpus", "_previous", "outer")
-             if getattr(ended, name) is not None],
+    "held": [name for name in ("model", "corpus", "_previous") if getattr(ended, name) is not None]
+            + [name for name in ("averager", "outer") if getattr(replicas, name) is not None],
 }))
 """
 

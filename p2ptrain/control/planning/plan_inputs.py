@@ -1,16 +1,19 @@
 """What a plan is made of, as one node's view holds it: each member's role, timed stage,
-data-plane addresses and reachability as its record announces them (ours from our own), and
-what the first plan still lacks (control/planning/readiness.py) as a node that does not plan
-sees it. Read by the planner (plan_maker.py) and by what a node says it waits for (waiting.py).
+data-plane addresses and reachability as its record announces them (ours from our own), the
+planning child's PlanInputs gathered from them, and what the first plan still lacks
+(control/planning/readiness.py) as a node that does not plan sees it. Read by the planner
+(plan_maker.py) and by what a node says it waits for (waiting.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from p2ptrain.control.links import Link
+from p2ptrain.control.planning.numbers import PlanInputs
 from p2ptrain.control.planning.readiness import first_plan_gaps, holder_gaps
 from p2ptrain.control.view import SwarmView
-from p2ptrain.records import PeerRecord, SavedStage, StageCompute
+from p2ptrain.records import PeerRecord, RunSpec, SavedStage, StageCompute
 
 
 def roles_of(view: SwarmView, members: list[str]) -> dict[str, str | None]:
@@ -67,6 +70,33 @@ def unroutable(
         if reachability == "private" and not relays:
             found.add(peer)
     return frozenset(found)
+
+
+def plan_inputs_of(
+    view: SwarmView,
+    now: float,
+    members: list[str],
+    links: dict[tuple[str, str], Link],
+    measured: dict[str, StageCompute | None],
+    private: frozenset[str],
+    slowdown: Mapping[str, float],
+    run: RunSpec,
+) -> PlanInputs:
+    """What the planning child prices and searches on (numbers.py): the members' measured
+    `links` and our estimates for the rest, the links that go through a relay, the `private`
+    members no one can reach, each member's timed stage and its trust `slowdown` (trust.py)."""
+    relayed = frozenset(pair for pair in links if view.links.connection(*pair) == "relayed")
+    return PlanInputs(
+        members=tuple(members),
+        links=links,
+        coords=view.links.estimate.coordinates_of(view.self_id, now),
+        capacities=view.links.estimate.capacities_of(view.self_id, now),
+        private=private,
+        relayed=relayed,
+        measured=measured,
+        slowdown=dict(slowdown),  # a copy: the trust's factors move on while the child works
+        run=run,
+    )
 
 
 def first_plan_gaps_in(view: SwarmView, members: list[str], now: float) -> list[str]:

@@ -26,7 +26,8 @@ reload), so plans change only when they must or when it clearly pays:
   done peers: a done peer that leaves is done, not lost, and nothing else (a join, drift, a new
   planner's first tick) restarts replicas about to finish.
 The numbers (the live matrices, a plan's price) and the search are the planning child's, asked
-for only when a decision is due (numbers.py; drift is judged on the links: drift.py).
+for only when a decision is due (numbers.py; drift is judged on the links, and watched for
+after each plan, in drift.py).
 """
 
 from __future__ import annotations
@@ -34,12 +35,11 @@ from __future__ import annotations
 import logging
 import math
 
-from p2ptrain.control.estimate.book import is_full_mesh, plan_links
 from p2ptrain.control.handover import Donors
 from p2ptrain.control.links import Link
 from p2ptrain.control.planning import search_process
 from p2ptrain.control.planning.confirm import PlanConfirmation
-from p2ptrain.control.planning.drift import links_drifted
+from p2ptrain.control.planning.drift import DriftWatch
 from p2ptrain.control.planning.first_wait import FirstPlanWait
 from p2ptrain.control.planning.numbers import PlanInputs, Searched
 from p2ptrain.control.planning.placement import (
@@ -50,6 +50,7 @@ from p2ptrain.control.planning.placement import (
 )
 from p2ptrain.control.planning.plan_inputs import (
     data_addrs_of,
+    plan_inputs_of,
     roles_of,
     saved_states,
     stage_computes,
@@ -65,16 +66,6 @@ from p2ptrain.records import Plan, RunSpec, StageCompute
 log = logging.getLogger(__name__)
 
 PLAN_DEBOUNCE_S = 1.5
-# the first plan waits this long at most for what it should be made on (control/planning/readiness.py:
-# data-plane addresses, every link measured, every trainer's timed stage); what is missing by
-# then is estimated (the median of the measured)
-DRIFT_CHECK_INTERVAL_S = 10.0
-MAX_DRIFT_CHECK_INTERVAL_S = 160.0
-DRIFT_DWELL_S = 60.0
-# ... past FULL_MESH_PEERS: each plan there is already confirmed on its own links ~30 s after
-# it, a switch restarts more sessions, and 32 peers on one machine, their rates swinging 4x
-# between probes, still drift-switched 60 s after each plan (twice in one measured minute)
-SAMPLED_DRIFT_DWELL_S = 180.0
 MIN_STEPS_AFTER_SWITCH = 10  # a drift or compute re-plan needs this many steps left to pay
 
 
@@ -95,18 +86,15 @@ class PlanMaker:
         self._epoch = 0
         self._planned_members: list[str] | None = None
         self._donors = Donors()  # stopping peers our plans keep as spares: control/handover.py
-        self._planned_links: dict[tuple[str, str], Link] | None = None  # drift's baseline
         self._planned_measured: frozenset[str] = frozenset()
         self._change_since: float | None = None
-        self._last_drift_check = 0.0
-        self._drift_check_interval_s = DRIFT_CHECK_INTERVAL_S
-        self._planned_at = float("-inf")  # when we published our latest plan
         self._waiting_logged = 0
         self._refused = ""  # why the last search found no placement that fits (logged once)
         self._first_wait = FirstPlanWait()
         self._trust = ComputeTrust()  # claimed compute checked against observed steps
         self._silent = SilentStart()  # members the others never heard in a start agreement
         self._confirmation = PlanConfirmation()  # a plan made on estimated links
+        self._drift = DriftWatch()  # the last plan's links, and when to compare them again
 
     async def tick(
         self,
@@ -158,20 +146,9 @@ class PlanMaker:
         ):
             search_process.warm()  # its start overlaps the wait, not the first plan's search
             return False
-        relayed = frozenset(
-            pair for pair in links if self.view.links.connection(*pair) == "relayed"
-        )
         repriced = self._trust.observe(current, reported, now)
-        inputs = PlanInputs(
-            members=tuple(members),
-            links=links,
-            coords=self.view.links.estimate.coordinates_of(self.view.self_id, now),
-            capacities=self.view.links.estimate.capacities_of(self.view.self_id, now),
-            private=private,
-            relayed=relayed,
-            measured=measured,
-            slowdown=dict(self._trust.factors),
-            run=run,
+        inputs = plan_inputs_of(
+            self.view, now, members, links, measured, private, self._trust.factors, run
         )
         newly_measured = compute_known(members, measured, run) and not (
             measured_peers(members, measured) <= self._planned_measured
@@ -194,7 +171,10 @@ class PlanMaker:
         # drift re-plans a scheduled placement only: a random one (the benchmarks' baseline)
         # stays as it is until membership changes
         elif run.swarm.placement == "scheduled" and (
-            (drifted := self._drifted(now, links)) or newly_measured or repriced or price_due
+            (drifted := self._drift.drifted(now, links, self._planned_members, self.view.plan))
+            or newly_measured
+            or repriced
+            or price_due
         ):
             matrices, confirm = None, False
             if price_due and current is not None:  # the plan priced on its measured links
@@ -220,9 +200,9 @@ class PlanMaker:
                     searched.placement, current, previous_cost_s, run, optimism
                 )
             ):
-                self._planned_links = links  # the new baseline for drift
+                self._drift.rebase(links)
                 if reason == "drift":
-                    self._back_off_drift_checks()
+                    self._drift.back_off()
                     # the next check is twice the interval away: the child (93 MiB with scipy)
                     # need not idle until then; a change meanwhile starts another
                     await search_process.release()
@@ -252,9 +232,7 @@ class PlanMaker:
         self._epoch += 1
         self._planned_members = members
         self._donors.kept(donors, now)
-        self._planned_links = links
-        self._planned_at = now
-        self._drift_check_interval_s = DRIFT_CHECK_INTERVAL_S
+        self._drift.planned(links, now)
         self._confirmation.note(members, placement.pipelines, links, now)
         self._planned_measured = measured_peers(members, measured)
         plan = placement.to_plan(
@@ -354,31 +332,6 @@ class PlanMaker:
         trainers = [peer for peer in members if roles.get(peer) == "trainer"]
         holders = [] if saved is None else holder_gaps(trainers, saved, run)
         return self._first_wait.awaits(now, gaps, holders, run)
-
-    def _back_off_drift_checks(self) -> None:
-        """A drift whose search found nothing worth switching to: noise, likely; look again in
-        twice the time (reset by our next plan)."""
-        self._drift_check_interval_s = min(
-            2 * self._drift_check_interval_s, MAX_DRIFT_CHECK_INTERVAL_S
-        )
-
-    def _drifted(self, now: float, links: dict[tuple[str, str], Link]) -> bool:
-        """Compare with the links of the last plan (drift.py), at most every drift check
-        interval (DRIFT_CHECK_INTERVAL_S, longer after fruitless drifts) and not within
-        DRIFT_DWELL_S of it (SAMPLED_DRIFT_DWELL_S in a swarm past the full mesh)."""
-        if self._planned_links is None or self._planned_members is None:
-            return False
-        if now - self._last_drift_check < self._drift_check_interval_s:
-            return False
-        sampled = not is_full_mesh(len(self._planned_members))
-        if now - self._planned_at < (SAMPLED_DRIFT_DWELL_S if sampled else DRIFT_DWELL_S):
-            return False
-        self._last_drift_check = now
-        # past the full mesh, the plan's links only: both ends measure them, so no member's
-        # steady word about its other links dilutes their drift (drift.py)
-        plan = self.view.plan
-        pairs = plan_links(plan.pipelines) if sampled and plan is not None else None
-        return links_drifted(self._planned_links, links, self._planned_members, pairs or None)
 
     async def _search(
         self, inputs: PlanInputs, matrices: bytes | None, current: Plan | None

@@ -23,7 +23,8 @@ def add_arguments(control: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from p2ptrain.errors import UserError
-    from p2ptrain.harness.control_bench import render, run_benchmark
+    from p2ptrain.harness.control_bench import run_benchmark
+    from p2ptrain.harness.control_bench_report import render
 
     sizes = comma_integers(args.peers, "--peers")
     if not sizes or min(sizes) < 16:

@@ -11,7 +11,7 @@ fetch, of one earlier lineage (states of two lineages are two trainings: never m
   that are of this run (run id, model shape and data digest, read from the file: a state of
   another run in the same directory is never offered), the newest MAX steps of each stage;
 - every member forms the same candidates (the plan's own usable states, then each other
-  lineage's) and keeps the one with the newest complete start step (worker/resume/start_step.py's
+  lineage's) and keeps the one with the newest complete start step (worker/resume/start_choice.py's
   `choose_start`), with the usual rules on whose announcements count, applied across lineages:
   a lone announcer's state counts only where no other member holds those blocks in any
   lineage (or the plan places it there), so a made-up lineage tag wins a member nothing;

@@ -52,7 +52,7 @@ from p2ptrain.worker.resume.copy_server import (
     copy_gap_s,
 )
 from p2ptrain.worker.resume.copy_sources import drop_copies, read_sources, record_copy
-from p2ptrain.worker.resume.start_step import StartPoint
+from p2ptrain.worker.resume.start_choice import StartPoint
 from p2ptrain.worker.resume.state_fetch import receive_file
 from p2ptrain.worker.resume.state_transfer import FOUND, transfer_deadline_s
 

@@ -35,19 +35,21 @@ from p2ptrain.records import fields as f
 from p2ptrain.train.checkpoint import layers_key, list_states, written
 from p2ptrain.worker.inbound import BAD_INPUT, close_after_sender, read_prefixed
 from p2ptrain.worker.resume.served_state import open_state
+from p2ptrain.worker.resume.state_request import (
+    MAX_REQUEST_BYTES,
+    REQUEST_LEN,
+    encode_request,
+    parse_layers,
+    request_json,
+)
 from p2ptrain.worker.resume.state_transfer import (
     BUSY,
     FOUND,
     LOCAL_RATE_MBPS,
     LOCAL_RTT_S,
-    MAX_REQUEST_BYTES,
     MISSING,
-    REQUEST_LEN,
     REQUEST_TIMEOUT_S,
     StateServer,
-    encode_request,
-    parse_layers,
-    request_json,
 )
 
 if TYPE_CHECKING:  # hivemind is imported only when used: tests of the rules run beside libp2p

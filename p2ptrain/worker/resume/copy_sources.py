@@ -4,7 +4,7 @@ A copy is worth announcing only when the peer it was copied from is gone: while 
 member of the plan, it announces the same state and newer ones itself, and the copy, older and
 held by someone the plan may place at the stage, would only hold the stage back to the copy's
 step (the start agreement trusts a lone newer state only where nobody else holds those blocks
-or the plan places its announcer there: start_step.py, covers.py). So a copy's file name and its
+or the plan places its announcer there: start_choice.py, covers.py). So a copy's file name and its
 holder are kept in `copies.json` beside the states, and a member leaves out of its announcement
 the copies whose holder the plan names (`without_live_sources`).
 

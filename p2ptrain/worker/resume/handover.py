@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from p2ptrain.records import Plan, RunSpec
 from p2ptrain.schedule.handover_time import fetch_wait_s
-from p2ptrain.worker.resume.start_step import StartPoint, placement
+from p2ptrain.worker.resume.start_choice import StartPoint, placement
 
 log = logging.getLogger(__name__)
 

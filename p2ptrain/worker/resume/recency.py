@@ -1,6 +1,6 @@
 """When a stage's holders contest each other and share no step: the latest plan's states decide.
 
-The start rule (worker/resume/start_step.py) lets a lone announcer's state count only where no
+The start rule (worker/resume/start_choice.py) lets a lone announcer's state count only where no
 other member holds those blocks, or where the plan places it alone. So when two replicas of a
 stage hold states that share no step, neither counts. That is how an honest swarm looks when a
 volunteer comes back: it stopped at step 21, its stage-mate trained on alone to step 54 and
@@ -26,7 +26,7 @@ from p2ptrain.records.lineage import parse_tag
 from p2ptrain.worker.resume.announcement import Announced
 from p2ptrain.worker.resume.covers import key_range
 
-Held = dict[str, dict[int, str]]  # layers key -> step -> sha256 (start_step.Held)
+Held = dict[str, dict[int, str]]  # layers key -> step -> sha256 (own_states.Held)
 
 
 def written_under(tag: str | None, position: int) -> tuple[int, int]:

@@ -5,7 +5,7 @@ states of other layer ranges (worker/resume/covers.py, train/recut.py), each loc
 
 Only states of the plan's lineage or its ancestors' count (records/lineage.py): a local state
 saved under another lineage (the other side of a healed partition) is never resumed from, and
-a warning says so. When the stages share no step (start_step.py), a stage with no state at
+a warning says so. When the stages share no step (start_choice.py), a stage with no state at
 the agreed step resumes from the state agreed for it instead (StartPoint.steps: its newest
 before, else its oldest after; under diloco the replicas drift apart once a round fails, and the
 stage's holder may have run past the others' newest state and pruned its older ones), local or
@@ -46,7 +46,7 @@ from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.resume.adopt import link_adopted
 from p2ptrain.worker.resume.covers import key_range
 from p2ptrain.worker.resume.own_states import StateRank, local_states
-from p2ptrain.worker.resume.start_step import StartPoint
+from p2ptrain.worker.resume.start_choice import StartPoint
 from p2ptrain.worker.resume.state_fetch import fetch_state, tell_held
 
 if TYPE_CHECKING:  # hivemind is imported only by the worker: tests of restoring run beside libp2p

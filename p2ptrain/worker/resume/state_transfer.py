@@ -2,13 +2,14 @@
 checkpoint from a member that announced it (worker/resume/start_step.py), over a p2pd stream.
 
 Protocol `p2ptrain.stage-state.v3`: the client sends a 4-byte big-endian length and a JSON request
-`{"layers": "L<a>-<b>", "step": N, "digest": sha256 hex}` (≤ 256 bytes, `StateRequest`); the
-server answers one status byte (FOUND, MISSING or BUSY), then, if found, an 8-byte big-endian
-size and the file's bytes. The server serves only stamped checkpoint files of its own checkpoint
-directory: the one of that stage and step, of any lineage, whose sha256 is the digest (the client
-asks only for the agreed digest, so the lineage is the one the plan's members agreed on:
-worker/resume/start_step.py). v3: the file is a safetensors state (train/state_file.py, format /3); a file
-of an older format (a torch pickle) is neither served nor kept (docs/security.md, 26.7).
+`{"layers": "L<a>-<b>", "step": N, "digest": sha256 hex}` (≤ 256 bytes, `StateRequest`:
+worker/resume/state_request.py); the server answers one status byte (FOUND, MISSING or BUSY), then,
+if found, an 8-byte big-endian size and the file's bytes. The server serves only stamped checkpoint
+files of its own checkpoint directory: the one of that stage and step, of any lineage, whose sha256
+is the digest (the client asks only for the agreed digest, so the lineage is the one the plan's
+members agreed on: worker/resume/start_step.py). v3: the file is a safetensors state
+(train/state_file.py, format /3); a file of an older format (a torch pickle) is neither served nor
+kept (docs/security.md, 26.7).
 
 Who is served (docs/security.md, 26.12): only peers of this worker's current or previous
 plan (a stranger gets MISSING, nothing of the request parsed). A stream waits for its request
@@ -36,23 +37,19 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import logging
-import re
 import struct
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from p2ptrain.errors import WireError
 from p2ptrain.records import LinkFacts, NetworkFacts, Plan, RunSpec
-from p2ptrain.records import fields as f
 from p2ptrain.train.checkpoint import expected_state_bytes, layers_key
-from p2ptrain.worker.inbound import OpenStreams, close_after_sender, read_prefixed
+from p2ptrain.worker.inbound import OpenStreams, close_after_sender
 from p2ptrain.worker.resume.handover import Served
 from p2ptrain.worker.resume.served_state import OpenedState, Pace, find_state
+from p2ptrain.worker.resume.state_request import StateRequest, read_request
 from p2ptrain.worker.traffic import Traffic
 
 if TYPE_CHECKING:  # hivemind is imported only when used: tests of the bounds run beside libp2p
@@ -64,9 +61,7 @@ log = logging.getLogger(__name__)
 
 PROTOCOL = "p2ptrain.stage-state.v3"
 FOUND, MISSING, BUSY = b"\x01", b"\x00", b"\x02"
-REQUEST_LEN = struct.Struct(">I")
 SIZE = struct.Struct(">Q")
-MAX_REQUEST_BYTES = 256
 CHUNK_BYTES = 1024 * 1024
 REQUEST_TIMEOUT_S = 10.0  # for the few bytes of a request, on top of the plan's round trip
 LOCAL_RATE_MBPS = 100.0  # a plan without network facts was made for a LAN (or loopback)
@@ -93,70 +88,6 @@ BUSY_RETRY_S = (0.5, 1.5)
 REFUSAL_LINGER_S = 2.0  # for the client to read a refusal and close its end
 # refused streams kept for that at once: each a task and a descriptor, from anyone
 MAX_LINGERING = 32
-_LAYERS = re.compile(r"L([0-9]{1,6})-([0-9]{1,6})")  # not \d: "L٠-٣" is no range
-_DIGEST = re.compile(r"^[0-9a-f]{64}$")
-_REQUEST = "stage-state request"
-
-
-def parse_layers(key: object) -> range | None:
-    match = _LAYERS.fullmatch(key) if isinstance(key, str) else None
-    if not match or int(match[1]) >= int(match[2]):
-        return None
-    return range(int(match[1]), int(match[2]))
-
-
-@dataclass(frozen=True)
-class StateRequest:
-    """What a client asks for: the state of `layers` at `step` whose sha256 is `digest`; with
-    `have`, nothing: it says it holds that state now (a donor waiting for it to fetch the
-    state need not wait: worker/resume/handover.py)."""
-
-    layers: range
-    step: int
-    digest: str
-    have: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {"layers": layers_key(self.layers), "step": self.step, "digest": self.digest}
-        return data | ({"have": True} if self.have else {})
-
-    def encode(self) -> bytes:
-        return encode_request(self.to_dict())
-
-    @classmethod
-    def from_dict(cls, data: object) -> StateRequest:
-        raw = f.mapping(data, _REQUEST)
-        f.require_keys(raw, _REQUEST, ("layers", "step", "digest"))
-        layers = parse_layers(raw["layers"])
-        if layers is None:
-            raise f.malformed(_REQUEST, "layers must be L<start>-<stop>, start < stop")
-        digest = raw["digest"]
-        if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
-            raise f.malformed(_REQUEST, "digest must be 64 lowercase hex digits")
-        have = f.boolean(raw.get("have", False), _REQUEST, "have")
-        return cls(layers, f.integer(raw["step"], _REQUEST, "step"), digest, have)
-
-    @classmethod
-    def decode(cls, body: bytes) -> StateRequest:
-        """A request's JSON body (after its length): a valid request, or WireError."""
-        return cls.from_dict(request_json(body, _REQUEST))
-
-
-def encode_request(data: dict[str, Any]) -> bytes:
-    """A request of these protocols on the wire: its length, then its compact JSON."""
-    body = json.dumps(data, separators=(",", ":")).encode()
-    return REQUEST_LEN.pack(len(body)) + body
-
-
-def request_json(body: bytes, what: str) -> object:
-    """A request's JSON body (after its length), parsed: WireError past MAX_REQUEST_BYTES or if
-    it is not JSON."""
-    if len(body) > MAX_REQUEST_BYTES:
-        raise WireError(f"oversized {what}: {len(body)} bytes")
-    try:
-        return json.loads(body)
-    except (ValueError, RecursionError):  # not UTF-8, not JSON, a 5000-digit integer
-        raise f.malformed(what, "not JSON") from None
 
 
 def transfer_deadline_s(size_bytes: int, links: NetworkFacts | LinkFacts | None) -> float:
@@ -388,10 +319,3 @@ class StateServer:
         # hashing a large state is slow: a thread (remembered while the file is unchanged)
         found = (self.directory, request.layers, request.step, request.digest)
         return await asyncio.to_thread(find_state, *found)
-
-
-async def read_request(reader: asyncio.StreamReader) -> StateRequest:
-    """A client's request; WireError if malformed (IncompleteReadError if cut short)."""
-    return StateRequest.decode(
-        await read_prefixed(reader, REQUEST_LEN, MAX_REQUEST_BYTES, _REQUEST)
-    )

@@ -4,7 +4,14 @@ import numpy as np
 import pytest
 
 from p2ptrain.control.links import Link
-from p2ptrain.control.planning.drift import links_drifted
+from p2ptrain.control.planning.drift import (
+    DRIFT_CHECK_INTERVAL_S,
+    DRIFT_DWELL_S,
+    MAX_DRIFT_CHECK_INTERVAL_S,
+    SAMPLED_DRIFT_DWELL_S,
+    DriftWatch,
+    links_drifted,
+)
 from p2ptrain.control.planning.placement import worth_switching
 from p2ptrain.control.planning.planner import (
     PLAN_MAX_EVALUATIONS,
@@ -209,59 +216,44 @@ def test_the_search_runs_in_its_own_process_with_the_same_plan() -> None:
 def test_no_drift_re_plan_within_the_dwell_of_the_last_plan() -> None:
     """Noisy links make every fresh search beat the current placement priced on the new noise
     (32 peers on one loaded machine switched every 10 s): a drift re-plan waits DRIFT_DWELL_S."""
-    from p2ptrain.control.planning.plan_maker import DRIFT_DWELL_S, PlanMaker
-    from p2ptrain.control.view import SwarmView
-
-    view = SwarmView(self_id="p0", role="control-only", planner_capable=True, started_at=0.0)
-    maker = PlanMaker(view, "p0")
+    watch = DriftWatch()
     before, after = _uniform_links(PEERS[:4], 2.0, 1000.0), _uniform_links(PEERS[:4], 40.0, 10.0)
-    maker._planned_links, maker._planned_members, maker._planned_at = before, PEERS[:4], 100.0
-    assert not maker._drifted(100.0 + DRIFT_DWELL_S / 2, after)
-    assert maker._drifted(100.0 + DRIFT_DWELL_S + 1.0, after)
+    watch.planned(before, 100.0)
+    assert not watch.drifted(100.0 + DRIFT_DWELL_S / 2, after, PEERS[:4], None)
+    assert watch.drifted(100.0 + DRIFT_DWELL_S + 1.0, after, PEERS[:4], None)
 
 
 def test_a_swarm_past_the_full_mesh_dwells_longer_after_a_plan() -> None:
     """Its plans are confirmed on their own links, and a switch restarts more sessions."""
     from p2ptrain.control.estimate.book import FULL_MESH_PEERS
-    from p2ptrain.control.planning.plan_maker import SAMPLED_DRIFT_DWELL_S, PlanMaker
-    from p2ptrain.control.view import SwarmView
 
     peers = [f"Peer{i:03d}" for i in range(FULL_MESH_PEERS + 1)]
-    view = SwarmView(self_id="p0", role="control-only", planner_capable=True, started_at=0.0)
-    maker = PlanMaker(view, "p0")
+    watch = DriftWatch()
     before, after = _uniform_links(peers, 2.0, 1000.0), _uniform_links(peers, 40.0, 10.0)
-    maker._planned_links, maker._planned_members, maker._planned_at = before, peers, 100.0
-    assert not maker._drifted(100.0 + SAMPLED_DRIFT_DWELL_S - 1.0, after)
-    assert maker._drifted(100.0 + SAMPLED_DRIFT_DWELL_S + 1.0, after)
+    watch.planned(before, 100.0)
+    assert not watch.drifted(100.0 + SAMPLED_DRIFT_DWELL_S - 1.0, after, peers, None)
+    assert watch.drifted(100.0 + SAMPLED_DRIFT_DWELL_S + 1.0, after, peers, None)
 
 
 def test_fruitless_drift_checks_back_off_until_the_next_plan() -> None:
     """On noisy links every check drifts and each is a search: one that found nothing worth
     switching to doubles the wait for the next (up to MAX_DRIFT_CHECK_INTERVAL_S)."""
-    from p2ptrain.control.planning.plan_maker import (
-        DRIFT_CHECK_INTERVAL_S,
-        DRIFT_DWELL_S,
-        MAX_DRIFT_CHECK_INTERVAL_S,
-        PlanMaker,
-    )
-    from p2ptrain.control.view import SwarmView
-
-    view = SwarmView(self_id="p0", role="control-only", planner_capable=True, started_at=0.0)
-    maker = PlanMaker(view, "p0")
-    before, after = _uniform_links(PEERS[:4], 2.0, 1000.0), _uniform_links(PEERS[:4], 40.0, 10.0)
-    maker._planned_links, maker._planned_members, maker._planned_at = before, PEERS[:4], 0.0
+    watch = DriftWatch()
+    members = PEERS[:4]
+    before, after = _uniform_links(members, 2.0, 1000.0), _uniform_links(members, 40.0, 10.0)
+    watch.planned(before, 0.0)
     t = DRIFT_DWELL_S + 1.0
-    assert maker._drifted(t, after)
-    assert not maker._drifted(t + DRIFT_CHECK_INTERVAL_S / 2, after)
-    assert maker._drifted(t + DRIFT_CHECK_INTERVAL_S, after)  # the usual pace
-    assert not maker._drifted(t + 2 * DRIFT_CHECK_INTERVAL_S, before)  # checked: no drift
+    assert watch.drifted(t, after, members, None)
+    assert not watch.drifted(t + DRIFT_CHECK_INTERVAL_S / 2, after, members, None)
+    assert watch.drifted(t + DRIFT_CHECK_INTERVAL_S, after, members, None)  # the usual pace
+    assert not watch.drifted(t + 2 * DRIFT_CHECK_INTERVAL_S, before, members, None)  # no drift
     t += 2 * DRIFT_CHECK_INTERVAL_S
-    maker._back_off_drift_checks()
-    assert not maker._drifted(t + DRIFT_CHECK_INTERVAL_S, after)
-    assert maker._drifted(t + 2 * DRIFT_CHECK_INTERVAL_S, after)
+    watch.back_off()
+    assert not watch.drifted(t + DRIFT_CHECK_INTERVAL_S, after, members, None)
+    assert watch.drifted(t + 2 * DRIFT_CHECK_INTERVAL_S, after, members, None)
     for _ in range(10):
-        maker._back_off_drift_checks()
-    assert maker._drift_check_interval_s == MAX_DRIFT_CHECK_INTERVAL_S
+        watch.back_off()
+    assert watch.check_interval_s == MAX_DRIFT_CHECK_INTERVAL_S
 
 
 def test_made_up_peers_in_a_members_row_cannot_hide_a_drift():

@@ -37,7 +37,8 @@ from p2ptrain.worker.pipeline.transport import Transport
 from p2ptrain.worker.private_tmp import PrivateTmp
 from p2ptrain.worker.resume import state_transfer
 from p2ptrain.worker.resume.state_fetch import fetch_state, tell_held
-from p2ptrain.worker.resume.state_transfer import StateRequest, StateServer
+from p2ptrain.worker.resume.state_request import StateRequest
+from p2ptrain.worker.resume.state_transfer import StateServer
 
 SPEC = RunSpec().replace(n_layer=2, n_head=2, n_embd=16, block_size=8, steps=10)
 LAYERS = range(0, 1)

@@ -1,5 +1,5 @@
 """A run outlives its swarm (issue 30): a restarted swarm's first lineage adopts the run's newest
-state of an earlier lineage, on another cut (worker/resume/adopt.py, worker/resume/start_step.py choose_start,
+state of an earlier lineage, on another cut (worker/resume/adopt.py, worker/resume/start_choice.py choose_start,
 worker/resume/restore.py), never a state of another run or model, never when the run says
 resume = "never", never in a lineage that has its own states or ancestors; and no writer prunes
 another lineage's states (train/checkpoint.py)."""
@@ -23,7 +23,7 @@ from p2ptrain.worker.resume import restore
 from p2ptrain.worker.resume.adopt import link_adopted
 from p2ptrain.worker.resume.own_states import own_announcement
 from p2ptrain.worker.resume.restore import restore_stage, started_line
-from p2ptrain.worker.resume.start_step import choose_start, placement
+from p2ptrain.worker.resume.start_choice import choose_start, placement
 from tests.worker.resume.test_recut import SPEC, NoTransport, chain, moments, train_step, weights
 
 

@@ -1,5 +1,5 @@
 """Whose announcements count when a restarted swarm adopts an earlier lineage (attack 29.11,
-worker/resume/start_step.py choose_start, worker/resume/covers.py): a lineage tag is only the
+worker/resume/start_choice.py choose_start, worker/resume/covers.py): a lineage tag is only the
 announcer's word, so a lone member's made-up lineage counts only for blocks nobody else holds
 in any lineage. It used to be judged against its own states alone: a spare announcing a fake
 lineage at step 900 won over the two members' real step 5, and everyone fetched its files."""
@@ -16,7 +16,7 @@ from p2ptrain.records.lineage import next_lineage
 from p2ptrain.worker.resume.adopt import LINEAGES_PER_MEMBER, candidates
 from p2ptrain.worker.resume.announcement import Announced
 from p2ptrain.worker.resume.restore import started_line
-from p2ptrain.worker.resume.start_step import StartPoint, choose_start, placement
+from p2ptrain.worker.resume.start_choice import StartPoint, choose_start, placement
 from tests.worker.resume.test_recut import SPEC
 from tests.worker.resume.test_resume import d
 

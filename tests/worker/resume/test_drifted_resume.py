@@ -26,7 +26,7 @@ from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.resume import restore
 from p2ptrain.worker.resume.own_states import own_announcement, usable
 from p2ptrain.worker.resume.restore import restore_stage
-from p2ptrain.worker.resume.start_step import choose_start_step, placement
+from p2ptrain.worker.resume.start_choice import choose_start_step, placement
 from tests.worker.resume.test_recut import SPEC, NoTransport, chain, plan, train_step
 from tests.worker.resume.test_resume import d, steps
 

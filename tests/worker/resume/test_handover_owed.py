@@ -12,7 +12,7 @@ import pytest
 from p2ptrain.records import Plan
 from p2ptrain.worker.resume import restore
 from p2ptrain.worker.resume.handover import Served, owed
-from p2ptrain.worker.resume.start_step import choose_start_step, placement
+from p2ptrain.worker.resume.start_choice import choose_start_step, placement
 
 N_LAYER = 4
 

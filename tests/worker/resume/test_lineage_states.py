@@ -1,6 +1,6 @@
 """Stage states of a plan's lineage only (records/lineage.py): tagged on disk
 (train/checkpoint.py), announced with their tag and kept only if the plan descends from it
-(worker/resume/start_step.py), resumed from locally only then (worker/resume/restore.py).
+(worker/resume/start_choice.py), resumed from locally only then (worker/resume/restore.py).
 
 Issue 11, attack 4b's last part: after a partition heals, states named only by layers and step
 mixed silently: the other half's newer states won the start step, or were resumed from."""
@@ -21,7 +21,7 @@ from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.resume.announcement import check_announcement, sign_announcement
 from p2ptrain.worker.resume.own_states import local_states, own_announcement, usable
 from p2ptrain.worker.resume.restore import warn_other_lineages
-from p2ptrain.worker.resume.start_step import choose_start_step
+from p2ptrain.worker.resume.start_choice import choose_start_step
 from tests.train.test_checkpoint import SPEC
 from tests.worker.resume.test_resume import KEY, PEER, SEED, d
 

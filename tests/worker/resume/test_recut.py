@@ -18,7 +18,7 @@ from p2ptrain.train.recut import model_wide
 from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.resume.own_states import own_announcement, usable
 from p2ptrain.worker.resume.restore import restore_stage
-from p2ptrain.worker.resume.start_step import choose_start_step, placement
+from p2ptrain.worker.resume.start_choice import choose_start_step, placement
 
 SPEC = RunSpec().replace(n_layer=4, n_head=2, n_embd=16, block_size=8, steps=10, seed=3)
 

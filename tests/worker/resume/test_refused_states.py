@@ -18,7 +18,7 @@ from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.resume import restore
 from p2ptrain.worker.resume.restore import restore_stage
-from p2ptrain.worker.resume.start_step import StartPoint
+from p2ptrain.worker.resume.start_choice import StartPoint
 from tests.train.test_state_checks import HOSTILE_HYPERPARAMETERS, crafted
 from tests.worker.resume.test_recut import SPEC, chain, plan, train_step
 

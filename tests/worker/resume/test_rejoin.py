@@ -8,7 +8,7 @@ from __future__ import annotations
 from functools import partial
 
 from p2ptrain.records import lineage as lin
-from p2ptrain.worker.resume.start_step import choose_start
+from p2ptrain.worker.resume.start_choice import choose_start
 
 X, Y = "a" * 16, "b" * 16
 STAGE = "L0-4"

@@ -1,4 +1,4 @@
-"""Choosing a new plan's start step from the members' signed announcements (worker/resume/start_step.py)."""
+"""Choosing a new plan's start step from the members' signed announcements (worker/resume/start_choice.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 from p2ptrain import identity
 from p2ptrain.worker.resume.announcement import Announced, check_announcement, sign_announcement
 from p2ptrain.worker.resume.covers import cover
-from p2ptrain.worker.resume.start_step import Held, choose_start_step
+from p2ptrain.worker.resume.own_states import Held
+from p2ptrain.worker.resume.start_choice import choose_start_step
 
 NEEDED = ["L0-2", "L2-4"]
 KEY = "p2ptrain_r_resume_t1_e3"

@@ -46,7 +46,7 @@ from p2ptrain.worker.resume.copy_sources import (
     without_live_sources,
 )
 from p2ptrain.worker.resume.own_states import own_announcement
-from p2ptrain.worker.resume.start_step import StartPoint, choose_start_step, placement
+from p2ptrain.worker.resume.start_choice import StartPoint, choose_start_step, placement
 from p2ptrain.worker.resume.state_transfer import BUSY, FOUND, MISSING, SIZE, StateServer
 
 SPEC = RunSpec().replace(

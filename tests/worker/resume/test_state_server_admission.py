@@ -20,14 +20,13 @@ from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.resume import state_transfer
 from p2ptrain.worker.resume.served_state import open_state
+from p2ptrain.worker.resume.state_request import StateRequest, parse_layers
 from p2ptrain.worker.resume.state_transfer import (
     BUSY,
     FOUND,
     MISSING,
     SIZE,
-    StateRequest,
     StateServer,
-    parse_layers,
 )
 
 SPEC = RunSpec().replace(n_layer=2, n_head=2, n_embd=16, block_size=8, steps=100)

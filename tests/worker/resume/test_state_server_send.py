@@ -23,11 +23,11 @@ from p2ptrain.worker.resume.served_state import (
     Pace,
     TooSlow,
 )
+from p2ptrain.worker.resume.state_request import StateRequest
 from p2ptrain.worker.resume.state_transfer import (
     CHUNK_STALL_S,
     FOUND,
     SIZE,
-    StateRequest,
     StateServer,
 )
 from tests.worker.resume.test_spare_copies import TAG

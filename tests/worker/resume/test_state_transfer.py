@@ -31,15 +31,14 @@ from p2ptrain.train.model import build_stage, loss_fn
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.resume.state_fetch import receive_state
+from p2ptrain.worker.resume.state_request import REQUEST_LEN, read_request
 from p2ptrain.worker.resume.state_transfer import (
     FOUND,
     MAX_TRANSFER_RTT_S,
     MAX_TRANSFER_S,
     MIN_TRANSFER_RATE_MBPS,
-    REQUEST_LEN,
     SIZE,
     StateServer,
-    read_request,
     transfer_deadline_s,
 )
 

@@ -1,0 +1,92 @@
+"""What the worker does with a run spec, once per run: check that our copy of the run's data is
+the run's, tell the control process the run's states this node holds, and time the run's model
+for the planner. A spec the control process sends ahead of any plan is handled off the IPC
+reader's thread once the worker is up; one that comes with a plan, at once, before any step.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+import torch
+
+from p2ptrain.errors import UserError
+from p2ptrain.records import ComputeReport, RunSpec
+from p2ptrain.worker.resume.saved_report import saved_report
+from p2ptrain.worker.settings import WorkerSettings
+
+if TYPE_CHECKING:
+    from p2ptrain.worker.ipc import IpcClient, PlanInbox
+
+log = logging.getLogger("p2ptrain.worker")
+
+
+class RunIntake:
+    """The worker's checks and measurements of each run spec it is given (main.py's Worker)."""
+
+    def __init__(self, settings: WorkerSettings, device: torch.device, inbox: PlanInbox) -> None:
+        self.settings = settings
+        self.device = device
+        self.inbox = inbox  # stopped if the run is refused before any plan
+        # set once connected, before the worker is up: None for a static plan
+        self.ipc: IpcClient | None = None
+        self._timed_runs: set[str] = set()
+        self._checked_data: set[tuple[str, str, str]] = set()  # (run, data, digest) found right
+        self.refused = ""  # why this worker will not train the run (its data is not the run's)
+        self._timing = threading.Lock()
+        # the compute probe waits for our start (p2pd, hello, torch warm): it would time us slow
+        self._ready = threading.Event()
+
+    def worker_is_up(self) -> None:
+        """The worker's start is done: a spec that came ahead of it is probed now."""
+        self._ready.set()
+
+    def on_run(self, spec: RunSpec) -> None:
+        """The run spec ahead of any plan: time its model now, off the IPC reader's thread."""
+
+        def probe() -> None:
+            self._ready.wait()
+            try:
+                self.check_data(spec)
+            except UserError as exc:  # refused: the worker stops before any plan
+                self.refused = str(exc)
+                log.error("%s", exc)
+                self.inbox.stop()
+                return
+            self.time_compute(spec)
+
+        threading.Thread(target=probe, name="compute-probe", daemon=True).start()
+
+    def check_data(self, spec: RunSpec) -> None:
+        """The run pins its data (data_sha256): check ours once per run, before we time or
+        train anything; UserError, naming both digests, if it differs, or if the data is not
+        ours to read (worker/node_paths.py)."""
+        from p2ptrain.train.data import check_digest, load_tokens
+        from p2ptrain.worker.node_paths import node_spec
+
+        spec = node_spec(spec, self.settings, self.ipc is not None)
+        key = (spec.run_id, spec.data.source, spec.data.data_sha256)
+        if not spec.data.data_sha256 or key in self._checked_data:
+            return
+        check_digest(spec, load_tokens(spec))
+        self._checked_data.add(key)
+
+    def time_compute(self, spec: RunSpec) -> None:
+        """Once per run: tell the control process the run's states we hold (saved_report.py), then
+        time the run's model (a few hundred ms at most): the planner prices our stages from it."""
+        from p2ptrain.worker.compute_probe import measure_stage_compute
+        from p2ptrain.worker.node_paths import place_checkpoints
+
+        if self.ipc is None:
+            return  # a static plan has no planner to tell
+        with self._timing:
+            if spec.run_id in self._timed_runs:
+                return
+            self._timed_runs.add(spec.run_id)
+            own = self.settings.checkpoint_dir
+            self.ipc.send(saved_report(place_checkpoints(spec, own), own))
+            compute = measure_stage_compute(spec, self.device)
+        log.info("timed the run's model: %.3g ms per row and block", compute.block_row_s * 1e3)
+        self.ipc.send(ComputeReport(compute))
