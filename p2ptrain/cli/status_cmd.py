@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
 from typing import TYPE_CHECKING
 
 from p2ptrain.records import PeerMetrics
 
+MIN_WATCH_S, MAX_WATCH_S = 0.2, 3600.0  # status --watch's interval
 MAX_MATRIX_PEERS = 32  # past it, a matrix is more text than anyone reads (and N x N to build)
 
 if TYPE_CHECKING:
@@ -19,14 +22,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--bootstrap", required=True, help="multiaddr of the bootstrap (or any peer)"
     )
     parser.add_argument("--json", action="store_true", help="print the status as JSON")
+    parser.add_argument(
+        "--watch",
+        type=_seconds,
+        metavar="SECONDS",
+        help="look again every SECONDS until interrupted, from one observer (with --json: one "
+        "status per line); a failed look is said on stderr and tried again",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    from p2ptrain.control.observer import get_status
+    from p2ptrain.control import observer
 
-    status = get_status(args.bootstrap)
-    print(json.dumps(status.to_dict(), indent=2) if args.json else format_status(status))
+    if args.watch is None:
+        status = observer.get_status(args.bootstrap)
+        print(json.dumps(status.to_dict(), indent=2) if args.json else format_status(status))
+        return 0
+
+    def show(status: SwarmStatus | None, error: Exception | None) -> bool:
+        if status is None:
+            print(f"p2ptrain status: {error}", file=sys.stderr, flush=True)
+        elif args.json:
+            print(json.dumps(status.to_dict(), separators=(",", ":")), flush=True)
+        else:
+            print(format_status(status) + "\n", flush=True)
+        return True
+
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends a watch: not an error
+        observer.watch(args.bootstrap, args.watch, show)
     return 0
+
+
+def _seconds(text: str) -> float:
+    """--watch's interval: a finite number of seconds, 0.2 at least (each look is a request to
+    a node that serves everyone's)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not MIN_WATCH_S <= value <= MAX_WATCH_S:
+        raise argparse.ArgumentTypeError(f"between {MIN_WATCH_S} and {MAX_WATCH_S:.0f} s")
+    return value
 
 
 def _short(peer_id: str | None) -> str:

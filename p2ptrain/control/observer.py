@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
+import math
 import os
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -66,13 +69,35 @@ async def fetch_status_doc(host: IHost, peer: ID) -> SwarmStatus:
     raise ValueError(f"status of more than {MAX_STATUS_PAGES} pages")
 
 
-async def fetch_status(node_addr: str) -> SwarmStatus:
-    """Connect to the node at node_addr (a bootstrap or any peer) and return its status document
-    (validated: a node's reply is network input like any other)."""
+async def watch_status(
+    node_addr: str,
+    every_s: float,
+    emit: Callable[[SwarmStatus | None, UserError | None], bool],
+) -> None:
+    """Ask the node at node_addr for its status every `every_s` seconds from one throwaway host
+    (an observer's start, not each look, costs its imports and key), and hand each status, or
+    why there was none, to `emit` (a failed look is tried again after `every_s`, connecting
+    anew); ends when `emit` returns False."""
     quiet_library_logs(logging.CRITICAL)  # a failed dial is said once, below, in our words
     info = info_from_p2p_addr(parse_multiaddr(node_addr, need_peer_id=True))
     host = make_host(os.urandom(32), trusted=[node_addr])
     async with host.run(listen_addrs=[parse_multiaddr("/ip4/127.0.0.1/tcp/0")]):
+        while True:
+            try:
+                looked = emit(await _look(host, info, node_addr), None)
+            except UserError as error:
+                looked = emit(None, error)
+                # the next look dials afresh, not over what failed
+                with trio.move_on_after(OBSERVER_TIMEOUT_S), contextlib.suppress(Exception):
+                    await host.disconnect(info.peer_id)
+            if not looked:
+                return
+            await trio.sleep(every_s)
+
+
+async def _look(host: IHost, info: Any, node_addr: str) -> SwarmStatus:
+    """One status document from the node, connecting first if we are not connected."""
+    if not host.get_network().get_connections(info.peer_id):
         with trio.move_on_after(OBSERVER_TIMEOUT_S) as connecting:
             try:
                 await connect_operator_peer(host, info)
@@ -85,14 +110,11 @@ async def fetch_status(node_addr: str) -> SwarmStatus:
                 ) from None
         if connecting.cancelled_caught:
             raise UserError(f"cannot reach {node_addr}: no answer in {OBSERVER_TIMEOUT_S:.0f} s")
-        try:
-            with trio.fail_after(OBSERVER_TIMEOUT_S):
-                status = await fetch_status_doc(host, info.peer_id)
-        except (OSError, trio.TooSlowError, Exception) as exc:
-            raise UserError(
-                f"cannot get status from {node_addr}: {exc or type(exc).__name__}"
-            ) from exc
-    return status
+    try:
+        with trio.fail_after(OBSERVER_TIMEOUT_S):
+            return await fetch_status_doc(host, info.peer_id)
+    except (OSError, trio.TooSlowError, Exception) as exc:
+        raise UserError(f"cannot get status from {node_addr}: {exc or type(exc).__name__}") from exc
 
 
 async def fetch_statuses(node_addrs: list[str]) -> list[SwarmStatus | None]:
@@ -130,15 +152,27 @@ def get_statuses(node_addrs: list[str]) -> list[SwarmStatus | None]:
     return results
 
 
-def get_status(node_addr: str) -> SwarmStatus:
-    """Blocking wrapper around fetch_status."""
-    result: list[SwarmStatus] = []
+def watch(
+    node_addr: str, every_s: float, emit: Callable[[SwarmStatus | None, UserError | None], bool]
+) -> None:
+    """Blocking wrapper around watch_status."""
+    run_trio(watch_status, node_addr, every_s, emit)
 
-    async def main() -> None:
-        result.append(await fetch_status(node_addr))
+
+def get_status(node_addr: str) -> SwarmStatus:
+    """Connect to the node at node_addr (a bootstrap or any peer) and return its status document
+    (validated: a node's reply is network input like any other); UserError if there is none."""
+    statuses: list[SwarmStatus] = []
+
+    def keep_first(status: SwarmStatus | None, error: UserError | None) -> bool:
+        if error is not None:
+            raise error
+        assert status is not None
+        statuses.append(status)
+        return False
 
     try:
-        run_trio(main)
+        run_trio(watch_status, node_addr, math.inf, keep_first)
     except* UserError as group:
         raise first_leaf(group) from None
-    return result[0]
+    return statuses[0]

@@ -20,3 +20,30 @@ def test_status_of_nothing_says_what_to_check(capsys: pytest.CaptureFixture[str]
     err = capsys.readouterr().err
     assert "cannot reach" in err and "is the node running" in err
     assert "Failed to open TCP stream" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_watch_says_each_failed_look_and_looks_again() -> None:
+    """`status --watch`: a node that does not answer is said each time, and looked at again."""
+    from p2ptrain.control import observer
+
+    errors: list[str] = []
+
+    def note(status: object, error: Exception | None) -> bool:
+        assert status is None and error is not None
+        errors.append(str(error))
+        return len(errors) < 3
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        observer.watch(f"/ip4/127.0.0.1/tcp/{port}/p2p/{A}", 0.2, note)
+    assert len(errors) == 3 and all("cannot reach" in e for e in errors)
+
+
+@pytest.mark.parametrize("every", ["0", "0.1", "nan", "inf", "-1", "5000", "soon"])
+def test_a_watch_interval_is_a_sane_number_of_seconds(
+    every: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["status", "--bootstrap", f"/ip4/127.0.0.1/tcp/1/p2p/{A}", "--watch", every])
+    assert exited.value.code == 2 and "--watch" in capsys.readouterr().err

@@ -108,7 +108,8 @@ def _started() -> _SearchProcess:
 
 def warm() -> None:
     """Start the search process ahead of the first search (the planner waits for its first
-    plan's measurements meanwhile): on a busy machine the child's start, niced, took 10-20 s.
+    plan's measurements meanwhile): on a busy machine the child's start took 10-20 s while it
+    loaded niced (main() now loads first), and still takes seconds.
     Called from the thread that runs trio, as _started() requires."""
     _started()
 
@@ -184,6 +185,10 @@ def _read_frame(stream: IO[bytes]) -> bytes | None:
 def main() -> None:
     """The child: answer requests until the control process closes the pipe (or dies)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the node to act on
+    # numpy and the scheduler load before the niceness: niced, on a busy 2-core box, loading
+    # them took 8-9 s of a failover's 20 (a new planner's first search waits for it), where
+    # at our own priority it takes about one
+    work = _work()
     # behind our own node: on a busy machine a search at full priority took the CPU its control
     # loop needed to keep claiming the planner role, and the swarm deposed a live planner (bench
     # scaleout, 2026-11-26); the evaluation budget, not the clock, decides the plan
@@ -199,7 +204,7 @@ def main() -> None:
             break
         kind, args = pickle.loads(request)
         try:
-            reply: tuple[bool, object] = (True, _work()[kind](*args))
+            reply: tuple[bool, object] = (True, work[kind](*args))
         except NoPlacementFits as exc:  # the caller's to handle
             reply = (False, exc)
         except Exception as exc:  # a scheduler bug: as text (its arguments may hold numpy)
