@@ -13,7 +13,7 @@ from p2ptrain import addresses, procs
 from p2ptrain.errors import WireError
 from p2ptrain.records.lineage import parse_tag
 from p2ptrain.records.relay import endpoint
-from p2ptrain.train.checkpoint import list_states
+from p2ptrain.train.checkpoint_folder import list_states
 from p2ptrain.traversal.dialback import tcp_port, tcp_target
 from p2ptrain.web.server import split_host_header
 from p2ptrain.worker.resume.covers import key_range

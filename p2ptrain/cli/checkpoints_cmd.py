@@ -19,7 +19,7 @@ from p2ptrain.errors import UserError
 
 if TYPE_CHECKING:  # torch: imported when the command runs
     from p2ptrain.records.run import RunSpec
-    from p2ptrain.train.checkpoint import SavedState
+    from p2ptrain.train.checkpoint_folder import SavedState
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,11 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from p2ptrain.records.run import load_run_spec
-    from p2ptrain.train.checkpoint import (  # torch: the train extra
-        KEEP_STEPS,
-        list_states,
-        prunable,
-    )
+    from p2ptrain.train.checkpoint import KEEP_STEPS, prunable  # torch: the train extra
+    from p2ptrain.train.checkpoint_folder import list_states
     from p2ptrain.train.checkpoint_read import other_run
 
     if args.action == "list" and (args.keep is not None or args.dry_run):
@@ -113,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 def states_directory(given: str | None, spec: RunSpec) -> Path:
     """Where the run's stage states are (`--checkpoint-dir`, else the run spec's), or UserError
     if that is no directory (a silent "no stage states" told a typo from an empty one)."""
-    from p2ptrain.train.checkpoint import checkpoint_dir  # torch: the train extra
+    from p2ptrain.train.checkpoint_folder import checkpoint_dir  # torch: the train extra
 
     directory = Path(given) if given else checkpoint_dir(spec)
     if not directory.is_dir():

@@ -38,8 +38,8 @@ from multiaddr import Multiaddr
 
 from p2ptrain.addresses import ip_of, may_dial, own_ips
 from p2ptrain.control import rejoin
+from p2ptrain.control.authored import record_message, run_message
 from p2ptrain.control.dht_store import RUN_KEY, own_operation, peer_key
-from p2ptrain.control.publishing import record_message, run_message
 from p2ptrain.control.rpcs import RUN_PROTOCOL
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.view import MEMBER_ROLES

@@ -1,7 +1,7 @@
 """The election and planning loop: claim the planner role when the view says it is our turn and,
 while we are the planner, let the PlanMaker decide on and make new plans.
 
-The rules live elsewhere (who claims: SwarmView.should_claim; when to re-plan: PlanMaker); this
+The rules live elsewhere (who claims: candidacy.should_claim; when to re-plan: PlanMaker); this
 loop only drives them and asks the publisher to announce a new claim or plan at once. It runs
 when something it decides on changes (control/events.py: a member, a record, a health verdict,
 a claim, a plan, the run) and when a deadline of its rules comes (a member's silence turning
@@ -16,9 +16,10 @@ import logging
 import math
 from typing import TYPE_CHECKING
 
+from p2ptrain.control.candidacy import ELECTION_GRACE_S, should_claim
 from p2ptrain.control.planner_sight import PlannerSight
 from p2ptrain.control.state import NodeState
-from p2ptrain.control.view import ELECTION_GRACE_S, SwarmView
+from p2ptrain.control.view import SwarmView
 
 if TYPE_CHECKING:
     from p2ptrain.control.planning.plan_maker import PlanMaker
@@ -47,7 +48,7 @@ async def serve_election(state: NodeState) -> None:
     while True:
         seen = changes.count("members", "plan", "run")
         now = state.clock()
-        if view.run is not None and (view.should_claim(now) or sight.takes_over(now)):
+        if view.run is not None and (should_claim(view, now) or sight.takes_over(now)):
             term = view.claim()
             claimed_at = now
             log.info("claiming the planner role, term %d", term)

@@ -1,4 +1,4 @@
-"""Damping for members that flap in and out of the plannable set (SwarmView.plannable_members).
+"""Damping for members that flap in and out of the plannable set (plan_inputs.plannable_members).
 
 A member that leaves the set (dead, unhealthy, a role no plan places) is planned around at once,
 and every change of the set is a new plan after PLAN_DEBOUNCE_S: a new plan restarts every

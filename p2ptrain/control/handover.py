@@ -25,6 +25,8 @@ from pathlib import Path
 
 import trio
 
+from p2ptrain.control.candidacy import stays
+from p2ptrain.control.planning.plan_inputs import plannable_members
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import Health, Plan, RunSpec
@@ -170,9 +172,9 @@ def successor_possible(view: SwarmView, placed_key: tuple[int, int], now: float)
     (every other peer stopping at once, as `p2ptrain local` stops a swarm, leaves none)."""
     me, plan = view.self_id, view.plan
     if plan is not None and plan.key != placed_key:
-        return any(p != me and view.stays(p, now) for pipe in plan.pipelines for p in pipe)
-    takers = [p for p in view.plannable_members(now) if p != me]
-    planners = [p for p in view.members if p != me and view.may_plan(p) and view.stays(p, now)]
+        return any(p != me and stays(view, p, now) for pipe in plan.pipelines for p in pipe)
+    takers = [p for p in plannable_members(view, now) if p != me]
+    planners = [p for p in view.members if p != me and view.may_plan(p) and stays(view, p, now)]
     return bool(takers and planners)
 
 
@@ -200,7 +202,7 @@ async def hand_over(
     wait's limit."""
     view, me, started = state.view, state.view.self_id, state.clock()
     plan = view.plan
-    staying = set(view.plannable_members(started)) - {me}
+    staying = set(plannable_members(view, started)) - {me}
     if (
         plan is None
         or view.finished

@@ -4,7 +4,7 @@ A frozen worker behind a live control process would stall its pipeline for good:
 give up and wait for a re-plan that never comes. So the control process watches what its worker
 sends over the socket (records/messages.py: a `heartbeat` every few seconds from the worker's own
 thread, `metrics` after every step), publishes its verdict in its telemetry (records/peer.py
-`Health`), and the planner plans only healthy peers (SwarmView.plannable_members).
+`Health`), and the planner plans only healthy peers (plan_inputs.plannable_members).
 
 With B = max(run.swarm.worker_stall_s, BOUND_STEPS x the current plan's predicted step time cost_s):
 - silent: nothing from the worker for B (counted from the node's start if it never spoke, as a

@@ -21,6 +21,7 @@ from p2ptrain.control.flood import GossipRates
 from p2ptrain.control.membership import DEAD_AFTER_S
 from p2ptrain.control.penalties import BLOCK_S, PENALTIES
 from p2ptrain.control.state import NodeState
+from p2ptrain.control.term_learning import learn_term
 from p2ptrain.net.ratelimit import StampWindows
 from p2ptrain.records import Claim, PeerRecord, Revocations
 from p2ptrain.sampled_log import LOG_ONE_IN, SampledLog
@@ -167,7 +168,7 @@ class Intake:
         if not isinstance(env.body, PeerRecord) or env.body.term is None:
             return
         if env.author == view.bootstrap_id and age_s <= ORGANISER_TERM_AGE_S:
-            view.learn_term(env.author, env.body.term, now)
+            learn_term(view, env.author, env.body.term, now)
 
     def _what_tasks_watch(self, author: str, now: float) -> tuple[object, ...]:
         """What the worker link and the election act on, as far as one author's envelope can

@@ -27,6 +27,7 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from p2ptrain import addresses, identity, procs
 from p2ptrain.control import rejoin
+from p2ptrain.control.authored import plan_message
 from p2ptrain.control.dashboard import DashboardFeed
 from p2ptrain.control.dht_store import make_dht
 from p2ptrain.control.discovery import Discovery
@@ -39,7 +40,7 @@ from p2ptrain.control.intake import Intake
 from p2ptrain.control.loop_stall import LOGGED_STALL_S, TICK_S
 from p2ptrain.control.measuring import LinkProber
 from p2ptrain.control.plan_pull import PLAN_PROTOCOL, PlanPull
-from p2ptrain.control.publishing import Publisher, measure_compute, plan_message
+from p2ptrain.control.publishing import Publisher, measure_compute
 from p2ptrain.control.reachability import ReachabilityMonitor
 from p2ptrain.control.relay_service import OFFER_PROTOCOL, RELAY_PROTOCOL, RelayService
 from p2ptrain.control.rpcs import RUN_PROTOCOL, STATUS_PROTOCOL, RpcResponder

@@ -2,7 +2,7 @@
 
 A plan's envelope is O(N) bytes (1,000 peers: ~200 kB), over gossip's 64 KiB envelope past ~320
 peers, and a flood sends and receives each message ~3 times a node (control/gossip.py:
-MESH_DEGREE). A planner whose plan's envelope is over INLINE_PLAN_BYTES (control/publishing.py)
+MESH_DEGREE). A planner whose plan's envelope is over INLINE_PLAN_BYTES (control/authored.py)
 therefore does not gossip it: its claim, re-sent every few seconds anyway, names the plan's key
 (records.Claim's `plan`). A node whose plan is older pulls the plan over PLAN_PROTOCOL from the
 peer that sent it the claim, which heard the claim a hop earlier and is pulling the same plan
@@ -64,7 +64,7 @@ class PlanPull:
         apply: Callable[[wire.Envelope, bytes, str, str, float], bool],
     ) -> None:
         self.state = state
-        self._own_plan = own_plan  # our plan, signed now (publishing.plan_message)
+        self._own_plan = own_plan  # our plan, signed now (authored.plan_message)
         # what respond served lately: our plan signed, by its key and the view's plan version;
         # the deltas of a plan copy against our bases (each was up to 1 MiB of work a request)
         self.own_signed: Recent[tuple[PlanKey, int], bytes] = Recent(lambda _: own_plan(), 1)

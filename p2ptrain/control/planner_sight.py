@@ -1,4 +1,4 @@
-"""Does the planner see the swarm we see? A live planner keeps its term (control/view.py), so a
+"""Does the planner see the swarm we see? A live planner keeps its term (control/candidacy.py), so a
 planner whose gossip reaches only a corner of the swarm (a late start before it heard the
 others, a one-sided partition, a crippled uplink) would plan that corner, or nothing, for as
 long as it lives. Its claims say how many peers it could plan for (`Claim.sees`, pool_size);
@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import logging
 
-from p2ptrain.control.view import ELECTION_GRACE_S, SwarmView
+from p2ptrain.control.candidacy import ELECTION_GRACE_S
+from p2ptrain.control.planning.plan_inputs import plannable_members
+from p2ptrain.control.view import SwarmView
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +31,7 @@ def pool_size(view: SwarmView, now: float) -> int:
     """How many peers this view could plan for: the live, healthy members (ourselves
     included) less those that trained the run's last step, as the PlanMaker counts them."""
     trained = view.run_end.done_of(view.run)
-    return sum(1 for peer in view.plannable_members(now) if peer not in trained)
+    return sum(1 for peer in plannable_members(view, now) if peer not in trained)
 
 
 def margin(seen: int) -> int:

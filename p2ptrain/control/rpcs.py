@@ -14,7 +14,7 @@ from typing import Any
 from libp2p.custom_types import TProtocol
 
 from p2ptrain.control import wire
-from p2ptrain.control.publishing import run_message
+from p2ptrain.control.authored import run_message
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.status import StatusPages, swarm_status
 from p2ptrain.net import rpc

@@ -25,6 +25,7 @@ import time
 
 import trio
 
+from p2ptrain.control.candidacy import stays
 from p2ptrain.control.run_end import placed
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.waiting import Wait, waiting_for
@@ -99,7 +100,7 @@ class RunWatch:
         if (progress[0], progress[1]) != (plan.term, plan.epoch):
             return None  # not started on this plan yet
         key = f"t{plan.term}/e{plan.epoch}"
-        if view.planner is not None and view.stays(view.planner, now):
+        if view.planner is not None and stays(view, view.planner, now):
             return Wait("plan", f"a new plan: our pipeline under plan {key} lost a peer")
         return Wait("planner", f"a new planner: plan {key}'s planner is gone, and so is a peer")
 

@@ -25,7 +25,7 @@ from p2ptrain.traversal.relay import RelayCounters
 
 MIN_REPUBLISH_GAP_S = 1.0  # the least time between two messages of one kind we publish
 
-# what we author (control/publishing.py)
+# what we author (control/authored.py)
 Kind = Literal["record", "run", "telemetry", "claim", "plan"]
 
 

@@ -3,7 +3,7 @@ signed envelopes and apply those we lack. It heals what gossip lost, even for a 
 broke. The server answers with what we author and the latest we accepted from each other author
 in the buckets where the client's digests differ from ours (control/held.py: a request carries
 them, and the asker's id they leave out): two nodes that agree exchange ~1 kB, whatever the
-swarm's size.
+swarm's size. Whom it asks, and how often: control/sync_partners.py.
 
 Replies are paged, never cut: a request names a cursor (JSON `{"cursor": n}`; empty: 0) and, from
 a node outside telemetry's audience (control/gossip.py), `"telemetry": false`: then telemetry
@@ -37,14 +37,14 @@ from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
 from p2ptrain.control import wire
+from p2ptrain.control.authored import authored_messages
 from p2ptrain.control.held import NUM_BUCKETS
 from p2ptrain.control.intake import Intake, latest_key
 from p2ptrain.control.membership import record_pace
-from p2ptrain.control.publishing import authored_messages
 from p2ptrain.control.recent import Recent
 from p2ptrain.control.state import NodeState
-from p2ptrain.control.term_votes import MAX_TERM_ASKS
-from p2ptrain.control.view import SwarmView
+from p2ptrain.control.sync_partners import sync_interval_s, sync_sources, term_only_from
+from p2ptrain.control.term_learning import learn_term
 from p2ptrain.net import rpc
 from p2ptrain.net.paging import checked_next, page_of
 from p2ptrain.records.fields import json_value
@@ -53,8 +53,6 @@ from p2ptrain.records.replies import SyncPage, SyncRequest
 log = logging.getLogger(__name__)
 
 SYNC_PROTOCOL = TProtocol("/p2ptrain/sync/1.0.0")
-SYNC_INTERVAL_S = 5.0
-UNANCHORED_SYNC_INTERVAL_S = 1.0  # until we learnt the current term, if we wait on it
 MAX_SYNC_ENVELOPES = 4096
 # a page's envelopes as JSON strings (escaping included): one 64 KiB envelope always fits, and a
 # page stays well inside rpc.MAX_REPLY_BYTES
@@ -110,50 +108,6 @@ def read_request(request: bytes) -> SyncRequest:
         return SyncRequest.from_dict(json_value(request, "sync request"))
     except wire.WireError as exc:
         raise wire.WireError(f'{exc} (a sync request is {{"cursor": n}})') from None
-
-
-def sync_sources(view: SwarmView, connected_live: list[str]) -> list[str]:
-    """Whom to sync from next: a random connected live member, but, until we know the current
-    term (SwarmView.learn_term), whoever can tell us (term_only_from): the organiser, or, for
-    the organiser itself, up to MAX_TERM_ASKS planner-token holders at once. No holder may
-    claim before it knows the organiser's term, and the organiser knows none before a
-    holder's reply: a fresh bootstrap picking one member at a time at random among 32 (3
-    holders) on one loaded machine, each unanswered sync 10 s, knew the term 48 s after the
-    start, and the swarm's election waited on it."""
-    if not connected_live:
-        return []
-    if not view.term_anchored:
-        if view.bootstrap_id in connected_live:
-            return [str(view.bootstrap_id)]
-        if view.self_id == view.bootstrap_id:
-            holders = [p for p in connected_live if view.may_plan(p)]
-            if holders:
-                return random.sample(holders, min(MAX_TERM_ASKS, len(holders)))
-    return [random.choice(connected_live)]
-
-
-def waits_on_term(view: SwarmView) -> bool:
-    """Does our election wait on the organiser's term? The organiser's and the planner-token
-    holders' do (they may not claim before it); a member that may not plan never claims."""
-    return view.may_plan(view.self_id) or view.self_id == view.bootstrap_id
-
-
-def term_only_from(view: SwarmView, peer: str) -> bool:
-    """Do we ask `peer` for the current term only (no envelopes)? While our election waits on
-    it, of whoever can tell us: holders pulling the organiser's whole table every second while
-    it and they waited on each other's word kept a 32-member swarm on one machine from an
-    election for 70 s. The table comes from the next sync, once we know the term; a member
-    that never claims pulls it at once."""
-    if view.term_anchored or not waits_on_term(view):
-        return False
-    return peer == view.bootstrap_id or (view.self_id == view.bootstrap_id and view.may_plan(peer))
-
-
-def sync_interval_s(view: SwarmView) -> float:
-    """Fast until we know the current term, if our election waits on it; a member that may not
-    plan asks at the steady pace (31 of them asking every second kept the bootstrap busy)."""
-    fast = waits_on_term(view) and not view.term_anchored
-    return UNANCHORED_SYNC_INTERVAL_S if fast else SYNC_INTERVAL_S
 
 
 @dataclasses.dataclass
@@ -278,7 +232,7 @@ class PullSync:
         """What a first page tells besides envelopes: the responder's term, the run's end."""
         view = self.state.view
         anchored = view.term_anchored
-        view.learn_term(peer, reply.term, time.monotonic())
+        learn_term(view, peer, reply.term, time.monotonic())
         if view.term_anchored and not anchored and self.state.role == "bootstrap":
             self.state.publish_soon("record")  # it carries the term (organiser_term)
         if peer == view.bootstrap_id:  # the organiser's word that the run is trained

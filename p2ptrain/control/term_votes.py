@@ -1,7 +1,7 @@
 """The organiser's current term after its restart, from the planner-token holders' word.
 
 A restarted bootstrap knows no term, and a holder may not claim before the organiser's term is
-known (view.py): the organiser asks up to MAX_TERM_ASKS holders at once (sync.py) for theirs.
+known (candidacy.py): the organiser asks up to MAX_TERM_ASKS holders at once (sync_partners.py).
 It took the first answer, so a hostile holder that answered first set any term the bootstrap
 then believed and handed to fresh nodes. It takes the low median of the answers of as many
 holders as it asked, or of those that answered within TERM_VOTE_WAIT_S of the first: one liar

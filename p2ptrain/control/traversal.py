@@ -6,7 +6,9 @@
   per peer and plane, closed when the peer leaves) that each plane dials instead of the peer's
   own addresses. Its connections are carried by a hole punch (TCP simultaneous open, signalled
   through the target's relays, up to PUNCH_ATTEMPTS times) or, when a punch times out (a
-  symmetric NAT), relayed; a peer a punch timed out to is relayed for PUNCH_RETRY_S.
+  symmetric NAT), relayed; a peer a punch timed out to is relayed for PUNCH_RETRY_S. How many
+  punches, how often and to where: control/punch_limits.py; which peers need a route, and our
+  control host's dials pinned to it: control/route_dials.py.
 - The relay a public node serves is control/relay_service.py's.
 - A public peer needs no route to a private one: the private peer dials it (both planes keep
   a connection either side may open streams on).
@@ -27,22 +29,21 @@ from typing import Any
 import trio
 from libp2p.abc import INetStream
 from libp2p.peer.id import ID
-from multiaddr import Multiaddr
 
 from p2ptrain.addresses import may_dial, tcp_endpoint
 from p2ptrain.control import relay_slots
+from p2ptrain.control.punch_limits import PunchLimits, may_punch
 from p2ptrain.control.relay_service import answer_one
+from p2ptrain.control.route_dials import needs_route, pin_dials
 from p2ptrain.control.routes import Routes
 from p2ptrain.control.state import NodeState
 from p2ptrain.errors import WireError
 from p2ptrain.net import dial_gate
 from p2ptrain.net.guard import start_contained
 from p2ptrain.net.own_networks import machine_networks
-from p2ptrain.net.ratelimit import WindowLimiter
 from p2ptrain.records import Plan
 from p2ptrain.records.peer import CONNECTIONS
 from p2ptrain.records.relay import (
-    MIN_PUNCH_PORT,
     RAW_CIRCUIT,
     RAW_HELLO_BYTES,
     RAW_PUNCHED,
@@ -58,57 +59,10 @@ log = logging.getLogger(__name__)
 
 PUNCH_RETRY_S = 300.0  # after a failed punch, relay that peer for this long
 PUNCH_ATTEMPTS = 3  # signalled punches per connection before relaying (see reach)
-PEERSTORE_TTL_S = 3600
-# punches at once, each way (taking offers; our own dials): a punch sends SYNs at an endpoint
-# others reported, so a flood of offers must not make us a SYN source. One per peer and plane.
-MAX_PUNCHES = 8
 # circuits spliced into us at once, relayed or punched (each holds two sockets and a loopback
 # connection to our own port, which the inbound gate does not count): a relay is a member
 MAX_CIRCUITS_IN = 64
-# A punch's endpoint is a relay's word (the dialer asks the relays a target's own record names;
-# `vouch` is all that ties it to the peer): a hostile one aims punches anywhere. So, each way:
-# no port below MIN_PUNCH_PORT, a rate per peer and in all, and an endpoint punched once per
-# ENDPOINT_BACKOFF_S unless its far end proved to be the peer. Honest rates: a route connection
-# punches at most once (a punch that connected carries it, one that failed stops punches to
-# that peer for PUNCH_RETRY_S), a plane redials a member every 10 s at most (discovery's
-# REDIAL_BACKOFF_S, py-libp2p's 3 tries): 2 a peer while connections hold (one a plane), ~36 a
-# minute in a storm of dropped ones; and each punch observes a fresh port, so an honest
-# endpoint is never punched twice
-PUNCH_WINDOW_S = 60.0
-PUNCHES_PER_PEER = 60  # a window, each way
-PUNCHES_IN_ALL = 256  # a window, each way: every route (routes.py: MAX_ROUTES) once a minute
-ENDPOINT_BACKOFF_S = 600.0
-MAX_BACKED_OFF = 4096  # endpoints remembered each way, the oldest out first
 _, HOLEPUNCHED, RELAYED = CONNECTIONS  # records/peer.py: how a link's bytes travel
-
-
-class PunchLimits:
-    """One direction's punches: the rate per peer and in all, and endpoints backed off."""
-
-    def __init__(self) -> None:
-        self.rate = WindowLimiter(PUNCHES_PER_PEER, PUNCHES_IN_ALL, PUNCH_WINDOW_S)
-        self.unproven: dict[str, float] = {}  # endpoint -> when punched, oldest first
-
-    def refusal(self, peer: str, endpoint: str, now: float) -> str:
-        """'' if we may punch `endpoint` for `peer` now (counted, and backed off until
-        `proven`), else why not."""
-        if relay_split(endpoint)[1] < MIN_PUNCH_PORT:
-            return f"{endpoint} is below port {MIN_PUNCH_PORT}"
-        if now - self.unproven.get(endpoint, -ENDPOINT_BACKOFF_S) < ENDPOINT_BACKOFF_S:
-            return f"{endpoint} was punched lately and never proved to be the peer"
-        if not self.rate.allow(peer, now):
-            return "punching as often as we may"
-        self.unproven.pop(endpoint, None)
-        self.unproven[endpoint] = now
-        while self.unproven and (
-            len(self.unproven) > MAX_BACKED_OFF
-            or now - next(iter(self.unproven.values())) >= ENDPOINT_BACKOFF_S
-        ):
-            del self.unproven[next(iter(self.unproven))]
-        return ""
-
-    def proven(self, endpoint: str) -> None:  # its far end showed the offer's token
-        self.unproven.pop(endpoint, None)
 
 
 class Traversal:
@@ -174,7 +128,7 @@ class Traversal:
         else:
             seen = await relay.observe_from(raw)
             key = (offer.source, offer.plane)
-            if not self._may_punch(self.punching_in, key):
+            if not may_punch(self.punching_in, key):
                 why = "punching as much as we may"
             elif not may_dial(relay_split(offer.endpoint)[0], [seen.local_ip], machine_networks()):
                 why = f"{offer.endpoint} is not an address we dial"
@@ -187,9 +141,6 @@ class Traversal:
                 return OfferAnswer(accept=True, endpoint=seen.endpoint)
         log.info("refused an offer from %s through %s: %s", offer.source, relay_id, why)
         return OfferAnswer(accept=False)
-
-    def _may_punch(self, punching: set[tuple[str, str]], key: tuple[str, str]) -> bool:
-        return key not in punching and len(punching) < MAX_PUNCHES
 
     async def _punched_in(self, offer: RelayOffer, port: int, token: bytes, local: int) -> None:
         """Runs under the guard (net/guard.py): whatever the far end does ends only this. The
@@ -247,16 +198,6 @@ class Traversal:
 
     # -- routes -----------------------------------------------------------------------------
 
-    def needs_route(self, peer: str) -> bool:
-        """Both of us behind NATs, and the peer holds relay slots: dial it through a route."""
-        member = self.state.view.members.get(peer)
-        return (
-            self.state.reachability == "private"
-            and member is not None
-            and member.record.reachability == "private"
-            and bool(member.record.relays)
-        )
-
     async def route(self, peer: str, plane: str) -> str | None:
         """The local multiaddr (with /p2p/) reaching `peer`'s plane; None: none can open now."""
         port = await self.routes.port(peer, plane)
@@ -304,7 +245,7 @@ class Traversal:
         self, relay_id: str, raw: tuple[str, int], peer: str, plane: str
     ) -> trio.SocketStream | None:
         key = (peer, plane)
-        if not self._may_punch(self.punching_out, key):
+        if not may_punch(self.punching_out, key):
             log.info("no punch to %s (%s): punching as much as we may", peer, plane)
             return None
         self.punching_out.add(key)
@@ -347,7 +288,7 @@ class Traversal:
 
     async def pin_if_routed(self, peer: str) -> bool:
         """Discovery's hook: dial `peer` through its route if it needs one (and one is open)."""
-        if not self.needs_route(peer):
+        if not needs_route(self.state, peer):
             return False
         return await self.pin_control_route(peer)
 
@@ -355,28 +296,20 @@ class Traversal:
         """The worker's routes to the plan's peers that need one."""
         routes: dict[str, tuple[str, ...]] = {}
         for peer in sorted(plan.peers()):
-            if peer != self.state.peer_id and self.needs_route(peer):
+            if peer != self.state.peer_id and needs_route(self.state, peer):
                 route = await self.route(peer, "data")
                 if route is not None:
                     routes[peer] = (route,)
         return routes
 
     async def pin_control_route(self, peer: str) -> bool:
-        """Make our control host dial `peer` through its route only (py-libp2p drops loopback
-        addresses when any other is known, and blocks a peer for 60 s after failed dials; the
-        dial gate, net/dial_gate.py, lets a node off loopback dial there only to our routes);
+        """Make our control host dial `peer` through its route only (route_dials.pin_dials);
         False if no route could be opened."""
         peer_id = ID.from_base58(peer)
         addr = await self.route(peer, "control")
         if addr is None:
             return False
-        dial_gate.trust(self.state.host, addr)
-        peerstore = self.state.host.get_peerstore()
-        peerstore.clear_addrs(peer_id)
-        peerstore.add_addrs(peer_id, [Multiaddr(addr.rsplit("/p2p/", 1)[0])], PEERSTORE_TTL_S)
-        cache = getattr(self.state.host.get_network(), "_negative_peer_cache", None)
-        if cache is not None:
-            cache.evict(str(peer_id))
+        pin_dials(self.state.host, peer_id, addr)
         return True
 
     def _note(self, peer: str, plane: str, kind: str) -> None:

@@ -3,13 +3,11 @@
 Pure logic, the clock passed in (monotonic s): every rule is unit-testable without a network. The
 node feeds it verified envelopes and its own probe results; it says why it drops what it refuses.
 
-Election: among live planner-capable members, an incumbent planner keeps its term while it lives
-(unless it sees far fewer peers than a candidate: planner_sight.py): no one claims while a live
-planner is known, or while a claim it could not follow yet is fresh. When none is alive, the live
-candidate with the smallest peer id claims term = highest seen + 1 (the others back off by rank:
-control/terms.py). A higher term wins in every view; at equal terms the smaller peer id wins. A
-planner that sees a winning claim steps down. Plans are accepted only from the recognised
-planner, while its planner token counts, with a newer (term, epoch). Terms: control/terms.py.
+Election: who claims when is control/candidacy.py's; the view follows the claims it hears. A
+higher term wins in every view; at equal terms the smaller peer id wins. A planner that sees a
+winning claim steps down. Plans are accepted only from the recognised planner, while its planner
+token counts, with a newer (term, epoch). Terms: control/terms.py; how the view learns the
+current term: control/term_learning.py.
 """
 
 from __future__ import annotations
@@ -44,8 +42,6 @@ from p2ptrain.records import Telemetry as TelemetryBody
 __all__ = ["DEAD_AFTER_S", "MAX_TERM_STEP", "MEMBER_ROLES", "Member", "SwarmView"]
 
 log = logging.getLogger(__name__)
-
-ELECTION_GRACE_S = 5.0  # listen for an incumbent before claiming after start
 
 
 class SwarmView:
@@ -132,18 +128,6 @@ class SwarmView:
     def is_healthy(self, peer: str) -> bool:
         """Does the peer say its worker makes progress? (control/health.py)"""
         return self.own_health.ok if peer == self.self_id else self.members.is_healthy(peer)
-
-    def plannable_members(self, now: float) -> list[str]:
-        """Live members of our protocol level whose workers are healthy, one back after leaving
-        only past its back-off (control/flapping.py). Once any trains, only trainers: a
-        control-only member has no data-plane address, and a plan placing one stalls all."""
-        members = self.members
-        ours = [p for p in self.live_members(now) if self.is_healthy(p) and members.speaks_ours(p)]
-        trainers = [p for p in ours if self._role_of(p) == "trainer"]
-        return self.flapping.admit(trainers or ours, now, members, self.plan)
-
-    def _role_of(self, peer: str) -> str | None:
-        return self.role if peer == self.self_id else self.members.role_of(peer)
 
     def forget_stale(self, now: float) -> None:
         """Forget long-dead members and those whose token expired, and every per-author table
@@ -256,7 +240,8 @@ class SwarmView:
             return Drop(f"claim for term {term} loses the tie-break to {incumbent}")
         # A higher term wins in every view, a live incumbent's included: were the incumbent to
         # step down while others kept it, views would split (a rejoining peer that claimed
-        # before it heard the incumbent did exactly that). should_claim() keeps such claims rare.
+        # before it heard the incumbent did exactly that). candidacy.should_claim keeps such
+        # claims rare.
         self._set_planner(author, term, env.body.sees)
         return None
 
@@ -330,54 +315,7 @@ class SwarmView:
         """The highest term we accepted a claim or plan of, or learnt from the organiser."""
         return max(self.term, self.terms.max_seen)
 
-    def anchor_term(self, term: int, now: float | None = None) -> None:
-        """The organiser's current term (a bootstrap's sync reply, bound alike), which a fresh node
-        measures claims against; a term new to us, learnt at `now`, counts as a claim heard then."""
-        self.terms.anchor(term, self.known_term(), now)  # waited on: no claim before it
-
-    def learn_term(self, peer: str, term: int | None, now: float | None = None) -> None:
-        """A sync reply's term (None: not anchored yet), at `now`: the organiser's only, or for the
-        organiser itself, after a restart or a live holder's jump (terms.py), its planner-token
-        holders' (none: its own) low median (term_votes.py)."""
-        if peer == self.bootstrap_id and term is not None:
-            self.anchor_term(term, now)
-        elif self.self_id == self.bootstrap_id and not self.term_anchored and self.may_plan(peer):
-            at = self.started_at if now is None else now
-            holders = sum(self.may_plan(p) for p in self.live_members(at))
-            said = self.known_term() if term is None else term
-            if (voted := self.terms.vote(peer, said, at, holders)) is not None:
-                self.anchor_term(voted, now)
-
     # ------------------------------------------------------------------ election
-
-    def should_claim(self, now: float) -> bool:
-        """True when this peer must claim the planner role now."""
-        if not self.may_plan(self.self_id) or self.planner == self.self_id or self.finished:
-            return False
-        if self.own_health.leaving:
-            return False  # we stop (control/handover.py may keep us up a while): no role to take
-        if not self.term_anchored:
-            return False  # a claim from behind the current term would only be refused
-        if now - self.started_at < ELECTION_GRACE_S:
-            return False
-        planner = self.planner  # one whose planner token expired is none
-        if planner is not None and self.may_plan(planner) and self.stays(planner, now):
-            self.terms.lost_at = None
-            return False
-        dead_after_s = self.members.dead_after_s(now)
-        capable = [p for p in self.members if self.may_plan(p) and self.stays(p, now)]
-        rank = sorted({self.self_id, *capable}).index(self.self_id)
-        if not self.terms.turn_came(rank, now, dead_after_s):
-            return False  # a smaller candidate's turn first: it may never claim, so not for ever
-        # someone claims a term we could not follow yet: hear it out first
-        return not self.terms.hearing_out(self.term, now, dead_after_s)
-
-    def stays(self, peer: str, now: float) -> bool:
-        """Alive, and not stopping: a planner that said it stops is replaced at once, not after
-        DEAD_AFTER_S of silence (its last word: control/publishing.py, health `leaving`)."""
-        member = self.members.get(peer)
-        leaving = member is not None and member.health is not None and member.health.leaving
-        return self.is_alive(peer, now) and not leaving
 
     def claim(self) -> int:
         """Become planner with a fresh term; returns the term."""

@@ -17,7 +17,7 @@ status document carries the same reason (`waiting`, `waiting_for`). The reasons,
 - `plan`: the first plan is being made, or a plan that names this peer is due;
 - `place`: the plan leaves this peer out as a spare;
 - `version`: the live planner speaks another protocol level (records/peer.py PROTOCOL_LEVEL),
-  so it never places this member (SwarmView.plannable_members): install the run's version.
+  so it never places this member (plan_inputs.plannable_members): install the run's version.
 Not waiting (kind ""): this peer is placed in the plan, or (the bootstrap) the swarm trains. Pure.
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from p2ptrain.control.planning.plan_inputs import first_plan_gaps_in
+from p2ptrain.control.planning.plan_inputs import first_plan_gaps_in, plannable_members
 from p2ptrain.control.run_end import placed
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
 from p2ptrain.records import PROTOCOL_LEVEL
@@ -67,7 +67,7 @@ def waiting_for(view: SwarmView, now: float, joined: bool = True) -> Wait:
         return NOT_WAITING
     if member and (level_text := other_level_text(view, now)):
         return Wait("version", level_text)
-    members = view.plannable_members(now)
+    members = plannable_members(view, now)
     if not members:
         return Wait(
             "peers", f"peers: none alive yet (the run's min_peers is {run.swarm.min_peers})"
@@ -89,7 +89,7 @@ def waiting_for(view: SwarmView, now: float, joined: bool = True) -> Wait:
             )
         if view.planner is None or not view.is_alive(view.planner, now):
             if view.may_plan(view.self_id) and not view.term_anchored:
-                # no claim of ours before it (SwarmView.should_claim; control/sync.py)
+                # no claim of ours before it (candidacy.should_claim; control/sync_partners.py)
                 return Wait("planner", "the planner election (the organiser's current term)")
             return Wait("planner", "the planner election")
         if under_way:  # a newcomer to a run that trains: no "first" plan to measure for

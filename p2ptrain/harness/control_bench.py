@@ -23,10 +23,11 @@ from typing import Any
 import numpy as np
 
 from p2ptrain.control import wire
+from p2ptrain.control.authored import INLINE_PLAN_BYTES
 from p2ptrain.control.estimate.coordinates import settled
 from p2ptrain.control.estimate.matrix import EstimatedMatrices, build_estimated
 from p2ptrain.control.planning.confirm import MAX_CONFIRM_ROUNDS
-from p2ptrain.control.publishing import INLINE_PLAN_BYTES
+from p2ptrain.control.planning.plan_inputs import plannable_members
 from p2ptrain.harness.control_judge import judge, plan_cost_on
 from p2ptrain.harness.control_sim import Simulation
 from p2ptrain.harness.control_sim_state import SimPeer
@@ -108,7 +109,7 @@ class ControlBench:
     def _members(self, peer: SimPeer) -> list[int]:
         assert peer.view is not None
         index = {p.peer_id: p.index for p in self.sim.peers}
-        return [index[p] for p in peer.view.plannable_members(self.sim.now)]
+        return [index[p] for p in plannable_members(peer.view, self.sim.now)]
 
     def _estimate(self, peer: SimPeer, members: list[int]) -> EstimatedMatrices:
         assert peer.view is not None
@@ -269,7 +270,7 @@ class ControlBench:
         assert view is not None and view.plan is not None and state.kill_at is not None
         if state.failover_s is not None:
             return
-        alive = set(view.plannable_members(sim.now))
+        alive = set(plannable_members(view, sim.now))
         spares = [p for p in view.plan.spares if p in alive]
         pipelines = tuple(
             tuple(p if p in alive else (spares.pop() if spares else p) for p in pipe)

@@ -29,12 +29,14 @@ from typing import Any
 
 from p2ptrain import identity
 from p2ptrain.control import wire
+from p2ptrain.control.candidacy import should_claim
 from p2ptrain.control.estimate import coordinates
 from p2ptrain.control.estimate.neighbours import ROTATE_RANDOM_S, choose_neighbours
 from p2ptrain.control.gossip import MESH_DEGREE
 from p2ptrain.control.links import LinkSample
 from p2ptrain.control.measuring import probe_bytes
-from p2ptrain.control.sync import SYNC_INTERVAL_S
+from p2ptrain.control.sync_partners import SYNC_INTERVAL_S
+from p2ptrain.control.term_learning import anchor_term
 from p2ptrain.control.view import SwarmView
 from p2ptrain.harness.control_sim_cadences import Cadences, measured_sizes, wire_bytes
 from p2ptrain.harness.control_sim_state import Counters, SimPeer
@@ -174,7 +176,7 @@ class Simulation:
             run=self.run,
             own_token=issue_token(self.organiser, peer.peer_id, True, 4e9, self.run.run_id),
         )
-        view.anchor_term(0)
+        anchor_term(view, 0)
         peer.view = view
         self.candidates.append(peer)
         for other in self.peers:
@@ -353,7 +355,7 @@ class Simulation:
             return
         view = peer.view
         assert view is not None
-        if view.should_claim(self.now):
+        if should_claim(view, self.now):
             term = view.claim()
             self.flood(self.sizes["claim"], "claim")
             self.cadences.changed(self.sizes["claim"])

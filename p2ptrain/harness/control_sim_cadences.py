@@ -16,11 +16,11 @@ from typing import Any, Protocol
 
 from p2ptrain import identity
 from p2ptrain.control import wire
+from p2ptrain.control.authored import INLINE_PLAN_BYTES
 from p2ptrain.control.held import NUM_BUCKETS, SMALL_BUCKET
 from p2ptrain.control.membership import record_renew_s
 from p2ptrain.control.publishing import (
     CLAIM_INTERVAL_S,
-    INLINE_PLAN_BYTES,
     PLAN_REBROADCAST_S,
     RUN_INTERVAL_S,
     STEADY_AFTER_S,
@@ -29,7 +29,7 @@ from p2ptrain.control.publishing import (
     STEADY_RUN_INTERVAL_S,
     plan_resend_s,
 )
-from p2ptrain.control.sync import SYNC_INTERVAL_S
+from p2ptrain.control.sync_partners import SYNC_INTERVAL_S
 from p2ptrain.harness.control_sim_state import Counters, SimPeer
 from p2ptrain.records import Claim, LinkReport, PeerRecord, Plan, RunSpec, Telemetry
 from p2ptrain.records.estimate import NetCoordinate

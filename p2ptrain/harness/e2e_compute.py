@@ -1,5 +1,5 @@
 """What the stages of a `bench e2e` run computed, from the workers' metrics logs, for the
-step-time simulation (schedule/step_time.py's simulated_step_s).
+step-time simulation (schedule/step_sim.py's simulated_step_s).
 
 Each worker's metrics of a step carry `forward_s`, `backward_s` (its stage's forward and
 backward passes over all micro-batches, waits for frames left out) and `update_s` (clipping
@@ -21,7 +21,7 @@ from typing import Any
 
 from p2ptrain.harness.worker_logs import ProfiledStep, read_steps
 from p2ptrain.records import StepProfile
-from p2ptrain.schedule.step_time import MeasuredCompute
+from p2ptrain.schedule.step_sim import MeasuredCompute
 from p2ptrain.testbed import cpu
 
 COMPUTE_FIELDS = ("forward_s", "backward_s", "update_s")

@@ -69,7 +69,7 @@ def simulated_step(
     compute: Any,
 ) -> float:
     """The step simulated on the emulated links with the stages' measured compute."""
-    from p2ptrain.schedule.step_time import simulated_step_s
+    from p2ptrain.schedule.step_sim import simulated_step_s
 
     topology = emulated_topology(bed)
     traffic = step_traffic(spec, len(pipelines[0]), len(pipelines), layers)

@@ -160,7 +160,7 @@ class PeerRecord(Record, name="peer"):
         tuple[SavedStage, ...] | None, Nullable(Seq(Nested(SavedStage), MAX_SAVED)), OMITTED
     ] = None
     # its PROTOCOL_LEVEL: a planner plans only members of its own level, or of none (peers of
-    # before the field: SwarmView.plannable_members)
+    # before the field: plan_inputs.plannable_members)
     protocol: Annotated[int | None, Nullable(Int(1, MAX_PROTOCOL_LEVEL)), OMITTED] = None
 
 

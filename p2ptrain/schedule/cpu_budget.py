@@ -1,4 +1,4 @@
-"""A machine's CPU under a quota, for the step simulation (schedule/step_time.py).
+"""A machine's CPU under a quota, for the step simulation (schedule/step_sim.py).
 
 A volunteer's machine, or a testbed peer held to a share of a core, runs a step's pieces (the
 passes, the frames' and the averaging round's local work) one CPU budget deep. Pure Python.

@@ -1,4 +1,4 @@
-"""One replica's GPipe step on its links, for the step simulation (step_time.py's
+"""One replica's GPipe step on its links, for the step simulation (step_sim.py's
 simulated_step_s): every stage's forward and backward micro-batches and the frames between them,
 each piece of work on the stage's machine (CpuBudget). Pure numpy."""
 
@@ -38,7 +38,7 @@ def one_replica(
     ready: FloatArray,
     work: StageWork,
 ) -> FloatArray:
-    """When each stage of one replica finishes the step's backward pass (step_time.simulated_step_s).
+    """When each stage of one replica finishes the step's backward pass (step_sim.simulated_step_s).
     Each frame a stage sends or takes in costs it frame_local_s[s] on its machine, in line with
     its compute."""
     stages = len(pipe)

@@ -6,7 +6,7 @@ them out can be cheaper: fewer replicas (each carrying more rows of the fixed gl
 fewer stages (each holding more layers), the slow peers becoming spares. Each candidate shape is
 planned with the same search, its layers split so that its slowest stage is fastest (split.py),
 and the plan with the most tokens a second wins: its step priced with compute by the paper's
-cost, or, given a step model, simulated as the data plane runs it (step_time.py;
+cost, or, given a step model, simulated as the data plane runs it (step_sim.py;
 `simulated_step_model`), over the tokens a step of its shape trains (the same for every shape
 under sync = "step"; R x batch_size rows under "diloco", so a replica that adds more tokens than
 it slows the step pays for itself). The paper's
@@ -25,7 +25,8 @@ import numpy.typing as npt
 from p2ptrain.schedule.compute import PeerCompute
 from p2ptrain.schedule.planner import Schedule, plan_swarm
 from p2ptrain.schedule.split import WorkloadFor, split_plan
-from p2ptrain.schedule.step_time import MeasuredCompute, StepTraffic, simulated_step_s
+from p2ptrain.schedule.step_sim import MeasuredCompute, simulated_step_s
+from p2ptrain.schedule.step_time import StepTraffic
 from p2ptrain.schedule.topology import Topology, Workload
 
 # seconds of a plan's step on a topology: what shapes are compared by

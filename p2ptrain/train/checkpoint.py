@@ -1,4 +1,5 @@
-"""Stage checkpoints: weights, optimizer state and step of one contiguous layer range.
+"""Stage checkpoints: weights, optimizer state and step of one contiguous layer range; writing
+them and keeping each stage's history of them.
 
 One file per state, a safetensors file (format /3, train/state_file.py): the weights and AdamW's
 moments as tensors, and the metadata (format, run, model config, layers, step, the optimizer's
@@ -6,11 +7,13 @@ hyperparameters) as JSON in its header; nothing in it is unpickled (docs/securit
 file, not a weights file beside an optimizer file, because a state moves between peers by its
 one digest (worker/resume/state_transfer.py) and is written atomically by one rename. The file names
 keep their `.pt` ending. Reading a file back, older formats and the checks before it touches a
-model are train/checkpoint_read.py's.
+model are train/checkpoint_read.py's; a state's digest is train/state_digest.py's, the bounds on
+its size train/state_bounds.py's.
 
 A file is named by its layer range, not by the peer that wrote it, so any peer later assigned the
-same stage can load it. Writes are atomic (temp file + rename) because replicas of a stage on one
-machine may write the same file, and durable (the file fsynced before its rename, the directory
+same stage can load it (train/checkpoint_folder.py: the folder's names, listing, sweeping torn
+writes). Writes are atomic (temp file + rename) because replicas of a stage on one machine may
+write the same file, and durable (the file fsynced before its rename, the directory
 after: durable.py), so that a power cut cannot leave a renamed state empty or zeroed.
 
 History: `stage-L{a}-{b}.step{N}.{tag}.pt` keeps the stage's state at the last few step
@@ -24,26 +27,28 @@ plan without a lineage, or before lineages existed) has none: `stage-L{a}-{b}.st
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import hashlib
 import logging
 import os
-import re
 import tempfile
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import torch
 
-from p2ptrain.durable import durable_replace, link_into_place, open_regular
-from p2ptrain.procs import pid_alive
+from p2ptrain.durable import durable_replace, link_into_place
 from p2ptrain.records import lineage as lin
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train import state_file
+from p2ptrain.train.checkpoint_folder import (
+    SavedState,
+    checkpoint_path,
+    layers_key,
+    list_states,
+    stamped_path,
+    unfinished_prefix,
+)
 from p2ptrain.train.checkpoint_read import other_run
 from p2ptrain.train.model import Stage
 from p2ptrain.train.snapshot import StageSnapshot
@@ -51,158 +56,6 @@ from p2ptrain.train.snapshot import StageSnapshot
 log = logging.getLogger(__name__)
 
 KEEP_STEPS = 4  # stamped files kept per stage
-STATE_MARGIN = 1.25  # a saved state over its tensors' bytes: its header, alignment
-STATE_OVERHEAD_BYTES = 4 * 1024**2
-# a state being written (or fetched) under its final name plus ".{pid}.{random}.tmp|part"
-# (before pids were in the name, plus "{random}.tmp|part"), and a latest link being made
-# (".{name}.{pid}.{random}.link"; before the random part, ".{name}.{pid}.link")
-_UNFINISHED = re.compile(
-    r"^stage-L[0-9]+-[0-9]+(?:\.step[0-9]+(?:\.[0-9a-f]{16}-e[0-9]{1,16})?)?\.pt"
-    r"(?:\.([0-9]{1,10})\.)?[a-z0-9_]*\.(?:tmp|part)$"
-    r"|^\.stage-L[0-9]+-[0-9]+\.pt\.([0-9]{1,10})\.(?:[a-z0-9_]{1,16}\.)?link$"
-    # an adopted state's link or copy (worker/resume/adopt.py: _link): a full copy without hard links
-    r"|^\.stage-L[0-9]+-[0-9]+\.step[0-9]+(?:\.[0-9a-f]{16}-e[0-9]{1,16})?\.pt"
-    r"\.([0-9]{1,10})\.(?:[a-z0-9_]{1,16}\.)?adopt$"
-)
-DEAD_WRITER_AGE_S = 60.0  # an unfinished file of a dead writer untouched this long is torn
-STALE_AGE_S = 3600.0  # any unfinished file untouched this long is torn (writers keep writing)
-_STAMPED = re.compile(
-    r"^stage-L([0-9]+)-([0-9]+)\.step([0-9]+)(?:\.([0-9a-f]{16}-e[0-9]{1,16}))?\.pt$"
-)
-
-
-def checkpoint_dir(spec: RunSpec) -> Path:
-    """Where the run's checkpoints live: spec.checkpoint.checkpoint_dir or runs/<run_id>/checkpoints."""
-    return Path(spec.checkpoint.checkpoint_dir or os.path.join("runs", spec.run_id, "checkpoints"))
-
-
-def checkpoint_path(directory: Path, layers: range) -> Path:
-    return directory / f"stage-L{layers.start}-{layers.stop}.pt"
-
-
-def unfinished_prefix(path: Path) -> str:
-    """The start of the temporary name a state is written (or fetched) under before its rename
-    to `path`: the writer's pid in it tells a crashed writer's torn file from one being written."""
-    return f"{path.name}.{os.getpid()}."
-
-
-def sweep_unfinished(directory: Path, now: float | None = None) -> int:
-    """Delete the torn writes crashed writers left in `directory` (a SIGKILL between a state's
-    first byte and its rename leaves a file as large as the state): those of a writer that is
-    gone, and any untouched for an hour. The bytes freed."""
-    now = time.time() if now is None else now
-    freed = 0
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return 0
-    for name in names:
-        match = _UNFINISHED.fullmatch(name)
-        if match is None:
-            continue
-        path = directory / name
-        try:
-            stat = path.stat()
-        except OSError:
-            continue
-        age = now - stat.st_mtime
-        pid = match[1] or match[2] or match[3]
-        writer_gone = pid is not None and not pid_alive(int(pid))
-        if age >= STALE_AGE_S or (writer_gone and age >= DEAD_WRITER_AGE_S):
-            with contextlib.suppress(OSError):
-                path.unlink()
-                freed += stat.st_size
-    return freed
-
-
-def layers_key(layers: range) -> str:
-    """How announcements and file names name a stage: 'L0-2' for layers 0 and 1."""
-    return f"L{layers.start}-{layers.stop}"
-
-
-def stamped_path(directory: Path, layers: range, step: int, tag: str | None = None) -> Path:
-    """The file of a stage's state at `step`, saved under lineage `tag` (None: the root)."""
-    suffix = "" if tag is None else f".{tag}"
-    return directory / f"stage-{layers_key(layers)}.step{step}{suffix}.pt"
-
-
-@dataclass(frozen=True)
-class SavedState:
-    """One stamped state file: its stage (layers key), step and lineage tag."""
-
-    key: str
-    step: int
-    tag: str | None
-    path: Path
-
-
-def list_states(directory: Path) -> list[SavedState]:
-    """The stamped states the directory holds (from file names), sorted by stage, step, tag."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return []
-    found = []
-    for name in names:
-        match = _STAMPED.fullmatch(name)
-        if match:
-            key = f"L{int(match[1])}-{int(match[2])}"
-            found.append(SavedState(key, int(match[3]), match[4], directory / name))
-    return sorted(found, key=lambda s: (s.key, s.step, s.tag or ""))
-
-
-def saved_steps(directory: Path) -> dict[str, list[int]]:
-    """Which stage states the directory holds, of any lineage: layers key -> sorted steps."""
-    found: dict[str, set[int]] = {}
-    for state in list_states(directory):
-        found.setdefault(state.key, set()).add(state.step)
-    return {key: sorted(steps) for key, steps in found.items()}
-
-
-_digests: dict[tuple[int, ...], str] = {}
-
-
-def file_sha256(path: Path) -> str:
-    """The sha256 (hex) of a file, remembered while the file is unchanged (states are written
-    once, by rename, and announced at every plan). OSError if `path` holds no regular file
-    (durable.NotRegularFile: a FIFO there hung the worker)."""
-    with open_regular(path) as f:
-        return open_sha256(f)
-
-
-def open_sha256(f: BinaryIO) -> str:
-    """The sha256 (hex) of an open file's bytes, read from its current position (its start),
-    remembered by the file's identity and times (of the file hashed, not of whatever a name
-    holds later; ctime too: it moves on any write, also one that set the mtime back)."""
-    stat = os.fstat(f.fileno())
-    key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
-    if (known := _digests.get(key)) is None:  # one lookup: another thread may clear it
-        digest = hashlib.sha256()
-        while chunk := f.read(1024 * 1024):
-            digest.update(chunk)
-        if len(_digests) > 1024:
-            _digests.clear()
-        known = _digests[key] = digest.hexdigest()
-    return known
-
-
-def expected_state_tensors(spec: RunSpec, layers: range) -> int:
-    """The most tensors a saved state of `layers` holds (a fetched state's header is bounded by
-    it: train/state_file.py, `max_header_bytes`)."""
-    with torch.device("meta"):
-        stage = Stage(spec.model_config(), layers, spec.optim.seed)
-    return state_file.max_state_tensors(len(stage.state_dict()))
-
-
-def expected_state_bytes(spec: RunSpec, layers: range) -> int:
-    """An upper bound on the size of a saved state of `layers`: the weights and AdamW's two
-    moments (under diloco also the anchor and outer momentum), with a margin for the file's
-    structure (what state transfer accepts at most)."""
-    with torch.device("meta"):  # shapes only: no memory, no init
-        stage = Stage(spec.model_config(), layers, spec.optim.seed)
-    weights = sum(t.numel() * t.element_size() for t in stage.state_dict().values())
-    copies = 5 if spec.optim.sync == "diloco" else 3
-    return int(copies * weights * STATE_MARGIN) + STATE_OVERHEAD_BYTES
 
 
 def record_step(

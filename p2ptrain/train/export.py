@@ -37,7 +37,8 @@ from p2ptrain.durable import sync_directory
 from p2ptrain.errors import UserError
 from p2ptrain.records.model_config import ModelConfig
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.checkpoint import list_states, written
+from p2ptrain.train.checkpoint import written
+from p2ptrain.train.checkpoint_folder import list_states
 from p2ptrain.train.checkpoint_read import other_run, read_file, read_state
 from p2ptrain.train.model import Stage
 from p2ptrain.train.recut import model_wide

@@ -37,7 +37,7 @@ from p2ptrain.records import (
     StartReport,
     WorkerReport,
 )
-from p2ptrain.train.checkpoint import checkpoint_dir
+from p2ptrain.train.checkpoint_folder import checkpoint_dir
 from p2ptrain.worker import allocator, collector, daemon_env, static_plan, watchdog
 from p2ptrain.worker.averaging.outer_link import finish_sends
 from p2ptrain.worker.device import cpu_threads, precision_note, resolve_device

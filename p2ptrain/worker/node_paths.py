@@ -4,7 +4,7 @@ node did not name is taken only inside the node's working directory.
 
 - Checkpoints (`place_checkpoints`): its own `--checkpoint-dir`, else the run spec's
   `checkpoint_dir` if that stays inside the working directory, else the default
-  (`runs/<run_id>/checkpoints`, train/checkpoint.py). An absolute or climbing folder (`/dev/shm`,
+  (`runs/<run_id>/checkpoints`, train/checkpoint_folder.py). An absolute or climbing folder (`/dev/shm`,
   `/`, `/tmp/shared`, `../..`) made every volunteer write multi-GB states where the organiser
   chose, RAM-backed or shared with other users (docs/security.md, row 37.29).
 - Data (`place_data`): `--corpus PATH` and `--tokenizer PATH` name this node's copy of the run's

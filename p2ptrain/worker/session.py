@@ -16,7 +16,7 @@ import torch
 from hivemind import DHT
 
 from p2ptrain.records import Plan, Role, RunSpec, WorkerReport
-from p2ptrain.train.checkpoint import checkpoint_dir
+from p2ptrain.train.checkpoint_folder import checkpoint_dir
 from p2ptrain.train.data import load_corpus
 from p2ptrain.train.model import Stage, build_layers
 from p2ptrain.train.optim import clip_grads, grads_are_finite, lr_at, make_optimizer, set_lr

@@ -18,7 +18,7 @@ before the worker announces its states to a new plan's start agreement
 a session's last, is logged and training goes on: the next save tries again, and the agreement
 announces what is on disk. A writer killed mid-write
 leaves its temporary file; the next session's writer deletes those of writers that are gone
-(train/checkpoint.py's sweep_unfinished).
+(train/checkpoint_folder.py's sweep_unfinished).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from p2ptrain.records import RunSpec
-from p2ptrain.train.checkpoint import record_step, sweep_unfinished
+from p2ptrain.train.checkpoint import record_step
+from p2ptrain.train.checkpoint_folder import sweep_unfinished
 from p2ptrain.train.model import Stage
 from p2ptrain.train.snapshot import StageSnapshot
 

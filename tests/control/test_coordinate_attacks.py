@@ -14,9 +14,9 @@ import pytest
 import trio
 
 from p2ptrain.control import wire
+from p2ptrain.control.authored import telemetry_message
 from p2ptrain.control.estimate import coordinates
 from p2ptrain.control.measuring import LinkProber, far_coordinate
-from p2ptrain.control.publishing import telemetry_message
 from p2ptrain.control.state import NodeState
 from p2ptrain.records import Telemetry
 from p2ptrain.records.estimate import MAX_COORDINATE_ERROR, MAX_COORDINATE_MS, NetCoordinate

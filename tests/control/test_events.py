@@ -12,6 +12,7 @@ import trio
 import trio.testing
 
 from p2ptrain.control import wire
+from p2ptrain.control.candidacy import ELECTION_GRACE_S
 from p2ptrain.control.election import CLAIM_SETTLE_S, serve_election
 from p2ptrain.control.events import Changes
 from p2ptrain.control.health import LEAVING
@@ -28,7 +29,7 @@ from p2ptrain.control.publishing import (
     Publisher,
 )
 from p2ptrain.control.state import MIN_REPUBLISH_GAP_S, NodeState
-from p2ptrain.control.view import DEAD_AFTER_S, ELECTION_GRACE_S, SwarmView
+from p2ptrain.control.view import DEAD_AFTER_S, SwarmView
 from p2ptrain.control.worker_link import WorkerLink
 from p2ptrain.records import Message, PlanMessage, RunSpec
 from tests.control.test_view import A, B, C, Feed, make_view, plan, record

@@ -15,6 +15,7 @@ from p2ptrain.control.flapping import (
     Flapping,
     rejoin_s,
 )
+from p2ptrain.control.planning.plan_inputs import plannable_members
 from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S, PlanMaker
 from p2ptrain.records import Plan, RunSpec
 from tests.control.test_view import ME, A, B, C, make_view, record
@@ -96,7 +97,7 @@ def test_a_member_flipping_its_health_no_longer_changes_the_plannable_set_each_f
         for peer in (B, C):
             body = (SICK if flip % 2 else WELL) if peer == C else WELL
             assert v.accept(feed("telemetry", peer, body), t) is None
-        sets.append(v.plannable_members(t))
+        sets.append(plannable_members(v, t))
     # out, back once (at once), out: then it never stays well for its back-off (was 149)
     assert changes(sets) == 3
     assert all(s[:2] == [A, B] for s in sets)  # the honest members never moved
@@ -134,9 +135,9 @@ def test_a_member_going_silent_or_toggling_its_role_is_damped_alike() -> None:
         t = 12.0 * i
         for peer in (B, C):
             assert v.accept(feed("telemetry", peer, WELL), t) is None
-        sets.append(v.plannable_members(t))
+        sets.append(plannable_members(v, t))
         assert v.accept(feed("telemetry", B, WELL), t + 10.0) is None
-        sets.append(v.plannable_members(t + 10.0))  # C silent 10 s: dead
+        sets.append(plannable_members(v, t + 10.0))  # C silent 10 s: dead
     assert changes(sets) == 3  # out, back once, out (was 79)
     # its role: trainer, control-only, trainer, ... (a control-only member is not planned
     # beside trainers)
@@ -148,7 +149,7 @@ def test_a_member_going_silent_or_toggling_its_role_is_damped_alike() -> None:
         role = "trainer" if i % 2 == 0 else "control-only"
         assert v.accept(feed("peer", B, record("trainer")), t) is None
         assert v.accept(feed("peer", C, record(role)), t) is None
-        sets.append(v.plannable_members(t))
+        sets.append(plannable_members(v, t))
     assert changes(sets) == 3  # was 39
 
 

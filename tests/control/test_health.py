@@ -14,6 +14,7 @@ from p2ptrain.control.health import (
     WorkerWatch,
     health_bound_s,
 )
+from p2ptrain.control.planning.plan_inputs import plannable_members
 from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S, PlanMaker
 from p2ptrain.control.status import swarm_status
 from p2ptrain.records import Health, Plan, RunSpec
@@ -119,7 +120,7 @@ def test_the_planner_plans_around_an_unhealthy_member_and_status_shows_it() -> N
     bad = {"ok": False, "reason": "the worker is silent for 61 s (bound 60 s)"}
     assert v.accept(feed("telemetry", C, {"links": {}, "health": bad}), 0.0) is None
     assert v.accept(feed("telemetry", B, {"links": {}}), 0.0) is None  # an older peer: ok
-    assert v.plannable_members(0.0) == [A, B] and v.live_members(0.0) == [A, B, C]
+    assert plannable_members(v, 0.0) == [A, B] and v.live_members(0.0) == [A, B, C]
     v.claim()
     maker = PlanMaker(v, A)
 
@@ -151,7 +152,7 @@ def test_once_a_member_trains_a_control_only_member_is_never_placed() -> None:
     v, feed = make_view(me=A, peers=(B, C))
     for peer in (B, C):
         assert v.accept(feed("peer", peer, record()), 0.0) is None
-    assert v.plannable_members(0.0) == [A, B, C]  # nobody trains: everyone stands in
+    assert plannable_members(v, 0.0) == [A, B, C]  # nobody trains: everyone stands in
     trainer = {**record("trainer"), "data_addrs": ["/ip4/127.0.0.1/tcp/4001"]}
     assert v.accept(feed("peer", B, trainer), 0.0) is None
-    assert v.plannable_members(0.0) == [B]
+    assert plannable_members(v, 0.0) == [B]

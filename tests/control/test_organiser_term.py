@@ -1,4 +1,4 @@
-"""The organiser's current term in its own peer record (control/publishing.py organiser_term):
+"""The organiser's current term in its own peer record (control/authored.py organiser_term):
 a node that waits on the term learns it from the gossiped record, fresh, of the organiser only
 (control/intake.py), without winning an RPC of a busy bootstrap."""
 
@@ -9,9 +9,10 @@ from typing import Any, cast
 
 from p2ptrain import identity
 from p2ptrain.control import wire
+from p2ptrain.control.authored import own_record
 from p2ptrain.control.intake import ORGANISER_TERM_AGE_S
-from p2ptrain.control.publishing import own_record
 from p2ptrain.control.state import NodeState
+from p2ptrain.control.term_learning import anchor_term
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import PeerRecord, RunSpec
 from tests.control.test_gossip_screen import ORGANISER, RUN_ID, Author, make_node, record_body
@@ -54,7 +55,7 @@ def test_the_bootstrap_puts_its_term_in_its_record_once_it_knows_it() -> None:
         seed=ORGANISER, role="bootstrap", peer_id=BOOT, host=cast(Any, None), view=view, hardware={}
     )
     assert own_record(state).term is None
-    view.anchor_term(3)
+    anchor_term(view, 3)
     assert own_record(state).term == 3
     assert PeerRecord.from_dict(own_record(state).to_dict()).term == 3
     member, _ = make_node()

@@ -15,11 +15,11 @@ import trio
 
 from p2ptrain import identity
 from p2ptrain.control import wire
+from p2ptrain.control.authored import INLINE_PLAN_BYTES, claim_message, own_plan_bytes
 from p2ptrain.control.gossip import CONTROL_TOPIC
 from p2ptrain.control.intake import Intake
 from p2ptrain.control.plan_pull import NOT_YET, PlanPull
 from p2ptrain.control.planner_sight import pool_size
-from p2ptrain.control.publishing import INLINE_PLAN_BYTES, claim_message, own_plan_bytes
 from p2ptrain.control.state import NodeState
 from p2ptrain.records import Claim, Plan, issue_token
 from tests.control.test_gossip_screen import ORGANISER, RUN_ID, Author, validate

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 from p2ptrain.control import view as view_mod
+from p2ptrain.control.candidacy import ELECTION_GRACE_S, should_claim
 from p2ptrain.control.planner_sight import BLIND_AFTER_S, PlannerSight, margin, pool_size
 from p2ptrain.records import Claim, RunSpec
 from tests.control.test_view import ME, A, make_view, record
 
 OTHERS = tuple(f"Peer{i:02d}" for i in range(9))  # sort after A and ME
-T0 = view_mod.ELECTION_GRACE_S + 1.0
+T0 = ELECTION_GRACE_S + 1.0
 
 
 def watching(sees: int, planner: str = A):
@@ -48,7 +49,7 @@ def test_a_planner_blind_to_most_of_the_swarm_loses_the_role_after_a_while():
     v, feed = watching(sees=2)
     assert pool_size(v, T0) == 11  # the planner, the 9 others and ourselves
     sight = PlannerSight(v)
-    assert not v.should_claim(T0)  # a live planner keeps its term
+    assert not should_claim(v, T0)  # a live planner keeps its term
     assert not any(watch(v, feed, sight, T0, T0 + BLIND_AFTER_S - 0.1, sees=2))
     assert watch(v, feed, sight, T0 + BLIND_AFTER_S, T0 + BLIND_AFTER_S, sees=2) == [True]
     assert v.claim() == 2 and v.planner == ME
@@ -95,4 +96,4 @@ def test_a_dead_planner_is_left_to_the_ordinary_failover():
         v.accept(feed("peer", peer, record()), late)
     assert not v.is_alive(A, late)
     assert not sight.takes_over(late)
-    assert v.should_claim(late)  # we are the smallest live candidate: the ordinary failover
+    assert should_claim(v, late)  # we are the smallest live candidate: the ordinary failover

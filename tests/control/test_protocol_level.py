@@ -9,7 +9,8 @@ import logging
 import pytest
 
 from p2ptrain.control import membership
-from p2ptrain.control import view as view_mod
+from p2ptrain.control.candidacy import ELECTION_GRACE_S
+from p2ptrain.control.planning.plan_inputs import plannable_members
 from p2ptrain.control.status import swarm_status
 from p2ptrain.control.waiting import waiting_for
 from p2ptrain.records import PROTOCOL_LEVEL, PeerRecord, RunSpec
@@ -25,7 +26,7 @@ def test_members_of_another_level_are_never_planned(caplog: pytest.LogCaptureFix
     newer = {**record("trainer"), "version": "9.0", "protocol": PROTOCOL_LEVEL + 1}
     assert v.accept(feed("peer", B, ours), 0.0) is None
     assert v.accept(feed("peer", C, newer), 0.0) is None
-    assert v.plannable_members(1.0) == [A, B]  # A: no level stated (an older peer)
+    assert plannable_members(v, 1.0) == [A, B]  # A: no level stated (an older peer)
     assert f"runs p2ptrain 9.0 at protocol level {PROTOCOL_LEVEL + 1}" in caplog.text
     peers = {p.id: p for p in swarm_status(v, 1.0).peers}
     assert (peers[A].protocol, peers[B].protocol, peers[C].protocol) == (
@@ -42,14 +43,14 @@ def test_a_member_the_planner_of_another_level_leaves_out_says_so() -> None:
     assert v.accept(feed("peer", A, newer), 0.0) is None
     assert v.accept(feed("claim", A, {"term": 1}), 1.0) is None
     assert v.planner == A
-    wait = waiting_for(v, view_mod.ELECTION_GRACE_S)
+    wait = waiting_for(v, ELECTION_GRACE_S)
     assert wait.kind == "version"
     assert f"at level {PROTOCOL_LEVEL + 1}" in wait.text and "9.0" in wait.text
     same, feed = make_view(peers=())
     same.run = RunSpec()
     assert same.accept(feed("peer", A, record("trainer")), 0.0) is None  # no level: older
     assert same.accept(feed("claim", A, {"term": 1}), 1.0) is None
-    assert waiting_for(same, view_mod.ELECTION_GRACE_S).kind != "version"
+    assert waiting_for(same, ELECTION_GRACE_S).kind != "version"
 
 
 def test_a_record_states_its_level_and_an_older_one_reads_as_none() -> None:

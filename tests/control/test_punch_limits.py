@@ -2,7 +2,7 @@
 of ours (the target's) aimed honest nodes' punches, and the 17-byte hello, at any IPv4:port,
 again on every route connection. Now each way: no port below 1024, a rate per peer and in all,
 and an endpoint that never proved to be the peer is not punched again for a while
-(control/traversal.py: PunchLimits). Real sockets on 127.0.0.1; the clock is a fake."""
+(control/punch_limits.py: PunchLimits). Real sockets on 127.0.0.1; the clock is a fake."""
 
 from __future__ import annotations
 
@@ -11,16 +11,15 @@ from typing import Any
 
 import trio
 
-from p2ptrain.control import relay_slots
-from p2ptrain.control import traversal as traversal_module
-from p2ptrain.control.traversal import (
+from p2ptrain.control import punch_limits, relay_slots
+from p2ptrain.control.punch_limits import (
     ENDPOINT_BACKOFF_S,
     PUNCH_WINDOW_S,
     PUNCHES_IN_ALL,
     PUNCHES_PER_PEER,
     PunchLimits,
-    Traversal,
 )
+from p2ptrain.control.traversal import Traversal
 from p2ptrain.records.relay import RAW_PUNCHED, RawHello, RelayReply
 from tests.control.test_traversal_attacks import (
     SOURCE,
@@ -56,7 +55,7 @@ def test_the_limits_refuse_low_ports_past_the_rate_and_unproven_endpoints() -> N
 
 
 def test_the_backed_off_endpoints_are_bounded(monkeypatch: Any) -> None:
-    monkeypatch.setattr(traversal_module, "MAX_BACKED_OFF", 8)
+    monkeypatch.setattr(punch_limits, "MAX_BACKED_OFF", 8)
     limits = PunchLimits()
     for i in range(20):
         assert limits.refusal(f"peer{i}", f"203.0.113.1:{2000 + i}", float(i)) == ""
@@ -135,7 +134,7 @@ def test_a_dialer_punches_an_endpoint_that_never_proved_the_target_once(monkeypa
 
 
 def test_a_dialer_refuses_low_ports_and_punches_past_the_rate(monkeypatch: Any) -> None:
-    monkeypatch.setattr(traversal_module, "PUNCHES_PER_PEER", 2)
+    monkeypatch.setattr(punch_limits, "PUNCHES_PER_PEER", 2)
     now = [0.0]
 
     async def main() -> tuple[list[bool], int, list[bool]]:
@@ -173,7 +172,7 @@ def test_a_target_refuses_low_ports_rates_offers_and_backs_off_unproven_ones(
 ) -> None:
     """A relay of ours offering punches in a loop at a victim's closed or silent port: each
     freed its place after a round trip, so only the stream rate bounded them."""
-    monkeypatch.setattr(traversal_module, "PUNCHES_PER_PEER", 3)
+    monkeypatch.setattr(punch_limits, "PUNCHES_PER_PEER", 3)
     now = [0.0]
 
     async def close_at_once(listener: trio.SocketListener) -> None:

@@ -15,8 +15,8 @@ import pytest
 from p2ptrain import identity
 from p2ptrain.cli import token_cmd
 from p2ptrain.control import wire
+from p2ptrain.control.authored import revocation_messages
 from p2ptrain.control.intake import Intake
-from p2ptrain.control.publishing import revocation_messages
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.view import SwarmView
 from p2ptrain.errors import UserError

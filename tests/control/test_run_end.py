@@ -10,11 +10,13 @@ import pytest
 import trio
 
 from p2ptrain.control import view as view_mod
+from p2ptrain.control.candidacy import ELECTION_GRACE_S, should_claim
 from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S, PlanMaker
 from p2ptrain.control.run_end import RunEnd
 from p2ptrain.control.run_watch import FINISHED_GRACE_S, NO_PLANNER_WARN_S, RunWatch
 from p2ptrain.control.state import NodeState
 from p2ptrain.control.status import swarm_status
+from p2ptrain.control.term_learning import learn_term
 from p2ptrain.control.waiting import TOKENS_HEARD_S, waiting_for
 from p2ptrain.errors import UserError
 from p2ptrain.records import PeerMetrics, RunSpec, SwarmStatus, issue_revocation
@@ -150,7 +152,7 @@ def test_a_finished_run_gets_no_new_plan_and_no_claim() -> None:
     # a spare whose planner left does not claim a finished run
     w, _ = planned_view(me=B, placed=(A,), spares=(B,))
     w.run_end.note_organiser(w.run, True)
-    assert not w.should_claim(2.0 + view_mod.DEAD_AFTER_S + view_mod.ELECTION_GRACE_S)
+    assert not should_claim(w, 2.0 + view_mod.DEAD_AFTER_S + ELECTION_GRACE_S)
 
 
 def test_a_replica_done_and_gone_is_not_re_planned_a_lost_one_is() -> None:
@@ -206,7 +208,7 @@ def test_what_a_node_waits_for() -> None:
     v, _ = make_view(me=ME, peers=(A,), anchor=None)
     v.run = RUN.replace(min_peers=2)
     assert waiting_for(v, 1.0).text == "the planner election (the organiser's current term)"
-    v.learn_term(v.bootstrap_id, 0)
+    learn_term(v, v.bootstrap_id, 0)
     assert waiting_for(v, 1.0).text == "the planner election"
     # links still being measured, counted
     v, feed = make_view(me=ME, peers=(A, B))

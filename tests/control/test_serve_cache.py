@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import trio
 
-from p2ptrain.control import plan_delta, publishing, sync, wire
+from p2ptrain.control import authored, plan_delta, sync, wire
 from p2ptrain.control.held import HeldEnvelopes, Key
 from p2ptrain.control.plan_pull import PlanPull
 from p2ptrain.control.recent import Recent
@@ -108,7 +108,7 @@ def test_the_planner_signs_its_plan_once_a_second_for_any_number_of_askers() -> 
 
     def own_plan() -> bytes:
         signings.append(time.time())
-        return publishing.plan_message(state)
+        return authored.plan_message(state)
 
     server = PlanPull(state, own_plan, intake.apply)
 

@@ -4,7 +4,7 @@ plan never heard out for 10-40 min (control/planning/silent_start.py), perhaps t
 
 from __future__ import annotations
 
-from p2ptrain.control import view as view_mod
+from p2ptrain.control.candidacy import ELECTION_GRACE_S
 from p2ptrain.control.waiting import waiting_for
 from p2ptrain.records import PeerMetrics, Plan, RunSpec
 from tests.control.test_view import A, B, make_view
@@ -25,7 +25,7 @@ def test_a_member_left_out_after_a_failed_start_agreement_says_why_it_may_be() -
         cost_s=1.0,
     )
     v.plan = plan
-    now = view_mod.ELECTION_GRACE_S
+    now = ELECTION_GRACE_S
     assert "re-plans after a join" in waiting_for(v, now).text
     v.own_metrics = PeerMetrics(silent=(A, B), silent_plan=(1, 1))
     wait = waiting_for(v, now)

@@ -1,17 +1,18 @@
-"""Whom a node syncs from (control/sync.py sync_sources): until it knows the current term, whoever
-can tell it; then a random connected live member."""
+"""Whom a node syncs from (control/sync_partners.py sync_sources): until it knows the current
+term, whoever can tell it; then a random connected live member."""
 
 from __future__ import annotations
 
 from p2ptrain import identity
-from p2ptrain.control.sync import (
-    MAX_TERM_ASKS,
+from p2ptrain.control.sync_partners import (
     SYNC_INTERVAL_S,
     UNANCHORED_SYNC_INTERVAL_S,
     sync_interval_s,
     sync_sources,
     term_only_from,
 )
+from p2ptrain.control.term_learning import learn_term
+from p2ptrain.control.term_votes import MAX_TERM_ASKS
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import issue_token
 from tests.control.test_view import ORGANISER, Feed, make_view, record
@@ -28,7 +29,7 @@ def test_an_unanchored_member_asks_the_organiser_then_anyone() -> None:
     assert sync_sources(v, []) == []
     assert all(sync_sources(v, ["Aaaa", BOOT, "Bbbb"]) == [BOOT] for _ in range(20))
     assert sync_sources(v, ["Aaaa"]) == ["Aaaa"]  # not connected to it yet: anyone meanwhile
-    v.learn_term(BOOT, 3)
+    learn_term(v, BOOT, 3)
     chosen = {tuple(sync_sources(v, ["Aaaa", BOOT, "Bbbb"])) for _ in range(200)}
     assert chosen == {("Aaaa",), (BOOT,), ("Bbbb",)}
 
@@ -54,7 +55,7 @@ def test_a_fresh_organiser_asks_planner_token_holders_first_several_at_once() ->
     assert sync_sources(boot, members)[0] in members  # no holder connected: members meanwhile
     for holder in holders[:MAX_TERM_ASKS]:  # as many answers as holders asked at once
         assert not boot.term_anchored
-        boot.learn_term(holder, None)  # a fresh swarm's holder knows no term: ours is current
+        learn_term(boot, holder, None)  # a fresh swarm's holder knows no term: ours is current
     assert boot.term_anchored and boot.known_term() == 0
     assert len({sync_sources(boot, [*members, *holders])[0] for _ in range(200)}) > 10
 
@@ -62,7 +63,7 @@ def test_a_fresh_organiser_asks_planner_token_holders_first_several_at_once() ->
 def test_only_who_waits_on_the_term_syncs_fast_before_it_knows_it() -> None:
     holder, _ = make_view(anchor=None)  # make_view's views hold planner tokens
     assert sync_interval_s(holder) == UNANCHORED_SYNC_INTERVAL_S
-    holder.learn_term(BOOT, 0)
+    learn_term(holder, BOOT, 0)
     assert sync_interval_s(holder) == SYNC_INTERVAL_S
     member = SwarmView(
         self_id="Memb",
@@ -83,7 +84,7 @@ def test_only_who_waits_on_the_term_syncs_fast_before_it_knows_it() -> None:
 def test_before_it_knows_the_term_a_node_asks_for_the_term_only() -> None:
     v, _ = make_view(anchor=None)  # it holds a planner token: its election waits on the term
     assert term_only_from(v, BOOT) and not term_only_from(v, "Aaaa")
-    v.learn_term(BOOT, 0)
+    learn_term(v, BOOT, 0)
     assert not term_only_from(v, BOOT)
     boot = SwarmView(
         self_id=BOOT, role="bootstrap", planner_capable=False, started_at=0.0, bootstrap_id=BOOT
@@ -94,5 +95,5 @@ def test_before_it_knows_the_term_a_node_asks_for_the_term_only() -> None:
         boot.accept(feed("peer", "Memb", {**record(), "token": members_token("Memb")}), 0.0) is None
     )
     assert term_only_from(boot, "Hold") and not term_only_from(boot, "Memb")
-    boot.learn_term("Hold", None)
+    learn_term(boot, "Hold", None)
     assert not term_only_from(boot, "Hold")

@@ -1,4 +1,4 @@
-"""The organiser's term, token expiry and the election's back-off (control/terms.py, view.py),
+"""The organiser's term, token expiry and the election's back-off (control/terms.py, candidacy.py),
 with a fake clock. An organiser that fell three terms behind stayed behind, and every node that
 joined later followed the wrong planner; an expired token kept a member and a planner; a live
 smallest-id holder that never claimed held every election up; a newcomer followed a claim older
@@ -10,13 +10,16 @@ import pytest
 
 from p2ptrain.control import authority as authority_mod
 from p2ptrain.control import view as view_mod
+from p2ptrain.control.candidacy import ELECTION_GRACE_S, should_claim
+from p2ptrain.control.planning.plan_inputs import plannable_members
+from p2ptrain.control.term_learning import learn_term
 from p2ptrain.control.terms import TERM_REVOTE_EVERY_S
 from p2ptrain.control.view import SwarmView
 from p2ptrain.records import RunSpec, issue_token
 from tests.control.test_view import ORGANISER, Feed, make_view, organiser_view, plan, record
 
 DEAD = view_mod.DEAD_AFTER_S
-GRACE = view_mod.ELECTION_GRACE_S
+GRACE = ELECTION_GRACE_S
 
 
 def anchored_organiser(feed: Feed, holders: tuple[str, ...], term: int = 0) -> SwarmView:
@@ -24,7 +27,7 @@ def anchored_organiser(feed: Feed, holders: tuple[str, ...], term: int = 0) -> S
     for holder in holders:
         assert boot.accept(feed("peer", holder, record("trainer")), 0.0) is None
     for holder in holders:
-        boot.learn_term(holder, term, 0.0)
+        learn_term(boot, holder, term, 0.0)
     assert boot.term_anchored and boot.known_term() == term
     return boot
 
@@ -36,9 +39,9 @@ def test_an_organiser_cut_off_during_three_failovers_votes_again_instead_of_blam
     # it missed terms 2 and 3: the term-4 claim passes its bound, but it may be the one behind
     drop = boot.accept(feed("claim", "Dddd", {"term": 4}), 5.0)
     assert drop is not None and drop.category is None  # no blame
-    assert not boot.term_anchored  # it asks its holders again (sync.py: term-only, up to 3)
+    assert not boot.term_anchored  # it asks its holders again (sync_partners.py: term-only)
     for holder in ("Bbbb", "Cccc", "Dddd"):
-        boot.learn_term(holder, 4, 5.5)
+        learn_term(boot, holder, 4, 5.5)
     assert boot.term_anchored and boot.known_term() == 4
     assert boot.accept(feed("claim", "Dddd", {"term": 4}), 6.0) is None  # followed now
     assert boot.planner == "Dddd"
@@ -65,8 +68,8 @@ def test_a_holder_blocked_at_the_organiser_cannot_keep_it_and_every_newcomer_beh
     assert member.accept(claim, t) is None
     drop = boot.accept(claim, t)
     assert drop is not None and drop.category is None  # the honest planner is not blamed
-    boot.learn_term(honest, 8, t + 1.0)  # the live holders' word (the hostile one is blocked)
-    boot.learn_term(other, 8, t + 1.0)
+    learn_term(boot, honest, 8, t + 1.0)  # the live holders' word (the hostile one is blocked)
+    learn_term(boot, other, 8, t + 1.0)
     assert boot.term_anchored and boot.known_term() == 8
     newcomer, _ = make_view(me="Nnnn", peers=(honest,), now=t, anchor=boot.known_term())
     assert newcomer.accept(feed("claim", honest, {"term": 8}), t + 2.0) is None
@@ -79,9 +82,9 @@ def test_a_liar_cannot_raise_the_organisers_term_through_a_vote_again() -> None:
     boot = anchored_organiser(feed, holders, term=5)
     drop = boot.accept(feed("claim", "Hone", {"term": 10**6}), 1.0)
     assert drop is not None and drop.category is None and not boot.term_anchored
-    boot.learn_term("Hone", 10**6, 1.5)  # the liar answers first
-    boot.learn_term("Htwo", 5, 1.6)
-    boot.learn_term("Hthr", 5, 1.7)
+    learn_term(boot, "Hone", 10**6, 1.5)  # the liar answers first
+    learn_term(boot, "Htwo", 5, 1.6)
+    learn_term(boot, "Hthr", 5, 1.7)
     assert boot.term_anchored and boot.known_term() == 5  # the low median
     # and it cannot keep the organiser unanchored: one vote per TERM_REVOTE_EVERY_S
     assert boot.accept(feed("claim", "Hone", {"term": 10**6}), 2.0).category is None
@@ -128,7 +131,7 @@ def test_a_member_whose_token_expired_is_dropped(wall: FakeWallClock) -> None:
     wall.now = 2000.0  # expired: a member already admitted was never checked again
     v.accept(feed("telemetry", "Vone", {"links": {}}), 2.0)
     v.forget_stale(2.0)  # the periodic housekeeping
-    assert "Vone" not in v.members and "Vone" not in v.plannable_members(2.0)
+    assert "Vone" not in v.members and "Vone" not in plannable_members(v, 2.0)
     token = issue_token(ORGANISER, "Vtwo", False, 1500.0).encode()
     assert v.accept(feed("peer", "Vtwo", {**record("trainer"), "token": token}), 2.0) is not None
     assert "Vtwo" not in v.members  # its new record is refused: so is it
@@ -146,7 +149,7 @@ def test_an_expired_planner_token_deposes_the_planner(wall: FakeWallClock) -> No
     assert not v.may_plan(holder)
     drop = v.accept(feed("plan", holder, plan(holder, 1, 2, peers=(holder, "Bbbb"))), 7.0)
     assert drop is not None and drop.category is None and v.plan.key == (1, 1)
-    assert v.should_claim(7.0)  # it still lives, sends no new claim: it is no planner
+    assert should_claim(v, 7.0)  # it still lives, sends no new claim: it is no planner
     v.forget_stale(7.0)
     assert v.planner is None
 
@@ -156,30 +159,30 @@ def test_a_silent_smallest_holder_delays_the_election_by_rank_only() -> None:
     t = GRACE + 0.1
     for peer in ("Aaaa", "Bbbb"):
         v.accept(feed("telemetry", peer, {"links": {}}), t)  # alive, never claiming
-    assert not v.should_claim(t)  # rank 2: A's turn first, then B's
+    assert not should_claim(v, t)  # rank 2: A's turn first, then B's
     for peer in ("Aaaa", "Bbbb"):
         v.accept(feed("telemetry", peer, {"links": {}}), t + DEAD + 1.0)
-    assert not v.should_claim(t + DEAD + 1.0)
+    assert not should_claim(v, t + DEAD + 1.0)
     for peer in ("Aaaa", "Bbbb"):
         v.accept(feed("telemetry", peer, {"links": {}}), t + 2 * DEAD)
-    assert v.should_claim(t + 2 * DEAD)
+    assert should_claim(v, t + 2 * DEAD)
     w, feed = make_view(me="Bbbb", peers=("Aaaa",))
-    assert not w.should_claim(t)
+    assert not should_claim(w, t)
     w.accept(feed("telemetry", "Aaaa", {"links": {}}), t + DEAD)
-    assert w.should_claim(t + DEAD)  # rank 1: one dead_after_s
+    assert should_claim(w, t + DEAD)  # rank 1: one dead_after_s
     x, _ = make_view(me="Aaaa", peers=("Bbbb",))
-    assert x.should_claim(t)  # the smallest claims as soon as it does today
+    assert should_claim(x, t)  # the smallest claims as soon as it does today
 
 
 def test_the_back_off_starts_when_the_planner_is_lost() -> None:
     v, feed = make_view(me="Cccc", peers=("Aaaa", "Bbbb"))
     assert v.accept(feed("claim", "Bbbb", {"term": 1}), 1.0) is None
-    assert not v.should_claim(GRACE + 1.0)  # a planner stands: no clock runs
+    assert not should_claim(v, GRACE + 1.0)  # a planner stands: no clock runs
     t = 100.0  # B died long ago; A lives but never claims
     v.accept(feed("telemetry", "Aaaa", {"links": {}}), t)
-    assert not v.should_claim(t)  # lost now, not at B's claim: rank 1 waits from here
+    assert not should_claim(v, t)  # lost now, not at B's claim: rank 1 waits from here
     v.accept(feed("telemetry", "Aaaa", {"links": {}}), t + DEAD)
-    assert v.should_claim(t + DEAD)
+    assert should_claim(v, t + DEAD)
     assert v.claim() == 2
 
 
@@ -197,7 +200,7 @@ def test_an_old_claim_pulled_by_sync_holds_no_election_up() -> None:
     t = 100.0  # A has been silent since 0; a sync partner serves its claim, signed at t - 20
     drop = v.accept(feed("claim", "Aaaa", {"term": 2}), t, heard_at=t - 20.0)
     assert drop is not None and drop.category is None
-    assert v.should_claim(t + 0.1)  # no fresh word of a term 2 planner to hear out
+    assert should_claim(v, t + 0.1)  # no fresh word of a term 2 planner to hear out
     assert v.claim() == 3  # above the term it heard of
 
 

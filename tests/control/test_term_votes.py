@@ -4,6 +4,7 @@ holder answering first set any term the bootstrap believed and handed to fresh n
 
 from __future__ import annotations
 
+from p2ptrain.control.term_learning import learn_term
 from p2ptrain.control.term_votes import MAX_TERM_ASKS, TERM_VOTE_WAIT_S, TermVotes
 from p2ptrain.control.view import SwarmView
 from tests.control.test_view import Feed, organiser_view, record
@@ -19,23 +20,23 @@ def restarted_organiser(holders: tuple[str, ...]) -> SwarmView:
 
 def test_one_liar_among_three_holders_sets_no_term() -> None:
     boot = restarted_organiser(("Hone", "Htwo", "Hthr", "Hfou"))
-    boot.learn_term("Hone", 10**6, 1.0)  # the liar answers first
-    boot.learn_term("Htwo", 7, 1.1)
+    learn_term(boot, "Hone", 10**6, 1.0)  # the liar answers first
+    learn_term(boot, "Htwo", 7, 1.1)
     assert not boot.term_anchored  # two of the three asked have answered
-    boot.learn_term("Hthr", 7, 1.2)
+    learn_term(boot, "Hthr", 7, 1.2)
     assert boot.term_anchored and boot.known_term() == 7
 
 
 def test_a_liar_claiming_a_lower_term_sets_none_either() -> None:
     boot = restarted_organiser(("Hone", "Htwo", "Hthr"))
     for holder, term in (("Hone", 0), ("Htwo", 7), ("Hthr", 8)):
-        boot.learn_term(holder, term, 1.0)
+        learn_term(boot, holder, term, 1.0)
     assert boot.known_term() == 7
 
 
 def test_a_lone_holder_is_taken_at_its_word_at_once() -> None:
     boot = restarted_organiser(("Hone",))
-    boot.learn_term("Hone", 4, 1.0)
+    learn_term(boot, "Hone", 4, 1.0)
     assert boot.term_anchored and boot.known_term() == 4
 
 

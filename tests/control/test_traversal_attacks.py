@@ -16,7 +16,8 @@ import trio
 
 from p2ptrain.control import relay_service
 from p2ptrain.control import traversal as traversal_module
-from p2ptrain.control.traversal import MAX_CIRCUITS_IN, MAX_PUNCHES, Traversal
+from p2ptrain.control.punch_limits import MAX_PUNCHES
+from p2ptrain.control.traversal import MAX_CIRCUITS_IN, Traversal
 from p2ptrain.records.relay import (
     RAW_PUNCHED,
     OfferAnswer,

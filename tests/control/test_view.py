@@ -8,9 +8,11 @@ from p2ptrain import identity
 from p2ptrain.control import links as links_mod
 from p2ptrain.control import view as view_mod
 from p2ptrain.control import wire
+from p2ptrain.control.candidacy import ELECTION_GRACE_S, should_claim
 from p2ptrain.control.links import RECENT_RATES, RECENT_RTTS, RECENT_WINDOW_S
 from p2ptrain.control.penalties import BLOCK_S
 from p2ptrain.control.status import swarm_status
+from p2ptrain.control.term_learning import learn_term
 from p2ptrain.control.view import SwarmView
 from p2ptrain.control.wire import Envelope
 from p2ptrain.records import (
@@ -68,7 +70,7 @@ def make_view(
         own_token=planner_token(me),
     )
     if anchor is not None:
-        v.learn_term(v.bootstrap_id, anchor)
+        learn_term(v, v.bootstrap_id, anchor)
     feed = Feed()
     for peer in peers:
         assert v.accept(feed("peer", peer, record()), now) is None
@@ -101,11 +103,11 @@ def plan(planner: str, term: int, epoch: int, peers=(A, B)) -> dict:
 
 def test_smallest_live_candidate_claims_after_the_grace_period():
     v, _ = make_view(me=A, peers=(B, C))
-    assert not v.should_claim(1.0)  # still listening for an incumbent
-    assert v.should_claim(view_mod.ELECTION_GRACE_S + 0.1)
+    assert not should_claim(v, 1.0)  # still listening for an incumbent
+    assert should_claim(v, ELECTION_GRACE_S + 0.1)
     assert v.claim() == 1 and v.planner == A
     w, _ = make_view(me=C, peers=(A, B))
-    assert not w.should_claim(view_mod.ELECTION_GRACE_S + 0.1)  # A is smaller and alive
+    assert not should_claim(w, ELECTION_GRACE_S + 0.1)  # A is smaller and alive
 
 
 def test_failover_after_the_planner_goes_silent():
@@ -115,7 +117,7 @@ def test_failover_after_the_planner_goes_silent():
     t = 1.0 + view_mod.DEAD_AFTER_S + 0.5
     v.accept(feed("peer", C, record()), t)  # C keeps talking, A is silent
     assert not v.is_alive(A, t)
-    assert v.should_claim(t)
+    assert should_claim(v, t)
     assert v.claim() == 2
     assert swarm_status(v, t).planner == B
 
@@ -125,11 +127,11 @@ def test_failover_at_once_when_the_planner_says_it_is_stopping():
     was still elected only after DEAD_AFTER_S of its silence (8 s in a walk-through)."""
     v, feed = make_view(me=B, peers=(A, C))
     assert v.accept(feed("claim", A, {"term": 1}), 1.0) is None
-    t = view_mod.ELECTION_GRACE_S + 0.1
-    assert not v.should_claim(t)  # A plans
+    t = ELECTION_GRACE_S + 0.1
+    assert not should_claim(v, t)  # A plans
     stopping = {"links": {}, "health": {"ok": False, "reason": LEAVING_REASON}}
     assert v.accept(feed("telemetry", A, stopping), t) is None
-    assert v.is_alive(A, t) and v.should_claim(t)  # B, the smallest that stays
+    assert v.is_alive(A, t) and should_claim(v, t)  # B, the smallest that stays
 
 
 def test_an_old_envelope_pulled_by_sync_does_not_raise_a_dead_peer():
@@ -164,8 +166,8 @@ def test_a_peer_that_saw_a_claim_it_could_not_follow_waits_before_claiming():
     t = view_mod.DEAD_AFTER_S + 1.0
     drop = v.accept(feed("claim", A, {"term": 2}), t)
     assert drop is not None and drop.category is None and v.planner is None
-    assert not v.should_claim(t + 1.0)
-    assert v.should_claim(t + view_mod.DEAD_AFTER_S + 0.1)
+    assert not should_claim(v, t + 1.0)
+    assert should_claim(v, t + view_mod.DEAD_AFTER_S + 0.1)
 
 
 def test_planner_steps_down_for_a_higher_term():
@@ -380,7 +382,7 @@ def test_only_holders_of_the_organisers_planner_token_may_claim():
     # and a node without a planner token never claims itself
     w, _ = make_view(me=A, peers=(B,))
     w.authority.own_token = None
-    assert not w.should_claim(100.0)
+    assert not should_claim(w, 100.0)
 
 
 def test_a_planner_token_holder_cannot_jump_the_term():
@@ -401,20 +403,20 @@ def test_a_planner_token_holder_cannot_jump_the_term():
 
 def test_a_fresh_node_learns_the_term_from_the_organiser_before_it_claims_or_blames():
     v, feed = make_view(me=A, peers=(B,), anchor=None)  # joined, no sync reply yet
-    assert not v.should_claim(100.0)  # a claim from behind the current term would be refused
+    assert not should_claim(v, 100.0)  # a claim from behind the current term would be refused
     drop = v.accept(feed("claim", B, {"term": 9}), 0.1)  # the swarm may well be at term 9
     assert drop is not None and drop.category is None  # dropped, not blamed
-    v.learn_term(B, 100)  # a member's word is no anchor
+    learn_term(v, B, 100)  # a member's word is no anchor
     assert not v.term_anchored
-    v.learn_term(v.bootstrap_id, 8)  # the organiser's sync reply
+    learn_term(v, v.bootstrap_id, 8)  # the organiser's sync reply
     assert v.term_anchored
     assert v.accept(feed("claim", B, {"term": 9}), 0.2) is None and v.planner == B
     # the organiser itself, restarted, learns the term from its planner-token holder
     boot = organiser_view()
     boot.accept(feed("peer", B, record()), 0.0)
-    boot.learn_term("Stranger", 50)  # no member, no token: ignored
+    learn_term(boot, "Stranger", 50)  # no member, no token: ignored
     assert not boot.term_anchored
-    boot.learn_term(B, 9)
+    learn_term(boot, B, 9)
     assert boot.term_anchored and boot.known_term() == 9
     assert boot.accept(feed("claim", B, {"term": 10}), 0.1) is None
 
@@ -476,16 +478,16 @@ def test_a_late_candidate_hears_the_organisers_term_out_before_it_claims():
     claimed before gossip or sync brought it the incumbent's claim); a fresh swarm's term 0
     does not hold it up."""
     v, feed = make_view(me=A, peers=(B,), anchor=None)
-    v.learn_term(v.bootstrap_id, 4, 1.0)
-    grace = view_mod.ELECTION_GRACE_S + 0.1
-    assert not v.should_claim(grace)
-    assert not v.should_claim(1.0 + view_mod.DEAD_AFTER_S - 0.1)
-    assert v.should_claim(1.0 + view_mod.DEAD_AFTER_S + 0.1)  # nobody planning: claim
+    learn_term(v, v.bootstrap_id, 4, 1.0)
+    grace = ELECTION_GRACE_S + 0.1
+    assert not should_claim(v, grace)
+    assert not should_claim(v, 1.0 + view_mod.DEAD_AFTER_S - 0.1)
+    assert should_claim(v, 1.0 + view_mod.DEAD_AFTER_S + 0.1)  # nobody planning: claim
     w, feed = make_view(me=A, peers=(B,), anchor=None)
-    w.learn_term(w.bootstrap_id, 4, 1.0)
+    learn_term(w, w.bootstrap_id, 4, 1.0)
     assert w.accept(feed("peer", B, record()), 3.0) is None
     assert w.accept(feed("claim", B, {"term": 4}), 3.0) is None and w.planner == B
-    assert not w.should_claim(1.0 + view_mod.DEAD_AFTER_S + 0.1)  # the incumbent, heard
+    assert not should_claim(w, 1.0 + view_mod.DEAD_AFTER_S + 0.1)  # the incumbent, heard
     fresh, _ = make_view(me=A, peers=(B,), anchor=None)
-    fresh.learn_term(fresh.bootstrap_id, 0, 1.0)
-    assert fresh.should_claim(grace)
+    learn_term(fresh, fresh.bootstrap_id, 0, 1.0)
+    assert should_claim(fresh, grace)

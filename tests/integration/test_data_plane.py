@@ -19,7 +19,7 @@ import torch
 
 from p2ptrain.harness.direct_swarm import LocalSwarm, SwarmResult, plan_for
 from p2ptrain.records import MetricsReport, RunSpec
-from p2ptrain.train.checkpoint import checkpoint_path
+from p2ptrain.train.checkpoint_folder import checkpoint_path
 from p2ptrain.train.checkpoint_read import read_file
 from p2ptrain.train.data import get_batch, load_corpus, replica_rows
 from p2ptrain.train.model import build_model, stage_layer_ranges

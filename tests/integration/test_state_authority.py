@@ -13,7 +13,8 @@ import torch
 
 from p2ptrain.harness.direct_swarm import LocalSwarm
 from p2ptrain.records import Plan
-from p2ptrain.train.checkpoint import checkpoint_path, record_step
+from p2ptrain.train.checkpoint import record_step
+from p2ptrain.train.checkpoint_folder import checkpoint_path
 from p2ptrain.train.checkpoint_read import read_file
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer

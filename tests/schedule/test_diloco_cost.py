@@ -17,13 +17,8 @@ from p2ptrain.schedule.cost import CostModel
 from p2ptrain.schedule.outer_round import group_gather_s, overlapped_step_s, round_cpu_share_s
 from p2ptrain.schedule.planner import Schedule
 from p2ptrain.schedule.shapes import plan_best_shape
-from p2ptrain.schedule.step_time import (
-    MeasuredCompute,
-    StepTraffic,
-    group_averaging_s,
-    simulated_step_s,
-    step_time,
-)
+from p2ptrain.schedule.step_sim import MeasuredCompute, simulated_step_s
+from p2ptrain.schedule.step_time import StepTraffic, group_averaging_s, step_time
 from p2ptrain.schedule.wire_bytes import activation_row_bytes, outer_payload_bytes
 from p2ptrain.schedule.workload import (
     measured_workload,

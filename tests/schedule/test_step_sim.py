@@ -1,4 +1,4 @@
-"""The simulated step (schedule/step_time.py's simulated_step_s) on cases computed by hand, and
+"""The simulated step (schedule/step_sim.py's simulated_step_s) on cases computed by hand, and
 against the communication-only model where compute is zero."""
 
 from __future__ import annotations
@@ -9,13 +9,8 @@ import numpy as np
 import pytest
 
 from p2ptrain.schedule.cpu_budget import CpuBudget
-from p2ptrain.schedule.step_time import (
-    MeasuredCompute,
-    StepTraffic,
-    group_averaging_s,
-    simulated_step_s,
-    step_time,
-)
+from p2ptrain.schedule.step_sim import MeasuredCompute, simulated_step_s
+from p2ptrain.schedule.step_time import StepTraffic, group_averaging_s, step_time
 
 MBIT = 1e6 / 1e9  # 1 Mbit/s in the topology's Gbit/s
 

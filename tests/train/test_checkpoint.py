@@ -10,15 +10,13 @@ import torch
 
 from p2ptrain.errors import UserError
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.checkpoint import (
+from p2ptrain.train.checkpoint import KEEP_STEPS, record_step, save_stage
+from p2ptrain.train.checkpoint_folder import (
     DEAD_WRITER_AGE_S,
-    KEEP_STEPS,
     STALE_AGE_S,
     checkpoint_path,
     layers_key,
     list_states,
-    record_step,
-    save_stage,
     saved_steps,
     stamped_path,
     sweep_unfinished,

@@ -22,18 +22,14 @@ from p2ptrain.durable import NotRegularFile, open_regular
 from p2ptrain.errors import WireError
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train import state_file
-from p2ptrain.train.checkpoint import (
-    checkpoint_path,
-    file_sha256,
-    record_step,
-    stamped_path,
-    sweep_unfinished,
-)
+from p2ptrain.train.checkpoint import record_step
+from p2ptrain.train.checkpoint_folder import checkpoint_path, stamped_path, sweep_unfinished
 from p2ptrain.train.checkpoint_read import other_run, read_file
 from p2ptrain.train.export import merged_weights
 from p2ptrain.train.model import build_layers
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.snapshot import StageSnapshot
+from p2ptrain.train.state_digest import file_sha256
 from p2ptrain.worker.resume.adopt import intact, link_adopted
 from p2ptrain.worker.resume.copy_sources import FILE_NAME, read_sources
 from p2ptrain.worker.resume.saved_report import saved_stages

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from p2ptrain.app import main
-from p2ptrain.train.checkpoint import list_states
+from p2ptrain.train.checkpoint_folder import list_states
 from tests.train.test_export import write_run
 from tests.worker.resume.test_adopt import plan, root, save_swarm
 from tests.worker.resume.test_recut import SPEC

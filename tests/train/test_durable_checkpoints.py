@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.checkpoint import file_sha256, list_states, record_step, stamped_path
+from p2ptrain.train.checkpoint import record_step
+from p2ptrain.train.checkpoint_folder import list_states, stamped_path
 from p2ptrain.train.model import build_layers
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.snapshot import StageSnapshot
+from p2ptrain.train.state_digest import file_sha256
 from p2ptrain.worker.resume.adopt import link_adopted
 from p2ptrain.worker.resume.state_fetch import receive_file
 from p2ptrain.worker.resume.state_transfer import SIZE

@@ -12,7 +12,8 @@ import torch
 from p2ptrain.app import main
 from p2ptrain.errors import UserError
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.checkpoint import checkpoint_path, record_step, save_stage
+from p2ptrain.train.checkpoint import record_step, save_stage
+from p2ptrain.train.checkpoint_folder import checkpoint_path
 from p2ptrain.train.export import export_hf, hf_name
 from p2ptrain.train.model import Stage, build_layers, build_model
 from p2ptrain.train.optim import make_optimizer

@@ -12,7 +12,8 @@ import torch
 
 from p2ptrain.app import main
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.checkpoint import list_states, record_step
+from p2ptrain.train.checkpoint import record_step
+from p2ptrain.train.checkpoint_folder import list_states
 from p2ptrain.train.export import merged_weights
 from p2ptrain.train.model import Stage, build_model
 from p2ptrain.train.optim import make_optimizer

@@ -12,7 +12,8 @@ import torch
 from p2ptrain.errors import UserError
 from p2ptrain.records.run import RunSpec
 from p2ptrain.schedule.workload import stage_parameter_counts
-from p2ptrain.train.checkpoint import record_step, stamped_path
+from p2ptrain.train.checkpoint import record_step
+from p2ptrain.train.checkpoint_folder import stamped_path
 from p2ptrain.train.checkpoint_read import read_state
 from p2ptrain.train.data import get_batch, load_corpus
 from p2ptrain.train.llama import LlamaAttention, apply_rotary, rotary_tables

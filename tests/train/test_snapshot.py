@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from p2ptrain.records import RunSpec
-from p2ptrain.train.checkpoint import list_states, record_step
+from p2ptrain.train.checkpoint import record_step
+from p2ptrain.train.checkpoint_folder import list_states
 from p2ptrain.train.checkpoint_read import read_state
 from p2ptrain.train.model import build_stage, loss_fn
 from p2ptrain.train.optim import make_optimizer

@@ -19,7 +19,8 @@ import torch
 from p2ptrain.errors import UserError
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train import state_file
-from p2ptrain.train.checkpoint import record_step, stamped_path
+from p2ptrain.train.checkpoint import record_step
+from p2ptrain.train.checkpoint_folder import stamped_path
 from p2ptrain.train.checkpoint_read import load_stage, read_state
 from p2ptrain.train.model import Stage, build_stage
 from p2ptrain.train.optim import make_optimizer

@@ -11,7 +11,7 @@ import pytest
 
 from p2ptrain.errors import UserError
 from p2ptrain.records import RunSpec
-from p2ptrain.train.checkpoint import checkpoint_dir
+from p2ptrain.train.checkpoint_folder import checkpoint_dir
 from p2ptrain.worker.node_paths import node_spec, place_checkpoints, place_data
 from p2ptrain.worker.settings import WorkerSettings
 

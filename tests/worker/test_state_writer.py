@@ -17,7 +17,8 @@ import torch
 
 from p2ptrain.records import RunSpec
 from p2ptrain.train import state_file
-from p2ptrain.train.checkpoint import list_states, record_step
+from p2ptrain.train.checkpoint import record_step
+from p2ptrain.train.checkpoint_folder import list_states
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.snapshot import StageSnapshot

@@ -1,8 +1,9 @@
-"""What a plan is made of, as one node's view holds it: each member's role, timed stage,
-data-plane addresses and reachability as its record announces them (ours from our own), the
-planning child's PlanInputs gathered from them, and what the first plan still lacks
-(control/planning/readiness.py) as a node that does not plan sees it. Read by the planner
-(plan_maker.py) and by what a node says it waits for (waiting.py).
+"""What a plan is made of, as one node's view holds it: the members a plan may place
+(`plannable_members`), each member's role, timed stage, data-plane addresses and reachability as
+its record announces them (ours from our own), the planning child's PlanInputs gathered from
+them, and what the first plan still lacks (control/planning/readiness.py) as a node that does
+not plan sees it. Read by the planner (plan_maker.py), by what a node says it waits for
+(waiting.py), and by whoever asks who could be placed (handover.py, planner_sight.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,20 @@ def roles_of(view: SwarmView, members: list[str]) -> dict[str, str | None]:
     if view.self_id in roles:
         roles[view.self_id] = view.role
     return roles
+
+
+def plannable_members(view: SwarmView, now: float) -> list[str]:
+    """Live members of our protocol level whose workers are healthy, one back after leaving
+    only past its back-off (control/flapping.py). Once any trains, only trainers: a
+    control-only member has no data-plane address, and a plan placing one stalls all."""
+    members = view.members
+    ours = [p for p in view.live_members(now) if view.is_healthy(p) and members.speaks_ours(p)]
+    trainers = [p for p in ours if _role_of(view, p) == "trainer"]
+    return view.flapping.admit(trainers or ours, now, members, view.plan)
+
+
+def _role_of(view: SwarmView, peer: str) -> str | None:
+    return view.role if peer == view.self_id else view.members.role_of(peer)
 
 
 def _records(view: SwarmView, members: list[str]) -> dict[str, PeerRecord]:

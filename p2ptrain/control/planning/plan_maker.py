@@ -51,6 +51,7 @@ from p2ptrain.control.planning.placement import (
 from p2ptrain.control.planning.plan_inputs import (
     data_addrs_of,
     plan_inputs_of,
+    plannable_members,
     roles_of,
     saved_states,
     stage_computes,
@@ -105,11 +106,11 @@ class PlanMaker:
     ) -> bool:
         """Publish a new plan into the view if one is due; True if it did. own_reachability and
         own_relays: this node's dial-back verdict and relay slots (the view holds the others')."""
-        members = self.view.plannable_members(now)
+        members = plannable_members(self.view, now)
         if not members or self.view.run is None or self.view.finished:
             return False  # nothing to plan for: no peer, no run, or a run trained to its end
         if self.view.own_health.leaving:
-            return False  # we stop, and a planner that stays is elected (view.stays)
+            return False  # we stop, and a planner that stays is elected (candidacy.stays)
         run = self.view.run
         if self._term != self.view.term:
             self._term, self._epoch, self._planned_members = self.view.term, 0, None

@@ -12,21 +12,8 @@ Each message carries its sender's claims (checksums of what it sent, the anchor'
 `checked` holds the result against them (worker/averaging/checks.py). Anything missing, late,
 undecodable or refused fails the attempt (AttemptFailed) on every member alike.
 
-Then, in a group of three or more, the members confirm that they combined the same messages:
-a member that equivocates (one top-k payload to one groupmate and another to the next, a
-reducer's shard or a member's claims differing by receiver) passes every check each receiver
-makes alone, and honest members would apply different means. Each member sends every other
-the digest of every message its result combined (outer_wire.combined_digest), or FAILED_DIGEST
-if its attempt failed; a digest unlike ours fails the attempt (someone equivocated: which
-one, a third member cannot tell), and so does a failed one (a member that missed a message:
-all stay local rather than it alone), both with no retry (a retry's group is the members each
-heard from, not alike here). A confirmation that does not come is no reason to drop the result
-(a member that withholds it changes nothing; one that died after its messages left is not
-needed); we wait for it until a groupmate that missed a message would have failed (it may
-start join_s after us: our attempt's start + 2 join_s + transfer_s) and transfer_s more, so a
-member that withholds its confirmation delays the round's result by that much (not its steps:
-the round runs beside them). Two members need no confirmation:
-no third one could be told a different story.
+Then, in a group of three or more, the members confirm that they combined the same messages
+(worker/averaging/outer_confirm.py).
 """
 
 from __future__ import annotations
@@ -55,8 +42,8 @@ from p2ptrain.worker.averaging.round_pacing import RoundPacer
 
 _Send = tuple[str, wire.RoundHeader, torch.Tensor]  # to whom, what
 # a result, the claims it was checked against, and the digest of each message it combined
-_Combined = tuple[torch.Tensor, dict[str, dict[str, float]], dict[str, bytes]]
-_Result = tuple[torch.Tensor, dict[str, dict[str, float]]]
+AttemptCombined = tuple[torch.Tensor, dict[str, dict[str, float]], dict[str, bytes]]
+AttemptResult = tuple[torch.Tensor, dict[str, dict[str, float]]]
 
 
 class RoundLink(Protocol):
@@ -150,7 +137,7 @@ class AttemptShapes:
 
     # --- dense: reduce-scatter, then all-gather of the reduced shards ---
 
-    def reduce_scatter(self, this: Attempt, flat: torch.Tensor) -> _Combined:
+    def reduce_scatter(self, this: Attempt, flat: torch.Tensor) -> AttemptCombined:
         me, key, members = self.link.peer_id, this.key, this.members
         bounds = wire.shard_bounds(self.numel, len(members))
         mine_index = members.index(me)
@@ -252,7 +239,7 @@ class AttemptShapes:
 
     # --- top-k: every member's payload to every member ---
 
-    def gather(self, this: Attempt, payload: torch.Tensor, sent: torch.Tensor) -> _Combined:
+    def gather(self, this: Attempt, payload: torch.Tensor, sent: torch.Tensor) -> AttemptCombined:
         me = self.link.peer_id
         with this.pacer.work():
             claims = self.claims(sent, this)
@@ -283,52 +270,6 @@ class AttemptShapes:
         result, gathered = self.checked(this, mean, claims, contributors, heard)
         return result, gathered, combined
 
-    # --- every shape: the members confirm they combined the same messages ---
-
-    def confirmed(self, this: Attempt, exchange: Callable[[], _Combined]) -> _Result:
-        """`exchange`'s result once the groupmates confirmed it (groups of three or more);
-        AttemptFailed, having told them, if it failed here."""
-        if len(this.members) < 3:
-            result, gathered, _ = exchange()
-            return result, gathered
-        began = time.monotonic()
-        try:
-            result, gathered, combined = exchange()
-        except AttemptFailed:
-            self.send_confirmations(this, wire.FAILED_DIGEST)
-            raise
-        ours = wire.combined_digest(combined)
-        self.send_confirmations(this, ours)
-        # a groupmate that misses a message fails once its own waits are over (join_s, then
-        # transfer_s), and it may have started up to join_s after us: its word must still
-        # reach us, whenever we finished
-        last_fail = began + 2 * this.join_s + this.transfer_s
-        deadline = max(time.monotonic(), last_fail) + this.transfer_s
-        failed: list[str] = []
-        for peer in this.members:
-            if peer == self.link.peer_id:
-                continue
-            got = self.link.inbox.take(this.key, wire.CONFIRM, peer, 0, deadline, this.should_stop)
-            if got is None:
-                continue  # withheld or dead: no third story reached us through it
-            if got[1] == wire.FAILED_DIGEST:
-                failed.append(peer)
-            elif got[1] != ours:  # someone told two stories: retrying asks it again
-                raise AttemptFailed(f"{peer} combined other messages than we did", set())
-        if failed:  # no retry: its group, of those it heard, would not be ours
-            raise AttemptFailed(f"{', '.join(failed)} failed the attempt", set())
-        return result, gathered
-
-    def send_confirmations(self, this: Attempt, digest: bytes) -> None:
-        me = self.link.peer_id
-        # a header's claims are required; a confirmation claims only the round and anchor
-        claims = Checksums(this.step, self.weights[me], 0.0, 0.0, 0.0, *this.anchor)
-        header = wire.RoundHeader(this.key, wire.CONFIRM, me, 0, len(digest), claims)
-        payload = torch.frombuffer(bytearray(digest), dtype=torch.uint8)
-        for peer in this.members:
-            if peer != me:
-                self.link.send(peer, header, payload, this.transfer_s)
-
     # --- shared ---
 
     def send_paced(self, this: Attempt, sends: list[_Send], timeout_s: float) -> None:
@@ -357,7 +298,7 @@ class AttemptShapes:
         claims: Checksums,
         contributors: Mapping[str, Checksums],
         heard: set[str],
-    ) -> _Result:
+    ) -> AttemptResult:
         gathered = wire.as_gather_map(contributors)
         with this.pacer.work():
             problem = check_round(

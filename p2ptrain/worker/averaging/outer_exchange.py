@@ -17,7 +17,7 @@ anchor's digest; the result is checked against them (worker/averaging/checks.py:
 tampered round fails) and the digests tell whether the members started from the same anchor.
 A round whose reducer dropped or clipped a part fails on every member, as hivemind rounds do.
 In groups of three or more the members then confirm they combined the same messages (a member
-telling groupmates different things fails the round: outer_attempt.py).
+telling groupmates different things fails the round: outer_confirm.py).
 
 Timeouts: a member's message may come up to `join_s` after we started (replicas run their steps
 at their own pace); a reduced shard may take `transfer_s` more; a paced first attempt's waits
@@ -49,6 +49,7 @@ from p2ptrain.worker.averaging.outer_attempt import (
     AttemptShapes,
     RoundLink,
 )
+from p2ptrain.worker.averaging.outer_confirm import confirmed
 from p2ptrain.worker.averaging.round_inbox import RoundStopped
 from p2ptrain.worker.averaging.round_pacing import RoundPacer
 from p2ptrain.worker.averaging.stage_averager import Outcome
@@ -170,7 +171,7 @@ class OuterExchange:
                         shape = functools.partial(self.shapes.gather, this, sparse, sent)
                     else:
                         shape = functools.partial(self.shapes.reduce_scatter, this, flat)
-                    mean, gathered = self.shapes.confirmed(this, shape)
+                    mean, gathered = confirmed(self.link, self.weights, this, shape)
                 except AttemptFailed as exc:
                     failures.append(f"attempt {attempt + 1}: {exc}")
                     log.warning("step %d outer round attempt %d failed: %s", step, attempt + 1, exc)

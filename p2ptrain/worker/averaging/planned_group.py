@@ -12,11 +12,13 @@ A retry of the same round (a member died, a part was lost) goes through hivemind
 as before, which can form a group of the survivors, and of them only: a join request from a
 peer outside the group is refused, and a group found with one in it is not taken.
 
+The swap's message rules and sending are worker/averaging/planned_gather.py's.
+
 Every round, planned or not, runs worker/averaging/robust_allreduce.py's all-reduce: each member reduces
 an even share of the tensor with the plan's weights and worker/averaging/robust.py's checks. A member
 keeps what its reducer computed in the last few rounds and serves it again to a groupmate whose
-reply stream broke (`rpc_reduced_parts`), so one lost stream does not leave that groupmate alone
-with a partial round.
+reply stream broke (`rpc_reduced_parts`, from worker/averaging/kept_reductions.py), so one lost
+stream does not leave that groupmate alone with a partial round.
 
 hivemind at module level (its servicer reads the rpc_ annotations), so this module is imported
 only where hivemind may be (worker/averaging/stage_averager.py imports it lazily).
@@ -25,10 +27,8 @@ only where hivemind may be (worker/averaging/stage_averager.py imports it lazily
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
-import re
 import typing
 from collections.abc import Sequence
 from typing import Any
@@ -38,8 +38,6 @@ from hivemind.averaging import DecentralizedAverager
 from hivemind.averaging.allreduce import AllreduceException
 from hivemind.averaging.control import StepControl
 from hivemind.averaging.group_info import GroupInfo
-from hivemind.averaging.matchmaking import MatchmakingException
-from hivemind.compression import serialize_torch_tensor
 from hivemind.p2p import P2PContext, PeerID
 from hivemind.proto import averaging_pb2
 from hivemind.utils import get_dht_time
@@ -54,32 +52,21 @@ from p2ptrain.worker.averaging.checks import (
     is_later_round,
     median_claimed_norm,
 )
-from p2ptrain.worker.averaging.robust_allreduce import RobustAllReduceRunner, RobustPartReducer
+from p2ptrain.worker.averaging.kept_reductions import KeptReductions
+from p2ptrain.worker.averaging.planned_gather import (
+    KEPT_ROUNDS,
+    MAX_GATHER_BYTES,
+    REMEMBERED_ROUNDS,
+    ROUND_KEY,
+    GroupmatesAhead,
+    in_window,
+    send_gather,
+)
+from p2ptrain.worker.averaging.robust_allreduce import RobustAllReduceRunner
 from p2ptrain.worker.averaging.round_router import RoundRouter
 from p2ptrain.worker.cpu_clock import WireMarks
 
 log = logging.getLogger(__name__)
-
-MAX_GATHER_BYTES = 64 * 1024  # a member's metadata: checksums and its bandwidth, a few hundred B
-KEPT_ROUNDS = 8  # rounds whose early-arriving metadata is held (a member may run a round ahead)
-# rounds whose reductions are kept for a groupmate that asks again: 1/n of the tensor each
-KEPT_REDUCTIONS = 2
-REMEMBERED_ROUNDS = 1024  # rounds already run here: their metadata arrives too late to be used
-# a groupmate may not serve the round's protocol yet: after a re-plan it may still be fetching
-# its stage's state (seconds); we retry until our own wait for the round would end
-SEND_RETRY_S = 0.5
-# a groupmate's round key as RoundGather.round_key writes it; a gradient round's step may be up
-# to MAX_STEPS_AHEAD past our latest (a member that kept a local gradient runs a step ahead):
-# a key farther out was held, and "ahead", for ever
-ROUND_KEY = re.compile(rf"({GRAD}|{STATE})/(0|[1-9][0-9]{{0,15}})")
-MAX_STEPS_AHEAD = 2
-
-
-class GroupmatesAhead(MatchmakingException):
-    """A groupmate is past the round we wait in (it kept a local gradient once): waiting on
-    cannot complete the round; we give it up at once and meet the groupmate in the next one.
-    Only a round at most MAX_STEPS_AHEAD past ours counts (a liar in the group can still make
-    its rounds local: docs/security.md)."""
 
 
 class PlannedGroupAverager(DecentralizedAverager):
@@ -121,8 +108,8 @@ class PlannedGroupAverager(DecentralizedAverager):
         self._given_up = ""  # why the round waited for cannot complete, if it cannot
         self._sending: set[asyncio.Task[None]] = set()
         self._arrived: asyncio.Event | None = None
-        # group id -> our reducer of that round and how long a groupmate may wait for it
-        self._reductions: dict[bytes, tuple[RobustPartReducer, float]] = {}
+        # our reducer of the last few rounds, for a groupmate that asks again
+        self._reductions = KeptReductions(self._group, self.reports.count)
         # hivemind served the averaged buffer (a round's gradient, a re-sync's weights) to any
         # peer that asked (rpc_download_state); a stage's state goes to the plan's members only,
         # through worker/resume/
@@ -195,9 +182,7 @@ class PlannedGroupAverager(DecentralizedAverager):
             count=self._count_part,
             **kwargs,
         )
-        self._reductions[group_id] = (runner.reducer, float(runner.reducer_timeout or 0.0))
-        while len(self._reductions) > KEPT_REDUCTIONS:
-            del self._reductions[next(iter(self._reductions))]
+        self._reductions.keep(group_id, runner.reducer, float(runner.reducer_timeout or 0.0))
         assert group_id in self._running_groups, f"group {group_id!r} was not registered"
         self._running_groups[group_id].set_result(runner)
         self.wire.start()
@@ -231,7 +216,7 @@ class PlannedGroupAverager(DecentralizedAverager):
         self._waiting_for, self._given_up = key, ""
         if (own := ROUND_KEY.fullmatch(key)) is not None and own[1] == GRAD:
             self._latest_step = int(own[2])
-        for held in [k for k in self._inbox if not self._in_window(k)]:
+        for held in [k for k in self._inbox if not in_window(k, self._latest_step)]:
             del self._inbox[held]  # past rounds, and rounds too far ahead to be real
         for held, senders in self._inbox.items():  # a groupmate's later round came first
             if is_later_round(held, key) and senders:
@@ -269,31 +254,7 @@ class PlannedGroupAverager(DecentralizedAverager):
         self, peer: PeerID, request: averaging_pb2.JoinRequest, step: StepControl
     ) -> None:
         stub = type(self).get_stub(self._p2p, peer, namespace=self.prefix)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + step.get_timeout()
-        while True:
-            try:
-                reply = await stub.rpc_planned_gather(request, timeout=step.get_timeout())
-                self.reports.count(peer.to_base58(), request.ByteSize(), reply.ByteSize())
-                if reply.code == averaging_pb2.BAD_GROUP_KEY:
-                    self._give_up(request.group_key, f"{peer} is past this round")
-                elif reply.code != averaging_pb2.ACCEPTED:
-                    log.warning(
-                        "planned round %s: %s refused our metadata (%s)",
-                        request.group_key,
-                        peer,
-                        averaging_pb2.MessageCode.Name(reply.code),
-                    )
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # p2pd dial backoff, a peer that restarts: try again
-                if loop.time() + SEND_RETRY_S >= deadline:
-                    log.warning(
-                        "planned round %s: sending to %s failed: %r", request.group_key, peer, exc
-                    )
-                    return
-                await asyncio.sleep(SEND_RETRY_S)
+        await send_gather(stub, peer, request, step, self.reports.count, self._give_up)
 
     async def rpc_planned_gather(
         self, request: averaging_pb2.JoinRequest, context: P2PContext
@@ -307,7 +268,7 @@ class PlannedGroupAverager(DecentralizedAverager):
         if len(request.gather) > MAX_GATHER_BYTES or not ROUND_KEY.fullmatch(request.group_key):
             return averaging_pb2.MessageFromLeader(code=averaging_pb2.PROTOCOL_VIOLATION)
         self.reports.count(sender.to_base58(), 0, request.ByteSize())
-        key, window = request.group_key, self._in_window(request.group_key)
+        key, window = request.group_key, in_window(request.group_key, self._latest_step)
         if (key in self._rounds_seen or window is None) and key not in self._inbox:
             return averaging_pb2.MessageFromLeader(code=averaging_pb2.BAD_GROUP_KEY)  # too late
         if not window:  # farther ahead than an honest groupmate gets
@@ -340,32 +301,10 @@ class PlannedGroupAverager(DecentralizedAverager):
         round `request.group_id` once it is done, uncompressed, part by part; a refusal if the
         round is not kept here or the groupmate's own parts are not in every average."""
         with self.reports.replying():
-            async for reply in self._reduced_parts(request, context):
+            async for reply in self._reductions.replies(
+                request.group_id, context.remote_id.to_base58()
+            ):
                 yield reply
-
-    async def _reduced_parts(
-        self, request: averaging_pb2.AveragingData, context: P2PContext
-    ) -> typing.AsyncIterator[averaging_pb2.AveragingData]:
-        sender = context.remote_id.to_base58()
-        kept = self._reductions.get(request.group_id) if sender in self._group else None
-        if kept is None:
-            yield averaging_pb2.AveragingData(code=averaging_pb2.BAD_GROUP_ID)
-            return
-        reducer, wait_s = kept
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(reducer.done.wait(), timeout=wait_s or None)
-        outputs = reducer.averaged_for(sender)
-        if outputs is None:
-            yield averaging_pb2.AveragingData(code=averaging_pb2.INTERNAL_ERROR)
-            return
-        loop = asyncio.get_running_loop()
-        for part in outputs:
-            tensor = await loop.run_in_executor(None, serialize_torch_tensor, part)
-            reply = averaging_pb2.AveragingData(
-                code=averaging_pb2.AVERAGED_PART, tensor_part=tensor
-            )
-            self.reports.count(sender, reply.ByteSize(), 0)
-            yield reply
 
     async def rpc_download_state(
         self, request: averaging_pb2.DownloadRequest, context: P2PContext
@@ -374,15 +313,6 @@ class PlannedGroupAverager(DecentralizedAverager):
         nothing: tuple[averaging_pb2.DownloadData, ...] = ()
         for reply in nothing:
             yield reply
-
-    def _in_window(self, key: str) -> bool | None:
-        """Whether a groupmate's round `key` is one we may still run (None: we are past it).
-        Re-sync rounds are numbered from a step (worker/resume/resync.py): any may come."""
-        parsed = ROUND_KEY.fullmatch(key)
-        if parsed is None or parsed[1] != GRAD or self._latest_step < 0:
-            return parsed is not None
-        step = int(parsed[2])
-        return None if step < self._latest_step else step <= self._latest_step + MAX_STEPS_AHEAD
 
     def _give_up(self, key: str, why: str) -> None:
         if key and key == self._waiting_for:

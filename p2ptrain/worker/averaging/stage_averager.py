@@ -169,7 +169,8 @@ class StageAverager:
         # hivemind only here: the timeout rules above stay importable beside libp2p (tests)
         from hivemind.compression import CompressionBase, Float16Compression, NoCompression
 
-        from p2ptrain.worker.averaging.planned_group import GroupmatesAhead, PlannedGroupAverager
+        from p2ptrain.worker.averaging.planned_gather import GroupmatesAhead
+        from p2ptrain.worker.averaging.planned_group import PlannedGroupAverager
 
         codec: CompressionBase = NoCompression() if compression == "none" else Float16Compression()
         wire_bytes = 4 if compression == "none" else 2

@@ -33,14 +33,10 @@ from p2ptrain.errors import WireError
 from p2ptrain.records.lineage import id_of_tag
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train import state_file
-from p2ptrain.train.checkpoint import (
-    SavedState,
-    file_sha256,
-    list_states,
-    stamped_path,
-    written,
-)
+from p2ptrain.train.checkpoint import written
+from p2ptrain.train.checkpoint_folder import SavedState, list_states, stamped_path
 from p2ptrain.train.checkpoint_read import other_run
+from p2ptrain.train.state_digest import file_sha256
 from p2ptrain.worker.resume.covers import key_range
 
 StateRank = Callable[[str | None], int | None]

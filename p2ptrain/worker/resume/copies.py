@@ -30,17 +30,11 @@ from p2ptrain.errors import WireError
 from p2ptrain.records import CopyReport, Plan, RunSpec, StageCopy
 from p2ptrain.records.lineage import parse_tag
 from p2ptrain.records.peer import MAX_COPIES
-from p2ptrain.train.checkpoint import (
-    SavedState,
-    expected_state_bytes,
-    expected_state_tensors,
-    file_sha256,
-    layers_key,
-    list_states,
-    prune_history,
-    stamped_path,
-)
+from p2ptrain.train.checkpoint import prune_history
+from p2ptrain.train.checkpoint_folder import SavedState, layers_key, list_states, stamped_path
 from p2ptrain.train.checkpoint_read import read_state
+from p2ptrain.train.state_bounds import expected_state_bytes, expected_state_tensors
+from p2ptrain.train.state_digest import file_sha256
 from p2ptrain.worker.resume.copy_server import (
     COPY_PROTOCOL,
     HEAD,

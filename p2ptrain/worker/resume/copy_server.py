@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from p2ptrain.records import LinkFacts, Plan, RunSpec
 from p2ptrain.records import fields as f
-from p2ptrain.train.checkpoint import layers_key, list_states, written
+from p2ptrain.train.checkpoint import written
+from p2ptrain.train.checkpoint_folder import layers_key, list_states
 from p2ptrain.worker.inbound import BAD_INPUT, close_after_sender, read_prefixed
 from p2ptrain.worker.resume.served_state import open_state
 from p2ptrain.worker.resume.state_request import (

@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 
 from p2ptrain.durable import open_regular
-from p2ptrain.train.checkpoint import SavedState, list_states, stamped_path
+from p2ptrain.train.checkpoint_folder import SavedState, list_states, stamped_path
 from p2ptrain.worker.resume.announcement import Announced
 from p2ptrain.worker.resume.covers import key_range
 

@@ -8,7 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.checkpoint import SavedState, file_sha256, list_states, written
+from p2ptrain.train.checkpoint import written
+from p2ptrain.train.checkpoint_folder import SavedState, list_states
+from p2ptrain.train.state_digest import file_sha256
 from p2ptrain.worker.resume import adopt
 from p2ptrain.worker.resume.announcement import MAX_KEYS, MAX_STEPS_PER_KEY, Announced
 

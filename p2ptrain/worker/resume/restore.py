@@ -31,18 +31,13 @@ import torch
 
 from p2ptrain.records import Plan, RunSpec
 from p2ptrain.records.lineage import may_adopt
-from p2ptrain.train.checkpoint import (
-    expected_state_bytes,
-    expected_state_tensors,
-    layers_key,
-    list_states,
-    record_step,
-    stamped_path,
-)
+from p2ptrain.train.checkpoint import record_step
+from p2ptrain.train.checkpoint_folder import layers_key, list_states, stamped_path
 from p2ptrain.train.checkpoint_read import load_stage, other_run, read_state
 from p2ptrain.train.model import Stage
 from p2ptrain.train.recut import assemble
 from p2ptrain.train.snapshot import StageSnapshot
+from p2ptrain.train.state_bounds import expected_state_bytes, expected_state_tensors
 from p2ptrain.worker.resume.adopt import link_adopted
 from p2ptrain.worker.resume.covers import key_range
 from p2ptrain.worker.resume.own_states import StateRank, local_states

@@ -16,7 +16,7 @@ from p2ptrain.records import SavedReport, SavedStage
 from p2ptrain.records.lineage import id_of_tag
 from p2ptrain.records.peer import MAX_SAVED
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.checkpoint import checkpoint_dir, list_states
+from p2ptrain.train.checkpoint_folder import checkpoint_dir, list_states
 from p2ptrain.train.checkpoint_read import other_run
 from p2ptrain.worker.resume.covers import key_range
 

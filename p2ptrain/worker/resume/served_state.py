@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from p2ptrain.durable import open_regular
-from p2ptrain.train.checkpoint import layers_key, list_states, open_sha256
+from p2ptrain.train.checkpoint_folder import layers_key, list_states
+from p2ptrain.train.state_digest import open_sha256
 from p2ptrain.train.state_file import ZIP_MAGIC
 
 # A reader must take the state at a floor rate on average, with SEND_GRACE_S of its first
@@ -49,7 +50,7 @@ class OpenedState:
 
 def open_state(path: Path) -> OpenedState:
     """`path` opened once (a regular file only: durable.NotRegularFile, an OSError, otherwise),
-    its sha256 read from that descriptor (train/checkpoint.py: remembered while the file is
+    its sha256 read from that descriptor (train/state_digest.py: remembered while the file is
     unchanged: hashing a large state is slow), and the descriptor back at its start. Blocking:
     run on a thread."""
     f = open_regular(path)

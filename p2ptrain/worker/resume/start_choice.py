@@ -37,7 +37,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from p2ptrain.records import Plan
-from p2ptrain.train.checkpoint import layers_key
+from p2ptrain.train.checkpoint_folder import layers_key
 from p2ptrain.worker.resume import adopt, covers, recency
 from p2ptrain.worker.resume.announcement import Announced
 from p2ptrain.worker.resume.covers import Cover

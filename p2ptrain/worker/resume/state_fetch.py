@@ -21,7 +21,7 @@ from p2ptrain.durable import sync_directory
 from p2ptrain.errors import WireError
 from p2ptrain.records import LinkFacts, NetworkFacts
 from p2ptrain.train import state_file
-from p2ptrain.train.checkpoint import layers_key, stamped_path, unfinished_prefix
+from p2ptrain.train.checkpoint_folder import layers_key, stamped_path, unfinished_prefix
 from p2ptrain.worker.resume.state_request import StateRequest
 from p2ptrain.worker.resume.state_transfer import (
     BUSY,

@@ -20,7 +20,7 @@ from typing import Any
 
 from p2ptrain.errors import WireError
 from p2ptrain.records import fields as f
-from p2ptrain.train.checkpoint import layers_key
+from p2ptrain.train.checkpoint_folder import layers_key
 from p2ptrain.worker.inbound import read_prefixed
 
 REQUEST_LEN = struct.Struct(">I")

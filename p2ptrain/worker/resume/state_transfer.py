@@ -23,7 +23,7 @@ next holder). A send whose reader takes no chunk for CHUNK_STALL_S, or is under 
 cut; the file is checked and sent through one descriptor (worker/resume/served_state.py).
 
 Bounds (docs/security.md, attack 8): both sides refuse a state larger than the stage's expected
-size (its weights and AdamW's two moments, with a margin: train/checkpoint.py
+size (its weights and AdamW's two moments, with a margin: train/state_bounds.py
 `expected_state_bytes`), and both give up after a deadline derived from that size and the plan's
 network facts (`transfer_deadline_s`, MAX_TRANSFER_S at most). The client
 (worker/resume/state_fetch.py) writes to a temporary file, hashes the bytes as they arrive and
@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from p2ptrain.records import LinkFacts, NetworkFacts, Plan, RunSpec
-from p2ptrain.train.checkpoint import expected_state_bytes, layers_key
+from p2ptrain.train.checkpoint_folder import layers_key
+from p2ptrain.train.state_bounds import expected_state_bytes
 from p2ptrain.worker.inbound import OpenStreams, close_after_sender
 from p2ptrain.worker.resume.handover import Served
 from p2ptrain.worker.resume.served_state import OpenedState, Pace, find_state

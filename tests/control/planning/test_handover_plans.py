@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import trio
 
+from p2ptrain.control.candidacy import should_claim
 from p2ptrain.control.handover import (
     Donors,
     donors_of,
@@ -13,6 +14,7 @@ from p2ptrain.control.handover import (
     successor_possible,
 )
 from p2ptrain.control.membership import DEAD_AFTER_S
+from p2ptrain.control.planning.plan_inputs import plannable_members
 from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S, PlanMaker
 from p2ptrain.control.settings import HANDOVER_LIMIT_S
 from p2ptrain.control.view import SwarmView
@@ -50,7 +52,7 @@ def test_a_leaving_lone_holder_is_kept_as_a_spare_until_it_is_gone() -> None:
 
     # it says it stops: planned around, but kept as a spare of the next plan
     assert v.accept(feed("telemetry", leaver, {"links": {}, "health": LEAVING}), 3.0) is None
-    assert v.plannable_members(3.0) == others
+    assert plannable_members(v, 3.0) == others
     assert donors_of(v, first, others, 3.0) == [leaver]
     assert plan_after(maker, 3.0)
     second = v.plan
@@ -151,7 +153,7 @@ def test_a_stopping_node_neither_claims_the_planner_role_nor_plans() -> None:
     v, _ = make_view(me=A, peers=(B, C))
     v.run = RunSpec().replace(stages=2, n_layer=2, min_peers=1, compute_aware=False)
     v.own_health = Health(False, LEAVING_REASON)
-    assert not v.should_claim(100.0)  # A has the smallest id: it would claim otherwise
+    assert not should_claim(v, 100.0)  # A has the smallest id: it would claim otherwise
     v.claim()  # it held the role when it was signalled
     maker = PlanMaker(v, A)
     assert not plan_after(maker, 1.0) and v.plan is None

@@ -26,7 +26,8 @@ def far_key() -> dict[str, Any]:
     from hivemind.proto import averaging_pb2
 
     from p2ptrain.worker.averaging.averager_reports import AveragerReports
-    from p2ptrain.worker.averaging.planned_group import GroupmatesAhead, PlannedGroupAverager
+    from p2ptrain.worker.averaging.planned_gather import GroupmatesAhead
+    from p2ptrain.worker.averaging.planned_group import PlannedGroupAverager
 
     me, honest, liar = (PeerID(bytes([0, 4]) + bytes([i]) * 4) for i in (1, 2, 3))
 
@@ -87,7 +88,7 @@ def far_key() -> dict[str, Any]:
 
 
 def bad_part() -> dict[str, Any]:
-    from p2ptrain.worker.averaging.robust_allreduce import RobustPartReducer
+    from p2ptrain.worker.averaging.robust_reducer import RobustPartReducer
 
     honest = [torch.randn(2, 4, generator=torch.Generator().manual_seed(i)) for i in range(2)]
     bad = {2: torch.randn(2, 5), 3: torch.ones(2, 4, dtype=torch.int64)}  # shape; not floats

@@ -34,7 +34,7 @@ def _honest(num: int) -> list[torch.Tensor]:
 
 
 def reducer() -> dict[str, Any]:
-    from p2ptrain.worker.averaging.robust_allreduce import RobustPartReducer
+    from p2ptrain.worker.averaging.robust_reducer import RobustPartReducer
 
     parts = [list(p.split(1024)) for p in _honest(3)]
     parts[2][1] = parts[2][1] * float("inf")

@@ -1,4 +1,4 @@
-"""An outer round's confirmation (worker/averaging/outer_attempt.py: `confirmed`): a member
+"""An outer round's confirmation (worker/averaging/outer_confirm.py: `confirmed`): a member
 that tells its groupmates different things (another top-k payload, or another reduced shard,
 to one of them, each consistent with its own claims) cannot make honest members apply
 different means; honest rounds still agree, and a confirmation that never comes drops

@@ -22,16 +22,14 @@ from hivemind import DHT
 from hivemind.p2p import PeerID
 
 from p2ptrain.records import Plan, RunSpec
-from p2ptrain.train.checkpoint import (
-    expected_state_bytes,
-    file_sha256,
-    record_step,
-    stamped_path,
-)
+from p2ptrain.train.checkpoint import record_step
+from p2ptrain.train.checkpoint_folder import stamped_path
 from p2ptrain.train.checkpoint_read import PICKLED_OPTIMIZER_FORMAT
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.snapshot import StageSnapshot
+from p2ptrain.train.state_bounds import expected_state_bytes
+from p2ptrain.train.state_digest import file_sha256
 from p2ptrain.worker.pipeline.frames import FrameHeader, NotReady
 from p2ptrain.worker.pipeline.transport import Transport
 from p2ptrain.worker.private_tmp import PrivateTmp

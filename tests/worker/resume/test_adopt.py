@@ -15,10 +15,12 @@ import torch
 from p2ptrain.records import Plan
 from p2ptrain.records.lineage import Lineage, may_adopt, next_lineage
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.checkpoint import file_sha256, list_states, record_step
+from p2ptrain.train.checkpoint import record_step
+from p2ptrain.train.checkpoint_folder import list_states
 from p2ptrain.train.model import Stage, build_layers
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.snapshot import StageSnapshot
+from p2ptrain.train.state_digest import file_sha256
 from p2ptrain.worker.resume import restore
 from p2ptrain.worker.resume.adopt import link_adopted
 from p2ptrain.worker.resume.own_states import own_announcement

@@ -15,14 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from p2ptrain.train.checkpoint import (
-    KEEP_STEPS,
-    file_sha256,
-    record_step,
-    saved_steps,
-    stamped_path,
-)
+from p2ptrain.train.checkpoint import KEEP_STEPS, record_step
+from p2ptrain.train.checkpoint_folder import saved_steps, stamped_path
 from p2ptrain.train.snapshot import StageSnapshot
+from p2ptrain.train.state_digest import file_sha256
 from p2ptrain.worker.resume import restore
 from p2ptrain.worker.resume.own_states import own_announcement, usable
 from p2ptrain.worker.resume.restore import restore_stage

@@ -14,7 +14,8 @@ import pytest
 
 from p2ptrain.records import Plan
 from p2ptrain.records.lineage import Lineage, next_lineage
-from p2ptrain.train.checkpoint import list_states, record_step, stamped_path
+from p2ptrain.train.checkpoint import record_step
+from p2ptrain.train.checkpoint_folder import list_states, stamped_path
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.snapshot import StageSnapshot

@@ -11,7 +11,8 @@ import torch
 
 from p2ptrain.records import Plan
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.checkpoint import list_states, record_step
+from p2ptrain.train.checkpoint import record_step
+from p2ptrain.train.checkpoint_folder import list_states
 from p2ptrain.train.model import Stage, build_layers, loss_fn
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.recut import model_wide

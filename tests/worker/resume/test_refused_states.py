@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import torch
 
-from p2ptrain.train.checkpoint import list_states, record_step, stamped_path
+from p2ptrain.train.checkpoint import record_step
+from p2ptrain.train.checkpoint_folder import list_states, stamped_path
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.resume import restore

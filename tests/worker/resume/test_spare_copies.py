@@ -13,17 +13,12 @@ import torch
 from p2ptrain.errors import UserError, WireError
 from p2ptrain.records import LinkFacts, Plan, RunSpec, StageCopy
 from p2ptrain.records.lineage import next_lineage
-from p2ptrain.train.checkpoint import (
-    SavedState,
-    file_sha256,
-    list_states,
-    record_step,
-    save_stage,
-    stamped_path,
-)
+from p2ptrain.train.checkpoint import record_step, save_stage
+from p2ptrain.train.checkpoint_folder import SavedState, list_states, stamped_path
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.snapshot import StageSnapshot
+from p2ptrain.train.state_digest import file_sha256
 from p2ptrain.worker.resume.copies import (
     copy_notes,
     drop_stale,

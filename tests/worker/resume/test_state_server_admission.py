@@ -14,10 +14,12 @@ import pytest
 
 from p2ptrain.records import Plan, RunSpec
 from p2ptrain.records.lineage import next_lineage
-from p2ptrain.train.checkpoint import file_sha256, list_states, record_step
+from p2ptrain.train.checkpoint import record_step
+from p2ptrain.train.checkpoint_folder import list_states
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.snapshot import StageSnapshot
+from p2ptrain.train.state_digest import file_sha256
 from p2ptrain.worker.resume import state_transfer
 from p2ptrain.worker.resume.served_state import open_state
 from p2ptrain.worker.resume.state_request import StateRequest, parse_layers

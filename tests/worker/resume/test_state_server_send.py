@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from p2ptrain.train.checkpoint import list_states, stamped_path
+from p2ptrain.train.checkpoint_folder import list_states, stamped_path
 from p2ptrain.worker.resume import copy_server, state_transfer
 from p2ptrain.worker.resume.copy_server import HEAD, CopyRequest
 from p2ptrain.worker.resume.served_state import (

@@ -19,17 +19,13 @@ import torch
 from p2ptrain.errors import WireError
 from p2ptrain.records import NetworkFacts, RunSpec
 from p2ptrain.train import checkpoint_read, state_file
-from p2ptrain.train.checkpoint import (
-    expected_state_bytes,
-    expected_state_tensors,
-    file_sha256,
-    list_states,
-    record_step,
-    save_stage,
-)
+from p2ptrain.train.checkpoint import record_step, save_stage
+from p2ptrain.train.checkpoint_folder import list_states
 from p2ptrain.train.model import build_stage, loss_fn
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.snapshot import StageSnapshot
+from p2ptrain.train.state_bounds import expected_state_bytes, expected_state_tensors
+from p2ptrain.train.state_digest import file_sha256
 from p2ptrain.worker.resume.state_fetch import receive_state
 from p2ptrain.worker.resume.state_request import REQUEST_LEN, read_request
 from p2ptrain.worker.resume.state_transfer import (

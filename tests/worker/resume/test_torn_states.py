@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from p2ptrain.records.lineage import rank
-from p2ptrain.train.checkpoint import record_step, stamped_path
+from p2ptrain.train.checkpoint import record_step
+from p2ptrain.train.checkpoint_folder import stamped_path
 from p2ptrain.train.model import build_stage
 from p2ptrain.train.optim import make_optimizer
 from p2ptrain.train.snapshot import StageSnapshot
