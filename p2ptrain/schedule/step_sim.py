@@ -15,14 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from p2ptrain.schedule.cpu_budget import CpuBudget
 from p2ptrain.schedule.gpipe_sim import StageWork, one_replica
 from p2ptrain.schedule.outer_round import overlapped_step_s, round_cpu_share_s
-from p2ptrain.schedule.step_time import StepTraffic, stage_exchanges_s
-
-FloatArray = npt.NDArray[np.float64]
+from p2ptrain.schedule.step_time import FloatArray, StepTraffic, stage_exchanges_s
 
 
 @dataclass(frozen=True)
