@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -48,8 +48,13 @@ def run(args: argparse.Namespace) -> int:
             print(format_status(status) + "\n", flush=True)
         return True
 
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends a watch: not an error
+    try:
         observer.watch(args.bootstrap, args.watch, show)
+    except* KeyboardInterrupt:  # Ctrl-C ends a watch: not an error (trio hands it in a group)
+        pass
+    except* BrokenPipeError:  # the reader went (`status --watch 5 --json | head -1`)
+        # what is left in stdout's buffer goes nowhere: its flush at exit would fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

@@ -87,9 +87,13 @@ async def watch_status(
                 looked = emit(await _look(host, info, node_addr), None)
             except UserError as error:
                 looked = emit(None, error)
-                # the next look dials afresh, not over what failed
+                # the next look dials afresh, not over what failed, and not refused at once by
+                # py-libp2p's 60 s block of a peer whose dial failed (a node back from a restart)
                 with trio.move_on_after(OBSERVER_TIMEOUT_S), contextlib.suppress(Exception):
                     await host.disconnect(info.peer_id)
+                cache = getattr(host.get_network(), "_negative_peer_cache", None)
+                if cache is not None:
+                    cache.evict(str(info.peer_id))
             if not looked:
                 return
             await trio.sleep(every_s)

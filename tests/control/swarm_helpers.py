@@ -7,6 +7,7 @@ call them on loopback, with keys, logs and tokens in a test's tmp directory."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import subprocess
@@ -164,6 +165,7 @@ class StatusWatch:
     failover, that was half a core."""
 
     def __init__(self, addr: str, interval_s: float) -> None:
+        interval_s = max(interval_s, 0.2)  # status --watch's least
         argv = [*P2PTRAIN, "status", "--bootstrap", addr, "--json", "--watch", str(interval_s)]
         self.proc = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=REPO_ROOT, text=True
@@ -173,9 +175,12 @@ class StatusWatch:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._statuses.put(json.loads(line))
-        self._statuses.put(None)  # the watch ended
+        try:
+            for line in self.proc.stdout:
+                with contextlib.suppress(ValueError):  # not a status: none to judge
+                    self._statuses.put(json.loads(line))
+        finally:
+            self._statuses.put(None)  # the watch ended
 
     def next(self, timeout_s: float) -> dict[str, Any] | None:
         """The next status, or None if none came within timeout_s (or the watch ended)."""

@@ -185,17 +185,22 @@ def _read_frame(stream: IO[bytes]) -> bytes | None:
 def main() -> None:
     """The child: answer requests until the control process closes the pipe (or dies)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the node to act on
+    requests = sys.stdin.buffer
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # a stray print must not corrupt the reply stream
     # numpy and the scheduler load before the niceness: niced, on a busy 2-core box, loading
     # them took 8-9 s of a failover's 20 (a new planner's first search waits for it), where
-    # at our own priority it takes about one
-    work = _work()
+    # at our own priority it takes about one; one that fails to load is each request's answer
+    work: dict[str, Callable[..., object]] = {}
+    unloaded: SearchFailed | None = None
+    try:
+        work = _work()
+    except Exception as exc:
+        unloaded = SearchFailed(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
     # behind our own node: on a busy machine a search at full priority took the CPU its control
     # loop needed to keep claiming the planner role, and the swarm deposed a live planner (bench
     # scaleout, 2026-11-26); the evaluation budget, not the clock, decides the plan
     os.nice(SEARCH_NICENESS)
-    requests = sys.stdin.buffer
-    replies = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # a stray print must not corrupt the reply stream
     idle_exit_s = float(sys.argv[1]) if len(sys.argv) > 1 else IDLE_EXIT_S
     while True:
         if not select.select([requests], [], [], idle_exit_s)[0]:
@@ -204,7 +209,9 @@ def main() -> None:
             break
         kind, args = pickle.loads(request)
         try:
-            reply: tuple[bool, object] = (True, work[kind](*args))
+            reply: tuple[bool, object] = (
+                (True, work[kind](*args)) if unloaded is None else (False, unloaded)
+            )
         except NoPlacementFits as exc:  # the caller's to handle
             reply = (False, exc)
         except Exception as exc:  # a scheduler bug: as text (its arguments may hold numpy)

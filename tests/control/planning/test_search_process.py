@@ -5,6 +5,7 @@ a SIGKILLed node (reparented to init), and the test suite left them too."""
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -147,3 +148,32 @@ def test_an_exited_search_process_is_reaped_without_anyone_asking(
         time.sleep(0.1)  # a zombie keeps its /proc entry until its parent waits for it
     assert not Path(f"/proc/{child}").exists()
     search_process.stop()
+
+
+def test_a_child_that_cannot_load_the_scheduler_says_why_at_each_request(tmp_path: Path) -> None:
+    """numpy and the scheduler load before the child nices itself; one that fails to load is
+    each request's answer (SearchFailed with its traceback), not a child that dies at start
+    and is started again by every search."""
+    broken = tmp_path / "numpy"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("raise ImportError('numpy is broken here')\n")
+    child = subprocess.Popen(
+        [sys.executable, "-m", "p2ptrain.control.planning.search_process", "30"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO_ROOT}"},
+    )
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        for _ in range(2):
+            search_process._write_frame(child.stdin, pickle.dumps(("assess", ())))
+            reply = search_process._read_frame(child.stdout)
+            assert reply is not None, "the child died instead of answering"
+            ok, value = pickle.loads(reply)
+            assert not ok and isinstance(value, search_process.SearchFailed)
+            assert "numpy is broken here" in str(value)
+    finally:
+        child.stdin.close()
+        assert child.wait(timeout=30) == 0
