@@ -6,16 +6,14 @@ used to restart from initial weights (STAGE STATE LOST)."""
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import processes_with
+from tests.control.swarm_helpers import StatusWatch
 from tests.integration.local_runs import (
     finish_local,
     kill_peer,
@@ -76,27 +74,23 @@ def _copy_in_status(workdir: Path, holder: str, at_least: int, timeout_s: float)
     address = BOOTSTRAP.search((workdir / "bootstrap.log").read_text())
     assert address is not None
     deadline = time.monotonic() + timeout_s
-    while True:
-        status = subprocess.run(
-            [sys.executable, "-m", "p2ptrain", "status", "--bootstrap", address[0], "--json"],
-            capture_output=True,
-            timeout=30,
-            check=True,
-        )
-        document = json.loads(status.stdout)
-        plan = document["plan"] or {"spares": []}
-        steps = [
-            c["step"]
-            for p in document["peers"]
-            if p["id"] in plan["spares"]
-            and (p["metrics"] or {}).get("copies_plan") == [plan.get("term"), plan.get("epoch")]
-            for c in p["metrics"]["copies"]
-            if c["holder"] == holder and c["step"] is not None
-        ]
-        if steps and (max(steps) >= at_least or time.monotonic() >= deadline):
-            return int(max(steps))
-        assert time.monotonic() < deadline, "status shows no copy"
-        time.sleep(1.0)
+    seen: list[int] = []
+    with StatusWatch(address[0], 1.0) as watch:
+        while (document := watch.next(deadline - time.monotonic())) is not None:
+            plan = document["plan"] or {"spares": []}
+            steps = [
+                c["step"]
+                for p in document["peers"]
+                if p["id"] in plan["spares"]
+                and (p["metrics"] or {}).get("copies_plan") == [plan.get("term"), plan.get("epoch")]
+                for c in p["metrics"]["copies"]
+                if c["holder"] == holder and c["step"] is not None
+            ]
+            seen = steps or seen
+            if steps and max(steps) >= at_least:
+                break
+    assert seen, "status shows no copy"
+    return int(max(seen))
 
 
 def _index_of(workdir: Path, peer_id: str) -> int:
