@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from p2ptrain.addresses import (
+from p2ptrain.net.address_classes import (
     all_loopback,
     independence_key,
     ip_of,

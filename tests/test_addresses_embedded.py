@@ -9,7 +9,7 @@ import ipaddress
 
 import pytest
 
-from p2ptrain.addresses import independence_key, may_dial, network_kind, public_prefix
+from p2ptrain.net.address_classes import independence_key, may_dial, network_kind, public_prefix
 
 PUBLIC_NODE = ["8.8.4.4"]
 LAN_NODE = ["10.0.0.9"]  # a node on the very network the embedded address names

@@ -9,7 +9,7 @@ import ipaddress
 
 import pytest
 
-from p2ptrain.addresses import IPNetwork, may_dial
+from p2ptrain.net.address_classes import IPNetwork, may_dial
 
 
 def nets(*cidrs: str) -> list[IPNetwork]:

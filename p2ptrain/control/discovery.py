@@ -9,7 +9,7 @@ signed record in the DHT under /p2ptrain/peer/<id> (the bootstrap also keeps the
 The addresses a member declares are its word, not a target: otherwise free identities could
 make the whole swarm a reflector aimed at anyone. So a dial goes to one of at most
 MAX_ADDRS_PER_PEER addresses of a peer, those we saw it connect from first; only to addresses
-addresses.may_dial accepts (global ones, or loopback / a private network only when one of ours is
+address_classes.may_dial accepts (global ones, or loopback / a private network only when one of ours is
 of the same kind, and within it only a subnet or route of this machine: net/own_networks.py;
 never link-local, multicast, unspecified or reserved); never to a DNS name a
 peer declares (its resolution may point anywhere, and change: a node that wants to be dialled
@@ -36,7 +36,6 @@ from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.peer.peerstore import PeerStoreError
 from multiaddr import Multiaddr
 
-from p2ptrain.addresses import ip_of, may_dial, own_ips
 from p2ptrain.control import rejoin
 from p2ptrain.control.authored import record_message, run_message
 from p2ptrain.control.dht_store import RUN_KEY, own_operation, peer_key
@@ -45,6 +44,7 @@ from p2ptrain.control.state import NodeState
 from p2ptrain.control.view import MEMBER_ROLES
 from p2ptrain.errors import UserError
 from p2ptrain.net import dial_gate, rpc
+from p2ptrain.net.address_classes import ip_of, may_dial, own_ips
 from p2ptrain.net.host import parse_multiaddr, remote_ip
 from p2ptrain.net.own_networks import machine_networks
 from p2ptrain.net.ratelimit import WindowLimiter

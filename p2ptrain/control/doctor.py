@@ -1,6 +1,7 @@
 """`p2ptrain doctor`'s network checks, from a throwaway identity: does the bootstrap answer, can
 peers dial us back (traversal/dialback.py), what NAT are we behind (traversal/nat_probe.py), how far off is
-our clock, and a rough rate and round trip to the bootstrap (net/probe.py).
+our clock, and a rough rate and round trip to the bootstrap (net/probe.py). Whom it asks, the
+bootstrap and public peers its status lists, is control/doctor_servers.py.
 
 Each check ends as one Check: "ok", "warn" (joining works, with a caveat), "FAIL" (joining
 will not work; `fix` says what to do) or "skip" (not checked: an earlier check failed).
@@ -8,10 +9,8 @@ will not work; `fix` says what to do) or "skip" (not checked: an earlier check f
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,26 +20,27 @@ import trio
 from libp2p.abc import IHost
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
-from multiaddr import Multiaddr
 
 from p2ptrain import addresses
-from p2ptrain.addresses import all_loopback
 from p2ptrain.control import wire
-from p2ptrain.control.observer import OBSERVER_TIMEOUT_S, fetch_status_doc
+from p2ptrain.control.doctor_servers import (
+    CONNECT_TIMEOUT_S,
+    Server,
+    ask_dial_backs,
+    bootstrap_endpoint,
+    public_peers,
+)
 from p2ptrain.control.reachability import Opinion, server_network, verdict_of
 from p2ptrain.control.rejoin import checked_run
 from p2ptrain.control.rpcs import RUN_PROTOCOL
 from p2ptrain.net import probe, rpc
+from p2ptrain.net.address_classes import all_loopback
 from p2ptrain.net.host import full_addrs, make_host, parse_multiaddr, quiet_library_logs, run_trio
 from p2ptrain.net.resolve import connect_operator_peer
 from p2ptrain.records import DialBackReply
 from p2ptrain.traversal import nat_probe
-from p2ptrain.traversal.dialback import ask_dial_back, tcp_target
+from p2ptrain.traversal.dialback import tcp_target
 
-CONNECT_TIMEOUT_S = 10.0
-MAX_OTHER_SERVERS = 2  # public peers asked besides the bootstrap (dial-back and UDP)
-MAX_PEER_DIALS = 8  # of the peers the bootstrap's status calls public, tried or not
-PEER_SEARCH_S = 30.0  # the status fetch and those dials, all together
 CLOCK_WARN_S = 2.0
 CLOCK_FAIL_S = wire.MAX_CLOCK_SKEW_S / 2  # our messages would arrive half-stale, or worse
 SLOW_MBPS = 1.0
@@ -78,14 +78,6 @@ class NetworkReport:
     loss_scale: float | None = None  # the run's (None: the run spec did not arrive)
 
 
-@dataclass(frozen=True)
-class Server:
-    """A peer we ask: its id, and where its UDP observer listens (its TCP endpoint)."""
-
-    peer: ID
-    endpoint: tuple[str, int] | None
-
-
 def run_network_checks(
     bootstrap: str, listen: str, announce: Sequence[str], ports: tuple[int, int]
 ) -> NetworkReport:
@@ -118,9 +110,9 @@ async def check_network(
             for name, title in NETWORK_CHECKS.items():
                 report.checks.append(Check(name, "skip", f"{title}: not checked (no bootstrap)"))
             return
-        others = await _public_peers(host, info.peer_id)
-        servers = [Server(info.peer_id, await _endpoint(bootstrap)), *others]
-        replies, server_ips = await _ask_dial_backs(host, [s.peer for s in servers])
+        others = await public_peers(host, info.peer_id)
+        servers = [Server(info.peer_id, await bootstrap_endpoint(bootstrap)), *others]
+        replies, server_ips = await ask_dial_backs(host, [s.peer for s in servers])
         ours = full_addrs(host)
         networks = [server_network(ip, ours) for ip in server_ips]
         report.checks.append(_reachability(report, replies, networks, ports, all_loopback(ours)))
@@ -182,77 +174,6 @@ async def _check_bootstrap(
     text = f"bootstrap answers (run {run_id}, RTT {rtt_ms:.0f} ms, peer {short})"
     report.checks.append(Check("bootstrap", "ok", text))
     return rtt_ms
-
-
-async def _public_peers(host: IHost, bootstrap: ID) -> list[Server]:
-    """Up to MAX_OTHER_SERVERS public members the bootstrap knows of, connected: what its status
-    lists is the bootstrap's word, so at most MAX_PEER_DIALS of them are dialled, and the whole
-    search (status included) ends within PEER_SEARCH_S."""
-    found: list[Server] = []
-    with trio.move_on_after(PEER_SEARCH_S):
-        try:
-            with trio.fail_after(OBSERVER_TIMEOUT_S):
-                status = await fetch_status_doc(host, bootstrap)
-        except Exception:
-            return []
-        candidates = [p for p in status.peers if p.reachability == "public" and p.alive]
-        for peer in candidates[:MAX_PEER_DIALS]:
-            with trio.move_on_after(CONNECT_TIMEOUT_S / 2):
-                try:  # any of it may be bad
-                    peer_id = ID.from_base58(peer.id)
-                    await host.connect(PeerInfo(peer_id, [Multiaddr(a) for a in peer.addrs]))
-                    found.append(Server(peer_id, _remote_endpoint(host, peer_id)))
-                except Exception:
-                    continue
-            if len(found) >= MAX_OTHER_SERVERS:
-                break
-    return found
-
-
-def _remote_endpoint(host: IHost, peer: ID) -> tuple[str, int] | None:
-    """The (ip, port) our connection to `peer` reached: where its UDP observer listens (its TCP
-    endpoint), whichever of the addresses it lists that is."""
-    with contextlib.suppress(Exception):
-        for connection in host.get_network().get_connections(peer):
-            address = getattr(connection.muxed_conn, "get_remote_address", lambda: None)()
-            if address:
-                return str(address[0]), int(address[1])
-    return None
-
-
-async def _endpoint(maddr: str) -> tuple[str, int] | None:
-    """The IPv4 (ip, port) of a bootstrap multiaddr, a DNS name resolved."""
-    parts = maddr.split("/")
-    if len(parts) < 5 or parts[3] != "tcp" or not (parts[4].isascii() and parts[4].isdigit()):
-        return None
-    if parts[1] == "ip4":
-        return parts[2], int(parts[4])
-    if parts[1] not in ("dns", "dns4"):
-        return None
-    try:
-        infos = await trio.socket.getaddrinfo(parts[2], int(parts[4]), socket.AF_INET)
-    except OSError:
-        return None
-    return (str(infos[0][4][0]), int(parts[4])) if infos else None
-
-
-async def _ask_dial_backs(
-    host: IHost, servers: list[ID]
-) -> tuple[list[DialBackReply | None], list[str | None]]:
-    """Each server's reply (None: no answer) and the IP we see it at (whose opinion it is)."""
-    replies: list[DialBackReply | None] = [None] * len(servers)
-    server_ips: list[str | None] = [None] * len(servers)
-
-    async def ask(index: int) -> None:
-        with contextlib.suppress(Exception):
-            replies[index], server_ips[index] = await ask_dial_back(
-                host, servers[index], full_addrs(host)
-            )
-
-    async with trio.open_nursery() as nursery:
-        for index in range(len(servers)):
-            nursery.start_soon(ask, index)
-    return replies, server_ips
 
 
 def _reachability(

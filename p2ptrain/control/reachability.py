@@ -5,7 +5,7 @@ A round asks the bootstrap (unless we are it) and up to MAX_OTHER_SERVERS other 
 members, those that are public themselves first, all at once (`verdict_of`):
 - "public" needs two independent servers that reached us on a fresh connection: the bootstrap
   (the organiser's, the one server we trust) and another peer on another network
-  (addresses.independence_key: another /24 for global addresses). One stranger saying "reached"
+  (address_classes.independence_key: another /24 for global addresses). One stranger saying "reached"
   would otherwise flip a NATed node to public, and it would drop its relay slots. The bootstrap
   itself needs two such others. On a swarm on one machine (all our addresses loopback) there is
   no second network: the bootstrap's word (for the bootstrap, any one server's) is enough.
@@ -30,8 +30,13 @@ from dataclasses import dataclass
 import trio
 from libp2p.peer.id import ID
 
-from p2ptrain.addresses import LOOPBACK_KIND, all_loopback, independence_key, network_kind
 from p2ptrain.control.state import NodeState
+from p2ptrain.net.address_classes import (
+    LOOPBACK_KIND,
+    all_loopback,
+    independence_key,
+    network_kind,
+)
 from p2ptrain.net.host import remote_ip
 from p2ptrain.traversal.dialback import ask_dial_back
 

@@ -22,7 +22,7 @@ import trio
 
 from p2ptrain.net.accepting import ConnectionCaps, serve_accepting
 from p2ptrain.sampled_log import SampledLog
-from p2ptrain.traversal import relay
+from p2ptrain.traversal.splice import splice
 
 log = logging.getLogger(__name__)
 
@@ -140,4 +140,4 @@ class Routes:
         if remote is None:
             await local.aclose()
             return
-        await relay.splice(local, remote)
+        await splice(local, remote)

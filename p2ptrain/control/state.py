@@ -21,7 +21,7 @@ from p2ptrain.control.health import WorkerWatch
 from p2ptrain.control.held import HeldEnvelopes
 from p2ptrain.control.view import MEMBER_ROLES, SwarmView
 from p2ptrain.records import SavedReport, SavedStage, StageCompute
-from p2ptrain.traversal.relay import RelayCounters
+from p2ptrain.traversal.splice import RelayCounters
 
 MIN_REPUBLISH_GAP_S = 1.0  # the least time between two messages of one kind we publish
 

@@ -30,7 +30,7 @@ import trio
 from libp2p.abc import INetStream
 from libp2p.peer.id import ID
 
-from p2ptrain.addresses import may_dial, tcp_endpoint
+from p2ptrain.addresses import tcp_endpoint
 from p2ptrain.control import relay_slots
 from p2ptrain.control.punch_limits import PunchLimits, may_punch
 from p2ptrain.control.relay_service import answer_one
@@ -39,6 +39,7 @@ from p2ptrain.control.routes import Routes
 from p2ptrain.control.state import NodeState
 from p2ptrain.errors import WireError
 from p2ptrain.net import dial_gate
+from p2ptrain.net.address_classes import may_dial
 from p2ptrain.net.guard import start_contained
 from p2ptrain.net.own_networks import machine_networks
 from p2ptrain.records import Plan
@@ -54,6 +55,7 @@ from p2ptrain.records.relay import (
 )
 from p2ptrain.records.relay import split_endpoint as relay_split
 from p2ptrain.traversal import relay
+from p2ptrain.traversal.splice import splice
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +172,7 @@ class Traversal:
         finally:
             self.punching_in.discard((offer.source, offer.plane))
         self._note(offer.source, offer.plane, HOLEPUNCHED)
-        await relay.splice(remote, inner, idle_s=relay.CIRCUIT_IDLE_S)
+        await splice(remote, inner, idle_s=relay.CIRCUIT_IDLE_S)
 
     async def _relayed_in(
         self, offer: RelayOffer, raw: tuple[str, int], token: bytes, local: int
@@ -184,7 +186,7 @@ class Traversal:
                 await _close(remote)
                 raise
             self._note(offer.source, offer.plane, RELAYED)
-            await relay.splice(remote, inner, idle_s=relay.CIRCUIT_IDLE_S)
+            await splice(remote, inner, idle_s=relay.CIRCUIT_IDLE_S)
         finally:
             self.circuits_in -= 1
 

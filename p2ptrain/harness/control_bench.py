@@ -6,15 +6,14 @@ the elected planner (real SwarmViews) makes the first plan on estimates as soon 
 alive and settled (or FIRST_PLAN_WAIT_S passed), measures the plan's links directly and re-plans
 if they price it clearly dearer (MAX_CONFIRM_ROUNDS), then commits the cheapest plan it tried;
 10% of the peers leave and as many join during the run; the planner is killed and the next
-candidate's first plan (a repair of the current placement) ends the failover. The judging is
-control_judge.py's, the printed table control_bench_report.py's. A run repeats for a seed, up to
-the search's CPU time charged to the clock.
+candidate's first plan (a repair of the current placement) ends the failover. The links a plan
+rests on are control_bench_plan_links.py's, the judging control_judge.py's, the traffic per peer
+control_bench_traffic.py's, the printed table control_bench_report.py's. A run repeats for a
+seed, up to the search's CPU time charged to the clock.
 """
 
 from __future__ import annotations
 
-import itertools
-import statistics
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -28,6 +27,8 @@ from p2ptrain.control.estimate.coordinates import settled
 from p2ptrain.control.estimate.matrix import EstimatedMatrices, build_estimated
 from p2ptrain.control.planning.confirm import MAX_CONFIRM_ROUNDS
 from p2ptrain.control.planning.plan_inputs import plannable_members
+from p2ptrain.harness.control_bench_plan_links import plan_links, with_measured
+from p2ptrain.harness.control_bench_traffic import traffic_per_node
 from p2ptrain.harness.control_judge import judge, plan_cost_on
 from p2ptrain.harness.control_sim import Simulation
 from p2ptrain.harness.control_sim_state import SimPeer
@@ -41,7 +42,6 @@ MIN_PEERS_SHARE = 0.9  # the run's min_peers: most of the starting swarm
 CHURN_SHARE = 0.1
 FIRST_PLAN_WAIT_S = 90.0  # as control/planning/first_wait.py: plan on what there is by then
 REPLAN_IF_WORSE = 1.10  # the plan's measured links cost this much more than estimated: re-plan
-MAX_GROUP_ALL_PAIRS = 8
 SEARCH_EVALUATIONS = 5_000
 KILL_AFTER_S = 20.0  # the planner dies this long after its first plan
 
@@ -149,19 +149,6 @@ class ControlBench:
         state.estimate_s = fit_s
         sim.at(state.busy_until, lambda: self._confirm(peer, members, estimate, pipelines))
 
-    def _plan_links(self, pipelines: list[list[int]]) -> set[tuple[int, int]]:
-        """Pipeline neighbours and data-parallel ring neighbours (positions in `members`)."""
-        pairs: set[tuple[int, int]] = set()
-        for pipe in pipelines:
-            pairs.update(itertools.pairwise(pipe))
-        for stage in zip(*pipelines, strict=True):
-            group = list(stage)  # the cost prices every pair of a small group; a big one: a ring
-            if len(group) <= MAX_GROUP_ALL_PAIRS:
-                pairs.update((a, b) for a in group for b in group if a < b)
-            else:
-                pairs.update(zip(group, group[1:] + group[:1], strict=True))
-        return {(min(a, b), max(a, b)) for a, b in pairs if a != b}
-
     def _confirm(
         self,
         peer: SimPeer,
@@ -177,19 +164,19 @@ class ControlBench:
         the latest (as live, where it replaces the plan only if it pays: placement.SWITCH_GAIN)."""
         sim, state = self.sim, self.state
         tried = (*tried, pipelines)
-        links = self._plan_links(pipelines)
+        links = plan_links(pipelines)
         slowest = 0.0
         for a, b in links:
             end_a, end_b = sim.peers[members[a]], sim.peers[members[b]]
-            sim.measure_rtt(end_a, end_b)
-            sim.measure_rate(end_a, end_b)
-            sim.measure_rate(end_b, end_a)
+            sim.probes.measure_rtt(end_a, end_b)
+            sim.probes.measure_rate(end_a, end_b)
+            sim.probes.measure_rate(end_b, end_a)
             slowest = max(slowest, sim.truth.rtt_ms(end_a.index, end_b.index))
         for a in {x for pair in links for x in pair}:  # partners join their neighbour sets
             sim.peers[members[a]].partners = tuple(
                 members[b if a == x else x] for x, b in links if a in (x, b)
             )[:4]
-        confirmed = self._with_measured(estimate, members, links)
+        confirmed = with_measured(sim.peers, estimate, members, links)
         workload = paper_workload(STAGES, len(pipelines))
         predicted = self._cost(estimate, pipelines, workload)
         measured = self._cost(confirmed, pipelines, workload)
@@ -207,27 +194,6 @@ class ControlBench:
         state.estimate = confirmed
         state.busy_until = sim.now + wait
         sim.at(state.busy_until, lambda: self._commit(peer, members, pipelines))
-
-    def _with_measured(
-        self, estimate: EstimatedMatrices, members: list[int], links: set[tuple[int, int]]
-    ) -> EstimatedMatrices:
-        m = estimate.matrices
-        delay, rate = m.delay_ms.copy(), m.bandwidth_gbps.copy()
-        rtt_known, rate_known = estimate.rtt_measured.copy(), estimate.rate_measured.copy()
-        for a, b in links:
-            ends = [self.sim.peers[members[x]].links.get(members[y]) for x, y in ((a, b), (b, a))]
-            rtts = [s.rtt_ms for s in ends if s is not None and s.rtt_ms is not None]
-            rates = [
-                s.bandwidth_mbps for s in ends if s is not None and s.bandwidth_mbps is not None
-            ]
-            if rtts:  # the pessimistic end, as control/links.py merges them
-                delay[a, b] = delay[b, a] = max(rtts) / 2
-                rtt_known[a, b] = rtt_known[b, a] = True
-            if rates:
-                rate[a, b] = rate[b, a] = min(rates) / 1e3
-                rate_known[a, b] = rate_known[b, a] = True
-        matrices = type(m)(list(m.peers), delay, rate, m.num_measured_delays)
-        return EstimatedMatrices(matrices, rtt_known, rate_known)
 
     @staticmethod
     def _cost(estimate: EstimatedMatrices, pipelines: list[list[int]], workload: Any) -> float:
@@ -317,27 +283,10 @@ class ControlBench:
         sim.median_rate_mbps = float(np.median(rate_mbps[rate_mbps > 0]))
         sim.run_until(self.horizon_s, stop=lambda: state.failover_s is not None)
         end = sim.now
-        bytes_per_s, messages_per_s, probes_per_s = [], [], []
-        kinds = sorted(sim.counters.bytes_by_kind)
-        by_kind: dict[str, list[float]] = {kind: [] for kind in kinds}
-        for peer in sim.peers:
-            alive_s = sim.left_at.get(peer.index, end) - peer.joined_at
-            if alive_s < 10.0:
-                continue
-            bytes_per_s.append(sim.counters.control_bytes.get(peer.index, 0.0) / alive_s)
-            messages_per_s.append(sim.counters.messages.get(peer.index, 0.0) / alive_s)
-            probes_per_s.append(sim.counters.probe_bytes.get(peer.index, 0.0) / alive_s)
-            for kind in kinds:
-                by_kind[kind].append(
-                    sim.counters.bytes_by_kind[kind].get(peer.index, 0.0) / alive_s
-                )
         neighbour_sizes = [len(p.neighbours) for p in sim.peers if p.alive]
         return {
             "peers": self.num_peers,
-            "bytes_per_node_s": _spread(bytes_per_s, 0),
-            "messages_per_node_s": _spread(messages_per_s, 2),
-            "probe_bytes_per_node_s": _spread(probes_per_s, 0),
-            "bytes_per_node_s_by_kind": {k: _spread(v, 0)["median"] for k, v in by_kind.items()},
+            **traffic_per_node(sim, end),
             "first_plan_s": None if state.first_plan_at is None else round(state.first_plan_at, 2),
             "rtt_error": self.results.get("rtt_error"),
             "rate_error": self.results.get("rate_error"),
@@ -360,10 +309,6 @@ class ControlBench:
             "search_wall_s": round(state.search_wall_s, 2),
             "wall_s": round(time.perf_counter() - started, 1),
         }
-
-
-def _spread(values: list[float], digits: int) -> dict[str, float]:
-    return {"median": round(statistics.median(values), digits), "max": round(max(values), digits)}
 
 
 def run_benchmark(sizes: list[int], seed: int = 0, horizon_s: float = 240.0) -> dict[str, Any]:

@@ -16,6 +16,7 @@ MESH_DEGREE - 1 copies, and a flood crosses log(N) hops. They come at the live c
 control/publishing.py: a joiner's record, every member's unchanged record every record_renew_s,
 the planner's claim and plan (faster until the plan stood STEADY_AFTER_S), the organiser's run
 spec and record. The starting swarm's own records are not charged: a swarm forms once.
+The probes are control_sim_probes.py's, the periodic messages control_sim_cadences.py's.
 """
 
 from __future__ import annotations
@@ -30,31 +31,22 @@ from typing import Any
 from p2ptrain import identity
 from p2ptrain.control import wire
 from p2ptrain.control.candidacy import should_claim
-from p2ptrain.control.estimate import coordinates
-from p2ptrain.control.estimate.neighbours import ROTATE_RANDOM_S, choose_neighbours
 from p2ptrain.control.gossip import MESH_DEGREE
-from p2ptrain.control.links import LinkSample
-from p2ptrain.control.measuring import probe_bytes
 from p2ptrain.control.sync_partners import SYNC_INTERVAL_S
 from p2ptrain.control.term_learning import anchor_term
 from p2ptrain.control.view import SwarmView
 from p2ptrain.harness.control_sim_cadences import Cadences, measured_sizes, wire_bytes
+from p2ptrain.harness.control_sim_probes import Probes
 from p2ptrain.harness.control_sim_state import Counters, SimPeer
 from p2ptrain.harness.control_truth import Truth
 from p2ptrain.records import Claim, LinkReport, PeerRecord, Plan, RunSpec, Telemetry
 from p2ptrain.records.estimate import AccessCapacity, NetCoordinate
 from p2ptrain.records.token import issue_token
 
-RTT_PROBE_INTERVAL_S = 1.0
-RATE_PROBE_INTERVAL_S = 60.0  # steady state; a neighbour without a rate is probed sooner
-FIRST_RATE_PROBE_INTERVAL_S = 3.0
-MIN_RATES_MEASURED = 4
 TELEMETRY_INTERVAL_S = 4.0  # to the candidates only: also their proof that the peer lives
 ELECTION_TICK_S = 0.5
 NUM_CANDIDATES = 5  # planner-token holders
 HOP_PROCESSING_S = 0.005
-NUM_SEEN_COORDINATES = 64  # coordinates a peer remembers to pick its nearest from
-MAX_NEIGHBOUR_FAILURES = 2  # a neighbour whose probes fail this often is replaced
 
 
 class Simulation:
@@ -79,6 +71,7 @@ class Simulation:
         self.left_at: dict[int, float] = {}
         self.sizes = measured_sizes(self.run)
         self.cadences = Cadences(self)  # the live protocol's periodic messages
+        self.probes = Probes(self)  # each peer's round-trip and rate probes
         self.at(0.0, self.cadences.organiser_tick)
         for i in range(num_peers):
             self.add_peer(i < NUM_CANDIDATES, at=self.rng.uniform(0.0, 5.0))
@@ -149,8 +142,8 @@ class Simulation:
             responder = self.rng.choice(self.alive_indices())
             for end in (index, responder):
                 self.counters.charge(end, pulled, 1 + pulled / (192 * 1024), "sync")
-        self.at(when + self.rng.uniform(0, 1), lambda: self._rtt_tick(peer))
-        self.at(when + self.rng.uniform(1, 3), lambda: self._rate_tick(peer))
+        self.at(when + self.rng.uniform(0, 1), lambda: self.probes.rtt_tick(peer))
+        self.at(when + self.rng.uniform(1, 3), lambda: self.probes.rate_tick(peer))
         self.at(
             when + self.rng.uniform(0, TELEMETRY_INTERVAL_S), lambda: self._telemetry_tick(peer)
         )
@@ -194,7 +187,7 @@ class Simulation:
         env = wire.Envelope(kind, author.peer_id, author.seq, self.now, body, self.run.run_id)
         receiver.view.accept(env, self.now)
 
-    # ---------------------------------------------------------------- measurement
+    # ---------------------------------------------------------------- periodic work
 
     def again(
         self, peer: SimPeer, tick: Callable[[SimPeer], None], interval_s: float, jitter: float = 0
@@ -206,112 +199,6 @@ class Simulation:
         spread = peer.rng.uniform(1 - jitter, 1 + jitter) if jitter else 1.0
         self.at(self.now + interval_s * spread, lambda: tick(peer))
         return True
-
-    def _rtt_tick(self, peer: SimPeer) -> None:
-        if not self.again(peer, self._rtt_tick, RTT_PROBE_INTERVAL_S, jitter=0.2):
-            return
-        if not peer.neighbours or peer.rotation <= (self.now - peer.joined_at) // ROTATE_RANDOM_S:
-            self.refresh_neighbours(peer)
-        if not peer.neighbours:
-            return
-        target = self.peers[peer.neighbours[peer.next_probe % len(peer.neighbours)]]
-        peer.next_probe += 1
-        self.counters.charge(peer.index, 2 * self.sizes["probe"], 2, "probe")
-        sample = peer.links.setdefault(target.index, LinkSample())
-        rtt = self.truth.sample_rtt_ms(peer.index, target.index, peer.rng) if target.alive else None
-        if rtt is None:
-            sample.num_failures += 1
-            if sample.num_failures >= MAX_NEIGHBOUR_FAILURES:
-                peer.links.pop(target.index, None)
-                peer.seen.pop(target.index, None)
-                self.refresh_neighbours(peer)
-            return
-        self.counters.charge(target.index, 2 * self.sizes["probe"], 2, "probe")
-        sample.add_rtt(rtt, self.now)
-        sample.num_failures = 0
-        assert sample.rtt_ms is not None
-        # the filtered round trip (least of the recent ones): queueing is not distance
-        peer.coord = coordinates.update(peer.coord, target.coord, sample.rtt_ms, peer.rng)
-        for a, b in ((peer, target), (target, peer)):
-            a.seen[b.index] = b.coord
-            if len(a.seen) > NUM_SEEN_COORDINATES:
-                del a.seen[next(iter(a.seen))]
-
-    def refresh_neighbours(self, peer: SimPeer) -> None:
-        """A new neighbour set: nearest among the coordinates seen, random from the membership."""
-        alive = self.alive_indices()
-        peer.rotation = int((self.now - peer.joined_at) // ROTATE_RANDOM_S) + 1
-        members = {self.peers[i].peer_id: i for i in self.rng.sample(alive, min(64, len(alive)))}
-        predicted = {}
-        for i, coord in peer.seen.items():
-            if self.peers[i].alive:
-                members[self.peers[i].peer_id] = i
-                predicted[self.peers[i].peer_id] = peer.coord.distance_ms(coord)
-        for i, sample in peer.links.items():  # a measured round trip beats a predicted one
-            if sample.rtt_ms is not None and self.peers[i].alive:
-                members[self.peers[i].peer_id] = i
-                predicted[self.peers[i].peer_id] = sample.rtt_ms
-        for i in peer.partners:
-            members[self.peers[i].peer_id] = i
-        chosen = choose_neighbours(
-            peer.peer_id,
-            members,
-            predicted,
-            [self.peers[i].peer_id for i in peer.partners],
-            seed=peer.rotation,
-        )
-        peer.neighbours = tuple(members[p] for p in chosen)
-
-    def _rate_tick(self, peer: SimPeer) -> None:
-        unmeasured = [
-            i
-            for i in peer.neighbours
-            if (s := peer.links.get(i)) is None or s.bandwidth_mbps is None
-        ]
-        num_rates = sum(s.bandwidth_mbps is not None for s in peer.links.values())
-        # fast until a few rates place its capacity, then a neighbour now and then
-        fast = num_rates < MIN_RATES_MEASURED
-        interval = FIRST_RATE_PROBE_INTERVAL_S if fast else RATE_PROBE_INTERVAL_S
-        if not self.again(peer, self._rate_tick, interval, jitter=0.2):
-            return
-        if not peer.neighbours:
-            return
-        if unmeasured:
-            target_index = unmeasured[0]
-        else:
-            target_index = min(peer.neighbours, key=lambda i: peer.links[i].bandwidth_at or 0.0)
-        self.measure_rate(peer, self.peers[target_index])
-
-    def measure_rate(self, peer: SimPeer, target: SimPeer) -> None:
-        """One rate probe from `peer` to `target`: both ends learn their capacities from it."""
-        sample = peer.links.setdefault(target.index, LinkSample())
-        num_bytes = probe_bytes(sample.bandwidth_mbps, (sample.rtt_ms or 0.0) / 1e3)
-        self.counters.probe_bytes[peer.index] = (
-            self.counters.probe_bytes.get(peer.index, 0) + num_bytes
-        )
-        self.counters.charge(peer.index, self.sizes["probe"], 2, "probe")
-        if not target.alive:
-            sample.rate_failures += 1
-            return
-        self.counters.probe_bytes[target.index] = (
-            self.counters.probe_bytes.get(target.index, 0) + num_bytes
-        )
-        mbps = self.truth.sample_rate_mbps(peer.index, target.index, peer.rng)
-        if mbps is None:
-            sample.rate_failures += 1
-            return
-        # the prober's row holds its sending direction; the pair's other direction is the far
-        # end's to measure (control/links.py takes the slower of the two ends' words)
-        sample.add_bandwidth(mbps, self.now)
-        peer.capacity.observe(mbps, self.now, sending=True)
-        target.capacity.observe(mbps, self.now, sending=False)
-
-    def measure_rtt(self, peer: SimPeer, target: SimPeer) -> None:
-        """One round-trip probe outside the schedule (a plan's link confirmed)."""
-        rtt = self.truth.sample_rtt_ms(peer.index, target.index, peer.rng)
-        self.counters.charge(peer.index, 2 * self.sizes["probe"], 2, "probe")
-        if rtt is not None and target.alive:
-            peer.links.setdefault(target.index, LinkSample()).add_rtt(rtt, self.now)
 
     # ---------------------------------------------------------------- gossip
 

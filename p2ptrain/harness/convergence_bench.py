@@ -22,6 +22,7 @@ takes its rows of step s's batch), so every variant sees exactly the same tokens
 The final loss is the loss of the final model (after the last outer step) on a fixed held-out set:
 the last 5% of the corpus, never trained on. The learning rate follows the run spec (linear
 warmup, cosine decay to min_lr), the inner optimizer is the product's AdamW (train/optim.py).
+The variants are convergence_variants.py's, the printed table convergence_bench_report.py's.
 """
 
 from __future__ import annotations
@@ -29,21 +30,16 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
-from p2ptrain.harness.scaleout_runs import (
-    INNER_STEPS,
-    OUTER_FRAGMENTS,
-    OUTER_LR,
-    OUTER_MOMENTUM,
-    TOPK_INNER_STEPS,
-)
+from p2ptrain.harness.convergence_variants import Variant, default_variants
+from p2ptrain.harness.scaleout_runs import INNER_STEPS, OUTER_LR, OUTER_MOMENTUM
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train import codecs
+from p2ptrain.train import activation_codecs, codecs
 from p2ptrain.train.data import get_batch, load_corpus, replica_rows
 from p2ptrain.train.model import build_model, build_stage, loss_fn
 from p2ptrain.train.optim import clip_grads, lr_at, make_optimizer, set_lr
@@ -51,26 +47,6 @@ from p2ptrain.train.outer import OuterOptimizer, fragment_spans, fragments_due, 
 
 HELD_OUT_FRACTION = 0.05
 EVAL_SEQUENCES = 128
-# acceptance (issue 28): a variant's final loss over its reference's at most this
-LIMITS = {"diloco": 1.05, "int8": 1.01, "topk": 1.03, "act_int8": 1.01}
-
-
-@dataclass(frozen=True)
-class Variant:
-    name: str
-    sync: str = "step"  # "step" or "diloco"
-    inner_steps: int = 1
-    outer_compression: str = "fp16"
-    boundary: str = ""  # "", "fp16" or "int8": a stage boundary in the middle of the model
-    outer_lr: float = OUTER_LR
-    outer_momentum: float = OUTER_MOMENTUM
-    # steps a round runs beside the inner steps before its result is applied, as the product's
-    # rounds do (worker/averaging/outer_rounds.py); -1: the product's overlap_steps(H)
-    overlap: int = -1
-    # Streaming DiLoCo's fragments: slices of the model whose rounds are staggered over H
-    fragments: int = 1
-    reference: str = "step"  # the variant its acceptance compares against
-    limit: float = 0.0  # 0 = no acceptance target
 
 
 @dataclass
@@ -78,49 +54,6 @@ class Curve:
     loss: list[float] = field(default_factory=list)  # training loss per step (replicas' mean)
     eval: list[tuple[int, float]] = field(default_factory=list)  # (steps done, held-out loss)
     wall_s: float = 0.0
-
-
-def default_variants(inner_steps: list[int]) -> list[Variant]:
-    """step, diloco at each H, diloco at the first H with int8 and top-k, activations fp16/int8."""
-    first = inner_steps[0]
-    variants = [Variant("step")]
-    variants += [Variant(f"diloco_h{h}", "diloco", h, limit=LIMITS["diloco"]) for h in inner_steps]
-    reference = f"diloco_h{first}"
-    variants += [
-        Variant(f"diloco_h{first}_int8", "diloco", first, "int8", reference=reference),
-        Variant(f"diloco_h{first}_topk", "diloco", first, "topk", reference=reference),
-        Variant(
-            f"diloco_h{TOPK_INNER_STEPS}_topk",
-            "diloco",
-            TOPK_INNER_STEPS,
-            "topk",
-            reference=reference,
-        ),
-    ]
-    # the acceptance: int8 at the same H; top-k at its own H (fewer bytes a step than int8's)
-    limited = {
-        f"diloco_h{first}_int8": LIMITS["int8"],
-        f"diloco_h{TOPK_INNER_STEPS}_topk": LIMITS["topk"],
-    }
-    variants = [replace(v, limit=limited.get(v.name, v.limit)) for v in variants]
-    variants.append(
-        Variant(
-            f"diloco_h{first}_int8_f{OUTER_FRAGMENTS}",
-            "diloco",
-            first,
-            "int8",
-            fragments=OUTER_FRAGMENTS,
-            reference=f"diloco_h{first}_int8",
-        )
-    )
-    variants.append(
-        Variant(f"diloco_h{first}_paper", "diloco", first, outer_lr=0.7, outer_momentum=0.9)
-    )
-    variants += [
-        Variant("act_fp16", boundary="fp16"),
-        Variant("act_int8", boundary="int8", reference="act_fp16", limit=LIMITS["act_int8"]),
-    ]
-    return variants
 
 
 class BoundaryModel(nn.Module):
@@ -131,7 +64,11 @@ class BoundaryModel(nn.Module):
         super().__init__()
         self.first = build_stage(spec, 0, 2)
         self.second = build_stage(spec, 1, 2)
-        self.crossing = codecs.Int8RowsBoundary if boundary == "int8" else codecs.Fp16Boundary
+        self.crossing = (
+            activation_codecs.Int8RowsBoundary
+            if boundary == "int8"
+            else activation_codecs.Fp16Boundary
+        )
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.second(self.crossing.apply(self.first(idx)))
@@ -266,7 +203,7 @@ def bytes_per_value(variant: Variant, spec: RunSpec, numel: int) -> float:
     """Bytes on the wire per value per exchange: the pseudo-gradient's (diloco), the gradient's
     in fp16 (step), or the activations' at the boundary (act_*)."""
     if variant.boundary == "int8":
-        return codecs.int8_rows_bytes_per_value(spec.model.n_embd)
+        return activation_codecs.int8_rows_bytes_per_value(spec.model.n_embd)
     if variant.sync == "diloco":
         return codecs.outer_bytes_per_value(
             variant.outer_compression, numel, spec.wire.topk_fraction
@@ -355,27 +292,3 @@ def _add_ratios(results: dict[str, Any], variants: list[Variant]) -> None:
             if variant.limit and row["ratio_to_reference"] is not None
             else None
         )
-
-
-def render(result: dict[str, Any]) -> str:
-    """The table: each variant's final loss against every-step's and against its reference."""
-    lines = [
-        f"{result['replicas']} replicas, {result['steps']} steps, {result['tokens']:,} tokens "
-        f"per variant; final loss = held-out loss of the final model",
-        f"{'variant':<18}{'final':>8}{'/ step':>8}{'reference':>12}{'/ ref':>8}{'target':>8}"
-        f"{'ok':>5}{'B/value':>9}{'syncs/step':>11}{'wall s':>8}",
-    ]
-    for name, row in result["variants"].items():
-        ratio = row["ratio_to_step"]
-        ref_ratio = row["ratio_to_reference"]
-        ok = {True: "yes", False: "NO", None: ""}[row["passed"]]
-        lines.append(
-            f"{name:<18}{row['final_loss']:>8.4f}{_num(ratio):>8}{row['reference']:>12}"
-            f"{_num(ref_ratio):>8}{_num(row['limit']):>8}{ok:>5}{row['bytes_per_value']:>9.4f}"
-            f"{row['syncs_per_step']:>11.3f}{row['wall_s']:>8.0f}"
-        )
-    return "\n".join(lines)
-
-
-def _num(value: float | None) -> str:
-    return "" if value is None else f"{value:.4f}"

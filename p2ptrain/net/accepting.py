@@ -21,7 +21,7 @@ from typing import Any
 
 import trio
 
-from p2ptrain.addresses import public_prefix
+from p2ptrain.net.address_classes import public_prefix
 from p2ptrain.net.guard import start_contained
 from p2ptrain.net.inbound_gate import source_of
 from p2ptrain.sampled_log import SampledLog

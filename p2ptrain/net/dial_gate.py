@@ -9,7 +9,7 @@ lookups at a victim. So, at two places of py-libp2p's path:
 - each transport's dial, the last step before a socket, opens a connection only to an address
   we may dial, and within one rate: ATTEMPTS_PER_ENDPOINT per endpoint and ATTEMPTS_PER_WINDOW
   in all per GATE_WINDOW_S (a refused dial raises before any packet).
-"We may dial" is addresses.may_dial against our own advertised addresses and this machine's
+"We may dial" is address_classes.may_dial against our own advertised addresses and this machine's
 networks (a global address, or loopback / a private network of our own kind, a private address
 only inside a network this machine is on: net/own_networks.py; never link-local, multicast,
 reserved or a DNS name), or an IP a peer is connected to us from (what the network shows, not
@@ -32,7 +32,14 @@ from libp2p.peer.peerstore import PeerStoreError
 from libp2p.transport.exceptions import OpenConnectionError
 from multiaddr import Multiaddr
 
-from p2ptrain.addresses import LOOPBACK_KIND, IPNetwork, ip_of, may_dial, network_kind, own_ips
+from p2ptrain.net.address_classes import (
+    LOOPBACK_KIND,
+    IPNetwork,
+    ip_of,
+    may_dial,
+    network_kind,
+    own_ips,
+)
 from p2ptrain.net.own_networks import machine_networks
 from p2ptrain.net.ratelimit import WindowLimiter
 from p2ptrain.sampled_log import SampledLog

@@ -1,6 +1,6 @@
 """The networks this machine is on: what bounds the private addresses a peer may make us dial.
 
-addresses.may_dial lets a peer name a private address (RFC 1918, CGNAT, IPv6 ULA) only inside
+address_classes.may_dial lets a peer name a private address (RFC 1918, CGNAT, IPv6 ULA) only inside
 one of these, never anywhere in the range: a volunteer on 192.168.1.5 is not aimed at a cloud
 VPC's other subnets or the ISP's CGNAT block. They are
 - each interface address with its netmask (IPv4: ioctl SIOCGIFCONF + SIOCGIFNETMASK; IPv6:
@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from p2ptrain.addresses import IPNetwork
+from p2ptrain.net.address_classes import IPNetwork
 
 log = logging.getLogger(__name__)
 

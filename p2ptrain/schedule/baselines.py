@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from p2ptrain.schedule.cost import CostModel, IntArray, partition_cost
-from p2ptrain.schedule.local_search import SearchStats
+from p2ptrain.schedule.search_budget import SearchStats
 
 _EPS = 1e-12
 

@@ -18,8 +18,10 @@ import numpy as np
 
 from p2ptrain.schedule.baselines import random_pipelines
 from p2ptrain.schedule.cost import CostModel, IntArray, partition_cost
-from p2ptrain.schedule.local_search import PlanState, SearchStats, descend
+from p2ptrain.schedule.local_search import descend
+from p2ptrain.schedule.plan_state import PlanState
 from p2ptrain.schedule.regroup import cluster_labels, regroup
+from p2ptrain.schedule.search_budget import SearchStats
 from p2ptrain.schedule.seeds import groups_seed, path_groups_seeds, pipelines_seed
 
 _EPS = 1e-9

@@ -19,8 +19,8 @@ import numpy as np
 from p2ptrain.schedule.baselines import identity_assignment, kernighan_lin, random_pipelines
 from p2ptrain.schedule.cost import CostModel, IntArray, partition_cost, plan_cost
 from p2ptrain.schedule.hybrid import hybrid_search
-from p2ptrain.schedule.local_search import SearchStats
 from p2ptrain.schedule.paper_gcma import paper_search
+from p2ptrain.schedule.search_budget import SearchStats
 from p2ptrain.schedule.topology import PAPER_WORKLOAD, Topology, TopologyError, Workload
 
 ALGORITHMS = ("hybrid", "paper", "kl", "random", "identity")

@@ -24,7 +24,7 @@ from p2ptrain.schedule.cost import (
     open_path,
     partition_cost,
 )
-from p2ptrain.schedule.local_search import SearchStats
+from p2ptrain.schedule.search_budget import SearchStats
 
 MAX_CLUSTERS = 32
 _EPS = 1e-9

@@ -1,8 +1,8 @@
 """Bytes on the wire of what a run sends, by its wire formats: arithmetic only, for the traffic
 model (workload.py).
 
-The codecs themselves live in train/codecs.py (torch, a layer above the scheduler, which cannot
-import it); the figures here follow their layouts exactly: tests/schedule/test_diloco_cost.py
+The codecs themselves live in train/codecs.py and train/activation_codecs.py (torch, a layer
+above the scheduler, which cannot import it); the figures here follow their layouts exactly: tests/schedule/test_diloco_cost.py
 checks them against the codecs' own byte counts, and tests/worker/pipeline/test_int8_frames.py against
 the pipeline frames as the transport writes them (worker/pipeline/frames.py), for every `compression`.
 """

@@ -46,7 +46,12 @@ from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.transport.upgrader import TransportUpgrader
 
-from p2ptrain.addresses import LOOPBACK_KIND, all_loopback, network_kind, public_prefix
+from p2ptrain.net.address_classes import (
+    LOOPBACK_KIND,
+    all_loopback,
+    network_kind,
+    public_prefix,
+)
 from p2ptrain.net.framing import read_frame, write_frame
 from p2ptrain.net.inbound_gate import source_of
 from p2ptrain.net.stream_end import end, ending

@@ -18,8 +18,9 @@ pool, capped per source address, per public /24 (IPv6 /48) and in all, and is dr
 RAW_IDLE_S without one; only a half whose token matches a granted circuit moves to the circuits'
 pool, which idle strangers therefore cannot fill. The accept loop outlives running out of
 descriptors (net/accepting.py). Capacity is shared out: per pair and per requesting peer, per
-public /24 (addresses.py: public_prefix), and identities new to the relay share a few slots; idle circuits close.
-The client side (observe, punch, open_raw) is traversal/relay_client.py.
+public /24 (net/address_classes.py: public_prefix), and identities new to the relay share a few slots; idle circuits close.
+The client side (observe, punch, open_raw) is traversal/relay_client.py; the splice of a
+circuit's halves, traversal/splice.py.
 
 Why not libp2p's circuit relay v2 and DCUtR: the worker's p2pd (hivemind's) has no hole punching,
 and it reserves relay slots only after autorelay's boot delay, minutes (docs/benchmarks.md,
@@ -39,10 +40,9 @@ from typing import Any
 
 import trio
 
-from p2ptrain.addresses import public_prefix
 from p2ptrain.errors import WireError
 from p2ptrain.net.accepting import ConnectionCaps, current_seat, serve_accepting
-from p2ptrain.net.guard import start_contained
+from p2ptrain.net.address_classes import public_prefix
 from p2ptrain.records.relay import (
     RAW_CIRCUIT,
     RAW_HELLO_BYTES,
@@ -61,6 +61,7 @@ from p2ptrain.traversal.relay_client import observe_from as observe_from
 from p2ptrain.traversal.relay_client import open_raw as open_raw
 from p2ptrain.traversal.relay_client import punch as punch
 from p2ptrain.traversal.relay_client import receive_exact as receive_exact
+from p2ptrain.traversal.splice import MAX_CIRCUIT_BYTES, RelayCounters, splice
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,6 @@ MAX_CIRCUITS = 192
 MAX_CIRCUITS_PER_PEER = 48  # that a peer asked for
 MAX_CIRCUITS_PER_PAIR = 8  # from one source to one target: nobody can use up a target's share
 MAX_CIRCUITS_PER_PREFIX = 64  # asked for from one /24 of public addresses
-MAX_CIRCUIT_BYTES = 4 * 1024**3  # each way; then the circuit is reset
 MAX_PENDING = 128
 # raw connections at once, waiting for their hello (or answering an observe): a few per source
 # address (halves and observes of peers behind one NAT), a few more per public /24 (IPv6 /48)
@@ -96,17 +96,6 @@ MAX_OBSERVED = 4096  # source addresses whose observed ports are kept
 # observing from fresh ports churns only its own address's entries.
 MAX_OBSERVED_PORTS = 8
 MAX_FIRST_SEEN = 4096
-_CHUNK = 64 * 1024
-
-
-@dataclass
-class RelayCounters:
-    """What a relay moved: bytes each way over all circuits, circuits opened and refused."""
-
-    bytes_relayed: int = 0
-    circuits: int = 0
-    refused: int = 0
-    active: int = 0
 
 
 @dataclass
@@ -314,50 +303,3 @@ class RelayServer:
 def encode_observed(text: str) -> bytes:
     data = text.encode()
     return bytes([len(data)]) + data
-
-
-async def splice(
-    a: trio.SocketStream,
-    b: trio.SocketStream,
-    counters: RelayCounters | None = None,
-    max_bytes: int = MAX_CIRCUIT_BYTES,
-    idle_s: float | None = None,
-) -> None:
-    """Copy both ways until either side ends (or max_bytes one way, or no byte either way for
-    idle_s); then close both. A copy's failure, whatever it is, ends only this splice."""
-    last_byte = [trio.current_time()]
-
-    async def copy(source: trio.SocketStream, sink: trio.SocketStream) -> None:
-        moved = 0
-        try:
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                while moved < max_bytes:
-                    chunk = await source.receive_some(_CHUNK)
-                    if not chunk:
-                        break
-                    last_byte[0] = trio.current_time()
-                    await sink.send_all(chunk)
-                    moved += len(chunk)
-                    if counters is not None:
-                        counters.bytes_relayed += len(chunk)
-        finally:
-            nursery.cancel_scope.cancel()  # one side ended: the libp2p connection is over
-
-    async def close_when_idle(idle_s: float) -> None:
-        while True:  # sleep until idle_s after the last byte; a byte since moves the alarm
-            await trio.sleep_until(last_byte[0] + idle_s)
-            if trio.current_time() - last_byte[0] >= idle_s:
-                break
-        log.info("closed a circuit idle for %.0f s", idle_s)
-        nursery.cancel_scope.cancel()
-
-    try:
-        async with trio.open_nursery() as nursery:
-            start_contained(nursery, "splice copy", copy, a, b)
-            start_contained(nursery, "splice copy", copy, b, a)
-            if idle_s is not None:
-                nursery.start_soon(close_when_idle, idle_s)
-    finally:
-        for stream in (a, b):
-            with contextlib.suppress(Exception):
-                await stream.aclose()

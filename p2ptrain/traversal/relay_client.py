@@ -59,7 +59,7 @@ async def bound_socket(local_port: int = 0) -> trio.socket.SocketType:
 @dataclass(frozen=True)
 class Observation:
     """What one observe told us: the public endpoint the relay saw, the local port it maps,
-    and our own address on the interface toward the relay (addresses.may_dial: what we may dial)."""
+    and our own address on the interface toward the relay (address_classes.may_dial: what we may dial)."""
 
     endpoint: str
     port: int

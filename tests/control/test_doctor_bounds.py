@@ -15,8 +15,9 @@ from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 
 from p2ptrain import identity
-from p2ptrain.control import doctor, wire
+from p2ptrain.control import doctor, doctor_servers, wire
 from p2ptrain.control.doctor import NetworkReport
+from p2ptrain.control.doctor_servers import CONNECT_TIMEOUT_S
 from p2ptrain.records import RunSpec, SwarmStatus
 from tests.web.synthetic import swarm
 
@@ -80,13 +81,13 @@ def test_dials_are_capped_not_successes(monkeypatch: pytest.MonkeyPatch) -> None
     async def fetch(host: object, peer: object) -> SwarmStatus:
         return _public(100)
 
-    monkeypatch.setattr(doctor, "fetch_status_doc", fetch)
+    monkeypatch.setattr(doctor_servers, "fetch_status_doc", fetch)
     host = Host()
     found = trio.run(
-        doctor._public_peers, host, None, clock=trio.testing.MockClock(autojump_threshold=0)
+        doctor_servers.public_peers, host, None, clock=trio.testing.MockClock(autojump_threshold=0)
     )
     assert found == []
-    assert host.dials == doctor.MAX_PEER_DIALS
+    assert host.dials == doctor_servers.MAX_PEER_DIALS
 
 
 def test_a_status_that_never_ends_is_given_up(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -94,10 +95,10 @@ def test_a_status_that_never_ends_is_given_up(monkeypatch: pytest.MonkeyPatch) -
         await trio.sleep_forever()
         raise AssertionError
 
-    monkeypatch.setattr(doctor, "fetch_status_doc", fetch)
+    monkeypatch.setattr(doctor_servers, "fetch_status_doc", fetch)
     host = Host()
     found = trio.run(
-        doctor._public_peers, host, None, clock=trio.testing.MockClock(autojump_threshold=0)
+        doctor_servers.public_peers, host, None, clock=trio.testing.MockClock(autojump_threshold=0)
     )
     assert found == []
     assert host.dials == 0
@@ -112,11 +113,11 @@ def test_slow_dials_end_with_the_search(monkeypatch: pytest.MonkeyPatch) -> None
             self.dials += 1
             await trio.sleep_forever()
 
-    monkeypatch.setattr(doctor, "fetch_status_doc", fetch)
-    monkeypatch.setattr(doctor, "PEER_SEARCH_S", doctor.CONNECT_TIMEOUT_S)  # room for 2 dials
+    monkeypatch.setattr(doctor_servers, "fetch_status_doc", fetch)
+    monkeypatch.setattr(doctor_servers, "PEER_SEARCH_S", CONNECT_TIMEOUT_S)  # room for 2 dials
     host = Slow()
     found = trio.run(
-        doctor._public_peers, host, None, clock=trio.testing.MockClock(autojump_threshold=0)
+        doctor_servers.public_peers, host, None, clock=trio.testing.MockClock(autojump_threshold=0)
     )
     assert found == []
     assert host.dials == 2

@@ -27,6 +27,7 @@ from p2ptrain.records.relay import (
     RelayRequest,
 )
 from p2ptrain.traversal import relay
+from p2ptrain.traversal.splice import RelayCounters
 from tests.net.trio_run import run
 
 RELAY = "12D3KooWA1111111111111111111111111111111111111111111"
@@ -212,7 +213,7 @@ def test_the_relay_forwards_only_endpoints_it_observed(monkeypatch: Any) -> None
         return OfferAnswer(accept=True, endpoint="10.9.9.9:80").to_dict()  # a hostile target
 
     monkeypatch.setattr(relay_service, "exchange", target_answers)
-    state = SimpleNamespace(relay=relay.RelayCounters(), host=loopback_host())
+    state = SimpleNamespace(relay=RelayCounters(), host=loopback_host())
     service = relay_service.RelayService(state, lambda peer: True)  # type: ignore[arg-type]
 
     async def main() -> tuple[RelayReply, RelayReply]:

@@ -49,9 +49,11 @@ def test_confirming_commits_the_cheapest_plan_tried_not_the_latest(
         ("B", "confirmed twice"): 3.0,
     }
     committed: list[list[list[int]]] = []
-    monkeypatch.setattr(bench, "_plan_links", lambda pipelines: set())
+    monkeypatch.setattr(control_bench, "plan_links", lambda pipelines: set())
     monkeypatch.setattr(
-        bench, "_with_measured", lambda est, members, links: estimates[estimates.index(est) + 1]
+        control_bench,
+        "with_measured",
+        lambda peers, est, members, links: estimates[estimates.index(est) + 1],
     )
     monkeypatch.setattr(
         bench,

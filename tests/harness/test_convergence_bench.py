@@ -7,15 +7,9 @@ import json
 
 import torch
 
-from p2ptrain.harness.convergence_bench import (
-    Replica,
-    Variant,
-    apply_round,
-    default_variants,
-    render,
-    run_benchmark,
-    start_round,
-)
+from p2ptrain.harness.convergence_bench import Replica, apply_round, run_benchmark, start_round
+from p2ptrain.harness.convergence_bench_report import render
+from p2ptrain.harness.convergence_variants import Variant, default_variants
 from p2ptrain.records.run import RunSpec
 from p2ptrain.train.model import build_model
 

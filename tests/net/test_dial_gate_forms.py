@@ -1,5 +1,5 @@
 """The dial gate against IPv6 forms that reach IPv4 hosts through a translator or tunnel, and
-port 0 (addresses.network_kind; net/dial_gate.py). Pure: no host, nothing is sent."""
+port 0 (address_classes.network_kind; net/dial_gate.py). Pure: no host, nothing is sent."""
 
 from __future__ import annotations
 

@@ -4,13 +4,9 @@ import pytest
 from p2ptrain.schedule import Topology, Workload, plan_swarm
 from p2ptrain.schedule.compute import PeerCompute
 from p2ptrain.schedule.cost import CostModel, partition_cost, plan_cost
-from p2ptrain.schedule.local_search import (
-    PlanState,
-    SearchStats,
-    apply_swap,
-    best_swap_for,
-    positions_of,
-)
+from p2ptrain.schedule.local_search import apply_swap, best_swap_for, positions_of
+from p2ptrain.schedule.plan_state import PlanState
+from p2ptrain.schedule.search_budget import SearchStats
 from p2ptrain.schedule.shapes import candidate_shapes, plan_best_shape, scaled_workload
 from tests.schedule.test_cost import random_topology
 

@@ -1,5 +1,5 @@
-"""Wire codecs (train/codecs.py): round trips within their error bounds, top-k's error feedback,
-and decoders that are total on hostile bytes (a small fuzz)."""
+"""Wire codecs (train/codecs.py, train/activation_codecs.py): round trips within their error
+bounds, top-k's error feedback, and decoders that are total on hostile bytes (a small fuzz)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from p2ptrain.errors import WireError
-from p2ptrain.train import codecs
+from p2ptrain.train import activation_codecs, codecs
 
 
 def _values(numel: int, seed: int = 0) -> torch.Tensor:
@@ -40,10 +40,10 @@ def test_int8_blocks_within_half_a_step_per_block() -> None:
 
 def test_int8_rows_round_trip_and_roundtrip_helper() -> None:
     x = torch.randn(3, 5, 16) * torch.logspace(-8, 2, 16)  # tiny rows keep their own scale
-    payload = codecs.encode_int8_rows(x)
+    payload = activation_codecs.encode_int8_rows(x)
     assert payload.numel() == 15 * (4 + 16)
-    y = codecs.decode_int8_rows(payload, x.shape)
-    assert torch.equal(y, codecs.int8_rows_roundtrip(x))
+    y = activation_codecs.decode_int8_rows(payload, x.shape)
+    assert torch.equal(y, activation_codecs.int8_rows_roundtrip(x))
     bound = x.abs().amax(dim=-1, keepdim=True) / 127 / 2 * 1.001
     assert bool(((y - x).abs() <= bound).all())
 
@@ -51,10 +51,10 @@ def test_int8_rows_round_trip_and_roundtrip_helper() -> None:
 def test_int8_boundary_quantizes_forward_and_backward() -> None:
     x = torch.randn(4, 8, requires_grad=True)
     grad = torch.randn(4, 8) * 1e-9  # below fp16's subnormals: an fp32 scale keeps it
-    out = codecs.Int8RowsBoundary.apply(x)
+    out = activation_codecs.Int8RowsBoundary.apply(x)
     out.backward(grad)
-    assert torch.equal(out, codecs.int8_rows_roundtrip(x.detach()))
-    assert x.grad is not None and torch.equal(x.grad, codecs.int8_rows_roundtrip(grad))
+    assert torch.equal(out, activation_codecs.int8_rows_roundtrip(x.detach()))
+    assert x.grad is not None and torch.equal(x.grad, activation_codecs.int8_rows_roundtrip(grad))
     assert bool((x.grad != 0).any())
 
 
@@ -110,7 +110,7 @@ def _decoders() -> list[tuple[str, object, int]]:
     return [
         ("fp16", codecs.encode_fp16(x), 0),
         ("int8", codecs.encode_int8_blocks(x), 0),
-        ("rows", codecs.encode_int8_rows(x), 0),
+        ("rows", activation_codecs.encode_int8_rows(x), 0),
         ("topk", codecs.encode_topk(x, 0.1)[0], 0),
     ]
 
@@ -121,7 +121,7 @@ def _decode(kind: str, payload: bytes) -> torch.Tensor:
     if kind == "int8":
         return codecs.decode_int8_blocks(payload, (3, 50))
     if kind == "rows":
-        return codecs.decode_int8_rows(payload, (3, 50))
+        return activation_codecs.decode_int8_rows(payload, (3, 50))
     return codecs.decode_topk(payload, 150, 0.1)
 
 
@@ -168,4 +168,4 @@ def test_a_finite_scale_whose_product_is_not_is_refused() -> None:
     with pytest.raises(WireError):
         codecs.decode_int8_blocks(huge + bytes([127]) * codecs.INT8_BLOCK, (codecs.INT8_BLOCK,))
     with pytest.raises(WireError):
-        codecs.decode_int8_rows(huge + bytes([127]) * 4, (1, 4))
+        activation_codecs.decode_int8_rows(huge + bytes([127]) * 4, (1, 4))

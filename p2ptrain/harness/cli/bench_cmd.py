@@ -82,7 +82,8 @@ def _run_convergence(args: argparse.Namespace) -> int:
     import torch
 
     from p2ptrain.errors import UserError
-    from p2ptrain.harness.convergence_bench import render, run_benchmark
+    from p2ptrain.harness.convergence_bench import run_benchmark
+    from p2ptrain.harness.convergence_bench_report import render
     from p2ptrain.records.run import load_run_spec
 
     inner = tuple(comma_integers(args.inner_steps, "--inner-steps"))

@@ -8,7 +8,7 @@ from that neighbour right now.
 
 Wire types: float32, float16, bfloat16 (the tensor's raw bytes), and int8_rows (compression =
 "int8": each row of the last dimension as an fp32 scale, then the int8 values, all scales first;
-train/codecs.py). A float16 payload holds the values times 2^-scale_exp (a header field, 0 for
+train/activation_codecs.py). A float16 payload holds the values times 2^-scale_exp (a header field, 0 for
 every other type): the sender picks it per frame so the largest magnitude lands in [2^14, 2^15).
 Gradient frames carry the run's loss_scale (up to 2^24): cast as they were, an ordinary
 gradient passed fp16's 65504, became inf and was refused. A power of two is exact both ways.
@@ -33,7 +33,7 @@ from p2ptrain.errors import WireError
 from p2ptrain.records import fields as f
 from p2ptrain.records.run import MAX_RUN_ID_CHARS
 from p2ptrain.records.run_sections import MAX_PAYLOAD_BYTES  # the run spec refuses larger runs
-from p2ptrain.train import codecs
+from p2ptrain.train import activation_codecs
 
 # the p2pd stream handler name; v2: the header names the plan's term (v1 had the epoch alone,
 # which restarts at 1 under a new term); v3: the header's scale_exp (a v2 float16 payload is
@@ -212,7 +212,7 @@ def encode_payload(tensor: torch.Tensor, wire: str, scale_exp: int | None = None
     the header's (by default scale_exp_of the tensor)."""
     exp = scale_exp_of(tensor, wire) if scale_exp is None else scale_exp
     if wire == INT8_ROWS:
-        encoded = codecs.encode_int8_rows(tensor.detach().float())
+        encoded = activation_codecs.encode_int8_rows(tensor.detach().float())
     elif exp:  # in fp32, where times a power of two is exact
         encoded = (tensor.detach().float() * 2.0**-exp).to(FLOAT_DTYPES[wire])
     else:
@@ -273,7 +273,7 @@ def decode_tensor(
     if (header.scale_exp and header.dtype != "float16") or abs(header.scale_exp) > MAX_SCALE_EXP:
         raise f.malformed(_FRAME, f"scale_exp {header.scale_exp} on a {header.dtype} frame")
     if header.dtype == INT8_ROWS:
-        tensor = codecs.decode_int8_rows(bytes(payload), header.shape)
+        tensor = activation_codecs.decode_int8_rows(bytes(payload), header.shape)
     else:
         # frombuffer refuses (ValueError) an empty buffer: a tensor with a 0 dimension
         raw = (

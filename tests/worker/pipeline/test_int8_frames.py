@@ -11,7 +11,7 @@ from p2ptrain.errors import WireError
 from p2ptrain.records.run import RunSpec
 from p2ptrain.records.run_sections import COMPRESSIONS
 from p2ptrain.schedule.wire_bytes import activation_row_bytes
-from p2ptrain.train import codecs
+from p2ptrain.train import activation_codecs
 from p2ptrain.worker.pipeline import frames
 from p2ptrain.worker.pipeline.frames import ACTIVATION, GRADIENT, INT8_ROWS, Expected, FrameHeader
 from p2ptrain.worker.pipeline.stage_step import wire_type
@@ -38,7 +38,9 @@ def test_int8_frame_round_trip() -> None:
     expected = Expected(GRADIENT, "run", 1, 0, PEER, INT8_ROWS, SHAPE)
     assert frames.check_header(header, PEER, expected) is None
     decoded = frames.decode_tensor(header, payload)
-    assert decoded.dtype == torch.float32 and torch.equal(decoded, codecs.int8_rows_roundtrip(x))
+    assert decoded.dtype == torch.float32 and torch.equal(
+        decoded, activation_codecs.int8_rows_roundtrip(x)
+    )
     # within half a quantisation step of each row, tiny rows (gradients) included
     step = x.abs().amax(dim=-1, keepdim=True) / 127
     assert bool(((decoded - x).abs() <= step / 2 * (1 + 1e-5) + 1e-12).all())  # fp32 rounding
