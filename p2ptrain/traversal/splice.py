@@ -14,7 +14,7 @@ import trio
 
 from p2ptrain.net.guard import start_contained
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("p2ptrain.traversal.relay")  # as before the split: operators grep it
 
 MAX_CIRCUIT_BYTES = 4 * 1024**3  # each way; then the circuit is reset
 _CHUNK = 64 * 1024

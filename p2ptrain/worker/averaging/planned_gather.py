@@ -22,7 +22,8 @@ from hivemind.proto import averaging_pb2
 from p2ptrain.worker.averaging.checks import GRAD, STATE
 from p2ptrain.worker.averaging.robust_allreduce import CountFn
 
-log = logging.getLogger(__name__)
+# the name it logged under before the split: operators grep it
+log = logging.getLogger("p2ptrain.worker.averaging.planned_group")
 
 MAX_GATHER_BYTES = 64 * 1024  # a member's metadata: checksums and its bandwidth, a few hundred B
 KEPT_ROUNDS = 8  # rounds whose early-arriving metadata is held (a member may run a round ahead)

@@ -21,7 +21,8 @@ from hivemind.averaging.partition import AllreduceException, BannedException, Te
 
 from p2ptrain.worker.averaging.robust import robust_mean
 
-log = logging.getLogger(__name__)
+# the name it logged under before the split: operators grep it
+log = logging.getLogger("p2ptrain.worker.averaging.robust_allreduce")
 
 
 class RobustPartReducer(TensorPartReducer):
