@@ -196,7 +196,7 @@ def main() -> None:
     try:
         work = _work()
     except Exception as exc:
-        unloaded = SearchFailed(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+        unloaded = _failed(exc)
     # behind our own node: on a busy machine a search at full priority took the CPU its control
     # loop needed to keep claiming the planner role, and the swarm deposed a live planner (bench
     # scaleout, 2026-11-26); the evaluation budget, not the clock, decides the plan
@@ -215,8 +215,14 @@ def main() -> None:
         except NoPlacementFits as exc:  # the caller's to handle
             reply = (False, exc)
         except Exception as exc:  # a scheduler bug: as text (its arguments may hold numpy)
-            reply = (False, SearchFailed(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+            reply = (False, _failed(exc))
         _write_frame(replies, pickle.dumps(reply))
+
+
+def _failed(exc: Exception) -> SearchFailed:
+    """What the caller gets of an error in the child: its text and traceback, as plain text
+    (the exception's arguments may hold numpy, which the control process never loads)."""
+    return SearchFailed(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
 
 
 def _work() -> dict[str, Callable[..., object]]:
