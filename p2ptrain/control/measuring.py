@@ -19,6 +19,7 @@ from collections.abc import Callable
 import trio
 from libp2p.abc import IHost
 from libp2p.peer.id import ID
+from libp2p.peer.peerstore import PeerStoreError
 
 from p2ptrain.control.estimate.book import plan_partners
 from p2ptrain.control.links import LinkSample
@@ -51,6 +52,10 @@ SAMPLED_BANDWIDTH_PROBE_INTERVAL_S = 60.0
 # while some live member's link has no rate yet (a new node, a newcomer), probe this often: the
 # first plan waits for every link (control/planning/readiness.py)
 FIRST_BANDWIDTH_PROBE_INTERVAL_S = 2.5
+# the pace is looked at this often, so that it quickens as soon as a link needs a rate: read
+# once per probe, a node whose loop began before it knew any member slept the steady 20 s
+# first, and its swarm's first plan waited that long for its links
+BANDWIDTH_PACE_TICK_S = 0.5
 # the most one probe sends: 2 MiB leaves a 7 Mbit/s, 446 ms link's window behind, and a
 # probe saturates a link it shares with training for seconds (4 MiB probes doubled the steps
 # of a random placement across such links)
@@ -122,17 +127,51 @@ class LinkProber:
         return view.links.estimate.choose(view.self_id, view.live_members(now), partners, now)
 
     def _stalest_peer(
-        self, kind: str, measured_at: Callable[[LinkSample], float | None]
+        self,
+        kind: str,
+        measured_at: Callable[[LinkSample], float | None],
+        usable: Callable[[str], bool] = lambda peer: True,
     ) -> str | None:
         """The neighbour probed longest ago (never probed first: a new plan partner is measured
-        within a probe or two), ties at random; the one returned counts as tried now."""
+        within a probe or two), ties at random; the one returned counts as tried now. Of the
+        links we never tried, a rate goes first to one neither end has rated: the first plan
+        waits for one rate of every link, either end's, so a link the far end rated can wait
+        its turn (only that one: a link that fails keeps no other from ours). Only `usable`
+        peers are chosen."""
         now = time.monotonic()
-        peers = list(self.neighbours(now))
+        peers = [peer for peer in self.neighbours(now) if usable(peer)]
         if not peers:
             return None
-        peer = min(peers, key=lambda p: (self._last_probed(kind, p, measured_at), random.random()))
+        rated = self._rated_by_either_end(now) if kind == "bandwidth" else frozenset()
+
+        def order(peer: str) -> tuple[bool, float, float]:
+            last = self._last_probed(kind, peer, measured_at)
+            return (last >= 0 or peer in rated, last, random.random())
+
+        peer = min(peers, key=order)
         self._tried[kind][peer] = now
         return peer
+
+    def _dialable(self, peer: str) -> bool:
+        """Can a probe reach `peer`: a connection to it, or an address to dial? A member is known
+        from gossip before discovery gives its addresses (control/discovery.py): a probe then
+        fails at once, counts as the link's failure and takes the turn of one that could run."""
+        try:
+            peer_id = ID.from_base58(peer)
+            if self.host.get_network().get_connections(peer_id):
+                return True
+            return bool(self.host.get_peerstore().addrs(peer_id))
+        except (ValueError, PeerStoreError):  # not a peer id; unknown, or its addresses expired
+            return False
+
+    def _rated_by_either_end(self, now: float) -> frozenset[str]:
+        """The peers whose link with us has a rate, ours or the far end's (gossiped)."""
+        me = self.view.self_id
+        return frozenset(
+            b if a == me else a
+            for (a, b), link in self.view.links.freshest(now).items()
+            if me in (a, b) and link.rate_measured
+        )
 
     def _last_probed(
         self, kind: str, peer: str, measured_at: Callable[[LinkSample], float | None]
@@ -156,7 +195,7 @@ class LinkProber:
                     continue
                 if not self._rtt_probe_due(time.monotonic()):
                     continue
-                peer = self._stalest_peer("rtt", lambda s: s.rtt_at)
+                peer = self._stalest_peer("rtt", lambda s: s.rtt_at, self._dialable)
                 if peer is not None:
                     token = object()  # the same peer may be probed again while a probe runs
                     await running.acquire_on_behalf_of(token)
@@ -210,8 +249,8 @@ class LinkProber:
             partners = plan_partners(view.plan, view.self_id)
             few = sum(map(rated, neighbours)) < min(MIN_RATES_MEASURED, len(neighbours))
             unmeasured = few or not all(map(rated, partners))
-        else:
-            unmeasured = not all(map(rated, neighbours))
+        else:  # knowing no member yet, we soon will: none of its links has a rate
+            unmeasured = not neighbours or not all(map(rated, neighbours))
         if unmeasured:
             return FIRST_BANDWIDTH_PROBE_INTERVAL_S
         sampled = view.links.estimate.sampled
@@ -220,9 +259,13 @@ class LinkProber:
     async def serve_bandwidth_probes(self) -> None:
         """One bounded transfer every few seconds, to the member measured longest ago."""
         await self.joined.wait()
+        last_at, jitter = time.monotonic(), random.uniform(0.8, 1.2)
         while True:
-            await trio.sleep(self._bandwidth_interval_s() * random.uniform(0.8, 1.2))
-            peer = self._stalest_peer("bandwidth", lambda s: s.bandwidth_at)
+            await trio.sleep(BANDWIDTH_PACE_TICK_S)
+            if time.monotonic() - last_at < self._bandwidth_interval_s() * jitter:
+                continue
+            last_at, jitter = time.monotonic(), random.uniform(0.8, 1.2)
+            peer = self._stalest_peer("bandwidth", lambda s: s.bandwidth_at, self._dialable)
             if peer is None:
                 continue
             sample = self.view.links.samples.get(peer)

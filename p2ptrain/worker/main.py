@@ -150,6 +150,7 @@ class Worker:
             data_addrs = addresses.expand(reported, addresses.interface_ip4s())
             log.info("data plane up: %s", data_addrs[0])
             self._hello(transport.peer_id, data_addrs)
+            self.runs.hello_sent()
             self.phase = "waiting"
             _warm_up_torch()
             self.runs.worker_is_up()

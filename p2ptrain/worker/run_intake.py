@@ -33,21 +33,29 @@ class RunIntake:
         # set once connected, before the worker is up: None for a static plan
         self.ipc: IpcClient | None = None
         self._timed_runs: set[str] = set()
+        self._told_runs: set[str] = set()  # runs whose saved states we told the control process
         self._checked_data: set[tuple[str, str, str]] = set()  # (run, data, digest) found right
         self.refused = ""  # why this worker will not train the run (its data is not the run's)
         self._timing = threading.Lock()
-        # the compute probe waits for our start (p2pd, hello, torch warm): it would time us slow
+        # the saved states are told once our hello is (the planner's first plan waits for them);
+        # the compute probe waits for our whole start (torch warm too): it would time us slow
+        self._hello_sent = threading.Event()
         self._ready = threading.Event()
 
+    def hello_sent(self) -> None:
+        """Our hello is out: a spec that came ahead of it gets its saved states told now."""
+        self._hello_sent.set()
+
     def worker_is_up(self) -> None:
-        """The worker's start is done: a spec that came ahead of it is probed now."""
+        """The worker's start is done: a spec that came ahead of it is timed now."""
+        self._hello_sent.set()
         self._ready.set()
 
     def on_run(self, spec: RunSpec) -> None:
         """The run spec ahead of any plan: time its model now, off the IPC reader's thread."""
 
         def probe() -> None:
-            self._ready.wait()
+            self._hello_sent.wait()
             try:
                 self.check_data(spec)
             except UserError as exc:  # refused: the worker stops before any plan
@@ -55,6 +63,8 @@ class RunIntake:
                 log.error("%s", exc)
                 self.inbox.stop()
                 return
+            self.tell_saved(spec)
+            self._ready.wait()
             self.time_compute(spec)
 
         threading.Thread(target=probe, name="compute-probe", daemon=True).start()
@@ -73,20 +83,32 @@ class RunIntake:
         check_digest(spec, load_tokens(spec))
         self._checked_data.add(key)
 
-    def time_compute(self, spec: RunSpec) -> None:
-        """Once per run: tell the control process the run's states we hold (saved_report.py), then
-        time the run's model (a few hundred ms at most): the planner prices our stages from it."""
-        from p2ptrain.worker.compute_probe import measure_stage_compute
+    def tell_saved(self, spec: RunSpec) -> None:
+        """Once per run: tell the control process the run's states we hold (saved_report.py):
+        the planner's first plan waits for every trainer's word on them."""
         from p2ptrain.worker.node_paths import place_checkpoints
 
         if self.ipc is None:
             return  # a static plan has no planner to tell
         with self._timing:
+            if spec.run_id in self._told_runs:
+                return
+            self._told_runs.add(spec.run_id)
+            own = self.settings.checkpoint_dir
+            self.ipc.send(saved_report(place_checkpoints(spec, own), own))
+
+    def time_compute(self, spec: RunSpec) -> None:
+        """Once per run: tell the saved states (if not yet told), then time the run's model (a
+        second at most): the planner prices our stages from it."""
+        from p2ptrain.worker.compute_probe import measure_stage_compute
+
+        if self.ipc is None:
+            return  # a static plan has no planner to tell
+        self.tell_saved(spec)
+        with self._timing:
             if spec.run_id in self._timed_runs:
                 return
             self._timed_runs.add(spec.run_id)
-            own = self.settings.checkpoint_dir
-            self.ipc.send(saved_report(place_checkpoints(spec, own), own))
             compute = measure_stage_compute(spec, self.device)
         log.info("timed the run's model: %.3g ms per row and block", compute.block_row_s * 1e3)
         self.ipc.send(ComputeReport(compute))
