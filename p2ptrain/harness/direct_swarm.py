@@ -14,7 +14,7 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -267,9 +267,11 @@ class LocalSwarm(ProcessSwarm):
                 messages.append((index, message))
         return messages
 
-    def wait_exit(self, timeout_s: float = STOP_GRACE_S) -> list[int | None]:
-        """Wait for the workers to exit on their own (they do after the last step)."""
-        return super().wait_exit(timeout_s)
+    def wait_exit(
+        self, timeout_s: float = STOP_GRACE_S, only: Collection[int] | None = None
+    ) -> list[int | None]:
+        """Wait for the workers (`only` those) to exit on their own (after the last step)."""
+        return super().wait_exit(timeout_s, only)
 
     def stop(self) -> None:
         """Ask for a graceful stop (checkpoint), then kill whatever is left, group by group."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from p2ptrain import procs
@@ -45,10 +45,13 @@ class ProcessSwarm:
         lines = path.read_text(errors="replace").splitlines() if path.exists() else []
         return "\n".join(lines[-num_lines:])
 
-    def wait_exit(self, timeout_s: float) -> list[int | None]:
-        """Wait for the children to leave on their own; their exit codes (None: still running)."""
+    def wait_exit(self, timeout_s: float, only: Collection[int] | None = None) -> list[int | None]:
+        """Wait for the children (those indexed `only`: the rest may stay, as a spare waiting
+        for a plan) to leave on their own; every child's exit code (None: still running)."""
         deadline = time.monotonic() + timeout_s
-        for proc in self.procs:
+        for index, proc in enumerate(self.procs):
+            if only is not None and index not in only:
+                continue
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(max(0.1, deadline - time.monotonic()))
         return [proc.poll() for proc in self.procs]
