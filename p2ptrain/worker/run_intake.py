@@ -52,7 +52,8 @@ class RunIntake:
         self._ready.set()
 
     def on_run(self, spec: RunSpec) -> None:
-        """The run spec ahead of any plan: time its model now, off the IPC reader's thread."""
+        """The run spec ahead of any plan: tell its saved states once our hello is out, time its
+        model once we are up, off the IPC reader's thread."""
 
         def probe() -> None:
             self._hello_sent.wait()
