@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -123,9 +124,11 @@ class DataParallelSwarm(ProcessSwarm):
             time.sleep(0.2)
         return done
 
-    def wait_exit(self, timeout_s: float = 20.0) -> list[int | None]:
-        """Wait for the trainers to leave on their own (they do after the last step)."""
-        return super().wait_exit(timeout_s)
+    def wait_exit(
+        self, timeout_s: float = 20.0, only: Collection[int] | None = None
+    ) -> list[int | None]:
+        """Wait for the trainers (`only` those) to leave on their own (after the last step)."""
+        return super().wait_exit(timeout_s, only)
 
     def _check_alive(self, allow_exit: bool = False) -> None:
         for index, proc in enumerate(self.procs):
