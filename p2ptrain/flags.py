@@ -4,7 +4,8 @@ A `Flag` is a flag's name and argparse options, added the same way by every comm
 it. A `FlagSettings` record (a frozen dataclass whose every field is a `flag_field`) is a child
 process's settings: its parser, the record read from a parsed command line and the argv that
 gives a child those settings all come from the fields, so a flag is named in one place only
-(control/settings.py's `ControlSettings`, worker/settings.py's `WorkerSettings`). Stdlib only:
+(control/settings.py's `ControlSettings`, worker/settings.py's `WorkerSettings`); every child
+is started as `python_module` says. Stdlib only:
 `p2ptrain --help` imports this.
 """
 
@@ -15,6 +16,14 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any, ClassVar, Self
+
+
+def python_module(module: str, *args: str) -> list[str]:
+    """The command line that runs `python -m MODULE ARGS` in this interpreter, with `-P`: plain
+    `-m` puts the working directory first on the module path, so a stray `attrs.py` or
+    `random.py` where a volunteer started the node replaced a library in every child (a crash
+    at import, or someone else's code run as ours)."""
+    return [sys.executable, "-P", "-m", module, *args]
 
 
 @dataclass(frozen=True)
@@ -135,7 +144,7 @@ class FlagSettings(FlagRecord):
 
     def command(self) -> list[str]:
         """The command line that starts a child with these settings."""
-        return [sys.executable, "-m", self.MODULE, *self.to_argv()]
+        return python_module(self.MODULE, *self.to_argv())
 
 
 def _plain(value: Any) -> Any:

@@ -45,7 +45,7 @@ def test_a_child_reads_back_the_argv_its_settings_write() -> None:
     assert argv[8:] == ["--tag", "x", "--tag", "y"]
     assert _Child.from_argv(argv) == child
     assert _Child(plan="p").to_argv() == ["--plan", "p"]  # defaults stay off the command line
-    assert child.command()[1:3] == ["-m", "p2ptrain.child"]
+    assert child.command()[1:4] == ["-P", "-m", "p2ptrain.child"]  # -P: test_module_path.py
 
 
 @pytest.mark.parametrize("argv", [[], ["--socket", "s", "--plan", "p"], ["--plan"]])

@@ -15,6 +15,7 @@ import sys
 import time
 
 from p2ptrain.errors import UserError
+from p2ptrain.flags import python_module
 from p2ptrain.procs import parent_death
 
 CHECK_TIMEOUT_S = 60.0  # a key file on a hung network mount must not hang `join` for good
@@ -26,7 +27,7 @@ def check_token(token_arg: str, bootstrap: str, identity_path: str) -> None:
     request = json.dumps({"token": token_arg, "bootstrap": bootstrap, "identity": identity_path})
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "p2ptrain.cli.token_check"],
+            python_module("p2ptrain.cli.token_check"),
             input=request,
             capture_output=True,
             text=True,

@@ -11,12 +11,13 @@ import logging
 import os
 import platform
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import trio
+
+from p2ptrain.flags import python_module
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def describe_hardware() -> dict[str, Any]:
 
 async def measure_compute_gflops_in_child() -> float | None:
     """measure_compute_gflops() in a child process; None if it failed or took too long."""
-    command = [sys.executable, "-m", "p2ptrain.control.hardware"]
+    command = python_module("p2ptrain.control.hardware")
     try:
         with trio.fail_after(CHILD_TIMEOUT_S):
             # no parent-death signal: trio forks it on a worker thread, which exits when idle

@@ -262,7 +262,12 @@ class LinkProber:
         last_at, jitter = time.monotonic(), random.uniform(0.8, 1.2)
         while True:
             await trio.sleep(BANDWIDTH_PACE_TICK_S)
-            if time.monotonic() - last_at < self._bandwidth_interval_s() * jitter:
+            waited_s = time.monotonic() - last_at
+            # the fast pace is the shortest: before it, no need to ask which pace holds (the
+            # neighbours of 1,000 members, every tick)
+            if waited_s < FIRST_BANDWIDTH_PROBE_INTERVAL_S * jitter:
+                continue
+            if waited_s < self._bandwidth_interval_s() * jitter:
                 continue
             last_at, jitter = time.monotonic(), random.uniform(0.8, 1.2)
             peer = self._stalest_peer("bandwidth", lambda s: s.bandwidth_at, self._dialable)

@@ -6,12 +6,12 @@ trainers are separate processes; rendezvous and metrics go through files in a wo
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from p2ptrain.flags import python_module
 from p2ptrain.harness.process_swarm import ProcessSwarm
 from p2ptrain.harness.testbed_swarm import testbed_network
 from p2ptrain.records.run import RunSpec
@@ -45,9 +45,7 @@ class DataParallelSwarm(ProcessSwarm):
 
     def _command(self, index: int, run_path: Path) -> list[str]:
         """Trainer `index`'s command line (in its testbed namespace, with the bed's links)."""
-        argv = [
-            sys.executable,
-            "-m",
+        argv = python_module(
             "p2ptrain.harness.dp_trainer",
             "--run",
             str(run_path),
@@ -57,7 +55,7 @@ class DataParallelSwarm(ProcessSwarm):
             str(self.num_peers),
             "--rendezvous",
             str(self.workdir),
-        ]
+        )
         if self.bed is None:
             return argv
         network = testbed_network(self.bed)

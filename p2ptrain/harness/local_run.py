@@ -20,7 +20,9 @@ from pathlib import Path
 
 from p2ptrain import identity, procs
 from p2ptrain.addresses import LOOPBACK
+from p2ptrain.flags import python_module
 from p2ptrain.harness.direct_swarm import StepStats, SwarmResult
+from p2ptrain.harness.start_notes import StartNotes
 from p2ptrain.ipc_lines import decode
 from p2ptrain.records import Message, MetricsReport, Plan, RunSpec, SessionReport, issue_token
 from p2ptrain.worker.faults import NO_FAULTS, Faults
@@ -29,7 +31,6 @@ from p2ptrain.worker.settings import DEFAULT_DEVICE
 
 START_TIMEOUT_S = 60.0
 STALL_TIMEOUT_S = 240.0
-WAIT_NOTE_S = 20.0  # before the first step, a line this often says what the start waits for
 # a supervisor's own stop: its worker saves within 30 s (node/supervisor.py STOP_GRACE_S); a
 # SIGKILL before that orphans the worker, which then saves and exits on its own, after `local`
 STOP_GRACE_S = 40.0
@@ -146,10 +147,12 @@ def train_with_control_plane(
             args += _own_data(spec)
             if profile:
                 args.append("--profile")
-            nodes.append(_start(sites, i, args, workdir / f"peer-{i}.log", faults=faults))
+            nodes.append(_start(sites, i, args, workdir / f"peer-{i}.log", faults=faults))  # join's
+            # stdout too: its "waiting for" lines (harness/start_notes.py)
         if on_started is not None:
             on_started(address, nodes)
-        result = _follow(spec, logs, nodes[1:], on_plan, on_step, on_report)
+        node_logs = [workdir / f"peer-{i}.log" for i in range(num_peers)]
+        result = _follow(spec, logs, node_logs, nodes[1:], on_plan, on_step, on_report)
         if before_stop is not None:
             before_stop()
         _wait_for_exits(nodes[1:], FINISH_S)
@@ -162,8 +165,8 @@ def command(subcommand: str, args: Sequence[str], faults: Faults) -> list[str]:
     """The command line that runs `p2ptrain SUBCOMMAND ARGS`, through the harness's entry point
     if there are `faults` to inject (harness/with_faults.py), else the product's own command."""
     if not faults.items:
-        return [sys.executable, "-m", "p2ptrain", subcommand, *args]
-    return [sys.executable, "-m", WITH_FAULTS, subcommand, *args, *faults.to_argv()]
+        return python_module("p2ptrain", subcommand, *args)
+    return python_module(WITH_FAULTS, subcommand, *args, *faults.to_argv())
 
 
 def _flag(flag: str, value: str | None) -> list[str]:
@@ -203,28 +206,22 @@ def _first_line(proc: subprocess.Popen[bytes], timeout_s: float) -> str:
     reader.join(timeout_s)
     if not lines or not lines[0].strip():
         raise RuntimeError("the bootstrap did not print its address")
+    if not lines[0].startswith("/"):  # a multiaddr: anything else is how it failed to start
+        raise RuntimeError(f"the bootstrap did not start: it printed {lines[0].strip()!r}")
     return lines[0].strip()
-
-
-def _note_start(plan: Plan | None, waited_s: float, workdir: Path) -> None:
-    """A line on stderr while the swarm has trained no step yet: what it waits for."""
-    what = (
-        "the first plan (the nodes join, measure their links and elect a planner)"
-        if plan is None
-        else "the first step (the placed peers connect, agree on a start and fetch states)"
-    )
-    print(f"waiting {waited_s:.0f} s for {what}; logs in {workdir}", file=sys.stderr, flush=True)
 
 
 def _follow(
     spec: RunSpec,
     logs: list[Path],
+    node_logs: list[Path],
     peers: list[subprocess.Popen[bytes]],
     on_plan: Callable[[Plan], None],
     on_step: Callable[[int, float, float], None],
     on_report: Callable[[MetricsReport], None] | None = None,
 ) -> SwarmResult:
-    """Read the workers' reports until every step's loss is known from its latest plan epoch."""
+    """Read the workers' reports (`logs`) until every step's loss is known from its latest plan
+    epoch; until the first, say what the nodes wait for (their `node_logs`)."""
     started_s = time.monotonic()
     offsets = [0] * len(logs)
     plan: Plan | None = None
@@ -236,15 +233,15 @@ def _follow(
     losses: dict[int, float] = {}
     finished_s: list[float] = []
     deadline = time.monotonic() + STALL_TIMEOUT_S
-    note_at = started_s + WAIT_NOTE_S
+    # before the first step, what the nodes wait for
+    notes = StartNotes(node_logs, started_s)
     # a swarm that resumed a run (worker/resume/adopt.py) reports from its start step on: done when
     # the last step's loss is known
     while spec.optim.steps - 1 not in losses:
         if time.monotonic() > deadline:
             raise TimeoutError("the swarm made no progress in time")
-        if not losses and time.monotonic() >= note_at:  # say what the start waits for
-            note_at += WAIT_NOTE_S
-            _note_start(plan, time.monotonic() - started_s, logs[0].parent)
+        if not losses:
+            notes.tick(plan)
         all_exited = all(p.poll() is not None for p in peers)  # checked before the last read
         for i, path in enumerate(logs):
             for message in _new_lines(path, offsets, i):

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from p2ptrain import identity, procs
+from p2ptrain.flags import python_module
 from p2ptrain.records import issue_token
 
 LOOPBACK = ("--listen", "/ip4/127.0.0.1/tcp/0")
@@ -95,7 +96,7 @@ class Swarm:
         log_path = self.workdir / f"{name}.log"
         env = {} if self.tree is None else {"PYTHONPATH": str(self.tree)}
         proc = procs.spawn(
-            [sys.executable, "-m", "p2ptrain", *argv],
+            python_module("p2ptrain", *argv),
             log_path=log_path,
             stdout=subprocess.PIPE,
             env=env,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from p2ptrain import identity, procs
+from p2ptrain.flags import python_module
 from p2ptrain.records import RunSpec, SwarmStatus
 from p2ptrain.testbed.links import DEFAULT_BANDWIDTH_SCALE
 
@@ -90,7 +90,7 @@ def _run_swarm(
         peer_addr = _peer0_address(bed, workdir)
 
         def status(address: str) -> SwarmStatus | None:
-            argv = [sys.executable, "-m", "p2ptrain", "status", "--bootstrap", address, "--json"]
+            argv = python_module("p2ptrain", "status", "--bootstrap", address, "--json")
             try:
                 done = subprocess.run(
                     sites.command(0, argv), capture_output=True, text=True, timeout=STATUS_TIMEOUT_S

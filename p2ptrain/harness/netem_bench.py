@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Callable
 from typing import Any
 
+from p2ptrain.flags import python_module
 from p2ptrain.testbed.links import LinkTable, configured_rtt_ms
 from p2ptrain.testbed.testbed import Testbed
 
@@ -24,7 +24,7 @@ BULK_RTTS = 15
 BLAST_S = 1.5
 BLAST_RTTS = 4
 DEFAULT_CITIES = ["Oregon", "Virginia", "Frankfurt", "Tokyo"]
-PROBE = [sys.executable, "-m", "p2ptrain.harness.link_probe"]
+PROBE = python_module("p2ptrain.harness.link_probe")
 
 
 def sample_pairs(links: LinkTable, num_links: int) -> list[tuple[int, int]]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from p2ptrain import addresses, procs
 from p2ptrain.control.doctor import Check, run_network_checks
 from p2ptrain.errors import WireError
+from p2ptrain.flags import python_module
 from p2ptrain.node.supervisor import worker_available
 from p2ptrain.records.messages import DaemonCheckReply, DeviceFacts
 from p2ptrain.worker import private_tmp
@@ -159,7 +159,7 @@ def run_precision(facts: DeviceFacts, loss_scale: float | None) -> str:
 
 
 def start_daemon_check(data_listen: str, device: str = "auto") -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "p2ptrain.worker.daemon_check", "--listen", data_listen]
+    argv = python_module("p2ptrain.worker.daemon_check", "--listen", data_listen)
     argv += ["--device", device]
     return procs.spawn(argv, log_path=os.devnull, stdout=subprocess.PIPE)
 

@@ -44,6 +44,7 @@ from p2ptrain.control.settings import (
     ControlSettings,
 )
 from p2ptrain.errors import UserError
+from p2ptrain.flags import python_module
 from p2ptrain.key_file import load_or_create_identity
 from p2ptrain.node.identity_lock import IdentityLock
 from p2ptrain.node.ipc_dir import IpcDir
@@ -96,7 +97,7 @@ def check_device_here(name: str) -> None:
         return  # always here
     try:
         probe = subprocess.run(
-            [sys.executable, "-m", "p2ptrain.worker.device", name],
+            python_module("p2ptrain.worker.device", name),
             capture_output=True,
             text=True,
             timeout=DEVICE_CHECK_TIMEOUT_S,

@@ -21,12 +21,12 @@ import os
 import secrets
 import select
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from p2ptrain.errors import UserError
+from p2ptrain.flags import python_module
 from p2ptrain.testbed import cpu, netns
 from p2ptrain.testbed.handle import STATE_DIR, TestbedHandle, list_testbeds, peer_address
 from p2ptrain.testbed.links import LinkTable, links_from_topology
@@ -156,7 +156,7 @@ class Testbed(TestbedHandle):
         config_path = STATE_DIR / f"{self.id}.forwarder.json"
         config_path.write_text(json.dumps(self.state))
         self._forwarder = subprocess.Popen(
-            [sys.executable, "-m", "p2ptrain.testbed.forwarder", str(config_path)],
+            python_module("p2ptrain.testbed.forwarder", str(config_path)),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,  # Ctrl-C in a terminal reaches us, and we stop it in order

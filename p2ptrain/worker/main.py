@@ -21,9 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
-from p2ptrain import addresses, identity, procs
+from p2ptrain import addresses, identity
 from p2ptrain.errors import UserError
 from p2ptrain.records import (
     CopyReport,
@@ -38,11 +36,12 @@ from p2ptrain.records import (
     WorkerReport,
 )
 from p2ptrain.train.checkpoint_folder import checkpoint_dir
-from p2ptrain.worker import allocator, collector, daemon_env, static_plan, watchdog
+from p2ptrain.worker import collector, daemon_env, static_plan, watchdog
 from p2ptrain.worker.averaging.outer_link import finish_sends
-from p2ptrain.worker.device import cpu_threads, precision_note, resolve_device
+from p2ptrain.worker.device import precision_note, resolve_device
 from p2ptrain.worker.pipeline.frames import Expected, FrameHeader, NotReady
-from p2ptrain.worker.private_tmp import PrivateTmp
+from p2ptrain.worker.plan_readiness import why_not_actionable
+from p2ptrain.worker.process_life import exit_process, run_bounded, set_up_process, warm_up_torch
 from p2ptrain.worker.run_intake import RunIntake
 from p2ptrain.worker.settings import WorkerSettings
 
@@ -65,26 +64,7 @@ DHT_LOST_EXIT_S = 10.0
 
 def main(argv: list[str] | None = None) -> None:
     settings = WorkerSettings.from_argv(argv)
-    watchdog.install()  # first, while the process has a single thread
-    procs.raise_open_file_limit()  # hivemind's p2pd and its peers' connections cost descriptors
-    allocator.keep_freed_memory()  # before the first tensor: its pages are the heap's
-    private = PrivateTmp(settings.ipc)  # before any temp file or socket: they go with it
-    private.use()
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s worker %(process)d: %(message)s",
-    )
-    quiet = logging.ERROR if settings.log_level.upper() != "DEBUG" else logging.DEBUG
-    for noisy in ("hivemind", "hivemind.averaging", "hivemind.dht"):
-        logging.getLogger(noisy).setLevel(quiet)
-    daemon_env.quiet_routine_daemon_errors()
-    torch.set_num_threads(cpu_threads(settings.threads))
-
-    def leave(code: int) -> None:
-        private.remove()
-        logging.shutdown()
-        os._exit(code)  # not sys.exit: hivemind's non-daemon threads must not keep us alive
-
+    leave = functools.partial(exit_process, set_up_process(settings))
     try:
         code = Worker(settings, leave).run()
     except UserError as exc:
@@ -152,7 +132,7 @@ class Worker:
             self._hello(transport.peer_id, data_addrs)
             self.runs.hello_sent()
             self.phase = "waiting"
-            _warm_up_torch()
+            warm_up_torch()
             self.runs.worker_is_up()
             version = 0
             while True:
@@ -164,7 +144,7 @@ class Worker:
                 if message.run is not None:
                     self.runs.check_data(message.run)  # before any step: UserError if not the run's
                     self.runs.time_compute(message.run)  # at once if the run came ahead of it
-                problem = _not_actionable(message, transport.peer_id)
+                problem = why_not_actionable(message, transport.peer_id)
                 if problem or message.run is None:
                     log.info("waiting for a better plan: %s", problem)
                     continue
@@ -258,7 +238,7 @@ class Worker:
             transport.close()
             dht.shutdown()
 
-        _run_bounded(shut_down, SHUTDOWN_GRACE_S)
+        run_bounded(shut_down, SHUTDOWN_GRACE_S)
 
     def _latest_plan(self) -> Plan | None:
         latest = self.inbox.latest
@@ -344,27 +324,3 @@ class Worker:
         if self.settings.identity:
             return identity.load_or_create_identity(self.settings.identity)
         return os.urandom(identity.SEED_NUM_BYTES)
-
-
-def _not_actionable(message: PlanMessage, peer_id: str) -> str:
-    """Why a plan message cannot be trained on yet ("" if it can)."""
-    if message.run is None:
-        return "no run spec"
-    problem = message.plan.layer_problem(message.run.model.n_layer)
-    if problem is not None:  # the control plane checks too; so do we
-        return f"the plan cannot cut the model: {problem}"
-    addrs = message.plan.data_addrs
-    members = {p for pipeline in message.plan.pipelines for p in pipeline}
-    missing = sorted(p for p in members - {peer_id} if not addrs.get(p))
-    return f"no data-plane address for {', '.join(missing)}" if missing else ""
-
-
-def _run_bounded(fn: Callable[[], object], timeout_s: float) -> None:
-    thread = threading.Thread(target=fn, daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-
-
-def _warm_up_torch() -> None:
-    # the first optimizer imports torch._dynamo (1-4 s): pay it while the swarm is still forming
-    torch.optim.AdamW([torch.zeros(1, requires_grad=True)])

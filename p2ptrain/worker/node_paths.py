@@ -9,10 +9,12 @@ node did not name is taken only inside the node's working directory.
   chose, RAM-backed or shared with other users (docs/security.md, row 37.29).
 - Data (`place_data`): `--corpus PATH` and `--tokenizer PATH` name this node's copy of the run's
   data and tokenizer.json (wherever the volunteer keeps it; a pinned run still checks its
-  bytes, data_sha256). A spec's own local path outside the working directory is read only when
-  the run pins its data: unpinned, the organiser's spec made every volunteer train on, and send
-  activations of, any folder it named, `~/.ssh` included (row 36.22); such a spec is refused in
-  one line that says how to name a copy.
+  bytes, data_sha256). Unpinned, a spec's own local path is read only inside the working
+  directory, never a hidden one (`.ssh`, `data/.env`), and not at all where the working
+  directory is the home directory or above it (a home is full of private folders): the
+  organiser's spec made every volunteer train on, and send activations of, any folder it
+  named, `~/.ssh` included (row 36.22). Such a spec is refused in one line that says how to
+  name a copy; a pinned run reads any path, since only the run's bytes pass its digest.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ def place_data(
     spec: RunSpec, own_corpus: str | None, own_tokenizer: str | None, from_organiser: bool = True
 ) -> RunSpec:
     """`spec` reading this node's own copies where it names them; UserError if, unpinned, the
-    organiser's spec names a local data or tokenizer path outside the working directory. A
+    organiser's spec names a local data or tokenizer path this node does not read unpinned
+    (`unpinned_readable`). A
     built-in corpus (embedded, stdlib) is no path: a node's --corpus does not replace it (a
     leftover flag would train this peer on other bytes than the run's)."""
     if own_corpus and spec.data.source in BUILT_IN:
@@ -57,14 +60,33 @@ def place_data(
             ("data", source, "--corpus"),
             ("tokenizer", "" if own_tokenizer else spec.data.tokenizer, "--tokenizer"),
         ):
-            if path and not stays_inside(path):
+            why = _unreadable_why(path) if path else None
+            if why:
                 raise UserError(
-                    f"the run names {what} {path!r}, outside this node's working directory, and "
-                    "does not pin its data (data_sha256): not read; join "
-                    f"{flag} PATH names this node's copy (or the organiser pins the run: "
-                    "p2ptrain digest)"
+                    f"the run names {what} {path!r}, {why}, and does not pin its data "
+                    f"(data_sha256): not read; join {flag} PATH names this node's copy (or the "
+                    "organiser pins the run: p2ptrain digest)"
                 )
     return spec
+
+
+def unpinned_readable(path: str, cwd: str | None = None, home: str | None = None) -> bool:
+    """May an organiser's unpinned spec make this node read `path`? Only a plain path inside
+    the working directory `cwd`, and only where `cwd` is not the home directory `home` or one
+    of its ancestors."""
+    return _unreadable_why(path, cwd, home) is None
+
+
+def _unreadable_why(path: str, cwd: str | None = None, home: str | None = None) -> str | None:
+    if not stays_inside(path):
+        return "outside this node's working directory"
+    if any(part.startswith(".") for part in PurePath(path).parts):
+        return "a hidden path"  # .ssh, .aws, .env: where private keys live
+    here = os.path.realpath(cwd or os.getcwd())
+    home_dir = os.path.realpath(home or os.path.expanduser("~"))
+    if home_dir == here or home_dir.startswith(here.rstrip(os.sep) + os.sep):
+        return "in a working directory that is or holds the home directory"
+    return None
 
 
 def own_copies(spec: RunSpec) -> tuple[str | None, str | None]:

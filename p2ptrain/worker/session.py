@@ -23,24 +23,18 @@ from p2ptrain.train.optim import clip_grads, grads_are_finite, lr_at, make_optim
 from p2ptrain.train.snapshot import StageSnapshot
 from p2ptrain.worker.averaging.outer_link import close_rounds
 from p2ptrain.worker.device import precision_for
-from p2ptrain.worker.dht_gate import admit_plan_peers
-from p2ptrain.worker.dht_helpers import bootstrap_dht
 from p2ptrain.worker.faults import NO_FAULTS, Faults
 from p2ptrain.worker.ipc import PlanInbox
 from p2ptrain.worker.pipeline import stage_step
-from p2ptrain.worker.pipeline.frames import (
-    Expected,
-    FrameHeader,
-    PeerLost,
-    Stopped,
-)
-from p2ptrain.worker.pipeline.link_bounds import dial_window_s
+from p2ptrain.worker.pipeline.frames import Expected, FrameHeader, PeerLost, Stopped
 from p2ptrain.worker.pipeline.transport import Transport
+from p2ptrain.worker.plan_peers import connect_to_plan_peers
 from p2ptrain.worker.profiler import NO_PROFILE, StepProfiler
 from p2ptrain.worker.replica_rounds import StageReplicas, open_replicas
 from p2ptrain.worker.resume.restore import restore_stage, start_lineage, started_line
 from p2ptrain.worker.resume.start_step import RESUME_TIMEOUT_S, StartPoint, agree_on_plan_start
-from p2ptrain.worker.state_writer import StateWrite, StateWriter
+from p2ptrain.worker.stage_saves import interval_save_due, keeps_one_back, stage_write
+from p2ptrain.worker.state_writer import StateWriter
 from p2ptrain.worker.step_metrics import SessionFacts, StepTimes, step_metrics
 
 log = logging.getLogger("p2ptrain.worker")
@@ -96,12 +90,13 @@ class Session:
         self.spare_start: StartPoint | None = None  # what a spare may owe: resume/handover.py
         if self.role is None:
             if transport.peer_id in plan.spares:  # it may hold a stage's only state: it agrees
-                self._connect(plan, dht)  # and serves (resume/state_transfer.py), then idles
+                # and serves (resume/state_transfer.py), then idles
+                connect_to_plan_peers(plan, dht, transport, self._superseded)
                 self.spare_start = self._agree_on_start(dht)
             return
         role = self.role
         started_s = time.monotonic()
-        self._connect(plan, dht)
+        connect_to_plan_peers(plan, dht, transport, self._superseded)
         log.info("connected to the plan's peers in %.1f s", time.monotonic() - started_s)
         # before the model is built: a slow machine's build ran into its mates' wait for it
         start = self._agree_on_start(dht)
@@ -128,11 +123,7 @@ class Session:
         self.rows = stage_step.replica_batch(spec, role)[1]
         stage_step.warm_up(self.model, spec, role, self.precision)
         self.start_step = self.step
-        # a session's end can leave a plan's stages (or its lockstep replicas) a step apart; a
-        # lone stage's diloco replicas are never in lockstep: no copy of the state each step
-        self._keeps_one_back = role.num_stages > 1 or (
-            spec.optim.sync == "step" and role.num_replicas > 1
-        )
+        self._keeps_one_back = keeps_one_back(spec, role)  # for its last save (stage_saves.py)
         fresh = self.started_from.startswith('resume = "never"')
         num_rows, block_size = len(self.rows), spec.model.block_size
         self.facts = SessionFacts(
@@ -148,20 +139,6 @@ class Session:
             role.num_replicas,
             self.step,
         )
-
-    def _connect(self, plan: Plan, dht: DHT) -> None:
-        addrs = plan.data_addrs
-        others = plan.peers() - {self.transport.peer_id}
-        me = self.transport.peer_id
-        windows = {p: dial_window_s(plan.link_facts(me, p)) for p in others}
-        unreachable = self.transport.connect_all(  # a newer plan or a stop ends the dials
-            {p: addrs[p] for p in sorted(others) if addrs.get(p)}, windows, self._superseded
-        )
-        if unreachable:
-            log.warning("not connected to %s yet: going on (they may dial us)", unreachable)
-        admit_plan_peers(dht, plan.peers())  # the DHT serves them only (worker/dht_gate.py)
-        if others:  # the DHT carries resume announcements and averaging matchmaking
-            bootstrap_dht(dht, sorted(others))
 
     def _agree_on_start(self, dht: DHT) -> StartPoint | None:
         """Every peer of the plan, spares too, announces its states; all pick one (start_step.py)."""
@@ -311,8 +288,7 @@ class Session:
             self.report(profile)
 
     def _checkpoint_if_due(self) -> None:
-        interval = self.spec.checkpoint.checkpoint_interval
-        if interval and self.step % interval == 0 and self.step < self.spec.optim.steps:
+        if interval_save_due(self.spec, self.step):
             self.save()
 
     def _should_stop(self) -> bool:
@@ -326,26 +302,15 @@ class Session:
         return not latest.plan.same_placement(self.plan)
 
     def save(self, at_end: bool = False) -> None:
-        """The stage's state at the current step boundary (worker/state_writer.py). A session's
-        last save (`at_end`) also writes the state one step back, if kept (the stages of a
-        pipeline stop up to a step apart), and is on disk when this returns; the interval's
-        saves land at one boundary on every stage, so the current state is enough."""
+        """The stage's state at the current step boundary (which states: worker/stage_saves.py),
+        by worker/state_writer.py; a session's last save (`at_end`) is on disk when this returns."""
         if at_end:
             self.writer.wait()  # a periodic save still being written lands first
         if self.model is None or self.failed:
             return
-        previous = self._previous
+        previous = self._previous if at_end else None
         outer = self.replicas.outer_state()
-        current = StageSnapshot.take(self.model, self.optimizer, self.step, outer)
-        snapshots: tuple[StageSnapshot, ...] = (current,)
-        if at_end and previous is not None and previous.step == self.step - 1:
-            snapshots = (previous, current)
-        # tagged with the plan's lineage; pruning keeps the newest of this lineage's and its
-        # ancestors' states (train/checkpoint.py)
-        rank = self.plan.state_rank
-        write = StateWrite(
-            self.model, snapshots, self.plan.state_tag, lambda t: rank(t) is not None
-        )
+        write = stage_write(self.model, self.optimizer, self.step, outer, previous, self.plan)
         if at_end:
             self.writer.write_now(write)
         else:

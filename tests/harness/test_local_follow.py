@@ -28,7 +28,9 @@ def test_a_short_runs_rate_is_the_workers_own(tmp_path: Path) -> None:
     log = tmp_path / "metrics-0.jsonl"
     log.write_text("".join(json.dumps(line) + "\n" for line in lines))
     steps: list[int] = []
-    result = local_run._follow(spec, [log], [], lambda p: None, lambda s, loss, r: steps.append(s))
+    result = local_run._follow(
+        spec, [log], [], [], lambda p: None, lambda s, loss, r: steps.append(s)
+    )
     assert steps == [0, 1, 2] and result.steps == 3
     assert result.tokens_per_s == pytest.approx(1000.0)  # the median step's
 

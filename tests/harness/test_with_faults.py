@@ -28,10 +28,10 @@ def test_the_products_help_shows_no_test_only_flag() -> None:
 def test_the_harness_wraps_join_with_faults() -> None:
     faults = Faults((Fault(SKIP_AVERAGING, 2, 0, 1),))
     wrapped = command("join", ["--bootstrap", "B"], faults)
-    assert wrapped[1:4] == ["-m", "p2ptrain.harness.with_faults", "join"]
+    assert wrapped[1:5] == ["-P", "-m", "p2ptrain.harness.with_faults", "join"]
     assert wrapped[-2:] == ["--fault", "skip-averaging@2:0:1"]
     # no faults: the product's own command
-    assert command("join", ["--bootstrap", "B"], Faults())[1:4] == ["-m", "p2ptrain", "join"]
+    assert command("join", ["--bootstrap", "B"], Faults())[1:5] == ["-P", "-m", "p2ptrain", "join"]
     # a bad fault stops the wrapper with one line, before any node starts
     done = subprocess.run(
         [

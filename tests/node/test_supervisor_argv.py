@@ -48,8 +48,8 @@ def test_the_control_command_line_parses_back_to_the_nodes_flags(
     )
     node._start_control("/tmp/c.sock", first=True)
     (argv,) = started
-    assert argv[:3] == [sys.executable, "-m", "p2ptrain.control"]
-    assert ControlSettings.from_argv(argv[3:]) == ControlSettings(
+    assert argv[:4] == [sys.executable, "-P", "-m", "p2ptrain.control"]
+    assert ControlSettings.from_argv(argv[4:]) == ControlSettings(
         role="control-only",
         identity="peer.key",
         bootstrap="/ip4/127.0.0.1/tcp/7400/p2p/QmBoot",

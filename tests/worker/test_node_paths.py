@@ -7,6 +7,8 @@ read (~/.ssh was trained on), unless the node names its own copy (--corpus, --to
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from p2ptrain.errors import UserError
@@ -109,3 +111,35 @@ def test_a_harness_passes_its_own_specs_paths_as_its_nodes_copies() -> None:
     # a node given them reads them, wherever they are, unpinned
     placed = place_data(RunSpec().replace(data="/abs/corpus"), corpus, tokenizer)
     assert (placed.data.source, placed.data.tokenizer) == (corpus, tokenizer)
+
+
+@pytest.mark.parametrize("named", [".ssh", ".ssh/id_ed25519", "data/.env", "./.aws"])
+def test_an_unpinned_hidden_path_is_not_read_even_inside_the_working_directory(named: str) -> None:
+    spec = RunSpec().replace(run_id="r", data=named)
+    with pytest.raises(UserError, match="hidden path"):
+        place_data(spec, None, None)
+    assert place_data(spec.replace(data_sha256=PIN), None, None).data.source == named
+
+
+def test_a_node_run_from_its_home_reads_no_unpinned_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A volunteer who joins from ~ (or from /): the working directory holds every private
+    folder of that user, hidden or not (Documents/, mail/)."""
+    from p2ptrain.worker.node_paths import unpinned_readable
+
+    home = tmp_path / "home" / "volunteer"
+    work = home / "runs"
+    work.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(home)
+    spec = RunSpec().replace(run_id="r", data="Documents/taxes")
+    with pytest.raises(UserError, match="home directory"):
+        place_data(spec, None, None)
+    assert not unpinned_readable("corpus.txt", cwd="/", home=str(home))
+    # below the home, in a folder of its own: read
+    monkeypatch.chdir(work)
+    assert place_data(spec, None, None) == spec
+    assert unpinned_readable("corpus.txt", cwd=str(work), home=str(home))
+    # the node's own copy is always read
+    assert place_data(spec, str(home / "Documents" / "mine"), None).data.source.endswith("mine")

@@ -40,16 +40,16 @@ def test_each_stage_accepts_only_its_neighbours_frames() -> None:
 
 
 def test_a_worker_waits_instead_of_training_on_a_plan_it_cannot_take() -> None:
-    from p2ptrain.worker.main import _not_actionable
+    from p2ptrain.worker.plan_readiness import why_not_actionable
 
     spec = RunSpec().replace(stages=2, n_layer=2)
     addrs = {p: ("/ip4/127.0.0.1/tcp/1",) for p in "abcde"}
     fine = PlanMessage(PLAN.replace(data_addrs=addrs), spec)
-    assert _not_actionable(fine, "a") == ""
+    assert why_not_actionable(fine, "a") == ""
     too_deep = PlanMessage(
         PLAN.replace(stages=3, pipelines=(("a", "b", "c"),), data_addrs=addrs), spec
     )
-    assert "cannot cut the model" in _not_actionable(too_deep, "a")
+    assert "cannot cut the model" in why_not_actionable(too_deep, "a")
     uneven = PlanMessage(PLAN.replace(data_addrs=addrs, stage_layers=(2, 1)), spec)
-    assert "sum" in _not_actionable(uneven, "a")  # 3 layers for a 2-layer model
-    assert "no data-plane address" in _not_actionable(PlanMessage(PLAN, spec), "a")
+    assert "sum" in why_not_actionable(uneven, "a")  # 3 layers for a 2-layer model
+    assert "no data-plane address" in why_not_actionable(PlanMessage(PLAN, spec), "a")

@@ -22,7 +22,7 @@ def test_settings_survive_their_command_line() -> None:
         faults=Faults((Fault(SKIP_AVERAGING, 2, 0, 1), Fault(DIE_WHILE_AVERAGING, 3, 1, 0))),
     )
     assert WorkerSettings.from_argv(settings.to_argv()) == settings
-    assert settings.command()[1:3] == ["-m", "p2ptrain.worker"]
+    assert settings.command()[1:4] == ["-P", "-m", "p2ptrain.worker"]
     assert settings.listen_maddr == "/ip4/0.0.0.0/tcp/7402"
 
 

@@ -38,6 +38,7 @@ import trio
 from p2ptrain import procs
 from p2ptrain.control.planning.numbers import Assessment, PlanInputs, Searched, SearchFailed
 from p2ptrain.control.planning.placement import NoPlacementFits, Placement
+from p2ptrain.flags import python_module
 from p2ptrain.records import Plan, RunSpec
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ class SearchProcessDied(RuntimeError):
 class _SearchProcess:
     def __init__(self) -> None:
         self.proc = procs.spawn(
-            [sys.executable, "-m", "p2ptrain.control.planning.search_process", str(IDLE_EXIT_S)],
+            python_module("p2ptrain.control.planning.search_process", str(IDLE_EXIT_S)),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             die_with_parent=signal.SIGKILL,
