@@ -23,7 +23,7 @@ def test_settings_survive_their_command_line() -> None:
         http="127.0.0.1:8080,node.example.org",
     )
     assert ControlSettings.from_argv(settings.to_argv()) == settings
-    assert settings.command()[1:3] == ["-m", "p2ptrain.control"]
+    assert settings.command()[1:4] == ["-P", "-m", "p2ptrain.control"]
 
 
 def test_defaults_stay_off_the_command_line() -> None:
