@@ -58,6 +58,18 @@ class SwarmResult:
     averaging: dict[str, int]  # outcome -> count over all peers and steps
     wall_s: float
     first_step: int = 0  # the first step trained: > 0 when the swarm resumed the run
+    # sync = "diloco": what the stages' outer rounds did (outcome -> count over peers; a round
+    # counts when it is applied, "started" a few steps before)
+    outer_rounds: dict[str, int] = field(default_factory=dict)
+
+
+def count_outcomes(
+    message: MetricsReport, averaging: dict[str, int], outer: dict[str, int]
+) -> None:
+    """Add a worker's step report to the per-step averaging and outer-round counts."""
+    averaging[message.averaging] = averaging.get(message.averaging, 0) + 1
+    if message.outer_round and message.outer_round != "started":
+        outer[message.outer_round] = outer.get(message.outer_round, 0) + 1
 
 
 def plan_layout(spec: RunSpec, num_peers: int) -> tuple[int, int]:
@@ -211,6 +223,7 @@ class LocalSwarm(ProcessSwarm):
         replicas = self.plan.num_replicas
         by_step: dict[int, StepStats] = {}
         averaging: dict[str, int] = {}
+        outer: dict[str, int] = {}
         losses: list[float] = []
         finished_s: list[float] = []  # when each step's loss was complete
         next_step = None
@@ -220,7 +233,7 @@ class LocalSwarm(ProcessSwarm):
             if not isinstance(message, MetricsReport):
                 continue
             deadline = time.monotonic() + STALL_TIMEOUT_S
-            averaging[message.averaging] = averaging.get(message.averaging, 0) + 1
+            count_outcomes(message, averaging, outer)
             if message.loss is None:
                 continue
             next_step = message.step if next_step is None else next_step  # a resumed run
@@ -235,9 +248,10 @@ class LocalSwarm(ProcessSwarm):
         wall_s = time.monotonic() - started_s
         for _, message in self.collect_until_exit(STOP_GRACE_S):  # the other stages' last metrics
             if isinstance(message, MetricsReport):
-                averaging[message.averaging] = averaging.get(message.averaging, 0) + 1
+                count_outcomes(message, averaging, outer)
+        tokens_per_s = self._tokens_per_s(finished_s)
         return SwarmResult(
-            len(losses), losses, self._tokens_per_s(finished_s), self.plan, averaging, wall_s
+            len(losses), losses, tokens_per_s, self.plan, averaging, wall_s, 0, outer
         )
 
     def _tokens_per_s(self, finished_s: list[float]) -> float:

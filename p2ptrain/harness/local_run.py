@@ -21,7 +21,7 @@ from pathlib import Path
 from p2ptrain import identity, procs
 from p2ptrain.addresses import LOOPBACK
 from p2ptrain.flags import python_module
-from p2ptrain.harness.direct_swarm import StepStats, SwarmResult
+from p2ptrain.harness.direct_swarm import StepStats, SwarmResult, count_outcomes
 from p2ptrain.harness.start_notes import StartNotes
 from p2ptrain.ipc_lines import decode
 from p2ptrain.records import Message, MetricsReport, Plan, RunSpec, SessionReport, issue_token
@@ -230,6 +230,7 @@ def _follow(
     by_step: dict[int, StepStats] = {}
     plan_of_step: dict[int, tuple[int, int]] = {}
     averaging: dict[str, int] = {}
+    outer: dict[str, int] = {}
     losses: dict[int, float] = {}
     finished_s: list[float] = []
     deadline = time.monotonic() + STALL_TIMEOUT_S
@@ -255,7 +256,7 @@ def _follow(
                     continue
                 if on_report is not None:
                     on_report(message)
-                averaging[message.averaging] = averaging.get(message.averaging, 0) + 1
+                count_outcomes(message, averaging, outer)
                 if message.loss is None:
                     continue
                 step, key = message.step, message.plan_key
@@ -285,7 +286,8 @@ def _follow(
         rates = sorted(sum(stats.tokens_per_s.values()) for stats in by_step.values())
         tokens_per_s = rates[len(rates) // 2] if rates else 0.0
     assert plan is not None  # every step's loss came from a session's reports
-    return SwarmResult(len(ordered), ordered, tokens_per_s, plan, averaging, wall_s, min(losses))
+    first = min(losses)
+    return SwarmResult(len(ordered), ordered, tokens_per_s, plan, averaging, wall_s, first, outer)
 
 
 def _new_lines(path: Path, offsets: list[int], index: int) -> list[Message]:

@@ -87,6 +87,17 @@ def test_one_members_step_does_not_put_the_run_under_way() -> None:
     assert not Membership().run_under_way()
 
 
+def test_two_liars_among_many_do_not_put_the_run_under_way() -> None:
+    """Two members' "step 5" skipped the first plan's min_peers in any swarm."""
+    table = members({A: 5, B: 5, C: None, SPARE: None, "Dddd": None})
+    assert not table.run_under_way()  # two of five
+    table["Eeee"] = member(None, role="control-only")  # never reports: not counted
+    table[C] = member(40)
+    assert table.run_under_way()  # three of five trainers
+    table[SPARE] = member(None)
+    assert members({A: 5, B: 5, C: None, SPARE: None}).run_under_way()  # half: 2 placed, 2 spares
+
+
 def test_a_liars_step_0_does_not_skip_the_first_plans_min_peers() -> None:
     """One member's "step 0" before any plan let the planner plan 3 peers of min_peers 4."""
     v, feed, _, tick = planner_of((B, C))

@@ -168,7 +168,8 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
     print(
         f"done: {result.steps} steps in {time.monotonic() - started_s:.0f} s, loss "
         f"{result.loss[0]:.3f} -> {result.loss[-1]:.3f}, {result.tokens_per_s:.0f} tokens/s, "
-        f"averaging {result.averaging}",
+        f"averaging {result.averaging}"
+        + (f", outer rounds {result.outer_rounds}" if result.outer_rounds else ""),
         file=out,
         flush=True,
     )
@@ -179,6 +180,8 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
             "loss": result.loss,
             "tokens_per_s": result.tokens_per_s,
             "plan": {k: v for k, v in result.plan.to_dict().items() if k != "data_addrs"},
+            "averaging": result.averaging,
+            "outer_rounds": result.outer_rounds,
         }
         print(json.dumps(summary), flush=True)
     return 0
