@@ -115,6 +115,7 @@ def swarm_status(view: SwarmView, now: float, relay_bytes: int = 0) -> SwarmStat
         finished=view.finished,
         peers_left_out=peers_left_out,
         links_left_out=links_left_out,
+        run_steps=view.run.optim.steps if view.run else None,
     )
 
 

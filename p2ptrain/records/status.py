@@ -157,3 +157,6 @@ class SwarmStatus(Record, name="status"):
     # plan's peers and links are always in): a flood of identities, or members naming others
     peers_left_out: Annotated[int, Int(0, 2**53), Wire(omit_default=True)] = 0
     links_left_out: Annotated[int, Int(0, 2**53), Wire(omit_default=True)] = 0
+    # the run's `steps` (its last step is steps - 1): what bounds a trainer's word of its step
+    # on the dashboard. Older nodes do not say
+    run_steps: Annotated[int | None, Nullable(Int(1, 2**53)), Wire(omit_default=True)] = None

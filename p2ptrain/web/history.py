@@ -140,9 +140,9 @@ class SwarmHistory:
         or so apart, so the replicas' reports are rarely of one step) and their summed
         tokens/s. Nothing until every replica has reported.
         Steps only grow within one plan: a lower one under a new plan starts afresh (steps
-        re-run after a re-plan), or one replica's lie of a huge step, its own word, would stop
-        the chart for the node's life (the run's `steps`, which would bound it, is not in the
-        status)."""
+        re-run after a re-plan), and a step past the run's last (`run_steps`, where the status
+        says it) is no step: one replica's lie of a huge step, its own word, stopped the chart
+        for the node's life."""
         plan = status.plan
         if plan is None:
             return
@@ -154,6 +154,7 @@ class SwarmHistory:
             and p.metrics is not None
             and p.metrics.step is not None
             and p.metrics.loss is not None
+            and (status.run_steps is None or p.metrics.step < status.run_steps)
         ]
         if not reports or len(reports) < len(last):  # a plan of no pipeline too
             return

@@ -306,3 +306,12 @@ def test_only_the_word_after_a_hand_over_names_a_plan() -> None:
     ):
         with pytest.raises(WireError):
             Health.from_dict(word)
+
+
+def test_a_status_says_the_runs_steps_when_it_knows_them() -> None:
+    """The dashboard bounds a trainer's word of its step by them (web/history.py)."""
+    status = SwarmStatus.from_dict({**status_dict(), "run_steps": 1000})
+    assert status.run_steps == 1000 and status.to_dict()["run_steps"] == 1000
+    assert SwarmStatus.from_dict(status_dict()).run_steps is None  # an older node's
+    with pytest.raises(WireError):
+        SwarmStatus.from_dict({**status_dict(), "run_steps": 0})

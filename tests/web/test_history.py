@@ -86,6 +86,17 @@ def test_a_liars_huge_step_stops_the_chart_only_until_the_next_plan() -> None:
     assert [p.step for p in history.points][-1] == 8
 
 
+def test_a_step_past_the_runs_last_is_no_step() -> None:
+    """A status that says the run's `steps` bounds the lie within its plan too."""
+    ids = peer_ids(4)
+    history = SwarmHistory()
+    bounded = dataclasses.replace(swarm(4, ids=ids, step=5), run_steps=1000)
+    history.observe(dataclasses.replace(swarm(4, ids=ids, step=4), run_steps=1000), 1.0)
+    history.observe(_with_step(bounded, ids[3], 10**15, 4.0), 2.0)  # its only source lies
+    history.observe(dataclasses.replace(swarm(4, ids=ids, step=6), run_steps=1000), 3.0)
+    assert [p.step for p in history.points] == [4, 6]
+
+
 def test_history_is_bounded() -> None:
     ids = peer_ids(4)
     history = SwarmHistory(max_points=3, max_events=5)
