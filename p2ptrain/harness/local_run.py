@@ -10,6 +10,7 @@ nodes run is a NodeSites: loopback here; the WAN testbed puts node i in namespac
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
 import subprocess
 import sys
@@ -156,7 +157,7 @@ def train_with_control_plane(
         if before_stop is not None:
             before_stop()
         _wait_for_exits(nodes[1:], FINISH_S)
-        return result
+        return _with_all_outcomes(result, logs)
     finally:
         _stop(nodes)
 
@@ -288,6 +289,18 @@ def _follow(
     assert plan is not None  # every step's loss came from a session's reports
     first = min(losses)
     return SwarmResult(len(ordered), ordered, tokens_per_s, plan, averaging, wall_s, first, outer)
+
+
+def _with_all_outcomes(result: SwarmResult, logs: list[Path]) -> SwarmResult:
+    """`result` counting every report the workers wrote: the first stages report the last
+    step, and their last outer round, after the last stages' loss ended `_follow`."""
+    averaging: dict[str, int] = {}
+    outer: dict[str, int] = {}
+    for i, path in enumerate(logs):
+        for message in _new_lines(path, [0] * len(logs), i):
+            if isinstance(message, MetricsReport):
+                count_outcomes(message, averaging, outer)
+    return dataclasses.replace(result, averaging=averaging, outer_rounds=outer)
 
 
 def _new_lines(path: Path, offsets: list[int], index: int) -> list[Message]:
