@@ -143,7 +143,7 @@ class Worker:
                 assert message is not None
                 if message.run is not None:
                     self.runs.check_data(message.run)  # before any step: UserError if not the run's
-                    self.runs.time_compute(message.run)  # at once if the run came ahead of it
+                    self.runs.time_compute(message.run)  # if it came ahead and is not yet timed
                 problem = why_not_actionable(message, transport.peer_id)
                 if problem or message.run is None:
                     log.info("waiting for a better plan: %s", problem)

@@ -2,6 +2,10 @@
 the run's, tell the control process the run's states this node holds, and time the run's model
 for the planner. A spec the control process sends ahead of any plan is handled off the IPC
 reader's thread once the worker is up; one that comes with a plan, at once, before any step.
+Only a run sent ahead is timed: the control process always sends it ahead of its plans and its
+planner reads the timing; a harness that sends its plan with the spec and nothing ahead
+(harness/direct_swarm.py) places the peers itself, and a timing nobody reads cost each of its
+workers a second of CPU at the plan's arrival, when every worker starts its first step.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class RunIntake:
         # set once connected, before the worker is up: None for a static plan
         self.ipc: IpcClient | None = None
         self._timed_runs: set[str] = set()
+        self._runs_ahead: set[str] = set()  # runs the control process sent ahead of any plan
         self._told_runs: set[str] = set()  # runs whose saved states we told the control process
         self._checked_data: set[tuple[str, str, str]] = set()  # (run, data, digest) found right
         self.refused = ""  # why this worker will not train the run (its data is not the run's)
@@ -54,6 +59,7 @@ class RunIntake:
     def on_run(self, spec: RunSpec) -> None:
         """The run spec ahead of any plan: tell its saved states once our hello is out, time its
         model once we are up, off the IPC reader's thread."""
+        self._runs_ahead.add(spec.run_id)  # on the reader's thread: before the plan that follows
 
         def probe() -> None:
             self._hello_sent.wait()
@@ -99,12 +105,13 @@ class RunIntake:
             self.ipc.send(saved_report(place_checkpoints(spec, own), own))
 
     def time_compute(self, spec: RunSpec) -> None:
-        """Once per run: tell the saved states (if not yet told), then time the run's model (a
-        second at most): the planner prices our stages from it."""
+        """Once per run sent ahead (the module's docstring): tell the saved states (if not yet
+        told), then time the run's model (a second at most): the planner prices our stages from
+        it."""
         from p2ptrain.worker.compute_probe import measure_stage_compute
 
-        if self.ipc is None:
-            return  # a static plan has no planner to tell
+        if self.ipc is None or spec.run_id not in self._runs_ahead:
+            return  # a static plan, or a harness's: no planner reads it
         self.tell_saved(spec)
         with self._timing:
             if spec.run_id in self._timed_runs:

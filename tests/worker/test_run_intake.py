@@ -1,7 +1,8 @@
 """A run spec that reaches the worker ahead of any plan (worker/run_intake.py): its saved states
 are told as soon as our hello is out (the planner's first plan waits for every trainer's word on
 them), its model is timed only once the whole start is done (a probe beside torch's warm-up
-would time us slow), each once per run."""
+would time us slow), each once per run; a run that comes only with a plan (a harness's: no
+planner reads the timing) is not timed."""
 
 from __future__ import annotations
 
@@ -54,3 +55,18 @@ def test_saved_states_are_told_at_hello_and_the_model_timed_once_the_worker_is_u
     assert isinstance(timed, ComputeReport) and timed.compute.run_id == "intake"
     intake.time_compute(SPEC)  # a plan bringing the same run: neither is sent again
     assert len(sent.messages) == 2
+
+
+def test_a_run_that_comes_only_with_a_plan_is_not_timed(tmp_path: Path) -> None:
+    intake = RunIntake(
+        WorkerSettings(ipc="s", checkpoint_dir=str(tmp_path)), torch.device("cpu"), PlanInbox()
+    )
+    sent = Sent()
+    intake.ipc = sent  # type: ignore[assignment]
+    intake.worker_is_up()
+    intake.time_compute(SPEC)  # the direct swarm's plan: its spec, nothing ahead
+    assert sent.messages == []
+    intake.on_run(SPEC.replace(run_id="ahead"))  # a control process's run, ahead of its plan
+    intake.time_compute(SPEC.replace(run_id="ahead"))  # its plan: timed, now or on the thread
+    kinds = {type(message) for message in sent.wait_for(2)}
+    assert kinds == {SavedReport, ComputeReport}
