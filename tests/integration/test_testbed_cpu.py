@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 
 import pytest
@@ -41,6 +42,14 @@ def _timed_s(bed: Testbed, peer: int, code: str) -> float:
     return float(done.stdout.strip())
 
 
+def _held_s(bed: Testbed, peer: int, code: str) -> float:
+    """`code`'s typical time under a quota: the median of three. Now and then a held run gets
+    well over its share (CFS hands the quota out in per-CPU slices: likely leftovers on both
+    cores): in one CI run a held loop took 0.54 s where its mates take 0.74-0.98 s and the
+    unlimited one 0.22 s, and the fastest of two judged the quota by that lucky run."""
+    return statistics.median(_timed_s(bed, peer, code) for _ in range(3))
+
+
 def _quarter_core_bed() -> Testbed:
     """Two peers on a fast link, peer 1 under a quarter-core quota."""
     try:
@@ -55,7 +64,7 @@ def test_a_quarter_core_runs_a_cpu_loop_about_four_times_slower() -> None:
     with _quarter_core_bed() as bed:
         assert json.loads(bed.state_path.read_text())["cgroups"] == bed.cgroups
         fast = min(_timed_s(bed, 0, LOOP) for _ in range(2))
-        slow = min(_timed_s(bed, 1, LOOP) for _ in range(2))
+        slow = _held_s(bed, 1, LOOP)
         bed.set_cpu(1, None)  # lifted at runtime
         lifted = min(_timed_s(bed, 1, LOOP) for _ in range(2))
         groups = list(bed.cgroups)
@@ -72,7 +81,7 @@ def test_the_compute_probe_sees_a_peers_cpu_quota() -> None:
     # speed inside its period's budget and call a throttled peer fast
     with _quarter_core_bed() as bed:
         fast = min(_timed_s(bed, 0, PROBE) for _ in range(2))
-        slow = min(_timed_s(bed, 1, PROBE) for _ in range(2))
+        slow = _held_s(bed, 1, PROBE)
     assert slow / fast > 2.5, (fast, slow)
 
 
@@ -97,7 +106,7 @@ def test_a_compute_quota_holds_back_only_the_processes_that_name_the_compute() -
     where = "import time; time.sleep(0.5); print(open('/proc/self/cgroup').read())"
     with bed:
         other = min(_timed_s(bed, 1, _loop_named("other")) for _ in range(2))
-        compute = min(_timed_s(bed, 1, _loop_named(marker)) for _ in range(2))
+        compute = _held_s(bed, 1, _loop_named(marker))
         moved = bed.run(1, [sys.executable, "-c", where, marker], timeout_s=30).stdout
         stayed = bed.run(1, [sys.executable, "-c", where, "other"], timeout_s=30).stdout
         groups = [*bed.cgroups, *bed.compute_groups]
