@@ -26,7 +26,8 @@ from typing import Any, TextIO
 
 from p2ptrain import procs
 from p2ptrain.errors import UserError
-from p2ptrain.records import MetricsReport, Plan, RunSpec
+from p2ptrain.harness.local_progress import Progress, done_line
+from p2ptrain.records import RunSpec
 from p2ptrain.worker.faults import Faults
 from p2ptrain.worker.settings import DEFAULT_DEVICE, device_arg
 
@@ -154,7 +155,7 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
         else:
             with LocalSwarm(spec, args.peers, workdir, device=args.device) as swarm:
                 print(f"starting {args.peers} peers (logs in {workdir}) ...", file=out, flush=True)
-                progress = _Progress(spec.optim.steps, out)
+                progress = Progress(spec.optim.steps, out)
                 plan = plan_for(spec, swarm.wait_hellos())
                 progress.on_plan(plan)
                 swarm.send_plan(plan)
@@ -165,14 +166,7 @@ def run(args: argparse.Namespace, faults: Faults | None = None) -> int:
     finally:
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
-    print(
-        f"done: {result.steps} steps in {time.monotonic() - started_s:.0f} s, loss "
-        f"{result.loss[0]:.3f} -> {result.loss[-1]:.3f}, {result.tokens_per_s:.0f} tokens/s, "
-        f"averaging {result.averaging}"
-        + (f", outer rounds {result.outer_rounds}" if result.outer_rounds else ""),
-        file=out,
-        flush=True,
-    )
+    print(done_line(result, time.monotonic() - started_s), file=out, flush=True)
     if args.json:
         summary = {
             "steps": result.steps,
@@ -240,7 +234,7 @@ def _train_emulated(
             file=out,
             flush=True,
         )
-        progress = _Progress(spec.optim.steps, out)
+        progress = Progress(spec.optim.steps, out)
         plan, _ = plan_on_testbed(bed, spec, swarm.wait_hellos())
         progress.on_plan(plan)
         swarm.send_plan(plan)
@@ -255,7 +249,7 @@ def _train_with_control_plane(
     """A bootstrap and `num_peers` join nodes train (harness/local_run.py), a line per step."""
     from p2ptrain.harness.local_run import train_with_control_plane
 
-    progress = _Progress(spec.optim.steps, out)
+    progress = Progress(spec.optim.steps, out)
     result = train_with_control_plane(
         spec,
         num_peers,
@@ -282,10 +276,6 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt  # unwinds through LocalSwarm, which kills every process group
 
 
-def _short(peer_id: str) -> str:
-    return f"…{peer_id[-6:]}"
-
-
 def one_host_spec(spec: RunSpec) -> RunSpec:
     """The run as peers that share one machine plan it: on their links, at the run's `stages`.
     Each worker's stage time describes a machine of its own, which these peers are not; priced
@@ -303,59 +293,3 @@ def shared_cores_note(num_peers: int) -> str:
         "speed-up separate machines would give (the planner prices the links only, at the "
         "run's stages)"
     )
-
-
-def _describe_plan(plan: Plan) -> str:
-    pipelines = " | ".join(" → ".join(_short(p) for p in pipe) for pipe in plan.pipelines)
-    spares = f", spares {', '.join(_short(p) for p in plan.spares)}" if plan.spares else ""
-    planner = _short(plan.planner) if plan.planner.startswith("12D3") else plan.planner
-    return (
-        f"plan ({planner}): {plan.stages} stages x {plan.num_replicas} replicas: "
-        f"{pipelines}{spares}"
-    )
-
-
-class _Progress:
-    """One line per step, redrawn in place on a terminal."""
-
-    def __init__(self, steps: int, out: TextIO) -> None:
-        self.steps = steps
-        self.layout = "?"
-        self.out = out
-        self.tty = out.isatty()
-        self.outer_steps: dict[int, int] = {}  # sync = "diloco": each stage's outer steps
-        self.inner_steps: int | None = None
-
-    def on_report(self, report: MetricsReport) -> None:
-        """A worker's step: under diloco, its stage's outer steps so far."""
-        if report.outer_steps is not None:
-            done = max(self.outer_steps.get(report.stage, 0), report.outer_steps)
-            self.outer_steps[report.stage], self.inner_steps = done, report.inner_steps
-
-    def outer_text(self) -> str:
-        """ "  outer 3 (H 10)": the outer rounds every stage has applied ("": not diloco)."""
-        if not self.outer_steps:
-            return ""
-        return f"  outer {min(self.outer_steps.values())} (H {self.inner_steps})"
-
-    def on_plan(self, plan: Plan) -> None:
-        self.outer_steps = {}  # the new plan's stages report afresh (their counts carry over)
-        self.layout = f"{plan.stages}x{plan.num_replicas}"
-        if self.tty:
-            self.out.write("\n")
-        print(_describe_plan(plan), file=self.out, flush=True)
-
-    def on_step(self, step: int, loss: float, tokens_per_s: float) -> None:
-        width = 20
-        filled = int(width * (step + 1) / self.steps)
-        bar = "#" * filled + "." * (width - filled)
-        line = (
-            f"[{bar}] step {step + 1}/{self.steps}  loss {loss:.4f}  "
-            f"{tokens_per_s:,.0f} tok/s  plan {self.layout}{self.outer_text()}"
-        )
-        self.out.write(("\r" + line) if self.tty else line + "\n")
-        self.out.flush()
-
-    def finish(self) -> None:
-        if self.tty:
-            self.out.write("\n")
