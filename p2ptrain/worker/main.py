@@ -15,8 +15,6 @@ import json
 import logging
 import os
 import signal
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,7 +23,6 @@ from p2ptrain import addresses, identity
 from p2ptrain.errors import UserError
 from p2ptrain.records import (
     CopyReport,
-    Heartbeat,
     Hello,
     MetricsReport,
     Plan,
@@ -42,6 +39,7 @@ from p2ptrain.worker.device import precision_note, resolve_device
 from p2ptrain.worker.pipeline.frames import Expected, FrameHeader, NotReady
 from p2ptrain.worker.plan_readiness import why_not_actionable
 from p2ptrain.worker.process_life import exit_process, run_bounded, set_up_process, warm_up_torch
+from p2ptrain.worker.pulse import Pulse
 from p2ptrain.worker.run_intake import RunIntake
 from p2ptrain.worker.settings import WorkerSettings
 
@@ -51,15 +49,11 @@ if TYPE_CHECKING:
     from p2ptrain.worker.pipeline.transport import Transport
     from p2ptrain.worker.profiler import StepProfiler
     from p2ptrain.worker.resume.state_transfer import StateServer
-    from p2ptrain.worker.session import SessionEnd
+    from p2ptrain.worker.session import Session, SessionEnd
 
 log = logging.getLogger("p2ptrain.worker")
 
 SHUTDOWN_GRACE_S = 3.0
-# from its own thread: the control process judges our health by them (control/health.py)
-HEARTBEAT_INTERVAL_S = 2.0
-# after hivemind's DHT process died: as long as a supervisor gives a stopping worker
-DHT_LOST_EXIT_S = 10.0
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -86,18 +80,16 @@ class Worker:
         log.info("training on %s (%s)", self.device, precision_note(self.device))
         self.inbox = PlanInbox()
         self.runs = RunIntake(settings, self.device, self.inbox)
-        self.dht: hivemind.DHT | None = None  # while it should be alive (_check_dht)
-        self.failure = ""  # why the worker stopped on its own (its DHT process died)
+        self.current: Session | None = None  # the session whose frames are accepted
+        self.pulse = Pulse(self.inbox, leave, self._step)  # phase, DHT watch, heartbeats
         self.ipc: IpcClient | None = (
             IpcClient(settings.ipc, self.inbox, on_run=self.runs.on_run) if settings.ipc else None
         )
         self.runs.ipc = self.ipc  # its probes wait for our start: it is set by then
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, watchdog.stop_handler(self.inbox.stop, self._leave))
-        self.phase = "starting"  # records/messages.py PHASES; with the plan it concerns
-        self.phase_plan: Plan | None = None
         if self.ipc is not None:
-            threading.Thread(target=self._beat_forever, name="heartbeat", daemon=True).start()
+            self.pulse.beat(self.ipc)
 
     def run(self) -> int:
         from p2ptrain.worker.dht_gate import start_gated_dht
@@ -106,7 +98,7 @@ class Worker:
         from p2ptrain.worker.pipeline.transport import Transport
         from p2ptrain.worker.resume.copy_server import CopyServer
         from p2ptrain.worker.resume.state_transfer import StateServer
-        from p2ptrain.worker.session import Session, SessionEnd
+        from p2ptrain.worker.session import SessionEnd
 
         seed = self._seed()
         key_copy = identity.DaemonKeyCopy(seed, self.settings.identity)
@@ -119,8 +111,7 @@ class Worker:
             )
         finally:
             key_copy.remove()
-        self.dht = dht
-        self.current: Session | None = None
+        self.pulse.dht = dht
         transport = Transport.start(dht.replicate_p2p, self._expect)
         state_server = StateServer(transport)
         CopyServer(state_server, transport.peer_id, transport, self._latest_plan)
@@ -131,13 +122,14 @@ class Worker:
             log.info("data plane up: %s", data_addrs[0])
             self._hello(transport.peer_id, data_addrs)
             self.runs.hello_sent()
-            self.phase = "waiting"
+            self.pulse.phase = "waiting"
             warm_up_torch()
             self.runs.worker_is_up()
             version = 0
             while True:
                 if not self.inbox.wait_newer(version):
-                    return 2 if self.runs.refused else self._stop_code()  # before any (new) plan
+                    # before any (new) plan
+                    return 2 if self.runs.refused else self.pulse.stop_code()
                 version = self.inbox.version
                 message = self.inbox.latest
                 assert message is not None
@@ -156,7 +148,7 @@ class Worker:
                 if end is SessionEnd.DONE:
                     return 0
                 if self.inbox.stopped:
-                    return self._stop_code()
+                    return self.pulse.stop_code()
                 if end is SessionEnd.PEER_LOST and not self.ipc:
                     return 3  # a static plan cannot heal; a control plane re-plans
                 if self.inbox.version == version:  # else a new plan is here already
@@ -180,7 +172,7 @@ class Worker:
         from p2ptrain.worker.session import Session, SessionEnd
 
         state_server.serve_run(spec, checkpoint_dir(spec), message.plan)
-        self.phase, self.phase_plan = "joining", message.plan
+        self.pulse.phase, self.pulse.phase_plan = "joining", message.plan
         session = Session(
             spec,
             message.routed_plan(),
@@ -206,7 +198,7 @@ class Worker:
                 state_server.served,
                 functools.partial(self._superseded, version),
             )
-        self.phase = "spare" if session.role is None else "training"
+        self.pulse.phase = "spare" if session.role is None else "training"
         try:
             end = session.train(version)
             if end is SessionEnd.SPARE:  # a lone holder's crash then costs steps only
@@ -222,14 +214,14 @@ class Worker:
         finally:
             # a stopped session takes no more frames (the sender retries until our next
             # session, or gives up): one accepted now would be ACCEPTED and never used
-            self.current, self.phase = None, "waiting"
+            self.current, self.pulse.phase = None, "waiting"
             session.close()
             del session  # what it held is not kept through the wait for the next plan
             collector.thaw()
         return end
 
     def _shut_down(self, transport: Transport, dht: hivemind.DHT) -> None:
-        self.dht = None  # before its shutdown: see _check_dht
+        self.pulse.dht = None  # before its shutdown: see Pulse.check_dht
         finish_sends(transport)  # a groupmate's last outer round may wait for our shard
 
         # hivemind's own shutdown can hang for long; give it a moment, then leave: the
@@ -259,36 +251,9 @@ class Worker:
             raise NotReady()  # between plans: the sender retries
         return session.expect(header)
 
-    def _fail(self, why: str) -> None:
-        """Stop on our own (exit code 1), saying why."""
-        self.failure = why
-        log.error("%s: stopping the worker", why)
-        self.inbox.stop()
-
-    def _stop_code(self) -> int:
-        return 1 if self.failure else 0
-
-    def _check_dht(self) -> None:
-        """hivemind's DHT process died: the data plane is gone, but its p2pd (no parent-death
-        signal) lives on. Stop as on SIGTERM (checkpoint, exit 1), or, should the trainer hang
-        on the dead DHT, leave anyway: the watchdog then kills p2pd and the rest of the group."""
-        dht = self.dht  # None again before run() shuts it down: that end is no failure
-        if dht is None or dht.is_alive() or self.dht is None or self.failure:
-            return
-        self._fail(f"hivemind's DHT process died (exit code {dht.exitcode})")
-        timer = threading.Timer(DHT_LOST_EXIT_S, self._leave, args=(1,))
-        timer.daemon = True
-        timer.start()
-
-    def _beat_forever(self) -> None:
-        assert self.ipc is not None
-        while not self.inbox.stopped:
-            self._check_dht()  # here: this thread runs whatever the trainer is doing
-            session, plan = getattr(self, "current", None), self.phase_plan
-            step = session.step if session is not None else 0
-            term, epoch = (0, 0) if plan is None else plan.key
-            self.ipc.send(Heartbeat(self.phase, step, term, epoch))
-            time.sleep(HEARTBEAT_INTERVAL_S)
+    def _step(self) -> int:
+        session = self.current
+        return 0 if session is None else session.step
 
     def _profiler(self) -> StepProfiler:
         """A session's step hook: where each step's CPU went, only with --profile."""
@@ -316,7 +281,7 @@ class Worker:
         # a static plan (settings checked: --plan needs --name): hellos are files beside it
         plan, name = self.settings.plan, self.settings.name
         assert plan is not None and name is not None
-        static_plan.rendezvous(Path(plan), name, hello, self.inbox, self._fail)
+        static_plan.rendezvous(Path(plan), name, hello, self.inbox, self.pulse.fail)
 
     def _seed(self) -> bytes:
         """The node's Ed25519 seed (p2pd gets it as identity.DaemonKeyCopy: same peer id).

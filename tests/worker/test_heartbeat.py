@@ -17,9 +17,10 @@ import pytest
 
 from p2ptrain.ipc_lines import LineBuffer, decode
 from p2ptrain.records import Heartbeat
-from p2ptrain.worker import main
+from p2ptrain.worker import pulse
 from p2ptrain.worker.faults import FREEZE, Fault, Faults
-from p2ptrain.worker.main import HEARTBEAT_INTERVAL_S, Worker
+from p2ptrain.worker.main import Worker
+from p2ptrain.worker.pulse import HEARTBEAT_INTERVAL_S
 from p2ptrain.worker.settings import WorkerSettings
 
 
@@ -60,7 +61,7 @@ class FakeDht:
 def test_a_worker_whose_dht_process_died_stops_and_leaves(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(main, "DHT_LOST_EXIT_S", 0.05)
+    monkeypatch.setattr(pulse, "DHT_LOST_EXIT_S", 0.05)
     left: list[int] = []
     done = threading.Event()
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -73,14 +74,14 @@ def test_a_worker_whose_dht_process_died_stops_and_leaves(
     worker = Worker(settings, leave)
     for sig, handler in handlers.items():
         signal.signal(sig, handler)
-    worker._check_dht()  # no DHT yet, or shut down by run(): nothing to judge
-    worker.dht = FakeDht(None)
-    worker._check_dht()
-    assert not worker.inbox.stopped and not worker.failure
-    worker.dht = FakeDht(-9)
-    worker._check_dht()
-    assert worker.inbox.stopped and "exit code -9" in worker.failure
-    assert worker._stop_code() == 1  # the node sees a failure, not a finished worker
+    worker.pulse.check_dht()  # no DHT yet, or shut down by run(): nothing to judge
+    worker.pulse.dht = FakeDht(None)  # type: ignore[assignment]
+    worker.pulse.check_dht()
+    assert not worker.inbox.stopped and not worker.pulse.failure
+    worker.pulse.dht = FakeDht(-9)  # type: ignore[assignment]
+    worker.pulse.check_dht()
+    assert worker.inbox.stopped and "exit code -9" in worker.pulse.failure
+    assert worker.pulse.stop_code() == 1  # the node sees a failure, not a finished worker
     assert done.wait(5) and left == [1]  # the trainer did not return in time: it leaves
 
 
