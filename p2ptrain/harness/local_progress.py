@@ -11,14 +11,15 @@ if TYPE_CHECKING:  # the swarm's module: only its result's type here
     from p2ptrain.harness.direct_swarm import SwarmResult
 
 
-def _short(peer_id: str) -> str:
+def short_id(peer_id: str) -> str:
+    """A peer id as `local` prints it: its last six characters."""
     return f"…{peer_id[-6:]}"
 
 
 def _describe_plan(plan: Plan) -> str:
-    pipelines = " | ".join(" → ".join(_short(p) for p in pipe) for pipe in plan.pipelines)
-    spares = f", spares {', '.join(_short(p) for p in plan.spares)}" if plan.spares else ""
-    planner = _short(plan.planner) if plan.planner.startswith("12D3") else plan.planner
+    pipelines = " | ".join(" → ".join(short_id(p) for p in pipe) for pipe in plan.pipelines)
+    spares = f", spares {', '.join(short_id(p) for p in plan.spares)}" if plan.spares else ""
+    planner = short_id(plan.planner) if plan.planner.startswith("12D3") else plan.planner
     return (
         f"plan ({planner}): {plan.stages} stages x {plan.num_replicas} replicas: "
         f"{pipelines}{spares}"

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from p2ptrain.harness.local_progress import short_id
 from p2ptrain.records import Plan
 
 QUIET_NOTE_S = 20.0  # without a node's reason: a generic line this often
@@ -43,7 +44,7 @@ class StartNotes:
         for i, path in enumerate(self.logs):
             for line in self._new_lines(i, path):
                 if line.startswith(_PREFIXES) and not line.startswith("waiting for nothing"):
-                    self.reason = _PEER_ID.sub(lambda m: "…" + m.group()[-6:], line)
+                    self.reason = _PEER_ID.sub(lambda m: short_id(m.group()), line)
         waited_s = now - self.started_s
         if self.reason and self.reason != self.said and now - self.said_at >= MIN_GAP_S:
             self._say(f"{self.reason} ({waited_s:.0f} s)", now)
