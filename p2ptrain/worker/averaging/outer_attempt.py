@@ -81,6 +81,18 @@ class AttemptFailed(Exception):
         self.heard = heard
 
 
+def send_paced(link: RoundLink, this: Attempt, sends: list[_Send], timeout_s: float) -> None:
+    """Each message to its peer, the pacer's gap apart, starting with the member after us:
+    each member's k-th send goes to a different peer, so no one receives every member's first
+    message at once."""
+    ring, me = len(this.members), this.members.index(link.peer_id)
+    sends = sorted(sends, key=lambda send: (this.members.index(send[0]) - me) % ring)
+    for index, (peer, header, payload) in enumerate(sends):
+        if index:
+            this.pacer.between_sends()
+        link.send(peer, header, payload, timeout_s)
+
+
 class AttemptShapes:
     """This replica's side of an attempt's messages, for one exchange (its group and codec)."""
 
@@ -151,7 +163,8 @@ class AttemptShapes:
         with this.pacer.work():
             claims = self.claims(sent, this)
         wait_s = this.join_s + this.transfer_s
-        self.send_paced(
+        send_paced(
+            self.link,
             this,
             [
                 (
@@ -191,8 +204,8 @@ class AttemptShapes:
             contributors,
             tuple(notes),
         )
-        self.send_paced(
-            this, [(peer, header, payload_out) for peer in members if peer != me], wait_s
+        send_paced(
+            self.link, this, [(peer, header, payload_out) for peer in members if peer != me], wait_s
         )
         if problems:
             raise AttemptFailed("; ".join(problems), heard)
@@ -245,8 +258,11 @@ class AttemptShapes:
             claims = self.claims(sent, this)
         header = wire.RoundHeader(this.key, wire.SPARSE, me, 0, payload.numel(), claims)
         wait_s = this.join_s + this.transfer_s
-        self.send_paced(
-            this, [(peer, header, payload) for peer in this.members if peer != me], wait_s
+        send_paced(
+            self.link,
+            this,
+            [(peer, header, payload) for peer in this.members if peer != me],
+            wait_s,
         )
         parts: dict[str, torch.Tensor] = {me: sent}
         contributors: dict[str, Checksums] = {me: claims}
@@ -271,17 +287,6 @@ class AttemptShapes:
         return result, gathered, combined
 
     # --- shared ---
-
-    def send_paced(self, this: Attempt, sends: list[_Send], timeout_s: float) -> None:
-        """Each message to its peer, the pacer's gap apart, starting with the member after
-        us: each member's k-th send goes to a different peer, so no one receives every
-        member's first message at once."""
-        ring, me = len(this.members), this.members.index(self.link.peer_id)
-        sends = sorted(sends, key=lambda send: (this.members.index(send[0]) - me) % ring)
-        for index, (peer, header, payload) in enumerate(sends):
-            if index:
-                this.pacer.between_sends()
-            self.link.send(peer, header, payload, timeout_s)
 
     def combine(
         self, parts: Mapping[str, torch.Tensor], claims: Mapping[str, Checksums], numel: int

@@ -4,11 +4,11 @@ messages): in a group of three or more, the members confirm that they combined t
 A member that equivocates (one top-k payload to one groupmate and another to the next, a
 reducer's shard or a member's claims differing by receiver) passes every check each receiver
 makes alone, and honest members would apply different means. Each member sends every other
-the digest of every message its result combined (outer_wire.combined_digest), or FAILED_DIGEST
-if its attempt failed; a digest unlike ours fails the attempt (someone equivocated: which
-one, a third member cannot tell), and so does a failed one (a member that missed a message:
-all stay local rather than it alone), both with no retry (a retry's group is the members each
-heard from, not alike here). A confirmation that does not come is no reason to drop the result
+the digest of every message its result combined (outer_wire.combined_digest), paced as its
+other messages, or FAILED_DIGEST at once if its attempt failed; a digest unlike ours fails
+the attempt (someone equivocated: which one, a third member cannot tell), and so does a
+failed one (a member that missed a message: all stay local rather than it alone), both with
+no retry (a retry's group is the members each heard from, not alike here). A confirmation that does not come is no reason to drop the result
 (a member that withholds it changes nothing; one that died after its messages left is not
 needed); we wait for it until a groupmate that missed a message would have failed (it may
 start join_s after us: our attempt's start + 2 join_s + transfer_s) and transfer_s more, so a
@@ -32,6 +32,7 @@ from p2ptrain.worker.averaging.outer_attempt import (
     AttemptFailed,
     AttemptResult,
     RoundLink,
+    send_paced,
 )
 
 
@@ -78,11 +79,18 @@ def confirmed(
 def send_confirmations(
     link: RoundLink, weights: Mapping[str, float], this: Attempt, digest: bytes
 ) -> None:
+    """Our digest to every groupmate, around the ring and the attempt's send gap apart: every
+    member comes here within moments of the others (after the last reduced shard), and a
+    message costs its stream's work whatever its 32 bytes, so a group's confirmations sent at
+    once were a burst of streams on every member. A failure's go at once."""
     me = link.peer_id
     # a header's claims are required; a confirmation claims only the round and anchor
     claims = Checksums(this.step, weights[me], 0.0, 0.0, 0.0, *this.anchor)
     header = wire.RoundHeader(this.key, wire.CONFIRM, me, 0, len(digest), claims)
     payload = torch.frombuffer(bytearray(digest), dtype=torch.uint8)
-    for peer in this.members:
-        if peer != me:
+    sends = [(peer, header, payload) for peer in this.members if peer != me]
+    if digest == wire.FAILED_DIGEST:  # at once: the groupmates stop waiting sooner
+        for peer, _, _ in sends:
             link.send(peer, header, payload, this.transfer_s)
+        return
+    send_paced(link, this, sends, this.transfer_s)

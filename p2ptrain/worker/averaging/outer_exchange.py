@@ -57,9 +57,13 @@ from p2ptrain.worker.averaging.stage_averager import Outcome
 log = logging.getLogger(__name__)
 
 DIVERGENCE_TOLERANCE = 1e-2  # anchors differ by ~1e-2 of their norm after one missed round
-# our sends are spaced over this share of the pacing window (round_pacing.py); the rest is
-# for the round's CPU pauses and the groupmates' own pacing
-SEND_SHARE = 0.5
+# our parts and reduced shards are spaced over this share of the pacing window (round_pacing.py;
+# the confirmations after them take the same gap, cut at the window's end). Most of a round's
+# CPU follows its messages (a stream each: the transport's and p2pd's work), so the round's cost
+# a step is its messages' spacing: at 0.5 a group of 8 finished its messages in 8 of 15 steps,
+# and the longest steps of bench scaleout on 2026-12-02 were 1.46-1.80x the median (9 of 12 runs
+# over the 1.5 bar); at 0.8, with paced confirmations, 12 of 15 and 1.34-1.39 (3 of 3 under it)
+SEND_SHARE = 0.8
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,12 @@ import pytest
 import torch
 
 from p2ptrain.worker.averaging import outer_wire as wire
+from p2ptrain.worker.averaging.outer_attempt import Attempt
+from p2ptrain.worker.averaging.outer_confirm import send_confirmations
 from p2ptrain.worker.averaging.outer_exchange import OuterExchange
 from p2ptrain.worker.averaging.stage_averager import Outcome
 from tests.worker.averaging.test_outer_exchange import FAST, NUMEL, PREFIX, MemoryLink
+from tests.worker.averaging.test_round_pacing import Clocks
 
 PEERS = [f"12D3KooWPeer{c}" for c in "ABCD"]
 LIAR = PEERS[0]
@@ -202,3 +205,40 @@ def test_a_member_that_missed_a_message_makes_the_round_local_for_all_not_for_it
     outcomes = {i: outcome for i, (_, outcome) in results.items()}
     assert all(outcome.kind == "local" for outcome in outcomes.values()), outcomes
     assert "failed the attempt" in outcomes[1].detail
+
+
+def test_confirmations_go_out_paced_in_ring_order_and_a_failure_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # every member reaches its confirmations within moments of the others: sent at once, a
+    # group's confirmations were one burst of streams on every member
+    clocks = Clocks(monkeypatch)
+    net: dict[str, MemoryLink] = {}
+    for peer in PEERS:
+        net[peer] = SendTimes(peer, net, clocks)
+    me = net[PEERS[1]]
+    assert isinstance(me, SendTimes)
+    pacer = clocks.pacer(window_s=10.0, gap_s=0.5, cpu_rate=0.0)
+    this = Attempt("round", list(PEERS), STEP, 2.0, 2.0, (0.0, 1.0), lambda: False, pacer)
+    send_confirmations(me, dict.fromkeys(PEERS, 1.0), this, b"\x01" * wire.DIGEST_BYTES)
+    # from the member after us round the ring, the pacer's gap apart
+    assert [peer for peer, _ in me.times] == [PEERS[2], PEERS[3], PEERS[0]]
+    assert [t - me.times[0][1] for _, t in me.times] == pytest.approx([0.0, 0.5, 1.0])
+    me.times.clear()
+    send_confirmations(me, dict.fromkeys(PEERS, 1.0), this, wire.FAILED_DIGEST)
+    assert len(me.times) == 3 and len({t for _, t in me.times}) == 1
+
+
+class SendTimes(MemoryLink):
+    """Notes to whom and when (on the test's clock) it sends."""
+
+    def __init__(self, peer_id: str, net: dict[str, MemoryLink], clocks: Clocks) -> None:
+        super().__init__(peer_id, net)
+        self.clocks = clocks
+        self.times: list[tuple[str, float]] = []
+
+    def send(
+        self, peer: str, header: wire.RoundHeader, payload: torch.Tensor, timeout_s: float
+    ) -> Future[None]:
+        self.times.append((peer, self.clocks.wall))
+        return super().send(peer, header, payload, timeout_s)
