@@ -57,13 +57,22 @@ from p2ptrain.worker.averaging.stage_averager import Outcome
 log = logging.getLogger(__name__)
 
 DIVERGENCE_TOLERANCE = 1e-2  # anchors differ by ~1e-2 of their norm after one missed round
-# our parts and reduced shards are spaced over this share of the pacing window (round_pacing.py;
-# the confirmations after them take the same gap, cut at the window's end). Most of a round's
-# CPU follows its messages (a stream each: the transport's and p2pd's work), so the round's cost
-# a step is its messages' spacing: at 0.5 a group of 8 finished its messages in 8 of 15 steps,
-# and the longest steps of bench scaleout on 2026-12-02 were 1.46-1.80x the median (9 of 12 runs
-# over the 1.5 bar); at 0.8, with paced confirmations, 12 of 15 and 1.34-1.39 (3 of 3 under it)
+# our messages (parts, reduced shards, confirmations) are spaced over this share of the pacing
+# window (round_pacing.py). Most of a round's CPU follows its messages (a stream each: the
+# transport's and p2pd's work), so the round's cost a step is its messages' spacing: with the
+# parts and shards over 0.5 and the confirmations at once, a group of 8 finished in 8 of 15
+# steps, its last step carrying most of it, and the longest steps of bench scaleout on
+# 2026-12-02 were 1.46-1.80x the median (9 of 12 runs over the 1.5 bar); with them over 0.8 and
+# the confirmations after them at the same gap (cut at the window's end), 12 of 15 and
+# 1.34-1.50; the confirmations now counted in, so that none is left for the window's end
 SEND_SHARE = 0.8
+
+
+def paced_sends(group_size: int) -> int:
+    """The sends a member's attempt spaces over SEND_SHARE of its window: parts, then reduced
+    shards (a gather uses half of them), then confirmations (groups of 3 or more)."""
+    others = group_size - 1
+    return 2 * others + (others if group_size >= 3 else 0)
 
 
 @dataclass(frozen=True)
@@ -143,7 +152,7 @@ class OuterExchange:
         self._residual_before = None  # the last round's was applied (or put back)
         flat = pseudo_gradient.detach().float().reshape(-1).cpu()
         members = sorted(self.weights)
-        sends = 2 * (len(members) - 1)  # parts, then reduced shards (a gather: half of it)
+        sends = paced_sends(len(members))
         window_s = max(0.0, min(spread_s, self.timeouts.join_s / 2))
         pacer = RoundPacer(window_s, SEND_SHARE * window_s / sends, cpu_rate, should_stop)
         at_once = RoundPacer.at_once(should_stop)

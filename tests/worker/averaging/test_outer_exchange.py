@@ -17,7 +17,12 @@ from p2ptrain.errors import WireError
 from p2ptrain.train import codecs
 from p2ptrain.worker.averaging import outer_wire as wire
 from p2ptrain.worker.averaging.checks import Checksums
-from p2ptrain.worker.averaging.outer_exchange import SEND_SHARE, ExchangeTimeouts, OuterExchange
+from p2ptrain.worker.averaging.outer_exchange import (
+    SEND_SHARE,
+    ExchangeTimeouts,
+    OuterExchange,
+    paced_sends,
+)
 from p2ptrain.worker.averaging.round_inbox import RoundInbox
 from p2ptrain.worker.averaging.stage_averager import Outcome
 
@@ -152,10 +157,10 @@ def test_a_spread_round_paces_its_sends_and_still_agrees(codec: str) -> None:
     for mean, outcome, _ in results.values():
         assert outcome.kind == "averaged" and outcome.group_size == 3, outcome
         assert torch.equal(mean, first)
-    gap_s = SEND_SHARE * spread_s / (2 * (len(PEERS) - 1))
+    gap_s = SEND_SHARE * spread_s / paced_sends(len(PEERS))
     for link, _ in exchanges:
         gaps = [b - a for a, b in zip(link.sent_at, link.sent_at[1:], strict=False)]
-        # each kind's second send waits the gap (dense: parts, then reduced shards)
+        # each kind's second send waits the gap (dense: parts, reduced shards, confirmations)
         assert max(gaps) >= 0.9 * gap_s
     # a ring: every member's first message goes to a different member
     assert len({link.sent_to[0] for link, _ in exchanges}) == len(exchanges)
