@@ -8,13 +8,13 @@ the digest of every message its result combined (outer_wire.combined_digest), pa
 other messages, or FAILED_DIGEST at once if its attempt failed; a digest unlike ours fails
 the attempt (someone equivocated: which one, a third member cannot tell), and so does a
 failed one (a member that missed a message: all stay local rather than it alone), both with
-no retry (a retry's group is the members each heard from, not alike here). A confirmation that does not come is no reason to drop the result
-(a member that withholds it changes nothing; one that died after its messages left is not
-needed); we wait for it until a groupmate that missed a message would have failed (it may
-start join_s after us: our attempt's start + 2 join_s + transfer_s) and transfer_s more, so a
-member that withholds its confirmation delays the round's result by that much (not its steps:
-the round runs beside them). Two members need no confirmation: no third one could be told a
-different story.
+no retry (a retry's group is the members each heard from, not alike here). A confirmation
+that does not come is no reason to drop the result (a member that withholds it changes
+nothing; one that died after its messages left is not needed); we wait for it until a
+groupmate that missed a message would have failed (it may start join_s after us: our
+attempt's start + 2 join_s + transfer_s) and transfer_s more, so a member that withholds its
+confirmation delays the round's result by that much (not its steps: the round runs beside
+them). Two members need no confirmation: no third one could be told a different story.
 """
 
 from __future__ import annotations
