@@ -13,7 +13,7 @@ from hivemind import DHT
 
 from p2ptrain.records import MetricsReport, Plan, Role, RunSpec
 from p2ptrain.train.model import Stage, token_row_spans
-from p2ptrain.worker.averaging.outer_link import stage_exchanges
+from p2ptrain.worker.averaging.outer_group import stage_exchanges
 from p2ptrain.worker.averaging.outer_rounds import OuterRounds, RoundReport
 from p2ptrain.worker.averaging.robust import MOMENTS_DRIFT_BOUND, PARAMS_DRIFT_BOUND
 from p2ptrain.worker.averaging.stage_averager import Outcome, StageAverager

@@ -1,12 +1,19 @@
-"""Outer rounds' messages over the worker's p2pd connections (protocol `p2ptrain.outer-round.v1`,
+"""Outer rounds' messages over the worker's p2pd connections (protocol `p2ptrain.outer-round.v2`,
 worker/averaging/outer_wire.py), beside the pipeline's frames on the same Transport.
+
+A groupmate's messages go one after another on a stream kept open between them
+(worker/averaging/round_streams.py says what that saves), each answered before the next; a
+groupmate of the last version (v1 only: one message a stream) is sent to as it expects, and its
+streams are still served.
 
 One link per Transport (the handler is registered once, for the worker's life); each session
 tells its inbox which group to read. Every byte in and out is added to the transport's traffic
 counters, so the workers' `link_bytes` (and bench scaleout's DP bytes) count the rounds.
 
 A stream is read only from a member of the inbox's current group, at most MAX_INBOUND_PER_PEER
-at once a peer; anyone else is answered BUSY before a byte is read (as pipeline frames are).
+at once a peer; anyone else is answered BUSY before a byte is read (as pipeline frames are). A
+kept stream's every message is screened alike: one from a peer no longer in the group is
+answered BUSY and its stream closed; a bad one REJECTED and its stream closed.
 
 Our sends share MAX_SENDERS threads; a peer holds at most MAX_SENDS_PER_PEER of them (its other
 messages wait in its own queue), and a send's timeout runs from when it was handed to us: a
@@ -29,18 +36,10 @@ from typing import TYPE_CHECKING
 import torch
 
 from p2ptrain.errors import WireError
-from p2ptrain.records import NetworkFacts, Plan, Role, RunSpec
-from p2ptrain.train.outer import fragment_spans
 from p2ptrain.worker.averaging import outer_wire as wire
-from p2ptrain.worker.averaging.outer_exchange import (
-    ExchangeTimeouts,
-    OuterExchange,
-    inbox_payload_bytes,
-)
 from p2ptrain.worker.averaging.round_inbox import RoundInbox
-from p2ptrain.worker.averaging.stage_averager import RETRY_TIMEOUT_S, averaging_timeouts
-from p2ptrain.worker.inbound import Framing, OpenStreams, end_stream
-from p2ptrain.worker.pipeline.stage_step import replica_weights
+from p2ptrain.worker.averaging.round_streams import IDLE_S, IdleStreams, Stream
+from p2ptrain.worker.inbound import BAD_INPUT, Framing, OpenStreams, close_after_sender, end_stream
 
 if TYPE_CHECKING:
     from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
@@ -87,7 +86,12 @@ class P2PRoundLink:
         self._waiting: dict[str, deque[_Queued]] = {}
         self._sending: dict[str, int] = {}
         self._queue_lock = threading.Lock()
+        self._idle = IdleStreams()  # on the transport's loop only
+        self._one_shot: set[str] = set()  # groupmates that speak v1 only
         transport.call(transport.p2p.add_binary_stream_handler(wire.PROTOCOL, self._handle))
+        transport.call(
+            transport.p2p.add_binary_stream_handler(wire.STREAM_PROTOCOL, self._handle_stream)
+        )
 
     @classmethod
     def of(cls, transport: Transport) -> P2PRoundLink:
@@ -164,6 +168,12 @@ class P2PRoundLink:
             log.info("leaving: %d outer round messages still on their way", len(pending))
             wait(pending, timeout_s)
 
+        async def close_idle() -> None:
+            self._idle.close_all()
+
+        with contextlib.suppress(Exception):  # the transport may be gone already
+            self.transport.call(close_idle(), 5.0)
+
     def _send_until(self, peer: str, data: bytes, timeout_s: float) -> None:
         async def deliver() -> None:
             async with asyncio.timeout(timeout_s):
@@ -180,20 +190,42 @@ class P2PRoundLink:
         self.transport.call(deliver(), timeout_s + 5.0)
 
     async def _send_once(self, peer: str, data: bytes) -> bytes:
-        from hivemind.p2p import PeerID
+        """One try: on a stream the last message left idle (one closed meanwhile costs a fresh
+        one, not a retry's pause), else a new one; the answer."""
+        idle = self._idle.take(peer)
+        if idle is not None:
+            with contextlib.suppress(Exception):  # p2pd raises several kinds
+                return await self._send_on(peer, idle, data, keep=True)
+        if peer in self._one_shot:
+            return await self._send_on(
+                peer, await self.transport.open_stream(peer, wire.PROTOCOL), data
+            )
+        try:
+            stream = await self.transport.open_stream(peer, wire.STREAM_PROTOCOL)
+        except Exception:  # unreachable, or a groupmate of the last version
+            stream = await self.transport.open_stream(peer, wire.PROTOCOL)
+            self._one_shot.add(peer)  # it answered on v1: it does not speak v2
+            return await self._send_on(peer, stream, data)
+        return await self._send_on(peer, stream, data, keep=True)
 
-        _, reader, writer = await self.transport.p2p.call_binary_stream_handler(
-            PeerID.from_base58(peer), wire.PROTOCOL
-        )
-        flushed = False
+    async def _send_on(self, peer: str, stream: Stream, data: bytes, keep: bool = False) -> bytes:
+        """Write one message on `stream` and read its answer; a stream kept (`keep`, after an
+        answer that leaves it open) carries the next message, any other ends here."""
+        reader, writer = stream
+        flushed = kept = False
         try:
             writer.write(data)
             await writer.drain()
             flushed = True
             self.transport.traffic.sent(peer, len(data))  # every copy crossed the link
-            return await reader.readexactly(1)
+            answer = await reader.readexactly(1)
+            if keep and answer == wire.ACCEPTED:  # else its payload went unread: it closes
+                self._idle.put(peer, stream)
+                kept = True
+            return answer
         finally:
-            end_stream(writer, flushed)  # an untaken payload goes with its stream
+            if not kept:
+                end_stream(writer, flushed)  # an untaken payload goes with its stream
 
     async def _handle(
         self, info: StreamInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -208,6 +240,42 @@ class P2PRoundLink:
         with self._streams.serving(remote):
             await FRAMING.answer(remote, reader, writer, self._read_message(remote, reader))
 
+    async def _handle_stream(
+        self, info: StreamInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """A v2 stream: messages one after another, each screened and answered, until the
+        sender closes it, a message is refused or bad, or none begins within IDLE_S."""
+        remote = info.peer_id.to_base58()
+        refusal = self._refusal(remote)
+        if refusal is not None:  # nothing of the stream is read
+            self._streams.refused(remote)
+            writer.write(refusal)
+            writer.close()
+            return
+        with self._streams.serving(remote):
+            first = True
+            try:
+                while True:
+                    try:
+                        header_s = HEADER_TIMEOUT_S if first else IDLE_S + HEADER_TIMEOUT_S
+                        raw = await FRAMING.read_header(reader, header_s)
+                    except (TimeoutError, asyncio.IncompleteReadError):
+                        if first:
+                            raise
+                        writer.close()  # idle past IDLE_S, or closed by its sender: no error
+                        return
+                    first = False
+                    answer = await self._read_body(remote, reader, raw)
+                    writer.write(answer)
+                    if answer != wire.ACCEPTED or not self.inbox.is_member(remote):
+                        break  # a payload left unread, or the group changed: the stream ends
+                    async with asyncio.timeout(HEADER_TIMEOUT_S):
+                        await writer.drain()
+            except BAD_INPUT as exc:
+                log.warning("refused the %s of %s: %r", FRAMING.what, remote, exc)
+                writer.write(wire.REJECTED)
+            await close_after_sender(reader, writer)
+
     def _refusal(self, remote: str) -> bytes | None:
         """The answer to a stream of `remote` not to be read at all, or None."""
         if not self.inbox.is_member(remote):
@@ -218,7 +286,12 @@ class P2PRoundLink:
 
     async def _read_message(self, remote: str, reader: asyncio.StreamReader) -> bytes:
         """Read, screen and file one round message; the answer to send back."""
-        raw = await FRAMING.read_header(reader, HEADER_TIMEOUT_S)
+        return await self._read_body(
+            remote, reader, await FRAMING.read_header(reader, HEADER_TIMEOUT_S)
+        )
+
+    async def _read_body(self, remote: str, reader: asyncio.StreamReader, raw: bytes) -> bytes:
+        """Screen the message whose header is `raw`, read and file its payload; the answer."""
         self.transport.traffic.received(remote, wire.HEADER_LEN.size + len(raw))
         header = wire.RoundHeader.decode(raw)
         answer = self.inbox.screen(header, remote)
@@ -249,49 +322,3 @@ def finish_sends(transport: Transport) -> None:
     link = _LINKS.get(id(transport))
     if link is not None and link.transport is transport:
         link.finish_sends(LEAVING_SENDS_S)
-
-
-def stage_exchanges(
-    spec: RunSpec, role: Role, plan: Plan, transport: Transport, model: torch.nn.Module
-) -> list[OuterExchange] | None:
-    """The outer exchanges of `role`'s stage group under `plan`, one a fragment of the stage
-    (`outer_fragments`), over the worker's transport (None for a one-replica stage)."""
-    if role.num_replicas < 2:
-        return None
-    numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    spans = fragment_spans(numel, spec.optim.outer_fragments)
-    codec, fraction = spec.wire.outer_compression, spec.wire.topk_fraction
-    link, weights = P2PRoundLink.of(transport), replica_weights(spec, role)
-    stage_prefix = f"{spec.run_id}/{plan.term}/{role.epoch}/{role.stage}"
-    prefixes = [stage_prefix if f == 0 else f"{stage_prefix}.{f}" for f in range(len(spans))]
-    exchanges, largest = [], 0
-    for (start, end), prefix in zip(spans, prefixes, strict=True):
-        payload_bytes = wire.max_message_bytes(codec, end - start, fraction)
-        largest = max(largest, inbox_payload_bytes(codec, end - start, fraction))
-        timeouts = exchange_timeouts(
-            spec.wire.averaging_timeout_s, payload_bytes, plan.network, role.stage
-        )
-        exchange = OuterExchange(
-            link,
-            weights,
-            codec,
-            end - start,
-            prefix,
-            timeouts,
-            fraction,
-            inner_steps=spec.optim.inner_steps,
-        )
-        exchange.siblings = tuple(p for p in prefixes if p != prefix)
-        exchanges.append(exchange)
-    # each exchange admitted the group with its own fragment's size: the inbox takes the largest
-    link.inbox.admit_group(weights, largest)
-    return exchanges
-
-
-def exchange_timeouts(
-    join_s: float, payload_bytes: int, network: NetworkFacts | None, stage: int
-) -> ExchangeTimeouts:
-    """join_s: the run's averaging_timeout_s (how far apart the replicas may reach a round);
-    the transfers' bounds from the plan's facts of the stage group's links."""
-    links = averaging_timeouts(payload_bytes, network, stage)
-    return ExchangeTimeouts(join_s, links.reducer_s, max(RETRY_TIMEOUT_S, links.sender_s))

@@ -267,10 +267,17 @@ class Transport:
             f"sending {header.kind} {header.step}/{header.micro} to {peer_id}: {problem}{tries}"
         )
 
-    async def _send_once(self, peer_id: str, header: FrameHeader, tensor: torch.Tensor) -> bytes:
+    async def open_stream(
+        self, peer_id: str, protocol: str
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A new stream of `protocol` to `peer_id` (on the transport's loop)."""
         _, reader, writer = await self._p2p.call_binary_stream_handler(
-            PeerID.from_base58(peer_id), frames.PROTOCOL
+            PeerID.from_base58(peer_id), protocol
         )
+        return reader, writer
+
+    async def _send_once(self, peer_id: str, header: FrameHeader, tensor: torch.Tensor) -> bytes:
+        reader, writer = await self.open_stream(peer_id, frames.PROTOCOL)
         writing = asyncio.ensure_future(self._write_frame(peer_id, writer, header, tensor))
         try:
             return await reader.readexactly(1)

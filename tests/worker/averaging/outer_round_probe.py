@@ -11,6 +11,7 @@ import hashlib
 import json
 import threading
 import time
+from collections import Counter
 from concurrent.futures import Future
 from typing import Any
 
@@ -82,6 +83,26 @@ def one_round(exchanges: list[OuterExchange], step: int) -> dict[str, Any]:
     return out
 
 
+def count_streams(links: list[P2PRoundLink]) -> tuple[Counter[str], list[str]]:
+    """The streams the links open, by protocol, and every message's tries."""
+    opened: Counter[str] = Counter()
+    tries: list[str] = []
+    for link in links:
+        transport, open_stream, send_on = link.transport, link.transport.open_stream, link._send_on
+
+        async def counted(peer: str, protocol: str, open_stream: Any = open_stream) -> Any:
+            opened[protocol] += 1
+            return await open_stream(peer, protocol)
+
+        async def sent(peer: str, *args: Any, send_on: Any = send_on, **kw: Any) -> bytes:
+            tries.append(peer)
+            return await send_on(peer, *args, **kw)
+
+        transport.open_stream = counted  # type: ignore[method-assign]
+        link._send_on = sent  # type: ignore[method-assign]
+    return opened, tries
+
+
 def main() -> None:
     PrivateTmp().use()  # hivemind's sockets and multiprocessing's folders go with us
     transports = [Transport.start(open_p2p, never_ready) for _ in range(3)]
@@ -89,6 +110,7 @@ def main() -> None:
     for t in transports:
         t.connect_all({p: a for p, a in addrs.items() if p != t.peer_id})
     links = [P2PRoundLink.of(t) for t in transports]
+    opened, tries = count_streams(links)
     group = {t.peer_id: 1.0 + i for i, t in enumerate(transports)}
     result: dict[str, Any] = {"members": [t.peer_id for t in transports], "numel": NUMEL}
     for codec in ("fp16", "int8", "topk"):
@@ -99,6 +121,7 @@ def main() -> None:
         before = sum(t.traffic.bytes_sent for t in transports)
         result[codec] = one_round(exchanges, 10)
         result[codec + "_bytes"] = sum(t.traffic.bytes_sent for t in transports) - before
+    result["streams_opened"], result["messages_sent"] = dict(opened), len(tries)
     # the third member dies mid-round: after its parts left, before its reduced shard did
     dying: list[RoundLink] = [links[0], links[1], DyingLink(links[2])]
     exchanges = [

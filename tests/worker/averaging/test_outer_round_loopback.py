@@ -32,6 +32,12 @@ def test_three_members_agree_and_a_killed_one_does_not_block_the_others() -> Non
     # gathers each payload to both others, still over 20x fewer bytes than fp16 at 3 members
     assert 1.9 < result["fp16_bytes"] / result["int8_bytes"] < 2.0
     assert result["fp16_bytes"] / result["topk_bytes"] > 20
+    # a groupmate's messages share the streams kept open to it (protocol v2): 3 members, 6
+    # messages each in an fp16 or int8 round, 4 in a top-k one (48: a stream each before, v1),
+    # at most 2 streams a pair in use (12)
+    assert result["messages_sent"] >= 48
+    assert set(result["streams_opened"]) == {"p2ptrain.outer-round.v2"}
+    assert result["streams_opened"]["p2ptrain.outer-round.v2"] <= 12
     bound_s = join_s + 2 * transfer_s + retry_s + 2.0
     for case in ("killed_mid_round", "killed_before_round"):
         survivors = {p: o for p, o in result[case].items() if p != killed}
