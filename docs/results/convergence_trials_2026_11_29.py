@@ -15,6 +15,8 @@ SPEC = name,H,codec,outer_lr,outer_momentum,overlap[,inner_lr_x[,beta1[,pooled[,
   a = |mean| / mean(|delta_i|) (1 where the replicas agree, up to 2 where they cancel);
   --denoised (with pooled): PooledAdam's numerator denoised as well (2026-11-29 evening);
   --big trains a 6-layer, n_embd 256 model (4.9M parameters) instead of the default.
+  --fragments F: Streaming DiLoCo's fragments (2026-12-02: a round's staleness, F 1 and 2 at
+  overlap 15 and 29).
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ def main() -> None:
     parser.add_argument("--agree", action="store_true")
     parser.add_argument("--big", action="store_true")
     parser.add_argument("--denoised", action="store_true")
+    parser.add_argument("--fragments", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(1)
     base = RunSpec()
@@ -115,7 +118,7 @@ def main() -> None:
         lr, momentum, overlap = float(fields[3]), float(fields[4]), int(fields[5])
         sync = "step" if name.startswith("step") else "diloco"
         variant = bench.Variant(
-            name, sync, h, codec, outer_lr=lr, outer_momentum=momentum, overlap=overlap
+            name, sync, h, codec, outer_lr=lr, outer_momentum=momentum, overlap=overlap, fragments=args.fragments
         )
         run = spec
         if len(fields) > 6 and float(fields[6]) != 1:
