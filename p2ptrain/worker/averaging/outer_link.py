@@ -231,11 +231,7 @@ class P2PRoundLink:
         self, info: StreamInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         remote = info.peer_id.to_base58()
-        refusal = self._refusal(remote)
-        if refusal is not None:  # nothing of the stream is read
-            self._streams.refused(remote)
-            writer.write(refusal)
-            writer.close()
+        if self._refused(remote, writer):
             return
         with self._streams.serving(remote):
             await FRAMING.answer(remote, reader, writer, self._read_message(remote, reader))
@@ -246,11 +242,7 @@ class P2PRoundLink:
         """A v2 stream: messages one after another, each screened and answered, until the
         sender closes it, a message is refused or bad, or none begins within IDLE_S."""
         remote = info.peer_id.to_base58()
-        refusal = self._refusal(remote)
-        if refusal is not None:  # nothing of the stream is read
-            self._streams.refused(remote)
-            writer.write(refusal)
-            writer.close()
+        if self._refused(remote, writer):
             return
         with self._streams.serving(remote):
             first = True
@@ -275,6 +267,16 @@ class P2PRoundLink:
                 log.warning("refused the %s of %s: %r", FRAMING.what, remote, exc)
                 writer.write(wire.REJECTED)
             await close_after_sender(reader, writer)
+
+    def _refused(self, remote: str, writer: asyncio.StreamWriter) -> bool:
+        """Answer and close a stream of `remote` not to be read at all (nothing of it is)."""
+        refusal = self._refusal(remote)
+        if refusal is None:
+            return False
+        self._streams.refused(remote)
+        writer.write(refusal)
+        writer.close()
+        return True
 
     def _refusal(self, remote: str) -> bytes | None:
         """The answer to a stream of `remote` not to be read at all, or None."""

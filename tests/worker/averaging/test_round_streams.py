@@ -89,9 +89,6 @@ async def _send_all(sender: outer_link.P2PRoundLink, datas: list[bytes]) -> list
     return [await sender._send_once(PEERS[2], data) for data in datas]
 
 
-_run = asyncio.run
-
-
 # --- the receiver ---
 
 
@@ -104,7 +101,7 @@ def test_a_groupmates_messages_share_one_stream_each_answered_and_filed() -> Non
         await asyncio.sleep(0.1)  # the receiver sees the stream's end
         return answers
 
-    assert _run(scenario()) == [wire.ACCEPTED] * 5
+    assert asyncio.run(scenario()) == [wire.ACCEPTED] * 5
     assert net.opened == [wire.STREAM_PROTOCOL]  # one stream for all five
     for step in range(9, 14):
         got = receiver.inbox.take(key(step), wire.PART, PEERS[0], 1, 0.0, lambda: False)
@@ -141,7 +138,7 @@ async def _raw_stream(
 def test_a_strangers_kept_stream_is_refused_unread() -> None:
     _, receiver, _ = _pair()
     receiver.inbox.admit_group(PEERS[:2], 1000)
-    answers, ended = _run(_raw_stream(receiver, PEERS[2], []))
+    answers, ended = asyncio.run(_raw_stream(receiver, PEERS[2], []))
     assert (answers, ended) == (wire.BUSY, True)
     assert receiver.transport.traffic.bytes_received == 0
 
@@ -151,14 +148,14 @@ def test_a_bad_message_after_good_ones_is_rejected_and_ends_the_stream() -> None
     cut = part(key(11), num_bytes=4).encode()[:-3]  # a header cut short, then the stream waits
     bad = wire.HEADER_LEN.pack(5) + b"[[[[["
     chunks = [message(9), message(10), bad, cut]
-    answers, ended = _run(_raw_stream(receiver, PEERS[0], chunks, wait_s=8.0))
+    answers, ended = asyncio.run(_raw_stream(receiver, PEERS[0], chunks, wait_s=8.0))
     assert answers == wire.ACCEPTED * 2 + wire.REJECTED and ended
 
 
 def test_the_stream_ends_once_its_sender_left_the_group() -> None:
     _, receiver, _ = _pair()
 
-    async def scenario() -> tuple[bytes, bool]:
+    async def scenario() -> bytes:
         async def leave_soon() -> None:
             await asyncio.sleep(0.2)
             receiver.inbox.admit_group(PEERS[1:3], 1000)
@@ -173,17 +170,16 @@ def test_the_stream_ends_once_its_sender_left_the_group() -> None:
         writer.write(message(10))  # refused unread (no longer a member), and the stream ends
         rest = await asyncio.wait_for(reader.read(), 10)
         writer.close()
-        return first + rest, True
+        return first + rest  # read() returned: the receiver ended the stream
 
-    answers, _ = _run(scenario())
-    assert answers == wire.ACCEPTED + wire.BUSY
+    assert asyncio.run(scenario()) == wire.ACCEPTED + wire.BUSY
 
 
 def test_an_idle_stream_is_closed_without_a_rejection(monkeypatch: pytest.MonkeyPatch) -> None:
     _, receiver, _ = _pair()
     monkeypatch.setattr(outer_link, "IDLE_S", 0.3)
     monkeypatch.setattr(outer_link, "HEADER_TIMEOUT_S", 0.3)
-    answers, ended = _run(_raw_stream(receiver, PEERS[0], [message(9)], wait_s=5.0))
+    answers, ended = asyncio.run(_raw_stream(receiver, PEERS[0], [message(9)], wait_s=5.0))
     assert (answers, ended) == (wire.ACCEPTED, True)
     assert receiver._streams.of(PEERS[0]) == 0  # its place is free again
 
@@ -205,13 +201,13 @@ def test_a_stream_closed_under_the_sender_costs_a_fresh_one_not_a_failure(
         sender._idle.close_all()
         return [first, second]
 
-    assert _run(scenario()) == [wire.ACCEPTED] * 2
+    assert asyncio.run(scenario()) == [wire.ACCEPTED] * 2
     assert net.opened == [wire.STREAM_PROTOCOL] * 2
 
 
 def test_a_groupmate_of_the_last_version_gets_one_message_a_stream() -> None:
     sender, receiver, net = _pair(receiver_protocols=(wire.PROTOCOL,))
-    answers = _run(_send_all(sender, [message(s) for s in range(9, 12)]))
+    answers = asyncio.run(_send_all(sender, [message(s) for s in range(9, 12)]))
     assert answers == [wire.ACCEPTED] * 3
     assert net.opened == [wire.PROTOCOL] * 3 and PEERS[2] in sender._one_shot
     got = receiver.inbox.take(key(11), wire.PART, PEERS[0], 1, 0.0, lambda: False)
