@@ -59,8 +59,8 @@ log = logging.getLogger(__name__)
 DIVERGENCE_TOLERANCE = 1e-2  # anchors differ by ~1e-2 of their norm after one missed round
 # our messages (parts, reduced shards, confirmations: paced_sends) are spaced over this share of
 # the pacing window (round_pacing.py). Most of a round's CPU follows its messages (the
-# transport's and p2pd's work; a quarter less since they share kept streams, round_streams.py),
-# so their spacing is the round's cost a step: at 0.5, with the
+# transport's and p2pd's work; a quarter less since they share kept streams,
+# worker/kept_streams.py), so their spacing is the round's cost a step: at 0.5, with the
 # confirmations sent at once, a group of 8 finished in 8 of 15 steps, its last step carrying
 # 70-95 ms of that CPU, and bench scaleout's longest diloco step was 1.46-1.80x the median (9 of
 # 12 runs over the 1.5 bar); at 0.8, all of them paced, 1.32-1.48 in 7 of 8 runs (2026-12-02,

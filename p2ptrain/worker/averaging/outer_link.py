@@ -2,7 +2,7 @@
 worker/averaging/outer_wire.py), beside the pipeline's frames on the same Transport.
 
 A groupmate's messages go one after another on a stream kept open between them
-(worker/averaging/round_streams.py says what that saves), each answered before the next; a
+(worker/kept_streams.py says what that saves), each answered before the next; a
 groupmate of the last version (v1 only: one message a stream) is sent to as it expects, and its
 streams are still served.
 
@@ -38,8 +38,8 @@ import torch
 from p2ptrain.errors import WireError
 from p2ptrain.worker.averaging import outer_wire as wire
 from p2ptrain.worker.averaging.round_inbox import RoundInbox
-from p2ptrain.worker.averaging.round_streams import IDLE_S, IdleStreams, Stream
-from p2ptrain.worker.inbound import BAD_INPUT, Framing, OpenStreams, close_after_sender, end_stream
+from p2ptrain.worker.inbound import Framing, OpenStreams, end_stream
+from p2ptrain.worker.kept_streams import IdleStreams, Stream, serve_kept
 
 if TYPE_CHECKING:
     from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
@@ -239,34 +239,20 @@ class P2PRoundLink:
     async def _handle_stream(
         self, info: StreamInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        """A v2 stream: messages one after another, each screened and answered, until the
-        sender closes it, a message is refused or bad, or none begins within IDLE_S."""
+        """A v2 stream: messages one after another (worker/kept_streams.py)."""
         remote = info.peer_id.to_base58()
         if self._refused(remote, writer):
             return
         with self._streams.serving(remote):
-            first = True
-            try:
-                while True:
-                    try:
-                        header_s = HEADER_TIMEOUT_S if first else IDLE_S + HEADER_TIMEOUT_S
-                        raw = await FRAMING.read_header(reader, header_s)
-                    except (TimeoutError, asyncio.IncompleteReadError):
-                        if first:
-                            raise
-                        writer.close()  # idle past IDLE_S, or closed by its sender: no error
-                        return
-                    first = False
-                    answer = await self._read_body(remote, reader, raw)
-                    writer.write(answer)
-                    if answer != wire.ACCEPTED or not self.inbox.is_member(remote):
-                        break  # a payload left unread, or the group changed: the stream ends
-                    async with asyncio.timeout(HEADER_TIMEOUT_S):
-                        await writer.drain()
-            except BAD_INPUT as exc:
-                log.warning("refused the %s of %s: %r", FRAMING.what, remote, exc)
-                writer.write(wire.REJECTED)
-            await close_after_sender(reader, writer)
+            await serve_kept(
+                FRAMING,
+                remote,
+                (reader, writer),
+                lambda raw: self._read_body(remote, reader, raw),
+                lambda: self.inbox.is_member(remote),
+                wire.ACCEPTED,
+                HEADER_TIMEOUT_S,
+            )
 
     def _refused(self, remote: str, writer: asyncio.StreamWriter) -> bool:
         """Answer and close a stream of `remote` not to be read at all (nothing of it is)."""

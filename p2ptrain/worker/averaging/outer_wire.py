@@ -35,7 +35,7 @@ from p2ptrain.train import codecs
 from p2ptrain.worker.averaging.checks import GRAD, Checksums, RoundGather
 
 PROTOCOL = "p2ptrain.outer-round.v1"  # one message a stream (still served: the last version's)
-# the same messages one after another on a stream, each answered (worker/averaging/round_streams.py)
+# the same messages one after another on a stream, each answered (worker/kept_streams.py)
 STREAM_PROTOCOL = "p2ptrain.outer-round.v2"
 HEADER_LEN = struct.Struct(">I")
 MAX_HEADER_BYTES = 64 * 1024  # a reduced shard's header carries every member's claims

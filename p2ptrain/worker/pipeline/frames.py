@@ -38,7 +38,10 @@ from p2ptrain.train import activation_codecs
 # the p2pd stream handler name; v2: the header names the plan's term (v1 had the epoch alone,
 # which restarts at 1 under a new term); v3: the header's scale_exp (a v2 float16 payload is
 # unscaled: read as v3 it would be off by 2^scale_exp, so the two never talk)
-PROTOCOL = "p2ptrain.pipe.v3"
+PROTOCOL = "p2ptrain.pipe.v3"  # one frame a stream (still served and spoken: the last version's)
+# v4: the same frames one after another on a stream, each answered (worker/kept_streams.py); an
+# ACCEPTED frame was read whole, any other answer ends the stream
+STREAM_PROTOCOL = "p2ptrain.pipe.v4"
 MAX_HEADER_BYTES = 4096
 # |value| above this in an activation or an (unscaled) gradient is refused like a malformed
 # frame: a small GPT's hidden states stay within ~1e2 and their gradients far below 1, so only a

@@ -1,10 +1,13 @@
 """Pipeline transport: tensor frames to and from neighbours over hivemind's p2pd streams.
 
 hivemind's P2P client is asyncio; the trainer is plain blocking code. So the transport owns an
-asyncio loop in a background thread: a stream handler validates incoming frames and files them in
-an inbox keyed by plan (term, epoch), kind, step and micro-batch (worker/pipeline/frame_inbox.py); the
-trainer sends with `send()` (returns a future) and blocks in `inbox.take()` until the frame it
-needs arrives, the peer is declared lost, or it stops.
+asyncio loop in a background thread: its intake (worker/pipeline/frame_intake.py) validates
+incoming frames and files them in an inbox keyed by plan (term, epoch), kind, step and
+micro-batch (worker/pipeline/frame_inbox.py); the trainer sends with `send()` (returns a future)
+and blocks in `inbox.take()` until the frame it needs arrives, the peer is declared lost, or it
+stops. A neighbour's frames go one after another on streams kept open (pipe.v4,
+worker/kept_streams.py); one of the last version gets a stream a frame (pipe.v3). The plan's
+peers are dialled by worker/pipeline/dialing.py.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
@@ -21,17 +23,17 @@ from typing import Any, TypeVar
 
 import torch
 from hivemind.p2p import P2P, PeerID
-from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
 from hivemind.utils.multiaddr import Multiaddr
 
-from p2ptrain.errors import WireError
-from p2ptrain.worker.inbound import Framing, OpenStreams, completed, end_stream
-from p2ptrain.worker.pipeline import frames
-from p2ptrain.worker.pipeline.frame_inbox import FrameInbox, Key, PlanKey
-from p2ptrain.worker.pipeline.frames import Expected, FrameHeader, PeerLost
+from p2ptrain.worker.inbound import completed, end_stream
+from p2ptrain.worker.kept_streams import IdleStreams, Stream
+from p2ptrain.worker.pipeline import dialing, frames
+from p2ptrain.worker.pipeline.dialing import transport_addrs
+from p2ptrain.worker.pipeline.frame_inbox import PlanKey
+from p2ptrain.worker.pipeline.frame_intake import ExpectFn, FrameIntake
+from p2ptrain.worker.pipeline.frames import FrameHeader, PeerLost
 from p2ptrain.worker.pipeline.link_bounds import (
     CONNECT_WINDOW_S,
-    MIN_LINK_RATE_MBPS,
     SEND_TIMEOUT_S,
 )
 from p2ptrain.worker.traffic import Traffic
@@ -39,34 +41,13 @@ from p2ptrain.worker.traffic import Traffic
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-ExpectFn = Callable[[FrameHeader], Expected | None]
 BUSY_RETRY_S = 0.2
-YIELD_DIAL_S = (2.0, 3.0)  # how long the larger peer id leaves the dial to the other one
-# Inbound frame streams: only the current plan's peers get a stream read at all; a neighbour
-# has a handful open at once (a frame per micro-batch and direction), so more than this is a
-# flood and refused before anything is read; and a header must arrive soon after a stream
-# opens, so idle streams cannot hold handlers.
-MAX_INBOUND_PER_PEER = 16
-HEADER_TIMEOUT_S = 10.0
-# a payload's read may take its size at this rate (a minute at least): a hop's frame waits
-# assume no slower link either (link_bounds.py)
-MIN_RATE_BPS = MIN_LINK_RATE_MBPS * 1e6
-FRAMING = Framing("frame", frames.HEADER_LEN, frames.MAX_HEADER_BYTES, frames.REJECTED)
-ROUTE_CHECK_S = 2.0  # how often routed peers' connections are checked (keep_routes)
 DIAL_POLL_S = 0.2  # how often connect_all asks whether to stop dialling
+# idle frame streams kept a neighbour: frames to it go a micro-batch each at once, and a
+# handful of micro-batches is the usual (more are opened when needed, and closed when answered)
+MAX_IDLE_FRAME_STREAMS = 4
 
-
-def transport_addrs(maddrs: Sequence[str]) -> list[Multiaddr]:
-    """The addresses p2pd dials for a peer's multiaddrs: each without its trailing /p2p/<id>.
-    One the parser refuses is left out: records check every address (records/multiaddrs.py),
-    but a dial must never be where a bad one ends the worker."""
-    addrs = []
-    for text in maddrs:
-        try:
-            addrs.append(Multiaddr(text.split("/p2p/")[0]))
-        except Exception as exc:  # multiaddr raises several unrelated types
-            log.warning("not dialling %r: %s", text[:100], exc)
-    return addrs
+__all__ = ["Transport", "transport_addrs"]
 
 
 class Transport:
@@ -75,19 +56,18 @@ class Transport:
     def __init__(self, loop: asyncio.AbstractEventLoop, p2p: P2P, expect: ExpectFn) -> None:
         self._loop = loop
         self._p2p = p2p
-        self._expect = expect
-        self.inbox = FrameInbox()  # what the handler accepted: the trainer takes from it
-        self._reading: set[Key] = set()  # frames whose payload a stream is reading now
         self.peer_id = p2p.peer_id.to_base58()
         self.traffic = Traffic()  # every data-plane protocol of this worker adds to it
-        self._streams = OpenStreams("frame streams over the caps")
-        self._plan_peers: frozenset[str] = frozenset()  # whose frames we read at all
+        self.intake = FrameIntake(expect, self.traffic)  # frames in: checked, read, filed
+        self.inbox = self.intake.inbox  # what was accepted: the trainer takes from it
         self._routes: dict[str, list[Multiaddr]] = {}  # peers behind NATs: see keep_routes
         self._keeping_routes = False
+        self._idle = IdleStreams(MAX_IDLE_FRAME_STREAMS)  # on the loop only
+        self._one_shot: set[str] = set()  # neighbours that speak pipe.v3 only
 
     @property
     def num_streams_refused(self) -> int:
-        return self._streams.num_refused
+        return self.intake.num_refused
 
     @property
     def p2p(self) -> P2P:
@@ -101,7 +81,11 @@ class Transport:
         threading.Thread(target=loop.run_forever, name="p2p-loop", daemon=True).start()
         p2p = asyncio.run_coroutine_threadsafe(open_p2p(), loop).result(timeout=60)
         transport = cls(loop, p2p, expect)
-        transport.call(p2p.add_binary_stream_handler(frames.PROTOCOL, transport._handle_stream))
+        intake = transport.intake
+        transport.call(p2p.add_binary_stream_handler(frames.PROTOCOL, intake.handle_stream))
+        transport.call(
+            p2p.add_binary_stream_handler(frames.STREAM_PROTOCOL, intake.handle_kept_stream)
+        )
         return transport
 
     def call(self, coroutine: Coroutine[Any, Any, T], timeout_s: float = 60.0) -> T:
@@ -125,7 +109,7 @@ class Transport:
         its dials cancelled, as soon as should_stop() holds (a newer plan, a stop): a long
         window held up the session that would take the next plan."""
 
-        self._plan_peers = frozenset(peers)
+        self.intake.plan_peers = frozenset(peers)
         windows = {p: (windows_s or {}).get(p, CONNECT_WINDOW_S) for p in peers}
         if peers:
             longest_s = max(windows.values())
@@ -133,7 +117,12 @@ class Transport:
 
         async def dial_all() -> list[bool]:
             return list(
-                await asyncio.gather(*(self._connect(p, a, windows[p]) for p, a in peers.items()))
+                await asyncio.gather(
+                    *(
+                        dialing.connect(self._p2p, self.peer_id, p, a, windows[p])
+                        for p, a in peers.items()
+                    )
+                )
             )
 
         dialling = self.submit(dial_all())
@@ -145,30 +134,6 @@ class Transport:
                 return list(peers)
         results = dialling.result()
         return [peer for peer, ok in zip(peers, results, strict=True) if not ok]
-
-    async def _connect(self, peer_id: str, maddrs: Sequence[str], window_s: float) -> bool:
-        addrs = transport_addrs(maddrs)
-        if not addrs:
-            log.warning("no address of %s to dial: %s", peer_id, list(maddrs)[:4])
-            return False
-        deadline = self._loop.time() + window_s
-        problem = ""
-        # Two peers of a new plan dial each other at once; over long round trips both Noise
-        # handshakes can fail ("message is too short"), and p2pd then refuses new dials for a
-        # while ("dial backoff", 5 s and growing). So the smaller peer id dials first; the other
-        # waits a little (its connect then finds the connection up), and random pauses break
-        # any tie left. We keep trying past the backoff.
-        if self.peer_id > peer_id:
-            await self._wait_dialled_by(peer_id, random.uniform(*YIELD_DIAL_S))
-        while self._loop.time() < deadline:
-            try:
-                await self._p2p._client.connect(PeerID.from_base58(peer_id), addrs)
-                return True
-            except Exception as exc:  # p2pd reports failures as ControlFailure and others
-                problem = repr(exc)[-200:]
-            await asyncio.sleep(random.uniform(0.5, 2.0))
-        log.warning("could not connect to %s in %.0f s: %s", peer_id, window_s, problem)
-        return False
 
     def keep_routes(self, routes: Mapping[str, Sequence[str]]) -> None:
         """Keep a connection up to each peer reached through a local route (a hole punch or a
@@ -183,28 +148,7 @@ class Transport:
         self._routes = routes
         if routes and not self._keeping_routes:
             self._keeping_routes = True
-            self._loop.create_task(self._keep_routes())
-
-    async def _keep_routes(self) -> None:
-        while True:
-            await asyncio.sleep(ROUTE_CHECK_S)
-            with contextlib.suppress(Exception):
-                connected = {info.peer_id for info in await self._p2p.list_peers()}
-                for peer, addrs in list(self._routes.items()):
-                    peer_id = PeerID.from_base58(peer)
-                    if peer_id not in connected:
-                        with contextlib.suppress(Exception):
-                            await self._p2p._client.connect(peer_id, addrs)
-
-    async def _wait_dialled_by(self, peer_id: str, timeout_s: float) -> None:
-        """Return once the peer connected to us, or after timeout_s."""
-        deadline = self._loop.time() + timeout_s
-        wanted = PeerID.from_base58(peer_id)
-        while self._loop.time() < deadline:
-            with contextlib.suppress(Exception):
-                if any(info.peer_id == wanted for info in await self._p2p.list_peers()):
-                    return
-            await asyncio.sleep(0.1)
+            self._loop.create_task(dialing.keep_routes(self._p2p, lambda: self._routes))
 
     def send(
         self,
@@ -277,17 +221,53 @@ class Transport:
         return reader, writer
 
     async def _send_once(self, peer_id: str, header: FrameHeader, tensor: torch.Tensor) -> bytes:
-        reader, writer = await self.open_stream(peer_id, frames.PROTOCOL)
-        writing = asyncio.ensure_future(self._write_frame(peer_id, writer, header, tensor))
+        """One try: on a stream the last frame to `peer_id` left idle (one closed meanwhile
+        costs a fresh one, not a retry's pause), else on a new one; the answer."""
+        idle = self._idle.take(peer_id)
+        if idle is not None:
+            with contextlib.suppress(Exception):  # p2pd raises several kinds
+                return await self._send_on(peer_id, idle, header, tensor, keep=True)
+        if peer_id in self._one_shot:
+            stream = await self.open_stream(peer_id, frames.PROTOCOL)
+            return await self._send_on(peer_id, stream, header, tensor)
         try:
-            return await reader.readexactly(1)
+            stream = await self.open_stream(peer_id, frames.STREAM_PROTOCOL)
+        except Exception:  # unreachable, or a neighbour of the last version
+            stream = await self.open_stream(peer_id, frames.PROTOCOL)
+            self._one_shot.add(peer_id)  # it answered on v3: it does not speak v4
+            return await self._send_on(peer_id, stream, header, tensor)
+        return await self._send_on(peer_id, stream, header, tensor, keep=True)
+
+    async def _send_on(
+        self,
+        peer_id: str,
+        stream: Stream,
+        header: FrameHeader,
+        tensor: torch.Tensor,
+        keep: bool = False,
+    ) -> bytes:
+        """Write one frame on `stream` and read its answer. A kept stream (`keep`, pipe.v4)
+        whose frame was answered ACCEPTED was read whole and carries the next frame; any other
+        stream ends here."""
+        reader, writer = stream
+        writing = asyncio.ensure_future(self._write_frame(peer_id, writer, header, tensor))
+        kept = False
+        try:
+            answer = await reader.readexactly(1)
+            if keep and answer == frames.ACCEPTED:
+                await writing  # the receiver read it all: the write is done or about to be
+                self._idle.put(peer_id, stream)
+                kept = True
+            return answer
         finally:
-            writing.cancel()  # finished already, unless the receiver answered before the payload
-            with contextlib.suppress(asyncio.CancelledError, OSError):
-                await writing
-            # a payload the receiver did not take is dropped with its stream: closed, it stayed
-            # buffered (a copy per retry) while a neighbour that answers and never reads lived
-            end_stream(writer, flushed=completed(writing))
+            if not kept:
+                writing.cancel()  # finished already, unless answered before the payload
+                with contextlib.suppress(asyncio.CancelledError, OSError):
+                    await writing
+                # a payload the receiver did not take is dropped with its stream: closed, it
+                # stayed buffered (a copy per retry) while a neighbour that answers and never
+                # reads lived
+                end_stream(writer, flushed=completed(writing))
 
     async def _write_frame(
         self,
@@ -303,58 +283,12 @@ class Transport:
         # every copy counts, retries too: each one crossed the link
         self.traffic.sent(peer_id, len(encoded) + header.num_bytes)
 
-    async def _handle_stream(
-        self, info: StreamInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        remote = info.peer_id.to_base58()
-        if remote not in self._plan_peers:
-            # not (yet) a peer of our plan: a neighbour of a newer plan retries on BUSY until
-            # we have that plan too; anyone else gets nothing read
-            writer.write(frames.BUSY)
-            writer.close()
-            return
-        if self._streams.of(remote) >= MAX_INBOUND_PER_PEER:
-            self._streams.refused(remote)
-            writer.write(frames.REJECTED)
-            writer.close()
-            return
-        with self._streams.serving(remote):
-            await FRAMING.answer(remote, reader, writer, self._read_frame(remote, reader))
-
-    async def _read_frame(self, remote: str, reader: asyncio.StreamReader) -> bytes:
-        """Read, check and file one frame; the answer to send back."""
-        raw = await FRAMING.read_header(reader, HEADER_TIMEOUT_S)
-        self.traffic.received(remote, frames.HEADER_LEN.size + len(raw))
-        header = FrameHeader.decode(raw)
-        try:
-            expected = self._expect(header)
-        except frames.NotReady:
-            return frames.BUSY  # before reading the payload: the sender retries
-        except frames.AlreadyHave:
-            return frames.ACCEPTED  # idempotent: the first copy was used
-        problem = frames.check_header(header, remote, expected)
-        if problem is not None or expected is None:
-            raise WireError(f"malformed frame: {problem}")  # a BAD_INPUT: answered REJECTED
-        # a copy of a frame here already, or being read: nothing more is read (16 copies of
-        # one frame on a neighbour's streams each took the frame's size three times over)
-        key = FrameInbox.key_of(header)
-        if self.inbox.holds(header):
-            return frames.ACCEPTED  # a retry whose first copy arrived: the first stays
-        if key in self._reading:
-            return frames.BUSY  # the sender retries once the first copy is in (or failed)
-        self._reading.add(key)
-        try:
-            # the payload at the slowest rate a hop may have: a slow link's large frame took
-            # longer than a fixed minute, and every copy was cut short
-            async with asyncio.timeout(max(SEND_TIMEOUT_S, header.num_bytes * 8 / MIN_RATE_BPS)):
-                payload = await reader.readexactly(header.num_bytes)
-        finally:
-            self._reading.discard(key)
-        self.traffic.received(remote, len(payload))
-        self.inbox.put(header, frames.decode_tensor(header, payload, expected.max_abs))
-        return frames.ACCEPTED
-
     def close(self) -> None:
+        async def close_idle() -> None:
+            self._idle.close_all()
+
+        with contextlib.suppress(Exception):
+            self.call(close_idle(), timeout_s=5)
         try:
             self.call(self._p2p.shutdown(), timeout_s=5)
         except Exception as exc:

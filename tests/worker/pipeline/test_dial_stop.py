@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 PROBE = """
-import asyncio, json, threading
+import asyncio, json, threading, types
 from p2ptrain.worker.pipeline.transport import Transport
 
 PEER = "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
@@ -37,6 +37,7 @@ loop = asyncio.new_event_loop()
 threading.Thread(target=loop.run_forever, daemon=True).start()
 transport = object.__new__(Transport)  # the dial's state only, no p2pd
 transport._loop, transport._p2p, transport.peer_id = loop, P2P(), ""  # "": we dial first
+transport.intake = types.SimpleNamespace()  # whose frames it reads: set by connect_all
 asked = []
 
 def should_stop():

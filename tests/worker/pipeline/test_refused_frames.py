@@ -1,4 +1,4 @@
-"""What the frame handler (worker/pipeline/transport.py: _read_frame) raises for a frame it
+"""What the frame handler (worker/pipeline/frame_intake.py: read_frame) raises for a frame it
 refuses: the one wire error (a BAD_INPUT, answered REJECTED), and a gradient held to the bound
 Expected carries (MAX_ABS_VALUE x the run's loss_scale). In a subprocess: the transport imports
 hivemind, which this process must not (it imports libp2p)."""
@@ -16,18 +16,15 @@ PROBE = """
 import asyncio, json
 import torch
 from p2ptrain.worker.pipeline import frames
-from p2ptrain.worker.pipeline.frame_inbox import FrameInbox
 from p2ptrain.worker.pipeline.frames import GRADIENT, Expected
-from p2ptrain.worker.pipeline.transport import Transport
+from p2ptrain.worker.pipeline.frame_intake import FrameIntake
 from p2ptrain.worker.traffic import Traffic
 
 PEER, OTHER = "12D3KooWpeer", "12D3KooWother"
 GRAD = torch.full((2, 4, 8), 4.1e4)  # honest at loss_scale 2**24
-receiver = object.__new__(Transport)  # the handler's state only, no p2pd
-receiver.inbox, receiver.traffic, receiver._reading = FrameInbox(), Traffic(), set()
-receiver._expect = lambda header: Expected(
+receiver = FrameIntake(lambda header: Expected(
     GRADIENT, "run", 1, 0, PEER, "float32", (2, 4, 8), frames.max_abs_of(GRADIENT, 2.0**24)
-)
+), Traffic())  # the handler's state only, no p2pd
 
 def frame(sender):
     header = frames.header_for(GRAD, GRADIENT, "run", (1, 0), 5, 1, sender)
@@ -38,11 +35,11 @@ def frame(sender):
 
 async def main():
     try:
-        await receiver._read_frame(PEER, frame(OTHER))  # claims another sender
+        await receiver.read_frame(PEER, frame(OTHER))  # claims another sender
         refused = "nothing"
     except Exception as exc:
         refused = f"{type(exc).__name__}: {exc}"
-    answer = await receiver._read_frame(PEER, frame(PEER))
+    answer = await receiver.read_frame(PEER, frame(PEER))
     return {"refused": refused, "answer": answer.hex(), "ACCEPTED": frames.ACCEPTED.hex()}
 
 print(json.dumps(asyncio.run(main())))

@@ -16,6 +16,7 @@ PROBE = """
 import asyncio, json, sys
 from types import SimpleNamespace
 
+from p2ptrain.worker.pipeline import dialing
 from p2ptrain.worker.pipeline.transport import Transport, transport_addrs
 
 A, B = sys.argv[1:3]
@@ -23,7 +24,7 @@ kept = transport_addrs(["/ip6/::::/tcp/1", f"/ip4/127.0.0.1/tcp/4001/p2p/{A}", "
 loop = asyncio.new_event_loop()
 ours = SimpleNamespace(to_base58=lambda: "1")  # below any peer id: we dial first, no wait
 transport = Transport(loop, SimpleNamespace(peer_id=ours), lambda header: None)
-connected = loop.run_until_complete(transport._connect(B, ["/ip6/::::/tcp/1"], 1.0))
+connected = loop.run_until_complete(dialing.connect(transport.p2p, "1", B, ["/ip6/::::/tcp/1"], 1.0))
 transport.keep_routes({B: ["/ip6/::::/tcp/1"]})
 loop.run_until_complete(asyncio.sleep(0))
 print(json.dumps({"kept": [str(a) for a in kept], "connected": connected,

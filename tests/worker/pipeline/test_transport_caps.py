@@ -1,7 +1,8 @@
-"""Frame streams are capped (worker/pipeline/transport.py), with real p2pd streams on 127.0.0.1 (in a
-subprocess: hivemind is not imported beside libp2p): a stranger to the plan gets nothing read,
-a neighbour holds at most MAX_INBOUND_PER_PEER streams at once, and an idle stream is closed
-once its header is overdue."""
+"""Frame streams are capped (worker/pipeline/frame_intake.py), with real p2pd streams on
+127.0.0.1 (in a subprocess: hivemind is not imported beside libp2p): a stranger to the plan gets
+nothing read, a neighbour holds at most MAX_INBOUND_PER_PEER streams at once, and an idle stream
+is closed once its header is overdue. A neighbour's frames go on streams kept open (pipe.v4):
+16 frames, two at a time, on two streams."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def test_frame_streams_are_capped_and_strangers_get_nothing_read() -> None:
     done = subprocess.run([sys.executable, str(PROBE)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    # the transport's caps, as the probe read them (worker/pipeline/transport.py imports hivemind, which
+    # the intake's caps, as the probe read them (worker/pipeline/transport.py imports hivemind, which
     # this process must not: it imports libp2p)
     per_peer, header_timeout_s = result["max_inbound_per_peer"], result["header_timeout_s"]
     neighbour = result["neighbour"]
@@ -35,3 +36,8 @@ def test_frame_streams_are_capped_and_strangers_get_nothing_read() -> None:
     # held streams whose header never came are refused once it is overdue
     assert set(result["neighbour_later"][:per_peer]) == {"rejected"}
     assert result["released_after_s"] <= header_timeout_s + 5
+    # frames on kept streams: the two micro-batches of a step took one stream each, and the
+    # next steps reused them; every frame was filed
+    v4 = result["stream_protocols"][1]
+    assert result["frames_opened"] == [v4, v4], result["frames_opened"]
+    assert result["frames_filed"] == 16

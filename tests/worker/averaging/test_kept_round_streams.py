@@ -1,4 +1,4 @@
-"""Outer round messages on kept streams (protocol v2: worker/averaging/round_streams.py and
+"""Outer round messages on kept streams (protocol v2: worker/averaging/kept_streams.py and
 outer_link.py's `_handle_stream` / `_send_once`), over real sockets on 127.0.0.1 standing in for
 p2pd's: a groupmate's messages share one stream, each screened and answered; a stranger, a bad
 message, a peer gone from the group and an idle stream each end theirs; a sender recovers from a
@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from p2ptrain.worker.averaging import outer_link, round_streams
+from p2ptrain.worker import kept_streams
+from p2ptrain.worker.averaging import outer_link
 from p2ptrain.worker.averaging import outer_wire as wire
-from p2ptrain.worker.averaging.round_streams import IdleStreams
+from p2ptrain.worker.kept_streams import IdleStreams
 from p2ptrain.worker.traffic import Traffic
 from tests.worker.averaging.test_outer_exchange import PEERS
 from tests.worker.averaging.test_outer_round_hostile import key, part
@@ -177,7 +178,7 @@ def test_the_stream_ends_once_its_sender_left_the_group() -> None:
 
 def test_an_idle_stream_is_closed_without_a_rejection(monkeypatch: pytest.MonkeyPatch) -> None:
     _, receiver, _ = _pair()
-    monkeypatch.setattr(outer_link, "IDLE_S", 0.3)
+    monkeypatch.setattr(kept_streams, "IDLE_S", 0.3)
     monkeypatch.setattr(outer_link, "HEADER_TIMEOUT_S", 0.3)
     answers, ended = asyncio.run(_raw_stream(receiver, PEERS[0], [message(9)], wait_s=5.0))
     assert (answers, ended) == (wire.ACCEPTED, True)
@@ -191,7 +192,7 @@ def test_a_stream_closed_under_the_sender_costs_a_fresh_one_not_a_failure(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     sender, _, net = _pair()
-    monkeypatch.setattr(outer_link, "IDLE_S", 0.2)
+    monkeypatch.setattr(kept_streams, "IDLE_S", 0.2)
     monkeypatch.setattr(outer_link, "HEADER_TIMEOUT_S", 0.2)
 
     async def scenario() -> list[bytes]:
@@ -245,16 +246,16 @@ def test_idle_streams_keep_a_few_a_peer_and_drop_stale_or_closed_ones(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     idle, now = IdleStreams(), [100.0]
-    monkeypatch.setattr(round_streams.time, "monotonic", lambda: now[0])
-    streams = [_stream() for _ in range(round_streams.MAX_IDLE_PER_PEER + 1)]
+    monkeypatch.setattr(kept_streams.time, "monotonic", lambda: now[0])
+    streams = [_stream() for _ in range(kept_streams.MAX_IDLE_PER_PEER + 1)]
     for stream in streams:
         idle.put("a", stream)
-    assert idle.count("a") == round_streams.MAX_IDLE_PER_PEER and streams[-1][1].closed
+    assert idle.count("a") == kept_streams.MAX_IDLE_PER_PEER and streams[-1][1].closed
     assert idle.take("b") is None
     taken = idle.take("a")
     assert taken is streams[1] and not taken[1].closed
     idle.put("b", _stream())
     streams[0][0].eof = True  # its far end closed it
     assert idle.take("a") is None and streams[0][1].closed
-    now[0] += round_streams.REUSE_S  # b's is stale now, and goes on any take
+    now[0] += kept_streams.REUSE_S  # b's is stale now, and goes on any take
     assert idle.take("a") is None and idle.count("b") == 0
