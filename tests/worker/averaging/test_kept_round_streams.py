@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import types
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 import pytest
@@ -20,45 +20,18 @@ from p2ptrain.worker.kept_streams import IdleStreams
 from p2ptrain.worker.traffic import Traffic
 from tests.worker.averaging.test_outer_exchange import PEERS
 from tests.worker.averaging.test_outer_round_hostile import key, part
-
-Handler = Callable[[Any, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+from tests.worker.socket_net import Handler, SocketNet
 
 
 def message(step: int, payload: bytes = b"abcd") -> bytes:
     return part(key(step), num_bytes=len(payload)).encode() + payload
 
 
-def _info(peer: str) -> Any:
-    return types.SimpleNamespace(peer_id=types.SimpleNamespace(to_base58=lambda: peer))
-
-
-class _Net:
-    """Stands in for the daemons: a stream opened to a protocol is a socket to the receiving
-    link's handler for it, as `sender`; counts the streams opened."""
-
-    def __init__(self) -> None:
-        self.handlers: dict[str, Handler] = {}
-        self.opened: list[str] = []
-
-    async def open(self, sender: str, protocol: str) -> tuple[Any, Any]:
-        handler = self.handlers.get(protocol)
-        if handler is None:
-            raise ConnectionError(f"protocol not supported: {protocol}")
-
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await handler(_info(sender), reader, writer)
-
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        stream = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
-        self.opened.append(protocol)
-        return stream
-
-
 class _Transport:
     """What P2PRoundLink uses of a Transport: its handlers go to `net`; its streams open
     through `net` as its own peer id."""
 
-    def __init__(self, peer: str, net: _Net, protocols: tuple[str, ...]) -> None:
+    def __init__(self, peer: str, net: SocketNet, protocols: tuple[str, ...]) -> None:
         self.peer_id, self.traffic, self.net = peer, Traffic(), net
 
         async def register(protocol: str, handler: Handler) -> None:
@@ -76,9 +49,9 @@ class _Transport:
 
 def _pair(
     receiver_protocols: tuple[str, ...] = (wire.PROTOCOL, wire.STREAM_PROTOCOL),
-) -> tuple[outer_link.P2PRoundLink, outer_link.P2PRoundLink, _Net]:
+) -> tuple[outer_link.P2PRoundLink, outer_link.P2PRoundLink, SocketNet]:
     """A sender (PEERS[0]) and a receiver (PEERS[2]) whose group holds the sender."""
-    net = _Net()
+    net = SocketNet()
     receiver_transport = _Transport(PEERS[2], net, receiver_protocols)
     receiver = outer_link.P2PRoundLink(receiver_transport)  # type: ignore[arg-type]
     receiver.inbox.admit_group(PEERS[:3], 1000)
@@ -116,7 +89,7 @@ async def _raw_stream(
 ) -> tuple[bytes, bool]:
     """Write `chunks` on one v2 stream of `peer`; every answer byte, and whether the receiver
     ended the stream (EOF) within wait_s."""
-    net = _Net()
+    net = SocketNet()
     net.handlers[wire.STREAM_PROTOCOL] = receiver._handle_stream
     reader, writer = await net.open(peer, wire.STREAM_PROTOCOL)
     for chunk in chunks:
@@ -162,7 +135,7 @@ def test_the_stream_ends_once_its_sender_left_the_group() -> None:
             receiver.inbox.admit_group(PEERS[1:3], 1000)
 
         task = asyncio.create_task(leave_soon())
-        net = _Net()
+        net = SocketNet()
         net.handlers[wire.STREAM_PROTOCOL] = receiver._handle_stream
         reader, writer = await net.open(PEERS[0], wire.STREAM_PROTOCOL)
         writer.write(message(9))

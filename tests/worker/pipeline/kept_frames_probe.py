@@ -1,4 +1,4 @@
-"""Run by test_kept_frame_streams.py in its own process (the transport imports hivemind, which
+"""Run by test_kept_frame_streams.py in its own process (`python -m`, from the repository root) (the transport imports hivemind, which
 the test process must not): pipeline frames on kept streams (pipe.v4: worker/kept_streams.py,
 the Transport's `_send_once`, frame_intake.py's `handle_kept_stream`), over real sockets on
 127.0.0.1 standing in for p2pd's. Prints one JSON line: what each scenario saw."""
@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import types
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import torch
@@ -17,11 +16,11 @@ from p2ptrain.worker import kept_streams
 from p2ptrain.worker.pipeline import frame_intake, frames
 from p2ptrain.worker.pipeline.frames import ACTIVATION, Expected, FrameHeader, NotReady
 from p2ptrain.worker.pipeline.transport import Transport
+from tests.worker.socket_net import SocketNet
 
 SENDER, RECEIVER, STRANGER = "12D3KooWsender", "12D3KooWreceiver", "12D3KooWstranger"
 RUN, PLAN = "run", (1, 0)
 TENSOR = torch.randn(2, 4, 8)
-Handler = Callable[[Any, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 def frame(step: int, sender: str = SENDER) -> tuple[FrameHeader, torch.Tensor]:
@@ -34,30 +33,12 @@ def raw(step: int, sender: str = SENDER) -> bytes:
     return header.encode() + bytes(frames.tensor_bytes(payload))
 
 
-class Net:
-    """Stands in for the daemons: a stream opened to a protocol is a socket to the receiver's
-    handler for it, as `sender`; counts the streams opened."""
-
-    def __init__(self) -> None:
-        self.handlers: dict[str, Handler] = {}
-        self.opened: list[str] = []
-
-    async def open(self, sender: str, protocol: str) -> tuple[Any, Any]:
-        handler = self.handlers.get(protocol)
-        if handler is None:
-            raise ConnectionError(f"protocol not supported: {protocol}")
-
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            info = types.SimpleNamespace(peer_id=types.SimpleNamespace(to_base58=lambda: sender))
-            await handler(info, reader, writer)
-
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        stream = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
-        self.opened.append(protocol.rsplit(".", 1)[-1])
-        return stream
+def versions(net: SocketNet) -> list[str]:
+    """The version of each stream's protocol opened so far ("v3", "v4")."""
+    return [protocol.rsplit(".", 1)[-1] for protocol in net.opened]
 
 
-def transport(peer: str, net: Net, not_ready_from: int = 1000) -> Transport:
+def transport(peer: str, net: SocketNet, not_ready_from: int = 1000) -> Transport:
     """A Transport without p2pd: its streams open through `net` as `peer`; it expects a float16
     activation of TENSOR's shape from SENDER for any step under not_ready_from."""
 
@@ -73,8 +54,8 @@ def transport(peer: str, net: Net, not_ready_from: int = 1000) -> Transport:
     return made
 
 
-def pair(v4: bool = True, not_ready_from: int = 1000) -> tuple[Transport, Transport, Net]:
-    net = Net()
+def pair(v4: bool = True, not_ready_from: int = 1000) -> tuple[Transport, Transport, SocketNet]:
+    net = SocketNet()
     receiver = transport(RECEIVER, net, not_ready_from)
     net.handlers[frames.PROTOCOL] = receiver.intake.handle_stream
     if v4:
@@ -88,7 +69,7 @@ async def send_all(sender: Transport, steps: range) -> list[str]:
 
 async def raw_stream(receiver: Transport, peer: str, data: bytes, wait_s: float = 5.0) -> dict:
     """`data` on one v4 stream of `peer`: every answer byte, and whether the receiver ended it."""
-    net = Net()
+    net = SocketNet()
     net.handlers[frames.STREAM_PROTOCOL] = receiver.intake.handle_kept_stream
     reader, writer = await net.open(peer, frames.STREAM_PROTOCOL)
     writer.write(data)
@@ -109,12 +90,12 @@ async def main() -> dict[str, Any]:
     # ten frames one after another: one stream, every one filed
     sender, receiver, net = pair()
     seen["ten"] = await send_all(sender, range(10))
-    seen["ten_opened"] = list(net.opened)
+    seen["ten_opened"] = versions(net)
     seen["ten_filed"] = sum(receiver.inbox.holds(frame(step)[0]) for step in range(10))
     seen["ten_received"] = receiver.traffic.bytes_received
     # a copy of a filed frame: accepted, its payload read and dropped, and the stream goes on
     seen["copy"] = await send_all(sender, range(9, 11))
-    seen["copy_opened"] = list(net.opened)
+    seen["copy_opened"] = versions(net)
     # four at once: as many streams, each kept (up to MAX_IDLE_FRAME_STREAMS) for the next
     sender, receiver, net = pair()
     steps = range(20, 24)
@@ -127,11 +108,11 @@ async def main() -> dict[str, Any]:
     # a frame the receiver is not ready for: BUSY unread, the stream ends, the next opens anew
     sender, receiver, net = pair(not_ready_from=5)
     seen["busy"] = await send_all(sender, range(4, 7))
-    seen["busy_opened"] = list(net.opened)
+    seen["busy_opened"] = versions(net)
     # a neighbour of the last version: one frame a stream on pipe.v3
     sender, receiver, net = pair(v4=False)
     seen["v3"] = await send_all(sender, range(3))
-    seen["v3_opened"] = list(net.opened)
+    seen["v3_opened"] = versions(net)
     seen["v3_filed"] = sum(receiver.inbox.holds(frame(step)[0]) for step in range(3))
     # a stranger's stream: BUSY, nothing read
     _, receiver, _ = pair()
@@ -146,7 +127,7 @@ async def main() -> dict[str, Any]:
     seen["spoofed"] = await raw_stream(receiver, SENDER, raw(0) + raw(1, STRANGER), wait_s=8.0)
     # the sender left the plan after its first frame: the stream ends after that answer
     _, receiver, _ = pair()
-    net = Net()
+    net = SocketNet()
     net.handlers[frames.STREAM_PROTOCOL] = receiver.intake.handle_kept_stream
     reader, writer = await net.open(SENDER, frames.STREAM_PROTOCOL)
     writer.write(raw(0))

@@ -16,13 +16,11 @@ from typing import Any
 
 import pytest
 
-PROBE = Path(__file__).with_name("kept_frames_probe.py")
-
 
 @pytest.fixture(scope="module")
 def seen() -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, str(PROBE)],
+        [sys.executable, "-m", "tests.worker.pipeline.kept_frames_probe"],
         capture_output=True,
         text=True,
         check=True,
