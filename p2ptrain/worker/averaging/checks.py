@@ -146,29 +146,10 @@ def check_round(
     member's RoundGather as a dict), or None. `mine`: our checksums of a round of `kind`;
     `weights`: the plan's weight of every member (peer id in base58); `signs`: the
     projection the claims were made with (checksums())."""
-    parts: list[Checksums] = []
-    for peer, data in gathered.items():
-        try:
-            gather = RoundGather.from_dict(data)
-        except WireError as exc:
-            return f"bad checksums from {peer}: {exc}"
-        if gather.kind != kind:
-            return f"{peer} gathered a {gather.kind} round, not a {kind} round"
-        part = gather.checksums
-        planned = weights.get(str(peer))
-        if planned is None:
-            return f"{peer} is not in the plan's group"
-        if not math.isclose(part.weight, planned, rel_tol=1e-9):
-            return f"{peer} claims weight {part.weight:g}, the plan gives it {planned:g}"
-        parts.append(part)
-    if len(parts) < 2:
-        return "no groupmates"
-    if any(p.step != mine.step for p in parts):
-        return f"groupmates at steps {sorted(p.step for p in parts)}, not {mine.step}"
-    norms = [p.norm for p in parts]
-    median = low_median(norms)
-    if max(norms) > MAX_NORM_RATIO * median:
-        return f"a claimed gradient norm {max(norms):.3g} is over {MAX_NORM_RATIO:g}x the median"
+    parts, problem = _checked_claims(mine, gathered, weights, kind)
+    if problem is not None:
+        return problem
+    median = low_median([p.norm for p in parts])
     scale = median + 1e-12
     total_weight = sum(p.weight for p in parts)
     got = checksums(result, mine.step, mine.weight, signs)
@@ -184,6 +165,62 @@ def check_round(
     if not got.norm <= longest * (1 + tolerance) + tolerance * scale:
         return f"result norm {got.norm:.3g} over the members' mean norm {longest:.3g}"
     return None
+
+
+def claims_problem(
+    mine: Checksums, gathered: dict[Any, Any], weights: Mapping[str, float], kind: str = GRAD
+) -> str | None:
+    """Why the members' gathered claims alone fail a round, whatever its result: a record that
+    does not decode, a round of another kind, a member or weight the plan does not give, fewer
+    than two members, members at other steps, or a claimed norm over MAX_NORM_RATIO x the low
+    median; None if the claims pass. The same claims fail the same way again (an attempt that
+    gathers them once more cannot pass)."""
+    return _checked_claims(mine, gathered, weights, kind)[1]
+
+
+def settled_by_claims(
+    mine: Checksums, gathered: dict[Any, Any], weights: Mapping[str, float], kind: str
+) -> bool:
+    """Did the claims of the whole planned group, every member at our step, fail the round?
+    Then a retry would gather the same claims from the same members and fail alike: every
+    member sees them and gives the step up at once (a pair's honest gradients whose norms differ
+    over MAX_NORM_RATIO spent a second attempt of 3-6 s, both pipelines waiting: bench
+    scaleout, 2026-12-03). A partial group, or one at other steps, is still retried."""
+    if {str(peer) for peer in gathered} != set(weights):
+        return False
+    parts, problem = _checked_claims(mine, gathered, weights, kind)
+    return problem is not None and all(part.step == mine.step for part in parts)
+
+
+def _checked_claims(
+    mine: Checksums, gathered: dict[Any, Any], weights: Mapping[str, float], kind: str
+) -> tuple[list[Checksums], str | None]:
+    """Every member's checksums, and claims_problem's answer."""
+    parts: list[Checksums] = []
+    for peer, data in gathered.items():
+        try:
+            gather = RoundGather.from_dict(data)
+        except WireError as exc:
+            return parts, f"bad checksums from {peer}: {exc}"
+        if gather.kind != kind:
+            return parts, f"{peer} gathered a {gather.kind} round, not a {kind} round"
+        part = gather.checksums
+        planned = weights.get(str(peer))
+        if planned is None:
+            return parts, f"{peer} is not in the plan's group"
+        if not math.isclose(part.weight, planned, rel_tol=1e-9):
+            return parts, f"{peer} claims weight {part.weight:g}, the plan gives it {planned:g}"
+        parts.append(part)
+    if len(parts) < 2:
+        return parts, "no groupmates"
+    if any(p.step != mine.step for p in parts):
+        return parts, f"groupmates at steps {sorted(p.step for p in parts)}, not {mine.step}"
+    norms = [p.norm for p in parts]
+    if max(norms) > MAX_NORM_RATIO * low_median(norms):
+        return parts, (
+            f"a claimed gradient norm {max(norms):.3g} is over {MAX_NORM_RATIO:g}x the median"
+        )
+    return parts, None
 
 
 def fixed_signs(numel: int) -> torch.Tensor:

@@ -30,6 +30,7 @@ from p2ptrain.worker.averaging.checks import (
     fixed_signs,
     params_digest,
     replicas_diverged,
+    settled_by_claims,
 )
 
 if TYPE_CHECKING:
@@ -289,6 +290,10 @@ class StageAverager:
                     return flat_grad, Outcome("local", 1, problem)
                 if steps and min(steps) < step:
                     timeout_s = self.timeout_s
+                elif settled_by_claims(mine, gathered, weights, kind):
+                    problem += " (every member's claims: not retried)"
+                    log.warning("step %d averaging failed: %s", step, problem)
+                    return flat_grad, Outcome("local", 1, "; ".join([*failed, problem]))
             failed.append(f"attempt {attempt + 1}: {problem}")
             log.warning("step %d averaging attempt %d failed: %s", step, attempt + 1, problem)
         return flat_grad, Outcome("local", 1, "; ".join(failed))

@@ -19,6 +19,7 @@ from p2ptrain.worker.averaging.checks import (
     fixed_signs,
     params_digest,
     replicas_diverged,
+    settled_by_claims,
     step_signs,
 )
 
@@ -284,3 +285,21 @@ def test_chunked_checksums_equal_one_float64_pass_across_chunk_edges() -> None:
     assert math.isclose(
         default.projection, (exact @ step_signs(n, 7).double()).item(), rel_tol=1e-9, abs_tol=1e-9
     )
+
+
+def test_claims_that_fail_a_whole_group_settle_the_round_and_anything_else_is_retried() -> None:
+    """A pair's claimed norms 5x apart fail the round on the claims alone: gathered again from
+    the same two members they fail again, so no second attempt is made. A result that is off
+    (a partial round), a group missing a member, or members at another step are retried."""
+    a, b = _grads()
+    uneven = _gathered(a, 5 * b, 1, 1)
+    mine = checksums(a, 3, 1)
+    problem = check_round((a + 5 * b) / 2, mine, uneven, EXACT_TOLERANCE, EQUAL)
+    assert problem is not None and "claimed gradient norm" in problem
+    assert settled_by_claims(mine, uneven, EQUAL, GRAD)
+    even = _gathered(a, b, 1, 1)
+    assert check_round(a, mine, even, EXACT_TOLERANCE, EQUAL) is not None  # half averaged
+    assert not settled_by_claims(mine, even, EQUAL, GRAD)
+    assert not settled_by_claims(mine, {"a": uneven["a"]}, EQUAL, GRAD)  # b never joined
+    ahead = {"a": uneven["a"], "b": _gather(checksums(5 * b, 4, 1))}
+    assert not settled_by_claims(mine, ahead, EQUAL, GRAD)
