@@ -36,7 +36,7 @@ from p2ptrain.train.data import get_batch, load_corpus, replica_rows
 from p2ptrain.train.model import build_model, loss_fn
 from p2ptrain.train.optim import lr_at
 from p2ptrain.worker import watchdog
-from p2ptrain.worker.averaging.stage_averager import averaging_timeouts
+from p2ptrain.worker.averaging.round_timeouts import averaging_timeouts
 
 RENDEZVOUS_TIMEOUT_S = 300.0
 # bounded recovery: a peer the swarm left behind tries to download the state this many times

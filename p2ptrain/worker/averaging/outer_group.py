@@ -17,7 +17,7 @@ from p2ptrain.worker.averaging.outer_exchange import (
     inbox_payload_bytes,
 )
 from p2ptrain.worker.averaging.outer_link import P2PRoundLink
-from p2ptrain.worker.averaging.stage_averager import RETRY_TIMEOUT_S, averaging_timeouts
+from p2ptrain.worker.averaging.round_timeouts import RETRY_TIMEOUT_S, averaging_timeouts
 from p2ptrain.worker.pipeline.stage_step import replica_weights
 
 if TYPE_CHECKING:

@@ -32,6 +32,7 @@ from p2ptrain.worker.averaging.checks import (
     replicas_diverged,
     settled_by_claims,
 )
+from p2ptrain.worker.averaging.round_timeouts import RETRY_TIMEOUT_S, averaging_timeouts
 
 if TYPE_CHECKING:
     from hivemind import DHT
@@ -41,58 +42,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RETRY_TIMEOUT_S = 5.0
 STOP_POLL_S = 0.2  # how often a waiting round checks whether the session must end
 SHUTDOWN_S = 3.0  # how long a session's end waits for hivemind's averager to shut down
 DRAIN_POLL_S = 0.02  # how often a leaving averager looks whether its replies are out
-
-# On shutdown, our last reduced parts may still be on their way to a groupmate: if the process
-# left at once, the groupmate's last round would come out partial. Stay this long at most.
-MAX_LINGER_S = 2.5
-
-
-@dataclasses.dataclass(frozen=True)
-class AveragingTimeouts:
-    """hivemind's matchmaking and all-reduce timeouts for one network (seconds)."""
-
-    request_s: float  # a potential leader must answer a join request within this
-    min_matchmaking_s: float  # how long a declared group waits for more peers
-    sender_s: float  # max silence between two chunks from one sender
-    reducer_s: float  # max wait for one reduced part
-    allreduce_s: float  # the whole all-reduce after the group formed
-    linger_s: float  # how long to stay after the last round, for our parts to arrive
-
-    @classmethod
-    def for_network(
-        cls, max_rtt_s: float, min_rate_mbps: float, gradient_bytes: int
-    ) -> AveragingTimeouts:
-        """Timeouts for links of up to max_rtt_s round trip and at least min_rate_mbps.
-
-        A join request may need a fresh connection (TCP + Noise + muxer: about 4 round trips)
-        before its reply; the DHT declare/lookup behind matchmaking takes a few more, so a
-        declared group must live several times that. The all-reduce moves, on each peer's
-        link, about twice the gradient (its parts out, the averaged parts back)."""
-        request_s = max(1.0, 4 * max_rtt_s)
-        transfer_s = 2 * gradient_bytes * 8 / (min_rate_mbps * 1e6)
-        sender_s = max(5.0, 4 * max_rtt_s + transfer_s)
-        return cls(
-            request_s=request_s,
-            min_matchmaking_s=max(2.0, 2.5 * request_s),
-            sender_s=sender_s,
-            reducer_s=max(10.0, 2 * sender_s),
-            allreduce_s=max(30.0, 8 * max_rtt_s + 4 * transfer_s),
-            linger_s=min(MAX_LINGER_S, 2 * max_rtt_s + transfer_s / 2),
-        )
-
-
-LOCAL_TIMEOUTS = AveragingTimeouts(
-    request_s=0.5,
-    min_matchmaking_s=1.0,
-    sender_s=5.0,
-    reducer_s=10.0,
-    allreduce_s=30.0,
-    linger_s=0.0,
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,19 +58,6 @@ class Outcome:
     # the process tree's CPU clock when the round's first part left and its last part arrived
     # (worker/cpu_clock.py's WireMarks), None if it moved none
     wire_cpu: tuple[float, float] | None = None
-
-
-def averaging_timeouts(
-    gradient_bytes: int, network: NetworkFacts | None, stage: int | None = None
-) -> AveragingTimeouts:
-    """The timeouts for the network the plan was made for: the links of `stage`'s group (the
-    ones its rounds cross), or the swarm-wide pair when the stage or its facts are unknown. A
-    plan without network facts was made for a local network (loopback or LAN): short
-    timeouts, so a failed round is noticed quickly."""
-    if network is None:
-        return LOCAL_TIMEOUTS
-    links = network.swarm if stage is None else network.group(stage)
-    return AveragingTimeouts.for_network(links.rtt_s, links.rate_mbps, gradient_bytes)
 
 
 class StageAverager:

@@ -1,11 +1,11 @@
-"""The averaging timeouts follow the network the plan was made for (worker/averaging/stage_averager.py)."""
+"""The averaging timeouts follow the network the plan was made for (worker/averaging/round_timeouts.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from p2ptrain.records import LinkFacts, NetworkFacts
-from p2ptrain.worker.averaging.stage_averager import (
+from p2ptrain.worker.averaging.round_timeouts import (
     LOCAL_TIMEOUTS,
     MAX_LINGER_S,
     AveragingTimeouts,
