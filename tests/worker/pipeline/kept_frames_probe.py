@@ -67,12 +67,18 @@ async def send_all(sender: Transport, steps: range) -> list[str]:
     return [(await sender._send_once(RECEIVER, *frame(step))).hex() for step in steps]
 
 
-async def raw_stream(receiver: Transport, peer: str, data: bytes, wait_s: float = 5.0) -> dict:
-    """`data` on one v4 stream of `peer`: every answer byte, and whether the receiver ended it."""
+async def raw_stream(
+    receiver: Transport, peer: str, data: bytes, wait_s: float = 5.0, then_close: bool = False
+) -> dict:
+    """`data` on one v4 stream of `peer` (`then_close`: our side closed after it, as a sender
+    does once it has its answers, so the receiver need not wait out its linger): every answer
+    byte, and whether the receiver ended it."""
     net = SocketNet()
     net.handlers[frames.STREAM_PROTOCOL] = receiver.intake.handle_kept_stream
     reader, writer = await net.open(peer, frames.STREAM_PROTOCOL)
     writer.write(data)
+    if then_close:
+        writer.write_eof()
     answers, ended = b"", False
     try:
         async with asyncio.timeout(wait_s):
@@ -121,9 +127,10 @@ async def main() -> dict[str, Any]:
     # a bad frame after good ones: REJECTED, the stream ends
     _, receiver, _ = pair()
     bad = frames.HEADER_LEN.pack(5) + b"[[[[["
-    seen["bad"] = await raw_stream(receiver, SENDER, raw(0) + raw(1) + bad, wait_s=8.0)
+    seen["bad"] = await raw_stream(receiver, SENDER, raw(0) + raw(1) + bad, then_close=True)
     # a frame claiming another sender on the stream: REJECTED unread
     _, receiver, _ = pair()
+    # (our side left open: the receiver ends the stream itself, after its linger)
     seen["spoofed"] = await raw_stream(receiver, SENDER, raw(0) + raw(1, STRANGER), wait_s=8.0)
     # the sender left the plan after its first frame: the stream ends after that answer
     _, receiver, _ = pair()
@@ -134,6 +141,7 @@ async def main() -> dict[str, Any]:
     first = await reader.readexactly(1)
     receiver.intake.plan_peers = frozenset({RECEIVER})
     writer.write(raw(1))
+    writer.write_eof()
     rest = await asyncio.wait_for(reader.read(), 10)
     writer.close()
     seen["left"] = (first + rest).hex()
