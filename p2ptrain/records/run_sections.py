@@ -218,6 +218,9 @@ class OptimSpec:
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 0.0  # per-stage gradient norm clip; 0 = off
+    # each replica clips its stage's gradient, before the round, to this x the median of its
+    # own last 16 norms (train/spike_clip.py: honest pairs' spikes fail their rounds); 0 = off
+    spike_clip: float = 0.0
     # the loss is multiplied by this before backward and every stage's gradients divided by it
     # after: a run-wide constant, so fp16 passes (GPUs without bf16) do not underflow; a power
     # of two keeps fp32 runs exact. 1 = off
@@ -244,6 +247,8 @@ class OptimSpec:
             raise UserError(f"need 0 < min_lr <= lr, got min_lr={self.min_lr} lr={self.lr}")
         if self.warmup_steps < 0 or self.weight_decay < 0 or self.grad_clip < 0:
             raise UserError("warmup_steps, weight_decay and grad_clip must be >= 0")
+        if self.spike_clip != 0 and not 1 <= self.spike_clip <= 100:
+            raise UserError(f"spike_clip must be 0 (off) or in [1, 100], got {self.spike_clip}")
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
             raise UserError("beta1 and beta2 must be in [0, 1)")
         if self.sync not in SYNC_MODES:

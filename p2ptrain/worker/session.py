@@ -21,6 +21,7 @@ from p2ptrain.train.data import load_corpus
 from p2ptrain.train.model import Stage, build_layers
 from p2ptrain.train.optim import clip_grads, grads_are_finite, lr_at, make_optimizer, set_lr
 from p2ptrain.train.snapshot import StageSnapshot
+from p2ptrain.train.spike_clip import SpikeClip
 from p2ptrain.worker.averaging.outer_link import close_rounds
 from p2ptrain.worker.device import precision_for
 from p2ptrain.worker.faults import NO_FAULTS, Faults
@@ -73,6 +74,7 @@ class Session:
         self.plan_version = plan_version
         self.failed = ""  # why this session cannot train (then train() ends it at once)
         self._previous: StageSnapshot | None = None  # the state one step back, see close()
+        self.spikes = SpikeClip(spec.optim.spike_clip)  # before a round: train/spike_clip.py
         self._keeps_one_back = False
         self.transport = transport
         self.inbox = inbox
@@ -217,7 +219,8 @@ class Session:
 
     def _passes(self, timing: stage_step.StageTiming) -> float | None:
         """The stage's forward and backward passes over the step's micro-batches: gradients in
-        place, unscaled; the loss on a pipeline's last stage."""
+        place, unscaled, a spike of ours clipped (spike_clip); the loss on a pipeline's last
+        stage."""
         assert self.model is not None and self.role is not None
         loss = stage_step.run_step(
             self.model,
@@ -232,6 +235,8 @@ class Session:
             self.precision,
         )
         stage_step.unscale_grads(self.model, self.spec)
+        if (scale := self.spikes.clip(self.model)) is not None:
+            log.info("step %d: our gradient spiked: clipped to %.2g of its norm", self.step, scale)
         return loss
 
     def _abandon_step(self, exc: Stopped | PeerLost) -> SessionEnd:
