@@ -25,6 +25,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 # loaded here, once: between fork and exec the child should only call into it
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
@@ -197,6 +198,69 @@ def reap_orphans(keep: Iterable[int]) -> list[int]:
             if state == "Z" and int(ppid) == ours and os.waitpid(int(entry.name), os.WNOHANG)[0]:
                 reaped.append(int(entry.name))
     return reaped
+
+
+def adopt_orphans() -> bool:
+    """Become the subreaper of our descendants: one whose parent dies (a SIGKILLed node's
+    worker, which then saves on its own) is handed to us, not to PID 1, for `stop_orphans` to
+    stop. False where the system refuses (not Linux)."""
+    return bool(_LIBC.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+
+
+def stop_orphans(
+    keep: Iterable[int], grace_s: float, on_found: Callable[[list[int]], None] | None = None
+) -> list[int]:
+    """Stop every live child but keep's (our own children: what we started, which their owners
+    stop and reap; the rest were handed to us, `adopt_orphans`) as `stop_groups` stops a leader: SIGTERM it, wait up to grace_s
+    for it, then SIGKILL its group and reap it; then reap the zombies handed to us meanwhile.
+    Their PIDs, which `on_found` hears first (to say what we wait for)."""
+    kept = set(keep)
+    own_group = os.getpgid(0)
+    orphans = {
+        pid: pgid
+        for pid, (state, pgid) in children().items()
+        if pid not in kept and state != "Z" and pgid != own_group
+    }
+    if orphans and on_found is not None:
+        on_found(sorted(orphans))
+    for pid, pgid in orphans.items():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)  # itself: a worker closes its own children in order
+            os.killpg(pgid, signal.SIGCONT)  # a stopped (frozen) group acts on SIGTERM only then
+    deadline = time.monotonic() + grace_s
+    for pid in orphans:
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    for pgid in set(orphans.values()):  # the unreaped leaders keep the groups' ids theirs
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    for pid in orphans:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    reap_orphans(kept)
+    return sorted(orphans)
+
+
+def children() -> dict[int, tuple[str, int]]:
+    """pid -> (state letter, process group) of each of this process's children (its own and
+    those handed to it)."""
+    ours, found = os.getpid(), {}
+    for entry in Path("/proc").iterdir():
+        if not (entry.name.isascii() and entry.name.isdigit()):
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            state, ppid, pgid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:3]
+            if int(ppid) == ours:
+                found[int(entry.name)] = (state, int(pgid))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Is our child `pid` still running (not yet a zombie)? Leaves it unreaped."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+    except ChildProcessError:
+        return False
 
 
 def count_matching(text: str) -> int:

@@ -33,7 +33,8 @@ from p2ptrain.worker.settings import DEFAULT_DEVICE
 START_TIMEOUT_S = 60.0
 STALL_TIMEOUT_S = 240.0
 # a supervisor's own stop: its worker saves within 30 s (node/supervisor.py STOP_GRACE_S); a
-# SIGKILL before that orphans the worker, which then saves and exits on its own, after `local`
+# SIGKILL before that orphans the worker, which then saves and exits on its own (within 30 s:
+# worker/watchdog.py): `local` adopts such orphans and stops them as it stops the nodes
 STOP_GRACE_S = 40.0
 # the swarm's rate is read off when steps' reports were read (every POLL_S): over a shorter span
 # than this, the workers' own measure of their steps
@@ -95,6 +96,10 @@ def train_with_control_plane(
     `on_report(metrics)`: every worker's every step as it reported it; `device`: every node's
     `--device` (they share it)."""
     sites = sites or NodeSites()
+    # a killed node's worker is ours to stop, not PID 1's (`_stop`); what we started before
+    # this swarm (a testbed's forwarder) is not
+    ours = set(procs.children())
+    procs.adopt_orphans()
     run_path = workdir / "run.toml"
     # the first plan waits for all N peers instead of re-planning as each one joins
     write_run_toml(spec.replace(min_peers=num_peers), run_path)
@@ -159,7 +164,7 @@ def train_with_control_plane(
         _wait_for_exits(nodes[1:], FINISH_S)
         return _with_all_outcomes(result, logs)
     finally:
-        _stop(nodes)
+        _stop(nodes, ours)
 
 
 def command(subcommand: str, args: Sequence[str], faults: Faults) -> list[str]:
@@ -332,13 +337,23 @@ def _wait_for_exits(peers: list[subprocess.Popen[bytes]], timeout_s: float) -> N
         time.sleep(POLL_S)
 
 
-def _stop(nodes: list[subprocess.Popen[bytes]]) -> None:
+def _stop(nodes: list[subprocess.Popen[bytes]], ours: set[int]) -> None:
     """SIGTERM every node twice (supervisors stop their children; the whole swarm stops, so the
     second signal cuts short a hand-over that would wait for a successor), then SIGKILL what is
-    left."""
+    left; then stop the orphans handed to us (children but the nodes and `ours`)."""
     for node in nodes[::-1]:  # peers first, the bootstrap last
         if node.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 node.send_signal(signal.SIGTERM)
     time.sleep(0.2)  # two signals, not one: a signal pending twice is handled once
     procs.stop_groups(nodes[::-1], STOP_GRACE_S)  # peers first, the bootstrap last
+    procs.stop_orphans(ours | {node.pid for node in nodes}, STOP_GRACE_S, _say_orphans)
+
+
+def _say_orphans(pids: list[int]) -> None:
+    print(
+        f"waiting up to {STOP_GRACE_S:.0f} s for {len(pids)} process(es) that nodes which died "
+        f"left behind (an orphaned worker saves its stage first): {pids}",
+        file=sys.stderr,
+        flush=True,
+    )
