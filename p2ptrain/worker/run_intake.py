@@ -5,7 +5,10 @@ reader's thread once the worker is up; one that comes with a plan, at once, befo
 Only a run sent ahead is timed: the control process always sends it ahead of its plans and its
 planner reads the timing; a harness that sends its plan with the spec and nothing ahead
 (harness/direct_swarm.py) places the peers itself, and a timing nobody reads cost each of its
-workers a second of CPU at the plan's arrival, when every worker starts its first step.
+workers a second of CPU at the plan's arrival, when every worker starts its first step. Nor is
+a run timed that its planner does not price on compute (`compute_aware = false`, a random
+placement: control/planning/compute.py reads no timing then; every `p2ptrain local` run, whose
+peers share one machine's cores): each of its workers saves that second at its start.
 """
 
 from __future__ import annotations
@@ -25,6 +28,11 @@ if TYPE_CHECKING:
     from p2ptrain.worker.ipc import IpcClient, PlanInbox
 
 log = logging.getLogger("p2ptrain.worker")
+
+
+def prices_compute(spec: RunSpec) -> bool:
+    """Does the run's planner price the peers' compute (and so read our timing)?"""
+    return spec.swarm.compute_aware and spec.swarm.placement == "scheduled"
 
 
 class RunIntake:
@@ -113,6 +121,8 @@ class RunIntake:
         if self.ipc is None or spec.run_id not in self._runs_ahead:
             return  # a static plan, or a harness's: no planner reads it
         self.tell_saved(spec)
+        if not prices_compute(spec):
+            return  # its planner reads no timing
         with self._timing:
             if spec.run_id in self._timed_runs:
                 return

@@ -2,7 +2,7 @@
 are told as soon as our hello is out (the planner's first plan waits for every trainer's word on
 them), its model is timed only once the whole start is done (a probe beside torch's warm-up
 would time us slow), each once per run; a run that comes only with a plan (a harness's: no
-planner reads the timing) is not timed."""
+planner reads the timing) is not timed, nor one whose planner does not price compute."""
 
 from __future__ import annotations
 
@@ -70,3 +70,22 @@ def test_a_run_that_comes_only_with_a_plan_is_not_timed(tmp_path: Path) -> None:
     intake.time_compute(SPEC.replace(run_id="ahead"))  # its plan: timed, now or on the thread
     kinds = {type(message) for message in sent.wait_for(2)}
     assert kinds == {SavedReport, ComputeReport}
+
+
+def test_a_run_its_planner_does_not_price_on_compute_is_not_timed(tmp_path: Path) -> None:
+    for blind in (SPEC.replace(compute_aware=False), SPEC.replace(placement="random")):
+        intake = RunIntake(
+            WorkerSettings(ipc="s", checkpoint_dir=str(tmp_path)), torch.device("cpu"), PlanInbox()
+        )
+        sent = Sent()
+        intake.ipc = sent  # type: ignore[assignment]
+        intake.on_run(blind)
+        intake.hello_sent()
+        intake.worker_is_up()
+        (saved,) = sent.wait_for(1)
+        assert isinstance(saved, SavedReport)  # the saved states are still told
+        intake.time_compute(blind)  # its plan
+        for thread in threading.enumerate():  # the intake's own thread has done its part
+            if thread.name == "compute-probe":
+                thread.join(30)
+        assert len(sent.messages) == 1, sent.messages  # and no timing
