@@ -14,7 +14,7 @@ import pytest
 
 from p2ptrain.schedule.synthetic import city_topology
 from p2ptrain.testbed.netns import list_netns
-from tests.integration.local_runs import emulated, run_local, start_local, summary_of, wait_local
+from tests.integration.local_runs import emulated, start_local, summary_of, wait_local
 
 pytestmark = [
     pytest.mark.integration,
@@ -22,17 +22,23 @@ pytestmark = [
 ]
 
 
-def test_join_nodes_on_their_own_addresses_train_with_every_round_averaged(
+def test_join_nodes_on_their_own_addresses_behind_nats_train_with_every_round_averaged(
     tmp_path: Path,
 ) -> None:
-    """The acceptance test of `join` across machines: a bootstrap and 4 `join` nodes, each in its
-    own namespace with its own address (as on 4 machines), started with the documented flags
-    only (their listen addresses the defaults: every interface, fixed ports), train 20 steps;
-    every averaging round of the plan that trained each step averaged."""
-    steps = 20
-    topology = city_topology(4, 2, 2, seed=0, cities=["Virginia", "Ohio"])
+    """The acceptance test of `join` across machines, volunteers behind home routers among
+    them: a bootstrap and 4 `join` nodes, each in its own namespace with its own address (as on
+    4 machines), started with the documented flags only (their listen addresses the defaults:
+    every interface, fixed ports); peers 1 and 2 behind cone NATs, peer 3 behind a symmetric
+    one, no port forwarded, so in a 2 x 2 plan NATed peers must exchange data. Each reserves
+    relay slots at the public peers; the two cone peers punch a hole to each other (TCP
+    simultaneous open through the relay's signalling), the symmetric one is relayed; all four
+    train with every averaging round of the plan that trained each step averaged. (One swarm
+    for both: a swarm's start is most of CI's time.)"""
+    steps = 8
+    topology = city_topology(4, 2, 2, seed=0, cities=["Virginia", "Ohio"]).to_json()
+    topology["nat"] = {"1": "cone", "2": "cone", "3": "symmetric"}
     path = tmp_path / "topology.json"
-    path.write_text(json.dumps(topology.to_json()))
+    path.write_text(json.dumps(topology))
     workdir = tmp_path / "swarm"
     # 2 x 2 with every round averaged is what this test is about: timing noise on a loaded box
     # must not shrink the plan (compute-aware shapes: tests/schedule/test_compute_cost.py)
@@ -60,32 +66,6 @@ def test_join_nodes_on_their_own_addresses_train_with_every_round_averaged(
         assert len({h.split("/")[2] for h in hosts}) == 4, hosts
     assert [c.split("/")[2] for c in control] == [d.split("/")[2] for d in data]
 
-    _every_round_averaged(workdir, steps)
-
-    # the control plane measured the emulated links (5.0 and 11.0 ms one way), not loopback
-    # (~0.1 ms); its ping over a py-libp2p stream reads about 2x high here (docs/benchmarks.md)
-    published = [line for log in logs for line in log.splitlines() if "published plan" in line]
-    assert published and "6 of 6 links measured" in published[-1], published
-    low, high = published[-1].split("one-way delay ")[1].split(" ms")[0].split("-")
-    assert float(low) > 4.0 and float(high) < 30.0, published[-1]
-
-
-def test_volunteers_behind_nats_reach_each_other_by_hole_punch_and_relay(tmp_path: Path) -> None:
-    """Peers 1 and 2 behind cone NATs, peer 3 behind a symmetric one, no port forwarded: in a
-    2 x 2 plan NATed peers must exchange data. Each reserves relay slots at the public peers;
-    the two cone peers punch a hole to each other (TCP simultaneous open through the relay's
-    signalling), the symmetric one is relayed; all four train with every round averaged."""
-    steps = 6
-    topology = city_topology(4, 2, 2, seed=0, cities=["Virginia", "Ohio"]).to_json()
-    topology["nat"] = {"1": "cone", "2": "cone", "3": "symmetric"}
-    path = tmp_path / "topology.json"
-    path.write_text(json.dumps(topology))
-    workdir = tmp_path / "swarm"
-    run = tmp_path / "run.toml"
-    run.write_text("[run]\ncompute_aware = false\n")
-    summary = run_local(*emulated(path, steps, workdir, run), timeout_s=300)
-    assert summary["steps"] == steps
-    logs = [(workdir / f"peer-{i}.log").read_text() for i in range(4)]
     ids = [
         next(
             line.split("control ")[1].split(" ")[0]
@@ -103,7 +83,16 @@ def test_volunteers_behind_nats_reach_each_other_by_hole_punch_and_relay(tmp_pat
     for cone in (1, 2):
         assert f"to {ids[3]}: relayed" in logs[cone] or f"to {ids[cone]}: relayed" in logs[3]
     assert "holepunched" not in logs[3]
+
     _every_round_averaged(workdir, steps)
+
+    # the control plane measured the emulated links (5.0 and 11.0 ms one way; a relayed one
+    # crosses two), not loopback (~0.1 ms); its ping over a py-libp2p stream reads about 2x high
+    # here (docs/benchmarks.md)
+    published = [line for log in logs for line in log.splitlines() if "published plan" in line]
+    assert published and "6 of 6 links measured" in published[-1], published
+    low, high = published[-1].split("one-way delay ")[1].split(" ms")[0].split("-")
+    assert float(low) > 4.0 and float(high) < 80.0, published[-1]
 
 
 def _every_round_averaged(workdir: Path, steps: int) -> None:
