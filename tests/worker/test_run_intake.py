@@ -37,14 +37,20 @@ class Sent:
             return list(self.messages)
 
 
-def test_saved_states_are_told_at_hello_and_the_model_timed_once_the_worker_is_up(
-    tmp_path: Path,
-) -> None:
+def _intake(tmp_path: Path) -> tuple[RunIntake, Sent]:
+    """A worker's intake whose messages to the control process are kept in `Sent`."""
     intake = RunIntake(
         WorkerSettings(ipc="s", checkpoint_dir=str(tmp_path)), torch.device("cpu"), PlanInbox()
     )
     sent = Sent()
     intake.ipc = sent  # type: ignore[assignment]
+    return intake, sent
+
+
+def test_saved_states_are_told_at_hello_and_the_model_timed_once_the_worker_is_up(
+    tmp_path: Path,
+) -> None:
+    intake, sent = _intake(tmp_path)
     intake.on_run(SPEC)
     intake.hello_sent()
     (saved,) = sent.wait_for(1)
@@ -58,11 +64,7 @@ def test_saved_states_are_told_at_hello_and_the_model_timed_once_the_worker_is_u
 
 
 def test_a_run_that_comes_only_with_a_plan_is_not_timed(tmp_path: Path) -> None:
-    intake = RunIntake(
-        WorkerSettings(ipc="s", checkpoint_dir=str(tmp_path)), torch.device("cpu"), PlanInbox()
-    )
-    sent = Sent()
-    intake.ipc = sent  # type: ignore[assignment]
+    intake, sent = _intake(tmp_path)
     intake.worker_is_up()
     intake.time_compute(SPEC)  # the direct swarm's plan: its spec, nothing ahead
     assert sent.messages == []
@@ -74,11 +76,7 @@ def test_a_run_that_comes_only_with_a_plan_is_not_timed(tmp_path: Path) -> None:
 
 def test_a_run_its_planner_does_not_price_on_compute_is_not_timed(tmp_path: Path) -> None:
     for blind in (SPEC.replace(compute_aware=False), SPEC.replace(placement="random")):
-        intake = RunIntake(
-            WorkerSettings(ipc="s", checkpoint_dir=str(tmp_path)), torch.device("cpu"), PlanInbox()
-        )
-        sent = Sent()
-        intake.ipc = sent  # type: ignore[assignment]
+        intake, sent = _intake(tmp_path)
         intake.on_run(blind)
         intake.hello_sent()
         intake.worker_is_up()
