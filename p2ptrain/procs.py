@@ -210,10 +210,11 @@ def adopt_orphans() -> bool:
 def stop_orphans(
     keep: Iterable[int], grace_s: float, on_found: Callable[[list[int]], None] | None = None
 ) -> list[int]:
-    """Stop every live child but keep's (our own children: what we started, which their owners
-    stop and reap; the rest were handed to us, `adopt_orphans`) as `stop_groups` stops a leader: SIGTERM it, wait up to grace_s
-    for it, then SIGKILL its group and reap it; then reap the zombies handed to us meanwhile.
-    Their PIDs, which `on_found` hears first (to say what we wait for)."""
+    """Stop every live child but keep's (keep: what we started, which its owners stop and
+    reap; the rest were handed to us, `adopt_orphans`) as `stop_groups` stops a leader: SIGTERM
+    it, wait up to grace_s for it, then SIGKILL its group and reap it; then reap the zombies
+    handed to us meanwhile. Their PIDs, which `on_found` hears first (to say what we wait
+    for)."""
     kept = set(keep)
     own_group = os.getpgid(0)
     orphans = {

@@ -73,6 +73,12 @@ class SwarmSpec:
         if not 0 <= self.worker_stall_s <= 86_400:
             raise UserError(f"worker_stall_s must be in [0, 86400], got {self.worker_stall_s}")
 
+    @property
+    def prices_compute(self) -> bool:
+        """Does the planner price the peers' measured compute (and so wait for, and read, each
+        worker's timing of the run's model)? A random placement places without it."""
+        return self.compute_aware and self.placement == "scheduled"
+
 
 @dataclass(frozen=True)
 class ModelSpec:

@@ -30,11 +30,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("p2ptrain.worker")
 
 
-def prices_compute(spec: RunSpec) -> bool:
-    """Does the run's planner price the peers' compute (and so read our timing)?"""
-    return spec.swarm.compute_aware and spec.swarm.placement == "scheduled"
-
-
 class RunIntake:
     """The worker's checks and measurements of each run spec it is given (main.py's Worker)."""
 
@@ -121,7 +116,7 @@ class RunIntake:
         if self.ipc is None or spec.run_id not in self._runs_ahead:
             return  # a static plan, or a harness's: no planner reads it
         self.tell_saved(spec)
-        if not prices_compute(spec):
+        if not spec.swarm.prices_compute:
             return  # its planner reads no timing
         with self._timing:
             if spec.run_id in self._timed_runs:

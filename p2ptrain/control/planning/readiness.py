@@ -75,7 +75,7 @@ def first_plan_gaps(
     if saved is not None and run.checkpoint.resume == "latest":
         unsaid = [peer for peer in trainers if saved.get(peer) is None]
         gaps += [f"{len(unsaid)} trainer(s)' saved states"] if unsaid else []
-    if run.swarm.compute_aware and run.swarm.placement == "scheduled":
+    if run.swarm.prices_compute:
         untimed = [
             p
             for p in trainers  # a control-only peer has no worker to time
