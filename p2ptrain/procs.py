@@ -171,10 +171,7 @@ def _exited(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     pause_s = 0.001
     while proc.returncode is None:
-        try:
-            if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                return True
-        except ChildProcessError:  # reaped elsewhere (Popen.poll sets returncode then)
+        if not _running(proc.pid):  # exited, or reaped elsewhere (Popen.poll sets returncode)
             return True
         left_s = deadline - time.monotonic()
         if left_s <= 0:
@@ -188,15 +185,12 @@ def reap_orphans(keep: Iterable[int]) -> list[int]:
     """Reap this process's exited children but those in `keep` (whose exit status their Popen
     reads): what PID 1 must do for the orphans the kernel hands it (a container without
     --init). Only zombies, each by its PID: never a child still running, never one of keep's."""
-    ours, kept = os.getpid(), set(keep)
-    reaped = []
-    for entry in Path("/proc").iterdir():
-        if not (entry.name.isascii() and entry.name.isdigit()) or int(entry.name) in kept:
-            continue
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
-            if state == "Z" and int(ppid) == ours and os.waitpid(int(entry.name), os.WNOHANG)[0]:
-                reaped.append(int(entry.name))
+    kept, reaped = set(keep), []
+    for pid, (state, _) in children().items():
+        if state == "Z" and pid not in kept:
+            with contextlib.suppress(OSError):
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    reaped.append(pid)
     return reaped
 
 
