@@ -219,8 +219,13 @@ def run_benchmark(
     only: tuple[str, ...] = (),
     spec: RunSpec | None = None,
     progress: Callable[[str], None] = lambda _: None,
+    seeds: int = 1,
 ) -> dict[str, Any]:
-    """Every variant at equal tokens; the JSON of the bench (`variants`, `replicas`, ...)."""
+    """Every variant at equal tokens; the JSON of the bench (`variants`, `replicas`, ...).
+    seeds > 1: every variant trains once per seed (the run spec's seed and the next ones: the
+    initial weights, the batches and the held-out windows), and each row's final loss and
+    ratios are the means over the seeds (a single run's ratio moves by about 1% with the seed:
+    docs/benchmarks.md), the per-seed values beside them; the curves are the first seed's."""
     base = spec or RunSpec()
     spec = base.replace(
         steps=steps,
@@ -231,17 +236,25 @@ def run_benchmark(
     corpus = load_corpus(spec)
     split = int(corpus.numel() * (1 - HELD_OUT_FRACTION))
     train, held = corpus[:split], corpus[split:]
-    eval_spec = spec.replace(batch_size=EVAL_SEQUENCES)
-    held_out = get_batch(held, eval_spec, 0)
+    runs = [spec.replace(seed=spec.optim.seed + k) for k in range(max(1, seeds))]
+    # each seed's held-out windows (get_batch draws them with the seed): a seed's ratios
+    # compare its variants on the same windows
+    held_outs = [get_batch(held, run.replace(batch_size=EVAL_SEQUENCES), 0) for run in runs]
     eval_every = max(inner_steps) if steps >= max(inner_steps) else steps
     variants = [v for v in default_variants(list(inner_steps)) if not only or v.name in only]
     numel = sum(p.numel() for p in build_model(spec).parameters())
     results: dict[str, Any] = {}
     for variant in variants:
-        progress(f"{variant.name}: {steps} steps x {num_replicas} replicas")
-        curve = train_variant(variant, spec, num_replicas, train, held_out, eval_every)
+        curves = []
+        for run, held_out in zip(runs, held_outs, strict=True):
+            seed = f", seed {run.optim.seed}" if len(runs) > 1 else ""
+            progress(f"{variant.name}: {steps} steps x {num_replicas} replicas{seed}")
+            curves.append(train_variant(variant, run, num_replicas, train, held_out, eval_every))
+        curve = curves[0]
+        finals = [c.eval[-1][1] for c in curves]
         results[variant.name] = {
-            "final_loss": round(curve.eval[-1][1], 5),
+            "final_loss": round(sum(finals) / len(finals), 5),
+            "final_loss_by_seed": [round(f, 5) for f in finals],
             "loss": [round(v, 4) for v in curve.loss],
             "eval": [[s, round(v, 5)] for s, v in curve.eval],
             "train_loss_tail": round(_tail_mean(curve.loss), 5),
@@ -252,14 +265,15 @@ def run_benchmark(
             "outer_compression": variant.outer_compression if variant.sync == "diloco" else "",
             "boundary": variant.boundary,
             "reference": variant.reference,
-            "wall_s": round(curve.wall_s, 1),
+            "wall_s": round(sum(c.wall_s for c in curves), 1),
         }
-        progress(f"{variant.name}: final held-out loss {curve.eval[-1][1]:.4f}")
+        progress(f"{variant.name}: final held-out loss {' '.join(f'{f:.4f}' for f in finals)}")
     _add_ratios(results, variants)
     return {
         "variants": results,
         "replicas": num_replicas,
         "steps": steps,
+        "seeds": [run.optim.seed for run in runs],
         "tokens": steps * spec.optim.batch_size * spec.model.block_size,
         "batch_per_replica": batch_per_replica,
         "lr": spec.optim.lr,
@@ -279,13 +293,22 @@ def _tail_mean(values: list[float]) -> float:
     return sum(tail) / len(tail)
 
 
+def _ratios(row: dict[str, Any], reference: dict[str, Any] | None) -> list[float]:
+    """The row's final loss over the reference's, seed by seed (each on its seed's held-out
+    windows); none without the reference."""
+    if not reference:
+        return []
+    pairs = zip(row["final_loss_by_seed"], reference["final_loss_by_seed"], strict=True)
+    return [round(loss / ref, 5) for loss, ref in pairs]
+
+
 def _add_ratios(results: dict[str, Any], variants: list[Variant]) -> None:
-    step_loss = results.get("step", {}).get("final_loss")
     for variant in variants:
         row = results[variant.name]
-        row["ratio_to_step"] = round(row["final_loss"] / step_loss, 5) if step_loss else None
-        reference = results.get(variant.reference, {}).get("final_loss")
-        row["ratio_to_reference"] = round(row["final_loss"] / reference, 5) if reference else None
+        for key, reference in (("step", "step"), ("reference", variant.reference)):
+            ratios = _ratios(row, results.get(reference))
+            row[f"ratio_to_{key}"] = round(sum(ratios) / len(ratios), 5) if ratios else None
+            row[f"ratio_to_{key}_by_seed"] = ratios
         row["limit"] = variant.limit or None
         row["passed"] = (
             row["ratio_to_reference"] <= variant.limit

@@ -80,3 +80,26 @@ def test_a_late_round_keeps_each_replicas_progress_since_it_started() -> None:
     for replica, moved in zip(replicas, progress, strict=True):
         assert torch.allclose(replica.outer.flat_params() - replica.outer.anchor, moved, atol=1e-6)
     assert not torch.equal(replicas[0].outer.flat_params(), replicas[1].outer.flat_params())
+
+
+def test_seeds_average_each_variants_final_loss_and_ratios_seed_by_seed() -> None:
+    """--seeds 2: each variant trains once per seed; a row's final loss and ratios are the
+    means, each seed's ratio taken on that seed's own held-out windows."""
+    result = run_benchmark(2, 4, 2, (2,), ("step", "diloco_h2", "diloco_h2_int8"), TINY, seeds=2)
+    assert result["seeds"] == [0, 1]
+    rows = result["variants"]
+    alone = run_benchmark(2, 4, 2, (2,), ("step",), TINY.replace(seed=1))["variants"]["step"]
+    assert rows["step"]["final_loss_by_seed"][1] == alone["final_loss"]  # seed 1 as run alone
+    int8, fp16, step = rows["diloco_h2_int8"], rows["diloco_h2"], rows["step"]
+    for row in (int8, fp16, step):
+        losses = row["final_loss_by_seed"]
+        assert len(losses) == 2 and abs(row["final_loss"] - sum(losses) / 2) <= 1e-5
+    expected = [
+        round(a / b, 5)
+        for a, b in zip(int8["final_loss_by_seed"], fp16["final_loss_by_seed"], strict=True)
+    ]
+    assert int8["ratio_to_reference_by_seed"] == expected
+    assert int8["ratio_to_reference"] == round(sum(expected) / 2, 5)
+    assert step["ratio_to_step_by_seed"] == [1.0, 1.0]
+    table = render(result)
+    assert "means over seeds 0, 1" in table and "seed by seed" in table

@@ -54,6 +54,13 @@ def _add_convergence_arguments(conv: argparse.ArgumentParser) -> None:
     )
     conv.add_argument("--variants", default="", help="comma-separated subset of the variants")
     conv.add_argument("--run", metavar="RUN.toml", help="run spec (default: the built-in run)")
+    conv.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="train every variant once per seed (the run's seed and the next ones) and report "
+        "the means (default 1)",
+    )
     conv.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     add_output_arguments(conv, "bench-results/convergence.json")
 
@@ -87,12 +94,20 @@ def _run_convergence(args: argparse.Namespace) -> int:
     from p2ptrain.records.run import load_run_spec
 
     inner = tuple(comma_integers(args.inner_steps, "--inner-steps"))
-    if not inner or min(inner) < 1 or args.replicas < 1 or args.steps < 1 or args.batch < 1:
-        raise UserError("--inner-steps, --replicas, --steps and --batch must be >= 1")
+    numbers = (args.replicas, args.steps, args.batch, args.seeds)
+    if not inner or min(inner) < 1 or min(numbers) < 1:
+        raise UserError("--inner-steps, --replicas, --steps, --batch and --seeds must be >= 1")
     torch.set_num_threads(max(1, args.threads))
     only = tuple(v.strip() for v in args.variants.split(",") if v.strip())
     result = run_benchmark(
-        args.replicas, args.steps, args.batch, inner, only, load_run_spec(args.run), progress
+        args.replicas,
+        args.steps,
+        args.batch,
+        inner,
+        only,
+        load_run_spec(args.run),
+        progress,
+        seeds=args.seeds,
     )
     out = write_result(args.out, result)
     print(render(result))
