@@ -53,39 +53,63 @@ def spike_clipper(c: float):  # type: ignore[no-untyped-def]
     return clip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("out")
-    parser.add_argument("specs", nargs="+")
-    parser.add_argument("--steps", type=int, default=300)
-    args = parser.parse_args()
+def trainer(steps: int) -> tuple[RunSpec, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """bench convergence's shape (64 rows a step: 4 replicas x 16, warmup 5%), the training part
+    of the corpus and the held-out windows (also used by convergence_trials_pooled_scale.py)."""
     base = RunSpec()
     spec = base.replace(
-        steps=args.steps,
+        steps=steps,
         batch_size=64,
         micro_batches=1,
-        warmup_steps=max(base.optim.warmup_steps, args.steps // 20),
+        warmup_steps=max(base.optim.warmup_steps, steps // 20),
     )
     corpus = load_corpus(spec)
     split = int(corpus.numel() * (1 - bench.HELD_OUT_FRACTION))
     held_out = get_batch(corpus[split:], spec.replace(batch_size=bench.EVAL_SEQUENCES), 0)
+    return spec, corpus[:split], held_out
+
+
+def variant_and_run(spec: RunSpec, fields: list[str]) -> tuple[bench.Variant, RunSpec]:
+    """name,H,codec,outer_lr,outer_momentum,inner_lr_x,grad_clip: the variant and its run spec."""
+    name, h, codec, lr, momentum, lr_x, grad_clip = fields
+    sync = "step" if name.startswith("step") else "diloco"
+    variant = bench.Variant(
+        name, sync, int(h), codec, outer_lr=float(lr), outer_momentum=float(momentum)
+    )
+    scale = float(lr_x)
+    run = spec.replace(
+        lr=spec.optim.lr * scale, min_lr=spec.optim.min_lr * scale, grad_clip=float(grad_clip)
+    )
+    return variant, run
+
+
+def record(out_path: str, text: str, variant: bench.Variant, run: RunSpec, train, held_out) -> None:  # type: ignore[no-untyped-def]
+    """Train the variant on 4 replicas; print its row and append it to out_path."""
+    start = time.time()
+    curve = bench.train_variant(variant, run, 4, train, held_out, 30)
+    row = {"name": text, "final": curve.eval[-1][1], "eval": curve.eval, "wall": time.time() - start}
+    print(json.dumps(row), flush=True)
+    with open(out_path, "a") as out:
+        out.write(json.dumps(row) + "\n")
+
+
+def arguments() -> argparse.Namespace:
+    """OUT.jsonl SPEC [SPEC ...] [--steps N] (also convergence_trials_pooled_scale.py's)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("specs", nargs="+")
+    parser.add_argument("--steps", type=int, default=300)
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = arguments()
+    spec, train, held_out = trainer(args.steps)
     for text in args.specs:
-        name, h, codec, lr, momentum, lr_x, grad_clip, spike = text.split(",")
-        sync = "step" if name.startswith("step") else "diloco"
-        variant = bench.Variant(
-            name, sync, int(h), codec, outer_lr=float(lr), outer_momentum=float(momentum)
-        )
-        scale = float(lr_x)
-        run = spec.replace(
-            lr=spec.optim.lr * scale, min_lr=spec.optim.min_lr * scale, grad_clip=float(grad_clip)
-        )
+        *fields, spike = text.split(",")
+        variant, run = variant_and_run(spec, fields)
         bench.clip_grads = spike_clipper(float(spike)) if float(spike) > 0 else clip_grads  # type: ignore[assignment]
-        start = time.time()
-        curve = bench.train_variant(variant, run, 4, corpus[:split], held_out, 30)
-        row = {"name": text, "final": curve.eval[-1][1], "eval": curve.eval, "wall": time.time() - start}
-        print(json.dumps(row), flush=True)
-        with open(args.out, "a") as out:
-            out.write(json.dumps(row) + "\n")
+        record(args.out, text, variant, run, train, held_out)
 
 
 if __name__ == "__main__":

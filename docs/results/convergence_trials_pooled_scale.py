@@ -20,15 +20,11 @@ SPEC = name,H,codec,outer_lr,outer_momentum,inner_lr_x,grad_clip,m_eff
 
 from __future__ import annotations
 
-import argparse
-import json
-import time
-
+import convergence_trials_2026_12_03 as trials  # beside this file: the trainer's set-up
 import torch
 
 from p2ptrain.harness import convergence_bench as bench
 from p2ptrain.records.run import RunSpec
-from p2ptrain.train.data import get_batch, load_corpus
 from p2ptrain.train.optim import lr_at
 
 
@@ -53,41 +49,16 @@ def scaled_apply(spec: RunSpec, m_eff: float, plain):  # type: ignore[no-untyped
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("out")
-    parser.add_argument("specs", nargs="+")
-    parser.add_argument("--steps", type=int, default=300)
-    args = parser.parse_args()
-    base = RunSpec()
-    spec = base.replace(
-        steps=args.steps,
-        batch_size=64,
-        micro_batches=1,
-        warmup_steps=max(base.optim.warmup_steps, args.steps // 20),
-    )
-    corpus = load_corpus(spec)
-    split = int(corpus.numel() * (1 - bench.HELD_OUT_FRACTION))
-    held_out = get_batch(corpus[split:], spec.replace(batch_size=bench.EVAL_SEQUENCES), 0)
+    args = trials.arguments()
+    spec, train, held_out = trials.trainer(args.steps)
     plain = bench.apply_round
     for text in args.specs:
-        name, h, codec, lr, momentum, lr_x, grad_clip, m_eff = text.split(",")
-        sync = "step" if name.startswith("step") else "diloco"
-        variant = bench.Variant(
-            name, sync, int(h), codec, outer_lr=float(lr), outer_momentum=float(momentum)
-        )
-        scale = float(lr_x)
-        run = spec.replace(
-            lr=spec.optim.lr * scale, min_lr=spec.optim.min_lr * scale, grad_clip=float(grad_clip)
-        )
+        *fields, m_eff = text.split(",")
+        variant, run = trials.variant_and_run(spec, fields)
         bench.apply_round = (  # type: ignore[assignment]
             scaled_apply(run, float(m_eff), plain) if float(m_eff) > 0 else plain
         )
-        start = time.time()
-        curve = bench.train_variant(variant, run, 4, corpus[:split], held_out, 30)
-        row = {"name": text, "final": curve.eval[-1][1], "eval": curve.eval, "wall": time.time() - start}
-        print(json.dumps(row), flush=True)
-        with open(args.out, "a") as out:
-            out.write(json.dumps(row) + "\n")
+        trials.record(args.out, text, variant, run, train, held_out)
 
 
 if __name__ == "__main__":
