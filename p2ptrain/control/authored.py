@@ -43,6 +43,7 @@ def own_record(state: NodeState) -> PeerRecord:
         relay_addrs=tuple(state.relay_addrs),
         relays=tuple(state.relays),
         term=organiser_term(state),
+        planned=state.role == "bootstrap" and state.view.run_planned,
     )
     state.view.own_record = record
     return record

@@ -167,25 +167,6 @@ class Membership(MutableMapping[str, Member]):
         member = self._by_peer.get(peer)
         return member is None or _same_level(member.record)
 
-    def run_under_way(self) -> bool:
-        """Do half the trainers, and two at least, report a trained step (the only one, in a
-        swarm of one)? Then the run's `min_peers`, which gates its first plan, gates no new
-        planner's (a restarted one holds no plan and waited for the full swarm again, hundreds
-        of steps in). A step is a trainer's own word (its metrics carry no plan it was placed
-        in): one member's "step 0" skipped the gate before any plan, and two liars did in a
-        swarm of any size, so half of them. Half, not most: spares report no step either (a
-        plan of 4 pipelines' stages and 4 spares). Control-only members, which have no worker,
-        count only if they report one. The gate holds only while fewer than `min_peers` are
-        alive."""
-        placeable = [m for m in self.values() if m.record.role in MEMBER_ROLES]
-        said = [m.metrics is not None and m.metrics.step is not None for m in placeable]
-        reporting = sum(said)
-        # of the members a plan may place, those with a worker to train (and any that says so)
-        trainers = sum(
-            s or m.record.role == "trainer" for s, m in zip(said, placeable, strict=True)
-        )
-        return reporting >= min(2, len(placeable)) > 0 and 2 * reporting >= trainers
-
     def role_of(self, peer: str) -> str | None:
         member = self._by_peer.get(peer)
         return None if member is None else member.record.role

@@ -76,6 +76,10 @@ class SwarmView:
         self.planner_sees = 0  # the peers the planner's last claim said it could plan for
         self.plan: Plan | None = None
         self.plan_version = 0  # bumped whenever `plan` changes
+        # a planner-token holder's plan of this run was out (we saw one, or the organiser says
+        # so): the run is under way, and its min_peers, which gates the first plan only, gates
+        # no new planner's (a restarted one holds no plan). Authority, never a member's word
+        self.run_planned = False
         self.own_record: PeerRecord | None = None
         self.own_metrics: PeerMetrics | None = None
         self.own_health = Health(True)  # control/health.py
@@ -188,6 +192,8 @@ class SwarmView:
                 del self.members[env.author]
                 self.links.forget(env.author)
             return Drop(f"{env.author} holds no token for this run")  # ignored, never dialled
+        if env.author == self.bootstrap_id:
+            self.run_planned |= env.body.planned  # the organiser's word, from its key
         member = self.members.get(env.author)
         if member is None:
             self.members[env.author] = Member(record=env.body, last_heard=now)
@@ -258,6 +264,7 @@ class SwarmView:
         current = self.plan.key if self.plan else (0, 0)
         if plan.planner != env.author:
             return Drop("plan's planner field differs from its signer", "forged")
+        self.run_planned |= self.may_plan(env.author)  # followed or not: a plan was made
         if env.author != self.planner or plan.term < self.term or not self.may_plan(env.author):
             # Blame only a plan for a term we already follow another live planner in, from a
             # peer we never heard claim it (Intake: only if it sent the plan itself). Anything
@@ -327,6 +334,7 @@ class SwarmView:
         """The planner accepts its own newly computed plan."""
         self.plan = plan
         self.plan_version += 1
+        self.run_planned = True
 
     # ------------------------------------------------------------------ measurements
 

@@ -7,7 +7,7 @@ status document carries the same reason (`waiting`, `waiting_for`). The reasons,
 - `finished`: every placed replica trained the run's last step, or is gone (control/run_end.py):
   nothing left to wait for;
 - `peers`: no member alive, or fewer than the run's `min_peers` before the first plan (of a
-  run not under way: Membership.run_under_way);
+  run not under way: no planner's plan seen, SwarmView.run_planned);
 - `planner-token`: no live member holds a planner token, so no one may plan: with the command
   that issues one (for a peer not revoked; in a joiner's first TOKENS_HEARD_S, while the
   members' records are still arriving, `planner` instead);
@@ -82,7 +82,7 @@ def waiting_for(view: SwarmView, now: float, joined: bool = True) -> Wait:
         return Wait("planner-token", no_planner_text(view, members))
     plan = view.plan
     if plan is None:
-        under_way = view.members.run_under_way()  # a member reports a trained step
+        under_way = view.run_planned  # a plan of the run was out (SwarmView.run_planned)
         if len(members) < run.swarm.min_peers and not under_way:
             return Wait(
                 "peers", f"peers: {len(members)} of the run's min_peers {run.swarm.min_peers} alive"

@@ -154,6 +154,9 @@ class PeerRecord(Record, name="peer"):
     # the organiser's (the bootstrap's) current term, once it knows one: believed of the
     # organiser only, and only fresh (control/intake.py); others leave it out
     term: Annotated[int | None, Nullable(Int(0, MAX_TERM)), OMITTED] = None
+    # the organiser's word that a planner-token holder's plan of this run was out (the run is
+    # under way: min_peers gated its first plan only); believed of the organiser only
+    planned: Annotated[bool, OMITTED] = False
     # a trainer's saved states of the run (SavedStage), once its worker read its directory;
     # None: not yet, or a peer of before this field
     saved: Annotated[

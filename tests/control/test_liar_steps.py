@@ -1,6 +1,6 @@
 """A member's step is its own word: one liar's step neither freezes the planner's switching near
 a run's end it made up (control/run_end.py: steps_left) nor skips the first plan's min_peers
-gate (control/membership.py: run_under_way). Pure rules, a fake clock."""
+gate (SwarmView.run_planned: authority only). Pure rules, a fake clock."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import trio
 from p2ptrain.control.membership import Member, Membership
 from p2ptrain.control.planning.plan_maker import PLAN_DEBOUNCE_S, PlanMaker, min_steps_to_switch
 from p2ptrain.control.run_end import steps_left
+from p2ptrain.control.waiting import waiting_for
 from p2ptrain.records import PeerMetrics, PeerRecord, Plan, RunSpec
 from tests.control.test_run_end import RUN, planner_of, step
-from tests.control.test_view import ME, A, B, C, make_view
+from tests.control.test_view import ME, A, B, C, make_view, plan, record
 
 LIAR = "Llll"
 SPARE = "Ssss"
@@ -71,31 +72,39 @@ def test_a_liars_step_keeps_the_planners_switching_open() -> None:
     assert maker._pays_to_switch(faster, PLAN, 1.0, run)
 
 
-def test_one_members_step_does_not_put_the_run_under_way() -> None:
-    table = members({A: None, B: None, LIAR: 0})
-    assert not table.run_under_way()  # one of three
-    table[B] = member(1320)
-    assert table.run_under_way()  # most members train
-    table["Oooo"] = member(None, role="bootstrap")  # not a member a plan may place
-    assert table.run_under_way()
-    assert members({B: 1320}).run_under_way()  # a restarted planner among trainers
-    # members that never report a step (control-only ones, spares) do not hold it back
-    table = members({A: 500, B: 500})
-    for quiet in ("Cccc", "Dddd", "Eeee", "Ffff"):
-        table[quiet] = member(None, role="control-only")
-    assert table.run_under_way()
-    assert not Membership().run_under_way()
+def test_members_steps_never_put_the_run_under_way() -> None:
+    """Two members' "step 5" skipped the first plan's min_peers, and half the trainers' still
+    did: a step is its member's own word. Only a plan of the run, signed by a planner-token
+    holder, or the organiser's record saying one was out, puts the run under way."""
+    v, feed = make_view(me=ME, peers=(A, B, C))
+    v.run = RUN.replace(min_peers=9)
+    for peer in (A, B, C):  # every member lies: none of their words counts
+        assert v.accept(feed("telemetry", peer, step(1320)), 1.0) is None
+    assert not v.run_planned and waiting_for(v, 1.0).kind == "peers"
+    # a member's record saying "planned" is not the organiser's
+    assert v.accept(feed("peer", A, {**record(), "planned": True}), 1.1) is None
+    assert not v.run_planned
+    # a plan signed by a peer without a planner token: refused, and nothing under way
+    assert v.accept(feed("peer", LIAR, {**record(), "token": None}), 1.2) is None
+    assert v.accept(feed("plan", LIAR, plan(LIAR, 1, 1)), 1.3) is not None
+    assert not v.run_planned and waiting_for(v, 1.3).kind == "peers"
+    # the organiser's record says a plan was out (a restarted planner holds none)
+    organiser = v.bootstrap_id
+    assert organiser is not None
+    said = {**record("bootstrap"), "planned": True}
+    assert v.accept(feed("peer", organiser, said), 1.4) is None
+    assert v.run_planned and waiting_for(v, 1.4).kind != "peers"
 
 
-def test_two_liars_among_many_do_not_put_the_run_under_way() -> None:
-    """Two members' "step 5" skipped the first plan's min_peers in any swarm."""
-    table = members({A: 5, B: 5, C: None, SPARE: None, "Dddd": None})
-    assert not table.run_under_way()  # two of five
-    table["Eeee"] = member(None, role="control-only")  # never reports: not counted
-    table[C] = member(40)
-    assert table.run_under_way()  # three of five trainers
-    table[SPARE] = member(None)
-    assert members({A: 5, B: 5, C: None, SPARE: None}).run_under_way()  # half: 2 placed, 2 spares
+def test_a_planner_token_holders_plan_puts_the_run_under_way_followed_or_not() -> None:
+    """A plan made by a holder of the organiser's planner token is the run's first plan, even
+    one from a planner this node does not follow (a former planner's, pulled by sync)."""
+    v, feed = make_view(me=ME, peers=(A, B, C))
+    v.run = RUN.replace(min_peers=5)
+    assert v.accept(feed("claim", A, {"term": 1}), 0.1) is None
+    drop = v.accept(feed("plan", B, plan(B, 1, 1)), 0.2)  # not the planner we follow
+    assert drop is not None and v.plan is None
+    assert v.run_planned and waiting_for(v, 0.2).kind != "peers"
 
 
 def test_a_liars_step_0_does_not_skip_the_first_plans_min_peers() -> None:
@@ -107,9 +116,13 @@ def test_a_liars_step_0_does_not_skip_the_first_plans_min_peers() -> None:
         waited = await tick(1.0)  # a fresh run: 3 of 4
         assert v.accept(feed("telemetry", B, step(0)), 1.1) is None
         lied = await tick(1.2 + PLAN_DEBOUNCE_S + 0.1)
-        assert v.accept(feed("telemetry", C, step(1320)), 5.0) is None  # both train: under way
-        await tick(5.1)
-        return [waited, lied, await tick(5.2 + PLAN_DEBOUNCE_S + 0.1)]
+        assert v.accept(feed("telemetry", C, step(1320)), 5.0) is None  # both "train"
+        both = await tick(5.1 + PLAN_DEBOUNCE_S + 0.1)
+        assert v.bootstrap_id is not None  # the organiser: a plan of the run was out
+        said = {**record("bootstrap"), "planned": True}
+        assert v.accept(feed("peer", v.bootstrap_id, said), 7.0) is None
+        await tick(7.1)
+        return [waited, lied, both, await tick(7.2 + PLAN_DEBOUNCE_S + 0.1)]
 
-    assert trio.run(scenario) == [False, False, True]
+    assert trio.run(scenario) == [False, False, False, True]
     assert v.plan is not None and v.plan.peers() == {A, B, C}

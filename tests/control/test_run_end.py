@@ -196,13 +196,17 @@ def test_what_a_node_waits_for() -> None:
     v.authority.revocations[ME] = issue_revocation(ORGANISER, ME)
     assert f"--peer {A} " in waiting_for(v, 1.0).text
     # fewer than min_peers alive
-    v, _ = make_view(me=ME, peers=(A,))
+    v, feed = make_view(me=ME, peers=(A,))
     v.run = RUN.replace(min_peers=3)
     assert waiting_for(v, 1.0).text == "peers: 2 of the run's min_peers 3 alive"
     assert waiting_for(v, 1.0).kind == "peers"
-    # a run under way (a member reports a trained step): min_peers gated its first plan only,
-    # not a new planner's (a restarted planner waited for the full swarm again, 1,320 steps in)
+    # a member's step is its own word: the run is not under way for it
     v.members[A].metrics = PeerMetrics(step=1320)
+    assert waiting_for(v, 1.0).kind == "peers"
+    # the organiser says a plan was out: min_peers gated the run's first plan only, not a new
+    # planner's (a restarted planner waited for the full swarm again, 1,320 steps in)
+    assert v.bootstrap_id is not None
+    assert v.accept(feed("peer", v.bootstrap_id, {**record(), "planned": True}), 1.0) is None
     assert waiting_for(v, 1.0).kind != "peers"
     # a planner-token holder that does not know the organiser's term yet says so
     v, _ = make_view(me=ME, peers=(A,), anchor=None)
@@ -220,10 +224,10 @@ def test_what_a_node_waits_for() -> None:
     wait = waiting_for(v, 1.0)
     assert wait.kind == "measurements" and "3 of 3 links" in wait.text
     # a newcomer to a run under way waits for a plan that places it, not for "the first plan";
-    # under way: most members report a step (one member's own word is not enough)
-    v.members[B].metrics = PeerMetrics(step=1321)
+    # under way: a plan of the run was out (members' steps are their own word, not enough)
+    v.members[B].metrics = v.members[A].metrics = PeerMetrics(step=1321)
     assert waiting_for(v, 1.0).kind == "measurements"
-    v.members[A].metrics = PeerMetrics(step=1321)
+    v.run_planned = True  # the organiser's record said so, or a token holder's plan was seen
     assert waiting_for(v, 1.0).text == f"a plan that places this peer ({A} is making it)"
     # a spare, a placed peer, a finished run
     v, _ = planned_view(placed=(A, B), spares=(ME,))
@@ -344,6 +348,10 @@ def test_a_new_planner_of_a_run_under_way_does_not_wait_for_min_peers() -> None:
     async def scenario() -> list[bool]:
         waited = await tick(1.0)  # a fresh run: 2 of 3
         assert v.accept(feed("telemetry", B, step(1320)), 1.1) is None
+        assert not await tick(1.15)  # a member's step is its own word
+        assert v.bootstrap_id is not None  # the organiser's record: a plan of the run was out
+        said = {**record("bootstrap"), "planned": True}
+        assert v.accept(feed("peer", v.bootstrap_id, said), 1.15) is None
         seen = await tick(1.2)  # the members' change, debounced
         return [waited, seen, await tick(1.2 + PLAN_DEBOUNCE_S + 0.1)]
 

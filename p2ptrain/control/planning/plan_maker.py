@@ -3,7 +3,8 @@
 A new placement restarts every training session in the swarm (checkpoint, agree on a step,
 reload), so plans change only when they must or when it clearly pays:
 - never before the run's `min_peers` are alive (the first plan waits for the expected swarm;
-  a planner that takes over a run under way, whose members report trained steps, does not);
+  a planner that takes over a run under way, whose plan it or the organiser saw, does not:
+  SwarmView.run_planned);
 - only peers that are alive and healthy (control/health.py): an unhealthy one counts as gone;
   a peer that says it stops while it alone holds a stage stays one plan longer as a spare, a
   donor of its state (control/handover.py);
@@ -128,7 +129,7 @@ class PlanMaker:
             return False
         donors, gone = self._donors.review(self.view, current, members, now)
         donors = [peer for peer in donors if not self._silent.is_out(peer)]  # no donor either
-        first = current is None and not self.view.members.run_under_way()  # asked only then
+        first = current is None and not self.view.run_planned  # a plan was out: not the first
         if first and len(members) < run.swarm.min_peers:
             if self._waiting_logged != len(members):
                 self._waiting_logged = len(members)
@@ -325,13 +326,16 @@ class PlanMaker:
         assert run is not None
         roles = roles_of(self.view, members)
         coords = self.view.links.estimate.coordinates_of(self.view.self_id, now)
-        # the states' holders matter to a swarm's first plan only (stale once the run trains)
-        saved = None if self.view.members.run_under_way() else saved_states(self.view, members)
+        # the states' holders, whenever we hold no plan: a restarted swarm's first plan, or a
+        # restarted planner's, whose trainers' recent states then cover every block (no wait).
+        # Never skipped on the run being under way: the organiser's `planned` outlives a swarm
+        # that restarted beneath it, and members' steps are their own word
+        saved = saved_states(self.view, members)
         gaps = first_plan_gaps(
             members, roles, data_addrs, links, measured, run, private, coords, saved
         )
         trainers = [peer for peer in members if roles.get(peer) == "trainer"]
-        holders = [] if saved is None else holder_gaps(trainers, saved, run)
+        holders = holder_gaps(trainers, saved, run)
         return self._first_wait.awaits(now, gaps, holders, run)
 
     async def _search(
