@@ -37,6 +37,7 @@ from p2ptrain.train.model import build_model, loss_fn
 from p2ptrain.train.optim import lr_at
 from p2ptrain.worker import watchdog
 from p2ptrain.worker.averaging.round_timeouts import averaging_timeouts
+from p2ptrain.worker.private_tmp import PrivateTmp
 
 RENDEZVOUS_TIMEOUT_S = 300.0
 # bounded recovery: a peer the swarm left behind tries to download the state this many times
@@ -69,6 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--verbose", action="store_true", help="hivemind.Optimizer's own logs")
     args = parser.parse_args(argv)
     watchdog.install()  # hivemind's children and p2pd die with us (worker/watchdog.py)
+    PrivateTmp().use()  # and hivemind's sockets go with us: a killed peer left them in /tmp
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s dp %(process)d: %(message)s",

@@ -29,6 +29,7 @@ from p2ptrain.worker.dht_gate import (
 )
 from p2ptrain.worker.dht_helpers import AnnouncementValidator, bootstrap_dht
 from p2ptrain.worker.dht_quota import MAX_ENTRIES_PER_PEER
+from p2ptrain.worker.private_tmp import PrivateTmp
 
 KEY = "p2ptrain_probe_run_resume_t3_e7"  # resume_key(): predictable from a plan's term, epoch
 NUM_STRANGERS = 5  # hivemind's num_replicas: the nodes a key is stored on
@@ -82,6 +83,7 @@ async def _over_quota(_dht: object, node: object) -> int:
 
 
 def main() -> None:
+    PrivateTmp().use()  # hivemind's sockets and multiprocessing's folders go with us
     listen = ["/ip4/127.0.0.1/tcp/0"]
     validators = [AnnouncementValidator()]
     a = start_gated_dht(listen[0], [], str(KEY_DIR / "a.key"), validators)  # as a worker starts

@@ -27,6 +27,7 @@ from p2ptrain.worker.averaging.planned_group import PlannedGroupAverager
 from p2ptrain.worker.averaging.robust_allreduce import RobustAllReduceRunner
 from p2ptrain.worker.averaging.stage_averager import StageAverager
 from p2ptrain.worker.cpu_clock import WireMarks
+from p2ptrain.worker.private_tmp import PrivateTmp
 from p2ptrain.worker.traffic import Traffic
 
 NUM_PARAMS = 1000
@@ -58,6 +59,7 @@ async def _download(member: Any, _: Any, node: Any) -> int:
 
 
 def main(case: str) -> None:
+    PrivateTmp().use()  # hivemind's sockets and multiprocessing's folders go with us
     # each peer dials all earlier ones: every pair is connected, as a session's peers are
     dhts: list[DHT] = []
     for _ in range(3):
